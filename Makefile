@@ -1,0 +1,90 @@
+# Makefile: builds build/megatrain (CPU backend always; CUDA parts with CUDA=1)
+# and the tests. `make test` runs every CI test; `make help` lists targets.
+
+CC       ?= gcc
+MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
+MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
+BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
+
+OPT      ?= -O2 -march=x86-64-v2
+CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter $(OPT) -g -fopenmp \
+            $(MPI_CFLAGS) $(BLAS_CFLAGS) -MMD -MP
+LDLIBS   += $(BLAS_LIBS) $(MPI_LIBS) -lyaml -lzstd -lm -fopenmp -lpthread
+
+BUILD    ?= build
+SRC      := $(shell find src -name '*.c' -not -path 'src/backend/cuda/*' | sort)
+LIB_SRC  := $(filter-out src/main.c,$(SRC))
+OBJ      := $(SRC:%.c=$(BUILD)/%.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+
+# CUDA=1: kernels/*.cu (nvcc) and src/backend/cuda/*.c (host side) join the binary.
+ifeq ($(CUDA),1)
+  CUDA_HOME ?= /usr/local/cuda
+  NVCC      ?= $(CUDA_HOME)/bin/nvcc
+  CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
+  NVCCFLAGS += -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC -MMD -MP
+  CU_SRC    := $(sort $(wildcard kernels/*.cu))
+  CUDA_C    := $(sort $(wildcard src/backend/cuda/*.c))
+  CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o) $(CUDA_C:%.c=$(BUILD)/%.o)
+  CFLAGS    += -DMT_CUDA -I$(CUDA_HOME)/include
+  LDLIBS    += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lnccl -lstdc++
+  LIB_OBJ   += $(CU_OBJ)
+  OBJ       += $(CU_OBJ)
+endif
+
+UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
+UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+
+.PHONY: all deps demo test test-build unit-tests bench clean help
+all: $(BUILD)/megatrain
+
+$(BUILD)/megatrain: $(OBJ)
+	$(CC) -o $@ $^ $(LDLIBS)
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Isrc -o $@ $< $(LIB_OBJ) $(LDLIBS) -lcmocka
+
+unit-tests: $(UNIT_BIN)
+
+# Installs missing Debian packages (apt-get), then does nothing more.
+deps:
+	@bash scripts/install_deps.sh
+
+# The README's first command: build, prepare a small data set, train tiny llama.
+demo: deps
+	@bash scripts/demo.sh
+
+# The README's second command (and CI's): every test, unit and integration.
+# Make runs itself again after `deps` so that flags from mpicc/pkg-config exist.
+test: deps
+	@$(MAKE) --no-print-directory -j2 test-build
+	@bash tests/run_tests.sh
+
+test-build: $(BUILD)/megatrain $(UNIT_BIN)
+
+# Benchmarks need PyTorch (pip install torch); never part of `make test`.
+bench: $(BUILD)/megatrain
+	bash tests/bench/run_bench.sh
+
+clean:
+	rm -rf $(BUILD)
+
+help:
+	@echo "make            build build/megatrain (CPU backend)"
+	@echo "make CUDA=1     also compile and link the CUDA kernels (nvcc, cuBLASLt, NCCL)"
+	@echo "make demo       install deps, build, make demo data, train tiny llama on the CPU"
+	@echo "make test       install deps, build, run every CI test (unit + integration)"
+	@echo "make bench      run the CPU benchmark against PyTorch (needs torch)"
+	@echo "make clean      remove build/"
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

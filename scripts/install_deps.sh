@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# install_deps.sh: installs the Debian packages megatrain needs to build and
+# test, only those missing. Needs root (or sudo) the first time; a no-op after.
+set -euo pipefail
+packages=(build-essential pkg-config libyaml-dev libzstd-dev zstd libopenblas-dev
+          libopenmpi-dev openmpi-bin libcmocka-dev)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[[ ${#missing[@]} -eq 0 ]] && exit 0
+echo "installing: ${missing[*]}"
+sudo=""
+[[ $(id -u) -ne 0 ]] && sudo="sudo"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,85 @@
+/* backend.h: the table of operations every device implements.
+ *
+ * The CPU implementation (backend/cpu) is the reference; a CUDA one fills the
+ * same table. Forward and backward are written by hand, op by op.
+ *
+ * Conventions (all tensors row-major, fp32 on the CPU):
+ *   N = number of token rows (B*T), C = channels, V = vocab,
+ *   B = batch, T = sequence, H = query heads, KVH = key/value heads, D = head dim.
+ *   q is (B, T, H, D); k and v are (B, T, KVH, D); H % KVH == 0 and query head
+ *   h reads kv head h / (H / KVH) (grouped-query attention).
+ *   Every backward ACCUMULATES (+=) into every gradient it writes, activation
+ *   gradients included, so residual branches and gradient accumulation over
+ *   micro-batches need no extra copies. Callers zero buffers when needed.
+ *   Inputs and outputs of a forward never alias unless the op says so.
+ */
+#ifndef MT_BACKEND_BACKEND_H
+#define MT_BACKEND_BACKEND_H
+
+#include <stdint.h>
+
+typedef struct BackendOps {
+    const char *name;
+
+    /* out[N,C] = wte[tokens[n], :] */
+    void (*embedding_forward)(float *out, const int32_t *tokens, const float *wte, int N, int C);
+    /* dwte[tokens[n], :] += dout[n, :] */
+    void (*embedding_backward)(float *dwte, const float *dout, const int32_t *tokens, int N, int C);
+
+    /* out[n,:] = inp[n,:] * rstd[n] * weight; rstd[n] = 1/sqrt(mean(inp[n,:]^2) + eps) (saved) */
+    void (*rmsnorm_forward)(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
+                            float eps);
+    void (*rmsnorm_backward)(float *dinp, float *dweight, const float *dout, const float *inp,
+                             const float *weight, const float *rstd, int N, int C);
+
+    /* out[N,OC] = inp[N,IC] @ weight[OC,IC]^T (+ bias[OC] when bias != NULL); out is overwritten */
+    void (*matmul_forward)(float *out, const float *inp, const float *weight, const float *bias, int N,
+                           int IC, int OC);
+    /* dinp += dout @ weight; dweight += dout^T @ inp; dbias += sum_n dout (when dbias != NULL).
+     * dinp may be NULL (no input gradient wanted). */
+    void (*matmul_backward)(float *dinp, float *dweight, float *dbias, const float *dout, const float *inp,
+                            const float *weight, int N, int IC, int OC);
+
+    /* Rotary embedding, Hugging Face "rotate_half" convention: for i < D/2,
+     *   out[i]       = x[i] * cos[t,i] - x[i+D/2] * sin[t,i]
+     *   out[i + D/2] = x[i+D/2] * cos[t,i] + x[i] * sin[t,i]
+     * x is (B, T, NH, D); cos and sin are (T, D/2) (see rope_tables_init). out may equal inp. */
+    void (*rope_forward)(float *out, const float *inp, const float *cos, const float *sin, int B, int T,
+                         int NH, int D);
+    void (*rope_backward)(float *dinp, const float *dout, const float *cos, const float *sin, int B, int T,
+                          int NH, int D);
+
+    /* Causal grouped-query attention with softmax scale 1/sqrt(D).
+     * probs (B, H, T, T) is saved for the backward (entries above the diagonal are 0). */
+    void (*attention_forward)(float *out, float *probs, const float *q, const float *k, const float *v, int B,
+                              int T, int H, int KVH, int D);
+    void (*attention_backward)(float *dq, float *dk, float *dv, const float *dout, const float *probs,
+                               const float *q, const float *k, const float *v, int B, int T, int H, int KVH,
+                               int D);
+
+    /* out[i] = silu(gate[i]) * up[i] over n elements */
+    void (*swiglu_forward)(float *out, const float *gate, const float *up, long n);
+    void (*swiglu_backward)(float *dgate, float *dup, const float *dout, const float *gate, const float *up,
+                            long n);
+
+    /* losses[n] = logsumexp(logits[n,:]) - logits[n, targets[n]]; 0 where targets[n] < 0 (ignored).
+     * Returns the sum of losses over non-ignored rows. */
+    double (*cross_entropy_forward)(float *losses, const float *logits, const int32_t *targets, int N, int V);
+    /* dlogits[n,:] = (softmax(logits[n,:]) - onehot(targets[n])) * dloss, 0 for ignored rows.
+     * Fused: dlogits MAY equal logits (computed in place, nothing else kept).
+     * This op OVERWRITES dlogits (the one exception to accumulation). */
+    void (*cross_entropy_backward)(float *dlogits, const float *logits, const int32_t *targets, float dloss,
+                                   int N, int V);
+
+    /* out[i] = a[i] + b[i] (out may equal a) */
+    void (*add)(float *out, const float *a, const float *b, long n);
+} BackendOps;
+
+extern const BackendOps cpu_backend;
+
+/* RoPE tables: cos/sin (T, D/2) for positions 0..T-1 with inv_freq from theta
+ * and optional llama3 scaling (as transformers' _compute_llama3_parameters). */
+struct RopeScaling;
+void rope_tables_init(float *cos, float *sin, int T, int D, double theta, const struct RopeScaling *scaling);
+
+#endif

@@ -1,0 +1,186 @@
+/* recipe.h: the typed recipe (shared/RECIPE.md is the contract for its keys).
+ *
+ * recipe_load() reads a YAML file with libyaml, applies --set overrides,
+ * fills defaults, and validates. Every error names the file, the line and the
+ * key path (e.g. "recipe.yaml:12: train.micro_batch_size: expected a positive
+ * integer, found 'four'") and is reported with exit status 2 by the caller.
+ */
+#ifndef MT_CONFIG_RECIPE_H
+#define MT_CONFIG_RECIPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MT_NAME_MAX 128
+#define MT_PATH_MAX 1024
+#define MT_MAX_DATA_SOURCES 32
+#define MT_MAX_BATCH_STAGES 64
+#define MT_MAX_LAYERS 1024
+
+typedef enum { FAMILY_LLAMA, FAMILY_QWEN2, FAMILY_QWEN3, FAMILY_MIXTRAL, FAMILY_QWEN3_MOE } ModelFamily;
+
+typedef struct RopeScaling {
+    bool enabled;          /* false: plain RoPE (rope_scaling: null) */
+    double factor;         /* llama3: 8 */
+    double low_freq_factor;  /* llama3: 1 */
+    double high_freq_factor; /* llama3: 4 */
+    int original_max_position_embeddings; /* llama3: 8192 */
+} RopeScaling;
+
+typedef enum { SCORE_SOFTMAX, SCORE_SIGMOID } MoeScoreFunction;
+typedef enum { LB_AUX_LOSS, LB_SEQ_AUX_LOSS, LB_GLOBAL_AUX_LOSS, LB_EXPERT_BIAS, LB_NONE } MoeLoadBalancing;
+
+typedef struct MoeConfig {
+    int num_experts;
+    int num_experts_per_tok;
+    int moe_intermediate_size;
+    int shared_expert_intermediate_size;
+    bool norm_topk_prob;
+    MoeScoreFunction score_function;
+    MoeLoadBalancing load_balancing;
+    double aux_loss_coeff;
+    double z_loss_coeff;
+    double capacity_factor; /* <= 0 means dropless (null) */
+    int layer_freq;         /* every Nth layer is MoE when layer_mask_given is false */
+    bool layer_mask_given;
+    unsigned char layer_mask[MT_MAX_LAYERS]; /* 0/1 list from the recipe */
+} MoeConfig;
+
+typedef struct ModelConfig {
+    ModelFamily family;
+    int num_layers;
+    int hidden_size;
+    int intermediate_size;
+    int num_attention_heads;
+    int num_key_value_heads;
+    int head_dim;
+    int vocab_size;
+    int max_position_embeddings;
+    double rope_theta;
+    RopeScaling rope_scaling;
+    double rms_norm_eps;
+    bool tie_word_embeddings;
+    bool attention_bias; /* q, k, v biases (qwen2) */
+    bool qk_norm;        /* per-head RMSNorm on q and k (qwen3) */
+    double init_std;     /* initializer_range, default 0.02 */
+    MoeConfig moe;       /* used by the MoE families only */
+} ModelConfig;
+
+typedef struct ParallelConfig {
+    int tp, pp, vpp, cp, ep, etp;
+    bool sequence_parallel;
+    bool distributed_optimizer;
+} ParallelConfig;
+
+/* One entry of the batch-size schedule. Step form: from `start` = step on.
+ * Token form (Megatron's "0:16 2.4B:320"): from `start` = consumed tokens on. */
+typedef struct BatchStage {
+    double start;
+    long global_batch_size;
+} BatchStage;
+
+typedef struct TrainConfig {
+    long steps;            /* 0 when train.tokens is given instead */
+    double tokens;         /* 0 when train.steps is given */
+    int seq_len;
+    int micro_batch_size;
+    int num_batch_stages;  /* >= 1; a plain global_batch_size is one stage at 0 */
+    bool batch_stages_in_tokens;
+    BatchStage batch_stages[MT_MAX_BATCH_STAGES];
+    long eval_interval;    /* 0 disables evaluation */
+    int eval_batches;
+} TrainConfig;
+
+typedef enum { DECAY_CONSTANT, DECAY_LINEAR, DECAY_COSINE, DECAY_INVERSE_SQRT, DECAY_WSD } LrDecay;
+typedef enum { WSD_EXPONENTIAL, WSD_LINEAR, WSD_COSINE, WSD_MINUS_SQRT } WsdDecayStyle;
+typedef enum { DTYPE_FP32, DTYPE_BF16 } DType;
+
+typedef struct OptimizerConfig {
+    double lr, min_lr;
+    double beta1, beta2, eps;
+    double weight_decay;
+    double clip_grad;      /* <= 0 disables clipping */
+    DType state_dtype;
+    long warmup_steps;
+    LrDecay decay;
+    long decay_steps;      /* 0 means train.steps */
+    long wsd_decay_steps;
+    WsdDecayStyle wsd_decay_style;
+} OptimizerConfig;
+
+typedef struct DataSource {
+    char path[MT_PATH_MAX]; /* Megatron prefix: path.bin + path.idx */
+    double weight;
+} DataSource;
+
+typedef struct DataConfig {
+    int num_train;
+    DataSource train[MT_MAX_DATA_SOURCES];
+    int num_valid;          /* 0: validation comes from the split */
+    DataSource valid[MT_MAX_DATA_SOURCES];
+    double split[3];        /* train, valid, test weights (normalised when used) */
+    char cache_dir[MT_PATH_MAX]; /* resolved: run.dir/data-cache when null */
+} DataConfig;
+
+typedef struct CheckpointConfig {
+    long interval;
+    int keep_last;
+    long keep_every;
+    bool async;
+    int compression_level;
+    bool load_optimizer;
+} CheckpointConfig;
+
+typedef struct LoggingConfig {
+    long interval;
+    bool tensorboard;
+} LoggingConfig;
+
+typedef struct RunConfig {
+    char name[MT_NAME_MAX];
+    char dir[MT_PATH_MAX];
+    uint64_t seed;
+    char device[16];       /* "cpu" or "cuda" */
+} RunConfig;
+
+typedef struct Recipe {
+    char source_path[MT_PATH_MAX]; /* the YAML file it came from */
+    RunConfig run;
+    ModelConfig model;
+    ParallelConfig parallel;
+    TrainConfig train;
+    OptimizerConfig optimizer;
+    DType precision;
+    DataConfig data;
+    CheckpointConfig checkpoint;
+    LoggingConfig logging;
+} Recipe;
+
+/* Load `path`, apply `num_overrides` strings of the form "key.path=value"
+ * (value parsed as YAML), fill defaults, validate for `world_size` ranks.
+ * Returns 0 on success; otherwise writes one message naming the file, line
+ * and key into err and returns -1 (the caller exits with status 2). */
+int recipe_load(Recipe *recipe, const char *path, const char *const *overrides, int num_overrides,
+                int world_size, char *err, size_t errlen);
+
+/* Load a model architecture file (configs/*.yaml: the keys of `model:`). */
+int model_config_load(ModelConfig *model, const char *path, char *err, size_t errlen);
+
+/* Write the fully resolved recipe as YAML (run.dir/recipe.yaml); it loads back
+ * to an identical Recipe. Returns 0, or -1 with err set. */
+int recipe_write(const Recipe *recipe, const char *path, char *err, size_t errlen);
+
+/* Data parallel size for a world: world / (tp * pp * cp). */
+int recipe_dp_size(const Recipe *recipe, int world_size);
+
+/* Names for enums (as written in YAML). */
+const char *model_family_name(ModelFamily family);
+const char *lr_decay_name(LrDecay decay);
+const char *wsd_decay_style_name(WsdDecayStyle style);
+const char *dtype_name(DType dtype);
+
+/* Parse a token count with an optional K/M/B/T suffix ("2.4B"); returns 0 or -1. */
+int parse_token_count(const char *text, double *out);
+
+#endif

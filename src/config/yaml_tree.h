@@ -1,0 +1,65 @@
+/* yaml_tree.h: a small YAML node tree (mapping / sequence / scalar) that
+ * remembers the file and line of every node and key, so recipe errors can
+ * point at them. Built from libyaml's document API; private to src/config. */
+#ifndef MT_CONFIG_YAML_TREE_H
+#define MT_CONFIG_YAML_TREE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+typedef enum { YNODE_SCALAR, YNODE_MAPPING, YNODE_SEQUENCE } YNodeKind;
+
+/* Where a node or key came from: a file and 1-based line, or an override
+ * ("--set a.b=1") with line 0. */
+typedef struct YLoc {
+    char *file;
+    int line;
+} YLoc;
+
+typedef struct YNode YNode;
+
+typedef struct YEntry {
+    char *key;       /* NULL for sequence items */
+    YLoc loc;        /* of the key (or the item) */
+    YNode *value;
+} YEntry;
+
+struct YNode {
+    YNodeKind kind;
+    YLoc loc;
+    char *text;      /* scalar text */
+    bool quoted;     /* scalar was quoted (so never null/number/bool) */
+    int count;
+    YEntry *entries; /* mapping pairs or sequence items */
+};
+
+/* Parse a file; returns NULL with err "FILE:LINE: ..." on a syntax error, a
+ * missing file or an empty document. */
+YNode *ytree_load_file(const char *path, char *err, size_t errlen);
+
+/* Parse a YAML text (an override value); nodes get `origin` as file, line 0.
+ * Empty text gives a null scalar. */
+YNode *ytree_load_string(const char *text, const char *origin, char *err, size_t errlen);
+
+void ytree_free(YNode *node);
+
+/* Mapping lookup (NULL when absent or when `map` is not a mapping). */
+YEntry *ytree_entry(const YNode *map, const char *key);
+YNode *ytree_get(const YNode *map, const char *key);
+
+/* True for a plain null scalar: null, Null, NULL, ~ or empty. */
+bool ytree_is_null(const YNode *node);
+
+/* "a mapping", "a list", "null" or "'text'" for messages. */
+const char *ytree_describe(const YNode *node, char *buf, size_t buflen);
+
+/* Set `value` at dotted `path` in `root`, creating mappings along the way
+ * (a missing or null intermediate becomes a mapping). Takes ownership of
+ * value. Keys created or replaced get `loc`. Returns 0, or -1 with err when
+ * an intermediate node is a scalar or a list. */
+int ytree_set_path(YNode *root, const char *path, YNode *value, YLoc loc, char *err, size_t errlen);
+
+/* Format "FILE:LINE" (or just the override text when line is 0). */
+const char *yloc_format(YLoc loc, char *buf, size_t buflen);
+
+#endif

@@ -1,0 +1,73 @@
+/* error.c: fatal errors, warnings, log lines and checked allocation. */
+#include "error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int mt_log_enabled = 1;
+
+void mt_die(int status, const char *fmt, ...) {
+    va_list ap;
+    fflush(stdout);
+    fputs("megatrain: error: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+    exit(status);
+}
+
+void mt_warn(const char *fmt, ...) {
+    va_list ap;
+    fflush(stdout);
+    fputs("megatrain: warning: ", stderr);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fputc('\n', stderr);
+}
+
+void mt_log(const char *fmt, ...) {
+    if (!mt_log_enabled) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(stdout, fmt, ap);
+    va_end(ap);
+    fputc('\n', stdout);
+    fflush(stdout);
+}
+
+void *mt_malloc(size_t bytes) {
+    void *p = malloc(bytes ? bytes : 1);
+    if (!p) mt_die(MT_EXIT_FAILURE, "out of memory allocating %zu bytes", bytes);
+    return p;
+}
+
+void *mt_calloc(size_t count, size_t size) {
+    void *p = calloc(count ? count : 1, size ? size : 1);
+    if (!p) mt_die(MT_EXIT_FAILURE, "out of memory allocating %zu x %zu bytes", count, size);
+    return p;
+}
+
+void *mt_realloc(void *ptr, size_t bytes) {
+    void *p = realloc(ptr, bytes ? bytes : 1);
+    if (!p) mt_die(MT_EXIT_FAILURE, "out of memory allocating %zu bytes", bytes);
+    return p;
+}
+
+char *mt_strdup(const char *s) {
+    size_t n = strlen(s) + 1;
+    char *p = mt_malloc(n);
+    memcpy(p, s, n);
+    return p;
+}
+
+void mt_set_error(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || errlen == 0) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}

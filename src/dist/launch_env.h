@@ -1,0 +1,13 @@
+/* launch_env.h: rank and world size as given by the launcher (mpirun, srun).
+ *
+ * Read from the environment before MPI is initialised, so a single-rank run
+ * never needs MPI at all. */
+#ifndef MT_DIST_LAUNCH_ENV_H
+#define MT_DIST_LAUNCH_ENV_H
+
+/* World size from OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_NTASKS; 1 when absent. */
+int launch_world_size(void);
+/* Rank from OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID; 0 when absent. */
+int launch_rank(void);
+
+#endif

@@ -1,0 +1,126 @@
+/* main.c: command dispatch for the megatrain executable.
+ *
+ * megatrain run RECIPE.yaml [--set key.path=value ...]
+ * megatrain data build --input FILE --output PREFIX [--tokenizer byte]
+ * (resume, convert, eval, plan and inspect arrive with their issues.)
+ * Exit status: 0 success, 2 usage or recipe error, 1 any other failure.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "config/recipe.h"
+#include "core/error.h"
+#include "data/data_build.h"
+#include "dist/launch_env.h"
+#include "train/train.h"
+#include "version.h"
+
+#define MAX_OVERRIDES 256
+
+static const char *const usage_text =
+    "usage: megatrain COMMAND [ARGS]\n"
+    "\n"
+    "Pretrain Llama and Qwen models from YAML recipes.\n"
+    "\n"
+    "commands:\n"
+    "  run RECIPE.yaml [--set key.path=value ...]   train; output under run.dir\n"
+    "  data build --input FILE --output PREFIX [--tokenizer byte]\n"
+    "                                              text or JSONL -> Megatron .bin/.idx\n"
+    "  resume, convert, eval, plan, inspect        not available yet in this version\n"
+    "\n"
+    "options:\n"
+    "  -h, --help      this help; `megatrain COMMAND --help` for one command\n"
+    "  --version       print the version\n"
+    "\n"
+    "exit status: 0 success, 2 usage or recipe error, 1 any other failure.\n"
+    "Recipe keys: see README.md (section \"Recipe keys\").\n";
+
+static const char *const run_usage_text =
+    "usage: megatrain run RECIPE.yaml [--set key.path=value ...]\n"
+    "\n"
+    "Train the model described by RECIPE.yaml. Writes run.dir/recipe.yaml (the\n"
+    "resolved recipe) and run.dir/metrics.jsonl, and prints one line per logged step.\n"
+    "\n"
+    "  --set key.path=value   override one recipe key; the value is YAML\n"
+    "                         (e.g. --set train.steps=20 --set optimizer.betas=[0.9,0.99])\n";
+
+static int is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }
+
+/* Parse "RECIPE [--set k=v | --set=k=v]..." into path and overrides. */
+static int parse_recipe_args(int argc, char **argv, const char **path, const char **overrides,
+                             int *num_overrides, const char *usage) {
+    *path = NULL;
+    *num_overrides = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        const char *value = NULL;
+        if (is_help(a)) {
+            fputs(usage, stdout);
+            return 1;
+        } else if (strcmp(a, "--set") == 0) {
+            if (i + 1 >= argc) mt_die(MT_EXIT_USAGE, "--set needs key.path=value\n%s", usage);
+            value = argv[++i];
+        } else if (strncmp(a, "--set=", 6) == 0) {
+            value = a + 6;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            mt_die(MT_EXIT_USAGE, "unknown option '%s'\n%s", a, usage);
+        } else if (*path) {
+            mt_die(MT_EXIT_USAGE, "unexpected argument '%s' (recipe already given as '%s')", a, *path);
+        } else {
+            *path = a;
+        }
+        if (value) {
+            if (!strchr(value, '=')) mt_die(MT_EXIT_USAGE, "--set %s: expected key.path=value", value);
+            if (*num_overrides >= MAX_OVERRIDES) mt_die(MT_EXIT_USAGE, "too many --set options");
+            overrides[(*num_overrides)++] = value;
+        }
+    }
+    if (!*path) mt_die(MT_EXIT_USAGE, "missing RECIPE.yaml\n%s", usage);
+    return 0;
+}
+
+static int cmd_run(int argc, char **argv) {
+    const char *path;
+    const char *overrides[MAX_OVERRIDES];
+    int num_overrides;
+    if (parse_recipe_args(argc, argv, &path, overrides, &num_overrides, run_usage_text)) return MT_EXIT_OK;
+    static Recipe recipe;
+    char err[2048];
+    int world_size = launch_world_size();
+    if (recipe_load(&recipe, path, overrides, num_overrides, world_size, err, sizeof err) != 0)
+        mt_die(MT_EXIT_USAGE, "%s", err);
+    if (world_size > 1)
+        mt_die(MT_EXIT_USAGE, "multi-rank runs (world size %d) are not supported yet: run one rank", world_size);
+    return train_run(&recipe);
+}
+
+static int cmd_data(int argc, char **argv) {
+    if (argc < 1 || is_help(argv[0])) {
+        fputs("usage: megatrain data build --input FILE --output PREFIX [--tokenizer byte]\n", argc < 1 ? stderr : stdout);
+        return argc < 1 ? MT_EXIT_USAGE : MT_EXIT_OK;
+    }
+    if (strcmp(argv[0], "build") != 0) mt_die(MT_EXIT_USAGE, "unknown data command '%s' (expected 'build')", argv[0]);
+    return data_build_main(argc - 1, argv + 1);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        fputs(usage_text, stderr);
+        return MT_EXIT_USAGE;
+    }
+    const char *cmd = argv[1];
+    if (is_help(cmd) || strcmp(cmd, "help") == 0) {
+        fputs(usage_text, stdout);
+        return MT_EXIT_OK;
+    }
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
+        printf("megatrain %s\n", MEGATRAIN_VERSION);
+        return MT_EXIT_OK;
+    }
+    if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
+    if (strcmp(cmd, "data") == 0) return cmd_data(argc - 2, argv + 2);
+    if (!strcmp(cmd, "resume") || !strcmp(cmd, "convert") || !strcmp(cmd, "eval") || !strcmp(cmd, "plan") ||
+        !strcmp(cmd, "inspect"))
+        mt_die(MT_EXIT_FAILURE, "'megatrain %s' is not available in this version yet", cmd);
+    mt_die(MT_EXIT_USAGE, "unknown command '%s'\n%s", cmd, usage_text);
+}

@@ -1,0 +1,15 @@
+/* lr_schedule.h: learning rate at a step (Megatron's OptimizerParamScheduler).
+ *
+ * Linear warmup from 0 to lr over warmup_steps, then by `decay` down to min_lr
+ * at decay_steps (default train.steps): constant, linear, cosine,
+ * inverse_sqrt, or wsd (constant until the final wsd_decay_steps, which decay
+ * by wsd_decay_style). Steps are 0-based: step s uses lr_at(s). */
+#ifndef MT_TRAIN_LR_SCHEDULE_H
+#define MT_TRAIN_LR_SCHEDULE_H
+
+#include "../config/recipe.h"
+
+/* total_steps is train.steps (or the estimate from train.tokens). */
+double lr_at(const OptimizerConfig *opt, long step, long total_steps);
+
+#endif

@@ -1,0 +1,29 @@
+/* optimizer.h: AdamW with fp32 states, decoupled weight decay, grad-norm clipping.
+ *
+ * Weight decay is skipped for parameters marked no_decay (norms, biases).
+ * State is m and v (fp32) per parameter float plus the step count, so it can
+ * be checkpointed. */
+#ifndef MT_TRAIN_OPTIMIZER_H
+#define MT_TRAIN_OPTIMIZER_H
+
+#include "../config/recipe.h"
+#include "../model/model.h"
+
+typedef struct AdamW {
+    long num_floats;
+    float *m;
+    float *v;
+    long step;               /* number of updates applied */
+} AdamW;
+
+void adamw_init(AdamW *opt, long num_floats);
+void adamw_free(AdamW *opt);
+
+/* L2 norm of all grads (computed in double). */
+double grad_global_norm(const float *grads, long n);
+
+/* One update of every parameter of `model` with learning rate lr.
+ * grads are multiplied by grad_scale first (clipping: min(1, clip/norm)). */
+void adamw_step(AdamW *opt, Model *model, const OptimizerConfig *cfg, double lr, float grad_scale);
+
+#endif
