@@ -1,0 +1,42 @@
+/* data_loader.h: GPT-style samples from one or more blended indexed datasets.
+ *
+ * Megatron's GPTDataset scheme: the documents of each dataset's split are
+ * shuffled per epoch with the seed, concatenated, and cut into samples of
+ * seq_len + 1 tokens that cross document boundaries (a sample's last token is
+ * the next sample's first); the sample order is shuffled too. Several
+ * datasets are blended by weight (Megatron's BlendedDataset greedy
+ * assignment). The index arrays are cached under cache_dir, keyed by a hash
+ * of everything they depend on, so a restart does not rebuild them.
+ *
+ * Sample i of a loader is a pure function of (config, split, seq_len, seed, i):
+ * the train loop's sampler position is just the number of consumed samples.
+ */
+#ifndef MT_DATA_DATA_LOADER_H
+#define MT_DATA_DATA_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../config/recipe.h"
+
+typedef enum { SPLIT_TRAIN = 0, SPLIT_VALID = 1, SPLIT_TEST = 2 } DataSplit;
+
+typedef struct DataLoader DataLoader;
+
+/* Build (or load from cache) the indices for at least `num_samples` samples
+ * of `split`. For SPLIT_VALID, data->valid is used when num_valid > 0, else
+ * the split's valid share of data->train. Returns NULL with err set (naming
+ * the file) on failure; an empty split is an error. */
+DataLoader *data_loader_create(const DataConfig *data, DataSplit split, int seq_len, uint64_t seed,
+                               int64_t num_samples, char *err, size_t errlen);
+
+/* Samples available (>= the num_samples asked for). */
+int64_t data_loader_num_samples(const DataLoader *loader);
+
+/* Write sample `index` (seq_len + 1 tokens) into out. index wraps modulo
+ * data_loader_num_samples. */
+void data_loader_get(const DataLoader *loader, int64_t index, int32_t *out);
+
+void data_loader_free(DataLoader *loader);
+
+#endif

@@ -1,0 +1,48 @@
+/* indexed_dataset.h: Megatron-LM's MMIDIDX indexed dataset (PREFIX.bin + PREFIX.idx).
+ *
+ * Format (little-endian): 9-byte magic "MMIDIDX\0\0"; u64 version = 1; u8 dtype
+ * code (1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 6 float64, 7 float32,
+ * 8 uint16); u64 sequence count N; u64 document count D; int32[N] sequence
+ * lengths (tokens); int64[N] byte offsets into .bin; int64[D] document
+ * boundaries (sequence indices, starting with 0). Both files are mmapped.
+ */
+#ifndef MT_DATA_INDEXED_DATASET_H
+#define MT_DATA_INDEXED_DATASET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum { IDX_DTYPE_UINT8 = 1, IDX_DTYPE_INT8 = 2, IDX_DTYPE_INT16 = 3, IDX_DTYPE_INT32 = 4,
+       IDX_DTYPE_INT64 = 5, IDX_DTYPE_FLOAT64 = 6, IDX_DTYPE_FLOAT32 = 7, IDX_DTYPE_UINT16 = 8 };
+
+typedef struct IndexedDataset {
+    char prefix[1024];
+    int dtype_code;
+    int token_size;             /* bytes per token */
+    int64_t num_sequences;
+    int64_t num_documents_plus_one; /* length of doc_index (documents + 1) */
+    const int32_t *sequence_lengths;
+    const int64_t *sequence_offsets; /* byte offsets into .bin */
+    const int64_t *document_index;
+    const uint8_t *bin;
+    size_t bin_size;
+    void *idx_map;
+    size_t idx_map_size;
+} IndexedDataset;
+
+/* Open PREFIX.idx and PREFIX.bin; validates the header and that every
+ * sequence lies inside .bin. Returns 0, or -1 with an error naming the file. */
+int indexed_dataset_open(IndexedDataset *ds, const char *prefix, char *err, size_t errlen);
+void indexed_dataset_close(IndexedDataset *ds);
+
+/* Copy `count` tokens of sequence `seq` starting at token `offset` into out (as int32). */
+void indexed_dataset_read(const IndexedDataset *ds, int64_t seq, int64_t offset, int64_t count, int32_t *out);
+
+/* Writer: add documents made of one sequence each, then finish. */
+typedef struct IndexedDatasetWriter IndexedDatasetWriter;
+IndexedDatasetWriter *indexed_dataset_writer_open(const char *prefix, int dtype_code, char *err, size_t errlen);
+int indexed_dataset_writer_add_document(IndexedDatasetWriter *w, const int32_t *tokens, int64_t count);
+/* Writes PREFIX.idx (and closes PREFIX.bin). Returns 0, or -1 with err. */
+int indexed_dataset_writer_finish(IndexedDatasetWriter *w, char *err, size_t errlen);
+
+#endif
