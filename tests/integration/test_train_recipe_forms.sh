@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# test_train_recipe_forms.sh: train.tokens instead of train.steps, Megatron's
+# token-threshold batch schedule, and the resolved run.dir/recipe.yaml, which
+# must reproduce the run that wrote it bit for bit.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+demo_data "$WORK/english"
+data="data.train=[{path: $WORK/english, weight: 1.0}]"
+# 8 samples x 64 tokens = 512 tokens per step until 4096 tokens (step 8), then 16 x 64 = 1024.
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/tok" --set "$data" \
+  --set train.steps=null --set train.tokens=10K --set train.batch_schedule=null \
+  --set 'train.global_batch_size=0:8 4K:16' --set logging.interval=1 --set train.eval_interval=0 > /dev/null
+m="$WORK/tok/metrics.jsonl"
+steps=$(json_field "$m" step | tail -n 1)
+tokens=$(json_field "$m" consumed_tokens | tail -n 1)
+# 8 steps reach 4096 tokens; then 1024 a step: 4096 + 6*1024 = 10240 >= 10000 after step 14.
+[[ "$steps" == 14 ]] || fail "train.tokens=10K should take 14 steps, took $steps"
+awk -v t="$tokens" 'BEGIN { exit !(t == 10240) }' || fail "consumed tokens $tokens, expected 10240"
+paste -d' ' <(json_field "$m" step) <(json_field "$m" global_batch_size) |
+  awk '($1 <= 8 && $2 != 8) || ($1 > 8 && $2 != 16) { bad = 1; print } END { exit bad }' ||
+  fail "token-threshold schedule not followed"
+# The resolved recipe reproduces the run.
+"$MEGATRAIN" run "$WORK/tok/recipe.yaml" --set run.dir="$WORK/again" > /dev/null
+diff <(json_field "$m" loss) <(json_field "$WORK/again/metrics.jsonl" loss) ||
+  fail "run.dir/recipe.yaml does not reproduce the run"

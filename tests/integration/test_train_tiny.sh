@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# test_train_tiny.sh: the demo recipe learns. tiny llama on byte-level English
+# goes from about ln(256) to a loss below 2.5 within its 300 steps, and the
+# global batch changes at step 100 as its batch schedule says.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+demo_data "$WORK/english"
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/run" \
+  --set "data.train=[{path: $WORK/english, weight: 1.0}]" > "$WORK/out.txt"
+m="$WORK/run/metrics.jsonl"
+[[ -s "$m" ]] || fail "no metrics.jsonl"
+test -s "$WORK/run/recipe.yaml" || fail "no resolved recipe.yaml"
+first=$(json_field "$m" loss | head -n 1)
+last=$(json_field "$m" loss | tail -n 1)
+echo "loss $first -> $last"
+awk -v a="$first" 'BEGIN { exit !(a > 5.0 && a < 6.0) }' || fail "first loss $first is not near ln(256)=5.55"
+awk -v b="$last" 'BEGIN { exit !(b < 2.5) }' || fail "final loss $last is not below 2.5"
+json_field "$m" eval_loss | grep -q . || fail "no eval_loss in metrics"
+# steps and global batch sizes, paired: 8 before step 100, 16 from step 101 on
+paste -d' ' <(json_field "$m" step) <(json_field "$m" global_batch_size) > "$WORK/gbs.txt"
+awk '($1 <= 100 && $2 != 8) || ($1 > 100 && $2 != 16) { bad = 1; print "step " $1 " gbs " $2 } END { exit bad }' \
+  "$WORK/gbs.txt" || fail "global batch does not follow the schedule"
+grep -q "^step *300/300" "$WORK/out.txt" || fail "no log line for step 300"
