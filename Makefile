@@ -8,7 +8,7 @@ BLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 BLAS_LIBS   := $(shell pkg-config --libs openblas 2>/dev/null || echo -lopenblas)
 
 OPT      ?= -O2 -march=x86-64-v2
-CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter $(OPT) -g -fopenmp \
+CFLAGS   += -std=c11 -D_GNU_SOURCE -Isrc -Wall -Wextra -Wno-unused-parameter $(OPT) -g -fopenmp \
             $(MPI_CFLAGS) $(BLAS_CFLAGS) -MMD -MP
 LDLIBS   += $(BLAS_LIBS) $(MPI_LIBS) -lyaml -lzstd -lm -fopenmp -lpthread
 

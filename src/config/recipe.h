@@ -164,7 +164,7 @@ typedef struct Recipe {
 int recipe_load(Recipe *recipe, const char *path, const char *const *overrides, int num_overrides,
                 int world_size, char *err, size_t errlen);
 
-/* Load a model architecture file (configs/*.yaml: the keys of `model:`). */
+/* Load a model architecture file (a configs/ YAML file: the keys of `model:`). */
 int model_config_load(ModelConfig *model, const char *path, char *err, size_t errlen);
 
 /* Write the fully resolved recipe as YAML (run.dir/recipe.yaml); it loads back

@@ -1,0 +1,101 @@
+/* model_config_check.c: validates a ModelConfig for the dense model and fills
+ * its defaults (head_dim, init_std) before anything is declared or allocated. */
+#include <limits.h>
+
+#include "../core/error.h"
+#include "model_internal.h"
+
+#define DEFAULT_INIT_STD 0.02
+
+static int positive(int value, const char *key, char *err, size_t errlen) {
+    if (value > 0) return 0;
+    mt_set_error(err, errlen, "model.%s: expected a positive integer, found %d", key, value);
+    return -1;
+}
+
+int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
+    if (cfg->family != FAMILY_LLAMA && cfg->family != FAMILY_QWEN2 && cfg->family != FAMILY_QWEN3) {
+        mt_set_error(err, errlen,
+                     "model.family: %s is a mixture-of-experts family; the dense model supports llama, qwen2 "
+                     "and qwen3",
+                     model_family_name(cfg->family));
+        return -1;
+    }
+    if (positive(cfg->num_layers, "num_layers", err, errlen) ||
+        positive(cfg->hidden_size, "hidden_size", err, errlen) ||
+        positive(cfg->intermediate_size, "intermediate_size", err, errlen) ||
+        positive(cfg->num_attention_heads, "num_attention_heads", err, errlen) ||
+        positive(cfg->num_key_value_heads, "num_key_value_heads", err, errlen) ||
+        positive(cfg->vocab_size, "vocab_size", err, errlen))
+        return -1;
+    if (cfg->num_layers > MT_MAX_LAYERS) {
+        mt_set_error(err, errlen, "model.num_layers: %d is more than the supported %d", cfg->num_layers,
+                     MT_MAX_LAYERS);
+        return -1;
+    }
+    if (cfg->num_attention_heads % cfg->num_key_value_heads != 0) {
+        mt_set_error(err, errlen,
+                     "model.num_attention_heads (%d) must be a multiple of model.num_key_value_heads (%d)",
+                     cfg->num_attention_heads, cfg->num_key_value_heads);
+        return -1;
+    }
+    if (cfg->head_dim < 0) {
+        mt_set_error(err, errlen, "model.head_dim: expected a positive even integer, found %d", cfg->head_dim);
+        return -1;
+    }
+    if (cfg->head_dim == 0 && cfg->hidden_size % cfg->num_attention_heads != 0) {
+        mt_set_error(err, errlen,
+                     "model.head_dim is not given and model.hidden_size (%d) is not a multiple of "
+                     "model.num_attention_heads (%d)",
+                     cfg->hidden_size, cfg->num_attention_heads);
+        return -1;
+    }
+    int head_dim = cfg->head_dim ? cfg->head_dim : cfg->hidden_size / cfg->num_attention_heads;
+    if (head_dim % 2 != 0) {
+        mt_set_error(err, errlen, "model.head_dim: rotary embeddings need an even head_dim, found %d", head_dim);
+        return -1;
+    }
+    if ((long)cfg->num_attention_heads * head_dim > INT_MAX / 2) {
+        mt_set_error(err, errlen, "model: num_attention_heads * head_dim (%ld) is too large",
+                     (long)cfg->num_attention_heads * head_dim);
+        return -1;
+    }
+    if (!(cfg->rope_theta > 0)) {
+        mt_set_error(err, errlen, "model.rope_theta: expected a positive number, found %g", cfg->rope_theta);
+        return -1;
+    }
+    if (!(cfg->rms_norm_eps >= 0)) {
+        mt_set_error(err, errlen, "model.rms_norm_eps: expected a number >= 0, found %g", cfg->rms_norm_eps);
+        return -1;
+    }
+    if (!(cfg->init_std >= 0)) {
+        mt_set_error(err, errlen, "model.init_std: expected a number >= 0, found %g", cfg->init_std);
+        return -1;
+    }
+    const RopeScaling *rs = &cfg->rope_scaling;
+    if (rs->enabled) {
+        if (!(rs->factor > 0) || !(rs->low_freq_factor > 0) || rs->original_max_position_embeddings <= 0) {
+            mt_set_error(err, errlen,
+                         "model.rope_scaling: factor, low_freq_factor and original_max_position_embeddings "
+                         "must be positive (found %g, %g, %d)",
+                         rs->factor, rs->low_freq_factor, rs->original_max_position_embeddings);
+            return -1;
+        }
+        if (!(rs->high_freq_factor > rs->low_freq_factor)) {
+            mt_set_error(err, errlen,
+                         "model.rope_scaling: high_freq_factor (%g) must be greater than low_freq_factor (%g)",
+                         rs->high_freq_factor, rs->low_freq_factor);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+ModelConfig model_config_resolve(const ModelConfig *cfg) {
+    char err[512];
+    if (model_config_validate(cfg, err, sizeof err) != 0) mt_die(MT_EXIT_USAGE, "%s", err);
+    ModelConfig out = *cfg;
+    if (out.head_dim == 0) out.head_dim = out.hidden_size / out.num_attention_heads;
+    if (out.init_std == 0) out.init_std = DEFAULT_INIT_STD;
+    return out;
+}

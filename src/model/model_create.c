@@ -1,0 +1,168 @@
+/* model_create.c: builds a Model: resolves the config, lays out params and
+ * grads from the registry, points per-layer views into them, fills the RoPE
+ * tables and allocates every activation buffer once for max_B x max_T. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+#include "model_internal.h"
+
+/* Hands out consecutive pieces of one allocation; with base == NULL it only
+ * counts. Pieces are rounded to 16 floats (64 bytes) to keep them aligned. */
+typedef struct Carver {
+    float *base;
+    size_t used;
+} Carver;
+
+static float *carve(Carver *c, size_t floats) {
+    float *p = c->base ? c->base + c->used : NULL;
+    c->used += (floats + 15) & ~(size_t)15;
+    return p;
+}
+
+static void layout_activations(Carver *c, ModelPriv *pr, const ModelConfig *cfg, size_t B, size_t T) {
+    const size_t N = B * T, C = (size_t)cfg->hidden_size, I = (size_t)cfg->intermediate_size;
+    const size_t H = (size_t)cfg->num_attention_heads, KVH = (size_t)cfg->num_key_value_heads;
+    const size_t HD = H * (size_t)cfg->head_dim, KVD = KVH * (size_t)cfg->head_dim;
+    const size_t V = (size_t)cfg->vocab_size;
+    for (int l = 0; l < cfg->num_layers; l++) {
+        LayerActs *a = &pr->acts[l];
+        a->resid_in = carve(c, N * C);
+        a->attn_normed = carve(c, N * C);
+        a->attn_rstd = carve(c, N);
+        if (cfg->qk_norm) {
+            a->q_pre = carve(c, N * HD);
+            a->k_pre = carve(c, N * KVD);
+            a->q_rstd = carve(c, N * H);
+            a->k_rstd = carve(c, N * KVH);
+        }
+        a->q = carve(c, N * HD);
+        a->k = carve(c, N * KVD);
+        a->v = carve(c, N * KVD);
+        a->probs = carve(c, B * H * T * T);
+        a->attn_out = carve(c, N * HD);
+        a->resid_mid = carve(c, N * C);
+        a->mlp_normed = carve(c, N * C);
+        a->mlp_rstd = carve(c, N);
+        a->gate = carve(c, N * I);
+        a->up = carve(c, N * I);
+        a->act = carve(c, N * I);
+    }
+    pr->final_resid = carve(c, N * C);
+    pr->proj_out = carve(c, N * C);
+    pr->final_normed = carve(c, N * C);
+    pr->final_rstd = carve(c, N);
+    pr->logits = carve(c, N * V);
+    pr->losses = carve(c, N);
+    GradScratch *s = &pr->scratch;
+    s->d_resid = carve(c, N * C);
+    s->d_normed = carve(c, N * C);
+    s->d_attn_out = carve(c, N * HD);
+    s->d_q = carve(c, N * HD);
+    s->d_q2 = carve(c, N * HD);
+    s->d_k = carve(c, N * KVD);
+    s->d_k2 = carve(c, N * KVD);
+    s->d_v = carve(c, N * KVD);
+    s->d_act = carve(c, N * I);
+    s->d_gate = carve(c, N * I);
+    s->d_up = carve(c, N * I);
+}
+
+static float *slot_ptr(const Model *model, float *base, int slot) {
+    return slot < 0 ? NULL : base + model->param_info[slot].offset;
+}
+
+LayerWeights model_layer_view(const Model *model, float *base, int layer) {
+    const LayerSlots *s = &((const ModelPriv *)model->priv)->slots.layers[layer];
+    LayerWeights w;
+    w.attn_norm = slot_ptr(model, base, s->attn_norm);
+    w.q_weight = slot_ptr(model, base, s->q_weight);
+    w.q_bias = slot_ptr(model, base, s->q_bias);
+    w.k_weight = slot_ptr(model, base, s->k_weight);
+    w.k_bias = slot_ptr(model, base, s->k_bias);
+    w.v_weight = slot_ptr(model, base, s->v_weight);
+    w.v_bias = slot_ptr(model, base, s->v_bias);
+    w.q_norm = slot_ptr(model, base, s->q_norm);
+    w.k_norm = slot_ptr(model, base, s->k_norm);
+    w.o_weight = slot_ptr(model, base, s->o_weight);
+    w.mlp_norm = slot_ptr(model, base, s->mlp_norm);
+    w.gate_weight = slot_ptr(model, base, s->gate_weight);
+    w.up_weight = slot_ptr(model, base, s->up_weight);
+    w.down_weight = slot_ptr(model, base, s->down_weight);
+    return w;
+}
+
+Model *model_create(const ModelConfig *cfg, const BackendOps *ops, int max_B, int max_T) {
+    if (max_B <= 0 || max_T <= 0)
+        mt_die(MT_EXIT_USAGE, "model: micro-batch shape must be positive, found %d x %d", max_B, max_T);
+    Model *model = mt_calloc(1, sizeof *model);
+    model->cfg = model_config_resolve(cfg);
+    const ModelConfig *c = &model->cfg;
+    model->ops = ops;
+    model->max_B = max_B;
+    model->max_T = max_T;
+
+    ModelPriv *pr = mt_calloc(1, sizeof *pr);
+    model->priv = pr;
+    model->param_info = model_registry_build(c, &model->num_params, &model->num_floats, &pr->slots);
+    model->params = mt_calloc((size_t)model->num_floats, sizeof(float));
+    model->grads = mt_calloc((size_t)model->num_floats, sizeof(float));
+
+    const int L = c->num_layers;
+    pr->weights = mt_malloc((size_t)L * sizeof *pr->weights);
+    pr->weight_grads = mt_malloc((size_t)L * sizeof *pr->weight_grads);
+    for (int l = 0; l < L; l++) {
+        pr->weights[l] = model_layer_view(model, model->params, l);
+        pr->weight_grads[l] = model_layer_view(model, model->grads, l);
+    }
+    pr->embed = slot_ptr(model, model->params, pr->slots.embed);
+    pr->d_embed = slot_ptr(model, model->grads, pr->slots.embed);
+    pr->final_norm = slot_ptr(model, model->params, pr->slots.final_norm);
+    pr->d_final_norm = slot_ptr(model, model->grads, pr->slots.final_norm);
+    /* Tied embeddings: the lm_head matmul reads embed.weight and its gradient
+     * accumulates into embed's gradient. */
+    int head = c->tie_word_embeddings ? pr->slots.embed : pr->slots.lm_head;
+    pr->lm_head = slot_ptr(model, model->params, head);
+    pr->d_lm_head = slot_ptr(model, model->grads, head);
+
+    const int half = c->head_dim / 2;
+    pr->rope_cos = mt_malloc((size_t)max_T * half * sizeof(float));
+    pr->rope_sin = mt_malloc((size_t)max_T * half * sizeof(float));
+    rope_tables_init(pr->rope_cos, pr->rope_sin, max_T, c->head_dim, c->rope_theta, &c->rope_scaling);
+
+    pr->acts = mt_calloc((size_t)L, sizeof *pr->acts);
+    Carver counter = {NULL, 0};
+    layout_activations(&counter, pr, c, (size_t)max_B, (size_t)max_T);
+    pr->act_memory = mt_calloc(counter.used, sizeof(float));
+    Carver carver = {pr->act_memory, 0};
+    layout_activations(&carver, pr, c, (size_t)max_B, (size_t)max_T);
+
+    pr->inputs = mt_calloc((size_t)max_B * max_T, sizeof(int32_t));
+    pr->targets = mt_calloc((size_t)max_B * max_T, sizeof(int32_t));
+    return model;
+}
+
+void model_free(Model *model) {
+    if (!model) return;
+    ModelPriv *pr = model->priv;
+    if (pr) {
+        free(pr->slots.layers);
+        free(pr->weights);
+        free(pr->weight_grads);
+        free(pr->rope_cos);
+        free(pr->rope_sin);
+        free(pr->acts);
+        free(pr->act_memory);
+        free(pr->inputs);
+        free(pr->targets);
+        free(pr);
+    }
+    free(model->param_info);
+    free(model->params);
+    free(model->grads);
+    free(model);
+}
+
+void model_zero_grad(Model *model) { memset(model->grads, 0, (size_t)model->num_floats * sizeof(float)); }
+
+const float *model_logits(const Model *model) { return ((const ModelPriv *)model->priv)->logits; }

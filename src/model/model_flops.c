@@ -1,0 +1,26 @@
+/* model_flops.c: training FLOPs per token of the dense model, counted as
+ * Megatron-LM's num_floating_point_operations does (arXiv 2104.04473, appendix):
+ *
+ *   flops/token = 6 * N_matmul + 12 * num_layers * T * H * D
+ *
+ *   N_matmul  = weights of every matmul: per layer q, k, v, o projections
+ *               (C*H*D + 2*C*KVH*D + H*D*C) and gate, up, down (3*C*I), plus
+ *               the lm_head (V*C; counted also when tied, since the matmul runs).
+ *               The embedding lookup, norms and biases are not matmuls.
+ *   6         = 2 FLOPs per multiply-add x 3 (forward, input grad, weight grad).
+ *   attention = scores (Q K^T) and values (P V), 2 * T * H * D FLOPs each per
+ *               token forward, x 3 for training: 12 * T * H * D per layer. Like
+ *               Megatron we count the full T x T square, not the causal half.
+ */
+#include "model_internal.h"
+
+double model_flops_per_token(const ModelConfig *cfg, int T) {
+    ModelConfig c = model_config_resolve(cfg);
+    const double C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, L = c.num_layers;
+    const double HD = (double)c.num_attention_heads * c.head_dim;
+    const double KVD = (double)c.num_key_value_heads * c.head_dim;
+    const double per_layer_matmul = C * HD + 2.0 * C * KVD + HD * C + 3.0 * C * I;
+    const double matmul_params = L * per_layer_matmul + V * C;
+    const double attention = 12.0 * L * (double)T * HD;
+    return 6.0 * matmul_params + attention;
+}

@@ -1,0 +1,118 @@
+/* model_internal.h: private to src/model: where each parameter lives (slots),
+ * per-layer weight views, the activation buffers forward keeps for backward,
+ * and the helpers the model files share. Nothing outside src/model includes it
+ * except tests/unit/test_model.c. */
+#ifndef MT_MODEL_MODEL_INTERNAL_H
+#define MT_MODEL_MODEL_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "model.h"
+
+/* Index into the registry (Model.param_info) of every parameter of one layer;
+ * -1 where the config leaves the parameter out. */
+typedef struct LayerSlots {
+    int attn_norm;
+    int q_weight, q_bias, k_weight, k_bias, v_weight, v_bias;
+    int q_norm, k_norm;
+    int o_weight;
+    int mlp_norm;
+    int gate_weight, up_weight, down_weight;
+} LayerSlots;
+
+/* Registry indices of the whole model; lm_head is -1 with tied embeddings. */
+typedef struct ModelSlots {
+    int embed;
+    int final_norm;
+    int lm_head;
+    LayerSlots *layers; /* num_layers entries (owned by whoever asked for them) */
+} ModelSlots;
+
+/* Pointers of one layer into params (or into grads: same layout). NULL where absent. */
+typedef struct LayerWeights {
+    float *attn_norm;
+    float *q_weight, *q_bias, *k_weight, *k_bias, *v_weight, *v_bias;
+    float *q_norm, *k_norm;
+    float *o_weight;
+    float *mlp_norm;
+    float *gate_weight, *up_weight, *down_weight;
+} LayerWeights;
+
+/* What forward keeps of one layer for backward. N = B*T rows; HD = H*D, KVD = KVH*D. */
+typedef struct LayerActs {
+    float *resid_in;     /* (N, C) input of the layer (residual stream) */
+    float *attn_normed;  /* (N, C) attn_norm(resid_in) */
+    float *attn_rstd;    /* (N) */
+    float *q_pre;        /* (N, HD) q_proj output before qk-norm (qk_norm only) */
+    float *k_pre;        /* (N, KVD) (qk_norm only) */
+    float *q_rstd;       /* (N*H) per-head rstd of q_norm (qk_norm only) */
+    float *k_rstd;       /* (N*KVH) (qk_norm only) */
+    float *q;            /* (N, HD) q after qk-norm and rope: attention's input */
+    float *k;            /* (N, KVD) k after qk-norm and rope */
+    float *v;            /* (N, KVD) */
+    float *probs;        /* (B, H, T, T) */
+    float *attn_out;     /* (N, HD) attention output, o_proj's input */
+    float *resid_mid;    /* (N, C) resid_in + o_proj(attn_out) */
+    float *mlp_normed;   /* (N, C) mlp_norm(resid_mid) */
+    float *mlp_rstd;     /* (N) */
+    float *gate;         /* (N, I) */
+    float *up;           /* (N, I) */
+    float *act;          /* (N, I) silu(gate) * up, down_proj's input */
+} LayerActs;
+
+/* Scratch for backward: activation gradients, reused layer after layer. */
+typedef struct GradScratch {
+    float *d_resid;      /* (N, C) gradient of the residual stream */
+    float *d_normed;     /* (N, C) gradient of a norm's output */
+    float *d_attn_out;   /* (N, HD) */
+    float *d_q, *d_q2;   /* (N, HD) two buffers: through rope, then qk-norm */
+    float *d_k, *d_k2;   /* (N, KVD) */
+    float *d_v;          /* (N, KVD) */
+    float *d_act;        /* (N, I) */
+    float *d_gate;       /* (N, I) */
+    float *d_up;         /* (N, I) */
+} GradScratch;
+
+typedef struct ModelPriv {
+    ModelSlots slots;
+    LayerWeights *weights;      /* num_layers views into params */
+    LayerWeights *weight_grads; /* num_layers views into grads */
+    float *embed, *final_norm, *lm_head;       /* lm_head == embed when tied */
+    float *d_embed, *d_final_norm, *d_lm_head; /* d_lm_head == d_embed when tied */
+
+    float *rope_cos, *rope_sin; /* (max_T, D/2) */
+
+    float *act_memory;          /* one allocation for everything below */
+    LayerActs *acts;            /* num_layers */
+    float *final_resid;         /* (N, C) output of the last layer */
+    float *proj_out;            /* (N, C) scratch: o_proj / down_proj output before the residual add */
+    float *final_normed;        /* (N, C) */
+    float *final_rstd;          /* (N) */
+    float *logits;              /* (N, V); dlogits in place after backward */
+    float *losses;              /* (N) */
+    GradScratch scratch;
+
+    int32_t *inputs;            /* (max_B * max_T) tokens of the last forward */
+    int32_t *targets;           /* (max_B * max_T) targets of the last forward */
+    int B, T;                   /* shape of the last forward */
+    long num_targets;           /* non-ignored targets of the last forward */
+    int backward_ready;         /* 1 after a forward with targets, 0 after backward */
+} ModelPriv;
+
+/* Checks a config for the dense model; 0, or -1 with a message naming the key. */
+int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen);
+
+/* A copy of cfg with defaults filled (head_dim = C/H when 0, init_std = 0.02 when 0).
+ * Dies with MT_EXIT_USAGE when the config is invalid. */
+ModelConfig model_config_resolve(const ModelConfig *cfg);
+
+/* Declares every parameter of a resolved config in layout order.
+ * Returns a malloc'd array of *count entries (offsets contiguous from 0) and
+ * sets *total_floats. When slots != NULL, fills it (slots->layers malloc'd). */
+ParamInfo *model_registry_build(const ModelConfig *cfg, int *count, long *total_floats, ModelSlots *slots);
+
+/* Views of one layer's parameters inside `base` (params or grads). */
+LayerWeights model_layer_view(const Model *model, float *base, int layer);
+
+#endif

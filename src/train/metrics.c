@@ -1,0 +1,94 @@
+/* metrics.c: the per-step log line on stdout and one JSON object per logged
+ * step in run.dir/metrics.jsonl.
+ *
+ * stdout:  step   12/200 | loss 3.4172 | lr 2.400e-03 | gbs 8 | grad_norm 1.234 |
+ *          tok/s 12345 | tokens 24.6K | elapsed 3.2s [| eval_loss 3.2100]
+ * jsonl:   {"step":12,"loss":...,"lr":...,"global_batch_size":8,"grad_norm":...,
+ *           "tokens_per_s":...,"consumed_tokens":...,"elapsed_s":...[,"eval_loss":...]}
+ * Doubles in JSON are written with %.9g; NaN and infinities become null. */
+#include "metrics.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "../config/recipe.h"
+#include "../core/error.h"
+
+int metrics_open(MetricsWriter *w, const char *run_dir, char *err, size_t errlen) {
+    char path[MT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    w->jsonl = fopen(path, "a");
+    if (!w->jsonl) {
+        mt_set_error(err, errlen, "%s: cannot open for appending: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* A JSON number, or null for NaN and infinities (JSON has no words for them). */
+static void json_double(FILE *f, const char *key, double value) {
+    if (isfinite(value)) fprintf(f, ",\"%s\":%.9g", key, value);
+    else fprintf(f, ",\"%s\":null", key);
+}
+
+void metrics_write(MetricsWriter *w, const StepMetrics *m) {
+    if (!w || !w->jsonl) return;
+    FILE *f = w->jsonl;
+    fprintf(f, "{\"step\":%ld", m->step);
+    json_double(f, "loss", m->loss);
+    json_double(f, "lr", m->lr);
+    fprintf(f, ",\"global_batch_size\":%ld", m->global_batch_size);
+    json_double(f, "grad_norm", m->grad_norm);
+    json_double(f, "tokens_per_s", m->tokens_per_s);
+    json_double(f, "consumed_tokens", m->consumed_tokens);
+    json_double(f, "elapsed_s", m->elapsed_s);
+    if (!isnan(m->eval_loss)) json_double(f, "eval_loss", m->eval_loss);
+    fputs("}\n", f);
+    fflush(f);
+}
+
+/* 24576 -> "24.6K"; below a thousand the plain count. */
+static void format_count(char *out, size_t len, double count) {
+    static const char suffixes[] = {'K', 'M', 'B', 'T'};
+    if (!(fabs(count) >= 1000.0)) {
+        snprintf(out, len, "%.0f", count);
+        return;
+    }
+    double value = count;
+    int unit = -1;
+    while (fabs(value) >= 1000.0 && unit < 3) {
+        value /= 1000.0;
+        unit++;
+    }
+    snprintf(out, len, "%.1f%c", value, suffixes[unit]);
+}
+
+static int decimal_digits(long n) {
+    int digits = 1;
+    while (n >= 10) {
+        n /= 10;
+        digits++;
+    }
+    return digits;
+}
+
+void metrics_print(const StepMetrics *m) {
+    char tokens[32];
+    format_count(tokens, sizeof tokens, m->consumed_tokens);
+    int width = decimal_digits(m->total_steps > 0 ? m->total_steps : m->step);
+    printf("step %*ld/%ld | loss %.4f | lr %.3e | gbs %ld | grad_norm %.3f | tok/s %.0f | tokens %s | "
+           "elapsed %.1fs",
+           width + 1, m->step, m->total_steps, m->loss, m->lr, m->global_batch_size, m->grad_norm,
+           m->tokens_per_s, tokens, m->elapsed_s);
+    if (!isnan(m->eval_loss)) printf(" | eval_loss %.4f", m->eval_loss);
+    putchar('\n');
+    fflush(stdout);
+}
+
+void metrics_close(MetricsWriter *w) {
+    if (w && w->jsonl) {
+        fclose(w->jsonl);
+        w->jsonl = NULL;
+    }
+}

@@ -1,0 +1,62 @@
+/* train_context.h: what the training loop holds while it runs (private to
+ * src/train): the recipe, the process layout, the model, the optimizer, the
+ * data loaders, the token buffers of one micro-batch and the TrainState. */
+#ifndef MT_TRAIN_TRAIN_CONTEXT_H
+#define MT_TRAIN_TRAIN_CONTEXT_H
+
+#include <stdint.h>
+
+#include "../config/recipe.h"
+#include "../data/data_loader.h"
+#include "../model/model.h"
+#include "optimizer.h"
+#include "train_state.h"
+
+/* Where this process sits. Single rank for now; the micro-batch arithmetic
+ * already divides the global batch over dp_size ranks. */
+typedef struct TrainLayout {
+    int world_size;
+    int dp_size;
+    int dp_rank;
+} TrainLayout;
+
+typedef struct TrainContext {
+    const Recipe *recipe;
+    TrainLayout layout;
+    long total_steps;
+    Model *model;
+    AdamW optimizer;
+    DataLoader *train_data;
+    DataLoader *valid_data;   /* NULL when evaluation is off */
+    int32_t *sample;          /* seq_len + 1 tokens of one sample */
+    int32_t *inputs;          /* micro_batch_size x seq_len */
+    int32_t *targets;         /* micro_batch_size x seq_len (inputs shifted by one) */
+    TrainState state;
+} TrainContext;
+
+/* What one step produced, for the metrics line. */
+typedef struct StepResult {
+    long global_batch_size;
+    double loss;              /* mean over the step's micro-batches */
+    double grad_norm;         /* before clipping */
+    double lr;
+} StepResult;
+
+/* Everything before the first step of a fresh run: check the recipe against
+ * what this build supports, create run.dir and write recipe.yaml there, open
+ * the data loaders, create and initialise the model and the optimizer.
+ * Returns 0, or an exit status (MT_EXIT_USAGE / MT_EXIT_FAILURE) after
+ * writing the reason into err; train_teardown is safe either way. */
+int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errlen);
+void train_teardown(TrainContext *ctx);
+
+/* Run step state.step: forward and backward over this rank's micro-batches,
+ * clip, AdamW, and advance the counters. Returns 0, or -1 with err set
+ * (a loss or gradient that is not finite, a batch that does not divide). */
+int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen);
+
+/* Mean loss over eval_batches micro-batches of the first validation samples
+ * (the same samples at every evaluation); forward only. */
+double train_evaluate(TrainContext *ctx);
+
+#endif

@@ -1,0 +1,160 @@
+/* train_setup.c: building and tearing down a TrainContext for a fresh run
+ * (run.dir, the resolved recipe.yaml, data loaders, model, optimizer). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../backend/backend.h"
+#include "../core/error.h"
+#include "batch_schedule.h"
+#include "train_context.h"
+
+/* mkdir -p: create `path` and any missing parents. */
+static int make_dirs(const char *path, char *err, size_t errlen) {
+    char buf[MT_PATH_MAX];
+    size_t len = strlen(path);
+    if (len == 0 || len >= sizeof buf) {
+        mt_set_error(err, errlen, "run.dir: expected a directory path, found '%s'", path);
+        return -1;
+    }
+    memcpy(buf, path, len + 1);
+    for (size_t i = 1; i <= len; i++) {
+        if (buf[i] != '/' && buf[i] != '\0') continue;
+        char saved = buf[i];
+        buf[i] = '\0';
+        if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
+            mt_set_error(err, errlen, "run.dir: cannot create directory '%s': %s", buf, strerror(errno));
+            return -1;
+        }
+        buf[i] = saved;
+    }
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        mt_set_error(err, errlen, "run.dir: '%s' exists and is not a directory", path);
+        return -1;
+    }
+    return 0;
+}
+
+/* What this build cannot do yet, as user-facing errors. */
+static int check_supported(const Recipe *recipe, const TrainLayout *layout, char *err, size_t errlen) {
+    if (strcmp(recipe->run.device, "cpu") != 0) {
+        mt_set_error(err, errlen,
+                     "run.device: '%s' is not available in this build (the CUDA backend is not implemented "
+                     "yet); use run.device: cpu",
+                     recipe->run.device);
+        return MT_EXIT_FAILURE;
+    }
+    if (recipe->model.family == FAMILY_MIXTRAL || recipe->model.family == FAMILY_QWEN3_MOE) {
+        mt_set_error(err, errlen, "model.family: '%s' (mixture of experts) is not supported by the trainer yet",
+                     model_family_name(recipe->model.family));
+        return MT_EXIT_FAILURE;
+    }
+    const TrainConfig *train = &recipe->train;
+    const long per_micro = (long)train->micro_batch_size * layout->dp_size;
+    for (int i = 0; i < train->num_batch_stages; i++) {
+        long gbs = train->batch_stages[i].global_batch_size;
+        if (gbs <= 0 || gbs % per_micro != 0) {
+            mt_set_error(err, errlen,
+                         "train.global_batch_size: %ld is not a multiple of micro_batch_size x dp = %d x %d",
+                         gbs, train->micro_batch_size, layout->dp_size);
+            return MT_EXIT_USAGE;
+        }
+    }
+    return 0;
+}
+
+/* A fresh run starts a fresh metrics.jsonl (metrics_open appends). */
+static int truncate_metrics(const char *run_dir, char *err, size_t errlen) {
+    char path[MT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        mt_set_error(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        return -1;
+    }
+    fclose(f);
+    return 0;
+}
+
+/* Open ctx->valid_data when evaluation is on; it stays NULL (with a warning)
+ * when there is no validation data. Returns 0, or -1 with err set. */
+static int open_valid_data(TrainContext *ctx, char *err, size_t errlen) {
+    const Recipe *recipe = ctx->recipe;
+    const TrainConfig *train = &recipe->train;
+    if (train->eval_interval <= 0 || train->eval_batches <= 0) return 0;
+    if (recipe->data.num_valid == 0 && !(recipe->data.split[1] > 0.0)) {
+        mt_warn("evaluation is off: train.eval_interval is %ld but there is no validation data "
+                "(data.valid is null and data.split gives it no share)",
+                train->eval_interval);
+        return 0;
+    }
+    int64_t samples = (int64_t)train->eval_batches * train->micro_batch_size * ctx->layout.dp_size;
+    char loader_err[1024];
+    ctx->valid_data = data_loader_create(&recipe->data, SPLIT_VALID, train->seq_len, recipe->run.seed, samples,
+                                         loader_err, sizeof loader_err);
+    if (!ctx->valid_data) {
+        mt_set_error(err, errlen, "validation data: %s", loader_err);
+        return -1;
+    }
+    return 0;
+}
+
+int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errlen) {
+    memset(ctx, 0, sizeof *ctx);
+    ctx->recipe = recipe;
+    ctx->layout = (TrainLayout){.world_size = 1, .dp_size = 1, .dp_rank = 0};
+    train_state_init(&ctx->state, recipe->run.seed);
+
+    int status = check_supported(recipe, &ctx->layout, err, errlen);
+    if (status != 0) return status;
+
+    const TrainConfig *train = &recipe->train;
+    ctx->total_steps = train_total_steps(train);
+    if (ctx->total_steps <= 0) {
+        mt_set_error(err, errlen, "train: nothing to do (train.steps and train.tokens give 0 steps)");
+        return MT_EXIT_USAGE;
+    }
+
+    if (make_dirs(recipe->run.dir, err, errlen) != 0) return MT_EXIT_FAILURE;
+    char path[MT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/recipe.yaml", recipe->run.dir);
+    if (recipe_write(recipe, path, err, errlen) != 0) return MT_EXIT_FAILURE;
+    if (truncate_metrics(recipe->run.dir, err, errlen) != 0) return MT_EXIT_FAILURE;
+
+    char loader_err[1024];
+    int64_t train_samples = train_schedule_samples(train, ctx->total_steps);
+    ctx->train_data = data_loader_create(&recipe->data, SPLIT_TRAIN, train->seq_len, recipe->run.seed,
+                                         train_samples, loader_err, sizeof loader_err);
+    if (!ctx->train_data) {
+        mt_set_error(err, errlen, "training data: %s", loader_err);
+        return MT_EXIT_FAILURE;
+    }
+    if (open_valid_data(ctx, err, errlen) != 0) return MT_EXIT_FAILURE;
+
+    const int B = train->micro_batch_size, T = train->seq_len;
+    ctx->sample = mt_malloc(((size_t)T + 1) * sizeof(int32_t));
+    ctx->inputs = mt_malloc((size_t)B * (size_t)T * sizeof(int32_t));
+    ctx->targets = mt_malloc((size_t)B * (size_t)T * sizeof(int32_t));
+
+    ctx->model = model_create(&recipe->model, &cpu_backend, B, T);
+    model_init_weights(ctx->model, recipe->run.seed);
+    if (recipe->optimizer.state_dtype != DTYPE_FP32)
+        mt_warn("optimizer.state_dtype: %s states are not implemented on the CPU yet; using fp32",
+                dtype_name(recipe->optimizer.state_dtype));
+    adamw_init(&ctx->optimizer, ctx->model->num_floats);
+    return 0;
+}
+
+void train_teardown(TrainContext *ctx) {
+    if (ctx->model) model_free(ctx->model);
+    if (ctx->optimizer.m) adamw_free(&ctx->optimizer);
+    if (ctx->train_data) data_loader_free(ctx->train_data);
+    if (ctx->valid_data) data_loader_free(ctx->valid_data);
+    free(ctx->sample);
+    free(ctx->inputs);
+    free(ctx->targets);
+    memset(ctx, 0, sizeof *ctx);
+}

@@ -1,0 +1,130 @@
+/* test_batch_schedule.c: global_batch_at for step and token stages (at and
+ * around every boundary), train_total_steps for step and token budgets, and
+ * train_schedule_samples (the samples the train loader must provide). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "train/batch_schedule.h"
+#include "train/train_state.h"
+
+static TrainConfig plain(long steps, double tokens, int seq_len, long gbs) {
+    TrainConfig t = {0};
+    t.steps = steps;
+    t.tokens = tokens;
+    t.seq_len = seq_len;
+    t.micro_batch_size = 1;
+    t.num_batch_stages = 1;
+    t.batch_stages[0] = (BatchStage){.start = 0, .global_batch_size = gbs};
+    return t;
+}
+
+static void add_stage(TrainConfig *t, double start, long gbs) {
+    t->batch_stages[t->num_batch_stages++] = (BatchStage){.start = start, .global_batch_size = gbs};
+}
+
+static void test_single_stage(void **state) {
+    (void)state;
+    TrainConfig t = plain(100, 0, 64, 8);
+    assert_int_equal(global_batch_at(&t, 0, 0), 8);
+    assert_int_equal(global_batch_at(&t, 99, 1e12), 8);
+}
+
+static void test_step_stages(void **state) {
+    (void)state;
+    TrainConfig t = plain(100, 0, 64, 8);
+    add_stage(&t, 20, 16);
+    add_stage(&t, 50, 32);
+    assert_int_equal(global_batch_at(&t, 0, 0), 8);
+    assert_int_equal(global_batch_at(&t, 19, 0), 8);
+    assert_int_equal(global_batch_at(&t, 20, 0), 16);
+    assert_int_equal(global_batch_at(&t, 49, 0), 16);
+    assert_int_equal(global_batch_at(&t, 50, 0), 32);
+    assert_int_equal(global_batch_at(&t, 1000, 0), 32);
+    /* step form ignores the tokens */
+    assert_int_equal(global_batch_at(&t, 5, 9e9), 8);
+}
+
+/* Megatron's "0:16 2.4B:320 4.8B:624": thresholds in consumed tokens. */
+static void test_token_stages(void **state) {
+    (void)state;
+    TrainConfig t = plain(0, 10e9, 4096, 16);
+    t.batch_stages_in_tokens = true;
+    add_stage(&t, 2.4e9, 320);
+    add_stage(&t, 4.8e9, 624);
+    assert_int_equal(global_batch_at(&t, 0, 0), 16);
+    assert_int_equal(global_batch_at(&t, 1000000, 2.4e9 - 1), 16); /* the step does not matter */
+    assert_int_equal(global_batch_at(&t, 3, 2.4e9), 320);
+    assert_int_equal(global_batch_at(&t, 3, 4.8e9 - 4096), 320);
+    assert_int_equal(global_batch_at(&t, 3, 4.8e9), 624);
+    assert_int_equal(global_batch_at(&t, 3, 9e12), 624);
+}
+
+static void test_total_steps_from_steps(void **state) {
+    (void)state;
+    TrainConfig t = plain(123, 0, 64, 8);
+    add_stage(&t, 10, 16);
+    assert_int_equal(train_total_steps(&t), 123);
+}
+
+static void test_total_steps_from_tokens(void **state) {
+    (void)state;
+    /* 8 x 10 = 80 tokens a step: 960 tokens take exactly 12 steps, 961..1040 take 13 */
+    TrainConfig t = plain(0, 960, 10, 8);
+    assert_int_equal(train_total_steps(&t), 12);
+    t.tokens = 961;
+    assert_int_equal(train_total_steps(&t), 13);
+    t.tokens = 1040;
+    assert_int_equal(train_total_steps(&t), 13);
+    t.tokens = 1;
+    assert_int_equal(train_total_steps(&t), 1);
+}
+
+static void test_total_steps_with_token_stages(void **state) {
+    (void)state;
+    /* seq_len 10, "0:2 100:4", 300 tokens: five steps of 20 tokens reach 100,
+     * then steps of 40 tokens: 140, 180, 220, 260, 300 -> 10 steps */
+    TrainConfig t = plain(0, 300, 10, 2);
+    t.batch_stages_in_tokens = true;
+    add_stage(&t, 100, 4);
+    assert_int_equal(train_total_steps(&t), 10);
+    t.tokens = 301;
+    assert_int_equal(train_total_steps(&t), 11);
+}
+
+static void test_total_steps_with_step_stages(void **state) {
+    (void)state;
+    /* seq_len 10, gbs 2 until step 3, then 4: 20, 40, 60, 100, 140 tokens */
+    TrainConfig t = plain(0, 100, 10, 2);
+    add_stage(&t, 3, 4);
+    assert_int_equal(train_total_steps(&t), 4);
+    t.tokens = 101;
+    assert_int_equal(train_total_steps(&t), 5);
+}
+
+static void test_schedule_samples(void **state) {
+    (void)state;
+    TrainConfig t = plain(5, 0, 10, 2);
+    add_stage(&t, 3, 4);
+    assert_int_equal(train_schedule_samples(&t, 5), 2 + 2 + 2 + 4 + 4);
+    TrainConfig tok = plain(0, 300, 10, 2);
+    tok.batch_stages_in_tokens = true;
+    add_stage(&tok, 100, 4);
+    assert_int_equal(train_schedule_samples(&tok, train_total_steps(&tok)), 5 * 2 + 5 * 4);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_single_stage),
+        cmocka_unit_test(test_step_stages),
+        cmocka_unit_test(test_token_stages),
+        cmocka_unit_test(test_total_steps_from_steps),
+        cmocka_unit_test(test_total_steps_from_tokens),
+        cmocka_unit_test(test_total_steps_with_token_stages),
+        cmocka_unit_test(test_total_steps_with_step_stages),
+        cmocka_unit_test(test_schedule_samples),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,160 @@
+/* test_lr_schedule.c: lr_at against Megatron's formulas, each expected value
+ * worked out here from the formula at a chosen step (0-based steps; step s
+ * uses Megatron's num_steps = s). */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "train/lr_schedule.h"
+
+#define MAX_LR 3.0e-3
+#define MIN_LR 3.0e-4
+#define TOTAL 100
+
+static OptimizerConfig config(LrDecay decay) {
+    OptimizerConfig opt = {0};
+    opt.lr = MAX_LR;
+    opt.min_lr = MIN_LR;
+    opt.warmup_steps = 10;
+    opt.decay = decay;
+    opt.decay_steps = 0; /* = total steps */
+    opt.wsd_decay_steps = 20;
+    opt.wsd_decay_style = WSD_LINEAR;
+    return opt;
+}
+
+static void assert_close(double actual, double expected) {
+    double tol = 1e-12 * fmax(fabs(expected), 1e-300);
+    if (fabs(actual - expected) > tol) fail_msg("lr %.17g, expected %.17g", actual, expected);
+}
+
+/* lr for a decay coefficient: min + coeff * (max - min). */
+static double with_coeff(double coeff) { return MIN_LR + coeff * (MAX_LR - MIN_LR); }
+
+static void test_warmup_is_linear_from_zero(void **state) {
+    (void)state;
+    const LrDecay decays[] = {DECAY_CONSTANT, DECAY_LINEAR, DECAY_COSINE, DECAY_INVERSE_SQRT, DECAY_WSD};
+    for (size_t i = 0; i < sizeof decays / sizeof decays[0]; i++) {
+        OptimizerConfig opt = config(decays[i]);
+        assert_true(lr_at(&opt, 0, TOTAL) == 0.0);          /* Megatron: first update at num_steps 0 */
+        assert_close(lr_at(&opt, 1, TOTAL), MAX_LR * 0.1);
+        assert_close(lr_at(&opt, 5, TOTAL), MAX_LR * 0.5);
+        assert_close(lr_at(&opt, 9, TOTAL), MAX_LR * 0.9);
+        assert_close(lr_at(&opt, 10, TOTAL), MAX_LR);       /* the end of warmup reaches the peak */
+    }
+}
+
+static void test_no_warmup_starts_at_peak(void **state) {
+    (void)state;
+    OptimizerConfig opt = config(DECAY_COSINE);
+    opt.warmup_steps = 0;
+    assert_close(lr_at(&opt, 0, TOTAL), MAX_LR);
+    assert_close(lr_at(&opt, 50, TOTAL), with_coeff(0.5)); /* r = 50/100 */
+}
+
+static void test_constant(void **state) {
+    (void)state;
+    OptimizerConfig opt = config(DECAY_CONSTANT);
+    assert_close(lr_at(&opt, 11, TOTAL), MAX_LR);
+    assert_close(lr_at(&opt, 99, TOTAL), MAX_LR);
+    assert_close(lr_at(&opt, 500, TOTAL), MAX_LR); /* Megatron: constant ignores decay_steps */
+}
+
+static void test_linear(void **state) {
+    (void)state;
+    OptimizerConfig opt = config(DECAY_LINEAR);
+    assert_close(lr_at(&opt, 40, TOTAL), with_coeff(1.0 - 30.0 / 90.0));
+    assert_close(lr_at(&opt, 55, TOTAL), with_coeff(0.5));
+    assert_close(lr_at(&opt, 91, TOTAL), with_coeff(1.0 - 81.0 / 90.0));
+    assert_close(lr_at(&opt, 100, TOTAL), MIN_LR);
+    assert_close(lr_at(&opt, 101, TOTAL), MIN_LR);
+}
+
+static void test_cosine(void **state) {
+    (void)state;
+    OptimizerConfig opt = config(DECAY_COSINE);
+    const double pi = 3.14159265358979323846;
+    assert_close(lr_at(&opt, 25, TOTAL), with_coeff(0.5 * (cos(pi / 6.0) + 1.0))); /* r = 15/90 */
+    assert_close(lr_at(&opt, 55, TOTAL), with_coeff(0.5));                        /* r = 1/2 */
+    assert_close(lr_at(&opt, 85, TOTAL), with_coeff(0.5 * (cos(pi * 75.0 / 90.0) + 1.0)));
+    assert_close(lr_at(&opt, 100, TOTAL), MIN_LR);
+    assert_close(lr_at(&opt, 250, TOTAL), MIN_LR);
+}
+
+static void test_explicit_decay_steps(void **state) {
+    (void)state;
+    OptimizerConfig opt = config(DECAY_COSINE);
+    opt.decay_steps = 50; /* shorter than the run: min_lr afterwards */
+    assert_close(lr_at(&opt, 30, TOTAL), with_coeff(0.5)); /* r = 20/40 */
+    assert_close(lr_at(&opt, 50, TOTAL), MIN_LR);
+    assert_close(lr_at(&opt, 51, TOTAL), MIN_LR);
+    assert_close(lr_at(&opt, 99, TOTAL), MIN_LR);
+    opt.decay = DECAY_LINEAR;
+    assert_close(lr_at(&opt, 20, TOTAL), with_coeff(0.75)); /* r = 10/40 */
+}
+
+static void test_inverse_sqrt(void **state) {
+    (void)state;
+    OptimizerConfig opt = config(DECAY_INVERSE_SQRT);
+    const long total = 10000;
+    assert_close(lr_at(&opt, 40, total), MAX_LR * 0.5);   /* sqrt(10) / sqrt(40) */
+    assert_close(lr_at(&opt, 250, total), MAX_LR * 0.2);  /* sqrt(10) / sqrt(250) */
+    assert_close(lr_at(&opt, 4000, total), MIN_LR);       /* 0.05 * max = 1.5e-4 < min_lr */
+    assert_close(lr_at(&opt, total + 1, total), MIN_LR);  /* past decay_steps */
+    opt.warmup_steps = 0;                                  /* Megatron: max(warmup, 1), max(step, 1) */
+    assert_close(lr_at(&opt, 0, total), MAX_LR);
+    assert_close(lr_at(&opt, 4, total), MAX_LR * 0.5);
+}
+
+static void test_wsd_stable_phase(void **state) {
+    (void)state;
+    OptimizerConfig opt = config(DECAY_WSD);
+    assert_close(lr_at(&opt, 11, TOTAL), MAX_LR);
+    assert_close(lr_at(&opt, 60, TOTAL), MAX_LR);
+    assert_close(lr_at(&opt, 80, TOTAL), MAX_LR); /* anneal starts after decay_steps - wsd_decay_steps */
+    assert_close(lr_at(&opt, 101, TOTAL), MIN_LR);
+}
+
+static void test_wsd_decay_styles(void **state) {
+    (void)state;
+    const double pi = 3.14159265358979323846;
+    OptimizerConfig opt = config(DECAY_WSD);
+    /* anneal from step 80 over 20 steps: step 85 is q = 1/4, step 90 is q = 1/2 */
+    opt.wsd_decay_style = WSD_LINEAR;
+    assert_close(lr_at(&opt, 85, TOTAL), with_coeff(0.75));
+    assert_close(lr_at(&opt, 90, TOTAL), with_coeff(0.5));
+    opt.wsd_decay_style = WSD_COSINE;
+    assert_close(lr_at(&opt, 85, TOTAL), with_coeff(0.5 * (cos(pi / 4.0) + 1.0)));
+    assert_close(lr_at(&opt, 90, TOTAL), with_coeff(0.5));
+    opt.wsd_decay_style = WSD_EXPONENTIAL;
+    assert_close(lr_at(&opt, 85, TOTAL), with_coeff(2.0 * pow(0.5, 0.25) - 1.0));
+    assert_close(lr_at(&opt, 90, TOTAL), with_coeff(sqrt(2.0) - 1.0));
+    opt.wsd_decay_style = WSD_MINUS_SQRT;
+    assert_close(lr_at(&opt, 85, TOTAL), with_coeff(0.5));
+    assert_close(lr_at(&opt, 90, TOTAL), with_coeff(1.0 - sqrt(0.5)));
+    /* every style ends at min_lr at decay_steps and stays there */
+    const WsdDecayStyle styles[] = {WSD_LINEAR, WSD_COSINE, WSD_EXPONENTIAL, WSD_MINUS_SQRT};
+    for (size_t i = 0; i < 4; i++) {
+        opt.wsd_decay_style = styles[i];
+        assert_true(fabs(lr_at(&opt, 100, TOTAL) - MIN_LR) <= 1e-15);
+        assert_close(lr_at(&opt, 120, TOTAL), MIN_LR);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_warmup_is_linear_from_zero),
+        cmocka_unit_test(test_no_warmup_starts_at_peak),
+        cmocka_unit_test(test_constant),
+        cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_cosine),
+        cmocka_unit_test(test_explicit_decay_steps),
+        cmocka_unit_test(test_inverse_sqrt),
+        cmocka_unit_test(test_wsd_stable_phase),
+        cmocka_unit_test(test_wsd_decay_styles),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
