@@ -7,7 +7,7 @@ demo_data "$WORK/english"
 train() {  # train RECIPE RUN_DIR [--set ...]
   local recipe=$1 dir=$2; shift 2
   "$MEGATRAIN" run "$REPO/recipes/tiny/$recipe.yaml" --set run.dir="$dir" --set train.steps=12 \
-    --set logging.interval=1 --set train.eval_interval=6 \
+    --set logging.interval=1 --set train.eval_interval=6 --set optimizer.schedule.warmup_steps=3 \
     --set "data.train=[{path: $WORK/english, weight: 1.0}]" "$@" > /dev/null
 }
 for family in llama qwen2 qwen3; do

@@ -6,7 +6,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 demo_data "$WORK/english"
 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/run" \
-  --set "data.train=[{path: $WORK/english, weight: 1.0}]" > "$WORK/out.txt"
+  --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=1 > "$WORK/out.txt"
 m="$WORK/run/metrics.jsonl"
 [[ -s "$m" ]] || fail "no metrics.jsonl"
 test -s "$WORK/run/recipe.yaml" || fail "no resolved recipe.yaml"

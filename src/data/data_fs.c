@@ -1,0 +1,64 @@
+/* data_fs.c: mkdir -p, temporary names and fsync for the data code. */
+#include "data_fs.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../core/error.h"
+
+int data_make_dirs(const char *dir, char *err, size_t errlen) {
+    char path[4096];
+    size_t n = strlen(dir);
+    if (n == 0) return 0;
+    if (n >= sizeof(path)) {
+        mt_set_error(err, errlen, "%s: path too long", dir);
+        return -1;
+    }
+    memcpy(path, dir, n + 1);
+    for (size_t i = 1; i <= n; i++) {
+        if (path[i] != '/' && path[i] != '\0') continue;
+        char saved = path[i];
+        path[i] = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+            mt_set_error(err, errlen, "%s: cannot create directory: %s", path, strerror(errno));
+            return -1;
+        }
+        path[i] = saved;
+    }
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        mt_set_error(err, errlen, "%s: exists and is not a directory", dir);
+        return -1;
+    }
+    return 0;
+}
+
+int data_make_parent_dirs(const char *path, char *err, size_t errlen) {
+    char dir[4096];
+    size_t n = strlen(path);
+    if (n >= sizeof(dir)) {
+        mt_set_error(err, errlen, "%s: path too long", path);
+        return -1;
+    }
+    memcpy(dir, path, n + 1);
+    char *slash = strrchr(dir, '/');
+    if (!slash || slash == dir) return 0;
+    *slash = '\0';
+    return data_make_dirs(dir, err, errlen);
+}
+
+int data_temp_name(char *out, size_t outlen, const char *path) {
+    int n = snprintf(out, outlen, "%s.tmp.%ld", path, (long)getpid());
+    return (n < 0 || (size_t)n >= outlen) ? -1 : 0;
+}
+
+int data_sync_close(int fd) {
+    int rc = fsync(fd);
+    int saved = errno;
+    if (close(fd) != 0 && rc == 0) return -1;
+    errno = saved;
+    return rc;
+}

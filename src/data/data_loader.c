@@ -1,0 +1,190 @@
+/* data_loader.c: GPT samples from one or several blended indexed datasets
+ * (see data_loader.h). Opens each dataset, builds or loads from cache the
+ * sample index of its share of the split, and with several datasets assigns
+ * every global sample to one of them by Megatron's greedy blending rule.
+ *
+ * Which documents: without data.valid, train/valid/test are the data.split
+ * shares of each data.train dataset. With data.valid, as with Megatron's
+ * separate --train/--valid-data-path, each list is used whole (train on all
+ * of data.train, validate on all of data.valid); test stays the split share. */
+#include "data_loader.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+#include "blend.h"
+#include "gpt_sampling.h"
+#include "indexed_dataset.h"
+#include "sample_cache.h"
+
+struct DataLoader {
+    int seq_len;
+    int num_datasets;
+    IndexedDataset datasets[MT_MAX_DATA_SOURCES];
+    GptSampleIndex indices[MT_MAX_DATA_SOURCES];
+    int64_t num_samples;
+    int32_t *dataset_index;        /* [num_samples]; NULL with one dataset */
+    int64_t *dataset_sample_index; /* [num_samples] */
+};
+
+static const char *const split_names[] = {"train", "valid", "test"};
+
+/* Build or load the index of ds's sequences [first, end). */
+static int prepare_index(GptSampleIndex *gi, const IndexedDataset *ds, const DataConfig *data, DataSplit split,
+                         int64_t first, int64_t end, int seq_len, uint64_t seed, int64_t num_samples, char *err,
+                         size_t errlen) {
+    SampleCacheKey key;
+    int use_cache = data->cache_dir[0] != '\0';
+    if (use_cache && sample_cache_key(&key, data->cache_dir, ds, split_names[split], first, end, seq_len, seed,
+                                      num_samples, err, errlen) != 0)
+        return -1;
+    if (use_cache && sample_cache_load(gi, &key, ds) == 0) return 0;
+    if (gpt_index_build(gi, ds, first, end, seq_len, seed, num_samples, err, errlen) != 0) return -1;
+    char save_err[2400];
+    if (use_cache && sample_cache_save(gi, &key, save_err, sizeof(save_err)) != 0)
+        mt_warn("%s (continuing without the cache)", save_err);
+    return 0;
+}
+
+static int check_split_weights(const double split[3], char *err, size_t errlen) {
+    if (split[0] < 0 || split[1] < 0 || split[2] < 0 || split[0] + split[1] + split[2] <= 0) {
+        mt_set_error(err, errlen, "data.split: [%g, %g, %g] (expected non-negative weights with a positive sum)",
+                     split[0], split[1], split[2]);
+        return -1;
+    }
+    return 0;
+}
+
+/* Open the sources and keep those whose share of the split has tokens. An
+ * empty share is an error when every share is empty, else a warning. */
+static int open_sources(DataLoader *loader, const DataSource *sources, int count, const char *key,
+                        const double weights[3], int which, const char *hint, double *kept_weights,
+                        int64_t *first, int64_t *end, char *err, size_t errlen) {
+    char empty[MT_MAX_DATA_SOURCES][1400];
+    int num_empty = 0;
+    for (int i = 0; i < count; i++) {
+        if (count > 1 && !(sources[i].weight > 0)) {
+            mt_set_error(err, errlen, "%s[%d].weight: %g (expected > 0 to blend several datasets)", key, i,
+                         sources[i].weight);
+            return -1;
+        }
+        IndexedDataset *ds = &loader->datasets[loader->num_datasets];
+        if (indexed_dataset_open(ds, sources[i].path, err, errlen) != 0) return -1;
+        int64_t a, b, tokens = 0;
+        gpt_split_sequences(ds, weights, which, &a, &b);
+        for (int64_t s = a; s < b; s++) tokens += ds->sequence_lengths[s];
+        if (tokens == 0 && weights[1] == 0 && weights[2] == 0 && which == 0) { /* used whole */
+            snprintf(empty[num_empty++], sizeof(empty[0]), "%s: %s dataset has no tokens", ds->prefix, key);
+            indexed_dataset_close(ds);
+            continue;
+        }
+        if (tokens == 0) {
+            snprintf(empty[num_empty++], sizeof(empty[0]),
+                     "%s: the %s share of data.split [%g, %g, %g] has no tokens (%lld of its %lld documents)",
+                     ds->prefix, split_names[which], weights[0], weights[1], weights[2],
+                     (long long)(b - a), (long long)(ds->num_documents_plus_one - 1));
+            indexed_dataset_close(ds);
+            continue;
+        }
+        kept_weights[loader->num_datasets] = count > 1 ? sources[i].weight : 1.0;
+        first[loader->num_datasets] = a;
+        end[loader->num_datasets] = b;
+        loader->num_datasets++;
+    }
+    if (loader->num_datasets == 0) {
+        mt_set_error(err, errlen, "%s%s", empty[0], hint);
+        return -1;
+    }
+    for (int i = 0; i < num_empty; i++) mt_warn("%s; leaving it out of the %s blend", empty[i], split_names[which]);
+    return 0;
+}
+
+DataLoader *data_loader_create(const DataConfig *data, DataSplit split, int seq_len, uint64_t seed,
+                               int64_t num_samples, char *err, size_t errlen) {
+    static const double whole[3] = {1, 0, 0};
+    if (seq_len <= 0 || (int)split < 0 || split > SPLIT_TEST) {
+        mt_set_error(err, errlen, "data loader: seq_len %d and split %d (expected seq_len > 0, split 0..2)", seq_len,
+                     (int)split);
+        return NULL;
+    }
+    const DataSource *sources = data->train;
+    int count = data->num_train, which = (int)split;
+    const char *key = "data.train";
+    const double *weights = data->split;
+    const char *hint = split == SPLIT_VALID ? "; give data.valid or raise data.split[1]" : "";
+    if (split == SPLIT_VALID && data->num_valid > 0) {
+        sources = data->valid;
+        count = data->num_valid;
+        key = "data.valid";
+        weights = whole;
+        which = 0;
+        hint = "";
+    } else if (split == SPLIT_TRAIN && data->num_valid > 0) {
+        weights = whole; /* data.valid replaces the split: train on all of data.train */
+    } else if (check_split_weights(data->split, err, errlen) != 0) {
+        return NULL;
+    }
+    if (count <= 0 || count > MT_MAX_DATA_SOURCES) {
+        mt_set_error(err, errlen, "%s: %d datasets (expected 1..%d)", key, count, MT_MAX_DATA_SOURCES);
+        return NULL;
+    }
+    DataLoader *loader = mt_calloc(1, sizeof(*loader));
+    loader->seq_len = seq_len;
+    double kept_weights[MT_MAX_DATA_SOURCES];
+    int64_t first[MT_MAX_DATA_SOURCES], end[MT_MAX_DATA_SOURCES];
+    if (open_sources(loader, sources, count, key, weights, which, hint, kept_weights, first, end, err, errlen) != 0) {
+        data_loader_free(loader);
+        return NULL;
+    }
+    double total = 0;
+    for (int d = 0; d < loader->num_datasets; d++) total += kept_weights[d];
+    for (int d = 0; d < loader->num_datasets; d++) kept_weights[d] /= total;
+    int64_t wanted = num_samples > 0 ? num_samples : 1;
+    uint64_t split_seed = seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(split + 1));
+    for (int d = 0; d < loader->num_datasets; d++) {
+        int64_t asked = loader->num_datasets == 1 ? wanted : blend_samples_per_dataset(kept_weights[d], wanted);
+        if (prepare_index(&loader->indices[d], &loader->datasets[d], data, split, first[d], end[d], seq_len,
+                          split_seed, asked, err, errlen) != 0) {
+            data_loader_free(loader);
+            return NULL;
+        }
+    }
+    if (loader->num_datasets == 1) {
+        loader->num_samples = loader->indices[0].num_samples;
+    } else {
+        loader->num_samples = wanted;
+        loader->dataset_index = mt_malloc((size_t)wanted * sizeof(*loader->dataset_index));
+        loader->dataset_sample_index = mt_malloc((size_t)wanted * sizeof(*loader->dataset_sample_index));
+        blend_build_indices(kept_weights, loader->num_datasets, wanted, loader->dataset_index,
+                            loader->dataset_sample_index);
+    }
+    return loader;
+}
+
+int64_t data_loader_num_samples(const DataLoader *loader) { return loader->num_samples; }
+
+void data_loader_get(const DataLoader *loader, int64_t index, int32_t *out) {
+    int64_t i = index % loader->num_samples;
+    if (i < 0) i += loader->num_samples;
+    int d = 0;
+    int64_t j = i;
+    if (loader->dataset_index) {
+        d = loader->dataset_index[i];
+        j = loader->dataset_sample_index[i] % loader->indices[d].num_samples;
+    }
+    const GptSampleIndex *gi = &loader->indices[d];
+    gpt_index_read_sample(gi, &loader->datasets[d], loader->seq_len, gi->shuffle[j], out);
+}
+
+void data_loader_free(DataLoader *loader) {
+    if (!loader) return;
+    for (int d = 0; d < loader->num_datasets; d++) {
+        gpt_index_free(&loader->indices[d]);
+        indexed_dataset_close(&loader->datasets[d]);
+    }
+    free(loader->dataset_index);
+    free(loader->dataset_sample_index);
+    free(loader);
+}

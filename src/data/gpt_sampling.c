@@ -1,0 +1,151 @@
+/* gpt_sampling.c: builds and reads the GPT sample index of one dataset split
+ * (see gpt_sampling.h). Building is O(documents * epochs + samples). */
+#include "gpt_sampling.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+#include "../core/rng.h"
+
+/* More index entries than this is a configuration mistake, not a dataset. */
+#define GPT_MAX_INDEX_ENTRIES (INT64_C(1) << 34)
+
+void gpt_split_bounds(const double weights[3], int64_t num_documents, int64_t bounds[4]) {
+    double sum = weights[0] + weights[1] + weights[2];
+    bounds[0] = 0;
+    for (int i = 0; i < 3; i++) {
+        double share = sum > 0 ? weights[i] / sum : (i == 0);
+        /* Python's round(): half to even, which nearbyint does in the default mode. */
+        bounds[i + 1] = bounds[i] + (int64_t)nearbyint(share * (double)num_documents);
+    }
+    int64_t diff = bounds[3] - num_documents;
+    for (int i = 1; i < 4; i++) {
+        bounds[i] -= diff;
+        if (bounds[i] < bounds[i - 1]) bounds[i] = bounds[i - 1];
+        if (bounds[i] > num_documents) bounds[i] = num_documents;
+    }
+    bounds[3] = num_documents;
+}
+
+void gpt_split_sequences(const IndexedDataset *ds, const double weights[3], int split, int64_t *first_sequence,
+                         int64_t *end_sequence) {
+    int64_t bounds[4];
+    gpt_split_bounds(weights, ds->num_documents_plus_one - 1, bounds);
+    *first_sequence = ds->document_index[bounds[split]];
+    *end_sequence = ds->document_index[bounds[split + 1]];
+}
+
+size_t gpt_index_block_bytes(int64_t document_index_len, int64_t num_samples) {
+    return (size_t)(document_index_len + 3 * num_samples) * sizeof(int64_t);
+}
+
+void gpt_index_attach(GptSampleIndex *gi) {
+    gi->document_index = gi->block;
+    gi->sample_starts = gi->document_index + gi->document_index_len;
+    gi->shuffle = gi->sample_starts + 2 * gi->num_samples;
+}
+
+int gpt_index_build(GptSampleIndex *gi, const IndexedDataset *ds, int64_t first_sequence, int64_t end_sequence,
+                    int seq_len, uint64_t seed, int64_t num_samples, char *err, size_t errlen) {
+    memset(gi, 0, sizeof(*gi));
+    int64_t units = end_sequence - first_sequence;
+    int64_t tokens_per_epoch = 0;
+    for (int64_t s = first_sequence; s < end_sequence; s++) tokens_per_epoch += ds->sequence_lengths[s];
+    if (seq_len <= 0) {
+        mt_set_error(err, errlen, "%s: sequence length %d (expected > 0)", ds->prefix, seq_len);
+        return -1;
+    }
+    if (units <= 0 || tokens_per_epoch == 0) {
+        mt_set_error(err, errlen, "%s: the split has no tokens (%lld sequences)", ds->prefix, (long long)units);
+        return -1;
+    }
+    int64_t target = num_samples > 0 ? num_samples : 1;
+    /* Samples from T tokens: (T - 1) / seq_len (each needs seq_len + 1, sharing one). */
+    double needed_tokens = (double)target * seq_len + 1;
+    int64_t epochs = (int64_t)ceil(needed_tokens / (double)tokens_per_epoch);
+    if (epochs < 1) epochs = 1;
+    while ((epochs * tokens_per_epoch - 1) / seq_len < target) epochs++; /* guard rounding */
+    while (epochs > 1 && ((epochs - 1) * tokens_per_epoch - 1) / seq_len >= target) epochs--;
+    int64_t samples = (epochs * tokens_per_epoch - 1) / seq_len;
+    if ((double)epochs * (double)units + 3.0 * (double)samples > (double)GPT_MAX_INDEX_ENTRIES) {
+        mt_set_error(err, errlen, "%s: %lld samples of %d tokens need %lld epochs of %lld tokens: too many", ds->prefix,
+                     (long long)target, seq_len, (long long)epochs, (long long)tokens_per_epoch);
+        return -1;
+    }
+    gi->first_sequence = first_sequence;
+    gi->end_sequence = end_sequence;
+    gi->num_epochs = epochs;
+    gi->document_index_len = epochs * units;
+    gi->num_samples = samples;
+    gi->block_bytes = gpt_index_block_bytes(gi->document_index_len, samples);
+    gi->block = mt_malloc(gi->block_bytes);
+    gpt_index_attach(gi);
+
+    Rng rng;
+    rng_seed(&rng, seed);
+    for (int64_t e = 0; e < epochs; e++) {
+        int64_t *epoch = gi->document_index + e * units;
+        for (int64_t u = 0; u < units; u++) epoch[u] = first_sequence + u;
+        rng_shuffle_i64(&rng, epoch, units);
+    }
+    /* Walk the concatenated documents once: sample k starts at token k * seq_len. */
+    int64_t position = 0, document_start = 0;
+    int64_t document_length = ds->sequence_lengths[gi->document_index[0]];
+    for (int64_t k = 0; k < samples; k++) {
+        int64_t token = k * (int64_t)seq_len;
+        while (document_start + document_length <= token) {
+            document_start += document_length;
+            position++;
+            document_length = ds->sequence_lengths[gi->document_index[position]];
+        }
+        gi->sample_starts[2 * k] = position;
+        gi->sample_starts[2 * k + 1] = token - document_start;
+    }
+    for (int64_t k = 0; k < samples; k++) gi->shuffle[k] = k;
+    rng_shuffle_i64(&rng, gi->shuffle, samples);
+    return 0;
+}
+
+void gpt_index_read_sample(const GptSampleIndex *gi, const IndexedDataset *ds, int seq_len, int64_t k,
+                           int32_t *out) {
+    int64_t position = gi->sample_starts[2 * k];
+    int64_t offset = gi->sample_starts[2 * k + 1];
+    int64_t need = (int64_t)seq_len + 1;
+    while (need > 0 && position < gi->document_index_len) {
+        int64_t seq = gi->document_index[position];
+        int64_t available = ds->sequence_lengths[seq] - offset;
+        int64_t take = available < need ? available : need;
+        if (take > 0) {
+            indexed_dataset_read(ds, seq, offset, take, out);
+            out += take;
+            need -= take;
+        }
+        offset = 0;
+        position++;
+    }
+    if (need > 0) memset(out, 0, (size_t)need * sizeof(*out)); /* unreachable for a valid index */
+}
+
+void gpt_index_free(GptSampleIndex *gi) {
+    free(gi->block);
+    memset(gi, 0, sizeof(*gi));
+}
+
+int gpt_index_validate(const GptSampleIndex *gi, const IndexedDataset *ds) {
+    int64_t first = gi->first_sequence, end = gi->end_sequence;
+    if (first < 0 || end > ds->num_sequences || first >= end || gi->num_samples < 1 ||
+        gi->document_index_len != gi->num_epochs * (end - first))
+        return -1;
+    for (int64_t i = 0; i < gi->document_index_len; i++)
+        if (gi->document_index[i] < first || gi->document_index[i] >= end) return -1;
+    for (int64_t k = 0; k < gi->num_samples; k++) {
+        int64_t position = gi->sample_starts[2 * k], offset = gi->sample_starts[2 * k + 1];
+        if (position < 0 || position >= gi->document_index_len || offset < 0) return -1;
+        int64_t length = ds->sequence_lengths[gi->document_index[position]];
+        if (offset >= length) return -1;
+        if (gi->shuffle[k] < 0 || gi->shuffle[k] >= gi->num_samples) return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,63 @@
+/* gpt_sampling.h: Megatron GPTDataset index arrays for one dataset split.
+ *
+ * A split is a contiguous range of documents (Megatron's get_split_indices
+ * over normalised weights); its units are the sequences of those documents.
+ *   document index: the split's sequence ids, repeated for num_epochs, each
+ *                   epoch shuffled with the seed;
+ *   sample starts:  for sample k, the document-index position and token
+ *                   offset of global token k * seq_len; the sample is the
+ *                   seq_len + 1 tokens from there (crossing documents), so
+ *                   consecutive samples share one token;
+ *   shuffle:        a permutation of the samples.
+ * num_epochs is the smallest giving >= the samples asked for. Everything
+ * lives in one heap block so the cache can write and read it in one go.
+ */
+#ifndef MT_DATA_GPT_SAMPLING_H
+#define MT_DATA_GPT_SAMPLING_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "indexed_dataset.h"
+
+typedef struct GptSampleIndex {
+    int64_t first_sequence, end_sequence; /* the split's sequences: [first, end) */
+    int64_t num_epochs;
+    int64_t document_index_len;           /* num_epochs * (end - first) */
+    int64_t num_samples;
+    int64_t *document_index;              /* [document_index_len] sequence ids */
+    int64_t *sample_starts;               /* [num_samples][2]: position, offset */
+    int64_t *shuffle;                     /* [num_samples] */
+    void *block;                          /* owns the three arrays */
+    size_t block_bytes;
+} GptSampleIndex;
+
+/* Megatron's get_split_indices: documents [bounds[i], bounds[i+1]) belong to
+ * split i; weights are normalised (their sum must be > 0). */
+void gpt_split_bounds(const double weights[3], int64_t num_documents, int64_t bounds[4]);
+
+/* The sequence range of `split` (0 train, 1 valid, 2 test) of ds. */
+void gpt_split_sequences(const IndexedDataset *ds, const double weights[3], int split, int64_t *first_sequence,
+                         int64_t *end_sequence);
+
+/* Bytes of the block for these sizes. */
+size_t gpt_index_block_bytes(int64_t document_index_len, int64_t num_samples);
+/* Point the arrays into gi->block (already allocated with gpt_index_block_bytes). */
+void gpt_index_attach(GptSampleIndex *gi);
+
+/* Build the arrays for sequences [first, end) of ds. Returns 0, or -1 with
+ * err when the range has no tokens or the sizes are out of reach. */
+int gpt_index_build(GptSampleIndex *gi, const IndexedDataset *ds, int64_t first_sequence, int64_t end_sequence,
+                    int seq_len, uint64_t seed, int64_t num_samples, char *err, size_t errlen);
+
+/* Sample `k` in unshuffled order: seq_len + 1 tokens into out. */
+void gpt_index_read_sample(const GptSampleIndex *gi, const IndexedDataset *ds, int seq_len, int64_t k,
+                           int32_t *out);
+
+/* Check every entry is in range for ds (for an index read from a cache file).
+ * Returns 0, or -1 when the index cannot belong to this dataset. */
+int gpt_index_validate(const GptSampleIndex *gi, const IndexedDataset *ds);
+
+void gpt_index_free(GptSampleIndex *gi);
+
+#endif

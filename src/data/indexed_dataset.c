@@ -1,0 +1,236 @@
+/* indexed_dataset.c: reader for Megatron-LM's MMIDIDX indexed dataset.
+ *
+ * PREFIX.idx is read once and its three arrays are copied into one aligned
+ * heap block (in the file they sit at unaligned offsets: the header is 34
+ * bytes); PREFIX.bin is mmapped. Every header field and every sequence is
+ * checked so a bad file is an error naming the file, never a crash.
+ */
+#include "indexed_dataset.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../core/error.h"
+#include "indexed_dataset_format.h"
+
+int indexed_dtype_size(int dtype_code) {
+    switch (dtype_code) {
+    case IDX_DTYPE_UINT8: case IDX_DTYPE_INT8: return 1;
+    case IDX_DTYPE_INT16: case IDX_DTYPE_UINT16: return 2;
+    case IDX_DTYPE_INT32: case IDX_DTYPE_FLOAT32: return 4;
+    case IDX_DTYPE_INT64: case IDX_DTYPE_FLOAT64: return 8;
+    default: return 0;
+    }
+}
+
+const char *indexed_dtype_name(int dtype_code) {
+    static const char *const names[] = {"?",     "uint8",   "int8",    "int16", "int32",
+                                        "int64", "float64", "float32", "uint16"};
+    return (dtype_code >= 1 && dtype_code <= 8) ? names[dtype_code] : "unknown";
+}
+
+static uint64_t read_u64_le(const uint8_t *p) {
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = (v << 8) | p[i];
+    return v;
+}
+
+/* pread exactly n bytes; 0 on success. */
+static int read_exact(int fd, void *buf, size_t n, off_t at) {
+    uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t got = pread(fd, p, n, at);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return -1;
+        p += got;
+        n -= (size_t)got;
+        at += got;
+    }
+    return 0;
+}
+
+/* Read and check PREFIX.idx into ds (arrays copied to ds->idx_map). */
+static int open_index(IndexedDataset *ds, const char *path, char *err, size_t errlen) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        mt_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    uint8_t header[IDX_HEADER_BYTES];
+    int rc = -1;
+    if (fstat(fd, &st) != 0) {
+        mt_set_error(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        goto done;
+    }
+    uint64_t file_size = (uint64_t)st.st_size;
+    if (file_size < IDX_HEADER_BYTES || read_exact(fd, header, IDX_HEADER_BYTES, 0) != 0) {
+        mt_set_error(err, errlen, "%s: truncated index: %llu bytes, the header alone needs %d", path,
+                     (unsigned long long)file_size, IDX_HEADER_BYTES);
+        goto done;
+    }
+    if (memcmp(header, IDX_MAGIC, IDX_MAGIC_BYTES) != 0) {
+        mt_set_error(err, errlen, "%s: not a Megatron indexed dataset (bad magic; expected \"MMIDIDX\\0\\0\")",
+                     path);
+        goto done;
+    }
+    uint64_t version = read_u64_le(header + 9);
+    if (version != IDX_VERSION) {
+        mt_set_error(err, errlen, "%s: unsupported index version %llu (expected %d)", path,
+                     (unsigned long long)version, IDX_VERSION);
+        goto done;
+    }
+    int dtype = header[17];
+    if (indexed_dtype_size(dtype) == 0) {
+        mt_set_error(err, errlen, "%s: unknown token dtype code %d (expected 1..8)", path, dtype);
+        goto done;
+    }
+    if (dtype == IDX_DTYPE_FLOAT32 || dtype == IDX_DTYPE_FLOAT64) {
+        mt_set_error(err, errlen, "%s: token dtype %s is not supported (tokens must be integers)", path,
+                     indexed_dtype_name(dtype));
+        goto done;
+    }
+    uint64_t n = read_u64_le(header + 18), d = read_u64_le(header + 26);
+    /* Bound the counts by the file size before multiplying. */
+    if (n > file_size / 12 || d > file_size / 8 ||
+        (uint64_t)IDX_HEADER_BYTES + 12 * n + 8 * d > file_size) {
+        mt_set_error(err, errlen,
+                     "%s: truncated index: %llu sequences and %llu document entries need %llu bytes, file has %llu",
+                     path, (unsigned long long)n, (unsigned long long)d,
+                     (unsigned long long)(IDX_HEADER_BYTES + 12.0L * n + 8.0L * d), (unsigned long long)file_size);
+        goto done;
+    }
+    if (d < 1) {
+        mt_set_error(err, errlen, "%s: document index is empty (it must start with 0)", path);
+        goto done;
+    }
+    size_t block_bytes = (size_t)(8 * n + 8 * d + 4 * n);
+    uint8_t *block = mt_malloc(block_bytes);
+    int64_t *offsets = (int64_t *)block;
+    int64_t *docs = offsets + n;
+    int32_t *lengths = (int32_t *)(docs + d);
+    off_t at = IDX_HEADER_BYTES;
+    if (read_exact(fd, lengths, 4 * n, at) != 0 || read_exact(fd, offsets, 8 * n, at + 4 * (off_t)n) != 0 ||
+        read_exact(fd, docs, 8 * d, at + 12 * (off_t)n) != 0) {
+        mt_set_error(err, errlen, "%s: read failed: %s", path, strerror(errno));
+        free(block);
+        goto done;
+    }
+    ds->dtype_code = dtype;
+    ds->token_size = indexed_dtype_size(dtype);
+    ds->num_sequences = (int64_t)n;
+    ds->num_documents_plus_one = (int64_t)d;
+    ds->sequence_lengths = lengths;
+    ds->sequence_offsets = offsets;
+    ds->document_index = docs;
+    ds->idx_map = block;
+    ds->idx_map_size = block_bytes;
+    rc = 0;
+done:
+    close(fd);
+    return rc;
+}
+
+static int open_bin(IndexedDataset *ds, const char *path, char *err, size_t errlen) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) {
+        mt_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        mt_set_error(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    ds->bin_size = (size_t)st.st_size;
+    ds->bin = NULL;
+    if (ds->bin_size > 0) {
+        void *map = mmap(NULL, ds->bin_size, PROT_READ, MAP_SHARED, fd, 0);
+        if (map == MAP_FAILED) {
+            mt_set_error(err, errlen, "%s: cannot mmap: %s", path, strerror(errno));
+            close(fd);
+            return -1;
+        }
+        ds->bin = map;
+    }
+    close(fd);
+    return 0;
+}
+
+/* Every sequence inside .bin and token-aligned; document index sane. */
+static int check_contents(const IndexedDataset *ds, const char *idx_path, const char *bin_path, char *err,
+                          size_t errlen) {
+    int64_t ts = ds->token_size;
+    for (int64_t i = 0; i < ds->num_sequences; i++) {
+        int64_t len = ds->sequence_lengths[i], off = ds->sequence_offsets[i];
+        if (len < 0 || off < 0 || off % ts != 0) {
+            mt_set_error(err, errlen, "%s: sequence %lld has length %lld and byte offset %lld (expected >= 0, "
+                         "offset a multiple of %lld)", idx_path, (long long)i, (long long)len, (long long)off,
+                         (long long)ts);
+            return -1;
+        }
+        if ((uint64_t)off > ds->bin_size || (uint64_t)len > (ds->bin_size - (uint64_t)off) / (uint64_t)ts) {
+            mt_set_error(err, errlen, "%s: sequence %lld (bytes %lld..%lld) lies outside the file (%zu bytes); "
+                         "truncated or mismatched with %s", bin_path, (long long)i, (long long)off,
+                         (long long)(off + len * ts), ds->bin_size, idx_path);
+            return -1;
+        }
+    }
+    const int64_t *docs = ds->document_index;
+    if (docs[0] != 0) {
+        mt_set_error(err, errlen, "%s: document index starts with %lld (expected 0)", idx_path, (long long)docs[0]);
+        return -1;
+    }
+    for (int64_t j = 1; j < ds->num_documents_plus_one; j++) {
+        if (docs[j] < docs[j - 1] || docs[j] > ds->num_sequences) {
+            mt_set_error(err, errlen, "%s: document index entry %lld is %lld (expected non-decreasing, <= %lld "
+                         "sequences)", idx_path, (long long)j, (long long)docs[j], (long long)ds->num_sequences);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+int indexed_dataset_open(IndexedDataset *ds, const char *prefix, char *err, size_t errlen) {
+    memset(ds, 0, sizeof(*ds));
+    char idx_path[1100], bin_path[1100];
+    if (strlen(prefix) >= sizeof(ds->prefix)) {
+        mt_set_error(err, errlen, "%s: dataset prefix too long", prefix);
+        return -1;
+    }
+    strcpy(ds->prefix, prefix);
+    snprintf(idx_path, sizeof(idx_path), "%s.idx", prefix);
+    snprintf(bin_path, sizeof(bin_path), "%s.bin", prefix);
+    if (open_index(ds, idx_path, err, errlen) != 0) return -1;
+    if (open_bin(ds, bin_path, err, errlen) != 0 || check_contents(ds, idx_path, bin_path, err, errlen) != 0) {
+        indexed_dataset_close(ds);
+        return -1;
+    }
+    return 0;
+}
+
+void indexed_dataset_close(IndexedDataset *ds) {
+    if (ds->bin) munmap((void *)ds->bin, ds->bin_size);
+    free(ds->idx_map);
+    memset(ds, 0, sizeof(*ds));
+}
+
+void indexed_dataset_read(const IndexedDataset *ds, int64_t seq, int64_t offset, int64_t count, int32_t *out) {
+    const uint8_t *base = ds->bin + ds->sequence_offsets[seq] + offset * ds->token_size;
+    switch (ds->dtype_code) {
+    case IDX_DTYPE_UINT8: for (int64_t i = 0; i < count; i++) out[i] = base[i]; break;
+    case IDX_DTYPE_INT8: for (int64_t i = 0; i < count; i++) out[i] = ((const int8_t *)base)[i]; break;
+    case IDX_DTYPE_UINT16: for (int64_t i = 0; i < count; i++) out[i] = ((const uint16_t *)base)[i]; break;
+    case IDX_DTYPE_INT16: for (int64_t i = 0; i < count; i++) out[i] = ((const int16_t *)base)[i]; break;
+    case IDX_DTYPE_INT32: memcpy(out, base, (size_t)count * 4); break;
+    case IDX_DTYPE_INT64: for (int64_t i = 0; i < count; i++) out[i] = (int32_t)((const int64_t *)base)[i]; break;
+    default: memset(out, 0, (size_t)count * sizeof(*out)); break;
+    }
+}

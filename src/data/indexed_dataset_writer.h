@@ -1,0 +1,24 @@
+/* indexed_dataset_writer.h: additions to the writer in indexed_dataset.h.
+ *
+ * The writer streams tokens to a temporary PREFIX.bin.tmp.PID and, at finish,
+ * writes PREFIX.idx.tmp.PID and renames both into place, so an interrupted
+ * build never leaves a half dataset under PREFIX.
+ */
+#ifndef MT_DATA_INDEXED_DATASET_WRITER_H
+#define MT_DATA_INDEXED_DATASET_WRITER_H
+
+#include <stdint.h>
+
+#include "indexed_dataset.h"
+
+/* Drop everything written so far (removes the temporary files) and free w. */
+void indexed_dataset_writer_abort(IndexedDatasetWriter *w);
+
+/* The message of the last failed add_document (empty when none failed). */
+const char *indexed_dataset_writer_error(const IndexedDatasetWriter *w);
+
+/* Documents and tokens added so far. */
+int64_t indexed_dataset_writer_documents(const IndexedDatasetWriter *w);
+int64_t indexed_dataset_writer_tokens(const IndexedDatasetWriter *w);
+
+#endif

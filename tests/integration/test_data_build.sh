@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# test_data_build.sh: `megatrain data build` turns plain text and JSONL into a
+# Megatron .bin/.idx pair with byte tokens (uint16, '\n' = 10 ending each
+# document), and its errors exit non-zero, name the file and line, and leave
+# no files behind (nor touch a good dataset already there).
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+D="$WORK"
+
+# u16 FILE: the .bin as unsigned 16-bit numbers, one per line.
+u16() { od -An -v -tu2 "$1" | tr -s ' ' '\n' | sed '/^$/d'; }
+# u8 FILE: bytes as numbers, one per line.
+u8() { od -An -v -tu1 "$1" | tr -s ' ' '\n' | sed '/^$/d'; }
+# le_u64 FILE OFFSET: an unsigned 64-bit little-endian field.
+le_u64() { od -An -tu8 -j "$2" -N 8 "$1" | tr -d ' '; }
+size() { stat -c %s "$1"; }
+# only_files DIR NAME...: DIR holds exactly these names.
+only_files() { local dir=$1; shift; [[ "$(ls -A "$dir" | sort | tr '\n' ' ')" == "$( (($#)) && printf '%s\n' "$@" | sort | tr '\n' ' ')" ]]; }
+
+# --- plain text: every non-blank line is a document --------------------------
+printf 'hello world\n\n   \nsecond line\nna\xc3\xafve caf\xc3\xa9\nlast line without newline' > "$D/plain.txt"
+"$MEGATRAIN" data build --input "$D/plain.txt" --output "$D/out/plain" > "$D/log.txt"
+grep -q "documents: 4" "$D/log.txt" || fail "summary does not say 4 documents: $(cat "$D/log.txt")"
+docs=4
+# expected tokens: the bytes of the non-blank lines, each followed by 10
+grep -v '^[[:space:]]*$' "$D/plain.txt" > "$D/plain.expected"   # grep ends every line with \n
+bytes=$(size "$D/plain.expected")
+[[ $(size "$D/out/plain.bin") -eq $((2 * bytes)) ]] || fail "plain.bin is $(size "$D/out/plain.bin") bytes, expected $((2 * bytes))"
+diff <(u16 "$D/out/plain.bin") <(u8 "$D/plain.expected") > /dev/null || fail "plain.bin tokens differ from the input bytes"
+[[ $(size "$D/out/plain.idx") -eq $((34 + 12 * docs + 8 * (docs + 1))) ]] || fail "plain.idx size $(size "$D/out/plain.idx")"
+[[ "$(head -c 9 "$D/out/plain.idx" | od -An -c | tr -d ' ')" == 'MMIDIDX\0\0' ]] || fail "bad magic"
+[[ $(le_u64 "$D/out/plain.idx" 9) -eq 1 ]] || fail "version is not 1"
+[[ $(od -An -tu1 -j 17 -N 1 "$D/out/plain.idx" | tr -d ' ') -eq 8 ]] || fail "dtype code is not 8 (uint16)"
+[[ $(le_u64 "$D/out/plain.idx" 18) -eq $docs ]] || fail "sequence count is not $docs"
+[[ $(le_u64 "$D/out/plain.idx" 26) -eq $((docs + 1)) ]] || fail "document count is not documents + 1"
+only_files "$D/out" plain.bin plain.idx || fail "unexpected files in out/: $(ls "$D/out")"
+
+# --- JSONL with escapes, nested values and another field order ---------------
+cat > "$D/docs.jsonl" <<'EOF'
+{"text": "a\"b\\c\nd\u00e9\ud83d\ude00/\/", "id": 1, "meta": {"tags": [1, 2.5e3, -0.5, null, true, false, {"k": "v"}]}}
+
+{"id": 2, "text": "plain"}
+  {"text": ""}
+EOF
+"$MEGATRAIN" data build --input "$D/docs.jsonl" --output "$D/out/json" > "$D/log.txt"
+grep -q "documents: 2" "$D/log.txt" || fail "jsonl summary: $(cat "$D/log.txt")"
+printf 'a"b\\c\nd\xc3\xa9\xf0\x9f\x98\x80//\nplain\n' > "$D/json.expected"
+diff <(u16 "$D/out/json.bin") <(u8 "$D/json.expected") > /dev/null || fail "json.bin tokens differ: $(u16 "$D/out/json.bin" | tr '\n' ' ')"
+
+# JSONL detected by its first '{' whatever the file name; --json-key picks the field
+printf '{"body": "xy", "text": 3}\n{"body": "z"}\n' > "$D/body.txt"
+"$MEGATRAIN" data build --input "$D/body.txt" --output "$D/out/body" --json-key body --tokenizer byte > /dev/null
+diff <(u16 "$D/out/body.bin") <(printf 'xy\nz\n' | od -An -v -tu1 | tr -s ' ' '\n' | sed '/^$/d') > /dev/null ||
+  fail "--json-key body: wrong tokens"
+
+# --- errors -------------------------------------------------------------------
+expect_fail() { # expect_fail STATUS PATTERN ARGS...: exit STATUS (or any non-zero for '!'), stderr matches
+  local want=$1 pattern=$2; shift 2
+  set +e; "$MEGATRAIN" data build "$@" > "$D/out.txt" 2> "$D/err.txt"; local rc=$?; set -e
+  if [[ $want == '!' ]]; then [[ $rc -ne 0 ]] || fail "data build $* succeeded"
+  else [[ $rc -eq $want ]] || fail "data build $*: exit $rc, expected $want"; fi
+  grep -q -- "$pattern" "$D/err.txt" || fail "data build $*: stderr lacks '$pattern': $(cat "$D/err.txt")"
+}
+mkdir -p "$D/bad"
+expect_fail '!' "nothing.txt" --input "$D/nothing.txt" --output "$D/bad/x"
+printf '{"text": "ok"}\n{"text": "unterminated}\n' > "$D/broken.jsonl"
+expect_fail '!' "broken.jsonl:2" --input "$D/broken.jsonl" --output "$D/bad/x"
+printf '{"text": "ok"}\n{"text": "x"} trailing\n' > "$D/trailing.jsonl"
+expect_fail '!' "trailing.jsonl:2" --input "$D/trailing.jsonl" --output "$D/bad/x"
+printf '{"text": "ok"}\n\n{"title": "no text"}\n' > "$D/notext.jsonl"
+expect_fail '!' 'notext.jsonl:3.*"text"' --input "$D/notext.jsonl" --output "$D/bad/x"
+printf '{"text": ["a"]}\n' > "$D/array.jsonl"
+expect_fail '!' "not a string" --input "$D/array.jsonl" --output "$D/bad/x"
+printf '\n  \n' > "$D/blank.txt"
+expect_fail '!' "no documents" --input "$D/blank.txt" --output "$D/bad/x"
+expect_fail 2 "only 'byte' is supported" --input "$D/plain.txt" --output "$D/bad/x" --tokenizer "$D/tokenizer.json"
+expect_fail 2 "--output" --input "$D/plain.txt"
+expect_fail 2 "unexpected argument" --input "$D/plain.txt" --output "$D/bad/x" --vocab 5
+only_files "$D/bad" || fail "failed builds left files behind: $(ls -A "$D/bad")"
+
+# a failing build leaves a good dataset under the same prefix untouched
+cp "$D/out/plain.bin" "$D/plain.bin.before"; cp "$D/out/plain.idx" "$D/plain.idx.before"
+expect_fail '!' "broken.jsonl:2" --input "$D/broken.jsonl" --output "$D/out/plain"
+cmp -s "$D/out/plain.bin" "$D/plain.bin.before" && cmp -s "$D/out/plain.idx" "$D/plain.idx.before" ||
+  fail "a failed build changed the existing dataset"
+only_files "$D/out" plain.bin plain.idx json.bin json.idx body.bin body.idx || fail "leftovers in out/: $(ls -A "$D/out")"
+
+"$MEGATRAIN" data build --help | grep -q -- "--input FILE" || fail "--help does not print usage"
+echo "data build: ok"

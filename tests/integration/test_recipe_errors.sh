@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# test_recipe_errors.sh: bad recipes (tests/fixtures/recipes) and bad --set
+# overrides make `megatrain run` exit 2 with one error naming the file, the
+# line and the key, before any training starts.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+[[ $MEGATRAIN == */* ]] && MEGATRAIN="$(cd "$(dirname "$MEGATRAIN")" && pwd)/$(basename "$MEGATRAIN")"
+cd "$REPO"
+FIX=tests/fixtures/recipes
+
+# expect_error RECIPE WHERE KEY [ARGS...]: exit status 2 and exactly one
+# "megatrain: error: WHERE..." line on stderr that also contains KEY.
+expect_error() {
+  local recipe=$1 where=$2 key=$3
+  shift 3
+  local status=0
+  "$MEGATRAIN" run "$recipe" "$@" > "$WORK/stdout" 2> "$WORK/stderr" || status=$?
+  [[ $status == 2 ]] || fail "$recipe $*: exit status $status, expected 2; stderr: $(cat "$WORK/stderr")"
+  local errors
+  errors=$(grep -c '^megatrain: error: ' "$WORK/stderr" || true)
+  [[ $errors == 1 ]] || fail "$recipe: expected one error line, found $errors: $(cat "$WORK/stderr")"
+  grep -qF "megatrain: error: $where" "$WORK/stderr" ||
+    fail "$recipe: error should start with '$where': $(cat "$WORK/stderr")"
+  grep -qF "$key" "$WORK/stderr" || fail "$recipe: error should name '$key': $(cat "$WORK/stderr")"
+  [[ ! -s $WORK/stdout ]] || fail "$recipe: nothing should run, but stdout has: $(cat "$WORK/stdout")"
+}
+
+# line_of FILE TEXT: the number of the first line of FILE containing TEXT.
+line_of() { grep -n -m1 -F "$2" "$1" | cut -d: -f1; }
+
+f=$FIX/bad_unknown_key.yaml
+expect_error "$f" "$f:$(line_of "$f" "stpes:"): unknown key 'train.stpes'" "did you mean 'train.steps'?"
+f=$FIX/bad_type.yaml
+expect_error "$f" "$f:$(line_of "$f" ": four"): train.micro_batch_size:" "expected a positive integer, found 'four'"
+f=$FIX/bad_kv_heads.yaml
+expect_error "$f" "$f:$(line_of "$f" "num_key_value_heads:"): model.num_key_value_heads:" "expected a divisor of num_attention_heads (4), found 3"
+f=$FIX/bad_range.yaml
+expect_error "$f" "$f:$(line_of "$f" "compression_level:"): checkpoint.compression_level:" "expected an integer in 1..22, found '30'"
+f=$FIX/bad_syntax.yaml
+expect_error "$f" "$f:" "YAML syntax error"
+grep -qE "megatrain: error: $f:[0-9]+: YAML syntax error" "$WORK/stderr" || fail "syntax error without a line: $(cat "$WORK/stderr")"
+# model: PATH is found in a parent directory of the recipe; errors inside it name the model file
+m=$FIX/models/bad_heads.yaml
+expect_error "$FIX/nested/bad_model_file.yaml" "$m:$(line_of "$m" "num_key_value_heads:"): model.num_key_value_heads:" "found 3"
+f=$FIX/nested/bad_batch.yaml
+expect_error "$f" "$f:$(line_of "$f" "global_batch_size:"): train.global_batch_size:" "expected a multiple of micro_batch_size * dp = 2 * 1 = 2, found 5"
+# bad overrides name the override
+f=$FIX/good_minimal.yaml
+expect_error "$f" "--set train.stpes=3: unknown key 'train.stpes'" "did you mean 'train.steps'?" --set train.stpes=3
+expect_error "$f" "--set optimizer.lr=-1: optimizer.lr:" "expected a number >= 0, found '-1'" --set optimizer.lr=-1
+expect_error "$f" "--set precision=fp16: precision:" "expected one of fp32 | bf16" --set precision=fp16
+# a missing recipe file is named
+expect_error "$WORK/no-such-recipe.yaml" "$WORK/no-such-recipe.yaml" "No such file"
+echo "recipe errors: ok"

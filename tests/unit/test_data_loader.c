@@ -1,0 +1,386 @@
+/* test_data_loader.c: GPT sampling, splits, blending and the index cache.
+ *
+ * Datasets are int32 with token = base + document * 1000 + position, so every
+ * token says where it came from and the checks need no second copy of the
+ * sampling code.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "data/blend.h"
+#include "data/data_loader.h"
+#include "data/gpt_sampling.h"
+#include "data/indexed_dataset.h"
+
+#define SEQ_LEN 16
+#define DOC_STRIDE 1000
+
+static char work_dir[256];
+
+static int setup(void **state) {
+    strcpy(work_dir, "/tmp/mt_test_loader_XXXXXX");
+    assert_non_null(mkdtemp(work_dir));
+    return 0;
+}
+
+static int teardown(void **state) {
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", work_dir);
+    return system(cmd) == 0 ? 0 : -1;
+}
+
+/* Document d has 1 + (d * 37) % 50 tokens, except document 3, which is empty. */
+static int doc_length(int d) { return d == 3 ? 0 : 1 + (d * 37) % 50; }
+
+/* Write dataset work_dir/NAME of num_docs documents; its prefix goes to out. */
+static void make_dataset(const char *name, int num_docs, int32_t base, char *out, size_t outlen) {
+    snprintf(out, outlen, "%s/%s", work_dir, name);
+    char err[512];
+    IndexedDatasetWriter *w = indexed_dataset_writer_open(out, IDX_DTYPE_INT32, err, sizeof(err));
+    assert_non_null(w);
+    int32_t tokens[64];
+    for (int d = 0; d < num_docs; d++) {
+        for (int p = 0; p < doc_length(d); p++) tokens[p] = base + d * DOC_STRIDE + p;
+        assert_int_equal(indexed_dataset_writer_add_document(w, tokens, doc_length(d)), 0);
+    }
+    assert_int_equal(indexed_dataset_writer_finish(w, err, sizeof(err)), 0);
+}
+
+static void one_source(DataConfig *data, const char *prefix, double s0, double s1, double s2, const char *cache) {
+    memset(data, 0, sizeof(*data));
+    data->num_train = 1;
+    snprintf(data->train[0].path, sizeof(data->train[0].path), "%s", prefix);
+    data->train[0].weight = 1.0;
+    data->split[0] = s0, data->split[1] = s1, data->split[2] = s2;
+    snprintf(data->cache_dir, sizeof(data->cache_dir), "%s", cache);
+}
+
+static DataLoader *create_ok(const DataConfig *data, DataSplit split, uint64_t seed, int64_t n) {
+    char err[2048] = "";
+    DataLoader *loader = data_loader_create(data, split, SEQ_LEN, seed, n, err, sizeof(err));
+    if (!loader) fail_msg("data_loader_create: %s", err);
+    assert_true(data_loader_num_samples(loader) >= n);
+    return loader;
+}
+
+/* Unshuffled samples are windows of seq_len + 1 tokens at stride seq_len over
+ * the concatenation of the shuffled epochs; each epoch holds every sequence. */
+static void test_sample_windows(void **state) {
+    char prefix[512], err[512];
+    make_dataset("windows", 30, 0, prefix, sizeof(prefix));
+    IndexedDataset ds;
+    assert_int_equal(indexed_dataset_open(&ds, prefix, err, sizeof(err)), 0);
+    GptSampleIndex gi;
+    assert_int_equal(gpt_index_build(&gi, &ds, 0, 30, SEQ_LEN, 7, 200, err, sizeof(err)), 0);
+    int64_t tokens_per_epoch = 0;
+    for (int d = 0; d < 30; d++) tokens_per_epoch += doc_length(d);
+    assert_true(gi.num_samples >= 200);
+    assert_int_equal(gi.num_samples, (gi.num_epochs * tokens_per_epoch - 1) / SEQ_LEN);
+    assert_true(((gi.num_epochs - 1) * tokens_per_epoch - 1) / SEQ_LEN < 200); /* fewest epochs */
+    assert_int_equal(gi.document_index_len, 30 * gi.num_epochs);
+    int32_t *stream = malloc(sizeof(int32_t) * (size_t)(gi.num_epochs * tokens_per_epoch));
+    int64_t n = 0;
+    for (int64_t e = 0; e < gi.num_epochs; e++) {
+        int seen[30] = {0};
+        for (int u = 0; u < 30; u++) {
+            int64_t d = gi.document_index[e * 30 + u];
+            assert_true(d >= 0 && d < 30);
+            seen[d]++;
+            for (int p = 0; p < doc_length((int)d); p++) stream[n++] = (int32_t)(d * DOC_STRIDE + p);
+        }
+        for (int d = 0; d < 30; d++) assert_int_equal(seen[d], 1);
+    }
+    int32_t sample[SEQ_LEN + 2], next[SEQ_LEN + 2];
+    for (int64_t k = 0; k < gi.num_samples; k++) {
+        sample[SEQ_LEN + 1] = -12345;
+        gpt_index_read_sample(&gi, &ds, SEQ_LEN, k, sample);
+        assert_int_equal(sample[SEQ_LEN + 1], -12345); /* exactly seq_len + 1 written */
+        for (int i = 0; i <= SEQ_LEN; i++) assert_int_equal(sample[i], stream[k * SEQ_LEN + i]);
+        if (k + 1 < gi.num_samples) {
+            gpt_index_read_sample(&gi, &ds, SEQ_LEN, k + 1, next);
+            assert_int_equal(sample[SEQ_LEN], next[0]); /* overlap of exactly one token */
+        }
+    }
+    /* The shuffle is a permutation. */
+    char *hit = calloc(gi.num_samples > 0 ? (size_t)gi.num_samples : 1, 1);
+    for (int64_t k = 0; k < gi.num_samples; k++) hit[gi.shuffle[k]]++;
+    for (int64_t k = 0; k < gi.num_samples; k++) assert_int_equal(hit[k], 1);
+    free(hit);
+    free(stream);
+    gpt_index_free(&gi);
+    indexed_dataset_close(&ds);
+}
+
+static void test_split_bounds(void **state) {
+    int64_t b[4];
+    gpt_split_bounds((double[3]){98, 2, 0}, 10, b);
+    assert_true(b[0] == 0 && b[1] == 10 && b[2] == 10 && b[3] == 10);
+    gpt_split_bounds((double[3]){1, 1, 1}, 10, b); /* round(3.33) x 3 = 9; Megatron shifts by the 1 missing */
+    assert_true(b[0] == 0 && b[1] == 4 && b[2] == 7 && b[3] == 10);
+    gpt_split_bounds((double[3]){80, 20, 0}, 40, b);
+    assert_true(b[1] == 32 && b[2] == 40 && b[3] == 40);
+    gpt_split_bounds((double[3]){0.5, 0.25, 0.25}, 10, b); /* 5, round(2.5) = 2 (half to even), 2 */
+    assert_true(b[1] == 6 && b[2] == 8 && b[3] == 10);
+}
+
+/* Mark the documents and tokens a loader's samples touch (tokens < 64 per doc). */
+static void collect(const DataLoader *loader, int num_docs, char *doc_seen, char *token_seen) {
+    int32_t sample[SEQ_LEN + 1];
+    for (int64_t i = 0; i < data_loader_num_samples(loader); i++) {
+        data_loader_get(loader, i, sample);
+        for (int t = 0; t <= SEQ_LEN; t++) {
+            int d = sample[t] / DOC_STRIDE, p = sample[t] % DOC_STRIDE;
+            assert_true(d >= 0 && d < num_docs && p < doc_length(d));
+            doc_seen[d] = 1;
+            token_seen[d * 64 + p] = 1;
+        }
+    }
+}
+
+static void test_coverage_and_disjoint_splits(void **state) {
+    char prefix[512];
+    make_dataset("splits", 40, 0, prefix, sizeof(prefix));
+    DataConfig data;
+    one_source(&data, prefix, 80, 20, 0, "");
+    int64_t train_tokens = 0, valid_tokens = 0;
+    for (int d = 0; d < 32; d++) train_tokens += doc_length(d);
+    for (int d = 32; d < 40; d++) valid_tokens += doc_length(d);
+    /* Ask for a bit more than one epoch so the whole first epoch is sampled. */
+    DataLoader *train = create_ok(&data, SPLIT_TRAIN, 3, train_tokens / SEQ_LEN + 2);
+    DataLoader *valid = create_ok(&data, SPLIT_VALID, 3, valid_tokens / SEQ_LEN + 2);
+    char train_docs[40] = {0}, valid_docs[40] = {0}, train_seen[40 * 64] = {0}, valid_seen[40 * 64] = {0};
+    collect(train, 40, train_docs, train_seen);
+    collect(valid, 40, valid_docs, valid_seen);
+    for (int d = 0; d < 40; d++) {
+        assert_false(train_docs[d] && valid_docs[d]);
+        for (int p = 0; p < doc_length(d); p++) {
+            assert_int_equal(train_seen[d * 64 + p], d < 32); /* every train token, no valid token */
+            assert_int_equal(valid_seen[d * 64 + p], d >= 32);
+        }
+    }
+    data_loader_free(train);
+    data_loader_free(valid);
+}
+
+static int same_samples(const DataLoader *a, const DataLoader *b) {
+    if (data_loader_num_samples(a) != data_loader_num_samples(b)) return 0;
+    int32_t x[SEQ_LEN + 1], y[SEQ_LEN + 1];
+    for (int64_t i = 0; i < data_loader_num_samples(a); i++) {
+        data_loader_get(a, i, x);
+        data_loader_get(b, i, y);
+        if (memcmp(x, y, sizeof(x)) != 0) return 0;
+    }
+    return 1;
+}
+
+static void test_seed_determinism(void **state) {
+    char prefix[512];
+    make_dataset("seeds", 50, 0, prefix, sizeof(prefix));
+    DataConfig data;
+    one_source(&data, prefix, 1, 0, 0, "");
+    DataLoader *a = create_ok(&data, SPLIT_TRAIN, 11, 300);
+    DataLoader *b = create_ok(&data, SPLIT_TRAIN, 11, 300);
+    DataLoader *c = create_ok(&data, SPLIT_TRAIN, 12, 300);
+    assert_true(same_samples(a, b));
+    assert_false(same_samples(a, c));
+    /* Index wraps; reads from many threads give the same bytes as one thread. */
+    int64_t n = data_loader_num_samples(a);
+    int32_t x[SEQ_LEN + 1], y[SEQ_LEN + 1];
+    data_loader_get(a, n + 5, x);
+    data_loader_get(a, 5, y);
+    assert_memory_equal(x, y, sizeof(x));
+    int32_t *serial = malloc(sizeof(int32_t) * (size_t)n * (SEQ_LEN + 1));
+    int32_t *parallel = malloc(sizeof(int32_t) * (size_t)n * (SEQ_LEN + 1));
+    for (int64_t i = 0; i < n; i++) data_loader_get(a, i, serial + i * (SEQ_LEN + 1));
+#pragma omp parallel for num_threads(4)
+    for (int64_t i = 0; i < n; i++) data_loader_get(a, i, parallel + i * (SEQ_LEN + 1));
+    assert_memory_equal(serial, parallel, sizeof(int32_t) * (size_t)n * (SEQ_LEN + 1));
+    free(serial);
+    free(parallel);
+    data_loader_free(a);
+    data_loader_free(b);
+    data_loader_free(c);
+}
+
+/* The greedy rule keeps every dataset within one sample of its share, at every prefix. */
+static void test_blend_indices(void **state) {
+    const double weight_sets[3][3] = {{0.5, 0.3, 0.2}, {0.7, 0.2, 0.1}, {1.0 / 3, 1.0 / 3, 1.0 / 3}};
+    enum { N = 2000 };
+    static int32_t which[N];
+    static int64_t index_in[N];
+    for (int s = 0; s < 3; s++) {
+        blend_build_indices(weight_sets[s], 3, N, which, index_in);
+        int64_t counts[3] = {0};
+        for (int i = 0; i < N; i++) {
+            assert_int_equal(index_in[i], counts[which[i]]); /* each dataset's samples in order */
+            counts[which[i]]++;
+            for (int d = 0; d < 3; d++) {
+                double off = (double)counts[d] - weight_sets[s][d] * (i + 1);
+                if (off > 1.0 || off < -1.0) fail_msg("set %d, prefix %d, dataset %d: %g off its share", s, i + 1, d, off);
+            }
+        }
+    }
+    assert_int_equal(blend_samples_per_dataset(0.3, 1000), 302); /* ceil(0.3 * 1000 * 1.005) = ceil(301.5) */
+}
+
+static void test_blended_loader(void **state) {
+    char a[512], b[512], c[512];
+    make_dataset("blend_a", 30, 0, a, sizeof(a));
+    make_dataset("blend_b", 30, 1000000, b, sizeof(b));
+    make_dataset("blend_c", 30, 2000000, c, sizeof(c));
+    DataConfig data;
+    one_source(&data, a, 1, 0, 0, "");
+    data.num_train = 3;
+    snprintf(data.train[1].path, sizeof(data.train[1].path), "%s", b);
+    snprintf(data.train[2].path, sizeof(data.train[2].path), "%s", c);
+    data.train[0].weight = 5, data.train[1].weight = 3, data.train[2].weight = 2;
+    const int n = 1000;
+    DataLoader *loader = create_ok(&data, SPLIT_TRAIN, 5, n);
+    assert_int_equal(data_loader_num_samples(loader), n);
+    int counts[3] = {0};
+    int32_t sample[SEQ_LEN + 1];
+    for (int i = 0; i < n; i++) {
+        data_loader_get(loader, i, sample);
+        int d = sample[0] / 1000000;
+        assert_true(d >= 0 && d < 3);
+        for (int t = 1; t <= SEQ_LEN; t++) assert_int_equal(sample[t] / 1000000, d); /* never mixed */
+        counts[d]++;
+    }
+    const double w[3] = {0.5, 0.3, 0.2};
+    for (int d = 0; d < 3; d++) assert_true(counts[d] >= w[d] * n - 1 && counts[d] <= w[d] * n + 1);
+    data_loader_free(loader);
+}
+
+static int find_cache_file(const char *dir, char *out, size_t outlen) {
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd), "ls '%s' 2>/dev/null | grep -c '\\.gptidx$'", dir);
+    FILE *p = popen(cmd, "r");
+    int count = 0;
+    if (fscanf(p, "%d", &count) != 1) count = -1;
+    pclose(p);
+    snprintf(cmd, sizeof(cmd), "ls '%s'/*.gptidx 2>/dev/null | head -n 1", dir);
+    p = popen(cmd, "r");
+    if (!fgets(out, (int)outlen, p)) out[0] = '\0';
+    pclose(p);
+    out[strcspn(out, "\n")] = '\0';
+    return count;
+}
+
+static void test_cache_written_and_reused(void **state) {
+    char prefix[512], cache_dir[600], cache_file[1024];
+    make_dataset("cached", 40, 0, prefix, sizeof(prefix));
+    snprintf(cache_dir, sizeof(cache_dir), "%s/run/data-cache", work_dir); /* parents do not exist yet */
+    DataConfig data;
+    one_source(&data, prefix, 1, 0, 0, cache_dir);
+    DataLoader *first = create_ok(&data, SPLIT_TRAIN, 9, 100);
+    assert_int_equal(find_cache_file(cache_dir, cache_file, sizeof(cache_file)), 1);
+    DataLoader *again = create_ok(&data, SPLIT_TRAIN, 9, 100);
+    assert_true(same_samples(first, again));
+    data_loader_free(again);
+
+    /* Swap two shuffle entries in the file: a loader that reads it shows the swap. */
+    FILE *f = fopen(cache_file, "r+b");
+    assert_non_null(f);
+    int64_t header[8];
+    assert_int_equal(fread(header, sizeof(header), 1, f), 1);
+    int64_t doc_len = header[6], samples = header[7];
+    long shuffle_at = (long)sizeof(header) + (long)(8 * (doc_len + 2 * samples));
+    int64_t s01[2], swapped[2];
+    fseek(f, shuffle_at, SEEK_SET);
+    assert_int_equal(fread(s01, sizeof(s01), 1, f), 1);
+    swapped[0] = s01[1], swapped[1] = s01[0];
+    fseek(f, shuffle_at, SEEK_SET);
+    assert_int_equal(fwrite(swapped, sizeof(swapped), 1, f), 1);
+    fclose(f);
+    DataLoader *from_file = create_ok(&data, SPLIT_TRAIN, 9, 100);
+    int32_t x[SEQ_LEN + 1], y[SEQ_LEN + 1];
+    data_loader_get(first, 0, x);
+    data_loader_get(from_file, 1, y);
+    assert_memory_equal(x, y, sizeof(x));
+    data_loader_free(from_file);
+
+    /* A truncated (corrupt) file is rebuilt; a deleted one too, with the same samples. */
+    struct stat st_good;
+    assert_int_equal(stat(cache_file, &st_good), 0);
+    assert_int_equal(truncate(cache_file, st_good.st_size - 8), 0);
+    DataLoader *rebuilt = create_ok(&data, SPLIT_TRAIN, 9, 100);
+    assert_true(same_samples(first, rebuilt));
+    struct stat st;
+    assert_int_equal(stat(cache_file, &st), 0);
+    assert_int_equal(st.st_size, st_good.st_size);
+    data_loader_free(rebuilt);
+    assert_int_equal(unlink(cache_file), 0);
+    rebuilt = create_ok(&data, SPLIT_TRAIN, 9, 100);
+    assert_true(same_samples(first, rebuilt));
+    data_loader_free(rebuilt);
+
+    /* Anything the index depends on gives another file. */
+    DataLoader *other = create_ok(&data, SPLIT_TRAIN, 10, 100);
+    assert_int_equal(find_cache_file(cache_dir, cache_file, sizeof(cache_file)), 2);
+    data_loader_free(other);
+    data_loader_free(first);
+}
+
+static void test_valid_sources_and_errors(void **state) {
+    char prefix[512], valid_prefix[512], err[2048] = "";
+    make_dataset("small", 10, 0, prefix, sizeof(prefix));
+    DataConfig data;
+    one_source(&data, prefix, 98, 2, 0, "");
+    assert_null(data_loader_create(&data, SPLIT_VALID, SEQ_LEN, 1, 10, err, sizeof(err)));
+    if (!strstr(err, "valid") || !strstr(err, prefix)) fail_msg("unhelpful error: %s", err);
+
+    /* data.valid, when given, is used whole. */
+    make_dataset("heldout", 6, 5000000, valid_prefix, sizeof(valid_prefix));
+    data.num_valid = 1;
+    snprintf(data.valid[0].path, sizeof(data.valid[0].path), "%s", valid_prefix);
+    data.valid[0].weight = 1;
+    DataLoader *valid = create_ok(&data, SPLIT_VALID, 1, 20);
+    int32_t sample[SEQ_LEN + 1];
+    char docs[6] = {0};
+    for (int64_t i = 0; i < data_loader_num_samples(valid); i++) {
+        data_loader_get(valid, i, sample);
+        for (int t = 0; t <= SEQ_LEN; t++) {
+            assert_true(sample[t] >= 5000000 && sample[t] < 5000000 + 6 * DOC_STRIDE);
+            docs[(sample[t] - 5000000) / DOC_STRIDE] = 1;
+        }
+    }
+    for (int d = 0; d < 6; d++) assert_int_equal(docs[d], doc_length(d) > 0);
+    data_loader_free(valid);
+
+    /* With data.valid given, train uses all of data.train whatever the split says. */
+    data.split[0] = 50, data.split[1] = 50;
+    int64_t train_tokens = 0;
+    for (int d = 0; d < 10; d++) train_tokens += doc_length(d);
+    DataLoader *train = create_ok(&data, SPLIT_TRAIN, 1, train_tokens / SEQ_LEN + 2);
+    char train_docs[10] = {0}, train_seen[10 * 64] = {0};
+    collect(train, 10, train_docs, train_seen);
+    for (int d = 0; d < 10; d++) assert_int_equal(train_docs[d], doc_length(d) > 0);
+    data_loader_free(train);
+
+    snprintf(data.train[0].path, sizeof(data.train[0].path), "%s/nowhere", work_dir);
+    assert_null(data_loader_create(&data, SPLIT_TRAIN, SEQ_LEN, 1, 10, err, sizeof(err)));
+    assert_non_null(strstr(err, "nowhere.idx"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_sample_windows, setup, teardown),
+        cmocka_unit_test(test_split_bounds),
+        cmocka_unit_test_setup_teardown(test_coverage_and_disjoint_splits, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_seed_determinism, setup, teardown),
+        cmocka_unit_test(test_blend_indices),
+        cmocka_unit_test_setup_teardown(test_blended_loader, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_written_and_reused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_valid_sources_and_errors, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
