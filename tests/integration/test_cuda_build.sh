@@ -7,5 +7,5 @@ NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 [[ -x "$NVCC" ]] || { echo "skipped: nvcc not found"; exit 77; }
 make --no-print-directory -j2 CUDA=1 BUILD=build/cuda build/cuda/megatrain
 test -x build/cuda/megatrain
-nm build/cuda/megatrain | grep -q ' T cuda_describe_devices' || { echo "CUDA host code not linked"; exit 1; }
+grep -q ' T cuda_describe_devices' < <(nm build/cuda/megatrain) || { echo "CUDA host code not linked"; exit 1; }
 build/cuda/megatrain --version

@@ -1,0 +1,43 @@
+// adamw.cu: the fused AdamW update over a flat fp32 parameter array, with the
+// optional bf16 shadow copy of the updated parameters written in the same pass.
+// Formula and argument meaning: src/backend/cuda/cuda_kernels.h.
+#include <cuda_bf16.h>
+#include <math.h>
+
+#include "../src/backend/cuda/cuda_kernels.h"
+#include "launch.cuh"
+
+// One thread per element, grid-stride: every element is read and written once.
+__global__ void adamw_kernel(float *__restrict__ params, const float *__restrict__ grads,
+                             float *__restrict__ exp_avg, float *__restrict__ exp_avg_sq,
+                             __nv_bfloat16 *__restrict__ params_bf16, size_t n, CudaAdamWArgs args) {
+    const float decay_factor = 1.0f - args.lr * args.weight_decay;
+    const float step_size = args.lr / args.bias_correction1;
+    const float inv_sqrt_bc2 = rsqrtf(args.bias_correction2);
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        const float g = grads[i] * args.grad_scale;
+        const float m = args.beta1 * exp_avg[i] + (1.0f - args.beta1) * g;
+        const float v = args.beta2 * exp_avg_sq[i] + (1.0f - args.beta2) * g * g;
+        exp_avg[i] = m;
+        exp_avg_sq[i] = v;
+        float p = params[i] * decay_factor;
+        p -= step_size * m / (sqrtf(v) * inv_sqrt_bc2 + args.eps);
+        params[i] = p;
+        if (params_bf16) params_bf16[i] = __float2bfloat16_rn(p);
+    }
+}
+
+extern "C" cudaError_t cuda_adamw_step(float *params, const float *grads, float *exp_avg, float *exp_avg_sq,
+                                       uint16_t *params_bf16, size_t n, const CudaAdamWArgs *args,
+                                       cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    if (!args || !(args->bias_correction1 > 0.0f) || !(args->bias_correction2 > 0.0f)) return cudaErrorInvalidValue;
+    adamw_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
+        params, grads, exp_avg, exp_avg_sq, reinterpret_cast<__nv_bfloat16 *>(params_bf16), n, *args);
+    return cudaGetLastError();
+}
+
+extern "C" void cuda_adamw_set_step(CudaAdamWArgs *args, long step) {
+    args->bias_correction1 = (float)(1.0 - pow((double)args->beta1, (double)step));
+    args->bias_correction2 = (float)(1.0 - pow((double)args->beta2, (double)step));
+}

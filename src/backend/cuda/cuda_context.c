@@ -1,0 +1,63 @@
+/* cuda_context.c: creates and releases a rank's CUDA state (device, stream,
+ * cuBLASLt handle and workspace); see cuda_context.h. */
+#include "cuda_context.h"
+
+#include <string.h>
+
+#include "../../core/error.h"
+
+static int cuda_failed(cudaError_t status, const char *call, int device, char *err, size_t errlen) {
+    mt_set_error(err, errlen, "CUDA device %d: %s failed: %s (%s)", device, call, cudaGetErrorString(status),
+                 cudaGetErrorName(status));
+    return -1;
+}
+
+int cuda_context_create(CudaContext *ctx, int device, char *err, size_t errlen) {
+    memset(ctx, 0, sizeof *ctx);
+    ctx->device = device;
+    int count = 0;
+    cudaError_t status = cudaGetDeviceCount(&count);
+    if (status != cudaSuccess) return cuda_failed(status, "cudaGetDeviceCount", device, err, errlen);
+    if (device < 0 || device >= count) {
+        mt_set_error(err, errlen, "CUDA device %d: this machine has %d GPU(s) (ordinals 0..%d)", device, count,
+                     count - 1);
+        return -1;
+    }
+    status = cudaSetDevice(device);
+    if (status != cudaSuccess) return cuda_failed(status, "cudaSetDevice", device, err, errlen);
+    status = cudaStreamCreateWithFlags(&ctx->stream, cudaStreamNonBlocking);
+    if (status != cudaSuccess) {
+        ctx->stream = NULL;
+        return cuda_failed(status, "cudaStreamCreateWithFlags", device, err, errlen);
+    }
+    cublasStatus_t lt_status = cublasLtCreate(&ctx->blaslt);
+    if (lt_status != CUBLAS_STATUS_SUCCESS) {
+        ctx->blaslt = NULL;
+        mt_set_error(err, errlen, "CUDA device %d: cublasLtCreate failed: %s", device,
+                     cublasLtGetStatusString(lt_status));
+        cuda_context_destroy(ctx);
+        return -1;
+    }
+    status = cudaMalloc(&ctx->blaslt_workspace, MT_CUBLASLT_WORKSPACE_BYTES);
+    if (status != cudaSuccess) {
+        ctx->blaslt_workspace = NULL;
+        cuda_failed(status, "cudaMalloc (cuBLASLt workspace)", device, err, errlen);
+        cuda_context_destroy(ctx);
+        return -1;
+    }
+    ctx->blaslt_workspace_bytes = MT_CUBLASLT_WORKSPACE_BYTES;
+    return 0;
+}
+
+void cuda_context_destroy(CudaContext *ctx) {
+    if (!ctx) return;
+    if (ctx->stream || ctx->blaslt || ctx->blaslt_workspace) cudaSetDevice(ctx->device);
+    if (ctx->stream) cudaStreamSynchronize(ctx->stream);
+    if (ctx->blaslt_workspace) cudaFree(ctx->blaslt_workspace);
+    if (ctx->blaslt) cublasLtDestroy(ctx->blaslt);
+    if (ctx->stream) cudaStreamDestroy(ctx->stream);
+    ctx->blaslt_workspace = NULL;
+    ctx->blaslt_workspace_bytes = 0;
+    ctx->blaslt = NULL;
+    ctx->stream = NULL;
+}
