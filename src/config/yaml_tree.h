@@ -7,6 +7,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#define MT_LOC_BUF 1200 /* room for "FILE:LINE" or an override's text */
+
 typedef enum { YNODE_SCALAR, YNODE_MAPPING, YNODE_SEQUENCE } YNodeKind;
 
 /* Where a node or key came from: a file and 1-based line, or an override
@@ -47,10 +49,13 @@ void ytree_free(YNode *node);
 YEntry *ytree_entry(const YNode *map, const char *key);
 YNode *ytree_get(const YNode *map, const char *key);
 
+/* The key is there with a non-null value (a null value means "not given"). */
+bool ytree_has(const YNode *map, const char *key);
+
 /* True for a plain null scalar: null, Null, NULL, ~ or empty. */
 bool ytree_is_null(const YNode *node);
 
-/* "a mapping", "a list", "null" or "'text'" for messages. */
+/* "a mapping", "a list", "null", "'text'" or "the string \"text\"" for messages. */
 const char *ytree_describe(const YNode *node, char *buf, size_t buflen);
 
 /* Set `value` at dotted `path` in `root`, creating mappings along the way

@@ -1,0 +1,133 @@
+/* recipe_custom_data.c: data.train / data.valid (a prefix, or a list of
+ * {path, weight} or prefixes) and data.split ([train, valid, test] weights
+ * or Megatron's "98,2,0"). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "recipe_schema.h"
+
+static const RecipeKey source_keys[] = {
+    {.name = "path", .type = KT_STRING, .offset = offsetof(DataSource, path), .size = MT_PATH_MAX, .required = true},
+    {.name = "weight", .type = KT_DOUBLE, .offset = offsetof(DataSource, weight), .ranged = true, .min = 0,
+     .max = MT_NO_MAX, .above_min = true},
+    {0},
+};
+
+static int read_one_source(DataSource *source, const YNode *node, YLoc loc, const char *path, char *err, size_t errlen) {
+    char found[128];
+    source->weight = 1.0;
+    if (node->kind == YNODE_MAPPING) return read_section(source, source_keys, node, loc, path, err, errlen);
+    if (node->kind != YNODE_SCALAR || ytree_is_null(node))
+        return key_error(err, errlen, loc, path, "expected a dataset prefix or {path, weight}, found %s",
+                         ytree_describe(node, found, sizeof found));
+    if (strlen(node->text) >= MT_PATH_MAX)
+        return key_error(err, errlen, loc, path, "expected a path of at most %d characters", MT_PATH_MAX - 1);
+    memcpy(source->path, node->text, strlen(node->text) + 1);
+    return 0;
+}
+
+static int read_sources(DataSource *sources, int *count, const YEntry *entry, const char *path, char *err,
+                        size_t errlen) {
+    const YNode *node = entry->value;
+    char item_path[MT_KEY_PATH_MAX];
+    memset(sources, 0, sizeof(DataSource) * MT_MAX_DATA_SOURCES);
+    *count = 0;
+    if (node->kind != YNODE_SEQUENCE) {
+        if (node->kind == YNODE_MAPPING || (node->kind == YNODE_SCALAR && !ytree_is_null(node))) {
+            *count = 1;
+            return read_one_source(&sources[0], node, entry->loc, path, err, errlen);
+        }
+        return key_error(err, errlen, entry->loc, path, "expected a list of {path, weight}, found null");
+    }
+    if (node->count == 0 || node->count > MT_MAX_DATA_SOURCES)
+        return key_error(err, errlen, entry->loc, path, "expected a list of 1..%d data sources, found %d",
+                         MT_MAX_DATA_SOURCES, node->count);
+    for (int i = 0; i < node->count; i++) {
+        snprintf(item_path, sizeof item_path, "%s[%d]", path, i);
+        if (read_one_source(&sources[i], node->entries[i].value, node->entries[i].loc, item_path, err, errlen) != 0)
+            return -1;
+    }
+    *count = node->count;
+    return 0;
+}
+
+int read_train_sources(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
+    DataConfig *data = base;
+    return read_sources(data->train, &data->num_train, entry, path, err, errlen);
+}
+
+int read_valid_sources(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
+    DataConfig *data = base;
+    if (ytree_is_null(entry->value)) {
+        memset(data->valid, 0, sizeof data->valid);
+        data->num_valid = 0;
+        return 0;
+    }
+    return read_sources(data->valid, &data->num_valid, entry, path, err, errlen);
+}
+
+static void write_sources(FILE *out, const DataSource *sources, int count, const char *name, int indent) {
+    fprintf(out, "%*s%s:", indent, "", name);
+    if (count == 0) {
+        fprintf(out, " null\n");
+        return;
+    }
+    fputc('\n', out);
+    for (int i = 0; i < count; i++) {
+        fprintf(out, "%*s- {path: ", indent + 2, "");
+        write_yaml_string(out, sources[i].path);
+        fprintf(out, ", weight: ");
+        write_yaml_double(out, sources[i].weight);
+        fprintf(out, "}\n");
+    }
+}
+
+void write_train_sources(FILE *out, const void *base, const char *name, int indent) {
+    const DataConfig *data = base;
+    write_sources(out, data->train, data->num_train, name, indent);
+}
+
+void write_valid_sources(FILE *out, const void *base, const char *name, int indent) {
+    const DataConfig *data = base;
+    write_sources(out, data->valid, data->num_valid, name, indent);
+}
+
+int read_split(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
+    DataConfig *data = base;
+    const YNode *node = entry->value;
+    char found[128];
+    double split[3];
+    if (node->kind == YNODE_SEQUENCE && node->count == 3) {
+        for (int i = 0; i < 3; i++)
+            if (yscalar_double(node->entries[i].value, &split[i]) != 0 || split[i] < 0)
+                return key_error(err, errlen, node->entries[i].loc, path, "expected weights >= 0, found %s",
+                                 ytree_describe(node->entries[i].value, found, sizeof found));
+    } else if (node->kind == YNODE_SCALAR && !ytree_is_null(node)) {
+        char *end = NULL;
+        const char *p = node->text;
+        for (int i = 0; i < 3; i++) {
+            split[i] = strtod(p, &end);
+            if (end == p || split[i] < 0 || (i < 2 && *end != ',' && *end != '/') || (i == 2 && *end != '\0'))
+                return key_error(err, errlen, entry->loc, path, "expected [train, valid, test] weights like [98, 2, 0], found %s",
+                                 ytree_describe(node, found, sizeof found));
+            p = end + 1;
+        }
+    } else {
+        return key_error(err, errlen, entry->loc, path, "expected [train, valid, test] weights like [98, 2, 0], found %s",
+                         node->kind == YNODE_SEQUENCE ? "a list of another length" : ytree_describe(node, found, sizeof found));
+    }
+    if (split[0] <= 0)
+        return key_error(err, errlen, entry->loc, path, "expected a positive train weight, found %g", split[0]);
+    memcpy(data->split, split, sizeof split);
+    return 0;
+}
+
+void write_split(FILE *out, const void *base, const char *name, int indent) {
+    const DataConfig *data = base;
+    fprintf(out, "%*s%s: [", indent, "", name);
+    for (int i = 0; i < 3; i++) {
+        if (i) fprintf(out, ", ");
+        write_yaml_double(out, data->split[i]);
+    }
+    fprintf(out, "]\n");
+}

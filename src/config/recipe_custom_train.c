@@ -1,0 +1,212 @@
+/* recipe_custom_train.c: train and optimizer keys that are not plain
+ * scalars: steps XOR tokens, the global batch size or its schedule (a step
+ * list or Megatron's token-threshold string), optimizer.type and betas. */
+#include <ctype.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "recipe_schema.h"
+
+int read_optimizer_type(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
+    char found[128];
+    if (entry->value->kind != YNODE_SCALAR || strcmp(entry->value->text, "adamw") != 0)
+        return key_error(err, errlen, entry->loc, path, "expected one of adamw, found %s",
+                         ytree_describe(entry->value, found, sizeof found));
+    return 0;
+}
+
+void write_optimizer_type(FILE *out, const void *base, const char *name, int indent) {
+    fprintf(out, "%*s%s: adamw\n", indent, "", name);
+}
+
+int read_betas(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
+    OptimizerConfig *opt = base;
+    const YNode *node = entry->value;
+    char found[128];
+    double beta[2];
+    if (node->kind != YNODE_SEQUENCE || node->count != 2)
+        return key_error(err, errlen, entry->loc, path, "expected a list of two numbers [beta1, beta2], found %s",
+                         node->kind == YNODE_SEQUENCE ? "a list of another length" : ytree_describe(node, found, sizeof found));
+    for (int i = 0; i < 2; i++) {
+        const YNode *item = node->entries[i].value;
+        if (yscalar_double(item, &beta[i]) != 0 || beta[i] < 0 || beta[i] >= 1)
+            return key_error(err, errlen, node->entries[i].loc, path, "expected beta%d in [0, 1), found %s", i + 1,
+                             ytree_describe(item, found, sizeof found));
+    }
+    opt->beta1 = beta[0];
+    opt->beta2 = beta[1];
+    return 0;
+}
+
+void write_betas(FILE *out, const void *base, const char *name, int indent) {
+    const OptimizerConfig *opt = base;
+    fprintf(out, "%*s%s: [", indent, "", name);
+    write_yaml_double(out, opt->beta1);
+    fprintf(out, ", ");
+    write_yaml_double(out, opt->beta2);
+    fprintf(out, "]\n");
+}
+
+int read_steps(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
+    long long steps;
+    if (read_integer(entry->value, entry->loc, path, 1, 1LL << 53, &steps, err, errlen) != 0) return -1;
+    ((TrainConfig *)base)->steps = (long)steps;
+    return 0;
+}
+
+int read_tokens(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
+    char found[128];
+    double tokens;
+    if (entry->value->kind != YNODE_SCALAR || parse_token_count(entry->value->text, &tokens) != 0 || tokens < 1)
+        return key_error(err, errlen, entry->loc, path, "expected a positive token count like 2400000000 or 2.4B, found %s",
+                         ytree_describe(entry->value, found, sizeof found));
+    ((TrainConfig *)base)->tokens = tokens;
+    return 0;
+}
+
+void write_steps_or_tokens(FILE *out, const void *base, const char *name, int indent) {
+    const TrainConfig *train = base;
+    if (train->steps > 0) fprintf(out, "%*ssteps: %ld\n", indent, "", train->steps);
+    if (train->tokens > 0) {
+        fprintf(out, "%*stokens: ", indent, "");
+        write_token_count(out, train->tokens);
+        fputc('\n', out);
+    }
+}
+
+/* Megatron's "0:16 2.4B:320 4.8B:624" into token-based stages. */
+static int parse_token_schedule(TrainConfig *train, const YEntry *entry, const char *path, char *err, size_t errlen) {
+    const char *text = entry->value->text;
+    char item[128];
+    int count = 0;
+    const char *p = text;
+    for (;;) {
+        while (isspace((unsigned char)*p) || *p == ',') p++;
+        if (*p == '\0') break;
+        const char *token = p;
+        size_t token_len = strcspn(p, " \t\r\n,");
+        size_t len = token_len < sizeof item ? token_len : sizeof item - 1;
+        memcpy(item, p, len);
+        item[len] = '\0';
+        p += token_len;
+        char *colon = strchr(item, ':');
+        double start;
+        char *end;
+        long batch = 0;
+        if (colon) {
+            *colon = '\0';
+            batch = strtol(colon + 1, &end, 10);
+        }
+        if (!colon || *end != '\0' || colon[1] == '\0' || batch < 1 || parse_token_count(item, &start) != 0)
+            return key_error(err, errlen, entry->loc, path,
+                             "expected TOKENS:BATCH items like \"0:16 2.4B:320\", found '%.*s' in '%s'", (int)token_len, token, text);
+        if (count == MT_MAX_BATCH_STAGES)
+            return key_error(err, errlen, entry->loc, path, "expected at most %d stages", MT_MAX_BATCH_STAGES);
+        if (count == 0 && start != 0)
+            return key_error(err, errlen, entry->loc, path, "expected the first threshold to be 0, found %s", item);
+        if (count > 0 && start <= train->batch_stages[count - 1].start)
+            return key_error(err, errlen, entry->loc, path, "expected increasing thresholds, found %s after %.17g", item,
+                             train->batch_stages[count - 1].start);
+        train->batch_stages[count++] = (BatchStage){start, batch};
+    }
+    if (count == 0)
+        return key_error(err, errlen, entry->loc, path, "expected TOKENS:BATCH items like \"0:16 2.4B:320\", found ''");
+    train->num_batch_stages = count;
+    train->batch_stages_in_tokens = true;
+    return 0;
+}
+
+static int reject_second_batch(const TrainConfig *train, const YEntry *entry, const char *path, char *err,
+                               size_t errlen) {
+    if (train->num_batch_stages == 0) return 0;
+    return key_error(err, errlen, entry->loc, path,
+                     "found both train.global_batch_size and train.batch_schedule, expected only one of them");
+}
+
+int read_global_batch_size(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
+    TrainConfig *train = base;
+    const YNode *node = entry->value;
+    char found[128];
+    long long batch;
+    if (reject_second_batch(train, entry, path, err, errlen) != 0) return -1;
+    if (yscalar_long(node, &batch) == 0) {
+        if (batch < 1)
+            return key_error(err, errlen, entry->loc, path, "expected a positive integer, found %lld", batch);
+        train->num_batch_stages = 1;
+        train->batch_stages_in_tokens = false;
+        train->batch_stages[0] = (BatchStage){0, (long)batch};
+        return 0;
+    }
+    if (node->kind == YNODE_SCALAR && strchr(node->text, ':')) return parse_token_schedule(train, entry, path, err, errlen);
+    return key_error(err, errlen, entry->loc, path,
+                     "expected a positive integer or a schedule like \"0:16 2.4B:320\", found %s",
+                     ytree_describe(node, found, sizeof found));
+}
+
+typedef struct StepStage {
+    long step;
+    long global_batch_size;
+} StepStage;
+
+static const RecipeKey stage_keys[] = {
+    {.name = "step", .type = KT_LONG, .offset = offsetof(StepStage, step), .ranged = true, .min = 0, .max = MT_NO_MAX,
+     .required = true},
+    {.name = "global_batch_size", .type = KT_LONG, .offset = offsetof(StepStage, global_batch_size), .ranged = true,
+     .min = 1, .max = MT_NO_MAX, .required = true},
+    {0},
+};
+
+int read_batch_schedule(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
+    TrainConfig *train = base;
+    const YNode *node = entry->value;
+    char found[128], item_path[MT_KEY_PATH_MAX];
+    if (reject_second_batch(train, entry, path, err, errlen) != 0) return -1;
+    if (node->kind == YNODE_SCALAR && !ytree_is_null(node)) return parse_token_schedule(train, entry, path, err, errlen);
+    if (node->kind != YNODE_SEQUENCE || node->count == 0)
+        return key_error(err, errlen, entry->loc, path,
+                         "expected a list of {step, global_batch_size} or a string like \"0:16 2.4B:320\", found %s",
+                         node->kind == YNODE_SEQUENCE ? "an empty list" : ytree_describe(node, found, sizeof found));
+    if (node->count > MT_MAX_BATCH_STAGES)
+        return key_error(err, errlen, entry->loc, path, "expected at most %d stages, found %d", MT_MAX_BATCH_STAGES,
+                         node->count);
+    for (int i = 0; i < node->count; i++) {
+        const YEntry *item = &node->entries[i];
+        StepStage stage = {0};
+        snprintf(item_path, sizeof item_path, "%s[%d]", path, i);
+        if (read_section(&stage, stage_keys, item->value, item->loc, item_path, err, errlen) != 0) return -1;
+        if (i == 0 && stage.step != 0)
+            return key_error(err, errlen, item->loc, item_path, "expected the first stage at step 0, found step %ld",
+                             stage.step);
+        if (i > 0 && stage.step <= (long)train->batch_stages[i - 1].start)
+            return key_error(err, errlen, item->loc, item_path, "expected steps in increasing order, found %ld after %.0f",
+                             stage.step, train->batch_stages[i - 1].start);
+        train->batch_stages[i] = (BatchStage){(double)stage.step, stage.global_batch_size};
+    }
+    train->num_batch_stages = node->count;
+    train->batch_stages_in_tokens = false;
+    return 0;
+}
+
+void write_batch(FILE *out, const void *base, const char *name, int indent) {
+    const TrainConfig *train = base;
+    if (train->batch_stages_in_tokens) {
+        fprintf(out, "%*sbatch_schedule: \"", indent, "");
+        for (int i = 0; i < train->num_batch_stages; i++) {
+            fprintf(out, "%s", i ? " " : "");
+            write_token_count(out, train->batch_stages[i].start);
+            fprintf(out, ":%ld", train->batch_stages[i].global_batch_size);
+        }
+        fprintf(out, "\"\n");
+    } else if (train->num_batch_stages == 1) {
+        fprintf(out, "%*sglobal_batch_size: %ld\n", indent, "", train->batch_stages[0].global_batch_size);
+    } else {
+        fprintf(out, "%*sbatch_schedule:\n", indent, "");
+        for (int i = 0; i < train->num_batch_stages; i++)
+            fprintf(out, "%*s- {step: %.0f, global_batch_size: %ld}\n", indent + 2, "", train->batch_stages[i].start,
+                    train->batch_stages[i].global_batch_size);
+    }
+}
+
+void write_nothing(FILE *out, const void *base, const char *name, int indent) {
+    (void)out, (void)base, (void)name, (void)indent;
+}

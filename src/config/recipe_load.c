@@ -1,0 +1,137 @@
+/* recipe_load.c: recipe_load and model_config_load: parse the YAML tree,
+ * replace a `model: PATH` by that file's tree, apply --set overrides, read
+ * the keys into the struct, fill derived defaults and validate. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "recipe_schema.h"
+#include "../core/error.h"
+
+/* Find model file `name`: as given (relative to the current directory),
+ * else in the recipe's directory and each of its parents. */
+static int find_model_file(const char *name, const char *recipe_path, char *out, size_t outlen) {
+    if (name[0] == '/' || access(name, R_OK) == 0) {
+        snprintf(out, outlen, "%s", name);
+        return access(name, R_OK) == 0 ? 0 : -1;
+    }
+    char dir[PATH_MAX], cwd[PATH_MAX], candidate[2 * PATH_MAX];
+    char recipe_dir[PATH_MAX];
+    snprintf(recipe_dir, sizeof recipe_dir, "%s", recipe_path);
+    char *slash = strrchr(recipe_dir, '/');
+    if (slash) *slash = '\0';
+    else snprintf(recipe_dir, sizeof recipe_dir, ".");
+    if (!realpath(recipe_dir, dir)) return -1;
+    if (!getcwd(cwd, sizeof cwd)) cwd[0] = '\0';
+    size_t cwd_len = strlen(cwd);
+    for (;;) {
+        snprintf(candidate, sizeof candidate, "%s/%s", strcmp(dir, "/") == 0 ? "" : dir, name);
+        if (access(candidate, R_OK) == 0) {
+            /* shown relative to the current directory when it lies below it */
+            bool below = cwd_len > 1 && strncmp(candidate, cwd, cwd_len) == 0 && candidate[cwd_len] == '/';
+            const char *shown = below ? candidate + cwd_len + 1 : candidate;
+            if (strlen(shown) >= outlen) return -1;
+            memcpy(out, shown, strlen(shown) + 1);
+            return 0;
+        }
+        char *last = strrchr(dir, '/');
+        if (!last || strcmp(dir, "/") == 0) return -1;
+        if (last == dir) last[1] = '\0';
+        else *last = '\0';
+    }
+}
+
+/* When `model:` is a string, replace it by the tree of that file. */
+static int graft_model_file(YNode *root, const char *recipe_path, char *err, size_t errlen) {
+    YEntry *entry = ytree_entry(root, "model");
+    if (!entry || entry->value->kind != YNODE_SCALAR || ytree_is_null(entry->value)) return 0;
+    char found[MT_PATH_MAX];
+    if (find_model_file(entry->value->text, recipe_path, found, sizeof found) != 0)
+        return key_error(err, errlen, entry->loc, "model",
+                         "expected a mapping or the path of a model file, found '%s', which is neither in the current "
+                         "directory nor beside the recipe or in a directory above it",
+                         entry->value->text);
+    YNode *model = ytree_load_file(found, err, errlen);
+    if (!model) return -1;
+    if (model->kind != YNODE_MAPPING) {
+        char what[128];
+        YLoc loc = {found, model->loc.line ? model->loc.line : 1};
+        key_error(err, errlen, loc, "model", "expected a mapping of model keys in %s, found %s", found,
+                  ytree_describe(model, what, sizeof what));
+        ytree_free(model);
+        return -1;
+    }
+    ytree_free(entry->value);
+    entry->value = model;
+    return 0;
+}
+
+static int apply_override(YNode *root, const char *text, char *err, size_t errlen) {
+    const char *equals = strchr(text, '=');
+    if (!equals || equals == text) {
+        mt_set_error(err, errlen, "--set %s: expected key.path=value (for example --set train.steps=20)", text);
+        return -1;
+    }
+    char origin[MT_PATH_MAX + 8], key[MT_KEY_PATH_MAX];
+    snprintf(origin, sizeof origin, "--set %s", text);
+    size_t key_len = (size_t)(equals - text);
+    if (key_len >= sizeof key) {
+        mt_set_error(err, errlen, "%s: key path too long", origin);
+        return -1;
+    }
+    memcpy(key, text, key_len);
+    key[key_len] = '\0';
+    YNode *value = ytree_load_string(equals + 1, origin, err, errlen);
+    if (!value) return -1;
+    YLoc loc = {origin, 0};
+    return ytree_set_path(root, key, value, loc, err, errlen);
+}
+
+static int load_tree(Recipe *recipe, YNode *root, const char *const *overrides, int num_overrides, char *err,
+                     size_t errlen) {
+    YLoc top = {recipe->source_path, 1};
+    char what[128];
+    if (root->kind != YNODE_MAPPING)
+        return key_error(err, errlen, root->loc.line ? root->loc : top, "(top level)",
+                         "expected a mapping of recipe keys (run, model, train, ...), found %s",
+                         ytree_describe(root, what, sizeof what));
+    if (graft_model_file(root, recipe->source_path, err, errlen) != 0) return -1;
+    for (int i = 0; i < num_overrides; i++)
+        if (apply_override(root, overrides[i], err, errlen) != 0) return -1;
+    if (graft_model_file(root, recipe->source_path, err, errlen) != 0) return -1; /* --set model=PATH */
+    return read_section(recipe, recipe_root_keys, root, top, "", err, errlen);
+}
+
+int recipe_load(Recipe *recipe, const char *path, const char *const *overrides, int num_overrides, int world_size,
+                char *err, size_t errlen) {
+    recipe_set_defaults(recipe);
+    if (strlen(path) >= sizeof recipe->source_path) {
+        mt_set_error(err, errlen, "%s: recipe path too long", path);
+        return -1;
+    }
+    snprintf(recipe->source_path, sizeof recipe->source_path, "%s", path);
+    YNode *root = ytree_load_file(path, err, errlen);
+    if (!root) return -1;
+    int rc = load_tree(recipe, root, overrides, num_overrides, err, errlen);
+    if (rc == 0) {
+        recipe_fill_derived(recipe, root);
+        rc = recipe_validate(recipe, root, world_size, err, errlen);
+    }
+    ytree_free(root);
+    return rc;
+}
+
+int model_config_load(ModelConfig *model, const char *path, char *err, size_t errlen) {
+    model_set_defaults(model);
+    YNode *root = ytree_load_file(path, err, errlen);
+    if (!root) return -1;
+    YLoc top = {(char *)path, 1};
+    int rc = read_section(model, recipe_model_keys, root, top, "", err, errlen);
+    if (rc == 0) {
+        model_fill_derived(model, root);
+        rc = model_validate(model, root, top, "", err, errlen);
+    }
+    ytree_free(root);
+    return rc;
+}

@@ -1,0 +1,51 @@
+/* recipe_names.c: enum spellings, token counts ("2.4B") and the data
+ * parallel size of a layout. */
+#include <ctype.h>
+#include <math.h>
+#include <stdlib.h>
+
+#include "recipe_schema.h"
+
+const char *model_family_name(ModelFamily family) {
+    return family >= FAMILY_LLAMA && family <= FAMILY_QWEN3_MOE ? family_names[family] : "unknown";
+}
+
+const char *lr_decay_name(LrDecay decay) {
+    return decay >= DECAY_CONSTANT && decay <= DECAY_WSD ? decay_names[decay] : "unknown";
+}
+
+const char *wsd_decay_style_name(WsdDecayStyle style) {
+    return style >= WSD_EXPONENTIAL && style <= WSD_MINUS_SQRT ? wsd_style_names[style] : "unknown";
+}
+
+const char *dtype_name(DType dtype) {
+    return dtype == DTYPE_FP32 || dtype == DTYPE_BF16 ? dtype_names[dtype] : "unknown";
+}
+
+int parse_token_count(const char *text, double *out) {
+    if (!text) return -1;
+    while (isspace((unsigned char)*text)) text++;
+    char *end;
+    double value = strtod(text, &end);
+    if (end == text || !isfinite(value) || value < 0) return -1;
+    double scale = 1;
+    switch (*end) {
+    case 'K': case 'k': scale = 1e3; end++; break;
+    case 'M': case 'm': scale = 1e6; end++; break;
+    case 'B': case 'b': case 'G': case 'g': scale = 1e9; end++; break;
+    case 'T': case 't': scale = 1e12; end++; break;
+    default: break;
+    }
+    while (isspace((unsigned char)*end)) end++;
+    if (*end != '\0') return -1;
+    value = round(value * scale);
+    if (!isfinite(value)) return -1;
+    *out = value;
+    return 0;
+}
+
+int recipe_dp_size(const Recipe *recipe, int world_size) {
+    long model_parallel = (long)recipe->parallel.tp * recipe->parallel.pp * recipe->parallel.cp;
+    if (model_parallel <= 0 || world_size <= 0 || world_size % model_parallel != 0) return 0;
+    return (int)(world_size / model_parallel);
+}

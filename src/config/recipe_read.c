@@ -1,0 +1,252 @@
+/* recipe_read.c: the table-driven walk of a YAML mapping into a config
+ * struct: scalar parsing, type and range errors, unknown keys with
+ * "did you mean" suggestions, required keys. */
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "recipe_schema.h"
+#include "../core/error.h"
+
+int key_error(char *err, size_t errlen, YLoc loc, const char *path, const char *fmt, ...) {
+    char where[MT_LOC_BUF], message[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    mt_set_error(err, errlen, "%s: %s: %s", yloc_format(loc, where, sizeof where), path, message);
+    return -1;
+}
+
+const char *join_path(char *buf, size_t buflen, const char *prefix, const char *name) {
+    if (prefix[0]) snprintf(buf, buflen, "%s.%s", prefix, name);
+    else snprintf(buf, buflen, "%s", name);
+    return buf;
+}
+
+int yscalar_double(const YNode *node, double *out) {
+    if (!node || node->kind != YNODE_SCALAR || node->quoted || node->text[0] == '\0') return -1;
+    char *end;
+    errno = 0;
+    double value = strtod(node->text, &end);
+    if (*end != '\0' || errno == ERANGE || !isfinite(value)) return -1;
+    *out = value;
+    return 0;
+}
+
+int yscalar_long(const YNode *node, long long *out) {
+    if (!node || node->kind != YNODE_SCALAR || node->quoted || node->text[0] == '\0') return -1;
+    char *end;
+    errno = 0;
+    long long value = strtoll(node->text, &end, 10);
+    if (*end == '\0' && errno == 0) {
+        *out = value;
+        return 0;
+    }
+    /* also accept integral numbers written like 1e5 or 100.0 */
+    double real;
+    if (yscalar_double(node, &real) == 0 && real == floor(real) && fabs(real) <= 9007199254740992.0) {
+        *out = (long long)real;
+        return 0;
+    }
+    return -1;
+}
+
+int yscalar_bool(const YNode *node, bool *out) {
+    static const char *const yes[] = {"true", "True", "TRUE", "yes", "Yes", "YES", "on", "On", "ON", NULL};
+    static const char *const no[] = {"false", "False", "FALSE", "no", "No", "NO", "off", "Off", "OFF", NULL};
+    if (!node || node->kind != YNODE_SCALAR || node->quoted) return -1;
+    for (int i = 0; yes[i]; i++)
+        if (strcmp(node->text, yes[i]) == 0) { *out = true; return 0; }
+    for (int i = 0; no[i]; i++)
+        if (strcmp(node->text, no[i]) == 0) { *out = false; return 0; }
+    return -1;
+}
+
+static const char *integer_expectation(char *buf, size_t buflen, long long min, long long max) {
+    if (max < LLONG_MAX && max < INT_MAX && min > INT_MIN) snprintf(buf, buflen, "an integer in %lld..%lld", min, max);
+    else if (min == 1) snprintf(buf, buflen, "a positive integer");
+    else if (min > INT_MIN) snprintf(buf, buflen, "an integer >= %lld", min);
+    else snprintf(buf, buflen, "an integer");
+    return buf;
+}
+
+int read_integer(const YNode *node, YLoc loc, const char *path, long long min, long long max, long long *out,
+                 char *err, size_t errlen) {
+    char expect[96], found[128];
+    long long value;
+    if (yscalar_long(node, &value) != 0 || value < min || value > max)
+        return key_error(err, errlen, loc, path, "expected %s, found %s", integer_expectation(expect, sizeof expect, min, max),
+                         ytree_describe(node, found, sizeof found));
+    *out = value;
+    return 0;
+}
+
+int read_number(const YNode *node, YLoc loc, const char *path, double min, double max, bool above_min,
+                double *out, char *err, size_t errlen) {
+    char expect[96], found[128];
+    double value;
+    if (max < MT_NO_MAX) snprintf(expect, sizeof expect, "a number in %s%g, %g]", above_min ? "(" : "[", min, max);
+    else if (min > -MT_NO_MAX) snprintf(expect, sizeof expect, "a number %s %g", above_min ? ">" : ">=", min);
+    else snprintf(expect, sizeof expect, "a number");
+    if (yscalar_double(node, &value) != 0 || value < min || value > max || (above_min && value <= min))
+        return key_error(err, errlen, loc, path, "expected %s, found %s", expect, ytree_describe(node, found, sizeof found));
+    *out = value;
+    return 0;
+}
+
+static int edit_distance(const char *a, const char *b) {
+    size_t la = strlen(a), lb = strlen(b);
+    if (la > 63 || lb > 63) return 99;
+    int row[64];
+    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
+    for (size_t i = 1; i <= la; i++) {
+        int diagonal = row[0];
+        row[0] = (int)i;
+        for (size_t j = 1; j <= lb; j++) {
+            int above = row[j];
+            int best = diagonal + (a[i - 1] != b[j - 1]);
+            if (above + 1 < best) best = above + 1;
+            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+            row[j] = best;
+            diagonal = above;
+        }
+    }
+    return row[lb];
+}
+
+const RecipeKey *find_key(const RecipeKey *keys, const char *name) {
+    for (const RecipeKey *key = keys; key->name; key++)
+        if (strcmp(key->name, name) == 0) return key;
+    return NULL;
+}
+
+const char *suggest_key(const RecipeKey *keys, const char *name) {
+    const char *best = NULL;
+    int best_distance = 3;
+    size_t len = strlen(name);
+    for (const RecipeKey *key = keys; key->name; key++) {
+        int d = edit_distance(name, key->name);
+        if (d >= 3 && len >= 4 && strncmp(key->name, name, len) == 0) d = 2; /* "warmup" -> "warmup_steps" */
+        if (d < best_distance && d < (int)strlen(name)) {
+            best = key->name;
+            best_distance = d;
+        }
+    }
+    return best;
+}
+
+static int unknown_key(const RecipeKey *keys, const YEntry *entry, const char *prefix, char *err, size_t errlen) {
+    char where[MT_LOC_BUF], path[MT_KEY_PATH_MAX], hint[MT_KEY_PATH_MAX];
+    join_path(path, sizeof path, prefix, entry->key);
+    const char *guess = suggest_key(keys, entry->key);
+    if (guess) {
+        mt_set_error(err, errlen, "%s: unknown key '%s' (did you mean '%s'?)", yloc_format(entry->loc, where, sizeof where),
+                     path, join_path(hint, sizeof hint, prefix, guess));
+        return -1;
+    }
+    char list[512] = "";
+    for (const RecipeKey *key = keys; key->name; key++) {
+        size_t used = strlen(list);
+        snprintf(list + used, sizeof list - used, "%s%s", used ? ", " : "", key->name);
+    }
+    mt_set_error(err, errlen, "%s: unknown key '%s' (valid keys%s%s: %s)", yloc_format(entry->loc, where, sizeof where), path,
+                 prefix[0] ? " in " : "", prefix, list);
+    return -1;
+}
+
+static int read_choice(const RecipeKey *key, const YNode *node, YLoc loc, const char *path, char *err, size_t errlen) {
+    char list[256] = "", found[128];
+    if (node->kind == YNODE_SCALAR && !ytree_is_null(node))
+        for (int i = 0; key->names[i]; i++)
+            if (strcmp(node->text, key->names[i]) == 0) return i;
+    for (int i = 0; key->names[i]; i++) {
+        size_t used = strlen(list);
+        snprintf(list + used, sizeof list - used, "%s%s", i ? " | " : "", key->names[i]);
+    }
+    return key_error(err, errlen, loc, path, "expected one of %s, found %s", list, ytree_describe(node, found, sizeof found));
+}
+
+static int read_key(void *base, const RecipeKey *key, const YEntry *entry, const char *path, char *err, size_t errlen) {
+    const YNode *node = entry->value;
+    char *field = (char *)base + key->offset;
+    char found[128];
+    long long integer;
+    double real;
+    if (key->type == KT_CUSTOM) return key->read(base, entry, path, err, errlen);
+    if (key->type == KT_SECTION) return read_section(field, key->keys, node, entry->loc, path, err, errlen);
+    switch (key->type) {
+    case KT_INT:
+    case KT_LONG:
+    case KT_U64: {
+        long long min = key->type == KT_U64 ? 0 : key->type == KT_INT ? INT_MIN : LONG_MIN;
+        long long max = key->type == KT_INT ? INT_MAX : LLONG_MAX;
+        if (key->ranged) {
+            min = (long long)key->min + (key->above_min ? 1 : 0);
+            if (key->max < MT_NO_MAX && key->max < (double)max) max = (long long)key->max;
+        }
+        if (read_integer(node, entry->loc, path, min, max, &integer, err, errlen) != 0) return -1;
+        if (key->type == KT_INT) *(int *)field = (int)integer;
+        else if (key->type == KT_LONG) *(long *)field = (long)integer;
+        else *(uint64_t *)field = (uint64_t)integer;
+        return 0;
+    }
+    case KT_DOUBLE:
+        if (read_number(node, entry->loc, path, key->ranged ? key->min : -MT_NO_MAX, key->ranged ? key->max : MT_NO_MAX,
+                        key->above_min, &real, err, errlen) != 0)
+            return -1;
+        *(double *)field = real;
+        return 0;
+    case KT_BOOL:
+        if (yscalar_bool(node, (bool *)field) != 0)
+            return key_error(err, errlen, entry->loc, path, "expected true or false, found %s",
+                             ytree_describe(node, found, sizeof found));
+        return 0;
+    case KT_ENUM: {
+        int index = read_choice(key, node, entry->loc, path, err, errlen);
+        if (index < 0) return -1;
+        *(int *)field = index;
+        return 0;
+    }
+    case KT_STRING:
+        if (key->names) {
+            if (read_choice(key, node, entry->loc, path, err, errlen) < 0) return -1;
+        } else if (node->kind != YNODE_SCALAR || ytree_is_null(node)) {
+            return key_error(err, errlen, entry->loc, path, "expected a string, found %s",
+                             ytree_describe(node, found, sizeof found));
+        }
+        if (strlen(node->text) >= key->size)
+            return key_error(err, errlen, entry->loc, path, "expected at most %zu characters, found %zu",
+                             key->size - 1, strlen(node->text));
+        memcpy(field, node->text, strlen(node->text) + 1);
+        return 0;
+    default:
+        return key_error(err, errlen, entry->loc, path, "internal error: bad key type");
+    }
+}
+
+int read_section(void *base, const RecipeKey *keys, const YNode *map, YLoc loc, const char *path, char *err,
+                 size_t errlen) {
+    char found[128], key_path[MT_KEY_PATH_MAX];
+    if (!map || map->kind != YNODE_MAPPING)
+        return key_error(err, errlen, loc, path[0] ? path : "(top level)", "expected a mapping of keys, found %s",
+                         map ? ytree_describe(map, found, sizeof found) : "nothing");
+    for (int i = 0; i < map->count; i++) {
+        const YEntry *entry = &map->entries[i];
+        const RecipeKey *key = find_key(keys, entry->key);
+        if (!key) return unknown_key(keys, entry, path, err, errlen);
+        if (ytree_is_null(entry->value)) continue; /* null = not given: the default stays */
+        if (read_key(base, key, entry, join_path(key_path, sizeof key_path, path, key->name), err, errlen) != 0)
+            return -1;
+    }
+    for (const RecipeKey *key = keys; key->name; key++)
+        if (key->required && !ytree_has(map, key->name)) {
+            const YEntry *null_entry = ytree_entry(map, key->name);
+            return key_error(err, errlen, null_entry ? null_entry->loc : loc,
+                             join_path(key_path, sizeof key_path, path, key->name), "missing required key");
+        }
+    return 0;
+}

@@ -1,0 +1,151 @@
+/* recipe_schema.c: every recipe key (shared/RECIPE.md) with its type, field,
+ * range and whether it is required. Reading, unknown-key suggestions and
+ * recipe_write all follow these tables, so a key is declared once. */
+#include <limits.h>
+#include <stddef.h>
+
+#include "recipe_schema.h"
+
+const char *const family_names[] = {"llama", "qwen2", "qwen3", "mixtral", "qwen3_moe", NULL};
+const char *const decay_names[] = {"constant", "linear", "cosine", "inverse_sqrt", "wsd", NULL};
+const char *const wsd_style_names[] = {"exponential", "linear", "cosine", "minus_sqrt", NULL};
+const char *const dtype_names[] = {"fp32", "bf16", NULL};
+static const char *const score_names[] = {"softmax", "sigmoid", NULL};
+static const char *const balancing_names[] = {"aux_loss", "seq_aux_loss", "global_aux_loss", "expert_bias", "none", NULL};
+static const char *const device_names[] = {"cpu", "cuda", NULL};
+
+#define INT_KEY(n, st, f, lo, hi) .name = n, .type = KT_INT, .offset = offsetof(st, f), .ranged = true, .min = lo, .max = hi
+#define LONG_KEY(n, st, f, lo) .name = n, .type = KT_LONG, .offset = offsetof(st, f), .ranged = true, .min = lo, .max = MT_NO_MAX
+#define NUM_KEY(n, st, f, lo) .name = n, .type = KT_DOUBLE, .offset = offsetof(st, f), .ranged = true, .min = lo, .max = MT_NO_MAX
+#define BOOL_KEY(n, st, f) .name = n, .type = KT_BOOL, .offset = offsetof(st, f)
+#define ENUM_KEY(n, st, f, list) .name = n, .type = KT_ENUM, .offset = offsetof(st, f), .names = list
+#define STRING_KEY(n, st, f) .name = n, .type = KT_STRING, .offset = offsetof(st, f), .size = sizeof(((st *)0)->f)
+#define SECTION_KEY(n, st, f, list) .name = n, .type = KT_SECTION, .offset = offsetof(st, f), .keys = list
+#define CUSTOM_KEY(n, r, w) .name = n, .type = KT_CUSTOM, .read = r, .write = w
+
+static const RecipeKey moe_keys[] = {
+    {INT_KEY("num_experts", MoeConfig, num_experts, 1, INT_MAX), .required = true},
+    {INT_KEY("num_experts_per_tok", MoeConfig, num_experts_per_tok, 1, INT_MAX), .required = true},
+    {INT_KEY("moe_intermediate_size", MoeConfig, moe_intermediate_size, 1, INT_MAX), .required = true},
+    {INT_KEY("shared_expert_intermediate_size", MoeConfig, shared_expert_intermediate_size, 0, INT_MAX)},
+    {BOOL_KEY("norm_topk_prob", MoeConfig, norm_topk_prob)},
+    {ENUM_KEY("score_function", MoeConfig, score_function, score_names)},
+    {ENUM_KEY("load_balancing", MoeConfig, load_balancing, balancing_names)},
+    {NUM_KEY("aux_loss_coeff", MoeConfig, aux_loss_coeff, 0)},
+    {NUM_KEY("z_loss_coeff", MoeConfig, z_loss_coeff, 0)},
+    {NUM_KEY("capacity_factor", MoeConfig, capacity_factor, 0), .nullable = true},
+    {CUSTOM_KEY("layer_freq", read_layer_freq, write_layer_freq)},
+    {0},
+};
+
+const RecipeKey recipe_model_keys[] = {
+    {ENUM_KEY("family", ModelConfig, family, family_names), .required = true},
+    {INT_KEY("num_layers", ModelConfig, num_layers, 1, MT_MAX_LAYERS), .required = true},
+    {INT_KEY("hidden_size", ModelConfig, hidden_size, 1, INT_MAX), .required = true},
+    {INT_KEY("intermediate_size", ModelConfig, intermediate_size, 1, INT_MAX), .required = true},
+    {INT_KEY("num_attention_heads", ModelConfig, num_attention_heads, 1, INT_MAX), .required = true},
+    {INT_KEY("num_key_value_heads", ModelConfig, num_key_value_heads, 1, INT_MAX)},
+    {INT_KEY("head_dim", ModelConfig, head_dim, 1, INT_MAX)},
+    {INT_KEY("vocab_size", ModelConfig, vocab_size, 1, INT_MAX), .required = true},
+    {INT_KEY("max_position_embeddings", ModelConfig, max_position_embeddings, 1, INT_MAX), .required = true},
+    {NUM_KEY("rope_theta", ModelConfig, rope_theta, 0), .above_min = true},
+    {CUSTOM_KEY("rope_scaling", read_rope_scaling, write_rope_scaling)},
+    {NUM_KEY("rms_norm_eps", ModelConfig, rms_norm_eps, 0), .above_min = true},
+    {BOOL_KEY("tie_word_embeddings", ModelConfig, tie_word_embeddings)},
+    {BOOL_KEY("attention_bias", ModelConfig, attention_bias)},
+    {BOOL_KEY("qk_norm", ModelConfig, qk_norm)},
+    {NUM_KEY("initializer_range", ModelConfig, init_std, 0)},
+    {SECTION_KEY("moe", ModelConfig, moe, moe_keys), .write = write_moe_section},
+    {0},
+};
+
+static const RecipeKey run_keys[] = {
+    {STRING_KEY("name", RunConfig, name)},
+    {STRING_KEY("dir", RunConfig, dir), .nullable = true},
+    {.name = "seed", .type = KT_U64, .offset = offsetof(RunConfig, seed)},
+    {STRING_KEY("device", RunConfig, device), .names = device_names},
+    {0},
+};
+
+static const RecipeKey parallel_keys[] = {
+    {INT_KEY("tp", ParallelConfig, tp, 1, INT_MAX)},
+    {INT_KEY("pp", ParallelConfig, pp, 1, INT_MAX)},
+    {INT_KEY("vpp", ParallelConfig, vpp, 1, INT_MAX)},
+    {INT_KEY("cp", ParallelConfig, cp, 1, INT_MAX)},
+    {INT_KEY("ep", ParallelConfig, ep, 1, INT_MAX)},
+    {INT_KEY("etp", ParallelConfig, etp, 1, INT_MAX)},
+    {BOOL_KEY("sequence_parallel", ParallelConfig, sequence_parallel)},
+    {BOOL_KEY("distributed_optimizer", ParallelConfig, distributed_optimizer)},
+    {0},
+};
+
+static const RecipeKey train_keys[] = {
+    {CUSTOM_KEY("steps", read_steps, write_steps_or_tokens)},
+    {CUSTOM_KEY("tokens", read_tokens, write_nothing)},
+    {INT_KEY("seq_len", TrainConfig, seq_len, 1, INT_MAX), .required = true},
+    {INT_KEY("micro_batch_size", TrainConfig, micro_batch_size, 1, INT_MAX), .required = true},
+    {CUSTOM_KEY("global_batch_size", read_global_batch_size, write_batch)},
+    {CUSTOM_KEY("batch_schedule", read_batch_schedule, write_nothing)},
+    {LONG_KEY("eval_interval", TrainConfig, eval_interval, 0)},
+    {INT_KEY("eval_batches", TrainConfig, eval_batches, 1, INT_MAX)},
+    {0},
+};
+
+static const RecipeKey schedule_keys[] = {
+    {LONG_KEY("warmup_steps", OptimizerConfig, warmup_steps, 0)},
+    {ENUM_KEY("decay", OptimizerConfig, decay, decay_names)},
+    {LONG_KEY("decay_steps", OptimizerConfig, decay_steps, 0), .nullable = true},
+    {LONG_KEY("wsd_decay_steps", OptimizerConfig, wsd_decay_steps, 0)},
+    {ENUM_KEY("wsd_decay_style", OptimizerConfig, wsd_decay_style, wsd_style_names)},
+    {0},
+};
+
+static const RecipeKey optimizer_keys[] = {
+    {CUSTOM_KEY("type", read_optimizer_type, write_optimizer_type)},
+    {NUM_KEY("lr", OptimizerConfig, lr, 0)},
+    {NUM_KEY("min_lr", OptimizerConfig, min_lr, 0)},
+    {CUSTOM_KEY("betas", read_betas, write_betas)},
+    {NUM_KEY("eps", OptimizerConfig, eps, 0), .above_min = true},
+    {NUM_KEY("weight_decay", OptimizerConfig, weight_decay, 0)},
+    {.name = "clip_grad", .type = KT_DOUBLE, .offset = offsetof(OptimizerConfig, clip_grad)},
+    {ENUM_KEY("state_dtype", OptimizerConfig, state_dtype, dtype_names)},
+    {.name = "schedule", .type = KT_SECTION, .offset = 0, .keys = schedule_keys},
+    {0},
+};
+
+static const RecipeKey data_keys[] = {
+    {CUSTOM_KEY("train", read_train_sources, write_train_sources), .required = true},
+    {CUSTOM_KEY("valid", read_valid_sources, write_valid_sources)},
+    {CUSTOM_KEY("split", read_split, write_split)},
+    {STRING_KEY("cache_dir", DataConfig, cache_dir), .nullable = true},
+    {0},
+};
+
+static const RecipeKey checkpoint_keys[] = {
+    {LONG_KEY("interval", CheckpointConfig, interval, 0)},
+    {INT_KEY("keep_last", CheckpointConfig, keep_last, 0, INT_MAX)},
+    {LONG_KEY("keep_every", CheckpointConfig, keep_every, 0)},
+    {BOOL_KEY("async", CheckpointConfig, async)},
+    {INT_KEY("compression_level", CheckpointConfig, compression_level, 1, 22)},
+    {BOOL_KEY("load_optimizer", CheckpointConfig, load_optimizer)},
+    {0},
+};
+
+static const RecipeKey logging_keys[] = {
+    {LONG_KEY("interval", LoggingConfig, interval, 1)},
+    {BOOL_KEY("tensorboard", LoggingConfig, tensorboard)},
+    {0},
+};
+
+const RecipeKey recipe_root_keys[] = {
+    {SECTION_KEY("run", Recipe, run, run_keys)},
+    {SECTION_KEY("model", Recipe, model, recipe_model_keys), .required = true},
+    {SECTION_KEY("parallel", Recipe, parallel, parallel_keys)},
+    {SECTION_KEY("train", Recipe, train, train_keys), .required = true},
+    {SECTION_KEY("optimizer", Recipe, optimizer, optimizer_keys)},
+    {ENUM_KEY("precision", Recipe, precision, dtype_names)},
+    {SECTION_KEY("data", Recipe, data, data_keys), .required = true},
+    {SECTION_KEY("checkpoint", Recipe, checkpoint, checkpoint_keys)},
+    {SECTION_KEY("logging", Recipe, logging, logging_keys)},
+    {0},
+};

@@ -1,0 +1,119 @@
+/* recipe_schema.h: the table of recipe keys (name, type, field offset, range,
+ * default-free) that drives reading, unknown-key checks and writing, plus the
+ * shared helpers of src/config. Private to src/config. */
+#ifndef MT_CONFIG_RECIPE_SCHEMA_H
+#define MT_CONFIG_RECIPE_SCHEMA_H
+
+#include <stdio.h>
+
+#include "recipe.h"
+#include "yaml_tree.h"
+
+#define MT_KEY_PATH_MAX 256
+#define MT_NO_MAX 1e300
+
+typedef enum { KT_INT, KT_LONG, KT_U64, KT_DOUBLE, KT_BOOL, KT_STRING, KT_ENUM, KT_SECTION, KT_CUSTOM } KeyType;
+
+typedef struct RecipeKey RecipeKey;
+
+/* Custom reader: `base` is the section struct; `entry` the key and value;
+ * `path` the dotted key path. Returns 0, or -1 with err set. */
+typedef int (*KeyReadFn)(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
+/* Custom writer: writes "name: value" lines at `indent` spaces. */
+typedef void (*KeyWriteFn)(FILE *out, const void *base, const char *name, int indent);
+
+struct RecipeKey {
+    const char *name;         /* NULL ends a table */
+    KeyType type;
+    size_t offset;            /* of the field inside the section struct */
+    size_t size;              /* KT_STRING: capacity */
+    bool ranged;              /* numbers: check min..max */
+    double min, max;          /* inclusive, unless above_min */
+    bool above_min;           /* value must be > min */
+    bool nullable;            /* written as null when zero (any key read as null keeps its default) */
+    bool required;
+    const char *const *names; /* KT_ENUM and restricted KT_STRING; NULL-terminated */
+    const RecipeKey *keys;    /* KT_SECTION */
+    KeyReadFn read;           /* KT_CUSTOM */
+    KeyWriteFn write;         /* KT_CUSTOM */
+};
+
+extern const RecipeKey recipe_root_keys[];
+extern const RecipeKey recipe_model_keys[];
+
+/* Enum spellings, indexed by the enum value. */
+extern const char *const family_names[];
+extern const char *const decay_names[];
+extern const char *const wsd_style_names[];
+extern const char *const dtype_names[];
+
+/* "LOC: PATH: message" into err; returns -1. */
+int key_error(char *err, size_t errlen, YLoc loc, const char *path, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+/* Plain scalar parsing (0, or -1 when the node is not of that type). */
+int yscalar_long(const YNode *node, long long *out);
+int yscalar_double(const YNode *node, double *out);
+int yscalar_bool(const YNode *node, bool *out);
+
+/* Read a number in [min, max] (message: "expected an integer >= 1, found 'x'"). */
+int read_integer(const YNode *node, YLoc loc, const char *path, long long min, long long max, long long *out,
+                 char *err, size_t errlen);
+int read_number(const YNode *node, YLoc loc, const char *path, double min, double max, bool above_min,
+                double *out, char *err, size_t errlen);
+
+/* Walk mapping `map` (at `loc`, key path `path`, "" for the root) into
+ * `base` following `keys`: unknown keys, types, ranges, required keys. */
+int read_section(void *base, const RecipeKey *keys, const YNode *map, YLoc loc, const char *path, char *err,
+                 size_t errlen);
+
+/* The key of `keys` closest to `name` (edit distance <= 2, or a key that
+ * starts with `name`), or NULL. */
+const char *suggest_key(const RecipeKey *keys, const char *name);
+const RecipeKey *find_key(const RecipeKey *keys, const char *name);
+
+/* "a.b" + "c" -> "a.b.c" (or "c" when prefix is ""). */
+const char *join_path(char *buf, size_t buflen, const char *prefix, const char *name);
+
+/* Write the keys of a section at `indent` (recipe_write.c). */
+void write_section(FILE *out, const void *base, const RecipeKey *keys, int indent);
+void write_yaml_string(FILE *out, const char *text);
+void write_yaml_double(FILE *out, double value);
+void write_token_count(FILE *out, double tokens); /* integral: no exponent */
+
+/* Defaults before reading, derived defaults after (recipe_defaults.c). */
+void model_set_defaults(ModelConfig *model);
+void model_fill_derived(ModelConfig *model, const YNode *model_map);
+void recipe_set_defaults(Recipe *recipe);
+void recipe_fill_derived(Recipe *recipe, const YNode *root);
+
+/* Custom readers and writers (recipe_custom_*.c). */
+int read_rope_scaling(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
+void write_rope_scaling(FILE *out, const void *base, const char *name, int indent);
+int read_layer_freq(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
+void write_layer_freq(FILE *out, const void *base, const char *name, int indent);
+void write_moe_section(FILE *out, const void *base, const char *name, int indent);
+int read_optimizer_type(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
+void write_optimizer_type(FILE *out, const void *base, const char *name, int indent);
+int read_betas(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
+void write_betas(FILE *out, const void *base, const char *name, int indent);
+int read_steps(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
+int read_tokens(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
+void write_steps_or_tokens(FILE *out, const void *base, const char *name, int indent);
+int read_global_batch_size(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
+int read_batch_schedule(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
+void write_batch(FILE *out, const void *base, const char *name, int indent);
+int read_train_sources(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
+int read_valid_sources(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
+void write_train_sources(FILE *out, const void *base, const char *name, int indent);
+void write_valid_sources(FILE *out, const void *base, const char *name, int indent);
+int read_split(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
+void write_split(FILE *out, const void *base, const char *name, int indent);
+void write_nothing(FILE *out, const void *base, const char *name, int indent);
+
+/* Cross-key checks (recipe_validate.c): the model alone, then the recipe. */
+int model_validate(const ModelConfig *model, const YNode *model_map, YLoc model_loc, const char *prefix,
+                   char *err, size_t errlen);
+int recipe_validate(const Recipe *recipe, const YNode *root, int world_size, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,178 @@
+/* recipe_validate.c: checks that span several keys (head counts, the layout
+ * against the world size, batch divisibility, LR schedule lengths, MoE
+ * blocks). Each failure names the file and line of the key it blames. */
+#include <stdarg.h>
+#include <string.h>
+
+#include "recipe_schema.h"
+
+/* Location of the deepest key of dotted `rel` present under `map`. */
+static YLoc path_loc(const YNode *map, YLoc loc, const char *rel) {
+    char part[MT_KEY_PATH_MAX];
+    const char *p = rel;
+    while (*p) {
+        size_t len = strcspn(p, ".");
+        if (len >= sizeof part) break;
+        memcpy(part, p, len);
+        part[len] = '\0';
+        const YEntry *entry = ytree_entry(map, part);
+        if (!entry) break;
+        loc = entry->loc;
+        map = entry->value;
+        p += len;
+        if (*p == '.') p++;
+    }
+    return loc;
+}
+
+static int fail(char *err, size_t errlen, const YNode *map, YLoc loc, const char *prefix, const char *rel,
+                const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static int fail(char *err, size_t errlen, const YNode *map, YLoc loc, const char *prefix, const char *rel,
+                const char *fmt, ...) {
+    char message[512], path[MT_KEY_PATH_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    return key_error(err, errlen, path_loc(map, loc, rel), join_path(path, sizeof path, prefix, rel), "%s", message);
+}
+
+static bool is_moe_family(ModelFamily family) {
+    return family == FAMILY_MIXTRAL || family == FAMILY_QWEN3_MOE;
+}
+
+int model_validate(const ModelConfig *m, const YNode *map, YLoc loc, const char *prefix, char *err, size_t errlen) {
+    if (m->num_attention_heads % m->num_key_value_heads != 0)
+        return fail(err, errlen, map, loc, prefix, "num_key_value_heads",
+                    "expected a divisor of num_attention_heads (%d), found %d", m->num_attention_heads,
+                    m->num_key_value_heads);
+    if (!ytree_has(map, "head_dim") && m->hidden_size % m->num_attention_heads != 0)
+        return fail(err, errlen, map, loc, prefix, "hidden_size",
+                    "expected a multiple of num_attention_heads (%d) when head_dim is not given, found %d",
+                    m->num_attention_heads, m->hidden_size);
+    bool has_moe = ytree_has(map, "moe");
+    if (is_moe_family(m->family) && !has_moe)
+        return fail(err, errlen, map, loc, prefix, "moe", "missing, required for the MoE family %s",
+                    model_family_name(m->family));
+    if (!is_moe_family(m->family) && has_moe)
+        return fail(err, errlen, map, loc, prefix, "moe",
+                    "found a moe block, expected none for the dense family %s (MoE families: mixtral, qwen3_moe)",
+                    model_family_name(m->family));
+    if (!has_moe) return 0;
+    if (m->moe.num_experts_per_tok > m->moe.num_experts)
+        return fail(err, errlen, map, loc, prefix, "moe.num_experts_per_tok",
+                    "expected at most moe.num_experts (%d), found %d", m->moe.num_experts, m->moe.num_experts_per_tok);
+    const YNode *freq = ytree_get(ytree_get(map, "moe"), "layer_freq");
+    if (freq && freq->kind == YNODE_SEQUENCE && freq->count != m->num_layers)
+        return fail(err, errlen, map, loc, prefix, "moe.layer_freq",
+                    "expected one 0/1 entry per layer (num_layers = %d), found %d entries", m->num_layers, freq->count);
+    return 0;
+}
+
+/* Location and path of batch stage i (a list item, or the key itself). */
+static YLoc stage_loc(const YNode *root, YLoc root_loc, int stage, char *path, size_t pathlen) {
+    const YNode *train = ytree_get(root, "train");
+    const char *key = ytree_has(train, "global_batch_size") ? "global_batch_size" : "batch_schedule";
+    const YEntry *entry = ytree_entry(train, key);
+    snprintf(path, pathlen, "train.%s", key);
+    if (!entry) return path_loc(root, root_loc, "train");
+    if (entry->value->kind == YNODE_SEQUENCE && stage < entry->value->count) {
+        snprintf(path, pathlen, "train.%s[%d].global_batch_size", key, stage);
+        return entry->value->entries[stage].loc;
+    }
+    return entry->loc;
+}
+
+static int validate_layout(const Recipe *r, const YNode *root, YLoc at, int world, char *err, size_t errlen) {
+    const ParallelConfig *p = &r->parallel;
+    const ModelConfig *m = &r->model;
+    long model_parallel = (long)p->tp * p->pp * p->cp;
+    if (world % model_parallel != 0)
+        return fail(err, errlen, root, at, "", "parallel",
+                    "expected tp * pp * cp (%d * %d * %d = %ld) to divide the world size %d", p->tp, p->pp, p->cp,
+                    model_parallel, world);
+    long dp = world / model_parallel;
+    long unit = (long)r->train.micro_batch_size * dp;
+    for (int i = 0; i < r->train.num_batch_stages; i++) {
+        long batch = r->train.batch_stages[i].global_batch_size;
+        if (batch % unit == 0) continue;
+        char path[MT_KEY_PATH_MAX];
+        YLoc loc = stage_loc(root, at, i, path, sizeof path);
+        if (r->train.num_batch_stages == 1)
+            return key_error(err, errlen, loc, path, "expected a multiple of micro_batch_size * dp = %d * %ld = %ld, found %ld",
+                             r->train.micro_batch_size, dp, unit, batch);
+        return key_error(err, errlen, loc, path,
+                         "stage %d has global batch size %ld; expected a multiple of micro_batch_size * dp = %d * %ld = %ld",
+                         i, batch, r->train.micro_batch_size, dp, unit);
+    }
+    if (m->num_attention_heads % p->tp != 0 || m->num_key_value_heads % p->tp != 0)
+        return fail(err, errlen, root, at, "", "parallel.tp",
+                    "expected a divisor of num_attention_heads (%d) and num_key_value_heads (%d), found %d",
+                    m->num_attention_heads, m->num_key_value_heads, p->tp);
+    if (p->vpp > 1 && p->pp == 1)
+        return fail(err, errlen, root, at, "", "parallel.vpp", "expected 1 when pp is 1, found %d", p->vpp);
+    if (m->num_layers % (p->pp * p->vpp) != 0)
+        return fail(err, errlen, root, at, "", p->vpp > 1 ? "parallel.vpp" : "parallel.pp",
+                    "expected pp * vpp (%d * %d) to divide num_layers (%d)", p->pp, p->vpp, m->num_layers);
+    if (p->cp > 1 && r->train.seq_len % (2 * p->cp) != 0)
+        return fail(err, errlen, root, at, "", "train.seq_len", "expected a multiple of 2 * cp = %d, found %d", 2 * p->cp,
+                    r->train.seq_len);
+    if (!is_moe_family(m->family)) {
+        if (p->ep > 1 || p->etp > 1)
+            return fail(err, errlen, root, at, "", p->ep > 1 ? "parallel.ep" : "parallel.etp",
+                        "expected 1 for the dense family %s, found %d", model_family_name(m->family),
+                        p->ep > 1 ? p->ep : p->etp);
+        return 0;
+    }
+    if (m->moe.num_experts % p->ep != 0)
+        return fail(err, errlen, root, at, "", "parallel.ep", "expected a divisor of moe.num_experts (%d), found %d",
+                    m->moe.num_experts, p->ep);
+    if ((world / p->pp) % ((long)p->ep * p->etp) != 0)
+        return fail(err, errlen, root, at, "", "parallel.ep", "expected ep * etp (%d * %d) to divide world / pp = %d",
+                    p->ep, p->etp, world / p->pp);
+    return 0;
+}
+
+static int validate_schedule(const Recipe *r, const YNode *root, YLoc at, char *err, size_t errlen) {
+    const OptimizerConfig *o = &r->optimizer;
+    if (o->min_lr > o->lr)
+        return fail(err, errlen, root, at, "", "optimizer.min_lr", "expected at most optimizer.lr (%g), found %g", o->lr,
+                    o->min_lr);
+    if (r->train.steps > 0 && o->warmup_steps > r->train.steps)
+        return fail(err, errlen, root, at, "", "optimizer.schedule.warmup_steps",
+                    "expected at most train.steps (%ld), found %ld", r->train.steps, o->warmup_steps);
+    if (o->decay_steps > 0 && o->warmup_steps > o->decay_steps)
+        return fail(err, errlen, root, at, "", "optimizer.schedule.warmup_steps",
+                    "expected at most optimizer.schedule.decay_steps (%ld), found %ld", o->decay_steps, o->warmup_steps);
+    if (o->decay != DECAY_WSD) return 0;
+    if (o->wsd_decay_steps <= 0)
+        return fail(err, errlen, root, at, "", "optimizer.schedule.wsd_decay_steps",
+                    "expected a positive number of steps when decay is wsd, found %ld", o->wsd_decay_steps);
+    long decay_steps = o->decay_steps > 0 ? o->decay_steps : r->train.steps;
+    if (decay_steps > 0 && o->wsd_decay_steps > decay_steps)
+        return fail(err, errlen, root, at, "", "optimizer.schedule.wsd_decay_steps",
+                    "expected at most the decay steps (%ld, from %s), found %ld", decay_steps,
+                    o->decay_steps > 0 ? "optimizer.schedule.decay_steps" : "train.steps", o->wsd_decay_steps);
+    return 0;
+}
+
+int recipe_validate(const Recipe *r, const YNode *root, int world_size, char *err, size_t errlen) {
+    YLoc at = {(char *)r->source_path, 1};
+    if (world_size < 1) world_size = 1;
+    if (model_validate(&r->model, ytree_get(root, "model"), path_loc(root, at, "model"), "model", err, errlen) != 0)
+        return -1;
+    if (r->train.steps > 0 && r->train.tokens > 0)
+        return fail(err, errlen, root, at, "", "train.tokens",
+                    "found both train.steps and train.tokens, expected only one of them");
+    if (r->train.steps == 0 && r->train.tokens == 0)
+        return fail(err, errlen, root, at, "", "train.steps", "missing required key (or give train.tokens)");
+    if (r->train.num_batch_stages == 0)
+        return fail(err, errlen, root, at, "", "train.global_batch_size",
+                    "missing required key (or give train.batch_schedule)");
+    if (r->train.seq_len > r->model.max_position_embeddings)
+        return fail(err, errlen, root, at, "", "train.seq_len",
+                    "expected at most model.max_position_embeddings (%d), found %d", r->model.max_position_embeddings,
+                    r->train.seq_len);
+    if (validate_layout(r, root, at, world_size, err, errlen) != 0) return -1;
+    return validate_schedule(r, root, at, err, errlen);
+}

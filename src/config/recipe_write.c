@@ -1,0 +1,105 @@
+/* recipe_write.c: write the fully resolved recipe as YAML (run.dir/recipe.yaml)
+ * so that recipe_load of it gives the same Recipe: every key, the model
+ * inline, doubles in the shortest form that reads back exactly. Written to
+ * a temporary name and renamed, so a reader never sees half a file. */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "recipe_schema.h"
+#include "../core/error.h"
+
+void write_yaml_string(FILE *out, const char *text) {
+    fputc('"', out);
+    for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
+        if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
+        else if (*p == '\n') fputs("\\n", out);
+        else if (*p == '\t') fputs("\\t", out);
+        else if (*p < 0x20) fprintf(out, "\\x%02X", *p);
+        else fputc(*p, out);
+    }
+    fputc('"', out);
+}
+
+/* The shortest "%.Ng" that reads back as exactly `value` (at most 17
+ * digits), with ".0" added to a bare exponent form so YAML 1.1 readers see
+ * a float ("1.0e-08", not "1e-08"). */
+void write_yaml_double(FILE *out, double value) {
+    char text[64];
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(text, sizeof text, "%.*g", digits, value);
+        if (strtod(text, NULL) == value) break;
+    }
+    char *exponent = strchr(text, 'e');
+    if (exponent && !strchr(text, '.')) {
+        char tail[32];
+        snprintf(tail, sizeof tail, "%s", exponent);
+        snprintf(exponent, sizeof text - (size_t)(exponent - text), ".0%s", tail);
+    }
+    fputs(text, out);
+}
+
+void write_token_count(FILE *out, double tokens) {
+    if (tokens == floor(tokens) && tokens < 9007199254740992.0) fprintf(out, "%.0f", tokens);
+    else write_yaml_double(out, tokens);
+}
+
+static void write_key(FILE *out, const void *base, const RecipeKey *key, int indent) {
+    const char *field = (const char *)base + key->offset;
+    if (key->write) {
+        key->write(out, base, key->name, indent);
+        return;
+    }
+    if (key->type == KT_SECTION) {
+        fprintf(out, "%*s%s:\n", indent, "", key->name);
+        write_section(out, field, key->keys, indent + 2);
+        return;
+    }
+    fprintf(out, "%*s%s: ", indent, "", key->name);
+    switch (key->type) {
+    case KT_INT: fprintf(out, "%d", *(const int *)field); break;
+    case KT_LONG:
+        if (key->nullable && *(const long *)field == 0) fprintf(out, "null");
+        else fprintf(out, "%ld", *(const long *)field);
+        break;
+    case KT_U64: fprintf(out, "%llu", (unsigned long long)*(const uint64_t *)field); break;
+    case KT_DOUBLE:
+        if (key->nullable && *(const double *)field <= 0) fprintf(out, "null");
+        else write_yaml_double(out, *(const double *)field);
+        break;
+    case KT_BOOL: fprintf(out, "%s", *(const bool *)field ? "true" : "false"); break;
+    case KT_ENUM: fprintf(out, "%s", key->names[*(const int *)field]); break;
+    case KT_STRING:
+        if (key->nullable && field[0] == '\0') fprintf(out, "null");
+        else write_yaml_string(out, field);
+        break;
+    default: break;
+    }
+    fputc('\n', out);
+}
+
+void write_section(FILE *out, const void *base, const RecipeKey *keys, int indent) {
+    for (const RecipeKey *key = keys; key->name; key++) write_key(out, base, key, indent);
+}
+
+int recipe_write(const Recipe *recipe, const char *path, char *err, size_t errlen) {
+    char tmp[MT_PATH_MAX + 16];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *out = fopen(tmp, "w");
+    if (!out) {
+        mt_set_error(err, errlen, "%s: cannot write: %s", tmp, strerror(errno));
+        return -1;
+    }
+    fprintf(out, "# The fully resolved recipe of this run (from %s).\n", recipe->source_path);
+    write_section(out, recipe, recipe_root_keys, 0);
+    int failed = ferror(out);
+    if (fclose(out) != 0) failed = 1;
+    if (failed || rename(tmp, path) != 0) {
+        mt_set_error(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+        remove(tmp);
+        return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,533 @@
+/* test_recipe.c: recipe loading (defaults, batch schedules in both forms,
+ * train.tokens, --set overrides, model from a file), the write/load round
+ * trip, and one test per validation error, each checking that the message
+ * names the file, the line and the key path. */
+#include <ftw.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "config/recipe.h"
+
+#define RUN_BLOCK "run:\n  name: unit\n  seed: 7\n"
+#define MODEL_BLOCK                                                                                               \
+    "model:\n  family: llama\n  num_layers: 2\n  hidden_size: 64\n  intermediate_size: 192\n"                    \
+    "  num_attention_heads: 4\n  num_key_value_heads: 2\n  vocab_size: 256\n  max_position_embeddings: 128\n"
+#define MOE_BLOCK                                                                                                 \
+    "  moe:\n    num_experts: 4\n    num_experts_per_tok: 2\n    moe_intermediate_size: 32\n"                     \
+    "    capacity_factor: null\n    layer_freq: [1, 0]\n"
+#define TRAIN_BLOCK "train:\n  steps: 100\n  seq_len: 64\n  micro_batch_size: 2\n  global_batch_size: 8\n"
+#define OPTIMIZER_BLOCK                                                                                           \
+    "optimizer:\n  lr: 3.0e-3\n  min_lr: 3.0e-4\n  betas: [0.9, 0.95]\n  schedule:\n    warmup_steps: 10\n"      \
+    "    decay: cosine\n"
+#define DATA_BLOCK "data:\n  train: [{path: data/tiny, weight: 1.0}]\n"
+#define BASE RUN_BLOCK MODEL_BLOCK "parallel:\n  tp: 1\n" TRAIN_BLOCK OPTIMIZER_BLOCK DATA_BLOCK "checkpoint:\n  compression_level: 3\n"
+
+static char work_dir[256];
+static char err[2048];
+
+static const char *write_file(const char *name, const char *text) {
+    static char path[4][512];
+    static int next;
+    char *out = path[next++ % 4];
+    snprintf(out, 512, "%s/%s", work_dir, name);
+    for (char *slash = strchr(out + strlen(work_dir) + 1, '/'); slash; slash = strchr(slash + 1, '/')) {
+        *slash = '\0';
+        mkdir(out, 0755);
+        *slash = '/';
+    }
+    FILE *fp = fopen(out, "w");
+    assert_non_null(fp);
+    fputs(text, fp);
+    fclose(fp);
+    return out;
+}
+
+/* BASE with the first `from` replaced by `to` (the test fails if `from` is absent). */
+static char *replaced(const char *text, const char *from, const char *to) {
+    static char buffers[4][8192];
+    static int next;
+    char *out = buffers[next++ % 4];
+    const char *at = strstr(text, from);
+    if (!at) fail_msg("'%s' not in the base recipe", from);
+    snprintf(out, sizeof buffers[0], "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    return out;
+}
+
+/* 1-based line of the first line of `text` that contains `needle`. */
+static int line_of(const char *text, const char *needle) {
+    const char *at = strstr(text, needle);
+    if (!at) fail_msg("'%s' not in the recipe", needle);
+    int line = 1;
+    for (const char *p = text; p < at; p++) line += *p == '\n';
+    return line;
+}
+
+static int load(Recipe *r, const char *text, const char *const *overrides, int n, int world) {
+    const char *path = write_file("recipe.yaml", text);
+    err[0] = '\0';
+    return recipe_load(r, path, overrides, n, world, err, sizeof err);
+}
+
+static void load_ok(Recipe *r, const char *text, const char *const *overrides, int n, int world) {
+    if (load(r, text, overrides, n, world) != 0) fail_msg("unexpected error: %s", err);
+}
+
+static void test_defaults(void **state) {
+    Recipe r;
+    load_ok(&r, BASE, NULL, 0, 1);
+    assert_int_equal(r.model.head_dim, 16);
+    assert_int_equal(r.model.num_key_value_heads, 2);
+    assert_true(r.model.init_std == 0.02 && r.model.rope_theta == 10000.0 && r.model.rms_norm_eps == 1e-5);
+    assert_false(r.model.attention_bias || r.model.qk_norm || r.model.rope_scaling.enabled);
+    assert_true(r.parallel.tp == 1 && r.parallel.pp == 1 && r.parallel.vpp == 1 && r.parallel.cp == 1);
+    assert_true(r.parallel.ep == 1 && r.parallel.etp == 1);
+    assert_int_equal(r.optimizer.decay_steps, 0);
+    assert_int_equal(r.optimizer.decay, DECAY_COSINE);
+    assert_true(r.optimizer.beta1 == 0.9 && r.optimizer.beta2 == 0.95 && r.optimizer.eps == 1e-8);
+    assert_int_equal(r.optimizer.state_dtype, DTYPE_FP32);
+    assert_string_equal(r.run.dir, "runs/unit");
+    assert_string_equal(r.data.cache_dir, "runs/unit/data-cache");
+    assert_string_equal(r.run.device, "cpu");
+    assert_int_equal(r.run.seed, 7);
+    assert_int_equal(r.logging.interval, 1);
+    assert_true(r.logging.tensorboard);
+    assert_int_equal(r.checkpoint.interval, 50);
+    assert_int_equal(r.checkpoint.keep_last, 2);
+    assert_int_equal(r.checkpoint.keep_every, 0);
+    assert_true(r.checkpoint.async && r.checkpoint.load_optimizer);
+    assert_int_equal(r.checkpoint.compression_level, 3);
+    assert_int_equal(r.precision, DTYPE_BF16);
+    assert_true(r.data.split[0] == 98 && r.data.split[1] == 2 && r.data.split[2] == 0);
+    assert_int_equal(r.data.num_train, 1);
+    assert_string_equal(r.data.train[0].path, "data/tiny");
+    assert_int_equal(r.data.num_valid, 0);
+    assert_int_equal(r.train.num_batch_stages, 1);
+    assert_false(r.train.batch_stages_in_tokens);
+    assert_true(r.train.batch_stages[0].start == 0 && r.train.batch_stages[0].global_batch_size == 8);
+    assert_true(r.train.steps == 100 && r.train.tokens == 0);
+    assert_int_equal(recipe_dp_size(&r, 1), 1);
+
+    /* family-implied biases and norms, unless given; run.name from the file */
+    load_ok(&r, replaced(replaced(BASE, "family: llama", "family: qwen2"), "  name: unit\n", ""), NULL, 0, 1);
+    assert_true(r.model.attention_bias && !r.model.qk_norm);
+    assert_string_equal(r.run.name, "recipe");
+    assert_string_equal(r.run.dir, "runs/recipe");
+    load_ok(&r, replaced(BASE, "family: llama", "family: qwen3"), NULL, 0, 1);
+    assert_true(!r.model.attention_bias && r.model.qk_norm);
+    load_ok(&r, replaced(BASE, "family: llama", "family: qwen2\n  attention_bias: false"), NULL, 0, 1);
+    assert_false(r.model.attention_bias);
+    /* min_lr follows lr when not given; split is all train when valid is given */
+    load_ok(&r, replaced(replaced(BASE, "  min_lr: 3.0e-4\n", ""), "weight: 1.0}]", "weight: 1.0}]\n  valid: data/val"),
+            NULL, 0, 1);
+    assert_true(r.optimizer.min_lr == r.optimizer.lr * 0.1);
+    assert_int_equal(r.data.num_valid, 1);
+    assert_true(r.data.split[0] == 100 && r.data.split[1] == 0);
+}
+
+static void test_batch_schedules(void **state) {
+    Recipe r;
+    load_ok(&r, replaced(BASE, "  global_batch_size: 8\n",
+                         "  batch_schedule:\n    - {step: 0, global_batch_size: 8}\n"
+                         "    - step: 20\n      global_batch_size: 16\n    - {step: 50, global_batch_size: 32}\n"),
+            NULL, 0, 2);
+    assert_int_equal(r.train.num_batch_stages, 3);
+    assert_false(r.train.batch_stages_in_tokens);
+    assert_true(r.train.batch_stages[1].start == 20 && r.train.batch_stages[1].global_batch_size == 16);
+    assert_true(r.train.batch_stages[2].start == 50 && r.train.batch_stages[2].global_batch_size == 32);
+
+    load_ok(&r, replaced(BASE, "global_batch_size: 8", "global_batch_size: \"0:16 2.4B:320 4.8B:624\""), NULL, 0, 1);
+    assert_true(r.train.batch_stages_in_tokens);
+    assert_int_equal(r.train.num_batch_stages, 3);
+    assert_true(r.train.batch_stages[1].start == 2400000000.0 && r.train.batch_stages[1].global_batch_size == 320);
+    assert_true(r.train.batch_stages[2].start == 4800000000.0 && r.train.batch_stages[2].global_batch_size == 624);
+
+    load_ok(&r, replaced(replaced(BASE, "global_batch_size: 8", "batch_schedule: 0:8 4K:16"), "steps: 100", "tokens: 2.4B"),
+            NULL, 0, 1);
+    assert_true(r.train.batch_stages_in_tokens && r.train.batch_stages[1].start == 4000);
+    assert_true(r.train.tokens == 2400000000.0 && r.train.steps == 0);
+}
+
+static void test_overrides(void **state) {
+    Recipe r;
+    const char *sets[] = {"train.steps=20", "optimizer.betas=[0.9,0.99]", "model.rope_scaling=null",
+                          "run.name=over", "parallel.tp=2", "optimizer.schedule.decay=wsd",
+                          "optimizer.schedule.wsd_decay_steps=5"};
+    const char *text = replaced(BASE, "max_position_embeddings: 128",
+                                "max_position_embeddings: 128\n  rope_scaling: {type: llama3, factor: 8}");
+    load_ok(&r, text, NULL, 0, 1);
+    assert_true(r.model.rope_scaling.enabled && r.model.rope_scaling.factor == 8);
+    assert_true(r.model.rope_scaling.high_freq_factor == 4 && r.model.rope_scaling.original_max_position_embeddings == 8192);
+    load_ok(&r, text, sets, 7, 2);
+    assert_int_equal(r.train.steps, 20);
+    assert_true(r.optimizer.beta2 == 0.99);
+    assert_false(r.model.rope_scaling.enabled);
+    assert_string_equal(r.run.name, "over");
+    assert_string_equal(r.run.dir, "runs/over");
+    assert_int_equal(r.parallel.tp, 2);
+    assert_int_equal(r.optimizer.decay, DECAY_WSD);
+    assert_int_equal(r.optimizer.wsd_decay_steps, 5);
+    /* null removes a key: steps -> tokens, global batch -> schedule */
+    const char *swap[] = {"train.steps=null", "train.tokens=10K", "train.global_batch_size=null",
+                          "train.batch_schedule=0:8 4K:16"};
+    load_ok(&r, BASE, swap, 4, 1);
+    assert_true(r.train.steps == 0 && r.train.tokens == 10000 && r.train.batch_stages_in_tokens);
+}
+
+static void test_model_from_file(void **state) {
+    Recipe r;
+    ModelConfig m;
+    char model_path[600];
+    /* the model file holds the model keys at the top level, unindented */
+    write_file("tree/configs/tiny.yaml",
+               "family: qwen3\nnum_layers: 3\nhidden_size: 32\nintermediate_size: 64\nnum_attention_heads: 4\n"
+               "head_dim: 16\nvocab_size: 100\nmax_position_embeddings: 64\n");
+    write_file("tree/configs/bad.yaml",
+               "family: llama\nnum_layers: 3\nhidden_size: 32\nintermediate_size: 64\nnum_attention_heads: 4\n"
+               "num_key_value_heads: 3\nvocab_size: 100\nmax_position_embeddings: 64\n");
+    const char *text = replaced(replaced(BASE, MODEL_BLOCK, "model: configs/tiny.yaml\n"), "seq_len: 64", "seq_len: 32");
+    const char *path = write_file("tree/recipes/tiny/r.yaml", text);
+    const char *set[] = {"model.num_layers=6"};
+    assert_int_equal(recipe_load(&r, path, set, 1, 1, err, sizeof err), 0);
+    assert_true(r.model.family == FAMILY_QWEN3 && r.model.num_layers == 6 && r.model.head_dim == 16 && r.model.qk_norm);
+    assert_int_equal(r.model.num_key_value_heads, 4);
+
+    snprintf(model_path, sizeof model_path, "%s/tree/configs/tiny.yaml", work_dir);
+    assert_int_equal(model_config_load(&m, model_path, err, sizeof err), 0);
+    assert_true(m.num_layers == 3 && m.vocab_size == 100 && m.head_dim == 16);
+    /* errors inside a model file name that file and line */
+    char expect[700];
+    snprintf(model_path, sizeof model_path, "%s/tree/configs/bad.yaml", work_dir);
+    assert_int_equal(model_config_load(&m, model_path, err, sizeof err), -1);
+    snprintf(expect, sizeof expect, "%s:6: num_key_value_heads: expected a divisor of num_attention_heads (4)", model_path);
+    if (!strstr(err, expect)) fail_msg("got: %s", err);
+    path = write_file("tree/recipes/tiny/b.yaml", replaced(BASE, MODEL_BLOCK, "model: configs/bad.yaml\n"));
+    assert_int_equal(recipe_load(&r, path, NULL, 0, 1, err, sizeof err), -1);
+    if (!strstr(err, "configs/bad.yaml:6: model.num_key_value_heads: expected a divisor")) fail_msg("got: %s", err);
+}
+
+static void assert_files_equal_after_first_line(const char *a, const char *b) {
+    char la[4096], lb[4096];
+    FILE *fa = fopen(a, "r"), *fb = fopen(b, "r");
+    assert_true(fa && fb);
+    int line = 0;
+    for (;;) {
+        char *ga = fgets(la, sizeof la, fa), *gb = fgets(lb, sizeof lb, fb);
+        if (!ga || !gb) {
+            assert_true(!ga && !gb);
+            break;
+        }
+        if (line++ > 0 && strcmp(la, lb) != 0) fail_msg("line %d differs:\n%s%s", line, la, lb);
+    }
+    fclose(fa);
+    fclose(fb);
+}
+
+#define SAME(field) assert_true(a->field == b->field)
+static void assert_recipes_equal(const Recipe *a, const Recipe *b) {
+    assert_string_equal(a->run.name, b->run.name);
+    assert_string_equal(a->run.dir, b->run.dir);
+    assert_string_equal(a->run.device, b->run.device);
+    SAME(run.seed);
+    const ModelConfig *ma = &a->model, *mb = &b->model;
+    assert_true(ma->family == mb->family && ma->num_layers == mb->num_layers && ma->hidden_size == mb->hidden_size);
+    assert_true(ma->intermediate_size == mb->intermediate_size && ma->num_attention_heads == mb->num_attention_heads);
+    assert_true(ma->num_key_value_heads == mb->num_key_value_heads && ma->head_dim == mb->head_dim);
+    assert_true(ma->vocab_size == mb->vocab_size && ma->max_position_embeddings == mb->max_position_embeddings);
+    assert_true(ma->rope_theta == mb->rope_theta && ma->rms_norm_eps == mb->rms_norm_eps && ma->init_std == mb->init_std);
+    assert_true(ma->tie_word_embeddings == mb->tie_word_embeddings && ma->attention_bias == mb->attention_bias);
+    SAME(model.qk_norm);
+    SAME(model.rope_scaling.enabled);
+    SAME(model.rope_scaling.factor);
+    SAME(model.rope_scaling.low_freq_factor);
+    SAME(model.rope_scaling.high_freq_factor);
+    SAME(model.rope_scaling.original_max_position_embeddings);
+    const MoeConfig *ea = &ma->moe, *eb = &mb->moe;
+    assert_true(ea->num_experts == eb->num_experts && ea->num_experts_per_tok == eb->num_experts_per_tok);
+    assert_true(ea->moe_intermediate_size == eb->moe_intermediate_size && ea->norm_topk_prob == eb->norm_topk_prob);
+    assert_true(ea->shared_expert_intermediate_size == eb->shared_expert_intermediate_size);
+    assert_true(ea->score_function == eb->score_function && ea->load_balancing == eb->load_balancing);
+    assert_true(ea->aux_loss_coeff == eb->aux_loss_coeff && ea->z_loss_coeff == eb->z_loss_coeff);
+    assert_true(ea->capacity_factor == eb->capacity_factor && ea->layer_freq == eb->layer_freq);
+    assert_true(ea->layer_mask_given == eb->layer_mask_given);
+    assert_memory_equal(ea->layer_mask, eb->layer_mask, sizeof ea->layer_mask);
+    SAME(parallel.tp), SAME(parallel.pp), SAME(parallel.vpp), SAME(parallel.cp), SAME(parallel.ep), SAME(parallel.etp);
+    SAME(parallel.sequence_parallel), SAME(parallel.distributed_optimizer);
+    SAME(train.steps), SAME(train.tokens), SAME(train.seq_len), SAME(train.micro_batch_size);
+    SAME(train.num_batch_stages), SAME(train.batch_stages_in_tokens), SAME(train.eval_interval), SAME(train.eval_batches);
+    for (int i = 0; i < a->train.num_batch_stages; i++) {
+        SAME(train.batch_stages[i].start);
+        SAME(train.batch_stages[i].global_batch_size);
+    }
+    SAME(optimizer.lr), SAME(optimizer.min_lr), SAME(optimizer.beta1), SAME(optimizer.beta2), SAME(optimizer.eps);
+    SAME(optimizer.weight_decay), SAME(optimizer.clip_grad), SAME(optimizer.state_dtype), SAME(optimizer.warmup_steps);
+    SAME(optimizer.decay), SAME(optimizer.decay_steps), SAME(optimizer.wsd_decay_steps), SAME(optimizer.wsd_decay_style);
+    SAME(precision);
+    SAME(data.num_train), SAME(data.num_valid);
+    for (int i = 0; i < a->data.num_train; i++) {
+        assert_string_equal(a->data.train[i].path, b->data.train[i].path);
+        SAME(data.train[i].weight);
+    }
+    for (int i = 0; i < a->data.num_valid; i++) {
+        assert_string_equal(a->data.valid[i].path, b->data.valid[i].path);
+        SAME(data.valid[i].weight);
+    }
+    SAME(data.split[0]), SAME(data.split[1]), SAME(data.split[2]);
+    assert_string_equal(a->data.cache_dir, b->data.cache_dir);
+    SAME(checkpoint.interval), SAME(checkpoint.keep_last), SAME(checkpoint.keep_every), SAME(checkpoint.async);
+    SAME(checkpoint.compression_level), SAME(checkpoint.load_optimizer), SAME(logging.interval), SAME(logging.tensorboard);
+}
+
+static void round_trip(const char *text, const char *const *sets, int n, int world) {
+    Recipe first, second;
+    char out1[600], out2[600];
+    load_ok(&first, text, sets, n, world);
+    snprintf(out1, sizeof out1, "%s/out1.yaml", work_dir);
+    snprintf(out2, sizeof out2, "%s/out2.yaml", work_dir);
+    if (recipe_write(&first, out1, err, sizeof err) != 0) fail_msg("%s", err);
+    if (recipe_load(&second, out1, NULL, 0, world, err, sizeof err) != 0) fail_msg("reloading: %s", err);
+    assert_recipes_equal(&first, &second);
+    if (recipe_write(&second, out2, err, sizeof err) != 0) fail_msg("%s", err);
+    assert_files_equal_after_first_line(out1, out2);
+}
+
+static void test_write_round_trip(void **state) {
+    round_trip(BASE, NULL, 0, 1);
+    const char *odd[] = {"optimizer.lr=0.0030000000000000001", "optimizer.min_lr=1.1e-7", "model.rms_norm_eps=1e-6",
+                         "model.rope_scaling={factor: 32, low_freq_factor: 1.5}", "data.valid=[a, {path: b, weight: 0.3}]",
+                         "run.name=quote\"me", "optimizer.schedule.decay_steps=80", "data.split=[90.5, 9.5, 0]"};
+    round_trip(BASE, odd, 8, 1);
+    const char *tokens[] = {"train.steps=null", "train.tokens=2.4B", "train.global_batch_size=0:16 2.4B:320 4.8B:624"};
+    round_trip(BASE, tokens, 3, 1);
+    const char *moe_text = replaced(replaced(BASE, "family: llama", "family: mixtral"), "max_position_embeddings: 128\n",
+                                    "max_position_embeddings: 128\n" MOE_BLOCK);
+    const char *moe_sets[] = {"parallel.ep=2", "train.global_batch_size=null",
+                              "train.batch_schedule=[{step: 0, global_batch_size: 4}, {step: 7, global_batch_size: 12}]"};
+    round_trip(moe_text, moe_sets, 3, 2);
+    Recipe r;
+    load_ok(&r, moe_text, NULL, 0, 1);
+    assert_true(r.model.moe.layer_mask_given && r.model.moe.layer_mask[0] == 1 && r.model.moe.layer_mask[1] == 0);
+    assert_true(r.model.moe.num_experts == 4 && r.model.moe.capacity_factor == 0 && r.model.moe.aux_loss_coeff == 1e-2);
+}
+
+static void test_token_counts_and_names(void **state) {
+    double v;
+    assert_int_equal(parse_token_count("2.4B", &v), 0);
+    assert_true(v == 2400000000.0);
+    assert_int_equal(parse_token_count("1.5K", &v), 0);
+    assert_true(v == 1500);
+    assert_int_equal(parse_token_count("3T", &v), 0);
+    assert_true(v == 3e12);
+    assert_int_equal(parse_token_count("7M", &v), 0);
+    assert_true(v == 7e6);
+    assert_int_equal(parse_token_count("123", &v), 0);
+    assert_true(v == 123);
+    assert_int_equal(parse_token_count("2.4X", &v), -1);
+    assert_int_equal(parse_token_count("-1", &v), -1);
+    assert_int_equal(parse_token_count("", &v), -1);
+    assert_int_equal(parse_token_count("B", &v), -1);
+    assert_string_equal(model_family_name(FAMILY_QWEN3_MOE), "qwen3_moe");
+    assert_string_equal(model_family_name(FAMILY_QWEN2), "qwen2");
+    assert_string_equal(lr_decay_name(DECAY_INVERSE_SQRT), "inverse_sqrt");
+    assert_string_equal(wsd_decay_style_name(WSD_MINUS_SQRT), "minus_sqrt");
+    assert_string_equal(dtype_name(DTYPE_BF16), "bf16");
+    Recipe r;
+    load_ok(&r, replaced(BASE, "  tp: 1", "  tp: 2\n  pp: 2"), NULL, 0, 8);
+    assert_int_equal(recipe_dp_size(&r, 8), 2);
+}
+
+static void test_missing_file_and_override_message(void **state) {
+    Recipe r;
+    char path[600];
+    snprintf(path, sizeof path, "%s/no-such-recipe.yaml", work_dir);
+    assert_int_equal(recipe_load(&r, path, NULL, 0, 1, err, sizeof err), -1);
+    assert_non_null(strstr(err, path));
+    const char *set[] = {"train.stpes=3"};
+    assert_int_equal(load(&r, BASE, set, 1, 1), -1);
+    assert_string_equal(err, "--set train.stpes=3: unknown key 'train.stpes' (did you mean 'train.steps'?)");
+}
+
+/* One bad recipe: BASE with `from` replaced by `to` and/or an override, and
+ * what its one error message must say: it starts with "FILE:LINE: " for the
+ * line holding `at` (or "--set OVERRIDE: " when `at` is NULL) and contains
+ * `key` and `says`. */
+typedef struct ErrorCase {
+    const char *name;
+    const char *from, *to;
+    const char *set;
+    int world;
+    const char *at, *key, *says;
+} ErrorCase;
+
+#define SCHEDULE(a, b) "  batch_schedule:\n    - {step: " a ", global_batch_size: 8}\n    - {step: " b ", global_batch_size: 16}\n"
+static const ErrorCase error_cases[] = {
+    /* unknown keys */
+    {"unknown_key_suggests", "  steps: 100", "  stpes: 100", NULL, 1, "stpes", "train.stpes", "did you mean 'train.steps'?"},
+    {"unknown_key_lists_valid", "  tp: 1", "  tp: 1\n  banana: 2", NULL, 1, "banana", "parallel.banana",
+     "(valid keys in parallel: tp, pp, vpp, cp, ep, etp, sequence_parallel, distributed_optimizer)"},
+    {"unknown_section", "parallel:", "paralel:", NULL, 1, "paralel", "'paralel'", "did you mean 'parallel'?"},
+    {"unknown_model_key", "vocab_size: 256", "vocab_sise: 256", NULL, 1, "vocab_sise", "model.vocab_sise",
+     "did you mean 'model.vocab_size'?"},
+    {"unknown_key_in_override", NULL, NULL, "optimizer.schedule.warmup=3", 1, NULL, "optimizer.schedule.warmup",
+     "did you mean 'optimizer.schedule.warmup_steps'?"},
+    /* wrong types */
+    {"string_for_integer", "micro_batch_size: 2", "micro_batch_size: four", NULL, 1, "four", "train.micro_batch_size",
+     "expected a positive integer, found 'four'"},
+    {"mapping_for_integer", "  seq_len: 64", "  seq_len: {a: 1}", NULL, 1, "seq_len", "train.seq_len", "found a mapping"},
+    {"quoted_integer", "hidden_size: 64", "hidden_size: \"64\"", NULL, 1, "hidden_size", "model.hidden_size",
+     "found the string \"64\""},
+    {"not_a_bool", "max_position_embeddings: 128", "max_position_embeddings: 128\n  tie_word_embeddings: maybe", NULL, 1,
+     "maybe", "model.tie_word_embeddings", "expected true or false, found 'maybe'"},
+    {"list_for_string", "name: unit", "name: [a, b]", NULL, 1, "name:", "run.name", "expected a string, found a list"},
+    {"scalar_for_section", "parallel:\n  tp: 1", "parallel: 4", NULL, 1, "parallel", "parallel",
+     "expected a mapping of keys, found '4'"},
+    {"override_wrong_type", NULL, NULL, "train.micro_batch_size=zero", 1, NULL, "train.micro_batch_size",
+     "expected a positive integer, found 'zero'"},
+    {"top_level_list", BASE, "- a\n- b\n", NULL, 1, "- a", "(top level)", "expected a mapping of recipe keys"},
+    /* values out of range */
+    {"negative_lr", "lr: 3.0e-3", "lr: -1.0e-3", NULL, 1, "lr: -1", "optimizer.lr", "expected a number >= 0, found '-1.0e-3'"},
+    {"beta_above_one", "[0.9, 0.95]", "[0.9, 1.5]", NULL, 1, "betas", "optimizer.betas", "expected beta2 in [0, 1), found '1.5'"},
+    {"beta_count", "[0.9, 0.95]", "[0.9]", NULL, 1, "betas", "optimizer.betas", "expected a list of two numbers"},
+    {"micro_batch_zero", "micro_batch_size: 2", "micro_batch_size: 0", NULL, 1, "micro_batch_size",
+     "train.micro_batch_size", "expected a positive integer, found '0'"},
+    {"seq_len_above_positions", "seq_len: 64", "seq_len: 256", NULL, 1, "seq_len", "train.seq_len",
+     "expected at most model.max_position_embeddings (128), found 256"},
+    {"vocab_size_zero", "vocab_size: 256", "vocab_size: 0", NULL, 1, "vocab_size", "model.vocab_size",
+     "expected a positive integer, found '0'"},
+    {"compression_level_high", "compression_level: 3", "compression_level: 23", NULL, 1, "compression_level",
+     "checkpoint.compression_level", "expected an integer in 1..22, found '23'"},
+    {"compression_level_zero", "compression_level: 3", "compression_level: 0", NULL, 1, "compression_level",
+     "checkpoint.compression_level", "expected an integer in 1..22, found '0'"},
+    {"precision_enum", "checkpoint:", "precision: fp16\ncheckpoint:", NULL, 1, "precision", "precision",
+     "expected one of fp32 | bf16, found 'fp16'"},
+    {"family_enum", "family: llama", "family: gpt2", NULL, 1, "family", "model.family",
+     "expected one of llama | qwen2 | qwen3 | mixtral | qwen3_moe, found 'gpt2'"},
+    {"decay_enum", "decay: cosine", "decay: cosin", NULL, 1, "decay", "optimizer.schedule.decay",
+     "expected one of constant | linear | cosine | inverse_sqrt | wsd, found 'cosin'"},
+    {"device_enum", "seed: 7", "seed: 7\n  device: tpu", NULL, 1, "device", "run.device", "expected one of cpu | cuda"},
+    {"data_weight_zero", "weight: 1.0", "weight: 0", NULL, 1, "weight", "data.train[0].weight",
+     "expected a number > 0, found '0'"},
+    /* impossible combinations */
+    {"heads_not_divisible_by_kv", "num_key_value_heads: 2", "num_key_value_heads: 3", NULL, 1, "num_key_value_heads",
+     "model.num_key_value_heads", "expected a divisor of num_attention_heads (4), found 3"},
+    {"hidden_not_divisible_by_heads", "hidden_size: 64", "hidden_size: 66", NULL, 1, "hidden_size", "model.hidden_size",
+     "expected a multiple of num_attention_heads (4) when head_dim is not given, found 66"},
+    {"batch_not_divisible_by_dp", NULL, NULL, NULL, 8, "global_batch_size", "train.global_batch_size",
+     "expected a multiple of micro_batch_size * dp = 2 * 8 = 16, found 8"},
+    {"schedule_stage_not_divisible", "  global_batch_size: 8\n",
+     "  batch_schedule:\n    - {step: 0, global_batch_size: 8}\n    - {step: 10, global_batch_size: 10}\n", NULL, 2,
+     "step: 10", "train.batch_schedule[1].global_batch_size",
+     "stage 1 has global batch size 10; expected a multiple of micro_batch_size * dp = 2 * 2 = 4"},
+    {"world_not_divisible", "  tp: 1", "  tp: 4", NULL, 6, "parallel:", "parallel",
+     "expected tp * pp * cp (4 * 1 * 1 = 4) to divide the world size 6"},
+    {"tp_not_dividing_heads", "  tp: 1", "  tp: 4", NULL, 4, "tp: 4", "parallel.tp",
+     "expected a divisor of num_attention_heads (4) and num_key_value_heads (2), found 4"},
+    {"pp_not_dividing_layers", "  tp: 1", "  pp: 4", NULL, 4, "pp: 4", "parallel.pp", "to divide num_layers (2)"},
+    {"ep_for_dense", "  tp: 1", "  ep: 2", NULL, 2, "ep: 2", "parallel.ep", "expected 1 for the dense family llama"},
+    {"min_lr_above_lr", "min_lr: 3.0e-4", "min_lr: 5.0e-3", NULL, 1, "min_lr", "optimizer.min_lr",
+     "expected at most optimizer.lr (0.003), found 0.005"},
+    {"warmup_above_steps", "warmup_steps: 10", "warmup_steps: 200", NULL, 1, "warmup_steps",
+     "optimizer.schedule.warmup_steps", "expected at most train.steps (100), found 200"},
+    {"wsd_decay_above_steps", "decay: cosine", "decay: wsd\n    wsd_decay_steps: 150", NULL, 1, "wsd_decay_steps",
+     "optimizer.schedule.wsd_decay_steps", "expected at most the decay steps (100, from train.steps), found 150"},
+    {"wsd_without_decay_steps", "decay: cosine", "decay: wsd", NULL, 1, "schedule:", "optimizer.schedule.wsd_decay_steps",
+     "expected a positive number of steps when decay is wsd"},
+    {"steps_and_tokens", "  steps: 100", "  steps: 100\n  tokens: 2.4B", NULL, 1, "tokens", "train.tokens",
+     "found both train.steps and train.tokens"},
+    {"neither_steps_nor_tokens", "  steps: 100\n", "", NULL, 1, "train:", "train.steps",
+     "missing required key (or give train.tokens)"},
+    {"both_batch_forms", "  global_batch_size: 8\n", "  global_batch_size: 8\n" SCHEDULE("0", "10"), NULL, 1,
+     "batch_schedule", "train.batch_schedule", "found both train.global_batch_size and train.batch_schedule"},
+    {"schedule_first_not_zero", "  global_batch_size: 8\n", SCHEDULE("5", "10"), NULL, 1, "step: 5",
+     "train.batch_schedule[0]", "expected the first stage at step 0, found step 5"},
+    {"schedule_not_increasing", "  global_batch_size: 8\n", SCHEDULE("0", "0"), NULL, 1, "step: 0, global_batch_size: 16",
+     "train.batch_schedule[1]", "expected steps in increasing order, found 0 after 0"},
+    {"token_schedule_first_not_zero", "global_batch_size: 8", "global_batch_size: \"1B:16 2B:32\"", NULL, 1,
+     "global_batch_size", "train.global_batch_size", "expected the first threshold to be 0, found 1B"},
+    {"token_schedule_not_increasing", "global_batch_size: 8", "global_batch_size: 0:16 2B:32 1B:64", NULL, 1,
+     "global_batch_size", "train.global_batch_size", "expected increasing thresholds, found 1B after 2000000000"},
+    {"token_schedule_malformed", "global_batch_size: 8", "global_batch_size: 0:16 2.4B-320", NULL, 1, "global_batch_size",
+     "train.global_batch_size", "expected TOKENS:BATCH items like \"0:16 2.4B:320\", found '2.4B-320'"},
+    {"moe_block_for_dense", "max_position_embeddings: 128\n", "max_position_embeddings: 128\n" MOE_BLOCK, NULL, 1, "moe:",
+     "model.moe", "expected none for the dense family llama"},
+    {"moe_family_without_moe", "family: llama", "family: mixtral", NULL, 1, "model:", "model.moe",
+     "missing, required for the MoE family mixtral"},
+    {"moe_layer_freq_length", "family: llama", "family: mixtral\n" MOE_BLOCK, "model.moe.layer_freq=[1, 0, 1]", 1, NULL,
+     "model.moe.layer_freq", "expected one 0/1 entry per layer (num_layers = 2), found 3 entries"},
+    {"moe_too_many_active_experts", "family: llama", "family: mixtral\n" MOE_BLOCK, "model.moe.num_experts_per_tok=5", 1,
+     NULL, "model.moe.num_experts_per_tok", "expected at most moe.num_experts (4), found 5"},
+    {"duplicate_key", "  tp: 1", "  tp: 1\n  tp: 2", NULL, 1, "tp: 2", "'tp'", "duplicate key 'tp'"},
+    /* missing keys */
+    {"missing_model", MODEL_BLOCK, "", NULL, 1, "run:", "model", "missing required key"},
+    {"missing_seq_len", "  seq_len: 64\n", "", NULL, 1, "train:", "train.seq_len", "missing required key"},
+    {"missing_micro_batch", "  micro_batch_size: 2\n", "", NULL, 1, "train:", "train.micro_batch_size",
+     "missing required key"},
+    {"missing_batch", "  global_batch_size: 8\n", "", NULL, 1, "train:", "train.global_batch_size",
+     "missing required key (or give train.batch_schedule)"},
+    {"missing_data_train", "  train: [{path: data/tiny, weight: 1.0}]", "  valid: null", NULL, 1, "data:", "data.train",
+     "missing required key"},
+    {"null_required_key", "micro_batch_size: 2", "micro_batch_size: null", NULL, 1, "micro_batch_size",
+     "train.micro_batch_size", "missing required key"},
+    {"model_file_not_found", MODEL_BLOCK, "model: configs/nope.yaml\n", NULL, 1, "model:", "model",
+     "found 'configs/nope.yaml'"},
+    /* syntax */
+    {"yaml_syntax_error", "  seq_len: 64", "  seq_len: a: b", NULL, 1, "seq_len", "YAML syntax error",
+     "mapping values are not allowed"},
+    {"override_without_equals", NULL, NULL, "train.steps", 1, NULL, "train.steps", "expected key.path=value"},
+    {"override_through_scalar", NULL, NULL, "train.steps.x=1", 1, NULL, "train.steps.x",
+     "'train.steps' is '100', not a mapping"},
+    {"override_yaml_error", NULL, NULL, "optimizer.betas=[0.9,", 1, NULL, "YAML syntax error", "did not find expected node content"},
+};
+#define NUM_ERROR_CASES ((int)(sizeof error_cases / sizeof error_cases[0]))
+
+static void test_error_case(void **state) {
+    const ErrorCase *c = *state;
+    static char text[8192];
+    char where[700];
+    Recipe r;
+    snprintf(text, sizeof text, "%s", c->from ? replaced(BASE, c->from, c->to) : BASE);
+    const char *sets[1] = {c->set};
+    int rc = load(&r, text, sets, c->set ? 1 : 0, c->world);
+    if (rc != -1) fail_msg("%s: expected -1, got %d", c->name, rc);
+    if (c->at) snprintf(where, sizeof where, "%s/recipe.yaml:%d: ", work_dir, line_of(text, c->at));
+    else snprintf(where, sizeof where, "--set %s: ", c->set);
+    if (strncmp(err, where, strlen(where)) != 0) fail_msg("%s: message should start with '%s': %s", c->name, where, err);
+    if (!strstr(err + strlen(where), c->key)) fail_msg("%s: message should name '%s': %s", c->name, c->key, err);
+    if (!strstr(err, c->says)) fail_msg("%s: message should say '%s': %s", c->name, c->says, err);
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    return remove(path);
+}
+
+static int setup(void **state) {
+    snprintf(work_dir, sizeof work_dir, "/tmp/test_recipe_XXXXXX");
+    return mkdtemp(work_dir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    return nftw(work_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+int main(void) {
+    struct CMUnitTest tests[8 + NUM_ERROR_CASES] = {
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_batch_schedules),
+        cmocka_unit_test(test_overrides),
+        cmocka_unit_test(test_model_from_file),
+        cmocka_unit_test(test_write_round_trip),
+        cmocka_unit_test(test_token_counts_and_names),
+        cmocka_unit_test(test_missing_file_and_override_message),
+    };
+    int count = 7;
+    for (int i = 0; i < NUM_ERROR_CASES; i++)
+        tests[count++] = (struct CMUnitTest){error_cases[i].name, test_error_case, NULL, NULL, (void *)&error_cases[i]};
+    return _cmocka_run_group_tests("recipe", tests, (size_t)count, setup, teardown);
+}
