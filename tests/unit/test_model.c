@@ -451,7 +451,9 @@ static void test_gradient_accumulation_and_scale(void **state) {
     model_free(model);
 }
 
-/* 50 steps of plain SGD on one batch: forward and backward agree end to end. */
+/* 80 steps of plain SGD on one batch: forward and backward agree end to end.
+ * (lr 0.3: at lr 1.0 the trajectory is chaotic, so one-ulp changes in an op
+ * decided whether the loss fell 10x in time.) */
 static void test_overfit_one_batch(void **state) {
     ModelConfig cfg = tiny_config(FAMILY_QWEN3, false, false);
     Model *model = model_create(&cfg, &cpu_backend, B, T);
@@ -459,8 +461,8 @@ static void test_overfit_one_batch(void **state) {
     int32_t inputs[B * T], targets[B * T];
     make_batch(78, inputs, targets, B * T, 0);
     float first = 0, loss = 0;
-    const float lr = 1.0f;
-    for (int step = 0; step < 50; step++) {
+    const float lr = 0.3f;
+    for (int step = 0; step < 80; step++) {
         model_zero_grad(model);
         loss = model_forward(model, inputs, targets, B, T);
         if (step == 0) first = loss;
