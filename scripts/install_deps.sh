@@ -2,7 +2,7 @@
 # install_deps.sh: installs the Debian packages megatrain needs to build and
 # test, only those missing. Needs root (or sudo) the first time; a no-op after.
 set -euo pipefail
-packages=(build-essential pkg-config libyaml-dev libzstd-dev zstd libopenblas-dev
+packages=(build-essential pkg-config libyaml-dev libzstd-dev zstd libopenblas-openmp-dev
           libopenmpi-dev openmpi-bin libcmocka-dev)
 missing=()
 for p in "${packages[@]}"; do
