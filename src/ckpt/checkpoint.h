@@ -1,0 +1,49 @@
+/* checkpoint.h: sharded, zstd-compressed, crash-safe checkpoints (the contract).
+ *
+ * A checkpoint is a directory (e.g. run.dir/checkpoints/iter_0000050/) holding
+ * a metadata file and one file of zstd frames per writing rank. Every tensor is
+ * stored as a GLOBAL tensor cut into chunks; the metadata lists, per tensor,
+ * its global shape, dtype and the chunks that hold it (file, byte offset,
+ * compressed size, global offsets, shape, checksum). Any layout can therefore
+ * read any other. A checkpoint becomes visible only when complete.
+ *
+ * Tensor names: model parameters by their registry names (model.h);
+ * optimizer moments as "optimizer.m.<name>" and "optimizer.v.<name>".
+ * The metadata also carries the model config, the resolved recipe (when the
+ * checkpoint comes from a run), and the TrainState (when it comes from a run).
+ */
+#ifndef MT_CKPT_CHECKPOINT_H
+#define MT_CKPT_CHECKPOINT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "../config/recipe.h"
+#include "../model/model.h"
+#include "../train/optimizer.h"
+#include "../train/train_state.h"
+
+/* What to write. recipe, optimizer and state may be NULL (e.g. `convert`
+ * writes weights and the model config only). */
+typedef struct CheckpointWrite {
+    const ModelConfig *model_config;
+    const Model *model;
+    const Recipe *recipe;       /* nullable */
+    const AdamW *optimizer;     /* nullable */
+    const TrainState *state;    /* nullable */
+    int compression_level;      /* zstd level, 1..22 */
+} CheckpointWrite;
+
+/* Write a complete checkpoint at `dir` (which must not exist yet): written
+ * under a temporary name, fsynced, renamed. Returns 0, or -1 with err set and
+ * nothing left at `dir`. */
+int ckpt_write_dir(const char *dir, const CheckpointWrite *what, char *err, size_t errlen);
+
+/* Read the model config stored in checkpoint `dir`. */
+int ckpt_read_model_config(const char *dir, ModelConfig *model_config, char *err, size_t errlen);
+
+/* Load every parameter of `model` (created from a compatible config) from
+ * `dir`, verifying checksums. Returns 0, or -1 with err naming the tensor. */
+int ckpt_load_model(const char *dir, Model *model, char *err, size_t errlen);
+
+#endif
