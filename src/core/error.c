@@ -8,14 +8,25 @@
 
 int mt_log_enabled = 1;
 
-void mt_die(int status, const char *fmt, ...) {
-    va_list ap;
+static void print_error(const char *fmt, va_list ap) {
     fflush(stdout);
     fputs("megatrain: error: ", stderr);
-    va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
-    va_end(ap);
     fputc('\n', stderr);
+}
+
+void mt_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    print_error(fmt, ap);
+    va_end(ap);
+}
+
+void mt_die(int status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    print_error(fmt, ap);
+    va_end(ap);
     exit(status);
 }
 

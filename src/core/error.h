@@ -16,6 +16,9 @@
 /* Print "megatrain: error: <message>" to stderr and exit with `status`. */
 void mt_die(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3), noreturn));
 
+/* Print "megatrain: error: <message>" to stderr without exiting. */
+void mt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Print "megatrain: warning: <message>" to stderr. */
 void mt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

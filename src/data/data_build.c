@@ -11,7 +11,6 @@
 #include "data_build.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +19,7 @@
 
 #include "../core/error.h"
 #include "../core/timer.h"
-#include "data_fs.h"
+#include "../core/fs.h"
 #include "indexed_dataset.h"
 #include "indexed_dataset_writer.h"
 #include "json_text.h"
@@ -46,17 +45,6 @@ typedef struct BuildOptions {
 
 typedef enum { FORMAT_UNKNOWN, FORMAT_TEXT, FORMAT_JSONL } InputFormat;
 
-static void report_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void report_error(const char *fmt, ...) {
-    va_list ap;
-    fflush(stdout);
-    fputs("megatrain: error: ", stderr);
-    va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
-    va_end(ap);
-    fputc('\n', stderr);
-}
-
 /* Returns 0 to go on, 1 after --help, 2 on a usage error (reported). */
 static int parse_options(int argc, char **argv, BuildOptions *opt) {
     opt->input = opt->output = NULL;
@@ -80,27 +68,27 @@ static int parse_options(int argc, char **argv, BuildOptions *opt) {
             } else if (i + 1 < argc) {
                 *slots[k] = argv[++i];
             } else {
-                report_error("data build: %s needs a value\n%s", names[k], build_usage_text);
+                mt_error("data build: %s needs a value\n%s", names[k], build_usage_text);
                 return 2;
             }
         }
         if (!matched) {
-            report_error("data build: unexpected argument '%s'\n%s", a, build_usage_text);
+            mt_error("data build: unexpected argument '%s'\n%s", a, build_usage_text);
             return 2;
         }
     }
     if (!opt->input || !opt->input[0] || !opt->output || !opt->output[0]) {
-        report_error("data build: %s is required\n%s", !opt->input || !opt->input[0] ? "--input FILE" : "--output PREFIX",
+        mt_error("data build: %s is required\n%s", !opt->input || !opt->input[0] ? "--input FILE" : "--output PREFIX",
                      build_usage_text);
         return 2;
     }
     if (strcmp(opt->tokenizer, "byte") != 0) {
-        report_error("data build: --tokenizer %s: only 'byte' is supported so far (tokenizer.json support comes later)",
+        mt_error("data build: --tokenizer %s: only 'byte' is supported so far (tokenizer.json support comes later)",
                      opt->tokenizer);
         return 2;
     }
     if (!opt->json_key[0]) {
-        report_error("data build: --json-key must not be empty");
+        mt_error("data build: --json-key must not be empty");
         return 2;
     }
     return 0;
@@ -145,16 +133,16 @@ static int build_line(BuildState *st, const char *line, size_t len) {
         char why[256];
         int status = json_object_string_field(line, len, st->opt->json_key, &st->json_text, why, sizeof(why));
         if (status == JSON_SYNTAX_ERROR) {
-            report_error("%s:%lld: bad JSON: %s", st->opt->input, st->line_number, why);
+            mt_error("%s:%lld: bad JSON: %s", st->opt->input, st->line_number, why);
             return -1;
         }
         if (status == JSON_FIELD_MISSING) {
-            report_error("%s:%lld: the JSON object has no \"%s\" field (--json-key picks the field)", st->opt->input,
+            mt_error("%s:%lld: the JSON object has no \"%s\" field (--json-key picks the field)", st->opt->input,
                          st->line_number, st->opt->json_key);
             return -1;
         }
         if (status == JSON_FIELD_NOT_STRING) {
-            report_error("%s:%lld: field \"%s\" is not a string", st->opt->input, st->line_number, st->opt->json_key);
+            mt_error("%s:%lld: field \"%s\" is not a string", st->opt->input, st->line_number, st->opt->json_key);
             return -1;
         }
         text = st->json_text.data;
@@ -171,7 +159,7 @@ static int build_line(BuildState *st, const char *line, size_t len) {
     for (size_t i = 0; i < text_len; i++) st->tokens[i] = (unsigned char)text[i];
     st->tokens[text_len] = BYTE_EOD_TOKEN;
     if (indexed_dataset_writer_add_document(st->writer, st->tokens, (int64_t)text_len + 1) != 0) {
-        report_error("%s", indexed_dataset_writer_error(st->writer));
+        mt_error("%s", indexed_dataset_writer_error(st->writer));
         return -1;
     }
     return 0;
@@ -204,23 +192,23 @@ int data_build_main(int argc, char **argv) {
     if (rc != 0) return MT_EXIT_USAGE;
     struct stat sb;
     if (stat(opt.input, &sb) != 0) {
-        report_error("data build: --input %s: %s", opt.input, strerror(errno));
+        mt_error("data build: --input %s: %s", opt.input, strerror(errno));
         return MT_EXIT_USAGE;
     }
     if (S_ISDIR(sb.st_mode)) {
-        report_error("data build: --input %s: is a directory (expected a text or JSONL file)", opt.input);
+        mt_error("data build: --input %s: is a directory (expected a text or JSONL file)", opt.input);
         return MT_EXIT_USAGE;
     }
     FILE *in = fopen(opt.input, "rb");
     if (!in) {
-        report_error("data build: --input %s: cannot read: %s", opt.input, strerror(errno));
+        mt_error("data build: --input %s: cannot read: %s", opt.input, strerror(errno));
         return MT_EXIT_FAILURE;
     }
     char err[2400];
     IndexedDatasetWriter *writer = NULL;
-    if (data_make_parent_dirs(opt.output, err, sizeof(err)) != 0 ||
+    if (mt_make_parent_dirs(opt.output, err, sizeof(err)) != 0 ||
         !(writer = indexed_dataset_writer_open(opt.output, IDX_DTYPE_UINT16, err, sizeof(err)))) {
-        report_error("data build: %s", err);
+        mt_error("data build: %s", err);
         fclose(in);
         return MT_EXIT_FAILURE;
     }
@@ -247,19 +235,19 @@ int data_build_main(int argc, char **argv) {
     }
     if (progress && last_report > start) printf("\n");
     if (rc == MT_EXIT_OK && ferror(in)) {
-        report_error("%s: read failed: %s", opt.input, strerror(errno));
+        mt_error("%s: read failed: %s", opt.input, strerror(errno));
         rc = MT_EXIT_FAILURE;
     }
     long long documents = indexed_dataset_writer_documents(writer);
     long long tokens = indexed_dataset_writer_tokens(writer);
     if (rc == MT_EXIT_OK && documents == 0) {
-        report_error("%s: no documents (%lld lines, all blank or with empty text)", opt.input, st.line_number);
+        mt_error("%s: no documents (%lld lines, all blank or with empty text)", opt.input, st.line_number);
         rc = MT_EXIT_FAILURE;
     }
     if (rc != MT_EXIT_OK) {
         indexed_dataset_writer_abort(writer);
     } else if (indexed_dataset_writer_finish(writer, err, sizeof(err)) != 0) {
-        report_error("data build: %s", err);
+        mt_error("data build: %s", err);
         rc = MT_EXIT_FAILURE;
     } else {
         print_summary(&st, documents, tokens, mt_now() - start);

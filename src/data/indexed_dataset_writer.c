@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "../core/error.h"
-#include "data_fs.h"
+#include "../core/fs.h"
 #include "indexed_dataset.h"
 #include "indexed_dataset_format.h"
 #include "indexed_dataset_writer.h"
@@ -45,8 +45,8 @@ IndexedDatasetWriter *indexed_dataset_writer_open(const char *prefix, int dtype_
     int a = snprintf(w->bin_path, sizeof(w->bin_path), "%s.bin", prefix);
     int b = snprintf(w->idx_path, sizeof(w->idx_path), "%s.idx", prefix);
     if (a < 0 || b < 0 || (size_t)a >= sizeof(w->bin_path) || (size_t)b >= sizeof(w->idx_path) ||
-        data_temp_name(w->bin_temp, sizeof(w->bin_temp), w->bin_path) != 0 ||
-        data_temp_name(w->idx_temp, sizeof(w->idx_temp), w->idx_path) != 0) {
+        mt_temp_name(w->bin_temp, sizeof(w->bin_temp), w->bin_path) != 0 ||
+        mt_temp_name(w->idx_temp, sizeof(w->idx_temp), w->idx_path) != 0) {
         mt_set_error(err, errlen, "%s: output prefix too long", prefix);
         free(w);
         return NULL;
@@ -173,7 +173,7 @@ static int close_synced(FILE *f) {
     }
     int fd = dup(fileno(f));
     fclose(f);
-    return fd < 0 ? -1 : data_sync_close(fd);
+    return fd < 0 ? -1 : mt_sync_close(fd);
 }
 
 int indexed_dataset_writer_finish(IndexedDatasetWriter *w, char *err, size_t errlen) {

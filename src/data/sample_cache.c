@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "../core/error.h"
-#include "data_fs.h"
+#include "../core/fs.h"
 
 #define CACHE_MAGIC "MTGPTIDX"
 #define CACHE_VERSION 1
@@ -104,8 +104,8 @@ int sample_cache_load(GptSampleIndex *gi, const SampleCacheKey *key, const Index
 
 int sample_cache_save(const GptSampleIndex *gi, const SampleCacheKey *key, char *err, size_t errlen) {
     char temp[2100];
-    if (data_make_parent_dirs(key->path, err, errlen) != 0) return -1;
-    if (data_temp_name(temp, sizeof(temp), key->path) != 0) {
+    if (mt_make_parent_dirs(key->path, err, errlen) != 0) return -1;
+    if (mt_temp_name(temp, sizeof(temp), key->path) != 0) {
         mt_set_error(err, errlen, "%s: path too long", key->path);
         return -1;
     }

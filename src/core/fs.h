@@ -1,20 +1,20 @@
-/* data_fs.h: small file-system helpers shared by the data code
+/* fs.h: small file-system helpers (data, checkpoints, runs)
  * (mkdir -p, whole-file atomic replacement, temporary names). */
-#ifndef MT_DATA_DATA_FS_H
-#define MT_DATA_DATA_FS_H
+#ifndef MT_CORE_FS_H
+#define MT_CORE_FS_H
 
 #include <stddef.h>
 
 /* Create `dir` and any missing parents (like mkdir -p). Returns 0 or -1 with err. */
-int data_make_dirs(const char *dir, char *err, size_t errlen);
+int mt_make_dirs(const char *dir, char *err, size_t errlen);
 
 /* Create the parent directories of the file `path`. Returns 0 or -1 with err. */
-int data_make_parent_dirs(const char *path, char *err, size_t errlen);
+int mt_make_parent_dirs(const char *path, char *err, size_t errlen);
 
 /* "<path>.tmp.<pid>": a temporary name beside `path`. Returns 0, or -1 when it does not fit. */
-int data_temp_name(char *out, size_t outlen, const char *path);
+int mt_temp_name(char *out, size_t outlen, const char *path);
 
 /* Flush `fd` to disk and close it. Returns 0 or -1 (errno set). */
-int data_sync_close(int fd);
+int mt_sync_close(int fd);
 
 #endif

@@ -1,5 +1,5 @@
-/* data_fs.c: mkdir -p, temporary names and fsync for the data code. */
-#include "data_fs.h"
+/* fs.c: mkdir -p, temporary names beside a file, and fsync-then-close. */
+#include "fs.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -7,9 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../core/error.h"
+#include "error.h"
 
-int data_make_dirs(const char *dir, char *err, size_t errlen) {
+int mt_make_dirs(const char *dir, char *err, size_t errlen) {
     char path[4096];
     size_t n = strlen(dir);
     if (n == 0) return 0;
@@ -36,7 +36,7 @@ int data_make_dirs(const char *dir, char *err, size_t errlen) {
     return 0;
 }
 
-int data_make_parent_dirs(const char *path, char *err, size_t errlen) {
+int mt_make_parent_dirs(const char *path, char *err, size_t errlen) {
     char dir[4096];
     size_t n = strlen(path);
     if (n >= sizeof(dir)) {
@@ -47,15 +47,15 @@ int data_make_parent_dirs(const char *path, char *err, size_t errlen) {
     char *slash = strrchr(dir, '/');
     if (!slash || slash == dir) return 0;
     *slash = '\0';
-    return data_make_dirs(dir, err, errlen);
+    return mt_make_dirs(dir, err, errlen);
 }
 
-int data_temp_name(char *out, size_t outlen, const char *path) {
+int mt_temp_name(char *out, size_t outlen, const char *path) {
     int n = snprintf(out, outlen, "%s.tmp.%ld", path, (long)getpid());
     return (n < 0 || (size_t)n >= outlen) ? -1 : 0;
 }
 
-int data_sync_close(int fd) {
+int mt_sync_close(int fd) {
     int rc = fsync(fd);
     int saved = errno;
     if (close(fd) != 0 && rc == 0) return -1;
