@@ -1,0 +1,164 @@
+/* cpu_attention.c: causal grouped-query attention on the CPU.
+ *
+ * q is (B, T, H, D); k and v are (B, T, KVH, D); query head h reads kv head
+ * h / (H / KVH). probs (B, H, T, T) holds the softmax rows (zero above the
+ * diagonal) for the backward.
+ *
+ *   forward:  s[t,u] = scale * q[t].k[u] (u <= t), p = softmax_u(s), out[t] = sum_u p[t,u] v[u]
+ *   backward: dp[t,u] = dout[t].v[u]
+ *             ds[t,u] = p[t,u] * (dp[t,u] - sum_u' p[t,u'] dp[t,u'])
+ *             dq[t] += scale * sum_u ds[t,u] k[u]
+ *             dk[u] += scale * sum_{h in group} sum_{t >= u} ds[t,u] q[t]
+ *             dv[u] += sum_{h in group} sum_{t >= u} p[t,u] dout[t]
+ * The backward runs in two passes: one parallel over query rows (dq and the
+ * row sums), one parallel over key rows (dk, dv; it recomputes dp rather than
+ * keeping a (B,H,T,T) buffer). Every sum runs in a fixed order that does not
+ * depend on the thread count: dot products over D in fp32 with eight fixed
+ * partial sums (so the compiler can vectorise them), softmax sums and sums
+ * over positions in double.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "cpu_ops.h"
+#include "../../core/error.h"
+
+/* sum_i a[i] b[i]: eight interleaved fp32 partial sums combined pairwise,
+ * then the tail; the same order on every call. */
+static inline float dot_f32(const float *a, const float *b, int n) {
+    float lane[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; j++) lane[j] += a[i + j] * b[i + j];
+    float sum = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    for (; i < n; i++) sum += a[i] * b[i];
+    return sum;
+}
+
+/* acc[d] += scale * x[d] (elementwise, so vectorising changes no bits) */
+static inline void axpy_f64(double *acc, double scale, const float *x, int n) {
+#pragma omp simd
+    for (int d = 0; d < n; d++) acc[d] += scale * x[d];
+}
+
+void cpu_attention_forward(float *out, float *probs, const float *q, const float *k, const float *v, int B, int T,
+                           int H, int KVH, int D) {
+    int group = H / KVH;
+    float scale = (float)(1.0 / sqrt((double)D));
+#pragma omp parallel
+    {
+        double *acc = mt_malloc((size_t)(D > 0 ? D : 1) * sizeof(double));
+#pragma omp for collapse(3) schedule(static)
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < H; h++) {
+                for (int t = 0; t < T; t++) {
+                    int kvh = h / group;
+                    const float *qrow = q + (((size_t)b * T + t) * H + h) * D;
+                    float *prow = probs + (((size_t)b * H + h) * T + t) * T;
+                    /* scores, then the softmax in place in the probs row */
+                    float max_score = -INFINITY;
+                    for (int u = 0; u <= t; u++) {
+                        const float *krow = k + (((size_t)b * T + u) * KVH + kvh) * D;
+                        float score = dot_f32(qrow, krow, D) * scale;
+                        prow[u] = score;
+                        if (score > max_score) max_score = score;
+                    }
+                    double sum = 0.0;
+                    for (int u = 0; u <= t; u++) {
+                        float e = expf(prow[u] - max_score);
+                        prow[u] = e;
+                        sum += e;
+                    }
+                    double inv_sum = 1.0 / sum;
+                    for (int u = 0; u <= t; u++) prow[u] = (float)(prow[u] * inv_sum);
+                    for (int u = t + 1; u < T; u++) prow[u] = 0.0f;
+
+                    for (int d = 0; d < D; d++) acc[d] = 0.0;
+                    for (int u = 0; u <= t; u++) {
+                        const float *vrow = v + (((size_t)b * T + u) * KVH + kvh) * D;
+                        axpy_f64(acc, prow[u], vrow, D);
+                    }
+                    float *orow = out + (((size_t)b * T + t) * H + h) * D;
+                    for (int d = 0; d < D; d++) orow[d] = (float)acc[d];
+                }
+            }
+        }
+        free(acc);
+    }
+}
+
+void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *probs, const float *q,
+                            const float *k, const float *v, int B, int T, int H, int KVH, int D) {
+    int group = H / KVH;
+    double scale = (float)(1.0 / sqrt((double)D));
+    /* rowsum[b,h,t] = sum_u p[t,u] dp[t,u], needed by both passes */
+    double *rowsum = mt_malloc(((size_t)B * H * T > 0 ? (size_t)B * H * T : 1) * sizeof(double));
+
+    /* pass 1: one query row at a time -> rowsum and dq */
+#pragma omp parallel
+    {
+        double *dp = mt_malloc((size_t)(T > 0 ? T : 1) * sizeof(double));
+        double *acc = mt_malloc((size_t)(D > 0 ? D : 1) * sizeof(double));
+#pragma omp for collapse(3) schedule(static)
+        for (int b = 0; b < B; b++) {
+            for (int h = 0; h < H; h++) {
+                for (int t = 0; t < T; t++) {
+                    int kvh = h / group;
+                    const float *prow = probs + (((size_t)b * H + h) * T + t) * T;
+                    const float *dorow = dout + (((size_t)b * T + t) * H + h) * D;
+                    double sum = 0.0;
+                    for (int u = 0; u <= t; u++) {
+                        const float *vrow = v + (((size_t)b * T + u) * KVH + kvh) * D;
+                        dp[u] = dot_f32(dorow, vrow, D);
+                        sum += prow[u] * dp[u];
+                    }
+                    rowsum[((size_t)b * H + h) * T + t] = sum;
+                    for (int d = 0; d < D; d++) acc[d] = 0.0;
+                    for (int u = 0; u <= t; u++) {
+                        const float *krow = k + (((size_t)b * T + u) * KVH + kvh) * D;
+                        axpy_f64(acc, prow[u] * (dp[u] - sum), krow, D);
+                    }
+                    float *dqrow = dq + (((size_t)b * T + t) * H + h) * D;
+                    for (int d = 0; d < D; d++) dqrow[d] += (float)(scale * acc[d]);
+                }
+            }
+        }
+        free(dp);
+        free(acc);
+    }
+
+    /* pass 2: one key row at a time -> dk and dv, summed over the group's query heads */
+#pragma omp parallel
+    {
+        double *acc_k = mt_malloc((size_t)(D > 0 ? D : 1) * sizeof(double));
+        double *acc_v = mt_malloc((size_t)(D > 0 ? D : 1) * sizeof(double));
+#pragma omp for collapse(3) schedule(static)
+        for (int b = 0; b < B; b++) {
+            for (int kvh = 0; kvh < KVH; kvh++) {
+                for (int u = 0; u < T; u++) {
+                    const float *vrow = v + (((size_t)b * T + u) * KVH + kvh) * D;
+                    for (int d = 0; d < D; d++) acc_k[d] = acc_v[d] = 0.0;
+                    for (int h = kvh * group; h < (kvh + 1) * group; h++) {
+                        for (int t = u; t < T; t++) {
+                            double p = probs[(((size_t)b * H + h) * T + t) * T + u];
+                            const float *dorow = dout + (((size_t)b * T + t) * H + h) * D;
+                            const float *qrow = q + (((size_t)b * T + t) * H + h) * D;
+                            double ds = p * (dot_f32(dorow, vrow, D) - rowsum[((size_t)b * H + h) * T + t]);
+                            axpy_f64(acc_v, p, dorow, D);
+                            axpy_f64(acc_k, ds, qrow, D);
+                        }
+                    }
+                    float *dkrow = dk + (((size_t)b * T + u) * KVH + kvh) * D;
+                    float *dvrow = dv + (((size_t)b * T + u) * KVH + kvh) * D;
+                    for (int d = 0; d < D; d++) {
+                        dkrow[d] += (float)(scale * acc_k[d]);
+                        dvrow[d] += (float)acc_v[d];
+                    }
+                }
+            }
+        }
+        free(acc_k);
+        free(acc_v);
+    }
+    free(rowsum);
+}
