@@ -47,20 +47,27 @@ UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
 .PHONY: all deps demo test test-build unit-tests bench clean help
 all: $(BUILD)/megatrain
 
+# V=1 shows the full command lines.
+Q := $(if $(V),,@)
+
 $(BUILD)/megatrain: $(OBJ)
-	$(CC) -o $@ $^ $(LDLIBS)
+	@echo "  LINK  $@"
+	$(Q)$(CC) -o $@ $^ $(LDLIBS)
 
 $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -c $< -o $@
+	@echo "  CC    $<"
+	$(Q)$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/%.o: %.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+	@echo "  NVCC  $<"
+	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 $(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Isrc -o $@ $< $(LIB_OBJ) $(LDLIBS) -lcmocka
+	@echo "  TEST  $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $< $(LIB_OBJ) $(LDLIBS) -lcmocka
 
 unit-tests: $(UNIT_BIN)
 
@@ -94,5 +101,6 @@ help:
 	@echo "make test       install deps, build, run every CI test (unit + integration)"
 	@echo "make bench      run the CPU benchmark against PyTorch (needs torch)"
 	@echo "make clean      remove build/"
+	@echo "V=1             show full compiler command lines"
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
