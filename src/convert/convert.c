@@ -1,0 +1,118 @@
+/* convert.c: the `megatrain convert` command line: options, which direction
+ * SRC implies, and the checks made before either direction starts. */
+#include "convert.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../core/error.h"
+
+static const char *const convert_usage_text =
+    "usage: megatrain convert SRC DST [--dtype fp32|bf16|fp16] [--max-shard-size SIZE]\n"
+    "\n"
+    "Convert between a Hugging Face model directory and a megatrain checkpoint.\n"
+    "\n"
+    "  SRC with config.json (Hugging Face: config.json + model.safetensors, or\n"
+    "  shards with model.safetensors.index.json; llama, qwen2, qwen3)\n"
+    "      -> DST is written as a megatrain checkpoint (model config + fp32 weights),\n"
+    "         for `init_from: DST` in a recipe or `megatrain eval DST`.\n"
+    "  SRC a megatrain checkpoint (an iter_NNNNNNN directory, or a run or\n"
+    "  checkpoints/ directory: its latest checkpoint)\n"
+    "      -> DST is written as a Hugging Face directory that transformers'\n"
+    "         from_pretrained loads: config.json and safetensors.\n"
+    "\n"
+    "options (megatrain -> Hugging Face only):\n"
+    "  --dtype fp32|bf16|fp16    dtype of the safetensors (default fp32, as stored)\n"
+    "  --max-shard-size SIZE     shard above this size, e.g. 5GB (default), 500MB, 2GiB\n"
+    "\n"
+    "DST must not exist. It appears only when complete; on any error (a missing\n"
+    "file or tensor, a tensor of the wrong shape, an unexpected tensor, an\n"
+    "unsupported family) nothing is written.\n";
+
+static int usage_error(const char *fmt, const char *arg) {
+    char message[512];
+    snprintf(message, sizeof message, fmt, arg);
+    mt_error("convert: %s (see megatrain convert --help)", message);
+    return MT_EXIT_USAGE;
+}
+
+static int parse_dtype(const char *text, StDtype *out) {
+    if (!strcmp(text, "fp32") || !strcmp(text, "float32") || !strcmp(text, "F32")) *out = ST_F32;
+    else if (!strcmp(text, "bf16") || !strcmp(text, "bfloat16") || !strcmp(text, "BF16")) *out = ST_BF16;
+    else if (!strcmp(text, "fp16") || !strcmp(text, "float16") || !strcmp(text, "F16")) *out = ST_F16;
+    else return -1;
+    return 0;
+}
+
+/* "--name value" or "--name=value": the value, advancing *i; NULL when absent. */
+static const char *option_value(int argc, char **argv, int *i, const char *name) {
+    size_t n = strlen(name);
+    if (strncmp(argv[*i], name, n) != 0) return NULL;
+    if (argv[*i][n] == '=') return argv[*i] + n + 1;
+    if (argv[*i][n] != '\0') return NULL;
+    if (*i + 1 >= argc) return "";
+    return argv[++*i];
+}
+
+int convert_main(int argc, char **argv) {
+    ConvertOptions options = {.dtype = ST_F32, .max_shard_bytes = 5000000000ull, .progress = true};
+    const char *paths[2] = {NULL, NULL};
+    int num_paths = 0;
+    bool shard_given = false;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *value;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(convert_usage_text, stdout);
+            return MT_EXIT_OK;
+        } else if ((value = option_value(argc, argv, &i, "--dtype"))) {
+            if (parse_dtype(value, &options.dtype) != 0)
+                return usage_error("--dtype: expected fp32, bf16 or fp16, found '%s'", value);
+            options.dtype_given = true;
+        } else if ((value = option_value(argc, argv, &i, "--max-shard-size"))) {
+            if (st_parse_size(value, &options.max_shard_bytes) != 0)
+                return usage_error("--max-shard-size: expected a size like 5GB, 500MB or 2GiB, found '%s'", value);
+            shard_given = true;
+        } else if (a[0] == '-' && a[1] != '\0') {
+            return usage_error("unknown option '%s'", a);
+        } else if (num_paths < 2) {
+            paths[num_paths++] = a;
+        } else {
+            return usage_error("unexpected argument '%s' (SRC and DST already given)", a);
+        }
+    }
+    if (num_paths < 2) {
+        fputs(convert_usage_text, stderr);
+        return usage_error("%s", num_paths == 0 ? "missing SRC and DST" : "missing DST");
+    }
+    const char *src = paths[0], *dst = paths[1];
+    struct stat st;
+    if (stat(src, &st) != 0) {
+        mt_error("convert: %s: %s", src, strerror(errno));
+        return MT_EXIT_FAILURE;
+    }
+    if (lstat(dst, &st) == 0) {
+        mt_error("convert: %s already exists; convert never overwrites (remove it or choose another DST)", dst);
+        return MT_EXIT_FAILURE;
+    }
+    char config[4096];
+    snprintf(config, sizeof config, "%s/config.json", src);
+    bool from_hf = stat(config, &st) == 0;
+    char err[2048];
+    int status;
+    if (from_hf) {
+        if (options.dtype_given || shard_given)
+            return usage_error("%s", "--dtype and --max-shard-size apply to megatrain -> Hugging Face only "
+                                     "(checkpoints hold fp32)");
+        status = convert_hf_to_ckpt(src, dst, &options, err, sizeof err);
+    } else {
+        status = convert_ckpt_to_hf(src, dst, &options, err, sizeof err);
+    }
+    if (status != 0) {
+        if (from_hf) mt_error("convert: %s", err);
+        else mt_error("convert: %s (%s has no config.json, so it was read as a megatrain checkpoint)", err, src);
+        return MT_EXIT_FAILURE;
+    }
+    return MT_EXIT_OK;
+}

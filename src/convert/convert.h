@@ -1,0 +1,35 @@
+/* convert.h: `megatrain convert SRC DST`: Hugging Face model directory <->
+ * megatrain checkpoint (direction from SRC: a directory with config.json is
+ * Hugging Face; anything else must be a megatrain checkpoint).
+ *
+ * HF -> megatrain reads config.json and the safetensors (one file or
+ * sharded), maps names and shapes through the family's table and writes a
+ * checkpoint holding the model config and fp32 weights. megatrain -> HF
+ * writes config.json and safetensors (sharded above --max-shard-size, with
+ * model.safetensors.index.json) in the checkpoint's fp32 or --dtype.
+ * Nothing is written unless every tensor checks out; DST appears only when
+ * complete (written under a temporary name, then renamed).
+ */
+#ifndef MT_CONVERT_CONVERT_H
+#define MT_CONVERT_CONVERT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "safetensors.h"
+
+typedef struct ConvertOptions {
+    StDtype dtype;            /* megatrain -> HF: stored dtype (default F32) */
+    bool dtype_given;
+    uint64_t max_shard_bytes; /* megatrain -> HF: default 5 GB */
+    bool progress;            /* a progress line on stderr (when it is a terminal) */
+} ConvertOptions;
+
+/* The command: argv[0] is the first argument after "convert". Returns the exit status. */
+int convert_main(int argc, char **argv);
+
+/* The two directions. Return 0, or -1 with err set and nothing at dst. */
+int convert_hf_to_ckpt(const char *src, const char *dst, const ConvertOptions *options, char *err, size_t errlen);
+int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *options, char *err, size_t errlen);
+
+#endif

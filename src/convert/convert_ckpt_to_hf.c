@@ -1,0 +1,143 @@
+/* convert_ckpt_to_hf.c: megatrain checkpoint -> Hugging Face model directory
+ * (config.json + safetensors, sharded with an index above the size limit).
+ * Written into DST.tmp.<pid> and renamed to DST when complete; on any
+ * failure the temporary directory is removed. */
+#include <errno.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../backend/backend.h"
+#include "../ckpt/checkpoint.h"
+#include "../core/error.h"
+#include "../core/fs.h"
+#include "../model/model.h"
+#include "ckpt_latest_dir.h"
+#include "convert.h"
+#include "convert_progress.h"
+#include "hf_config.h"
+#include "hf_names.h"
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void remove_tree(const char *dir) { nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
+
+static const char *torch_dtype_name(StDtype dtype) {
+    return dtype == ST_F32 ? "float32" : dtype == ST_BF16 ? "bfloat16" : "float16";
+}
+
+static int write_config(const char *dir, const ModelConfig *cfg, StDtype dtype, char *err, size_t errlen) {
+    char path[4096 + 16];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *text = hf_config_to_json(cfg, torch_dtype_name(dtype));
+    FILE *out = fopen(path, "wb");
+    bool failed = !out;
+    if (out) {
+        size_t len = strlen(text);
+        failed = fwrite(text, 1, len, out) != len || fflush(out) != 0 || fsync(fileno(out)) != 0;
+        if (fclose(out) != 0) failed = true;
+    }
+    free(text);
+    if (failed) mt_set_error(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+    return failed ? -1 : 0;
+}
+
+typedef struct Ordered {
+    long position;
+    StWriteTensor tensor;
+} Ordered;
+
+static int compare_positions(const void *a, const void *b) {
+    long x = ((const Ordered *)a)->position, y = ((const Ordered *)b)->position;
+    return x < y ? -1 : x > y;
+}
+
+/* The write list: every registry parameter under its HF name, in
+ * transformers' state_dict order (so shards split where save_pretrained
+ * splits them). hf_names holds the strings. */
+static int build_tensors(const Model *model, StDtype dtype, StWriteTensor *tensors, char (*hf_names)[160],
+                         char *err, size_t errlen) {
+    Ordered *ordered = mt_malloc((size_t)model->num_params * sizeof *ordered);
+    for (int p = 0; p < model->num_params; p++) {
+        const ParamInfo *info = &model->param_info[p];
+        if (hf_name_from_ours(model->cfg.family, info->name, hf_names[p], sizeof hf_names[p]) != 0) {
+            mt_set_error(err, errlen, "parameter %s has no Hugging Face name in the %s table", info->name,
+                         model_family_name(model->cfg.family));
+            free(ordered);
+            return -1;
+        }
+        ordered[p].position = hf_name_position(model->cfg.family, hf_names[p]);
+        StWriteTensor *t = &ordered[p].tensor;
+        memset(t, 0, sizeof *t);
+        t->name = hf_names[p];
+        t->dtype = dtype;
+        t->ndim = info->ndim;
+        t->shape[0] = info->shape[0];
+        if (info->ndim == 2) t->shape[1] = info->shape[1];
+        t->data = model->params + info->offset;
+    }
+    qsort(ordered, (size_t)model->num_params, sizeof *ordered, compare_positions);
+    for (int p = 0; p < model->num_params; p++) tensors[p] = ordered[p].tensor;
+    free(ordered);
+    return 0;
+}
+
+static int write_hf_dir(const char *dir, const Model *model, const ConvertOptions *options, char *err,
+                        size_t errlen) {
+    StWriteTensor *tensors = mt_malloc((size_t)model->num_params * sizeof *tensors);
+    char (*names)[160] = mt_malloc((size_t)model->num_params * sizeof *names);
+    int status = build_tensors(model, options->dtype, tensors, names, err, errlen);
+    if (status == 0) status = write_config(dir, &model->cfg, options->dtype, err, errlen);
+    if (status == 0) {
+        ConvertProgress progress;
+        uint64_t bytes = (uint64_t)model->num_floats * st_dtype_size(options->dtype);
+        convert_progress_start(&progress, options->progress, "writing", model->num_params, bytes);
+        status = st_write_model(dir, tensors, model->num_params, options->max_shard_bytes, model->num_floats,
+                                convert_progress_callback, &progress, err, errlen);
+        convert_progress_end(&progress);
+    }
+    free(names);
+    free(tensors);
+    return status;
+}
+
+int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *options, char *err, size_t errlen) {
+    char ckpt[4096];
+    if (ckpt_latest_dir(src, ckpt, sizeof ckpt, err, errlen) != 0) return -1;
+    ModelConfig cfg;
+    if (ckpt_read_model_config(ckpt, &cfg, err, errlen) != 0) return -1;
+    char why[512];
+    if (hf_config_check_exportable(&cfg, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "%s: %s", ckpt, why);
+        return -1;
+    }
+    Model *model = model_create(&cfg, &cpu_backend, 1, 1);
+    int status = ckpt_load_model(ckpt, model, err, errlen);
+
+    char tmp[4096];
+    if (status == 0 && (mt_make_parent_dirs(dst, err, errlen) != 0 || mt_temp_name(tmp, sizeof tmp, dst) != 0))
+        status = -1;
+    if (status == 0 && mkdir(tmp, 0777) != 0) {
+        mt_set_error(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+        status = -1;
+    } else if (status == 0) {
+        status = write_hf_dir(tmp, model, options, err, errlen);
+        if (status == 0 && rename(tmp, dst) != 0) {
+            mt_set_error(err, errlen, "%s: cannot rename %s to it: %s", dst, tmp, strerror(errno));
+            status = -1;
+        }
+        if (status != 0) remove_tree(tmp);
+    }
+    if (status == 0)
+        printf("converted megatrain checkpoint %s (%s, %d layers, %ld parameters) to Hugging Face %s (%s)\n", ckpt,
+               model_family_name(cfg.family), cfg.num_layers, model->num_floats, dst,
+               torch_dtype_name(options->dtype));
+    model_free(model);
+    return status;
+}

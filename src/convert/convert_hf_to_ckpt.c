@@ -1,0 +1,132 @@
+/* convert_hf_to_ckpt.c: Hugging Face model directory -> megatrain checkpoint.
+ * config.json becomes the ModelConfig; every registry parameter is taken
+ * from the safetensors under its HF name (shape checked, converted to fp32);
+ * a missing tensor, a wrong shape or an unexpected extra tensor stops the
+ * conversion before anything is written. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../backend/backend.h"
+#include "../ckpt/checkpoint.h"
+#include "../core/error.h"
+#include "../core/fs.h"
+#include "../model/model.h"
+#include "convert.h"
+#include "convert_progress.h"
+#include "hf_config.h"
+#include "hf_names.h"
+
+static void format_shape(char *out, size_t outlen, int ndim, const int64_t *shape) {
+    size_t used = (size_t)snprintf(out, outlen, "[");
+    for (int i = 0; i < ndim && used < outlen; i++)
+        used += (size_t)snprintf(out + used, outlen - used, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (used < outlen) snprintf(out + used, outlen - used, "]");
+}
+
+static bool same_shape(const StTensor *t, const ParamInfo *info) {
+    if (t->ndim != info->ndim) return false;
+    for (int i = 0; i < info->ndim; i++)
+        if (t->shape[i] != info->shape[i]) return false;
+    return true;
+}
+
+/* Fill every parameter of `model` from `weights`. 0, or -1 with err naming the tensor. */
+static int load_params(Model *model, StModel *weights, const char *src, ConvertProgress *progress, char *err,
+                       size_t errlen) {
+    const ModelFamily family = model->cfg.family;
+    for (int p = 0; p < model->num_params; p++) {
+        const ParamInfo *info = &model->param_info[p];
+        char hf[160];
+        if (hf_name_from_ours(family, info->name, hf, sizeof hf) != 0) {
+            mt_set_error(err, errlen, "%s: parameter %s has no Hugging Face name in the %s table", src, info->name,
+                         model_family_name(family));
+            return -1;
+        }
+        int at = st_model_find(weights, hf);
+        if (at < 0) {
+            mt_set_error(err, errlen, "%s: missing tensor '%s' (needed by config.json; megatrain's %s)", src, hf,
+                         info->name);
+            return -1;
+        }
+        const StTensor *t = weights->tensors[at];
+        if (!same_shape(t, info)) {
+            char found[128], expected[128];
+            int64_t want[2] = {info->shape[0], info->shape[1]};
+            format_shape(found, sizeof found, t->ndim, t->shape);
+            format_shape(expected, sizeof expected, info->ndim, want);
+            mt_set_error(err, errlen, "%s: tensor '%s' has shape %s, but config.json makes it %s",
+                         st_model_file_of(weights, at), hf, found, expected);
+            return -1;
+        }
+        st_tensor_to_f32(t, model->params + info->offset);
+        weights->used[at] = true;
+        convert_progress_update(progress, p + 1);
+    }
+    return 0;
+}
+
+/* Tensors nobody took: transformers' non-persistent RoPE buffers are
+ * skipped, a tied lm_head.weight is checked and dropped, anything else is an error. */
+static int check_leftovers(const Model *model, StModel *weights, char *err, size_t errlen) {
+    for (int i = 0; i < weights->num_tensors; i++) {
+        if (weights->used[i]) continue;
+        const StTensor *t = weights->tensors[i];
+        const char *name = t->name;
+        size_t len = strlen(name);
+        const char *inv_freq = ".rotary_emb.inv_freq";
+        if (len >= strlen(inv_freq) && strcmp(name + len - strlen(inv_freq), inv_freq) == 0) continue;
+        if (model->cfg.tie_word_embeddings && strcmp(name, "lm_head.weight") == 0) {
+            const ParamInfo *embed = model_find_param(model, "embed.weight");
+            if (!same_shape(t, embed)) {
+                mt_set_error(err, errlen, "%s: tensor 'lm_head.weight' does not have the shape of the tied embedding",
+                             st_model_file_of(weights, i));
+                return -1;
+            }
+            /* transformers ties it to embed_tokens and ignores the stored copy; so do we */
+            float *copy = mt_malloc((size_t)t->numel * sizeof(float));
+            st_tensor_to_f32(t, copy);
+            if (memcmp(copy, model->params + embed->offset, (size_t)t->numel * sizeof(float)) != 0)
+                mt_warn("%s: lm_head.weight differs from model.embed_tokens.weight; tie_word_embeddings is true, "
+                        "so (as in transformers) the embedding is used for both",
+                        st_model_file_of(weights, i));
+            free(copy);
+            continue;
+        }
+        mt_set_error(err, errlen, "%s: unexpected tensor '%s' (no parameter of this %s config has that name)",
+                     st_model_file_of(weights, i), name, model_family_name(model->cfg.family));
+        return -1;
+    }
+    return 0;
+}
+
+int convert_hf_to_ckpt(const char *src, const char *dst, const ConvertOptions *options, char *err, size_t errlen) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", src);
+    ModelConfig cfg;
+    if (hf_config_read(path, &cfg, err, errlen) != 0) return -1;
+    StModel *weights = st_model_open(src, err, errlen);
+    if (!weights) return -1;
+    Model *model = model_create(&cfg, &cpu_backend, 1, 1);
+    uint64_t bytes = 0;
+    for (int i = 0; i < weights->num_tensors; i++) bytes += weights->tensors[i]->nbytes;
+    ConvertProgress progress;
+    convert_progress_start(&progress, options->progress, "reading", model->num_params, bytes);
+    int status = load_params(model, weights, src, &progress, err, errlen);
+    convert_progress_end(&progress);
+    if (status == 0) status = check_leftovers(model, weights, err, errlen);
+    if (status == 0 && progress.enabled) fprintf(stderr, "convert: writing the checkpoint %s\n", dst);
+    st_model_close(weights);
+    if (status == 0) status = mt_make_parent_dirs(dst, err, errlen);
+    if (status == 0) {
+        CheckpointWrite what = {.model_config = &model->cfg, .model = model, .compression_level = 3};
+        status = ckpt_write_dir(dst, &what, err, errlen);
+    }
+    if (status == 0)
+        printf("converted %s (Hugging Face %s, %d layers, %ld parameters) to megatrain checkpoint %s\n", src,
+               hf_model_type(cfg.family), cfg.num_layers, model->num_floats, dst);
+    model_free(model);
+    return status;
+}

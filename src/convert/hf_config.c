@@ -1,0 +1,291 @@
+/* hf_config.c: reading a Hugging Face config.json into a ModelConfig, with
+ * transformers' defaults per model_type and clear refusals for settings our
+ * model cannot reproduce. */
+#include "hf_config.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+#include "../core/json.h"
+
+typedef struct Reader {
+    const char *label;
+    const JsonValue *root;
+    char *err;
+    size_t errlen;
+} Reader;
+
+static const char *const supported_types = "llama, qwen2, qwen3";
+
+/* The member `key` of obj, NULL when absent or null (transformers treats null as unset). */
+static const JsonValue *member(const JsonValue *obj, const char *key) {
+    const JsonValue *v = json_get(obj, key);
+    return v && v->type != JSON_NULL ? v : NULL;
+}
+
+static int bad(Reader *r, const char *key, const char *expected, const JsonValue *found) {
+    mt_set_error(r->err, r->errlen, "%s: %s: expected %s, found %s", r->label, key, expected,
+                 found ? json_type_name(found->type) : "nothing");
+    return -1;
+}
+
+/* An integer in [min, INT_MAX]; `fallback` when absent unless required (< 0 fallback = required). */
+static int read_int(Reader *r, const JsonValue *obj, const char *key, int min, long fallback, int *out) {
+    const JsonValue *v = member(obj, key);
+    if (!v) {
+        if (fallback < 0) {
+            mt_set_error(r->err, r->errlen, "%s: missing required key \"%s\"", r->label, key);
+            return -1;
+        }
+        *out = (int)fallback;
+        return 0;
+    }
+    int64_t value;
+    if (json_as_int64(v, &value) != 0 || value < min || value > INT_MAX) {
+        char expected[64];
+        snprintf(expected, sizeof expected, "an integer >= %d", min);
+        if (v->type == JSON_NUMBER) {
+            mt_set_error(r->err, r->errlen, "%s: %s: expected %s, found %g", r->label, key, expected, v->number);
+            return -1;
+        }
+        return bad(r, key, expected, v);
+    }
+    *out = (int)value;
+    return 0;
+}
+
+static int read_double(Reader *r, const JsonValue *obj, const char *key, double fallback, double *out) {
+    const JsonValue *v = member(obj, key);
+    if (!v) {
+        *out = fallback;
+        return 0;
+    }
+    if (v->type != JSON_NUMBER || !isfinite(v->number)) return bad(r, key, "a finite number", v);
+    *out = v->number;
+    return 0;
+}
+
+static int read_bool(Reader *r, const JsonValue *obj, const char *key, bool fallback, bool *out) {
+    const JsonValue *v = member(obj, key);
+    if (!v) {
+        *out = fallback;
+        return 0;
+    }
+    if (v->type != JSON_BOOL) return bad(r, key, "true or false", v);
+    *out = v->boolean;
+    return 0;
+}
+
+static int refuse_true(Reader *r, const char *key, const char *why) {
+    bool value;
+    if (read_bool(r, r->root, key, false, &value) != 0) return -1;
+    if (!value) return 0;
+    mt_set_error(r->err, r->errlen, "%s: %s: true is not supported (%s)", r->label, key, why);
+    return -1;
+}
+
+/* RoPE scaling from a rope_scaling / rope_parameters object (`where` names it). */
+static int read_rope_scaling(Reader *r, const JsonValue *obj, const char *where, RopeScaling *out) {
+    memset(out, 0, sizeof *out);
+    if (obj->type != JSON_OBJECT) return bad(r, where, "an object", obj);
+    const JsonValue *type = member(obj, "rope_type");
+    if (!type) type = member(obj, "type");
+    if (!type || (type->type == JSON_STRING && strcmp(type->string, "default") == 0)) return 0;
+    if (type->type != JSON_STRING) return bad(r, where, "a \"rope_type\" string", type);
+    if (strcmp(type->string, "llama3") != 0) {
+        mt_set_error(r->err, r->errlen, "%s: %s: rope_type '%s' is not supported (supported: default, llama3)",
+                     r->label, where, type->string);
+        return -1;
+    }
+    char key[128];
+    const char *fields[] = {"factor", "low_freq_factor", "high_freq_factor"};
+    double *targets[] = {&out->factor, &out->low_freq_factor, &out->high_freq_factor};
+    for (int i = 0; i < 3; i++) {
+        snprintf(key, sizeof key, "%s.%s", where, fields[i]);
+        const JsonValue *v = member(obj, fields[i]);
+        if (!v || v->type != JSON_NUMBER || !(v->number > 0) || !isfinite(v->number))
+            return bad(r, key, "a positive number (llama3 rope scaling needs it)", v);
+        *targets[i] = v->number;
+    }
+    snprintf(key, sizeof key, "%s.original_max_position_embeddings", where);
+    const JsonValue *v = member(obj, "original_max_position_embeddings");
+    int64_t original;
+    if (!v || json_as_int64(v, &original) != 0 || original <= 0 || original > INT_MAX)
+        return bad(r, key, "a positive integer (llama3 rope scaling needs it)", v);
+    out->original_max_position_embeddings = (int)original;
+    if (!(out->high_freq_factor > out->low_freq_factor)) {
+        mt_set_error(r->err, r->errlen, "%s: %s: high_freq_factor (%g) must be greater than low_freq_factor (%g)",
+                     r->label, where, out->high_freq_factor, out->low_freq_factor);
+        return -1;
+    }
+    out->enabled = true;
+    return 0;
+}
+
+/* rope_theta and scaling, from rope_parameters (transformers 5) or
+ * rope_theta + rope_scaling (transformers 4). */
+static int read_rope(Reader *r, ModelConfig *cfg) {
+    const JsonValue *params = member(r->root, "rope_parameters");
+    if (params) {
+        if (params->type != JSON_OBJECT) return bad(r, "rope_parameters", "an object", params);
+        double top;
+        if (read_double(r, r->root, "rope_theta", 10000.0, &top) != 0) return -1;
+        const JsonValue *theta = member(params, "rope_theta");
+        if (theta && (theta->type != JSON_NUMBER || !isfinite(theta->number)))
+            return bad(r, "rope_parameters.rope_theta", "a finite number", theta);
+        cfg->rope_theta = theta ? theta->number : top;
+        if (read_rope_scaling(r, params, "rope_parameters", &cfg->rope_scaling) != 0) return -1;
+    } else {
+        if (read_double(r, r->root, "rope_theta", 10000.0, &cfg->rope_theta) != 0) return -1;
+        const JsonValue *scaling = member(r->root, "rope_scaling");
+        memset(&cfg->rope_scaling, 0, sizeof cfg->rope_scaling);
+        if (scaling && read_rope_scaling(r, scaling, "rope_scaling", &cfg->rope_scaling) != 0) return -1;
+    }
+    if (!(cfg->rope_theta > 0)) {
+        mt_set_error(r->err, r->errlen, "%s: rope_theta: expected a positive number, found %g", r->label,
+                     cfg->rope_theta);
+        return -1;
+    }
+    return 0;
+}
+
+static int read_family(Reader *r, ModelFamily *family) {
+    const JsonValue *type = member(r->root, "model_type");
+    if (!type || type->type != JSON_STRING) {
+        mt_set_error(r->err, r->errlen, "%s: missing \"model_type\" (supported: %s)", r->label, supported_types);
+        return -1;
+    }
+    const char *t = type->string;
+    if (strcmp(t, "llama") == 0) *family = FAMILY_LLAMA;
+    else if (strcmp(t, "qwen2") == 0) *family = FAMILY_QWEN2;
+    else if (strcmp(t, "qwen3") == 0) *family = FAMILY_QWEN3;
+    else if (strcmp(t, "mixtral") == 0 || strcmp(t, "qwen3_moe") == 0) {
+        mt_set_error(r->err, r->errlen,
+                     "%s: model_type '%s' (a mixture-of-experts family) is not supported by convert yet "
+                     "(supported: %s)",
+                     r->label, t, supported_types);
+        return -1;
+    } else {
+        mt_set_error(r->err, r->errlen, "%s: model_type '%s' is not a supported family (supported: %s)", r->label, t,
+                     supported_types);
+        return -1;
+    }
+    return 0;
+}
+
+/* Shape rules the dense model needs (model_config_validate says the same). */
+static int check_shapes(Reader *r, const ModelConfig *cfg) {
+    if (cfg->num_layers > MT_MAX_LAYERS) {
+        mt_set_error(r->err, r->errlen, "%s: num_hidden_layers: %d is more than the supported %d", r->label,
+                     cfg->num_layers, MT_MAX_LAYERS);
+        return -1;
+    }
+    if (cfg->num_attention_heads % cfg->num_key_value_heads != 0) {
+        mt_set_error(r->err, r->errlen, "%s: num_attention_heads (%d) must be a multiple of num_key_value_heads (%d)",
+                     r->label, cfg->num_attention_heads, cfg->num_key_value_heads);
+        return -1;
+    }
+    if (cfg->head_dim <= 0 || cfg->head_dim % 2 != 0 || (long)cfg->num_attention_heads * cfg->head_dim > INT_MAX / 2) {
+        mt_set_error(r->err, r->errlen, "%s: head_dim: expected a positive even integer, found %d", r->label,
+                     cfg->head_dim);
+        return -1;
+    }
+    return 0;
+}
+
+int hf_config_parse(const char *text, size_t len, const char *label, ModelConfig *out, char *err, size_t errlen) {
+    char why[256];
+    JsonValue *root = json_parse(text, len, why, sizeof why);
+    if (!root) {
+        mt_set_error(err, errlen, "%s: %s", label, why);
+        return -1;
+    }
+    Reader r = {label, root, err, errlen};
+    ModelConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    int status = -1;
+    if (root->type != JSON_OBJECT) {
+        mt_set_error(err, errlen, "%s: expected a JSON object, found %s", label, json_type_name(root->type));
+        goto done;
+    }
+    if (read_family(&r, &cfg.family) != 0) goto done;
+    const bool qwen = cfg.family != FAMILY_LLAMA;
+    if (read_int(&r, root, "hidden_size", 1, -1, &cfg.hidden_size) ||
+        read_int(&r, root, "intermediate_size", 1, -1, &cfg.intermediate_size) ||
+        read_int(&r, root, "num_hidden_layers", 1, -1, &cfg.num_layers) ||
+        read_int(&r, root, "num_attention_heads", 1, -1, &cfg.num_attention_heads) ||
+        read_int(&r, root, "vocab_size", 1, -1, &cfg.vocab_size) ||
+        read_int(&r, root, "num_key_value_heads", 1, cfg.num_attention_heads, &cfg.num_key_value_heads) ||
+        read_int(&r, root, "max_position_embeddings", 1, qwen ? 32768 : 2048, &cfg.max_position_embeddings))
+        goto done;
+    /* transformers: Qwen3Config defaults head_dim to 128; the others use hidden / heads. */
+    long head_dim = cfg.family == FAMILY_QWEN3 ? 128 : cfg.hidden_size / cfg.num_attention_heads;
+    if (!member(root, "head_dim") && cfg.family != FAMILY_QWEN3 && cfg.hidden_size % cfg.num_attention_heads != 0) {
+        mt_set_error(err, errlen, "%s: head_dim is not given and hidden_size (%d) is not a multiple of "
+                     "num_attention_heads (%d)", label, cfg.hidden_size, cfg.num_attention_heads);
+        goto done;
+    }
+    if (read_int(&r, root, "head_dim", 1, head_dim, &cfg.head_dim) != 0) goto done;
+    if (read_rope(&r, &cfg) != 0) goto done;
+    if (read_double(&r, root, "rms_norm_eps", 1e-6, &cfg.rms_norm_eps) != 0) goto done;
+    if (!(cfg.rms_norm_eps >= 0)) {
+        mt_set_error(err, errlen, "%s: rms_norm_eps: expected a number >= 0, found %g", label, cfg.rms_norm_eps);
+        goto done;
+    }
+    if (read_double(&r, root, "initializer_range", 0.02, &cfg.init_std) != 0) goto done;
+    if (!(cfg.init_std > 0)) cfg.init_std = 0.02;
+    if (read_bool(&r, root, "tie_word_embeddings", false, &cfg.tie_word_embeddings) != 0) goto done;
+    const JsonValue *act = member(root, "hidden_act");
+    if (act && (act->type != JSON_STRING || strcmp(act->string, "silu") != 0)) {
+        mt_set_error(err, errlen, "%s: hidden_act: only \"silu\" is supported, found %s%s%s", label,
+                     act->type == JSON_STRING ? "'" : "", act->type == JSON_STRING ? act->string : json_type_name(act->type),
+                     act->type == JSON_STRING ? "'" : "");
+        goto done;
+    }
+    if (cfg.family == FAMILY_QWEN2) {
+        cfg.attention_bias = true; /* Qwen2 always has q, k, v biases, whatever attention_bias says */
+    } else if (refuse_true(&r, "attention_bias", "transformers then also puts a bias on o_proj, which megatrain's "
+                                                 "model does not have") != 0) {
+        goto done;
+    }
+    if (refuse_true(&r, "mlp_bias", "megatrain's MLP has no biases") != 0) goto done;
+    if (qwen && refuse_true(&r, "use_sliding_window", "megatrain has no sliding-window attention") != 0) goto done;
+    cfg.qk_norm = cfg.family == FAMILY_QWEN3;
+    if (check_shapes(&r, &cfg) != 0) goto done;
+    *out = cfg;
+    status = 0;
+done:
+    json_free(root);
+    return status;
+}
+
+int hf_config_read(const char *path, ModelConfig *out, char *err, size_t errlen) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        mt_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    size_t cap = 4096, n = 0, got;
+    char *text = mt_malloc(cap);
+    while ((got = fread(text + n, 1, cap - n, f)) > 0) {
+        n += got;
+        if (n == cap) text = mt_realloc(text, cap *= 2);
+    }
+    int failed = ferror(f);
+    fclose(f);
+    int status;
+    if (failed) {
+        mt_set_error(err, errlen, "%s: cannot read: %s", path, strerror(errno));
+        status = -1;
+    } else {
+        status = hf_config_parse(text, n, path, out, err, errlen);
+    }
+    free(text);
+    return status;
+}

@@ -1,0 +1,92 @@
+/* init_from.c: the recipe key init_from: check the checkpoint's model config
+ * against the recipe's model, then load its weights. */
+#include "init_from.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "../ckpt/checkpoint.h"
+#include "../core/error.h"
+#include "ckpt_latest_dir.h"
+
+static int head_dim_of(const ModelConfig *c) {
+    return c->head_dim ? c->head_dim : c->hidden_size / c->num_attention_heads;
+}
+
+/* The first setting in which a (checkpoint) and b (recipe) differ, as a message; 0 when none. */
+static int compare_configs(const ModelConfig *a, const ModelConfig *b, char *why, size_t whylen) {
+    if (a->family != b->family) {
+        snprintf(why, whylen, "model.family is %s in the checkpoint but %s in the recipe", model_family_name(a->family),
+                 model_family_name(b->family));
+        return -1;
+    }
+    const struct {
+        const char *key;
+        long ckpt, recipe;
+    } ints[] = {
+        {"num_layers", a->num_layers, b->num_layers},
+        {"hidden_size", a->hidden_size, b->hidden_size},
+        {"intermediate_size", a->intermediate_size, b->intermediate_size},
+        {"num_attention_heads", a->num_attention_heads, b->num_attention_heads},
+        {"num_key_value_heads", a->num_key_value_heads, b->num_key_value_heads},
+        {"head_dim", head_dim_of(a), head_dim_of(b)},
+        {"vocab_size", a->vocab_size, b->vocab_size},
+        {"tie_word_embeddings", a->tie_word_embeddings, b->tie_word_embeddings},
+        {"attention_bias", a->attention_bias, b->attention_bias},
+        {"qk_norm", a->qk_norm, b->qk_norm},
+        {"rope_scaling", a->rope_scaling.enabled, b->rope_scaling.enabled},
+        {"rope_scaling.original_max_position_embeddings", a->rope_scaling.original_max_position_embeddings,
+         b->rope_scaling.original_max_position_embeddings},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        if (ints[i].ckpt == ints[i].recipe) continue;
+        if (i >= 7 && i <= 10) /* booleans */
+            snprintf(why, whylen, "model.%s is %s in the checkpoint but %s in the recipe", ints[i].key,
+                     ints[i].ckpt ? "true" : "false", ints[i].recipe ? "true" : "false");
+        else
+            snprintf(why, whylen, "model.%s is %ld in the checkpoint but %ld in the recipe", ints[i].key, ints[i].ckpt,
+                     ints[i].recipe);
+        return -1;
+    }
+    const struct {
+        const char *key;
+        double ckpt, recipe;
+    } reals[] = {
+        {"rope_theta", a->rope_theta, b->rope_theta},
+        {"rms_norm_eps", a->rms_norm_eps, b->rms_norm_eps},
+        {"rope_scaling.factor", a->rope_scaling.factor, b->rope_scaling.factor},
+        {"rope_scaling.low_freq_factor", a->rope_scaling.low_freq_factor, b->rope_scaling.low_freq_factor},
+        {"rope_scaling.high_freq_factor", a->rope_scaling.high_freq_factor, b->rope_scaling.high_freq_factor},
+    };
+    for (size_t i = 0; i < sizeof reals / sizeof reals[0]; i++) {
+        if (i >= 2 && !a->rope_scaling.enabled) break; /* both disabled: the factors mean nothing */
+        if (reals[i].ckpt == reals[i].recipe) continue;
+        snprintf(why, whylen, "model.%s is %.17g in the checkpoint but %.17g in the recipe", reals[i].key,
+                 reals[i].ckpt, reals[i].recipe);
+        return -1;
+    }
+    return 0;
+}
+
+int init_from_checkpoint(Model *model, const char *path, char *err, size_t errlen) {
+    char dir[4096], why[512];
+    if (ckpt_latest_dir(path, dir, sizeof dir, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "init_from: %s", why);
+        return MT_EXIT_FAILURE;
+    }
+    ModelConfig stored;
+    if (ckpt_read_model_config(dir, &stored, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "init_from: %s", why);
+        return MT_EXIT_FAILURE;
+    }
+    if (compare_configs(&stored, &model->cfg, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "init_from: %s: %s; the recipe's model: must match the checkpoint's", dir, why);
+        return MT_EXIT_USAGE;
+    }
+    if (ckpt_load_model(dir, model, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "init_from: %s", why);
+        return MT_EXIT_FAILURE;
+    }
+    mt_log("init_from: weights from %s (the optimizer starts fresh)", dir);
+    return 0;
+}

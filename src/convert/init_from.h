@@ -1,0 +1,21 @@
+/* init_from.h: starting a run from the weights of a checkpoint (the recipe's
+ * `init_from: CKPT_DIR`, e.g. a Hugging Face model converted by
+ * `megatrain convert`). Only the weights are taken: the optimizer, the step
+ * and the data position start fresh. */
+#ifndef MT_CONVERT_INIT_FROM_H
+#define MT_CONVERT_INIT_FROM_H
+
+#include <stddef.h>
+
+#include "../model/model.h"
+
+/* Load the weights of checkpoint `path` (an iter_ directory, or a run or
+ * checkpoints/ directory: its newest) into `model`, after checking that the
+ * checkpoint's model config matches model->cfg in every setting that
+ * changes the computation (not max_position_embeddings or
+ * initializer_range). Returns 0, or an exit status with err set:
+ * MT_EXIT_USAGE when the recipe's model differs from the checkpoint's,
+ * MT_EXIT_FAILURE when the checkpoint is missing or unreadable. */
+int init_from_checkpoint(Model *model, const char *path, char *err, size_t errlen);
+
+#endif

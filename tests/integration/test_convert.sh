@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# test_convert.sh: `megatrain convert` through the binary, on the committed
+# Hugging Face fixtures (written by transformers' save_pretrained):
+# HF -> megatrain -> HF gives back the very same safetensors bytes for every
+# family, and a config.json with the same architecture; bf16 and fp16
+# (sharded, with the index) survive megatrain and come back identical; a
+# run directory converts from its latest checkpoint; each error exits 1,
+# names the problem and leaves nothing at DST.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+"$MEGATRAIN" convert --help > /dev/null 2>&1 || { echo "skip: megatrain has no convert command (src/main.c)"; exit 77; }
+FIX="$REPO/tests/fixtures/hf"
+[[ -f "$FIX/llama_tied/config.json" ]] || { echo "no Hugging Face fixtures in $FIX"; exit 77; }
+
+# field FILE KEY: the first value of "KEY" in a JSON file (as written).
+field() { grep -o "\"$2\": [^,}]*" "$1" | head -n 1 | sed 's/^[^:]*: *//'; }
+
+# --- every family: HF -> megatrain -> HF, byte for byte -----------------------
+for dir in "$FIX"/*/; do
+  name=$(basename "$dir")
+  [[ -f "$dir/config.json" ]] || continue
+  "$MEGATRAIN" convert "$dir" "$WORK/$name.ckpt" > "$WORK/log.txt" || fail "$name: HF -> megatrain failed"
+  grep -q "converted" "$WORK/log.txt" || fail "$name: no summary line"
+  "$MEGATRAIN" convert "$WORK/$name.ckpt" "$WORK/$name.hf" > /dev/null || fail "$name: megatrain -> HF failed"
+  cmp "$dir/model.safetensors" "$WORK/$name.hf/model.safetensors" \
+    || fail "$name: model.safetensors differs after HF -> megatrain -> HF"
+  for key in model_type hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads \
+             vocab_size rms_norm_eps rope_theta tie_word_embeddings factor low_freq_factor high_freq_factor \
+             original_max_position_embeddings; do
+    [[ "$(field "$dir/config.json" $key)" == "$(field "$WORK/$name.hf/config.json" $key)" ]] \
+      || fail "$name: config.json $key is '$(field "$WORK/$name.hf/config.json" $key)', expected '$(field "$dir/config.json" $key)'"
+  done
+  grep -q '"architectures"' "$WORK/$name.hf/config.json" || fail "$name: no architectures in config.json"
+  [[ "$(ls "$WORK/$name.hf" | tr '\n' ' ')" == "config.json model.safetensors " ]] \
+    || fail "$name: unexpected files $(ls "$WORK/$name.hf")"
+done
+
+# --- bf16 and fp16, sharded: -> megatrain (fp32, exact) -> the same files -----
+for dtype in bf16 fp16; do
+  "$MEGATRAIN" convert "$WORK/llama_gqa_rope3.ckpt" "$WORK/$dtype.a" --dtype $dtype --max-shard-size 40KB > /dev/null
+  [[ -f "$WORK/$dtype.a/model.safetensors.index.json" ]] || fail "$dtype: no index file for a sharded model"
+  [[ $(ls "$WORK/$dtype.a" | grep -c '^model-0000[0-9]-of-0000[0-9].safetensors$') -ge 3 ]] \
+    || fail "$dtype: expected at least 3 shards under 40KB, found: $(ls "$WORK/$dtype.a")"
+  grep -q "\"torch_dtype\": \"$( [[ $dtype == bf16 ]] && echo bfloat16 || echo float16)\"" "$WORK/$dtype.a/config.json" \
+    || fail "$dtype: torch_dtype not set in config.json"
+  "$MEGATRAIN" convert "$WORK/$dtype.a" "$WORK/$dtype.ckpt" > /dev/null
+  "$MEGATRAIN" convert "$WORK/$dtype.ckpt" "$WORK/$dtype.b" --dtype=$dtype --max-shard-size=40KB > /dev/null
+  for f in "$WORK/$dtype.a"/*; do
+    cmp "$f" "$WORK/$dtype.b/$(basename "$f")" || fail "$dtype: $(basename "$f") differs after the round trip"
+  done
+  [[ $(ls "$WORK/$dtype.a" | wc -l) -eq $(ls "$WORK/$dtype.b" | wc -l) ]] || fail "$dtype: different file sets"
+done
+
+# --- a run directory: its latest checkpoint -----------------------------------
+mkdir -p "$WORK/run/checkpoints"
+cp -r "$WORK/qwen3_qknorm.ckpt" "$WORK/run/checkpoints/iter_0000003"
+echo 3 > "$WORK/run/checkpoints/latest_checkpointed_iteration.txt"
+"$MEGATRAIN" convert "$WORK/run" "$WORK/run.hf" > /dev/null
+cmp "$FIX/qwen3_qknorm/model.safetensors" "$WORK/run.hf/model.safetensors" || fail "run dir: wrong checkpoint converted"
+
+# --- errors: exit 1, a message naming the problem, nothing at DST -------------
+# expect_error NAME PATTERN SRC: convert SRC to $WORK/NAME.out fails as described.
+expect_error() {
+  local name=$1 pattern=$2 src=$3 status=0
+  "$MEGATRAIN" convert "$src" "$WORK/$name.out" > "$WORK/$name.log" 2>&1 || status=$?
+  [[ $status -eq 1 ]] || fail "$name: exit status $status, expected 1: $(cat "$WORK/$name.log")"
+  grep -q -- "$pattern" "$WORK/$name.log" || fail "$name: message lacks '$pattern': $(cat "$WORK/$name.log")"
+  [[ ! -e "$WORK/$name.out" ]] || fail "$name: DST was written"
+  [[ -z "$(ls -d "$WORK/$name.out".* 2>/dev/null)" ]] || fail "$name: a temporary DST was left behind"
+}
+# spoiled NAME FIXTURE SED: a copy of a fixture with config.json edited by SED.
+spoiled() {
+  cp -r "$FIX/$2" "$WORK/$1"
+  sed -i "$3" "$WORK/$1/config.json"
+}
+
+cp -r "$FIX/llama_tied" "$WORK/no_weights" && rm "$WORK/no_weights/model.safetensors"
+expect_error no_weights "no_weights: missing model.safetensors" "$WORK/no_weights"
+expect_error no_src "does_not_exist: No such file or directory" "$WORK/does_not_exist"
+spoiled gpt2 llama_tied 's/"model_type": "llama"/"model_type": "gpt2"/'
+expect_error gpt2 "model_type 'gpt2' is not a supported family (supported: llama, qwen2, qwen3)" "$WORK/gpt2"
+I=$(field "$FIX/llama_gqa_rope3/config.json" intermediate_size)
+C=$(field "$FIX/llama_gqa_rope3/config.json" hidden_size)
+spoiled shape llama_gqa_rope3 "s/\"intermediate_size\": $I/\"intermediate_size\": $((I + 32))/"
+expect_error shape "has shape \[$I, $C\], but config.json makes it \[$((I + 32)), $C\]" "$WORK/shape"
+spoiled untied llama_tied 's/"tie_word_embeddings": true/"tie_word_embeddings": false/'
+expect_error untied "missing tensor 'lm_head.weight'" "$WORK/untied"
+spoiled biases qwen2_bias 's/"model_type": "qwen2"/"model_type": "llama"/'
+expect_error biases "unexpected tensor 'model.layers.0.self_attn.[qkv]_proj.bias'" "$WORK/biases"
+cp -r "$FIX/llama_tied" "$WORK/truncated"
+head -c 1000 "$FIX/llama_tied/model.safetensors" > "$WORK/truncated/model.safetensors"
+expect_error truncated "truncated/model.safetensors: header length" "$WORK/truncated"
+mkdir "$WORK/not_a_checkpoint"
+expect_error not_a_checkpoint "not_a_checkpoint" "$WORK/not_a_checkpoint"
+
+# DST exists: refused, untouched.
+mkdir "$WORK/taken" && echo keep > "$WORK/taken/file"
+status=0
+"$MEGATRAIN" convert "$FIX/llama_tied" "$WORK/taken" > "$WORK/taken.log" 2>&1 || status=$?
+[[ $status -eq 1 ]] && grep -q "already exists" "$WORK/taken.log" || fail "existing DST: $(cat "$WORK/taken.log")"
+[[ "$(ls "$WORK/taken")" == file ]] || fail "existing DST was touched"
+
+# Usage.
+"$MEGATRAIN" convert --help | grep -q "usage: megatrain convert SRC DST" || fail "--help"
+status=0; "$MEGATRAIN" convert "$FIX/llama_tied" > /dev/null 2>&1 || status=$?
+[[ $status -eq 2 ]] || fail "missing DST: exit $status, expected 2"
+status=0; "$MEGATRAIN" convert "$WORK/llama_tied.ckpt" "$WORK/x" --dtype fp8 > /dev/null 2>&1 || status=$?
+[[ $status -eq 2 && ! -e "$WORK/x" ]] || fail "--dtype fp8: exit $status, expected 2"
+echo "convert: all fixtures round-trip byte for byte; errors checked"

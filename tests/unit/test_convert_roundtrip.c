@@ -1,0 +1,435 @@
+/* test_convert_roundtrip.c: `megatrain convert` in process (convert_main):
+ * HF directories written here from model_init_weights'd models (config.json
+ * and safetensors, one file or sharded; fp32, bf16, f16; tied with and
+ * without lm_head.weight) go to a megatrain checkpoint and back, and every
+ * file comes back byte for byte; a run directory resolves to its latest
+ * checkpoint; a missing tensor, a wrong shape, an extra tensor, an
+ * unsupported family, a missing file and an existing DST fail with a
+ * message naming them and leave nothing at DST, as does a write that fails
+ * half-way (a file size limit standing in for a full disk); init_from loads the weights
+ * and refuses a recipe model that differs from the checkpoint's. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "convert/convert.h"
+#include "convert/hf_config.h"
+#include "convert/hf_names.h"
+#include "convert/init_from.h"
+#include "core/error.h"
+#include "model/model.h"
+
+static char work_dir[256];
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static int setup(void **state) {
+    (void)state;
+    mt_log_enabled = 0;
+    snprintf(work_dir, sizeof work_dir, "/tmp/test_convert_roundtrip.XXXXXX");
+    return mkdtemp(work_dir) ? 0 : -1;
+}
+
+static int teardown(void **state) {
+    (void)state;
+    return nftw(work_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+}
+
+static ModelConfig tiny_config(ModelFamily family, bool tied) {
+    ModelConfig c;
+    memset(&c, 0, sizeof c);
+    c.family = family;
+    c.num_layers = 2;
+    c.hidden_size = 16;
+    c.intermediate_size = 24;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.head_dim = 4;
+    c.vocab_size = 40;
+    c.max_position_embeddings = 64;
+    c.rope_theta = 10000.0;
+    c.rms_norm_eps = 1e-5;
+    c.init_std = 0.02;
+    c.tie_word_embeddings = tied;
+    c.attention_bias = family == FAMILY_QWEN2;
+    c.qk_norm = family == FAMILY_QWEN3;
+    return c;
+}
+
+/* How to spoil an HF directory on purpose. */
+typedef struct Spoil {
+    const char *skip;        /* leave this HF tensor out */
+    const char *transpose;   /* write this 2-D tensor with its dims swapped */
+    bool extra;              /* add a tensor nobody asked for */
+    bool inv_freq;           /* add transformers' old rotary buffers (to be ignored) */
+    bool lm_head_when_tied;  /* tied: also store lm_head.weight (a copy of the embedding) */
+    const char *model_type;  /* replace model_type in config.json */
+} Spoil;
+
+/* An HF directory from a seeded model: config.json and safetensors. */
+static void make_hf_dir(const char *dir, const ModelConfig *cfg, uint64_t seed, StDtype dtype, uint64_t max_shard,
+                        const Spoil *spoil) {
+    static const Spoil none = {0};
+    if (!spoil) spoil = &none;
+    Model *model = model_create(cfg, &cpu_backend, 1, 1);
+    model_init_weights(model, seed);
+    assert_int_equal(mkdir(dir, 0777), 0);
+    StWriteTensor t[64];
+    static char names[64][160];
+    static float extra_data[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    int n = 0;
+    for (int p = 0; p < model->num_params; p++) {
+        const ParamInfo *info = &model->param_info[p];
+        assert_int_equal(hf_name_from_ours(cfg->family, info->name, names[n], 160), 0);
+        if (spoil->skip && !strcmp(names[n], spoil->skip)) continue;
+        t[n] = (StWriteTensor){names[n], dtype, info->ndim, {info->shape[0], info->shape[1]}, model->params + info->offset};
+        if (spoil->transpose && !strcmp(names[n], spoil->transpose)) {
+            t[n].shape[0] = info->shape[1];
+            t[n].shape[1] = info->shape[0];
+        }
+        n++;
+    }
+    if (cfg->tie_word_embeddings && spoil->lm_head_when_tied)
+        t[n++] = (StWriteTensor){"lm_head.weight", dtype, 2, {cfg->vocab_size, cfg->hidden_size},
+                                 model->params + model_find_param(model, "embed.weight")->offset};
+    if (spoil->extra) t[n++] = (StWriteTensor){"model.layers.0.mlp.extra.weight", dtype, 1, {8}, extra_data};
+    if (spoil->inv_freq)
+        t[n++] = (StWriteTensor){"model.layers.1.self_attn.rotary_emb.inv_freq", dtype, 1, {2}, extra_data};
+    /* in transformers' state_dict order, as save_pretrained shards it (insertion sort) */
+    for (int i = 1; i < n; i++) {
+        StWriteTensor x = t[i];
+        long key = hf_name_position(cfg->family, x.name);
+        int j = i;
+        for (; j > 0; j--) {
+            long prev = hf_name_position(cfg->family, t[j - 1].name);
+            if (key < 0 || (prev >= 0 && prev <= key)) break;
+            t[j] = t[j - 1];
+        }
+        t[j] = x;
+    }
+    char err[512], path[1024];
+    assert_int_equal(st_write_model(dir, t, n, max_shard, model->num_floats, NULL, NULL, err, sizeof err), 0);
+    char *json = hf_config_to_json(cfg, dtype == ST_F32 ? "float32" : dtype == ST_BF16 ? "bfloat16" : "float16");
+    if (spoil->model_type) {
+        char *at = strstr(json, "\"model_type\": \"");
+        assert_non_null(at);
+        char *value = at + 15, *end = strchr(value, '"');
+        char *patched = malloc(strlen(json) + 64);
+        snprintf(patched, strlen(json) + 64, "%.*s%s%s", (int)(value - json), json, spoil->model_type, end);
+        free(json);
+        json = patched;
+    }
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    FILE *f = fopen(path, "w");
+    fputs(json, f);
+    fclose(f);
+    free(json);
+    model_free(model);
+}
+
+/* Run `megatrain convert ARGS...` in process with stderr captured into `message`. */
+static int convert(char *message, size_t len, int argc, ...) {
+    char *argv[8];
+    va_list ap;
+    va_start(ap, argc);
+    for (int i = 0; i < argc; i++) argv[i] = va_arg(ap, char *);
+    va_end(ap);
+    char path[512];
+    snprintf(path, sizeof path, "%s/stderr.txt", work_dir);
+    fflush(stderr);
+    int saved = dup(2);
+    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+    dup2(fd, 2);
+    close(fd);
+    fflush(stdout);
+    int saved_out = dup(1), null = open("/dev/null", O_WRONLY);
+    dup2(null, 1); /* the summary lines */
+    close(null);
+    int status = convert_main(argc, argv);
+    fflush(stdout);
+    fflush(stderr);
+    dup2(saved, 2);
+    dup2(saved_out, 1);
+    close(saved);
+    close(saved_out);
+    FILE *f = fopen(path, "r");
+    size_t got = fread(message, 1, len - 1, f);
+    message[got] = '\0';
+    fclose(f);
+    return status;
+}
+
+static unsigned char *slurp(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) fail_msg("%s: missing", path);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *data = malloc(*len + 1);
+    assert_int_equal(fread(data, 1, *len, f), *len);
+    fclose(f);
+    return data;
+}
+
+/* Every file of a is in b with the same bytes, and b has no other files. */
+static void assert_same_files(const char *a, const char *b) {
+    int count_a = 0, count_b = 0;
+    DIR *d = opendir(a);
+    assert_non_null(d);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        count_a++;
+        char pa[1024], pb[1024];
+        snprintf(pa, sizeof pa, "%s/%s", a, e->d_name);
+        snprintf(pb, sizeof pb, "%s/%s", b, e->d_name);
+        size_t la, lb;
+        unsigned char *da = slurp(pa, &la), *db = slurp(pb, &lb);
+        if (la != lb || memcmp(da, db, la) != 0) fail_msg("%s and %s differ", pa, pb);
+        free(da);
+        free(db);
+    }
+    closedir(d);
+    d = opendir(b);
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.') count_b++;
+    closedir(d);
+    assert_int_equal(count_a, count_b);
+}
+
+static int exists(const char *path) { return access(path, F_OK) == 0; }
+
+static void round_trip(const char *name, ModelFamily family, bool tied, StDtype dtype, uint64_t max_shard) {
+    char hf[512], ckpt[512], back[512], msg[2048], shard[32];
+    snprintf(hf, sizeof hf, "%s/%s.hf", work_dir, name);
+    snprintf(ckpt, sizeof ckpt, "%s/%s.ckpt", work_dir, name);
+    snprintf(back, sizeof back, "%s/%s.back", work_dir, name);
+    snprintf(shard, sizeof shard, "%llu", (unsigned long long)max_shard);
+    ModelConfig cfg = tiny_config(family, tied);
+    make_hf_dir(hf, &cfg, 42, dtype, max_shard, NULL);
+    if (convert(msg, sizeof msg, 2, hf, ckpt) != 0) fail_msg("%s -> ckpt: %s", name, msg);
+    const char *dtype_arg = dtype == ST_F32 ? "fp32" : dtype == ST_BF16 ? "bf16" : "fp16";
+    if (convert(msg, sizeof msg, 6, ckpt, back, "--dtype", dtype_arg, "--max-shard-size", shard) != 0)
+        fail_msg("%s -> hf: %s", name, msg);
+    assert_same_files(hf, back);
+}
+
+static void test_round_trips(void **state) {
+    (void)state;
+    round_trip("llama", FAMILY_LLAMA, false, ST_F32, 5000000000ull);
+    round_trip("llama_tied_sharded", FAMILY_LLAMA, true, ST_F32, 3000);
+    round_trip("qwen2_bf16", FAMILY_QWEN2, false, ST_BF16, 5000000000ull);
+    round_trip("qwen3_f16_sharded", FAMILY_QWEN3, true, ST_F16, 2000);
+    char hf[512];
+    snprintf(hf, sizeof hf, "%s/llama_tied_sharded.hf/model.safetensors.index.json", work_dir);
+    assert_true(exists(hf)); /* the sharded cases really were sharded */
+}
+
+/* Tied checkpoints that store lm_head.weight anyway, and old rotary buffers: accepted. */
+static void test_tolerated_extras(void **state) {
+    (void)state;
+    char hf[512], ckpt[512], back[512], msg[2048];
+    snprintf(hf, sizeof hf, "%s/tied_with_head.hf", work_dir);
+    snprintf(ckpt, sizeof ckpt, "%s/tied_with_head.ckpt", work_dir);
+    snprintf(back, sizeof back, "%s/tied_with_head.back", work_dir);
+    ModelConfig cfg = tiny_config(FAMILY_LLAMA, true);
+    Spoil spoil = {.lm_head_when_tied = true, .inv_freq = true};
+    make_hf_dir(hf, &cfg, 7, ST_F32, 5000000000ull, &spoil);
+    if (convert(msg, sizeof msg, 2, hf, ckpt) != 0) fail_msg("%s", msg);
+    assert_int_equal(convert(msg, sizeof msg, 2, ckpt, back), 0);
+    /* written back the way transformers saves a tied model: without lm_head.weight */
+    char path[600];
+    snprintf(path, sizeof path, "%s/model.safetensors", back);
+    char err[512];
+    StFile *file = st_open(path, err, sizeof err);
+    assert_non_null(file);
+    assert_null(st_find(file, "lm_head.weight"));
+    assert_null(st_find(file, "model.layers.1.self_attn.rotary_emb.inv_freq"));
+    assert_non_null(st_find(file, "model.embed_tokens.weight"));
+    st_close(file);
+}
+
+static void expect_failure(const char *name, const ModelConfig *cfg, const Spoil *spoil, const char *message) {
+    char hf[512], ckpt[512], msg[2048];
+    snprintf(hf, sizeof hf, "%s/%s.hf", work_dir, name);
+    snprintf(ckpt, sizeof ckpt, "%s/%s.ckpt", work_dir, name);
+    make_hf_dir(hf, cfg, 3, ST_F32, 5000000000ull, spoil);
+    int status = convert(msg, sizeof msg, 2, hf, ckpt);
+    if (status != MT_EXIT_FAILURE) fail_msg("%s: exit %d, message: %s", name, status, msg);
+    if (!strstr(msg, message)) fail_msg("%s: message '%s' lacks '%s'", name, msg, message);
+    if (exists(ckpt)) fail_msg("%s: %s was written", name, ckpt);
+}
+
+static void test_errors(void **state) {
+    (void)state;
+    ModelConfig llama = tiny_config(FAMILY_LLAMA, false);
+    Spoil skip = {.skip = "model.layers.1.mlp.up_proj.weight"};
+    expect_failure("missing", &llama, &skip, "missing tensor 'model.layers.1.mlp.up_proj.weight'");
+    Spoil transpose = {.transpose = "model.layers.0.mlp.gate_proj.weight"};
+    expect_failure("shape", &llama, &transpose,
+                   "tensor 'model.layers.0.mlp.gate_proj.weight' has shape [16, 24], but config.json makes it [24, 16]");
+    Spoil extra = {.extra = true};
+    expect_failure("extra", &llama, &extra, "unexpected tensor 'model.layers.0.mlp.extra.weight'");
+    Spoil gpt2 = {.model_type = "gpt2"};
+    expect_failure("family", &llama, &gpt2, "model_type 'gpt2' is not a supported family (supported: llama, qwen2, qwen3)");
+    ModelConfig tied = tiny_config(FAMILY_LLAMA, true);
+    Spoil untie = {.model_type = "qwen2"}; /* a llama directory called qwen2: the biases are missing */
+    expect_failure("biases", &tied, &untie, "missing tensor 'model.layers.0.self_attn.q_proj.bias'");
+
+    char msg[2048], hf[512], dst[512], path[600];
+    /* config.json without weights */
+    snprintf(hf, sizeof hf, "%s/noweights.hf", work_dir);
+    snprintf(dst, sizeof dst, "%s/noweights.ckpt", work_dir);
+    make_hf_dir(hf, &llama, 1, ST_F32, 5000000000ull, NULL);
+    snprintf(path, sizeof path, "%s/model.safetensors", hf);
+    remove(path);
+    assert_int_equal(convert(msg, sizeof msg, 2, hf, dst), MT_EXIT_FAILURE);
+    assert_non_null(strstr(msg, "missing model.safetensors"));
+    assert_false(exists(dst));
+    /* SRC that does not exist; SRC that is not a checkpoint; DST that exists */
+    snprintf(path, sizeof path, "%s/nothing_here", work_dir);
+    assert_int_equal(convert(msg, sizeof msg, 2, path, dst), MT_EXIT_FAILURE);
+    assert_non_null(strstr(msg, "nothing_here: No such file or directory"));
+    snprintf(path, sizeof path, "%s/empty_dir", work_dir);
+    mkdir(path, 0777);
+    assert_int_equal(convert(msg, sizeof msg, 2, path, dst), MT_EXIT_FAILURE);
+    assert_false(exists(dst));
+    assert_int_equal(convert(msg, sizeof msg, 2, hf, path), MT_EXIT_FAILURE);
+    assert_non_null(strstr(msg, "empty_dir already exists"));
+    /* usage */
+    assert_int_equal(convert(msg, sizeof msg, 1, hf), MT_EXIT_USAGE);
+    assert_non_null(strstr(msg, "missing DST"));
+    assert_int_equal(convert(msg, sizeof msg, 4, hf, dst, "--dtype", "fp8"), MT_EXIT_USAGE);
+    assert_non_null(strstr(msg, "--dtype: expected fp32, bf16 or fp16, found 'fp8'"));
+    assert_int_equal(convert(msg, sizeof msg, 3, hf, dst, "--max-shard-size=lots"), MT_EXIT_USAGE);
+    assert_int_equal(convert(msg, sizeof msg, 3, hf, dst, "--frobnicate"), MT_EXIT_USAGE);
+    assert_int_equal(convert(msg, sizeof msg, 4, hf, dst, "--dtype", "bf16"), MT_EXIT_USAGE); /* HF -> megatrain */
+    assert_false(exists(dst));
+}
+
+/* No leftovers at DST (nor a DST.tmp.* beside it) when writing fails half-way. */
+static void assert_nothing_at(const char *dst) {
+    if (exists(dst)) fail_msg("%s was written", dst);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s", dst);
+    char *slash = strrchr(dir, '/');
+    *slash = '\0';
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strncmp(e->d_name, slash + 1, strlen(slash + 1)) == 0) fail_msg("%s/%s was left behind", dir, e->d_name);
+    closedir(d);
+}
+
+static void test_write_failure(void **state) {
+    (void)state;
+    char hf[512], ckpt[512], dst[512], msg[2048];
+    snprintf(hf, sizeof hf, "%s/full.hf", work_dir);
+    snprintf(ckpt, sizeof ckpt, "%s/full.ckpt", work_dir);
+    ModelConfig cfg = tiny_config(FAMILY_LLAMA, false);
+    make_hf_dir(hf, &cfg, 5, ST_F32, 5000000000ull, NULL);
+    assert_int_equal(convert(msg, sizeof msg, 2, hf, ckpt), 0);
+    /* Files may grow to 4 KB only: config.json fits, the weights do not. */
+    struct rlimit saved, small = {4096, 4096};
+    getrlimit(RLIMIT_FSIZE, &saved);
+    small.rlim_max = saved.rlim_max;
+    signal(SIGXFSZ, SIG_IGN);
+    setrlimit(RLIMIT_FSIZE, &small);
+    snprintf(dst, sizeof dst, "%s/full.out", work_dir);
+    int to_hf = convert(msg, sizeof msg, 2, ckpt, dst);
+    char dst2[512], msg2[2048];
+    snprintf(dst2, sizeof dst2, "%s/full2.ckpt", work_dir);
+    int to_ckpt = convert(msg2, sizeof msg2, 2, hf, dst2);
+    setrlimit(RLIMIT_FSIZE, &saved);
+    signal(SIGXFSZ, SIG_DFL);
+    if (to_hf != MT_EXIT_FAILURE) fail_msg("megatrain -> HF on a full disk: exit %d", to_hf);
+    assert_non_null(strstr(msg, "model.safetensors: cannot write"));
+    assert_nothing_at(dst);
+    if (to_ckpt != MT_EXIT_FAILURE) fail_msg("HF -> megatrain on a full disk: exit %d", to_ckpt);
+    assert_nothing_at(dst2);
+}
+
+/* A run directory (checkpoints/latest_checkpointed_iteration.txt) converts
+ * from its latest checkpoint; init_from loads the same weights. */
+static void test_run_dir_and_init_from(void **state) {
+    (void)state;
+    char hf[512], run[512], ckpts[600], iter[700], path[800], back[512], msg[2048], err[1024];
+    snprintf(hf, sizeof hf, "%s/run_src.hf", work_dir);
+    snprintf(run, sizeof run, "%s/run", work_dir);
+    snprintf(ckpts, sizeof ckpts, "%s/checkpoints", run);
+    snprintf(iter, sizeof iter, "%s/iter_0000007", ckpts);
+    ModelConfig cfg = tiny_config(FAMILY_QWEN3, false);
+    make_hf_dir(hf, &cfg, 99, ST_F32, 5000000000ull, NULL);
+    mkdir(run, 0777);
+    mkdir(ckpts, 0777);
+    if (convert(msg, sizeof msg, 2, hf, iter) != 0) fail_msg("%s", msg);
+    snprintf(path, sizeof path, "%s/latest_checkpointed_iteration.txt", ckpts);
+    FILE *f = fopen(path, "w");
+    fputs("7\n", f);
+    fclose(f);
+    snprintf(back, sizeof back, "%s/run_back.hf", work_dir);
+    if (convert(msg, sizeof msg, 2, run, back) != 0) fail_msg("%s", msg);
+    assert_same_files(hf, back);
+
+    /* init_from: the same weights as the seeded source model */
+    Model *source = model_create(&cfg, &cpu_backend, 1, 1);
+    model_init_weights(source, 99);
+    Model *model = model_create(&cfg, &cpu_backend, 2, 8);
+    model_init_weights(model, 1);
+    if (init_from_checkpoint(model, run, err, sizeof err) != 0) fail_msg("%s", err);
+    assert_memory_equal(model->params, source->params, (size_t)model->num_floats * sizeof(float));
+    model_free(model);
+    model_free(source);
+
+    /* a recipe model that is not the checkpoint's */
+    ModelConfig other = cfg;
+    other.intermediate_size = 32;
+    model = model_create(&other, &cpu_backend, 1, 1);
+    assert_int_equal(init_from_checkpoint(model, iter, err, sizeof err), MT_EXIT_USAGE);
+    assert_non_null(strstr(err, "model.intermediate_size is 24 in the checkpoint but 32 in the recipe"));
+    model_free(model);
+    other = cfg;
+    other.rope_theta = 500000.0;
+    model = model_create(&other, &cpu_backend, 1, 1);
+    assert_int_equal(init_from_checkpoint(model, iter, err, sizeof err), MT_EXIT_USAGE);
+    assert_non_null(strstr(err, "model.rope_theta is 10000 in the checkpoint but 500000 in the recipe"));
+    model_free(model);
+    other = cfg;
+    other.max_position_embeddings = 4096; /* does not change the computation: allowed */
+    model = model_create(&other, &cpu_backend, 1, 1);
+    assert_int_equal(init_from_checkpoint(model, iter, err, sizeof err), 0);
+    model_free(model);
+    snprintf(path, sizeof path, "%s/no_such_ckpt", work_dir);
+    model = model_create(&cfg, &cpu_backend, 1, 1);
+    assert_int_equal(init_from_checkpoint(model, path, err, sizeof err), MT_EXIT_FAILURE);
+    assert_non_null(strstr(err, "init_from: "));
+    assert_non_null(strstr(err, "no_such_ckpt"));
+    model_free(model);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trips),
+        cmocka_unit_test(test_tolerated_extras),
+        cmocka_unit_test(test_errors),
+        cmocka_unit_test(test_write_failure),
+        cmocka_unit_test(test_run_dir_and_init_from),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -1,0 +1,237 @@
+/* test_hf_convert.c: the Hugging Face name tables (src/convert/hf_names.c):
+ * every registry parameter of every family variant (tied and untied,
+ * biases, qk-norm) maps to the name transformers uses and back, pair by
+ * pair as written out by hand; names a family lacks are refused; the
+ * tables give transformers' state_dict order (where shards split).
+ * config.json is tested in test_hf_config.c. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "convert/hf_names.h"
+#include "model/model.h"
+
+static ModelConfig small_config(ModelFamily family, bool tied) {
+    ModelConfig c;
+    memset(&c, 0, sizeof c);
+    c.family = family;
+    c.num_layers = 3;
+    c.hidden_size = 16;
+    c.intermediate_size = 24;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.vocab_size = 32;
+    c.max_position_embeddings = 64;
+    c.rope_theta = 10000.0;
+    c.rms_norm_eps = 1e-5;
+    c.tie_word_embeddings = tied;
+    c.attention_bias = family == FAMILY_QWEN2;
+    c.qk_norm = family == FAMILY_QWEN3;
+    return c;
+}
+
+/* transformers' per-layer parameter names (modeling_llama / qwen2 / qwen3). */
+static const char *const llama_layer[] = {
+    "input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight",
+    "self_attn.o_proj.weight", "post_attention_layernorm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+    "mlp.down_proj.weight", NULL};
+static const char *const qwen2_extra[] = {"self_attn.q_proj.bias", "self_attn.k_proj.bias", "self_attn.v_proj.bias",
+                                          NULL};
+static const char *const qwen3_extra[] = {"self_attn.q_norm.weight", "self_attn.k_norm.weight", NULL};
+
+static int in_list(const char *name, int layers, const char *const *a, const char *const *b, bool tied) {
+    if (!strcmp(name, "model.embed_tokens.weight") || !strcmp(name, "model.norm.weight")) return 1;
+    if (!strcmp(name, "lm_head.weight")) return !tied;
+    for (int l = 0; l < layers; l++) {
+        char full[160];
+        for (const char *const *list = a; list && *list; list++) {
+            snprintf(full, sizeof full, "model.layers.%d.%s", l, *list);
+            if (!strcmp(full, name)) return 1;
+        }
+        for (const char *const *list = b; list && *list; list++) {
+            snprintf(full, sizeof full, "model.layers.%d.%s", l, *list);
+            if (!strcmp(full, name)) return 1;
+        }
+    }
+    return 0;
+}
+
+static void check_family(ModelFamily family, bool tied, const char *const *extra) {
+    ModelConfig cfg = small_config(family, tied);
+    Model *model = model_create(&cfg, &cpu_backend, 1, 1);
+    int expected = 2 + (tied ? 0 : 1) + cfg.num_layers * 9;
+    for (const char *const *e = extra; e && *e; e++) expected += cfg.num_layers;
+    assert_int_equal(model->num_params, expected);
+    char (*names)[160] = calloc((size_t)model->num_params, 160);
+    for (int p = 0; p < model->num_params; p++) {
+        const char *ours = model->param_info[p].name;
+        char back[160];
+        if (hf_name_from_ours(family, ours, names[p], 160) != 0)
+            fail_msg("%s: %s has no HF name", model_family_name(family), ours);
+        if (!in_list(names[p], cfg.num_layers, llama_layer, extra, tied))
+            fail_msg("%s: %s -> %s, which transformers does not have", model_family_name(family), ours, names[p]);
+        assert_int_equal(hf_name_to_ours(family, names[p], back, sizeof back), 0);
+        assert_string_equal(back, ours);
+        for (int q = 0; q < p; q++)
+            if (!strcmp(names[q], names[p])) fail_msg("two parameters map to %s", names[p]);
+    }
+    free(names);
+    model_free(model);
+}
+
+static void test_name_tables_cover_registry(void **state) {
+    (void)state;
+    check_family(FAMILY_LLAMA, false, NULL);
+    check_family(FAMILY_LLAMA, true, NULL);
+    check_family(FAMILY_QWEN2, false, qwen2_extra);
+    check_family(FAMILY_QWEN2, true, qwen2_extra);
+    check_family(FAMILY_QWEN3, false, qwen3_extra);
+    check_family(FAMILY_QWEN3, true, qwen3_extra);
+}
+
+/* Which parameter is which, written out by hand from transformers' modules
+ * (a swap of two same-shaped names would pass every other check here). */
+static void test_name_pairs(void **state) {
+    (void)state;
+    static const struct {
+        ModelFamily family;
+        const char *ours, *hf;
+    } pairs[] = {
+        {FAMILY_LLAMA, "embed.weight", "model.embed_tokens.weight"},
+        {FAMILY_LLAMA, "layers.1.attn_norm.weight", "model.layers.1.input_layernorm.weight"},
+        {FAMILY_LLAMA, "layers.1.attn.q_proj.weight", "model.layers.1.self_attn.q_proj.weight"},
+        {FAMILY_LLAMA, "layers.1.attn.k_proj.weight", "model.layers.1.self_attn.k_proj.weight"},
+        {FAMILY_LLAMA, "layers.1.attn.v_proj.weight", "model.layers.1.self_attn.v_proj.weight"},
+        {FAMILY_LLAMA, "layers.1.attn.o_proj.weight", "model.layers.1.self_attn.o_proj.weight"},
+        {FAMILY_LLAMA, "layers.1.mlp_norm.weight", "model.layers.1.post_attention_layernorm.weight"},
+        {FAMILY_LLAMA, "layers.1.mlp.gate_proj.weight", "model.layers.1.mlp.gate_proj.weight"},
+        {FAMILY_LLAMA, "layers.1.mlp.up_proj.weight", "model.layers.1.mlp.up_proj.weight"},
+        {FAMILY_LLAMA, "layers.1.mlp.down_proj.weight", "model.layers.1.mlp.down_proj.weight"},
+        {FAMILY_LLAMA, "final_norm.weight", "model.norm.weight"},
+        {FAMILY_LLAMA, "lm_head.weight", "lm_head.weight"},
+        {FAMILY_QWEN2, "layers.0.attn.q_proj.bias", "model.layers.0.self_attn.q_proj.bias"},
+        {FAMILY_QWEN2, "layers.0.attn.k_proj.bias", "model.layers.0.self_attn.k_proj.bias"},
+        {FAMILY_QWEN2, "layers.0.attn.v_proj.bias", "model.layers.0.self_attn.v_proj.bias"},
+        {FAMILY_QWEN2, "layers.0.mlp.gate_proj.weight", "model.layers.0.mlp.gate_proj.weight"},
+        {FAMILY_QWEN3, "layers.0.attn.q_norm.weight", "model.layers.0.self_attn.q_norm.weight"},
+        {FAMILY_QWEN3, "layers.0.attn.k_norm.weight", "model.layers.0.self_attn.k_norm.weight"},
+        {FAMILY_QWEN3, "layers.0.attn_norm.weight", "model.layers.0.input_layernorm.weight"},
+        {FAMILY_QWEN3, "embed.weight", "model.embed_tokens.weight"},
+    };
+    for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++) {
+        char out[160];
+        assert_int_equal(hf_name_from_ours(pairs[i].family, pairs[i].ours, out, sizeof out), 0);
+        assert_string_equal(out, pairs[i].hf);
+        assert_int_equal(hf_name_to_ours(pairs[i].family, pairs[i].hf, out, sizeof out), 0);
+        assert_string_equal(out, pairs[i].ours);
+    }
+}
+
+static int by_position_family;
+static int compare_by_position(const void *a, const void *b) {
+    long x = hf_name_position((ModelFamily)by_position_family, *(const char *const *)a);
+    long y = hf_name_position((ModelFamily)by_position_family, *(const char *const *)b);
+    return x < y ? -1 : x > y;
+}
+
+/* Sorted by hf_name_position, the names come in transformers' state_dict
+ * order (module registration order), which decides where shards split. */
+static void test_state_dict_order(void **state) {
+    (void)state;
+    static const char *const qwen2[] = {
+        "model.embed_tokens.weight",
+        "model.layers.0.self_attn.q_proj.weight", "model.layers.0.self_attn.q_proj.bias",
+        "model.layers.0.self_attn.k_proj.weight", "model.layers.0.self_attn.k_proj.bias",
+        "model.layers.0.self_attn.v_proj.weight", "model.layers.0.self_attn.v_proj.bias",
+        "model.layers.0.self_attn.o_proj.weight", "model.layers.0.mlp.gate_proj.weight",
+        "model.layers.0.mlp.up_proj.weight", "model.layers.0.mlp.down_proj.weight",
+        "model.layers.0.input_layernorm.weight", "model.layers.0.post_attention_layernorm.weight",
+        "model.layers.1.self_attn.q_proj.weight", "model.layers.1.self_attn.q_proj.bias",
+        "model.layers.1.self_attn.k_proj.weight", "model.layers.1.self_attn.k_proj.bias",
+        "model.layers.1.self_attn.v_proj.weight", "model.layers.1.self_attn.v_proj.bias",
+        "model.layers.1.self_attn.o_proj.weight", "model.layers.1.mlp.gate_proj.weight",
+        "model.layers.1.mlp.up_proj.weight", "model.layers.1.mlp.down_proj.weight",
+        "model.layers.1.input_layernorm.weight", "model.layers.1.post_attention_layernorm.weight",
+        "model.norm.weight", "lm_head.weight"};
+    static const char *const qwen3_layer[] = {
+        "self_attn.q_proj.weight", "self_attn.k_proj.weight", "self_attn.v_proj.weight", "self_attn.o_proj.weight",
+        "self_attn.q_norm.weight", "self_attn.k_norm.weight", "mlp.gate_proj.weight", "mlp.up_proj.weight",
+        "mlp.down_proj.weight", "input_layernorm.weight", "post_attention_layernorm.weight"};
+    const ModelFamily families[] = {FAMILY_QWEN2, FAMILY_QWEN3, FAMILY_LLAMA};
+    for (int f = 0; f < 3; f++) {
+        ModelConfig cfg = small_config(families[f], false);
+        cfg.num_layers = f == 0 ? 2 : 12; /* 12: layer 10 must not sort before layer 2 */
+        Model *model = model_create(&cfg, &cpu_backend, 1, 1);
+        char (*names)[160] = calloc((size_t)model->num_params, 160);
+        const char **order = calloc((size_t)model->num_params, sizeof *order);
+        for (int p = 0; p < model->num_params; p++) {
+            assert_int_equal(hf_name_from_ours(families[f], model->param_info[p].name, names[p], 160), 0);
+            order[p] = names[p];
+        }
+        by_position_family = (int)families[f];
+        qsort(order, (size_t)model->num_params, sizeof *order, compare_by_position);
+        if (f == 0) {
+            assert_int_equal(model->num_params, sizeof qwen2 / sizeof qwen2[0]);
+            for (int p = 0; p < model->num_params; p++) assert_string_equal(order[p], qwen2[p]);
+        } else if (f == 1) {
+            assert_string_equal(order[0], "model.embed_tokens.weight");
+            for (int l = 0; l < 12; l++)
+                for (int k = 0; k < 11; k++) {
+                    char want[160];
+                    snprintf(want, sizeof want, "model.layers.%d.%s", l, qwen3_layer[k]);
+                    assert_string_equal(order[1 + 11 * l + k], want);
+                }
+            assert_string_equal(order[1 + 11 * 12], "model.norm.weight");
+            assert_string_equal(order[2 + 11 * 12], "lm_head.weight");
+        } else {
+            assert_string_equal(order[1], "model.layers.0.self_attn.q_proj.weight");
+            assert_string_equal(order[8], "model.layers.0.input_layernorm.weight");
+            assert_string_equal(order[9], "model.layers.0.post_attention_layernorm.weight");
+            assert_string_equal(order[10], "model.layers.1.self_attn.q_proj.weight");
+        }
+        free(order);
+        free(names);
+        model_free(model);
+    }
+    assert_int_equal(hf_name_position(FAMILY_LLAMA, "model.layers.0.self_attn.q_proj.bias"), -1);
+}
+
+static void test_name_table_refusals(void **state) {
+    (void)state;
+    char out[160];
+    assert_int_equal(hf_name_from_ours(FAMILY_LLAMA, "layers.0.attn.q_proj.bias", out, sizeof out), -1);
+    assert_int_equal(hf_name_from_ours(FAMILY_LLAMA, "layers.0.attn.q_norm.weight", out, sizeof out), -1);
+    assert_int_equal(hf_name_from_ours(FAMILY_QWEN2, "layers.0.attn.k_norm.weight", out, sizeof out), -1);
+    assert_int_equal(hf_name_from_ours(FAMILY_QWEN3, "layers.0.attn.v_proj.bias", out, sizeof out), -1);
+    assert_int_equal(hf_name_from_ours(FAMILY_MIXTRAL, "embed.weight", out, sizeof out), -1);
+    assert_int_equal(hf_name_to_ours(FAMILY_LLAMA, "model.layers.0.self_attn.q_proj.bias", out, sizeof out), -1);
+    assert_int_equal(hf_name_to_ours(FAMILY_LLAMA, "model.layers.01.mlp.up_proj.weight", out, sizeof out), -1);
+    assert_int_equal(hf_name_to_ours(FAMILY_LLAMA, "model.layers.-1.mlp.up_proj.weight", out, sizeof out), -1);
+    assert_int_equal(hf_name_to_ours(FAMILY_LLAMA, "model.layers..mlp.up_proj.weight", out, sizeof out), -1);
+    assert_int_equal(hf_name_to_ours(FAMILY_LLAMA, "model.layers.0.mlp.up_proj.weight.x", out, sizeof out), -1);
+    assert_int_equal(hf_name_to_ours(FAMILY_LLAMA, "model.layers.0.self_attn.rotary_emb.inv_freq", out, sizeof out), -1);
+    assert_int_equal(hf_name_to_ours(FAMILY_QWEN3, "lm_head.bias", out, sizeof out), -1);
+    assert_int_equal(hf_name_to_ours(FAMILY_QWEN2, "model.layers.12.self_attn.v_proj.bias", out, sizeof out), 0);
+    assert_string_equal(out, "layers.12.attn.v_proj.bias");
+    assert_int_equal(hf_name_from_ours(FAMILY_QWEN3, "layers.123.attn.q_norm.weight", out, sizeof out), 0);
+    assert_string_equal(out, "model.layers.123.self_attn.q_norm.weight");
+    char tiny[8];
+    assert_int_equal(hf_name_from_ours(FAMILY_LLAMA, "final_norm.weight", tiny, sizeof tiny), -1); /* no room */
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_name_tables_cover_registry),
+        cmocka_unit_test(test_name_pairs),
+        cmocka_unit_test(test_state_dict_order),
+        cmocka_unit_test(test_name_table_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
