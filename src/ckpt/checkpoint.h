@@ -46,4 +46,22 @@ int ckpt_read_model_config(const char *dir, ModelConfig *model_config, char *err
  * `dir`, verifying checksums. Returns 0, or -1 with err naming the tensor. */
 int ckpt_load_model(const char *dir, Model *model, char *err, size_t errlen);
 
+/* ---- additions for resume, inspect and the training loop ---- */
+
+/* What the load functions below return besides 0. */
+#define CKPT_ERR_UNREADABLE (-1) /* missing, incomplete or corrupt: err names the file, the tensor and the chunk */
+#define CKPT_ERR_MISMATCH (-2)   /* intact, but does not fit (tensor names or shapes, no training state) */
+
+/* Load what a resumed run needs from `dir`, verifying every checksum: all
+ * parameters of `model`; when `optimizer` is not NULL its moments and step
+ * (else the caller keeps a fresh optimizer); when `state` is not NULL the
+ * TrainState (step, consumed samples and tokens, RNG). Returns 0,
+ * CKPT_ERR_UNREADABLE or CKPT_ERR_MISMATCH, with err set. */
+int ckpt_load_training(const char *dir, Model *model, AdamW *optimizer, TrainState *state, char *err, size_t errlen);
+
+/* The step a checkpoint was written at (its TrainState), read from its
+ * metadata alone. Returns 0, or CKPT_ERR_UNREADABLE / CKPT_ERR_MISMATCH
+ * (no training state: e.g. written by convert) with err set. */
+int ckpt_read_step(const char *dir, long *step, char *err, size_t errlen);
+
 #endif

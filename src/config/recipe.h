@@ -155,6 +155,7 @@ typedef struct Recipe {
     DataConfig data;
     CheckpointConfig checkpoint;
     LoggingConfig logging;
+    char init_from[MT_PATH_MAX]; /* checkpoint whose weights a fresh run starts from ("" = none) */
 } Recipe;
 
 /* Load `path`, apply `num_overrides` strings of the form "key.path=value"

@@ -147,5 +147,6 @@ const RecipeKey recipe_root_keys[] = {
     {SECTION_KEY("data", Recipe, data, data_keys), .required = true},
     {SECTION_KEY("checkpoint", Recipe, checkpoint, checkpoint_keys)},
     {SECTION_KEY("logging", Recipe, logging, logging_keys)},
+    {STRING_KEY("init_from", Recipe, init_from), .nullable = true},
     {0},
 };

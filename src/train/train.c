@@ -1,17 +1,21 @@
-/* train.c: `megatrain run`: the training loop (setup, steps, evaluation,
- * metrics, the start banner and the final line).
+/* train.c: `megatrain run` and `megatrain resume`: the training loop (steps,
+ * evaluation, metrics, checkpoints, SIGTERM / SIGUSR1, the start banner and
+ * the final line).
  *
  * Training is bit-for-bit deterministic for a recipe: timings feed only the
  * tokens/s and elapsed columns, never the computation. */
 #include "train.h"
 
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 
+#include "../ckpt/ckpt_async.h"
 #include "../core/error.h"
 #include "../core/timer.h"
 #include "metrics.h"
 #include "train_context.h"
+#include "train_signal.h"
 
 /* 1234567 -> "1.23M" (for the banner). */
 static void format_params(char *out, size_t len, double count) {
@@ -39,70 +43,146 @@ static void print_banner(const TrainContext *ctx) {
 
 static bool is_multiple(long step, long interval) { return interval > 0 && step % interval == 0; }
 
+static void print_error(const char *err) {
+    fflush(stdout);
+    fprintf(stderr, "megatrain: error: %s\n", err);
+}
+
+/* Save at the current step unless that step is saved already. 0 or -1 (printed). */
+static int save_now(TrainContext *ctx, CkptSaver *saver) {
+    if (ckpt_saver_last_step(saver) == ctx->state.step) return 0;
+    char err[2048];
+    if (ckpt_saver_save(saver, ctx->model, &ctx->optimizer, &ctx->state, err, sizeof err) != 0) {
+        print_error(err);
+        return -1;
+    }
+    return 0;
+}
+
+/* The steps from ctx->state.step to total_steps, with metrics, evaluation,
+ * checkpoints (every checkpoint.interval steps, at the end, and on SIGTERM /
+ * SIGUSR1, after which it stops with status 0). Returns the exit status. */
+static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
+    const Recipe *recipe = ctx->recipe;
+    const long log_interval = recipe->logging.interval > 0 ? recipe->logging.interval : 1;
+    const double start_time = mt_now();
+    double last_log_time = start_time;
+    int64_t last_log_tokens = ctx->state.consumed_tokens;
+    StepResult result = {0};
+    int status = MT_EXIT_OK;
+    int stop_signal = 0;
+    char err[2048];
+
+    CkptSaver *saver = ckpt_saver_create(ctx->checkpoints_dir, recipe);
+    train_signals_install();
+    while (ctx->state.step < ctx->total_steps && !(stop_signal = train_signal_received())) {
+        if (train_step(ctx, &result, err, sizeof err) != 0) {
+            print_error(err);
+            status = MT_EXIT_FAILURE;
+            break;
+        }
+        const long step = ctx->state.step; /* 1-based: the step just done */
+        const bool eval_now = ctx->valid_data && is_multiple(step, recipe->train.eval_interval);
+        const bool log_now = is_multiple(step, log_interval) || step == ctx->total_steps || eval_now;
+        if (log_now) {
+            const double eval_loss = eval_now ? train_evaluate(ctx) : NAN;
+            const double now = mt_now();
+            const double interval_s = now - last_log_time;
+            StepMetrics m = {
+                .step = step,
+                .total_steps = ctx->total_steps,
+                .loss = result.loss,
+                .lr = result.lr,
+                .global_batch_size = result.global_batch_size,
+                .grad_norm = result.grad_norm,
+                .tokens_per_s = interval_s > 0 ? (double)(ctx->state.consumed_tokens - last_log_tokens) / interval_s : 0,
+                .consumed_tokens = (double)ctx->state.consumed_tokens,
+                .elapsed_s = now - start_time,
+                .eval_loss = eval_loss,
+            };
+            metrics_print(&m);
+            metrics_write(metrics, &m);
+            last_log_time = now;
+            last_log_tokens = ctx->state.consumed_tokens;
+        }
+        /* A background save that failed stops the run: it must not go on
+         * believing it has that checkpoint. */
+        const bool save_due = is_multiple(step, recipe->checkpoint.interval) || step == ctx->total_steps;
+        if (save_due ? save_now(ctx, saver) != 0 : ckpt_saver_poll(saver, err, sizeof err) != 0) {
+            if (!save_due) print_error(err);
+            status = MT_EXIT_FAILURE;
+            break;
+        }
+    }
+    if (status == MT_EXIT_OK && stop_signal && ctx->state.step > ctx->start_step && save_now(ctx, saver) != 0)
+        status = MT_EXIT_FAILURE;
+    if (ckpt_saver_wait(saver, err, sizeof err) != 0) {
+        print_error(err);
+        status = MT_EXIT_FAILURE;
+    }
+    train_signals_restore();
+    ckpt_saver_free(saver);
+
+    if (status == MT_EXIT_OK && stop_signal && ctx->state.step == ctx->start_step)
+        mt_log("stopped by %s before the first step: nothing new to save",
+               stop_signal == SIGTERM ? "SIGTERM" : "SIGUSR1");
+    else if (status == MT_EXIT_OK && stop_signal)
+        mt_log("stopped by %s after step %ld: checkpoint in %s/iter_%07ld; continue with `megatrain resume %s`",
+               stop_signal == SIGTERM ? "SIGTERM" : "SIGUSR1", ctx->state.step, ctx->checkpoints_dir, ctx->state.step,
+               recipe->run.dir);
+    else if (status == MT_EXIT_OK)
+        mt_log("done: %ld steps, %lld tokens in %.1fs, final loss %.4f; metrics in %s/metrics.jsonl", ctx->state.step,
+               (long long)ctx->state.consumed_tokens, mt_now() - start_time, result.loss, recipe->run.dir);
+    return status;
+}
+
+/* Open metrics.jsonl, print the banner, train, tear down. */
+static int run_context(TrainContext *ctx) {
+    char err[2048];
+    MetricsWriter metrics = {0};
+    if (metrics_open(&metrics, ctx->recipe->run.dir, err, sizeof err) != 0) {
+        print_error(err);
+        train_teardown(ctx);
+        return MT_EXIT_FAILURE;
+    }
+    print_banner(ctx);
+    int status = train_loop(ctx, &metrics);
+    metrics_close(&metrics);
+    train_teardown(ctx);
+    return status;
+}
+
 int train_run(const Recipe *recipe) {
     TrainContext ctx;
     char err[2048];
     int status = train_setup(&ctx, recipe, err, sizeof err);
     if (status != 0) {
-        fflush(stdout);
-        fprintf(stderr, "megatrain: error: %s\n", err);
+        print_error(err);
         train_teardown(&ctx);
         return status;
     }
+    return run_context(&ctx);
+}
 
-    MetricsWriter metrics = {0};
-    if (metrics_open(&metrics, recipe->run.dir, err, sizeof err) != 0) {
-        fprintf(stderr, "megatrain: error: %s\n", err);
+int train_resume(const Recipe *recipe, const char *checkpoint_dir, bool load_optimizer, char *unreadable,
+                 size_t unreadable_len) {
+    TrainContext ctx;
+    char err[2048];
+    int status = train_setup_resume(&ctx, recipe, checkpoint_dir, load_optimizer, err, sizeof err);
+    if (status != 0) {
+        if (status == TRAIN_CHECKPOINT_UNREADABLE) mt_set_error(unreadable, unreadable_len, "%s", err);
+        else print_error(err);
         train_teardown(&ctx);
-        return MT_EXIT_FAILURE;
+        return status;
     }
-    print_banner(&ctx);
-
-    const long log_interval = recipe->logging.interval > 0 ? recipe->logging.interval : 1;
-    const double start_time = mt_now();
-    double last_log_time = start_time;
-    int64_t last_log_tokens = ctx.state.consumed_tokens;
-    StepResult result = {0};
-    status = MT_EXIT_OK;
-
-    while (ctx.state.step < ctx.total_steps) {
-        if (train_step(&ctx, &result, err, sizeof err) != 0) {
-            fflush(stdout);
-            fprintf(stderr, "megatrain: error: %s\n", err);
-            status = MT_EXIT_FAILURE;
-            break;
-        }
-        const long step = ctx.state.step; /* 1-based: the step just done */
-        const bool eval_now = ctx.valid_data && is_multiple(step, recipe->train.eval_interval);
-        const bool log_now = is_multiple(step, log_interval) || step == ctx.total_steps || eval_now;
-        if (!log_now) continue;
-
-        const double eval_loss = eval_now ? train_evaluate(&ctx) : NAN;
-        const double now = mt_now();
-        const double interval_s = now - last_log_time;
-        StepMetrics m = {
-            .step = step,
-            .total_steps = ctx.total_steps,
-            .loss = result.loss,
-            .lr = result.lr,
-            .global_batch_size = result.global_batch_size,
-            .grad_norm = result.grad_norm,
-            .tokens_per_s = interval_s > 0 ? (double)(ctx.state.consumed_tokens - last_log_tokens) / interval_s : 0,
-            .consumed_tokens = (double)ctx.state.consumed_tokens,
-            .elapsed_s = now - start_time,
-            .eval_loss = eval_loss,
-        };
-        metrics_print(&m);
-        metrics_write(&metrics, &m);
-        last_log_time = now;
-        last_log_tokens = ctx.state.consumed_tokens;
+    mt_log("resume: from %s at step %ld (%lld samples, %lld tokens consumed)", checkpoint_dir, ctx.state.step,
+           (long long)ctx.state.consumed_samples, (long long)ctx.state.consumed_tokens);
+    if (ctx.state.step >= ctx.total_steps) {
+        mt_log("resume: nothing to do: the checkpoint is at step %ld and the run has %ld steps (raise train.steps "
+               "with --set train.steps=N)",
+               ctx.state.step, ctx.total_steps);
+        train_teardown(&ctx);
+        return MT_EXIT_OK;
     }
-
-    if (status == MT_EXIT_OK)
-        mt_log("done: %ld steps, %lld tokens in %.1fs, final loss %.4f; metrics in %s/metrics.jsonl",
-               ctx.state.step, (long long)ctx.state.consumed_tokens, mt_now() - start_time, result.loss,
-               recipe->run.dir);
-    metrics_close(&metrics);
-    train_teardown(&ctx);
-    return status;
+    return run_context(&ctx);
 }

@@ -2,10 +2,25 @@
 #ifndef MT_TRAIN_TRAIN_H
 #define MT_TRAIN_TRAIN_H
 
+#include <stdbool.h>
+
 #include "../config/recipe.h"
 
 /* Train per the recipe (already loaded and validated). Writes the resolved
- * recipe, metrics.jsonl and logs under recipe->run.dir. Returns exit status. */
+ * recipe, metrics.jsonl, checkpoints and logs under recipe->run.dir.
+ * Refuses (exit 2) a run.dir that already holds checkpoints: that is what
+ * `megatrain resume` is for. Returns the exit status. */
 int train_run(const Recipe *recipe);
+
+/* What train_resume returns when the checkpoint failed verification before
+ * anything was trained (the reason is in err): try an older one. */
+#define TRAIN_CHECKPOINT_UNREADABLE (-100)
+
+/* Continue a run from checkpoint directory `checkpoint_dir` with `recipe`
+ * (the checkpoint's recipe with the --set overrides applied). The optimizer
+ * state is loaded when load_optimizer, else started afresh. Saves, metrics
+ * and signals as train_run; errors are printed, except the reason for
+ * TRAIN_CHECKPOINT_UNREADABLE, which goes to err. */
+int train_resume(const Recipe *recipe, const char *checkpoint_dir, bool load_optimizer, char *err, size_t errlen);
 
 #endif

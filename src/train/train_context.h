@@ -4,6 +4,7 @@
 #ifndef MT_TRAIN_TRAIN_CONTEXT_H
 #define MT_TRAIN_TRAIN_CONTEXT_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../config/recipe.h"
@@ -32,6 +33,8 @@ typedef struct TrainContext {
     int32_t *inputs;          /* micro_batch_size x seq_len */
     int32_t *targets;         /* micro_batch_size x seq_len (inputs shifted by one) */
     TrainState state;
+    long start_step;          /* 0, or the step of the checkpoint resumed from */
+    char checkpoints_dir[MT_PATH_MAX + 16]; /* run.dir/checkpoints */
 } TrainContext;
 
 /* What one step produced, for the metrics line. */
@@ -49,6 +52,21 @@ typedef struct StepResult {
  * writing the reason into err; train_teardown is safe either way. */
 int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errlen);
 void train_teardown(TrainContext *ctx);
+
+/* The part of setup both a fresh and a resumed run do: check the recipe
+ * against this build, count the steps, open the data loaders, allocate the
+ * batch buffers, create the model (weights not initialised) and a fresh
+ * optimizer. Returns 0 or an exit status with err set. */
+int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_t errlen);
+
+/* Setup of `megatrain resume`: train_setup_common, then the weights, the
+ * optimizer (when load_optimizer) and the TrainState from checkpoint_dir;
+ * only then run.dir is touched: recipe.yaml rewritten, metrics.jsonl cut
+ * back to the checkpoint's step. Returns 0, an exit status, or
+ * TRAIN_CHECKPOINT_UNREADABLE (train.h) when the checkpoint failed
+ * verification, all with err set. */
+int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *checkpoint_dir, bool load_optimizer,
+                       char *err, size_t errlen);
 
 /* Run step state.step: forward and backward over this rank's micro-batches,
  * clip, AdamW, and advance the counters. Returns 0, or -1 with err set

@@ -1,5 +1,6 @@
 /* train_setup.c: building and tearing down a TrainContext for a fresh run
- * (run.dir, the resolved recipe.yaml, data loaders, model, optimizer). */
+ * (run.dir, the resolved recipe.yaml, data loaders, model, optimizer); the
+ * part a resumed run shares (train_setup_common) is here too. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -7,6 +8,8 @@
 #include <sys/stat.h>
 
 #include "../backend/backend.h"
+#include "../ckpt/ckpt_run.h"
+#include "../convert/init_from.h"
 #include "../core/error.h"
 #include "batch_schedule.h"
 #include "train_context.h"
@@ -102,11 +105,12 @@ static int open_valid_data(TrainContext *ctx, char *err, size_t errlen) {
     return 0;
 }
 
-int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errlen) {
+int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_t errlen) {
     memset(ctx, 0, sizeof *ctx);
     ctx->recipe = recipe;
     ctx->layout = (TrainLayout){.world_size = 1, .dp_size = 1, .dp_rank = 0};
     train_state_init(&ctx->state, recipe->run.seed);
+    snprintf(ctx->checkpoints_dir, sizeof ctx->checkpoints_dir, "%s/checkpoints", recipe->run.dir);
 
     int status = check_supported(recipe, &ctx->layout, err, errlen);
     if (status != 0) return status;
@@ -117,12 +121,6 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
         mt_set_error(err, errlen, "train: nothing to do (train.steps and train.tokens give 0 steps)");
         return MT_EXIT_USAGE;
     }
-
-    if (make_dirs(recipe->run.dir, err, errlen) != 0) return MT_EXIT_FAILURE;
-    char path[MT_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/recipe.yaml", recipe->run.dir);
-    if (recipe_write(recipe, path, err, errlen) != 0) return MT_EXIT_FAILURE;
-    if (truncate_metrics(recipe->run.dir, err, errlen) != 0) return MT_EXIT_FAILURE;
 
     char loader_err[1024];
     int64_t train_samples = train_schedule_samples(train, ctx->total_steps);
@@ -140,12 +138,45 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
     ctx->targets = mt_malloc((size_t)B * (size_t)T * sizeof(int32_t));
 
     ctx->model = model_create(&recipe->model, &cpu_backend, B, T);
-    model_init_weights(ctx->model, recipe->run.seed);
     if (recipe->optimizer.state_dtype != DTYPE_FP32)
         mt_warn("optimizer.state_dtype: %s states are not implemented on the CPU yet; using fp32",
                 dtype_name(recipe->optimizer.state_dtype));
     adamw_init(&ctx->optimizer, ctx->model->num_floats);
     return 0;
+}
+
+/* A fresh run must not mix its checkpoints with an earlier run's. */
+static int refuse_existing_checkpoints(const TrainContext *ctx, char *err, size_t errlen) {
+    long *steps = NULL;
+    int n = ckpt_list_steps(ctx->checkpoints_dir, &steps, err, errlen);
+    if (n < 0) return MT_EXIT_FAILURE;
+    long newest = n > 0 ? steps[n - 1] : 0;
+    free(steps);
+    if (n == 0) return 0;
+    mt_set_error(err, errlen,
+                 "run.dir: '%s' already holds checkpoints (the newest at step %ld); continue that run with "
+                 "`megatrain resume %s`, or choose another run.dir (or remove %s)",
+                 ctx->recipe->run.dir, newest, ctx->recipe->run.dir, ctx->checkpoints_dir);
+    return MT_EXIT_USAGE;
+}
+
+int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errlen) {
+    memset(ctx, 0, sizeof *ctx);
+    ctx->recipe = recipe;
+    snprintf(ctx->checkpoints_dir, sizeof ctx->checkpoints_dir, "%s/checkpoints", recipe->run.dir);
+    int status = refuse_existing_checkpoints(ctx, err, errlen);
+    if (status != 0) return status;
+    if (make_dirs(recipe->run.dir, err, errlen) != 0) return MT_EXIT_FAILURE;
+    char path[MT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/recipe.yaml", recipe->run.dir);
+    if (recipe_write(recipe, path, err, errlen) != 0) return MT_EXIT_FAILURE;
+    if (truncate_metrics(recipe->run.dir, err, errlen) != 0) return MT_EXIT_FAILURE;
+
+    status = train_setup_common(ctx, recipe, err, errlen);
+    if (status != 0) return status;
+    model_init_weights(ctx->model, recipe->run.seed);
+    if (recipe->init_from[0]) status = init_from_checkpoint(ctx->model, recipe->init_from, err, errlen);
+    return status;
 }
 
 void train_teardown(TrainContext *ctx) {

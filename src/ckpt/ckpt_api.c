@@ -1,0 +1,160 @@
+/* ckpt_api.c: the functions of checkpoint.h on top of the writer and the
+ * reader: write a directory from a model (+ optimizer, state, recipe), read
+ * the model config, and load parameters, optimizer moments and TrainState. */
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+#include "checkpoint.h"
+#include "ckpt_reader.h"
+#include "ckpt_writer.h"
+
+int ckpt_write_dir(const char *dir, const CheckpointWrite *what, char *err, size_t errlen) {
+    const AdamW *opt = what->optimizer;
+    if (opt && opt->num_floats != what->model->num_floats) {
+        mt_set_error(err, errlen, "%s: the optimizer holds %ld floats, the model %ld", dir, opt->num_floats,
+                     what->model->num_floats);
+        return -1;
+    }
+    int num_sources = 0;
+    CkptSource *sources = ckpt_sources_from_model(what->model, what->model->params, opt ? opt->m : NULL,
+                                                  opt ? opt->v : NULL, &num_sources);
+    CkptPayload payload = {
+        .num_sources = num_sources,
+        .sources = sources,
+        .model_config = what->model_config ? what->model_config : &what->model->cfg,
+        .recipe = what->recipe,
+        .compression_level = what->compression_level > 0 ? what->compression_level : 3,
+        .filter = CKPT_FILTER_SHUFFLE4,
+        .threads = omp_get_max_threads(),
+    };
+    if (what->state) {
+        payload.has_state = true;
+        payload.state = ckpt_state_of(what->state, opt ? opt->step : 0, what->recipe);
+        payload.iteration = what->state->step;
+    }
+    int rc = ckpt_write_payload(dir, &payload, NULL, err, errlen);
+    free(sources);
+    return rc;
+}
+
+int ckpt_read_model_config(const char *dir, ModelConfig *model_config, char *err, size_t errlen) {
+    CkptReader *r = ckpt_reader_open(dir, err, errlen); /* verifies model.yaml's CRC */
+    if (!r) return -1;
+    ckpt_reader_close(r);
+    char path[MT_PATH_MAX + 32];
+    ckpt_file_path(path, sizeof path, dir, CKPT_MODEL_FILE);
+    return model_config_load(model_config, path, err, errlen);
+}
+
+static void shape_text(char *out, size_t len, int ndim, const int64_t *shape) {
+    size_t n = (size_t)snprintf(out, len, "[");
+    for (int d = 0; d < ndim && n < len; d++) n += (size_t)snprintf(out + n, len - n, "%s%lld", d ? ", " : "", (long long)shape[d]);
+    if (n < len) snprintf(out + n, len - n, "]");
+}
+
+/* Load tensor `name` (shaped like `info`) into dst. */
+static int load_param(CkptReader *r, const char *name, const ParamInfo *info, float *dst, char *err, size_t errlen) {
+    const CkptTensorMeta *t = ckpt_meta_find(&r->meta, name);
+    if (!t) {
+        mt_set_error(err, errlen, "%s: has no tensor '%s' (the model needs it)", r->dir, name);
+        return CKPT_ERR_MISMATCH;
+    }
+    int64_t shape[CKPT_MAX_DIMS] = {0}, start[CKPT_MAX_DIMS] = {0};
+    for (int d = 0; d < info->ndim; d++) shape[d] = info->shape[d];
+    bool same = t->ndim == info->ndim;
+    for (int d = 0; same && d < info->ndim; d++) same = t->shape[d] == shape[d];
+    if (!same) {
+        char have[96], want[96];
+        shape_text(have, sizeof have, t->ndim, t->shape);
+        shape_text(want, sizeof want, info->ndim, shape);
+        mt_set_error(err, errlen, "%s: tensor '%s' is %s, the model needs %s", r->dir, name, have, want);
+        return CKPT_ERR_MISMATCH;
+    }
+    return ckpt_reader_read(r, t, start, shape, dst, err, errlen) == 0 ? 0 : CKPT_ERR_UNREADABLE;
+}
+
+/* Every parameter from `prefix`<name> into base + offset. */
+static int load_params(CkptReader *r, const Model *model, const char *prefix, float *base, char *err, size_t errlen) {
+    for (int i = 0; i < model->num_params; i++) {
+        const ParamInfo *info = &model->param_info[i];
+        char name[CKPT_NAME_MAX];
+        snprintf(name, sizeof name, "%s%s", prefix, info->name);
+        int rc = load_param(r, name, info, base + info->offset, err, errlen);
+        if (rc != 0) return rc;
+    }
+    return 0;
+}
+
+/* Parameters the checkpoint holds that the model lacks mean another model. */
+static int check_no_extra_params(CkptReader *r, const Model *model, char *err, size_t errlen) {
+    for (int i = 0; i < r->meta.num_tensors; i++) {
+        const char *name = r->meta.tensors[i].name;
+        if (strncmp(name, "optimizer.", 10) == 0) continue;
+        if (!model_find_param(model, name)) {
+            mt_set_error(err, errlen, "%s: tensor '%s' has no place in the model (a different model shape?)", r->dir,
+                         name);
+            return CKPT_ERR_MISMATCH;
+        }
+    }
+    return 0;
+}
+
+int ckpt_load_model(const char *dir, Model *model, char *err, size_t errlen) {
+    CkptReader *r = ckpt_reader_open(dir, err, errlen);
+    if (!r) return -1;
+    int rc = check_no_extra_params(r, model, err, errlen);
+    if (rc == 0) rc = load_params(r, model, "", model->params, err, errlen);
+    ckpt_reader_close(r);
+    return rc == 0 ? 0 : -1;
+}
+
+int ckpt_load_training(const char *dir, Model *model, AdamW *optimizer, TrainState *state, char *err, size_t errlen) {
+    CkptReader *r = ckpt_reader_open(dir, err, errlen);
+    if (!r) return CKPT_ERR_UNREADABLE;
+    int rc = 0;
+    if ((state || optimizer) && !r->meta.has_state) {
+        mt_set_error(err, errlen, "%s: holds no training state (it was not written by a run: use it to initialise a "
+                     "new run instead)", dir);
+        rc = CKPT_ERR_MISMATCH;
+    }
+    if (rc == 0) rc = check_no_extra_params(r, model, err, errlen);
+    if (rc == 0) rc = load_params(r, model, "", model->params, err, errlen);
+    if (rc == 0 && optimizer) {
+        char first[CKPT_NAME_MAX];
+        snprintf(first, sizeof first, "optimizer.m.%s", model->num_params > 0 ? model->param_info[0].name : "");
+        if (!ckpt_meta_find(&r->meta, first)) {
+            mt_set_error(err, errlen, "%s: holds no optimizer state; set checkpoint.load_optimizer: false to start "
+                         "the optimizer afresh", dir);
+            rc = CKPT_ERR_MISMATCH;
+        }
+        if (rc == 0) rc = load_params(r, model, "optimizer.m.", optimizer->m, err, errlen);
+        if (rc == 0) rc = load_params(r, model, "optimizer.v.", optimizer->v, err, errlen);
+        if (rc == 0) optimizer->step = (long)r->meta.state.optimizer_step;
+    }
+    if (rc == 0 && state) {
+        const CkptState *s = &r->meta.state;
+        state->step = (long)s->step;
+        state->consumed_samples = s->consumed_samples;
+        state->consumed_tokens = s->consumed_tokens;
+        memcpy(state->rng.s, s->rng, sizeof state->rng.s);
+    }
+    ckpt_reader_close(r);
+    return rc;
+}
+
+int ckpt_read_step(const char *dir, long *step, char *err, size_t errlen) {
+    CkptReader *r = ckpt_reader_open(dir, err, errlen);
+    if (!r) return CKPT_ERR_UNREADABLE;
+    int rc = 0;
+    if (!r->meta.has_state) {
+        mt_set_error(err, errlen, "%s: holds no training state", dir);
+        rc = CKPT_ERR_MISMATCH;
+    } else {
+        *step = (long)r->meta.state.step;
+    }
+    ckpt_reader_close(r);
+    return rc;
+}

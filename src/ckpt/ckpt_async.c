@@ -1,0 +1,233 @@
+/* ckpt_async.c: the training loop's saver (see ckpt_async.h).
+ *
+ * Async mode owns one writer thread (signals blocked, lower priority, half
+ * the OpenMP threads for compression so it takes little from the step loop)
+ * and one snapshot buffer of 3 x num_floats floats (params, m, v), allocated
+ * at the first save. The loop never touches the snapshot while the writer
+ * has it: save() waits for the writer before copying. */
+#include "ckpt_async.h"
+
+#include <omp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "../core/error.h"
+#include "../core/timer.h"
+#include "ckpt_run.h"
+
+#define WRITER_NICE 10
+
+struct CkptSaver {
+    char checkpoints_dir[MT_PATH_MAX];
+    const Recipe *recipe;
+    CheckpointConfig cfg;
+    long last_step;
+    double blocked_seconds;
+
+    /* async only */
+    bool thread_started;
+    pthread_t thread;
+    pthread_mutex_t mutex;
+    pthread_cond_t cond;
+    bool job_ready, busy, quit;
+    int job_status;          /* of the last finished job */
+    bool failure_unreported;
+    char job_err[2200];
+    float *snapshot;         /* params | m | v */
+    long snapshot_floats;
+    CkptSource *sources;
+    int num_sources;
+    CkptPayload payload;
+    long job_step;
+};
+
+static void log_saved(const char *checkpoints_dir, long step, const CkptWriteStats *st, bool async) {
+    mt_log("checkpoint: saved %s/iter_%07ld (%.2f MB on disk for %.2f MB of tensors, %.2fs%s)", checkpoints_dir, step,
+           (double)st->stored_bytes / 1e6, (double)st->raw_bytes / 1e6, st->seconds, async ? ", in the background" : "");
+}
+
+static void *writer_main(void *arg) {
+    CkptSaver *s = arg;
+    setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), WRITER_NICE);
+    pthread_mutex_lock(&s->mutex);
+    for (;;) {
+        while (!s->job_ready && !s->quit) pthread_cond_wait(&s->cond, &s->mutex);
+        if (!s->job_ready && s->quit) break;
+        s->job_ready = false;
+        pthread_mutex_unlock(&s->mutex);
+
+        char err[2048] = "";
+        CkptWriteStats stats = {0};
+        int rc = ckpt_save_run(s->checkpoints_dir, s->job_step, &s->payload, &s->cfg, &stats, err, sizeof err);
+        if (rc == 0) log_saved(s->checkpoints_dir, s->job_step, &stats, true);
+
+        pthread_mutex_lock(&s->mutex);
+        s->job_status = rc;
+        if (rc != 0) {
+            snprintf(s->job_err, sizeof s->job_err, "checkpoint at step %ld failed: %s", s->job_step, err);
+            s->failure_unreported = true;
+        }
+        s->busy = false;
+        pthread_cond_broadcast(&s->cond);
+    }
+    pthread_mutex_unlock(&s->mutex);
+    return NULL;
+}
+
+CkptSaver *ckpt_saver_create(const char *checkpoints_dir, const Recipe *recipe) {
+    CkptSaver *s = mt_calloc(1, sizeof *s);
+    snprintf(s->checkpoints_dir, sizeof s->checkpoints_dir, "%s", checkpoints_dir);
+    s->recipe = recipe;
+    s->cfg = recipe->checkpoint;
+    s->last_step = -1;
+    if (s->cfg.async) {
+        pthread_mutex_init(&s->mutex, NULL);
+        pthread_cond_init(&s->cond, NULL);
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old); /* the thread inherits: signals go to the loop */
+        s->thread_started = pthread_create(&s->thread, NULL, writer_main, s) == 0;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (!s->thread_started) {
+            mt_warn("checkpoint: cannot start the background writer; saving synchronously");
+            s->cfg.async = false;
+        }
+    }
+    return s;
+}
+
+/* The payload fields shared by both modes. */
+static CkptPayload payload_for(const CkptSaver *s, const Model *model, const CkptSource *sources, int num_sources,
+                               const TrainState *state, long optimizer_step, int threads) {
+    return (CkptPayload){
+        .num_sources = num_sources,
+        .sources = sources,
+        .model_config = &model->cfg,
+        .recipe = s->recipe,
+        .has_state = true,
+        .state = ckpt_state_of(state, optimizer_step, s->recipe),
+        .iteration = state->step,
+        .compression_level = s->cfg.compression_level,
+        .filter = CKPT_FILTER_SHUFFLE4,
+        .threads = threads,
+    };
+}
+
+static int save_sync(CkptSaver *s, const Model *model, const AdamW *opt, const TrainState *state, char *err,
+                     size_t errlen) {
+    int num_sources = 0;
+    CkptSource *sources = ckpt_sources_from_model(model, model->params, opt->m, opt->v, &num_sources);
+    CkptPayload payload = payload_for(s, model, sources, num_sources, state, opt->step, omp_get_max_threads());
+    CkptWriteStats stats = {0};
+    char why[2048];
+    int rc = ckpt_save_run(s->checkpoints_dir, state->step, &payload, &s->cfg, &stats, why, sizeof why);
+    free(sources);
+    if (rc != 0) {
+        mt_set_error(err, errlen, "checkpoint at step %ld failed: %s", state->step, why);
+        return -1;
+    }
+    log_saved(s->checkpoints_dir, state->step, &stats, false);
+    return 0;
+}
+
+/* Wait for the writer; -1 with its error if its last job failed and that was not reported yet. */
+static int wait_idle_locked(CkptSaver *s, char *err, size_t errlen) {
+    while (s->busy) pthread_cond_wait(&s->cond, &s->mutex);
+    if (s->failure_unreported) {
+        s->failure_unreported = false;
+        mt_set_error(err, errlen, "%s", s->job_err);
+        return -1;
+    }
+    return 0;
+}
+
+static int save_async(CkptSaver *s, const Model *model, const AdamW *opt, const TrainState *state, char *err,
+                      size_t errlen) {
+    pthread_mutex_lock(&s->mutex);
+    int rc = wait_idle_locked(s, err, errlen);
+    pthread_mutex_unlock(&s->mutex);
+    if (rc != 0) return -1;
+
+    /* The writer is idle: the snapshot and the payload are ours. */
+    const long n = model->num_floats;
+    if (!s->snapshot) {
+        s->snapshot = mt_malloc((size_t)n * 3 * sizeof(float));
+        s->snapshot_floats = n;
+        s->sources = ckpt_sources_from_model(model, s->snapshot, s->snapshot + n, s->snapshot + 2 * n, &s->num_sources);
+    }
+    if (s->snapshot_floats != n) {
+        mt_set_error(err, errlen, "checkpoint: the model changed size during the run");
+        return -1;
+    }
+    memcpy(s->snapshot, model->params, (size_t)n * sizeof(float));
+    memcpy(s->snapshot + n, opt->m, (size_t)n * sizeof(float));
+    memcpy(s->snapshot + 2 * n, opt->v, (size_t)n * sizeof(float));
+    const int threads = omp_get_max_threads() / 2; /* leave the step loop most of the cores */
+    s->payload = payload_for(s, model, s->sources, s->num_sources, state, opt->step, threads > 1 ? threads : 1);
+    s->job_step = state->step;
+
+    pthread_mutex_lock(&s->mutex);
+    s->busy = true;
+    s->job_ready = true;
+    pthread_cond_broadcast(&s->cond);
+    pthread_mutex_unlock(&s->mutex);
+    return 0;
+}
+
+int ckpt_saver_save(CkptSaver *s, const Model *model, const AdamW *optimizer, const TrainState *state, char *err,
+                    size_t errlen) {
+    const double start = mt_now();
+    int rc = s->cfg.async ? save_async(s, model, optimizer, state, err, errlen)
+                          : save_sync(s, model, optimizer, state, err, errlen);
+    s->blocked_seconds += mt_now() - start;
+    s->last_step = state->step;
+    return rc;
+}
+
+int ckpt_saver_poll(CkptSaver *s, char *err, size_t errlen) {
+    if (!s->cfg.async) return 0;
+    pthread_mutex_lock(&s->mutex);
+    int rc = 0;
+    if (s->failure_unreported) {
+        s->failure_unreported = false;
+        mt_set_error(err, errlen, "%s", s->job_err);
+        rc = -1;
+    }
+    pthread_mutex_unlock(&s->mutex);
+    return rc;
+}
+
+int ckpt_saver_wait(CkptSaver *s, char *err, size_t errlen) {
+    if (!s->cfg.async) return 0;
+    pthread_mutex_lock(&s->mutex);
+    int rc = wait_idle_locked(s, err, errlen);
+    pthread_mutex_unlock(&s->mutex);
+    return rc;
+}
+
+long ckpt_saver_last_step(const CkptSaver *s) { return s->last_step; }
+
+double ckpt_saver_blocked_seconds(const CkptSaver *s) { return s->blocked_seconds; }
+
+void ckpt_saver_free(CkptSaver *s) {
+    if (!s) return;
+    if (s->thread_started) {
+        pthread_mutex_lock(&s->mutex);
+        while (s->busy) pthread_cond_wait(&s->cond, &s->mutex);
+        s->quit = true;
+        pthread_cond_broadcast(&s->cond);
+        pthread_mutex_unlock(&s->mutex);
+        pthread_join(s->thread, NULL);
+        pthread_mutex_destroy(&s->mutex);
+        pthread_cond_destroy(&s->cond);
+    }
+    free(s->snapshot);
+    free(s->sources);
+    free(s);
+}

@@ -1,0 +1,49 @@
+/* ckpt_async.h: the saver the training loop uses: synchronous, or
+ * asynchronous (checkpoint.async), where save() copies the parameters, the
+ * optimizer moments and the TrainState into a host buffer and returns while
+ * a background thread compresses and writes them.
+ *
+ * Only one save is in flight: the next save() waits for the previous one.
+ * A failed background write is reported by the next poll(), save() or
+ * wait(), which return -1 with its message: the loop must then stop (it
+ * does not have the checkpoint it thinks it has). */
+#ifndef MT_CKPT_CKPT_ASYNC_H
+#define MT_CKPT_CKPT_ASYNC_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "../config/recipe.h"
+#include "../model/model.h"
+#include "../train/optimizer.h"
+#include "../train/train_state.h"
+
+typedef struct CkptSaver CkptSaver;
+
+/* A saver writing to `checkpoints_dir` (run.dir/checkpoints) as `cfg` says
+ * (async, compression_level, keep_last, keep_every). `recipe` is stored in
+ * every checkpoint and must outlive the saver. */
+CkptSaver *ckpt_saver_create(const char *checkpoints_dir, const Recipe *recipe);
+
+/* Save the state after step state->step. Sync: writes it all. Async: waits
+ * for the previous save, then copies and returns. Returns 0, or -1 with err
+ * (this save or the previous background one failed). */
+int ckpt_saver_save(CkptSaver *saver, const Model *model, const AdamW *optimizer, const TrainState *state, char *err,
+                    size_t errlen);
+
+/* Non-blocking: -1 with err when a background save has failed (reported once). */
+int ckpt_saver_poll(CkptSaver *saver, char *err, size_t errlen);
+
+/* Wait until no save is in flight. Returns 0, or -1 with err when one failed. */
+int ckpt_saver_wait(CkptSaver *saver, char *err, size_t errlen);
+
+/* The step of the last save started (-1 before the first). */
+long ckpt_saver_last_step(const CkptSaver *saver);
+
+/* Seconds the caller spent in save() (copying, waiting, or writing when sync). */
+double ckpt_saver_blocked_seconds(const CkptSaver *saver);
+
+/* Wait for the writer and free everything. */
+void ckpt_saver_free(CkptSaver *saver);
+
+#endif

@@ -1,0 +1,147 @@
+/* ckpt_fs.c: file-system helpers for writing and reading checkpoints. */
+#include "ckpt_fs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../core/error.h"
+#include "../core/fs.h"
+
+int ckpt_write_all(int fd, const void *data, size_t n) {
+    const char *p = data;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (w == 0) {
+            errno = EIO;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+int ckpt_write_file(const char *path, const void *data, size_t n, char *err, size_t errlen) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        mt_set_error(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        return -1;
+    }
+    if (ckpt_write_all(fd, data, n) != 0) {
+        mt_set_error(err, errlen, "%s: write failed: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (mt_sync_close(fd) != 0) {
+        mt_set_error(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int ckpt_sync_dir(const char *dir, char *err, size_t errlen) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || mt_sync_close(fd) != 0) {
+        mt_set_error(err, errlen, "%s: cannot fsync the directory: %s", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+void ckpt_parent_dir(const char *path, char *out, size_t outlen) {
+    snprintf(out, outlen, "%s", path);
+    size_t n = strlen(out);
+    while (n > 1 && out[n - 1] == '/') out[--n] = '\0';
+    char *slash = strrchr(out, '/');
+    if (!slash) snprintf(out, outlen, ".");
+    else if (slash == out) out[1] = '\0';
+    else *slash = '\0';
+}
+
+int ckpt_rename_noreplace(const char *from, const char *to) {
+#ifdef RENAME_NOREPLACE
+    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0) return 0;
+    if (errno != EINVAL && errno != ENOSYS) return -1;
+#endif
+    /* File systems without RENAME_NOREPLACE: check, then rename (rename
+     * would replace an empty directory, never a checkpoint's full one). */
+    struct stat st;
+    if (lstat(to, &st) == 0) {
+        errno = EEXIST;
+        return -1;
+    }
+    return rename(from, to);
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st;
+    (void)ftw;
+    int rc = (flag == FTW_DP) ? rmdir(path) : unlink(path);
+    return (rc != 0 && errno != ENOENT) ? -1 : 0;
+}
+
+int ckpt_remove_tree(const char *path, char *err, size_t errlen) {
+    struct stat st;
+    if (lstat(path, &st) != 0) return 0;
+    if (nftw(path, remove_entry, 16, FTW_DEPTH | FTW_PHYS) != 0) {
+        mt_set_error(err, errlen, "%s: cannot remove: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+int ckpt_read_file(const char *path, size_t max_bytes, unsigned char **data, size_t *len, char *err, size_t errlen) {
+    *data = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+        mt_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > max_bytes) {
+        mt_set_error(err, errlen, "%s: %s", path,
+                     S_ISREG(st.st_mode) ? "larger than expected" : "not a regular file");
+        close(fd);
+        return -1;
+    }
+    size_t n = (size_t)st.st_size;
+    unsigned char *buf = mt_malloc(n ? n : 1);
+    size_t got = 0;
+    while (got < n) {
+        ssize_t r = read(fd, buf + got, n - got);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            mt_set_error(err, errlen, "%s: read failed: %s", path, r < 0 ? strerror(errno) : "file shrank");
+            free(buf);
+            close(fd);
+            return -1;
+        }
+        got += (size_t)r;
+    }
+    close(fd);
+    *data = buf;
+    *len = n;
+    return 0;
+}
+
+void ckpt_test_slow_point(void) {
+    const char *ms = getenv("MEGATRAIN_TEST_SLOW_SAVE_MS");
+    if (!ms || !*ms) return;
+    long v = strtol(ms, NULL, 10);
+    if (v <= 0) return;
+    struct timespec ts = {v / 1000, (v % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
+    }
+}

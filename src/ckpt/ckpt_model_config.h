@@ -1,0 +1,21 @@
+/* ckpt_model_config.h: the model config of a checkpoint as YAML (model.yaml,
+ * in the form of a configs/ architecture file, read back by
+ * model_config_load), and the comparison resume uses to refuse a change of
+ * model shape. */
+#ifndef MT_CKPT_CKPT_MODEL_CONFIG_H
+#define MT_CKPT_CKPT_MODEL_CONFIG_H
+
+#include <stddef.h>
+
+#include "../config/recipe.h"
+
+/* The YAML text of `cfg` (malloc'ed, NUL-terminated). */
+char *ckpt_model_config_yaml(const ModelConfig *cfg, size_t *len);
+
+/* 0 when a model built from `wanted` has the same parameters (names and
+ * shapes) as one built from `stored`; else -1 with err naming the first key
+ * that differs, e.g. "model.hidden_size: the checkpoint's model has 64, the
+ * recipe asks for 128". */
+int ckpt_model_shape_check(const ModelConfig *stored, const ModelConfig *wanted, char *err, size_t errlen);
+
+#endif

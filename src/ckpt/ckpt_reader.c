@@ -1,0 +1,251 @@
+/* ckpt_reader.c: opening a checkpoint, reading regions of its tensors chunk
+ * by chunk (pread, zstd, unfilter, CRC), and whole-file verification. */
+#include "ckpt_reader.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../core/error.h"
+#include "ckpt_codec.h"
+#include "ckpt_fs.h"
+#include "crc32c.h"
+
+#define MAX_METADATA_BYTES ((size_t)1 << 30)
+#define MAX_SMALL_FILE_BYTES ((size_t)64 << 20)
+
+void ckpt_file_path(char *out, size_t outlen, const char *dir, const char *name) {
+    snprintf(out, outlen, "%s/%s", dir, name);
+}
+
+uint64_t ckpt_tensor_stored_bytes(const CkptTensorMeta *t) {
+    uint64_t n = 0;
+    for (int c = 0; c < t->num_chunks; c++) n += t->chunks[c].stored_bytes;
+    return n;
+}
+
+uint64_t ckpt_tensor_raw_bytes(const CkptTensorMeta *t) {
+    uint64_t n = 0;
+    for (int c = 0; c < t->num_chunks; c++) n += t->chunks[c].raw_bytes;
+    return n;
+}
+
+int ckpt_reader_check_file(CkptReader *r, int index, bool with_crc, char *err, size_t errlen) {
+    const CkptFileMeta *f = &r->meta.files[index];
+    char path[MT_PATH_MAX + CKPT_NAME_MAX + 2];
+    ckpt_file_path(path, sizeof path, r->dir, f->name);
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        mt_set_error(err, errlen, "%s: missing (%s)", path, strerror(errno));
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != f->size) {
+        mt_set_error(err, errlen, "%s: %llu bytes, the metadata says %llu (truncated or replaced)", path,
+                     (unsigned long long)st.st_size, (unsigned long long)f->size);
+        return -1;
+    }
+    return with_crc ? ckpt_reader_verify_file(r, index, err, errlen) : 0;
+}
+
+CkptReader *ckpt_reader_open_metadata(const char *dir, char *err, size_t errlen) {
+    CkptReader *r = mt_calloc(1, sizeof *r);
+    snprintf(r->dir, sizeof r->dir, "%s", dir);
+    char path[MT_PATH_MAX + 32];
+    ckpt_file_path(path, sizeof path, dir, CKPT_METADATA_FILE);
+    unsigned char *data = NULL;
+    size_t len = 0;
+    char why[1024];
+    if (ckpt_read_file(path, MAX_METADATA_BYTES, &data, &len, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "%s (not a complete checkpoint)", why);
+        free(r);
+        return NULL;
+    }
+    int rc = ckpt_meta_decode(data, len, &r->meta, why, sizeof why);
+    free(data);
+    if (rc != 0) {
+        mt_set_error(err, errlen, "%s: %s", path, why);
+        free(r);
+        return NULL;
+    }
+    r->fds = mt_malloc((size_t)r->meta.num_files * sizeof(int));
+    for (int i = 0; i < r->meta.num_files; i++) r->fds[i] = -1;
+    r->dctx = ZSTD_createDCtx();
+    return r;
+}
+
+/* Shards by size (their chunks carry CRCs), the small files by CRC too. */
+CkptReader *ckpt_reader_open(const char *dir, char *err, size_t errlen) {
+    CkptReader *r = ckpt_reader_open_metadata(dir, err, errlen);
+    if (!r) return NULL;
+    for (int i = 0; i < r->meta.num_files; i++)
+        if (ckpt_reader_check_file(r, i, r->meta.files[i].role != CKPT_FILE_SHARD, err, errlen) != 0) {
+            ckpt_reader_close(r);
+            return NULL;
+        }
+    return r;
+}
+
+void ckpt_reader_close(CkptReader *r) {
+    if (!r) return;
+    for (int i = 0; i < r->meta.num_files; i++)
+        if (r->fds[i] >= 0) close(r->fds[i]);
+    free(r->fds);
+    ZSTD_freeDCtx(r->dctx);
+    free(r->stored);
+    free(r->raw);
+    free(r->scratch);
+    ckpt_meta_free(&r->meta);
+    free(r);
+}
+
+static int file_fd(CkptReader *r, uint32_t index, char *err, size_t errlen) {
+    if (r->fds[index] >= 0) return r->fds[index];
+    char path[MT_PATH_MAX + CKPT_NAME_MAX + 2];
+    ckpt_file_path(path, sizeof path, r->dir, r->meta.files[index].name);
+    r->fds[index] = open(path, O_RDONLY | O_CLOEXEC);
+    if (r->fds[index] < 0) mt_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    return r->fds[index];
+}
+
+static int read_exact(int fd, void *buf, size_t n, uint64_t offset) {
+    unsigned char *p = buf;
+    while (n > 0) {
+        ssize_t got = pread(fd, p, n, (off_t)offset);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            if (got == 0) errno = EIO;
+            return -1;
+        }
+        p += got;
+        n -= (size_t)got;
+        offset += (uint64_t)got;
+    }
+    return 0;
+}
+
+static void reserve(unsigned char **buf, size_t *cap, size_t need) {
+    if (need <= *cap) return;
+    free(*buf);
+    *buf = mt_malloc(need);
+    *cap = need;
+}
+
+/* Read, decode and verify chunk c of tensor t into r->raw. */
+static int load_chunk(CkptReader *r, const CkptTensorMeta *t, int c, char *err, size_t errlen) {
+    const CkptChunk *ch = &t->chunks[c];
+    const CkptFileMeta *f = &r->meta.files[ch->file];
+    int fd = file_fd(r, ch->file, err, errlen);
+    if (fd < 0) return -1;
+    reserve(&r->stored, &r->stored_cap, ch->stored_bytes);
+    reserve(&r->raw, &r->raw_cap, ch->raw_bytes);
+    reserve(&r->scratch, &r->scratch_cap, ch->raw_bytes);
+    char why[512];
+    if (read_exact(fd, r->stored, ch->stored_bytes, ch->offset) != 0) {
+        mt_set_error(err, errlen, "%s/%s: tensor '%s' chunk %d: cannot read bytes %llu..%llu: %s", r->dir, f->name,
+                     t->name, c, (unsigned long long)ch->offset, (unsigned long long)(ch->offset + ch->stored_bytes),
+                     strerror(errno));
+        return -1;
+    }
+    if (ckpt_chunk_decode(r->dctx, ch, r->stored, r->raw, r->scratch, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "%s/%s: tensor '%s' chunk %d (bytes %llu..%llu): %s", r->dir, f->name, t->name, c,
+                     (unsigned long long)ch->offset, (unsigned long long)(ch->offset + ch->stored_bytes), why);
+        return -1;
+    }
+    return 0;
+}
+
+/* Copy the intersection of box `src` (holding src_data) and box `dst`
+ * (holding dst_data) element by element runs along the last dimension. */
+static void copy_intersection(int ndim, size_t elem, const int64_t *src_start, const int64_t *src_shape,
+                              const unsigned char *src_data, const int64_t *dst_start, const int64_t *dst_shape,
+                              unsigned char *dst_data) {
+    int64_t lo[CKPT_MAX_DIMS], hi[CKPT_MAX_DIMS];
+    for (int d = 0; d < ndim; d++) {
+        lo[d] = src_start[d] > dst_start[d] ? src_start[d] : dst_start[d];
+        int64_t a = src_start[d] + src_shape[d], b = dst_start[d] + dst_shape[d];
+        hi[d] = a < b ? a : b;
+        if (lo[d] >= hi[d]) return;
+    }
+    const int last = ndim - 1;
+    const size_t run = (size_t)(hi[last] - lo[last]) * elem;
+    int64_t idx[CKPT_MAX_DIMS];
+    memcpy(idx, lo, sizeof idx);
+    for (;;) {
+        int64_t src_off = 0, dst_off = 0;
+        for (int d = 0; d < ndim; d++) {
+            src_off = src_off * src_shape[d] + (idx[d] - src_start[d]);
+            dst_off = dst_off * dst_shape[d] + (idx[d] - dst_start[d]);
+        }
+        memcpy(dst_data + (size_t)dst_off * elem, src_data + (size_t)src_off * elem, run);
+        int d = last - 1;
+        while (d >= 0 && ++idx[d] == hi[d]) idx[d] = lo[d], d--;
+        if (d < 0) break;
+    }
+}
+
+static bool intersects(int ndim, const int64_t *a_start, const int64_t *a_shape, const int64_t *b_start,
+                       const int64_t *b_shape) {
+    for (int d = 0; d < ndim; d++)
+        if (a_start[d] + a_shape[d] <= b_start[d] || b_start[d] + b_shape[d] <= a_start[d]) return false;
+    return true;
+}
+
+int ckpt_reader_read(CkptReader *r, const CkptTensorMeta *t, const int64_t *start, const int64_t *shape, float *dst,
+                     char *err, size_t errlen) {
+    if (t->dtype != CKPT_DTYPE_FP32) {
+        mt_set_error(err, errlen, "%s: tensor '%s' is %s; only fp32 tensors can be loaded", r->dir, t->name,
+                     ckpt_dtype_name(t->dtype));
+        return -1;
+    }
+    for (int d = 0; d < t->ndim; d++)
+        if (start[d] < 0 || shape[d] < 1 || start[d] + shape[d] > t->shape[d]) {
+            mt_set_error(err, errlen, "%s: tensor '%s': region outside the tensor in dimension %d", r->dir, t->name, d);
+            return -1;
+        }
+    for (int c = 0; c < t->num_chunks; c++) {
+        const CkptChunk *ch = &t->chunks[c];
+        if (!intersects(t->ndim, ch->start, ch->shape, start, shape)) continue;
+        if (load_chunk(r, t, c, err, errlen) != 0) return -1;
+        copy_intersection(t->ndim, sizeof(float), ch->start, ch->shape, r->raw, start, shape, (unsigned char *)dst);
+    }
+    return 0;
+}
+
+int ckpt_reader_verify_tensor(CkptReader *r, const CkptTensorMeta *t, char *err, size_t errlen) {
+    for (int c = 0; c < t->num_chunks; c++)
+        if (load_chunk(r, t, c, err, errlen) != 0) return -1;
+    return 0;
+}
+
+int ckpt_reader_verify_file(CkptReader *r, int index, char *err, size_t errlen) {
+    const CkptFileMeta *f = &r->meta.files[index];
+    int fd = file_fd(r, (uint32_t)index, err, errlen);
+    if (fd < 0) return -1;
+    char path[MT_PATH_MAX + CKPT_NAME_MAX + 2];
+    ckpt_file_path(path, sizeof path, r->dir, f->name);
+    const size_t block = (size_t)1 << 22;
+    unsigned char *buf = mt_malloc(block);
+    uint32_t crc = 0;
+    int rc = 0;
+    for (uint64_t offset = 0; offset < f->size;) {
+        size_t n = f->size - offset < block ? (size_t)(f->size - offset) : block;
+        if (read_exact(fd, buf, n, offset) != 0) {
+            mt_set_error(err, errlen, "%s: read failed: %s", path, strerror(errno));
+            rc = -1;
+            break;
+        }
+        crc = crc32c(crc, buf, n);
+        offset += n;
+    }
+    free(buf);
+    if (rc == 0 && crc != f->crc32c) {
+        mt_set_error(err, errlen, "%s: checksum mismatch (stored %08x, computed %08x): the file is corrupt", path,
+                     f->crc32c, crc);
+        rc = -1;
+    }
+    return rc;
+}

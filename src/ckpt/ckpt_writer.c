@@ -1,0 +1,348 @@
+/* ckpt_writer.c: one checkpoint directory from host buffers, crash-safe:
+ *   1. mkdir <dir>.tmp.<pid>
+ *   2. shard_00000.zst: chunks compressed in parallel groups, appended in order
+ *   3. model.yaml, recipe.yaml
+ *   4. metadata.mtck (lists the files with sizes and CRCs, then the tensors)
+ *   5. fsync of every file and of the temporary directory
+ *   6. rename to <dir> (never replacing), fsync of the parent
+ * A crash before 6 leaves only the temporary directory, which readers ignore
+ * and the next save removes. */
+#include "ckpt_writer.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <zstd.h>
+
+#include "../core/error.h"
+#include "../core/fs.h"
+#include "../core/timer.h"
+#include "../train/batch_schedule.h"
+#include "../train/lr_schedule.h"
+#include "../version.h"
+#include "ckpt_codec.h"
+#include "ckpt_fs.h"
+#include "ckpt_model_config.h"
+#include "crc32c.h"
+
+#define SHARD_NAME "shard_00000.zst"
+
+CkptSource *ckpt_sources_from_model(const Model *model, const float *params, const float *m, const float *v,
+                                    int *num_sources) {
+    const int copies = (m && v) ? 3 : 1;
+    const int n = model->num_params * copies;
+    const size_t name_bytes = 128;
+    char *block = mt_calloc(1, (size_t)n * (sizeof(CkptSource) + name_bytes));
+    CkptSource *sources = (CkptSource *)block;
+    char *names = block + (size_t)n * sizeof(CkptSource);
+    static const char *const prefixes[] = {"", "optimizer.m.", "optimizer.v."};
+    const float *bases[] = {params, m, v};
+    int k = 0;
+    for (int c = 0; c < copies; c++)
+        for (int i = 0; i < model->num_params; i++, k++) {
+            const ParamInfo *info = &model->param_info[i];
+            CkptSource *s = &sources[k];
+            char *name = names + (size_t)k * name_bytes;
+            snprintf(name, name_bytes, "%s%s", prefixes[c], info->name);
+            s->name = name;
+            s->ndim = info->ndim;
+            for (int d = 0; d < info->ndim; d++) s->global_shape[d] = s->shape[d] = info->shape[d];
+            s->data = bases[c] + info->offset;
+        }
+    *num_sources = n;
+    return sources;
+}
+
+CkptState ckpt_state_of(const TrainState *state, long optimizer_step, const Recipe *recipe) {
+    CkptState s = {
+        .step = state->step,
+        .consumed_samples = state->consumed_samples,
+        .consumed_tokens = state->consumed_tokens,
+        .optimizer_step = optimizer_step,
+    };
+    memcpy(s.rng, state->rng.s, sizeof s.rng);
+    if (recipe) {
+        long total = train_total_steps(&recipe->train);
+        s.total_steps = total;
+        s.next_global_batch_size = global_batch_at(&recipe->train, state->step, (double)state->consumed_tokens);
+        s.next_lr = lr_at(&recipe->optimizer, state->step, total);
+    }
+    return s;
+}
+
+/* One chunk to write: rows [row0, row0 + rows) of source `source`. */
+typedef struct ChunkJob {
+    int source;
+    int64_t row0, rows;
+    const void *raw;
+    size_t raw_bytes;
+} ChunkJob;
+
+/* Compression buffers for one chunk in flight. */
+typedef struct Slot {
+    ZSTD_CCtx *cctx;
+    unsigned char *scratch, *dst;
+    size_t stored;
+    uint32_t crc;
+    int failed;
+    char err[256];
+} Slot;
+
+static int64_t row_numel(const CkptSource *s) {
+    int64_t n = 1;
+    for (int d = 1; d < s->ndim; d++) n *= s->shape[d];
+    return n;
+}
+
+/* Cut every source along dimension 0 into chunks of at most chunk_bytes
+ * (at least one row each). Returns the jobs (malloc'ed). */
+static ChunkJob *plan_chunks(const CkptPayload *p, size_t chunk_bytes, int *num_jobs) {
+    int cap = 64, n = 0;
+    ChunkJob *jobs = mt_malloc((size_t)cap * sizeof *jobs);
+    for (int i = 0; i < p->num_sources; i++) {
+        const CkptSource *s = &p->sources[i];
+        const size_t row_bytes = (size_t)row_numel(s) * sizeof(float);
+        int64_t rows_per_chunk = row_bytes > 0 ? (int64_t)(chunk_bytes / row_bytes) : 1;
+        if (rows_per_chunk < 1) rows_per_chunk = 1;
+        for (int64_t row0 = 0; row0 < s->shape[0]; row0 += rows_per_chunk) {
+            if (n == cap) jobs = mt_realloc(jobs, (size_t)(cap *= 2) * sizeof *jobs);
+            int64_t rows = s->shape[0] - row0 < rows_per_chunk ? s->shape[0] - row0 : rows_per_chunk;
+            jobs[n++] = (ChunkJob){i, row0, rows, s->data + row0 * row_numel(s), (size_t)rows * row_bytes};
+        }
+    }
+    *num_jobs = n;
+    return jobs;
+}
+
+/* Write the shard: compress `group` chunks at a time in parallel, append
+ * them in order, and fill chunks[j] (the metadata of job j). */
+static int write_shard(const char *path, const CkptPayload *p, const ChunkJob *jobs, int num_jobs, size_t chunk_bytes,
+                       CkptChunk *chunks, uint64_t *shard_size, uint32_t *shard_crc, char *err, size_t errlen) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        mt_set_error(err, errlen, "%s: cannot create: %s", path, strerror(errno));
+        return -1;
+    }
+    size_t max_raw = 0;
+    for (int j = 0; j < num_jobs; j++)
+        if (jobs[j].raw_bytes > max_raw) max_raw = jobs[j].raw_bytes;
+    (void)chunk_bytes;
+    const int threads = p->threads > 0 ? p->threads : 1;
+    const int group = threads * 2;
+    Slot *slots = mt_calloc((size_t)group, sizeof *slots);
+    for (int s = 0; s < group; s++) {
+        slots[s].cctx = ZSTD_createCCtx();
+        slots[s].scratch = mt_malloc(max_raw ? max_raw : 1);
+        slots[s].dst = mt_malloc(ckpt_chunk_bound(max_raw));
+    }
+    uint64_t offset = 0;
+    uint32_t crc = 0;
+    int rc = 0;
+    for (int first = 0; first < num_jobs && rc == 0; first += group) {
+        const int count = num_jobs - first < group ? num_jobs - first : group;
+#pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
+        for (int s = 0; s < count; s++) {
+            const ChunkJob *job = &jobs[first + s];
+            Slot *slot = &slots[s];
+            slot->failed = ckpt_chunk_encode(slot->cctx, p->compression_level, p->filter, job->raw, job->raw_bytes,
+                                             slot->scratch, slot->dst, &slot->stored, &slot->crc, slot->err,
+                                             sizeof slot->err) != 0;
+        }
+        for (int s = 0; s < count && rc == 0; s++) {
+            const ChunkJob *job = &jobs[first + s];
+            const CkptSource *src = &p->sources[job->source];
+            if (slots[s].failed) {
+                mt_set_error(err, errlen, "tensor '%s': %s", src->name, slots[s].err);
+                rc = -1;
+                break;
+            }
+            if (ckpt_write_all(fd, slots[s].dst, slots[s].stored) != 0) {
+                mt_set_error(err, errlen, "%s: write failed: %s", path, strerror(errno));
+                rc = -1;
+                break;
+            }
+            CkptChunk *ch = &chunks[first + s];
+            ch->file = 0;
+            ch->offset = offset;
+            ch->stored_bytes = slots[s].stored;
+            ch->raw_bytes = job->raw_bytes;
+            ch->crc32c = slots[s].crc;
+            ch->filter = p->filter;
+            for (int d = 0; d < src->ndim; d++) {
+                ch->start[d] = src->start[d];
+                ch->shape[d] = src->shape[d];
+            }
+            ch->start[0] += job->row0;
+            ch->shape[0] = job->rows;
+            crc = crc32c(crc, slots[s].dst, slots[s].stored);
+            offset += slots[s].stored;
+            ckpt_test_slow_point();
+        }
+    }
+    for (int s = 0; s < group; s++) {
+        ZSTD_freeCCtx(slots[s].cctx);
+        free(slots[s].scratch);
+        free(slots[s].dst);
+    }
+    free(slots);
+    if (rc == 0 && mt_sync_close(fd) != 0) {
+        mt_set_error(err, errlen, "%s: fsync failed: %s", path, strerror(errno));
+        return -1;
+    }
+    if (rc != 0) close(fd);
+    *shard_size = offset;
+    *shard_crc = crc;
+    return rc;
+}
+
+/* Write a small file into the temporary directory and describe it in *f. */
+static int write_listed_file(const char *tmp, const char *name, CkptFileRole role, const void *data, size_t n,
+                             CkptFileMeta *f, char *err, size_t errlen) {
+    char path[MT_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    if (ckpt_write_file(path, data, n, err, errlen) != 0) return -1;
+    f->name = (char *)name;
+    f->role = role;
+    f->size = n;
+    f->crc32c = crc32c(0, data, n);
+    return 0;
+}
+
+/* The resolved recipe as text: recipe_write to a scratch file, read back. */
+static int recipe_text(const Recipe *recipe, const char *tmp, unsigned char **text, size_t *len, char *err,
+                       size_t errlen) {
+    char path[MT_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/recipe.yaml.scratch", tmp);
+    if (recipe_write(recipe, path, err, errlen) != 0) return -1;
+    int rc = ckpt_read_file(path, (size_t)64 << 20, text, len, err, errlen);
+    unlink(path);
+    return rc;
+}
+
+/* Everything after the temporary directory exists; the caller removes it on failure. */
+static int write_contents(const char *tmp, const CkptPayload *p, CkptWriteStats *stats, char *err, size_t errlen) {
+    const size_t chunk_bytes = p->chunk_bytes ? p->chunk_bytes : CKPT_DEFAULT_CHUNK_BYTES;
+    int num_jobs = 0;
+    ChunkJob *jobs = plan_chunks(p, chunk_bytes, &num_jobs);
+    CkptChunk *chunks = mt_calloc((size_t)(num_jobs ? num_jobs : 1), sizeof *chunks);
+    CkptFileMeta files[3];
+    memset(files, 0, sizeof files);
+    CkptTensorMeta *tensors = mt_calloc((size_t)(p->num_sources ? p->num_sources : 1), sizeof *tensors);
+    unsigned char *encoded = NULL, *recipe_yaml = NULL;
+    char *model_yaml = NULL;
+    int rc = -1;
+
+    char path[MT_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", tmp, SHARD_NAME);
+    uint64_t shard_size = 0;
+    uint32_t shard_crc = 0;
+    if (write_shard(path, p, jobs, num_jobs, chunk_bytes, chunks, &shard_size, &shard_crc, err, errlen) != 0) goto done;
+    files[0] = (CkptFileMeta){SHARD_NAME, CKPT_FILE_SHARD, shard_size, shard_crc};
+    int num_files = 1;
+
+    size_t model_len = 0;
+    model_yaml = ckpt_model_config_yaml(p->model_config, &model_len);
+    if (write_listed_file(tmp, CKPT_MODEL_FILE, CKPT_FILE_MODEL_CONFIG, model_yaml, model_len, &files[num_files++], err,
+                          errlen) != 0)
+        goto done;
+    if (p->recipe) {
+        size_t recipe_len = 0;
+        if (recipe_text(p->recipe, tmp, &recipe_yaml, &recipe_len, err, errlen) != 0) goto done;
+        if (write_listed_file(tmp, CKPT_RECIPE_FILE, CKPT_FILE_RECIPE, recipe_yaml, recipe_len, &files[num_files++],
+                              err, errlen) != 0)
+            goto done;
+    }
+
+    /* Tensors: one per source, its chunks in job order (jobs are grouped by source). */
+    uint64_t raw_total = 0;
+    for (int j = 0, t = -1; j < num_jobs; j++) {
+        if (t < 0 || jobs[j].source != jobs[j - 1].source) {
+            t = jobs[j].source;
+            const CkptSource *s = &p->sources[t];
+            tensors[t] = (CkptTensorMeta){.name = (char *)s->name, .dtype = CKPT_DTYPE_FP32, .ndim = s->ndim,
+                                          .chunks = &chunks[j]};
+            memcpy(tensors[t].shape, s->global_shape, sizeof tensors[t].shape);
+        }
+        tensors[t].num_chunks++;
+        raw_total += jobs[j].raw_bytes;
+    }
+    char writer[64];
+    snprintf(writer, sizeof writer, "megatrain %s", MEGATRAIN_VERSION);
+    CkptMeta meta = {
+        .version = CKPT_FORMAT_VERSION,
+        .writer = writer,
+        .iteration = p->iteration,
+        .created_unix = (int64_t)time(NULL),
+        .num_ranks = 1,
+        .has_state = p->has_state,
+        .state = p->state,
+        .num_files = num_files,
+        .files = files,
+        .num_tensors = p->num_sources,
+        .tensors = tensors,
+    };
+    size_t encoded_len = 0;
+    if (ckpt_meta_encode(&meta, &encoded, &encoded_len, err, errlen) != 0) goto done;
+    ckpt_test_slow_point();
+    snprintf(path, sizeof path, "%s/%s", tmp, CKPT_METADATA_FILE);
+    if (ckpt_write_file(path, encoded, encoded_len, err, errlen) != 0) goto done;
+    if (ckpt_sync_dir(tmp, err, errlen) != 0) goto done;
+    if (stats) {
+        stats->raw_bytes = raw_total;
+        stats->stored_bytes = encoded_len;
+        for (int i = 0; i < num_files; i++) stats->stored_bytes += files[i].size;
+    }
+    rc = 0;
+done:
+    free(jobs);
+    free(chunks);
+    free(tensors);
+    free(encoded);
+    free(model_yaml);
+    free(recipe_yaml);
+    return rc;
+}
+
+int ckpt_write_payload(const char *dir, const CkptPayload *p, CkptWriteStats *stats, char *err, size_t errlen) {
+    const double start = mt_now();
+    struct stat st;
+    if (lstat(dir, &st) == 0) {
+        mt_set_error(err, errlen, "%s: already exists; a checkpoint is never overwritten", dir);
+        return -1;
+    }
+    char tmp[MT_PATH_MAX + 32];
+    if (mt_temp_name(tmp, sizeof tmp, dir) != 0) {
+        mt_set_error(err, errlen, "%s: path too long", dir);
+        return -1;
+    }
+    char ignored[256];
+    ckpt_remove_tree(tmp, ignored, sizeof ignored); /* a leftover of this pid */
+    if (mkdir(tmp, 0755) != 0) {
+        mt_set_error(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+        return -1;
+    }
+    if (write_contents(tmp, p, stats, err, errlen) != 0) {
+        ckpt_remove_tree(tmp, ignored, sizeof ignored);
+        return -1;
+    }
+    ckpt_test_slow_point();
+    if (ckpt_rename_noreplace(tmp, dir) != 0) {
+        mt_set_error(err, errlen, "%s: cannot rename %s into place: %s", dir, tmp,
+                     errno == EEXIST ? "it already exists; a checkpoint is never overwritten" : strerror(errno));
+        ckpt_remove_tree(tmp, ignored, sizeof ignored);
+        return -1;
+    }
+    char parent[MT_PATH_MAX];
+    ckpt_parent_dir(dir, parent, sizeof parent);
+    if (ckpt_sync_dir(parent, err, errlen) != 0) { /* durability unknown: report failure, leave nothing */
+        ckpt_remove_tree(dir, ignored, sizeof ignored);
+        return -1;
+    }
+    if (stats) stats->seconds = mt_now() - start;
+    return 0;
+}

@@ -1,0 +1,233 @@
+/* resume.c: `megatrain resume RUN_OR_CKPT_DIR [--set key.path=value ...]`.
+ *
+ * The recipe comes from the checkpoint (its recipe.yaml) with run.dir set to
+ * the run directory the checkpoint lies in, then the --set overrides. The
+ * newest checkpoint that verifies is used: one that is incomplete or
+ * corrupt is reported, moved aside (iter_N.invalid) so that later saves do
+ * not collide with it, and the next older one is tried. A checkpoint named
+ * explicitly is used or refused, never replaced by another. A model shape
+ * that differs from the checkpoint's is refused (exit 2). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../config/recipe.h"
+#include "../core/error.h"
+#include "../dist/launch_env.h"
+#include "../train/train.h"
+#include "checkpoint.h"
+#include "ckpt_commands.h"
+#include "ckpt_locate.h"
+#include "ckpt_model_config.h"
+#include "ckpt_reader.h"
+#include "ckpt_run.h"
+
+#define MAX_OVERRIDES 256
+
+static const char *const resume_usage =
+    "usage: megatrain resume RUN_OR_CKPT_DIR [--set key.path=value ...]\n"
+    "\n"
+    "Continue a run from its newest valid checkpoint (RUN_DIR or RUN_DIR/checkpoints),\n"
+    "or from the checkpoint directory named (RUN_DIR/checkpoints/iter_NNNNNNN).\n"
+    "The recipe is the checkpoint's; --set changes keys such as train.steps, the\n"
+    "schedule, logging or checkpoint.load_optimizer (not the model's shape), and\n"
+    "--set run.dir=NEW continues in another directory.\n";
+
+/* argv -> the directory and the --set values. Returns 0, 1 (help printed) or 2. */
+static int parse_args(int argc, char **argv, const char **dir, const char **sets, int *num_sets) {
+    *dir = NULL;
+    *num_sets = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i], *value = NULL;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(resume_usage, stdout);
+            return 1;
+        } else if (!strcmp(a, "--set")) {
+            if (i + 1 >= argc) {
+                mt_error("--set needs key.path=value\n%s", resume_usage);
+                return 2;
+            }
+            value = argv[++i];
+        } else if (!strncmp(a, "--set=", 6)) {
+            value = a + 6;
+        } else if (a[0] == '-' && a[1]) {
+            mt_error("unknown option '%s'\n%s", a, resume_usage);
+            return 2;
+        } else if (*dir) {
+            mt_error("unexpected argument '%s' (the directory is already given as '%s')", a, *dir);
+            return 2;
+        } else {
+            *dir = a;
+        }
+        if (value) {
+            if (!strchr(value, '=') || *num_sets >= MAX_OVERRIDES - 1) {
+                mt_error("--set %s: expected key.path=value", value);
+                return 2;
+            }
+            sets[(*num_sets)++] = value;
+        }
+    }
+    if (!*dir) {
+        mt_error("missing RUN_OR_CKPT_DIR\n%s", resume_usage);
+        return 2;
+    }
+    return 0;
+}
+
+/* "run.dir=\"DIR\"" with YAML escapes. */
+static void run_dir_override(char *out, size_t len, const char *dir) {
+    size_t n = (size_t)snprintf(out, len, "run.dir=\"");
+    for (const char *p = dir; *p && n + 4 < len; p++) {
+        if (*p == '"' || *p == '\\') out[n++] = '\\';
+        out[n++] = *p;
+    }
+    snprintf(out + n, len - n, "\"");
+}
+
+/* Move an unusable checkpoint aside as <dir>.invalid[.K]; never deletes. */
+static void move_aside(const char *dir) {
+    char target[MT_PATH_MAX + 80];
+    for (int k = 0; k < 100; k++) {
+        if (k == 0) snprintf(target, sizeof target, "%s.invalid", dir);
+        else snprintf(target, sizeof target, "%s.invalid.%d", dir, k);
+        struct stat st;
+        if (lstat(target, &st) == 0) continue;
+        if (rename(dir, target) == 0) mt_warn("moved %s aside to %s", dir, target);
+        else mt_warn("cannot move %s aside: %s", dir, strerror(errno));
+        return;
+    }
+}
+
+/* Later saves of the resumed run land in run.dir/checkpoints: refuse when it
+ * holds checkpoints newer than `step` (they would be mixed with the new ones). */
+static int check_no_newer(const Recipe *recipe, long step, char *err, size_t errlen) {
+    char dir[MT_PATH_MAX + 16];
+    snprintf(dir, sizeof dir, "%s/checkpoints", recipe->run.dir);
+    long *steps = NULL;
+    int n = ckpt_list_steps(dir, &steps, err, errlen);
+    if (n < 0) return MT_EXIT_FAILURE;
+    long newest = n > 0 ? steps[n - 1] : -1;
+    free(steps);
+    if (newest <= step) return 0;
+    mt_set_error(err, errlen,
+                 "%s holds a newer checkpoint (step %ld) than the one resumed from (step %ld); the new checkpoints would "
+                 "be mixed with it: resume from the newest (megatrain resume %s), or continue in another directory "
+                 "with --set run.dir=NEW",
+                 dir, newest, step, recipe->run.dir);
+    return MT_EXIT_USAGE;
+}
+
+/* The result of trying one checkpoint. */
+enum { TRY_NEXT = -1000 };
+
+/* Resume from checkpoint `dir`: TRY_NEXT when it is unusable (reported), else an exit status. */
+static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *const *sets, int num_sets) {
+    char err[4096];
+    CkptReader *r = ckpt_reader_open(dir, err, sizeof err);
+    if (!r) {
+        mt_warn("skipping checkpoint %s: %s", dir, err);
+        return TRY_NEXT;
+    }
+    const bool has_state = r->meta.has_state;
+    bool has_recipe = false;
+    for (int i = 0; i < r->meta.num_files; i++) has_recipe |= r->meta.files[i].role == CKPT_FILE_RECIPE;
+    const long step = has_state ? (long)r->meta.state.step : 0;
+    ckpt_reader_close(r);
+    if (!has_state || !has_recipe) {
+        mt_error("%s: not a checkpoint of a run (no %s); it can initialise a new run but not be resumed", dir,
+                 has_state ? "recipe" : "training state");
+        return MT_EXIT_FAILURE;
+    }
+
+    const char *overrides[MAX_OVERRIDES + 1];
+    char run_dir_set[MT_PATH_MAX + 32];
+    int n = 0;
+    if (loc->run_dir[0]) {
+        run_dir_override(run_dir_set, sizeof run_dir_set, loc->run_dir);
+        overrides[n++] = run_dir_set;
+    }
+    for (int i = 0; i < num_sets; i++) overrides[n++] = sets[i];
+
+    static Recipe recipe;
+    char path[MT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/%s", dir, CKPT_RECIPE_FILE);
+    if (recipe_load(&recipe, path, overrides, n, launch_world_size(), err, sizeof err) != 0) {
+        mt_error("%s", err);
+        return MT_EXIT_USAGE;
+    }
+    ModelConfig stored;
+    if (ckpt_read_model_config(dir, &stored, err, sizeof err) != 0) {
+        mt_warn("skipping checkpoint %s: %s", dir, err);
+        return TRY_NEXT;
+    }
+    if (ckpt_model_shape_check(&stored, &recipe.model, err, sizeof err) != 0) {
+        mt_error("%s", err);
+        return MT_EXIT_USAGE;
+    }
+    int status = check_no_newer(&recipe, step, err, sizeof err);
+    if (status != 0) {
+        mt_error("%s", err);
+        return status;
+    }
+    /* load_optimizer applies to this start only: the recipe the resumed run
+     * stores says true, so a later resume loads the optimizer again. */
+    const bool load_optimizer = recipe.checkpoint.load_optimizer;
+    recipe.checkpoint.load_optimizer = true;
+    status = train_resume(&recipe, dir, load_optimizer, err, sizeof err);
+    if (status != TRAIN_CHECKPOINT_UNREADABLE) return status;
+    mt_warn("skipping checkpoint %s: %s", dir, err);
+    return TRY_NEXT;
+}
+
+int resume_main(int argc, char **argv) {
+    const char *arg, *sets[MAX_OVERRIDES];
+    int num_sets;
+    int rc = parse_args(argc, argv, &arg, sets, &num_sets);
+    if (rc != 0) return rc == 1 ? MT_EXIT_OK : MT_EXIT_USAGE;
+    if (launch_world_size() > 1) {
+        mt_error("multi-rank runs (world size %d) are not supported yet: run one rank", launch_world_size());
+        return MT_EXIT_USAGE;
+    }
+    CkptLocation loc;
+    char err[2048];
+    if (ckpt_locate(arg, &loc, err, sizeof err) != 0) {
+        mt_error("%s", err);
+        return MT_EXIT_FAILURE;
+    }
+    if (loc.single) {
+        int status = try_checkpoint(loc.checkpoint_dir, &loc, sets, num_sets);
+        if (status != TRY_NEXT) return status;
+        mt_error("%s: the checkpoint is incomplete or corrupt (see above); resume from the run directory to use "
+                 "the newest valid one", loc.checkpoint_dir);
+        return MT_EXIT_FAILURE;
+    }
+    long *steps = NULL;
+    int n = ckpt_list_steps(loc.checkpoints_dir, &steps, err, sizeof err);
+    if (n < 0) {
+        mt_error("%s", err);
+        return MT_EXIT_FAILURE;
+    }
+    long pointer;
+    if (n > 0 && ckpt_read_latest(loc.checkpoints_dir, &pointer) == 0 && pointer != steps[n - 1])
+        mt_log("resume: %s says step %ld, the newest checkpoint directory is step %ld", CKPT_LATEST_FILE, pointer,
+               steps[n - 1]);
+    int status = TRY_NEXT, skipped = 0;
+    for (int i = n - 1; i >= 0 && status == TRY_NEXT; i--) {
+        char dir[MT_PATH_MAX + 32];
+        ckpt_iter_path(dir, sizeof dir, loc.checkpoints_dir, steps[i]);
+        status = try_checkpoint(dir, &loc, sets, num_sets);
+        if (status == TRY_NEXT) {
+            skipped++;
+            move_aside(dir);
+            if (i > 0) mt_warn("falling back to the next older checkpoint");
+        }
+    }
+    free(steps);
+    if (status == TRY_NEXT) {
+        mt_error("%s: no valid checkpoint to resume from (%d incomplete or corrupt)", loc.checkpoints_dir, skipped);
+        return MT_EXIT_FAILURE;
+    }
+    return status;
+}

@@ -1,0 +1,78 @@
+/* train_resume.c: setting up a TrainContext from a checkpoint for
+ * `megatrain resume`: weights, optimizer moments and step, TrainState; then
+ * the run directory (recipe.yaml rewritten with the recipe now in force,
+ * metrics.jsonl cut back to the checkpoint's step so that the steps
+ * trained again after a crash are not listed twice). */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../ckpt/checkpoint.h"
+#include "../core/error.h"
+#include "../core/fs.h"
+#include "train.h"
+#include "train_context.h"
+
+/* Keep the lines of run_dir/metrics.jsonl whose "step" is at most `step`. */
+static int trim_metrics(const char *run_dir, long step, char *err, size_t errlen) {
+    char path[MT_PATH_MAX + 32], tmp[MT_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
+    FILE *in = fopen(path, "r");
+    if (!in) return 0; /* nothing logged yet: metrics_open creates it */
+    if (mt_temp_name(tmp, sizeof tmp, path) != 0) {
+        fclose(in);
+        mt_set_error(err, errlen, "%s: path too long", path);
+        return -1;
+    }
+    FILE *out = fopen(tmp, "w");
+    if (!out) {
+        mt_set_error(err, errlen, "%s: cannot write: %s", tmp, strerror(errno));
+        fclose(in);
+        return -1;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t n;
+    long dropped = 0;
+    while ((n = getline(&line, &cap, in)) > 0) {
+        long line_step = 0;
+        if (sscanf(line, "{\"step\":%ld", &line_step) == 1 && line_step > step) {
+            dropped++;
+            continue;
+        }
+        fwrite(line, 1, (size_t)n, out);
+    }
+    free(line);
+    fclose(in);
+    int failed = ferror(out);
+    if (fclose(out) != 0) failed = 1;
+    if (failed || rename(tmp, path) != 0) {
+        mt_set_error(err, errlen, "%s: cannot rewrite: %s", path, strerror(errno));
+        unlink(tmp);
+        return -1;
+    }
+    if (dropped > 0) mt_log("resume: dropped %ld line(s) of metrics.jsonl after step %ld", dropped, step);
+    return 0;
+}
+
+int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *checkpoint_dir, bool load_optimizer,
+                       char *err, size_t errlen) {
+    int status = train_setup_common(ctx, recipe, err, errlen);
+    if (status != 0) return status;
+
+    int rc = ckpt_load_training(checkpoint_dir, ctx->model, load_optimizer ? &ctx->optimizer : NULL, &ctx->state,
+                                err, errlen);
+    if (rc == CKPT_ERR_UNREADABLE) return TRAIN_CHECKPOINT_UNREADABLE;
+    if (rc != 0) return MT_EXIT_USAGE;
+    ctx->start_step = ctx->state.step;
+    if (!load_optimizer) mt_log("resume: optimizer state not loaded (checkpoint.load_optimizer: false): AdamW starts afresh");
+
+    if (mt_make_dirs(recipe->run.dir, err, errlen) != 0) return MT_EXIT_FAILURE;
+    char path[MT_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/recipe.yaml", recipe->run.dir);
+    if (recipe_write(recipe, path, err, errlen) != 0) return MT_EXIT_FAILURE;
+    if (trim_metrics(recipe->run.dir, ctx->state.step, err, errlen) != 0) return MT_EXIT_FAILURE;
+    return 0;
+}

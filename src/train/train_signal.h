@@ -1,0 +1,16 @@
+/* train_signal.h: SIGTERM and SIGUSR1 ask the training loop to stop cleanly:
+ * it finishes the step it is in, saves a checkpoint and exits 0 (what a
+ * cluster's preemption notice or `scancel --signal=USR1` expects). */
+#ifndef MT_TRAIN_TRAIN_SIGNAL_H
+#define MT_TRAIN_TRAIN_SIGNAL_H
+
+/* Install the handlers (they only record the signal). */
+void train_signals_install(void);
+
+/* Put back the previous handlers. */
+void train_signals_restore(void);
+
+/* The signal received since install (SIGTERM or SIGUSR1), or 0. */
+int train_signal_received(void);
+
+#endif

@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# test_resume_options.sh: what resume allows and refuses, and write errors.
+# - checkpoint.load_optimizer=false restarts AdamW (other losses, optimizer
+#   step counted afresh) and is not carried into later checkpoints;
+# - a change of model shape is refused (exit 2, naming the key);
+# - `run` into a run.dir with checkpoints is refused (exit 2);
+# - an older checkpoint named while newer ones exist is refused, and with
+#   --set run.dir=NEW it branches into NEW with the original's losses;
+# - a finished run has nothing to do (exit 0); a directory without
+#   checkpoints is an error (exit 1);
+# - a checkpoint that cannot be written (file size limit) stops the run with
+#   exit 1 and a message, sync or async, leaving no partial checkpoint.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+demo_data "$WORK/english"
+run() {
+  local dir=$1 steps=$2; shift 2
+  "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$dir" --set train.steps="$steps" \
+    --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=1 --set train.eval_interval=0 \
+    --set checkpoint.interval=10 --set checkpoint.keep_last=3 --set optimizer.schedule.decay_steps=30 \
+    --set optimizer.schedule.warmup_steps=5 "$@"
+}
+losses() { grep -o '"step":[0-9]*,"loss":[^,]*' "$1/metrics.jsonl"; }
+# expect STATUS PATTERN CMD...: CMD exits with STATUS and prints PATTERN.
+expect() {
+  local want=$1 pattern=$2 status=0; shift 2
+  "$@" > "$WORK/out.log" 2>&1 || status=$?
+  [[ $status -eq $want ]] || fail "$*: exit $status, expected $want: $(tail -n 3 "$WORK/out.log")"
+  grep -q -- "$pattern" "$WORK/out.log" || fail "$*: output lacks '$pattern': $(tail -n 3 "$WORK/out.log")"
+}
+
+run "$WORK/a" 20 > /dev/null
+cp -r "$WORK/a" "$WORK/b"
+"$MEGATRAIN" resume "$WORK/a" --set train.steps=30 > /dev/null
+expect 0 "optimizer state not loaded" "$MEGATRAIN" resume "$WORK/b" --set train.steps=30 --set checkpoint.load_optimizer=false
+[[ "$(losses "$WORK/a" | head -n 20)" == "$(losses "$WORK/b" | head -n 20)" ]] || fail "steps 1-20 differ"
+[[ "$(losses "$WORK/a" | sed -n 22p)" != "$(losses "$WORK/b" | sed -n 22p)" ]] \
+  || fail "load_optimizer=false gave the same step 22 as loading the optimizer (step 21 is computed before its update)"
+"$MEGATRAIN" inspect "$WORK/b" > "$WORK/inspect.txt"
+grep -q "step 30 of 30: .* optimizer step 10;" "$WORK/inspect.txt" \
+  || fail "a fresh optimizer should have made 10 updates by step 30: $(sed -n 3p "$WORK/inspect.txt")"
+grep -q "load_optimizer: true" "$WORK/b/checkpoints/iter_0000030/recipe.yaml" \
+  || fail "load_optimizer=false was carried into the next checkpoint's recipe"
+echo "load_optimizer=false: restarted AdamW"
+
+expect 2 "model.hidden_size: the checkpoint's model has 64, the recipe asks for 128" \
+  "$MEGATRAIN" resume "$WORK/a" --set train.steps=40 --set model.hidden_size=128
+expect 2 "model.num_layers: the checkpoint's model has 2, the recipe asks for 3" \
+  "$MEGATRAIN" resume "$WORK/a" --set train.steps=40 --set model.num_layers=3
+expect 2 "already holds checkpoints (the newest at step 30); continue that run with \`megatrain resume" \
+  run "$WORK/a" 40
+expect 2 "holds a newer checkpoint (step 30) than the one resumed from (step 10)" \
+  "$MEGATRAIN" resume "$WORK/a/checkpoints/iter_0000010"
+expect 0 "resume: from .*iter_0000010 at step 10" \
+  "$MEGATRAIN" resume "$WORK/a/checkpoints/iter_0000010" --set run.dir="$WORK/branch" --set train.steps=30
+[[ "$(losses "$WORK/branch")" == "$(losses "$WORK/a" | sed -n '11,30p')" ]] || fail "the branch does not repeat steps 11-30"
+[[ -d "$WORK/branch/checkpoints/iter_0000030" && -d "$WORK/a/checkpoints/iter_0000030" ]] || fail "branch checkpoints misplaced"
+expect 0 "nothing to do: the checkpoint is at step 30" "$MEGATRAIN" resume "$WORK/a"
+mkdir "$WORK/empty"
+expect 1 "holds no checkpoints" "$MEGATRAIN" resume "$WORK/empty"
+expect 1 "no such directory" "$MEGATRAIN" resume "$WORK/missing"
+expect 2 "unknown key 'train.stpes'" "$MEGATRAIN" resume "$WORK/a" --set train.stpes=40
+
+# Write errors: a 400 KB file size limit (SIGXFSZ ignored: write fails with EFBIG).
+for async in false true; do
+  dir="$WORK/full-$async"
+  status=0
+  (trap '' XFSZ; ulimit -f 400; exec "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$dir" \
+    --set train.steps=200 --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=1 \
+    --set train.eval_interval=0 --set checkpoint.interval=10 --set checkpoint.async=$async) > "$WORK/full.log" 2>&1 \
+    || status=$?
+  [[ $status -eq 1 ]] || fail "async=$async: a failed save gave exit $status: $(tail -n 3 "$WORK/full.log")"
+  grep -q "error: checkpoint at step 10 failed: .*shard_00000.zst: write failed: File too large" "$WORK/full.log" \
+    || fail "async=$async: no clear message: $(grep error "$WORK/full.log")"
+  last=$(json_field "$dir/metrics.jsonl" step | tail -n 1)
+  [[ $last -lt 200 ]] || fail "async=$async: the run went on to step $last"
+  [[ -z "$(ls "$dir/checkpoints")" ]] || fail "async=$async: something was left in checkpoints/: $(ls "$dir/checkpoints")"
+  echo "async=$async: save failure stopped the run at step $last with exit 1"
+done

@@ -1,0 +1,321 @@
+/* test_ckpt_format.c: the checkpoint format's building blocks: CRC-32C
+ * (published check values, incremental use, the SSE4.2 and table versions
+ * agreeing), the shuffle4 filter, metadata encode/decode round trip, and
+ * decoding bad metadata (every truncation, every flipped byte, mutations
+ * with a recomputed checksum, and hand-made semantic errors) always failing
+ * cleanly and never crashing; also the iter_ names and the retention plan. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "ckpt/ckpt_codec.h"
+#include "ckpt/ckpt_format.h"
+#include "ckpt/ckpt_run.h"
+#include "ckpt/crc32c.h"
+#include "core/rng.h"
+
+static void test_crc32c_known_values(void **state) {
+    (void)state;
+    assert_int_equal(crc32c(0, "123456789", 9), 0xE3069283u);
+    assert_int_equal(crc32c_portable(0, "123456789", 9), 0xE3069283u);
+    unsigned char zeros[32] = {0}, ones[32];
+    memset(ones, 0xff, sizeof ones);
+    assert_int_equal(crc32c(0, zeros, 32), 0x8A9136AAu); /* RFC 3720 B.4 */
+    assert_int_equal(crc32c(0, ones, 32), 0x62A8AB43u);
+    assert_int_equal(crc32c(0, "", 0), 0u);
+}
+
+static void test_crc32c_incremental_and_portable(void **state) {
+    (void)state;
+    unsigned char buf[1000];
+    Rng rng;
+    rng_seed(&rng, 7);
+    for (size_t i = 0; i < sizeof buf; i++) buf[i] = (unsigned char)rng_next_u64(&rng);
+    for (size_t start = 0; start < 9; start++)
+        for (size_t len = 0; len + start <= sizeof buf; len += 37) {
+            uint32_t whole = crc32c(0, buf + start, len);
+            assert_int_equal(whole, crc32c_portable(0, buf + start, len));
+            size_t cut = len / 3;
+            assert_int_equal(whole, crc32c(crc32c(0, buf + start, cut), buf + start + cut, len - cut));
+        }
+    uint32_t before = crc32c(0, buf, sizeof buf);
+    buf[500] ^= 1;
+    assert_int_not_equal(crc32c(0, buf, sizeof buf), before);
+}
+
+static void test_shuffle4_round_trip(void **state) {
+    (void)state;
+    unsigned char in[64], mid[64], out[64];
+    for (int i = 0; i < 64; i++) in[i] = (unsigned char)(i * 7 + 3);
+    ckpt_shuffle4(in, mid, sizeof in);
+    assert_int_equal(mid[0], in[0]);
+    assert_int_equal(mid[1], in[4]);   /* first bytes of every word come first */
+    assert_int_equal(mid[16], in[1]);  /* then the second bytes */
+    ckpt_unshuffle4(mid, out, sizeof in);
+    assert_memory_equal(in, out, sizeof in);
+}
+
+/* A metadata with two shards' worth of chunks: "w" [6, 4] in 3 chunks (one
+ * of them a 2-D box), "b" [5] in 1, plus the state record. */
+static CkptChunk w_chunks[3], b_chunks[1];
+static CkptTensorMeta tensors[2];
+static CkptFileMeta files[3];
+
+static CkptMeta sample_meta(void) {
+    files[0] = (CkptFileMeta){"shard_00000.zst", CKPT_FILE_SHARD, 1000, 0x1234};
+    files[1] = (CkptFileMeta){"shard_00001.zst", CKPT_FILE_SHARD, 500, 0x5678};
+    files[2] = (CkptFileMeta){"model.yaml", CKPT_FILE_MODEL_CONFIG, 300, 0x9abc};
+    w_chunks[0] = (CkptChunk){0, 0, 100, 4 * 4 * 4, 0xdead, CKPT_FILTER_SHUFFLE4, {0, 0}, {4, 4}};
+    w_chunks[1] = (CkptChunk){1, 0, 50, 2 * 2 * 4, 0xbeef, CKPT_FILTER_NONE, {4, 0}, {2, 2}};
+    w_chunks[2] = (CkptChunk){1, 50, 60, 2 * 2 * 4, 0xf00d, CKPT_FILTER_SHUFFLE4, {4, 2}, {2, 2}};
+    b_chunks[0] = (CkptChunk){0, 100, 20, 5 * 4, 0xcafe, CKPT_FILTER_NONE, {0}, {5}};
+    tensors[0] = (CkptTensorMeta){"w", CKPT_DTYPE_FP32, 2, {6, 4}, 3, w_chunks};
+    tensors[1] = (CkptTensorMeta){"b", CKPT_DTYPE_FP32, 1, {5}, 1, b_chunks};
+    CkptMeta m = {
+        .version = CKPT_FORMAT_VERSION,
+        .writer = "megatrain test",
+        .iteration = 40,
+        .created_unix = 1700000000,
+        .num_ranks = 2,
+        .has_state = true,
+        .state = {40, 320, 20480, {1, 2, 3, 0xffffffffffffffffULL}, 40, 100, 16, 2.5e-4},
+        .num_files = 3,
+        .files = files,
+        .num_tensors = 2,
+        .tensors = tensors,
+    };
+    return m;
+}
+
+static void encode_sample(unsigned char **data, size_t *len) {
+    CkptMeta m = sample_meta();
+    char err[256];
+    assert_int_equal(ckpt_meta_encode(&m, data, len, err, sizeof err), 0);
+}
+
+static void test_meta_round_trip(void **state) {
+    (void)state;
+    unsigned char *data;
+    size_t len;
+    encode_sample(&data, &len);
+    CkptMeta m;
+    char err[512];
+    assert_int_equal(ckpt_meta_decode(data, len, &m, err, sizeof err), 0);
+    CkptMeta want = sample_meta();
+    assert_int_equal(m.iteration, 40);
+    assert_int_equal(m.created_unix, 1700000000);
+    assert_int_equal(m.num_ranks, 2);
+    assert_string_equal(m.writer, "megatrain test");
+    assert_true(m.has_state);
+    assert_memory_equal(&m.state, &want.state, sizeof m.state);
+    assert_int_equal(m.num_files, 3);
+    for (int i = 0; i < 3; i++) {
+        assert_string_equal(m.files[i].name, files[i].name);
+        assert_int_equal(m.files[i].role, files[i].role);
+        assert_int_equal(m.files[i].size, files[i].size);
+        assert_int_equal(m.files[i].crc32c, files[i].crc32c);
+    }
+    assert_int_equal(m.num_tensors, 2);
+    assert_string_equal(m.tensors[0].name, "w"); /* written order is kept */
+    const CkptTensorMeta *w = ckpt_meta_find(&m, "w"), *b = ckpt_meta_find(&m, "b");
+    assert_non_null(w);
+    assert_non_null(b);
+    assert_null(ckpt_meta_find(&m, "c"));
+    assert_int_equal(w->ndim, 2);
+    assert_int_equal(w->shape[0], 6);
+    assert_int_equal(w->num_chunks, 3);
+    for (int c = 0; c < 3; c++) {
+        assert_int_equal(w->chunks[c].file, w_chunks[c].file);
+        assert_int_equal(w->chunks[c].offset, w_chunks[c].offset);
+        assert_int_equal(w->chunks[c].stored_bytes, w_chunks[c].stored_bytes);
+        assert_int_equal(w->chunks[c].crc32c, w_chunks[c].crc32c);
+        assert_int_equal(w->chunks[c].filter, w_chunks[c].filter);
+        assert_memory_equal(w->chunks[c].start, w_chunks[c].start, 2 * sizeof(int64_t));
+        assert_memory_equal(w->chunks[c].shape, w_chunks[c].shape, 2 * sizeof(int64_t));
+    }
+    assert_int_equal(b->chunks[0].offset, 100);
+    ckpt_meta_free(&m);
+    free(data);
+}
+
+static void test_meta_truncations_and_flips_fail(void **state) {
+    (void)state;
+    unsigned char *data;
+    size_t len;
+    encode_sample(&data, &len);
+    CkptMeta m;
+    char err[512];
+    for (size_t cut = 0; cut < len; cut++) {
+        err[0] = '\0';
+        assert_int_equal(ckpt_meta_decode(data, cut, &m, err, sizeof err), -1);
+        assert_true(strlen(err) > 0);
+    }
+    unsigned char *copy = malloc(len);
+    for (size_t i = 0; i < len; i++) {
+        for (int bit = 0; bit < 8; bit += 3) {
+            memcpy(copy, data, len);
+            copy[i] ^= (unsigned char)(1u << bit);
+            assert_int_equal(ckpt_meta_decode(copy, len, &m, err, sizeof err), -1);
+        }
+    }
+    free(copy);
+    free(data);
+}
+
+/* Fix the header after editing the body, so only the content is judged. */
+static void reseal(unsigned char *data, size_t len) {
+    uint32_t crc = crc32c(0, data + CKPT_HEADER_BYTES, len - CKPT_HEADER_BYTES);
+    for (int i = 0; i < 4; i++) data[12 + i] = (unsigned char)(crc >> (8 * i));
+    uint64_t body = len - CKPT_HEADER_BYTES;
+    for (int i = 0; i < 8; i++) data[16 + i] = (unsigned char)(body >> (8 * i));
+}
+
+static void test_meta_random_mutations_never_crash(void **state) {
+    (void)state;
+    unsigned char *data;
+    size_t len;
+    encode_sample(&data, &len);
+    unsigned char *copy = malloc(len + 64);
+    Rng rng;
+    rng_seed(&rng, 99);
+    CkptMeta m;
+    char err[512];
+    int accepted = 0;
+    for (int trial = 0; trial < 20000; trial++) {
+        memcpy(copy, data, len);
+        size_t n = len;
+        int edits = 1 + (int)rng_below(&rng, 4);
+        for (int e = 0; e < edits; e++) {
+            size_t at = CKPT_HEADER_BYTES + rng_below(&rng, n - CKPT_HEADER_BYTES);
+            switch (rng_below(&rng, 3)) {
+            case 0: copy[at] = (unsigned char)rng_next_u64(&rng); break;       /* any byte */
+            case 1: copy[at] = rng_below(&rng, 2) ? 0xff : 0x00; break;        /* extreme lengths */
+            default: n = at > CKPT_HEADER_BYTES ? at : n; break;               /* cut short */
+            }
+        }
+        reseal(copy, n);
+        if (ckpt_meta_decode(copy, n, &m, err, sizeof err) == 0) {
+            accepted++; /* e.g. a CRC or offset field changed to another valid value */
+            assert_true(m.num_tensors <= 2);
+            ckpt_meta_free(&m);
+        } else {
+            assert_true(strlen(err) > 0);
+        }
+    }
+    assert_true(accepted < 20000);
+    free(copy);
+    free(data);
+}
+
+/* Decode sample_meta() after `edit` changed it; expect failure naming `needle`. */
+static void expect_rejected(void (*edit)(CkptMeta *), const char *needle) {
+    CkptMeta m = sample_meta();
+    edit(&m);
+    unsigned char *data;
+    size_t len;
+    char err[512];
+    assert_int_equal(ckpt_meta_encode(&m, &data, &len, err, sizeof err), 0);
+    CkptMeta out;
+    assert_int_equal(ckpt_meta_decode(data, len, &out, err, sizeof err), -1);
+    if (!strstr(err, needle)) fail_msg("error '%s' does not mention '%s'", err, needle);
+    free(data);
+}
+static void edit_outside(CkptMeta *m) { m->tensors[0].chunks[1].start[0] = 5; }
+static void edit_overlap(CkptMeta *m) { m->tensors[0].chunks[2].start[1] = 1; }
+static void edit_gap(CkptMeta *m) { m->tensors[0].num_chunks = 2; }
+static void edit_file_index(CkptMeta *m) { m->tensors[1].chunks[0].file = 2; /* model.yaml */ }
+static void edit_beyond_file(CkptMeta *m) { m->tensors[1].chunks[0].offset = 990; }
+static void edit_raw_bytes(CkptMeta *m) { m->tensors[1].chunks[0].raw_bytes = 24; }
+static void edit_duplicate_name(CkptMeta *m) { m->tensors[1].name = "w"; }
+static void edit_file_name(CkptMeta *m) { m->files[1].name = "../escape"; }
+
+static void test_meta_semantic_errors(void **state) {
+    (void)state;
+    expect_rejected(edit_outside, "outside the tensor");
+    expect_rejected(edit_overlap, "overlap");
+    expect_rejected(edit_gap, "hold 20 of 24 elements");
+    expect_rejected(edit_file_index, "not a shard file");
+    expect_rejected(edit_beyond_file, "outside shard_00000.zst");
+    expect_rejected(edit_raw_bytes, "raw_bytes");
+    expect_rejected(edit_duplicate_name, "listed twice");
+    expect_rejected(edit_file_name, "bad file name");
+    CkptMeta m = sample_meta();
+    m.tensors[1].ndim = 5; /* the encoder refuses what the decoder would */
+    unsigned char *data = NULL;
+    size_t len;
+    char err[256];
+    assert_int_equal(ckpt_meta_encode(&m, &data, &len, err, sizeof err), -1);
+    assert_non_null(strstr(err, "dimensions"));
+}
+
+static void test_meta_unknown_record_is_skipped_and_newer_version_refused(void **state) {
+    (void)state;
+    unsigned char *data;
+    size_t len;
+    encode_sample(&data, &len);
+    /* Append a record "XTRA" of 3 bytes: a later version's addition. */
+    unsigned char *longer = malloc(len + 15);
+    memcpy(longer, data, len);
+    memcpy(longer + len, "XTRA\x03\0\0\0\0\0\0\0abc", 15);
+    reseal(longer, len + 15);
+    CkptMeta m;
+    char err[512];
+    assert_int_equal(ckpt_meta_decode(longer, len + 15, &m, err, sizeof err), 0);
+    assert_int_equal(m.num_tensors, 2);
+    ckpt_meta_free(&m);
+    data[8] = 2; /* format version 2 */
+    assert_int_equal(ckpt_meta_decode(data, len, &m, err, sizeof err), -1);
+    assert_non_null(strstr(err, "format version 2"));
+    free(longer);
+    free(data);
+}
+
+static void test_iter_names(void **state) {
+    (void)state;
+    assert_int_equal(ckpt_parse_iter_name("iter_0000040"), 40);
+    assert_int_equal(ckpt_parse_iter_name("iter_12345678"), 12345678);
+    assert_int_equal(ckpt_parse_iter_name("iter_000040"), -1);       /* 6 digits */
+    assert_int_equal(ckpt_parse_iter_name("iter_0000040.tmp.12"), -1);
+    assert_int_equal(ckpt_parse_iter_name("iter_0000040.invalid"), -1);
+    assert_int_equal(ckpt_parse_iter_name("iter_00000x0"), -1);
+    char path[64];
+    assert_int_equal(ckpt_iter_path(path, sizeof path, "c", 7), 0);
+    assert_string_equal(path, "c/iter_0000007");
+}
+
+static void test_retention_plan(void **state) {
+    (void)state;
+    const long steps[] = {10, 20, 30, 40, 50, 60};
+    bool keep[6];
+    ckpt_retention_plan(steps, 6, 2, 0, keep);
+    const bool last_two[] = {false, false, false, false, true, true};
+    assert_memory_equal(keep, last_two, sizeof keep);
+    ckpt_retention_plan(steps, 6, 2, 20, keep);
+    const bool with_every[] = {false, true, false, true, true, true};
+    assert_memory_equal(keep, with_every, sizeof keep);
+    ckpt_retention_plan(steps, 6, 0, 0, keep); /* the newest is always kept */
+    const bool newest[] = {false, false, false, false, false, true};
+    assert_memory_equal(keep, newest, sizeof keep);
+    ckpt_retention_plan(steps, 6, 10, 0, keep);
+    for (int i = 0; i < 6; i++) assert_true(keep[i]);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_crc32c_known_values),
+        cmocka_unit_test(test_crc32c_incremental_and_portable),
+        cmocka_unit_test(test_shuffle4_round_trip),
+        cmocka_unit_test(test_meta_round_trip),
+        cmocka_unit_test(test_meta_truncations_and_flips_fail),
+        cmocka_unit_test(test_meta_random_mutations_never_crash),
+        cmocka_unit_test(test_meta_semantic_errors),
+        cmocka_unit_test(test_meta_unknown_record_is_skipped_and_newer_version_refused),
+        cmocka_unit_test(test_iter_names),
+        cmocka_unit_test(test_retention_plan),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

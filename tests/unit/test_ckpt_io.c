@@ -1,0 +1,234 @@
+/* test_ckpt_io.c: checkpoint directories on disk: every tensor, the
+ * optimizer and the TrainState come back bit for bit (also NaN,
+ * infinities, -0 and denormals, and with tensors cut into many chunks, read
+ * back by regions across chunk boundaries); corruption (a flipped byte in a
+ * chunk, a truncated shard, a damaged model.yaml or metadata, a missing
+ * metadata) is detected and named; an existing checkpoint is never
+ * overwritten; shape mismatches and weights-only checkpoints are refused
+ * where a run's state is needed. */
+#include <fcntl.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <cmocka.h>
+
+#include "ckpt/checkpoint.h"
+#include "ckpt/ckpt_fs.h"
+#include "ckpt/ckpt_model_config.h"
+#include "ckpt/ckpt_reader.h"
+#include "ckpt/ckpt_run.h"
+#include "ckpt/ckpt_writer.h"
+#include "core/fs.h"
+#include "test_ckpt_util.h"
+
+static void test_round_trip_bit_exact(void **state) {
+    (void)state;
+    Saved s;
+    make_saved(&s, 1);
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/rt", work);
+    write_saved(dir, &s);
+    expect_loads_equal(dir, &s);
+
+    ModelConfig cfg;
+    char err[2048];
+    assert_int_equal(ckpt_read_model_config(dir, &cfg, err, sizeof err), 0);
+    assert_int_equal(ckpt_model_shape_check(&cfg, &recipe.model, err, sizeof err), 0);
+    assert_true(cfg.attention_bias);
+    assert_int_equal(cfg.vocab_size, 40);
+    assert_true(cfg.rope_theta == recipe.model.rope_theta && cfg.rms_norm_eps == recipe.model.rms_norm_eps);
+
+    Model *weights_only = new_model(&cfg);
+    assert_int_equal(ckpt_load_model(dir, weights_only, err, sizeof err), 0);
+    assert_memory_equal(weights_only->params, s.model->params, (size_t)s.model->num_floats * 4);
+    model_free(weights_only);
+    free_saved(&s);
+}
+
+static void test_many_chunks_and_regions(void **state) {
+    (void)state;
+    Saved s;
+    make_saved(&s, 2);
+    int num_sources;
+    CkptSource *sources = ckpt_sources_from_model(s.model, s.model->params, s.opt.m, s.opt.v, &num_sources);
+    CkptPayload p = {.num_sources = num_sources, .sources = sources, .model_config = &recipe.model,
+                     .recipe = &recipe, .has_state = true,
+                     .state = ckpt_state_of(&s.state, s.opt.step, &recipe), .iteration = 17,
+                     .compression_level = 1, .filter = CKPT_FILTER_SHUFFLE4, .threads = 2,
+                     .chunk_bytes = 3 * 16 * 4 /* three rows of a [*, 16] matrix */};
+    char dir[512], err[2048];
+    snprintf(dir, sizeof dir, "%s/chunks", work);
+    CkptWriteStats stats;
+    assert_int_equal(ckpt_write_payload(dir, &p, &stats, err, sizeof err), 0);
+    assert_int_equal(stats.raw_bytes, (uint64_t)s.model->num_floats * 12);
+    expect_loads_equal(dir, &s);
+
+    CkptReader *r = ckpt_reader_open(dir, err, sizeof err);
+    assert_non_null(r);
+    const CkptTensorMeta *embed = ckpt_meta_find(&r->meta, "embed.weight"); /* [40, 16]: 14 chunks */
+    assert_non_null(embed);
+    assert_int_equal(embed->num_chunks, 14);
+    const ParamInfo *info = model_find_param(s.model, "embed.weight");
+    const float *src = s.model->params + info->offset;
+    const int64_t starts[][2] = {{0, 0}, {2, 5}, {5, 0}, {37, 15}, {1, 3}};
+    const int64_t shapes[][2] = {{40, 16}, {2, 3}, {7, 16}, {3, 1}, {30, 11}};
+    for (int k = 0; k < 5; k++) {
+        float out[640];
+        assert_int_equal(ckpt_reader_read(r, embed, starts[k], shapes[k], out, err, sizeof err), 0);
+        for (int64_t i = 0; i < shapes[k][0]; i++)
+            assert_memory_equal(&out[i * shapes[k][1]], &src[(starts[k][0] + i) * 16 + starts[k][1]],
+                                (size_t)shapes[k][1] * 4);
+    }
+    const int64_t outside_start[2] = {39, 0}, outside_shape[2] = {2, 16};
+    float out[32];
+    assert_int_equal(ckpt_reader_read(r, embed, outside_start, outside_shape, out, err, sizeof err), -1);
+    ckpt_reader_close(r);
+    free(sources);
+    free_saved(&s);
+}
+
+static void flip_byte(const char *path, long offset) {
+    int fd = open(path, O_RDWR);
+    assert_true(fd >= 0);
+    unsigned char b;
+    assert_int_equal(pread(fd, &b, 1, offset), 1);
+    b ^= 0x10;
+    assert_int_equal(pwrite(fd, &b, 1, offset), 1);
+    close(fd);
+}
+
+static void expect_unreadable(const char *dir, const char *needle1, const char *needle2) {
+    Model *model = new_model(&recipe.model);
+    AdamW opt;
+    adamw_init(&opt, model->num_floats);
+    TrainState st;
+    char err[2048] = "";
+    assert_int_equal(ckpt_load_training(dir, model, &opt, &st, err, sizeof err), CKPT_ERR_UNREADABLE);
+    if (!strstr(err, needle1) || (needle2 && !strstr(err, needle2)))
+        fail_msg("error '%s' does not mention '%s' and '%s'", err, needle1, needle2 ? needle2 : "");
+    model_free(model);
+    adamw_free(&opt);
+}
+
+static void test_corruption_detected(void **state) {
+    (void)state;
+    Saved s;
+    make_saved(&s, 3);
+    char dir[512], path[600], err[2048];
+    snprintf(dir, sizeof dir, "%s/corrupt", work);
+    write_saved(dir, &s);
+    CkptReader *r = ckpt_reader_open(dir, err, sizeof err);
+    assert_non_null(r);
+    const CkptChunk *ch = &ckpt_meta_find(&r->meta, "optimizer.v.layers.1.mlp.up_proj.weight")->chunks[0];
+    const long victim = (long)(ch->offset + ch->stored_bytes / 2);
+    const long shard_size = (long)r->meta.files[0].size;
+    ckpt_reader_close(r);
+    snprintf(path, sizeof path, "%s/shard_00000.zst", dir);
+
+    flip_byte(path, victim);
+    expect_unreadable(dir, "optimizer.v.layers.1.mlp.up_proj.weight", "shard_00000.zst");
+    flip_byte(path, victim);
+    expect_loads_equal(dir, &s); /* flipped back: intact again */
+
+    assert_int_equal(truncate(path, shard_size - 100), 0);
+    expect_unreadable(dir, "truncated", NULL);
+    assert_int_equal(truncate(path, shard_size), 0); /* zero-filled tail: size right, content wrong */
+    expect_unreadable(dir, "optimizer.v.lm_head.weight", "chunk 0"); /* the last tensor written */
+
+    snprintf(dir, sizeof dir, "%s/corrupt2", work);
+    write_saved(dir, &s);
+    snprintf(path, sizeof path, "%s/model.yaml", dir);
+    flip_byte(path, 20);
+    ModelConfig cfg;
+    assert_int_equal(ckpt_read_model_config(dir, &cfg, err, sizeof err), -1);
+    assert_non_null(strstr(err, "model.yaml: checksum mismatch"));
+    flip_byte(path, 20);
+    snprintf(path, sizeof path, "%s/metadata.mtck", dir);
+    flip_byte(path, 100);
+    expect_unreadable(dir, "metadata", "checksum");
+    unlink(path);
+    expect_unreadable(dir, "metadata.mtck", "not a complete checkpoint");
+    free_saved(&s);
+}
+
+static void test_never_overwrites(void **state) {
+    (void)state;
+    Saved a, b;
+    make_saved(&a, 4);
+    make_saved(&b, 5);
+    char dir[512], err[2048];
+    snprintf(dir, sizeof dir, "%s/keep/iter_0000017", work);
+    mt_make_dirs(dir, err, sizeof err);
+    ckpt_remove_tree(dir, err, sizeof err);
+    write_saved(dir, &a);
+    CheckpointWrite what = {&recipe.model, b.model, &recipe, &b.opt, &b.state, 3};
+    assert_int_equal(ckpt_write_dir(dir, &what, err, sizeof err), -1);
+    assert_non_null(strstr(err, "never overwritten"));
+    expect_loads_equal(dir, &a);
+    long *steps = NULL;
+    char parent[512];
+    snprintf(parent, sizeof parent, "%s/keep", work);
+    assert_int_equal(ckpt_list_steps(parent, &steps, err, sizeof err), 1);
+    free(steps);
+    /* An empty directory in the way is not replaced either (rename would). */
+    snprintf(dir, sizeof dir, "%s/keep/iter_0000018", work);
+    assert_int_equal(mkdir(dir, 0755), 0);
+    assert_int_equal(ckpt_write_dir(dir, &what, err, sizeof err), -1);
+    free_saved(&a);
+    free_saved(&b);
+}
+
+static void test_mismatches_refused(void **state) {
+    (void)state;
+    Saved s;
+    make_saved(&s, 6);
+    char dir[512], err[2048];
+    snprintf(dir, sizeof dir, "%s/shape", work);
+    write_saved(dir, &s);
+    ModelConfig wider = recipe.model;
+    wider.intermediate_size = 32;
+    Model *other = new_model(&wider);
+    assert_int_equal(ckpt_load_training(dir, other, NULL, NULL, err, sizeof err), CKPT_ERR_MISMATCH);
+    assert_non_null(strstr(err, "mlp.gate_proj.weight' is [24, 16], the model needs [32, 16]"));
+    assert_int_equal(ckpt_model_shape_check(&recipe.model, &wider, err, sizeof err), -1);
+    assert_non_null(strstr(err, "model.intermediate_size: the checkpoint's model has 24, the recipe asks for 32"));
+    model_free(other);
+
+    ModelConfig fewer = recipe.model;
+    fewer.num_layers = 1;
+    other = new_model(&fewer);
+    assert_int_equal(ckpt_load_training(dir, other, NULL, NULL, err, sizeof err), CKPT_ERR_MISMATCH);
+    assert_non_null(strstr(err, "layers.1."));
+    model_free(other);
+
+    /* Weights only (as convert writes): no optimizer, no state. */
+    snprintf(dir, sizeof dir, "%s/weights", work);
+    CheckpointWrite what = {&recipe.model, s.model, NULL, NULL, NULL, 3};
+    assert_int_equal(ckpt_write_dir(dir, &what, err, sizeof err), 0);
+    AdamW opt;
+    adamw_init(&opt, s.model->num_floats);
+    TrainState st;
+    assert_int_equal(ckpt_load_training(dir, s.model, &opt, &st, err, sizeof err), CKPT_ERR_MISMATCH);
+    assert_non_null(strstr(err, "no training state"));
+    assert_int_equal(ckpt_load_model(dir, s.model, err, sizeof err), 0);
+    adamw_free(&opt);
+    free_saved(&s);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_round_trip_bit_exact),
+        cmocka_unit_test(test_many_chunks_and_regions),
+        cmocka_unit_test(test_corruption_detected),
+        cmocka_unit_test(test_never_overwrites),
+        cmocka_unit_test(test_mismatches_refused),
+    };
+    return cmocka_run_group_tests(tests, ckpt_test_setup, ckpt_test_teardown);
+}
