@@ -1,17 +1,24 @@
 /* main.c: command dispatch for the megatrain executable.
  *
  * megatrain run RECIPE.yaml [--set key.path=value ...]
+ * megatrain resume RUN_OR_CKPT_DIR [--set key.path=value ...]
+ * megatrain convert SRC DST [--dtype fp32|bf16|fp16] [--max-shard-size SIZE]
+ * megatrain eval CKPT --data PREFIX [--batches N] [--seq-len T]
+ * megatrain inspect CKPT
  * megatrain data build --input FILE --output PREFIX [--tokenizer byte]
- * (resume, convert, eval, plan and inspect arrive with their issues.)
+ * (plan arrives with the parallel layout.)
  * Exit status: 0 success, 2 usage or recipe error, 1 any other failure.
  */
 #include <stdio.h>
 #include <string.h>
 
+#include "ckpt/ckpt_commands.h"
 #include "config/recipe.h"
+#include "convert/convert.h"
 #include "core/error.h"
 #include "data/data_build.h"
 #include "dist/launch_env.h"
+#include "eval/eval.h"
 #include "train/train.h"
 #include "version.h"
 
@@ -24,9 +31,16 @@ static const char *const usage_text =
     "\n"
     "commands:\n"
     "  run RECIPE.yaml [--set key.path=value ...]   train; output under run.dir\n"
+    "  resume RUN_OR_CKPT_DIR [--set key.path=value ...]\n"
+    "                                              continue from the latest valid checkpoint\n"
+    "  convert SRC DST [--dtype fp32|bf16|fp16] [--max-shard-size SIZE]\n"
+    "                                              Hugging Face dir <-> megatrain checkpoint\n"
+    "  eval CKPT --data PREFIX [--batches N] [--seq-len T] [--micro-batch-size B] [--seed S]\n"
+    "                                              mean next-token loss of a checkpoint on data\n"
+    "  inspect CKPT                                list tensors, verify every checksum\n"
     "  data build --input FILE --output PREFIX [--tokenizer byte]\n"
     "                                              text or JSONL -> Megatron .bin/.idx\n"
-    "  resume, convert, eval, plan, inspect        not available yet in this version\n"
+    "  plan                                        not available yet in this version\n"
     "\n"
     "options:\n"
     "  -h, --help      this help; `megatrain COMMAND --help` for one command\n"
@@ -118,9 +132,12 @@ int main(int argc, char **argv) {
         return MT_EXIT_OK;
     }
     if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
+    if (strcmp(cmd, "resume") == 0) return resume_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "convert") == 0) return convert_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "eval") == 0) return eval_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "inspect") == 0) return inspect_main(argc - 2, argv + 2);
     if (strcmp(cmd, "data") == 0) return cmd_data(argc - 2, argv + 2);
-    if (!strcmp(cmd, "resume") || !strcmp(cmd, "convert") || !strcmp(cmd, "eval") || !strcmp(cmd, "plan") ||
-        !strcmp(cmd, "inspect"))
+    if (!strcmp(cmd, "plan"))
         mt_die(MT_EXIT_FAILURE, "'megatrain %s' is not available in this version yet", cmd);
     mt_die(MT_EXIT_USAGE, "unknown command '%s'\n%s", cmd, usage_text);
 }
