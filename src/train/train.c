@@ -83,7 +83,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
         }
         const long step = ctx->state.step; /* 1-based: the step just done */
         const bool eval_now = ctx->valid_data && is_multiple(step, recipe->train.eval_interval);
-        const bool log_now = is_multiple(step, log_interval) || step == ctx->total_steps || eval_now;
+        const bool log_now = step == 1 || is_multiple(step, log_interval) || step == ctx->total_steps || eval_now;
         if (log_now) {
             const double eval_loss = eval_now ? train_evaluate(ctx) : NAN;
             const double now = mt_now();
