@@ -11,34 +11,16 @@
 #include "../ckpt/ckpt_run.h"
 #include "../convert/init_from.h"
 #include "../core/error.h"
+#include "../core/fs.h"
 #include "batch_schedule.h"
 #include "train_context.h"
 
-/* mkdir -p: create `path` and any missing parents. */
+/* mkdir -p for run.dir, with the key named in any error. */
 static int make_dirs(const char *path, char *err, size_t errlen) {
-    char buf[MT_PATH_MAX];
-    size_t len = strlen(path);
-    if (len == 0 || len >= sizeof buf) {
-        mt_set_error(err, errlen, "run.dir: expected a directory path, found '%s'", path);
-        return -1;
-    }
-    memcpy(buf, path, len + 1);
-    for (size_t i = 1; i <= len; i++) {
-        if (buf[i] != '/' && buf[i] != '\0') continue;
-        char saved = buf[i];
-        buf[i] = '\0';
-        if (mkdir(buf, 0777) != 0 && errno != EEXIST) {
-            mt_set_error(err, errlen, "run.dir: cannot create directory '%s': %s", buf, strerror(errno));
-            return -1;
-        }
-        buf[i] = saved;
-    }
-    struct stat st;
-    if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) {
-        mt_set_error(err, errlen, "run.dir: '%s' exists and is not a directory", path);
-        return -1;
-    }
-    return 0;
+    char why[MT_PATH_MAX + 256];
+    if (mt_make_dirs(path, why, sizeof why) == 0) return 0;
+    mt_set_error(err, errlen, "run.dir: %s", why);
+    return -1;
 }
 
 /* What this build cannot do yet, as user-facing errors. */

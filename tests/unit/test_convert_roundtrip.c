@@ -32,24 +32,7 @@
 #include "core/error.h"
 #include "model/model.h"
 
-static char work_dir[256];
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static int setup(void **state) {
-    (void)state;
-    mt_log_enabled = 0;
-    snprintf(work_dir, sizeof work_dir, "/tmp/test_convert_roundtrip.XXXXXX");
-    return mkdtemp(work_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    return nftw(work_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
+#include "test_work_dir.h"
 
 static ModelConfig tiny_config(ModelFamily family, bool tied) {
     ModelConfig c;
@@ -431,5 +414,5 @@ int main(void) {
         cmocka_unit_test(test_write_failure),
         cmocka_unit_test(test_run_dir_and_init_from),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, work_dir_setup, work_dir_teardown);
 }

@@ -22,23 +22,7 @@
 #include "convert/safetensors.h"
 #include "core/rng.h"
 
-static char work_dir[256];
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static int setup(void **state) {
-    (void)state;
-    snprintf(work_dir, sizeof work_dir, "/tmp/test_safetensors.XXXXXX");
-    return mkdtemp(work_dir) ? 0 : -1;
-}
-
-static int teardown(void **state) {
-    (void)state;
-    return nftw(work_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-}
+#include "test_work_dir.h"
 
 static uint32_t bits_of(float f) {
     uint32_t u;
@@ -368,5 +352,5 @@ int main(void) {
         cmocka_unit_test(test_malformed_headers),
         cmocka_unit_test(test_random_corruption),
     };
-    return cmocka_run_group_tests(tests, setup, teardown);
+    return cmocka_run_group_tests(tests, work_dir_setup, work_dir_teardown);
 }
