@@ -47,6 +47,14 @@ void gpt_index_attach(GptSampleIndex *gi) {
     gi->shuffle = gi->sample_starts + 2 * gi->num_samples;
 }
 
+int64_t gpt_shuffle_block(int64_t tokens_per_epoch, int seq_len) {
+    int64_t block = tokens_per_epoch / seq_len;
+    return block > 0 ? block : 1;
+}
+
+/* Samples in the complete shuffle blocks of `samples`. */
+static int64_t complete_block_samples(int64_t samples, int64_t block) { return samples / block * block; }
+
 int gpt_index_build(GptSampleIndex *gi, const IndexedDataset *ds, int64_t first_sequence, int64_t end_sequence,
                     int seq_len, uint64_t seed, int64_t num_samples, char *err, size_t errlen) {
     memset(gi, 0, sizeof(*gi));
@@ -66,8 +74,15 @@ int gpt_index_build(GptSampleIndex *gi, const IndexedDataset *ds, int64_t first_
     double needed_tokens = (double)target * seq_len + 1;
     int64_t epochs = (int64_t)ceil(needed_tokens / (double)tokens_per_epoch);
     if (epochs < 1) epochs = 1;
-    while ((epochs * tokens_per_epoch - 1) / seq_len < target) epochs++; /* guard rounding */
-    while (epochs > 1 && ((epochs - 1) * tokens_per_epoch - 1) / seq_len >= target) epochs--;
+    /* The sample order is shuffled in blocks of one epoch's worth of samples,
+     * each block with its own seed, and only complete blocks may hold the
+     * `target` samples: then the first `target` samples are the same whatever
+     * num_samples was asked for, so a run resumed with more steps reads the
+     * same data as one that asked for them from the start. */
+    const int64_t block = gpt_shuffle_block(tokens_per_epoch, seq_len);
+    while (complete_block_samples((epochs * tokens_per_epoch - 1) / seq_len, block) < target) epochs++;
+    while (epochs > 1 && complete_block_samples(((epochs - 1) * tokens_per_epoch - 1) / seq_len, block) >= target)
+        epochs--;
     int64_t samples = (epochs * tokens_per_epoch - 1) / seq_len;
     if ((double)epochs * (double)units + 3.0 * (double)samples > (double)GPT_MAX_INDEX_ENTRIES) {
         mt_set_error(err, errlen, "%s: %lld samples of %d tokens need %lld epochs of %lld tokens: too many", ds->prefix,
@@ -104,7 +119,11 @@ int gpt_index_build(GptSampleIndex *gi, const IndexedDataset *ds, int64_t first_
         gi->sample_starts[2 * k + 1] = token - document_start;
     }
     for (int64_t k = 0; k < samples; k++) gi->shuffle[k] = k;
-    rng_shuffle_i64(&rng, gi->shuffle, samples);
+    for (int64_t start = 0; start < samples; start += block) {
+        Rng block_rng;
+        rng_seed(&block_rng, seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(start / block + 1)));
+        rng_shuffle_i64(&block_rng, gi->shuffle + start, start + block <= samples ? block : samples - start);
+    }
     return 0;
 }
 

@@ -45,8 +45,13 @@ size_t gpt_index_block_bytes(int64_t document_index_len, int64_t num_samples);
 /* Point the arrays into gi->block (already allocated with gpt_index_block_bytes). */
 void gpt_index_attach(GptSampleIndex *gi);
 
+/* Samples per shuffle block: one epoch's worth (at least 1). The sample order
+ * is a permutation within each block, seeded by (seed, block index). */
+int64_t gpt_shuffle_block(int64_t tokens_per_epoch, int seq_len);
+
 /* Build the arrays for sequences [first, end) of ds. Returns 0, or -1 with
- * err when the range has no tokens or the sizes are out of reach. */
+ * err when the range has no tokens or the sizes are out of reach. The first
+ * num_samples entries of the shuffled order do not depend on num_samples. */
 int gpt_index_build(GptSampleIndex *gi, const IndexedDataset *ds, int64_t first_sequence, int64_t end_sequence,
                     int seq_len, uint64_t seed, int64_t num_samples, char *err, size_t errlen);
 

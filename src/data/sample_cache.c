@@ -14,7 +14,7 @@
 #include "../core/fs.h"
 
 #define CACHE_MAGIC "MTGPTIDX"
-#define CACHE_VERSION 1
+#define CACHE_VERSION 2 /* 2: sample order shuffled per epoch-sized block */
 
 typedef struct CacheHeader {
     char magic[8];

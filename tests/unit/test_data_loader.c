@@ -72,6 +72,31 @@ static DataLoader *create_ok(const DataConfig *data, DataSplit split, uint64_t s
     return loader;
 }
 
+/* The first n samples in shuffled order do not depend on how many were asked
+ * for (so `resume --set train.steps=MORE` reads what a longer run would). */
+static void test_shuffle_prefix_stable(void **state) {
+    char prefix[512], err[512];
+    make_dataset("prefix", 30, 0, prefix, sizeof(prefix));
+    IndexedDataset ds;
+    assert_int_equal(indexed_dataset_open(&ds, prefix, err, sizeof(err)), 0);
+    GptSampleIndex small, large;
+    assert_int_equal(gpt_index_build(&small, &ds, 0, 30, SEQ_LEN, 7, 150, err, sizeof(err)), 0);
+    assert_int_equal(gpt_index_build(&large, &ds, 0, 30, SEQ_LEN, 7, 2000, err, sizeof(err)), 0);
+    assert_true(large.num_epochs > small.num_epochs);
+    int32_t a[SEQ_LEN + 1], b[SEQ_LEN + 1];
+    int64_t moved = 0;
+    for (int64_t k = 0; k < 150; k++) {
+        gpt_index_read_sample(&small, &ds, SEQ_LEN, small.shuffle[k], a);
+        gpt_index_read_sample(&large, &ds, SEQ_LEN, large.shuffle[k], b);
+        assert_memory_equal(a, b, sizeof a);
+        moved += small.shuffle[k] != k;
+    }
+    assert_true(moved > 100); /* and the order is really shuffled */
+    gpt_index_free(&small);
+    gpt_index_free(&large);
+    indexed_dataset_close(&ds);
+}
+
 /* Unshuffled samples are windows of seq_len + 1 tokens at stride seq_len over
  * the concatenation of the shuffled epochs; each epoch holds every sequence. */
 static void test_sample_windows(void **state) {
@@ -85,7 +110,10 @@ static void test_sample_windows(void **state) {
     for (int d = 0; d < 30; d++) tokens_per_epoch += doc_length(d);
     assert_true(gi.num_samples >= 200);
     assert_int_equal(gi.num_samples, (gi.num_epochs * tokens_per_epoch - 1) / SEQ_LEN);
-    assert_true(((gi.num_epochs - 1) * tokens_per_epoch - 1) / SEQ_LEN < 200); /* fewest epochs */
+    /* fewest epochs whose complete shuffle blocks hold the 200 samples asked for */
+    int64_t block = gpt_shuffle_block(tokens_per_epoch, SEQ_LEN);
+    assert_true((gi.num_epochs * tokens_per_epoch - 1) / SEQ_LEN / block * block >= 200);
+    assert_true(((gi.num_epochs - 1) * tokens_per_epoch - 1) / SEQ_LEN / block * block < 200);
     assert_int_equal(gi.document_index_len, 30 * gi.num_epochs);
     int32_t *stream = malloc(sizeof(int32_t) * (size_t)(gi.num_epochs * tokens_per_epoch));
     int64_t n = 0;
@@ -374,6 +402,7 @@ static void test_valid_sources_and_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sample_windows, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_shuffle_prefix_stable, setup, teardown),
         cmocka_unit_test(test_split_bounds),
         cmocka_unit_test_setup_teardown(test_coverage_and_disjoint_splits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_seed_determinism, setup, teardown),
