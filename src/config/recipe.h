@@ -90,6 +90,7 @@ typedef struct TrainConfig {
     BatchStage batch_stages[MT_MAX_BATCH_STAGES];
     long eval_interval;    /* 0 disables evaluation */
     int eval_batches;
+    int max_nonfinite_steps; /* skip up to this many NaN/Inf steps in a row; 0 = stop at the first */
 } TrainConfig;
 
 typedef enum { DECAY_CONSTANT, DECAY_LINEAR, DECAY_COSINE, DECAY_INVERSE_SQRT, DECAY_WSD } LrDecay;

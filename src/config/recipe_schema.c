@@ -88,6 +88,7 @@ static const RecipeKey train_keys[] = {
     {CUSTOM_KEY("batch_schedule", read_batch_schedule, write_nothing)},
     {LONG_KEY("eval_interval", TrainConfig, eval_interval, 0)},
     {INT_KEY("eval_batches", TrainConfig, eval_batches, 1, INT_MAX)},
+    {INT_KEY("max_nonfinite_steps", TrainConfig, max_nonfinite_steps, 0, INT_MAX)},
     {0},
 };
 

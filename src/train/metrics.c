@@ -5,7 +5,9 @@
  *          tok/s 12345 | tokens 24.6K | elapsed 3.2s [| eval_loss 3.2100]
  * jsonl:   {"step":12,"loss":...,"lr":...,"global_batch_size":8,"grad_norm":...,
  *           "tokens_per_s":...,"consumed_tokens":...,"elapsed_s":...[,"eval_loss":...]}
- * Doubles in JSON are written with %.9g; NaN and infinities become null. */
+ * Doubles in JSON are written with %.9g; NaN and infinities become null.
+ * TensorBoard: train/loss, train/lr, train/grad_norm, train/global_batch_size,
+ * train/tokens_per_s and eval/loss (eval steps) as float32 scalars. */
 #include "metrics.h"
 
 #include <errno.h>
@@ -15,12 +17,16 @@
 #include "../config/recipe.h"
 #include "../core/error.h"
 
-int metrics_open(MetricsWriter *w, const char *run_dir, char *err, size_t errlen) {
+int metrics_open(MetricsWriter *w, const char *run_dir, bool tensorboard, char *err, size_t errlen) {
     char path[MT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
     w->jsonl = fopen(path, "a");
     if (!w->jsonl) {
         mt_set_error(err, errlen, "%s: cannot open for appending: %s", path, strerror(errno));
+        return -1;
+    }
+    if (tensorboard && tb_open(&w->tb, run_dir, err, errlen) != 0) {
+        metrics_close(w);
         return -1;
     }
     return 0;
@@ -46,6 +52,15 @@ void metrics_write(MetricsWriter *w, const StepMetrics *m) {
     if (!isnan(m->eval_loss)) json_double(f, "eval_loss", m->eval_loss);
     fputs("}\n", f);
     fflush(f);
+
+    TbWriter *tb = &w->tb;
+    tb_scalar(tb, "train/loss", m->step, m->loss);
+    tb_scalar(tb, "train/lr", m->step, m->lr);
+    tb_scalar(tb, "train/grad_norm", m->step, m->grad_norm);
+    tb_scalar(tb, "train/global_batch_size", m->step, (double)m->global_batch_size);
+    tb_scalar(tb, "train/tokens_per_s", m->step, m->tokens_per_s);
+    if (!isnan(m->eval_loss)) tb_scalar(tb, "eval/loss", m->step, m->eval_loss);
+    tb_flush(tb);
 }
 
 /* 24576 -> "24.6K"; below a thousand the plain count. */
@@ -87,6 +102,7 @@ void metrics_print(const StepMetrics *m) {
 }
 
 void metrics_close(MetricsWriter *w) {
+    if (w) tb_close(&w->tb);
     if (w && w->jsonl) {
         fclose(w->jsonl);
         w->jsonl = NULL;

@@ -1,8 +1,12 @@
-/* metrics.h: the per-step log line on stdout and run.dir/metrics.jsonl. */
+/* metrics.h: the per-step log line on stdout, run.dir/metrics.jsonl and
+ * the TensorBoard scalars (run.dir/tensorboard, when logging.tensorboard). */
 #ifndef MT_TRAIN_METRICS_H
 #define MT_TRAIN_METRICS_H
 
+#include <stdbool.h>
 #include <stdio.h>
+
+#include "../obs/tb_writer.h"
 
 typedef struct StepMetrics {
     long step;               /* 1-based: the step just completed */
@@ -19,11 +23,14 @@ typedef struct StepMetrics {
 
 typedef struct MetricsWriter {
     FILE *jsonl;
+    TbWriter tb;             /* not open when logging.tensorboard is false */
 } MetricsWriter;
 
-/* Open (append) run_dir/metrics.jsonl. Returns 0 or -1 with err. */
-int metrics_open(MetricsWriter *w, const char *run_dir, char *err, size_t errlen);
-void metrics_write(MetricsWriter *w, const StepMetrics *m);  /* one JSON line, flushed */
+/* Open (append) run_dir/metrics.jsonl and, when tensorboard, a new event
+ * file in run_dir/tensorboard. Returns 0 or -1 with err. */
+int metrics_open(MetricsWriter *w, const char *run_dir, bool tensorboard, char *err, size_t errlen);
+/* One JSON line and the step's TensorBoard scalars, both flushed. */
+void metrics_write(MetricsWriter *w, const StepMetrics *m);
 void metrics_print(const StepMetrics *m);                     /* the stdout line */
 void metrics_close(MetricsWriter *w);
 

@@ -13,6 +13,8 @@
 #include "../ckpt/ckpt_async.h"
 #include "../core/error.h"
 #include "../core/timer.h"
+#include "../dist/comm.h"
+#include "../obs/health.h"
 #include "metrics.h"
 #include "train_context.h"
 #include "train_signal.h"
@@ -48,14 +50,62 @@ static void print_error(const char *err) {
     fprintf(stderr, "megatrain: error: %s\n", err);
 }
 
-/* Save at the current step unless that step is saved already. 0 or -1 (printed). */
+/* Save at the current step unless that step is saved already. 0 or -1 (printed).
+ * Parameters that are not all finite are never saved. */
 static int save_now(TrainContext *ctx, CkptSaver *saver) {
+    if (comm_world()->rank != 0) return 0; /* rank 0 writes the job's checkpoints (dp replicas are equal) */
     if (ckpt_saver_last_step(saver) == ctx->state.step) return 0;
     char err[2048];
+    if (!health_params_finite(ctx->model)) {
+        mt_set_error(err, sizeof err, "step %ld: the parameters hold NaN or Inf; not saving a checkpoint",
+                     ctx->state.step);
+        print_error(err);
+        return -1;
+    }
     if (ckpt_saver_save(saver, ctx->model, &ctx->optimizer, &ctx->state, err, sizeof err) != 0) {
         print_error(err);
         return -1;
     }
+    return 0;
+}
+
+/* Health across steps: non-finite steps in a row and in total, loss spikes. */
+typedef struct HealthState {
+    long bad_in_row, bad_total;
+    LossSpikeDetector spikes;
+} HealthState;
+
+/* After step `step`: a non-finite step (its update already skipped) is
+ * logged with the first parameter whose gradient went bad, and stops the
+ * run when it makes more than train.max_nonfinite_steps in a row; a finite
+ * loss far above its running mean logs a warning. 0, or -1 (printed) to stop. */
+static int check_health(TrainContext *ctx, const StepResult *result, HealthState *health, long step) {
+    const int max_bad = ctx->recipe->train.max_nonfinite_steps;
+    if (!result->nonfinite) {
+        health->bad_in_row = 0;
+        double mean, std;
+        if (loss_spike_check(&health->spikes, result->loss, &mean, &std))
+            mt_log("warning: step %ld: loss spike: %.4f against a running mean of %.4f (std %.4f)", step, result->loss,
+                   mean, std);
+        return 0;
+    }
+    health->bad_in_row++;
+    health->bad_total++;
+    const int bad = health_first_nonfinite_grad(ctx->model);
+    char what[256];
+    snprintf(what, sizeof what, "loss %g, grad norm %g; first non-finite gradient: %s", result->loss,
+             result->grad_norm, bad >= 0 ? ctx->model->param_info[bad].name : "none");
+    if (health->bad_in_row > max_bad) {
+        char err[512];
+        mt_set_error(err, sizeof err,
+                     "step %ld: %s; stopping after %ld non-finite step(s) in a row (train.max_nonfinite_steps = %d); "
+                     "the update was skipped, no checkpoint written (a lower optimizer.lr may help)",
+                     step, what, health->bad_in_row, max_bad);
+        print_error(err);
+        return -1;
+    }
+    mt_log("warning: step %ld: skipped the update: %s (%ld in a row, %ld in total; train.max_nonfinite_steps = %d)",
+           step, what, health->bad_in_row, health->bad_total, max_bad);
     return 0;
 }
 
@@ -69,6 +119,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     double last_log_time = start_time;
     int64_t last_log_tokens = ctx->state.consumed_tokens;
     StepResult result = {0};
+    HealthState health = {.spikes = loss_spike_detector(50, 20, 6.0)};
     int status = MT_EXIT_OK;
     int stop_signal = 0;
     char err[2048];
@@ -82,6 +133,10 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
             break;
         }
         const long step = ctx->state.step; /* 1-based: the step just done */
+        if (check_health(ctx, &result, &health, step) != 0) {
+            status = MT_EXIT_FAILURE;
+            break;
+        }
         const bool eval_now = ctx->valid_data && is_multiple(step, recipe->train.eval_interval);
         const bool log_now = step == 1 || is_multiple(step, log_interval) || step == ctx->total_steps || eval_now;
         if (log_now) {
@@ -100,7 +155,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
                 .elapsed_s = now - start_time,
                 .eval_loss = eval_loss,
             };
-            metrics_print(&m);
+            if (comm_world()->rank == 0) metrics_print(&m);
             metrics_write(metrics, &m);
             last_log_time = now;
             last_log_tokens = ctx->state.consumed_tokens;
@@ -140,7 +195,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
 static int run_context(TrainContext *ctx) {
     char err[2048];
     MetricsWriter metrics = {0};
-    if (metrics_open(&metrics, ctx->recipe->run.dir, err, sizeof err) != 0) {
+    if (comm_world()->rank == 0 && metrics_open(&metrics, ctx->recipe->run.dir, ctx->recipe->logging.tensorboard, err, sizeof err) != 0) {
         print_error(err);
         train_teardown(ctx);
         return MT_EXIT_FAILURE;

@@ -43,6 +43,7 @@ typedef struct StepResult {
     double loss;              /* mean over the step's micro-batches */
     double grad_norm;         /* before clipping */
     double lr;
+    bool nonfinite;           /* loss or grad norm NaN/Inf: the update was skipped */
 } StepResult;
 
 /* Everything before the first step of a fresh run: check the recipe against
@@ -69,8 +70,9 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
                        char *err, size_t errlen);
 
 /* Run step state.step: forward and backward over this rank's micro-batches,
- * clip, AdamW, and advance the counters. Returns 0, or -1 with err set
- * (a loss or gradient that is not finite, a batch that does not divide). */
+ * clip, AdamW, and advance the counters. A NaN/Inf loss or grad norm skips
+ * clip and AdamW and sets result->nonfinite (the step still counts).
+ * Returns 0, or -1 with err set (a batch that does not divide). */
 int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen);
 
 /* Mean loss over eval_batches micro-batches of the first validation samples

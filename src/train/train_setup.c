@@ -12,6 +12,7 @@
 #include "../convert/init_from.h"
 #include "../core/error.h"
 #include "../core/fs.h"
+#include "../dist/comm.h"
 #include "batch_schedule.h"
 #include "train_context.h"
 
@@ -36,6 +37,13 @@ static int check_supported(const Recipe *recipe, const TrainLayout *layout, char
         mt_set_error(err, errlen, "model.family: '%s' (mixture of experts) is not supported by the trainer yet",
                      model_family_name(recipe->model.family));
         return MT_EXIT_FAILURE;
+    }
+    const ParallelConfig *par = &recipe->parallel;
+    if (par->tp != 1 || par->pp != 1 || par->cp != 1) {
+        mt_set_error(err, errlen,
+                     "parallel: tp %d, pp %d, cp %d: only data parallel (tp = pp = cp = 1) is supported yet",
+                     par->tp, par->pp, par->cp);
+        return MT_EXIT_USAGE;
     }
     const TrainConfig *train = &recipe->train;
     const long per_micro = (long)train->micro_batch_size * layout->dp_size;
@@ -90,7 +98,10 @@ static int open_valid_data(TrainContext *ctx, char *err, size_t errlen) {
 int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_t errlen) {
     memset(ctx, 0, sizeof *ctx);
     ctx->recipe = recipe;
-    ctx->layout = (TrainLayout){.world_size = 1, .dp_size = 1, .dp_rank = 0};
+    /* tp = pp = cp = 1 (check_supported): the world is the dp group. */
+    const Comm *world = comm_world();
+    ctx->layout = (TrainLayout){.world_size = world->size, .dp_size = world->size, .dp_rank = world->rank};
+    if (world->rank != 0) mt_log_enabled = 0; /* rank 0 prints for the job */
     train_state_init(&ctx->state, recipe->run.seed);
     snprintf(ctx->checkpoints_dir, sizeof ctx->checkpoints_dir, "%s/checkpoints", recipe->run.dir);
 
@@ -148,11 +159,16 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
     snprintf(ctx->checkpoints_dir, sizeof ctx->checkpoints_dir, "%s/checkpoints", recipe->run.dir);
     int status = refuse_existing_checkpoints(ctx, err, errlen);
     if (status != 0) return status;
-    if (make_dirs(recipe->run.dir, err, errlen) != 0) return MT_EXIT_FAILURE;
-    char path[MT_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/recipe.yaml", recipe->run.dir);
-    if (recipe_write(recipe, path, err, errlen) != 0) return MT_EXIT_FAILURE;
-    if (truncate_metrics(recipe->run.dir, err, errlen) != 0) return MT_EXIT_FAILURE;
+    /* Rank 0 alone writes run.dir; the others wait for it (a rank 0 that
+     * fails here ends the job: src/dist/comm.h, dist_finish). */
+    if (comm_world()->rank == 0) {
+        if (make_dirs(recipe->run.dir, err, errlen) != 0) return MT_EXIT_FAILURE;
+        char path[MT_PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/recipe.yaml", recipe->run.dir);
+        if (recipe_write(recipe, path, err, errlen) != 0) return MT_EXIT_FAILURE;
+        if (truncate_metrics(recipe->run.dir, err, errlen) != 0) return MT_EXIT_FAILURE;
+    }
+    comm_barrier(comm_world());
 
     status = train_setup_common(ctx, recipe, err, errlen);
     if (status != 0) return status;

@@ -3,7 +3,11 @@
 #include "train_signal.h"
 
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
+
+#include "../core/error.h"
+#include "../dist/comm.h"
 
 static volatile sig_atomic_t received_signal;
 static struct sigaction previous_term, previous_usr1;
@@ -32,4 +36,17 @@ void train_signals_restore(void) {
     installed = 0;
 }
 
-int train_signal_received(void) { return received_signal; }
+/* With several ranks all must stop after the same step: the first rank (in
+ * rank order) that saw a signal decides for all. A collective: every rank
+ * calls it once per step. */
+int train_signal_received(void) {
+    const Comm *world = comm_world();
+    int sig = received_signal;
+    if (world->size <= 1) return sig;
+    int *all = mt_malloc((size_t)world->size * sizeof(int));
+    comm_all_gather(world, &sig, all, 1, COMM_INT32);
+    sig = 0;
+    for (int r = 0; r < world->size && !sig; r++) sig = all[r];
+    free(all);
+    return sig;
+}

@@ -10,7 +10,8 @@ void train_signals_install(void);
 /* Put back the previous handlers. */
 void train_signals_restore(void);
 
-/* The signal received since install (SIGTERM or SIGUSR1), or 0. */
+/* The signal received since install (SIGTERM or SIGUSR1), or 0; on a
+ * multi-rank run the same answer on every rank (a collective, once per step). */
 int train_signal_received(void);
 
 #endif

@@ -4,10 +4,16 @@
  * Sample order follows Megatron's pretraining sampler: a step takes the next
  * global_batch samples; micro-batch i of dp rank r reads samples
  * consumed + i * mbs * dp + r * mbs + [0, mbs). A sample is seq_len + 1
- * tokens: inputs are its first seq_len, targets the same shifted by one. */
+ * tokens: inputs are its first seq_len, targets the same shifted by one.
+ * With dp > 1 the gradients and the loss are averaged over the dp group
+ * (src/dist/dp_sync.h) before the norm, so every rank takes the same step. */
 #include <math.h>
+#include <stdlib.h>
 
 #include "../core/error.h"
+#include "../dist/comm.h"
+#include "../dist/dp_sync.h"
+#include "../obs/health.h"
 #include "batch_schedule.h"
 #include "grad_clip.h"
 #include "lr_schedule.h"
@@ -32,6 +38,13 @@ static int64_t micro_batch_start(const TrainContext *ctx, int64_t base, long mic
     return base + (int64_t)micro * mbs * ctx->layout.dp_size + (int64_t)ctx->layout.dp_rank * mbs;
 }
 
+/* Test hook: MEGATRAIN_TEST_FAIL_RANK=R makes rank R fail at step 3, to
+ * check that one failing rank brings the whole job down. */
+static bool test_failure_due(const TrainContext *ctx) {
+    const char *rank = getenv("MEGATRAIN_TEST_FAIL_RANK");
+    return rank && *rank && atoi(rank) == ctx->layout.dp_rank && ctx->state.step + 1 == 3;
+}
+
 int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) {
     const TrainConfig *train = &ctx->recipe->train;
     const OptimizerConfig *opt = &ctx->recipe->optimizer;
@@ -54,19 +67,27 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
     for (long micro = 0; micro < num_micro; micro++) {
         load_micro_batch(ctx, ctx->train_data, micro_batch_start(ctx, state->consumed_samples, micro));
         loss_sum += (double)model_forward(ctx->model, ctx->inputs, ctx->targets, B, T);
-        model_backward(ctx->model, (float)(1.0 / (double)num_micro));
+        model_backward(ctx->model, (float)(1.0 / (double)num_micro) * health_planted_nan_scale(state->step + 1));
     }
-    const double loss = loss_sum / (double)num_micro;
-    const double grad_norm = grad_global_norm(ctx->model->grads, ctx->model->num_floats);
-    if (!isfinite(loss) || !isfinite(grad_norm)) {
-        mt_set_error(err, errlen, "step %ld: %s is %g; stopping (a lower optimizer.lr may help)",
-                     state->step + 1, isfinite(loss) ? "grad norm" : "loss", isfinite(loss) ? grad_norm : loss);
+    /* Data parallel: every rank ends with the mean over the whole global
+     * batch (the single-rank result) before the norm, clipping and AdamW. */
+    dp_average_grads(comm_world(), ctx->model->grads, ctx->model->num_floats);
+    const double loss = dp_average_double(comm_world(), loss_sum / (double)num_micro);
+    if (test_failure_due(ctx)) {
+        mt_set_error(err, errlen, "rank %d: step %ld: failure injected by MEGATRAIN_TEST_FAIL_RANK",
+                     ctx->layout.dp_rank, state->step + 1);
         return -1;
     }
-
-    const double clip_scale = grad_clip_scale(grad_norm, opt->clip_grad);
+    const double grad_norm = grad_global_norm(ctx->model->grads, ctx->model->num_floats);
+    /* A NaN or Inf loss or grad norm skips the update (parameters and
+     * optimizer state untouched); the step still counts, as in Megatron,
+     * and train.c decides whether the run goes on. */
     const double lr = lr_at(opt, state->step, ctx->total_steps);
-    adamw_step(&ctx->optimizer, ctx->model, opt, lr, (float)clip_scale);
+    result->nonfinite = !isfinite(loss) || !isfinite(grad_norm);
+    if (!result->nonfinite) {
+        const double clip_scale = grad_clip_scale(grad_norm, opt->clip_grad);
+        adamw_step(&ctx->optimizer, ctx->model, opt, lr, (float)clip_scale);
+    }
 
     state->step++;
     state->consumed_samples += gbs;
@@ -81,11 +102,15 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
 
 double train_evaluate(TrainContext *ctx) {
     const TrainConfig *train = &ctx->recipe->train;
+    /* Batch b reads samples b * mbs + [0, mbs) on every layout; dp rank r
+     * evaluates batches r, r + dp, ... and the sums are added up. */
+    const int64_t mbs = train->micro_batch_size;
     double loss_sum = 0.0;
-    for (long batch = 0; batch < train->eval_batches; batch++) {
-        load_micro_batch(ctx, ctx->valid_data, micro_batch_start(ctx, 0, batch));
+    for (long batch = ctx->layout.dp_rank; batch < train->eval_batches; batch += ctx->layout.dp_size) {
+        load_micro_batch(ctx, ctx->valid_data, (int64_t)batch * mbs);
         loss_sum += (double)model_forward(ctx->model, ctx->inputs, ctx->targets, train->micro_batch_size,
                                           train->seq_len);
     }
+    loss_sum = dp_sum_double(comm_world(), loss_sum);
     return train->eval_batches > 0 ? loss_sum / (double)train->eval_batches : NAN;
 }

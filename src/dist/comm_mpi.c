@@ -1,0 +1,188 @@
+/* comm_mpi.c: the Comm interface (comm.h) over MPI for host buffers, plus
+ * starting and ending MPI for the process (dist_init / dist_finish). */
+#include "comm.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+#include "launch_env.h"
+
+static Comm world = {.handle = NULL, .rank = 0, .size = 1};
+static MPI_Comm world_handle = MPI_COMM_NULL;
+static int mpi_started = 0;
+
+/* Largest element count handed to one MPI call (counts are int). */
+#define CHUNK ((size_t)1 << 28)
+
+static MPI_Datatype mpi_type(CommType type) {
+    switch (type) {
+    case COMM_FLOAT: return MPI_FLOAT;
+    case COMM_DOUBLE: return MPI_DOUBLE;
+    case COMM_INT32: return MPI_INT32_T;
+    case COMM_INT64: return MPI_INT64_T;
+    case COMM_BYTE: break;
+    }
+    return MPI_BYTE;
+}
+
+static size_t type_size(CommType type) {
+    switch (type) {
+    case COMM_FLOAT: return sizeof(float);
+    case COMM_DOUBLE: return sizeof(double);
+    case COMM_INT32: return 4;
+    case COMM_INT64: return 8;
+    case COMM_BYTE: break;
+    }
+    return 1;
+}
+
+static MPI_Comm handle_of(const Comm *c) { return *(MPI_Comm *)c->handle; }
+
+/* A failed MPI call: name the rank and bring the job down. */
+static void check(int rc, const char *what) {
+    if (rc == MPI_SUCCESS) return;
+    char text[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    MPI_Error_string(rc, text, &len);
+    mt_error("rank %d: %s failed: %s", world.rank, what, text);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    exit(MT_EXIT_FAILURE);
+}
+
+static int small_count(size_t count, const char *what) {
+    if (count > (size_t)INT_MAX) mt_die(MT_EXIT_FAILURE, "rank %d: %s of %zu elements is too large", world.rank, what, count);
+    return (int)count;
+}
+
+/* atexit: a rank leaving without dist_finish(0) (mt_die, a failed setup)
+ * must not leave the others waiting in a collective. */
+static int finished = 0;
+static void abort_job(int status) {
+    if (!mpi_started || finished) return;
+    int fin = 0;
+    MPI_Finalized(&fin);
+    if (fin) return;
+    fflush(stdout);
+    fprintf(stderr, "megatrain: error: rank %d: stopping the job (exit status %d; see the error above)\n",
+            world.rank, status);
+    fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, status);
+}
+static void abort_unfinished(void) { abort_job(MT_EXIT_FAILURE); }
+
+void dist_init(int *argc, char ***argv) {
+    if (mpi_started || launch_world_size() <= 1) return;
+    int provided = 0;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_FUNNELED, &provided) != MPI_SUCCESS)
+        mt_die(MT_EXIT_FAILURE, "rank %d: MPI_Init_thread failed", launch_rank());
+    mpi_started = 1;
+    atexit(abort_unfinished);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    if (provided < MPI_THREAD_FUNNELED)
+        mt_die(MT_EXIT_FAILURE, "rank %d: the MPI library gives thread level %d, below MPI_THREAD_FUNNELED",
+               launch_rank(), provided);
+    world_handle = MPI_COMM_WORLD;
+    world.handle = &world_handle;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &world.size);
+}
+
+const Comm *comm_world(void) { return &world; }
+int dist_rank(void) { return world.rank; }
+
+int dist_finish(int status) {
+    if (!mpi_started) return status;
+    if (status != 0) abort_job(status);
+    finished = 1;
+    MPI_Finalize();
+    return status;
+}
+
+void comm_all_reduce_sum_float(const Comm *c, float *buf, size_t count) {
+    if (!c->handle || c->size == 1) return;
+    for (size_t at = 0; at < count; at += CHUNK) {
+        size_t n = count - at < CHUNK ? count - at : CHUNK;
+        check(MPI_Allreduce(MPI_IN_PLACE, buf + at, (int)n, MPI_FLOAT, MPI_SUM, handle_of(c)), "all-reduce");
+    }
+}
+
+void comm_all_reduce_sum_double(const Comm *c, double *buf, size_t count) {
+    if (!c->handle || c->size == 1) return;
+    for (size_t at = 0; at < count; at += CHUNK) {
+        size_t n = count - at < CHUNK ? count - at : CHUNK;
+        check(MPI_Allreduce(MPI_IN_PLACE, buf + at, (int)n, MPI_DOUBLE, MPI_SUM, handle_of(c)), "all-reduce");
+    }
+}
+
+void comm_reduce_scatter_sum_float(const Comm *c, const float *send, float *recv, size_t count) {
+    if (!c->handle || c->size == 1) {
+        if (recv != send) memmove(recv, send, count * sizeof(float));
+        return;
+    }
+    check(MPI_Reduce_scatter_block(send, recv, small_count(count, "reduce-scatter"), MPI_FLOAT, MPI_SUM,
+                                   handle_of(c)),
+          "reduce-scatter");
+}
+
+void comm_all_gather(const Comm *c, const void *send, void *recv, size_t count, CommType type) {
+    if (!c->handle || c->size == 1) {
+        if (recv != send) memmove(recv, send, count * type_size(type));
+        return;
+    }
+    int n = small_count(count, "all-gather");
+    check(MPI_Allgather(send, n, mpi_type(type), recv, n, mpi_type(type), handle_of(c)), "all-gather");
+}
+
+void comm_all_to_all(const Comm *c, const void *send, void *recv, size_t count, CommType type) {
+    if (!c->handle || c->size == 1) {
+        if (recv != send) memmove(recv, send, count * type_size(type));
+        return;
+    }
+    int n = small_count(count, "all-to-all");
+    check(MPI_Alltoall(send, n, mpi_type(type), recv, n, mpi_type(type), handle_of(c)), "all-to-all");
+}
+
+void comm_send(const Comm *c, const void *buf, size_t count, CommType type, int dest, int tag) {
+    if (!c->handle) mt_die(MT_EXIT_FAILURE, "send to rank %d in a group of one rank", dest);
+    check(MPI_Send(buf, small_count(count, "send"), mpi_type(type), dest, tag, handle_of(c)), "send");
+}
+
+void comm_recv(const Comm *c, void *buf, size_t count, CommType type, int source, int tag) {
+    if (!c->handle) mt_die(MT_EXIT_FAILURE, "receive from rank %d in a group of one rank", source);
+    check(MPI_Recv(buf, small_count(count, "receive"), mpi_type(type), source, tag, handle_of(c), MPI_STATUS_IGNORE),
+          "receive");
+}
+
+void comm_broadcast(const Comm *c, void *buf, size_t count, CommType type, int root) {
+    if (!c->handle || c->size == 1) return;
+    check(MPI_Bcast(buf, small_count(count, "broadcast"), mpi_type(type), root, handle_of(c)), "broadcast");
+}
+
+void comm_barrier(const Comm *c) {
+    if (!c->handle || c->size == 1) return;
+    check(MPI_Barrier(handle_of(c)), "barrier");
+}
+
+void comm_split(const Comm *parent, int color, int key, Comm *out) {
+    if (!parent->handle) {
+        *out = (Comm){.handle = NULL, .rank = 0, .size = 1};
+        return;
+    }
+    MPI_Comm *h = mt_malloc(sizeof *h);
+    check(MPI_Comm_split(handle_of(parent), color, key, h), "communicator split");
+    out->handle = h;
+    MPI_Comm_rank(*h, &out->rank);
+    MPI_Comm_size(*h, &out->size);
+}
+
+void comm_free(Comm *c) {
+    if (c->handle && c->handle != &world_handle) {
+        MPI_Comm_free((MPI_Comm *)c->handle);
+        free(c->handle);
+    }
+    *c = (Comm){.handle = NULL, .rank = 0, .size = 1};
+}

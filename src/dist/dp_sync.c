@@ -1,0 +1,53 @@
+/* dp_sync.c: bucketed averaging of the flat gradient array and scalar means
+ * over the data-parallel group (see dp_sync.h).
+ *
+ * A bucket is reduce-scattered (each element summed on exactly one rank) and
+ * then all-gathered, rather than all-reduced: MPI does not promise that an
+ * all-reduce gives bit-identical sums on every rank, and replicas whose
+ * gradients differ in the last bit would drift apart. The bucket is padded
+ * with zeros to a multiple of the group size. */
+#include "dp_sync.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+
+void dp_average_grads(const Comm *dp, float *grads, size_t count) {
+    if (dp->size <= 1 || count == 0) return;
+    const size_t ranks = (size_t)dp->size;
+    const size_t bucket = DP_BUCKET_BYTES / sizeof(float);
+    const size_t max_n = count < bucket ? count : bucket;
+    const size_t max_padded = (max_n + ranks - 1) / ranks * ranks;
+    float *send = mt_malloc(max_padded * sizeof(float));
+    float *part = mt_malloc(max_padded / ranks * sizeof(float));
+    const float scale = 1.0f / (float)dp->size;
+    for (size_t at = 0; at < count; at += bucket) {
+        const size_t n = count - at < bucket ? count - at : bucket;
+        const size_t padded = (n + ranks - 1) / ranks * ranks;
+        const size_t share = padded / ranks;
+        memcpy(send, grads + at, n * sizeof(float));
+        memset(send + n, 0, (padded - n) * sizeof(float));
+        comm_reduce_scatter_sum_float(dp, send, part, share);
+        for (size_t i = 0; i < share; i++) part[i] *= scale;
+        comm_all_gather(dp, part, send, share, COMM_FLOAT);
+        memcpy(grads + at, send, n * sizeof(float));
+    }
+    free(send);
+    free(part);
+}
+
+double dp_sum_double(const Comm *dp, double value) {
+    if (dp->size <= 1) return value;
+    /* Gather every rank's value and sum in rank order: the same on all ranks. */
+    double *all = mt_malloc((size_t)dp->size * sizeof(double));
+    comm_all_gather(dp, &value, all, 1, COMM_DOUBLE);
+    double sum = 0.0;
+    for (int r = 0; r < dp->size; r++) sum += all[r];
+    free(all);
+    return sum;
+}
+
+double dp_average_double(const Comm *dp, double value) {
+    return dp->size <= 1 ? value : dp_sum_double(dp, value) / (double)dp->size;
+}

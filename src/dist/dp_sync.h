@@ -1,0 +1,21 @@
+/* dp_sync.h: data-parallel gradient and scalar averaging over the dp group. */
+#ifndef MT_DIST_DP_SYNC_H
+#define MT_DIST_DP_SYNC_H
+
+#include <stddef.h>
+
+#include "comm.h"
+
+/* Bytes per all-reduce bucket over the flat gradient array. */
+#define DP_BUCKET_BYTES ((size_t)16 << 20)
+
+/* grads = (sum over the dp group of grads) / dp, in fixed-size buckets from
+ * the start of the array (the same order on every rank, so the result is
+ * deterministic and identical everywhere). No-op for a group of one. */
+void dp_average_grads(const Comm *dp, float *grads, size_t count);
+/* The mean of `value` over the dp group (the same on every rank). */
+double dp_average_double(const Comm *dp, double value);
+/* The sum of `value` over the dp group (the same on every rank). */
+double dp_sum_double(const Comm *dp, double value);
+
+#endif

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# test_tensorboard.sh: a tiny run with logging.tensorboard on writes one event
+# file in run.dir/tensorboard; tensorboard's own reader (EventAccumulator)
+# reads back every scalar, equal to the metrics.jsonl values rounded to
+# float32, at the same steps (train/* at every logged step, eval/loss at the
+# eval steps). logging.tensorboard=false writes no event file. Skips (77)
+# when the `tensorboard` Python package is not installed.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+python3 -c "import tensorboard" 2> /dev/null || { echo "skip: python package tensorboard not installed"; exit 77; }
+demo_data "$WORK/english"
+run() {
+  "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$1" --set train.steps=12 \
+    --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=2 \
+    --set train.eval_interval=6 --set checkpoint.interval=0 --set optimizer.schedule.warmup_steps=4 "${@:2}" > /dev/null
+}
+run "$WORK/on" --set logging.tensorboard=true
+run "$WORK/off" --set logging.tensorboard=false
+[[ ! -e "$WORK/off/tensorboard" ]] || fail "logging.tensorboard=false still wrote $WORK/off/tensorboard"
+files=("$WORK"/on/tensorboard/events.out.tfevents.*.megatrain)
+[[ ${#files[@]} -eq 1 && -s "${files[0]}" ]] || fail "expected one event file, found: $(ls "$WORK/on/tensorboard")"
+
+python3 - "$WORK/on" << 'PY' || fail "the event file does not read back as metrics.jsonl"
+import json, struct, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+run_dir = sys.argv[1]
+acc = EventAccumulator(run_dir + "/tensorboard", size_guidance={"scalars": 0})
+acc.Reload()
+f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
+rows = [json.loads(line) for line in open(run_dir + "/metrics.jsonl")]
+tags = {"train/loss": "loss", "train/lr": "lr", "train/grad_norm": "grad_norm",
+        "train/global_batch_size": "global_batch_size", "train/tokens_per_s": "tokens_per_s",
+        "eval/loss": "eval_loss"}
+have = set(acc.Tags()["scalars"])
+assert have == set(tags), f"scalar tags {sorted(have)} != {sorted(tags)}"
+for tag, key in tags.items():
+    want = [(r["step"], f32(r[key])) for r in rows if key in r]
+    got = [(e.step, e.value) for e in acc.Scalars(tag)]
+    assert want, f"metrics.jsonl has no {key}"
+    assert got == want, f"{tag}: event file {got} != metrics.jsonl {want}"
+    print(f"{tag}: {len(got)} values equal")
+steps = [e.step for e in acc.Scalars("eval/loss")]
+assert steps == [6, 12], f"eval/loss at steps {steps}, expected [6, 12]"
+PY
+echo "ok: every scalar reads back equal"
