@@ -100,7 +100,27 @@ help:
 	@echo "make demo       install deps, build, make demo data, train tiny llama on the CPU"
 	@echo "make test       install deps, build, run every CI test (unit + integration)"
 	@echo "make bench      run the CPU benchmark against PyTorch (needs torch)"
+	@echo "make test-gpu   build with CUDA=1 and run the GPU tests (needs a GPU; not part of CI)"
+	@echo "make bench-gpu  the GPU benchmark against PyTorch on the same GPU (tests/bench/bench_gpu.sh)"
 	@echo "make clean      remove build/"
 	@echo "V=1             show full compiler command lines"
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# GPU tests (not part of CI): every CUDA op and the whole CUDA model against
+# the CPU reference, then a tiny recipe trained on both. Needs a GPU and nvcc.
+GPU_BUILD := build/cuda
+GPU_TEST_SRC := $(sort $(wildcard tests/gpu/test_*.c))
+.PHONY: test-gpu gpu-test-build
+gpu-test-build:
+	@$(MAKE) --no-print-directory -j4 CUDA=1 BUILD=$(GPU_BUILD) $(GPU_BUILD)/megatrain \
+	  $(GPU_TEST_SRC:tests/gpu/%.c=$(GPU_BUILD)/gpu-tests/%)
+
+$(BUILD)/gpu-tests/%: tests/gpu/%.c $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	@echo "  TEST  $@"
+	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ $< $(LIB_OBJ) $(LDLIBS)
+
+test-gpu: deps
+	@$(MAKE) --no-print-directory gpu-test-build
+	@bash tests/gpu/run_gpu_tests.sh

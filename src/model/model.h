@@ -61,7 +61,9 @@ struct Model {
 };
 
 /* Declare the parameters, allocate params/grads (zeroed) and activations for
- * micro-batches of up to max_B x max_T tokens. Dies on an invalid config. */
+ * micro-batches of up to max_B x max_T tokens (0 x 0: no activations, for a
+ * model that is trained on a GPU and only holds the weights here). Dies on an
+ * invalid config. */
 Model *model_create(const ModelConfig *cfg, const BackendOps *ops, int max_B, int max_T);
 void model_free(Model *model);
 

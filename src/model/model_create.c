@@ -93,7 +93,8 @@ LayerWeights model_layer_view(const Model *model, float *base, int layer) {
 }
 
 Model *model_create(const ModelConfig *cfg, const BackendOps *ops, int max_B, int max_T) {
-    if (max_B <= 0 || max_T <= 0)
+    /* 0 x 0: the registry and the weights only (a GPU run keeps its activations on the device). */
+    if (max_B < 0 || max_T < 0 || (max_B == 0) != (max_T == 0))
         mt_die(MT_EXIT_USAGE, "model: micro-batch shape must be positive, found %d x %d", max_B, max_T);
     Model *model = mt_calloc(1, sizeof *model);
     model->cfg = model_config_resolve(cfg);

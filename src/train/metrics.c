@@ -50,6 +50,8 @@ void metrics_write(MetricsWriter *w, const StepMetrics *m) {
     json_double(f, "consumed_tokens", m->consumed_tokens);
     json_double(f, "elapsed_s", m->elapsed_s);
     if (!isnan(m->eval_loss)) json_double(f, "eval_loss", m->eval_loss);
+    if (!isnan(m->tflops)) json_double(f, "tflops", m->tflops);
+    if (!isnan(m->peak_mem_gib)) json_double(f, "peak_mem_gib", m->peak_mem_gib);
     fputs("}\n", f);
     fflush(f);
 
@@ -96,6 +98,8 @@ void metrics_print(const StepMetrics *m) {
            "elapsed %.1fs",
            width + 1, m->step, m->total_steps, m->loss, m->lr, m->global_batch_size, m->grad_norm,
            m->tokens_per_s, tokens, m->elapsed_s);
+    if (!isnan(m->tflops)) printf(" | TFLOP/s %.1f", m->tflops);
+    if (!isnan(m->peak_mem_gib)) printf(" | mem %.1f GiB", m->peak_mem_gib);
     if (!isnan(m->eval_loss)) printf(" | eval_loss %.4f", m->eval_loss);
     putchar('\n');
     fflush(stdout);

@@ -19,6 +19,8 @@ typedef struct StepMetrics {
     double consumed_tokens;
     double elapsed_s;
     double eval_loss;        /* NAN when not an eval step */
+    double tflops;           /* model TFLOP/s of this device (Megatron's count); NAN when not shown */
+    double peak_mem_gib;     /* peak device memory so far; NAN on the CPU */
 } StepMetrics;
 
 typedef struct MetricsWriter {

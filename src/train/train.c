@@ -9,6 +9,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "../ckpt/ckpt_async.h"
 #include "../core/error.h"
@@ -17,6 +18,7 @@
 #include "../obs/health.h"
 #include "metrics.h"
 #include "train_context.h"
+#include "train_device.h"
 #include "train_signal.h"
 
 /* 1234567 -> "1.23M" (for the banner). */
@@ -55,6 +57,7 @@ static void print_error(const char *err) {
 static int save_now(TrainContext *ctx, CkptSaver *saver) {
     if (comm_world()->rank != 0) return 0; /* rank 0 writes the job's checkpoints (dp replicas are equal) */
     if (ckpt_saver_last_step(saver) == ctx->state.step) return 0;
+    if (ctx->cuda) train_device_sync_to_host(ctx); /* weights and AdamW moments from the GPU */
     char err[2048];
     if (!health_params_finite(ctx->model)) {
         mt_set_error(err, sizeof err, "step %ld: the parameters hold NaN or Inf; not saving a checkpoint",
@@ -91,6 +94,7 @@ static int check_health(TrainContext *ctx, const StepResult *result, HealthState
     }
     health->bad_in_row++;
     health->bad_total++;
+    if (ctx->cuda) train_device_sync_grads_to_host(ctx);
     const int bad = health_first_nonfinite_grad(ctx->model);
     char what[256];
     snprintf(what, sizeof what, "loss %g, grad norm %g; first non-finite gradient: %s", result->loss,
@@ -154,7 +158,13 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
                 .consumed_tokens = (double)ctx->state.consumed_tokens,
                 .elapsed_s = now - start_time,
                 .eval_loss = eval_loss,
+                .tflops = NAN,
+                .peak_mem_gib = NAN,
             };
+            if (ctx->cuda) { /* the GPU columns: model FLOP/s (6N + attention, as Megatron counts) and memory */
+                m.tflops = m.tokens_per_s * model_flops_per_token(&ctx->model->cfg, recipe->train.seq_len) / 1e12;
+                m.peak_mem_gib = train_device_peak_bytes(ctx) / 1073741824.0;
+            }
             if (comm_world()->rank == 0) metrics_print(&m);
             metrics_write(metrics, &m);
             last_log_time = now;
@@ -201,6 +211,12 @@ static int run_context(TrainContext *ctx) {
         return MT_EXIT_FAILURE;
     }
     print_banner(ctx);
+    if (strcmp(ctx->recipe->run.device, "cuda") == 0 && train_device_attach(ctx, err, sizeof err) != 0) {
+        print_error(err);
+        metrics_close(&metrics);
+        train_teardown(ctx);
+        return MT_EXIT_FAILURE;
+    }
     int status = train_loop(ctx, &metrics);
     metrics_close(&metrics);
     train_teardown(ctx);

@@ -21,11 +21,14 @@ typedef struct TrainLayout {
     int dp_rank;
 } TrainLayout;
 
+struct CudaModel;
+
 typedef struct TrainContext {
     const Recipe *recipe;
     TrainLayout layout;
     long total_steps;
-    Model *model;
+    Model *model;             /* on a GPU run: the registry and the weights for checkpoints */
+    struct CudaModel *cuda;   /* run.device: cuda (train_device.h); NULL on the CPU */
     AdamW optimizer;
     DataLoader *train_data;
     DataLoader *valid_data;   /* NULL when evaluation is off */

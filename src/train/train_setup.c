@@ -15,6 +15,7 @@
 #include "../dist/comm.h"
 #include "batch_schedule.h"
 #include "train_context.h"
+#include "train_device.h"
 
 /* mkdir -p for run.dir, with the key named in any error. */
 static int make_dirs(const char *path, char *err, size_t errlen) {
@@ -26,11 +27,28 @@ static int make_dirs(const char *path, char *err, size_t errlen) {
 
 /* What this build cannot do yet, as user-facing errors. */
 static int check_supported(const Recipe *recipe, const TrainLayout *layout, char *err, size_t errlen) {
-    if (strcmp(recipe->run.device, "cpu") != 0) {
+    const bool cuda = strcmp(recipe->run.device, "cuda") == 0;
+    if (!cuda && strcmp(recipe->run.device, "cpu") != 0) {
+        mt_set_error(err, errlen, "run.device: '%s' is not a device; expected cpu or cuda", recipe->run.device);
+        return MT_EXIT_USAGE;
+    }
+    if (cuda && !train_device_built()) {
         mt_set_error(err, errlen,
-                     "run.device: '%s' is not available in this build (the CUDA backend is not implemented "
-                     "yet); use run.device: cpu",
-                     recipe->run.device);
+                     "run.device: 'cuda' needs a build with the CUDA backend (make CUDA=1, then build/megatrain); "
+                     "this one is CPU only");
+        return MT_EXIT_FAILURE;
+    }
+    if (cuda && recipe->precision != DTYPE_BF16) {
+        mt_set_error(err, errlen,
+                     "precision: '%s' is not available with run.device: cuda (the GPU computes in bf16 with fp32 "
+                     "master weights, gradients and AdamW states); set precision: bf16",
+                     dtype_name(recipe->precision));
+        return MT_EXIT_USAGE;
+    }
+    if (cuda && layout->dp_size > 1) {
+        mt_set_error(err, errlen,
+                     "run.device: cuda runs on one GPU for now (NCCL data parallel is not implemented yet); "
+                     "start it without mpirun");
         return MT_EXIT_FAILURE;
     }
     if (recipe->model.family == FAMILY_MIXTRAL || recipe->model.family == FAMILY_QWEN3_MOE) {
@@ -130,7 +148,9 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
     ctx->inputs = mt_malloc((size_t)B * (size_t)T * sizeof(int32_t));
     ctx->targets = mt_malloc((size_t)B * (size_t)T * sizeof(int32_t));
 
-    ctx->model = model_create(&recipe->model, &cpu_backend, B, T);
+    /* On a GPU the activations live on the device: the host model holds the weights only. */
+    const bool cuda = strcmp(recipe->run.device, "cuda") == 0;
+    ctx->model = model_create(&recipe->model, &cpu_backend, cuda ? 0 : B, cuda ? 0 : T);
     if (recipe->optimizer.state_dtype != DTYPE_FP32)
         mt_warn("optimizer.state_dtype: %s states are not implemented on the CPU yet; using fp32",
                 dtype_name(recipe->optimizer.state_dtype));
@@ -178,6 +198,7 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
 }
 
 void train_teardown(TrainContext *ctx) {
+    if (ctx->cuda) train_device_detach(ctx);
     if (ctx->model) model_free(ctx->model);
     if (ctx->optimizer.m) adamw_free(&ctx->optimizer);
     if (ctx->train_data) data_loader_free(ctx->train_data);

@@ -6,7 +6,8 @@
  * consumed + i * mbs * dp + r * mbs + [0, mbs). A sample is seq_len + 1
  * tokens: inputs are its first seq_len, targets the same shifted by one.
  * With dp > 1 the gradients and the loss are averaged over the dp group
- * (src/dist/dp_sync.h) before the norm, so every rank takes the same step. */
+ * (src/dist/dp_sync.h) before the norm, so every rank takes the same step.
+ * On a GPU run (ctx->cuda) the same step runs through train_device.h. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -18,6 +19,7 @@
 #include "grad_clip.h"
 #include "lr_schedule.h"
 #include "train_context.h"
+#include "train_device.h"
 
 /* Fill ctx->inputs / ctx->targets with micro_batch_size samples from `first`. */
 static void load_micro_batch(TrainContext *ctx, const DataLoader *loader, int64_t first) {
@@ -62,23 +64,31 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
     }
     const long num_micro = gbs / per_micro;
 
-    model_zero_grad(ctx->model);
+    const bool gpu = ctx->cuda != NULL;
+    if (gpu) train_device_zero_grad(ctx);
+    else model_zero_grad(ctx->model);
     double loss_sum = 0.0;
     for (long micro = 0; micro < num_micro; micro++) {
         load_micro_batch(ctx, ctx->train_data, micro_batch_start(ctx, state->consumed_samples, micro));
-        loss_sum += (double)model_forward(ctx->model, ctx->inputs, ctx->targets, B, T);
-        model_backward(ctx->model, (float)(1.0 / (double)num_micro) * health_planted_nan_scale(state->step + 1));
+        const float loss_scale = (float)(1.0 / (double)num_micro) * health_planted_nan_scale(state->step + 1);
+        if (gpu) {
+            loss_sum += train_device_forward_backward(ctx, loss_scale);
+        } else {
+            loss_sum += (double)model_forward(ctx->model, ctx->inputs, ctx->targets, B, T);
+            model_backward(ctx->model, loss_scale);
+        }
     }
     /* Data parallel: every rank ends with the mean over the whole global
      * batch (the single-rank result) before the norm, clipping and AdamW. */
-    dp_average_grads(comm_world(), ctx->model->grads, ctx->model->num_floats);
+    if (!gpu) dp_average_grads(comm_world(), ctx->model->grads, ctx->model->num_floats);
     const double loss = dp_average_double(comm_world(), loss_sum / (double)num_micro);
     if (test_failure_due(ctx)) {
         mt_set_error(err, errlen, "rank %d: step %ld: failure injected by MEGATRAIN_TEST_FAIL_RANK",
                      ctx->layout.dp_rank, state->step + 1);
         return -1;
     }
-    const double grad_norm = grad_global_norm(ctx->model->grads, ctx->model->num_floats);
+    const double grad_norm =
+        gpu ? train_device_grad_norm(ctx) : grad_global_norm(ctx->model->grads, ctx->model->num_floats);
     /* A NaN or Inf loss or grad norm skips the update (parameters and
      * optimizer state untouched); the step still counts, as in Megatron,
      * and train.c decides whether the run goes on. */
@@ -86,7 +96,8 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
     result->nonfinite = !isfinite(loss) || !isfinite(grad_norm);
     if (!result->nonfinite) {
         const double clip_scale = grad_clip_scale(grad_norm, opt->clip_grad);
-        adamw_step(&ctx->optimizer, ctx->model, opt, lr, (float)clip_scale);
+        if (gpu) train_device_adamw(ctx, lr, clip_scale);
+        else adamw_step(&ctx->optimizer, ctx->model, opt, lr, (float)clip_scale);
     }
 
     state->step++;
@@ -108,8 +119,9 @@ double train_evaluate(TrainContext *ctx) {
     double loss_sum = 0.0;
     for (long batch = ctx->layout.dp_rank; batch < train->eval_batches; batch += ctx->layout.dp_size) {
         load_micro_batch(ctx, ctx->valid_data, (int64_t)batch * mbs);
-        loss_sum += (double)model_forward(ctx->model, ctx->inputs, ctx->targets, train->micro_batch_size,
-                                          train->seq_len);
+        loss_sum += ctx->cuda ? train_device_forward(ctx)
+                              : (double)model_forward(ctx->model, ctx->inputs, ctx->targets,
+                                                      train->micro_batch_size, train->seq_len);
     }
     loss_sum = dp_sum_double(comm_world(), loss_sum);
     return train->eval_batches > 0 ? loss_sum / (double)train->eval_batches : NAN;

@@ -49,19 +49,91 @@ typedef struct CudaAdamWArgs {
 cudaError_t cuda_adamw_step(float *params, const float *grads, float *exp_avg, float *exp_avg_sq,
                             uint16_t *params_bf16, size_t n, const CudaAdamWArgs *args, cudaStream_t stream);
 
+/* A run of floats [offset, offset + length) inside one parameter; decay says
+ * whether weight decay applies (0 for norms and biases). */
+typedef struct CudaAdamWChunk {
+    size_t offset;
+    unsigned int length;     /* at most MT_ADAMW_CHUNK */
+    int decay;
+} CudaAdamWChunk;
+#define MT_ADAMW_CHUNK 65536
+
+/* The same update over every chunk of `chunks` (a device array), one launch;
+ * args->weight_decay applies to chunks with decay set. */
+cudaError_t cuda_adamw_step_chunks(float *params, const float *grads, float *exp_avg, float *exp_avg_sq,
+                                   uint16_t *params_bf16, const CudaAdamWChunk *chunks, int num_chunks,
+                                   const CudaAdamWArgs *args, cudaStream_t stream);
+
 /* bias_correction{1,2} for update number `step` (1-based) into args. */
 void cuda_adamw_set_step(CudaAdamWArgs *args, long step);
 
 /* ---- kernels/rmsnorm.cu ------------------------------------------------ */
 
-/* out[n,:] = inp[n,:] * rstd[n] * weight; rstd[n] = 1/sqrt(mean(inp[n,:]^2) + eps), saved. */
-cudaError_t cuda_rmsnorm_forward(float *out, float *rstd, const float *inp, const float *weight, int N, int C,
+/* out[n,:] = bf16(inp[n,:] * rstd[n] * weight); rstd[n] = 1/sqrt(mean(inp[n,:]^2) + eps), saved (fp32). */
+cudaError_t cuda_rmsnorm_forward(uint16_t *out, float *rstd, const uint16_t *inp, const uint16_t *weight, int N, int C,
                                  float eps, cudaStream_t stream);
 
-/* dinp += d/dinp, dweight += sum over rows of dout * inp * rstd.
- * dweight is summed in a fixed order (no atomics): bit-identical run to run. */
-cudaError_t cuda_rmsnorm_backward(float *dinp, float *dweight, const float *dout, const float *inp,
-                                  const float *weight, const float *rstd, int N, int C, cudaStream_t stream);
+/* dinp (fp32) += d/dinp and, when dinp_bf16 != NULL, dinp_bf16 = bf16(dinp)
+ * (the residual gradient mirrored for the next matrix product);
+ * dweight (fp32) += sum over rows of dout * inp * rstd. */
+cudaError_t cuda_rmsnorm_backward(float *dinp, uint16_t *dinp_bf16, float *dweight, const uint16_t *dout,
+                                  const uint16_t *inp, const uint16_t *weight, const float *rstd, int N, int C,
+                                  cudaStream_t stream);
+
+/* ---- kernels/embedding.cu ---------------------------------------------- */
+
+/* out[n,:] = table[tokens[n], :] (bf16). */
+cudaError_t cuda_embedding_forward(uint16_t *out, const int32_t *tokens, const uint16_t *table, int N, int C,
+                                   cudaStream_t stream);
+/* dtable[tokens[n], :] += dout[n, :] (fp32, atomic). */
+cudaError_t cuda_embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int N, int C,
+                                    cudaStream_t stream);
+
+/* ---- kernels/qkv_rope.cu ----------------------------------------------- */
+
+/* qkv (N, H*D + 2*KVH*D): q heads | k heads | v heads of each token (position
+ * n % T). q (N,H,D) and k (N,KVH,D) get the optional per-head RMSNorm
+ * (q_norm/k_norm weights, both NULL or both set; rstd saved in q_rstd (N*H)
+ * and k_rstd (N*KVH)) and then RoPE with cos/sin (T, D/2); v (N,KVH,D) is
+ * copied. D even, at most 128. */
+cudaError_t cuda_qkv_rope_forward(uint16_t *q, uint16_t *k, uint16_t *v, float *q_rstd, float *k_rstd,
+                                  const uint16_t *qkv, const uint16_t *q_norm, const uint16_t *k_norm,
+                                  const float *cos_table, const float *sin_table, int N, int T, int H, int KVH, int D,
+                                  float eps, cudaStream_t stream);
+/* The backward: d_qkv (N, H*D + 2*KVH*D) is OVERWRITTEN from dq, dk, dv;
+ * with qk-norm, d_q_norm and d_k_norm (fp32, D) accumulate. */
+cudaError_t cuda_qkv_rope_backward(uint16_t *d_qkv, float *d_q_norm, float *d_k_norm, const uint16_t *dq,
+                                   const uint16_t *dk, const uint16_t *dv, const uint16_t *qkv, const uint16_t *q_norm,
+                                   const uint16_t *k_norm, const float *q_rstd, const float *k_rstd,
+                                   const float *cos_table, const float *sin_table, int N, int T, int H, int KVH, int D,
+                                   cudaStream_t stream);
+
+/* ---- kernels/swiglu.cu ------------------------------------------------- */
+
+/* gate_up (N, 2I): gate in columns [0, I), up in [I, 2I).
+ * act (N, I) = silu(gate) * up. */
+cudaError_t cuda_swiglu_forward(uint16_t *act, const uint16_t *gate_up, int N, int I, cudaStream_t stream);
+/* d_gate_up (N, 2I) OVERWRITTEN with the gradients of gate and up. */
+cudaError_t cuda_swiglu_backward(uint16_t *d_gate_up, const uint16_t *d_act, const uint16_t *gate_up, int N, int I,
+                                 cudaStream_t stream);
+
+/* ---- kernels/cross_entropy.cu ------------------------------------------ */
+
+/* losses[n] = lse[n] - logits[n, targets[n]], lse[n] = logsumexp(logits[n,:])
+ * (both 0 where targets[n] < 0). logits are bf16 (N, V). */
+cudaError_t cuda_cross_entropy_forward(float *losses, float *lse, const uint16_t *logits, const int32_t *targets,
+                                       int N, int V, cudaStream_t stream);
+/* In place: logits[n,:] = (softmax - onehot(targets[n])) * dloss, 0 on ignored rows. */
+cudaError_t cuda_cross_entropy_backward(uint16_t *logits, const float *lse, const int32_t *targets, float dloss, int N,
+                                        int V, cudaStream_t stream);
+
+/* ---- kernels/reduce.cu ------------------------------------------------- */
+
+/* partial[b] = sum of x[i]^2 over the elements block b visits (num_partial
+ * blocks); the caller adds the partials (in double, in order). */
+cudaError_t cuda_sum_squares(double *partial, int num_partial, const float *x, size_t n, cudaStream_t stream);
+/* out[c] += sum_n x[n * ld + c] for c < C (bf16 in, fp32 out; bias gradients). */
+cudaError_t cuda_column_sum_accumulate(float *out, const uint16_t *x, int N, int C, int ld, cudaStream_t stream);
 
 /* ---- kernels/cast.cu --------------------------------------------------- */
 
@@ -69,6 +141,29 @@ cudaError_t cuda_rmsnorm_backward(float *dinp, float *dweight, const float *dout
 cudaError_t cuda_cast_fp32_to_bf16(uint16_t *out, const float *inp, size_t n, cudaStream_t stream);
 /* out[i] = float(inp[i]) (exact). */
 cudaError_t cuda_cast_bf16_to_fp32(float *out, const uint16_t *inp, size_t n, cudaStream_t stream);
+
+
+/* ---- kernels/attention.cu ---------------------------------------------- */
+
+/* Causal grouped-query attention in bf16 (fp32 softmax and accumulation),
+ * flash-attention style: the T x T score matrix is never stored.
+ *   q, out: (B, T, H, D); k, v: (B, T, KVH, D); query head h reads kv head
+ *   h / (H / KVH); scale 1/sqrt(D). D is 16, 32, 64 or 128.
+ * Forward writes out and lse (B, H, T): the natural-log logsumexp of each
+ * query row's scaled, masked scores, which the backward reuses. */
+cudaError_t cuda_attention_forward(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
+                                   const uint16_t *v, int B, int T, int H, int KVH, int D, cudaStream_t stream);
+
+/* Bytes of fp32 scratch cuda_attention_backward needs for these shapes. */
+size_t cuda_attention_workspace_bytes(int B, int T, int H, int KVH, int D);
+
+/* Gradients of the forward above. dq, dk, dv are OVERWRITTEN (not
+ * accumulated), in bf16. out and lse are the forward's. workspace holds
+ * cuda_attention_workspace_bytes(...) bytes of device memory. */
+cudaError_t cuda_attention_backward(uint16_t *dq, uint16_t *dk, uint16_t *dv, const uint16_t *dout,
+                                    const uint16_t *out, const float *lse, const uint16_t *q, const uint16_t *k,
+                                    const uint16_t *v, int B, int T, int H, int KVH, int D, void *workspace,
+                                    cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -1,0 +1,66 @@
+// reduce.cu: reductions the trainer needs: the sum of squares of a large
+// fp32 array (global grad norm; per-block partial sums in double, added on
+// the host in a fixed order) and column sums of a bf16 matrix into fp32
+// (bias gradients).
+#include "../src/backend/cuda/cuda_kernels.h"
+#include "bf16.cuh"
+#include "launch.cuh"
+
+static const int kSumSqThreads = 512;
+
+__global__ void sum_squares_kernel(double *__restrict__ partial, const float *__restrict__ x, size_t n) {
+    __shared__ double scratch[kSumSqThreads / 32];
+    double sum = 0.0;
+    float local = 0.0f;  // fp32 over a few elements, then into double
+    int counted = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        local += x[i] * x[i];
+        if (++counted == 64) {
+            sum += local;
+            local = 0.0f;
+            counted = 0;
+        }
+    }
+    sum += local;
+    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) scratch[warp] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0.0;
+        for (int w = 0; w < kSumSqThreads / 32; w++) total += scratch[w];
+        partial[blockIdx.x] = total;
+    }
+}
+
+extern "C" cudaError_t cuda_sum_squares(double *partial, int num_partial, const float *x, size_t n,
+                                        cudaStream_t stream) {
+    if (num_partial <= 0) return cudaErrorInvalidValue;
+    sum_squares_kernel<<<num_partial, kSumSqThreads, 0, stream>>>(partial, x, n);
+    return cudaGetLastError();
+}
+
+// out[c] += sum over rows of x[n, c] (x has row stride ld); block per 32 columns x row chunk.
+__global__ void column_sum_kernel(float *__restrict__ out, const bf16 *__restrict__ x, int N, int C, int ld) {
+    __shared__ float partial[8][32];
+    const int c = blockIdx.x * 32 + threadIdx.x;
+    float sum = 0.0f;
+    if (c < C)
+        for (int n = blockIdx.y * 8 + threadIdx.y; n < N; n += 8 * gridDim.y) sum += __bfloat162float(x[(size_t)n * ld + c]);
+    partial[threadIdx.y][threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float total = 0.0f;
+        for (int r = 0; r < 8; r++) total += partial[r][threadIdx.x];
+        atomicAdd(&out[c], total);
+    }
+}
+
+extern "C" cudaError_t cuda_column_sum_accumulate(float *out, const uint16_t *x, int N, int C, int ld,
+                                                  cudaStream_t stream) {
+    if (N <= 0 || C <= 0) return N == 0 ? cudaSuccess : cudaErrorInvalidValue;
+    const int chunks = (N + 7) / 8 < 64 ? (N + 7) / 8 : 64;
+    column_sum_kernel<<<dim3((unsigned)((C + 31) / 32), (unsigned)chunks), dim3(32, 8), 0, stream>>>(out, as_bf16(x),
+                                                                                                  N, C, ld);
+    return cudaGetLastError();
+}

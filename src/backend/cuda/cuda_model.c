@@ -1,0 +1,535 @@
+/* cuda_model.c: the dense transformer on one GPU (see cuda_model.h).
+ *
+ * Per layer, forward (bf16 activations, fp32 statistics):
+ *   attn_normed = rmsnorm(resid_in)
+ *   qkv         = attn_normed @ [Wq; Wk; Wv]^T   one product when the three
+ *                 weights are adjacent in the registry (no biases), else three
+ *                 products with the bias epilogue into column slices of qkv
+ *   q, k, v     = qkv_rope(qkv)                  qk-norm + RoPE + split, one kernel
+ *   attn_out    = flash attention(q, k, v)       lse kept, never T x T
+ *   resid_mid   = resid_in + attn_out @ Wo^T     residual add in the epilogue
+ *   mlp_normed  = rmsnorm(resid_mid)
+ *   gate_up     = mlp_normed @ [Wgate; Wup]^T    gate and up are adjacent: one product
+ *   act         = silu(gate) * up
+ *   out         = resid_mid + act @ Wdown^T      residual add in the epilogue
+ * then final norm, logits (bf16) and the fused cross entropy, whose backward
+ * overwrites the logits with their gradient. The residual stream's gradient
+ * is accumulated in fp32 (d_resid) and mirrored in bf16 (d_resid16) for the
+ * products; weight gradients accumulate in fp32 straight from cuBLASLt. */
+#include "cuda_model.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../backend.h"
+#include "cuda_check.h"
+#include "cuda_context.h"
+#include "cuda_gemm.h"
+#include "cuda_kernels.h"
+
+typedef uint16_t bf16_t;
+
+/* Offsets (in floats) of one layer's parameters in the flat layout; -1 when absent. */
+typedef struct LayerOffsets {
+    long attn_norm, q, q_bias, k, k_bias, v, v_bias, q_norm, k_norm, o, mlp_norm, gate, up, down;
+} LayerOffsets;
+
+/* What forward keeps of one layer. */
+typedef struct LayerSaved {
+    bf16_t *resid_in, *attn_normed, *qkv, *q, *k, *v, *attn_out, *resid_mid, *mlp_normed, *gate_up, *act;
+    float *attn_rstd, *q_rstd, *k_rstd, *lse, *mlp_rstd;
+} LayerSaved;
+
+struct CudaModel {
+    ModelConfig cfg;
+    const ParamInfo *info;     /* the host model's registry */
+    int num_params;
+    long num_floats;
+    int max_B, max_T, B, T;
+    CudaContext ctx;
+    char device_name[320];
+
+    void *arena;               /* the one allocation */
+    size_t arena_bytes, peak_used;
+    float *params, *grads, *exp_avg, *exp_avg_sq;
+    bf16_t *params16;
+    LayerOffsets *layers;
+    long embed, final_norm, lm_head;
+    int qkv_fused;             /* q, k, v weights adjacent (no biases): one product */
+
+    float *rope_cos, *rope_sin;
+    int32_t *inputs, *targets; /* device, max_B * max_T */
+    int32_t *host_targets;
+    LayerSaved *saved;
+    bf16_t *final_resid, *final_normed, *logits;
+    float *final_rstd, *losses, *ce_lse;
+    float *host_losses;
+    long num_targets;
+    int backward_ready;
+
+    /* backward scratch */
+    float *d_resid;
+    bf16_t *d_resid16, *d_normed, *d_act, *d_gate_up, *d_attn_out, *dq, *dk, *dv, *d_qkv;
+    void *attn_workspace;
+
+    CudaAdamWChunk *chunks;    /* device */
+    int num_chunks;
+    double *norm_partial, *host_norm_partial;
+};
+
+enum { NORM_PARTIALS = 1024 };
+
+/* ---- arena --------------------------------------------------------------- */
+
+/* Two passes over the same layout: the first (base NULL) counts bytes, the second hands out pointers. */
+typedef struct Carver {
+    char *base;
+    size_t used;
+} Carver;
+
+static void *carve(Carver *c, size_t bytes) {
+    c->used = (c->used + 255) & ~(size_t)255; /* 256-byte alignment for cuBLASLt and vector loads */
+    void *p = c->base ? c->base + c->used : NULL;
+    c->used += bytes;
+    return p;
+}
+
+#define CARVE(c, ptr, count) ((ptr) = carve((c), (size_t)(count) * sizeof *(ptr)))
+
+static void layout(CudaModel *m, Carver *c) {
+    const ModelConfig *cfg = &m->cfg;
+    const size_t P = (size_t)m->num_floats, N = (size_t)m->max_B * m->max_T;
+    const size_t C = cfg->hidden_size, I = cfg->intermediate_size, D = cfg->head_dim;
+    const size_t H = cfg->num_attention_heads, KVH = cfg->num_key_value_heads, V = cfg->vocab_size;
+    const size_t HD = H * D, KVD = KVH * D, QKV = HD + 2 * KVD;
+    CARVE(c, m->params, P);
+    CARVE(c, m->grads, P);
+    CARVE(c, m->exp_avg, P);
+    CARVE(c, m->exp_avg_sq, P);
+    CARVE(c, m->params16, P);
+    CARVE(c, m->rope_cos, (size_t)m->max_T * (D / 2));
+    CARVE(c, m->rope_sin, (size_t)m->max_T * (D / 2));
+    CARVE(c, m->inputs, N);
+    CARVE(c, m->targets, N);
+    for (int l = 0; l < cfg->num_layers; l++) {
+        LayerSaved *s = &m->saved[l];
+        if (l == 0) CARVE(c, s->resid_in, N * C); /* later layers read the previous layer's output */
+        CARVE(c, s->attn_normed, N * C);
+        CARVE(c, s->qkv, N * QKV);
+        CARVE(c, s->q, N * HD);
+        CARVE(c, s->k, N * KVD);
+        CARVE(c, s->v, N * KVD);
+        CARVE(c, s->attn_out, N * HD);
+        CARVE(c, s->resid_mid, N * C);
+        CARVE(c, s->mlp_normed, N * C);
+        CARVE(c, s->gate_up, N * 2 * I);
+        CARVE(c, s->act, N * I);
+        CARVE(c, s->attn_rstd, N);
+        CARVE(c, s->mlp_rstd, N);
+        CARVE(c, s->lse, N * H);
+        if (cfg->qk_norm) {
+            CARVE(c, s->q_rstd, N * H);
+            CARVE(c, s->k_rstd, N * KVH);
+        }
+        bf16_t *out;
+        CARVE(c, out, N * C);
+        if (l + 1 < cfg->num_layers) m->saved[l + 1].resid_in = out;
+        else m->final_resid = out;
+    }
+    CARVE(c, m->final_normed, N * C);
+    CARVE(c, m->final_rstd, N);
+    CARVE(c, m->logits, N * V);
+    CARVE(c, m->losses, N);
+    CARVE(c, m->ce_lse, N);
+    CARVE(c, m->d_resid, N * C);
+    CARVE(c, m->d_resid16, N * C);
+    CARVE(c, m->d_normed, N * C);
+    CARVE(c, m->d_act, N * I);
+    CARVE(c, m->d_gate_up, N * 2 * I);
+    CARVE(c, m->d_attn_out, N * HD);
+    CARVE(c, m->dq, N * HD);
+    CARVE(c, m->dk, N * KVD);
+    CARVE(c, m->dv, N * KVD);
+    CARVE(c, m->d_qkv, N * QKV);
+    m->attn_workspace = carve(c, cuda_attention_workspace_bytes(m->max_B, m->max_T, (int)H, (int)KVH, (int)D));
+    CARVE(c, m->chunks, m->num_chunks);
+    CARVE(c, m->norm_partial, NORM_PARTIALS);
+}
+
+/* ---- registry ------------------------------------------------------------ */
+
+static long offset_of(const Model *host, const char *fmt, int layer, int required) {
+    char name[128];
+    snprintf(name, sizeof name, fmt, layer);
+    const ParamInfo *p = model_find_param(host, name);
+    if (!p && required) mt_die(MT_EXIT_FAILURE, "CUDA model: parameter %s is missing from the registry", name);
+    return p ? (long)p->offset : -1;
+}
+
+static void find_offsets(CudaModel *m, const Model *host) {
+    const ModelConfig *cfg = &m->cfg;
+    for (int l = 0; l < cfg->num_layers; l++) {
+        LayerOffsets *o = &m->layers[l];
+        o->attn_norm = offset_of(host, "layers.%d.attn_norm.weight", l, 1);
+        o->q = offset_of(host, "layers.%d.attn.q_proj.weight", l, 1);
+        o->k = offset_of(host, "layers.%d.attn.k_proj.weight", l, 1);
+        o->v = offset_of(host, "layers.%d.attn.v_proj.weight", l, 1);
+        o->q_bias = offset_of(host, "layers.%d.attn.q_proj.bias", l, cfg->attention_bias);
+        o->k_bias = offset_of(host, "layers.%d.attn.k_proj.bias", l, cfg->attention_bias);
+        o->v_bias = offset_of(host, "layers.%d.attn.v_proj.bias", l, cfg->attention_bias);
+        o->q_norm = offset_of(host, "layers.%d.attn.q_norm.weight", l, cfg->qk_norm);
+        o->k_norm = offset_of(host, "layers.%d.attn.k_norm.weight", l, cfg->qk_norm);
+        o->o = offset_of(host, "layers.%d.attn.o_proj.weight", l, 1);
+        o->mlp_norm = offset_of(host, "layers.%d.mlp_norm.weight", l, 1);
+        o->gate = offset_of(host, "layers.%d.mlp.gate_proj.weight", l, 1);
+        o->up = offset_of(host, "layers.%d.mlp.up_proj.weight", l, 1);
+        o->down = offset_of(host, "layers.%d.mlp.down_proj.weight", l, 1);
+        const long C = cfg->hidden_size, I = cfg->intermediate_size;
+        const long HD = (long)cfg->num_attention_heads * cfg->head_dim;
+        const long KVD = (long)cfg->num_key_value_heads * cfg->head_dim;
+        if (o->up != o->gate + I * C)
+            mt_die(MT_EXIT_FAILURE, "CUDA model: layer %d: gate_proj and up_proj are not adjacent", l);
+        const int fused = o->k == o->q + HD * C && o->v == o->k + KVD * C && o->q_bias < 0;
+        if (l == 0) m->qkv_fused = fused;
+        else if (fused != m->qkv_fused) mt_die(MT_EXIT_FAILURE, "CUDA model: layers differ in q/k/v layout");
+    }
+    m->embed = offset_of(host, "embed.weight", 0, 1);
+    m->final_norm = offset_of(host, "final_norm.weight", 0, 1);
+    m->lm_head = cfg->tie_word_embeddings ? m->embed : offset_of(host, "lm_head.weight", 0, 1);
+}
+
+/* AdamW chunks: every parameter cut into runs of at most MT_ADAMW_CHUNK floats. */
+static CudaAdamWChunk *build_chunks(const Model *host, int *count) {
+    int n = 0;
+    for (int i = 0; i < host->num_params; i++) n += (int)((host->param_info[i].numel + MT_ADAMW_CHUNK - 1) / MT_ADAMW_CHUNK);
+    CudaAdamWChunk *chunks = mt_malloc((size_t)n * sizeof *chunks);
+    int k = 0;
+    for (int i = 0; i < host->num_params; i++) {
+        const ParamInfo *p = &host->param_info[i];
+        for (long start = 0; start < p->numel; start += MT_ADAMW_CHUNK) {
+            long len = p->numel - start < MT_ADAMW_CHUNK ? p->numel - start : MT_ADAMW_CHUNK;
+            chunks[k++] = (CudaAdamWChunk){.offset = p->offset + (size_t)start, .length = (unsigned)len,
+                                           .decay = !p->no_decay};
+        }
+    }
+    *count = n;
+    return chunks;
+}
+
+/* ---- creation ------------------------------------------------------------ */
+
+CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T, char *err, size_t errlen) {
+    CudaModel *m = mt_calloc(1, sizeof *m);
+    m->cfg = host->cfg;
+    m->info = host->param_info;
+    m->num_params = host->num_params;
+    m->num_floats = host->num_floats;
+    m->max_B = max_B;
+    m->max_T = max_T;
+    if (m->cfg.head_dim > 128 || m->cfg.head_dim % 16 != 0) {
+        mt_set_error(err, errlen, "model.head_dim: %d is not supported on CUDA (a multiple of 16, at most 128)",
+                     m->cfg.head_dim);
+        free(m);
+        return NULL;
+    }
+    if (cuda_context_create(&m->ctx, device, err, errlen) != 0) {
+        free(m);
+        return NULL;
+    }
+    struct cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+    snprintf(m->device_name, sizeof m->device_name, "%s (sm_%d%d, %d SMs)", prop.name, prop.major, prop.minor,
+             prop.multiProcessorCount);
+
+    m->layers = mt_calloc((size_t)m->cfg.num_layers, sizeof *m->layers);
+    m->saved = mt_calloc((size_t)m->cfg.num_layers, sizeof *m->saved);
+    find_offsets(m, host);
+    CudaAdamWChunk *chunks = build_chunks(host, &m->num_chunks);
+
+    Carver counter = {NULL, 0};
+    layout(m, &counter);
+    m->arena_bytes = counter.used;
+    cudaError_t status = cudaMalloc(&m->arena, m->arena_bytes);
+    if (status != cudaSuccess) {
+        size_t free_bytes = 0, total = 0;
+        cudaMemGetInfo(&free_bytes, &total);
+        mt_set_error(err, errlen,
+                     "CUDA device %d: cannot allocate %.2f GiB for the model (weights, grads, AdamW states and "
+                     "activations for micro-batches of %d x %d); %.2f GiB free of %.2f: lower "
+                     "train.micro_batch_size or train.seq_len",
+                     device, m->arena_bytes / 1073741824.0, max_B, max_T, free_bytes / 1073741824.0,
+                     total / 1073741824.0);
+        free(chunks);
+        cuda_model_free(m);
+        return NULL;
+    }
+    Carver carver = {m->arena, 0};
+    layout(m, &carver);
+    CUDA_CHECK(cudaMemsetAsync(m->arena, 0, m->arena_bytes, m->ctx.stream));
+
+    const int half = m->cfg.head_dim / 2;
+    float *cos_table = mt_malloc((size_t)max_T * half * sizeof(float));
+    float *sin_table = mt_malloc((size_t)max_T * half * sizeof(float));
+    rope_tables_init(cos_table, sin_table, max_T, m->cfg.head_dim, m->cfg.rope_theta, &m->cfg.rope_scaling);
+    CUDA_CHECK(cudaMemcpy(m->rope_cos, cos_table, (size_t)max_T * half * sizeof(float), cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(m->rope_sin, sin_table, (size_t)max_T * half * sizeof(float), cudaMemcpyHostToDevice));
+    free(cos_table);
+    free(sin_table);
+    CUDA_CHECK(cudaMemcpy(m->chunks, chunks, (size_t)m->num_chunks * sizeof *chunks, cudaMemcpyHostToDevice));
+    free(chunks);
+    m->host_targets = mt_malloc((size_t)max_B * max_T * sizeof(int32_t));
+    m->host_losses = mt_malloc((size_t)max_B * max_T * sizeof(float));
+    m->host_norm_partial = mt_malloc(NORM_PARTIALS * sizeof(double));
+    cuda_model_upload(m, host->params, NULL, NULL);
+    cuda_model_peak_bytes(m);
+    return m;
+}
+
+void cuda_model_free(CudaModel *m) {
+    if (!m) return;
+    if (m->arena) {
+        cudaStreamSynchronize(m->ctx.stream);
+        cudaFree(m->arena);
+    }
+    cuda_gemm_cache_clear();
+    cuda_context_destroy(&m->ctx);
+    free(m->layers);
+    free(m->saved);
+    free(m->host_targets);
+    free(m->host_losses);
+    free(m->host_norm_partial);
+    free(m);
+}
+
+/* ---- host <-> device ----------------------------------------------------- */
+
+void cuda_model_upload(CudaModel *m, const float *params, const float *exp_avg, const float *exp_avg_sq) {
+    const size_t bytes = (size_t)m->num_floats * sizeof(float);
+    if (params) {
+        CUDA_CHECK(cudaMemcpy(m->params, params, bytes, cudaMemcpyHostToDevice));
+        CUDA_CHECK(cuda_cast_fp32_to_bf16(m->params16, m->params, (size_t)m->num_floats, m->ctx.stream));
+    }
+    if (exp_avg) CUDA_CHECK(cudaMemcpy(m->exp_avg, exp_avg, bytes, cudaMemcpyHostToDevice));
+    if (exp_avg_sq) CUDA_CHECK(cudaMemcpy(m->exp_avg_sq, exp_avg_sq, bytes, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
+}
+
+void cuda_model_download(CudaModel *m, float *params, float *exp_avg, float *exp_avg_sq) {
+    const size_t bytes = (size_t)m->num_floats * sizeof(float);
+    CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
+    if (params) CUDA_CHECK(cudaMemcpy(params, m->params, bytes, cudaMemcpyDeviceToHost));
+    if (exp_avg) CUDA_CHECK(cudaMemcpy(exp_avg, m->exp_avg, bytes, cudaMemcpyDeviceToHost));
+    if (exp_avg_sq) CUDA_CHECK(cudaMemcpy(exp_avg_sq, m->exp_avg_sq, bytes, cudaMemcpyDeviceToHost));
+}
+
+void cuda_model_download_grads(CudaModel *m, float *grads) {
+    CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
+    CUDA_CHECK(cudaMemcpy(grads, m->grads, (size_t)m->num_floats * sizeof(float), cudaMemcpyDeviceToHost));
+}
+
+void cuda_model_upload_grads(CudaModel *m, const float *grads) {
+    CUDA_CHECK(cudaMemcpy(m->grads, grads, (size_t)m->num_floats * sizeof(float), cudaMemcpyHostToDevice));
+}
+
+void cuda_model_download_logits(CudaModel *m, float *logits) {
+    const size_t n = (size_t)m->B * m->T * m->cfg.vocab_size;
+    bf16_t *raw = mt_malloc(n * sizeof *raw);
+    CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
+    CUDA_CHECK(cudaMemcpy(raw, m->logits, n * sizeof *raw, cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < n; i++) {
+        uint32_t bits = (uint32_t)raw[i] << 16;
+        memcpy(&logits[i], &bits, sizeof bits);
+    }
+    free(raw);
+}
+
+/* ---- forward ------------------------------------------------------------- */
+
+static bf16_t *w16(CudaModel *m, long offset) { return offset < 0 ? NULL : m->params16 + offset; }
+static float *g32(CudaModel *m, long offset) { return offset < 0 ? NULL : m->grads + offset; }
+
+static void layer_forward(CudaModel *m, int l, bf16_t *out, int B, int T) {
+    const ModelConfig *c = &m->cfg;
+    const LayerOffsets *o = &m->layers[l];
+    LayerSaved *s = &m->saved[l];
+    CudaContext *ctx = &m->ctx;
+    cudaStream_t st = ctx->stream;
+    const int N = B * T, C = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
+    const int H = c->num_attention_heads, KVH = c->num_key_value_heads, HD = H * D, KVD = KVH * D;
+    const int QKV = HD + 2 * KVD;
+    const float eps = (float)c->rms_norm_eps;
+
+    CUDA_CHECK(cuda_rmsnorm_forward(s->attn_normed, s->attn_rstd, s->resid_in, w16(m, o->attn_norm), N, C, eps, st));
+    if (m->qkv_fused) {
+        cuda_gemm_forward(ctx, s->qkv, QKV, s->attn_normed, w16(m, o->q), NULL, NULL, N, C, QKV);
+    } else {
+        cuda_gemm_forward(ctx, s->qkv, QKV, s->attn_normed, w16(m, o->q), w16(m, o->q_bias), NULL, N, C, HD);
+        cuda_gemm_forward(ctx, s->qkv + HD, QKV, s->attn_normed, w16(m, o->k), w16(m, o->k_bias), NULL, N, C, KVD);
+        cuda_gemm_forward(ctx, s->qkv + HD + KVD, QKV, s->attn_normed, w16(m, o->v), w16(m, o->v_bias), NULL, N, C,
+                          KVD);
+    }
+    CUDA_CHECK(cuda_qkv_rope_forward(s->q, s->k, s->v, s->q_rstd, s->k_rstd, s->qkv, w16(m, o->q_norm),
+                                     w16(m, o->k_norm), m->rope_cos, m->rope_sin, N, T, H, KVH, D, eps, st));
+    CUDA_CHECK(cuda_attention_forward(s->attn_out, s->lse, s->q, s->k, s->v, B, T, H, KVH, D, st));
+    cuda_gemm_forward(ctx, s->resid_mid, C, s->attn_out, w16(m, o->o), NULL, s->resid_in, N, HD, C);
+
+    CUDA_CHECK(cuda_rmsnorm_forward(s->mlp_normed, s->mlp_rstd, s->resid_mid, w16(m, o->mlp_norm), N, C, eps, st));
+    cuda_gemm_forward(ctx, s->gate_up, 2 * I, s->mlp_normed, w16(m, o->gate), NULL, NULL, N, C, 2 * I);
+    CUDA_CHECK(cuda_swiglu_forward(s->act, s->gate_up, N, I, st));
+    cuda_gemm_forward(ctx, out, C, s->act, w16(m, o->down), NULL, s->resid_mid, N, I, C);
+}
+
+float cuda_model_forward(CudaModel *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
+    const ModelConfig *c = &m->cfg;
+    if (B <= 0 || T <= 0 || B > m->max_B || T > m->max_T)
+        mt_die(MT_EXIT_FAILURE, "cuda_model_forward: micro-batch %d x %d does not fit the buffers (%d x %d)", B, T,
+               m->max_B, m->max_T);
+    const int N = B * T, C = c->hidden_size, V = c->vocab_size;
+    for (int i = 0; i < N; i++)
+        if (inputs[i] < 0 || inputs[i] >= V || (targets && targets[i] >= V))
+            mt_die(MT_EXIT_USAGE, "model_forward: token %d at position %d is outside the vocabulary [0, %d)",
+                   inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], i, V);
+    cudaStream_t st = m->ctx.stream;
+    m->B = B;
+    m->T = T;
+    CUDA_CHECK(cudaMemcpyAsync(m->inputs, inputs, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+    CUDA_CHECK(cuda_embedding_forward(m->saved[0].resid_in, m->inputs, w16(m, m->embed), N, C, st));
+    for (int l = 0; l < c->num_layers; l++)
+        layer_forward(m, l, l + 1 < c->num_layers ? m->saved[l + 1].resid_in : m->final_resid, B, T);
+    CUDA_CHECK(cuda_rmsnorm_forward(m->final_normed, m->final_rstd, m->final_resid, w16(m, m->final_norm), N, C,
+                                    (float)c->rms_norm_eps, st));
+    cuda_gemm_forward(&m->ctx, m->logits, V, m->final_normed, w16(m, m->lm_head), NULL, NULL, N, C, V);
+    if (!targets) {
+        m->backward_ready = 0;
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        return 0.0f;
+    }
+    memcpy(m->host_targets, targets, (size_t)N * sizeof(int32_t));
+    CUDA_CHECK(cudaMemcpyAsync(m->targets, m->host_targets, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+    CUDA_CHECK(cuda_cross_entropy_forward(m->losses, m->ce_lse, m->logits, m->targets, N, V, st));
+    CUDA_CHECK(cudaMemcpyAsync(m->host_losses, m->losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    double sum = 0.0;
+    long count = 0;
+    for (int i = 0; i < N; i++)
+        if (targets[i] >= 0) {
+            sum += m->host_losses[i];
+            count++;
+        }
+    m->num_targets = count;
+    m->backward_ready = 1;
+    return count > 0 ? (float)(sum / (double)count) : 0.0f;
+}
+
+/* ---- backward ------------------------------------------------------------ */
+
+/* On entry d_resid / d_resid16 hold dL/d(layer output); on exit dL/d(layer input). */
+static void layer_backward(CudaModel *m, int l, int B, int T) {
+    const ModelConfig *c = &m->cfg;
+    const LayerOffsets *o = &m->layers[l];
+    const LayerSaved *s = &m->saved[l];
+    CudaContext *ctx = &m->ctx;
+    cudaStream_t st = ctx->stream;
+    const int N = B * T, C = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
+    const int H = c->num_attention_heads, KVH = c->num_key_value_heads, HD = H * D, KVD = KVH * D;
+    const int QKV = HD + 2 * KVD;
+
+    /* MLP half: out = resid_mid + act @ Wdown^T */
+    cuda_gemm_backward_input(ctx, m->d_act, m->d_resid16, C, w16(m, o->down), N, I, C, 0);
+    cuda_gemm_backward_weight(ctx, g32(m, o->down), m->d_resid16, C, s->act, N, I, C);
+    CUDA_CHECK(cuda_swiglu_backward(m->d_gate_up, m->d_act, s->gate_up, N, I, st));
+    cuda_gemm_backward_input(ctx, m->d_normed, m->d_gate_up, 2 * I, w16(m, o->gate), N, C, 2 * I, 0);
+    cuda_gemm_backward_weight(ctx, g32(m, o->gate), m->d_gate_up, 2 * I, s->mlp_normed, N, C, 2 * I);
+    CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, o->mlp_norm), m->d_normed, s->resid_mid,
+                                     w16(m, o->mlp_norm), s->mlp_rstd, N, C, st));
+
+    /* attention half: resid_mid = resid_in + attn_out @ Wo^T */
+    cuda_gemm_backward_input(ctx, m->d_attn_out, m->d_resid16, C, w16(m, o->o), N, HD, C, 0);
+    cuda_gemm_backward_weight(ctx, g32(m, o->o), m->d_resid16, C, s->attn_out, N, HD, C);
+    CUDA_CHECK(cuda_attention_backward(m->dq, m->dk, m->dv, m->d_attn_out, s->attn_out, s->lse, s->q, s->k, s->v, B, T,
+                                       H, KVH, D, m->attn_workspace, st));
+    CUDA_CHECK(cuda_qkv_rope_backward(m->d_qkv, g32(m, o->q_norm), g32(m, o->k_norm), m->dq, m->dk, m->dv, s->qkv,
+                                      w16(m, o->q_norm), w16(m, o->k_norm), s->q_rstd, s->k_rstd, m->rope_cos,
+                                      m->rope_sin, N, T, H, KVH, D, st));
+    if (m->qkv_fused) {
+        cuda_gemm_backward_input(ctx, m->d_normed, m->d_qkv, QKV, w16(m, o->q), N, C, QKV, 0);
+        cuda_gemm_backward_weight(ctx, g32(m, o->q), m->d_qkv, QKV, s->attn_normed, N, C, QKV);
+    } else {
+        const long w_off[3] = {o->q, o->k, o->v}, b_off[3] = {o->q_bias, o->k_bias, o->v_bias};
+        const int col[3] = {0, HD, HD + KVD}, width[3] = {HD, KVD, KVD};
+        for (int i = 0; i < 3; i++) {
+            cuda_gemm_backward_input(ctx, m->d_normed, m->d_qkv + col[i], QKV, w16(m, w_off[i]), N, C, width[i], i > 0);
+            cuda_gemm_backward_weight(ctx, g32(m, w_off[i]), m->d_qkv + col[i], QKV, s->attn_normed, N, C, width[i]);
+            if (b_off[i] >= 0)
+                CUDA_CHECK(cuda_column_sum_accumulate(g32(m, b_off[i]), m->d_qkv + col[i], N, width[i], QKV, st));
+        }
+    }
+    CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, o->attn_norm), m->d_normed, s->resid_in,
+                                     w16(m, o->attn_norm), s->attn_rstd, N, C, st));
+}
+
+void cuda_model_backward(CudaModel *m, float loss_scale) {
+    if (!m->backward_ready)
+        mt_die(MT_EXIT_FAILURE, "cuda_model_backward: needs a forward with targets first (one backward per forward)");
+    m->backward_ready = 0;
+    const ModelConfig *c = &m->cfg;
+    CudaContext *ctx = &m->ctx;
+    cudaStream_t st = ctx->stream;
+    const int B = m->B, T = m->T, N = B * T, C = c->hidden_size, V = c->vocab_size;
+    const float dloss = m->num_targets > 0 ? (float)((double)loss_scale / (double)m->num_targets) : 0.0f;
+
+    CUDA_CHECK(cuda_cross_entropy_backward(m->logits, m->ce_lse, m->targets, dloss, N, V, st));
+    cuda_gemm_backward_input(ctx, m->d_normed, m->logits, V, w16(m, m->lm_head), N, C, V, 0);
+    cuda_gemm_backward_weight(ctx, g32(m, m->lm_head), m->logits, V, m->final_normed, N, C, V);
+    CUDA_CHECK(cudaMemsetAsync(m->d_resid, 0, (size_t)N * C * sizeof(float), st));
+    CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, m->final_norm), m->d_normed, m->final_resid,
+                                     w16(m, m->final_norm), m->final_rstd, N, C, st));
+    for (int l = c->num_layers - 1; l >= 0; l--) layer_backward(m, l, B, T);
+    CUDA_CHECK(cuda_embedding_backward(g32(m, m->embed), m->d_resid, m->inputs, N, C, st));
+}
+
+void cuda_model_zero_grad(CudaModel *m) {
+    CUDA_CHECK(cudaMemsetAsync(m->grads, 0, (size_t)m->num_floats * sizeof(float), m->ctx.stream));
+}
+
+/* ---- optimizer ----------------------------------------------------------- */
+
+double cuda_model_grad_norm(CudaModel *m) {
+    cudaStream_t st = m->ctx.stream;
+    CUDA_CHECK(cuda_sum_squares(m->norm_partial, NORM_PARTIALS, m->grads, (size_t)m->num_floats, st));
+    CUDA_CHECK(cudaMemcpyAsync(m->host_norm_partial, m->norm_partial, NORM_PARTIALS * sizeof(double),
+                               cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    double total = 0.0;
+    for (int i = 0; i < NORM_PARTIALS; i++) total += m->host_norm_partial[i];
+    return sqrt(total);
+}
+
+void cuda_model_adamw(CudaModel *m, const CudaAdamWStep *step) {
+    CudaAdamWArgs args = {
+        .lr = (float)step->lr,
+        .beta1 = (float)step->beta1,
+        .beta2 = (float)step->beta2,
+        .eps = (float)step->eps,
+        .weight_decay = (float)step->weight_decay,
+        .grad_scale = (float)step->grad_scale,
+    };
+    cuda_adamw_set_step(&args, step->step);
+    CUDA_CHECK(cuda_adamw_step_chunks(m->params, m->grads, m->exp_avg, m->exp_avg_sq, m->params16, m->chunks,
+                                      m->num_chunks, &args, m->ctx.stream));
+}
+
+/* ---- memory -------------------------------------------------------------- */
+
+size_t cuda_model_bytes(const CudaModel *m) { return m->arena_bytes; }
+
+size_t cuda_model_peak_bytes(CudaModel *m) {
+    size_t free_bytes = 0, total = 0;
+    if (cudaMemGetInfo(&free_bytes, &total) == cudaSuccess && total - free_bytes > m->peak_used)
+        m->peak_used = total - free_bytes;
+    return m->peak_used;
+}
+
+const char *cuda_model_device_name(const CudaModel *m) { return m->device_name; }

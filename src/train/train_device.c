@@ -1,0 +1,94 @@
+/* train_device.c: the run's GPU model (see train_device.h); the CUDA half is
+ * compiled only with MT_CUDA (make CUDA=1). */
+#include "train_device.h"
+
+#include <stdlib.h>
+
+#include "../core/error.h"
+
+#ifdef MT_CUDA
+#include "../backend/cuda/cuda_model.h"
+
+bool train_device_built(void) { return true; }
+
+int train_device_attach(TrainContext *ctx, char *err, size_t errlen) {
+    const TrainConfig *train = &ctx->recipe->train;
+    /* One GPU per process; with several ranks on a machine, rank r takes GPU r (NCCL data parallel is to come). */
+    ctx->cuda = cuda_model_create(ctx->model, 0, train->micro_batch_size, train->seq_len, err, errlen);
+    if (!ctx->cuda) return -1;
+    cuda_model_upload(ctx->cuda, NULL, ctx->optimizer.m, ctx->optimizer.v);
+    mt_log("device: %s, %.2f GiB allocated for weights, gradients, AdamW states and activations",
+           cuda_model_device_name(ctx->cuda), (double)cuda_model_bytes(ctx->cuda) / 1073741824.0);
+    return 0;
+}
+
+void train_device_detach(TrainContext *ctx) {
+    cuda_model_free(ctx->cuda);
+    ctx->cuda = NULL;
+}
+
+double train_device_forward_backward(TrainContext *ctx, float loss_scale) {
+    const TrainConfig *train = &ctx->recipe->train;
+    double loss = cuda_model_forward(ctx->cuda, ctx->inputs, ctx->targets, train->micro_batch_size, train->seq_len);
+    cuda_model_backward(ctx->cuda, loss_scale);
+    return loss;
+}
+
+double train_device_forward(TrainContext *ctx) {
+    const TrainConfig *train = &ctx->recipe->train;
+    return cuda_model_forward(ctx->cuda, ctx->inputs, ctx->targets, train->micro_batch_size, train->seq_len);
+}
+
+void train_device_zero_grad(TrainContext *ctx) { cuda_model_zero_grad(ctx->cuda); }
+
+double train_device_grad_norm(TrainContext *ctx) { return cuda_model_grad_norm(ctx->cuda); }
+
+void train_device_adamw(TrainContext *ctx, double lr, double grad_scale) {
+    const OptimizerConfig *opt = &ctx->recipe->optimizer;
+    ctx->optimizer.step++;
+    CudaAdamWStep step = {.lr = lr,
+                          .beta1 = opt->beta1,
+                          .beta2 = opt->beta2,
+                          .eps = opt->eps,
+                          .weight_decay = opt->weight_decay,
+                          .grad_scale = grad_scale,
+                          .step = ctx->optimizer.step};
+    cuda_model_adamw(ctx->cuda, &step);
+}
+
+void train_device_sync_to_host(TrainContext *ctx) {
+    cuda_model_download(ctx->cuda, ctx->model->params, ctx->optimizer.m, ctx->optimizer.v);
+}
+
+void train_device_sync_grads_to_host(TrainContext *ctx) { cuda_model_download_grads(ctx->cuda, ctx->model->grads); }
+
+double train_device_peak_bytes(TrainContext *ctx) { return (double)cuda_model_peak_bytes(ctx->cuda); }
+
+#else
+
+bool train_device_built(void) { return false; }
+
+int train_device_attach(TrainContext *ctx, char *err, size_t errlen) {
+    mt_set_error(err, errlen,
+                 "run.device: 'cuda' needs a build with the CUDA backend (make CUDA=1, then build/megatrain); "
+                 "this one is CPU only");
+    return -1;
+}
+
+__attribute__((noreturn)) static void unreachable(const char *what) {
+    mt_die(MT_EXIT_FAILURE, "%s: this build has no CUDA backend", what);
+}
+
+void train_device_detach(TrainContext *ctx) { ctx->cuda = NULL; }
+double train_device_forward_backward(TrainContext *ctx, float loss_scale) {
+    unreachable(__func__);
+}
+double train_device_forward(TrainContext *ctx) { unreachable(__func__); }
+void train_device_zero_grad(TrainContext *ctx) { unreachable(__func__); }
+double train_device_grad_norm(TrainContext *ctx) { unreachable(__func__); }
+void train_device_adamw(TrainContext *ctx, double lr, double grad_scale) { unreachable(__func__); }
+void train_device_sync_to_host(TrainContext *ctx) { unreachable(__func__); }
+void train_device_sync_grads_to_host(TrainContext *ctx) { unreachable(__func__); }
+double train_device_peak_bytes(TrainContext *ctx) { return 0.0; }
+
+#endif

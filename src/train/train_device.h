@@ -1,0 +1,40 @@
+/* train_device.h: the GPU side of a run (run.device: cuda). The host Model
+ * keeps the registry and the weights for checkpoints; a CudaModel on the GPU
+ * holds the fp32 master weights, gradients, AdamW states and activations and
+ * does every step. Weights and optimizer states come back to the host before
+ * a checkpoint is written, and go to the GPU after one is loaded.
+ * In a build without CUDA (make without CUDA=1) attaching fails with a
+ * message that says how to get one; nothing else is reachable then. */
+#ifndef MT_TRAIN_TRAIN_DEVICE_H
+#define MT_TRAIN_TRAIN_DEVICE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "train_context.h"
+
+/* Whether this binary was built with the CUDA backend. */
+bool train_device_built(void);
+
+/* Create the GPU model from ctx->model (weights) and ctx->optimizer (moments),
+ * sized for the recipe's micro-batch. 0, or -1 with err set. */
+int train_device_attach(TrainContext *ctx, char *err, size_t errlen);
+void train_device_detach(TrainContext *ctx);
+
+/* Forward and backward of the micro-batch in ctx->inputs / ctx->targets;
+ * returns its mean loss. Gradients accumulate. */
+double train_device_forward_backward(TrainContext *ctx, float loss_scale);
+/* Forward only (evaluation); returns the mean loss. */
+double train_device_forward(TrainContext *ctx);
+void train_device_zero_grad(TrainContext *ctx);
+double train_device_grad_norm(TrainContext *ctx);
+/* One AdamW update (ctx->optimizer.step advances, as on the CPU). */
+void train_device_adamw(TrainContext *ctx, double lr, double grad_scale);
+/* Weights and AdamW moments from the GPU into ctx->model / ctx->optimizer. */
+void train_device_sync_to_host(TrainContext *ctx);
+/* Gradients from the GPU into ctx->model->grads (to name a non-finite one). */
+void train_device_sync_grads_to_host(TrainContext *ctx);
+/* Peak device memory of the process so far, in bytes. */
+double train_device_peak_bytes(TrainContext *ctx);
+
+#endif

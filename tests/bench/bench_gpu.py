@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""bench_gpu.py: megatrain's CUDA backend against PyTorch on the same GPU, in one run.
+
+For each shape (Llama 3.2 1B at seq 2048 and 4096, Qwen3 1.7B at seq 4096):
+megatrain trains the configs/ architecture with one micro-batch per step
+(global batch = micro batch, as the PyTorch peer does) on byte-level data, and
+is stopped after --steps steps (the end-of-run checkpoint is not part of the
+measurement); tokens/s is the mean over the steps after --warmup. Then
+tests/bench/bench_torch_gpu.py trains the same shape in eager mode and with
+torch.compile. MFU = TFLOP/s / the bf16 matmul peak measured in the same run
+(8192^3 torch.matmul). FLOPs per token: megatrain's count (6N + attention,
+src/model/model_flops.c), used by both sides.
+
+Usage: python3 tests/bench/bench_gpu.py [--megatrain build/cuda/megatrain] [--steps 20] [--warmup 5]
+         [--only NAME] [--no-torch] [--out DIR]
+Prints a Markdown table last; DIR gets results.json and the logs.
+"""
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+SHAPES = [  # name, config, torch args, seq_len, micro_batch
+    ("llama3.2-1b-s2048", "configs/llama3.2-1b.yaml",
+     "--family llama --layers 16 --hidden 2048 --intermediate 8192 --heads 32 --kv-heads 8 --head-dim 64 "
+     "--vocab 128256 --tie --rope-theta 500000", 2048, 4),
+    ("llama3.2-1b-s4096", "configs/llama3.2-1b.yaml",
+     "--family llama --layers 16 --hidden 2048 --intermediate 8192 --heads 32 --kv-heads 8 --head-dim 64 "
+     "--vocab 128256 --tie --rope-theta 500000", 4096, 2),
+    ("qwen3-1.7b-s4096", "configs/qwen3-1.7b.yaml",
+     "--family qwen3 --layers 28 --hidden 2048 --intermediate 6144 --heads 16 --kv-heads 8 --head-dim 128 "
+     "--vocab 151936 --tie --rope-theta 1000000", 4096, 2),
+]
+
+
+def make_data(megatrain, prefix):
+    """About 4M byte tokens of pseudo-words (the content does not matter for speed)."""
+    if os.path.exists(prefix + ".bin"):
+        return
+    rng = random.Random(0)
+    words = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rng.randint(2, 9))) for _ in range(5000)]
+    text = prefix + ".txt"
+    with open(text, "w") as f:
+        for _ in range(4000):
+            f.write(" ".join(rng.choice(words) for _ in range(180)) + "\n")
+    subprocess.run([megatrain, "data", "build", "--input", text, "--output", prefix], check=True,
+                   stdout=subprocess.DEVNULL)
+
+
+def run_megatrain(a, name, config, seq, mbs, data, out):
+    run_dir = os.path.join(out, "run-" + name)
+    subprocess.run(["rm", "-rf", run_dir])
+    cmd = [a.megatrain, "run", os.path.join(REPO, "recipes/bench/gpu.yaml"), "--set", f"model={config}",
+           "--set", f"run.dir={run_dir}", "--set", f"train.seq_len={seq}", "--set", f"train.micro_batch_size={mbs}",
+           "--set", f"train.global_batch_size={mbs}", "--set", f"train.steps={a.steps + 1000}",
+           "--set", f"data.train=[{{path: {data}, weight: 1.0}}]"]
+    log = open(os.path.join(out, name + ".megatrain.log"), "w")
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    steps_seen = 0
+    for line in proc.stdout:
+        log.write(line)
+        if line.startswith("step "):
+            steps_seen += 1
+            if steps_seen >= a.steps:
+                break
+    proc.kill()
+    proc.wait()
+    log.close()
+    rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl")) if l.strip()]
+    timed = [r for r in rows if r["step"] > a.warmup]
+    if not timed:
+        return {"impl": "megatrain", "error": "no steps (see %s.megatrain.log)" % name}
+    tps = sum(r["tokens_per_s"] for r in timed) / len(timed)
+    return {"impl": "megatrain", "tokens_per_s": tps, "tflops": sum(r["tflops"] for r in timed) / len(timed),
+            "peak_mem_gib": timed[-1].get("peak_mem_gib"), "loss": timed[-1]["loss"], "steps": len(timed)}
+
+
+def run_torch(a, torch_args, seq, mbs, mode, out, name):
+    cmd = [sys.executable, os.path.join(HERE, "bench_torch_gpu.py")] + torch_args.split() + [
+        "--seq-len", str(seq), "--micro-batch", str(mbs), "--steps", str(a.steps - a.warmup),
+        "--warmup", str(a.warmup), "--mode", mode, "--json"]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    with open(os.path.join(out, f"{name}.torch-{mode}.log"), "w") as f:
+        f.write(res.stdout + res.stderr)
+    lines = [l for l in res.stdout.splitlines() if l.startswith("{")]
+    return json.loads(lines[-1]) if lines else {"impl": "torch-" + mode, "error": res.stderr[-300:]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--megatrain", default=os.path.join(REPO, "build/cuda/megatrain"))
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--only", default="")
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--out", default=os.path.join(REPO, "runs/bench-gpu"))
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    data = os.path.join(a.out, "words")
+    make_data(a.megatrain, data)
+    peak = json.loads(subprocess.run([sys.executable, os.path.join(HERE, "bench_torch_gpu.py"), "--peak", "--json"],
+                                     capture_output=True, text=True, check=True).stdout.splitlines()[-1])
+    results = {"peak": peak, "rows": []}
+    for name, config, torch_args, seq, mbs in SHAPES:
+        if a.only and a.only not in name:
+            continue
+        row = {"name": name, "seq_len": seq, "micro_batch": mbs, "impls": []}
+        t0 = time.time()
+        row["impls"].append(run_megatrain(a, name, config, seq, mbs, data, a.out))
+        print(f"{name}: megatrain {row['impls'][-1]} ({time.time() - t0:.0f}s)", flush=True)
+        if not a.no_torch:
+            for mode in ("eager", "compile"):
+                t0 = time.time()
+                row["impls"].append(run_torch(a, torch_args, seq, mbs, mode, a.out, name))
+                print(f"{name}: torch {mode} {row['impls'][-1]} ({time.time() - t0:.0f}s)", flush=True)
+        results["rows"].append(row)
+    with open(os.path.join(a.out, "results.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    print(f"\nGPU: {peak['device']}, bf16 matmul peak {peak['tflops']} TFLOP/s (torch {peak['torch']})\n")
+    print("| shape | seq | mbs | impl | tokens/s | TFLOP/s | MFU | peak mem GiB | vs megatrain |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in results["rows"]:
+        ours = row["impls"][0].get("tokens_per_s")
+        for r in row["impls"]:
+            if "error" in r:
+                print(f"| {row['name']} | {row['seq_len']} | {row['micro_batch']} | {r['impl']} | {r['error'][:40]} | | | | |")
+                continue
+            mfu = 100.0 * r["tflops"] / peak["tflops"]
+            rel = f"{ours / r['tokens_per_s']:.2f}x" if ours and r["impl"] != "megatrain" else ""
+            mem = r.get("peak_mem_gib")
+            print(f"| {row['name']} | {row['seq_len']} | {row['micro_batch']} | {r['impl']} | {r['tokens_per_s']:.0f} | "
+                  f"{r['tflops']:.1f} | {mfu:.1f}% | {mem if mem is None else round(mem, 1)} | {rel} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# run_gpu_tests.sh: the GPU tests (`make test-gpu`): the programs built in
+# build/cuda/gpu-tests, then tests/gpu/test_*.sh with build/cuda/megatrain.
+# Ends with one "N passed, N failed, N skipped" line, like tests/run_tests.sh.
+set -u
+cd "$(dirname "$0")/../.."
+export MEGATRAIN="$PWD/build/cuda/megatrain"
+passed=0; failed=0; skipped=0
+for t in build/cuda/gpu-tests/test_* tests/gpu/test_*.sh; do
+  [[ -e "$t" ]] || continue
+  name=$(basename "$t")
+  echo "== $name"
+  start=$SECONDS
+  if [[ "$t" == *.sh ]]; then bash "$t"; else "$t"; fi
+  rc=$?
+  if [[ $rc -eq 0 ]]; then passed=$((passed + 1)); echo "PASS  $name $((SECONDS - start))s"
+  elif [[ $rc -eq 77 ]]; then skipped=$((skipped + 1)); echo "SKIP  $name"
+  else failed=$((failed + 1)); echo "FAIL  $name (exit $rc)"; fi
+done
+echo
+echo "$passed passed, $failed failed, $skipped skipped"
+[[ $failed -eq 0 && $passed -gt 0 ]]

@@ -1,0 +1,341 @@
+/* test_cuda_ops.c: every CUDA op against the CPU reference (backend/backend.h)
+ * on random inputs rounded to bf16, so both sides see the same values; the
+ * GPU computes in bf16 with fp32 accumulation (limits: gpu_test_util.h).
+ * Run by `make test-gpu`; needs a GPU. Ends with "N passed, N failed". */
+#include "backend/backend.h"
+#include "backend/cuda/cuda_context.h"
+#include "backend/cuda/cuda_gemm.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "gpu_test_util.h"
+
+static int passed, failed;
+static CudaContext ctx;
+
+static void check(const char *what, double err, double limit) {
+    if (report(what, err, limit)) passed++;
+    else failed++;
+}
+
+static void test_gemm(Rng *rng, int N, int IC, int OC, int with_bias) {
+    printf("gemm N=%d IC=%d OC=%d%s\n", N, IC, OC, with_bias ? " bias" : "");
+    float *inp = rand_bf16_values(rng, (long)N * IC, 1.0), *w = rand_bf16_values(rng, (long)OC * IC, 0.1);
+    float *bias = rand_bf16_values(rng, OC, 1.0), *resid = rand_bf16_values(rng, (long)N * OC, 1.0);
+    float *dout = rand_bf16_values(rng, (long)N * OC, 1.0), *dinp0 = rand_bf16_values(rng, (long)N * IC, 1.0);
+    float *dw0 = rand_bf16_values(rng, (long)OC * IC, 1.0);
+    /* CPU: out = inp @ w^T + bias + resid; dinp = dinp0 + dout @ w; dw = dw0 + dout^T @ inp */
+    float *out = calloc((size_t)N * OC, sizeof(float));
+    cpu_backend.matmul_forward(out, inp, w, with_bias ? bias : NULL, N, IC, OC);
+    for (long i = 0; i < (long)N * OC; i++) out[i] += resid[i];
+    float *dinp = malloc((size_t)N * IC * sizeof(float)), *dw = malloc((size_t)OC * IC * sizeof(float));
+    memcpy(dinp, dinp0, (size_t)N * IC * sizeof(float));
+    memcpy(dw, dw0, (size_t)OC * IC * sizeof(float));
+    cpu_backend.matmul_backward(dinp, dw, NULL, dout, inp, w, N, IC, OC);
+
+    uint16_t *d_inp = dev_bf16(inp, (long)N * IC), *d_w = dev_bf16(w, (long)OC * IC), *d_bias = dev_bf16(bias, OC);
+    uint16_t *d_out = dev_bf16(resid, (long)N * OC), *d_dout = dev_bf16(dout, (long)N * OC);
+    uint16_t *d_dinp = dev_bf16(dinp0, (long)N * IC);
+    float *d_dw = dev_f32(dw0, (long)OC * IC);
+    cuda_gemm_forward(&ctx, d_out, OC, d_inp, d_w, with_bias ? d_bias : NULL, d_out, N, IC, OC);
+    cuda_gemm_backward_input(&ctx, d_dinp, d_dout, OC, d_w, N, IC, OC, 1);
+    cuda_gemm_backward_weight(&ctx, d_dw, d_dout, OC, d_inp, N, IC, OC);
+    float *g_out = host_from_bf16(d_out, (long)N * OC), *g_dinp = host_from_bf16(d_dinp, (long)N * IC);
+    float *g_dw = host_from_f32(d_dw, (long)OC * IC);
+    check("forward (+bias +residual, in place)", rel_max(g_out, out, (long)N * OC), 1e-2);
+    check("backward input (accumulate)", rel_max(g_dinp, dinp, (long)N * IC), 1e-2);
+    check("backward weight (fp32 accumulate)", rel_max(g_dw, dw, (long)OC * IC), 1e-4);
+    cudaFree(d_inp); cudaFree(d_w); cudaFree(d_bias); cudaFree(d_out); cudaFree(d_dout); cudaFree(d_dinp); cudaFree(d_dw);
+    free(inp); free(w); free(bias); free(resid); free(dout); free(dinp0); free(dw0); free(out); free(dinp); free(dw);
+    free(g_out); free(g_dinp); free(g_dw);
+}
+
+static void test_rmsnorm(Rng *rng, int N, int C) {
+    printf("rmsnorm N=%d C=%d\n", N, C);
+    const float eps = 1e-5f;
+    float *x = rand_bf16_values(rng, (long)N * C, 2.0), *w = rand_bf16_values(rng, C, 1.0);
+    float *dy = rand_bf16_values(rng, (long)N * C, 1.0), *dx0 = rand_bf16_values(rng, (long)N * C, 1.0);
+    float *dw0 = rand_bf16_values(rng, C, 1.0);
+    float *y = malloc((size_t)N * C * sizeof(float)), *rstd = malloc((size_t)N * sizeof(float));
+    cpu_backend.rmsnorm_forward(y, rstd, x, w, N, C, eps);
+    float *dx = malloc((size_t)N * C * sizeof(float)), *dw = malloc((size_t)C * sizeof(float));
+    memcpy(dx, dx0, (size_t)N * C * sizeof(float));
+    memcpy(dw, dw0, (size_t)C * sizeof(float));
+    cpu_backend.rmsnorm_backward(dx, dw, dy, x, w, rstd, N, C);
+
+    uint16_t *d_x = dev_bf16(x, (long)N * C), *d_w = dev_bf16(w, C), *d_y = dev_bf16(x, (long)N * C);
+    uint16_t *d_dy = dev_bf16(dy, (long)N * C), *d_dx16 = dev_bf16(dx0, (long)N * C);
+    float *d_rstd = dev_f32(NULL, N), *d_dx = dev_f32(dx0, (long)N * C), *d_dw = dev_f32(dw0, C);
+    CHECK_CUDA(cuda_rmsnorm_forward(d_y, d_rstd, d_x, d_w, N, C, eps, 0));
+    CHECK_CUDA(cuda_rmsnorm_backward(d_dx, d_dx16, d_dw, d_dy, d_x, d_w, d_rstd, N, C, 0));
+    float *g_y = host_from_bf16(d_y, (long)N * C), *g_rstd = host_from_f32(d_rstd, N);
+    float *g_dx = host_from_f32(d_dx, (long)N * C), *g_dx16 = host_from_bf16(d_dx16, (long)N * C);
+    float *g_dw = host_from_f32(d_dw, C);
+    check("forward", rel_max(g_y, y, (long)N * C), 8e-3);
+    check("rstd (fp32)", rel_max(g_rstd, rstd, N), 1e-5);
+    check("backward input (fp32, accumulate)", rel_max(g_dx, dx, (long)N * C), 1e-5);
+    check("backward input, bf16 mirror", rel_max(g_dx16, dx, (long)N * C), 8e-3);
+    check("backward weight", rel_max(g_dw, dw, C), 1e-5);
+    cudaFree(d_x); cudaFree(d_w); cudaFree(d_y); cudaFree(d_dy); cudaFree(d_dx16); cudaFree(d_rstd); cudaFree(d_dx); cudaFree(d_dw);
+    free(x); free(w); free(dy); free(dx0); free(dw0); free(y); free(rstd); free(dx); free(dw);
+    free(g_y); free(g_rstd); free(g_dx); free(g_dx16); free(g_dw);
+}
+
+/* qkv_rope against the CPU composition: per-head rmsnorm (qk_norm), rope; v copied. */
+static void test_qkv_rope(Rng *rng, int B, int T, int H, int KVH, int D, int qk_norm) {
+    printf("qkv_rope B=%d T=%d H=%d KVH=%d D=%d%s\n", B, T, H, KVH, D, qk_norm ? " qk_norm" : "");
+    const int N = B * T, HD = H * D, KVD = KVH * D, QKV = HD + 2 * KVD, half = D / 2;
+    const float eps = 1e-6f;
+    float *qkv = rand_bf16_values(rng, (long)N * QKV, 1.0), *qn = rand_bf16_values(rng, D, 1.0);
+    float *kn = rand_bf16_values(rng, D, 1.0);
+    float *dq = rand_bf16_values(rng, (long)N * HD, 1.0), *dk = rand_bf16_values(rng, (long)N * KVD, 1.0);
+    float *dv = rand_bf16_values(rng, (long)N * KVD, 1.0);
+    float *cos_t = malloc((size_t)T * half * sizeof(float)), *sin_t = malloc((size_t)T * half * sizeof(float));
+    rope_tables_init(cos_t, sin_t, T, D, 10000.0, NULL);
+    /* CPU reference */
+    float *q = malloc((size_t)N * HD * sizeof(float)), *k = malloc((size_t)N * KVD * sizeof(float));
+    float *v = malloc((size_t)N * KVD * sizeof(float));
+    float *qpre = malloc((size_t)N * HD * sizeof(float)), *kpre = malloc((size_t)N * KVD * sizeof(float));
+    float *qr = malloc((size_t)N * H * sizeof(float)), *kr = malloc((size_t)N * KVH * sizeof(float));
+    for (int n = 0; n < N; n++) {
+        memcpy(qpre + (size_t)n * HD, qkv + (size_t)n * QKV, (size_t)HD * sizeof(float));
+        memcpy(kpre + (size_t)n * KVD, qkv + (size_t)n * QKV + HD, (size_t)KVD * sizeof(float));
+        memcpy(v + (size_t)n * KVD, qkv + (size_t)n * QKV + HD + KVD, (size_t)KVD * sizeof(float));
+    }
+    if (qk_norm) {
+        cpu_backend.rmsnorm_forward(q, qr, qpre, qn, N * H, D, eps);
+        cpu_backend.rmsnorm_forward(k, kr, kpre, kn, N * KVH, D, eps);
+    } else {
+        memcpy(q, qpre, (size_t)N * HD * sizeof(float));
+        memcpy(k, kpre, (size_t)N * KVD * sizeof(float));
+    }
+    cpu_backend.rope_forward(q, q, cos_t, sin_t, B, T, H, D);
+    cpu_backend.rope_forward(k, k, cos_t, sin_t, B, T, KVH, D);
+    float *dq2 = calloc((size_t)N * HD, sizeof(float)), *dk2 = calloc((size_t)N * KVD, sizeof(float));
+    cpu_backend.rope_backward(dq2, dq, cos_t, sin_t, B, T, H, D);
+    cpu_backend.rope_backward(dk2, dk, cos_t, sin_t, B, T, KVH, D);
+    float *dqn = calloc(D, sizeof(float)), *dkn = calloc(D, sizeof(float));
+    float *dqp = dq2, *dkp = dk2;
+    if (qk_norm) {
+        dqp = calloc((size_t)N * HD, sizeof(float));
+        dkp = calloc((size_t)N * KVD, sizeof(float));
+        cpu_backend.rmsnorm_backward(dqp, dqn, dq2, qpre, qn, qr, N * H, D);
+        cpu_backend.rmsnorm_backward(dkp, dkn, dk2, kpre, kn, kr, N * KVH, D);
+    }
+    float *dqkv = malloc((size_t)N * QKV * sizeof(float));
+    for (int n = 0; n < N; n++) {
+        memcpy(dqkv + (size_t)n * QKV, dqp + (size_t)n * HD, (size_t)HD * sizeof(float));
+        memcpy(dqkv + (size_t)n * QKV + HD, dkp + (size_t)n * KVD, (size_t)KVD * sizeof(float));
+        memcpy(dqkv + (size_t)n * QKV + HD + KVD, dv + (size_t)n * KVD, (size_t)KVD * sizeof(float));
+    }
+    /* GPU */
+    uint16_t *d_qkv = dev_bf16(qkv, (long)N * QKV), *d_qn = dev_bf16(qn, D), *d_kn = dev_bf16(kn, D);
+    uint16_t *d_q = dev_bf16(q, (long)N * HD), *d_k = dev_bf16(k, (long)N * KVD), *d_v = dev_bf16(v, (long)N * KVD);
+    uint16_t *d_dq = dev_bf16(dq, (long)N * HD), *d_dk = dev_bf16(dk, (long)N * KVD), *d_dv = dev_bf16(dv, (long)N * KVD);
+    uint16_t *d_dqkv = dev_bf16(qkv, (long)N * QKV);
+    float *d_qr = dev_f32(NULL, (long)N * H), *d_kr = dev_f32(NULL, (long)N * KVH), *d_dqn = dev_f32(NULL, D);
+    float *d_dkn = dev_f32(NULL, D), *d_cos = dev_f32(cos_t, (long)T * half), *d_sin = dev_f32(sin_t, (long)T * half);
+    CHECK_CUDA(cuda_qkv_rope_forward(d_q, d_k, d_v, d_qr, d_kr, d_qkv, qk_norm ? d_qn : NULL, qk_norm ? d_kn : NULL,
+                                     d_cos, d_sin, N, T, H, KVH, D, eps, 0));
+    CHECK_CUDA(cuda_qkv_rope_backward(d_dqkv, qk_norm ? d_dqn : NULL, qk_norm ? d_dkn : NULL, d_dq, d_dk, d_dv, d_qkv,
+                                      qk_norm ? d_qn : NULL, qk_norm ? d_kn : NULL, d_qr, d_kr, d_cos, d_sin, N, T, H,
+                                      KVH, D, 0));
+    float *g_q = host_from_bf16(d_q, (long)N * HD), *g_k = host_from_bf16(d_k, (long)N * KVD);
+    float *g_v = host_from_bf16(d_v, (long)N * KVD), *g_dqkv = host_from_bf16(d_dqkv, (long)N * QKV);
+    check("forward q", rel_max(g_q, q, (long)N * HD), 8e-3);
+    check("forward k", rel_max(g_k, k, (long)N * KVD), 8e-3);
+    check("forward v (copy)", rel_max(g_v, v, (long)N * KVD), 0.0);
+    check("backward d_qkv", rel_max(g_dqkv, dqkv, (long)N * QKV), 8e-3);
+    if (qk_norm) {
+        float *g_dqn = host_from_f32(d_dqn, D), *g_dkn = host_from_f32(d_dkn, D);
+        check("backward q_norm weight", rel_max(g_dqn, dqn, D), 1e-4);
+        check("backward k_norm weight", rel_max(g_dkn, dkn, D), 1e-4);
+        free(g_dqn); free(g_dkn);
+        free(dqp); free(dkp);
+    }
+    cudaFree(d_qkv); cudaFree(d_qn); cudaFree(d_kn); cudaFree(d_q); cudaFree(d_k); cudaFree(d_v); cudaFree(d_dq);
+    cudaFree(d_dk); cudaFree(d_dv); cudaFree(d_dqkv); cudaFree(d_qr); cudaFree(d_kr); cudaFree(d_dqn); cudaFree(d_dkn);
+    cudaFree(d_cos); cudaFree(d_sin);
+    free(qkv); free(qn); free(kn); free(dq); free(dk); free(dv); free(cos_t); free(sin_t); free(q); free(k); free(v);
+    free(qpre); free(kpre); free(qr); free(kr); free(dq2); free(dk2); free(dqn); free(dkn); free(dqkv);
+    free(g_q); free(g_k); free(g_v); free(g_dqkv);
+}
+
+static void test_swiglu(Rng *rng, int N, int I) {
+    printf("swiglu N=%d I=%d\n", N, I);
+    float *gu = rand_bf16_values(rng, (long)N * 2 * I, 2.0), *da = rand_bf16_values(rng, (long)N * I, 1.0);
+    float *gate = malloc((size_t)N * I * sizeof(float)), *up = malloc((size_t)N * I * sizeof(float));
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < I; i++) {
+            gate[(size_t)n * I + i] = gu[(size_t)n * 2 * I + i];
+            up[(size_t)n * I + i] = gu[(size_t)n * 2 * I + I + i];
+        }
+    float *act = malloc((size_t)N * I * sizeof(float));
+    float *dg = calloc((size_t)N * I, sizeof(float)), *du = calloc((size_t)N * I, sizeof(float));
+    cpu_backend.swiglu_forward(act, gate, up, (long)N * I);
+    cpu_backend.swiglu_backward(dg, du, da, gate, up, (long)N * I);
+    float *dgu = malloc((size_t)N * 2 * I * sizeof(float));
+    for (int n = 0; n < N; n++)
+        for (int i = 0; i < I; i++) {
+            dgu[(size_t)n * 2 * I + i] = dg[(size_t)n * I + i];
+            dgu[(size_t)n * 2 * I + I + i] = du[(size_t)n * I + i];
+        }
+    uint16_t *d_gu = dev_bf16(gu, (long)N * 2 * I), *d_da = dev_bf16(da, (long)N * I), *d_act = dev_bf16(da, (long)N * I);
+    uint16_t *d_dgu = dev_bf16(gu, (long)N * 2 * I);
+    CHECK_CUDA(cuda_swiglu_forward(d_act, d_gu, N, I, 0));
+    CHECK_CUDA(cuda_swiglu_backward(d_dgu, d_da, d_gu, N, I, 0));
+    float *g_act = host_from_bf16(d_act, (long)N * I), *g_dgu = host_from_bf16(d_dgu, (long)N * 2 * I);
+    check("forward", rel_max(g_act, act, (long)N * I), 8e-3);
+    check("backward (gate | up)", rel_max(g_dgu, dgu, (long)N * 2 * I), 8e-3);
+    cudaFree(d_gu); cudaFree(d_da); cudaFree(d_act); cudaFree(d_dgu);
+    free(gu); free(da); free(gate); free(up); free(act); free(dg); free(du); free(dgu); free(g_act); free(g_dgu);
+}
+
+static void test_cross_entropy(Rng *rng, int N, int V) {
+    printf("cross_entropy N=%d V=%d\n", N, V);
+    float *logits = rand_bf16_values(rng, (long)N * V, 3.0);
+    int32_t *targets = malloc((size_t)N * sizeof(int32_t));
+    for (int n = 0; n < N; n++) targets[n] = n % 5 == 3 ? -1 : (int32_t)rng_below(rng, (uint64_t)V);
+    float *losses = malloc((size_t)N * sizeof(float)), *dl = malloc((size_t)N * V * sizeof(float));
+    cpu_backend.cross_entropy_forward(losses, logits, targets, N, V);
+    const float dloss = 0.37f;
+    cpu_backend.cross_entropy_backward(dl, logits, targets, dloss, N, V);
+    uint16_t *d_logits = dev_bf16(logits, (long)N * V);
+    int32_t *d_targets = dev_copy(targets, (size_t)N * sizeof(int32_t));
+    float *d_losses = dev_f32(NULL, N), *d_lse = dev_f32(NULL, N);
+    CHECK_CUDA(cuda_cross_entropy_forward(d_losses, d_lse, d_logits, d_targets, N, V, 0));
+    CHECK_CUDA(cuda_cross_entropy_backward(d_logits, d_lse, d_targets, dloss, N, V, 0));
+    float *g_losses = host_from_f32(d_losses, N), *g_dl = host_from_bf16(d_logits, (long)N * V);
+    check("forward losses (fp32 from bf16 logits)", rel_max(g_losses, losses, N), 1e-5);
+    check("backward in place", rel_max(g_dl, dl, (long)N * V), 8e-3);
+    cudaFree(d_logits); cudaFree(d_targets); cudaFree(d_losses); cudaFree(d_lse);
+    free(logits); free(targets); free(losses); free(dl); free(g_losses); free(g_dl);
+}
+
+static void test_attention(Rng *rng, int B, int T, int H, int KVH, int D) {
+    printf("attention B=%d T=%d H=%d KVH=%d D=%d\n", B, T, H, KVH, D);
+    const long nq = (long)B * T * H * D, nk = (long)B * T * KVH * D;
+    float *q = rand_bf16_values(rng, nq, 1.0), *k = rand_bf16_values(rng, nk, 1.0), *v = rand_bf16_values(rng, nk, 1.0);
+    float *dout = rand_bf16_values(rng, nq, 1.0);
+    float *out = malloc((size_t)nq * sizeof(float)), *probs = malloc((size_t)B * H * T * T * sizeof(float));
+    cpu_backend.attention_forward(out, probs, q, k, v, B, T, H, KVH, D);
+    float *dq = calloc((size_t)nq, sizeof(float)), *dk = calloc((size_t)nk, sizeof(float));
+    float *dv = calloc((size_t)nk, sizeof(float));
+    cpu_backend.attention_backward(dq, dk, dv, dout, probs, q, k, v, B, T, H, KVH, D);
+    uint16_t *d_q = dev_bf16(q, nq), *d_k = dev_bf16(k, nk), *d_v = dev_bf16(v, nk), *d_dout = dev_bf16(dout, nq);
+    uint16_t *d_out = dev_bf16(dout, nq), *d_dq = dev_bf16(dout, nq), *d_dk = dev_bf16(k, nk), *d_dv = dev_bf16(v, nk);
+    float *d_lse = dev_f32(NULL, (long)B * H * T);
+    void *ws;
+    CHECK_CUDA(cudaMalloc(&ws, cuda_attention_workspace_bytes(B, T, H, KVH, D)));
+    CHECK_CUDA(cuda_attention_forward(d_out, d_lse, d_q, d_k, d_v, B, T, H, KVH, D, 0));
+    CHECK_CUDA(cuda_attention_backward(d_dq, d_dk, d_dv, d_dout, d_out, d_lse, d_q, d_k, d_v, B, T, H, KVH, D, ws, 0));
+    float *g_out = host_from_bf16(d_out, nq), *g_dq = host_from_bf16(d_dq, nq), *g_dk = host_from_bf16(d_dk, nk);
+    float *g_dv = host_from_bf16(d_dv, nk);
+    check("forward", rel_max(g_out, out, nq), 1e-2);
+    check("backward dq", rel_l2(g_dq, dq, nq), 2e-2);
+    check("backward dk", rel_l2(g_dk, dk, nk), 2e-2);
+    check("backward dv", rel_l2(g_dv, dv, nk), 2e-2);
+    cudaFree(d_q); cudaFree(d_k); cudaFree(d_v); cudaFree(d_dout); cudaFree(d_out); cudaFree(d_dq); cudaFree(d_dk);
+    cudaFree(d_dv); cudaFree(d_lse); cudaFree(ws);
+    free(q); free(k); free(v); free(dout); free(out); free(probs); free(dq); free(dk); free(dv);
+    free(g_out); free(g_dq); free(g_dk); free(g_dv);
+}
+
+static void test_embedding(Rng *rng, int N, int V, int C) {
+    printf("embedding N=%d V=%d C=%d\n", N, V, C);
+    float *table = rand_bf16_values(rng, (long)V * C, 1.0), *dout = rand_bf16_values(rng, (long)N * C, 1.0);
+    float *dtable0 = rand_bf16_values(rng, (long)V * C, 1.0);
+    int32_t *tokens = malloc((size_t)N * sizeof(int32_t));
+    for (int n = 0; n < N; n++) tokens[n] = (int32_t)rng_below(rng, (uint64_t)(V / 2)); /* repeats */
+    float *out = malloc((size_t)N * C * sizeof(float)), *dtable = malloc((size_t)V * C * sizeof(float));
+    memcpy(dtable, dtable0, (size_t)V * C * sizeof(float));
+    cpu_backend.embedding_forward(out, tokens, table, N, C);
+    cpu_backend.embedding_backward(dtable, dout, tokens, N, C);
+    uint16_t *d_table = dev_bf16(table, (long)V * C), *d_out = dev_bf16(dout, (long)N * C);
+    float *d_dout = dev_f32(dout, (long)N * C), *d_dtable = dev_f32(dtable0, (long)V * C);
+    int32_t *d_tokens = dev_copy(tokens, (size_t)N * sizeof(int32_t));
+    CHECK_CUDA(cuda_embedding_forward(d_out, d_tokens, d_table, N, C, 0));
+    CHECK_CUDA(cuda_embedding_backward(d_dtable, d_dout, d_tokens, N, C, 0));
+    float *g_out = host_from_bf16(d_out, (long)N * C), *g_dtable = host_from_f32(d_dtable, (long)V * C);
+    check("forward (exact)", rel_max(g_out, out, (long)N * C), 0.0);
+    check("backward (fp32 atomics)", rel_max(g_dtable, dtable, (long)V * C), 1e-6);
+    cudaFree(d_table); cudaFree(d_out); cudaFree(d_dout); cudaFree(d_dtable); cudaFree(d_tokens);
+    free(table); free(dout); free(dtable0); free(tokens); free(out); free(dtable); free(g_out); free(g_dtable);
+}
+
+/* AdamW over chunks against the same formula in double (train/optimizer.c), one decayed and one not. */
+static void test_adamw(Rng *rng, long n) {
+    printf("adamw n=%ld (2 parameters, chunked)\n", n);
+    float *p = rand_bf16_values(rng, n, 1.0), *g = rand_bf16_values(rng, n, 0.1);
+    float *m = rand_bf16_values(rng, n, 0.01), *v = malloc((size_t)n * sizeof(float));
+    for (long i = 0; i < n; i++) v[i] = fabsf(g[i]) * 0.01f;
+    const long split = n / 3;
+    CudaAdamWArgs args = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 0.5f};
+    cuda_adamw_set_step(&args, 7);
+    float *rp = malloc((size_t)n * sizeof(float));
+    for (long i = 0; i < n; i++) {
+        double decay = i < split ? 1.0 : 1.0 - 1e-3 * 0.1, gi = g[i] * 0.5;
+        double mi = 0.9 * m[i] + 0.1 * gi, vi = 0.95 * v[i] + 0.05 * gi * gi;
+        double bc1 = 1.0 - pow(0.9, 7), bc2 = 1.0 - pow(0.95, 7);
+        rp[i] = (float)(p[i] * decay - 1e-3 * (mi / bc1) / (sqrt(vi / bc2) + 1e-8));
+    }
+    int nchunks = 0;
+    CudaAdamWChunk chunks[64];
+    for (long start = 0; start < split; start += MT_ADAMW_CHUNK)
+        chunks[nchunks++] = (CudaAdamWChunk){(size_t)start, (unsigned)(split - start < MT_ADAMW_CHUNK ? split - start : MT_ADAMW_CHUNK), 0};
+    for (long start = split; start < n; start += MT_ADAMW_CHUNK)
+        chunks[nchunks++] = (CudaAdamWChunk){(size_t)start, (unsigned)(n - start < MT_ADAMW_CHUNK ? n - start : MT_ADAMW_CHUNK), 1};
+    float *d_p = dev_f32(p, n), *d_g = dev_f32(g, n), *d_m = dev_f32(m, n), *d_v = dev_f32(v, n);
+    uint16_t *d_p16 = dev_bf16(p, n);
+    CudaAdamWChunk *d_chunks = dev_copy(chunks, (size_t)nchunks * sizeof *chunks);
+    CHECK_CUDA(cuda_adamw_step_chunks(d_p, d_g, d_m, d_v, d_p16, d_chunks, nchunks, &args, 0));
+    float *g_p = host_from_f32(d_p, n), *g_p16 = host_from_bf16(d_p16, n);
+    check("params (fp32)", rel_max(g_p, rp, n), 1e-6);
+    check("params bf16 copy", rel_max(g_p16, rp, n), 4e-3);
+    cudaFree(d_p); cudaFree(d_g); cudaFree(d_m); cudaFree(d_v); cudaFree(d_p16); cudaFree(d_chunks);
+    free(p); free(g); free(m); free(v); free(rp); free(g_p); free(g_p16);
+}
+
+static void test_sum_squares(Rng *rng, long n) {
+    printf("sum_squares n=%ld\n", n);
+    float *x = rand_bf16_values(rng, n, 1.0);
+    double ref = 0.0;
+    for (long i = 0; i < n; i++) ref += (double)x[i] * x[i];
+    float *d_x = dev_f32(x, n);
+    double *d_part, part[256], got = 0.0;
+    CHECK_CUDA(cudaMalloc((void **)&d_part, sizeof part));
+    CHECK_CUDA(cuda_sum_squares(d_part, 256, d_x, (size_t)n, 0));
+    CHECK_CUDA(cudaMemcpy(part, d_part, sizeof part, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 256; i++) got += part[i];
+    check("sum of squares", fabs(got - ref) / ref, 1e-6);
+    cudaFree(d_x); cudaFree(d_part); free(x);
+}
+
+int main(void) {
+    char err[512];
+    if (cuda_context_create(&ctx, 0, err, sizeof err) != 0) {
+        fprintf(stderr, "%s\n", err);
+        return 77;
+    }
+    Rng rng;
+    rng_seed(&rng, 42);
+    test_gemm(&rng, 37, 64, 48, 0);
+    test_gemm(&rng, 129, 256, 96, 1);
+    test_rmsnorm(&rng, 33, 96);
+    test_rmsnorm(&rng, 8, 2048);
+    test_qkv_rope(&rng, 2, 9, 4, 2, 32, 0);
+    test_qkv_rope(&rng, 2, 9, 4, 2, 128, 1);
+    test_qkv_rope(&rng, 1, 5, 2, 1, 16, 1);
+    test_swiglu(&rng, 17, 100);
+    test_cross_entropy(&rng, 23, 1000);
+    test_cross_entropy(&rng, 4, 151936);
+    test_attention(&rng, 2, 37, 4, 2, 16);
+    test_attention(&rng, 1, 130, 4, 1, 64);
+    test_attention(&rng, 1, 70, 2, 2, 128);
+    test_attention(&rng, 1, 300, 2, 1, 32);
+    test_embedding(&rng, 100, 64, 48);
+    test_adamw(&rng, 300000);
+    test_sum_squares(&rng, 1000003);
+    cuda_gemm_cache_clear();
+    cuda_context_destroy(&ctx);
+    printf("\n%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
