@@ -119,7 +119,7 @@ gpu-test-build:
 $(BUILD)/gpu-tests/%: tests/gpu/%.c $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	@echo "  TEST  $@"
-	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ $< $(LIB_OBJ) $(LDLIBS)
+	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ $< $(LIB_OBJ) $(LDLIBS) -lcmocka
 
 test-gpu: deps
 	@$(MAKE) --no-print-directory gpu-test-build

@@ -119,7 +119,19 @@ static void run_case(const char *name, ModelConfig cfg, int B, int T) {
                           .weight_decay = opt.weight_decay, .grad_scale = 0.5, .step = 1};
     cuda_model_adamw(gpu, &step);
     cuda_model_download(gpu, gpu_params, NULL, NULL);
-    check("params after one AdamW step (same grads)", rel_max(gpu_params, cpu->params, cpu->num_floats), 1e-6);
+    if (!report("params after one AdamW step (same grads)", rel_max(gpu_params, cpu->params, cpu->num_floats), 1e-6)) {
+        failed++;
+        long worst_i = 0;
+        for (long i = 0; i < cpu->num_floats; i++)
+            if (fabsf(gpu_params[i] - cpu->params[i]) > fabsf(gpu_params[worst_i] - cpu->params[worst_i])) worst_i = i;
+        const char *where = "?";
+        for (int i = 0; i < cpu->num_params; i++)
+            if ((long)cpu->param_info[i].offset <= worst_i) where = cpu->param_info[i].name;
+        printf("  worst at float %ld (%s): before %.9g grad %.9g cpu %.9g gpu %.9g\n", worst_i, where, before[worst_i],
+               cpu->grads[worst_i], cpu->params[worst_i], gpu_params[worst_i]);
+    } else {
+        passed++;
+    }
 
     adamw_free(&adam);
     cuda_model_free(gpu);
