@@ -1,11 +1,28 @@
 #!/usr/bin/env bash
-# test_cuda_build.sh: `make CUDA=1` compiles the kernels and links build/cuda/megatrain.
-# Nothing CUDA runs here; this only proves the CUDA path still builds (skip without nvcc).
+# test_cuda_build.sh: `make CUDA=1` compiles the kernels and links build/cuda/megatrain
+# and the GPU tests (tests/gpu, `make test-gpu`). Nothing CUDA runs here; this
+# only proves the CUDA path still builds (skip without nvcc). Without a GPU the
+# CUDA binary must refuse run.device: cuda with a clear error, not crash.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 [[ -x "$NVCC" ]] || { echo "skipped: nvcc not found"; exit 77; }
-make --no-print-directory -j2 CUDA=1 BUILD=build/cuda build/cuda/megatrain
+make --no-print-directory gpu-test-build
 test -x build/cuda/megatrain
+for t in test_cuda_ops test_cuda_model test_cuda_hf_parity; do test -x "build/cuda/gpu-tests/$t"; done
 grep -q ' T cuda_describe_devices' < <(nm build/cuda/megatrain) || { echo "CUDA host code not linked"; exit 1; }
 build/cuda/megatrain --version
+
+# No GPU here: a cuda run fails cleanly, naming the device, with exit status 1.
+if ! command -v nvidia-smi > /dev/null || ! nvidia-smi > /dev/null 2>&1; then
+  work=$(mktemp -d); trap 'rm -rf "$work"' EXIT
+  MEGATRAIN=build/cuda/megatrain bash scripts/demo_data.sh "$work/english" > /dev/null
+  set +e
+  build/cuda/megatrain run recipes/tiny/llama.yaml --set run.dir="$work/run" --set run.device=cuda \
+    --set precision=bf16 --set "data.train=[{path: $work/english, weight: 1.0}]" > "$work/out" 2> "$work/err"
+  rc=$?
+  set -e
+  cat "$work/err"
+  [[ $rc -eq 1 ]] || { echo "expected exit 1 without a GPU, got $rc"; exit 1; }
+  grep -q "CUDA device 0" "$work/err" || { echo "the error does not name the CUDA device"; exit 1; }
+fi
