@@ -101,7 +101,7 @@ help:
 	@echo "make test       install deps, build, run every CI test (unit + integration)"
 	@echo "make bench      run the CPU benchmark against PyTorch (needs torch)"
 	@echo "make test-gpu   build with CUDA=1 and run the GPU tests (needs a GPU; not part of CI)"
-	@echo "make bench-gpu  the GPU benchmark against PyTorch on the same GPU (tests/bench/bench_gpu.sh)"
+	@echo "make bench-gpu  the GPU benchmark against PyTorch on the same GPU (tests/bench/bench_gpu.py)"
 	@echo "make clean      remove build/"
 	@echo "V=1             show full compiler command lines"
 
@@ -124,3 +124,9 @@ $(BUILD)/gpu-tests/%: tests/gpu/%.c $(LIB_OBJ)
 test-gpu: deps
 	@$(MAKE) --no-print-directory gpu-test-build
 	@bash tests/gpu/run_gpu_tests.sh
+
+# The GPU benchmark against PyTorch on the same GPU (needs torch and transformers there).
+.PHONY: bench-gpu
+bench-gpu:
+	@$(MAKE) --no-print-directory CUDA=1 BUILD=$(GPU_BUILD) $(GPU_BUILD)/megatrain
+	python3 tests/bench/bench_gpu.py --megatrain $(GPU_BUILD)/megatrain

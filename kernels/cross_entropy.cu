@@ -32,13 +32,28 @@ __global__ void cross_entropy_forward_kernel(float *__restrict__ losses, float *
     }
     const bf16 *x = logits + row * V;
     float m = -INFINITY, s = 0.0f;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) {
-        const float v = __bfloat162float(x[i]);
-        if (v > m) {
-            s = s * __expf(m - v) + 1.0f;
-            m = v;
-        } else {
-            s += __expf(v - m);
+    if (V % 8 == 0) {  // 16-byte loads: every row starts 16-byte aligned
+        for (int i = threadIdx.x * 8; i < V; i += blockDim.x * 8) {
+            float v[8];
+            load8(x + i, v);
+            float vm = v[0];
+#pragma unroll
+            for (int e = 1; e < 8; e++) vm = fmaxf(vm, v[e]);
+            const float mm = fmaxf(m, vm);
+            s *= __expf(m - mm);
+#pragma unroll
+            for (int e = 0; e < 8; e++) s += __expf(v[e] - mm);
+            m = mm;
+        }
+    } else {
+        for (int i = threadIdx.x; i < V; i += blockDim.x) {
+            const float v = __bfloat162float(x[i]);
+            if (v > m) {
+                s = s * __expf(m - v) + 1.0f;
+                m = v;
+            } else {
+                s += __expf(v - m);
+            }
         }
     }
     for (int offset = 16; offset > 0; offset >>= 1)
@@ -64,6 +79,17 @@ __global__ void cross_entropy_backward_kernel(bf16 *__restrict__ logits, const f
     const int target = targets[row];
     bf16 *x = logits + row * V;
     const float l = lse[row];
+    if (V % 8 == 0) {
+        for (int i = threadIdx.x * 8; i < V; i += blockDim.x * 8) {
+            float v[8];
+            load8(x + i, v);
+#pragma unroll
+            for (int e = 0; e < 8; e++)
+                v[e] = target >= 0 ? (__expf(v[e] - l) - (i + e == target ? 1.0f : 0.0f)) * dloss : 0.0f;
+            store8(x + i, v);
+        }
+        return;
+    }
     for (int i = threadIdx.x; i < V; i += blockDim.x) {
         float g = 0.0f;
         if (target >= 0) g = (__expf(__bfloat162float(x[i]) - l) - (i == target ? 1.0f : 0.0f)) * dloss;

@@ -324,8 +324,10 @@ int main(void) {
     test_qkv_rope(&rng, 2, 9, 4, 2, 32, 0);
     test_qkv_rope(&rng, 2, 9, 4, 2, 128, 1);
     test_qkv_rope(&rng, 1, 5, 2, 1, 16, 1);
-    test_swiglu(&rng, 17, 100);
+    test_swiglu(&rng, 17, 100);   /* scalar path */
+    test_swiglu(&rng, 9, 256);    /* 8-wide path */
     test_cross_entropy(&rng, 23, 1000);
+    test_cross_entropy(&rng, 7, 1001); /* scalar path */
     test_cross_entropy(&rng, 4, 151936);
     test_attention(&rng, 2, 37, 4, 2, 16);
     test_attention(&rng, 1, 130, 4, 1, 64);

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../core/timer.h"
 #include "../backend.h"
 #include "cuda_check.h"
 #include "cuda_context.h"
@@ -30,6 +31,17 @@
 #include "cuda_kernels.h"
 
 typedef uint16_t bf16_t;
+
+/* MEGATRAIN_CUDA_PROFILE=1: every op is timed (the stream is synchronised
+ * around it, so the run is slower) and the totals per kind of op are printed
+ * when the model is freed. */
+typedef enum {
+    PROF_GEMM, PROF_ATTN_FWD, PROF_ATTN_BWD, PROF_NORM, PROF_ROPE, PROF_SWIGLU, PROF_LOSS, PROF_EMBED,
+    PROF_OPTIMIZER, PROF_COUNT
+} ProfKind;
+static const char *const prof_names[PROF_COUNT] = {
+    "matrix products (cuBLASLt)", "attention forward", "attention backward", "rmsnorm", "qk-norm + rope",
+    "swiglu", "cross entropy", "embedding", "grad norm + AdamW"};
 
 /* Offsets (in floats) of one layer's parameters in the flat layout; -1 when absent. */
 typedef struct LayerOffsets {
@@ -74,12 +86,43 @@ struct CudaModel {
     bf16_t *d_resid16, *d_normed, *d_act, *d_gate_up, *d_attn_out, *dq, *dk, *dv, *d_qkv;
     void *attn_workspace;
 
+    int prof_on;
+    double prof_t0, prof_s[PROF_COUNT];
+    long prof_calls[PROF_COUNT];
+
     CudaAdamWChunk *chunks;    /* device */
     int num_chunks;
     double *norm_partial, *host_norm_partial;
 };
 
 enum { NORM_PARTIALS = 1024 };
+
+#define PROF_BEGIN(m) prof_begin(m)
+#define PROF_END(m, kind) prof_end(m, kind)
+
+static void prof_begin(CudaModel *m) {
+    if (!m->prof_on) return;
+    CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
+    m->prof_t0 = mt_now();
+}
+
+static void prof_end(CudaModel *m, ProfKind kind) {
+    if (!m->prof_on) return;
+    CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
+    m->prof_s[kind] += mt_now() - m->prof_t0;
+    m->prof_calls[kind]++;
+}
+
+static void prof_report(const CudaModel *m) {
+    double total = 0.0;
+    for (int k = 0; k < PROF_COUNT; k++) total += m->prof_s[k];
+    if (!m->prof_on || total <= 0.0) return;
+    mt_log("CUDA profile (MEGATRAIN_CUDA_PROFILE): time in each kind of op, the stream synchronised around each");
+    for (int k = 0; k < PROF_COUNT; k++)
+        if (m->prof_calls[k])
+            mt_log("  %-28s %9.1f ms %5.1f%%  (%ld calls, %.3f ms each)", prof_names[k], m->prof_s[k] * 1e3,
+                   100.0 * m->prof_s[k] / total, m->prof_calls[k], m->prof_s[k] * 1e3 / m->prof_calls[k]);
+}
 
 /* ---- arena --------------------------------------------------------------- */
 
@@ -228,6 +271,8 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
     m->num_floats = host->num_floats;
     m->max_B = max_B;
     m->max_T = max_T;
+    const char *profile = getenv("MEGATRAIN_CUDA_PROFILE");
+    m->prof_on = profile && *profile && strcmp(profile, "0") != 0;
     if (m->cfg.head_dim > 128 || m->cfg.head_dim % 16 != 0) {
         mt_set_error(err, errlen, "model.head_dim: %d is not supported on CUDA (a multiple of 16, at most 128)",
                      m->cfg.head_dim);
@@ -289,6 +334,7 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
 
 void cuda_model_free(CudaModel *m) {
     if (!m) return;
+    prof_report(m);
     if (m->arena) {
         cudaStreamSynchronize(m->ctx.stream);
         cudaFree(m->arena);
@@ -361,24 +407,48 @@ static void layer_forward(CudaModel *m, int l, bf16_t *out, int B, int T) {
     const int QKV = HD + 2 * KVD;
     const float eps = (float)c->rms_norm_eps;
 
+    PROF_BEGIN(m);
     CUDA_CHECK(cuda_rmsnorm_forward(s->attn_normed, s->attn_rstd, s->resid_in, w16(m, o->attn_norm), N, C, eps, st));
+    PROF_END(m, PROF_NORM);
     if (m->qkv_fused) {
+        PROF_BEGIN(m);
         cuda_gemm_forward(ctx, s->qkv, QKV, s->attn_normed, w16(m, o->q), NULL, NULL, N, C, QKV);
+        PROF_END(m, PROF_GEMM);
     } else {
+        PROF_BEGIN(m);
         cuda_gemm_forward(ctx, s->qkv, QKV, s->attn_normed, w16(m, o->q), w16(m, o->q_bias), NULL, N, C, HD);
+        PROF_END(m, PROF_GEMM);
+        PROF_BEGIN(m);
         cuda_gemm_forward(ctx, s->qkv + HD, QKV, s->attn_normed, w16(m, o->k), w16(m, o->k_bias), NULL, N, C, KVD);
+        PROF_END(m, PROF_GEMM);
+        PROF_BEGIN(m);
         cuda_gemm_forward(ctx, s->qkv + HD + KVD, QKV, s->attn_normed, w16(m, o->v), w16(m, o->v_bias), NULL, N, C,
                           KVD);
+        PROF_END(m, PROF_GEMM);
     }
+    PROF_BEGIN(m);
     CUDA_CHECK(cuda_qkv_rope_forward(s->q, s->k, s->v, s->q_rstd, s->k_rstd, s->qkv, w16(m, o->q_norm),
                                      w16(m, o->k_norm), m->rope_cos, m->rope_sin, N, T, H, KVH, D, eps, st));
+    PROF_END(m, PROF_ROPE);
+    PROF_BEGIN(m);
     CUDA_CHECK(cuda_attention_forward(s->attn_out, s->lse, s->q, s->k, s->v, B, T, H, KVH, D, st));
+    PROF_END(m, PROF_ATTN_FWD);
+    PROF_BEGIN(m);
     cuda_gemm_forward(ctx, s->resid_mid, C, s->attn_out, w16(m, o->o), NULL, s->resid_in, N, HD, C);
+    PROF_END(m, PROF_GEMM);
 
+    PROF_BEGIN(m);
     CUDA_CHECK(cuda_rmsnorm_forward(s->mlp_normed, s->mlp_rstd, s->resid_mid, w16(m, o->mlp_norm), N, C, eps, st));
+    PROF_END(m, PROF_NORM);
+    PROF_BEGIN(m);
     cuda_gemm_forward(ctx, s->gate_up, 2 * I, s->mlp_normed, w16(m, o->gate), NULL, NULL, N, C, 2 * I);
+    PROF_END(m, PROF_GEMM);
+    PROF_BEGIN(m);
     CUDA_CHECK(cuda_swiglu_forward(s->act, s->gate_up, N, I, st));
+    PROF_END(m, PROF_SWIGLU);
+    PROF_BEGIN(m);
     cuda_gemm_forward(ctx, out, C, s->act, w16(m, o->down), NULL, s->resid_mid, N, I, C);
+    PROF_END(m, PROF_GEMM);
 }
 
 float cuda_model_forward(CudaModel *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
@@ -395,12 +465,18 @@ float cuda_model_forward(CudaModel *m, const int32_t *inputs, const int32_t *tar
     m->B = B;
     m->T = T;
     CUDA_CHECK(cudaMemcpyAsync(m->inputs, inputs, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+    PROF_BEGIN(m);
     CUDA_CHECK(cuda_embedding_forward(m->saved[0].resid_in, m->inputs, w16(m, m->embed), N, C, st));
+    PROF_END(m, PROF_EMBED);
     for (int l = 0; l < c->num_layers; l++)
         layer_forward(m, l, l + 1 < c->num_layers ? m->saved[l + 1].resid_in : m->final_resid, B, T);
+    PROF_BEGIN(m);
     CUDA_CHECK(cuda_rmsnorm_forward(m->final_normed, m->final_rstd, m->final_resid, w16(m, m->final_norm), N, C,
                                     (float)c->rms_norm_eps, st));
+    PROF_END(m, PROF_NORM);
+    PROF_BEGIN(m);
     cuda_gemm_forward(&m->ctx, m->logits, V, m->final_normed, w16(m, m->lm_head), NULL, NULL, N, C, V);
+    PROF_END(m, PROF_GEMM);
     if (!targets) {
         m->backward_ready = 0;
         CUDA_CHECK(cudaStreamSynchronize(st));
@@ -408,7 +484,9 @@ float cuda_model_forward(CudaModel *m, const int32_t *inputs, const int32_t *tar
     }
     memcpy(m->host_targets, targets, (size_t)N * sizeof(int32_t));
     CUDA_CHECK(cudaMemcpyAsync(m->targets, m->host_targets, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+    PROF_BEGIN(m);
     CUDA_CHECK(cuda_cross_entropy_forward(m->losses, m->ce_lse, m->logits, m->targets, N, V, st));
+    PROF_END(m, PROF_LOSS);
     CUDA_CHECK(cudaMemcpyAsync(m->host_losses, m->losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
     double sum = 0.0;
@@ -437,37 +515,70 @@ static void layer_backward(CudaModel *m, int l, int B, int T) {
     const int QKV = HD + 2 * KVD;
 
     /* MLP half: out = resid_mid + act @ Wdown^T */
+    PROF_BEGIN(m);
     cuda_gemm_backward_input(ctx, m->d_act, m->d_resid16, C, w16(m, o->down), N, I, C, 0);
+    PROF_END(m, PROF_GEMM);
+    PROF_BEGIN(m);
     cuda_gemm_backward_weight(ctx, g32(m, o->down), m->d_resid16, C, s->act, N, I, C);
+    PROF_END(m, PROF_GEMM);
+    PROF_BEGIN(m);
     CUDA_CHECK(cuda_swiglu_backward(m->d_gate_up, m->d_act, s->gate_up, N, I, st));
+    PROF_END(m, PROF_SWIGLU);
+    PROF_BEGIN(m);
     cuda_gemm_backward_input(ctx, m->d_normed, m->d_gate_up, 2 * I, w16(m, o->gate), N, C, 2 * I, 0);
+    PROF_END(m, PROF_GEMM);
+    PROF_BEGIN(m);
     cuda_gemm_backward_weight(ctx, g32(m, o->gate), m->d_gate_up, 2 * I, s->mlp_normed, N, C, 2 * I);
+    PROF_END(m, PROF_GEMM);
+    PROF_BEGIN(m);
     CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, o->mlp_norm), m->d_normed, s->resid_mid,
                                      w16(m, o->mlp_norm), s->mlp_rstd, N, C, st));
+    PROF_END(m, PROF_NORM);
 
     /* attention half: resid_mid = resid_in + attn_out @ Wo^T */
+    PROF_BEGIN(m);
     cuda_gemm_backward_input(ctx, m->d_attn_out, m->d_resid16, C, w16(m, o->o), N, HD, C, 0);
+    PROF_END(m, PROF_GEMM);
+    PROF_BEGIN(m);
     cuda_gemm_backward_weight(ctx, g32(m, o->o), m->d_resid16, C, s->attn_out, N, HD, C);
+    PROF_END(m, PROF_GEMM);
+    PROF_BEGIN(m);
     CUDA_CHECK(cuda_attention_backward(m->dq, m->dk, m->dv, m->d_attn_out, s->attn_out, s->lse, s->q, s->k, s->v, B, T,
                                        H, KVH, D, m->attn_workspace, st));
+    PROF_END(m, PROF_ATTN_BWD);
+    PROF_BEGIN(m);
     CUDA_CHECK(cuda_qkv_rope_backward(m->d_qkv, g32(m, o->q_norm), g32(m, o->k_norm), m->dq, m->dk, m->dv, s->qkv,
                                       w16(m, o->q_norm), w16(m, o->k_norm), s->q_rstd, s->k_rstd, m->rope_cos,
                                       m->rope_sin, N, T, H, KVH, D, st));
+    PROF_END(m, PROF_ROPE);
     if (m->qkv_fused) {
+        PROF_BEGIN(m);
         cuda_gemm_backward_input(ctx, m->d_normed, m->d_qkv, QKV, w16(m, o->q), N, C, QKV, 0);
+        PROF_END(m, PROF_GEMM);
+        PROF_BEGIN(m);
         cuda_gemm_backward_weight(ctx, g32(m, o->q), m->d_qkv, QKV, s->attn_normed, N, C, QKV);
+        PROF_END(m, PROF_GEMM);
     } else {
         const long w_off[3] = {o->q, o->k, o->v}, b_off[3] = {o->q_bias, o->k_bias, o->v_bias};
         const int col[3] = {0, HD, HD + KVD}, width[3] = {HD, KVD, KVD};
         for (int i = 0; i < 3; i++) {
+            PROF_BEGIN(m);
             cuda_gemm_backward_input(ctx, m->d_normed, m->d_qkv + col[i], QKV, w16(m, w_off[i]), N, C, width[i], i > 0);
+            PROF_END(m, PROF_GEMM);
+            PROF_BEGIN(m);
             cuda_gemm_backward_weight(ctx, g32(m, w_off[i]), m->d_qkv + col[i], QKV, s->attn_normed, N, C, width[i]);
-            if (b_off[i] >= 0)
+            PROF_END(m, PROF_GEMM);
+            if (b_off[i] >= 0) {
+                PROF_BEGIN(m);
                 CUDA_CHECK(cuda_column_sum_accumulate(g32(m, b_off[i]), m->d_qkv + col[i], N, width[i], QKV, st));
+                PROF_END(m, PROF_GEMM);
+            }
         }
     }
+    PROF_BEGIN(m);
     CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, o->attn_norm), m->d_normed, s->resid_in,
                                      w16(m, o->attn_norm), s->attn_rstd, N, C, st));
+    PROF_END(m, PROF_NORM);
 }
 
 void cuda_model_backward(CudaModel *m, float loss_scale) {
@@ -480,14 +591,24 @@ void cuda_model_backward(CudaModel *m, float loss_scale) {
     const int B = m->B, T = m->T, N = B * T, C = c->hidden_size, V = c->vocab_size;
     const float dloss = m->num_targets > 0 ? (float)((double)loss_scale / (double)m->num_targets) : 0.0f;
 
+    PROF_BEGIN(m);
     CUDA_CHECK(cuda_cross_entropy_backward(m->logits, m->ce_lse, m->targets, dloss, N, V, st));
+    PROF_END(m, PROF_LOSS);
+    PROF_BEGIN(m);
     cuda_gemm_backward_input(ctx, m->d_normed, m->logits, V, w16(m, m->lm_head), N, C, V, 0);
+    PROF_END(m, PROF_GEMM);
+    PROF_BEGIN(m);
     cuda_gemm_backward_weight(ctx, g32(m, m->lm_head), m->logits, V, m->final_normed, N, C, V);
+    PROF_END(m, PROF_GEMM);
     CUDA_CHECK(cudaMemsetAsync(m->d_resid, 0, (size_t)N * C * sizeof(float), st));
+    PROF_BEGIN(m);
     CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, m->final_norm), m->d_normed, m->final_resid,
                                      w16(m, m->final_norm), m->final_rstd, N, C, st));
+    PROF_END(m, PROF_NORM);
     for (int l = c->num_layers - 1; l >= 0; l--) layer_backward(m, l, B, T);
+    PROF_BEGIN(m);
     CUDA_CHECK(cuda_embedding_backward(g32(m, m->embed), m->d_resid, m->inputs, N, C, st));
+    PROF_END(m, PROF_EMBED);
 }
 
 void cuda_model_zero_grad(CudaModel *m) {
@@ -498,7 +619,9 @@ void cuda_model_zero_grad(CudaModel *m) {
 
 double cuda_model_grad_norm(CudaModel *m) {
     cudaStream_t st = m->ctx.stream;
+    PROF_BEGIN(m);
     CUDA_CHECK(cuda_sum_squares(m->norm_partial, NORM_PARTIALS, m->grads, (size_t)m->num_floats, st));
+    PROF_END(m, PROF_OPTIMIZER);
     CUDA_CHECK(cudaMemcpyAsync(m->host_norm_partial, m->norm_partial, NORM_PARTIALS * sizeof(double),
                                cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
@@ -517,8 +640,10 @@ void cuda_model_adamw(CudaModel *m, const CudaAdamWStep *step) {
         .grad_scale = (float)step->grad_scale,
     };
     cuda_adamw_set_step(&args, step->step);
+    PROF_BEGIN(m);
     CUDA_CHECK(cuda_adamw_step_chunks(m->params, m->grads, m->exp_avg, m->exp_avg_sq, m->params16, m->chunks,
                                       m->num_chunks, &args, m->ctx.stream));
+    PROF_END(m, PROF_OPTIMIZER);
 }
 
 /* ---- memory -------------------------------------------------------------- */
