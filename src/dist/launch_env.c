@@ -20,6 +20,11 @@ int launch_world_size(void) {
     return env_int(names, 1);
 }
 
+int launch_local_rank(void) {
+    static const char *const names[] = {"OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID", NULL};
+    return env_int(names, 0);
+}
+
 int launch_rank(void) {
     static const char *const names[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", NULL};
     return env_int(names, 0);

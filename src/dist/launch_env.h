@@ -9,5 +9,8 @@
 int launch_world_size(void);
 /* Rank from OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID; 0 when absent. */
 int launch_rank(void);
+/* Rank among the processes on this machine (OMPI_COMM_WORLD_LOCAL_RANK,
+ * MPI_LOCALRANKID or SLURM_LOCALID); 0 when absent. Picks the GPU. */
+int launch_local_rank(void);
 
 #endif

@@ -7,30 +7,55 @@
 #include "../core/error.h"
 
 #ifdef MT_CUDA
+#include <string.h>
+
+#include "../backend/cuda/cuda_device.h"
 #include "../backend/cuda/cuda_model.h"
+#include "../dist/comm.h"
+#include "../dist/comm_nccl.h"
+#include "../dist/launch_env.h"
+
+static NcclComm dp_nccl; /* the data-parallel group's NCCL communicator (one per process) */
 
 bool train_device_built(void) { return true; }
 
+/* Test hook: MEGATRAIN_NCCL_SINGLE_RANK=1 averages gradients through NCCL
+ * even on one rank (a group of one), so the overlapped path runs on a
+ * machine with a single GPU. */
+static bool nccl_wanted(const TrainContext *ctx) {
+    const char *single = getenv("MEGATRAIN_NCCL_SINGLE_RANK");
+    return ctx->layout.dp_size > 1 || (single && strcmp(single, "1") == 0);
+}
+
 int train_device_attach(TrainContext *ctx, char *err, size_t errlen) {
     const TrainConfig *train = &ctx->recipe->train;
-    /* One GPU per process; with several ranks on a machine, rank r takes GPU r (NCCL data parallel is to come). */
-    ctx->cuda = cuda_model_create(ctx->model, 0, train->micro_batch_size, train->seq_len, err, errlen);
+    /* One GPU per process: the rank's index on its machine picks it. */
+    const int count = cuda_device_count();
+    const int device = count > 0 ? launch_local_rank() % count : 0;
+    ctx->cuda = cuda_model_create(ctx->model, device, train->micro_batch_size, train->seq_len, err, errlen);
     if (!ctx->cuda) return -1;
     cuda_model_upload(ctx->cuda, NULL, ctx->optimizer.m, ctx->optimizer.v);
     mt_log("device: %s, %.2f GiB allocated for weights, gradients, AdamW states and activations",
            cuda_model_device_name(ctx->cuda), (double)cuda_model_bytes(ctx->cuda) / 1073741824.0);
+    if (nccl_wanted(ctx)) {
+        if (nccl_comm_create(&dp_nccl, comm_world(), err, errlen) != 0) return -1;
+        cuda_model_set_grad_sync(ctx->cuda, &dp_nccl);
+        mt_log("data parallel: %d GPU(s), gradients averaged with NCCL layer by layer during the backward",
+               dp_nccl.size);
+    }
     return 0;
 }
 
 void train_device_detach(TrainContext *ctx) {
     cuda_model_free(ctx->cuda);
     ctx->cuda = NULL;
+    nccl_comm_destroy(&dp_nccl);
 }
 
-double train_device_forward_backward(TrainContext *ctx, float loss_scale) {
+double train_device_forward_backward(TrainContext *ctx, float loss_scale, bool last_micro_batch) {
     const TrainConfig *train = &ctx->recipe->train;
     double loss = cuda_model_forward(ctx->cuda, ctx->inputs, ctx->targets, train->micro_batch_size, train->seq_len);
-    cuda_model_backward(ctx->cuda, loss_scale);
+    cuda_model_backward(ctx->cuda, loss_scale, last_micro_batch);
     return loss;
 }
 
@@ -80,7 +105,7 @@ __attribute__((noreturn)) static void unreachable(const char *what) {
 }
 
 void train_device_detach(TrainContext *ctx) { ctx->cuda = NULL; }
-double train_device_forward_backward(TrainContext *ctx, float loss_scale) {
+double train_device_forward_backward(TrainContext *ctx, float loss_scale, bool last_micro_batch) {
     unreachable(__func__);
 }
 double train_device_forward(TrainContext *ctx) { unreachable(__func__); }

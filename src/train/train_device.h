@@ -3,6 +3,8 @@
  * holds the fp32 master weights, gradients, AdamW states and activations and
  * does every step. Weights and optimizer states come back to the host before
  * a checkpoint is written, and go to the GPU after one is loaded.
+ * Data parallel over GPUs: one GPU per rank (its local rank picks it), the
+ * gradients averaged with NCCL (src/dist/comm_nccl.h).
  * In a build without CUDA (make without CUDA=1) attaching fails with a
  * message that says how to get one; nothing else is reachable then. */
 #ifndef MT_TRAIN_TRAIN_DEVICE_H
@@ -22,8 +24,10 @@ int train_device_attach(TrainContext *ctx, char *err, size_t errlen);
 void train_device_detach(TrainContext *ctx);
 
 /* Forward and backward of the micro-batch in ctx->inputs / ctx->targets;
- * returns its mean loss. Gradients accumulate. */
-double train_device_forward_backward(TrainContext *ctx, float loss_scale);
+ * returns its mean loss. Gradients accumulate; on the last micro-batch of a
+ * step they are averaged over the data-parallel GPUs (NCCL, overlapped with
+ * the backward) when there are several. */
+double train_device_forward_backward(TrainContext *ctx, float loss_scale, bool last_micro_batch);
 /* Forward only (evaluation); returns the mean loss. */
 double train_device_forward(TrainContext *ctx);
 void train_device_zero_grad(TrainContext *ctx);

@@ -45,12 +45,7 @@ static int check_supported(const Recipe *recipe, const TrainLayout *layout, char
                      dtype_name(recipe->precision));
         return MT_EXIT_USAGE;
     }
-    if (cuda && layout->dp_size > 1) {
-        mt_set_error(err, errlen,
-                     "run.device: cuda runs on one GPU for now (NCCL data parallel is not implemented yet); "
-                     "start it without mpirun");
-        return MT_EXIT_FAILURE;
-    }
+
     if (recipe->model.family == FAMILY_MIXTRAL || recipe->model.family == FAMILY_QWEN3_MOE) {
         mt_set_error(err, errlen, "model.family: '%s' (mixture of experts) is not supported by the trainer yet",
                      model_family_name(recipe->model.family));

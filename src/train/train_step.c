@@ -72,14 +72,15 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
         load_micro_batch(ctx, ctx->train_data, micro_batch_start(ctx, state->consumed_samples, micro));
         const float loss_scale = (float)(1.0 / (double)num_micro) * health_planted_nan_scale(state->step + 1);
         if (gpu) {
-            loss_sum += train_device_forward_backward(ctx, loss_scale);
+            loss_sum += train_device_forward_backward(ctx, loss_scale, micro + 1 == num_micro);
         } else {
             loss_sum += (double)model_forward(ctx->model, ctx->inputs, ctx->targets, B, T);
             model_backward(ctx->model, loss_scale);
         }
     }
     /* Data parallel: every rank ends with the mean over the whole global
-     * batch (the single-rank result) before the norm, clipping and AdamW. */
+     * batch (the single-rank result) before the norm, clipping and AdamW;
+     * on GPUs NCCL did it during the last backward. */
     if (!gpu) dp_average_grads(comm_world(), ctx->model->grads, ctx->model->num_floats);
     const double loss = dp_average_double(comm_world(), loss_sum / (double)num_micro);
     if (test_failure_due(ctx)) {

@@ -38,7 +38,7 @@ static void check_case(const char *name) {
     if (!(loss_err < GPU_LOSS_TOL)) fail_msg("%s: loss error %.3e >= %.0e", name, loss_err, GPU_LOSS_TOL);
 
     cuda_model_zero_grad(gpu);
-    cuda_model_backward(gpu, 1.0f);
+    cuda_model_backward(gpu, 1.0f, 0);
     float *grads = malloc((size_t)c.model->num_floats * sizeof(float));
     cuda_model_download_grads(gpu, grads);
     double worst = 0.0;

@@ -84,7 +84,7 @@ static void run_case(const char *name, ModelConfig cfg, int B, int T) {
     model_zero_grad(cpu);
     cuda_model_zero_grad(gpu);
     model_backward(cpu, 1.0f);
-    cuda_model_backward(gpu, 1.0f);
+    cuda_model_backward(gpu, 1.0f, 0);
     float *grads = malloc((size_t)cpu->num_floats * sizeof(float));
     cuda_model_download_grads(gpu, grads);
     double worst = 0.0;

@@ -4,7 +4,8 @@
 # curves agree within bf16 noise, not bit for bit. Checked: the first loss
 # (same weights, one forward) within 1%, the mean |difference| over all 300
 # steps below 0.05, the final losses within 0.1 and both below 2.5; the GPU
-# run's log shows TFLOP/s and memory; then a GPU checkpoint resumes on the GPU.
+# run's log shows TFLOP/s and memory; the NCCL gradient path on one rank
+# gives the same curve; then a GPU checkpoint resumes on the GPU.
 set -euo pipefail
 source "$(dirname "$0")/../integration/lib.sh"
 MEGATRAIN=${MEGATRAIN:-build/cuda/megatrain}
@@ -26,6 +27,17 @@ awk '
     printf "steps %d, first-loss difference %.2e, mean |difference| %.4f, final cpu %.4f gpu %.4f\n", n, first, mean, cpu, gpu
     exit !(n == 300 && first < 0.01 && mean < 0.05 && last < 0.1 && cpu < 2.5 && gpu < 2.5)
   }' "$WORK/pairs" || fail "the GPU loss curve does not track the CPU one"
+
+# The NCCL gradient averaging (layer by layer on a second stream during the
+# backward) on a group of one rank: the same curve as the plain GPU run
+# (averaging over one rank changes nothing; atomics make GPU runs differ in
+# the last bits, so within 0.01 on average, not bit for bit).
+MEGATRAIN_NCCL_SINGLE_RANK=1 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/nccl" \
+  --set run.device=cuda --set precision=bf16 "${common[@]}" > "$WORK/nccl.txt"
+grep -q "gradients averaged with NCCL" "$WORK/nccl.txt" || fail "the NCCL path was not taken"
+paste -d' ' <(json_field "$WORK/gpu/metrics.jsonl" loss) <(json_field "$WORK/nccl/metrics.jsonl" loss) |
+  awk '{ d = $2 - $1; if (d < 0) d = -d; sum += d; n++ } END { printf "nccl run: mean |difference| %.5f over %d steps\n", sum / n, n; exit !(n == 300 && sum / n < 0.01) }' ||
+  fail "the NCCL-averaged GPU run differs from the plain one"
 
 # A checkpoint written from the GPU resumes on the GPU to the same step count.
 "$MEGATRAIN" resume "$WORK/gpu" --set train.steps=320 > "$WORK/resume.txt"

@@ -29,6 +29,7 @@
 #include "cuda_context.h"
 #include "cuda_gemm.h"
 #include "cuda_kernels.h"
+#include "../../dist/comm_nccl.h"
 
 typedef uint16_t bf16_t;
 
@@ -85,6 +86,13 @@ struct CudaModel {
     float *d_resid;
     bf16_t *d_resid16, *d_normed, *d_act, *d_gate_up, *d_attn_out, *dq, *dk, *dv, *d_qkv;
     void *attn_workspace;
+
+    /* data-parallel gradient averaging (cuda_model_set_grad_sync) */
+    const NcclComm *grad_sync;
+    cudaStream_t comm_stream;
+    cudaEvent_t *layer_done;   /* num_layers + 1: one per layer, one for the rest */
+    cudaEvent_t comm_done;
+    long *layer_begin, *layer_end; /* each layer's [begin, end) in the flat layout */
 
     int prof_on;
     double prof_t0, prof_s[PROF_COUNT];
@@ -335,6 +343,14 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
 void cuda_model_free(CudaModel *m) {
     if (!m) return;
     prof_report(m);
+    if (m->layer_done) {
+        for (int l = 0; l <= m->cfg.num_layers; l++) cudaEventDestroy(m->layer_done[l]);
+        cudaEventDestroy(m->comm_done);
+        cudaStreamDestroy(m->comm_stream);
+        free(m->layer_done);
+        free(m->layer_begin);
+        free(m->layer_end);
+    }
     if (m->arena) {
         cudaStreamSynchronize(m->ctx.stream);
         cudaFree(m->arena);
@@ -581,7 +597,32 @@ static void layer_backward(CudaModel *m, int l, int B, int T) {
     PROF_END(m, PROF_NORM);
 }
 
-void cuda_model_backward(CudaModel *m, float loss_scale) {
+void cuda_model_set_grad_sync(CudaModel *m, const NcclComm *comm) {
+    const int L = m->cfg.num_layers;
+    m->grad_sync = comm;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&m->comm_stream, cudaStreamNonBlocking));
+    m->layer_done = mt_malloc((size_t)(L + 1) * sizeof *m->layer_done);
+    for (int l = 0; l <= L; l++) CUDA_CHECK(cudaEventCreateWithFlags(&m->layer_done[l], cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&m->comm_done, cudaEventDisableTiming));
+    /* A layer's parameters are contiguous in the registry: attn_norm first, down_proj last. */
+    m->layer_begin = mt_malloc((size_t)L * sizeof(long));
+    m->layer_end = mt_malloc((size_t)L * sizeof(long));
+    for (int l = 0; l < L; l++) {
+        m->layer_begin[l] = m->layers[l].attn_norm;
+        m->layer_end[l] = m->layers[l].down + (long)m->cfg.hidden_size * m->cfg.intermediate_size;
+        if (l > 0 && m->layer_begin[l] != m->layer_end[l - 1])
+            mt_die(MT_EXIT_FAILURE, "CUDA model: layer %d's parameters do not follow layer %d's", l, l - 1);
+    }
+}
+
+/* Average grads [begin, end) once the compute stream has reached `done`. */
+static void sync_range(CudaModel *m, cudaEvent_t done, long begin, long end) {
+    CUDA_CHECK(cudaEventRecord(done, m->ctx.stream));
+    CUDA_CHECK(cudaStreamWaitEvent(m->comm_stream, done, 0));
+    nccl_all_reduce_avg_float(m->grad_sync, m->grads + begin, (size_t)(end - begin), m->comm_stream);
+}
+
+void cuda_model_backward(CudaModel *m, float loss_scale, int sync_grads) {
     if (!m->backward_ready)
         mt_die(MT_EXIT_FAILURE, "cuda_model_backward: needs a forward with targets first (one backward per forward)");
     m->backward_ready = 0;
@@ -605,10 +646,24 @@ void cuda_model_backward(CudaModel *m, float loss_scale) {
     CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, m->final_norm), m->d_normed, m->final_resid,
                                      w16(m, m->final_norm), m->final_rstd, N, C, st));
     PROF_END(m, PROF_NORM);
-    for (int l = c->num_layers - 1; l >= 0; l--) layer_backward(m, l, B, T);
+    const int sync = sync_grads && m->grad_sync;
+    for (int l = c->num_layers - 1; l >= 0; l--) {
+        layer_backward(m, l, B, T);
+        if (sync) sync_range(m, m->layer_done[l], m->layer_begin[l], m->layer_end[l]);
+    }
     PROF_BEGIN(m);
     CUDA_CHECK(cuda_embedding_backward(g32(m, m->embed), m->d_resid, m->inputs, N, C, st));
     PROF_END(m, PROF_EMBED);
+    if (sync) { /* the parameters outside the layers: embedding (first), final norm and lm_head (last) */
+        const int L = c->num_layers;
+        CUDA_CHECK(cudaEventRecord(m->layer_done[L], st));
+        CUDA_CHECK(cudaStreamWaitEvent(m->comm_stream, m->layer_done[L], 0));
+        nccl_all_reduce_avg_float(m->grad_sync, m->grads, (size_t)m->layer_begin[0], m->comm_stream);
+        nccl_all_reduce_avg_float(m->grad_sync, m->grads + m->layer_end[L - 1],
+                                  (size_t)(m->num_floats - m->layer_end[L - 1]), m->comm_stream);
+        CUDA_CHECK(cudaEventRecord(m->comm_done, m->comm_stream));
+        CUDA_CHECK(cudaStreamWaitEvent(st, m->comm_done, 0));
+    }
 }
 
 void cuda_model_zero_grad(CudaModel *m) {

@@ -45,8 +45,16 @@ void cuda_model_upload_grads(CudaModel *model, const float *grads);
 float cuda_model_forward(CudaModel *model, const int32_t *inputs, const int32_t *targets, int B, int T);
 /* Logits (B*T, V) of the last forward, as fp32 on the host (tests, eval). */
 void cuda_model_download_logits(CudaModel *model, float *logits);
-/* grads += d(loss_scale * mean loss)/d params for the last forward. */
-void cuda_model_backward(CudaModel *model, float loss_scale);
+/* grads += d(loss_scale * mean loss)/d params for the last forward. With
+ * sync_grads (the last micro-batch of a step) and a grad sync set, every
+ * layer's gradients are averaged over the data-parallel group as soon as
+ * that layer's backward is done, on a second stream, while the backward of
+ * the layers below goes on; the rest (embedding, final norm, lm_head) after
+ * the last. The call returns with the averages ordered before later work. */
+void cuda_model_backward(CudaModel *model, float loss_scale, int sync_grads);
+/* Average gradients over `comm` (NCCL, one rank per GPU) in backward. */
+struct NcclComm;
+void cuda_model_set_grad_sync(CudaModel *model, const struct NcclComm *comm);
 void cuda_model_zero_grad(CudaModel *model);
 /* L2 norm of all gradients (fp32 squares, double partial sums). */
 double cuda_model_grad_norm(CudaModel *model);

@@ -1,0 +1,47 @@
+/* comm_nccl.c: NCCL communicators bootstrapped over the host Comm (see
+ * comm_nccl.h). The whole file is CUDA-only. */
+#ifdef MT_CUDA
+#include "comm_nccl.h"
+
+#include <nccl.h>
+#include <string.h>
+
+#include "../core/error.h"
+
+int nccl_comm_create(NcclComm *out, const Comm *group, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    ncclUniqueId id;
+    if (group->rank == 0) {
+        ncclResult_t r = ncclGetUniqueId(&id);
+        if (r != ncclSuccess) {
+            mt_set_error(err, errlen, "NCCL: ncclGetUniqueId failed: %s", ncclGetErrorString(r));
+            return -1;
+        }
+    }
+    comm_broadcast(group, &id, sizeof id, COMM_BYTE, 0);
+    ncclComm_t comm;
+    ncclResult_t r = ncclCommInitRank(&comm, group->size, id, group->rank);
+    if (r != ncclSuccess) {
+        mt_set_error(err, errlen, "NCCL: rank %d of %d: ncclCommInitRank failed: %s (one GPU per rank?)",
+                     group->rank, group->size, ncclGetErrorString(r));
+        return -1;
+    }
+    out->handle = comm;
+    out->rank = group->rank;
+    out->size = group->size;
+    return 0;
+}
+
+void nccl_comm_destroy(NcclComm *comm) {
+    if (comm && comm->handle) ncclCommDestroy((ncclComm_t)comm->handle);
+    if (comm) comm->handle = NULL;
+}
+
+void nccl_all_reduce_avg_float(const NcclComm *comm, float *buf, size_t count, cudaStream_t stream) {
+    if (count == 0) return;
+    ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat32, ncclAvg, (ncclComm_t)comm->handle, stream);
+    if (r != ncclSuccess)
+        mt_die(MT_EXIT_FAILURE, "NCCL: rank %d: ncclAllReduce of %zu floats failed: %s", comm->rank, count,
+               ncclGetErrorString(r));
+}
+#endif

@@ -1,0 +1,27 @@
+/* comm_nccl.h: collectives over device buffers with NCCL, for a group of
+ * ranks that already has a host Comm (comm.h): the NCCL id travels over MPI
+ * (rank 0 makes it, a broadcast hands it out), each rank on its own GPU.
+ * Compiled only with the CUDA backend (make CUDA=1). */
+#ifndef MT_DIST_COMM_NCCL_H
+#define MT_DIST_COMM_NCCL_H
+
+#include <stddef.h>
+
+#include <cuda_runtime_api.h>
+
+#include "comm.h"
+
+typedef struct NcclComm {
+    void *handle; /* ncclComm_t */
+    int rank, size;
+} NcclComm;
+
+/* Collective over `group`: every rank calls it with its GPU selected.
+ * Returns 0, or -1 with err set. */
+int nccl_comm_create(NcclComm *out, const Comm *group, char *err, size_t errlen);
+void nccl_comm_destroy(NcclComm *comm);
+
+/* buf = mean over the group of buf (count floats, in place), enqueued on stream. */
+void nccl_all_reduce_avg_float(const NcclComm *comm, float *buf, size_t count, cudaStream_t stream);
+
+#endif
