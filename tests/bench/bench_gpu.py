@@ -12,7 +12,7 @@ torch.compile. MFU = TFLOP/s / the bf16 matmul peak measured in the same run
 src/model/model_flops.c), used by both sides.
 
 Usage: python3 tests/bench/bench_gpu.py [--megatrain build/cuda/megatrain] [--steps 20] [--warmup 5]
-         [--only NAME] [--no-torch] [--out DIR]
+         [--only NAME] [--no-torch] [--out DIR] [--env NAME=VALUE ...]
 Prints a Markdown table last; DIR gets results.json and the logs.
 """
 import argparse
@@ -61,7 +61,8 @@ def run_megatrain(a, name, config, seq, mbs, data, out):
            "--set", f"train.global_batch_size={mbs}", "--set", f"train.steps={a.steps + 1000}",
            "--set", f"data.train=[{{path: {data}, weight: 1.0}}]"]
     log = open(os.path.join(out, name + ".megatrain.log"), "w")
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO)
+    env = dict(os.environ, **dict(kv.split("=", 1) for kv in a.env))
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env)
     steps_seen = 0
     for line in proc.stdout:
         log.write(line)
@@ -100,6 +101,7 @@ def main():
     ap.add_argument("--only", default="")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--out", default=os.path.join(REPO, "runs/bench-gpu"))
+    ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the megatrain runs (repeatable)")
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
     data = os.path.join(a.out, "words")

@@ -33,9 +33,10 @@
 
 typedef uint16_t bf16_t;
 
-/* MEGATRAIN_CUDA_PROFILE=1: every op is timed (the stream is synchronised
+/* MEGATRAIN_CUDA_PROFILE=N: every op is timed (the stream is synchronised
  * around it, so the run is slower) and the totals per kind of op are printed
- * when the model is freed. */
+ * after the first N optimizer steps (the first step included: it holds the
+ * one-time choices of cuBLASLt algorithms). */
 typedef enum {
     PROF_GEMM, PROF_ATTN_FWD, PROF_ATTN_BWD, PROF_NORM, PROF_ROPE, PROF_SWIGLU, PROF_LOSS, PROF_EMBED,
     PROF_OPTIMIZER, PROF_COUNT
@@ -94,7 +95,7 @@ struct CudaModel {
     cudaEvent_t comm_done;
     long *layer_begin, *layer_end; /* each layer's [begin, end) in the flat layout */
 
-    int prof_on;
+    int prof_on, prof_steps;
     double prof_t0, prof_s[PROF_COUNT];
     long prof_calls[PROF_COUNT];
 
@@ -125,7 +126,8 @@ static void prof_report(const CudaModel *m) {
     double total = 0.0;
     for (int k = 0; k < PROF_COUNT; k++) total += m->prof_s[k];
     if (!m->prof_on || total <= 0.0) return;
-    mt_log("CUDA profile (MEGATRAIN_CUDA_PROFILE): time in each kind of op, the stream synchronised around each");
+    mt_log("CUDA profile (MEGATRAIN_CUDA_PROFILE) over %d step(s): time in each kind of op, the stream synchronised "
+           "around each", m->prof_steps);
     for (int k = 0; k < PROF_COUNT; k++)
         if (m->prof_calls[k])
             mt_log("  %-28s %9.1f ms %5.1f%%  (%ld calls, %.3f ms each)", prof_names[k], m->prof_s[k] * 1e3,
@@ -280,7 +282,7 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
     m->max_B = max_B;
     m->max_T = max_T;
     const char *profile = getenv("MEGATRAIN_CUDA_PROFILE");
-    m->prof_on = profile && *profile && strcmp(profile, "0") != 0;
+    m->prof_on = profile && atoi(profile) > 0 ? atoi(profile) : 0;
     if (m->cfg.head_dim > 128 || m->cfg.head_dim % 16 != 0) {
         mt_set_error(err, errlen, "model.head_dim: %d is not supported on CUDA (a multiple of 16, at most 128)",
                      m->cfg.head_dim);
@@ -342,7 +344,7 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
 
 void cuda_model_free(CudaModel *m) {
     if (!m) return;
-    prof_report(m);
+    if (m->prof_steps < m->prof_on) prof_report(m);
     if (m->layer_done) {
         for (int l = 0; l <= m->cfg.num_layers; l++) cudaEventDestroy(m->layer_done[l]);
         cudaEventDestroy(m->comm_done);
@@ -699,6 +701,7 @@ void cuda_model_adamw(CudaModel *m, const CudaAdamWStep *step) {
     CUDA_CHECK(cuda_adamw_step_chunks(m->params, m->grads, m->exp_avg, m->exp_avg_sq, m->params16, m->chunks,
                                       m->num_chunks, &args, m->ctx.stream));
     PROF_END(m, PROF_OPTIMIZER);
+    if (m->prof_on && ++m->prof_steps == m->prof_on) prof_report(m);
 }
 
 /* ---- memory -------------------------------------------------------------- */

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# device_check.sh: everything a lent GPU machine should run, in one call:
+# the GPU tests, a profiled training run (time per kind of op), and the
+# benchmark against PyTorch. Expects build/cuda and .devlibs from
+# tests/gpu/carry_libs.sh (or a machine with our packages: then plain
+# `make test-gpu` and `make bench-gpu` do the same). Logs go to $OUT (or
+# /tmp/device-check). Usage: bash tests/gpu/device_check.sh [tests|profile|bench ...]
+set -u
+cd "$(dirname "$0")/../.."
+source tests/gpu/device_env.sh
+out=${OUT:-/tmp/device-check}
+mkdir -p "$out"
+parts=${*:-tests profile bench}
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+for part in $parts; do
+  case $part in
+    tests)
+      bash tests/gpu/run_gpu_tests.sh > "$out/tests.log" 2>&1
+      grep -E "^(PASS|FAIL|SKIP)|FAIL|passed|worst|loss cpu|steps 300|nccl run" "$out/tests.log" | grep -v " ok$" | tail -40 ;;
+    attention)
+      build/cuda/attention_selftest > "$out/attention.log" 2>&1; grep -E "FAIL|correctness|TFLOP" "$out/attention.log" ;;
+    profile)
+      python3 tests/bench/bench_gpu.py --no-torch --only llama3.2-1b-s4096 --steps 7 --warmup 2 --out /tmp/profile-run \
+        --env MEGATRAIN_CUDA_PROFILE=5 > "$out/profile.log" 2>&1
+      grep -A12 "CUDA profile" /tmp/profile-run/*.megatrain.log | head -14 ;;
+    bench)
+      python3 tests/bench/bench_gpu.py --out /tmp/bench-gpu > "$out/bench.log" 2>&1
+      cp /tmp/bench-gpu/results.json "$out/" 2>/dev/null
+      head -3 /tmp/bench-gpu/llama3.2-1b-s4096.megatrain.log > "$out/megatrain-head.log" 2>/dev/null
+      grep -E "^(step|device)" /tmp/bench-gpu/llama3.2-1b-s4096.megatrain.log | head -4
+      tail -14 "$out/bench.log" ;;
+  esac
+done
