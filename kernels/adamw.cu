@@ -9,24 +9,29 @@
 #include "../src/backend/cuda/cuda_kernels.h"
 #include "launch.cuh"
 
+// Element i: moments, decayed parameter, update, and its bf16 copy.
+__device__ __forceinline__ void adamw_update(float *__restrict__ params, const float *__restrict__ grads,
+                                             float *__restrict__ exp_avg, float *__restrict__ exp_avg_sq,
+                                             __nv_bfloat16 *__restrict__ params_bf16, size_t i, float decay_factor,
+                                             const CudaAdamWArgs &args) {
+    const float g = grads[i] * args.grad_scale;
+    const float m = args.beta1 * exp_avg[i] + (1.0f - args.beta1) * g;
+    const float v = args.beta2 * exp_avg_sq[i] + (1.0f - args.beta2) * g * g;
+    exp_avg[i] = m;
+    exp_avg_sq[i] = v;
+    float p = params[i] * decay_factor;
+    p -= args.lr / args.bias_correction1 * m / (sqrtf(v) * rsqrtf(args.bias_correction2) + args.eps);
+    params[i] = p;
+    if (params_bf16) params_bf16[i] = __float2bfloat16_rn(p);
+}
+
 // One thread per element, grid-stride: every element is read and written once.
 __global__ void adamw_kernel(float *__restrict__ params, const float *__restrict__ grads,
                              float *__restrict__ exp_avg, float *__restrict__ exp_avg_sq,
                              __nv_bfloat16 *__restrict__ params_bf16, size_t n, CudaAdamWArgs args) {
     const float decay_factor = 1.0f - args.lr * args.weight_decay;
-    const float step_size = args.lr / args.bias_correction1;
-    const float inv_sqrt_bc2 = rsqrtf(args.bias_correction2);
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        const float g = grads[i] * args.grad_scale;
-        const float m = args.beta1 * exp_avg[i] + (1.0f - args.beta1) * g;
-        const float v = args.beta2 * exp_avg_sq[i] + (1.0f - args.beta2) * g * g;
-        exp_avg[i] = m;
-        exp_avg_sq[i] = v;
-        float p = params[i] * decay_factor;
-        p -= step_size * m / (sqrtf(v) * inv_sqrt_bc2 + args.eps);
-        params[i] = p;
-        if (params_bf16) params_bf16[i] = __float2bfloat16_rn(p);
-    }
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        adamw_update(params, grads, exp_avg, exp_avg_sq, params_bf16, i, decay_factor, args);
 }
 
 extern "C" cudaError_t cuda_adamw_step(float *params, const float *grads, float *exp_avg, float *exp_avg_sq,
@@ -51,19 +56,8 @@ __global__ void adamw_chunks_kernel(float *__restrict__ params, const float *__r
                                     CudaAdamWArgs args) {
     const CudaAdamWChunk chunk = chunks[blockIdx.x];
     const float decay_factor = chunk.decay ? 1.0f - args.lr * args.weight_decay : 1.0f;
-    const float step_size = args.lr / args.bias_correction1;
-    const float inv_sqrt_bc2 = rsqrtf(args.bias_correction2);
-    for (size_t i = chunk.offset + threadIdx.x; i < chunk.offset + chunk.length; i += blockDim.x) {
-        const float g = grads[i] * args.grad_scale;
-        const float m = args.beta1 * exp_avg[i] + (1.0f - args.beta1) * g;
-        const float v = args.beta2 * exp_avg_sq[i] + (1.0f - args.beta2) * g * g;
-        exp_avg[i] = m;
-        exp_avg_sq[i] = v;
-        float p = params[i] * decay_factor;
-        p -= step_size * m / (sqrtf(v) * inv_sqrt_bc2 + args.eps);
-        params[i] = p;
-        if (params_bf16) params_bf16[i] = __float2bfloat16_rn(p);
-    }
+    for (size_t i = chunk.offset + threadIdx.x; i < chunk.offset + chunk.length; i += blockDim.x)
+        adamw_update(params, grads, exp_avg, exp_avg_sq, params_bf16, i, decay_factor, args);
 }
 
 extern "C" cudaError_t cuda_adamw_step_chunks(float *params, const float *grads, float *exp_avg, float *exp_avg_sq,

@@ -1,309 +1,364 @@
 // attention.cu: causal grouped-query attention, flash-attention 2 style, on
-// the tensor cores through WMMA (16x16x16 bf16 fragments, fp32 accumulators).
+// the tensor cores through mma.sync.m16n8k16 (bf16 in, fp32 accumulators),
+// operands staged by cp.async (double-buffered) and read with ldmatrix.
 // Semantics: src/backend/cuda/cuda_kernels.h and the CPU reference
 // src/backend/cpu/cpu_attention.c; the T x T score matrix is never stored.
+// D (16, 32, 64, 128) and the tile shapes are template parameters (the
+// configurations per D are the ATTN_* macros below).
 //
-// Tiling: tiles of kTile = 64 query rows and 64 key rows (equal, so a tile
-// pair is either fully visible, diagonal or fully masked); a 64-row tile is
-// four 16-row blocks. D (16, 32, 64, 128) is a template parameter.
+// Fragments (PTX ISA, mma.m16n8k16): lane = 4 g + t4 holds rows g and g + 8,
+// columns 2 t4 and 2 t4 + 1 of each 16 x 8 accumulator tile (slots 0, 1: row
+// g; 2, 3: row g + 8). Two neighbouring accumulator tiles, rounded to bf16,
+// are exactly the A fragment of a 16 x 16 operand with the same rows, so
+// probabilities go from the score accumulators into the next product without
+// leaving registers.
 //
-//   forward  block = (query tile, head, batch), 4 warps; warp w owns query
-//            rows 16w..16w+15 of the tile. The block walks the key tiles
-//            0..its own (causal), K and V staged in shared memory:
-//              S = Q K^T         warp's 16 x 64 strip -> shared fp32
-//              online softmax    two lanes per row (running max m, sum l, in
-//                                the log2 domain); P -> shared bf16 and the
-//                                row's rescale factor alpha -> shared
-//              O = alpha O + P V O (16 x D per warp) stays in accumulator
-//                                fragments, rescaled slot by slot (see map)
-//            End: out = O / l (bf16, staged through shared memory),
-//            lse = ln 2 * (m + log2 l), natural log of the scaled scores.
-//   backward delta = rowsum(dout * out) (own kernel), then block = (key tile,
-//            kv head, batch), 8 warps; K and V stay in shared memory, dK and
-//            dV (64 x D) in accumulator fragments. For each query head of the
-//            kv group and each query tile from the diagonal to T:
-//              S = Q K^T, dP = dO V^T    16 fragments, 2 per warp, in registers
-//              P = exp2(S scale log2e - lse log2e) (0 if masked),
-//              dS = P (dP - delta)       -> shared bf16 (P and dS)
-//              dV += P^T dO, dK += dS^T Q
-//              dQ_tile = dS K            -> shared fp32 -> atomicAdd into the
-//                                        fp32 workspace (several key tiles add
-//                                        to one query row: dq is not bitwise
-//                                        reproducible run to run)
+//   forward  block = (query tile of 16 * MB * NW rows, head, batch), NW
+//            warps; warp w owns MB blocks of 16 query rows. Blocks are
+//            ordered longest rows first. The block walks the key tiles
+//            (BC keys) from 0 to its last row, K and V in a two-stage
+//            cp.async pipeline (tile kt + 1 loads while kt is used):
+//              S = Q K^T        MB x (BC / 8) accumulator tiles per warp
+//              online softmax   per row in the log2 domain; the four lanes of
+//                               a quad hold a row (max by shuffles; the sum
+//                               stays per lane until the end)
+//              O = alpha O + P V   P straight from the S registers
+//            Tiles after all of a warp's rows are skipped by that warp.
+//            End: out = O / l (bf16), lse = ln 2 * (m + log2 l), natural log
+//            of the scaled scores.
+//   backward delta = rowsum(dout * out) (own kernel), then block = (key tile
+//            of 16 * NW keys, kv head, batch), NW warps, key tile 0 (most
+//            work) first; warp w owns keys 16 w .. 16 w + 15 and keeps their
+//            dK, dV (16 x D) in accumulators. K, V stay in shared memory (and,
+//            AREG, as A fragments in registers). For each query head of the
+//            kv group and each query tile (BR rows) from the diagonal to T,
+//            Q, dO, lse, delta in a two-stage cp.async pipeline:
+//              S^T = K Q^T, dP^T = V dO^T   per warp, its 16 keys x BR
+//              P^T = exp2(S^T scale log2e - lse log2e) (0 if masked),
+//              dS^T = P^T (dP^T - delta)
+//              dV += P^T dO, dK += dS^T Q   A operands from the registers
+//              dS^T -> shared bf16; dQ_tile = dS K, split over the warps in
+//                     16 x 16 units -> atomicAdd (fp32 pairs) into the
+//                     workspace (several key tiles add to one query row: dq
+//                     is not bitwise reproducible run to run)
 //            End: dK * scale, dV -> bf16 (written once, no atomics: the block
-//            owns its kv head). A last kernel writes dq = bf16(scale * dq_acc).
+//            owns its kv head's key rows). A last kernel writes
+//            dq = bf16(scale * dq_acc).
 //
-// Shared memory per block (bytes, D = 16 / 32 / 64 / 128): forward 36096 /
-// 42240 / 54528 / 79104, backward 31232 / 39424 / 55808 / 88576; above 48 KB
-// the launchers opt in with cudaFuncSetAttribute (fits sm_80's 163 KB too).
+// Shared memory: tiles are padded to D + 8 bf16 per row (ldmatrix rows are
+// then conflict-free); see FwdCfg / BwdCfg. Above 48 KB the launchers opt in
+// with cudaFuncSetAttribute; every configuration fits sm_80's 163 KB.
 //
-// Accumulator slot map: WMMA does not specify which (row, col) of a 16 x 16
-// tile each slot x[i] of a thread's fp32 accumulator fragment holds, but it
-// is fixed for a fragment type. build_accumulator_map loads a tile whose
-// element (r, c) is 16 r + c and reads the slots back, so per-row factors
-// (softmax rescale, lse, delta) and masks apply to fragments in registers.
-//
-// Out-of-range rows (>= T) of the last tile are zero-filled in shared memory
-// and masked, so nothing NaN reaches what is written; a query row always sees
-// key 0, so no visible row is empty. Global tensors must be 16-byte aligned
-// (16-byte vector loads and stores): the launchers return
+// Out-of-range rows (>= T) of a last tile are zero-filled (cp.async with a
+// source size of 0) and masked, so nothing NaN reaches what is written; a
+// query row always sees key 0, so no visible row is empty. Global tensors
+// must be 16-byte aligned (16-byte cp.async): the launchers return
 // cudaErrorMisalignedAddress otherwise.
 #include <math.h>
-#include <mma.h>
 #include <stdint.h>
 
 #include "../src/backend/cuda/cuda_kernels.h"
 #include "bf16.cuh"
 #include "launch.cuh"
 
-using namespace nvcuda;
+// Tile configurations (-D overrides are for benchmarking variants).
+// Forward: warps, 16-row blocks per warp (query tile = 16 * blocks * warps),
+// key tile, Q fragments kept in registers, minimum blocks per SM.
+#ifndef ATTN_FWD_SMALL  // D = 16, 32, 64
+#define ATTN_FWD_SMALL 4, 2, 64, true, 2
+#endif
+#ifndef ATTN_FWD_LARGE  // D = 128
+#define ATTN_FWD_LARGE 4, 2, 64, false, 1
+#endif
+// Backward: warps (key tile = 16 * warps), query tile, K and V fragments kept
+// in registers, minimum blocks per SM.
+#ifndef ATTN_BWD_SMALL
+#define ATTN_BWD_SMALL 8, 64, true, 1
+#endif
+#ifndef ATTN_BWD_LARGE
+#define ATTN_BWD_LARGE 8, 32, false, 1
+#endif
 
-static constexpr int kTile = 64;            // query rows = key rows per tile
-static constexpr int kBlocks = kTile / 16;  // 16-row blocks per tile
-static constexpr int kFwdWarps = 4, kFwdThreads = 32 * kFwdWarps;
-static constexpr int kBwdWarps = 8, kBwdThreads = 32 * kBwdWarps;
 static constexpr float kLog2e = 1.4426950408889634f;
 static constexpr float kLn2 = 0.69314718055994531f;
 
-typedef wmma::fragment<wmma::accumulator, 16, 16, 16, float> FragAcc;
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major> FragA;
-typedef wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::col_major> FragAT;  // A^T of a row-major tile
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> FragB;
-typedef wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> FragBT;  // B^T of a row-major tile
-static constexpr int kAccSlots = FragAcc::num_elements;
+// ---- PTX helpers (sm_80+) --------------------------------------------------
 
-static constexpr size_t align128(size_t bytes) { return (bytes + 127) & ~(size_t)127; }
+__device__ __forceinline__ unsigned smem_u32(const void *p) { return (unsigned)__cvta_generic_to_shared(p); }
 
-// Shared memory of the forward block (byte offsets, all 128-byte aligned).
-template <int D>
-struct FwdSmem {
-    static constexpr int kLdQ = D + 8;      // bf16 Q, K, V tiles (padded against bank conflicts)
-    static constexpr int kLdS = kTile + 4;  // fp32 scores
-    static constexpr int kLdP = kTile + 8;  // bf16 probabilities
-    static constexpr int kLdO = D + 4;      // fp32 output staging
-    static constexpr size_t kQ = 0;
-    static constexpr size_t kK = kQ + align128((size_t)kTile * kLdQ * 2);
-    static constexpr size_t kV = kK + align128((size_t)kTile * kLdQ * 2);
-    static constexpr size_t kS = kV + align128((size_t)kTile * kLdQ * 2);
-    static constexpr size_t kP = kS + align128((size_t)kTile * kLdS * 4);
-    static constexpr size_t kRow = kP + align128((size_t)kTile * kLdP * 2);  // per-row factor
-    static constexpr size_t kBytes = kRow + align128((size_t)kTile * 4);
-    static constexpr size_t kO = kK;  // after the key loop the staging reuses K and V
-    static_assert(kO + (size_t)kTile * kLdO * 4 <= kS, "output staging must fit in K and V");
-};
+// 16 bytes global -> shared, asynchronous; zero-filled when !pred (nothing read).
+__device__ __forceinline__ void cp_async16(void *dst, const void *src, bool pred) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
+                 "r"(pred ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src, bool pred) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(pred ? 4 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
-// Shared memory of the backward block.
-template <int D>
-struct BwdSmem {
-    static constexpr int kLdQ = D + 8;      // bf16 K, V, Q, dO tiles
-    static constexpr int kLdP = kTile + 8;  // bf16 P and dS
-    static constexpr int kLdO = D + 4;      // fp32 staging of dQ, dK, dV
-    static constexpr size_t kK = 0;
-    static constexpr size_t kV = kK + align128((size_t)kTile * kLdQ * 2);
-    static constexpr size_t kQ = kV + align128((size_t)kTile * kLdQ * 2);
-    static constexpr size_t kDO = kQ + align128((size_t)kTile * kLdQ * 2);
-    static constexpr size_t kP = kDO + align128((size_t)kTile * kLdQ * 2);
-    static constexpr size_t kDS = kP + align128((size_t)kTile * kLdP * 2);
-    static constexpr size_t kLse = kDS + align128((size_t)kTile * kLdP * 2);
-    static constexpr size_t kDelta = kLse + align128((size_t)kTile * 4);
-    static constexpr size_t kBytes = kDelta + align128((size_t)kTile * 4);
-    static constexpr size_t kStage = kQ;  // reuses Q and dO once a query tile's products are done
-    static_assert(kStage + (size_t)kTile * kLdO * 4 <= kP, "staging must fit in Q and dO");
-};
+// Four 8 x 8 bf16 matrices; lane i gives the address of row i % 8 of matrix i / 8.
+__device__ __forceinline__ void ldsm4(unsigned (&r)[4], const bf16 *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldsm4t(unsigned (&r)[4], const bf16 *p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_u32(p)));
+}
 
-// Slot i of this thread's FragAcc holds element (row, col) = (at(i) >> 4,
-// at(i) & 15) of the 16 x 16 tile; 8 bits per slot, packed (fewer registers).
-struct AccMap {
-    static_assert(kAccSlots <= 8, "two words of four slots");
-    unsigned packed[2];
-    __device__ __forceinline__ int at(int i) const { return (int)((packed[i >> 2] >> (8 * (i & 3))) & 255u); }
-};
+// c += a b (16 x 16 bf16 times 16 x 8 bf16, fp32 accumulators)
+__device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
 
-// The AccMap of the calling thread. scratch: 256 floats of shared memory,
-// free on entry and on return. Whole block.
-__device__ __forceinline__ AccMap build_accumulator_map(float *scratch) {
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) scratch[i] = (float)i;
-    __syncthreads();
-    FragAcc f;
-    wmma::load_matrix_sync(f, scratch, 16, wmma::mem_row_major);
-    AccMap map = {{0u, 0u}};
+// two fp32 -> bf16x2 (lo in the low half: the lower column of a fragment)
+__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<unsigned *>(&v);
+}
+
+// The A fragment (16 x 16, rows of the accumulator tiles) of accumulator
+// tiles c0 (columns 0..7) and c1 (columns 8..15), rounded to bf16.
+__device__ __forceinline__ void acc_to_a(unsigned (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+    a[0] = pack_bf16(c0[0], c0[1]);
+    a[1] = pack_bf16(c0[2], c0[3]);
+    a[2] = pack_bf16(c1[0], c1[1]);
+    a[3] = pack_bf16(c1[2], c1[3]);
+}
+
+// Rows row0 .. row0 + ROWS - 1 of a (T, stride) bf16 matrix (D columns) into
+// a ROWS x D shared tile with leading dimension D + 8, asynchronously; rows
+// >= T are zero-filled.
+template <int D, int ROWS, int THREADS>
+__device__ __forceinline__ void cp_tile(bf16 *dst, const bf16 *src, size_t stride, int row0, int T) {
+    constexpr int kVecs = D / 8, kTotal = ROWS * kVecs;
 #pragma unroll
-    for (int i = 0; i < kAccSlots; i++) map.packed[i >> 2] |= (unsigned)f.x[i] << (8 * (i & 3));
-    __syncthreads();
-    return map;
-}
-
-// Rows row0.. row0 + kTile - 1 of a (T, stride) bf16 matrix (D columns used)
-// into a kTile x D shared tile with leading dimension ld; rows >= T are zero.
-template <int D, int kThreads>
-__device__ __forceinline__ void load_tile(bf16 *dst, int ld, const bf16 *src, size_t stride, int row0, int T) {
-    constexpr int kVecs = D / 8;  // 16-byte vectors per row
-    for (int e = threadIdx.x; e < kTile * kVecs; e += kThreads) {
-        const int r = e / kVecs, c = (e % kVecs) * 8;
-        uint4 val = make_uint4(0u, 0u, 0u, 0u);
-        if (row0 + r < T) val = *reinterpret_cast<const uint4 *>(src + (size_t)(row0 + r) * stride + c);
-        *reinterpret_cast<uint4 *>(dst + r * ld + c) = val;
-    }
-}
-
-// A kTile x D fp32 shared tile (leading dimension ld) times `scale` into
-// rows row0.. (those < T) of a (T, stride) bf16 matrix.
-template <int D, int kThreads>
-__device__ __forceinline__ void store_tile(bf16 *dst, size_t stride, const float *src, int ld, int row0, int T) {
-    constexpr int kVecs = D / 8;
-    for (int e = threadIdx.x; e < kTile * kVecs; e += kThreads) {
-        const int r = e / kVecs, c = (e % kVecs) * 8;
-        if (row0 + r < T) store8(dst + (size_t)(row0 + r) * stride + c, src + r * ld + c);
+    for (int i = 0; i < (kTotal + THREADS - 1) / THREADS; i++) {
+        const int e = (int)threadIdx.x + i * THREADS;
+        if (kTotal % THREADS == 0 || e < kTotal) {
+            const int r = e / kVecs, c = (e % kVecs) * 8;
+            const bool in = row0 + r < T;
+            cp_async16(dst + r * (D + 8) + c, src + (size_t)(in ? row0 + r : 0) * stride + c, in);
+        }
     }
 }
 
 // ---- forward -------------------------------------------------------------
 
-template <int D>
-__global__ void __launch_bounds__(kFwdThreads)
+template <int D, int NW, int MB, int BC>
+struct FwdCfg {
+    static constexpr int kThreads = 32 * NW;
+    static constexpr int kBr = 16 * MB * NW;  // query rows per block
+    static constexpr int kLd = D + 8;         // bf16 tiles, padded: conflict-free ldmatrix rows
+    static constexpr size_t kQ = 0;
+    static constexpr size_t kK = kQ + (size_t)kBr * kLd * 2;
+    static constexpr size_t kV = kK + (size_t)2 * BC * kLd * 2;  // K, V: two stages each
+    static constexpr size_t kBytes = kV + (size_t)2 * BC * kLd * 2;
+};
+
+template <int D, int NW, int MB, int BC, bool QREG, int MINB>
+__global__ void __launch_bounds__(32 * NW, MINB)
     attention_forward_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 *__restrict__ q,
-                             const bf16 *__restrict__ k, const bf16 *__restrict__ v, int T, int H, int KVH,
+                             const bf16 *__restrict__ k, const bf16 *__restrict__ v, int B, int T, int H, int KVH,
                              float scale_log2) {
-    typedef FwdSmem<D> L;
-    constexpr int kDF = D / 16;  // 16-column blocks of a head
+    typedef FwdCfg<D, NW, MB, BC> C;
+    constexpr int kLd = C::kLd, kBr = C::kBr, kThreads = C::kThreads;
+    constexpr int kKC = D / 16;  // 16-wide chunks of a head
+    constexpr int kSN = BC / 8;  // 8-column tiles of a score strip
+    constexpr int kON = D / 8;   // 8-column tiles of an output strip
+    static_assert(BC % 16 == 0, "key tile");
     extern __shared__ __align__(128) unsigned char smem[];
-    bf16 *q_s = reinterpret_cast<bf16 *>(smem + L::kQ);
-    bf16 *k_s = reinterpret_cast<bf16 *>(smem + L::kK);
-    bf16 *v_s = reinterpret_cast<bf16 *>(smem + L::kV);
-    float *s_s = reinterpret_cast<float *>(smem + L::kS);
-    bf16 *p_s = reinterpret_cast<bf16 *>(smem + L::kP);
-    float *row_s = reinterpret_cast<float *>(smem + L::kRow);
-    float *o_s = reinterpret_cast<float *>(smem + L::kO);
+    bf16 *q_s = reinterpret_cast<bf16 *>(smem + C::kQ);
+    bf16 *k_s = reinterpret_cast<bf16 *>(smem + C::kK);
+    bf16 *v_s = reinterpret_cast<bf16 *>(smem + C::kV);
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int q_tile = gridDim.x - 1 - blockIdx.x;  // longest rows first
-    const int h = blockIdx.y, b = blockIdx.z;
+    const int g = lane >> 2, t4 = lane & 3;  // fragment row (and row + 8), column pair 2 t4
+    const int num_q_tiles = (T + kBr - 1) / kBr;
+    const int bh = (int)(blockIdx.x % (unsigned)(H * B));
+    const int q_tile = num_q_tiles - 1 - (int)(blockIdx.x / (unsigned)(H * B));  // longest rows first
+    const int h = bh % H, b = bh / H;
     const int kvh = h / (H / KVH);
-    const int q0 = q_tile * kTile;
+    const int q0 = q_tile * kBr;
     const size_t q_stride = (size_t)H * D, kv_stride = (size_t)KVH * D;
     const bf16 *q_bh = q + (size_t)b * T * q_stride + (size_t)h * D;
     const bf16 *k_bh = k + (size_t)b * T * kv_stride + (size_t)kvh * D;
     const bf16 *v_bh = v + (size_t)b * T * kv_stride + (size_t)kvh * D;
+    const int n_kt = (min(q0 + kBr, T) - 1) / BC + 1;  // key tiles up to the block's last row
 
-    const AccMap map = build_accumulator_map(s_s);
+    cp_tile<D, kBr, kThreads>(q_s, q_bh, q_stride, q0, T);
+    cp_tile<D, BC, kThreads>(k_s, k_bh, kv_stride, 0, T);
+    cp_tile<D, BC, kThreads>(v_s, v_bh, kv_stride, 0, T);
+    cp_async_commit();
 
-    load_tile<D, kFwdThreads>(q_s, L::kLdQ, q_bh, q_stride, q0, T);
-    __syncthreads();
-    FragA qf[kDF];
+    const int wrow = warp * 16 * MB;  // the warp's first row in the tile
+    // ldmatrix lane addresses: A (and B from a [k][n] tile, .trans) rows a_row,
+    // column a_col; B from an [n][k] tile rows b_row, column b_col
+    const int a_row = lane & 15, a_col = (lane >> 4) * 8;
+    const int b_row = (lane & 7) + ((lane >> 4) << 3), b_col = ((lane >> 3) & 1) * 8;
+
+    unsigned qf[QREG ? MB : 1][QREG ? kKC : 1][4];
+    float o[MB][kON][4];
+    float m_r[MB][2], l_r[MB][2];  // running max (log2 domain), this thread's part of the running sum
 #pragma unroll
-    for (int kk = 0; kk < kDF; kk++) wmma::load_matrix_sync(qf[kk], q_s + warp * 16 * L::kLdQ + kk * 16, L::kLdQ);
-    FragAcc of[kDF];
+    for (int mb = 0; mb < MB; mb++) {
 #pragma unroll
-    for (int f = 0; f < kDF; f++) wmma::fill_fragment(of[f], 0.0f);
-
-    float *s_w = s_s + warp * 16 * L::kLdS;  // this warp's 16 rows
-    bf16 *p_w = p_s + warp * 16 * L::kLdP;
-    float *row_w = row_s + warp * 16;
-    // softmax: lanes 2r and 2r + 1 own row r of the warp's strip, columns
-    // 4c + 2 half, 4c + 2 half + 1 (c = 0..15)
-    const int r = lane >> 1, half = lane & 1;
-    const int q_row = q0 + warp * 16 + r;
-    const float *s_row = s_w + r * L::kLdS;
-    bf16 *p_row = p_w + r * L::kLdP;
-    float m = -INFINITY, l = 0.0f;  // running max (log2 domain) and sum
-
-    for (int kt = 0; kt <= q_tile; kt++) {
-        const int k0 = kt * kTile;
-        // on the diagonal tile, key blocks past the warp's own are fully masked
-        const int kb_end = kt == q_tile ? warp + 1 : kBlocks;
-        __syncthreads();  // every warp is done with the previous K, V
-        load_tile<D, kFwdThreads>(k_s, L::kLdQ, k_bh, kv_stride, k0, T);
-        load_tile<D, kFwdThreads>(v_s, L::kLdQ, v_bh, kv_stride, k0, T);
-        __syncthreads();
-
-        // S = Q K^T for the warp's 16 rows
+        for (int n = 0; n < kON; n++)
 #pragma unroll
-        for (int kb = 0; kb < kBlocks; kb++) {
-            if (kb < kb_end) {
-                FragAcc sf;
-                wmma::fill_fragment(sf, 0.0f);
+            for (int i = 0; i < 4; i++) o[mb][n][i] = 0.0f;
+        m_r[mb][0] = m_r[mb][1] = -INFINITY;
+        l_r[mb][0] = l_r[mb][1] = 0.0f;
+    }
+
+    for (int kt = 0; kt < n_kt; kt++) {
+        cp_async_wait_all();
+        __syncthreads();  // tile kt has landed; every warp is done with tile kt - 1
+        if (kt + 1 < n_kt) {
+            const int st = (kt + 1) & 1;
+            cp_tile<D, BC, kThreads>(k_s + st * BC * kLd, k_bh, kv_stride, (kt + 1) * BC, T);
+            cp_tile<D, BC, kThreads>(v_s + st * BC * kLd, v_bh, kv_stride, (kt + 1) * BC, T);
+        }
+        cp_async_commit();
+        if constexpr (QREG) {
+            if (kt == 0) {
 #pragma unroll
-                for (int kk = 0; kk < kDF; kk++) {
-                    FragBT kf;
-                    wmma::load_matrix_sync(kf, k_s + kb * 16 * L::kLdQ + kk * 16, L::kLdQ);
-                    wmma::mma_sync(sf, qf[kk], kf, sf);
-                }
-                wmma::store_matrix_sync(s_w + kb * 16, sf, L::kLdS, wmma::mem_row_major);
+                for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+                    for (int kc = 0; kc < kKC; kc++)
+                        ldsm4(qf[mb][kc], q_s + (wrow + mb * 16 + a_row) * kLd + kc * 16 + a_col);
             }
         }
-        __syncwarp();
+        const int k0 = kt * BC;
+        if (k0 > q0 + wrow + 16 * MB - 1) continue;  // every key after every row of the warp
+        const bf16 *k_t = k_s + (kt & 1) * BC * kLd;
+        const bf16 *v_t = v_s + (kt & 1) * BC * kLd;
 
-        // online softmax of row q_row over this key tile (masked scores -> -inf;
-        // columns of skipped blocks hold stale values and are always masked)
-        float x[32];
-        float tile_max = -INFINITY;
+        // S = Q K^T
+        float s[MB][kSN][4];
 #pragma unroll
-        for (int c = 0; c < 16; c++) {
-            const int col = 4 * c + 2 * half;
-            const float2 sv = *reinterpret_cast<const float2 *>(s_row + col);
-            const int kv = k0 + col;
-            x[2 * c] = (kv <= q_row && kv < T) ? sv.x * scale_log2 : -INFINITY;
-            x[2 * c + 1] = (kv + 1 <= q_row && kv + 1 < T) ? sv.y * scale_log2 : -INFINITY;
-            tile_max = fmaxf(tile_max, fmaxf(x[2 * c], x[2 * c + 1]));
-        }
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-        const float m_new = fmaxf(m, tile_max);
-        const float base = m_new == -INFINITY ? 0.0f : m_new;  // never -inf in practice (key 0 is visible)
-        const float alpha = exp2f(m - base);                   // 0 on the first tile
-        float sum = 0.0f;
+        for (int mb = 0; mb < MB; mb++)
 #pragma unroll
-        for (int c = 0; c < 16; c++) {
-            const float p0 = exp2f(x[2 * c] - base), p1 = exp2f(x[2 * c + 1] - base);
-            sum += p0 + p1;
-            *reinterpret_cast<__nv_bfloat162 *>(p_row + 4 * c + 2 * half) = __floats2bfloat162_rn(p0, p1);
+            for (int n = 0; n < kSN; n++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) s[mb][n][i] = 0.0f;
+#pragma unroll
+        for (int kc = 0; kc < kKC; kc++) {
+            unsigned a[MB][4];
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++) {
+                if constexpr (QREG) {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) a[mb][i] = qf[mb][kc][i];
+                } else {
+                    ldsm4(a[mb], q_s + (wrow + mb * 16 + a_row) * kLd + kc * 16 + a_col);
+                }
+            }
+#pragma unroll
+            for (int np = 0; np < kSN / 2; np++) {
+                unsigned bb[4];
+                ldsm4(bb, k_t + (np * 16 + b_row) * kLd + kc * 16 + b_col);
+#pragma unroll
+                for (int mb = 0; mb < MB; mb++) {
+                    mma16816(s[mb][2 * np], a[mb], bb[0], bb[1]);
+                    mma16816(s[mb][2 * np + 1], a[mb], bb[2], bb[3]);
+                }
+            }
         }
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        l = l * alpha + sum;
-        m = m_new;
-        if (half == 0) row_w[r] = alpha;
-        __syncwarp();
 
-        // O = alpha O + P V
+        // causal mask and keys past T (-inf: probability 0)
+        if (k0 + BC - 1 > q0 + wrow || k0 + BC > T) {
 #pragma unroll
-        for (int f = 0; f < kDF; f++)
+            for (int mb = 0; mb < MB; mb++)
 #pragma unroll
-            for (int i = 0; i < kAccSlots; i++) of[f].x[i] *= row_w[map.at(i) >> 4];
+                for (int n = 0; n < kSN; n++)
 #pragma unroll
-        for (int kb = 0; kb < kBlocks; kb++) {
-            if (kb < kb_end) {
-                FragA pf;
-                wmma::load_matrix_sync(pf, p_w + kb * 16, L::kLdP);
+                    for (int i = 0; i < 4; i++) {
+                        const int row = q0 + wrow + mb * 16 + g + ((i >> 1) << 3);
+                        const int col = k0 + n * 8 + 2 * t4 + (i & 1);
+                        if (col > row || col >= T) s[mb][n][i] = -INFINITY;
+                    }
+        }
+
+        // online softmax: rows g (slots 0, 1) and g + 8 (slots 2, 3), the
+        // four lanes of a quad hold a row's columns
 #pragma unroll
-                for (int f = 0; f < kDF; f++) {
-                    FragB vf;
-                    wmma::load_matrix_sync(vf, v_s + kb * 16 * L::kLdQ + f * 16, L::kLdQ);
-                    wmma::mma_sync(of[f], pf, vf, of[f]);
+        for (int mb = 0; mb < MB; mb++) {
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                float mx = -INFINITY;
+#pragma unroll
+                for (int n = 0; n < kSN; n++) mx = fmaxf(mx, fmaxf(s[mb][n][2 * hh], s[mb][n][2 * hh + 1]));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+                mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+                const float m_new = fmaxf(m_r[mb][hh], mx * scale_log2);
+                const float base = m_new == -INFINITY ? 0.0f : m_new;  // never -inf in practice (key 0 is visible)
+                const float alpha = exp2f(m_r[mb][hh] - base);         // 0 on the first tile
+                m_r[mb][hh] = m_new;
+                float sum = 0.0f;
+#pragma unroll
+                for (int n = 0; n < kSN; n++)
+#pragma unroll
+                    for (int j = 0; j < 2; j++) {
+                        const float p = exp2f(fmaf(s[mb][n][2 * hh + j], scale_log2, -base));
+                        s[mb][n][2 * hh + j] = p;
+                        sum += p;
+                    }
+                l_r[mb][hh] = l_r[mb][hh] * alpha + sum;
+#pragma unroll
+                for (int n = 0; n < kON; n++) {
+                    o[mb][n][2 * hh] *= alpha;
+                    o[mb][n][2 * hh + 1] *= alpha;
+                }
+            }
+        }
+
+        // O += P V (P from the score registers, rounded to bf16)
+#pragma unroll
+        for (int kc = 0; kc < BC / 16; kc++) {
+            unsigned a[MB][4];
+#pragma unroll
+            for (int mb = 0; mb < MB; mb++) acc_to_a(a[mb], s[mb][2 * kc], s[mb][2 * kc + 1]);
+#pragma unroll
+            for (int dp = 0; dp < D / 16; dp++) {
+                unsigned bb[4];
+                ldsm4t(bb, v_t + (kc * 16 + a_row) * kLd + dp * 16 + a_col);
+#pragma unroll
+                for (int mb = 0; mb < MB; mb++) {
+                    mma16816(o[mb][2 * dp], a[mb], bb[0], bb[1]);
+                    mma16816(o[mb][2 * dp + 1], a[mb], bb[2], bb[3]);
                 }
             }
         }
     }
 
     // out = O / l, lse = ln(sum exp(scaled scores)) = ln 2 * (m + log2 l)
-    __syncwarp();  // the last rescale has read row_w
-    if (half == 0) {
-        row_w[r] = 1.0f / l;
-        if (q_row < T) lse[((size_t)b * H + h) * T + q_row] = (m + log2f(l)) * kLn2;
-    }
-    __syncwarp();
-#pragma unroll
-    for (int f = 0; f < kDF; f++)
-#pragma unroll
-        for (int i = 0; i < kAccSlots; i++) of[f].x[i] *= row_w[map.at(i) >> 4];
-    __syncthreads();  // every warp is done with K and V: the staging reuses them
-    float *o_w = o_s + warp * 16 * L::kLdO;
-#pragma unroll
-    for (int f = 0; f < kDF; f++) wmma::store_matrix_sync(o_w + f * 16, of[f], L::kLdO, wmma::mem_row_major);
-    __syncwarp();
     bf16 *out_bh = out + (size_t)b * T * q_stride + (size_t)h * D;
-    for (int e = lane; e < 16 * (D / 8); e += 32) {
-        const int rr = e / (D / 8), c = (e % (D / 8)) * 8;
-        const int row = q0 + warp * 16 + rr;
-        if (row < T) store8(out_bh + (size_t)row * q_stride + c, o_w + rr * L::kLdO + c);
+#pragma unroll
+    for (int mb = 0; mb < MB; mb++) {
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            float l = l_r[mb][hh];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const float inv = 1.0f / l;
+            const int row = q0 + wrow + mb * 16 + g + 8 * hh;
+            if (row < T) {
+                bf16 *orow = out_bh + (size_t)row * q_stride + 2 * t4;
+#pragma unroll
+                for (int n = 0; n < kON; n++)
+                    *reinterpret_cast<__nv_bfloat162 *>(orow + n * 8) =
+                        __floats2bfloat162_rn(o[mb][n][2 * hh] * inv, o[mb][n][2 * hh + 1] * inv);
+                if (t4 == 0) lse[((size_t)b * H + h) * T + row] = (m_r[mb][hh] + log2f(l)) * kLn2;
+            }
+        }
     }
 }
 
@@ -340,203 +395,251 @@ __global__ void attention_delta_kernel(float *__restrict__ delta, const bf16 *__
     }
 }
 
-__device__ __forceinline__ void atomic_add4(float *dst, float4 val) {
+__device__ __forceinline__ void atomic_add2(float *dst, float x, float y) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    atomicAdd(reinterpret_cast<float4 *>(dst), val);  // one vector reduction (sm_90)
+    atomicAdd(reinterpret_cast<float2 *>(dst), make_float2(x, y));  // one vector reduction (sm_90)
 #else
-    atomicAdd(dst, val.x);
-    atomicAdd(dst + 1, val.y);
-    atomicAdd(dst + 2, val.z);
-    atomicAdd(dst + 3, val.w);
+    atomicAdd(dst, x);
+    atomicAdd(dst + 1, y);
 #endif
 }
 
-// Registers: D <= 64 fits 128 per thread without spills, so two blocks share
-// an SM; D = 128 (dK, dV, dQ fragments alone take 96) runs one block per SM.
-template <int D>
-__global__ void __launch_bounds__(kBwdThreads, D <= 64 ? 2 : 1)
+template <int D, int NW, int BR>
+struct BwdCfg {
+    static constexpr int kThreads = 32 * NW;
+    static constexpr int kBc = 16 * NW;    // keys per block, 16 per warp
+    static constexpr int kLd = D + 8;      // bf16 K, V, Q, dO tiles
+    static constexpr int kLdS = BR + 8;    // bf16 dS^T (key rows, query columns)
+    static constexpr size_t kK = 0;
+    static constexpr size_t kV = kK + (size_t)kBc * kLd * 2;
+    static constexpr size_t kQ = kV + (size_t)kBc * kLd * 2;      // two stages
+    static constexpr size_t kDO = kQ + (size_t)2 * BR * kLd * 2;  // two stages
+    static constexpr size_t kLse = kDO + (size_t)2 * BR * kLd * 2;
+    static constexpr size_t kDelta = kLse + (size_t)2 * BR * 4;
+    static constexpr size_t kDS = kDelta + (size_t)2 * BR * 4;
+    static constexpr size_t kBytes = kDS + (size_t)kBc * kLdS * 2;
+};
+
+template <int D, int NW, int BR, bool AREG, int MINB>
+__global__ void __launch_bounds__(32 * NW, MINB)
     attention_backward_kernel(bf16 *__restrict__ dk, bf16 *__restrict__ dv, float *__restrict__ dq_acc,
                               const bf16 *__restrict__ dout, const bf16 *__restrict__ q, const bf16 *__restrict__ k,
                               const bf16 *__restrict__ v, const float *__restrict__ lse,
-                              const float *__restrict__ delta, int T, int H, int KVH, float scale,
+                              const float *__restrict__ delta, int B, int T, int H, int KVH, float scale,
                               float scale_log2) {
-    typedef BwdSmem<D> L;
-    constexpr int kDF = D / 16;
-    constexpr int kOutFrags = kBlocks * kDF;  // 16 x 16 blocks of a kTile x D tile
-    constexpr int kOutPerWarp = (kOutFrags + kBwdWarps - 1) / kBwdWarps;
-    constexpr int kScorePerWarp = kBlocks * kBlocks / kBwdWarps;  // 16 x 16 blocks of a kTile x kTile tile
-    static_assert(kBlocks * kBlocks % kBwdWarps == 0, "score blocks must split evenly over the warps");
+    typedef BwdCfg<D, NW, BR> C;
+    constexpr int kLd = C::kLd, kLdS = C::kLdS, kBc = C::kBc, kThreads = C::kThreads;
+    constexpr int kKC = D / 16;  // 16-wide chunks of a head
+    constexpr int kSN = BR / 8;  // 8-column tiles of a (transposed) score strip
+    constexpr int kON = D / 8;   // 8-column tiles of a dK / dV strip
+    constexpr int kRB = BR / 16, kUnits = kRB * (D / 16), kUPW = (kUnits + NW - 1) / NW;  // dQ 16 x 16 units
+    static_assert(BR % 16 == 0, "query tile");
     extern __shared__ __align__(128) unsigned char smem[];
-    bf16 *k_s = reinterpret_cast<bf16 *>(smem + L::kK);
-    bf16 *v_s = reinterpret_cast<bf16 *>(smem + L::kV);
-    bf16 *q_s = reinterpret_cast<bf16 *>(smem + L::kQ);
-    bf16 *do_s = reinterpret_cast<bf16 *>(smem + L::kDO);
-    bf16 *p_s = reinterpret_cast<bf16 *>(smem + L::kP);
-    bf16 *ds_s = reinterpret_cast<bf16 *>(smem + L::kDS);
-    float *lse_s = reinterpret_cast<float *>(smem + L::kLse);  // lse * log2e
-    float *delta_s = reinterpret_cast<float *>(smem + L::kDelta);
-    float *stage = reinterpret_cast<float *>(smem + L::kStage);
+    bf16 *k_s = reinterpret_cast<bf16 *>(smem + C::kK);
+    bf16 *v_s = reinterpret_cast<bf16 *>(smem + C::kV);
+    bf16 *q_s = reinterpret_cast<bf16 *>(smem + C::kQ);
+    bf16 *do_s = reinterpret_cast<bf16 *>(smem + C::kDO);
+    float *lse_s = reinterpret_cast<float *>(smem + C::kLse);
+    float *delta_s = reinterpret_cast<float *>(smem + C::kDelta);
+    bf16 *ds_s = reinterpret_cast<bf16 *>(smem + C::kDS);
 
-    const int warp = threadIdx.x >> 5;
-    const int k_tile = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;  // k_tile 0 (most work) first
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t4 = lane & 3;
+    const int bh = (int)(blockIdx.x % (unsigned)(KVH * B));
+    const int k_tile = (int)(blockIdx.x / (unsigned)(KVH * B));  // k_tile 0 (most work) first
+    const int kvh = bh % KVH, b = bh / KVH;
     const int group = H / KVH;
-    const int k0 = k_tile * kTile;
-    const int num_q_tiles = (T + kTile - 1) / kTile;
+    const int k0 = k_tile * kBc;
+    const int num_q_tiles = (T + BR - 1) / BR;
+    const int qt_begin = k0 / BR;  // first query tile with a row >= k0
+    const int per_head = num_q_tiles - qt_begin;
+    const int total = group * per_head;
     const size_t q_stride = (size_t)H * D, kv_stride = (size_t)KVH * D;
 
-    const AccMap map = build_accumulator_map(reinterpret_cast<float *>(p_s));
+    auto load_stage = [&](int it, int st) {
+        const int h = kvh * group + it / per_head, q0 = (qt_begin + it % per_head) * BR;
+        const size_t off = (size_t)b * T * q_stride + (size_t)h * D;
+        cp_tile<D, BR, kThreads>(q_s + st * BR * kLd, q + off, q_stride, q0, T);
+        cp_tile<D, BR, kThreads>(do_s + st * BR * kLd, dout + off, q_stride, q0, T);
+        const float *lse_bh = lse + ((size_t)b * H + h) * T, *delta_bh = delta + ((size_t)b * H + h) * T;
+        for (int i = threadIdx.x; i < BR; i += kThreads) {
+            const bool in = q0 + i < T;
+            cp_async4(lse_s + st * BR + i, lse_bh + (in ? q0 + i : 0), in);
+            cp_async4(delta_s + st * BR + i, delta_bh + (in ? q0 + i : 0), in);
+        }
+    };
 
-    load_tile<D, kBwdThreads>(k_s, L::kLdQ, k + (size_t)b * T * kv_stride + (size_t)kvh * D, kv_stride, k0, T);
-    load_tile<D, kBwdThreads>(v_s, L::kLdQ, v + (size_t)b * T * kv_stride + (size_t)kvh * D, kv_stride, k0, T);
+    cp_tile<D, kBc, kThreads>(k_s, k + (size_t)b * T * kv_stride + (size_t)kvh * D, kv_stride, k0, T);
+    cp_tile<D, kBc, kThreads>(v_s, v + (size_t)b * T * kv_stride + (size_t)kvh * D, kv_stride, k0, T);
+    load_stage(0, 0);
+    cp_async_commit();
 
-    // warp's output blocks j: blk = warp + j * kBwdWarps (if < kOutFrags),
-    // row block blk / kDF, column block blk % kDF
-    FragAcc dk_f[kOutPerWarp], dv_f[kOutPerWarp];
+    const int a_row = lane & 15, a_col = (lane >> 4) * 8;
+    const int b_row = (lane & 7) + ((lane >> 4) << 3), b_col = ((lane >> 3) & 1) * 8;
+    const int kw = warp * 16;  // the warp's keys: rows kw .. kw + 15 of the tile
+    const int kw0 = k0 + kw;
+
+    float dk_r[kON][4], dv_r[kON][4];
 #pragma unroll
-    for (int j = 0; j < kOutPerWarp; j++) {
-        wmma::fill_fragment(dk_f[j], 0.0f);
-        wmma::fill_fragment(dv_f[j], 0.0f);
-    }
+    for (int n = 0; n < kON; n++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) dk_r[n][i] = dv_r[n][i] = 0.0f;
+    unsigned kf[AREG ? kKC : 1][4], vf[AREG ? kKC : 1][4];
 
-    for (int hh = 0; hh < group; hh++) {
-        const int h = kvh * group + hh;
-        const bf16 *q_bh = q + (size_t)b * T * q_stride + (size_t)h * D;
-        const bf16 *do_bh = dout + (size_t)b * T * q_stride + (size_t)h * D;
+    for (int it = 0; it < total; it++) {
+        const int st = it & 1;
+        const int h = kvh * group + it / per_head, q0 = (qt_begin + it % per_head) * BR;
+        cp_async_wait_all();
+        __syncthreads();  // stage it has landed; every warp is done with iteration it - 1 (dS, stage it + 1)
+        if (it + 1 < total) load_stage(it + 1, st ^ 1);
+        cp_async_commit();
+        if constexpr (AREG) {
+            if (it == 0) {
+#pragma unroll
+                for (int kc = 0; kc < kKC; kc++) {
+                    ldsm4(kf[kc], k_s + (kw + a_row) * kLd + kc * 16 + a_col);
+                    ldsm4(vf[kc], v_s + (kw + a_row) * kLd + kc * 16 + a_col);
+                }
+            }
+        }
+        const bf16 *q_t = q_s + st * BR * kLd, *do_t = do_s + st * BR * kLd;
+        const float *lse_t = lse_s + st * BR, *delta_t = delta_s + st * BR;
+        const int q_end = min(q0 + BR, T);  // rows q0 .. q_end - 1 exist
+
+        if (kw0 < q_end) {  // else every key of the warp is after every row (or past T): nothing to add
+            // S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys
+            float sacc[kSN][4], pacc[kSN][4];
+#pragma unroll
+            for (int n = 0; n < kSN; n++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) sacc[n][i] = pacc[n][i] = 0.0f;
+#pragma unroll
+            for (int kc = 0; kc < kKC; kc++) {
+                unsigned ak[4], av[4];
+                if constexpr (AREG) {
+#pragma unroll
+                    for (int i = 0; i < 4; i++) ak[i] = kf[kc][i], av[i] = vf[kc][i];
+                } else {
+                    ldsm4(ak, k_s + (kw + a_row) * kLd + kc * 16 + a_col);
+                    ldsm4(av, v_s + (kw + a_row) * kLd + kc * 16 + a_col);
+                }
+#pragma unroll
+                for (int np = 0; np < kSN / 2; np++) {
+                    unsigned bb[4];
+                    ldsm4(bb, q_t + (np * 16 + b_row) * kLd + kc * 16 + b_col);
+                    mma16816(sacc[2 * np], ak, bb[0], bb[1]);
+                    mma16816(sacc[2 * np + 1], ak, bb[2], bb[3]);
+                    ldsm4(bb, do_t + (np * 16 + b_row) * kLd + kc * 16 + b_col);
+                    mma16816(pacc[2 * np], av, bb[0], bb[1]);
+                    mma16816(pacc[2 * np + 1], av, bb[2], bb[3]);
+                }
+            }
+            // P^T = exp2(S^T scale log2e - lse log2e) (0 if masked), dS^T = P^T (dP^T - delta)
+            const bool mask = kw0 + 15 > q0 || q0 + BR > T;
+#pragma unroll
+            for (int n = 0; n < kSN; n++) {
+                const int c = n * 8 + 2 * t4;
+                const float2 lv = *reinterpret_cast<const float2 *>(lse_t + c);
+                const float2 dl = *reinterpret_cast<const float2 *>(delta_t + c);
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float lsev = (i & 1) ? lv.y : lv.x, dlv = (i & 1) ? dl.y : dl.x;
+                    float p = exp2f(fmaf(sacc[n][i], scale_log2, -lsev * kLog2e));
+                    if (mask) {
+                        const int key = kw0 + g + ((i >> 1) << 3), row = q0 + c + (i & 1);
+                        if (key > row || row >= T) p = 0.0f;
+                    }
+                    pacc[n][i] = p * (pacc[n][i] - dlv);
+                    sacc[n][i] = p;
+                }
+            }
+            // dV += P^T dO, dK += dS^T Q; dS^T -> shared (bf16) for dQ
+#pragma unroll
+            for (int kc = 0; kc < BR / 16; kc++) {
+                unsigned ap[4], ad[4];
+                acc_to_a(ap, sacc[2 * kc], sacc[2 * kc + 1]);
+                acc_to_a(ad, pacc[2 * kc], pacc[2 * kc + 1]);
+#pragma unroll
+                for (int dp = 0; dp < D / 16; dp++) {
+                    unsigned bb[4];
+                    ldsm4t(bb, do_t + (kc * 16 + a_row) * kLd + dp * 16 + a_col);
+                    mma16816(dv_r[2 * dp], ap, bb[0], bb[1]);
+                    mma16816(dv_r[2 * dp + 1], ap, bb[2], bb[3]);
+                    ldsm4t(bb, q_t + (kc * 16 + a_row) * kLd + dp * 16 + a_col);
+                    mma16816(dk_r[2 * dp], ad, bb[0], bb[1]);
+                    mma16816(dk_r[2 * dp + 1], ad, bb[2], bb[3]);
+                }
+                bf16 *ds_w = ds_s + (kw + g) * kLdS + kc * 16 + 2 * t4;
+                *reinterpret_cast<unsigned *>(ds_w) = ad[0];
+                *reinterpret_cast<unsigned *>(ds_w + 8 * kLdS) = ad[1];
+                *reinterpret_cast<unsigned *>(ds_w + 8) = ad[2];
+                *reinterpret_cast<unsigned *>(ds_w + 8 * kLdS + 8) = ad[3];
+            }
+        }
+        __syncthreads();  // dS^T complete
+
+        // dQ (BR x D) += dS K over the key chunks that have a visible key
+        // (the rows of inactive warps were not written and are not read)
+        const int kc_end = (q_end - 1 - k0) / 16 + 1;
+        float dq_r[kUPW][2][4];
+#pragma unroll
+        for (int j = 0; j < kUPW; j++)
+#pragma unroll
+            for (int n = 0; n < 2; n++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) dq_r[j][n][i] = 0.0f;
+#pragma unroll
+        for (int kc = 0; kc < NW; kc++) {
+            if (kc < kc_end) {
+#pragma unroll
+                for (int j = 0; j < kUPW; j++) {
+                    const int u = warp + j * NW;
+                    if (kUnits % NW == 0 || u < kUnits) {
+                        const int rb = u % kRB, dc = u / kRB;
+                        unsigned a[4], bb[4];
+                        ldsm4t(a, ds_s + (kc * 16 + b_row) * kLdS + rb * 16 + b_col);
+                        ldsm4t(bb, k_s + (kc * 16 + a_row) * kLd + dc * 16 + a_col);
+                        mma16816(dq_r[j][0], a, bb[0], bb[1]);
+                        mma16816(dq_r[j][1], a, bb[2], bb[3]);
+                    }
+                }
+            }
+        }
         float *dq_bh = dq_acc + (size_t)b * T * q_stride + (size_t)h * D;
-        const float *lse_bh = lse + ((size_t)b * H + h) * T;
-        const float *delta_bh = delta + ((size_t)b * H + h) * T;
-
-        for (int qt = k_tile; qt < num_q_tiles; qt++) {
-            const int q0 = qt * kTile;
-            const bool diag = qt == k_tile;
-            __syncthreads();  // the previous tile's staging (and K, V on entry) is done
-            load_tile<D, kBwdThreads>(q_s, L::kLdQ, q_bh, q_stride, q0, T);
-            load_tile<D, kBwdThreads>(do_s, L::kLdQ, do_bh, q_stride, q0, T);
-            for (int i = threadIdx.x; i < kTile; i += kBwdThreads) {
-                const bool in = q0 + i < T;
-                lse_s[i] = in ? lse_bh[q0 + i] * kLog2e : 0.0f;
-                delta_s[i] = in ? delta_bh[q0 + i] : 0.0f;
-            }
-            __syncthreads();
-
-            // P and dS, one 16 x 16 block (query block qb, key block kb) at a time
-            // (not unrolled: one block's fragments live at a time, which keeps D <= 64 within 128 registers)
-#pragma unroll 1
-            for (int j = 0; j < kScorePerWarp; j++) {
-                const int blk = warp + j * kBwdWarps;
-                const int qb = blk / kBlocks, kb = blk % kBlocks;
-                FragAcc sf, dpf;
-                wmma::fill_fragment(sf, 0.0f);
-                wmma::fill_fragment(dpf, 0.0f);
-                if (!diag || kb <= qb) {  // else the block is above the diagonal: all masked
 #pragma unroll
-                    for (int kk = 0; kk < kDF; kk++) {
-                        FragA af;
-                        FragBT bf;
-                        wmma::load_matrix_sync(af, q_s + qb * 16 * L::kLdQ + kk * 16, L::kLdQ);
-                        wmma::load_matrix_sync(bf, k_s + kb * 16 * L::kLdQ + kk * 16, L::kLdQ);
-                        wmma::mma_sync(sf, af, bf, sf);
-                        wmma::load_matrix_sync(af, do_s + qb * 16 * L::kLdQ + kk * 16, L::kLdQ);
-                        wmma::load_matrix_sync(bf, v_s + kb * 16 * L::kLdQ + kk * 16, L::kLdQ);
-                        wmma::mma_sync(dpf, af, bf, dpf);
+        for (int j = 0; j < kUPW; j++) {
+            const int u = warp + j * NW;
+            if (kUnits % NW == 0 || u < kUnits) {
+                const int rb = u % kRB, dc = u / kRB;
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int row = q0 + rb * 16 + g + 8 * hh;
+                    if (row < T) {
+                        float *dst = dq_bh + (size_t)row * q_stride + dc * 16 + 2 * t4;
+                        atomic_add2(dst, dq_r[j][0][2 * hh], dq_r[j][0][2 * hh + 1]);
+                        atomic_add2(dst + 8, dq_r[j][1][2 * hh], dq_r[j][1][2 * hh + 1]);
                     }
                 }
-#pragma unroll
-                for (int i = 0; i < kAccSlots; i++) {
-                    const int row = qb * 16 + (map.at(i) >> 4), col = kb * 16 + (map.at(i) & 15);
-                    const bool visible = k0 + col <= q0 + row && q0 + row < T;
-                    const float p = visible ? exp2f(sf.x[i] * scale_log2 - lse_s[row]) : 0.0f;
-                    const float ds = p * (dpf.x[i] - delta_s[row]);
-                    p_s[row * L::kLdP + col] = __float2bfloat16_rn(p);
-                    ds_s[row * L::kLdP + col] = __float2bfloat16_rn(ds);
-                }
-            }
-            __syncthreads();
-
-            // dV += P^T dO and dK += dS^T Q for the warp's (key block, column block)s
-#pragma unroll
-            for (int j = 0; j < kOutPerWarp; j++) {
-                const int blk = warp + j * kBwdWarps;
-                if (blk < kOutFrags) {
-                    const int kb = blk / kDF, dc = blk % kDF;
-#pragma unroll
-                    for (int qb = 0; qb < kBlocks; qb++) {
-                        if (diag && qb < kb) continue;  // masked on the diagonal
-                        FragAT at;
-                        FragB bf;
-                        wmma::load_matrix_sync(at, p_s + qb * 16 * L::kLdP + kb * 16, L::kLdP);
-                        wmma::load_matrix_sync(bf, do_s + qb * 16 * L::kLdQ + dc * 16, L::kLdQ);
-                        wmma::mma_sync(dv_f[j], at, bf, dv_f[j]);
-                        wmma::load_matrix_sync(at, ds_s + qb * 16 * L::kLdP + kb * 16, L::kLdP);
-                        wmma::load_matrix_sync(bf, q_s + qb * 16 * L::kLdQ + dc * 16, L::kLdQ);
-                        wmma::mma_sync(dk_f[j], at, bf, dk_f[j]);
-                    }
-                }
-            }
-
-            // dQ tile = dS K for the warp's (query block, column block)s
-            FragAcc dq_f[kOutPerWarp];
-#pragma unroll
-            for (int j = 0; j < kOutPerWarp; j++) {
-                wmma::fill_fragment(dq_f[j], 0.0f);
-                const int blk = warp + j * kBwdWarps;
-                if (blk < kOutFrags) {
-                    const int qb = blk / kDF, dc = blk % kDF;
-#pragma unroll
-                    for (int kb = 0; kb < kBlocks; kb++) {
-                        if (diag && kb > qb) continue;  // masked on the diagonal
-                        FragA af;
-                        FragB bf;
-                        wmma::load_matrix_sync(af, ds_s + qb * 16 * L::kLdP + kb * 16, L::kLdP);
-                        wmma::load_matrix_sync(bf, k_s + kb * 16 * L::kLdQ + dc * 16, L::kLdQ);
-                        wmma::mma_sync(dq_f[j], af, bf, dq_f[j]);
-                    }
-                }
-            }
-            __syncthreads();  // Q and dO are no longer read: the staging reuses them
-#pragma unroll
-            for (int j = 0; j < kOutPerWarp; j++) {
-                const int blk = warp + j * kBwdWarps;
-                if (blk < kOutFrags)
-                    wmma::store_matrix_sync(stage + (blk / kDF) * 16 * L::kLdO + (blk % kDF) * 16, dq_f[j], L::kLdO,
-                                            wmma::mem_row_major);
-            }
-            __syncthreads();
-            for (int e = threadIdx.x; e < kTile * (D / 4); e += kBwdThreads) {
-                const int rr = e / (D / 4), c = (e % (D / 4)) * 4;
-                if (q0 + rr < T)
-                    atomic_add4(dq_bh + (size_t)(q0 + rr) * q_stride + c,
-                                *reinterpret_cast<const float4 *>(stage + rr * L::kLdO + c));
             }
         }
     }
 
-    // dV, then dK * scale, through the staging area to bf16
-    bf16 *dk_b = dk + (size_t)b * T * kv_stride + (size_t)kvh * D;
-    bf16 *dv_b = dv + (size_t)b * T * kv_stride + (size_t)kvh * D;
-    __syncthreads();  // the last atomics have read the staging
+    // dK * scale, dV -> bf16 (the block owns these key rows of its kv head)
+    bf16 *dk_b = dk + (size_t)b * T * kv_stride + (size_t)kvh * D + 2 * t4;
+    bf16 *dv_b = dv + (size_t)b * T * kv_stride + (size_t)kvh * D + 2 * t4;
 #pragma unroll
-    for (int j = 0; j < kOutPerWarp; j++) {
-        const int blk = warp + j * kBwdWarps;
-        if (blk < kOutFrags)
-            wmma::store_matrix_sync(stage + (blk / kDF) * 16 * L::kLdO + (blk % kDF) * 16, dv_f[j], L::kLdO,
-                                    wmma::mem_row_major);
-    }
-    __syncthreads();
-    store_tile<D, kBwdThreads>(dv_b, kv_stride, stage, L::kLdO, k0, T);
-    __syncthreads();
+    for (int hh = 0; hh < 2; hh++) {
+        const int key = kw0 + g + 8 * hh;
+        if (key < T) {
 #pragma unroll
-    for (int j = 0; j < kOutPerWarp; j++) {
-        const int blk = warp + j * kBwdWarps;
-        if (blk < kOutFrags) {
-#pragma unroll
-            for (int i = 0; i < kAccSlots; i++) dk_f[j].x[i] *= scale;
-            wmma::store_matrix_sync(stage + (blk / kDF) * 16 * L::kLdO + (blk % kDF) * 16, dk_f[j], L::kLdO,
-                                    wmma::mem_row_major);
+            for (int n = 0; n < kON; n++) {
+                *reinterpret_cast<__nv_bfloat162 *>(dk_b + (size_t)key * kv_stride + n * 8) =
+                    __floats2bfloat162_rn(dk_r[n][2 * hh] * scale, dk_r[n][2 * hh + 1] * scale);
+                *reinterpret_cast<__nv_bfloat162 *>(dv_b + (size_t)key * kv_stride + n * 8) =
+                    __floats2bfloat162_rn(dv_r[n][2 * hh], dv_r[n][2 * hh + 1]);
+            }
         }
     }
-    __syncthreads();
-    store_tile<D, kBwdThreads>(dk_b, kv_stride, stage, L::kLdO, k0, T);
 }
 
 // dq = bf16(scale * dq_acc), 4 elements per step (n is a multiple of 16).
@@ -565,15 +668,41 @@ static cudaError_t allow_smem(Kernel kernel, size_t bytes) {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
+template <int D, int NW, int MB, int BC, bool QREG, int MINB>
+static cudaError_t attention_forward_run(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
+                                         int T, int H, int KVH, cudaStream_t stream) {
+    typedef FwdCfg<D, NW, MB, BC> C;
+    const auto kernel = attention_forward_kernel<D, NW, MB, BC, QREG, MINB>;
+    cudaError_t err = allow_smem(kernel, C::kBytes);
+    if (err != cudaSuccess) return err;
+    const float scale = (float)(1.0 / sqrt((double)D));
+    const size_t blocks = (size_t)((T + C::kBr - 1) / C::kBr) * H * B;
+    if (blocks > 0x7fffffffu) return cudaErrorInvalidValue;
+    kernel<<<(unsigned)blocks, C::kThreads, C::kBytes, stream>>>(out, lse, q, k, v, B, T, H, KVH, scale * kLog2e);
+    return cudaGetLastError();
+}
+
 template <int D>
 static cudaError_t attention_forward_launch(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                                             int B, int T, int H, int KVH, cudaStream_t stream) {
-    const size_t smem = FwdSmem<D>::kBytes;
-    cudaError_t err = allow_smem(attention_forward_kernel<D>, smem);
+    if constexpr (D <= 64)
+        return attention_forward_run<D, ATTN_FWD_SMALL>(out, lse, q, k, v, B, T, H, KVH, stream);
+    else
+        return attention_forward_run<D, ATTN_FWD_LARGE>(out, lse, q, k, v, B, T, H, KVH, stream);
+}
+
+template <int D, int NW, int BR, bool AREG, int MINB>
+static cudaError_t attention_backward_run(bf16 *dk, bf16 *dv, float *dq_acc, const bf16 *dout, const bf16 *q,
+                                          const bf16 *k, const bf16 *v, const float *lse, const float *delta, int B,
+                                          int T, int H, int KVH, float scale, cudaStream_t stream) {
+    typedef BwdCfg<D, NW, BR> C;
+    const auto kernel = attention_backward_kernel<D, NW, BR, AREG, MINB>;
+    cudaError_t err = allow_smem(kernel, C::kBytes);
     if (err != cudaSuccess) return err;
-    const float scale = (float)(1.0 / sqrt((double)D));
-    const dim3 grid((unsigned)((T + kTile - 1) / kTile), (unsigned)H, (unsigned)B);
-    attention_forward_kernel<D><<<grid, kFwdThreads, smem, stream>>>(out, lse, q, k, v, T, H, KVH, scale * kLog2e);
+    const size_t blocks = (size_t)((T + C::kBc - 1) / C::kBc) * KVH * B;
+    if (blocks > 0x7fffffffu) return cudaErrorInvalidValue;
+    kernel<<<(unsigned)blocks, C::kThreads, C::kBytes, stream>>>(dk, dv, dq_acc, dout, q, k, v, lse, delta, B, T, H,
+                                                                 KVH, scale, scale * kLog2e);
     return cudaGetLastError();
 }
 
@@ -593,12 +722,13 @@ static cudaError_t attention_backward_launch(bf16 *dq, bf16 *dk, bf16 *dv, const
         delta, dout, out, rows, T, H);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
 
-    const size_t smem = BwdSmem<D>::kBytes;
-    if ((err = allow_smem(attention_backward_kernel<D>, smem)) != cudaSuccess) return err;
-    const dim3 grid((unsigned)((T + kTile - 1) / kTile), (unsigned)KVH, (unsigned)B);
-    attention_backward_kernel<D><<<grid, kBwdThreads, smem, stream>>>(dk, dv, dq_acc, dout, q, k, v, lse, delta, T,
-                                                                      H, KVH, scale, scale * kLog2e);
-    if ((err = cudaGetLastError()) != cudaSuccess) return err;
+    if constexpr (D <= 64)
+        err = attention_backward_run<D, ATTN_BWD_SMALL>(dk, dv, dq_acc, dout, q, k, v, lse, delta, B, T, H, KVH, scale,
+                                                        stream);
+    else
+        err = attention_backward_run<D, ATTN_BWD_LARGE>(dk, dv, dq_acc, dout, q, k, v, lse, delta, B, T, H, KVH, scale,
+                                                        stream);
+    if (err != cudaSuccess) return err;
 
     attention_dq_kernel<<<elementwise_blocks(n / 4), kElementwiseThreads, 0, stream>>>(dq, dq_acc, n / 4, scale);
     return cudaGetLastError();

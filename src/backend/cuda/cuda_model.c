@@ -106,8 +106,13 @@ struct CudaModel {
 
 enum { NORM_PARTIALS = 1024 };
 
-#define PROF_BEGIN(m) prof_begin(m)
-#define PROF_END(m, kind) prof_end(m, kind)
+/* Run a statement (an op's launch) and, when profiling, time it as `kind`. */
+#define TIMED(m, kind, ...)      \
+    do {                         \
+        prof_begin(m);           \
+        __VA_ARGS__;             \
+        prof_end(m, kind);       \
+    } while (0)
 
 static void prof_begin(CudaModel *m) {
     if (!m->prof_on) return;
@@ -414,59 +419,54 @@ void cuda_model_download_logits(CudaModel *m, float *logits) {
 static bf16_t *w16(CudaModel *m, long offset) { return offset < 0 ? NULL : m->params16 + offset; }
 static float *g32(CudaModel *m, long offset) { return offset < 0 ? NULL : m->grads + offset; }
 
+/* out[N,OC] (row stride ldo) = inp[N,IC] @ W^T (+ bias) (+ residual), W = the weight at offset w. */
+static void linear_forward(CudaModel *m, bf16_t *out, int ldo, const bf16_t *inp, long w, long bias,
+                           const bf16_t *residual, int N, int IC, int OC) {
+    TIMED(m, PROF_GEMM, cuda_gemm_forward(&m->ctx, out, ldo, inp, w16(m, w), w16(m, bias), residual, N, IC, OC));
+}
+
+/* dinp = dout @ W (+= when accumulate), dW += dout^T @ inp (fp32), and dbias
+ * += column sums of dout when the layer has a bias. dout has row stride ld. */
+static void linear_backward(CudaModel *m, bf16_t *dinp, const bf16_t *dout, int ld, const bf16_t *inp, long w,
+                            long bias, int N, int IC, int OC, int accumulate) {
+    CudaContext *ctx = &m->ctx;
+    TIMED(m, PROF_GEMM, cuda_gemm_backward_input(ctx, dinp, dout, ld, w16(m, w), N, IC, OC, accumulate));
+    TIMED(m, PROF_GEMM, cuda_gemm_backward_weight(ctx, g32(m, w), dout, ld, inp, N, IC, OC));
+    if (bias >= 0)
+        TIMED(m, PROF_GEMM, CUDA_CHECK(cuda_column_sum_accumulate(g32(m, bias), dout, N, OC, ld, ctx->stream)));
+}
+
 static void layer_forward(CudaModel *m, int l, bf16_t *out, int B, int T) {
     const ModelConfig *c = &m->cfg;
     const LayerOffsets *o = &m->layers[l];
     LayerSaved *s = &m->saved[l];
-    CudaContext *ctx = &m->ctx;
-    cudaStream_t st = ctx->stream;
+    cudaStream_t st = m->ctx.stream;
     const int N = B * T, C = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
     const int H = c->num_attention_heads, KVH = c->num_key_value_heads, HD = H * D, KVD = KVH * D;
     const int QKV = HD + 2 * KVD;
     const float eps = (float)c->rms_norm_eps;
 
-    PROF_BEGIN(m);
-    CUDA_CHECK(cuda_rmsnorm_forward(s->attn_normed, s->attn_rstd, s->resid_in, w16(m, o->attn_norm), N, C, eps, st));
-    PROF_END(m, PROF_NORM);
+    TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(s->attn_normed, s->attn_rstd, s->resid_in,
+                                                        w16(m, o->attn_norm), N, C, eps, st)));
     if (m->qkv_fused) {
-        PROF_BEGIN(m);
-        cuda_gemm_forward(ctx, s->qkv, QKV, s->attn_normed, w16(m, o->q), NULL, NULL, N, C, QKV);
-        PROF_END(m, PROF_GEMM);
+        linear_forward(m, s->qkv, QKV, s->attn_normed, o->q, -1, NULL, N, C, QKV);
     } else {
-        PROF_BEGIN(m);
-        cuda_gemm_forward(ctx, s->qkv, QKV, s->attn_normed, w16(m, o->q), w16(m, o->q_bias), NULL, N, C, HD);
-        PROF_END(m, PROF_GEMM);
-        PROF_BEGIN(m);
-        cuda_gemm_forward(ctx, s->qkv + HD, QKV, s->attn_normed, w16(m, o->k), w16(m, o->k_bias), NULL, N, C, KVD);
-        PROF_END(m, PROF_GEMM);
-        PROF_BEGIN(m);
-        cuda_gemm_forward(ctx, s->qkv + HD + KVD, QKV, s->attn_normed, w16(m, o->v), w16(m, o->v_bias), NULL, N, C,
-                          KVD);
-        PROF_END(m, PROF_GEMM);
+        linear_forward(m, s->qkv, QKV, s->attn_normed, o->q, o->q_bias, NULL, N, C, HD);
+        linear_forward(m, s->qkv + HD, QKV, s->attn_normed, o->k, o->k_bias, NULL, N, C, KVD);
+        linear_forward(m, s->qkv + HD + KVD, QKV, s->attn_normed, o->v, o->v_bias, NULL, N, C, KVD);
     }
-    PROF_BEGIN(m);
-    CUDA_CHECK(cuda_qkv_rope_forward(s->q, s->k, s->v, s->q_rstd, s->k_rstd, s->qkv, w16(m, o->q_norm),
-                                     w16(m, o->k_norm), m->rope_cos, m->rope_sin, N, T, H, KVH, D, eps, st));
-    PROF_END(m, PROF_ROPE);
-    PROF_BEGIN(m);
-    CUDA_CHECK(cuda_attention_forward(s->attn_out, s->lse, s->q, s->k, s->v, B, T, H, KVH, D, st));
-    PROF_END(m, PROF_ATTN_FWD);
-    PROF_BEGIN(m);
-    cuda_gemm_forward(ctx, s->resid_mid, C, s->attn_out, w16(m, o->o), NULL, s->resid_in, N, HD, C);
-    PROF_END(m, PROF_GEMM);
+    TIMED(m, PROF_ROPE, CUDA_CHECK(cuda_qkv_rope_forward(s->q, s->k, s->v, s->q_rstd, s->k_rstd, s->qkv,
+                                                         w16(m, o->q_norm), w16(m, o->k_norm), m->rope_cos,
+                                                         m->rope_sin, N, T, H, KVH, D, eps, st)));
+    TIMED(m, PROF_ATTN_FWD,
+          CUDA_CHECK(cuda_attention_forward(s->attn_out, s->lse, s->q, s->k, s->v, B, T, H, KVH, D, st)));
+    linear_forward(m, s->resid_mid, C, s->attn_out, o->o, -1, s->resid_in, N, HD, C);
 
-    PROF_BEGIN(m);
-    CUDA_CHECK(cuda_rmsnorm_forward(s->mlp_normed, s->mlp_rstd, s->resid_mid, w16(m, o->mlp_norm), N, C, eps, st));
-    PROF_END(m, PROF_NORM);
-    PROF_BEGIN(m);
-    cuda_gemm_forward(ctx, s->gate_up, 2 * I, s->mlp_normed, w16(m, o->gate), NULL, NULL, N, C, 2 * I);
-    PROF_END(m, PROF_GEMM);
-    PROF_BEGIN(m);
-    CUDA_CHECK(cuda_swiglu_forward(s->act, s->gate_up, N, I, st));
-    PROF_END(m, PROF_SWIGLU);
-    PROF_BEGIN(m);
-    cuda_gemm_forward(ctx, out, C, s->act, w16(m, o->down), NULL, s->resid_mid, N, I, C);
-    PROF_END(m, PROF_GEMM);
+    TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(s->mlp_normed, s->mlp_rstd, s->resid_mid,
+                                                        w16(m, o->mlp_norm), N, C, eps, st)));
+    linear_forward(m, s->gate_up, 2 * I, s->mlp_normed, o->gate, -1, NULL, N, C, 2 * I);
+    TIMED(m, PROF_SWIGLU, CUDA_CHECK(cuda_swiglu_forward(s->act, s->gate_up, N, I, st)));
+    linear_forward(m, out, C, s->act, o->down, -1, s->resid_mid, N, I, C);
 }
 
 float cuda_model_forward(CudaModel *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
@@ -475,26 +475,24 @@ float cuda_model_forward(CudaModel *m, const int32_t *inputs, const int32_t *tar
         mt_die(MT_EXIT_FAILURE, "cuda_model_forward: micro-batch %d x %d does not fit the buffers (%d x %d)", B, T,
                m->max_B, m->max_T);
     const int N = B * T, C = c->hidden_size, V = c->vocab_size;
-    for (int i = 0; i < N; i++)
-        if (inputs[i] < 0 || inputs[i] >= V || (targets && targets[i] >= V))
-            mt_die(MT_EXIT_USAGE, "model_forward: token %d at position %d is outside the vocabulary [0, %d)",
-                   inputs[i] < 0 || inputs[i] >= V ? inputs[i] : targets[i], i, V);
+    for (int i = 0; i < N; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V)
+            mt_die(MT_EXIT_USAGE, "model_forward: input token %d at position %d is outside the vocabulary [0, %d)",
+                   inputs[i], i, V);
+        if (targets && targets[i] >= V)
+            mt_die(MT_EXIT_USAGE, "model_forward: target token %d at position %d is outside the vocabulary [0, %d)",
+                   targets[i], i, V);
+    }
     cudaStream_t st = m->ctx.stream;
     m->B = B;
     m->T = T;
     CUDA_CHECK(cudaMemcpyAsync(m->inputs, inputs, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
-    PROF_BEGIN(m);
-    CUDA_CHECK(cuda_embedding_forward(m->saved[0].resid_in, m->inputs, w16(m, m->embed), N, C, st));
-    PROF_END(m, PROF_EMBED);
+    TIMED(m, PROF_EMBED, CUDA_CHECK(cuda_embedding_forward(m->saved[0].resid_in, m->inputs, w16(m, m->embed), N, C, st)));
     for (int l = 0; l < c->num_layers; l++)
         layer_forward(m, l, l + 1 < c->num_layers ? m->saved[l + 1].resid_in : m->final_resid, B, T);
-    PROF_BEGIN(m);
-    CUDA_CHECK(cuda_rmsnorm_forward(m->final_normed, m->final_rstd, m->final_resid, w16(m, m->final_norm), N, C,
-                                    (float)c->rms_norm_eps, st));
-    PROF_END(m, PROF_NORM);
-    PROF_BEGIN(m);
-    cuda_gemm_forward(&m->ctx, m->logits, V, m->final_normed, w16(m, m->lm_head), NULL, NULL, N, C, V);
-    PROF_END(m, PROF_GEMM);
+    TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(m->final_normed, m->final_rstd, m->final_resid,
+                                                        w16(m, m->final_norm), N, C, (float)c->rms_norm_eps, st)));
+    linear_forward(m, m->logits, V, m->final_normed, m->lm_head, -1, NULL, N, C, V);
     if (!targets) {
         m->backward_ready = 0;
         CUDA_CHECK(cudaStreamSynchronize(st));
@@ -502,9 +500,7 @@ float cuda_model_forward(CudaModel *m, const int32_t *inputs, const int32_t *tar
     }
     memcpy(m->host_targets, targets, (size_t)N * sizeof(int32_t));
     CUDA_CHECK(cudaMemcpyAsync(m->targets, m->host_targets, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
-    PROF_BEGIN(m);
-    CUDA_CHECK(cuda_cross_entropy_forward(m->losses, m->ce_lse, m->logits, m->targets, N, V, st));
-    PROF_END(m, PROF_LOSS);
+    TIMED(m, PROF_LOSS, CUDA_CHECK(cuda_cross_entropy_forward(m->losses, m->ce_lse, m->logits, m->targets, N, V, st)));
     CUDA_CHECK(cudaMemcpyAsync(m->host_losses, m->losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
     double sum = 0.0;
@@ -526,77 +522,36 @@ static void layer_backward(CudaModel *m, int l, int B, int T) {
     const ModelConfig *c = &m->cfg;
     const LayerOffsets *o = &m->layers[l];
     const LayerSaved *s = &m->saved[l];
-    CudaContext *ctx = &m->ctx;
-    cudaStream_t st = ctx->stream;
+    cudaStream_t st = m->ctx.stream;
     const int N = B * T, C = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
     const int H = c->num_attention_heads, KVH = c->num_key_value_heads, HD = H * D, KVD = KVH * D;
     const int QKV = HD + 2 * KVD;
 
     /* MLP half: out = resid_mid + act @ Wdown^T */
-    PROF_BEGIN(m);
-    cuda_gemm_backward_input(ctx, m->d_act, m->d_resid16, C, w16(m, o->down), N, I, C, 0);
-    PROF_END(m, PROF_GEMM);
-    PROF_BEGIN(m);
-    cuda_gemm_backward_weight(ctx, g32(m, o->down), m->d_resid16, C, s->act, N, I, C);
-    PROF_END(m, PROF_GEMM);
-    PROF_BEGIN(m);
-    CUDA_CHECK(cuda_swiglu_backward(m->d_gate_up, m->d_act, s->gate_up, N, I, st));
-    PROF_END(m, PROF_SWIGLU);
-    PROF_BEGIN(m);
-    cuda_gemm_backward_input(ctx, m->d_normed, m->d_gate_up, 2 * I, w16(m, o->gate), N, C, 2 * I, 0);
-    PROF_END(m, PROF_GEMM);
-    PROF_BEGIN(m);
-    cuda_gemm_backward_weight(ctx, g32(m, o->gate), m->d_gate_up, 2 * I, s->mlp_normed, N, C, 2 * I);
-    PROF_END(m, PROF_GEMM);
-    PROF_BEGIN(m);
-    CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, o->mlp_norm), m->d_normed, s->resid_mid,
-                                     w16(m, o->mlp_norm), s->mlp_rstd, N, C, st));
-    PROF_END(m, PROF_NORM);
+    linear_backward(m, m->d_act, m->d_resid16, C, s->act, o->down, -1, N, I, C, 0);
+    TIMED(m, PROF_SWIGLU, CUDA_CHECK(cuda_swiglu_backward(m->d_gate_up, m->d_act, s->gate_up, N, I, st)));
+    linear_backward(m, m->d_normed, m->d_gate_up, 2 * I, s->mlp_normed, o->gate, -1, N, C, 2 * I, 0);
+    TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, o->mlp_norm), m->d_normed,
+                                                         s->resid_mid, w16(m, o->mlp_norm), s->mlp_rstd, N, C, st)));
 
     /* attention half: resid_mid = resid_in + attn_out @ Wo^T */
-    PROF_BEGIN(m);
-    cuda_gemm_backward_input(ctx, m->d_attn_out, m->d_resid16, C, w16(m, o->o), N, HD, C, 0);
-    PROF_END(m, PROF_GEMM);
-    PROF_BEGIN(m);
-    cuda_gemm_backward_weight(ctx, g32(m, o->o), m->d_resid16, C, s->attn_out, N, HD, C);
-    PROF_END(m, PROF_GEMM);
-    PROF_BEGIN(m);
-    CUDA_CHECK(cuda_attention_backward(m->dq, m->dk, m->dv, m->d_attn_out, s->attn_out, s->lse, s->q, s->k, s->v, B, T,
-                                       H, KVH, D, m->attn_workspace, st));
-    PROF_END(m, PROF_ATTN_BWD);
-    PROF_BEGIN(m);
-    CUDA_CHECK(cuda_qkv_rope_backward(m->d_qkv, g32(m, o->q_norm), g32(m, o->k_norm), m->dq, m->dk, m->dv, s->qkv,
-                                      w16(m, o->q_norm), w16(m, o->k_norm), s->q_rstd, s->k_rstd, m->rope_cos,
-                                      m->rope_sin, N, T, H, KVH, D, st));
-    PROF_END(m, PROF_ROPE);
+    linear_backward(m, m->d_attn_out, m->d_resid16, C, s->attn_out, o->o, -1, N, HD, C, 0);
+    TIMED(m, PROF_ATTN_BWD,
+          CUDA_CHECK(cuda_attention_backward(m->dq, m->dk, m->dv, m->d_attn_out, s->attn_out, s->lse, s->q, s->k,
+                                             s->v, B, T, H, KVH, D, m->attn_workspace, st)));
+    TIMED(m, PROF_ROPE,
+          CUDA_CHECK(cuda_qkv_rope_backward(m->d_qkv, g32(m, o->q_norm), g32(m, o->k_norm), m->dq, m->dk, m->dv,
+                                            s->qkv, w16(m, o->q_norm), w16(m, o->k_norm), s->q_rstd, s->k_rstd,
+                                            m->rope_cos, m->rope_sin, N, T, H, KVH, D, st)));
     if (m->qkv_fused) {
-        PROF_BEGIN(m);
-        cuda_gemm_backward_input(ctx, m->d_normed, m->d_qkv, QKV, w16(m, o->q), N, C, QKV, 0);
-        PROF_END(m, PROF_GEMM);
-        PROF_BEGIN(m);
-        cuda_gemm_backward_weight(ctx, g32(m, o->q), m->d_qkv, QKV, s->attn_normed, N, C, QKV);
-        PROF_END(m, PROF_GEMM);
+        linear_backward(m, m->d_normed, m->d_qkv, QKV, s->attn_normed, o->q, -1, N, C, QKV, 0);
     } else {
-        const long w_off[3] = {o->q, o->k, o->v}, b_off[3] = {o->q_bias, o->k_bias, o->v_bias};
-        const int col[3] = {0, HD, HD + KVD}, width[3] = {HD, KVD, KVD};
-        for (int i = 0; i < 3; i++) {
-            PROF_BEGIN(m);
-            cuda_gemm_backward_input(ctx, m->d_normed, m->d_qkv + col[i], QKV, w16(m, w_off[i]), N, C, width[i], i > 0);
-            PROF_END(m, PROF_GEMM);
-            PROF_BEGIN(m);
-            cuda_gemm_backward_weight(ctx, g32(m, w_off[i]), m->d_qkv + col[i], QKV, s->attn_normed, N, C, width[i]);
-            PROF_END(m, PROF_GEMM);
-            if (b_off[i] >= 0) {
-                PROF_BEGIN(m);
-                CUDA_CHECK(cuda_column_sum_accumulate(g32(m, b_off[i]), m->d_qkv + col[i], N, width[i], QKV, st));
-                PROF_END(m, PROF_GEMM);
-            }
-        }
+        linear_backward(m, m->d_normed, m->d_qkv, QKV, s->attn_normed, o->q, o->q_bias, N, C, HD, 0);
+        linear_backward(m, m->d_normed, m->d_qkv + HD, QKV, s->attn_normed, o->k, o->k_bias, N, C, KVD, 1);
+        linear_backward(m, m->d_normed, m->d_qkv + HD + KVD, QKV, s->attn_normed, o->v, o->v_bias, N, C, KVD, 1);
     }
-    PROF_BEGIN(m);
-    CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, o->attn_norm), m->d_normed, s->resid_in,
-                                     w16(m, o->attn_norm), s->attn_rstd, N, C, st));
-    PROF_END(m, PROF_NORM);
+    TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, o->attn_norm), m->d_normed,
+                                                         s->resid_in, w16(m, o->attn_norm), s->attn_rstd, N, C, st)));
 }
 
 void cuda_model_set_grad_sync(CudaModel *m, const NcclComm *comm) {
@@ -617,11 +572,13 @@ void cuda_model_set_grad_sync(CudaModel *m, const NcclComm *comm) {
     }
 }
 
-/* Average grads [begin, end) once the compute stream has reached `done`. */
-static void sync_range(CudaModel *m, cudaEvent_t done, long begin, long end) {
+/* Once the compute stream has reached `done`, average grads [begin, end) and
+ * [begin2, end2) over the data-parallel group on the comm stream. */
+static void sync_ranges(CudaModel *m, cudaEvent_t done, long begin, long end, long begin2, long end2) {
     CUDA_CHECK(cudaEventRecord(done, m->ctx.stream));
     CUDA_CHECK(cudaStreamWaitEvent(m->comm_stream, done, 0));
     nccl_all_reduce_avg_float(m->grad_sync, m->grads + begin, (size_t)(end - begin), m->comm_stream);
+    nccl_all_reduce_avg_float(m->grad_sync, m->grads + begin2, (size_t)(end2 - begin2), m->comm_stream);
 }
 
 void cuda_model_backward(CudaModel *m, float loss_scale, int sync_grads) {
@@ -629,40 +586,24 @@ void cuda_model_backward(CudaModel *m, float loss_scale, int sync_grads) {
         mt_die(MT_EXIT_FAILURE, "cuda_model_backward: needs a forward with targets first (one backward per forward)");
     m->backward_ready = 0;
     const ModelConfig *c = &m->cfg;
-    CudaContext *ctx = &m->ctx;
-    cudaStream_t st = ctx->stream;
-    const int B = m->B, T = m->T, N = B * T, C = c->hidden_size, V = c->vocab_size;
+    cudaStream_t st = m->ctx.stream;
+    const int B = m->B, T = m->T, N = B * T, C = c->hidden_size, V = c->vocab_size, L = c->num_layers;
     const float dloss = m->num_targets > 0 ? (float)((double)loss_scale / (double)m->num_targets) : 0.0f;
 
-    PROF_BEGIN(m);
-    CUDA_CHECK(cuda_cross_entropy_backward(m->logits, m->ce_lse, m->targets, dloss, N, V, st));
-    PROF_END(m, PROF_LOSS);
-    PROF_BEGIN(m);
-    cuda_gemm_backward_input(ctx, m->d_normed, m->logits, V, w16(m, m->lm_head), N, C, V, 0);
-    PROF_END(m, PROF_GEMM);
-    PROF_BEGIN(m);
-    cuda_gemm_backward_weight(ctx, g32(m, m->lm_head), m->logits, V, m->final_normed, N, C, V);
-    PROF_END(m, PROF_GEMM);
+    TIMED(m, PROF_LOSS, CUDA_CHECK(cuda_cross_entropy_backward(m->logits, m->ce_lse, m->targets, dloss, N, V, st)));
+    linear_backward(m, m->d_normed, m->logits, V, m->final_normed, m->lm_head, -1, N, C, V, 0);
     CUDA_CHECK(cudaMemsetAsync(m->d_resid, 0, (size_t)N * C * sizeof(float), st));
-    PROF_BEGIN(m);
-    CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, m->final_norm), m->d_normed, m->final_resid,
-                                     w16(m, m->final_norm), m->final_rstd, N, C, st));
-    PROF_END(m, PROF_NORM);
+    TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, m->final_norm), m->d_normed,
+                                                         m->final_resid, w16(m, m->final_norm), m->final_rstd, N, C,
+                                                         st)));
     const int sync = sync_grads && m->grad_sync;
-    for (int l = c->num_layers - 1; l >= 0; l--) {
+    for (int l = L - 1; l >= 0; l--) {
         layer_backward(m, l, B, T);
-        if (sync) sync_range(m, m->layer_done[l], m->layer_begin[l], m->layer_end[l]);
+        if (sync) sync_ranges(m, m->layer_done[l], m->layer_begin[l], m->layer_end[l], 0, 0);
     }
-    PROF_BEGIN(m);
-    CUDA_CHECK(cuda_embedding_backward(g32(m, m->embed), m->d_resid, m->inputs, N, C, st));
-    PROF_END(m, PROF_EMBED);
+    TIMED(m, PROF_EMBED, CUDA_CHECK(cuda_embedding_backward(g32(m, m->embed), m->d_resid, m->inputs, N, C, st)));
     if (sync) { /* the parameters outside the layers: embedding (first), final norm and lm_head (last) */
-        const int L = c->num_layers;
-        CUDA_CHECK(cudaEventRecord(m->layer_done[L], st));
-        CUDA_CHECK(cudaStreamWaitEvent(m->comm_stream, m->layer_done[L], 0));
-        nccl_all_reduce_avg_float(m->grad_sync, m->grads, (size_t)m->layer_begin[0], m->comm_stream);
-        nccl_all_reduce_avg_float(m->grad_sync, m->grads + m->layer_end[L - 1],
-                                  (size_t)(m->num_floats - m->layer_end[L - 1]), m->comm_stream);
+        sync_ranges(m, m->layer_done[L], 0, m->layer_begin[0], m->layer_end[L - 1], m->num_floats);
         CUDA_CHECK(cudaEventRecord(m->comm_done, m->comm_stream));
         CUDA_CHECK(cudaStreamWaitEvent(st, m->comm_done, 0));
     }
@@ -676,9 +617,8 @@ void cuda_model_zero_grad(CudaModel *m) {
 
 double cuda_model_grad_norm(CudaModel *m) {
     cudaStream_t st = m->ctx.stream;
-    PROF_BEGIN(m);
-    CUDA_CHECK(cuda_sum_squares(m->norm_partial, NORM_PARTIALS, m->grads, (size_t)m->num_floats, st));
-    PROF_END(m, PROF_OPTIMIZER);
+    TIMED(m, PROF_OPTIMIZER,
+          CUDA_CHECK(cuda_sum_squares(m->norm_partial, NORM_PARTIALS, m->grads, (size_t)m->num_floats, st)));
     CUDA_CHECK(cudaMemcpyAsync(m->host_norm_partial, m->norm_partial, NORM_PARTIALS * sizeof(double),
                                cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
@@ -697,10 +637,9 @@ void cuda_model_adamw(CudaModel *m, const CudaAdamWStep *step) {
         .grad_scale = (float)step->grad_scale,
     };
     cuda_adamw_set_step(&args, step->step);
-    PROF_BEGIN(m);
-    CUDA_CHECK(cuda_adamw_step_chunks(m->params, m->grads, m->exp_avg, m->exp_avg_sq, m->params16, m->chunks,
-                                      m->num_chunks, &args, m->ctx.stream));
-    PROF_END(m, PROF_OPTIMIZER);
+    TIMED(m, PROF_OPTIMIZER, CUDA_CHECK(cuda_adamw_step_chunks(m->params, m->grads, m->exp_avg, m->exp_avg_sq,
+                                                               m->params16, m->chunks, m->num_chunks, &args,
+                                                               m->ctx.stream)));
     if (m->prof_on && ++m->prof_steps == m->prof_on) prof_report(m);
 }
 
