@@ -91,6 +91,7 @@ typedef struct TrainConfig {
     long eval_interval;    /* 0 disables evaluation */
     int eval_batches;
     int max_nonfinite_steps; /* skip up to this many NaN/Inf steps in a row; 0 = stop at the first */
+    long replica_check_interval; /* compare a parameter checksum across dp replicas every N steps; 0 = off */
 } TrainConfig;
 
 typedef enum { DECAY_CONSTANT, DECAY_LINEAR, DECAY_COSINE, DECAY_INVERSE_SQRT, DECAY_WSD } LrDecay;
@@ -136,6 +137,8 @@ typedef struct CheckpointConfig {
 typedef struct LoggingConfig {
     long interval;
     bool tensorboard;
+    long timers_interval;    /* a timer breakdown line every N steps; 0 = off */
+    double peak_tflops;      /* the device's peak for MFU; 0 = from the GPU's name (none on the CPU) */
 } LoggingConfig;
 
 typedef struct RunConfig {

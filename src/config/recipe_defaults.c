@@ -33,6 +33,7 @@ void recipe_set_defaults(Recipe *recipe) {
     model_set_defaults(&recipe->model);
     recipe->parallel = (ParallelConfig){.tp = 1, .pp = 1, .vpp = 1, .cp = 1, .ep = 1, .etp = 1};
     recipe->train.eval_interval = 50;
+    recipe->train.replica_check_interval = 100;
     recipe->train.eval_batches = 4;
     OptimizerConfig *opt = &recipe->optimizer;
     opt->lr = 3e-3;
@@ -47,7 +48,7 @@ void recipe_set_defaults(Recipe *recipe) {
     recipe->precision = DTYPE_BF16;
     recipe->checkpoint = (CheckpointConfig){.interval = 50, .keep_last = 2, .keep_every = 0, .async = true,
                                             .compression_level = 3, .load_optimizer = true};
-    recipe->logging = (LoggingConfig){.interval = 1, .tensorboard = true};
+    recipe->logging = (LoggingConfig){.interval = 1, .tensorboard = true, .timers_interval = 100, .peak_tflops = 0.0};
 }
 
 /* "recipes/tiny/llama.yaml" -> "llama" */

@@ -89,6 +89,7 @@ static const RecipeKey train_keys[] = {
     {LONG_KEY("eval_interval", TrainConfig, eval_interval, 0)},
     {INT_KEY("eval_batches", TrainConfig, eval_batches, 1, INT_MAX)},
     {INT_KEY("max_nonfinite_steps", TrainConfig, max_nonfinite_steps, 0, INT_MAX)},
+    {LONG_KEY("replica_check_interval", TrainConfig, replica_check_interval, 0)},
     {0},
 };
 
@@ -135,6 +136,8 @@ static const RecipeKey checkpoint_keys[] = {
 static const RecipeKey logging_keys[] = {
     {LONG_KEY("interval", LoggingConfig, interval, 1)},
     {BOOL_KEY("tensorboard", LoggingConfig, tensorboard)},
+    {LONG_KEY("timers_interval", LoggingConfig, timers_interval, 0)},
+    {NUM_KEY("peak_tflops", LoggingConfig, peak_tflops, 0)},
     {0},
 };
 

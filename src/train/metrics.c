@@ -51,7 +51,10 @@ void metrics_write(MetricsWriter *w, const StepMetrics *m) {
     json_double(f, "elapsed_s", m->elapsed_s);
     if (!isnan(m->eval_loss)) json_double(f, "eval_loss", m->eval_loss);
     if (!isnan(m->tflops)) json_double(f, "tflops", m->tflops);
+    if (!isnan(m->mfu)) json_double(f, "mfu", m->mfu);
     if (!isnan(m->peak_mem_gib)) json_double(f, "peak_mem_gib", m->peak_mem_gib);
+    if (!isnan(m->power_w)) json_double(f, "power_w", m->power_w);
+    if (!isnan(m->tokens_per_joule)) json_double(f, "tokens_per_joule", m->tokens_per_joule);
     fputs("}\n", f);
     fflush(f);
 
@@ -62,6 +65,11 @@ void metrics_write(MetricsWriter *w, const StepMetrics *m) {
     tb_scalar(tb, "train/global_batch_size", m->step, (double)m->global_batch_size);
     tb_scalar(tb, "train/tokens_per_s", m->step, m->tokens_per_s);
     if (!isnan(m->eval_loss)) tb_scalar(tb, "eval/loss", m->step, m->eval_loss);
+    if (!isnan(m->tflops)) tb_scalar(tb, "perf/tflops_per_device", m->step, m->tflops);
+    if (!isnan(m->mfu)) tb_scalar(tb, "perf/mfu_percent", m->step, m->mfu);
+    if (!isnan(m->peak_mem_gib)) tb_scalar(tb, "perf/peak_mem_gib", m->step, m->peak_mem_gib);
+    if (!isnan(m->power_w)) tb_scalar(tb, "energy/power_w", m->step, m->power_w);
+    if (!isnan(m->tokens_per_joule)) tb_scalar(tb, "energy/tokens_per_joule", m->step, m->tokens_per_joule);
     tb_flush(tb);
 }
 
@@ -98,8 +106,10 @@ void metrics_print(const StepMetrics *m) {
            "elapsed %.1fs",
            width + 1, m->step, m->total_steps, m->loss, m->lr, m->global_batch_size, m->grad_norm,
            m->tokens_per_s, tokens, m->elapsed_s);
-    if (!isnan(m->tflops)) printf(" | TFLOP/s %.1f", m->tflops);
-    if (!isnan(m->peak_mem_gib)) printf(" | mem %.1f GiB", m->peak_mem_gib);
+    if (!isnan(m->tflops)) printf(" | TFLOP/s %.*f", m->tflops < 10.0 ? 3 : 1, m->tflops);
+    if (!isnan(m->mfu)) printf(" | MFU %.1f%%", m->mfu);
+    if (!isnan(m->peak_mem_gib)) printf(" | mem %.*f GiB", m->peak_mem_gib < 10.0 ? 2 : 1, m->peak_mem_gib);
+    if (!isnan(m->power_w)) printf(" | %.0f W | tok/J %.0f", m->power_w, m->tokens_per_joule);
     if (!isnan(m->eval_loss)) printf(" | eval_loss %.4f", m->eval_loss);
     putchar('\n');
     fflush(stdout);
@@ -111,4 +121,14 @@ void metrics_close(MetricsWriter *w) {
         fclose(w->jsonl);
         w->jsonl = NULL;
     }
+}
+
+void metrics_print_timers(const StepTimers *t, long last_step) {
+    if (t->steps <= 0) return;
+    const double per = 1e3 / (double)t->steps;
+    printf("timers (ms per step, steps %ld-%ld): data %.1f | forward %.1f | backward %.1f | comm %.1f | "
+           "optimizer %.1f | checkpoint %.1f\n",
+           t->first_step, last_step, t->data * per, t->forward * per, t->backward * per, t->comm * per,
+           t->optimizer * per, t->checkpoint * per);
+    fflush(stdout);
 }

@@ -19,8 +19,11 @@ typedef struct StepMetrics {
     double consumed_tokens;
     double elapsed_s;
     double eval_loss;        /* NAN when not an eval step */
-    double tflops;           /* model TFLOP/s of this device (Megatron's count); NAN when not shown */
-    double peak_mem_gib;     /* peak device memory so far; NAN on the CPU */
+    double tflops;           /* model TFLOP/s per device (Megatron's count: 6N + attention) */
+    double mfu;              /* tflops / the device's peak, in percent; NAN when the peak is unknown */
+    double peak_mem_gib;     /* peak device memory so far (the process's peak RSS on the CPU) */
+    double power_w;          /* mean GPU power over the interval (NVML); NAN when not measured */
+    double tokens_per_joule; /* tokens per joule of GPU energy over the interval; NAN when not measured */
 } StepMetrics;
 
 typedef struct MetricsWriter {
@@ -34,6 +37,16 @@ int metrics_open(MetricsWriter *w, const char *run_dir, bool tensorboard, char *
 /* One JSON line and the step's TensorBoard scalars, both flushed. */
 void metrics_write(MetricsWriter *w, const StepMetrics *m);
 void metrics_print(const StepMetrics *m);                     /* the stdout line */
+
+/* Where the time of the steps went, summed since the last report. */
+typedef struct StepTimers {
+    double data, forward, backward, comm, optimizer, checkpoint; /* seconds */
+    long steps;
+    long first_step;         /* the first step in these sums */
+} StepTimers;
+
+/* One line "timers (ms per step, steps A-B): data ... | forward ... | ..." on stdout. */
+void metrics_print_timers(const StepTimers *t, long last_step);
 void metrics_close(MetricsWriter *w);
 
 #endif

@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -16,6 +17,7 @@
 #include "../core/timer.h"
 #include "../dist/comm.h"
 #include "../obs/health.h"
+#include "../obs/replica_check.h"
 #include "metrics.h"
 #include "train_context.h"
 #include "train_device.h"
@@ -113,6 +115,44 @@ static int check_health(TrainContext *ctx, const StepResult *result, HealthState
     return 0;
 }
 
+/* Every train.replica_check_interval steps with dp > 1: the same parameters
+ * on every replica (src/obs/replica_check.h). 0, or -1 (printed). */
+static int check_replicas(TrainContext *ctx, long step) {
+    if (!ctx->cuda) replica_check_test_flip(ctx->layout.dp_rank, step, ctx->model->params);
+    if (ctx->layout.dp_size <= 1 || !is_multiple(step, ctx->recipe->train.replica_check_interval)) return 0;
+    if (ctx->cuda) train_device_sync_to_host(ctx);
+    char err[1024];
+    if (replica_check(comm_world(), ctx->model->params, (size_t)ctx->model->num_floats, step, err, sizeof err) == 0)
+        return 0;
+    print_error(err);
+    return -1;
+}
+
+/* Peak resident memory of this process, in GiB (the CPU's "mem" column). */
+static double peak_rss_gib(void) {
+    struct rusage usage;
+    return getrusage(RUSAGE_SELF, &usage) == 0 ? (double)usage.ru_maxrss / (1024.0 * 1024.0) : NAN;
+}
+
+/* Model TFLOP/s per device (6N + attention, as Megatron counts), MFU when the
+ * device's peak is known, peak memory, and on a GPU with NVML the mean power
+ * and tokens per joule since the last logged step. */
+static void efficiency_columns(TrainContext *ctx, StepMetrics *m, double tokens) {
+    const Recipe *recipe = ctx->recipe;
+    const double per_token = model_flops_per_token(&ctx->model->cfg, recipe->train.seq_len);
+    m->tflops = m->tokens_per_s * per_token / (double)ctx->layout.world_size / 1e12;
+    double peak = recipe->logging.peak_tflops;
+    if (!(peak > 0.0) && ctx->cuda) peak = train_device_peak_tflops(ctx);
+    m->mfu = peak > 0.0 ? 100.0 * m->tflops / peak : NAN;
+    m->peak_mem_gib = ctx->cuda ? train_device_peak_bytes(ctx) / 1073741824.0 : peak_rss_gib();
+    m->power_w = m->tokens_per_joule = NAN;
+    double joules, watts;
+    if (energy_meter_read(&ctx->energy, &joules, &watts) && joules > 0.0) {
+        m->power_w = watts;
+        m->tokens_per_joule = tokens / (double)ctx->layout.world_size / joules;
+    }
+}
+
 /* The steps from ctx->state.step to total_steps, with metrics, evaluation,
  * checkpoints (every checkpoint.interval steps, at the end, and on SIGTERM /
  * SIGUSR1, after which it stops with status 0). Returns the exit status. */
@@ -137,7 +177,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
             break;
         }
         const long step = ctx->state.step; /* 1-based: the step just done */
-        if (check_health(ctx, &result, &health, step) != 0) {
+        if (check_health(ctx, &result, &health, step) != 0 || check_replicas(ctx, step) != 0) {
             status = MT_EXIT_FAILURE;
             break;
         }
@@ -158,13 +198,8 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
                 .consumed_tokens = (double)ctx->state.consumed_tokens,
                 .elapsed_s = now - start_time,
                 .eval_loss = eval_loss,
-                .tflops = NAN,
-                .peak_mem_gib = NAN,
             };
-            if (ctx->cuda) { /* the GPU columns: model FLOP/s (6N + attention, as Megatron counts) and memory */
-                m.tflops = m.tokens_per_s * model_flops_per_token(&ctx->model->cfg, recipe->train.seq_len) / 1e12;
-                m.peak_mem_gib = train_device_peak_bytes(ctx) / 1073741824.0;
-            }
+            efficiency_columns(ctx, &m, (double)(ctx->state.consumed_tokens - last_log_tokens));
             if (comm_world()->rank == 0) metrics_print(&m);
             metrics_write(metrics, &m);
             last_log_time = now;
@@ -173,10 +208,16 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
         /* A background save that failed stops the run: it must not go on
          * believing it has that checkpoint. */
         const bool save_due = is_multiple(step, recipe->checkpoint.interval) || step == ctx->total_steps;
+        const double save_start = mt_now();
         if (save_due ? save_now(ctx, saver) != 0 : ckpt_saver_poll(saver, err, sizeof err) != 0) {
             if (!save_due) print_error(err);
             status = MT_EXIT_FAILURE;
             break;
+        }
+        ctx->timers.checkpoint += mt_now() - save_start;
+        if (is_multiple(step, recipe->logging.timers_interval)) {
+            if (comm_world()->rank == 0) metrics_print_timers(&ctx->timers, step);
+            ctx->timers = (StepTimers){0};
         }
     }
     if (status == MT_EXIT_OK && stop_signal && ctx->state.step > ctx->start_step && save_now(ctx, saver) != 0)
@@ -211,11 +252,15 @@ static int run_context(TrainContext *ctx) {
         return MT_EXIT_FAILURE;
     }
     print_banner(ctx);
-    if (strcmp(ctx->recipe->run.device, "cuda") == 0 && train_device_attach(ctx, err, sizeof err) != 0) {
-        print_error(err);
-        metrics_close(&metrics);
-        train_teardown(ctx);
-        return MT_EXIT_FAILURE;
+    if (strcmp(ctx->recipe->run.device, "cuda") == 0) {
+        if (train_device_attach(ctx, err, sizeof err) != 0) {
+            print_error(err);
+            metrics_close(&metrics);
+            train_teardown(ctx);
+            return MT_EXIT_FAILURE;
+        }
+        char why[256];
+        if (!train_device_energy_open(ctx, why, sizeof why)) mt_log("energy: not measured: %s", why);
     }
     int status = train_loop(ctx, &metrics);
     metrics_close(&metrics);

@@ -10,6 +10,8 @@
 #include "../config/recipe.h"
 #include "../data/data_loader.h"
 #include "../model/model.h"
+#include "../obs/energy.h"
+#include "metrics.h"
 #include "optimizer.h"
 #include "train_state.h"
 
@@ -36,6 +38,8 @@ typedef struct TrainContext {
     int32_t *inputs;          /* micro_batch_size x seq_len */
     int32_t *targets;         /* micro_batch_size x seq_len (inputs shifted by one) */
     TrainState state;
+    StepTimers timers;        /* where the steps' time went since the last timers line */
+    EnergyMeter energy;       /* the GPU's energy counter (NVML); closed on the CPU */
     long start_step;          /* 0, or the step of the checkpoint resumed from */
     char checkpoints_dir[MT_PATH_MAX + 16]; /* run.dir/checkpoints */
 } TrainContext;

@@ -2,6 +2,7 @@
  * compiled only with MT_CUDA (make CUDA=1). */
 #include "train_device.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "../core/error.h"
@@ -14,6 +15,7 @@
 #include "../dist/comm.h"
 #include "../dist/comm_nccl.h"
 #include "../dist/launch_env.h"
+#include "../obs/energy.h"
 
 static NcclComm dp_nccl; /* the data-parallel group's NCCL communicator (one per process) */
 
@@ -52,11 +54,9 @@ void train_device_detach(TrainContext *ctx) {
     nccl_comm_destroy(&dp_nccl);
 }
 
-double train_device_forward_backward(TrainContext *ctx, float loss_scale, bool last_micro_batch) {
-    const TrainConfig *train = &ctx->recipe->train;
-    double loss = cuda_model_forward(ctx->cuda, ctx->inputs, ctx->targets, train->micro_batch_size, train->seq_len);
+void train_device_backward(TrainContext *ctx, float loss_scale, bool last_micro_batch) {
     cuda_model_backward(ctx->cuda, loss_scale, last_micro_batch);
-    return loss;
+    cuda_model_synchronize(ctx->cuda); /* so the step timers see where the time goes */
 }
 
 double train_device_forward(TrainContext *ctx) {
@@ -79,6 +79,7 @@ void train_device_adamw(TrainContext *ctx, double lr, double grad_scale) {
                           .grad_scale = grad_scale,
                           .step = ctx->optimizer.step};
     cuda_model_adamw(ctx->cuda, &step);
+    cuda_model_synchronize(ctx->cuda);
 }
 
 void train_device_sync_to_host(TrainContext *ctx) {
@@ -88,6 +89,26 @@ void train_device_sync_to_host(TrainContext *ctx) {
 void train_device_sync_grads_to_host(TrainContext *ctx) { cuda_model_download_grads(ctx->cuda, ctx->model->grads); }
 
 double train_device_peak_bytes(TrainContext *ctx) { return (double)cuda_model_peak_bytes(ctx->cuda); }
+
+double train_device_peak_tflops(TrainContext *ctx) {
+    /* Dense bf16 tensor-core peaks from NVIDIA's datasheets, most specific name first. */
+    static const struct {
+        const char *name;
+        double tflops;
+    } peaks[] = {{"H100 PCIe", 756.0}, {"H100 NVL", 835.0}, {"GH200", 989.4}, {"H100", 989.4}, {"H200", 989.4},
+                 {"H800", 989.4},      {"B200", 2250.0},    {"B100", 1750.0}, {"A100", 312.0}, {"A800", 312.0},
+                 {"L40S", 362.0},      {"L40", 181.0},      {"A10G", 70.0},   {"L4", 121.0}};
+    const char *name = cuda_model_device_name(ctx->cuda);
+    for (size_t i = 0; i < sizeof peaks / sizeof peaks[0]; i++)
+        if (strstr(name, peaks[i].name)) return peaks[i].tflops;
+    return 0.0;
+}
+
+bool train_device_energy_open(TrainContext *ctx, char *why, int why_len) {
+    char bus[64];
+    cuda_model_pci_bus_id(ctx->cuda, bus, sizeof bus);
+    return energy_meter_open(&ctx->energy, bus, why, why_len);
+}
 
 #else
 
@@ -105,9 +126,7 @@ __attribute__((noreturn)) static void unreachable(const char *what) {
 }
 
 void train_device_detach(TrainContext *ctx) { ctx->cuda = NULL; }
-double train_device_forward_backward(TrainContext *ctx, float loss_scale, bool last_micro_batch) {
-    unreachable(__func__);
-}
+void train_device_backward(TrainContext *ctx, float loss_scale, bool last_micro_batch) { unreachable(__func__); }
 double train_device_forward(TrainContext *ctx) { unreachable(__func__); }
 void train_device_zero_grad(TrainContext *ctx) { unreachable(__func__); }
 double train_device_grad_norm(TrainContext *ctx) { unreachable(__func__); }
@@ -115,5 +134,10 @@ void train_device_adamw(TrainContext *ctx, double lr, double grad_scale) { unrea
 void train_device_sync_to_host(TrainContext *ctx) { unreachable(__func__); }
 void train_device_sync_grads_to_host(TrainContext *ctx) { unreachable(__func__); }
 double train_device_peak_bytes(TrainContext *ctx) { return 0.0; }
+double train_device_peak_tflops(TrainContext *ctx) { return 0.0; }
+bool train_device_energy_open(TrainContext *ctx, char *why, int why_len) {
+    snprintf(why, (size_t)why_len, "no CUDA in this build");
+    return false;
+}
 
 #endif

@@ -193,6 +193,7 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
 }
 
 void train_teardown(TrainContext *ctx) {
+    energy_meter_close(&ctx->energy);
     if (ctx->cuda) train_device_detach(ctx);
     if (ctx->model) model_free(ctx->model);
     if (ctx->optimizer.m) adamw_free(&ctx->optimizer);

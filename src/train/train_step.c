@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "../core/error.h"
+#include "../core/timer.h"
 #include "../dist/comm.h"
 #include "../dist/dp_sync.h"
 #include "../obs/health.h"
@@ -20,6 +21,14 @@
 #include "lr_schedule.h"
 #include "train_context.h"
 #include "train_device.h"
+
+/* Seconds since *t, and *t moved to now. */
+static double lap(double *t) {
+    const double now = mt_now();
+    const double dt = now - *t;
+    *t = now;
+    return dt;
+}
 
 /* Fill ctx->inputs / ctx->targets with micro_batch_size samples from `first`. */
 static void load_micro_batch(TrainContext *ctx, const DataLoader *loader, int64_t first) {
@@ -65,24 +74,33 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
     const long num_micro = gbs / per_micro;
 
     const bool gpu = ctx->cuda != NULL;
+    StepTimers *timers = &ctx->timers;
+    if (timers->steps == 0) timers->first_step = state->step + 1;
+    double t = mt_now();
     if (gpu) train_device_zero_grad(ctx);
     else model_zero_grad(ctx->model);
     double loss_sum = 0.0;
     for (long micro = 0; micro < num_micro; micro++) {
         load_micro_batch(ctx, ctx->train_data, micro_batch_start(ctx, state->consumed_samples, micro));
+        timers->data += lap(&t);
         const float loss_scale = (float)(1.0 / (double)num_micro) * health_planted_nan_scale(state->step + 1);
         if (gpu) {
-            loss_sum += train_device_forward_backward(ctx, loss_scale, micro + 1 == num_micro);
+            loss_sum += train_device_forward(ctx);
+            timers->forward += lap(&t);
+            train_device_backward(ctx, loss_scale, micro + 1 == num_micro);
         } else {
             loss_sum += (double)model_forward(ctx->model, ctx->inputs, ctx->targets, B, T);
+            timers->forward += lap(&t);
             model_backward(ctx->model, loss_scale);
         }
+        timers->backward += lap(&t);
     }
     /* Data parallel: every rank ends with the mean over the whole global
      * batch (the single-rank result) before the norm, clipping and AdamW;
      * on GPUs NCCL did it during the last backward. */
     if (!gpu) dp_average_grads(comm_world(), ctx->model->grads, ctx->model->num_floats);
     const double loss = dp_average_double(comm_world(), loss_sum / (double)num_micro);
+    timers->comm += lap(&t);
     if (test_failure_due(ctx)) {
         mt_set_error(err, errlen, "rank %d: step %ld: failure injected by MEGATRAIN_TEST_FAIL_RANK",
                      ctx->layout.dp_rank, state->step + 1);
@@ -101,6 +119,8 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
         else adamw_step(&ctx->optimizer, ctx->model, opt, lr, (float)clip_scale);
     }
 
+    timers->optimizer += lap(&t);
+    timers->steps++;
     state->step++;
     state->consumed_samples += gbs;
     state->consumed_tokens += (int64_t)gbs * T;

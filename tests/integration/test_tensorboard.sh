@@ -2,7 +2,8 @@
 # test_tensorboard.sh: a tiny run with logging.tensorboard on writes one event
 # file in run.dir/tensorboard; tensorboard's own reader (EventAccumulator)
 # reads back every scalar, equal to the metrics.jsonl values rounded to
-# float32 within one float32 ulp (the event holds float32(value); the JSON
+# float32 within one float32 ulp; the perf/ scalars (TFLOP/s, MFU with
+# logging.peak_tflops set, memory) too (the event holds float32(value); the JSON
 # holds value to 9 significant digits, and rounding that decimal to float32
 # can land one ulp away from rounding the double itself), at the same steps (train/* at every logged step, eval/loss at the
 # eval steps). logging.tensorboard=false writes no event file. Skips (77)
@@ -16,7 +17,7 @@ run() {
     --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=2 \
     --set train.eval_interval=6 --set checkpoint.interval=0 --set optimizer.schedule.warmup_steps=4 "${@:2}" > /dev/null
 }
-run "$WORK/on" --set logging.tensorboard=true
+run "$WORK/on" --set logging.tensorboard=true --set logging.peak_tflops=1.0
 run "$WORK/off" --set logging.tensorboard=false
 [[ ! -e "$WORK/off/tensorboard" ]] || fail "logging.tensorboard=false still wrote $WORK/off/tensorboard"
 files=("$WORK"/on/tensorboard/events.out.tfevents.*.megatrain)
@@ -33,7 +34,8 @@ f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
 rows = [json.loads(line) for line in open(run_dir + "/metrics.jsonl")]
 tags = {"train/loss": "loss", "train/lr": "lr", "train/grad_norm": "grad_norm",
         "train/global_batch_size": "global_batch_size", "train/tokens_per_s": "tokens_per_s",
-        "eval/loss": "eval_loss"}
+        "eval/loss": "eval_loss", "perf/tflops_per_device": "tflops", "perf/mfu_percent": "mfu",
+        "perf/peak_mem_gib": "peak_mem_gib"}
 have = set(acc.Tags()["scalars"])
 assert have == set(tags), f"scalar tags {sorted(have)} != {sorted(tags)}"
 for tag, key in tags.items():

@@ -609,6 +609,8 @@ void cuda_model_backward(CudaModel *m, float loss_scale, int sync_grads) {
     }
 }
 
+void cuda_model_synchronize(CudaModel *m) { CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream)); }
+
 void cuda_model_zero_grad(CudaModel *m) {
     CUDA_CHECK(cudaMemsetAsync(m->grads, 0, (size_t)m->num_floats * sizeof(float), m->ctx.stream));
 }
@@ -655,3 +657,7 @@ size_t cuda_model_peak_bytes(CudaModel *m) {
 }
 
 const char *cuda_model_device_name(const CudaModel *m) { return m->device_name; }
+
+void cuda_model_pci_bus_id(const CudaModel *m, char *out, int len) {
+    if (cudaDeviceGetPCIBusId(out, len, m->ctx.device) != cudaSuccess && len > 0) out[0] = '\0';
+}

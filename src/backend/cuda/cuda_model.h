@@ -56,6 +56,8 @@ void cuda_model_backward(CudaModel *model, float loss_scale, int sync_grads);
 struct NcclComm;
 void cuda_model_set_grad_sync(CudaModel *model, const struct NcclComm *comm);
 void cuda_model_zero_grad(CudaModel *model);
+/* Wait until the GPU has done everything enqueued so far. */
+void cuda_model_synchronize(CudaModel *model);
 /* L2 norm of all gradients (fp32 squares, double partial sums). */
 double cuda_model_grad_norm(CudaModel *model);
 /* One AdamW update of every parameter (decay skipped on norms and biases). */
@@ -67,5 +69,7 @@ size_t cuda_model_bytes(const CudaModel *model);
 size_t cuda_model_peak_bytes(CudaModel *model);
 /* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" */
 const char *cuda_model_device_name(const CudaModel *model);
+/* The GPU's PCI bus id ("0000:3B:00.0"), for NVML. */
+void cuda_model_pci_bus_id(const CudaModel *model, char *out, int len);
 
 #endif
