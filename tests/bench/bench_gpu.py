@@ -79,7 +79,8 @@ def run_megatrain(a, name, config, seq, mbs, data, out):
         return {"impl": "megatrain", "error": "no steps (see %s.megatrain.log)" % name}
     tps = sum(r["tokens_per_s"] for r in timed) / len(timed)
     return {"impl": "megatrain", "tokens_per_s": tps, "tflops": sum(r["tflops"] for r in timed) / len(timed),
-            "peak_mem_gib": timed[-1].get("peak_mem_gib"), "loss": timed[-1]["loss"], "steps": len(timed)}
+            "peak_mem_gib": timed[-1].get("peak_mem_gib"), "first_loss": rows[0]["loss"], "loss": timed[-1]["loss"],
+            "steps": len(timed)}
 
 
 def run_torch(a, torch_args, seq, mbs, mode, out, name):

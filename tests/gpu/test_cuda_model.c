@@ -153,6 +153,12 @@ int main(void) {
     run_case("llama (tied, llama3 rope, D=64)", llama_big, 2, 130);
     run_case("qwen2 (q/k/v biases)", tiny(FAMILY_QWEN2, 128, 4, 2, 32), 1, 77);
     run_case("qwen3 (qk-norm, D=128)", tiny(FAMILY_QWEN3, 256, 4, 2, 128), 2, 70);
+    /* A larger model (about a 1.3 GB arena): its initial zeroing takes long
+     * enough that copies not ordered after it were erased (the AdamW chunk
+     * table, then no parameter moved); the AdamW check catches that. */
+    ModelConfig wide = tiny(FAMILY_LLAMA, 1024, 16, 4, 64);
+    wide.vocab_size = 32000;
+    run_case("llama (wide: a large arena)", wide, 2, 512);
     printf("\n%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

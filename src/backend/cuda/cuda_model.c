@@ -216,6 +216,17 @@ static void layout(CudaModel *m, Carver *c) {
     CARVE(c, m->norm_partial, NORM_PARTIALS);
 }
 
+/* ---- host <-> device copies ------------------------------------------------ */
+
+/* A copy ordered after everything already enqueued on the model's stream,
+ * finished on return. (A plain cudaMemcpy runs on the legacy default stream,
+ * which does not wait for our non-blocking stream: the arena's initial
+ * memset could then land after, and erase, what was copied in.) */
+static void copy_in_order(CudaModel *m, void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, m->ctx.stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
+}
+
 /* ---- registry ------------------------------------------------------------ */
 
 static long offset_of(const Model *host, const char *fmt, int layer, int required) {
@@ -333,11 +344,11 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
     float *cos_table = mt_malloc((size_t)max_T * half * sizeof(float));
     float *sin_table = mt_malloc((size_t)max_T * half * sizeof(float));
     rope_tables_init(cos_table, sin_table, max_T, m->cfg.head_dim, m->cfg.rope_theta, &m->cfg.rope_scaling);
-    CUDA_CHECK(cudaMemcpy(m->rope_cos, cos_table, (size_t)max_T * half * sizeof(float), cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(m->rope_sin, sin_table, (size_t)max_T * half * sizeof(float), cudaMemcpyHostToDevice));
+    copy_in_order(m, m->rope_cos, cos_table, (size_t)max_T * half * sizeof(float), cudaMemcpyHostToDevice);
+    copy_in_order(m, m->rope_sin, sin_table, (size_t)max_T * half * sizeof(float), cudaMemcpyHostToDevice);
     free(cos_table);
     free(sin_table);
-    CUDA_CHECK(cudaMemcpy(m->chunks, chunks, (size_t)m->num_chunks * sizeof *chunks, cudaMemcpyHostToDevice));
+    copy_in_order(m, m->chunks, chunks, (size_t)m->num_chunks * sizeof *chunks, cudaMemcpyHostToDevice);
     free(chunks);
     m->host_targets = mt_malloc((size_t)max_B * max_T * sizeof(int32_t));
     m->host_losses = mt_malloc((size_t)max_B * max_T * sizeof(float));
@@ -377,36 +388,36 @@ void cuda_model_free(CudaModel *m) {
 void cuda_model_upload(CudaModel *m, const float *params, const float *exp_avg, const float *exp_avg_sq) {
     const size_t bytes = (size_t)m->num_floats * sizeof(float);
     if (params) {
-        CUDA_CHECK(cudaMemcpy(m->params, params, bytes, cudaMemcpyHostToDevice));
+        copy_in_order(m, m->params, params, bytes, cudaMemcpyHostToDevice);
         CUDA_CHECK(cuda_cast_fp32_to_bf16(m->params16, m->params, (size_t)m->num_floats, m->ctx.stream));
     }
-    if (exp_avg) CUDA_CHECK(cudaMemcpy(m->exp_avg, exp_avg, bytes, cudaMemcpyHostToDevice));
-    if (exp_avg_sq) CUDA_CHECK(cudaMemcpy(m->exp_avg_sq, exp_avg_sq, bytes, cudaMemcpyHostToDevice));
+    if (exp_avg) copy_in_order(m, m->exp_avg, exp_avg, bytes, cudaMemcpyHostToDevice);
+    if (exp_avg_sq) copy_in_order(m, m->exp_avg_sq, exp_avg_sq, bytes, cudaMemcpyHostToDevice);
     CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
 }
 
 void cuda_model_download(CudaModel *m, float *params, float *exp_avg, float *exp_avg_sq) {
     const size_t bytes = (size_t)m->num_floats * sizeof(float);
     CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
-    if (params) CUDA_CHECK(cudaMemcpy(params, m->params, bytes, cudaMemcpyDeviceToHost));
-    if (exp_avg) CUDA_CHECK(cudaMemcpy(exp_avg, m->exp_avg, bytes, cudaMemcpyDeviceToHost));
-    if (exp_avg_sq) CUDA_CHECK(cudaMemcpy(exp_avg_sq, m->exp_avg_sq, bytes, cudaMemcpyDeviceToHost));
+    if (params) copy_in_order(m, params, m->params, bytes, cudaMemcpyDeviceToHost);
+    if (exp_avg) copy_in_order(m, exp_avg, m->exp_avg, bytes, cudaMemcpyDeviceToHost);
+    if (exp_avg_sq) copy_in_order(m, exp_avg_sq, m->exp_avg_sq, bytes, cudaMemcpyDeviceToHost);
 }
 
 void cuda_model_download_grads(CudaModel *m, float *grads) {
     CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
-    CUDA_CHECK(cudaMemcpy(grads, m->grads, (size_t)m->num_floats * sizeof(float), cudaMemcpyDeviceToHost));
+    copy_in_order(m, grads, m->grads, (size_t)m->num_floats * sizeof(float), cudaMemcpyDeviceToHost);
 }
 
 void cuda_model_upload_grads(CudaModel *m, const float *grads) {
-    CUDA_CHECK(cudaMemcpy(m->grads, grads, (size_t)m->num_floats * sizeof(float), cudaMemcpyHostToDevice));
+    copy_in_order(m, m->grads, grads, (size_t)m->num_floats * sizeof(float), cudaMemcpyHostToDevice);
 }
 
 void cuda_model_download_logits(CudaModel *m, float *logits) {
     const size_t n = (size_t)m->B * m->T * m->cfg.vocab_size;
     bf16_t *raw = mt_malloc(n * sizeof *raw);
     CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
-    CUDA_CHECK(cudaMemcpy(raw, m->logits, n * sizeof *raw, cudaMemcpyDeviceToHost));
+    copy_in_order(m, raw, m->logits, n * sizeof *raw, cudaMemcpyDeviceToHost);
     for (size_t i = 0; i < n; i++) {
         uint32_t bits = (uint32_t)raw[i] << 16;
         memcpy(&logits[i], &bits, sizeof bits);
