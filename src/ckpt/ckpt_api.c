@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "../core/error.h"
+#include "../core/progress.h"
 #include "checkpoint.h"
 #include "ckpt_reader.h"
 #include "ckpt_writer.h"
@@ -76,16 +77,25 @@ static int load_param(CkptReader *r, const char *name, const ParamInfo *info, fl
     return ckpt_reader_read(r, t, start, shape, dst, err, errlen) == 0 ? 0 : CKPT_ERR_UNREADABLE;
 }
 
-/* Every parameter from `prefix`<name> into base + offset. */
-static int load_params(CkptReader *r, const Model *model, const char *prefix, float *base, char *err, size_t errlen) {
+/* Every parameter from `prefix`<name> into base + offset; `progress`
+ * counts tensors on from *done. */
+static int load_params(CkptReader *r, const Model *model, const char *prefix, float *base, Progress *progress,
+                       int *done, char *err, size_t errlen) {
     for (int i = 0; i < model->num_params; i++) {
         const ParamInfo *info = &model->param_info[i];
         char name[CKPT_NAME_MAX];
         snprintf(name, sizeof name, "%s%s", prefix, info->name);
         int rc = load_param(r, name, info, base + info->offset, err, errlen);
         if (rc != 0) return rc;
+        progress_update(progress, ++*done);
     }
     return 0;
+}
+
+/* "checkpoint: loading 120/291 tensors (41%)" on a terminal, for `passes` copies of the model's tensors. */
+static void start_load_progress(Progress *progress, const Model *model, int passes) {
+    progress_start(progress, true, "checkpoint", "loading", "tensors", model->num_params * passes,
+                   (uint64_t)model->num_floats * sizeof(float) * (uint64_t)passes);
 }
 
 /* Parameters the checkpoint holds that the model lacks mean another model. */
@@ -106,7 +116,11 @@ int ckpt_load_model(const char *dir, Model *model, char *err, size_t errlen) {
     CkptReader *r = ckpt_reader_open(dir, err, errlen);
     if (!r) return -1;
     int rc = check_no_extra_params(r, model, err, errlen);
-    if (rc == 0) rc = load_params(r, model, "", model->params, err, errlen);
+    Progress progress;
+    int done = 0;
+    start_load_progress(&progress, model, 1);
+    if (rc == 0) rc = load_params(r, model, "", model->params, &progress, &done, err, errlen);
+    progress_end(&progress);
     ckpt_reader_close(r);
     return rc == 0 ? 0 : -1;
 }
@@ -121,7 +135,10 @@ int ckpt_load_training(const char *dir, Model *model, AdamW *optimizer, TrainSta
         rc = CKPT_ERR_MISMATCH;
     }
     if (rc == 0) rc = check_no_extra_params(r, model, err, errlen);
-    if (rc == 0) rc = load_params(r, model, "", model->params, err, errlen);
+    Progress progress;
+    int done = 0;
+    start_load_progress(&progress, model, optimizer ? 3 : 1);
+    if (rc == 0) rc = load_params(r, model, "", model->params, &progress, &done, err, errlen);
     if (rc == 0 && optimizer) {
         char first[CKPT_NAME_MAX];
         snprintf(first, sizeof first, "optimizer.m.%s", model->num_params > 0 ? model->param_info[0].name : "");
@@ -130,10 +147,11 @@ int ckpt_load_training(const char *dir, Model *model, AdamW *optimizer, TrainSta
                          "the optimizer afresh", dir);
             rc = CKPT_ERR_MISMATCH;
         }
-        if (rc == 0) rc = load_params(r, model, "optimizer.m.", optimizer->m, err, errlen);
-        if (rc == 0) rc = load_params(r, model, "optimizer.v.", optimizer->v, err, errlen);
+        if (rc == 0) rc = load_params(r, model, "optimizer.m.", optimizer->m, &progress, &done, err, errlen);
+        if (rc == 0) rc = load_params(r, model, "optimizer.v.", optimizer->v, &progress, &done, err, errlen);
         if (rc == 0) optimizer->step = (long)r->meta.state.optimizer_step;
     }
+    progress_end(&progress);
     if (rc == 0 && state) {
         const CkptState *s = &r->meta.state;
         state->step = (long)s->step;

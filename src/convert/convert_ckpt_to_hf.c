@@ -17,7 +17,7 @@
 #include "../model/model.h"
 #include "ckpt_latest_dir.h"
 #include "convert.h"
-#include "convert_progress.h"
+#include "../core/progress.h"
 #include "hf_config.h"
 #include "hf_names.h"
 
@@ -95,12 +95,12 @@ static int write_hf_dir(const char *dir, const Model *model, const ConvertOption
     int status = build_tensors(model, options->dtype, tensors, names, err, errlen);
     if (status == 0) status = write_config(dir, &model->cfg, options->dtype, err, errlen);
     if (status == 0) {
-        ConvertProgress progress;
+        Progress progress;
         uint64_t bytes = (uint64_t)model->num_floats * st_dtype_size(options->dtype);
-        convert_progress_start(&progress, options->progress, "writing", model->num_params, bytes);
+        progress_start(&progress, options->progress, "convert", "writing", "tensors", model->num_params, bytes);
         status = st_write_model(dir, tensors, model->num_params, options->max_shard_bytes, model->num_floats,
-                                convert_progress_callback, &progress, err, errlen);
-        convert_progress_end(&progress);
+                                progress_callback, &progress, err, errlen);
+        progress_end(&progress);
     }
     free(names);
     free(tensors);

@@ -15,7 +15,7 @@
 #include "../core/fs.h"
 #include "../model/model.h"
 #include "convert.h"
-#include "convert_progress.h"
+#include "../core/progress.h"
 #include "hf_config.h"
 #include "hf_names.h"
 
@@ -34,7 +34,7 @@ static bool same_shape(const StTensor *t, const ParamInfo *info) {
 }
 
 /* Fill every parameter of `model` from `weights`. 0, or -1 with err naming the tensor. */
-static int load_params(Model *model, StModel *weights, const char *src, ConvertProgress *progress, char *err,
+static int load_params(Model *model, StModel *weights, const char *src, Progress *progress, char *err,
                        size_t errlen) {
     const ModelFamily family = model->cfg.family;
     for (int p = 0; p < model->num_params; p++) {
@@ -63,7 +63,7 @@ static int load_params(Model *model, StModel *weights, const char *src, ConvertP
         }
         st_tensor_to_f32(t, model->params + info->offset);
         weights->used[at] = true;
-        convert_progress_update(progress, p + 1);
+        progress_update(progress, p + 1);
     }
     return 0;
 }
@@ -112,10 +112,10 @@ int convert_hf_to_ckpt(const char *src, const char *dst, const ConvertOptions *o
     Model *model = model_create(&cfg, &cpu_backend, 1, 1);
     uint64_t bytes = 0;
     for (int i = 0; i < weights->num_tensors; i++) bytes += weights->tensors[i]->nbytes;
-    ConvertProgress progress;
-    convert_progress_start(&progress, options->progress, "reading", model->num_params, bytes);
+    Progress progress;
+    progress_start(&progress, options->progress, "convert", "reading", "tensors", model->num_params, bytes);
     int status = load_params(model, weights, src, &progress, err, errlen);
-    convert_progress_end(&progress);
+    progress_end(&progress);
     if (status == 0) status = check_leftovers(model, weights, err, errlen);
     if (status == 0 && progress.enabled) fprintf(stderr, "convert: writing the checkpoint %s\n", dst);
     st_model_close(weights);

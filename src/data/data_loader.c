@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "../core/error.h"
+#include "../core/timer.h"
 #include "blend.h"
 #include "gpt_sampling.h"
 #include "indexed_dataset.h"
@@ -31,6 +32,9 @@ struct DataLoader {
 
 static const char *const split_names[] = {"train", "valid", "test"};
 
+/* Indices with at least this many samples get a log line while they are built. */
+#define LARGE_INDEX_SAMPLES 1000000
+
 /* Build or load the index of ds's sequences [first, end). */
 static int prepare_index(GptSampleIndex *gi, const IndexedDataset *ds, const DataConfig *data, DataSplit split,
                          int64_t first, int64_t end, int seq_len, uint64_t seed, int64_t num_samples, char *err,
@@ -41,7 +45,14 @@ static int prepare_index(GptSampleIndex *gi, const IndexedDataset *ds, const Dat
                                       num_samples, err, errlen) != 0)
         return -1;
     if (use_cache && sample_cache_load(gi, &key, ds) == 0) return 0;
+    /* Large indices take a while to build: say what is happening (once cached, a restart skips this). */
+    const bool large = num_samples >= LARGE_INDEX_SAMPLES;
+    const double start = mt_now();
+    if (large)
+        mt_log("data: building the %s sample index of %s (%lld samples of %d tokens)...", split_names[split],
+               ds->prefix, (long long)num_samples, seq_len);
     if (gpt_index_build(gi, ds, first, end, seq_len, seed, num_samples, err, errlen) != 0) return -1;
+    if (large) mt_log("data: sample index built in %.1f s", mt_now() - start);
     char save_err[2400];
     if (use_cache && sample_cache_save(gi, &key, save_err, sizeof(save_err)) != 0)
         mt_warn("%s (continuing without the cache)", save_err);
