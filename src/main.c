@@ -6,7 +6,7 @@
  * megatrain eval CKPT --data PREFIX [--batches N] [--seq-len T]
  * megatrain inspect CKPT
  * megatrain data build --input FILE --output PREFIX [--tokenizer byte]
- * (plan arrives with the parallel layout.)
+ * megatrain plan RECIPE.yaml [--world N] [--device-memory GiB]
  * Exit status: 0 success, 2 usage or recipe error, 1 any other failure.
  */
 #include <stdio.h>
@@ -20,6 +20,7 @@
 #include "dist/comm.h"
 #include "dist/launch_env.h"
 #include "eval/eval.h"
+#include "plan/plan.h"
 #include "train/train.h"
 #include "version.h"
 
@@ -41,7 +42,7 @@ static const char *const usage_text =
     "  inspect CKPT                                list tensors, verify every checksum\n"
     "  data build --input FILE --output PREFIX [--tokenizer byte]\n"
     "                                              text or JSONL -> Megatron .bin/.idx\n"
-    "  plan                                        not available yet in this version\n"
+    "  plan RECIPE.yaml [--world N] [--device-memory GiB]   the parallel layout: shards, memory and FLOPs per rank\n"
     "\n"
     "options:\n"
     "  -h, --help      this help; `megatrain COMMAND --help` for one command\n"
@@ -139,7 +140,6 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "eval") == 0) return eval_main(argc - 2, argv + 2);
     if (strcmp(cmd, "inspect") == 0) return inspect_main(argc - 2, argv + 2);
     if (strcmp(cmd, "data") == 0) return cmd_data(argc - 2, argv + 2);
-    if (!strcmp(cmd, "plan"))
-        mt_die(MT_EXIT_FAILURE, "'megatrain %s' is not available in this version yet", cmd);
+    if (strcmp(cmd, "plan") == 0) return plan_main(argc - 2, argv + 2);
     mt_die(MT_EXIT_USAGE, "unknown command '%s'\n%s", cmd, usage_text);
 }

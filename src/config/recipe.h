@@ -163,7 +163,8 @@ typedef struct Recipe {
 } Recipe;
 
 /* Load `path`, apply `num_overrides` strings of the form "key.path=value"
- * (value parsed as YAML), fill defaults, validate for `world_size` ranks.
+ * (value parsed as YAML), fill defaults, validate for `world_size` ranks
+ * (0: tp * pp * cp ranks, i.e. dp 1).
  * Returns 0 on success; otherwise writes one message naming the file, line
  * and key into err and returns -1 (the caller exits with status 2). */
 int recipe_load(Recipe *recipe, const char *path, const char *const *overrides, int num_overrides,

@@ -109,6 +109,10 @@ static int validate_layout(const Recipe *r, const YNode *root, YLoc at, int worl
         return fail(err, errlen, root, at, "", "parallel.tp",
                     "expected a divisor of num_attention_heads (%d) and num_key_value_heads (%d), found %d",
                     m->num_attention_heads, m->num_key_value_heads, p->tp);
+    if (m->vocab_size % p->tp != 0)
+        return fail(err, errlen, root, at, "", "parallel.tp",
+                    "expected a divisor of vocab_size (%d) for the vocab-parallel embedding, found %d", m->vocab_size,
+                    p->tp);
     if (p->vpp > 1 && p->pp == 1)
         return fail(err, errlen, root, at, "", "parallel.vpp", "expected 1 when pp is 1, found %d", p->vpp);
     if (m->num_layers % (p->pp * p->vpp) != 0)
@@ -158,7 +162,8 @@ static int validate_schedule(const Recipe *r, const YNode *root, YLoc at, char *
 
 int recipe_validate(const Recipe *r, const YNode *root, int world_size, char *err, size_t errlen) {
     YLoc at = {(char *)r->source_path, 1};
-    if (world_size < 1) world_size = 1;
+    /* 0: the layout's own model-parallel size (dp 1), for `megatrain plan` without --world */
+    if (world_size < 1) world_size = world_size == 0 ? r->parallel.tp * r->parallel.pp * r->parallel.cp : 1;
     if (model_validate(&r->model, ytree_get(root, "model"), path_loc(root, at, "model"), "model", err, errlen) != 0)
         return -1;
     if (r->train.steps > 0 && r->train.tokens > 0)

@@ -1,0 +1,108 @@
+/* plan.c: the per-rank estimates of `megatrain plan` (see plan.h).
+ *
+ * Shards follow Megatron: q/k/v and gate/up column-parallel, o_proj and
+ * down_proj row-parallel, biases with their columns, the embedding and the
+ * untied lm_head vocab-parallel (each tp rank V/tp rows), norms replicated.
+ * Layers are split evenly: virtual stage v of pipeline stage s holds layers
+ * (v * pp + s) * L/(pp*vpp) onwards. With tied embeddings and pp > 1 the
+ * last stage holds a copy of the embedding shard for the head.
+ *
+ * Bytes per parameter: on a GPU a bf16 copy (2) and an fp32 master (4), fp32
+ * gradients (4) and AdamW's two fp32 moments (8); on the CPU fp32 weights
+ * (4), gradients (4) and moments (8). distributed_optimizer shards the
+ * master and the moments over dp (ZeRO-1).
+ *
+ * Activations per token and layer are the buffers the backward keeps
+ * (src/backend/cuda/cuda_model.c's layout; on the CPU also the (H, T)
+ * attention probabilities per token), hidden-sized ones split over tp only
+ * with sequence_parallel, over cp always. The schedule keeps, on stage s,
+ * min(pp - s, micro-batches) micro-batches of its layers with 1F1B; with
+ * vpp > 1, Megatron's interleaved warm-up: (pp - s - 1) * 2 + (vpp - 1) * pp + 1
+ * chunks of L/(pp*vpp) layers. The last stage also holds one micro-batch of
+ * logits (V/tp columns). Scratch of cuBLASLt, NCCL and the allocator is not
+ * counted: leave a few GiB. */
+#include "plan.h"
+
+#include <string.h>
+
+#include "../core/error.h"
+#include "../model/model.h"
+
+static double min_d(double a, double b) { return a < b ? a : b; }
+
+int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) {
+    memset(p, 0, sizeof *p);
+    const ParallelConfig *par = &r->parallel;
+    if (grid_layout(world, par->tp, par->cp, par->pp, &p->grid, err, errlen) != 0) return -1;
+    if (par->pp > PLAN_MAX_STAGES) {
+        mt_set_error(err, errlen, "parallel.pp: at most %d stages, found %d", PLAN_MAX_STAGES, par->pp);
+        return -1;
+    }
+    const ModelConfig *m = &r->model;
+    const TrainConfig *t = &r->train;
+    const int tp = par->tp, pp = par->pp, cp = par->cp, dp = p->grid.dp, vpp = par->vpp > 1 ? par->vpp : 1;
+    if (vpp > 16) {
+        mt_set_error(err, errlen, "parallel.vpp: at most 16 virtual stages, found %d", vpp);
+        return -1;
+    }
+    const double C = m->hidden_size, I = m->intermediate_size, V = m->vocab_size, T = t->seq_len;
+    const double H = m->num_attention_heads;
+    const double KVH = m->num_key_value_heads > 0 ? m->num_key_value_heads : H;
+    const double D = m->head_dim > 0 ? m->head_dim : C / H;
+    const double HD = H * D, KVD = KVH * D;
+    p->gpu = strcmp(r->run.device, "cuda") == 0;
+    p->total_params = (double)model_count_params(m);
+
+    /* the step: the largest global batch of the schedule */
+    long gbs = 0;
+    for (int i = 0; i < t->num_batch_stages; i++)
+        if (t->batch_stages[i].global_batch_size > gbs) gbs = t->batch_stages[i].global_batch_size;
+    p->tokens_per_step = (double)gbs * T;
+    p->flops_per_step = model_flops_per_token(m, t->seq_len) * p->tokens_per_step;
+    p->flops_per_rank = p->flops_per_step / world;
+    p->micro_batches = (double)gbs / ((double)t->micro_batch_size * dp);
+
+    /* one layer on one rank */
+    const double layer_params = (HD * C + 2 * KVD * C + C * HD + 3 * I * C) / tp +
+                                (m->attention_bias ? (HD + 2 * KVD) / tp : 0) + 2 * C + (m->qk_norm ? 2 * D : 0);
+    const double elem = p->gpu ? 2.0 : 4.0, hidden_split = par->sequence_parallel ? tp : 1;
+    double per_token_layer = (4 * C / hidden_split + (HD + 2 * KVD) / tp + (HD + 2 * KVD) / tp + HD / tp +
+                              3 * I / tp) * elem +
+                             (2 / hidden_split + H / tp + (m->qk_norm ? (H + KVH) / tp : 0)) * 4.0;
+    if (!p->gpu) per_token_layer += H / tp * T * 4.0; /* the CPU keeps the attention probabilities */
+    const double tokens = (double)t->micro_batch_size * T / cp;
+
+    const double bytes_weights = p->gpu ? (par->distributed_optimizer ? 2.0 + 4.0 / dp : 6.0) : 4.0;
+    const double bytes_optimizer = par->distributed_optimizer ? 8.0 / dp : 8.0;
+    const int chunk_layers = m->num_layers / (pp * vpp);
+    for (int s = 0; s < pp; s++) {
+        PlanStage *st = &p->stages[s];
+        st->num_chunks = vpp;
+        int layers = 0;
+        for (int v = 0; v < vpp; v++) {
+            st->first_layer[v] = (v * pp + s) * chunk_layers;
+            st->num_layers[v] = chunk_layers;
+            layers += chunk_layers;
+        }
+        st->embedding = s == 0;
+        st->final_norm = s == pp - 1;
+        st->lm_head = s == pp - 1 && (!m->tie_word_embeddings || pp > 1);
+        st->params = layers * layer_params + (st->embedding ? V * C / tp : 0) + (st->final_norm ? C : 0) +
+                     (st->lm_head ? V * C / tp : 0);
+        st->weight_bytes = st->params * bytes_weights;
+        st->grad_bytes = st->params * 4.0;
+        st->optimizer_bytes = st->params * bytes_optimizer;
+        if (vpp == 1) {
+            st->in_flight = min_d(pp - s, p->micro_batches);
+            st->activation_bytes = st->in_flight * layers * tokens * per_token_layer;
+        } else {
+            const double chunks = min_d((pp - s - 1) * 2.0 + (vpp - 1.0) * pp + 1.0, p->micro_batches * vpp);
+            st->in_flight = chunks / vpp;
+            st->activation_bytes = chunks * chunk_layers * tokens * per_token_layer;
+        }
+        st->logits_bytes = s == pp - 1 ? tokens * V / tp * elem : 0.0;
+        st->total_bytes = st->weight_bytes + st->grad_bytes + st->optimizer_bytes + st->activation_bytes +
+                          st->logits_bytes;
+    }
+    return 0;
+}

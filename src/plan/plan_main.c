@@ -1,0 +1,146 @@
+/* plan_main.c: `megatrain plan RECIPE [--world N] [--device-memory GiB] [--set k=v ...]`:
+ * prints the layout plan.h computes and warns about stages that would not
+ * fit the device memory (given, or read off GPU 0 in a CUDA build). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../config/recipe.h"
+#include "../core/error.h"
+#include "plan.h"
+
+#ifdef MT_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#define MAX_PLAN_OVERRIDES 64
+
+static const char *const plan_usage =
+    "usage: megatrain plan RECIPE.yaml [--world N] [--device-memory GiB] [--set key.path=value ...]\n"
+    "\n"
+    "Print the parallel layout of RECIPE.yaml on N ranks (default tp * cp * pp, i.e. dp 1):\n"
+    "the grid, the layers and shards of each pipeline stage, parameters per rank, estimated\n"
+    "memory per rank (weights, gradients, AdamW states, activations for the pipeline schedule,\n"
+    "logits) and FLOPs per step. Nothing is allocated. Warns when a stage needs more than the\n"
+    "device memory: --device-memory, or GPU 0's in a CUDA build with run.device: cuda.\n";
+
+static const double GiB = 1073741824.0;
+
+/* 1234567 -> "1.23M" */
+static const char *count_text(double n, char *buf, size_t len) {
+    if (n >= 1e9) snprintf(buf, len, "%.2fB", n / 1e9);
+    else if (n >= 1e6) snprintf(buf, len, "%.2fM", n / 1e6);
+    else if (n >= 1e3) snprintf(buf, len, "%.2fK", n / 1e3);
+    else snprintf(buf, len, "%.0f", n);
+    return buf;
+}
+
+static double device_memory_gib(const Recipe *recipe) {
+#ifdef MT_CUDA
+    struct cudaDeviceProp prop;
+    if (strcmp(recipe->run.device, "cuda") == 0 && cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+        return (double)prop.totalGlobalMem / GiB;
+    (void)cudaGetLastError();
+#else
+    (void)recipe;
+#endif
+    return 0.0;
+}
+
+static void print_stage_layers(const PlanStage *st) {
+    if (st->embedding) printf("embedding, ");
+    printf("layers");
+    for (int v = 0; v < st->num_chunks; v++)
+        printf("%s %d-%d", v ? "," : "", st->first_layer[v], st->first_layer[v] + st->num_layers[v] - 1);
+    if (st->final_norm) printf(", final norm");
+    if (st->lm_head) printf(", lm_head");
+}
+
+int plan_main(int argc, char **argv) {
+    const char *path = NULL, *overrides[MAX_PLAN_OVERRIDES];
+    int num_overrides = 0, world = 0;
+    double device_gib = 0.0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            fputs(plan_usage, stdout);
+            return MT_EXIT_OK;
+        } else if (!strcmp(a, "--set") || !strcmp(a, "--world") || !strcmp(a, "--device-memory")) {
+            if (i + 1 >= argc) mt_die(MT_EXIT_USAGE, "%s needs a value\n%s", a, plan_usage);
+            const char *v = argv[++i];
+            char *end;
+            if (!strcmp(a, "--set")) {
+                if (!strchr(v, '=')) mt_die(MT_EXIT_USAGE, "--set %s: expected key.path=value", v);
+                if (num_overrides >= MAX_PLAN_OVERRIDES) mt_die(MT_EXIT_USAGE, "too many --set options");
+                overrides[num_overrides++] = v;
+            } else if (!strcmp(a, "--world")) {
+                long n = strtol(v, &end, 10);
+                if (*end || n < 1 || n > 1 << 20) mt_die(MT_EXIT_USAGE, "--world: expected a rank count, found '%s'", v);
+                world = (int)n;
+            } else {
+                device_gib = strtod(v, &end);
+                if (*end || !(device_gib > 0)) mt_die(MT_EXIT_USAGE, "--device-memory: expected GiB, found '%s'", v);
+            }
+        } else if (a[0] == '-' && a[1]) {
+            mt_die(MT_EXIT_USAGE, "unknown option '%s'\n%s", a, plan_usage);
+        } else if (path) {
+            mt_die(MT_EXIT_USAGE, "unexpected argument '%s' (recipe already given as '%s')", a, path);
+        } else {
+            path = a;
+        }
+    }
+    if (!path) mt_die(MT_EXIT_USAGE, "missing RECIPE.yaml\n%s", plan_usage);
+
+    static Recipe recipe;
+    char err[2048];
+    /* world 0: tp * pp * cp ranks (dp 1) */
+    if (recipe_load(&recipe, path, overrides, num_overrides, world, err, sizeof err) != 0)
+        mt_die(MT_EXIT_USAGE, "%s", err);
+    if (world == 0) world = recipe.parallel.tp * recipe.parallel.cp * recipe.parallel.pp;
+    static Plan plan;
+    if (plan_compute(&plan, &recipe, world, err, sizeof err) != 0) mt_die(MT_EXIT_USAGE, "%s", err);
+    if (device_gib == 0.0) device_gib = device_memory_gib(&recipe);
+
+    const GridLayout *g = &plan.grid;
+    const ModelConfig *m = &recipe.model;
+    const ParallelConfig *par = &recipe.parallel;
+    char a[32], b[32];
+    printf("plan: %s: %s, %s params, %d layers; device %s (%s)\n", path, model_family_name(m->family),
+           count_text(plan.total_params, a, sizeof a), m->num_layers, recipe.run.device,
+           plan.gpu ? "bf16 copy + fp32 master weights, fp32 grads and AdamW" : "fp32 weights, grads and AdamW");
+    printf("grid: world %d = tp %d x cp %d x dp %d x pp %d (rank = tp + %d*cp + %d*dp + %d*pp)%s%s%s\n", g->world,
+           g->tp, g->cp, g->dp, g->pp, g->tp, g->tp * g->cp, g->tp * g->cp * g->dp,
+           par->vpp > 1 ? "; interleaved, vpp " : "", par->vpp > 1 ? count_text(par->vpp, b, sizeof b) : "",
+           par->sequence_parallel ? "; sequence parallel" : "");
+    printf("step: %s tokens (global batch x seq_len %d), %.4g micro-batches of %d per dp rank; "
+           "%.4g PFLOP per step (6N + attention), %.4g TFLOP per rank\n",
+           count_text(plan.tokens_per_step, a, sizeof a), recipe.train.seq_len, plan.micro_batches,
+           recipe.train.micro_batch_size, plan.flops_per_step / 1e15, plan.flops_per_rank / 1e12);
+    printf("%-6s %-12s %-9s %9s %9s %9s %9s %18s %9s %10s  holds\n", "stage", "ranks", "params", "weights", "grads",
+           "AdamW", "dist-opt", "activations", "logits", "total GiB");
+    const int per_stage = g->tp * g->cp * g->dp;
+    int worst = -1;
+    for (int s = 0; s < g->pp; s++) {
+        const PlanStage *st = &plan.stages[s];
+        char ranks[32], acts[40];
+        snprintf(ranks, sizeof ranks, "%d-%d", s * per_stage, (s + 1) * per_stage - 1);
+        snprintf(acts, sizeof acts, "%.2f (%.3g in flight)", st->activation_bytes / GiB, st->in_flight);
+        printf("%-6d %-12s %-9s %9.2f %9.2f %9.2f %9s %18s %9.2f %10.2f  ", s, ranks,
+               count_text(st->params, a, sizeof a), st->weight_bytes / GiB, st->grad_bytes / GiB,
+               st->optimizer_bytes / GiB, par->distributed_optimizer ? "yes" : "no", acts, st->logits_bytes / GiB,
+               st->total_bytes / GiB);
+        print_stage_layers(st);
+        putchar('\n');
+        if (worst < 0 || st->total_bytes > plan.stages[worst].total_bytes) worst = s;
+    }
+    printf("(estimates: cuBLASLt, NCCL and allocator scratch are not counted; leave a few GiB)\n");
+    if (device_gib > 0.0 && plan.stages[worst].total_bytes / GiB > device_gib) {
+        fflush(stdout);
+        fprintf(stderr,
+                "megatrain: warning: stage %d needs about %.1f GiB per rank, more than the device's %.1f GiB: "
+                "raise parallel.tp or parallel.pp, set parallel.distributed_optimizer: true, or lower "
+                "train.micro_batch_size\n",
+                worst, plan.stages[worst].total_bytes / GiB, device_gib);
+    }
+    return MT_EXIT_OK;
+}

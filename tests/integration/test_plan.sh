@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# test_plan.sh: `megatrain plan` through the binary: Llama 3 8B at tp 2 pp 2
+# on 8 ranks prints the grid (dp 2), both stages with their layers and
+# shares, FLOPs per step, and exits 0; a device memory below the largest
+# stage's estimate adds a warning on stderr (still exit 0); a layout that
+# does not divide the heads is refused with exit 2 naming parallel.tp;
+# --help answers.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cat > "$WORK/r.yaml" <<EOF2
+run: {name: p, device: cuda}
+model: $REPO/configs/llama3-8b.yaml
+parallel: {tp: 2, pp: 2}
+train: {steps: 10, seq_len: 4096, micro_batch_size: 1, global_batch_size: 64}
+data: {train: [{path: x, weight: 1.0}]}
+EOF2
+"$MEGATRAIN" plan "$WORK/r.yaml" --world 8 > "$WORK/out" 2> "$WORK/err"
+cat "$WORK/out"
+grep -q "^grid: world 8 = tp 2 x cp 1 x dp 2 x pp 2" "$WORK/out" || fail "no grid line"
+grep -q "^0 .*0-3 .*embedding, layers 0-15$" "$WORK/out" || fail "stage 0 should hold ranks 0-3, the embedding and layers 0-15"
+grep -q "^1 .*4-7 .*layers 16-31, final norm, lm_head$" "$WORK/out" || fail "stage 1 should hold ranks 4-7 and layers 16-31 with the head"
+grep -q "PFLOP per step" "$WORK/out" || fail "no FLOPs per step"
+[[ ! -s "$WORK/err" ]] || fail "unexpected warning: $(cat "$WORK/err")"
+
+"$MEGATRAIN" plan "$WORK/r.yaml" --world 8 --device-memory 16 > /dev/null 2> "$WORK/err"
+grep -q "warning: stage 0 needs about .* GiB per rank, more than the device's 16.0 GiB" "$WORK/err" \
+  || fail "no warning for a 16 GiB device: $(cat "$WORK/err")"
+
+set +e
+"$MEGATRAIN" plan "$WORK/r.yaml" --set parallel.tp=3 > /dev/null 2> "$WORK/err"
+rc=$?
+set -e
+[[ $rc -eq 2 ]] || fail "tp 3 (does not divide 32 heads) exited $rc, expected 2"
+grep -q "parallel.tp" "$WORK/err" || fail "the error does not name parallel.tp: $(cat "$WORK/err")"
+"$MEGATRAIN" plan --help | grep -q "^usage: megatrain plan" || fail "plan --help"
+echo "ok"

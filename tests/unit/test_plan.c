@@ -1,0 +1,108 @@
+/* test_plan.c: `megatrain plan`'s estimates (src/plan/plan.c) against counts
+ * that can be made another way: every parameter held exactly once over the
+ * stages and tp ranks (norms on every tp rank; the tied head's copy on the
+ * last stage), every layer on exactly one (virtual) stage, the 1F1B
+ * in-flight counts, ZeRO-1's sharding of the optimizer states, and FLOPs per
+ * step = Megatron's FLOPs per token x tokens per step. */
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "config/recipe.h"
+#include "model/model.h"
+#include "plan/plan.h"
+#include "test_work_dir.h"
+
+/* A recipe on configs/ARCH (tests run from the repository's root) with the
+ * given layout; `zero1` turns the distributed optimizer on. */
+static void load(Recipe *r, const char *arch, int tp, int pp, int vpp, int world, int zero1) {
+    char path[512], text[2048], err[1024];
+    snprintf(path, sizeof path, "%s/plan.yaml", work_dir);
+    snprintf(text, sizeof text,
+             "run: {name: p, device: cuda}\nmodel: configs/%s.yaml\n"
+             "parallel: {tp: %d, pp: %d, vpp: %d, distributed_optimizer: %s}\n"
+             "train: {steps: 10, seq_len: 512, micro_batch_size: 2, global_batch_size: 64}\n"
+             "data: {train: [{path: x, weight: 1.0}]}\n",
+             arch, tp, pp, vpp, zero1 ? "true" : "false");
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    if (recipe_load(r, path, NULL, 0, world, err, sizeof err) != 0) fail_msg("%s", err);
+}
+
+/* Parameters on every tp rank of a stage: the norms (and the final norm). */
+static double replicated(const ModelConfig *m, int layers, int final_norm) {
+    const double D = m->head_dim > 0 ? m->head_dim : (double)m->hidden_size / m->num_attention_heads;
+    return layers * (2.0 * m->hidden_size + (m->qk_norm ? 2.0 * D : 0.0)) + (final_norm ? m->hidden_size : 0);
+}
+
+static void check_params_once(const char *arch, int tp, int pp, int vpp) {
+    static Recipe r;
+    static Plan p;
+    char err[512];
+    load(&r, arch, tp, pp, vpp, tp * pp, 0);
+    assert_int_equal(plan_compute(&p, &r, tp * pp, err, sizeof err), 0);
+    const ModelConfig *m = &r.model;
+    double sum = 0.0;
+    int layers_seen[512] = {0};
+    for (int s = 0; s < pp; s++) {
+        const PlanStage *st = &p.stages[s];
+        int layers = 0;
+        for (int v = 0; v < st->num_chunks; v++)
+            for (int l = st->first_layer[v]; l < st->first_layer[v] + st->num_layers[v]; l++, layers++) layers_seen[l]++;
+        const double rep = replicated(m, layers, st->final_norm);
+        sum += (st->params - rep) * tp + rep; /* tp shards of the rest */
+    }
+    for (int l = 0; l < m->num_layers; l++) assert_int_equal(layers_seen[l], 1);
+    double expect = (double)model_count_params(m);
+    if (m->tie_word_embeddings && pp > 1) expect += (double)m->vocab_size * m->hidden_size; /* the head's copy */
+    printf("  %-14s tp %d pp %d vpp %d: %.0f parameters over the ranks, expected %.0f\n", arch, tp, pp, vpp, sum,
+           expect);
+    assert_true(fabs(sum - expect) < 0.5);
+}
+
+static void test_every_parameter_once(void **state) {
+    (void)state;
+    check_params_once("llama3-8b", 1, 1, 1);
+    check_params_once("llama3-8b", 2, 2, 1);
+    check_params_once("llama3-8b", 4, 4, 2);
+    check_params_once("llama3.2-1b", 2, 4, 1);  /* tied: the last stage's copy */
+    check_params_once("qwen2.5-7b", 2, 2, 1);   /* biases */
+    check_params_once("qwen3-8b", 2, 3, 2);     /* qk-norm; 36 layers over 3 x 2 virtual stages */
+}
+
+static void test_schedule_and_sharding(void **state) {
+    (void)state;
+    static Recipe r;
+    static Plan p, zero1;
+    char err[512];
+    load(&r, "llama3-8b", 2, 4, 1, 32, 0);
+    assert_int_equal(plan_compute(&p, &r, 32, err, sizeof err), 0);
+    assert_int_equal(p.grid.dp, 4);
+    assert_true(fabs(p.micro_batches - 64.0 / (2 * 4)) < 1e-9);
+    for (int s = 0; s < 4; s++) assert_true(fabs(p.stages[s].in_flight - (4 - s)) < 1e-9); /* 1F1B: pp - s */
+    const double tokens = 64.0 * 512;
+    assert_true(fabs(p.flops_per_step - model_flops_per_token(&r.model, 512) * tokens) < 1.0);
+    assert_true(fabs(p.flops_per_rank * 32 - p.flops_per_step) < 1.0);
+    load(&r, "llama3-8b", 2, 4, 1, 32, 1);
+    assert_int_equal(plan_compute(&zero1, &r, 32, err, sizeof err), 0);
+    for (int s = 0; s < 4; s++) {
+        assert_true(fabs(zero1.stages[s].optimizer_bytes * 4 - p.stages[s].optimizer_bytes) < 1.0);
+        assert_true(zero1.stages[s].weight_bytes < p.stages[s].weight_bytes);
+        assert_true(fabs(zero1.stages[s].activation_bytes - p.stages[s].activation_bytes) < 1.0);
+    }
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_every_parameter_once),
+        cmocka_unit_test(test_schedule_and_sharding),
+    };
+    return cmocka_run_group_tests(tests, work_dir_setup, work_dir_teardown);
+}
