@@ -15,6 +15,7 @@
 
 #include "../config/recipe.h"
 #include "../core/error.h"
+#include "../dist/comm.h"
 #include "../dist/launch_env.h"
 #include "../train/train.h"
 #include "checkpoint.h"
@@ -86,8 +87,10 @@ static void run_dir_override(char *out, size_t len, const char *dir) {
     snprintf(out + n, len - n, "\"");
 }
 
-/* Move an unusable checkpoint aside as <dir>.invalid[.K]; never deletes. */
+/* Move an unusable checkpoint aside as <dir>.invalid[.K]; never deletes.
+ * Rank 0's job when there are several ranks. */
 static void move_aside(const char *dir) {
+    if (dist_rank() != 0) return;
     char target[MT_PATH_MAX + 80];
     for (int k = 0; k < 100; k++) {
         if (k == 0) snprintf(target, sizeof target, "%s.invalid", dir);
@@ -181,15 +184,21 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     return TRY_NEXT;
 }
 
+static int resume_from(const char *arg, const char *const *sets, int num_sets);
+
 int resume_main(int argc, char **argv) {
     const char *arg, *sets[MAX_OVERRIDES];
     int num_sets;
     int rc = parse_args(argc, argv, &arg, sets, &num_sets);
     if (rc != 0) return rc == 1 ? MT_EXIT_OK : MT_EXIT_USAGE;
-    if (launch_world_size() > 1) {
-        mt_error("multi-rank runs (world size %d) are not supported yet: run one rank", launch_world_size());
-        return MT_EXIT_USAGE;
-    }
+    /* Several ranks (mpirun): every rank reads the same checkpoint and comes
+     * to the same verdict on each; rank 0 alone moves bad ones aside and
+     * writes run.dir (train_setup_resume). */
+    if (launch_world_size() > 1) dist_init(NULL, NULL);
+    return dist_finish(resume_from(arg, sets, num_sets));
+}
+
+static int resume_from(const char *arg, const char *const *sets, int num_sets) {
     CkptLocation loc;
     char err[2048];
     if (ckpt_locate(arg, &loc, err, sizeof err) != 0) {

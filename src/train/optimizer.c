@@ -72,20 +72,57 @@ static void adamw_update_range(float *params, const float *grads, float *m, floa
     }
 }
 
+/* AdamW's per-update constants. */
+typedef struct AdamWUpdate {
+    double lr, beta1, beta2, eps, weight_decay, bias_correction1, bias_correction2, grad_scale;
+} AdamWUpdate;
+
+static AdamWUpdate begin_update(AdamW *opt, const OptimizerConfig *cfg, double lr, float grad_scale) {
+    opt->step++;
+    const double t = (double)opt->step;
+    return (AdamWUpdate){.lr = lr, .beta1 = cfg->beta1, .beta2 = cfg->beta2, .eps = cfg->eps,
+                         .weight_decay = cfg->weight_decay, .bias_correction1 = 1.0 - pow(cfg->beta1, t),
+                         .bias_correction2 = 1.0 - pow(cfg->beta2, t), .grad_scale = (double)grad_scale};
+}
+
+/* Update params/grads [begin, end) of parameter `info`, whose moments are at m, v (indexed from begin). */
+static void update_param_range(Model *model, const ParamInfo *info, float *m, float *v, long begin, long end,
+                               const AdamWUpdate *u) {
+    const double decay_factor = info->no_decay ? 1.0 : 1.0 - u->lr * u->weight_decay;
+    adamw_update_range(model->params + begin, model->grads + begin, m, v, 0, end - begin, u->lr, decay_factor,
+                       u->beta1, u->beta2, u->eps, u->bias_correction1, u->bias_correction2, u->grad_scale);
+}
+
 void adamw_step(AdamW *opt, Model *model, const OptimizerConfig *cfg, double lr, float grad_scale) {
     if (opt->num_floats != model->num_floats)
         mt_die(MT_EXIT_FAILURE, "optimizer state holds %ld floats but the model has %ld", opt->num_floats,
                model->num_floats);
-    opt->step++;
-    const double t = (double)opt->step;
-    const double bias_correction1 = 1.0 - pow(cfg->beta1, t);
-    const double bias_correction2 = 1.0 - pow(cfg->beta2, t);
+    const AdamWUpdate u = begin_update(opt, cfg, lr, grad_scale);
     for (int k = 0; k < model->num_params; k++) {
         const ParamInfo *info = &model->param_info[k];
-        const double decay_factor = info->no_decay ? 1.0 : 1.0 - lr * cfg->weight_decay;
-        long begin = (long)info->offset;
-        adamw_update_range(model->params, model->grads, opt->m, opt->v, begin, begin + info->numel, lr,
-                           decay_factor, cfg->beta1, cfg->beta2, cfg->eps, bias_correction1,
-                           bias_correction2, (double)grad_scale);
+        const long begin = (long)info->offset;
+        update_param_range(model, info, opt->m + begin, opt->v + begin, begin, begin + info->numel, &u);
+    }
+}
+
+void adamw_step_shard(AdamW *opt, Model *model, const OptimizerConfig *cfg, double lr, float grad_scale,
+                      const Zero1 *z) {
+    if ((size_t)opt->num_floats != z->owned)
+        mt_die(MT_EXIT_FAILURE, "optimizer state holds %ld floats but this rank's shard has %zu", opt->num_floats,
+               z->owned);
+    const AdamWUpdate u = begin_update(opt, cfg, lr, grad_scale);
+    size_t shard_at = 0;
+    int k = 0; /* parameters are in layout order, as the ranges */
+    for (int r = 0; r < z->num_ranges; r++) {
+        const long b = (long)z->begin[r], e = (long)z->end[r];
+        while (k < model->num_params && (long)(model->param_info[k].offset + model->param_info[k].numel) <= b) k++;
+        for (int j = k; j < model->num_params && (long)model->param_info[j].offset < e; j++) {
+            const ParamInfo *info = &model->param_info[j];
+            const long lo = (long)info->offset > b ? (long)info->offset : b;
+            const long hi = (long)(info->offset + info->numel) < e ? (long)(info->offset + info->numel) : e;
+            const size_t at = shard_at + (size_t)(lo - b);
+            update_param_range(model, info, opt->m + at, opt->v + at, lo, hi, &u);
+        }
+        shard_at += (size_t)(e - b);
     }
 }

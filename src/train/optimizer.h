@@ -7,6 +7,7 @@
 #define MT_TRAIN_OPTIMIZER_H
 
 #include "../config/recipe.h"
+#include "../dist/zero1.h"
 #include "../model/model.h"
 
 typedef struct AdamW {
@@ -25,5 +26,12 @@ double grad_global_norm(const float *grads, long n);
 /* One update of every parameter of `model` with learning rate lr.
  * grads are multiplied by grad_scale first (clipping: min(1, clip/norm)). */
 void adamw_step(AdamW *opt, Model *model, const OptimizerConfig *cfg, double lr, float grad_scale);
+
+/* The same update of only the floats this rank owns under the distributed
+ * optimizer (src/dist/zero1.h); opt->m and opt->v hold z->owned floats, the
+ * rank's parts in order. The other floats of model->params are left as they
+ * were (zero1_all_gather brings them). */
+void adamw_step_shard(AdamW *opt, Model *model, const OptimizerConfig *cfg, double lr, float grad_scale,
+                      const Zero1 *z);
 
 #endif

@@ -54,9 +54,10 @@ static void print_error(const char *err) {
     fprintf(stderr, "megatrain: error: %s\n", err);
 }
 
-/* Save at the current step unless that step is saved already. 0 or -1 (printed).
- * Parameters that are not all finite are never saved. */
-static int save_now(TrainContext *ctx, CkptSaver *saver) {
+/* Rank 0 saves at the current step with `optimizer` unless that step is
+ * saved already. 0 or -1 (printed). Parameters that are not all finite are
+ * never saved. */
+static int save_state(TrainContext *ctx, CkptSaver *saver, const AdamW *optimizer) {
     if (comm_world()->rank != 0) return 0; /* rank 0 writes the job's checkpoints (dp replicas are equal) */
     if (ckpt_saver_last_step(saver) == ctx->state.step) return 0;
     if (ctx->cuda) train_device_sync_to_host(ctx); /* weights and AdamW moments from the GPU */
@@ -67,11 +68,26 @@ static int save_now(TrainContext *ctx, CkptSaver *saver) {
         print_error(err);
         return -1;
     }
-    if (ckpt_saver_save(saver, ctx->model, &ctx->optimizer, &ctx->state, err, sizeof err) != 0) {
+    if (ckpt_saver_save(saver, ctx->model, optimizer, &ctx->state, err, sizeof err) != 0) {
         print_error(err);
         return -1;
     }
     return 0;
+}
+
+/* Save at the current step (every rank calls it: the distributed
+ * optimizer's moments are gathered first, a collective). 0 or -1. */
+static int save_now(TrainContext *ctx, CkptSaver *saver) {
+    AdamW full = {0};
+    if (ctx->zero1_on) {
+        adamw_init(&full, ctx->model->num_floats);
+        zero1_gather_full(&ctx->zero1, ctx->optimizer.m, full.m);
+        zero1_gather_full(&ctx->zero1, ctx->optimizer.v, full.v);
+        full.step = ctx->optimizer.step;
+    }
+    int status = save_state(ctx, saver, ctx->zero1_on ? &full : &ctx->optimizer);
+    if (full.m) adamw_free(&full);
+    return status;
 }
 
 /* Health across steps: non-finite steps in a row and in total, loss spikes. */

@@ -9,6 +9,7 @@
 
 #include "../config/recipe.h"
 #include "../data/data_loader.h"
+#include "../dist/zero1.h"
 #include "../model/model.h"
 #include "../obs/energy.h"
 #include "metrics.h"
@@ -31,7 +32,9 @@ typedef struct TrainContext {
     long total_steps;
     Model *model;             /* on a GPU run: the registry and the weights for checkpoints */
     struct CudaModel *cuda;   /* run.device: cuda (train_device.h); NULL on the CPU */
-    AdamW optimizer;
+    AdamW optimizer;          /* with the distributed optimizer: this rank's shard of the moments */
+    Zero1 zero1;              /* parallel.distributed_optimizer with dp > 1 on the CPU (src/dist/zero1.h) */
+    bool zero1_on;
     DataLoader *train_data;
     DataLoader *valid_data;   /* NULL when evaluation is off */
     int32_t *sample;          /* seq_len + 1 tokens of one sample */

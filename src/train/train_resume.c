@@ -12,6 +12,7 @@
 #include "../ckpt/checkpoint.h"
 #include "../core/error.h"
 #include "../core/fs.h"
+#include "../dist/comm.h"
 #include "train.h"
 #include "train_context.h"
 
@@ -62,17 +63,31 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
     int status = train_setup_common(ctx, recipe, err, errlen);
     if (status != 0) return status;
 
-    int rc = ckpt_load_training(checkpoint_dir, ctx->model, load_optimizer ? &ctx->optimizer : NULL, &ctx->state,
-                                err, errlen);
+    /* The checkpoint holds the full moments; with the distributed optimizer this rank keeps its shard. */
+    AdamW full = {0};
+    if (ctx->zero1_on && load_optimizer) adamw_init(&full, ctx->model->num_floats);
+    AdamW *into = !load_optimizer ? NULL : ctx->zero1_on ? &full : &ctx->optimizer;
+    int rc = ckpt_load_training(checkpoint_dir, ctx->model, into, &ctx->state, err, errlen);
+    if (rc == 0 && into == &full) {
+        zero1_take_shard(&ctx->zero1, full.m, ctx->optimizer.m);
+        zero1_take_shard(&ctx->zero1, full.v, ctx->optimizer.v);
+        ctx->optimizer.step = full.step;
+    }
+    if (full.m) adamw_free(&full);
     if (rc == CKPT_ERR_UNREADABLE) return TRAIN_CHECKPOINT_UNREADABLE;
     if (rc != 0) return MT_EXIT_USAGE;
     ctx->start_step = ctx->state.step;
     if (!load_optimizer) mt_log("resume: optimizer state not loaded (checkpoint.load_optimizer: false): AdamW starts afresh");
 
-    if (mt_make_dirs(recipe->run.dir, err, errlen) != 0) return MT_EXIT_FAILURE;
-    char path[MT_PATH_MAX + 32];
-    snprintf(path, sizeof path, "%s/recipe.yaml", recipe->run.dir);
-    if (recipe_write(recipe, path, err, errlen) != 0) return MT_EXIT_FAILURE;
-    if (trim_metrics(recipe->run.dir, ctx->state.step, err, errlen) != 0) return MT_EXIT_FAILURE;
-    return 0;
+    /* Rank 0 alone writes run.dir; the others wait for it. */
+    int status_dir = 0;
+    if (comm_world()->rank == 0) {
+        char path[MT_PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/recipe.yaml", recipe->run.dir);
+        if (mt_make_dirs(recipe->run.dir, err, errlen) != 0 || recipe_write(recipe, path, err, errlen) != 0 ||
+            trim_metrics(recipe->run.dir, ctx->state.step, err, errlen) != 0)
+            status_dir = MT_EXIT_FAILURE;
+    }
+    comm_barrier(comm_world());
+    return status_dir;
 }

@@ -38,6 +38,12 @@ static int check_supported(const Recipe *recipe, const TrainLayout *layout, char
                      "this one is CPU only");
         return MT_EXIT_FAILURE;
     }
+    if (cuda && recipe->parallel.distributed_optimizer && layout->dp_size > 1) {
+        mt_set_error(err, errlen,
+                     "parallel.distributed_optimizer: not implemented on GPUs yet (it is on the CPU); set it to "
+                     "false for run.device: cuda");
+        return MT_EXIT_USAGE;
+    }
     if (cuda && recipe->precision != DTYPE_BF16) {
         mt_set_error(err, errlen,
                      "precision: '%s' is not available with run.device: cuda (the GPU computes in bf16 with fp32 "
@@ -149,7 +155,10 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
     if (recipe->optimizer.state_dtype != DTYPE_FP32)
         mt_warn("optimizer.state_dtype: %s states are not implemented on the CPU yet; using fp32",
                 dtype_name(recipe->optimizer.state_dtype));
-    adamw_init(&ctx->optimizer, ctx->model->num_floats);
+    /* ZeRO-1 over dp: each rank keeps the moments of its part of every bucket only */
+    ctx->zero1_on = recipe->parallel.distributed_optimizer && ctx->layout.dp_size > 1;
+    if (ctx->zero1_on) zero1_init(&ctx->zero1, comm_world(), (size_t)ctx->model->num_floats);
+    adamw_init(&ctx->optimizer, ctx->zero1_on ? (long)ctx->zero1.owned : ctx->model->num_floats);
     return 0;
 }
 
@@ -197,6 +206,7 @@ void train_teardown(TrainContext *ctx) {
     if (ctx->cuda) train_device_detach(ctx);
     if (ctx->model) model_free(ctx->model);
     if (ctx->optimizer.m) adamw_free(&ctx->optimizer);
+    if (ctx->zero1_on) zero1_free(&ctx->zero1);
     if (ctx->train_data) data_loader_free(ctx->train_data);
     if (ctx->valid_data) data_loader_free(ctx->valid_data);
     free(ctx->sample);

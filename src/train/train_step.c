@@ -98,7 +98,8 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
     /* Data parallel: every rank ends with the mean over the whole global
      * batch (the single-rank result) before the norm, clipping and AdamW;
      * on GPUs NCCL did it during the last backward. */
-    if (!gpu) dp_average_grads(comm_world(), ctx->model->grads, ctx->model->num_floats);
+    if (ctx->zero1_on) zero1_reduce_scatter_grads(&ctx->zero1, ctx->model->grads);
+    else if (!gpu) dp_average_grads(comm_world(), ctx->model->grads, ctx->model->num_floats);
     const double loss = dp_average_double(comm_world(), loss_sum / (double)num_micro);
     timers->comm += lap(&t);
     if (test_failure_due(ctx)) {
@@ -106,8 +107,9 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
                      ctx->layout.dp_rank, state->step + 1);
         return -1;
     }
-    const double grad_norm =
-        gpu ? train_device_grad_norm(ctx) : grad_global_norm(ctx->model->grads, ctx->model->num_floats);
+    const double grad_norm = gpu             ? train_device_grad_norm(ctx)
+                             : ctx->zero1_on ? zero1_grad_norm(&ctx->zero1, ctx->model->grads)
+                                             : grad_global_norm(ctx->model->grads, ctx->model->num_floats);
     /* A NaN or Inf loss or grad norm skips the update (parameters and
      * optimizer state untouched); the step still counts, as in Megatron,
      * and train.c decides whether the run goes on. */
@@ -115,8 +117,14 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
     result->nonfinite = !isfinite(loss) || !isfinite(grad_norm);
     if (!result->nonfinite) {
         const double clip_scale = grad_clip_scale(grad_norm, opt->clip_grad);
-        if (gpu) train_device_adamw(ctx, lr, clip_scale);
-        else adamw_step(&ctx->optimizer, ctx->model, opt, lr, (float)clip_scale);
+        if (gpu) {
+            train_device_adamw(ctx, lr, clip_scale);
+        } else if (ctx->zero1_on) { /* update this rank's parts, then every rank gets every part */
+            adamw_step_shard(&ctx->optimizer, ctx->model, opt, lr, (float)clip_scale, &ctx->zero1);
+            zero1_all_gather(&ctx->zero1, ctx->model->params);
+        } else {
+            adamw_step(&ctx->optimizer, ctx->model, opt, lr, (float)clip_scale);
+        }
     }
 
     timers->optimizer += lap(&t);
