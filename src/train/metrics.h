@@ -21,7 +21,7 @@ typedef struct StepMetrics {
     double eval_loss;        /* NAN when not an eval step */
     double tflops;           /* model TFLOP/s per device (Megatron's count: 6N + attention) */
     double mfu;              /* tflops / the device's peak, in percent; NAN when the peak is unknown */
-    double peak_mem_gib;     /* peak device memory so far (the process's peak RSS on the CPU) */
+    double peak_mem_gib;     /* peak used GPU memory so far (all processes on it); the process's peak RSS on the CPU */
     double power_w;          /* mean GPU power over the interval (NVML); NAN when not measured */
     double tokens_per_joule; /* tokens per joule of GPU energy over the interval; NAN when not measured */
 } StepMetrics;
