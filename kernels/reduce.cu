@@ -10,18 +10,9 @@ static const int kSumSqThreads = 512;
 
 __global__ void sum_squares_kernel(double *__restrict__ partial, const float *__restrict__ x, size_t n) {
     __shared__ double scratch[kSumSqThreads / 32];
-    double sum = 0.0;
-    float local = 0.0f;  // fp32 over a few elements, then into double
-    int counted = 0;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        local += x[i] * x[i];
-        if (++counted == 64) {
-            sum += local;
-            local = 0.0f;
-            counted = 0;
-        }
-    }
-    sum += local;
+    double sum = 0.0;  // squares in double: no overflow where the CPU's double norm has none
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        sum += (double)x[i] * (double)x[i];
     for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) scratch[warp] = sum;

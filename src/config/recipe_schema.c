@@ -68,10 +68,10 @@ static const RecipeKey run_keys[] = {
 };
 
 static const RecipeKey parallel_keys[] = {
-    {INT_KEY("tp", ParallelConfig, tp, 1, INT_MAX)},
-    {INT_KEY("pp", ParallelConfig, pp, 1, INT_MAX)},
-    {INT_KEY("vpp", ParallelConfig, vpp, 1, INT_MAX)},
-    {INT_KEY("cp", ParallelConfig, cp, 1, INT_MAX)},
+    {INT_KEY("tp", ParallelConfig, tp, 1, 65536)},
+    {INT_KEY("pp", ParallelConfig, pp, 1, 65536)},
+    {INT_KEY("vpp", ParallelConfig, vpp, 1, 65536)},
+    {INT_KEY("cp", ParallelConfig, cp, 1, 65536)},
     {INT_KEY("ep", ParallelConfig, ep, 1, INT_MAX)},
     {INT_KEY("etp", ParallelConfig, etp, 1, INT_MAX)},
     {BOOL_KEY("sequence_parallel", ParallelConfig, sequence_parallel)},

@@ -19,10 +19,13 @@ int nccl_comm_create(NcclComm *out, const Comm *group, char *err, size_t errlen)
         }
     }
     comm_broadcast(group, &id, sizeof id, COMM_BYTE, 0);
+    comm_barrier(group); /* some MPIs complete a broadcast lazily; ncclCommInitRank blocks until all ranks join */
     ncclComm_t comm;
     ncclResult_t r = ncclCommInitRank(&comm, group->size, id, group->rank);
     if (r != ncclSuccess) {
-        mt_set_error(err, errlen, "NCCL: rank %d of %d: ncclCommInitRank failed: %s (one GPU per rank?)",
+        mt_set_error(err, errlen,
+                     "NCCL: rank %d of %d: ncclCommInitRank failed: %s (one GPU per rank, and some free GPU memory "
+                     "for NCCL's buffers?)",
                      group->rank, group->size, ncclGetErrorString(r));
         return -1;
     }

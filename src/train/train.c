@@ -280,6 +280,10 @@ static int run_context(TrainContext *ctx) {
     }
     int status = train_loop(ctx, &metrics);
     metrics_close(&metrics);
+    /* One failing rank of several ends the job before anything is torn down:
+     * destroying an NCCL communicator waits for the other ranks, which are
+     * waiting in a collective for this one. */
+    if (status != MT_EXIT_OK && comm_world()->size > 1) dist_finish(status);
     train_teardown(ctx);
     return status;
 }

@@ -58,6 +58,25 @@ static int trim_metrics(const char *run_dir, long step, char *err, size_t errlen
     return 0;
 }
 
+/* Every rank must start from the same checkpoint: when any rank failed to
+ * load it, or loaded another step, all report it unreadable together (and
+ * fall back together). A collective; returns the common result code. */
+static int agree_on_load(int rc, long step, char *err, size_t errlen) {
+    const Comm *world = comm_world();
+    if (world->size <= 1) return rc;
+    int64_t mine[2] = {rc, step}, *all = mt_malloc((size_t)world->size * 2 * sizeof(int64_t));
+    comm_all_gather(world, mine, all, 2, COMM_INT64);
+    int agreed = rc;
+    for (int r = 0; r < world->size && agreed == rc; r++)
+        if (all[2 * r] != 0 || all[2 * r + 1] != all[1]) {
+            if (rc == 0) mt_set_error(err, errlen, "rank %d could not load this checkpoint (or loaded step %lld)", r,
+                                      (long long)all[2 * r + 1]);
+            agreed = rc != 0 ? rc : CKPT_ERR_UNREADABLE;
+        }
+    free(all);
+    return agreed;
+}
+
 int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *checkpoint_dir, bool load_optimizer,
                        char *err, size_t errlen) {
     int status = train_setup_common(ctx, recipe, err, errlen);
@@ -74,6 +93,7 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
         ctx->optimizer.step = full.step;
     }
     if (full.m) adamw_free(&full);
+    rc = agree_on_load(rc, ctx->state.step, err, errlen);
     if (rc == CKPT_ERR_UNREADABLE) return TRAIN_CHECKPOINT_UNREADABLE;
     if (rc != 0) return MT_EXIT_USAGE;
     ctx->start_step = ctx->state.step;
