@@ -40,6 +40,18 @@ void nccl_comm_destroy(NcclComm *comm) {
     if (comm) comm->handle = NULL;
 }
 
+int nccl_check_async_error(NcclComm *comm, char *err, size_t errlen) {
+    if (!comm->handle) return 0;
+    ncclResult_t state = ncclSuccess;
+    ncclResult_t r = ncclCommGetAsyncError((ncclComm_t)comm->handle, &state);
+    if (r == ncclSuccess && (state == ncclSuccess || state == ncclInProgress)) return 0;
+    mt_set_error(err, errlen, "NCCL: rank %d of %d: the communicator failed: %s (a peer rank died or the network "
+                 "failed)", comm->rank, comm->size, ncclGetErrorString(r != ncclSuccess ? r : state));
+    ncclCommAbort((ncclComm_t)comm->handle);
+    comm->handle = NULL;
+    return -1;
+}
+
 void nccl_all_reduce_avg_float(const NcclComm *comm, float *buf, size_t count, cudaStream_t stream) {
     if (count == 0) return;
     ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat32, ncclAvg, (ncclComm_t)comm->handle, stream);

@@ -21,6 +21,11 @@ typedef struct NcclComm {
 int nccl_comm_create(NcclComm *out, const Comm *group, char *err, size_t errlen);
 void nccl_comm_destroy(NcclComm *comm);
 
+/* 0 while the communicator is healthy; -1 with err set when NCCL reported an
+ * asynchronous error (a peer died, a network failure), after aborting the
+ * communicator so that no kernel waits for it any longer. */
+int nccl_check_async_error(NcclComm *comm, char *err, size_t errlen);
+
 /* buf = mean over the group of buf (count floats, in place), enqueued on stream. */
 void nccl_all_reduce_avg_float(const NcclComm *comm, float *buf, size_t count, cudaStream_t stream);
 

@@ -19,6 +19,7 @@
 #include "cuda_model.h"
 
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,7 +90,7 @@ struct CudaModel {
     void *attn_workspace;
 
     /* data-parallel gradient averaging (cuda_model_set_grad_sync) */
-    const NcclComm *grad_sync;
+    NcclComm *grad_sync;
     cudaStream_t comm_stream;
     cudaEvent_t *layer_done;   /* num_layers + 1: one per layer, one for the rest */
     cudaEvent_t comm_done;
@@ -565,7 +566,7 @@ static void layer_backward(CudaModel *m, int l, int B, int T) {
                                                          s->resid_in, w16(m, o->attn_norm), s->attn_rstd, N, C, st)));
 }
 
-void cuda_model_set_grad_sync(CudaModel *m, const NcclComm *comm) {
+void cuda_model_set_grad_sync(CudaModel *m, NcclComm *comm) {
     const int L = m->cfg.num_layers;
     m->grad_sync = comm;
     CUDA_CHECK(cudaStreamCreateWithFlags(&m->comm_stream, cudaStreamNonBlocking));
@@ -620,7 +621,21 @@ void cuda_model_backward(CudaModel *m, float loss_scale, int sync_grads) {
     }
 }
 
-void cuda_model_synchronize(CudaModel *m) { CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream)); }
+void cuda_model_synchronize(CudaModel *m) {
+    if (!m->grad_sync) {
+        CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
+        return;
+    }
+    /* With NCCL in flight, wait by polling so that a failed peer ends this rank too instead of a hang. */
+    for (;;) {
+        cudaError_t status = cudaStreamQuery(m->ctx.stream);
+        if (status == cudaSuccess) return;
+        if (status != cudaErrorNotReady) CUDA_CHECK(status);
+        char err[512];
+        if (nccl_check_async_error(m->grad_sync, err, sizeof err) != 0) mt_die(MT_EXIT_FAILURE, "%s", err);
+        sched_yield();
+    }
+}
 
 void cuda_model_zero_grad(CudaModel *m) {
     CUDA_CHECK(cudaMemsetAsync(m->grads, 0, (size_t)m->num_floats * sizeof(float), m->ctx.stream));

@@ -54,7 +54,7 @@ void cuda_model_download_logits(CudaModel *model, float *logits);
 void cuda_model_backward(CudaModel *model, float loss_scale, int sync_grads);
 /* Average gradients over `comm` (NCCL, one rank per GPU) in backward. */
 struct NcclComm;
-void cuda_model_set_grad_sync(CudaModel *model, const struct NcclComm *comm);
+void cuda_model_set_grad_sync(CudaModel *model, struct NcclComm *comm);
 void cuda_model_zero_grad(CudaModel *model);
 /* Wait until the GPU has done everything enqueued so far. */
 void cuda_model_synchronize(CudaModel *model);
