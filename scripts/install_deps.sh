@@ -2,8 +2,9 @@
 # install_deps.sh: installs the Debian packages megatrain needs to build and
 # test, only those missing. Needs root (or sudo) the first time; a no-op after.
 set -euo pipefail
+# python3-venv: the TensorBoard test installs the tensorboard package into a venv.
 packages=(build-essential pkg-config libyaml-dev libzstd-dev zstd libopenblas-openmp-dev
-          libopenmpi-dev openmpi-bin libcmocka-dev)
+          libopenmpi-dev openmpi-bin libcmocka-dev python3-venv)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
