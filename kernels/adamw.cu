@@ -1,7 +1,7 @@
-// adamw.cu: the fused AdamW update over a flat fp32 parameter array, with the
-// optional bf16 shadow copy of the updated parameters written in the same pass;
-// and the same update over every parameter of a model in one launch, with
-// weight decay per parameter (a chunk list, as apex's multi-tensor apply).
+// adamw.cu: the fused AdamW update over every parameter of a model in one
+// launch, with weight decay per parameter (a chunk list, as apex's
+// multi-tensor apply) and the bf16 copy of the updated parameters written in
+// the same pass.
 // Formula and argument meaning: src/backend/cuda/cuda_kernels.h.
 #include <cuda_bf16.h>
 #include <math.h>
@@ -23,25 +23,6 @@ __device__ __forceinline__ void adamw_update(float *__restrict__ params, const f
     p -= args.lr / args.bias_correction1 * m / (sqrtf(v) * rsqrtf(args.bias_correction2) + args.eps);
     params[i] = p;
     if (params_bf16) params_bf16[i] = __float2bfloat16_rn(p);
-}
-
-// One thread per element, grid-stride: every element is read and written once.
-__global__ void adamw_kernel(float *__restrict__ params, const float *__restrict__ grads,
-                             float *__restrict__ exp_avg, float *__restrict__ exp_avg_sq,
-                             __nv_bfloat16 *__restrict__ params_bf16, size_t n, CudaAdamWArgs args) {
-    const float decay_factor = 1.0f - args.lr * args.weight_decay;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        adamw_update(params, grads, exp_avg, exp_avg_sq, params_bf16, i, decay_factor, args);
-}
-
-extern "C" cudaError_t cuda_adamw_step(float *params, const float *grads, float *exp_avg, float *exp_avg_sq,
-                                       uint16_t *params_bf16, size_t n, const CudaAdamWArgs *args,
-                                       cudaStream_t stream) {
-    if (n == 0) return cudaSuccess;
-    if (!args || !(args->bias_correction1 > 0.0f) || !(args->bias_correction2 > 0.0f)) return cudaErrorInvalidValue;
-    adamw_kernel<<<elementwise_blocks(n), kElementwiseThreads, 0, stream>>>(
-        params, grads, exp_avg, exp_avg_sq, reinterpret_cast<__nv_bfloat16 *>(params_bf16), n, *args);
-    return cudaGetLastError();
 }
 
 extern "C" void cuda_adamw_set_step(CudaAdamWArgs *args, long step) {

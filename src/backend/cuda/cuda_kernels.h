@@ -42,13 +42,6 @@ typedef struct CudaAdamWArgs {
     float bias_correction2;  /* 1 - beta2^step */
 } CudaAdamWArgs;
 
-/* One fused AdamW update of n contiguous floats: params (fp32 master),
- * grads, exp_avg (m) and exp_avg_sq (v) are fp32; when params_bf16 is not
- * NULL it receives the updated params rounded to bf16 (nearest-even), the
- * copy the bf16 forward reads. Grads are read, never written. */
-cudaError_t cuda_adamw_step(float *params, const float *grads, float *exp_avg, float *exp_avg_sq,
-                            uint16_t *params_bf16, size_t n, const CudaAdamWArgs *args, cudaStream_t stream);
-
 /* A run of floats [offset, offset + length) inside one parameter; decay says
  * whether weight decay applies (0 for norms and biases). */
 typedef struct CudaAdamWChunk {
@@ -58,8 +51,11 @@ typedef struct CudaAdamWChunk {
 } CudaAdamWChunk;
 #define MT_ADAMW_CHUNK 65536
 
-/* The same update over every chunk of `chunks` (a device array), one launch;
- * args->weight_decay applies to chunks with decay set. */
+/* One fused AdamW update of every chunk of `chunks` (a device array), one
+ * launch: params (fp32 master), grads, exp_avg (m) and exp_avg_sq (v) are
+ * fp32; when params_bf16 is not NULL it receives the updated params rounded
+ * to bf16 (nearest-even), the copy the bf16 forward reads. Grads are read,
+ * never written. args->weight_decay applies to chunks with decay set. */
 cudaError_t cuda_adamw_step_chunks(float *params, const float *grads, float *exp_avg, float *exp_avg_sq,
                                    uint16_t *params_bf16, const CudaAdamWChunk *chunks, int num_chunks,
                                    const CudaAdamWArgs *args, cudaStream_t stream);
