@@ -56,6 +56,15 @@ typedef struct BackendOps {
     void (*attention_backward)(float *dq, float *dk, float *dv, const float *dout, const float *probs,
                                const float *q, const float *k, const float *v, int B, int T, int H, int KVH,
                                int D);
+    /* Causal attention of Tq queries at global positions q_pos[0..Tq) (any order, each in [0, Tk))
+     * against Tk keys/values at positions 0..Tk-1: key u is visible to query t iff u <= q_pos[t].
+     * q is (B, Tq, H, D), k and v are (B, Tk, KVH, D), out (B, Tq, H, D); probs (B, H, Tq, Tk) is saved
+     * (0 for invisible keys). With Tq == Tk and q_pos[t] == t it is attention_forward, bit for bit. */
+    void (*attention_forward_at)(float *out, float *probs, const float *q, const float *k, const float *v,
+                                 const int32_t *q_pos, int B, int Tq, int Tk, int H, int KVH, int D);
+    void (*attention_backward_at)(float *dq, float *dk, float *dv, const float *dout, const float *probs,
+                                  const float *q, const float *k, const float *v, const int32_t *q_pos, int B,
+                                  int Tq, int Tk, int H, int KVH, int D);
 
     /* out[i] = silu(gate[i]) * up[i] over n elements */
     void (*swiglu_forward)(float *out, const float *gate, const float *up, long n);

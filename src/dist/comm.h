@@ -42,6 +42,11 @@ void comm_all_gather(const Comm *c, const void *send, void *recv, size_t count, 
 void comm_all_to_all(const Comm *c, const void *send, void *recv, size_t count, CommType type);
 void comm_send(const Comm *c, const void *buf, size_t count, CommType type, int dest, int tag);
 void comm_recv(const Comm *c, void *buf, size_t count, CommType type, int source, int tag);
+/* A send that returns at once: buf is copied first, so the caller may reuse
+ * it (the pipeline's activations, whose receiver may be busy sending too).
+ * comm_wait_sends completes every such send this process started. */
+void comm_send_copy(const Comm *c, const void *buf, size_t count, CommType type, int dest, int tag);
+void comm_wait_sends(void);
 void comm_broadcast(const Comm *c, void *buf, size_t count, CommType type, int root);
 void comm_barrier(const Comm *c);
 

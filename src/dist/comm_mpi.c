@@ -157,6 +157,34 @@ void comm_recv(const Comm *c, void *buf, size_t count, CommType type, int source
           "receive");
 }
 
+/* Sends in flight (comm_send_copy): their requests and buffer copies. */
+static MPI_Request *pending_requests;
+static void **pending_buffers;
+static int num_pending, pending_capacity;
+
+void comm_send_copy(const Comm *c, const void *buf, size_t count, CommType type, int dest, int tag) {
+    if (!c->handle) mt_die(MT_EXIT_FAILURE, "send to rank %d in a group of one rank", dest);
+    if (num_pending == pending_capacity) {
+        pending_capacity = pending_capacity ? 2 * pending_capacity : 16;
+        pending_requests = mt_realloc(pending_requests, (size_t)pending_capacity * sizeof *pending_requests);
+        pending_buffers = mt_realloc(pending_buffers, (size_t)pending_capacity * sizeof *pending_buffers);
+    }
+    void *copy = mt_malloc(count * type_size(type) + 1);
+    memcpy(copy, buf, count * type_size(type));
+    pending_buffers[num_pending] = copy;
+    check(MPI_Isend(copy, small_count(count, "send"), mpi_type(type), dest, tag, handle_of(c),
+                    &pending_requests[num_pending]),
+          "send");
+    num_pending++;
+}
+
+void comm_wait_sends(void) {
+    if (num_pending == 0) return;
+    check(MPI_Waitall(num_pending, pending_requests, MPI_STATUSES_IGNORE), "send completion");
+    for (int i = 0; i < num_pending; i++) free(pending_buffers[i]);
+    num_pending = 0;
+}
+
 void comm_broadcast(const Comm *c, void *buf, size_t count, CommType type, int root) {
     if (!c->handle || c->size == 1) return;
     check(MPI_Bcast(buf, small_count(count, "broadcast"), mpi_type(type), root, handle_of(c)), "broadcast");

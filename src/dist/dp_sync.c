@@ -1,5 +1,5 @@
-/* dp_sync.c: bucketed averaging of the flat gradient array and scalar means
- * over the data-parallel group (see dp_sync.h).
+/* dp_sync.c: bucketed sums and averages of float arrays (gradients, and the
+ * activations of tensor parallel) and scalar means over a group (dp_sync.h).
  *
  * A bucket is reduce-scattered (each element summed on exactly one rank) and
  * then all-gathered, rather than all-reduced: MPI does not promise that an
@@ -13,15 +13,20 @@
 
 #include "../core/error.h"
 
-void dp_average_grads(const Comm *dp, float *grads, size_t count) {
-    if (dp->size <= 1 || count == 0) return;
+void comm_sum_identical(const Comm *group, float *buf, size_t count, float scale) {
+    const Comm *dp = group;
+    float *grads = buf;
+    if (dp->size <= 1 || count == 0) {
+        if (scale != 1.0f)
+            for (size_t i = 0; i < count; i++) grads[i] *= scale;
+        return;
+    }
     const size_t ranks = (size_t)dp->size;
     const size_t bucket = DP_BUCKET_BYTES / sizeof(float);
     const size_t max_n = count < bucket ? count : bucket;
     const size_t max_padded = (max_n + ranks - 1) / ranks * ranks;
     float *send = mt_malloc(max_padded * sizeof(float));
     float *part = mt_malloc(max_padded / ranks * sizeof(float));
-    const float scale = 1.0f / (float)dp->size;
     for (size_t at = 0; at < count; at += bucket) {
         const size_t n = count - at < bucket ? count - at : bucket;
         const size_t padded = (n + ranks - 1) / ranks * ranks;
@@ -29,12 +34,17 @@ void dp_average_grads(const Comm *dp, float *grads, size_t count) {
         memcpy(send, grads + at, n * sizeof(float));
         memset(send + n, 0, (padded - n) * sizeof(float));
         comm_reduce_scatter_sum_float(dp, send, part, share);
-        for (size_t i = 0; i < share; i++) part[i] *= scale;
+        if (scale != 1.0f)
+            for (size_t i = 0; i < share; i++) part[i] *= scale;
         comm_all_gather(dp, part, send, share, COMM_FLOAT);
         memcpy(grads + at, send, n * sizeof(float));
     }
     free(send);
     free(part);
+}
+
+void dp_average_grads(const Comm *dp, float *grads, size_t count) {
+    if (dp->size > 1) comm_sum_identical(dp, grads, count, 1.0f / (float)dp->size);
 }
 
 double dp_sum_double(const Comm *dp, double value) {

@@ -1,4 +1,5 @@
-/* dp_sync.h: data-parallel gradient and scalar averaging over the dp group. */
+/* dp_sync.h: sums and averages over a group that every rank gets bit for bit:
+ * gradient buckets over dp, activations over tp, scalars. */
 #ifndef MT_DIST_DP_SYNC_H
 #define MT_DIST_DP_SYNC_H
 
@@ -8,6 +9,12 @@
 
 /* Bytes per all-reduce bucket over the flat gradient array. */
 #define DP_BUCKET_BYTES ((size_t)16 << 20)
+
+/* buf = scale * (sum over the group of buf), bit-identical on every rank:
+ * each element is summed on one rank (reduce-scatter), then all-gathered, in
+ * fixed-size buckets. For gradients, and for tensor parallel's activation
+ * sums, whose copies must not drift apart. */
+void comm_sum_identical(const Comm *group, float *buf, size_t count, float scale);
 
 /* grads = (sum over the dp group of grads) / dp, in fixed-size buckets from
  * the start of the array (the same order on every rank, so the result is

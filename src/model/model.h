@@ -31,6 +31,7 @@
 
 #include "../backend/backend.h"
 #include "../config/recipe.h"
+#include "../dist/comm.h"
 
 typedef enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS } ParamInit;
 
@@ -43,12 +44,54 @@ typedef struct ParamInfo {
     ParamInit init;
     float init_std;    /* for INIT_NORMAL */
     bool no_decay;     /* norms and biases: no weight decay */
+    /* Where this rank's block sits in the whole tensor (model_partition.h):
+     * shape == global_shape and start 0 unless tensor parallel splits it. */
+    long global_shape[2];
+    long global_start[2];
+    int global_index;  /* index in the whole model's registry: its init seeds */
+    bool tp_partial_grad; /* its gradient is a partial sum over the tp group (q/k norms; norms under
+                           * sequence parallel): summed over tp before the step */
+    bool norm_owner;   /* counted by this rank in the global grad norm and gathered from it for a
+                        * checkpoint (false for a copy another rank also holds) */
 } ParamInfo;
 
 typedef struct Model Model; /* layer pointers and activations are private */
 
+#define MT_MAX_CHUNKS 16
+
+/* How one rank's model is cut (tensor, sequence and context parallel, and
+ * its pipeline stage). Sizes of 1 and the whole layer range: the whole model. */
+typedef struct ModelPartition {
+    int tp, tp_rank;             /* heads, kv heads, intermediate and vocab split tp ways */
+    bool sequence_parallel;      /* residual stream and norms on (B*T)/tp rows */
+    int cp, cp_rank;             /* the sequence split cp ways, load-balanced (model_cp_positions) */
+    int num_chunks;              /* model chunks: 1, or vpp with the interleaved pipeline schedule */
+    int chunk_first[MT_MAX_CHUNKS];  /* first layer of each chunk (consecutive layers, chunks ascending) */
+    int chunk_layers[MT_MAX_CHUNKS]; /* layers in each chunk */
+    int num_layers;              /* layers of this rank: the sum of chunk_layers */
+    bool has_embed;              /* the first stage: the input embedding */
+    bool has_head;               /* the last stage: final norm, lm_head and the loss (with tied
+                                  * embeddings and pp > 1 it holds a copy of embed.weight) */
+    const Comm *tp_comm, *cp_comm; /* groups of tp and cp ranks (outlive the model) */
+} ModelPartition;
+
+/* The whole model on one rank. */
+ModelPartition model_partition_whole(const ModelConfig *cfg);
+
+/* Whether `part` can cut a resolved config: tp divides the heads, the kv
+ * heads, intermediate_size and vocab_size; 2*cp divides seq_len; the layer
+ * range lies inside the model. 0, or -1 with err naming what does not divide. */
+int model_partition_check(const ModelConfig *cfg, const ModelPartition *part, int seq_len, char *err,
+                          size_t errlen);
+
+/* The positions context-parallel rank cp_rank holds of a sequence of T * cp
+ * tokens, in its order: chunk cp_rank then chunk 2cp-1-cp_rank of T/2 tokens
+ * each (the load-balanced causal split). */
+void model_cp_positions(int T, int cp, int cp_rank, int32_t *positions);
+
 struct Model {
     ModelConfig cfg;
+    ModelPartition part;
     const BackendOps *ops;
     int num_params;          /* entries in param_info */
     ParamInfo *param_info;
@@ -58,6 +101,7 @@ struct Model {
     int max_B, max_T;        /* activation buffers sized for these */
     float last_loss;         /* mean loss of the last forward with targets */
     void *priv;              /* activations and per-layer views (model.c) */
+    bool shares_params;      /* a clone (model_clone_activations): params, grads, registry are base's */
 };
 
 /* Declare the parameters, allocate params/grads (zeroed) and activations for
@@ -65,6 +109,9 @@ struct Model {
  * model that is trained on a GPU and only holds the weights here). Dies on an
  * invalid config. */
 Model *model_create(const ModelConfig *cfg, const BackendOps *ops, int max_B, int max_T);
+/* The same for one rank's part (part->cp > 1: max_T counts this rank's tokens, seq_len / cp). */
+Model *model_create_part(const ModelConfig *cfg, const ModelPartition *part, const BackendOps *ops, int max_B,
+                         int max_T);
 void model_free(Model *model);
 
 /* Initialise every parameter from `seed`: normal(0, init_std) for matrices
@@ -77,6 +124,40 @@ void model_init_weights(Model *model, uint64_t seed);
  * mean over non-ignored targets (targets < 0 are ignored); else returns 0.
  * Keeps what backward needs. */
 float model_forward(Model *model, const int32_t *inputs, const int32_t *targets, int B, int T);
+
+/* The same in steps, for a pipeline stage (model_forward is start, layers, head):
+ * start: keeps the micro-batch shape (and `inputs`, when not NULL) and, on
+ *   the first stage, embeds them; other stages put the received activations
+ *   into model_stage_input first;
+ * layers: this rank's layers, leaving the result in model_stage_output;
+ * head (last stage only): final norm, lm_head and the loss, as model_forward.
+ * With several chunks (interleaved schedule) each chunk's layers run on
+ * their own: model_stage_input/output(model, chunk).
+ * The stage's activations are (B*T/tp under sequence parallel, else B*T) x hidden_size floats. */
+void model_forward_start(Model *model, const int32_t *inputs, int B, int T);
+void model_forward_layers(Model *model, int chunk);
+float model_forward_head(Model *model, const int32_t *targets);
+float *model_stage_input(Model *model, int chunk);
+float *model_stage_output(Model *model, int chunk);
+/* Backward in steps: head (last stage) fills model_stage_grad with the
+ * gradient of the stage output; other stages put the received gradient there
+ * first; layers turns it into the gradient of the stage input (in
+ * model_stage_grad again); finish adds the embedding's gradient (first stage). */
+void model_backward_head(Model *model, float loss_scale);
+void model_backward_layers(Model *model, int chunk);
+void model_backward_finish(Model *model);
+float *model_stage_grad(Model *model);
+/* Floats of a stage's activations for a B x T micro-batch. */
+long model_stage_floats(const Model *model, int B, int T);
+
+/* Another set of activations for `base`: a Model that shares base's
+ * parameters, gradients and registry (a pipeline keeps one per micro-batch
+ * in flight). model_free frees only what it owns. */
+Model *model_clone_activations(const Model *base);
+
+/* The registry of the rank `part` describes, without allocating a model
+ * (checkpoint gathering): *count entries, *total_floats floats. free() it. */
+ParamInfo *model_registry_of(const ModelConfig *cfg, const ModelPartition *part, int *count, long *total_floats);
 
 /* Logits (B*T, V) of the last forward (valid until the next backward). */
 const float *model_logits(const Model *model);

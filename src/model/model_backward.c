@@ -2,16 +2,17 @@
  * model_forward.c read bottom-up. Backend backwards accumulate (+=), so every
  * activation-gradient buffer is zeroed before the op that fills it, while
  * parameter gradients accumulate into model->grads across calls. dlogits are
- * computed in place in the logits buffer. */
+ * computed in place in the logits buffer. The collectives of a parallel
+ * layout (model_parallel.h) run in the reverse order of the forward's. */
 #include <string.h>
 
 #include "../core/error.h"
-#include "model_internal.h"
+#include "model_parallel.h"
 
 static void zero(float *buf, long n) { memset(buf, 0, (size_t)n * sizeof(float)); }
 
-/* One block. On entry s->d_resid holds dL/d(block output) (N, C); on exit it
- * holds dL/d(block input). */
+/* One block (local layer l). On entry s->d_resid holds dL/d(block output)
+ * (residual rows, C); on exit it holds dL/d(block input). */
 static void block_backward(Model *model, int l, int B, int T) {
     const BackendOps *ops = model->ops;
     const ModelConfig *c = &model->cfg;
@@ -20,34 +21,48 @@ static void block_backward(Model *model, int l, int B, int T) {
     const LayerWeights *dw = &pr->weight_grads[l];
     const LayerActs *a = &pr->acts[l];
     GradScratch *s = &pr->scratch;
-    const int N = B * T, C = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
-    const int H = c->num_attention_heads, KVH = c->num_key_value_heads;
-    const int HD = H * D, KVD = KVH * D;
+    const int N = B * T, R = model_residual_rows(model, N), C = c->hidden_size, D = c->head_dim;
+    const int I = pr->I, H = pr->H, KVH = pr->KVH, HD = H * D, KVD = KVH * D;
+    const float *cos, *sin;
+    model_rope_tables(model, T, &cos, &sin);
 
     /* MLP half: out = resid_mid + down(act); d_resid flows to resid_mid unchanged. */
+    const float *dy = tp_leave_backward(model, s->d_full, s->d_resid, N, C); /* (N, C) */
     zero(s->d_act, (long)N * I);
-    ops->matmul_backward(s->d_act, dw->down_weight, NULL, s->d_resid, a->act, w->down_weight, N, I, C);
+    ops->matmul_backward(s->d_act, dw->down_weight, NULL, dy, a->act, w->down_weight, N, I, C);
     zero(s->d_gate, (long)N * I);
     zero(s->d_up, (long)N * I);
     ops->swiglu_backward(s->d_gate, s->d_up, s->d_act, a->gate, a->up, (long)N * I);
     zero(s->d_normed, (long)N * C);
-    ops->matmul_backward(s->d_normed, dw->gate_weight, NULL, s->d_gate, a->mlp_normed, w->gate_weight, N, C, I);
-    ops->matmul_backward(s->d_normed, dw->up_weight, NULL, s->d_up, a->mlp_normed, w->up_weight, N, C, I);
-    ops->rmsnorm_backward(s->d_resid, dw->mlp_norm, s->d_normed, a->resid_mid, w->mlp_norm, a->mlp_rstd, N, C);
-    /* d_resid is now dL/d(resid_mid) (N, C) */
+    ops->matmul_backward(s->d_normed, dw->gate_weight, NULL, s->d_gate, a->mlp_in, w->gate_weight, N, C, I);
+    ops->matmul_backward(s->d_normed, dw->up_weight, NULL, s->d_up, a->mlp_in, w->up_weight, N, C, I);
+    const float *g = tp_enter_backward(model, s->d_normed, pr->shard, N, C); /* residual rows */
+    ops->rmsnorm_backward(s->d_resid, dw->mlp_norm, g, a->resid_mid, w->mlp_norm, a->mlp_rstd, R, C);
+    /* d_resid is now dL/d(resid_mid) */
 
     /* attention half: resid_mid = resid_in + o_proj(attn_out) */
+    dy = tp_leave_backward(model, s->d_full, s->d_resid, N, C);
     zero(s->d_attn_out, (long)N * HD);
-    ops->matmul_backward(s->d_attn_out, dw->o_weight, NULL, s->d_resid, a->attn_out, w->o_weight, N, HD, C);
+    ops->matmul_backward(s->d_attn_out, dw->o_weight, NULL, dy, a->attn_out, w->o_weight, N, HD, C);
     zero(s->d_q, (long)N * HD);
     zero(s->d_k, (long)N * KVD);
     zero(s->d_v, (long)N * KVD);
-    ops->attention_backward(s->d_q, s->d_k, s->d_v, s->d_attn_out, a->probs, a->q, a->k, a->v, B, T, H, KVH, D);
+    if (model->part.cp == 1) {
+        ops->attention_backward(s->d_q, s->d_k, s->d_v, s->d_attn_out, a->probs, a->q, a->k, a->v, B, T, H, KVH, D);
+    } else { /* gradients of the whole sequence's keys and values go back to the ranks holding them */
+        const int Tall = T * model->part.cp;
+        zero(s->d_k_all, (long)B * Tall * KVD);
+        zero(s->d_v_all, (long)B * Tall * KVD);
+        ops->attention_backward_at(s->d_q, s->d_k_all, s->d_v_all, s->d_attn_out, a->probs, a->q, a->k_all,
+                                   a->v_all, pr->positions, B, T, Tall, H, KVH, D);
+        cp_scatter_kv_grad(model, s->d_k, s->d_k_all, B, T, KVD);
+        cp_scatter_kv_grad(model, s->d_v, s->d_v_all, B, T, KVD);
+    }
     /* through rope: d_q -> d_q2 (gradient of q before rope), same for k */
     zero(s->d_q2, (long)N * HD);
     zero(s->d_k2, (long)N * KVD);
-    ops->rope_backward(s->d_q2, s->d_q, pr->rope_cos, pr->rope_sin, B, T, H, D);
-    ops->rope_backward(s->d_k2, s->d_k, pr->rope_cos, pr->rope_sin, B, T, KVH, D);
+    ops->rope_backward(s->d_q2, s->d_q, cos, sin, B, T, H, D);
+    ops->rope_backward(s->d_k2, s->d_k, cos, sin, B, T, KVH, D);
     float *d_q_proj = s->d_q2, *d_k_proj = s->d_k2;
     if (c->qk_norm) {
         /* through the per-head norms: d_q2 -> d_q (gradient of q_proj's output) */
@@ -59,14 +74,17 @@ static void block_backward(Model *model, int l, int B, int T) {
         d_k_proj = s->d_k;
     }
     zero(s->d_normed, (long)N * C);
-    ops->matmul_backward(s->d_normed, dw->q_weight, dw->q_bias, d_q_proj, a->attn_normed, w->q_weight, N, C, HD);
-    ops->matmul_backward(s->d_normed, dw->k_weight, dw->k_bias, d_k_proj, a->attn_normed, w->k_weight, N, C, KVD);
-    ops->matmul_backward(s->d_normed, dw->v_weight, dw->v_bias, s->d_v, a->attn_normed, w->v_weight, N, C, KVD);
-    ops->rmsnorm_backward(s->d_resid, dw->attn_norm, s->d_normed, a->resid_in, w->attn_norm, a->attn_rstd, N, C);
+    ops->matmul_backward(s->d_normed, dw->q_weight, dw->q_bias, d_q_proj, a->attn_in, w->q_weight, N, C, HD);
+    ops->matmul_backward(s->d_normed, dw->k_weight, dw->k_bias, d_k_proj, a->attn_in, w->k_weight, N, C, KVD);
+    ops->matmul_backward(s->d_normed, dw->v_weight, dw->v_bias, s->d_v, a->attn_in, w->v_weight, N, C, KVD);
+    g = tp_enter_backward(model, s->d_normed, pr->shard, N, C);
+    ops->rmsnorm_backward(s->d_resid, dw->attn_norm, g, a->resid_in, w->attn_norm, a->attn_rstd, R, C);
     /* d_resid is now dL/d(resid_in) */
 }
 
-void model_backward(Model *model, float loss_scale) {
+float *model_stage_grad(Model *model) { return ((ModelPriv *)model->priv)->scratch.d_resid; }
+
+void model_backward_head(Model *model, float loss_scale) {
     const BackendOps *ops = model->ops;
     const ModelConfig *c = &model->cfg;
     ModelPriv *pr = model->priv;
@@ -74,18 +92,34 @@ void model_backward(Model *model, float loss_scale) {
         mt_die(MT_EXIT_FAILURE, "model_backward: needs a model_forward with targets first (and only one "
                                 "backward per forward: backward overwrites the logits)");
     pr->backward_ready = 0;
-    const int B = pr->B, T = pr->T, N = B * T, C = c->hidden_size, V = c->vocab_size;
+    const int N = pr->B * pr->T, R = model_residual_rows(model, N), C = c->hidden_size;
     GradScratch *s = &pr->scratch;
 
     /* loss = loss_scale * mean over counted tokens, so each token's dloss is loss_scale / count. */
     float dloss = pr->num_targets > 0 ? (float)((double)loss_scale / (double)pr->num_targets) : 0.0f;
-    ops->cross_entropy_backward(pr->logits, pr->logits, pr->targets, dloss, N, V); /* (N, V), in place */
+    vocab_cross_entropy_backward(model, pr->logits, pr->row_lse, pr->targets, dloss, N); /* (N, V/tp), in place */
 
     zero(s->d_normed, (long)N * C);
-    ops->matmul_backward(s->d_normed, pr->d_lm_head, NULL, pr->logits, pr->final_normed, pr->lm_head, N, C, V);
-    zero(s->d_resid, (long)N * C);
-    ops->rmsnorm_backward(s->d_resid, pr->d_final_norm, s->d_normed, pr->final_resid, pr->final_norm,
-                          pr->final_rstd, N, C);
-    for (int l = c->num_layers - 1; l >= 0; l--) block_backward(model, l, B, T);
-    ops->embedding_backward(pr->d_embed, s->d_resid, pr->inputs, N, C);
+    ops->matmul_backward(s->d_normed, pr->d_lm_head, NULL, pr->logits, pr->final_in, pr->lm_head, N, C, pr->V);
+    const float *g = tp_enter_backward(model, s->d_normed, pr->shard, N, C);
+    zero(s->d_resid, (long)R * C);
+    ops->rmsnorm_backward(s->d_resid, pr->d_final_norm, g, pr->final_resid, pr->final_norm, pr->final_rstd, R, C);
+}
+
+void model_backward_layers(Model *model, int chunk) {
+    ModelPriv *pr = model->priv;
+    const int first = model_chunk_start(&model->part, chunk);
+    for (int l = first + model->part.chunk_layers[chunk] - 1; l >= first; l--) block_backward(model, l, pr->B, pr->T);
+}
+
+void model_backward_finish(Model *model) {
+    ModelPriv *pr = model->priv;
+    if (model->part.has_embed)
+        vocab_embedding_backward(model, pr->scratch.d_full, pr->scratch.d_resid, pr->inputs, pr->B * pr->T);
+}
+
+void model_backward(Model *model, float loss_scale) {
+    model_backward_head(model, loss_scale);
+    for (int v = model->part.num_chunks - 1; v >= 0; v--) model_backward_layers(model, v);
+    model_backward_finish(model);
 }

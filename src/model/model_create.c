@@ -1,6 +1,7 @@
 /* model_create.c: builds a Model: resolves the config, lays out params and
  * grads from the registry, points per-layer views into them, fills the RoPE
  * tables and allocates every activation buffer once for max_B x max_T. */
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -20,16 +21,19 @@ static float *carve(Carver *c, size_t floats) {
     return p;
 }
 
-static void layout_activations(Carver *c, ModelPriv *pr, const ModelConfig *cfg, size_t B, size_t T) {
-    const size_t N = B * T, C = (size_t)cfg->hidden_size, I = (size_t)cfg->intermediate_size;
-    const size_t H = (size_t)cfg->num_attention_heads, KVH = (size_t)cfg->num_key_value_heads;
-    const size_t HD = H * (size_t)cfg->head_dim, KVD = KVH * (size_t)cfg->head_dim;
-    const size_t V = (size_t)cfg->vocab_size;
-    for (int l = 0; l < cfg->num_layers; l++) {
+static void layout_activations(Carver *c, ModelPriv *pr, const ModelConfig *cfg, const ModelPartition *part,
+                               size_t B, size_t T) {
+    const size_t N = B * T, C = (size_t)cfg->hidden_size, I = (size_t)pr->I, D = (size_t)cfg->head_dim;
+    const size_t H = (size_t)pr->H, KVH = (size_t)pr->KVH, HD = H * D, KVD = KVH * D, V = (size_t)pr->V;
+    const size_t Tall = T * (size_t)part->cp;      /* keys per sequence */
+    const size_t R = part->sequence_parallel ? N / (size_t)part->tp : N; /* residual-stream rows */
+    const bool sp = part->sequence_parallel, cp = part->cp > 1;
+    for (int l = 0; l < part->num_layers; l++) {
         LayerActs *a = &pr->acts[l];
-        a->resid_in = carve(c, N * C);
-        a->attn_normed = carve(c, N * C);
-        a->attn_rstd = carve(c, N);
+        a->resid_in = carve(c, R * C);
+        a->attn_normed = carve(c, R * C);
+        a->attn_rstd = carve(c, R);
+        a->attn_in = sp ? carve(c, N * C) : a->attn_normed;
         if (cfg->qk_norm) {
             a->q_pre = carve(c, N * HD);
             a->k_pre = carve(c, N * KVD);
@@ -39,23 +43,32 @@ static void layout_activations(Carver *c, ModelPriv *pr, const ModelConfig *cfg,
         a->q = carve(c, N * HD);
         a->k = carve(c, N * KVD);
         a->v = carve(c, N * KVD);
-        a->probs = carve(c, B * H * T * T);
+        a->k_all = cp ? carve(c, B * Tall * KVD) : a->k;
+        a->v_all = cp ? carve(c, B * Tall * KVD) : a->v;
+        a->probs = carve(c, B * H * T * Tall);
         a->attn_out = carve(c, N * HD);
-        a->resid_mid = carve(c, N * C);
-        a->mlp_normed = carve(c, N * C);
-        a->mlp_rstd = carve(c, N);
+        a->resid_mid = carve(c, R * C);
+        a->mlp_normed = carve(c, R * C);
+        a->mlp_rstd = carve(c, R);
+        a->mlp_in = sp ? carve(c, N * C) : a->mlp_normed;
         a->gate = carve(c, N * I);
         a->up = carve(c, N * I);
         a->act = carve(c, N * I);
     }
-    pr->final_resid = carve(c, N * C);
+    pr->final_resid = carve(c, R * C);
+    for (int v = 0; v < part->num_chunks; v++)
+        pr->chunk_out[v] = v + 1 < part->num_chunks ? carve(c, R * C) : pr->final_resid;
     pr->proj_out = carve(c, N * C);
-    pr->final_normed = carve(c, N * C);
-    pr->final_rstd = carve(c, N);
-    pr->logits = carve(c, N * V);
-    pr->losses = carve(c, N);
+    pr->shard = carve(c, R * C);
+    if (part->has_head) {
+        pr->final_normed = carve(c, R * C);
+        pr->final_rstd = carve(c, R);
+        pr->final_in = sp ? carve(c, N * C) : pr->final_normed;
+        pr->logits = carve(c, N * V);
+        pr->losses = carve(c, N);
+    }
     GradScratch *s = &pr->scratch;
-    s->d_resid = carve(c, N * C);
+    s->d_resid = carve(c, R * C);
     s->d_normed = carve(c, N * C);
     s->d_attn_out = carve(c, N * HD);
     s->d_q = carve(c, N * HD);
@@ -63,6 +76,9 @@ static void layout_activations(Carver *c, ModelPriv *pr, const ModelConfig *cfg,
     s->d_k = carve(c, N * KVD);
     s->d_k2 = carve(c, N * KVD);
     s->d_v = carve(c, N * KVD);
+    s->d_k_all = cp ? carve(c, B * Tall * KVD) : NULL;
+    s->d_v_all = cp ? carve(c, B * Tall * KVD) : NULL;
+    s->d_full = sp ? carve(c, N * C) : NULL;
     s->d_act = carve(c, N * I);
     s->d_gate = carve(c, N * I);
     s->d_up = carve(c, N * I);
@@ -92,26 +108,26 @@ LayerWeights model_layer_view(const Model *model, float *base, int layer) {
     return w;
 }
 
-Model *model_create(const ModelConfig *cfg, const BackendOps *ops, int max_B, int max_T) {
-    /* 0 x 0: the registry and the weights only (a GPU run keeps its activations on the device). */
-    if (max_B < 0 || max_T < 0 || (max_B == 0) != (max_T == 0))
-        mt_die(MT_EXIT_USAGE, "model: micro-batch shape must be positive, found %d x %d", max_B, max_T);
-    Model *model = mt_calloc(1, sizeof *model);
-    model->cfg = model_config_resolve(cfg);
+/* Layer views, RoPE tables and activation buffers of a model whose
+ * registry, params and grads exist. */
+static void create_priv(Model *model) {
     const ModelConfig *c = &model->cfg;
-    model->ops = ops;
-    model->max_B = max_B;
-    model->max_T = max_T;
-
+    const ModelPartition *part = &model->part;
+    const int max_B = model->max_B, max_T = model->max_T;
     ModelPriv *pr = mt_calloc(1, sizeof *pr);
     model->priv = pr;
-    model->param_info = model_registry_build(c, &model->num_params, &model->num_floats, &pr->slots);
-    model->params = mt_calloc((size_t)model->num_floats, sizeof(float));
-    model->grads = mt_calloc((size_t)model->num_floats, sizeof(float));
+    pr->H = c->num_attention_heads / part->tp;
+    pr->KVH = c->num_key_value_heads / part->tp;
+    pr->I = c->intermediate_size / part->tp;
+    pr->V = c->vocab_size / part->tp;
+    pr->vocab_start = pr->V * part->tp_rank;
+    int count;
+    long total;
+    free(model_registry_build(c, part, &count, &total, &pr->slots)); /* the slots of model->param_info */
 
-    const int L = c->num_layers;
-    pr->weights = mt_malloc((size_t)L * sizeof *pr->weights);
-    pr->weight_grads = mt_malloc((size_t)L * sizeof *pr->weight_grads);
+    const int L = part->num_layers;
+    pr->weights = mt_malloc((size_t)(L > 0 ? L : 1) * sizeof *pr->weights);
+    pr->weight_grads = mt_malloc((size_t)(L > 0 ? L : 1) * sizeof *pr->weight_grads);
     for (int l = 0; l < L; l++) {
         pr->weights[l] = model_layer_view(model, model->params, l);
         pr->weight_grads[l] = model_layer_view(model, model->grads, l);
@@ -123,23 +139,66 @@ Model *model_create(const ModelConfig *cfg, const BackendOps *ops, int max_B, in
     /* Tied embeddings: the lm_head matmul reads embed.weight and its gradient
      * accumulates into embed's gradient. */
     int head = c->tie_word_embeddings ? pr->slots.embed : pr->slots.lm_head;
-    pr->lm_head = slot_ptr(model, model->params, head);
-    pr->d_lm_head = slot_ptr(model, model->grads, head);
+    pr->lm_head = part->has_head ? slot_ptr(model, model->params, head) : NULL;
+    pr->d_lm_head = part->has_head ? slot_ptr(model, model->grads, head) : NULL;
 
     const int half = c->head_dim / 2;
-    pr->rope_cos = mt_malloc((size_t)max_T * half * sizeof(float));
-    pr->rope_sin = mt_malloc((size_t)max_T * half * sizeof(float));
-    rope_tables_init(pr->rope_cos, pr->rope_sin, max_T, c->head_dim, c->rope_theta, &c->rope_scaling);
+    const size_t Tall = (size_t)max_T * part->cp;
+    pr->rope_cos = mt_malloc((Tall > 0 ? Tall : 1) * half * sizeof(float));
+    pr->rope_sin = mt_malloc((Tall > 0 ? Tall : 1) * half * sizeof(float));
+    rope_tables_init(pr->rope_cos, pr->rope_sin, (int)Tall, c->head_dim, c->rope_theta, &c->rope_scaling);
+    pr->positions = mt_calloc((size_t)(max_T > 0 ? max_T : 1), sizeof(int32_t));
+    if (part->cp > 1) {
+        pr->rope_cos_at = mt_malloc((size_t)max_T * half * sizeof(float));
+        pr->rope_sin_at = mt_malloc((size_t)max_T * half * sizeof(float));
+    }
 
-    pr->acts = mt_calloc((size_t)L, sizeof *pr->acts);
+    pr->acts = mt_calloc((size_t)(L > 0 ? L : 1), sizeof *pr->acts);
     Carver counter = {NULL, 0};
-    layout_activations(&counter, pr, c, (size_t)max_B, (size_t)max_T);
-    pr->act_memory = mt_calloc(counter.used, sizeof(float));
+    layout_activations(&counter, pr, c, part, (size_t)max_B, (size_t)max_T);
+    pr->act_memory = mt_calloc(counter.used ? counter.used : 1, sizeof(float));
     Carver carver = {pr->act_memory, 0};
-    layout_activations(&carver, pr, c, (size_t)max_B, (size_t)max_T);
+    layout_activations(&carver, pr, c, part, (size_t)max_B, (size_t)max_T);
 
-    pr->inputs = mt_calloc((size_t)max_B * max_T, sizeof(int32_t));
-    pr->targets = mt_calloc((size_t)max_B * max_T, sizeof(int32_t));
+    pr->row_lse = mt_calloc((size_t)max_B * max_T + 1, sizeof(double));
+    pr->inputs = mt_calloc((size_t)max_B * max_T + 1, sizeof(int32_t));
+    pr->targets = mt_calloc((size_t)max_B * max_T + 1, sizeof(int32_t));
+}
+
+Model *model_clone_activations(const Model *base) {
+    Model *model = mt_calloc(1, sizeof *model);
+    *model = *base;
+    model->shares_params = true;
+    create_priv(model);
+    return model;
+}
+
+Model *model_create(const ModelConfig *cfg, const BackendOps *ops, int max_B, int max_T) {
+    ModelConfig resolved = model_config_resolve(cfg);
+    ModelPartition whole = model_partition_whole(&resolved);
+    return model_create_part(&resolved, &whole, ops, max_B, max_T);
+}
+
+Model *model_create_part(const ModelConfig *cfg, const ModelPartition *part, const BackendOps *ops, int max_B,
+                         int max_T) {
+    /* 0 x 0: the registry and the weights only (a GPU run keeps its activations on the device). */
+    if (max_B < 0 || max_T < 0 || (max_B == 0) != (max_T == 0))
+        mt_die(MT_EXIT_USAGE, "model: micro-batch shape must be positive, found %d x %d", max_B, max_T);
+    Model *model = mt_calloc(1, sizeof *model);
+    model->cfg = model_config_resolve(cfg);
+    const ModelConfig *c = &model->cfg;
+    char err[512];
+    if (model_partition_check(c, part, max_T > 0 ? max_T * part->cp : 2 * part->cp, err, sizeof err) != 0)
+        mt_die(MT_EXIT_USAGE, "%s", err);
+    model->part = *part;
+    model->ops = ops;
+    model->max_B = max_B;
+    model->max_T = max_T;
+
+    model->param_info = model_registry_build(c, part, &model->num_params, &model->num_floats, NULL);
+    model->params = mt_calloc((size_t)model->num_floats, sizeof(float));
+    model->grads = mt_calloc((size_t)model->num_floats, sizeof(float));
+    create_priv(model);
     return model;
 }
 
@@ -152,15 +211,21 @@ void model_free(Model *model) {
         free(pr->weight_grads);
         free(pr->rope_cos);
         free(pr->rope_sin);
+        free(pr->rope_cos_at);
+        free(pr->rope_sin_at);
+        free(pr->positions);
+        free(pr->row_lse);
         free(pr->acts);
         free(pr->act_memory);
         free(pr->inputs);
         free(pr->targets);
         free(pr);
     }
-    free(model->param_info);
-    free(model->params);
-    free(model->grads);
+    if (!model->shares_params) {
+        free(model->param_info);
+        free(model->params);
+        free(model->grads);
+    }
     free(model);
 }
 

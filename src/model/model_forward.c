@@ -12,11 +12,14 @@
  *     x = x + down_proj(silu(gate_proj(h)) * up_proj(h))           (B, T, C)
  *   logits = lm_head(final_norm(x))                                (B, T, V)
  *   loss = mean over targets >= 0 of cross_entropy(logits, targets)
- */
+ *
+ * On a rank of a parallel layout (model.h, ModelPartition) the same runs on
+ * this rank's heads, intermediate rows, vocabulary rows and tokens, with the
+ * collectives of model_parallel.h where the math needs the other ranks. */
 #include <string.h>
 
 #include "../core/error.h"
-#include "model_internal.h"
+#include "model_parallel.h"
 
 static void check_tokens(const int32_t *tokens, long n, int V, const char *what, int allow_ignored) {
     for (long i = 0; i < n; i++) {
@@ -27,79 +30,155 @@ static void check_tokens(const int32_t *tokens, long n, int V, const char *what,
     }
 }
 
-/* One transformer block: a->resid_in (N, C) -> out (N, C). */
+void model_rope_tables(Model *model, int T, const float **cos, const float **sin) {
+    ModelPriv *pr = model->priv;
+    if (model->part.cp == 1) {
+        *cos = pr->rope_cos;
+        *sin = pr->rope_sin;
+        return;
+    }
+    if (pr->rope_T != T) { /* this rank's positions: rows of the whole sequence's tables */
+        const int half = model->cfg.head_dim / 2;
+        model_cp_positions(T, model->part.cp, model->part.cp_rank, pr->positions);
+        for (int t = 0; t < T; t++) {
+            memcpy(pr->rope_cos_at + (size_t)t * half, pr->rope_cos + (size_t)pr->positions[t] * half,
+                   (size_t)half * sizeof(float));
+            memcpy(pr->rope_sin_at + (size_t)t * half, pr->rope_sin + (size_t)pr->positions[t] * half,
+                   (size_t)half * sizeof(float));
+        }
+        pr->rope_T = T;
+    }
+    *cos = pr->rope_cos_at;
+    *sin = pr->rope_sin_at;
+}
+
+/* One transformer block (local layer l): a->resid_in -> out (residual rows, C). */
 static void block_forward(Model *model, int l, float *out, int B, int T) {
     const BackendOps *ops = model->ops;
     const ModelConfig *c = &model->cfg;
     ModelPriv *pr = model->priv;
     const LayerWeights *w = &pr->weights[l];
     LayerActs *a = &pr->acts[l];
-    const int N = B * T, C = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
-    const int H = c->num_attention_heads, KVH = c->num_key_value_heads;
-    const int HD = H * D, KVD = KVH * D;
+    const int N = B * T, R = model_residual_rows(model, N), C = c->hidden_size, D = c->head_dim;
+    const int I = pr->I, H = pr->H, KVH = pr->KVH, HD = H * D, KVD = KVH * D;
     const float eps = (float)c->rms_norm_eps;
+    const float *cos, *sin;
+    model_rope_tables(model, T, &cos, &sin);
 
     /* attention half */
-    ops->rmsnorm_forward(a->attn_normed, a->attn_rstd, a->resid_in, w->attn_norm, N, C, eps);
+    ops->rmsnorm_forward(a->attn_normed, a->attn_rstd, a->resid_in, w->attn_norm, R, C, eps);
+    const float *x = tp_enter(model, a->attn_in, a->attn_normed, N, C); /* (N, C) */
     if (c->qk_norm) {
-        ops->matmul_forward(a->q_pre, a->attn_normed, w->q_weight, w->q_bias, N, C, HD); /* (N, H*D) */
-        ops->matmul_forward(a->k_pre, a->attn_normed, w->k_weight, w->k_bias, N, C, KVD);
+        ops->matmul_forward(a->q_pre, x, w->q_weight, w->q_bias, N, C, HD); /* (N, H*D) */
+        ops->matmul_forward(a->k_pre, x, w->k_weight, w->k_bias, N, C, KVD);
         /* per-head RMSNorm over D: rows are (token, head) pairs */
         ops->rmsnorm_forward(a->q, a->q_rstd, a->q_pre, w->q_norm, N * H, D, eps);
         ops->rmsnorm_forward(a->k, a->k_rstd, a->k_pre, w->k_norm, N * KVH, D, eps);
     } else {
-        ops->matmul_forward(a->q, a->attn_normed, w->q_weight, w->q_bias, N, C, HD);
-        ops->matmul_forward(a->k, a->attn_normed, w->k_weight, w->k_bias, N, C, KVD);
+        ops->matmul_forward(a->q, x, w->q_weight, w->q_bias, N, C, HD);
+        ops->matmul_forward(a->k, x, w->k_weight, w->k_bias, N, C, KVD);
     }
-    ops->matmul_forward(a->v, a->attn_normed, w->v_weight, w->v_bias, N, C, KVD);
-    ops->rope_forward(a->q, a->q, pr->rope_cos, pr->rope_sin, B, T, H, D); /* in place */
-    ops->rope_forward(a->k, a->k, pr->rope_cos, pr->rope_sin, B, T, KVH, D);
-    ops->attention_forward(a->attn_out, a->probs, a->q, a->k, a->v, B, T, H, KVH, D); /* (N, H*D) */
+    ops->matmul_forward(a->v, x, w->v_weight, w->v_bias, N, C, KVD);
+    ops->rope_forward(a->q, a->q, cos, sin, B, T, H, D); /* in place */
+    ops->rope_forward(a->k, a->k, cos, sin, B, T, KVH, D);
+    if (model->part.cp == 1) {
+        ops->attention_forward(a->attn_out, a->probs, a->q, a->k, a->v, B, T, H, KVH, D); /* (N, H*D) */
+    } else { /* keys and values of the whole sequence, queries of this rank's positions */
+        cp_gather_kv(model, a->k_all, a->k, B, T, KVD);
+        cp_gather_kv(model, a->v_all, a->v, B, T, KVD);
+        ops->attention_forward_at(a->attn_out, a->probs, a->q, a->k_all, a->v_all, pr->positions, B, T,
+                                  T * model->part.cp, H, KVH, D);
+    }
     ops->matmul_forward(pr->proj_out, a->attn_out, w->o_weight, NULL, N, HD, C);
-    ops->add(a->resid_mid, a->resid_in, pr->proj_out, (long)N * C);
+    ops->add(a->resid_mid, a->resid_in, tp_leave(model, pr->proj_out, pr->shard, N, C), (long)R * C);
 
     /* MLP half */
-    ops->rmsnorm_forward(a->mlp_normed, a->mlp_rstd, a->resid_mid, w->mlp_norm, N, C, eps);
-    ops->matmul_forward(a->gate, a->mlp_normed, w->gate_weight, NULL, N, C, I); /* (N, I) */
-    ops->matmul_forward(a->up, a->mlp_normed, w->up_weight, NULL, N, C, I);
+    ops->rmsnorm_forward(a->mlp_normed, a->mlp_rstd, a->resid_mid, w->mlp_norm, R, C, eps);
+    x = tp_enter(model, a->mlp_in, a->mlp_normed, N, C);
+    ops->matmul_forward(a->gate, x, w->gate_weight, NULL, N, C, I); /* (N, I) */
+    ops->matmul_forward(a->up, x, w->up_weight, NULL, N, C, I);
     ops->swiglu_forward(a->act, a->gate, a->up, (long)N * I);
     ops->matmul_forward(pr->proj_out, a->act, w->down_weight, NULL, N, I, C);
-    ops->add(out, a->resid_mid, pr->proj_out, (long)N * C);
+    ops->add(out, a->resid_mid, tp_leave(model, pr->proj_out, pr->shard, N, C), (long)R * C);
 }
 
-float model_forward(Model *model, const int32_t *inputs, const int32_t *targets, int B, int T) {
-    const BackendOps *ops = model->ops;
-    const ModelConfig *c = &model->cfg;
+/* Where local layer l writes its output: the next layer's input, or its chunk's output. */
+static float *layer_output(const Model *model, int chunk, int l) {
+    const ModelPriv *pr = model->priv;
+    const int end = model_chunk_start(&model->part, chunk) + model->part.chunk_layers[chunk];
+    return l + 1 < end ? pr->acts[l + 1].resid_in : pr->chunk_out[chunk];
+}
+
+float *model_stage_input(Model *model, int chunk) {
+    ModelPriv *pr = model->priv;
+    /* a chunk of no layers passes its input straight through */
+    return model->part.chunk_layers[chunk] > 0 ? pr->acts[model_chunk_start(&model->part, chunk)].resid_in
+                                               : pr->chunk_out[chunk];
+}
+
+float *model_stage_output(Model *model, int chunk) { return ((ModelPriv *)model->priv)->chunk_out[chunk]; }
+
+void model_forward_start(Model *model, const int32_t *inputs, int B, int T) {
     ModelPriv *pr = model->priv;
     if (B <= 0 || T <= 0 || B > model->max_B || T > model->max_T)
         mt_die(MT_EXIT_FAILURE, "model_forward: micro-batch %d x %d does not fit the buffers (%d x %d)", B, T,
                model->max_B, model->max_T);
-    const int N = B * T, C = c->hidden_size, V = c->vocab_size, L = c->num_layers;
-    check_tokens(inputs, N, V, "input", 0);
-    memcpy(pr->inputs, inputs, (size_t)N * sizeof *inputs);
+    if (model->part.cp > 1 && T % 2 != 0)
+        mt_die(MT_EXIT_FAILURE, "model_forward: context parallel needs an even number of tokens per rank, found %d", T);
     pr->B = B;
     pr->T = T;
-
-    ops->embedding_forward(pr->acts[0].resid_in, inputs, pr->embed, N, C); /* (N, C) */
-    for (int l = 0; l < L; l++) {
-        float *out = l + 1 < L ? pr->acts[l + 1].resid_in : pr->final_resid;
-        block_forward(model, l, out, B, T);
+    pr->backward_ready = 0;
+    const int N = B * T;
+    if (inputs) {
+        check_tokens(inputs, N, model->cfg.vocab_size, "input", 0);
+        memcpy(pr->inputs, inputs, (size_t)N * sizeof *inputs);
     }
-    ops->rmsnorm_forward(pr->final_normed, pr->final_rstd, pr->final_resid, pr->final_norm, N, C,
+    if (model->part.has_embed) /* (N, C) */
+        vocab_embedding_forward(model, model_stage_input(model, 0), pr->proj_out, pr->inputs, N);
+}
+
+void model_forward_layers(Model *model, int chunk) {
+    ModelPriv *pr = model->priv;
+    const int first = model_chunk_start(&model->part, chunk);
+    for (int l = first; l < first + model->part.chunk_layers[chunk]; l++)
+        block_forward(model, l, layer_output(model, chunk, l), pr->B, pr->T);
+}
+
+float model_forward_head(Model *model, const int32_t *targets) {
+    const BackendOps *ops = model->ops;
+    const ModelConfig *c = &model->cfg;
+    ModelPriv *pr = model->priv;
+    const int N = pr->B * pr->T, R = model_residual_rows(model, N), C = c->hidden_size;
+    ops->rmsnorm_forward(pr->final_normed, pr->final_rstd, pr->final_resid, pr->final_norm, R, C,
                          (float)c->rms_norm_eps);
-    ops->matmul_forward(pr->logits, pr->final_normed, pr->lm_head, NULL, N, C, V); /* (N, V) */
+    const float *x = tp_enter(model, pr->final_in, pr->final_normed, N, C);
+    ops->matmul_forward(pr->logits, x, pr->lm_head, NULL, N, C, pr->V); /* (N, V/tp) */
 
-    if (!targets) {
-        pr->backward_ready = 0;
-        return 0.0f;
-    }
-    check_tokens(targets, N, V, "target", 1);
+    if (!targets) return 0.0f;
+    check_tokens(targets, N, c->vocab_size, "target", 1);
     memcpy(pr->targets, targets, (size_t)N * sizeof *targets);
     long count = 0;
     for (int i = 0; i < N; i++) count += targets[i] >= 0;
-    double sum = ops->cross_entropy_forward(pr->losses, pr->logits, targets, N, V);
+    double sum = vocab_cross_entropy_forward(model, pr->losses, pr->row_lse, pr->logits, targets, N);
+    if (model->part.cp > 1) { /* the mean over the whole sequences */
+        sum = cp_sum(model, sum);
+        count = (long)cp_sum(model, (double)count);
+    }
     pr->num_targets = count;
     pr->backward_ready = 1;
     model->last_loss = count > 0 ? (float)(sum / (double)count) : 0.0f;
     return model->last_loss;
+}
+
+float model_forward(Model *model, const int32_t *inputs, const int32_t *targets, int B, int T) {
+    if (!model->part.has_embed || !model->part.has_head)
+        mt_die(MT_EXIT_FAILURE, "model_forward: a pipeline stage runs through model_forward_start/_layers/_head");
+    model_forward_start(model, inputs, B, T);
+    for (int v = 0; v < model->part.num_chunks; v++) {
+        if (v > 0) /* consecutive chunks on one rank (no pipeline): the output is the next input */
+            memcpy(model_stage_input(model, v), model_stage_output(model, v - 1),
+                   (size_t)model_stage_floats(model, B, T) * sizeof(float));
+        model_forward_layers(model, v);
+    }
+    return model_forward_head(model, targets);
 }

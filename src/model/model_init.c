@@ -1,10 +1,13 @@
 /* model_init.c: model_init_weights, the deterministic parameter init.
  *
  * Every parameter is cut into blocks of INIT_BLOCK elements; block j of
- * parameter i draws from its own generator seeded from (seed, i, j). The bits
- * therefore depend only on the seed and the registry, never on the order the
- * blocks are visited or on the number of OpenMP threads. */
+ * parameter i (its index in the whole model's registry) draws from its own
+ * generator seeded from (seed, i, j). The bits therefore depend only on the
+ * seed and the registry, never on the order the blocks are visited, the
+ * number of OpenMP threads or the parallel layout: a tensor-parallel rank
+ * draws the whole tensor and keeps its block. */
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -25,9 +28,10 @@ static uint64_t block_seed(uint64_t seed, long index, long block) {
     return x;
 }
 
-static void init_block(const ParamInfo *p, float *data, uint64_t seed, long index, long block) {
+/* Block `block` of the whole tensor (numel elements) of parameter p into data. */
+static void init_block(const ParamInfo *p, float *data, long numel, uint64_t seed, long block) {
     long begin = block * INIT_BLOCK;
-    long end = begin + INIT_BLOCK < p->numel ? begin + INIT_BLOCK : p->numel;
+    long end = begin + INIT_BLOCK < numel ? begin + INIT_BLOCK : numel;
     switch (p->init) {
     case INIT_ZEROS:
         memset(data + begin, 0, (size_t)(end - begin) * sizeof(float));
@@ -37,7 +41,7 @@ static void init_block(const ParamInfo *p, float *data, uint64_t seed, long inde
         break;
     case INIT_NORMAL: {
         Rng rng;
-        rng_seed(&rng, block_seed(seed, index, block));
+        rng_seed(&rng, block_seed(seed, p->global_index, block));
         double std = p->init_std;
         for (long k = begin; k < end; k++) data[k] = (float)(std * rng_normal(&rng));
         break;
@@ -46,25 +50,21 @@ static void init_block(const ParamInfo *p, float *data, uint64_t seed, long inde
 }
 
 void model_init_weights(Model *model, uint64_t seed) {
-    /* A flat list of (parameter, block) jobs so big and small parameters share the threads. */
-    long num_jobs = 0;
-    for (int i = 0; i < model->num_params; i++)
-        num_jobs += (model->param_info[i].numel + INIT_BLOCK - 1) / INIT_BLOCK;
-    long *job_param = mt_malloc((size_t)num_jobs * sizeof *job_param);
-    long *job_block = mt_malloc((size_t)num_jobs * sizeof *job_block);
-    long j = 0;
     for (int i = 0; i < model->num_params; i++) {
-        long blocks = (model->param_info[i].numel + INIT_BLOCK - 1) / INIT_BLOCK;
-        for (long b = 0; b < blocks; b++, j++) {
-            job_param[j] = i;
-            job_block[j] = b;
+        const ParamInfo *p = &model->param_info[i];
+        float *dst = model->params + p->offset;
+        const long rows = p->global_shape[0], cols = p->global_shape[1], numel = rows * cols;
+        /* A tensor-parallel block: the whole tensor, then this rank's rows or columns of it. */
+        const bool whole = numel == p->numel;
+        float *full = whole ? dst : mt_malloc((size_t)numel * sizeof(float));
+        const long blocks = (numel + INIT_BLOCK - 1) / INIT_BLOCK;
+#pragma omp parallel for schedule(dynamic, 1)
+        for (long b = 0; b < blocks; b++) init_block(p, full, numel, seed, b);
+        if (!whole) {
+            for (long r = 0; r < p->shape[0]; r++)
+                memcpy(dst + r * p->shape[1], full + (p->global_start[0] + r) * cols + p->global_start[1],
+                       (size_t)p->shape[1] * sizeof(float));
+            free(full);
         }
     }
-#pragma omp parallel for schedule(dynamic, 1)
-    for (long job = 0; job < num_jobs; job++) {
-        const ParamInfo *p = &model->param_info[job_param[job]];
-        init_block(p, model->params + p->offset, seed, job_param[job], job_block[job]);
-    }
-    free(job_param);
-    free(job_block);
 }

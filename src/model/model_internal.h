@@ -39,7 +39,10 @@ typedef struct LayerWeights {
     float *gate_weight, *up_weight, *down_weight;
 } LayerWeights;
 
-/* What forward keeps of one layer for backward. N = B*T rows; HD = H*D, KVD = KVH*D. */
+/* What forward keeps of one layer for backward. N = B*T rows of this rank
+ * (T = its tokens under context parallel); HD = H*D, KVD = KVH*D with this
+ * rank's heads (tensor parallel); the residual stream and the norms have N/tp
+ * rows under sequence parallel, N otherwise. */
 typedef struct LayerActs {
     float *resid_in;     /* (N, C) input of the layer (residual stream) */
     float *attn_normed;  /* (N, C) attn_norm(resid_in) */
@@ -48,14 +51,18 @@ typedef struct LayerActs {
     float *k_pre;        /* (N, KVD) (qk_norm only) */
     float *q_rstd;       /* (N*H) per-head rstd of q_norm (qk_norm only) */
     float *k_rstd;       /* (N*KVH) (qk_norm only) */
+    float *attn_in;      /* (N, C) q/k/v's input: attn_normed, or its all-gather under sequence parallel */
     float *q;            /* (N, HD) q after qk-norm and rope: attention's input */
     float *k;            /* (N, KVD) k after qk-norm and rope */
     float *v;            /* (N, KVD) */
-    float *probs;        /* (B, H, T, T) */
+    float *k_all;        /* (B, T*cp, KVD) keys of the whole sequence (context parallel only) */
+    float *v_all;        /* (B, T*cp, KVD) (context parallel only) */
+    float *probs;        /* (B, H, T, T*cp) */
     float *attn_out;     /* (N, HD) attention output, o_proj's input */
     float *resid_mid;    /* (N, C) resid_in + o_proj(attn_out) */
     float *mlp_normed;   /* (N, C) mlp_norm(resid_mid) */
     float *mlp_rstd;     /* (N) */
+    float *mlp_in;       /* (N, C) gate/up's input: mlp_normed, or its all-gather under sequence parallel */
     float *gate;         /* (N, I) */
     float *up;           /* (N, I) */
     float *act;          /* (N, I) silu(gate) * up, down_proj's input */
@@ -69,6 +76,8 @@ typedef struct GradScratch {
     float *d_q, *d_q2;   /* (N, HD) two buffers: through rope, then qk-norm */
     float *d_k, *d_k2;   /* (N, KVD) */
     float *d_v;          /* (N, KVD) */
+    float *d_k_all, *d_v_all; /* (B, T*cp, KVD) (context parallel only) */
+    float *d_full;       /* (N, C) a residual-stream gradient gathered over tp (sequence parallel only) */
     float *d_act;        /* (N, I) */
     float *d_gate;       /* (N, I) */
     float *d_up;         /* (N, I) */
@@ -76,20 +85,29 @@ typedef struct GradScratch {
 
 typedef struct ModelPriv {
     ModelSlots slots;
+    /* this rank's sizes: heads, kv heads, intermediate and vocab rows (tensor parallel) */
+    int H, KVH, I, V, vocab_start;
     LayerWeights *weights;      /* num_layers views into params */
     LayerWeights *weight_grads; /* num_layers views into grads */
     float *embed, *final_norm, *lm_head;       /* lm_head == embed when tied */
     float *d_embed, *d_final_norm, *d_lm_head; /* d_lm_head == d_embed when tied */
 
-    float *rope_cos, *rope_sin; /* (max_T, D/2) */
+    float *rope_cos, *rope_sin; /* (max_T * cp, D/2) for positions 0.. */
+    float *rope_cos_at, *rope_sin_at; /* (max_T, D/2) at this rank's positions (context parallel) */
+    int32_t *positions;         /* (max_T) this rank's positions in the sequence */
+    int rope_T;                 /* the T the _at tables were built for */
 
     float *act_memory;          /* one allocation for everything below */
     LayerActs *acts;            /* num_layers */
     float *final_resid;         /* (N, C) output of the last layer */
+    float *chunk_out[MT_MAX_CHUNKS]; /* output of each chunk's last layer (final_resid for the last chunk) */
     float *proj_out;            /* (N, C) scratch: o_proj / down_proj output before the residual add */
+    float *shard;               /* (N/tp, C) scratch: a reduce-scatter's result (sequence parallel) */
+    double *row_lse;            /* (N) logsumexp of each row of the logits (vocab parallel) */
     float *final_normed;        /* (N, C) */
+    float *final_in;            /* (N, C) lm_head's input: final_normed, or its all-gather (sequence parallel) */
     float *final_rstd;          /* (N) */
-    float *logits;              /* (N, V); dlogits in place after backward */
+    float *logits;              /* (N, V) this rank's vocab columns; dlogits in place after backward */
     float *losses;              /* (N) */
     GradScratch scratch;
 
@@ -107,10 +125,20 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen);
  * Dies with MT_EXIT_USAGE when the config is invalid. */
 ModelConfig model_config_resolve(const ModelConfig *cfg);
 
-/* Declares every parameter of a resolved config in layout order.
+/* Declares the parameters `part` holds of a resolved config, in layout order.
  * Returns a malloc'd array of *count entries (offsets contiguous from 0) and
- * sets *total_floats. When slots != NULL, fills it (slots->layers malloc'd). */
-ParamInfo *model_registry_build(const ModelConfig *cfg, int *count, long *total_floats, ModelSlots *slots);
+ * sets *total_floats. When slots != NULL, fills it (slots->layers malloc'd,
+ * indexed by local layer: model_local_layer). */
+ParamInfo *model_registry_build(const ModelConfig *cfg, const ModelPartition *part, int *count, long *total_floats,
+                                ModelSlots *slots);
+
+/* The local index of (global) layer `layer` in part, or -1 when part does not hold it. */
+int model_local_layer(const ModelPartition *part, int layer);
+/* The local index of chunk `chunk`'s first layer. */
+int model_chunk_start(const ModelPartition *part, int chunk);
+
+/* The RoPE tables for this rank's T positions (rows of the whole sequence's under context parallel). */
+void model_rope_tables(Model *model, int T, const float **cos, const float **sin);
 
 /* Views of one layer's parameters inside `base` (params or grads). */
 LayerWeights model_layer_view(const Model *model, float *base, int layer);

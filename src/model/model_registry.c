@@ -11,18 +11,26 @@
 #include "model_internal.h"
 
 typedef struct RegistryBuilder {
+    const ModelPartition *part;
     ParamInfo *infos;
     int count, capacity;
     long total;
-    float init_std;
+    int global_count; /* parameters of the whole model seen so far (kept or not) */
 } RegistryBuilder;
 
-/* Appends a parameter; returns its index. rows x cols (cols = 0 for 1-D). */
-static int declare(RegistryBuilder *b, long rows, long cols, ParamInit init, float init_std, const char *fmt,
-                   ...) __attribute__((format(printf, 6, 7)));
+/* How tensor parallel cuts a parameter. */
+typedef enum { TP_WHOLE, TP_ROWS, TP_COLS } TpSplit;
 
-static int declare(RegistryBuilder *b, long rows, long cols, ParamInit init, float init_std, const char *fmt,
-                   ...) {
+/* Declares the next parameter of the whole model (rows x cols, cols = 0 for
+ * 1-D); keeps this rank's block of it when `keep`, else only counts it.
+ * Returns its index in this rank's registry, or -1. */
+static int declare(RegistryBuilder *b, bool keep, long rows, long cols, TpSplit split, ParamInit init,
+                   float init_std, const char *fmt, ...) __attribute__((format(printf, 8, 9)));
+
+static int declare(RegistryBuilder *b, bool keep, long rows, long cols, TpSplit split, ParamInit init,
+                   float init_std, const char *fmt, ...) {
+    const int global_index = b->global_count++;
+    if (!keep) return -1;
     if (b->count == b->capacity) {
         b->capacity = b->capacity ? 2 * b->capacity : 64;
         b->infos = mt_realloc(b->infos, (size_t)b->capacity * sizeof *b->infos);
@@ -33,29 +41,37 @@ static int declare(RegistryBuilder *b, long rows, long cols, ParamInit init, flo
     va_start(ap, fmt);
     vsnprintf(p->name, sizeof p->name, fmt, ap);
     va_end(ap);
+    const int tp = b->part->tp, r = b->part->tp_rank;
     p->ndim = cols > 0 ? 2 : 1;
-    p->shape[0] = rows;
-    p->shape[1] = cols > 0 ? cols : 1;
+    p->global_shape[0] = rows;
+    p->global_shape[1] = cols > 0 ? cols : 1;
+    p->shape[0] = p->global_shape[0];
+    p->shape[1] = p->global_shape[1];
+    const int dim = split == TP_ROWS ? 0 : split == TP_COLS ? 1 : -1;
+    if (dim >= 0) { /* divisibility was checked by model_partition_check */
+        p->shape[dim] = p->global_shape[dim] / tp;
+        p->global_start[dim] = p->shape[dim] * r;
+    }
     p->numel = p->shape[0] * p->shape[1];
     p->offset = (size_t)b->total;
     p->init = init;
     p->init_std = init == INIT_NORMAL ? init_std : 0.0f;
     p->no_decay = p->ndim == 1; /* norms and biases are exactly the 1-D parameters */
+    p->global_index = global_index;
+    p->norm_owner = dim >= 0 || r == 0;
     b->total += p->numel;
     return b->count++;
 }
 
-static int matrix(RegistryBuilder *b, long rows, long cols, float std, const char *fmt, int layer) {
-    return declare(b, rows, cols, INIT_NORMAL, std, fmt, layer);
-}
-static int norm(RegistryBuilder *b, long size, const char *fmt, int layer) {
-    return declare(b, size, 0, INIT_ONES, 0, fmt, layer);
-}
-static int bias(RegistryBuilder *b, long size, const char *fmt, int layer) {
-    return declare(b, size, 0, INIT_ZEROS, 0, fmt, layer);
+/* A replicated norm weight; its gradient is partial over tp when `partial`. */
+static int norm(RegistryBuilder *b, bool keep, long size, bool partial, const char *fmt, int layer) {
+    int i = declare(b, keep, size, 0, TP_WHOLE, INIT_ONES, 0, fmt, layer);
+    if (i >= 0) b->infos[i].tp_partial_grad = partial && b->part->tp > 1;
+    return i;
 }
 
-ParamInfo *model_registry_build(const ModelConfig *cfg, int *count, long *total_floats, ModelSlots *slots) {
+ParamInfo *model_registry_build(const ModelConfig *cfg, const ModelPartition *part, int *count, long *total_floats,
+                                ModelSlots *slots) {
     const long C = cfg->hidden_size, I = cfg->intermediate_size, V = cfg->vocab_size;
     const long HD = (long)cfg->num_attention_heads * cfg->head_dim;
     const long KVD = (long)cfg->num_key_value_heads * cfg->head_dim;
@@ -64,34 +80,42 @@ ParamInfo *model_registry_build(const ModelConfig *cfg, int *count, long *total_
     /* Megatron's output-layer init: o_proj and down_proj feed the residual
      * stream, so their std shrinks with depth: init_std / sqrt(2 * num_layers). */
     const float out_std = (float)(cfg->init_std / sqrt(2.0 * L));
+    const bool sp = part->sequence_parallel;
+    const bool bias = cfg->attention_bias;
 
-    RegistryBuilder b = {0};
-    LayerSlots *ls = slots ? mt_calloc((size_t)L, sizeof *ls) : NULL;
-    int embed = declare(&b, V, C, INIT_NORMAL, std, "embed.weight");
+    RegistryBuilder b = {.part = part};
+    LayerSlots *ls = slots ? mt_calloc((size_t)(part->num_layers > 0 ? part->num_layers : 1), sizeof *ls) : NULL;
+    /* The lm_head of tied embeddings on a last stage is a copy of embed.weight. */
+    const bool tied_copy = part->has_head && !part->has_embed && cfg->tie_word_embeddings;
+    int embed = declare(&b, part->has_embed || tied_copy, V, C, TP_ROWS, INIT_NORMAL, std, "embed.weight");
     for (int i = 0; i < L; i++) {
+        const int local = model_local_layer(part, i);
+        const bool k = local >= 0;
         LayerSlots s;
         memset(&s, -1, sizeof s);
-        s.attn_norm = norm(&b, C, "layers.%d.attn_norm.weight", i);
-        s.q_weight = matrix(&b, HD, C, std, "layers.%d.attn.q_proj.weight", i);
-        if (cfg->attention_bias) s.q_bias = bias(&b, HD, "layers.%d.attn.q_proj.bias", i);
-        s.k_weight = matrix(&b, KVD, C, std, "layers.%d.attn.k_proj.weight", i);
-        if (cfg->attention_bias) s.k_bias = bias(&b, KVD, "layers.%d.attn.k_proj.bias", i);
-        s.v_weight = matrix(&b, KVD, C, std, "layers.%d.attn.v_proj.weight", i);
-        if (cfg->attention_bias) s.v_bias = bias(&b, KVD, "layers.%d.attn.v_proj.bias", i);
-        if (cfg->qk_norm) {
-            s.q_norm = norm(&b, cfg->head_dim, "layers.%d.attn.q_norm.weight", i);
-            s.k_norm = norm(&b, cfg->head_dim, "layers.%d.attn.k_norm.weight", i);
+        s.attn_norm = norm(&b, k, C, sp, "layers.%d.attn_norm.weight", i);
+        s.q_weight = declare(&b, k, HD, C, TP_ROWS, INIT_NORMAL, std, "layers.%d.attn.q_proj.weight", i);
+        if (bias) s.q_bias = declare(&b, k, HD, 0, TP_ROWS, INIT_ZEROS, 0, "layers.%d.attn.q_proj.bias", i);
+        s.k_weight = declare(&b, k, KVD, C, TP_ROWS, INIT_NORMAL, std, "layers.%d.attn.k_proj.weight", i);
+        if (bias) s.k_bias = declare(&b, k, KVD, 0, TP_ROWS, INIT_ZEROS, 0, "layers.%d.attn.k_proj.bias", i);
+        s.v_weight = declare(&b, k, KVD, C, TP_ROWS, INIT_NORMAL, std, "layers.%d.attn.v_proj.weight", i);
+        if (bias) s.v_bias = declare(&b, k, KVD, 0, TP_ROWS, INIT_ZEROS, 0, "layers.%d.attn.v_proj.bias", i);
+        if (cfg->qk_norm) { /* shared by the heads, which tp splits: partial gradients */
+            s.q_norm = norm(&b, k, cfg->head_dim, true, "layers.%d.attn.q_norm.weight", i);
+            s.k_norm = norm(&b, k, cfg->head_dim, true, "layers.%d.attn.k_norm.weight", i);
         }
-        s.o_weight = matrix(&b, C, HD, out_std, "layers.%d.attn.o_proj.weight", i);
-        s.mlp_norm = norm(&b, C, "layers.%d.mlp_norm.weight", i);
-        s.gate_weight = matrix(&b, I, C, std, "layers.%d.mlp.gate_proj.weight", i);
-        s.up_weight = matrix(&b, I, C, std, "layers.%d.mlp.up_proj.weight", i);
-        s.down_weight = matrix(&b, C, I, out_std, "layers.%d.mlp.down_proj.weight", i);
-        if (ls) ls[i] = s;
+        s.o_weight = declare(&b, k, C, HD, TP_COLS, INIT_NORMAL, out_std, "layers.%d.attn.o_proj.weight", i);
+        s.mlp_norm = norm(&b, k, C, sp, "layers.%d.mlp_norm.weight", i);
+        s.gate_weight = declare(&b, k, I, C, TP_ROWS, INIT_NORMAL, std, "layers.%d.mlp.gate_proj.weight", i);
+        s.up_weight = declare(&b, k, I, C, TP_ROWS, INIT_NORMAL, std, "layers.%d.mlp.up_proj.weight", i);
+        s.down_weight = declare(&b, k, C, I, TP_COLS, INIT_NORMAL, out_std, "layers.%d.mlp.down_proj.weight", i);
+        if (ls && k) ls[local] = s;
     }
-    int final_norm = declare(&b, C, 0, INIT_ONES, 0, "final_norm.weight");
-    int lm_head = -1;
-    if (!cfg->tie_word_embeddings) lm_head = declare(&b, V, C, INIT_NORMAL, std, "lm_head.weight");
+    int final_norm = declare(&b, part->has_head, C, 0, TP_WHOLE, INIT_ONES, 0, "final_norm.weight");
+    if (final_norm >= 0) b.infos[final_norm].tp_partial_grad = sp && part->tp > 1;
+    int lm_head = declare(&b, part->has_head && !cfg->tie_word_embeddings, V, C, TP_ROWS, INIT_NORMAL, std,
+                          "lm_head.weight");
+    if (tied_copy) b.infos[embed].norm_owner = false; /* the first stage counts and saves it */
 
     if (slots) {
         slots->embed = embed;
@@ -104,11 +128,17 @@ ParamInfo *model_registry_build(const ModelConfig *cfg, int *count, long *total_
     return b.infos;
 }
 
+ParamInfo *model_registry_of(const ModelConfig *cfg, const ModelPartition *part, int *count, long *total_floats) {
+    ModelConfig resolved = model_config_resolve(cfg);
+    return model_registry_build(&resolved, part, count, total_floats, NULL);
+}
+
 long model_count_params(const ModelConfig *cfg) {
     ModelConfig resolved = model_config_resolve(cfg);
     int count;
     long total;
-    ParamInfo *infos = model_registry_build(&resolved, &count, &total, NULL);
+    ModelPartition whole = model_partition_whole(&resolved);
+    ParamInfo *infos = model_registry_build(&resolved, &whole, &count, &total, NULL);
     free(infos);
     return total;
 }

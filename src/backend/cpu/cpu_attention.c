@@ -1,21 +1,27 @@
 /* cpu_attention.c: causal grouped-query attention on the CPU.
  *
- * q is (B, T, H, D); k and v are (B, T, KVH, D); query head h reads kv head
- * h / (H / KVH). probs (B, H, T, T) holds the softmax rows (zero above the
- * diagonal) for the backward.
+ * The general form (the _at ops) takes Tq queries at global positions
+ * pos[t] = q_pos[t] (any order, each in [0, Tk)) against Tk keys/values at
+ * positions 0..Tk-1, for context parallelism: a rank holds some query
+ * positions but the keys/values of the whole sequence. Plain causal attention
+ * is the case Tq = Tk = T, pos[t] = t (q_pos == NULL), with the same bits.
+ * q is (B, Tq, H, D); k and v are (B, Tk, KVH, D); query head h reads kv head
+ * h / (H / KVH). probs (B, H, Tq, Tk) holds the softmax rows (zero for the
+ * invisible keys u > pos[t]) for the backward.
  *
- *   forward:  s[t,u] = scale * q[t].k[u] (u <= t), p = softmax_u(s), out[t] = sum_u p[t,u] v[u]
+ *   forward:  s[t,u] = scale * q[t].k[u] (u <= pos[t]), p = softmax_u(s), out[t] = sum_u p[t,u] v[u]
  *   backward: dp[t,u] = dout[t].v[u]
  *             ds[t,u] = p[t,u] * (dp[t,u] - sum_u' p[t,u'] dp[t,u'])
  *             dq[t] += scale * sum_u ds[t,u] k[u]
- *             dk[u] += scale * sum_{h in group} sum_{t >= u} ds[t,u] q[t]
- *             dv[u] += sum_{h in group} sum_{t >= u} p[t,u] dout[t]
+ *             dk[u] += scale * sum_{h in group} sum_{t: pos[t] >= u} ds[t,u] q[t]
+ *             dv[u] += sum_{h in group} sum_{t: pos[t] >= u} p[t,u] dout[t]
  * The backward runs in two passes: one parallel over query rows (dq and the
  * row sums), one parallel over key rows (dk, dv; it recomputes dp rather than
- * keeping a (B,H,T,T) buffer). Every sum runs in a fixed order that does not
+ * keeping a (B,H,Tq,Tk) buffer). Every sum runs in a fixed order that does not
  * depend on the thread count: dot products over D in fp32 with eight fixed
  * partial sums (so the compiler can vectorise them), softmax sums and sums
- * over positions in double.
+ * over positions in double, keys in ascending u and queries in ascending t
+ * (not ascending pos[t]).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -41,8 +47,22 @@ static inline void axpy_f64(double *acc, double scale, const float *x, int n) {
     for (int d = 0; d < n; d++) acc[d] += scale * x[d];
 }
 
-void cpu_attention_forward(float *out, float *probs, const float *q, const float *k, const float *v, int B, int T,
-                           int H, int KVH, int D) {
+/* pos[t]: the global position of query row t (t itself when q_pos == NULL) */
+static inline int query_pos(const int32_t *q_pos, int t) { return q_pos ? q_pos[t] : t; }
+
+static void check_positions(const char *op, const int32_t *q_pos, int Tq, int Tk) {
+    if (q_pos == NULL) {
+        if (Tq != Tk) mt_die(MT_EXIT_FAILURE, "%s: Tq (%d) != Tk (%d) without query positions", op, Tq, Tk);
+        return;
+    }
+    for (int t = 0; t < Tq; t++)
+        if (q_pos[t] < 0 || q_pos[t] >= Tk)
+            mt_die(MT_EXIT_FAILURE, "%s: query %d at position %d, outside [0, %d)", op, t, (int)q_pos[t], Tk);
+}
+
+void cpu_attention_forward_at(float *out, float *probs, const float *q, const float *k, const float *v,
+                              const int32_t *q_pos, int B, int Tq, int Tk, int H, int KVH, int D) {
+    check_positions("attention_forward_at", q_pos, Tq, Tk);
     int group = H / KVH;
     float scale = (float)(1.0 / sqrt((double)D));
 #pragma omp parallel
@@ -51,34 +71,35 @@ void cpu_attention_forward(float *out, float *probs, const float *q, const float
 #pragma omp for collapse(3) schedule(static)
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < H; h++) {
-                for (int t = 0; t < T; t++) {
+                for (int t = 0; t < Tq; t++) {
                     int kvh = h / group;
-                    const float *qrow = q + (((size_t)b * T + t) * H + h) * D;
-                    float *prow = probs + (((size_t)b * H + h) * T + t) * T;
+                    int pos = query_pos(q_pos, t);
+                    const float *qrow = q + (((size_t)b * Tq + t) * H + h) * D;
+                    float *prow = probs + (((size_t)b * H + h) * Tq + t) * Tk;
                     /* scores, then the softmax in place in the probs row */
                     float max_score = -INFINITY;
-                    for (int u = 0; u <= t; u++) {
-                        const float *krow = k + (((size_t)b * T + u) * KVH + kvh) * D;
+                    for (int u = 0; u <= pos; u++) {
+                        const float *krow = k + (((size_t)b * Tk + u) * KVH + kvh) * D;
                         float score = dot_f32(qrow, krow, D) * scale;
                         prow[u] = score;
                         if (score > max_score) max_score = score;
                     }
                     double sum = 0.0;
-                    for (int u = 0; u <= t; u++) {
+                    for (int u = 0; u <= pos; u++) {
                         float e = expf(prow[u] - max_score);
                         prow[u] = e;
                         sum += e;
                     }
                     double inv_sum = 1.0 / sum;
-                    for (int u = 0; u <= t; u++) prow[u] = (float)(prow[u] * inv_sum);
-                    for (int u = t + 1; u < T; u++) prow[u] = 0.0f;
+                    for (int u = 0; u <= pos; u++) prow[u] = (float)(prow[u] * inv_sum);
+                    for (int u = pos + 1; u < Tk; u++) prow[u] = 0.0f;
 
                     for (int d = 0; d < D; d++) acc[d] = 0.0;
-                    for (int u = 0; u <= t; u++) {
-                        const float *vrow = v + (((size_t)b * T + u) * KVH + kvh) * D;
+                    for (int u = 0; u <= pos; u++) {
+                        const float *vrow = v + (((size_t)b * Tk + u) * KVH + kvh) * D;
                         axpy_f64(acc, prow[u], vrow, D);
                     }
-                    float *orow = out + (((size_t)b * T + t) * H + h) * D;
+                    float *orow = out + (((size_t)b * Tq + t) * H + h) * D;
                     for (int d = 0; d < D; d++) orow[d] = (float)acc[d];
                 }
             }
@@ -87,38 +108,41 @@ void cpu_attention_forward(float *out, float *probs, const float *q, const float
     }
 }
 
-void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *probs, const float *q,
-                            const float *k, const float *v, int B, int T, int H, int KVH, int D) {
+void cpu_attention_backward_at(float *dq, float *dk, float *dv, const float *dout, const float *probs,
+                               const float *q, const float *k, const float *v, const int32_t *q_pos, int B, int Tq,
+                               int Tk, int H, int KVH, int D) {
+    check_positions("attention_backward_at", q_pos, Tq, Tk);
     int group = H / KVH;
     double scale = (float)(1.0 / sqrt((double)D));
     /* rowsum[b,h,t] = sum_u p[t,u] dp[t,u], needed by both passes */
-    double *rowsum = mt_malloc(((size_t)B * H * T > 0 ? (size_t)B * H * T : 1) * sizeof(double));
+    double *rowsum = mt_malloc(((size_t)B * H * Tq > 0 ? (size_t)B * H * Tq : 1) * sizeof(double));
 
     /* pass 1: one query row at a time -> rowsum and dq */
 #pragma omp parallel
     {
-        double *dp = mt_malloc((size_t)(T > 0 ? T : 1) * sizeof(double));
+        double *dp = mt_malloc((size_t)(Tk > 0 ? Tk : 1) * sizeof(double));
         double *acc = mt_malloc((size_t)(D > 0 ? D : 1) * sizeof(double));
 #pragma omp for collapse(3) schedule(static)
         for (int b = 0; b < B; b++) {
             for (int h = 0; h < H; h++) {
-                for (int t = 0; t < T; t++) {
+                for (int t = 0; t < Tq; t++) {
                     int kvh = h / group;
-                    const float *prow = probs + (((size_t)b * H + h) * T + t) * T;
-                    const float *dorow = dout + (((size_t)b * T + t) * H + h) * D;
+                    int pos = query_pos(q_pos, t);
+                    const float *prow = probs + (((size_t)b * H + h) * Tq + t) * Tk;
+                    const float *dorow = dout + (((size_t)b * Tq + t) * H + h) * D;
                     double sum = 0.0;
-                    for (int u = 0; u <= t; u++) {
-                        const float *vrow = v + (((size_t)b * T + u) * KVH + kvh) * D;
+                    for (int u = 0; u <= pos; u++) {
+                        const float *vrow = v + (((size_t)b * Tk + u) * KVH + kvh) * D;
                         dp[u] = dot_f32(dorow, vrow, D);
                         sum += prow[u] * dp[u];
                     }
-                    rowsum[((size_t)b * H + h) * T + t] = sum;
+                    rowsum[((size_t)b * H + h) * Tq + t] = sum;
                     for (int d = 0; d < D; d++) acc[d] = 0.0;
-                    for (int u = 0; u <= t; u++) {
-                        const float *krow = k + (((size_t)b * T + u) * KVH + kvh) * D;
+                    for (int u = 0; u <= pos; u++) {
+                        const float *krow = k + (((size_t)b * Tk + u) * KVH + kvh) * D;
                         axpy_f64(acc, prow[u] * (dp[u] - sum), krow, D);
                     }
-                    float *dqrow = dq + (((size_t)b * T + t) * H + h) * D;
+                    float *dqrow = dq + (((size_t)b * Tq + t) * H + h) * D;
                     for (int d = 0; d < D; d++) dqrow[d] += (float)(scale * acc[d]);
                 }
             }
@@ -127,7 +151,9 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
         free(acc);
     }
 
-    /* pass 2: one key row at a time -> dk and dv, summed over the group's query heads */
+    /* pass 2: one key row at a time -> dk and dv, summed over the group's query
+     * heads and, in ascending t, over the queries that see key u (pos[t] >= u;
+     * with identity positions those are t = u..T-1) */
 #pragma omp parallel
     {
         double *acc_k = mt_malloc((size_t)(D > 0 ? D : 1) * sizeof(double));
@@ -135,21 +161,22 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
 #pragma omp for collapse(3) schedule(static)
         for (int b = 0; b < B; b++) {
             for (int kvh = 0; kvh < KVH; kvh++) {
-                for (int u = 0; u < T; u++) {
-                    const float *vrow = v + (((size_t)b * T + u) * KVH + kvh) * D;
+                for (int u = 0; u < Tk; u++) {
+                    const float *vrow = v + (((size_t)b * Tk + u) * KVH + kvh) * D;
                     for (int d = 0; d < D; d++) acc_k[d] = acc_v[d] = 0.0;
                     for (int h = kvh * group; h < (kvh + 1) * group; h++) {
-                        for (int t = u; t < T; t++) {
-                            double p = probs[(((size_t)b * H + h) * T + t) * T + u];
-                            const float *dorow = dout + (((size_t)b * T + t) * H + h) * D;
-                            const float *qrow = q + (((size_t)b * T + t) * H + h) * D;
-                            double ds = p * (dot_f32(dorow, vrow, D) - rowsum[((size_t)b * H + h) * T + t]);
+                        for (int t = q_pos ? 0 : u; t < Tq; t++) {
+                            if (q_pos && q_pos[t] < u) continue;
+                            double p = probs[(((size_t)b * H + h) * Tq + t) * Tk + u];
+                            const float *dorow = dout + (((size_t)b * Tq + t) * H + h) * D;
+                            const float *qrow = q + (((size_t)b * Tq + t) * H + h) * D;
+                            double ds = p * (dot_f32(dorow, vrow, D) - rowsum[((size_t)b * H + h) * Tq + t]);
                             axpy_f64(acc_v, p, dorow, D);
                             axpy_f64(acc_k, ds, qrow, D);
                         }
                     }
-                    float *dkrow = dk + (((size_t)b * T + u) * KVH + kvh) * D;
-                    float *dvrow = dv + (((size_t)b * T + u) * KVH + kvh) * D;
+                    float *dkrow = dk + (((size_t)b * Tk + u) * KVH + kvh) * D;
+                    float *dvrow = dv + (((size_t)b * Tk + u) * KVH + kvh) * D;
                     for (int d = 0; d < D; d++) {
                         dkrow[d] += (float)(scale * acc_k[d]);
                         dvrow[d] += (float)acc_v[d];
@@ -161,4 +188,14 @@ void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, 
         free(acc_v);
     }
     free(rowsum);
+}
+
+void cpu_attention_forward(float *out, float *probs, const float *q, const float *k, const float *v, int B, int T,
+                           int H, int KVH, int D) {
+    cpu_attention_forward_at(out, probs, q, k, v, NULL, B, T, T, H, KVH, D);
+}
+
+void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *probs, const float *q,
+                            const float *k, const float *v, int B, int T, int H, int KVH, int D) {
+    cpu_attention_backward_at(dq, dk, dv, dout, probs, q, k, v, NULL, B, T, T, H, KVH, D);
 }

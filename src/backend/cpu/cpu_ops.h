@@ -30,6 +30,12 @@ void cpu_attention_forward(float *out, float *probs, const float *q, const float
                            int H, int KVH, int D);
 void cpu_attention_backward(float *dq, float *dk, float *dv, const float *dout, const float *probs, const float *q,
                             const float *k, const float *v, int B, int T, int H, int KVH, int D);
+/* q_pos == NULL means identity positions (then Tq must equal Tk): the plain ops above */
+void cpu_attention_forward_at(float *out, float *probs, const float *q, const float *k, const float *v,
+                              const int32_t *q_pos, int B, int Tq, int Tk, int H, int KVH, int D);
+void cpu_attention_backward_at(float *dq, float *dk, float *dv, const float *dout, const float *probs,
+                               const float *q, const float *k, const float *v, const int32_t *q_pos, int B, int Tq,
+                               int Tk, int H, int KVH, int D);
 
 void cpu_swiglu_forward(float *out, const float *gate, const float *up, long n);
 void cpu_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, long n);
