@@ -63,14 +63,19 @@ static int load_param(CkptReader *r, const char *name, const ParamInfo *info, fl
         mt_set_error(err, errlen, "%s: has no tensor '%s' (the model needs it)", r->dir, name);
         return CKPT_ERR_MISMATCH;
     }
-    int64_t shape[CKPT_MAX_DIMS] = {0}, start[CKPT_MAX_DIMS] = {0};
-    for (int d = 0; d < info->ndim; d++) shape[d] = info->shape[d];
+    /* this rank's block of the whole tensor (all of it unless tensor parallel cuts it) */
+    int64_t shape[CKPT_MAX_DIMS] = {0}, start[CKPT_MAX_DIMS] = {0}, whole[CKPT_MAX_DIMS] = {0};
+    for (int d = 0; d < info->ndim; d++) {
+        shape[d] = info->shape[d];
+        start[d] = info->global_start[d];
+        whole[d] = info->global_shape[d];
+    }
     bool same = t->ndim == info->ndim;
-    for (int d = 0; same && d < info->ndim; d++) same = t->shape[d] == shape[d];
+    for (int d = 0; same && d < info->ndim; d++) same = t->shape[d] == whole[d];
     if (!same) {
         char have[96], want[96];
         shape_text(have, sizeof have, t->ndim, t->shape);
-        shape_text(want, sizeof want, info->ndim, shape);
+        shape_text(want, sizeof want, info->ndim, whole);
         mt_set_error(err, errlen, "%s: tensor '%s' is %s, the model needs %s", r->dir, name, have, want);
         return CKPT_ERR_MISMATCH;
     }
@@ -98,18 +103,31 @@ static void start_load_progress(Progress *progress, const Model *model, int pass
                    (uint64_t)model->num_floats * sizeof(float) * (uint64_t)passes);
 }
 
-/* Parameters the checkpoint holds that the model lacks mean another model. */
+static bool has_name(const ParamInfo *infos, int count, const char *name) {
+    for (int i = 0; i < count; i++)
+        if (strcmp(infos[i].name, name) == 0) return true;
+    return false;
+}
+
+/* Parameters the checkpoint holds that the whole model lacks mean another
+ * model (a rank of a parallel layout checks against the whole registry). */
 static int check_no_extra_params(CkptReader *r, const Model *model, char *err, size_t errlen) {
-    for (int i = 0; i < r->meta.num_tensors; i++) {
+    int count = 0;
+    long total = 0;
+    ModelPartition whole = model_partition_whole(&model->cfg);
+    ParamInfo *infos = model_registry_of(&model->cfg, &whole, &count, &total);
+    int rc = 0;
+    for (int i = 0; i < r->meta.num_tensors && rc == 0; i++) {
         const char *name = r->meta.tensors[i].name;
         if (strncmp(name, "optimizer.", 10) == 0) continue;
-        if (!model_find_param(model, name)) {
+        if (!has_name(infos, count, name)) {
             mt_set_error(err, errlen, "%s: tensor '%s' has no place in the model (a different model shape?)", r->dir,
                          name);
-            return CKPT_ERR_MISMATCH;
+            rc = CKPT_ERR_MISMATCH;
         }
     }
-    return 0;
+    free(infos);
+    return rc;
 }
 
 int ckpt_load_model(const char *dir, Model *model, char *err, size_t errlen) {

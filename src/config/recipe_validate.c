@@ -113,6 +113,14 @@ static int validate_layout(const Recipe *r, const YNode *root, YLoc at, int worl
         return fail(err, errlen, root, at, "", "parallel.tp",
                     "expected a divisor of vocab_size (%d) for the vocab-parallel embedding, found %d", m->vocab_size,
                     p->tp);
+    if (m->intermediate_size % p->tp != 0)
+        return fail(err, errlen, root, at, "", "parallel.tp",
+                    "expected a divisor of intermediate_size (%d) for the column-parallel MLP, found %d",
+                    m->intermediate_size, p->tp);
+    if (p->sequence_parallel && p->tp > 1 && (r->train.seq_len / p->cp) % p->tp != 0)
+        return fail(err, errlen, root, at, "", "parallel.sequence_parallel",
+                    "expected seq_len / cp (%d / %d) to be a multiple of tp (%d) to split the sequence", r->train.seq_len,
+                    p->cp, p->tp);
     if (p->vpp > 1 && p->pp == 1)
         return fail(err, errlen, root, at, "", "parallel.vpp", "expected 1 when pp is 1, found %d", p->vpp);
     if (m->num_layers % (p->pp * p->vpp) != 0)

@@ -35,7 +35,9 @@ void adamw_free(AdamW *opt) {
     opt->step = 0;
 }
 
-double grad_global_norm(const float *grads, long n) {
+double grad_global_norm(const float *grads, long n) { return sqrt(grad_sumsq(grads, n)); }
+
+double grad_sumsq(const float *grads, long n) {
     if (n <= 0) return 0.0;
     long num_blocks = (n + NORM_BLOCK - 1) / NORM_BLOCK;
     double *block_sums = mt_malloc((size_t)num_blocks * sizeof(double));
@@ -50,7 +52,7 @@ double grad_global_norm(const float *grads, long n) {
     double total = 0.0;
     for (long b = 0; b < num_blocks; b++) total += block_sums[b];
     free(block_sums);
-    return sqrt(total);
+    return total;
 }
 
 /* Update floats [begin, end) of params/grads/m/v. */

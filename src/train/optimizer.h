@@ -22,6 +22,8 @@ void adamw_free(AdamW *opt);
 
 /* L2 norm of all grads (computed in double). */
 double grad_global_norm(const float *grads, long n);
+/* Its square: the sum of squares in double, in blocks (the same bits for any thread count). */
+double grad_sumsq(const float *grads, long n);
 
 /* One update of every parameter of `model` with learning rate lr.
  * grads are multiplied by grad_scale first (clipping: min(1, clip/norm)). */

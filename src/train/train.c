@@ -21,6 +21,7 @@
 #include "metrics.h"
 #include "train_context.h"
 #include "train_device.h"
+#include "train_gather.h"
 #include "train_signal.h"
 
 /* 1234567 -> "1.23M" (for the banner). */
@@ -54,21 +55,21 @@ static void print_error(const char *err) {
     fprintf(stderr, "megatrain: error: %s\n", err);
 }
 
-/* Rank 0 saves at the current step with `optimizer` unless that step is
- * saved already. 0 or -1 (printed). Parameters that are not all finite are
- * never saved. */
-static int save_state(TrainContext *ctx, CkptSaver *saver, const AdamW *optimizer) {
+/* Rank 0 saves `model` at the current step with `optimizer` unless that
+ * step is saved already. 0 or -1 (printed). Parameters that are not all
+ * finite are never saved. */
+static int save_state(TrainContext *ctx, CkptSaver *saver, const Model *model, const AdamW *optimizer) {
     if (comm_world()->rank != 0) return 0; /* rank 0 writes the job's checkpoints (dp replicas are equal) */
     if (ckpt_saver_last_step(saver) == ctx->state.step) return 0;
     if (ctx->cuda) train_device_sync_to_host(ctx); /* weights and AdamW moments from the GPU */
     char err[2048];
-    if (!health_params_finite(ctx->model)) {
+    if (!health_params_finite(model)) {
         mt_set_error(err, sizeof err, "step %ld: the parameters hold NaN or Inf; not saving a checkpoint",
                      ctx->state.step);
         print_error(err);
         return -1;
     }
-    if (ckpt_saver_save(saver, ctx->model, optimizer, &ctx->state, err, sizeof err) != 0) {
+    if (ckpt_saver_save(saver, model, optimizer, &ctx->state, err, sizeof err) != 0) {
         print_error(err);
         return -1;
     }
@@ -76,7 +77,8 @@ static int save_state(TrainContext *ctx, CkptSaver *saver, const AdamW *optimize
 }
 
 /* Save at the current step (every rank calls it: the distributed
- * optimizer's moments are gathered first, a collective). 0 or -1. */
+ * optimizer's moments and a parallel layout's parts are gathered first,
+ * collectives). 0 or -1, the same on every rank. */
 static int save_now(TrainContext *ctx, CkptSaver *saver) {
     AdamW full = {0};
     if (ctx->zero1_on) {
@@ -85,8 +87,23 @@ static int save_now(TrainContext *ctx, CkptSaver *saver) {
         zero1_gather_full(&ctx->zero1, ctx->optimizer.v, full.v);
         full.step = ctx->optimizer.step;
     }
-    int status = save_state(ctx, saver, ctx->zero1_on ? &full : &ctx->optimizer);
+    const AdamW *optimizer = ctx->zero1_on ? &full : &ctx->optimizer;
+    int status;
+    if (ctx->layout.model_parallel) { /* rank 0 writes the whole model */
+        AdamW whole_opt = {0};
+        /* kept: an asynchronous save reads its registry in the background */
+        ctx->whole = train_gather_whole(ctx, ctx->whole, optimizer, &whole_opt);
+        status = ctx->whole ? save_state(ctx, saver, ctx->whole, &whole_opt) : 0;
+        if (whole_opt.m) adamw_free(&whole_opt);
+    } else {
+        status = save_state(ctx, saver, ctx->model, optimizer);
+    }
     if (full.m) adamw_free(&full);
+    if (ctx->layout.world_size > 1) { /* a failed save stops every rank */
+        int64_t failed = status != 0;
+        comm_broadcast(comm_world(), &failed, 1, COMM_INT64, 0);
+        status = failed ? -1 : 0;
+    }
     return status;
 }
 
@@ -134,11 +151,11 @@ static int check_health(TrainContext *ctx, const StepResult *result, HealthState
 /* Every train.replica_check_interval steps with dp > 1: the same parameters
  * on every replica (src/obs/replica_check.h). 0, or -1 (printed). */
 static int check_replicas(TrainContext *ctx, long step) {
-    if (!ctx->cuda) replica_check_test_flip(ctx->layout.dp_rank, step, ctx->model->params);
+    if (!ctx->cuda) replica_check_test_flip(comm_world()->rank, step, ctx->model->params);
     if (ctx->layout.dp_size <= 1 || !is_multiple(step, ctx->recipe->train.replica_check_interval)) return 0;
     if (ctx->cuda) train_device_sync_to_host(ctx);
     char err[1024];
-    if (replica_check(comm_world(), ctx->model->params, (size_t)ctx->model->num_floats, step, err, sizeof err) == 0)
+    if (replica_check(&ctx->grid.groups[GROUP_DP], ctx->model->params, (size_t)ctx->model->num_floats, step, err, sizeof err) == 0)
         return 0;
     print_error(err);
     return -1;

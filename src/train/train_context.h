@@ -14,23 +14,22 @@
 #include "../obs/energy.h"
 #include "metrics.h"
 #include "optimizer.h"
+#include "pipeline.h"
+#include "train_layout.h"
 #include "train_state.h"
 
-/* Where this process sits. Single rank for now; the micro-batch arithmetic
- * already divides the global batch over dp_size ranks. */
-typedef struct TrainLayout {
-    int world_size;
-    int dp_size;
-    int dp_rank;
-} TrainLayout;
 
 struct CudaModel;
 
 typedef struct TrainContext {
     const Recipe *recipe;
     TrainLayout layout;
+    Grid grid;                /* the process grid: tp, cp, dp, pp and embedding groups */
+    ModelPartition part;      /* the part of the model this rank holds */
+    Pipeline pipe;            /* pp > 1: the pipeline executor */
     long total_steps;
-    Model *model;             /* on a GPU run: the registry and the weights for checkpoints */
+    Model *model;             /* this rank's part; on a GPU run: the registry and the weights for checkpoints */
+    Model *whole;             /* world rank 0 of a parallel layout: the whole model gathered for checkpoints */
     struct CudaModel *cuda;   /* run.device: cuda (train_device.h); NULL on the CPU */
     AdamW optimizer;          /* with the distributed optimizer: this rank's shard of the moments */
     Zero1 zero1;              /* parallel.distributed_optimizer with dp > 1 on the CPU (src/dist/zero1.h) */

@@ -57,11 +57,11 @@ static int check_supported(const Recipe *recipe, const TrainLayout *layout, char
                      model_family_name(recipe->model.family));
         return MT_EXIT_FAILURE;
     }
-    const ParallelConfig *par = &recipe->parallel;
-    if (par->tp != 1 || par->pp != 1 || par->cp != 1) {
+    if (cuda && layout->model_parallel) {
         mt_set_error(err, errlen,
-                     "parallel: tp %d, pp %d, cp %d: only data parallel (tp = pp = cp = 1) is supported yet",
-                     par->tp, par->pp, par->cp);
+                     "parallel: tp %d, pp %d, cp %d: on GPUs only data parallel runs yet (tp, pp and cp run on the "
+                     "CPU); set them to 1 for run.device: cuda",
+                     layout->tp, layout->pp, layout->cp);
         return MT_EXIT_USAGE;
     }
     const TrainConfig *train = &recipe->train;
@@ -117,14 +117,13 @@ static int open_valid_data(TrainContext *ctx, char *err, size_t errlen) {
 int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_t errlen) {
     memset(ctx, 0, sizeof *ctx);
     ctx->recipe = recipe;
-    /* tp = pp = cp = 1 (check_supported): the world is the dp group. */
-    const Comm *world = comm_world();
-    ctx->layout = (TrainLayout){.world_size = world->size, .dp_size = world->size, .dp_rank = world->rank};
-    if (world->rank != 0) mt_log_enabled = 0; /* rank 0 prints for the job */
+    if (comm_world()->rank != 0) mt_log_enabled = 0; /* rank 0 prints for the job */
     train_state_init(&ctx->state, recipe->run.seed);
     snprintf(ctx->checkpoints_dir, sizeof ctx->checkpoints_dir, "%s/checkpoints", recipe->run.dir);
 
-    int status = check_supported(recipe, &ctx->layout, err, errlen);
+    int status = train_layout_create(recipe, &ctx->grid, &ctx->layout, &ctx->part, err, errlen);
+    if (status != 0) return status;
+    status = check_supported(recipe, &ctx->layout, err, errlen);
     if (status != 0) return status;
 
     const TrainConfig *train = &recipe->train;
@@ -144,20 +143,22 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
     }
     if (open_valid_data(ctx, err, errlen) != 0) return MT_EXIT_FAILURE;
 
-    const int B = train->micro_batch_size, T = train->seq_len;
-    ctx->sample = mt_malloc(((size_t)T + 1) * sizeof(int32_t));
+    /* With context parallel a rank holds seq_len / cp tokens of each sample. */
+    const int B = train->micro_batch_size, T = train->seq_len / ctx->layout.cp;
+    ctx->sample = mt_malloc(((size_t)train->seq_len + 1) * sizeof(int32_t));
     ctx->inputs = mt_malloc((size_t)B * (size_t)T * sizeof(int32_t));
     ctx->targets = mt_malloc((size_t)B * (size_t)T * sizeof(int32_t));
 
     /* On a GPU the activations live on the device: the host model holds the weights only. */
     const bool cuda = strcmp(recipe->run.device, "cuda") == 0;
-    ctx->model = model_create(&recipe->model, &cpu_backend, cuda ? 0 : B, cuda ? 0 : T);
+    ctx->model = model_create_part(&recipe->model, &ctx->part, &cpu_backend, cuda ? 0 : B, cuda ? 0 : T);
+    if (ctx->layout.pp > 1) pipeline_init(&ctx->pipe, &ctx->grid.groups[GROUP_PP], ctx->layout.vpp, ctx->model);
     if (recipe->optimizer.state_dtype != DTYPE_FP32)
         mt_warn("optimizer.state_dtype: %s states are not implemented on the CPU yet; using fp32",
                 dtype_name(recipe->optimizer.state_dtype));
     /* ZeRO-1 over dp: each rank keeps the moments of its part of every bucket only */
     ctx->zero1_on = recipe->parallel.distributed_optimizer && ctx->layout.dp_size > 1;
-    if (ctx->zero1_on) zero1_init(&ctx->zero1, comm_world(), (size_t)ctx->model->num_floats);
+    if (ctx->zero1_on) zero1_init(&ctx->zero1, &ctx->grid.groups[GROUP_DP], (size_t)ctx->model->num_floats);
     adamw_init(&ctx->optimizer, ctx->zero1_on ? (long)ctx->zero1.owned : ctx->model->num_floats);
     return 0;
 }
@@ -204,7 +205,9 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
 void train_teardown(TrainContext *ctx) {
     energy_meter_close(&ctx->energy);
     if (ctx->cuda) train_device_detach(ctx);
+    if (ctx->layout.pp > 1) pipeline_free(&ctx->pipe);
     if (ctx->model) model_free(ctx->model);
+    if (ctx->whole) model_free(ctx->whole);
     if (ctx->optimizer.m) adamw_free(&ctx->optimizer);
     if (ctx->zero1_on) zero1_free(&ctx->zero1);
     if (ctx->train_data) data_loader_free(ctx->train_data);
@@ -212,5 +215,6 @@ void train_teardown(TrainContext *ctx) {
     free(ctx->sample);
     free(ctx->inputs);
     free(ctx->targets);
+    if (ctx->layout.world_size > 0) grid_free(&ctx->grid);
     memset(ctx, 0, sizeof *ctx);
 }

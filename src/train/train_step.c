@@ -18,6 +18,7 @@
 #include "../obs/health.h"
 #include "batch_schedule.h"
 #include "grad_clip.h"
+#include "grad_sync.h"
 #include "lr_schedule.h"
 #include "train_context.h"
 #include "train_device.h"
@@ -30,18 +31,32 @@ static double lap(double *t) {
     return dt;
 }
 
-/* Fill ctx->inputs / ctx->targets with micro_batch_size samples from `first`. */
+/* Tokens of each sample this rank holds: seq_len / cp. */
+static int local_seq_len(const TrainContext *ctx) { return ctx->recipe->train.seq_len / ctx->layout.cp; }
+
+/* Fill ctx->inputs / ctx->targets with micro_batch_size samples from
+ * `first`: this rank's positions of each (all of them unless context parallel). */
 static void load_micro_batch(TrainContext *ctx, const DataLoader *loader, int64_t first) {
     const int B = ctx->recipe->train.micro_batch_size;
-    const int T = ctx->recipe->train.seq_len;
+    const int T = local_seq_len(ctx);
+    int32_t positions[T];
+    model_cp_positions(T, ctx->layout.cp, ctx->part.cp_rank, positions);
     for (int b = 0; b < B; b++) {
         data_loader_get(loader, first + b, ctx->sample);
         for (int t = 0; t < T; t++) {
-            ctx->inputs[(long)b * T + t] = ctx->sample[t];
-            ctx->targets[(long)b * T + t] = ctx->sample[t + 1];
+            ctx->inputs[(long)b * T + t] = ctx->sample[positions[t]];
+            ctx->targets[(long)b * T + t] = ctx->sample[positions[t] + 1];
         }
     }
 }
+
+/* What the pipeline's loader callback needs to find micro-batch i. */
+typedef struct MicroSource {
+    TrainContext *ctx;
+    const DataLoader *loader;
+    int64_t base;      /* the step's first sample */
+    bool eval;         /* evaluation batches: b * mbs for batch b = dp_rank + micro * dp */
+} MicroSource;
 
 /* First sample of micro-batch `micro` of this rank in a batch starting at `base`. */
 static int64_t micro_batch_start(const TrainContext *ctx, int64_t base, long micro) {
@@ -49,11 +64,54 @@ static int64_t micro_batch_start(const TrainContext *ctx, int64_t base, long mic
     return base + (int64_t)micro * mbs * ctx->layout.dp_size + (int64_t)ctx->layout.dp_rank * mbs;
 }
 
-/* Test hook: MEGATRAIN_TEST_FAIL_RANK=R makes rank R fail at step 3, to
- * check that one failing rank brings the whole job down. */
+static int64_t eval_batch_start(const TrainContext *ctx, long micro) {
+    return ((int64_t)ctx->layout.dp_rank + (int64_t)micro * ctx->layout.dp_size) * ctx->recipe->train.micro_batch_size;
+}
+
+static void pipeline_load(void *arg, int micro, const int32_t **inputs, const int32_t **targets) {
+    MicroSource *src = arg;
+    load_micro_batch(src->ctx, src->loader,
+                     src->eval ? eval_batch_start(src->ctx, micro) : micro_batch_start(src->ctx, src->base, micro));
+    *inputs = src->ctx->inputs;
+    *targets = src->ctx->targets;
+}
+
+/* Test hook: MEGATRAIN_TEST_FAIL_RANK=R makes world rank R fail at step 3,
+ * to check that one failing rank brings the whole job down. */
 static bool test_failure_due(const TrainContext *ctx) {
     const char *rank = getenv("MEGATRAIN_TEST_FAIL_RANK");
-    return rank && *rank && atoi(rank) == ctx->layout.dp_rank && ctx->state.step + 1 == 3;
+    return rank && *rank && atoi(rank) == comm_world()->rank && ctx->state.step + 1 == 3;
+}
+
+/* Forward and backward of this rank's micro-batches of the step (through the
+ * pipeline when pp > 1). Returns the sum of their mean losses (on the last
+ * pipeline stage; 0 on the others). */
+static double run_micro_batches(TrainContext *ctx, long num_micro, StepTimers *timers, double *t) {
+    const int B = ctx->recipe->train.micro_batch_size, T = local_seq_len(ctx);
+    const float loss_scale = (float)(1.0 / (double)num_micro) * health_planted_nan_scale(ctx->state.step + 1);
+    if (ctx->layout.pp > 1) {
+        MicroSource src = {ctx, ctx->train_data, ctx->state.consumed_samples, false};
+        double sum = pipeline_run(&ctx->pipe, (int)num_micro, false, loss_scale, B, T, pipeline_load, &src);
+        timers->backward += lap(t); /* forward and backward interleave */
+        return sum;
+    }
+    const bool gpu = ctx->cuda != NULL;
+    double loss_sum = 0.0;
+    for (long micro = 0; micro < num_micro; micro++) {
+        load_micro_batch(ctx, ctx->train_data, micro_batch_start(ctx, ctx->state.consumed_samples, micro));
+        timers->data += lap(t);
+        if (gpu) {
+            loss_sum += train_device_forward(ctx);
+            timers->forward += lap(t);
+            train_device_backward(ctx, loss_scale, micro + 1 == num_micro);
+        } else {
+            loss_sum += (double)model_forward(ctx->model, ctx->inputs, ctx->targets, B, T);
+            timers->forward += lap(t);
+            model_backward(ctx->model, loss_scale);
+        }
+        timers->backward += lap(t);
+    }
+    return loss_sum;
 }
 
 int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) {
@@ -79,37 +137,19 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
     double t = mt_now();
     if (gpu) train_device_zero_grad(ctx);
     else model_zero_grad(ctx->model);
-    double loss_sum = 0.0;
-    for (long micro = 0; micro < num_micro; micro++) {
-        load_micro_batch(ctx, ctx->train_data, micro_batch_start(ctx, state->consumed_samples, micro));
-        timers->data += lap(&t);
-        const float loss_scale = (float)(1.0 / (double)num_micro) * health_planted_nan_scale(state->step + 1);
-        if (gpu) {
-            loss_sum += train_device_forward(ctx);
-            timers->forward += lap(&t);
-            train_device_backward(ctx, loss_scale, micro + 1 == num_micro);
-        } else {
-            loss_sum += (double)model_forward(ctx->model, ctx->inputs, ctx->targets, B, T);
-            timers->forward += lap(&t);
-            model_backward(ctx->model, loss_scale);
-        }
-        timers->backward += lap(&t);
-    }
-    /* Data parallel: every rank ends with the mean over the whole global
-     * batch (the single-rank result) before the norm, clipping and AdamW;
-     * on GPUs NCCL did it during the last backward. */
-    if (ctx->zero1_on) zero1_reduce_scatter_grads(&ctx->zero1, ctx->model->grads);
-    else if (!gpu) dp_average_grads(comm_world(), ctx->model->grads, ctx->model->num_floats);
-    const double loss = dp_average_double(comm_world(), loss_sum / (double)num_micro);
+    const double loss_sum = run_micro_batches(ctx, num_micro, timers, &t);
+    /* Every rank ends with the gradient of the mean loss over the whole
+     * global batch (the single-rank result) before the norm, clipping and
+     * AdamW (grad_sync.h); on GPUs NCCL averaged over dp during the last backward. */
+    if (!gpu) train_sync_grads(ctx);
+    const double loss = train_step_loss(ctx, loss_sum / (double)num_micro);
     timers->comm += lap(&t);
     if (test_failure_due(ctx)) {
         mt_set_error(err, errlen, "rank %d: step %ld: failure injected by MEGATRAIN_TEST_FAIL_RANK",
-                     ctx->layout.dp_rank, state->step + 1);
+                     comm_world()->rank, state->step + 1);
         return -1;
     }
-    const double grad_norm = gpu             ? train_device_grad_norm(ctx)
-                             : ctx->zero1_on ? zero1_grad_norm(&ctx->zero1, ctx->model->grads)
-                                             : grad_global_norm(ctx->model->grads, ctx->model->num_floats);
+    const double grad_norm = gpu ? train_device_grad_norm(ctx) : train_grad_norm(ctx);
     /* A NaN or Inf loss or grad norm skips the update (parameters and
      * optimizer state untouched); the step still counts, as in Megatron,
      * and train.c decides whether the run goes on. */
@@ -144,14 +184,22 @@ double train_evaluate(TrainContext *ctx) {
     const TrainConfig *train = &ctx->recipe->train;
     /* Batch b reads samples b * mbs + [0, mbs) on every layout; dp rank r
      * evaluates batches r, r + dp, ... and the sums are added up. */
-    const int64_t mbs = train->micro_batch_size;
+    const long mine = (train->eval_batches - ctx->layout.dp_rank + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
     double loss_sum = 0.0;
-    for (long batch = ctx->layout.dp_rank; batch < train->eval_batches; batch += ctx->layout.dp_size) {
-        load_micro_batch(ctx, ctx->valid_data, (int64_t)batch * mbs);
-        loss_sum += ctx->cuda ? train_device_forward(ctx)
-                              : (double)model_forward(ctx->model, ctx->inputs, ctx->targets,
-                                                      train->micro_batch_size, train->seq_len);
+    if (ctx->layout.pp > 1) {
+        MicroSource src = {ctx, ctx->valid_data, 0, true};
+        if (mine > 0)
+            loss_sum = pipeline_run(&ctx->pipe, (int)mine, true, 0.0f, train->micro_batch_size, local_seq_len(ctx),
+                                    pipeline_load, &src);
+        loss_sum = dp_sum_double(&ctx->grid.groups[GROUP_PP], loss_sum); /* the last stage has it */
+    } else {
+        for (long micro = 0; micro < mine; micro++) {
+            load_micro_batch(ctx, ctx->valid_data, eval_batch_start(ctx, micro));
+            loss_sum += ctx->cuda ? train_device_forward(ctx)
+                                  : (double)model_forward(ctx->model, ctx->inputs, ctx->targets,
+                                                          train->micro_batch_size, local_seq_len(ctx));
+        }
     }
-    loss_sum = dp_sum_double(comm_world(), loss_sum);
+    loss_sum = dp_sum_double(&ctx->grid.groups[GROUP_DP], loss_sum);
     return train->eval_batches > 0 ? loss_sum / (double)train->eval_batches : NAN;
 }

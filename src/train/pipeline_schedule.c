@@ -1,0 +1,46 @@
+/* pipeline_schedule.c: 1F1B and interleaved 1F1B orders (pipeline_schedule.h). */
+#include "pipeline_schedule.h"
+
+/* Forward number k of this rank (0..M*vpp-1): which micro-batch and chunk. */
+static PipeOp forward_op(int pp, int vpp, int k) {
+    const int group = pp * vpp;
+    return (PipeOp){.forward = true, .micro = (k / group) * pp + k % pp, .chunk = (k / pp) % vpp};
+}
+
+/* Backward number k: the chunks in reverse. */
+static PipeOp backward_op(int pp, int vpp, int k) {
+    PipeOp op = forward_op(pp, vpp, k);
+    op.forward = false;
+    op.chunk = vpp - 1 - op.chunk;
+    return op;
+}
+
+int pipeline_schedule(int pp, int vpp, int stage, int M, bool forward_only, PipeOp *ops) {
+    int n = 0;
+    if (forward_only) { /* micro-batch by micro-batch, each through the chunks in order */
+        for (int m = 0; m < M; m++)
+            for (int v = 0; v < vpp; v++) ops[n++] = (PipeOp){true, m, v};
+        return n;
+    }
+    if (vpp > 1 && M % pp != 0) return -1;
+    const int total = M * vpp;
+    if (vpp == 1) { /* plain order: micro-batches one after the other */
+        const int warmup = pp - stage - 1 < M ? pp - stage - 1 : M;
+        for (int m = 0; m < warmup; m++) ops[n++] = (PipeOp){true, m, 0};
+        for (int i = 0; i < M - warmup; i++) {
+            ops[n++] = (PipeOp){true, warmup + i, 0};
+            ops[n++] = (PipeOp){false, i, 0};
+        }
+        for (int i = M - warmup; i < M; i++) ops[n++] = (PipeOp){false, i, 0};
+        return n;
+    }
+    int warmup = (pp - stage - 1) * 2 + (vpp - 1) * pp;
+    if (warmup > total) warmup = total;
+    for (int k = 0; k < warmup; k++) ops[n++] = forward_op(pp, vpp, k);
+    for (int i = 0; i < total - warmup; i++) {
+        ops[n++] = forward_op(pp, vpp, warmup + i);
+        ops[n++] = backward_op(pp, vpp, i);
+    }
+    for (int i = total - warmup; i < total; i++) ops[n++] = backward_op(pp, vpp, i);
+    return n;
+}

@@ -1,0 +1,29 @@
+/* pipeline_schedule.h: the order in which one pipeline rank runs the
+ * forward and backward passes of a step's micro-batches (pure: no model,
+ * no communication, so it can be checked alone).
+ *
+ * With vpp = 1 it is 1F1B (PipeDream-flush, Megatron's default): stage s of
+ * pp runs min(pp - s - 1, M) warm-up forwards, then alternates one forward
+ * and one backward, then drains the backwards. With vpp > 1 it is Megatron's
+ * interleaved 1F1B: rank s holds model chunks v = 0..vpp-1, chunk v being
+ * virtual stage v * pp + s; micro-batches go through the chunks in groups
+ * of pp, and the warm-up is (pp - s - 1) * 2 + (vpp - 1) * pp forwards.
+ * Forward-only (evaluation): micro-batch after micro-batch, each through
+ * the chunks in order (any M). */
+#ifndef MT_TRAIN_PIPELINE_SCHEDULE_H
+#define MT_TRAIN_PIPELINE_SCHEDULE_H
+
+#include <stdbool.h>
+
+typedef struct PipeOp {
+    bool forward;     /* false: backward */
+    int micro;        /* micro-batch index, 0..M-1 */
+    int chunk;        /* model chunk on this rank, 0..vpp-1 */
+} PipeOp;
+
+/* The ops of rank `stage` for M micro-batches into ops (room for 2 * M * vpp),
+ * forwards only when forward_only. Returns how many; -1 when the interleaved
+ * schedule cannot take M (vpp > 1 with backward needs M to be a multiple of pp). */
+int pipeline_schedule(int pp, int vpp, int stage, int M, bool forward_only, PipeOp *ops);
+
+#endif

@@ -1,0 +1,78 @@
+/* train_layout.c: the grid and this rank's ModelPartition from the recipe
+ * (train_layout.h). Pipeline stage s holds virtual stages s, s + pp, ...
+ * (one model chunk each); the layers are split evenly over the pp * vpp
+ * virtual stages (recipe validation checked that they divide). */
+#include "train_layout.h"
+
+#include "../core/error.h"
+
+void train_stage_layers(const ModelConfig *cfg, int stages, int g, int *first, int *count) {
+    *count = cfg->num_layers / stages;
+    *first = g * *count;
+}
+
+ModelPartition train_partition_of(const ModelConfig *cfg, const ParallelConfig *par, const GridLayout *layout,
+                                  GridCoords coords) {
+    ModelPartition part = {
+        .tp = layout->tp,
+        .tp_rank = coords.tp,
+        .sequence_parallel = par->sequence_parallel && layout->tp > 1,
+        .cp = layout->cp,
+        .cp_rank = coords.cp,
+        .num_chunks = layout->pp > 1 ? par->vpp : 1,
+        .has_embed = coords.pp == 0,
+        .has_head = coords.pp == layout->pp - 1,
+    };
+    const int stages = layout->pp * part.num_chunks;
+    for (int v = 0; v < part.num_chunks; v++) {
+        train_stage_layers(cfg, stages, v * layout->pp + coords.pp, &part.chunk_first[v], &part.chunk_layers[v]);
+        part.num_layers += part.chunk_layers[v];
+    }
+    return part;
+}
+
+int train_layout_create(const Recipe *recipe, Grid *grid, TrainLayout *layout, ModelPartition *part, char *err,
+                        size_t errlen) {
+    const ParallelConfig *par = &recipe->parallel;
+    const Comm *world = comm_world();
+    GridLayout g;
+    char why[512];
+    if (grid_layout(world->size, par->tp, par->cp, par->pp, &g, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "parallel: %s", why);
+        return MT_EXIT_USAGE;
+    }
+    if (par->vpp > 1 && par->pp == 1) {
+        mt_set_error(err, errlen, "parallel.vpp: expected 1 when pp is 1, found %d", par->vpp);
+        return MT_EXIT_USAGE;
+    }
+    if (recipe->model.num_layers % (par->pp * par->vpp) != 0) {
+        mt_set_error(err, errlen, "parallel: pp * vpp (%d * %d) does not divide model.num_layers (%d)", par->pp,
+                     par->vpp, recipe->model.num_layers);
+        return MT_EXIT_USAGE;
+    }
+    if (par->vpp > MT_MAX_CHUNKS) {
+        mt_set_error(err, errlen, "parallel.vpp: at most %d, found %d", MT_MAX_CHUNKS, par->vpp);
+        return MT_EXIT_USAGE;
+    }
+    grid_create(grid, &g, world);
+    *layout = (TrainLayout){
+        .world_size = world->size,
+        .dp_size = g.dp,
+        .dp_rank = grid->coords.dp,
+        .tp = g.tp,
+        .cp = g.cp,
+        .pp = g.pp,
+        .vpp = g.pp > 1 ? par->vpp : 1,
+        .pp_rank = grid->coords.pp,
+        .model_parallel = g.tp * g.cp * g.pp > 1,
+    };
+    ModelConfig resolved = recipe->model;
+    *part = train_partition_of(&resolved, par, &g, grid->coords);
+    part->tp_comm = &grid->groups[GROUP_TP];
+    part->cp_comm = &grid->groups[GROUP_CP];
+    if (model_partition_check(&recipe->model, part, recipe->train.seq_len, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "%s", why);
+        return MT_EXIT_USAGE;
+    }
+    return 0;
+}
