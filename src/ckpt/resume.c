@@ -157,7 +157,11 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     char path[MT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/%s", dir, CKPT_RECIPE_FILE);
     if (recipe_load(&recipe, path, overrides, n, launch_world_size(), err, sizeof err) != 0) {
-        mt_error("%s", err);
+        if (strstr(err, "to divide the world size"))
+            mt_error("%s\n  (checkpoints resume on any layout: set the one of this launch, e.g. --set parallel.tp=1 "
+                     "--set parallel.pp=1 --set parallel.cp=1)", err);
+        else
+            mt_error("%s", err);
         return MT_EXIT_USAGE;
     }
     ModelConfig stored;

@@ -37,10 +37,20 @@ static void print_banner(const TrainContext *ctx) {
     const ModelConfig *m = &recipe->model;
     const TrainConfig *t = &recipe->train;
     char params[32];
-    format_params(params, sizeof params, (double)ctx->model->num_floats);
+    format_params(params, sizeof params, (double)model_count_params(m));
     mt_log("megatrain: run '%s' -> %s", recipe->run.name, recipe->run.dir);
     mt_log("model: %s, %s params, %d layers, hidden %d, heads %d (kv %d), vocab %d", model_family_name(m->family),
            params, m->num_layers, m->hidden_size, m->num_attention_heads, m->num_key_value_heads, m->vocab_size);
+    const TrainLayout *l = &ctx->layout;
+    if (l->model_parallel) {
+        char mine[32], vpp[32] = "";
+        format_params(mine, sizeof mine, (double)ctx->model->num_floats);
+        if (l->vpp > 1) snprintf(vpp, sizeof vpp, " (interleaved, vpp %d)", l->vpp);
+        mt_log("layout: %d ranks = tp %d x cp %d x dp %d x pp %d%s%s%s; rank 0 holds %s params", l->world_size, l->tp,
+               l->cp, l->dp_size, l->pp, vpp,
+               ctx->part.sequence_parallel ? ", sequence parallel" : "",
+               ctx->zero1_on ? ", distributed optimizer" : "", mine);
+    }
     mt_log("train: %ld steps, seq_len %d, micro_batch %d, dp %d, %lld train samples (of %lld), %s, device %s",
            ctx->total_steps, t->seq_len, t->micro_batch_size, ctx->layout.dp_size,
            (long long)train_schedule_samples(t, ctx->total_steps),

@@ -18,15 +18,6 @@ COMMON=(--set train.steps=10 --set logging.interval=1 --set train.micro_batch_si
         --set checkpoint.keep_last=5 --set "data.train=[{path: $WORK/english, weight: 1.0}]")
 ZERO1=(--set parallel.distributed_optimizer=true)
 
-# compare FIELD A B [FROM_A]: FIELD agrees line by line to relative 1e-5 (A from line FROM_A on, all of B).
-compare() {
-  local field=$1 a=$2 b=$3 from=${4:-1}
-  paste <(json_field "$a" "$field" | tail -n +"$from") <(json_field "$b" "$field") | awk -v f="$field" '
-    { n++; d = $1 - $2; if (d < 0) d = -d; s = $1 < 0 ? -$1 : $1;
-      if (!(d <= 1e-5 * s)) { print "line " n ": " f " " $1 " vs " $2; bad = 1 } }
-    END { if (n == 0) { print "no " f " values"; bad = 1 } exit bad }'
-}
-
 run1() { "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$1" "${COMMON[@]}" "${@:2}"; }
 run2() { "${MPIRUN[@]}" "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$1" "${COMMON[@]}" "${@:2}"; }
 

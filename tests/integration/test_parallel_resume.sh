@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# test_parallel_resume.sh: checkpoints across layouts. A run at tp 2, pp 2,
+# dp 2 (8 ranks, with and without the distributed optimizer) saves at step 5;
+# resuming it at tp 1 pp 1 dp 1, at tp 1 pp 2 dp 4 and at tp 2 cp 2 pp 2 vpp 2
+# continues as the uninterrupted single-rank run (losses and grad norms,
+# relative error < 1e-5), optimizer state included. The checkpoint converts
+# to Hugging Face like any other. A resume whose layout does not fit the
+# launch says how to change it. Skips without mpirun.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+command -v mpirun > /dev/null || { echo "mpirun not found"; exit 77; }
+export OMP_NUM_THREADS=1
+demo_data "$WORK/english"
+COMMON=(--set train.steps=10 --set logging.interval=1 --set train.micro_batch_size=2 --set model.num_layers=4
+        --set "train.batch_schedule=[{step: 0, global_batch_size: 8}]" --set optimizer.schedule.warmup_steps=3
+        --set checkpoint.interval=5 --set "data.train=[{path: $WORK/english, weight: 1.0}]")
+mpi() { local np=$1; shift; timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$np" "$MEGATRAIN" "$@"; }
+
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/one" "${COMMON[@]}" > "$WORK/one.log"
+for zero in false true; do
+  saved="$WORK/saved-$zero"
+  mpi 8 run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$saved" "${COMMON[@]}" --set parallel.tp=2 \
+    --set parallel.pp=2 --set parallel.distributed_optimizer=$zero > "$saved.log" 2>&1 \
+    || { tail -20 "$saved.log"; fail "tp2 pp2 dp2 (distributed optimizer $zero): the run failed"; }
+  compare loss "$WORK/one/metrics.jsonl" "$saved/metrics.jsonl" || fail "tp2 pp2 dp2: losses differ from one rank"
+  ckpt="$saved/checkpoints/iter_0000005"
+  "$MEGATRAIN" inspect "$ckpt" > /dev/null || fail "the tp2 pp2 dp2 checkpoint does not verify"
+  # name:ranks:settings of the resumed layout
+  for layout in "tp1-pp1-dp1:1:" "tp1-pp2-dp4:8:--set parallel.pp=2" \
+                "tp2-cp2-pp2-vpp2:8:--set parallel.tp=2 --set parallel.cp=2 --set parallel.pp=2 --set parallel.vpp=2"; do
+    IFS=: read -r name np settings <<< "$layout"
+    dir="$WORK/resumed-$zero-$name"
+    # shellcheck disable=SC2086
+    mpi "$np" resume "$ckpt" --set run.dir="$dir" --set parallel.tp=1 --set parallel.pp=1 --set parallel.vpp=1 \
+      --set parallel.cp=1 --set parallel.distributed_optimizer=$zero $settings > "$dir.log" 2>&1 \
+      || { tail -20 "$dir.log"; fail "resume at $name: failed"; }
+    [[ $(json_field "$dir/metrics.jsonl" step | head -1) == 6 ]] || fail "resume at $name: did not start at step 6"
+    for field in loss grad_norm; do
+      compare $field "$WORK/one/metrics.jsonl" "$dir/metrics.jsonl" 6 \
+        || fail "resume at $name (saved with distributed optimizer $zero): $field differs from the uninterrupted run"
+    done
+    echo "saved at tp2 pp2 dp2 (distributed optimizer $zero), resumed at $name: continues as the uninterrupted run"
+  done
+done
+
+"$MEGATRAIN" convert "$WORK/saved-false/checkpoints/iter_0000010" "$WORK/hf" > /dev/null \
+  || fail "the tp2 pp2 dp2 checkpoint does not convert to Hugging Face"
+[[ -f "$WORK/hf/config.json" ]] || fail "convert wrote no config.json"
+
+# The checkpoint's recipe says tp 2 pp 2: one rank cannot take it, and the
+# message names the keys to set.
+set +e
+"$MEGATRAIN" resume "$WORK/saved-false/checkpoints/iter_0000005" --set run.dir="$WORK/bad" > "$WORK/bad.log" 2>&1
+rc=$?
+set -e
+[[ $rc -eq 2 ]] || { cat "$WORK/bad.log"; fail "resume on a world that does not fit: expected exit 2, got $rc"; }
+grep -q "parallel" "$WORK/bad.log" || { cat "$WORK/bad.log"; fail "resume on a world that does not fit: no hint"; }
+echo "a layout that does not fit the launch is refused with exit 2"
