@@ -1,0 +1,181 @@
+/* test_model_partition.c: how a parallel layout cuts the model, without MPI:
+ * the tensor-parallel blocks of every rank tile each whole tensor exactly
+ * and hold the whole model's init bits; pipeline stages hold each layer
+ * once (tied embeddings: a copy on the last stage that the grad norm and
+ * checkpoints skip); interleaved chunks; the load-balanced context-parallel
+ * positions; and the refusal of a layout that does not divide the model. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "backend/backend.h"
+#include "model/model.h"
+#include "train/train_layout.h"
+
+static ModelConfig config(bool qwen3, bool tied) {
+    ModelConfig cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.family = qwen3 ? FAMILY_QWEN3 : FAMILY_QWEN2;
+    cfg.num_layers = 4;
+    cfg.hidden_size = 16;
+    cfg.intermediate_size = 24;
+    cfg.num_attention_heads = 4;
+    cfg.num_key_value_heads = 2;
+    cfg.head_dim = 4;
+    cfg.vocab_size = 32;
+    cfg.max_position_embeddings = 64;
+    cfg.rope_theta = 10000.0;
+    cfg.rms_norm_eps = 1e-5;
+    cfg.tie_word_embeddings = tied;
+    cfg.attention_bias = !qwen3;
+    cfg.qk_norm = qwen3;
+    cfg.init_std = 0.02;
+    return cfg;
+}
+
+static ModelPartition tp_part(const ModelConfig *cfg, int tp, int rank) {
+    ModelPartition p = model_partition_whole(cfg);
+    p.tp = tp;
+    p.tp_rank = rank;
+    return p;
+}
+
+/* Each tp rank's blocks, placed into the whole tensors, cover every element
+ * exactly once (norm_owner counting) and equal the whole model's init. */
+static void check_tp_tiles(bool qwen3, int tp) {
+    ModelConfig cfg = config(qwen3, false);
+    Model *whole = model_create(&cfg, &cpu_backend, 0, 0);
+    model_init_weights(whole, 77);
+    int *covered = calloc((size_t)whole->num_floats, sizeof(int));
+    for (int r = 0; r < tp; r++) {
+        ModelPartition part = tp_part(&cfg, tp, r);
+        Model *m = model_create_part(&cfg, &part, &cpu_backend, 0, 0);
+        model_init_weights(m, 77);
+        assert_int_equal(m->num_params, whole->num_params);
+        for (int i = 0; i < m->num_params; i++) {
+            const ParamInfo *p = &m->param_info[i], *w = &whole->param_info[p->global_index];
+            assert_string_equal(p->name, w->name);
+            assert_int_equal(p->global_shape[0], w->shape[0]);
+            assert_int_equal(p->global_shape[1], w->shape[1]);
+            const long cols = w->shape[1];
+            for (long row = 0; row < p->shape[0]; row++)
+                for (long col = 0; col < p->shape[1]; col++) {
+                    const size_t at = w->offset + (size_t)((p->global_start[0] + row) * cols + p->global_start[1] + col);
+                    assert_memory_equal(&m->params[p->offset + row * p->shape[1] + col], &whole->params[at], sizeof(float));
+                    covered[at] += p->norm_owner;
+                }
+        }
+        model_free(m);
+    }
+    for (long i = 0; i < whole->num_floats; i++) assert_int_equal(covered[i], 1);
+    free(covered);
+    model_free(whole);
+}
+
+static void test_tp_blocks_tile_the_model(void **state) {
+    (void)state;
+    check_tp_tiles(false, 2);
+    check_tp_tiles(true, 2);
+    check_tp_tiles(false, 1);
+}
+
+static void test_tp_grad_flags(void **state) {
+    (void)state;
+    ModelConfig cfg = config(true, false);
+    ModelPartition part = tp_part(&cfg, 2, 1);
+    part.sequence_parallel = true;
+    Model *m = model_create_part(&cfg, &part, &cpu_backend, 0, 0);
+    /* shared q/k norms and, under sequence parallel, every norm: partial gradients */
+    assert_true(model_find_param(m, "layers.0.attn.q_norm.weight")->tp_partial_grad);
+    assert_true(model_find_param(m, "layers.1.attn_norm.weight")->tp_partial_grad);
+    assert_true(model_find_param(m, "final_norm.weight")->tp_partial_grad);
+    assert_false(model_find_param(m, "layers.0.attn.q_proj.weight")->tp_partial_grad);
+    /* rank 1 holds rows 16..31 of the vocabulary and columns 8..15 of o_proj */
+    assert_int_equal(model_find_param(m, "embed.weight")->global_start[0], 16);
+    assert_int_equal(model_find_param(m, "layers.0.attn.o_proj.weight")->global_start[1], 8);
+    assert_int_equal(model_find_param(m, "layers.0.mlp.down_proj.weight")->shape[1], 12);
+    assert_false(model_find_param(m, "final_norm.weight")->norm_owner); /* rank 0 counts replicas */
+    model_free(m);
+}
+
+static void test_pipeline_stages(void **state) {
+    (void)state;
+    ModelConfig cfg = config(false, true);
+    ParallelConfig par = {.tp = 1, .pp = 2, .vpp = 2, .cp = 1};
+    GridLayout g;
+    char err[256];
+    assert_int_equal(grid_layout(2, 1, 1, 2, &g, err, sizeof err), 0);
+    /* interleaved: stage 0 holds layers 0 and 2 (virtual stages 0 and 2), stage 1 layers 1 and 3 */
+    ModelPartition p0 = train_partition_of(&cfg, &par, &g, (GridCoords){0, 0, 0, 0});
+    ModelPartition p1 = train_partition_of(&cfg, &par, &g, (GridCoords){0, 0, 0, 1});
+    assert_int_equal(p0.num_chunks, 2);
+    assert_int_equal(p0.chunk_first[0], 0);
+    assert_int_equal(p0.chunk_first[1], 2);
+    assert_int_equal(p1.chunk_first[0], 1);
+    assert_int_equal(p1.chunk_first[1], 3);
+    assert_true(p0.has_embed && !p0.has_head && p1.has_head && !p1.has_embed);
+    Model *m0 = model_create_part(&cfg, &p0, &cpu_backend, 0, 0);
+    Model *m1 = model_create_part(&cfg, &p1, &cpu_backend, 0, 0);
+    assert_non_null(model_find_param(m0, "layers.2.mlp.up_proj.weight"));
+    assert_null(model_find_param(m0, "layers.1.mlp.up_proj.weight"));
+    assert_null(model_find_param(m0, "final_norm.weight"));
+    assert_non_null(model_find_param(m1, "final_norm.weight"));
+    /* tied embeddings: the last stage's copy is neither counted nor saved from there */
+    assert_true(model_find_param(m0, "embed.weight")->norm_owner);
+    assert_false(model_find_param(m1, "embed.weight")->norm_owner);
+    assert_int_equal(m0->num_floats + m1->num_floats - model_find_param(m1, "embed.weight")->numel,
+                     model_count_params(&cfg));
+    model_free(m0);
+    model_free(m1);
+}
+
+static void test_cp_positions(void **state) {
+    (void)state;
+    int32_t pos[8];
+    model_cp_positions(4, 2, 0, pos);
+    assert_memory_equal(pos, ((int32_t[]){0, 1, 6, 7}), sizeof(int32_t) * 4);
+    model_cp_positions(4, 2, 1, pos);
+    assert_memory_equal(pos, ((int32_t[]){2, 3, 4, 5}), sizeof(int32_t) * 4);
+    /* cp 4 of 16 tokens: every position exactly once */
+    int seen[16] = {0};
+    for (int r = 0; r < 4; r++) {
+        model_cp_positions(4, 4, r, pos);
+        for (int t = 0; t < 4; t++) seen[pos[t]]++;
+    }
+    for (int t = 0; t < 16; t++) assert_int_equal(seen[t], 1);
+}
+
+static void test_partition_refusals(void **state) {
+    (void)state;
+    ModelConfig cfg = config(false, false);
+    char err[256];
+    ModelPartition p = tp_part(&cfg, 3, 0);
+    assert_int_equal(model_partition_check(&cfg, &p, 64, err, sizeof err), -1);
+    assert_non_null(strstr(err, "parallel.tp: 3 does not divide model.num_attention_heads (4)"));
+    p = tp_part(&cfg, 4, 0); /* 4 heads but 2 kv heads */
+    assert_int_equal(model_partition_check(&cfg, &p, 64, err, sizeof err), -1);
+    assert_non_null(strstr(err, "num_key_value_heads"));
+    p = model_partition_whole(&cfg);
+    p.cp = 2;
+    assert_int_equal(model_partition_check(&cfg, &p, 6, err, sizeof err), -1);
+    assert_non_null(strstr(err, "train.seq_len"));
+    p.cp = 1;
+    assert_int_equal(model_partition_check(&cfg, &p, 6, err, sizeof err), 0);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_tp_blocks_tile_the_model),
+        cmocka_unit_test(test_tp_grad_flags),
+        cmocka_unit_test(test_pipeline_stages),
+        cmocka_unit_test(test_cp_positions),
+        cmocka_unit_test(test_partition_refusals),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
