@@ -67,11 +67,19 @@ typedef struct ModelConfig {
     MoeConfig moe;       /* used by the MoE families only */
 } ModelConfig;
 
+#define MT_MAX_PP_LAYERS_LIST 256
+
 typedef struct ParallelConfig {
     int tp, pp, vpp, cp, ep, etp;
     bool sequence_parallel;
     bool distributed_optimizer;
+    int num_pp_layers;                   /* 0: layers split evenly over the pp * vpp virtual stages */
+    int pp_layers[MT_MAX_PP_LAYERS_LIST]; /* else the layers of each virtual stage, in order */
 } ParallelConfig;
+
+/* The layers of virtual pipeline stage g (0 .. pp*vpp - 1): parallel.pp_layers,
+ * or an even split of num_layers (the recipe was validated). */
+void parallel_stage_layers(const ParallelConfig *par, int num_layers, int g, int *first, int *count);
 
 /* One entry of the batch-size schedule. Step form: from `start` = step on.
  * Token form (Megatron's "0:16 2.4B:320"): from `start` = consumed tokens on. */

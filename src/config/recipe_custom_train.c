@@ -210,3 +210,51 @@ void write_batch(FILE *out, const void *base, const char *name, int indent) {
 void write_nothing(FILE *out, const void *base, const char *name, int indent) {
     (void)out, (void)base, (void)name, (void)indent;
 }
+
+int read_pp_layers(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
+    ParallelConfig *par = base;
+    const YNode *node = entry->value;
+    char found[128];
+    if (ytree_is_null(node)) {
+        par->num_pp_layers = 0;
+        return 0;
+    }
+    if (node->kind != YNODE_SEQUENCE || node->count < 1 || node->count > MT_MAX_PP_LAYERS_LIST)
+        return key_error(err, errlen, entry->loc, path,
+                         "expected a list of 1..%d layer counts, one per pipeline stage (pp * vpp of them), found %s",
+                         MT_MAX_PP_LAYERS_LIST, ytree_describe(node, found, sizeof found));
+    for (int i = 0; i < node->count; i++) {
+        long long value;
+        const YNode *item = node->entries[i].value;
+        if (yscalar_long(item, &value) != 0 || value < 0 || value > MT_MAX_LAYERS)
+            return key_error(err, errlen, node->entries[i].loc, path, "expected item %d to be a layer count in 0..%d, found %s",
+                             i, MT_MAX_LAYERS, ytree_describe(item, found, sizeof found));
+        par->pp_layers[i] = (int)value;
+    }
+    par->num_pp_layers = node->count;
+    return 0;
+}
+
+void write_pp_layers(FILE *out, const void *base, const char *name, int indent) {
+    const ParallelConfig *par = base;
+    fprintf(out, "%*s%s: ", indent, "", name);
+    if (par->num_pp_layers == 0) {
+        fprintf(out, "null\n");
+        return;
+    }
+    fputc('[', out);
+    for (int i = 0; i < par->num_pp_layers; i++) fprintf(out, "%s%d", i ? ", " : "", par->pp_layers[i]);
+    fprintf(out, "]\n");
+}
+
+void parallel_stage_layers(const ParallelConfig *par, int num_layers, int g, int *first, int *count) {
+    if (par->num_pp_layers > 0) {
+        *first = 0;
+        for (int i = 0; i < g; i++) *first += par->pp_layers[i];
+        *count = par->pp_layers[g];
+        return;
+    }
+    const int stages = par->pp * (par->vpp > 1 ? par->vpp : 1);
+    *count = num_layers / stages;
+    *first = g * *count;
+}

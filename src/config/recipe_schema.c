@@ -76,6 +76,7 @@ static const RecipeKey parallel_keys[] = {
     {INT_KEY("etp", ParallelConfig, etp, 1, INT_MAX)},
     {BOOL_KEY("sequence_parallel", ParallelConfig, sequence_parallel)},
     {BOOL_KEY("distributed_optimizer", ParallelConfig, distributed_optimizer)},
+    {CUSTOM_KEY("pp_layers", read_pp_layers, write_pp_layers)},
     {0},
 };
 

@@ -96,6 +96,8 @@ void write_moe_section(FILE *out, const void *base, const char *name, int indent
 int read_optimizer_type(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
 void write_optimizer_type(FILE *out, const void *base, const char *name, int indent);
 int read_betas(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
+int read_pp_layers(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
+void write_pp_layers(FILE *out, const void *base, const char *name, int indent);
 void write_betas(FILE *out, const void *base, const char *name, int indent);
 int read_steps(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
 int read_tokens(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);

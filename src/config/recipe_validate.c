@@ -123,9 +123,21 @@ static int validate_layout(const Recipe *r, const YNode *root, YLoc at, int worl
                     p->cp, p->tp);
     if (p->vpp > 1 && p->pp == 1)
         return fail(err, errlen, root, at, "", "parallel.vpp", "expected 1 when pp is 1, found %d", p->vpp);
-    if (m->num_layers % (p->pp * p->vpp) != 0)
+    if (p->num_pp_layers > 0) {
+        long sum = 0;
+        for (int i = 0; i < p->num_pp_layers; i++) sum += p->pp_layers[i];
+        if (p->num_pp_layers != (long)p->pp * p->vpp)
+            return fail(err, errlen, root, at, "", "parallel.pp_layers",
+                        "expected one layer count per pipeline stage (pp * vpp = %d * %d = %ld), found %d", p->pp,
+                        p->vpp, (long)p->pp * p->vpp, p->num_pp_layers);
+        if (sum != m->num_layers)
+            return fail(err, errlen, root, at, "", "parallel.pp_layers",
+                        "expected the counts to add up to num_layers (%d), found %ld", m->num_layers, sum);
+    } else if (m->num_layers % (p->pp * p->vpp) != 0) {
         return fail(err, errlen, root, at, "", p->vpp > 1 ? "parallel.vpp" : "parallel.pp",
-                    "expected pp * vpp (%d * %d) to divide num_layers (%d)", p->pp, p->vpp, m->num_layers);
+                    "expected pp * vpp (%d * %d) to divide num_layers (%d), or parallel.pp_layers to list each "
+                    "stage's layers", p->pp, p->vpp, m->num_layers);
+    }
     if (p->cp > 1 && r->train.seq_len % (2 * p->cp) != 0)
         return fail(err, errlen, root, at, "", "train.seq_len", "expected a multiple of 2 * cp = %d, found %d", 2 * p->cp,
                     r->train.seq_len);

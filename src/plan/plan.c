@@ -3,8 +3,9 @@
  * Shards follow Megatron: q/k/v and gate/up column-parallel, o_proj and
  * down_proj row-parallel, biases with their columns, the embedding and the
  * untied lm_head vocab-parallel (each tp rank V/tp rows), norms replicated.
- * Layers are split evenly: virtual stage v of pipeline stage s holds layers
- * (v * pp + s) * L/(pp*vpp) onwards. With tied embeddings and pp > 1 the
+ * Layers follow parallel_stage_layers (parallel.pp_layers, or an even
+ * split: virtual stage v of pipeline stage s holds layers (v * pp + s) *
+ * L/(pp*vpp) onwards). With tied embeddings and pp > 1 the
  * last stage holds a copy of the embedding shard for the head.
  *
  * Bytes per parameter: on a GPU a bf16 copy (2) and an fp32 master (4), fp32
@@ -74,16 +75,15 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
 
     const double bytes_weights = p->gpu ? (par->distributed_optimizer ? 2.0 + 4.0 / dp : 6.0) : 4.0;
     const double bytes_optimizer = par->distributed_optimizer ? 8.0 / dp : 8.0;
-    const int chunk_layers = m->num_layers / (pp * vpp);
     for (int s = 0; s < pp; s++) {
         PlanStage *st = &p->stages[s];
         st->num_chunks = vpp;
         int layers = 0;
         for (int v = 0; v < vpp; v++) {
-            st->first_layer[v] = (v * pp + s) * chunk_layers;
-            st->num_layers[v] = chunk_layers;
-            layers += chunk_layers;
+            parallel_stage_layers(par, m->num_layers, v * pp + s, &st->first_layer[v], &st->num_layers[v]);
+            layers += st->num_layers[v];
         }
+        const double chunk_layers = (double)layers / vpp;
         st->embedding = s == 0;
         st->final_norm = s == pp - 1;
         st->lm_head = s == pp - 1 && (!m->tie_word_embeddings || pp > 1);

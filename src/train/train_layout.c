@@ -1,15 +1,10 @@
 /* train_layout.c: the grid and this rank's ModelPartition from the recipe
  * (train_layout.h). Pipeline stage s holds virtual stages s, s + pp, ...
- * (one model chunk each); the layers are split evenly over the pp * vpp
- * virtual stages (recipe validation checked that they divide). */
+ * (one model chunk each); parallel_stage_layers says which layers each
+ * virtual stage holds (recipe validation checked the split). */
 #include "train_layout.h"
 
 #include "../core/error.h"
-
-void train_stage_layers(const ModelConfig *cfg, int stages, int g, int *first, int *count) {
-    *count = cfg->num_layers / stages;
-    *first = g * *count;
-}
 
 ModelPartition train_partition_of(const ModelConfig *cfg, const ParallelConfig *par, const GridLayout *layout,
                                   GridCoords coords) {
@@ -23,9 +18,9 @@ ModelPartition train_partition_of(const ModelConfig *cfg, const ParallelConfig *
         .has_embed = coords.pp == 0,
         .has_head = coords.pp == layout->pp - 1,
     };
-    const int stages = layout->pp * part.num_chunks;
     for (int v = 0; v < part.num_chunks; v++) {
-        train_stage_layers(cfg, stages, v * layout->pp + coords.pp, &part.chunk_first[v], &part.chunk_layers[v]);
+        parallel_stage_layers(par, cfg->num_layers, v * layout->pp + coords.pp, &part.chunk_first[v],
+                              &part.chunk_layers[v]);
         part.num_layers += part.chunk_layers[v];
     }
     return part;
@@ -43,11 +38,6 @@ int train_layout_create(const Recipe *recipe, Grid *grid, TrainLayout *layout, M
     }
     if (par->vpp > 1 && par->pp == 1) {
         mt_set_error(err, errlen, "parallel.vpp: expected 1 when pp is 1, found %d", par->vpp);
-        return MT_EXIT_USAGE;
-    }
-    if (recipe->model.num_layers % (par->pp * par->vpp) != 0) {
-        mt_set_error(err, errlen, "parallel: pp * vpp (%d * %d) does not divide model.num_layers (%d)", par->pp,
-                     par->vpp, recipe->model.num_layers);
         return MT_EXIT_USAGE;
     }
     if (par->vpp > MT_MAX_CHUNKS) {

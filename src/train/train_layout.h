@@ -19,9 +19,6 @@ typedef struct TrainLayout {
     bool model_parallel;  /* tp * cp * pp > 1: the model is cut over ranks */
 } TrainLayout;
 
-/* The layers of virtual pipeline stage g of pp * vpp (an even split). */
-void train_stage_layers(const ModelConfig *cfg, int stages, int g, int *first, int *count);
-
 /* The partition of the rank at `coords` in a grid of `layout` (comms not set). */
 ModelPartition train_partition_of(const ModelConfig *cfg, const ParallelConfig *par, const GridLayout *layout,
                                   GridCoords coords);

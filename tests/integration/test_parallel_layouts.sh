@@ -4,7 +4,8 @@
 # parallel (tp 2) and the distributed optimizer (dp 2), on up to 8 ranks under
 # mpirun on the CPU, trains the single-rank losses and grad norms for 10 steps
 # (relative error < 1e-5), for tiny llama, qwen2 (biases) and qwen3 (qk-norm,
-# tied embeddings: the embedding group). Only rank 0 logs. Skips without mpirun.
+# tied embeddings: the embedding group); then uneven stages from
+# parallel.pp_layers. Only rank 0 logs. Skips without mpirun.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 command -v mpirun > /dev/null || { echo "mpirun not found"; exit 77; }
@@ -44,5 +45,20 @@ for family in llama qwen2 qwen3; do
     done; done
   done; done; done; done
   echo "$family: every layout matches the single rank"
+done
+
+# Uneven stages from parallel.pp_layers (a chunk may hold no layer).
+for layout in "2:--set parallel.pp=2 --set parallel.pp_layers=[1,3]" \
+              "4:--set parallel.tp=2 --set parallel.pp=2 --set parallel.vpp=2 --set parallel.pp_layers=[0,2,1,1]"; do
+  IFS=: read -r np settings <<< "$layout"
+  name="llama-pp_layers-$np"
+  # shellcheck disable=SC2086
+  timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$np" "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" \
+    --set run.dir="$WORK/$name" "${COMMON[@]}" $settings > "$WORK/$name.log" 2>&1 \
+    || { tail -20 "$WORK/$name.log"; fail "$name: the run failed"; }
+  for field in loss grad_norm eval_loss; do
+    compare $field "$WORK/llama-base/metrics.jsonl" "$WORK/$name/metrics.jsonl" || fail "$name: $field differs"
+  done
+  runs=$((runs + 1))
 done
 echo "$runs layouts match"

@@ -259,7 +259,8 @@ static void assert_recipes_equal(const Recipe *a, const Recipe *b) {
     assert_true(ea->layer_mask_given == eb->layer_mask_given);
     assert_memory_equal(ea->layer_mask, eb->layer_mask, sizeof ea->layer_mask);
     SAME(parallel.tp), SAME(parallel.pp), SAME(parallel.vpp), SAME(parallel.cp), SAME(parallel.ep), SAME(parallel.etp);
-    SAME(parallel.sequence_parallel), SAME(parallel.distributed_optimizer);
+    SAME(parallel.sequence_parallel), SAME(parallel.distributed_optimizer), SAME(parallel.num_pp_layers);
+    assert_memory_equal(a->parallel.pp_layers, b->parallel.pp_layers, sizeof a->parallel.pp_layers);
     SAME(train.steps), SAME(train.tokens), SAME(train.seq_len), SAME(train.micro_batch_size);
     SAME(train.num_batch_stages), SAME(train.batch_stages_in_tokens), SAME(train.eval_interval), SAME(train.eval_batches);
     for (int i = 0; i < a->train.num_batch_stages; i++) {
@@ -371,7 +372,7 @@ static const ErrorCase error_cases[] = {
     /* unknown keys */
     {"unknown_key_suggests", "  steps: 100", "  stpes: 100", NULL, 1, "stpes", "train.stpes", "did you mean 'train.steps'?"},
     {"unknown_key_lists_valid", "  tp: 1", "  tp: 1\n  banana: 2", NULL, 1, "banana", "parallel.banana",
-     "(valid keys in parallel: tp, pp, vpp, cp, ep, etp, sequence_parallel, distributed_optimizer)"},
+     "(valid keys in parallel: tp, pp, vpp, cp, ep, etp, sequence_parallel, distributed_optimizer, pp_layers)"},
     {"unknown_section", "parallel:", "paralel:", NULL, 1, "paralel", "'paralel'", "did you mean 'parallel'?"},
     {"unknown_model_key", "vocab_size: 256", "vocab_sise: 256", NULL, 1, "vocab_sise", "model.vocab_sise",
      "did you mean 'model.vocab_size'?"},
@@ -430,6 +431,12 @@ static const ErrorCase error_cases[] = {
     {"tp_not_dividing_heads", "  tp: 1", "  tp: 4", NULL, 4, "tp: 4", "parallel.tp",
      "expected a divisor of num_attention_heads (4) and num_key_value_heads (2), found 4"},
     {"pp_not_dividing_layers", "  tp: 1", "  pp: 4", NULL, 4, "pp: 4", "parallel.pp", "to divide num_layers (2)"},
+    {"pp_layers_count", "  tp: 1", "  pp: 2\n  pp_layers: [1, 0, 1]", NULL, 2, "pp_layers", "parallel.pp_layers",
+     "expected one layer count per pipeline stage (pp * vpp = 2 * 1 = 2), found 3"},
+    {"pp_layers_sum", "  tp: 1", "  pp: 2\n  pp_layers: [1, 2]", NULL, 2, "pp_layers", "parallel.pp_layers",
+     "expected the counts to add up to num_layers (2), found 3"},
+    {"pp_layers_negative", "  tp: 1", "  pp: 2\n  pp_layers: [3, -1]", NULL, 2, "-1", "parallel.pp_layers",
+     "expected item 1 to be a layer count"},
     {"ep_for_dense", "  tp: 1", "  ep: 2", NULL, 2, "ep: 2", "parallel.ep", "expected 1 for the dense family llama"},
     {"min_lr_above_lr", "min_lr: 3.0e-4", "min_lr: 5.0e-3", NULL, 1, "min_lr", "optimizer.min_lr",
      "expected at most optimizer.lr (0.003), found 0.005"},
