@@ -224,26 +224,57 @@ static int recipe_text(const Recipe *recipe, const char *tmp, unsigned char **te
     return rc;
 }
 
-/* Everything after the temporary directory exists; the caller removes it on failure. */
-static int write_contents(const char *tmp, const CkptPayload *p, CkptWriteStats *stats, char *err, size_t errlen) {
+int ckpt_write_shard_file(const char *tmp, const char *name, uint32_t file_index, const CkptPayload *p,
+                          CkptShard *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
     const size_t chunk_bytes = p->chunk_bytes ? p->chunk_bytes : CKPT_DEFAULT_CHUNK_BYTES;
     int num_jobs = 0;
     ChunkJob *jobs = plan_chunks(p, chunk_bytes, &num_jobs);
-    CkptChunk *chunks = mt_calloc((size_t)(num_jobs ? num_jobs : 1), sizeof *chunks);
-    CkptFileMeta files[3];
-    memset(files, 0, sizeof files);
-    CkptTensorMeta *tensors = mt_calloc((size_t)(p->num_sources ? p->num_sources : 1), sizeof *tensors);
+    out->chunks = mt_calloc((size_t)(num_jobs ? num_jobs : 1), sizeof *out->chunks);
+    out->tensors = mt_calloc((size_t)(p->num_sources ? p->num_sources : 1), sizeof *out->tensors);
+    out->num_tensors = p->num_sources;
+    char path[MT_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/%s", tmp, name);
+    uint64_t size = 0;
+    uint32_t crc = 0;
+    int rc = write_shard(path, p, jobs, num_jobs, chunk_bytes, out->chunks, &size, &crc, err, errlen);
+    if (rc == 0) {
+        snprintf(out->name, sizeof out->name, "%s", name);
+        out->file = (CkptFileMeta){out->name, CKPT_FILE_SHARD, size, crc};
+        /* Tensors: one per source, its chunks in job order (jobs are grouped by source). */
+        for (int j = 0, t = -1; j < num_jobs; j++) {
+            out->chunks[j].file = file_index;
+            if (t < 0 || jobs[j].source != jobs[j - 1].source) {
+                t = jobs[j].source;
+                const CkptSource *s = &p->sources[t];
+                out->tensors[t] = (CkptTensorMeta){.name = (char *)s->name, .dtype = CKPT_DTYPE_FP32,
+                                                   .ndim = s->ndim, .chunks = &out->chunks[j]};
+                memcpy(out->tensors[t].shape, s->global_shape, sizeof out->tensors[t].shape);
+            }
+            out->tensors[t].num_chunks++;
+            out->raw_bytes += jobs[j].raw_bytes;
+        }
+    }
+    free(jobs);
+    if (rc != 0) ckpt_shard_free(out);
+    return rc;
+}
+
+void ckpt_shard_free(CkptShard *shard) {
+    free(shard->chunks);
+    free(shard->tensors);
+    memset(shard, 0, sizeof *shard);
+}
+
+int ckpt_write_metadata(const char *tmp, const CkptPayload *p, const CkptFileMeta *shards, int num_shards,
+                        const CkptTensorMeta *tensors, int num_tensors, uint32_t num_ranks, CkptWriteStats *stats,
+                        char *err, size_t errlen) {
+    CkptFileMeta *files = mt_calloc((size_t)num_shards + 2, sizeof *files);
+    memcpy(files, shards, (size_t)num_shards * sizeof *files);
     unsigned char *encoded = NULL, *recipe_yaml = NULL;
     char *model_yaml = NULL;
     int rc = -1;
-
-    char path[MT_PATH_MAX + 64];
-    snprintf(path, sizeof path, "%s/%s", tmp, SHARD_NAME);
-    uint64_t shard_size = 0;
-    uint32_t shard_crc = 0;
-    if (write_shard(path, p, jobs, num_jobs, chunk_bytes, chunks, &shard_size, &shard_crc, err, errlen) != 0) goto done;
-    files[0] = (CkptFileMeta){SHARD_NAME, CKPT_FILE_SHARD, shard_size, shard_crc};
-    int num_files = 1;
+    int num_files = num_shards;
 
     size_t model_len = 0;
     model_yaml = ckpt_model_config_yaml(p->model_config, &model_len);
@@ -257,20 +288,6 @@ static int write_contents(const char *tmp, const CkptPayload *p, CkptWriteStats 
                               err, errlen) != 0)
             goto done;
     }
-
-    /* Tensors: one per source, its chunks in job order (jobs are grouped by source). */
-    uint64_t raw_total = 0;
-    for (int j = 0, t = -1; j < num_jobs; j++) {
-        if (t < 0 || jobs[j].source != jobs[j - 1].source) {
-            t = jobs[j].source;
-            const CkptSource *s = &p->sources[t];
-            tensors[t] = (CkptTensorMeta){.name = (char *)s->name, .dtype = CKPT_DTYPE_FP32, .ndim = s->ndim,
-                                          .chunks = &chunks[j]};
-            memcpy(tensors[t].shape, s->global_shape, sizeof tensors[t].shape);
-        }
-        tensors[t].num_chunks++;
-        raw_total += jobs[j].raw_bytes;
-    }
     char writer[64];
     snprintf(writer, sizeof writer, "megatrain %s", MEGATRAIN_VERSION);
     CkptMeta meta = {
@@ -278,45 +295,51 @@ static int write_contents(const char *tmp, const CkptPayload *p, CkptWriteStats 
         .writer = writer,
         .iteration = p->iteration,
         .created_unix = (int64_t)time(NULL),
-        .num_ranks = 1,
+        .num_ranks = num_ranks,
         .has_state = p->has_state,
         .state = p->state,
         .num_files = num_files,
         .files = files,
-        .num_tensors = p->num_sources,
-        .tensors = tensors,
+        .num_tensors = num_tensors,
+        .tensors = (CkptTensorMeta *)tensors,
     };
     size_t encoded_len = 0;
     if (ckpt_meta_encode(&meta, &encoded, &encoded_len, err, errlen) != 0) goto done;
     ckpt_test_slow_point();
+    char path[MT_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/%s", tmp, CKPT_METADATA_FILE);
     if (ckpt_write_file(path, encoded, encoded_len, err, errlen) != 0) goto done;
     if (ckpt_sync_dir(tmp, err, errlen) != 0) goto done;
     if (stats) {
-        stats->raw_bytes = raw_total;
         stats->stored_bytes = encoded_len;
         for (int i = 0; i < num_files; i++) stats->stored_bytes += files[i].size;
     }
     rc = 0;
 done:
-    free(jobs);
-    free(chunks);
-    free(tensors);
+    free(files);
     free(encoded);
     free(model_yaml);
     free(recipe_yaml);
     return rc;
 }
 
-int ckpt_write_payload(const char *dir, const CkptPayload *p, CkptWriteStats *stats, char *err, size_t errlen) {
-    const double start = mt_now();
+/* Everything after the temporary directory exists; the caller removes it on failure. */
+static int write_contents(const char *tmp, const CkptPayload *p, CkptWriteStats *stats, char *err, size_t errlen) {
+    CkptShard shard;
+    if (ckpt_write_shard_file(tmp, SHARD_NAME, 0, p, &shard, err, errlen) != 0) return -1;
+    int rc = ckpt_write_metadata(tmp, p, &shard.file, 1, shard.tensors, shard.num_tensors, 1, stats, err, errlen);
+    if (rc == 0 && stats) stats->raw_bytes = shard.raw_bytes;
+    ckpt_shard_free(&shard);
+    return rc;
+}
+
+int ckpt_make_temp_dir(const char *dir, char *tmp, size_t tmplen, char *err, size_t errlen) {
     struct stat st;
     if (lstat(dir, &st) == 0) {
         mt_set_error(err, errlen, "%s: already exists; a checkpoint is never overwritten", dir);
         return -1;
     }
-    char tmp[MT_PATH_MAX + 32];
-    if (mt_temp_name(tmp, sizeof tmp, dir) != 0) {
+    if (mt_temp_name(tmp, tmplen, dir) != 0) {
         mt_set_error(err, errlen, "%s: path too long", dir);
         return -1;
     }
@@ -326,10 +349,11 @@ int ckpt_write_payload(const char *dir, const CkptPayload *p, CkptWriteStats *st
         mt_set_error(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
         return -1;
     }
-    if (write_contents(tmp, p, stats, err, errlen) != 0) {
-        ckpt_remove_tree(tmp, ignored, sizeof ignored);
-        return -1;
-    }
+    return 0;
+}
+
+int ckpt_commit_dir(const char *tmp, const char *dir, char *err, size_t errlen) {
+    char ignored[256];
     ckpt_test_slow_point();
     if (ckpt_rename_noreplace(tmp, dir) != 0) {
         mt_set_error(err, errlen, "%s: cannot rename %s into place: %s", dir, tmp,
@@ -343,6 +367,19 @@ int ckpt_write_payload(const char *dir, const CkptPayload *p, CkptWriteStats *st
         ckpt_remove_tree(dir, ignored, sizeof ignored);
         return -1;
     }
+    return 0;
+}
+
+int ckpt_write_payload(const char *dir, const CkptPayload *p, CkptWriteStats *stats, char *err, size_t errlen) {
+    const double start = mt_now();
+    char tmp[MT_PATH_MAX + 32];
+    if (ckpt_make_temp_dir(dir, tmp, sizeof tmp, err, errlen) != 0) return -1;
+    char ignored[256];
+    if (write_contents(tmp, p, stats, err, errlen) != 0) {
+        ckpt_remove_tree(tmp, ignored, sizeof ignored);
+        return -1;
+    }
+    if (ckpt_commit_dir(tmp, dir, err, errlen) != 0) return -1;
     if (stats) stats->seconds = mt_now() - start;
     return 0;
 }

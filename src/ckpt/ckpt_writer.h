@@ -4,9 +4,9 @@
  * A writing rank passes its regions of global tensors (CkptSource); each
  * region is cut along its first dimension into chunks of at most
  * chunk_bytes, compressed in parallel, and appended as zstd frames to
- * shard_RRRRR.zst. One rank for now: it also writes model.yaml, recipe.yaml
- * and metadata.mtck; a multi-rank save will gather the chunk lists to rank 0
- * before that last step, with no change to the files. */
+ * shard_RRRRR.zst. A single-rank save also writes model.yaml, recipe.yaml
+ * and metadata.mtck (ckpt_write_payload); a save over ranks (ckpt_dist.h)
+ * has each rank write its shard file and rank 0 the metadata of them all. */
 #ifndef MT_CKPT_CKPT_WRITER_H
 #define MT_CKPT_CKPT_WRITER_H
 
@@ -61,6 +61,38 @@ CkptSource *ckpt_sources_from_model(const Model *model, const float *params, con
 
 /* The CkptState of a run at `state` (the schedule position follows from recipe). */
 CkptState ckpt_state_of(const TrainState *state, long optimizer_step, const Recipe *recipe);
+
+/* One shard file written by one rank: its chunks and, per source, the
+ * tensor they belong to (tensors[i].chunks points into chunks). */
+typedef struct CkptShard {
+    char name[64];
+    CkptFileMeta file;             /* name points into `name` */
+    CkptChunk *chunks;
+    CkptTensorMeta *tensors;       /* one per source (names point into the payload's sources) */
+    int num_tensors;
+    uint64_t raw_bytes;
+} CkptShard;
+
+/* Write the payload's sources into <tmp>/<name> as one shard file (listed
+ * as file `file_index` of the metadata), fsynced. Returns 0, or -1 with err
+ * set (out is then empty). */
+int ckpt_write_shard_file(const char *tmp, const char *name, uint32_t file_index, const CkptPayload *p,
+                          CkptShard *out, char *err, size_t errlen);
+void ckpt_shard_free(CkptShard *shard);
+
+/* Write model.yaml, recipe.yaml (when p->recipe) and metadata.mtck listing
+ * `shards` first and `tensors` (from p: the model config, recipe, state and
+ * iteration) into tmp, then fsync tmp. stats->stored_bytes is set when stats. */
+int ckpt_write_metadata(const char *tmp, const CkptPayload *p, const CkptFileMeta *shards, int num_shards,
+                        const CkptTensorMeta *tensors, int num_tensors, uint32_t num_ranks, CkptWriteStats *stats,
+                        char *err, size_t errlen);
+
+/* The temporary directory of a save of `dir` ("<dir>.tmp.<pid>", created;
+ * dir must not exist). Returns 0, or -1 with err set. */
+int ckpt_make_temp_dir(const char *dir, char *tmp, size_t tmplen, char *err, size_t errlen);
+/* Rename the complete tmp to dir (never replacing) and fsync the parent;
+ * on failure nothing is left at either name. */
+int ckpt_commit_dir(const char *tmp, const char *dir, char *err, size_t errlen);
 
 /* Write the checkpoint directory `dir` (which must not exist) under the
  * temporary name "<dir>.tmp.<pid>", fsync everything, rename it into place
