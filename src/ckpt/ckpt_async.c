@@ -19,6 +19,7 @@
 
 #include "../core/error.h"
 #include "../core/timer.h"
+#include "ckpt_dist.h"
 #include "ckpt_run.h"
 
 #define WRITER_NICE 10
@@ -45,6 +46,13 @@ struct CkptSaver {
     int num_sources;
     CkptPayload payload;
     long job_step;
+
+    /* saves over ranks (ckpt_saver_distribute) */
+    const Comm *world;
+    bool dist, writer;
+    bool job_dist;           /* the writer thread's job is this rank's shard only */
+    bool dist_pending;       /* begun, shards written or being written, not finished (same on every rank) */
+    CkptDistSave dist_save;
 };
 
 static void log_saved(const char *checkpoints_dir, long step, const CkptWriteStats *st, bool async) {
@@ -64,8 +72,13 @@ static void *writer_main(void *arg) {
 
         char err[2048] = "";
         CkptWriteStats stats = {0};
-        int rc = ckpt_save_run(s->checkpoints_dir, s->job_step, &s->payload, &s->cfg, &stats, err, sizeof err);
-        if (rc == 0) log_saved(s->checkpoints_dir, s->job_step, &stats, true);
+        int rc = 0;
+        if (s->job_dist) { /* its outcome is reported by ckpt_dist_finish */
+            ckpt_dist_write(&s->dist_save, &s->payload);
+        } else {
+            rc = ckpt_save_run(s->checkpoints_dir, s->job_step, &s->payload, &s->cfg, &stats, err, sizeof err);
+            if (rc == 0) log_saved(s->checkpoints_dir, s->job_step, &stats, true);
+        }
 
         pthread_mutex_lock(&s->mutex);
         s->job_status = rc;
@@ -136,6 +149,41 @@ static int save_sync(CkptSaver *s, const Model *model, const AdamW *opt, const T
     return 0;
 }
 
+void ckpt_saver_distribute(CkptSaver *s, const Comm *world, bool writer) {
+    s->world = world;
+    s->dist = world->size > 1;
+    s->writer = writer;
+}
+
+/* Collective: finish the pending save over ranks. */
+static int finish_dist(CkptSaver *s, bool async, char *err, size_t errlen) {
+    CkptWriteStats stats = {0};
+    char why[2048];
+    s->dist_pending = false;
+    if (ckpt_dist_finish(&s->dist_save, &s->payload, &s->cfg, s->checkpoints_dir, &stats, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "checkpoint at step %ld failed: %s", s->dist_save.step, why);
+        return -1;
+    }
+    log_saved(s->checkpoints_dir, s->dist_save.step, &stats, async);
+    return 0;
+}
+
+static int save_sync_dist(CkptSaver *s, const Model *model, const AdamW *opt, const TrainState *state, char *err,
+                          size_t errlen) {
+    char why[2048];
+    if (ckpt_dist_begin(&s->dist_save, s->world, s->checkpoints_dir, state->step, s->writer, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "checkpoint at step %ld failed: %s", state->step, why);
+        return -1;
+    }
+    int num_sources = 0;
+    CkptSource *sources = ckpt_sources_from_model(model, model->params, opt->m, opt->v, &num_sources);
+    s->payload = payload_for(s, model, sources, num_sources, state, opt->step, omp_get_max_threads());
+    ckpt_dist_write(&s->dist_save, &s->payload);
+    int rc = finish_dist(s, false, err, errlen);
+    free(sources);
+    return rc;
+}
+
 /* Wait for the writer; -1 with its error if its last job failed and that was not reported yet. */
 static int wait_idle_locked(CkptSaver *s, char *err, size_t errlen) {
     while (s->busy) pthread_cond_wait(&s->cond, &s->mutex);
@@ -152,7 +200,17 @@ static int save_async(CkptSaver *s, const Model *model, const AdamW *opt, const 
     pthread_mutex_lock(&s->mutex);
     int rc = wait_idle_locked(s, err, errlen);
     pthread_mutex_unlock(&s->mutex);
+    if (rc == 0 && s->dist_pending) rc = finish_dist(s, true, err, errlen);
     if (rc != 0) return -1;
+    if (s->dist) {
+        char why[2048];
+        if (ckpt_dist_begin(&s->dist_save, s->world, s->checkpoints_dir, state->step, s->writer, why, sizeof why) != 0) {
+            mt_set_error(err, errlen, "checkpoint at step %ld failed: %s", state->step, why);
+            return -1;
+        }
+        s->dist_pending = true;
+        if (!s->writer) return 0;
+    }
 
     /* The writer is idle: the snapshot and the payload are ours. */
     const long n = model->num_floats;
@@ -171,6 +229,7 @@ static int save_async(CkptSaver *s, const Model *model, const AdamW *opt, const 
     const int threads = omp_get_max_threads() / 2; /* leave the step loop most of the cores */
     s->payload = payload_for(s, model, s->sources, s->num_sources, state, opt->step, threads > 1 ? threads : 1);
     s->job_step = state->step;
+    s->job_dist = s->dist;
 
     pthread_mutex_lock(&s->mutex);
     s->busy = true;
@@ -184,14 +243,29 @@ int ckpt_saver_save(CkptSaver *s, const Model *model, const AdamW *optimizer, co
                     size_t errlen) {
     const double start = mt_now();
     int rc = s->cfg.async ? save_async(s, model, optimizer, state, err, errlen)
+             : s->dist    ? save_sync_dist(s, model, optimizer, state, err, errlen)
                           : save_sync(s, model, optimizer, state, err, errlen);
     s->blocked_seconds += mt_now() - start;
     s->last_step = state->step;
     return rc;
 }
 
+/* Collective (a save over ranks pending): whether every rank's writer is done. */
+static bool all_written(CkptSaver *s) {
+    pthread_mutex_lock(&s->mutex);
+    int32_t done = !s->busy;
+    pthread_mutex_unlock(&s->mutex);
+    int32_t *all = mt_malloc((size_t)s->world->size * sizeof(int32_t));
+    comm_all_gather(s->world, &done, all, 1, COMM_INT32);
+    bool every = true;
+    for (int r = 0; r < s->world->size; r++) every = every && all[r];
+    free(all);
+    return every;
+}
+
 int ckpt_saver_poll(CkptSaver *s, char *err, size_t errlen) {
     if (!s->cfg.async) return 0;
+    if (s->dist_pending && all_written(s)) return finish_dist(s, true, err, errlen);
     pthread_mutex_lock(&s->mutex);
     int rc = 0;
     if (s->failure_unreported) {
@@ -208,6 +282,10 @@ int ckpt_saver_wait(CkptSaver *s, char *err, size_t errlen) {
     pthread_mutex_lock(&s->mutex);
     int rc = wait_idle_locked(s, err, errlen);
     pthread_mutex_unlock(&s->mutex);
+    if (s->dist_pending) { /* collective: every rank waits here */
+        int fin = finish_dist(s, true, err, errlen);
+        if (rc == 0) rc = fin;
+    }
     return rc;
 }
 

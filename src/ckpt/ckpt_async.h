@@ -14,6 +14,7 @@
 #include <stddef.h>
 
 #include "../config/recipe.h"
+#include "../dist/comm.h"
 #include "../model/model.h"
 #include "../train/optimizer.h"
 #include "../train/train_state.h"
@@ -24,6 +25,15 @@ typedef struct CkptSaver CkptSaver;
  * (async, compression_level, keep_last, keep_every). `recipe` is stored in
  * every checkpoint and must outlive the saver. */
 CkptSaver *ckpt_saver_create(const char *checkpoints_dir, const Recipe *recipe);
+
+/* Save over the ranks of `world` (when it has more than one): every rank
+ * calls save(), poll() and wait() at the same steps (they become collective);
+ * a `writer` writes its blocks of the model (ParamInfo regions, each element
+ * by one rank: norm_owner) into its own shard file and rank 0 writes the
+ * metadata (ckpt_dist.h). Asynchronously, the shards are written in the
+ * background and the save is finished by the first poll() after every rank's
+ * writer is done (or by the next save() or wait()). */
+void ckpt_saver_distribute(CkptSaver *saver, const Comm *world, bool writer);
 
 /* Save the state after step state->step. Sync: writes it all. Async: waits
  * for the previous save, then copies and returns. Returns 0, or -1 with err

@@ -35,7 +35,9 @@
 CkptSource *ckpt_sources_from_model(const Model *model, const float *params, const float *m, const float *v,
                                     int *num_sources) {
     const int copies = (m && v) ? 3 : 1;
-    const int n = model->num_params * copies;
+    int owned = 0;
+    for (int i = 0; i < model->num_params; i++) owned += model->param_info[i].norm_owner;
+    const int n = owned * copies;
     const size_t name_bytes = 128;
     char *block = mt_calloc(1, (size_t)n * (sizeof(CkptSource) + name_bytes));
     CkptSource *sources = (CkptSource *)block;
@@ -44,15 +46,21 @@ CkptSource *ckpt_sources_from_model(const Model *model, const float *params, con
     const float *bases[] = {params, m, v};
     int k = 0;
     for (int c = 0; c < copies; c++)
-        for (int i = 0; i < model->num_params; i++, k++) {
+        for (int i = 0; i < model->num_params; i++) {
             const ParamInfo *info = &model->param_info[i];
+            if (!info->norm_owner) continue; /* a copy another rank writes */
             CkptSource *s = &sources[k];
             char *name = names + (size_t)k * name_bytes;
             snprintf(name, name_bytes, "%s%s", prefixes[c], info->name);
             s->name = name;
             s->ndim = info->ndim;
-            for (int d = 0; d < info->ndim; d++) s->global_shape[d] = s->shape[d] = info->shape[d];
+            for (int d = 0; d < info->ndim; d++) {
+                s->global_shape[d] = info->global_shape[d];
+                s->start[d] = info->global_start[d];
+                s->shape[d] = info->shape[d];
+            }
             s->data = bases[c] + info->offset;
+            k++;
         }
     *num_sources = n;
     return sources;
@@ -305,6 +313,15 @@ int ckpt_write_metadata(const char *tmp, const CkptPayload *p, const CkptFileMet
     };
     size_t encoded_len = 0;
     if (ckpt_meta_encode(&meta, &encoded, &encoded_len, err, errlen) != 0) goto done;
+    /* What a reader will check (every tensor tiled exactly by its chunks,
+     * from every rank's shard) is checked before anything is committed. */
+    CkptMeta check;
+    char why[512];
+    if (ckpt_meta_decode(encoded, encoded_len, &check, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "%s: the metadata would not read back: %s", tmp, why);
+        goto done;
+    }
+    ckpt_meta_free(&check);
     ckpt_test_slow_point();
     char path[MT_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/%s", tmp, CKPT_METADATA_FILE);

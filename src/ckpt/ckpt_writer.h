@@ -54,7 +54,9 @@ typedef struct CkptWriteStats {
 
 /* The sources of a model's parameters and, when m/v are not NULL, the
  * optimizer moments "optimizer.m.<name>" / "optimizer.v.<name>", reading
- * from `params`, `m`, `v` (each laid out like model->params). The array and
+ * from `params`, `m`, `v` (each laid out like model->params): for a rank of
+ * a parallel layout, its blocks of the global tensors that it owns
+ * (ParamInfo.norm_owner: a replica another rank also holds is left out). The array and
  * its names are one allocation: free() it. */
 CkptSource *ckpt_sources_from_model(const Model *model, const float *params, const float *m, const float *v,
                                     int *num_sources);

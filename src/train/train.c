@@ -16,12 +16,12 @@
 #include "../core/error.h"
 #include "../core/timer.h"
 #include "../dist/comm.h"
+#include "../dist/dp_sync.h"
 #include "../obs/health.h"
 #include "../obs/replica_check.h"
 #include "metrics.h"
 #include "train_context.h"
 #include "train_device.h"
-#include "train_gather.h"
 #include "train_signal.h"
 
 /* 1234567 -> "1.23M" (for the banner). */
@@ -65,31 +65,14 @@ static void print_error(const char *err) {
     fprintf(stderr, "megatrain: error: %s\n", err);
 }
 
-/* Rank 0 saves `model` at the current step with `optimizer` unless that
- * step is saved already. 0 or -1 (printed). Parameters that are not all
- * finite are never saved. */
-static int save_state(TrainContext *ctx, CkptSaver *saver, const Model *model, const AdamW *optimizer) {
-    if (comm_world()->rank != 0) return 0; /* rank 0 writes the job's checkpoints (dp replicas are equal) */
-    if (ckpt_saver_last_step(saver) == ctx->state.step) return 0;
-    if (ctx->cuda) train_device_sync_to_host(ctx); /* weights and AdamW moments from the GPU */
-    char err[2048];
-    if (!health_params_finite(model)) {
-        mt_set_error(err, sizeof err, "step %ld: the parameters hold NaN or Inf; not saving a checkpoint",
-                     ctx->state.step);
-        print_error(err);
-        return -1;
-    }
-    if (ckpt_saver_save(saver, model, optimizer, &ctx->state, err, sizeof err) != 0) {
-        print_error(err);
-        return -1;
-    }
-    return 0;
-}
-
-/* Save at the current step (every rank calls it: the distributed
- * optimizer's moments and a parallel layout's parts are gathered first,
- * collectives). 0 or -1, the same on every rank. */
+/* Save at the current step with every rank (a collective: the distributed
+ * optimizer's moments are gathered over dp first; each rank with dp = cp = 0
+ * writes its blocks of the model into its own shard file and rank 0 the
+ * metadata, src/ckpt/ckpt_dist.h). Parameters that are not all finite are
+ * never saved. 0 or -1 (printed), the same on every rank. */
 static int save_now(TrainContext *ctx, CkptSaver *saver) {
+    if (ckpt_saver_last_step(saver) == ctx->state.step) return 0;
+    const bool writer = ctx->grid.coords.dp == 0 && ctx->grid.coords.cp == 0;
     AdamW full = {0};
     if (ctx->zero1_on) {
         adamw_init(&full, ctx->model->num_floats);
@@ -97,23 +80,22 @@ static int save_now(TrainContext *ctx, CkptSaver *saver) {
         zero1_gather_full(&ctx->zero1, ctx->optimizer.v, full.v);
         full.step = ctx->optimizer.step;
     }
-    const AdamW *optimizer = ctx->zero1_on ? &full : &ctx->optimizer;
-    int status;
-    if (ctx->layout.model_parallel) { /* rank 0 writes the whole model */
-        AdamW whole_opt = {0};
-        /* kept: an asynchronous save reads its registry in the background */
-        ctx->whole = train_gather_whole(ctx, ctx->whole, optimizer, &whole_opt);
-        status = ctx->whole ? save_state(ctx, saver, ctx->whole, &whole_opt) : 0;
-        if (whole_opt.m) adamw_free(&whole_opt);
-    } else {
-        status = save_state(ctx, saver, ctx->model, optimizer);
+    if (ctx->cuda && writer) train_device_sync_to_host(ctx); /* weights and AdamW moments from the GPU */
+    char err[2048];
+    int status = 0;
+    double finite = !writer || health_params_finite(ctx->model) ? 1.0 : 0.0;
+    if (ctx->layout.world_size > 1) finite = dp_sum_double(comm_world(), finite) == (double)ctx->layout.world_size;
+    if (!finite) {
+        mt_set_error(err, sizeof err, "step %ld: the parameters hold NaN or Inf; not saving a checkpoint",
+                     ctx->state.step);
+        if (comm_world()->rank == 0) print_error(err);
+        status = -1;
+    } else if (ckpt_saver_save(saver, ctx->model, ctx->zero1_on ? &full : &ctx->optimizer, &ctx->state, err,
+                               sizeof err) != 0) {
+        if (comm_world()->rank == 0) print_error(err);
+        status = -1;
     }
     if (full.m) adamw_free(&full);
-    if (ctx->layout.world_size > 1) { /* a failed save stops every rank */
-        int64_t failed = status != 0;
-        comm_broadcast(comm_world(), &failed, 1, COMM_INT64, 0);
-        status = failed ? -1 : 0;
-    }
     return status;
 }
 
@@ -212,6 +194,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     char err[2048];
 
     CkptSaver *saver = ckpt_saver_create(ctx->checkpoints_dir, recipe);
+    ckpt_saver_distribute(saver, comm_world(), ctx->grid.coords.dp == 0 && ctx->grid.coords.cp == 0);
     train_signals_install();
     while (ctx->state.step < ctx->total_steps && !(stop_signal = train_signal_received())) {
         if (train_step(ctx, &result, err, sizeof err) != 0) {

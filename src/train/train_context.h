@@ -29,7 +29,6 @@ typedef struct TrainContext {
     Pipeline pipe;            /* pp > 1: the pipeline executor */
     long total_steps;
     Model *model;             /* this rank's part; on a GPU run: the registry and the weights for checkpoints */
-    Model *whole;             /* world rank 0 of a parallel layout: the whole model gathered for checkpoints */
     struct CudaModel *cuda;   /* run.device: cuda (train_device.h); NULL on the CPU */
     AdamW optimizer;          /* with the distributed optimizer: this rank's shard of the moments */
     Zero1 zero1;              /* parallel.distributed_optimizer with dp > 1 on the CPU (src/dist/zero1.h) */

@@ -207,7 +207,6 @@ void train_teardown(TrainContext *ctx) {
     if (ctx->cuda) train_device_detach(ctx);
     if (ctx->layout.pp > 1) pipeline_free(&ctx->pipe);
     if (ctx->model) model_free(ctx->model);
-    if (ctx->whole) model_free(ctx->whole);
     if (ctx->optimizer.m) adamw_free(&ctx->optimizer);
     if (ctx->zero1_on) zero1_free(&ctx->zero1);
     if (ctx->train_data) data_loader_free(ctx->train_data);
