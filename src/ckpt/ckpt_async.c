@@ -53,6 +53,10 @@ struct CkptSaver {
     bool job_dist;           /* the writer thread's job is this rank's shard only */
     bool dist_pending;       /* begun, shards written or being written, not finished (same on every rank) */
     CkptDistSave dist_save;
+    /* the distributed optimizer: the moments are this rank's flat ranges */
+    const size_t *range_begin, *range_end;
+    int num_ranges;
+    bool write_params;
 };
 
 static void log_saved(const char *checkpoints_dir, long step, const CkptWriteStats *st, bool async) {
@@ -155,6 +159,23 @@ void ckpt_saver_distribute(CkptSaver *s, const Comm *world, bool writer) {
     s->writer = writer;
 }
 
+void ckpt_saver_shard_moments(CkptSaver *s, const size_t *begin, const size_t *end, int num_ranges, bool write_params) {
+    s->range_begin = begin;
+    s->range_end = end;
+    s->num_ranges = num_ranges;
+    s->write_params = write_params;
+}
+
+/* The sources of params / m / v (m and v laid out like params, or this
+ * rank's packed ranges under ckpt_saver_shard_moments). */
+static CkptSource *sources_of(const CkptSaver *s, const Model *model, const float *params, const float *m,
+                              const float *v, int *count) {
+    if (s->num_ranges > 0)
+        return ckpt_sources_sharded(model, s->write_params ? params : NULL, m, v, s->range_begin, s->range_end,
+                                    s->num_ranges, count);
+    return ckpt_sources_from_model(model, params, m, v, count);
+}
+
 /* Collective: finish the pending save over ranks. */
 static int finish_dist(CkptSaver *s, bool async, char *err, size_t errlen) {
     CkptWriteStats stats = {0};
@@ -176,7 +197,7 @@ static int save_sync_dist(CkptSaver *s, const Model *model, const AdamW *opt, co
         return -1;
     }
     int num_sources = 0;
-    CkptSource *sources = ckpt_sources_from_model(model, model->params, opt->m, opt->v, &num_sources);
+    CkptSource *sources = sources_of(s, model, model->params, opt->m, opt->v, &num_sources);
     s->payload = payload_for(s, model, sources, num_sources, state, opt->step, omp_get_max_threads());
     ckpt_dist_write(&s->dist_save, &s->payload);
     int rc = finish_dist(s, false, err, errlen);
@@ -212,20 +233,21 @@ static int save_async(CkptSaver *s, const Model *model, const AdamW *opt, const 
         if (!s->writer) return 0;
     }
 
-    /* The writer is idle: the snapshot and the payload are ours. */
-    const long n = model->num_floats;
+    /* The writer is idle: the snapshot and the payload are ours. Snapshot:
+     * params (n floats) | m | v (opt->num_floats each: n, or this rank's ranges). */
+    const long n = model->num_floats, k = opt->num_floats;
     if (!s->snapshot) {
-        s->snapshot = mt_malloc((size_t)n * 3 * sizeof(float));
-        s->snapshot_floats = n;
-        s->sources = ckpt_sources_from_model(model, s->snapshot, s->snapshot + n, s->snapshot + 2 * n, &s->num_sources);
+        s->snapshot = mt_malloc((size_t)(n + 2 * k) * sizeof(float));
+        s->snapshot_floats = n + 2 * k;
+        s->sources = sources_of(s, model, s->snapshot, s->snapshot + n, s->snapshot + n + k, &s->num_sources);
     }
-    if (s->snapshot_floats != n) {
+    if (s->snapshot_floats != n + 2 * k) {
         mt_set_error(err, errlen, "checkpoint: the model changed size during the run");
         return -1;
     }
     memcpy(s->snapshot, model->params, (size_t)n * sizeof(float));
-    memcpy(s->snapshot + n, opt->m, (size_t)n * sizeof(float));
-    memcpy(s->snapshot + 2 * n, opt->v, (size_t)n * sizeof(float));
+    memcpy(s->snapshot + n, opt->m, (size_t)k * sizeof(float));
+    memcpy(s->snapshot + n + k, opt->v, (size_t)k * sizeof(float));
     const int threads = omp_get_max_threads() / 2; /* leave the step loop most of the cores */
     s->payload = payload_for(s, model, s->sources, s->num_sources, state, opt->step, threads > 1 ? threads : 1);
     s->job_step = state->step;

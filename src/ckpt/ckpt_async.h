@@ -35,6 +35,13 @@ CkptSaver *ckpt_saver_create(const char *checkpoints_dir, const Recipe *recipe);
  * writer is done (or by the next save() or wait()). */
 void ckpt_saver_distribute(CkptSaver *saver, const Comm *world, bool writer);
 
+/* With the distributed optimizer: the optimizer passed to save() holds
+ * only this rank's flat ranges [begin[i], end[i]) of the moments, packed
+ * (the arrays must outlive the saver); this rank writes their moments, and
+ * its parameters only when write_params. */
+void ckpt_saver_shard_moments(CkptSaver *saver, const size_t *begin, const size_t *end, int num_ranges,
+                              bool write_params);
+
 /* Save the state after step state->step. Sync: writes it all. Async: waits
  * for the previous save, then copies and returns. Returns 0, or -1 with err
  * (this save or the previous background one failed). */

@@ -66,6 +66,95 @@ CkptSource *ckpt_sources_from_model(const Model *model, const float *params, con
     return sources;
 }
 
+/* Append the rectangles of local elements [a, b) of parameter `info` (laid
+ * out row-major in its block), reading from data, named prefix + name. With
+ * out == NULL only counts. Returns how many. */
+static int range_rectangles(const ParamInfo *info, const char *prefix, long a, long b, const float *data,
+                            CkptSource *out, char *names, size_t name_bytes) {
+    const long cols = info->ndim == 2 ? info->shape[1] : info->shape[0];
+    int n = 0;
+    while (a < b) {
+        const long row = info->ndim == 2 ? a / cols : 0, col = info->ndim == 2 ? a % cols : a;
+        long rows = 1, width = cols - col < b - a ? cols - col : b - a;
+        if (info->ndim == 2 && col == 0 && b - a >= cols) { /* whole rows */
+            rows = (b - a) / cols;
+            width = cols;
+        }
+        if (out) {
+            CkptSource *s = &out[n];
+            char *name = names + (size_t)n * name_bytes;
+            snprintf(name, name_bytes, "%s%s", prefix, info->name);
+            s->name = name;
+            s->ndim = info->ndim;
+            s->global_shape[0] = info->global_shape[0];
+            s->global_shape[1] = info->global_shape[1];
+            if (info->ndim == 2) {
+                s->start[0] = info->global_start[0] + row;
+                s->start[1] = info->global_start[1] + col;
+                s->shape[0] = rows;
+                s->shape[1] = width;
+            } else {
+                s->start[0] = info->global_start[0] + col;
+                s->shape[0] = width;
+            }
+            s->data = data;
+        }
+        data += rows * width;
+        a += rows * width;
+        n++;
+    }
+    return n;
+}
+
+/* The moment rectangles (or their count with out == NULL) of the owned ranges. */
+static int shard_rectangles(const Model *model, const char *prefix, const float *shard, const size_t *begin,
+                            const size_t *end, int num_ranges, CkptSource *out, char *names, size_t name_bytes) {
+    int n = 0;
+    const float *data = shard;
+    for (int r = 0; r < num_ranges; r++)
+        for (int i = 0; i < model->num_params; i++) {
+            const ParamInfo *info = &model->param_info[i];
+            const size_t p0 = info->offset, p1 = info->offset + (size_t)info->numel;
+            const size_t a = begin[r] > p0 ? begin[r] : p0, b = end[r] < p1 ? end[r] : p1;
+            if (a >= b) continue;
+            if (info->norm_owner)
+                n += range_rectangles(info, prefix, (long)(a - p0), (long)(b - p0), data, out ? out + n : NULL,
+                                      names ? names + (size_t)n * name_bytes : NULL, name_bytes);
+            data += b - a;
+        }
+    return n;
+}
+
+CkptSource *ckpt_sources_sharded(const Model *model, const float *params, const float *m_shard, const float *v_shard,
+                                 const size_t *begin, const size_t *end, int num_ranges, int *num_sources) {
+    int owned = 0;
+    if (params)
+        for (int i = 0; i < model->num_params; i++) owned += model->param_info[i].norm_owner;
+    const int moments = shard_rectangles(model, "", NULL, begin, end, num_ranges, NULL, NULL, 0);
+    const int n = owned + 2 * moments;
+    const size_t name_bytes = 128;
+    char *block = mt_calloc(1, (size_t)(n ? n : 1) * (sizeof(CkptSource) + name_bytes));
+    CkptSource *sources = (CkptSource *)block;
+    char *names = block + (size_t)(n ? n : 1) * sizeof(CkptSource);
+    int k = 0;
+    if (params) {
+        int count = 0;
+        CkptSource *own = ckpt_sources_from_model(model, params, NULL, NULL, &count);
+        for (int i = 0; i < count; i++, k++) {
+            sources[k] = own[i];
+            snprintf(names + (size_t)k * name_bytes, name_bytes, "%s", own[i].name);
+            sources[k].name = names + (size_t)k * name_bytes;
+        }
+        free(own);
+    }
+    k += shard_rectangles(model, "optimizer.m.", m_shard, begin, end, num_ranges, sources + k,
+                          names + (size_t)k * name_bytes, name_bytes);
+    k += shard_rectangles(model, "optimizer.v.", v_shard, begin, end, num_ranges, sources + k,
+                          names + (size_t)k * name_bytes, name_bytes);
+    *num_sources = k;
+    return sources;
+}
+
 CkptState ckpt_state_of(const TrainState *state, long optimizer_step, const Recipe *recipe) {
     CkptState s = {
         .step = state->step,

@@ -3,7 +3,6 @@
  * multiple of dp, part r is [r * share, (r + 1) * share) of it. */
 #include "zero1.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,13 +64,6 @@ void zero1_reduce_scatter_grads(const Zero1 *z, float *grads) {
     free(part);
 }
 
-double zero1_grad_norm(const Zero1 *z, const float *grads) {
-    double sum = 0.0;
-    for (int r = 0; r < z->num_ranges; r++)
-        for (size_t i = z->begin[r]; i < z->end[r]; i++) sum += (double)grads[i] * (double)grads[i];
-    return sqrt(dp_sum_double(z->dp, sum));
-}
-
 /* All-gather over buckets of this rank's parts, taken from `shard` (packed)
  * or, when shard is NULL, from `full` itself; every bucket lands in full. */
 static void gather_buckets(const Zero1 *z, float *full, const float *shard) {
@@ -97,7 +89,6 @@ static void gather_buckets(const Zero1 *z, float *full, const float *shard) {
 
 void zero1_all_gather(const Zero1 *z, float *buf) { gather_buckets(z, buf, NULL); }
 
-void zero1_gather_full(const Zero1 *z, const float *shard, float *full) { gather_buckets(z, full, shard); }
 
 void zero1_take_shard(const Zero1 *z, const float *full, float *shard) {
     size_t at = 0;

@@ -3,11 +3,12 @@
  * buffers. The flat parameter array is cut into the same buckets as
  * dp_sync.h, each bucket into dp equal parts; rank r owns part r of every
  * bucket. Per step: gradients are reduce-scattered (each rank gets the mean
- * of its parts), the global norm comes from every rank's parts, each rank
+ * of its parts), the global norm comes from every rank's parts (src/train/grad_sync.c), each rank
  * updates its parts with AdamW moments kept for its parts only (1/dp of the
  * memory), and the parameters are all-gathered, so every replica holds the
- * same bits. Checkpoints hold the full moments: zero1_gather_full before a
- * save, zero1_take_shard after a load (so any dp size can resume them). */
+ * same bits. Checkpoints hold the whole moments: each rank writes its parts
+ * (ckpt_sources_sharded), and after a load zero1_take_shard keeps this
+ * rank's (so any dp size can resume them). */
 #ifndef MT_DIST_ZERO1_H
 #define MT_DIST_ZERO1_H
 
@@ -28,12 +29,8 @@ void zero1_free(Zero1 *z);
 
 /* Collective: grads on this rank's parts become the dp mean (other floats are left as they were). */
 void zero1_reduce_scatter_grads(const Zero1 *z, float *grads);
-/* Collective: the L2 norm of the whole (averaged) gradient, from every rank's parts. */
-double zero1_grad_norm(const Zero1 *z, const float *grads);
 /* Collective: every rank's parts of buf to every rank (buf is complete everywhere after). */
 void zero1_all_gather(const Zero1 *z, float *buf);
-/* Collective: full[count] on every rank from every rank's shard[owned]. */
-void zero1_gather_full(const Zero1 *z, const float *shard, float *full);
 /* shard[owned] = this rank's parts of full[count]. */
 void zero1_take_shard(const Zero1 *z, const float *full, float *shard);
 

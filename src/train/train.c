@@ -65,21 +65,14 @@ static void print_error(const char *err) {
     fprintf(stderr, "megatrain: error: %s\n", err);
 }
 
-/* Save at the current step with every rank (a collective: the distributed
- * optimizer's moments are gathered over dp first; each rank with dp = cp = 0
- * writes its blocks of the model into its own shard file and rank 0 the
- * metadata, src/ckpt/ckpt_dist.h). Parameters that are not all finite are
- * never saved. 0 or -1 (printed), the same on every rank. */
+/* Save at the current step with every rank (a collective: each rank with
+ * dp = cp = 0 writes its blocks of the model into its own shard file, and
+ * with the distributed optimizer every dp rank its part of the moments;
+ * rank 0 writes the metadata, src/ckpt/ckpt_dist.h). Parameters that are
+ * not all finite are never saved. 0 or -1 (printed), the same on every rank. */
 static int save_now(TrainContext *ctx, CkptSaver *saver) {
     if (ckpt_saver_last_step(saver) == ctx->state.step) return 0;
     const bool writer = ctx->grid.coords.dp == 0 && ctx->grid.coords.cp == 0;
-    AdamW full = {0};
-    if (ctx->zero1_on) {
-        adamw_init(&full, ctx->model->num_floats);
-        zero1_gather_full(&ctx->zero1, ctx->optimizer.m, full.m);
-        zero1_gather_full(&ctx->zero1, ctx->optimizer.v, full.v);
-        full.step = ctx->optimizer.step;
-    }
     if (ctx->cuda && writer) train_device_sync_to_host(ctx); /* weights and AdamW moments from the GPU */
     char err[2048];
     int status = 0;
@@ -90,12 +83,10 @@ static int save_now(TrainContext *ctx, CkptSaver *saver) {
                      ctx->state.step);
         if (comm_world()->rank == 0) print_error(err);
         status = -1;
-    } else if (ckpt_saver_save(saver, ctx->model, ctx->zero1_on ? &full : &ctx->optimizer, &ctx->state, err,
-                               sizeof err) != 0) {
+    } else if (ckpt_saver_save(saver, ctx->model, &ctx->optimizer, &ctx->state, err, sizeof err) != 0) {
         if (comm_world()->rank == 0) print_error(err);
         status = -1;
     }
-    if (full.m) adamw_free(&full);
     return status;
 }
 
@@ -194,7 +185,10 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     char err[2048];
 
     CkptSaver *saver = ckpt_saver_create(ctx->checkpoints_dir, recipe);
-    ckpt_saver_distribute(saver, comm_world(), ctx->grid.coords.dp == 0 && ctx->grid.coords.cp == 0);
+    const bool params_writer = ctx->grid.coords.dp == 0 && ctx->grid.coords.cp == 0;
+    ckpt_saver_distribute(saver, comm_world(), ctx->zero1_on ? ctx->grid.coords.cp == 0 : params_writer);
+    if (ctx->zero1_on)
+        ckpt_saver_shard_moments(saver, ctx->zero1.begin, ctx->zero1.end, ctx->zero1.num_ranges, params_writer);
     train_signals_install();
     while (ctx->state.step < ctx->total_steps && !(stop_signal = train_signal_received())) {
         if (train_step(ctx, &result, err, sizeof err) != 0) {

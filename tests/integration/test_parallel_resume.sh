@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test_parallel_resume.sh: checkpoints across layouts. A run at tp 2, pp 2,
-# dp 2 (8 ranks, with and without the distributed optimizer) saves at step 5;
+# dp 2 (8 ranks, with and without the distributed optimizer) saves at step 5,
+# each rank its own shard file (with ZeRO-1 every dp rank its moments);
 # resuming it at tp 1 pp 1 dp 1, at tp 1 pp 2 dp 4 and at tp 2 cp 2 pp 2 vpp 2
 # continues as the uninterrupted single-rank run (losses and grad norms,
 # relative error < 1e-5), optimizer state included. The checkpoint converts
@@ -25,6 +26,9 @@ for zero in false true; do
   compare loss "$WORK/one/metrics.jsonl" "$saved/metrics.jsonl" || fail "tp2 pp2 dp2: losses differ from one rank"
   ckpt="$saved/checkpoints/iter_0000005"
   "$MEGATRAIN" inspect "$ckpt" > /dev/null || fail "the tp2 pp2 dp2 checkpoint does not verify"
+  # each tp x pp rank of dp 0 writes its shard; with ZeRO-1 every dp rank too (its part of the moments)
+  shards=$(ls "$ckpt" | grep -c '^shard_')
+  [[ $shards -eq $([[ $zero == true ]] && echo 8 || echo 4) ]] || fail "distributed optimizer $zero: $shards shard files"
   # name:ranks:settings of the resumed layout
   for layout in "tp1-pp1-dp1:1:" "tp1-pp2-dp4:8:--set parallel.pp=2" \
                 "tp2-cp2-pp2-vpp2:8:--set parallel.tp=2 --set parallel.cp=2 --set parallel.pp=2 --set parallel.vpp=2"; do
