@@ -105,6 +105,16 @@ static int validate_layout(const Recipe *r, const YNode *root, YLoc at, int worl
                          "stage %d has global batch size %ld; expected a multiple of micro_batch_size * dp = %d * %ld = %ld",
                          i, batch, r->train.micro_batch_size, dp, unit);
     }
+    if (p->vpp > 1 && p->pp > 1)
+        for (int i = 0; i < r->train.num_batch_stages; i++) {
+            long micro = r->train.batch_stages[i].global_batch_size / unit;
+            if (micro % p->pp == 0) continue;
+            char path[MT_KEY_PATH_MAX];
+            YLoc loc = stage_loc(root, at, i, path, sizeof path);
+            return key_error(err, errlen, loc, path,
+                             "the interleaved schedule (vpp %d) needs the micro-batches per step, global_batch_size / "
+                             "(micro_batch_size * dp) = %ld, to be a multiple of pp (%d)", p->vpp, micro, p->pp);
+        }
     if (m->num_attention_heads % p->tp != 0 || m->num_key_value_heads % p->tp != 0)
         return fail(err, errlen, root, at, "", "parallel.tp",
                     "expected a divisor of num_attention_heads (%d) and num_key_value_heads (%d), found %d",

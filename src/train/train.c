@@ -60,9 +60,13 @@ static void print_banner(const TrainContext *ctx) {
 
 static bool is_multiple(long step, long interval) { return interval > 0 && step % interval == 0; }
 
+/* With several ranks the message names the rank it comes from. */
 static void print_error(const char *err) {
     fflush(stdout);
-    fprintf(stderr, "megatrain: error: %s\n", err);
+    if (comm_world()->size > 1 && strncmp(err, "rank ", 5) != 0)
+        fprintf(stderr, "megatrain: error: rank %d: %s\n", comm_world()->rank, err);
+    else
+        fprintf(stderr, "megatrain: error: %s\n", err);
 }
 
 /* Save at the current step with every rank (a collective: each rank with
