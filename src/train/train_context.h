@@ -36,8 +36,9 @@ typedef struct TrainContext {
     DataLoader *train_data;
     DataLoader *valid_data;   /* NULL when evaluation is off */
     int32_t *sample;          /* seq_len + 1 tokens of one sample */
-    int32_t *inputs;          /* micro_batch_size x seq_len */
+    int32_t *inputs;          /* micro_batch_size x seq_len / cp */
     int32_t *targets;         /* micro_batch_size x seq_len (inputs shifted by one) */
+    int32_t *positions;       /* seq_len / cp: the positions of each sample this rank holds (context parallel) */
     TrainState state;
     StepTimers timers;        /* where the steps' time went since the last timers line */
     EnergyMeter energy;       /* the GPU's energy counter (NVML); closed on the CPU */

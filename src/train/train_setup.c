@@ -148,6 +148,8 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
     ctx->sample = mt_malloc(((size_t)train->seq_len + 1) * sizeof(int32_t));
     ctx->inputs = mt_malloc((size_t)B * (size_t)T * sizeof(int32_t));
     ctx->targets = mt_malloc((size_t)B * (size_t)T * sizeof(int32_t));
+    ctx->positions = mt_malloc((size_t)T * sizeof(int32_t));
+    model_cp_positions(T, ctx->layout.cp, ctx->part.cp_rank, ctx->positions);
 
     /* On a GPU the activations live on the device: the host model holds the weights only. */
     const bool cuda = strcmp(recipe->run.device, "cuda") == 0;
@@ -214,6 +216,7 @@ void train_teardown(TrainContext *ctx) {
     free(ctx->sample);
     free(ctx->inputs);
     free(ctx->targets);
+    free(ctx->positions);
     if (ctx->layout.world_size > 0) grid_free(&ctx->grid);
     memset(ctx, 0, sizeof *ctx);
 }

@@ -39,8 +39,7 @@ static int local_seq_len(const TrainContext *ctx) { return ctx->recipe->train.se
 static void load_micro_batch(TrainContext *ctx, const DataLoader *loader, int64_t first) {
     const int B = ctx->recipe->train.micro_batch_size;
     const int T = local_seq_len(ctx);
-    int32_t positions[T];
-    model_cp_positions(T, ctx->layout.cp, ctx->part.cp_rank, positions);
+    const int32_t *positions = ctx->positions;
     for (int b = 0; b < B; b++) {
         data_loader_get(loader, first + b, ctx->sample);
         for (int t = 0; t < T; t++) {
