@@ -42,6 +42,7 @@ typedef struct MoeConfig {
     double aux_loss_coeff;
     double z_loss_coeff;
     double capacity_factor; /* <= 0 means dropless (null) */
+    double bias_update_rate; /* expert_bias balancing: the bias step per optimizer step (1e-3) */
     int layer_freq;         /* every Nth layer is MoE when layer_mask_given is false */
     bool layer_mask_given;
     unsigned char layer_mask[MT_MAX_LAYERS]; /* 0/1 list from the recipe */

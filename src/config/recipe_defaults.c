@@ -15,6 +15,7 @@ void model_set_defaults(ModelConfig *model) {
     model->moe.load_balancing = LB_AUX_LOSS;
     model->moe.aux_loss_coeff = 1e-2;
     model->moe.layer_freq = 1;
+    model->moe.bias_update_rate = 1e-3;
 }
 
 void model_fill_derived(ModelConfig *model, const YNode *model_map) {

@@ -34,6 +34,7 @@ static const RecipeKey moe_keys[] = {
     {NUM_KEY("aux_loss_coeff", MoeConfig, aux_loss_coeff, 0)},
     {NUM_KEY("z_loss_coeff", MoeConfig, z_loss_coeff, 0)},
     {NUM_KEY("capacity_factor", MoeConfig, capacity_factor, 0), .nullable = true},
+    {NUM_KEY("bias_update_rate", MoeConfig, bias_update_rate, 0)},
     {CUSTOM_KEY("layer_freq", read_layer_freq, write_layer_freq)},
     {0},
 };

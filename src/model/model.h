@@ -56,6 +56,7 @@ typedef struct ParamInfo {
 } ParamInfo;
 
 typedef struct Model Model; /* layer pointers and activations are private */
+typedef struct MoeStep MoeStep; /* the routing statistics of a step (src/model/moe_layer.h) */
 
 #define MT_MAX_CHUNKS 16
 
@@ -73,6 +74,7 @@ typedef struct ModelPartition {
     bool has_head;               /* the last stage: final norm, lm_head and the loss (with tied
                                   * embeddings and pp > 1 it holds a copy of embed.weight) */
     const Comm *tp_comm, *cp_comm; /* groups of tp and cp ranks (outlive the model) */
+    const Comm *dp_comm;         /* the dp group (MoE global_aux_loss counts), NULL for one rank */
 } ModelPartition;
 
 /* The whole model on one rank. */
@@ -102,6 +104,7 @@ struct Model {
     float last_loss;         /* mean loss of the last forward with targets */
     void *priv;              /* activations and per-layer views (model.c) */
     bool shares_params;      /* a clone (model_clone_activations): params, grads, registry are base's */
+    MoeStep *moe_step;       /* MoE families: the step's routing statistics (shared with clones) */
 };
 
 /* Declare the parameters, allocate params/grads (zeroed) and activations for
@@ -169,6 +172,35 @@ void model_zero_grad(Model *model);
 
 /* Look up a parameter by name; NULL if absent. */
 const ParamInfo *model_find_param(const Model *model, const char *name);
+
+/* Whether layer `layer` of a config has a mixture-of-experts MLP (MoE
+ * families: every moe.layer_freq-th layer from 0, or the 0/1 list). */
+bool model_layer_is_moe(const ModelConfig *cfg, int layer);
+
+/* What a step's MoE layers did on this rank (model_moe_step_end). */
+typedef struct MoeStepStats {
+    int moe_layers;        /* MoE layers on this rank */
+    double aux_loss;       /* load-balancing losses (with their coefficient), summed over layers, per micro-batch */
+    double z_loss;         /* likewise the router z-losses */
+    double imbalance_sum;  /* sum over this rank's MoE layers of max / mean tokens per expert (counts over dp) */
+    long dropped, assignments; /* capacity drops and token-expert assignments of the step (this rank) */
+} MoeStepStats;
+
+/* The loss scale of the backward about to run through model_backward_layers
+ * on a stage without the head (the MoE auxiliary losses use it). */
+void model_set_backward_scale(Model *model, float loss_scale);
+
+/* The auxiliary losses (load balancing and z-loss, with their coefficients)
+ * of the last forward, summed over this rank's MoE layers: what backward
+ * differentiates besides the cross entropy (times its loss_scale). */
+double model_moe_last_aux(const Model *model);
+
+/* Before a step's micro-batches: forget the last step's routing counts. */
+void model_moe_step_begin(Model *model);
+/* After them (a collective over dp): the counts summed over dp, the stats,
+ * and with load_balancing: expert_bias each expert's bias moved by
+ * moe.bias_update_rate toward the mean load (+ when under, - when over). */
+void model_moe_step_end(Model *model, const Comm *dp, long num_micro, MoeStepStats *out);
 
 /* Parameter count for a config without allocating anything. */
 long model_count_params(const ModelConfig *cfg);

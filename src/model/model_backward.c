@@ -8,12 +8,13 @@
 
 #include "../core/error.h"
 #include "model_parallel.h"
+#include "moe_layer.h"
 
 static void zero(float *buf, long n) { memset(buf, 0, (size_t)n * sizeof(float)); }
 
 /* One block (local layer l). On entry s->d_resid holds dL/d(block output)
  * (residual rows, C); on exit it holds dL/d(block input). */
-static void block_backward(Model *model, int l, int B, int T) {
+static void block_backward(Model *model, int l, int B, int T, float loss_scale) {
     const BackendOps *ops = model->ops;
     const ModelConfig *c = &model->cfg;
     ModelPriv *pr = model->priv;
@@ -28,6 +29,14 @@ static void block_backward(Model *model, int l, int B, int T) {
 
     /* MLP half: out = resid_mid + down(act); d_resid flows to resid_mid unchanged. */
     const float *dy = tp_leave_backward(model, s->d_full, s->d_resid, N, C); /* (N, C) */
+    const float *g;
+    if (pr->moe[l]) {
+        zero(s->d_normed, (long)N * C);
+        moe_backward(model, l, pr->moe[l], a->mlp_in, dy, s->d_normed, loss_scale);
+        g = tp_enter_backward(model, s->d_normed, pr->shard, N, C);
+        ops->rmsnorm_backward(s->d_resid, dw->mlp_norm, g, a->resid_mid, w->mlp_norm, a->mlp_rstd, R, C);
+        goto attention;
+    }
     zero(s->d_act, (long)N * I);
     ops->matmul_backward(s->d_act, dw->down_weight, NULL, dy, a->act, w->down_weight, N, I, C);
     zero(s->d_gate, (long)N * I);
@@ -36,9 +45,10 @@ static void block_backward(Model *model, int l, int B, int T) {
     zero(s->d_normed, (long)N * C);
     ops->matmul_backward(s->d_normed, dw->gate_weight, NULL, s->d_gate, a->mlp_in, w->gate_weight, N, C, I);
     ops->matmul_backward(s->d_normed, dw->up_weight, NULL, s->d_up, a->mlp_in, w->up_weight, N, C, I);
-    const float *g = tp_enter_backward(model, s->d_normed, pr->shard, N, C); /* residual rows */
+    g = tp_enter_backward(model, s->d_normed, pr->shard, N, C); /* residual rows */
     ops->rmsnorm_backward(s->d_resid, dw->mlp_norm, g, a->resid_mid, w->mlp_norm, a->mlp_rstd, R, C);
     /* d_resid is now dL/d(resid_mid) */
+attention:
 
     /* attention half: resid_mid = resid_in + o_proj(attn_out) */
     dy = tp_leave_backward(model, s->d_full, s->d_resid, N, C);
@@ -95,6 +105,7 @@ void model_backward_head(Model *model, float loss_scale) {
     const int N = pr->B * pr->T, R = model_residual_rows(model, N), C = c->hidden_size;
     GradScratch *s = &pr->scratch;
 
+    pr->loss_scale = loss_scale; /* the MoE layers' auxiliary losses take it too */
     /* loss = loss_scale * mean over counted tokens, so each token's dloss is loss_scale / count. */
     float dloss = pr->num_targets > 0 ? (float)((double)loss_scale / (double)pr->num_targets) : 0.0f;
     vocab_cross_entropy_backward(model, pr->logits, pr->row_lse, pr->targets, dloss, N); /* (N, V/tp), in place */
@@ -109,7 +120,7 @@ void model_backward_head(Model *model, float loss_scale) {
 void model_backward_layers(Model *model, int chunk) {
     ModelPriv *pr = model->priv;
     const int first = model_chunk_start(&model->part, chunk);
-    for (int l = first + model->part.chunk_layers[chunk] - 1; l >= first; l--) block_backward(model, l, pr->B, pr->T);
+    for (int l = first + model->part.chunk_layers[chunk] - 1; l >= first; l--) block_backward(model, l, pr->B, pr->T, pr->loss_scale);
 }
 
 void model_backward_finish(Model *model) {

@@ -4,6 +4,7 @@
 
 #include "../core/error.h"
 #include "model_internal.h"
+#include "moe_layer.h"
 
 #define DEFAULT_INIT_STD 0.02
 
@@ -14,12 +15,20 @@ static int positive(int value, const char *key, char *err, size_t errlen) {
 }
 
 int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
-    if (cfg->family != FAMILY_LLAMA && cfg->family != FAMILY_QWEN2 && cfg->family != FAMILY_QWEN3) {
-        mt_set_error(err, errlen,
-                     "model.family: %s is a mixture-of-experts family; the dense model supports llama, qwen2 "
-                     "and qwen3",
-                     model_family_name(cfg->family));
-        return -1;
+    if (cfg->family == FAMILY_MIXTRAL || cfg->family == FAMILY_QWEN3_MOE) {
+        const MoeConfig *m = &cfg->moe;
+        if (m->num_experts < 1 || m->num_experts > MT_MOE_MAX_EXPERTS) {
+            mt_set_error(err, errlen, "model.moe.num_experts: expected 1..%d, found %d", MT_MOE_MAX_EXPERTS,
+                         m->num_experts);
+            return -1;
+        }
+        if (m->num_experts_per_tok < 1 || m->num_experts_per_tok > m->num_experts ||
+            m->num_experts_per_tok > MT_MOE_MAX_TOPK) {
+            mt_set_error(err, errlen, "model.moe.num_experts_per_tok: expected 1..min(num_experts, %d), found %d",
+                         MT_MOE_MAX_TOPK, m->num_experts_per_tok);
+            return -1;
+        }
+        if (positive(m->moe_intermediate_size, "moe.moe_intermediate_size", err, errlen)) return -1;
     }
     if (positive(cfg->num_layers, "num_layers", err, errlen) ||
         positive(cfg->hidden_size, "hidden_size", err, errlen) ||

@@ -7,6 +7,7 @@
 
 #include "../core/error.h"
 #include "model_internal.h"
+#include "moe_layer.h"
 
 /* Hands out consecutive pieces of one allocation; with base == NULL it only
  * counts. Pieces are rounded to 16 floats (64 bytes) to keep them aligned. */
@@ -51,6 +52,7 @@ static void layout_activations(Carver *c, ModelPriv *pr, const ModelConfig *cfg,
         a->mlp_normed = carve(c, R * C);
         a->mlp_rstd = carve(c, R);
         a->mlp_in = sp ? carve(c, N * C) : a->mlp_normed;
+        if (pr->moe[l]) continue; /* its MLP keeps its own buffers (moe_layer.h) */
         a->gate = carve(c, N * I);
         a->up = carve(c, N * I);
         a->act = carve(c, N * I);
@@ -105,6 +107,14 @@ LayerWeights model_layer_view(const Model *model, float *base, int layer) {
     w.gate_weight = slot_ptr(model, base, s->gate_weight);
     w.up_weight = slot_ptr(model, base, s->up_weight);
     w.down_weight = slot_ptr(model, base, s->down_weight);
+    w.router = slot_ptr(model, base, s->router);
+    w.expert_bias = slot_ptr(model, base, s->expert_bias);
+    w.e_gate = slot_ptr(model, base, s->e_gate);
+    w.e_up = slot_ptr(model, base, s->e_up);
+    w.e_down = slot_ptr(model, base, s->e_down);
+    w.s_gate = slot_ptr(model, base, s->s_gate);
+    w.s_up = slot_ptr(model, base, s->s_up);
+    w.s_down = slot_ptr(model, base, s->s_down);
     return w;
 }
 
@@ -154,6 +164,11 @@ static void create_priv(Model *model) {
     }
 
     pr->acts = mt_calloc((size_t)(L > 0 ? L : 1), sizeof *pr->acts);
+    pr->moe = mt_calloc((size_t)(L > 0 ? L : 1), sizeof *pr->moe);
+    for (int v = 0, l = 0; v < part->num_chunks; v++)
+        for (int i = 0; i < part->chunk_layers[v]; i++, l++)
+            if (model_layer_is_moe(c, part->chunk_first[v] + i) && max_B > 0)
+                pr->moe[l] = moe_acts_create(c, max_B * max_T);
     Carver counter = {NULL, 0};
     layout_activations(&counter, pr, c, part, (size_t)max_B, (size_t)max_T);
     pr->act_memory = mt_calloc(counter.used ? counter.used : 1, sizeof(float));
@@ -196,6 +211,8 @@ Model *model_create_part(const ModelConfig *cfg, const ModelPartition *part, con
     model->max_T = max_T;
 
     model->param_info = model_registry_build(c, part, &model->num_params, &model->num_floats, NULL);
+    if (c->family == FAMILY_MIXTRAL || c->family == FAMILY_QWEN3_MOE)
+        model->moe_step = moe_step_create(part->num_layers, c->moe.num_experts);
     model->params = mt_calloc((size_t)model->num_floats, sizeof(float));
     model->grads = mt_calloc((size_t)model->num_floats, sizeof(float));
     create_priv(model);
@@ -215,6 +232,8 @@ void model_free(Model *model) {
         free(pr->rope_sin_at);
         free(pr->positions);
         free(pr->row_lse);
+        for (int l = 0; l < model->part.num_layers; l++) moe_acts_free(pr->moe[l]);
+        free(pr->moe);
         free(pr->acts);
         free(pr->act_memory);
         free(pr->inputs);
@@ -222,6 +241,7 @@ void model_free(Model *model) {
         free(pr);
     }
     if (!model->shares_params) {
+        moe_step_free(model->moe_step);
         free(model->param_info);
         free(model->params);
         free(model->grads);

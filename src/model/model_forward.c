@@ -20,6 +20,7 @@
 
 #include "../core/error.h"
 #include "model_parallel.h"
+#include "moe_layer.h"
 
 static void check_tokens(const int32_t *tokens, long n, int V, const char *what, int allow_ignored) {
     for (long i = 0; i < n; i++) {
@@ -95,6 +96,11 @@ static void block_forward(Model *model, int l, float *out, int B, int T) {
     /* MLP half */
     ops->rmsnorm_forward(a->mlp_normed, a->mlp_rstd, a->resid_mid, w->mlp_norm, R, C, eps);
     x = tp_enter(model, a->mlp_in, a->mlp_normed, N, C);
+    if (pr->moe[l]) { /* mixture of experts (tp 1: the experts are not split) */
+        moe_forward(model, l, pr->moe[l], x, pr->proj_out, B, T);
+        ops->add(out, a->resid_mid, pr->proj_out, (long)R * C);
+        return;
+    }
     ops->matmul_forward(a->gate, x, w->gate_weight, NULL, N, C, I); /* (N, I) */
     ops->matmul_forward(a->up, x, w->up_weight, NULL, N, C, I);
     ops->swiglu_forward(a->act, a->gate, a->up, (long)N * I);

@@ -19,6 +19,10 @@ typedef struct LayerSlots {
     int o_weight;
     int mlp_norm;
     int gate_weight, up_weight, down_weight;
+    /* MoE layers (dense gate/up/down are -1 there) */
+    int router, expert_bias;              /* (E, C), (E) with load_balancing: expert_bias */
+    int e_gate, e_up, e_down;             /* stacked experts: (E*I, C), (E*I, C), (E*C, I) */
+    int s_gate, s_up, s_down;             /* shared expert (Is, C), (Is, C), (C, Is) */
 } LayerSlots;
 
 /* Registry indices of the whole model; lm_head is -1 with tied embeddings. */
@@ -37,6 +41,7 @@ typedef struct LayerWeights {
     float *o_weight;
     float *mlp_norm;
     float *gate_weight, *up_weight, *down_weight;
+    float *router, *expert_bias, *e_gate, *e_up, *e_down, *s_gate, *s_up, *s_down;
 } LayerWeights;
 
 /* What forward keeps of one layer for backward. N = B*T rows of this rank
@@ -99,6 +104,7 @@ typedef struct ModelPriv {
 
     float *act_memory;          /* one allocation for everything below */
     LayerActs *acts;            /* num_layers */
+    struct MoeActs **moe;       /* num_layers: the MoE layers' activations, NULL for dense layers */
     float *final_resid;         /* (N, C) output of the last layer */
     float *chunk_out[MT_MAX_CHUNKS]; /* output of each chunk's last layer (final_resid for the last chunk) */
     float *proj_out;            /* (N, C) scratch: o_proj / down_proj output before the residual add */
@@ -116,6 +122,7 @@ typedef struct ModelPriv {
     int B, T;                   /* shape of the last forward */
     long num_targets;           /* non-ignored targets of the last forward */
     int backward_ready;         /* 1 after a forward with targets, 0 after backward */
+    float loss_scale;           /* of the running backward (set by the last stage's head, or given) */
 } ModelPriv;
 
 /* Checks a config for the dense model; 0, or -1 with a message naming the key. */

@@ -70,6 +70,33 @@ static int norm(RegistryBuilder *b, bool keep, long size, bool partial, const ch
     return i;
 }
 
+bool model_layer_is_moe(const ModelConfig *cfg, int layer) {
+    if (cfg->family != FAMILY_MIXTRAL && cfg->family != FAMILY_QWEN3_MOE) return false;
+    if (cfg->moe.layer_mask_given) return cfg->moe.layer_mask[layer] != 0;
+    return layer % (cfg->moe.layer_freq > 0 ? cfg->moe.layer_freq : 1) == 0;
+}
+
+/* The MLP of a MoE layer: the router, its selection bias (expert_bias
+ * balancing; not trained: its gradient stays 0), the stacked experts and
+ * the shared expert. Experts are not split by tensor parallel. */
+static void declare_moe_mlp(RegistryBuilder *b, const ModelConfig *cfg, bool k, int i, float std, float out_std,
+                            LayerSlots *s) {
+    const MoeConfig *m = &cfg->moe;
+    const long C = cfg->hidden_size, E = m->num_experts, I = m->moe_intermediate_size;
+    const long Is = m->shared_expert_intermediate_size;
+    s->router = declare(b, k, E, C, TP_WHOLE, INIT_NORMAL, std, "layers.%d.mlp.router.weight", i);
+    if (m->load_balancing == LB_EXPERT_BIAS)
+        s->expert_bias = declare(b, k, E, 0, TP_WHOLE, INIT_ZEROS, 0, "layers.%d.mlp.router.expert_bias", i);
+    s->e_gate = declare(b, k, E * I, C, TP_WHOLE, INIT_NORMAL, std, "layers.%d.mlp.experts.gate_proj.weight", i);
+    s->e_up = declare(b, k, E * I, C, TP_WHOLE, INIT_NORMAL, std, "layers.%d.mlp.experts.up_proj.weight", i);
+    s->e_down = declare(b, k, E * C, I, TP_WHOLE, INIT_NORMAL, out_std, "layers.%d.mlp.experts.down_proj.weight", i);
+    if (Is > 0) {
+        s->s_gate = declare(b, k, Is, C, TP_WHOLE, INIT_NORMAL, std, "layers.%d.mlp.shared_expert.gate_proj.weight", i);
+        s->s_up = declare(b, k, Is, C, TP_WHOLE, INIT_NORMAL, std, "layers.%d.mlp.shared_expert.up_proj.weight", i);
+        s->s_down = declare(b, k, C, Is, TP_WHOLE, INIT_NORMAL, out_std, "layers.%d.mlp.shared_expert.down_proj.weight", i);
+    }
+}
+
 ParamInfo *model_registry_build(const ModelConfig *cfg, const ModelPartition *part, int *count, long *total_floats,
                                 ModelSlots *slots) {
     const long C = cfg->hidden_size, I = cfg->intermediate_size, V = cfg->vocab_size;
@@ -106,9 +133,13 @@ ParamInfo *model_registry_build(const ModelConfig *cfg, const ModelPartition *pa
         }
         s.o_weight = declare(&b, k, C, HD, TP_COLS, INIT_NORMAL, out_std, "layers.%d.attn.o_proj.weight", i);
         s.mlp_norm = norm(&b, k, C, sp, "layers.%d.mlp_norm.weight", i);
-        s.gate_weight = declare(&b, k, I, C, TP_ROWS, INIT_NORMAL, std, "layers.%d.mlp.gate_proj.weight", i);
-        s.up_weight = declare(&b, k, I, C, TP_ROWS, INIT_NORMAL, std, "layers.%d.mlp.up_proj.weight", i);
-        s.down_weight = declare(&b, k, C, I, TP_COLS, INIT_NORMAL, out_std, "layers.%d.mlp.down_proj.weight", i);
+        if (model_layer_is_moe(cfg, i)) {
+            declare_moe_mlp(&b, cfg, k, i, std, out_std, &s);
+        } else {
+            s.gate_weight = declare(&b, k, I, C, TP_ROWS, INIT_NORMAL, std, "layers.%d.mlp.gate_proj.weight", i);
+            s.up_weight = declare(&b, k, I, C, TP_ROWS, INIT_NORMAL, std, "layers.%d.mlp.up_proj.weight", i);
+            s.down_weight = declare(&b, k, C, I, TP_COLS, INIT_NORMAL, out_std, "layers.%d.mlp.down_proj.weight", i);
+        }
         if (ls && k) ls[local] = s;
     }
     int final_norm = declare(&b, part->has_head, C, 0, TP_WHOLE, INIT_ONES, 0, "final_norm.weight");

@@ -73,6 +73,7 @@ static void run_backward(Pipeline *p, PipeOp op, float loss_scale, int B, int T)
     const int s = p->stage, S = p->stages, v = op.chunk, g = v * S + s, last = S * p->vpp - 1;
     Model *m = p->slots[p->slot_of[op.micro]];
     const long floats = model_stage_floats(m, B, T);
+    model_set_backward_scale(m, loss_scale);
     if (g == last) model_backward_head(m, loss_scale);
     else comm_recv(p->group, model_stage_grad(m), (size_t)floats, COMM_FLOAT, (s + 1) % S, tag_of(p, op.micro, v, 1));
     model_backward_layers(m, v);

@@ -1,0 +1,520 @@
+/* moe_layer.c: the mixture-of-experts MLP on the CPU (moe_layer.h).
+ *
+ *   logits = x Wr^T (fp32)                                   (N, E)
+ *   scores = softmax(logits) | sigmoid(logits)
+ *   selected = top-k of scores (+ expert_bias, for the choice only)
+ *   raw = scores[selected];  weight = raw / sum(raw) with norm_topk_prob
+ *   capacity_factor c: each expert keeps its ceil(c N k / E) highest-scored
+ *   assignments, the others are dropped (weight 0)
+ *   out[n] = sum_j weight[n,j] * expert_{selected[n,j]}(x[n]) (+ shared(x[n]))
+ *   expert_e(x) = down_e(silu(gate_e(x)) * up_e(x))
+ *
+ * Experts' weights are stacked: gate/up (E*I, C), down (E*C, I). Assignments
+ * are grouped expert by expert (tokens ascending within an expert), so each
+ * expert runs one matmul over its rows; combine and scatter go token by
+ * token, slot by slot: the same sums in the same order for any thread count.
+ *
+ * Load balancing (Megatron's formulas; p = the scores, normalised to sum 1
+ * per token for sigmoid; counts are assignments before dropping):
+ *   aux_loss        coeff * E / (k N^2) * sum_e (sum_n p[n,e]) * count[e]
+ *   seq_aux_loss    the same per sequence (T tokens), averaged over the B sequences
+ *   global_aux_loss coeff * E / (k N G) * sum_e (sum_n p[n,e]) * G_e, with G_e
+ *                   the counts summed over the step's micro-batches so far and
+ *                   over the dp ranks, G their tokens
+ *   expert_bias     no loss: a bias added to the scores for the choice only,
+ *                   moved after each step toward the mean load (model_moe_step_end)
+ *   z-loss          z_loss_coeff * mean_n logsumexp(logits[n])^2 */
+#include "moe_layer.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+#include "../dist/dp_sync.h"
+
+MoeActs *moe_acts_create(const ModelConfig *cfg, int max_tokens) {
+    const MoeConfig *m = &cfg->moe;
+    const size_t N = (size_t)(max_tokens > 0 ? max_tokens : 1), E = (size_t)m->num_experts;
+    const size_t k = (size_t)m->num_experts_per_tok, I = (size_t)m->moe_intermediate_size;
+    const size_t C = (size_t)cfg->hidden_size, Is = (size_t)m->shared_expert_intermediate_size;
+    MoeActs *a = mt_calloc(1, sizeof *a);
+    a->logits = mt_calloc(N * E, sizeof(float));
+    a->scores = mt_calloc(N * E, sizeof(float));
+    a->selected = mt_calloc(N * k, sizeof(int32_t));
+    a->raw = mt_calloc(N * k, sizeof(float));
+    a->weight = mt_calloc(N * k, sizeof(float));
+    a->position = mt_calloc(N * k, sizeof(int32_t));
+    a->token = mt_calloc(N * k, sizeof(int32_t));
+    a->offsets = mt_calloc(E + 1, sizeof(int32_t));
+    a->xin = mt_calloc(N * k * C, sizeof(float));
+    a->gate = mt_calloc(N * k * I, sizeof(float));
+    a->up = mt_calloc(N * k * I, sizeof(float));
+    a->act = mt_calloc(N * k * I, sizeof(float));
+    a->y = mt_calloc(N * k * C, sizeof(float));
+    a->d_rows = mt_calloc(N * k * C, sizeof(float));
+    a->d_act = mt_calloc(N * k * I, sizeof(float));
+    a->d_gate = mt_calloc(N * k * I, sizeof(float));
+    a->d_up = mt_calloc(N * k * I, sizeof(float));
+    a->d_scores = mt_calloc(N * E, sizeof(float));
+    a->d_logits = mt_calloc(N * E, sizeof(float));
+    if (Is > 0) {
+        a->s_gate = mt_calloc(N * Is, sizeof(float));
+        a->s_up = mt_calloc(N * Is, sizeof(float));
+        a->s_act = mt_calloc(N * Is, sizeof(float));
+        a->d_shared_act = mt_calloc(N * Is, sizeof(float));
+        a->d_shared_gate = mt_calloc(N * Is, sizeof(float));
+        a->d_shared_up = mt_calloc(N * Is, sizeof(float));
+    }
+    a->counts = mt_calloc(E, sizeof(double));
+    a->aux_counts = mt_calloc(E, sizeof(double));
+    return a;
+}
+
+MoeStep *moe_step_create(int num_layers, int E) {
+    MoeStep *s = mt_calloc(1, sizeof *s);
+    s->num_layers = num_layers;
+    s->E = E;
+    s->counts = mt_calloc((size_t)(num_layers > 0 ? num_layers : 1) * E, sizeof(double));
+    s->global_counts = mt_calloc((size_t)(num_layers > 0 ? num_layers : 1) * E, sizeof(double));
+    s->global_tokens = mt_calloc((size_t)(num_layers > 0 ? num_layers : 1), sizeof(double));
+    return s;
+}
+
+void moe_step_free(MoeStep *s) {
+    if (!s) return;
+    free(s->counts);
+    free(s->global_counts);
+    free(s->global_tokens);
+    free(s);
+}
+
+void moe_acts_free(MoeActs *a) {
+    if (!a) return;
+    void *bufs[] = {a->logits, a->scores, a->selected, a->raw, a->weight, a->position, a->token, a->offsets,
+                    a->xin, a->gate, a->up, a->act, a->y, a->d_rows, a->d_act, a->d_gate, a->d_up, a->d_scores,
+                    a->d_logits, a->s_gate, a->s_up, a->s_act, a->d_shared_act, a->d_shared_gate,
+                    a->d_shared_up, a->counts, a->aux_counts};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    free(a);
+}
+
+/* scores from logits, row by row */
+static void router_scores(const MoeConfig *m, const float *logits, float *scores, int N, int E) {
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *l = logits + (size_t)n * E;
+        float *s = scores + (size_t)n * E;
+        if (m->score_function == SCORE_SIGMOID) {
+            for (int e = 0; e < E; e++) s[e] = (float)(1.0 / (1.0 + exp(-(double)l[e])));
+            continue;
+        }
+        double mx = -INFINITY, sum = 0.0;
+        for (int e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
+        for (int e = 0; e < E; e++) sum += exp((double)l[e] - mx);
+        for (int e = 0; e < E; e++) s[e] = (float)(exp((double)l[e] - mx) / sum);
+    }
+}
+
+/* The k best experts of each token by score (+ bias), ties to the lower index; raw and weights. */
+static void route(const MoeConfig *m, MoeActs *a, const float *bias, int N, int E) {
+    const int k = m->num_experts_per_tok;
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *s = a->scores + (size_t)n * E;
+        int32_t *sel = a->selected + (size_t)n * k;
+        for (int j = 0; j < k; j++) {
+            int best = -1;
+            double best_v = -INFINITY;
+            for (int e = 0; e < E; e++) {
+                bool taken = false;
+                for (int i = 0; i < j; i++) taken |= sel[i] == e;
+                const double v = (double)s[e] + (bias ? (double)bias[e] : 0.0);
+                if (!taken && (best < 0 || v > best_v)) {
+                    best = e;
+                    best_v = v;
+                }
+            }
+            sel[j] = best;
+        }
+        double sum = 0.0;
+        for (int j = 0; j < k; j++) {
+            a->raw[(size_t)n * k + j] = s[sel[j]];
+            sum += s[sel[j]];
+        }
+        for (int j = 0; j < k; j++)
+            a->weight[(size_t)n * k + j] =
+                m->norm_topk_prob ? (float)(a->raw[(size_t)n * k + j] / sum) : a->raw[(size_t)n * k + j];
+    }
+}
+
+/* Group the assignments expert by expert (tokens ascending), dropping what
+ * exceeds the capacity (lowest scores first). Fills position, token, offsets. */
+static void group(const MoeConfig *m, MoeActs *a, int N, int E) {
+    const int k = m->num_experts_per_tok;
+    memset(a->counts, 0, (size_t)E * sizeof(double));
+    for (long i = 0; i < (long)N * k; i++) a->counts[a->selected[i]] += 1.0;
+    long capacity = (long)N * k;
+    if (m->capacity_factor > 0) capacity = (long)ceil(m->capacity_factor * (double)N * k / E);
+    a->dropped = 0;
+    int row = 0;
+    for (int e = 0; e < E; e++) {
+        a->offsets[e] = row;
+        long have = (long)a->counts[e];
+        double threshold = -INFINITY; /* keep scores above it, and ties by token order */
+        long ties_kept = capacity;
+        if (have > capacity) { /* the capacity-th highest raw score of this expert */
+            float *vals = mt_malloc((size_t)have * sizeof(float));
+            long c = 0;
+            for (long i = 0; i < (long)N * k; i++)
+                if (a->selected[i] == e) vals[c++] = a->raw[i];
+            for (long i = 0; i < capacity; i++) { /* partial selection sort: enough for tests and small E */
+                long best = i;
+                for (long j = i + 1; j < have; j++)
+                    if (vals[j] > vals[best]) best = j;
+                float t = vals[i];
+                vals[i] = vals[best];
+                vals[best] = t;
+            }
+            threshold = capacity > 0 ? vals[capacity - 1] : INFINITY;
+            ties_kept = 0;
+            for (long i = 0; i < capacity; i++) ties_kept += vals[i] == threshold;
+            free(vals);
+        }
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < k; j++) {
+                const long i = (long)n * k + j;
+                if (a->selected[i] != e) continue;
+                bool keep = have <= capacity || a->raw[i] > threshold || (a->raw[i] == threshold && ties_kept-- > 0);
+                if (!keep) {
+                    a->position[i] = -1;
+                    a->weight[i] = 0.0f;
+                    a->dropped++;
+                    continue;
+                }
+                a->position[i] = row;
+                a->token[row++] = n;
+            }
+    }
+    a->offsets[E] = row;
+}
+
+/* p[n, e]: the scores as probabilities (sigmoid scores normalised per token). */
+static double prob(const MoeConfig *m, const float *s, int E, int e, double *row_sum_cache) {
+    if (m->score_function != SCORE_SIGMOID) return s[e];
+    if (*row_sum_cache < 0) {
+        double sum = 0.0;
+        for (int i = 0; i < E; i++) sum += s[i];
+        *row_sum_cache = sum;
+    }
+    return s[e] / *row_sum_cache;
+}
+
+/* The load-balancing loss of the last routing of local layer l and the counts it uses. */
+static void balance_loss(Model *model, int l, MoeActs *a, int B, int T) {
+    const MoeConfig *m = &model->cfg.moe;
+    MoeStep *step = model->moe_step;
+    const int N = B * T, E = m->num_experts, k = m->num_experts_per_tok;
+    a->aux_loss = 0.0;
+    for (int e = 0; e < E; e++) step->counts[(size_t)l * E + e] += a->counts[e];
+    if (m->load_balancing == LB_NONE || m->load_balancing == LB_EXPERT_BIAS || !(m->aux_loss_coeff > 0)) return;
+    if (m->load_balancing == LB_SEQ_AUX_LOSS) {
+        double total = 0.0;
+        for (int b = 0; b < B; b++) {
+            double *cnt = mt_calloc((size_t)E, sizeof(double)), *psum = mt_calloc((size_t)E, sizeof(double));
+            for (int t = 0; t < T; t++) {
+                const int n = b * T + t;
+                double cache = -1;
+                for (int j = 0; j < k; j++) cnt[a->selected[(size_t)n * k + j]] += 1.0;
+                for (int e = 0; e < E; e++) psum[e] += prob(m, a->scores + (size_t)n * E, E, e, &cache);
+            }
+            double sum = 0.0;
+            for (int e = 0; e < E; e++) sum += psum[e] * cnt[e];
+            total += m->aux_loss_coeff * E / ((double)k * T * T) * sum;
+            free(cnt);
+            free(psum);
+        }
+        a->aux_loss = total / B;
+        return;
+    }
+    if (m->load_balancing == LB_GLOBAL_AUX_LOSS) { /* running counts over the step and the dp ranks */
+        double *mine = mt_malloc(((size_t)E + 1) * sizeof(double));
+        memcpy(mine, a->counts, (size_t)E * sizeof(double));
+        mine[E] = N;
+        if (model->part.dp_comm) comm_all_reduce_sum_double(model->part.dp_comm, mine, (size_t)E + 1);
+        double *global = step->global_counts + (size_t)l * E;
+        for (int e = 0; e < E; e++) global[e] += mine[e];
+        step->global_tokens[l] += mine[E];
+        free(mine);
+        memcpy(a->aux_counts, global, (size_t)E * sizeof(double));
+        a->aux_tokens = step->global_tokens[l];
+    } else {
+        memcpy(a->aux_counts, a->counts, (size_t)E * sizeof(double));
+        a->aux_tokens = N;
+    }
+    double sum = 0.0;
+    for (int n = 0; n < N; n++) {
+        double cache = -1;
+        for (int e = 0; e < E; e++) sum += prob(m, a->scores + (size_t)n * E, E, e, &cache) * a->aux_counts[e];
+    }
+    a->aux_loss = m->aux_loss_coeff * E / ((double)k * N * a->aux_tokens) * sum;
+}
+
+static double row_logsumexp(const float *l, int E) {
+    double mx = -INFINITY, sum = 0.0;
+    for (int e = 0; e < E; e++) mx = l[e] > mx ? l[e] : mx;
+    for (int e = 0; e < E; e++) sum += exp((double)l[e] - mx);
+    return mx + log(sum);
+}
+
+void moe_forward(Model *model, int l, MoeActs *a, const float *x, float *out, int B, int T) {
+    const BackendOps *ops = model->ops;
+    const ModelConfig *c = &model->cfg;
+    const MoeConfig *m = &c->moe;
+    const ModelPriv *pr = model->priv;
+    const LayerWeights *w = &pr->weights[l];
+    const int N = B * T, C = c->hidden_size, E = m->num_experts, k = m->num_experts_per_tok;
+    const int I = m->moe_intermediate_size, Is = m->shared_expert_intermediate_size;
+    a->N = N;
+
+    ops->matmul_forward(a->logits, x, w->router, NULL, N, C, E);
+    router_scores(m, a->logits, a->scores, N, E);
+    route(m, a, w->expert_bias, N, E);
+    group(m, a, N, E);
+    balance_loss(model, l, a, B, T);
+    a->z_loss = 0.0;
+    if (m->z_loss_coeff > 0) {
+        double sum = 0.0;
+        for (int n = 0; n < N; n++) {
+            const double lse = row_logsumexp(a->logits + (size_t)n * E, E);
+            sum += lse * lse;
+        }
+        a->z_loss = m->z_loss_coeff * sum / N;
+    }
+    MoeStep *step = model->moe_step;
+    step->aux_sum += a->aux_loss;
+    step->z_sum += a->z_loss;
+    step->dropped += a->dropped;
+    step->assignments += (long)N * k;
+
+    /* experts, each on its rows */
+    const int rows = a->offsets[E];
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; r++) memcpy(a->xin + (size_t)r * C, x + (size_t)a->token[r] * C, (size_t)C * sizeof(float));
+    for (int e = 0; e < E; e++) {
+        const int r0 = a->offsets[e], n_e = a->offsets[e + 1] - r0;
+        if (n_e == 0) continue;
+        const float *xe = a->xin + (size_t)r0 * C;
+        ops->matmul_forward(a->gate + (size_t)r0 * I, xe, w->e_gate + (size_t)e * I * C, NULL, n_e, C, I);
+        ops->matmul_forward(a->up + (size_t)r0 * I, xe, w->e_up + (size_t)e * I * C, NULL, n_e, C, I);
+        ops->swiglu_forward(a->act + (size_t)r0 * I, a->gate + (size_t)r0 * I, a->up + (size_t)r0 * I, (long)n_e * I);
+        ops->matmul_forward(a->y + (size_t)r0 * C, a->act + (size_t)r0 * I, w->e_down + (size_t)e * C * I, NULL, n_e, I, C);
+    }
+    if (Is > 0) { /* the shared expert sees every token */
+        ops->matmul_forward(a->s_gate, x, w->s_gate, NULL, N, C, Is);
+        ops->matmul_forward(a->s_up, x, w->s_up, NULL, N, C, Is);
+        ops->swiglu_forward(a->s_act, a->s_gate, a->s_up, (long)N * Is);
+        ops->matmul_forward(out, a->s_act, w->s_down, NULL, N, Is, C);
+    } else {
+        memset(out, 0, (size_t)N * C * sizeof(float));
+    }
+    /* combine: token by token, slot by slot */
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *o = out + (size_t)n * C;
+        for (int j = 0; j < k; j++) {
+            const int32_t r = a->position[(size_t)n * k + j];
+            if (r < 0) continue;
+            const float wt = a->weight[(size_t)n * k + j];
+            const float *y = a->y + (size_t)r * C;
+            for (int i = 0; i < C; i++) o[i] += wt * y[i];
+        }
+    }
+}
+
+void moe_backward(Model *model, int l, MoeActs *a, const float *x, const float *d_out, float *d_x, float loss_scale) {
+    const BackendOps *ops = model->ops;
+    const ModelConfig *c = &model->cfg;
+    const MoeConfig *m = &c->moe;
+    const ModelPriv *pr = model->priv;
+    const LayerWeights *w = &pr->weights[l];
+    const LayerWeights *dw = &pr->weight_grads[l];
+    const int N = a->N, C = c->hidden_size, E = m->num_experts, k = m->num_experts_per_tok;
+    const int I = m->moe_intermediate_size, Is = m->shared_expert_intermediate_size;
+    const int rows = a->offsets[E];
+    memset(a->d_scores, 0, (size_t)N * E * sizeof(float));
+
+    /* combine: d_weight and the rows' output gradients */
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        const float *g = d_out + (size_t)n * C;
+        double d_w[MT_MOE_MAX_TOPK];
+        double sum_dw_w = 0.0;
+        for (int j = 0; j < k; j++) {
+            const int32_t r = a->position[(size_t)n * k + j];
+            d_w[j] = 0.0;
+            if (r < 0) continue;
+            const float wt = a->weight[(size_t)n * k + j];
+            const float *y = a->y + (size_t)r * C;
+            float *dr = a->d_rows + (size_t)r * C;
+            double dot = 0.0;
+            for (int i = 0; i < C; i++) {
+                dot += (double)g[i] * y[i];
+                dr[i] = wt * g[i];
+            }
+            d_w[j] = dot;
+            sum_dw_w += dot * wt;
+        }
+        /* through the renormalisation to the selected scores */
+        double S = 0.0;
+        for (int j = 0; j < k; j++) S += a->raw[(size_t)n * k + j];
+        for (int j = 0; j < k; j++) {
+            const double d_raw = m->norm_topk_prob ? (d_w[j] - sum_dw_w) / S : d_w[j];
+            a->d_scores[(size_t)n * E + a->selected[(size_t)n * k + j]] += (float)d_raw;
+        }
+    }
+    /* experts */
+    memset(a->d_act, 0, (size_t)rows * I * sizeof(float));
+    memset(a->d_gate, 0, (size_t)rows * I * sizeof(float));
+    memset(a->d_up, 0, (size_t)rows * I * sizeof(float));
+    for (int e = 0; e < E; e++) {
+        const int r0 = a->offsets[e], n_e = a->offsets[e + 1] - r0;
+        if (n_e == 0) continue;
+        float *dy = a->d_rows + (size_t)r0 * C;
+        ops->matmul_backward(a->d_act + (size_t)r0 * I, dw->e_down + (size_t)e * C * I, NULL, dy,
+                             a->act + (size_t)r0 * I, w->e_down + (size_t)e * C * I, n_e, I, C);
+        ops->swiglu_backward(a->d_gate + (size_t)r0 * I, a->d_up + (size_t)r0 * I, a->d_act + (size_t)r0 * I,
+                             a->gate + (size_t)r0 * I, a->up + (size_t)r0 * I, (long)n_e * I);
+        /* dy is no longer needed: the rows' input gradients go in its place */
+        memset(dy, 0, (size_t)n_e * C * sizeof(float));
+        const float *xe = a->xin + (size_t)r0 * C;
+        ops->matmul_backward(dy, dw->e_gate + (size_t)e * I * C, NULL, a->d_gate + (size_t)r0 * I, xe,
+                             w->e_gate + (size_t)e * I * C, n_e, C, I);
+        ops->matmul_backward(dy, dw->e_up + (size_t)e * I * C, NULL, a->d_up + (size_t)r0 * I, xe,
+                             w->e_up + (size_t)e * I * C, n_e, C, I);
+    }
+    /* scatter the rows' input gradients back to their tokens */
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *dxn = d_x + (size_t)n * C;
+        for (int j = 0; j < k; j++) {
+            const int32_t r = a->position[(size_t)n * k + j];
+            if (r < 0) continue;
+            const float *dr = a->d_rows + (size_t)r * C;
+            for (int i = 0; i < C; i++) dxn[i] += dr[i];
+        }
+    }
+    if (Is > 0) {
+        memset(a->d_shared_act, 0, (size_t)N * Is * sizeof(float));
+        memset(a->d_shared_gate, 0, (size_t)N * Is * sizeof(float));
+        memset(a->d_shared_up, 0, (size_t)N * Is * sizeof(float));
+        ops->matmul_backward(a->d_shared_act, dw->s_down, NULL, d_out, a->s_act, w->s_down, N, Is, C);
+        ops->swiglu_backward(a->d_shared_gate, a->d_shared_up, a->d_shared_act, a->s_gate, a->s_up, (long)N * Is);
+        ops->matmul_backward(d_x, dw->s_gate, NULL, a->d_shared_gate, x, w->s_gate, N, C, Is);
+        ops->matmul_backward(d_x, dw->s_up, NULL, a->d_shared_up, x, w->s_up, N, C, Is);
+    }
+
+    /* the load-balancing loss: d aux / d p[n, e] = coeff E / (k N tokens) * counts[e] (per sequence for seq_aux_loss) */
+    const bool balance = m->aux_loss_coeff > 0 && m->load_balancing != LB_NONE && m->load_balancing != LB_EXPERT_BIAS;
+    const int Tq = pr->T, Bq = N / Tq;
+    double *seq_counts = NULL; /* (B, E) assignments per sequence */
+    if (balance && m->load_balancing == LB_SEQ_AUX_LOSS) {
+        seq_counts = mt_calloc((size_t)Bq * E, sizeof(double));
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < k; j++) seq_counts[(size_t)(n / Tq) * E + a->selected[(size_t)n * k + j]] += 1.0;
+    }
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) {
+        float *ds = a->d_scores + (size_t)n * E;
+        const float *s = a->scores + (size_t)n * E;
+        double dp_row[MT_MOE_MAX_EXPERTS];
+        for (int e = 0; e < E; e++) dp_row[e] = 0.0;
+        if (balance) {
+            if (seq_counts) {
+                const double *cnt = seq_counts + (size_t)(n / Tq) * E;
+                for (int e = 0; e < E; e++)
+                    dp_row[e] = loss_scale * m->aux_loss_coeff * E / ((double)k * Tq * Tq * Bq) * cnt[e];
+            } else {
+                for (int e = 0; e < E; e++)
+                    dp_row[e] = loss_scale * m->aux_loss_coeff * E / ((double)k * N * a->aux_tokens) * a->aux_counts[e];
+            }
+        }
+        if (m->score_function == SCORE_SIGMOID) { /* p = s / sum(s): back to s */
+            double S = 0.0, dot = 0.0;
+            for (int e = 0; e < E; e++) S += s[e];
+            for (int e = 0; e < E; e++) dot += dp_row[e] * s[e] / S;
+            for (int e = 0; e < E; e++) ds[e] += (float)((dp_row[e] - dot) / S);
+        } else {
+            for (int e = 0; e < E; e++) ds[e] += (float)dp_row[e];
+        }
+        /* scores -> logits */
+        float *dl = a->d_logits + (size_t)n * E;
+        if (m->score_function == SCORE_SIGMOID) {
+            for (int e = 0; e < E; e++) dl[e] = (float)((double)ds[e] * s[e] * (1.0 - s[e]));
+        } else {
+            double dot = 0.0;
+            for (int e = 0; e < E; e++) dot += (double)ds[e] * s[e];
+            for (int e = 0; e < E; e++) dl[e] = (float)((double)s[e] * ((double)ds[e] - dot));
+        }
+        if (m->z_loss_coeff > 0) { /* d (coeff/N sum lse^2) = coeff * 2 lse / N * softmax */
+            const float *lg = a->logits + (size_t)n * E;
+            const double lse = row_logsumexp(lg, E);
+            for (int e = 0; e < E; e++)
+                dl[e] += (float)(loss_scale * m->z_loss_coeff * 2.0 * lse / N * exp((double)lg[e] - lse));
+        }
+    }
+    free(seq_counts);
+    ops->matmul_backward(d_x, dw->router, NULL, a->d_logits, x, w->router, N, C, E);
+}
+
+void model_set_backward_scale(Model *model, float loss_scale) { ((ModelPriv *)model->priv)->loss_scale = loss_scale; }
+
+void model_moe_step_begin(Model *model) {
+    MoeStep *s = model->moe_step;
+    if (!s) return;
+    const size_t n = (size_t)(s->num_layers > 0 ? s->num_layers : 1) * s->E;
+    memset(s->counts, 0, n * sizeof(double));
+    memset(s->global_counts, 0, n * sizeof(double));
+    memset(s->global_tokens, 0, (size_t)(s->num_layers > 0 ? s->num_layers : 1) * sizeof(double));
+    s->aux_sum = s->z_sum = 0.0;
+    s->dropped = s->assignments = 0;
+}
+
+void model_moe_step_end(Model *model, const Comm *dp, long num_micro, MoeStepStats *out) {
+    memset(out, 0, sizeof *out);
+    MoeStep *s = model->moe_step;
+    if (!s) return;
+    const MoeConfig *m = &model->cfg.moe;
+    const int E = s->E, L = s->num_layers;
+    if (dp && dp->size > 1) comm_all_reduce_sum_double(dp, s->counts, (size_t)L * E);
+    const ModelPriv *pr = model->priv;
+    for (int l = 0; l < L; l++) {
+        if (!pr->moe[l] && !pr->weights[l].router) continue;
+        const double *c = s->counts + (size_t)l * E;
+        double total = 0.0, most = 0.0;
+        for (int e = 0; e < E; e++) {
+            total += c[e];
+            most = c[e] > most ? c[e] : most;
+        }
+        out->moe_layers++;
+        out->imbalance_sum += total > 0 ? most / (total / E) : 0.0;
+        float *bias = pr->weights[l].expert_bias;
+        if (bias && total > 0) /* toward the mean load (auxiliary-loss-free balancing) */
+            for (int e = 0; e < E; e++) {
+                const double diff = total / E - c[e];
+                bias[e] += (float)(m->bias_update_rate * (diff > 0 ? 1.0 : diff < 0 ? -1.0 : 0.0));
+            }
+    }
+    out->aux_loss = num_micro > 0 ? s->aux_sum / num_micro : 0.0;
+    out->z_loss = num_micro > 0 ? s->z_sum / num_micro : 0.0;
+    out->dropped = s->dropped;
+    out->assignments = s->assignments;
+}
+
+double model_moe_last_aux(const Model *model) {
+    const ModelPriv *pr = model->priv;
+    double sum = 0.0;
+    for (int l = 0; l < model->part.num_layers; l++)
+        if (pr->moe[l]) sum += pr->moe[l]->aux_loss + pr->moe[l]->z_loss;
+    return sum;
+}

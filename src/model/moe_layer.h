@@ -1,0 +1,65 @@
+/* moe_layer.h: private to src/model: the mixture-of-experts MLP of one layer
+ * on the CPU: the router (fp32 logits, softmax or sigmoid scores, top-k with
+ * an optional selection bias, optional renormalisation), the experts (SwiGLU
+ * MLPs on the tokens routed to them, grouped expert by expert), an optional
+ * shared expert, capacity dropping, and the auxiliary losses (load balancing
+ * and z-loss), forward and backward. */
+#ifndef MT_MODEL_MOE_LAYER_H
+#define MT_MODEL_MOE_LAYER_H
+
+#include <stdint.h>
+
+#include "model_internal.h"
+
+#define MT_MOE_MAX_EXPERTS 1024
+#define MT_MOE_MAX_TOPK 64
+
+/* What forward keeps of one MoE layer for backward, and its statistics. */
+typedef struct MoeActs {
+    int N;                  /* tokens of the last forward */
+    float *logits;          /* (N, E) router logits */
+    float *scores;          /* (N, E) softmax or sigmoid of the logits */
+    int32_t *selected;      /* (N, k) experts chosen */
+    float *raw;             /* (N, k) their scores (no bias) */
+    float *weight;          /* (N, k) combine weights (renormalised; 0 when dropped) */
+    int32_t *position;      /* (N, k) row of the assignment in the grouped buffers, -1 when dropped */
+    int32_t *token;         /* (N*k) token of each grouped row */
+    int32_t *offsets;       /* (E+1) each expert's rows in the grouped buffers */
+    float *xin, *gate, *up, *act, *y;       /* grouped rows: (N*k, C), (N*k, I) x 3, (N*k, C) */
+    float *s_gate, *s_up, *s_act;           /* shared expert (N, Is) */
+    float *d_rows, *d_act, *d_gate, *d_up;  /* backward scratch (N*k, C), (N*k, I) x 3 */
+    float *d_scores, *d_logits;             /* (N, E) */
+    float *d_shared_act, *d_shared_gate, *d_shared_up; /* (N, Is) */
+    double *counts;         /* (E) assignments per expert in the last forward (before dropping) */
+    double *aux_counts;     /* (E) the counts the aux loss used (global: the running global counts) */
+    double aux_tokens;      /* tokens those counts come from */
+    double aux_loss;        /* the last forward's load-balancing loss (with its coefficient) */
+    double z_loss;          /* the last forward's z-loss (with its coefficient) */
+    long dropped;           /* assignments dropped by the capacity */
+} MoeActs;
+
+/* What a step's micro-batches add up, shared by a model and its activation
+ * clones (model.h: MoeStep): per local layer, assignments per expert on this
+ * rank, and for global_aux_loss the running counts over the dp ranks. */
+struct MoeStep {
+    int num_layers, E;         /* local layers (dense ones keep zeros) */
+    double *counts;            /* (num_layers, E) this rank's assignments in the step */
+    double *global_counts;     /* (num_layers, E) global_aux_loss: running, over the dp ranks */
+    double *global_tokens;     /* (num_layers) */
+    double aux_sum, z_sum;     /* losses summed over the step's forwards (and layers) */
+    long dropped, assignments; /* over the step */
+};
+
+MoeActs *moe_acts_create(const ModelConfig *cfg, int max_tokens);
+void moe_acts_free(MoeActs *a);
+
+MoeStep *moe_step_create(int num_layers, int E);
+void moe_step_free(MoeStep *s);
+
+/* out (N, C) = the MoE MLP of x (N, C) for local layer l; B x T = N tokens. */
+void moe_forward(Model *model, int l, MoeActs *a, const float *x, float *out, int B, int T);
+/* d_x (N, C) += the gradient through the MoE MLP of d_out (N, C), with the
+ * auxiliary losses' gradients scaled by loss_scale; parameter gradients accumulate. */
+void moe_backward(Model *model, int l, MoeActs *a, const float *x, const float *d_out, float *d_x, float loss_scale);
+
+#endif
