@@ -4,7 +4,9 @@
  *   flops/token = 6 * N_matmul + 12 * num_layers * T * H * D
  *
  *   N_matmul  = weights of every matmul: per layer q, k, v, o projections
- *               (C*H*D + 2*C*KVH*D + H*D*C) and gate, up, down (3*C*I), plus
+ *               (C*H*D + 2*C*KVH*D + H*D*C) and gate, up, down (3*C*I; a MoE
+ *               layer's active ones instead: router C*E, k experts 3*C*I_moe
+ *               and the shared expert 3*C*I_shared), plus
  *               the lm_head (V*C; counted also when tied, since the matmul runs).
  *               The embedding lookup, norms and biases are not matmuls.
  *   6         = 2 FLOPs per multiply-add x 3 (forward, input grad, weight grad).
@@ -19,8 +21,14 @@ double model_flops_per_token(const ModelConfig *cfg, int T) {
     const double C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, L = c.num_layers;
     const double HD = (double)c.num_attention_heads * c.head_dim;
     const double KVD = (double)c.num_key_value_heads * c.head_dim;
-    const double per_layer_matmul = C * HD + 2.0 * C * KVD + HD * C + 3.0 * C * I;
-    const double matmul_params = L * per_layer_matmul + V * C;
+    const double attention_matmul = C * HD + 2.0 * C * KVD + HD * C;
+    const MoeConfig *m = &c.moe;
+    /* a MoE layer's active matmuls: the router, k experts and the shared expert */
+    const double moe_mlp = C * m->num_experts + (double)m->num_experts_per_tok * 3.0 * C * m->moe_intermediate_size +
+                           3.0 * C * m->shared_expert_intermediate_size;
+    double matmul_params = V * C;
+    for (int l = 0; l < c.num_layers; l++)
+        matmul_params += attention_matmul + (model_layer_is_moe(&c, l) ? moe_mlp : 3.0 * C * I);
     const double attention = 12.0 * L * (double)T * HD;
     return 6.0 * matmul_params + attention;
 }

@@ -24,6 +24,9 @@ typedef struct StepMetrics {
     double peak_mem_gib;     /* peak used GPU memory so far (all processes on it); the process's peak RSS on the CPU */
     double power_w;          /* mean GPU power over the interval (NVML); NAN when not measured */
     double tokens_per_joule; /* tokens per joule of GPU energy over the interval; NAN when not measured */
+    double moe_aux_loss;     /* MoE: the step's load-balancing + z losses (with coefficients) per micro-batch; NAN for dense */
+    double moe_imbalance;    /* MoE: max / mean tokens per expert, averaged over the MoE layers; NAN for dense */
+    double moe_drop_rate;    /* MoE: fraction of token-expert assignments dropped by the capacity; NAN for dense */
 } StepMetrics;
 
 typedef struct MetricsWriter {

@@ -222,6 +222,9 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
                 .consumed_tokens = (double)ctx->state.consumed_tokens,
                 .elapsed_s = now - start_time,
                 .eval_loss = eval_loss,
+                .moe_aux_loss = result.moe ? result.moe_aux_loss : NAN,
+                .moe_imbalance = result.moe ? result.moe_imbalance : NAN,
+                .moe_drop_rate = result.moe ? result.moe_drop_rate : NAN,
             };
             efficiency_columns(ctx, &m, (double)(ctx->state.consumed_tokens - last_log_tokens));
             if (comm_world()->rank == 0) metrics_print(&m);

@@ -53,6 +53,10 @@ typedef struct StepResult {
     double grad_norm;         /* before clipping */
     double lr;
     bool nonfinite;           /* loss or grad norm NaN/Inf: the update was skipped */
+    bool moe;                 /* the fields below are set (MoE families) */
+    double moe_aux_loss;      /* load-balancing + z losses of every MoE layer, per micro-batch (dp mean) */
+    double moe_imbalance;     /* max / mean tokens per expert, mean over the MoE layers */
+    double moe_drop_rate;     /* assignments dropped by the capacity / all assignments */
 } StepResult;
 
 /* Everything before the first step of a fresh run: check the recipe against

@@ -60,6 +60,7 @@ int train_layout_create(const Recipe *recipe, Grid *grid, TrainLayout *layout, M
     *part = train_partition_of(&resolved, par, &g, grid->coords);
     part->tp_comm = &grid->groups[GROUP_TP];
     part->cp_comm = &grid->groups[GROUP_CP];
+    part->dp_comm = &grid->groups[GROUP_DP];
     if (model_partition_check(&recipe->model, part, recipe->train.seq_len, why, sizeof why) != 0) {
         mt_set_error(err, errlen, "%s", why);
         return MT_EXIT_USAGE;

@@ -53,9 +53,18 @@ static int check_supported(const Recipe *recipe, const TrainLayout *layout, char
     }
 
     if (recipe->model.family == FAMILY_MIXTRAL || recipe->model.family == FAMILY_QWEN3_MOE) {
-        mt_set_error(err, errlen, "model.family: '%s' (mixture of experts) is not supported by the trainer yet",
-                     model_family_name(recipe->model.family));
-        return MT_EXIT_FAILURE;
+        const ParallelConfig *par = &recipe->parallel;
+        if (cuda) {
+            mt_set_error(err, errlen, "model.family: '%s' (mixture of experts) trains on the CPU only for now; set "
+                         "run.device: cpu", model_family_name(recipe->model.family));
+            return MT_EXIT_USAGE;
+        }
+        if (par->tp > 1 || par->cp > 1 || par->ep > 1 || par->etp > 1) {
+            mt_set_error(err, errlen, "parallel: tp %d, cp %d, ep %d, etp %d: mixture-of-experts models train with "
+                         "data and pipeline parallel only for now (tensor, context and expert parallel are not "
+                         "implemented for them); set them to 1", par->tp, par->cp, par->ep, par->etp);
+            return MT_EXIT_USAGE;
+        }
     }
     if (cuda && layout->model_parallel) {
         mt_set_error(err, errlen,

@@ -113,6 +113,24 @@ static double run_micro_batches(TrainContext *ctx, long num_micro, StepTimers *t
     return loss_sum;
 }
 
+/* After the update: the MoE layers' statistics over every rank (a collective
+ * over dp and pp) and the expert-bias update. */
+static void moe_step_end(TrainContext *ctx, long num_micro, StepResult *result) {
+    result->moe = ctx->model->moe_step != NULL;
+    if (!result->moe) return;
+    MoeStepStats st;
+    model_moe_step_end(ctx->model, &ctx->grid.groups[GROUP_DP], num_micro, &st);
+    const Comm *pp = &ctx->grid.groups[GROUP_PP], *dp = &ctx->grid.groups[GROUP_DP];
+    const double layers = dp_sum_double(pp, st.moe_layers);
+    const double imbalance = dp_sum_double(pp, st.imbalance_sum);
+    const double aux = dp_average_double(dp, dp_sum_double(pp, st.aux_loss + st.z_loss));
+    const double dropped = dp_sum_double(dp, dp_sum_double(pp, (double)st.dropped));
+    const double assignments = dp_sum_double(dp, dp_sum_double(pp, (double)st.assignments));
+    result->moe_aux_loss = aux;
+    result->moe_imbalance = layers > 0 ? imbalance / layers : NAN;
+    result->moe_drop_rate = assignments > 0 ? dropped / assignments : 0.0;
+}
+
 int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) {
     const TrainConfig *train = &ctx->recipe->train;
     const OptimizerConfig *opt = &ctx->recipe->optimizer;
@@ -136,6 +154,7 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
     double t = mt_now();
     if (gpu) train_device_zero_grad(ctx);
     else model_zero_grad(ctx->model);
+    model_moe_step_begin(ctx->model);
     const double loss_sum = run_micro_batches(ctx, num_micro, timers, &t);
     /* Every rank ends with the gradient of the mean loss over the whole
      * global batch (the single-rank result) before the norm, clipping and
@@ -166,6 +185,7 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
         }
     }
 
+    moe_step_end(ctx, num_micro, result);
     timers->optimizer += lap(&t);
     timers->steps++;
     state->step++;

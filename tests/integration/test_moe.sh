@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# test_moe.sh: training the mixture-of-experts families on the CPU.
+#  - tiny mixtral and qwen3_moe train (the loss falls) and log the aux loss
+#    and the expert imbalance;
+#  - dp 2, pp 2, and pp 2 x vpp 2 with the distributed optimizer give the
+#    single-rank losses, grad norms, aux losses and imbalances (rel. < 1e-5);
+#  - a run resumed from its step-5 checkpoint (expert_bias: the biases are in
+#    it; global_aux_loss) logs the same lines as the uninterrupted run, bit
+#    for bit;
+#  - over 80 steps, global_aux_loss and expert_bias end with a lower expert
+#    imbalance than no balancing (mean of the last 10 steps, < 0.8 x);
+#  - tensor parallel is refused for MoE with exit 2.
+# Skips the multi-rank parts without mpirun.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+export OMP_NUM_THREADS=1
+demo_data "$WORK/english"
+COMMON=(--set train.steps=10 --set logging.interval=1 --set train.micro_batch_size=2 --set model.num_layers=4
+        --set "train.batch_schedule=[{step: 0, global_batch_size: 8}]" --set optimizer.schedule.warmup_steps=3
+        --set checkpoint.interval=5 --set train.eval_interval=0 --set "data.train=[{path: $WORK/english, weight: 1.0}]")
+run1() { "$MEGATRAIN" run "$REPO/recipes/tiny/$1.yaml" --set run.dir="$2" "${COMMON[@]}" "${@:3}"; }
+# mean FIELD over the last N lines of a metrics.jsonl
+mean_last() { json_field "$1" "$2" | tail -n "$3" | awk '{ s += $1 } END { printf "%.6f", s / NR }'; }
+
+for family in mixtral qwen3_moe; do
+  run1 $family "$WORK/$family" > "$WORK/$family.log"
+  grep -q "aux [0-9.]* | imbalance [0-9.]*" "$WORK/$family.log" || fail "$family: no aux / imbalance in the step line"
+  first=$(json_field "$WORK/$family/metrics.jsonl" loss | head -1)
+  last=$(json_field "$WORK/$family/metrics.jsonl" loss | tail -1)
+  awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.3) }' || fail "$family: the loss did not fall ($first -> $last)"
+  if command -v mpirun > /dev/null; then
+    for layout in "dp2:2:" "pp2:2:--set parallel.pp=2" \
+                  "pp2-vpp2-zero1:4:--set parallel.pp=2 --set parallel.vpp=2 --set parallel.distributed_optimizer=true"; do
+      IFS=: read -r name np settings <<< "$layout"
+      # shellcheck disable=SC2086
+      timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$np" "$MEGATRAIN" run "$REPO/recipes/tiny/$family.yaml" \
+        --set run.dir="$WORK/$family-$name" "${COMMON[@]}" $settings > "$WORK/$family-$name.log" 2>&1 \
+        || { tail -20 "$WORK/$family-$name.log"; fail "$family $name: the run failed"; }
+      for field in loss grad_norm moe_aux_loss moe_imbalance; do
+        compare $field "$WORK/$family/metrics.jsonl" "$WORK/$family-$name/metrics.jsonl" \
+          || fail "$family $name: $field differs from one rank"
+      done
+    done
+    echo "$family: dp 2, pp 2 and pp 2 x vpp 2 (ZeRO-1) match one rank"
+  fi
+done
+
+# Resume bit for bit (expert biases and the global counts).
+for lb in expert_bias global_aux_loss; do
+  run1 mixtral "$WORK/full-$lb" --set model.moe.load_balancing=$lb > /dev/null
+  "$MEGATRAIN" resume "$WORK/full-$lb/checkpoints/iter_0000005" --set run.dir="$WORK/resumed-$lb" > /dev/null
+  for field in step loss grad_norm moe_aux_loss moe_imbalance; do
+    diff <(json_field "$WORK/full-$lb/metrics.jsonl" $field | tail -n +6) \
+         <(json_field "$WORK/resumed-$lb/metrics.jsonl" $field) > /dev/null \
+      || fail "$lb: $field of the resumed run differs from the uninterrupted one"
+  done
+  echo "$lb: resume continues bit for bit"
+done
+
+# Balancing lowers the expert imbalance over 80 steps.
+LONG=(--set train.steps=80 --set checkpoint.interval=0 --set model.num_layers=2)
+run1 mixtral "$WORK/none" "${LONG[@]}" --set model.moe.load_balancing=none > /dev/null
+none=$(mean_last "$WORK/none/metrics.jsonl" moe_imbalance 10)
+for lb in "global_aux_loss:--set model.moe.aux_loss_coeff=0.1" "expert_bias:--set model.moe.bias_update_rate=0.003"; do
+  IFS=: read -r name settings <<< "$lb"
+  # shellcheck disable=SC2086
+  run1 mixtral "$WORK/$name" "${LONG[@]}" --set model.moe.load_balancing=$name $settings > /dev/null
+  got=$(mean_last "$WORK/$name/metrics.jsonl" moe_imbalance 10)
+  awk -v a="$got" -v b="$none" 'BEGIN { exit !(a < 0.8 * b) }' \
+    || fail "$name: imbalance $got over the last 10 steps, not below 0.8 x $none (none)"
+  echo "$name: imbalance $got over the last 10 steps against $none without balancing"
+done
+
+# Tensor parallel is not implemented for MoE layers: refused.
+if command -v mpirun > /dev/null; then
+  set +e
+  timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" run "$REPO/recipes/tiny/mixtral.yaml" \
+    --set run.dir="$WORK/tp" "${COMMON[@]}" --set parallel.tp=2 > "$WORK/tp.log" 2>&1
+  rc=$?
+  set -e
+  [[ $rc -eq 2 ]] || { cat "$WORK/tp.log"; fail "MoE with tp 2: expected exit 2, got $rc"; }
+  grep -q "mixture-of-experts models train with data and pipeline parallel only" "$WORK/tp.log" || fail "MoE tp 2: no reason given"
+fi
+echo "ok"
