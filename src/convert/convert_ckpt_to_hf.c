@@ -58,47 +58,61 @@ static int compare_positions(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The write list: every registry parameter under its HF name, in
- * transformers' state_dict order (so shards split where save_pretrained
- * splits them). hf_names holds the strings. */
-static int build_tensors(const Model *model, StDtype dtype, StWriteTensor *tensors, char (*hf_names)[160],
-                         char *err, size_t errlen) {
-    Ordered *ordered = mt_malloc((size_t)model->num_params * sizeof *ordered);
+/* The write list: every registry parameter under its HF name (a stack of
+ * experts as one tensor per expert), in transformers' state_dict order (so
+ * shards split where save_pretrained splits them). *names holds the
+ * strings; returns the number of tensors, or -1 with err. */
+static int build_tensors(const Model *model, StDtype dtype, StWriteTensor **out, HfPiece **names, char *err,
+                         size_t errlen) {
+    const int experts = model->cfg.moe.num_experts > 1 ? model->cfg.moe.num_experts : 1;
+    const int cap = model->num_params * experts;
+    HfPiece *pieces = mt_malloc((size_t)cap * sizeof *pieces);
+    Ordered *ordered = mt_malloc((size_t)cap * sizeof *ordered);
+    int count = 0;
     for (int p = 0; p < model->num_params; p++) {
         const ParamInfo *info = &model->param_info[p];
-        if (hf_name_from_ours(model->cfg.family, info->name, hf_names[p], sizeof hf_names[p]) != 0) {
+        int n = hf_pieces(model->cfg.family, info, model->cfg.moe.num_experts, pieces + count, cap - count);
+        if (n < 0) {
             mt_set_error(err, errlen, "parameter %s has no Hugging Face name in the %s table", info->name,
                          model_family_name(model->cfg.family));
             free(ordered);
+            free(pieces);
             return -1;
         }
-        ordered[p].position = hf_name_position(model->cfg.family, hf_names[p]);
-        StWriteTensor *t = &ordered[p].tensor;
-        memset(t, 0, sizeof *t);
-        t->name = hf_names[p];
-        t->dtype = dtype;
-        t->ndim = info->ndim;
-        t->shape[0] = info->shape[0];
-        if (info->ndim == 2) t->shape[1] = info->shape[1];
-        t->data = model->params + info->offset;
+        for (int i = 0; i < n; i++, count++) {
+            const HfPiece *piece = &pieces[count];
+            ordered[count].position = piece->position;
+            StWriteTensor *t = &ordered[count].tensor;
+            memset(t, 0, sizeof *t);
+            t->name = piece->name;
+            t->dtype = dtype;
+            t->ndim = info->ndim;
+            t->shape[0] = piece->rows;
+            if (info->ndim == 2) t->shape[1] = info->shape[1];
+            t->data = model->params + info->offset + piece->row0 * info->shape[1];
+        }
     }
-    qsort(ordered, (size_t)model->num_params, sizeof *ordered, compare_positions);
-    for (int p = 0; p < model->num_params; p++) tensors[p] = ordered[p].tensor;
+    qsort(ordered, (size_t)count, sizeof *ordered, compare_positions);
+    StWriteTensor *tensors = mt_malloc((size_t)(count ? count : 1) * sizeof *tensors);
+    for (int i = 0; i < count; i++) tensors[i] = ordered[i].tensor;
     free(ordered);
-    return 0;
+    *out = tensors;
+    *names = pieces;
+    return count;
 }
 
 static int write_hf_dir(const char *dir, const Model *model, const ConvertOptions *options, char *err,
                         size_t errlen) {
-    StWriteTensor *tensors = mt_malloc((size_t)model->num_params * sizeof *tensors);
-    char (*names)[160] = mt_malloc((size_t)model->num_params * sizeof *names);
-    int status = build_tensors(model, options->dtype, tensors, names, err, errlen);
+    StWriteTensor *tensors = NULL;
+    HfPiece *names = NULL;
+    const int count = build_tensors(model, options->dtype, &tensors, &names, err, errlen);
+    int status = count < 0 ? -1 : 0;
     if (status == 0) status = write_config(dir, &model->cfg, options->dtype, err, errlen);
     if (status == 0) {
         Progress progress;
         uint64_t bytes = (uint64_t)model->num_floats * st_dtype_size(options->dtype);
-        progress_start(&progress, options->progress, "convert", "writing", "tensors", model->num_params, bytes);
-        status = st_write_model(dir, tensors, model->num_params, options->max_shard_bytes, model->num_floats,
+        progress_start(&progress, options->progress, "convert", "writing", "tensors", count, bytes);
+        status = st_write_model(dir, tensors, count, options->max_shard_bytes, model->num_floats,
                                 progress_callback, &progress, err, errlen);
         progress_end(&progress);
     }

@@ -33,39 +33,51 @@ static bool same_shape(const StTensor *t, const ParamInfo *info) {
     return true;
 }
 
-/* Fill every parameter of `model` from `weights`. 0, or -1 with err naming the tensor. */
+/* Fill every parameter of `model` from `weights` (a stack of experts from
+ * one tensor per expert). 0, or -1 with err naming the tensor. */
 static int load_params(Model *model, StModel *weights, const char *src, Progress *progress, char *err,
                        size_t errlen) {
     const ModelFamily family = model->cfg.family;
-    for (int p = 0; p < model->num_params; p++) {
+    const int max = model->cfg.moe.num_experts > 1 ? model->cfg.moe.num_experts : 1;
+    HfPiece *pieces = mt_malloc((size_t)max * sizeof *pieces);
+    int status = 0;
+    for (int p = 0; p < model->num_params && status == 0; p++) {
         const ParamInfo *info = &model->param_info[p];
-        char hf[160];
-        if (hf_name_from_ours(family, info->name, hf, sizeof hf) != 0) {
+        int n = hf_pieces(family, info, model->cfg.moe.num_experts, pieces, max);
+        if (n < 0) {
             mt_set_error(err, errlen, "%s: parameter %s has no Hugging Face name in the %s table", src, info->name,
                          model_family_name(family));
-            return -1;
+            status = -1;
         }
-        int at = st_model_find(weights, hf);
-        if (at < 0) {
-            mt_set_error(err, errlen, "%s: missing tensor '%s' (needed by config.json; megatrain's %s)", src, hf,
-                         info->name);
-            return -1;
+        for (int i = 0; i < n && status == 0; i++) {
+            const HfPiece *piece = &pieces[i];
+            int at = st_model_find(weights, piece->name);
+            if (at < 0) {
+                mt_set_error(err, errlen, "%s: missing tensor '%s' (needed by config.json; megatrain's %s)", src,
+                             piece->name, info->name);
+                status = -1;
+                break;
+            }
+            const StTensor *t = weights->tensors[at];
+            const int64_t want[2] = {piece->rows, info->shape[1]};
+            bool same = t->ndim == info->ndim;
+            for (int d = 0; same && d < info->ndim; d++) same = t->shape[d] == want[d];
+            if (!same) {
+                char found[128], expected[128];
+                format_shape(found, sizeof found, t->ndim, t->shape);
+                format_shape(expected, sizeof expected, info->ndim, want);
+                mt_set_error(err, errlen, "%s: tensor '%s' has shape %s, but config.json makes it %s",
+                             st_model_file_of(weights, at), piece->name, found, expected);
+                status = -1;
+                break;
+            }
+            st_tensor_to_f32(t, model->params + info->offset + piece->row0 * info->shape[1]);
+            weights->used[at] = true;
         }
-        const StTensor *t = weights->tensors[at];
-        if (!same_shape(t, info)) {
-            char found[128], expected[128];
-            int64_t want[2] = {info->shape[0], info->shape[1]};
-            format_shape(found, sizeof found, t->ndim, t->shape);
-            format_shape(expected, sizeof expected, info->ndim, want);
-            mt_set_error(err, errlen, "%s: tensor '%s' has shape %s, but config.json makes it %s",
-                         st_model_file_of(weights, at), hf, found, expected);
-            return -1;
-        }
-        st_tensor_to_f32(t, model->params + info->offset);
-        weights->used[at] = true;
         progress_update(progress, p + 1);
     }
-    return 0;
+    free(pieces);
+    return status;
 }
 
 /* Tensors nobody took: transformers' non-persistent RoPE buffers are

@@ -21,7 +21,7 @@ typedef struct Reader {
     size_t errlen;
 } Reader;
 
-static const char *const supported_types = "llama, qwen2, qwen3";
+static const char *const supported_types = "llama, qwen2, qwen3, mixtral, qwen3_moe";
 
 /* The member `key` of obj, NULL when absent or null (transformers treats null as unset). */
 static const JsonValue *member(const JsonValue *obj, const char *key) {
@@ -165,16 +165,60 @@ static int read_family(Reader *r, ModelFamily *family) {
     if (strcmp(t, "llama") == 0) *family = FAMILY_LLAMA;
     else if (strcmp(t, "qwen2") == 0) *family = FAMILY_QWEN2;
     else if (strcmp(t, "qwen3") == 0) *family = FAMILY_QWEN3;
-    else if (strcmp(t, "mixtral") == 0 || strcmp(t, "qwen3_moe") == 0) {
-        mt_set_error(r->err, r->errlen,
-                     "%s: model_type '%s' (a mixture-of-experts family) is not supported by convert yet "
-                     "(supported: %s)",
-                     r->label, t, supported_types);
-        return -1;
-    } else {
+    else if (strcmp(t, "mixtral") == 0) *family = FAMILY_MIXTRAL;
+    else if (strcmp(t, "qwen3_moe") == 0) *family = FAMILY_QWEN3_MOE;
+    else {
         mt_set_error(r->err, r->errlen, "%s: model_type '%s' is not a supported family (supported: %s)", r->label, t,
                      supported_types);
         return -1;
+    }
+    return 0;
+}
+
+/* The MoE keys: Mixtral's num_local_experts (every layer sparse, top-k
+ * renormalised, experts of intermediate_size); Qwen3-MoE's num_experts (or
+ * num_local_experts, as transformers 5 writes it), moe_intermediate_size,
+ * norm_topk_prob, and decoder_sparse_step / mlp_only_layers for which layers
+ * are sparse (layer i when (i + 1) % step == 0 and i is not listed). */
+static int read_moe(Reader *r, ModelConfig *cfg) {
+    MoeConfig *m = &cfg->moe;
+    const JsonValue *root = r->root;
+    m->score_function = SCORE_SOFTMAX;
+    m->load_balancing = LB_AUX_LOSS;
+    m->layer_freq = 1;
+    m->bias_update_rate = 1e-3;
+    const char *experts_key = member(root, "num_experts") ? "num_experts" : "num_local_experts";
+    if (read_int(r, root, experts_key, 1, -1, &m->num_experts) ||
+        read_int(r, root, "num_experts_per_tok", 1, 2, &m->num_experts_per_tok) ||
+        read_double(r, root, "router_aux_loss_coef", 0.001, &m->aux_loss_coeff))
+        return -1;
+    double jitter = 0.0;
+    if (read_double(r, root, "router_jitter_noise", 0.0, &jitter) != 0) return -1;
+    if (jitter != 0.0) {
+        mt_set_error(r->err, r->errlen, "%s: router_jitter_noise: megatrain's router has no jitter, found %g", r->label,
+                     jitter);
+        return -1;
+    }
+    if (cfg->family == FAMILY_MIXTRAL) {
+        m->moe_intermediate_size = cfg->intermediate_size;
+        m->norm_topk_prob = true;
+        return 0;
+    }
+    int step = 1;
+    if (read_int(r, root, "moe_intermediate_size", 1, -1, &m->moe_intermediate_size) ||
+        read_bool(r, root, "norm_topk_prob", false, &m->norm_topk_prob) ||
+        read_int(r, root, "decoder_sparse_step", 1, 1, &step))
+        return -1;
+    const JsonValue *dense = member(root, "mlp_only_layers");
+    if (dense && dense->type != JSON_ARRAY) return bad(r, "mlp_only_layers", "a list of layer indices", dense);
+    if (step == 1 && (!dense || dense->count == 0)) return 0;
+    m->layer_mask_given = true;
+    for (int i = 0; i < cfg->num_layers && i < MT_MAX_LAYERS; i++) m->layer_mask[i] = (i + 1) % step == 0;
+    for (size_t i = 0; dense && i < dense->count; i++) {
+        int64_t layer;
+        if (json_as_int64(dense->items[i], &layer) != 0 || layer < 0 || layer >= cfg->num_layers)
+            return bad(r, "mlp_only_layers", "layer indices below num_hidden_layers", dense->items[i]);
+        m->layer_mask[layer] = 0;
     }
     return 0;
 }
@@ -215,7 +259,7 @@ int hf_config_parse(const char *text, size_t len, const char *label, ModelConfig
         goto done;
     }
     if (read_family(&r, &cfg.family) != 0) goto done;
-    const bool qwen = cfg.family != FAMILY_LLAMA;
+    const bool qwen = cfg.family == FAMILY_QWEN2 || cfg.family == FAMILY_QWEN3 || cfg.family == FAMILY_QWEN3_MOE;
     if (read_int(&r, root, "hidden_size", 1, -1, &cfg.hidden_size) ||
         read_int(&r, root, "intermediate_size", 1, -1, &cfg.intermediate_size) ||
         read_int(&r, root, "num_hidden_layers", 1, -1, &cfg.num_layers) ||
@@ -225,8 +269,9 @@ int hf_config_parse(const char *text, size_t len, const char *label, ModelConfig
         read_int(&r, root, "max_position_embeddings", 1, qwen ? 32768 : 2048, &cfg.max_position_embeddings))
         goto done;
     /* transformers: Qwen3Config defaults head_dim to 128; the others use hidden / heads. */
-    long head_dim = cfg.family == FAMILY_QWEN3 ? 128 : cfg.hidden_size / cfg.num_attention_heads;
-    if (!member(root, "head_dim") && cfg.family != FAMILY_QWEN3 && cfg.hidden_size % cfg.num_attention_heads != 0) {
+    const bool qwen3 = cfg.family == FAMILY_QWEN3 || cfg.family == FAMILY_QWEN3_MOE;
+    long head_dim = qwen3 ? 128 : cfg.hidden_size / cfg.num_attention_heads;
+    if (!member(root, "head_dim") && !qwen3 && cfg.hidden_size % cfg.num_attention_heads != 0) {
         mt_set_error(err, errlen, "%s: head_dim is not given and hidden_size (%d) is not a multiple of "
                      "num_attention_heads (%d)", label, cfg.hidden_size, cfg.num_attention_heads);
         goto done;
@@ -256,7 +301,12 @@ int hf_config_parse(const char *text, size_t len, const char *label, ModelConfig
     }
     if (refuse_true(&r, "mlp_bias", "megatrain's MLP has no biases") != 0) goto done;
     if (qwen && refuse_true(&r, "use_sliding_window", "megatrain has no sliding-window attention") != 0) goto done;
-    cfg.qk_norm = cfg.family == FAMILY_QWEN3;
+    if (cfg.family == FAMILY_MIXTRAL && member(root, "sliding_window")) {
+        mt_set_error(err, errlen, "%s: sliding_window: megatrain has no sliding-window attention; expected null", label);
+        goto done;
+    }
+    cfg.qk_norm = cfg.family == FAMILY_QWEN3 || cfg.family == FAMILY_QWEN3_MOE;
+    if ((cfg.family == FAMILY_MIXTRAL || cfg.family == FAMILY_QWEN3_MOE) && read_moe(&r, &cfg) != 0) goto done;
     if (check_shapes(&r, &cfg) != 0) goto done;
     *out = cfg;
     status = 0;

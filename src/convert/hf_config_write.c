@@ -6,6 +6,7 @@
 
 #include "../core/error.h"
 #include "../core/json.h"
+#include "../model/model.h"
 #include "hf_config.h"
 
 const char *hf_model_type(ModelFamily family) {
@@ -13,8 +14,10 @@ const char *hf_model_type(ModelFamily family) {
     case FAMILY_LLAMA: return "llama";
     case FAMILY_QWEN2: return "qwen2";
     case FAMILY_QWEN3: return "qwen3";
-    default: return NULL;
+    case FAMILY_MIXTRAL: return "mixtral";
+    case FAMILY_QWEN3_MOE: return "qwen3_moe";
     }
+    return NULL;
 }
 
 const char *hf_architecture(ModelFamily family) {
@@ -22,14 +25,53 @@ const char *hf_architecture(ModelFamily family) {
     case FAMILY_LLAMA: return "LlamaForCausalLM";
     case FAMILY_QWEN2: return "Qwen2ForCausalLM";
     case FAMILY_QWEN3: return "Qwen3ForCausalLM";
-    default: return NULL;
+    case FAMILY_MIXTRAL: return "MixtralForCausalLM";
+    case FAMILY_QWEN3_MOE: return "Qwen3MoeForCausalLM";
     }
+    return NULL;
+}
+
+/* What transformers' MoE blocks cannot express. */
+static int check_moe_exportable(const ModelConfig *cfg, char *err, size_t errlen) {
+    const MoeConfig *m = &cfg->moe;
+    const char *family = model_family_name(cfg->family);
+    if (m->shared_expert_intermediate_size > 0) {
+        mt_set_error(err, errlen, "model.moe.shared_expert_intermediate_size: %s in transformers has no shared expert",
+                     family);
+        return -1;
+    }
+    if (m->score_function != SCORE_SOFTMAX) {
+        mt_set_error(err, errlen, "model.moe.score_function: %s in transformers routes with softmax", family);
+        return -1;
+    }
+    if (m->load_balancing == LB_EXPERT_BIAS) {
+        mt_set_error(err, errlen, "model.moe.load_balancing: expert_bias routing has no transformers counterpart for %s",
+                     family);
+        return -1;
+    }
+    if (cfg->family == FAMILY_MIXTRAL) {
+        if (!m->norm_topk_prob) {
+            mt_set_error(err, errlen, "model.moe.norm_topk_prob: Mixtral always renormalises the top-k weights");
+            return -1;
+        }
+        if (m->moe_intermediate_size != cfg->intermediate_size) {
+            mt_set_error(err, errlen, "model.moe.moe_intermediate_size: Mixtral's experts are intermediate_size wide "
+                         "(%d), found %d", cfg->intermediate_size, m->moe_intermediate_size);
+            return -1;
+        }
+        for (int l = 0; l < cfg->num_layers; l++)
+            if (!model_layer_is_moe(cfg, l)) {
+                mt_set_error(err, errlen, "model.moe.layer_freq: Mixtral has experts on every layer (layer %d is dense)", l);
+                return -1;
+            }
+    }
+    return 0;
 }
 
 int hf_config_check_exportable(const ModelConfig *cfg, char *err, size_t errlen) {
     const char *family = model_family_name(cfg->family);
     if (!hf_model_type(cfg->family)) {
-        mt_set_error(err, errlen, "model.family: %s cannot be converted yet (supported: llama, qwen2, qwen3)", family);
+        mt_set_error(err, errlen, "model.family: %s cannot be converted", family);
         return -1;
     }
     if (cfg->family == FAMILY_LLAMA && cfg->attention_bias) {
@@ -38,7 +80,9 @@ int hf_config_check_exportable(const ModelConfig *cfg, char *err, size_t errlen)
                      "(LlamaForCausalLM's attention_bias also adds an o_proj bias)");
         return -1;
     }
-    if (cfg->family == FAMILY_QWEN3 && cfg->attention_bias) {
+    if ((cfg->family == FAMILY_MIXTRAL || cfg->family == FAMILY_QWEN3_MOE) && check_moe_exportable(cfg, err, errlen))
+        return -1;
+    if ((cfg->family == FAMILY_QWEN3 || cfg->family == FAMILY_QWEN3_MOE) && cfg->attention_bias) {
         mt_set_error(err, errlen,
                      "model.attention_bias: a qwen3 model with q/k/v biases has no transformers counterpart "
                      "(Qwen3ForCausalLM's attention_bias also adds an o_proj bias)");
@@ -50,11 +94,12 @@ int hf_config_check_exportable(const ModelConfig *cfg, char *err, size_t errlen)
                      "cannot be written");
         return -1;
     }
-    if (cfg->family != FAMILY_QWEN3 && cfg->qk_norm) {
+    const bool qwen3 = cfg->family == FAMILY_QWEN3 || cfg->family == FAMILY_QWEN3_MOE;
+    if (!qwen3 && cfg->qk_norm) {
         mt_set_error(err, errlen, "model.qk_norm: %s in transformers has no q/k norm (qwen3 has)", family);
         return -1;
     }
-    if (cfg->family == FAMILY_QWEN3 && !cfg->qk_norm) {
+    if (qwen3 && !cfg->qk_norm) {
         mt_set_error(err, errlen, "model.qk_norm: Qwen3ForCausalLM always has q/k norms; a qwen3 model without them "
                                   "cannot be written");
         return -1;
@@ -97,8 +142,31 @@ static void write_rope_scaling(JsonWriter *w, const RopeScaling *rs) {
     jw_end_object(w);
 }
 
+/* The MoE keys of config.json (Hub spelling: Mixtral's num_local_experts, Qwen3-MoE's num_experts). */
+static void write_moe(JsonWriter *w, const ModelConfig *cfg) {
+    const MoeConfig *m = &cfg->moe;
+    if (cfg->family == FAMILY_QWEN3_MOE) {
+        key_int(w, "decoder_sparse_step", 1);
+        jw_key(w, "mlp_only_layers");
+        jw_begin_array(w);
+        for (int l = 0; l < cfg->num_layers; l++)
+            if (!model_layer_is_moe(cfg, l)) jw_int(w, l);
+        jw_end_array(w);
+        key_int(w, "moe_intermediate_size", m->moe_intermediate_size);
+        key_bool(w, "norm_topk_prob", m->norm_topk_prob);
+        key_int(w, "num_experts", m->num_experts);
+    } else {
+        key_int(w, "num_local_experts", m->num_experts);
+    }
+    key_int(w, "num_experts_per_tok", m->num_experts_per_tok);
+    key_bool(w, "output_router_logits", false);
+    key_double(w, "router_aux_loss_coef", m->aux_loss_coeff);
+    if (cfg->family == FAMILY_MIXTRAL) key_double(w, "router_jitter_noise", 0.0);
+}
+
 char *hf_config_to_json(const ModelConfig *cfg, const char *torch_dtype) {
-    const bool qwen = cfg->family != FAMILY_LLAMA;
+    const bool qwen = cfg->family == FAMILY_QWEN2 || cfg->family == FAMILY_QWEN3 || cfg->family == FAMILY_QWEN3_MOE;
+    const bool moe = cfg->family == FAMILY_MIXTRAL || cfg->family == FAMILY_QWEN3_MOE;
     const int head_dim = cfg->head_dim ? cfg->head_dim : cfg->hidden_size / cfg->num_attention_heads;
     JsonWriter w;
     jw_init(&w, 2);
@@ -116,15 +184,16 @@ char *hf_config_to_json(const ModelConfig *cfg, const char *torch_dtype) {
     key_int(&w, "intermediate_size", cfg->intermediate_size);
     key_int(&w, "max_position_embeddings", cfg->max_position_embeddings);
     if (qwen) key_int(&w, "max_window_layers", cfg->num_layers);
-    if (!qwen) key_bool(&w, "mlp_bias", false);
+    if (cfg->family == FAMILY_LLAMA) key_bool(&w, "mlp_bias", false);
     key_string(&w, "model_type", hf_model_type(cfg->family));
     key_int(&w, "num_attention_heads", cfg->num_attention_heads);
     key_int(&w, "num_hidden_layers", cfg->num_layers);
     key_int(&w, "num_key_value_heads", cfg->num_key_value_heads);
+    if (moe) write_moe(&w, cfg);
     key_double(&w, "rms_norm_eps", cfg->rms_norm_eps);
     write_rope_scaling(&w, &cfg->rope_scaling);
     key_double(&w, "rope_theta", cfg->rope_theta);
-    if (qwen) {
+    if (qwen || cfg->family == FAMILY_MIXTRAL) {
         jw_key(&w, "sliding_window");
         jw_null(&w);
     }

@@ -74,69 +74,134 @@ static const NamePair qwen3_names[] = {
     {NULL, NULL},
 };
 
+/* MixtralForCausalLM: llama attention, a sparse MoE block on every layer:
+ * the router "gate", and per expert w1 (gate), w2 (down), w3 (up). "{E}" is
+ * the expert: our stacked tensors hold expert e in row block e. */
+static const NamePair mixtral_names[] = {
+    {"embed.weight", "model.embed_tokens.weight"},
+    {"layers.{L}.attn.q_proj.weight", "model.layers.{L}.self_attn.q_proj.weight"},
+    {"layers.{L}.attn.k_proj.weight", "model.layers.{L}.self_attn.k_proj.weight"},
+    {"layers.{L}.attn.v_proj.weight", "model.layers.{L}.self_attn.v_proj.weight"},
+    {"layers.{L}.attn.o_proj.weight", "model.layers.{L}.self_attn.o_proj.weight"},
+    {"layers.{L}.mlp.router.weight", "model.layers.{L}.block_sparse_moe.gate.weight"},
+    {"layers.{L}.mlp.experts.gate_proj.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w1.weight"},
+    {"layers.{L}.mlp.experts.down_proj.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w2.weight"},
+    {"layers.{L}.mlp.experts.up_proj.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w3.weight"},
+    {"layers.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
+    {"layers.{L}.mlp_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
+    {"final_norm.weight", "model.norm.weight"},
+    {"lm_head.weight", "lm_head.weight"},
+    {NULL, NULL},
+};
+
+/* Qwen3MoeForCausalLM: qwen3 attention; MoE layers have the router "gate"
+ * and per expert gate/up/down; dense layers (mlp_only_layers) qwen3's MLP. */
+static const NamePair qwen3_moe_names[] = {
+    {"embed.weight", "model.embed_tokens.weight"},
+    {"layers.{L}.attn.q_proj.weight", "model.layers.{L}.self_attn.q_proj.weight"},
+    {"layers.{L}.attn.k_proj.weight", "model.layers.{L}.self_attn.k_proj.weight"},
+    {"layers.{L}.attn.v_proj.weight", "model.layers.{L}.self_attn.v_proj.weight"},
+    {"layers.{L}.attn.o_proj.weight", "model.layers.{L}.self_attn.o_proj.weight"},
+    {"layers.{L}.attn.q_norm.weight", "model.layers.{L}.self_attn.q_norm.weight"},
+    {"layers.{L}.attn.k_norm.weight", "model.layers.{L}.self_attn.k_norm.weight"},
+    {"layers.{L}.mlp.router.weight", "model.layers.{L}.mlp.gate.weight"},
+    {"layers.{L}.mlp.experts.gate_proj.weight", "model.layers.{L}.mlp.experts.{E}.gate_proj.weight"},
+    {"layers.{L}.mlp.experts.up_proj.weight", "model.layers.{L}.mlp.experts.{E}.up_proj.weight"},
+    {"layers.{L}.mlp.experts.down_proj.weight", "model.layers.{L}.mlp.experts.{E}.down_proj.weight"},
+    {"layers.{L}.mlp.gate_proj.weight", "model.layers.{L}.mlp.gate_proj.weight"},
+    {"layers.{L}.mlp.up_proj.weight", "model.layers.{L}.mlp.up_proj.weight"},
+    {"layers.{L}.mlp.down_proj.weight", "model.layers.{L}.mlp.down_proj.weight"},
+    {"layers.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
+    {"layers.{L}.mlp_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
+    {"final_norm.weight", "model.norm.weight"},
+    {"lm_head.weight", "lm_head.weight"},
+    {NULL, NULL},
+};
+
 static const NamePair *family_table(ModelFamily family) {
     switch (family) {
     case FAMILY_LLAMA: return llama_names;
     case FAMILY_QWEN2: return qwen2_names;
     case FAMILY_QWEN3: return qwen3_names;
-    default: return NULL; /* MoE families: tables arrive with their models */
+    case FAMILY_MIXTRAL: return mixtral_names;
+    case FAMILY_QWEN3_MOE: return qwen3_moe_names;
     }
+    return NULL;
 }
 
-/* Does `name` match `pattern`? On a match, *layer is the index in place of
- * "{L}" (or -1 when the pattern has none). Digits must be canonical
- * (no leading zeros, no sign). */
-static int match(const char *pattern, const char *name, long *layer) {
-    const char *hole = strstr(pattern, "{L}");
-    if (!hole) {
-        *layer = -1;
-        return strcmp(pattern, name) == 0;
+/* Does `name` match `pattern`? "{L}" (layer) and "{E}" (expert) stand for
+ * canonical non-negative integers (no leading zeros, no sign); on a match
+ * *layer and *expert are them (-1 when the pattern has none). */
+static int match(const char *pattern, const char *name, long *layer, long *expert) {
+    *layer = *expert = -1;
+    const char *p = pattern, *n = name;
+    while (*p) {
+        if (p[0] == '{' && (p[1] == 'L' || p[1] == 'E') && p[2] == '}') {
+            if (*n < '0' || *n > '9' || (n[0] == '0' && n[1] >= '0' && n[1] <= '9')) return 0;
+            long value = 0;
+            for (; *n >= '0' && *n <= '9'; n++) {
+                if (value > 100000000L) return 0;
+                value = value * 10 + (*n - '0');
+            }
+            *(p[1] == 'L' ? layer : expert) = value;
+            p += 3;
+            continue;
+        }
+        if (*p++ != *n++) return 0;
     }
-    size_t prefix = (size_t)(hole - pattern);
-    const char *suffix = hole + 3;
-    if (strncmp(pattern, name, prefix) != 0) return 0;
-    const char *p = name + prefix;
-    if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9')) return 0;
-    long value = 0;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        if (value > 100000000L) return 0;
-        value = value * 10 + (*p - '0');
-    }
-    if (strcmp(p, suffix) != 0) return 0;
-    *layer = value;
-    return 1;
+    return *n == '\0';
 }
 
-static int expand(const char *pattern, long layer, char *out, size_t outlen) {
-    const char *hole = strstr(pattern, "{L}");
-    int n = hole ? snprintf(out, outlen, "%.*s%ld%s", (int)(hole - pattern), pattern, layer, hole + 3)
-                 : snprintf(out, outlen, "%s", pattern);
-    return n >= 0 && (size_t)n < outlen ? 0 : -1;
+static int expand(const char *pattern, long layer, long expert, char *out, size_t outlen) {
+    size_t used = 0;
+    for (const char *p = pattern; *p;) {
+        int n;
+        if (p[0] == '{' && (p[1] == 'L' || p[1] == 'E') && p[2] == '}') {
+            n = snprintf(out + used, outlen - used, "%ld", p[1] == 'L' ? layer : expert);
+            p += 3;
+        } else {
+            n = snprintf(out + used, outlen - used, "%c", *p++);
+        }
+        if (n < 0 || (size_t)n >= outlen - used) return -1;
+        used += (size_t)n;
+    }
+    if (used == 0 && outlen > 0) out[0] = '\0';
+    return 0;
+}
+
+/* The table entry whose `ours` (to_hf) or `hf` pattern matches name; -1 when none. */
+static long find_entry(const NamePair *table, const char *name, int to_hf, long *layer, long *expert) {
+    for (long i = 0; table && table[i].ours; i++)
+        if (match(to_hf ? table[i].ours : table[i].hf, name, layer, expert)) return i;
+    return -1;
 }
 
 static int translate(ModelFamily family, const char *name, int to_hf, char *out, size_t outlen) {
     const NamePair *table = family_table(family);
-    if (!table) return -1;
-    for (const NamePair *pair = table; pair->ours; pair++) {
-        long layer;
-        if (match(to_hf ? pair->ours : pair->hf, name, &layer))
-            return expand(to_hf ? pair->hf : pair->ours, layer, out, outlen);
-    }
-    return -1;
+    long layer, expert;
+    long i = find_entry(table, name, to_hf, &layer, &expert);
+    if (i < 0) return -1;
+    if (to_hf && strstr(table[i].hf, "{E}")) return -1; /* stacked experts: hf_pieces */
+    return expand(to_hf ? table[i].hf : table[i].ours, layer, expert, out, outlen);
 }
 
 long hf_name_position(ModelFamily family, const char *hf) {
     const NamePair *table = family_table(family);
     if (!table) return -1;
     bool layers_seen = false;
+    long first_expert_entry = -1;
     for (long entry = 0; table[entry].ours; entry++) {
-        long layer;
+        long layer, expert;
         bool per_layer = strstr(table[entry].hf, "{L}") != NULL;
         layers_seen = layers_seen || per_layer;
-        if (!match(table[entry].hf, hf, &layer)) continue;
-        /* before the layers: group 0; layer l: group l + 1; after them: last */
+        if (strstr(table[entry].hf, "{E}") && first_expert_entry < 0) first_expert_entry = entry;
+        if (!match(table[entry].hf, hf, &layer, &expert)) continue;
+        /* before the layers: group 0; layer l: group l + 1; after them: last;
+         * within a layer by entry, the experts one after the other (each's
+         * tensors in table order), as transformers' ModuleList of experts */
         long group = per_layer ? layer + 1 : layers_seen ? 100000000L + 1 : 0;
-        return group * 64 + entry;
+        long slot = expert < 0 ? entry << 24 : (first_expert_entry << 24) + expert * 64 + (entry - first_expert_entry);
+        return (group << 32) + slot;
     }
     return -1;
 }
@@ -147,4 +212,27 @@ int hf_name_from_ours(ModelFamily family, const char *ours, char *out, size_t ou
 
 int hf_name_to_ours(ModelFamily family, const char *hf, char *out, size_t outlen) {
     return translate(family, hf, 0, out, outlen);
+}
+
+int hf_pieces(ModelFamily family, const ParamInfo *info, int num_experts, HfPiece *pieces, int max) {
+    const NamePair *table = family_table(family);
+    long layer, expert;
+    long i = find_entry(table, info->name, 1, &layer, &expert);
+    if (i < 0 || max < 1) return -1;
+    if (!strstr(table[i].hf, "{E}")) {
+        if (expand(table[i].hf, layer, -1, pieces[0].name, sizeof pieces[0].name) != 0) return -1;
+        pieces[0].row0 = 0;
+        pieces[0].rows = info->shape[0];
+        pieces[0].position = hf_name_position(family, pieces[0].name);
+        return 1;
+    }
+    if (num_experts < 1 || num_experts > max || info->shape[0] % num_experts != 0) return -1;
+    const long rows = info->shape[0] / num_experts;
+    for (int e = 0; e < num_experts; e++) {
+        if (expand(table[i].hf, layer, e, pieces[e].name, sizeof pieces[e].name) != 0) return -1;
+        pieces[e].row0 = rows * e;
+        pieces[e].rows = rows;
+        pieces[e].position = hf_name_position(family, pieces[e].name);
+    }
+    return num_experts;
 }

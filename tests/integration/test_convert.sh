@@ -78,7 +78,7 @@ cp -r "$FIX/llama_tied" "$WORK/no_weights" && rm "$WORK/no_weights/model.safeten
 expect_error no_weights "no_weights: missing model.safetensors" "$WORK/no_weights"
 expect_error no_src "does_not_exist: No such file or directory" "$WORK/does_not_exist"
 spoiled gpt2 llama_tied 's/"model_type": "llama"/"model_type": "gpt2"/'
-expect_error gpt2 "model_type 'gpt2' is not a supported family (supported: llama, qwen2, qwen3)" "$WORK/gpt2"
+expect_error gpt2 "model_type 'gpt2' is not a supported family (supported: llama, qwen2, qwen3, mixtral, qwen3_moe)" "$WORK/gpt2"
 I=$(field "$FIX/llama_gqa_rope3/config.json" intermediate_size)
 C=$(field "$FIX/llama_gqa_rope3/config.json" hidden_size)
 spoiled shape llama_gqa_rope3 "s/\"intermediate_size\": $I/\"intermediate_size\": $((I + 32))/"

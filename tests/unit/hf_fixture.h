@@ -138,25 +138,29 @@ typedef struct Case {
     int32_t *inputs, *targets;
 } Case;
 
+#define HF_FIXTURE_MAX_EXPERTS 64
+
 /* Fill every registry parameter from the HF weights (as `convert` maps them). */
 static void load_hf_weights(Case *c) {
     char dir[1100], err[512];
     fixture_path(dir, sizeof dir, c->name, "");
     StModel *st = st_model_open(dir, err, sizeof err);
     if (!st) fail_msg("%s", err);
+    HfPiece pieces[HF_FIXTURE_MAX_EXPERTS];
     for (int k = 0; k < c->model->num_params; k++) {
         const ParamInfo *info = &c->model->param_info[k];
-        char hf[160];
-        if (hf_name_from_ours(c->cfg.family, info->name, hf, sizeof hf) != 0)
-            fail_msg("%s: no HF name for '%s'", c->name, info->name);
-        int i = st_model_find(st, hf);
-        if (i < 0) fail_msg("%s: model.safetensors has no '%s' (ours '%s')", c->name, hf, info->name);
-        const StTensor *t = st->tensors[i];
-        assert_int_equal(t->ndim, info->ndim);
-        assert_int_equal(t->shape[0], info->shape[0]);
-        if (info->ndim == 2) assert_int_equal(t->shape[1], info->shape[1]);
-        st_tensor_to_f32(t, c->model->params + info->offset);
-        st->used[i] = true;
+        int n = hf_pieces(c->cfg.family, info, c->cfg.moe.num_experts, pieces, HF_FIXTURE_MAX_EXPERTS);
+        if (n < 1) fail_msg("%s: no HF name for '%s'", c->name, info->name);
+        for (int p = 0; p < n; p++) { /* one tensor, or one per expert of a stack */
+            int i = st_model_find(st, pieces[p].name);
+            if (i < 0) fail_msg("%s: model.safetensors has no '%s' (ours '%s')", c->name, pieces[p].name, info->name);
+            const StTensor *t = st->tensors[i];
+            assert_int_equal(t->ndim, info->ndim);
+            assert_int_equal(t->shape[0], pieces[p].rows);
+            if (info->ndim == 2) assert_int_equal(t->shape[1], info->shape[1]);
+            st_tensor_to_f32(t, c->model->params + info->offset + pieces[p].row0 * info->shape[1]);
+            st->used[i] = true;
+        }
     }
     for (int i = 0; i < st->num_tensors; i++)
         if (!st->used[i]) fail_msg("%s: HF tensor '%s' has no registry parameter", c->name, st->tensors[i]->name);

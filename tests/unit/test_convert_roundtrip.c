@@ -270,7 +270,7 @@ static void test_errors(void **state) {
     Spoil extra = {.extra = true};
     expect_failure("extra", &llama, &extra, "unexpected tensor 'model.layers.0.mlp.extra.weight'");
     Spoil gpt2 = {.model_type = "gpt2"};
-    expect_failure("family", &llama, &gpt2, "model_type 'gpt2' is not a supported family (supported: llama, qwen2, qwen3)");
+    expect_failure("family", &llama, &gpt2, "model_type 'gpt2' is not a supported family (supported: llama, qwen2, qwen3, mixtral, qwen3_moe)");
     ModelConfig tied = tiny_config(FAMILY_LLAMA, true);
     Spoil untie = {.model_type = "qwen2"}; /* a llama directory called qwen2: the biases are missing */
     expect_failure("biases", &tied, &untie, "missing tensor 'model.layers.0.self_attn.q_proj.bias'");

@@ -217,8 +217,11 @@ static void expect_config_error(const char *text, const char *message) {
 
 static void test_config_errors(void **state) {
     (void)state;
-    expect_config_error(BASE("gpt2") "}", "model_type 'gpt2' is not a supported family (supported: llama, qwen2, qwen3)");
-    expect_config_error(BASE("mixtral") "}", "model_type 'mixtral' (a mixture-of-experts family) is not supported");
+    expect_config_error(BASE("gpt2") "}",
+                        "model_type 'gpt2' is not a supported family (supported: llama, qwen2, qwen3, mixtral, qwen3_moe)");
+    expect_config_error(BASE("mixtral") "}", "missing required key \"num_local_experts\"");
+    expect_config_error(BASE("mixtral") ", \"num_local_experts\": 4, \"router_jitter_noise\": 0.1}", "router_jitter_noise");
+    expect_config_error(BASE("mixtral") ", \"num_local_experts\": 4, \"sliding_window\": 4096}", "sliding_window");
     expect_config_error("{\"hidden_size\": 64}", "missing \"model_type\"");
     expect_config_error("{\"model_type\": \"llama\", \"hidden_size\": 64}", "missing required key \"intermediate_size\"");
     expect_config_error(BASE("llama") ", \"hidden_size\": \"64\"}", "hidden_size: expected an integer >= 1, found a string");
@@ -263,8 +266,20 @@ static void test_config_errors(void **state) {
     c.qk_norm = false;
     assert_int_equal(hf_config_check_exportable(&c, err, sizeof err), -1);
     c = small_config(FAMILY_QWEN3_MOE, false);
+    c.qk_norm = true;
+    c.moe.num_experts = 4;
+    c.moe.num_experts_per_tok = 2;
+    c.moe.moe_intermediate_size = 8;
+    c.moe.layer_freq = 1;
+    c.moe.shared_expert_intermediate_size = 8; /* transformers' Qwen3-MoE has no shared expert */
     assert_int_equal(hf_config_check_exportable(&c, err, sizeof err), -1);
-    assert_non_null(strstr(err, "qwen3_moe cannot be converted yet"));
+    assert_non_null(strstr(err, "shared_expert_intermediate_size"));
+    c.moe.shared_expert_intermediate_size = 0;
+    c.moe.score_function = SCORE_SIGMOID;
+    assert_int_equal(hf_config_check_exportable(&c, err, sizeof err), -1);
+    assert_non_null(strstr(err, "score_function"));
+    c.moe.score_function = SCORE_SOFTMAX;
+    assert_int_equal(hf_config_check_exportable(&c, err, sizeof err), 0);
 }
 
 int main(void) {

@@ -203,6 +203,38 @@ static void test_state_dict_order(void **state) {
     assert_int_equal(hf_name_position(FAMILY_LLAMA, "model.layers.0.self_attn.q_proj.bias"), -1);
 }
 
+/* Stacked experts: expert e is row block e, named per expert as on the Hub,
+ * and written expert after expert (w1, w2, w3 each) as transformers' state_dict. */
+static void test_expert_pieces(void **state) {
+    (void)state;
+    ParamInfo info = {.name = "layers.3.mlp.experts.down_proj.weight", .ndim = 2, .shape = {4 * 16, 8}};
+    HfPiece pieces[8];
+    assert_int_equal(hf_pieces(FAMILY_MIXTRAL, &info, 4, pieces, 8), 4);
+    for (int e = 0; e < 4; e++) {
+        char want[160];
+        snprintf(want, sizeof want, "model.layers.3.block_sparse_moe.experts.%d.w2.weight", e);
+        assert_string_equal(pieces[e].name, want);
+        assert_int_equal(pieces[e].row0, 16 * e);
+        assert_int_equal(pieces[e].rows, 16);
+    }
+    char back[160];
+    assert_int_equal(hf_name_to_ours(FAMILY_MIXTRAL, pieces[2].name, back, sizeof back), 0);
+    assert_string_equal(back, info.name);
+    ParamInfo up = {.name = "layers.3.mlp.experts.up_proj.weight", .ndim = 2, .shape = {4 * 16, 8}};
+    HfPiece up_pieces[8];
+    assert_int_equal(hf_pieces(FAMILY_QWEN3_MOE, &up, 4, up_pieces, 8), 4);
+    assert_string_equal(up_pieces[1].name, "model.layers.3.mlp.experts.1.up_proj.weight");
+    /* state_dict order: expert 0's w1, w2, w3 before expert 1's */
+    assert_true(hf_name_position(FAMILY_MIXTRAL, "model.layers.3.block_sparse_moe.experts.0.w3.weight") <
+                hf_name_position(FAMILY_MIXTRAL, "model.layers.3.block_sparse_moe.experts.1.w1.weight"));
+    assert_true(hf_name_position(FAMILY_MIXTRAL, "model.layers.3.block_sparse_moe.gate.weight") <
+                hf_name_position(FAMILY_MIXTRAL, "model.layers.3.block_sparse_moe.experts.0.w1.weight"));
+    assert_true(hf_name_position(FAMILY_MIXTRAL, "model.layers.3.post_attention_layernorm.weight") <
+                hf_name_position(FAMILY_MIXTRAL, "model.layers.4.self_attn.q_proj.weight"));
+    /* a stack that does not split into the experts */
+    assert_int_equal(hf_pieces(FAMILY_MIXTRAL, &info, 3, pieces, 8), -1);
+}
+
 static void test_name_table_refusals(void **state) {
     (void)state;
     char out[160];
@@ -210,7 +242,11 @@ static void test_name_table_refusals(void **state) {
     assert_int_equal(hf_name_from_ours(FAMILY_LLAMA, "layers.0.attn.q_norm.weight", out, sizeof out), -1);
     assert_int_equal(hf_name_from_ours(FAMILY_QWEN2, "layers.0.attn.k_norm.weight", out, sizeof out), -1);
     assert_int_equal(hf_name_from_ours(FAMILY_QWEN3, "layers.0.attn.v_proj.bias", out, sizeof out), -1);
-    assert_int_equal(hf_name_from_ours(FAMILY_MIXTRAL, "embed.weight", out, sizeof out), -1);
+    /* a stack of experts is several HF tensors: hf_pieces, not one name */
+    assert_int_equal(hf_name_from_ours(FAMILY_MIXTRAL, "layers.0.mlp.experts.up_proj.weight", out, sizeof out), -1);
+    assert_int_equal(hf_name_from_ours(FAMILY_MIXTRAL, "layers.0.mlp.router.expert_bias", out, sizeof out), -1);
+    assert_int_equal(hf_name_to_ours(FAMILY_MIXTRAL, "model.layers.0.block_sparse_moe.experts.01.w1.weight", out,
+                                     sizeof out), -1);
     assert_int_equal(hf_name_to_ours(FAMILY_LLAMA, "model.layers.0.self_attn.q_proj.bias", out, sizeof out), -1);
     assert_int_equal(hf_name_to_ours(FAMILY_LLAMA, "model.layers.01.mlp.up_proj.weight", out, sizeof out), -1);
     assert_int_equal(hf_name_to_ours(FAMILY_LLAMA, "model.layers.-1.mlp.up_proj.weight", out, sizeof out), -1);
@@ -232,6 +268,7 @@ int main(void) {
         cmocka_unit_test(test_name_pairs),
         cmocka_unit_test(test_state_dict_order),
         cmocka_unit_test(test_name_table_refusals),
+        cmocka_unit_test(test_expert_pieces),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,6 +25,8 @@
 #include <cmocka.h>
 
 #include "hf_fixture.h"
+#include "model/model_internal.h"
+#include "model/moe_layer.h"
 #include "train/grad_clip.h"
 #include "train/optimizer.h"
 
@@ -49,9 +51,49 @@ static double relative_error(const float *a, const float *b, long n) {
 
 /* ---- the checks ---- */
 
+/* Every parameter's gradient (each expert of a stack on its own) against
+ * <prefix><HF name>, plus <also_prefix><HF name> when also_prefix is given
+ * (a missing one counts as 0). Returns the worst relative error; *compared
+ * counts the HF tensors. */
+static double compare_gradients(Case *c, const char *prefix, const char *also_prefix, int *compared) {
+    const Model *m = c->model;
+    HfPiece pieces[HF_FIXTURE_MAX_EXPERTS];
+    double worst = 0.0;
+    for (int k = 0; k < m->num_params; k++) {
+        const ParamInfo *info = &m->param_info[k];
+        const int n_pieces = hf_pieces(c->cfg.family, info, c->cfg.moe.num_experts, pieces, HF_FIXTURE_MAX_EXPERTS);
+        assert_true(n_pieces >= 1);
+        for (int p = 0; p < n_pieces; p++) {
+            char key[200];
+            snprintf(key, sizeof key, "%.30s%.160s", prefix, pieces[p].name);
+            long n;
+            float *ref_grad = ref_f32(&c->ref, key, &n);
+            const long cols = info->shape[1];
+            assert_int_equal(n, pieces[p].rows * cols);
+            if (also_prefix) {
+                snprintf(key, sizeof key, "%.30s%.160s", also_prefix, pieces[p].name);
+                if (json_get(c->ref.header, key)) {
+                    float *more = ref_f32(&c->ref, key, NULL);
+                    for (long i = 0; i < n; i++) ref_grad[i] += more[i];
+                    free(more);
+                }
+            }
+            double e = relative_error(m->grads + info->offset + pieces[p].row0 * cols, ref_grad, n);
+            free(ref_grad);
+            if (!(e < GRAD_TOL))
+                fail_msg("%s: gradient of %s (%s): relative error %.3e >= %.0e", c->name, info->name, pieces[p].name, e,
+                         GRAD_TOL);
+            if (e > worst) worst = e;
+            ++*compared;
+        }
+    }
+    return worst;
+}
+
 static void check_forward_backward(const char *name) {
     Case c = case_open(name);
     Model *m = c.model;
+    m->cfg.moe.aux_loss_coeff = 0.0; /* MoE: "grad." holds the cross entropy's gradients only */
     const long N = (long)c.B * c.T, V = c.cfg.vocab_size;
 
     model_zero_grad(m);
@@ -68,28 +110,14 @@ static void check_forward_backward(const char *name) {
     if (!(loss_err < LOSS_TOL)) fail_msg("%s: loss %.8f vs %.8f: relative error %.3e", name, loss, ref_loss[0], loss_err);
 
     model_backward(m, 1.0f);
-    double worst = 0.0;
-    const char *worst_name = "";
-    for (int k = 0; k < m->num_params; k++) {
-        const ParamInfo *info = &m->param_info[k];
-        char hf[160], key[200];
-        assert_int_equal(hf_name_from_ours(c.cfg.family, info->name, hf, sizeof hf), 0);
-        snprintf(key, sizeof key, "grad.%s", hf);
-        long n;
-        float *ref_grad = ref_f32(&c.ref, key, &n);
-        assert_int_equal(n, info->numel);
-        double e = relative_error(m->grads + info->offset, ref_grad, n);
-        free(ref_grad);
-        if (!(e < GRAD_TOL)) fail_msg("%s: gradient of %s (%s): relative error %.3e >= %.0e", name, info->name, hf, e,
-                                      GRAD_TOL);
-        if (e > worst) worst = e, worst_name = info->name;
-    }
-    /* every reference gradient was compared: as many "grad." tensors as parameters */
+    int compared = 0;
+    double worst = compare_gradients(&c, "grad.", NULL, &compared);
+    /* every reference gradient was compared: as many "grad." tensors as HF tensors */
     int num_ref_grads = 0;
     for (size_t i = 0; i < c.ref.header->count; i++)
         num_ref_grads += strncmp(c.ref.header->members[i].key, "grad.", 5) == 0;
-    assert_int_equal(num_ref_grads, m->num_params);
-    printf("  %-16s %d gradients, worst rel err %.2e (%s)\n", name, m->num_params, worst, worst_name);
+    assert_int_equal(num_ref_grads, compared);
+    printf("  %-16s %d gradients, worst rel err %.2e\n", name, compared, worst);
     free(ref_logits);
     free(ref_loss);
     case_close(&c);
@@ -151,6 +179,60 @@ static void check_adamw(const char *name) {
     case_close(&c);
 }
 
+/* MoE: the router logits of every layer, transformers' load-balancing loss
+ * (load_balancing_loss_func: the layers pooled, f[e] the share of top-k
+ * choices, P[e] the mean probability, aux = E * sum_e f[e] P[e]) from our
+ * routing, and the gradient of cross entropy + aux against grad. + grad_aux.:
+ * our backward differentiates the per-layer loss coeff E / (k N G) sum_e
+ * (sum_n p[n,e]) counts[e]; with coeff 1, counts = the pooled counts and G =
+ * L^2 N / k, that is exactly the derivative of transformers' pooled loss. */
+static void check_moe_aux(const char *name) {
+    Case c = case_open(name);
+    Model *m = c.model;
+    ModelPriv *pr = m->priv;
+    const int N = c.B * c.T, E = c.cfg.moe.num_experts, k = c.cfg.moe.num_experts_per_tok, L = c.cfg.num_layers;
+    m->cfg.moe.aux_loss_coeff = 1.0;
+    m->cfg.moe.load_balancing = LB_AUX_LOSS;
+    model_zero_grad(m);
+    model_moe_step_begin(m);
+    model_forward(m, c.inputs, c.targets, c.B, c.T);
+    double *pooled = calloc((size_t)E, sizeof(double)), *psum = calloc((size_t)E, sizeof(double));
+    for (int l = 0; l < L; l++) {
+        const MoeActs *a = pr->moe[l];
+        assert_non_null(a);
+        char key[64];
+        snprintf(key, sizeof key, "router_logits.%d", l);
+        long n;
+        float *ref = ref_f32(&c.ref, key, &n);
+        assert_int_equal(n, (long)N * E);
+        const double e_logits = relative_error(a->logits, ref, n);
+        free(ref);
+        if (!(e_logits < LOGITS_TOL)) fail_msg("%s: layer %d router logits: relative error %.3e", name, l, e_logits);
+        for (int i = 0; i < N * k; i++) pooled[a->selected[i]] += 1.0;
+        for (int i = 0; i < N * E; i++) psum[i % E] += a->scores[i];
+    }
+    double aux = 0.0;
+    for (int e = 0; e < E; e++) aux += (pooled[e] / ((double)L * N)) * (psum[e] / ((double)L * N));
+    aux *= E;
+    float *ref_aux = ref_f32(&c.ref, "aux_loss", NULL);
+    const double aux_err = fabs(aux - ref_aux[0]) / fabs((double)ref_aux[0]);
+    printf("  %-16s aux loss %.6f vs %.6f (rel err %.2e)\n", name, aux, ref_aux[0], aux_err);
+    if (!(aux_err < LOSS_TOL)) fail_msg("%s: aux loss %.8f vs %.8f", name, aux, ref_aux[0]);
+    for (int l = 0; l < L; l++) { /* transformers' constants in our per-layer gradient */
+        MoeActs *a = pr->moe[l];
+        memcpy(a->aux_counts, pooled, (size_t)E * sizeof(double));
+        a->aux_tokens = (double)L * L * N / k;
+    }
+    model_backward(m, 1.0f);
+    int compared = 0;
+    double worst = compare_gradients(&c, "grad.", "grad_aux.", &compared);
+    printf("  %-16s %d gradients of cross entropy + aux, worst rel err %.2e\n", name, compared, worst);
+    free(pooled);
+    free(psum);
+    free(ref_aux);
+    case_close(&c);
+}
+
 /* ---- the cases (tests/fixtures/hf/<name>/) ---- */
 
 #define PARITY_CASE(name)                                                        \
@@ -167,6 +249,19 @@ PARITY_CASE(llama_gqa_rope3)
 PARITY_CASE(llama_tied)
 PARITY_CASE(qwen2_bias)
 PARITY_CASE(qwen3_qknorm)
+
+#define MOE_PARITY_CASE(name)                                                    \
+    static void test_##name##_forward_backward(void **state) {                   \
+        (void)state;                                                             \
+        check_forward_backward(#name);                                           \
+    }                                                                            \
+    static void test_##name##_aux(void **state) {                                \
+        (void)state;                                                             \
+        check_moe_aux(#name);                                                    \
+    }
+
+MOE_PARITY_CASE(mixtral_moe)
+MOE_PARITY_CASE(qwen3_moe)
 
 /* The fixtures exercise what they claim: the config features each case is for. */
 static void test_fixture_configs(void **state) {
@@ -204,6 +299,10 @@ int main(void) {
         cmocka_unit_test(test_qwen2_bias_adamw),
         cmocka_unit_test(test_qwen3_qknorm_forward_backward),
         cmocka_unit_test(test_qwen3_qknorm_adamw),
+        cmocka_unit_test(test_mixtral_moe_forward_backward),
+        cmocka_unit_test(test_mixtral_moe_aux),
+        cmocka_unit_test(test_qwen3_moe_forward_backward),
+        cmocka_unit_test(test_qwen3_moe_aux),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

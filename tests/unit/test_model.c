@@ -525,8 +525,11 @@ static void test_invalid_configs(void **state) {
     c.hidden_size = 18; /* 18 / 4 heads is not whole */
     check_invalid(c, "head_dim");
     c = cfg;
-    c.family = FAMILY_MIXTRAL;
-    check_invalid(c, "model.family");
+    c.family = FAMILY_MIXTRAL; /* a MoE family needs its moe block */
+    check_invalid(c, "model.moe.num_experts");
+    c.moe.num_experts = 4;
+    c.moe.num_experts_per_tok = 5;
+    check_invalid(c, "model.moe.num_experts_per_tok");
     c = cfg;
     c.num_layers = 0;
     check_invalid(c, "num_layers");
