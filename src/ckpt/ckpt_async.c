@@ -57,6 +57,7 @@ struct CkptSaver {
     const size_t *range_begin, *range_end;
     int num_ranges;
     bool write_params;
+    bool write_dense, write_experts; /* which parameters this rank writes (both by default) */
 };
 
 static void log_saved(const char *checkpoints_dir, long step, const CkptWriteStats *st, bool async) {
@@ -103,6 +104,7 @@ CkptSaver *ckpt_saver_create(const char *checkpoints_dir, const Recipe *recipe) 
     s->recipe = recipe;
     s->cfg = recipe->checkpoint;
     s->last_step = -1;
+    s->write_dense = s->write_experts = true;
     if (s->cfg.async) {
         pthread_mutex_init(&s->mutex, NULL);
         pthread_cond_init(&s->cond, NULL);
@@ -136,10 +138,13 @@ static CkptPayload payload_for(const CkptSaver *s, const Model *model, const Ckp
     };
 }
 
+static CkptSource *sources_of(const CkptSaver *s, const Model *model, const float *params, const float *m,
+                              const float *v, int *count);
+
 static int save_sync(CkptSaver *s, const Model *model, const AdamW *opt, const TrainState *state, char *err,
                      size_t errlen) {
     int num_sources = 0;
-    CkptSource *sources = ckpt_sources_from_model(model, model->params, opt->m, opt->v, &num_sources);
+    CkptSource *sources = sources_of(s, model, model->params, opt->m, opt->v, &num_sources);
     CkptPayload payload = payload_for(s, model, sources, num_sources, state, opt->step, omp_get_max_threads());
     CkptWriteStats stats = {0};
     char why[2048];
@@ -173,7 +178,12 @@ static CkptSource *sources_of(const CkptSaver *s, const Model *model, const floa
     if (s->num_ranges > 0)
         return ckpt_sources_sharded(model, s->write_params ? params : NULL, m, v, s->range_begin, s->range_end,
                                     s->num_ranges, count);
-    return ckpt_sources_from_model(model, params, m, v, count);
+    return ckpt_sources_of_kinds(model, params, m, v, s->write_dense, s->write_experts, count);
+}
+
+void ckpt_saver_write_kinds(CkptSaver *s, bool dense, bool experts) {
+    s->write_dense = dense;
+    s->write_experts = experts;
 }
 
 /* Collective: finish the pending save over ranks. */

@@ -42,6 +42,10 @@ void ckpt_saver_distribute(CkptSaver *saver, const Comm *world, bool writer);
 void ckpt_saver_shard_moments(CkptSaver *saver, const size_t *begin, const size_t *end, int num_ranges,
                               bool write_params);
 
+/* Which parameters this rank writes: the dense ones, the routed experts
+ * (expert parallel), or both (the default). */
+void ckpt_saver_write_kinds(CkptSaver *saver, bool dense, bool experts);
+
 /* Save the state after step state->step. Sync: writes it all. Async: waits
  * for the previous save, then copies and returns. Returns 0, or -1 with err
  * (this save or the previous background one failed). */

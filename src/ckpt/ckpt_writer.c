@@ -32,11 +32,21 @@
 
 #define SHARD_NAME "shard_00000.zst"
 
+/* Whether this rank writes parameter `info` (owned, and of a kind it writes). */
+static bool writes(const ParamInfo *info, bool dense, bool experts) {
+    return info->norm_owner && (info->expert ? experts : dense);
+}
+
 CkptSource *ckpt_sources_from_model(const Model *model, const float *params, const float *m, const float *v,
                                     int *num_sources) {
+    return ckpt_sources_of_kinds(model, params, m, v, true, true, num_sources);
+}
+
+CkptSource *ckpt_sources_of_kinds(const Model *model, const float *params, const float *m, const float *v, bool dense,
+                                  bool experts, int *num_sources) {
     const int copies = (m && v) ? 3 : 1;
     int owned = 0;
-    for (int i = 0; i < model->num_params; i++) owned += model->param_info[i].norm_owner;
+    for (int i = 0; i < model->num_params; i++) owned += writes(&model->param_info[i], dense, experts);
     const int n = owned * copies;
     const size_t name_bytes = 128;
     char *block = mt_calloc(1, (size_t)n * (sizeof(CkptSource) + name_bytes));
@@ -48,7 +58,7 @@ CkptSource *ckpt_sources_from_model(const Model *model, const float *params, con
     for (int c = 0; c < copies; c++)
         for (int i = 0; i < model->num_params; i++) {
             const ParamInfo *info = &model->param_info[i];
-            if (!info->norm_owner) continue; /* a copy another rank writes */
+            if (!writes(info, dense, experts)) continue; /* a copy another rank writes */
             CkptSource *s = &sources[k];
             char *name = names + (size_t)k * name_bytes;
             snprintf(name, name_bytes, "%s%s", prefixes[c], info->name);

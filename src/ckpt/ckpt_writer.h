@@ -60,6 +60,10 @@ typedef struct CkptWriteStats {
  * its names are one allocation: free() it. */
 CkptSource *ckpt_sources_from_model(const Model *model, const float *params, const float *m, const float *v,
                                     int *num_sources);
+/* The same for the dense parameters only, the routed experts only, or both
+ * (expert parallel: the experts' owners are not the dense weights' owners). */
+CkptSource *ckpt_sources_of_kinds(const Model *model, const float *params, const float *m, const float *v, bool dense,
+                                  bool experts, int *num_sources);
 
 /* The sources of a rank of the distributed optimizer: its blocks of the
  * parameters (when params is not NULL) and the moments of the flat ranges

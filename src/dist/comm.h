@@ -40,6 +40,10 @@ void comm_reduce_scatter_sum_float(const Comm *c, const float *send, float *recv
 void comm_all_gather(const Comm *c, const void *send, void *recv, size_t count, CommType type);
 /* Block r of send (count elements) goes to rank r; recv block r came from rank r. */
 void comm_all_to_all(const Comm *c, const void *send, void *recv, size_t count, CommType type);
+/* Variable blocks: send_counts[r] elements (from send, consecutively) go to
+ * rank r; recv_counts[r] arrive from rank r (into recv, consecutively). */
+void comm_all_to_all_v(const Comm *c, const void *send, const long *send_counts, void *recv, const long *recv_counts,
+                       CommType type);
 void comm_send(const Comm *c, const void *buf, size_t count, CommType type, int dest, int tag);
 void comm_recv(const Comm *c, void *buf, size_t count, CommType type, int source, int tag);
 /* A send that returns at once: buf is copied first, so the caller may reuse

@@ -146,6 +146,26 @@ void comm_all_to_all(const Comm *c, const void *send, void *recv, size_t count, 
     check(MPI_Alltoall(send, n, mpi_type(type), recv, n, mpi_type(type), handle_of(c)), "all-to-all");
 }
 
+void comm_all_to_all_v(const Comm *c, const void *send, const long *send_counts, void *recv, const long *recv_counts,
+                       CommType type) {
+    if (!c->handle || c->size == 1) {
+        if (recv != send) memmove(recv, send, (size_t)send_counts[0] * type_size(type));
+        return;
+    }
+    int *sc = mt_malloc((size_t)c->size * 4 * sizeof(int)), *sd = sc + c->size, *rc = sd + c->size, *rd = rc + c->size;
+    long s_at = 0, r_at = 0;
+    for (int r = 0; r < c->size; r++) {
+        sc[r] = small_count((size_t)send_counts[r], "all-to-all");
+        rc[r] = small_count((size_t)recv_counts[r], "all-to-all");
+        sd[r] = small_count((size_t)s_at, "all-to-all");
+        rd[r] = small_count((size_t)r_at, "all-to-all");
+        s_at += send_counts[r];
+        r_at += recv_counts[r];
+    }
+    check(MPI_Alltoallv(send, sc, sd, mpi_type(type), recv, rc, rd, mpi_type(type), handle_of(c)), "all-to-all");
+    free(sc);
+}
+
 void comm_send(const Comm *c, const void *buf, size_t count, CommType type, int dest, int tag) {
     if (!c->handle) mt_die(MT_EXIT_FAILURE, "send to rank %d in a group of one rank", dest);
     check(MPI_Send(buf, small_count(count, "send"), mpi_type(type), dest, tag, handle_of(c)), "send");

@@ -15,7 +15,7 @@ int grid_layout(int world, int tp, int cp, int pp, GridLayout *out, char *err, s
                      pp, model_parallel, world);
         return -1;
     }
-    *out = (GridLayout){.tp = tp, .cp = cp, .dp = (int)(world / model_parallel), .pp = pp, .world = world};
+    *out = (GridLayout){.tp = tp, .cp = cp, .dp = (int)(world / model_parallel), .pp = pp, .world = world, .ep = 1};
     return 0;
 }
 
@@ -51,6 +51,16 @@ int grid_group_members(const GridLayout *g, int rank, GridGroup group, int *memb
     case GROUP_PP:
         for (c.pp = 0; c.pp < g->pp; c.pp++) members[n++] = grid_rank_of(g, c);
         break;
+    case GROUP_EP: { /* the ep consecutive dp ranks of rank's block */
+        const int ep = g->ep > 0 ? g->ep : 1, first = me.dp / ep * ep;
+        for (c.dp = first; c.dp < first + ep; c.dp++) members[n++] = grid_rank_of(g, c);
+        break;
+    }
+    case GROUP_EDP: { /* the same place in every block */
+        const int ep = g->ep > 0 ? g->ep : 1;
+        for (c.dp = me.dp % ep; c.dp < g->dp; c.dp += ep) members[n++] = grid_rank_of(g, c);
+        break;
+    }
     case GROUP_EMBEDDING:
         if (me.pp != 0 && me.pp != g->pp - 1) { /* middle stage: in no embedding group */
             members[n++] = rank;
@@ -78,6 +88,9 @@ void grid_create(Grid *grid, const GridLayout *layout, const Comm *world) {
     comm_split(world, c.cp + layout->cp * (c.dp + layout->dp * c.pp), world->rank, &grid->groups[GROUP_TP]);
     comm_split(world, c.tp + layout->tp * (c.dp + layout->dp * c.pp), world->rank, &grid->groups[GROUP_CP]);
     comm_split(world, c.tp + layout->tp * (c.cp + layout->cp * c.pp), world->rank, &grid->groups[GROUP_DP]);
+    const int ep = layout->ep > 0 ? layout->ep : 1;
+    comm_split(&grid->groups[GROUP_DP], c.dp / ep, world->rank, &grid->groups[GROUP_EP]);
+    comm_split(&grid->groups[GROUP_DP], c.dp % ep, world->rank, &grid->groups[GROUP_EDP]);
     comm_split(world, c.tp + layout->tp * (c.cp + layout->cp * c.dp), world->rank, &grid->groups[GROUP_PP]);
     /* Embedding: first and last stage of a pipeline share a color; the
      * middle stages each get a group of their own. */

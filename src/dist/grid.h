@@ -8,11 +8,15 @@
 
 #include "comm.h"
 
-typedef enum GridGroup { GROUP_TP, GROUP_CP, GROUP_DP, GROUP_PP, GROUP_EMBEDDING, GRID_NUM_GROUPS } GridGroup;
+/* GROUP_EP and GROUP_EDP split the dp group for the MoE experts: ep
+ * consecutive dp ranks share a token dispatch (experts split over them),
+ * and the ranks at the same place in each such block hold the same experts. */
+typedef enum GridGroup { GROUP_TP, GROUP_CP, GROUP_DP, GROUP_PP, GROUP_EMBEDDING, GROUP_EP, GROUP_EDP, GRID_NUM_GROUPS } GridGroup;
 
 typedef struct GridLayout {
     int tp, cp, dp, pp;
     int world; /* tp * cp * dp * pp */
+    int ep;    /* expert parallel, a divisor of dp (1 unless set after grid_layout) */
 } GridLayout;
 
 typedef struct GridCoords {

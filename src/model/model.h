@@ -53,12 +53,14 @@ typedef struct ParamInfo {
                            * sequence parallel): summed over tp before the step */
     bool norm_owner;   /* counted by this rank in the global grad norm and gathered from it for a
                         * checkpoint (false for a copy another rank also holds) */
+    bool expert;       /* routed experts' weights: split over ep, replicated over edp only */
 } ParamInfo;
 
 typedef struct Model Model; /* layer pointers and activations are private */
 typedef struct MoeStep MoeStep; /* the routing statistics of a step (src/model/moe_layer.h) */
 
 #define MT_MAX_CHUNKS 16
+#define MT_MAX_EP 1024
 
 /* How one rank's model is cut (tensor, sequence and context parallel, and
  * its pipeline stage). Sizes of 1 and the whole layer range: the whole model. */
@@ -75,6 +77,8 @@ typedef struct ModelPartition {
                                   * embeddings and pp > 1 it holds a copy of embed.weight) */
     const Comm *tp_comm, *cp_comm; /* groups of tp and cp ranks (outlive the model) */
     const Comm *dp_comm;         /* the dp group (MoE global_aux_loss counts), NULL for one rank */
+    int ep, ep_rank;             /* expert parallel: this rank holds experts [ep_rank, ep_rank + 1) * E/ep */
+    const Comm *ep_comm;         /* the ep group (token dispatch), inside the dp group */
 } ModelPartition;
 
 /* The whole model on one rank. */

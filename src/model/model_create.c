@@ -168,7 +168,7 @@ static void create_priv(Model *model) {
     for (int v = 0, l = 0; v < part->num_chunks; v++)
         for (int i = 0; i < part->chunk_layers[v]; i++, l++)
             if (model_layer_is_moe(c, part->chunk_first[v] + i) && max_B > 0)
-                pr->moe[l] = moe_acts_create(c, max_B * max_T);
+                pr->moe[l] = moe_acts_create(c, part->ep, max_B * max_T);
     Carver counter = {NULL, 0};
     layout_activations(&counter, pr, c, part, (size_t)max_B, (size_t)max_T);
     pr->act_memory = mt_calloc(counter.used ? counter.used : 1, sizeof(float));

@@ -4,7 +4,7 @@
 #include "model_internal.h"
 
 ModelPartition model_partition_whole(const ModelConfig *cfg) {
-    return (ModelPartition){.tp = 1, .cp = 1, .num_chunks = 1, .chunk_first = {0},
+    return (ModelPartition){.tp = 1, .cp = 1, .ep = 1, .num_chunks = 1, .chunk_first = {0},
                             .chunk_layers = {cfg->num_layers}, .num_layers = cfg->num_layers, .has_embed = true,
                             .has_head = true};
 }
@@ -49,6 +49,14 @@ int model_partition_check(const ModelConfig *cfg, const ModelPartition *part, in
         divides(tp, cfg->vocab_size, "parallel.tp", "model.vocab_size", err, errlen))
         return -1;
     if (cp > 1 && divides(2 * cp, seq_len, "2 x parallel.cp", "train.seq_len", err, errlen)) return -1;
+    if (part->ep < 1 || part->ep_rank < 0 || part->ep_rank >= part->ep) {
+        mt_set_error(err, errlen, "model partition: ep rank %d of %d", part->ep_rank, part->ep);
+        return -1;
+    }
+    const bool moe = cfg->family == FAMILY_MIXTRAL || cfg->family == FAMILY_QWEN3_MOE;
+    if (part->ep > 1 && (!moe || divides(part->ep, cfg->moe.num_experts, "parallel.ep", "model.moe.num_experts", err,
+                                         errlen)))
+        return moe ? -1 : (mt_set_error(err, errlen, "parallel.ep: expert parallel needs a MoE family"), -1);
     if (part->sequence_parallel && divides(tp, seq_len / cp, "parallel.tp", "train.seq_len / cp (sequence_parallel)",
                                            err, errlen))
         return -1;

@@ -18,8 +18,9 @@ typedef struct RegistryBuilder {
     int global_count; /* parameters of the whole model seen so far (kept or not) */
 } RegistryBuilder;
 
-/* How tensor parallel cuts a parameter. */
-typedef enum { TP_WHOLE, TP_ROWS, TP_COLS } TpSplit;
+/* How tensor (or expert) parallel cuts a parameter: stacked experts split
+ * their rows (whole experts) over the ep ranks. */
+typedef enum { TP_WHOLE, TP_ROWS, TP_COLS, EP_ROWS } TpSplit;
 
 /* Declares the next parameter of the whole model (rows x cols, cols = 0 for
  * 1-D); keeps this rank's block of it when `keep`, else only counts it.
@@ -47,18 +48,20 @@ static int declare(RegistryBuilder *b, bool keep, long rows, long cols, TpSplit 
     p->global_shape[1] = cols > 0 ? cols : 1;
     p->shape[0] = p->global_shape[0];
     p->shape[1] = p->global_shape[1];
-    const int dim = split == TP_ROWS ? 0 : split == TP_COLS ? 1 : -1;
+    const int dim = split == TP_ROWS || split == EP_ROWS ? 0 : split == TP_COLS ? 1 : -1;
+    const int parts = split == EP_ROWS ? b->part->ep : tp, part = split == EP_ROWS ? b->part->ep_rank : r;
     if (dim >= 0) { /* divisibility was checked by model_partition_check */
-        p->shape[dim] = p->global_shape[dim] / tp;
-        p->global_start[dim] = p->shape[dim] * r;
+        p->shape[dim] = p->global_shape[dim] / parts;
+        p->global_start[dim] = p->shape[dim] * part;
     }
+    p->expert = split == EP_ROWS;
     p->numel = p->shape[0] * p->shape[1];
     p->offset = (size_t)b->total;
     p->init = init;
     p->init_std = init == INIT_NORMAL ? init_std : 0.0f;
     p->no_decay = p->ndim == 1; /* norms and biases are exactly the 1-D parameters */
     p->global_index = global_index;
-    p->norm_owner = dim >= 0 || r == 0;
+    p->norm_owner = split != TP_WHOLE || r == 0;
     b->total += p->numel;
     return b->count++;
 }
@@ -87,9 +90,9 @@ static void declare_moe_mlp(RegistryBuilder *b, const ModelConfig *cfg, bool k, 
     s->router = declare(b, k, E, C, TP_WHOLE, INIT_NORMAL, std, "layers.%d.mlp.router.weight", i);
     if (m->load_balancing == LB_EXPERT_BIAS)
         s->expert_bias = declare(b, k, E, 0, TP_WHOLE, INIT_ZEROS, 0, "layers.%d.mlp.router.expert_bias", i);
-    s->e_gate = declare(b, k, E * I, C, TP_WHOLE, INIT_NORMAL, std, "layers.%d.mlp.experts.gate_proj.weight", i);
-    s->e_up = declare(b, k, E * I, C, TP_WHOLE, INIT_NORMAL, std, "layers.%d.mlp.experts.up_proj.weight", i);
-    s->e_down = declare(b, k, E * C, I, TP_WHOLE, INIT_NORMAL, out_std, "layers.%d.mlp.experts.down_proj.weight", i);
+    s->e_gate = declare(b, k, E * I, C, EP_ROWS, INIT_NORMAL, std, "layers.%d.mlp.experts.gate_proj.weight", i);
+    s->e_up = declare(b, k, E * I, C, EP_ROWS, INIT_NORMAL, std, "layers.%d.mlp.experts.up_proj.weight", i);
+    s->e_down = declare(b, k, E * C, I, EP_ROWS, INIT_NORMAL, out_std, "layers.%d.mlp.experts.down_proj.weight", i);
     if (Is > 0) {
         s->s_gate = declare(b, k, Is, C, TP_WHOLE, INIT_NORMAL, std, "layers.%d.mlp.shared_expert.gate_proj.weight", i);
         s->s_up = declare(b, k, Is, C, TP_WHOLE, INIT_NORMAL, std, "layers.%d.mlp.shared_expert.up_proj.weight", i);

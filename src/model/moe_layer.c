@@ -33,10 +33,10 @@
 #include "../core/error.h"
 #include "../dist/dp_sync.h"
 
-MoeActs *moe_acts_create(const ModelConfig *cfg, int max_tokens) {
+MoeActs *moe_acts_create(const ModelConfig *cfg, int ep, int max_tokens) {
     const MoeConfig *m = &cfg->moe;
     const size_t N = (size_t)(max_tokens > 0 ? max_tokens : 1), E = (size_t)m->num_experts;
-    const size_t k = (size_t)m->num_experts_per_tok, I = (size_t)m->moe_intermediate_size;
+    const size_t k = (size_t)m->num_experts_per_tok;
     const size_t C = (size_t)cfg->hidden_size, Is = (size_t)m->shared_expert_intermediate_size;
     MoeActs *a = mt_calloc(1, sizeof *a);
     a->logits = mt_calloc(N * E, sizeof(float));
@@ -48,14 +48,10 @@ MoeActs *moe_acts_create(const ModelConfig *cfg, int max_tokens) {
     a->token = mt_calloc(N * k, sizeof(int32_t));
     a->offsets = mt_calloc(E + 1, sizeof(int32_t));
     a->xin = mt_calloc(N * k * C, sizeof(float));
-    a->gate = mt_calloc(N * k * I, sizeof(float));
-    a->up = mt_calloc(N * k * I, sizeof(float));
-    a->act = mt_calloc(N * k * I, sizeof(float));
     a->y = mt_calloc(N * k * C, sizeof(float));
     a->d_rows = mt_calloc(N * k * C, sizeof(float));
-    a->d_act = mt_calloc(N * k * I, sizeof(float));
-    a->d_gate = mt_calloc(N * k * I, sizeof(float));
-    a->d_up = mt_calloc(N * k * I, sizeof(float));
+    a->d_xin = mt_calloc(N * k * C, sizeof(float));
+    moe_experts_init(&a->ex, cfg, ep, (int)(N * k));
     a->d_scores = mt_calloc(N * E, sizeof(float));
     a->d_logits = mt_calloc(N * E, sizeof(float));
     if (Is > 0) {
@@ -92,10 +88,11 @@ void moe_step_free(MoeStep *s) {
 void moe_acts_free(MoeActs *a) {
     if (!a) return;
     void *bufs[] = {a->logits, a->scores, a->selected, a->raw, a->weight, a->position, a->token, a->offsets,
-                    a->xin, a->gate, a->up, a->act, a->y, a->d_rows, a->d_act, a->d_gate, a->d_up, a->d_scores,
+                    a->xin, a->y, a->d_rows, a->d_xin, a->d_scores,
                     a->d_logits, a->s_gate, a->s_up, a->s_act, a->d_shared_act, a->d_shared_gate,
                     a->d_shared_up, a->counts, a->aux_counts};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
+    moe_experts_free(&a->ex);
     free(a);
 }
 
@@ -274,7 +271,7 @@ void moe_forward(Model *model, int l, MoeActs *a, const float *x, float *out, in
     const ModelPriv *pr = model->priv;
     const LayerWeights *w = &pr->weights[l];
     const int N = B * T, C = c->hidden_size, E = m->num_experts, k = m->num_experts_per_tok;
-    const int I = m->moe_intermediate_size, Is = m->shared_expert_intermediate_size;
+    const int Is = m->shared_expert_intermediate_size;
     a->N = N;
 
     ops->matmul_forward(a->logits, x, w->router, NULL, N, C, E);
@@ -297,19 +294,11 @@ void moe_forward(Model *model, int l, MoeActs *a, const float *x, float *out, in
     step->dropped += a->dropped;
     step->assignments += (long)N * k;
 
-    /* experts, each on its rows */
+    /* the experts, on the ranks that hold them */
     const int rows = a->offsets[E];
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) memcpy(a->xin + (size_t)r * C, x + (size_t)a->token[r] * C, (size_t)C * sizeof(float));
-    for (int e = 0; e < E; e++) {
-        const int r0 = a->offsets[e], n_e = a->offsets[e + 1] - r0;
-        if (n_e == 0) continue;
-        const float *xe = a->xin + (size_t)r0 * C;
-        ops->matmul_forward(a->gate + (size_t)r0 * I, xe, w->e_gate + (size_t)e * I * C, NULL, n_e, C, I);
-        ops->matmul_forward(a->up + (size_t)r0 * I, xe, w->e_up + (size_t)e * I * C, NULL, n_e, C, I);
-        ops->swiglu_forward(a->act + (size_t)r0 * I, a->gate + (size_t)r0 * I, a->up + (size_t)r0 * I, (long)n_e * I);
-        ops->matmul_forward(a->y + (size_t)r0 * C, a->act + (size_t)r0 * I, w->e_down + (size_t)e * C * I, NULL, n_e, I, C);
-    }
+    moe_experts_forward(model, l, &a->ex, a->xin, a->offsets, a->y);
     if (Is > 0) { /* the shared expert sees every token */
         ops->matmul_forward(a->s_gate, x, w->s_gate, NULL, N, C, Is);
         ops->matmul_forward(a->s_up, x, w->s_up, NULL, N, C, Is);
@@ -340,8 +329,7 @@ void moe_backward(Model *model, int l, MoeActs *a, const float *x, const float *
     const LayerWeights *w = &pr->weights[l];
     const LayerWeights *dw = &pr->weight_grads[l];
     const int N = a->N, C = c->hidden_size, E = m->num_experts, k = m->num_experts_per_tok;
-    const int I = m->moe_intermediate_size, Is = m->shared_expert_intermediate_size;
-    const int rows = a->offsets[E];
+    const int Is = m->shared_expert_intermediate_size;
     memset(a->d_scores, 0, (size_t)N * E * sizeof(float));
 
     /* combine: d_weight and the rows' output gradients */
@@ -373,26 +361,8 @@ void moe_backward(Model *model, int l, MoeActs *a, const float *x, const float *
             a->d_scores[(size_t)n * E + a->selected[(size_t)n * k + j]] += (float)d_raw;
         }
     }
-    /* experts */
-    memset(a->d_act, 0, (size_t)rows * I * sizeof(float));
-    memset(a->d_gate, 0, (size_t)rows * I * sizeof(float));
-    memset(a->d_up, 0, (size_t)rows * I * sizeof(float));
-    for (int e = 0; e < E; e++) {
-        const int r0 = a->offsets[e], n_e = a->offsets[e + 1] - r0;
-        if (n_e == 0) continue;
-        float *dy = a->d_rows + (size_t)r0 * C;
-        ops->matmul_backward(a->d_act + (size_t)r0 * I, dw->e_down + (size_t)e * C * I, NULL, dy,
-                             a->act + (size_t)r0 * I, w->e_down + (size_t)e * C * I, n_e, I, C);
-        ops->swiglu_backward(a->d_gate + (size_t)r0 * I, a->d_up + (size_t)r0 * I, a->d_act + (size_t)r0 * I,
-                             a->gate + (size_t)r0 * I, a->up + (size_t)r0 * I, (long)n_e * I);
-        /* dy is no longer needed: the rows' input gradients go in its place */
-        memset(dy, 0, (size_t)n_e * C * sizeof(float));
-        const float *xe = a->xin + (size_t)r0 * C;
-        ops->matmul_backward(dy, dw->e_gate + (size_t)e * I * C, NULL, a->d_gate + (size_t)r0 * I, xe,
-                             w->e_gate + (size_t)e * I * C, n_e, C, I);
-        ops->matmul_backward(dy, dw->e_up + (size_t)e * I * C, NULL, a->d_up + (size_t)r0 * I, xe,
-                             w->e_up + (size_t)e * I * C, n_e, C, I);
-    }
+    /* the experts (their ranks' weight gradients accumulate there) */
+    moe_experts_backward(model, l, &a->ex, a->d_rows, a->d_xin);
     /* scatter the rows' input gradients back to their tokens */
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
@@ -400,7 +370,7 @@ void moe_backward(Model *model, int l, MoeActs *a, const float *x, const float *
         for (int j = 0; j < k; j++) {
             const int32_t r = a->position[(size_t)n * k + j];
             if (r < 0) continue;
-            const float *dr = a->d_rows + (size_t)r * C;
+            const float *dr = a->d_xin + (size_t)r * C;
             for (int i = 0; i < C; i++) dxn[i] += dr[i];
         }
     }

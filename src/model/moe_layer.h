@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "model_internal.h"
+#include "moe_dispatch.h"
 
 #define MT_MOE_MAX_EXPERTS 1024
 #define MT_MOE_MAX_TOPK 64
@@ -25,9 +26,10 @@ typedef struct MoeActs {
     int32_t *position;      /* (N, k) row of the assignment in the grouped buffers, -1 when dropped */
     int32_t *token;         /* (N*k) token of each grouped row */
     int32_t *offsets;       /* (E+1) each expert's rows in the grouped buffers */
-    float *xin, *gate, *up, *act, *y;       /* grouped rows: (N*k, C), (N*k, I) x 3, (N*k, C) */
+    float *xin, *y;         /* grouped rows (N*k, C): the tokens sent to the experts, what comes back */
+    float *d_rows, *d_xin;  /* (N*k, C) their gradients */
+    MoeExperts ex;          /* the expert side (this rank's experts, the rows routed to them) */
     float *s_gate, *s_up, *s_act;           /* shared expert (N, Is) */
-    float *d_rows, *d_act, *d_gate, *d_up;  /* backward scratch (N*k, C), (N*k, I) x 3 */
     float *d_scores, *d_logits;             /* (N, E) */
     float *d_shared_act, *d_shared_gate, *d_shared_up; /* (N, Is) */
     double *counts;         /* (E) assignments per expert in the last forward (before dropping) */
@@ -50,7 +52,7 @@ struct MoeStep {
     long dropped, assignments; /* over the step */
 };
 
-MoeActs *moe_acts_create(const ModelConfig *cfg, int max_tokens);
+MoeActs *moe_acts_create(const ModelConfig *cfg, int ep, int max_tokens);
 void moe_acts_free(MoeActs *a);
 
 MoeStep *moe_step_create(int num_layers, int E);

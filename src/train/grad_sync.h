@@ -10,7 +10,8 @@
  * gradient: partial sums over tp (shared q/k norms; norms under sequence
  * parallel) summed, the tied embedding's two copies (first and last stage)
  * summed, the cp ranks' contributions summed, then the dp mean (with the
- * distributed optimizer, reduce-scattered: this rank's parts only). */
+ * distributed optimizer, reduce-scattered: this rank's parts only; the
+ * experts of expert parallel: over the ranks holding the same experts). */
 void train_sync_grads(TrainContext *ctx);
 
 /* Collective: the L2 norm of the whole model's gradient: every parameter

@@ -190,7 +190,11 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
 
     CkptSaver *saver = ckpt_saver_create(ctx->checkpoints_dir, recipe);
     const bool params_writer = ctx->grid.coords.dp == 0 && ctx->grid.coords.cp == 0;
-    ckpt_saver_distribute(saver, comm_world(), ctx->zero1_on ? ctx->grid.coords.cp == 0 : params_writer);
+    /* expert parallel: the first ep dp ranks hold every expert once */
+    const bool experts_writer = ctx->grid.coords.dp < ctx->part.ep && ctx->grid.coords.cp == 0;
+    ckpt_saver_distribute(saver, comm_world(),
+                          ctx->zero1_on ? ctx->grid.coords.cp == 0 : params_writer || experts_writer);
+    ckpt_saver_write_kinds(saver, params_writer, experts_writer);
     if (ctx->zero1_on)
         ckpt_saver_shard_moments(saver, ctx->zero1.begin, ctx->zero1.end, ctx->zero1.num_ranges, params_writer);
     train_signals_install();

@@ -15,6 +15,8 @@ ModelPartition train_partition_of(const ModelConfig *cfg, const ParallelConfig *
         .cp = layout->cp,
         .cp_rank = coords.cp,
         .num_chunks = layout->pp > 1 ? par->vpp : 1,
+        .ep = layout->ep > 0 ? layout->ep : 1,
+        .ep_rank = coords.dp % (layout->ep > 0 ? layout->ep : 1),
         .has_embed = coords.pp == 0,
         .has_head = coords.pp == layout->pp - 1,
     };
@@ -44,6 +46,16 @@ int train_layout_create(const Recipe *recipe, Grid *grid, TrainLayout *layout, M
         mt_set_error(err, errlen, "parallel.vpp: at most %d, found %d", MT_MAX_CHUNKS, par->vpp);
         return MT_EXIT_USAGE;
     }
+    if (par->ep > 1 && g.dp % par->ep != 0) {
+        mt_set_error(err, errlen, "parallel.ep: %d does not divide dp (%d): the experts are split over data-parallel "
+                     "ranks", par->ep, g.dp);
+        return MT_EXIT_USAGE;
+    }
+    if (par->ep > MT_MAX_EP) {
+        mt_set_error(err, errlen, "parallel.ep: at most %d, found %d", MT_MAX_EP, par->ep);
+        return MT_EXIT_USAGE;
+    }
+    g.ep = par->ep;
     grid_create(grid, &g, world);
     *layout = (TrainLayout){
         .world_size = world->size,
@@ -61,6 +73,7 @@ int train_layout_create(const Recipe *recipe, Grid *grid, TrainLayout *layout, M
     part->tp_comm = &grid->groups[GROUP_TP];
     part->cp_comm = &grid->groups[GROUP_CP];
     part->dp_comm = &grid->groups[GROUP_DP];
+    part->ep_comm = &grid->groups[GROUP_EP];
     if (model_partition_check(&recipe->model, part, recipe->train.seq_len, why, sizeof why) != 0) {
         mt_set_error(err, errlen, "%s", why);
         return MT_EXIT_USAGE;

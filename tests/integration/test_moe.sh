@@ -2,8 +2,10 @@
 # test_moe.sh: training the mixture-of-experts families on the CPU.
 #  - tiny mixtral and qwen3_moe train (the loss falls) and log the aux loss
 #    and the expert imbalance;
-#  - dp 2, pp 2, and pp 2 x vpp 2 with the distributed optimizer give the
-#    single-rank losses, grad norms, aux losses and imbalances (rel. < 1e-5);
+#  - dp 2, pp 2, pp 2 x vpp 2 with the distributed optimizer, and expert
+#    parallel (ep 2, ep 4, ep 2 x edp 2, ep 2 x pp 2) give the single-rank
+#    losses, grad norms, aux losses and imbalances (rel. < 1e-5);
+#  - a checkpoint saved at ep 2 resumes at ep 1 and ep 4;
 #  - a run resumed from its step-5 checkpoint (expert_bias: the biases are in
 #    it; global_aux_loss) logs the same lines as the uninterrupted run, bit
 #    for bit;
@@ -30,7 +32,9 @@ for family in mixtral qwen3_moe; do
   awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.3) }' || fail "$family: the loss did not fall ($first -> $last)"
   if command -v mpirun > /dev/null; then
     for layout in "dp2:2:" "pp2:2:--set parallel.pp=2" \
-                  "pp2-vpp2-zero1:4:--set parallel.pp=2 --set parallel.vpp=2 --set parallel.distributed_optimizer=true"; do
+                  "pp2-vpp2-zero1:4:--set parallel.pp=2 --set parallel.vpp=2 --set parallel.distributed_optimizer=true" \
+                  "ep2:2:--set parallel.ep=2" "ep4:4:--set parallel.ep=4" "ep2-edp2:4:--set parallel.ep=2" \
+                  "ep2-pp2:4:--set parallel.ep=2 --set parallel.pp=2"; do
       IFS=: read -r name np settings <<< "$layout"
       # shellcheck disable=SC2086
       timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$np" "$MEGATRAIN" run "$REPO/recipes/tiny/$family.yaml" \
@@ -41,7 +45,7 @@ for family in mixtral qwen3_moe; do
           || fail "$family $name: $field differs from one rank"
       done
     done
-    echo "$family: dp 2, pp 2 and pp 2 x vpp 2 (ZeRO-1) match one rank"
+    echo "$family: dp 2, pp 2, pp 2 x vpp 2 (ZeRO-1), ep 2, ep 4, ep 2 x edp 2 and ep 2 x pp 2 match one rank"
   fi
 done
 
@@ -56,6 +60,25 @@ for lb in expert_bias global_aux_loss; do
   done
   echo "$lb: resume continues bit for bit"
 done
+
+# Expert-parallel checkpoints: saved at ep 2 (each rank writes its experts),
+# resumed at ep 1 and at ep 4, the run continues as the uninterrupted one.
+if command -v mpirun > /dev/null; then
+  timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" run "$REPO/recipes/tiny/mixtral.yaml" \
+    --set run.dir="$WORK/ep-saved" "${COMMON[@]}" --set parallel.ep=2 > "$WORK/ep-saved.log" 2>&1 \
+    || { tail -20 "$WORK/ep-saved.log"; fail "ep 2: the run failed"; }
+  [[ $(ls "$WORK/ep-saved/checkpoints/iter_0000005" | grep -c '^shard_') -eq 2 ]] || fail "ep 2: expected 2 shard files"
+  for ep in 1 4; do
+    timeout 120 mpirun --allow-run-as-root --oversubscribe -np $ep "$MEGATRAIN" resume \
+      "$WORK/ep-saved/checkpoints/iter_0000005" --set run.dir="$WORK/ep-resumed-$ep" --set parallel.ep=$ep \
+      > "$WORK/ep-resumed-$ep.log" 2>&1 || { tail -20 "$WORK/ep-resumed-$ep.log"; fail "resume at ep $ep failed"; }
+    for field in loss grad_norm moe_aux_loss; do
+      compare $field "$WORK/mixtral/metrics.jsonl" "$WORK/ep-resumed-$ep/metrics.jsonl" 6 \
+        || fail "saved at ep 2, resumed at ep $ep: $field differs from the uninterrupted run"
+    done
+  done
+  echo "saved at ep 2, resumed at ep 1 and ep 4: continues as the uninterrupted run"
+fi
 
 # Balancing lowers the expert imbalance over 80 steps.
 LONG=(--set train.steps=80 --set checkpoint.interval=0 --set model.num_layers=2)
@@ -79,6 +102,7 @@ if command -v mpirun > /dev/null; then
   rc=$?
   set -e
   [[ $rc -eq 2 ]] || { cat "$WORK/tp.log"; fail "MoE with tp 2: expected exit 2, got $rc"; }
-  grep -q "mixture-of-experts models train with data and pipeline parallel only" "$WORK/tp.log" || fail "MoE tp 2: no reason given"
+  grep -q "mixture-of-experts models train with data, expert and pipeline parallel only" "$WORK/tp.log" \
+    || fail "MoE tp 2: no reason given"
 fi
 echo "ok"
