@@ -26,6 +26,12 @@ static bool tp_on(const Model *m) { return m->part.tp > 1; }
 
 int model_residual_rows(const Model *m, int N) { return m->part.sequence_parallel ? N / m->part.tp : N; }
 
+int model_residual_offset(const Model *m) {
+    return m->part.sequence_parallel ? model_residual_rows(m, ((ModelPriv *)m->priv)->B * ((ModelPriv *)m->priv)->T) *
+                                           m->part.tp_rank
+                                     : 0;
+}
+
 long model_stage_floats(const Model *m, int B, int T) {
     return (long)model_residual_rows(m, B * T) * m->cfg.hidden_size;
 }

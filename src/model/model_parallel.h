@@ -10,6 +10,9 @@
 
 /* Rows of the residual stream: N/tp under sequence parallel, else N. */
 int model_residual_rows(const Model *m, int N);
+/* The first of the N rows that this rank's residual stream holds (sequence parallel: its shard), for the
+ * last forward's shape. */
+int model_residual_offset(const Model *m);
 
 /* Into the tensor-parallel region: the (N, C) input of a column-parallel
  * product from the residual-stream rows x (all-gathered into `full` under

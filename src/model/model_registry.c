@@ -61,7 +61,9 @@ static int declare(RegistryBuilder *b, bool keep, long rows, long cols, TpSplit 
     p->init_std = init == INIT_NORMAL ? init_std : 0.0f;
     p->no_decay = p->ndim == 1; /* norms and biases are exactly the 1-D parameters */
     p->global_index = global_index;
-    p->norm_owner = split != TP_WHOLE || r == 0;
+    /* tp blocks are each counted by their rank; a whole tensor (or an
+     * expert block, which every tp rank holds whole) by tp rank 0 only */
+    p->norm_owner = split == TP_ROWS || split == TP_COLS || r == 0;
     b->total += p->numel;
     return b->count++;
 }
@@ -80,8 +82,9 @@ bool model_layer_is_moe(const ModelConfig *cfg, int layer) {
 }
 
 /* The MLP of a MoE layer: the router, its selection bias (expert_bias
- * balancing; not trained: its gradient stays 0), the stacked experts and
- * the shared expert. Experts are not split by tensor parallel. */
+ * balancing; not trained: its gradient stays 0), the stacked experts (split
+ * over ep) and the shared expert. Tensor parallel does not split them
+ * (etp 1): every tp rank holds and computes them whole. */
 static void declare_moe_mlp(RegistryBuilder *b, const ModelConfig *cfg, bool k, int i, float std, float out_std,
                             LayerSlots *s) {
     const MoeConfig *m = &cfg->moe;

@@ -59,10 +59,10 @@ static int check_supported(const Recipe *recipe, const TrainLayout *layout, char
                          "run.device: cpu", model_family_name(recipe->model.family));
             return MT_EXIT_USAGE;
         }
-        if (par->tp > 1 || par->cp > 1 || par->etp > 1) {
-            mt_set_error(err, errlen, "parallel: tp %d, cp %d, etp %d: mixture-of-experts models train with data, "
-                         "expert and pipeline parallel only for now (tensor and context parallel are not "
-                         "implemented for them); set them to 1", par->tp, par->cp, par->etp);
+        if (par->cp > 1 || par->etp > 1) {
+            mt_set_error(err, errlen, "parallel: cp %d, etp %d: mixture-of-experts models train with tensor (the "
+                         "experts whole on every tp rank: etp 1), data, expert and pipeline parallel only for now; "
+                         "set cp and etp to 1", par->cp, par->etp);
             return MT_EXIT_USAGE;
         }
         if (par->ep > 1 && par->distributed_optimizer) {
