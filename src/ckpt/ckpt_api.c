@@ -30,6 +30,7 @@ int ckpt_write_dir(const char *dir, const CheckpointWrite *what, char *err, size
         .compression_level = what->compression_level > 0 ? what->compression_level : 3,
         .filter = CKPT_FILTER_SHUFFLE4,
         .threads = omp_get_max_threads(),
+        .progress = true,
     };
     if (what->state) {
         payload.has_state = true;

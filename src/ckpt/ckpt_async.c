@@ -135,6 +135,7 @@ static CkptPayload payload_for(const CkptSaver *s, const Model *model, const Ckp
         .compression_level = s->cfg.compression_level,
         .filter = CKPT_FILTER_SHUFFLE4,
         .threads = threads,
+        .progress = !s->cfg.async, /* a synchronous save of a large model shows where it is */
     };
 }
 

@@ -21,6 +21,7 @@
 
 #include "../core/error.h"
 #include "../core/fs.h"
+#include "../core/progress.h"
 #include "../core/timer.h"
 #include "../train/batch_schedule.h"
 #include "../train/lr_schedule.h"
@@ -247,9 +248,12 @@ static int write_shard(const char *path, const CkptPayload *p, const ChunkJob *j
         slots[s].scratch = mt_malloc(max_raw ? max_raw : 1);
         slots[s].dst = mt_malloc(ckpt_chunk_bound(max_raw));
     }
-    uint64_t offset = 0;
+    uint64_t offset = 0, raw_total = 0;
     uint32_t crc = 0;
     int rc = 0;
+    for (int j = 0; j < num_jobs; j++) raw_total += jobs[j].raw_bytes;
+    Progress progress;
+    progress_start(&progress, p->progress, "checkpoint", "saving", "chunks", num_jobs, raw_total);
     for (int first = 0; first < num_jobs && rc == 0; first += group) {
         const int count = num_jobs - first < group ? num_jobs - first : group;
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
@@ -290,7 +294,9 @@ static int write_shard(const char *path, const CkptPayload *p, const ChunkJob *j
             offset += slots[s].stored;
             ckpt_test_slow_point();
         }
+        progress_update(&progress, first + count);
     }
+    progress_end(&progress);
     for (int s = 0; s < group; s++) {
         ZSTD_freeCCtx(slots[s].cctx);
         free(slots[s].scratch);

@@ -44,6 +44,7 @@ typedef struct CkptPayload {
     CkptFilter filter;
     int threads;                   /* compression threads, >= 1 */
     size_t chunk_bytes;            /* 0: CKPT_DEFAULT_CHUNK_BYTES */
+    bool progress;                 /* a "checkpoint: saving ..." line on a terminal (not from a background thread) */
 } CkptPayload;
 
 typedef struct CkptWriteStats {
