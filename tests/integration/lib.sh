@@ -23,3 +23,39 @@ compare() {
       if (!(d <= 1e-5 * s)) { print "line " n ": " f " " $1 " vs " $2; bad = 1 } }
     END { if (n == 0) { print "no " f " values"; bad = 1 } exit bad }'
 }
+
+# check_checkpoints CK_DIR [SHARDS]: after a kill, every iter_* directory of
+# CK_DIR is a complete checkpoint that `inspect` verifies (with SHARDS shard
+# files when given) and the latest pointer names one of them; prints how many.
+check_checkpoints() {
+  local ck=$1 shards=${2:-} n=0
+  for d in "$ck"/iter_*; do
+    [[ -d "$d" && "$d" =~ iter_[0-9]{7}$ ]] || continue
+    "$MEGATRAIN" inspect "$d" > "$WORK/inspect.log" 2>&1 \
+      || fail "$(basename "$d") is not a complete checkpoint: $(tail -n 3 "$WORK/inspect.log")"
+    [[ -z "$shards" || $(ls "$d" | grep -c '^shard_') -eq $shards ]] \
+      || fail "$(basename "$d"): expected $shards shard files"
+    n=$((n + 1))
+  done
+  if [[ -f "$ck/latest_checkpointed_iteration.txt" ]]; then
+    local latest; latest=$(printf 'iter_%07d' "$(cat "$ck/latest_checkpointed_iteration.txt")")
+    [[ -d "$ck/$latest" ]] || fail "the latest pointer names $latest, which does not exist"
+  fi
+  echo "$n"
+}
+
+# rank_pid MPIRUN_PID RANK: the pid of world rank RANK among mpirun's children (empty when not started yet).
+rank_pid() {
+  local p
+  for p in $(pgrep -P "$1"); do
+    tr '\0' '\n' < /proc/"$p"/environ 2> /dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
+  done
+  return 0
+}
+
+# wait_gone PID SECONDS: wait until PID has exited; fails with MESSAGE after SECONDS.
+wait_gone() {
+  local i
+  for ((i = 0; i < $2 * 10; i++)); do kill -0 "$1" 2> /dev/null || return 0; sleep 0.1; done
+  fail "$3"
+}

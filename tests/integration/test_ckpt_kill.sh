@@ -15,22 +15,6 @@ ck="$dir/checkpoints"
 settings=(--set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=1 --set train.eval_interval=0
           --set optimizer.schedule.warmup_steps=1)
 
-# check_left: what a kill left must be consistent.
-check_left() {
-  local n=0
-  for d in "$ck"/iter_*; do
-    [[ -d "$d" ]] || continue
-    [[ "$d" =~ iter_[0-9]{7}$ ]] || continue
-    "$MEGATRAIN" inspect "$d" > "$WORK/inspect.log" 2>&1 || fail "$(basename "$d") is not a complete checkpoint: $(tail -n 3 "$WORK/inspect.log")"
-    n=$((n + 1))
-  done
-  if [[ -f "$ck/latest_checkpointed_iteration.txt" ]]; then
-    local latest; latest=$(printf 'iter_%07d' "$(cat "$ck/latest_checkpointed_iteration.txt")")
-    [[ -d "$ck/$latest" ]] || fail "the latest pointer names $latest, which does not exist"
-  fi
-  echo "$n"
-}
-
 mid_save=0
 for i in 1 2 3 4 5 6; do
   async=$([[ $((i % 3)) -eq 0 ]] && echo true || echo false)
@@ -54,7 +38,7 @@ for i in 1 2 3 4 5 6; do
   wait $pid 2>/dev/null || true
   leftovers=$(ls "$ck" | grep -c -E '\.tmp\.|\.deleting$' || true)
   [[ $leftovers -gt 0 ]] && mid_save=$((mid_save + 1))
-  n=$(check_left)
+  n=$(check_checkpoints "$ck")
   echo "kill $i (async=$async) ${delay}s after its first step: $n complete checkpoints, $leftovers leftovers"
 done
 [[ $mid_save -gt 0 ]] || fail "no kill landed inside a save; the test did not test anything"
@@ -64,4 +48,4 @@ last=$(cat "$ck/latest_checkpointed_iteration.txt")
   || fail "final resume failed: $(tail -n 3 "$WORK/final.log")"
 [[ "$(cat "$ck/latest_checkpointed_iteration.txt")" == $((last + 2)) ]] || fail "final resume did not save step $((last + 2))"
 [[ -z "$(ls "$ck" | grep -E '\.tmp\.|\.deleting$' || true)" ]] || fail "leftovers not cleaned up: $(ls "$ck")"
-check_left > /dev/null
+check_checkpoints "$ck" > /dev/null

@@ -52,18 +52,13 @@ mpirun_pid=$!
 trap 'kill -9 $mpirun_pid 2> /dev/null || true; rm -rf "$WORK"' EXIT
 victim=""
 for _ in $(seq 300); do   # up to 30 s for rank 1 to start and step 3 to be logged
-  if [[ -z "$victim" ]]; then
-    for p in $(pgrep -P $mpirun_pid); do
-      tr '\0' '\n' < /proc/$p/environ 2> /dev/null | grep -qx OMPI_COMM_WORLD_RANK=1 && victim=$p
-    done
-  fi
+  [[ -n "$victim" ]] || victim=$(rank_pid $mpirun_pid 1)
   [[ -n "$victim" && -s "$WORK/run-kill/metrics.jsonl" && $(wc -l < "$WORK/run-kill/metrics.jsonl") -ge 3 ]] && break
   sleep 0.1
 done
 [[ -n "$victim" ]] || { cat "$WORK/log-kill"; fail "kill: rank 1 not found among mpirun's children"; }
 kill -9 "$victim"
-for _ in $(seq 600); do kill -0 $mpirun_pid 2> /dev/null || break; sleep 0.1; done
-kill -0 $mpirun_pid 2> /dev/null && fail "kill: the job still runs 60 s after rank 1 was killed"
+wait_gone $mpirun_pid 60 "kill: the job still runs 60 s after rank 1 was killed"
 set +e
 wait $mpirun_pid
 rc=$?

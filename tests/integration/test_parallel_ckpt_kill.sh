@@ -20,22 +20,6 @@ settings=(--set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.
           --set optimizer.schedule.warmup_steps=1 --set train.micro_batch_size=2 --set model.num_layers=4
           --set "train.batch_schedule=[{step: 0, global_batch_size: 8}]")
 
-check_left() {
-  local n=0
-  for d in "$ck"/iter_*; do
-    [[ -d "$d" && "$d" =~ iter_[0-9]{7}$ ]] || continue
-    "$MEGATRAIN" inspect "$d" > "$WORK/inspect.log" 2>&1 \
-      || fail "$(basename "$d") is not a complete checkpoint: $(tail -n 3 "$WORK/inspect.log")"
-    [[ $(ls "$d" | grep -c '^shard_') -eq 4 ]] || fail "$(basename "$d"): expected 4 shard files (tp 2 x pp 2)"
-    n=$((n + 1))
-  done
-  if [[ -f "$ck/latest_checkpointed_iteration.txt" ]]; then
-    local latest; latest=$(printf 'iter_%07d' "$(cat "$ck/latest_checkpointed_iteration.txt")")
-    [[ -d "$ck/$latest" ]] || fail "the latest pointer names $latest, which does not exist"
-  fi
-  echo "$n"
-}
-
 mid_save=0
 for i in 1 2 3 4; do
   async=$([[ $((i % 2)) -eq 0 ]] && echo true || echo false)
@@ -50,11 +34,7 @@ for i in 1 2 3 4; do
   mpirun_pid=$!
   victim=""
   for _ in $(seq 600); do   # up to 60 s for the ranks to start and log a step
-    if [[ -z "$victim" ]]; then
-      for p in $(pgrep -P $mpirun_pid); do
-        tr '\0' '\n' < /proc/$p/environ 2> /dev/null | grep -qx OMPI_COMM_WORLD_RANK=$((i % 4)) && victim=$p
-      done
-    fi
+    [[ -n "$victim" ]] || victim=$(rank_pid $mpirun_pid $((i % 4)))
     [[ -n "$victim" ]] && grep -q "^step" "$WORK/kill-$i.log" 2> /dev/null && break
     sleep 0.1
   done
@@ -62,8 +42,7 @@ for i in 1 2 3 4; do
   delay=$(printf '0.%03d' $((RANDOM % 1000)))
   sleep "$delay"
   kill -KILL "$victim" 2> /dev/null || true
-  for _ in $(seq 600); do kill -0 $mpirun_pid 2> /dev/null || break; sleep 0.1; done
-  kill -0 $mpirun_pid 2> /dev/null && fail "kill $i: the job still runs 60 s after rank $((i % 4)) was killed"
+  wait_gone $mpirun_pid 60 "kill $i: the job still runs 60 s after rank $((i % 4)) was killed"
   set +e
   wait $mpirun_pid
   rc=$?
@@ -71,7 +50,7 @@ for i in 1 2 3 4; do
   [[ $rc -ne 0 ]] || fail "kill $i: the job exited 0"
   leftovers=$(ls "$ck" 2> /dev/null | grep -c -E '\.tmp\.|\.deleting$' || true)
   [[ $leftovers -gt 0 ]] && mid_save=$((mid_save + 1))
-  n=$(check_left)
+  n=$(check_checkpoints "$ck" 4)
   echo "kill $i (async=$async): rank $((i % 4)) killed ${delay}s after a step: $n complete checkpoints, $leftovers leftovers"
 done
 [[ $mid_save -gt 0 ]] || fail "no kill landed inside a save; the test did not test anything"

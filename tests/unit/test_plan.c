@@ -74,7 +74,7 @@ static void test_every_parameter_once(void **state) {
     check_params_once("llama3-8b", 4, 4, 2);
     check_params_once("llama3.2-1b", 2, 4, 1);  /* tied: the last stage's copy */
     check_params_once("qwen2.5-7b", 2, 2, 1);   /* biases */
-    check_params_once("qwen3-8b", 2, 3, 2);     /* qk-norm; 36 layers over 3 x 2 virtual stages */
+    check_params_once("qwen3-8b", 2, 2, 3);     /* qk-norm; 36 layers over 2 x 3 virtual stages */
 }
 
 static void test_schedule_and_sharding(void **state) {
