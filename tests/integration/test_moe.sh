@@ -6,7 +6,7 @@
 #    parallel (ep 2, ep 4, ep 2 x edp 2, ep 2 x pp 2) and tensor parallel
 #    (tp 2; with sequence parallel and ep 2; with ep 2 and pp 2) give the single-rank
 #    losses, grad norms, aux losses and imbalances (rel. < 1e-5);
-#  - a checkpoint saved at ep 2 resumes at ep 1 and ep 4;
+#  - a checkpoint saved at ep 2 resumes at ep 1 and ep 4, one saved at ep 1 at ep 2;
 #  - a run resumed from its step-5 checkpoint (expert_bias: the biases are in
 #    it; global_aux_loss) logs the same lines as the uninterrupted run, bit
 #    for bit;
@@ -81,6 +81,12 @@ if command -v mpirun > /dev/null; then
     done
   done
   echo "saved at ep 2, resumed at ep 1 and ep 4: continues as the uninterrupted run"
+  # and back: the single-rank checkpoint resumed at ep 2
+  timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" resume \
+    "$WORK/mixtral/checkpoints/iter_0000005" --set run.dir="$WORK/ep-back" --set parallel.ep=2 \
+    > "$WORK/ep-back.log" 2>&1 || { tail -20 "$WORK/ep-back.log"; fail "ep 1 -> ep 2: resume failed"; }
+  compare loss "$WORK/mixtral/metrics.jsonl" "$WORK/ep-back/metrics.jsonl" 6 || fail "ep 1 -> ep 2: losses differ"
+  echo "saved at ep 1, resumed at ep 2: continues as the uninterrupted run"
 fi
 
 # Balancing lowers the expert imbalance over 80 steps.

@@ -6,7 +6,8 @@
 # logging.peak_tflops set, memory) too (the event holds float32(value); the JSON
 # holds value to 9 significant digits, and rounding that decimal to float32
 # can land one ulp away from rounding the double itself), at the same steps (train/* at every logged step, eval/loss at the
-# eval steps). logging.tensorboard=false writes no event file. Without the
+# eval steps); a MoE run (tiny mixtral with a capacity) also its moe/ scalars
+# (aux loss, expert imbalance, drop rate). logging.tensorboard=false writes no event file. Without the
 # `tensorboard` Python package it installs one from PyPI into a venv under
 # build/ (once; about 10 s); it skips (77) only when that cannot be done.
 set -euo pipefail
@@ -21,18 +22,22 @@ if ! "$PY" -c "import tensorboard" 2> /dev/null; then
   PY="$venv/bin/python"
 fi
 demo_data "$WORK/english"
-run() {
-  "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$1" --set train.steps=12 \
+run() {  # run DIR [RECIPE_NAME] [--set ...]
+  local recipe=llama
+  [[ $# -ge 2 && $2 != --set ]] && { recipe=$2; set -- "$1" "${@:3}"; }
+  "$MEGATRAIN" run "$REPO/recipes/tiny/$recipe.yaml" --set run.dir="$1" --set train.steps=12 \
     --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=2 \
     --set train.eval_interval=6 --set checkpoint.interval=0 --set optimizer.schedule.warmup_steps=4 "${@:2}" > /dev/null
 }
 run "$WORK/on" --set logging.tensorboard=true --set logging.peak_tflops=1.0
+run "$WORK/moe" mixtral --set logging.tensorboard=true --set logging.peak_tflops=1.0 --set model.moe.capacity_factor=1.0
 run "$WORK/off" --set logging.tensorboard=false
 [[ ! -e "$WORK/off/tensorboard" ]] || fail "logging.tensorboard=false still wrote $WORK/off/tensorboard"
 files=("$WORK"/on/tensorboard/events.out.tfevents.*.megatrain)
 [[ ${#files[@]} -eq 1 && -s "${files[0]}" ]] || fail "expected one event file, found: $(ls "$WORK/on/tensorboard")"
 
-"$PY" - "$WORK/on" << 'PY' || fail "the event file does not read back as metrics.jsonl"
+for dir in on moe; do
+"$PY" - "$WORK/$dir" << 'PY' || fail "$dir: the event file does not read back as metrics.jsonl"
 import json, struct, sys
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
@@ -45,6 +50,9 @@ tags = {"train/loss": "loss", "train/lr": "lr", "train/grad_norm": "grad_norm",
         "train/global_batch_size": "global_batch_size", "train/tokens_per_s": "tokens_per_s",
         "eval/loss": "eval_loss", "perf/tflops_per_device": "tflops", "perf/mfu_percent": "mfu",
         "perf/peak_mem_gib": "peak_mem_gib"}
+if run_dir.endswith("/moe"):
+    tags.update({"moe/aux_loss": "moe_aux_loss", "moe/expert_imbalance": "moe_imbalance",
+                 "moe/drop_rate": "moe_drop_rate"})
 have = set(acc.Tags()["scalars"])
 assert have == set(tags), f"scalar tags {sorted(have)} != {sorted(tags)}"
 for tag, key in tags.items():
@@ -57,4 +65,5 @@ for tag, key in tags.items():
 steps = [e.step for e in acc.Scalars("eval/loss")]
 assert steps == [6, 12], f"eval/loss at steps {steps}, expected [6, 12]"
 PY
+done
 echo "ok: every scalar reads back equal (within one float32 ulp)"
