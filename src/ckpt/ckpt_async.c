@@ -56,7 +56,6 @@ struct CkptSaver {
     /* the distributed optimizer: the moments are this rank's flat ranges */
     const size_t *range_begin, *range_end;
     int num_ranges;
-    bool write_params;
     bool write_dense, write_experts; /* which parameters this rank writes (both by default) */
 };
 
@@ -165,11 +164,10 @@ void ckpt_saver_distribute(CkptSaver *s, const Comm *world, bool writer) {
     s->writer = writer;
 }
 
-void ckpt_saver_shard_moments(CkptSaver *s, const size_t *begin, const size_t *end, int num_ranges, bool write_params) {
+void ckpt_saver_shard_moments(CkptSaver *s, const size_t *begin, const size_t *end, int num_ranges) {
     s->range_begin = begin;
     s->range_end = end;
     s->num_ranges = num_ranges;
-    s->write_params = write_params;
 }
 
 /* The sources of params / m / v (m and v laid out like params, or this
@@ -177,8 +175,8 @@ void ckpt_saver_shard_moments(CkptSaver *s, const size_t *begin, const size_t *e
 static CkptSource *sources_of(const CkptSaver *s, const Model *model, const float *params, const float *m,
                               const float *v, int *count) {
     if (s->num_ranges > 0)
-        return ckpt_sources_sharded(model, s->write_params ? params : NULL, m, v, s->range_begin, s->range_end,
-                                    s->num_ranges, count);
+        return ckpt_sources_sharded(model, params, s->write_dense, s->write_experts, m, v, s->range_begin,
+                                    s->range_end, s->num_ranges, count);
     return ckpt_sources_of_kinds(model, params, m, v, s->write_dense, s->write_experts, count);
 }
 

@@ -38,9 +38,8 @@ void ckpt_saver_distribute(CkptSaver *saver, const Comm *world, bool writer);
 /* With the distributed optimizer: the optimizer passed to save() holds
  * only this rank's flat ranges [begin[i], end[i]) of the moments, packed
  * (the arrays must outlive the saver); this rank writes their moments, and
- * its parameters only when write_params. */
-void ckpt_saver_shard_moments(CkptSaver *saver, const size_t *begin, const size_t *end, int num_ranges,
-                              bool write_params);
+ * the parameters of the kinds ckpt_saver_write_kinds gives. */
+void ckpt_saver_shard_moments(CkptSaver *saver, const size_t *begin, const size_t *end, int num_ranges);
 
 /* Which parameters this rank writes: the dense ones, the routed experts
  * (expert parallel), or both (the default). */

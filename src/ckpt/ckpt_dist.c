@@ -77,7 +77,7 @@ int ckpt_dist_begin(CkptDistSave *save, const Comm *world, const char *checkpoin
 }
 
 void ckpt_dist_write(CkptDistSave *save, const CkptPayload *payload) {
-    if (!save->writer) return;
+    if (!save->writer || payload->num_sources == 0) return; /* nothing of its own to write */
     char name[64];
     snprintf(name, sizeof name, "shard_%05d.zst", save->world->rank);
     save->status = ckpt_write_shard_file(save->tmp, name, 0, payload, &save->shard, save->err, sizeof save->err);

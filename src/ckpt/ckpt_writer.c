@@ -136,11 +136,11 @@ static int shard_rectangles(const Model *model, const char *prefix, const float 
     return n;
 }
 
-CkptSource *ckpt_sources_sharded(const Model *model, const float *params, const float *m_shard, const float *v_shard,
-                                 const size_t *begin, const size_t *end, int num_ranges, int *num_sources) {
+CkptSource *ckpt_sources_sharded(const Model *model, const float *params, bool dense, bool experts,
+                                 const float *m_shard, const float *v_shard, const size_t *begin, const size_t *end,
+                                 int num_ranges, int *num_sources) {
     int owned = 0;
-    if (params)
-        for (int i = 0; i < model->num_params; i++) owned += model->param_info[i].norm_owner;
+    for (int i = 0; i < model->num_params; i++) owned += writes(&model->param_info[i], dense, experts);
     const int moments = shard_rectangles(model, "", NULL, begin, end, num_ranges, NULL, NULL, 0);
     const int n = owned + 2 * moments;
     const size_t name_bytes = 128;
@@ -148,9 +148,9 @@ CkptSource *ckpt_sources_sharded(const Model *model, const float *params, const 
     CkptSource *sources = (CkptSource *)block;
     char *names = block + (size_t)(n ? n : 1) * sizeof(CkptSource);
     int k = 0;
-    if (params) {
+    if (owned > 0) {
         int count = 0;
-        CkptSource *own = ckpt_sources_from_model(model, params, NULL, NULL, &count);
+        CkptSource *own = ckpt_sources_of_kinds(model, params, NULL, NULL, dense, experts, &count);
         for (int i = 0; i < count; i++, k++) {
             sources[k] = own[i];
             snprintf(names + (size_t)k * name_bytes, name_bytes, "%s", own[i].name);

@@ -67,12 +67,13 @@ CkptSource *ckpt_sources_of_kinds(const Model *model, const float *params, const
                                   bool experts, int *num_sources);
 
 /* The sources of a rank of the distributed optimizer: its blocks of the
- * parameters (when params is not NULL) and the moments of the flat ranges
+ * parameters of the kinds it writes (dense, experts; none: both false) and the moments of the flat ranges
  * [begin[i], end[i]) it owns (m_shard, v_shard: those ranges packed, in
  * order), each range cut into rectangles of the global tensors (a partial
  * row, whole rows, a partial row). One allocation: free() it. */
-CkptSource *ckpt_sources_sharded(const Model *model, const float *params, const float *m_shard, const float *v_shard,
-                                 const size_t *begin, const size_t *end, int num_ranges, int *num_sources);
+CkptSource *ckpt_sources_sharded(const Model *model, const float *params, bool dense, bool experts,
+                                 const float *m_shard, const float *v_shard, const size_t *begin, const size_t *end,
+                                 int num_ranges, int *num_sources);
 
 /* The CkptState of a run at `state` (the schedule position follows from recipe). */
 CkptState ckpt_state_of(const TrainState *state, long optimizer_step, const Recipe *recipe);

@@ -182,8 +182,30 @@ static MPI_Request *pending_requests;
 static void **pending_buffers;
 static int num_pending, pending_capacity;
 
+/* Free the copies of the sends that have completed (keeps the memory to what is in flight). */
+static void reap_sends(void) {
+    if (num_pending == 0) return;
+    int *done = mt_malloc((size_t)num_pending * sizeof(int)), count = 0;
+    check(MPI_Testsome(num_pending, pending_requests, &count, done, MPI_STATUSES_IGNORE), "send completion");
+    if (count == MPI_UNDEFINED) count = 0;
+    for (int i = 0; i < count; i++) {
+        free(pending_buffers[done[i]]);
+        pending_buffers[done[i]] = NULL;
+    }
+    int kept = 0;
+    for (int i = 0; i < num_pending; i++)
+        if (pending_buffers[i]) {
+            pending_buffers[kept] = pending_buffers[i];
+            pending_requests[kept] = pending_requests[i];
+            kept++;
+        }
+    num_pending = kept;
+    free(done);
+}
+
 void comm_send_copy(const Comm *c, const void *buf, size_t count, CommType type, int dest, int tag) {
     if (!c->handle) mt_die(MT_EXIT_FAILURE, "send to rank %d in a group of one rank", dest);
+    reap_sends();
     if (num_pending == pending_capacity) {
         pending_capacity = pending_capacity ? 2 * pending_capacity : 16;
         pending_requests = mt_realloc(pending_requests, (size_t)pending_capacity * sizeof *pending_requests);

@@ -1,6 +1,7 @@
 /* zero1.c: the distributed optimizer's sharding and collectives (see zero1.h).
  * Buckets and parts match dp_sync.c: a bucket of n floats is padded to a
- * multiple of dp, part r is [r * share, (r + 1) * share) of it. */
+ * multiple of the group, part r is [r * share, (r + 1) * share) of it. With
+ * expert parallel the flat array has two regions, each sharded over its group. */
 #include "zero1.h"
 
 #include <stdlib.h>
@@ -11,33 +12,60 @@
 
 static size_t bucket_floats(void) { return DP_BUCKET_BYTES / sizeof(float); }
 
-/* Bucket geometry: n floats from `at`, parts of `share`. */
-static void bucket_at(const Zero1 *z, size_t at, size_t *n, size_t *share) {
-    const size_t ranks = (size_t)z->dp->size, bucket = bucket_floats();
-    *n = z->count - at < bucket ? z->count - at : bucket;
+/* A stretch of the flat array sharded over one group: the whole array, or
+ * with expert parallel the dense part over dp and the experts over edp. */
+typedef struct Region {
+    const Comm *group;
+    size_t at, count;   /* [at, at + count) of the flat array */
+    float scale;        /* the reduced gradients' factor */
+} Region;
+
+static int regions_of(const Zero1 *z, Region *r) {
+    r[0] = (Region){z->dp, 0, z->dense, 1.0f / (float)z->dp->size};
+    if (!z->edp || z->count == z->dense) return 1;
+    r[1] = (Region){z->edp, z->dense, z->count - z->dense, z->expert_scale / (float)z->edp->size};
+    return 2;
+}
+
+/* Bucket geometry: n floats from `at` (relative to the region), parts of `share`. */
+static void bucket_at(const Region *g, size_t at, size_t *n, size_t *share) {
+    const size_t ranks = (size_t)g->group->size, bucket = bucket_floats();
+    *n = g->count - at < bucket ? g->count - at : bucket;
     *share = (*n + ranks - 1) / ranks;
 }
 
-void zero1_init(Zero1 *z, const Comm *dp, size_t count) {
-    memset(z, 0, sizeof *z);
-    z->dp = dp;
-    z->count = count;
-    const size_t bucket = bucket_floats(), buckets = (count + bucket - 1) / bucket;
-    z->begin = mt_malloc((buckets ? buckets : 1) * sizeof(size_t));
-    z->end = mt_malloc((buckets ? buckets : 1) * sizeof(size_t));
-    for (size_t at = 0; at < count; at += bucket) {
+static void add_ranges(Zero1 *z, const Region *g) {
+    const size_t bucket = bucket_floats();
+    for (size_t at = 0; at < g->count; at += bucket) {
         size_t n, share;
-        bucket_at(z, at, &n, &share);
-        size_t b = (size_t)dp->rank * share, e = b + share;
+        bucket_at(g, at, &n, &share);
+        size_t b = (size_t)g->group->rank * share, e = b + share;
         if (b > n) b = n;
         if (e > n) e = n;
         if (e == b) continue;
-        z->begin[z->num_ranges] = at + b;
-        z->end[z->num_ranges] = at + e;
+        z->begin[z->num_ranges] = g->at + at + b;
+        z->end[z->num_ranges] = g->at + at + e;
         z->num_ranges++;
         z->owned += e - b;
     }
 }
+
+void zero1_init_split(Zero1 *z, const Comm *dp, size_t dense, const Comm *edp, size_t count, float expert_scale) {
+    memset(z, 0, sizeof *z);
+    z->dp = dp;
+    z->edp = edp;
+    z->count = count;
+    z->dense = edp ? dense : count;
+    z->expert_scale = expert_scale;
+    const size_t bucket = bucket_floats(), buckets = (count + bucket - 1) / bucket + 2;
+    z->begin = mt_malloc(buckets * sizeof(size_t));
+    z->end = mt_malloc(buckets * sizeof(size_t));
+    Region r[2];
+    const int n = regions_of(z, r);
+    for (int i = 0; i < n; i++) add_ranges(z, &r[i]);
+}
+
+void zero1_init(Zero1 *z, const Comm *dp, size_t count) { zero1_init_split(z, dp, count, NULL, count, 1.0f); }
 
 void zero1_free(Zero1 *z) {
     free(z->begin);
@@ -45,50 +73,55 @@ void zero1_free(Zero1 *z) {
     memset(z, 0, sizeof *z);
 }
 
-void zero1_reduce_scatter_grads(const Zero1 *z, float *grads) {
-    const size_t ranks = (size_t)z->dp->size, bucket = bucket_floats();
-    const size_t max_padded = ((z->count < bucket ? z->count : bucket) + ranks - 1) / ranks * ranks;
+static void reduce_scatter_region(const Region *g, float *grads) {
+    const size_t ranks = (size_t)g->group->size, bucket = bucket_floats();
+    const size_t max_padded = ((g->count < bucket ? g->count : bucket) + ranks - 1) / ranks * ranks;
     float *send = mt_malloc((max_padded ? max_padded : 1) * sizeof(float));
     float *part = mt_malloc((max_padded / ranks + 1) * sizeof(float));
-    const float scale = 1.0f / (float)z->dp->size;
-    for (size_t at = 0; at < z->count; at += bucket) {
+    for (size_t at = 0; at < g->count; at += bucket) {
         size_t n, share;
-        bucket_at(z, at, &n, &share);
-        memcpy(send, grads + at, n * sizeof(float));
+        bucket_at(g, at, &n, &share);
+        memcpy(send, grads + g->at + at, n * sizeof(float));
         memset(send + n, 0, (share * ranks - n) * sizeof(float));
-        comm_reduce_scatter_sum_float(z->dp, send, part, share);
-        const size_t b = (size_t)z->dp->rank * share;
-        for (size_t i = 0; i < share && b + i < n; i++) grads[at + b + i] = part[i] * scale;
+        comm_reduce_scatter_sum_float(g->group, send, part, share);
+        const size_t b = (size_t)g->group->rank * share;
+        for (size_t i = 0; i < share && b + i < n; i++) grads[g->at + at + b + i] = part[i] * g->scale;
     }
     free(send);
     free(part);
 }
 
-/* All-gather over buckets of this rank's parts, taken from `shard` (packed)
- * or, when shard is NULL, from `full` itself; every bucket lands in full. */
-static void gather_buckets(const Zero1 *z, float *full, const float *shard) {
-    const size_t ranks = (size_t)z->dp->size, bucket = bucket_floats();
-    const size_t max_padded = ((z->count < bucket ? z->count : bucket) + ranks - 1) / ranks * ranks;
+void zero1_reduce_scatter_grads(const Zero1 *z, float *grads) {
+    Region r[2];
+    const int n = regions_of(z, r);
+    for (int i = 0; i < n; i++) reduce_scatter_region(&r[i], grads);
+}
+
+/* All-gather over buckets of this rank's parts of region g; every bucket lands in full. */
+static void gather_region(const Region *g, float *full) {
+    const size_t ranks = (size_t)g->group->size, bucket = bucket_floats();
+    const size_t max_padded = ((g->count < bucket ? g->count : bucket) + ranks - 1) / ranks * ranks;
     float *recv = mt_malloc((max_padded ? max_padded : 1) * sizeof(float));
     float *part = mt_malloc((max_padded / ranks + 1) * sizeof(float));
-    size_t shard_at = 0;
-    for (size_t at = 0; at < z->count; at += bucket) {
+    for (size_t at = 0; at < g->count; at += bucket) {
         size_t n, share;
-        bucket_at(z, at, &n, &share);
-        const size_t b = (size_t)z->dp->rank * share;
+        bucket_at(g, at, &n, &share);
+        const size_t b = (size_t)g->group->rank * share;
         const size_t mine = b >= n ? 0 : (b + share > n ? n - b : share);
-        if (mine) memcpy(part, shard ? shard + shard_at : full + at + b, mine * sizeof(float));
+        if (mine) memcpy(part, full + g->at + at + b, mine * sizeof(float));
         memset(part + mine, 0, (share - mine) * sizeof(float));
-        shard_at += mine;
-        comm_all_gather(z->dp, part, recv, share, COMM_FLOAT);
-        memcpy(full + at, recv, n * sizeof(float));
+        comm_all_gather(g->group, part, recv, share, COMM_FLOAT);
+        memcpy(full + g->at + at, recv, n * sizeof(float));
     }
     free(recv);
     free(part);
 }
 
-void zero1_all_gather(const Zero1 *z, float *buf) { gather_buckets(z, buf, NULL); }
-
+void zero1_all_gather(const Zero1 *z, float *buf) {
+    Region r[2];
+    const int n = regions_of(z, r);
+    for (int i = 0; i < n; i++) gather_region(&r[i], buf);
+}
 
 void zero1_take_shard(const Zero1 *z, const float *full, float *shard) {
     size_t at = 0;

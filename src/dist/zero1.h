@@ -18,16 +18,24 @@
 
 typedef struct Zero1 {
     const Comm *dp;
+    const Comm *edp;    /* expert parallel: the group of the expert region (NULL: none) */
     size_t count;       /* floats in the flat array */
+    size_t dense;       /* [0, dense) is sharded over dp, [dense, count) over edp */
+    float expert_scale; /* the expert region's gradients: the edp mean times this (edp / dp) */
     int num_ranges;
     size_t *begin, *end; /* this rank's parts: [begin[i], end[i]) in the flat array, ascending */
     size_t owned;       /* floats in those parts (the shard) */
 } Zero1;
 
 void zero1_init(Zero1 *z, const Comm *dp, size_t count);
+/* With expert parallel: the routed experts' weights at the end of the flat
+ * array, [dense, count), replicated over edp only: sharded over edp, their
+ * gradients the edp sum times expert_scale / edp. */
+void zero1_init_split(Zero1 *z, const Comm *dp, size_t dense, const Comm *edp, size_t count, float expert_scale);
 void zero1_free(Zero1 *z);
 
-/* Collective: grads on this rank's parts become the dp mean (other floats are left as they were). */
+/* Collective: grads on this rank's parts become the dp mean (other floats are left as they were; the
+ * expert region: see zero1_init_split). */
 void zero1_reduce_scatter_grads(const Zero1 *z, float *grads);
 /* Collective: every rank's parts of buf to every rank (buf is complete everywhere after). */
 void zero1_all_gather(const Zero1 *z, float *buf);

@@ -202,9 +202,10 @@ double model_moe_last_aux(const Model *model);
 /* Before a step's micro-batches: forget the last step's routing counts. */
 void model_moe_step_begin(Model *model);
 /* After them (a collective over dp): the counts summed over dp, the stats,
- * and with load_balancing: expert_bias each expert's bias moved by
- * moe.bias_update_rate toward the mean load (+ when under, - when over). */
-void model_moe_step_end(Model *model, const Comm *dp, long num_micro, MoeStepStats *out);
+ * and with load_balancing: expert_bias and update_bias (the step was not
+ * skipped) each expert's bias moved by moe.bias_update_rate toward the mean
+ * load (+ when under, - when over). */
+void model_moe_step_end(Model *model, const Comm *dp, long num_micro, bool update_bias, MoeStepStats *out);
 
 /* Parameter count for a config without allocating anything. */
 long model_count_params(const ModelConfig *cfg);

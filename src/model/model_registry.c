@@ -81,21 +81,30 @@ bool model_layer_is_moe(const ModelConfig *cfg, int layer) {
     return layer % (cfg->moe.layer_freq > 0 ? cfg->moe.layer_freq : 1) == 0;
 }
 
-/* The MLP of a MoE layer: the router, its selection bias (expert_bias
- * balancing; not trained: its gradient stays 0), the stacked experts (split
- * over ep) and the shared expert. Tensor parallel does not split them
- * (etp 1): every tp rank holds and computes them whole. */
+/* The routed experts of a MoE layer, stacked and split over ep. Declared
+ * after every other parameter, so that they form one region at the end of
+ * the flat arrays (the distributed optimizer shards it over edp). */
+static void declare_moe_experts(RegistryBuilder *b, const ModelConfig *cfg, bool k, int i, float std, float out_std,
+                                LayerSlots *s) {
+    const MoeConfig *m = &cfg->moe;
+    const long C = cfg->hidden_size, E = m->num_experts, I = m->moe_intermediate_size;
+    s->e_gate = declare(b, k, E * I, C, EP_ROWS, INIT_NORMAL, std, "layers.%d.mlp.experts.gate_proj.weight", i);
+    s->e_up = declare(b, k, E * I, C, EP_ROWS, INIT_NORMAL, std, "layers.%d.mlp.experts.up_proj.weight", i);
+    s->e_down = declare(b, k, E * C, I, EP_ROWS, INIT_NORMAL, out_std, "layers.%d.mlp.experts.down_proj.weight", i);
+}
+
+/* The rest of a MoE layer's MLP: the router, its selection bias
+ * (expert_bias balancing; not trained: its gradient stays 0) and the shared
+ * expert. Tensor parallel does not split the MoE (etp 1): every tp rank
+ * holds and computes it whole. */
 static void declare_moe_mlp(RegistryBuilder *b, const ModelConfig *cfg, bool k, int i, float std, float out_std,
                             LayerSlots *s) {
     const MoeConfig *m = &cfg->moe;
-    const long C = cfg->hidden_size, E = m->num_experts, I = m->moe_intermediate_size;
+    const long C = cfg->hidden_size, E = m->num_experts;
     const long Is = m->shared_expert_intermediate_size;
     s->router = declare(b, k, E, C, TP_WHOLE, INIT_NORMAL, std, "layers.%d.mlp.router.weight", i);
     if (m->load_balancing == LB_EXPERT_BIAS)
         s->expert_bias = declare(b, k, E, 0, TP_WHOLE, INIT_ZEROS, 0, "layers.%d.mlp.router.expert_bias", i);
-    s->e_gate = declare(b, k, E * I, C, EP_ROWS, INIT_NORMAL, std, "layers.%d.mlp.experts.gate_proj.weight", i);
-    s->e_up = declare(b, k, E * I, C, EP_ROWS, INIT_NORMAL, std, "layers.%d.mlp.experts.up_proj.weight", i);
-    s->e_down = declare(b, k, E * C, I, EP_ROWS, INIT_NORMAL, out_std, "layers.%d.mlp.experts.down_proj.weight", i);
     if (Is > 0) {
         s->s_gate = declare(b, k, Is, C, TP_WHOLE, INIT_NORMAL, std, "layers.%d.mlp.shared_expert.gate_proj.weight", i);
         s->s_up = declare(b, k, Is, C, TP_WHOLE, INIT_NORMAL, std, "layers.%d.mlp.shared_expert.up_proj.weight", i);
@@ -152,6 +161,12 @@ ParamInfo *model_registry_build(const ModelConfig *cfg, const ModelPartition *pa
     if (final_norm >= 0) b.infos[final_norm].tp_partial_grad = sp && part->tp > 1;
     int lm_head = declare(&b, part->has_head && !cfg->tie_word_embeddings, V, C, TP_ROWS, INIT_NORMAL, std,
                           "lm_head.weight");
+    for (int i = 0; i < L; i++) /* the routed experts last */
+        if (model_layer_is_moe(cfg, i)) {
+            const int local = model_local_layer(part, i);
+            LayerSlots dummy;
+            declare_moe_experts(&b, cfg, local >= 0, i, std, out_std, ls && local >= 0 ? &ls[local] : &dummy);
+        }
     if (tied_copy) b.infos[embed].norm_owner = false; /* the first stage counts and saves it */
 
     if (slots) {

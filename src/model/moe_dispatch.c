@@ -14,23 +14,30 @@ static const Comm single = {.handle = NULL, .rank = 0, .size = 1};
 
 static const Comm *group_of(const Model *m) { return m->part.ep_comm ? m->part.ep_comm : &single; }
 
+/* Room for `rows` rows on the expert side (what arrives varies from step to
+ * step: the buffers grow when more comes, never shrink). */
+static void ensure_capacity(MoeExperts *x, int rows, size_t C, size_t I) {
+    if (rows <= x->cap) return;
+    const size_t cap = (size_t)rows + (size_t)rows / 4; /* some headroom against regrowing every step */
+    x->order = mt_realloc(x->order, cap * sizeof(int32_t));
+    float **c_bufs[] = {&x->recv, &x->x, &x->y, &x->d_y, &x->d_x};
+    for (size_t i = 0; i < sizeof c_bufs / sizeof c_bufs[0]; i++) *c_bufs[i] = mt_realloc(*c_bufs[i], cap * C * sizeof(float));
+    float **i_bufs[] = {&x->gate, &x->up, &x->act, &x->d_act, &x->d_gate, &x->d_up};
+    for (size_t i = 0; i < sizeof i_bufs / sizeof i_bufs[0]; i++) *i_bufs[i] = mt_realloc(*i_bufs[i], cap * I * sizeof(float));
+    x->cap = (int)cap;
+}
+
 void moe_experts_init(MoeExperts *x, const ModelConfig *cfg, int ep, int max_rows) {
     const MoeConfig *moe = &cfg->moe;
-    const size_t C = (size_t)cfg->hidden_size, I = (size_t)moe->moe_intermediate_size;
     const int El = moe->num_experts / ep;
     memset(x, 0, sizeof *x);
-    x->cap = ep * (max_rows > 0 ? max_rows : 1);
-    const size_t cap = (size_t)x->cap;
     x->send_rows = mt_calloc((size_t)ep, sizeof(long));
     x->recv_rows = mt_calloc((size_t)ep, sizeof(long));
     x->send_counts = mt_calloc((size_t)ep * El, sizeof(int64_t));
     x->recv_counts = mt_calloc((size_t)ep * El, sizeof(int64_t));
-    x->order = mt_calloc(cap, sizeof(int32_t));
     x->offsets = mt_calloc((size_t)El + 1, sizeof(int32_t));
-    float **c_bufs[] = {&x->recv, &x->x, &x->y, &x->d_y, &x->d_x};
-    for (size_t i = 0; i < sizeof c_bufs / sizeof c_bufs[0]; i++) *c_bufs[i] = mt_calloc(cap * C, sizeof(float));
-    float **i_bufs[] = {&x->gate, &x->up, &x->act, &x->d_act, &x->d_gate, &x->d_up};
-    for (size_t i = 0; i < sizeof i_bufs / sizeof i_bufs[0]; i++) *i_bufs[i] = mt_calloc(cap * I, sizeof(float));
+    /* a balanced share to start with: this rank's own rows */
+    ensure_capacity(x, max_rows > 0 ? max_rows : 1, (size_t)cfg->hidden_size, (size_t)moe->moe_intermediate_size);
 }
 
 void moe_experts_free(MoeExperts *x) {
@@ -55,9 +62,8 @@ static void plan(const Model *m, MoeExperts *x, const int32_t *offsets) {
         for (int j = 0; j < El; j++) x->recv_rows[s] += x->recv_counts[s * El + j];
         rows += x->recv_rows[s];
     }
-    if (rows > x->cap)
-        mt_die(MT_EXIT_FAILURE, "moe: %ld rows routed to this rank's experts, more than the %d the buffers hold", rows,
-               x->cap);
+    if (rows > INT32_MAX / 2) mt_die(MT_EXIT_FAILURE, "moe: %ld rows routed to this rank's experts", rows);
+    ensure_capacity(x, (int)rows, (size_t)m->cfg.hidden_size, (size_t)m->cfg.moe.moe_intermediate_size);
     x->rows = (int)rows;
     int pos = 0;
     for (int j = 0; j < El; j++) {

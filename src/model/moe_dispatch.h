@@ -11,7 +11,7 @@
 #include "model_internal.h"
 
 typedef struct MoeExperts {
-    int cap;                    /* rows the expert-side buffers hold */
+    int cap;                    /* rows the expert-side buffers hold (grown as needed) */
     long *send_rows, *recv_rows;          /* (ep) rows to / from each rank of the group */
     int64_t *send_counts, *recv_counts;   /* (ep * local experts) rows per (rank, local expert) */
     int rows;                   /* rows received by this rank's experts */

@@ -450,7 +450,7 @@ void model_moe_step_begin(Model *model) {
     s->dropped = s->assignments = 0;
 }
 
-void model_moe_step_end(Model *model, const Comm *dp, long num_micro, MoeStepStats *out) {
+void model_moe_step_end(Model *model, const Comm *dp, long num_micro, bool update_bias, MoeStepStats *out) {
     memset(out, 0, sizeof *out);
     MoeStep *s = model->moe_step;
     if (!s) return;
@@ -469,7 +469,7 @@ void model_moe_step_end(Model *model, const Comm *dp, long num_micro, MoeStepSta
         out->moe_layers++;
         out->imbalance_sum += total > 0 ? most / (total / E) : 0.0;
         float *bias = pr->weights[l].expert_bias;
-        if (bias && total > 0) /* toward the mean load (auxiliary-loss-free balancing) */
+        if (bias && update_bias && total > 0) /* toward the mean load (auxiliary-loss-free balancing) */
             for (int e = 0; e < E; e++) {
                 const double diff = total / E - c[e];
                 bias[e] += (float)(m->bias_update_rate * (diff > 0 ? 1.0 : diff < 0 ? -1.0 : 0.0));

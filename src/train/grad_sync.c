@@ -59,7 +59,7 @@ double train_grad_norm(const TrainContext *ctx) {
         const ParamInfo *p = &m->param_info[i];
         if (!p->norm_owner) continue;
         const size_t begin = p->offset, end = p->offset + (size_t)p->numel;
-        if (p->expert && ctx->part.ep > 1) { /* each ep rank holds other experts */
+        if (!ctx->zero1_on && p->expert && ctx->part.ep > 1) { /* each ep rank holds other experts */
             experts += sumsq(m->grads, begin, end);
             continue;
         }
@@ -67,6 +67,7 @@ double train_grad_norm(const TrainContext *ctx) {
             sum += sumsq(m->grads, begin, end);
             continue;
         }
+        /* the distributed optimizer: every rank's parts are disjoint (the experts' too, over edp and ep) */
         /* the distributed optimizer: only this rank's parts are reduced */
         const Zero1 *z = &ctx->zero1;
         for (int r = 0; r < z->num_ranges; r++) {

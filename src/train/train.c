@@ -80,7 +80,8 @@ static int save_now(TrainContext *ctx, CkptSaver *saver) {
     if (ctx->cuda && writer) train_device_sync_to_host(ctx); /* weights and AdamW moments from the GPU */
     char err[2048];
     int status = 0;
-    double finite = !writer || health_params_finite(ctx->model) ? 1.0 : 0.0;
+    /* every rank checks what it holds (on a GPU run the writer, which synced its copy) */
+    double finite = (ctx->cuda && !writer) || health_params_finite(ctx->model) ? 1.0 : 0.0;
     if (ctx->layout.world_size > 1) finite = dp_sum_double(comm_world(), finite) == (double)ctx->layout.world_size;
     if (!finite) {
         mt_set_error(err, sizeof err, "step %ld: the parameters hold NaN or Inf; not saving a checkpoint",
@@ -136,14 +137,23 @@ static int check_health(TrainContext *ctx, const StepResult *result, HealthState
 }
 
 /* Every train.replica_check_interval steps with dp > 1: the same parameters
- * on every replica (src/obs/replica_check.h). 0, or -1 (printed). */
+ * on every replica (src/obs/replica_check.h): the dense ones over dp, the
+ * routed experts (the end of the flat array) over the ranks holding the
+ * same experts (edp). 0, or -1 (printed). */
 static int check_replicas(TrainContext *ctx, long step) {
     if (!ctx->cuda) replica_check_test_flip(comm_world()->rank, step, ctx->model->params);
     if (ctx->layout.dp_size <= 1 || !is_multiple(step, ctx->recipe->train.replica_check_interval)) return 0;
     if (ctx->cuda) train_device_sync_to_host(ctx);
+    const Model *m = ctx->model;
+    size_t dense = (size_t)m->num_floats;
+    for (int i = 0; i < m->num_params && ctx->part.ep > 1; i++)
+        if (m->param_info[i].expert && m->param_info[i].offset < dense) dense = m->param_info[i].offset;
     char err[1024];
-    if (replica_check(&ctx->grid.groups[GROUP_DP], ctx->model->params, (size_t)ctx->model->num_floats, step, err, sizeof err) == 0)
-        return 0;
+    int rc = replica_check(&ctx->grid.groups[GROUP_DP], m->params, dense, step, err, sizeof err);
+    if (rc == 0 && dense < (size_t)m->num_floats)
+        rc = replica_check(&ctx->grid.groups[GROUP_EDP], m->params + dense, (size_t)m->num_floats - dense, step, err,
+                           sizeof err);
+    if (rc == 0) return 0;
     print_error(err);
     return -1;
 }
@@ -195,8 +205,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     ckpt_saver_distribute(saver, comm_world(),
                           ctx->zero1_on ? ctx->grid.coords.cp == 0 : params_writer || experts_writer);
     ckpt_saver_write_kinds(saver, params_writer, experts_writer);
-    if (ctx->zero1_on)
-        ckpt_saver_shard_moments(saver, ctx->zero1.begin, ctx->zero1.end, ctx->zero1.num_ranges, params_writer);
+    if (ctx->zero1_on) ckpt_saver_shard_moments(saver, ctx->zero1.begin, ctx->zero1.end, ctx->zero1.num_ranges);
     train_signals_install();
     while (ctx->state.step < ctx->total_steps && !(stop_signal = train_signal_received())) {
         if (train_step(ctx, &result, err, sizeof err) != 0) {
@@ -253,6 +262,10 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     }
     if (status == MT_EXIT_OK && stop_signal && ctx->state.step > ctx->start_step && save_now(ctx, saver) != 0)
         status = MT_EXIT_FAILURE;
+    /* A rank that failed on its own must not wait in the saver's collectives
+     * while the others wait in the step's: it ends the job here (a save in
+     * flight leaves only its temporary directory, removed by the next save). */
+    if (status != MT_EXIT_OK && comm_world()->size > 1) dist_finish(status);
     if (ckpt_saver_wait(saver, err, sizeof err) != 0) {
         print_error(err);
         status = MT_EXIT_FAILURE;

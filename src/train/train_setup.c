@@ -65,11 +65,6 @@ static int check_supported(const Recipe *recipe, const TrainLayout *layout, char
                          "set cp and etp to 1", par->cp, par->etp);
             return MT_EXIT_USAGE;
         }
-        if (par->ep > 1 && par->distributed_optimizer) {
-            mt_set_error(err, errlen, "parallel.distributed_optimizer: not implemented with expert parallel (ep %d) "
-                         "yet; set it to false or ep to 1", par->ep);
-            return MT_EXIT_USAGE;
-        }
     }
     if (cuda && layout->model_parallel) {
         mt_set_error(err, errlen,
@@ -174,7 +169,16 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
                 dtype_name(recipe->optimizer.state_dtype));
     /* ZeRO-1 over dp: each rank keeps the moments of its part of every bucket only */
     ctx->zero1_on = recipe->parallel.distributed_optimizer && ctx->layout.dp_size > 1;
-    if (ctx->zero1_on) zero1_init(&ctx->zero1, &ctx->grid.groups[GROUP_DP], (size_t)ctx->model->num_floats);
+    if (ctx->zero1_on && ctx->part.ep > 1) { /* the experts (the end of the flat array) shard over edp */
+        size_t dense = (size_t)ctx->model->num_floats;
+        for (int i = 0; i < ctx->model->num_params; i++)
+            if (ctx->model->param_info[i].expert && ctx->model->param_info[i].offset < dense)
+                dense = ctx->model->param_info[i].offset;
+        zero1_init_split(&ctx->zero1, &ctx->grid.groups[GROUP_DP], dense, &ctx->grid.groups[GROUP_EDP],
+                         (size_t)ctx->model->num_floats, 1.0f / (float)ctx->part.ep);
+    } else if (ctx->zero1_on) {
+        zero1_init(&ctx->zero1, &ctx->grid.groups[GROUP_DP], (size_t)ctx->model->num_floats);
+    }
     adamw_init(&ctx->optimizer, ctx->zero1_on ? (long)ctx->zero1.owned : ctx->model->num_floats);
     return 0;
 }

@@ -67,10 +67,20 @@ static int64_t eval_batch_start(const TrainContext *ctx, long micro) {
     return ((int64_t)ctx->layout.dp_rank + (int64_t)micro * ctx->layout.dp_size) * ctx->recipe->train.micro_batch_size;
 }
 
+/* Evaluation batch `micro` of this dp rank; past its last one, batch 0
+ * with every target ignored (a forward that adds no loss). */
+static void load_eval_batch(TrainContext *ctx, long micro) {
+    const int64_t batch = (int64_t)ctx->layout.dp_rank + (int64_t)micro * ctx->layout.dp_size;
+    const bool padding = batch >= ctx->recipe->train.eval_batches;
+    load_micro_batch(ctx, ctx->valid_data, padding ? 0 : eval_batch_start(ctx, micro));
+    if (padding)
+        for (long i = 0; i < (long)ctx->recipe->train.micro_batch_size * local_seq_len(ctx); i++) ctx->targets[i] = -1;
+}
+
 static void pipeline_load(void *arg, int micro, const int32_t **inputs, const int32_t **targets) {
     MicroSource *src = arg;
-    load_micro_batch(src->ctx, src->loader,
-                     src->eval ? eval_batch_start(src->ctx, micro) : micro_batch_start(src->ctx, src->base, micro));
+    if (src->eval) load_eval_batch(src->ctx, micro);
+    else load_micro_batch(src->ctx, src->loader, micro_batch_start(src->ctx, src->base, micro));
     *inputs = src->ctx->inputs;
     *targets = src->ctx->targets;
 }
@@ -119,7 +129,7 @@ static void moe_step_end(TrainContext *ctx, long num_micro, StepResult *result) 
     result->moe = ctx->model->moe_step != NULL;
     if (!result->moe) return;
     MoeStepStats st;
-    model_moe_step_end(ctx->model, &ctx->grid.groups[GROUP_DP], num_micro, &st);
+    model_moe_step_end(ctx->model, &ctx->grid.groups[GROUP_DP], num_micro, !result->nonfinite, &st);
     const Comm *pp = &ctx->grid.groups[GROUP_PP], *dp = &ctx->grid.groups[GROUP_DP];
     const double layers = dp_sum_double(pp, st.moe_layers);
     const double imbalance = dp_sum_double(pp, st.imbalance_sum);
@@ -185,7 +195,7 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
         }
     }
 
-    moe_step_end(ctx, num_micro, result);
+    moe_step_end(ctx, num_micro, result); /* after the update: the expert biases move only when it ran */
     timers->optimizer += lap(&t);
     timers->steps++;
     state->step++;
@@ -202,18 +212,23 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
 double train_evaluate(TrainContext *ctx) {
     const TrainConfig *train = &ctx->recipe->train;
     /* Batch b reads samples b * mbs + [0, mbs) on every layout; dp rank r
-     * evaluates batches r, r + dp, ... and the sums are added up. */
-    const long mine = (train->eval_batches - ctx->layout.dp_rank + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
+     * evaluates batches r, r + dp, ... and the sums are added up. Every dp
+     * rank runs the same number of forwards (a MoE forward has collectives
+     * over dp): a rank past its last batch runs one with every target
+     * ignored, which adds nothing. */
+    const long per_rank = (train->eval_batches + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
     double loss_sum = 0.0;
     if (ctx->layout.pp > 1) {
         MicroSource src = {ctx, ctx->valid_data, 0, true};
-        if (mine > 0)
-            loss_sum = pipeline_run(&ctx->pipe, (int)mine, true, 0.0f, train->micro_batch_size, local_seq_len(ctx),
-                                    pipeline_load, &src);
+        if (per_rank > 0)
+            loss_sum = pipeline_run(&ctx->pipe, (int)per_rank, true, 0.0f, train->micro_batch_size,
+                                    local_seq_len(ctx), pipeline_load, &src);
         loss_sum = dp_sum_double(&ctx->grid.groups[GROUP_PP], loss_sum); /* the last stage has it */
     } else {
-        for (long micro = 0; micro < mine; micro++) {
-            load_micro_batch(ctx, ctx->valid_data, eval_batch_start(ctx, micro));
+        /* on a GPU the forward has no collectives: no padding */
+        const long mine = (train->eval_batches - ctx->layout.dp_rank + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
+        for (long micro = 0; micro < (ctx->cuda ? mine : per_rank); micro++) {
+            load_eval_batch(ctx, micro);
             loss_sum += ctx->cuda ? train_device_forward(ctx)
                                   : (double)model_forward(ctx->model, ctx->inputs, ctx->targets,
                                                           train->micro_batch_size, local_seq_len(ctx));

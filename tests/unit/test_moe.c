@@ -198,7 +198,7 @@ static void test_routing_by_hand(void **state) {
     MoeStepStats st;
     float before[E];
     memcpy(before, pr->weights[0].expert_bias, sizeof before);
-    model_moe_step_end(model, NULL, 1, &st);
+    model_moe_step_end(model, NULL, 1, true, &st);
     assert_int_equal(st.moe_layers, 2);
     assert_true(pr->weights[0].expert_bias[3] < before[3]);
     assert_true(st.imbalance_sum > 2.0); /* layer 0: 12 of 24 assignments on one of 4 experts: 2.0 */
@@ -227,7 +227,7 @@ static void test_capacity_drops(void **state) {
     assert_int_equal(a->dropped, N * 2 - kept);
     assert_true(a->dropped > 0);
     MoeStepStats st;
-    model_moe_step_end(model, NULL, 1, &st);
+    model_moe_step_end(model, NULL, 1, true, &st);
     assert_true(st.dropped > 0 && st.assignments == 2L * N * 2);
     model_free(model);
 }
