@@ -64,6 +64,7 @@ MoeActs *moe_acts_create(const ModelConfig *cfg, int ep, int max_tokens) {
     }
     a->counts = mt_calloc(E, sizeof(double));
     a->aux_counts = mt_calloc(E, sizeof(double));
+    a->aux_cap = 1;
     return a;
 }
 
@@ -207,54 +208,85 @@ static double prob(const MoeConfig *m, const float *s, int E, int e, double *row
     return s[e] / *row_sum_cache;
 }
 
-/* The load-balancing loss of the last routing of local layer l and the counts it uses. */
+/* Sum over the cp group (the other parts of the same sequences), in place. */
+static void cp_sum_counts(const Model *model, double *v, size_t n) {
+    if (model->part.cp > 1 && model->part.cp_comm) comm_all_reduce_sum_double(model->part.cp_comm, v, n);
+}
+
+/* Room for `rows` rows of aux_counts. */
+static void aux_rows_room(MoeActs *a, int rows, int E) {
+    if (rows <= a->aux_cap) return;
+    a->aux_counts = mt_realloc(a->aux_counts, (size_t)rows * E * sizeof(double));
+    a->aux_cap = rows;
+}
+
+/* The load-balancing loss of local layer l's last routing (this rank's
+ * tokens' share of it: summed over cp it is the micro-batch's) and what its
+ * gradient needs. Under context parallel a sequence's tokens are on cp ranks:
+ * the counts are summed over the cp group and N, T count all of them. */
 static void balance_loss(Model *model, int l, MoeActs *a, int B, int T) {
     const MoeConfig *m = &model->cfg.moe;
     MoeStep *step = model->moe_step;
-    const int N = B * T, E = m->num_experts, k = m->num_experts_per_tok;
+    const int N = B * T, E = m->num_experts, k = m->num_experts_per_tok, cp = model->part.cp;
+    const double Nall = (double)N * cp, Tall = (double)T * cp;
     a->aux_loss = 0.0;
+    a->aux_scale = 0.0;
+    a->aux_rows = 1;
+    a->aux_span = N;
     for (int e = 0; e < E; e++) step->counts[(size_t)l * E + e] += a->counts[e];
     if (m->load_balancing == LB_NONE || m->load_balancing == LB_EXPERT_BIAS || !(m->aux_loss_coeff > 0)) return;
-    if (m->load_balancing == LB_SEQ_AUX_LOSS) {
+    if (m->load_balancing == LB_SEQ_AUX_LOSS) { /* per sequence */
+        aux_rows_room(a, B, E);
+        a->aux_rows = B;
+        a->aux_span = T;
+        memset(a->aux_counts, 0, (size_t)B * E * sizeof(double));
+        for (int n = 0; n < N; n++)
+            for (int j = 0; j < k; j++) a->aux_counts[(size_t)(n / T) * E + a->selected[(size_t)n * k + j]] += 1.0;
+        cp_sum_counts(model, a->aux_counts, (size_t)B * E);
         double total = 0.0;
+        double *psum = mt_malloc((size_t)E * sizeof(double));
         for (int b = 0; b < B; b++) {
-            double *cnt = mt_calloc((size_t)E, sizeof(double)), *psum = mt_calloc((size_t)E, sizeof(double));
+            memset(psum, 0, (size_t)E * sizeof(double));
             for (int t = 0; t < T; t++) {
                 const int n = b * T + t;
                 double cache = -1;
-                for (int j = 0; j < k; j++) cnt[a->selected[(size_t)n * k + j]] += 1.0;
                 for (int e = 0; e < E; e++) psum[e] += prob(m, a->scores + (size_t)n * E, E, e, &cache);
             }
             double sum = 0.0;
-            for (int e = 0; e < E; e++) sum += psum[e] * cnt[e];
-            total += m->aux_loss_coeff * E / ((double)k * T * T) * sum;
-            free(cnt);
-            free(psum);
+            for (int e = 0; e < E; e++) sum += psum[e] * a->aux_counts[(size_t)b * E + e];
+            total += m->aux_loss_coeff * E / ((double)k * Tall * Tall) * sum;
         }
+        free(psum);
         a->aux_loss = total / B;
+        a->aux_scale = m->aux_loss_coeff * E / ((double)k * Tall * Tall * B);
         return;
     }
-    if (m->load_balancing == LB_GLOBAL_AUX_LOSS) { /* running counts over the step and the dp ranks */
+    aux_rows_room(a, 1, E);
+    double tokens;
+    if (m->load_balancing == LB_GLOBAL_AUX_LOSS) { /* running counts over the step, the dp and cp ranks */
         double *mine = mt_malloc(((size_t)E + 1) * sizeof(double));
         memcpy(mine, a->counts, (size_t)E * sizeof(double));
         mine[E] = N;
         if (model->part.dp_comm) comm_all_reduce_sum_double(model->part.dp_comm, mine, (size_t)E + 1);
+        cp_sum_counts(model, mine, (size_t)E + 1);
         double *global = step->global_counts + (size_t)l * E;
         for (int e = 0; e < E; e++) global[e] += mine[e];
         step->global_tokens[l] += mine[E];
         free(mine);
         memcpy(a->aux_counts, global, (size_t)E * sizeof(double));
-        a->aux_tokens = step->global_tokens[l];
+        tokens = step->global_tokens[l];
     } else {
         memcpy(a->aux_counts, a->counts, (size_t)E * sizeof(double));
-        a->aux_tokens = N;
+        cp_sum_counts(model, a->aux_counts, (size_t)E);
+        tokens = Nall;
     }
     double sum = 0.0;
     for (int n = 0; n < N; n++) {
         double cache = -1;
         for (int e = 0; e < E; e++) sum += prob(m, a->scores + (size_t)n * E, E, e, &cache) * a->aux_counts[e];
     }
-    a->aux_loss = m->aux_loss_coeff * E / ((double)k * N * a->aux_tokens) * sum;
+    a->aux_scale = m->aux_loss_coeff * E / ((double)k * Nall * tokens);
+    a->aux_loss = a->aux_scale * sum;
 }
 
 static double row_logsumexp(const float *l, int E) {
@@ -280,13 +312,14 @@ void moe_forward(Model *model, int l, MoeActs *a, const float *x, float *out, in
     group(m, a, N, E);
     balance_loss(model, l, a, B, T);
     a->z_loss = 0.0;
+    a->z_scale = m->z_loss_coeff / ((double)N * model->part.cp); /* the mean over the whole micro-batch */
     if (m->z_loss_coeff > 0) {
         double sum = 0.0;
         for (int n = 0; n < N; n++) {
             const double lse = row_logsumexp(a->logits + (size_t)n * E, E);
             sum += lse * lse;
         }
-        a->z_loss = m->z_loss_coeff * sum / N;
+        a->z_loss = a->z_scale * sum;
     }
     MoeStep *step = model->moe_step;
     step->aux_sum += a->aux_loss;
@@ -385,29 +418,15 @@ void moe_backward(Model *model, int l, MoeActs *a, const float *x, const float *
     }
 
     /* the load-balancing loss: d aux / d p[n, e] = coeff E / (k N tokens) * counts[e] (per sequence for seq_aux_loss) */
-    const bool balance = m->aux_loss_coeff > 0 && m->load_balancing != LB_NONE && m->load_balancing != LB_EXPERT_BIAS;
-    const int Tq = pr->T, Bq = N / Tq;
-    double *seq_counts = NULL; /* (B, E) assignments per sequence */
-    if (balance && m->load_balancing == LB_SEQ_AUX_LOSS) {
-        seq_counts = mt_calloc((size_t)Bq * E, sizeof(double));
-        for (int n = 0; n < N; n++)
-            for (int j = 0; j < k; j++) seq_counts[(size_t)(n / Tq) * E + a->selected[(size_t)n * k + j]] += 1.0;
-    }
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *ds = a->d_scores + (size_t)n * E;
         const float *s = a->scores + (size_t)n * E;
         double dp_row[MT_MOE_MAX_EXPERTS];
         for (int e = 0; e < E; e++) dp_row[e] = 0.0;
-        if (balance) {
-            if (seq_counts) {
-                const double *cnt = seq_counts + (size_t)(n / Tq) * E;
-                for (int e = 0; e < E; e++)
-                    dp_row[e] = loss_scale * m->aux_loss_coeff * E / ((double)k * Tq * Tq * Bq) * cnt[e];
-            } else {
-                for (int e = 0; e < E; e++)
-                    dp_row[e] = loss_scale * m->aux_loss_coeff * E / ((double)k * N * a->aux_tokens) * a->aux_counts[e];
-            }
+        if (a->aux_scale != 0.0) {
+            const double *cnt = a->aux_counts + (size_t)(n / a->aux_span) * E;
+            for (int e = 0; e < E; e++) dp_row[e] = loss_scale * a->aux_scale * cnt[e];
         }
         if (m->score_function == SCORE_SIGMOID) { /* p = s / sum(s): back to s */
             double S = 0.0, dot = 0.0;
@@ -430,10 +449,9 @@ void moe_backward(Model *model, int l, MoeActs *a, const float *x, const float *
             const float *lg = a->logits + (size_t)n * E;
             const double lse = row_logsumexp(lg, E);
             for (int e = 0; e < E; e++)
-                dl[e] += (float)(loss_scale * m->z_loss_coeff * 2.0 * lse / N * exp((double)lg[e] - lse));
+                dl[e] += (float)(loss_scale * a->z_scale * 2.0 * lse * exp((double)lg[e] - lse));
         }
     }
-    free(seq_counts);
     ops->matmul_backward(d_x, dw->router, NULL, a->d_logits, x, w->router, N, C, E);
 }
 
@@ -457,6 +475,7 @@ void model_moe_step_end(Model *model, const Comm *dp, long num_micro, bool updat
     const MoeConfig *m = &model->cfg.moe;
     const int E = s->E, L = s->num_layers;
     if (dp && dp->size > 1) comm_all_reduce_sum_double(dp, s->counts, (size_t)L * E);
+    cp_sum_counts(model, s->counts, (size_t)L * E); /* the same counts (and biases) on every cp rank */
     const ModelPriv *pr = model->priv;
     for (int l = 0; l < L; l++) {
         if (!pr->moe[l] && !pr->weights[l].router) continue;

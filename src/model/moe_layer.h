@@ -33,8 +33,13 @@ typedef struct MoeActs {
     float *d_scores, *d_logits;             /* (N, E) */
     float *d_shared_act, *d_shared_gate, *d_shared_up; /* (N, Is) */
     double *counts;         /* (E) assignments per expert in the last forward (before dropping) */
-    double *aux_counts;     /* (E) the counts the aux loss used (global: the running global counts) */
-    double aux_tokens;      /* tokens those counts come from */
+    double *aux_counts;     /* (aux_rows, E) the counts the load-balancing loss weighs the
+                             * probabilities with: of the micro-batch (all cp ranks), of each
+                             * sequence (seq_aux_loss), or the running global ones */
+    int aux_rows, aux_cap;  /* rows of aux_counts (1, or the sequences), and its room */
+    int aux_span;           /* tokens of this rank per row */
+    double aux_scale;       /* d aux / d p[n, e] = aux_scale * aux_counts[row of n, e] */
+    double z_scale;         /* d z-loss / d lse[n]^2 = z_scale (z_loss_coeff / all tokens) */
     double aux_loss;        /* the last forward's load-balancing loss (with its coefficient) */
     double z_loss;          /* the last forward's z-loss (with its coefficient) */
     long dropped;           /* assignments dropped by the capacity */

@@ -130,12 +130,13 @@ static void moe_step_end(TrainContext *ctx, long num_micro, StepResult *result) 
     if (!result->moe) return;
     MoeStepStats st;
     model_moe_step_end(ctx->model, &ctx->grid.groups[GROUP_DP], num_micro, !result->nonfinite, &st);
-    const Comm *pp = &ctx->grid.groups[GROUP_PP], *dp = &ctx->grid.groups[GROUP_DP];
+    const Comm *pp = &ctx->grid.groups[GROUP_PP], *dp = &ctx->grid.groups[GROUP_DP], *cp = &ctx->grid.groups[GROUP_CP];
     const double layers = dp_sum_double(pp, st.moe_layers);
     const double imbalance = dp_sum_double(pp, st.imbalance_sum);
-    const double aux = dp_average_double(dp, dp_sum_double(pp, st.aux_loss + st.z_loss));
-    const double dropped = dp_sum_double(dp, dp_sum_double(pp, (double)st.dropped));
-    const double assignments = dp_sum_double(dp, dp_sum_double(pp, (double)st.assignments));
+    /* each cp rank holds its tokens' share of the losses */
+    const double aux = dp_average_double(dp, dp_sum_double(cp, dp_sum_double(pp, st.aux_loss + st.z_loss)));
+    const double dropped = dp_sum_double(dp, dp_sum_double(cp, dp_sum_double(pp, (double)st.dropped)));
+    const double assignments = dp_sum_double(dp, dp_sum_double(cp, dp_sum_double(pp, (double)st.assignments)));
     result->moe_aux_loss = aux;
     result->moe_imbalance = layers > 0 ? imbalance / layers : NAN;
     result->moe_drop_rate = assignments > 0 ? dropped / assignments : 0.0;

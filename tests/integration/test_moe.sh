@@ -14,7 +14,9 @@
 #    for bit;
 #  - over 80 steps, global_aux_loss and expert_bias end with a lower expert
 #    imbalance than no balancing (mean of the last 10 steps, < 0.8 x);
-#  - context parallel is refused for MoE with exit 2.
+#  - context parallel (cp 2, with ep 2, with tp 2 and sequence parallel; and
+#    with seq_aux_loss + z-loss) gives the single-rank losses too;
+#  - expert tensor parallel (etp 2) is refused with exit 2.
 # Skips the multi-rank parts without mpirun.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -41,7 +43,9 @@ for family in mixtral qwen3_moe; do
                   "tp2-sp-ep2:4:--set parallel.tp=2 --set parallel.sequence_parallel=true --set parallel.ep=2" \
                   "tp2-ep2-pp2:8:--set parallel.tp=2 --set parallel.ep=2 --set parallel.pp=2" \
                   "ep2-zero1:2:--set parallel.ep=2 --set parallel.distributed_optimizer=true" \
-                  "ep4-pp2-zero1:8:--set parallel.ep=4 --set parallel.pp=2 --set parallel.distributed_optimizer=true"; do
+                  "ep4-pp2-zero1:8:--set parallel.ep=4 --set parallel.pp=2 --set parallel.distributed_optimizer=true" \
+                  "cp2:2:--set parallel.cp=2" "cp2-ep2:4:--set parallel.cp=2 --set parallel.ep=2" \
+                  "cp2-tp2-sp:4:--set parallel.cp=2 --set parallel.tp=2 --set parallel.sequence_parallel=true"; do
       IFS=: read -r name np settings <<< "$layout"
       # shellcheck disable=SC2086
       timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$np" "$MEGATRAIN" run "$REPO/recipes/tiny/$family.yaml" \
@@ -55,7 +59,7 @@ for family in mixtral qwen3_moe; do
           || fail "$family $name: $field differs from one rank"
       done
     done
-    echo "$family: dp, pp, vpp (ZeRO-1), ep, ep x edp, ep x pp, tp, tp x sp x ep, tp x ep x pp, ep with ZeRO-1 match one rank"
+    echo "$family: dp, pp, vpp (ZeRO-1), ep, ep x edp, ep x pp, tp, tp x sp x ep, tp x ep x pp, ep with ZeRO-1, cp, cp x ep, cp x tp x sp match one rank"
   fi
 done
 
@@ -70,6 +74,20 @@ for lb in expert_bias global_aux_loss; do
   done
   echo "$lb: resume continues bit for bit"
 done
+
+# Context parallel with the per-sequence balancing loss and the z-loss (a
+# sequence's counts and the mean over tokens span the cp ranks).
+if command -v mpirun > /dev/null; then
+  SEQ=(--set model.moe.load_balancing=seq_aux_loss --set model.moe.z_loss_coeff=0.01)
+  run1 mixtral "$WORK/seq-1" "${SEQ[@]}" > /dev/null
+  timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" run "$REPO/recipes/tiny/mixtral.yaml" \
+    --set run.dir="$WORK/seq-cp2" "${COMMON[@]}" "${SEQ[@]}" --set parallel.cp=2 > "$WORK/seq-cp2.log" 2>&1 \
+    || { tail -20 "$WORK/seq-cp2.log"; fail "cp 2 with seq_aux_loss failed"; }
+  for field in loss moe_aux_loss moe_imbalance; do
+    compare $field "$WORK/seq-1/metrics.jsonl" "$WORK/seq-cp2/metrics.jsonl" || fail "cp 2 seq_aux_loss: $field differs"
+  done
+  echo "cp 2 with seq_aux_loss and z-loss matches one rank"
+fi
 
 # Evaluation with an odd number of batches over ep 2 (every rank runs the
 # same forwards: a MoE forward has collectives) and the replica check, which
@@ -123,14 +141,14 @@ for lb in "global_aux_loss:--set model.moe.aux_loss_coeff=0.1" "expert_bias:--se
   echo "$name: imbalance $got over the last 10 steps against $none without balancing"
 done
 
-# Context parallel and expert tensor parallel are not implemented for MoE: refused.
+# Expert tensor parallel is not implemented: refused.
 if command -v mpirun > /dev/null; then
   set +e
   timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" run "$REPO/recipes/tiny/mixtral.yaml" \
-    --set run.dir="$WORK/cp" "${COMMON[@]}" --set parallel.cp=2 > "$WORK/cp.log" 2>&1
+    --set run.dir="$WORK/etp" "${COMMON[@]}" --set parallel.tp=2 --set parallel.etp=2 > "$WORK/etp.log" 2>&1
   rc=$?
   set -e
-  [[ $rc -eq 2 ]] || { cat "$WORK/cp.log"; fail "MoE with cp 2: expected exit 2, got $rc"; }
-  grep -q "mixture-of-experts models train with tensor" "$WORK/cp.log" || fail "MoE cp 2: no reason given"
+  [[ $rc -eq 2 ]] || { cat "$WORK/etp.log"; fail "MoE with etp 2: expected exit 2, got $rc"; }
+  grep -q "parallel.etp: 2: expert tensor parallel is not implemented" "$WORK/etp.log" || fail "MoE etp 2: no reason given"
 fi
 echo "ok"

@@ -183,9 +183,9 @@ static void check_adamw(const char *name) {
  * (load_balancing_loss_func: the layers pooled, f[e] the share of top-k
  * choices, P[e] the mean probability, aux = E * sum_e f[e] P[e]) from our
  * routing, and the gradient of cross entropy + aux against grad. + grad_aux.:
- * our backward differentiates the per-layer loss coeff E / (k N G) sum_e
- * (sum_n p[n,e]) counts[e]; with coeff 1, counts = the pooled counts and G =
- * L^2 N / k, that is exactly the derivative of transformers' pooled loss. */
+ * our backward differentiates the per-layer loss aux_scale * sum_e (sum_n
+ * p[n,e]) counts[e]; with counts = the pooled counts and aux_scale = E /
+ * (L N)^2, that is exactly the derivative of transformers' pooled loss. */
 static void check_moe_aux(const char *name) {
     Case c = case_open(name);
     Model *m = c.model;
@@ -221,7 +221,9 @@ static void check_moe_aux(const char *name) {
     for (int l = 0; l < L; l++) { /* transformers' constants in our per-layer gradient */
         MoeActs *a = pr->moe[l];
         memcpy(a->aux_counts, pooled, (size_t)E * sizeof(double));
-        a->aux_tokens = (double)L * L * N / k;
+        a->aux_rows = 1;
+        a->aux_span = N;
+        a->aux_scale = (double)E / ((double)L * L * N * N);
     }
     model_backward(m, 1.0f);
     int compared = 0;
