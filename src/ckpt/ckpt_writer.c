@@ -77,19 +77,36 @@ CkptSource *ckpt_sources_of_kinds(const Model *model, const float *params, const
     return sources;
 }
 
-/* Append the rectangles of local elements [a, b) of parameter `info` (laid
- * out row-major in its block), reading from data, named prefix + name. With
+/* Append the boxes of local elements [a, b) of parameter `info` (laid out
+ * row-major in its block), reading from data, named prefix + name. The
+ * block is seen as 3-D (d0, d1, d2) with leading 1s: a run of the flat
+ * range is a part of a row, whole rows of a plane, or whole planes. With
  * out == NULL only counts. Returns how many. */
 static int range_rectangles(const ParamInfo *info, const char *prefix, long a, long b, const float *data,
                             CkptSource *out, char *names, size_t name_bytes) {
-    const long cols = info->ndim == 2 ? info->shape[1] : info->shape[0];
+    const int lead = 3 - info->ndim; /* leading dims of size 1 in the 3-D view */
+    long d[3], gs[3], gshape[3];
+    for (int i = 0; i < 3; i++) {
+        const int k = i - lead;
+        d[i] = k >= 0 ? info->shape[k] : 1;
+        gs[i] = k >= 0 ? info->global_start[k] : 0;
+        gshape[i] = k >= 0 ? info->global_shape[k] : 1;
+    }
     int n = 0;
     while (a < b) {
-        const long row = info->ndim == 2 ? a / cols : 0, col = info->ndim == 2 ? a % cols : a;
-        long rows = 1, width = cols - col < b - a ? cols - col : b - a;
-        if (info->ndim == 2 && col == 0 && b - a >= cols) { /* whole rows */
-            rows = (b - a) / cols;
-            width = cols;
+        const long i0 = a / (d[1] * d[2]), rem = a % (d[1] * d[2]), i1 = rem / d[2], i2 = rem % d[2];
+        long box[3];
+        if (i2 != 0 || b - a < d[2]) { /* a part of one row */
+            box[0] = box[1] = 1;
+            box[2] = d[2] - i2 < b - a ? d[2] - i2 : b - a;
+        } else if (i1 != 0 || b - a < d[1] * d[2]) { /* whole rows of one plane */
+            box[0] = 1;
+            box[1] = d[1] - i1 < (b - a) / d[2] ? d[1] - i1 : (b - a) / d[2];
+            box[2] = d[2];
+        } else { /* whole planes */
+            box[0] = (b - a) / (d[1] * d[2]);
+            box[1] = d[1];
+            box[2] = d[2];
         }
         if (out) {
             CkptSource *s = &out[n];
@@ -97,27 +114,22 @@ static int range_rectangles(const ParamInfo *info, const char *prefix, long a, l
             snprintf(name, name_bytes, "%s%s", prefix, info->name);
             s->name = name;
             s->ndim = info->ndim;
-            s->global_shape[0] = info->global_shape[0];
-            s->global_shape[1] = info->global_shape[1];
-            if (info->ndim == 2) {
-                s->start[0] = info->global_start[0] + row;
-                s->start[1] = info->global_start[1] + col;
-                s->shape[0] = rows;
-                s->shape[1] = width;
-            } else {
-                s->start[0] = info->global_start[0] + col;
-                s->shape[0] = width;
+            const long at[3] = {i0, i1, i2};
+            for (int k = 0; k < info->ndim; k++) {
+                s->global_shape[k] = gshape[k + lead];
+                s->start[k] = gs[k + lead] + at[k + lead];
+                s->shape[k] = box[k + lead];
             }
             s->data = data;
         }
-        data += rows * width;
-        a += rows * width;
+        const long len = box[0] * box[1] * box[2];
+        data += len;
+        a += len;
         n++;
     }
     return n;
 }
 
-/* The moment rectangles (or their count with out == NULL) of the owned ranges. */
 static int shard_rectangles(const Model *model, const char *prefix, const float *shard, const size_t *begin,
                             const size_t *end, int num_ranges, CkptSource *out, char *names, size_t name_bytes) {
     int n = 0;

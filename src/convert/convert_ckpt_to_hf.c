@@ -86,10 +86,10 @@ static int build_tensors(const Model *model, StDtype dtype, StWriteTensor **out,
             memset(t, 0, sizeof *t);
             t->name = piece->name;
             t->dtype = dtype;
-            t->ndim = info->ndim;
-            t->shape[0] = piece->rows;
-            if (info->ndim == 2) t->shape[1] = info->shape[1];
-            t->data = model->params + info->offset + piece->row0 * info->shape[1];
+            t->ndim = piece->ndim;
+            t->shape[0] = piece->shape[0];
+            if (piece->ndim == 2) t->shape[1] = piece->shape[1];
+            t->data = model->params + info->offset + piece->offset;
         }
     }
     qsort(ordered, (size_t)count, sizeof *ordered, compare_positions);

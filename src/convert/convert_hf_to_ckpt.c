@@ -59,19 +59,19 @@ static int load_params(Model *model, StModel *weights, const char *src, Progress
                 break;
             }
             const StTensor *t = weights->tensors[at];
-            const int64_t want[2] = {piece->rows, info->shape[1]};
-            bool same = t->ndim == info->ndim;
-            for (int d = 0; same && d < info->ndim; d++) same = t->shape[d] == want[d];
+            const int64_t want[2] = {piece->shape[0], piece->shape[1]};
+            bool same = t->ndim == piece->ndim;
+            for (int d = 0; same && d < piece->ndim; d++) same = t->shape[d] == want[d];
             if (!same) {
                 char found[128], expected[128];
                 format_shape(found, sizeof found, t->ndim, t->shape);
-                format_shape(expected, sizeof expected, info->ndim, want);
+                format_shape(expected, sizeof expected, piece->ndim, want);
                 mt_set_error(err, errlen, "%s: tensor '%s' has shape %s, but config.json makes it %s",
                              st_model_file_of(weights, at), piece->name, found, expected);
                 status = -1;
                 break;
             }
-            st_tensor_to_f32(t, model->params + info->offset + piece->row0 * info->shape[1]);
+            st_tensor_to_f32(t, model->params + info->offset + piece->offset);
             weights->used[at] = true;
         }
         progress_update(progress, p + 1);

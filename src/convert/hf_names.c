@@ -220,18 +220,21 @@ int hf_pieces(ModelFamily family, const ParamInfo *info, int num_experts, HfPiec
     long i = find_entry(table, info->name, 1, &layer, &expert);
     if (i < 0 || max < 1) return -1;
     if (!strstr(table[i].hf, "{E}")) {
-        if (expand(table[i].hf, layer, -1, pieces[0].name, sizeof pieces[0].name) != 0) return -1;
-        pieces[0].row0 = 0;
-        pieces[0].rows = info->shape[0];
+        if (info->ndim > 2 || expand(table[i].hf, layer, -1, pieces[0].name, sizeof pieces[0].name) != 0) return -1;
+        pieces[0].offset = 0;
+        pieces[0].ndim = info->ndim;
+        pieces[0].shape[0] = info->shape[0];
+        pieces[0].shape[1] = info->shape[1];
         pieces[0].position = hf_name_position(family, pieces[0].name);
         return 1;
     }
-    if (num_experts < 1 || num_experts > max || info->shape[0] % num_experts != 0) return -1;
-    const long rows = info->shape[0] / num_experts;
+    if (info->ndim != 3 || num_experts < 1 || num_experts > max || info->shape[0] != num_experts) return -1;
     for (int e = 0; e < num_experts; e++) {
         if (expand(table[i].hf, layer, e, pieces[e].name, sizeof pieces[e].name) != 0) return -1;
-        pieces[e].row0 = rows * e;
-        pieces[e].rows = rows;
+        pieces[e].offset = e * info->shape[1] * info->shape[2];
+        pieces[e].ndim = 2;
+        pieces[e].shape[0] = info->shape[1];
+        pieces[e].shape[1] = info->shape[2];
         pieces[e].position = hf_name_position(family, pieces[e].name);
     }
     return num_experts;

@@ -2,7 +2,7 @@
  * transformers' state-dict names, one table per family.
  *
  * "{L}" in a table stands for a layer, "{E}" for an expert: our stacked
- * expert tensors (E*I, C) are E Hugging Face tensors (I, C), one per expert.
+ * expert tensors (E, I, C) are E Hugging Face tensors (I, C), one per expert.
  * A registry parameter with no entry in its family's table has no place in
  * that family's transformers model (e.g. q/k/v biases in llama, whose HF
  * attention_bias also adds an o_proj bias), and cannot be converted.
@@ -24,16 +24,18 @@ int hf_name_from_ours(ModelFamily family, const char *ours, char *out, size_t ou
  * the family's table has no entry for it. */
 int hf_name_to_ours(ModelFamily family, const char *hf, char *out, size_t outlen);
 
-/* One Hugging Face tensor holding rows [row0, row0 + rows) of a registry
- * parameter, and its place in transformers' state_dict. */
+/* One Hugging Face tensor holding a contiguous part of a registry parameter
+ * (`offset` floats in, `shape` of it), and its place in transformers' state_dict. */
 typedef struct HfPiece {
     char name[160];
-    long row0, rows;
+    long offset;
+    int ndim;
+    long shape[2];
     long position;
 } HfPiece;
 
-/* The HF tensors of registry parameter `info`: one, or, for the stacked
- * experts of a MoE layer, num_experts row blocks (expert e: rows e * R/E ..).
+/* The HF tensors of registry parameter `info` (a whole model's): one, or,
+ * for the stacked experts [E, d1, d2] of a MoE layer, one [d1, d2] per expert.
  * Returns how many (written into pieces, room for max), or -1 when the
  * family's table has no entry for it. */
 int hf_pieces(ModelFamily family, const ParamInfo *info, int num_experts, HfPiece *pieces, int max);

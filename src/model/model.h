@@ -21,6 +21,14 @@
  *   layers.{i}.mlp.down_proj.weight    [C, I]
  *   final_norm.weight                  [C]
  *   lm_head.weight                     [V, C]       (absent with tie_word_embeddings)
+ * MoE layers (model.moe) have, instead of gate/up/down_proj:
+ *   layers.{i}.mlp.router.weight               [E, C]
+ *   layers.{i}.mlp.router.expert_bias          [E]       (load_balancing: expert_bias)
+ *   layers.{i}.mlp.shared_expert.{gate,up}_proj.weight [Is, C], down_proj [C, Is]
+ * and, declared after every other parameter (one region at the end):
+ *   layers.{i}.mlp.experts.gate_proj.weight    [E, I, C]
+ *   layers.{i}.mlp.experts.up_proj.weight      [E, I, C]
+ *   layers.{i}.mlp.experts.down_proj.weight    [E, C, I]
  */
 #ifndef MT_MODEL_MODEL_H
 #define MT_MODEL_MODEL_H
@@ -37,8 +45,8 @@ typedef enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS } ParamInit;
 
 typedef struct ParamInfo {
     char name[96];
-    int ndim;          /* 1 or 2 */
-    long shape[2];     /* shape[1] = 1 for 1-D */
+    int ndim;          /* 1, 2, or 3 (stacked experts) */
+    long shape[3];     /* this rank's block; 1 past ndim */
     long numel;
     size_t offset;     /* in floats, into Model.params / Model.grads */
     ParamInit init;
@@ -46,8 +54,8 @@ typedef struct ParamInfo {
     bool no_decay;     /* norms and biases: no weight decay */
     /* Where this rank's block sits in the whole tensor (model_partition.h):
      * shape == global_shape and start 0 unless tensor parallel splits it. */
-    long global_shape[2];
-    long global_start[2];
+    long global_shape[3];
+    long global_start[3];
     int global_index;  /* index in the whole model's registry: its init seeds */
     bool tp_partial_grad; /* its gradient is a partial sum over the tp group (q/k norms; norms under
                            * sequence parallel): summed over tp before the step */
@@ -78,6 +86,8 @@ typedef struct ModelPartition {
     const Comm *tp_comm, *cp_comm; /* groups of tp and cp ranks (outlive the model) */
     const Comm *dp_comm;         /* the dp group (MoE global_aux_loss counts), NULL for one rank */
     int ep, ep_rank;             /* expert parallel: this rank holds experts [ep_rank, ep_rank + 1) * E/ep */
+    int etp;                     /* expert tensor parallel: 1 (experts whole on every tp rank) or tp (their
+                                  * intermediate split over the tp group) */
     const Comm *ep_comm;         /* the ep group (token dispatch), inside the dp group */
 } ModelPartition;
 
@@ -161,6 +171,10 @@ long model_stage_floats(const Model *model, int B, int T);
  * parameters, gradients and registry (a pipeline keeps one per micro-batch
  * in flight). model_free frees only what it owns. */
 Model *model_clone_activations(const Model *base);
+
+/* Copy between a rank's block of parameter p (laid out by its shape) and
+ * the whole tensor (by its global shape): into the block when to_block. */
+void model_copy_block(const ParamInfo *p, float *block, float *whole, bool to_block);
 
 /* The registry of the rank `part` describes, without allocating a model
  * (checkpoint gathering): *count entries, *total_floats floats. free() it. */

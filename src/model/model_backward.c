@@ -30,10 +30,12 @@ static void block_backward(Model *model, int l, int B, int T, float loss_scale) 
     /* MLP half: out = resid_mid + down(act); d_resid flows to resid_mid unchanged. */
     const float *dy = tp_leave_backward(model, s->d_full, s->d_resid, N, C); /* (N, C) */
     const float *g;
-    if (pr->moe[l]) { /* computed whole on every tp rank: its input gradient is complete, not a tp partial */
+    if (pr->moe[l]) {
         zero(s->d_normed, (long)N * C);
         moe_backward(model, l, pr->moe[l], a->mlp_in, dy, s->d_normed, loss_scale);
-        g = s->d_normed + (size_t)model_residual_offset(model) * C;
+        /* etp > 1: a tp partial, summed as the dense MLP's; etp 1: computed whole on every tp rank */
+        g = model->part.etp > 1 ? tp_enter_backward(model, s->d_normed, pr->shard, N, C)
+                                : s->d_normed + (size_t)model_residual_offset(model) * C;
         ops->rmsnorm_backward(s->d_resid, dw->mlp_norm, g, a->resid_mid, w->mlp_norm, a->mlp_rstd, R, C);
         goto attention;
     }

@@ -168,7 +168,7 @@ static void create_priv(Model *model) {
     for (int v = 0, l = 0; v < part->num_chunks; v++)
         for (int i = 0; i < part->chunk_layers[v]; i++, l++)
             if (model_layer_is_moe(c, part->chunk_first[v] + i) && max_B > 0)
-                pr->moe[l] = moe_acts_create(c, part->ep, max_B * max_T);
+                pr->moe[l] = moe_acts_create(c, part->ep, part->etp, max_B * max_T);
     Carver counter = {NULL, 0};
     layout_activations(&counter, pr, c, part, (size_t)max_B, (size_t)max_T);
     pr->act_memory = mt_calloc(counter.used ? counter.used : 1, sizeof(float));
@@ -252,3 +252,20 @@ void model_free(Model *model) {
 void model_zero_grad(Model *model) { memset(model->grads, 0, (size_t)model->num_floats * sizeof(float)); }
 
 const float *model_logits(const Model *model) { return ((const ModelPriv *)model->priv)->logits; }
+
+void model_copy_block(const ParamInfo *p, float *block, float *whole, bool to_block) {
+    const long G1 = p->global_shape[1], G2 = p->global_shape[2];
+    if (p->ndim < 3) { /* rows of shape[1] */
+        for (long i0 = 0; i0 < p->shape[0]; i0++) {
+            float *b = block + i0 * p->shape[1], *w = whole + (p->global_start[0] + i0) * G1 + p->global_start[1];
+            memcpy(to_block ? b : w, to_block ? w : b, (size_t)p->shape[1] * sizeof(float));
+        }
+        return;
+    }
+    for (long i0 = 0; i0 < p->shape[0]; i0++)
+        for (long i1 = 0; i1 < p->shape[1]; i1++) { /* the last dim is contiguous in both */
+            float *b = block + (i0 * p->shape[1] + i1) * p->shape[2];
+            float *w = whole + ((p->global_start[0] + i0) * G1 + p->global_start[1] + i1) * G2 + p->global_start[2];
+            memcpy(to_block ? b : w, to_block ? w : b, (size_t)p->shape[2] * sizeof(float));
+        }
+}

@@ -96,9 +96,12 @@ static void block_forward(Model *model, int l, float *out, int B, int T) {
     /* MLP half */
     ops->rmsnorm_forward(a->mlp_normed, a->mlp_rstd, a->resid_mid, w->mlp_norm, R, C, eps);
     x = tp_enter(model, a->mlp_in, a->mlp_normed, N, C);
-    if (pr->moe[l]) { /* mixture of experts: whole on every tp rank (etp 1), on all N rows */
+    if (pr->moe[l]) { /* mixture of experts on all N rows */
         moe_forward(model, l, pr->moe[l], x, pr->proj_out, B, T);
-        ops->add(out, a->resid_mid, pr->proj_out + (size_t)model_residual_offset(model) * C, (long)R * C);
+        if (model->part.etp > 1) /* each tp rank's slice of the experts: partial sums, as the dense MLP */
+            ops->add(out, a->resid_mid, tp_leave(model, pr->proj_out, pr->shard, N, C), (long)R * C);
+        else /* whole on every tp rank (etp 1) */
+            ops->add(out, a->resid_mid, pr->proj_out + (size_t)model_residual_offset(model) * C, (long)R * C);
         return;
     }
     ops->matmul_forward(a->gate, x, w->gate_weight, NULL, N, C, I); /* (N, I) */

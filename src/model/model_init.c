@@ -53,7 +53,7 @@ void model_init_weights(Model *model, uint64_t seed) {
     for (int i = 0; i < model->num_params; i++) {
         const ParamInfo *p = &model->param_info[i];
         float *dst = model->params + p->offset;
-        const long rows = p->global_shape[0], cols = p->global_shape[1], numel = rows * cols;
+        const long numel = p->global_shape[0] * p->global_shape[1] * p->global_shape[2];
         /* A tensor-parallel block: the whole tensor, then this rank's rows or columns of it. */
         const bool whole = numel == p->numel;
         float *full = whole ? dst : mt_malloc((size_t)numel * sizeof(float));
@@ -61,9 +61,7 @@ void model_init_weights(Model *model, uint64_t seed) {
 #pragma omp parallel for schedule(dynamic, 1)
         for (long b = 0; b < blocks; b++) init_block(p, full, numel, seed, b);
         if (!whole) {
-            for (long r = 0; r < p->shape[0]; r++)
-                memcpy(dst + r * p->shape[1], full + (p->global_start[0] + r) * cols + p->global_start[1],
-                       (size_t)p->shape[1] * sizeof(float));
+            model_copy_block(p, dst, full, true);
             free(full);
         }
     }

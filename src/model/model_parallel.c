@@ -102,6 +102,19 @@ void vocab_embedding_backward(const Model *m, float *d_full, const float *d_out,
     }
 }
 
+void tp_sum_doubles(const Model *m, double *v, size_t n) {
+    const int tp = m->part.tp;
+    if (tp <= 1) return;
+    double *gathered = mt_malloc(n * (size_t)tp * sizeof(double));
+    comm_all_gather(m->part.tp_comm, v, gathered, n, COMM_DOUBLE);
+    for (size_t i = 0; i < n; i++) {
+        double sum = 0.0;
+        for (int r = 0; r < tp; r++) sum += gathered[(size_t)r * n + i];
+        v[i] = sum;
+    }
+    free(gathered);
+}
+
 /* The rank-order sum over tp of one double per row, identical on every rank. */
 static void tp_sum_rows(const Model *m, double *rows, double *gathered, int N) {
     const int tp = m->part.tp;

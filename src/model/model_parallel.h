@@ -27,6 +27,9 @@ const float *tp_leave(const Model *m, float *partial, float *shard, int N, int C
 /* Its backward: the (N, C) gradient of the partial output from d_out (residual rows). */
 const float *tp_leave_backward(const Model *m, float *d_full, const float *d_out, int N, int C);
 
+/* v = its sum over the tp group, in rank order (the same bits on every rank). */
+void tp_sum_doubles(const Model *m, double *v, size_t n);
+
 /* Embedding of this rank's vocabulary rows, summed over tp into out (residual rows); scratch (N, C). */
 void vocab_embedding_forward(const Model *m, float *out, float *scratch, const int32_t *tokens, int N);
 /* d_embed += rows of d_out (residual rows; gathered through d_full (N, C)) for this rank's tokens. */

@@ -4,7 +4,7 @@
 #include "model_internal.h"
 
 ModelPartition model_partition_whole(const ModelConfig *cfg) {
-    return (ModelPartition){.tp = 1, .cp = 1, .ep = 1, .num_chunks = 1, .chunk_first = {0},
+    return (ModelPartition){.tp = 1, .cp = 1, .ep = 1, .etp = 1, .num_chunks = 1, .chunk_first = {0},
                             .chunk_layers = {cfg->num_layers}, .num_layers = cfg->num_layers, .has_embed = true,
                             .has_head = true};
 }
@@ -57,6 +57,17 @@ int model_partition_check(const ModelConfig *cfg, const ModelPartition *part, in
     if (part->ep > 1 && (!moe || divides(part->ep, cfg->moe.num_experts, "parallel.ep", "model.moe.num_experts", err,
                                          errlen)))
         return moe ? -1 : (mt_set_error(err, errlen, "parallel.ep: expert parallel needs a MoE family"), -1);
+    if (part->etp != 1 && part->etp != tp) {
+        mt_set_error(err, errlen, "parallel.etp: %d: expert tensor parallel splits the experts over the tp group: "
+                     "expected 1 or tp (%d)", part->etp, tp);
+        return -1;
+    }
+    if (moe && part->etp > 1 &&
+        (divides(part->etp, cfg->moe.moe_intermediate_size, "parallel.etp", "model.moe.moe_intermediate_size", err,
+                 errlen) ||
+         divides(part->etp, cfg->moe.shared_expert_intermediate_size, "parallel.etp",
+                 "model.moe.shared_expert_intermediate_size", err, errlen)))
+        return -1;
     if (part->sequence_parallel && divides(tp, seq_len / cp, "parallel.tp", "train.seq_len / cp (sequence_parallel)",
                                            err, errlen))
         return -1;

@@ -18,18 +18,16 @@ typedef struct RegistryBuilder {
     int global_count; /* parameters of the whole model seen so far (kept or not) */
 } RegistryBuilder;
 
-/* How tensor (or expert) parallel cuts a parameter: stacked experts split
- * their rows (whole experts) over the ep ranks. */
-typedef enum { TP_WHOLE, TP_ROWS, TP_COLS, EP_ROWS } TpSplit;
+/* How tensor parallel cuts a parameter. Stacked experts (3-D) are cut over
+ * ep along dim 0 (whole experts) and, with expert tensor parallel, over tp
+ * along their intermediate dim (EP_ETP_DIM1: gate/up; EP_ETP_DIM2: down). */
+typedef enum { TP_WHOLE, TP_ROWS, TP_COLS, EP_ETP_DIM1, EP_ETP_DIM2 } TpSplit;
 
-/* Declares the next parameter of the whole model (rows x cols, cols = 0 for
- * 1-D); keeps this rank's block of it when `keep`, else only counts it.
- * Returns its index in this rank's registry, or -1. */
-static int declare(RegistryBuilder *b, bool keep, long rows, long cols, TpSplit split, ParamInit init,
-                   float init_std, const char *fmt, ...) __attribute__((format(printf, 8, 9)));
-
-static int declare(RegistryBuilder *b, bool keep, long rows, long cols, TpSplit split, ParamInit init,
-                   float init_std, const char *fmt, ...) {
+/* Declares the next parameter of the whole model (dims[0..ndim)); keeps
+ * this rank's block of it when `keep`, else only counts it. Returns its
+ * index in this rank's registry, or -1. */
+static int declare_dims(RegistryBuilder *b, bool keep, int ndim, const long *dims, TpSplit split, ParamInit init,
+                        float init_std, const char *fmt, va_list ap) {
     const int global_index = b->global_count++;
     if (!keep) return -1;
     if (b->count == b->capacity) {
@@ -38,34 +36,62 @@ static int declare(RegistryBuilder *b, bool keep, long rows, long cols, TpSplit 
     }
     ParamInfo *p = &b->infos[b->count];
     memset(p, 0, sizeof *p);
-    va_list ap;
-    va_start(ap, fmt);
     vsnprintf(p->name, sizeof p->name, fmt, ap);
-    va_end(ap);
-    const int tp = b->part->tp, r = b->part->tp_rank;
-    p->ndim = cols > 0 ? 2 : 1;
-    p->global_shape[0] = rows;
-    p->global_shape[1] = cols > 0 ? cols : 1;
-    p->shape[0] = p->global_shape[0];
-    p->shape[1] = p->global_shape[1];
-    const int dim = split == TP_ROWS || split == EP_ROWS ? 0 : split == TP_COLS ? 1 : -1;
-    const int parts = split == EP_ROWS ? b->part->ep : tp, part = split == EP_ROWS ? b->part->ep_rank : r;
-    if (dim >= 0) { /* divisibility was checked by model_partition_check */
-        p->shape[dim] = p->global_shape[dim] / parts;
-        p->global_start[dim] = p->shape[dim] * part;
+    const ModelPartition *part = b->part;
+    const int tp = part->tp, r = part->tp_rank;
+    p->ndim = ndim;
+    for (int d = 0; d < 3; d++) p->global_shape[d] = p->shape[d] = d < ndim ? dims[d] : 1;
+    /* divisibility was checked by model_partition_check */
+    const int tp_dim = split == TP_ROWS ? 0 : split == TP_COLS ? 1 : split == EP_ETP_DIM1 ? 1 : split == EP_ETP_DIM2 ? 2 : -1;
+    const int tp_parts = split == EP_ETP_DIM1 || split == EP_ETP_DIM2 ? part->etp : tp;
+    if (tp_dim >= 0 && tp_parts > 1) {
+        p->shape[tp_dim] = p->global_shape[tp_dim] / tp_parts;
+        p->global_start[tp_dim] = p->shape[tp_dim] * r;
     }
-    p->expert = split == EP_ROWS;
-    p->numel = p->shape[0] * p->shape[1];
+    p->expert = split == EP_ETP_DIM1 || split == EP_ETP_DIM2;
+    if (p->expert) { /* whole experts over ep */
+        p->shape[0] = p->global_shape[0] / part->ep;
+        p->global_start[0] = p->shape[0] * part->ep_rank;
+    }
+    p->numel = p->shape[0] * p->shape[1] * p->shape[2];
     p->offset = (size_t)b->total;
     p->init = init;
     p->init_std = init == INIT_NORMAL ? init_std : 0.0f;
     p->no_decay = p->ndim == 1; /* norms and biases are exactly the 1-D parameters */
     p->global_index = global_index;
-    /* tp blocks are each counted by their rank; a whole tensor (or an
-     * expert block, which every tp rank holds whole) by tp rank 0 only */
-    p->norm_owner = split == TP_ROWS || split == TP_COLS || r == 0;
+    /* tp blocks are each counted by their rank; a tensor every tp rank holds
+     * whole (replicas, and experts without expert tensor parallel) by tp rank 0 */
+    p->norm_owner = (tp_dim >= 0 && tp_parts > 1) || r == 0;
     b->total += p->numel;
     return b->count++;
+}
+
+/* A 1-D (cols = 0) or 2-D parameter. */
+static int declare(RegistryBuilder *b, bool keep, long rows, long cols, TpSplit split, ParamInit init,
+                   float init_std, const char *fmt, ...) __attribute__((format(printf, 8, 9)));
+
+static int declare(RegistryBuilder *b, bool keep, long rows, long cols, TpSplit split, ParamInit init,
+                   float init_std, const char *fmt, ...) {
+    const long dims[2] = {rows, cols};
+    va_list ap;
+    va_start(ap, fmt);
+    int i = declare_dims(b, keep, cols > 0 ? 2 : 1, dims, split, init, init_std, fmt, ap);
+    va_end(ap);
+    return i;
+}
+
+/* A stack of experts [E, d1, d2]. */
+static int declare_stack(RegistryBuilder *b, bool keep, long E, long d1, long d2, TpSplit split, float init_std,
+                         const char *fmt, ...) __attribute__((format(printf, 8, 9)));
+
+static int declare_stack(RegistryBuilder *b, bool keep, long E, long d1, long d2, TpSplit split, float init_std,
+                         const char *fmt, ...) {
+    const long dims[3] = {E, d1, d2};
+    va_list ap;
+    va_start(ap, fmt);
+    int i = declare_dims(b, keep, 3, dims, split, INIT_NORMAL, init_std, fmt, ap);
+    va_end(ap);
+    return i;
 }
 
 /* A replicated norm weight; its gradient is partial over tp when `partial`. */
@@ -81,22 +107,24 @@ bool model_layer_is_moe(const ModelConfig *cfg, int layer) {
     return layer % (cfg->moe.layer_freq > 0 ? cfg->moe.layer_freq : 1) == 0;
 }
 
-/* The routed experts of a MoE layer, stacked and split over ep. Declared
+/* The routed experts of a MoE layer, stacked [E, ...], split over ep (and
+ * over tp with expert tensor parallel). Declared
  * after every other parameter, so that they form one region at the end of
  * the flat arrays (the distributed optimizer shards it over edp). */
 static void declare_moe_experts(RegistryBuilder *b, const ModelConfig *cfg, bool k, int i, float std, float out_std,
                                 LayerSlots *s) {
     const MoeConfig *m = &cfg->moe;
     const long C = cfg->hidden_size, E = m->num_experts, I = m->moe_intermediate_size;
-    s->e_gate = declare(b, k, E * I, C, EP_ROWS, INIT_NORMAL, std, "layers.%d.mlp.experts.gate_proj.weight", i);
-    s->e_up = declare(b, k, E * I, C, EP_ROWS, INIT_NORMAL, std, "layers.%d.mlp.experts.up_proj.weight", i);
-    s->e_down = declare(b, k, E * C, I, EP_ROWS, INIT_NORMAL, out_std, "layers.%d.mlp.experts.down_proj.weight", i);
+    s->e_gate = declare_stack(b, k, E, I, C, EP_ETP_DIM1, std, "layers.%d.mlp.experts.gate_proj.weight", i);
+    s->e_up = declare_stack(b, k, E, I, C, EP_ETP_DIM1, std, "layers.%d.mlp.experts.up_proj.weight", i);
+    s->e_down = declare_stack(b, k, E, C, I, EP_ETP_DIM2, out_std, "layers.%d.mlp.experts.down_proj.weight", i);
 }
 
 /* The rest of a MoE layer's MLP: the router, its selection bias
  * (expert_bias balancing; not trained: its gradient stays 0) and the shared
- * expert. Tensor parallel does not split the MoE (etp 1): every tp rank
- * holds and computes it whole. */
+ * expert. The router is whole on every tp rank
+ * holds and computes it whole (with expert tensor parallel the shared
+ * expert is split like the dense MLP). */
 static void declare_moe_mlp(RegistryBuilder *b, const ModelConfig *cfg, bool k, int i, float std, float out_std,
                             LayerSlots *s) {
     const MoeConfig *m = &cfg->moe;
@@ -105,10 +133,11 @@ static void declare_moe_mlp(RegistryBuilder *b, const ModelConfig *cfg, bool k, 
     s->router = declare(b, k, E, C, TP_WHOLE, INIT_NORMAL, std, "layers.%d.mlp.router.weight", i);
     if (m->load_balancing == LB_EXPERT_BIAS)
         s->expert_bias = declare(b, k, E, 0, TP_WHOLE, INIT_ZEROS, 0, "layers.%d.mlp.router.expert_bias", i);
-    if (Is > 0) {
-        s->s_gate = declare(b, k, Is, C, TP_WHOLE, INIT_NORMAL, std, "layers.%d.mlp.shared_expert.gate_proj.weight", i);
-        s->s_up = declare(b, k, Is, C, TP_WHOLE, INIT_NORMAL, std, "layers.%d.mlp.shared_expert.up_proj.weight", i);
-        s->s_down = declare(b, k, C, Is, TP_WHOLE, INIT_NORMAL, out_std, "layers.%d.mlp.shared_expert.down_proj.weight", i);
+    if (Is > 0) { /* with expert tensor parallel split like the dense MLP */
+        const TpSplit rows = b->part->etp > 1 ? TP_ROWS : TP_WHOLE, cols = b->part->etp > 1 ? TP_COLS : TP_WHOLE;
+        s->s_gate = declare(b, k, Is, C, rows, INIT_NORMAL, std, "layers.%d.mlp.shared_expert.gate_proj.weight", i);
+        s->s_up = declare(b, k, Is, C, rows, INIT_NORMAL, std, "layers.%d.mlp.shared_expert.up_proj.weight", i);
+        s->s_down = declare(b, k, C, Is, cols, INIT_NORMAL, out_std, "layers.%d.mlp.shared_expert.down_proj.weight", i);
     }
 }
 

@@ -27,7 +27,7 @@ static void ensure_capacity(MoeExperts *x, int rows, size_t C, size_t I) {
     x->cap = (int)cap;
 }
 
-void moe_experts_init(MoeExperts *x, const ModelConfig *cfg, int ep, int max_rows) {
+void moe_experts_init(MoeExperts *x, const ModelConfig *cfg, int ep, int etp, int max_rows) {
     const MoeConfig *moe = &cfg->moe;
     const int El = moe->num_experts / ep;
     memset(x, 0, sizeof *x);
@@ -37,7 +37,7 @@ void moe_experts_init(MoeExperts *x, const ModelConfig *cfg, int ep, int max_row
     x->recv_counts = mt_calloc((size_t)ep * El, sizeof(int64_t));
     x->offsets = mt_calloc((size_t)El + 1, sizeof(int32_t));
     /* a balanced share to start with: this rank's own rows */
-    ensure_capacity(x, max_rows > 0 ? max_rows : 1, (size_t)cfg->hidden_size, (size_t)moe->moe_intermediate_size);
+    ensure_capacity(x, max_rows > 0 ? max_rows : 1, (size_t)cfg->hidden_size, (size_t)(moe->moe_intermediate_size / etp));
 }
 
 void moe_experts_free(MoeExperts *x) {
@@ -63,7 +63,7 @@ static void plan(const Model *m, MoeExperts *x, const int32_t *offsets) {
         rows += x->recv_rows[s];
     }
     if (rows > INT32_MAX / 2) mt_die(MT_EXIT_FAILURE, "moe: %ld rows routed to this rank's experts", rows);
-    ensure_capacity(x, (int)rows, (size_t)m->cfg.hidden_size, (size_t)m->cfg.moe.moe_intermediate_size);
+    ensure_capacity(x, (int)rows, (size_t)m->cfg.hidden_size, (size_t)(m->cfg.moe.moe_intermediate_size / m->part.etp));
     x->rows = (int)rows;
     int pos = 0;
     for (int j = 0; j < El; j++) {
@@ -98,7 +98,7 @@ void moe_experts_forward(Model *model, int l, MoeExperts *x, const float *in_row
     const ModelPriv *pr = model->priv;
     const LayerWeights *w = &pr->weights[l];
     const Comm *g = group_of(model);
-    const int C = model->cfg.hidden_size, I = model->cfg.moe.moe_intermediate_size;
+    const int C = model->cfg.hidden_size, I = model->cfg.moe.moe_intermediate_size / model->part.etp; /* this rank's slice */
     const int ep = g->size, El = model->cfg.moe.num_experts / ep;
     plan(model, x, offsets);
     long send[MT_MAX_EP], recv[MT_MAX_EP];
@@ -125,7 +125,7 @@ void moe_experts_backward(Model *model, int l, MoeExperts *x, const float *d_out
     const LayerWeights *w = &pr->weights[l];
     const LayerWeights *dw = &pr->weight_grads[l];
     const Comm *g = group_of(model);
-    const int C = model->cfg.hidden_size, I = model->cfg.moe.moe_intermediate_size;
+    const int C = model->cfg.hidden_size, I = model->cfg.moe.moe_intermediate_size / model->part.etp; /* this rank's slice */
     const int ep = g->size, El = model->cfg.moe.num_experts / ep;
     long send[MT_MAX_EP], recv[MT_MAX_EP];
     scale_counts(x->send_rows, send, ep, C);

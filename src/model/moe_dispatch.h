@@ -22,7 +22,7 @@ typedef struct MoeExperts {
     float *d_y, *d_act, *d_gate, *d_up, *d_x; /* their gradients */
 } MoeExperts;
 
-void moe_experts_init(MoeExperts *x, const ModelConfig *cfg, int ep, int max_rows);
+void moe_experts_init(MoeExperts *x, const ModelConfig *cfg, int ep, int etp, int max_rows);
 void moe_experts_free(MoeExperts *x);
 
 /* out_rows = the experts of local layer l applied to in_rows: rows grouped

@@ -32,12 +32,13 @@
 
 #include "../core/error.h"
 #include "../dist/dp_sync.h"
+#include "model_parallel.h"
 
-MoeActs *moe_acts_create(const ModelConfig *cfg, int ep, int max_tokens) {
+MoeActs *moe_acts_create(const ModelConfig *cfg, int ep, int etp, int max_tokens) {
     const MoeConfig *m = &cfg->moe;
     const size_t N = (size_t)(max_tokens > 0 ? max_tokens : 1), E = (size_t)m->num_experts;
     const size_t k = (size_t)m->num_experts_per_tok;
-    const size_t C = (size_t)cfg->hidden_size, Is = (size_t)m->shared_expert_intermediate_size;
+    const size_t C = (size_t)cfg->hidden_size, Is = (size_t)(m->shared_expert_intermediate_size / etp);
     MoeActs *a = mt_calloc(1, sizeof *a);
     a->logits = mt_calloc(N * E, sizeof(float));
     a->scores = mt_calloc(N * E, sizeof(float));
@@ -51,7 +52,8 @@ MoeActs *moe_acts_create(const ModelConfig *cfg, int ep, int max_tokens) {
     a->y = mt_calloc(N * k * C, sizeof(float));
     a->d_rows = mt_calloc(N * k * C, sizeof(float));
     a->d_xin = mt_calloc(N * k * C, sizeof(float));
-    moe_experts_init(&a->ex, cfg, ep, (int)(N * k));
+    moe_experts_init(&a->ex, cfg, ep, etp, (int)(N * k));
+    a->d_w = mt_calloc(N * k, sizeof(double));
     a->d_scores = mt_calloc(N * E, sizeof(float));
     a->d_logits = mt_calloc(N * E, sizeof(float));
     if (Is > 0) {
@@ -91,7 +93,7 @@ void moe_acts_free(MoeActs *a) {
     void *bufs[] = {a->logits, a->scores, a->selected, a->raw, a->weight, a->position, a->token, a->offsets,
                     a->xin, a->y, a->d_rows, a->d_xin, a->d_scores,
                     a->d_logits, a->s_gate, a->s_up, a->s_act, a->d_shared_act, a->d_shared_gate,
-                    a->d_shared_up, a->counts, a->aux_counts};
+                    a->d_shared_up, a->counts, a->aux_counts, a->d_w};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     moe_experts_free(&a->ex);
     free(a);
@@ -303,7 +305,7 @@ void moe_forward(Model *model, int l, MoeActs *a, const float *x, float *out, in
     const ModelPriv *pr = model->priv;
     const LayerWeights *w = &pr->weights[l];
     const int N = B * T, C = c->hidden_size, E = m->num_experts, k = m->num_experts_per_tok;
-    const int Is = m->shared_expert_intermediate_size;
+    const int Is = m->shared_expert_intermediate_size / model->part.etp; /* this rank's slice */
     a->N = N;
 
     ops->matmul_forward(a->logits, x, w->router, NULL, N, C, E);
@@ -362,18 +364,17 @@ void moe_backward(Model *model, int l, MoeActs *a, const float *x, const float *
     const LayerWeights *w = &pr->weights[l];
     const LayerWeights *dw = &pr->weight_grads[l];
     const int N = a->N, C = c->hidden_size, E = m->num_experts, k = m->num_experts_per_tok;
-    const int Is = m->shared_expert_intermediate_size;
+    const int etp = model->part.etp;
+    const int Is = m->shared_expert_intermediate_size / etp;
     memset(a->d_scores, 0, (size_t)N * E * sizeof(float));
 
-    /* combine: d_weight and the rows' output gradients */
+    /* combine: d_weight (the outputs' dot products) and the rows' output gradients */
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *g = d_out + (size_t)n * C;
-        double d_w[MT_MOE_MAX_TOPK];
-        double sum_dw_w = 0.0;
         for (int j = 0; j < k; j++) {
             const int32_t r = a->position[(size_t)n * k + j];
-            d_w[j] = 0.0;
+            a->d_w[(size_t)n * k + j] = 0.0;
             if (r < 0) continue;
             const float wt = a->weight[(size_t)n * k + j];
             const float *y = a->y + (size_t)r * C;
@@ -383,12 +384,20 @@ void moe_backward(Model *model, int l, MoeActs *a, const float *x, const float *
                 dot += (double)g[i] * y[i];
                 dr[i] = wt * g[i];
             }
-            d_w[j] = dot;
-            sum_dw_w += dot * wt;
+            a->d_w[(size_t)n * k + j] = dot;
         }
-        /* through the renormalisation to the selected scores */
-        double S = 0.0;
-        for (int j = 0; j < k; j++) S += a->raw[(size_t)n * k + j];
+    }
+    /* expert tensor parallel: each tp rank has a slice of the outputs; the
+     * whole dot products are their sum (the same on every tp rank) */
+    if (etp > 1) tp_sum_doubles(model, a->d_w, (size_t)N * k);
+#pragma omp parallel for schedule(static)
+    for (int n = 0; n < N; n++) { /* through the renormalisation to the selected scores */
+        const double *d_w = a->d_w + (size_t)n * k;
+        double S = 0.0, sum_dw_w = 0.0;
+        for (int j = 0; j < k; j++) {
+            S += a->raw[(size_t)n * k + j];
+            sum_dw_w += d_w[j] * a->weight[(size_t)n * k + j];
+        }
         for (int j = 0; j < k; j++) {
             const double d_raw = m->norm_topk_prob ? (d_w[j] - sum_dw_w) / S : d_w[j];
             a->d_scores[(size_t)n * E + a->selected[(size_t)n * k + j]] += (float)d_raw;
@@ -452,7 +461,10 @@ void moe_backward(Model *model, int l, MoeActs *a, const float *x, const float *
                 dl[e] += (float)(loss_scale * a->z_scale * 2.0 * lse * exp((double)lg[e] - lse));
         }
     }
-    ops->matmul_backward(d_x, dw->router, NULL, a->d_logits, x, w->router, N, C, E);
+    /* the router is whole on every tp rank: with etp > 1 the input gradient is
+     * summed over tp by the caller, so only tp rank 0 adds the router's part */
+    const bool router_dx = etp == 1 || model->part.tp_rank == 0;
+    ops->matmul_backward(router_dx ? d_x : NULL, dw->router, NULL, a->d_logits, x, w->router, N, C, E);
 }
 
 void model_set_backward_scale(Model *model, float loss_scale) { ((ModelPriv *)model->priv)->loss_scale = loss_scale; }

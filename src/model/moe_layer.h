@@ -31,6 +31,7 @@ typedef struct MoeActs {
     MoeExperts ex;          /* the expert side (this rank's experts, the rows routed to them) */
     float *s_gate, *s_up, *s_act;           /* shared expert (N, Is) */
     float *d_scores, *d_logits;             /* (N, E) */
+    double *d_w;            /* (N, k) gradients of the combine weights (summed over tp with etp > 1) */
     float *d_shared_act, *d_shared_gate, *d_shared_up; /* (N, Is) */
     double *counts;         /* (E) assignments per expert in the last forward (before dropping) */
     double *aux_counts;     /* (aux_rows, E) the counts the load-balancing loss weighs the
@@ -57,13 +58,15 @@ struct MoeStep {
     long dropped, assignments; /* over the step */
 };
 
-MoeActs *moe_acts_create(const ModelConfig *cfg, int ep, int max_tokens);
+MoeActs *moe_acts_create(const ModelConfig *cfg, int ep, int etp, int max_tokens);
 void moe_acts_free(MoeActs *a);
 
 MoeStep *moe_step_create(int num_layers, int E);
 void moe_step_free(MoeStep *s);
 
-/* out (N, C) = the MoE MLP of x (N, C) for local layer l; B x T = N tokens. */
+/* out (N, C) = the MoE MLP of x (N, C) for local layer l; B x T = N tokens.
+ * With expert tensor parallel (part.etp > 1) out is this tp rank's partial
+ * sum (the caller sums it over tp), and so is the input gradient of backward. */
 void moe_forward(Model *model, int l, MoeActs *a, const float *x, float *out, int B, int T);
 /* d_x (N, C) += the gradient through the MoE MLP of d_out (N, C), with the
  * auxiliary losses' gradients scaled by loss_scale; parameter gradients accumulate. */

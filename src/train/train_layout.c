@@ -17,6 +17,7 @@ ModelPartition train_partition_of(const ModelConfig *cfg, const ParallelConfig *
         .num_chunks = layout->pp > 1 ? par->vpp : 1,
         .ep = layout->ep > 0 ? layout->ep : 1,
         .ep_rank = coords.dp % (layout->ep > 0 ? layout->ep : 1),
+        .etp = par->etp > 1 ? par->etp : 1,
         .has_embed = coords.pp == 0,
         .has_head = coords.pp == layout->pp - 1,
     };

@@ -59,11 +59,6 @@ static int check_supported(const Recipe *recipe, const TrainLayout *layout, char
                          "run.device: cpu", model_family_name(recipe->model.family));
             return MT_EXIT_USAGE;
         }
-        if (par->etp > 1) {
-            mt_set_error(err, errlen, "parallel.etp: %d: expert tensor parallel is not implemented (the experts run "
-                         "whole on every tp rank); set it to 1", par->etp);
-            return MT_EXIT_USAGE;
-        }
         if (par->cp > 1 && recipe->model.moe.capacity_factor > 0) {
             mt_set_error(err, errlen, "model.moe.capacity_factor: not implemented with context parallel (cp %d): an "
                          "expert's capacity spans the cp ranks' tokens; set it to null (dropless) or cp to 1", par->cp);

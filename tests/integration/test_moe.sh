@@ -16,7 +16,8 @@
 #    imbalance than no balancing (mean of the last 10 steps, < 0.8 x);
 #  - context parallel (cp 2, with ep 2, with tp 2 and sequence parallel; and
 #    with seq_aux_loss + z-loss) gives the single-rank losses too;
-#  - expert tensor parallel (etp 2) is refused with exit 2.
+#  - expert tensor parallel (etp 2 = tp: alone, with sequence parallel and
+#    ep 2, with ep 2 and pp 2) too; etp other than 1 or tp is refused.
 # Skips the multi-rank parts without mpirun.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -45,7 +46,10 @@ for family in mixtral qwen3_moe; do
                   "ep2-zero1:2:--set parallel.ep=2 --set parallel.distributed_optimizer=true" \
                   "ep4-pp2-zero1:8:--set parallel.ep=4 --set parallel.pp=2 --set parallel.distributed_optimizer=true" \
                   "cp2:2:--set parallel.cp=2" "cp2-ep2:4:--set parallel.cp=2 --set parallel.ep=2" \
-                  "cp2-tp2-sp:4:--set parallel.cp=2 --set parallel.tp=2 --set parallel.sequence_parallel=true"; do
+                  "cp2-tp2-sp:4:--set parallel.cp=2 --set parallel.tp=2 --set parallel.sequence_parallel=true" \
+                  "tp2-etp2:2:--set parallel.tp=2 --set parallel.etp=2" \
+                  "tp2-etp2-sp-ep2:4:--set parallel.tp=2 --set parallel.etp=2 --set parallel.sequence_parallel=true --set parallel.ep=2" \
+                  "tp2-etp2-ep2-pp2:8:--set parallel.tp=2 --set parallel.etp=2 --set parallel.ep=2 --set parallel.pp=2"; do
       IFS=: read -r name np settings <<< "$layout"
       # shellcheck disable=SC2086
       timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$np" "$MEGATRAIN" run "$REPO/recipes/tiny/$family.yaml" \
@@ -59,7 +63,7 @@ for family in mixtral qwen3_moe; do
           || fail "$family $name: $field differs from one rank"
       done
     done
-    echo "$family: dp, pp, vpp (ZeRO-1), ep, ep x edp, ep x pp, tp, tp x sp x ep, tp x ep x pp, ep with ZeRO-1, cp, cp x ep, cp x tp x sp match one rank"
+    echo "$family: dp, pp, vpp (ZeRO-1), ep, ep x edp, ep x pp, tp, tp x sp x ep, tp x ep x pp, ep with ZeRO-1, cp, cp x ep, cp x tp x sp, etp, etp x sp x ep, etp x ep x pp match one rank"
   fi
 done
 
@@ -103,7 +107,8 @@ if command -v mpirun > /dev/null; then
 fi
 
 # Expert-parallel checkpoints: saved at ep 2 (each rank writes its experts),
-# resumed at ep 1 and at ep 4, the run continues as the uninterrupted one.
+# resumed at ep 1 and at ep 4, the run continues as the uninterrupted one;
+# saved at tp 2 x etp 2 x ep 2 with ZeRO-1 (experts cut in both), resumed on one rank.
 if command -v mpirun > /dev/null; then
   timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" run "$REPO/recipes/tiny/mixtral.yaml" \
     --set run.dir="$WORK/ep-saved" "${COMMON[@]}" --set parallel.ep=2 > "$WORK/ep-saved.log" 2>&1 \
@@ -125,6 +130,15 @@ if command -v mpirun > /dev/null; then
     > "$WORK/ep-back.log" 2>&1 || { tail -20 "$WORK/ep-back.log"; fail "ep 1 -> ep 2: resume failed"; }
   compare loss "$WORK/mixtral/metrics.jsonl" "$WORK/ep-back/metrics.jsonl" 6 || fail "ep 1 -> ep 2: losses differ"
   echo "saved at ep 1, resumed at ep 2: continues as the uninterrupted run"
+  timeout 120 mpirun --allow-run-as-root --oversubscribe -np 4 "$MEGATRAIN" run "$REPO/recipes/tiny/mixtral.yaml" \
+    --set run.dir="$WORK/etp-saved" "${COMMON[@]}" --set parallel.tp=2 --set parallel.etp=2 --set parallel.ep=2 \
+    --set parallel.distributed_optimizer=true > "$WORK/etp-saved.log" 2>&1 \
+    || { tail -20 "$WORK/etp-saved.log"; fail "tp 2 etp 2 ep 2 ZeRO-1: the run failed"; }
+  "$MEGATRAIN" resume "$WORK/etp-saved/checkpoints/iter_0000005" --set run.dir="$WORK/etp-resumed" \
+    --set parallel.tp=1 --set parallel.etp=1 --set parallel.ep=1 --set parallel.distributed_optimizer=false \
+    > "$WORK/etp-resumed.log" 2>&1 || { tail -20 "$WORK/etp-resumed.log"; fail "resume of the etp checkpoint failed"; }
+  compare loss "$WORK/mixtral/metrics.jsonl" "$WORK/etp-resumed/metrics.jsonl" 6 || fail "etp -> one rank: losses differ"
+  echo "saved at tp 2 x etp 2 x ep 2 (ZeRO-1), resumed on one rank: continues as the uninterrupted run"
 fi
 
 # Balancing lowers the expert imbalance over 80 steps.
@@ -141,14 +155,15 @@ for lb in "global_aux_loss:--set model.moe.aux_loss_coeff=0.1" "expert_bias:--se
   echo "$name: imbalance $got over the last 10 steps against $none without balancing"
 done
 
-# Expert tensor parallel is not implemented: refused.
+# Expert tensor parallel other than 1 or tp: refused.
 if command -v mpirun > /dev/null; then
   set +e
-  timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" run "$REPO/recipes/tiny/mixtral.yaml" \
-    --set run.dir="$WORK/etp" "${COMMON[@]}" --set parallel.tp=2 --set parallel.etp=2 > "$WORK/etp.log" 2>&1
+  timeout 60 mpirun --allow-run-as-root --oversubscribe -np 4 "$MEGATRAIN" run "$REPO/recipes/tiny/mixtral.yaml" \
+    --set run.dir="$WORK/etp" "${COMMON[@]}" --set parallel.tp=2 --set parallel.etp=4 > "$WORK/etp.log" 2>&1
   rc=$?
   set -e
-  [[ $rc -eq 2 ]] || { cat "$WORK/etp.log"; fail "MoE with etp 2: expected exit 2, got $rc"; }
-  grep -q "parallel.etp: 2: expert tensor parallel is not implemented" "$WORK/etp.log" || fail "MoE etp 2: no reason given"
+  [[ $rc -eq 2 ]] || { cat "$WORK/etp.log"; fail "MoE with tp 2 etp 4: expected exit 2, got $rc"; }
+  grep -q "parallel.etp: 4: expert tensor parallel splits the experts over the tp group" "$WORK/etp.log" \
+    || { cat "$WORK/etp.log"; fail "MoE tp 2 etp 4: no reason given"; }
 fi
 echo "ok"

@@ -155,10 +155,10 @@ static void load_hf_weights(Case *c) {
             int i = st_model_find(st, pieces[p].name);
             if (i < 0) fail_msg("%s: model.safetensors has no '%s' (ours '%s')", c->name, pieces[p].name, info->name);
             const StTensor *t = st->tensors[i];
-            assert_int_equal(t->ndim, info->ndim);
-            assert_int_equal(t->shape[0], pieces[p].rows);
-            if (info->ndim == 2) assert_int_equal(t->shape[1], info->shape[1]);
-            st_tensor_to_f32(t, c->model->params + info->offset + pieces[p].row0 * info->shape[1]);
+            assert_int_equal(t->ndim, pieces[p].ndim);
+            assert_int_equal(t->shape[0], pieces[p].shape[0]);
+            if (pieces[p].ndim == 2) assert_int_equal(t->shape[1], pieces[p].shape[1]);
+            st_tensor_to_f32(t, c->model->params + info->offset + pieces[p].offset);
             st->used[i] = true;
         }
     }

@@ -207,20 +207,22 @@ static void test_state_dict_order(void **state) {
  * and written expert after expert (w1, w2, w3 each) as transformers' state_dict. */
 static void test_expert_pieces(void **state) {
     (void)state;
-    ParamInfo info = {.name = "layers.3.mlp.experts.down_proj.weight", .ndim = 2, .shape = {4 * 16, 8}};
+    ParamInfo info = {.name = "layers.3.mlp.experts.down_proj.weight", .ndim = 3, .shape = {4, 16, 8}};
     HfPiece pieces[8];
     assert_int_equal(hf_pieces(FAMILY_MIXTRAL, &info, 4, pieces, 8), 4);
     for (int e = 0; e < 4; e++) {
         char want[160];
         snprintf(want, sizeof want, "model.layers.3.block_sparse_moe.experts.%d.w2.weight", e);
         assert_string_equal(pieces[e].name, want);
-        assert_int_equal(pieces[e].row0, 16 * e);
-        assert_int_equal(pieces[e].rows, 16);
+        assert_int_equal(pieces[e].offset, 16 * 8 * e);
+        assert_int_equal(pieces[e].ndim, 2);
+        assert_int_equal(pieces[e].shape[0], 16);
+        assert_int_equal(pieces[e].shape[1], 8);
     }
     char back[160];
     assert_int_equal(hf_name_to_ours(FAMILY_MIXTRAL, pieces[2].name, back, sizeof back), 0);
     assert_string_equal(back, info.name);
-    ParamInfo up = {.name = "layers.3.mlp.experts.up_proj.weight", .ndim = 2, .shape = {4 * 16, 8}};
+    ParamInfo up = {.name = "layers.3.mlp.experts.up_proj.weight", .ndim = 3, .shape = {4, 16, 8}};
     HfPiece up_pieces[8];
     assert_int_equal(hf_pieces(FAMILY_QWEN3_MOE, &up, 4, up_pieces, 8), 4);
     assert_string_equal(up_pieces[1].name, "model.layers.3.mlp.experts.1.up_proj.weight");
@@ -231,7 +233,7 @@ static void test_expert_pieces(void **state) {
                 hf_name_position(FAMILY_MIXTRAL, "model.layers.3.block_sparse_moe.experts.0.w1.weight"));
     assert_true(hf_name_position(FAMILY_MIXTRAL, "model.layers.3.post_attention_layernorm.weight") <
                 hf_name_position(FAMILY_MIXTRAL, "model.layers.4.self_attn.q_proj.weight"));
-    /* a stack that does not split into the experts */
+    /* a stack of another number of experts than the config's */
     assert_int_equal(hf_pieces(FAMILY_MIXTRAL, &info, 3, pieces, 8), -1);
 }
 

@@ -68,8 +68,7 @@ static double compare_gradients(Case *c, const char *prefix, const char *also_pr
             snprintf(key, sizeof key, "%.30s%.160s", prefix, pieces[p].name);
             long n;
             float *ref_grad = ref_f32(&c->ref, key, &n);
-            const long cols = info->shape[1];
-            assert_int_equal(n, pieces[p].rows * cols);
+            assert_int_equal(n, pieces[p].shape[0] * (pieces[p].ndim == 2 ? pieces[p].shape[1] : 1));
             if (also_prefix) {
                 snprintf(key, sizeof key, "%.30s%.160s", also_prefix, pieces[p].name);
                 if (json_get(c->ref.header, key)) {
@@ -78,7 +77,7 @@ static double compare_gradients(Case *c, const char *prefix, const char *also_pr
                     free(more);
                 }
             }
-            double e = relative_error(m->grads + info->offset + pieces[p].row0 * cols, ref_grad, n);
+            double e = relative_error(m->grads + info->offset + pieces[p].offset, ref_grad, n);
             free(ref_grad);
             if (!(e < GRAD_TOL))
                 fail_msg("%s: gradient of %s (%s): relative error %.3e >= %.0e", c->name, info->name, pieces[p].name, e,

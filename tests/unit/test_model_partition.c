@@ -46,36 +46,48 @@ static ModelPartition tp_part(const ModelConfig *cfg, int tp, int rank) {
     return p;
 }
 
-/* Each tp rank's blocks, placed into the whole tensors, cover every element
- * exactly once (norm_owner counting) and equal the whole model's init. */
-static void check_tp_tiles(bool qwen3, int tp) {
-    ModelConfig cfg = config(qwen3, false);
-    Model *whole = model_create(&cfg, &cpu_backend, 0, 0);
+/* Each rank's blocks (tp ranks, and ep ranks with etp for the experts),
+ * placed into the whole tensors, cover every element exactly once
+ * (norm_owner counting) and equal the whole model's init. */
+static void check_tiles(const ModelConfig *cfg, int tp, int etp, int ep) {
+    Model *whole = model_create(cfg, &cpu_backend, 0, 0);
     model_init_weights(whole, 77);
     int *covered = calloc((size_t)whole->num_floats, sizeof(int));
-    for (int r = 0; r < tp; r++) {
-        ModelPartition part = tp_part(&cfg, tp, r);
-        Model *m = model_create_part(&cfg, &part, &cpu_backend, 0, 0);
-        model_init_weights(m, 77);
-        assert_int_equal(m->num_params, whole->num_params);
-        for (int i = 0; i < m->num_params; i++) {
-            const ParamInfo *p = &m->param_info[i], *w = &whole->param_info[p->global_index];
-            assert_string_equal(p->name, w->name);
-            assert_int_equal(p->global_shape[0], w->shape[0]);
-            assert_int_equal(p->global_shape[1], w->shape[1]);
-            const long cols = w->shape[1];
-            for (long row = 0; row < p->shape[0]; row++)
-                for (long col = 0; col < p->shape[1]; col++) {
-                    const size_t at = w->offset + (size_t)((p->global_start[0] + row) * cols + p->global_start[1] + col);
-                    assert_memory_equal(&m->params[p->offset + row * p->shape[1] + col], &whole->params[at], sizeof(float));
-                    covered[at] += p->norm_owner;
-                }
+    for (int r = 0; r < tp; r++)
+        for (int e = 0; e < ep; e++) {
+            ModelPartition part = tp_part(cfg, tp, r);
+            part.etp = etp;
+            part.ep = ep;
+            part.ep_rank = e;
+            Model *m = model_create_part(cfg, &part, &cpu_backend, 0, 0);
+            model_init_weights(m, 77);
+            assert_int_equal(m->num_params, whole->num_params);
+            for (int i = 0; i < m->num_params; i++) {
+                const ParamInfo *p = &m->param_info[i], *w = &whole->param_info[p->global_index];
+                assert_string_equal(p->name, w->name);
+                for (int d = 0; d < 3; d++) assert_int_equal(p->global_shape[d], w->shape[d]);
+                if (!p->expert && e > 0) continue; /* the dense weights: the same on every ep rank */
+                for (long i0 = 0; i0 < p->shape[0]; i0++)
+                    for (long i1 = 0; i1 < p->shape[1]; i1++)
+                        for (long i2 = 0; i2 < p->shape[2]; i2++) {
+                            const size_t at = w->offset + (size_t)(((p->global_start[0] + i0) * w->shape[1] +
+                                                                    p->global_start[1] + i1) * w->shape[2] +
+                                                                   p->global_start[2] + i2);
+                            const size_t mine = p->offset + (size_t)((i0 * p->shape[1] + i1) * p->shape[2] + i2);
+                            assert_memory_equal(&m->params[mine], &whole->params[at], sizeof(float));
+                            covered[at] += p->norm_owner;
+                        }
+            }
+            model_free(m);
         }
-        model_free(m);
-    }
     for (long i = 0; i < whole->num_floats; i++) assert_int_equal(covered[i], 1);
     free(covered);
     model_free(whole);
+}
+
+static void check_tp_tiles(bool qwen3, int tp) {
+    ModelConfig cfg = config(qwen3, false);
+    check_tiles(&cfg, tp, 1, 1);
 }
 
 static void test_tp_blocks_tile_the_model(void **state) {
@@ -83,6 +95,22 @@ static void test_tp_blocks_tile_the_model(void **state) {
     check_tp_tiles(false, 2);
     check_tp_tiles(true, 2);
     check_tp_tiles(false, 1);
+}
+
+/* Stacked experts [E, I, C] cut over ep (whole experts) and etp (their
+ * intermediate), with a shared expert cut like the dense MLP. */
+static void test_expert_tiles(void **state) {
+    (void)state;
+    ModelConfig cfg = config(true, false);
+    cfg.family = FAMILY_QWEN3_MOE;
+    cfg.moe.num_experts = 4;
+    cfg.moe.num_experts_per_tok = 2;
+    cfg.moe.moe_intermediate_size = 8;
+    cfg.moe.shared_expert_intermediate_size = 6;
+    cfg.moe.layer_freq = 2;
+    check_tiles(&cfg, 2, 2, 2); /* etp = tp */
+    check_tiles(&cfg, 2, 1, 2); /* experts whole on each tp rank */
+    check_tiles(&cfg, 1, 1, 4);
 }
 
 static void test_tp_grad_flags(void **state) {
@@ -173,6 +201,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tp_blocks_tile_the_model),
         cmocka_unit_test(test_tp_grad_flags),
+        cmocka_unit_test(test_expert_tiles),
         cmocka_unit_test(test_pipeline_stages),
         cmocka_unit_test(test_cp_positions),
         cmocka_unit_test(test_partition_refusals),
