@@ -8,10 +8,12 @@
  * L/(pp*vpp) onwards). With tied embeddings and pp > 1 the
  * last stage holds a copy of the embedding shard for the head.
  *
+ * Parameters per rank come from the model's registry for that rank's part
+ * (tensor, expert and expert tensor parallel blocks, its stage's layers).
  * Bytes per parameter: on a GPU a bf16 copy (2) and an fp32 master (4), fp32
  * gradients (4) and AdamW's two fp32 moments (8); on the CPU fp32 weights
  * (4), gradients (4) and moments (8). distributed_optimizer shards the
- * master and the moments over dp (ZeRO-1).
+ * master and the moments over dp (ZeRO-1), the routed experts' over edp.
  *
  * Activations per token and layer are the buffers the backward keeps
  * (src/backend/cuda/cuda_model.c's layout; on the CPU also the (H, T)
@@ -24,12 +26,33 @@
  * counted: leave a few GiB. */
 #include "plan.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 #include "../core/error.h"
 #include "../model/model.h"
 
 static double min_d(double a, double b) { return a < b ? a : b; }
+
+/* The parameters one rank of a stage holds (tp rank 0, ep rank 0), split
+ * into dense ones and routed experts, counted from the registry. */
+static void stage_params(const ModelConfig *m, const ParallelConfig *par, int tp, int cp, const PlanStage *st,
+                         bool first, bool last, double *dense, double *experts) {
+    ModelPartition part = {.tp = tp, .cp = cp, .ep = par->ep > 1 ? par->ep : 1, .etp = par->etp > 1 ? par->etp : 1,
+                           .sequence_parallel = par->sequence_parallel && tp > 1, .num_chunks = st->num_chunks,
+                           .has_embed = first, .has_head = last};
+    for (int v = 0; v < st->num_chunks; v++) {
+        part.chunk_first[v] = st->first_layer[v];
+        part.chunk_layers[v] = st->num_layers[v];
+        part.num_layers += st->num_layers[v];
+    }
+    int count = 0;
+    long total = 0;
+    ParamInfo *infos = model_registry_of(m, &part, &count, &total);
+    *dense = *experts = 0;
+    for (int i = 0; i < count; i++) *(infos[i].expert ? experts : dense) += (double)infos[i].numel;
+    free(infos);
+}
 
 int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
@@ -63,18 +86,26 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
     p->flops_per_rank = p->flops_per_step / world;
     p->micro_batches = (double)gbs / ((double)t->micro_batch_size * dp);
 
-    /* one layer on one rank */
-    const double layer_params = (HD * C + 2 * KVD * C + C * HD + 3 * I * C) / tp +
-                                (m->attention_bias ? (HD + 2 * KVD) / tp : 0) + 2 * C + (m->qk_norm ? 2 * D : 0);
+    /* what one token of one layer keeps for the backward, without its MLP */
     const double elem = p->gpu ? 2.0 : 4.0, hidden_split = par->sequence_parallel ? tp : 1;
-    double per_token_layer = (4 * C / hidden_split + (HD + 2 * KVD) / tp + (HD + 2 * KVD) / tp + HD / tp +
-                              3 * I / tp) * elem +
+    double per_token_layer = (4 * C / hidden_split + (HD + 2 * KVD) / tp + (HD + 2 * KVD) / tp + HD / tp) * elem +
                              (2 / hidden_split + H / tp + (m->qk_norm ? (H + KVH) / tp : 0)) * 4.0;
     if (!p->gpu) per_token_layer += H / tp * T * 4.0; /* the CPU keeps the attention probabilities */
+    /* the MLP's: dense gate/up/act; MoE: router logits and scores, and per chosen
+     * expert the row sent, the row back, gate/up/act of this rank's slice */
+    const double etp = par->etp > 1 ? par->etp : 1, ep = par->ep > 1 ? par->ep : 1;
+    const MoeConfig *moe = &m->moe;
+    const double dense_mlp = 3 * I / tp * elem;
+    const double moe_mlp = 2.0 * moe->num_experts * 4.0 +
+                           moe->num_experts_per_tok * (2 * C + 3.0 * moe->moe_intermediate_size / etp) * elem +
+                           3.0 * moe->shared_expert_intermediate_size / etp * elem;
     const double tokens = (double)t->micro_batch_size * T / cp;
 
-    const double bytes_weights = p->gpu ? (par->distributed_optimizer ? 2.0 + 4.0 / dp : 6.0) : 4.0;
-    const double bytes_optimizer = par->distributed_optimizer ? 8.0 / dp : 8.0;
+    /* distributed optimizer: the dense weights' master and moments over dp, the routed experts' over edp */
+    const double edp = dp / ep;
+    const bool zero1 = par->distributed_optimizer;
+    const double master_dense = zero1 ? 4.0 / dp : 4.0, master_experts = zero1 ? 4.0 / edp : 4.0;
+    const double moments_dense = zero1 ? 8.0 / dp : 8.0, moments_experts = zero1 ? 8.0 / edp : 8.0;
     for (int s = 0; s < pp; s++) {
         PlanStage *st = &p->stages[s];
         st->num_chunks = vpp;
@@ -87,18 +118,28 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
         st->embedding = s == 0;
         st->final_norm = s == pp - 1;
         st->lm_head = s == pp - 1 && (!m->tie_word_embeddings || pp > 1);
-        st->params = layers * layer_params + (st->embedding ? V * C / tp : 0) + (st->final_norm ? C : 0) +
-                     (st->lm_head ? V * C / tp : 0);
-        st->weight_bytes = st->params * bytes_weights;
+        /* the parameters of the stage's first rank, from the registry itself */
+        double dense = 0, experts = 0;
+        stage_params(m, par, p->grid.tp, cp, st, s == 0, s == pp - 1, &dense, &experts);
+        st->params = dense + experts;
+        st->expert_params = experts;
+        st->weight_bytes = p->gpu ? 2.0 * st->params + master_dense * dense + master_experts * experts
+                                  : 4.0 * st->params;
         st->grad_bytes = st->params * 4.0;
-        st->optimizer_bytes = st->params * bytes_optimizer;
+        st->optimizer_bytes = moments_dense * dense + moments_experts * experts;
+        int moe_layers = 0;
+        for (int v = 0; v < vpp; v++)
+            for (int l = st->first_layer[v]; l < st->first_layer[v] + st->num_layers[v]; l++)
+                moe_layers += model_layer_is_moe(m, l);
+        const double per_token = per_token_layer + (layers > 0 ? ((layers - moe_layers) * dense_mlp +
+                                                                  moe_layers * moe_mlp) / layers : 0.0);
         if (vpp == 1) {
             st->in_flight = min_d(pp - s, p->micro_batches);
-            st->activation_bytes = st->in_flight * layers * tokens * per_token_layer;
+            st->activation_bytes = st->in_flight * layers * tokens * per_token;
         } else {
             const double chunks = min_d((pp - s - 1) * 2.0 + (vpp - 1.0) * pp + 1.0, p->micro_batches * vpp);
             st->in_flight = chunks / vpp;
-            st->activation_bytes = chunks * chunk_layers * tokens * per_token_layer;
+            st->activation_bytes = chunks * chunk_layers * tokens * per_token;
         }
         st->logits_bytes = s == pp - 1 ? tokens * V / tp * elem : 0.0;
         st->total_bytes = st->weight_bytes + st->grad_bytes + st->optimizer_bytes + st->activation_bytes +

@@ -19,6 +19,7 @@ typedef struct PlanStage {
     int num_chunks;
     bool embedding, final_norm, lm_head; /* lm_head: the untied head, or the tied copy on a last stage */
     double params;                        /* parameters held by one rank of this stage */
+    double expert_params;                 /* of them, routed experts' (split over ep, and etp) */
     double weight_bytes, grad_bytes, optimizer_bytes, activation_bytes, logits_bytes;
     double in_flight;                     /* micro-batches whose activations the schedule keeps */
     double total_bytes;

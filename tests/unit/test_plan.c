@@ -42,6 +42,29 @@ static double replicated(const ModelConfig *m, int layers, int final_norm) {
     return layers * (2.0 * m->hidden_size + (m->qk_norm ? 2.0 * D : 0.0)) + (final_norm ? m->hidden_size : 0);
 }
 
+/* MoE: every expert is held by one ep rank of each stage, the rest by every one. */
+static void test_moe_params_once(void **state) {
+    (void)state;
+    static Recipe r;
+    static Plan p;
+    char path[512], err[1024];
+    snprintf(path, sizeof path, "%s/moe.yaml", work_dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs("run: {name: p, device: cpu}\nmodel: configs/mixtral-8x7b.yaml\n"
+          "parallel: {pp: 4, ep: 4}\n"
+          "train: {steps: 10, seq_len: 512, micro_batch_size: 1, global_batch_size: 64}\n"
+          "data: {train: [{path: x, weight: 1.0}]}\n", f);
+    fclose(f);
+    if (recipe_load(&r, path, NULL, 0, 16, err, sizeof err) != 0) fail_msg("%s", err);
+    assert_int_equal(plan_compute(&p, &r, 16, err, sizeof err), 0);
+    double sum = 0.0;
+    for (int s = 0; s < 4; s++) sum += (p.stages[s].params - p.stages[s].expert_params) + 4 * p.stages[s].expert_params;
+    printf("  mixtral-8x7b   pp 4 ep 4: %.0f parameters over the ranks, expected %.0f\n", sum, p.total_params);
+    assert_true(sum == p.total_params);
+    assert_true(p.stages[1].expert_params > 0.8 * p.stages[1].params); /* the experts dominate */
+}
+
 static void check_params_once(const char *arch, int tp, int pp, int vpp) {
     static Recipe r;
     static Plan p;
@@ -103,6 +126,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_parameter_once),
         cmocka_unit_test(test_schedule_and_sharding),
+        cmocka_unit_test(test_moe_params_once),
     };
     return cmocka_run_group_tests(tests, work_dir_setup, work_dir_teardown);
 }
