@@ -195,10 +195,13 @@ CkptState ckpt_state_of(const TrainState *state, long optimizer_step, const Reci
     return s;
 }
 
-/* One chunk to write: rows [row0, row0 + rows) of source `source`. */
+/* One chunk to write: rows [row0, row0 + rows) of source `source` along
+ * dim 0 and, when sub_rows > 0 (a 3-D source whose planes exceed a chunk),
+ * of that one plane only [sub0, sub0 + sub_rows) along dim 1. */
 typedef struct ChunkJob {
     int source;
     int64_t row0, rows;
+    int64_t sub0, sub_rows;
     const void *raw;
     size_t raw_bytes;
 } ChunkJob;
@@ -227,12 +230,25 @@ static ChunkJob *plan_chunks(const CkptPayload *p, size_t chunk_bytes, int *num_
     for (int i = 0; i < p->num_sources; i++) {
         const CkptSource *s = &p->sources[i];
         const size_t row_bytes = (size_t)row_numel(s) * sizeof(float);
+        if (s->ndim == 3 && row_bytes > chunk_bytes) { /* a plane is too big: cut it along dim 1 */
+            const size_t line_bytes = (size_t)s->shape[2] * sizeof(float);
+            int64_t lines = line_bytes > 0 ? (int64_t)(chunk_bytes / line_bytes) : 1;
+            if (lines < 1) lines = 1;
+            for (int64_t row0 = 0; row0 < s->shape[0]; row0++)
+                for (int64_t sub0 = 0; sub0 < s->shape[1]; sub0 += lines) {
+                    if (n == cap) jobs = mt_realloc(jobs, (size_t)(cap *= 2) * sizeof *jobs);
+                    const int64_t k = s->shape[1] - sub0 < lines ? s->shape[1] - sub0 : lines;
+                    jobs[n++] = (ChunkJob){i, row0, 1, sub0, k, s->data + (row0 * s->shape[1] + sub0) * s->shape[2],
+                                           (size_t)k * line_bytes};
+                }
+            continue;
+        }
         int64_t rows_per_chunk = row_bytes > 0 ? (int64_t)(chunk_bytes / row_bytes) : 1;
         if (rows_per_chunk < 1) rows_per_chunk = 1;
         for (int64_t row0 = 0; row0 < s->shape[0]; row0 += rows_per_chunk) {
             if (n == cap) jobs = mt_realloc(jobs, (size_t)(cap *= 2) * sizeof *jobs);
             int64_t rows = s->shape[0] - row0 < rows_per_chunk ? s->shape[0] - row0 : rows_per_chunk;
-            jobs[n++] = (ChunkJob){i, row0, rows, s->data + row0 * row_numel(s), (size_t)rows * row_bytes};
+            jobs[n++] = (ChunkJob){i, row0, rows, 0, 0, s->data + row0 * row_numel(s), (size_t)rows * row_bytes};
         }
     }
     *num_jobs = n;
@@ -302,6 +318,10 @@ static int write_shard(const char *path, const CkptPayload *p, const ChunkJob *j
             }
             ch->start[0] += job->row0;
             ch->shape[0] = job->rows;
+            if (job->sub_rows > 0) {
+                ch->start[1] += job->sub0;
+                ch->shape[1] = job->sub_rows;
+            }
             crc = crc32c(crc, slots[s].dst, slots[s].stored);
             offset += slots[s].stored;
             ckpt_test_slow_point();

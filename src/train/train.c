@@ -197,6 +197,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     int status = MT_EXIT_OK;
     int stop_signal = 0;
     char err[2048];
+    bool alone = false; /* this rank failed while the others may go on (they wait in its collectives) */
 
     CkptSaver *saver = ckpt_saver_create(ctx->checkpoints_dir, recipe);
     const bool params_writer = ctx->grid.coords.dp == 0 && ctx->grid.coords.cp == 0;
@@ -211,11 +212,18 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
         if (train_step(ctx, &result, err, sizeof err) != 0) {
             print_error(err);
             status = MT_EXIT_FAILURE;
+            alone = true;
             break;
         }
         const long step = ctx->state.step; /* 1-based: the step just done */
-        if (check_health(ctx, &result, &health, step) != 0 || check_replicas(ctx, step) != 0) {
+        /* the health verdict comes from the loss and grad norm every rank agrees on */
+        if (check_health(ctx, &result, &health, step) != 0) {
             status = MT_EXIT_FAILURE;
+            break;
+        }
+        if (check_replicas(ctx, step) != 0) { /* agreed within a dp group only */
+            status = MT_EXIT_FAILURE;
+            alone = true;
             break;
         }
         const bool eval_now = ctx->valid_data && is_multiple(step, recipe->train.eval_interval);
@@ -264,8 +272,10 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
         status = MT_EXIT_FAILURE;
     /* A rank that failed on its own must not wait in the saver's collectives
      * while the others wait in the step's: it ends the job here (a save in
-     * flight leaves only its temporary directory, removed by the next save). */
-    if (status != MT_EXIT_OK && comm_world()->size > 1) dist_finish(status);
+     * flight leaves only its temporary directory, removed by the next save).
+     * A failure every rank agrees on (non-finite steps, a failed save) still
+     * lets a save in flight complete below. */
+    if (alone && comm_world()->size > 1) dist_finish(status);
     if (ckpt_saver_wait(saver, err, sizeof err) != 0) {
         print_error(err);
         status = MT_EXIT_FAILURE;

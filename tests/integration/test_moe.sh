@@ -141,6 +141,16 @@ if command -v mpirun > /dev/null; then
     > "$WORK/etp-resumed.log" 2>&1 || { tail -20 "$WORK/etp-resumed.log"; fail "resume of the etp checkpoint failed"; }
   compare loss "$WORK/mixtral/metrics.jsonl" "$WORK/etp-resumed/metrics.jsonl" 6 || fail "etp -> one rank: losses differ"
   echo "saved at tp 2 x etp 2 x ep 2 (ZeRO-1), resumed on one rank: continues as the uninterrupted run"
+  # ZeRO-1 with ep 2 x edp 2: the experts' moments sharded over edp, cut inside expert planes
+  timeout 120 mpirun --allow-run-as-root --oversubscribe -np 4 "$MEGATRAIN" run "$REPO/recipes/tiny/mixtral.yaml" \
+    --set run.dir="$WORK/edp-saved" "${COMMON[@]}" --set parallel.ep=2 --set parallel.distributed_optimizer=true \
+    > "$WORK/edp-saved.log" 2>&1 || { tail -20 "$WORK/edp-saved.log"; fail "ep 2 x edp 2 ZeRO-1: the run failed"; }
+  [[ $(ls "$WORK/edp-saved/checkpoints/iter_0000005" | grep -c '^shard_') -eq 4 ]] || fail "ep 2 x edp 2: expected 4 shard files"
+  "$MEGATRAIN" resume "$WORK/edp-saved/checkpoints/iter_0000005" --set run.dir="$WORK/edp-resumed" \
+    --set parallel.ep=1 --set parallel.distributed_optimizer=false > "$WORK/edp-resumed.log" 2>&1 \
+    || { tail -20 "$WORK/edp-resumed.log"; fail "resume of the ep 2 x edp 2 checkpoint failed"; }
+  compare loss "$WORK/mixtral/metrics.jsonl" "$WORK/edp-resumed/metrics.jsonl" 6 || fail "edp -> one rank: losses differ"
+  echo "saved at ep 2 x edp 2 (ZeRO-1), resumed on one rank: continues as the uninterrupted run"
 fi
 
 # Balancing lowers the expert imbalance over 80 steps.
