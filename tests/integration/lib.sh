@@ -59,3 +59,18 @@ wait_gone() {
   for ((i = 0; i < $2 * 10; i++)); do kill -0 "$1" 2> /dev/null || return 0; sleep 0.1; done
   fail "$3"
 }
+
+# expect_refused WHAT PATTERN NP ARGS...: `megatrain ARGS` on NP ranks (1:
+# without mpirun) exits 2 within 60 s with PATTERN (grep) in its output.
+expect_refused() {
+  local what=$1 pattern=$2 np=$3 rc log="$WORK/refused.log"
+  shift 3
+  set +e
+  if [[ $np -eq 1 ]]; then timeout 60 "$MEGATRAIN" "$@" > "$log" 2>&1
+  else timeout 60 mpirun --allow-run-as-root --oversubscribe -np "$np" "$MEGATRAIN" "$@" > "$log" 2>&1; fi
+  rc=$?
+  set -e
+  [[ $rc -eq 2 ]] || { cat "$log"; fail "$what: expected exit 2, got $rc"; }
+  grep -q -- "$pattern" "$log" || { cat "$log"; fail "$what: the message does not say why (expected: $pattern)"; }
+  echo "$what: refused with exit 2"
+}

@@ -65,13 +65,7 @@ echo "$runs layouts match"
 
 # The interleaved schedule needs the micro-batches per step to be a multiple
 # of pp: refused at start with exit 2, naming the key (mbs 8: one micro-batch).
-set +e
-timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" \
-  --set run.dir="$WORK/vpp-bad" "${COMMON[@]}" --set parallel.pp=2 --set parallel.vpp=2 \
-  --set train.micro_batch_size=8 > "$WORK/vpp-bad.log" 2>&1
-rc=$?
-set -e
-[[ $rc -eq 2 ]] || { cat "$WORK/vpp-bad.log"; fail "vpp 2 with one micro-batch per step: expected exit 2, got $rc"; }
-grep -q "global_batch_size: the interleaved schedule (vpp 2) needs the micro-batches per step" "$WORK/vpp-bad.log" \
-  || { cat "$WORK/vpp-bad.log"; fail "vpp 2 with one micro-batch per step: the message does not say why"; }
-echo "vpp 2 with one micro-batch per step: refused with exit 2"
+expect_refused "vpp 2 with one micro-batch per step" \
+  "global_batch_size: the interleaved schedule (vpp 2) needs the micro-batches per step" 2 \
+  run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/vpp-bad" "${COMMON[@]}" --set parallel.pp=2 \
+  --set parallel.vpp=2 --set train.micro_batch_size=8
