@@ -142,31 +142,20 @@ static void write_rope_scaling(JsonWriter *w, const RopeScaling *rs) {
     jw_end_object(w);
 }
 
-/* The MoE keys of config.json (Hub spelling: Mixtral's num_local_experts, Qwen3-MoE's num_experts). */
-static void write_moe(JsonWriter *w, const ModelConfig *cfg) {
-    const MoeConfig *m = &cfg->moe;
-    if (cfg->family == FAMILY_QWEN3_MOE) {
-        key_int(w, "decoder_sparse_step", 1);
-        jw_key(w, "mlp_only_layers");
-        jw_begin_array(w);
-        for (int l = 0; l < cfg->num_layers; l++)
-            if (!model_layer_is_moe(cfg, l)) jw_int(w, l);
-        jw_end_array(w);
-        key_int(w, "moe_intermediate_size", m->moe_intermediate_size);
-        key_bool(w, "norm_topk_prob", m->norm_topk_prob);
-        key_int(w, "num_experts", m->num_experts);
-    } else {
-        key_int(w, "num_local_experts", m->num_experts);
-    }
-    key_int(w, "num_experts_per_tok", m->num_experts_per_tok);
-    key_bool(w, "output_router_logits", false);
-    key_double(w, "router_aux_loss_coef", m->aux_loss_coeff);
-    if (cfg->family == FAMILY_MIXTRAL) key_double(w, "router_jitter_noise", 0.0);
+/* Qwen3-MoE's dense layers, the MoE layers' complement. */
+static void write_mlp_only_layers(JsonWriter *w, const ModelConfig *cfg) {
+    jw_key(w, "mlp_only_layers");
+    jw_begin_array(w);
+    for (int l = 0; l < cfg->num_layers; l++)
+        if (!model_layer_is_moe(cfg, l)) jw_int(w, l);
+    jw_end_array(w);
 }
 
 char *hf_config_to_json(const ModelConfig *cfg, const char *torch_dtype) {
     const bool qwen = cfg->family == FAMILY_QWEN2 || cfg->family == FAMILY_QWEN3 || cfg->family == FAMILY_QWEN3_MOE;
     const bool moe = cfg->family == FAMILY_MIXTRAL || cfg->family == FAMILY_QWEN3_MOE;
+    const bool qwen_moe = cfg->family == FAMILY_QWEN3_MOE, mixtral = cfg->family == FAMILY_MIXTRAL;
+    const MoeConfig *m = &cfg->moe; /* MoE keys in the Hub's spelling, in sorted place */
     const int head_dim = cfg->head_dim ? cfg->head_dim : cfg->hidden_size / cfg->num_attention_heads;
     JsonWriter w;
     jw_init(&w, 2);
@@ -177,6 +166,7 @@ char *hf_config_to_json(const ModelConfig *cfg, const char *torch_dtype) {
     jw_end_array(&w);
     if (cfg->family != FAMILY_QWEN2) key_bool(&w, "attention_bias", false);
     key_double(&w, "attention_dropout", 0.0);
+    if (qwen_moe) key_int(&w, "decoder_sparse_step", 1);
     key_int(&w, "head_dim", head_dim);
     key_string(&w, "hidden_act", "silu");
     key_int(&w, "hidden_size", cfg->hidden_size);
@@ -185,14 +175,24 @@ char *hf_config_to_json(const ModelConfig *cfg, const char *torch_dtype) {
     key_int(&w, "max_position_embeddings", cfg->max_position_embeddings);
     if (qwen) key_int(&w, "max_window_layers", cfg->num_layers);
     if (cfg->family == FAMILY_LLAMA) key_bool(&w, "mlp_bias", false);
+    if (qwen_moe) write_mlp_only_layers(&w, cfg);
     key_string(&w, "model_type", hf_model_type(cfg->family));
+    if (qwen_moe) {
+        key_int(&w, "moe_intermediate_size", m->moe_intermediate_size);
+        key_bool(&w, "norm_topk_prob", m->norm_topk_prob);
+    }
     key_int(&w, "num_attention_heads", cfg->num_attention_heads);
+    if (qwen_moe) key_int(&w, "num_experts", m->num_experts);
+    if (moe) key_int(&w, "num_experts_per_tok", m->num_experts_per_tok);
     key_int(&w, "num_hidden_layers", cfg->num_layers);
     key_int(&w, "num_key_value_heads", cfg->num_key_value_heads);
-    if (moe) write_moe(&w, cfg);
+    if (mixtral) key_int(&w, "num_local_experts", m->num_experts);
+    if (moe) key_bool(&w, "output_router_logits", false);
     key_double(&w, "rms_norm_eps", cfg->rms_norm_eps);
     write_rope_scaling(&w, &cfg->rope_scaling);
     key_double(&w, "rope_theta", cfg->rope_theta);
+    if (moe) key_double(&w, "router_aux_loss_coef", m->aux_loss_coeff);
+    if (mixtral) key_double(&w, "router_jitter_noise", 0.0);
     if (qwen || cfg->family == FAMILY_MIXTRAL) {
         jw_key(&w, "sliding_window");
         jw_null(&w);
