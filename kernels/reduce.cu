@@ -1,6 +1,6 @@
 // reduce.cu: reductions the trainer needs: the sum of squares of a large
-// fp32 array (global grad norm; per-block partial sums in double, added on
-// the host in a fixed order) and column sums of a bf16 matrix into fp32
+// fp32 array, whole or over a list of chunks (global grad norm; per-block
+// partial sums in double, added on the host in a fixed order) and column sums of a bf16 matrix into fp32
 // (bias gradients).
 #include "../src/backend/cuda/cuda_kernels.h"
 #include "bf16.cuh"
@@ -22,6 +22,33 @@ __global__ void sum_squares_kernel(double *__restrict__ partial, const float *__
         for (int w = 0; w < kSumSqThreads / 32; w++) total += scratch[w];
         partial[blockIdx.x] = total;
     }
+}
+
+// The same over chunks: block b visits chunks b, b + gridDim.x, ...
+__global__ void sum_squares_chunks_kernel(double *__restrict__ partial, const float *__restrict__ x,
+                                          const CudaAdamWChunk *__restrict__ chunks, int num_chunks) {
+    __shared__ double scratch[kSumSqThreads / 32];
+    double sum = 0.0;
+    for (int c = blockIdx.x; c < num_chunks; c += gridDim.x) {
+        const float *p = x + chunks[c].offset;
+        for (unsigned i = threadIdx.x; i < chunks[c].length; i += blockDim.x) sum += (double)p[i] * (double)p[i];
+    }
+    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    if (lane == 0) scratch[warp] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        double total = 0.0;
+        for (int w = 0; w < kSumSqThreads / 32; w++) total += scratch[w];
+        partial[blockIdx.x] = total;
+    }
+}
+
+extern "C" cudaError_t cuda_sum_squares_chunks(double *partial, int num_partial, const float *x,
+                                               const CudaAdamWChunk *chunks, int num_chunks, cudaStream_t stream) {
+    if (num_partial <= 0 || num_chunks < 0) return cudaErrorInvalidValue;
+    sum_squares_chunks_kernel<<<num_partial, kSumSqThreads, 0, stream>>>(partial, x, chunks, num_chunks);
+    return cudaGetLastError();
 }
 
 extern "C" cudaError_t cuda_sum_squares(double *partial, int num_partial, const float *x, size_t n,

@@ -52,11 +52,37 @@ int nccl_check_async_error(NcclComm *comm, char *err, size_t errlen) {
     return -1;
 }
 
+static ncclDataType_t nccl_type(NcclDtype type) { return type == NCCL_DTYPE_BF16 ? ncclBfloat16 : ncclFloat32; }
+
+static void check(const NcclComm *comm, ncclResult_t r, const char *what, size_t count) {
+    if (r != ncclSuccess)
+        mt_die(MT_EXIT_FAILURE, "NCCL: rank %d of %d: %s of %zu elements failed: %s", comm->rank, comm->size, what,
+               count, ncclGetErrorString(r));
+}
+
 void nccl_all_reduce_avg_float(const NcclComm *comm, float *buf, size_t count, cudaStream_t stream) {
     if (count == 0) return;
-    ncclResult_t r = ncclAllReduce(buf, buf, count, ncclFloat32, ncclAvg, (ncclComm_t)comm->handle, stream);
-    if (r != ncclSuccess)
-        mt_die(MT_EXIT_FAILURE, "NCCL: rank %d: ncclAllReduce of %zu floats failed: %s", comm->rank, count,
-               ncclGetErrorString(r));
+    check(comm, ncclAllReduce(buf, buf, count, ncclFloat32, ncclAvg, (ncclComm_t)comm->handle, stream),
+          "ncclAllReduce (average)", count);
+}
+
+void nccl_all_reduce_sum(const NcclComm *comm, void *buf, size_t count, NcclDtype type, cudaStream_t stream) {
+    if (count == 0) return;
+    check(comm, ncclAllReduce(buf, buf, count, nccl_type(type), ncclSum, (ncclComm_t)comm->handle, stream),
+          "ncclAllReduce (sum)", count);
+}
+
+void nccl_all_gather(const NcclComm *comm, const void *send, void *recv, size_t count, NcclDtype type,
+                     cudaStream_t stream) {
+    if (count == 0) return;
+    check(comm, ncclAllGather(send, recv, count, nccl_type(type), (ncclComm_t)comm->handle, stream), "ncclAllGather",
+          count);
+}
+
+void nccl_reduce_scatter_sum(const NcclComm *comm, const void *send, void *recv, size_t count, NcclDtype type,
+                             cudaStream_t stream) {
+    if (count == 0) return;
+    check(comm, ncclReduceScatter(send, recv, count, nccl_type(type), ncclSum, (ncclComm_t)comm->handle, stream),
+          "ncclReduceScatter", count);
 }
 #endif

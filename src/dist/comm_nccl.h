@@ -26,7 +26,18 @@ void nccl_comm_destroy(NcclComm *comm);
  * communicator so that no kernel waits for it any longer. */
 int nccl_check_async_error(NcclComm *comm, char *err, size_t errlen);
 
+/* Element types of the device collectives: fp32, and bf16 as its raw 16 bits. */
+typedef enum NcclDtype { NCCL_DTYPE_FLOAT, NCCL_DTYPE_BF16 } NcclDtype;
+
 /* buf = mean over the group of buf (count floats, in place), enqueued on stream. */
 void nccl_all_reduce_avg_float(const NcclComm *comm, float *buf, size_t count, cudaStream_t stream);
+/* buf = sum over the group of buf (count elements, in place). */
+void nccl_all_reduce_sum(const NcclComm *comm, void *buf, size_t count, NcclDtype type, cudaStream_t stream);
+/* recv[r * count ...] = rank r's send (count elements each). */
+void nccl_all_gather(const NcclComm *comm, const void *send, void *recv, size_t count, NcclDtype type,
+                     cudaStream_t stream);
+/* recv (count elements) = sum over ranks of send[rank * count ...]. */
+void nccl_reduce_scatter_sum(const NcclComm *comm, const void *send, void *recv, size_t count, NcclDtype type,
+                             cudaStream_t stream);
 
 #endif

@@ -29,3 +29,8 @@ int launch_rank(void) {
     static const char *const names[] = {"OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", NULL};
     return env_int(names, 0);
 }
+
+int launch_local_size(void) {
+    static const char *const names[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE", NULL};
+    return env_int(names, 1);
+}

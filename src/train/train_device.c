@@ -13,20 +13,35 @@
 #include "../backend/cuda/cuda_device.h"
 #include "../backend/cuda/cuda_model.h"
 #include "../dist/comm.h"
-#include "../dist/comm_nccl.h"
+#include "../dist/device_comm.h"
 #include "../dist/launch_env.h"
 #include "../obs/energy.h"
 
-static NcclComm dp_nccl; /* the data-parallel group's NCCL communicator (one per process) */
+/* The device communicators of this process's groups. */
+static DeviceComm dp_comm, tp_comm;
 
 bool train_device_built(void) { return true; }
 
 /* Test hook: MEGATRAIN_NCCL_SINGLE_RANK=1 averages gradients through NCCL
  * even on one rank (a group of one), so the overlapped path runs on a
  * machine with a single GPU. */
-static bool nccl_wanted(const TrainContext *ctx) {
+static bool dp_sync_wanted(const TrainContext *ctx) {
     const char *single = getenv("MEGATRAIN_NCCL_SINGLE_RANK");
     return ctx->layout.dp_size > 1 || (single && strcmp(single, "1") == 0);
+}
+
+/* Whether device collectives go through the host (device_comm.h): when
+ * MEGATRAIN_DEVICE_COMM is "host", or when this machine runs more ranks than
+ * it has GPUs (NCCL refuses two ranks of a communicator on one GPU). 0, or
+ * -1 with err set for an unknown value. */
+static int staged_wanted(int devices, bool *staged, char *err, size_t errlen) {
+    const char *how = getenv("MEGATRAIN_DEVICE_COMM");
+    if (how && *how && strcmp(how, "host") != 0 && strcmp(how, "nccl") != 0) {
+        mt_set_error(err, errlen, "MEGATRAIN_DEVICE_COMM: expected host or nccl, found '%s'", how);
+        return -1;
+    }
+    *staged = how && *how ? strcmp(how, "host") == 0 : launch_local_size() > devices;
+    return 0;
 }
 
 int train_device_attach(TrainContext *ctx, char *err, size_t errlen) {
@@ -39,11 +54,25 @@ int train_device_attach(TrainContext *ctx, char *err, size_t errlen) {
     cuda_model_upload(ctx->cuda, NULL, ctx->optimizer.m, ctx->optimizer.v);
     mt_log("device: %s, %.2f GiB allocated for weights, gradients, AdamW states and activations",
            cuda_model_device_name(ctx->cuda), (double)cuda_model_bytes(ctx->cuda) / 1073741824.0);
-    if (nccl_wanted(ctx)) {
-        if (nccl_comm_create(&dp_nccl, comm_world(), err, errlen) != 0) return -1;
-        cuda_model_set_grad_sync(ctx->cuda, &dp_nccl);
-        mt_log("data parallel: %d GPU(s), gradients averaged with NCCL layer by layer during the backward",
-               dp_nccl.size);
+    bool staged = false;
+    if (staged_wanted(count, &staged, err, errlen) != 0) return -1;
+    const bool tp = ctx->layout.tp > 1, dp = dp_sync_wanted(ctx);
+    if ((tp || dp) && staged)
+        mt_log("device collectives: staged through the host over MPI (%s): slow, for checking layouts on fewer GPUs "
+               "than ranks", getenv("MEGATRAIN_DEVICE_COMM") ? "MEGATRAIN_DEVICE_COMM=host"
+                                                              : "more ranks on this machine than GPUs");
+    /* every rank creates its tp communicator first, then its dp one: the same order everywhere */
+    if (tp) {
+        if (device_comm_create(&tp_comm, &ctx->grid.groups[GROUP_TP], staged, err, errlen) != 0) return -1;
+        cuda_model_set_tp_comm(ctx->cuda, &tp_comm);
+        mt_log("tensor parallel: %d GPUs%s, activations summed with %s", tp_comm.size,
+               ctx->part.sequence_parallel ? " with sequence parallel" : "", staged ? "MPI" : "NCCL");
+    }
+    if (dp) {
+        if (device_comm_create(&dp_comm, &ctx->grid.groups[GROUP_DP], staged, err, errlen) != 0) return -1;
+        cuda_model_set_grad_sync(ctx->cuda, &dp_comm);
+        mt_log("data parallel: %d GPU(s), gradients averaged with %s layer by layer during the backward",
+               dp_comm.size, staged ? "MPI" : "NCCL");
     }
     return 0;
 }
@@ -51,7 +80,8 @@ int train_device_attach(TrainContext *ctx, char *err, size_t errlen) {
 void train_device_detach(TrainContext *ctx) {
     cuda_model_free(ctx->cuda);
     ctx->cuda = NULL;
-    nccl_comm_destroy(&dp_nccl);
+    device_comm_destroy(&dp_comm);
+    device_comm_destroy(&tp_comm);
 }
 
 void train_device_backward(TrainContext *ctx, float loss_scale, bool last_micro_batch) {

@@ -65,11 +65,11 @@ static int check_supported(const Recipe *recipe, const TrainLayout *layout, char
             return MT_EXIT_USAGE;
         }
     }
-    if (cuda && layout->model_parallel) {
+    if (cuda && (layout->pp > 1 || layout->cp > 1)) {
         mt_set_error(err, errlen,
-                     "parallel: tp %d, pp %d, cp %d: on GPUs only data parallel runs yet (tp, pp and cp run on the "
-                     "CPU); set them to 1 for run.device: cuda",
-                     layout->tp, layout->pp, layout->cp);
+                     "parallel: pp %d, cp %d: on GPUs data and tensor parallel run (with sequence_parallel), pipeline "
+                     "and context parallel not yet (they run on the CPU); set pp and cp to 1 for run.device: cuda",
+                     layout->pp, layout->cp);
         return MT_EXIT_USAGE;
     }
     const TrainConfig *train = &recipe->train;

@@ -309,6 +309,113 @@ static void test_sum_squares(Rng *rng, long n) {
     cudaFree(d_x); cudaFree(d_part); free(x);
 }
 
+/* Vocab-parallel cross entropy (tensor parallel) on one GPU: the logits cut
+ * into `ranks` column blocks, each block's stats, the gathered stats merged:
+ * the same losses as the whole vocabulary's, and each block's backward equal
+ * to those columns of the whole backward. */
+static void test_cross_entropy_columns(Rng *rng, int N, int V, int ranks) {
+    printf("cross_entropy vocab-parallel N=%d V=%d ranks=%d\n", N, V, ranks);
+    const int Vr = V / ranks;
+    float *logits = rand_bf16_values(rng, (long)N * V, 3.0);
+    int32_t *targets = malloc((size_t)N * sizeof(int32_t));
+    for (int n = 0; n < N; n++) targets[n] = n % 5 == 3 ? -1 : (int32_t)rng_below(rng, (uint64_t)V);
+    float *losses = malloc((size_t)N * sizeof(float)), *dl = malloc((size_t)N * V * sizeof(float));
+    cpu_backend.cross_entropy_forward(losses, logits, targets, N, V);
+    const float dloss = 0.37f;
+    cpu_backend.cross_entropy_backward(dl, logits, targets, dloss, N, V);
+    float *block = malloc((size_t)N * Vr * sizeof(float)), *dl_block = malloc((size_t)N * Vr * sizeof(float));
+    int32_t *d_targets = dev_copy(targets, (size_t)N * sizeof(int32_t));
+    float *d_gathered = dev_f32(NULL, (long)ranks * N * 3), *d_losses = dev_f32(NULL, N), *d_lse = dev_f32(NULL, N);
+    uint16_t **d_blocks = malloc((size_t)ranks * sizeof *d_blocks);
+    for (int r = 0; r < ranks; r++) {
+        for (int n = 0; n < N; n++) memcpy(block + (size_t)n * Vr, logits + (size_t)n * V + (size_t)r * Vr, (size_t)Vr * sizeof(float));
+        d_blocks[r] = dev_bf16(block, (long)N * Vr);
+        CHECK_CUDA(cuda_cross_entropy_stats(d_gathered + (size_t)r * N * 3, d_blocks[r], d_targets, r * Vr, N, Vr, 0));
+    }
+    CHECK_CUDA(cuda_cross_entropy_combine(d_losses, d_lse, d_gathered, d_targets, N, ranks, 0));
+    float *g_losses = host_from_f32(d_losses, N);
+    check("forward losses merged over the blocks", rel_max(g_losses, losses, N), 1e-5);
+    double worst = 0.0;
+    for (int r = 0; r < ranks; r++) {
+        CHECK_CUDA(cuda_cross_entropy_backward_columns(d_blocks[r], d_lse, d_targets, r * Vr, dloss, N, Vr, 0));
+        float *g_dl = host_from_bf16(d_blocks[r], (long)N * Vr);
+        for (int n = 0; n < N; n++) memcpy(dl_block + (size_t)n * Vr, dl + (size_t)n * V + (size_t)r * Vr, (size_t)Vr * sizeof(float));
+        const double e = rel_max(g_dl, dl_block, (long)N * Vr);
+        if (!(e <= worst)) worst = e;
+        free(g_dl);
+        cudaFree(d_blocks[r]);
+    }
+    check("backward of every block's columns", worst, 8e-3);
+    cudaFree(d_targets); cudaFree(d_gathered); cudaFree(d_losses); cudaFree(d_lse);
+    free(d_blocks); free(logits); free(targets); free(losses); free(dl); free(block); free(dl_block); free(g_losses);
+}
+
+/* The vocab-parallel embedding: the ranks' row blocks, their outputs summed, give the whole lookup;
+ * each block's backward adds exactly its rows of the whole backward. */
+static void test_embedding_rows(Rng *rng, int N, int V, int C, int ranks) {
+    printf("embedding vocab-parallel N=%d V=%d C=%d ranks=%d\n", N, V, C, ranks);
+    const int Vr = V / ranks;
+    float *table = rand_bf16_values(rng, (long)V * C, 1.0), *dout = rand_bf16_values(rng, (long)N * C, 1.0);
+    int32_t *tokens = malloc((size_t)N * sizeof(int32_t));
+    for (int n = 0; n < N; n++) tokens[n] = (int32_t)rng_below(rng, (uint64_t)V);
+    float *out = malloc((size_t)N * C * sizeof(float)), *dtable = calloc((size_t)V * C, sizeof(float));
+    cpu_backend.embedding_forward(out, tokens, table, N, C);
+    cpu_backend.embedding_backward(dtable, dout, tokens, N, C);
+    float *sum = calloc((size_t)N * C, sizeof(float)), *got_dtable = malloc((size_t)V * C * sizeof(float));
+    float *d_dout = dev_f32(dout, (long)N * C);
+    int32_t *d_tokens = dev_copy(tokens, (size_t)N * sizeof(int32_t));
+    uint16_t *d_out = dev_bf16(out, (long)N * C);
+    for (int r = 0; r < ranks; r++) {
+        uint16_t *d_table = dev_bf16(table + (size_t)r * Vr * C, (long)Vr * C);
+        float *d_dtable = dev_f32(NULL, (long)Vr * C);
+        CHECK_CUDA(cuda_embedding_forward_rows(d_out, d_tokens, d_table, r * Vr, Vr, N, C, 0));
+        CHECK_CUDA(cuda_embedding_backward_rows(d_dtable, d_dout, d_tokens, r * Vr, Vr, N, C, 0));
+        float *g_out = host_from_bf16(d_out, (long)N * C), *g_dt = host_from_f32(d_dtable, (long)Vr * C);
+        for (long i = 0; i < (long)N * C; i++) sum[i] += g_out[i]; /* one block holds each token: exact */
+        memcpy(got_dtable + (size_t)r * Vr * C, g_dt, (size_t)Vr * C * sizeof(float));
+        free(g_out); free(g_dt);
+        cudaFree(d_table); cudaFree(d_dtable);
+    }
+    check("forward: the blocks' rows summed (exact)", rel_max(sum, out, (long)N * C), 0.0);
+    check("backward: each block its rows (fp32 atomics)", rel_max(got_dtable, dtable, (long)V * C), 1e-6);
+    cudaFree(d_dout); cudaFree(d_tokens); cudaFree(d_out);
+    free(table); free(dout); free(tokens); free(out); free(dtable); free(sum); free(got_dtable);
+}
+
+/* The sum of squares over a chunk list (the grad norm of the parameters a tp rank counts). */
+static void test_sum_squares_chunks(Rng *rng, long n) {
+    printf("sum_squares over chunks n=%ld\n", n);
+    float *x = rand_bf16_values(rng, n, 1.0);
+    CudaAdamWChunk chunks[64];
+    int nchunks = 0;
+    double ref = 0.0;
+    for (long start = 0; start < n && nchunks < 64; start += 3 * (long)MT_ADAMW_CHUNK / 2) { /* every other half-gap */
+        const long len = n - start < MT_ADAMW_CHUNK ? n - start : MT_ADAMW_CHUNK;
+        chunks[nchunks++] = (CudaAdamWChunk){(size_t)start, (unsigned)len, 1};
+        for (long i = start; i < start + len; i++) ref += (double)x[i] * x[i];
+    }
+    float *d_x = dev_f32(x, n);
+    CudaAdamWChunk *d_chunks = dev_copy(chunks, (size_t)nchunks * sizeof *chunks);
+    double *d_part, part[256], got = 0.0;
+    CHECK_CUDA(cudaMalloc((void **)&d_part, sizeof part));
+    CHECK_CUDA(cuda_sum_squares_chunks(d_part, 256, d_x, d_chunks, nchunks, 0));
+    CHECK_CUDA(cudaMemcpy(part, d_part, sizeof part, cudaMemcpyDeviceToHost));
+    for (int i = 0; i < 256; i++) got += part[i];
+    check("sum of squares of the chunks only", fabs(got - ref) / ref, 1e-6);
+    cudaFree(d_x); cudaFree(d_chunks); cudaFree(d_part); free(x);
+}
+
+static void test_add(Rng *rng, long n) {
+    printf("add_bf16 n=%ld\n", n);
+    float *a = rand_bf16_values(rng, n, 1.0), *b = rand_bf16_values(rng, n, 1.0), *ref = malloc((size_t)n * sizeof(float));
+    for (long i = 0; i < n; i++) ref[i] = round_bf16(a[i] + b[i]);
+    uint16_t *d_a = dev_bf16(a, n), *d_b = dev_bf16(b, n);
+    CHECK_CUDA(cuda_add_bf16(d_a, d_a, d_b, (size_t)n, 0)); /* in place, as the model calls it */
+    float *got = host_from_bf16(d_a, n);
+    check("a + b rounded once (exact)", rel_max(got, ref, n), 0.0);
+    cudaFree(d_a); cudaFree(d_b); free(a); free(b); free(ref); free(got);
+}
+
 int main(void) {
     char err[512];
     if (cuda_context_create(&ctx, 0, err, sizeof err) != 0) {
@@ -336,6 +443,13 @@ int main(void) {
     test_embedding(&rng, 100, 64, 48);
     test_adamw(&rng, 300000);
     test_sum_squares(&rng, 1000003);
+    test_cross_entropy_columns(&rng, 23, 1000, 2);
+    test_cross_entropy_columns(&rng, 9, 1024, 4);   /* 8-wide path */
+    test_cross_entropy_columns(&rng, 5, 151936, 2);
+    test_embedding_rows(&rng, 100, 64, 48, 2);
+    test_embedding_rows(&rng, 77, 128, 64, 4);
+    test_sum_squares_chunks(&rng, 1000003);
+    test_add(&rng, 100003);
     cuda_gemm_cache_clear();
     cuda_context_destroy(&ctx);
     printf("\n%d passed, %d failed\n", passed, failed);

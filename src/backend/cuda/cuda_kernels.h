@@ -85,6 +85,14 @@ cudaError_t cuda_embedding_forward(uint16_t *out, const int32_t *tokens, const u
 cudaError_t cuda_embedding_backward(float *dtable, const float *dout, const int32_t *tokens, int N, int C,
                                     cudaStream_t stream);
 
+/* The same for one tensor-parallel rank's rows [vocab_start, vocab_start +
+ * rows) of the table: other tokens give zero rows forward (the tp sum adds
+ * the owner's) and add nothing backward. */
+cudaError_t cuda_embedding_forward_rows(uint16_t *out, const int32_t *tokens, const uint16_t *table, int vocab_start,
+                                        int rows, int N, int C, cudaStream_t stream);
+cudaError_t cuda_embedding_backward_rows(float *dtable, const float *dout, const int32_t *tokens, int vocab_start,
+                                         int rows, int N, int C, cudaStream_t stream);
+
 /* ---- kernels/qkv_rope.cu ----------------------------------------------- */
 
 /* qkv (N, H*D + 2*KVH*D): q heads | k heads | v heads of each token (position
@@ -123,11 +131,37 @@ cudaError_t cuda_cross_entropy_forward(float *losses, float *lse, const uint16_t
 cudaError_t cuda_cross_entropy_backward(uint16_t *logits, const float *lse, const int32_t *targets, float dloss, int N,
                                         int V, cudaStream_t stream);
 
+/* Vocab-parallel cross entropy (tensor parallel): logits (N, V) are this
+ * rank's columns [vocab_start, vocab_start + V).
+ * stats (N, 3): each row's max, sum of exp(logit - max) over these columns,
+ * and the target's logit when this rank holds its column (else 0);
+ * ignored rows give (-inf, 0, 0). */
+cudaError_t cuda_cross_entropy_stats(float *stats, const uint16_t *logits, const int32_t *targets, int vocab_start,
+                                     int N, int V, cudaStream_t stream);
+/* gathered (ranks, N, 3): every rank's stats in rank order; losses and lse
+ * as cuda_cross_entropy_forward gives for the whole vocabulary (merged in
+ * rank order: the same bits on every rank). */
+cudaError_t cuda_cross_entropy_combine(float *losses, float *lse, const float *gathered, const int32_t *targets,
+                                       int N, int ranks, cudaStream_t stream);
+/* cuda_cross_entropy_backward for the columns [vocab_start, vocab_start + V). */
+cudaError_t cuda_cross_entropy_backward_columns(uint16_t *logits, const float *lse, const int32_t *targets,
+                                                int vocab_start, float dloss, int N, int V, cudaStream_t stream);
+
+/* ---- kernels/add.cu ---------------------------------------------------- */
+
+/* out[i] = bf16(a[i] + b[i]) (fp32 sum); out may be a or b. */
+cudaError_t cuda_add_bf16(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n, cudaStream_t stream);
+
 /* ---- kernels/reduce.cu ------------------------------------------------- */
 
 /* partial[b] = sum of x[i]^2 over the elements block b visits (num_partial
  * blocks); the caller adds the partials (in double, in order). */
 cudaError_t cuda_sum_squares(double *partial, int num_partial, const float *x, size_t n, cudaStream_t stream);
+/* The same over the floats of chunks (a device array; their decay flags are
+ * not read): the grad norm of the parameters a rank counts (tensor parallel
+ * leaves out the copies another rank counts). */
+cudaError_t cuda_sum_squares_chunks(double *partial, int num_partial, const float *x, const CudaAdamWChunk *chunks,
+                                    int num_chunks, cudaStream_t stream);
 /* out[c] += sum_n x[n * ld + c] for c < C (bf16 in, fp32 out; bias gradients). */
 cudaError_t cuda_column_sum_accumulate(float *out, const uint16_t *x, int N, int C, int ld, cudaStream_t stream);
 

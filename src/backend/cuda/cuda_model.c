@@ -1,127 +1,28 @@
-/* cuda_model.c: the dense transformer on one GPU (see cuda_model.h).
- *
- * Per layer, forward (bf16 activations, fp32 statistics):
- *   attn_normed = rmsnorm(resid_in)
- *   qkv         = attn_normed @ [Wq; Wk; Wv]^T   one product when the three
- *                 weights are adjacent in the registry (no biases), else three
- *                 products with the bias epilogue into column slices of qkv
- *   q, k, v     = qkv_rope(qkv)                  qk-norm + RoPE + split, one kernel
- *   attn_out    = flash attention(q, k, v)       lse kept, never T x T
- *   resid_mid   = resid_in + attn_out @ Wo^T     residual add in the epilogue
- *   mlp_normed  = rmsnorm(resid_mid)
- *   gate_up     = mlp_normed @ [Wgate; Wup]^T    gate and up are adjacent: one product
- *   act         = silu(gate) * up
- *   out         = resid_mid + act @ Wdown^T      residual add in the epilogue
- * then final norm, logits (bf16) and the fused cross entropy, whose backward
- * overwrites the logits with their gradient. The residual stream's gradient
- * is accumulated in fp32 (d_resid) and mirrored in bf16 (d_resid16) for the
- * products; weight gradients accumulate in fp32 straight from cuBLASLt. */
-#include "cuda_model.h"
-
+/* cuda_model.c: the CUDA model's creation (see cuda_model.h): one arena
+ * for everything, the registry's offsets, the host copies, and the
+ * optimizer's grad norm and AdamW; the passes are in cuda_model_pass.c and
+ * tensor parallel in cuda_model_parallel.c (cuda_model_internal.h). */
 #include <math.h>
-#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../core/timer.h"
+#include "../../dist/dp_sync.h"
 #include "../backend.h"
-#include "cuda_check.h"
-#include "cuda_context.h"
-#include "cuda_gemm.h"
-#include "cuda_kernels.h"
-#include "../../dist/comm_nccl.h"
+#include "cuda_model_internal.h"
 
-typedef uint16_t bf16_t;
-
-/* MEGATRAIN_CUDA_PROFILE=N: every op is timed (the stream is synchronised
- * around it, so the run is slower) and the totals per kind of op are printed
- * after the first N optimizer steps (the first step included: it holds the
- * one-time choices of cuBLASLt algorithms). */
-typedef enum {
-    PROF_GEMM, PROF_ATTN_FWD, PROF_ATTN_BWD, PROF_NORM, PROF_ROPE, PROF_SWIGLU, PROF_LOSS, PROF_EMBED,
-    PROF_OPTIMIZER, PROF_COUNT
-} ProfKind;
 static const char *const prof_names[PROF_COUNT] = {
     "matrix products (cuBLASLt)", "attention forward", "attention backward", "rmsnorm", "qk-norm + rope",
-    "swiglu", "cross entropy", "embedding", "grad norm + AdamW"};
+    "swiglu", "cross entropy", "embedding", "tensor-parallel collectives", "grad norm + AdamW"};
 
-/* Offsets (in floats) of one layer's parameters in the flat layout; -1 when absent. */
-typedef struct LayerOffsets {
-    long attn_norm, q, q_bias, k, k_bias, v, v_bias, q_norm, k_norm, o, mlp_norm, gate, up, down;
-} LayerOffsets;
-
-/* What forward keeps of one layer. */
-typedef struct LayerSaved {
-    bf16_t *resid_in, *attn_normed, *qkv, *q, *k, *v, *attn_out, *resid_mid, *mlp_normed, *gate_up, *act;
-    float *attn_rstd, *q_rstd, *k_rstd, *lse, *mlp_rstd;
-} LayerSaved;
-
-struct CudaModel {
-    ModelConfig cfg;
-    const ParamInfo *info;     /* the host model's registry */
-    int num_params;
-    long num_floats;
-    int max_B, max_T, B, T;
-    CudaContext ctx;
-    char device_name[320];
-
-    void *arena;               /* the one allocation */
-    size_t arena_bytes, peak_used;
-    float *params, *grads, *exp_avg, *exp_avg_sq;
-    bf16_t *params16;
-    LayerOffsets *layers;
-    long embed, final_norm, lm_head;
-    int qkv_fused;             /* q, k, v weights adjacent (no biases): one product */
-
-    float *rope_cos, *rope_sin;
-    int32_t *inputs, *targets; /* device, max_B * max_T */
-    int32_t *host_targets;
-    LayerSaved *saved;
-    bf16_t *final_resid, *final_normed, *logits;
-    float *final_rstd, *losses, *ce_lse;
-    float *host_losses;
-    long num_targets;
-    int backward_ready;
-
-    /* backward scratch */
-    float *d_resid;
-    bf16_t *d_resid16, *d_normed, *d_act, *d_gate_up, *d_attn_out, *dq, *dk, *dv, *d_qkv;
-    void *attn_workspace;
-
-    /* data-parallel gradient averaging (cuda_model_set_grad_sync) */
-    NcclComm *grad_sync;
-    cudaStream_t comm_stream;
-    cudaEvent_t *layer_done;   /* num_layers + 1: one per layer, one for the rest */
-    cudaEvent_t comm_done;
-    long *layer_begin, *layer_end; /* each layer's [begin, end) in the flat layout */
-
-    int prof_on, prof_steps;
-    double prof_t0, prof_s[PROF_COUNT];
-    long prof_calls[PROF_COUNT];
-
-    CudaAdamWChunk *chunks;    /* device */
-    int num_chunks;
-    double *norm_partial, *host_norm_partial;
-};
-
-enum { NORM_PARTIALS = 1024 };
-
-/* Run a statement (an op's launch) and, when profiling, time it as `kind`. */
-#define TIMED(m, kind, ...)      \
-    do {                         \
-        prof_begin(m);           \
-        __VA_ARGS__;             \
-        prof_end(m, kind);       \
-    } while (0)
-
-static void prof_begin(CudaModel *m) {
+void cuda_prof_begin(CudaModel *m) {
     if (!m->prof_on) return;
     CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
     m->prof_t0 = mt_now();
 }
 
-static void prof_end(CudaModel *m, ProfKind kind) {
+void cuda_prof_end(CudaModel *m, ProfKind kind) {
     if (!m->prof_on) return;
     CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
     m->prof_s[kind] += mt_now() - m->prof_t0;
@@ -160,8 +61,9 @@ static void *carve(Carver *c, size_t bytes) {
 static void layout(CudaModel *m, Carver *c) {
     const ModelConfig *cfg = &m->cfg;
     const size_t P = (size_t)m->num_floats, N = (size_t)m->max_B * m->max_T;
-    const size_t C = cfg->hidden_size, I = cfg->intermediate_size, D = cfg->head_dim;
-    const size_t H = cfg->num_attention_heads, KVH = cfg->num_key_value_heads, V = cfg->vocab_size;
+    const size_t R = m->sp ? N / (size_t)m->tp : N; /* residual rows */
+    const size_t C = cfg->hidden_size, I = m->I, D = cfg->head_dim;
+    const size_t H = m->H, KVH = m->KVH, V = m->V;
     const size_t HD = H * D, KVD = KVH * D, QKV = HD + 2 * KVD;
     CARVE(c, m->params, P);
     CARVE(c, m->grads, P);
@@ -174,36 +76,52 @@ static void layout(CudaModel *m, Carver *c) {
     CARVE(c, m->targets, N);
     for (int l = 0; l < cfg->num_layers; l++) {
         LayerSaved *s = &m->saved[l];
-        if (l == 0) CARVE(c, s->resid_in, N * C); /* later layers read the previous layer's output */
-        CARVE(c, s->attn_normed, N * C);
+        if (l == 0) CARVE(c, s->resid_in, R * C); /* later layers read the previous layer's output */
+        CARVE(c, s->attn_normed, R * C);
+        if (m->sp) CARVE(c, s->attn_in, N * C);
+        else s->attn_in = s->attn_normed;
         CARVE(c, s->qkv, N * QKV);
         CARVE(c, s->q, N * HD);
         CARVE(c, s->k, N * KVD);
         CARVE(c, s->v, N * KVD);
         CARVE(c, s->attn_out, N * HD);
-        CARVE(c, s->resid_mid, N * C);
-        CARVE(c, s->mlp_normed, N * C);
+        CARVE(c, s->resid_mid, R * C);
+        CARVE(c, s->mlp_normed, R * C);
+        if (m->sp) CARVE(c, s->mlp_in, N * C);
+        else s->mlp_in = s->mlp_normed;
         CARVE(c, s->gate_up, N * 2 * I);
         CARVE(c, s->act, N * I);
-        CARVE(c, s->attn_rstd, N);
-        CARVE(c, s->mlp_rstd, N);
+        CARVE(c, s->attn_rstd, R);
+        CARVE(c, s->mlp_rstd, R);
         CARVE(c, s->lse, N * H);
         if (cfg->qk_norm) {
             CARVE(c, s->q_rstd, N * H);
             CARVE(c, s->k_rstd, N * KVH);
         }
         bf16_t *out;
-        CARVE(c, out, N * C);
+        CARVE(c, out, R * C);
         if (l + 1 < cfg->num_layers) m->saved[l + 1].resid_in = out;
         else m->final_resid = out;
     }
-    CARVE(c, m->final_normed, N * C);
-    CARVE(c, m->final_rstd, N);
+    CARVE(c, m->final_normed, R * C);
+    if (m->sp) CARVE(c, m->final_in, N * C);
+    else m->final_in = m->final_normed;
+    CARVE(c, m->final_rstd, R);
     CARVE(c, m->logits, N * V);
     CARVE(c, m->losses, N);
     CARVE(c, m->ce_lse, N);
-    CARVE(c, m->d_resid, N * C);
-    CARVE(c, m->d_resid16, N * C);
+    if (m->tp > 1) {
+        CARVE(c, m->ce_stats, N * 3);
+        CARVE(c, m->ce_gathered, (size_t)m->tp * N * 3);
+    }
+    if (m->sp) {
+        CARVE(c, m->tp_rows, N * C);
+        CARVE(c, m->d_full16, N * C);
+        CARVE(c, m->d_full32, N * C);
+        CARVE(c, m->d_normed_shard, R * C);
+    }
+    CARVE(c, m->d_resid, R * C);
+    CARVE(c, m->d_resid16, R * C);
     CARVE(c, m->d_normed, N * C);
     CARVE(c, m->d_act, N * I);
     CARVE(c, m->d_gate_up, N * 2 * I);
@@ -214,6 +132,7 @@ static void layout(CudaModel *m, Carver *c) {
     CARVE(c, m->d_qkv, N * QKV);
     m->attn_workspace = carve(c, cuda_attention_workspace_bytes(m->max_B, m->max_T, (int)H, (int)KVH, (int)D));
     CARVE(c, m->chunks, m->num_chunks);
+    CARVE(c, m->norm_chunks, m->num_norm_chunks);
     CARVE(c, m->norm_partial, NORM_PARTIALS);
 }
 
@@ -256,28 +175,50 @@ static void find_offsets(CudaModel *m, const Model *host) {
         o->gate = offset_of(host, "layers.%d.mlp.gate_proj.weight", l, 1);
         o->up = offset_of(host, "layers.%d.mlp.up_proj.weight", l, 1);
         o->down = offset_of(host, "layers.%d.mlp.down_proj.weight", l, 1);
-        const long C = cfg->hidden_size, I = cfg->intermediate_size;
-        const long HD = (long)cfg->num_attention_heads * cfg->head_dim;
-        const long KVD = (long)cfg->num_key_value_heads * cfg->head_dim;
+        const long C = cfg->hidden_size, I = m->I;
+        const long HD = (long)m->H * cfg->head_dim, KVD = (long)m->KVH * cfg->head_dim;
         if (o->up != o->gate + I * C)
             mt_die(MT_EXIT_FAILURE, "CUDA model: layer %d: gate_proj and up_proj are not adjacent", l);
         const int fused = o->k == o->q + HD * C && o->v == o->k + KVD * C && o->q_bias < 0;
         if (l == 0) m->qkv_fused = fused;
         else if (fused != m->qkv_fused) mt_die(MT_EXIT_FAILURE, "CUDA model: layers differ in q/k/v layout");
+        /* A layer's parameters are contiguous in the registry: attn_norm first, down_proj last. */
+        m->layer_begin[l] = o->attn_norm;
+        m->layer_end[l] = o->down + C * I;
+        if (l > 0 && m->layer_begin[l] != m->layer_end[l - 1])
+            mt_die(MT_EXIT_FAILURE, "CUDA model: layer %d's parameters do not follow layer %d's", l, l - 1);
     }
     m->embed = offset_of(host, "embed.weight", 0, 1);
     m->final_norm = offset_of(host, "final_norm.weight", 0, 1);
     m->lm_head = cfg->tie_word_embeddings ? m->embed : offset_of(host, "lm_head.weight", 0, 1);
 }
 
-/* AdamW chunks: every parameter cut into runs of at most MT_ADAMW_CHUNK floats. */
-static CudaAdamWChunk *build_chunks(const Model *host, int *count) {
+/* The gradients that are partial sums over tp (ParamInfo.tp_partial_grad), with their layers. */
+static void find_tp_partial(CudaModel *m, const Model *host) {
+    m->tp_partial = mt_calloc((size_t)host->num_params + 1, sizeof *m->tp_partial);
+    for (int i = 0; i < host->num_params; i++) {
+        const ParamInfo *p = &host->param_info[i];
+        if (!p->tp_partial_grad) continue;
+        int layer = -1;
+        for (int l = 0; l < m->cfg.num_layers; l++)
+            if ((long)p->offset >= m->layer_begin[l] && (long)p->offset < m->layer_end[l]) layer = l;
+        m->tp_partial[m->num_tp_partial++] = (TpPartialGrad){.offset = (long)p->offset, .numel = p->numel,
+                                                             .layer = layer};
+    }
+}
+
+/* Chunks: every parameter (only those this rank counts in the grad norm,
+ * with owned_only) cut into runs of at most MT_ADAMW_CHUNK floats. */
+static CudaAdamWChunk *build_chunks(const Model *host, bool owned_only, int *count) {
     int n = 0;
-    for (int i = 0; i < host->num_params; i++) n += (int)((host->param_info[i].numel + MT_ADAMW_CHUNK - 1) / MT_ADAMW_CHUNK);
-    CudaAdamWChunk *chunks = mt_malloc((size_t)n * sizeof *chunks);
+    for (int i = 0; i < host->num_params; i++)
+        if (!owned_only || host->param_info[i].norm_owner)
+            n += (int)((host->param_info[i].numel + MT_ADAMW_CHUNK - 1) / MT_ADAMW_CHUNK);
+    CudaAdamWChunk *chunks = mt_malloc((size_t)(n > 0 ? n : 1) * sizeof *chunks);
     int k = 0;
     for (int i = 0; i < host->num_params; i++) {
         const ParamInfo *p = &host->param_info[i];
+        if (owned_only && !p->norm_owner) continue;
         for (long start = 0; start < p->numel; start += MT_ADAMW_CHUNK) {
             long len = p->numel - start < MT_ADAMW_CHUNK ? p->numel - start : MT_ADAMW_CHUNK;
             chunks[k++] = (CudaAdamWChunk){.offset = p->offset + (size_t)start, .length = (unsigned)len,
@@ -306,6 +247,22 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
         free(m);
         return NULL;
     }
+    const ModelPartition *part = &host->part;
+    if (part->cp > 1 || part->num_chunks != 1 || !part->has_embed || !part->has_head ||
+        part->num_layers != m->cfg.num_layers || part->ep > 1) {
+        mt_set_error(err, errlen, "the CUDA model holds whole layers of one pipeline stage with tensor parallel only "
+                     "(cp %d, ep %d, layers %d of %d)", part->cp, part->ep, part->num_layers, m->cfg.num_layers);
+        free(m);
+        return NULL;
+    }
+    m->tp = part->tp > 1 ? part->tp : 1;
+    m->tp_rank = m->tp > 1 ? part->tp_rank : 0;
+    m->sp = m->tp > 1 && part->sequence_parallel;
+    m->H = m->cfg.num_attention_heads / m->tp;
+    m->KVH = m->cfg.num_key_value_heads / m->tp;
+    m->I = m->cfg.intermediate_size / m->tp;
+    m->V = m->cfg.vocab_size / m->tp;
+    m->vocab_start = m->V * m->tp_rank;
     if (cuda_context_create(&m->ctx, device, err, errlen) != 0) {
         free(m);
         return NULL;
@@ -317,8 +274,15 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
 
     m->layers = mt_calloc((size_t)m->cfg.num_layers, sizeof *m->layers);
     m->saved = mt_calloc((size_t)m->cfg.num_layers, sizeof *m->saved);
+    m->layer_begin = mt_malloc((size_t)m->cfg.num_layers * sizeof(long));
+    m->layer_end = mt_malloc((size_t)m->cfg.num_layers * sizeof(long));
     find_offsets(m, host);
-    CudaAdamWChunk *chunks = build_chunks(host, &m->num_chunks);
+    find_tp_partial(m, host);
+    CudaAdamWChunk *chunks = build_chunks(host, false, &m->num_chunks);
+    /* tensor parallel: the replicated weights are counted in the grad norm by tp rank 0 only */
+    bool all_owned = true;
+    for (int i = 0; i < host->num_params; i++) all_owned = all_owned && host->param_info[i].norm_owner;
+    CudaAdamWChunk *norm_chunks = all_owned ? NULL : build_chunks(host, true, &m->num_norm_chunks);
 
     Carver counter = {NULL, 0};
     layout(m, &counter);
@@ -334,6 +298,7 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
                      device, m->arena_bytes / 1073741824.0, max_B, max_T, free_bytes / 1073741824.0,
                      total / 1073741824.0);
         free(chunks);
+        free(norm_chunks);
         cuda_model_free(m);
         return NULL;
     }
@@ -351,6 +316,10 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
     free(sin_table);
     copy_in_order(m, m->chunks, chunks, (size_t)m->num_chunks * sizeof *chunks, cudaMemcpyHostToDevice);
     free(chunks);
+    if (norm_chunks)
+        copy_in_order(m, m->norm_chunks, norm_chunks, (size_t)m->num_norm_chunks * sizeof *norm_chunks,
+                      cudaMemcpyHostToDevice);
+    free(norm_chunks);
     m->host_targets = mt_malloc((size_t)max_B * max_T * sizeof(int32_t));
     m->host_losses = mt_malloc((size_t)max_B * max_T * sizeof(float));
     m->host_norm_partial = mt_malloc(NORM_PARTIALS * sizeof(double));
@@ -367,8 +336,6 @@ void cuda_model_free(CudaModel *m) {
         cudaEventDestroy(m->comm_done);
         cudaStreamDestroy(m->comm_stream);
         free(m->layer_done);
-        free(m->layer_begin);
-        free(m->layer_end);
     }
     if (m->arena) {
         cudaStreamSynchronize(m->ctx.stream);
@@ -377,6 +344,9 @@ void cuda_model_free(CudaModel *m) {
     cuda_gemm_cache_clear();
     cuda_context_destroy(&m->ctx);
     free(m->layers);
+    free(m->layer_begin);
+    free(m->layer_end);
+    free(m->tp_partial);
     free(m->saved);
     free(m->host_targets);
     free(m->host_losses);
@@ -415,7 +385,7 @@ void cuda_model_upload_grads(CudaModel *m, const float *grads) {
 }
 
 void cuda_model_download_logits(CudaModel *m, float *logits) {
-    const size_t n = (size_t)m->B * m->T * m->cfg.vocab_size;
+    const size_t n = (size_t)m->B * m->T * m->V;
     bf16_t *raw = mt_malloc(n * sizeof *raw);
     CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
     copy_in_order(m, raw, m->logits, n * sizeof *raw, cudaMemcpyDeviceToHost);
@@ -426,217 +396,6 @@ void cuda_model_download_logits(CudaModel *m, float *logits) {
     free(raw);
 }
 
-/* ---- forward ------------------------------------------------------------- */
-
-static bf16_t *w16(CudaModel *m, long offset) { return offset < 0 ? NULL : m->params16 + offset; }
-static float *g32(CudaModel *m, long offset) { return offset < 0 ? NULL : m->grads + offset; }
-
-/* out[N,OC] (row stride ldo) = inp[N,IC] @ W^T (+ bias) (+ residual), W = the weight at offset w. */
-static void linear_forward(CudaModel *m, bf16_t *out, int ldo, const bf16_t *inp, long w, long bias,
-                           const bf16_t *residual, int N, int IC, int OC) {
-    TIMED(m, PROF_GEMM, cuda_gemm_forward(&m->ctx, out, ldo, inp, w16(m, w), w16(m, bias), residual, N, IC, OC));
-}
-
-/* dinp = dout @ W (+= when accumulate), dW += dout^T @ inp (fp32), and dbias
- * += column sums of dout when the layer has a bias. dout has row stride ld. */
-static void linear_backward(CudaModel *m, bf16_t *dinp, const bf16_t *dout, int ld, const bf16_t *inp, long w,
-                            long bias, int N, int IC, int OC, int accumulate) {
-    CudaContext *ctx = &m->ctx;
-    TIMED(m, PROF_GEMM, cuda_gemm_backward_input(ctx, dinp, dout, ld, w16(m, w), N, IC, OC, accumulate));
-    TIMED(m, PROF_GEMM, cuda_gemm_backward_weight(ctx, g32(m, w), dout, ld, inp, N, IC, OC));
-    if (bias >= 0)
-        TIMED(m, PROF_GEMM, CUDA_CHECK(cuda_column_sum_accumulate(g32(m, bias), dout, N, OC, ld, ctx->stream)));
-}
-
-static void layer_forward(CudaModel *m, int l, bf16_t *out, int B, int T) {
-    const ModelConfig *c = &m->cfg;
-    const LayerOffsets *o = &m->layers[l];
-    LayerSaved *s = &m->saved[l];
-    cudaStream_t st = m->ctx.stream;
-    const int N = B * T, C = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
-    const int H = c->num_attention_heads, KVH = c->num_key_value_heads, HD = H * D, KVD = KVH * D;
-    const int QKV = HD + 2 * KVD;
-    const float eps = (float)c->rms_norm_eps;
-
-    TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(s->attn_normed, s->attn_rstd, s->resid_in,
-                                                        w16(m, o->attn_norm), N, C, eps, st)));
-    if (m->qkv_fused) {
-        linear_forward(m, s->qkv, QKV, s->attn_normed, o->q, -1, NULL, N, C, QKV);
-    } else {
-        linear_forward(m, s->qkv, QKV, s->attn_normed, o->q, o->q_bias, NULL, N, C, HD);
-        linear_forward(m, s->qkv + HD, QKV, s->attn_normed, o->k, o->k_bias, NULL, N, C, KVD);
-        linear_forward(m, s->qkv + HD + KVD, QKV, s->attn_normed, o->v, o->v_bias, NULL, N, C, KVD);
-    }
-    TIMED(m, PROF_ROPE, CUDA_CHECK(cuda_qkv_rope_forward(s->q, s->k, s->v, s->q_rstd, s->k_rstd, s->qkv,
-                                                         w16(m, o->q_norm), w16(m, o->k_norm), m->rope_cos,
-                                                         m->rope_sin, N, T, H, KVH, D, eps, st)));
-    TIMED(m, PROF_ATTN_FWD,
-          CUDA_CHECK(cuda_attention_forward(s->attn_out, s->lse, s->q, s->k, s->v, B, T, H, KVH, D, st)));
-    linear_forward(m, s->resid_mid, C, s->attn_out, o->o, -1, s->resid_in, N, HD, C);
-
-    TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(s->mlp_normed, s->mlp_rstd, s->resid_mid,
-                                                        w16(m, o->mlp_norm), N, C, eps, st)));
-    linear_forward(m, s->gate_up, 2 * I, s->mlp_normed, o->gate, -1, NULL, N, C, 2 * I);
-    TIMED(m, PROF_SWIGLU, CUDA_CHECK(cuda_swiglu_forward(s->act, s->gate_up, N, I, st)));
-    linear_forward(m, out, C, s->act, o->down, -1, s->resid_mid, N, I, C);
-}
-
-float cuda_model_forward(CudaModel *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
-    const ModelConfig *c = &m->cfg;
-    if (B <= 0 || T <= 0 || B > m->max_B || T > m->max_T)
-        mt_die(MT_EXIT_FAILURE, "cuda_model_forward: micro-batch %d x %d does not fit the buffers (%d x %d)", B, T,
-               m->max_B, m->max_T);
-    const int N = B * T, C = c->hidden_size, V = c->vocab_size;
-    for (int i = 0; i < N; i++) {
-        if (inputs[i] < 0 || inputs[i] >= V)
-            mt_die(MT_EXIT_USAGE, "model_forward: input token %d at position %d is outside the vocabulary [0, %d)",
-                   inputs[i], i, V);
-        if (targets && targets[i] >= V)
-            mt_die(MT_EXIT_USAGE, "model_forward: target token %d at position %d is outside the vocabulary [0, %d)",
-                   targets[i], i, V);
-    }
-    cudaStream_t st = m->ctx.stream;
-    m->B = B;
-    m->T = T;
-    CUDA_CHECK(cudaMemcpyAsync(m->inputs, inputs, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
-    TIMED(m, PROF_EMBED, CUDA_CHECK(cuda_embedding_forward(m->saved[0].resid_in, m->inputs, w16(m, m->embed), N, C, st)));
-    for (int l = 0; l < c->num_layers; l++)
-        layer_forward(m, l, l + 1 < c->num_layers ? m->saved[l + 1].resid_in : m->final_resid, B, T);
-    TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(m->final_normed, m->final_rstd, m->final_resid,
-                                                        w16(m, m->final_norm), N, C, (float)c->rms_norm_eps, st)));
-    linear_forward(m, m->logits, V, m->final_normed, m->lm_head, -1, NULL, N, C, V);
-    if (!targets) {
-        m->backward_ready = 0;
-        CUDA_CHECK(cudaStreamSynchronize(st));
-        return 0.0f;
-    }
-    memcpy(m->host_targets, targets, (size_t)N * sizeof(int32_t));
-    CUDA_CHECK(cudaMemcpyAsync(m->targets, m->host_targets, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
-    TIMED(m, PROF_LOSS, CUDA_CHECK(cuda_cross_entropy_forward(m->losses, m->ce_lse, m->logits, m->targets, N, V, st)));
-    CUDA_CHECK(cudaMemcpyAsync(m->host_losses, m->losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
-    double sum = 0.0;
-    long count = 0;
-    for (int i = 0; i < N; i++)
-        if (targets[i] >= 0) {
-            sum += m->host_losses[i];
-            count++;
-        }
-    m->num_targets = count;
-    m->backward_ready = 1;
-    return count > 0 ? (float)(sum / (double)count) : 0.0f;
-}
-
-/* ---- backward ------------------------------------------------------------ */
-
-/* On entry d_resid / d_resid16 hold dL/d(layer output); on exit dL/d(layer input). */
-static void layer_backward(CudaModel *m, int l, int B, int T) {
-    const ModelConfig *c = &m->cfg;
-    const LayerOffsets *o = &m->layers[l];
-    const LayerSaved *s = &m->saved[l];
-    cudaStream_t st = m->ctx.stream;
-    const int N = B * T, C = c->hidden_size, I = c->intermediate_size, D = c->head_dim;
-    const int H = c->num_attention_heads, KVH = c->num_key_value_heads, HD = H * D, KVD = KVH * D;
-    const int QKV = HD + 2 * KVD;
-
-    /* MLP half: out = resid_mid + act @ Wdown^T */
-    linear_backward(m, m->d_act, m->d_resid16, C, s->act, o->down, -1, N, I, C, 0);
-    TIMED(m, PROF_SWIGLU, CUDA_CHECK(cuda_swiglu_backward(m->d_gate_up, m->d_act, s->gate_up, N, I, st)));
-    linear_backward(m, m->d_normed, m->d_gate_up, 2 * I, s->mlp_normed, o->gate, -1, N, C, 2 * I, 0);
-    TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, o->mlp_norm), m->d_normed,
-                                                         s->resid_mid, w16(m, o->mlp_norm), s->mlp_rstd, N, C, st)));
-
-    /* attention half: resid_mid = resid_in + attn_out @ Wo^T */
-    linear_backward(m, m->d_attn_out, m->d_resid16, C, s->attn_out, o->o, -1, N, HD, C, 0);
-    TIMED(m, PROF_ATTN_BWD,
-          CUDA_CHECK(cuda_attention_backward(m->dq, m->dk, m->dv, m->d_attn_out, s->attn_out, s->lse, s->q, s->k,
-                                             s->v, B, T, H, KVH, D, m->attn_workspace, st)));
-    TIMED(m, PROF_ROPE,
-          CUDA_CHECK(cuda_qkv_rope_backward(m->d_qkv, g32(m, o->q_norm), g32(m, o->k_norm), m->dq, m->dk, m->dv,
-                                            s->qkv, w16(m, o->q_norm), w16(m, o->k_norm), s->q_rstd, s->k_rstd,
-                                            m->rope_cos, m->rope_sin, N, T, H, KVH, D, st)));
-    if (m->qkv_fused) {
-        linear_backward(m, m->d_normed, m->d_qkv, QKV, s->attn_normed, o->q, -1, N, C, QKV, 0);
-    } else {
-        linear_backward(m, m->d_normed, m->d_qkv, QKV, s->attn_normed, o->q, o->q_bias, N, C, HD, 0);
-        linear_backward(m, m->d_normed, m->d_qkv + HD, QKV, s->attn_normed, o->k, o->k_bias, N, C, KVD, 1);
-        linear_backward(m, m->d_normed, m->d_qkv + HD + KVD, QKV, s->attn_normed, o->v, o->v_bias, N, C, KVD, 1);
-    }
-    TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, o->attn_norm), m->d_normed,
-                                                         s->resid_in, w16(m, o->attn_norm), s->attn_rstd, N, C, st)));
-}
-
-void cuda_model_set_grad_sync(CudaModel *m, NcclComm *comm) {
-    const int L = m->cfg.num_layers;
-    m->grad_sync = comm;
-    CUDA_CHECK(cudaStreamCreateWithFlags(&m->comm_stream, cudaStreamNonBlocking));
-    m->layer_done = mt_malloc((size_t)(L + 1) * sizeof *m->layer_done);
-    for (int l = 0; l <= L; l++) CUDA_CHECK(cudaEventCreateWithFlags(&m->layer_done[l], cudaEventDisableTiming));
-    CUDA_CHECK(cudaEventCreateWithFlags(&m->comm_done, cudaEventDisableTiming));
-    /* A layer's parameters are contiguous in the registry: attn_norm first, down_proj last. */
-    m->layer_begin = mt_malloc((size_t)L * sizeof(long));
-    m->layer_end = mt_malloc((size_t)L * sizeof(long));
-    for (int l = 0; l < L; l++) {
-        m->layer_begin[l] = m->layers[l].attn_norm;
-        m->layer_end[l] = m->layers[l].down + (long)m->cfg.hidden_size * m->cfg.intermediate_size;
-        if (l > 0 && m->layer_begin[l] != m->layer_end[l - 1])
-            mt_die(MT_EXIT_FAILURE, "CUDA model: layer %d's parameters do not follow layer %d's", l, l - 1);
-    }
-}
-
-/* Once the compute stream has reached `done`, average grads [begin, end) and
- * [begin2, end2) over the data-parallel group on the comm stream. */
-static void sync_ranges(CudaModel *m, cudaEvent_t done, long begin, long end, long begin2, long end2) {
-    CUDA_CHECK(cudaEventRecord(done, m->ctx.stream));
-    CUDA_CHECK(cudaStreamWaitEvent(m->comm_stream, done, 0));
-    nccl_all_reduce_avg_float(m->grad_sync, m->grads + begin, (size_t)(end - begin), m->comm_stream);
-    nccl_all_reduce_avg_float(m->grad_sync, m->grads + begin2, (size_t)(end2 - begin2), m->comm_stream);
-}
-
-void cuda_model_backward(CudaModel *m, float loss_scale, int sync_grads) {
-    if (!m->backward_ready)
-        mt_die(MT_EXIT_FAILURE, "cuda_model_backward: needs a forward with targets first (one backward per forward)");
-    m->backward_ready = 0;
-    const ModelConfig *c = &m->cfg;
-    cudaStream_t st = m->ctx.stream;
-    const int B = m->B, T = m->T, N = B * T, C = c->hidden_size, V = c->vocab_size, L = c->num_layers;
-    const float dloss = m->num_targets > 0 ? (float)((double)loss_scale / (double)m->num_targets) : 0.0f;
-
-    TIMED(m, PROF_LOSS, CUDA_CHECK(cuda_cross_entropy_backward(m->logits, m->ce_lse, m->targets, dloss, N, V, st)));
-    linear_backward(m, m->d_normed, m->logits, V, m->final_normed, m->lm_head, -1, N, C, V, 0);
-    CUDA_CHECK(cudaMemsetAsync(m->d_resid, 0, (size_t)N * C * sizeof(float), st));
-    TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, m->final_norm), m->d_normed,
-                                                         m->final_resid, w16(m, m->final_norm), m->final_rstd, N, C,
-                                                         st)));
-    const int sync = sync_grads && m->grad_sync;
-    for (int l = L - 1; l >= 0; l--) {
-        layer_backward(m, l, B, T);
-        if (sync) sync_ranges(m, m->layer_done[l], m->layer_begin[l], m->layer_end[l], 0, 0);
-    }
-    TIMED(m, PROF_EMBED, CUDA_CHECK(cuda_embedding_backward(g32(m, m->embed), m->d_resid, m->inputs, N, C, st)));
-    if (sync) { /* the parameters outside the layers: embedding (first), final norm and lm_head (last) */
-        sync_ranges(m, m->layer_done[L], 0, m->layer_begin[0], m->layer_end[L - 1], m->num_floats);
-        CUDA_CHECK(cudaEventRecord(m->comm_done, m->comm_stream));
-        CUDA_CHECK(cudaStreamWaitEvent(st, m->comm_done, 0));
-    }
-}
-
-void cuda_model_synchronize(CudaModel *m) {
-    if (!m->grad_sync) {
-        CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
-        return;
-    }
-    /* With NCCL in flight, wait by polling so that a failed peer ends this rank too instead of a hang. */
-    for (;;) {
-        cudaError_t status = cudaStreamQuery(m->ctx.stream);
-        if (status == cudaSuccess) return;
-        if (status != cudaErrorNotReady) CUDA_CHECK(status);
-        char err[512];
-        if (nccl_check_async_error(m->grad_sync, err, sizeof err) != 0) mt_die(MT_EXIT_FAILURE, "%s", err);
-        sched_yield();
-    }
-}
-
 void cuda_model_zero_grad(CudaModel *m) {
     CUDA_CHECK(cudaMemsetAsync(m->grads, 0, (size_t)m->num_floats * sizeof(float), m->ctx.stream));
 }
@@ -645,13 +404,18 @@ void cuda_model_zero_grad(CudaModel *m) {
 
 double cuda_model_grad_norm(CudaModel *m) {
     cudaStream_t st = m->ctx.stream;
-    TIMED(m, PROF_OPTIMIZER,
-          CUDA_CHECK(cuda_sum_squares(m->norm_partial, NORM_PARTIALS, m->grads, (size_t)m->num_floats, st)));
+    if (m->num_norm_chunks == 0)
+        TIMED(m, PROF_OPTIMIZER,
+              CUDA_CHECK(cuda_sum_squares(m->norm_partial, NORM_PARTIALS, m->grads, (size_t)m->num_floats, st)));
+    else /* tensor parallel: this rank's blocks and the replicas it counts, then the sum over tp */
+        TIMED(m, PROF_OPTIMIZER, CUDA_CHECK(cuda_sum_squares_chunks(m->norm_partial, NORM_PARTIALS, m->grads,
+                                                                    m->norm_chunks, m->num_norm_chunks, st)));
     CUDA_CHECK(cudaMemcpyAsync(m->host_norm_partial, m->norm_partial, NORM_PARTIALS * sizeof(double),
                                cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
     double total = 0.0;
     for (int i = 0; i < NORM_PARTIALS; i++) total += m->host_norm_partial[i];
+    if (m->tp > 1) total = dp_sum_double(m->tp_comm->group, total);
     return sqrt(total);
 }
 
@@ -669,6 +433,12 @@ void cuda_model_adamw(CudaModel *m, const CudaAdamWStep *step) {
                                                                m->params16, m->chunks, m->num_chunks, &args,
                                                                m->ctx.stream)));
     if (m->prof_on && ++m->prof_steps == m->prof_on) prof_report(m);
+}
+
+void cuda_model_set_tp_comm(CudaModel *m, DeviceComm *comm) {
+    if (comm->size != m->tp)
+        mt_die(MT_EXIT_FAILURE, "CUDA model: a tp communicator of %d ranks for tensor parallel %d", comm->size, m->tp);
+    m->tp_comm = comm;
 }
 
 /* ---- memory -------------------------------------------------------------- */

@@ -1,5 +1,7 @@
 /* cuda_model.h: the dense transformer (llama, qwen2, qwen3) trained on one
- * GPU: fp32 master weights, fp32 gradients and AdamW states, a bf16 copy of
+ * GPU, or on one GPU per rank of a tensor-parallel group (with sequence
+ * parallel or not; the host Model's ModelPartition says which part): fp32
+ * master weights, fp32 gradients and AdamW states, a bf16 copy of
  * the weights that every product reads, bf16 activations.
  *
  * It mirrors a host Model (src/model): the same config, the same param
@@ -27,8 +29,10 @@ typedef struct CudaAdamWStep {
     long step;           /* 1-based number of this update (bias correction) */
 } CudaAdamWStep;
 
-/* Create on GPU `device` for host->cfg and host->param_info, upload host->params.
- * NULL with err set when there is no usable GPU or not enough memory. */
+/* Create on GPU `device` for host->cfg, host->part and host->param_info
+ * (this rank's blocks), upload host->params. NULL with err set when there is
+ * no usable GPU, not enough memory, or a part other than whole layers with
+ * tensor parallel. With tp > 1, cuda_model_set_tp_comm before the first forward. */
 CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T, char *err, size_t errlen);
 void cuda_model_free(CudaModel *model);
 
@@ -45,20 +49,25 @@ void cuda_model_upload_grads(CudaModel *model, const float *grads);
 float cuda_model_forward(CudaModel *model, const int32_t *inputs, const int32_t *targets, int B, int T);
 /* Logits (B*T, V) of the last forward, as fp32 on the host (tests, eval). */
 void cuda_model_download_logits(CudaModel *model, float *logits);
-/* grads += d(loss_scale * mean loss)/d params for the last forward. With
- * sync_grads (the last micro-batch of a step) and a grad sync set, every
- * layer's gradients are averaged over the data-parallel group as soon as
- * that layer's backward is done, on a second stream, while the backward of
- * the layers below goes on; the rest (embedding, final norm, lm_head) after
- * the last. The call returns with the averages ordered before later work. */
-void cuda_model_backward(CudaModel *model, float loss_scale, int sync_grads);
-/* Average gradients over `comm` (NCCL, one rank per GPU) in backward. */
-struct NcclComm;
-void cuda_model_set_grad_sync(CudaModel *model, struct NcclComm *comm);
+/* grads += d(loss_scale * mean loss)/d params for the last forward. On the
+ * last micro-batch of a step: the gradients that are partial over tp
+ * (q/k-norm weights, and the norms under sequence parallel) are summed over
+ * tp, and with a grad sync set every layer's gradients are averaged over the
+ * data-parallel group as soon as that layer's backward is done, on a second
+ * stream, while the backward of the layers below goes on; the rest
+ * (embedding, final norm, lm_head) after the last. The call returns with the
+ * averages ordered before later work. */
+void cuda_model_backward(CudaModel *model, float loss_scale, int last_micro_batch);
+/* Average gradients over `comm` (the data-parallel group) in backward. */
+struct DeviceComm;
+void cuda_model_set_grad_sync(CudaModel *model, struct DeviceComm *comm);
+/* The tensor-parallel group's communicator (its size is host->part.tp). */
+void cuda_model_set_tp_comm(CudaModel *model, struct DeviceComm *comm);
 void cuda_model_zero_grad(CudaModel *model);
 /* Wait until the GPU has done everything enqueued so far. */
 void cuda_model_synchronize(CudaModel *model);
-/* L2 norm of all gradients (fp32 squares, double partial sums). */
+/* L2 norm of all gradients (fp32 squares, double partial sums); under tensor
+ * parallel each parameter counted once over the tp group (a collective). */
 double cuda_model_grad_norm(CudaModel *model);
 /* One AdamW update of every parameter (decay skipped on norms and biases). */
 void cuda_model_adamw(CudaModel *model, const CudaAdamWStep *step);

@@ -1,0 +1,167 @@
+/* cuda_model_internal.h: private to src/backend/cuda: the CudaModel struct
+ * and the helpers its files share:
+ *   cuda_model.c           creation, the arena, host copies, grad norm, AdamW, memory, profiling;
+ *   cuda_model_pass.c      forward and backward, the data-parallel gradient sync;
+ *   cuda_model_parallel.c  tensor (and sequence) parallel: the collectives
+ *                          around the products, the vocab-parallel embedding
+ *                          and cross entropy, the tp-partial gradients.
+ * Sizes named H, KVH, I, V are this rank's (tensor parallel splits them);
+ * N = B*T rows; R = the residual stream's rows (N/tp under sequence
+ * parallel, else N). */
+#ifndef MT_BACKEND_CUDA_MODEL_INTERNAL_H
+#define MT_BACKEND_CUDA_MODEL_INTERNAL_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "../../dist/device_comm.h"
+#include "cuda_check.h"
+#include "cuda_context.h"
+#include "cuda_gemm.h"
+#include "cuda_kernels.h"
+#include "cuda_model.h"
+
+typedef uint16_t bf16_t;
+
+/* MEGATRAIN_CUDA_PROFILE=N: every op is timed (the stream is synchronised
+ * around it, so the run is slower) and the totals per kind of op are printed
+ * after the first N optimizer steps (the first step included: it holds the
+ * one-time choices of cuBLASLt algorithms). */
+typedef enum {
+    PROF_GEMM, PROF_ATTN_FWD, PROF_ATTN_BWD, PROF_NORM, PROF_ROPE, PROF_SWIGLU, PROF_LOSS, PROF_EMBED,
+    PROF_TP_COMM, PROF_OPTIMIZER, PROF_COUNT
+} ProfKind;
+
+/* Offsets (in floats) of one layer's parameters in the flat layout; -1 when absent. */
+typedef struct LayerOffsets {
+    long attn_norm, q, q_bias, k, k_bias, v, v_bias, q_norm, k_norm, o, mlp_norm, gate, up, down;
+} LayerOffsets;
+
+/* What forward keeps of one layer. attn_in / mlp_in are the products' inputs:
+ * the norms' outputs, all-gathered to N rows under sequence parallel (else
+ * the same buffers as attn_normed / mlp_normed). */
+typedef struct LayerSaved {
+    bf16_t *resid_in, *attn_normed, *attn_in, *qkv, *q, *k, *v, *attn_out, *resid_mid, *mlp_normed, *mlp_in,
+        *gate_up, *act;
+    float *attn_rstd, *q_rstd, *k_rstd, *lse, *mlp_rstd;
+} LayerSaved;
+
+/* A run of gradients summed over tp before the step (CudaModel.tp_partial). */
+typedef struct TpPartialGrad {
+    long offset, numel;
+    int layer;                 /* its layer, or -1 outside the layers (final norm) */
+} TpPartialGrad;
+
+struct CudaModel {
+    ModelConfig cfg;
+    const ParamInfo *info;     /* the host model's registry */
+    int num_params;
+    long num_floats;
+    int max_B, max_T, B, T;
+    CudaContext ctx;
+    char device_name[320];
+
+    /* this rank's part (tensor parallel) */
+    int tp, tp_rank;
+    bool sp;                   /* sequence parallel: the residual stream holds N/tp rows */
+    int H, KVH, I, V, vocab_start;
+    DeviceComm *tp_comm;       /* the tp group (cuda_model_set_tp_comm), NULL when tp == 1 */
+    TpPartialGrad *tp_partial; /* q/k-norm weights; every norm under sequence parallel */
+    int num_tp_partial;
+
+    void *arena;               /* the one allocation */
+    size_t arena_bytes, peak_used;
+    float *params, *grads, *exp_avg, *exp_avg_sq;
+    bf16_t *params16;
+    LayerOffsets *layers;
+    long *layer_begin, *layer_end; /* each layer's [begin, end) in the flat layout */
+    long embed, final_norm, lm_head;
+    int qkv_fused;             /* q, k, v weights adjacent (no biases): one product */
+
+    float *rope_cos, *rope_sin;
+    int32_t *inputs, *targets; /* device, max_B * max_T */
+    int32_t *host_targets;
+    LayerSaved *saved;
+    bf16_t *final_resid, *final_normed, *final_in, *logits;
+    float *final_rstd, *losses, *ce_lse;
+    float *ce_stats, *ce_gathered; /* vocab parallel: (N, 3) this rank's row stats, (tp, N, 3) everyone's */
+    float *host_losses;
+    long num_targets;
+    int backward_ready;
+
+    /* backward scratch */
+    float *d_resid;
+    bf16_t *d_resid16, *d_normed, *d_act, *d_gate_up, *d_attn_out, *dq, *dk, *dv, *d_qkv;
+    void *attn_workspace;
+    /* tensor parallel scratch: (N, C) rows before a reduce-scatter (sequence parallel) or of the
+     * embedding; the gathered residual gradient in bf16 and fp32; a reduce-scatter's (R, C) result */
+    bf16_t *tp_rows, *d_full16, *d_normed_shard;
+    float *d_full32;
+
+    /* data-parallel gradient averaging (cuda_model_set_grad_sync) */
+    DeviceComm *grad_sync;
+    cudaStream_t comm_stream;
+    cudaEvent_t *layer_done;   /* num_layers + 1: one per layer, one for the rest */
+    cudaEvent_t comm_done;
+
+    int prof_on, prof_steps;
+    double prof_t0, prof_s[PROF_COUNT];
+    long prof_calls[PROF_COUNT];
+
+    CudaAdamWChunk *chunks;    /* device */
+    int num_chunks;
+    CudaAdamWChunk *norm_chunks; /* device: the parameters this rank counts in the grad norm (tp > 1) */
+    int num_norm_chunks;
+    double *norm_partial, *host_norm_partial;
+};
+
+enum { NORM_PARTIALS = 1024 };
+
+/* Run a statement (an op's launch) and, when profiling, time it as `kind`. */
+#define TIMED(m, kind, ...)      \
+    do {                         \
+        cuda_prof_begin(m);      \
+        __VA_ARGS__;             \
+        cuda_prof_end(m, kind);  \
+    } while (0)
+
+void cuda_prof_begin(CudaModel *m);
+void cuda_prof_end(CudaModel *m, ProfKind kind);
+
+/* Rows of the residual stream for N rows of tokens. */
+static inline int cuda_residual_rows(const CudaModel *m, int N) { return m->sp ? N / m->tp : N; }
+
+static inline bf16_t *w16(CudaModel *m, long offset) { return offset < 0 ? NULL : m->params16 + offset; }
+static inline float *g32(CudaModel *m, long offset) { return offset < 0 ? NULL : m->grads + offset; }
+
+/* out[N,OC] (row stride ldo) = inp[N,IC] @ W^T (+ bias) (+ residual), W = the weight at offset w. */
+void cuda_linear_forward(CudaModel *m, bf16_t *out, int ldo, const bf16_t *inp, long w, long bias,
+                         const bf16_t *residual, int N, int IC, int OC);
+/* dinp = dout @ W (+= when accumulate), dW += dout^T @ inp (fp32), and dbias
+ * += column sums of dout when the layer has a bias. dout has row stride ld. */
+void cuda_linear_backward(CudaModel *m, bf16_t *dinp, const bf16_t *dout, int ld, const bf16_t *inp, long w,
+                          long bias, int N, int IC, int OC, int accumulate);
+
+/* ---- cuda_model_parallel.c: with tp == 1 each is the plain op -------------- */
+
+/* The (N, C) input of a column-parallel product from the norm's output x
+ * (R rows): all-gathered into `full` under sequence parallel, x otherwise. */
+const bf16_t *cuda_tp_enter(CudaModel *m, bf16_t *full, const bf16_t *x, int N, int C);
+/* Its backward: the gradient of x from the product's partial d_full (N, C):
+ * summed over tp in place, or reduce-scattered (sequence parallel). */
+const bf16_t *cuda_tp_enter_backward(CudaModel *m, bf16_t *d_full, int N, int C);
+/* out (R rows) = residual + inp @ W^T summed over tp (a row-parallel product). */
+void cuda_tp_row_parallel_residual(CudaModel *m, bf16_t *out, const bf16_t *residual, const bf16_t *inp, long w,
+                                   int N, int IC, int C);
+/* The (N, C) gradient of a row-parallel product's output from d_resid16 (R rows). */
+const bf16_t *cuda_tp_leave_backward(CudaModel *m, int N, int C);
+/* resid (R rows) = the embedding of tokens (this rank's vocabulary rows, summed over tp). */
+void cuda_tp_embedding_forward(CudaModel *m, bf16_t *resid, int N, int C);
+/* d_embed += d_resid (R rows, gathered over tp) for this rank's tokens. */
+void cuda_tp_embedding_backward(CudaModel *m, int N, int C);
+/* losses and ce_lse from this rank's logits columns (N, V). */
+void cuda_tp_cross_entropy_forward(CudaModel *m, int N);
+/* Sum over tp the gradients of `layer` (-1: those outside the layers) that are partial over tp. */
+void cuda_tp_sum_partial_grads(CudaModel *m, int layer);
+
+#endif

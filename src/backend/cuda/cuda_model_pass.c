@@ -1,0 +1,248 @@
+/* cuda_model_pass.c: forward and backward of the CUDA model (see
+ * cuda_model.h), and the data-parallel gradient averaging that overlaps the
+ * backward.
+ *
+ * Per layer, forward (bf16 activations, fp32 statistics):
+ *   attn_normed = rmsnorm(resid_in)
+ *   qkv         = attn_normed @ [Wq; Wk; Wv]^T   one product when the three
+ *                 weights are adjacent in the registry (no biases), else three
+ *                 products with the bias epilogue into column slices of qkv
+ *   q, k, v     = qkv_rope(qkv)                  qk-norm + RoPE + split, one kernel
+ *   attn_out    = flash attention(q, k, v)       lse kept, never T x T
+ *   resid_mid   = resid_in + attn_out @ Wo^T     residual add in the epilogue
+ *   mlp_normed  = rmsnorm(resid_mid)
+ *   gate_up     = mlp_normed @ [Wgate; Wup]^T    gate and up are adjacent: one product
+ *   act         = silu(gate) * up
+ *   out         = resid_mid + act @ Wdown^T      residual add in the epilogue
+ * then final norm, logits (bf16) and the fused cross entropy, whose backward
+ * overwrites the logits with their gradient. The residual stream's gradient
+ * is accumulated in fp32 (d_resid) and mirrored in bf16 (d_resid16) for the
+ * products; weight gradients accumulate in fp32 straight from cuBLASLt.
+ * Under tensor parallel the cuda_tp_* steps (cuda_model_parallel.c) bracket
+ * the products; with tp 1 they are the plain ops above. */
+#include <sched.h>
+#include <string.h>
+
+#include "cuda_model_internal.h"
+
+void cuda_linear_forward(CudaModel *m, bf16_t *out, int ldo, const bf16_t *inp, long w, long bias,
+                         const bf16_t *residual, int N, int IC, int OC) {
+    TIMED(m, PROF_GEMM, cuda_gemm_forward(&m->ctx, out, ldo, inp, w16(m, w), w16(m, bias), residual, N, IC, OC));
+}
+
+void cuda_linear_backward(CudaModel *m, bf16_t *dinp, const bf16_t *dout, int ld, const bf16_t *inp, long w,
+                          long bias, int N, int IC, int OC, int accumulate) {
+    CudaContext *ctx = &m->ctx;
+    TIMED(m, PROF_GEMM, cuda_gemm_backward_input(ctx, dinp, dout, ld, w16(m, w), N, IC, OC, accumulate));
+    TIMED(m, PROF_GEMM, cuda_gemm_backward_weight(ctx, g32(m, w), dout, ld, inp, N, IC, OC));
+    if (bias >= 0)
+        TIMED(m, PROF_GEMM, CUDA_CHECK(cuda_column_sum_accumulate(g32(m, bias), dout, N, OC, ld, ctx->stream)));
+}
+
+/* ---- forward ------------------------------------------------------------- */
+
+static void layer_forward(CudaModel *m, int l, bf16_t *out, int B, int T) {
+    const ModelConfig *c = &m->cfg;
+    const LayerOffsets *o = &m->layers[l];
+    LayerSaved *s = &m->saved[l];
+    cudaStream_t st = m->ctx.stream;
+    const int N = B * T, R = cuda_residual_rows(m, N), C = c->hidden_size, I = m->I, D = c->head_dim;
+    const int H = m->H, KVH = m->KVH, HD = H * D, KVD = KVH * D;
+    const int QKV = HD + 2 * KVD;
+    const float eps = (float)c->rms_norm_eps;
+
+    TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(s->attn_normed, s->attn_rstd, s->resid_in,
+                                                        w16(m, o->attn_norm), R, C, eps, st)));
+    const bf16_t *x = cuda_tp_enter(m, s->attn_in, s->attn_normed, N, C);
+    if (m->qkv_fused) {
+        cuda_linear_forward(m, s->qkv, QKV, x, o->q, -1, NULL, N, C, QKV);
+    } else {
+        cuda_linear_forward(m, s->qkv, QKV, x, o->q, o->q_bias, NULL, N, C, HD);
+        cuda_linear_forward(m, s->qkv + HD, QKV, x, o->k, o->k_bias, NULL, N, C, KVD);
+        cuda_linear_forward(m, s->qkv + HD + KVD, QKV, x, o->v, o->v_bias, NULL, N, C, KVD);
+    }
+    TIMED(m, PROF_ROPE, CUDA_CHECK(cuda_qkv_rope_forward(s->q, s->k, s->v, s->q_rstd, s->k_rstd, s->qkv,
+                                                         w16(m, o->q_norm), w16(m, o->k_norm), m->rope_cos,
+                                                         m->rope_sin, N, T, H, KVH, D, eps, st)));
+    TIMED(m, PROF_ATTN_FWD,
+          CUDA_CHECK(cuda_attention_forward(s->attn_out, s->lse, s->q, s->k, s->v, B, T, H, KVH, D, st)));
+    cuda_tp_row_parallel_residual(m, s->resid_mid, s->resid_in, s->attn_out, o->o, N, HD, C);
+
+    TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(s->mlp_normed, s->mlp_rstd, s->resid_mid,
+                                                        w16(m, o->mlp_norm), R, C, eps, st)));
+    x = cuda_tp_enter(m, s->mlp_in, s->mlp_normed, N, C);
+    cuda_linear_forward(m, s->gate_up, 2 * I, x, o->gate, -1, NULL, N, C, 2 * I);
+    TIMED(m, PROF_SWIGLU, CUDA_CHECK(cuda_swiglu_forward(s->act, s->gate_up, N, I, st)));
+    cuda_tp_row_parallel_residual(m, out, s->resid_mid, s->act, o->down, N, I, C);
+}
+
+float cuda_model_forward(CudaModel *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
+    const ModelConfig *c = &m->cfg;
+    if (B <= 0 || T <= 0 || B > m->max_B || T > m->max_T)
+        mt_die(MT_EXIT_FAILURE, "cuda_model_forward: micro-batch %d x %d does not fit the buffers (%d x %d)", B, T,
+               m->max_B, m->max_T);
+    const int N = B * T, R = cuda_residual_rows(m, N), C = c->hidden_size, V = c->vocab_size;
+    if (m->sp && N % m->tp != 0)
+        mt_die(MT_EXIT_FAILURE, "cuda_model_forward: sequence parallel needs B*T (%d) to be a multiple of tp (%d)", N,
+               m->tp);
+    for (int i = 0; i < N; i++) {
+        if (inputs[i] < 0 || inputs[i] >= V)
+            mt_die(MT_EXIT_USAGE, "model_forward: input token %d at position %d is outside the vocabulary [0, %d)",
+                   inputs[i], i, V);
+        if (targets && targets[i] >= V)
+            mt_die(MT_EXIT_USAGE, "model_forward: target token %d at position %d is outside the vocabulary [0, %d)",
+                   targets[i], i, V);
+    }
+    cudaStream_t st = m->ctx.stream;
+    m->B = B;
+    m->T = T;
+    CUDA_CHECK(cudaMemcpyAsync(m->inputs, inputs, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+    if (targets) { /* the vocab-parallel loss reads them too */
+        memcpy(m->host_targets, targets, (size_t)N * sizeof(int32_t));
+        CUDA_CHECK(cudaMemcpyAsync(m->targets, m->host_targets, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                   st));
+    }
+    cuda_tp_embedding_forward(m, m->saved[0].resid_in, N, C);
+    for (int l = 0; l < c->num_layers; l++)
+        layer_forward(m, l, l + 1 < c->num_layers ? m->saved[l + 1].resid_in : m->final_resid, B, T);
+    TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(m->final_normed, m->final_rstd, m->final_resid,
+                                                        w16(m, m->final_norm), R, C, (float)c->rms_norm_eps, st)));
+    const bf16_t *x = cuda_tp_enter(m, m->final_in, m->final_normed, N, C);
+    cuda_linear_forward(m, m->logits, m->V, x, m->lm_head, -1, NULL, N, C, m->V);
+    if (!targets) {
+        m->backward_ready = 0;
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        return 0.0f;
+    }
+    cuda_tp_cross_entropy_forward(m, N);
+    CUDA_CHECK(cudaMemcpyAsync(m->host_losses, m->losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    double sum = 0.0;
+    long count = 0;
+    for (int i = 0; i < N; i++)
+        if (targets[i] >= 0) {
+            sum += m->host_losses[i];
+            count++;
+        }
+    m->num_targets = count;
+    m->backward_ready = 1;
+    return count > 0 ? (float)(sum / (double)count) : 0.0f;
+}
+
+/* ---- backward ------------------------------------------------------------ */
+
+/* On entry d_resid / d_resid16 hold dL/d(layer output); on exit dL/d(layer input). */
+static void layer_backward(CudaModel *m, int l, int B, int T) {
+    const ModelConfig *c = &m->cfg;
+    const LayerOffsets *o = &m->layers[l];
+    const LayerSaved *s = &m->saved[l];
+    cudaStream_t st = m->ctx.stream;
+    const int N = B * T, R = cuda_residual_rows(m, N), C = c->hidden_size, I = m->I, D = c->head_dim;
+    const int H = m->H, KVH = m->KVH, HD = H * D, KVD = KVH * D;
+    const int QKV = HD + 2 * KVD;
+
+    /* MLP half: out = resid_mid + act @ Wdown^T */
+    const bf16_t *dy = cuda_tp_leave_backward(m, N, C);
+    cuda_linear_backward(m, m->d_act, dy, C, s->act, o->down, -1, N, I, C, 0);
+    TIMED(m, PROF_SWIGLU, CUDA_CHECK(cuda_swiglu_backward(m->d_gate_up, m->d_act, s->gate_up, N, I, st)));
+    cuda_linear_backward(m, m->d_normed, m->d_gate_up, 2 * I, s->mlp_in, o->gate, -1, N, C, 2 * I, 0);
+    const bf16_t *g = cuda_tp_enter_backward(m, m->d_normed, N, C);
+    TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, o->mlp_norm), g,
+                                                         s->resid_mid, w16(m, o->mlp_norm), s->mlp_rstd, R, C, st)));
+
+    /* attention half: resid_mid = resid_in + attn_out @ Wo^T */
+    dy = cuda_tp_leave_backward(m, N, C);
+    cuda_linear_backward(m, m->d_attn_out, dy, C, s->attn_out, o->o, -1, N, HD, C, 0);
+    TIMED(m, PROF_ATTN_BWD,
+          CUDA_CHECK(cuda_attention_backward(m->dq, m->dk, m->dv, m->d_attn_out, s->attn_out, s->lse, s->q, s->k,
+                                             s->v, B, T, H, KVH, D, m->attn_workspace, st)));
+    TIMED(m, PROF_ROPE,
+          CUDA_CHECK(cuda_qkv_rope_backward(m->d_qkv, g32(m, o->q_norm), g32(m, o->k_norm), m->dq, m->dk, m->dv,
+                                            s->qkv, w16(m, o->q_norm), w16(m, o->k_norm), s->q_rstd, s->k_rstd,
+                                            m->rope_cos, m->rope_sin, N, T, H, KVH, D, st)));
+    if (m->qkv_fused) {
+        cuda_linear_backward(m, m->d_normed, m->d_qkv, QKV, s->attn_in, o->q, -1, N, C, QKV, 0);
+    } else {
+        cuda_linear_backward(m, m->d_normed, m->d_qkv, QKV, s->attn_in, o->q, o->q_bias, N, C, HD, 0);
+        cuda_linear_backward(m, m->d_normed, m->d_qkv + HD, QKV, s->attn_in, o->k, o->k_bias, N, C, KVD, 1);
+        cuda_linear_backward(m, m->d_normed, m->d_qkv + HD + KVD, QKV, s->attn_in, o->v, o->v_bias, N, C, KVD, 1);
+    }
+    g = cuda_tp_enter_backward(m, m->d_normed, N, C);
+    TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, o->attn_norm), g,
+                                                         s->resid_in, w16(m, o->attn_norm), s->attn_rstd, R, C, st)));
+}
+
+void cuda_model_set_grad_sync(CudaModel *m, DeviceComm *comm) {
+    const int L = m->cfg.num_layers;
+    m->grad_sync = comm;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&m->comm_stream, cudaStreamNonBlocking));
+    m->layer_done = mt_malloc((size_t)(L + 1) * sizeof *m->layer_done);
+    for (int l = 0; l <= L; l++) CUDA_CHECK(cudaEventCreateWithFlags(&m->layer_done[l], cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&m->comm_done, cudaEventDisableTiming));
+}
+
+/* Once the compute stream has reached `done`, average grads [begin, end) and
+ * [begin2, end2) over the data-parallel group on the comm stream. */
+static void sync_ranges(CudaModel *m, cudaEvent_t done, long begin, long end, long begin2, long end2) {
+    CUDA_CHECK(cudaEventRecord(done, m->ctx.stream));
+    CUDA_CHECK(cudaStreamWaitEvent(m->comm_stream, done, 0));
+    device_all_reduce(m->grad_sync, m->grads + begin, (size_t)(end - begin), NCCL_DTYPE_FLOAT, true, m->comm_stream);
+    device_all_reduce(m->grad_sync, m->grads + begin2, (size_t)(end2 - begin2), NCCL_DTYPE_FLOAT, true,
+                      m->comm_stream);
+}
+
+void cuda_model_backward(CudaModel *m, float loss_scale, int last_micro_batch) {
+    if (!m->backward_ready)
+        mt_die(MT_EXIT_FAILURE, "cuda_model_backward: needs a forward with targets first (one backward per forward)");
+    m->backward_ready = 0;
+    const ModelConfig *c = &m->cfg;
+    cudaStream_t st = m->ctx.stream;
+    const int B = m->B, T = m->T, N = B * T, R = cuda_residual_rows(m, N), C = c->hidden_size, L = c->num_layers;
+    const float dloss = m->num_targets > 0 ? (float)((double)loss_scale / (double)m->num_targets) : 0.0f;
+
+    TIMED(m, PROF_LOSS, CUDA_CHECK(cuda_cross_entropy_backward_columns(m->logits, m->ce_lse, m->targets,
+                                                                       m->tp > 1 ? m->vocab_start : 0, dloss, N, m->V,
+                                                                       st)));
+    cuda_linear_backward(m, m->d_normed, m->logits, m->V, m->final_in, m->lm_head, -1, N, C, m->V, 0);
+    const bf16_t *g = cuda_tp_enter_backward(m, m->d_normed, N, C);
+    CUDA_CHECK(cudaMemsetAsync(m->d_resid, 0, (size_t)R * C * sizeof(float), st));
+    TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, m->final_norm), g,
+                                                         m->final_resid, w16(m, m->final_norm), m->final_rstd, R, C,
+                                                         st)));
+    const int sync = last_micro_batch && m->grad_sync;
+    for (int l = L - 1; l >= 0; l--) {
+        layer_backward(m, l, B, T);
+        if (last_micro_batch) cuda_tp_sum_partial_grads(m, l); /* before the dp average reads them */
+        if (sync) sync_ranges(m, m->layer_done[l], m->layer_begin[l], m->layer_end[l], 0, 0);
+    }
+    cuda_tp_embedding_backward(m, N, C);
+    if (last_micro_batch) cuda_tp_sum_partial_grads(m, -1);
+    if (sync) { /* the parameters outside the layers: embedding (first), final norm and lm_head (last) */
+        sync_ranges(m, m->layer_done[L], 0, m->layer_begin[0], m->layer_end[L - 1], m->num_floats);
+        CUDA_CHECK(cudaEventRecord(m->comm_done, m->comm_stream));
+        CUDA_CHECK(cudaStreamWaitEvent(st, m->comm_done, 0));
+    }
+}
+
+/* 0, or -1 with err set when a communicator failed. */
+static int comms_failed(CudaModel *m, char *err, size_t errlen) {
+    if (m->grad_sync && device_comm_check(m->grad_sync, err, errlen) != 0) return -1;
+    if (m->tp_comm && device_comm_check(m->tp_comm, err, errlen) != 0) return -1;
+    return 0;
+}
+
+void cuda_model_synchronize(CudaModel *m) {
+    if (!m->grad_sync && !m->tp_comm) {
+        CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
+        return;
+    }
+    /* With NCCL in flight, wait by polling so that a failed peer ends this rank too instead of a hang. */
+    for (;;) {
+        cudaError_t status = cudaStreamQuery(m->ctx.stream);
+        if (status == cudaSuccess) return;
+        if (status != cudaErrorNotReady) CUDA_CHECK(status);
+        char err[512];
+        if (comms_failed(m, err, sizeof err) != 0) mt_die(MT_EXIT_FAILURE, "%s", err);
+        sched_yield();
+    }
+}

@@ -1,0 +1,135 @@
+/* device_comm.c: device collectives over NCCL or staged through the host
+ * (see device_comm.h). The whole file is CUDA-only. */
+#ifdef MT_CUDA
+#include "device_comm.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../convert/float16.h"
+#include "../core/error.h"
+#include "dp_sync.h"
+
+#define DEVICE_CHECK(call)                                                                                    \
+    do {                                                                                                      \
+        cudaError_t e_ = (call);                                                                              \
+        if (e_ != cudaSuccess) mt_die(MT_EXIT_FAILURE, "device comm: %s: %s", #call, cudaGetErrorString(e_)); \
+    } while (0)
+
+int device_comm_create(DeviceComm *out, const Comm *group, bool staged, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    out->group = group;
+    out->staged = staged;
+    out->rank = group->rank;
+    out->size = group->size;
+    return staged ? 0 : nccl_comm_create(&out->nccl, group, err, errlen);
+}
+
+void device_comm_destroy(DeviceComm *c) {
+    if (!c) return;
+    nccl_comm_destroy(&c->nccl);
+    free(c->host);
+    free(c->host_f32);
+    memset(c, 0, sizeof *c);
+}
+
+int device_comm_check(DeviceComm *c, char *err, size_t errlen) {
+    return c->staged ? 0 : nccl_check_async_error(&c->nccl, err, errlen);
+}
+
+static size_t type_bytes(NcclDtype type) { return type == NCCL_DTYPE_BF16 ? 2 : 4; }
+
+/* ---- staged through the host ---------------------------------------------- */
+
+static void *host_bytes(DeviceComm *c, size_t bytes) {
+    if (bytes > c->host_bytes) {
+        c->host = mt_realloc(c->host, bytes);
+        c->host_bytes = bytes;
+    }
+    return c->host;
+}
+
+static float *host_floats(DeviceComm *c, size_t count) {
+    if (count > c->host_f32_count) {
+        c->host_f32 = mt_realloc(c->host_f32, count * sizeof(float));
+        c->host_f32_count = count;
+    }
+    return c->host_f32;
+}
+
+/* Copies on `stream`, finished on return (the stream is non-blocking: a plain cudaMemcpy is not ordered with it). */
+static void copy_sync(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind, cudaStream_t stream) {
+    DEVICE_CHECK(cudaMemcpyAsync(dst, src, bytes, kind, stream));
+    DEVICE_CHECK(cudaStreamSynchronize(stream));
+}
+
+/* count elements of `src` (device) as floats on the host. */
+static float *download_floats(DeviceComm *c, const void *src, size_t count, NcclDtype type, cudaStream_t stream) {
+    float *f = host_floats(c, count);
+    if (type == NCCL_DTYPE_FLOAT) {
+        copy_sync(f, src, count * sizeof(float), cudaMemcpyDeviceToHost, stream);
+        return f;
+    }
+    uint16_t *raw = host_bytes(c, count * 2);
+    copy_sync(raw, src, count * 2, cudaMemcpyDeviceToHost, stream);
+    for (size_t i = 0; i < count; i++) f[i] = bf16_to_f32(raw[i]);
+    return f;
+}
+
+static void upload_floats(DeviceComm *c, void *dst, const float *f, size_t count, NcclDtype type,
+                          cudaStream_t stream) {
+    if (type == NCCL_DTYPE_FLOAT) {
+        copy_sync(dst, f, count * sizeof(float), cudaMemcpyHostToDevice, stream);
+        return;
+    }
+    uint16_t *raw = host_bytes(c, count * 2);
+    for (size_t i = 0; i < count; i++) raw[i] = f32_to_bf16(f[i]);
+    copy_sync(dst, raw, count * 2, cudaMemcpyHostToDevice, stream);
+}
+
+/* ---- the collectives ---------------------------------------------------------- */
+
+void device_all_reduce(DeviceComm *c, void *buf, size_t count, NcclDtype type, bool average, cudaStream_t stream) {
+    if (count == 0) return;
+    if (!c->staged) {
+        if (average && type == NCCL_DTYPE_FLOAT) nccl_all_reduce_avg_float(&c->nccl, buf, count, stream);
+        else if (!average) nccl_all_reduce_sum(&c->nccl, buf, count, type, stream);
+        else mt_die(MT_EXIT_FAILURE, "device comm: an average is only taken of fp32 buffers");
+        return;
+    }
+    if (c->size == 1) return;
+    float *f = download_floats(c, buf, count, type, stream);
+    comm_sum_identical(c->group, f, count, average ? 1.0f / (float)c->size : 1.0f);
+    upload_floats(c, buf, f, count, type, stream);
+}
+
+void device_all_gather(DeviceComm *c, const void *send, void *recv, size_t count, NcclDtype type,
+                       cudaStream_t stream) {
+    if (count == 0) return;
+    if (!c->staged) {
+        nccl_all_gather(&c->nccl, send, recv, count, type, stream);
+        return;
+    }
+    const size_t bytes = count * type_bytes(type);
+    char *host = host_bytes(c, bytes * (size_t)(c->size + 1));
+    copy_sync(host, send, bytes, cudaMemcpyDeviceToHost, stream);
+    comm_all_gather(c->group, host, host + bytes, bytes, COMM_BYTE);
+    copy_sync(recv, host + bytes, bytes * (size_t)c->size, cudaMemcpyHostToDevice, stream);
+}
+
+void device_reduce_scatter_sum(DeviceComm *c, const void *send, void *recv, size_t count, NcclDtype type,
+                               cudaStream_t stream) {
+    if (count == 0) return;
+    if (!c->staged) {
+        nccl_reduce_scatter_sum(&c->nccl, send, recv, count, type, stream);
+        return;
+    }
+    const size_t total = count * (size_t)c->size;
+    float *all = download_floats(c, send, total, type, stream);
+    float *mine = mt_malloc(count * sizeof(float));
+    comm_reduce_scatter_sum_float(c->group, all, mine, count);
+    upload_floats(c, recv, mine, count, type, stream);
+    free(mine);
+}
+#endif
