@@ -26,6 +26,14 @@ int device_comm_create(DeviceComm *out, const Comm *group, bool staged, char *er
     return staged ? 0 : nccl_comm_create(&out->nccl, group, err, errlen);
 }
 
+void device_comm_create_threads(DeviceComm *out, ThreadGroup *threads, int rank) {
+    memset(out, 0, sizeof *out);
+    out->threads = threads;
+    out->staged = true;
+    out->rank = rank;
+    out->size = thread_group_size(threads);
+}
+
 void device_comm_destroy(DeviceComm *c) {
     if (!c) return;
     nccl_comm_destroy(&c->nccl);
@@ -88,6 +96,27 @@ static void upload_floats(DeviceComm *c, void *dst, const float *f, size_t count
     copy_sync(dst, raw, count * 2, cudaMemcpyHostToDevice, stream);
 }
 
+/* The host collectives of the staged transport: MPI's or the threads'. */
+static void host_sum(DeviceComm *c, float *buf, size_t count, float scale) {
+    if (c->threads) thread_group_sum(c->threads, c->rank, buf, count, scale);
+    else comm_sum_identical(c->group, buf, count, scale);
+}
+
+static void host_all_gather(DeviceComm *c, const void *send, void *recv, size_t bytes) {
+    if (c->threads) thread_group_all_gather(c->threads, c->rank, send, recv, bytes);
+    else comm_all_gather(c->group, send, recv, bytes, COMM_BYTE);
+}
+
+static void host_reduce_scatter(DeviceComm *c, const float *send, float *recv, size_t count) {
+    if (c->threads) thread_group_reduce_scatter(c->threads, c->rank, send, recv, count);
+    else comm_reduce_scatter_sum_float(c->group, send, recv, count);
+}
+
+double device_comm_sum_double(DeviceComm *c, double value) {
+    if (c->size <= 1) return value;
+    return c->threads ? thread_group_sum_double(c->threads, c->rank, value) : dp_sum_double(c->group, value);
+}
+
 /* ---- the collectives ---------------------------------------------------------- */
 
 void device_all_reduce(DeviceComm *c, void *buf, size_t count, NcclDtype type, bool average, cudaStream_t stream) {
@@ -100,7 +129,7 @@ void device_all_reduce(DeviceComm *c, void *buf, size_t count, NcclDtype type, b
     }
     if (c->size == 1) return;
     float *f = download_floats(c, buf, count, type, stream);
-    comm_sum_identical(c->group, f, count, average ? 1.0f / (float)c->size : 1.0f);
+    host_sum(c, f, count, average ? 1.0f / (float)c->size : 1.0f);
     upload_floats(c, buf, f, count, type, stream);
 }
 
@@ -114,7 +143,7 @@ void device_all_gather(DeviceComm *c, const void *send, void *recv, size_t count
     const size_t bytes = count * type_bytes(type);
     char *host = host_bytes(c, bytes * (size_t)(c->size + 1));
     copy_sync(host, send, bytes, cudaMemcpyDeviceToHost, stream);
-    comm_all_gather(c->group, host, host + bytes, bytes, COMM_BYTE);
+    host_all_gather(c, host, host + bytes, bytes);
     copy_sync(recv, host + bytes, bytes * (size_t)c->size, cudaMemcpyHostToDevice, stream);
 }
 
@@ -128,7 +157,7 @@ void device_reduce_scatter_sum(DeviceComm *c, const void *send, void *recv, size
     const size_t total = count * (size_t)c->size;
     float *all = download_floats(c, send, total, type, stream);
     float *mine = mt_malloc(count * sizeof(float));
-    comm_reduce_scatter_sum_float(c->group, all, mine, count);
+    host_reduce_scatter(c, all, mine, count);
     upload_floats(c, recv, mine, count, type, stream);
     free(mine);
 }

@@ -20,9 +20,11 @@
 
 #include "comm.h"
 #include "comm_nccl.h"
+#include "thread_group.h"
 
 typedef struct DeviceComm {
-    const Comm *group;     /* the host group (outlives this) */
+    const Comm *group;     /* the host group (outlives this); NULL with threads */
+    ThreadGroup *threads;  /* ranks that are threads of this process (staged only), or NULL */
     bool staged;           /* through the host; else NCCL */
     NcclComm nccl;         /* NCCL's communicator (not staged) */
     int rank, size;
@@ -36,6 +38,8 @@ typedef struct DeviceComm {
  * rank and !staged, NCCL still makes a communicator (tests use it). Returns
  * 0, or -1 with err set. */
 int device_comm_create(DeviceComm *out, const Comm *group, bool staged, char *err, size_t errlen);
+/* Staged over the threads of this process: this thread is `rank` of `threads`. */
+void device_comm_create_threads(DeviceComm *out, ThreadGroup *threads, int rank);
 void device_comm_destroy(DeviceComm *c);
 /* 0, or -1 with err set when NCCL reported an asynchronous error (a peer
  * died); the staged transport fails synchronously, through MPI. */
@@ -46,6 +50,9 @@ void device_all_reduce(DeviceComm *c, void *buf, size_t count, NcclDtype type, b
 /* recv[r * count ...] = rank r's send (count elements each). */
 void device_all_gather(DeviceComm *c, const void *send, void *recv, size_t count, NcclDtype type,
                        cudaStream_t stream);
+/* The sum of a host value over the group, the same on every rank. */
+double device_comm_sum_double(DeviceComm *c, double value);
+
 /* recv (count elements) = sum over ranks of send[rank * count ...]. */
 void device_reduce_scatter_sum(DeviceComm *c, const void *send, void *recv, size_t count, NcclDtype type,
                                cudaStream_t stream);

@@ -15,6 +15,7 @@
 #include "backend/cuda/cuda_model.h"
 #include "gpu_test_util.h"
 #include "model/model.h"
+#include "model_case.h"
 #include "train/optimizer.h"
 
 static int passed, failed;
@@ -24,47 +25,16 @@ static void check(const char *what, double err, double limit) {
     else failed++;
 }
 
-static ModelConfig tiny(ModelFamily family, int C, int H, int KVH, int D) {
-    ModelConfig c;
-    memset(&c, 0, sizeof c);
-    c.family = family;
-    c.num_layers = 2;
-    c.hidden_size = C;
-    c.intermediate_size = 3 * C;
-    c.num_attention_heads = H;
-    c.num_key_value_heads = KVH;
-    c.head_dim = D;
-    c.vocab_size = 384;
-    c.max_position_embeddings = 512;
-    c.rope_theta = 10000.0;
-    c.rms_norm_eps = 1e-6;
-    c.init_std = 0.05;
-    c.attention_bias = family == FAMILY_QWEN2;
-    c.qk_norm = family == FAMILY_QWEN3;
-    return c;
-}
-
 static void run_case(const char *name, ModelConfig cfg, int B, int T) {
     printf("%s: C=%d H=%d KVH=%d D=%d, B=%d T=%d%s%s\n", name, cfg.hidden_size, cfg.num_attention_heads,
            cfg.num_key_value_heads, cfg.head_dim, B, T, cfg.tie_word_embeddings ? ", tied" : "",
            cfg.rope_scaling.enabled ? ", llama3 rope" : "");
-    Model *cpu = model_create(&cfg, &cpu_backend, B, T);
-    model_init_weights(cpu, 7);
-    /* biases and norms away from their 0 / 1 init, so their paths are exercised */
     Rng rng;
     rng_seed(&rng, 11);
-    for (int i = 0; i < cpu->num_params; i++) {
-        const ParamInfo *p = &cpu->param_info[i];
-        if (p->ndim == 1)
-            for (long j = 0; j < p->numel; j++) cpu->params[p->offset + j] += (float)(0.1 * rng_normal(&rng));
-    }
-    for (long i = 0; i < cpu->num_floats; i++) cpu->params[i] = round_bf16(cpu->params[i]);
+    Model *cpu = cpu_case_model(&cfg, B, T, &rng);
     const int N = B * T, V = cfg.vocab_size;
     int32_t *inputs = malloc((size_t)N * sizeof(int32_t)), *targets = malloc((size_t)N * sizeof(int32_t));
-    for (int i = 0; i < N; i++) {
-        inputs[i] = (int32_t)rng_below(&rng, (uint64_t)V);
-        targets[i] = i % 7 == 5 ? -1 : (int32_t)rng_below(&rng, (uint64_t)V);
-    }
+    case_tokens(N, V, &rng, inputs, targets);
     char err[512];
     CudaModel *gpu = cuda_model_create(cpu, 0, B, T, err, sizeof err);
     if (!gpu) {

@@ -9,7 +9,7 @@ NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 [[ -x "$NVCC" ]] || { echo "skipped: nvcc not found"; exit 77; }
 make --no-print-directory gpu-test-build
 test -x build/cuda/megatrain
-for t in test_cuda_ops test_cuda_model test_cuda_hf_parity; do test -x "build/cuda/gpu-tests/$t"; done
+for t in test_cuda_ops test_cuda_model test_cuda_tp_model test_cuda_hf_parity; do test -x "build/cuda/gpu-tests/$t"; done
 grep -q ' T cuda_describe_devices' < <(nm build/cuda/megatrain) || { echo "CUDA host code not linked"; exit 1; }
 build/cuda/megatrain --version
 

@@ -8,6 +8,7 @@
  * pointer alignment, so the step loop makes no heuristic queries. */
 #include "cuda_gemm.h"
 
+#include <pthread.h>
 #include <string.h>
 
 #include "cuda_check.h"
@@ -28,6 +29,8 @@ typedef struct GemmPlan {
 #define GEMM_CACHE_SIZE 128
 static GemmPlan cache[GEMM_CACHE_SIZE];
 static int cache_used;
+/* Models on several threads of one process (tests of tensor parallel on one GPU) share the cache. */
+static pthread_mutex_t cache_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Largest power of two (up to 256) dividing every address. */
 static int common_alignment(const void *const *ptrs, int n) {
@@ -39,7 +42,16 @@ static int common_alignment(const void *const *ptrs, int n) {
     return align;
 }
 
+static GemmPlan *plan_locked(CudaContext *ctx, const GemmKey *key);
+
 static GemmPlan *plan_for(CudaContext *ctx, const GemmKey *key) {
+    pthread_mutex_lock(&cache_lock);
+    GemmPlan *p = plan_locked(ctx, key);
+    pthread_mutex_unlock(&cache_lock);
+    return p;
+}
+
+static GemmPlan *plan_locked(CudaContext *ctx, const GemmKey *key) {
     for (int i = 0; i < cache_used; i++)
         if (memcmp(&cache[i].key, key, sizeof *key) == 0) return &cache[i];
     if (cache_used == GEMM_CACHE_SIZE) mt_die(MT_EXIT_FAILURE, "cuBLASLt: more than %d product shapes", GEMM_CACHE_SIZE);
@@ -135,6 +147,7 @@ void cuda_gemm_backward_weight(CudaContext *ctx, float *dweight, const uint16_t 
 }
 
 void cuda_gemm_cache_clear(void) {
+    pthread_mutex_lock(&cache_lock);
     for (int i = 0; i < cache_used; i++) {
         cublasLtMatmulDescDestroy(cache[i].op);
         cublasLtMatrixLayoutDestroy(cache[i].a);
@@ -142,4 +155,5 @@ void cuda_gemm_cache_clear(void) {
         cublasLtMatrixLayoutDestroy(cache[i].c);
     }
     cache_used = 0;
+    pthread_mutex_unlock(&cache_lock);
 }

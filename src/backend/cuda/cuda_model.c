@@ -8,7 +8,6 @@
 #include <string.h>
 
 #include "../../core/timer.h"
-#include "../../dist/dp_sync.h"
 #include "../backend.h"
 #include "cuda_model_internal.h"
 
@@ -415,7 +414,7 @@ double cuda_model_grad_norm(CudaModel *m) {
     CUDA_CHECK(cudaStreamSynchronize(st));
     double total = 0.0;
     for (int i = 0; i < NORM_PARTIALS; i++) total += m->host_norm_partial[i];
-    if (m->tp > 1) total = dp_sum_double(m->tp_comm->group, total);
+    if (m->tp > 1) total = device_comm_sum_double(m->tp_comm, total);
     return sqrt(total);
 }
 
