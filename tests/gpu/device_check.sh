@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # device_check.sh: everything a lent GPU machine should run, in one call:
 # the GPU tests, a profiled training run (time per kind of op), and the
-# benchmark against PyTorch. Expects build/cuda and .devlibs from
+# benchmark against PyTorch. Expects build/cuda and .devlibs.tgz from
 # tests/gpu/carry_libs.sh (or a machine with our packages: then plain
 # `make test-gpu` and `make bench-gpu` do the same). Logs go to $OUT (or
 # /tmp/device-check). Usage: bash tests/gpu/device_check.sh [tests|profile|bench ...]
