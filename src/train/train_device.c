@@ -9,6 +9,7 @@
 
 #ifdef MT_CUDA
 #include <string.h>
+#include <unistd.h>
 
 #include "../backend/cuda/cuda_device.h"
 #include "../backend/cuda/cuda_model.h"
@@ -30,17 +31,37 @@ static bool dp_sync_wanted(const TrainContext *ctx) {
     return ctx->layout.dp_size > 1 || (single && strcmp(single, "1") == 0);
 }
 
+/* Whether two ranks of the job share a GPU (the same PCI bus id on the same
+ * host), which NCCL refuses. A collective; every rank gets the same answer
+ * from the same gathered records. */
+static bool gpus_shared(const CudaModel *cuda) {
+    const Comm *world = comm_world();
+    if (world->size == 1) return false;
+    enum { RECORD = 128 };
+    char mine[RECORD] = {0};
+    gethostname(mine, RECORD / 2 - 1);
+    cuda_model_pci_bus_id(cuda, mine + RECORD / 2, RECORD / 2);
+    char *all = mt_malloc((size_t)world->size * RECORD);
+    comm_all_gather(world, mine, all, RECORD, COMM_BYTE);
+    bool shared = false;
+    for (int i = 0; i < world->size && !shared; i++)
+        for (int j = i + 1; j < world->size && !shared; j++)
+            shared = memcmp(all + (size_t)i * RECORD, all + (size_t)j * RECORD, RECORD) == 0;
+    free(all);
+    return shared;
+}
+
 /* Whether device collectives go through the host (device_comm.h): when
- * MEGATRAIN_DEVICE_COMM is "host", or when this machine runs more ranks than
- * it has GPUs (NCCL refuses two ranks of a communicator on one GPU). 0, or
- * -1 with err set for an unknown value. */
-static int staged_wanted(int devices, bool *staged, char *err, size_t errlen) {
+ * MEGATRAIN_DEVICE_COMM is "host", or when ranks share a GPU ("nccl" forces
+ * NCCL). 0, or -1 with err set for an unknown value. */
+static int staged_wanted(const CudaModel *cuda, bool *staged, char *err, size_t errlen) {
     const char *how = getenv("MEGATRAIN_DEVICE_COMM");
     if (how && *how && strcmp(how, "host") != 0 && strcmp(how, "nccl") != 0) {
         mt_set_error(err, errlen, "MEGATRAIN_DEVICE_COMM: expected host or nccl, found '%s'", how);
         return -1;
     }
-    *staged = how && *how ? strcmp(how, "host") == 0 : launch_local_size() > devices;
+    const bool shared = gpus_shared(cuda); /* a collective: every rank calls it */
+    *staged = how && *how ? strcmp(how, "host") == 0 : shared;
     return 0;
 }
 
@@ -55,12 +76,11 @@ int train_device_attach(TrainContext *ctx, char *err, size_t errlen) {
     mt_log("device: %s, %.2f GiB allocated for weights, gradients, AdamW states and activations",
            cuda_model_device_name(ctx->cuda), (double)cuda_model_bytes(ctx->cuda) / 1073741824.0);
     bool staged = false;
-    if (staged_wanted(count, &staged, err, errlen) != 0) return -1;
+    if (staged_wanted(ctx->cuda, &staged, err, errlen) != 0) return -1;
     const bool tp = ctx->layout.tp > 1, dp = dp_sync_wanted(ctx);
     if ((tp || dp) && staged)
         mt_log("device collectives: staged through the host over MPI (%s): slow, for checking layouts on fewer GPUs "
-               "than ranks", getenv("MEGATRAIN_DEVICE_COMM") ? "MEGATRAIN_DEVICE_COMM=host"
-                                                              : "more ranks on this machine than GPUs");
+               "than ranks", getenv("MEGATRAIN_DEVICE_COMM") ? "MEGATRAIN_DEVICE_COMM=host" : "ranks share a GPU");
     /* every rank creates its tp communicator first, then its dp one: the same order everywhere */
     if (tp) {
         if (device_comm_create(&tp_comm, &ctx->grid.groups[GROUP_TP], staged, err, errlen) != 0) return -1;

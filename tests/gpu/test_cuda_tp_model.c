@@ -6,12 +6,16 @@
  * itself runs in tests/gpu/test_cuda_tp.sh when two GPUs are there).
  * Checked, with and without sequence parallel, for llama (GQA, untied and
  * tied), qwen2 (q/k/v biases: the unfused products) and qwen3 (qk-norm:
- * gradients partial over tp), at tp 2 and 4:
+ * gradients partial over tp), at tp 2 and 4, over two micro-batches (the
+ * first smaller than the buffers, gradients accumulated, the tp reductions
+ * on the last):
  *   - every rank's loss equals the others' bit for bit and is within 1% of the CPU's;
  *   - each rank's logits (its vocabulary columns) within 3% of max of the CPU's columns;
  *   - every gradient block within 5% (L2) of the same block of the CPU's whole gradient
  *     (q/k-norm and, under sequence parallel, every norm: summed over tp);
- *   - the grad norm, each parameter counted once over tp, within 2% of the CPU's.
+ *   - the grad norm, each parameter counted once over tp, within 2% of the CPU's;
+ *   - after one AdamW step, the weights every rank holds whole (the norms
+ *     without sequence parallel) are the same bits on every rank.
  * Limits as test_cuda_model.c (bf16 activations); a block taken from the
  * wrong rows, a sum missing or done twice shows errors of 0.3 and above.
  * Run by `make test-gpu`; needs a GPU. */
@@ -41,13 +45,13 @@ typedef struct TpRank {
     const Model *whole;
     ModelPartition part;
     ThreadGroup *group;
-    const int32_t *inputs, *targets;
+    const int32_t *inputs, *targets; /* two micro-batches: B - 1 (at least 1) rows, then B */
     int B, T;
     Model *host;          /* this rank's registry and weights */
     CudaModel *gpu;
     DeviceComm comm;
     float loss;
-    float *logits, *grads;
+    float *logits, *grads, *params;
     double norm;
     char err[512];
 } TpRank;
@@ -69,15 +73,23 @@ static void *rank_main(void *arg) {
     }
     device_comm_create_threads(&r->comm, r->group, r->part.tp_rank);
     cuda_model_set_tp_comm(r->gpu, &r->comm);
-    r->loss = cuda_model_forward(r->gpu, r->inputs, r->targets, r->B, r->T);
+    const int B1 = r->B > 1 ? r->B - 1 : 1;
     const long N = (long)r->B * r->T, V = whole->cfg.vocab_size / r->part.tp;
+    cuda_model_zero_grad(r->gpu);
+    cuda_model_forward(r->gpu, r->inputs + N, r->targets + N, B1, r->T);
+    cuda_model_backward(r->gpu, 0.5f, 0);
+    r->loss = cuda_model_forward(r->gpu, r->inputs, r->targets, r->B, r->T);
     r->logits = malloc((size_t)(N * V) * sizeof(float));
     cuda_model_download_logits(r->gpu, r->logits);
-    cuda_model_zero_grad(r->gpu);
-    cuda_model_backward(r->gpu, 1.0f, 1); /* the last micro-batch: the tp-partial gradients are summed */
+    cuda_model_backward(r->gpu, 0.5f, 1); /* the last micro-batch: the tp reductions of the gradients */
     r->grads = malloc((size_t)r->host->num_floats * sizeof(float));
     cuda_model_download_grads(r->gpu, r->grads);
     r->norm = cuda_model_grad_norm(r->gpu); /* a collective over tp */
+    const CudaAdamWStep step = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1,
+                                .grad_scale = 1.0, .step = 1};
+    cuda_model_adamw(r->gpu, &step);
+    r->params = malloc((size_t)r->host->num_floats * sizeof(float));
+    cuda_model_download(r->gpu, r->params, NULL, NULL);
     return NULL;
 }
 
@@ -88,12 +100,17 @@ static void run_case(const char *name, ModelConfig cfg, int tp, bool sp, int B, 
     Rng rng;
     rng_seed(&rng, 11);
     Model *cpu = cpu_case_model(&cfg, B, T, &rng);
-    const int N = B * T, V = cfg.vocab_size, Vr = V / tp;
-    int32_t *inputs = malloc((size_t)N * sizeof(int32_t)), *targets = malloc((size_t)N * sizeof(int32_t));
-    case_tokens(N, V, &rng, inputs, targets);
-    const float loss_cpu = model_forward(cpu, inputs, targets, B, T);
+    const int N = B * T, V = cfg.vocab_size, Vr = V / tp, B1 = B > 1 ? B - 1 : 1;
+    /* micro-batch 2 (B rows) at inputs, micro-batch 1 (B1 rows) after it */
+    int32_t *inputs = malloc((size_t)2 * N * sizeof(int32_t)), *targets = malloc((size_t)2 * N * sizeof(int32_t));
+    case_tokens(2 * N, V, &rng, inputs, targets);
     model_zero_grad(cpu);
-    model_backward(cpu, 1.0f);
+    model_forward(cpu, inputs + N, targets + N, B1, T);
+    model_backward(cpu, 0.5f);
+    const float loss_cpu = model_forward(cpu, inputs, targets, B, T);
+    float *logits_cpu = malloc((size_t)N * V * sizeof(float)); /* the backward overwrites them with their gradient */
+    memcpy(logits_cpu, model_logits(cpu), (size_t)N * V * sizeof(float));
+    model_backward(cpu, 0.5f);
     double norm_cpu = 0.0;
     for (long i = 0; i < cpu->num_floats; i++) norm_cpu += (double)cpu->grads[i] * cpu->grads[i];
     norm_cpu = sqrt(norm_cpu);
@@ -125,7 +142,7 @@ static void run_case(const char *name, ModelConfig cfg, int tp, bool sp, int B, 
     double worst_logits = 0.0;
     for (int r = 0; r < tp; r++) {
         for (int n = 0; n < N; n++)
-            memcpy(cols + (size_t)n * Vr, model_logits(cpu) + (size_t)n * V + (size_t)r * Vr, (size_t)Vr * sizeof(float));
+            memcpy(cols + (size_t)n * Vr, logits_cpu + (size_t)n * V + (size_t)r * Vr, (size_t)Vr * sizeof(float));
         const double e = rel_max(ranks[r].logits, cols, (long)N * Vr);
         if (!(e <= worst_logits)) worst_logits = e;
     }
@@ -154,6 +171,20 @@ static void run_case(const char *name, ModelConfig cfg, int tp, bool sp, int B, 
     }
     printf("  worst gradient error %.3e over %d blocks\n", worst, params);
     check("grad norm (each parameter once over tp)", fabs(ranks[0].norm - norm_cpu) / norm_cpu, 2e-2);
+    /* the replicated weights after AdamW: the same bits everywhere */
+    long differing = 0, replicated = 0;
+    for (int i = 0; i < ranks[0].host->num_params; i++) {
+        const ParamInfo *p = &ranks[0].host->param_info[i];
+        if (p->shape[0] != p->global_shape[0] || p->shape[1] != p->global_shape[1]) continue;
+        replicated++;
+        for (int r = 1; r < tp; r++) {
+            const ParamInfo *q = model_find_param(ranks[r].host, p->name);
+            differing += memcmp(ranks[0].params + p->offset, ranks[r].params + q->offset,
+                                (size_t)p->numel * sizeof(float)) != 0;
+        }
+    }
+    printf("  %ld replicated weights\n", replicated);
+    check("replicated weights identical on every rank after AdamW", (double)differing, 0.0);
 
     for (int r = 0; r < tp; r++) {
         cuda_model_free(ranks[r].gpu);
@@ -161,10 +192,11 @@ static void run_case(const char *name, ModelConfig cfg, int tp, bool sp, int B, 
         model_free(ranks[r].host);
         free(ranks[r].logits);
         free(ranks[r].grads);
+        free(ranks[r].params);
     }
     thread_group_free(group);
     model_free(cpu);
-    free(inputs); free(targets); free(cols);
+    free(inputs); free(targets); free(cols); free(logits_cpu);
 }
 
 int main(void) {
@@ -178,10 +210,10 @@ int main(void) {
     const ModelConfig qwen2 = tiny(FAMILY_QWEN2, 128, 4, 2, 32);
     const ModelConfig qwen3 = tiny(FAMILY_QWEN3, 128, 4, 2, 32);
     for (int sp = 0; sp <= 1; sp++) {
-        run_case("llama (GQA)", llama, 2, sp, 2, 33);
+        run_case("llama (GQA)", llama, 2, sp, 2, 34);
         run_case("llama (tied)", tied, 4, sp, 2, 32);
-        run_case("qwen2 (q/k/v biases)", qwen2, 2, sp, 1, 78);
-        run_case("qwen3 (qk-norm)", qwen3, 2, sp, 2, 35);
+        run_case("qwen2 (q/k/v biases)", qwen2, 2, sp, 2, 40);
+        run_case("qwen3 (qk-norm)", qwen3, 2, sp, 3, 36);
     }
     printf("\n%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

@@ -123,11 +123,15 @@ static void gemm(CudaContext *ctx, int transa, int transb, int m, int n, int k, 
     key.has_bias = bias != NULL;
     key.alignment = common_alignment(ptrs, 5);
     GemmPlan *p = plan_for(ctx, &key);
-    if (bias)
+    /* the bias pointer lives in the shared descriptor: set and used under the lock (models on several threads) */
+    if (bias) {
+        pthread_mutex_lock(&cache_lock);
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias));
+    }
     const float alpha = 1.0f;
     CUBLAS_CHECK(cublasLtMatmul(ctx->blaslt, p->op, &alpha, A, p->a, B, p->b, &beta, C ? C : D, p->c, D, p->c, &p->algo,
                                 ctx->blaslt_workspace, ctx->blaslt_workspace_bytes, ctx->stream));
+    if (bias) pthread_mutex_unlock(&cache_lock);
 }
 
 void cuda_gemm_forward(CudaContext *ctx, uint16_t *out, int ldo, const uint16_t *inp, const uint16_t *weight,

@@ -192,17 +192,20 @@ static void find_offsets(CudaModel *m, const Model *host) {
     m->lm_head = cfg->tie_word_embeddings ? m->embed : offset_of(host, "lm_head.weight", 0, 1);
 }
 
-/* The gradients that are partial sums over tp (ParamInfo.tp_partial_grad), with their layers. */
+/* The gradients reduced over tp (TpPartialGrad): partial sums (ParamInfo.tp_partial_grad) and the
+ * whole gradients of weights every tp rank holds whole (the same global shape). */
 static void find_tp_partial(CudaModel *m, const Model *host) {
     m->tp_partial = mt_calloc((size_t)host->num_params + 1, sizeof *m->tp_partial);
-    for (int i = 0; i < host->num_params; i++) {
+    for (int i = 0; i < host->num_params && m->tp > 1; i++) {
         const ParamInfo *p = &host->param_info[i];
-        if (!p->tp_partial_grad) continue;
+        bool replicated = true;
+        for (int d = 0; d < 3; d++) replicated = replicated && p->shape[d] == p->global_shape[d];
+        if (!p->tp_partial_grad && !replicated) continue;
         int layer = -1;
         for (int l = 0; l < m->cfg.num_layers; l++)
             if ((long)p->offset >= m->layer_begin[l] && (long)p->offset < m->layer_end[l]) layer = l;
         m->tp_partial[m->num_tp_partial++] = (TpPartialGrad){.offset = (long)p->offset, .numel = p->numel,
-                                                             .layer = layer};
+                                                             .layer = layer, .average = !p->tp_partial_grad};
     }
 }
 

@@ -46,10 +46,16 @@ typedef struct LayerSaved {
     float *attn_rstd, *q_rstd, *k_rstd, *lse, *mlp_rstd;
 } LayerSaved;
 
-/* A run of gradients summed over tp before the step (CudaModel.tp_partial). */
+/* A run of gradients reduced over tp before the step (CudaModel.tp_partial):
+ * summed when each rank holds a partial sum (q/k-norm weights; the norms
+ * under sequence parallel), averaged when each rank computed the whole
+ * gradient of a replicated weight (the norms without sequence parallel:
+ * fp32 atomics make the replicas' last bits differ, and the average keeps
+ * the copies identical). */
 typedef struct TpPartialGrad {
     long offset, numel;
     int layer;                 /* its layer, or -1 outside the layers (final norm) */
+    bool average;
 } TpPartialGrad;
 
 struct CudaModel {
@@ -66,7 +72,7 @@ struct CudaModel {
     bool sp;                   /* sequence parallel: the residual stream holds N/tp rows */
     int H, KVH, I, V, vocab_start;
     DeviceComm *tp_comm;       /* the tp group (cuda_model_set_tp_comm), NULL when tp == 1 */
-    TpPartialGrad *tp_partial; /* q/k-norm weights; every norm under sequence parallel */
+    TpPartialGrad *tp_partial; /* gradients reduced over tp on the last micro-batch (TpPartialGrad) */
     int num_tp_partial;
 
     void *arena;               /* the one allocation */
@@ -161,7 +167,7 @@ void cuda_tp_embedding_forward(CudaModel *m, bf16_t *resid, int N, int C);
 void cuda_tp_embedding_backward(CudaModel *m, int N, int C);
 /* losses and ce_lse from this rank's logits columns (N, V). */
 void cuda_tp_cross_entropy_forward(CudaModel *m, int N);
-/* Sum over tp the gradients of `layer` (-1: those outside the layers) that are partial over tp. */
+/* Reduce over tp the gradients of `layer` (-1: those outside the layers) listed in tp_partial. */
 void cuda_tp_sum_partial_grads(CudaModel *m, int layer);
 
 #endif

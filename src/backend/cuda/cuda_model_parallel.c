@@ -50,9 +50,10 @@ void cuda_tp_row_parallel_residual(CudaModel *m, bf16_t *out, const bf16_t *resi
         return;
     }
     cudaStream_t st = m->ctx.stream;
-    if (!m->sp) { /* rank 0's epilogue adds the residual, the all-reduce the other ranks' partials */
-        cuda_linear_forward(m, out, C, inp, w, -1, m->tp_rank == 0 ? residual : NULL, N, IC, C);
+    if (!m->sp) { /* the partials summed, then the residual added: it is rounded once, not at every hop */
+        cuda_linear_forward(m, out, C, inp, w, -1, NULL, N, IC, C);
         TIMED(m, PROF_TP_COMM, device_all_reduce(tp_comm(m), out, (size_t)N * C, NCCL_DTYPE_BF16, false, st));
+        TIMED(m, PROF_NORM, CUDA_CHECK(cuda_add_bf16(out, out, residual, (size_t)N * C, st)));
         return;
     }
     const size_t shard = (size_t)cuda_residual_rows(m, N) * C;
@@ -119,6 +120,6 @@ void cuda_tp_sum_partial_grads(CudaModel *m, int layer) {
         const TpPartialGrad *p = &m->tp_partial[i];
         if (p->layer == layer)
             TIMED(m, PROF_TP_COMM, device_all_reduce(tp_comm(m), m->grads + p->offset, (size_t)p->numel,
-                                                     NCCL_DTYPE_FLOAT, false, m->ctx.stream));
+                                                     NCCL_DTYPE_FLOAT, p->average, m->ctx.stream));
     }
 }
