@@ -8,11 +8,9 @@
 
 static const int kSumSqThreads = 512;
 
-__global__ void sum_squares_kernel(double *__restrict__ partial, const float *__restrict__ x, size_t n) {
+// partial[blockIdx.x] = the sum of every thread's `sum` (kSumSqThreads threads), in a fixed order.
+__device__ __forceinline__ void store_block_sum(double *partial, double sum) {
     __shared__ double scratch[kSumSqThreads / 32];
-    double sum = 0.0;  // squares in double: no overflow where the CPU's double norm has none
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
-        sum += (double)x[i] * (double)x[i];
     for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0) scratch[warp] = sum;
@@ -24,24 +22,22 @@ __global__ void sum_squares_kernel(double *__restrict__ partial, const float *__
     }
 }
 
+__global__ void sum_squares_kernel(double *__restrict__ partial, const float *__restrict__ x, size_t n) {
+    double sum = 0.0;  // squares in double: no overflow where the CPU's double norm has none
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        sum += (double)x[i] * (double)x[i];
+    store_block_sum(partial, sum);
+}
+
 // The same over chunks: block b visits chunks b, b + gridDim.x, ...
 __global__ void sum_squares_chunks_kernel(double *__restrict__ partial, const float *__restrict__ x,
                                           const CudaAdamWChunk *__restrict__ chunks, int num_chunks) {
-    __shared__ double scratch[kSumSqThreads / 32];
     double sum = 0.0;
     for (int c = blockIdx.x; c < num_chunks; c += gridDim.x) {
         const float *p = x + chunks[c].offset;
         for (unsigned i = threadIdx.x; i < chunks[c].length; i += blockDim.x) sum += (double)p[i] * (double)p[i];
     }
-    for (int offset = 16; offset > 0; offset >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    if (lane == 0) scratch[warp] = sum;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        double total = 0.0;
-        for (int w = 0; w < kSumSqThreads / 32; w++) total += scratch[w];
-        partial[blockIdx.x] = total;
-    }
+    store_block_sum(partial, sum);
 }
 
 extern "C" cudaError_t cuda_sum_squares_chunks(double *partial, int num_partial, const float *x,

@@ -189,15 +189,24 @@ static void test_swiglu(Rng *rng, int N, int I) {
     free(gu); free(da); free(gate); free(up); free(act); free(dg); free(du); free(dgu); free(g_act); free(g_dgu);
 }
 
+/* Random bf16 logits (N, V), targets (every 5th ignored), and the CPU's losses and gradient for dloss. */
+static void cross_entropy_case(Rng *rng, int N, int V, float dloss, float **logits, int32_t **targets, float **losses,
+                               float **dl) {
+    *logits = rand_bf16_values(rng, (long)N * V, 3.0);
+    *targets = malloc((size_t)N * sizeof(int32_t));
+    for (int n = 0; n < N; n++) (*targets)[n] = n % 5 == 3 ? -1 : (int32_t)rng_below(rng, (uint64_t)V);
+    *losses = malloc((size_t)N * sizeof(float));
+    *dl = malloc((size_t)N * V * sizeof(float));
+    cpu_backend.cross_entropy_forward(*losses, *logits, *targets, N, V);
+    cpu_backend.cross_entropy_backward(*dl, *logits, *targets, dloss, N, V);
+}
+
 static void test_cross_entropy(Rng *rng, int N, int V) {
     printf("cross_entropy N=%d V=%d\n", N, V);
-    float *logits = rand_bf16_values(rng, (long)N * V, 3.0);
-    int32_t *targets = malloc((size_t)N * sizeof(int32_t));
-    for (int n = 0; n < N; n++) targets[n] = n % 5 == 3 ? -1 : (int32_t)rng_below(rng, (uint64_t)V);
-    float *losses = malloc((size_t)N * sizeof(float)), *dl = malloc((size_t)N * V * sizeof(float));
-    cpu_backend.cross_entropy_forward(losses, logits, targets, N, V);
+    float *logits, *losses, *dl;
+    int32_t *targets;
     const float dloss = 0.37f;
-    cpu_backend.cross_entropy_backward(dl, logits, targets, dloss, N, V);
+    cross_entropy_case(rng, N, V, dloss, &logits, &targets, &losses, &dl);
     uint16_t *d_logits = dev_bf16(logits, (long)N * V);
     int32_t *d_targets = dev_copy(targets, (size_t)N * sizeof(int32_t));
     float *d_losses = dev_f32(NULL, N), *d_lse = dev_f32(NULL, N);
@@ -316,13 +325,10 @@ static void test_sum_squares(Rng *rng, long n) {
 static void test_cross_entropy_columns(Rng *rng, int N, int V, int ranks) {
     printf("cross_entropy vocab-parallel N=%d V=%d ranks=%d\n", N, V, ranks);
     const int Vr = V / ranks;
-    float *logits = rand_bf16_values(rng, (long)N * V, 3.0);
-    int32_t *targets = malloc((size_t)N * sizeof(int32_t));
-    for (int n = 0; n < N; n++) targets[n] = n % 5 == 3 ? -1 : (int32_t)rng_below(rng, (uint64_t)V);
-    float *losses = malloc((size_t)N * sizeof(float)), *dl = malloc((size_t)N * V * sizeof(float));
-    cpu_backend.cross_entropy_forward(losses, logits, targets, N, V);
+    float *logits, *losses, *dl;
+    int32_t *targets;
     const float dloss = 0.37f;
-    cpu_backend.cross_entropy_backward(dl, logits, targets, dloss, N, V);
+    cross_entropy_case(rng, N, V, dloss, &logits, &targets, &losses, &dl);
     float *block = malloc((size_t)N * Vr * sizeof(float)), *dl_block = malloc((size_t)N * Vr * sizeof(float));
     int32_t *d_targets = dev_copy(targets, (size_t)N * sizeof(int32_t));
     float *d_gathered = dev_f32(NULL, (long)ranks * N * 3), *d_losses = dev_f32(NULL, N), *d_lse = dev_f32(NULL, N);
