@@ -53,15 +53,22 @@ static bool gpus_shared(const CudaModel *cuda) {
 
 /* Whether device collectives go through the host (device_comm.h): when
  * MEGATRAIN_DEVICE_COMM is "host", or when ranks share a GPU ("nccl" forces
- * NCCL). 0, or -1 with err set for an unknown value. */
-static int staged_wanted(const CudaModel *cuda, bool *staged, char *err, size_t errlen) {
+ * NCCL); rank 0's choice for every rank (a launcher may not pass the
+ * variable to other machines). *why says what chose it. 0, or -1 with err
+ * set for an unknown value (on rank 0: the others follow). */
+static int staged_wanted(const CudaModel *cuda, bool *staged, const char **why, char *err, size_t errlen) {
     const char *how = getenv("MEGATRAIN_DEVICE_COMM");
-    if (how && *how && strcmp(how, "host") != 0 && strcmp(how, "nccl") != 0) {
-        mt_set_error(err, errlen, "MEGATRAIN_DEVICE_COMM: expected host or nccl, found '%s'", how);
+    const bool given = how && *how;
+    const bool shared = gpus_shared(cuda); /* collectives: every rank calls both */
+    int32_t choice = given && strcmp(how, "host") == 0 ? 1 : given && strcmp(how, "nccl") == 0 ? 0 : given ? -1
+                                                                                                  : shared;
+    comm_broadcast(comm_world(), &choice, 1, COMM_INT32, 0);
+    if (choice < 0) {
+        mt_set_error(err, errlen, "MEGATRAIN_DEVICE_COMM: expected host or nccl, found '%s'", given ? how : "");
         return -1;
     }
-    const bool shared = gpus_shared(cuda); /* a collective: every rank calls it */
-    *staged = how && *how ? strcmp(how, "host") == 0 : shared;
+    *staged = choice == 1;
+    *why = given ? "MEGATRAIN_DEVICE_COMM=host" : "ranks share a GPU";
     return 0;
 }
 
@@ -76,11 +83,12 @@ int train_device_attach(TrainContext *ctx, char *err, size_t errlen) {
     mt_log("device: %s, %.2f GiB allocated for weights, gradients, AdamW states and activations",
            cuda_model_device_name(ctx->cuda), (double)cuda_model_bytes(ctx->cuda) / 1073741824.0);
     bool staged = false;
-    if (staged_wanted(ctx->cuda, &staged, err, errlen) != 0) return -1;
+    const char *why = "";
+    if (staged_wanted(ctx->cuda, &staged, &why, err, errlen) != 0) return -1;
     const bool tp = ctx->layout.tp > 1, dp = dp_sync_wanted(ctx);
     if ((tp || dp) && staged)
         mt_log("device collectives: staged through the host over MPI (%s): slow, for checking layouts on fewer GPUs "
-               "than ranks", getenv("MEGATRAIN_DEVICE_COMM") ? "MEGATRAIN_DEVICE_COMM=host" : "ranks share a GPU");
+               "than ranks", why);
     /* every rank creates its tp communicator first, then its dp one: the same order everywhere */
     if (tp) {
         if (device_comm_create(&tp_comm, &ctx->grid.groups[GROUP_TP], staged, err, errlen) != 0) return -1;

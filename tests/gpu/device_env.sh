@@ -1,14 +1,14 @@
 # device_env.sh (sourced): paths on a GPU machine that runs binaries built
 # elsewhere (tests/gpu/carry_libs.sh): .devlibs.tgz unpacked into /tmp, its
 # libraries first, then the CUDA toolkit's and NCCL wherever the machine has
-# it; and, when the machine has no working mpirun, the carried Open MPI
-# (/tmp/devmpi, relocated with OPAL_PREFIX).
+# it; and the carried Open MPI's mpirun, the one that matches the carried
+# libmpi (/tmp/devmpi, relocated with OPAL_PREFIX).
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 [[ -f "$repo/.devlibs.tgz" ]] && tar xzf "$repo/.devlibs.tgz" -C /tmp
 nccl=$(find /usr/local/cuda*/lib* /usr/lib/x86_64-linux-gnu /opt /usr/local/lib -name 'libnccl.so.2' 2>/dev/null | head -n 1)
 export LD_LIBRARY_PATH="/tmp/devlibs:/usr/local/cuda/lib64:${nccl:+$(dirname "$nccl"):}${LD_LIBRARY_PATH:-}"
 export MEGATRAIN="$repo/build/cuda/megatrain"
-if ! mpirun --version > /dev/null 2>&1 && [[ -x /tmp/devmpi/bin/mpirun ]]; then
+if [[ -f "$repo/.devlibs.tgz" && -x /tmp/devmpi/bin/mpirun ]]; then  # the launcher that matches the carried libmpi
   arch_dir=$(dirname "$(find /tmp/devmpi/lib -maxdepth 2 -name openmpi -type d | head -n 1)")
   export OPAL_PREFIX=/tmp/devmpi PATH="/tmp/devmpi/bin:$PATH"
   export PMIX_MCA_mca_base_component_path="$arch_dir/pmix2/lib/pmix"

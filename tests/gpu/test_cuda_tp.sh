@@ -18,8 +18,9 @@ set -euo pipefail
 source "$(dirname "$0")/../integration/lib.sh"
 MEGATRAIN=${MEGATRAIN:-build/cuda/megatrain}
 command -v mpirun > /dev/null || { echo "skip: no mpirun on this machine"; exit 77; }
-demo_data "$WORK/english"
 gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
+[[ $gpus -ge 1 ]] || { echo "skip: no GPU"; exit 77; }
+demo_data "$WORK/english"
 common=(--set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=1 --set train.steps=60
         --set train.eval_interval=30 --set precision=bf16)
 launch() { # launch NP DIR RECIPE [--set ...]: a GPU run on NP ranks
@@ -62,7 +63,8 @@ for recipe in llama qwen2 qwen3; do
 done
 
 # tp 2 x dp 2 (four ranks): gradients averaged over dp next to the tp sums.
-MEGATRAIN_DEVICE_COMM=host launch 4 tp2dp2-llama llama --set parallel.tp=2 --set parallel.sequence_parallel=true
+MEGATRAIN_DEVICE_COMM=host launch 4 tp2dp2-llama llama --set parallel.tp=2 --set parallel.sequence_parallel=true \
+  --set train.micro_batch_size=4 # the same 8 sequences a step: 4 on each dp rank
 grep -q "data parallel: 2 GPU(s)" "$WORK/tp2dp2-llama.txt" || fail "tp2dp2: no data-parallel line in the log"
 track tp2dp2-llama gpu-llama cpu-llama
 
@@ -75,7 +77,8 @@ else
 fi
 
 # Checkpoints move between layouts: tp 2 -> one GPU, one GPU -> tp 2.
-"$MEGATRAIN" resume "$WORK/tp2sp-llama" --set train.steps=70 --set parallel.tp=1 --set parallel.sequence_parallel=false > "$WORK/resume1.txt" 2>&1 ||
+"$MEGATRAIN" resume "$WORK/tp2sp-llama" --set train.steps=70 --set parallel.tp=1 \
+  --set parallel.sequence_parallel=false > "$WORK/resume1.txt" 2>&1 ||
   { tail "$WORK/resume1.txt"; fail "the tp 2 checkpoint did not resume on one GPU"; }
 grep -q "^step *70/70" "$WORK/resume1.txt" || fail "the tp 2 checkpoint's resume on one GPU did not reach step 70"
 MEGATRAIN_DEVICE_COMM=host mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" resume "$WORK/gpu-llama" \
