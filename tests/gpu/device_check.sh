@@ -16,7 +16,7 @@ for part in $parts; do
   case $part in
     tests)
       bash tests/gpu/run_gpu_tests.sh > "$out/tests.log" 2>&1
-      grep -E "^(PASS|FAIL|SKIP)|FAIL|passed|worst|loss cpu|steps 300|nccl run" "$out/tests.log" | grep -v " ok$" | tail -40 ;;
+      grep -E "^(PASS|FAIL|SKIP)|FAIL|passed|worst|loss cpu|steps 300|nccl run|first loss|skip" "$out/tests.log" | grep -v " ok$" | tail -60 ;;
     attention)
       build/cuda/attention_selftest > "$out/attention.log" 2>&1; grep -E "FAIL|correctness|TFLOP" "$out/attention.log" ;;
     profile)
