@@ -19,7 +19,7 @@
 #include "../obs/energy.h"
 
 /* The device communicators of this process's groups. */
-static DeviceComm dp_comm, tp_comm;
+static DeviceComm dp_comm, tp_comm, cp_comm;
 
 bool train_device_built(void) { return true; }
 
@@ -77,7 +77,8 @@ int train_device_attach(TrainContext *ctx, char *err, size_t errlen) {
     /* One GPU per process: the rank's index on its machine picks it. */
     const int count = cuda_device_count();
     const int device = count > 0 ? launch_local_rank() % count : 0;
-    ctx->cuda = cuda_model_create(ctx->model, device, train->micro_batch_size, train->seq_len, err, errlen);
+    ctx->cuda = cuda_model_create(ctx->model, device, train->micro_batch_size, train->seq_len / ctx->layout.cp, err,
+                                  errlen);
     if (!ctx->cuda) return -1;
     cuda_model_upload(ctx->cuda, NULL, ctx->optimizer.m, ctx->optimizer.v);
     mt_log("device: %s, %.2f GiB allocated for weights, gradients, AdamW states and activations",
@@ -85,16 +86,22 @@ int train_device_attach(TrainContext *ctx, char *err, size_t errlen) {
     bool staged = false;
     const char *why = "";
     if (staged_wanted(ctx->cuda, &staged, &why, err, errlen) != 0) return -1;
-    const bool tp = ctx->layout.tp > 1, dp = dp_sync_wanted(ctx);
-    if ((tp || dp) && staged)
+    const bool tp = ctx->layout.tp > 1, cp = ctx->layout.cp > 1, dp = dp_sync_wanted(ctx);
+    if ((tp || cp || dp) && staged)
         mt_log("device collectives: staged through the host over MPI (%s): slow, for checking layouts on fewer GPUs "
                "than ranks", why);
-    /* every rank creates its tp communicator first, then its dp one: the same order everywhere */
+    /* every rank creates its tp communicator first, then cp, then dp: the same order everywhere */
     if (tp) {
         if (device_comm_create(&tp_comm, &ctx->grid.groups[GROUP_TP], staged, err, errlen) != 0) return -1;
         cuda_model_set_tp_comm(ctx->cuda, &tp_comm);
         mt_log("tensor parallel: %d GPUs%s, activations summed with %s", tp_comm.size,
                ctx->part.sequence_parallel ? " with sequence parallel" : "", staged ? "MPI" : "NCCL");
+    }
+    if (cp) {
+        if (device_comm_create(&cp_comm, &ctx->grid.groups[GROUP_CP], staged, err, errlen) != 0) return -1;
+        cuda_model_set_cp_comm(ctx->cuda, &cp_comm);
+        mt_log("context parallel: %d GPUs, keys and values all-gathered with %s", cp_comm.size,
+               staged ? "MPI" : "NCCL");
     }
     if (dp) {
         if (device_comm_create(&dp_comm, &ctx->grid.groups[GROUP_DP], staged, err, errlen) != 0) return -1;
@@ -110,6 +117,7 @@ void train_device_detach(TrainContext *ctx) {
     ctx->cuda = NULL;
     device_comm_destroy(&dp_comm);
     device_comm_destroy(&tp_comm);
+    device_comm_destroy(&cp_comm);
 }
 
 void train_device_backward(TrainContext *ctx, float loss_scale, bool last_micro_batch) {
@@ -119,7 +127,8 @@ void train_device_backward(TrainContext *ctx, float loss_scale, bool last_micro_
 
 double train_device_forward(TrainContext *ctx) {
     const TrainConfig *train = &ctx->recipe->train;
-    return cuda_model_forward(ctx->cuda, ctx->inputs, ctx->targets, train->micro_batch_size, train->seq_len);
+    return cuda_model_forward(ctx->cuda, ctx->inputs, ctx->targets, train->micro_batch_size,
+                              train->seq_len / ctx->layout.cp);
 }
 
 void train_device_zero_grad(TrainContext *ctx) { cuda_model_zero_grad(ctx->cuda); }

@@ -65,11 +65,11 @@ static int check_supported(const Recipe *recipe, const TrainLayout *layout, char
             return MT_EXIT_USAGE;
         }
     }
-    if (cuda && (layout->pp > 1 || layout->cp > 1)) {
+    if (cuda && layout->pp > 1) {
         mt_set_error(err, errlen,
-                     "parallel: pp %d, cp %d: on GPUs data and tensor parallel run (with sequence_parallel), pipeline "
-                     "and context parallel not yet (they run on the CPU); set pp and cp to 1 for run.device: cuda",
-                     layout->pp, layout->cp);
+                     "parallel.pp: %d: on GPUs data, tensor (with sequence_parallel) and context parallel run, "
+                     "pipeline parallel not yet (it runs on the CPU); set pp to 1 for run.device: cuda",
+                     layout->pp);
         return MT_EXIT_USAGE;
     }
     const TrainConfig *train = &recipe->train;

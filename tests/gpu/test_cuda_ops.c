@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_gemm.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "gpu_test_util.h"
+#include "model/model.h"
 
 static int passed, failed;
 static CudaContext ctx;
@@ -422,6 +423,68 @@ static void test_add(Rng *rng, long n) {
     cudaFree(d_a); cudaFree(d_b); free(a); free(b); free(ref); free(got);
 }
 
+/* Attention at query positions (context parallel): rank cp_rank's positions
+ * of a sequence of Tq * cp tokens against the keys of the whole sequence. */
+static void test_attention_at(Rng *rng, int B, int Tq, int cp, int cp_rank, int H, int KVH, int D) {
+    const int Tk = Tq * cp;
+    printf("attention at positions B=%d Tq=%d Tk=%d (cp %d, rank %d) H=%d KVH=%d D=%d\n", B, Tq, Tk, cp, cp_rank, H,
+           KVH, D);
+    const long nq = (long)B * Tq * H * D, nk = (long)B * Tk * KVH * D;
+    int32_t *pos = malloc((size_t)Tq * sizeof(int32_t));
+    model_cp_positions(Tq, cp, cp_rank, pos);
+    float *q = rand_bf16_values(rng, nq, 1.0), *k = rand_bf16_values(rng, nk, 1.0), *v = rand_bf16_values(rng, nk, 1.0);
+    float *dout = rand_bf16_values(rng, nq, 1.0);
+    float *out = malloc((size_t)nq * sizeof(float)), *probs = malloc((size_t)B * H * Tq * Tk * sizeof(float));
+    cpu_backend.attention_forward_at(out, probs, q, k, v, pos, B, Tq, Tk, H, KVH, D);
+    float *dq = calloc((size_t)nq, sizeof(float)), *dk = calloc((size_t)nk, sizeof(float));
+    float *dv = calloc((size_t)nk, sizeof(float));
+    cpu_backend.attention_backward_at(dq, dk, dv, dout, probs, q, k, v, pos, B, Tq, Tk, H, KVH, D);
+    uint16_t *d_q = dev_bf16(q, nq), *d_k = dev_bf16(k, nk), *d_v = dev_bf16(v, nk), *d_dout = dev_bf16(dout, nq);
+    uint16_t *d_out = dev_bf16(dout, nq), *d_dq = dev_bf16(dout, nq);
+    float *d_lse = dev_f32(NULL, (long)B * H * Tq), *d_dk = dev_f32(NULL, nk), *d_dv = dev_f32(NULL, nk);
+    int32_t *d_pos = dev_copy(pos, (size_t)Tq * sizeof(int32_t));
+    CHECK_CUDA(cuda_attention_forward_at(d_out, d_lse, d_q, d_k, d_v, d_pos, B, Tq, Tk, H, KVH, D, 0));
+    CHECK_CUDA(cuda_attention_backward_at(d_dq, d_dk, d_dv, d_dout, d_out, d_lse, d_q, d_k, d_v, d_pos, B, Tq, Tk, H,
+                                          KVH, D, 0));
+    float *g_out = host_from_bf16(d_out, nq), *g_dq = host_from_bf16(d_dq, nq), *g_dk = host_from_f32(d_dk, nk);
+    float *g_dv = host_from_f32(d_dv, nk);
+    check("forward", rel_max(g_out, out, nq), 1e-2);
+    check("backward dq", rel_l2(g_dq, dq, nq), 2e-2);
+    check("backward dk (fp32 accumulators)", rel_l2(g_dk, dk, nk), 2e-2);
+    check("backward dv (fp32 accumulators)", rel_l2(g_dv, dv, nk), 2e-2);
+    cudaFree(d_q); cudaFree(d_k); cudaFree(d_v); cudaFree(d_dout); cudaFree(d_out); cudaFree(d_dq); cudaFree(d_dk);
+    cudaFree(d_dv); cudaFree(d_lse); cudaFree(d_pos);
+    free(pos); free(q); free(k); free(v); free(dout); free(out); free(probs); free(dq); free(dk); free(dv);
+    free(g_out); free(g_dq); free(g_dk); free(g_dv);
+}
+
+/* The cp reordering: blocks -> sequence order -> blocks is the identity; sequence order puts rank r's row t at
+ * its position. */
+static void test_cp_permute(int cp, int B, int T, int W) {
+    printf("cp reorder cp=%d B=%d T=%d W=%d\n", cp, B, T, W);
+    const long n = (long)cp * B * T * W;
+    int32_t *seq_pos = malloc((size_t)cp * T * sizeof(int32_t));
+    for (int r = 0; r < cp; r++) model_cp_positions(T, cp, r, seq_pos + (size_t)r * T);
+    float *blocks = malloc((size_t)n * sizeof(float)), *want = malloc((size_t)n * sizeof(float));
+    for (long i = 0; i < n; i++) blocks[i] = (float)(i % 251); /* exact in bf16 */
+    for (int r = 0; r < cp; r++)
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++)
+                for (int e = 0; e < W; e++)
+                    want[((size_t)b * T * cp + seq_pos[r * T + t]) * W + e] = blocks[(((size_t)r * B + b) * T + t) * W + e];
+    uint16_t *d_blocks = dev_bf16(blocks, n), *d_all = dev_bf16(blocks, n);
+    int32_t *d_pos = dev_copy(seq_pos, (size_t)cp * T * sizeof(int32_t));
+    CHECK_CUDA(cuda_cp_to_sequence(d_all, d_blocks, d_pos, cp, B, T, W, 0));
+    float *all = host_from_bf16(d_all, n);
+    check("to sequence order (exact)", rel_max(all, want, n), 0.0);
+    float *d_all32 = dev_f32(all, n), *d_back = dev_f32(NULL, n);
+    CHECK_CUDA(cuda_cp_from_sequence(d_back, d_all32, d_pos, cp, B, T, W, 0));
+    float *back = host_from_f32(d_back, n);
+    check("back to the blocks (exact)", rel_max(back, blocks, n), 0.0);
+    cudaFree(d_blocks); cudaFree(d_all); cudaFree(d_pos); cudaFree(d_all32); cudaFree(d_back);
+    free(seq_pos); free(blocks); free(want); free(all); free(back);
+}
+
 int main(void) {
     char err[512];
     if (cuda_context_create(&ctx, 0, err, sizeof err) != 0) {
@@ -456,6 +519,12 @@ int main(void) {
     test_embedding_rows(&rng, 77, 128, 64, 4);
     test_sum_squares_chunks(&rng, 1000003);
     test_add(&rng, 100003);
+    test_attention_at(&rng, 2, 32, 2, 0, 4, 2, 16);
+    test_attention_at(&rng, 1, 40, 2, 1, 4, 1, 64);
+    test_attention_at(&rng, 2, 24, 4, 2, 2, 2, 128);
+    test_attention_at(&rng, 1, 150, 2, 1, 2, 1, 32); /* more than one key tile */
+    test_cp_permute(2, 2, 8, 48);
+    test_cp_permute(4, 1, 6, 32);
     cuda_gemm_cache_clear();
     cuda_context_destroy(&ctx);
     printf("\n%d passed, %d failed\n", passed, failed);

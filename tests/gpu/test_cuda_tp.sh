@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# test_cuda_tp.sh: tensor parallel (with and without sequence parallel) on
-# GPUs tracks one GPU and the CPU. With fewer GPUs than ranks the device
+# test_cuda_tp.sh: tensor parallel (with and without sequence parallel) and
+# context parallel on GPUs track one GPU and the CPU under mpirun. With fewer GPUs than ranks the device
 # collectives are staged through the host over MPI (MEGATRAIN_DEVICE_COMM=host,
 # src/dist/device_comm.h), so a machine with one GPU runs every layout here;
 # with two GPUs or more, tp 2 also runs over NCCL.
@@ -67,6 +67,14 @@ MEGATRAIN_DEVICE_COMM=host launch 4 tp2dp2-llama llama --set parallel.tp=2 --set
   --set train.micro_batch_size=4 # the same 8 sequences a step: 4 on each dp rank
 grep -q "data parallel: 2 GPU(s)" "$WORK/tp2dp2-llama.txt" || fail "tp2dp2: no data-parallel line in the log"
 track tp2dp2-llama gpu-llama cpu-llama
+
+# Context parallel, alone and with tensor parallel.
+MEGATRAIN_DEVICE_COMM=host launch 2 cp2-llama llama --set parallel.cp=2
+grep -q "context parallel: 2 GPUs" "$WORK/cp2-llama.txt" || fail "cp2: no context-parallel line in the log"
+track cp2-llama gpu-llama cpu-llama
+MEGATRAIN_DEVICE_COMM=host launch 4 tp2cp2-qwen3 qwen3 --set parallel.tp=2 --set parallel.cp=2 \
+  --set parallel.sequence_parallel=true
+track tp2cp2-qwen3 gpu-qwen3 cpu-qwen3
 
 if [[ $gpus -ge 2 ]]; then
   launch 2 tp2sp-nccl llama --set parallel.tp=2 --set parallel.sequence_parallel=true

@@ -9,7 +9,7 @@ NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 [[ -x "$NVCC" ]] || { echo "skipped: nvcc not found"; exit 77; }
 make --no-print-directory gpu-test-build
 test -x build/cuda/megatrain
-for t in test_cuda_ops test_cuda_model test_cuda_tp_model test_cuda_hf_parity; do test -x "build/cuda/gpu-tests/$t"; done
+for t in test_cuda_ops test_cuda_model test_cuda_parallel_model test_cuda_hf_parity; do test -x "build/cuda/gpu-tests/$t"; done
 grep -q ' T cuda_describe_devices' < <(nm build/cuda/megatrain) || { echo "CUDA host code not linked"; exit 1; }
 build/cuda/megatrain --version
 
@@ -25,19 +25,23 @@ if ! command -v nvidia-smi > /dev/null || ! nvidia-smi > /dev/null 2>&1; then
   cat "$work/err"
   [[ $rc -eq 1 ]] || { echo "expected exit 1 without a GPU, got $rc"; exit 1; }
   grep -q "CUDA device 0" "$work/err" || { echo "the error does not name the CUDA device"; exit 1; }
-  # Tensor parallel passes the layout checks on CUDA (it fails at the device here); pipeline parallel is refused.
+  # Tensor and context parallel pass the layout checks on CUDA (they fail at the device here); pipeline parallel is refused.
   if command -v mpirun > /dev/null; then
     mpi=(mpirun --allow-run-as-root --oversubscribe -np 2 build/cuda/megatrain run recipes/tiny/llama.yaml
          --set run.device=cuda --set precision=bf16 --set "data.train=[{path: $work/english, weight: 1.0}]")
     set +e
     "${mpi[@]}" --set run.dir="$work/tp" --set parallel.tp=2 --set parallel.sequence_parallel=true > "$work/tp.log" 2>&1
     rc_tp=$?
+    "${mpi[@]}" --set run.dir="$work/cp" --set parallel.cp=2 > "$work/cp.log" 2>&1
+    rc_cp=$?
     "${mpi[@]}" --set run.dir="$work/pp" --set parallel.pp=2 > "$work/pp.log" 2>&1
     rc_pp=$?
     set -e
     [[ $rc_tp -ne 0 ]] && grep -q "CUDA device 0" "$work/tp.log" ||
       { cat "$work/tp.log"; echo "tp 2 on cuda: expected to reach the device and fail there"; exit 1; }
-    [[ $rc_pp -eq 2 ]] && grep -q "pipeline and context parallel not yet" "$work/pp.log" ||
+    [[ $rc_cp -ne 0 ]] && grep -q "CUDA device 0" "$work/cp.log" ||
+      { cat "$work/cp.log"; echo "cp 2 on cuda: expected to reach the device and fail there"; exit 1; }
+    [[ $rc_pp -eq 2 ]] && grep -q "pipeline parallel not yet" "$work/pp.log" ||
       { cat "$work/pp.log"; echo "pp 2 on cuda: expected a refusal (exit 2) naming pipeline parallel"; exit 1; }
   fi
 fi

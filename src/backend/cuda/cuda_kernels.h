@@ -195,6 +195,32 @@ cudaError_t cuda_attention_backward(uint16_t *dq, uint16_t *dk, uint16_t *dv, co
                                     const uint16_t *v, int B, int T, int H, int KVH, int D, void *workspace,
                                     cudaStream_t stream);
 
+/* ---- kernels/attention_at.cu -------------------------------------------- */
+
+/* Queries at positions (context parallel): q (B, Tq, H, D), query row t at
+ * position q_pos[t] (device, Tq) sees keys 0..q_pos[t] of k, v (B, Tk, KVH,
+ * D); out (B, Tq, H, D), lse (B, H, Tq) as cuda_attention_forward. The
+ * simple row-per-block form (no tensor cores); D at most 128. */
+cudaError_t cuda_attention_forward_at(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
+                                      const uint16_t *v, const int32_t *q_pos, int B, int Tq, int Tk, int H, int KVH,
+                                      int D, cudaStream_t stream);
+/* Its gradients: dq (bf16) OVERWRITTEN; dk, dv (fp32, B x Tk x KVH x D)
+ * ACCUMULATED (atomics; zero them first). */
+cudaError_t cuda_attention_backward_at(uint16_t *dq, float *dk, float *dv, const uint16_t *dout, const uint16_t *out,
+                                       const float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v,
+                                       const int32_t *q_pos, int B, int Tq, int Tk, int H, int KVH, int D,
+                                       cudaStream_t stream);
+
+/* ---- kernels/cp_permute.cu --------------------------------------------- */
+
+/* all (B, T * cp, W) in sequence order from blocks (cp, B, T, W): rank r's
+ * row (b, t) goes to position seq_pos[r * T + t] (device, cp * T). bf16. */
+cudaError_t cuda_cp_to_sequence(uint16_t *all, const uint16_t *blocks, const int32_t *seq_pos, int cp, int B, int T,
+                                int W, cudaStream_t stream);
+/* The way back, fp32 (gradients): blocks (cp, B, T, W) from all (B, T * cp, W). */
+cudaError_t cuda_cp_from_sequence(float *blocks, const float *all, const int32_t *seq_pos, int cp, int B, int T, int W,
+                                  cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -63,7 +63,7 @@ static void layout(CudaModel *m, Carver *c) {
     const size_t R = m->sp ? N / (size_t)m->tp : N; /* residual rows */
     const size_t C = cfg->hidden_size, I = m->I, D = cfg->head_dim;
     const size_t H = m->H, KVH = m->KVH, V = m->V;
-    const size_t HD = H * D, KVD = KVH * D, QKV = HD + 2 * KVD;
+    const size_t HD = H * D, KVD = KVH * D, QKV = HD + 2 * KVD, cp = (size_t)m->cp;
     CARVE(c, m->params, P);
     CARVE(c, m->grads, P);
     CARVE(c, m->exp_avg, P);
@@ -73,6 +73,15 @@ static void layout(CudaModel *m, Carver *c) {
     CARVE(c, m->rope_sin, (size_t)m->max_T * (D / 2));
     CARVE(c, m->inputs, N);
     CARVE(c, m->targets, N);
+    if (m->cp > 1) {
+        CARVE(c, m->positions, (size_t)m->max_T);
+        CARVE(c, m->seq_pos, cp * m->max_T);
+        CARVE(c, m->kv_blocks, cp * N * KVD);
+        CARVE(c, m->dk_all, N * cp * KVD);
+        CARVE(c, m->dv_all, N * cp * KVD);
+        CARVE(c, m->dkv_blocks, cp * N * KVD);
+        CARVE(c, m->dkv_mine, N * KVD);
+    }
     for (int l = 0; l < cfg->num_layers; l++) {
         LayerSaved *s = &m->saved[l];
         if (l == 0) CARVE(c, s->resid_in, R * C); /* later layers read the previous layer's output */
@@ -96,6 +105,10 @@ static void layout(CudaModel *m, Carver *c) {
         if (cfg->qk_norm) {
             CARVE(c, s->q_rstd, N * H);
             CARVE(c, s->k_rstd, N * KVH);
+        }
+        if (m->cp > 1) {
+            CARVE(c, s->k_all, N * cp * KVD);
+            CARVE(c, s->v_all, N * cp * KVD);
         }
         bf16_t *out;
         CARVE(c, out, R * C);
@@ -231,6 +244,39 @@ static CudaAdamWChunk *build_chunks(const Model *host, bool owned_only, int *cou
     return chunks;
 }
 
+/* The RoPE tables of this rank's positions (rows t = 0..max_T-1; under
+ * context parallel the rows of its positions in the sequence) and, under
+ * context parallel, every rank's positions. */
+static void upload_positions(CudaModel *m) {
+    const int half = m->cfg.head_dim / 2, T = m->max_T, Tall = T * m->cp;
+    float *cos_all = mt_malloc((size_t)Tall * half * sizeof(float));
+    float *sin_all = mt_malloc((size_t)Tall * half * sizeof(float));
+    rope_tables_init(cos_all, sin_all, Tall, m->cfg.head_dim, m->cfg.rope_theta, &m->cfg.rope_scaling);
+    int32_t *seq_pos = mt_malloc((size_t)Tall * sizeof(int32_t));
+    for (int r = 0; r < m->cp; r++) {
+        if (m->cp > 1) model_cp_positions(T, m->cp, r, seq_pos + (size_t)r * T);
+        else
+            for (int t = 0; t < T; t++) seq_pos[t] = t;
+    }
+    const int32_t *mine = seq_pos + (size_t)m->cp_rank * T;
+    float *cos_table = mt_malloc((size_t)T * half * sizeof(float)), *sin_table = mt_malloc((size_t)T * half * sizeof(float));
+    for (int t = 0; t < T; t++) {
+        memcpy(cos_table + (size_t)t * half, cos_all + (size_t)mine[t] * half, (size_t)half * sizeof(float));
+        memcpy(sin_table + (size_t)t * half, sin_all + (size_t)mine[t] * half, (size_t)half * sizeof(float));
+    }
+    copy_in_order(m, m->rope_cos, cos_table, (size_t)T * half * sizeof(float), cudaMemcpyHostToDevice);
+    copy_in_order(m, m->rope_sin, sin_table, (size_t)T * half * sizeof(float), cudaMemcpyHostToDevice);
+    if (m->cp > 1) {
+        copy_in_order(m, m->positions, mine, (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice);
+        copy_in_order(m, m->seq_pos, seq_pos, (size_t)Tall * sizeof(int32_t), cudaMemcpyHostToDevice);
+    }
+    free(cos_all);
+    free(sin_all);
+    free(seq_pos);
+    free(cos_table);
+    free(sin_table);
+}
+
 /* ---- creation ------------------------------------------------------------ */
 
 CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T, char *err, size_t errlen) {
@@ -250,13 +296,16 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
         return NULL;
     }
     const ModelPartition *part = &host->part;
-    if (part->cp > 1 || part->num_chunks != 1 || !part->has_embed || !part->has_head ||
-        part->num_layers != m->cfg.num_layers || part->ep > 1) {
-        mt_set_error(err, errlen, "the CUDA model holds whole layers of one pipeline stage with tensor parallel only "
-                     "(cp %d, ep %d, layers %d of %d)", part->cp, part->ep, part->num_layers, m->cfg.num_layers);
+    if (part->num_chunks != 1 || !part->has_embed || !part->has_head || part->num_layers != m->cfg.num_layers ||
+        part->ep > 1 || (part->cp > 1 && max_T % 2 != 0)) {
+        mt_set_error(err, errlen, "the CUDA model holds every layer (no pipeline stages) with tensor and context "
+                     "parallel only (ep %d, layers %d of %d, %d tokens per rank: even under context parallel)",
+                     part->ep, part->num_layers, m->cfg.num_layers, max_T);
         free(m);
         return NULL;
     }
+    m->cp = part->cp > 1 ? part->cp : 1;
+    m->cp_rank = m->cp > 1 ? part->cp_rank : 0;
     m->tp = part->tp > 1 ? part->tp : 1;
     m->tp_rank = m->tp > 1 ? part->tp_rank : 0;
     m->sp = m->tp > 1 && part->sequence_parallel;
@@ -308,14 +357,7 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
     layout(m, &carver);
     CUDA_CHECK(cudaMemsetAsync(m->arena, 0, m->arena_bytes, m->ctx.stream));
 
-    const int half = m->cfg.head_dim / 2;
-    float *cos_table = mt_malloc((size_t)max_T * half * sizeof(float));
-    float *sin_table = mt_malloc((size_t)max_T * half * sizeof(float));
-    rope_tables_init(cos_table, sin_table, max_T, m->cfg.head_dim, m->cfg.rope_theta, &m->cfg.rope_scaling);
-    copy_in_order(m, m->rope_cos, cos_table, (size_t)max_T * half * sizeof(float), cudaMemcpyHostToDevice);
-    copy_in_order(m, m->rope_sin, sin_table, (size_t)max_T * half * sizeof(float), cudaMemcpyHostToDevice);
-    free(cos_table);
-    free(sin_table);
+    upload_positions(m);
     copy_in_order(m, m->chunks, chunks, (size_t)m->num_chunks * sizeof *chunks, cudaMemcpyHostToDevice);
     free(chunks);
     if (norm_chunks)
@@ -435,6 +477,12 @@ void cuda_model_adamw(CudaModel *m, const CudaAdamWStep *step) {
                                                                m->params16, m->chunks, m->num_chunks, &args,
                                                                m->ctx.stream)));
     if (m->prof_on && ++m->prof_steps == m->prof_on) prof_report(m);
+}
+
+void cuda_model_set_cp_comm(CudaModel *m, DeviceComm *comm) {
+    if (comm->size != m->cp)
+        mt_die(MT_EXIT_FAILURE, "CUDA model: a cp communicator of %d ranks for context parallel %d", comm->size, m->cp);
+    m->cp_comm = comm;
 }
 
 void cuda_model_set_tp_comm(CudaModel *m, DeviceComm *comm) {

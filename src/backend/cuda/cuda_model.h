@@ -1,6 +1,7 @@
 /* cuda_model.h: the dense transformer (llama, qwen2, qwen3) trained on one
- * GPU, or on one GPU per rank of a tensor-parallel group (with sequence
- * parallel or not; the host Model's ModelPartition says which part): fp32
+ * GPU, or on one GPU per rank of a tensor- and context-parallel layout
+ * (with sequence parallel or not; the host Model's ModelPartition says which
+ * part; under context parallel max_T and T count this rank's tokens): fp32
  * master weights, fp32 gradients and AdamW states, a bf16 copy of
  * the weights that every product reads, bf16 activations.
  *
@@ -31,8 +32,9 @@ typedef struct CudaAdamWStep {
 
 /* Create on GPU `device` for host->cfg, host->part and host->param_info
  * (this rank's blocks), upload host->params. NULL with err set when there is
- * no usable GPU, not enough memory, or a part other than whole layers with
- * tensor parallel. With tp > 1, cuda_model_set_tp_comm before the first forward. */
+ * no usable GPU, not enough memory, or a part with pipeline stages or
+ * experts. With tp > 1 (cp > 1), cuda_model_set_tp_comm (set_cp_comm) before
+ * the first forward. */
 CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T, char *err, size_t errlen);
 void cuda_model_free(CudaModel *model);
 
@@ -63,6 +65,8 @@ struct DeviceComm;
 void cuda_model_set_grad_sync(CudaModel *model, struct DeviceComm *comm);
 /* The tensor-parallel group's communicator (its size is host->part.tp). */
 void cuda_model_set_tp_comm(CudaModel *model, struct DeviceComm *comm);
+/* The context-parallel group's communicator (its size is host->part.cp). */
+void cuda_model_set_cp_comm(CudaModel *model, struct DeviceComm *comm);
 void cuda_model_zero_grad(CudaModel *model);
 /* Wait until the GPU has done everything enqueued so far. */
 void cuda_model_synchronize(CudaModel *model);

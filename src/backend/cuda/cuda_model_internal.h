@@ -2,12 +2,15 @@
  * and the helpers its files share:
  *   cuda_model.c           creation, the arena, host copies, grad norm, AdamW, memory, profiling;
  *   cuda_model_pass.c      forward and backward, the data-parallel gradient sync;
- *   cuda_model_parallel.c  tensor (and sequence) parallel: the collectives
- *                          around the products, the vocab-parallel embedding
- *                          and cross entropy, the tp-partial gradients.
+ *   cuda_model_parallel.c  tensor (and sequence) and context parallel: the
+ *                          collectives around the products, the vocab-parallel
+ *                          embedding and cross entropy, the keys and values
+ *                          of the whole sequence, the gradients reduced over
+ *                          tp and cp.
  * Sizes named H, KVH, I, V are this rank's (tensor parallel splits them);
  * N = B*T rows; R = the residual stream's rows (N/tp under sequence
- * parallel, else N). */
+ * parallel, else N); under context parallel T is this rank's tokens and
+ * Tall = T * cp the sequence's. */
 #ifndef MT_BACKEND_CUDA_MODEL_INTERNAL_H
 #define MT_BACKEND_CUDA_MODEL_INTERNAL_H
 
@@ -44,6 +47,7 @@ typedef struct LayerSaved {
     bf16_t *resid_in, *attn_normed, *attn_in, *qkv, *q, *k, *v, *attn_out, *resid_mid, *mlp_normed, *mlp_in,
         *gate_up, *act;
     float *attn_rstd, *q_rstd, *k_rstd, *lse, *mlp_rstd;
+    bf16_t *k_all, *v_all;     /* context parallel: (B, Tall, KVH*D) keys and values in sequence order */
 } LayerSaved;
 
 /* A run of gradients reduced over tp before the step (CudaModel.tp_partial):
@@ -74,6 +78,11 @@ struct CudaModel {
     DeviceComm *tp_comm;       /* the tp group (cuda_model_set_tp_comm), NULL when tp == 1 */
     TpPartialGrad *tp_partial; /* gradients reduced over tp on the last micro-batch (TpPartialGrad) */
     int num_tp_partial;
+    /* context parallel: this rank's positions of the sequence (model_cp_positions) */
+    int cp, cp_rank;
+    DeviceComm *cp_comm;       /* the cp group (cuda_model_set_cp_comm), NULL when cp == 1 */
+    int32_t *positions;        /* device (max_T): the positions of this rank's tokens */
+    int32_t *seq_pos;          /* device (cp * max_T): every cp rank's positions, rank after rank */
 
     void *arena;               /* the one allocation */
     size_t arena_bytes, peak_used;
@@ -103,6 +112,10 @@ struct CudaModel {
      * embedding; the gathered residual gradient in bf16 and fp32; a reduce-scatter's (R, C) result */
     bf16_t *tp_rows, *d_full16, *d_normed_shard;
     float *d_full32;
+    /* context parallel scratch: the all-gathered keys or values (cp, B, T, KVD); the gradients of the
+     * sequence's keys and values (fp32, B x Tall x KVD), of every rank's block, and of this rank's */
+    bf16_t *kv_blocks;
+    float *dk_all, *dv_all, *dkv_blocks, *dkv_mine;
 
     /* data-parallel gradient averaging (cuda_model_set_grad_sync) */
     DeviceComm *grad_sync;
@@ -167,7 +180,14 @@ void cuda_tp_embedding_forward(CudaModel *m, bf16_t *resid, int N, int C);
 void cuda_tp_embedding_backward(CudaModel *m, int N, int C);
 /* losses and ce_lse from this rank's logits columns (N, V). */
 void cuda_tp_cross_entropy_forward(CudaModel *m, int N);
-/* Reduce over tp the gradients of `layer` (-1: those outside the layers) listed in tp_partial. */
-void cuda_tp_sum_partial_grads(CudaModel *m, int layer);
+/* On the last micro-batch: the gradients of `layer` (-1: those outside the
+ * layers) reduced over tp (those listed in tp_partial) and summed over cp. */
+void cuda_parallel_reduce_grads(CudaModel *m, int layer);
+
+/* Context parallel (cp == 1: plain causal attention): attn_out and lse of
+ * layer s from its q, k, v, through the keys and values of the whole sequence. */
+void cuda_cp_attention_forward(CudaModel *m, LayerSaved *s, int B, int T);
+/* Its backward: dq, dk, dv (this rank's rows) from d_attn_out. */
+void cuda_cp_attention_backward(CudaModel *m, const LayerSaved *s, int B, int T);
 
 #endif

@@ -1,4 +1,4 @@
-/* cuda_model_parallel.c: tensor and sequence parallel inside the CUDA model
+/* cuda_model_parallel.c: tensor, sequence and context parallel inside the CUDA model
  * (Megatron's layout, as src/model/model_parallel.c on the CPU): q/k/v and
  * gate/up are column-parallel, o_proj and down_proj row-parallel, their
  * outputs partial sums over the tp group. Without sequence parallel the
@@ -9,7 +9,11 @@
  * reduce-scatter (backward: all-gather). Activations travel in bf16 (as
  * Megatron's); the fp32 residual gradient only for the embedding's backward.
  * The embedding and the cross entropy are vocab-parallel: the full logits
- * are never gathered. */
+ * are never gathered. Context parallel (as src/model on the CPU): each rank
+ * holds two load-balanced chunks of every sequence; keys and values are
+ * all-gathered into sequence order for attention at the rank's query
+ * positions, their gradients reduce-scattered back; every gradient is
+ * summed over cp on the last micro-batch. */
 #include <limits.h>
 
 #include "cuda_model_internal.h"
@@ -115,11 +119,86 @@ void cuda_tp_cross_entropy_forward(CudaModel *m, int N) {
                                                               m->tp, st)));
 }
 
-void cuda_tp_sum_partial_grads(CudaModel *m, int layer) {
+static DeviceComm *cp_comm(CudaModel *m) {
+    if (!m->cp_comm)
+        mt_die(MT_EXIT_FAILURE, "CUDA model: context parallel %d needs its communicator (cuda_model_set_cp_comm)",
+               m->cp);
+    return m->cp_comm;
+}
+
+/* grads[begin, end) summed over cp (each cp rank holds its tokens' share). */
+static void cp_sum_grads(CudaModel *m, long begin, long end) {
+    if (end > begin)
+        TIMED(m, PROF_TP_COMM, device_all_reduce(cp_comm(m), m->grads + begin, (size_t)(end - begin),
+                                                 NCCL_DTYPE_FLOAT, false, m->ctx.stream));
+}
+
+void cuda_parallel_reduce_grads(CudaModel *m, int layer) {
     for (int i = 0; i < m->num_tp_partial; i++) {
         const TpPartialGrad *p = &m->tp_partial[i];
         if (p->layer == layer)
             TIMED(m, PROF_TP_COMM, device_all_reduce(tp_comm(m), m->grads + p->offset, (size_t)p->numel,
                                                      NCCL_DTYPE_FLOAT, p->average, m->ctx.stream));
     }
+    if (m->cp == 1) return;
+    const int L = m->cfg.num_layers;
+    if (layer >= 0) {
+        cp_sum_grads(m, m->layer_begin[layer], m->layer_end[layer]);
+    } else { /* the embedding before the layers, the final norm and lm_head after */
+        cp_sum_grads(m, 0, m->layer_begin[0]);
+        cp_sum_grads(m, m->layer_end[L - 1], m->num_floats);
+    }
+}
+
+/* ---- context parallel: keys and values all-gathered (Megatron's all-gather variant, not ring attention) ---- */
+
+/* all (B, Tall, KVD) in sequence order from every cp rank's local (B, T, KVD). */
+static void gather_sequence(CudaModel *m, bf16_t *all, const bf16_t *local, int B, int T, int KVD) {
+    TIMED(m, PROF_TP_COMM, device_all_gather(cp_comm(m), local, m->kv_blocks, (size_t)B * T * KVD, NCCL_DTYPE_BF16,
+                                             m->ctx.stream));
+    TIMED(m, PROF_ATTN_FWD, CUDA_CHECK(cuda_cp_to_sequence(all, m->kv_blocks, m->seq_pos, m->cp, B, T, KVD,
+                                                           m->ctx.stream)));
+}
+
+/* d_local (bf16, B x T x KVD) = the cp sum of d_all (fp32, B x Tall x KVD) at this rank's positions. */
+static void scatter_sequence_grad(CudaModel *m, bf16_t *d_local, const float *d_all, int B, int T, int KVD) {
+    const size_t n = (size_t)B * T * KVD;
+    TIMED(m, PROF_ATTN_BWD, CUDA_CHECK(cuda_cp_from_sequence(m->dkv_blocks, d_all, m->seq_pos, m->cp, B, T, KVD,
+                                                             m->ctx.stream)));
+    TIMED(m, PROF_TP_COMM, device_reduce_scatter_sum(cp_comm(m), m->dkv_blocks, m->dkv_mine, n, NCCL_DTYPE_FLOAT,
+                                                     m->ctx.stream));
+    CUDA_CHECK(cuda_cast_fp32_to_bf16(d_local, m->dkv_mine, n, m->ctx.stream));
+}
+
+void cuda_cp_attention_forward(CudaModel *m, LayerSaved *s, int B, int T) {
+    const int H = m->H, KVH = m->KVH, D = m->cfg.head_dim;
+    cudaStream_t st = m->ctx.stream;
+    if (m->cp == 1) {
+        TIMED(m, PROF_ATTN_FWD,
+              CUDA_CHECK(cuda_attention_forward(s->attn_out, s->lse, s->q, s->k, s->v, B, T, H, KVH, D, st)));
+        return;
+    }
+    gather_sequence(m, s->k_all, s->k, B, T, KVH * D);
+    gather_sequence(m, s->v_all, s->v, B, T, KVH * D);
+    TIMED(m, PROF_ATTN_FWD, CUDA_CHECK(cuda_attention_forward_at(s->attn_out, s->lse, s->q, s->k_all, s->v_all,
+                                                                 m->positions, B, T, T * m->cp, H, KVH, D, st)));
+}
+
+void cuda_cp_attention_backward(CudaModel *m, const LayerSaved *s, int B, int T) {
+    const int H = m->H, KVH = m->KVH, D = m->cfg.head_dim, Tall = T * m->cp;
+    cudaStream_t st = m->ctx.stream;
+    if (m->cp == 1) {
+        TIMED(m, PROF_ATTN_BWD,
+              CUDA_CHECK(cuda_attention_backward(m->dq, m->dk, m->dv, m->d_attn_out, s->attn_out, s->lse, s->q, s->k,
+                                                 s->v, B, T, H, KVH, D, m->attn_workspace, st)));
+        return;
+    }
+    const size_t all = (size_t)B * Tall * KVH * D * sizeof(float);
+    CUDA_CHECK(cudaMemsetAsync(m->dk_all, 0, all, st));
+    CUDA_CHECK(cudaMemsetAsync(m->dv_all, 0, all, st));
+    TIMED(m, PROF_ATTN_BWD, CUDA_CHECK(cuda_attention_backward_at(m->dq, m->dk_all, m->dv_all, m->d_attn_out,
+                                                                  s->attn_out, s->lse, s->q, s->k_all, s->v_all,
+                                                                  m->positions, B, T, Tall, H, KVH, D, st)));
+    scatter_sequence_grad(m, m->dk, m->dk_all, B, T, KVH * D);
+    scatter_sequence_grad(m, m->dv, m->dv_all, B, T, KVH * D);
 }

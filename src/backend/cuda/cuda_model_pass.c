@@ -64,8 +64,7 @@ static void layer_forward(CudaModel *m, int l, bf16_t *out, int B, int T) {
     TIMED(m, PROF_ROPE, CUDA_CHECK(cuda_qkv_rope_forward(s->q, s->k, s->v, s->q_rstd, s->k_rstd, s->qkv,
                                                          w16(m, o->q_norm), w16(m, o->k_norm), m->rope_cos,
                                                          m->rope_sin, N, T, H, KVH, D, eps, st)));
-    TIMED(m, PROF_ATTN_FWD,
-          CUDA_CHECK(cuda_attention_forward(s->attn_out, s->lse, s->q, s->k, s->v, B, T, H, KVH, D, st)));
+    cuda_cp_attention_forward(m, s, B, T);
     cuda_tp_row_parallel_residual(m, s->resid_mid, s->resid_in, s->attn_out, o->o, N, HD, C);
 
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(s->mlp_normed, s->mlp_rstd, s->resid_mid,
@@ -82,6 +81,9 @@ float cuda_model_forward(CudaModel *m, const int32_t *inputs, const int32_t *tar
         mt_die(MT_EXIT_FAILURE, "cuda_model_forward: micro-batch %d x %d does not fit the buffers (%d x %d)", B, T,
                m->max_B, m->max_T);
     const int N = B * T, R = cuda_residual_rows(m, N), C = c->hidden_size, V = c->vocab_size;
+    if (m->cp > 1 && T != m->max_T)
+        mt_die(MT_EXIT_FAILURE, "cuda_model_forward: context parallel runs micro-batches of %d tokens per rank, "
+               "found %d", m->max_T, T);
     if (m->sp && N % m->tp != 0)
         mt_die(MT_EXIT_FAILURE, "cuda_model_forward: sequence parallel needs B*T (%d) to be a multiple of tp (%d)", N,
                m->tp);
@@ -124,6 +126,10 @@ float cuda_model_forward(CudaModel *m, const int32_t *inputs, const int32_t *tar
             sum += m->host_losses[i];
             count++;
         }
+    if (m->cp > 1) { /* the mean over the whole sequences */
+        sum = device_comm_sum_double(m->cp_comm, sum);
+        count = (long)device_comm_sum_double(m->cp_comm, (double)count);
+    }
     m->num_targets = count;
     m->backward_ready = 1;
     return count > 0 ? (float)(sum / (double)count) : 0.0f;
@@ -153,9 +159,7 @@ static void layer_backward(CudaModel *m, int l, int B, int T) {
     /* attention half: resid_mid = resid_in + attn_out @ Wo^T */
     dy = cuda_tp_leave_backward(m, N, C);
     cuda_linear_backward(m, m->d_attn_out, dy, C, s->attn_out, o->o, -1, N, HD, C, 0);
-    TIMED(m, PROF_ATTN_BWD,
-          CUDA_CHECK(cuda_attention_backward(m->dq, m->dk, m->dv, m->d_attn_out, s->attn_out, s->lse, s->q, s->k,
-                                             s->v, B, T, H, KVH, D, m->attn_workspace, st)));
+    cuda_cp_attention_backward(m, s, B, T);
     TIMED(m, PROF_ROPE,
           CUDA_CHECK(cuda_qkv_rope_backward(m->d_qkv, g32(m, o->q_norm), g32(m, o->k_norm), m->dq, m->dk, m->dv,
                                             s->qkv, w16(m, o->q_norm), w16(m, o->k_norm), s->q_rstd, s->k_rstd,
@@ -212,11 +216,11 @@ void cuda_model_backward(CudaModel *m, float loss_scale, int last_micro_batch) {
     const int sync = last_micro_batch && m->grad_sync;
     for (int l = L - 1; l >= 0; l--) {
         layer_backward(m, l, B, T);
-        if (last_micro_batch) cuda_tp_sum_partial_grads(m, l); /* before the dp average reads them */
+        if (last_micro_batch) cuda_parallel_reduce_grads(m, l); /* before the dp average reads them */
         if (sync) sync_ranges(m, m->layer_done[l], m->layer_begin[l], m->layer_end[l], 0, 0);
     }
     cuda_tp_embedding_backward(m, N, C);
-    if (last_micro_batch) cuda_tp_sum_partial_grads(m, -1);
+    if (last_micro_batch) cuda_parallel_reduce_grads(m, -1);
     if (sync) { /* the parameters outside the layers: embedding (first), final norm and lm_head (last) */
         sync_ranges(m, m->layer_done[L], 0, m->layer_begin[0], m->layer_end[L - 1], m->num_floats);
         CUDA_CHECK(cudaEventRecord(m->comm_done, m->comm_stream));
@@ -228,11 +232,12 @@ void cuda_model_backward(CudaModel *m, float loss_scale, int last_micro_batch) {
 static int comms_failed(CudaModel *m, char *err, size_t errlen) {
     if (m->grad_sync && device_comm_check(m->grad_sync, err, errlen) != 0) return -1;
     if (m->tp_comm && device_comm_check(m->tp_comm, err, errlen) != 0) return -1;
+    if (m->cp_comm && device_comm_check(m->cp_comm, err, errlen) != 0) return -1;
     return 0;
 }
 
 void cuda_model_synchronize(CudaModel *m) {
-    if (!m->grad_sync && !m->tp_comm) {
+    if (!m->grad_sync && !m->tp_comm && !m->cp_comm) {
         CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
         return;
     }
