@@ -1,7 +1,9 @@
 /* pipeline.h: running a step's micro-batches through the pipeline stages
- * (pp > 1) on the CPU: the schedule of pipeline_schedule.h, activations and
- * their gradients sent point to point over the pipeline group, one set of
- * activations (a model clone) per micro-batch in flight on this rank. */
+ * (pp > 1): the schedule of pipeline_schedule.h, activations and their
+ * gradients sent point to point over the pipeline group, one set of
+ * activations per micro-batch in flight on this rank. The model a stage
+ * runs is reached through PipelineStageOps: the CPU Model
+ * (pipeline_cpu_ops, pipeline_cpu.c) or the CUDA model (train_device.c). */
 #ifndef MT_TRAIN_PIPELINE_H
 #define MT_TRAIN_PIPELINE_H
 
@@ -9,25 +11,47 @@
 #include <stdint.h>
 
 #include "../dist/comm.h"
-#include "../model/model.h"
 #include "pipeline_schedule.h"
 
 /* Fills *inputs and *targets (B x T tokens of this rank) with micro-batch `micro`. */
 typedef void (*PipelineLoad)(void *arg, int micro, const int32_t **inputs, const int32_t **targets);
 
+/* One stage's model, as the executor drives it. A slot is one set of
+ * activations (the base model, or a clone sharing its weights and gradients).
+ * `last` marks the backward of the step's last micro-batch (its gradient
+ * reductions may start there). */
+typedef struct PipelineStageOps {
+    void *(*clone)(void *base);
+    void (*free_clone)(void *slot);
+    void (*forward_start)(void *slot, const int32_t *inputs, int B, int T); /* inputs NULL off the first stage */
+    void (*forward_layers)(void *slot, int chunk);
+    double (*forward_head)(void *slot, const int32_t *targets);
+    void (*backward_head)(void *slot, float loss_scale);
+    void (*backward_layers)(void *slot, int chunk, float loss_scale, bool last);
+    void (*backward_finish)(void *slot, bool last);
+    /* A buffered send of the chunk's output (forward) or of the stage input's gradient (backward), and the matching
+     * receive into the chunk's input or the stage output's gradient; micro-batches of B x T tokens. */
+    void (*send)(void *slot, int chunk, bool backward, const Comm *group, int dest, int tag, int B, int T);
+    void (*recv)(void *slot, int chunk, bool backward, const Comm *group, int source, int tag, int B, int T);
+} PipelineStageOps;
+
+/* The CPU Model's (src/model/model.h). */
+extern const PipelineStageOps pipeline_cpu_ops;
+
 typedef struct Pipeline {
     const Comm *group;    /* the pipeline group: group rank = stage */
     int stage, stages, vpp;
-    Model *base;          /* this rank's model (chunks 0..vpp-1); also the first activation set */
+    const PipelineStageOps *ops;
+    void *base;           /* this rank's model (chunks 0..vpp-1); also the first activation set */
     int num_slots;
-    Model **slots;        /* activation sets: slots[0] = base, then clones made as needed */
+    void **slots;         /* activation sets: slots[0] = base, then clones made as needed */
     bool *busy;
     int *slot_of;         /* per micro-batch of the running step: its slot */
     int micro_capacity;
-    PipeOp *ops;
+    PipeOp *schedule;
 } Pipeline;
 
-void pipeline_init(Pipeline *p, const Comm *group, int vpp, Model *base);
+void pipeline_init(Pipeline *p, const Comm *group, int vpp, void *base, const PipelineStageOps *ops);
 void pipeline_free(Pipeline *p);
 
 /* Forward (and, unless forward_only, backward with loss_scale) of M

@@ -8,6 +8,7 @@
 #include "../core/error.h"
 
 #ifdef MT_CUDA
+#include <math.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -15,11 +16,13 @@
 #include "../backend/cuda/cuda_model.h"
 #include "../dist/comm.h"
 #include "../dist/device_comm.h"
+#include "../dist/dp_sync.h"
 #include "../dist/launch_env.h"
 #include "../obs/energy.h"
+#include "pipeline_cuda.h"
 
 /* The device communicators of this process's groups. */
-static DeviceComm dp_comm, tp_comm, cp_comm;
+static DeviceComm dp_comm, tp_comm, cp_comm, embed_comm;
 
 bool train_device_built(void) { return true; }
 
@@ -103,6 +106,15 @@ int train_device_attach(TrainContext *ctx, char *err, size_t errlen) {
         mt_log("context parallel: %d GPUs, keys and values all-gathered with %s", cp_comm.size,
                staged ? "MPI" : "NCCL");
     }
+    if (ctx->layout.pp > 1 && ctx->grid.in_embedding && ctx->model->cfg.tie_word_embeddings) {
+        /* the tied embedding's gradient: the first stage's and the last stage's copy summed */
+        if (device_comm_create(&embed_comm, &ctx->grid.groups[GROUP_EMBEDDING], staged, err, errlen) != 0) return -1;
+    }
+    if (ctx->layout.pp > 1) { /* the stages run the CUDA model; transfers go through the host */
+        pipeline_free(&ctx->pipe);
+        pipeline_init(&ctx->pipe, &ctx->grid.groups[GROUP_PP], ctx->layout.vpp, ctx->cuda, &pipeline_cuda_ops);
+        mt_log("pipeline parallel: %d stages on GPUs, activations sent through the host (MPI)", ctx->layout.pp);
+    }
     if (dp) {
         if (device_comm_create(&dp_comm, &ctx->grid.groups[GROUP_DP], staged, err, errlen) != 0) return -1;
         cuda_model_set_grad_sync(ctx->cuda, &dp_comm);
@@ -113,11 +125,24 @@ int train_device_attach(TrainContext *ctx, char *err, size_t errlen) {
 }
 
 void train_device_detach(TrainContext *ctx) {
+    if (ctx->layout.pp > 1) pipeline_free(&ctx->pipe); /* the activation clones before their base */
     cuda_model_free(ctx->cuda);
     ctx->cuda = NULL;
     device_comm_destroy(&dp_comm);
     device_comm_destroy(&tp_comm);
     device_comm_destroy(&cp_comm);
+    device_comm_destroy(&embed_comm);
+}
+
+void train_device_sync_grads(TrainContext *ctx) {
+    if (embed_comm.size > 1) {
+        const ParamInfo *embed = model_find_param(ctx->model, "embed.weight");
+        cuda_model_sum_grads(ctx->cuda, &embed_comm, (long)embed->offset, embed->numel);
+        char err[512]; /* a peer that dies in the sum ends this rank too, as in cuda_model_synchronize */
+        while (!cuda_model_idle(ctx->cuda))
+            if (device_comm_check(&embed_comm, err, sizeof err) != 0) mt_die(MT_EXIT_FAILURE, "%s", err);
+    }
+    cuda_model_synchronize(ctx->cuda);
 }
 
 void train_device_backward(TrainContext *ctx, float loss_scale, bool last_micro_batch) {
@@ -133,7 +158,10 @@ double train_device_forward(TrainContext *ctx) {
 
 void train_device_zero_grad(TrainContext *ctx) { cuda_model_zero_grad(ctx->cuda); }
 
-double train_device_grad_norm(TrainContext *ctx) { return cuda_model_grad_norm(ctx->cuda); }
+double train_device_grad_norm(TrainContext *ctx) {
+    const double sumsq = cuda_model_grad_sumsq(ctx->cuda); /* this stage's, summed over tp */
+    return sqrt(dp_sum_double(&ctx->grid.groups[GROUP_PP], sumsq));
+}
 
 void train_device_adamw(TrainContext *ctx, double lr, double grad_scale) {
     const OptimizerConfig *opt = &ctx->recipe->optimizer;
@@ -200,6 +228,7 @@ double train_device_grad_norm(TrainContext *ctx) { unreachable(__func__); }
 void train_device_adamw(TrainContext *ctx, double lr, double grad_scale) { unreachable(__func__); }
 void train_device_sync_to_host(TrainContext *ctx) { unreachable(__func__); }
 void train_device_sync_grads_to_host(TrainContext *ctx) { unreachable(__func__); }
+void train_device_sync_grads(TrainContext *ctx) { unreachable(__func__); }
 double train_device_peak_bytes(TrainContext *ctx) { return 0.0; }
 double train_device_peak_tflops(TrainContext *ctx) { return 0.0; }
 bool train_device_energy_open(TrainContext *ctx, char *why, int why_len) {

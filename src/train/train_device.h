@@ -3,8 +3,9 @@
  * holds the fp32 master weights, gradients, AdamW states and activations and
  * does every step. Weights and optimizer states come back to the host before
  * a checkpoint is written, and go to the GPU after one is loaded.
- * Data parallel over GPUs: one GPU per rank (its local rank picks it), the
- * gradients averaged with NCCL (src/dist/comm_nccl.h).
+ * Over several GPUs: one GPU per rank (its local rank picks it); data,
+ * tensor and context parallel collectives through src/dist/device_comm.h
+ * (NCCL), pipeline stages through pipeline_cuda.c.
  * In a build without CUDA (make without CUDA=1) attaching fails with a
  * message that says how to get one; nothing else is reachable then. */
 #ifndef MT_TRAIN_TRAIN_DEVICE_H
@@ -32,6 +33,10 @@ double train_device_forward(TrainContext *ctx);
  * there are several. */
 void train_device_backward(TrainContext *ctx, float loss_scale, bool last_micro_batch);
 void train_device_zero_grad(TrainContext *ctx);
+/* After the step's micro-batches (the pipeline's too): with tied embeddings
+ * over pipeline stages, the first and last stages' embedding gradients
+ * summed; returns when the GPU is done. */
+void train_device_sync_grads(TrainContext *ctx);
 double train_device_grad_norm(TrainContext *ctx);
 /* One AdamW update (ctx->optimizer.step advances, as on the CPU); returns
  * when the GPU is done with it. */

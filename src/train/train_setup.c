@@ -65,12 +65,19 @@ static int check_supported(const Recipe *recipe, const TrainLayout *layout, char
             return MT_EXIT_USAGE;
         }
     }
-    if (cuda && layout->pp > 1) {
-        mt_set_error(err, errlen,
-                     "parallel.pp: %d: on GPUs data, tensor (with sequence_parallel) and context parallel run, "
-                     "pipeline parallel not yet (it runs on the CPU); set pp to 1 for run.device: cuda",
-                     layout->pp);
+    if (cuda && layout->pp > 1 && layout->vpp > 1) {
+        mt_set_error(err, errlen, "parallel.vpp: %d: the interleaved pipeline schedule runs on the CPU only for now; "
+                     "set vpp to 1 for run.device: cuda", layout->vpp);
         return MT_EXIT_USAGE;
+    }
+    for (int g = 0; cuda && g < layout->pp; g++) {
+        int first, count;
+        parallel_stage_layers(&recipe->parallel, recipe->model.num_layers, g, &first, &count);
+        if (count == 0) {
+            mt_set_error(err, errlen, "parallel.pp_layers: stage %d has no layers: on GPUs every pipeline stage "
+                         "holds at least one (a stage of none runs on the CPU only)", g);
+            return MT_EXIT_USAGE;
+        }
     }
     const TrainConfig *train = &recipe->train;
     const long per_micro = (long)train->micro_batch_size * layout->dp_size;
@@ -162,7 +169,8 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
     /* On a GPU the activations live on the device: the host model holds the weights only. */
     const bool cuda = strcmp(recipe->run.device, "cuda") == 0;
     ctx->model = model_create_part(&recipe->model, &ctx->part, &cpu_backend, cuda ? 0 : B, cuda ? 0 : T);
-    if (ctx->layout.pp > 1) pipeline_init(&ctx->pipe, &ctx->grid.groups[GROUP_PP], ctx->layout.vpp, ctx->model);
+    if (ctx->layout.pp > 1)
+        pipeline_init(&ctx->pipe, &ctx->grid.groups[GROUP_PP], ctx->layout.vpp, ctx->model, &pipeline_cpu_ops);
     if (recipe->optimizer.state_dtype != DTYPE_FP32)
         mt_warn("optimizer.state_dtype: %s states are not implemented on the CPU yet; using fp32",
                 dtype_name(recipe->optimizer.state_dtype));

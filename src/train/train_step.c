@@ -171,6 +171,7 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
      * global batch (the single-rank result) before the norm, clipping and
      * AdamW (grad_sync.h); on GPUs NCCL averaged over dp during the last backward. */
     if (!gpu) train_sync_grads(ctx);
+    else train_device_sync_grads(ctx);
     const double loss = train_step_loss(ctx, loss_sum / (double)num_micro);
     timers->comm += lap(&t);
     if (test_failure_due(ctx)) {

@@ -4,7 +4,7 @@
  * collectives are staged through the host over thread groups
  * (src/dist/device_comm.h, thread_group.h). The layout logic is the same as
  * with NCCL; only the transport differs (NCCL itself runs in
- * tests/gpu/test_cuda_tp.sh when two GPUs are there).
+ * tests/gpu/test_cuda_layouts.sh when two GPUs are there).
  * Checked for llama (GQA, untied and tied), qwen2 (q/k/v biases: the
  * unfused products) and qwen3 (qk-norm: gradients partial over tp), at tp 2
  * and 4 with and without sequence parallel, cp 2 (load-balanced chunks,

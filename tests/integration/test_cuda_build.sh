@@ -25,7 +25,8 @@ if ! command -v nvidia-smi > /dev/null || ! nvidia-smi > /dev/null 2>&1; then
   cat "$work/err"
   [[ $rc -eq 1 ]] || { echo "expected exit 1 without a GPU, got $rc"; exit 1; }
   grep -q "CUDA device 0" "$work/err" || { echo "the error does not name the CUDA device"; exit 1; }
-  # Tensor and context parallel pass the layout checks on CUDA (they fail at the device here); pipeline parallel is refused.
+  # Tensor, context and pipeline parallel pass the layout checks on CUDA (they fail at the device here); the
+  # interleaved schedule is refused.
   if command -v mpirun > /dev/null; then
     mpi=(mpirun --allow-run-as-root --oversubscribe -np 2 build/cuda/megatrain run recipes/tiny/llama.yaml
          --set run.device=cuda --set precision=bf16 --set "data.train=[{path: $work/english, weight: 1.0}]")
@@ -36,12 +37,18 @@ if ! command -v nvidia-smi > /dev/null || ! nvidia-smi > /dev/null 2>&1; then
     rc_cp=$?
     "${mpi[@]}" --set run.dir="$work/pp" --set parallel.pp=2 > "$work/pp.log" 2>&1
     rc_pp=$?
+    "${mpi[@]}" --set run.dir="$work/vpp" --set parallel.pp=2 --set parallel.vpp=2 --set train.micro_batch_size=4 \
+      --set model.num_layers=4 \
+      > "$work/vpp.log" 2>&1
+    rc_vpp=$?
     set -e
     [[ $rc_tp -ne 0 ]] && grep -q "CUDA device 0" "$work/tp.log" ||
       { cat "$work/tp.log"; echo "tp 2 on cuda: expected to reach the device and fail there"; exit 1; }
     [[ $rc_cp -ne 0 ]] && grep -q "CUDA device 0" "$work/cp.log" ||
       { cat "$work/cp.log"; echo "cp 2 on cuda: expected to reach the device and fail there"; exit 1; }
-    [[ $rc_pp -eq 2 ]] && grep -q "pipeline parallel not yet" "$work/pp.log" ||
-      { cat "$work/pp.log"; echo "pp 2 on cuda: expected a refusal (exit 2) naming pipeline parallel"; exit 1; }
+    [[ $rc_pp -ne 0 ]] && grep -q "CUDA device 0" "$work/pp.log" ||
+      { cat "$work/pp.log"; echo "pp 2 on cuda: expected to reach the device and fail there"; exit 1; }
+    [[ $rc_vpp -eq 2 ]] && grep -q "interleaved pipeline schedule runs on the CPU only" "$work/vpp.log" ||
+      { cat "$work/vpp.log"; echo "vpp 2 on cuda: expected a refusal (exit 2) naming the interleaved schedule"; exit 1; }
   fi
 fi

@@ -57,32 +57,16 @@ static void *carve(Carver *c, size_t bytes) {
 
 #define CARVE(c, ptr, count) ((ptr) = carve((c), (size_t)(count) * sizeof *(ptr)))
 
-static void layout(CudaModel *m, Carver *c) {
+/* What one micro-batch's forward keeps (a pipeline keeps one set per micro-batch in flight: clones). */
+static void layout_activations(CudaModel *m, Carver *c) {
     const ModelConfig *cfg = &m->cfg;
-    const size_t P = (size_t)m->num_floats, N = (size_t)m->max_B * m->max_T;
-    const size_t R = m->sp ? N / (size_t)m->tp : N; /* residual rows */
+    const size_t N = (size_t)m->max_B * m->max_T, R = m->sp ? N / (size_t)m->tp : N; /* residual rows */
     const size_t C = cfg->hidden_size, I = m->I, D = cfg->head_dim;
     const size_t H = m->H, KVH = m->KVH, V = m->V;
     const size_t HD = H * D, KVD = KVH * D, QKV = HD + 2 * KVD, cp = (size_t)m->cp;
-    CARVE(c, m->params, P);
-    CARVE(c, m->grads, P);
-    CARVE(c, m->exp_avg, P);
-    CARVE(c, m->exp_avg_sq, P);
-    CARVE(c, m->params16, P);
-    CARVE(c, m->rope_cos, (size_t)m->max_T * (D / 2));
-    CARVE(c, m->rope_sin, (size_t)m->max_T * (D / 2));
     CARVE(c, m->inputs, N);
     CARVE(c, m->targets, N);
-    if (m->cp > 1) {
-        CARVE(c, m->positions, (size_t)m->max_T);
-        CARVE(c, m->seq_pos, cp * m->max_T);
-        CARVE(c, m->kv_blocks, cp * N * KVD);
-        CARVE(c, m->dk_all, N * cp * KVD);
-        CARVE(c, m->dv_all, N * cp * KVD);
-        CARVE(c, m->dkv_blocks, cp * N * KVD);
-        CARVE(c, m->dkv_mine, N * KVD);
-    }
-    for (int l = 0; l < cfg->num_layers; l++) {
+    for (int l = 0; l < m->L; l++) {
         LayerSaved *s = &m->saved[l];
         if (l == 0) CARVE(c, s->resid_in, R * C); /* later layers read the previous layer's output */
         CARVE(c, s->attn_normed, R * C);
@@ -112,9 +96,10 @@ static void layout(CudaModel *m, Carver *c) {
         }
         bf16_t *out;
         CARVE(c, out, R * C);
-        if (l + 1 < cfg->num_layers) m->saved[l + 1].resid_in = out;
-        else m->final_resid = out;
+        if (l + 1 < m->L) m->saved[l + 1].resid_in = out;
+        else m->final_resid = out; /* the stage's output */
     }
+    if (!m->has_head) return;
     CARVE(c, m->final_normed, R * C);
     if (m->sp) CARVE(c, m->final_in, N * C);
     else m->final_in = m->final_normed;
@@ -122,6 +107,33 @@ static void layout(CudaModel *m, Carver *c) {
     CARVE(c, m->logits, N * V);
     CARVE(c, m->losses, N);
     CARVE(c, m->ce_lse, N);
+}
+
+/* Everything else: weights, gradients, AdamW states, tables, and the scratch of one op at a time (shared by a
+ * pipeline's activation sets: the stream runs one micro-batch's op after another). */
+static void layout_shared(CudaModel *m, Carver *c) {
+    const ModelConfig *cfg = &m->cfg;
+    const size_t P = (size_t)m->num_floats, N = (size_t)m->max_B * m->max_T;
+    const size_t R = m->sp ? N / (size_t)m->tp : N;
+    const size_t C = cfg->hidden_size, I = m->I, D = cfg->head_dim;
+    const size_t H = m->H, KVH = m->KVH;
+    const size_t HD = H * D, KVD = KVH * D, QKV = HD + 2 * KVD, cp = (size_t)m->cp;
+    CARVE(c, m->params, P);
+    CARVE(c, m->grads, P);
+    CARVE(c, m->exp_avg, P);
+    CARVE(c, m->exp_avg_sq, P);
+    CARVE(c, m->params16, P);
+    CARVE(c, m->rope_cos, (size_t)m->max_T * (D / 2));
+    CARVE(c, m->rope_sin, (size_t)m->max_T * (D / 2));
+    if (m->cp > 1) {
+        CARVE(c, m->positions, (size_t)m->max_T);
+        CARVE(c, m->seq_pos, cp * m->max_T);
+        CARVE(c, m->kv_blocks, cp * N * KVD);
+        CARVE(c, m->dk_all, N * cp * KVD);
+        CARVE(c, m->dv_all, N * cp * KVD);
+        CARVE(c, m->dkv_blocks, cp * N * KVD);
+        CARVE(c, m->dkv_mine, N * KVD);
+    }
     if (m->tp > 1) {
         CARVE(c, m->ce_stats, N * 3);
         CARVE(c, m->ce_gathered, (size_t)m->tp * N * 3);
@@ -148,6 +160,11 @@ static void layout(CudaModel *m, Carver *c) {
     CARVE(c, m->norm_partial, NORM_PARTIALS);
 }
 
+static void layout(CudaModel *m, Carver *c) {
+    layout_shared(m, c);
+    layout_activations(m, c);
+}
+
 /* ---- host <-> device copies ------------------------------------------------ */
 
 /* A copy ordered after everything already enqueued on the model's stream,
@@ -169,24 +186,26 @@ static long offset_of(const Model *host, const char *fmt, int layer, int require
     return p ? (long)p->offset : -1;
 }
 
+/* Local layer l is the model's layer first_layer + l (its name in the registry). */
 static void find_offsets(CudaModel *m, const Model *host) {
     const ModelConfig *cfg = &m->cfg;
-    for (int l = 0; l < cfg->num_layers; l++) {
+    for (int l = 0; l < m->L; l++) {
         LayerOffsets *o = &m->layers[l];
-        o->attn_norm = offset_of(host, "layers.%d.attn_norm.weight", l, 1);
-        o->q = offset_of(host, "layers.%d.attn.q_proj.weight", l, 1);
-        o->k = offset_of(host, "layers.%d.attn.k_proj.weight", l, 1);
-        o->v = offset_of(host, "layers.%d.attn.v_proj.weight", l, 1);
-        o->q_bias = offset_of(host, "layers.%d.attn.q_proj.bias", l, cfg->attention_bias);
-        o->k_bias = offset_of(host, "layers.%d.attn.k_proj.bias", l, cfg->attention_bias);
-        o->v_bias = offset_of(host, "layers.%d.attn.v_proj.bias", l, cfg->attention_bias);
-        o->q_norm = offset_of(host, "layers.%d.attn.q_norm.weight", l, cfg->qk_norm);
-        o->k_norm = offset_of(host, "layers.%d.attn.k_norm.weight", l, cfg->qk_norm);
-        o->o = offset_of(host, "layers.%d.attn.o_proj.weight", l, 1);
-        o->mlp_norm = offset_of(host, "layers.%d.mlp_norm.weight", l, 1);
-        o->gate = offset_of(host, "layers.%d.mlp.gate_proj.weight", l, 1);
-        o->up = offset_of(host, "layers.%d.mlp.up_proj.weight", l, 1);
-        o->down = offset_of(host, "layers.%d.mlp.down_proj.weight", l, 1);
+        const int g = m->first_layer + l;
+        o->attn_norm = offset_of(host, "layers.%d.attn_norm.weight", g, 1);
+        o->q = offset_of(host, "layers.%d.attn.q_proj.weight", g, 1);
+        o->k = offset_of(host, "layers.%d.attn.k_proj.weight", g, 1);
+        o->v = offset_of(host, "layers.%d.attn.v_proj.weight", g, 1);
+        o->q_bias = offset_of(host, "layers.%d.attn.q_proj.bias", g, cfg->attention_bias);
+        o->k_bias = offset_of(host, "layers.%d.attn.k_proj.bias", g, cfg->attention_bias);
+        o->v_bias = offset_of(host, "layers.%d.attn.v_proj.bias", g, cfg->attention_bias);
+        o->q_norm = offset_of(host, "layers.%d.attn.q_norm.weight", g, cfg->qk_norm);
+        o->k_norm = offset_of(host, "layers.%d.attn.k_norm.weight", g, cfg->qk_norm);
+        o->o = offset_of(host, "layers.%d.attn.o_proj.weight", g, 1);
+        o->mlp_norm = offset_of(host, "layers.%d.mlp_norm.weight", g, 1);
+        o->gate = offset_of(host, "layers.%d.mlp.gate_proj.weight", g, 1);
+        o->up = offset_of(host, "layers.%d.mlp.up_proj.weight", g, 1);
+        o->down = offset_of(host, "layers.%d.mlp.down_proj.weight", g, 1);
         const long C = cfg->hidden_size, I = m->I;
         const long HD = (long)m->H * cfg->head_dim, KVD = (long)m->KVH * cfg->head_dim;
         if (o->up != o->gate + I * C)
@@ -200,9 +219,11 @@ static void find_offsets(CudaModel *m, const Model *host) {
         if (l > 0 && m->layer_begin[l] != m->layer_end[l - 1])
             mt_die(MT_EXIT_FAILURE, "CUDA model: layer %d's parameters do not follow layer %d's", l, l - 1);
     }
-    m->embed = offset_of(host, "embed.weight", 0, 1);
-    m->final_norm = offset_of(host, "final_norm.weight", 0, 1);
-    m->lm_head = cfg->tie_word_embeddings ? m->embed : offset_of(host, "lm_head.weight", 0, 1);
+    /* the first stage embeds; the last has the head (with tied embeddings, a copy of embed.weight) */
+    const bool tied = cfg->tie_word_embeddings;
+    m->embed = offset_of(host, "embed.weight", 0, m->has_embed || (m->has_head && tied));
+    m->final_norm = offset_of(host, "final_norm.weight", 0, m->has_head);
+    m->lm_head = tied ? (m->has_head ? m->embed : -1) : offset_of(host, "lm_head.weight", 0, m->has_head);
 }
 
 /* The gradients reduced over tp (TpPartialGrad): partial sums (ParamInfo.tp_partial_grad) and the
@@ -215,7 +236,7 @@ static void find_tp_partial(CudaModel *m, const Model *host) {
         for (int d = 0; d < 3; d++) replicated = replicated && p->shape[d] == p->global_shape[d];
         if (!p->tp_partial_grad && !replicated) continue;
         int layer = -1;
-        for (int l = 0; l < m->cfg.num_layers; l++)
+        for (int l = 0; l < m->L; l++)
             if ((long)p->offset >= m->layer_begin[l] && (long)p->offset < m->layer_end[l]) layer = l;
         m->tp_partial[m->num_tp_partial++] = (TpPartialGrad){.offset = (long)p->offset, .numel = p->numel,
                                                              .layer = layer, .average = !p->tp_partial_grad};
@@ -296,14 +317,17 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
         return NULL;
     }
     const ModelPartition *part = &host->part;
-    if (part->num_chunks != 1 || !part->has_embed || !part->has_head || part->num_layers != m->cfg.num_layers ||
-        part->ep > 1 || (part->cp > 1 && max_T % 2 != 0)) {
-        mt_set_error(err, errlen, "the CUDA model holds every layer (no pipeline stages) with tensor and context "
-                     "parallel only (ep %d, layers %d of %d, %d tokens per rank: even under context parallel)",
-                     part->ep, part->num_layers, m->cfg.num_layers, max_T);
+    if (part->num_chunks != 1 || part->num_layers < 1 || part->ep > 1 || (part->cp > 1 && max_T % 2 != 0)) {
+        mt_set_error(err, errlen, "the CUDA model holds one chunk of at least one layer (no virtual pipeline "
+                     "stages), with tensor, context and pipeline parallel only (%d chunks, %d layers, ep %d, %d tokens "
+                     "per rank: even under context parallel)", part->num_chunks, part->num_layers, part->ep, max_T);
         free(m);
         return NULL;
     }
+    m->L = part->num_layers;
+    m->first_layer = part->chunk_first[0];
+    m->has_embed = part->has_embed;
+    m->has_head = part->has_head;
     m->cp = part->cp > 1 ? part->cp : 1;
     m->cp_rank = m->cp > 1 ? part->cp_rank : 0;
     m->tp = part->tp > 1 ? part->tp : 1;
@@ -323,10 +347,10 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
     snprintf(m->device_name, sizeof m->device_name, "%s (sm_%d%d, %d SMs)", prop.name, prop.major, prop.minor,
              prop.multiProcessorCount);
 
-    m->layers = mt_calloc((size_t)m->cfg.num_layers, sizeof *m->layers);
-    m->saved = mt_calloc((size_t)m->cfg.num_layers, sizeof *m->saved);
-    m->layer_begin = mt_malloc((size_t)m->cfg.num_layers * sizeof(long));
-    m->layer_end = mt_malloc((size_t)m->cfg.num_layers * sizeof(long));
+    m->layers = mt_calloc((size_t)m->L, sizeof *m->layers);
+    m->saved = mt_calloc((size_t)m->L, sizeof *m->saved);
+    m->layer_begin = mt_malloc((size_t)m->L * sizeof(long));
+    m->layer_end = mt_malloc((size_t)m->L * sizeof(long));
     find_offsets(m, host);
     find_tp_partial(m, host);
     CudaAdamWChunk *chunks = build_chunks(host, false, &m->num_chunks);
@@ -372,11 +396,45 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
     return m;
 }
 
+CudaModel *cuda_model_clone_activations(CudaModel *base, char *err, size_t errlen) {
+    CudaModel *m = mt_malloc(sizeof *m);
+    *m = *base; /* weights, gradients, scratch, tables, communicators: base's */
+    m->base = base;
+    m->saved = mt_calloc((size_t)m->L, sizeof *m->saved);
+    Carver counter = {NULL, 0};
+    layout_activations(m, &counter);
+    m->arena_bytes = counter.used;
+    if (cudaMalloc(&m->arena, m->arena_bytes) != cudaSuccess) {
+        mt_set_error(err, errlen, "CUDA device %d: no room for another micro-batch's activations (%.2f GiB) of the "
+                     "pipeline: lower train.micro_batch_size or train.seq_len", m->ctx.device,
+                     m->arena_bytes / 1073741824.0);
+        free(m->saved);
+        free(m);
+        return NULL;
+    }
+    Carver carver = {m->arena, 0};
+    layout_activations(m, &carver);
+    CUDA_CHECK(cudaMemsetAsync(m->arena, 0, m->arena_bytes, m->ctx.stream));
+    m->host_targets = mt_malloc((size_t)m->max_B * m->max_T * sizeof(int32_t));
+    m->host_losses = mt_malloc((size_t)m->max_B * m->max_T * sizeof(float));
+    m->backward_ready = 0;
+    return m;
+}
+
 void cuda_model_free(CudaModel *m) {
     if (!m) return;
+    if (m->base) { /* a clone owns its activations and host buffers only */
+        cudaStreamSynchronize(m->ctx.stream);
+        cudaFree(m->arena);
+        free(m->saved);
+        free(m->host_targets);
+        free(m->host_losses);
+        free(m);
+        return;
+    }
     if (m->prof_steps < m->prof_on) prof_report(m);
     if (m->layer_done) {
-        for (int l = 0; l <= m->cfg.num_layers; l++) cudaEventDestroy(m->layer_done[l]);
+        for (int l = 0; l <= m->L; l++) cudaEventDestroy(m->layer_done[l]);
         cudaEventDestroy(m->comm_done);
         cudaStreamDestroy(m->comm_stream);
         free(m->layer_done);
@@ -446,7 +504,7 @@ void cuda_model_zero_grad(CudaModel *m) {
 
 /* ---- optimizer ----------------------------------------------------------- */
 
-double cuda_model_grad_norm(CudaModel *m) {
+double cuda_model_grad_sumsq(CudaModel *m) {
     cudaStream_t st = m->ctx.stream;
     if (m->num_norm_chunks == 0)
         TIMED(m, PROF_OPTIMIZER,
@@ -460,8 +518,10 @@ double cuda_model_grad_norm(CudaModel *m) {
     double total = 0.0;
     for (int i = 0; i < NORM_PARTIALS; i++) total += m->host_norm_partial[i];
     if (m->tp > 1) total = device_comm_sum_double(m->tp_comm, total);
-    return sqrt(total);
+    return total;
 }
+
+double cuda_model_grad_norm(CudaModel *m) { return sqrt(cuda_model_grad_sumsq(m)); }
 
 void cuda_model_adamw(CudaModel *m, const CudaAdamWStep *step) {
     CudaAdamWArgs args = {
@@ -477,6 +537,10 @@ void cuda_model_adamw(CudaModel *m, const CudaAdamWStep *step) {
                                                                m->params16, m->chunks, m->num_chunks, &args,
                                                                m->ctx.stream)));
     if (m->prof_on && ++m->prof_steps == m->prof_on) prof_report(m);
+}
+
+void cuda_model_sum_grads(CudaModel *m, DeviceComm *comm, long offset, long count) {
+    device_all_reduce(comm, m->grads + offset, (size_t)count, NCCL_DTYPE_FLOAT, false, m->ctx.stream);
 }
 
 void cuda_model_set_cp_comm(CudaModel *m, DeviceComm *comm) {

@@ -16,6 +16,7 @@
 #ifndef MT_BACKEND_CUDA_MODEL_H
 #define MT_BACKEND_CUDA_MODEL_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -49,6 +50,14 @@ void cuda_model_upload_grads(CudaModel *model, const float *grads);
 /* Forward a micro-batch (tokens are host arrays of B*T); with targets,
  * returns the mean loss over targets >= 0 and keeps what backward needs. */
 float cuda_model_forward(CudaModel *model, const int32_t *inputs, const int32_t *targets, int B, int T);
+/* The same in steps, for a pipeline stage (cuda_model_forward is start,
+ * layers, head): start keeps the micro-batch shape and, on the first stage,
+ * embeds `inputs` (other stages first receive their input:
+ * cuda_model_stage_from_host); layers runs this stage's layers; head (last
+ * stage) the final norm, the logits and, with targets, the loss. */
+void cuda_model_forward_start(CudaModel *model, const int32_t *inputs, int B, int T);
+void cuda_model_forward_layers(CudaModel *model);
+float cuda_model_forward_head(CudaModel *model, const int32_t *targets);
 /* Logits (B*T, V) of the last forward, as fp32 on the host (tests, eval). */
 void cuda_model_download_logits(CudaModel *model, float *logits);
 /* grads += d(loss_scale * mean loss)/d params for the last forward. On the
@@ -60,18 +69,45 @@ void cuda_model_download_logits(CudaModel *model, float *logits);
  * (embedding, final norm, lm_head) after the last. The call returns with the
  * averages ordered before later work. */
 void cuda_model_backward(CudaModel *model, float loss_scale, int last_micro_batch);
+/* The same in steps: head (last stage), layers (other stages first receive
+ * the gradient of their output), finish (first stage: the embedding). The
+ * last micro-batch's reductions of the parameters outside the layers run in
+ * finish, or in layers on a stage without the embedding. */
+void cuda_model_backward_head(CudaModel *model, float loss_scale);
+void cuda_model_backward_layers(CudaModel *model, bool last_micro_batch);
+void cuda_model_backward_finish(CudaModel *model, bool last_micro_batch);
+/* Pipeline transfers through the host: the stage's activations (bf16, its
+ * residual rows x hidden) or, with grad, their gradient (fp32). to_host
+ * copies the stage output (forward) or the gradient of the stage input
+ * (backward); from_host fills the stage input or the gradient of the stage
+ * output. Both return with the copy done. */
+size_t cuda_model_stage_bytes(const CudaModel *model, bool grad);
+void cuda_model_stage_to_host(CudaModel *model, bool grad, void *host);
+void cuda_model_stage_from_host(CudaModel *model, bool grad, const void *host);
+/* Another set of activations for `base` (a pipeline keeps one per
+ * micro-batch in flight): a model sharing base's weights, gradients, AdamW
+ * states, scratch and communicators. NULL with err set when the GPU has no
+ * room. cuda_model_free frees only what it owns; free clones before base. */
+CudaModel *cuda_model_clone_activations(CudaModel *base, char *err, size_t errlen);
 /* Average gradients over `comm` (the data-parallel group) in backward. */
 struct DeviceComm;
 void cuda_model_set_grad_sync(CudaModel *model, struct DeviceComm *comm);
+/* grads[offset, offset + count) summed over `comm` (the tied embedding over pipeline stages). */
+void cuda_model_sum_grads(CudaModel *model, struct DeviceComm *comm, long offset, long count);
 /* The tensor-parallel group's communicator (its size is host->part.tp). */
 void cuda_model_set_tp_comm(CudaModel *model, struct DeviceComm *comm);
 /* The context-parallel group's communicator (its size is host->part.cp). */
 void cuda_model_set_cp_comm(CudaModel *model, struct DeviceComm *comm);
 void cuda_model_zero_grad(CudaModel *model);
+/* Whether the GPU has done everything enqueued so far (does not wait). */
+bool cuda_model_idle(CudaModel *model);
 /* Wait until the GPU has done everything enqueued so far. */
 void cuda_model_synchronize(CudaModel *model);
-/* L2 norm of all gradients (fp32 squares, double partial sums); under tensor
- * parallel each parameter counted once over the tp group (a collective). */
+/* The sum of squares of the gradients (fp32 squares, double partial sums);
+ * under tensor parallel each parameter counted once over the tp group (a
+ * collective). With pipeline parallel, the caller sums it over the stages. */
+double cuda_model_grad_sumsq(CudaModel *model);
+/* Its square root (one stage). */
 double cuda_model_grad_norm(CudaModel *model);
 /* One AdamW update of every parameter (decay skipped on norms and biases). */
 void cuda_model_adamw(CudaModel *model, const CudaAdamWStep *step);

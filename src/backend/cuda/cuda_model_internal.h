@@ -71,7 +71,10 @@ struct CudaModel {
     CudaContext ctx;
     char device_name[320];
 
-    /* this rank's part (tensor parallel) */
+    /* this rank's part: its layers (a pipeline stage), tensor and context parallel */
+    int L, first_layer;        /* local layer l is the model's layer first_layer + l */
+    bool has_embed, has_head;  /* the first and the last pipeline stage */
+    CudaModel *base;           /* a clone (another activation set of base, cuda_model_clone_activations), or NULL */
     int tp, tp_rank;
     bool sp;                   /* sequence parallel: the residual stream holds N/tp rows */
     int H, KVH, I, V, vocab_start;
@@ -120,7 +123,7 @@ struct CudaModel {
     /* data-parallel gradient averaging (cuda_model_set_grad_sync) */
     DeviceComm *grad_sync;
     cudaStream_t comm_stream;
-    cudaEvent_t *layer_done;   /* num_layers + 1: one per layer, one for the rest */
+    cudaEvent_t *layer_done;   /* L + 1: one per layer, one for the rest */
     cudaEvent_t comm_done;
 
     int prof_on, prof_steps;

@@ -141,7 +141,7 @@ void cuda_parallel_reduce_grads(CudaModel *m, int layer) {
                                                      NCCL_DTYPE_FLOAT, p->average, m->ctx.stream));
     }
     if (m->cp == 1) return;
-    const int L = m->cfg.num_layers;
+    const int L = m->L;
     if (layer >= 0) {
         cp_sum_grads(m, m->layer_begin[layer], m->layer_end[layer]);
     } else { /* the embedding before the layers, the final norm and lm_head after */

@@ -75,47 +75,54 @@ static void layer_forward(CudaModel *m, int l, bf16_t *out, int B, int T) {
     cuda_tp_row_parallel_residual(m, out, s->resid_mid, s->act, o->down, N, I, C);
 }
 
-float cuda_model_forward(CudaModel *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
-    const ModelConfig *c = &m->cfg;
+static void check_tokens(const int32_t *tokens, int N, int V, const char *what, bool allow_ignored) {
+    for (int i = 0; i < N; i++)
+        if (tokens[i] >= V || (tokens[i] < 0 && !allow_ignored))
+            mt_die(MT_EXIT_USAGE, "model_forward: %s token %d at position %d is outside the vocabulary [0, %d)", what,
+                   tokens[i], i, V);
+}
+
+void cuda_model_forward_start(CudaModel *m, const int32_t *inputs, int B, int T) {
     if (B <= 0 || T <= 0 || B > m->max_B || T > m->max_T)
         mt_die(MT_EXIT_FAILURE, "cuda_model_forward: micro-batch %d x %d does not fit the buffers (%d x %d)", B, T,
                m->max_B, m->max_T);
-    const int N = B * T, R = cuda_residual_rows(m, N), C = c->hidden_size, V = c->vocab_size;
+    const int N = B * T;
     if (m->cp > 1 && T != m->max_T)
         mt_die(MT_EXIT_FAILURE, "cuda_model_forward: context parallel runs micro-batches of %d tokens per rank, "
                "found %d", m->max_T, T);
     if (m->sp && N % m->tp != 0)
         mt_die(MT_EXIT_FAILURE, "cuda_model_forward: sequence parallel needs B*T (%d) to be a multiple of tp (%d)", N,
                m->tp);
-    for (int i = 0; i < N; i++) {
-        if (inputs[i] < 0 || inputs[i] >= V)
-            mt_die(MT_EXIT_USAGE, "model_forward: input token %d at position %d is outside the vocabulary [0, %d)",
-                   inputs[i], i, V);
-        if (targets && targets[i] >= V)
-            mt_die(MT_EXIT_USAGE, "model_forward: target token %d at position %d is outside the vocabulary [0, %d)",
-                   targets[i], i, V);
-    }
-    cudaStream_t st = m->ctx.stream;
     m->B = B;
     m->T = T;
-    CUDA_CHECK(cudaMemcpyAsync(m->inputs, inputs, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
-    if (targets) { /* the vocab-parallel loss reads them too */
-        memcpy(m->host_targets, targets, (size_t)N * sizeof(int32_t));
-        CUDA_CHECK(cudaMemcpyAsync(m->targets, m->host_targets, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice,
-                                   st));
-    }
-    cuda_tp_embedding_forward(m, m->saved[0].resid_in, N, C);
-    for (int l = 0; l < c->num_layers; l++)
-        layer_forward(m, l, l + 1 < c->num_layers ? m->saved[l + 1].resid_in : m->final_resid, B, T);
+    m->backward_ready = 0;
+    if (!m->has_embed) return; /* the stage input arrives from the previous stage */
+    check_tokens(inputs, N, m->cfg.vocab_size, "input", false);
+    CUDA_CHECK(cudaMemcpyAsync(m->inputs, inputs, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, m->ctx.stream));
+    cuda_tp_embedding_forward(m, m->saved[0].resid_in, N, m->cfg.hidden_size);
+}
+
+void cuda_model_forward_layers(CudaModel *m) {
+    for (int l = 0; l < m->L; l++)
+        layer_forward(m, l, l + 1 < m->L ? m->saved[l + 1].resid_in : m->final_resid, m->B, m->T);
+}
+
+float cuda_model_forward_head(CudaModel *m, const int32_t *targets) {
+    const ModelConfig *c = &m->cfg;
+    cudaStream_t st = m->ctx.stream;
+    const int N = m->B * m->T, R = cuda_residual_rows(m, N), C = c->hidden_size;
+    if (!m->has_head) mt_die(MT_EXIT_FAILURE, "cuda_model_forward_head: this pipeline stage has no head");
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(m->final_normed, m->final_rstd, m->final_resid,
                                                         w16(m, m->final_norm), R, C, (float)c->rms_norm_eps, st)));
     const bf16_t *x = cuda_tp_enter(m, m->final_in, m->final_normed, N, C);
     cuda_linear_forward(m, m->logits, m->V, x, m->lm_head, -1, NULL, N, C, m->V);
     if (!targets) {
-        m->backward_ready = 0;
         CUDA_CHECK(cudaStreamSynchronize(st));
         return 0.0f;
     }
+    check_tokens(targets, N, c->vocab_size, "target", true);
+    memcpy(m->host_targets, targets, (size_t)N * sizeof(int32_t)); /* the vocab-parallel loss reads them */
+    CUDA_CHECK(cudaMemcpyAsync(m->targets, m->host_targets, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
     cuda_tp_cross_entropy_forward(m, N);
     CUDA_CHECK(cudaMemcpyAsync(m->host_losses, m->losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
@@ -133,6 +140,14 @@ float cuda_model_forward(CudaModel *m, const int32_t *inputs, const int32_t *tar
     m->num_targets = count;
     m->backward_ready = 1;
     return count > 0 ? (float)(sum / (double)count) : 0.0f;
+}
+
+float cuda_model_forward(CudaModel *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
+    if (!m->has_embed || !m->has_head)
+        mt_die(MT_EXIT_FAILURE, "cuda_model_forward: a pipeline stage runs through cuda_model_forward_start/_layers/_head");
+    cuda_model_forward_start(m, inputs, B, T);
+    cuda_model_forward_layers(m);
+    return cuda_model_forward_head(m, targets);
 }
 
 /* ---- backward ------------------------------------------------------------ */
@@ -177,7 +192,7 @@ static void layer_backward(CudaModel *m, int l, int B, int T) {
 }
 
 void cuda_model_set_grad_sync(CudaModel *m, DeviceComm *comm) {
-    const int L = m->cfg.num_layers;
+    const int L = m->L;
     m->grad_sync = comm;
     CUDA_CHECK(cudaStreamCreateWithFlags(&m->comm_stream, cudaStreamNonBlocking));
     m->layer_done = mt_malloc((size_t)(L + 1) * sizeof *m->layer_done);
@@ -195,15 +210,14 @@ static void sync_ranges(CudaModel *m, cudaEvent_t done, long begin, long end, lo
                       m->comm_stream);
 }
 
-void cuda_model_backward(CudaModel *m, float loss_scale, int last_micro_batch) {
+void cuda_model_backward_head(CudaModel *m, float loss_scale) {
     if (!m->backward_ready)
         mt_die(MT_EXIT_FAILURE, "cuda_model_backward: needs a forward with targets first (one backward per forward)");
     m->backward_ready = 0;
     const ModelConfig *c = &m->cfg;
     cudaStream_t st = m->ctx.stream;
-    const int B = m->B, T = m->T, N = B * T, R = cuda_residual_rows(m, N), C = c->hidden_size, L = c->num_layers;
+    const int N = m->B * m->T, R = cuda_residual_rows(m, N), C = c->hidden_size;
     const float dloss = m->num_targets > 0 ? (float)((double)loss_scale / (double)m->num_targets) : 0.0f;
-
     TIMED(m, PROF_LOSS, CUDA_CHECK(cuda_cross_entropy_backward_columns(m->logits, m->ce_lse, m->targets,
                                                                        m->tp > 1 ? m->vocab_start : 0, dloss, N, m->V,
                                                                        st)));
@@ -213,19 +227,63 @@ void cuda_model_backward(CudaModel *m, float loss_scale, int last_micro_batch) {
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, m->final_norm), g,
                                                          m->final_resid, w16(m, m->final_norm), m->final_rstd, R, C,
                                                          st)));
-    const int sync = last_micro_batch && m->grad_sync;
-    for (int l = L - 1; l >= 0; l--) {
-        layer_backward(m, l, B, T);
+}
+
+/* On the last micro-batch, after the stage's last backward op: the parameters outside the layers (embedding
+ * first, final norm and lm_head last) reduced over tp and cp and averaged over dp; the compute stream then waits
+ * for every average. */
+static void finish_reductions(CudaModel *m, bool last_micro_batch) {
+    if (!last_micro_batch) return;
+    cuda_parallel_reduce_grads(m, -1);
+    if (!m->grad_sync) return;
+    const int L = m->L;
+    sync_ranges(m, m->layer_done[L], 0, m->layer_begin[0], m->layer_end[L - 1], m->num_floats);
+    CUDA_CHECK(cudaEventRecord(m->comm_done, m->comm_stream));
+    CUDA_CHECK(cudaStreamWaitEvent(m->ctx.stream, m->comm_done, 0));
+}
+
+void cuda_model_backward_layers(CudaModel *m, bool last_micro_batch) {
+    const bool sync = last_micro_batch && m->grad_sync;
+    for (int l = m->L - 1; l >= 0; l--) {
+        layer_backward(m, l, m->B, m->T);
         if (last_micro_batch) cuda_parallel_reduce_grads(m, l); /* before the dp average reads them */
         if (sync) sync_ranges(m, m->layer_done[l], m->layer_begin[l], m->layer_end[l], 0, 0);
     }
-    cuda_tp_embedding_backward(m, N, C);
-    if (last_micro_batch) cuda_parallel_reduce_grads(m, -1);
-    if (sync) { /* the parameters outside the layers: embedding (first), final norm and lm_head (last) */
-        sync_ranges(m, m->layer_done[L], 0, m->layer_begin[0], m->layer_end[L - 1], m->num_floats);
-        CUDA_CHECK(cudaEventRecord(m->comm_done, m->comm_stream));
-        CUDA_CHECK(cudaStreamWaitEvent(st, m->comm_done, 0));
-    }
+    if (!m->has_embed) finish_reductions(m, last_micro_batch); /* no cuda_model_backward_finish on this stage */
+}
+
+void cuda_model_backward_finish(CudaModel *m, bool last_micro_batch) {
+    cuda_tp_embedding_backward(m, m->B * m->T, m->cfg.hidden_size);
+    finish_reductions(m, last_micro_batch);
+}
+
+void cuda_model_backward(CudaModel *m, float loss_scale, int last_micro_batch) {
+    cuda_model_backward_head(m, loss_scale);
+    cuda_model_backward_layers(m, last_micro_batch);
+    cuda_model_backward_finish(m, last_micro_batch);
+}
+
+/* ---- pipeline stages: activations and their gradients to and from the host ---- */
+
+size_t cuda_model_stage_bytes(const CudaModel *m, bool grad) {
+    const size_t rows = (size_t)cuda_residual_rows(m, m->B * m->T) * m->cfg.hidden_size;
+    return rows * (grad ? sizeof(float) : sizeof(bf16_t));
+}
+
+void cuda_model_stage_to_host(CudaModel *m, bool grad, void *host) {
+    /* forward: the stage's output (bf16); backward: the gradient of its input (fp32) */
+    const void *src = grad ? (const void *)m->d_resid : (const void *)m->final_resid;
+    CUDA_CHECK(cudaMemcpyAsync(host, src, cuda_model_stage_bytes(m, grad), cudaMemcpyDeviceToHost, m->ctx.stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
+}
+
+void cuda_model_stage_from_host(CudaModel *m, bool grad, const void *host) {
+    /* forward: the stage's input (bf16); backward: the gradient of its output (fp32, mirrored in bf16) */
+    void *dst = grad ? (void *)m->d_resid : (void *)m->saved[0].resid_in;
+    const size_t bytes = cuda_model_stage_bytes(m, grad);
+    CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, m->ctx.stream));
+    if (grad) CUDA_CHECK(cuda_cast_fp32_to_bf16(m->d_resid16, m->d_resid, bytes / sizeof(float), m->ctx.stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream)); /* the host buffer may be reused on return */
 }
 
 /* 0, or -1 with err set when a communicator failed. */
@@ -234,6 +292,14 @@ static int comms_failed(CudaModel *m, char *err, size_t errlen) {
     if (m->tp_comm && device_comm_check(m->tp_comm, err, errlen) != 0) return -1;
     if (m->cp_comm && device_comm_check(m->cp_comm, err, errlen) != 0) return -1;
     return 0;
+}
+
+bool cuda_model_idle(CudaModel *m) {
+    const cudaError_t status = cudaStreamQuery(m->ctx.stream);
+    if (status != cudaSuccess && status != cudaErrorNotReady) CUDA_CHECK(status);
+    if (status == cudaSuccess) return true;
+    sched_yield();
+    return false;
 }
 
 void cuda_model_synchronize(CudaModel *m) {

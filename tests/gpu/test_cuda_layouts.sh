@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# test_cuda_tp.sh: tensor parallel (with and without sequence parallel) and
-# context parallel on GPUs track one GPU and the CPU under mpirun. With fewer GPUs than ranks the device
+# test_cuda_layouts.sh: tensor parallel (with and without sequence parallel),
+# context parallel and pipeline parallel on GPUs track one GPU and the CPU
+# under mpirun. With fewer GPUs than ranks the device
 # collectives are staged through the host over MPI (MEGATRAIN_DEVICE_COMM=host,
 # src/dist/device_comm.h), so a machine with one GPU runs every layout here;
 # with two GPUs or more, tp 2 also runs over NCCL.
@@ -12,8 +13,8 @@
 #   - the first 10 steps within 0.02 of the one-GPU run;
 #   - over 60 steps, mean |difference| to the CPU curve below 0.05 and the
 #     last loss within 0.1.
-# Then a tp 2 GPU checkpoint resumes on one GPU, and one made on one GPU
-# resumes at tp 2. Skips without mpirun.
+# Then a tp 2 GPU checkpoint resumes on one GPU, one made on one GPU resumes
+# at tp 2, and a pp 2 one at tp 2. Skips without mpirun or a GPU.
 set -euo pipefail
 source "$(dirname "$0")/../integration/lib.sh"
 MEGATRAIN=${MEGATRAIN:-build/cuda/megatrain}
@@ -76,6 +77,20 @@ MEGATRAIN_DEVICE_COMM=host launch 4 tp2cp2-qwen3 qwen3 --set parallel.tp=2 --set
   --set parallel.sequence_parallel=true
 track tp2cp2-qwen3 gpu-qwen3 cpu-qwen3
 
+# Pipeline parallel (1F1B, transfers through the host): alone, with dp, and tp 2 x pp 2 with tied embeddings.
+launch 2 pp2-llama llama --set parallel.pp=2
+grep -q "pipeline parallel: 2 stages on GPUs" "$WORK/pp2-llama.txt" || fail "pp2: no pipeline line in the log"
+track pp2-llama gpu-llama cpu-llama
+MEGATRAIN_DEVICE_COMM=host launch 4 pp2dp2-llama llama --set parallel.pp=2 --set train.micro_batch_size=2
+track pp2dp2-llama gpu-llama cpu-llama
+tied=(--set model.tie_word_embeddings=true)
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/cpu-tied" "${common[@]}" --set precision=fp32 \
+  "${tied[@]}" > "$WORK/cpu-tied.txt"
+launch 1 gpu-tied llama "${tied[@]}"
+MEGATRAIN_DEVICE_COMM=host launch 4 tp2pp2-tied llama "${tied[@]}" --set parallel.tp=2 --set parallel.pp=2 \
+  --set parallel.sequence_parallel=true
+track tp2pp2-tied gpu-tied cpu-tied
+
 if [[ $gpus -ge 2 ]]; then
   launch 2 tp2sp-nccl llama --set parallel.tp=2 --set parallel.sequence_parallel=true
   grep -q "activations summed with NCCL" "$WORK/tp2sp-nccl.txt" || fail "tp2sp-nccl: NCCL was not used"
@@ -93,4 +108,8 @@ MEGATRAIN_DEVICE_COMM=host mpirun --allow-run-as-root --oversubscribe -np 2 "$ME
   --set train.steps=70 --set parallel.tp=2 > "$WORK/resume2.txt" 2>&1 ||
   { tail "$WORK/resume2.txt"; fail "the one-GPU checkpoint did not resume at tp 2"; }
 grep -q "^step *70/70" "$WORK/resume2.txt" || fail "the one-GPU checkpoint's resume at tp 2 did not reach step 70"
+MEGATRAIN_DEVICE_COMM=host mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" resume "$WORK/pp2-llama" \
+  --set train.steps=70 --set parallel.pp=1 --set parallel.tp=2 > "$WORK/resume3.txt" 2>&1 ||
+  { tail "$WORK/resume3.txt"; fail "the pp 2 checkpoint did not resume at tp 2"; }
+grep -q "^step *70/70" "$WORK/resume3.txt" || fail "the pp 2 checkpoint's resume at tp 2 did not reach step 70"
 echo "ok"
