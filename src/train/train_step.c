@@ -227,7 +227,7 @@ double train_evaluate(TrainContext *ctx) {
                                     local_seq_len(ctx), pipeline_load, &src);
         loss_sum = dp_sum_double(&ctx->grid.groups[GROUP_PP], loss_sum); /* the last stage has it */
     } else {
-        /* a GPU forward has collectives over tp only, whose ranks share their dp rank: no padding */
+        /* a GPU forward has collectives over tp and cp only, whose ranks share their dp rank: no padding */
         const long mine = (train->eval_batches - ctx->layout.dp_rank + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
         for (long micro = 0; micro < (ctx->cuda ? mine : per_rank); micro++) {
             load_eval_batch(ctx, micro);

@@ -76,6 +76,8 @@ track cp2-llama gpu-llama cpu-llama
 MEGATRAIN_DEVICE_COMM=host launch 4 tp2cp2-qwen3 qwen3 --set parallel.tp=2 --set parallel.cp=2 \
   --set parallel.sequence_parallel=true
 track tp2cp2-qwen3 gpu-qwen3 cpu-qwen3
+MEGATRAIN_DEVICE_COMM=host launch 4 cp2dp2-llama llama --set parallel.cp=2 --set train.micro_batch_size=4
+track cp2dp2-llama gpu-llama cpu-llama
 
 # Pipeline parallel (1F1B, transfers through the host): alone, with dp, and tp 2 x pp 2 with tied embeddings.
 launch 2 pp2-llama llama --set parallel.pp=2
@@ -95,8 +97,13 @@ if [[ $gpus -ge 2 ]]; then
   launch 2 tp2sp-nccl llama --set parallel.tp=2 --set parallel.sequence_parallel=true
   grep -q "activations summed with NCCL" "$WORK/tp2sp-nccl.txt" || fail "tp2sp-nccl: NCCL was not used"
   track tp2sp-nccl gpu-llama cpu-llama
+  launch 2 cp2-nccl llama --set parallel.cp=2
+  grep -q "keys and values all-gathered with NCCL" "$WORK/cp2-nccl.txt" || fail "cp2-nccl: NCCL was not used"
+  track cp2-nccl gpu-llama cpu-llama
+  launch 2 pp2-nccl llama --set parallel.pp=2 --set train.micro_batch_size=4 # 2 micro-batches in flight
+  track pp2-nccl gpu-llama cpu-llama
 else
-  echo "one GPU: the NCCL transport of tensor parallel is not run here"
+  echo "one GPU: the NCCL transport of tensor and context parallel is not run here"
 fi
 
 # Checkpoints move between layouts: tp 2 -> one GPU, one GPU -> tp 2.

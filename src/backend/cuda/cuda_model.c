@@ -154,7 +154,8 @@ static void layout_shared(CudaModel *m, Carver *c) {
     CARVE(c, m->dk, N * KVD);
     CARVE(c, m->dv, N * KVD);
     CARVE(c, m->d_qkv, N * QKV);
-    m->attn_workspace = carve(c, cuda_attention_workspace_bytes(m->max_B, m->max_T, (int)H, (int)KVH, (int)D));
+    if (m->cp == 1) /* the flash-attention backward's; attention at positions (cp) needs none */
+        m->attn_workspace = carve(c, cuda_attention_workspace_bytes(m->max_B, m->max_T, (int)H, (int)KVH, (int)D));
     CARVE(c, m->chunks, m->num_chunks);
     CARVE(c, m->norm_chunks, m->num_norm_chunks);
     CARVE(c, m->norm_partial, NORM_PARTIALS);

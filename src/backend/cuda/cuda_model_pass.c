@@ -93,6 +93,9 @@ void cuda_model_forward_start(CudaModel *m, const int32_t *inputs, int B, int T)
     if (m->sp && N % m->tp != 0)
         mt_die(MT_EXIT_FAILURE, "cuda_model_forward: sequence parallel needs B*T (%d) to be a multiple of tp (%d)", N,
                m->tp);
+    if ((m->tp > 1 && !m->tp_comm) || (m->cp > 1 && !m->cp_comm))
+        mt_die(MT_EXIT_FAILURE, "cuda_model_forward: tp %d / cp %d need their communicators (cuda_model_set_tp_comm, "
+               "cuda_model_set_cp_comm)", m->tp, m->cp);
     m->B = B;
     m->T = T;
     m->backward_ready = 0;
