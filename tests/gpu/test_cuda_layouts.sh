@@ -100,8 +100,8 @@ if [[ $gpus -ge 2 ]]; then
   launch 2 cp2-nccl llama --set parallel.cp=2
   grep -q "keys and values all-gathered with NCCL" "$WORK/cp2-nccl.txt" || fail "cp2-nccl: NCCL was not used"
   track cp2-nccl gpu-llama cpu-llama
-  launch 2 pp2-nccl llama --set parallel.pp=2 --set train.micro_batch_size=4 # 2 micro-batches in flight
-  track pp2-nccl gpu-llama cpu-llama
+  launch 2 pp2-gpus llama --set parallel.pp=2 --set train.micro_batch_size=4 # 2 micro-batches in flight
+  track pp2-gpus gpu-llama cpu-llama
 else
   echo "one GPU: the NCCL transport of tensor and context parallel is not run here"
 fi
