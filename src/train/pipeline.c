@@ -42,6 +42,12 @@ static int acquire_slot(Pipeline *p) {
     return p->num_slots++;
 }
 
+int pipeline_reserve(Pipeline *p, int sets) {
+    while (p->num_slots < sets) acquire_slot(p);
+    for (int i = 0; i < p->num_slots; i++) p->busy[i] = false;
+    return p->num_slots;
+}
+
 /* Message tags: which micro-batch and receiving chunk, and which direction. */
 static int tag_of(const Pipeline *p, int micro, int chunk, int backward) {
     return ((micro * p->vpp + chunk) * 2 + backward) % 32768;

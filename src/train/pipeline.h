@@ -3,7 +3,7 @@
  * gradients sent point to point over the pipeline group, one set of
  * activations per micro-batch in flight on this rank. The model a stage
  * runs is reached through PipelineStageOps: the CPU Model
- * (pipeline_cpu_ops, pipeline_cpu.c) or the CUDA model (train_device.c). */
+ * (pipeline_cpu_ops, pipeline_cpu.c) or the CUDA model (pipeline_cuda.c). */
 #ifndef MT_TRAIN_PIPELINE_H
 #define MT_TRAIN_PIPELINE_H
 
@@ -53,6 +53,10 @@ typedef struct Pipeline {
 
 void pipeline_init(Pipeline *p, const Comm *group, int vpp, void *base, const PipelineStageOps *ops);
 void pipeline_free(Pipeline *p);
+/* Make sure `sets` activation sets exist (the base and clones), so that a
+ * model that cannot hold them fails now rather than inside a step. Returns
+ * how many exist. */
+int pipeline_reserve(Pipeline *p, int sets);
 
 /* Forward (and, unless forward_only, backward with loss_scale) of M
  * micro-batches of B x T tokens. Returns the sum of their losses on the last

@@ -24,6 +24,10 @@ static void *staging(size_t bytes) {
     return host_buffer;
 }
 
+/* Transfers go as 4-byte words when they can (MPI counts are ints: bf16 activations of the hidden size always can). */
+static CommType word_type(size_t bytes) { return bytes % 4 == 0 ? COMM_FLOAT : COMM_BYTE; }
+static size_t words(size_t bytes) { return bytes % 4 == 0 ? bytes / 4 : bytes; }
+
 static void *gpu_clone(void *base) {
     char err[512];
     CudaModel *m = cuda_model_clone_activations(base, err, sizeof err);
@@ -51,13 +55,13 @@ static void gpu_send(void *slot, int chunk, bool backward, const Comm *group, in
     const size_t bytes = cuda_model_stage_bytes(slot, backward);
     void *buf = staging(bytes);
     cuda_model_stage_to_host(slot, backward, buf);
-    comm_send_copy(group, buf, bytes, COMM_BYTE, dest, tag);
+    comm_send_copy(group, buf, words(bytes), word_type(bytes), dest, tag);
 }
 
 static void gpu_recv(void *slot, int chunk, bool backward, const Comm *group, int source, int tag, int B, int T) {
     const size_t bytes = cuda_model_stage_bytes(slot, backward);
     void *buf = staging(bytes);
-    comm_recv(group, buf, bytes, COMM_BYTE, source, tag);
+    comm_recv(group, buf, words(bytes), word_type(bytes), source, tag);
     cuda_model_stage_from_host(slot, backward, buf);
 }
 

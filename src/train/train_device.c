@@ -113,7 +113,11 @@ int train_device_attach(TrainContext *ctx, char *err, size_t errlen) {
     if (ctx->layout.pp > 1) { /* the stages run the CUDA model; transfers go through the host */
         pipeline_free(&ctx->pipe);
         pipeline_init(&ctx->pipe, &ctx->grid.groups[GROUP_PP], ctx->layout.vpp, ctx->cuda, &pipeline_cuda_ops);
-        mt_log("pipeline parallel: %d stages on GPUs, activations sent through the host (MPI)", ctx->layout.pp);
+        /* 1F1B keeps up to pp - stage micro-batches in flight on a stage: their activations now, not mid-step */
+        const int sets = pipeline_reserve(&ctx->pipe, ctx->layout.pp - ctx->layout.pp_rank);
+        mt_log("pipeline parallel: %d stages on GPUs, activations sent through the host (MPI); stage 0 keeps %d "
+               "activation sets of %.2f GiB", ctx->layout.pp, sets, (double)cuda_model_activation_bytes(ctx->cuda) /
+               1073741824.0);
     }
     if (dp) {
         if (device_comm_create(&dp_comm, &ctx->grid.groups[GROUP_DP], staged, err, errlen) != 0) return -1;
@@ -135,12 +139,15 @@ void train_device_detach(TrainContext *ctx) {
 }
 
 void train_device_sync_grads(TrainContext *ctx) {
+    cuda_model_wait_grad_sync(ctx->cuda); /* a pipeline stage's dp averages, left in flight by its last backward */
     if (embed_comm.size > 1) {
         const ParamInfo *embed = model_find_param(ctx->model, "embed.weight");
         cuda_model_sum_grads(ctx->cuda, &embed_comm, (long)embed->offset, embed->numel);
-        char err[512]; /* a peer that dies in the sum ends this rank too, as in cuda_model_synchronize */
+        char err[512]; /* a peer that dies ends this rank too, as in cuda_model_synchronize */
         while (!cuda_model_idle(ctx->cuda))
-            if (device_comm_check(&embed_comm, err, sizeof err) != 0) mt_die(MT_EXIT_FAILURE, "%s", err);
+            if (device_comm_check(&embed_comm, err, sizeof err) != 0 ||
+                cuda_model_comms_failed(ctx->cuda, err, sizeof err) != 0)
+                mt_die(MT_EXIT_FAILURE, "%s", err);
     }
     cuda_model_synchronize(ctx->cuda);
 }

@@ -14,7 +14,8 @@
 #   - over 60 steps, mean |difference| to the CPU curve below 0.05 and the
 #     last loss within 0.1.
 # Then a tp 2 GPU checkpoint resumes on one GPU, one made on one GPU resumes
-# at tp 2, and a pp 2 one at tp 2. Skips without mpirun or a GPU.
+# at tp 2 and at pp 2 (tied embeddings), and a pp 2 one at tp 2. Skips
+# without mpirun or a GPU.
 set -euo pipefail
 source "$(dirname "$0")/../integration/lib.sh"
 MEGATRAIN=${MEGATRAIN:-build/cuda/megatrain}
@@ -85,12 +86,12 @@ grep -q "pipeline parallel: 2 stages on GPUs" "$WORK/pp2-llama.txt" || fail "pp2
 track pp2-llama gpu-llama cpu-llama
 MEGATRAIN_DEVICE_COMM=host launch 4 pp2dp2-llama llama --set parallel.pp=2 --set train.micro_batch_size=2
 track pp2dp2-llama gpu-llama cpu-llama
-tied=(--set model.tie_word_embeddings=true)
+tied=(--set model.tie_word_embeddings=true --set model.num_layers=4) # two layers a stage
 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/cpu-tied" "${common[@]}" --set precision=fp32 \
   "${tied[@]}" > "$WORK/cpu-tied.txt"
 launch 1 gpu-tied llama "${tied[@]}"
 MEGATRAIN_DEVICE_COMM=host launch 4 tp2pp2-tied llama "${tied[@]}" --set parallel.tp=2 --set parallel.pp=2 \
-  --set parallel.sequence_parallel=true
+  --set parallel.sequence_parallel=true --set train.micro_batch_size=4 # two micro-batches in flight
 track tp2pp2-tied gpu-tied cpu-tied
 
 if [[ $gpus -ge 2 ]]; then
@@ -119,4 +120,7 @@ MEGATRAIN_DEVICE_COMM=host mpirun --allow-run-as-root --oversubscribe -np 2 "$ME
   --set train.steps=70 --set parallel.pp=1 --set parallel.tp=2 > "$WORK/resume3.txt" 2>&1 ||
   { tail "$WORK/resume3.txt"; fail "the pp 2 checkpoint did not resume at tp 2"; }
 grep -q "^step *70/70" "$WORK/resume3.txt" || fail "the pp 2 checkpoint's resume at tp 2 did not reach step 70"
+mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" resume "$WORK/gpu-tied" --set train.steps=70 \
+  --set parallel.pp=2 > "$WORK/resume4.txt" 2>&1 || { tail "$WORK/resume4.txt"; fail "a one-GPU checkpoint did not resume at pp 2"; }
+grep -q "^step *70/70" "$WORK/resume4.txt" || fail "the one-GPU checkpoint's resume at pp 2 did not reach step 70"
 echo "ok"

@@ -560,6 +560,16 @@ void cuda_model_set_tp_comm(CudaModel *m, DeviceComm *comm) {
 
 size_t cuda_model_bytes(const CudaModel *m) { return m->arena_bytes; }
 
+size_t cuda_model_activation_bytes(const CudaModel *m) {
+    CudaModel probe = *m;
+    LayerSaved *saved = mt_calloc((size_t)m->L, sizeof *saved);
+    probe.saved = saved;
+    Carver counter = {NULL, 0};
+    layout_activations(&probe, &counter);
+    free(saved);
+    return counter.used;
+}
+
 size_t cuda_model_peak_bytes(CudaModel *m) {
     size_t free_bytes = 0, total = 0;
     if (cudaMemGetInfo(&free_bytes, &total) == cudaSuccess && total - free_bytes > m->peak_used)

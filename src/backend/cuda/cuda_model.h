@@ -72,7 +72,8 @@ void cuda_model_backward(CudaModel *model, float loss_scale, int last_micro_batc
 /* The same in steps: head (last stage), layers (other stages first receive
  * the gradient of their output), finish (first stage: the embedding). The
  * last micro-batch's reductions of the parameters outside the layers run in
- * finish, or in layers on a stage without the embedding. */
+ * finish, or in layers on a stage without the embedding (then
+ * cuda_model_wait_grad_sync before the gradients are read). */
 void cuda_model_backward_head(CudaModel *model, float loss_scale);
 void cuda_model_backward_layers(CudaModel *model, bool last_micro_batch);
 void cuda_model_backward_finish(CudaModel *model, bool last_micro_batch);
@@ -99,6 +100,13 @@ void cuda_model_set_tp_comm(CudaModel *model, struct DeviceComm *comm);
 /* The context-parallel group's communicator (its size is host->part.cp). */
 void cuda_model_set_cp_comm(CudaModel *model, struct DeviceComm *comm);
 void cuda_model_zero_grad(CudaModel *model);
+/* The compute stream waits for the data-parallel averages of the last
+ * backward (a pipeline stage without the embedding leaves that to its
+ * caller, so that its gradient is sent upstream first). */
+void cuda_model_wait_grad_sync(CudaModel *model);
+/* 0, or -1 with err set when one of the model's communicators (dp, tp, cp)
+ * failed asynchronously (a peer died). */
+int cuda_model_comms_failed(CudaModel *model, char *err, size_t errlen);
 /* Whether the GPU has done everything enqueued so far (does not wait). */
 bool cuda_model_idle(CudaModel *model);
 /* Wait until the GPU has done everything enqueued so far. */
@@ -115,6 +123,8 @@ void cuda_model_adamw(CudaModel *model, const CudaAdamWStep *step);
 /* Bytes of device memory the model holds, and the peak the process reached
  * (cudaMemGetInfo: total minus the least free seen). */
 size_t cuda_model_bytes(const CudaModel *model);
+/* Bytes of one activation set (what each cuda_model_clone_activations adds). */
+size_t cuda_model_activation_bytes(const CudaModel *model);
 size_t cuda_model_peak_bytes(CudaModel *model);
 /* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" */
 const char *cuda_model_device_name(const CudaModel *model);

@@ -233,16 +233,21 @@ void cuda_model_backward_head(CudaModel *m, float loss_scale) {
 }
 
 /* On the last micro-batch, after the stage's last backward op: the parameters outside the layers (embedding
- * first, final norm and lm_head last) reduced over tp and cp and averaged over dp; the compute stream then waits
- * for every average. */
-static void finish_reductions(CudaModel *m, bool last_micro_batch) {
+ * first, final norm and lm_head last) reduced over tp and cp and averaged over dp. With wait the compute stream
+ * then waits for every average; without, cuda_model_wait_grad_sync does (a pipeline stage sends its gradient on
+ * first, so the averages of the stages overlap). */
+static void finish_reductions(CudaModel *m, bool last_micro_batch, bool wait) {
     if (!last_micro_batch) return;
     cuda_parallel_reduce_grads(m, -1);
     if (!m->grad_sync) return;
     const int L = m->L;
     sync_ranges(m, m->layer_done[L], 0, m->layer_begin[0], m->layer_end[L - 1], m->num_floats);
     CUDA_CHECK(cudaEventRecord(m->comm_done, m->comm_stream));
-    CUDA_CHECK(cudaStreamWaitEvent(m->ctx.stream, m->comm_done, 0));
+    if (wait) cuda_model_wait_grad_sync(m);
+}
+
+void cuda_model_wait_grad_sync(CudaModel *m) {
+    if (m->grad_sync) CUDA_CHECK(cudaStreamWaitEvent(m->ctx.stream, m->comm_done, 0));
 }
 
 void cuda_model_backward_layers(CudaModel *m, bool last_micro_batch) {
@@ -252,12 +257,12 @@ void cuda_model_backward_layers(CudaModel *m, bool last_micro_batch) {
         if (last_micro_batch) cuda_parallel_reduce_grads(m, l); /* before the dp average reads them */
         if (sync) sync_ranges(m, m->layer_done[l], m->layer_begin[l], m->layer_end[l], 0, 0);
     }
-    if (!m->has_embed) finish_reductions(m, last_micro_batch); /* no cuda_model_backward_finish on this stage */
+    if (!m->has_embed) finish_reductions(m, last_micro_batch, false); /* no cuda_model_backward_finish here */
 }
 
 void cuda_model_backward_finish(CudaModel *m, bool last_micro_batch) {
     cuda_tp_embedding_backward(m, m->B * m->T, m->cfg.hidden_size);
-    finish_reductions(m, last_micro_batch);
+    finish_reductions(m, last_micro_batch, true);
 }
 
 void cuda_model_backward(CudaModel *m, float loss_scale, int last_micro_batch) {
@@ -289,8 +294,7 @@ void cuda_model_stage_from_host(CudaModel *m, bool grad, const void *host) {
     CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream)); /* the host buffer may be reused on return */
 }
 
-/* 0, or -1 with err set when a communicator failed. */
-static int comms_failed(CudaModel *m, char *err, size_t errlen) {
+int cuda_model_comms_failed(CudaModel *m, char *err, size_t errlen) {
     if (m->grad_sync && device_comm_check(m->grad_sync, err, errlen) != 0) return -1;
     if (m->tp_comm && device_comm_check(m->tp_comm, err, errlen) != 0) return -1;
     if (m->cp_comm && device_comm_check(m->cp_comm, err, errlen) != 0) return -1;
@@ -316,7 +320,7 @@ void cuda_model_synchronize(CudaModel *m) {
         if (status == cudaSuccess) return;
         if (status != cudaErrorNotReady) CUDA_CHECK(status);
         char err[512];
-        if (comms_failed(m, err, sizeof err) != 0) mt_die(MT_EXIT_FAILURE, "%s", err);
+        if (cuda_model_comms_failed(m, err, sizeof err) != 0) mt_die(MT_EXIT_FAILURE, "%s", err);
         sched_yield();
     }
 }
