@@ -42,7 +42,24 @@ static int acquire_slot(Pipeline *p) {
     return p->num_slots++;
 }
 
-int pipeline_reserve(Pipeline *p, int sets) {
+/* The most micro-batches this stage keeps in flight (each from its first forward to its last backward), from the
+ * schedule of many micro-batches per step: the steady state does not grow with more. */
+static int peak_in_flight(const Pipeline *p) {
+    const int M = 8 * p->stages;
+    PipeOp *ops = mt_malloc((size_t)M * 2 * p->vpp * sizeof *ops);
+    const int n = pipeline_schedule(p->stages, p->vpp, p->stage, M, false, ops);
+    int live = 0, peak = 0;
+    for (int i = 0; i < n; i++) {
+        if (ops[i].forward && ops[i].chunk == 0) live++;
+        if (!ops[i].forward && ops[i].chunk == 0) live--;
+        if (live > peak) peak = live;
+    }
+    free(ops);
+    return peak;
+}
+
+int pipeline_reserve(Pipeline *p) {
+    const int sets = peak_in_flight(p);
     while (p->num_slots < sets) acquire_slot(p);
     for (int i = 0; i < p->num_slots; i++) p->busy[i] = false;
     return p->num_slots;

@@ -53,10 +53,10 @@ typedef struct Pipeline {
 
 void pipeline_init(Pipeline *p, const Comm *group, int vpp, void *base, const PipelineStageOps *ops);
 void pipeline_free(Pipeline *p);
-/* Make sure `sets` activation sets exist (the base and clones), so that a
- * model that cannot hold them fails now rather than inside a step. Returns
- * how many exist. */
-int pipeline_reserve(Pipeline *p, int sets);
+/* Make the activation sets (the base and clones) for the most micro-batches
+ * the schedule keeps in flight on this stage, so that a model that cannot
+ * hold them fails now rather than inside a step. Returns how many exist. */
+int pipeline_reserve(Pipeline *p);
 
 /* Forward (and, unless forward_only, backward with loss_scale) of M
  * micro-batches of B x T tokens. Returns the sum of their losses on the last

@@ -41,12 +41,12 @@ static void gpu_forward_start(void *slot, const int32_t *inputs, int B, int T) {
     cuda_model_forward_start(slot, inputs, B, T);
 }
 
-static void gpu_forward_layers(void *slot, int chunk) { cuda_model_forward_layers(slot); }
+static void gpu_forward_layers(void *slot, int chunk) { cuda_model_forward_layers(slot, chunk); }
 static double gpu_forward_head(void *slot, const int32_t *targets) { return cuda_model_forward_head(slot, targets); }
 static void gpu_backward_head(void *slot, float loss_scale) { cuda_model_backward_head(slot, loss_scale); }
 
 static void gpu_backward_layers(void *slot, int chunk, float loss_scale, bool last) {
-    cuda_model_backward_layers(slot, last);
+    cuda_model_backward_layers(slot, chunk, last);
 }
 
 static void gpu_backward_finish(void *slot, bool last) { cuda_model_backward_finish(slot, last); }
@@ -54,7 +54,7 @@ static void gpu_backward_finish(void *slot, bool last) { cuda_model_backward_fin
 static void gpu_send(void *slot, int chunk, bool backward, const Comm *group, int dest, int tag, int B, int T) {
     const size_t bytes = cuda_model_stage_bytes(slot, backward);
     void *buf = staging(bytes);
-    cuda_model_stage_to_host(slot, backward, buf);
+    cuda_model_stage_to_host(slot, chunk, backward, buf);
     comm_send_copy(group, buf, words(bytes), word_type(bytes), dest, tag);
 }
 
@@ -62,7 +62,7 @@ static void gpu_recv(void *slot, int chunk, bool backward, const Comm *group, in
     const size_t bytes = cuda_model_stage_bytes(slot, backward);
     void *buf = staging(bytes);
     comm_recv(group, buf, words(bytes), word_type(bytes), source, tag);
-    cuda_model_stage_from_host(slot, backward, buf);
+    cuda_model_stage_from_host(slot, chunk, backward, buf);
 }
 
 const PipelineStageOps pipeline_cuda_ops = {

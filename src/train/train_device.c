@@ -113,8 +113,8 @@ int train_device_attach(TrainContext *ctx, char *err, size_t errlen) {
     if (ctx->layout.pp > 1) { /* the stages run the CUDA model; transfers go through the host */
         pipeline_free(&ctx->pipe);
         pipeline_init(&ctx->pipe, &ctx->grid.groups[GROUP_PP], ctx->layout.vpp, ctx->cuda, &pipeline_cuda_ops);
-        /* 1F1B keeps up to pp - stage micro-batches in flight on a stage: their activations now, not mid-step */
-        const int sets = pipeline_reserve(&ctx->pipe, ctx->layout.pp - ctx->layout.pp_rank);
+        /* the activations of every micro-batch a stage keeps in flight: allocated now, not mid-step */
+        const int sets = pipeline_reserve(&ctx->pipe);
         mt_log("pipeline parallel: %d stages on GPUs, activations sent through the host (MPI); stage 0 keeps %d "
                "activation sets of %.2f GiB", ctx->layout.pp, sets, (double)cuda_model_activation_bytes(ctx->cuda) /
                1073741824.0);

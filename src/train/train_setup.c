@@ -65,17 +65,12 @@ static int check_supported(const Recipe *recipe, const TrainLayout *layout, char
             return MT_EXIT_USAGE;
         }
     }
-    if (cuda && layout->pp > 1 && layout->vpp > 1) {
-        mt_set_error(err, errlen, "parallel.vpp: %d: the interleaved pipeline schedule runs on the CPU only for now; "
-                     "set vpp to 1 for run.device: cuda", layout->vpp);
-        return MT_EXIT_USAGE;
-    }
-    for (int g = 0; cuda && g < layout->pp; g++) {
+    for (int g = 0; cuda && g < layout->pp * layout->vpp; g++) {
         int first, count;
         parallel_stage_layers(&recipe->parallel, recipe->model.num_layers, g, &first, &count);
         if (count == 0) {
-            mt_set_error(err, errlen, "parallel.pp_layers: stage %d has no layers: on GPUs every pipeline stage "
-                         "holds at least one (a stage of none runs on the CPU only)", g);
+            mt_set_error(err, errlen, "parallel.pp_layers: virtual stage %d has no layers: on GPUs every pipeline "
+                         "stage (chunk) holds at least one (a stage of none runs on the CPU only)", g);
             return MT_EXIT_USAGE;
         }
     }

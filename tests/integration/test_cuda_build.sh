@@ -25,8 +25,8 @@ if ! command -v nvidia-smi > /dev/null || ! nvidia-smi > /dev/null 2>&1; then
   cat "$work/err"
   [[ $rc -eq 1 ]] || { echo "expected exit 1 without a GPU, got $rc"; exit 1; }
   grep -q "CUDA device 0" "$work/err" || { echo "the error does not name the CUDA device"; exit 1; }
-  # Tensor, context and pipeline parallel pass the layout checks on CUDA (they fail at the device here); the
-  # interleaved schedule is refused.
+  # Tensor, context and pipeline parallel (interleaved too) pass the layout checks on CUDA (they fail at the
+  # device here); a pipeline stage without layers is refused.
   if command -v mpirun > /dev/null; then
     mpi=(mpirun --allow-run-as-root --oversubscribe -np 2 build/cuda/megatrain run recipes/tiny/llama.yaml
          --set run.device=cuda --set precision=bf16 --set "data.train=[{path: $work/english, weight: 1.0}]")
@@ -41,6 +41,8 @@ if ! command -v nvidia-smi > /dev/null || ! nvidia-smi > /dev/null 2>&1; then
       --set model.num_layers=4 \
       > "$work/vpp.log" 2>&1
     rc_vpp=$?
+    "${mpi[@]}" --set run.dir="$work/empty" --set parallel.pp=2 --set "parallel.pp_layers=[0, 2]" > "$work/empty.log" 2>&1
+    rc_empty=$?
     set -e
     [[ $rc_tp -ne 0 ]] && grep -q "CUDA device 0" "$work/tp.log" ||
       { cat "$work/tp.log"; echo "tp 2 on cuda: expected to reach the device and fail there"; exit 1; }
@@ -48,7 +50,9 @@ if ! command -v nvidia-smi > /dev/null || ! nvidia-smi > /dev/null 2>&1; then
       { cat "$work/cp.log"; echo "cp 2 on cuda: expected to reach the device and fail there"; exit 1; }
     [[ $rc_pp -ne 0 ]] && grep -q "CUDA device 0" "$work/pp.log" ||
       { cat "$work/pp.log"; echo "pp 2 on cuda: expected to reach the device and fail there"; exit 1; }
-    [[ $rc_vpp -eq 2 ]] && grep -q "interleaved pipeline schedule runs on the CPU only" "$work/vpp.log" ||
-      { cat "$work/vpp.log"; echo "vpp 2 on cuda: expected a refusal (exit 2) naming the interleaved schedule"; exit 1; }
+    [[ $rc_vpp -ne 0 ]] && grep -q "CUDA device 0" "$work/vpp.log" ||
+      { cat "$work/vpp.log"; echo "vpp 2 on cuda: expected to reach the device and fail there"; exit 1; }
+    [[ $rc_empty -eq 2 ]] && grep -q "virtual stage 0 has no layers" "$work/empty.log" ||
+      { cat "$work/empty.log"; echo "an empty stage on cuda: expected a refusal (exit 2) naming it"; exit 1; }
   fi
 fi

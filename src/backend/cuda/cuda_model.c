@@ -187,12 +187,12 @@ static long offset_of(const Model *host, const char *fmt, int layer, int require
     return p ? (long)p->offset : -1;
 }
 
-/* Local layer l is the model's layer first_layer + l (its name in the registry). */
+/* Local layer l is the model's layer global_layer[l] (its name in the registry). */
 static void find_offsets(CudaModel *m, const Model *host) {
     const ModelConfig *cfg = &m->cfg;
     for (int l = 0; l < m->L; l++) {
         LayerOffsets *o = &m->layers[l];
-        const int g = m->first_layer + l;
+        const int g = m->global_layer[l];
         o->attn_norm = offset_of(host, "layers.%d.attn_norm.weight", g, 1);
         o->q = offset_of(host, "layers.%d.attn.q_proj.weight", g, 1);
         o->k = offset_of(host, "layers.%d.attn.k_proj.weight", g, 1);
@@ -318,15 +318,23 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
         return NULL;
     }
     const ModelPartition *part = &host->part;
-    if (part->num_chunks != 1 || part->num_layers < 1 || part->ep > 1 || (part->cp > 1 && max_T % 2 != 0)) {
-        mt_set_error(err, errlen, "the CUDA model holds one chunk of at least one layer (no virtual pipeline "
-                     "stages), with tensor, context and pipeline parallel only (%d chunks, %d layers, ep %d, %d tokens "
-                     "per rank: even under context parallel)", part->num_chunks, part->num_layers, part->ep, max_T);
+    bool empty_chunk = false;
+    for (int v = 0; v < part->num_chunks; v++) empty_chunk = empty_chunk || part->chunk_layers[v] < 1;
+    if (empty_chunk || part->num_chunks > MT_MAX_CHUNKS || part->ep > 1 || (part->cp > 1 && max_T % 2 != 0)) {
+        mt_set_error(err, errlen, "the CUDA model holds chunks of at least one layer each, with tensor, context and "
+                     "pipeline parallel only (%d chunks, ep %d, %d tokens per rank: even under context parallel)",
+                     part->num_chunks, part->ep, max_T);
         free(m);
         return NULL;
     }
     m->L = part->num_layers;
-    m->first_layer = part->chunk_first[0];
+    m->stage_chunks = part->num_chunks;
+    m->global_layer = mt_malloc((size_t)m->L * sizeof(int));
+    for (int v = 0, l = 0; v < m->stage_chunks; v++) {
+        m->chunk_start[v] = l;
+        m->chunk_len[v] = part->chunk_layers[v];
+        for (int j = 0; j < part->chunk_layers[v]; j++) m->global_layer[l++] = part->chunk_first[v] + j;
+    }
     m->has_embed = part->has_embed;
     m->has_head = part->has_head;
     m->cp = part->cp > 1 ? part->cp : 1;
@@ -340,6 +348,7 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
     m->V = m->cfg.vocab_size / m->tp;
     m->vocab_start = m->V * m->tp_rank;
     if (cuda_context_create(&m->ctx, device, err, errlen) != 0) {
+        free(m->global_layer);
         free(m);
         return NULL;
     }
@@ -449,6 +458,7 @@ void cuda_model_free(CudaModel *m) {
     free(m->layers);
     free(m->layer_begin);
     free(m->layer_end);
+    free(m->global_layer);
     free(m->tp_partial);
     free(m->saved);
     free(m->host_targets);

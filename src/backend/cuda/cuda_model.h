@@ -53,10 +53,11 @@ float cuda_model_forward(CudaModel *model, const int32_t *inputs, const int32_t 
 /* The same in steps, for a pipeline stage (cuda_model_forward is start,
  * layers, head): start keeps the micro-batch shape and, on the first stage,
  * embeds `inputs` (other stages first receive their input:
- * cuda_model_stage_from_host); layers runs this stage's layers; head (last
- * stage) the final norm, the logits and, with targets, the loss. */
+ * cuda_model_stage_from_host); layers runs one chunk's layers (a chunk per
+ * virtual stage of the interleaved schedule, else one); head (last stage)
+ * the final norm, the logits and, with targets, the loss. */
 void cuda_model_forward_start(CudaModel *model, const int32_t *inputs, int B, int T);
-void cuda_model_forward_layers(CudaModel *model);
+void cuda_model_forward_layers(CudaModel *model, int chunk);
 float cuda_model_forward_head(CudaModel *model, const int32_t *targets);
 /* Logits (B*T, V) of the last forward, as fp32 on the host (tests, eval). */
 void cuda_model_download_logits(CudaModel *model, float *logits);
@@ -72,19 +73,19 @@ void cuda_model_backward(CudaModel *model, float loss_scale, int last_micro_batc
 /* The same in steps: head (last stage), layers (other stages first receive
  * the gradient of their output), finish (first stage: the embedding). The
  * last micro-batch's reductions of the parameters outside the layers run in
- * finish, or in layers on a stage without the embedding (then
+ * finish, or in layers of chunk 0 on a stage without the embedding (then
  * cuda_model_wait_grad_sync before the gradients are read). */
 void cuda_model_backward_head(CudaModel *model, float loss_scale);
-void cuda_model_backward_layers(CudaModel *model, bool last_micro_batch);
+void cuda_model_backward_layers(CudaModel *model, int chunk, bool last_micro_batch);
 void cuda_model_backward_finish(CudaModel *model, bool last_micro_batch);
-/* Pipeline transfers through the host: the stage's activations (bf16, its
+/* Pipeline transfers through the host: a chunk's activations (bf16, its
  * residual rows x hidden) or, with grad, their gradient (fp32). to_host
- * copies the stage output (forward) or the gradient of the stage input
- * (backward); from_host fills the stage input or the gradient of the stage
+ * copies the chunk's output (forward) or the gradient of its input
+ * (backward); from_host fills the chunk's input or the gradient of its
  * output. Both return with the copy done. */
 size_t cuda_model_stage_bytes(const CudaModel *model, bool grad);
-void cuda_model_stage_to_host(CudaModel *model, bool grad, void *host);
-void cuda_model_stage_from_host(CudaModel *model, bool grad, const void *host);
+void cuda_model_stage_to_host(CudaModel *model, int chunk, bool grad, void *host);
+void cuda_model_stage_from_host(CudaModel *model, int chunk, bool grad, const void *host);
 /* Another set of activations for `base` (a pipeline keeps one per
  * micro-batch in flight): a model sharing base's weights, gradients, AdamW
  * states, scratch and communicators. NULL with err set when the GPU has no

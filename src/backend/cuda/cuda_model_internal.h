@@ -72,7 +72,10 @@ struct CudaModel {
     char device_name[320];
 
     /* this rank's part: its layers (a pipeline stage), tensor and context parallel */
-    int L, first_layer;        /* local layer l is the model's layer first_layer + l */
+    int L;                     /* this rank's layers: its chunks' layers, chunk after chunk */
+    int stage_chunks;          /* model chunks: 1, or vpp with the interleaved pipeline schedule */
+    int chunk_start[MT_MAX_CHUNKS], chunk_len[MT_MAX_CHUNKS]; /* each chunk's local layers */
+    int *global_layer;         /* L: local layer l is the model's layer global_layer[l] */
     bool has_embed, has_head;  /* the first and the last pipeline stage */
     CudaModel *base;           /* a clone (another activation set of base, cuda_model_clone_activations), or NULL */
     int tp, tp_rank;

@@ -105,9 +105,16 @@ void cuda_model_forward_start(CudaModel *m, const int32_t *inputs, int B, int T)
     cuda_tp_embedding_forward(m, m->saved[0].resid_in, N, m->cfg.hidden_size);
 }
 
-void cuda_model_forward_layers(CudaModel *m) {
-    for (int l = 0; l < m->L; l++)
-        layer_forward(m, l, l + 1 < m->L ? m->saved[l + 1].resid_in : m->final_resid, m->B, m->T);
+/* The output of chunk v: the next chunk's input buffer (it is sent on, and the same buffer later receives the next
+ * chunk's input for this micro-batch), or the stage's output after the last chunk. */
+static bf16_t *chunk_output(CudaModel *m, int v) {
+    return v + 1 < m->stage_chunks ? m->saved[m->chunk_start[v + 1]].resid_in : m->final_resid;
+}
+
+void cuda_model_forward_layers(CudaModel *m, int chunk) {
+    const int first = m->chunk_start[chunk], end = first + m->chunk_len[chunk];
+    for (int l = first; l < end; l++)
+        layer_forward(m, l, l + 1 < end ? m->saved[l + 1].resid_in : chunk_output(m, chunk), m->B, m->T);
 }
 
 float cuda_model_forward_head(CudaModel *m, const int32_t *targets) {
@@ -149,7 +156,7 @@ float cuda_model_forward(CudaModel *m, const int32_t *inputs, const int32_t *tar
     if (!m->has_embed || !m->has_head)
         mt_die(MT_EXIT_FAILURE, "cuda_model_forward: a pipeline stage runs through cuda_model_forward_start/_layers/_head");
     cuda_model_forward_start(m, inputs, B, T);
-    cuda_model_forward_layers(m);
+    for (int v = 0; v < m->stage_chunks; v++) cuda_model_forward_layers(m, v); /* each chunk's output is the next's input */
     return cuda_model_forward_head(m, targets);
 }
 
@@ -250,14 +257,16 @@ void cuda_model_wait_grad_sync(CudaModel *m) {
     if (m->grad_sync) CUDA_CHECK(cudaStreamWaitEvent(m->ctx.stream, m->comm_done, 0));
 }
 
-void cuda_model_backward_layers(CudaModel *m, bool last_micro_batch) {
+void cuda_model_backward_layers(CudaModel *m, int chunk, bool last_micro_batch) {
     const bool sync = last_micro_batch && m->grad_sync;
-    for (int l = m->L - 1; l >= 0; l--) {
+    const int first = m->chunk_start[chunk];
+    for (int l = first + m->chunk_len[chunk] - 1; l >= first; l--) {
         layer_backward(m, l, m->B, m->T);
         if (last_micro_batch) cuda_parallel_reduce_grads(m, l); /* before the dp average reads them */
         if (sync) sync_ranges(m, m->layer_done[l], m->layer_begin[l], m->layer_end[l], 0, 0);
     }
-    if (!m->has_embed) finish_reductions(m, last_micro_batch, false); /* no cuda_model_backward_finish here */
+    /* chunk 0 of the last micro-batch is this rank's last backward; the first stage then runs backward_finish */
+    if (chunk == 0 && !m->has_embed) finish_reductions(m, last_micro_batch, false);
 }
 
 void cuda_model_backward_finish(CudaModel *m, bool last_micro_batch) {
@@ -267,7 +276,7 @@ void cuda_model_backward_finish(CudaModel *m, bool last_micro_batch) {
 
 void cuda_model_backward(CudaModel *m, float loss_scale, int last_micro_batch) {
     cuda_model_backward_head(m, loss_scale);
-    cuda_model_backward_layers(m, last_micro_batch);
+    for (int v = m->stage_chunks - 1; v >= 0; v--) cuda_model_backward_layers(m, v, last_micro_batch);
     cuda_model_backward_finish(m, last_micro_batch);
 }
 
@@ -278,16 +287,16 @@ size_t cuda_model_stage_bytes(const CudaModel *m, bool grad) {
     return rows * (grad ? sizeof(float) : sizeof(bf16_t));
 }
 
-void cuda_model_stage_to_host(CudaModel *m, bool grad, void *host) {
-    /* forward: the stage's output (bf16); backward: the gradient of its input (fp32) */
-    const void *src = grad ? (const void *)m->d_resid : (const void *)m->final_resid;
+void cuda_model_stage_to_host(CudaModel *m, int chunk, bool grad, void *host) {
+    /* forward: the chunk's output (bf16); backward: the gradient of its input (fp32) */
+    const void *src = grad ? (const void *)m->d_resid : (const void *)chunk_output(m, chunk);
     CUDA_CHECK(cudaMemcpyAsync(host, src, cuda_model_stage_bytes(m, grad), cudaMemcpyDeviceToHost, m->ctx.stream));
     CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
 }
 
-void cuda_model_stage_from_host(CudaModel *m, bool grad, const void *host) {
-    /* forward: the stage's input (bf16); backward: the gradient of its output (fp32, mirrored in bf16) */
-    void *dst = grad ? (void *)m->d_resid : (void *)m->saved[0].resid_in;
+void cuda_model_stage_from_host(CudaModel *m, int chunk, bool grad, const void *host) {
+    /* forward: the chunk's input (bf16); backward: the gradient of its output (fp32, mirrored in bf16) */
+    void *dst = grad ? (void *)m->d_resid : (void *)m->saved[m->chunk_start[chunk]].resid_in;
     const size_t bytes = cuda_model_stage_bytes(m, grad);
     CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, m->ctx.stream));
     if (grad) CUDA_CHECK(cuda_cast_fp32_to_bf16(m->d_resid16, m->d_resid, bytes / sizeof(float), m->ctx.stream));
