@@ -42,10 +42,11 @@ static int acquire_slot(Pipeline *p) {
     return p->num_slots++;
 }
 
-/* The most micro-batches this stage keeps in flight (each from its first forward to its last backward), from the
- * schedule of many micro-batches per step: the steady state does not grow with more. */
-static int peak_in_flight(const Pipeline *p) {
-    const int M = 8 * p->stages;
+/* The most micro-batches this stage keeps in flight (each from its first forward to its last backward) in a step of
+ * up to max_micro micro-batches (the steady state does not grow past 8 pp of them). */
+static int peak_in_flight(const Pipeline *p, int max_micro) {
+    int M = max_micro < 8 * p->stages ? max_micro : 8 * p->stages;
+    if (p->vpp > 1) M = (M + p->stages - 1) / p->stages * p->stages; /* the interleaved schedule's multiple of pp */
     PipeOp *ops = mt_malloc((size_t)M * 2 * p->vpp * sizeof *ops);
     const int n = pipeline_schedule(p->stages, p->vpp, p->stage, M, false, ops);
     int live = 0, peak = 0;
@@ -58,8 +59,8 @@ static int peak_in_flight(const Pipeline *p) {
     return peak;
 }
 
-int pipeline_reserve(Pipeline *p) {
-    const int sets = peak_in_flight(p);
+int pipeline_reserve(Pipeline *p, int max_micro) {
+    const int sets = peak_in_flight(p, max_micro > 0 ? max_micro : 1);
     while (p->num_slots < sets) acquire_slot(p);
     for (int i = 0; i < p->num_slots; i++) p->busy[i] = false;
     return p->num_slots;

@@ -54,9 +54,10 @@ typedef struct Pipeline {
 void pipeline_init(Pipeline *p, const Comm *group, int vpp, void *base, const PipelineStageOps *ops);
 void pipeline_free(Pipeline *p);
 /* Make the activation sets (the base and clones) for the most micro-batches
- * the schedule keeps in flight on this stage, so that a model that cannot
- * hold them fails now rather than inside a step. Returns how many exist. */
-int pipeline_reserve(Pipeline *p);
+ * the schedule keeps in flight on this stage in steps of up to max_micro
+ * micro-batches, so that a model that cannot hold them fails now rather
+ * than inside a step. Returns how many exist. */
+int pipeline_reserve(Pipeline *p, int max_micro);
 
 /* Forward (and, unless forward_only, backward with loss_scale) of M
  * micro-batches of B x T tokens. Returns the sum of their losses on the last

@@ -75,6 +75,17 @@ static int staged_wanted(const CudaModel *cuda, bool *staged, const char **why, 
     return 0;
 }
 
+/* The most micro-batches a step of the batch schedule has on this rank. */
+static int max_micro_batches(const TrainContext *ctx) {
+    const TrainConfig *train = &ctx->recipe->train;
+    long most = 1;
+    for (int i = 0; i < train->num_batch_stages; i++) {
+        const long m = train->batch_stages[i].global_batch_size / ((long)train->micro_batch_size * ctx->layout.dp_size);
+        if (m > most) most = m;
+    }
+    return (int)most;
+}
+
 int train_device_attach(TrainContext *ctx, char *err, size_t errlen) {
     const TrainConfig *train = &ctx->recipe->train;
     /* One GPU per process: the rank's index on its machine picks it. */
@@ -110,20 +121,21 @@ int train_device_attach(TrainContext *ctx, char *err, size_t errlen) {
         /* the tied embedding's gradient: the first stage's and the last stage's copy summed */
         if (device_comm_create(&embed_comm, &ctx->grid.groups[GROUP_EMBEDDING], staged, err, errlen) != 0) return -1;
     }
-    if (ctx->layout.pp > 1) { /* the stages run the CUDA model; transfers go through the host */
-        pipeline_free(&ctx->pipe);
-        pipeline_init(&ctx->pipe, &ctx->grid.groups[GROUP_PP], ctx->layout.vpp, ctx->cuda, &pipeline_cuda_ops);
-        /* the activations of every micro-batch a stage keeps in flight: allocated now, not mid-step */
-        const int sets = pipeline_reserve(&ctx->pipe);
-        mt_log("pipeline parallel: %d stages on GPUs, activations sent through the host (MPI); stage 0 keeps %d "
-               "activation sets of %.2f GiB", ctx->layout.pp, sets, (double)cuda_model_activation_bytes(ctx->cuda) /
-               1073741824.0);
-    }
     if (dp) {
         if (device_comm_create(&dp_comm, &ctx->grid.groups[GROUP_DP], staged, err, errlen) != 0) return -1;
         cuda_model_set_grad_sync(ctx->cuda, &dp_comm);
         mt_log("data parallel: %d GPU(s), gradients averaged with %s layer by layer during the backward",
                dp_comm.size, staged ? "MPI" : "NCCL");
+    }
+    /* last: the pipeline's activation sets copy the model's communicators and its grad sync */
+    if (ctx->layout.pp > 1) { /* the stages run the CUDA model; transfers go through the host */
+        pipeline_free(&ctx->pipe);
+        pipeline_init(&ctx->pipe, &ctx->grid.groups[GROUP_PP], ctx->layout.vpp, ctx->cuda, &pipeline_cuda_ops);
+        /* the activations of every micro-batch a stage keeps in flight: allocated now, not mid-step */
+        const int sets = pipeline_reserve(&ctx->pipe, max_micro_batches(ctx));
+        mt_log("pipeline parallel: %d stages on GPUs, activations sent through the host (MPI); stage 0 keeps %d "
+               "activation sets of %.2f GiB", ctx->layout.pp, sets, (double)cuda_model_activation_bytes(ctx->cuda) /
+               1073741824.0);
     }
     return 0;
 }

@@ -5,7 +5,7 @@
 #   devlibs/  the shared libraries build/cuda/megatrain and the GPU tests need
 #             beyond glibc and CUDA's own;
 #   devmpi/   this machine's Open MPI runtime (mpirun, its plugins and help
-#             files, PMIx), for machines without an mpirun.
+#             files, PMIx): the launcher that matches the carried libmpi.
 # Carry .devlibs.tgz and build/cuda there; tests/gpu/device_env.sh unpacks it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."

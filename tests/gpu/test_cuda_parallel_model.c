@@ -7,8 +7,8 @@
  * tests/gpu/test_cuda_layouts.sh when two GPUs are there).
  * Checked for llama (GQA, untied and tied), qwen2 (q/k/v biases: the
  * unfused products) and qwen3 (qk-norm: gradients partial over tp), at tp 2
- * and 4 with and without sequence parallel, cp 2 (load-balanced chunks,
- * RoPE at the rank's positions) and tp 2 x cp 2, over two micro-batches
+ * and 4 with and without sequence parallel, cp 2 and 4 (load-balanced
+ * chunks, RoPE at the rank's positions) and tp 2 x cp 2, over two micro-batches
  * (the first smaller than the buffers, gradients accumulated, the tp and cp
  * reductions on the last):
  *   - every rank's loss equals the others' bit for bit and is within 1% of the CPU's;

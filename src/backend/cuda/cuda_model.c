@@ -428,6 +428,7 @@ CudaModel *cuda_model_clone_activations(CudaModel *base, char *err, size_t errle
     m->host_targets = mt_malloc((size_t)m->max_B * m->max_T * sizeof(int32_t));
     m->host_losses = mt_malloc((size_t)m->max_B * m->max_T * sizeof(float));
     m->backward_ready = 0;
+    m->prof_on = 0; /* MEGATRAIN_CUDA_PROFILE times the base's ops only */
     return m;
 }
 

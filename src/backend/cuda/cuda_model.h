@@ -1,5 +1,6 @@
 /* cuda_model.h: the dense transformer (llama, qwen2, qwen3) trained on one
- * GPU, or on one GPU per rank of a tensor- and context-parallel layout
+ * GPU, or on one GPU per rank of a tensor-, context- and pipeline-parallel
+ * layout (a pipeline stage holds its chunks' layers)
  * (with sequence parallel or not; the host Model's ModelPartition says which
  * part; under context parallel max_T and T count this rank's tokens): fp32
  * master weights, fp32 gradients and AdamW states, a bf16 copy of
@@ -33,8 +34,8 @@ typedef struct CudaAdamWStep {
 
 /* Create on GPU `device` for host->cfg, host->part and host->param_info
  * (this rank's blocks), upload host->params. NULL with err set when there is
- * no usable GPU, not enough memory, or a part with pipeline stages or
- * experts. With tp > 1 (cp > 1), cuda_model_set_tp_comm (set_cp_comm) before
+ * no usable GPU, not enough memory, a model chunk without layers or
+ * expert parallel. With tp > 1 (cp > 1), cuda_model_set_tp_comm (set_cp_comm) before
  * the first forward. */
 CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T, char *err, size_t errlen);
 void cuda_model_free(CudaModel *model);
@@ -88,7 +89,8 @@ void cuda_model_stage_to_host(CudaModel *model, int chunk, bool grad, void *host
 void cuda_model_stage_from_host(CudaModel *model, int chunk, bool grad, const void *host);
 /* Another set of activations for `base` (a pipeline keeps one per
  * micro-batch in flight): a model sharing base's weights, gradients, AdamW
- * states, scratch and communicators. NULL with err set when the GPU has no
+ * states, scratch and communicators (a copy of them: make clones after
+ * the set_* calls). NULL with err set when the GPU has no
  * room. cuda_model_free frees only what it owns; free clones before base. */
 CudaModel *cuda_model_clone_activations(CudaModel *base, char *err, size_t errlen);
 /* Average gradients over `comm` (the data-parallel group) in backward. */
