@@ -18,12 +18,12 @@
  * Activations per token and layer are the buffers the backward keeps
  * (src/backend/cuda/cuda_model.c's layout; on the CPU also the (H, T)
  * attention probabilities per token), hidden-sized ones split over tp only
- * with sequence_parallel, over cp always. The schedule keeps, on stage s,
- * min(pp - s, micro-batches) micro-batches of its layers with 1F1B; with
- * vpp > 1, Megatron's interleaved warm-up: (pp - s - 1) * 2 + (vpp - 1) * pp + 1
- * chunks of L/(pp*vpp) layers. The last stage also holds one micro-batch of
- * logits (V/tp columns). Scratch of cuBLASLt, NCCL and the allocator is not
- * counted: leave a few GiB. */
+ * with sequence_parallel, over cp always. Stage s keeps one set of
+ * activations (all of its chunks' layers, and on the last stage its logits,
+ * V/tp columns) per micro-batch in flight, the schedule's peak
+ * (pipeline_peak_in_flight): min(pp - s, micro-batches) with 1F1B; with
+ * vpp > 1 more than Megatron, whose buffers are per chunk. Scratch of
+ * cuBLASLt, NCCL and the allocator is not counted: leave a few GiB. */
 #include "plan.h"
 
 #include <stdlib.h>
@@ -31,8 +31,7 @@
 
 #include "../core/error.h"
 #include "../model/model.h"
-
-static double min_d(double a, double b) { return a < b ? a : b; }
+#include "../train/pipeline_schedule.h"
 
 /* The parameters one rank of a stage holds (tp rank 0, ep rank 0), split
  * into dense ones and routed experts, counted from the registry. */
@@ -114,7 +113,6 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
             parallel_stage_layers(par, m->num_layers, v * pp + s, &st->first_layer[v], &st->num_layers[v]);
             layers += st->num_layers[v];
         }
-        const double chunk_layers = (double)layers / vpp;
         st->embedding = s == 0;
         st->final_norm = s == pp - 1;
         st->lm_head = s == pp - 1 && (!m->tie_word_embeddings || pp > 1);
@@ -133,15 +131,10 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
                 moe_layers += model_layer_is_moe(m, l);
         const double per_token = per_token_layer + (layers > 0 ? ((layers - moe_layers) * dense_mlp +
                                                                   moe_layers * moe_mlp) / layers : 0.0);
-        if (vpp == 1) {
-            st->in_flight = min_d(pp - s, p->micro_batches);
-            st->activation_bytes = st->in_flight * layers * tokens * per_token;
-        } else {
-            const double chunks = min_d((pp - s - 1) * 2.0 + (vpp - 1.0) * pp + 1.0, p->micro_batches * vpp);
-            st->in_flight = chunks / vpp;
-            st->activation_bytes = chunks * chunk_layers * tokens * per_token;
-        }
-        st->logits_bytes = s == pp - 1 ? tokens * V / tp * elem : 0.0;
+        /* one activation set (all of the stage's chunks, its logits on the last stage) per micro-batch in flight */
+        st->in_flight = pp > 1 ? pipeline_peak_in_flight(pp, vpp, s, (int)p->micro_batches) : 1;
+        st->activation_bytes = st->in_flight * layers * tokens * per_token;
+        st->logits_bytes = s == pp - 1 ? st->in_flight * tokens * V / tp * elem : 0.0;
         st->total_bytes = st->weight_bytes + st->grad_bytes + st->optimizer_bytes + st->activation_bytes +
                           st->logits_bytes;
     }

@@ -42,25 +42,8 @@ static int acquire_slot(Pipeline *p) {
     return p->num_slots++;
 }
 
-/* The most micro-batches this stage keeps in flight (each from its first forward to its last backward) in a step of
- * up to max_micro micro-batches (the steady state does not grow past 8 pp of them). */
-static int peak_in_flight(const Pipeline *p, int max_micro) {
-    int M = max_micro < 8 * p->stages ? max_micro : 8 * p->stages;
-    if (p->vpp > 1) M = (M + p->stages - 1) / p->stages * p->stages; /* the interleaved schedule's multiple of pp */
-    PipeOp *ops = mt_malloc((size_t)M * 2 * p->vpp * sizeof *ops);
-    const int n = pipeline_schedule(p->stages, p->vpp, p->stage, M, false, ops);
-    int live = 0, peak = 0;
-    for (int i = 0; i < n; i++) {
-        if (ops[i].forward && ops[i].chunk == 0) live++;
-        if (!ops[i].forward && ops[i].chunk == 0) live--;
-        if (live > peak) peak = live;
-    }
-    free(ops);
-    return peak;
-}
-
 int pipeline_reserve(Pipeline *p, int max_micro) {
-    const int sets = peak_in_flight(p, max_micro > 0 ? max_micro : 1);
+    const int sets = pipeline_peak_in_flight(p->stages, p->vpp, p->stage, max_micro);
     while (p->num_slots < sets) acquire_slot(p);
     for (int i = 0; i < p->num_slots; i++) p->busy[i] = false;
     return p->num_slots;

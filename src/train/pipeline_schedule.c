@@ -1,6 +1,10 @@
 /* pipeline_schedule.c: 1F1B and interleaved 1F1B orders (pipeline_schedule.h). */
 #include "pipeline_schedule.h"
 
+#include <stdlib.h>
+
+#include "../core/error.h"
+
 /* Forward number k of this rank (0..M*vpp-1): which micro-batch and chunk. */
 static PipeOp forward_op(int pp, int vpp, int k) {
     const int group = pp * vpp;
@@ -43,4 +47,20 @@ int pipeline_schedule(int pp, int vpp, int stage, int M, bool forward_only, Pipe
     }
     for (int i = total - warmup; i < total; i++) ops[n++] = backward_op(pp, vpp, i);
     return n;
+}
+
+int pipeline_peak_in_flight(int pp, int vpp, int stage, int M) {
+    if (M < 1) M = 1;
+    if (M > 8 * pp) M = 8 * pp;
+    if (vpp > 1) M = (M + pp - 1) / pp * pp;
+    PipeOp *ops = mt_malloc((size_t)M * 2 * vpp * sizeof *ops);
+    const int n = pipeline_schedule(pp, vpp, stage, M, false, ops);
+    int live = 0, peak = 0;
+    for (int i = 0; i < n; i++) {
+        if (ops[i].chunk != 0) continue;
+        live += ops[i].forward ? 1 : -1;
+        if (live > peak) peak = live;
+    }
+    free(ops);
+    return peak;
 }

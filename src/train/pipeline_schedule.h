@@ -26,4 +26,10 @@ typedef struct PipeOp {
  * schedule cannot take M (vpp > 1 with backward needs M to be a multiple of pp). */
 int pipeline_schedule(int pp, int vpp, int stage, int M, bool forward_only, PipeOp *ops);
 
+/* The most micro-batches rank `stage` keeps in flight (from the forward of
+ * its chunk 0 to the backward of its chunk 0: one set of activations each)
+ * in a step of up to M micro-batches (rounded up to a multiple of pp for
+ * vpp > 1; the steady state does not grow past 8 pp of them). */
+int pipeline_peak_in_flight(int pp, int vpp, int stage, int M);
+
 #endif

@@ -16,6 +16,7 @@
 #include "config/recipe.h"
 #include "model/model.h"
 #include "plan/plan.h"
+#include "train/pipeline_schedule.h"
 #include "test_work_dir.h"
 
 /* A recipe on configs/ARCH (tests run from the repository's root) with the
@@ -120,6 +121,18 @@ static void test_schedule_and_sharding(void **state) {
         assert_true(zero1.stages[s].weight_bytes < p.stages[s].weight_bytes);
         assert_true(fabs(zero1.stages[s].activation_bytes - p.stages[s].activation_bytes) < 1.0);
     }
+    /* interleaved: one activation set of all the stage's chunks per micro-batch in flight, the schedule's peak
+     * (on stage 0 of pp 4, vpp 2: more than 1F1B's 4), and as many sets of logits on the last stage */
+    static Plan vpp;
+    load(&r, "llama3-8b", 2, 4, 2, 32, 0);
+    assert_int_equal(plan_compute(&vpp, &r, 32, err, sizeof err), 0);
+    for (int s = 0; s < 4; s++) {
+        assert_true(fabs(vpp.stages[s].in_flight - pipeline_peak_in_flight(4, 2, s, 8)) < 1e-9);
+        assert_true(fabs(vpp.stages[s].activation_bytes / vpp.stages[s].in_flight -
+                         p.stages[s].activation_bytes / p.stages[s].in_flight) < 1.0); /* the same layers per set */
+    }
+    assert_true(vpp.stages[0].in_flight > 4);
+    assert_true(fabs(vpp.stages[3].logits_bytes / vpp.stages[3].in_flight - p.stages[3].logits_bytes) < 1.0);
 }
 
 int main(void) {
