@@ -95,8 +95,10 @@ typedef struct ModelPartition {
 ModelPartition model_partition_whole(const ModelConfig *cfg);
 
 /* Whether `part` can cut a resolved config: tp divides the heads, the kv
- * heads, intermediate_size and vocab_size; 2*cp divides seq_len; the layer
- * range lies inside the model. 0, or -1 with err naming what does not divide. */
+ * heads, intermediate_size and vocab_size; 2*cp divides seq_len (and, under
+ * sequence parallel, tp divides seq_len / cp), unless seq_len is 0 (not known:
+ * a registry-only model); the layer range lies inside the model. 0, or -1
+ * with err naming what does not divide. */
 int model_partition_check(const ModelConfig *cfg, const ModelPartition *part, int seq_len, char *err,
                           size_t errlen);
 

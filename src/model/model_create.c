@@ -206,7 +206,7 @@ Model *model_create_part(const ModelConfig *cfg, const ModelPartition *part, con
     model->part = *part;
     if (model->part.ep < 1) model->part.ep = 1; /* unset: none */
     if (model->part.etp < 1) model->part.etp = 1;
-    if (model_partition_check(c, &model->part, max_T > 0 ? max_T * part->cp : 2 * part->cp, err, sizeof err) != 0)
+    if (model_partition_check(c, &model->part, max_T > 0 ? max_T * part->cp : 0, err, sizeof err) != 0)
         mt_die(MT_EXIT_USAGE, "%s", err);
     part = &model->part;
     model->ops = ops;

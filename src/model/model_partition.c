@@ -48,7 +48,8 @@ int model_partition_check(const ModelConfig *cfg, const ModelPartition *part, in
         divides(tp, cfg->intermediate_size, "parallel.tp", "model.intermediate_size", err, errlen) ||
         divides(tp, cfg->vocab_size, "parallel.tp", "model.vocab_size", err, errlen))
         return -1;
-    if (cp > 1 && divides(2 * cp, seq_len, "2 x parallel.cp", "train.seq_len", err, errlen)) return -1;
+    if (seq_len > 0 && cp > 1 && divides(2 * cp, seq_len, "2 x parallel.cp", "train.seq_len", err, errlen))
+        return -1;
     if (part->ep < 1 || part->ep_rank < 0 || part->ep_rank >= part->ep) {
         mt_set_error(err, errlen, "model partition: ep rank %d of %d", part->ep_rank, part->ep);
         return -1;
@@ -68,7 +69,7 @@ int model_partition_check(const ModelConfig *cfg, const ModelPartition *part, in
          divides(part->etp, cfg->moe.shared_expert_intermediate_size, "parallel.etp",
                  "model.moe.shared_expert_intermediate_size", err, errlen)))
         return -1;
-    if (part->sequence_parallel && divides(tp, seq_len / cp, "parallel.tp", "train.seq_len / cp (sequence_parallel)",
+    if (seq_len > 0 && part->sequence_parallel && divides(tp, seq_len / cp, "parallel.tp", "train.seq_len / cp (sequence_parallel)",
                                            err, errlen))
         return -1;
     return 0;

@@ -195,6 +195,32 @@ static void test_partition_refusals(void **state) {
     assert_non_null(strstr(err, "train.seq_len"));
     p.cp = 1;
     assert_int_equal(model_partition_check(&cfg, &p, 6, err, sizeof err), 0);
+    p = tp_part(&cfg, 2, 1);
+    p.sequence_parallel = true;
+    assert_int_equal(model_partition_check(&cfg, &p, 5, err, sizeof err), -1);
+    assert_non_null(strstr(err, "train.seq_len / cp (sequence_parallel)"));
+}
+
+/* A registry-only model (no activations: a GPU rank's host copy) knows no
+ * sequence length, so nothing about it is checked: tp 4 under sequence
+ * parallel with cp 2 was once refused there against a made-up length. */
+static void test_registry_only_any_seq_len(void **state) {
+    (void)state;
+    ModelConfig cfg = config(false, false);
+    cfg.num_attention_heads = 8;
+    cfg.num_key_value_heads = 4;
+    cfg.head_dim = 2;
+    ModelPartition part = tp_part(&cfg, 4, 3);
+    part.sequence_parallel = true;
+    part.cp = 2;
+    part.cp_rank = 1;
+    char err[256];
+    assert_int_equal(model_partition_check(&cfg, &part, 0, err, sizeof err), 0);
+    assert_int_equal(model_partition_check(&cfg, &part, 12, err, sizeof err), -1); /* 12 / cp = 6: not a multiple of 4 */
+    Model *m = model_create_part(&cfg, &part, &cpu_backend, 0, 0);
+    assert_non_null(m);
+    assert_int_equal(model_find_param(m, "embed.weight")->shape[0], 8);
+    model_free(m);
 }
 
 int main(void) {
@@ -205,6 +231,7 @@ int main(void) {
         cmocka_unit_test(test_pipeline_stages),
         cmocka_unit_test(test_cp_positions),
         cmocka_unit_test(test_partition_refusals),
+        cmocka_unit_test(test_registry_only_any_seq_len),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
