@@ -10,7 +10,8 @@
 # make two GPU runs differ in the last bits):
 #   - the first loss within 1% of the CPU's and the first grad norm within 2%
 #     (a gradient summed twice or missed over tp shows at once);
-#   - the first 10 steps within 0.02 of the one-GPU run;
+#   - the first 10 steps within 2e-3 of the one-GPU run (measured on an H100,
+#     2026-11-24: 1e-4 at most over every layout here);
 #   - over 60 steps, mean |difference| to the CPU curve below 0.05 and the
 #     last loss within 0.1.
 # Then a tp 2 GPU checkpoint resumes on one GPU, one made on one GPU resumes
@@ -46,7 +47,7 @@ track() {
     END {
       printf "%s: first loss %.2e, first grad norm %.2e, first 10 steps vs one GPU %.2e, mean |diff| to cpu %.4f, final %.4f vs %.4f\n",
         name, first, gn, early, sum / n, got, cpu
-      exit !(n == 60 && first < 0.01 && gn < 0.02 && early < 0.02 && sum / n < 0.05 && abs(got - cpu) < 0.1)
+      exit !(n == 60 && first < 0.01 && gn < 0.02 && early < 2e-3 && sum / n < 0.05 && abs(got - cpu) < 0.1)
     }' "$WORK/$1.pairs" || fail "$1 does not track the one-GPU and CPU runs"
 }
 
@@ -87,7 +88,10 @@ grep -q "pipeline parallel: 2 stages on GPUs" "$WORK/pp2-llama.txt" || fail "pp2
 track pp2-llama gpu-llama cpu-llama
 MEGATRAIN_DEVICE_COMM=host launch 4 pp2dp2-llama llama --set parallel.pp=2 --set train.micro_batch_size=2
 track pp2dp2-llama gpu-llama cpu-llama
-tied=(--set model.tie_word_embeddings=true --set model.num_layers=4) # two layers a stage
+# Tied, four layers (two a stage) at lr 1e-3: at the recipe's 3e-3 this model's loss spikes near step 32 (grad norm
+# 7 to 14 before clipping), which blows up rounding noise: two one-GPU runs then differ by 0.07 on average and 1F1B,
+# vpp and one GPU by as much, although they agree to 1e-4 before it (H100, 2026-11-24). At 1e-3 they agree to 1e-3.
+tied=(--set model.tie_word_embeddings=true --set model.num_layers=4 --set optimizer.lr=1.0e-3)
 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/cpu-tied" "${common[@]}" --set precision=fp32 \
   "${tied[@]}" > "$WORK/cpu-tied.txt"
 launch 1 gpu-tied llama "${tied[@]}"
