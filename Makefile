@@ -20,11 +20,19 @@ CFLAGS   += -std=c11 -D_GNU_SOURCE -Isrc -Wall -Wextra -Wno-unused-parameter $(O
             $(MPI_CFLAGS) $(BLAS_CFLAGS) -MMD -MP
 LDLIBS   += $(BLAS_LIBS) $(MPI_LIBS) -lyaml -lzstd -lm -fopenmp -lpthread
 
+# BUILD holds the programs; the objects live in one directory per
+# configuration (OBJDIR: build/obj/cpu or build/obj/cuda), shared by every
+# BUILD, so `make`, `make CUDA=1`, `make test` and `make test-gpu` can follow
+# each other in one tree: none reuses the other's objects, and a program is
+# linked again when the configuration it was linked from changes (the
+# .link-config stamp beside it) or its objects' flags change (.flags).
 BUILD    ?= build
+CONFIG   := $(if $(filter 1,$(CUDA)),cuda,cpu)
+OBJDIR   ?= build/obj/$(CONFIG)
 SRC      := $(shell find src -name '*.c' -not -path 'src/backend/cuda/*' | sort)
 LIB_SRC  := $(filter-out src/main.c,$(SRC))
-OBJ      := $(SRC:%.c=$(BUILD)/%.o)
-LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/%.o)
+OBJ      := $(SRC:%.c=$(OBJDIR)/%.o)
+LIB_OBJ  := $(LIB_SRC:%.c=$(OBJDIR)/%.o)
 
 # CUDA=1: kernels/*.cu (nvcc) and src/backend/cuda/*.c (host side) join the binary.
 ifeq ($(CUDA),1)
@@ -34,7 +42,7 @@ ifeq ($(CUDA),1)
   NVCCFLAGS += -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC -MMD -MP
   CU_SRC    := $(sort $(wildcard kernels/*.cu))
   CUDA_C    := $(sort $(wildcard src/backend/cuda/*.c))
-  CU_OBJ    := $(CU_SRC:%.cu=$(BUILD)/%.o) $(CUDA_C:%.c=$(BUILD)/%.o)
+  CU_OBJ    := $(CU_SRC:%.cu=$(OBJDIR)/%.o) $(CUDA_C:%.c=$(OBJDIR)/%.o)
   CFLAGS    += -DMT_CUDA -I$(CUDA_HOME)/include
   LDLIBS    += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lnccl -lstdc++
   LIB_OBJ   += $(CU_OBJ)
@@ -50,21 +58,30 @@ all: $(BUILD)/megatrain
 # V=1 shows the full command lines.
 Q := $(if $(V),,@)
 
-$(BUILD)/megatrain: $(OBJ)
-	@echo "  LINK  $@"
-	$(Q)$(CC) -o $@ $^ $(LDLIBS)
+# Stamps rewritten only when their text changes, so that what depends on
+# them is rebuilt then and only then (make reads a target's time after its recipe).
+STAMP = @mkdir -p $(dir $@); printf '%s\n' '$(1)' | cmp -s - $@ || printf '%s\n' '$(1)' > $@
+.PHONY: FORCE
+$(OBJDIR)/.flags: FORCE
+	$(call STAMP,$(CC) $(CFLAGS) $(NVCC) $(NVCCFLAGS))
+$(BUILD)/.link-config: FORCE
+	$(call STAMP,$(OBJDIR) $(LDLIBS))
 
-$(BUILD)/%.o: %.c
+$(BUILD)/megatrain: $(OBJ) $(BUILD)/.link-config
+	@echo "  LINK  $@"
+	$(Q)$(CC) -o $@ $(OBJ) $(LDLIBS)
+
+$(OBJDIR)/%.o: %.c $(OBJDIR)/.flags
 	@mkdir -p $(dir $@)
 	@echo "  CC    $<"
 	$(Q)$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/%.o: %.cu
+$(OBJDIR)/%.o: %.cu $(OBJDIR)/.flags
 	@mkdir -p $(dir $@)
 	@echo "  NVCC  $<"
 	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
-$(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJ)
+$(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJ) $(BUILD)/.link-config
 	@mkdir -p $(dir $@)
 	@echo "  TEST  $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $< $(LIB_OBJ) $(LDLIBS) -lcmocka
@@ -92,7 +109,7 @@ bench: $(BUILD)/megatrain
 	bash tests/bench/run_bench.sh
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) $(OBJDIR)
 
 help:
 	@echo "make            build build/megatrain (CPU backend)"
@@ -105,7 +122,7 @@ help:
 	@echo "make clean      remove build/"
 	@echo "V=1             show full compiler command lines"
 
--include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+-include $(shell find $(OBJDIR) $(BUILD)/tests $(BUILD)/gpu-tests -name '*.d' 2>/dev/null)
 
 # GPU tests (not part of CI): every CUDA op and the whole CUDA model against
 # the CPU reference, then a tiny recipe trained on both. Needs a GPU and nvcc.
@@ -116,7 +133,7 @@ gpu-test-build:
 	@$(MAKE) --no-print-directory -j4 CUDA=1 BUILD=$(GPU_BUILD) $(GPU_BUILD)/megatrain \
 	  $(GPU_TEST_SRC:tests/gpu/%.c=$(GPU_BUILD)/gpu-tests/%)
 
-$(BUILD)/gpu-tests/%: tests/gpu/%.c $(LIB_OBJ)
+$(BUILD)/gpu-tests/%: tests/gpu/%.c $(LIB_OBJ) $(BUILD)/.link-config
 	@mkdir -p $(dir $@)
 	@echo "  TEST  $@"
 	$(Q)$(CC) $(CFLAGS) -Itests/gpu -o $@ $< $(LIB_OBJ) $(LDLIBS) -lcmocka

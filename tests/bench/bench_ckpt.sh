@@ -39,7 +39,7 @@ trap 'rm -rf "$work"' EXIT
 
 # The bench program links every object but main.o, with the Makefile's libraries.
 blas=/usr/lib/x86_64-linux-gnu/openblas-openmp
-objs=$(find build/src -name '*.o' ! -path 'build/src/main.o' | sort)
+objs=$(find build/obj/cpu/src -name '*.o' ! -path 'build/obj/cpu/src/main.o' | sort) # the CPU objects (Makefile: OBJDIR)
 gcc -std=c11 -D_GNU_SOURCE -Isrc -O2 -fopenmp $(mpicc --showme:compile 2>/dev/null) -o "$work/bench_ckpt" \
   tests/bench/bench_ckpt.c $objs -L$blas -Wl,-rpath,$blas -lopenblas $(mpicc --showme:link 2>/dev/null) \
   -lyaml -lzstd -lm -lpthread
