@@ -29,19 +29,20 @@ LDLIBS   += $(BLAS_LIBS) $(MPI_LIBS) -lyaml -lzstd -lm -fopenmp -lpthread
 BUILD    ?= build
 CONFIG   := $(if $(filter 1,$(CUDA)),cuda,cpu)
 OBJDIR   ?= build/obj/$(CONFIG)
-SRC      := $(shell find src -name '*.c' -not -path 'src/backend/cuda/*' | sort)
+SRC      := $(shell find src -name '*.c' -not -path 'src/backend/cuda/*' -not -path 'src/model/cuda/*' | sort)
 LIB_SRC  := $(filter-out src/main.c,$(SRC))
 OBJ      := $(SRC:%.c=$(OBJDIR)/%.o)
 LIB_OBJ  := $(LIB_SRC:%.c=$(OBJDIR)/%.o)
 
-# CUDA=1: kernels/*.cu (nvcc) and src/backend/cuda/*.c (host side) join the binary.
+# CUDA=1: kernels/*.cu (nvcc), src/backend/cuda/*.c (device context, cuBLASLt, kernel launchers) and
+# src/model/cuda/*.c (the CUDA model) join the binary.
 ifeq ($(CUDA),1)
   CUDA_HOME ?= /usr/local/cuda
   NVCC      ?= $(CUDA_HOME)/bin/nvcc
   CUDA_ARCH ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_80,code=sm_80
   NVCCFLAGS += -O3 -std=c++17 $(CUDA_ARCH) -Xcompiler -fPIC -MMD -MP
   CU_SRC    := $(sort $(wildcard kernels/*.cu))
-  CUDA_C    := $(sort $(wildcard src/backend/cuda/*.c))
+  CUDA_C    := $(sort $(wildcard src/backend/cuda/*.c src/model/cuda/*.c))
   CU_OBJ    := $(CU_SRC:%.cu=$(OBJDIR)/%.o) $(CUDA_C:%.c=$(OBJDIR)/%.o)
   CFLAGS    += -DMT_CUDA -I$(CUDA_HOME)/include
   LDLIBS    += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lnccl -lstdc++

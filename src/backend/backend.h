@@ -1,7 +1,11 @@
 /* backend.h: the table of operations every device implements.
  *
- * The CPU implementation (backend/cpu) is the reference; a CUDA one fills the
- * same table. Forward and backward are written by hand, op by op.
+ * The CPU implementation (backend/cpu) is the reference and the only one:
+ * the CPU model (src/model) calls it through this table. The CUDA model
+ * (src/model/cuda) does not: it calls the kernels of src/backend/cuda
+ * (cuda_kernels.h), several CPU ops fused into one where cuda_model.c says,
+ * and each kernel is tested against the CPU op here (tests/gpu/test_cuda_ops.c).
+ * Forward and backward are written by hand, op by op.
  *
  * Conventions (all tensors row-major, fp32 on the CPU):
  *   N = number of token rows (B*T), C = channels, V = vocab,

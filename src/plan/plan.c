@@ -16,7 +16,7 @@
  * master and the moments over dp (ZeRO-1), the routed experts' over edp.
  *
  * Activations per token and layer are the buffers the backward keeps
- * (src/backend/cuda/cuda_model.c's layout; on the CPU also the (H, T)
+ * (src/model/cuda/cuda_model.c's layout; on the CPU also the (H, T)
  * attention probabilities per token), hidden-sized ones split over tp only
  * with sequence_parallel, over cp always. Stage s keeps one set of
  * activations (all of its chunks' layers, and on the last stage its logits,

@@ -10,7 +10,7 @@
 
 #include <stdlib.h>
 
-#include "../backend/cuda/cuda_model.h"
+#include "../model/cuda/cuda_model.h"
 #include "../core/error.h"
 
 static void *host_buffer; /* staging for one transfer (comm_send_copy copies it again) */

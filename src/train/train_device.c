@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "../backend/cuda/cuda_device.h"
-#include "../backend/cuda/cuda_model.h"
+#include "../model/cuda/cuda_model.h"
 #include "../dist/comm.h"
 #include "../dist/device_comm.h"
 #include "../dist/dp_sync.h"

@@ -8,7 +8,7 @@
  * Run by `make test-gpu`. */
 #include "../unit/hf_fixture.h"
 #include "backend/cuda/cuda_device.h"
-#include "backend/cuda/cuda_model.h"
+#include "model/cuda/cuda_model.h"
 #include "gpu_test_util.h"
 
 #define GPU_LOGITS_TOL 3e-2

@@ -12,7 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_device.h"
-#include "backend/cuda/cuda_model.h"
+#include "model/cuda/cuda_model.h"
 #include "gpu_test_util.h"
 #include "model/model.h"
 #include "model_case.h"

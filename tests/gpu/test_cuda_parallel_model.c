@@ -26,7 +26,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_device.h"
-#include "backend/cuda/cuda_model.h"
+#include "model/cuda/cuda_model.h"
 #include "dist/device_comm.h"
 #include "dist/thread_group.h"
 #include "gpu_test_util.h"

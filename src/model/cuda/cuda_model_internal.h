@@ -1,4 +1,4 @@
-/* cuda_model_internal.h: private to src/backend/cuda: the CudaModel struct
+/* cuda_model_internal.h: private to src/model/cuda: the CudaModel struct
  * and the helpers its files share:
  *   cuda_model.c           creation, the arena, host copies, grad norm, AdamW, memory, profiling;
  *   cuda_model_pass.c      forward and backward, the data-parallel gradient sync;
@@ -11,17 +11,17 @@
  * N = B*T rows; R = the residual stream's rows (N/tp under sequence
  * parallel, else N); under context parallel T is this rank's tokens and
  * Tall = T * cp the sequence's. */
-#ifndef MT_BACKEND_CUDA_MODEL_INTERNAL_H
-#define MT_BACKEND_CUDA_MODEL_INTERNAL_H
+#ifndef MT_MODEL_CUDA_MODEL_INTERNAL_H
+#define MT_MODEL_CUDA_MODEL_INTERNAL_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
 #include "../../dist/device_comm.h"
-#include "cuda_check.h"
-#include "cuda_context.h"
-#include "cuda_gemm.h"
-#include "cuda_kernels.h"
+#include "../../backend/cuda/cuda_check.h"
+#include "../../backend/cuda/cuda_context.h"
+#include "../../backend/cuda/cuda_gemm.h"
+#include "../../backend/cuda/cuda_kernels.h"
 #include "cuda_model.h"
 
 typedef uint16_t bf16_t;
@@ -75,7 +75,6 @@ struct CudaModel {
     int L;                     /* this rank's layers: its chunks' layers, chunk after chunk */
     int stage_chunks;          /* model chunks: 1, or vpp with the interleaved pipeline schedule */
     int chunk_start[MT_MAX_CHUNKS], chunk_len[MT_MAX_CHUNKS]; /* each chunk's local layers */
-    int *global_layer;         /* L: local layer l is the model's layer global_layer[l] */
     bool has_embed, has_head;  /* the first and the last pipeline stage */
     CudaModel *base;           /* a clone (another activation set of base, cuda_model_clone_activations), or NULL */
     int tp, tp_rank;

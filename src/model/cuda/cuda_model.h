@@ -14,14 +14,14 @@
  * step loop never calls cudaMalloc or cudaFree.
  * Forward and backward follow src/model/model_forward.c and
  * model_backward.c op by op; the fusions are listed in cuda_model.c. */
-#ifndef MT_BACKEND_CUDA_MODEL_H
-#define MT_BACKEND_CUDA_MODEL_H
+#ifndef MT_MODEL_CUDA_MODEL_H
+#define MT_MODEL_CUDA_MODEL_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../model/model.h"
+#include "../model.h"
 
 typedef struct CudaModel CudaModel;
 

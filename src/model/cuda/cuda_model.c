@@ -8,7 +8,8 @@
 #include <string.h>
 
 #include "../../core/timer.h"
-#include "../backend.h"
+#include "../../backend/backend.h"
+#include "../model_internal.h"
 #include "cuda_model_internal.h"
 
 static const char *const prof_names[PROF_COUNT] = {
@@ -179,34 +180,36 @@ static void copy_in_order(CudaModel *m, void *dst, const void *src, size_t bytes
 
 /* ---- registry ------------------------------------------------------------ */
 
-static long offset_of(const Model *host, const char *fmt, int layer, int required) {
-    char name[128];
-    snprintf(name, sizeof name, fmt, layer);
-    const ParamInfo *p = model_find_param(host, name);
-    if (!p && required) mt_die(MT_EXIT_FAILURE, "CUDA model: parameter %s is missing from the registry", name);
-    return p ? (long)p->offset : -1;
+/* The flat offset of registry slot `slot` (-1: absent, and an error where required). */
+static long slot_offset(const Model *host, int slot, bool required, const char *what, int layer) {
+    if (slot < 0 && required) {
+        if (layer >= 0) mt_die(MT_EXIT_FAILURE, "CUDA model: local layer %d has no %s in the registry", layer, what);
+        mt_die(MT_EXIT_FAILURE, "CUDA model: no %s in the registry", what);
+    }
+    return slot < 0 ? -1 : (long)host->param_info[slot].offset;
 }
 
-/* Local layer l is the model's layer global_layer[l] (its name in the registry). */
+/* Every offset from the registry's slots (model_registry_build, the ones the CPU model uses). */
 static void find_offsets(CudaModel *m, const Model *host) {
     const ModelConfig *cfg = &m->cfg;
+    const ModelSlots *slots = &((const ModelPriv *)host->priv)->slots;
     for (int l = 0; l < m->L; l++) {
         LayerOffsets *o = &m->layers[l];
-        const int g = m->global_layer[l];
-        o->attn_norm = offset_of(host, "layers.%d.attn_norm.weight", g, 1);
-        o->q = offset_of(host, "layers.%d.attn.q_proj.weight", g, 1);
-        o->k = offset_of(host, "layers.%d.attn.k_proj.weight", g, 1);
-        o->v = offset_of(host, "layers.%d.attn.v_proj.weight", g, 1);
-        o->q_bias = offset_of(host, "layers.%d.attn.q_proj.bias", g, cfg->attention_bias);
-        o->k_bias = offset_of(host, "layers.%d.attn.k_proj.bias", g, cfg->attention_bias);
-        o->v_bias = offset_of(host, "layers.%d.attn.v_proj.bias", g, cfg->attention_bias);
-        o->q_norm = offset_of(host, "layers.%d.attn.q_norm.weight", g, cfg->qk_norm);
-        o->k_norm = offset_of(host, "layers.%d.attn.k_norm.weight", g, cfg->qk_norm);
-        o->o = offset_of(host, "layers.%d.attn.o_proj.weight", g, 1);
-        o->mlp_norm = offset_of(host, "layers.%d.mlp_norm.weight", g, 1);
-        o->gate = offset_of(host, "layers.%d.mlp.gate_proj.weight", g, 1);
-        o->up = offset_of(host, "layers.%d.mlp.up_proj.weight", g, 1);
-        o->down = offset_of(host, "layers.%d.mlp.down_proj.weight", g, 1);
+        const LayerSlots *s = &slots->layers[l];
+        o->attn_norm = slot_offset(host, s->attn_norm, true, "attn_norm", l);
+        o->q = slot_offset(host, s->q_weight, true, "q_proj", l);
+        o->k = slot_offset(host, s->k_weight, true, "k_proj", l);
+        o->v = slot_offset(host, s->v_weight, true, "v_proj", l);
+        o->q_bias = slot_offset(host, s->q_bias, cfg->attention_bias, "q_proj bias", l);
+        o->k_bias = slot_offset(host, s->k_bias, cfg->attention_bias, "k_proj bias", l);
+        o->v_bias = slot_offset(host, s->v_bias, cfg->attention_bias, "v_proj bias", l);
+        o->q_norm = slot_offset(host, s->q_norm, cfg->qk_norm, "q_norm", l);
+        o->k_norm = slot_offset(host, s->k_norm, cfg->qk_norm, "k_norm", l);
+        o->o = slot_offset(host, s->o_weight, true, "o_proj", l);
+        o->mlp_norm = slot_offset(host, s->mlp_norm, true, "mlp_norm", l);
+        o->gate = slot_offset(host, s->gate_weight, true, "gate_proj (a MoE layer?)", l);
+        o->up = slot_offset(host, s->up_weight, true, "up_proj", l);
+        o->down = slot_offset(host, s->down_weight, true, "down_proj", l);
         const long C = cfg->hidden_size, I = m->I;
         const long HD = (long)m->H * cfg->head_dim, KVD = (long)m->KVH * cfg->head_dim;
         if (o->up != o->gate + I * C)
@@ -222,9 +225,9 @@ static void find_offsets(CudaModel *m, const Model *host) {
     }
     /* the first stage embeds; the last has the head (with tied embeddings, a copy of embed.weight) */
     const bool tied = cfg->tie_word_embeddings;
-    m->embed = offset_of(host, "embed.weight", 0, m->has_embed || (m->has_head && tied));
-    m->final_norm = offset_of(host, "final_norm.weight", 0, m->has_head);
-    m->lm_head = tied ? (m->has_head ? m->embed : -1) : offset_of(host, "lm_head.weight", 0, m->has_head);
+    m->embed = slot_offset(host, slots->embed, m->has_embed || (m->has_head && tied), "embedding", -1);
+    m->final_norm = slot_offset(host, slots->final_norm, m->has_head, "final_norm", -1);
+    m->lm_head = tied ? (m->has_head ? m->embed : -1) : slot_offset(host, slots->lm_head, m->has_head, "lm_head", -1);
 }
 
 /* The gradients reduced over tp (TpPartialGrad): partial sums (ParamInfo.tp_partial_grad) and the
@@ -329,11 +332,10 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
     }
     m->L = part->num_layers;
     m->stage_chunks = part->num_chunks;
-    m->global_layer = mt_malloc((size_t)m->L * sizeof(int));
     for (int v = 0, l = 0; v < m->stage_chunks; v++) {
         m->chunk_start[v] = l;
         m->chunk_len[v] = part->chunk_layers[v];
-        for (int j = 0; j < part->chunk_layers[v]; j++) m->global_layer[l++] = part->chunk_first[v] + j;
+        l += part->chunk_layers[v];
     }
     m->has_embed = part->has_embed;
     m->has_head = part->has_head;
@@ -348,7 +350,6 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
     m->V = m->cfg.vocab_size / m->tp;
     m->vocab_start = m->V * m->tp_rank;
     if (cuda_context_create(&m->ctx, device, err, errlen) != 0) {
-        free(m->global_layer);
         free(m);
         return NULL;
     }
@@ -459,7 +460,6 @@ void cuda_model_free(CudaModel *m) {
     free(m->layers);
     free(m->layer_begin);
     free(m->layer_end);
-    free(m->global_layer);
     free(m->tp_partial);
     free(m->saved);
     free(m->host_targets);
