@@ -47,7 +47,7 @@ typedef struct BackendOps {
     /* Rotary embedding, Hugging Face "rotate_half" convention: for i < D/2,
      *   out[i]       = x[i] * cos[t,i] - x[i+D/2] * sin[t,i]
      *   out[i + D/2] = x[i+D/2] * cos[t,i] + x[i] * sin[t,i]
-     * x is (B, T, NH, D); cos and sin are (T, D/2) (see rope_tables_init). out may equal inp. */
+     * x is (B, T, NH, D); cos and sin are (T, D/2) (src/model/rope_tables.h). out may equal inp. */
     void (*rope_forward)(float *out, const float *inp, const float *cos, const float *sin, int B, int T,
                          int NH, int D);
     void (*rope_backward)(float *dinp, const float *dout, const float *cos, const float *sin, int B, int T,
@@ -89,10 +89,5 @@ typedef struct BackendOps {
 } BackendOps;
 
 extern const BackendOps cpu_backend;
-
-/* RoPE tables: cos/sin (T, D/2) for positions 0..T-1 with inv_freq from theta
- * and optional llama3 scaling (as transformers' _compute_llama3_parameters). */
-struct RopeScaling;
-void rope_tables_init(float *cos, float *sin, int T, int D, double theta, const struct RopeScaling *scaling);
 
 #endif

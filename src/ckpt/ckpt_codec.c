@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "../core/error.h"
-#include "crc32c.h"
+#include "../core/crc32c.h"
 
 size_t ckpt_chunk_bound(size_t raw_bytes) { return ZSTD_compressBound(raw_bytes); }
 

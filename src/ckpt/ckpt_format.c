@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "../core/error.h"
-#include "crc32c.h"
+#include "../core/crc32c.h"
 
 const char *const ckpt_dtype_names[CKPT_NUM_DTYPES] = {"fp32", "bf16"};
 const char *const ckpt_filter_names[CKPT_NUM_FILTERS] = {"none", "shuffle4"};

@@ -10,7 +10,7 @@
 
 #include "../core/error.h"
 #include "ckpt_format.h"
-#include "crc32c.h"
+#include "../core/crc32c.h"
 
 typedef struct Cursor {
     const unsigned char *p, *end;

@@ -13,7 +13,7 @@
 #include "../core/error.h"
 #include "ckpt_codec.h"
 #include "ckpt_fs.h"
-#include "crc32c.h"
+#include "../core/crc32c.h"
 
 #define MAX_METADATA_BYTES ((size_t)1 << 30)
 #define MAX_SMALL_FILE_BYTES ((size_t)64 << 20)

@@ -29,7 +29,7 @@
 #include "ckpt_codec.h"
 #include "ckpt_fs.h"
 #include "ckpt_model_config.h"
-#include "crc32c.h"
+#include "../core/crc32c.h"
 
 #define SHARD_NAME "shard_00000.zst"
 

@@ -13,7 +13,7 @@
 
 #include "../core/error.h"
 #include "../core/json.h"
-#include "float16.h"
+#include "../core/float16.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c assumes a little-endian host (safetensors data is little-endian)"

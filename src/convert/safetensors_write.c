@@ -10,7 +10,7 @@
 
 #include "../core/error.h"
 #include "../core/json.h"
-#include "float16.h"
+#include "../core/float16.h"
 #include "safetensors.h"
 
 #define CHUNK_ELEMENTS (1u << 20)

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../convert/float16.h"
+#include "../core/float16.h"
 #include "../core/error.h"
 #include "dp_sync.h"
 

@@ -8,6 +8,7 @@
 #include "../core/error.h"
 #include "model_internal.h"
 #include "moe_layer.h"
+#include "rope_tables.h"
 
 /* Hands out consecutive pieces of one allocation; with base == NULL it only
  * counts. Pieces are rounded to 16 floats (64 bytes) to keep them aligned. */

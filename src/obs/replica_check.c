@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../ckpt/crc32c.h"
+#include "../core/crc32c.h"
 #include "../core/error.h"
 
 int replica_check(const Comm *group, const float *params, size_t n, long step, char *err, size_t errlen) {

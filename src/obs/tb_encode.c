@@ -5,7 +5,7 @@
 
 #include <string.h>
 
-#include "../ckpt/crc32c.h"
+#include "../core/crc32c.h"
 
 uint32_t tb_masked_crc32c(const void *data, size_t len) {
     uint32_t crc = crc32c(0, data, len);

@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_kernels.h"
 #include "gpu_test_util.h"
 #include "model/model.h"
+#include "model/rope_tables.h"
 
 static int passed, failed;
 static CudaContext ctx;

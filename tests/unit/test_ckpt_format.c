@@ -15,7 +15,7 @@
 #include "ckpt/ckpt_codec.h"
 #include "ckpt/ckpt_format.h"
 #include "ckpt/ckpt_run.h"
-#include "ckpt/crc32c.h"
+#include "core/crc32c.h"
 #include "core/rng.h"
 
 static void test_crc32c_known_values(void **state) {

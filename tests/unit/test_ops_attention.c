@@ -11,6 +11,7 @@
 
 #include "backend/backend.h"
 #include "config/recipe.h"
+#include "model/rope_tables.h"
 
 static const BackendOps *ops = &cpu_backend;
 

@@ -7,6 +7,7 @@
 #include <omp.h>
 
 #include "backend/backend.h"
+#include "model/rope_tables.h"
 
 static const BackendOps *ops = &cpu_backend;
 

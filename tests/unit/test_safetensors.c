@@ -18,7 +18,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "convert/float16.h"
+#include "core/float16.h"
 #include "convert/safetensors.h"
 #include "core/rng.h"
 

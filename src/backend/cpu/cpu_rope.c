@@ -1,6 +1,6 @@
 /* cpu_rope.c: rotary position embedding on the CPU, Hugging Face's
  * "rotate_half" convention (backend.h). x is (B, T, NH, D); cos and sin are
- * (T, D/2) tables from rope_tables_init.
+ * (T, D/2) tables from rope_tables_init (src/model/rope_tables.h).
  *
  *   forward:  out[i] = x[i] c - x[i+D/2] s,   out[i+D/2] = x[i+D/2] c + x[i] s
  *   backward (the transposed rotation, accumulated):

@@ -10,6 +10,7 @@
 #include "../../core/timer.h"
 #include "../../backend/backend.h"
 #include "../model_internal.h"
+#include "../rope_tables.h"
 #include "cuda_model_internal.h"
 
 static const char *const prof_names[PROF_COUNT] = {

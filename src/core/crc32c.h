@@ -4,8 +4,8 @@
  * 0x82F63B78), initial value and final xor 0xFFFFFFFF: crc32c("123456789")
  * is 0xE3069283. Uses the SSE4.2 crc32 instruction when the build targets
  * it, and a slicing-by-8 table otherwise; both give the same values. */
-#ifndef MT_CKPT_CRC32C_H
-#define MT_CKPT_CRC32C_H
+#ifndef MT_CORE_CRC32C_H
+#define MT_CORE_CRC32C_H
 
 #include <stddef.h>
 #include <stdint.h>

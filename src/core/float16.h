@@ -7,8 +7,8 @@
  * become subnormals or zero. A value that came from bf16 (or f16) converts
  * back to the same bits.
  */
-#ifndef MT_CONVERT_FLOAT16_H
-#define MT_CONVERT_FLOAT16_H
+#ifndef MT_CORE_FLOAT16_H
+#define MT_CORE_FLOAT16_H
 
 #include <stddef.h>
 #include <stdint.h>

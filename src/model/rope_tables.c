@@ -20,8 +20,8 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "backend.h"
-#include "../config/recipe.h"
+#include "rope_tables.h"
+
 #include "../core/error.h"
 
 static float llama3_scale(float inv_freq, const RopeScaling *scaling) {
@@ -42,7 +42,7 @@ static float llama3_scale(float inv_freq, const RopeScaling *scaling) {
 }
 
 void rope_tables_init(float *cos_table, float *sin_table, int T, int D, double theta,
-                      const struct RopeScaling *scaling) {
+                      const RopeScaling *scaling) {
     int half = D / 2;
     float *inv_freq = mt_malloc((size_t)(half > 0 ? half : 1) * sizeof(float));
     for (int i = 0; i < half; i++) {
