@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# check_layers.sh: the include rule of docs/architecture.md, enforced. Every
+# `#include "..."` of a file under src/ must point at its own directory or at
+# one the table below lets it use: the arrows point down, so a low layer never
+# learns about a higher one (ops know no model, the model knows no training
+# loop, checkpoints take state rather than the loop). The few includes that
+# break the rule today are listed in EXCEPTIONS with the issue that removes
+# them; one that no longer occurs must leave the list too, so it only
+# shrinks. Prints each violation as FILE:LINE: FROM -> TO and exits 1.
+# Usage: scripts/check_layers.sh [SRC_DIR] (default: src of this checkout).
+set -euo pipefail
+src=$(cd "${1:-$(dirname "$0")/../src}" && pwd)
+
+# directory -> the directories it may include besides itself (version.h, at
+# the top of src, anyone may include).
+declare -A MAY=(
+  [core]=""
+  [backend]="core"
+  [config]="core"
+  [dist]="core backend"
+  [model]="core config backend dist"
+  [data]="core config"
+  [ckpt]="core config backend dist model"
+  [obs]="core config backend dist model ckpt"
+  [convert]="core config backend dist model ckpt"
+  [eval]="core config backend dist model data ckpt convert obs"
+  [train]="core config backend dist model data ckpt convert obs"
+  [plan]="core config backend dist model data ckpt convert obs train"
+  [version.h]=""
+  [main.c]="core config backend dist model data ckpt convert obs train plan eval"
+)
+# FILE (under src) -> INCLUDED FILE (under src): known exceptions, each to go.
+EXCEPTIONS=(
+  # issue 16, item 4: the checkpoint writer takes a plain state, resume moves to src/train
+  "ckpt/checkpoint.h train/optimizer.h"
+  "ckpt/checkpoint.h train/train_state.h"
+  "ckpt/ckpt_async.h train/optimizer.h"
+  "ckpt/ckpt_async.h train/train_state.h"
+  "ckpt/ckpt_writer.h train/optimizer.h"
+  "ckpt/ckpt_writer.h train/train_state.h"
+  "ckpt/ckpt_writer.c train/batch_schedule.h"
+  "ckpt/ckpt_writer.c train/lr_schedule.h"
+  "ckpt/resume.c train/train.h"
+)
+
+status=0
+exceptions="|$(printf '%s|' "${EXCEPTIONS[@]}")"
+declare -A seen=()
+while IFS= read -r file; do
+  rel=${file#"$src"/}
+  layer=${rel%%/*}
+  [[ -n "${MAY[$layer]+x}" ]] || { echo "$rel: src/$layer is not in the layer table of scripts/check_layers.sh"; status=1; continue; }
+  while IFS=: read -r line inc; do
+    target=$(realpath -m --relative-to="$src" "$(dirname "$file")/$inc")
+    to=${target%%/*}
+    [[ "$to" == "$layer" || "$target" == version.h || "$target" == ../* ]] && continue
+    [[ " ${MAY[$layer]} " == *" $to "* ]] && continue
+    if [[ "$exceptions" == *"|$rel $target|"* ]]; then seen["$rel $target"]=1; continue; fi
+    echo "src/$rel:$line: $layer -> $to ($inc): not allowed (docs/architecture.md, scripts/check_layers.sh)"
+    status=1
+  done < <(grep -n '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' "$file" | sed -E 's/^([0-9]+):[^"]*"([^"]*)".*/\1:\2/')
+done < <(find "$src" \( -name '*.c' -o -name '*.h' \) | sort)
+for e in "${EXCEPTIONS[@]}"; do
+  [[ -n "${seen[$e]+x}" ]] || { echo "exception no longer needed, remove it from scripts/check_layers.sh: $e"; status=1; }
+done
+[[ $status -eq 0 ]] && echo "layers: every include points down ($(find "$src" \( -name '*.c' -o -name '*.h' \) | wc -l) files, ${#EXCEPTIONS[@]} known exceptions)"
+exit $status
