@@ -10,7 +10,9 @@
  * Tensor names: model parameters by their registry names (model.h);
  * optimizer moments as "optimizer.m.<name>" and "optimizer.v.<name>".
  * The metadata also carries the model config, the resolved recipe (when the
- * checkpoint comes from a run), and the TrainState (when it comes from a run).
+ * checkpoint comes from a run), and the training state (when it comes from a
+ * run): a plain CkptState that the training loop fills (src/train/train_ckpt.h);
+ * nothing here knows the loop.
  */
 #ifndef MT_CKPT_CHECKPOINT_H
 #define MT_CKPT_CHECKPOINT_H
@@ -20,17 +22,26 @@
 
 #include "../config/recipe.h"
 #include "../model/model.h"
-#include "../train/optimizer.h"
-#include "../train/train_state.h"
+#include "ckpt_format.h"
 
-/* What to write. recipe, optimizer and state may be NULL (e.g. `convert`
+/* The optimizer's state as a checkpoint holds it: AdamW's two moments, laid
+ * out like the model's flat params (num_floats each: the model's, or this
+ * rank's packed ranges under the distributed optimizer, ckpt_async.h), and
+ * the number of updates applied. */
+typedef struct CkptMoments {
+    long num_floats;
+    float *m, *v;
+    long step;
+} CkptMoments;
+
+/* What to write. recipe, moments and state may be NULL (e.g. `convert`
  * writes weights and the model config only). */
 typedef struct CheckpointWrite {
     const ModelConfig *model_config;
     const Model *model;
     const Recipe *recipe;       /* nullable */
-    const AdamW *optimizer;     /* nullable */
-    const TrainState *state;    /* nullable */
+    const CkptMoments *moments; /* nullable */
+    const CkptState *state;     /* nullable: the step, data position, RNG and schedule after the last step */
     int compression_level;      /* zstd level, 1..22 */
 } CheckpointWrite;
 
@@ -53,13 +64,15 @@ int ckpt_load_model(const char *dir, Model *model, char *err, size_t errlen);
 #define CKPT_ERR_MISMATCH (-2)   /* intact, but does not fit (tensor names or shapes, no training state) */
 
 /* Load what a resumed run needs from `dir`, verifying every checksum: all
- * parameters of `model`; when `optimizer` is not NULL its moments and step
- * (else the caller keeps a fresh optimizer); when `state` is not NULL the
- * TrainState (step, consumed samples and tokens, RNG). Returns 0,
+ * parameters of `model`; when `moments` is not NULL the optimizer's moments
+ * (into m and v, laid out like the model's params) and step (else the caller
+ * keeps a fresh optimizer); when `state` is not NULL the training state
+ * (step, consumed samples and tokens, RNG, ...). Returns 0,
  * CKPT_ERR_UNREADABLE or CKPT_ERR_MISMATCH, with err set. */
-int ckpt_load_training(const char *dir, Model *model, AdamW *optimizer, TrainState *state, char *err, size_t errlen);
+int ckpt_load_training(const char *dir, Model *model, CkptMoments *moments, CkptState *state, char *err,
+                       size_t errlen);
 
-/* The step a checkpoint was written at (its TrainState), read from its
+/* The step a checkpoint was written at (its training state), read from its
  * metadata alone. Returns 0, or CKPT_ERR_UNREADABLE / CKPT_ERR_MISMATCH
  * (no training state: e.g. written by convert) with err set. */
 int ckpt_read_step(const char *dir, long *step, char *err, size_t errlen);

@@ -1,6 +1,6 @@
 /* ckpt_api.c: the functions of checkpoint.h on top of the writer and the
  * reader: write a directory from a model (+ optimizer, state, recipe), read
- * the model config, and load parameters, optimizer moments and TrainState. */
+ * the model config, and load parameters, optimizer moments and the training state. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +13,7 @@
 #include "ckpt_writer.h"
 
 int ckpt_write_dir(const char *dir, const CheckpointWrite *what, char *err, size_t errlen) {
-    const AdamW *opt = what->optimizer;
+    const CkptMoments *opt = what->moments;
     if (opt && opt->num_floats != what->model->num_floats) {
         mt_set_error(err, errlen, "%s: the optimizer holds %ld floats, the model %ld", dir, opt->num_floats,
                      what->model->num_floats);
@@ -34,7 +34,7 @@ int ckpt_write_dir(const char *dir, const CheckpointWrite *what, char *err, size
     };
     if (what->state) {
         payload.has_state = true;
-        payload.state = ckpt_state_of(what->state, opt ? opt->step : 0, what->recipe);
+        payload.state = *what->state;
         payload.iteration = what->state->step;
     }
     int rc = ckpt_write_payload(dir, &payload, NULL, err, errlen);
@@ -144,7 +144,8 @@ int ckpt_load_model(const char *dir, Model *model, char *err, size_t errlen) {
     return rc == 0 ? 0 : -1;
 }
 
-int ckpt_load_training(const char *dir, Model *model, AdamW *optimizer, TrainState *state, char *err, size_t errlen) {
+int ckpt_load_training(const char *dir, Model *model, CkptMoments *optimizer, CkptState *state, char *err,
+                       size_t errlen) {
     CkptReader *r = ckpt_reader_open(dir, err, errlen);
     if (!r) return CKPT_ERR_UNREADABLE;
     int rc = 0;
@@ -171,13 +172,7 @@ int ckpt_load_training(const char *dir, Model *model, AdamW *optimizer, TrainSta
         if (rc == 0) optimizer->step = (long)r->meta.state.optimizer_step;
     }
     progress_end(&progress);
-    if (rc == 0 && state) {
-        const CkptState *s = &r->meta.state;
-        state->step = (long)s->step;
-        state->consumed_samples = s->consumed_samples;
-        state->consumed_tokens = s->consumed_tokens;
-        memcpy(state->rng.s, s->rng, sizeof state->rng.s);
-    }
+    if (rc == 0 && state) *state = r->meta.state;
     ckpt_reader_close(r);
     return rc;
 }

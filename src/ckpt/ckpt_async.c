@@ -122,14 +122,14 @@ CkptSaver *ckpt_saver_create(const char *checkpoints_dir, const Recipe *recipe) 
 
 /* The payload fields shared by both modes. */
 static CkptPayload payload_for(const CkptSaver *s, const Model *model, const CkptSource *sources, int num_sources,
-                               const TrainState *state, long optimizer_step, int threads) {
+                               const CkptState *state, int threads) {
     return (CkptPayload){
         .num_sources = num_sources,
         .sources = sources,
         .model_config = &model->cfg,
         .recipe = s->recipe,
         .has_state = true,
-        .state = ckpt_state_of(state, optimizer_step, s->recipe),
+        .state = *state,
         .iteration = state->step,
         .compression_level = s->cfg.compression_level,
         .filter = CKPT_FILTER_SHUFFLE4,
@@ -141,11 +141,11 @@ static CkptPayload payload_for(const CkptSaver *s, const Model *model, const Ckp
 static CkptSource *sources_of(const CkptSaver *s, const Model *model, const float *params, const float *m,
                               const float *v, int *count);
 
-static int save_sync(CkptSaver *s, const Model *model, const AdamW *opt, const TrainState *state, char *err,
+static int save_sync(CkptSaver *s, const Model *model, const CkptMoments *opt, const CkptState *state, char *err,
                      size_t errlen) {
     int num_sources = 0;
     CkptSource *sources = sources_of(s, model, model->params, opt->m, opt->v, &num_sources);
-    CkptPayload payload = payload_for(s, model, sources, num_sources, state, opt->step, omp_get_max_threads());
+    CkptPayload payload = payload_for(s, model, sources, num_sources, state, omp_get_max_threads());
     CkptWriteStats stats = {0};
     char why[2048];
     int rc = ckpt_save_run(s->checkpoints_dir, state->step, &payload, &s->cfg, &stats, why, sizeof why);
@@ -198,7 +198,7 @@ static int finish_dist(CkptSaver *s, bool async, char *err, size_t errlen) {
     return 0;
 }
 
-static int save_sync_dist(CkptSaver *s, const Model *model, const AdamW *opt, const TrainState *state, char *err,
+static int save_sync_dist(CkptSaver *s, const Model *model, const CkptMoments *opt, const CkptState *state, char *err,
                           size_t errlen) {
     char why[2048];
     if (ckpt_dist_begin(&s->dist_save, s->world, s->checkpoints_dir, state->step, s->writer, why, sizeof why) != 0) {
@@ -207,7 +207,7 @@ static int save_sync_dist(CkptSaver *s, const Model *model, const AdamW *opt, co
     }
     int num_sources = 0;
     CkptSource *sources = sources_of(s, model, model->params, opt->m, opt->v, &num_sources);
-    s->payload = payload_for(s, model, sources, num_sources, state, opt->step, omp_get_max_threads());
+    s->payload = payload_for(s, model, sources, num_sources, state, omp_get_max_threads());
     ckpt_dist_write(&s->dist_save, &s->payload);
     int rc = finish_dist(s, false, err, errlen);
     free(sources);
@@ -225,7 +225,7 @@ static int wait_idle_locked(CkptSaver *s, char *err, size_t errlen) {
     return 0;
 }
 
-static int save_async(CkptSaver *s, const Model *model, const AdamW *opt, const TrainState *state, char *err,
+static int save_async(CkptSaver *s, const Model *model, const CkptMoments *opt, const CkptState *state, char *err,
                       size_t errlen) {
     pthread_mutex_lock(&s->mutex);
     int rc = wait_idle_locked(s, err, errlen);
@@ -258,7 +258,7 @@ static int save_async(CkptSaver *s, const Model *model, const AdamW *opt, const 
     memcpy(s->snapshot + n, opt->m, (size_t)k * sizeof(float));
     memcpy(s->snapshot + n + k, opt->v, (size_t)k * sizeof(float));
     const int threads = omp_get_max_threads() / 2; /* leave the step loop most of the cores */
-    s->payload = payload_for(s, model, s->sources, s->num_sources, state, opt->step, threads > 1 ? threads : 1);
+    s->payload = payload_for(s, model, s->sources, s->num_sources, state, threads > 1 ? threads : 1);
     s->job_step = state->step;
     s->job_dist = s->dist;
 
@@ -270,8 +270,8 @@ static int save_async(CkptSaver *s, const Model *model, const AdamW *opt, const 
     return 0;
 }
 
-int ckpt_saver_save(CkptSaver *s, const Model *model, const AdamW *optimizer, const TrainState *state, char *err,
-                    size_t errlen) {
+int ckpt_saver_save(CkptSaver *s, const Model *model, const CkptMoments *optimizer, const CkptState *state,
+                    char *err, size_t errlen) {
     const double start = mt_now();
     int rc = s->cfg.async ? save_async(s, model, optimizer, state, err, errlen)
              : s->dist    ? save_sync_dist(s, model, optimizer, state, err, errlen)

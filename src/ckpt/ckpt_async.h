@@ -1,6 +1,6 @@
 /* ckpt_async.h: the saver the training loop uses: synchronous, or
  * asynchronous (checkpoint.async), where save() copies the parameters, the
- * optimizer moments and the TrainState into a host buffer and returns while
+ * optimizer moments and the training state into a host buffer and returns while
  * a background thread compresses and writes them.
  *
  * Only one save is in flight: the next save() waits for the previous one.
@@ -16,8 +16,7 @@
 #include "../config/recipe.h"
 #include "../dist/comm.h"
 #include "../model/model.h"
-#include "../train/optimizer.h"
-#include "../train/train_state.h"
+#include "checkpoint.h"
 
 typedef struct CkptSaver CkptSaver;
 
@@ -35,7 +34,7 @@ CkptSaver *ckpt_saver_create(const char *checkpoints_dir, const Recipe *recipe);
  * writer is done (or by the next save() or wait()). */
 void ckpt_saver_distribute(CkptSaver *saver, const Comm *world, bool writer);
 
-/* With the distributed optimizer: the optimizer passed to save() holds
+/* With the distributed optimizer: the moments passed to save() hold
  * only this rank's flat ranges [begin[i], end[i]) of the moments, packed
  * (the arrays must outlive the saver); this rank writes their moments, and
  * the parameters of the kinds ckpt_saver_write_kinds gives. */
@@ -45,11 +44,12 @@ void ckpt_saver_shard_moments(CkptSaver *saver, const size_t *begin, const size_
  * (expert parallel), or both (the default). */
 void ckpt_saver_write_kinds(CkptSaver *saver, bool dense, bool experts);
 
-/* Save the state after step state->step. Sync: writes it all. Async: waits
- * for the previous save, then copies and returns. Returns 0, or -1 with err
- * (this save or the previous background one failed). */
-int ckpt_saver_save(CkptSaver *saver, const Model *model, const AdamW *optimizer, const TrainState *state, char *err,
-                    size_t errlen);
+/* Save the model, the optimizer's moments and the training state after step
+ * state->step. Sync: writes it all. Async: waits for the previous save, then
+ * copies and returns. Returns 0, or -1 with err (this save or the previous
+ * background one failed). */
+int ckpt_saver_save(CkptSaver *saver, const Model *model, const CkptMoments *moments, const CkptState *state,
+                    char *err, size_t errlen);
 
 /* Non-blocking: -1 with err when a background save has failed (reported once). */
 int ckpt_saver_poll(CkptSaver *saver, char *err, size_t errlen);

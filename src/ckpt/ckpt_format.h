@@ -67,7 +67,7 @@ typedef struct CkptFileMeta {
     uint32_t crc32c;                /* of the whole file */
 } CkptFileMeta;
 
-/* The training progress (record STAT): TrainState, the AdamW step and the
+/* The training progress (record STAT): the loop's state (src/train/train_state.h), the AdamW step and the
  * schedule position it implies (recorded so inspect can show it and resume
  * can tell when a --set changed the schedule). */
 typedef struct CkptState {

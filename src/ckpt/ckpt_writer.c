@@ -23,8 +23,6 @@
 #include "../core/fs.h"
 #include "../core/progress.h"
 #include "../core/timer.h"
-#include "../train/batch_schedule.h"
-#include "../train/lr_schedule.h"
 #include "../version.h"
 #include "ckpt_codec.h"
 #include "ckpt_fs.h"
@@ -176,23 +174,6 @@ CkptSource *ckpt_sources_sharded(const Model *model, const float *params, bool d
                           names + (size_t)k * name_bytes, name_bytes);
     *num_sources = k;
     return sources;
-}
-
-CkptState ckpt_state_of(const TrainState *state, long optimizer_step, const Recipe *recipe) {
-    CkptState s = {
-        .step = state->step,
-        .consumed_samples = state->consumed_samples,
-        .consumed_tokens = state->consumed_tokens,
-        .optimizer_step = optimizer_step,
-    };
-    memcpy(s.rng, state->rng.s, sizeof s.rng);
-    if (recipe) {
-        long total = train_total_steps(&recipe->train);
-        s.total_steps = total;
-        s.next_global_batch_size = global_batch_at(&recipe->train, state->step, (double)state->consumed_tokens);
-        s.next_lr = lr_at(&recipe->optimizer, state->step, total);
-    }
-    return s;
 }
 
 /* One chunk to write: rows [row0, row0 + rows) of source `source` along

@@ -16,8 +16,6 @@
 
 #include "../config/recipe.h"
 #include "../model/model.h"
-#include "../train/optimizer.h"
-#include "../train/train_state.h"
 #include "ckpt_format.h"
 
 #define CKPT_DEFAULT_CHUNK_BYTES ((size_t)4 << 20)
@@ -74,9 +72,6 @@ CkptSource *ckpt_sources_of_kinds(const Model *model, const float *params, const
 CkptSource *ckpt_sources_sharded(const Model *model, const float *params, bool dense, bool experts,
                                  const float *m_shard, const float *v_shard, const size_t *begin, const size_t *end,
                                  int num_ranges, int *num_sources);
-
-/* The CkptState of a run at `state` (the schedule position follows from recipe). */
-CkptState ckpt_state_of(const TrainState *state, long optimizer_step, const Recipe *recipe);
 
 /* One shard file written by one rank: its chunks and, per source, the
  * tensor they belong to (tensors[i].chunks points into chunks). */

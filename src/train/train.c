@@ -20,6 +20,7 @@
 #include "../obs/health.h"
 #include "../obs/replica_check.h"
 #include "metrics.h"
+#include "train_ckpt.h"
 #include "train_context.h"
 #include "train_device.h"
 #include "train_signal.h"
@@ -88,9 +89,13 @@ static int save_now(TrainContext *ctx, CkptSaver *saver) {
                      ctx->state.step);
         if (comm_world()->rank == 0) print_error(err);
         status = -1;
-    } else if (ckpt_saver_save(saver, ctx->model, &ctx->optimizer, &ctx->state, err, sizeof err) != 0) {
-        if (comm_world()->rank == 0) print_error(err);
-        status = -1;
+    } else {
+        const CkptMoments moments = train_ckpt_moments(&ctx->optimizer);
+        const CkptState state = train_ckpt_state(&ctx->state, ctx->optimizer.step, ctx->recipe);
+        if (ckpt_saver_save(saver, ctx->model, &moments, &state, err, sizeof err) != 0) {
+            if (comm_world()->rank == 0) print_error(err);
+            status = -1;
+        }
     }
     return status;
 }

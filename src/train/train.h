@@ -1,4 +1,4 @@
-/* train.h: the training loop for `megatrain run`. */
+/* train.h: the training loop for `megatrain run` and `megatrain resume`. */
 #ifndef MT_TRAIN_TRAIN_H
 #define MT_TRAIN_TRAIN_H
 
@@ -22,5 +22,10 @@ int train_run(const Recipe *recipe);
  * and signals as train_run; errors are printed, except the reason for
  * TRAIN_CHECKPOINT_UNREADABLE, which goes to err. */
 int train_resume(const Recipe *recipe, const char *checkpoint_dir, bool load_optimizer, char *err, size_t errlen);
+
+/* megatrain resume RUN_OR_CKPT_DIR [--set key.path=value ...] (resume_cmd.c):
+ * continue a run from its newest valid checkpoint (or the one named). argv
+ * holds the arguments after the command word. Returns the exit status. */
+int resume_main(int argc, char **argv);
 
 #endif

@@ -14,6 +14,7 @@
 #include "../core/fs.h"
 #include "../dist/comm.h"
 #include "train.h"
+#include "train_ckpt.h"
 #include "train_context.h"
 
 /* Keep the lines of run_dir/metrics.jsonl whose "step" is at most `step`. */
@@ -86,7 +87,13 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
     AdamW full = {0};
     if (ctx->zero1_on && load_optimizer) adamw_init(&full, ctx->model->num_floats);
     AdamW *into = !load_optimizer ? NULL : ctx->zero1_on ? &full : &ctx->optimizer;
-    int rc = ckpt_load_training(checkpoint_dir, ctx->model, into, &ctx->state, err, errlen);
+    CkptMoments moments = into ? train_ckpt_moments(into) : (CkptMoments){0};
+    CkptState saved;
+    int rc = ckpt_load_training(checkpoint_dir, ctx->model, into ? &moments : NULL, &saved, err, errlen);
+    if (rc == 0) {
+        train_state_from_ckpt(&ctx->state, &saved);
+        if (into) train_ckpt_moments_done(into, &moments);
+    }
     if (rc == 0 && into == &full) {
         zero1_take_shard(&ctx->zero1, full.m, ctx->optimizer.m);
         zero1_take_shard(&ctx->zero1, full.v, ctx->optimizer.v);

@@ -44,10 +44,14 @@ int main(int argc, char **argv) {
         return 1;
     }
     Model *model = model_create(&cfg, &cpu_backend, 1, 1);
-    AdamW opt;
-    adamw_init(&opt, model->num_floats);
-    TrainState state;
-    train_state_init(&state, 0);
+    CkptMoments opt = {.num_floats = model->num_floats};
+    opt.m = calloc((size_t)opt.num_floats, sizeof(float));
+    opt.v = calloc((size_t)opt.num_floats, sizeof(float));
+    CkptState state;
+    if (!opt.m || !opt.v) {
+        fprintf(stderr, "out of memory\n");
+        return 1;
+    }
     if (ckpt_load_training(ckpt, model, &opt, &state, err, sizeof err) != 0) {
         fprintf(stderr, "%s\n", err);
         return 1;
@@ -68,7 +72,7 @@ int main(int argc, char **argv) {
     uint64_t stored[2];
     for (int k = 0; k < 2; k++) {
         CkptPayload p = {.num_sources = num_sources, .sources = sources, .model_config = &cfg,
-                         .has_state = true, .state = ckpt_state_of(&state, opt.step, NULL),
+                         .has_state = true, .state = state,
                          .iteration = state.step, .compression_level = 3, .filter = filters[k],
                          .threads = omp_get_max_threads()};
         double times[100];
@@ -106,6 +110,7 @@ int main(int argc, char **argv) {
            median(load_times, reps), omp_get_max_threads());
     free(sources);
     model_free(model);
-    adamw_free(&opt);
+    free(opt.m);
+    free(opt.v);
     return 0;
 }

@@ -60,7 +60,7 @@ static void test_many_chunks_and_regions(void **state) {
     CkptSource *sources = ckpt_sources_from_model(s.model, s.model->params, s.opt.m, s.opt.v, &num_sources);
     CkptPayload p = {.num_sources = num_sources, .sources = sources, .model_config = &recipe.model,
                      .recipe = &recipe, .has_state = true,
-                     .state = ckpt_state_of(&s.state, s.opt.step, &recipe), .iteration = 17,
+                     .state = saved_state(&s), .iteration = 17,
                      .compression_level = 1, .filter = CKPT_FILTER_SHUFFLE4, .threads = 2,
                      .chunk_bytes = 3 * 16 * 4 /* three rows of a [*, 16] matrix */};
     char dir[512], err[2048];
@@ -182,7 +182,7 @@ static void expect_unreadable(const char *dir, const char *needle1, const char *
     adamw_init(&opt, model->num_floats);
     TrainState st;
     char err[2048] = "";
-    assert_int_equal(ckpt_load_training(dir, model, &opt, &st, err, sizeof err), CKPT_ERR_UNREADABLE);
+    assert_int_equal(load_training(dir, model, &opt, &st, err, sizeof err), CKPT_ERR_UNREADABLE);
     if (!strstr(err, needle1) || (needle2 && !strstr(err, needle2)))
         fail_msg("error '%s' does not mention '%s' and '%s'", err, needle1, needle2 ? needle2 : "");
     model_free(model);
@@ -240,7 +240,10 @@ static void test_never_overwrites(void **state) {
     mt_make_dirs(dir, err, sizeof err);
     ckpt_remove_tree(dir, err, sizeof err);
     write_saved(dir, &a);
-    CheckpointWrite what = {&recipe.model, b.model, &recipe, &b.opt, &b.state, 3};
+    const CkptMoments bm = saved_moments(&b);
+    const CkptState bs = saved_state(&b);
+    CheckpointWrite what = {.model_config = &recipe.model, .model = b.model, .recipe = &recipe, .moments = &bm,
+                            .state = &bs, .compression_level = 3};
     assert_int_equal(ckpt_write_dir(dir, &what, err, sizeof err), -1);
     assert_non_null(strstr(err, "never overwritten"));
     expect_loads_equal(dir, &a);
@@ -282,12 +285,12 @@ static void test_mismatches_refused(void **state) {
 
     /* Weights only (as convert writes): no optimizer, no state. */
     snprintf(dir, sizeof dir, "%s/weights", work);
-    CheckpointWrite what = {&recipe.model, s.model, NULL, NULL, NULL, 3};
+    CheckpointWrite what = {.model_config = &recipe.model, .model = s.model, .compression_level = 3};
     assert_int_equal(ckpt_write_dir(dir, &what, err, sizeof err), 0);
     AdamW opt;
     adamw_init(&opt, s.model->num_floats);
     TrainState st;
-    assert_int_equal(ckpt_load_training(dir, s.model, &opt, &st, err, sizeof err), CKPT_ERR_MISMATCH);
+    assert_int_equal(load_training(dir, s.model, &opt, &st, err, sizeof err), CKPT_ERR_MISMATCH);
     assert_non_null(strstr(err, "no training state"));
     assert_int_equal(ckpt_load_model(dir, s.model, err, sizeof err), 0);
     adamw_free(&opt);

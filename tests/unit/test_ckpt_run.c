@@ -48,7 +48,7 @@ static void test_save_run_latest_retention_leftovers(void **state) {
     for (long step = 10; step <= 60; step += 10) {
         s.state.step = step;
         CkptPayload p = {.num_sources = num_sources, .sources = sources, .model_config = &recipe.model,
-                         .recipe = &recipe, .has_state = true, .state = ckpt_state_of(&s.state, step, &recipe),
+                         .recipe = &recipe, .has_state = true, .state = train_ckpt_state(&s.state, step, &recipe),
                          .iteration = step, .compression_level = 1, .filter = CKPT_FILTER_SHUFFLE4, .threads = 1};
         assert_int_equal(ckpt_save_run(ck, step, &p, &recipe.checkpoint, NULL, err, sizeof err), 0);
         long latest = -1;
@@ -79,13 +79,13 @@ static void test_async_saver_snapshots_state(void **state) {
     char ck[512], dir[600], err[2048];
     snprintf(ck, sizeof ck, "%s/async/checkpoints", work);
     CkptSaver *saver = ckpt_saver_create(ck, &recipe);
-    assert_int_equal(ckpt_saver_save(saver, s.model, &s.opt, &s.state, err, sizeof err), 0);
+    assert_int_equal(saver_save(saver, &s, err, sizeof err), 0);
     /* The loop goes on changing everything while the writer works. */
     memset(s.model->params, 0, (size_t)s.model->num_floats * 4);
     memset(s.opt.m, 0, (size_t)s.model->num_floats * 4);
     s.opt.step++;
     s.state.step = 18;
-    assert_int_equal(ckpt_saver_save(saver, s.model, &s.opt, &s.state, err, sizeof err), 0);
+    assert_int_equal(saver_save(saver, &s, err, sizeof err), 0);
     assert_int_equal(ckpt_saver_last_step(saver), 18);
     assert_int_equal(ckpt_saver_wait(saver, err, sizeof err), 0);
     ckpt_saver_free(saver);
@@ -110,7 +110,7 @@ static void test_failed_save_reported(void **state) {
         recipe.checkpoint.async = async;
         CkptSaver *saver = ckpt_saver_create(ck, &recipe);
         err[0] = '\0';
-        int rc = ckpt_saver_save(saver, s.model, &s.opt, &s.state, err, sizeof err);
+        int rc = saver_save(saver, &s, err, sizeof err);
         if (async) {
             assert_int_equal(rc, 0); /* the failure comes from the background */
             assert_int_equal(ckpt_saver_wait(saver, err, sizeof err), -1);

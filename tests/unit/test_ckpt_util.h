@@ -10,8 +10,10 @@
 #include <string.h>
 
 #include "ckpt/checkpoint.h"
+#include "ckpt/ckpt_async.h"
 #include "ckpt/ckpt_fs.h"
 #include "core/rng.h"
+#include "train/train_ckpt.h"
 
 static char work[256];
 static Recipe recipe;
@@ -82,8 +84,32 @@ static inline void free_saved(Saved *s) {
     adamw_free(&s->opt);
 }
 
+/* What the checkpoint code takes of s: the moments and the CkptState the loop would give it. */
+static inline CkptMoments saved_moments(const Saved *s) { return train_ckpt_moments(&s->opt); }
+static inline CkptState saved_state(const Saved *s) { return train_ckpt_state(&s->state, s->opt.step, &recipe); }
+
+/* ckpt_load_training into the loop's AdamW and TrainState (either may be NULL), as train_resume.c does. */
+static inline int load_training(const char *dir, Model *model, AdamW *opt, TrainState *st, char *err, size_t len) {
+    CkptMoments m = opt ? train_ckpt_moments(opt) : (CkptMoments){0};
+    CkptState saved;
+    int rc = ckpt_load_training(dir, model, opt ? &m : NULL, st ? &saved : NULL, err, len);
+    if (rc == 0 && st) train_state_from_ckpt(st, &saved);
+    if (rc == 0 && opt) train_ckpt_moments_done(opt, &m);
+    return rc;
+}
+
+/* ckpt_saver_save of the loop's state, as train.c does. */
+static inline int saver_save(CkptSaver *saver, const Saved *s, char *err, size_t len) {
+    const CkptMoments m = saved_moments(s);
+    const CkptState st = saved_state(s);
+    return ckpt_saver_save(saver, s->model, &m, &st, err, len);
+}
+
 static inline void write_saved(const char *dir, const Saved *s) {
-    CheckpointWrite what = {&recipe.model, s->model, &recipe, &s->opt, &s->state, 3};
+    const CkptMoments m = saved_moments(s);
+    const CkptState st = saved_state(s);
+    CheckpointWrite what = {.model_config = &recipe.model, .model = s->model, .recipe = &recipe, .moments = &m,
+                            .state = &st, .compression_level = 3};
     char err[2048];
     if (ckpt_write_dir(dir, &what, err, sizeof err) != 0) fail_msg("%s", err);
 }
@@ -96,7 +122,7 @@ static inline void expect_loads_equal(const char *dir, const Saved *s) {
     TrainState st;
     train_state_init(&st, 999);
     char err[2048];
-    int rc = ckpt_load_training(dir, model, &opt, &st, err, sizeof err);
+    int rc = load_training(dir, model, &opt, &st, err, sizeof err);
     if (rc != 0) fail_msg("%s", err);
     assert_memory_equal(model->params, s->model->params, (size_t)model->num_floats * 4);
     assert_memory_equal(opt.m, s->opt.m, (size_t)model->num_floats * 4);

@@ -1,4 +1,4 @@
-/* resume.c: `megatrain resume RUN_OR_CKPT_DIR [--set key.path=value ...]`.
+/* resume_cmd.c: `megatrain resume RUN_OR_CKPT_DIR [--set key.path=value ...]`.
  *
  * The recipe comes from the checkpoint (its recipe.yaml) with run.dir set to
  * the run directory the checkpoint lies in, then the --set overrides. The
@@ -13,17 +13,16 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../ckpt/checkpoint.h"
+#include "../ckpt/ckpt_locate.h"
+#include "../ckpt/ckpt_model_config.h"
+#include "../ckpt/ckpt_reader.h"
+#include "../ckpt/ckpt_run.h"
 #include "../config/recipe.h"
 #include "../core/error.h"
 #include "../dist/comm.h"
 #include "../dist/launch_env.h"
-#include "../train/train.h"
-#include "checkpoint.h"
-#include "ckpt_commands.h"
-#include "ckpt_locate.h"
-#include "ckpt_model_config.h"
-#include "ckpt_reader.h"
-#include "ckpt_run.h"
+#include "train.h"
 
 #define MAX_OVERRIDES 256
 
