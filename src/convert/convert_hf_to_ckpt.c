@@ -91,7 +91,7 @@ static int check_leftovers(const Model *model, StModel *weights, char *err, size
         const char *inv_freq = ".rotary_emb.inv_freq";
         if (len >= strlen(inv_freq) && strcmp(name + len - strlen(inv_freq), inv_freq) == 0) continue;
         if (model->cfg.tie_word_embeddings && strcmp(name, "lm_head.weight") == 0) {
-            const ParamInfo *embed = model_find_param(model, "embed.weight");
+            const ParamInfo *embed = model_embed_param(model);
             if (!same_shape(t, embed)) {
                 mt_set_error(err, errlen, "%s: tensor 'lm_head.weight' does not have the shape of the tied embedding",
                              st_model_file_of(weights, i));

@@ -1,8 +1,9 @@
-/* hf_names.c: the per-family name tables between our registry names and
- * transformers' names ("{L}" stands for a layer index), and the matching of
- * a concrete name against a pattern. */
+/* hf_names.c: the one table between our registry names and transformers'
+ * names for every family ("{L}" stands for a layer index, "{E}" for an
+ * expert), and the matching of a concrete name against a pattern. */
 #include "hf_names.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
@@ -12,121 +13,73 @@ typedef struct NamePair {
     const char *hf;
 } NamePair;
 
-/* Each table lists transformers' state_dict order (its module order):
- * embeddings, then per layer self_attn (q, k, v, o with their biases, then
- * qwen3's q_norm and k_norm), mlp (gate, up, down), the two layer norms,
- * then the final norm and lm_head. Writing follows that order, so shards
- * split where save_pretrained splits them. */
-
-/* LlamaForCausalLM: no biases we can express, no qk-norm. */
-static const NamePair llama_names[] = {
-    {"embed.weight", "model.embed_tokens.weight"},
-    {"layers.{L}.attn.q_proj.weight", "model.layers.{L}.self_attn.q_proj.weight"},
-    {"layers.{L}.attn.k_proj.weight", "model.layers.{L}.self_attn.k_proj.weight"},
-    {"layers.{L}.attn.v_proj.weight", "model.layers.{L}.self_attn.v_proj.weight"},
-    {"layers.{L}.attn.o_proj.weight", "model.layers.{L}.self_attn.o_proj.weight"},
-    {"layers.{L}.mlp.gate_proj.weight", "model.layers.{L}.mlp.gate_proj.weight"},
-    {"layers.{L}.mlp.up_proj.weight", "model.layers.{L}.mlp.up_proj.weight"},
-    {"layers.{L}.mlp.down_proj.weight", "model.layers.{L}.mlp.down_proj.weight"},
-    {"layers.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
-    {"layers.{L}.mlp_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
-    {"final_norm.weight", "model.norm.weight"},
-    {"lm_head.weight", "lm_head.weight"},
-    {NULL, NULL},
+/* Families as bits, for the one table below. */
+enum {
+    LLAMA = 1 << FAMILY_LLAMA,
+    QWEN2 = 1 << FAMILY_QWEN2,
+    QWEN3 = 1 << FAMILY_QWEN3,
+    MIXTRAL = 1 << FAMILY_MIXTRAL,
+    QWEN3_MOE = 1 << FAMILY_QWEN3_MOE,
+    ALL = LLAMA | QWEN2 | QWEN3 | MIXTRAL | QWEN3_MOE,
+    DENSE_MLP = ALL & ~MIXTRAL, /* qwen3_moe's dense layers (mlp_only_layers) too */
 };
 
-/* Qwen2ForCausalLM: q, k, v always carry biases (o_proj does not). */
-static const NamePair qwen2_names[] = {
-    {"embed.weight", "model.embed_tokens.weight"},
-    {"layers.{L}.attn.q_proj.weight", "model.layers.{L}.self_attn.q_proj.weight"},
-    {"layers.{L}.attn.q_proj.bias", "model.layers.{L}.self_attn.q_proj.bias"},
-    {"layers.{L}.attn.k_proj.weight", "model.layers.{L}.self_attn.k_proj.weight"},
-    {"layers.{L}.attn.k_proj.bias", "model.layers.{L}.self_attn.k_proj.bias"},
-    {"layers.{L}.attn.v_proj.weight", "model.layers.{L}.self_attn.v_proj.weight"},
-    {"layers.{L}.attn.v_proj.bias", "model.layers.{L}.self_attn.v_proj.bias"},
-    {"layers.{L}.attn.o_proj.weight", "model.layers.{L}.self_attn.o_proj.weight"},
-    {"layers.{L}.mlp.gate_proj.weight", "model.layers.{L}.mlp.gate_proj.weight"},
-    {"layers.{L}.mlp.up_proj.weight", "model.layers.{L}.mlp.up_proj.weight"},
-    {"layers.{L}.mlp.down_proj.weight", "model.layers.{L}.mlp.down_proj.weight"},
-    {"layers.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
-    {"layers.{L}.mlp_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
-    {"final_norm.weight", "model.norm.weight"},
-    {"lm_head.weight", "lm_head.weight"},
-    {NULL, NULL},
-};
-
-/* Qwen3ForCausalLM: per-head RMSNorm of q and k. */
-static const NamePair qwen3_names[] = {
-    {"embed.weight", "model.embed_tokens.weight"},
-    {"layers.{L}.attn.q_proj.weight", "model.layers.{L}.self_attn.q_proj.weight"},
-    {"layers.{L}.attn.k_proj.weight", "model.layers.{L}.self_attn.k_proj.weight"},
-    {"layers.{L}.attn.v_proj.weight", "model.layers.{L}.self_attn.v_proj.weight"},
-    {"layers.{L}.attn.o_proj.weight", "model.layers.{L}.self_attn.o_proj.weight"},
-    {"layers.{L}.attn.q_norm.weight", "model.layers.{L}.self_attn.q_norm.weight"},
-    {"layers.{L}.attn.k_norm.weight", "model.layers.{L}.self_attn.k_norm.weight"},
-    {"layers.{L}.mlp.gate_proj.weight", "model.layers.{L}.mlp.gate_proj.weight"},
-    {"layers.{L}.mlp.up_proj.weight", "model.layers.{L}.mlp.up_proj.weight"},
-    {"layers.{L}.mlp.down_proj.weight", "model.layers.{L}.mlp.down_proj.weight"},
-    {"layers.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
-    {"layers.{L}.mlp_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
-    {"final_norm.weight", "model.norm.weight"},
-    {"lm_head.weight", "lm_head.weight"},
-    {NULL, NULL},
-};
-
-/* MixtralForCausalLM: llama attention, a sparse MoE block on every layer:
- * the router "gate", and per expert w1 (gate), w2 (down), w3 (up). "{E}" is
+/* One table beside the registry (src/model/model_registry.c declares the
+ * names; this only pairs them with transformers'): every family's names, each
+ * row marked with the families that have it. A family's rows, in table order,
+ * are transformers' state_dict order (its module order): embeddings, then per
+ * layer self_attn (q, k, v, o with qwen2's biases, then qwen3's q_norm and
+ * k_norm), the MLP (router and experts, or gate, up, down), the two layer
+ * norms, then the final norm and lm_head. Writing follows that order, so
+ * shards split where save_pretrained splits them. Mixtral's sparse block has
+ * the router "gate" and per expert w1 (gate), w2 (down), w3 (up); "{E}" is
  * the expert: our stacked tensors hold expert e in row block e. */
-static const NamePair mixtral_names[] = {
-    {"embed.weight", "model.embed_tokens.weight"},
-    {"layers.{L}.attn.q_proj.weight", "model.layers.{L}.self_attn.q_proj.weight"},
-    {"layers.{L}.attn.k_proj.weight", "model.layers.{L}.self_attn.k_proj.weight"},
-    {"layers.{L}.attn.v_proj.weight", "model.layers.{L}.self_attn.v_proj.weight"},
-    {"layers.{L}.attn.o_proj.weight", "model.layers.{L}.self_attn.o_proj.weight"},
-    {"layers.{L}.mlp.router.weight", "model.layers.{L}.block_sparse_moe.gate.weight"},
-    {"layers.{L}.mlp.experts.gate_proj.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w1.weight"},
-    {"layers.{L}.mlp.experts.down_proj.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w2.weight"},
-    {"layers.{L}.mlp.experts.up_proj.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w3.weight"},
-    {"layers.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
-    {"layers.{L}.mlp_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
-    {"final_norm.weight", "model.norm.weight"},
-    {"lm_head.weight", "lm_head.weight"},
-    {NULL, NULL},
+static const struct {
+    NamePair names;
+    unsigned families;
+} all_names[] = {
+    {{"embed.weight", "model.embed_tokens.weight"}, ALL},
+    {{"layers.{L}.attn.q_proj.weight", "model.layers.{L}.self_attn.q_proj.weight"}, ALL},
+    {{"layers.{L}.attn.q_proj.bias", "model.layers.{L}.self_attn.q_proj.bias"}, QWEN2},
+    {{"layers.{L}.attn.k_proj.weight", "model.layers.{L}.self_attn.k_proj.weight"}, ALL},
+    {{"layers.{L}.attn.k_proj.bias", "model.layers.{L}.self_attn.k_proj.bias"}, QWEN2},
+    {{"layers.{L}.attn.v_proj.weight", "model.layers.{L}.self_attn.v_proj.weight"}, ALL},
+    {{"layers.{L}.attn.v_proj.bias", "model.layers.{L}.self_attn.v_proj.bias"}, QWEN2},
+    {{"layers.{L}.attn.o_proj.weight", "model.layers.{L}.self_attn.o_proj.weight"}, ALL},
+    {{"layers.{L}.attn.q_norm.weight", "model.layers.{L}.self_attn.q_norm.weight"}, QWEN3 | QWEN3_MOE},
+    {{"layers.{L}.attn.k_norm.weight", "model.layers.{L}.self_attn.k_norm.weight"}, QWEN3 | QWEN3_MOE},
+    {{"layers.{L}.mlp.router.weight", "model.layers.{L}.block_sparse_moe.gate.weight"}, MIXTRAL},
+    {{"layers.{L}.mlp.experts.gate_proj.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w1.weight"}, MIXTRAL},
+    {{"layers.{L}.mlp.experts.down_proj.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w2.weight"}, MIXTRAL},
+    {{"layers.{L}.mlp.experts.up_proj.weight", "model.layers.{L}.block_sparse_moe.experts.{E}.w3.weight"}, MIXTRAL},
+    {{"layers.{L}.mlp.router.weight", "model.layers.{L}.mlp.gate.weight"}, QWEN3_MOE},
+    {{"layers.{L}.mlp.experts.gate_proj.weight", "model.layers.{L}.mlp.experts.{E}.gate_proj.weight"}, QWEN3_MOE},
+    {{"layers.{L}.mlp.experts.up_proj.weight", "model.layers.{L}.mlp.experts.{E}.up_proj.weight"}, QWEN3_MOE},
+    {{"layers.{L}.mlp.experts.down_proj.weight", "model.layers.{L}.mlp.experts.{E}.down_proj.weight"}, QWEN3_MOE},
+    {{"layers.{L}.mlp.gate_proj.weight", "model.layers.{L}.mlp.gate_proj.weight"}, DENSE_MLP},
+    {{"layers.{L}.mlp.up_proj.weight", "model.layers.{L}.mlp.up_proj.weight"}, DENSE_MLP},
+    {{"layers.{L}.mlp.down_proj.weight", "model.layers.{L}.mlp.down_proj.weight"}, DENSE_MLP},
+    {{"layers.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"}, ALL},
+    {{"layers.{L}.mlp_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"}, ALL},
+    {{"final_norm.weight", "model.norm.weight"}, ALL},
+    {{"lm_head.weight", "lm_head.weight"}, ALL},
 };
+enum { NUM_NAMES = sizeof all_names / sizeof all_names[0], NUM_FAMILIES = FAMILY_QWEN3_MOE + 1 };
 
-/* Qwen3MoeForCausalLM: qwen3 attention; MoE layers have the router "gate"
- * and per expert gate/up/down; dense layers (mlp_only_layers) qwen3's MLP. */
-static const NamePair qwen3_moe_names[] = {
-    {"embed.weight", "model.embed_tokens.weight"},
-    {"layers.{L}.attn.q_proj.weight", "model.layers.{L}.self_attn.q_proj.weight"},
-    {"layers.{L}.attn.k_proj.weight", "model.layers.{L}.self_attn.k_proj.weight"},
-    {"layers.{L}.attn.v_proj.weight", "model.layers.{L}.self_attn.v_proj.weight"},
-    {"layers.{L}.attn.o_proj.weight", "model.layers.{L}.self_attn.o_proj.weight"},
-    {"layers.{L}.attn.q_norm.weight", "model.layers.{L}.self_attn.q_norm.weight"},
-    {"layers.{L}.attn.k_norm.weight", "model.layers.{L}.self_attn.k_norm.weight"},
-    {"layers.{L}.mlp.router.weight", "model.layers.{L}.mlp.gate.weight"},
-    {"layers.{L}.mlp.experts.gate_proj.weight", "model.layers.{L}.mlp.experts.{E}.gate_proj.weight"},
-    {"layers.{L}.mlp.experts.up_proj.weight", "model.layers.{L}.mlp.experts.{E}.up_proj.weight"},
-    {"layers.{L}.mlp.experts.down_proj.weight", "model.layers.{L}.mlp.experts.{E}.down_proj.weight"},
-    {"layers.{L}.mlp.gate_proj.weight", "model.layers.{L}.mlp.gate_proj.weight"},
-    {"layers.{L}.mlp.up_proj.weight", "model.layers.{L}.mlp.up_proj.weight"},
-    {"layers.{L}.mlp.down_proj.weight", "model.layers.{L}.mlp.down_proj.weight"},
-    {"layers.{L}.attn_norm.weight", "model.layers.{L}.input_layernorm.weight"},
-    {"layers.{L}.mlp_norm.weight", "model.layers.{L}.post_attention_layernorm.weight"},
-    {"final_norm.weight", "model.norm.weight"},
-    {"lm_head.weight", "lm_head.weight"},
-    {NULL, NULL},
-};
+/* Each family's rows of all_names, in order, ended by {NULL, NULL}. */
+static NamePair family_tables[NUM_FAMILIES][NUM_NAMES + 1];
+static pthread_once_t tables_once = PTHREAD_ONCE_INIT;
+
+static void build_family_tables(void) {
+    for (int f = 0; f < NUM_FAMILIES; f++)
+        for (int i = 0, n = 0; i < NUM_NAMES; i++)
+            if (all_names[i].families & (1u << f)) family_tables[f][n++] = all_names[i].names;
+}
 
 static const NamePair *family_table(ModelFamily family) {
-    switch (family) {
-    case FAMILY_LLAMA: return llama_names;
-    case FAMILY_QWEN2: return qwen2_names;
-    case FAMILY_QWEN3: return qwen3_names;
-    case FAMILY_MIXTRAL: return mixtral_names;
-    case FAMILY_QWEN3_MOE: return qwen3_moe_names;
-    }
-    return NULL;
+    if ((int)family < 0 || (int)family >= NUM_FAMILIES) return NULL;
+    pthread_once(&tables_once, build_family_tables);
+    return family_tables[family];
 }
 
 /* Does `name` match `pattern`? "{L}" (layer) and "{E}" (expert) stand for

@@ -193,6 +193,10 @@ void model_zero_grad(Model *model);
 /* Look up a parameter by name; NULL if absent. */
 const ParamInfo *model_find_param(const Model *model, const char *name);
 
+/* The embedding this rank holds (the first pipeline stage's, or the last
+ * stage's copy with tied embeddings), from the registry's slots; NULL if none. */
+const ParamInfo *model_embed_param(const Model *model);
+
 /* Whether layer `layer` of a config has a mixture-of-experts MLP (MoE
  * families: every moe.layer_freq-th layer from 0, or the 0/1 list). */
 bool model_layer_is_moe(const ModelConfig *cfg, int layer);

@@ -91,6 +91,11 @@ static float *slot_ptr(const Model *model, float *base, int slot) {
     return slot < 0 ? NULL : base + model->param_info[slot].offset;
 }
 
+const ParamInfo *model_embed_param(const Model *model) {
+    const int slot = ((const ModelPriv *)model->priv)->slots.embed;
+    return slot < 0 ? NULL : &model->param_info[slot];
+}
+
 LayerWeights model_layer_view(const Model *model, float *base, int layer) {
     const LayerSlots *s = &((const ModelPriv *)model->priv)->slots.layers[layer];
     LayerWeights w;

@@ -19,7 +19,7 @@ void train_sync_grads(TrainContext *ctx) {
             if (p->tp_partial_grad) comm_sum_identical(&grid->groups[GROUP_TP], m->grads + p->offset, (size_t)p->numel, 1.0f);
         }
     if (grid->in_embedding && m->cfg.tie_word_embeddings) { /* embed on the first stage, its copy on the last */
-        const ParamInfo *embed = model_find_param(m, "embed.weight");
+        const ParamInfo *embed = model_embed_param(m);
         if (embed) comm_sum_identical(&grid->groups[GROUP_EMBEDDING], m->grads + embed->offset, (size_t)embed->numel, 1.0f);
     }
     if (ctx->layout.cp > 1) comm_sum_identical(&grid->groups[GROUP_CP], m->grads, (size_t)m->num_floats, 1.0f);

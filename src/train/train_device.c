@@ -153,7 +153,7 @@ void train_device_detach(TrainContext *ctx) {
 void train_device_sync_grads(TrainContext *ctx) {
     cuda_model_wait_grad_sync(ctx->cuda); /* a pipeline stage's dp averages, left in flight by its last backward */
     if (embed_comm.size > 1) {
-        const ParamInfo *embed = model_find_param(ctx->model, "embed.weight");
+        const ParamInfo *embed = model_embed_param(ctx->model);
         cuda_model_sum_grads(ctx->cuda, &embed_comm, (long)embed->offset, embed->numel);
         char err[512]; /* a peer that dies ends this rank too, as in cuda_model_synchronize */
         while (!cuda_model_idle(ctx->cuda))
