@@ -225,8 +225,8 @@ int ytree_set_path(YNode *root, const char *path, YNode *value, YLoc loc, char *
             entry->key = mt_strdup(part);
             entry->loc.file = mt_strdup(loc.file);
             entry->loc.line = loc.line;
-        } else {
-            set_loc(&entry->loc, loc);
+        } else if (!dot) {
+            set_loc(&entry->loc, loc); /* an existing section keeps its line: only the key set is the override's */
         }
         if (!dot) {
             ytree_free(entry->value);

@@ -480,6 +480,11 @@ static const ErrorCase error_cases[] = {
      "missing required key (or give train.batch_schedule)"},
     {"missing_data_train", "  train: [{path: data/tiny, weight: 1.0}]", "  valid: null", NULL, 1, "data:", "data.train",
      "missing required key"},
+    /* an override setting another key of the section does not take the blame for the missing one */
+    {"missing_seq_len_with_override", "  seq_len: 64\n", "", "train.steps=3", 1, "train:", "train.seq_len",
+     "missing required key"},
+    {"missing_steps_with_override", "  steps: 100\n", "", "train.micro_batch_size=1", 1, "train:", "train.steps",
+     "missing required key (or give train.tokens)"},
     {"null_required_key", "micro_batch_size: 2", "micro_batch_size: null", NULL, 1, "micro_batch_size",
      "train.micro_batch_size", "missing required key"},
     {"model_file_not_found", MODEL_BLOCK, "model: configs/nope.yaml\n", NULL, 1, "model:", "model",
