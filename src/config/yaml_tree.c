@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <yaml.h>
 
 #include "../core/error.h"
@@ -141,6 +142,12 @@ YNode *ytree_load_file(const char *path, char *err, size_t errlen) {
     FILE *fp = fopen(path, "rb");
     if (!fp) {
         mt_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    if (fstat(fileno(fp), &st) == 0 && S_ISDIR(st.st_mode)) { /* else libyaml says only "input error" */
+        mt_set_error(err, errlen, "%s: is a directory, expected a YAML file", path);
+        fclose(fp);
         return NULL;
     }
     yaml_parser_t parser;

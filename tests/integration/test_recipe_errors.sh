@@ -53,6 +53,9 @@ expect_error "$f" "--set precision=fp16: precision:" "expected one of fp32 | bf1
 f=$WORK/no_seq_len.yaml
 grep -v 'seq_len:' $FIX/good_minimal.yaml > "$f"
 expect_error "$f" "$f:$(line_of "$f" "train:"): train.seq_len: missing required key" "train.seq_len" --set train.steps=3
+# a directory given as the recipe is called one (libyaml alone says "input error")
+mkdir -p "$WORK/recipe_dir.yaml"
+expect_error "$WORK/recipe_dir.yaml" "$WORK/recipe_dir.yaml: is a directory, expected a YAML file" "directory"
 # a missing recipe file is named
 expect_error "$WORK/no-such-recipe.yaml" "$WORK/no-such-recipe.yaml" "No such file"
 echo "recipe errors: ok"
