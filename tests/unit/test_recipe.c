@@ -402,6 +402,8 @@ static const ErrorCase error_cases[] = {
      "expected at most model.max_position_embeddings (128), found 256"},
     {"vocab_size_zero", "vocab_size: 256", "vocab_size: 0", NULL, 1, "vocab_size", "model.vocab_size",
      "expected a positive integer, found '0'"},
+    {"hidden_size_too_large", "hidden_size: 64", "hidden_size: 1e12", NULL, 1, "hidden_size", "model.hidden_size",
+     "found '1e12', which is too large (expected at most 2147483647)"},
     {"compression_level_high", "compression_level: 3", "compression_level: 23", NULL, 1, "compression_level",
      "checkpoint.compression_level", "expected an integer in 1..22, found '23'"},
     {"compression_level_zero", "compression_level: 3", "compression_level: 0", NULL, 1, "compression_level",
