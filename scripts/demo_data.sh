@@ -14,4 +14,5 @@ for f in Apache-2.0 Artistic BSD GFDL-1.3 GPL-2 GPL-3 LGPL-2.1 LGPL-3 MPL-1.1 MP
   [[ -f "$src/$f" ]] && cat "$src/$f" >> "$text"
 done
 [[ -s "$text" ]] || { echo "demo_data.sh: no texts found in $src" >&2; exit 1; }
-"${MEGATRAIN:-build/megatrain}" data build --input "$text" --output "$prefix" --tokenizer byte
+# --overwrite: only a half prefix (a lone .bin or .idx) gets here, and is rebuilt
+"${MEGATRAIN:-build/megatrain}" data build --input "$text" --output "$prefix" --tokenizer byte --overwrite

@@ -60,18 +60,39 @@ int ckpt_list_steps(const char *checkpoints_dir, long **steps, char *err, size_t
     return n;
 }
 
-int ckpt_read_latest(const char *checkpoints_dir, long *step) {
+/* What a pointer file holds, for a message: 'text' (printable, at most 40
+ * characters, others as \xNN), or "nothing" when empty. */
+static void describe_text(const char *text, size_t n, bool more, char *out, size_t outlen) {
+    while (n > 0 && (text[n - 1] == '\n' || text[n - 1] == '\r')) n--;
+    if (n == 0 && !more) {
+        snprintf(out, outlen, "nothing (an empty file)");
+        return;
+    }
+    size_t used = (size_t)snprintf(out, outlen, "'");
+    for (size_t i = 0; i < n && i < 40 && used + 8 < outlen; i++) {
+        unsigned char c = (unsigned char)text[i];
+        used += (size_t)snprintf(out + used, outlen - used, isprint(c) ? "%c" : "\\x%02x", c);
+    }
+    snprintf(out + used, outlen - used, "%s'", n > 40 || more ? "..." : "");
+}
+
+int ckpt_read_latest(const char *checkpoints_dir, long *step, char *found, size_t foundlen) {
     char path[MT_PATH_MAX + 64], text[64];
     snprintf(path, sizeof path, "%s/%s", checkpoints_dir, CKPT_LATEST_FILE);
     FILE *f = fopen(path, "r");
     if (!f) return -1;
     size_t n = fread(text, 1, sizeof text - 1, f);
+    bool more = n == sizeof text - 1 && fgetc(f) != EOF;
     fclose(f);
     text[n] = '\0';
     char *end;
+    errno = 0;
     long v = strtol(text, &end, 10);
     while (*end == '\n' || *end == ' ' || *end == '\r') end++;
-    if (end == text || *end != '\0' || v < 0) return -1;
+    if (end == text || (size_t)(end - text) != n || more || errno == ERANGE || v < 0) {
+        describe_text(text, n, more, found, foundlen);
+        return -2;
+    }
     *step = v;
     return 0;
 }

@@ -111,20 +111,33 @@ static int file_fd(CkptReader *r, uint32_t index, char *err, size_t errlen) {
     return r->fds[index];
 }
 
+/* pread all n bytes: 0, -1 on an error (errno), READ_EOF when the file ends first. */
+#define READ_EOF (-2)
 static int read_exact(int fd, void *buf, size_t n, uint64_t offset) {
     unsigned char *p = buf;
     while (n > 0) {
         ssize_t got = pread(fd, p, n, (off_t)offset);
         if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) {
-            if (got == 0) errno = EIO;
-            return -1;
-        }
+        if (got < 0) return -1;
+        if (got == 0) return READ_EOF;
         p += got;
         n -= (size_t)got;
         offset += (uint64_t)got;
     }
     return 0;
+}
+
+/* Why read_exact of file f (open as fd) failed with rc, into buf: a file
+ * that ends early is called truncated, with its sizes (strerror would say
+ * "Input/output error"). */
+static const char *read_failure(int rc, int fd, const CkptFileMeta *f, char *buf, size_t len) {
+    struct stat st;
+    if (rc != READ_EOF) snprintf(buf, len, "%s", strerror(errno));
+    else if (fstat(fd, &st) != 0) snprintf(buf, len, "the file is truncated: expected %llu bytes", (unsigned long long)f->size);
+    else
+        snprintf(buf, len, "the file is truncated: expected %llu bytes, found %llu", (unsigned long long)f->size,
+                 (unsigned long long)st.st_size);
+    return buf;
 }
 
 static void reserve(unsigned char **buf, size_t *cap, size_t need) {
@@ -144,10 +157,11 @@ static int load_chunk(CkptReader *r, const CkptTensorMeta *t, int c, char *err, 
     reserve(&r->raw, &r->raw_cap, ch->raw_bytes);
     reserve(&r->scratch, &r->scratch_cap, ch->raw_bytes);
     char why[512];
-    if (read_exact(fd, r->stored, ch->stored_bytes, ch->offset) != 0) {
+    int rc = read_exact(fd, r->stored, ch->stored_bytes, ch->offset);
+    if (rc != 0) {
         mt_set_error(err, errlen, "%s/%s: tensor '%s' chunk %d: cannot read bytes %llu..%llu: %s", r->dir, f->name,
                      t->name, c, (unsigned long long)ch->offset, (unsigned long long)(ch->offset + ch->stored_bytes),
-                     strerror(errno));
+                     read_failure(rc, fd, f, why, sizeof why));
         return -1;
     }
     if (ckpt_chunk_decode(r->dctx, ch, r->stored, r->raw, r->scratch, why, sizeof why) != 0) {
@@ -233,8 +247,10 @@ int ckpt_reader_verify_file(CkptReader *r, int index, char *err, size_t errlen) 
     int rc = 0;
     for (uint64_t offset = 0; offset < f->size;) {
         size_t n = f->size - offset < block ? (size_t)(f->size - offset) : block;
-        if (read_exact(fd, buf, n, offset) != 0) {
-            mt_set_error(err, errlen, "%s: read failed: %s", path, strerror(errno));
+        int got = read_exact(fd, buf, n, offset);
+        if (got != 0) {
+            char why[256];
+            mt_set_error(err, errlen, "%s: read failed: %s", path, read_failure(got, fd, f, why, sizeof why));
             rc = -1;
             break;
         }

@@ -66,8 +66,11 @@ int yscalar_bool(const YNode *node, bool *out) {
     return -1;
 }
 
+/* Whether integer_expectation states the upper bound. */
+static bool states_max(long long min, long long max) { return max < LLONG_MAX && max < INT_MAX && min > INT_MIN; }
+
 static const char *integer_expectation(char *buf, size_t buflen, long long min, long long max) {
-    if (max < LLONG_MAX && max < INT_MAX && min > INT_MIN) snprintf(buf, buflen, "an integer in %lld..%lld", min, max);
+    if (states_max(min, max)) snprintf(buf, buflen, "an integer in %lld..%lld", min, max);
     else if (min == 1) snprintf(buf, buflen, "a positive integer");
     else if (min > INT_MIN) snprintf(buf, buflen, "an integer >= %lld", min);
     else snprintf(buf, buflen, "an integer");
@@ -78,6 +81,10 @@ int read_integer(const YNode *node, YLoc loc, const char *path, long long min, l
                  char *err, size_t errlen) {
     char expect[96], found[128];
     long long value;
+    double real;
+    if (!states_max(min, max) && yscalar_double(node, &real) == 0 && real > (double)max) /* not "a positive integer" */
+        return key_error(err, errlen, loc, path, "found %s, which is too large (expected at most %lld)",
+                         ytree_describe(node, found, sizeof found), max);
     if (yscalar_long(node, &value) != 0 || value < min || value > max)
         return key_error(err, errlen, loc, path, "expected %s, found %s", integer_expectation(expect, sizeof expect, min, max),
                          ytree_describe(node, found, sizeof found));

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <yaml.h>
 
 #include "../core/error.h"
@@ -143,6 +144,12 @@ YNode *ytree_load_file(const char *path, char *err, size_t errlen) {
         mt_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return NULL;
     }
+    struct stat st;
+    if (fstat(fileno(fp), &st) == 0 && S_ISDIR(st.st_mode)) { /* else libyaml says only "input error" */
+        mt_set_error(err, errlen, "%s: is a directory, expected a YAML file", path);
+        fclose(fp);
+        return NULL;
+    }
     yaml_parser_t parser;
     yaml_parser_initialize(&parser);
     yaml_parser_set_input_file(&parser, fp);
@@ -225,8 +232,8 @@ int ytree_set_path(YNode *root, const char *path, YNode *value, YLoc loc, char *
             entry->key = mt_strdup(part);
             entry->loc.file = mt_strdup(loc.file);
             entry->loc.line = loc.line;
-        } else {
-            set_loc(&entry->loc, loc);
+        } else if (!dot) {
+            set_loc(&entry->loc, loc); /* an existing section keeps its line: only the key set is the override's */
         }
         if (!dot) {
             ytree_free(entry->value);

@@ -60,8 +60,10 @@ const char *ytree_describe(const YNode *node, char *buf, size_t buflen);
 
 /* Set `value` at dotted `path` in `root`, creating mappings along the way
  * (a missing or null intermediate becomes a mapping). Takes ownership of
- * value. Keys created or replaced get `loc`. Returns 0, or -1 with err when
- * an intermediate node is a scalar or a list. */
+ * value. The key set and the mappings created get `loc`; mappings already
+ * there keep theirs (a key missing from a recipe's section is blamed on the
+ * section's line, not on an override that set another key in it). Returns
+ * 0, or -1 with err when an intermediate node is a scalar or a list. */
 int ytree_set_path(YNode *root, const char *path, YNode *value, YLoc loc, char *err, size_t errlen);
 
 /* Format "FILE:LINE" (or just the override text when line is 0). */

@@ -35,8 +35,8 @@ static int bad(Reader *r, const char *key, const char *expected, const JsonValue
     return -1;
 }
 
-/* An integer in [min, INT_MAX]; `fallback` when absent unless required (< 0 fallback = required). */
-static int read_int(Reader *r, const JsonValue *obj, const char *key, int min, long fallback, int *out) {
+/* An integer in [min, max]; `fallback` when absent unless required (< 0 fallback = required). */
+static int read_int_in(Reader *r, const JsonValue *obj, const char *key, int min, int max, long fallback, int *out) {
     const JsonValue *v = member(obj, key);
     if (!v) {
         if (fallback < 0) {
@@ -47,9 +47,14 @@ static int read_int(Reader *r, const JsonValue *obj, const char *key, int min, l
         return 0;
     }
     int64_t value;
-    if (json_as_int64(v, &value) != 0 || value < min || value > INT_MAX) {
+    if (json_as_int64(v, &value) != 0 || value < min || value > max) {
         char expected[64];
         snprintf(expected, sizeof expected, "an integer >= %d", min);
+        if (v->type == JSON_NUMBER && v->number > max) {
+            mt_set_error(r->err, r->errlen, "%s: %s: %.15g is too large (expected at most %d)", r->label, key,
+                         v->number, max);
+            return -1;
+        }
         if (v->type == JSON_NUMBER) {
             mt_set_error(r->err, r->errlen, "%s: %s: expected %s, found %g", r->label, key, expected, v->number);
             return -1;
@@ -58,6 +63,10 @@ static int read_int(Reader *r, const JsonValue *obj, const char *key, int min, l
     }
     *out = (int)value;
     return 0;
+}
+
+static int read_int(Reader *r, const JsonValue *obj, const char *key, int min, long fallback, int *out) {
+    return read_int_in(r, obj, key, min, INT_MAX, fallback, out);
 }
 
 static int read_double(Reader *r, const JsonValue *obj, const char *key, double fallback, double *out) {
@@ -225,11 +234,6 @@ static int read_moe(Reader *r, ModelConfig *cfg) {
 
 /* Shape rules the dense model needs (model_config_validate says the same). */
 static int check_shapes(Reader *r, const ModelConfig *cfg) {
-    if (cfg->num_layers > MT_MAX_LAYERS) {
-        mt_set_error(r->err, r->errlen, "%s: num_hidden_layers: %d is more than the supported %d", r->label,
-                     cfg->num_layers, MT_MAX_LAYERS);
-        return -1;
-    }
     if (cfg->num_attention_heads % cfg->num_key_value_heads != 0) {
         mt_set_error(r->err, r->errlen, "%s: num_attention_heads (%d) must be a multiple of num_key_value_heads (%d)",
                      r->label, cfg->num_attention_heads, cfg->num_key_value_heads);
@@ -262,7 +266,7 @@ int hf_config_parse(const char *text, size_t len, const char *label, ModelConfig
     const bool qwen = cfg.family == FAMILY_QWEN2 || cfg.family == FAMILY_QWEN3 || cfg.family == FAMILY_QWEN3_MOE;
     if (read_int(&r, root, "hidden_size", 1, -1, &cfg.hidden_size) ||
         read_int(&r, root, "intermediate_size", 1, -1, &cfg.intermediate_size) ||
-        read_int(&r, root, "num_hidden_layers", 1, -1, &cfg.num_layers) ||
+        read_int_in(&r, root, "num_hidden_layers", 1, MT_MAX_LAYERS, -1, &cfg.num_layers) ||
         read_int(&r, root, "num_attention_heads", 1, -1, &cfg.num_attention_heads) ||
         read_int(&r, root, "vocab_size", 1, -1, &cfg.vocab_size) ||
         read_int(&r, root, "num_key_value_heads", 1, cfg.num_attention_heads, &cfg.num_key_value_heads) ||

@@ -7,10 +7,18 @@
  * Token = byte value (vocab 256); each document ends with '\n' (10) as its
  * end-of-document token, like Megatron's --append-eod; dtype uint16, as
  * Megatron picks for a vocabulary under 65500.
+ *
+ * An existing PREFIX.bin or PREFIX.idx is refused unless --overwrite. The
+ * files are written under temporary names and renamed into place at the end
+ * (indexed_dataset_writer.c); a failed or interrupted (SIGINT, SIGTERM,
+ * SIGHUP) build removes its temporary files, and one killed outright leaves
+ * at most a PREFIX.bin.tmp.PID, never a PREFIX.idx.
  */
 #include "data_build.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +35,7 @@
 #define BYTE_EOD_TOKEN 10
 
 static const char *const build_usage_text =
-    "usage: megatrain data build --input FILE --output PREFIX [--tokenizer byte] [--json-key text]\n"
+    "usage: megatrain data build --input FILE --output PREFIX [--tokenizer byte] [--json-key text] [--overwrite]\n"
     "\n"
     "Tokenize FILE into the Megatron indexed dataset PREFIX.bin + PREFIX.idx.\n"
     "\n"
@@ -37,10 +45,13 @@ static const char *const build_usage_text =
     "  --output PREFIX      writes PREFIX.bin and PREFIX.idx (directories are created)\n"
     "  --tokenizer byte     byte-level tokens (vocab 256) with '\\n' (10) ending each document;\n"
     "                       the only tokenizer so far\n"
-    "  --json-key KEY       the JSONL field holding the document (default: text)\n";
+    "  --json-key KEY       the JSONL field holding the document (default: text)\n"
+    "  --overwrite          replace an existing PREFIX.bin / PREFIX.idx (without it they are refused);\n"
+    "                       the old dataset stays intact until the new one is complete\n";
 
 typedef struct BuildOptions {
     const char *input, *output, *tokenizer, *json_key;
+    bool overwrite;
 } BuildOptions;
 
 typedef enum { FORMAT_UNKNOWN, FORMAT_TEXT, FORMAT_JSONL } InputFormat;
@@ -50,11 +61,16 @@ static int parse_options(int argc, char **argv, BuildOptions *opt) {
     opt->input = opt->output = NULL;
     opt->tokenizer = "byte";
     opt->json_key = "text";
+    opt->overwrite = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             fputs(build_usage_text, stdout);
             return 1;
+        }
+        if (strcmp(a, "--overwrite") == 0) {
+            opt->overwrite = true;
+            continue;
         }
         static const char *const names[] = {"--input", "--output", "--tokenizer", "--json-key"};
         const char **slots[] = {&opt->input, &opt->output, &opt->tokenizer, &opt->json_key};
@@ -165,6 +181,39 @@ static int build_line(BuildState *st, const char *line, size_t len) {
     return 0;
 }
 
+/* Without --overwrite, an existing PREFIX.bin or PREFIX.idx is refused
+ * (naming them). Returns 0, or -1 after reporting. */
+static int refuse_existing(const BuildOptions *opt) {
+    char bin[1100], idx[1100];
+    snprintf(bin, sizeof(bin), "%s.bin", opt->output);
+    snprintf(idx, sizeof(idx), "%s.idx", opt->output);
+    struct stat sb;
+    bool has_bin = lstat(bin, &sb) == 0, has_idx = lstat(idx, &sb) == 0;
+    if (opt->overwrite || (!has_bin && !has_idx)) return 0;
+    mt_error("data build: --output %s: %s%s%s already exist%s; pass --overwrite to replace %s (or choose another "
+             "prefix)", opt->output, has_bin ? bin : "", has_bin && has_idx ? " and " : "", has_idx ? idx : "",
+             has_bin && has_idx ? "" : "s", has_bin && has_idx ? "them" : "it");
+    return -1;
+}
+
+/* SIGINT, SIGTERM, SIGHUP: recorded, and (without SA_RESTART) they end a
+ * read that waits, so the build stops and removes its temporary files. */
+static volatile sig_atomic_t stop_signal;
+
+static void record_stop(int sig) {
+    if (!stop_signal) stop_signal = sig;
+}
+
+static void catch_stop_signals(void) {
+    static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = record_stop;
+    sigemptyset(&sa.sa_mask);
+    stop_signal = 0;
+    for (int i = 0; i < 3; i++) sigaction(sigs[i], &sa, NULL);
+}
+
 static long long file_size(const char *path) {
     struct stat sb;
     return stat(path, &sb) == 0 ? (long long)sb.st_size : -1;
@@ -199,6 +248,8 @@ int data_build_main(int argc, char **argv) {
         mt_error("data build: --input %s: is a directory (expected a text or JSONL file)", opt.input);
         return MT_EXIT_USAGE;
     }
+    if (refuse_existing(&opt) != 0) return MT_EXIT_USAGE;
+    catch_stop_signals();
     FILE *in = fopen(opt.input, "rb");
     if (!in) {
         mt_error("data build: --input %s: cannot read: %s", opt.input, strerror(errno));
@@ -212,6 +263,7 @@ int data_build_main(int argc, char **argv) {
         fclose(in);
         return MT_EXIT_FAILURE;
     }
+    indexed_dataset_writer_set_overwrite(writer, opt.overwrite);
     BuildState st = {.opt = &opt, .writer = writer};
     st.format = (ends_with(opt.input, ".jsonl") || ends_with(opt.input, ".json")) ? FORMAT_JSONL : FORMAT_UNKNOWN;
     int progress = isatty(STDOUT_FILENO);
@@ -220,7 +272,7 @@ int data_build_main(int argc, char **argv) {
     size_t line_capacity = 0;
     ssize_t got;
     rc = MT_EXIT_OK;
-    while ((got = getline(&line, &line_capacity, in)) >= 0) {
+    while (!stop_signal && (got = getline(&line, &line_capacity, in)) >= 0) {
         st.line_number++;
         if (build_line(&st, line, (size_t)got) != 0) {
             rc = MT_EXIT_FAILURE;
@@ -234,7 +286,13 @@ int data_build_main(int argc, char **argv) {
         }
     }
     if (progress && last_report > start) printf("\n");
-    if (rc == MT_EXIT_OK && ferror(in)) {
+    const int stopped_by = stop_signal; /* one arriving later lets the build finish */
+    if (stopped_by) {
+        mt_error("data build: stopped by %s at line %lld of %s; nothing written under %s",
+                 stopped_by == SIGINT ? "SIGINT" : stopped_by == SIGTERM ? "SIGTERM" : "SIGHUP", st.line_number,
+                 opt.input, opt.output);
+        rc = MT_EXIT_FAILURE;
+    } else if (rc == MT_EXIT_OK && ferror(in)) {
         mt_error("%s: read failed: %s", opt.input, strerror(errno));
         rc = MT_EXIT_FAILURE;
     }
@@ -256,5 +314,9 @@ int data_build_main(int argc, char **argv) {
     free(st.tokens);
     json_buffer_free(&st.json_text);
     fclose(in);
+    if (stopped_by) { /* cleaned up: end as the signal would have */
+        signal(stopped_by, SIG_DFL);
+        raise(stopped_by);
+    }
     return rc;
 }

@@ -2,8 +2,11 @@
  *
  * Tokens stream to PREFIX.bin.tmp.PID as documents arrive; sequence lengths
  * and byte offsets stay in memory (12 bytes per document). finish() writes
- * PREFIX.idx.tmp.PID, fsyncs both and renames them to PREFIX.bin and
- * PREFIX.idx. Each document is one sequence, as Megatron's
+ * PREFIX.idx.tmp.PID, fsyncs both and renames them to PREFIX.bin, then
+ * PREFIX.idx (the .idx last: a prefix with an .idx is complete), and fsyncs
+ * the directory. Existing files are never replaced unless overwrite is set;
+ * then the old PREFIX.idx is removed first, so that no moment shows a new
+ * .bin beside an old .idx. Each document is one sequence, as Megatron's
  * tools/preprocess_data.py writes them without --split-sentences, so the
  * document index is 0, 1, ..., N (N + 1 entries).
  */
@@ -13,6 +16,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "../ckpt/ckpt_fs.h"
 #include "../core/error.h"
 #include "../core/fs.h"
 #include "indexed_dataset.h"
@@ -23,6 +27,7 @@ struct IndexedDatasetWriter {
     char bin_path[1100], idx_path[1100];
     char bin_temp[1200], idx_temp[1200];
     FILE *bin;
+    bool overwrite;
     int dtype_code, token_size;
     int64_t num_documents, capacity, num_tokens, bin_bytes;
     int32_t *lengths;
@@ -130,6 +135,7 @@ void indexed_dataset_writer_abort(IndexedDatasetWriter *w) {
     free_writer(w);
 }
 
+void indexed_dataset_writer_set_overwrite(IndexedDatasetWriter *w, bool overwrite) { w->overwrite = overwrite; }
 const char *indexed_dataset_writer_error(const IndexedDatasetWriter *w) { return w->error; }
 int64_t indexed_dataset_writer_documents(const IndexedDatasetWriter *w) { return w->num_documents; }
 int64_t indexed_dataset_writer_tokens(const IndexedDatasetWriter *w) { return w->num_tokens; }
@@ -176,6 +182,43 @@ static int close_synced(FILE *f) {
     return fd < 0 ? -1 : mt_sync_close(fd);
 }
 
+/* Rename the synced temporary files into place, the .bin first, the .idx
+ * last, then fsync the directory. Returns 0, or -1 with err (nothing of the
+ * new dataset left under the prefix; with overwrite the old .idx is gone). */
+static int place_files(IndexedDatasetWriter *w, char *err, size_t errlen) {
+    char dir[sizeof w->bin_path];
+    ckpt_parent_dir(w->bin_path, dir, sizeof dir);
+    if (w->overwrite) {
+        if (unlink(w->idx_path) != 0 && errno != ENOENT) {
+            mt_set_error(err, errlen, "%s: cannot remove the old index: %s", w->idx_path, strerror(errno));
+            return -1;
+        }
+        if (ckpt_sync_dir(dir, err, errlen) != 0) return -1;
+        if (rename(w->bin_temp, w->bin_path) != 0) {
+            mt_set_error(err, errlen, "%s: cannot rename into place: %s", w->bin_path, strerror(errno));
+            return -1;
+        }
+        if (rename(w->idx_temp, w->idx_path) != 0) {
+            mt_set_error(err, errlen, "%s: cannot rename into place: %s", w->idx_path, strerror(errno));
+            unlink(w->bin_path); /* the new .bin without its index */
+            return -1;
+        }
+    } else {
+        if (ckpt_rename_noreplace(w->bin_temp, w->bin_path) != 0) {
+            mt_set_error(err, errlen, "%s: cannot rename into place: %s", w->bin_path,
+                         errno == EEXIST ? "it already exists (not replaced)" : strerror(errno));
+            return -1;
+        }
+        if (ckpt_rename_noreplace(w->idx_temp, w->idx_path) != 0) {
+            mt_set_error(err, errlen, "%s: cannot rename into place: %s", w->idx_path,
+                         errno == EEXIST ? "it already exists (not replaced)" : strerror(errno));
+            unlink(w->bin_path); /* ours: it did not exist before */
+            return -1;
+        }
+    }
+    return ckpt_sync_dir(dir, err, errlen);
+}
+
 int indexed_dataset_writer_finish(IndexedDatasetWriter *w, char *err, size_t errlen) {
     if (w->error[0]) {
         mt_set_error(err, errlen, "%s", w->error);
@@ -200,8 +243,7 @@ int indexed_dataset_writer_finish(IndexedDatasetWriter *w, char *err, size_t err
         indexed_dataset_writer_abort(w);
         return -1;
     }
-    if (rename(w->bin_temp, w->bin_path) != 0 || rename(w->idx_temp, w->idx_path) != 0) {
-        mt_set_error(err, errlen, "%s: cannot rename into place: %s", w->idx_path, strerror(errno));
+    if (place_files(w, err, errlen) != 0) {
         indexed_dataset_writer_abort(w);
         return -1;
     }

@@ -1,15 +1,21 @@
 /* indexed_dataset_writer.h: additions to the writer in indexed_dataset.h.
  *
  * The writer streams tokens to a temporary PREFIX.bin.tmp.PID and, at finish,
- * writes PREFIX.idx.tmp.PID and renames both into place, so an interrupted
- * build never leaves a half dataset under PREFIX.
+ * writes PREFIX.idx.tmp.PID, fsyncs both and renames them into place (.bin
+ * first, .idx last), so an interrupted build never leaves a half dataset
+ * under PREFIX. An existing PREFIX.bin or PREFIX.idx is not replaced (finish
+ * fails) unless overwrite is set.
  */
 #ifndef MT_DATA_INDEXED_DATASET_WRITER_H
 #define MT_DATA_INDEXED_DATASET_WRITER_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "indexed_dataset.h"
+
+/* Let finish replace an existing dataset under the prefix (default: refuse). */
+void indexed_dataset_writer_set_overwrite(IndexedDatasetWriter *w, bool overwrite);
 
 /* Drop everything written so far (removes the temporary files) and free w. */
 void indexed_dataset_writer_abort(IndexedDatasetWriter *w);

@@ -23,19 +23,39 @@
  * V/tp columns) per micro-batch in flight, the schedule's peak
  * (pipeline_peak_in_flight): min(pp - s, micro-batches) with 1F1B; with
  * vpp > 1 more than Megatron, whose buffers are per chunk. Scratch of
- * cuBLASLt, NCCL and the allocator is not counted: leave a few GiB. */
+ * cuBLASLt, NCCL and the allocator is not counted: leave a few GiB.
+ *
+ * plan_check_memory turns the estimate into run's and resume's refusal of a
+ * model that cannot fit, naming the key most of it comes from (the kind of
+ * parameter that holds the most bytes, or the activations or logits). */
 #include "plan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/sysinfo.h>
+
+#ifdef MT_CUDA
+#include <cuda_runtime_api.h>
+#endif
 
 #include "../core/error.h"
 #include "../model/model.h"
 #include "../train/pipeline_schedule.h"
 
+/* Which kind of parameter a registry name is (model_registry.c's names). */
+static PlanGroup param_group(const char *name) {
+    if (!strncmp(name, "embed.", 6) || !strncmp(name, "lm_head.", 8)) return PLAN_EMBEDDING;
+    if (strstr(name, ".mlp.experts.") || strstr(name, ".mlp.router.")) return PLAN_EXPERTS;
+    if (strstr(name, ".mlp.shared_expert.")) return PLAN_SHARED;
+    if (strstr(name, ".mlp.")) return PLAN_MLP;
+    return PLAN_ATTENTION;
+}
+
 /* The parameters one rank of a stage holds (tp rank 0, ep rank 0), split
- * into dense ones and routed experts, counted from the registry. */
-static void stage_params(const ModelConfig *m, const ParallelConfig *par, int tp, int cp, const PlanStage *st,
+ * into dense ones and routed experts, and by kind into st->group_params,
+ * counted from the registry. */
+static void stage_params(const ModelConfig *m, const ParallelConfig *par, int tp, int cp, PlanStage *st,
                          bool first, bool last, double *dense, double *experts) {
     ModelPartition part = {.tp = tp, .cp = cp, .ep = par->ep > 1 ? par->ep : 1, .etp = par->etp > 1 ? par->etp : 1,
                            .sequence_parallel = par->sequence_parallel && tp > 1, .num_chunks = st->num_chunks,
@@ -49,7 +69,10 @@ static void stage_params(const ModelConfig *m, const ParallelConfig *par, int tp
     long total = 0;
     ParamInfo *infos = model_registry_of(m, &part, &count, &total);
     *dense = *experts = 0;
-    for (int i = 0; i < count; i++) *(infos[i].expert ? experts : dense) += (double)infos[i].numel;
+    for (int i = 0; i < count; i++) {
+        *(infos[i].expert ? experts : dense) += (double)infos[i].numel;
+        st->group_params[param_group(infos[i].name)] += (double)infos[i].numel;
+    }
     free(infos);
 }
 
@@ -139,4 +162,98 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
                           st->logits_bytes;
     }
     return 0;
+}
+
+int plan_worst_stage(const Plan *p) {
+    int worst = 0;
+    for (int s = 1; s < p->grid.pp; s++)
+        if (p->stages[s].total_bytes > p->stages[worst].total_bytes) worst = s;
+    return worst;
+}
+
+const char *plan_stage_driver(const Plan *p, const Recipe *r, int stage, char *what, size_t len) {
+    const PlanStage *st = &p->stages[stage];
+    const ModelConfig *m = &r->model;
+    const TrainConfig *t = &r->train;
+    /* weights, gradients and optimizer states follow the parameters */
+    const double per_param = st->params > 0 ? (st->weight_bytes + st->grad_bytes + st->optimizer_bytes) / st->params : 0;
+    int best = 0;
+    for (int g = 1; g < PLAN_GROUPS; g++)
+        if (st->group_params[g] > st->group_params[best]) best = g;
+    const double params_bytes = st->group_params[best] * per_param;
+    if (st->activation_bytes >= params_bytes && st->activation_bytes >= st->logits_bytes) {
+        snprintf(what, len, "the activations (micro-batches of train.micro_batch_size = %d x train.seq_len = %d "
+                 "tokens)", t->micro_batch_size, t->seq_len);
+        return "train.micro_batch_size";
+    }
+    if (st->logits_bytes >= params_bytes) {
+        snprintf(what, len, "the logits (model.vocab_size = %d per token of micro-batches of %d x %d)", m->vocab_size,
+                 t->micro_batch_size, t->seq_len);
+        return "model.vocab_size";
+    }
+    switch ((PlanGroup)best) {
+    case PLAN_EMBEDDING:
+        snprintf(what, len, "the embedding (model.vocab_size = %d x model.hidden_size = %d)", m->vocab_size,
+                 m->hidden_size);
+        return "model.vocab_size";
+    case PLAN_MLP:
+        snprintf(what, len, "the MLP weights (model.intermediate_size = %d)", m->intermediate_size);
+        return "model.intermediate_size";
+    case PLAN_EXPERTS:
+        snprintf(what, len, "the experts' weights (model.moe.num_experts = %d x model.moe.moe_intermediate_size = %d)",
+                 m->moe.num_experts, m->moe.moe_intermediate_size);
+        return "model.moe.moe_intermediate_size";
+    case PLAN_SHARED:
+        snprintf(what, len, "the shared expert's weights (model.moe.shared_expert_intermediate_size = %d)",
+                 m->moe.shared_expert_intermediate_size);
+        return "model.moe.shared_expert_intermediate_size";
+    default:
+        snprintf(what, len, "the attention weights (model.hidden_size = %d, model.num_attention_heads = %d)",
+                 m->hidden_size, m->num_attention_heads);
+        return "model.hidden_size";
+    }
+}
+
+double plan_rank_memory(const Recipe *r) {
+    if (strcmp(r->run.device, "cuda") == 0) {
+#ifdef MT_CUDA
+        struct cudaDeviceProp prop;
+        if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) return (double)prop.totalGlobalMem;
+        (void)cudaGetLastError();
+#endif
+        return 0.0;
+    }
+    struct sysinfo si;
+    if (sysinfo(&si) != 0) return 0.0;
+    return ((double)si.totalram + (double)si.totalswap) * (double)si.mem_unit;
+}
+
+const char *plan_check_fit(const Plan *p, const Recipe *r, double available, const char *memory, char *msg,
+                           size_t len) {
+    const int s = plan_worst_stage(p);
+    const double need = p->stages[s].total_bytes, GiB = 1073741824.0;
+    if (need <= available) return NULL;
+    char what[256];
+    const char *key = plan_stage_driver(p, r, s, what, sizeof what);
+    snprintf(msg, len,
+             "stage %d needs about %.1f GiB per rank, more than %s (%.1f GiB); most of it is %s: raise parallel.tp "
+             "or parallel.pp, set parallel.distributed_optimizer: true, or lower train.micro_batch_size",
+             s, need / GiB, memory, available / GiB, what);
+    return key;
+}
+
+int plan_check_memory(const Recipe *r, int world, char *err, size_t errlen) {
+    const double available = plan_rank_memory(r);
+    if (!(available > 0)) return 0; /* unknown: the allocation itself says */
+    Plan *p = mt_malloc(sizeof *p);
+    char msg[1024];
+    const char *key = NULL;
+    /* a plan_compute failure is one of plan's own table limits (the layout itself was checked): no estimate */
+    if (plan_compute(p, r, world, msg, sizeof msg) == 0) key = plan_check_fit(p, r, available, p->gpu ? "the device's memory" : "this host's memory and swap",
+                                                              msg, sizeof msg);
+    if (key)
+        mt_set_error(err, errlen, "%s: the model does not fit: %s (`megatrain plan RECIPE` shows the estimate)", key,
+                     msg);
+    free(p);
+    return key ? -1 : 0;
 }

@@ -13,6 +13,16 @@
 
 #define PLAN_MAX_STAGES 256
 
+/* The kinds of parameters, each sized by its own recipe keys (PlanStage.group_params). */
+typedef enum {
+    PLAN_EMBEDDING, /* embed.weight and lm_head: model.vocab_size */
+    PLAN_ATTENTION, /* q/k/v/o and the norms: model.hidden_size */
+    PLAN_MLP,       /* gate/up/down: model.intermediate_size */
+    PLAN_EXPERTS,   /* routed experts: model.moe.num_experts x moe_intermediate_size */
+    PLAN_SHARED,    /* the shared expert: model.moe.shared_expert_intermediate_size */
+    PLAN_GROUPS
+} PlanGroup;
+
 /* One pipeline stage; every rank of the stage holds the same amount. */
 typedef struct PlanStage {
     int first_layer[16], num_layers[16]; /* per virtual stage (vpp chunks), layer ranges */
@@ -20,6 +30,7 @@ typedef struct PlanStage {
     bool embedding, final_norm, lm_head; /* lm_head: the untied head, or the tied copy on a last stage */
     double params;                        /* parameters held by one rank of this stage */
     double expert_params;                 /* of them, routed experts' (split over ep, and etp) */
+    double group_params[PLAN_GROUPS];     /* of them, each kind's */
     double weight_bytes, grad_bytes, optimizer_bytes, activation_bytes, logits_bytes;
     double in_flight;                     /* micro-batches whose activations the schedule keeps */
     double total_bytes;
@@ -37,6 +48,30 @@ typedef struct Plan {
 
 /* Fill `plan` for a validated recipe on `world` ranks. Returns 0, or -1 with err. */
 int plan_compute(Plan *plan, const Recipe *recipe, int world, char *err, size_t errlen);
+
+/* The stage with the largest estimate. */
+int plan_worst_stage(const Plan *plan);
+
+/* Into `what`: the part most of stage `stage`'s bytes go to, with the recipe
+ * keys that size it ("the MLP weights (model.intermediate_size = 2000000000)").
+ * Returns the main key ("model.intermediate_size"). */
+const char *plan_stage_driver(const Plan *plan, const Recipe *recipe, int stage, char *what, size_t len);
+
+/* The memory one rank has, in bytes: for run.device cuda GPU 0's (0 in a
+ * CPU build or when it cannot be read), else the host's RAM plus swap. */
+double plan_rank_memory(const Recipe *recipe);
+
+/* NULL when the largest stage's estimate fits in `available` bytes of
+ * `memory` ("the device's memory"); else the recipe key most of it comes
+ * from, with msg saying how much is needed, what for and what to change. */
+const char *plan_check_fit(const Plan *plan, const Recipe *recipe, double available, const char *memory, char *msg,
+                           size_t len);
+
+/* Before anything is allocated: refuse a recipe whose largest stage needs
+ * more than plan_rank_memory per rank, naming the key most of it comes from
+ * (per rank: ranks sharing a host or a GPU are not added up, so only what
+ * cannot fit at all is refused). Returns 0, or -1 with err. */
+int plan_check_memory(const Recipe *recipe, int world, char *err, size_t errlen);
 
 /* `megatrain plan ...` (argv after "plan"); returns the exit status. */
 int plan_main(int argc, char **argv);

@@ -9,10 +9,6 @@
 #include "../core/error.h"
 #include "plan.h"
 
-#ifdef MT_CUDA
-#include <cuda_runtime_api.h>
-#endif
-
 #define MAX_PLAN_OVERRIDES 64
 
 static const char *const plan_usage =
@@ -33,18 +29,6 @@ static const char *count_text(double n, char *buf, size_t len) {
     else if (n >= 1e3) snprintf(buf, len, "%.2fK", n / 1e3);
     else snprintf(buf, len, "%.0f", n);
     return buf;
-}
-
-static double device_memory_gib(const Recipe *recipe) {
-#ifdef MT_CUDA
-    struct cudaDeviceProp prop;
-    if (strcmp(recipe->run.device, "cuda") == 0 && cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
-        return (double)prop.totalGlobalMem / GiB;
-    (void)cudaGetLastError();
-#else
-    (void)recipe;
-#endif
-    return 0.0;
 }
 
 static void print_stage_layers(const PlanStage *st) {
@@ -99,7 +83,8 @@ int plan_main(int argc, char **argv) {
     if (world == 0) world = recipe.parallel.tp * recipe.parallel.cp * recipe.parallel.pp;
     static Plan plan;
     if (plan_compute(&plan, &recipe, world, err, sizeof err) != 0) mt_die(MT_EXIT_USAGE, "%s", err);
-    if (device_gib == 0.0) device_gib = device_memory_gib(&recipe);
+    /* the host's memory is not a plan's question (it runs anywhere): only a device's */
+    if (device_gib == 0.0 && plan.gpu) device_gib = plan_rank_memory(&recipe) / GiB;
 
     const GridLayout *g = &plan.grid;
     const ModelConfig *m = &recipe.model;
@@ -119,7 +104,6 @@ int plan_main(int argc, char **argv) {
     printf("%-6s %-12s %-9s %9s %9s %9s %9s %18s %9s %10s  holds\n", "stage", "ranks", "params", "weights", "grads",
            "AdamW", "dist-opt", "activations", "logits", "total GiB");
     const int per_stage = g->tp * g->cp * g->dp;
-    int worst = -1;
     for (int s = 0; s < g->pp; s++) {
         const PlanStage *st = &plan.stages[s];
         char ranks[32], acts[40];
@@ -131,16 +115,12 @@ int plan_main(int argc, char **argv) {
                st->total_bytes / GiB);
         print_stage_layers(st);
         putchar('\n');
-        if (worst < 0 || st->total_bytes > plan.stages[worst].total_bytes) worst = s;
     }
     printf("(estimates: cuBLASLt, NCCL and allocator scratch are not counted; leave a few GiB)\n");
-    if (device_gib > 0.0 && plan.stages[worst].total_bytes / GiB > device_gib) {
+    char advice[1024];
+    if (device_gib > 0.0 && plan_check_fit(&plan, &recipe, device_gib * GiB, "the device's memory", advice, sizeof advice)) {
         fflush(stdout);
-        fprintf(stderr,
-                "megatrain: warning: stage %d needs about %.1f GiB per rank, more than the device's %.1f GiB: "
-                "raise parallel.tp or parallel.pp, set parallel.distributed_optimizer: true, or lower "
-                "train.micro_batch_size\n",
-                worst, plan.stages[worst].total_bytes / GiB, device_gib);
+        fprintf(stderr, "megatrain: warning: %s\n", advice);
     }
     return MT_EXIT_OK;
 }

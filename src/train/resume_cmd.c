@@ -222,7 +222,14 @@ static int resume_from(const char *arg, const char *const *sets, int num_sets) {
         return MT_EXIT_FAILURE;
     }
     long pointer;
-    if (n > 0 && ckpt_read_latest(loc.checkpoints_dir, &pointer) == 0 && pointer != steps[n - 1])
+    char found[256];
+    int pointer_status = ckpt_read_latest(loc.checkpoints_dir, &pointer, found, sizeof found);
+    if (pointer_status == -2 && n > 0)
+        mt_warn("%s/%s holds %s, not a step number; ignoring it: resuming from the newest checkpoint directory, "
+                "iter_%07ld", loc.checkpoints_dir, CKPT_LATEST_FILE, found, steps[n - 1]);
+    else if (pointer_status == -2)
+        mt_warn("%s/%s holds %s, not a step number; ignoring it", loc.checkpoints_dir, CKPT_LATEST_FILE, found);
+    else if (n > 0 && pointer_status == 0 && pointer != steps[n - 1])
         mt_log("resume: %s says step %ld, the newest checkpoint directory is step %ld", CKPT_LATEST_FILE, pointer,
                steps[n - 1]);
     int status = TRY_NEXT, skipped = 0;

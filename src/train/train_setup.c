@@ -13,6 +13,7 @@
 #include "../core/error.h"
 #include "../core/fs.h"
 #include "../dist/comm.h"
+#include "../plan/plan.h"
 #include "batch_schedule.h"
 #include "train_context.h"
 #include "train_device.h"
@@ -135,6 +136,8 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
     if (status != 0) return status;
     status = check_supported(recipe, &ctx->layout, err, errlen);
     if (status != 0) return status;
+    /* a model too large for this host (or GPU) is refused naming its key, not met by "out of memory" */
+    if (plan_check_memory(recipe, ctx->layout.world_size, err, errlen) != 0) return MT_EXIT_USAGE;
 
     const TrainConfig *train = &recipe->train;
     ctx->total_steps = train_total_steps(train);

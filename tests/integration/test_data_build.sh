@@ -2,7 +2,9 @@
 # test_data_build.sh: `megatrain data build` turns plain text and JSONL into a
 # Megatron .bin/.idx pair with byte tokens (uint16, '\n' = 10 ending each
 # document), and its errors exit non-zero, name the file and line, and leave
-# no files behind (nor touch a good dataset already there).
+# no files behind (nor touch a good dataset already there). An existing
+# prefix is refused without --overwrite; a build stopped or killed midway
+# never leaves a PREFIX.idx.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 D="$WORK"
@@ -78,12 +80,57 @@ expect_fail 2 "--output" --input "$D/plain.txt"
 expect_fail 2 "unexpected argument" --input "$D/plain.txt" --output "$D/bad/x" --vocab 5
 only_files "$D/bad" || fail "failed builds left files behind: $(ls -A "$D/bad")"
 
-# a failing build leaves a good dataset under the same prefix untouched
+# --- an existing prefix: refused (exit 2, naming the files) unless --overwrite -
 cp "$D/out/plain.bin" "$D/plain.bin.before"; cp "$D/out/plain.idx" "$D/plain.idx.before"
-expect_fail '!' "broken.jsonl:2" --input "$D/broken.jsonl" --output "$D/out/plain"
-cmp -s "$D/out/plain.bin" "$D/plain.bin.before" && cmp -s "$D/out/plain.idx" "$D/plain.idx.before" ||
-  fail "a failed build changed the existing dataset"
+same_as_before() { cmp -s "$D/out/plain.bin" "$D/plain.bin.before" && cmp -s "$D/out/plain.idx" "$D/plain.idx.before"; }
+expect_fail 2 "--output $D/out/plain: $D/out/plain.bin and $D/out/plain.idx already exist; pass --overwrite" \
+  --input "$D/docs.jsonl" --output "$D/out/plain"
+same_as_before || fail "a refused build changed the existing dataset"
+cp "$D/out/body.bin" "$D/half.bin"  # a lone .bin is refused too
+expect_fail 2 "$D/half.bin already exists; pass --overwrite to replace it" --input "$D/docs.jsonl" --output "$D/half"
+# a failing --overwrite build leaves the dataset under the same prefix untouched
+expect_fail '!' "broken.jsonl:2" --input "$D/broken.jsonl" --output "$D/out/plain" --overwrite
+same_as_before || fail "a failed build changed the existing dataset"
+only_files "$D/out" plain.bin plain.idx json.bin json.idx body.bin body.idx || fail "leftovers in out/: $(ls -A "$D/out")"
+# --overwrite replaces it
+"$MEGATRAIN" data build --input "$D/docs.jsonl" --output "$D/out/plain" --overwrite > /dev/null
+cmp -s "$D/out/plain.bin" "$D/out/json.bin" && cmp -s "$D/out/plain.idx" "$D/out/json.idx" ||
+  fail "--overwrite did not replace the dataset"
 only_files "$D/out" plain.bin plain.idx json.bin json.idx body.bin body.idx || fail "leftovers in out/: $(ls -A "$D/out")"
 
+# --- a build stopped midway (reading a FIFO that stays open) -------------------
+# SIGTERM: its temporary files removed, nothing under the prefix; SIGKILL: no
+# PREFIX.bin nor PREFIX.idx (only its PREFIX.bin.tmp.PID), and with
+# --overwrite the old dataset intact.
+mkfifo "$D/fifo"
+mkdir -p "$D/kill"
+start_build() { # start_build PREFIX [ARGS...]: sets pid once the build writes its temporary .bin
+  "$MEGATRAIN" data build --input "$D/fifo" --output "$1" "${@:2}" > /dev/null 2> "$D/kill.err" &
+  pid=$!
+  exec 3> "$D/fifo"
+  printf 'first document\nsecond document\n' >&3
+  for _ in $(seq 1 600); do compgen -G "$1.bin.tmp.*" > /dev/null && return 0; sleep 0.05; done
+  fail "the build into $1 did not start: $(cat "$D/kill.err")"
+}
+stop_build() { kill -"$1" "$pid"; status=0; { wait "$pid" || status=$?; } 2> /dev/null; exec 3>&-; }
+start_build "$D/kill/term"
+stop_build TERM
+[[ $status -eq 143 ]] || fail "SIGTERM: exit status $status, expected 143 (killed by SIGTERM after cleaning up)"
+grep -q "stopped by SIGTERM at line 2 of $D/fifo; nothing written under $D/kill/term" "$D/kill.err" ||
+  fail "SIGTERM: no message: $(cat "$D/kill.err")"
+only_files "$D/kill" || fail "SIGTERM left files: $(ls -A "$D/kill")"
+start_build "$D/kill/x"
+stop_build KILL
+[[ ! -e "$D/kill/x.idx" && ! -e "$D/kill/x.bin" ]] || fail "SIGKILL left a dataset that looks complete: $(ls -A "$D/kill")"
+compgen -G "$D/kill/x.bin.tmp.*" > /dev/null || fail "SIGKILL: the build was not midway (no temporary .bin)"
+"$MEGATRAIN" data build --input "$D/plain.txt" --output "$D/kill/x" > /dev/null ||
+  fail "a build after a killed one into the same prefix failed"
+cp "$D/kill/x.bin" "$D/x.bin.before"; cp "$D/kill/x.idx" "$D/x.idx.before"
+start_build "$D/kill/x" --overwrite
+stop_build KILL
+cmp -s "$D/kill/x.bin" "$D/x.bin.before" && cmp -s "$D/kill/x.idx" "$D/x.idx.before" ||
+  fail "an --overwrite build killed midway changed the old dataset"
+
 "$MEGATRAIN" data build --help | grep -q -- "--input FILE" || fail "--help does not print usage"
+"$MEGATRAIN" data build --help | grep -q -- "--overwrite  *replace an existing PREFIX.bin" || fail "--help does not list --overwrite"
 echo "data build: ok"

@@ -49,6 +49,18 @@ f=$FIX/good_minimal.yaml
 expect_error "$f" "--set train.stpes=3: unknown key 'train.stpes'" "did you mean 'train.steps'?" --set train.stpes=3
 expect_error "$f" "--set optimizer.lr=-1: optimizer.lr:" "expected a number >= 0, found '-1'" --set optimizer.lr=-1
 expect_error "$f" "--set precision=fp16: precision:" "expected one of fp32 | bf16" --set precision=fp16
+# a key missing from the recipe is blamed on its section's line, not on a --set of another key there
+f=$WORK/no_seq_len.yaml
+grep -v 'seq_len:' $FIX/good_minimal.yaml > "$f"
+expect_error "$f" "$f:$(line_of "$f" "train:"): train.seq_len: missing required key" "train.seq_len" --set train.steps=3
+# a directory given as the recipe is called one (libyaml alone says "input error")
+mkdir -p "$WORK/recipe_dir.yaml"
+expect_error "$WORK/recipe_dir.yaml" "$WORK/recipe_dir.yaml: is a directory, expected a YAML file" "directory"
+# a model too large for this host is refused before anything is allocated, naming the key (not "out of memory")
+f=$FIX/good_minimal.yaml
+expect_error "$f" "model.intermediate_size: the model does not fit: stage 0 needs about" \
+  "most of it is the MLP weights (model.intermediate_size = 2000000000)" \
+  --set model.intermediate_size=2000000000 --set run.dir="$WORK/too_large"
 # a missing recipe file is named
 expect_error "$WORK/no-such-recipe.yaml" "$WORK/no-such-recipe.yaml" "No such file"
 echo "recipe errors: ok"

@@ -5,7 +5,8 @@
 # schedule spanning the resume point, with async saves on and off. A run
 # stopped by SIGTERM (mid-run, even mid-save) saves, exits 0 and resumes to
 # the same losses; likewise SIGUSR1. Checks the checkpoint layout, the latest
-# pointer, retention (keep_last 2) and that metrics.jsonl has each step once.
+# pointer (one holding garbage is warned about and ignored), retention
+# (keep_last 2) and that metrics.jsonl has each step once.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 demo_data "$WORK/english"
@@ -36,8 +37,15 @@ for async in true false; do
   dir="$WORK/resumed-$async"
   run "$dir" 20 --set checkpoint.async=$async > /dev/null
   [[ "$(cat "$dir/checkpoints/latest_checkpointed_iteration.txt")" == 20 ]] || fail "async=$async: no checkpoint at 20"
-  "$MEGATRAIN" resume "$dir" --set train.steps=40 > "$WORK/resume-$async.log"
+  pointer="$dir/checkpoints/latest_checkpointed_iteration.txt"
+  if [[ $async == false ]]; then printf 'twenty\n' > "$pointer"; fi  # a damaged pointer: warned about, not used
+  "$MEGATRAIN" resume "$dir" --set train.steps=40 > "$WORK/resume-$async.log" 2>&1
   grep -q "resume: from .*iter_0000020 at step 20" "$WORK/resume-$async.log" || fail "async=$async: did not resume at 20"
+  if [[ $async == false ]]; then
+    grep -qF "warning: $pointer holds 'twenty', not a step number; ignoring it: resuming from the newest checkpoint directory, iter_0000020" \
+      "$WORK/resume-$async.log" || fail "no warning about the damaged pointer: $(head -n 3 "$WORK/resume-$async.log")"
+    [[ "$(cat "$pointer")" == 40 ]] || fail "the damaged pointer was not replaced by the next save"
+  fi
   diff <(losses "$WORK/straight") <(losses "$dir") > "$WORK/diff.txt" \
     || fail "async=$async: losses differ from the straight run: $(head -n 4 "$WORK/diff.txt")"
   grep -q "^train:$" "$dir/recipe.yaml" && grep -q "steps: 40" "$dir/recipe.yaml" \

@@ -211,6 +211,17 @@ static void test_corruption_detected(void **state) {
 
     assert_int_equal(truncate(path, shard_size - 100), 0);
     expect_unreadable(dir, "truncated", NULL);
+    /* read past the size check, the tensor cut off says the file is truncated, with both sizes */
+    r = ckpt_reader_open_metadata(dir, err, sizeof err);
+    assert_non_null(r);
+    assert_int_equal(ckpt_reader_verify_tensor(r, ckpt_meta_find(&r->meta, "optimizer.v.lm_head.weight"), err, sizeof err),
+                     -1);
+    char expected[160];
+    snprintf(expected, sizeof expected, "shard_00000.zst: tensor 'optimizer.v.lm_head.weight' chunk 0: cannot read bytes ");
+    assert_non_null(strstr(err, expected));
+    snprintf(expected, sizeof expected, ": the file is truncated: expected %ld bytes, found %ld", shard_size, shard_size - 100);
+    if (!strstr(err, expected)) fail_msg("'%s' does not say '%s'", err, expected);
+    ckpt_reader_close(r);
     assert_int_equal(truncate(path, shard_size), 0); /* zero-filled tail: size right, content wrong */
     expect_unreadable(dir, "optimizer.v.lm_head.weight", "chunk 0"); /* the last tensor written */
 

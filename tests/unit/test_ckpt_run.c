@@ -2,7 +2,8 @@
  * latest pointer, apply retention (keep_last, keep_every) and remove what
  * killed saves and deletions left; the async saver writes the state as it
  * was at save() while the caller changes it, and a failed write (sync or in
- * the background) is reported with the step and the path. */
+ * the background) is reported with the step and the path; a pointer that
+ * holds no step number is told apart from a missing one, with what it holds. */
 #include <fcntl.h>
 #include <math.h>
 #include <setjmp.h>
@@ -52,7 +53,8 @@ static void test_save_run_latest_retention_leftovers(void **state) {
                          .iteration = step, .compression_level = 1, .filter = CKPT_FILTER_SHUFFLE4, .threads = 1};
         assert_int_equal(ckpt_save_run(ck, step, &p, &recipe.checkpoint, NULL, err, sizeof err), 0);
         long latest = -1;
-        assert_int_equal(ckpt_read_latest(ck, &latest), 0);
+        char found[128];
+        assert_int_equal(ckpt_read_latest(ck, &latest, found, sizeof found), 0);
         assert_int_equal(latest, step);
     }
     long *steps = NULL;
@@ -92,7 +94,8 @@ static void test_async_saver_snapshots_state(void **state) {
     snprintf(dir, sizeof dir, "%s/iter_0000017", ck);
     expect_loads_equal(dir, &copy);
     long latest;
-    assert_int_equal(ckpt_read_latest(ck, &latest), 0);
+    char found[128];
+    assert_int_equal(ckpt_read_latest(ck, &latest, found, sizeof found), 0);
     assert_int_equal(latest, 18);
     free_saved(&s);
     free_saved(&copy);
@@ -126,11 +129,58 @@ static void test_failed_save_reported(void **state) {
     free_saved(&s);
 }
 
+/* The latest pointer: a step number (with a newline or not); anything else
+ * is -2 with what it holds, escaped and shortened, for the warning. */
+static void test_latest_pointer_contents(void **state) {
+    (void)state;
+    char ck[512], path[600], err[512], found[128];
+    snprintf(ck, sizeof ck, "%s/pointer", work);
+    assert_int_equal(mt_make_dirs(ck, err, sizeof err), 0);
+    snprintf(path, sizeof path, "%s/%s", ck, CKPT_LATEST_FILE);
+    long step = -1;
+    assert_int_equal(ckpt_read_latest(ck, &step, found, sizeof found), -1); /* absent */
+    static const struct {
+        const char *text;
+        size_t len;
+        long step;           /* -1: not a step */
+        const char *found;
+    } cases[] = {
+        {"40\n", 3, 40, NULL},
+        {"7", 1, 7, NULL},
+        {"twenty\n", 7, -1, "'twenty'"},
+        {"40 41\n", 6, -1, "'40 41'"},
+        {"-3\n", 3, -1, "'-3'"},
+        {"", 0, -1, "nothing (an empty file)"},
+        {"1\0\x01z", 4, -1, "'1\\x00\\x01z'"},
+        {"99999999999999999999999\n", 24, -1, "'99999999999999999999999'"},
+        {"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx", 72, -1,
+         "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx...'"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        FILE *f = fopen(path, "wb");
+        assert_non_null(f);
+        assert_int_equal(fwrite(cases[i].text, 1, cases[i].len, f), cases[i].len);
+        fclose(f);
+        step = -1;
+        found[0] = '\0';
+        int rc = ckpt_read_latest(ck, &step, found, sizeof found);
+        if (cases[i].step >= 0) {
+            assert_int_equal(rc, 0);
+            assert_int_equal(step, cases[i].step);
+        } else {
+            assert_int_equal(rc, -2);
+            assert_int_equal(step, -1);
+            assert_string_equal(found, cases[i].found);
+        }
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_save_run_latest_retention_leftovers),
         cmocka_unit_test(test_async_saver_snapshots_state),
         cmocka_unit_test(test_failed_save_reported),
+        cmocka_unit_test(test_latest_pointer_contents),
     };
     return cmocka_run_group_tests(tests, ckpt_test_setup, ckpt_test_teardown);
 }

@@ -245,7 +245,14 @@ static void test_config_errors(void **state) {
     expect_config_error(BASE("llama") ", \"rope_theta\": -1.0}", "rope_theta: expected a positive number");
     expect_config_error(BASE("llama") ", \"head_dim\": 7}", "head_dim: expected a positive even integer, found 7");
     expect_config_error(BASE("llama") ", \"tie_word_embeddings\": 1}", "tie_word_embeddings: expected true or false");
-    expect_config_error(BASE("llama") ", \"num_hidden_layers\": 100000}", "num_hidden_layers: 100000 is more than");
+    expect_config_error(BASE("llama") ", \"num_hidden_layers\": 100000}",
+                        "num_hidden_layers: 100000 is too large (expected at most 1024)");
+    expect_config_error(BASE("llama") ", \"num_hidden_layers\": 1e12}",
+                        "num_hidden_layers: 1000000000000 is too large (expected at most 1024)");
+    expect_config_error(BASE("llama") ", \"vocab_size\": 1e300}", "vocab_size: 1e+300 is too large (expected at most 2147483647)");
+    expect_config_error(BASE("llama") ", \"hidden_size\": 4294967296}",
+                        "hidden_size: 4294967296 is too large (expected at most 2147483647)");
+    expect_config_error(BASE("llama") ", \"hidden_size\": 64.5}", "hidden_size: expected an integer >= 1, found 64.5");
     expect_config_error("[1, 2]", "expected a JSON object, found an array");
     expect_config_error(BASE("llama") ",}", "x/config.json: line 1, column");
 

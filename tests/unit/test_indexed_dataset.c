@@ -3,7 +3,8 @@
  * Round trips for uint16 and int32; the writer's .idx compared byte for byte
  * with a layout spelled out here from the format (so a layout mistake shared
  * by writer and reader is still caught); a hand-written dataset read back;
- * and every kind of bad file rejected with an error naming it.
+ * every kind of bad file rejected with an error naming it; and an existing
+ * dataset replaced only when the writer may overwrite.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -293,6 +294,51 @@ static void test_writer_rejects_and_aborts(void **state) {
     assert_null(indexed_dataset_writer_open(prefix, IDX_DTYPE_FLOAT32, err, sizeof(err)));
 }
 
+/* Write one document of `n` tokens (all `token`) under prefix; finish's result. */
+static int write_one(const char *prefix, int32_t token, int n, bool overwrite, char *err, size_t errlen) {
+    IndexedDatasetWriter *w = indexed_dataset_writer_open(prefix, IDX_DTYPE_UINT16, err, errlen);
+    assert_non_null(w);
+    indexed_dataset_writer_set_overwrite(w, overwrite);
+    int32_t tokens[8];
+    for (int i = 0; i < n; i++) tokens[i] = token;
+    assert_int_equal(indexed_dataset_writer_add_document(w, tokens, n), 0);
+    return indexed_dataset_writer_finish(w, err, errlen);
+}
+
+/* An existing dataset is not replaced (finish fails naming the file, the
+ * old files stay, no temporary file is left) unless overwrite is set. */
+static void test_writer_overwrite(void **state) {
+    char err[512] = "", prefix[512], bin[600], idx[600];
+    strcpy(prefix, in_work("ds"));
+    snprintf(bin, sizeof(bin), "%s.bin", prefix);
+    snprintf(idx, sizeof(idx), "%s.idx", prefix);
+    assert_int_equal(write_one(prefix, 7, 3, false, err, sizeof(err)), 0);
+    Bytes old_bin = read_whole(bin), old_idx = read_whole(idx);
+    assert_int_equal(old_bin.len, 6);
+
+    assert_int_equal(write_one(prefix, 9, 5, false, err, sizeof(err)), -1);
+    if (!strstr(err, bin) || !strstr(err, "already exists (not replaced)")) fail_msg("%s", err);
+    Bytes b = read_whole(bin), i = read_whole(idx);
+    assert_true(b.len == old_bin.len && memcmp(b.data, old_bin.data, b.len) == 0);
+    assert_true(i.len == old_idx.len && memcmp(i.data, old_idx.data, i.len) == 0);
+    assert_int_equal(count_dir_entries(), 2);
+
+    assert_int_equal(unlink(bin), 0); /* a lone .idx is not replaced either, and no .bin is left beside it */
+    assert_int_equal(write_one(prefix, 9, 5, false, err, sizeof(err)), -1);
+    if (!strstr(err, idx) || !strstr(err, "already exists (not replaced)")) fail_msg("%s", err);
+    assert_false(file_exists(bin));
+    assert_int_equal(count_dir_entries(), 1);
+
+    assert_int_equal(write_one(prefix, 9, 5, true, err, sizeof(err)), 0);
+    IndexedDataset ds;
+    assert_int_equal(indexed_dataset_open(&ds, prefix, err, sizeof(err)), 0);
+    int32_t got[5];
+    indexed_dataset_read(&ds, 0, 0, 5, got);
+    for (int k = 0; k < 5; k++) assert_int_equal(got[k], 9);
+    indexed_dataset_close(&ds);
+    assert_int_equal(count_dir_entries(), 2);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_round_trip_uint16, setup, teardown),
@@ -300,6 +346,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_hand_written_dataset, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writer_rejects_and_aborts, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_writer_overwrite, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -135,11 +135,56 @@ static void test_schedule_and_sharding(void **state) {
     assert_true(fabs(vpp.stages[3].logits_bytes / vpp.stages[3].in_flight - p.stages[3].logits_bytes) < 1.0);
 }
 
+/* The memory check names the key most of the estimate comes from, and passes what fits. */
+static void test_memory_driver(void **state) {
+    (void)state;
+    static Recipe r;
+    static Plan p;
+    char err[1024], msg[1024];
+    const double GiB = 1073741824.0;
+    load(&r, "llama3-8b", 1, 1, 1, 1, 0);
+    assert_int_equal(plan_compute(&p, &r, 1, err, sizeof err), 0);
+    assert_null(plan_check_fit(&p, &r, 1e6 * GiB, "the device's memory", msg, sizeof msg));
+    const char *key = plan_check_fit(&p, &r, 16 * GiB, "the device's memory", msg, sizeof msg);
+    assert_non_null(key);
+    assert_string_equal(key, "model.intermediate_size"); /* 3 x 4096 x 14336 x 32 of the 8B parameters */
+    if (!strstr(msg, "stage 0 needs about ") || !strstr(msg, "more than the device's memory (16.0 GiB)") ||
+        !strstr(msg, "most of it is the MLP weights (model.intermediate_size = 14336)"))
+        fail_msg("%s", msg);
+    r.model.vocab_size = 4000000; /* embedding and lm_head: 2 x 4M x 4096 */
+    assert_int_equal(plan_compute(&p, &r, 1, err, sizeof err), 0);
+    assert_string_equal(plan_check_fit(&p, &r, 16 * GiB, "the device's memory", msg, sizeof msg), "model.vocab_size");
+    assert_non_null(strstr(msg, "the embedding (model.vocab_size = 4000000 x model.hidden_size = 4096)"));
+    r.model.vocab_size = 128256;
+    r.train.micro_batch_size = 256; /* 256 x 512 tokens of activations */
+    assert_int_equal(plan_compute(&p, &r, 1, err, sizeof err), 0);
+    assert_string_equal(plan_check_fit(&p, &r, 16 * GiB, "the device's memory", msg, sizeof msg),
+                        "train.micro_batch_size");
+    /* on the CPU the check is against this host's memory and swap, before anything is allocated */
+    r.train.micro_batch_size = 2;
+    r.model.intermediate_size = 2000000000;
+    snprintf(r.run.device, sizeof r.run.device, "cpu");
+    assert_int_equal(plan_check_memory(&r, 1, err, sizeof err), -1);
+    const char *start = "model.intermediate_size: the model does not fit: stage 0 needs about ";
+    if (strncmp(err, start, strlen(start)) != 0 ||
+        !strstr(err, "more than this host's memory and swap ("))
+        fail_msg("%s", err);
+    r.model.num_layers = 2; /* a tiny model fits any host */
+    r.model.hidden_size = 64;
+    r.model.num_attention_heads = 4;
+    r.model.num_key_value_heads = 2;
+    r.model.head_dim = 16;
+    r.model.intermediate_size = 192;
+    r.model.vocab_size = 256;
+    assert_int_equal(plan_check_memory(&r, 1, err, sizeof err), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_parameter_once),
         cmocka_unit_test(test_schedule_and_sharding),
         cmocka_unit_test(test_moe_params_once),
+        cmocka_unit_test(test_memory_driver),
     };
     return cmocka_run_group_tests(tests, work_dir_setup, work_dir_teardown);
 }
