@@ -26,9 +26,9 @@ declare -A MAY=(
   [ckpt]="core config backend dist model"
   [obs]="core config backend dist model ckpt"
   [convert]="core config backend dist model ckpt"
+  [plan]="core config backend dist model"
   [eval]="core config backend dist model data ckpt convert obs"
-  [train]="core config backend dist model data ckpt convert obs"
-  [plan]="core config backend dist model data ckpt convert obs train"
+  [train]="core config backend dist model data ckpt convert obs plan"
   [version.h]=""
   [main.c]="core config backend dist model data ckpt convert obs train plan eval"
 )

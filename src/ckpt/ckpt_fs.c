@@ -50,40 +50,6 @@ int ckpt_write_file(const char *path, const void *data, size_t n, char *err, siz
     return 0;
 }
 
-int ckpt_sync_dir(const char *dir, char *err, size_t errlen) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || mt_sync_close(fd) != 0) {
-        mt_set_error(err, errlen, "%s: cannot fsync the directory: %s", dir, strerror(errno));
-        return -1;
-    }
-    return 0;
-}
-
-void ckpt_parent_dir(const char *path, char *out, size_t outlen) {
-    snprintf(out, outlen, "%s", path);
-    size_t n = strlen(out);
-    while (n > 1 && out[n - 1] == '/') out[--n] = '\0';
-    char *slash = strrchr(out, '/');
-    if (!slash) snprintf(out, outlen, ".");
-    else if (slash == out) out[1] = '\0';
-    else *slash = '\0';
-}
-
-int ckpt_rename_noreplace(const char *from, const char *to) {
-#ifdef RENAME_NOREPLACE
-    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0) return 0;
-    if (errno != EINVAL && errno != ENOSYS) return -1;
-#endif
-    /* File systems without RENAME_NOREPLACE: check, then rename (rename
-     * would replace an empty directory, never a checkpoint's full one). */
-    struct stat st;
-    if (lstat(to, &st) == 0) {
-        errno = EEXIST;
-        return -1;
-    }
-    return rename(from, to);
-}
-
 static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     (void)st;
     (void)ftw;

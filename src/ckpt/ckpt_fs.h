@@ -1,11 +1,13 @@
 /* ckpt_fs.h: the file-system steps of a crash-safe save: complete writes,
- * fsync of files and directories, a rename that never replaces, removal of
- * a directory tree, and whole-file reads. */
+ * removal of a directory tree, and whole-file reads (fsync of directories
+ * and a rename that never replaces are in src/core/fs.h). */
 #ifndef MT_CKPT_CKPT_FS_H
 #define MT_CKPT_CKPT_FS_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "../core/fs.h"
 
 /* write() all n bytes (retrying short writes and EINTR). Returns 0 or -1 (errno). */
 int ckpt_write_all(int fd, const void *data, size_t n);
@@ -13,16 +15,6 @@ int ckpt_write_all(int fd, const void *data, size_t n);
 /* Create `path` (which must not exist) with `data`, fsync and close it.
  * Returns 0, or -1 with err naming the file. */
 int ckpt_write_file(const char *path, const void *data, size_t n, char *err, size_t errlen);
-
-/* fsync a directory (so the names in it are durable). Returns 0 or -1 with err. */
-int ckpt_sync_dir(const char *dir, char *err, size_t errlen);
-
-/* The directory part of `path` ("." when none) into out. */
-void ckpt_parent_dir(const char *path, char *out, size_t outlen);
-
-/* rename(from, to) that fails with EEXIST instead of replacing `to`
- * (renameat2 RENAME_NOREPLACE, with a checked fallback). Returns 0 or -1 (errno). */
-int ckpt_rename_noreplace(const char *from, const char *to);
 
 /* rm -r `path` (no error when it does not exist). Returns 0 or -1 with err. */
 int ckpt_remove_tree(const char *path, char *err, size_t errlen);

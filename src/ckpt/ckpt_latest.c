@@ -115,7 +115,7 @@ int ckpt_write_latest(const char *checkpoints_dir, long step, char *err, size_t 
         unlink(tmp);
         return -1;
     }
-    return ckpt_sync_dir(checkpoints_dir, err, errlen);
+    return mt_sync_dir(checkpoints_dir, err, errlen);
 }
 
 /* "iter_NNNNNNN.tmp.PID", "iter_NNNNNNN.deleting" and the pointer's temporary files. */
@@ -145,8 +145,8 @@ int ckpt_save_run(const char *checkpoints_dir, long step, const CkptPayload *pay
     struct stat st;
     if (stat(checkpoints_dir, &st) != 0) { /* the first save: make checkpoints/ itself durable */
         char parent[MT_PATH_MAX];
-        ckpt_parent_dir(checkpoints_dir, parent, sizeof parent);
-        if (mt_make_dirs(checkpoints_dir, err, errlen) != 0 || ckpt_sync_dir(parent, err, errlen) != 0) return -1;
+        mt_parent_dir(checkpoints_dir, parent, sizeof parent);
+        if (mt_make_dirs(checkpoints_dir, err, errlen) != 0 || mt_sync_dir(parent, err, errlen) != 0) return -1;
     }
     ckpt_remove_leftovers(checkpoints_dir);
     char dir[MT_PATH_MAX + 32];

@@ -43,10 +43,10 @@ int ckpt_locate(const char *arg, CkptLocation *loc, char *err, size_t errlen) {
         loc->single = true;
         snprintf(loc->checkpoint_dir, sizeof loc->checkpoint_dir, "%s", path);
         char parent[MT_PATH_MAX];
-        ckpt_parent_dir(path, parent, sizeof parent);
+        mt_parent_dir(path, parent, sizeof parent);
         if (strcmp(base_name(parent), "checkpoints") == 0) {
             snprintf(loc->checkpoints_dir, sizeof loc->checkpoints_dir, "%s", parent);
-            ckpt_parent_dir(parent, loc->run_dir, sizeof loc->run_dir);
+            mt_parent_dir(parent, loc->run_dir, sizeof loc->run_dir);
         }
         return 0;
     }
@@ -67,7 +67,7 @@ int ckpt_locate(const char *arg, CkptLocation *loc, char *err, size_t errlen) {
     snprintf(probe, sizeof probe, "%s/%s", path, CKPT_LATEST_FILE);
     if (count > 0 || access(probe, F_OK) == 0) {
         snprintf(loc->checkpoints_dir, sizeof loc->checkpoints_dir, "%s", path);
-        if (strcmp(base_name(path), "checkpoints") == 0) ckpt_parent_dir(path, loc->run_dir, sizeof loc->run_dir);
+        if (strcmp(base_name(path), "checkpoints") == 0) mt_parent_dir(path, loc->run_dir, sizeof loc->run_dir);
         return 0;
     }
     mt_set_error(err, errlen, "%s: holds no checkpoints (expected a run directory with checkpoints/, a checkpoints "

@@ -444,7 +444,7 @@ int ckpt_write_metadata(const char *tmp, const CkptPayload *p, const CkptFileMet
     char path[MT_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/%s", tmp, CKPT_METADATA_FILE);
     if (ckpt_write_file(path, encoded, encoded_len, err, errlen) != 0) goto done;
-    if (ckpt_sync_dir(tmp, err, errlen) != 0) goto done;
+    if (mt_sync_dir(tmp, err, errlen) != 0) goto done;
     if (stats) {
         stats->stored_bytes = encoded_len;
         for (int i = 0; i < num_files; i++) stats->stored_bytes += files[i].size;
@@ -490,15 +490,15 @@ int ckpt_make_temp_dir(const char *dir, char *tmp, size_t tmplen, char *err, siz
 int ckpt_commit_dir(const char *tmp, const char *dir, char *err, size_t errlen) {
     char ignored[256];
     ckpt_test_slow_point();
-    if (ckpt_rename_noreplace(tmp, dir) != 0) {
+    if (mt_rename_noreplace(tmp, dir) != 0) {
         mt_set_error(err, errlen, "%s: cannot rename %s into place: %s", dir, tmp,
                      errno == EEXIST ? "it already exists; a checkpoint is never overwritten" : strerror(errno));
         ckpt_remove_tree(tmp, ignored, sizeof ignored);
         return -1;
     }
     char parent[MT_PATH_MAX];
-    ckpt_parent_dir(dir, parent, sizeof parent);
-    if (ckpt_sync_dir(parent, err, errlen) != 0) { /* durability unknown: report failure, leave nothing */
+    mt_parent_dir(dir, parent, sizeof parent);
+    if (mt_sync_dir(parent, err, errlen) != 0) { /* durability unknown: report failure, leave nothing */
         ckpt_remove_tree(dir, ignored, sizeof ignored);
         return -1;
     }

@@ -2,6 +2,7 @@
 #include "fs.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -61,4 +62,38 @@ int mt_sync_close(int fd) {
     if (close(fd) != 0 && rc == 0) return -1;
     errno = saved;
     return rc;
+}
+
+int mt_sync_dir(const char *dir, char *err, size_t errlen) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0 || mt_sync_close(fd) != 0) {
+        mt_set_error(err, errlen, "%s: cannot fsync the directory: %s", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+void mt_parent_dir(const char *path, char *out, size_t outlen) {
+    snprintf(out, outlen, "%s", path);
+    size_t n = strlen(out);
+    while (n > 1 && out[n - 1] == '/') out[--n] = '\0';
+    char *slash = strrchr(out, '/');
+    if (!slash) snprintf(out, outlen, ".");
+    else if (slash == out) out[1] = '\0';
+    else *slash = '\0';
+}
+
+int mt_rename_noreplace(const char *from, const char *to) {
+#ifdef RENAME_NOREPLACE
+    if (renameat2(AT_FDCWD, from, AT_FDCWD, to, RENAME_NOREPLACE) == 0) return 0;
+    if (errno != EINVAL && errno != ENOSYS) return -1;
+#endif
+    /* File systems without RENAME_NOREPLACE: check, then rename (rename
+     * would replace an empty directory, never a checkpoint's full one). */
+    struct stat st;
+    if (lstat(to, &st) == 0) {
+        errno = EEXIST;
+        return -1;
+    }
+    return rename(from, to);
 }

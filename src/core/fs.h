@@ -17,4 +17,14 @@ int mt_temp_name(char *out, size_t outlen, const char *path);
 /* Flush `fd` to disk and close it. Returns 0 or -1 (errno set). */
 int mt_sync_close(int fd);
 
+/* fsync a directory (so the names in it are durable). Returns 0 or -1 with err. */
+int mt_sync_dir(const char *dir, char *err, size_t errlen);
+
+/* The directory part of `path` ("." when none) into out. */
+void mt_parent_dir(const char *path, char *out, size_t outlen);
+
+/* rename(from, to) that fails with EEXIST instead of replacing `to`
+ * (renameat2 RENAME_NOREPLACE, with a checked fallback). Returns 0 or -1 (errno). */
+int mt_rename_noreplace(const char *from, const char *to);
+
 #endif

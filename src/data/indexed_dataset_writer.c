@@ -16,7 +16,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../ckpt/ckpt_fs.h"
 #include "../core/error.h"
 #include "../core/fs.h"
 #include "indexed_dataset.h"
@@ -187,13 +186,13 @@ static int close_synced(FILE *f) {
  * new dataset left under the prefix; with overwrite the old .idx is gone). */
 static int place_files(IndexedDatasetWriter *w, char *err, size_t errlen) {
     char dir[sizeof w->bin_path];
-    ckpt_parent_dir(w->bin_path, dir, sizeof dir);
+    mt_parent_dir(w->bin_path, dir, sizeof dir);
     if (w->overwrite) {
         if (unlink(w->idx_path) != 0 && errno != ENOENT) {
             mt_set_error(err, errlen, "%s: cannot remove the old index: %s", w->idx_path, strerror(errno));
             return -1;
         }
-        if (ckpt_sync_dir(dir, err, errlen) != 0) return -1;
+        if (mt_sync_dir(dir, err, errlen) != 0) return -1;
         if (rename(w->bin_temp, w->bin_path) != 0) {
             mt_set_error(err, errlen, "%s: cannot rename into place: %s", w->bin_path, strerror(errno));
             return -1;
@@ -204,19 +203,19 @@ static int place_files(IndexedDatasetWriter *w, char *err, size_t errlen) {
             return -1;
         }
     } else {
-        if (ckpt_rename_noreplace(w->bin_temp, w->bin_path) != 0) {
+        if (mt_rename_noreplace(w->bin_temp, w->bin_path) != 0) {
             mt_set_error(err, errlen, "%s: cannot rename into place: %s", w->bin_path,
                          errno == EEXIST ? "it already exists (not replaced)" : strerror(errno));
             return -1;
         }
-        if (ckpt_rename_noreplace(w->idx_temp, w->idx_path) != 0) {
+        if (mt_rename_noreplace(w->idx_temp, w->idx_path) != 0) {
             mt_set_error(err, errlen, "%s: cannot rename into place: %s", w->idx_path,
                          errno == EEXIST ? "it already exists (not replaced)" : strerror(errno));
             unlink(w->bin_path); /* ours: it did not exist before */
             return -1;
         }
     }
-    return ckpt_sync_dir(dir, err, errlen);
+    return mt_sync_dir(dir, err, errlen);
 }
 
 int indexed_dataset_writer_finish(IndexedDatasetWriter *w, char *err, size_t errlen) {

@@ -41,7 +41,7 @@
 
 #include "../core/error.h"
 #include "../model/model.h"
-#include "../train/pipeline_schedule.h"
+#include "../dist/pipeline_schedule.h"
 
 /* Which kind of parameter a registry name is (model_registry.c's names). */
 static PlanGroup param_group(const char *name) {

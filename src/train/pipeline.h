@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "../dist/comm.h"
-#include "pipeline_schedule.h"
+#include "../dist/pipeline_schedule.h"
 
 /* Fills *inputs and *targets (B x T tokens of this rank) with micro-batch `micro`. */
 typedef void (*PipelineLoad)(void *arg, int micro, const int32_t **inputs, const int32_t **targets);

@@ -13,7 +13,7 @@
 
 #include <cmocka.h>
 
-#include "train/pipeline_schedule.h"
+#include "dist/pipeline_schedule.h"
 
 #define MAX_RANKS 8
 #define MAX_OPS 512

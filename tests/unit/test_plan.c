@@ -16,7 +16,7 @@
 #include "config/recipe.h"
 #include "model/model.h"
 #include "plan/plan.h"
-#include "train/pipeline_schedule.h"
+#include "dist/pipeline_schedule.h"
 #include "test_work_dir.h"
 
 /* A recipe on configs/ARCH (tests run from the repository's root) with the

@@ -10,8 +10,8 @@
  * of pp, and the warm-up is (pp - s - 1) * 2 + (vpp - 1) * pp forwards.
  * Forward-only (evaluation): micro-batch after micro-batch, each through
  * the chunks in order (any M). */
-#ifndef MT_TRAIN_PIPELINE_SCHEDULE_H
-#define MT_TRAIN_PIPELINE_SCHEDULE_H
+#ifndef MT_DIST_PIPELINE_SCHEDULE_H
+#define MT_DIST_PIPELINE_SCHEDULE_H
 
 #include <stdbool.h>
 
