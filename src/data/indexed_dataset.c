@@ -235,6 +235,7 @@ void indexed_dataset_close(IndexedDataset *ds) {
 }
 
 void indexed_dataset_read(const IndexedDataset *ds, int64_t seq, int64_t offset, int64_t count, int32_t *out) {
+    if (count <= 0) return; /* nothing to read; with an empty .bin, ds->bin is NULL */
     const uint8_t *base = ds->bin + ds->sequence_offsets[seq] + offset * ds->token_size;
     switch (ds->dtype_code) {
     case IDX_DTYPE_UINT8: for (int64_t i = 0; i < count; i++) out[i] = base[i]; break;
