@@ -65,8 +65,10 @@ typedef struct Convert {
 
 static YNode *convert(Convert *cv, int index, int depth);
 
-/* Convert child `index` used on `line` of its parent: a node already seen
- * there is an alias, and a failure below it is reported at its use. */
+/* Convert child `index` of a node, used on `line` (the key's line in a
+ * mapping; in a list the list's first line, as libyaml keeps no position
+ * for an alias). A node already seen is an alias: the node cap, when its
+ * expansion crosses it, is reported at this use. */
 static YNode *convert_child(Convert *cv, int index, int line, int depth) {
     if (cv->in_alias || !cv->seen[index - 1]) return convert(cv, index, depth);
     cv->in_alias = true;
