@@ -3,8 +3,10 @@
 # test, only those missing. Needs root (or sudo) the first time; a no-op after.
 set -euo pipefail
 # python3-venv: the TensorBoard test installs the tensorboard package into a venv.
+# clang-14, libclang-rt-14-dev (libFuzzer and the sanitizer runtimes), libomp-14-dev
+# (omp.h for clang): the fuzz harnesses (tests/fuzz), whose corpora `make test` replays.
 packages=(build-essential pkg-config libyaml-dev libzstd-dev zstd libopenblas-openmp-dev
-          libopenmpi-dev openmpi-bin libcmocka-dev python3-venv)
+          libopenmpi-dev openmpi-bin libcmocka-dev python3-venv clang-14 libclang-rt-14-dev libomp-14-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -302,16 +302,21 @@ int ckpt_meta_decode(const unsigned char *data, size_t len, CkptMeta *meta, char
         }
         Cursor rec = {body.p, body.p + n, err, errlen, false, tag};
         body.p += n;
-        if (strcmp(tag, "INFO") == 0) seen_info++, decode_info(&rec, meta);
-        else if (strcmp(tag, "STAT") == 0) seen_state++, decode_state(&rec, meta);
-        else if (strcmp(tag, "FILE") == 0) seen_files++, decode_files(&rec, meta);
-        else if (strcmp(tag, "TENS") == 0) {
-            if (!seen_files) fail(&rec, "comes before the FILE record");
-            else seen_tensors++, decode_tensors(&rec, meta);
-        }
-        if (rec.failed) body.failed = true;
-        else if (seen_info > 1 || seen_state > 1 || seen_files > 1 || seen_tensors > 1)
+        /* a repeated record is refused before decoding it: decoding would overwrite (and leak) the first */
+        int *seen = strcmp(tag, "INFO") == 0 ? &seen_info : strcmp(tag, "STAT") == 0 ? &seen_state
+                  : strcmp(tag, "FILE") == 0 ? &seen_files : strcmp(tag, "TENS") == 0 ? &seen_tensors : NULL;
+        if (!seen) continue; /* a record of a later version */
+        if (*seen) {
             fail(&body, "record '%s' appears twice", tag);
+            break;
+        }
+        *seen = 1;
+        if (seen == &seen_info) decode_info(&rec, meta);
+        else if (seen == &seen_state) decode_state(&rec, meta);
+        else if (seen == &seen_files) decode_files(&rec, meta);
+        else if (!seen_files) fail(&rec, "comes before the FILE record");
+        else decode_tensors(&rec, meta);
+        if (rec.failed) body.failed = true;
     }
     if (!body.failed && (!seen_info || !seen_files || !seen_tensors))
         fail(&body, "missing record %s", !seen_info ? "INFO" : !seen_files ? "FILE" : "TENS");

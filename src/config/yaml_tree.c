@@ -47,18 +47,64 @@ const char *yloc_format(YLoc loc, char *buf, size_t buflen) {
     return buf;
 }
 
-/* Convert libyaml node `index` of `doc`; with `lines` false (overrides)
- * every location gets line 0. */
-static YNode *convert(yaml_document_t *doc, int index, const char *file, bool lines, int depth,
-                      char *err, size_t errlen) {
-    yaml_node_t *src = yaml_document_get_node(doc, index);
-    int line = lines ? (int)src->start_mark.line + 1 : 0;
+/* State of one document's conversion. libyaml's document API resolves an
+ * alias to the anchored node itself, so the tree gets a copy of that node at
+ * every use: nested aliases grow exponentially (ten aliases of a list of ten
+ * aliases...). `nodes` counts what was made, capped at YTREE_MAX_NODES. */
+typedef struct Convert {
+    yaml_document_t *doc;
+    const char *file;
+    bool lines;            /* false for overrides: every location gets line 0 */
+    char *err;
+    size_t errlen;
+    long nodes;            /* YNodes made so far */
+    size_t doc_nodes;      /* libyaml nodes (each alias use is not one) */
+    unsigned char *seen;   /* per libyaml node: converted once (a later use is an alias) */
+    bool in_alias;         /* inside the expansion of an alias... */
+    int alias_line;        /* ...used on this line (the outermost one) */
+} Convert;
+
+static YNode *convert(Convert *cv, int index, int depth);
+
+/* Convert child `index` of a node, used on `line` (the key's line in a
+ * mapping; in a list the list's first line, as libyaml keeps no position
+ * for an alias). A node already seen is an alias: the node cap, when its
+ * expansion crosses it, is reported at this use. */
+static YNode *convert_child(Convert *cv, int index, int line, int depth) {
+    if (cv->in_alias || !cv->seen[index - 1]) return convert(cv, index, depth);
+    cv->in_alias = true;
+    cv->alias_line = line;
+    YNode *node = convert(cv, index, depth);
+    cv->in_alias = false;
+    return node;
+}
+
+/* Convert libyaml node `index` (1-based) of the document. */
+static YNode *convert(Convert *cv, int index, int depth) {
+    yaml_node_t *src = yaml_document_get_node(cv->doc, index);
+    const char *file = cv->file;
+    int line = cv->lines ? (int)src->start_mark.line + 1 : 0;
     char where[MT_LOC_BUF];
     YLoc here = {(char *)file, line};
     if (depth > YTREE_MAX_DEPTH) {
-        mt_set_error(err, errlen, "%s: YAML nested too deeply (recursive alias?)", yloc_format(here, where, sizeof where));
+        mt_set_error(cv->err, cv->errlen, "%s: YAML nested too deeply (recursive alias?)",
+                     yloc_format(here, where, sizeof where));
         return NULL;
     }
+    if (++cv->nodes > YTREE_MAX_NODES) {
+        /* blame the outermost alias being expanded, if any */
+        YLoc at = {(char *)file, cv->in_alias ? cv->alias_line : line};
+        if (cv->doc_nodes > YTREE_MAX_NODES)
+            mt_set_error(cv->err, cv->errlen, "%s: the YAML document has more than %d nodes; a recipe needs a few "
+                         "hundred", yloc_format(at, where, sizeof where), YTREE_MAX_NODES);
+        else
+            mt_set_error(cv->err, cv->errlen,
+                         "%s: YAML aliases expand the document past %d nodes (each *alias repeats every node of "
+                         "its &anchor); a recipe needs a few hundred",
+                         yloc_format(at, where, sizeof where), YTREE_MAX_NODES);
+        return NULL;
+    }
+    cv->seen[index - 1] = 1;
     if (src->type == YAML_SCALAR_NODE) {
         YNode *node = node_new(YNODE_SCALAR, file, line);
         node->text = mt_malloc(src->data.scalar.length + 1);
@@ -71,7 +117,7 @@ static YNode *convert(yaml_document_t *doc, int index, const char *file, bool li
     if (src->type == YAML_SEQUENCE_NODE) {
         YNode *node = node_new(YNODE_SEQUENCE, file, line);
         for (yaml_node_item_t *it = src->data.sequence.items.start; it < src->data.sequence.items.top; it++) {
-            YNode *child = convert(doc, *it, file, lines, depth + 1, err, errlen);
+            YNode *child = convert_child(cv, *it, line, depth + 1);
             if (!child) { ytree_free(node); return NULL; }
             YEntry *entry = node_append(node);
             entry->loc.file = mt_strdup(file);
@@ -82,10 +128,10 @@ static YNode *convert(yaml_document_t *doc, int index, const char *file, bool li
     }
     YNode *node = node_new(YNODE_MAPPING, file, line);
     for (yaml_node_pair_t *p = src->data.mapping.pairs.start; p < src->data.mapping.pairs.top; p++) {
-        yaml_node_t *key = yaml_document_get_node(doc, p->key);
-        YLoc key_loc = {(char *)file, lines ? (int)key->start_mark.line + 1 : 0};
+        yaml_node_t *key = yaml_document_get_node(cv->doc, p->key);
+        YLoc key_loc = {(char *)file, cv->lines ? (int)key->start_mark.line + 1 : 0};
         if (key->type != YAML_SCALAR_NODE) {
-            mt_set_error(err, errlen, "%s: YAML mapping key must be a plain name, found a %s",
+            mt_set_error(cv->err, cv->errlen, "%s: YAML mapping key must be a plain name, found a %s",
                          yloc_format(key_loc, where, sizeof where),
                          key->type == YAML_MAPPING_NODE ? "mapping" : "list");
             ytree_free(node);
@@ -93,11 +139,12 @@ static YNode *convert(yaml_document_t *doc, int index, const char *file, bool li
         }
         const char *name = (const char *)key->data.scalar.value;
         if (ytree_entry(node, name)) {
-            mt_set_error(err, errlen, "%s: duplicate key '%s'", yloc_format(key_loc, where, sizeof where), name);
+            mt_set_error(cv->err, cv->errlen, "%s: duplicate key '%s'", yloc_format(key_loc, where, sizeof where),
+                         name);
             ytree_free(node);
             return NULL;
         }
-        YNode *child = convert(doc, p->value, file, lines, depth + 1, err, errlen);
+        YNode *child = convert_child(cv, p->value, key_loc.line, depth + 1);
         if (!child) { ytree_free(node); return NULL; }
         YEntry *entry = node_append(node);
         entry->key = mt_strdup(name);
@@ -132,7 +179,10 @@ static YNode *load_with(yaml_parser_t *parser, const char *file, bool lines, cha
             root->text = mt_strdup("");
         }
     } else {
-        root = convert(&doc, 1, file, lines, 0, err, errlen);
+        size_t count = (size_t)(doc.nodes.top - doc.nodes.start);
+        Convert cv = {&doc, file, lines, err, errlen, 0, count, mt_calloc(count, 1), false, 0};
+        root = convert(&cv, 1, 0);
+        free(cv.seen);
     }
     yaml_document_delete(&doc);
     return root;

@@ -41,6 +41,17 @@ static uint64_t read_u64_le(const uint8_t *p) {
     return v;
 }
 
+/* Decimal text of v into buf (40 digits at most). */
+static const char *format_u128(unsigned __int128 v, char buf[48]) {
+    char *p = buf + 47;
+    *p = '\0';
+    do {
+        *--p = (char)('0' + (int)(v % 10));
+        v /= 10;
+    } while (v);
+    return p;
+}
+
 /* pread exactly n bytes; 0 on success. */
 static int read_exact(int fd, void *buf, size_t n, off_t at) {
     uint8_t *p = buf;
@@ -97,13 +108,14 @@ static int open_index(IndexedDataset *ds, const char *path, char *err, size_t er
         goto done;
     }
     uint64_t n = read_u64_le(header + 18), d = read_u64_le(header + 26);
-    /* Bound the counts by the file size before multiplying. */
-    if (n > file_size / 12 || d > file_size / 8 ||
-        (uint64_t)IDX_HEADER_BYTES + 12 * n + 8 * d > file_size) {
+    /* 34 + 12 n + 8 d < 2^69: exact in 128 bits, whatever the header claims */
+    unsigned __int128 need = (unsigned __int128)IDX_HEADER_BYTES + (unsigned __int128)12 * n + (unsigned __int128)8 * d;
+    if (need > file_size) {
+        char need_text[48];
         mt_set_error(err, errlen,
-                     "%s: truncated index: %llu sequences and %llu document entries need %llu bytes, file has %llu",
-                     path, (unsigned long long)n, (unsigned long long)d,
-                     (unsigned long long)(IDX_HEADER_BYTES + 12.0L * n + 8.0L * d), (unsigned long long)file_size);
+                     "%s: truncated index: %llu sequences and %llu document entries need %s bytes, file has %llu",
+                     path, (unsigned long long)n, (unsigned long long)d, format_u128(need, need_text),
+                     (unsigned long long)file_size);
         goto done;
     }
     if (d < 1) {
@@ -223,6 +235,7 @@ void indexed_dataset_close(IndexedDataset *ds) {
 }
 
 void indexed_dataset_read(const IndexedDataset *ds, int64_t seq, int64_t offset, int64_t count, int32_t *out) {
+    if (count <= 0) return; /* nothing to read; with an empty .bin, ds->bin is NULL */
     const uint8_t *base = ds->bin + ds->sequence_offsets[seq] + offset * ds->token_size;
     switch (ds->dtype_code) {
     case IDX_DTYPE_UINT8: for (int64_t i = 0; i < count; i++) out[i] = base[i]; break;

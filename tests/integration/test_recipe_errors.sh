@@ -61,6 +61,29 @@ f=$FIX/good_minimal.yaml
 expect_error "$f" "model.intermediate_size: the model does not fit: stage 0 needs about" \
   "most of it is the MLP weights (model.intermediate_size = 2000000000)" \
   --set model.intermediate_size=2000000000 --set run.dir="$WORK/too_large"
+# alias bombs (nested aliases expanding to millions of nodes: tests/fuzz/crashes/recipe_yaml) are
+# refused in milliseconds at the line of the alias that crossed the cap, by `plan` too, and in a --set
+# (in a subshell limited to 1 GB, so that a regression fails instead of exhausting the machine)
+(
+ulimit -v 1000000
+bombs=tests/fuzz/crashes/recipe_yaml
+for spec in "bomb_d6.yaml|l4: &l4" "bomb_d7.yaml|l4: &l4" "bomb_toplevel.yaml|e: &e" "bomb_betas.yaml|_anch4:"; do
+  f=$bombs/${spec%%|*}
+  expect_error "$f" "$f:$(line_of "$f" "${spec#*|}"): YAML aliases expand the document past 100000 nodes" \
+    "a recipe needs a few hundred"
+  start=$(date +%s%N)
+  status=0
+  timeout 20 "$MEGATRAIN" plan "$f" > "$WORK/stdout" 2> "$WORK/stderr" || status=$?
+  ms=$(( ($(date +%s%N) - start) / 1000000 ))
+  [[ $status == 2 ]] && grep -q "^megatrain: error: $f:[0-9]*: YAML aliases" "$WORK/stderr" ||
+    fail "plan $f: exit status $status, expected 2 with the alias error: $(cat "$WORK/stderr")"
+  (( ms < 2000 )) || fail "plan $f: took $ms ms to refuse (expected milliseconds)"
+done
+ten() { local x=$1; echo "[$x,$x,$x,$x,$x,$x,$x,$x,$x,$x]"; }
+set_bomb="optimizer.betas=[&a $(ten x), &b $(ten '*a'), &c $(ten '*b'), &d $(ten '*c'), &e $(ten '*d'), &f $(ten '*e')]"
+expect_error "$FIX/good_minimal.yaml" "--set $set_bomb: YAML aliases expand the document past 100000 nodes" \
+  "a recipe needs a few hundred" --set "$set_bomb"
+)
 # a missing recipe file is named
 expect_error "$WORK/no-such-recipe.yaml" "$WORK/no-such-recipe.yaml" "No such file"
 echo "recipe errors: ok"

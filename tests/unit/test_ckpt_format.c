@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
@@ -274,6 +275,37 @@ static void test_meta_unknown_record_is_skipped_and_newer_version_refused(void *
     free(data);
 }
 
+/* Every record given twice (a copy appended, resealed) is refused by name,
+ * before the copy is decoded over the first (under the fuzz harness's
+ * LeakSanitizer that leaked the first INFO's writer string). */
+static void test_meta_repeated_record_refused(void **state) {
+    (void)state;
+    unsigned char *data;
+    size_t len;
+    encode_sample(&data, &len);
+    int records = 0;
+    for (size_t at = CKPT_HEADER_BYTES; at + 12 <= len;) {
+        uint64_t n = 0;
+        for (int i = 0; i < 8; i++) n |= (uint64_t)data[at + 4 + i] << (8 * i);
+        assert_true(n <= len - at - 12);
+        size_t rec = 12 + (size_t)n;
+        unsigned char *twice = malloc(len + rec);
+        memcpy(twice, data, len);
+        memcpy(twice + len, data + at, rec);
+        reseal(twice, len + rec);
+        CkptMeta m;
+        char err[512], want[64];
+        assert_int_equal(ckpt_meta_decode(twice, len + rec, &m, err, sizeof err), -1);
+        snprintf(want, sizeof want, "record '%.4s' appears twice", (const char *)data + at);
+        if (!strstr(err, want)) fail_msg("error '%s' does not say %s", err, want);
+        free(twice);
+        records++;
+        at += rec;
+    }
+    assert_int_equal(records, 4); /* INFO, STAT, FILE, TENS */
+    free(data);
+}
+
 static void test_iter_names(void **state) {
     (void)state;
     assert_int_equal(ckpt_parse_iter_name("iter_0000040"), 40);
@@ -314,6 +346,7 @@ int main(void) {
         cmocka_unit_test(test_meta_random_mutations_never_crash),
         cmocka_unit_test(test_meta_semantic_errors),
         cmocka_unit_test(test_meta_unknown_record_is_skipped_and_newer_version_refused),
+        cmocka_unit_test(test_meta_repeated_record_refused),
         cmocka_unit_test(test_iter_names),
         cmocka_unit_test(test_retention_plan),
     };

@@ -256,6 +256,17 @@ static void test_errors(void **state) {
     assert_int_equal(truncate(path, 20), 0);
     expect_open_error("shortidx", "shortidx.idx", "truncated");
 
+    /* counts whose size overflows 64 bits: the exact size, 34 + 12 * 2^63 + 8 * 3 */
+    write_good("hugecount");
+    snprintf(path, sizeof(path), "%s", in_work("hugecount.idx"));
+    patch_byte(path, 18, 0);
+    patch_byte(path, 25, 0x80);
+    expect_open_error("hugecount", "9223372036854775808 sequences and 3 document entries",
+                      "need 110680464442257309754 bytes, file has 82");
+    patch_byte(path, 18, 0xff);
+    for (int i = 19; i < 34; i++) patch_byte(path, i, 0xff); /* 2^64 - 1 of both: 20 (2^64 - 1) + 34 */
+    expect_open_error("hugecount", "18446744073709551615 sequences", "need 368934881474191032334 bytes");
+
     write_good("shortbin");
     snprintf(path, sizeof(path), "%s", in_work("shortbin.bin"));
     assert_int_equal(truncate(path, 9), 0); /* 5 tokens need 10 bytes */

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "config/recipe.h"
+#include "config/yaml_tree.h"
 
 #define RUN_BLOCK "run:\n  name: unit\n  seed: 7\n"
 #define MODEL_BLOCK                                                                                               \
@@ -355,6 +356,49 @@ static void test_missing_file_and_override_message(void **state) {
     assert_string_equal(err, "--set train.stpes=3: unknown key 'train.stpes' (did you mean 'train.steps'?)");
 }
 
+/* Aliases a recipe may use are expanded; a document that expands past
+ * YTREE_MAX_NODES is refused at the line of the alias that crossed it. */
+static void test_aliases(void **state) {
+    Recipe r;
+    const char *text = replaced(replaced(BASE, "lr: 3.0e-3", "lr: &peak 3.0e-3"), "min_lr: 3.0e-4", "min_lr: *peak");
+    load_ok(&r, text, NULL, 0, 1);
+    assert_true(r.optimizer.lr == 3.0e-3 && r.optimizer.min_lr == 3.0e-3);
+    /* [&a [99 scalars], *a x (m - 1), s scalars]: 1 + 100 m + s nodes; exactly the cap, then one more */
+    static char doc[262144];
+    for (int extra = 0; extra <= 1; extra++) {
+        int m = (YTREE_MAX_NODES - 1) / 100, s = YTREE_MAX_NODES - 1 - 100 * m + extra;
+        size_t n = (size_t)snprintf(doc, sizeof doc, "[&a [");
+        for (int i = 0; i < 99; i++) n += (size_t)snprintf(doc + n, sizeof doc - n, "%sx", i ? "," : "");
+        n += (size_t)snprintf(doc + n, sizeof doc - n, "]");
+        for (int i = 1; i < m; i++) n += (size_t)snprintf(doc + n, sizeof doc - n, ",*a");
+        for (int i = 0; i < s; i++) n += (size_t)snprintf(doc + n, sizeof doc - n, ",y");
+        assert_true(n + 2 < sizeof doc);
+        snprintf(doc + n, sizeof doc - n, "]");
+        YNode *tree = ytree_load_string(doc, "--set x=DOC", err, sizeof err);
+        if (!extra) {
+            if (!tree) fail_msg("a document of exactly %d nodes was refused: %s", YTREE_MAX_NODES, err);
+            assert_int_equal(tree->count, m + s);
+            assert_int_equal(tree->entries[m - 1].value->count, 99);
+            ytree_free(tree);
+        } else {
+            assert_null(tree);
+            assert_string_equal(err, "--set x=DOC: YAML aliases expand the document past 100000 nodes (each *alias "
+                                     "repeats every node of its &anchor); a recipe needs a few hundred");
+        }
+    }
+    /* without aliases the cap is the document's own size */
+    size_t n = (size_t)snprintf(doc, sizeof doc, "[");
+    for (int i = 0; i < 6000 && n < sizeof doc; i++) /* 17 nodes each */
+        n += (size_t)snprintf(doc + n, sizeof doc - n, "[a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p],");
+    assert_true(n < sizeof doc);
+    doc[n - 1] = ']';
+    const char *path = write_file("big.yaml", doc);
+    assert_null(ytree_load_file(path, err, sizeof err));
+    char want[600];
+    snprintf(want, sizeof want, "%s:1: the YAML document has more than 100000 nodes", path);
+    if (strncmp(err, want, strlen(want)) != 0) fail_msg("expected '%s...', got: %s", want, err);
+}
+
 /* One bad recipe: BASE with `from` replaced by `to` and/or an override, and
  * what its one error message must say: it starts with "FILE:LINE: " for the
  * line holding `at` (or "--set OVERRIDE: " when `at` is NULL) and contains
@@ -367,6 +411,10 @@ typedef struct ErrorCase {
     const char *at, *key, *says;
 } ErrorCase;
 
+/* ten items of x; six nested levels expand to a million nodes (d6 of /work/shared/repro) */
+#define TEN(x) "[" x "," x "," x "," x "," x "," x "," x "," x "," x "," x "]"
+#define BOMB "l0: &l0 " TEN("x") "\nl1: &l1 " TEN("*l0") "\nl2: &l2 " TEN("*l1") "\nl3: &l3 " TEN("*l2") \
+             "\nl4: &l4 " TEN("*l3") "\nl5: &l5 " TEN("*l4") "\nl6: &l6 " TEN("*l5") "\n"
 #define SCHEDULE(a, b) "  batch_schedule:\n    - {step: " a ", global_batch_size: 8}\n    - {step: " b ", global_batch_size: 16}\n"
 static const ErrorCase error_cases[] = {
     /* unknown keys */
@@ -497,6 +545,13 @@ static const ErrorCase error_cases[] = {
     {"override_without_equals", NULL, NULL, "train.steps", 1, NULL, "train.steps", "expected key.path=value"},
     {"override_through_scalar", NULL, NULL, "train.steps.x=1", 1, NULL, "train.steps.x",
      "'train.steps' is '100', not a mapping"},
+    {"alias_bomb", "checkpoint:", BOMB "checkpoint:", NULL, 1, "l4: &l4", "YAML aliases",
+     "expand the document past 100000 nodes"},
+    {"alias_bomb_in_value", "  betas: [0.9, 0.95]", "  betas: &b0 " TEN("0.9") "\n  b1: &b1 " TEN("*b0") "\n  b2: &b2 "
+     TEN("*b1") "\n  b3: &b3 " TEN("*b2") "\n  b4: &b4 " TEN("*b3") "\n  b5: " TEN("*b4"), NULL, 1, "b4: &b4",
+     "YAML aliases", "expand the document past 100000 nodes"},
+    {"alias_bomb_in_override", NULL, NULL, "optimizer.betas=[&a " TEN("x") ", &b " TEN("*a") ", &c " TEN("*b") ", &d "
+     TEN("*c") ", &e " TEN("*d") ", &f " TEN("*e") "]", 1, NULL, "YAML aliases", "expand the document past 100000 nodes"},
     {"override_yaml_error", NULL, NULL, "optimizer.betas=[0.9,", 1, NULL, "YAML syntax error", "did not find expected node content"},
 };
 #define NUM_ERROR_CASES ((int)(sizeof error_cases / sizeof error_cases[0]))
@@ -539,8 +594,9 @@ int main(void) {
         cmocka_unit_test(test_write_round_trip),
         cmocka_unit_test(test_token_counts_and_names),
         cmocka_unit_test(test_missing_file_and_override_message),
+        cmocka_unit_test(test_aliases),
     };
-    int count = 7;
+    int count = 8;
     for (int i = 0; i < NUM_ERROR_CASES; i++)
         tests[count++] = (struct CMUnitTest){error_cases[i].name, test_error_case, NULL, NULL, (void *)&error_cases[i]};
     return _cmocka_run_group_tests("recipe", tests, (size_t)count, setup, teardown);
