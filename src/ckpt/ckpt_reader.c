@@ -153,9 +153,7 @@ static int load_chunk(CkptReader *r, const CkptTensorMeta *t, int c, char *err, 
     const CkptFileMeta *f = &r->meta.files[ch->file];
     int fd = file_fd(r, ch->file, err, errlen);
     if (fd < 0) return -1;
-    reserve(&r->stored, &r->stored_cap, ch->stored_bytes);
-    reserve(&r->raw, &r->raw_cap, ch->raw_bytes);
-    reserve(&r->scratch, &r->scratch_cap, ch->raw_bytes);
+    reserve(&r->stored, &r->stored_cap, ch->stored_bytes); /* inside the file: the metadata's bounds check */
     char why[512];
     int rc = read_exact(fd, r->stored, ch->stored_bytes, ch->offset);
     if (rc != 0) {
@@ -164,6 +162,20 @@ static int load_chunk(CkptReader *r, const CkptTensorMeta *t, int c, char *err, 
                      read_failure(rc, fd, f, why, sizeof why));
         return -1;
     }
+    /* The raw size comes from the metadata; the frame says what it holds. Compared before allocating, so that
+     * metadata claiming a huge tensor is called corrupt instead of running out of memory. */
+    const unsigned long long frame = ZSTD_getFrameContentSize(r->stored, ch->stored_bytes);
+    if (frame != ch->raw_bytes) {
+        if (frame == ZSTD_CONTENTSIZE_ERROR) snprintf(why, sizeof why, "no zstd frame there");
+        else if (frame == ZSTD_CONTENTSIZE_UNKNOWN) snprintf(why, sizeof why, "its zstd frame does not say its size");
+        else snprintf(why, sizeof why, "its zstd frame holds %llu", frame);
+        mt_set_error(err, errlen, "%s/%s: tensor '%s' chunk %d (bytes %llu..%llu): the metadata says %llu raw bytes, %s",
+                     r->dir, f->name, t->name, c, (unsigned long long)ch->offset,
+                     (unsigned long long)(ch->offset + ch->stored_bytes), (unsigned long long)ch->raw_bytes, why);
+        return -1;
+    }
+    reserve(&r->raw, &r->raw_cap, ch->raw_bytes);
+    reserve(&r->scratch, &r->scratch_cap, ch->raw_bytes);
     if (ckpt_chunk_decode(r->dctx, ch, r->stored, r->raw, r->scratch, why, sizeof why) != 0) {
         mt_set_error(err, errlen, "%s/%s: tensor '%s' chunk %d (bytes %llu..%llu): %s", r->dir, f->name, t->name, c,
                      (unsigned long long)ch->offset, (unsigned long long)(ch->offset + ch->stored_bytes), why);

@@ -241,6 +241,49 @@ static void test_corruption_detected(void **state) {
     free_saved(&s);
 }
 
+/* Metadata that passes its checksum but claims a huge tensor (a forged or
+ * broken writer): the chunk is called corrupt, with both sizes, before
+ * anything of the claimed size is allocated (it said "out of memory"). */
+static void test_forged_chunk_size_refused(void **state) {
+    (void)state;
+    Saved s;
+    make_saved(&s, 12);
+    char dir[512], path[600], err[2048];
+    snprintf(dir, sizeof dir, "%s/forged", work);
+    write_saved(dir, &s);
+    snprintf(path, sizeof path, "%s/%s", dir, CKPT_METADATA_FILE);
+    unsigned char *data;
+    size_t len;
+    assert_int_equal(ckpt_read_file(path, (size_t)1 << 26, &data, &len, err, sizeof err), 0);
+    CkptMeta m;
+    assert_int_equal(ckpt_meta_decode(data, len, &m, err, sizeof err), 0);
+    free(data);
+    CkptTensorMeta *t = NULL;
+    for (int i = 0; i < m.num_tensors; i++)
+        if (strcmp(m.tensors[i].name, "final_norm.weight") == 0) t = &m.tensors[i];
+    assert_non_null(t);
+    assert_int_equal(t->num_chunks, 1); /* 16 floats: one chunk, one zstd frame of 64 bytes */
+    const int64_t huge = (int64_t)1 << 56;
+    t->shape[0] = t->chunks[0].shape[0] = huge;
+    t->chunks[0].raw_bytes = (uint64_t)huge * 4;
+    assert_int_equal(ckpt_meta_encode(&m, &data, &len, err, sizeof err), 0);
+    ckpt_meta_free(&m);
+    FILE *f = fopen(path, "wb");
+    assert_non_null(f);
+    assert_int_equal(fwrite(data, 1, len, f), len);
+    assert_int_equal(fclose(f), 0);
+    free(data);
+
+    CkptReader *r = ckpt_reader_open(dir, err, sizeof err);
+    if (!r) fail_msg("%s", err);
+    assert_int_equal(ckpt_reader_verify_tensor(r, ckpt_meta_find(&r->meta, "final_norm.weight"), err, sizeof err), -1);
+    if (!strstr(err, "tensor 'final_norm.weight' chunk 0") ||
+        !strstr(err, "the metadata says 288230376151711744 raw bytes, its zstd frame holds 64"))
+        fail_msg("unexpected error: %s", err);
+    ckpt_reader_close(r);
+    free_saved(&s);
+}
+
 static void test_never_overwrites(void **state) {
     (void)state;
     Saved a, b;
@@ -315,6 +358,7 @@ int main(void) {
         cmocka_unit_test(test_3d_chunks),
         cmocka_unit_test(test_sharded_boxes),
         cmocka_unit_test(test_corruption_detected),
+        cmocka_unit_test(test_forged_chunk_size_refused),
         cmocka_unit_test(test_never_overwrites),
         cmocka_unit_test(test_mismatches_refused),
     };
