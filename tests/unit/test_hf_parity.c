@@ -61,10 +61,11 @@ static double relative_error(const float *a, const float *b, long n) {
 /* Every parameter's values in `values` (a Model-sized array: gradients, or
  * the change of the weights; each expert of a stack on its own) against
  * <prefix><HF name>, plus <also_prefix><HF name> when also_prefix is given
- * (a missing one counts as 0), relative error < tol per tensor. Returns the
- * worst relative error; *compared counts the HF tensors. */
+ * (a missing one counts as 0), relative error < tol per tensor (INFINITY:
+ * the caller checks). Returns the worst relative error, its HF name in
+ * worst_name (when given); *compared counts the HF tensors. */
 static double compare_params(Case *c, const float *values, const char *prefix, const char *also_prefix, double tol,
-                             int *compared) {
+                             int *compared, char *worst_name, size_t worst_len) {
     const Model *m = c->model;
     HfPiece pieces[HF_FIXTURE_MAX_EXPERTS];
     double worst = 0.0;
@@ -91,7 +92,10 @@ static double compare_params(Case *c, const float *values, const char *prefix, c
             if (!(e < tol))
                 fail_msg("%s: %s%s (%s): relative error %.3e >= %.0e", c->name, prefix, pieces[p].name, info->name, e,
                          tol);
-            if (e > worst) worst = e;
+            if (e > worst || (worst_name && !worst_name[0])) {
+                worst = e;
+                if (worst_name) snprintf(worst_name, worst_len, "%.190s", pieces[p].name);
+            }
             ++*compared;
         }
     }
@@ -119,7 +123,7 @@ static void check_forward_backward(const char *name) {
 
     model_backward(m, 1.0f);
     int compared = 0;
-    double worst = compare_params(&c, m->grads, "grad.", NULL, GRAD_TOL, &compared);
+    double worst = compare_params(&c, m->grads, "grad.", NULL, GRAD_TOL, &compared, NULL, 0);
     /* every reference gradient was compared: as many "grad." tensors as HF tensors */
     int num_ref_grads = 0;
     for (size_t i = 0; i < c.ref.header->count; i++)
@@ -244,21 +248,20 @@ static void check_train_step(const char *name) {
     memcpy(ctx.model->params, c.model->params, (size_t)c.model->num_floats * sizeof(float));
     check_step_samples(&ctx, doc, T, hp.steps);
 
+    /* every step, then the updates, before judging: a failure reports all three */
+    double loss_err = 0.0, norm_err = 0.0;
+    int loss_step = 0, norm_step = 0;
     printf("  %-16s train_step losses:", name);
     for (int s = 0; s < hp.steps; s++) {
         StepResult result;
         if (train_step(&ctx, &result, err, sizeof err) != 0) fail_msg("%s: train_step: %s", name, err);
         printf(" %.6f/%.6f", result.loss, ref_losses[s]);
         assert_false(result.nonfinite);
-        const double loss_err = fabs(result.loss - ref_losses[s]) / fabs((double)ref_losses[s]);
-        const double norm_err = fabs(result.grad_norm - ref_norms[s]) / fabs((double)ref_norms[s]);
-        if (!(loss_err < STEP_TOL))
-            fail_msg("%s: step %d: loss %.8f vs %.8f, relative error %.3e", name, s + 1, result.loss, ref_losses[s],
-                     loss_err);
-        if (!(norm_err < STEP_TOL))
-            fail_msg("%s: step %d: grad norm %.8f vs %.8f, relative error %.3e", name, s + 1, result.grad_norm,
-                     ref_norms[s], norm_err);
         assert_true(result.grad_norm > hp.clip_grad); /* clipping changed this step's update */
+        const double le = fabs(result.loss - ref_losses[s]) / fabs((double)ref_losses[s]);
+        const double ne = fabs(result.grad_norm - ref_norms[s]) / fabs((double)ref_norms[s]);
+        if (!(le <= loss_err)) loss_err = le, loss_step = s + 1; /* NaN sticks */
+        if (!(ne <= norm_err)) norm_err = ne, norm_step = s + 1;
     }
     printf("\n");
     assert_true(ref_losses[hp.steps - 1] < ref_losses[0]); /* the steps changed something */
@@ -266,8 +269,16 @@ static void check_train_step(const char *name) {
     float *update = malloc((size_t)c.model->num_floats * sizeof *update);
     for (long i = 0; i < c.model->num_floats; i++) update[i] = ctx.model->params[i] - c.model->params[i];
     int compared = 0;
-    const double worst = compare_params(&c, update, "train_update.", NULL, UPDATE_TOL, &compared);
-    printf("  %-16s %d parameter updates over %d steps, worst rel err %.2e\n", name, compared, hp.steps, worst);
+    char worst_name[200] = "";
+    const double update_err =
+        compare_params(&c, update, "train_update.", NULL, INFINITY, &compared, worst_name, sizeof worst_name);
+    printf("  %-16s %d steps: losses rel err %.2e (step %d), grad norms %.2e (step %d); %d parameter updates, "
+           "worst rel err %.2e (%s)\n", name, hp.steps, loss_err, loss_step, norm_err, norm_step, compared,
+           update_err, worst_name);
+    if (!(loss_err < STEP_TOL && norm_err < STEP_TOL && update_err < UPDATE_TOL))
+        fail_msg("%s: train_step: losses rel err %.3e (step %d; tolerance %.0e), grad norms %.3e (step %d; %.0e), "
+                 "parameter updates %.3e (%s; %.0e)", name, loss_err, loss_step, STEP_TOL, norm_err, norm_step,
+                 STEP_TOL, update_err, worst_name, UPDATE_TOL);
 
     free(update);
     train_teardown(&ctx);
@@ -327,7 +338,7 @@ static void check_moe_aux(const char *name) {
     }
     model_backward(m, 1.0f);
     int compared = 0;
-    double worst = compare_params(&c, m->grads, "grad.", "grad_aux.", GRAD_TOL, &compared);
+    double worst = compare_params(&c, m->grads, "grad.", "grad_aux.", GRAD_TOL, &compared, NULL, 0);
     printf("  %-16s %d gradients of cross entropy + aux, worst rel err %.2e\n", name, compared, worst);
     free(pooled);
     free(psum);
