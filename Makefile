@@ -130,3 +130,5 @@ test-gpu: deps
 bench-gpu:
 	@$(MAKE) --no-print-directory CUDA=1 BUILD=$(GPU_BUILD) $(GPU_BUILD)/megatrain
 	python3 tests/bench/bench_gpu.py --megatrain $(GPU_BUILD)/megatrain
+
+include tests/mutants/mutants.mk
