@@ -73,6 +73,20 @@ static DataLoader *create_ok(const DataConfig *data, DataSplit split, uint64_t s
     return loader;
 }
 
+/* Dataset work_dir/NAME of num_docs documents (prefix into `prefix`), opened
+ * into *ds, with the GPT index of all its documents for (seed, num_samples)
+ * in *gi. Returns the tokens of one epoch. */
+static int64_t open_index(const char *name, int num_docs, uint64_t seed, int64_t num_samples, char *prefix,
+                          size_t prefix_len, IndexedDataset *ds, GptSampleIndex *gi) {
+    char err[512];
+    make_dataset(name, num_docs, 0, prefix, prefix_len);
+    assert_int_equal(indexed_dataset_open(ds, prefix, err, sizeof(err)), 0);
+    assert_int_equal(gpt_index_build(gi, ds, 0, num_docs, SEQ_LEN, seed, num_samples, err, sizeof(err)), 0);
+    int64_t tokens_per_epoch = 0;
+    for (int d = 0; d < num_docs; d++) tokens_per_epoch += doc_length(d);
+    return tokens_per_epoch;
+}
+
 /* The first n samples in shuffled order do not depend on how many were asked
  * for (so `resume --set train.steps=MORE` reads what a longer run would). */
 static void test_shuffle_prefix_stable(void **state) {
@@ -101,14 +115,10 @@ static void test_shuffle_prefix_stable(void **state) {
 /* Unshuffled samples are windows of seq_len + 1 tokens at stride seq_len over
  * the concatenation of the shuffled epochs; each epoch holds every sequence. */
 static void test_sample_windows(void **state) {
-    char prefix[512], err[512];
-    make_dataset("windows", 30, 0, prefix, sizeof(prefix));
+    char prefix[512];
     IndexedDataset ds;
-    assert_int_equal(indexed_dataset_open(&ds, prefix, err, sizeof(err)), 0);
     GptSampleIndex gi;
-    assert_int_equal(gpt_index_build(&gi, &ds, 0, 30, SEQ_LEN, 7, 200, err, sizeof(err)), 0);
-    int64_t tokens_per_epoch = 0;
-    for (int d = 0; d < 30; d++) tokens_per_epoch += doc_length(d);
+    const int64_t tokens_per_epoch = open_index("windows", 30, 7, 200, prefix, sizeof(prefix), &ds, &gi);
     assert_true(gi.num_samples >= 200);
     assert_int_equal(gi.num_samples, (gi.num_epochs * tokens_per_epoch - 1) / SEQ_LEN);
     /* fewest epochs whose complete shuffle blocks hold the 200 samples asked for */
@@ -153,20 +163,16 @@ static void test_sample_windows(void **state) {
  * sample order: pairwise different (a generator re-seeded the same way per
  * epoch or per block would repeat them; the other tests would not notice). */
 static void test_epochs_and_blocks_ordered_differently(void **state) {
-    char prefix[512], err[512];
-    make_dataset("orders", 30, 0, prefix, sizeof(prefix));
+    char prefix[512];
     IndexedDataset ds;
-    assert_int_equal(indexed_dataset_open(&ds, prefix, err, sizeof(err)), 0);
     GptSampleIndex gi;
-    assert_int_equal(gpt_index_build(&gi, &ds, 0, 30, SEQ_LEN, 7, 400, err, sizeof(err)), 0);
+    const int64_t tokens_per_epoch = open_index("orders", 30, 7, 400, prefix, sizeof(prefix), &ds, &gi);
     const int64_t units = 30, epochs = gi.num_epochs;
     assert_true(epochs >= 8);
     for (int64_t e = 0; e < epochs; e++)
         for (int64_t f = e + 1; f < epochs; f++)
             if (memcmp(gi.document_index + e * units, gi.document_index + f * units, sizeof(int64_t) * units) == 0)
                 fail_msg("epochs %lld and %lld have the same document order", (long long)e, (long long)f);
-    int64_t tokens_per_epoch = 0;
-    for (int d = 0; d < 30; d++) tokens_per_epoch += doc_length(d);
     const int64_t block = gpt_shuffle_block(tokens_per_epoch, SEQ_LEN), blocks = gi.num_samples / block;
     assert_true(blocks >= 8);
     int64_t *order = malloc(sizeof(int64_t) * (size_t)(blocks * block)); /* each block's permutation of 0..block-1 */
@@ -219,16 +225,12 @@ static const int64_t pinned_last_tokens[] = {
     8003, 5004, 8035};
 
 static void test_pinned_order(void **state) {
-    char prefix[512], err[512];
-    make_dataset("pinned", 12, 0, prefix, sizeof(prefix));
+    char prefix[512];
     IndexedDataset ds;
-    assert_int_equal(indexed_dataset_open(&ds, prefix, err, sizeof(err)), 0);
     GptSampleIndex gi;
-    assert_int_equal(gpt_index_build(&gi, &ds, 0, 12, SEQ_LEN, PINNED_INDEX_SEED, 40, err, sizeof(err)), 0);
+    const int64_t tokens_per_epoch = open_index("pinned", 12, PINNED_INDEX_SEED, 40, prefix, sizeof(prefix), &ds, &gi);
     assert_int_equal(gi.num_epochs, PINNED_EPOCHS);
     assert_int_equal(gi.num_samples, PINNED_SAMPLES);
-    int64_t tokens_per_epoch = 0;
-    for (int d = 0; d < 12; d++) tokens_per_epoch += doc_length(d);
     assert_int_equal(gpt_shuffle_block(tokens_per_epoch, SEQ_LEN), PINNED_BLOCK);
     assert_int_equal(gi.document_index_len, 12 * PINNED_EPOCHS);
     for (int64_t i = 0; i < gi.document_index_len; i++)
