@@ -150,3 +150,4 @@ bench-gpu:
 	python3 tests/bench/bench_gpu.py --megatrain $(GPU_BUILD)/megatrain
 
 include tests/fuzz/fuzz.mk
+include tests/mutants/mutants.mk

@@ -2,7 +2,7 @@
 # install_deps.sh: installs the Debian packages megatrain needs to build and
 # test, only those missing. Needs root (or sudo) the first time; a no-op after.
 set -euo pipefail
-# python3-venv: the TensorBoard test installs the tensorboard package into a venv.
+# python3-venv: tests/python_env.sh installs torch, transformers and tensorboard into a venv.
 # clang-14, libclang-rt-14-dev (libFuzzer and the sanitizer runtimes), libomp-14-dev
 # (omp.h for clang): the fuzz harnesses (tests/fuzz), whose corpora `make test` replays.
 packages=(build-essential pkg-config libyaml-dev libzstd-dev zstd libopenblas-openmp-dev

@@ -10,6 +10,8 @@
  *
  * Sample i of a loader is a pure function of (config, split, seq_len, seed, i):
  * the train loop's sampler position is just the number of consumed samples.
+ * Each split's indices are built (gpt_sampling.h) with the seed
+ * seed ^ (0x9e3779b97f4a7c15 * (split + 1)) (mod 2^64).
  */
 #ifndef MT_DATA_DATA_LOADER_H
 #define MT_DATA_DATA_LOADER_H

@@ -2,15 +2,23 @@
  *
  * A split is a contiguous range of documents (Megatron's get_split_indices
  * over normalised weights); its units are the sequences of those documents.
- *   document index: the split's sequence ids, repeated for num_epochs, each
- *                   epoch shuffled with the seed;
+ *   document index: the split's sequence ids, repeated for num_epochs; the
+ *                   epochs are shuffled in turn (Fisher-Yates, rng_shuffle_i64)
+ *                   by one Rng seeded once with the seed, so each epoch has
+ *                   its own order;
  *   sample starts:  for sample k, the document-index position and token
  *                   offset of global token k * seq_len; the sample is the
  *                   seq_len + 1 tokens from there (crossing documents), so
  *                   consecutive samples share one token;
- *   shuffle:        a permutation of the samples.
- * num_epochs is the smallest giving >= the samples asked for. Everything
- * lives in one heap block so the cache can write and read it in one go.
+ *   shuffle:        a permutation of the samples within blocks of
+ *                   gpt_shuffle_block() samples: block b (samples
+ *                   [b * block, (b + 1) * block)) is shuffled by its own Rng,
+ *                   seeded with seed ^ (0x9e3779b97f4a7c15 * (b + 1)) (mod 2^64).
+ * num_epochs is the smallest whose complete shuffle blocks hold the samples
+ * asked for. tests/fixtures/sampling/pinned_order.py re-implements this
+ * description in Python; test_data_loader pins its order for a seed.
+ * Everything lives in one heap block so the cache can write and read it in
+ * one go.
  */
 #ifndef MT_DATA_GPT_SAMPLING_H
 #define MT_DATA_GPT_SAMPLING_H

@@ -8,19 +8,12 @@
 # can land one ulp away from rounding the double itself), at the same steps (train/* at every logged step, eval/loss at the
 # eval steps); a MoE run (tiny mixtral with a capacity) also its moe/ scalars
 # (aux loss, expert imbalance, drop rate). logging.tensorboard=false writes no event file. Without the
-# `tensorboard` Python package it installs one from PyPI into a venv under
-# build/ (once; about 10 s); it skips (77) only when that cannot be done.
+# `tensorboard` Python package it installs one from PyPI into build/test-venv
+# (tests/python_env.sh; once, about 5 s); it skips (77) only when that cannot
+# be done, and fails then in CI (CI=true; lib.sh, need_python).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
-PY=python3
-if ! "$PY" -c "import tensorboard" 2> /dev/null; then
-  venv="$REPO/build/test-venv"
-  if ! "$venv/bin/python" -c "import tensorboard" 2> /dev/null; then
-    { python3 -m venv "$venv" && "$venv/bin/pip" install -q tensorboard; } > "$WORK/pip.log" 2>&1 \
-      || { tail -n 3 "$WORK/pip.log"; echo "skip: cannot install the tensorboard package into $venv"; exit 77; }
-  fi
-  PY="$venv/bin/python"
-fi
+need_python tensorboard
 demo_data "$WORK/english"
 run() {  # run DIR [RECIPE_NAME] [--set ...]
   local recipe=llama

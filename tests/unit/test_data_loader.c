@@ -2,7 +2,8 @@
  *
  * Datasets are int32 with token = base + document * 1000 + position, so every
  * token says where it came from and the checks need no second copy of the
- * sampling code.
+ * sampling code; one test pins the order for a seed against numbers from an
+ * independent Python implementation (tests/fixtures/sampling/pinned_order.py).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -72,6 +73,20 @@ static DataLoader *create_ok(const DataConfig *data, DataSplit split, uint64_t s
     return loader;
 }
 
+/* Dataset work_dir/NAME of num_docs documents (prefix into `prefix`), opened
+ * into *ds, with the GPT index of all its documents for (seed, num_samples)
+ * in *gi. Returns the tokens of one epoch. */
+static int64_t open_index(const char *name, int num_docs, uint64_t seed, int64_t num_samples, char *prefix,
+                          size_t prefix_len, IndexedDataset *ds, GptSampleIndex *gi) {
+    char err[512];
+    make_dataset(name, num_docs, 0, prefix, prefix_len);
+    assert_int_equal(indexed_dataset_open(ds, prefix, err, sizeof(err)), 0);
+    assert_int_equal(gpt_index_build(gi, ds, 0, num_docs, SEQ_LEN, seed, num_samples, err, sizeof(err)), 0);
+    int64_t tokens_per_epoch = 0;
+    for (int d = 0; d < num_docs; d++) tokens_per_epoch += doc_length(d);
+    return tokens_per_epoch;
+}
+
 /* The first n samples in shuffled order do not depend on how many were asked
  * for (so `resume --set train.steps=MORE` reads what a longer run would). */
 static void test_shuffle_prefix_stable(void **state) {
@@ -100,14 +115,10 @@ static void test_shuffle_prefix_stable(void **state) {
 /* Unshuffled samples are windows of seq_len + 1 tokens at stride seq_len over
  * the concatenation of the shuffled epochs; each epoch holds every sequence. */
 static void test_sample_windows(void **state) {
-    char prefix[512], err[512];
-    make_dataset("windows", 30, 0, prefix, sizeof(prefix));
+    char prefix[512];
     IndexedDataset ds;
-    assert_int_equal(indexed_dataset_open(&ds, prefix, err, sizeof(err)), 0);
     GptSampleIndex gi;
-    assert_int_equal(gpt_index_build(&gi, &ds, 0, 30, SEQ_LEN, 7, 200, err, sizeof(err)), 0);
-    int64_t tokens_per_epoch = 0;
-    for (int d = 0; d < 30; d++) tokens_per_epoch += doc_length(d);
+    const int64_t tokens_per_epoch = open_index("windows", 30, 7, 200, prefix, sizeof(prefix), &ds, &gi);
     assert_true(gi.num_samples >= 200);
     assert_int_equal(gi.num_samples, (gi.num_epochs * tokens_per_epoch - 1) / SEQ_LEN);
     /* fewest epochs whose complete shuffle blocks hold the 200 samples asked for */
@@ -144,6 +155,104 @@ static void test_sample_windows(void **state) {
     for (int64_t k = 0; k < gi.num_samples; k++) assert_int_equal(hit[k], 1);
     free(hit);
     free(stream);
+    gpt_index_free(&gi);
+    indexed_dataset_close(&ds);
+}
+
+/* Every epoch has its own document order and every shuffle block its own
+ * sample order: pairwise different (a generator re-seeded the same way per
+ * epoch or per block would repeat them; the other tests would not notice). */
+static void test_epochs_and_blocks_ordered_differently(void **state) {
+    char prefix[512];
+    IndexedDataset ds;
+    GptSampleIndex gi;
+    const int64_t tokens_per_epoch = open_index("orders", 30, 7, 400, prefix, sizeof(prefix), &ds, &gi);
+    const int64_t units = 30, epochs = gi.num_epochs;
+    assert_true(epochs >= 8);
+    for (int64_t e = 0; e < epochs; e++)
+        for (int64_t f = e + 1; f < epochs; f++)
+            if (memcmp(gi.document_index + e * units, gi.document_index + f * units, sizeof(int64_t) * units) == 0)
+                fail_msg("epochs %lld and %lld have the same document order", (long long)e, (long long)f);
+    const int64_t block = gpt_shuffle_block(tokens_per_epoch, SEQ_LEN), blocks = gi.num_samples / block;
+    assert_true(blocks >= 8);
+    int64_t *order = malloc(sizeof(int64_t) * (size_t)(blocks * block)); /* each block's permutation of 0..block-1 */
+    for (int64_t b = 0; b < blocks; b++) {
+        char *hit = calloc((size_t)block, 1);
+        for (int64_t i = 0; i < block; i++) {
+            int64_t k = gi.shuffle[b * block + i] - b * block;
+            assert_true(k >= 0 && k < block); /* the shuffle stays within its block */
+            hit[k]++;
+            order[b * block + i] = k;
+        }
+        for (int64_t i = 0; i < block; i++) assert_int_equal(hit[i], 1);
+        free(hit);
+    }
+    for (int64_t b = 0; b < blocks; b++)
+        for (int64_t c = b + 1; c < blocks; c++)
+            if (memcmp(order + b * block, order + c * block, sizeof(int64_t) * (size_t)block) == 0)
+                fail_msg("shuffle blocks %lld and %lld have the same sample order", (long long)b, (long long)c);
+    free(order);
+    gpt_index_free(&gi);
+    indexed_dataset_close(&ds);
+}
+
+/* The order for a fixed seed, pinned: the numbers below were computed by
+ * tests/fixtures/sampling/pinned_order.py, an independent re-implementation
+ * in Python of Megatron's sampling as src/data/gpt_sampling.h documents it
+ * (and of rng.h's xoshiro256** / splitmix64 / Fisher-Yates), not copied from
+ * this code's output. Run the script to regenerate them after a deliberate
+ * change of the sampling (which also changes every run's data order). */
+/* pinned_order.py: 12 documents, seq_len 16, run.seed 7, 40 samples asked */
+#define PINNED_INDEX_SEED 0x9e3779b97f4a7c12ULL /* the train split's index seed */
+#define PINNED_EPOCHS 3
+#define PINNED_BLOCK 18
+#define PINNED_SAMPLES 54
+static const int64_t pinned_document_index[] = {
+    0, 1, 11, 8, 10, 4, 3, 7, 6, 9, 2, 5, 4, 5, 8, 3, 9, 10, 11, 6, 1, 0, 7, 2, 11, 7, 9, 5, 3, 6, 10, 4, 1,
+    2, 0, 8};
+static const int64_t pinned_shuffle[] = {
+    0, 11, 13, 2, 1, 3, 5, 10, 7, 17, 9, 16, 8, 15, 4, 6, 14, 12, 32, 35, 21, 23, 34, 28, 31, 29, 22, 30, 18,
+    26, 19, 24, 33, 25, 27, 20, 40, 47, 37, 42, 45, 50, 36, 38, 44, 49, 46, 52, 41, 43, 48, 51, 39, 53};
+static const int64_t pinned_first_tokens[] = {
+    0, 6002, 9011, 1031, 1015, 8001, 8033, 4045, 10018, 5016, 4029, 5000, 4013, 2009, 8017, 10002, 9027, 6018,
+    1002, 2001, 4044, 5027, 1034, 9024, 6009, 10006, 5011, 11001, 5032, 8039, 4012, 8007, 1018, 8023, 9008,
+    4028, 5004, 4036, 7000, 6000, 4004, 1035, 2017, 9006, 10009, 1019, 4020, 8003, 5020, 6016, 1003, 2013,
+    9022, 8019};
+static const int64_t pinned_last_tokens[] = {
+    1015, 6018, 9027, 8001, 1031, 8017, 10002, 6002, 4013, 5032, 4045, 5016, 4029, 5000, 8033, 10018, 2009,
+    9011, 1018, 2017, 5011, 8007, 2001, 10006, 1002, 11001, 5027, 6009, 4012, 9008, 4028, 8023, 1034, 8039,
+    9024, 4044, 5020, 1003, 9006, 6016, 4020, 2013, 7000, 9022, 4004, 1035, 4036, 8019, 6000, 10009, 1019,
+    8003, 5004, 8035};
+
+static void test_pinned_order(void **state) {
+    char prefix[512];
+    IndexedDataset ds;
+    GptSampleIndex gi;
+    const int64_t tokens_per_epoch = open_index("pinned", 12, PINNED_INDEX_SEED, 40, prefix, sizeof(prefix), &ds, &gi);
+    assert_int_equal(gi.num_epochs, PINNED_EPOCHS);
+    assert_int_equal(gi.num_samples, PINNED_SAMPLES);
+    assert_int_equal(gpt_shuffle_block(tokens_per_epoch, SEQ_LEN), PINNED_BLOCK);
+    assert_int_equal(gi.document_index_len, 12 * PINNED_EPOCHS);
+    for (int64_t i = 0; i < gi.document_index_len; i++)
+        if (gi.document_index[i] != pinned_document_index[i])
+            fail_msg("document_index[%lld] = %lld, pinned %lld", (long long)i, (long long)gi.document_index[i],
+                     (long long)pinned_document_index[i]);
+    for (int64_t i = 0; i < PINNED_SAMPLES; i++)
+        if (gi.shuffle[i] != pinned_shuffle[i])
+            fail_msg("shuffle[%lld] = %lld, pinned %lld", (long long)i, (long long)gi.shuffle[i],
+                     (long long)pinned_shuffle[i]);
+    /* the loader (run.seed 7, the train split's seed above): its samples in training order */
+    DataConfig data;
+    one_source(&data, prefix, 1, 0, 0, "");
+    DataLoader *loader = create_ok(&data, SPLIT_TRAIN, 7, 40);
+    int32_t sample[SEQ_LEN + 1];
+    for (int64_t i = 0; i < 40; i++) {
+        data_loader_get(loader, i, sample);
+        if (sample[0] != pinned_first_tokens[i] || sample[SEQ_LEN] != pinned_last_tokens[i])
+            fail_msg("sample %lld: tokens %d .. %d, pinned %lld .. %lld", (long long)i, sample[0], sample[SEQ_LEN],
+                     (long long)pinned_first_tokens[i], (long long)pinned_last_tokens[i]);
+    }
+    data_loader_free(loader);
     gpt_index_free(&gi);
     indexed_dataset_close(&ds);
 }
@@ -403,6 +512,8 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sample_windows, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shuffle_prefix_stable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_epochs_and_blocks_ordered_differently, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_pinned_order, setup, teardown),
         cmocka_unit_test(test_split_bounds),
         cmocka_unit_test_setup_teardown(test_coverage_and_disjoint_splits, setup, teardown),
         cmocka_unit_test_setup_teardown(test_seed_determinism, setup, teardown),

@@ -3,14 +3,20 @@
  * tests/fixtures/hf/<case>/ holds a tiny random transformers model
  * (config.json + model.safetensors) and reference.safetensors with, for one
  * fixed batch, the logits, the loss, the gradient of every parameter (under
- * its HF name, prefixed "grad.") and the losses of five AdamW steps, all
- * computed by transformers (tests/fixtures/hf/make_fixtures.py writes them;
- * docs/parity.md). Each case is read the way `convert` reads a model
- * (hf_config + safetensors + hf_names) into our Model on the CPU backend, then:
+ * its HF name, prefixed "grad.") and a few training steps (clipping active,
+ * AdamW), all computed by transformers and torch
+ * (tests/fixtures/hf/make_fixtures.py writes them; docs/parity.md). Each case
+ * is read the way `convert` reads a model (hf_config + safetensors +
+ * hf_names) into our Model on the CPU backend, then:
  *   forward:  logits and loss            relative error < 1e-5
  *   backward: every parameter's gradient relative error < 1e-4 (per tensor)
- *   AdamW:    five steps (clipping, weight decay groups, constant lr as in
- *             src/train/train_step.c); losses and grad norms < 1e-4
+ *   training: train_step itself (src/train/train_step.c: the function
+ *             `megatrain run` calls, set up by train_setup with a recipe and
+ *             a data set on disk), clip_grad below every step's grad norm:
+ *             each step's loss and grad norm < 1e-4; every parameter's
+ *             change over the steps < 1e-3 (per tensor; measured 5e-5 to
+ *             1.7e-4; a clip scale from the squared norm, or none, gives
+ *             0.14 to 0.26: make_fixtures.py)
  * Relative error of a tensor = max |ours - ref| / max |ref| (over the whole
  * tensor; for a scalar, |ours - ref| / |ref|).
  * The fixtures are read by tests/unit/hf_fixture.h. */
@@ -24,17 +30,18 @@
 
 #include <cmocka.h>
 
+#include "data/indexed_dataset.h"
 #include "hf_fixture.h"
 #include "model/model_internal.h"
 #include "model/moe_layer.h"
-#include "train/grad_clip.h"
-#include "train/optimizer.h"
+#include "train/train_context.h"
 
 #define LOGITS_TOL 1e-5
 #define LOSS_TOL 1e-5
 #define GRAD_TOL 1e-4
-#define ADAMW_TOL 1e-4
-#define ADAMW_MAX_STEPS 16
+#define STEP_TOL 1e-4
+#define UPDATE_TOL 1e-3
+#define MAX_STEPS 16
 
 /* ---- relative error ---- */
 
@@ -51,11 +58,14 @@ static double relative_error(const float *a, const float *b, long n) {
 
 /* ---- the checks ---- */
 
-/* Every parameter's gradient (each expert of a stack on its own) against
+/* Every parameter's values in `values` (a Model-sized array: gradients, or
+ * the change of the weights; each expert of a stack on its own) against
  * <prefix><HF name>, plus <also_prefix><HF name> when also_prefix is given
- * (a missing one counts as 0). Returns the worst relative error; *compared
- * counts the HF tensors. */
-static double compare_gradients(Case *c, const char *prefix, const char *also_prefix, int *compared) {
+ * (a missing one counts as 0), relative error < tol per tensor (INFINITY:
+ * the caller checks). Returns the worst relative error, its HF name in
+ * worst_name (when given); *compared counts the HF tensors. */
+static double compare_params(Case *c, const float *values, const char *prefix, const char *also_prefix, double tol,
+                             int *compared, char *worst_name, size_t worst_len) {
     const Model *m = c->model;
     HfPiece pieces[HF_FIXTURE_MAX_EXPERTS];
     double worst = 0.0;
@@ -67,22 +77,25 @@ static double compare_gradients(Case *c, const char *prefix, const char *also_pr
             char key[200];
             snprintf(key, sizeof key, "%.30s%.160s", prefix, pieces[p].name);
             long n;
-            float *ref_grad = ref_f32(&c->ref, key, &n);
+            float *ref = ref_f32(&c->ref, key, &n);
             assert_int_equal(n, pieces[p].shape[0] * (pieces[p].ndim == 2 ? pieces[p].shape[1] : 1));
             if (also_prefix) {
                 snprintf(key, sizeof key, "%.30s%.160s", also_prefix, pieces[p].name);
                 if (json_get(c->ref.header, key)) {
                     float *more = ref_f32(&c->ref, key, NULL);
-                    for (long i = 0; i < n; i++) ref_grad[i] += more[i];
+                    for (long i = 0; i < n; i++) ref[i] += more[i];
                     free(more);
                 }
             }
-            double e = relative_error(m->grads + info->offset + pieces[p].offset, ref_grad, n);
-            free(ref_grad);
-            if (!(e < GRAD_TOL))
-                fail_msg("%s: gradient of %s (%s): relative error %.3e >= %.0e", c->name, info->name, pieces[p].name, e,
-                         GRAD_TOL);
-            if (e > worst) worst = e;
+            double e = relative_error(values + info->offset + pieces[p].offset, ref, n);
+            free(ref);
+            if (!(e < tol))
+                fail_msg("%s: %s%s (%s): relative error %.3e >= %.0e", c->name, prefix, pieces[p].name, info->name, e,
+                         tol);
+            if (e > worst || (worst_name && !worst_name[0])) {
+                worst = e;
+                if (worst_name) snprintf(worst_name, worst_len, "%.190s", pieces[p].name);
+            }
             ++*compared;
         }
     }
@@ -110,7 +123,7 @@ static void check_forward_backward(const char *name) {
 
     model_backward(m, 1.0f);
     int compared = 0;
-    double worst = compare_gradients(&c, "grad.", NULL, &compared);
+    double worst = compare_params(&c, m->grads, "grad.", NULL, GRAD_TOL, &compared, NULL, 0);
     /* every reference gradient was compared: as many "grad." tensors as HF tensors */
     int num_ref_grads = 0;
     for (size_t i = 0; i < c.ref.header->count; i++)
@@ -122,57 +135,156 @@ static void check_forward_backward(const char *name) {
     case_close(&c);
 }
 
-static void check_adamw(const char *name) {
-    Case c = case_open(name);
-    Model *m = c.model;
-    RefTensor hp = ref_get(&c.ref, "adamw_hparams", "F64");
-    assert_int_equal(hp.numel, 7);
-    double h[7];
-    memcpy(h, hp.data, sizeof h);
-    OptimizerConfig opt;
-    memset(&opt, 0, sizeof opt);
-    opt.lr = opt.min_lr = h[0];
-    opt.beta1 = h[1];
-    opt.beta2 = h[2];
-    opt.eps = h[3];
-    opt.weight_decay = h[4];
-    opt.clip_grad = h[5];
-    opt.decay = DECAY_CONSTANT;
-    const int steps = (int)h[6];
-    assert_true(steps > 0 && steps <= ADAMW_MAX_STEPS);
-    long n_losses, n_norms;
-    float *ref_losses = ref_f32(&c.ref, "adamw_losses", &n_losses);
-    float *ref_norms = ref_f32(&c.ref, "adamw_grad_norms", &n_norms);
-    assert_int_equal(n_losses, steps);
-    assert_int_equal(n_norms, steps);
+/* ---- the training step ---- */
 
-    AdamW adamw;
-    adamw_init(&adamw, m->num_floats);
-    float losses[ADAMW_MAX_STEPS], norms[ADAMW_MAX_STEPS];
-    for (int s = 0; s < steps; s++) { /* as train_step: one micro-batch, clip, constant lr */
-        model_zero_grad(m);
-        losses[s] = model_forward(m, c.inputs, c.targets, c.B, c.T);
-        model_backward(m, 1.0f);
-        double norm = grad_global_norm(m->grads, m->num_floats);
-        norms[s] = (float)norm;
-        adamw_step(&adamw, m, &opt, opt.lr, (float)grad_clip_scale(norm, opt.clip_grad));
-    }
-    printf("  %-16s adamw losses:", name);
-    for (int s = 0; s < steps; s++) printf(" %.6f/%.6f", losses[s], ref_losses[s]);
-    printf("\n");
+/* The train-step hyper-parameters (train_hparams, make_fixtures.py's TRAIN). */
+typedef struct StepHparams {
+    double lr, beta1, beta2, eps, weight_decay, clip_grad;
+    int steps, warmup_steps, micro_batch_size, global_batch_size;
+} StepHparams;
+
+static StepHparams step_hparams(const RefFile *ref) {
+    RefTensor t = ref_get(ref, "train_hparams", "F64");
+    assert_int_equal(t.numel, 10);
+    double h[10];
+    memcpy(h, t.data, sizeof h);
+    StepHparams hp = {h[0], h[1], h[2], h[3], h[4], h[5], (int)h[6], (int)h[7], (int)h[8], (int)h[9]};
+    assert_true(hp.steps > 0 && hp.steps <= MAX_STEPS);
+    assert_true(hp.clip_grad > 0.0); /* the check is about a step with clipping */
+    assert_int_equal(hp.global_batch_size, 2); /* the data set's two samples, one of each per step */
+    return hp;
+}
+
+/* DIR/recipe.yaml training on DIR/doc (one document) with the fixture's
+ * optimizer; the model section is a placeholder that the caller replaces with
+ * the fixture's config. */
+static void write_step_recipe(const char *dir, const StepHparams *hp, int T) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/recipe.yaml", dir);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fprintf(f,
+            "run: {name: hf-parity-step, dir: %s/run, seed: 1234, device: cpu}\n"
+            "model: {family: llama, num_layers: 1, hidden_size: 32, intermediate_size: 64, num_attention_heads: 4,\n"
+            "        num_key_value_heads: 4, vocab_size: 128, max_position_embeddings: 256}\n"
+            "train: {steps: %d, seq_len: %d, micro_batch_size: %d, global_batch_size: %d, eval_interval: 0}\n"
+            "optimizer:\n"
+            "  type: adamw\n"
+            "  lr: %.17g\n  min_lr: %.17g\n  betas: [%.17g, %.17g]\n  eps: %.17g\n  weight_decay: %.17g\n"
+            "  clip_grad: %.17g\n"
+            "  schedule: {warmup_steps: %d, decay: constant}\n"
+            "precision: fp32\n"
+            "data: {train: [{path: %s/doc, weight: 1.0}], split: [1, 0, 0]}\n"
+            "checkpoint: {interval: 0}\n",
+            dir, hp->steps, T, hp->micro_batch_size, hp->global_batch_size, hp->lr, hp->lr, hp->beta1, hp->beta2,
+            hp->eps, hp->weight_decay, hp->clip_grad, hp->warmup_steps, dir);
+    fclose(f);
+}
+
+/* Each step's two samples are A = doc[0:T+1] and B = doc[T:2T] + doc[0], one
+ * of each (the premise of the reference, make_fixtures.py: Megatron's
+ * sampling of a one-document data set, one shuffle block of two per epoch). */
+static void check_step_samples(const TrainContext *ctx, const int32_t *doc, int T, int steps) {
+    int32_t *a = malloc(((size_t)T + 1) * sizeof *a), *b = malloc(((size_t)T + 1) * sizeof *b);
+    int32_t *got = malloc(((size_t)T + 1) * sizeof *got);
+    memcpy(a, doc, ((size_t)T + 1) * sizeof *a);
+    memcpy(b, doc + T, (size_t)T * sizeof *b);
+    b[T] = doc[0];
     for (int s = 0; s < steps; s++) {
-        double loss_err = fabs((double)losses[s] - ref_losses[s]) / fabs((double)ref_losses[s]);
-        double norm_err = fabs((double)norms[s] - ref_norms[s]) / fabs((double)ref_norms[s]);
-        if (!(loss_err < ADAMW_TOL))
-            fail_msg("%s: AdamW step %d: loss %.8f vs %.8f, relative error %.3e", name, s + 1, losses[s],
-                     ref_losses[s], loss_err);
-        if (!(norm_err < ADAMW_TOL))
-            fail_msg("%s: AdamW step %d: grad norm %.8f vs %.8f, relative error %.3e", name, s + 1, norms[s],
-                     ref_norms[s], norm_err);
+        int seen_a = 0, seen_b = 0;
+        for (int i = 0; i < 2; i++) {
+            data_loader_get(ctx->train_data, 2L * s + i, got);
+            seen_a += memcmp(got, a, ((size_t)T + 1) * sizeof *a) == 0;
+            seen_b += memcmp(got, b, ((size_t)T + 1) * sizeof *b) == 0;
+        }
+        if (seen_a != 1 || seen_b != 1)
+            fail_msg("step %d reads samples A x %d, B x %d: not one of each, as the reference assumes "
+                     "(tests/fixtures/hf/make_fixtures.py); did the sampling change?", s + 1, seen_a, seen_b);
     }
-    /* the steps changed something: the last loss is below the first */
-    assert_true(losses[steps - 1] < losses[0]);
-    adamw_free(&adamw);
+    free(a);
+    free(b);
+    free(got);
+}
+
+/* train_step, as `megatrain run` calls it, against torch: a recipe and a data
+ * set in a scratch directory, train_setup, the fixture's weights, then
+ * hp.steps steps: each step's loss and grad norm, and the change of every
+ * parameter over the steps. */
+static void check_train_step(const char *name) {
+    Case c = case_open(name);
+    const StepHparams hp = step_hparams(&c.ref);
+    long doc_len;
+    int32_t *doc = ref_i32(&c.ref, "train_document", &doc_len);
+    const int T = (int)(doc_len / 2);
+    assert_int_equal(doc_len, 2L * T);
+    long n_losses, n_norms;
+    float *ref_losses = ref_f32(&c.ref, "train_losses", &n_losses);
+    float *ref_norms = ref_f32(&c.ref, "train_grad_norms", &n_norms);
+    assert_int_equal(n_losses, hp.steps);
+    assert_int_equal(n_norms, hp.steps);
+
+    char dir[] = "/tmp/mt_hf_step_XXXXXX", path[1200], err[2048];
+    assert_non_null(mkdtemp(dir));
+    snprintf(path, sizeof path, "%s/doc", dir);
+    IndexedDatasetWriter *w = indexed_dataset_writer_open(path, IDX_DTYPE_INT32, err, sizeof err);
+    if (!w) fail_msg("%s", err);
+    assert_int_equal(indexed_dataset_writer_add_document(w, doc, doc_len), 0);
+    assert_int_equal(indexed_dataset_writer_finish(w, err, sizeof err), 0);
+    write_step_recipe(dir, &hp, T);
+    snprintf(path, sizeof path, "%s/recipe.yaml", dir);
+    Recipe recipe;
+    if (recipe_load(&recipe, path, NULL, 0, 1, err, sizeof err) != 0) fail_msg("%s", err);
+    recipe.model = c.cfg; /* the fixture's model */
+
+    TrainContext ctx;
+    if (train_setup(&ctx, &recipe, err, sizeof err) != 0) fail_msg("%s: train_setup: %s", name, err);
+    assert_int_equal(ctx.total_steps, hp.steps);
+    assert_int_equal(ctx.model->num_floats, c.model->num_floats);
+    assert_int_equal(ctx.model->num_params, c.model->num_params);
+    for (int k = 0; k < c.model->num_params; k++) {
+        assert_string_equal(ctx.model->param_info[k].name, c.model->param_info[k].name);
+        assert_int_equal(ctx.model->param_info[k].offset, c.model->param_info[k].offset);
+    }
+    memcpy(ctx.model->params, c.model->params, (size_t)c.model->num_floats * sizeof(float));
+    check_step_samples(&ctx, doc, T, hp.steps);
+
+    /* every step, then the updates, before judging: a failure reports all three */
+    double loss_err = 0.0, norm_err = 0.0;
+    int loss_step = 0, norm_step = 0;
+    printf("  %-16s train_step losses:", name);
+    for (int s = 0; s < hp.steps; s++) {
+        StepResult result;
+        if (train_step(&ctx, &result, err, sizeof err) != 0) fail_msg("%s: train_step: %s", name, err);
+        printf(" %.6f/%.6f", result.loss, ref_losses[s]);
+        assert_false(result.nonfinite);
+        assert_true(result.grad_norm > hp.clip_grad); /* clipping changed this step's update */
+        const double le = fabs(result.loss - ref_losses[s]) / fabs((double)ref_losses[s]);
+        const double ne = fabs(result.grad_norm - ref_norms[s]) / fabs((double)ref_norms[s]);
+        if (!(le <= loss_err)) loss_err = le, loss_step = s + 1; /* NaN sticks */
+        if (!(ne <= norm_err)) norm_err = ne, norm_step = s + 1;
+    }
+    printf("\n");
+    assert_true(ref_losses[hp.steps - 1] < ref_losses[0]); /* the steps changed something */
+
+    float *update = malloc((size_t)c.model->num_floats * sizeof *update);
+    for (long i = 0; i < c.model->num_floats; i++) update[i] = ctx.model->params[i] - c.model->params[i];
+    int compared = 0;
+    char worst_name[200] = "";
+    const double update_err =
+        compare_params(&c, update, "train_update.", NULL, INFINITY, &compared, worst_name, sizeof worst_name);
+    printf("  %-16s %d steps: losses rel err %.2e (step %d), grad norms %.2e (step %d); %d parameter updates, "
+           "worst rel err %.2e (%s)\n", name, hp.steps, loss_err, loss_step, norm_err, norm_step, compared,
+           update_err, worst_name);
+    if (!(loss_err < STEP_TOL && norm_err < STEP_TOL && update_err < UPDATE_TOL))
+        fail_msg("%s: train_step: losses rel err %.3e (step %d; tolerance %.0e), grad norms %.3e (step %d; %.0e), "
+                 "parameter updates %.3e (%s; %.0e)", name, loss_err, loss_step, STEP_TOL, norm_err, norm_step,
+                 STEP_TOL, update_err, worst_name, UPDATE_TOL);
+
+    free(update);
+    train_teardown(&ctx);
+    snprintf(path, sizeof path, "rm -rf '%s'", dir);
+    assert_int_equal(system(path), 0);
+    free(doc);
     free(ref_losses);
     free(ref_norms);
     case_close(&c);
@@ -226,7 +338,7 @@ static void check_moe_aux(const char *name) {
     }
     model_backward(m, 1.0f);
     int compared = 0;
-    double worst = compare_gradients(&c, "grad.", "grad_aux.", &compared);
+    double worst = compare_params(&c, m->grads, "grad.", "grad_aux.", GRAD_TOL, &compared, NULL, 0);
     printf("  %-16s %d gradients of cross entropy + aux, worst rel err %.2e\n", name, compared, worst);
     free(pooled);
     free(psum);
@@ -241,9 +353,9 @@ static void check_moe_aux(const char *name) {
         (void)state;                                                             \
         check_forward_backward(#name);                                           \
     }                                                                            \
-    static void test_##name##_adamw(void **state) {                              \
+    static void test_##name##_train_step(void **state) {                         \
         (void)state;                                                             \
-        check_adamw(#name);                                                      \
+        check_train_step(#name);                                                 \
     }
 
 PARITY_CASE(llama_gqa_rope3)
@@ -293,13 +405,13 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fixture_configs),
         cmocka_unit_test(test_llama_gqa_rope3_forward_backward),
-        cmocka_unit_test(test_llama_gqa_rope3_adamw),
+        cmocka_unit_test(test_llama_gqa_rope3_train_step),
         cmocka_unit_test(test_llama_tied_forward_backward),
-        cmocka_unit_test(test_llama_tied_adamw),
+        cmocka_unit_test(test_llama_tied_train_step),
         cmocka_unit_test(test_qwen2_bias_forward_backward),
-        cmocka_unit_test(test_qwen2_bias_adamw),
+        cmocka_unit_test(test_qwen2_bias_train_step),
         cmocka_unit_test(test_qwen3_qknorm_forward_backward),
-        cmocka_unit_test(test_qwen3_qknorm_adamw),
+        cmocka_unit_test(test_qwen3_qknorm_train_step),
         cmocka_unit_test(test_mixtral_moe_forward_backward),
         cmocka_unit_test(test_mixtral_moe_aux),
         cmocka_unit_test(test_qwen3_moe_forward_backward),
