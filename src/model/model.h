@@ -43,6 +43,16 @@
 
 typedef enum { INIT_NORMAL, INIT_ONES, INIT_ZEROS } ParamInit;
 
+/* What a parameter belongs to (each sized by its own recipe keys: plan names them). */
+typedef enum {
+    PARAM_EMBEDDING,     /* embed.weight, lm_head.weight: model.vocab_size x hidden_size */
+    PARAM_ATTENTION,     /* q/k/v/o, their biases and norms, and the layer and final norms: model.hidden_size */
+    PARAM_MLP,           /* the dense gate/up/down: model.intermediate_size */
+    PARAM_EXPERTS,       /* the router and the routed experts: model.moe.* */
+    PARAM_SHARED_EXPERT, /* the shared expert: model.moe.shared_expert_intermediate_size */
+    PARAM_KINDS
+} ParamKind;
+
 typedef struct ParamInfo {
     char name[96];
     int ndim;          /* 1, 2, or 3 (stacked experts) */
@@ -62,6 +72,7 @@ typedef struct ParamInfo {
     bool norm_owner;   /* counted by this rank in the global grad norm and gathered from it for a
                         * checkpoint (false for a copy another rank also holds) */
     bool expert;       /* routed experts' weights: split over ep, replicated over edp only */
+    ParamKind kind;
 } ParamInfo;
 
 typedef struct Model Model; /* layer pointers and activations are private */

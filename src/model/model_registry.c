@@ -16,6 +16,7 @@ typedef struct RegistryBuilder {
     int count, capacity;
     long total;
     int global_count; /* parameters of the whole model seen so far (kept or not) */
+    ParamKind kind;   /* of the parameters declared next */
 } RegistryBuilder;
 
 /* How tensor parallel cuts a parameter. Stacked experts (3-D) are cut over
@@ -59,6 +60,7 @@ static int declare_dims(RegistryBuilder *b, bool keep, int ndim, const long *dim
     p->init_std = init == INIT_NORMAL ? init_std : 0.0f;
     p->no_decay = p->ndim == 1; /* norms and biases are exactly the 1-D parameters */
     p->global_index = global_index;
+    p->kind = b->kind;
     /* tp blocks are each counted by their rank; a tensor every tp rank holds
      * whole (replicas, and experts without expert tensor parallel) by tp rank 0 */
     p->norm_owner = (tp_dim >= 0 && tp_parts > 1) || r == 0;
@@ -115,6 +117,7 @@ static void declare_moe_experts(RegistryBuilder *b, const ModelConfig *cfg, bool
                                 LayerSlots *s) {
     const MoeConfig *m = &cfg->moe;
     const long C = cfg->hidden_size, E = m->num_experts, I = m->moe_intermediate_size;
+    b->kind = PARAM_EXPERTS;
     s->e_gate = declare_stack(b, k, E, I, C, EP_ETP_DIM1, std, "layers.%d.mlp.experts.gate_proj.weight", i);
     s->e_up = declare_stack(b, k, E, I, C, EP_ETP_DIM1, std, "layers.%d.mlp.experts.up_proj.weight", i);
     s->e_down = declare_stack(b, k, E, C, I, EP_ETP_DIM2, out_std, "layers.%d.mlp.experts.down_proj.weight", i);
@@ -130,10 +133,12 @@ static void declare_moe_mlp(RegistryBuilder *b, const ModelConfig *cfg, bool k, 
     const MoeConfig *m = &cfg->moe;
     const long C = cfg->hidden_size, E = m->num_experts;
     const long Is = m->shared_expert_intermediate_size;
+    b->kind = PARAM_EXPERTS;
     s->router = declare(b, k, E, C, TP_WHOLE, INIT_NORMAL, std, "layers.%d.mlp.router.weight", i);
     if (m->load_balancing == LB_EXPERT_BIAS)
         s->expert_bias = declare(b, k, E, 0, TP_WHOLE, INIT_ZEROS, 0, "layers.%d.mlp.router.expert_bias", i);
     if (Is > 0) { /* with expert tensor parallel split like the dense MLP */
+        b->kind = PARAM_SHARED_EXPERT;
         const TpSplit rows = b->part->etp > 1 ? TP_ROWS : TP_WHOLE, cols = b->part->etp > 1 ? TP_COLS : TP_WHOLE;
         s->s_gate = declare(b, k, Is, C, rows, INIT_NORMAL, std, "layers.%d.mlp.shared_expert.gate_proj.weight", i);
         s->s_up = declare(b, k, Is, C, rows, INIT_NORMAL, std, "layers.%d.mlp.shared_expert.up_proj.weight", i);
@@ -154,7 +159,7 @@ ParamInfo *model_registry_build(const ModelConfig *cfg, const ModelPartition *pa
     const bool sp = part->sequence_parallel;
     const bool bias = cfg->attention_bias;
 
-    RegistryBuilder b = {.part = part};
+    RegistryBuilder b = {.part = part, .kind = PARAM_EMBEDDING};
     LayerSlots *ls = slots ? mt_calloc((size_t)(part->num_layers > 0 ? part->num_layers : 1), sizeof *ls) : NULL;
     /* The lm_head of tied embeddings on a last stage is a copy of embed.weight. */
     const bool tied_copy = part->has_head && !part->has_embed && cfg->tie_word_embeddings;
@@ -164,6 +169,7 @@ ParamInfo *model_registry_build(const ModelConfig *cfg, const ModelPartition *pa
         const bool k = local >= 0;
         LayerSlots s;
         memset(&s, -1, sizeof s);
+        b.kind = PARAM_ATTENTION;
         s.attn_norm = norm(&b, k, C, sp, "layers.%d.attn_norm.weight", i);
         s.q_weight = declare(&b, k, HD, C, TP_ROWS, INIT_NORMAL, std, "layers.%d.attn.q_proj.weight", i);
         if (bias) s.q_bias = declare(&b, k, HD, 0, TP_ROWS, INIT_ZEROS, 0, "layers.%d.attn.q_proj.bias", i);
@@ -180,14 +186,17 @@ ParamInfo *model_registry_build(const ModelConfig *cfg, const ModelPartition *pa
         if (model_layer_is_moe(cfg, i)) {
             declare_moe_mlp(&b, cfg, k, i, std, out_std, &s);
         } else {
+            b.kind = PARAM_MLP;
             s.gate_weight = declare(&b, k, I, C, TP_ROWS, INIT_NORMAL, std, "layers.%d.mlp.gate_proj.weight", i);
             s.up_weight = declare(&b, k, I, C, TP_ROWS, INIT_NORMAL, std, "layers.%d.mlp.up_proj.weight", i);
             s.down_weight = declare(&b, k, C, I, TP_COLS, INIT_NORMAL, out_std, "layers.%d.mlp.down_proj.weight", i);
         }
         if (ls && k) ls[local] = s;
     }
+    b.kind = PARAM_ATTENTION;
     int final_norm = declare(&b, part->has_head, C, 0, TP_WHOLE, INIT_ONES, 0, "final_norm.weight");
     if (final_norm >= 0) b.infos[final_norm].tp_partial_grad = sp && part->tp > 1;
+    b.kind = PARAM_EMBEDDING;
     int lm_head = declare(&b, part->has_head && !cfg->tie_word_embeddings, V, C, TP_ROWS, INIT_NORMAL, std,
                           "lm_head.weight");
     for (int i = 0; i < L; i++) /* the routed experts last */

@@ -43,15 +43,6 @@
 #include "../model/model.h"
 #include "../dist/pipeline_schedule.h"
 
-/* Which kind of parameter a registry name is (model_registry.c's names). */
-static PlanGroup param_group(const char *name) {
-    if (!strncmp(name, "embed.", 6) || !strncmp(name, "lm_head.", 8)) return PLAN_EMBEDDING;
-    if (strstr(name, ".mlp.experts.") || strstr(name, ".mlp.router.")) return PLAN_EXPERTS;
-    if (strstr(name, ".mlp.shared_expert.")) return PLAN_SHARED;
-    if (strstr(name, ".mlp.")) return PLAN_MLP;
-    return PLAN_ATTENTION;
-}
-
 /* The parameters one rank of a stage holds (tp rank 0, ep rank 0), split
  * into dense ones and routed experts, and by kind into st->group_params,
  * counted from the registry. */
@@ -71,7 +62,7 @@ static void stage_params(const ModelConfig *m, const ParallelConfig *par, int tp
     *dense = *experts = 0;
     for (int i = 0; i < count; i++) {
         *(infos[i].expert ? experts : dense) += (double)infos[i].numel;
-        st->group_params[param_group(infos[i].name)] += (double)infos[i].numel;
+        st->group_params[infos[i].kind] += (double)infos[i].numel;
     }
     free(infos);
 }
@@ -178,7 +169,7 @@ const char *plan_stage_driver(const Plan *p, const Recipe *r, int stage, char *w
     /* weights, gradients and optimizer states follow the parameters */
     const double per_param = st->params > 0 ? (st->weight_bytes + st->grad_bytes + st->optimizer_bytes) / st->params : 0;
     int best = 0;
-    for (int g = 1; g < PLAN_GROUPS; g++)
+    for (int g = 1; g < PARAM_KINDS; g++)
         if (st->group_params[g] > st->group_params[best]) best = g;
     const double params_bytes = st->group_params[best] * per_param;
     if (st->activation_bytes >= params_bytes && st->activation_bytes >= st->logits_bytes) {
@@ -191,19 +182,19 @@ const char *plan_stage_driver(const Plan *p, const Recipe *r, int stage, char *w
                  t->micro_batch_size, t->seq_len);
         return "model.vocab_size";
     }
-    switch ((PlanGroup)best) {
-    case PLAN_EMBEDDING:
+    switch ((ParamKind)best) {
+    case PARAM_EMBEDDING:
         snprintf(what, len, "the embedding (model.vocab_size = %d x model.hidden_size = %d)", m->vocab_size,
                  m->hidden_size);
         return "model.vocab_size";
-    case PLAN_MLP:
+    case PARAM_MLP:
         snprintf(what, len, "the MLP weights (model.intermediate_size = %d)", m->intermediate_size);
         return "model.intermediate_size";
-    case PLAN_EXPERTS:
+    case PARAM_EXPERTS:
         snprintf(what, len, "the experts' weights (model.moe.num_experts = %d x model.moe.moe_intermediate_size = %d)",
                  m->moe.num_experts, m->moe.moe_intermediate_size);
         return "model.moe.moe_intermediate_size";
-    case PLAN_SHARED:
+    case PARAM_SHARED_EXPERT:
         snprintf(what, len, "the shared expert's weights (model.moe.shared_expert_intermediate_size = %d)",
                  m->moe.shared_expert_intermediate_size);
         return "model.moe.shared_expert_intermediate_size";

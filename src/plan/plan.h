@@ -10,18 +10,9 @@
 
 #include "../config/recipe.h"
 #include "../dist/grid.h"
+#include "../model/model.h"
 
 #define PLAN_MAX_STAGES 256
-
-/* The kinds of parameters, each sized by its own recipe keys (PlanStage.group_params). */
-typedef enum {
-    PLAN_EMBEDDING, /* embed.weight and lm_head: model.vocab_size */
-    PLAN_ATTENTION, /* q/k/v/o and the norms: model.hidden_size */
-    PLAN_MLP,       /* gate/up/down: model.intermediate_size */
-    PLAN_EXPERTS,   /* routed experts: model.moe.num_experts x moe_intermediate_size */
-    PLAN_SHARED,    /* the shared expert: model.moe.shared_expert_intermediate_size */
-    PLAN_GROUPS
-} PlanGroup;
 
 /* One pipeline stage; every rank of the stage holds the same amount. */
 typedef struct PlanStage {
@@ -30,7 +21,7 @@ typedef struct PlanStage {
     bool embedding, final_norm, lm_head; /* lm_head: the untied head, or the tied copy on a last stage */
     double params;                        /* parameters held by one rank of this stage */
     double expert_params;                 /* of them, routed experts' (split over ep, and etp) */
-    double group_params[PLAN_GROUPS];     /* of them, each kind's */
+    double group_params[PARAM_KINDS];     /* of them, each kind's (ParamInfo.kind) */
     double weight_bytes, grad_bytes, optimizer_bytes, activation_bytes, logits_bytes;
     double in_flight;                     /* micro-batches whose activations the schedule keeps */
     double total_bytes;

@@ -113,6 +113,42 @@ static void test_expert_tiles(void **state) {
     check_tiles(&cfg, 1, 1, 4);
 }
 
+/* Every parameter's kind (ParamInfo.kind, what plan sizes memory by) from the registry. */
+static void test_param_kinds(void **state) {
+    (void)state;
+    ModelConfig cfg = config(true, false);
+    cfg.family = FAMILY_QWEN3_MOE;
+    cfg.moe.num_experts = 4;
+    cfg.moe.num_experts_per_tok = 2;
+    cfg.moe.moe_intermediate_size = 8;
+    cfg.moe.shared_expert_intermediate_size = 6;
+    cfg.moe.layer_freq = 2; /* layers 0 and 2 MoE, 1 and 3 dense */
+    Model *m = model_create(&cfg, &cpu_backend, 0, 0);
+    const struct {
+        const char *name;
+        ParamKind kind;
+    } want[] = {{"embed.weight", PARAM_EMBEDDING},
+                {"layers.0.attn_norm.weight", PARAM_ATTENTION},
+                {"layers.0.attn.q_norm.weight", PARAM_ATTENTION},
+                {"layers.0.attn.o_proj.weight", PARAM_ATTENTION},
+                {"layers.0.mlp_norm.weight", PARAM_ATTENTION},
+                {"layers.0.mlp.router.weight", PARAM_EXPERTS},
+                {"layers.0.mlp.shared_expert.up_proj.weight", PARAM_SHARED_EXPERT},
+                {"layers.0.mlp.experts.down_proj.weight", PARAM_EXPERTS},
+                {"layers.1.attn.k_proj.weight", PARAM_ATTENTION},
+                {"layers.1.mlp.gate_proj.weight", PARAM_MLP},
+                {"layers.1.mlp.down_proj.weight", PARAM_MLP},
+                {"layers.2.attn_norm.weight", PARAM_ATTENTION},
+                {"final_norm.weight", PARAM_ATTENTION},
+                {"lm_head.weight", PARAM_EMBEDDING}};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        const ParamInfo *p = model_find_param(m, want[i].name);
+        if (!p) fail_msg("no %s", want[i].name);
+        if (p->kind != want[i].kind) fail_msg("%s: kind %d, expected %d", want[i].name, p->kind, want[i].kind);
+    }
+    model_free(m);
+}
+
 static void test_tp_grad_flags(void **state) {
     (void)state;
     ModelConfig cfg = config(true, false);
@@ -226,6 +262,7 @@ static void test_registry_only_any_seq_len(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tp_blocks_tile_the_model),
+        cmocka_unit_test(test_param_kinds),
         cmocka_unit_test(test_tp_grad_flags),
         cmocka_unit_test(test_expert_tiles),
         cmocka_unit_test(test_pipeline_stages),
