@@ -9,7 +9,9 @@
  * i*B .. i*B+B-1 of the validation loader built with the same seed and
  * seq_len, so `eval` with a run's seed, seq_len, micro_batch_size and
  * eval_batches reproduces that run's eval_loss at the checkpoint's step.
- * Runs on the CPU backend; the index is built in memory (no cache files). */
+ * The model runs on --device (cpu, the default, in fp32; cuda in bf16, as a
+ * run with precision: bf16 computes) through its ModelDevice
+ * (src/model/model_device.h); the index is built in memory (no cache files). */
 #include "eval.h"
 
 #include <errno.h>
@@ -21,12 +23,12 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../backend/backend.h"
 #include "../ckpt/checkpoint.h"
 #include "../config/recipe.h"
 #include "../core/error.h"
 #include "../data/data_loader.h"
-#include "../model/model.h"
+#include "../dist/grid.h"
+#include "../model/model_device.h"
 
 #define DEFAULT_BATCHES 8
 #define DEFAULT_SEQ_LEN 256
@@ -44,7 +46,8 @@ static const char *const eval_usage_text =
     "  --batches N             batches to average over (default 8)\n"
     "  --seq-len T             tokens per sample (default 256)\n"
     "  --micro-batch-size B    samples per batch (default 4)\n"
-    "  --seed S                the sampling seed (default 1234, as run.seed)\n";
+    "  --seed S                the sampling seed (default 1234, as run.seed)\n"
+    "  --device D              cpu (default; fp32) or cuda (one GPU, bf16 as a run computes there)\n";
 
 typedef struct EvalOptions {
     const char *ckpt;
@@ -53,6 +56,7 @@ typedef struct EvalOptions {
     long seq_len;
     long micro_batch_size;
     uint64_t seed;
+    const char *device;
 } EvalOptions;
 
 /* A positive integer option value; -1 (reported) when it is not one. */
@@ -74,7 +78,9 @@ static int parse_options(int argc, char **argv, EvalOptions *opt) {
     opt->seq_len = DEFAULT_SEQ_LEN;
     opt->micro_batch_size = DEFAULT_MICRO_BATCH;
     opt->seed = DEFAULT_SEED;
-    static const char *const names[] = {"--data", "--batches", "--seq-len", "--micro-batch-size", "--seed"};
+    opt->device = "cpu";
+    static const char *const names[] = {"--data", "--batches", "--seq-len", "--micro-batch-size", "--seed", "--device"};
+    enum { NUM_NAMES = sizeof names / sizeof names[0] };
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -92,11 +98,11 @@ static int parse_options(int argc, char **argv, EvalOptions *opt) {
         }
         int k = 0;
         size_t n = 0;
-        for (; k < 5; k++) {
+        for (; k < NUM_NAMES; k++) {
             n = strlen(names[k]);
             if (strncmp(a, names[k], n) == 0 && (a[n] == '\0' || a[n] == '=')) break;
         }
-        if (k == 5) {
+        if (k == NUM_NAMES) {
             mt_error("eval: unknown option '%s'\n%s", a, eval_usage_text);
             return 2;
         }
@@ -110,6 +116,7 @@ static int parse_options(int argc, char **argv, EvalOptions *opt) {
         case 1: opt->batches = parse_positive(names[k], value, 1L << 30); break;
         case 2: opt->seq_len = parse_positive(names[k], value, 1L << 20); break;
         case 3: opt->micro_batch_size = parse_positive(names[k], value, 1L << 16); break;
+        case 5: opt->device = value; break;
         default: {
             char *end = NULL;
             errno = 0;
@@ -131,6 +138,10 @@ static int parse_options(int argc, char **argv, EvalOptions *opt) {
         mt_error("eval: --data PREFIX is required\n%s", eval_usage_text);
         return 2;
     }
+    if (!model_device_exists(opt->device)) {
+        mt_error("eval: --device: expected cpu or cuda, found '%s'", opt->device);
+        return 2;
+    }
     if (strlen(opt->data) >= MT_PATH_MAX) {
         mt_error("eval: --data: the prefix is longer than %d characters", MT_PATH_MAX - 1);
         return 2;
@@ -144,8 +155,8 @@ static int parse_options(int argc, char **argv, EvalOptions *opt) {
 }
 
 /* The mean loss over opt->batches batches; -1 (reported) on bad data. */
-static int evaluate(Model *model, const DataLoader *loader, const EvalOptions *opt, double *mean_loss) {
-    const int B = (int)opt->micro_batch_size, T = (int)opt->seq_len, V = model->cfg.vocab_size;
+static int evaluate(ModelDevice *dev, const DataLoader *loader, const EvalOptions *opt, double *mean_loss) {
+    const int B = (int)opt->micro_batch_size, T = (int)opt->seq_len, V = dev->host->cfg.vocab_size;
     int32_t *sample = mt_malloc((size_t)(T + 1) * sizeof *sample);
     int32_t *inputs = mt_malloc((size_t)B * T * sizeof *inputs);
     int32_t *targets = mt_malloc((size_t)B * T * sizeof *targets);
@@ -168,7 +179,7 @@ static int evaluate(Model *model, const DataLoader *loader, const EvalOptions *o
                 targets[(long)b * T + t] = sample[t + 1];
             }
         }
-        if (rc == 0) loss_sum += (double)model_forward(model, inputs, targets, B, T);
+        if (rc == 0) loss_sum += dev->ops->forward(dev, inputs, targets, B, T);
     }
     free(sample);
     free(inputs);
@@ -214,17 +225,36 @@ int eval_main(int argc, char **argv) {
         return MT_EXIT_FAILURE;
     }
 
-    Model *model = model_create(&cfg, &cpu_backend, (int)opt.micro_batch_size, (int)opt.seq_len);
-    if (ckpt_load_model(opt.ckpt, model, err, sizeof err) != 0) {
-        mt_error("eval: %s", err);
-        model_free(model);
+    /* the whole model on this process: a grid of one rank */
+    Grid grid;
+    GridLayout layout;
+    grid_layout(1, 1, 1, 1, &layout, err, sizeof err);
+    grid_create(&grid, &layout, comm_world());
+    const ModelPartition part = model_partition_whole(&cfg);
+    const ParallelConfig parallel = {.tp = 1, .pp = 1, .vpp = 1, .cp = 1, .ep = 1, .etp = 1};
+    const ModelDeviceSetup setup = {.device = opt.device, .cfg = &cfg, .parallel = &parallel, .part = &part,
+                                    .grid = &grid, .micro_batch_size = (int)opt.micro_batch_size,
+                                    .seq_len = (int)opt.seq_len, .precision = DTYPE_BF16};
+    ModelDevice *dev = model_device_create(&setup, err, sizeof err);
+    if (!dev) {
+        mt_error("eval (--device %s): %s", opt.device, err);
+        grid_free(&grid);
         data_loader_free(loader);
         return MT_EXIT_FAILURE;
     }
+    if (ckpt_load_model(opt.ckpt, dev->host, err, sizeof err) != 0) {
+        mt_error("eval: %s", err);
+        model_device_free(dev);
+        grid_free(&grid);
+        data_loader_free(loader);
+        return MT_EXIT_FAILURE;
+    }
+    dev->ops->from_host(dev);
 
     double loss = 0.0;
-    rc = evaluate(model, loader, &opt, &loss);
-    model_free(model);
+    rc = evaluate(dev, loader, &opt, &loss);
+    model_device_free(dev);
+    grid_free(&grid);
     data_loader_free(loader);
     if (rc != 0) return MT_EXIT_FAILURE;
     printf("eval: loss %.4f over %ld batches of %ld x %ld tokens (%s)\n", loss, opt.batches, opt.micro_batch_size,

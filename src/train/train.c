@@ -8,7 +8,6 @@
 
 #include <math.h>
 #include <signal.h>
-#include <sys/resource.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -22,7 +21,6 @@
 #include "metrics.h"
 #include "train_ckpt.h"
 #include "train_context.h"
-#include "train_device.h"
 #include "train_signal.h"
 
 /* 1234567 -> "1.23M" (for the banner). */
@@ -50,7 +48,7 @@ static void print_banner(const TrainContext *ctx) {
         mt_log("layout: %d ranks = tp %d x cp %d x dp %d x pp %d%s%s%s; rank 0 holds %s params", l->world_size, l->tp,
                l->cp, l->dp_size, l->pp, vpp,
                ctx->part.sequence_parallel ? ", sequence parallel" : "",
-               ctx->zero1_on ? ", distributed optimizer" : "", mine);
+               ctx->device->zero1_on ? ", distributed optimizer" : "", mine);
     }
     mt_log("train: %ld steps, seq_len %d, micro_batch %d, dp %d, %lld train samples (of %lld), %s, device %s",
            ctx->total_steps, t->seq_len, t->micro_batch_size, ctx->layout.dp_size,
@@ -77,12 +75,13 @@ static void print_error(const char *err) {
  * not all finite are never saved. 0 or -1 (printed), the same on every rank. */
 static int save_now(TrainContext *ctx, CkptSaver *saver) {
     if (ckpt_saver_last_step(saver) == ctx->state.step) return 0;
+    ModelDevice *dev = ctx->device;
     const bool writer = ctx->grid.coords.dp == 0 && ctx->grid.coords.cp == 0;
-    if (ctx->cuda && writer) train_device_sync_to_host(ctx); /* weights and AdamW moments from the GPU */
+    if (writer) dev->ops->to_host(dev); /* weights and AdamW moments from the device */
     char err[2048];
     int status = 0;
-    /* every rank checks what it holds (on a GPU run the writer, which synced its copy) */
-    double finite = (ctx->cuda && !writer) || health_params_finite(ctx->model) ? 1.0 : 0.0;
+    /* every rank checks what it holds (when the host holds a copy: the writers, which refreshed theirs) */
+    double finite = (!dev->host_current && !writer) || health_params_finite(ctx->model) ? 1.0 : 0.0;
     if (ctx->layout.world_size > 1) finite = dp_sum_double(comm_world(), finite) == (double)ctx->layout.world_size;
     if (!finite) {
         mt_set_error(err, sizeof err, "step %ld: the parameters hold NaN or Inf; not saving a checkpoint",
@@ -90,8 +89,8 @@ static int save_now(TrainContext *ctx, CkptSaver *saver) {
         if (comm_world()->rank == 0) print_error(err);
         status = -1;
     } else {
-        const CkptMoments moments = train_ckpt_moments(&ctx->optimizer);
-        const CkptState state = train_ckpt_state(&ctx->state, ctx->optimizer.step, ctx->recipe);
+        const CkptMoments moments = train_ckpt_moments(&dev->optimizer);
+        const CkptState state = train_ckpt_state(&ctx->state, dev->optimizer.step, ctx->recipe);
         if (ckpt_saver_save(saver, ctx->model, &moments, &state, err, sizeof err) != 0) {
             if (comm_world()->rank == 0) print_error(err);
             status = -1;
@@ -122,7 +121,7 @@ static int check_health(TrainContext *ctx, const StepResult *result, HealthState
     }
     health->bad_in_row++;
     health->bad_total++;
-    if (ctx->cuda) train_device_sync_grads_to_host(ctx);
+    ctx->device->ops->grads_to_host(ctx->device);
     const int bad = health_first_nonfinite_grad(ctx->model);
     char what[256];
     snprintf(what, sizeof what, "loss %g, grad norm %g; first non-finite gradient: %s", result->loss,
@@ -146,9 +145,10 @@ static int check_health(TrainContext *ctx, const StepResult *result, HealthState
  * routed experts (the end of the flat array) over the ranks holding the
  * same experts (edp). 0, or -1 (printed). */
 static int check_replicas(TrainContext *ctx, long step) {
-    if (!ctx->cuda) replica_check_test_flip(comm_world()->rank, step, ctx->model->params);
+    /* the test's flip must reach the weights that compute: the host's own where they are the device's */
+    if (ctx->device->host_current) replica_check_test_flip(comm_world()->rank, step, ctx->model->params);
     if (ctx->layout.dp_size <= 1 || !is_multiple(step, ctx->recipe->train.replica_check_interval)) return 0;
-    if (ctx->cuda) train_device_sync_to_host(ctx);
+    ctx->device->ops->to_host(ctx->device);
     const Model *m = ctx->model;
     size_t dense = (size_t)m->num_floats;
     for (int i = 0; i < m->num_params && ctx->part.ep > 1; i++)
@@ -163,12 +163,6 @@ static int check_replicas(TrainContext *ctx, long step) {
     return -1;
 }
 
-/* Peak resident memory of this process, in GiB (the CPU's "mem" column). */
-static double peak_rss_gib(void) {
-    struct rusage usage;
-    return getrusage(RUSAGE_SELF, &usage) == 0 ? (double)usage.ru_maxrss / (1024.0 * 1024.0) : NAN;
-}
-
 /* Model TFLOP/s per device (6N + attention, as Megatron counts), MFU when the
  * device's peak is known, peak memory, and on a GPU with NVML the mean power
  * and tokens per joule since the last logged step. */
@@ -177,9 +171,9 @@ static void efficiency_columns(TrainContext *ctx, StepMetrics *m, double tokens)
     const double per_token = model_flops_per_token(&ctx->model->cfg, recipe->train.seq_len);
     m->tflops = m->tokens_per_s * per_token / (double)ctx->layout.world_size / 1e12;
     double peak = recipe->logging.peak_tflops;
-    if (!(peak > 0.0) && ctx->cuda) peak = train_device_peak_tflops(ctx);
+    if (!(peak > 0.0)) peak = ctx->device->ops->peak_tflops(ctx->device);
     m->mfu = peak > 0.0 ? 100.0 * m->tflops / peak : NAN;
-    m->peak_mem_gib = ctx->cuda ? train_device_peak_bytes(ctx) / 1073741824.0 : peak_rss_gib();
+    m->peak_mem_gib = ctx->device->ops->peak_bytes(ctx->device) / 1073741824.0;
     m->power_w = m->tokens_per_joule = NAN;
     double joules, watts;
     if (energy_meter_read(&ctx->energy, &joules, &watts) && joules > 0.0) {
@@ -208,10 +202,10 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     const bool params_writer = ctx->grid.coords.dp == 0 && ctx->grid.coords.cp == 0;
     /* expert parallel: the first ep dp ranks hold every expert once */
     const bool experts_writer = ctx->grid.coords.dp < ctx->part.ep && ctx->grid.coords.cp == 0;
-    ckpt_saver_distribute(saver, comm_world(),
-                          ctx->zero1_on ? ctx->grid.coords.cp == 0 : params_writer || experts_writer);
+    const ModelDevice *dev = ctx->device;
+    ckpt_saver_distribute(saver, comm_world(), dev->zero1_on ? ctx->grid.coords.cp == 0 : params_writer || experts_writer);
     ckpt_saver_write_kinds(saver, params_writer, experts_writer);
-    if (ctx->zero1_on) ckpt_saver_shard_moments(saver, ctx->zero1.begin, ctx->zero1.end, ctx->zero1.num_ranges);
+    if (dev->zero1_on) ckpt_saver_shard_moments(saver, dev->zero1.begin, dev->zero1.end, dev->zero1.num_ranges);
     train_signals_install();
     while (ctx->state.step < ctx->total_steps && !(stop_signal = train_signal_received())) {
         if (train_step(ctx, &result, err, sizeof err) != 0) {
@@ -311,16 +305,10 @@ static int run_context(TrainContext *ctx) {
         return MT_EXIT_FAILURE;
     }
     print_banner(ctx);
-    if (strcmp(ctx->recipe->run.device, "cuda") == 0) {
-        if (train_device_attach(ctx, err, sizeof err) != 0) {
-            print_error(err);
-            metrics_close(&metrics);
-            train_teardown(ctx);
-            return MT_EXIT_FAILURE;
-        }
-        char why[256];
-        if (!train_device_energy_open(ctx, why, sizeof why)) mt_log("energy: not measured: %s", why);
-    }
+    char bus[64], why[256];
+    if (ctx->device->ops->pci_bus_id(ctx->device, bus, sizeof bus) &&
+        !energy_meter_open(&ctx->energy, bus, why, sizeof why))
+        mt_log("energy: not measured: %s", why);
     int status = train_loop(ctx, &metrics);
     metrics_close(&metrics);
     /* One failing rank of several ends the job before anything is torn down:

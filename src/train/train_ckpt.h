@@ -9,7 +9,7 @@
 
 #include "../ckpt/checkpoint.h"
 #include "../config/recipe.h"
-#include "optimizer.h"
+#include "../model/optimizer.h"
 #include "train_state.h"
 
 /* The CkptState of a run at `state` after `optimizer_step` AdamW updates;

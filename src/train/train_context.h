@@ -9,17 +9,14 @@
 
 #include "../config/recipe.h"
 #include "../data/data_loader.h"
-#include "../dist/zero1.h"
 #include "../model/model.h"
+#include "../model/model_device.h"
 #include "../obs/energy.h"
 #include "metrics.h"
-#include "optimizer.h"
 #include "pipeline.h"
 #include "train_layout.h"
 #include "train_state.h"
 
-
-struct CudaModel;
 
 typedef struct TrainContext {
     const Recipe *recipe;
@@ -28,11 +25,8 @@ typedef struct TrainContext {
     ModelPartition part;      /* the part of the model this rank holds */
     Pipeline pipe;            /* pp > 1: the pipeline executor */
     long total_steps;
-    Model *model;             /* this rank's part; on a GPU run: the registry and the weights for checkpoints */
-    struct CudaModel *cuda;   /* run.device: cuda (train_device.h); NULL on the CPU */
-    AdamW optimizer;          /* with the distributed optimizer: this rank's shard of the moments */
-    Zero1 zero1;              /* parallel.distributed_optimizer with dp > 1 on the CPU (src/dist/zero1.h) */
-    bool zero1_on;
+    ModelDevice *device;      /* run.device's model of this rank's part, its optimizer state (model_device.h) */
+    Model *model;             /* device->host: the registry and the host's weights */
     DataLoader *train_data;
     DataLoader *valid_data;   /* NULL when evaluation is off */
     int32_t *sample;          /* seq_len + 1 tokens of one sample */

@@ -84,9 +84,10 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
     if (status != 0) return status;
 
     /* The checkpoint holds the full moments; with the distributed optimizer this rank keeps its shard. */
+    ModelDevice *dev = ctx->device;
     AdamW full = {0};
-    if (ctx->zero1_on && load_optimizer) adamw_init(&full, ctx->model->num_floats);
-    AdamW *into = !load_optimizer ? NULL : ctx->zero1_on ? &full : &ctx->optimizer;
+    if (dev->zero1_on && load_optimizer) adamw_init(&full, ctx->model->num_floats);
+    AdamW *into = !load_optimizer ? NULL : dev->zero1_on ? &full : &dev->optimizer;
     CkptMoments moments = into ? train_ckpt_moments(into) : (CkptMoments){0};
     CkptState saved;
     int rc = ckpt_load_training(checkpoint_dir, ctx->model, into ? &moments : NULL, &saved, err, errlen);
@@ -95,14 +96,15 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
         if (into) train_ckpt_moments_done(into, &moments);
     }
     if (rc == 0 && into == &full) {
-        zero1_take_shard(&ctx->zero1, full.m, ctx->optimizer.m);
-        zero1_take_shard(&ctx->zero1, full.v, ctx->optimizer.v);
-        ctx->optimizer.step = full.step;
+        zero1_take_shard(&dev->zero1, full.m, dev->optimizer.m);
+        zero1_take_shard(&dev->zero1, full.v, dev->optimizer.v);
+        dev->optimizer.step = full.step;
     }
     if (full.m) adamw_free(&full);
     rc = agree_on_load(rc, ctx->state.step, err, errlen);
     if (rc == CKPT_ERR_UNREADABLE) return TRAIN_CHECKPOINT_UNREADABLE;
     if (rc != 0) return MT_EXIT_USAGE;
+    dev->ops->from_host(dev); /* the loaded weights and moments to the device that computes */
     ctx->start_step = ctx->state.step;
     if (!load_optimizer) mt_log("resume: optimizer state not loaded (checkpoint.load_optimizer: false): AdamW starts afresh");
 

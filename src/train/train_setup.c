@@ -7,7 +7,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "../backend/backend.h"
 #include "../ckpt/ckpt_run.h"
 #include "../convert/init_from.h"
 #include "../core/error.h"
@@ -16,7 +15,6 @@
 #include "../plan/plan.h"
 #include "batch_schedule.h"
 #include "train_context.h"
-#include "train_device.h"
 
 /* mkdir -p for run.dir, with the key named in any error. */
 static int make_dirs(const char *path, char *err, size_t errlen) {
@@ -26,52 +24,14 @@ static int make_dirs(const char *path, char *err, size_t errlen) {
     return -1;
 }
 
-/* What this build cannot do yet, as user-facing errors. */
+/* What this build cannot do yet, as user-facing errors (what run.device
+ * cannot do is the ModelDevice's to say: model_device_check). */
 static int check_supported(const Recipe *recipe, const TrainLayout *layout, char *err, size_t errlen) {
-    const bool cuda = strcmp(recipe->run.device, "cuda") == 0;
-    if (!cuda && strcmp(recipe->run.device, "cpu") != 0) {
-        mt_set_error(err, errlen, "run.device: '%s' is not a device; expected cpu or cuda", recipe->run.device);
-        return MT_EXIT_USAGE;
-    }
-    if (cuda && !train_device_built()) {
-        mt_set_error(err, errlen,
-                     "run.device: 'cuda' needs a build with the CUDA backend (make CUDA=1, then build/megatrain); "
-                     "this one is CPU only");
-        return MT_EXIT_FAILURE;
-    }
-    if (cuda && recipe->parallel.distributed_optimizer && layout->dp_size > 1) {
-        mt_set_error(err, errlen,
-                     "parallel.distributed_optimizer: not implemented on GPUs yet (it is on the CPU); set it to "
-                     "false for run.device: cuda");
-        return MT_EXIT_USAGE;
-    }
-    if (cuda && recipe->precision != DTYPE_BF16) {
-        mt_set_error(err, errlen,
-                     "precision: '%s' is not available with run.device: cuda (the GPU computes in bf16 with fp32 "
-                     "master weights, gradients and AdamW states); set precision: bf16",
-                     dtype_name(recipe->precision));
-        return MT_EXIT_USAGE;
-    }
-
     if (recipe->model.family == FAMILY_MIXTRAL || recipe->model.family == FAMILY_QWEN3_MOE) {
         const ParallelConfig *par = &recipe->parallel;
-        if (cuda) {
-            mt_set_error(err, errlen, "model.family: '%s' (mixture of experts) trains on the CPU only for now; set "
-                         "run.device: cpu", model_family_name(recipe->model.family));
-            return MT_EXIT_USAGE;
-        }
         if (par->cp > 1 && recipe->model.moe.capacity_factor > 0) {
             mt_set_error(err, errlen, "model.moe.capacity_factor: not implemented with context parallel (cp %d): an "
                          "expert's capacity spans the cp ranks' tokens; set it to null (dropless) or cp to 1", par->cp);
-            return MT_EXIT_USAGE;
-        }
-    }
-    for (int g = 0; cuda && g < layout->pp * layout->vpp; g++) {
-        int first, count;
-        parallel_stage_layers(&recipe->parallel, recipe->model.num_layers, g, &first, &count);
-        if (count == 0) {
-            mt_set_error(err, errlen, "parallel.pp_layers: virtual stage %d has no layers: on GPUs every pipeline "
-                         "stage (chunk) holds at least one (a stage of none runs on the CPU only)", g);
             return MT_EXIT_USAGE;
         }
     }
@@ -125,6 +85,30 @@ static int open_valid_data(TrainContext *ctx, char *err, size_t errlen) {
     return 0;
 }
 
+/* The most micro-batches a step of the batch schedule has on this rank. */
+static int max_micro_batches(const TrainContext *ctx) {
+    const TrainConfig *train = &ctx->recipe->train;
+    long most = 1;
+    for (int i = 0; i < train->num_batch_stages; i++) {
+        const long m = train->batch_stages[i].global_batch_size / ((long)train->micro_batch_size * ctx->layout.dp_size);
+        if (m > most) most = m;
+    }
+    return (int)most;
+}
+
+/* pp > 1: the executor over the device's stage steps, with the activations of every micro-batch this stage keeps
+ * in flight allocated now, not mid-step (after the device's communicators: clones copy them). */
+static void setup_pipeline(TrainContext *ctx) {
+    const ModelDevice *d = ctx->device;
+    pipeline_init(&ctx->pipe, &ctx->grid.groups[GROUP_PP], ctx->layout.vpp, d->stage_base, d->ops->stage);
+    const int sets = pipeline_reserve(&ctx->pipe, max_micro_batches(ctx));
+    char size[64] = "";
+    const size_t bytes = d->ops->stage->slot_bytes(d->stage_base);
+    if (bytes > 0) snprintf(size, sizeof size, " of %.2f GiB", (double)bytes / 1073741824.0);
+    mt_log("pipeline parallel: %d stages on %s, activations sent with MPI; stage 0 keeps %d activation sets%s",
+           ctx->layout.pp, d->ops->name, sets, size);
+}
+
 int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_t errlen) {
     memset(ctx, 0, sizeof *ctx);
     ctx->recipe = recipe;
@@ -135,6 +119,19 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
     int status = train_layout_create(recipe, &ctx->grid, &ctx->layout, &ctx->part, err, errlen);
     if (status != 0) return status;
     status = check_supported(recipe, &ctx->layout, err, errlen);
+    if (status != 0) return status;
+    const int B = recipe->train.micro_batch_size, T = recipe->train.seq_len / ctx->layout.cp;
+    /* With context parallel a rank holds seq_len / cp tokens of each sample. */
+    const ModelDeviceSetup device = {.device = recipe->run.device,
+                                     .cfg = &recipe->model,
+                                     .parallel = &recipe->parallel,
+                                     .part = &ctx->part,
+                                     .grid = &ctx->grid,
+                                     .micro_batch_size = B,
+                                     .seq_len = T,
+                                     .distributed_optimizer = recipe->parallel.distributed_optimizer,
+                                     .precision = recipe->precision};
+    status = model_device_check(&device, err, errlen);
     if (status != 0) return status;
     /* a model too large for this host (or GPU) is refused naming its key, not met by "out of memory" */
     if (plan_check_memory(recipe, ctx->layout.world_size, err, errlen) != 0) return MT_EXIT_USAGE;
@@ -156,35 +153,19 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
     }
     if (open_valid_data(ctx, err, errlen) != 0) return MT_EXIT_FAILURE;
 
-    /* With context parallel a rank holds seq_len / cp tokens of each sample. */
-    const int B = train->micro_batch_size, T = train->seq_len / ctx->layout.cp;
     ctx->sample = mt_malloc(((size_t)train->seq_len + 1) * sizeof(int32_t));
     ctx->inputs = mt_malloc((size_t)B * (size_t)T * sizeof(int32_t));
     ctx->targets = mt_malloc((size_t)B * (size_t)T * sizeof(int32_t));
     ctx->positions = mt_malloc((size_t)T * sizeof(int32_t));
     model_cp_positions(T, ctx->layout.cp, ctx->part.cp_rank, ctx->positions);
 
-    /* On a GPU the activations live on the device: the host model holds the weights only. */
-    const bool cuda = strcmp(recipe->run.device, "cuda") == 0;
-    ctx->model = model_create_part(&recipe->model, &ctx->part, &cpu_backend, cuda ? 0 : B, cuda ? 0 : T);
-    if (ctx->layout.pp > 1)
-        pipeline_init(&ctx->pipe, &ctx->grid.groups[GROUP_PP], ctx->layout.vpp, ctx->model, &pipeline_cpu_ops);
     if (recipe->optimizer.state_dtype != DTYPE_FP32)
         mt_warn("optimizer.state_dtype: %s states are not implemented on the CPU yet; using fp32",
                 dtype_name(recipe->optimizer.state_dtype));
-    /* ZeRO-1 over dp: each rank keeps the moments of its part of every bucket only */
-    ctx->zero1_on = recipe->parallel.distributed_optimizer && ctx->layout.dp_size > 1;
-    if (ctx->zero1_on && ctx->part.ep > 1) { /* the experts (the end of the flat array) shard over edp */
-        size_t dense = (size_t)ctx->model->num_floats;
-        for (int i = 0; i < ctx->model->num_params; i++)
-            if (ctx->model->param_info[i].expert && ctx->model->param_info[i].offset < dense)
-                dense = ctx->model->param_info[i].offset;
-        zero1_init_split(&ctx->zero1, &ctx->grid.groups[GROUP_DP], dense, &ctx->grid.groups[GROUP_EDP],
-                         (size_t)ctx->model->num_floats, 1.0f / (float)ctx->part.ep);
-    } else if (ctx->zero1_on) {
-        zero1_init(&ctx->zero1, &ctx->grid.groups[GROUP_DP], (size_t)ctx->model->num_floats);
-    }
-    adamw_init(&ctx->optimizer, ctx->zero1_on ? (long)ctx->zero1.owned : ctx->model->num_floats);
+    ctx->device = model_device_create(&device, err, errlen);
+    if (!ctx->device) return MT_EXIT_FAILURE;
+    ctx->model = ctx->device->host;
+    if (ctx->layout.pp > 1) setup_pipeline(ctx);
     return 0;
 }
 
@@ -224,16 +205,14 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
     if (status != 0) return status;
     model_init_weights(ctx->model, recipe->run.seed);
     if (recipe->init_from[0]) status = init_from_checkpoint(ctx->model, recipe->init_from, err, errlen);
+    if (status == 0) ctx->device->ops->from_host(ctx->device);
     return status;
 }
 
 void train_teardown(TrainContext *ctx) {
     energy_meter_close(&ctx->energy);
-    if (ctx->cuda) train_device_detach(ctx);
-    if (ctx->layout.pp > 1) pipeline_free(&ctx->pipe);
-    if (ctx->model) model_free(ctx->model);
-    if (ctx->optimizer.m) adamw_free(&ctx->optimizer);
-    if (ctx->zero1_on) zero1_free(&ctx->zero1);
+    if (ctx->layout.pp > 1) pipeline_free(&ctx->pipe); /* the activation clones before their base */
+    model_device_free(ctx->device);
     if (ctx->train_data) data_loader_free(ctx->train_data);
     if (ctx->valid_data) data_loader_free(ctx->valid_data);
     free(ctx->sample);

@@ -6,8 +6,9 @@
  * consumed + i * mbs * dp + r * mbs + [0, mbs). A sample is seq_len + 1
  * tokens: inputs are its first seq_len, targets the same shifted by one.
  * With dp > 1 the gradients and the loss are averaged over the dp group
- * (src/dist/dp_sync.h) before the norm, so every rank takes the same step.
- * On a GPU run (ctx->cuda) the same step runs through train_device.h. */
+ * before the norm, so every rank takes the same step. The model is reached
+ * only through its ModelDevice (src/model/model_device.h), whichever device
+ * computes it. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -18,10 +19,8 @@
 #include "../obs/health.h"
 #include "batch_schedule.h"
 #include "grad_clip.h"
-#include "grad_sync.h"
 #include "lr_schedule.h"
 #include "train_context.h"
-#include "train_device.h"
 
 /* Seconds since *t, and *t moved to now. */
 static double lap(double *t) {
@@ -85,6 +84,14 @@ static void pipeline_load(void *arg, int micro, const int32_t **inputs, const in
     *targets = src->ctx->targets;
 }
 
+/* Collective: the step's loss from this rank's mean over its micro-batches
+ * (meaningful on the last pipeline stage): shared over pp, averaged over dp. */
+static double step_loss(const TrainContext *ctx, double local_mean) {
+    double loss = local_mean;
+    if (ctx->layout.pp > 1) loss = dp_sum_double(&ctx->grid.groups[GROUP_PP], ctx->part.has_head ? loss : 0.0);
+    return dp_average_double(&ctx->grid.groups[GROUP_DP], loss);
+}
+
 /* Test hook: MEGATRAIN_TEST_FAIL_RANK=R makes world rank R fail at step 3,
  * to check that one failing rank brings the whole job down. */
 static bool test_failure_due(const TrainContext *ctx) {
@@ -104,20 +111,14 @@ static double run_micro_batches(TrainContext *ctx, long num_micro, StepTimers *t
         timers->backward += lap(t); /* forward and backward interleave */
         return sum;
     }
-    const bool gpu = ctx->cuda != NULL;
+    ModelDevice *dev = ctx->device;
     double loss_sum = 0.0;
     for (long micro = 0; micro < num_micro; micro++) {
         load_micro_batch(ctx, ctx->train_data, micro_batch_start(ctx, ctx->state.consumed_samples, micro));
         timers->data += lap(t);
-        if (gpu) {
-            loss_sum += train_device_forward(ctx);
-            timers->forward += lap(t);
-            train_device_backward(ctx, loss_scale, micro + 1 == num_micro);
-        } else {
-            loss_sum += (double)model_forward(ctx->model, ctx->inputs, ctx->targets, B, T);
-            timers->forward += lap(t);
-            model_backward(ctx->model, loss_scale);
-        }
+        loss_sum += dev->ops->forward(dev, ctx->inputs, ctx->targets, B, T);
+        timers->forward += lap(t);
+        dev->ops->backward(dev, loss_scale, micro + 1 == num_micro);
         timers->backward += lap(t);
     }
     return loss_sum;
@@ -126,10 +127,9 @@ static double run_micro_batches(TrainContext *ctx, long num_micro, StepTimers *t
 /* After the update: the MoE layers' statistics over every rank (a collective
  * over dp and pp) and the expert-bias update. */
 static void moe_step_end(TrainContext *ctx, long num_micro, StepResult *result) {
-    result->moe = ctx->model->moe_step != NULL;
-    if (!result->moe) return;
     MoeStepStats st;
-    model_moe_step_end(ctx->model, &ctx->grid.groups[GROUP_DP], num_micro, !result->nonfinite, &st);
+    result->moe = ctx->device->ops->moe_step_end(ctx->device, num_micro, !result->nonfinite, &st);
+    if (!result->moe) return;
     const Comm *pp = &ctx->grid.groups[GROUP_PP], *dp = &ctx->grid.groups[GROUP_DP], *cp = &ctx->grid.groups[GROUP_CP];
     const double layers = dp_sum_double(pp, st.moe_layers);
     const double imbalance = dp_sum_double(pp, st.imbalance_sum);
@@ -159,27 +159,27 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
     }
     const long num_micro = gbs / per_micro;
 
-    const bool gpu = ctx->cuda != NULL;
+    ModelDevice *dev = ctx->device;
     StepTimers *timers = &ctx->timers;
     if (timers->steps == 0) timers->first_step = state->step + 1;
     double t = mt_now();
-    if (gpu) train_device_zero_grad(ctx);
-    else model_zero_grad(ctx->model);
-    model_moe_step_begin(ctx->model);
+    dev->ops->zero_grad(dev);
+    dev->ops->step_begin(dev);
     const double loss_sum = run_micro_batches(ctx, num_micro, timers, &t);
     /* Every rank ends with the gradient of the mean loss over the whole
      * global batch (the single-rank result) before the norm, clipping and
-     * AdamW (grad_sync.h); on GPUs NCCL averaged over dp during the last backward. */
-    if (!gpu) train_sync_grads(ctx);
-    else train_device_sync_grads(ctx);
-    const double loss = train_step_loss(ctx, loss_sum / (double)num_micro);
+     * AdamW (src/model/grad_reduce.h says how; a GPU overlaps the dp
+     * averages with the last backward). */
+    dev->ops->reduce_grads(dev);
+    const double loss = step_loss(ctx, loss_sum / (double)num_micro);
     timers->comm += lap(&t);
     if (test_failure_due(ctx)) {
         mt_set_error(err, errlen, "rank %d: step %ld: failure injected by MEGATRAIN_TEST_FAIL_RANK",
                      comm_world()->rank, state->step + 1);
         return -1;
     }
-    const double grad_norm = gpu ? train_device_grad_norm(ctx) : train_grad_norm(ctx);
+    /* the stage's sum of squares (each parameter once over tp, dp parts and ep), summed over the stages */
+    const double grad_norm = sqrt(dp_sum_double(&ctx->grid.groups[GROUP_PP], dev->ops->grad_sumsq(dev)));
     /* A NaN or Inf loss or grad norm skips the update (parameters and
      * optimizer state untouched); the step still counts, as in Megatron,
      * and train.c decides whether the run goes on. */
@@ -187,14 +187,7 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
     result->nonfinite = !isfinite(loss) || !isfinite(grad_norm);
     if (!result->nonfinite) {
         const double clip_scale = grad_clip_scale(grad_norm, opt->clip_grad);
-        if (gpu) {
-            train_device_adamw(ctx, lr, clip_scale);
-        } else if (ctx->zero1_on) { /* update this rank's parts, then every rank gets every part */
-            adamw_step_shard(&ctx->optimizer, ctx->model, opt, lr, (float)clip_scale, &ctx->zero1);
-            zero1_all_gather(&ctx->zero1, ctx->model->params);
-        } else {
-            adamw_step(&ctx->optimizer, ctx->model, opt, lr, (float)clip_scale);
-        }
+        dev->ops->optimizer_step(dev, opt, lr, clip_scale);
     }
 
     moe_step_end(ctx, num_micro, result); /* after the update: the expert biases move only when it ran */
@@ -227,13 +220,12 @@ double train_evaluate(TrainContext *ctx) {
                                     local_seq_len(ctx), pipeline_load, &src);
         loss_sum = dp_sum_double(&ctx->grid.groups[GROUP_PP], loss_sum); /* the last stage has it */
     } else {
-        /* a GPU forward has collectives over tp and cp only, whose ranks share their dp rank: no padding */
+        /* a forward with collectives over tp and cp only (their ranks share their dp rank) needs no padding */
+        ModelDevice *dev = ctx->device;
         const long mine = (train->eval_batches - ctx->layout.dp_rank + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
-        for (long micro = 0; micro < (ctx->cuda ? mine : per_rank); micro++) {
+        for (long micro = 0; micro < (dev->eval_lockstep ? per_rank : mine); micro++) {
             load_eval_batch(ctx, micro);
-            loss_sum += ctx->cuda ? train_device_forward(ctx)
-                                  : (double)model_forward(ctx->model, ctx->inputs, ctx->targets,
-                                                          train->micro_batch_size, local_seq_len(ctx));
+            loss_sum += dev->ops->forward(dev, ctx->inputs, ctx->targets, train->micro_batch_size, local_seq_len(ctx));
         }
     }
     loss_sum = dp_sum_double(&ctx->grid.groups[GROUP_DP], loss_sum);

@@ -16,7 +16,7 @@
 #include "gpu_test_util.h"
 #include "model/model.h"
 #include "model_case.h"
-#include "train/optimizer.h"
+#include "model/optimizer.h"
 
 static int passed, failed;
 

@@ -5,7 +5,8 @@
 # (same weights, one forward) within 1%, the mean |difference| over all 300
 # steps below 0.05, the final losses within 0.1 and both below 2.5; the GPU
 # run's log shows TFLOP/s and memory; the NCCL gradient path on one rank
-# agrees (see below); then a GPU checkpoint resumes on the GPU.
+# agrees (see below); `eval --device cuda` gives the CPU's loss of a GPU
+# checkpoint; then a GPU checkpoint resumes on the GPU.
 set -euo pipefail
 source "$(dirname "$0")/../integration/lib.sh"
 MEGATRAIN=${MEGATRAIN:-build/cuda/megatrain}
@@ -48,6 +49,15 @@ paste -d' ' <(json_field "$WORK/cpu/metrics.jsonl" loss) <(json_field "$WORK/ncc
              printf "nccl run against the cpu: mean |difference| %.4f, final %.4f vs %.4f\n", sum / n, gpu, cpu
              exit !(n == 300 && sum / n < 0.05 && last < 0.1 && gpu < 2.5) }' ||
   fail "the NCCL-averaged GPU run does not track the CPU curve"
+
+# `megatrain eval --device cuda` (the eval command through the CUDA ModelDevice) gives the CPU's loss of the
+# same checkpoint within bf16 noise (1%).
+ckpt=$(ls -d "$WORK/gpu/checkpoints"/iter_* | tail -n 1)
+"$MEGATRAIN" eval "$ckpt" --data "$WORK/english" --batches 4 --seq-len 128 > "$WORK/eval_cpu.txt"
+"$MEGATRAIN" eval "$ckpt" --data "$WORK/english" --batches 4 --seq-len 128 --device cuda > "$WORK/eval_gpu.txt"
+paste -d' ' <(awk '{print $3}' "$WORK/eval_cpu.txt") <(awk '{print $3}' "$WORK/eval_gpu.txt") |
+  awk '{ d = ($2 - $1) / $1; if (d < 0) d = -d; printf "eval: cpu %.4f gpu %.4f (%.2e)\n", $1, $2, d; exit !(d < 0.01) }' ||
+  fail "eval --device cuda does not give the CPU's loss"
 
 # A checkpoint written from the GPU resumes on the GPU to the same step count.
 "$MEGATRAIN" resume "$WORK/gpu" --set train.steps=320 > "$WORK/resume.txt"

@@ -64,4 +64,10 @@ expect_error 2 "--data" "$ckpt"
 expect_error 2 "--batches" "$ckpt" --data "$WORK/english" --batches zero
 expect_error 2 "--seq-len" "$ckpt" --data "$WORK/english" --seq-len -3
 expect_error 2 "--bogus" "$ckpt" --data "$WORK/english" --bogus 1
+expect_error 2 "--device: expected cpu or cuda, found 'tpu'" "$ckpt" --data "$WORK/english" --device tpu
+# without a GPU, --device cuda fails cleanly: a CPU-only build says how to get a CUDA one, a CUDA build names the
+# device it lacks
+if ! command -v nvidia-smi > /dev/null || ! nvidia-smi > /dev/null 2>&1; then
+  expect_error 1 "eval (--device cuda): " "$ckpt" --data "$WORK/english" --device cuda
+fi
 echo "ok"

@@ -15,7 +15,7 @@
 #include <cmocka.h>
 
 #include "train/grad_clip.h"
-#include "train/optimizer.h"
+#include "model/optimizer.h"
 
 #define NW 4 /* "w": [2, 2], decayed */
 #define NB 3 /* "b": [3], no_decay */

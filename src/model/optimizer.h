@@ -3,12 +3,12 @@
  * Weight decay is skipped for parameters marked no_decay (norms, biases).
  * State is m and v (fp32) per parameter float plus the step count, so it can
  * be checkpointed. */
-#ifndef MT_TRAIN_OPTIMIZER_H
-#define MT_TRAIN_OPTIMIZER_H
+#ifndef MT_MODEL_OPTIMIZER_H
+#define MT_MODEL_OPTIMIZER_H
 
 #include "../config/recipe.h"
 #include "../dist/zero1.h"
-#include "../model/model.h"
+#include "model.h"
 
 typedef struct AdamW {
     long num_floats;
