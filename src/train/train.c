@@ -208,7 +208,9 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     if (dev->zero1_on) ckpt_saver_shard_moments(saver, dev->zero1.begin, dev->zero1.end, dev->zero1.num_ranges);
     train_signals_install();
     while (ctx->state.step < ctx->total_steps && !(stop_signal = train_signal_received())) {
-        if (train_step(ctx, &result, err, sizeof err) != 0) {
+        /* a step that failed here, or a communicator that failed under it (a peer died: NCCL reports it late) */
+        if (train_step(ctx, &result, err, sizeof err) != 0 ||
+            ctx->device->ops->comms_check(ctx->device, err, sizeof err) != 0) {
             print_error(err);
             status = MT_EXIT_FAILURE;
             alone = true;
