@@ -110,6 +110,22 @@ struct ModelDevice {
     void *impl;              /* the implementation's state */
 };
 
+/* The tables of an implementation: each names its functions device_* and
+ * stage_* (static in its file), so that one list fills either table and
+ * neither can leave an entry out. */
+#define MODEL_DEVICE_STAGE_OPS                                                                                     \
+    {.clone = stage_clone, .free_clone = stage_free_clone, .forward_start = stage_forward_start,                  \
+     .forward_layers = stage_forward_layers, .forward_head = stage_forward_head,                                   \
+     .backward_head = stage_backward_head, .backward_layers = stage_backward_layers,                               \
+     .backward_finish = stage_backward_finish, .send = stage_send, .recv = stage_recv, .slot_bytes = stage_slot_bytes}
+#define MODEL_DEVICE_OPS(device_name, stage_ops)                                                                   \
+    {.name = device_name, .destroy = device_destroy, .from_host = device_from_host, .to_host = device_to_host,     \
+     .grads_to_host = device_grads_to_host, .zero_grad = device_zero_grad, .forward = device_forward,             \
+     .backward = device_backward, .reduce_grads = device_reduce_grads, .grad_sumsq = device_grad_sumsq,           \
+     .optimizer_step = device_optimizer_step, .step_begin = device_step_begin,                                    \
+     .moe_step_end = device_moe_step_end, .comms_check = device_comms_check, .peak_tflops = device_peak_tflops,   \
+     .peak_bytes = device_peak_bytes, .pci_bus_id = device_pci_bus_id, .stage = (stage_ops)}
+
 /* What a device is made from. */
 typedef struct ModelDeviceSetup {
     const char *device;              /* run.device */

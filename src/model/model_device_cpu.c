@@ -13,22 +13,25 @@
 
 static Model *host(ModelDevice *d) { return d->host; }
 
-static void cpu_destroy(ModelDevice *d) {}
-static void cpu_nothing_to_copy(ModelDevice *d) {} /* the host model is the one that computes */
-static void cpu_zero_grad(ModelDevice *d) { model_zero_grad(host(d)); }
+static void device_destroy(ModelDevice *d) {}
+/* the host model is the one that computes: nothing to copy */
+static void device_from_host(ModelDevice *d) {}
+static void device_to_host(ModelDevice *d) {}
+static void device_grads_to_host(ModelDevice *d) {}
+static void device_zero_grad(ModelDevice *d) { model_zero_grad(host(d)); }
 
-static double cpu_forward(ModelDevice *d, const int32_t *inputs, const int32_t *targets, int B, int T) {
+static double device_forward(ModelDevice *d, const int32_t *inputs, const int32_t *targets, int B, int T) {
     return (double)model_forward(host(d), inputs, targets, B, T);
 }
 
-static void cpu_backward(ModelDevice *d, float loss_scale, bool last) { model_backward(host(d), loss_scale); }
+static void device_backward(ModelDevice *d, float loss_scale, bool last) { model_backward(host(d), loss_scale); }
 
 static const Zero1 *zero1_of(const ModelDevice *d) { return d->zero1_on ? &d->zero1 : NULL; }
 
-static void cpu_reduce_grads(ModelDevice *d) { model_reduce_grads(host(d), d->grid, zero1_of(d)); }
-static double cpu_grad_sumsq(ModelDevice *d) { return model_grad_sumsq(host(d), d->grid, zero1_of(d)); }
+static void device_reduce_grads(ModelDevice *d) { model_reduce_grads(host(d), d->grid, zero1_of(d)); }
+static double device_grad_sumsq(ModelDevice *d) { return model_grad_sumsq(host(d), d->grid, zero1_of(d)); }
 
-static void cpu_optimizer_step(ModelDevice *d, const OptimizerConfig *cfg, double lr, double grad_scale) {
+static void device_optimizer_step(ModelDevice *d, const OptimizerConfig *cfg, double lr, double grad_scale) {
     if (d->zero1_on) { /* update this rank's parts, then every rank gets every part */
         adamw_step_shard(&d->optimizer, host(d), cfg, lr, (float)grad_scale, &d->zero1);
         zero1_all_gather(&d->zero1, host(d)->params);
@@ -37,23 +40,23 @@ static void cpu_optimizer_step(ModelDevice *d, const OptimizerConfig *cfg, doubl
     }
 }
 
-static void cpu_step_begin(ModelDevice *d) { model_moe_step_begin(host(d)); }
+static void device_step_begin(ModelDevice *d) { model_moe_step_begin(host(d)); }
 
-static bool cpu_moe_step_end(ModelDevice *d, long num_micro, bool update_bias, MoeStepStats *out) {
+static bool device_moe_step_end(ModelDevice *d, long num_micro, bool update_bias, MoeStepStats *out) {
     if (!host(d)->moe_step) return false;
     model_moe_step_end(host(d), &d->grid->groups[GROUP_DP], num_micro, update_bias, out);
     return true;
 }
 
-static int cpu_comms_check(ModelDevice *d, char *err, size_t errlen) { return 0; } /* MPI ends the job itself */
-static double cpu_peak_tflops(ModelDevice *d) { return 0.0; }                      /* logging.peak_tflops says */
+static int device_comms_check(ModelDevice *d, char *err, size_t errlen) { return 0; } /* MPI ends the job itself */
+static double device_peak_tflops(ModelDevice *d) { return 0.0; }                      /* logging.peak_tflops says */
 
-static double cpu_peak_bytes(ModelDevice *d) { /* the process's peak resident memory */
+static double device_peak_bytes(ModelDevice *d) { /* the process's peak resident memory */
     struct rusage usage;
     return getrusage(RUSAGE_SELF, &usage) == 0 ? (double)usage.ru_maxrss * 1024.0 : 0.0;
 }
 
-static bool cpu_pci_bus_id(ModelDevice *d, char *out, int len) { return false; }
+static bool device_pci_bus_id(ModelDevice *d, char *out, int len) { return false; }
 
 /* ---- as a pipeline stage ------------------------------------------------ */
 
@@ -89,40 +92,8 @@ static void stage_recv(void *slot, int chunk, bool backward, const Comm *group, 
 
 static size_t stage_slot_bytes(void *base) { return 0; }
 
-static const PipelineStageOps cpu_stage_ops = {
-    .clone = stage_clone,
-    .free_clone = stage_free_clone,
-    .forward_start = stage_forward_start,
-    .forward_layers = stage_forward_layers,
-    .forward_head = stage_forward_head,
-    .backward_head = stage_backward_head,
-    .backward_layers = stage_backward_layers,
-    .backward_finish = stage_backward_finish,
-    .send = stage_send,
-    .recv = stage_recv,
-    .slot_bytes = stage_slot_bytes,
-};
-
-static const ModelDeviceOps cpu_ops = {
-    .name = "cpu",
-    .destroy = cpu_destroy,
-    .from_host = cpu_nothing_to_copy,
-    .to_host = cpu_nothing_to_copy,
-    .grads_to_host = cpu_nothing_to_copy,
-    .zero_grad = cpu_zero_grad,
-    .forward = cpu_forward,
-    .backward = cpu_backward,
-    .reduce_grads = cpu_reduce_grads,
-    .grad_sumsq = cpu_grad_sumsq,
-    .optimizer_step = cpu_optimizer_step,
-    .step_begin = cpu_step_begin,
-    .moe_step_end = cpu_moe_step_end,
-    .comms_check = cpu_comms_check,
-    .peak_tflops = cpu_peak_tflops,
-    .peak_bytes = cpu_peak_bytes,
-    .pci_bus_id = cpu_pci_bus_id,
-    .stage = &cpu_stage_ops,
-};
+static const PipelineStageOps cpu_stage_ops = MODEL_DEVICE_STAGE_OPS;
+static const ModelDeviceOps cpu_ops = MODEL_DEVICE_OPS("cpu", &cpu_stage_ops);
 
 ModelDevice *model_device_cpu_create(const ModelDeviceSetup *s, char *err, size_t errlen) {
     ModelDevice *d = model_device_new(s, &cpu_ops, true);

@@ -150,7 +150,7 @@ static int create_comms(ModelDevice *d, const ModelDeviceSetup *s, char *err, si
     return 0;
 }
 
-static void cuda_destroy(ModelDevice *d) {
+static void device_destroy(ModelDevice *d) {
     CudaDevice *c = impl(d);
     if (!c) return;
     cuda_model_free(c->model);
@@ -162,22 +162,22 @@ static void cuda_destroy(ModelDevice *d) {
     d->impl = NULL;
 }
 
-static void cuda_from_host(ModelDevice *d) {
+static void device_from_host(ModelDevice *d) {
     cuda_model_upload(gpu(d), d->host->params, d->optimizer.m, d->optimizer.v);
 }
 
-static void cuda_to_host(ModelDevice *d) {
+static void device_to_host(ModelDevice *d) {
     cuda_model_download(gpu(d), d->host->params, d->optimizer.m, d->optimizer.v);
 }
 
-static void cuda_grads_to_host(ModelDevice *d) { cuda_model_download_grads(gpu(d), d->host->grads); }
-static void cuda_zero_grad(ModelDevice *d) { cuda_model_zero_grad(gpu(d)); }
+static void device_grads_to_host(ModelDevice *d) { cuda_model_download_grads(gpu(d), d->host->grads); }
+static void device_zero_grad(ModelDevice *d) { cuda_model_zero_grad(gpu(d)); }
 
-static double cuda_forward(ModelDevice *d, const int32_t *inputs, const int32_t *targets, int B, int T) {
+static double device_forward(ModelDevice *d, const int32_t *inputs, const int32_t *targets, int B, int T) {
     return cuda_model_forward(gpu(d), inputs, targets, B, T);
 }
 
-static void cuda_backward(ModelDevice *d, float loss_scale, bool last) {
+static void device_backward(ModelDevice *d, float loss_scale, bool last) {
     cuda_model_backward(gpu(d), loss_scale, last);
     cuda_model_synchronize(gpu(d)); /* so the step timers see where the time goes */
 }
@@ -185,7 +185,7 @@ static void cuda_backward(ModelDevice *d, float loss_scale, bool last) {
 /* The tp partial sums and the dp averages ran in the last backward; what is left: waiting for a pipeline stage's
  * dp averages (left in flight by its last backward) and, with tied embeddings over pipeline stages, the first and
  * last stages' embedding gradients summed. Returns when the GPU is done. */
-static void cuda_reduce_grads(ModelDevice *d) {
+static void device_reduce_grads(ModelDevice *d) {
     CudaDevice *c = impl(d);
     cuda_model_wait_grad_sync(c->model);
     if (c->embed_comm.size > 1) {
@@ -200,9 +200,9 @@ static void cuda_reduce_grads(ModelDevice *d) {
     cuda_model_synchronize(c->model);
 }
 
-static double cuda_grad_sumsq(ModelDevice *d) { return cuda_model_grad_sumsq(gpu(d)); } /* summed over tp */
+static double device_grad_sumsq(ModelDevice *d) { return cuda_model_grad_sumsq(gpu(d)); } /* summed over tp */
 
-static void cuda_optimizer_step(ModelDevice *d, const OptimizerConfig *cfg, double lr, double grad_scale) {
+static void device_optimizer_step(ModelDevice *d, const OptimizerConfig *cfg, double lr, double grad_scale) {
     d->optimizer.step++;
     const CudaAdamWStep step = {.lr = lr,
                                 .beta1 = cfg->beta1,
@@ -215,16 +215,16 @@ static void cuda_optimizer_step(ModelDevice *d, const OptimizerConfig *cfg, doub
     cuda_model_synchronize(gpu(d));
 }
 
-static void cuda_step_begin(ModelDevice *d) {}
-static bool cuda_moe_step_end(ModelDevice *d, long num_micro, bool update_bias, MoeStepStats *out) { return false; }
+static void device_step_begin(ModelDevice *d) {}
+static bool device_moe_step_end(ModelDevice *d, long num_micro, bool update_bias, MoeStepStats *out) { return false; }
 
-static int cuda_comms_check(ModelDevice *d, char *err, size_t errlen) {
+static int device_comms_check(ModelDevice *d, char *err, size_t errlen) {
     CudaDevice *c = impl(d);
     if (c->embed_comm.size > 1 && device_comm_check(&c->embed_comm, err, errlen) != 0) return -1;
     return cuda_model_comms_failed(c->model, err, errlen);
 }
 
-static double cuda_peak_tflops(ModelDevice *d) {
+static double device_peak_tflops(ModelDevice *d) {
     /* Dense bf16 tensor-core peaks from NVIDIA's datasheets, most specific name first. */
     static const struct {
         const char *name;
@@ -238,9 +238,9 @@ static double cuda_peak_tflops(ModelDevice *d) {
     return 0.0;
 }
 
-static double cuda_peak_bytes(ModelDevice *d) { return (double)cuda_model_peak_bytes(gpu(d)); }
+static double device_peak_bytes(ModelDevice *d) { return (double)cuda_model_peak_bytes(gpu(d)); }
 
-static bool cuda_pci_bus_id(ModelDevice *d, char *out, int len) {
+static bool device_pci_bus_id(ModelDevice *d, char *out, int len) {
     cuda_model_pci_bus_id(gpu(d), out, len);
     return true;
 }
@@ -306,40 +306,8 @@ static void stage_recv(void *slot, int chunk, bool backward, const Comm *group, 
 
 static size_t stage_slot_bytes(void *base) { return cuda_model_activation_bytes(base); }
 
-static const PipelineStageOps cuda_stage_ops = {
-    .clone = stage_clone,
-    .free_clone = stage_free_clone,
-    .forward_start = stage_forward_start,
-    .forward_layers = stage_forward_layers,
-    .forward_head = stage_forward_head,
-    .backward_head = stage_backward_head,
-    .backward_layers = stage_backward_layers,
-    .backward_finish = stage_backward_finish,
-    .send = stage_send,
-    .recv = stage_recv,
-    .slot_bytes = stage_slot_bytes,
-};
-
-static const ModelDeviceOps cuda_ops = {
-    .name = "cuda",
-    .destroy = cuda_destroy,
-    .from_host = cuda_from_host,
-    .to_host = cuda_to_host,
-    .grads_to_host = cuda_grads_to_host,
-    .zero_grad = cuda_zero_grad,
-    .forward = cuda_forward,
-    .backward = cuda_backward,
-    .reduce_grads = cuda_reduce_grads,
-    .grad_sumsq = cuda_grad_sumsq,
-    .optimizer_step = cuda_optimizer_step,
-    .step_begin = cuda_step_begin,
-    .moe_step_end = cuda_moe_step_end,
-    .comms_check = cuda_comms_check,
-    .peak_tflops = cuda_peak_tflops,
-    .peak_bytes = cuda_peak_bytes,
-    .pci_bus_id = cuda_pci_bus_id,
-    .stage = &cuda_stage_ops,
-};
+static const PipelineStageOps cuda_stage_ops = MODEL_DEVICE_STAGE_OPS;
+static const ModelDeviceOps cuda_ops = MODEL_DEVICE_OPS("cuda", &cuda_stage_ops);
 
 ModelDevice *model_device_cuda_create(const ModelDeviceSetup *s, char *err, size_t errlen) {
     ModelDevice *d = model_device_new(s, &cuda_ops, false);
