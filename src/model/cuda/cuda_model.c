@@ -401,17 +401,9 @@ CudaModel *cuda_model_clone_activations(CudaModel *base, char *err, size_t errle
 
 void cuda_model_free(CudaModel *m) {
     if (!m) return;
-    if (m->base) { /* a clone owns its activations and host buffers only */
-        cudaStreamSynchronize(m->ctx.stream);
-        cudaFree(m->arena);
-        free(m->saved);
-        free(m->host_targets);
-        free(m->host_losses);
-        free(m);
-        return;
-    }
-    if (m->prof_steps < m->prof_on) prof_report(m);
-    if (m->layer_done) {
+    const bool owner = !m->base; /* a clone owns its activations and host buffers only */
+    if (owner && m->prof_steps < m->prof_on) prof_report(m);
+    if (owner && m->layer_done) {
         for (int l = 0; l <= m->shape.L; l++) cudaEventDestroy(m->layer_done[l]);
         cudaEventDestroy(m->comm_done);
         cudaStreamDestroy(m->comm_stream);
@@ -421,16 +413,18 @@ void cuda_model_free(CudaModel *m) {
         cudaStreamSynchronize(m->ctx.stream);
         cudaFree(m->arena);
     }
-    cuda_gemm_cache_clear();
-    cuda_context_destroy(&m->ctx);
-    free(m->layers);
-    free(m->layer_begin);
-    free(m->layer_end);
-    free(m->tp_partial);
     free(m->saved);
     free(m->host_targets);
     free(m->host_losses);
-    free(m->host_norm_partial);
+    if (owner) {
+        cuda_gemm_cache_clear();
+        cuda_context_destroy(&m->ctx);
+        free(m->layers);
+        free(m->layer_begin);
+        free(m->layer_end);
+        free(m->tp_partial);
+        free(m->host_norm_partial);
+    }
     free(m);
 }
 
