@@ -268,14 +268,20 @@ static void test_registry_only_any_seq_len(void **state) {
     model_free(m);
 }
 
+/* Tensor parallel 2 with sequence parallel and context parallel 2. */
+static ModelPartition tp_sp_cp_part(const ModelConfig *cfg, int tp_rank, int cp_rank) {
+    ModelPartition p = tp_part(cfg, 2, tp_rank);
+    p.sequence_parallel = true;
+    p.cp = 2;
+    p.cp_rank = cp_rank;
+    return p;
+}
+
 /* tp rank 1 of 2 under sequence parallel, cp rank 1 of 2, two chunks of 2 and 1 layers (no head). */
 static void test_shape_sizes(void **state) {
     (void)state;
     ModelConfig cfg = config(false, false);
-    ModelPartition part = tp_part(&cfg, 2, 1);
-    part.sequence_parallel = true;
-    part.cp = 2;
-    part.cp_rank = 1;
+    ModelPartition part = tp_sp_cp_part(&cfg, 1, 1);
     part.num_chunks = 2;
     part.chunk_first[1] = 3;
     part.chunk_layers[0] = 2;
@@ -351,9 +357,7 @@ static int check_status(const ModelShape *s, int B, int T, int32_t token, bool t
 static void test_shape_checks(void **state) {
     (void)state;
     ModelConfig cfg = config(false, false);
-    ModelPartition part = tp_part(&cfg, 2, 0);
-    part.sequence_parallel = true;
-    part.cp = 2;
+    ModelPartition part = tp_sp_cp_part(&cfg, 0, 0);
     ModelShape s = model_shape_of(&cfg, &part);
     assert_int_equal(check_status(&s, 2, 8, 5, false), 0);
     assert_int_equal(check_status(&s, 3, 8, 5, false), MT_EXIT_FAILURE);  /* more rows than the buffers */
