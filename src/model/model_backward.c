@@ -22,8 +22,9 @@ static void block_backward(Model *model, int l, int B, int T, float loss_scale) 
     const LayerWeights *dw = &pr->weight_grads[l];
     const LayerActs *a = &pr->acts[l];
     GradScratch *s = &pr->scratch;
-    const int N = B * T, R = model_residual_rows(model, N), C = c->hidden_size, D = c->head_dim;
-    const int I = pr->I, H = pr->H, KVH = pr->KVH, HD = H * D, KVD = KVH * D;
+    const ModelShape *sh = &pr->shape;
+    const int N = B * T, R = model_shape_rows(sh, N), C = sh->C, D = sh->D;
+    const int I = sh->I, H = sh->H, KVH = sh->KVH, HD = sh->HD, KVD = sh->KVD;
     const float *cos, *sin;
     model_rope_tables(model, T, &cos, &sin);
 
@@ -35,7 +36,7 @@ static void block_backward(Model *model, int l, int B, int T, float loss_scale) 
         moe_backward(model, l, pr->moe[l], a->mlp_in, dy, s->d_normed, loss_scale);
         /* etp > 1: a tp partial, summed as the dense MLP's; etp 1: computed whole on every tp rank */
         g = model->part.etp > 1 ? tp_enter_backward(model, s->d_normed, pr->shard, N, C)
-                                : s->d_normed + (size_t)model_residual_offset(model) * C;
+                                : s->d_normed + (size_t)model_shape_row_offset(sh, N) * C;
         ops->rmsnorm_backward(s->d_resid, dw->mlp_norm, g, a->resid_mid, w->mlp_norm, a->mlp_rstd, R, C);
         goto attention;
     }
@@ -59,10 +60,10 @@ attention:
     zero(s->d_q, (long)N * HD);
     zero(s->d_k, (long)N * KVD);
     zero(s->d_v, (long)N * KVD);
-    if (model->part.cp == 1) {
+    if (sh->cp == 1) {
         ops->attention_backward(s->d_q, s->d_k, s->d_v, s->d_attn_out, a->probs, a->q, a->k, a->v, B, T, H, KVH, D);
     } else { /* gradients of the whole sequence's keys and values go back to the ranks holding them */
-        const int Tall = T * model->part.cp;
+        const int Tall = T * sh->cp;
         zero(s->d_k_all, (long)B * Tall * KVD);
         zero(s->d_v_all, (long)B * Tall * KVD);
         ops->attention_backward_at(s->d_q, s->d_k_all, s->d_v_all, s->d_attn_out, a->probs, a->q, a->k_all,
@@ -104,7 +105,7 @@ void model_backward_head(Model *model, float loss_scale) {
         mt_die(MT_EXIT_FAILURE, "model_backward: needs a model_forward with targets first (and only one "
                                 "backward per forward: backward overwrites the logits)");
     pr->backward_ready = 0;
-    const int N = pr->B * pr->T, R = model_residual_rows(model, N), C = c->hidden_size;
+    const int N = pr->B * pr->T, R = model_shape_rows(&pr->shape, N), C = c->hidden_size;
     GradScratch *s = &pr->scratch;
 
     pr->loss_scale = loss_scale; /* the MoE layers' auxiliary losses take it too */
@@ -113,7 +114,7 @@ void model_backward_head(Model *model, float loss_scale) {
     vocab_cross_entropy_backward(model, pr->logits, pr->row_lse, pr->targets, dloss, N); /* (N, V/tp), in place */
 
     zero(s->d_normed, (long)N * C);
-    ops->matmul_backward(s->d_normed, pr->d_lm_head, NULL, pr->logits, pr->final_in, pr->lm_head, N, C, pr->V);
+    ops->matmul_backward(s->d_normed, pr->d_lm_head, NULL, pr->logits, pr->final_in, pr->lm_head, N, C, pr->shape.V);
     const float *g = tp_enter_backward(model, s->d_normed, pr->shard, N, C);
     zero(s->d_resid, (long)R * C);
     ops->rmsnorm_backward(s->d_resid, pr->d_final_norm, g, pr->final_resid, pr->final_norm, pr->final_rstd, R, C);
@@ -121,8 +122,8 @@ void model_backward_head(Model *model, float loss_scale) {
 
 void model_backward_layers(Model *model, int chunk) {
     ModelPriv *pr = model->priv;
-    const int first = model_chunk_start(&model->part, chunk);
-    for (int l = first + model->part.chunk_layers[chunk] - 1; l >= first; l--) block_backward(model, l, pr->B, pr->T, pr->loss_scale);
+    for (int l = model_shape_chunk_end(&pr->shape, chunk) - 1; l >= pr->shape.chunk_start[chunk]; l--)
+        block_backward(model, l, pr->B, pr->T, pr->loss_scale);
 }
 
 void model_backward_finish(Model *model) {

@@ -8,7 +8,6 @@
 #include "../core/error.h"
 #include "model_internal.h"
 #include "moe_layer.h"
-#include "rope_tables.h"
 
 /* Hands out consecutive pieces of one allocation; with base == NULL it only
  * counts. Pieces are rounded to 16 floats (64 bytes) to keep them aligned. */
@@ -23,14 +22,14 @@ static float *carve(Carver *c, size_t floats) {
     return p;
 }
 
-static void layout_activations(Carver *c, ModelPriv *pr, const ModelConfig *cfg, const ModelPartition *part,
-                               size_t B, size_t T) {
-    const size_t N = B * T, C = (size_t)cfg->hidden_size, I = (size_t)pr->I, D = (size_t)cfg->head_dim;
-    const size_t H = (size_t)pr->H, KVH = (size_t)pr->KVH, HD = H * D, KVD = KVH * D, V = (size_t)pr->V;
-    const size_t Tall = T * (size_t)part->cp;      /* keys per sequence */
-    const size_t R = part->sequence_parallel ? N / (size_t)part->tp : N; /* residual-stream rows */
-    const bool sp = part->sequence_parallel, cp = part->cp > 1;
-    for (int l = 0; l < part->num_layers; l++) {
+static void layout_activations(Carver *c, ModelPriv *pr, const ModelConfig *cfg, size_t B, size_t T) {
+    const ModelShape *sh = &pr->shape;
+    const size_t N = B * T, C = (size_t)sh->C, I = (size_t)sh->I, V = (size_t)sh->V;
+    const size_t H = (size_t)sh->H, KVH = (size_t)sh->KVH, HD = (size_t)sh->HD, KVD = (size_t)sh->KVD;
+    const size_t Tall = T * (size_t)sh->cp;      /* keys per sequence */
+    const size_t R = (size_t)model_shape_rows(sh, (int)N); /* residual-stream rows */
+    const bool sp = sh->sp, cp = sh->cp > 1;
+    for (int l = 0; l < sh->L; l++) {
         LayerActs *a = &pr->acts[l];
         a->resid_in = carve(c, R * C);
         a->attn_normed = carve(c, R * C);
@@ -59,11 +58,11 @@ static void layout_activations(Carver *c, ModelPriv *pr, const ModelConfig *cfg,
         a->act = carve(c, N * I);
     }
     pr->final_resid = carve(c, R * C);
-    for (int v = 0; v < part->num_chunks; v++)
-        pr->chunk_out[v] = v + 1 < part->num_chunks ? carve(c, R * C) : pr->final_resid;
+    for (int v = 0; v < sh->num_chunks; v++)
+        pr->chunk_out[v] = v + 1 < sh->num_chunks ? carve(c, R * C) : pr->final_resid;
     pr->proj_out = carve(c, N * C);
     pr->shard = carve(c, R * C);
-    if (part->has_head) {
+    if (sh->has_head) {
         pr->final_normed = carve(c, R * C);
         pr->final_rstd = carve(c, R);
         pr->final_in = sp ? carve(c, N * C) : pr->final_normed;
@@ -132,11 +131,7 @@ static void create_priv(Model *model) {
     const int max_B = model->max_B, max_T = model->max_T;
     ModelPriv *pr = mt_calloc(1, sizeof *pr);
     model->priv = pr;
-    pr->H = c->num_attention_heads / part->tp;
-    pr->KVH = c->num_key_value_heads / part->tp;
-    pr->I = c->intermediate_size / part->tp;
-    pr->V = c->vocab_size / part->tp;
-    pr->vocab_start = pr->V * part->tp_rank;
+    pr->shape = model_shape_of(c, part);
     int count;
     long total;
     free(model_registry_build(c, part, &count, &total, &pr->slots)); /* the slots of model->param_info */
@@ -158,16 +153,12 @@ static void create_priv(Model *model) {
     pr->lm_head = part->has_head ? slot_ptr(model, model->params, head) : NULL;
     pr->d_lm_head = part->has_head ? slot_ptr(model, model->grads, head) : NULL;
 
-    const int half = c->head_dim / 2;
-    const size_t Tall = (size_t)max_T * part->cp;
-    pr->rope_cos = mt_malloc((Tall > 0 ? Tall : 1) * half * sizeof(float));
-    pr->rope_sin = mt_malloc((Tall > 0 ? Tall : 1) * half * sizeof(float));
-    rope_tables_init(pr->rope_cos, pr->rope_sin, (int)Tall, c->head_dim, c->rope_theta, &c->rope_scaling);
+    const size_t rope_rows = (size_t)(max_T > 0 ? max_T : 1) * (c->head_dim / 2);
+    pr->rope_cos = mt_malloc(rope_rows * sizeof(float));
+    pr->rope_sin = mt_malloc(rope_rows * sizeof(float));
     pr->positions = mt_calloc((size_t)(max_T > 0 ? max_T : 1), sizeof(int32_t));
-    if (part->cp > 1) {
-        pr->rope_cos_at = mt_malloc((size_t)max_T * half * sizeof(float));
-        pr->rope_sin_at = mt_malloc((size_t)max_T * half * sizeof(float));
-    }
+    model_rope_rows(&pr->shape, c, max_T, pr->rope_cos, pr->rope_sin, pr->positions);
+    pr->rope_T = max_T;
 
     pr->acts = mt_calloc((size_t)(L > 0 ? L : 1), sizeof *pr->acts);
     pr->moe = mt_calloc((size_t)(L > 0 ? L : 1), sizeof *pr->moe);
@@ -176,10 +167,10 @@ static void create_priv(Model *model) {
             if (model_layer_is_moe(c, part->chunk_first[v] + i) && max_B > 0)
                 pr->moe[l] = moe_acts_create(c, part->ep, part->etp, max_B * max_T);
     Carver counter = {NULL, 0};
-    layout_activations(&counter, pr, c, part, (size_t)max_B, (size_t)max_T);
+    layout_activations(&counter, pr, c, (size_t)max_B, (size_t)max_T);
     pr->act_memory = mt_calloc(counter.used ? counter.used : 1, sizeof(float));
     Carver carver = {pr->act_memory, 0};
-    layout_activations(&carver, pr, c, part, (size_t)max_B, (size_t)max_T);
+    layout_activations(&carver, pr, c, (size_t)max_B, (size_t)max_T);
 
     pr->row_lse = mt_calloc((size_t)max_B * max_T + 1, sizeof(double));
     pr->inputs = mt_calloc((size_t)max_B * max_T + 1, sizeof(int32_t));
@@ -237,8 +228,6 @@ void model_free(Model *model) {
         free(pr->weight_grads);
         free(pr->rope_cos);
         free(pr->rope_sin);
-        free(pr->rope_cos_at);
-        free(pr->rope_sin_at);
         free(pr->positions);
         free(pr->row_lse);
         for (int l = 0; l < model->part.num_layers; l++) moe_acts_free(pr->moe[l]);

@@ -22,35 +22,14 @@
 #include "model_parallel.h"
 #include "moe_layer.h"
 
-static void check_tokens(const int32_t *tokens, long n, int V, const char *what, int allow_ignored) {
-    for (long i = 0; i < n; i++) {
-        int32_t t = tokens[i];
-        if (t >= V || (t < 0 && !allow_ignored))
-            mt_die(MT_EXIT_USAGE, "model_forward: %s token %d at position %ld is outside the vocabulary [0, %d)",
-                   what, t, i, V);
-    }
-}
-
 void model_rope_tables(Model *model, int T, const float **cos, const float **sin) {
     ModelPriv *pr = model->priv;
-    if (model->part.cp == 1) {
-        *cos = pr->rope_cos;
-        *sin = pr->rope_sin;
-        return;
-    }
-    if (pr->rope_T != T) { /* this rank's positions: rows of the whole sequence's tables */
-        const int half = model->cfg.head_dim / 2;
-        model_cp_positions(T, model->part.cp, model->part.cp_rank, pr->positions);
-        for (int t = 0; t < T; t++) {
-            memcpy(pr->rope_cos_at + (size_t)t * half, pr->rope_cos + (size_t)pr->positions[t] * half,
-                   (size_t)half * sizeof(float));
-            memcpy(pr->rope_sin_at + (size_t)t * half, pr->rope_sin + (size_t)pr->positions[t] * half,
-                   (size_t)half * sizeof(float));
-        }
+    if (pr->shape.cp > 1 && pr->rope_T != T) { /* this rank's positions depend on T: rows of the sequence's tables */
+        model_rope_rows(&pr->shape, &model->cfg, T, pr->rope_cos, pr->rope_sin, pr->positions);
         pr->rope_T = T;
     }
-    *cos = pr->rope_cos_at;
-    *sin = pr->rope_sin_at;
+    *cos = pr->rope_cos;
+    *sin = pr->rope_sin;
 }
 
 /* One transformer block (local layer l): a->resid_in -> out (residual rows, C). */
@@ -60,8 +39,9 @@ static void block_forward(Model *model, int l, float *out, int B, int T) {
     ModelPriv *pr = model->priv;
     const LayerWeights *w = &pr->weights[l];
     LayerActs *a = &pr->acts[l];
-    const int N = B * T, R = model_residual_rows(model, N), C = c->hidden_size, D = c->head_dim;
-    const int I = pr->I, H = pr->H, KVH = pr->KVH, HD = H * D, KVD = KVH * D;
+    const ModelShape *sh = &pr->shape;
+    const int N = B * T, R = model_shape_rows(sh, N), C = sh->C, D = sh->D;
+    const int I = sh->I, H = sh->H, KVH = sh->KVH, HD = sh->HD, KVD = sh->KVD;
     const float eps = (float)c->rms_norm_eps;
     const float *cos, *sin;
     model_rope_tables(model, T, &cos, &sin);
@@ -82,13 +62,13 @@ static void block_forward(Model *model, int l, float *out, int B, int T) {
     ops->matmul_forward(a->v, x, w->v_weight, w->v_bias, N, C, KVD);
     ops->rope_forward(a->q, a->q, cos, sin, B, T, H, D); /* in place */
     ops->rope_forward(a->k, a->k, cos, sin, B, T, KVH, D);
-    if (model->part.cp == 1) {
+    if (sh->cp == 1) {
         ops->attention_forward(a->attn_out, a->probs, a->q, a->k, a->v, B, T, H, KVH, D); /* (N, H*D) */
     } else { /* keys and values of the whole sequence, queries of this rank's positions */
         cp_gather_kv(model, a->k_all, a->k, B, T, KVD);
         cp_gather_kv(model, a->v_all, a->v, B, T, KVD);
-        ops->attention_forward_at(a->attn_out, a->probs, a->q, a->k_all, a->v_all, pr->positions, B, T,
-                                  T * model->part.cp, H, KVH, D);
+        ops->attention_forward_at(a->attn_out, a->probs, a->q, a->k_all, a->v_all, pr->positions, B, T, T * sh->cp,
+                                  H, KVH, D);
     }
     ops->matmul_forward(pr->proj_out, a->attn_out, w->o_weight, NULL, N, HD, C);
     ops->add(a->resid_mid, a->resid_in, tp_leave(model, pr->proj_out, pr->shard, N, C), (long)R * C);
@@ -101,7 +81,7 @@ static void block_forward(Model *model, int l, float *out, int B, int T) {
         if (model->part.etp > 1) /* each tp rank's slice of the experts: partial sums, as the dense MLP */
             ops->add(out, a->resid_mid, tp_leave(model, pr->proj_out, pr->shard, N, C), (long)R * C);
         else /* whole on every tp rank (etp 1) */
-            ops->add(out, a->resid_mid, pr->proj_out + (size_t)model_residual_offset(model) * C, (long)R * C);
+            ops->add(out, a->resid_mid, pr->proj_out + (size_t)model_shape_row_offset(sh, N) * C, (long)R * C);
         return;
     }
     ops->matmul_forward(a->gate, x, w->gate_weight, NULL, N, C, I); /* (N, I) */
@@ -114,32 +94,26 @@ static void block_forward(Model *model, int l, float *out, int B, int T) {
 /* Where local layer l writes its output: the next layer's input, or its chunk's output. */
 static float *layer_output(const Model *model, int chunk, int l) {
     const ModelPriv *pr = model->priv;
-    const int end = model_chunk_start(&model->part, chunk) + model->part.chunk_layers[chunk];
-    return l + 1 < end ? pr->acts[l + 1].resid_in : pr->chunk_out[chunk];
+    return l + 1 < model_shape_chunk_end(&pr->shape, chunk) ? pr->acts[l + 1].resid_in : pr->chunk_out[chunk];
 }
 
 float *model_stage_input(Model *model, int chunk) {
     ModelPriv *pr = model->priv;
     /* a chunk of no layers passes its input straight through */
-    return model->part.chunk_layers[chunk] > 0 ? pr->acts[model_chunk_start(&model->part, chunk)].resid_in
-                                               : pr->chunk_out[chunk];
+    return pr->shape.chunk_len[chunk] > 0 ? pr->acts[pr->shape.chunk_start[chunk]].resid_in : pr->chunk_out[chunk];
 }
 
 float *model_stage_output(Model *model, int chunk) { return ((ModelPriv *)model->priv)->chunk_out[chunk]; }
 
 void model_forward_start(Model *model, const int32_t *inputs, int B, int T) {
     ModelPriv *pr = model->priv;
-    if (B <= 0 || T <= 0 || B > model->max_B || T > model->max_T)
-        mt_die(MT_EXIT_FAILURE, "model_forward: micro-batch %d x %d does not fit the buffers (%d x %d)", B, T,
-               model->max_B, model->max_T);
-    if (model->part.cp > 1 && T % 2 != 0)
-        mt_die(MT_EXIT_FAILURE, "model_forward: context parallel needs an even number of tokens per rank, found %d", T);
+    model_check_batch(&pr->shape, "model_forward", B, T, model->max_B, model->max_T);
     pr->B = B;
     pr->T = T;
     pr->backward_ready = 0;
     const int N = B * T;
     if (inputs) {
-        check_tokens(inputs, N, model->cfg.vocab_size, "input", 0);
+        model_check_tokens(&pr->shape, inputs, N, false);
         memcpy(pr->inputs, inputs, (size_t)N * sizeof *inputs);
     }
     if (model->part.has_embed) /* (N, C) */
@@ -148,8 +122,7 @@ void model_forward_start(Model *model, const int32_t *inputs, int B, int T) {
 
 void model_forward_layers(Model *model, int chunk) {
     ModelPriv *pr = model->priv;
-    const int first = model_chunk_start(&model->part, chunk);
-    for (int l = first; l < first + model->part.chunk_layers[chunk]; l++)
+    for (int l = pr->shape.chunk_start[chunk]; l < model_shape_chunk_end(&pr->shape, chunk); l++)
         block_forward(model, l, layer_output(model, chunk, l), pr->B, pr->T);
 }
 
@@ -157,19 +130,19 @@ float model_forward_head(Model *model, const int32_t *targets) {
     const BackendOps *ops = model->ops;
     const ModelConfig *c = &model->cfg;
     ModelPriv *pr = model->priv;
-    const int N = pr->B * pr->T, R = model_residual_rows(model, N), C = c->hidden_size;
+    const int N = pr->B * pr->T, R = model_shape_rows(&pr->shape, N), C = c->hidden_size;
     ops->rmsnorm_forward(pr->final_normed, pr->final_rstd, pr->final_resid, pr->final_norm, R, C,
                          (float)c->rms_norm_eps);
     const float *x = tp_enter(model, pr->final_in, pr->final_normed, N, C);
-    ops->matmul_forward(pr->logits, x, pr->lm_head, NULL, N, C, pr->V); /* (N, V/tp) */
+    ops->matmul_forward(pr->logits, x, pr->lm_head, NULL, N, C, pr->shape.V); /* (N, V/tp) */
 
     if (!targets) return 0.0f;
-    check_tokens(targets, N, c->vocab_size, "target", 1);
+    model_check_tokens(&pr->shape, targets, N, true);
     memcpy(pr->targets, targets, (size_t)N * sizeof *targets);
     long count = 0;
     for (int i = 0; i < N; i++) count += targets[i] >= 0;
     double sum = vocab_cross_entropy_forward(model, pr->losses, pr->row_lse, pr->logits, targets, N);
-    if (model->part.cp > 1) { /* the mean over the whole sequences */
+    if (pr->shape.cp > 1) { /* the mean over the whole sequences */
         sum = cp_sum(model, sum);
         count = (long)cp_sum(model, (double)count);
     }

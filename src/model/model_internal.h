@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "model.h"
+#include "model_shape.h"
 
 /* Index into the registry (Model.param_info) of every parameter of one layer;
  * -1 where the config leaves the parameter out. */
@@ -90,17 +91,15 @@ typedef struct GradScratch {
 
 typedef struct ModelPriv {
     ModelSlots slots;
-    /* this rank's sizes: heads, kv heads, intermediate and vocab rows (tensor parallel) */
-    int H, KVH, I, V, vocab_start;
+    ModelShape shape;           /* this rank's sizes, tp/cp ranks and chunks (model_shape.h) */
     LayerWeights *weights;      /* num_layers views into params */
     LayerWeights *weight_grads; /* num_layers views into grads */
     float *embed, *final_norm, *lm_head;       /* lm_head == embed when tied */
     float *d_embed, *d_final_norm, *d_lm_head; /* d_lm_head == d_embed when tied */
 
-    float *rope_cos, *rope_sin; /* (max_T * cp, D/2) for positions 0.. */
-    float *rope_cos_at, *rope_sin_at; /* (max_T, D/2) at this rank's positions (context parallel) */
+    float *rope_cos, *rope_sin; /* (max_T, D/2) at this rank's positions (model_rope_rows) */
     int32_t *positions;         /* (max_T) this rank's positions in the sequence */
-    int rope_T;                 /* the T the _at tables were built for */
+    int rope_T;                 /* the T they were built for (context parallel: they depend on T) */
 
     float *act_memory;          /* one allocation for everything below */
     LayerActs *acts;            /* num_layers */
@@ -141,8 +140,6 @@ ParamInfo *model_registry_build(const ModelConfig *cfg, const ModelPartition *pa
 
 /* The local index of (global) layer `layer` in part, or -1 when part does not hold it. */
 int model_local_layer(const ModelPartition *part, int layer);
-/* The local index of chunk `chunk`'s first layer. */
-int model_chunk_start(const ModelPartition *part, int chunk);
 
 /* The RoPE tables for this rank's T positions (rows of the whole sequence's under context parallel). */
 void model_rope_tables(Model *model, int T, const float **cos, const float **sin);

@@ -23,28 +23,21 @@
 #include "model_parallel.h"
 
 static bool tp_on(const Model *m) { return m->part.tp > 1; }
-
-int model_residual_rows(const Model *m, int N) { return m->part.sequence_parallel ? N / m->part.tp : N; }
-
-int model_residual_offset(const Model *m) {
-    return m->part.sequence_parallel ? model_residual_rows(m, ((ModelPriv *)m->priv)->B * ((ModelPriv *)m->priv)->T) *
-                                           m->part.tp_rank
-                                     : 0;
-}
+static bool sp_on(const Model *m) { return ((const ModelPriv *)m->priv)->shape.sp; }
 
 long model_stage_floats(const Model *m, int B, int T) {
-    return (long)model_residual_rows(m, B * T) * m->cfg.hidden_size;
+    return (long)model_shape_rows(&((const ModelPriv *)m->priv)->shape, B * T) * m->cfg.hidden_size;
 }
 
 const float *tp_enter(const Model *m, float *full, const float *x, int N, int C) {
-    if (!m->part.sequence_parallel || !tp_on(m)) return x;
+    if (!sp_on(m)) return x;
     comm_all_gather(m->part.tp_comm, x, full, (size_t)(N / m->part.tp) * C, COMM_FLOAT);
     return full;
 }
 
 const float *tp_enter_backward(const Model *m, float *d_full, float *shard, int N, int C) {
     if (!tp_on(m)) return d_full;
-    if (!m->part.sequence_parallel) {
+    if (!sp_on(m)) {
         comm_sum_identical(m->part.tp_comm, d_full, (size_t)N * C, 1.0f);
         return d_full;
     }
@@ -72,13 +65,13 @@ void vocab_embedding_forward(const Model *m, float *out, float *scratch, const i
     /* rows of this rank's vocabulary; zeros elsewhere; summed over tp */
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
-        const int v = tokens[n] - pr->vocab_start;
+        const int v = tokens[n] - pr->shape.vocab_start;
         float *row = scratch + (size_t)n * C;
-        if (v >= 0 && v < pr->V) memcpy(row, pr->embed + (size_t)v * C, (size_t)C * sizeof(float));
+        if (v >= 0 && v < pr->shape.V) memcpy(row, pr->embed + (size_t)v * C, (size_t)C * sizeof(float));
         else memset(row, 0, (size_t)C * sizeof(float));
     }
     const float *sum = tp_leave(m, scratch, out, N, C);
-    if (sum != out) memcpy(out, sum, (size_t)model_residual_rows(m, N) * C * sizeof(float));
+    if (sum != out) memcpy(out, sum, (size_t)model_shape_rows(&pr->shape, N) * C * sizeof(float));
 }
 
 void vocab_embedding_backward(const Model *m, float *d_full, const float *d_out, const int32_t *tokens, int N) {
@@ -94,8 +87,8 @@ void vocab_embedding_backward(const Model *m, float *d_full, const float *d_out,
     for (int c0 = 0; c0 < C; c0 += 64) {
         const int c1 = c0 + 64 < C ? c0 + 64 : C;
         for (int n = 0; n < N; n++) {
-            const int v = tokens[n] - pr->vocab_start;
-            if (v < 0 || v >= pr->V) continue;
+            const int v = tokens[n] - pr->shape.vocab_start;
+            if (v < 0 || v >= pr->shape.V) continue;
             float *drow = pr->d_embed + (size_t)v * C;
             for (int c = c0; c < c1; c++) drow[c] += d[(size_t)n * C + c];
         }
@@ -129,7 +122,7 @@ static void tp_sum_rows(const Model *m, double *rows, double *gathered, int N) {
 double vocab_cross_entropy_forward(const Model *m, float *losses, double *row_lse, const float *logits,
                                    const int32_t *targets, int N) {
     const ModelPriv *pr = m->priv;
-    const int V = pr->V;
+    const int V = pr->shape.V;
     if (!tp_on(m)) return m->ops->cross_entropy_forward(losses, logits, targets, N, V);
     const int tp = m->part.tp;
     double *max = mt_malloc((size_t)N * sizeof(double));
@@ -143,7 +136,7 @@ double vocab_cross_entropy_forward(const Model *m, float *losses, double *row_ls
         for (int i = 0; i < V; i++)
             if (row[i] > mx) mx = row[i];
         max[n] = mx;
-        const int t = targets[n] - pr->vocab_start;
+        const int t = targets[n] - pr->shape.vocab_start;
         target_logit[n] = targets[n] >= 0 && t >= 0 && t < V ? (double)row[t] : 0.0;
     }
     /* the global max of each row */
@@ -177,7 +170,7 @@ double vocab_cross_entropy_forward(const Model *m, float *losses, double *row_ls
 void vocab_cross_entropy_backward(const Model *m, float *dlogits, const double *row_lse, const int32_t *targets,
                                   float dloss, int N) {
     const ModelPriv *pr = m->priv;
-    const int V = pr->V;
+    const int V = pr->shape.V;
     if (!tp_on(m)) {
         m->ops->cross_entropy_backward(dlogits, dlogits, targets, dloss, N, V);
         return;
@@ -189,7 +182,7 @@ void vocab_cross_entropy_backward(const Model *m, float *dlogits, const double *
             memset(row, 0, (size_t)V * sizeof(float));
             continue;
         }
-        const int t = targets[n] - pr->vocab_start;
+        const int t = targets[n] - pr->shape.vocab_start;
         for (int i = 0; i < V; i++) {
             const double p = exp((double)row[i] - row_lse[n]);
             row[i] = (float)((p - (i == t ? 1.0 : 0.0)) * dloss);
@@ -202,17 +195,18 @@ void vocab_cross_entropy_backward(const Model *m, float *dlogits, const double *
 void cp_gather_kv(const Model *m, float *all, const float *local, int B, int T, int KVD) {
     const int cp = m->part.cp, Tall = T * cp;
     float *gathered = mt_malloc((size_t)cp * B * T * KVD * sizeof(float));
-    int32_t *pos = mt_malloc((size_t)T * sizeof(int32_t));
+    int32_t *seq_pos = mt_malloc((size_t)Tall * sizeof(int32_t));
     comm_all_gather(m->part.cp_comm, local, gathered, (size_t)B * T * KVD, COMM_FLOAT);
+    model_sequence_positions(&((const ModelPriv *)m->priv)->shape, T, seq_pos);
     for (int r = 0; r < cp; r++) {
-        model_cp_positions(T, cp, r, pos);
+        const int32_t *pos = seq_pos + (size_t)r * T;
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++)
                 memcpy(all + ((size_t)b * Tall + pos[t]) * KVD, gathered + (((size_t)r * B + b) * T + t) * KVD,
                        (size_t)KVD * sizeof(float));
     }
     free(gathered);
-    free(pos);
+    free(seq_pos);
 }
 
 void cp_scatter_kv_grad(const Model *m, float *d_local, const float *d_all, int B, int T, int KVD) {
@@ -220,9 +214,10 @@ void cp_scatter_kv_grad(const Model *m, float *d_local, const float *d_all, int 
     const size_t block = (size_t)B * T * KVD;
     float *send = mt_malloc((size_t)cp * block * sizeof(float));
     float *mine = mt_malloc(block * sizeof(float));
-    int32_t *pos = mt_malloc((size_t)T * sizeof(int32_t));
+    int32_t *seq_pos = mt_malloc((size_t)Tall * sizeof(int32_t));
+    model_sequence_positions(&((const ModelPriv *)m->priv)->shape, T, seq_pos);
     for (int r = 0; r < cp; r++) {
-        model_cp_positions(T, cp, r, pos);
+        const int32_t *pos = seq_pos + (size_t)r * T;
         for (int b = 0; b < B; b++)
             for (int t = 0; t < T; t++)
                 memcpy(send + (((size_t)r * B + b) * T + t) * KVD, d_all + ((size_t)b * Tall + pos[t]) * KVD,
@@ -232,7 +227,7 @@ void cp_scatter_kv_grad(const Model *m, float *d_local, const float *d_all, int 
     for (size_t i = 0; i < block; i++) d_local[i] += mine[i];
     free(send);
     free(mine);
-    free(pos);
+    free(seq_pos);
 }
 
 double cp_sum(const Model *m, double value) { return dp_sum_double(m->part.cp_comm, value); }

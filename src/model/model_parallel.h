@@ -2,17 +2,11 @@
  * sequence and context parallel inside forward and backward, the
  * vocab-parallel embedding and cross entropy (model_parallel.c). N is the
  * rows of the full (gathered) activations of this rank; with sequence
- * parallel the residual stream holds N/tp of them. */
+ * parallel the residual stream holds N/tp of them (model_shape_rows). */
 #ifndef MT_MODEL_MODEL_PARALLEL_H
 #define MT_MODEL_MODEL_PARALLEL_H
 
 #include "model_internal.h"
-
-/* Rows of the residual stream: N/tp under sequence parallel, else N. */
-int model_residual_rows(const Model *m, int N);
-/* The first of the N rows that this rank's residual stream holds (sequence parallel: its shard), for the
- * last forward's shape. */
-int model_residual_offset(const Model *m);
 
 /* Into the tensor-parallel region: the (N, C) input of a column-parallel
  * product from the residual-stream rows x (all-gathered into `full` under

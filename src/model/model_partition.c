@@ -85,12 +85,6 @@ int model_local_layer(const ModelPartition *part, int layer) {
     return -1;
 }
 
-int model_chunk_start(const ModelPartition *part, int chunk) {
-    int local = 0;
-    for (int v = 0; v < chunk; v++) local += part->chunk_layers[v];
-    return local;
-}
-
 void model_cp_positions(int T, int cp, int cp_rank, int32_t *positions) {
     const int half = T / 2;
     for (int t = 0; t < half; t++) {

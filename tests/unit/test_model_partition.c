@@ -3,19 +3,28 @@
  * and hold the whole model's init bits; pipeline stages hold each layer
  * once (tied embeddings: a copy on the last stage that the grad norm and
  * checkpoints skip); interleaved chunks; the load-balanced context-parallel
- * positions; and the refusal of a layout that does not divide the model. */
+ * positions; the refusal of a layout that does not divide the model; and
+ * the shape both models read from a partition (model_shape.h): this rank's
+ * sizes and chunks, the RoPE rows of a cp rank, the micro-batch and token
+ * checks. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "backend/backend.h"
+#include "core/error.h"
 #include "model/model.h"
+#include "model/model_shape.h"
+#include "model/rope_tables.h"
 #include "train/train_layout.h"
 
 static ModelConfig config(bool qwen3, bool tied) {
@@ -259,6 +268,110 @@ static void test_registry_only_any_seq_len(void **state) {
     model_free(m);
 }
 
+/* Tensor parallel 2 with sequence parallel and context parallel 2. */
+static ModelPartition tp_sp_cp_part(const ModelConfig *cfg, int tp_rank, int cp_rank) {
+    ModelPartition p = tp_part(cfg, 2, tp_rank);
+    p.sequence_parallel = true;
+    p.cp = 2;
+    p.cp_rank = cp_rank;
+    return p;
+}
+
+/* tp rank 1 of 2 under sequence parallel, cp rank 1 of 2, two chunks of 2 and 1 layers (no head). */
+static void test_shape_sizes(void **state) {
+    (void)state;
+    ModelConfig cfg = config(false, false);
+    ModelPartition part = tp_sp_cp_part(&cfg, 1, 1);
+    part.num_chunks = 2;
+    part.chunk_first[1] = 3;
+    part.chunk_layers[0] = 2;
+    part.chunk_layers[1] = 1;
+    part.num_layers = 3;
+    part.has_head = false;
+    ModelShape s = model_shape_of(&cfg, &part);
+    const int sizes[] = {s.C, s.D, s.H, s.KVH, s.I, s.V, s.HD, s.KVD, s.vocab, s.vocab_start, s.tp_rank, s.cp_rank};
+    assert_memory_equal(sizes, ((int[]){16, 4, 2, 1, 12, 16, 8, 4, 32, 16, 1, 1}), sizeof sizes);
+    assert_true(s.sp && s.has_embed && !s.has_head);
+    assert_int_equal(model_shape_rows(&s, 12), 6);
+    assert_int_equal(model_shape_row_offset(&s, 12), 6);
+    assert_int_equal(s.L, 3);
+    assert_int_equal(s.chunk_start[1], 2);
+    assert_int_equal(model_shape_chunk_end(&s, 0), 2);
+    assert_int_equal(model_shape_chunk_end(&s, 1), 3);
+    int32_t seq[8];
+    model_sequence_positions(&s, 4, seq);
+    assert_memory_equal(seq, ((int32_t[]){0, 1, 6, 7, 2, 3, 4, 5}), sizeof seq);
+    /* sequence parallel means nothing without tensor parallel */
+    part = model_partition_whole(&cfg);
+    part.sequence_parallel = true;
+    s = model_shape_of(&cfg, &part);
+    assert_false(s.sp);
+    assert_int_equal(s.vocab_start, 0);
+    assert_int_equal(model_shape_rows(&s, 12), 12);
+    model_sequence_positions(&s, 3, seq);
+    assert_memory_equal(seq, ((int32_t[]){0, 1, 2}), 3 * sizeof(int32_t));
+}
+
+/* A cp rank's RoPE rows are the whole sequence's table at its positions, bit for bit. */
+static void test_shape_rope_rows(void **state) {
+    (void)state;
+    ModelConfig cfg = config(false, false);
+    cfg.rope_scaling = (RopeScaling){.enabled = true, .factor = 8.0, .low_freq_factor = 1.0, .high_freq_factor = 4.0,
+                                     .original_max_position_embeddings = 8};
+    enum { T = 6, CP = 3, HALF = 2 };
+    float all_cos[T * CP * HALF], all_sin[T * CP * HALF], cos[T * HALF], sin[T * HALF];
+    rope_tables_init(all_cos, all_sin, T * CP, cfg.head_dim, cfg.rope_theta, &cfg.rope_scaling);
+    for (int r = 0; r < CP; r++) {
+        ModelPartition part = model_partition_whole(&cfg);
+        part.cp = CP;
+        part.cp_rank = r;
+        ModelShape s = model_shape_of(&cfg, &part);
+        int32_t pos[T], expected[T];
+        model_rope_rows(&s, &cfg, T, cos, sin, pos);
+        model_cp_positions(T, CP, r, expected);
+        assert_memory_equal(pos, expected, sizeof pos);
+        for (int t = 0; t < T; t++) {
+            assert_memory_equal(cos + t * HALF, all_cos + pos[t] * HALF, HALF * sizeof(float));
+            assert_memory_equal(sin + t * HALF, all_sin + pos[t] * HALF, HALF * sizeof(float));
+        }
+    }
+}
+
+/* The exit status of a child that checks a B x T micro-batch (buffers of 2 x 8) whose second token is `token`. */
+static int check_status(const ModelShape *s, int B, int T, int32_t token, bool targets) {
+    fflush(NULL);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        if (!freopen("/dev/null", "w", stderr)) _exit(99);
+        model_check_batch(s, "test", B, T, 2, 8);
+        model_check_tokens(s, (int32_t[]){0, token, 31, 0}, 4, targets);
+        _exit(0);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+static void test_shape_checks(void **state) {
+    (void)state;
+    ModelConfig cfg = config(false, false);
+    ModelPartition part = tp_sp_cp_part(&cfg, 0, 0);
+    ModelShape s = model_shape_of(&cfg, &part);
+    assert_int_equal(check_status(&s, 2, 8, 5, false), 0);
+    assert_int_equal(check_status(&s, 3, 8, 5, false), MT_EXIT_FAILURE);  /* more rows than the buffers */
+    assert_int_equal(check_status(&s, 1, 7, 5, false), MT_EXIT_FAILURE);  /* cp: an odd number of tokens */
+    assert_int_equal(check_status(&s, 2, 8, 32, false), MT_EXIT_USAGE);   /* outside the vocabulary */
+    assert_int_equal(check_status(&s, 2, 8, -1, false), MT_EXIT_USAGE);   /* an input is never ignored */
+    assert_int_equal(check_status(&s, 2, 8, -1, true), 0);                /* a target may be */
+    cfg.num_key_value_heads = 4;
+    part = tp_part(&cfg, 4, 0);
+    part.sequence_parallel = true;
+    s = model_shape_of(&cfg, &part);
+    assert_int_equal(check_status(&s, 1, 6, 5, false), MT_EXIT_FAILURE); /* sp: 6 rows over tp 4 */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_tp_blocks_tile_the_model),
@@ -269,6 +382,9 @@ int main(void) {
         cmocka_unit_test(test_cp_positions),
         cmocka_unit_test(test_partition_refusals),
         cmocka_unit_test(test_registry_only_any_seq_len),
+        cmocka_unit_test(test_shape_sizes),
+        cmocka_unit_test(test_shape_rope_rows),
+        cmocka_unit_test(test_shape_checks),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

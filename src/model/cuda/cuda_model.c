@@ -10,7 +10,6 @@
 #include "../../core/timer.h"
 #include "../../backend/backend.h"
 #include "../model_internal.h"
-#include "../rope_tables.h"
 #include "cuda_model_internal.h"
 
 static const char *const prof_names[PROF_COUNT] = {
@@ -61,18 +60,17 @@ static void *carve(Carver *c, size_t bytes) {
 
 /* What one micro-batch's forward keeps (a pipeline keeps one set per micro-batch in flight: clones). */
 static void layout_activations(CudaModel *m, Carver *c) {
-    const ModelConfig *cfg = &m->cfg;
-    const size_t N = (size_t)m->max_B * m->max_T, R = m->sp ? N / (size_t)m->tp : N; /* residual rows */
-    const size_t C = cfg->hidden_size, I = m->I, D = cfg->head_dim;
-    const size_t H = m->H, KVH = m->KVH, V = m->V;
-    const size_t HD = H * D, KVD = KVH * D, QKV = HD + 2 * KVD, cp = (size_t)m->cp;
+    const ModelShape *sh = &m->shape;
+    const size_t N = (size_t)m->max_B * m->max_T, R = (size_t)model_shape_rows(sh, (int)N); /* residual rows */
+    const size_t C = sh->C, I = sh->I, H = sh->H, KVH = sh->KVH, V = sh->V;
+    const size_t HD = sh->HD, KVD = sh->KVD, QKV = HD + 2 * KVD, cp = (size_t)sh->cp;
     CARVE(c, m->inputs, N);
     CARVE(c, m->targets, N);
-    for (int l = 0; l < m->L; l++) {
+    for (int l = 0; l < m->shape.L; l++) {
         LayerSaved *s = &m->saved[l];
         if (l == 0) CARVE(c, s->resid_in, R * C); /* later layers read the previous layer's output */
         CARVE(c, s->attn_normed, R * C);
-        if (m->sp) CARVE(c, s->attn_in, N * C);
+        if (m->shape.sp) CARVE(c, s->attn_in, N * C);
         else s->attn_in = s->attn_normed;
         CARVE(c, s->qkv, N * QKV);
         CARVE(c, s->q, N * HD);
@@ -81,29 +79,29 @@ static void layout_activations(CudaModel *m, Carver *c) {
         CARVE(c, s->attn_out, N * HD);
         CARVE(c, s->resid_mid, R * C);
         CARVE(c, s->mlp_normed, R * C);
-        if (m->sp) CARVE(c, s->mlp_in, N * C);
+        if (m->shape.sp) CARVE(c, s->mlp_in, N * C);
         else s->mlp_in = s->mlp_normed;
         CARVE(c, s->gate_up, N * 2 * I);
         CARVE(c, s->act, N * I);
         CARVE(c, s->attn_rstd, R);
         CARVE(c, s->mlp_rstd, R);
         CARVE(c, s->lse, N * H);
-        if (cfg->qk_norm) {
+        if (m->cfg.qk_norm) {
             CARVE(c, s->q_rstd, N * H);
             CARVE(c, s->k_rstd, N * KVH);
         }
-        if (m->cp > 1) {
+        if (m->shape.cp > 1) {
             CARVE(c, s->k_all, N * cp * KVD);
             CARVE(c, s->v_all, N * cp * KVD);
         }
         bf16_t *out;
         CARVE(c, out, R * C);
-        if (l + 1 < m->L) m->saved[l + 1].resid_in = out;
+        if (l + 1 < m->shape.L) m->saved[l + 1].resid_in = out;
         else m->final_resid = out; /* the stage's output */
     }
-    if (!m->has_head) return;
+    if (!m->shape.has_head) return;
     CARVE(c, m->final_normed, R * C);
-    if (m->sp) CARVE(c, m->final_in, N * C);
+    if (m->shape.sp) CARVE(c, m->final_in, N * C);
     else m->final_in = m->final_normed;
     CARVE(c, m->final_rstd, R);
     CARVE(c, m->logits, N * V);
@@ -114,12 +112,10 @@ static void layout_activations(CudaModel *m, Carver *c) {
 /* Everything else: weights, gradients, AdamW states, tables, and the scratch of one op at a time (shared by a
  * pipeline's activation sets: the stream runs one micro-batch's op after another). */
 static void layout_shared(CudaModel *m, Carver *c) {
-    const ModelConfig *cfg = &m->cfg;
-    const size_t P = (size_t)m->num_floats, N = (size_t)m->max_B * m->max_T;
-    const size_t R = m->sp ? N / (size_t)m->tp : N;
-    const size_t C = cfg->hidden_size, I = m->I, D = cfg->head_dim;
-    const size_t H = m->H, KVH = m->KVH;
-    const size_t HD = H * D, KVD = KVH * D, QKV = HD + 2 * KVD, cp = (size_t)m->cp;
+    const ModelShape *sh = &m->shape;
+    const size_t P = (size_t)m->num_floats, N = (size_t)m->max_B * m->max_T, R = (size_t)model_shape_rows(sh, (int)N);
+    const size_t C = sh->C, I = sh->I, D = sh->D, H = sh->H, KVH = sh->KVH;
+    const size_t HD = sh->HD, KVD = sh->KVD, QKV = HD + 2 * KVD, cp = (size_t)sh->cp;
     CARVE(c, m->params, P);
     CARVE(c, m->grads, P);
     CARVE(c, m->exp_avg, P);
@@ -127,7 +123,7 @@ static void layout_shared(CudaModel *m, Carver *c) {
     CARVE(c, m->params16, P);
     CARVE(c, m->rope_cos, (size_t)m->max_T * (D / 2));
     CARVE(c, m->rope_sin, (size_t)m->max_T * (D / 2));
-    if (m->cp > 1) {
+    if (m->shape.cp > 1) {
         CARVE(c, m->positions, (size_t)m->max_T);
         CARVE(c, m->seq_pos, cp * m->max_T);
         CARVE(c, m->kv_blocks, cp * N * KVD);
@@ -136,11 +132,11 @@ static void layout_shared(CudaModel *m, Carver *c) {
         CARVE(c, m->dkv_blocks, cp * N * KVD);
         CARVE(c, m->dkv_mine, N * KVD);
     }
-    if (m->tp > 1) {
+    if (m->shape.tp > 1) {
         CARVE(c, m->ce_stats, N * 3);
-        CARVE(c, m->ce_gathered, (size_t)m->tp * N * 3);
+        CARVE(c, m->ce_gathered, (size_t)m->shape.tp * N * 3);
     }
-    if (m->sp) {
+    if (m->shape.sp) {
         CARVE(c, m->tp_rows, N * C);
         CARVE(c, m->d_full16, N * C);
         CARVE(c, m->d_full32, N * C);
@@ -156,7 +152,7 @@ static void layout_shared(CudaModel *m, Carver *c) {
     CARVE(c, m->dk, N * KVD);
     CARVE(c, m->dv, N * KVD);
     CARVE(c, m->d_qkv, N * QKV);
-    if (m->cp == 1) /* the flash-attention backward's; attention at positions (cp) needs none */
+    if (m->shape.cp == 1) /* the flash-attention backward's; attention at positions (cp) needs none */
         m->attn_workspace = carve(c, cuda_attention_workspace_bytes(m->max_B, m->max_T, (int)H, (int)KVH, (int)D));
     CARVE(c, m->chunks, m->num_chunks);
     CARVE(c, m->norm_chunks, m->num_norm_chunks);
@@ -194,7 +190,7 @@ static long slot_offset(const Model *host, int slot, bool required, const char *
 static void find_offsets(CudaModel *m, const Model *host) {
     const ModelConfig *cfg = &m->cfg;
     const ModelSlots *slots = &((const ModelPriv *)host->priv)->slots;
-    for (int l = 0; l < m->L; l++) {
+    for (int l = 0; l < m->shape.L; l++) {
         LayerOffsets *o = &m->layers[l];
         const LayerSlots *s = &slots->layers[l];
         o->attn_norm = slot_offset(host, s->attn_norm, true, "attn_norm", l);
@@ -211,8 +207,7 @@ static void find_offsets(CudaModel *m, const Model *host) {
         o->gate = slot_offset(host, s->gate_weight, true, "gate_proj (a MoE layer?)", l);
         o->up = slot_offset(host, s->up_weight, true, "up_proj", l);
         o->down = slot_offset(host, s->down_weight, true, "down_proj", l);
-        const long C = cfg->hidden_size, I = m->I;
-        const long HD = (long)m->H * cfg->head_dim, KVD = (long)m->KVH * cfg->head_dim;
+        const long C = m->shape.C, I = m->shape.I, HD = m->shape.HD, KVD = m->shape.KVD;
         if (o->up != o->gate + I * C)
             mt_die(MT_EXIT_FAILURE, "CUDA model: layer %d: gate_proj and up_proj are not adjacent", l);
         const int fused = o->k == o->q + HD * C && o->v == o->k + KVD * C && o->q_bias < 0;
@@ -225,23 +220,23 @@ static void find_offsets(CudaModel *m, const Model *host) {
             mt_die(MT_EXIT_FAILURE, "CUDA model: layer %d's parameters do not follow layer %d's", l, l - 1);
     }
     /* the first stage embeds; the last has the head (with tied embeddings, a copy of embed.weight) */
-    const bool tied = cfg->tie_word_embeddings;
-    m->embed = slot_offset(host, slots->embed, m->has_embed || (m->has_head && tied), "embedding", -1);
-    m->final_norm = slot_offset(host, slots->final_norm, m->has_head, "final_norm", -1);
-    m->lm_head = tied ? (m->has_head ? m->embed : -1) : slot_offset(host, slots->lm_head, m->has_head, "lm_head", -1);
+    const bool tied = cfg->tie_word_embeddings, embed = m->shape.has_embed, head = m->shape.has_head;
+    m->embed = slot_offset(host, slots->embed, embed || (head && tied), "embedding", -1);
+    m->final_norm = slot_offset(host, slots->final_norm, head, "final_norm", -1);
+    m->lm_head = tied ? (head ? m->embed : -1) : slot_offset(host, slots->lm_head, head, "lm_head", -1);
 }
 
 /* The gradients reduced over tp (TpPartialGrad): partial sums (ParamInfo.tp_partial_grad) and the
  * whole gradients of weights every tp rank holds whole (the same global shape). */
 static void find_tp_partial(CudaModel *m, const Model *host) {
     m->tp_partial = mt_calloc((size_t)host->num_params + 1, sizeof *m->tp_partial);
-    for (int i = 0; i < host->num_params && m->tp > 1; i++) {
+    for (int i = 0; i < host->num_params && m->shape.tp > 1; i++) {
         const ParamInfo *p = &host->param_info[i];
         bool replicated = true;
         for (int d = 0; d < 3; d++) replicated = replicated && p->shape[d] == p->global_shape[d];
         if (!p->tp_partial_grad && !replicated) continue;
         int layer = -1;
-        for (int l = 0; l < m->L; l++)
+        for (int l = 0; l < m->shape.L; l++)
             if ((long)p->offset >= m->layer_begin[l] && (long)p->offset < m->layer_end[l]) layer = l;
         m->tp_partial[m->num_tp_partial++] = (TpPartialGrad){.offset = (long)p->offset, .numel = p->numel,
                                                              .layer = layer, .average = !p->tp_partial_grad};
@@ -270,34 +265,22 @@ static CudaAdamWChunk *build_chunks(const Model *host, bool owned_only, int *cou
     return chunks;
 }
 
-/* The RoPE tables of this rank's positions (rows t = 0..max_T-1; under
- * context parallel the rows of its positions in the sequence) and, under
- * context parallel, every rank's positions. */
+/* The RoPE rows of this rank's positions (model_rope_rows) and, under context parallel, its
+ * positions and every cp rank's. */
 static void upload_positions(CudaModel *m) {
-    const int half = m->cfg.head_dim / 2, T = m->max_T, Tall = T * m->cp;
-    float *cos_all = mt_malloc((size_t)Tall * half * sizeof(float));
-    float *sin_all = mt_malloc((size_t)Tall * half * sizeof(float));
-    rope_tables_init(cos_all, sin_all, Tall, m->cfg.head_dim, m->cfg.rope_theta, &m->cfg.rope_scaling);
+    const int T = m->max_T, Tall = T * m->shape.cp;
+    const size_t bytes = (size_t)T * (m->shape.D / 2) * sizeof(float);
+    float *cos_table = mt_malloc(bytes), *sin_table = mt_malloc(bytes);
     int32_t *seq_pos = mt_malloc((size_t)Tall * sizeof(int32_t));
-    for (int r = 0; r < m->cp; r++) {
-        if (m->cp > 1) model_cp_positions(T, m->cp, r, seq_pos + (size_t)r * T);
-        else
-            for (int t = 0; t < T; t++) seq_pos[t] = t;
-    }
-    const int32_t *mine = seq_pos + (size_t)m->cp_rank * T;
-    float *cos_table = mt_malloc((size_t)T * half * sizeof(float)), *sin_table = mt_malloc((size_t)T * half * sizeof(float));
-    for (int t = 0; t < T; t++) {
-        memcpy(cos_table + (size_t)t * half, cos_all + (size_t)mine[t] * half, (size_t)half * sizeof(float));
-        memcpy(sin_table + (size_t)t * half, sin_all + (size_t)mine[t] * half, (size_t)half * sizeof(float));
-    }
-    copy_in_order(m, m->rope_cos, cos_table, (size_t)T * half * sizeof(float), cudaMemcpyHostToDevice);
-    copy_in_order(m, m->rope_sin, sin_table, (size_t)T * half * sizeof(float), cudaMemcpyHostToDevice);
-    if (m->cp > 1) {
-        copy_in_order(m, m->positions, mine, (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice);
+    model_rope_rows(&m->shape, &m->cfg, T, cos_table, sin_table, NULL);
+    model_sequence_positions(&m->shape, T, seq_pos);
+    copy_in_order(m, m->rope_cos, cos_table, bytes, cudaMemcpyHostToDevice);
+    copy_in_order(m, m->rope_sin, sin_table, bytes, cudaMemcpyHostToDevice);
+    if (m->shape.cp > 1) {
+        copy_in_order(m, m->positions, seq_pos + (size_t)m->shape.cp_rank * T, (size_t)T * sizeof(int32_t),
+                      cudaMemcpyHostToDevice);
         copy_in_order(m, m->seq_pos, seq_pos, (size_t)Tall * sizeof(int32_t), cudaMemcpyHostToDevice);
     }
-    free(cos_all);
-    free(sin_all);
     free(seq_pos);
     free(cos_table);
     free(sin_table);
@@ -331,25 +314,7 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
         free(m);
         return NULL;
     }
-    m->L = part->num_layers;
-    m->stage_chunks = part->num_chunks;
-    for (int v = 0, l = 0; v < m->stage_chunks; v++) {
-        m->chunk_start[v] = l;
-        m->chunk_len[v] = part->chunk_layers[v];
-        l += part->chunk_layers[v];
-    }
-    m->has_embed = part->has_embed;
-    m->has_head = part->has_head;
-    m->cp = part->cp > 1 ? part->cp : 1;
-    m->cp_rank = m->cp > 1 ? part->cp_rank : 0;
-    m->tp = part->tp > 1 ? part->tp : 1;
-    m->tp_rank = m->tp > 1 ? part->tp_rank : 0;
-    m->sp = m->tp > 1 && part->sequence_parallel;
-    m->H = m->cfg.num_attention_heads / m->tp;
-    m->KVH = m->cfg.num_key_value_heads / m->tp;
-    m->I = m->cfg.intermediate_size / m->tp;
-    m->V = m->cfg.vocab_size / m->tp;
-    m->vocab_start = m->V * m->tp_rank;
+    m->shape = model_shape_of(&m->cfg, part);
     if (cuda_context_create(&m->ctx, device, err, errlen) != 0) {
         free(m);
         return NULL;
@@ -359,10 +324,10 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
     snprintf(m->device_name, sizeof m->device_name, "%s (sm_%d%d, %d SMs)", prop.name, prop.major, prop.minor,
              prop.multiProcessorCount);
 
-    m->layers = mt_calloc((size_t)m->L, sizeof *m->layers);
-    m->saved = mt_calloc((size_t)m->L, sizeof *m->saved);
-    m->layer_begin = mt_malloc((size_t)m->L * sizeof(long));
-    m->layer_end = mt_malloc((size_t)m->L * sizeof(long));
+    m->layers = mt_calloc((size_t)m->shape.L, sizeof *m->layers);
+    m->saved = mt_calloc((size_t)m->shape.L, sizeof *m->saved);
+    m->layer_begin = mt_malloc((size_t)m->shape.L * sizeof(long));
+    m->layer_end = mt_malloc((size_t)m->shape.L * sizeof(long));
     find_offsets(m, host);
     find_tp_partial(m, host);
     CudaAdamWChunk *chunks = build_chunks(host, false, &m->num_chunks);
@@ -412,7 +377,7 @@ CudaModel *cuda_model_clone_activations(CudaModel *base, char *err, size_t errle
     CudaModel *m = mt_malloc(sizeof *m);
     *m = *base; /* weights, gradients, scratch, tables, communicators: base's */
     m->base = base;
-    m->saved = mt_calloc((size_t)m->L, sizeof *m->saved);
+    m->saved = mt_calloc((size_t)m->shape.L, sizeof *m->saved);
     Carver counter = {NULL, 0};
     layout_activations(m, &counter);
     m->arena_bytes = counter.used;
@@ -436,18 +401,10 @@ CudaModel *cuda_model_clone_activations(CudaModel *base, char *err, size_t errle
 
 void cuda_model_free(CudaModel *m) {
     if (!m) return;
-    if (m->base) { /* a clone owns its activations and host buffers only */
-        cudaStreamSynchronize(m->ctx.stream);
-        cudaFree(m->arena);
-        free(m->saved);
-        free(m->host_targets);
-        free(m->host_losses);
-        free(m);
-        return;
-    }
-    if (m->prof_steps < m->prof_on) prof_report(m);
-    if (m->layer_done) {
-        for (int l = 0; l <= m->L; l++) cudaEventDestroy(m->layer_done[l]);
+    const bool owner = !m->base; /* a clone owns its activations and host buffers only */
+    if (owner && m->prof_steps < m->prof_on) prof_report(m);
+    if (owner && m->layer_done) {
+        for (int l = 0; l <= m->shape.L; l++) cudaEventDestroy(m->layer_done[l]);
         cudaEventDestroy(m->comm_done);
         cudaStreamDestroy(m->comm_stream);
         free(m->layer_done);
@@ -456,16 +413,18 @@ void cuda_model_free(CudaModel *m) {
         cudaStreamSynchronize(m->ctx.stream);
         cudaFree(m->arena);
     }
-    cuda_gemm_cache_clear();
-    cuda_context_destroy(&m->ctx);
-    free(m->layers);
-    free(m->layer_begin);
-    free(m->layer_end);
-    free(m->tp_partial);
     free(m->saved);
     free(m->host_targets);
     free(m->host_losses);
-    free(m->host_norm_partial);
+    if (owner) {
+        cuda_gemm_cache_clear();
+        cuda_context_destroy(&m->ctx);
+        free(m->layers);
+        free(m->layer_begin);
+        free(m->layer_end);
+        free(m->tp_partial);
+        free(m->host_norm_partial);
+    }
     free(m);
 }
 
@@ -500,7 +459,7 @@ void cuda_model_upload_grads(CudaModel *m, const float *grads) {
 }
 
 void cuda_model_download_logits(CudaModel *m, float *logits) {
-    const size_t n = (size_t)m->B * m->T * m->V;
+    const size_t n = (size_t)m->B * m->T * m->shape.V;
     bf16_t *raw = mt_malloc(n * sizeof *raw);
     CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
     copy_in_order(m, raw, m->logits, n * sizeof *raw, cudaMemcpyDeviceToHost);
@@ -530,7 +489,7 @@ double cuda_model_grad_sumsq(CudaModel *m) {
     CUDA_CHECK(cudaStreamSynchronize(st));
     double total = 0.0;
     for (int i = 0; i < NORM_PARTIALS; i++) total += m->host_norm_partial[i];
-    if (m->tp > 1) total = device_comm_sum_double(m->tp_comm, total);
+    if (m->shape.tp > 1) total = device_comm_sum_double(m->tp_comm, total);
     return total;
 }
 
@@ -557,14 +516,16 @@ void cuda_model_sum_grads(CudaModel *m, DeviceComm *comm, long offset, long coun
 }
 
 void cuda_model_set_cp_comm(CudaModel *m, DeviceComm *comm) {
-    if (comm->size != m->cp)
-        mt_die(MT_EXIT_FAILURE, "CUDA model: a cp communicator of %d ranks for context parallel %d", comm->size, m->cp);
+    if (comm->size != m->shape.cp)
+        mt_die(MT_EXIT_FAILURE, "CUDA model: a cp communicator of %d ranks for context parallel %d", comm->size,
+               m->shape.cp);
     m->cp_comm = comm;
 }
 
 void cuda_model_set_tp_comm(CudaModel *m, DeviceComm *comm) {
-    if (comm->size != m->tp)
-        mt_die(MT_EXIT_FAILURE, "CUDA model: a tp communicator of %d ranks for tensor parallel %d", comm->size, m->tp);
+    if (comm->size != m->shape.tp)
+        mt_die(MT_EXIT_FAILURE, "CUDA model: a tp communicator of %d ranks for tensor parallel %d", comm->size,
+               m->shape.tp);
     m->tp_comm = comm;
 }
 
@@ -574,7 +535,7 @@ size_t cuda_model_bytes(const CudaModel *m) { return m->arena_bytes; }
 
 size_t cuda_model_activation_bytes(const CudaModel *m) {
     CudaModel probe = *m;
-    LayerSaved *saved = mt_calloc((size_t)m->L, sizeof *saved);
+    LayerSaved *saved = mt_calloc((size_t)m->shape.L, sizeof *saved);
     probe.saved = saved;
     Carver counter = {NULL, 0};
     layout_activations(&probe, &counter);

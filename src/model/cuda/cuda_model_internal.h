@@ -7,10 +7,11 @@
  *                          embedding and cross entropy, the keys and values
  *                          of the whole sequence, the gradients reduced over
  *                          tp and cp.
- * Sizes named H, KVH, I, V are this rank's (tensor parallel splits them);
- * N = B*T rows; R = the residual stream's rows (N/tp under sequence
- * parallel, else N); under context parallel T is this rank's tokens and
- * Tall = T * cp the sequence's. */
+ * Sizes (C, D, H, KVH, HD, KVD, I, V) are this rank's, from CudaModel.shape
+ * (../model_shape.h, shared with the CPU model); N = B*T rows; R = the
+ * residual stream's rows (model_shape_rows: N/tp under sequence parallel,
+ * else N); under context parallel T is this rank's tokens and Tall = T * cp
+ * the sequence's. */
 #ifndef MT_MODEL_CUDA_MODEL_INTERNAL_H
 #define MT_MODEL_CUDA_MODEL_INTERNAL_H
 
@@ -22,6 +23,7 @@
 #include "../../backend/cuda/cuda_context.h"
 #include "../../backend/cuda/cuda_gemm.h"
 #include "../../backend/cuda/cuda_kernels.h"
+#include "../model_shape.h"
 #include "cuda_model.h"
 
 typedef uint16_t bf16_t;
@@ -71,23 +73,15 @@ struct CudaModel {
     CudaContext ctx;
     char device_name[320];
 
-    /* this rank's part: its layers (a pipeline stage), tensor and context parallel */
-    int L;                     /* this rank's layers: its chunks' layers, chunk after chunk */
-    int stage_chunks;          /* model chunks: 1, or vpp with the interleaved pipeline schedule */
-    int chunk_start[MT_MAX_CHUNKS], chunk_len[MT_MAX_CHUNKS]; /* each chunk's local layers */
-    bool has_embed, has_head;  /* the first and the last pipeline stage */
+    /* this rank's part: its sizes, layers (a pipeline stage and its chunks), tensor and context parallel */
+    ModelShape shape;
     CudaModel *base;           /* a clone (another activation set of base, cuda_model_clone_activations), or NULL */
-    int tp, tp_rank;
-    bool sp;                   /* sequence parallel: the residual stream holds N/tp rows */
-    int H, KVH, I, V, vocab_start;
     DeviceComm *tp_comm;       /* the tp group (cuda_model_set_tp_comm), NULL when tp == 1 */
     TpPartialGrad *tp_partial; /* gradients reduced over tp on the last micro-batch (TpPartialGrad) */
     int num_tp_partial;
-    /* context parallel: this rank's positions of the sequence (model_cp_positions) */
-    int cp, cp_rank;
     DeviceComm *cp_comm;       /* the cp group (cuda_model_set_cp_comm), NULL when cp == 1 */
-    int32_t *positions;        /* device (max_T): the positions of this rank's tokens */
-    int32_t *seq_pos;          /* device (cp * max_T): every cp rank's positions, rank after rank */
+    int32_t *positions;        /* device (max_T), context parallel: this rank's positions (model_rope_rows) */
+    int32_t *seq_pos;          /* device (cp * max_T): every cp rank's positions (model_sequence_positions) */
 
     void *arena;               /* the one allocation */
     size_t arena_bytes, peak_used;
@@ -151,9 +145,6 @@ enum { NORM_PARTIALS = 1024 };
 
 void cuda_prof_begin(CudaModel *m);
 void cuda_prof_end(CudaModel *m, ProfKind kind);
-
-/* Rows of the residual stream for N rows of tokens. */
-static inline int cuda_residual_rows(const CudaModel *m, int N) { return m->sp ? N / m->tp : N; }
 
 static inline bf16_t *w16(CudaModel *m, long offset) { return offset < 0 ? NULL : m->params16 + offset; }
 static inline float *g32(CudaModel *m, long offset) { return offset < 0 ? NULL : m->grads + offset; }

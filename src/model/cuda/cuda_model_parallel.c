@@ -18,32 +18,33 @@
 
 #include "cuda_model_internal.h"
 
-static bool tp_on(const CudaModel *m) { return m->tp > 1; }
+static bool tp_on(const CudaModel *m) { return m->shape.tp > 1; }
+
+/* The residual stream's rows of C channels (a shard of N rows under sequence parallel). */
+static size_t shard(const CudaModel *m, int N, int C) { return (size_t)model_shape_rows(&m->shape, N) * C; }
 
 static DeviceComm *tp_comm(CudaModel *m) {
     if (!m->tp_comm)
         mt_die(MT_EXIT_FAILURE, "CUDA model: tensor parallel %d needs its communicator (cuda_model_set_tp_comm)",
-               m->tp);
+               m->shape.tp);
     return m->tp_comm;
 }
 
 const bf16_t *cuda_tp_enter(CudaModel *m, bf16_t *full, const bf16_t *x, int N, int C) {
-    if (!tp_on(m) || !m->sp) return x;
-    const size_t shard = (size_t)cuda_residual_rows(m, N) * C;
-    TIMED(m, PROF_TP_COMM, device_all_gather(tp_comm(m), x, full, shard, NCCL_DTYPE_BF16, m->ctx.stream));
+    if (!m->shape.sp) return x;
+    TIMED(m, PROF_TP_COMM, device_all_gather(tp_comm(m), x, full, shard(m, N, C), NCCL_DTYPE_BF16, m->ctx.stream));
     return full;
 }
 
 const bf16_t *cuda_tp_enter_backward(CudaModel *m, bf16_t *d_full, int N, int C) {
     if (!tp_on(m)) return d_full;
-    if (!m->sp) {
+    if (!m->shape.sp) {
         TIMED(m, PROF_TP_COMM,
               device_all_reduce(tp_comm(m), d_full, (size_t)N * C, NCCL_DTYPE_BF16, false, m->ctx.stream));
         return d_full;
     }
-    const size_t shard = (size_t)cuda_residual_rows(m, N) * C;
-    TIMED(m, PROF_TP_COMM,
-          device_reduce_scatter_sum(tp_comm(m), d_full, m->d_normed_shard, shard, NCCL_DTYPE_BF16, m->ctx.stream));
+    TIMED(m, PROF_TP_COMM, device_reduce_scatter_sum(tp_comm(m), d_full, m->d_normed_shard, shard(m, N, C),
+                                                     NCCL_DTYPE_BF16, m->ctx.stream));
     return m->d_normed_shard;
 }
 
@@ -54,23 +55,21 @@ void cuda_tp_row_parallel_residual(CudaModel *m, bf16_t *out, const bf16_t *resi
         return;
     }
     cudaStream_t st = m->ctx.stream;
-    if (!m->sp) { /* the partials summed, then the residual added: it is rounded once, not at every hop */
+    if (!m->shape.sp) { /* the partials summed, then the residual added: it is rounded once, not at every hop */
         cuda_linear_forward(m, out, C, inp, w, -1, NULL, N, IC, C);
         TIMED(m, PROF_TP_COMM, device_all_reduce(tp_comm(m), out, (size_t)N * C, NCCL_DTYPE_BF16, false, st));
         TIMED(m, PROF_NORM, CUDA_CHECK(cuda_add_bf16(out, out, residual, (size_t)N * C, st)));
         return;
     }
-    const size_t shard = (size_t)cuda_residual_rows(m, N) * C;
     cuda_linear_forward(m, m->tp_rows, C, inp, w, -1, NULL, N, IC, C);
-    TIMED(m, PROF_TP_COMM, device_reduce_scatter_sum(tp_comm(m), m->tp_rows, out, shard, NCCL_DTYPE_BF16, st));
-    TIMED(m, PROF_NORM, CUDA_CHECK(cuda_add_bf16(out, out, residual, shard, st)));
+    TIMED(m, PROF_TP_COMM, device_reduce_scatter_sum(tp_comm(m), m->tp_rows, out, shard(m, N, C), NCCL_DTYPE_BF16, st));
+    TIMED(m, PROF_NORM, CUDA_CHECK(cuda_add_bf16(out, out, residual, shard(m, N, C), st)));
 }
 
 const bf16_t *cuda_tp_leave_backward(CudaModel *m, int N, int C) {
-    if (!tp_on(m) || !m->sp) return m->d_resid16;
-    const size_t shard = (size_t)cuda_residual_rows(m, N) * C;
+    if (!m->shape.sp) return m->d_resid16;
     TIMED(m, PROF_TP_COMM,
-          device_all_gather(tp_comm(m), m->d_resid16, m->d_full16, shard, NCCL_DTYPE_BF16, m->ctx.stream));
+          device_all_gather(tp_comm(m), m->d_resid16, m->d_full16, shard(m, N, C), NCCL_DTYPE_BF16, m->ctx.stream));
     return m->d_full16;
 }
 
@@ -81,12 +80,11 @@ void cuda_tp_embedding_forward(CudaModel *m, bf16_t *resid, int N, int C) {
         return;
     }
     /* this rank's vocabulary rows, zeros elsewhere: the tp sum adds exactly one non-zero row */
-    bf16_t *rows = m->sp ? m->tp_rows : resid;
-    TIMED(m, PROF_EMBED, CUDA_CHECK(cuda_embedding_forward_rows(rows, m->inputs, w16(m, m->embed), m->vocab_start,
-                                                                m->V, N, C, st)));
-    if (m->sp)
-        TIMED(m, PROF_TP_COMM, device_reduce_scatter_sum(tp_comm(m), rows, resid,
-                                                         (size_t)cuda_residual_rows(m, N) * C, NCCL_DTYPE_BF16, st));
+    bf16_t *rows = m->shape.sp ? m->tp_rows : resid;
+    TIMED(m, PROF_EMBED, CUDA_CHECK(cuda_embedding_forward_rows(rows, m->inputs, w16(m, m->embed),
+                                                                m->shape.vocab_start, m->shape.V, N, C, st)));
+    if (m->shape.sp)
+        TIMED(m, PROF_TP_COMM, device_reduce_scatter_sum(tp_comm(m), rows, resid, shard(m, N, C), NCCL_DTYPE_BF16, st));
     else
         TIMED(m, PROF_TP_COMM, device_all_reduce(tp_comm(m), resid, (size_t)N * C, NCCL_DTYPE_BF16, false, st));
 }
@@ -94,35 +92,36 @@ void cuda_tp_embedding_forward(CudaModel *m, bf16_t *resid, int N, int C) {
 void cuda_tp_embedding_backward(CudaModel *m, int N, int C) {
     cudaStream_t st = m->ctx.stream;
     const float *d = m->d_resid;
-    if (tp_on(m) && m->sp) {
-        TIMED(m, PROF_TP_COMM, device_all_gather(tp_comm(m), m->d_resid, m->d_full32,
-                                                 (size_t)cuda_residual_rows(m, N) * C, NCCL_DTYPE_FLOAT, st));
+    if (m->shape.sp) {
+        TIMED(m, PROF_TP_COMM,
+              device_all_gather(tp_comm(m), m->d_resid, m->d_full32, shard(m, N, C), NCCL_DTYPE_FLOAT, st));
         d = m->d_full32;
     }
     TIMED(m, PROF_EMBED, CUDA_CHECK(cuda_embedding_backward_rows(g32(m, m->embed), d, m->inputs,
-                                                                 tp_on(m) ? m->vocab_start : 0,
-                                                                 tp_on(m) ? m->V : INT_MAX, N, C, st)));
+                                                                 tp_on(m) ? m->shape.vocab_start : 0,
+                                                                 tp_on(m) ? m->shape.V : INT_MAX, N, C, st)));
 }
 
 void cuda_tp_cross_entropy_forward(CudaModel *m, int N) {
     cudaStream_t st = m->ctx.stream;
+    const int V = m->shape.V;
     if (!tp_on(m)) {
         TIMED(m, PROF_LOSS,
-              CUDA_CHECK(cuda_cross_entropy_forward(m->losses, m->ce_lse, m->logits, m->targets, N, m->V, st)));
+              CUDA_CHECK(cuda_cross_entropy_forward(m->losses, m->ce_lse, m->logits, m->targets, N, V, st)));
         return;
     }
-    TIMED(m, PROF_LOSS, CUDA_CHECK(cuda_cross_entropy_stats(m->ce_stats, m->logits, m->targets, m->vocab_start, N,
-                                                            m->V, st)));
+    TIMED(m, PROF_LOSS, CUDA_CHECK(cuda_cross_entropy_stats(m->ce_stats, m->logits, m->targets, m->shape.vocab_start, N,
+                                                            V, st)));
     TIMED(m, PROF_TP_COMM,
           device_all_gather(tp_comm(m), m->ce_stats, m->ce_gathered, (size_t)N * 3, NCCL_DTYPE_FLOAT, st));
     TIMED(m, PROF_LOSS, CUDA_CHECK(cuda_cross_entropy_combine(m->losses, m->ce_lse, m->ce_gathered, m->targets, N,
-                                                              m->tp, st)));
+                                                              m->shape.tp, st)));
 }
 
 static DeviceComm *cp_comm(CudaModel *m) {
     if (!m->cp_comm)
         mt_die(MT_EXIT_FAILURE, "CUDA model: context parallel %d needs its communicator (cuda_model_set_cp_comm)",
-               m->cp);
+               m->shape.cp);
     return m->cp_comm;
 }
 
@@ -140,8 +139,8 @@ void cuda_parallel_reduce_grads(CudaModel *m, int layer) {
             TIMED(m, PROF_TP_COMM, device_all_reduce(tp_comm(m), m->grads + p->offset, (size_t)p->numel,
                                                      NCCL_DTYPE_FLOAT, p->average, m->ctx.stream));
     }
-    if (m->cp == 1) return;
-    const int L = m->L;
+    if (m->shape.cp == 1) return;
+    const int L = m->shape.L;
     if (layer >= 0) {
         cp_sum_grads(m, m->layer_begin[layer], m->layer_end[layer]);
     } else { /* the embedding before the layers, the final norm and lm_head after */
@@ -156,14 +155,14 @@ void cuda_parallel_reduce_grads(CudaModel *m, int layer) {
 static void gather_sequence(CudaModel *m, bf16_t *all, const bf16_t *local, int B, int T, int KVD) {
     TIMED(m, PROF_TP_COMM, device_all_gather(cp_comm(m), local, m->kv_blocks, (size_t)B * T * KVD, NCCL_DTYPE_BF16,
                                              m->ctx.stream));
-    TIMED(m, PROF_ATTN_FWD, CUDA_CHECK(cuda_cp_to_sequence(all, m->kv_blocks, m->seq_pos, m->cp, B, T, KVD,
+    TIMED(m, PROF_ATTN_FWD, CUDA_CHECK(cuda_cp_to_sequence(all, m->kv_blocks, m->seq_pos, m->shape.cp, B, T, KVD,
                                                            m->ctx.stream)));
 }
 
 /* d_local (bf16, B x T x KVD) = the cp sum of d_all (fp32, B x Tall x KVD) at this rank's positions. */
 static void scatter_sequence_grad(CudaModel *m, bf16_t *d_local, const float *d_all, int B, int T, int KVD) {
     const size_t n = (size_t)B * T * KVD;
-    TIMED(m, PROF_ATTN_BWD, CUDA_CHECK(cuda_cp_from_sequence(m->dkv_blocks, d_all, m->seq_pos, m->cp, B, T, KVD,
+    TIMED(m, PROF_ATTN_BWD, CUDA_CHECK(cuda_cp_from_sequence(m->dkv_blocks, d_all, m->seq_pos, m->shape.cp, B, T, KVD,
                                                              m->ctx.stream)));
     TIMED(m, PROF_TP_COMM, device_reduce_scatter_sum(cp_comm(m), m->dkv_blocks, m->dkv_mine, n, NCCL_DTYPE_FLOAT,
                                                      m->ctx.stream));
@@ -171,9 +170,9 @@ static void scatter_sequence_grad(CudaModel *m, bf16_t *d_local, const float *d_
 }
 
 void cuda_cp_attention_forward(CudaModel *m, LayerSaved *s, int B, int T) {
-    const int H = m->H, KVH = m->KVH, D = m->cfg.head_dim;
+    const int H = m->shape.H, KVH = m->shape.KVH, D = m->shape.D, cp = m->shape.cp;
     cudaStream_t st = m->ctx.stream;
-    if (m->cp == 1) {
+    if (cp == 1) {
         TIMED(m, PROF_ATTN_FWD,
               CUDA_CHECK(cuda_attention_forward(s->attn_out, s->lse, s->q, s->k, s->v, B, T, H, KVH, D, st)));
         return;
@@ -181,13 +180,13 @@ void cuda_cp_attention_forward(CudaModel *m, LayerSaved *s, int B, int T) {
     gather_sequence(m, s->k_all, s->k, B, T, KVH * D);
     gather_sequence(m, s->v_all, s->v, B, T, KVH * D);
     TIMED(m, PROF_ATTN_FWD, CUDA_CHECK(cuda_attention_forward_at(s->attn_out, s->lse, s->q, s->k_all, s->v_all,
-                                                                 m->positions, B, T, T * m->cp, H, KVH, D, st)));
+                                                                 m->positions, B, T, T * cp, H, KVH, D, st)));
 }
 
 void cuda_cp_attention_backward(CudaModel *m, const LayerSaved *s, int B, int T) {
-    const int H = m->H, KVH = m->KVH, D = m->cfg.head_dim, Tall = T * m->cp;
+    const int H = m->shape.H, KVH = m->shape.KVH, D = m->shape.D, Tall = T * m->shape.cp;
     cudaStream_t st = m->ctx.stream;
-    if (m->cp == 1) {
+    if (m->shape.cp == 1) {
         TIMED(m, PROF_ATTN_BWD,
               CUDA_CHECK(cuda_attention_backward(m->dq, m->dk, m->dv, m->d_attn_out, s->attn_out, s->lse, s->q, s->k,
                                                  s->v, B, T, H, KVH, D, m->attn_workspace, st)));

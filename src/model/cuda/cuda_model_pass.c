@@ -46,9 +46,9 @@ static void layer_forward(CudaModel *m, int l, bf16_t *out, int B, int T) {
     const LayerOffsets *o = &m->layers[l];
     LayerSaved *s = &m->saved[l];
     cudaStream_t st = m->ctx.stream;
-    const int N = B * T, R = cuda_residual_rows(m, N), C = c->hidden_size, I = m->I, D = c->head_dim;
-    const int H = m->H, KVH = m->KVH, HD = H * D, KVD = KVH * D;
-    const int QKV = HD + 2 * KVD;
+    const ModelShape *sh = &m->shape;
+    const int N = B * T, R = model_shape_rows(sh, N), C = sh->C, I = sh->I, D = sh->D;
+    const int H = sh->H, KVH = sh->KVH, HD = sh->HD, KVD = sh->KVD, QKV = HD + 2 * KVD;
     const float eps = (float)c->rms_norm_eps;
 
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(s->attn_normed, s->attn_rstd, s->resid_in,
@@ -75,32 +75,20 @@ static void layer_forward(CudaModel *m, int l, bf16_t *out, int B, int T) {
     cuda_tp_row_parallel_residual(m, out, s->resid_mid, s->act, o->down, N, I, C);
 }
 
-static void check_tokens(const int32_t *tokens, int N, int V, const char *what, bool allow_ignored) {
-    for (int i = 0; i < N; i++)
-        if (tokens[i] >= V || (tokens[i] < 0 && !allow_ignored))
-            mt_die(MT_EXIT_USAGE, "model_forward: %s token %d at position %d is outside the vocabulary [0, %d)", what,
-                   tokens[i], i, V);
-}
-
 void cuda_model_forward_start(CudaModel *m, const int32_t *inputs, int B, int T) {
-    if (B <= 0 || T <= 0 || B > m->max_B || T > m->max_T)
-        mt_die(MT_EXIT_FAILURE, "cuda_model_forward: micro-batch %d x %d does not fit the buffers (%d x %d)", B, T,
-               m->max_B, m->max_T);
+    model_check_batch(&m->shape, "cuda_model_forward", B, T, m->max_B, m->max_T);
     const int N = B * T;
-    if (m->cp > 1 && T != m->max_T)
+    if (m->shape.cp > 1 && T != m->max_T) /* its RoPE rows and positions are those of max_T tokens */
         mt_die(MT_EXIT_FAILURE, "cuda_model_forward: context parallel runs micro-batches of %d tokens per rank, "
                "found %d", m->max_T, T);
-    if (m->sp && N % m->tp != 0)
-        mt_die(MT_EXIT_FAILURE, "cuda_model_forward: sequence parallel needs B*T (%d) to be a multiple of tp (%d)", N,
-               m->tp);
-    if ((m->tp > 1 && !m->tp_comm) || (m->cp > 1 && !m->cp_comm))
+    if ((m->shape.tp > 1 && !m->tp_comm) || (m->shape.cp > 1 && !m->cp_comm))
         mt_die(MT_EXIT_FAILURE, "cuda_model_forward: tp %d / cp %d need their communicators (cuda_model_set_tp_comm, "
-               "cuda_model_set_cp_comm)", m->tp, m->cp);
+               "cuda_model_set_cp_comm)", m->shape.tp, m->shape.cp);
     m->B = B;
     m->T = T;
     m->backward_ready = 0;
-    if (!m->has_embed) return; /* the stage input arrives from the previous stage */
-    check_tokens(inputs, N, m->cfg.vocab_size, "input", false);
+    if (!m->shape.has_embed) return; /* the stage input arrives from the previous stage */
+    model_check_tokens(&m->shape, inputs, N, false);
     CUDA_CHECK(cudaMemcpyAsync(m->inputs, inputs, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, m->ctx.stream));
     cuda_tp_embedding_forward(m, m->saved[0].resid_in, N, m->cfg.hidden_size);
 }
@@ -108,29 +96,29 @@ void cuda_model_forward_start(CudaModel *m, const int32_t *inputs, int B, int T)
 /* The output of chunk v: the next chunk's input buffer (it is sent on, and the same buffer later receives the next
  * chunk's input for this micro-batch), or the stage's output after the last chunk. */
 static bf16_t *chunk_output(CudaModel *m, int v) {
-    return v + 1 < m->stage_chunks ? m->saved[m->chunk_start[v + 1]].resid_in : m->final_resid;
+    return v + 1 < m->shape.num_chunks ? m->saved[m->shape.chunk_start[v + 1]].resid_in : m->final_resid;
 }
 
 void cuda_model_forward_layers(CudaModel *m, int chunk) {
-    const int first = m->chunk_start[chunk], end = first + m->chunk_len[chunk];
-    for (int l = first; l < end; l++)
+    const int end = model_shape_chunk_end(&m->shape, chunk);
+    for (int l = m->shape.chunk_start[chunk]; l < end; l++)
         layer_forward(m, l, l + 1 < end ? m->saved[l + 1].resid_in : chunk_output(m, chunk), m->B, m->T);
 }
 
 float cuda_model_forward_head(CudaModel *m, const int32_t *targets) {
     const ModelConfig *c = &m->cfg;
     cudaStream_t st = m->ctx.stream;
-    const int N = m->B * m->T, R = cuda_residual_rows(m, N), C = c->hidden_size;
-    if (!m->has_head) mt_die(MT_EXIT_FAILURE, "cuda_model_forward_head: this pipeline stage has no head");
+    const int N = m->B * m->T, R = model_shape_rows(&m->shape, N), C = c->hidden_size;
+    if (!m->shape.has_head) mt_die(MT_EXIT_FAILURE, "cuda_model_forward_head: this pipeline stage has no head");
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(m->final_normed, m->final_rstd, m->final_resid,
                                                         w16(m, m->final_norm), R, C, (float)c->rms_norm_eps, st)));
     const bf16_t *x = cuda_tp_enter(m, m->final_in, m->final_normed, N, C);
-    cuda_linear_forward(m, m->logits, m->V, x, m->lm_head, -1, NULL, N, C, m->V);
+    cuda_linear_forward(m, m->logits, m->shape.V, x, m->lm_head, -1, NULL, N, C, m->shape.V);
     if (!targets) {
         CUDA_CHECK(cudaStreamSynchronize(st));
         return 0.0f;
     }
-    check_tokens(targets, N, c->vocab_size, "target", true);
+    model_check_tokens(&m->shape, targets, N, true);
     memcpy(m->host_targets, targets, (size_t)N * sizeof(int32_t)); /* the vocab-parallel loss reads them */
     CUDA_CHECK(cudaMemcpyAsync(m->targets, m->host_targets, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
     cuda_tp_cross_entropy_forward(m, N);
@@ -143,7 +131,7 @@ float cuda_model_forward_head(CudaModel *m, const int32_t *targets) {
             sum += m->host_losses[i];
             count++;
         }
-    if (m->cp > 1) { /* the mean over the whole sequences */
+    if (m->shape.cp > 1) { /* the mean over the whole sequences */
         sum = device_comm_sum_double(m->cp_comm, sum);
         count = (long)device_comm_sum_double(m->cp_comm, (double)count);
     }
@@ -153,10 +141,11 @@ float cuda_model_forward_head(CudaModel *m, const int32_t *targets) {
 }
 
 float cuda_model_forward(CudaModel *m, const int32_t *inputs, const int32_t *targets, int B, int T) {
-    if (!m->has_embed || !m->has_head)
+    if (!m->shape.has_embed || !m->shape.has_head)
         mt_die(MT_EXIT_FAILURE, "cuda_model_forward: a pipeline stage runs through cuda_model_forward_start/_layers/_head");
     cuda_model_forward_start(m, inputs, B, T);
-    for (int v = 0; v < m->stage_chunks; v++) cuda_model_forward_layers(m, v); /* each chunk's output is the next's input */
+    for (int v = 0; v < m->shape.num_chunks; v++) /* each chunk's output is the next's input */
+        cuda_model_forward_layers(m, v);
     return cuda_model_forward_head(m, targets);
 }
 
@@ -164,13 +153,12 @@ float cuda_model_forward(CudaModel *m, const int32_t *inputs, const int32_t *tar
 
 /* On entry d_resid / d_resid16 hold dL/d(layer output); on exit dL/d(layer input). */
 static void layer_backward(CudaModel *m, int l, int B, int T) {
-    const ModelConfig *c = &m->cfg;
     const LayerOffsets *o = &m->layers[l];
     const LayerSaved *s = &m->saved[l];
     cudaStream_t st = m->ctx.stream;
-    const int N = B * T, R = cuda_residual_rows(m, N), C = c->hidden_size, I = m->I, D = c->head_dim;
-    const int H = m->H, KVH = m->KVH, HD = H * D, KVD = KVH * D;
-    const int QKV = HD + 2 * KVD;
+    const ModelShape *sh = &m->shape;
+    const int N = B * T, R = model_shape_rows(sh, N), C = sh->C, I = sh->I, D = sh->D;
+    const int H = sh->H, KVH = sh->KVH, HD = sh->HD, KVD = sh->KVD, QKV = HD + 2 * KVD;
 
     /* MLP half: out = resid_mid + act @ Wdown^T */
     const bf16_t *dy = cuda_tp_leave_backward(m, N, C);
@@ -202,7 +190,7 @@ static void layer_backward(CudaModel *m, int l, int B, int T) {
 }
 
 void cuda_model_set_grad_sync(CudaModel *m, DeviceComm *comm) {
-    const int L = m->L;
+    const int L = m->shape.L;
     m->grad_sync = comm;
     CUDA_CHECK(cudaStreamCreateWithFlags(&m->comm_stream, cudaStreamNonBlocking));
     m->layer_done = mt_malloc((size_t)(L + 1) * sizeof *m->layer_done);
@@ -226,12 +214,12 @@ void cuda_model_backward_head(CudaModel *m, float loss_scale) {
     m->backward_ready = 0;
     const ModelConfig *c = &m->cfg;
     cudaStream_t st = m->ctx.stream;
-    const int N = m->B * m->T, R = cuda_residual_rows(m, N), C = c->hidden_size;
+    const int N = m->B * m->T, R = model_shape_rows(&m->shape, N), C = c->hidden_size;
     const float dloss = m->num_targets > 0 ? (float)((double)loss_scale / (double)m->num_targets) : 0.0f;
+    const int V = m->shape.V; /* vocab_start is 0 without tensor parallel */
     TIMED(m, PROF_LOSS, CUDA_CHECK(cuda_cross_entropy_backward_columns(m->logits, m->ce_lse, m->targets,
-                                                                       m->tp > 1 ? m->vocab_start : 0, dloss, N, m->V,
-                                                                       st)));
-    cuda_linear_backward(m, m->d_normed, m->logits, m->V, m->final_in, m->lm_head, -1, N, C, m->V, 0);
+                                                                       m->shape.vocab_start, dloss, N, V, st)));
+    cuda_linear_backward(m, m->d_normed, m->logits, V, m->final_in, m->lm_head, -1, N, C, V, 0);
     const bf16_t *g = cuda_tp_enter_backward(m, m->d_normed, N, C);
     CUDA_CHECK(cudaMemsetAsync(m->d_resid, 0, (size_t)R * C * sizeof(float), st));
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, m->final_norm), g,
@@ -247,7 +235,7 @@ static void finish_reductions(CudaModel *m, bool last_micro_batch, bool wait) {
     if (!last_micro_batch) return;
     cuda_parallel_reduce_grads(m, -1);
     if (!m->grad_sync) return;
-    const int L = m->L;
+    const int L = m->shape.L;
     sync_ranges(m, m->layer_done[L], 0, m->layer_begin[0], m->layer_end[L - 1], m->num_floats);
     CUDA_CHECK(cudaEventRecord(m->comm_done, m->comm_stream));
     if (wait) cuda_model_wait_grad_sync(m);
@@ -259,14 +247,13 @@ void cuda_model_wait_grad_sync(CudaModel *m) {
 
 void cuda_model_backward_layers(CudaModel *m, int chunk, bool last_micro_batch) {
     const bool sync = last_micro_batch && m->grad_sync;
-    const int first = m->chunk_start[chunk];
-    for (int l = first + m->chunk_len[chunk] - 1; l >= first; l--) {
+    for (int l = model_shape_chunk_end(&m->shape, chunk) - 1; l >= m->shape.chunk_start[chunk]; l--) {
         layer_backward(m, l, m->B, m->T);
         if (last_micro_batch) cuda_parallel_reduce_grads(m, l); /* before the dp average reads them */
         if (sync) sync_ranges(m, m->layer_done[l], m->layer_begin[l], m->layer_end[l], 0, 0);
     }
     /* chunk 0 of the last micro-batch is this rank's last backward; the first stage then runs backward_finish */
-    if (chunk == 0 && !m->has_embed) finish_reductions(m, last_micro_batch, false);
+    if (chunk == 0 && !m->shape.has_embed) finish_reductions(m, last_micro_batch, false);
 }
 
 void cuda_model_backward_finish(CudaModel *m, bool last_micro_batch) {
@@ -276,14 +263,14 @@ void cuda_model_backward_finish(CudaModel *m, bool last_micro_batch) {
 
 void cuda_model_backward(CudaModel *m, float loss_scale, int last_micro_batch) {
     cuda_model_backward_head(m, loss_scale);
-    for (int v = m->stage_chunks - 1; v >= 0; v--) cuda_model_backward_layers(m, v, last_micro_batch);
+    for (int v = m->shape.num_chunks - 1; v >= 0; v--) cuda_model_backward_layers(m, v, last_micro_batch);
     cuda_model_backward_finish(m, last_micro_batch);
 }
 
 /* ---- pipeline stages: activations and their gradients to and from the host ---- */
 
 size_t cuda_model_stage_bytes(const CudaModel *m, bool grad) {
-    const size_t rows = (size_t)cuda_residual_rows(m, m->B * m->T) * m->cfg.hidden_size;
+    const size_t rows = (size_t)model_shape_rows(&m->shape, m->B * m->T) * m->cfg.hidden_size;
     return rows * (grad ? sizeof(float) : sizeof(bf16_t));
 }
 
@@ -296,7 +283,7 @@ void cuda_model_stage_to_host(CudaModel *m, int chunk, bool grad, void *host) {
 
 void cuda_model_stage_from_host(CudaModel *m, int chunk, bool grad, const void *host) {
     /* forward: the chunk's input (bf16); backward: the gradient of its output (fp32, mirrored in bf16) */
-    void *dst = grad ? (void *)m->d_resid : (void *)m->saved[m->chunk_start[chunk]].resid_in;
+    void *dst = grad ? (void *)m->d_resid : (void *)m->saved[m->shape.chunk_start[chunk]].resid_in;
     const size_t bytes = cuda_model_stage_bytes(m, grad);
     CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, m->ctx.stream));
     if (grad) CUDA_CHECK(cuda_cast_fp32_to_bf16(m->d_resid16, m->d_resid, bytes / sizeof(float), m->ctx.stream));
