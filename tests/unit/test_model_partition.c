@@ -106,10 +106,8 @@ static void test_tp_blocks_tile_the_model(void **state) {
     check_tp_tiles(false, 1);
 }
 
-/* Stacked experts [E, I, C] cut over ep (whole experts) and etp (their
- * intermediate), with a shared expert cut like the dense MLP. */
-static void test_expert_tiles(void **state) {
-    (void)state;
+/* The qwen3_moe variant of config(): 4 experts, top-2, a shared expert, every other layer MoE. */
+static ModelConfig moe_config(void) {
     ModelConfig cfg = config(true, false);
     cfg.family = FAMILY_QWEN3_MOE;
     cfg.moe.num_experts = 4;
@@ -117,6 +115,14 @@ static void test_expert_tiles(void **state) {
     cfg.moe.moe_intermediate_size = 8;
     cfg.moe.shared_expert_intermediate_size = 6;
     cfg.moe.layer_freq = 2;
+    return cfg;
+}
+
+/* Stacked experts [E, I, C] cut over ep (whole experts) and etp (their
+ * intermediate), with a shared expert cut like the dense MLP. */
+static void test_expert_tiles(void **state) {
+    (void)state;
+    ModelConfig cfg = moe_config();
     check_tiles(&cfg, 2, 2, 2); /* etp = tp */
     check_tiles(&cfg, 2, 1, 2); /* experts whole on each tp rank */
     check_tiles(&cfg, 1, 1, 4);
@@ -125,13 +131,7 @@ static void test_expert_tiles(void **state) {
 /* Every parameter's kind (ParamInfo.kind, what plan sizes memory by) from the registry. */
 static void test_param_kinds(void **state) {
     (void)state;
-    ModelConfig cfg = config(true, false);
-    cfg.family = FAMILY_QWEN3_MOE;
-    cfg.moe.num_experts = 4;
-    cfg.moe.num_experts_per_tok = 2;
-    cfg.moe.moe_intermediate_size = 8;
-    cfg.moe.shared_expert_intermediate_size = 6;
-    cfg.moe.layer_freq = 2; /* layers 0 and 2 MoE, 1 and 3 dense */
+    ModelConfig cfg = moe_config(); /* layers 0 and 2 MoE, 1 and 3 dense */
     Model *m = model_create(&cfg, &cpu_backend, 0, 0);
     const struct {
         const char *name;
