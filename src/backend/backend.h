@@ -79,15 +79,18 @@ typedef struct BackendOps {
     void (*attention_backward_at)(float *dq, float *dk, float *dv, const float *dout, const float *probs,
                                   const float *q, const float *k, const float *v, const int32_t *q_pos, int B,
                                   int Tq, int Tk, int H, int KVH, int D);
-    /* Packed rows: causal attention restricted to each sample. doc_pos (B, T) is each token's position in its
-     * sample (0 where a sample starts, then +1 per token): key u is visible to query t of row b iff
-     * t - doc_pos[b,t] <= u <= t. No T x T mask is built; probs is 0 outside the sample. A row of one sample
-     * (doc_pos[b,t] == t) is attention_forward, bit for bit. */
+    /* Packed rows: causal attention restricted to each sample, of Tq queries at positions q_pos (NULL: 0..Tq-1,
+     * then Tq == Tk; context parallel: this rank's positions, as attention_forward_at) against Tk keys.
+     * doc_pos (B, Tk) is each position's place in its sample (0 where a sample starts, then +1 per position):
+     * key u is visible to the query at position p of row b iff p - doc_pos[b,p] <= u <= p. No mask is built;
+     * probs (B, H, Tq, Tk) is 0 outside the sample. A row of one sample (doc_pos[b,p] == p) is
+     * attention_forward_at, bit for bit. */
     void (*attention_forward_doc)(float *out, float *probs, const float *q, const float *k, const float *v,
-                                  const int32_t *doc_pos, int B, int T, int H, int KVH, int D);
+                                  const int32_t *q_pos, const int32_t *doc_pos, int B, int Tq, int Tk, int H, int KVH,
+                                  int D);
     void (*attention_backward_doc)(float *dq, float *dk, float *dv, const float *dout, const float *probs,
-                                   const float *q, const float *k, const float *v, const int32_t *doc_pos, int B,
-                                   int T, int H, int KVH, int D);
+                                   const float *q, const float *k, const float *v, const int32_t *q_pos,
+                                   const int32_t *doc_pos, int B, int Tq, int Tk, int H, int KVH, int D);
 
     /* out[i] = silu(gate[i]) * up[i] over n elements */
     void (*swiglu_forward)(float *out, const float *gate, const float *up, long n);

@@ -178,10 +178,6 @@ static int validate_layout(const Recipe *r, const YNode *root, YLoc at, int worl
                     "expected pp * vpp (%d * %d) to divide num_layers (%d), or parallel.pp_layers to list each "
                     "stage's layers", p->pp, p->vpp, m->num_layers);
     }
-    if (r->data.pack && (p->cp > 1 || p->pp > 1))
-        return fail(err, errlen, root, at, "", p->cp > 1 ? "parallel.cp" : "parallel.pp",
-                    "data.pack (packed rows with per-sample attention) runs with cp 1 and pp 1 for now, found %s %d",
-                    p->cp > 1 ? "cp" : "pp", p->cp > 1 ? p->cp : p->pp);
     if (p->cp > 1 && r->train.seq_len % (2 * p->cp) != 0)
         return fail(err, errlen, root, at, "", "train.seq_len", "expected a multiple of 2 * cp = %d, found %d", 2 * p->cp,
                     r->train.seq_len);

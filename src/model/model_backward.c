@@ -98,17 +98,21 @@ attention:
     zero(s->d_q, (long)N * HD);
     zero(s->d_k, (long)N * KVD);
     zero(s->d_v, (long)N * KVD);
-    if (pr->packed) {
-        ops->attention_backward_doc(s->d_q, s->d_k, s->d_v, s->d_attn_out, a->probs, a->q, a->k, a->v, pr->packed_pos,
-                                    B, T, H, KVH, D);
+    if (sh->cp == 1 && pr->packed) {
+        ops->attention_backward_doc(s->d_q, s->d_k, s->d_v, s->d_attn_out, a->probs, a->q, a->k, a->v, NULL,
+                                    pr->packed_pos, B, T, T, H, KVH, D);
     } else if (sh->cp == 1) {
         ops->attention_backward(s->d_q, s->d_k, s->d_v, s->d_attn_out, a->probs, a->q, a->k, a->v, B, T, H, KVH, D);
     } else { /* gradients of the whole sequence's keys and values go back to the ranks holding them */
         const int Tall = T * sh->cp;
         zero(s->d_k_all, (long)B * Tall * KVD);
         zero(s->d_v_all, (long)B * Tall * KVD);
-        ops->attention_backward_at(s->d_q, s->d_k_all, s->d_v_all, s->d_attn_out, a->probs, a->q, a->k_all,
-                                   a->v_all, pr->positions, B, T, Tall, H, KVH, D);
+        if (pr->packed)
+            ops->attention_backward_doc(s->d_q, s->d_k_all, s->d_v_all, s->d_attn_out, a->probs, a->q, a->k_all,
+                                        a->v_all, pr->positions, pr->packed_pos, B, T, Tall, H, KVH, D);
+        else
+            ops->attention_backward_at(s->d_q, s->d_k_all, s->d_v_all, s->d_attn_out, a->probs, a->q, a->k_all,
+                                       a->v_all, pr->positions, B, T, Tall, H, KVH, D);
         cp_scatter_kv_grad(model, s->d_k, s->d_k_all, B, T, KVD);
         cp_scatter_kv_grad(model, s->d_v, s->d_v_all, B, T, KVD);
     }

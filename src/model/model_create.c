@@ -325,6 +325,8 @@ void model_free(Model *model) {
         free(pr->packed_pos);
         free(pr->packed_cos);
         free(pr->packed_sin);
+        free(pr->seq_cos);
+        free(pr->seq_sin);
         free(pr->row_lse);
         for (int l = 0; l < model->part.num_layers; l++) {
             if (pr->moe[l] != pr->moe_work) moe_acts_free(pr->moe[l]);

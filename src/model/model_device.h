@@ -45,7 +45,9 @@
 typedef struct PipelineStageOps {
     void *(*clone)(void *base);
     void (*free_clone)(void *slot);
-    void (*forward_start)(void *slot, const int32_t *inputs, int B, int T); /* inputs NULL off the first stage */
+    /* inputs NULL off the first stage; positions: the micro-batch's packed places on every stage (the device's
+     * set_positions, for this slot), NULL for plain rows */
+    void (*forward_start)(void *slot, const int32_t *inputs, const int32_t *positions, int B, int T);
     void (*forward_layers)(void *slot, int chunk);
     double (*forward_head)(void *slot, const int32_t *targets);
     void (*backward_head)(void *slot, float loss_scale);
@@ -78,8 +80,9 @@ typedef struct ModelDeviceOps {
     /* train.loss per_token: the divisor of each later micro-batch's summed loss (model_set_loss_tokens:
      * the step's counted targets / (micro-batches x dp)); 0: each micro-batch's mean. */
     void (*set_loss_tokens)(ModelDevice *d, double tokens);
-    /* data.pack: the next micro-batches' rows are packed samples; positions (B x T, host) is each token's
-     * position in its sample (model_set_packed_positions). NULL: plain rows. Call before the forward. */
+    /* data.pack: the next micro-batches' rows are packed samples; positions (B x T * cp, host: whole rows) is each
+     * position's place in its sample (model_set_packed_positions). NULL: plain rows. Call before the forward
+     * (a pipeline stage gets them through forward_start instead). */
     void (*set_positions)(ModelDevice *d, const int32_t *positions, int B, int T);
     /* Collective (tp, cp, dp, the embedding group): after a step's micro-batches, every rank holds its part of the
      * single-rank gradient (grad_reduce.h says which part). */

@@ -67,7 +67,8 @@ static bool device_pci_bus_id(ModelDevice *d, char *out, int len) { return false
 static void *stage_clone(void *base) { return model_clone_activations(base); }
 static void stage_free_clone(void *slot) { model_free(slot); }
 
-static void stage_forward_start(void *slot, const int32_t *inputs, int B, int T) {
+static void stage_forward_start(void *slot, const int32_t *inputs, const int32_t *positions, int B, int T) {
+    model_set_packed_positions(slot, positions, B, T);
     model_forward_start(slot, inputs, B, T);
 }
 

@@ -23,6 +23,16 @@
 #include "../core/error.h"
 #include "model_parallel.h"
 #include "moe_layer.h"
+#include "rope_tables.h"
+
+/* Context parallel: pr->positions and the RoPE rows for micro-batches of T
+ * tokens (this rank's positions depend on T: rows of the sequence's tables). */
+static void cp_rows_for(Model *model, int T) {
+    ModelPriv *pr = model->priv;
+    if (pr->shape.cp == 1 || pr->rope_T == T) return;
+    model_rope_rows(&pr->shape, &model->cfg, T, pr->rope_cos, pr->rope_sin, pr->positions);
+    pr->rope_T = T;
+}
 
 void model_rope_tables(Model *model, int B, int T, const float **cos, const float **sin, int *rB, int *rT) {
     ModelPriv *pr = model->priv;
@@ -38,10 +48,7 @@ void model_rope_tables(Model *model, int B, int T, const float **cos, const floa
     }
     *rB = B;
     *rT = T;
-    if (pr->shape.cp > 1 && pr->rope_T != T) { /* this rank's positions depend on T: rows of the sequence's tables */
-        model_rope_rows(&pr->shape, &model->cfg, T, pr->rope_cos, pr->rope_sin, pr->positions);
-        pr->rope_T = T;
-    }
+    cp_rows_for(model, T);
     *cos = pr->rope_cos;
     *sin = pr->rope_sin;
 }
@@ -51,20 +58,23 @@ void model_attention_core(Model *model, int l, int B, int T) {
     ModelPriv *pr = model->priv;
     LayerActs *a = &pr->acts[l];
     const ModelShape *sh = &pr->shape;
-    if (pr->packed) { /* each token sees its own sample only */
-        ops->attention_forward_doc(a->attn_out, a->probs, a->q, a->k, a->v, pr->packed_pos, B, T, sh->H, sh->KVH,
-                                   sh->D);
-        return;
-    }
-    if (sh->cp == 1) {
-        ops->attention_forward(a->attn_out, a->probs, a->q, a->k, a->v, B, T, sh->H, sh->KVH, sh->D); /* (N, H*D) */
+    if (sh->cp == 1) { /* (N, H*D); packed: each token sees its own sample only */
+        if (pr->packed)
+            ops->attention_forward_doc(a->attn_out, a->probs, a->q, a->k, a->v, NULL, pr->packed_pos, B, T, T, sh->H,
+                                       sh->KVH, sh->D);
+        else
+            ops->attention_forward(a->attn_out, a->probs, a->q, a->k, a->v, B, T, sh->H, sh->KVH, sh->D);
         return;
     }
     /* keys and values of the whole sequence, queries of this rank's positions */
     cp_gather_kv(model, a->k_all, a->k, B, T, sh->KVD);
     cp_gather_kv(model, a->v_all, a->v, B, T, sh->KVD);
-    ops->attention_forward_at(a->attn_out, a->probs, a->q, a->k_all, a->v_all, pr->positions, B, T, T * sh->cp, sh->H,
-                              sh->KVH, sh->D);
+    if (pr->packed)
+        ops->attention_forward_doc(a->attn_out, a->probs, a->q, a->k_all, a->v_all, pr->positions, pr->packed_pos, B,
+                                   T, T * sh->cp, sh->H, sh->KVH, sh->D);
+    else
+        ops->attention_forward_at(a->attn_out, a->probs, a->q, a->k_all, a->v_all, pr->positions, B, T, T * sh->cp,
+                                  sh->H, sh->KVH, sh->D);
 }
 
 /* One transformer block (local layer l): a->resid_in -> out (residual rows, C). */
@@ -192,29 +202,45 @@ void model_set_packed_positions(Model *model, const int32_t *positions, int B, i
         pr->packed = false;
         return;
     }
-    if (pr->shape.cp > 1)
-        mt_die(MT_EXIT_FAILURE, "model: packed rows under context parallel are not implemented (data.pack with cp %d)",
-               pr->shape.cp);
     model_check_batch(&pr->shape, "model_set_packed_positions", B, T, model->max_B, model->max_T);
-    const size_t n = (size_t)B * T, half = (size_t)model->cfg.head_dim / 2;
+    const int Tall = T * pr->shape.cp;
+    const size_t n = (size_t)B * Tall, half = (size_t)model->cfg.head_dim / 2;
     for (int b = 0; b < B; b++)
-        for (int t = 0; t < T; t++) {
-            int p = positions[(size_t)b * T + t];
-            if (p != 0 && (t == 0 || p != positions[(size_t)b * T + t - 1] + 1))
+        for (int t = 0; t < Tall; t++) {
+            int p = positions[(size_t)b * Tall + t];
+            if (p != 0 && (t == 0 || p != positions[(size_t)b * Tall + t - 1] + 1))
                 mt_die(MT_EXIT_FAILURE, "model: packed row %d, token %d at sample position %d (expected 0 or %d)", b,
-                       t, p, t == 0 ? 0 : positions[(size_t)b * T + t - 1] + 1);
+                       t, p, t == 0 ? 0 : positions[(size_t)b * Tall + t - 1] + 1);
         }
     pr->packed_pos = mt_grow(pr->packed_pos, &pr->packed_cap, n, sizeof *pr->packed_pos);
     memcpy(pr->packed_pos, positions, n * sizeof *positions);
-    size_t cap = pr->packed_rope_cap;
-    pr->packed_cos = mt_grow(pr->packed_cos, &cap, n * half, sizeof(float));
-    cap = pr->packed_rope_cap;
-    pr->packed_sin = mt_grow(pr->packed_sin, &cap, n * half, sizeof(float));
-    pr->packed_rope_cap = cap;
-    for (size_t i = 0; i < n; i++) { /* cp 1: row p of the tables is position p */
-        memcpy(pr->packed_cos + i * half, pr->rope_cos + (size_t)positions[i] * half, half * sizeof(float));
-        memcpy(pr->packed_sin + i * half, pr->rope_sin + (size_t)positions[i] * half, half * sizeof(float));
+    /* the tables' row p is place p: this rank's rows under cp 1 (rows 0..max_T-1), else the sequence's */
+    const float *tab_cos = pr->rope_cos, *tab_sin = pr->rope_sin;
+    if (pr->shape.cp > 1) {
+        cp_rows_for(model, T);
+        if (pr->seq_T != Tall) {
+            pr->seq_cos = mt_realloc(pr->seq_cos, (size_t)Tall * half * sizeof(float));
+            pr->seq_sin = mt_realloc(pr->seq_sin, (size_t)Tall * half * sizeof(float));
+            rope_tables_init(pr->seq_cos, pr->seq_sin, Tall, model->cfg.head_dim, model->cfg.rope_theta,
+                             &model->cfg.rope_scaling);
+            pr->seq_T = Tall;
+        }
+        tab_cos = pr->seq_cos;
+        tab_sin = pr->seq_sin;
     }
+    const size_t mine = (size_t)B * T;
+    size_t cap = pr->packed_rope_cap;
+    pr->packed_cos = mt_grow(pr->packed_cos, &cap, mine * half, sizeof(float));
+    cap = pr->packed_rope_cap;
+    pr->packed_sin = mt_grow(pr->packed_sin, &cap, mine * half, sizeof(float));
+    pr->packed_rope_cap = cap;
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < T; t++) { /* this rank's token t is at position pr->positions[t] of the row (cp) */
+            const size_t at = pr->shape.cp > 1 ? (size_t)pr->positions[t] : (size_t)t;
+            const size_t place = (size_t)positions[(size_t)b * Tall + at], row = (size_t)b * T + t;
+            memcpy(pr->packed_cos + row * half, tab_cos + place * half, half * sizeof(float));
+            memcpy(pr->packed_sin + row * half, tab_sin + place * half, half * sizeof(float));
+        }
     pr->packed = true;
     pr->packed_B = B;
     pr->packed_T = T;

@@ -123,10 +123,12 @@ typedef struct ModelPriv {
     int32_t *positions;         /* (max_T) this rank's positions in the sequence */
     int rope_T;                 /* the T they were built for (context parallel: they depend on T) */
     bool packed;                /* packed rows (model_set_packed_positions) for the next forwards */
-    int packed_B, packed_T;
-    int32_t *packed_pos;        /* (B, T) each token's position in its sample */
-    float *packed_cos, *packed_sin; /* (B * T, D/2): the RoPE rows of those positions */
+    int packed_B, packed_T;     /* the micro-batch they are for (T: this rank's tokens) */
+    int32_t *packed_pos;        /* (B, T * cp) each position's place in its sample, whole rows */
+    float *packed_cos, *packed_sin; /* (B * T, D/2): the RoPE rows of this rank's tokens' places */
     size_t packed_cap, packed_rope_cap;
+    float *seq_cos, *seq_sin;   /* context parallel and packed: the tables of places 0..seq_T-1 */
+    int seq_T;
 
     float *act_memory;          /* one allocation for everything below */
     size_t act_floats;          /* its size */

@@ -58,15 +58,15 @@ static void run_forward(Pipeline *p, PipeOp op, int B, int T, PipelineLoad load,
     const int s = p->stage, S = p->stages, v = op.chunk, g = v * S + s, last = S * p->vpp - 1;
     if (v == 0) p->slot_of[op.micro] = acquire_slot(p);
     void *m = p->slots[p->slot_of[op.micro]];
-    const int32_t *inputs, *targets;
-    if (v == 0) {
-        load(arg, op.micro, &inputs, &targets);
-        p->ops->forward_start(m, g == 0 ? inputs : NULL, B, T);
+    const int32_t *inputs, *targets, *positions;
+    if (v == 0) { /* every stage: a packed micro-batch's places hold for all its chunks and its backward */
+        load(arg, op.micro, &inputs, &targets, &positions);
+        p->ops->forward_start(m, g == 0 ? inputs : NULL, positions, B, T);
     }
     if (g > 0) p->ops->recv(m, v, false, p->group, (s - 1 + S) % S, tag_of(p, op.micro, v, 0), B, T);
     p->ops->forward_layers(m, v);
     if (g == last) {
-        load(arg, op.micro, &inputs, &targets);
+        load(arg, op.micro, &inputs, &targets, &positions);
         *loss_sum += p->ops->forward_head(m, targets);
     } else {
         const int next_chunk = s == S - 1 ? v + 1 : v;

@@ -14,8 +14,10 @@
 #include "../dist/pipeline_schedule.h"
 #include "../model/model_device.h"
 
-/* Fills *inputs and *targets (B x T tokens of this rank) with micro-batch `micro`. */
-typedef void (*PipelineLoad)(void *arg, int micro, const int32_t **inputs, const int32_t **targets);
+/* Fills *inputs and *targets (B x T tokens of this rank) with micro-batch `micro`, and *positions with its
+ * packed rows' places (model_set_packed_positions; NULL: plain rows). */
+typedef void (*PipelineLoad)(void *arg, int micro, const int32_t **inputs, const int32_t **targets,
+                             const int32_t **positions);
 
 typedef struct Pipeline {
     const Comm *group;    /* the pipeline group: group rank = stage */

@@ -32,7 +32,7 @@ typedef struct TrainContext {
     DataLoader *valid_data;   /* NULL when evaluation is off */
     int32_t *sample;          /* seq_len + 1 tokens of one sample */
     int32_t *sample_mask;     /* its SFT loss mask (data_loader_get_mask: 1 counted, 0 masked) */
-    int32_t *packed_positions; /* data.pack: B x seq_len, each token's position in its sample */
+    int32_t *packed_positions; /* data.pack: B x seq_len, each position's place in its sample (whole rows) */
     int32_t *inputs;          /* micro_batch_size x seq_len / cp */
     int32_t *targets;         /* micro_batch_size x seq_len (inputs shifted by one) */
     int32_t *positions;       /* seq_len / cp: the positions of each sample this rank holds (context parallel) */

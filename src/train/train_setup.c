@@ -161,7 +161,7 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
 
     ctx->sample = mt_malloc(((size_t)train->seq_len + 1) * sizeof(int32_t));
     ctx->sample_mask = mt_malloc(((size_t)train->seq_len + 1) * sizeof(int32_t));
-    ctx->packed_positions = mt_malloc((size_t)B * (size_t)T * sizeof(int32_t));
+    ctx->packed_positions = mt_malloc((size_t)B * (size_t)train->seq_len * sizeof(int32_t));
     ctx->inputs = mt_malloc((size_t)B * (size_t)T * sizeof(int32_t));
     ctx->targets = mt_malloc((size_t)B * (size_t)T * sizeof(int32_t));
     ctx->positions = mt_malloc((size_t)T * sizeof(int32_t));

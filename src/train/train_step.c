@@ -11,9 +11,11 @@
  * the model divides each micro-batch's summed loss by that total over
  * micro-batches x dp (set_loss_tokens), so that the usual mean over
  * micro-batches and dp ranks is the per-token mean of the global batch.
- * data.pack: a sample is a packed row of whole documents (sft_packing.h)
- * and the device gets each token's position in its document
- * (set_positions) before the forward.
+ * data.pack: a sample is a packed row of whole documents (sft_packing.h);
+ * every rank reads whole rows and keeps its positions' tokens (context
+ * parallel), and the model gets each position's place in its document over
+ * the whole row (set_positions before the forward; under pp, forward_start
+ * of every stage's activation set).
  * With dp > 1 the gradients and the loss are averaged over the dp group
  * before the norm, so every rank takes the same step. The model is reached
  * only through its ModelDevice (src/model/model_device.h), whichever device
@@ -43,17 +45,22 @@ static double lap(double *t) {
 static int local_seq_len(const TrainContext *ctx) { return ctx->recipe->train.seq_len / ctx->layout.cp; }
 
 /* Fill ctx->inputs / ctx->targets with micro_batch_size samples from
- * `first`: this rank's positions of each (all of them unless context parallel). */
-static void load_micro_batch(TrainContext *ctx, const DataLoader *loader, int64_t first) {
-    const int B = ctx->recipe->train.micro_batch_size;
+ * `first`: this rank's positions of each (all of them unless context
+ * parallel). Returns the packed rows' places (B x seq_len, for
+ * set_positions), NULL for plain rows. */
+static const int32_t *load_micro_batch(TrainContext *ctx, const DataLoader *loader, int64_t first) {
+    const int B = ctx->recipe->train.micro_batch_size, S = ctx->recipe->train.seq_len;
     const int T = local_seq_len(ctx);
     const int32_t *positions = ctx->positions;
-    if (data_loader_packed(loader)) { /* cp 1 (validated): whole rows, and the device told where samples start */
-        for (int b = 0; b < B; b++)
-            data_loader_get_packed(loader, first + b, ctx->inputs + (long)b * T, ctx->targets + (long)b * T,
-                                   ctx->packed_positions + (long)b * T);
-        ctx->device->ops->set_positions(ctx->device, ctx->packed_positions, B, T);
-        return;
+    if (data_loader_packed(loader)) { /* whole rows (sample: inputs, sample_mask: targets), this rank's tokens */
+        for (int b = 0; b < B; b++) {
+            data_loader_get_packed(loader, first + b, ctx->sample, ctx->sample_mask, ctx->packed_positions + (long)b * S);
+            for (int t = 0; t < T; t++) {
+                ctx->inputs[(long)b * T + t] = ctx->sample[positions[t]];
+                ctx->targets[(long)b * T + t] = ctx->sample_mask[positions[t]];
+            }
+        }
+        return ctx->packed_positions;
     }
     const bool masked = data_loader_has_mask(loader);
     for (int b = 0; b < B; b++) {
@@ -65,6 +72,12 @@ static void load_micro_batch(TrainContext *ctx, const DataLoader *loader, int64_
                 !masked || ctx->sample_mask[positions[t] + 1] ? ctx->sample[positions[t] + 1] : -1;
         }
     }
+    return NULL;
+}
+
+/* The device told where the packed samples of the micro-batch just loaded start (NULL: plain rows; pp 1). */
+static void tell_device(TrainContext *ctx, const int32_t *places) {
+    ctx->device->ops->set_positions(ctx->device, places, ctx->recipe->train.micro_batch_size, local_seq_len(ctx));
 }
 
 /* What the pipeline's loader callback needs to find micro-batch i. */
@@ -86,19 +99,22 @@ static int64_t eval_batch_start(const TrainContext *ctx, long micro) {
 }
 
 /* Evaluation batch `micro` of this dp rank; past its last one, batch 0
- * with every target ignored (a forward that adds no loss). */
-static void load_eval_batch(TrainContext *ctx, long micro) {
+ * with every target ignored (a forward that adds no loss). Returns the
+ * packed places, as load_micro_batch. */
+static const int32_t *load_eval_batch(TrainContext *ctx, long micro) {
     const int64_t batch = (int64_t)ctx->layout.dp_rank + (int64_t)micro * ctx->layout.dp_size;
     const bool padding = batch >= ctx->recipe->train.eval_batches;
-    load_micro_batch(ctx, ctx->valid_data, padding ? 0 : eval_batch_start(ctx, micro));
+    const int32_t *places = load_micro_batch(ctx, ctx->valid_data, padding ? 0 : eval_batch_start(ctx, micro));
     if (padding)
         for (long i = 0; i < (long)ctx->recipe->train.micro_batch_size * local_seq_len(ctx); i++) ctx->targets[i] = -1;
+    return places;
 }
 
-static void pipeline_load(void *arg, int micro, const int32_t **inputs, const int32_t **targets) {
+static void pipeline_load(void *arg, int micro, const int32_t **inputs, const int32_t **targets,
+                          const int32_t **positions) {
     MicroSource *src = arg;
-    if (src->eval) load_eval_batch(src->ctx, micro);
-    else load_micro_batch(src->ctx, src->loader, micro_batch_start(src->ctx, src->base, micro));
+    if (src->eval) *positions = load_eval_batch(src->ctx, micro);
+    else *positions = load_micro_batch(src->ctx, src->loader, micro_batch_start(src->ctx, src->base, micro));
     *inputs = src->ctx->inputs;
     *targets = src->ctx->targets;
 }
@@ -148,7 +164,8 @@ static double run_micro_batches(TrainContext *ctx, long num_micro, StepTimers *t
     ModelDevice *dev = ctx->device;
     double loss_sum = 0.0;
     for (long micro = 0; micro < num_micro; micro++) {
-        load_micro_batch(ctx, ctx->train_data, micro_batch_start(ctx, ctx->state.consumed_samples, micro));
+        tell_device(ctx, load_micro_batch(ctx, ctx->train_data,
+                                          micro_batch_start(ctx, ctx->state.consumed_samples, micro)));
         timers->data += lap(t);
         loss_sum += dev->ops->forward(dev, ctx->inputs, ctx->targets, B, T);
         timers->forward += lap(t);
@@ -261,7 +278,7 @@ double train_evaluate(TrainContext *ctx) {
         ModelDevice *dev = ctx->device;
         const long mine = (train->eval_batches - ctx->layout.dp_rank + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
         for (long micro = 0; micro < (dev->eval_lockstep ? per_rank : mine); micro++) {
-            load_eval_batch(ctx, micro);
+            tell_device(ctx, load_eval_batch(ctx, micro));
             loss_sum += dev->ops->forward(dev, ctx->inputs, ctx->targets, train->micro_batch_size, local_seq_len(ctx));
         }
     }

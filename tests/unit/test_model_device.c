@@ -141,7 +141,7 @@ static void test_stage_ops_match_forward_backward(void **state) {
     const PipelineStageOps *s = dev->ops->stage;
     void *slot = s->clone(dev->stage_base);
     dev->ops->zero_grad(dev);
-    s->forward_start(slot, f->inputs, B, T);
+    s->forward_start(slot, f->inputs, NULL, B, T);
     s->forward_layers(slot, 0);
     const double staged = s->forward_head(slot, f->targets);
     s->backward_head(slot, 1.0f);

@@ -5,7 +5,8 @@
  * and qwen3 (qk-norm, tied embeddings), with ignored targets, and with
  * selective recomputation; the document-masked attention op equals plain
  * causal attention on a row of one sample, bit for bit, and keeps each
- * sample's probabilities inside it. */
+ * sample's probabilities inside it; split over cp ranks' query positions it
+ * gives the one-rank rows bit for bit and the one-rank key gradients. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -130,16 +131,16 @@ static void test_doc_attention_op(void **state) {
     int32_t ident[B * T];
     for (int i = 0; i < B * T; i++) ident[i] = i % T;
     cpu_backend.attention_forward(out_a, pa, q, k, v, B, T, H, KVH, D);
-    cpu_backend.attention_forward_doc(out_b, pb, q, k, v, ident, B, T, H, KVH, D);
+    cpu_backend.attention_forward_doc(out_b, pb, q, k, v, NULL, ident, B, T, T, H, KVH, D);
     assert_memory_equal(out_a, out_b, nq * sizeof(float));
     assert_memory_equal(pa, pb, np * sizeof(float));
     cpu_backend.attention_backward(g[0], g[1], g[2], dout, pa, q, k, v, B, T, H, KVH, D);
-    cpu_backend.attention_backward_doc(g[3], g[4], g[5], dout, pb, q, k, v, ident, B, T, H, KVH, D);
+    cpu_backend.attention_backward_doc(g[3], g[4], g[5], dout, pb, q, k, v, NULL, ident, B, T, T, H, KVH, D);
     for (int i = 0; i < 3; i++) assert_memory_equal(g[i], g[i + 3], (i == 0 ? nq : nk) * sizeof(float));
 
     int32_t inputs[B * T], targets[B * T], positions[B * T];
     make_row(inputs, targets, positions, 32);
-    cpu_backend.attention_forward_doc(out_b, pb, q, k, v, positions, B, T, H, KVH, D);
+    cpu_backend.attention_forward_doc(out_b, pb, q, k, v, NULL, positions, B, T, T, H, KVH, D);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int t = 0; t < T; t++) {
@@ -156,11 +157,75 @@ static void test_doc_attention_op(void **state) {
     for (int i = 0; i < 6; i++) free(g[i]);
 }
 
+/* Context parallel: splitting a packed row's queries over cp ranks (the
+ * load-balanced positions of model_cp_positions), each rank's
+ * attention_forward_doc at its positions against the whole row's keys gives
+ * the full packed attention's rows (the same sums in the same order: the
+ * same bits, probs and dq too), and the ranks' dk and dv add up to the full
+ * backward's. */
+static void check_doc_attention_cp(int cp) {
+    enum { H = 4, KVH = 2, D = 8 };
+    const size_t row = (size_t)H * D, nq = (size_t)B * T * row, nk = (size_t)B * T * KVH * D;
+    const size_t np = (size_t)B * H * T * T;
+    float *q = malloc(nq * sizeof(float)), *k = malloc(nk * sizeof(float)), *v = malloc(nk * sizeof(float));
+    float *dout = malloc(nq * sizeof(float)), *out = malloc(nq * sizeof(float)), *probs = malloc(np * sizeof(float));
+    float *dq = calloc(nq, sizeof(float)), *dk = calloc(nk, sizeof(float)), *dv = calloc(nk, sizeof(float));
+    double *dk_sum = calloc(nk, sizeof(double)), *dv_sum = calloc(nk, sizeof(double));
+    Rng rng;
+    rng_seed(&rng, 11);
+    for (size_t i = 0; i < nq; i++) q[i] = rng_normal(&rng), dout[i] = rng_normal(&rng);
+    for (size_t i = 0; i < nk; i++) k[i] = rng_normal(&rng), v[i] = rng_normal(&rng);
+    int32_t inputs[B * T], targets[B * T], places[B * T];
+    make_row(inputs, targets, places, 32);
+    cpu_backend.attention_forward_doc(out, probs, q, k, v, NULL, places, B, T, T, H, KVH, D);
+    cpu_backend.attention_backward_doc(dq, dk, dv, dout, probs, q, k, v, NULL, places, B, T, T, H, KVH, D);
+
+    const int Tq = T / cp;
+    int32_t pos[T];
+    for (int rank = 0; rank < cp; rank++) {
+        model_cp_positions(Tq, cp, rank, pos);
+        const size_t nql = (size_t)B * Tq * row;
+        float *ql = malloc(nql * sizeof(float)), *doutl = malloc(nql * sizeof(float));
+        float *outl = malloc(nql * sizeof(float)), *probsl = malloc((size_t)B * H * Tq * T * sizeof(float));
+        float *dql = calloc(nql, sizeof(float)), *dkl = calloc(nk, sizeof(float)), *dvl = calloc(nk, sizeof(float));
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < Tq; t++) {
+                memcpy(ql + ((size_t)b * Tq + t) * row, q + ((size_t)b * T + pos[t]) * row, row * sizeof(float));
+                memcpy(doutl + ((size_t)b * Tq + t) * row, dout + ((size_t)b * T + pos[t]) * row,
+                       row * sizeof(float));
+            }
+        cpu_backend.attention_forward_doc(outl, probsl, ql, k, v, pos, places, B, Tq, T, H, KVH, D);
+        cpu_backend.attention_backward_doc(dql, dkl, dvl, doutl, probsl, ql, k, v, pos, places, B, Tq, T, H, KVH, D);
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < Tq; t++) {
+                const size_t local = ((size_t)b * Tq + t) * row, full = ((size_t)b * T + pos[t]) * row;
+                assert_memory_equal(outl + local, out + full, row * sizeof(float));
+                assert_memory_equal(dql + local, dq + full, row * sizeof(float));
+                for (int h = 0; h < H; h++)
+                    assert_memory_equal(probsl + (((size_t)b * H + h) * Tq + t) * T,
+                                        probs + (((size_t)b * H + h) * T + pos[t]) * T, T * sizeof(float));
+            }
+        for (size_t i = 0; i < nk; i++) dk_sum[i] += dkl[i], dv_sum[i] += dvl[i];
+        free(ql), free(doutl), free(outl), free(probsl), free(dql), free(dkl), free(dvl);
+    }
+    float *dk_cp = malloc(nk * sizeof(float)), *dv_cp = malloc(nk * sizeof(float));
+    for (size_t i = 0; i < nk; i++) dk_cp[i] = (float)dk_sum[i], dv_cp[i] = (float)dv_sum[i];
+    assert_close(dk_cp, dk, (long)nk, "dk: the sum of the cp ranks' vs one rank's");
+    assert_close(dv_cp, dv, (long)nk, "dv: the sum of the cp ranks' vs one rank's");
+    free(q), free(k), free(v), free(dout), free(out), free(probs), free(dq), free(dk), free(dv);
+    free(dk_sum), free(dv_sum), free(dk_cp), free(dv_cp);
+}
+
+static void test_doc_attention_cp(void **state) {
+    check_doc_attention_cp(2);
+    check_doc_attention_cp(4);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_doc_attention_op), cmocka_unit_test(test_packed_llama),
         cmocka_unit_test(test_packed_qwen2),     cmocka_unit_test(test_packed_qwen3),
-        cmocka_unit_test(test_packed_recompute),
+        cmocka_unit_test(test_packed_recompute), cmocka_unit_test(test_doc_attention_cp),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -51,7 +51,7 @@ static void *fake_clone(void *base) {
     return s;
 }
 static void fake_free(void *slot) {}
-static void fake_start(void *slot, const int32_t *inputs, int B, int T) {
+static void fake_start(void *slot, const int32_t *inputs, const int32_t *positions, int B, int T) {
     ((Slot *)slot)->micro = the_stage->current_micro;
 }
 static void record(void *slot, int chunk, bool forward, bool last) {
@@ -84,9 +84,10 @@ static const PipelineStageOps fake_ops = {
     .backward_finish = fake_finish, .send = fake_send, .recv = fake_recv,
 };
 
-static void fake_load(void *arg, int micro, const int32_t **inputs, const int32_t **targets) {
+static void fake_load(void *arg, int micro, const int32_t **inputs, const int32_t **targets,
+                      const int32_t **positions) {
     the_stage->current_micro = micro;
-    *inputs = *targets = NULL;
+    *inputs = *targets = *positions = NULL;
 }
 
 static void run_stage(int pp, int vpp, int stage, int M) {

@@ -23,12 +23,14 @@
  * over positions in double, keys in ascending u and queries in ascending t
  * (not ascending pos[t]).
  *
- * Packed rows (the _doc ops, Tq = Tk = T): doc_pos[b,t] is token t's position
- * inside its sample of row b, so its sample starts at lo = t - doc_pos[b,t]
- * and key u is visible iff lo <= u <= t: document-masked causal attention
- * from the per-row positions, with no T x T mask built. Keys before lo get
- * probability 0 and are skipped by every loop, so a packed row computes the
- * same sums, in the same order, as its samples one by one. doc_pos NULL: lo = 0.
+ * Packed rows (the _doc ops): doc_pos[b,p] is position p's place inside its
+ * sample of row b (over the Tk key positions), so the sample of the query at
+ * pos starts at lo = pos - doc_pos[b,pos] and key u is visible iff
+ * lo <= u <= pos: document-masked causal attention from the per-row
+ * positions, with no Tq x Tk mask built, with identity query positions or a
+ * context-parallel rank's. Keys before lo get probability 0 and are skipped
+ * by every loop, so a packed row computes the same sums, in the same order,
+ * as its samples one by one. doc_pos NULL: lo = 0.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -57,9 +59,10 @@ static inline void axpy_f64(double *acc, double scale, const float *x, int n) {
 /* pos[t]: the global position of query row t (t itself when q_pos == NULL) */
 static inline int query_pos(const int32_t *q_pos, int t) { return q_pos ? q_pos[t] : t; }
 
-/* The first key query row t of batch row b sees: the start of its sample (0 unless packed). */
-static inline int first_key(const int32_t *doc_pos, int b, int T, int t) {
-    return doc_pos ? t - doc_pos[(size_t)b * T + t] : 0;
+/* The first key the query at position pos of batch row b sees: the start of its sample (0 unless
+ * packed; doc_pos has Tk positions per row). */
+static inline int first_key(const int32_t *doc_pos, int b, int Tk, int pos) {
+    return doc_pos ? pos - doc_pos[(size_t)b * Tk + pos] : 0;
 }
 
 /* Each packed row: positions 0, 1, ... restarting at 0 (a new sample) anywhere. */
@@ -97,7 +100,7 @@ static void attention_forward(float *out, float *probs, const float *q, const fl
             for (int h = 0; h < H; h++) {
                 for (int t = 0; t < Tq; t++) {
                     int kvh = h / group;
-                    int pos = query_pos(q_pos, t), lo = first_key(doc_pos, b, Tq, t);
+                    int pos = query_pos(q_pos, t), lo = first_key(doc_pos, b, Tk, pos);
                     const float *qrow = q + (((size_t)b * Tq + t) * H + h) * D;
                     float *prow = probs + (((size_t)b * H + h) * Tq + t) * Tk;
                     /* scores, then the softmax in place in the probs row */
@@ -151,7 +154,7 @@ static void attention_backward(float *dq, float *dk, float *dv, const float *dou
             for (int h = 0; h < H; h++) {
                 for (int t = 0; t < Tq; t++) {
                     int kvh = h / group;
-                    int pos = query_pos(q_pos, t), lo = first_key(doc_pos, b, Tq, t);
+                    int pos = query_pos(q_pos, t), lo = first_key(doc_pos, b, Tk, pos);
                     const float *prow = probs + (((size_t)b * H + h) * Tq + t) * Tk;
                     const float *dorow = dout + (((size_t)b * Tq + t) * H + h) * D;
                     double sum = 0.0;
@@ -191,7 +194,10 @@ static void attention_backward(float *dq, float *dk, float *dv, const float *dou
                     for (int h = kvh * group; h < (kvh + 1) * group; h++) {
                         for (int t = q_pos ? 0 : u; t < Tq; t++) {
                             if (q_pos && q_pos[t] < u) continue;
-                            if (doc_pos && first_key(doc_pos, b, Tq, t) > u) break; /* later t start later */
+                            if (doc_pos && first_key(doc_pos, b, Tk, query_pos(q_pos, t)) > u) {
+                                if (q_pos) continue; /* any order */
+                                break;               /* identity positions: later t start later */
+                            }
                             double p = probs[(((size_t)b * H + h) * Tq + t) * Tk + u];
                             const float *dorow = dout + (((size_t)b * Tq + t) * H + h) * D;
                             const float *qrow = q + (((size_t)b * Tq + t) * H + h) * D;
@@ -229,16 +235,19 @@ void cpu_attention_backward_at(float *dq, float *dk, float *dv, const float *dou
 }
 
 void cpu_attention_forward_doc(float *out, float *probs, const float *q, const float *k, const float *v,
-                               const int32_t *doc_pos, int B, int T, int H, int KVH, int D) {
-    check_doc_positions("attention_forward_doc", doc_pos, B, T);
-    attention_forward(out, probs, q, k, v, NULL, doc_pos, B, T, T, H, KVH, D);
+                               const int32_t *q_pos, const int32_t *doc_pos, int B, int Tq, int Tk, int H, int KVH,
+                               int D) {
+    check_positions("attention_forward_doc", q_pos, Tq, Tk);
+    check_doc_positions("attention_forward_doc", doc_pos, B, Tk);
+    attention_forward(out, probs, q, k, v, q_pos, doc_pos, B, Tq, Tk, H, KVH, D);
 }
 
 void cpu_attention_backward_doc(float *dq, float *dk, float *dv, const float *dout, const float *probs,
-                                const float *q, const float *k, const float *v, const int32_t *doc_pos, int B, int T,
-                                int H, int KVH, int D) {
-    check_doc_positions("attention_backward_doc", doc_pos, B, T);
-    attention_backward(dq, dk, dv, dout, probs, q, k, v, NULL, doc_pos, B, T, T, H, KVH, D);
+                                const float *q, const float *k, const float *v, const int32_t *q_pos,
+                                const int32_t *doc_pos, int B, int Tq, int Tk, int H, int KVH, int D) {
+    check_positions("attention_backward_doc", q_pos, Tq, Tk);
+    check_doc_positions("attention_backward_doc", doc_pos, B, Tk);
+    attention_backward(dq, dk, dv, dout, probs, q, k, v, q_pos, doc_pos, B, Tq, Tk, H, KVH, D);
 }
 
 void cpu_attention_forward(float *out, float *probs, const float *q, const float *k, const float *v, int B, int T,

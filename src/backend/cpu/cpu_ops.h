@@ -41,10 +41,11 @@ void cpu_attention_backward_at(float *dq, float *dk, float *dv, const float *dou
                                const float *q, const float *k, const float *v, const int32_t *q_pos, int B, int Tq,
                                int Tk, int H, int KVH, int D);
 void cpu_attention_forward_doc(float *out, float *probs, const float *q, const float *k, const float *v,
-                               const int32_t *doc_pos, int B, int T, int H, int KVH, int D);
+                               const int32_t *q_pos, const int32_t *doc_pos, int B, int Tq, int Tk, int H, int KVH,
+                               int D);
 void cpu_attention_backward_doc(float *dq, float *dk, float *dv, const float *dout, const float *probs,
-                                const float *q, const float *k, const float *v, const int32_t *doc_pos, int B, int T,
-                                int H, int KVH, int D);
+                                const float *q, const float *k, const float *v, const int32_t *q_pos,
+                                const int32_t *doc_pos, int B, int Tq, int Tk, int H, int KVH, int D);
 
 void cpu_swiglu_forward(float *out, const float *gate, const float *up, long n);
 void cpu_swiglu_backward(float *dgate, float *dup, const float *dout, const float *gate, const float *up, long n);

@@ -320,7 +320,9 @@ static void *stage_clone(void *base) {
 
 static void stage_free_clone(void *slot) { cuda_model_free(slot); }
 
-static void stage_forward_start(void *slot, const int32_t *inputs, int B, int T) {
+/* positions: data.pack, refused by model_device_cuda_check (device_set_positions) */
+static void stage_forward_start(void *slot, const int32_t *inputs, const int32_t *positions, int B, int T) {
+    if (positions) mt_die(MT_EXIT_FAILURE, "data.pack: packed rows are not implemented on GPUs yet");
     cuda_model_forward_start(slot, inputs, B, T);
 }
 
