@@ -11,6 +11,9 @@
  * the model divides each micro-batch's summed loss by that total over
  * micro-batches x dp (set_loss_tokens), so that the usual mean over
  * micro-batches and dp ranks is the per-token mean of the global batch.
+ * Evaluation does the same over its batches (Megatron's evaluate with
+ * --calculate-per-token-loss): the eval loss is the sum of every counted
+ * target's loss over the total count, not a mean of batch means.
  * data.pack: a sample is a packed row of whole documents (sft_packing.h);
  * every rank reads whole rows and keeps its positions' tokens (context
  * parallel), and the model gets each position's place in its document over
@@ -219,7 +222,7 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
     const bool per_token = train->loss == LOSS_PER_TOKEN;
     if (per_token) dev->ops->set_loss_tokens(dev, step_loss_tokens(ctx, num_micro));
     const double loss_sum = run_micro_batches(ctx, num_micro, timers, &t);
-    if (per_token) dev->ops->set_loss_tokens(dev, 0); /* evaluation: each batch's mean */
+    if (per_token) dev->ops->set_loss_tokens(dev, 0); /* back to each batch's mean */
     /* Every rank ends with the gradient of the mean loss over the whole
      * global batch (the single-rank result) before the norm, clipping and
      * AdamW (src/model/grad_reduce.h says how; a GPU overlaps the dp
@@ -258,6 +261,21 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
     return 0;
 }
 
+/* train.loss per_token (a collective over cp and dp): the eval batches'
+ * counted targets over every rank, divided by eval_batches: the divisor
+ * that makes the mean of the batches' losses the per-token mean. per_rank
+ * batches of this dp rank (past its last, padding: nothing counted). */
+static double eval_loss_tokens(TrainContext *ctx, long per_rank) {
+    const long n = (long)ctx->recipe->train.micro_batch_size * local_seq_len(ctx);
+    double count = 0;
+    for (long micro = 0; micro < per_rank; micro++) {
+        load_eval_batch(ctx, micro);
+        for (long i = 0; i < n; i++) count += ctx->targets[i] >= 0;
+    }
+    count = dp_sum_double(&ctx->grid.groups[GROUP_DP], dp_sum_double(&ctx->grid.groups[GROUP_CP], count));
+    return count > 0 ? count / (double)ctx->recipe->train.eval_batches : 1.0;
+}
+
 double train_evaluate(TrainContext *ctx) {
     const TrainConfig *train = &ctx->recipe->train;
     /* Batch b reads samples b * mbs + [0, mbs) on every layout; dp rank r
@@ -266,6 +284,8 @@ double train_evaluate(TrainContext *ctx) {
      * over dp): a rank past its last batch runs one with every target
      * ignored, which adds nothing. */
     const long per_rank = (train->eval_batches + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
+    const bool per_token = train->loss == LOSS_PER_TOKEN && train->eval_batches > 0;
+    if (per_token) ctx->device->ops->set_loss_tokens(ctx->device, eval_loss_tokens(ctx, per_rank));
     double loss_sum = 0.0;
     if (ctx->layout.pp > 1) {
         MicroSource src = {ctx, ctx->valid_data, 0, true};
@@ -282,6 +302,7 @@ double train_evaluate(TrainContext *ctx) {
             loss_sum += dev->ops->forward(dev, ctx->inputs, ctx->targets, train->micro_batch_size, local_seq_len(ctx));
         }
     }
+    if (per_token) ctx->device->ops->set_loss_tokens(ctx->device, 0);
     loss_sum = dp_sum_double(&ctx->grid.groups[GROUP_DP], loss_sum);
     return train->eval_batches > 0 ? loss_sum / (double)train->eval_batches : NAN;
 }

@@ -6,7 +6,8 @@
 # losses and grad norms for 6 steps (relative 1e-6), while per_micro_batch
 # does not (the check has teeth); every CPU layout (tp 2 with sequence
 # parallel, cp 2, pp 2, tp 2 x cp 2) gives the one-rank per_token losses, with
-# LoRA too on cp 2 and pp 2; the cuda build (when there is one) refuses
+# LoRA too on cp 2 and pp 2; the eval loss is the per-token mean over all eval
+# batches, the same for any batch split and layout; the cuda build (when there is one) refuses
 # per_token on cuda.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -79,6 +80,34 @@ if command -v mpirun > /dev/null; then
   done
   echo "per_token: tp 2 + sp, cp 2, pp 2 and tp 2 x cp 2 give the one-rank losses"
 fi
+# Evaluation with per_token is the per-token mean over all eval batches (as Megatron's evaluate): the
+# same four validation samples as 4 batches of 1 or 1 batch of 4, and over dp 2 and pp 2, give one
+# eval_loss; per_micro_batch averages the batches' means, which the split changes.
+EVAL=(--set "data.valid=[{path: $WORK/sft, weight: 1.0}]" --set train.eval_interval=3)
+# eval_same A B TOL: the eval losses of runs A and B (two each) agree to relative TOL.
+eval_same() {
+  paste <(json_field "$WORK/$1/metrics.jsonl" eval_loss) <(json_field "$WORK/$2/metrics.jsonl" eval_loss) |
+    awk -v tol="$3" '{ n++; d = $1 - $2; if (d < 0) d = -d; s = $1 < 0 ? -$1 : $1;
+                       if (NF != 2 || !(d <= tol * s)) bad = 1 } END { exit (n == 2 && !bad) ? 0 : 1 }'
+}
+run ev1 1 per_token --set train.micro_batch_size=1 --set train.eval_batches=4 "${EVAL[@]}"
+run ev4 1 per_token --set train.micro_batch_size=4 --set train.eval_batches=1 "${EVAL[@]}"
+eval_same ev1 ev4 1e-6 || fail "per_token eval: 4 batches of 1 and 1 batch of 4 differ: $(paste \
+  <(json_field "$WORK/ev1/metrics.jsonl" eval_loss) <(json_field "$WORK/ev4/metrics.jsonl" eval_loss))"
+run pev1 1 per_micro_batch --set train.micro_batch_size=1 --set train.eval_batches=4 "${EVAL[@]}"
+run pev4 1 per_micro_batch --set train.micro_batch_size=4 --set train.eval_batches=1 "${EVAL[@]}"
+if eval_same pev1 pev4 1e-6; then fail "per_micro_batch eval does not depend on the split: the check has no teeth"; fi
+if command -v mpirun > /dev/null; then
+  for layout in "evdp2 2 --set train.micro_batch_size=1" "evpp2 2 --set parallel.pp=2 --set train.micro_batch_size=1" \
+                "evcp2dp2 4 --set parallel.cp=2 --set train.micro_batch_size=1"; do
+    read -r name np settings <<< "$layout"
+    # shellcheck disable=SC2086
+    run "$name" "$np" per_token --set train.eval_batches=4 "${EVAL[@]}" $settings
+    eval_same ev1 "$name" 1e-6 || fail "per_token eval on $name differs from one rank"
+  done
+fi
+echo "per_token eval: one per-token mean for batches 1 x 4 and 4 x 1, dp 2, pp 2, cp 2 x dp 2; per_micro_batch differs"
+
 # LoRA with per_token on cp 2 and pp 2 (the packed SFT recipe covers tp and dp: test_sft_packed_runs.sh)
 LORA=(--set "peft={type: lora, rank: 4, alpha: 8}")
 run lora1 1 per_token --set train.micro_batch_size=1 "${LORA[@]}"
