@@ -1,0 +1,39 @@
+/* fp8.h: the two 8-bit float formats of Hopper's FP8 matrix products (OCP
+ * FP8, as CUDA's __nv_fp8_e4m3 / __nv_fp8_e5m2 and ml_dtypes'
+ * float8_e4m3fn / float8_e5m2 define them), converted exactly as the GPU's
+ * saturating cast (__NV_SATFINITE) converts: the CPU emulation of
+ * precision: fp8 and the GPU's casts give the same bits.
+ *
+ *   E4M3: 1 sign, 4 exponent (bias 7), 3 mantissa bits; no infinity;
+ *         largest 448, smallest normal 2^-6, smallest subnormal 2^-9;
+ *         NaN is S.1111.111.
+ *   E5M2: 1 sign, 5 exponent (bias 15), 2 mantissa bits; largest 57344,
+ *         smallest normal 2^-14, smallest subnormal 2^-16; +-inf and NaNs
+ *         as IEEE.
+ *
+ * fp32 -> fp8 rounds to nearest, ties to even; a magnitude beyond the
+ * largest finite value (infinity included) saturates to it, keeping the
+ * sign; NaN becomes the format's NaN (0x7f, with the sign bit of the
+ * input); zero keeps its sign. fp8 -> fp32 is exact.
+ */
+#ifndef MT_CORE_FP8_H
+#define MT_CORE_FP8_H
+
+#include <stdint.h>
+
+typedef enum { FP8_E4M3, FP8_E5M2 } Fp8Format;
+
+/* The largest finite value: 448 (E4M3), 57344 (E5M2). */
+float fp8_max(Fp8Format format);
+uint8_t fp8_from_f32(float x, Fp8Format format);
+float fp8_to_f32(uint8_t bits, Fp8Format format);
+
+/* out[i] = the fp8 value of x[i] * scale (the fp32 product rounded as
+ * fp8_from_f32), as an fp32 number: what an FP8 product reads. out may
+ * equal x. */
+void fp8_quantize(float *out, const float *x, long n, float scale, Fp8Format format);
+
+/* max |x[i]| over n values (0 for n = 0; NaN when one is NaN). */
+float fp8_amax(const float *x, long n);
+
+#endif
