@@ -12,6 +12,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../core/fp8.h"
+
 #define MT_NAME_MAX 128
 #define MT_PATH_MAX 1024
 #define MT_MAX_DATA_SOURCES 32
@@ -156,7 +158,8 @@ typedef struct TrainConfig {
 
 typedef enum { DECAY_CONSTANT, DECAY_LINEAR, DECAY_COSINE, DECAY_INVERSE_SQRT, DECAY_WSD } LrDecay;
 typedef enum { WSD_EXPONENTIAL, WSD_LINEAR, WSD_COSINE, WSD_MINUS_SQRT } WsdDecayStyle;
-typedef enum { DTYPE_FP32, DTYPE_BF16 } DType;
+/* precision takes all three; optimizer.state_dtype fp32 or bf16 only */
+typedef enum { DTYPE_FP32, DTYPE_BF16, DTYPE_FP8 } DType;
 
 typedef struct OptimizerConfig {
     double lr, min_lr;
@@ -190,6 +193,20 @@ typedef struct DataConfig {
     PackOverlong pack_overlong; /* data.pack_overlong: a document longer than seq_len + 1 tokens */
 } DataConfig;
 
+/* fp8.recipe: tensorwise (current scaling: each tensor's amax just before its cast) or delayed (the scale
+ * from an amax history, as Transformer Engine's DelayedScaling). */
+typedef enum { FP8_RECIPE_TENSORWISE, FP8_RECIPE_DELAYED } Fp8Recipe;
+typedef enum { FP8_AMAX_MAX, FP8_AMAX_MOST_RECENT } Fp8AmaxAlgo;
+
+/* The `fp8:` section, read with precision: fp8 (docs/fp8.md). */
+typedef struct Fp8Config {
+    Fp8Recipe recipe;
+    Fp8Format grad_format;          /* the gradients' format in the backward: e5m2 (TE's HYBRID) or e4m3 */
+    int amax_history_len;           /* delayed: amaxes kept per tensor */
+    Fp8AmaxAlgo amax_compute_algo;  /* delayed: the scale's amax is the history's max or its most recent */
+    int margin;                     /* scale = fp8_max / amax / 2^margin */
+} Fp8Config;
+
 typedef struct CheckpointConfig {
     long interval;
     int keep_last;
@@ -221,6 +238,7 @@ typedef struct Recipe {
     TrainConfig train;
     OptimizerConfig optimizer;
     DType precision;
+    Fp8Config fp8;
     DataConfig data;
     CheckpointConfig checkpoint;
     LoggingConfig logging;

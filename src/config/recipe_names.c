@@ -19,7 +19,7 @@ const char *wsd_decay_style_name(WsdDecayStyle style) {
 }
 
 const char *dtype_name(DType dtype) {
-    return dtype == DTYPE_FP32 || dtype == DTYPE_BF16 ? dtype_names[dtype] : "unknown";
+    return dtype >= DTYPE_FP32 && dtype <= DTYPE_FP8 ? precision_names[dtype] : "unknown";
 }
 
 const char *lora_target_name(LoraTarget target) {

@@ -10,6 +10,10 @@ const char *const family_names[] = {"llama", "qwen2", "qwen3", "mixtral", "qwen3
 const char *const decay_names[] = {"constant", "linear", "cosine", "inverse_sqrt", "wsd", NULL};
 const char *const wsd_style_names[] = {"exponential", "linear", "cosine", "minus_sqrt", NULL};
 const char *const dtype_names[] = {"fp32", "bf16", NULL};
+const char *const precision_names[] = {"fp32", "bf16", "fp8", NULL}; /* DType order */
+static const char *const fp8_recipe_names[] = {"tensorwise", "delayed", NULL};
+static const char *const fp8_format_names[] = {"e4m3", "e5m2", NULL}; /* Fp8Format order */
+static const char *const fp8_amax_algo_names[] = {"max", "most_recent", NULL};
 static const char *const score_names[] = {"softmax", "sigmoid", NULL};
 static const char *const balancing_names[] = {"aux_loss", "seq_aux_loss", "global_aux_loss", "expert_bias", "none", NULL};
 static const char *const device_names[] = {"cpu", "cuda", NULL};
@@ -149,6 +153,15 @@ static const RecipeKey data_keys[] = {
     {0},
 };
 
+static const RecipeKey fp8_keys[] = {
+    {ENUM_KEY("recipe", Fp8Config, recipe, fp8_recipe_names)},
+    {ENUM_KEY("grad_format", Fp8Config, grad_format, fp8_format_names)},
+    {INT_KEY("amax_history_len", Fp8Config, amax_history_len, 1, 1 << 20)},
+    {ENUM_KEY("amax_compute_algo", Fp8Config, amax_compute_algo, fp8_amax_algo_names)},
+    {INT_KEY("margin", Fp8Config, margin, 0, 64)},
+    {0},
+};
+
 static const RecipeKey checkpoint_keys[] = {
     {LONG_KEY("interval", CheckpointConfig, interval, 0)},
     {INT_KEY("keep_last", CheckpointConfig, keep_last, 0, INT_MAX)},
@@ -174,7 +187,8 @@ const RecipeKey recipe_root_keys[] = {
     {SECTION_KEY("parallel", Recipe, parallel, parallel_keys)},
     {SECTION_KEY("train", Recipe, train, train_keys), .required = true},
     {SECTION_KEY("optimizer", Recipe, optimizer, optimizer_keys)},
-    {ENUM_KEY("precision", Recipe, precision, dtype_names)},
+    {ENUM_KEY("precision", Recipe, precision, precision_names)},
+    {SECTION_KEY("fp8", Recipe, fp8, fp8_keys)},
     {SECTION_KEY("data", Recipe, data, data_keys), .required = true},
     {SECTION_KEY("checkpoint", Recipe, checkpoint, checkpoint_keys)},
     {SECTION_KEY("logging", Recipe, logging, logging_keys)},

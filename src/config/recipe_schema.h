@@ -46,6 +46,7 @@ extern const char *const family_names[];
 extern const char *const decay_names[];
 extern const char *const wsd_style_names[];
 extern const char *const dtype_names[];
+extern const char *const precision_names[];
 extern const char *const recompute_names[];
 extern const char *const loss_reduction_names[];
 extern const char *const lora_target_names[];
