@@ -151,6 +151,8 @@ struct Model {
     bool shares_params;      /* a clone (model_clone_activations): params, grads, registry are base's */
     MoeStep *moe_step;       /* MoE families: the step's routing statistics (shared with clones) */
     Recompute recompute;     /* what the backward recomputes (train.recompute; model_forward.c) */
+    bool fp8_on;             /* precision: fp8: the linear layers' products in emulated FP8 (model_set_fp8) */
+    Fp8Config fp8;           /* its scaling (the recipe's fp8: section) */
 };
 
 /* Declare the parameters, allocate params/grads (zeroed) and activations for
@@ -168,6 +170,12 @@ Model *model_create_part(const ModelConfig *cfg, const ModelPartition *part, con
 Model *model_create_recompute(const ModelConfig *cfg, const ModelPartition *part, const BackendOps *ops, int max_B,
                               int max_T, Recompute recompute);
 void model_free(Model *model);
+
+/* precision: fp8: from now on the linear layers' products (q|k|v, o,
+ * gate|up, down) compute as Hopper's FP8 products with cfg's scaling,
+ * exactly emulated (src/model/model_fp8.c); NULL: fp32 again. Clones made
+ * afterwards inherit it. Dense families, recipe tensorwise only for now. */
+void model_set_fp8(Model *model, const Fp8Config *cfg);
 
 /* The activation memory of a model, in bytes: what each activation set holds
  * (the model itself, and each clone again: the layers' kept buffers, the

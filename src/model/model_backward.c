@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include "../core/error.h"
+#include "model_fp8.h"
 #include "model_parallel.h"
 #include "moe_layer.h"
 
@@ -74,15 +75,17 @@ static void block_backward(Model *model, int l, int B, int T, float loss_scale) 
     }
     if (model->recompute == RECOMPUTE_SELECTIVE) ops->swiglu_forward(a->act, a->gate, a->up, (long)N * I);
     zero(s->d_act, (long)N * I);
-    ops->matmul_backward(s->d_act, dw->down_weight, NULL, dy, a->act, w->down_weight, N, I, C);
+    const LinearPart down = {.weight = w->down_weight, .dout = dy, .dweight = dw->down_weight, .OC = C};
+    linear_group_backward(model, l, LINEAR_DOWN, s->d_act, a->act, N, I, &down, 1);
     lora_backward(model, l, LORA_DOWN, s->d_act, dy, a->act, N);
     zero(s->d_gate, (long)N * I);
     zero(s->d_up, (long)N * I);
     ops->swiglu_backward(s->d_gate, s->d_up, s->d_act, a->gate, a->up, (long)N * I);
     zero(s->d_normed, (long)N * C);
-    ops->matmul_backward(s->d_normed, dw->gate_weight, NULL, s->d_gate, a->mlp_in, w->gate_weight, N, C, I);
+    const LinearPart gate_up[2] = {{.weight = w->gate_weight, .dout = s->d_gate, .dweight = dw->gate_weight, .OC = I},
+                                   {.weight = w->up_weight, .dout = s->d_up, .dweight = dw->up_weight, .OC = I}};
+    linear_group_backward(model, l, LINEAR_GATE_UP, s->d_normed, a->mlp_in, N, C, gate_up, 2);
     lora_backward(model, l, LORA_GATE, s->d_normed, s->d_gate, a->mlp_in, N);
-    ops->matmul_backward(s->d_normed, dw->up_weight, NULL, s->d_up, a->mlp_in, w->up_weight, N, C, I);
     lora_backward(model, l, LORA_UP, s->d_normed, s->d_up, a->mlp_in, N);
     g = tp_enter_backward(model, s->d_normed, pr->shard, N, C); /* residual rows */
     ops->rmsnorm_backward(s->d_resid, dw->mlp_norm, g, a->resid_mid, w->mlp_norm, a->mlp_rstd, R, C);
@@ -93,7 +96,8 @@ attention:
     if (model->recompute == RECOMPUTE_SELECTIVE) model_attention_core(model, l, B, T);
     dy = tp_leave_backward(model, s->d_full, s->d_resid, N, C);
     zero(s->d_attn_out, (long)N * HD);
-    ops->matmul_backward(s->d_attn_out, dw->o_weight, NULL, dy, a->attn_out, w->o_weight, N, HD, C);
+    const LinearPart o = {.weight = w->o_weight, .dout = dy, .dweight = dw->o_weight, .OC = C};
+    linear_group_backward(model, l, LINEAR_O, s->d_attn_out, a->attn_out, N, HD, &o, 1);
     lora_backward(model, l, LORA_O, s->d_attn_out, dy, a->attn_out, N);
     zero(s->d_q, (long)N * HD);
     zero(s->d_k, (long)N * KVD);
@@ -132,11 +136,13 @@ attention:
         d_k_proj = s->d_k;
     }
     zero(s->d_normed, (long)N * C);
-    ops->matmul_backward(s->d_normed, dw->q_weight, dw->q_bias, d_q_proj, a->attn_in, w->q_weight, N, C, HD);
+    const LinearPart qkv[3] = {
+        {.weight = w->q_weight, .dout = d_q_proj, .dweight = dw->q_weight, .dbias = dw->q_bias, .OC = HD},
+        {.weight = w->k_weight, .dout = d_k_proj, .dweight = dw->k_weight, .dbias = dw->k_bias, .OC = KVD},
+        {.weight = w->v_weight, .dout = s->d_v, .dweight = dw->v_weight, .dbias = dw->v_bias, .OC = KVD}};
+    linear_group_backward(model, l, LINEAR_QKV, s->d_normed, a->attn_in, N, C, qkv, 3);
     lora_backward(model, l, LORA_Q, s->d_normed, d_q_proj, a->attn_in, N);
-    ops->matmul_backward(s->d_normed, dw->k_weight, dw->k_bias, d_k_proj, a->attn_in, w->k_weight, N, C, KVD);
     lora_backward(model, l, LORA_K, s->d_normed, d_k_proj, a->attn_in, N);
-    ops->matmul_backward(s->d_normed, dw->v_weight, dw->v_bias, s->d_v, a->attn_in, w->v_weight, N, C, KVD);
     lora_backward(model, l, LORA_V, s->d_normed, s->d_v, a->attn_in, N);
     g = tp_enter_backward(model, s->d_normed, pr->shard, N, C);
     ops->rmsnorm_backward(s->d_resid, dw->attn_norm, g, a->resid_in, w->attn_norm, a->attn_rstd, R, C);

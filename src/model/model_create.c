@@ -199,6 +199,7 @@ static void create_priv(Model *model, const ModelPriv *base) {
 
     const int L = part->num_layers;
     pr->weights = mt_malloc((size_t)(L > 0 ? L : 1) * sizeof *pr->weights);
+    pr->fp8_scales = mt_calloc((size_t)(L > 0 ? L : 1), sizeof *pr->fp8_scales);
     pr->weight_grads = mt_malloc((size_t)(L > 0 ? L : 1) * sizeof *pr->weight_grads);
     for (int l = 0; l < L; l++) {
         pr->weights[l] = model_layer_view(model, false, l);
@@ -327,6 +328,8 @@ void model_free(Model *model) {
         free(pr->packed_sin);
         free(pr->seq_cos);
         free(pr->seq_sin);
+        free(pr->fp8_scales);
+        free(pr->fp8_x), free(pr->fp8_w), free(pr->fp8_g), free(pr->fp8_dx), free(pr->fp8_dw);
         free(pr->row_lse);
         for (int l = 0; l < model->part.num_layers; l++) {
             if (pr->moe[l] != pr->moe_work) moe_acts_free(pr->moe[l]);

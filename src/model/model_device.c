@@ -53,6 +53,7 @@ ModelDevice *model_device_new(const ModelDeviceSetup *s, const ModelDeviceOps *o
     const int B = host_computes ? s->micro_batch_size : 0, T = host_computes ? s->seq_len : 0;
     Model *m = model_create_recompute(s->cfg, s->part, &cpu_backend, B, T, host_computes ? s->recompute : RECOMPUTE_NONE);
     d->host = m;
+    if (host_computes && s->precision == DTYPE_FP8) model_set_fp8(m, s->fp8);
     /* ZeRO-1 over dp: each rank keeps the moments of its part of every bucket only */
     const Comm *dp = &s->grid->groups[GROUP_DP];
     d->zero1_on = s->distributed_optimizer && dp->size > 1;

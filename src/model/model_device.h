@@ -146,6 +146,7 @@ typedef struct ModelDeviceSetup {
     int micro_batch_size, seq_len;   /* seq_len: this rank's tokens of a sample (seq_len / cp) */
     bool distributed_optimizer;      /* parallel.distributed_optimizer (used with dp > 1) */
     DType precision;
+    const Fp8Config *fp8;            /* precision: fp8: the recipe's fp8: section (NULL otherwise) */
     Recompute recompute;             /* train.recompute (what the backward recomputes) */
     LossReduction loss;              /* train.loss */
     bool packed;                     /* data.pack: packed rows with per-sample attention */

@@ -22,6 +22,7 @@
 
 #include "../core/error.h"
 #include "model_parallel.h"
+#include "model_fp8.h"
 #include "moe_layer.h"
 #include "rope_tables.h"
 
@@ -96,20 +97,22 @@ void model_block_forward(Model *model, int l, float *out, int B, int T) {
     ops->rmsnorm_forward(a->attn_normed, a->attn_rstd, a->resid_in, w->attn_norm, R, C, eps);
     const float *x = tp_enter(model, a->attn_in, a->attn_normed, N, C); /* (N, C) */
     float *q = c->qk_norm ? a->q_pre : a->q, *k = c->qk_norm ? a->k_pre : a->k; /* the projections' outputs */
-    ops->matmul_forward(q, x, w->q_weight, w->q_bias, N, C, HD); /* (N, H*D) */
+    const LinearPart qkv[3] = {{.weight = w->q_weight, .bias = w->q_bias, .out = q, .OC = HD}, /* (N, H*D) */
+                               {.weight = w->k_weight, .bias = w->k_bias, .out = k, .OC = KVD},
+                               {.weight = w->v_weight, .bias = w->v_bias, .out = a->v, .OC = KVD}};
+    linear_group_forward(model, l, LINEAR_QKV, x, N, C, qkv, 3);
     lora_forward(model, l, LORA_Q, q, x, N);
-    ops->matmul_forward(k, x, w->k_weight, w->k_bias, N, C, KVD);
     lora_forward(model, l, LORA_K, k, x, N);
+    lora_forward(model, l, LORA_V, a->v, x, N);
     if (c->qk_norm) { /* per-head RMSNorm over D: rows are (token, head) pairs */
         ops->rmsnorm_forward(a->q, a->q_rstd, a->q_pre, w->q_norm, N * H, D, eps);
         ops->rmsnorm_forward(a->k, a->k_rstd, a->k_pre, w->k_norm, N * KVH, D, eps);
     }
-    ops->matmul_forward(a->v, x, w->v_weight, w->v_bias, N, C, KVD);
-    lora_forward(model, l, LORA_V, a->v, x, N);
     ops->rope_forward(a->q, a->q, cos, sin, rB, rT, H, D); /* in place */
     ops->rope_forward(a->k, a->k, cos, sin, rB, rT, KVH, D);
     model_attention_core(model, l, B, T);
-    ops->matmul_forward(pr->proj_out, a->attn_out, w->o_weight, NULL, N, HD, C);
+    const LinearPart o = {.weight = w->o_weight, .out = pr->proj_out, .OC = C};
+    linear_group_forward(model, l, LINEAR_O, a->attn_out, N, HD, &o, 1);
     lora_forward(model, l, LORA_O, pr->proj_out, a->attn_out, N); /* before the tp sum: the partial output */
     ops->add(a->resid_mid, a->resid_in, tp_leave(model, pr->proj_out, pr->shard, N, C), (long)R * C);
 
@@ -124,12 +127,14 @@ void model_block_forward(Model *model, int l, float *out, int B, int T) {
             ops->add(out, a->resid_mid, pr->proj_out + (size_t)model_shape_row_offset(sh, N) * C, (long)R * C);
         return;
     }
-    ops->matmul_forward(a->gate, x, w->gate_weight, NULL, N, C, I); /* (N, I) */
+    const LinearPart gate_up[2] = {{.weight = w->gate_weight, .out = a->gate, .OC = I}, /* (N, I) */
+                                   {.weight = w->up_weight, .out = a->up, .OC = I}};
+    linear_group_forward(model, l, LINEAR_GATE_UP, x, N, C, gate_up, 2);
     lora_forward(model, l, LORA_GATE, a->gate, x, N);
-    ops->matmul_forward(a->up, x, w->up_weight, NULL, N, C, I);
     lora_forward(model, l, LORA_UP, a->up, x, N);
     ops->swiglu_forward(a->act, a->gate, a->up, (long)N * I);
-    ops->matmul_forward(pr->proj_out, a->act, w->down_weight, NULL, N, I, C);
+    const LinearPart down = {.weight = w->down_weight, .out = pr->proj_out, .OC = C};
+    linear_group_forward(model, l, LINEAR_DOWN, a->act, N, I, &down, 1);
     lora_forward(model, l, LORA_DOWN, pr->proj_out, a->act, N);
     ops->add(out, a->resid_mid, tp_leave(model, pr->proj_out, pr->shard, N, C), (long)R * C);
 }

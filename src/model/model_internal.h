@@ -111,6 +111,9 @@ typedef struct GradScratch {
     float *lora_dh_part; /* (N, rank / tp) its columns of this rank's A (column-parallel targets, tp > 1) */
 } GradScratch;
 
+/* The products the GPU computes as one FP8 product each (model_fp8.h). */
+typedef enum { LINEAR_QKV, LINEAR_O, LINEAR_GATE_UP, LINEAR_DOWN, LINEAR_NUM_GROUPS } LinearGroup;
+
 typedef struct ModelPriv {
     ModelSlots slots;
     ModelShape shape;           /* this rank's sizes, tp/cp ranks and chunks (model_shape.h) */
@@ -129,6 +132,12 @@ typedef struct ModelPriv {
     size_t packed_cap, packed_rope_cap;
     float *seq_cos, *seq_sin;   /* context parallel and packed: the tables of places 0..seq_T-1 */
     int seq_T;
+
+    /* precision: fp8 (model_fp8.c): each layer's groups' input and weight scales of the last forward, and
+     * the emulation's scratch (grown as needed) */
+    float (*fp8_scales)[LINEAR_NUM_GROUPS][2];
+    float *fp8_x, *fp8_w, *fp8_g, *fp8_dx, *fp8_dw;
+    size_t fp8_x_cap, fp8_w_cap, fp8_g_cap, fp8_dx_cap, fp8_dw_cap;
 
     float *act_memory;          /* one allocation for everything below */
     size_t act_floats;          /* its size */

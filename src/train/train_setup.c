@@ -133,6 +133,7 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
                                      .seq_len = T,
                                      .distributed_optimizer = recipe->parallel.distributed_optimizer,
                                      .precision = recipe->precision,
+                                     .fp8 = recipe->precision == DTYPE_FP8 ? &recipe->fp8 : NULL,
                                      .recompute = recipe->train.recompute,
                                      .loss = recipe->train.loss,
                                      .packed = recipe->data.pack,

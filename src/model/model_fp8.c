@@ -1,0 +1,147 @@
+/* model_fp8.c: the products of the linear layers (model_fp8.h). Without
+ * FP8 each part is the backend's matmul, as before. With precision: fp8
+ * each group is computed as Hopper's FP8 product computes it, exactly
+ * emulated in fp32 (Transformer Engine's tensorwise current scaling; the
+ * fp32 value of every FP8 code is exact, fp8.h):
+ *
+ *   forward:  sx = scale(amax(x)), sw = scale(max_i amax(W_i))           E4M3
+ *             xq = fp8(x * sx), Wq_i = fp8(W_i * sw)
+ *             out_i = (xq Wq_i^T) * ((1/sx) * (1/sw)) + b_i                fp32 accumulation, one rescale
+ *   backward: sg = scale(max_i amax(dout_i))                             fp8.grad_format (E5M2: HYBRID)
+ *             gq_i = fp8(dout_i * sg)
+ *             dx += sum_i (gq_i Wq_i) * ((1/sg) * (1/sw))
+ *             dW_i += (gq_i^T xq) * ((1/sg) * (1/sx));  db_i += sum_n dout_i   (from the unquantised dout)
+ *
+ * scale(amax) = fp8_max / amax / 2^margin (fp8_scaling.h). Each amax is the
+ * max over the tp and cp groups (a weight shard, a head-split activation or
+ * a rank's tokens of the sequence): every rank casts with the scale one
+ * rank would use, so every layout computes the one-rank numbers. The
+ * forward's sx and sw are kept per activation set for its backward (a
+ * recomputed forward computes the same ones). The embedding, norms,
+ * attention, lm_head and loss stay in fp32 (docs/fp8.md says why). */
+#include "model_fp8.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+#include "../core/error.h"
+#include "../core/fp8.h"
+#include "../dist/comm.h"
+#include "fp8_scaling.h"
+
+/* The max of v over a group (NaN if any rank's is): the same on every rank. */
+static float group_max(const Comm *c, float v) {
+    if (!c || c->size <= 1) return v;
+    float *all = mt_malloc((size_t)c->size * sizeof(float));
+    comm_all_gather(c, &v, all, 1, COMM_FLOAT);
+    float m = 0.0f;
+    for (int r = 0; r < c->size; r++) {
+        if (isnan(all[r])) {
+            m = NAN;
+            break;
+        }
+        if (all[r] > m) m = all[r];
+    }
+    free(all);
+    return m;
+}
+
+/* The amax of n values as one rank of the whole model sees it: over tp and cp. */
+static float model_amax(const Model *m, const float *x, long n) {
+    float a = fp8_amax(x, n);
+    if (m->part.tp > 1) a = group_max(m->part.tp_comm, a);
+    if (m->part.cp > 1) a = group_max(m->part.cp_comm, a);
+    return a;
+}
+
+static float cast_scale(const Model *m, float amax, Fp8Format format) {
+    return fp8_scale_from_amax(amax, fp8_max(format), m->fp8.margin, 1.0f);
+}
+
+/* Scratch of at least n floats (grown, kept in priv). */
+static float *scratch(float **buf, size_t *cap, size_t n) { return *buf = mt_grow(*buf, cap, n, sizeof(float)); }
+
+/* out[i] = a[i] * scale + (bias of its column) over N rows of OC. */
+static void rescale_rows(float *out, int N, int OC, float scale, const float *bias) {
+    for (long r = 0; r < N; r++)
+        for (int o = 0; o < OC; o++) out[r * OC + o] = out[r * OC + o] * scale + (bias ? bias[o] : 0.0f);
+}
+
+static void axpy(float *y, const float *x, float a, long n) {
+    for (long i = 0; i < n; i++) y[i] += x[i] * a;
+}
+
+void linear_group_forward(Model *m, int l, LinearGroup group, const float *x, int N, int IC, const LinearPart *parts,
+                          int count) {
+    const BackendOps *ops = m->ops;
+    if (!m->fp8_on) {
+        for (int i = 0; i < count; i++) ops->matmul_forward(parts[i].out, x, parts[i].weight, parts[i].bias, N, IC,
+                                                            parts[i].OC);
+        return;
+    }
+    ModelPriv *pr = m->priv;
+    float wmax = 0.0f;
+    for (int i = 0; i < count; i++) {
+        const float a = fp8_amax(parts[i].weight, (long)parts[i].OC * IC);
+        wmax = isnan(a) || isnan(wmax) ? NAN : fmaxf(wmax, a);
+    }
+    if (m->part.tp > 1) wmax = group_max(m->part.tp_comm, wmax); /* weights are split over tp only */
+    const float sx = cast_scale(m, model_amax(m, x, (long)N * IC), FP8_E4M3);
+    const float sw = cast_scale(m, wmax, FP8_E4M3);
+    pr->fp8_scales[l][group][0] = sx;
+    pr->fp8_scales[l][group][1] = sw;
+    float *xq = scratch(&pr->fp8_x, &pr->fp8_x_cap, (size_t)N * IC);
+    fp8_quantize(xq, x, (long)N * IC, sx, FP8_E4M3);
+    const float alpha = (1.0f / sx) * (1.0f / sw);
+    for (int i = 0; i < count; i++) {
+        const LinearPart *p = &parts[i];
+        float *wq = scratch(&pr->fp8_w, &pr->fp8_w_cap, (size_t)p->OC * IC);
+        fp8_quantize(wq, p->weight, (long)p->OC * IC, sw, FP8_E4M3);
+        ops->matmul_forward(p->out, xq, wq, NULL, N, IC, p->OC);
+        rescale_rows(p->out, N, p->OC, alpha, p->bias);
+    }
+}
+
+void linear_group_backward(Model *m, int l, LinearGroup group, float *dx, const float *x, int N, int IC,
+                           const LinearPart *parts, int count) {
+    const BackendOps *ops = m->ops;
+    if (!m->fp8_on) {
+        for (int i = 0; i < count; i++)
+            ops->matmul_backward(dx, parts[i].dweight, parts[i].dbias, parts[i].dout, x, parts[i].weight, N, IC,
+                                 parts[i].OC);
+        return;
+    }
+    ModelPriv *pr = m->priv;
+    const Fp8Format gf = m->fp8.grad_format;
+    const float sx = pr->fp8_scales[l][group][0], sw = pr->fp8_scales[l][group][1];
+    float gmax = 0.0f;
+    for (int i = 0; i < count; i++) {
+        const float a = model_amax(m, parts[i].dout, (long)N * parts[i].OC);
+        gmax = isnan(a) || isnan(gmax) ? NAN : fmaxf(gmax, a);
+    }
+    const float sg = cast_scale(m, gmax, gf);
+    float *xq = scratch(&pr->fp8_x, &pr->fp8_x_cap, (size_t)N * IC);
+    fp8_quantize(xq, x, (long)N * IC, sx, FP8_E4M3);
+    float *dx_part = scratch(&pr->fp8_dx, &pr->fp8_dx_cap, (size_t)N * IC);
+    const float alpha_dx = (1.0f / sg) * (1.0f / sw), alpha_dw = (1.0f / sg) * (1.0f / sx);
+    for (int i = 0; i < count; i++) {
+        const LinearPart *p = &parts[i];
+        const long nw = (long)p->OC * IC, ng = (long)N * p->OC;
+        float *wq = scratch(&pr->fp8_w, &pr->fp8_w_cap, (size_t)nw);
+        fp8_quantize(wq, p->weight, nw, sw, FP8_E4M3);
+        float *gq = scratch(&pr->fp8_g, &pr->fp8_g_cap, (size_t)ng);
+        fp8_quantize(gq, p->dout, ng, sg, gf);
+        float *dw_part = p->dweight ? scratch(&pr->fp8_dw, &pr->fp8_dw_cap, (size_t)nw) : NULL;
+        for (long k = 0; k < (long)N * IC; k++) dx_part[k] = 0.0f;
+        for (long k = 0; dw_part && k < nw; k++) dw_part[k] = 0.0f;
+        ops->matmul_backward(dx ? dx_part : NULL, dw_part, NULL, gq, xq, wq, N, IC, p->OC);
+        if (dx) axpy(dx, dx_part, alpha_dx, (long)N * IC);
+        if (dw_part) axpy(p->dweight, dw_part, alpha_dw, nw);
+        if (p->dbias) ops->matmul_backward(NULL, NULL, p->dbias, p->dout, x, p->weight, N, IC, p->OC);
+    }
+}
+
+void model_set_fp8(Model *model, const Fp8Config *cfg) {
+    model->fp8_on = cfg != NULL;
+    if (cfg) model->fp8 = *cfg;
+}
