@@ -1,7 +1,8 @@
 /* data_loader.c: GPT samples from one or several blended indexed datasets
  * (see data_loader.h). Opens each dataset, builds or loads from cache the
- * sample index of its share of the split, and with several datasets assigns
- * every global sample to one of them by Megatron's greedy blending rule.
+ * sample index of its share of the split (or, with data.pack, packs it into
+ * rows: packed_loader.h), and with several datasets assigns every global
+ * sample to one of them by Megatron's greedy blending rule.
  *
  * Which documents: without data.valid, train/valid/test are the data.split
  * shares of each data.train dataset. With data.valid, as with Megatron's
@@ -19,6 +20,7 @@
 #include "gpt_sampling.h"
 #include "indexed_dataset.h"
 #include "loss_mask.h"
+#include "packed_loader.h"
 #include "sample_cache.h"
 #include "sft_packing.h"
 
@@ -29,8 +31,9 @@ struct DataLoader {
     IndexedDataset masks[MT_MAX_DATA_SOURCES]; /* SFT loss masks (loss_mask.h), where has_mask */
     bool has_mask[MT_MAX_DATA_SOURCES];
     bool any_mask;
+    int source[MT_MAX_DATA_SOURCES]; /* each dataset's index in the recipe's list */
     bool packed;                   /* data.pack: rows of whole samples (sft_packing.h) instead of GPT samples */
-    PackedRows rows;
+    PackedRows rows[MT_MAX_DATA_SOURCES]; /* data.pack: each dataset's own rows */
     int32_t *scratch;              /* seq_len + 1 */
     GptSampleIndex indices[MT_MAX_DATA_SOURCES];
     int64_t num_samples;
@@ -65,16 +68,6 @@ static int prepare_index(GptSampleIndex *gi, const IndexedDataset *ds, const Dat
     if (use_cache && sample_cache_save(gi, &key, save_err, sizeof(save_err)) != 0)
         mt_warn("%s (continuing without the cache)", save_err);
     return 0;
-}
-
-/* Positions the packed rows fill (the rest is padding). */
-static int64_t packed_positions(const DataLoader *loader) {
-    int64_t used = 0;
-    for (int64_t k = 0; k < loader->rows.documents; k++) {
-        int64_t len = loader->datasets[0].sequence_lengths[loader->rows.docs[k]];
-        used += (len > loader->seq_len + 1 ? loader->seq_len + 1 : len) - 1;
-    }
-    return used;
 }
 
 static int check_split_weights(const double split[3], char *err, size_t errlen) {
@@ -124,6 +117,7 @@ static int open_sources(DataLoader *loader, const DataSource *sources, int count
         }
         loader->has_mask[loader->num_datasets] = has_mask == 1;
         loader->any_mask |= has_mask == 1;
+        loader->source[loader->num_datasets] = i;
         kept_weights[loader->num_datasets] = count > 1 ? sources[i].weight : 1.0;
         first[loader->num_datasets] = a;
         end[loader->num_datasets] = b;
@@ -134,6 +128,29 @@ static int open_sources(DataLoader *loader, const DataSource *sources, int count
         return -1;
     }
     for (int i = 0; i < num_empty; i++) mt_warn("%s; leaving it out of the %s blend", empty[i], split_names[which]);
+    return 0;
+}
+
+/* data.pack: each opened dataset packed into its own rows (packed_loader.h);
+ * count: the datasets the recipe lists, whose index names each in a blend. */
+static int build_packed(DataLoader *loader, const char *key, int count, const double *weights, const int64_t *first,
+                        const int64_t *end, const char *split_name, PackOverlong overlong, uint64_t seed, char *err,
+                        size_t errlen) {
+    PackedSource sources[MT_MAX_DATA_SOURCES];
+    for (int d = 0; d < loader->num_datasets; d++) {
+        PackedSource *p = &sources[d];
+        p->ds = &loader->datasets[d];
+        if (count == 1) snprintf(p->key, sizeof p->key, "%s", key);
+        else snprintf(p->key, sizeof p->key, "%s[%d]", key, loader->source[d]);
+        p->weight = weights[d];
+        p->first = first[d];
+        p->end = end[d];
+    }
+    if (packed_sources_build(loader->rows, sources, loader->num_datasets, split_name, loader->seq_len, overlong, seed,
+                             err, errlen) != 0)
+        return -1;
+    loader->packed = true;
+    loader->scratch = mt_malloc(((size_t)loader->seq_len + 1) * sizeof *loader->scratch);
     return 0;
 }
 
@@ -174,48 +191,29 @@ DataLoader *data_loader_create(const DataConfig *data, DataSplit split, int seq_
         data_loader_free(loader);
         return NULL;
     }
-    if (data->pack) {
-        if (loader->num_datasets != 1) {
-            mt_set_error(err, errlen, "%s: data.pack packs one dataset, found %d (blend them with data build first)",
-                         key, loader->num_datasets);
-            data_loader_free(loader);
-            return NULL;
-        }
-        uint64_t pack_seed = seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(split + 1));
-        if (packed_rows_build(&loader->rows, &loader->datasets[0], key, first[0], end[0], seq_len, data->pack_overlong,
-                              pack_seed, err, errlen) != 0) {
-            data_loader_free(loader);
-            return NULL;
-        }
-        loader->packed = true;
-        loader->num_samples = loader->rows.num_rows;
-        loader->scratch = mt_malloc(((size_t)seq_len + 1) * sizeof *loader->scratch);
-        const PackedRows *r = &loader->rows;
-        mt_log("data: %s packed %lld documents into %lld rows of %d positions (%.1f%% used)", split_names[split],
-               (long long)r->documents, (long long)r->num_rows, seq_len,
-               100.0 * (double)packed_positions(loader) / ((double)r->num_rows * seq_len));
-        if (r->truncated)
-            mt_warn("data: %s: %lld documents longer than seq_len + 1 = %d tokens were truncated to it "
-                    "(data.pack_overlong: truncate)", key, (long long)r->truncated, seq_len + 1);
-        if (r->too_short) mt_warn("data: %s: %lld documents of one token have no target and were left out", key,
-                                  (long long)r->too_short);
-        return loader;
-    }
     double total = 0;
     for (int d = 0; d < loader->num_datasets; d++) total += kept_weights[d];
     for (int d = 0; d < loader->num_datasets; d++) kept_weights[d] /= total;
     int64_t wanted = num_samples > 0 ? num_samples : 1;
     uint64_t split_seed = seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(split + 1));
-    for (int d = 0; d < loader->num_datasets; d++) {
-        int64_t asked = loader->num_datasets == 1 ? wanted : blend_samples_per_dataset(kept_weights[d], wanted);
-        if (prepare_index(&loader->indices[d], &loader->datasets[d], data, split, first[d], end[d], seq_len,
-                          split_seed, asked, err, errlen) != 0) {
+    if (data->pack) {
+        if (build_packed(loader, key, count, kept_weights, first, end, split_names[split], data->pack_overlong,
+                         split_seed, err, errlen) != 0) {
             data_loader_free(loader);
             return NULL;
         }
+    } else {
+        for (int d = 0; d < loader->num_datasets; d++) {
+            int64_t asked = loader->num_datasets == 1 ? wanted : blend_samples_per_dataset(kept_weights[d], wanted);
+            if (prepare_index(&loader->indices[d], &loader->datasets[d], data, split, first[d], end[d], seq_len,
+                              split_seed, asked, err, errlen) != 0) {
+                data_loader_free(loader);
+                return NULL;
+            }
+        }
     }
     if (loader->num_datasets == 1) {
-        loader->num_samples = loader->indices[0].num_samples;
+        loader->num_samples = loader->packed ? loader->rows[0].num_rows : loader->indices[0].num_samples;
     } else {
         loader->num_samples = wanted;
         loader->dataset_index = mt_malloc((size_t)wanted * sizeof(*loader->dataset_index));
@@ -228,18 +226,24 @@ DataLoader *data_loader_create(const DataConfig *data, DataSplit split, int seq_
 
 int64_t data_loader_num_samples(const DataLoader *loader) { return loader->num_samples; }
 
-/* The dataset and its sample of loader sample `index`. */
-static void locate_sample(const DataLoader *loader, int64_t index, int *dataset, int64_t *sample) {
+/* The dataset of loader sample `index` and the sample's index within that
+ * dataset, before it wraps modulo the dataset's own count of samples. */
+static int64_t blended_sample(const DataLoader *loader, int64_t index, int *dataset) {
     int64_t i = index % loader->num_samples;
     if (i < 0) i += loader->num_samples;
-    int d = 0;
-    int64_t j = i;
-    if (loader->dataset_index) {
-        d = loader->dataset_index[i];
-        j = loader->dataset_sample_index[i] % loader->indices[d].num_samples;
+    if (!loader->dataset_index) {
+        *dataset = 0;
+        return i;
     }
-    *dataset = d;
-    *sample = loader->indices[d].shuffle[j];
+    *dataset = loader->dataset_index[i];
+    return loader->dataset_sample_index[i];
+}
+
+/* The dataset and its GPT sample of loader sample `index`. */
+static void locate_sample(const DataLoader *loader, int64_t index, int *dataset, int64_t *sample) {
+    const int64_t j = blended_sample(loader, index, dataset);
+    const GptSampleIndex *gi = &loader->indices[*dataset];
+    *sample = gi->shuffle[j % gi->num_samples];
 }
 
 void data_loader_get(const DataLoader *loader, int64_t index, int32_t *out) {
@@ -255,7 +259,9 @@ bool data_loader_packed(const DataLoader *loader) { return loader->packed; }
 
 void data_loader_get_packed(const DataLoader *loader, int64_t index, int32_t *inputs, int32_t *targets,
                             int32_t *positions) {
-    packed_rows_read(&loader->rows, &loader->datasets[0], loader->has_mask[0] ? &loader->masks[0] : NULL, index,
+    int d;
+    const int64_t j = blended_sample(loader, index, &d); /* packed_rows_read wraps j modulo the dataset's rows */
+    packed_rows_read(&loader->rows[d], &loader->datasets[d], loader->has_mask[d] ? &loader->masks[d] : NULL, j,
                      inputs, targets, positions, loader->scratch);
 }
 
@@ -276,8 +282,8 @@ void data_loader_free(DataLoader *loader) {
         gpt_index_free(&loader->indices[d]);
         indexed_dataset_close(&loader->datasets[d]);
         if (loader->has_mask[d]) indexed_dataset_close(&loader->masks[d]);
+        packed_rows_free(&loader->rows[d]);
     }
-    packed_rows_free(&loader->rows);
     free(loader->scratch);
     free(loader->dataset_index);
     free(loader->dataset_sample_index);

@@ -50,11 +50,16 @@ bool data_loader_has_mask(const DataLoader *loader);
 void data_loader_get_mask(const DataLoader *loader, int64_t index, int32_t *out);
 
 /* data.pack: the loader's samples are packed rows of whole documents
- * (sft_packing.h); read them with data_loader_get_packed, not data_loader_get. */
+ * (sft_packing.h); read them with data_loader_get_packed, not data_loader_get.
+ * Each dataset is packed on its own (packed_loader.h); in a blend a row is
+ * one sample of its dataset, assigned by the blending rule, so the weights
+ * are the share of rows. */
 bool data_loader_packed(const DataLoader *loader);
 
 /* Packed sample `index` (wrapping): seq_len inputs, targets (-1: masked or
- * padding) and each token's position in its sample. */
+ * padding) and each token's position in its sample. Alone, a dataset's row
+ * order[index % rows]; in a blend, sample i of dataset d (blend.h) is d's
+ * row order[i % d's rows]: the row d's loader alone gives for i. */
 void data_loader_get_packed(const DataLoader *loader, int64_t index, int32_t *inputs, int32_t *targets,
                             int32_t *positions);
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # test_sft_packed_runs.sh: the SFT recipe end to end: recipes/sft/chat.jsonl built
 # with --format sft (llama3 template), trained by recipes/sft/tiny_llama_lora.yaml
-# (LoRA, data.pack, train.loss per_token), the loss falling; the same run on
+# (LoRA, data.pack, train.loss per_token), the loss falling; a 3:1 blend of it
+# with the same conversations built with the chatml template packs each dataset
+# on its own and trains, the loss falling; the same run on
 # tp 2 (+ sequence parallel), dp 2, dp 2 + ZeRO-1, tp 2 x dp 2, cp 2, cp 4,
 # pp 2, pp 2 x vpp 2 (selective recompute), tp 2 x cp 2 + sp and
 # pp 2 x cp 2 x dp 2 (ZeRO-1) gives the one-rank losses and grad norms; a
@@ -24,6 +26,20 @@ grep -q "data: train packed 20 documents into" "$WORK/base.log" || fail "no pack
 first=$(json_field "$WORK/base/metrics.jsonl" loss | head -1)
 last=$(json_field "$WORK/base/metrics.jsonl" loss | tail -1)
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "the loss did not fall: $first -> $last"
+
+"$MEGATRAIN" data build --format sft --chat-template chatml --input "$REPO/recipes/sft/chat.jsonl" \
+  --output "$WORK/chatml" > /dev/null
+"$MEGATRAIN" run "$RECIPE" --set run.dir="$WORK/blend" "${COMMON[@]}" \
+  --set "data.train=[{path: $WORK/chat, weight: 3.0}, {path: $WORK/chatml, weight: 1.0}]" > "$WORK/blend.log" 2>&1 ||
+  { tail -20 "$WORK/blend.log"; fail "the packed blend failed"; }
+packed="data: train packed 2 datasets, each into its own rows of 512 positions, blended by weight (the share of rows): "
+packed+="data.train\[0\] $WORK/chat (weight 0.75): 20 documents into [0-9]* rows .*; "
+packed+="data.train\[1\] $WORK/chatml (weight 0.25): 20 documents into [0-9]* rows"
+grep -q "$packed" "$WORK/blend.log" || fail "the blend's packing line: $(grep 'data:' "$WORK/blend.log")"
+first=$(json_field "$WORK/blend/metrics.jsonl" loss | head -1)
+last=$(json_field "$WORK/blend/metrics.jsonl" loss | tail -1)
+awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "the blend's loss did not fall: $first -> $last"
+echo "packed SFT: a 3:1 blend of two datasets packs each and trains ($first -> $last)"
 
 if command -v mpirun > /dev/null; then
   # pp 2 x vpp 2 needs 4 layers: its one-rank run is base4

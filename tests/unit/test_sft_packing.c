@@ -4,7 +4,12 @@
  * packed rows hold every document of two tokens or more exactly once, whole
  * and contiguous, with positions restarting at 0, targets the next token
  * (-1 where the loss mask says 0, at a document's end and in the padding);
- * an overlong document is an error naming it, or truncated when asked. */
+ * an overlong document is an error naming it, or truncated when asked.
+ * Alone, a dataset's rows are packed_rows_build's with the split's seed. A
+ * 3:1 blend of two packed datasets (one with a loss mask, one without)
+ * gives each dataset the share of rows blend_build_indices says, and every
+ * row equals the row of the dataset-alone loader it comes from; an overlong
+ * document of the second names data.train[1]. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -15,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include "data/blend.h"
 #include "data/data_loader.h"
 #include "data/indexed_dataset.h"
 #include "data/sft_packing.h"
@@ -54,35 +60,53 @@ static void test_ffd_random(void **state) {
 /* Document d: 1 + (d * 7) % 17 tokens (1..17), token p = d * STRIDE + p; extra: one more of `extra` tokens. */
 static int doc_length(int d) { return 1 + (d * 7) % 17; }
 
-static void make_sft_dataset(const char *name, int extra, char *prefix, size_t len) {
+/* The second dataset of the blend: 2 + (d * 5) % 11 tokens (2..12), token p = OTHER_BASE + d * STRIDE + p. */
+#define OTHER_BASE 100000
+static int other_length(int d) { return 2 + (d * 5) % 11; }
+
+/* NUM_DOCS documents (+ one of `extra` tokens); other: the second dataset's, without a loss mask. */
+static void write_sft_dataset(const char *name, int extra, int other, char *prefix, size_t len) {
     snprintf(prefix, len, "%s/%s", work_dir, name);
     char mask_prefix[600], err[512];
     snprintf(mask_prefix, sizeof mask_prefix, "%s_mask", prefix);
     IndexedDatasetWriter *w = indexed_dataset_writer_open(prefix, IDX_DTYPE_INT32, err, sizeof err);
-    IndexedDatasetWriter *m = indexed_dataset_writer_open(mask_prefix, IDX_DTYPE_UINT8, err, sizeof err);
+    IndexedDatasetWriter *m = other ? NULL : indexed_dataset_writer_open(mask_prefix, IDX_DTYPE_UINT8, err, sizeof err);
     assert_non_null(w);
-    assert_non_null(m);
+    assert_true(other || m);
     int32_t tokens[64], mask[64];
     for (int d = 0; d < NUM_DOCS + (extra > 0); d++) {
-        int n = d < NUM_DOCS ? doc_length(d) : extra;
-        for (int p = 0; p < n; p++) tokens[p] = d * STRIDE + p, mask[p] = (p % 3) != 1;
+        int n = d < NUM_DOCS ? (other ? other_length(d) : doc_length(d)) : extra;
+        for (int p = 0; p < n; p++) tokens[p] = (other ? OTHER_BASE : 0) + d * STRIDE + p, mask[p] = (p % 3) != 1;
         assert_int_equal(indexed_dataset_writer_add_document(w, tokens, n), 0);
-        assert_int_equal(indexed_dataset_writer_add_document(m, mask, n), 0);
+        if (m) assert_int_equal(indexed_dataset_writer_add_document(m, mask, n), 0);
     }
     assert_int_equal(indexed_dataset_writer_finish(w, err, sizeof err), 0);
-    assert_int_equal(indexed_dataset_writer_finish(m, err, sizeof err), 0);
+    if (m) assert_int_equal(indexed_dataset_writer_finish(m, err, sizeof err), 0);
 }
 
-static DataLoader *packed_loader(const char *prefix, PackOverlong overlong, char *err, size_t errlen) {
+static void make_sft_dataset(const char *name, int extra, char *prefix, size_t len) {
+    write_sft_dataset(name, extra, 0, prefix, len);
+}
+
+/* data.train: the prefixes with their weights, packed, all of each in the train split, seed 7. */
+static DataLoader *packed_blend(int n, const char *const *prefixes, const double *weights, PackOverlong overlong,
+                                int64_t num_samples, char *err, size_t errlen) {
     DataConfig data;
     memset(&data, 0, sizeof data);
-    data.num_train = 1;
-    snprintf(data.train[0].path, sizeof data.train[0].path, "%s", prefix);
-    data.train[0].weight = 1.0;
+    data.num_train = n;
+    for (int i = 0; i < n; i++) {
+        snprintf(data.train[i].path, sizeof data.train[i].path, "%s", prefixes[i]);
+        data.train[i].weight = weights[i];
+    }
     data.split[0] = 1.0;
     data.pack = true;
     data.pack_overlong = overlong;
-    return data_loader_create(&data, SPLIT_TRAIN, SEQ_LEN, 7, 1, err, errlen);
+    return data_loader_create(&data, SPLIT_TRAIN, SEQ_LEN, 7, num_samples, err, errlen);
+}
+
+static DataLoader *packed_loader(const char *prefix, PackOverlong overlong, char *err, size_t errlen) {
+    const double one = 1.0;
+    return packed_blend(1, &prefix, &one, overlong, 1, err, errlen);
 }
 
 /* Every row of the loader: documents whole, once, in order inside; max_len: the longest kept. */
@@ -136,12 +160,118 @@ static void test_overlong(void **state) {
     data_loader_free(loader);
 }
 
+/* Alone, the loader's rows are packed_rows_build's over the whole dataset
+ * with the train split's seed 7 ^ 0x9e3779b97f4a7c15, read in its order. */
+static void test_one_dataset_rows(void **state) {
+    char prefix[512], err[1024];
+    make_sft_dataset("alone", 0, prefix, sizeof prefix);
+    DataLoader *loader = packed_loader(prefix, PACK_OVERLONG_ERROR, err, sizeof err);
+    assert_non_null(loader);
+    IndexedDataset ds, mask;
+    char mask_prefix[600];
+    snprintf(mask_prefix, sizeof mask_prefix, "%s_mask", prefix);
+    assert_int_equal(indexed_dataset_open(&ds, prefix, err, sizeof err), 0);
+    assert_int_equal(indexed_dataset_open(&mask, mask_prefix, err, sizeof err), 0);
+    PackedRows rows;
+    assert_int_equal(packed_rows_build(&rows, &ds, "data.train", 0, NUM_DOCS, SEQ_LEN, PACK_OVERLONG_ERROR,
+                                       7 ^ 0x9e3779b97f4a7c15ULL, err, sizeof err), 0);
+    assert_int_equal(data_loader_num_samples(loader), rows.num_rows);
+    int32_t in[2][SEQ_LEN], tg[2][SEQ_LEN], pos[2][SEQ_LEN], scratch[SEQ_LEN + 1];
+    for (int64_t i = 0; i < 2 * rows.num_rows; i++) { /* twice: the order repeats */
+        data_loader_get_packed(loader, i, in[0], tg[0], pos[0]);
+        packed_rows_read(&rows, &ds, &mask, i, in[1], tg[1], pos[1], scratch);
+        assert_memory_equal(in[0], in[1], sizeof in[0]);
+        assert_memory_equal(tg[0], tg[1], sizeof tg[0]);
+        assert_memory_equal(pos[0], pos[1], sizeof pos[0]);
+    }
+    packed_rows_free(&rows);
+    indexed_dataset_close(&mask);
+    indexed_dataset_close(&ds);
+    data_loader_free(loader);
+}
+
+/* Targets inside a document that are -1 in a row: not at a document's last
+ * position (the next restarts at 0), nor in the padding (input 0, a token
+ * no kept document has here: the only document starting with 0 has one token). */
+static int masked_inside(const int32_t *in, const int32_t *tg, const int32_t *pos) {
+    int masked = 0;
+    for (int t = 0; t + 1 < SEQ_LEN; t++) masked += in[t] != 0 && pos[t + 1] == pos[t] + 1 && tg[t] == -1;
+    return masked;
+}
+
+static void test_blend_3_to_1(void **state) {
+    enum { N = 200 }; /* more than either dataset's rows: both wrap */
+    char a[512], b[512], err[1024];
+    write_sft_dataset("blend_masked", 0, 0, a, sizeof a);
+    write_sft_dataset("blend_plain", 0, 1, b, sizeof b);
+    const char *const prefixes[] = {a, b};
+    const double weights[] = {3.0, 1.0};
+    DataLoader *blend = packed_blend(2, prefixes, weights, PACK_OVERLONG_ERROR, N, err, sizeof err);
+    assert_non_null(blend);
+    assert_true(data_loader_packed(blend));
+    assert_true(data_loader_has_mask(blend));
+    assert_int_equal(data_loader_num_samples(blend), N);
+    DataLoader *alone[2];
+    for (int d = 0; d < 2; d++) {
+        alone[d] = packed_loader(prefixes[d], PACK_OVERLONG_ERROR, err, sizeof err);
+        assert_non_null(alone[d]);
+        assert_true(data_loader_num_samples(alone[d]) < N / 4);
+    }
+    assert_false(data_loader_has_mask(alone[1]));
+
+    const double normalised[] = {0.75, 0.25};
+    int32_t which[N];
+    int64_t index_in[N];
+    blend_build_indices(normalised, 2, N, which, index_in);
+    int count[2] = {0, 0}, masked[2] = {0, 0};
+    for (int64_t i = 0; i < 2 * N; i++) { /* the second pass: sample i + N is sample i */
+        int32_t in[2][SEQ_LEN], tg[2][SEQ_LEN], pos[2][SEQ_LEN];
+        const int d = which[i % N];
+        data_loader_get_packed(blend, i, in[0], tg[0], pos[0]);
+        data_loader_get_packed(alone[d], index_in[i % N], in[1], tg[1], pos[1]);
+        assert_memory_equal(in[0], in[1], sizeof in[0]);
+        assert_memory_equal(tg[0], tg[1], sizeof tg[0]);
+        assert_memory_equal(pos[0], pos[1], sizeof pos[0]);
+        assert_int_equal(in[0][0] >= OTHER_BASE, d); /* the row is of dataset d */
+        if (i < N) count[d]++, masked[d] += masked_inside(in[0], tg[0], pos[0]);
+    }
+    assert_int_equal(count[0], 150); /* 3:1 of 200 rows, as the greedy rule gives it */
+    assert_int_equal(count[1], 50);
+    for (int n = 1; n <= N; n++) { /* and within one of the weights over every prefix of the samples */
+        int first = 0;
+        for (int i = 0; i < n; i++) first += which[i] == 0;
+        assert_true(first >= 0.75 * n - 1 && first <= 0.75 * n + 1);
+    }
+    assert_true(masked[0] > 0);      /* the first dataset's loss mask applies to its rows */
+    assert_int_equal(masked[1], 0); /* the second has none: every target inside a document counts */
+    for (int d = 0; d < 2; d++) data_loader_free(alone[d]);
+    data_loader_free(blend);
+}
+
+static void test_blend_overlong(void **state) {
+    char a[512], b[512], err[1024];
+    write_sft_dataset("over_a", 0, 0, a, sizeof a);
+    write_sft_dataset("over_b", SEQ_LEN + 5, 1, b, sizeof b);
+    const char *const prefixes[] = {a, b};
+    const double weights[] = {1.0, 1.0};
+    assert_null(packed_blend(2, prefixes, weights, PACK_OVERLONG_ERROR, 10, err, sizeof err));
+    char want[700];
+    snprintf(want, sizeof want, "data.train[1] %s: document 40 has 21 tokens, more than train.seq_len + 1 = 17", b);
+    assert_non_null(strstr(err, want));
+    DataLoader *loader = packed_blend(2, prefixes, weights, PACK_OVERLONG_TRUNCATE, 10, err, sizeof err);
+    assert_non_null(loader);
+    data_loader_free(loader);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ffd_known),
         cmocka_unit_test(test_ffd_random),
         cmocka_unit_test(test_packed_rows),
         cmocka_unit_test(test_overlong),
+        cmocka_unit_test(test_one_dataset_rows),
+        cmocka_unit_test(test_blend_3_to_1),
+        cmocka_unit_test(test_blend_overlong),
     };
     return cmocka_run_group_tests(tests, work_dir_setup, work_dir_teardown);
 }
