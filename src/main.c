@@ -3,7 +3,7 @@
  * megatrain run RECIPE.yaml [--set key.path=value ...]
  * megatrain resume RUN_OR_CKPT_DIR [--set key.path=value ...]
  * megatrain convert SRC DST [--dtype fp32|bf16|fp16] [--max-shard-size SIZE]
- * megatrain eval CKPT --data PREFIX [--batches N] [--seq-len T]
+ * megatrain eval CKPT --data PREFIX [--batches N] [--seq-len T] [--pack] [--loss per_micro_batch|per_token] ...
  * megatrain inspect CKPT
  * megatrain data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT] [--workers N] [--overwrite]
  * megatrain data build --format sft [--chat-template llama3|chatml] --input CHAT.jsonl --output PREFIX ...
@@ -40,8 +40,9 @@ static const char *const usage_text =
     "                                              continue from the latest valid checkpoint\n"
     "  convert SRC DST [--dtype fp32|bf16|fp16] [--max-shard-size SIZE]\n"
     "                                              Hugging Face dir <-> megatrain checkpoint\n"
-    "  eval CKPT --data PREFIX [--batches N] [--seq-len T] [--micro-batch-size B] [--seed S]\n"
-    "                                              mean next-token loss of a checkpoint on data\n"
+    "  eval CKPT --data PREFIX [--batches N] [--seq-len T] [--micro-batch-size B] [--seed S] [--pack]\n"
+    "       [--loss per_micro_batch|per_token]     mean next-token loss of a checkpoint on data (SFT: its\n"
+    "                                              loss mask; packed rows; per-token mean)\n"
     "  inspect CKPT                                list tensors, verify every checksum\n"
     "  data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT] [--workers N]\n"
     "             [--overwrite]                    text or JSONL -> Megatron .bin/.idx\n"

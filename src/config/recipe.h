@@ -274,6 +274,11 @@ const char *model_family_name(ModelFamily family);
 const char *lr_decay_name(LrDecay decay);
 const char *wsd_decay_style_name(WsdDecayStyle style);
 const char *dtype_name(DType dtype);
+const char *loss_reduction_name(LossReduction loss);
+const char *pack_overlong_name(PackOverlong overlong);
+/* The value spelled `text` (as in YAML) into *out: 0, or -1 when no value is spelled so. */
+int loss_reduction_parse(const char *text, LossReduction *out);
+int pack_overlong_parse(const char *text, PackOverlong *out);
 /* "q_proj", ..., "down_proj" (PEFT's and Hugging Face's module names). */
 const char *lora_target_name(LoraTarget target);
 /* Whether LoRA adapts `target` (peft.type lora and the target listed). */

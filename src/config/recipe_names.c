@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "recipe_schema.h"
 
@@ -20,6 +21,34 @@ const char *wsd_decay_style_name(WsdDecayStyle style) {
 
 const char *dtype_name(DType dtype) {
     return dtype >= DTYPE_FP32 && dtype <= DTYPE_FP8 ? precision_names[dtype] : "unknown";
+}
+
+const char *loss_reduction_name(LossReduction loss) {
+    return loss == LOSS_PER_MICRO_BATCH || loss == LOSS_PER_TOKEN ? loss_reduction_names[loss] : "unknown";
+}
+
+const char *pack_overlong_name(PackOverlong overlong) {
+    return overlong == PACK_OVERLONG_ERROR || overlong == PACK_OVERLONG_TRUNCATE ? pack_overlong_names[overlong]
+                                                                                  : "unknown";
+}
+
+/* The index of `text` in a NULL-terminated list of names, or -1. */
+static int name_index(const char *const *names, const char *text) {
+    for (int i = 0; text && names[i]; i++)
+        if (strcmp(names[i], text) == 0) return i;
+    return -1;
+}
+
+int loss_reduction_parse(const char *text, LossReduction *out) {
+    const int i = name_index(loss_reduction_names, text);
+    if (i >= 0) *out = (LossReduction)i;
+    return i >= 0 ? 0 : -1;
+}
+
+int pack_overlong_parse(const char *text, PackOverlong *out) {
+    const int i = name_index(pack_overlong_names, text);
+    if (i >= 0) *out = (PackOverlong)i;
+    return i >= 0 ? 0 : -1;
 }
 
 const char *lora_target_name(LoraTarget target) {

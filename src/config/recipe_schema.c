@@ -19,7 +19,7 @@ static const char *const balancing_names[] = {"aux_loss", "seq_aux_loss", "globa
 static const char *const device_names[] = {"cpu", "cuda", NULL};
 const char *const recompute_names[] = {"none", "selective", "full", NULL};
 const char *const loss_reduction_names[] = {"per_micro_batch", "per_token", NULL};
-static const char *const pack_overlong_names[] = {"error", "truncate", NULL};
+const char *const pack_overlong_names[] = {"error", "truncate", NULL};
 static const char *const peft_type_names[] = {"none", "lora", NULL};
 const char *const lora_target_names[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
                                          NULL};

@@ -49,6 +49,7 @@ extern const char *const dtype_names[];
 extern const char *const precision_names[];
 extern const char *const recompute_names[];
 extern const char *const loss_reduction_names[];
+extern const char *const pack_overlong_names[];
 extern const char *const lora_target_names[];
 
 /* "LOC: PATH: message" into err; returns -1. */

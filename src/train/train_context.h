@@ -10,6 +10,7 @@
 #include "../ckpt/checkpoint.h"
 #include "../config/recipe.h"
 #include "../data/data_loader.h"
+#include "../data/micro_batch.h"
 #include "../model/model.h"
 #include "../model/model_device.h"
 #include "../obs/energy.h"
@@ -30,12 +31,7 @@ typedef struct TrainContext {
     Model *model;             /* device->host: the registry and the host's weights */
     DataLoader *train_data;
     DataLoader *valid_data;   /* NULL when evaluation is off */
-    int32_t *sample;          /* seq_len + 1 tokens of one sample */
-    int32_t *sample_mask;     /* its SFT loss mask (data_loader_get_mask: 1 counted, 0 masked) */
-    int32_t *packed_positions; /* data.pack: B x seq_len, each position's place in its sample (whole rows) */
-    int32_t *inputs;          /* micro_batch_size x seq_len / cp */
-    int32_t *targets;         /* micro_batch_size x seq_len (inputs shifted by one) */
-    int32_t *positions;       /* seq_len / cp: the positions of each sample this rank holds (context parallel) */
+    MicroBatch batch;         /* micro_batch_size samples, seq_len / cp positions of each (context parallel) */
     TrainState state;
     StepTimers timers;        /* where the steps' time went since the last timers line */
     EnergyMeter energy;       /* the GPU's energy counter (NVML); closed on the CPU */

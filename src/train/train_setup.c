@@ -160,13 +160,8 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
     }
     if (open_valid_data(ctx, err, errlen) != 0) return MT_EXIT_FAILURE;
 
-    ctx->sample = mt_malloc(((size_t)train->seq_len + 1) * sizeof(int32_t));
-    ctx->sample_mask = mt_malloc(((size_t)train->seq_len + 1) * sizeof(int32_t));
-    ctx->packed_positions = mt_malloc((size_t)B * (size_t)train->seq_len * sizeof(int32_t));
-    ctx->inputs = mt_malloc((size_t)B * (size_t)T * sizeof(int32_t));
-    ctx->targets = mt_malloc((size_t)B * (size_t)T * sizeof(int32_t));
-    ctx->positions = mt_malloc((size_t)T * sizeof(int32_t));
-    model_cp_positions(T, ctx->layout.cp, ctx->part.cp_rank, ctx->positions);
+    micro_batch_init(&ctx->batch, B, train->seq_len, T);
+    model_cp_positions(T, ctx->layout.cp, ctx->part.cp_rank, ctx->batch.positions);
 
     ctx->device = model_device_create(&device, err, errlen);
     if (!ctx->device) return MT_EXIT_FAILURE;
@@ -243,12 +238,7 @@ void train_teardown(TrainContext *ctx) {
     model_device_free(ctx->device);
     if (ctx->train_data) data_loader_free(ctx->train_data);
     if (ctx->valid_data) data_loader_free(ctx->valid_data);
-    free(ctx->sample);
-    free(ctx->sample_mask);
-    free(ctx->packed_positions);
-    free(ctx->inputs);
-    free(ctx->targets);
-    free(ctx->positions);
+    micro_batch_free(&ctx->batch);
     if (ctx->layout.world_size > 0) grid_free(&ctx->grid);
     memset(ctx, 0, sizeof *ctx);
 }

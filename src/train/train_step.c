@@ -5,7 +5,8 @@
  * global_batch samples; micro-batch i of dp rank r reads samples
  * consumed + i * mbs * dp + r * mbs + [0, mbs). A sample is seq_len + 1
  * tokens: inputs are its first seq_len, targets the same shifted by one
- * (an SFT dataset's loss mask sets a masked target to -1: ignored).
+ * (an SFT dataset's loss mask sets a masked target to -1: ignored); the
+ * reading is src/data/micro_batch.c, which `megatrain eval` shares.
  * train.loss per_token: before the micro-batches every rank counts its
  * counted targets of the step, one all-reduce over cp and dp sums them, and
  * the model divides each micro-batch's summed loss by that total over
@@ -47,37 +48,6 @@ static double lap(double *t) {
 /* Tokens of each sample this rank holds: seq_len / cp. */
 static int local_seq_len(const TrainContext *ctx) { return ctx->recipe->train.seq_len / ctx->layout.cp; }
 
-/* Fill ctx->inputs / ctx->targets with micro_batch_size samples from
- * `first`: this rank's positions of each (all of them unless context
- * parallel). Returns the packed rows' places (B x seq_len, for
- * set_positions), NULL for plain rows. */
-static const int32_t *load_micro_batch(TrainContext *ctx, const DataLoader *loader, int64_t first) {
-    const int B = ctx->recipe->train.micro_batch_size, S = ctx->recipe->train.seq_len;
-    const int T = local_seq_len(ctx);
-    const int32_t *positions = ctx->positions;
-    if (data_loader_packed(loader)) { /* whole rows (sample: inputs, sample_mask: targets), this rank's tokens */
-        for (int b = 0; b < B; b++) {
-            data_loader_get_packed(loader, first + b, ctx->sample, ctx->sample_mask, ctx->packed_positions + (long)b * S);
-            for (int t = 0; t < T; t++) {
-                ctx->inputs[(long)b * T + t] = ctx->sample[positions[t]];
-                ctx->targets[(long)b * T + t] = ctx->sample_mask[positions[t]];
-            }
-        }
-        return ctx->packed_positions;
-    }
-    const bool masked = data_loader_has_mask(loader);
-    for (int b = 0; b < B; b++) {
-        data_loader_get(loader, first + b, ctx->sample);
-        if (masked) data_loader_get_mask(loader, first + b, ctx->sample_mask);
-        for (int t = 0; t < T; t++) {
-            ctx->inputs[(long)b * T + t] = ctx->sample[positions[t]];
-            ctx->targets[(long)b * T + t] =
-                !masked || ctx->sample_mask[positions[t] + 1] ? ctx->sample[positions[t] + 1] : -1;
-        }
-    }
-    return NULL;
-}
-
 /* The device told where the packed samples of the micro-batch just loaded start (NULL: plain rows; pp 1). */
 static void tell_device(TrainContext *ctx, const int32_t *places) {
     ctx->device->ops->set_positions(ctx->device, places, ctx->recipe->train.micro_batch_size, local_seq_len(ctx));
@@ -103,13 +73,14 @@ static int64_t eval_batch_start(const TrainContext *ctx, long micro) {
 
 /* Evaluation batch `micro` of this dp rank; past its last one, batch 0
  * with every target ignored (a forward that adds no loss). Returns the
- * packed places, as load_micro_batch. */
+ * packed places, as micro_batch_load. */
 static const int32_t *load_eval_batch(TrainContext *ctx, long micro) {
     const int64_t batch = (int64_t)ctx->layout.dp_rank + (int64_t)micro * ctx->layout.dp_size;
     const bool padding = batch >= ctx->recipe->train.eval_batches;
-    const int32_t *places = load_micro_batch(ctx, ctx->valid_data, padding ? 0 : eval_batch_start(ctx, micro));
+    const int32_t *places = micro_batch_load(&ctx->batch, ctx->valid_data, padding ? 0 : eval_batch_start(ctx, micro));
     if (padding)
-        for (long i = 0; i < (long)ctx->recipe->train.micro_batch_size * local_seq_len(ctx); i++) ctx->targets[i] = -1;
+        for (long i = 0; i < (long)ctx->recipe->train.micro_batch_size * local_seq_len(ctx); i++)
+            ctx->batch.targets[i] = -1;
     return places;
 }
 
@@ -117,9 +88,9 @@ static void pipeline_load(void *arg, int micro, const int32_t **inputs, const in
                           const int32_t **positions) {
     MicroSource *src = arg;
     if (src->eval) *positions = load_eval_batch(src->ctx, micro);
-    else *positions = load_micro_batch(src->ctx, src->loader, micro_batch_start(src->ctx, src->base, micro));
-    *inputs = src->ctx->inputs;
-    *targets = src->ctx->targets;
+    else *positions = micro_batch_load(&src->ctx->batch, src->loader, micro_batch_start(src->ctx, src->base, micro));
+    *inputs = src->ctx->batch.inputs;
+    *targets = src->ctx->batch.targets;
 }
 
 /* Collective: the step's loss from this rank's mean over its micro-batches
@@ -141,11 +112,10 @@ static bool test_failure_due(const TrainContext *ctx) {
  * targets over every micro-batch and rank, divided by micro-batches x dp:
  * the divisor of each micro-batch's summed loss (set_loss_tokens). */
 static double step_loss_tokens(TrainContext *ctx, long num_micro) {
-    const long n = (long)ctx->recipe->train.micro_batch_size * local_seq_len(ctx);
     double count = 0;
     for (long micro = 0; micro < num_micro; micro++) {
-        load_micro_batch(ctx, ctx->train_data, micro_batch_start(ctx, ctx->state.consumed_samples, micro));
-        for (long i = 0; i < n; i++) count += ctx->targets[i] >= 0;
+        micro_batch_load(&ctx->batch, ctx->train_data, micro_batch_start(ctx, ctx->state.consumed_samples, micro));
+        count += (double)micro_batch_counted(&ctx->batch);
     }
     count = dp_sum_double(&ctx->grid.groups[GROUP_DP], dp_sum_double(&ctx->grid.groups[GROUP_CP], count));
     /* no counted target in the whole batch: every loss is 0 whatever the divisor */
@@ -167,10 +137,10 @@ static double run_micro_batches(TrainContext *ctx, long num_micro, StepTimers *t
     ModelDevice *dev = ctx->device;
     double loss_sum = 0.0;
     for (long micro = 0; micro < num_micro; micro++) {
-        tell_device(ctx, load_micro_batch(ctx, ctx->train_data,
+        tell_device(ctx, micro_batch_load(&ctx->batch, ctx->train_data,
                                           micro_batch_start(ctx, ctx->state.consumed_samples, micro)));
         timers->data += lap(t);
-        loss_sum += dev->ops->forward(dev, ctx->inputs, ctx->targets, B, T);
+        loss_sum += dev->ops->forward(dev, ctx->batch.inputs, ctx->batch.targets, B, T);
         timers->forward += lap(t);
         dev->ops->backward(dev, loss_scale, micro + 1 == num_micro);
         timers->backward += lap(t);
@@ -266,11 +236,10 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
  * that makes the mean of the batches' losses the per-token mean. per_rank
  * batches of this dp rank (past its last, padding: nothing counted). */
 static double eval_loss_tokens(TrainContext *ctx, long per_rank) {
-    const long n = (long)ctx->recipe->train.micro_batch_size * local_seq_len(ctx);
     double count = 0;
     for (long micro = 0; micro < per_rank; micro++) {
         load_eval_batch(ctx, micro);
-        for (long i = 0; i < n; i++) count += ctx->targets[i] >= 0;
+        count += (double)micro_batch_counted(&ctx->batch);
     }
     count = dp_sum_double(&ctx->grid.groups[GROUP_DP], dp_sum_double(&ctx->grid.groups[GROUP_CP], count));
     return count > 0 ? count / (double)ctx->recipe->train.eval_batches : 1.0;
@@ -299,7 +268,8 @@ double train_evaluate(TrainContext *ctx) {
         const long mine = (train->eval_batches - ctx->layout.dp_rank + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
         for (long micro = 0; micro < (dev->eval_lockstep ? per_rank : mine); micro++) {
             tell_device(ctx, load_eval_batch(ctx, micro));
-            loss_sum += dev->ops->forward(dev, ctx->inputs, ctx->targets, train->micro_batch_size, local_seq_len(ctx));
+            loss_sum += dev->ops->forward(dev, ctx->batch.inputs, ctx->batch.targets, train->micro_batch_size,
+                                          local_seq_len(ctx));
         }
     }
     if (per_token) ctx->device->ops->set_loss_tokens(ctx->device, 0);

@@ -6,6 +6,13 @@
 # size and batch count); the run directory and its checkpoints/ directory
 # evaluate the newest checkpoint; --json prints one object with the same
 # loss; errors for a missing checkpoint, missing data and bad options.
+# On SFT data (data build --format sft: a loss mask), runs with data.valid =
+# that data, train.loss per_token or per_micro_batch, data.pack true or
+# false: eval with the run's settings and --pack / --loss gives the run's
+# eval_loss at its checkpoint; the same tokens without the mask, or the
+# other --loss, do not; the line and --json say the mask and the counted
+# targets; bad --pack-overlong / --loss values exit 2 naming the option;
+# the cuda build (when there is one) refuses --pack and per_token (exit 2).
 source "$(dirname "$0")/lib.sh"
 
 "$MEGATRAIN" eval --help > /dev/null 2>&1 || { echo "skip: megatrain has no eval command"; exit 77; }
@@ -51,7 +58,8 @@ json=$("$MEGATRAIN" eval "$run" --data "$WORK/english" --batches 3 --seq-len 64 
 echo "$json"
 [[ $(printf '%s\n' "$json" | wc -l) -eq 1 ]] || fail "eval --json printed more than one line"
 want='^\{"checkpoint":"'"$ckpt"'","step":10,"loss":([0-9.e-]+),"perplexity":([0-9.e+-]+),"batches":3,'
-want+='"micro_batch_size":8,"seq_len":64,"tokens":1536,"data":"'"$WORK/english"'","seed":1234,"device":"cpu"\}$'
+want+='"micro_batch_size":8,"seq_len":64,"tokens":1536,"data":"'"$WORK/english"'","seed":1234,"device":"cpu",'
+want+='"loss_reduction":"per_micro_batch","pack":false,"masked":false,"counted":1536\}$'
 [[ "$json" =~ $want ]] || fail "eval --json: unexpected object: $json"
 json_loss=${BASH_REMATCH[1]} ppl=${BASH_REMATCH[2]}
 [[ "$(printf '%.6f' "$json_loss")" == "$loss" ]] || fail "--json loss $json_loss, the line says $loss"
@@ -91,5 +99,98 @@ expect_error 2 "--device: expected cpu or cuda, found 'tpu'" "$ckpt" --data "$WO
 # device it lacks
 if ! command -v nvidia-smi > /dev/null || ! nvidia-smi > /dev/null 2>&1; then
   expect_error 1 "eval (--device cuda): " "$ckpt" --data "$WORK/english" --device cuda
+fi
+
+# 5. SFT data: prompt/completion records (prompt masked), short enough for packed rows of 64 positions
+python3 - "$WORK/chat.jsonl" <<'PY'
+import json, random, sys
+rng = random.Random(5)
+words = "the a cat dog sat on mat ran far quick brown fox jumps".split()
+with open(sys.argv[1], "w") as f:
+    for i in range(120):
+        prompt = " ".join(rng.choice(words) for _ in range(rng.randint(1, 6)))
+        completion = " ".join(rng.choice(words) for _ in range(rng.randint(1, 5 if i % 3 else 1)))
+        f.write(json.dumps({"prompt": prompt, "completion": completion}) + "\n")
+PY
+"$MEGATRAIN" data build --format sft --input "$WORK/chat.jsonl" --output "$WORK/sft" > "$WORK/build.log" 2>&1 \
+  || { cat "$WORK/build.log"; fail "data build --format sft failed"; }
+[[ -f "$WORK/sft_mask.idx" ]] || fail "data build --format sft wrote no loss mask"
+for ext in bin idx; do cp "$WORK/sft.$ext" "$WORK/nomask.$ext"; done # the same tokens, every target counted
+SFT_EVAL=(--batches 3 --seq-len 64 --micro-batch-size 2 --seed 77)
+
+# sft_case NAME PACK LOSS: a run evaluating at its last step (4) on the SFT data; eval of its checkpoint with the
+# run's settings prints its eval_loss, says the loss mask, and differs without the mask and with the other --loss.
+sft_case() {
+  local name=$1 pack=$2 loss=$3 other=per_token
+  [[ $loss == per_token ]] && other=per_micro_batch
+  local opts=("${SFT_EVAL[@]}" --loss "$loss")
+  [[ $pack == true ]] && opts+=(--pack)
+  "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/$name" --set run.seed=77 \
+    --set train.steps=4 --set optimizer.schedule.warmup_steps=1 --set checkpoint.interval=4 \
+    --set checkpoint.async=false --set train.micro_batch_size=2 \
+    --set "train.batch_schedule=[{step: 0, global_batch_size: 4}]" --set train.eval_interval=4 \
+    --set train.eval_batches=3 --set train.loss="$loss" --set data.pack="$pack" --set logging.interval=1 \
+    --set "data.train=[{path: $WORK/sft, weight: 1.0}]" --set "data.valid=[{path: $WORK/sft, weight: 1.0}]" \
+    > "$WORK/$name.log" 2>&1 || { cat "$WORK/$name.log"; fail "$name: the run failed"; }
+  local want
+  want=$(grep '"step":4[,}]' "$WORK/$name/metrics.jsonl" | grep -o '"eval_loss":[^,}]*' | cut -d: -f2)
+  [[ -n "$want" ]] || fail "$name: the run logged no eval_loss at step 4"
+  local out
+  out=$("$MEGATRAIN" eval "$WORK/$name" --data "$WORK/sft" "${opts[@]}" 2> "$WORK/eval.err") \
+    || { cat "$WORK/eval.err"; fail "$name: eval exited non-zero"; }
+  echo "$name: $out (the run's eval_loss $want)"
+  local re='^eval: loss ([0-9]+\.[0-9]{6}) over 3 batches of 2 x 64 tokens'
+  [[ $pack == true ]] && re+=', packed'
+  re+=', loss mask: ([0-9.]+)% of targets counted'
+  [[ $loss == per_token ]] && re+=', per-token mean'
+  re+=' \('"$WORK/$name"'/checkpoints/iter_0000004\)$'
+  [[ "$out" =~ $re ]] || fail "$name: unexpected line: $out"
+  local got=${BASH_REMATCH[1]} share=${BASH_REMATCH[2]}
+  [[ "$(printf '%.6f' "$want")" == "$got" ]] || fail "$name: eval says $got, the run's eval_loss at step 4 is $want"
+  awk -v p="$share" 'BEGIN { exit !(p > 0 && p < 100) }' || fail "$name: $share% of targets counted: the mask?"
+  local json
+  json=$("$MEGATRAIN" eval "$WORK/$name" --data "$WORK/sft" "${opts[@]}" --json) || fail "$name: --json failed"
+  [[ "$json" =~ \"loss_reduction\":\"$loss\",\"pack\":$pack,\"masked\":true,\"counted\":([0-9]+)\}$ ]] \
+    || fail "$name: --json: unexpected object: $json"
+  awk -v c="${BASH_REMATCH[1]}" -v p="$share" 'BEGIN { d = 100 * c / 384 - p; exit !(d < 0.05 && d > -0.05) }' \
+    || fail "$name: --json counts ${BASH_REMATCH[1]} of 384 targets, the line says $share%"
+  # teeth: the same tokens scored on every target, and the other reduction, give other losses
+  local nomask
+  nomask=$("$MEGATRAIN" eval "$WORK/$name" --data "$WORK/nomask" "${opts[@]}" 2> /dev/null | awk '{print $3}')
+  [[ -n "$nomask" && "$nomask" != "$got" ]] || fail "$name: without the mask the loss is '$nomask', as with it"
+  local reduced
+  reduced=$("$MEGATRAIN" eval "$WORK/$name" --data "$WORK/sft" "${opts[@]}" --loss "$other" 2> /dev/null \
+    | awk '{print $3}')
+  echo "$name: without the mask $nomask, --loss $other $reduced"
+  [[ -n "$reduced" && "$reduced" != "$got" ]] || fail "$name: --loss $other gives '$reduced', as --loss $loss"
+}
+sft_case sft_token false per_token
+sft_case sft_packed true per_token
+sft_case sft_micro false per_micro_batch
+
+# 5b. packing: an overlong document is an error naming the options (as data.pack_overlong), or truncated
+expect_error 1 "--pack-overlong" "$WORK/sft_packed" --data "$WORK/sft" --pack --seq-len 8
+out=$("$MEGATRAIN" eval "$WORK/sft_packed" --data "$WORK/sft" --pack --pack-overlong truncate --seq-len 8 \
+  2> "$WORK/trunc.err") || { cat "$WORK/trunc.err"; fail "--pack-overlong truncate exited non-zero"; }
+grep -q "truncated" "$WORK/trunc.err" || fail "--pack-overlong truncate: no warning of truncated documents"
+[[ "$out" =~ ^eval:\ loss\ [0-9.]+\ over\ 8\ batches\ of\ 4\ x\ 8\ tokens,\ packed,\ loss\ mask: ]] \
+  || fail "--pack-overlong truncate: unexpected line: $out"
+
+# 5c. bad values of the new options: exit 2 naming the option
+expect_error 2 "--loss: expected per_micro_batch or per_token, found 'mean'" "$ckpt" --data "$WORK/sft" --loss mean
+expect_error 2 "--pack-overlong: expected error or truncate, found 'drop'" "$ckpt" --data "$WORK/sft" --pack \
+  --pack-overlong drop
+expect_error 2 "--pack-overlong: only with --pack" "$ckpt" --data "$WORK/sft" --pack-overlong truncate
+expect_error 2 "--loss needs a value" "$ckpt" --data "$WORK/sft" --loss
+expect_error 2 "unknown option '--pack=true'" "$ckpt" --data "$WORK/sft" --pack=true
+
+# 5d. the cuda build refuses packing and per_token (as run.device: cuda does) before touching a GPU: exit 2
+if [[ -x "$REPO/build/cuda/megatrain" ]]; then
+  MEGATRAIN="$REPO/build/cuda/megatrain" expect_error 2 "eval (--device cuda --pack): data.pack" \
+    "$WORK/sft_packed" --data "$WORK/sft" --device cuda --pack
+  MEGATRAIN="$REPO/build/cuda/megatrain" expect_error 2 "eval (--device cuda --loss per_token): train.loss" \
+    "$WORK/sft_packed" --data "$WORK/sft" --device cuda --loss per_token
+else
+  echo "no build/cuda/megatrain: the cuda refusal of --pack and per_token is not checked here"
 fi
 echo "ok"

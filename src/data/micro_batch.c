@@ -1,0 +1,62 @@
+/* micro_batch.c: a micro-batch's inputs and targets from a DataLoader
+ * (micro_batch.h says how a sample becomes them). */
+#include "micro_batch.h"
+
+#include <stdlib.h>
+
+#include "../core/error.h"
+
+void micro_batch_init(MicroBatch *mb, int size, int seq_len, int local_len) {
+    mb->size = size;
+    mb->seq_len = seq_len;
+    mb->local_len = local_len;
+    mb->positions = mt_malloc((size_t)local_len * sizeof(int32_t));
+    for (int t = 0; t < local_len; t++) mb->positions[t] = t;
+    mb->inputs = mt_malloc((size_t)size * (size_t)local_len * sizeof(int32_t));
+    mb->targets = mt_malloc((size_t)size * (size_t)local_len * sizeof(int32_t));
+    mb->places = mt_malloc((size_t)size * (size_t)seq_len * sizeof(int32_t));
+    mb->sample = mt_malloc(((size_t)seq_len + 1) * sizeof(int32_t));
+    mb->sample_mask = mt_malloc(((size_t)seq_len + 1) * sizeof(int32_t));
+}
+
+void micro_batch_free(MicroBatch *mb) {
+    free(mb->positions);
+    free(mb->inputs);
+    free(mb->targets);
+    free(mb->places);
+    free(mb->sample);
+    free(mb->sample_mask);
+}
+
+const int32_t *micro_batch_load(MicroBatch *mb, const DataLoader *loader, int64_t first) {
+    const int B = mb->size, S = mb->seq_len, T = mb->local_len;
+    const int32_t *positions = mb->positions;
+    if (data_loader_packed(loader)) { /* whole rows (sample: inputs, sample_mask: targets), this rank's tokens */
+        for (int b = 0; b < B; b++) {
+            data_loader_get_packed(loader, first + b, mb->sample, mb->sample_mask, mb->places + (long)b * S);
+            for (int t = 0; t < T; t++) {
+                mb->inputs[(long)b * T + t] = mb->sample[positions[t]];
+                mb->targets[(long)b * T + t] = mb->sample_mask[positions[t]];
+            }
+        }
+        return mb->places;
+    }
+    const bool masked = data_loader_has_mask(loader);
+    for (int b = 0; b < B; b++) {
+        data_loader_get(loader, first + b, mb->sample);
+        if (masked) data_loader_get_mask(loader, first + b, mb->sample_mask);
+        for (int t = 0; t < T; t++) {
+            mb->inputs[(long)b * T + t] = mb->sample[positions[t]];
+            mb->targets[(long)b * T + t] =
+                !masked || mb->sample_mask[positions[t] + 1] ? mb->sample[positions[t] + 1] : -1;
+        }
+    }
+    return NULL;
+}
+
+long micro_batch_counted(const MicroBatch *mb) {
+    const long n = (long)mb->size * mb->local_len;
+    long count = 0;
+    for (long i = 0; i < n; i++) count += mb->targets[i] >= 0;
+    return count;
+}
