@@ -7,7 +7,6 @@
 #include "fp8.h"
 
 #include <math.h>
-#include <string.h>
 
 typedef struct Fp8Layout {
     int mantissa_bits, bias;
@@ -20,9 +19,7 @@ float fp8_max(Fp8Format format) { return layouts[format].max; }
 
 uint8_t fp8_from_f32(float x, Fp8Format format) {
     const Fp8Layout *f = &layouts[format];
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    const uint8_t sign = (uint8_t)((u >> 31) << 7);
+    const uint8_t sign = signbit(x) ? 0x80 : 0;
     if (isnan(x)) return sign | (format == FP8_E4M3 ? 0x7f : 0x7e); /* quiet NaN, sign kept (fp8.h) */
     const int min_exp = 1 - f->bias; /* exponent of the smallest normal */
     float a = fabsf(x);

@@ -14,23 +14,12 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "core/float16.h"
 #include "core/fp8.h"
 
 #define FIXTURES "tests/fixtures/fp8"
 
 static const char *const format_names[2] = {"E4M3", "E5M2"};
-
-static uint32_t bits_of(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
-static float f32_of(uint32_t u) {
-    float x;
-    memcpy(&x, &u, sizeof x);
-    return x;
-}
 
 static FILE *open_fixture(const char *name) {
     char path[256];
@@ -55,10 +44,10 @@ static void test_encode_matches_ml_dtypes(void **state) {
         unsigned x, want[2];
         assert_int_equal(sscanf(line, "%x %x %x", &x, &want[0], &want[1]), 3);
         for (int fmt = 0; fmt < 2; fmt++) {
-            const unsigned got = fp8_from_f32(f32_of(x), (Fp8Format)fmt);
+            const unsigned got = fp8_from_f32(bits_f32(x), (Fp8Format)fmt);
             if (got != want[fmt] && wrong++ < 20)
                 print_error("%s of %08x (%g, %s): got %02x, ml_dtypes %02x\n", format_names[fmt], x,
-                            (double)f32_of(x), klass, got, want[fmt]);
+                            (double)bits_f32(x), klass, got, want[fmt]);
         }
         checked++;
     }
@@ -79,7 +68,7 @@ static void test_decode_matches_ml_dtypes(void **state) {
         assert_int_equal(sscanf(line, "%x %x %x", &code, &want[0], &want[1]), 3);
         assert_int_equal(code, (unsigned)checked); /* codes 00..ff in order */
         for (int fmt = 0; fmt < 2; fmt++) {
-            const uint32_t got = bits_of(fp8_to_f32((uint8_t)code, (Fp8Format)fmt));
+            const uint32_t got = f32_bits(fp8_to_f32((uint8_t)code, (Fp8Format)fmt));
             if (got != want[fmt] && wrong++ < 20)
                 print_error("%s code %02x: got %08x, ml_dtypes %08x\n", format_names[fmt], code, got, want[fmt]);
         }
@@ -135,8 +124,8 @@ static void test_round_trip_all_codes(void **state) {
 }
 
 static void assert_same_bits(float got, float want) {
-    if (bits_of(got) != bits_of(want))
-        fail_msg("got %g (%08x), expected %g (%08x)", (double)got, bits_of(got), (double)want, bits_of(want));
+    if (f32_bits(got) != f32_bits(want))
+        fail_msg("got %g (%08x), expected %g (%08x)", (double)got, f32_bits(got), (double)want, f32_bits(want));
 }
 
 /* out = fp8(x * scale) as fp32, worked out by hand:

@@ -17,20 +17,15 @@
 #include <string.h>
 #include <cmocka.h>
 
+#include "core/float16.h"
 #include "model/fp8_scaling.h"
 
 static const float E4M3_MAX = 448.0f, E5M2_MAX = 57344.0f;
 
-static uint32_t bits_of(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    return u;
-}
-
 static void assert_same_float(float got, float want, const char *what, int step) {
-    if (bits_of(got) != bits_of(want))
-        fail_msg("%s, step %d: got %.9g (%08x), expected %.9g (%08x)", what, step, (double)got, bits_of(got),
-                 (double)want, bits_of(want));
+    if (f32_bits(got) != f32_bits(want))
+        fail_msg("%s, step %d: got %.9g (%08x), expected %.9g (%08x)", what, step, (double)got, f32_bits(got),
+                 (double)want, f32_bits(want));
 }
 
 static Fp8Config delayed(Fp8AmaxAlgo algo, int margin) {
