@@ -3,8 +3,10 @@
 # packages (build/test-venv, one venv for all of them), made on first use with
 # pip from PyPI; prints the path of its python on stdout.
 #
-# Usage: bash tests/python_env.sh GROUP...      GROUP: tensorboard | torch | tokenizers | peft
+# Usage: bash tests/python_env.sh GROUP...      GROUP: tensorboard | torch | tokenizers | peft | fp8
 #   tensorboard  the `tensorboard` package (test_tensorboard.sh)
+#   fp8          ml_dtypes (Apache-2.0) and numpy: the E4M3 / E5M2 casts of
+#                tests/fixtures/fp8/make_fixtures.py
 #   tokenizers   Hugging Face `tokenizers` (tests/fixtures/tokenizers/make_fixtures.py)
 #   torch        torch (used on the CPU), transformers and safetensors
 #                (test_convert_transformers.sh, tests/fixtures/hf/make_fixtures.py)
@@ -36,12 +38,16 @@ TORCH_NO_DEPS=(torch==2.15.0 nvidia-cuda-runtime==13.2.86 nvidia-cublas==13.4.1.
                nvidia-cusparselt-cu13==0.8.1 nvidia-nccl-cu13==2.30.7 nvidia-nvshmem-cu13==3.7.2)
 TORCH_WITH_DEPS=(filelock typing-extensions sympy networkx jinja2 fsspec transformers==5.23.0 safetensors==0.8.0)
 PEFT_NO_DEPS=(peft==0.21.2 accelerate==1.15.0 psutil==7.2.2)
+FP8=(ml_dtypes==0.6.0 numpy==2.4.6)
 
 # check GROUP: the group's packages import (torch also computes a gradient on the CPU).
 check() {
   case $1 in
     tensorboard) "$VENV/bin/python" -c "import tensorboard" ;;
     tokenizers) "$VENV/bin/python" -c "import tokenizers" ;;
+    fp8) "$VENV/bin/python" -c "
+import numpy as np, ml_dtypes
+assert np.float32([1.0, -3.0]).astype(ml_dtypes.float8_e4m3fn).view(np.uint8).tolist() == [0x38, 0xc4]" ;;
     peft) "$VENV/bin/python" -c "
 import torch, peft, transformers as tf
 m = tf.LlamaForCausalLM(tf.LlamaConfig(vocab_size=8, hidden_size=8, intermediate_size=8, num_hidden_layers=1,
@@ -53,7 +59,7 @@ import torch, transformers, safetensors
 x = torch.arange(4.0, requires_grad=True)
 (x * x).sum().backward()
 assert x.grad.tolist() == [0.0, 2.0, 4.0, 6.0]" ;;
-    *) echo "python_env.sh: unknown group '$1' (expected tensorboard, torch, tokenizers or peft)" >&2; exit 2 ;;
+    *) echo "python_env.sh: unknown group '$1' (expected tensorboard, torch, tokenizers, peft or fp8)" >&2; exit 2 ;;
   esac
 }
 
@@ -61,12 +67,13 @@ install() {
   case $1 in
     tensorboard) "$VENV/bin/pip" install tensorboard ;;
     tokenizers) "$VENV/bin/pip" install tokenizers==0.23.3 ;;
+    fp8) "$VENV/bin/pip" install "${FP8[@]}" ;;
     torch) "$VENV/bin/pip" install --no-deps "${TORCH_NO_DEPS[@]}" && "$VENV/bin/pip" install "${TORCH_WITH_DEPS[@]}" ;;
     peft) { check torch || install torch; } && "$VENV/bin/pip" install --no-deps "${PEFT_NO_DEPS[@]}" ;;
   esac
 }
 
-[[ $# -ge 1 ]] || { echo "usage: bash tests/python_env.sh tensorboard|torch|tokenizers|peft ..." >&2; exit 2; }
+[[ $# -ge 1 ]] || { echo "usage: bash tests/python_env.sh tensorboard|torch|tokenizers|peft|fp8 ..." >&2; exit 2; }
 mkdir -p "$(dirname "$VENV")"
 exec 9> "$VENV.lock"   # one installer at a time (tests may run side by side)
 flock 9

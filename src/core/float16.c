@@ -1,20 +1,6 @@
 /* float16.c: fp32 <-> bf16 / f16 bit conversions (see float16.h). */
 #include "float16.h"
 
-#include <string.h>
-
-static uint32_t f32_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static float bits_f32(uint32_t u) {
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 float bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
 
 uint16_t f32_to_bf16(float f) {

@@ -7,7 +7,6 @@
 #include "fp8.h"
 
 #include <math.h>
-#include <string.h>
 
 typedef struct Fp8Layout {
     int mantissa_bits, bias;
@@ -20,10 +19,8 @@ float fp8_max(Fp8Format format) { return layouts[format].max; }
 
 uint8_t fp8_from_f32(float x, Fp8Format format) {
     const Fp8Layout *f = &layouts[format];
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    const uint8_t sign = (uint8_t)((u >> 31) << 7);
-    if (isnan(x)) return sign | 0x7f;
+    const uint8_t sign = signbit(x) ? 0x80 : 0;
+    if (isnan(x)) return sign | (format == FP8_E4M3 ? 0x7f : 0x7e); /* quiet NaN, sign kept (fp8.h) */
     const int min_exp = 1 - f->bias; /* exponent of the smallest normal */
     float a = fabsf(x);
     if (a == 0.0f) return sign;
@@ -47,8 +44,9 @@ float fp8_to_f32(uint8_t bits, Fp8Format format) {
     const int exp_bits = 7 - f->mantissa_bits, exp_mask = (1 << exp_bits) - 1;
     const int field = (bits >> f->mantissa_bits) & exp_mask, mantissa = bits & ((1 << f->mantissa_bits) - 1);
     const float sign = (bits & 0x80) ? -1.0f : 1.0f;
-    if (format == FP8_E4M3 && field == exp_mask && mantissa == (1 << f->mantissa_bits) - 1) return sign * NAN;
-    if (format == FP8_E5M2 && field == exp_mask) return mantissa ? sign * NAN : sign * INFINITY;
+    /* copysignf: sign * NAN would not carry the sign (x86 returns the NaN operand) */
+    if (format == FP8_E4M3 && field == exp_mask && mantissa == (1 << f->mantissa_bits) - 1) return copysignf(NAN, sign);
+    if (format == FP8_E5M2 && field == exp_mask) return mantissa ? copysignf(NAN, sign) : sign * INFINITY;
     if (field == 0) return sign * ldexpf((float)mantissa, 1 - f->bias - f->mantissa_bits);
     return sign * ldexpf((float)((1 << f->mantissa_bits) + mantissa), field - f->bias - f->mantissa_bits);
 }

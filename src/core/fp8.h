@@ -13,8 +13,15 @@
  *
  * fp32 -> fp8 rounds to nearest, ties to even; a magnitude beyond the
  * largest finite value (infinity included) saturates to it, keeping the
- * sign; NaN becomes the format's NaN (0x7f, with the sign bit of the
- * input); zero keeps its sign. fp8 -> fp32 is exact.
+ * sign; zero keeps its sign. fp8 -> fp32 is exact; a NaN code gives the quiet
+ * fp32 NaN with the code's sign (0x7fc00000 / 0xffc00000).
+ *
+ * NaN -> fp8 keeps the input's sign and gives the canonical quiet NaN of the
+ * format, as ml_dtypes does (tests/fixtures/fp8, docs/fp8.md): E4M3 0x7f /
+ * 0xff, E5M2 0x7e / 0xfe, whatever the payload. CUDA's cast drops the sign
+ * and gives 0x7f in both formats (__nv_cvt_float_to_fp8 in cuda_fp8.hpp makes
+ * the input the canonical NaN first): CPU and GPU agree bit for bit on every
+ * input but NaN, where both give a NaN (a GPU test compares NaNs as NaNs).
  */
 #ifndef MT_CORE_FP8_H
 #define MT_CORE_FP8_H

@@ -24,12 +24,6 @@
 
 #include "test_work_dir.h"
 
-static uint32_t bits_of(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-
 static void test_float16_known_values(void **state) {
     (void)state;
     assert_int_equal(f32_to_bf16(1.0f), 0x3F80);
@@ -71,10 +65,10 @@ static void test_float16_all_patterns(void **state) {
     for (uint32_t h = 0; h < 65536; h++) {
         float b = bf16_to_f32((uint16_t)h);
         if (isnan(b)) assert_true(isnan(bf16_to_f32(f32_to_bf16(b))));
-        else if (f32_to_bf16(b) != h) fail_msg("bf16 %04x -> %08x -> %04x", h, bits_of(b), f32_to_bf16(b));
+        else if (f32_to_bf16(b) != h) fail_msg("bf16 %04x -> %08x -> %04x", h, f32_bits(b), f32_to_bf16(b));
         float f = f16_to_f32((uint16_t)h);
         if (isnan(f)) assert_true(isnan(f16_to_f32(f32_to_f16(f))));
-        else if (f32_to_f16(f) != h) fail_msg("f16 %04x -> %08x -> %04x", h, bits_of(f), f32_to_f16(f));
+        else if (f32_to_f16(f) != h) fail_msg("f16 %04x -> %08x -> %04x", h, f32_bits(f), f32_to_f16(f));
 #ifdef __FLT16_MAX__
         _Float16 ref;
         uint16_t hh = (uint16_t)h;
@@ -205,7 +199,7 @@ static void test_round_trip_each_dtype(void **state) {
             for (int64_t i = 0; i < got->numel; i++) {
                 float x = tensors[t].data[i];
                 float want = d == ST_F32 ? x : d == ST_BF16 ? bf16_to_f32(f32_to_bf16(x)) : f16_to_f32(f32_to_f16(x));
-                if (bits_of(out[i]) != bits_of(want))
+                if (f32_bits(out[i]) != f32_bits(want))
                     fail_msg("%s %s[%ld]: %a, want %a", st_dtype_name((StDtype)d), tensors[t].name, (long)i, out[i], want);
                 /* and the stored bytes are the little-endian encoding */
                 if (d == ST_F32) assert_memory_equal(got->data + 4 * i, &x, 4);
