@@ -493,7 +493,7 @@ static const ErrorCase error_cases[] = {
     {"compression_level_zero", "compression_level: 3", "compression_level: 0", NULL, 1, "compression_level",
      "checkpoint.compression_level", "expected an integer in 1..22, found '0'"},
     {"precision_enum", "checkpoint:", "precision: fp16\ncheckpoint:", NULL, 1, "precision", "precision",
-     "expected one of fp32 | bf16, found 'fp16'"},
+     "expected one of fp32 | bf16 | fp8, found 'fp16'"},
     {"family_enum", "family: llama", "family: gpt2", NULL, 1, "family", "model.family",
      "expected one of llama | qwen2 | qwen3 | mixtral | qwen3_moe, found 'gpt2'"},
     {"decay_enum", "decay: cosine", "decay: cosin", NULL, 1, "decay", "optimizer.schedule.decay",
