@@ -46,6 +46,9 @@ static float group_max(const Comm *c, float v) {
     return m;
 }
 
+/* max(a, b) where NaN wins (a NaN amax keeps the previous scale). */
+static float nan_max(float a, float b) { return isnan(a) || isnan(b) ? NAN : fmaxf(a, b); }
+
 /* The amax of n values as one rank of the whole model sees it: over tp and cp. */
 static float model_amax(const Model *m, const float *x, long n) {
     float a = fp8_amax(x, n);
@@ -81,10 +84,8 @@ void linear_group_forward(Model *m, int l, LinearGroup group, const float *x, in
     }
     ModelPriv *pr = m->priv;
     float wmax = 0.0f;
-    for (int i = 0; i < count; i++) {
-        const float a = fp8_amax(parts[i].weight, (long)parts[i].OC * IC);
-        wmax = isnan(a) || isnan(wmax) ? NAN : fmaxf(wmax, a);
-    }
+    for (int i = 0; i < count; i++)
+        wmax = nan_max(wmax, fp8_amax(parts[i].weight, (long)parts[i].OC * IC));
     if (m->part.tp > 1) wmax = group_max(m->part.tp_comm, wmax); /* weights are split over tp only */
     const float sx = cast_scale(m, model_amax(m, x, (long)N * IC), FP8_E4M3);
     const float sw = cast_scale(m, wmax, FP8_E4M3);
@@ -115,10 +116,8 @@ void linear_group_backward(Model *m, int l, LinearGroup group, float *dx, const 
     const Fp8Format gf = m->fp8.grad_format;
     const float sx = pr->fp8_scales[l][group][0], sw = pr->fp8_scales[l][group][1];
     float gmax = 0.0f;
-    for (int i = 0; i < count; i++) {
-        const float a = model_amax(m, parts[i].dout, (long)N * parts[i].OC);
-        gmax = isnan(a) || isnan(gmax) ? NAN : fmaxf(gmax, a);
-    }
+    for (int i = 0; i < count; i++)
+        gmax = nan_max(gmax, model_amax(m, parts[i].dout, (long)N * parts[i].OC));
     const float sg = cast_scale(m, gmax, gf);
     float *xq = scratch(&pr->fp8_x, &pr->fp8_x_cap, (size_t)N * IC);
     fp8_quantize(xq, x, (long)N * IC, sx, FP8_E4M3);

@@ -108,18 +108,21 @@ static bool test_failure_due(const TrainContext *ctx) {
     return rank && *rank && atoi(rank) == comm_world()->rank && ctx->state.step + 1 == 3;
 }
 
-/* train.loss per_token (a collective over cp and dp): the step's counted
- * targets over every micro-batch and rank, divided by micro-batches x dp:
- * the divisor of each micro-batch's summed loss (set_loss_tokens). */
-static double step_loss_tokens(TrainContext *ctx, long num_micro) {
+/* train.loss per_token (a collective over cp and dp): the counted targets of
+ * n micro-batches of every rank, this rank's from the step's training
+ * batches (eval false) or its evaluation batches (padding counts nothing).
+ * Divided by what the losses' mean divides by, it is the divisor of each
+ * micro-batch's summed loss (set_loss_tokens); 1 when nothing is counted
+ * (every loss is 0 whatever the divisor). */
+static double loss_tokens(TrainContext *ctx, long n, bool eval, double batches) {
     double count = 0;
-    for (long micro = 0; micro < num_micro; micro++) {
-        micro_batch_load(&ctx->batch, ctx->train_data, micro_batch_start(ctx, ctx->state.consumed_samples, micro));
+    for (long micro = 0; micro < n; micro++) {
+        if (eval) load_eval_batch(ctx, micro);
+        else micro_batch_load(&ctx->batch, ctx->train_data, micro_batch_start(ctx, ctx->state.consumed_samples, micro));
         count += (double)micro_batch_counted(&ctx->batch);
     }
     count = dp_sum_double(&ctx->grid.groups[GROUP_DP], dp_sum_double(&ctx->grid.groups[GROUP_CP], count));
-    /* no counted target in the whole batch: every loss is 0 whatever the divisor */
-    return count > 0 ? count / ((double)num_micro * (double)ctx->layout.dp_size) : 1.0;
+    return count > 0 ? count / batches : 1.0;
 }
 
 /* Forward and backward of this rank's micro-batches of the step (through the
@@ -190,7 +193,8 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
     dev->ops->zero_grad(dev);
     dev->ops->step_begin(dev);
     const bool per_token = train->loss == LOSS_PER_TOKEN;
-    if (per_token) dev->ops->set_loss_tokens(dev, step_loss_tokens(ctx, num_micro));
+    if (per_token) /* the losses' mean is taken over micro-batches x dp */
+        dev->ops->set_loss_tokens(dev, loss_tokens(ctx, num_micro, false, (double)num_micro * ctx->layout.dp_size));
     const double loss_sum = run_micro_batches(ctx, num_micro, timers, &t);
     if (per_token) dev->ops->set_loss_tokens(dev, 0); /* back to each batch's mean */
     /* Every rank ends with the gradient of the mean loss over the whole
@@ -231,20 +235,6 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
     return 0;
 }
 
-/* train.loss per_token (a collective over cp and dp): the eval batches'
- * counted targets over every rank, divided by eval_batches: the divisor
- * that makes the mean of the batches' losses the per-token mean. per_rank
- * batches of this dp rank (past its last, padding: nothing counted). */
-static double eval_loss_tokens(TrainContext *ctx, long per_rank) {
-    double count = 0;
-    for (long micro = 0; micro < per_rank; micro++) {
-        load_eval_batch(ctx, micro);
-        count += (double)micro_batch_counted(&ctx->batch);
-    }
-    count = dp_sum_double(&ctx->grid.groups[GROUP_DP], dp_sum_double(&ctx->grid.groups[GROUP_CP], count));
-    return count > 0 ? count / (double)ctx->recipe->train.eval_batches : 1.0;
-}
-
 double train_evaluate(TrainContext *ctx) {
     const TrainConfig *train = &ctx->recipe->train;
     /* Batch b reads samples b * mbs + [0, mbs) on every layout; dp rank r
@@ -254,7 +244,8 @@ double train_evaluate(TrainContext *ctx) {
      * ignored, which adds nothing. */
     const long per_rank = (train->eval_batches + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
     const bool per_token = train->loss == LOSS_PER_TOKEN && train->eval_batches > 0;
-    if (per_token) ctx->device->ops->set_loss_tokens(ctx->device, eval_loss_tokens(ctx, per_rank));
+    if (per_token) /* the batches' mean is taken over eval_batches */
+        ctx->device->ops->set_loss_tokens(ctx->device, loss_tokens(ctx, per_rank, true, (double)train->eval_batches));
     double loss_sum = 0.0;
     if (ctx->layout.pp > 1) {
         MicroSource src = {ctx, ctx->valid_data, 0, true};
