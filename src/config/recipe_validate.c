@@ -220,7 +220,7 @@ static int validate_schedule(const Recipe *r, const YNode *root, YLoc at, char *
     return 0;
 }
 
-/* precision: fp8 covers the dense layers' products with current scaling for now (docs/fp8.md). */
+/* precision: fp8 covers the dense layers' products for now (docs/fp8.md). */
 static int validate_fp8(const Recipe *r, const YNode *root, YLoc at, char *err, size_t errlen) {
     if (r->precision != DTYPE_FP8) return 0;
     if (is_moe_family(r->model.family))
@@ -230,10 +230,6 @@ static int validate_fp8(const Recipe *r, const YNode *root, YLoc at, char *err, 
     if (r->model.peft.type != PEFT_NONE)
         return fail(err, errlen, root, at, "", "precision",
                     "fp8 with peft (LoRA) is not implemented yet; use precision: bf16 or remove peft");
-    if (r->fp8.recipe == FP8_RECIPE_DELAYED)
-        return fail(err, errlen, root, at, "", "fp8.recipe",
-                    "delayed scaling is not wired into training yet (its amax histories are not kept in "
-                    "checkpoints); use tensorwise (current scaling)");
     return 0;
 }
 

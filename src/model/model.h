@@ -88,6 +88,7 @@ typedef struct ParamInfo {
 
 typedef struct Model Model; /* layer pointers and activations are private */
 typedef struct MoeStep MoeStep; /* the routing statistics of a step (src/model/moe_layer.h) */
+typedef struct Fp8State Fp8State; /* the delayed-scaling state of the FP8 casts (src/model/model_fp8_state.c) */
 
 #define MT_MAX_CHUNKS 16
 #define MT_MAX_EP 1024
@@ -153,6 +154,7 @@ struct Model {
     Recompute recompute;     /* what the backward recomputes (train.recompute; model_forward.c) */
     bool fp8_on;             /* precision: fp8: the linear layers' products in emulated FP8 (model_set_fp8) */
     Fp8Config fp8;           /* its scaling (the recipe's fp8: section) */
+    Fp8State *fp8_state;     /* fp8.recipe delayed: every cast's scale and amax history (shared with clones) */
 };
 
 /* Declare the parameters, allocate params/grads (zeroed) and activations for
@@ -174,8 +176,29 @@ void model_free(Model *model);
 /* precision: fp8: from now on the linear layers' products (q|k|v, o,
  * gate|up, down) compute as Hopper's FP8 products with cfg's scaling,
  * exactly emulated (src/model/model_fp8.c); NULL: fp32 again. Clones made
- * afterwards inherit it. Dense families, recipe tensorwise only for now. */
+ * afterwards inherit it. fp8.recipe delayed: every cast's scale comes from
+ * its amax history (scale 1, zeros at first), updated once per step by
+ * model_fp8_step_end. Dense families only for now. */
 void model_set_fp8(Model *model, const Fp8Config *cfg);
+
+/* fp8.recipe delayed (nothing otherwise): before a step's micro-batches, forget the amaxes recorded since the
+ * last step (an evaluation's); after them (a collective over tp, cp and dp), each cast's largest amax of the step
+ * over those groups updates its history and scale (fp8_scaling.h), as one rank of any layout would. */
+void model_fp8_step_begin(Model *model);
+void model_fp8_step_end(Model *model, const Comm *dp);
+
+/* What a run checkpoints besides the parameters and the optimizer's moments: state that is not trained (today
+ * fp8.recipe delayed's scales and amax histories of this rank's layers), as tensors that `info` describes like
+ * parameters (whole on every rank: offsets into `data`, norm_owner on the rank that writes them). count 0: none. */
+typedef struct ModelExtraState {
+    const ParamInfo *info;
+    int count;
+    float *data;
+    long num_floats;
+} ModelExtraState;
+ModelExtraState model_extra_state(const Model *model);
+/* Whether a checkpoint tensor's name is extra state (of any model: "fp8.layers.*"). */
+bool model_is_extra_state(const char *name);
 
 /* The activation memory of a model, in bytes: what each activation set holds
  * (the model itself, and each clone again: the layers' kept buffers, the

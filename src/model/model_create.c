@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "../core/error.h"
+#include "model_fp8.h"
 #include "model_internal.h"
 #include "moe_layer.h"
 
@@ -349,6 +350,7 @@ void model_free(Model *model) {
     }
     if (!model->shares_params) {
         moe_step_free(model->moe_step);
+        fp8_state_free(model->fp8_state);
         free(model->loss_tokens);
         free(model->param_info);
         free(model->params);

@@ -21,7 +21,7 @@
  *     the pipeline executor, src/train/pipeline.c);
  *   reduce_grads: every rank holds its part of the single-rank gradient;
  *   grad_sumsq (summed over the stages by the loop), clipping, then
- *   optimizer_step; moe_step_end.
+ *   optimizer_step; moe_step_end; fp8_step_end.
  * Checkpoints: to_host before the host's weights and moments are read,
  * from_host after they were written (initialisation, init_from, resume). */
 #ifndef MT_MODEL_MODEL_DEVICE_H
@@ -96,6 +96,10 @@ typedef struct ModelDeviceOps {
      * over dp; update_bias when the update ran) returns false when the model has no MoE layer. */
     void (*step_begin)(ModelDevice *d);
     bool (*moe_step_end)(ModelDevice *d, long num_micro, bool update_bias, MoeStepStats *out);
+    /* precision: fp8 with fp8.recipe delayed (nothing otherwise): after the step (a collective over tp, cp and
+     * dp), the step's amaxes update every FP8 cast's history and scale (model_fp8_step_end); step_begin has
+     * forgotten the amaxes recorded before the step. */
+    void (*fp8_step_end)(ModelDevice *d);
     /* 0, or -1 with err set when a communicator failed asynchronously (a peer died). */
     int (*comms_check)(ModelDevice *d, char *err, size_t errlen);
     /* The device's dense bf16 peak in TFLOP/s (0: unknown), the peak memory this process used on it, and the
@@ -133,7 +137,7 @@ struct ModelDevice {
      .backward = device_backward, .set_loss_tokens = device_set_loss_tokens,      \
      .set_positions = device_set_positions, .reduce_grads = device_reduce_grads, .grad_sumsq = device_grad_sumsq,           \
      .optimizer_step = device_optimizer_step, .step_begin = device_step_begin,                                    \
-     .moe_step_end = device_moe_step_end, .comms_check = device_comms_check, .peak_tflops = device_peak_tflops,   \
+     .moe_step_end = device_moe_step_end, .fp8_step_end = device_fp8_step_end, .comms_check = device_comms_check, .peak_tflops = device_peak_tflops,   \
      .peak_bytes = device_peak_bytes, .pci_bus_id = device_pci_bus_id, .stage = (stage_ops)}
 
 /* What a device is made from. */

@@ -44,13 +44,18 @@ static void device_optimizer_step(ModelDevice *d, const OptimizerConfig *cfg, do
     }
 }
 
-static void device_step_begin(ModelDevice *d) { model_moe_step_begin(host(d)); }
+static void device_step_begin(ModelDevice *d) {
+    model_moe_step_begin(host(d));
+    model_fp8_step_begin(host(d));
+}
 
 static bool device_moe_step_end(ModelDevice *d, long num_micro, bool update_bias, MoeStepStats *out) {
     if (!host(d)->moe_step) return false;
     model_moe_step_end(host(d), &d->grid->groups[GROUP_DP], num_micro, update_bias, out);
     return true;
 }
+
+static void device_fp8_step_end(ModelDevice *d) { model_fp8_step_end(host(d), &d->grid->groups[GROUP_DP]); }
 
 static int device_comms_check(ModelDevice *d, char *err, size_t errlen) { return 0; } /* MPI ends the job itself */
 static double device_peak_tflops(ModelDevice *d) { return 0.0; }                      /* logging.peak_tflops says */

@@ -12,7 +12,10 @@
  *             dx += sum_i (gq_i Wq_i) * ((1/sg) * (1/sw))
  *             dW_i += (gq_i^T xq) * ((1/sg) * (1/sx));  db_i += sum_n dout_i   (from the unquantised dout)
  *
- * scale(amax) = fp8_max / amax / 2^margin (fp8_scaling.h). Each amax is the
+ * scale(amax) = fp8_max / amax / 2^margin (fp8_scaling.h). With
+ * fp8.recipe delayed, each scale is instead the one its tensor's amax history
+ * gives this step (model_fp8_state.c), and each amax (this rank's) is
+ * recorded for the step's end. Tensorwise, each amax is the
  * max over the tp and cp groups (a weight shard, a head-split activation or
  * a rank's tokens of the sequence): every rank casts with the scale one
  * rank would use, so every layout computes the one-rank numbers. The
@@ -86,9 +89,17 @@ void linear_group_forward(Model *m, int l, LinearGroup group, const float *x, in
     float wmax = 0.0f;
     for (int i = 0; i < count; i++)
         wmax = nan_max(wmax, fp8_amax(parts[i].weight, (long)parts[i].OC * IC));
-    if (m->part.tp > 1) wmax = group_max(m->part.tp_comm, wmax); /* weights are split over tp only */
-    const float sx = cast_scale(m, model_amax(m, x, (long)N * IC), FP8_E4M3);
-    const float sw = cast_scale(m, wmax, FP8_E4M3);
+    float sx, sw;
+    if (m->fp8_state) { /* delayed: this step's scales; the amaxes are recorded for the step's end */
+        fp8_state_record(m, l, group, FP8_INPUT, fp8_amax(x, (long)N * IC));
+        fp8_state_record(m, l, group, FP8_WEIGHT, wmax);
+        sx = fp8_state_scale(m, l, group, FP8_INPUT);
+        sw = fp8_state_scale(m, l, group, FP8_WEIGHT);
+    } else {
+        if (m->part.tp > 1) wmax = group_max(m->part.tp_comm, wmax); /* weights are split over tp only */
+        sx = cast_scale(m, model_amax(m, x, (long)N * IC), FP8_E4M3);
+        sw = cast_scale(m, wmax, FP8_E4M3);
+    }
     pr->fp8_scales[l][group][0] = sx;
     pr->fp8_scales[l][group][1] = sw;
     float *xq = scratch(&pr->fp8_x, &pr->fp8_x_cap, (size_t)N * IC);
@@ -115,10 +126,18 @@ void linear_group_backward(Model *m, int l, LinearGroup group, float *dx, const 
     ModelPriv *pr = m->priv;
     const Fp8Format gf = m->fp8.grad_format;
     const float sx = pr->fp8_scales[l][group][0], sw = pr->fp8_scales[l][group][1];
-    float gmax = 0.0f;
-    for (int i = 0; i < count; i++)
-        gmax = nan_max(gmax, model_amax(m, parts[i].dout, (long)N * parts[i].OC));
-    const float sg = cast_scale(m, gmax, gf);
+    float gmax = 0.0f, sg;
+    if (m->fp8_state) {
+        /* A dp rank's gradients are dp times one rank's (each rank's loss is its micro-batches' mean; the dp
+         * average comes after): its casts see them as one rank would, divided by dp (exactly, dp a power of 2). */
+        const float dp = m->part.dp_comm ? (float)m->part.dp_comm->size : 1.0f;
+        for (int i = 0; i < count; i++) gmax = nan_max(gmax, fp8_amax(parts[i].dout, (long)N * parts[i].OC));
+        fp8_state_record(m, l, group, FP8_GRAD, gmax / dp);
+        sg = fp8_state_scale(m, l, group, FP8_GRAD) / dp;
+    } else {
+        for (int i = 0; i < count; i++) gmax = nan_max(gmax, model_amax(m, parts[i].dout, (long)N * parts[i].OC));
+        sg = cast_scale(m, gmax, gf);
+    }
     float *xq = scratch(&pr->fp8_x, &pr->fp8_x_cap, (size_t)N * IC);
     fp8_quantize(xq, x, (long)N * IC, sx, FP8_E4M3);
     float *dx_part = scratch(&pr->fp8_dx, &pr->fp8_dx_cap, (size_t)N * IC);
@@ -143,4 +162,6 @@ void linear_group_backward(Model *m, int l, LinearGroup group, float *dx, const 
 void model_set_fp8(Model *model, const Fp8Config *cfg) {
     model->fp8_on = cfg != NULL;
     if (cfg) model->fp8 = *cfg;
+    fp8_state_free(model->fp8_state);
+    model->fp8_state = cfg && cfg->recipe == FP8_RECIPE_DELAYED ? fp8_state_create(model, cfg->amax_history_len) : NULL;
 }

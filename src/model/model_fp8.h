@@ -8,6 +8,17 @@
 
 #include "model_internal.h"
 
+/* The operands of a group's FP8 product, each cast with its own scale. */
+typedef enum { FP8_INPUT, FP8_WEIGHT, FP8_GRAD, FP8_OPERANDS } Fp8Operand;
+#define FP8_LAYER_TENSORS (LINEAR_NUM_GROUPS * FP8_OPERANDS)
+
+/* fp8.recipe: delayed (model_fp8_state.c): the state of this rank's layers' casts, shared with clones. */
+Fp8State *fp8_state_create(const Model *m, int len);
+void fp8_state_free(Fp8State *s);
+/* The scale the casts of (layer l, group, operand) use this step, and the record of one cast's amax. */
+float fp8_state_scale(const Model *m, int l, LinearGroup group, Fp8Operand operand);
+void fp8_state_record(Model *m, int l, LinearGroup group, Fp8Operand operand, float amax);
+
 /* One product of a group: out (N, OC) = x W^T + b with W (OC, IC). */
 typedef struct LinearPart {
     const float *weight;  /* (OC, IC) */

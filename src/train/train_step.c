@@ -222,6 +222,7 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
     }
 
     moe_step_end(ctx, num_micro, result); /* after the update: the expert biases move only when it ran */
+    dev->ops->fp8_step_end(dev); /* delayed scaling: the next step's scales (also after a skipped update, as TE) */
     timers->optimizer += lap(&t);
     timers->steps++;
     state->step++;

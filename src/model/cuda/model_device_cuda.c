@@ -267,6 +267,7 @@ static void device_optimizer_step(ModelDevice *d, const OptimizerConfig *cfg, do
 
 static void device_step_begin(ModelDevice *d) {}
 static bool device_moe_step_end(ModelDevice *d, long num_micro, bool update_bias, MoeStepStats *out) { return false; }
+static void device_fp8_step_end(ModelDevice *d) {} /* precision: fp8 is refused on cuda (model_device_cuda_check) */
 
 static int device_comms_check(ModelDevice *d, char *err, size_t errlen) {
     CudaDevice *c = impl(d);

@@ -1,0 +1,152 @@
+/* model_fp8_state.c: the delayed-scaling state of the model's FP8 casts
+ * (fp8.recipe: delayed; the math of one tensor is in fp8_scaling.h).
+ *
+ * Every layer has FP8_LAYER_TENSORS cast tensors: for each product group
+ * (q|k|v, o, gate|up, down, LinearGroup order) its input, its weights and the
+ * gradient of its output (Fp8Operand order), each with a scale and an amax
+ * history of fp8.amax_history_len. A step runs as:
+ *
+ *   step begin:  recorded[t] = 0 for every tensor t
+ *   each cast:   q = fp8(x * scale[t]);  recorded[t] = max(recorded[t], amax(x))     (this rank's x only)
+ *   step end:    a[t] = max of recorded[t] over the tp, cp and dp groups      (one collective for all t)
+ *                fp8_history_update(history[t], a[t]): the scale of the next step's casts
+ *
+ * So the scales change once per optimizer step, from the amaxes of all the
+ * step's micro-batches on every rank: every layout (tp, sp, cp, pp, vpp, dp,
+ * gradient accumulation) casts with the scales one rank would use, and a
+ * recomputed forward casts as its forward did. Transformer Engine updates at
+ * the end of each autocast region (a micro-batch's forward, and its
+ * backward), which makes the scales depend on how the global batch is cut
+ * into micro-batches; docs/fp8.md says why megatrain does not.
+ *
+ * The state is shared by the base model and its clones (the pipeline's
+ * activation sets) and checkpointed as two tensors per layer, named by the
+ * layer's index in the whole model (docs/fp8.md, "Checkpoints"):
+ *   fp8.layers.{i}.amax_history  (FP8_LAYER_TENSORS, len)
+ *   fp8.layers.{i}.scale         (FP8_LAYER_TENSORS)
+ * replicated over tp, cp and dp (every rank holds the same after step end). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/error.h"
+#include "fp8_scaling.h"
+#include "model_fp8.h"
+
+struct Fp8State {
+    int num_layers, len;
+    float *data;      /* history (L, FP8_LAYER_TENSORS, len) | scale (L, FP8_LAYER_TENSORS): the checkpointed block */
+    float *history, *scale;
+    float *recorded;  /* (L, FP8_LAYER_TENSORS) this rank's largest amax of each tensor this step */
+    ParamInfo *info;  /* 2 per layer: its history and its scales, offsets into data */
+};
+
+/* The index in the whole model of this rank's layer l. */
+static int global_layer(const Model *m, int l) {
+    for (int v = 0; v < m->part.num_chunks; v++) {
+        if (l < m->part.chunk_layers[v]) return m->part.chunk_first[v] + l;
+        l -= m->part.chunk_layers[v];
+    }
+    return -1;
+}
+
+static void describe(ParamInfo *p, int ndim, long rows, long cols, size_t offset, const char *name, int layer) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->name, sizeof p->name, "fp8.layers.%d.%s", layer, name);
+    p->ndim = ndim;
+    p->shape[0] = p->global_shape[0] = rows;
+    p->shape[1] = p->global_shape[1] = ndim > 1 ? cols : 1;
+    p->shape[2] = p->global_shape[2] = 1;
+    p->numel = rows * (ndim > 1 ? cols : 1);
+    p->offset = offset;
+    p->global_index = -1;
+    p->no_decay = true;
+    p->frozen = true;
+}
+
+Fp8State *fp8_state_create(const Model *m, int len) {
+    Fp8State *s = mt_calloc(1, sizeof *s);
+    const int L = m->part.num_layers, K = FP8_LAYER_TENSORS;
+    s->num_layers = L;
+    s->len = len;
+    const size_t hist = (size_t)L * K * (size_t)len;
+    s->data = mt_calloc(hist + (size_t)L * K + 1, sizeof(float));
+    s->history = s->data;
+    s->scale = s->data + hist;
+    for (size_t i = 0; i < (size_t)L * K; i++) s->scale[i] = 1.0f; /* TE's initial state: scale 1, amaxes 0 */
+    s->recorded = mt_calloc((size_t)L * K + 1, sizeof(float));
+    s->info = mt_calloc((size_t)(2 * L + 1), sizeof *s->info);
+    for (int l = 0; l < L; l++) {
+        const int layer = global_layer(m, l);
+        describe(&s->info[2 * l], 2, K, len, (size_t)l * K * (size_t)len, "amax_history", layer);
+        describe(&s->info[2 * l + 1], 1, K, 1, hist + (size_t)l * K, "scale", layer);
+        /* replicated over tp, cp and dp: tp rank 0 of the writers writes it (as a norm weight) */
+        s->info[2 * l].norm_owner = s->info[2 * l + 1].norm_owner = m->part.tp_rank == 0;
+    }
+    return s;
+}
+
+void fp8_state_free(Fp8State *s) {
+    if (!s) return;
+    free(s->data);
+    free(s->recorded);
+    free(s->info);
+    free(s);
+}
+
+static size_t tensor_index(int l, LinearGroup group, Fp8Operand operand) {
+    return (size_t)l * FP8_LAYER_TENSORS + (size_t)group * FP8_OPERANDS + (size_t)operand;
+}
+
+float fp8_state_scale(const Model *m, int l, LinearGroup group, Fp8Operand operand) {
+    return m->fp8_state->scale[tensor_index(l, group, operand)];
+}
+
+void fp8_state_record(Model *m, int l, LinearGroup group, Fp8Operand operand, float amax) {
+    float *r = &m->fp8_state->recorded[tensor_index(l, group, operand)];
+    *r = isnan(*r) || isnan(amax) ? NAN : fmaxf(*r, amax);
+}
+
+void model_fp8_step_begin(Model *m) {
+    Fp8State *s = m->fp8_state;
+    if (s) memset(s->recorded, 0, (size_t)s->num_layers * FP8_LAYER_TENSORS * sizeof(float));
+}
+
+/* v[i] = max over the group of v[i] (NaN where any rank's is NaN): the same on every rank. */
+static void group_max_each(const Comm *c, float *v, size_t n) {
+    if (!c || c->size <= 1 || n == 0) return;
+    float *all = mt_malloc((size_t)c->size * n * sizeof(float));
+    comm_all_gather(c, v, all, n, COMM_FLOAT);
+    for (size_t i = 0; i < n; i++) {
+        float a = 0.0f;
+        for (int r = 0; r < c->size && !isnan(a); r++) a = isnan(all[(size_t)r * n + i]) ? NAN : fmaxf(a, all[(size_t)r * n + i]);
+        v[i] = a;
+    }
+    free(all);
+}
+
+void model_fp8_step_end(Model *m, const Comm *dp) {
+    Fp8State *s = m->fp8_state;
+    if (!s) return;
+    const size_t n = (size_t)s->num_layers * FP8_LAYER_TENSORS;
+    if (m->part.tp > 1) group_max_each(m->part.tp_comm, s->recorded, n);
+    if (m->part.cp > 1) group_max_each(m->part.cp_comm, s->recorded, n);
+    group_max_each(dp, s->recorded, n);
+    for (size_t t = 0; t < n; t++) {
+        const Fp8Format format = t % FP8_OPERANDS == FP8_GRAD ? m->fp8.grad_format : FP8_E4M3;
+        Fp8History h = {.amax = s->history + t * (size_t)s->len, .len = s->len, .scale = s->scale[t]};
+        fp8_history_update(&h, s->recorded[t], &m->fp8, fp8_max(format));
+        s->scale[t] = h.scale;
+        s->recorded[t] = 0.0f;
+    }
+}
+
+ModelExtraState model_extra_state(const Model *m) {
+    const Fp8State *s = m->fp8_state;
+    if (!s) return (ModelExtraState){0};
+    return (ModelExtraState){.info = s->info, .count = 2 * s->num_layers, .data = s->data,
+                             .num_floats = (long)s->num_layers * FP8_LAYER_TENSORS * (s->len + 1)};
+}
+
+bool model_is_extra_state(const char *name) { return strncmp(name, "fp8.", 4) == 0; }
