@@ -20,9 +20,9 @@ int ckpt_write_dir(const char *dir, const CheckpointWrite *what, char *err, size
         return -1;
     }
     int num_sources = 0;
-    CkptSource *sources = ckpt_sources_of_kinds(what->model, what->model->params, opt ? opt->m : NULL,
-                                                opt ? opt->v : NULL, opt ? opt->dtype : CKPT_DTYPE_FP32, true, true,
-                                                &num_sources);
+    CkptSource *sources = ckpt_sources_of_kinds(what->model, what->model->params, model_extra_state(what->model).data,
+                                                opt ? opt->m : NULL, opt ? opt->v : NULL,
+                                                opt ? opt->dtype : CKPT_DTYPE_FP32, true, true, &num_sources);
     CkptPayload payload = {
         .num_sources = num_sources,
         .sources = sources,
@@ -129,7 +129,7 @@ static int check_no_extra_params(CkptReader *r, const Model *model, char *err, s
     int rc = 0;
     for (int i = 0; i < r->meta.num_tensors && rc == 0; i++) {
         const char *name = r->meta.tensors[i].name;
-        if (strncmp(name, "optimizer.", 10) == 0) continue;
+        if (strncmp(name, "optimizer.", 10) == 0 || model_is_extra_state(name)) continue; /* a run's, any model's */
         if (!has_name(infos, count, name)) {
             mt_set_error(err, errlen, "%s: tensor '%s' has no place in the model (a different model shape?)", r->dir,
                          name);
@@ -161,6 +161,31 @@ int ckpt_load_frozen(const char *dir, Model *model, char *err, size_t errlen) {
     return load_model(dir, model, LOAD_FROZEN, err, errlen);
 }
 
+/* The model's extra state (FP8 amax histories) from the checkpoint when it holds it (written by a run with the
+ * same fp8.recipe delayed); otherwise the model keeps its fresh state and says so. */
+static int load_extra_state(CkptReader *r, Model *model, char *err, size_t errlen) {
+    const ModelExtraState extra = model_extra_state(model);
+    if (extra.count == 0) return 0;
+    if (!ckpt_meta_find(&r->meta, extra.info[0].name)) {
+        mt_log("resume: %s holds no FP8 amax histories (fp8.recipe was not delayed): delayed scaling starts afresh",
+               r->dir);
+        return 0;
+    }
+    for (int i = 0; i < extra.count; i++) {
+        const ParamInfo *info = &extra.info[i];
+        const CkptTensorMeta *t = ckpt_meta_find(&r->meta, info->name);
+        if (t && info->ndim == 2 && t->ndim == 2 && t->shape[1] != info->shape[1]) {
+            mt_set_error(err, errlen, "%s: its FP8 amax histories hold %lld amaxes, fp8.amax_history_len is %ld: resume "
+                         "with --set fp8.amax_history_len=%lld", r->dir, (long long)t->shape[1], info->shape[1],
+                         (long long)t->shape[1]);
+            return CKPT_ERR_MISMATCH;
+        }
+        int rc = load_param(r, info->name, info, CKPT_DTYPE_FP32, extra.data + info->offset, err, errlen);
+        if (rc != 0) return rc;
+    }
+    return 0;
+}
+
 int ckpt_load_training(const char *dir, Model *model, CkptMoments *optimizer, CkptState *state, char *err,
                        size_t errlen) {
     CkptReader *r = ckpt_reader_open(dir, err, errlen);
@@ -176,6 +201,7 @@ int ckpt_load_training(const char *dir, Model *model, CkptMoments *optimizer, Ck
     int done = 0;
     start_load_progress(&progress, model, optimizer ? 3 : 1);
     if (rc == 0) rc = load_params(r, model, "", LOAD_ALL, CKPT_DTYPE_FP32, model->params, &progress, &done, err, errlen);
+    if (rc == 0 && state) rc = load_extra_state(r, model, err, errlen);
     if (rc == 0 && optimizer) {
         const ParamInfo *trained = NULL; /* the first parameter with moments */
         for (int i = 0; i < model->num_params && !trained; i++)

@@ -140,13 +140,14 @@ static CkptPayload payload_for(const CkptSaver *s, const Model *model, const Ckp
     };
 }
 
-static CkptSource *sources_of(const CkptSaver *s, const Model *model, const float *params, const void *m,
-                              const void *v, CkptDType moments_dtype, int *count);
+static CkptSource *sources_of(const CkptSaver *s, const Model *model, const float *params, const float *extra,
+                              const void *m, const void *v, CkptDType moments_dtype, int *count);
 
 static int save_sync(CkptSaver *s, const Model *model, const CkptMoments *opt, const CkptState *state, char *err,
                      size_t errlen) {
     int num_sources = 0;
-    CkptSource *sources = sources_of(s, model, model->params, opt->m, opt->v, opt->dtype, &num_sources);
+    CkptSource *sources = sources_of(s, model, model->params, model_extra_state(model).data, opt->m, opt->v, opt->dtype,
+                                     &num_sources);
     CkptPayload payload = payload_for(s, model, sources, num_sources, state, omp_get_max_threads());
     CkptWriteStats stats = {0};
     char why[2048];
@@ -172,14 +173,14 @@ void ckpt_saver_shard_moments(CkptSaver *s, const size_t *begin, const size_t *e
     s->num_ranges = num_ranges;
 }
 
-/* The sources of params / m / v (m and v of moments_dtype, laid out like params, or this
- * rank's packed ranges under ckpt_saver_shard_moments). */
-static CkptSource *sources_of(const CkptSaver *s, const Model *model, const float *params, const void *m,
-                              const void *v, CkptDType moments_dtype, int *count) {
+/* The sources of params / the model's extra state / m / v (m and v of moments_dtype, laid out like params, or
+ * this rank's packed ranges under ckpt_saver_shard_moments). */
+static CkptSource *sources_of(const CkptSaver *s, const Model *model, const float *params, const float *extra,
+                              const void *m, const void *v, CkptDType moments_dtype, int *count) {
     if (s->num_ranges > 0)
-        return ckpt_sources_sharded(model, params, s->write_dense, s->write_experts, m, v, moments_dtype,
+        return ckpt_sources_sharded(model, params, extra, s->write_dense, s->write_experts, m, v, moments_dtype,
                                     s->range_begin, s->range_end, s->num_ranges, count);
-    return ckpt_sources_of_kinds(model, params, m, v, moments_dtype, s->write_dense, s->write_experts, count);
+    return ckpt_sources_of_kinds(model, params, extra, m, v, moments_dtype, s->write_dense, s->write_experts, count);
 }
 
 void ckpt_saver_carry_hf_files(CkptSaver *s, const CkptHfFiles *files) { s->hf_files = files; }
@@ -210,7 +211,8 @@ static int save_sync_dist(CkptSaver *s, const Model *model, const CkptMoments *o
         return -1;
     }
     int num_sources = 0;
-    CkptSource *sources = sources_of(s, model, model->params, opt->m, opt->v, opt->dtype, &num_sources);
+    CkptSource *sources = sources_of(s, model, model->params, model_extra_state(model).data, opt->m, opt->v,
+                                     opt->dtype, &num_sources);
     s->payload = payload_for(s, model, sources, num_sources, state, omp_get_max_threads());
     ckpt_dist_write(&s->dist_save, &s->payload);
     int rc = finish_dist(s, false, err, errlen);
@@ -246,23 +248,28 @@ static int save_async(CkptSaver *s, const Model *model, const CkptMoments *opt, 
         if (!s->writer) return 0;
     }
 
-    /* The writer is idle: the snapshot and the payload are ours. Snapshot:
-     * params (n floats) | m | v (opt->num_floats each, of opt->dtype: n, or this rank's ranges). */
+    /* The writer is idle: the snapshot and the payload are ours. Snapshot: params (n floats) | the model's
+     * extra state (FP8 amax histories) | m | v (opt->num_floats each, of opt->dtype: n, or this rank's ranges). */
+    const ModelExtraState extra = model_extra_state(model);
     const size_t params_bytes = (size_t)model->num_floats * sizeof(float);
+    const size_t extra_bytes = (size_t)extra.num_floats * sizeof(float);
     const size_t moment_bytes = (size_t)opt->num_floats * ckpt_dtype_size(opt->dtype);
     if (!s->snapshot) {
-        s->snapshot_bytes = params_bytes + 2 * moment_bytes;
+        s->snapshot_bytes = params_bytes + extra_bytes + 2 * moment_bytes;
         s->snapshot = mt_malloc(s->snapshot_bytes);
-        s->sources = sources_of(s, model, (const float *)s->snapshot, s->snapshot + params_bytes,
-                                s->snapshot + params_bytes + moment_bytes, opt->dtype, &s->num_sources);
+        unsigned char *m = s->snapshot + params_bytes + extra_bytes;
+        s->sources = sources_of(s, model, (const float *)s->snapshot,
+                                extra.data ? (const float *)(s->snapshot + params_bytes) : NULL, m, m + moment_bytes,
+                                opt->dtype, &s->num_sources);
     }
-    if (s->snapshot_bytes != params_bytes + 2 * moment_bytes) {
+    if (s->snapshot_bytes != params_bytes + extra_bytes + 2 * moment_bytes) {
         mt_set_error(err, errlen, "checkpoint: the model changed size during the run");
         return -1;
     }
     memcpy(s->snapshot, model->params, params_bytes);
-    memcpy(s->snapshot + params_bytes, opt->m, moment_bytes);
-    memcpy(s->snapshot + params_bytes + moment_bytes, opt->v, moment_bytes);
+    if (extra_bytes) memcpy(s->snapshot + params_bytes, extra.data, extra_bytes);
+    memcpy(s->snapshot + params_bytes + extra_bytes, opt->m, moment_bytes);
+    memcpy(s->snapshot + params_bytes + extra_bytes + moment_bytes, opt->v, moment_bytes);
     const int threads = omp_get_max_threads() / 2; /* leave the step loop most of the cores */
     s->payload = payload_for(s, model, s->sources, s->num_sources, state, threads > 1 ? threads : 1);
     s->job_step = state->step;

@@ -39,7 +39,8 @@ static bool writes(const ParamInfo *info, bool dense, bool experts) {
 
 CkptSource *ckpt_sources_from_model(const Model *model, const float *params, const float *m, const float *v,
                                     int *num_sources) {
-    return ckpt_sources_of_kinds(model, params, m, v, CKPT_DTYPE_FP32, true, true, num_sources);
+    return ckpt_sources_of_kinds(model, params, model_extra_state(model).data, m, v, CKPT_DTYPE_FP32, true, true,
+                                 num_sources);
 }
 
 /* Where parameter `info`'s moments start in the optimizer's arrays (laid out like the gradients: the
@@ -48,15 +49,25 @@ static size_t moments_offset(const Model *model, const ParamInfo *info) {
     return info->offset - (size_t)model->trainable_offset;
 }
 
-CkptSource *ckpt_sources_of_kinds(const Model *model, const float *params, const void *m, const void *v,
-                                  CkptDType moments_dtype, bool dense, bool experts, int *num_sources) {
+/* The source of a whole-on-every-rank tensor `info` (extra state) read from data at its offset. */
+static CkptSource whole_source(const ParamInfo *info, const float *data) {
+    CkptSource s = {.name = info->name, .ndim = info->ndim, .data = data + info->offset, .dtype = CKPT_DTYPE_FP32};
+    for (int d = 0; d < info->ndim; d++) s.global_shape[d] = s.shape[d] = info->shape[d];
+    return s;
+}
+
+CkptSource *ckpt_sources_of_kinds(const Model *model, const float *params, const float *extra, const void *m,
+                                  const void *v, CkptDType moments_dtype, bool dense, bool experts, int *num_sources) {
     const int copies = (m && v) ? 3 : 1;
     int owned = 0, trained = 0; /* frozen parameters (LoRA's base) have no moments */
     for (int i = 0; i < model->num_params; i++) {
         owned += writes(&model->param_info[i], dense, experts);
         trained += writes(&model->param_info[i], dense, experts) && !model->param_info[i].frozen;
     }
-    const int n = owned + (copies - 1) * trained;
+    const ModelExtraState state = model_extra_state(model);
+    int extras = 0; /* written with the dense parameters, by tp rank 0 */
+    for (int i = 0; extra && dense && i < state.count; i++) extras += state.info[i].norm_owner;
+    const int n = owned + (copies - 1) * trained + extras;
     const size_t name_bytes = 128;
     char *block = mt_calloc(1, (size_t)n * (sizeof(CkptSource) + name_bytes));
     CkptSource *sources = (CkptSource *)block;
@@ -84,6 +95,8 @@ CkptSource *ckpt_sources_of_kinds(const Model *model, const float *params, const
             s->dtype = dtypes[c];
             k++;
         }
+    for (int i = 0; extra && dense && i < state.count; i++)
+        if (state.info[i].norm_owner) sources[k++] = whole_source(&state.info[i], extra); /* names are the model's */
     *num_sources = n;
     return sources;
 }
@@ -162,11 +175,11 @@ static int shard_rectangles(const Model *model, const char *prefix, const void *
     return n;
 }
 
-CkptSource *ckpt_sources_sharded(const Model *model, const float *params, bool dense, bool experts,
+CkptSource *ckpt_sources_sharded(const Model *model, const float *params, const float *extra, bool dense, bool experts,
                                  const void *m_shard, const void *v_shard, CkptDType moments_dtype,
                                  const size_t *begin, const size_t *end, int num_ranges, int *num_sources) {
     int owned = 0;
-    for (int i = 0; i < model->num_params; i++) owned += writes(&model->param_info[i], dense, experts);
+    CkptSource *own = ckpt_sources_of_kinds(model, params, extra, NULL, NULL, CKPT_DTYPE_FP32, dense, experts, &owned);
     const int moments = shard_rectangles(model, "", NULL, moments_dtype, begin, end, num_ranges, NULL, NULL, 0);
     const int n = owned + 2 * moments;
     const size_t name_bytes = 128;
@@ -174,16 +187,12 @@ CkptSource *ckpt_sources_sharded(const Model *model, const float *params, bool d
     CkptSource *sources = (CkptSource *)block;
     char *names = block + (size_t)(n ? n : 1) * sizeof(CkptSource);
     int k = 0;
-    if (owned > 0) {
-        int count = 0;
-        CkptSource *own = ckpt_sources_of_kinds(model, params, NULL, NULL, CKPT_DTYPE_FP32, dense, experts, &count);
-        for (int i = 0; i < count; i++, k++) {
-            sources[k] = own[i];
-            snprintf(names + (size_t)k * name_bytes, name_bytes, "%s", own[i].name);
-            sources[k].name = names + (size_t)k * name_bytes;
-        }
-        free(own);
+    for (int i = 0; i < owned; i++, k++) {
+        sources[k] = own[i];
+        snprintf(names + (size_t)k * name_bytes, name_bytes, "%s", own[i].name);
+        sources[k].name = names + (size_t)k * name_bytes;
     }
+    free(own);
     k += shard_rectangles(model, "optimizer.m.", m_shard, moments_dtype, begin, end, num_ranges, sources + k,
                           names + (size_t)k * name_bytes, name_bytes);
     k += shard_rectangles(model, "optimizer.v.", v_shard, moments_dtype, begin, end, num_ranges, sources + k,

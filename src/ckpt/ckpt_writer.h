@@ -60,22 +60,25 @@ typedef struct CkptWriteStats {
  * optimizer moments "optimizer.m.<name>" / "optimizer.v.<name>" (fp32),
  * reading from `params`, `m`, `v` (each laid out like model->params): for a
  * rank of a parallel layout, its blocks of the global tensors that it owns
- * (ParamInfo.norm_owner: a replica another rank also holds is left out). The array and
+ * (ParamInfo.norm_owner: a replica another rank also holds is left out), and
+ * the model's extra state from its own data. The array and
  * its names are one allocation: free() it. */
 CkptSource *ckpt_sources_from_model(const Model *model, const float *params, const float *m, const float *v,
                                     int *num_sources);
 /* The same with moments of `moments_dtype`, for the dense parameters only,
  * the routed experts only, or both (expert parallel: the experts' owners
- * are not the dense weights' owners). */
-CkptSource *ckpt_sources_of_kinds(const Model *model, const float *params, const void *m, const void *v,
-                                  CkptDType moments_dtype, bool dense, bool experts, int *num_sources);
+ * are not the dense weights' owners); with the dense ones, the model's extra
+ * state (model_extra_state: FP8 amax histories) that this rank owns, read
+ * from `extra` (laid out like its data; NULL: not written). */
+CkptSource *ckpt_sources_of_kinds(const Model *model, const float *params, const float *extra, const void *m,
+                                  const void *v, CkptDType moments_dtype, bool dense, bool experts, int *num_sources);
 
 /* The sources of a rank of the distributed optimizer: its blocks of the
- * parameters of the kinds it writes (dense, experts; none: both false) and the moments of the flat ranges
+ * parameters of the kinds it writes (dense, experts; none: both false; `extra` as above) and the moments of the flat ranges
  * [begin[i], end[i]) it owns (m_shard, v_shard: those ranges packed, in
  * order, of moments_dtype), each range cut into rectangles of the global tensors (a partial
  * row, whole rows, a partial row). One allocation: free() it. */
-CkptSource *ckpt_sources_sharded(const Model *model, const float *params, bool dense, bool experts,
+CkptSource *ckpt_sources_sharded(const Model *model, const float *params, const float *extra, bool dense, bool experts,
                                  const void *m_shard, const void *v_shard, CkptDType moments_dtype,
                                  const size_t *begin, const size_t *end, int num_ranges, int *num_sources);
 
