@@ -1,20 +1,33 @@
 #!/usr/bin/env bash
 # test_fp8.sh: precision: fp8 on the CPU (the exact emulation of Hopper's FP8
-# products, tensorwise current scaling; docs/fp8.md).
+# products; docs/fp8.md), with fp8.recipe tensorwise (current scaling) and
+# delayed (amax histories, checkpointed).
 # - The tiny llama trained 100 steps in fp8 tracks fp32: the mean loss of
-#   steps 81-100 within 2% (measured 0.24% on 2026-11-24; the largest single
-#   step 4.4%), and fp8 does change the numbers (some step differs by > 1e-3).
+#   steps 81-100 within 2% (measured on 2026-11-24: tensorwise 0.24%, the
+#   largest single step 4.4%; delayed 0.81%, largest step 2.4%), and fp8 does
+#   change the numbers (some step differs by > 1e-3).
 # - Layouts: tp 2 + sp, cp 2, pp 2 and dp 2 give the one-rank fp8 losses and
 #   grad norms to 1e-6 on steps 1-2 (same weights: the amaxes reduced over tp
 #   and cp give the one-rank scales; a per-rank scale would differ at once),
 #   and after that losses within 5e-4 and grad norms within 1e-2 (an fp32
 #   difference of 1e-7 upstream can move a value across an FP8 rounding
-#   boundary; measured on 2026-11-24 over 12 steps: losses 4.2e-5, grad norms
-#   2.0e-3 on tp 2, 2.3e-4 on cp 2, 5.7e-5 on dp 2, 0 on pp 2).
-# - Resume of an fp8 run equals the uninterrupted run bit for bit (current
-#   scaling keeps no state).
-# - Refused with exit 2 naming the key: fp8 with a MoE family, with peft,
-#   fp8.recipe delayed (not wired yet); the cuda build refuses fp8.
+#   boundary; measured on 2026-11-24 over 12 steps, tensorwise: losses
+#   4.2e-5, grad norms 2.0e-3 on tp 2, 2.3e-4 on cp 2, 5.7e-5 on dp 2, 0 on
+#   pp 2; delayed: losses 1.8e-5, grad norms 1.4e-3 on tp 2, 4.1e-5 on cp 2,
+#   5.8e-9 on dp 2). Delayed scaling on dp 2 checks that the histories take
+#   the step's amaxes over every dp rank and micro-batch, and the gradients'
+#   as one rank sees them (a dp rank's are dp times larger).
+# - Resume of an fp8 run equals the uninterrupted run bit for bit: tensorwise
+#   keeps no state; delayed (history length 4, so the checkpoint's histories
+#   decide step 7's scales) from its checkpointed histories, also on dp 2
+#   with the distributed optimizer (its writers' sharded checkpoint); a pp 2
+#   checkpoint resumed on tp 2 continues the one-rank run (within the layout
+#   tolerance).
+# - A delayed checkpoint resumes into bf16; a tensorwise one into delayed
+#   (the histories start afresh, and it says so); another
+#   fp8.amax_history_len is refused with exit 2, naming the key.
+# - Refused with exit 2 naming the key: fp8 with a MoE family, with peft;
+#   the cuda build refuses fp8.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
@@ -32,50 +45,97 @@ run() {
 }
 values() { json_field "$WORK/$1/metrics.jsonl" "$2"; }
 
-run fp32 1 --set train.steps=100 --set optimizer.schedule.warmup_steps=10 --set precision=fp32
-run fp8 1 --set train.steps=100 --set optimizer.schedule.warmup_steps=10 --set precision=fp8
-paste <(values fp32 loss) <(values fp8 loss) | awk '
-  { n++; d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > worst) worst = d; if (n > 80) { a += $1; b += $2 } }
-  END { rel = (b - a) / a; if (rel < 0) rel = -rel
-        printf "fp8 vs fp32: mean loss of steps 81-100 %.4f vs %.4f (relative %.4f), largest step difference %.4f\n", b / 20, a / 20, rel, worst
-        exit !(n == 100 && rel <= 0.02 && worst > 1e-3) }' || fail "fp8 does not track fp32 within 2% (or equals it)"
+LONG=(--set train.steps=100 --set optimizer.schedule.warmup_steps=10)
+run fp32 1 "${LONG[@]}" --set precision=fp32
+for recipe in tensorwise delayed; do
+  run "fp8_$recipe" 1 "${LONG[@]}" --set precision=fp8 --set fp8.recipe=$recipe
+  paste <(values fp32 loss) <(values "fp8_$recipe" loss) | awk -v R=$recipe '
+    { n++; d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > worst) worst = d; if (n > 80) { a += $1; b += $2 } }
+    END { rel = (b - a) / a; if (rel < 0) rel = -rel
+          printf "fp8 %s vs fp32: mean loss of steps 81-100 %.4f vs %.4f (relative %.4f), largest step difference %.4f\n",
+                 R, b / 20, a / 20, rel, worst
+          exit !(n == 100 && rel <= 0.02 && worst > 1e-3) }' || fail "fp8 $recipe does not track fp32 within 2% (or equals it)"
+done
+
+# same_as_one ONE NAME: NAME's 12 losses and grad norms are ONE's (1e-6 on steps 1-2, then FP8 noise).
+same_as_one() {
+  local one=$1 name=$2 field
+  for field in loss grad_norm; do
+    paste <(values "$one" $field) <(values "$name" $field) | awk -v f="$field" -v L="$name" '
+      { n++; d = ($2 - $1) / $1; if (d < 0) d = -d; tol = n <= 2 ? 1e-6 : (f == "loss" ? 5e-4 : 1e-2)
+        if (NF != 2 || !(d <= tol)) { printf "%s: step %d %s %s vs %s\n", L, n, f, $1, $2; bad = 1 } }
+      END { exit !(n == 12 && !bad) }' || fail "fp8 $name: $field is not the one-rank run's"
+  done
+}
 
 FP8=(--set precision=fp8 --set train.steps=12)
+DELAYED=(--set precision=fp8 --set fp8.recipe=delayed --set fp8.amax_history_len=4 --set train.steps=12)
 run one 1 "${FP8[@]}"
+run one_delayed 1 "${DELAYED[@]}"
 if command -v mpirun > /dev/null; then
   for layout in "tp2sp 2 --set parallel.tp=2 --set parallel.sequence_parallel=true" "cp2 2 --set parallel.cp=2" \
                 "pp2 2 --set parallel.pp=2" "dp2 2"; do
     read -r name np settings <<< "$layout"
     # shellcheck disable=SC2086
     run "$name" "$np" "${FP8[@]}" $settings
-    for field in loss grad_norm; do
-      paste <(values one $field) <(values "$name" $field) | awk -v f="$field" -v L="$name" '
-        { n++; d = ($2 - $1) / $1; if (d < 0) d = -d; tol = n <= 2 ? 1e-6 : (f == "loss" ? 5e-4 : 1e-2)
-          if (NF != 2 || !(d <= tol)) { printf "%s: step %d %s %s vs %s\n", L, n, f, $1, $2; bad = 1 } }
-        END { exit !(n == 12 && !bad) }' || fail "fp8 $name: $field is not the one-rank run's"
-    done
+    same_as_one one "$name"
+    [[ $name == pp2 ]] && continue # delayed on pp 2: resumed on tp 2 below
+    # shellcheck disable=SC2086
+    run "${name}_delayed" "$np" "${DELAYED[@]}" $settings
+    same_as_one one_delayed "${name}_delayed"
   done
-  echo "fp8: tp 2 + sp, cp 2, pp 2 and dp 2 give the one-rank losses (1e-6 on steps 1-2, then FP8 noise)"
+  echo "fp8: tp 2 + sp, cp 2, pp 2 and dp 2 give the one-rank losses, tensorwise and delayed (1e-6 on steps 1-2, then FP8 noise)"
 fi
 
-run straight 1 "${FP8[@]}" --set checkpoint.interval=6
-"$MEGATRAIN" resume "$WORK/straight/checkpoints/iter_0000006" --set run.dir="$WORK/resumed" > "$WORK/resumed.log" 2>&1 ||
-  { tail -5 "$WORK/resumed.log"; fail "the fp8 resume failed"; }
 steps_after_6() { grep -o '"step":[0-9]*,"loss":[^,]*,"lr":[^,]*,"global_batch_size":[^,]*,"grad_norm":[^,]*' "$1" |
   awk -F'[:,]' '$2 > 6'; }
-[[ $(steps_after_6 "$WORK/resumed/metrics.jsonl" | wc -l) -eq 6 ]] || fail "the resumed run logged no steps 7-12"
-diff <(steps_after_6 "$WORK/straight/metrics.jsonl") <(steps_after_6 "$WORK/resumed/metrics.jsonl") > /dev/null ||
-  fail "the resumed fp8 run differs from the uninterrupted one"
-echo "fp8: resume equals the uninterrupted run bit for bit"
+# resume_exact NAME STRAIGHT CHECKPOINT NP SETTINGS...: resumed at step 6 it logs STRAIGHT's steps 7-12 bit for bit.
+resume_exact() {
+  local name=$1 straight=$2 ckpt=$3 np=$4; shift 4
+  local cmd=("$MEGATRAIN" resume "$ckpt" --set run.dir="$WORK/$name" "$@")
+  if [[ $np -gt 1 ]]; then cmd=(timeout 180 mpirun --allow-run-as-root --oversubscribe -np "$np" "${cmd[@]}"); fi
+  "${cmd[@]}" > "$WORK/$name.log" 2>&1 || { tail -5 "$WORK/$name.log"; fail "$name: the resume failed"; }
+  [[ $(steps_after_6 "$WORK/$name/metrics.jsonl" | wc -l) -eq 6 ]] || fail "$name: the resumed run logged no steps 7-12"
+  diff <(steps_after_6 "$WORK/$straight/metrics.jsonl") <(steps_after_6 "$WORK/$name/metrics.jsonl") > /dev/null ||
+    fail "$name: the resumed fp8 run differs from the uninterrupted one"
+}
+run straight 1 "${FP8[@]}" --set checkpoint.interval=6
+resume_exact resumed straight "$WORK/straight/checkpoints/iter_0000006" 1
+run straight_delayed 1 "${DELAYED[@]}" --set checkpoint.interval=6
+CKPT="$WORK/straight_delayed/checkpoints/iter_0000006"
+"$MEGATRAIN" inspect "$CKPT" | grep -q 'fp8.layers.1.amax_history *\[12, 4\]' || fail "no amax histories in $CKPT"
+resume_exact resumed_delayed straight_delayed "$CKPT" 1
+echo "fp8: resume equals the uninterrupted run bit for bit (tensorwise, and delayed from its checkpointed histories)"
+if command -v mpirun > /dev/null; then
+  run zero1_delayed 2 "${DELAYED[@]}" --set checkpoint.interval=6 --set parallel.distributed_optimizer=true
+  resume_exact zero1_resumed zero1_delayed "$WORK/zero1_delayed/checkpoints/iter_0000006" 2
+  run pp2_delayed 2 "${DELAYED[@]}" --set checkpoint.interval=6 --set parallel.pp=2
+  same_as_one one_delayed pp2_delayed
+  timeout 180 mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" resume \
+    "$WORK/pp2_delayed/checkpoints/iter_0000006" --set run.dir="$WORK/pp2_on_tp2" --set parallel.pp=1 \
+    --set parallel.tp=2 > "$WORK/pp2_on_tp2.log" 2>&1 || { tail -5 "$WORK/pp2_on_tp2.log"; fail "pp 2 -> tp 2 resume failed"; }
+  paste <(steps_after_6 "$WORK/straight_delayed/metrics.jsonl" | awk -F'[:,]' '{print $4}') \
+        <(steps_after_6 "$WORK/pp2_on_tp2/metrics.jsonl" | awk -F'[:,]' '{print $4}') | awk '
+    { n++; d = ($2 - $1) / $1; if (d < 0) d = -d; if (!(d <= 5e-4)) bad = 1 } END { exit !(n == 6 && !bad) }' ||
+    fail "the delayed pp 2 checkpoint resumed on tp 2 does not continue the one-rank run"
+  echo "fp8 delayed: a dp 2 distributed-optimizer run resumes bit for bit, a pp 2 checkpoint on tp 2"
+fi
+
+"$MEGATRAIN" resume "$CKPT" --set run.dir="$WORK/into_bf16" --set precision=bf16 > "$WORK/into_bf16.log" 2>&1 ||
+  { tail -5 "$WORK/into_bf16.log"; fail "the delayed checkpoint does not resume into bf16"; }
+[[ $(steps_after_6 "$WORK/into_bf16/metrics.jsonl" | wc -l) -eq 6 ]] || fail "into_bf16: no steps 7-12"
+"$MEGATRAIN" resume "$WORK/straight/checkpoints/iter_0000006" --set run.dir="$WORK/into_delayed" \
+  --set fp8.recipe=delayed > "$WORK/into_delayed.log" 2>&1 || { tail -5 "$WORK/into_delayed.log"; fail "tensorwise -> delayed"; }
+grep -q "delayed scaling starts afresh" "$WORK/into_delayed.log" || fail "tensorwise -> delayed does not say it starts afresh"
+expect_refused "another fp8.amax_history_len" "resume with --set fp8.amax_history_len=4" 1 resume "$CKPT" \
+  --set run.dir="$WORK/len16" --set fp8.amax_history_len=16
+echo "fp8 delayed: resumes into bf16, from tensorwise (afresh); another history length is refused"
 
 expect_refused "fp8 with qwen3_moe" "precision: fp8 covers the dense families" 1 run "$REPO/recipes/tiny/qwen3_moe.yaml" \
   --set run.dir="$WORK/moe" "${COMMON[@]}" --set precision=fp8
 expect_refused "fp8 with LoRA" "precision: fp8 with peft (LoRA) is not implemented yet" 1 run \
   "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/lora" "${COMMON[@]}" --set precision=fp8 \
   --set "peft={type: lora, rank: 4, alpha: 8}"
-expect_refused "fp8 delayed scaling" "fp8.recipe: delayed scaling is not wired into training yet" 1 run \
-  "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/delayed" "${COMMON[@]}" --set precision=fp8 \
-  --set fp8.recipe=delayed
 if [[ -x "$REPO/build/cuda/megatrain" ]]; then
   MEGATRAIN="$REPO/build/cuda/megatrain" expect_refused "fp8 on cuda" "precision: fp8 runs as the exact CPU emulation only" \
     1 run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/cuda" "${COMMON[@]}" --set precision=fp8 \
