@@ -227,9 +227,6 @@ static int validate_fp8(const Recipe *r, const YNode *root, YLoc at, char *err, 
         return fail(err, errlen, root, at, "", "precision",
                     "fp8 covers the dense families (llama, qwen2, qwen3) for now: the experts' products have no FP8 "
                     "path yet; use precision: bf16 for %s", model_family_name(r->model.family));
-    if (r->model.peft.type != PEFT_NONE)
-        return fail(err, errlen, root, at, "", "precision",
-                    "fp8 with peft (LoRA) is not implemented yet; use precision: bf16 or remove peft");
     return 0;
 }
 
