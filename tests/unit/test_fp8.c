@@ -4,13 +4,16 @@
  * bits of all 256 codes of each format); round trips of all 256 codes (NaN
  * codes to the canonical NaN of their sign, E5M2's infinities to the largest
  * finite value); fp8_quantize and fp8_amax on small arrays whose results are
- * worked out by hand in the comments. */
+ * worked out by hand in the comments; and fp8.c's bit-level conversion
+ * against the value-by-value definition (round on the binade's grid with
+ * rintf, below) on every 251st fp32 pattern (MT_FP8_STRIDE=1: all 2^32). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -165,6 +168,67 @@ static void test_quantize_by_hand(void **state) {
     assert_same_bits(out[0], 256.0f);
 }
 
+/* The definition: the magnitude rounded on the grid of its binade (spacing 2^(e - mantissa bits), e clamped to
+ * the smallest normal exponent so that subnormals share that binade's spacing) with rintf, saturated beyond the
+ * largest finite value, then the fields written. */
+static uint8_t definition_from_f32(float x, Fp8Format format) {
+    const int mbits = format == FP8_E4M3 ? 3 : 2, bias = format == FP8_E4M3 ? 7 : 15;
+    const float max = fp8_max(format);
+    const uint8_t sign = signbit(x) ? 0x80 : 0;
+    if (isnan(x)) return sign | (format == FP8_E4M3 ? 0x7f : 0x7e);
+    const int min_exp = 1 - bias;
+    float a = fabsf(x);
+    if (a == 0.0f) return sign;
+    if (a < max) {
+        int e = ilogbf(a);
+        if (e < min_exp) e = min_exp;
+        const float quantum = ldexpf(1.0f, e - mbits);
+        a = rintf(a / quantum) * quantum;
+    }
+    if (a > max) a = max;
+    if (a == 0.0f) return sign;
+    const int e = ilogbf(a);
+    if (e < min_exp) return sign | (uint8_t)(a / ldexpf(1.0f, min_exp - mbits));
+    const int mantissa = (int)(a / ldexpf(1.0f, e - mbits)) - (1 << mbits);
+    return sign | (uint8_t)(((e + bias) << mbits) | mantissa);
+}
+
+static float bits_float(uint32_t u) {
+    float x;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* fp8_from_f32 and fp8_quantize (scale 1, and a scale of 3: x * 3 rounded first) equal the definition. */
+static void test_bit_level_matches_definition(void **state) {
+    (void)state;
+    const char *env = getenv("MT_FP8_STRIDE");
+    const uint64_t stride = env && atoll(env) > 0 ? (uint64_t)atoll(env) : 251;
+    enum { BATCH = 4096 };
+    static float x[BATCH], q[BATCH], q3[BATCH];
+    for (int fmt = 0; fmt < 2; fmt++) {
+        const Fp8Format f = (Fp8Format)fmt;
+        uint64_t checked = 0;
+        for (uint64_t u = 0; u < (1ull << 32);) {
+            int n = 0;
+            for (; n < BATCH && u < (1ull << 32); n++, u += stride) x[n] = bits_float((uint32_t)u);
+            fp8_quantize(q, x, n, 1.0f, f);
+            fp8_quantize(q3, x, n, 3.0f, f);
+            for (int i = 0; i < n; i++) {
+                const uint8_t want = definition_from_f32(x[i], f), got = fp8_from_f32(x[i], f);
+                if (got != want) fail_msg("%s: %a (0x%08x) gives 0x%02x, the definition 0x%02x", format_names[fmt], x[i],
+                                          (unsigned)(u - (uint64_t)(n - i) * stride), got, want);
+                const float value = fp8_to_f32(want, f), value3 = fp8_to_f32(definition_from_f32(x[i] * 3.0f, f), f);
+                if (memcmp(&q[i], &value, sizeof value) != 0 || memcmp(&q3[i], &value3, sizeof value3) != 0)
+                    fail_msg("%s: fp8_quantize(%a) gives %a / %a (scale 3), the definition %a / %a", format_names[fmt],
+                             x[i], q[i], q3[i], value, value3);
+            }
+            checked += (uint64_t)n;
+        }
+        assert_true(checked >= (1ull << 32) / stride);
+    }
+}
+
 static void test_amax(void **state) {
     (void)state;
     const float none[1] = {5.0f};
@@ -191,6 +255,7 @@ int main(void) {
         cmocka_unit_test(test_round_trip_all_codes),
         cmocka_unit_test(test_quantize_by_hand),
         cmocka_unit_test(test_amax),
+        cmocka_unit_test(test_bit_level_matches_definition),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
