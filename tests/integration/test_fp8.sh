@@ -24,21 +24,11 @@ COMMON=(--set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.in
         --set "train.batch_schedule=[{step: 0, global_batch_size: 8}]")
 
 # run NAME NP SETTINGS...: the tiny llama on NP ranks.
-run() {
-  local name=$1 np=$2; shift 2
-  local cmd=("$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/$name" "${COMMON[@]}" "$@")
-  if [[ $np -gt 1 ]]; then cmd=(timeout 180 mpirun --allow-run-as-root --oversubscribe -np "$np" "${cmd[@]}"); fi
-  "${cmd[@]}" > "$WORK/$name.log" 2>&1 || { tail -20 "$WORK/$name.log"; fail "$name: the run failed"; }
-}
-values() { json_field "$WORK/$1/metrics.jsonl" "$2"; }
+run() { train_run "$REPO/recipes/tiny/llama.yaml" "$@"; }
 
 run fp32 1 --set train.steps=100 --set optimizer.schedule.warmup_steps=10 --set precision=fp32
 run fp8 1 --set train.steps=100 --set optimizer.schedule.warmup_steps=10 --set precision=fp8
-paste <(values fp32 loss) <(values fp8 loss) | awk '
-  { n++; d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > worst) worst = d; if (n > 80) { a += $1; b += $2 } }
-  END { rel = (b - a) / a; if (rel < 0) rel = -rel
-        printf "fp8 vs fp32: mean loss of steps 81-100 %.4f vs %.4f (relative %.4f), largest step difference %.4f\n", b / 20, a / 20, rel, worst
-        exit !(n == 100 && rel <= 0.02 && worst > 1e-3) }' || fail "fp8 does not track fp32 within 2% (or equals it)"
+loss_tracks "fp8 vs fp32" fp32 fp8
 
 FP8=(--set precision=fp8 --set train.steps=12)
 run one 1 "${FP8[@]}"
@@ -48,24 +38,14 @@ if command -v mpirun > /dev/null; then
     read -r name np settings <<< "$layout"
     # shellcheck disable=SC2086
     run "$name" "$np" "${FP8[@]}" $settings
-    for field in loss grad_norm; do
-      paste <(values one $field) <(values "$name" $field) | awk -v f="$field" -v L="$name" '
-        { n++; d = ($2 - $1) / $1; if (d < 0) d = -d; tol = n <= 2 ? 1e-6 : (f == "loss" ? 5e-4 : 1e-2)
-          if (NF != 2 || !(d <= tol)) { printf "%s: step %d %s %s vs %s\n", L, n, f, $1, $2; bad = 1 } }
-        END { exit !(n == 12 && !bad) }' || fail "fp8 $name: $field is not the one-rank run's"
-    done
+    near_one_rank "$name" loss 2 1e-6 5e-4
+    near_one_rank "$name" grad_norm 2 1e-6 1e-2
   done
   echo "fp8: tp 2 + sp, cp 2, pp 2 and dp 2 give the one-rank losses (1e-6 on steps 1-2, then FP8 noise)"
 fi
 
 run straight 1 "${FP8[@]}" --set checkpoint.interval=6
-"$MEGATRAIN" resume "$WORK/straight/checkpoints/iter_0000006" --set run.dir="$WORK/resumed" > "$WORK/resumed.log" 2>&1 ||
-  { tail -5 "$WORK/resumed.log"; fail "the fp8 resume failed"; }
-steps_after_6() { grep -o '"step":[0-9]*,"loss":[^,]*,"lr":[^,]*,"global_batch_size":[^,]*,"grad_norm":[^,]*' "$1" |
-  awk -F'[:,]' '$2 > 6'; }
-[[ $(steps_after_6 "$WORK/resumed/metrics.jsonl" | wc -l) -eq 6 ]] || fail "the resumed run logged no steps 7-12"
-diff <(steps_after_6 "$WORK/straight/metrics.jsonl") <(steps_after_6 "$WORK/resumed/metrics.jsonl") > /dev/null ||
-  fail "the resumed fp8 run differs from the uninterrupted one"
+resume_exact straight 6 12
 echo "fp8: resume equals the uninterrupted run bit for bit"
 
 expect_refused "fp8 with LoRA" "precision: fp8 with peft (LoRA) is not implemented yet" 1 run \
