@@ -57,7 +57,8 @@ void moe_experts_init(MoeExperts *x, const ModelConfig *cfg, int ep, int etp, in
 
 void moe_experts_free(MoeExperts *x) {
     void *bufs[] = {x->send_rows, x->recv_rows, x->send_counts, x->recv_counts, x->order, x->offsets, x->recv,
-                    x->x, x->gate, x->up, x->act, x->y, x->d_y, x->d_act, x->d_gate, x->d_up, x->d_x, x->fp8_scales, x->fp8_amax};
+                    x->x, x->gate, x->up, x->act, x->y, x->d_y, x->d_act, x->d_gate, x->d_up, x->d_x,
+                    x->fp8_scales, x->fp8_amax};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     memset(x, 0, sizeof *x);
 }
@@ -120,7 +121,8 @@ typedef struct ExpertProduct {
 static ExpertProduct expert_product(const Model *model, int l, MoeExperts *x, int j, int g) {
     const ModelPriv *pr = model->priv;
     const LayerWeights *w = &pr->weights[l], *dw = &pr->weight_grads[l];
-    const size_t C = (size_t)model->cfg.hidden_size, I = (size_t)(model->cfg.moe.moe_intermediate_size / model->part.etp);
+    const size_t C = (size_t)model->cfg.hidden_size;
+    const size_t I = (size_t)(model->cfg.moe.moe_intermediate_size / model->part.etp); /* this rank's slice */
     const size_t r0 = (size_t)x->offsets[j], wj = (size_t)j * I * C; /* every expert matrix has I x C values */
     ExpertProduct p = {.rows = x->offsets[j + 1] - x->offsets[j], .scales = x->fp8_scales[j][g]};
     if (g == EXPERT_GATE_UP) {
