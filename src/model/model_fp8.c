@@ -21,7 +21,10 @@
  * rank would use, so every layout computes the one-rank numbers. The
  * forward's sx and sw are kept per activation set for its backward (a
  * recomputed forward computes the same ones). The embedding, norms,
- * attention, lm_head and loss stay in fp32 (docs/fp8.md says why). */
+ * attention, lm_head and loss stay in fp32 (docs/fp8.md says why).
+ * The MoE experts' products (moe_dispatch.c) use the same pieces with
+ * their own per-expert scales: linear_group_product_forward / _backward
+ * run one group's product once its scales are known. */
 #include "model_fp8.h"
 
 #include <math.h>
@@ -32,21 +35,30 @@
 #include "../dist/comm.h"
 #include "fp8_scaling.h"
 
-/* The max of v over a group (NaN if any rank's is): the same on every rank. */
-static float group_max(const Comm *c, float v) {
-    if (!c || c->size <= 1) return v;
-    float *all = mt_malloc((size_t)c->size * sizeof(float));
-    comm_all_gather(c, &v, all, 1, COMM_FLOAT);
-    float m = 0.0f;
-    for (int r = 0; r < c->size; r++) {
-        if (isnan(all[r])) {
-            m = NAN;
-            break;
+/* v[0..n) = their max over a group, element by element (NaN if any rank's is): the same on every rank. */
+static void group_max_n(const Comm *c, float *v, int n) {
+    if (!c || c->size <= 1 || n <= 0) return;
+    float *all = mt_malloc((size_t)c->size * n * sizeof(float));
+    comm_all_gather(c, v, all, (size_t)n, COMM_FLOAT);
+    for (int i = 0; i < n; i++) {
+        float m = 0.0f;
+        for (int r = 0; r < c->size; r++) {
+            const float a = all[(size_t)r * n + i];
+            if (isnan(a)) {
+                m = NAN;
+                break;
+            }
+            if (a > m) m = a;
         }
-        if (all[r] > m) m = all[r];
+        v[i] = m;
     }
     free(all);
-    return m;
+}
+
+/* The max of v over a group (NaN if any rank's is): the same on every rank. */
+static float group_max(const Comm *c, float v) {
+    group_max_n(c, &v, 1);
+    return v;
 }
 
 /* max(a, b) where NaN wins (a NaN amax keeps the previous scale). */
@@ -55,8 +67,7 @@ static float nan_max(float a, float b) { return isnan(a) || isnan(b) ? NAN : fma
 /* The amax of n values as one rank of the whole model sees it: over tp and cp. */
 static float model_amax(const Model *m, const float *x, long n) {
     float a = fp8_amax(x, n);
-    if (m->part.tp > 1) a = group_max(m->part.tp_comm, a);
-    if (m->part.cp > 1) a = group_max(m->part.cp_comm, a);
+    model_fp8_amax_reduce(m, &a, 1, true);
     return a;
 }
 
@@ -77,8 +88,9 @@ static void axpy(float *y, const float *x, float a, long n) {
     for (long i = 0; i < n; i++) y[i] += x[i] * a;
 }
 
-void linear_group_forward(Model *m, int l, LinearGroup group, const float *x, int N, int IC, const LinearPart *parts,
-                          int count) {
+/* The parts' matmuls with the given scales (model_fp8.h): a group's FP8 product once its scales are known. */
+void linear_group_product_forward(Model *m, const float *x, int N, int IC, const LinearPart *parts, int count,
+                                  float sx, float sw) {
     const BackendOps *ops = m->ops;
     if (!m->fp8_on) {
         for (int i = 0; i < count; i++) ops->matmul_forward(parts[i].out, x, parts[i].weight, parts[i].bias, N, IC,
@@ -86,22 +98,6 @@ void linear_group_forward(Model *m, int l, LinearGroup group, const float *x, in
         return;
     }
     ModelPriv *pr = m->priv;
-    float wmax = 0.0f;
-    for (int i = 0; i < count; i++)
-        wmax = nan_max(wmax, fp8_amax(parts[i].weight, (long)parts[i].OC * IC));
-    float sx, sw;
-    if (m->fp8_state) { /* delayed: this step's scales; the amaxes are recorded for the step's end */
-        fp8_state_record(m, l, group, FP8_INPUT, fp8_amax(x, (long)N * IC));
-        fp8_state_record(m, l, group, FP8_WEIGHT, wmax);
-        sx = fp8_state_scale(m, l, group, FP8_INPUT);
-        sw = fp8_state_scale(m, l, group, FP8_WEIGHT);
-    } else {
-        if (m->part.tp > 1) wmax = group_max(m->part.tp_comm, wmax); /* weights are split over tp only */
-        sx = cast_scale(m, model_amax(m, x, (long)N * IC), FP8_E4M3);
-        sw = cast_scale(m, wmax, FP8_E4M3);
-    }
-    pr->fp8_scales[l][group][0] = sx;
-    pr->fp8_scales[l][group][1] = sw;
     float *xq = scratch(&pr->fp8_x, &pr->fp8_x_cap, (size_t)N * IC);
     fp8_quantize(xq, x, (long)N * IC, sx, FP8_E4M3);
     const float alpha = (1.0f / sx) * (1.0f / sw);
@@ -114,8 +110,8 @@ void linear_group_forward(Model *m, int l, LinearGroup group, const float *x, in
     }
 }
 
-void linear_group_backward(Model *m, int l, LinearGroup group, float *dx, const float *x, int N, int IC,
-                           const LinearPart *parts, int count) {
+void linear_group_product_backward(Model *m, float *dx, const float *x, int N, int IC, const LinearPart *parts,
+                                   int count, float sx, float sw, float sg) {
     const BackendOps *ops = m->ops;
     if (!m->fp8_on) {
         for (int i = 0; i < count; i++)
@@ -125,19 +121,6 @@ void linear_group_backward(Model *m, int l, LinearGroup group, float *dx, const 
     }
     ModelPriv *pr = m->priv;
     const Fp8Format gf = m->fp8.grad_format;
-    const float sx = pr->fp8_scales[l][group][0], sw = pr->fp8_scales[l][group][1];
-    float gmax = 0.0f, sg;
-    if (m->fp8_state) {
-        /* A dp rank's gradients are dp times one rank's (each rank's loss is its micro-batches' mean; the dp
-         * average comes after): its casts see them as one rank would, divided by dp (exactly, dp a power of 2). */
-        const float dp = m->part.dp_comm ? (float)m->part.dp_comm->size : 1.0f;
-        for (int i = 0; i < count; i++) gmax = nan_max(gmax, fp8_amax(parts[i].dout, (long)N * parts[i].OC));
-        fp8_state_record(m, l, group, FP8_GRAD, gmax / dp);
-        sg = fp8_state_scale(m, l, group, FP8_GRAD) / dp;
-    } else {
-        for (int i = 0; i < count; i++) gmax = nan_max(gmax, model_amax(m, parts[i].dout, (long)N * parts[i].OC));
-        sg = cast_scale(m, gmax, gf);
-    }
     float *xq = scratch(&pr->fp8_x, &pr->fp8_x_cap, (size_t)N * IC);
     fp8_quantize(xq, x, (long)N * IC, sx, FP8_E4M3);
     float *dx_part = scratch(&pr->fp8_dx, &pr->fp8_dx_cap, (size_t)N * IC);
@@ -157,6 +140,70 @@ void linear_group_backward(Model *m, int l, LinearGroup group, float *dx, const 
         if (dw_part) axpy(p->dweight, dw_part, alpha_dw, nw);
         if (p->dbias) ops->matmul_backward(NULL, NULL, p->dbias, p->dout, x, p->weight, N, IC, p->OC);
     }
+}
+
+float linear_group_weight_amax(const LinearPart *parts, int count, int IC) {
+    float wmax = 0.0f;
+    for (int i = 0; i < count; i++) wmax = nan_max(wmax, fp8_amax(parts[i].weight, (long)parts[i].OC * IC));
+    return wmax;
+}
+
+float linear_group_grad_amax(const LinearPart *parts, int count, int N) {
+    float gmax = 0.0f;
+    for (int i = 0; i < count; i++) gmax = nan_max(gmax, fp8_amax(parts[i].dout, (long)N * parts[i].OC));
+    return gmax;
+}
+
+void model_fp8_amax_reduce(const Model *m, float *amax, int n, bool over_tp) {
+    if (over_tp && m->part.tp > 1) group_max_n(m->part.tp_comm, amax, n);
+    if (m->part.cp > 1) group_max_n(m->part.cp_comm, amax, n);
+}
+
+float model_fp8_scale(const Model *m, float amax, Fp8Format format) { return cast_scale(m, amax, format); }
+
+void linear_group_forward(Model *m, int l, LinearGroup group, const float *x, int N, int IC, const LinearPart *parts,
+                          int count) {
+    if (!m->fp8_on) {
+        linear_group_product_forward(m, x, N, IC, parts, count, 1.0f, 1.0f);
+        return;
+    }
+    ModelPriv *pr = m->priv;
+    float wmax = linear_group_weight_amax(parts, count, IC), sx, sw;
+    if (m->fp8_state) { /* delayed: this step's scales; the amaxes are recorded for the step's end */
+        fp8_state_record(m, l, group, FP8_INPUT, fp8_amax(x, (long)N * IC));
+        fp8_state_record(m, l, group, FP8_WEIGHT, wmax);
+        sx = fp8_state_scale(m, l, group, FP8_INPUT);
+        sw = fp8_state_scale(m, l, group, FP8_WEIGHT);
+    } else {
+        if (m->part.tp > 1) wmax = group_max(m->part.tp_comm, wmax); /* weights are split over tp only */
+        sx = cast_scale(m, model_amax(m, x, (long)N * IC), FP8_E4M3);
+        sw = cast_scale(m, wmax, FP8_E4M3);
+    }
+    pr->fp8_scales[l][group][0] = sx;
+    pr->fp8_scales[l][group][1] = sw;
+    linear_group_product_forward(m, x, N, IC, parts, count, sx, sw);
+}
+
+void linear_group_backward(Model *m, int l, LinearGroup group, float *dx, const float *x, int N, int IC,
+                           const LinearPart *parts, int count) {
+    if (!m->fp8_on) {
+        linear_group_product_backward(m, dx, x, N, IC, parts, count, 1.0f, 1.0f, 1.0f);
+        return;
+    }
+    ModelPriv *pr = m->priv;
+    const float sx = pr->fp8_scales[l][group][0], sw = pr->fp8_scales[l][group][1];
+    float gmax = linear_group_grad_amax(parts, count, N), sg;
+    if (m->fp8_state) {
+        /* A dp rank's gradients are dp times one rank's (each rank's loss is its micro-batches' mean; the dp
+         * average comes after): its casts see them as one rank would, divided by dp (exactly, dp a power of 2). */
+        const float dp = m->part.dp_comm ? (float)m->part.dp_comm->size : 1.0f;
+        fp8_state_record(m, l, group, FP8_GRAD, gmax / dp);
+        sg = fp8_state_scale(m, l, group, FP8_GRAD) / dp;
+    } else {
+        model_fp8_amax_reduce(m, &gmax, 1, true);
+        sg = cast_scale(m, gmax, m->fp8.grad_format);
+    }
+    linear_group_product_backward(m, dx, x, N, IC, parts, count, sx, sw, sg);
 }
 
 void model_set_fp8(Model *model, const Fp8Config *cfg) {

@@ -38,4 +38,24 @@ void linear_group_forward(Model *m, int l, LinearGroup group, const float *x, in
 void linear_group_backward(Model *m, int l, LinearGroup group, float *dx, const float *x, int N, int IC,
                            const LinearPart *parts, int count);
 
+/* The pieces of a group, for products whose scales are found elsewhere: the MoE experts (moe_dispatch.c),
+ * one product per expert, each with its own scales (TE's GroupedLinear). */
+
+/* The parts' out from x with the scales given: sx of x, sw of the weights (E4M3). Without fp8 the backend's
+ * matmuls (the scales unused). */
+void linear_group_product_forward(Model *m, const float *x, int N, int IC, const LinearPart *parts, int count,
+                                  float sx, float sw);
+/* Its backward (as linear_group_backward): sx and sw the forward's, sg the output gradients' (fp8.grad_format). */
+void linear_group_product_backward(Model *m, float *dx, const float *x, int N, int IC, const LinearPart *parts,
+                                   int count, float sx, float sw, float sg);
+/* This rank's amax of the parts' weights, and of their output gradients (N rows): the max over the parts, NaN if
+ * one is NaN, 0 for no values. */
+float linear_group_weight_amax(const LinearPart *parts, int count, int IC);
+float linear_group_grad_amax(const LinearPart *parts, int count, int N);
+/* amax[0..n) = each one's max over the cp group and, with over_tp, the tp group (NaN wins): what every rank of
+ * those groups casts with. One collective per group for the n values. */
+void model_fp8_amax_reduce(const Model *m, float *amax, int n, bool over_tp);
+/* The cast scale of an amax in format (fp8_scaling.h; fp8.margin; 1 where the amax is 0 or not finite). */
+float model_fp8_scale(const Model *m, float amax, Fp8Format format);
+
 #endif

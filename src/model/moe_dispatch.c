@@ -2,13 +2,26 @@
  * (moe_dispatch.h). Rank r of ep holds experts [r E/ep, (r+1) E/ep); rows
  * grouped by global expert are therefore already grouped by destination.
  * Received rows are reordered expert-major (expert j: rows from rank 0,
- * then rank 1, ...) so that each local expert runs one matmul. */
+ * then rank 1, ...) so that each local expert runs one matmul.
+ *
+ * precision: fp8 (docs/fp8.md) computes each expert's gate|up and down as
+ * one FP8 product each, as Transformer Engine's GroupedLinear does: every
+ * expert's product has its own scales, from the amax of the rows it
+ * computes (input, and output gradient in the backward) and of its own
+ * weights, max-reduced over cp (the other parts of the sequences route
+ * tokens to the same expert) and, with etp > 1, over tp (the rest of the
+ * expert's weights and intermediate). Under ep the rows an expert computes
+ * come from several dp ranks' micro-batches, and its amax covers them all,
+ * as one GPU grouped product's does: ep layouts therefore match one rank
+ * within FP8 rounding only. An expert with no rows casts nothing. */
 #include "moe_dispatch.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "../core/error.h"
+#include "../core/fp8.h"
+#include "model_fp8.h"
 
 static const Comm single = {.handle = NULL, .rank = 0, .size = 1};
 
@@ -36,13 +49,16 @@ void moe_experts_init(MoeExperts *x, const ModelConfig *cfg, int ep, int etp, in
     x->send_counts = mt_calloc((size_t)ep * El, sizeof(int64_t));
     x->recv_counts = mt_calloc((size_t)ep * El, sizeof(int64_t));
     x->offsets = mt_calloc((size_t)El + 1, sizeof(int32_t));
+    x->fp8_scales = mt_calloc((size_t)El, sizeof *x->fp8_scales);
+    x->fp8_amax = mt_calloc(2 * (size_t)El, sizeof(float));
     /* a balanced share to start with: this rank's own rows */
     ensure_capacity(x, max_rows > 0 ? max_rows : 1, (size_t)cfg->hidden_size, (size_t)(moe->moe_intermediate_size / etp));
 }
 
 void moe_experts_free(MoeExperts *x) {
     void *bufs[] = {x->send_rows, x->recv_rows, x->send_counts, x->recv_counts, x->order, x->offsets, x->recv,
-                    x->x, x->gate, x->up, x->act, x->y, x->d_y, x->d_act, x->d_gate, x->d_up, x->d_x};
+                    x->x, x->gate, x->up, x->act, x->y, x->d_y, x->d_act, x->d_gate, x->d_up, x->d_x,
+                    x->fp8_scales, x->fp8_amax};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++) free(bufs[i]);
     memset(x, 0, sizeof *x);
 }
@@ -92,11 +108,80 @@ static void scale_counts(const long *rows, long *out, int n, long width) {
     for (int i = 0; i < n; i++) out[i] = rows[i] * width;
 }
 
+/* Expert j's product g over its rows: the parts (outputs and gradients in x, weights and their gradients in layer
+ * l's stacks), its input rows and their gradient. */
+typedef struct ExpertProduct {
+    int rows, IC, count;
+    const float *in;
+    float *d_in;
+    LinearPart parts[2];
+    float *scales; /* x->fp8_scales[j][g]: input, weights, output gradient */
+} ExpertProduct;
+
+static ExpertProduct expert_product(const Model *model, int l, MoeExperts *x, int j, int g) {
+    const ModelPriv *pr = model->priv;
+    const LayerWeights *w = &pr->weights[l], *dw = &pr->weight_grads[l];
+    const size_t C = (size_t)model->cfg.hidden_size;
+    const size_t I = (size_t)(model->cfg.moe.moe_intermediate_size / model->part.etp); /* this rank's slice */
+    const size_t r0 = (size_t)x->offsets[j], wj = (size_t)j * I * C; /* every expert matrix has I x C values */
+    ExpertProduct p = {.rows = x->offsets[j + 1] - x->offsets[j], .scales = x->fp8_scales[j][g]};
+    if (g == EXPERT_GATE_UP) {
+        p.in = x->x + r0 * C, p.d_in = x->d_x + r0 * C, p.IC = (int)C, p.count = 2;
+        p.parts[0] = (LinearPart){.weight = w->e_gate + wj, .out = x->gate + r0 * I, .dout = x->d_gate + r0 * I,
+                                  .dweight = dw->e_gate + wj, .OC = (int)I};
+        p.parts[1] = (LinearPart){.weight = w->e_up + wj, .out = x->up + r0 * I, .dout = x->d_up + r0 * I,
+                                  .dweight = dw->e_up + wj, .OC = (int)I};
+    } else {
+        p.in = x->act + r0 * I, p.d_in = x->d_act + r0 * I, p.IC = (int)I, p.count = 1;
+        p.parts[0] = (LinearPart){.weight = w->e_down + wj, .out = x->y + r0 * C, .dout = x->d_y + r0 * C,
+                                  .dweight = dw->e_down + wj, .OC = (int)C};
+    }
+    return p;
+}
+
+/* precision: fp8: product g's scales of every local expert. The forward's (backward false): its input's, from the
+ * rows it computes here, and its weights'; the backward's: its output gradient's. Each amax is max-reduced over cp
+ * and, with etp > 1, tp (model_fp8_amax_reduce; the weights are the same on every cp rank): one collective for all
+ * the experts. An expert with no rows here has an amax of 0 here (a scale of 1 when no rank has rows for it). */
+static void expert_scales(Model *model, int l, MoeExperts *x, int El, int g, bool backward) {
+    if (!model->fp8_on) return;
+    for (int j = 0; j < El; j++) {
+        const ExpertProduct p = expert_product(model, l, x, j, g);
+        if (backward) {
+            x->fp8_amax[j] = linear_group_grad_amax(p.parts, p.count, p.rows);
+            continue;
+        }
+        x->fp8_amax[j] = fp8_amax(p.in, (long)p.rows * p.IC);
+        x->fp8_amax[El + j] = linear_group_weight_amax(p.parts, p.count, p.IC);
+    }
+    model_fp8_amax_reduce(model, x->fp8_amax, backward ? El : 2 * El, model->part.etp > 1);
+    for (int j = 0; j < El; j++) {
+        float *s = x->fp8_scales[j][g];
+        if (backward) {
+            s[2] = model_fp8_scale(model, x->fp8_amax[j], model->fp8.grad_format);
+        } else {
+            s[0] = model_fp8_scale(model, x->fp8_amax[j], FP8_E4M3);
+            s[1] = model_fp8_scale(model, x->fp8_amax[El + j], FP8_E4M3);
+        }
+    }
+}
+
+/* Product g of every local expert that has rows: forward, or backward. */
+static void experts_run(Model *model, int l, MoeExperts *x, int El, int g, bool backward) {
+    expert_scales(model, l, x, El, g, backward);
+    for (int j = 0; j < El; j++) {
+        const ExpertProduct p = expert_product(model, l, x, j, g);
+        if (p.rows == 0) continue;
+        if (backward)
+            linear_group_product_backward(model, p.d_in, p.in, p.rows, p.IC, p.parts, p.count, p.scales[0],
+                                          p.scales[1], p.scales[2]);
+        else
+            linear_group_product_forward(model, p.in, p.rows, p.IC, p.parts, p.count, p.scales[0], p.scales[1]);
+    }
+}
+
 void moe_experts_forward(Model *model, int l, MoeExperts *x, const float *in_rows, const int32_t *offsets,
                          float *out_rows) {
-    const BackendOps *ops = model->ops;
-    const ModelPriv *pr = model->priv;
-    const LayerWeights *w = &pr->weights[l];
     const Comm *g = group_of(model);
     const int C = model->cfg.hidden_size, I = model->cfg.moe.moe_intermediate_size / model->part.etp; /* this rank's slice */
     const int ep = g->size, El = model->cfg.moe.num_experts / ep;
@@ -106,24 +191,15 @@ void moe_experts_forward(Model *model, int l, MoeExperts *x, const float *in_row
     scale_counts(x->recv_rows, recv, ep, C);
     comm_all_to_all_v(g, in_rows, send, x->recv, recv, COMM_FLOAT);
     permute(x->x, x->recv, x->order, x->rows, C, 1);
-    for (int j = 0; j < El; j++) {
-        const int r0 = x->offsets[j], n = x->offsets[j + 1] - r0;
-        if (n == 0) continue;
-        const float *xe = x->x + (size_t)r0 * C;
-        ops->matmul_forward(x->gate + (size_t)r0 * I, xe, w->e_gate + (size_t)j * I * C, NULL, n, C, I);
-        ops->matmul_forward(x->up + (size_t)r0 * I, xe, w->e_up + (size_t)j * I * C, NULL, n, C, I);
-        ops->swiglu_forward(x->act + (size_t)r0 * I, x->gate + (size_t)r0 * I, x->up + (size_t)r0 * I, (long)n * I);
-        ops->matmul_forward(x->y + (size_t)r0 * C, x->act + (size_t)r0 * I, w->e_down + (size_t)j * C * I, NULL, n, I, C);
-    }
+    /* each expert: gate|up, SwiGLU, down, over its rows (the products expert by expert, SwiGLU over all rows) */
+    experts_run(model, l, x, El, EXPERT_GATE_UP, false);
+    model->ops->swiglu_forward(x->act, x->gate, x->up, (long)x->rows * I);
+    experts_run(model, l, x, El, EXPERT_DOWN, false);
     permute(x->recv, x->y, x->order, x->rows, C, 0);
     comm_all_to_all_v(g, x->recv, recv, out_rows, send, COMM_FLOAT);
 }
 
 void moe_experts_backward(Model *model, int l, MoeExperts *x, const float *d_out_rows, float *d_in_rows) {
-    const BackendOps *ops = model->ops;
-    const ModelPriv *pr = model->priv;
-    const LayerWeights *w = &pr->weights[l];
-    const LayerWeights *dw = &pr->weight_grads[l];
     const Comm *g = group_of(model);
     const int C = model->cfg.hidden_size, I = model->cfg.moe.moe_intermediate_size / model->part.etp; /* this rank's slice */
     const int ep = g->size, El = model->cfg.moe.num_experts / ep;
@@ -136,19 +212,9 @@ void moe_experts_backward(Model *model, int l, MoeExperts *x, const float *d_out
     memset(x->d_gate, 0, (size_t)x->rows * I * sizeof(float));
     memset(x->d_up, 0, (size_t)x->rows * I * sizeof(float));
     memset(x->d_x, 0, (size_t)x->rows * C * sizeof(float));
-    for (int j = 0; j < El; j++) {
-        const int r0 = x->offsets[j], n = x->offsets[j + 1] - r0;
-        if (n == 0) continue;
-        ops->matmul_backward(x->d_act + (size_t)r0 * I, dw->e_down + (size_t)j * C * I, NULL, x->d_y + (size_t)r0 * C,
-                             x->act + (size_t)r0 * I, w->e_down + (size_t)j * C * I, n, I, C);
-        ops->swiglu_backward(x->d_gate + (size_t)r0 * I, x->d_up + (size_t)r0 * I, x->d_act + (size_t)r0 * I,
-                             x->gate + (size_t)r0 * I, x->up + (size_t)r0 * I, (long)n * I);
-        const float *xe = x->x + (size_t)r0 * C;
-        ops->matmul_backward(x->d_x + (size_t)r0 * C, dw->e_gate + (size_t)j * I * C, NULL, x->d_gate + (size_t)r0 * I,
-                             xe, w->e_gate + (size_t)j * I * C, n, C, I);
-        ops->matmul_backward(x->d_x + (size_t)r0 * C, dw->e_up + (size_t)j * I * C, NULL, x->d_up + (size_t)r0 * I, xe,
-                             w->e_up + (size_t)j * I * C, n, C, I);
-    }
+    experts_run(model, l, x, El, EXPERT_DOWN, true);
+    model->ops->swiglu_backward(x->d_gate, x->d_up, x->d_act, x->gate, x->up, (long)x->rows * I);
+    experts_run(model, l, x, El, EXPERT_GATE_UP, true);
     permute(x->recv, x->d_x, x->order, x->rows, C, 0);
     comm_all_to_all_v(g, x->recv, recv, d_in_rows, send, COMM_FLOAT);
 }

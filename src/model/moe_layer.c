@@ -23,7 +23,12 @@
  *                   over the dp ranks, G their tokens
  *   expert_bias     no loss: a bias added to the scores for the choice only,
  *                   moved after each step toward the mean load (model_moe_step_end)
- *   z-loss          z_loss_coeff * mean_n logsumexp(logits[n])^2 */
+ *   z-loss          z_loss_coeff * mean_n logsumexp(logits[n])^2
+ *
+ * precision: fp8 (docs/fp8.md): the experts' products are FP8 products
+ * (moe_dispatch.c: each expert its own scales), and so is the shared
+ * expert's, as the layer's gate|up and down groups (model_fp8.h); the
+ * router, its scores and top-k, the combine and the losses stay fp32. */
 #include "moe_layer.h"
 
 #include <math.h>
@@ -32,6 +37,7 @@
 
 #include "../core/error.h"
 #include "../dist/dp_sync.h"
+#include "model_fp8.h"
 #include "model_parallel.h"
 
 MoeActs *moe_acts_create(const ModelConfig *cfg, int ep, int etp, int max_tokens) {
@@ -68,7 +74,8 @@ MoeActs *moe_acts_create(const ModelConfig *cfg, int ep, int etp, int max_tokens
     const size_t rows = N * k, ex_rows = (size_t)a->ex.cap, Ie = (size_t)(m->moe_intermediate_size / etp);
     a->bytes = (4 * N * E + 2 * rows) * sizeof(float) + (3 * rows + E + 1) * sizeof(int32_t) +
                4 * rows * C * sizeof(float) + rows * sizeof(double) + (Is > 0 ? 6 * N * Is * sizeof(float) : 0) +
-               E * sizeof(double) + ex_rows * sizeof(int32_t) + ex_rows * (5 * C + 6 * Ie) * sizeof(float);
+               E * sizeof(double) + ex_rows * sizeof(int32_t) + ex_rows * (5 * C + 6 * Ie) * sizeof(float) +
+               E / (size_t)ep * (sizeof *a->ex.fp8_scales + 2 * sizeof(float));
     return a;
 }
 
@@ -350,11 +357,13 @@ void moe_forward(Model *model, int l, MoeActs *a, const float *x, float *out, in
 #pragma omp parallel for schedule(static)
     for (int r = 0; r < rows; r++) memcpy(a->xin + (size_t)r * C, x + (size_t)a->token[r] * C, (size_t)C * sizeof(float));
     moe_experts_forward(model, l, &a->ex, a->xin, a->offsets, a->y);
-    if (Is > 0) { /* the shared expert sees every token */
-        ops->matmul_forward(a->s_gate, x, w->s_gate, NULL, N, C, Is);
-        ops->matmul_forward(a->s_up, x, w->s_up, NULL, N, C, Is);
+    if (Is > 0) { /* the shared expert sees every token: the layer's gate|up and down groups, as a dense MLP's */
+        const LinearPart gate_up[2] = {{.weight = w->s_gate, .out = a->s_gate, .OC = Is},
+                                       {.weight = w->s_up, .out = a->s_up, .OC = Is}};
+        linear_group_forward(model, l, LINEAR_GATE_UP, x, N, C, gate_up, 2);
         ops->swiglu_forward(a->s_act, a->s_gate, a->s_up, (long)N * Is);
-        ops->matmul_forward(out, a->s_act, w->s_down, NULL, N, Is, C);
+        const LinearPart down = {.weight = w->s_down, .out = out, .OC = C};
+        linear_group_forward(model, l, LINEAR_DOWN, a->s_act, N, Is, &down, 1);
     } else {
         memset(out, 0, (size_t)N * C * sizeof(float));
     }
@@ -437,10 +446,13 @@ void moe_backward(Model *model, int l, MoeActs *a, const float *x, const float *
         memset(a->d_shared_act, 0, (size_t)N * Is * sizeof(float));
         memset(a->d_shared_gate, 0, (size_t)N * Is * sizeof(float));
         memset(a->d_shared_up, 0, (size_t)N * Is * sizeof(float));
-        ops->matmul_backward(a->d_shared_act, dw->s_down, NULL, d_out, a->s_act, w->s_down, N, Is, C);
+        const LinearPart down = {.weight = w->s_down, .dout = d_out, .dweight = dw->s_down, .OC = C};
+        linear_group_backward(model, l, LINEAR_DOWN, a->d_shared_act, a->s_act, N, Is, &down, 1);
         ops->swiglu_backward(a->d_shared_gate, a->d_shared_up, a->d_shared_act, a->s_gate, a->s_up, (long)N * Is);
-        ops->matmul_backward(d_x, dw->s_gate, NULL, a->d_shared_gate, x, w->s_gate, N, C, Is);
-        ops->matmul_backward(d_x, dw->s_up, NULL, a->d_shared_up, x, w->s_up, N, C, Is);
+        const LinearPart gate_up[2] = {
+            {.weight = w->s_gate, .dout = a->d_shared_gate, .dweight = dw->s_gate, .OC = Is},
+            {.weight = w->s_up, .dout = a->d_shared_up, .dweight = dw->s_up, .OC = Is}};
+        linear_group_backward(model, l, LINEAR_GATE_UP, d_x, x, N, C, gate_up, 2);
     }
 
     /* the load-balancing loss: d aux / d p[n, e] = coeff E / (k N tokens) * counts[e] (per sequence for seq_aux_loss) */

@@ -90,3 +90,55 @@ expect_refused() {
   grep -q -- "$pattern" "$log" || { cat "$log"; fail "$what: the message does not say why (expected: $pattern)"; }
   echo "$what: refused with exit 2"
 }
+
+# train_run RECIPE NAME NP SETTINGS...: `megatrain run RECIPE` into $WORK/NAME on NP ranks (mpirun when NP > 1,
+# 180 s at most) with the test's COMMON settings, then SETTINGS; its output in $WORK/NAME.log, the tail shown
+# when it fails.
+train_run() {
+  local recipe=$1 name=$2 np=$3
+  shift 3
+  local cmd=("$MEGATRAIN" run "$recipe" --set run.dir="$WORK/$name" "${COMMON[@]}" "$@")
+  if [[ $np -gt 1 ]]; then cmd=(timeout 180 mpirun --allow-run-as-root --oversubscribe -np "$np" "${cmd[@]}"); fi
+  "${cmd[@]}" > "$WORK/$name.log" 2>&1 || { tail -20 "$WORK/$name.log"; fail "$name: the run failed"; }
+}
+
+# loss_tracks WHAT REF RUN: the 100 logged losses of $WORK/RUN against $WORK/REF's: the mean of steps 81-100
+# within 2%, and some step differs by more than 1e-3 (RUN does change the numbers). Prints the numbers.
+loss_tracks() {
+  paste <(json_field "$WORK/$2/metrics.jsonl" loss) <(json_field "$WORK/$3/metrics.jsonl" loss) | awk -v W="$1" '
+    { n++; d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > worst) worst = d; if (n > 80) { a += $1; b += $2 } }
+    END { rel = (b - a) / a; if (rel < 0) rel = -rel
+          printf "%s: mean loss of steps 81-100 %.4f vs %.4f (relative %.4f), largest step difference %.4f\n", W, b / 20, a / 20, rel, worst
+          exit !(n == 100 && rel <= 0.02 && worst > 1e-3) }' || fail "$1: does not track within 2% (or equals it)"
+}
+
+# resume_exact RUN STEP LAST [NP]: `megatrain resume` of $WORK/RUN's checkpoint of step STEP (into
+# $WORK/RUN-resumed, on NP ranks: 1) logs steps STEP+1..LAST as the uninterrupted run did, bit for bit (step, loss,
+# lr, batch size, grad norm).
+resume_exact() {
+  local run=$1 step=$2 last=$3 np=${4:-1} ckpt
+  ckpt=$(printf '%s/%s/checkpoints/iter_%07d' "$WORK" "$run" "$step")
+  local cmd=("$MEGATRAIN" resume "$ckpt" --set run.dir="$WORK/$run-resumed")
+  if [[ $np -gt 1 ]]; then cmd=(timeout 180 mpirun --allow-run-as-root --oversubscribe -np "$np" "${cmd[@]}"); fi
+  "${cmd[@]}" > "$WORK/$run-resumed.log" 2>&1 ||
+    { tail -5 "$WORK/$run-resumed.log"; fail "$run: the resume from step $step failed"; }
+  local lines=()
+  for dir in "$run" "$run-resumed"; do
+    lines+=("$(grep -o '"step":[0-9]*,"loss":[^,]*,"lr":[^,]*,"global_batch_size":[^,]*,"grad_norm":[^,]*' \
+      "$WORK/$dir/metrics.jsonl" | awk -F'[:,]' -v s="$step" '$2 > s')")
+  done
+  [[ $(wc -l <<< "${lines[1]}") -eq $((last - step)) && -n ${lines[1]} ]] ||
+    fail "$run: the resumed run logged no steps $((step + 1))-$last"
+  [[ ${lines[0]} == "${lines[1]}" ]] || fail "$run: the resumed run differs from the uninterrupted one"
+}
+
+# near_one_rank NAME FIELD EARLY TOL_EARLY TOL_LATE [STEPS]: $WORK/NAME's logged FIELD against $WORK/$ONE's (ONE:
+# one), step by step, relative: steps 1..EARLY within TOL_EARLY, the later ones within TOL_LATE; STEPS (12) values.
+near_one_rank() {
+  local name=$1 field=$2
+  paste <(json_field "$WORK/${ONE:-one}/metrics.jsonl" "$field") <(json_field "$WORK/$name/metrics.jsonl" "$field") |
+    awk -v f="$field" -v L="$name" -v early="$3" -v te="$4" -v tl="$5" -v steps="${6:-12}" '
+      { n++; d = ($2 - $1) / $1; if (d < 0) d = -d; tol = n <= early ? te : tl
+        if (NF != 2 || !(d <= tol)) { printf "%s: step %d %s %s vs %s\n", L, n, f, $1, $2; bad = 1 } }
+      END { exit !(n == steps && !bad) }' || fail "$name: $field is not the one-rank run's"
+}

@@ -1,11 +1,14 @@
 /* test_fp8_linear.c: precision: fp8's linear products (src/model/model_fp8.c)
- * against a reference computed here from the definition: operands cast with
- * fp8.h at the scales fp8_max / amax (the group's weights sharing one
- * scale), products summed in double, rescaled; the backward with E5M2 and
- * E4M3 gradients, the bias gradient from the unquantised gradient. Also:
- * without fp8 the group calls are the backend's matmuls, bit for bit; and
- * the emulation does differ from fp32 (the casts are not skipped); and
- * delayed scaling's state in the model (model_fp8_state.c). */
+ * and the MoE experts' (src/model/moe_dispatch.c) against a reference
+ * computed here from the definition: operands cast with fp8.h at the scales
+ * fp8_max / amax (a group's weights sharing one scale; each expert its own
+ * scales, from its own rows and weights), products summed in double,
+ * rescaled; the backward with E5M2 and E4M3 gradients, the bias gradient
+ * from the unquantised gradient. The experts include one with no rows (no
+ * NaN, no gradient) and one with a single row. Also: without fp8 a group
+ * and the experts are the backend's matmuls, bit for bit; and the emulation
+ * does differ from fp32 (the casts are not skipped); and delayed scaling's
+ * state in the model (model_fp8_state.c). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -21,6 +24,7 @@
 #include "core/rng.h"
 #include "model/model.h"
 #include "model/model_fp8.h"
+#include "model/moe_dispatch.h"
 #include "test_tiny_config.h"
 
 enum { N = 6, IC = 16, OC0 = 8, OC1 = 12 };
@@ -51,6 +55,32 @@ static void expect_close(const float *got, const double *want, long n, double to
         diff = fmax(diff, fabs((double)got[i] - want[i]));
     }
     if (!(diff <= tol * scale)) fail_msg("%s: max difference %g for values up to %g", what, diff, scale);
+}
+
+/* The reference of one group's product over N rows of x (N, IC), its parts' weights w[p] (OC[p], IC) and output
+ * gradients g[p] (N, OC[p]) cast at the scales sx, sw (E4M3) and sg (gf), summed in double:
+ *   out[p] = xq wq[p]^T / sx / sw,   dx = sum_p gq[p] wq[p] / sg / sw,   dw[p] = gq[p]^T xq / sg / sx. */
+static void reference(const float *x, int n_rows, int ic, int count, const float *const *w, const int *oc,
+                      const float *const *g, float sx, float sw, float sg, Fp8Format gf, double **out, double *dx,
+                      double **dw) {
+    float *xq = cast(x, (long)n_rows * ic, sx, FP8_E4M3);
+    for (long i = 0; i < (long)n_rows * ic; i++) dx[i] = 0;
+    for (int p = 0; p < count; p++) {
+        float *wq = cast(w[p], (long)oc[p] * ic, sw, FP8_E4M3), *gq = cast(g[p], (long)n_rows * oc[p], sg, gf);
+        for (long i = 0; i < (long)oc[p] * ic; i++) dw[p][i] = 0;
+        for (int n = 0; n < n_rows; n++)
+            for (int o = 0; o < oc[p]; o++) {
+                double acc = 0;
+                for (int i = 0; i < ic; i++) acc += (double)xq[n * ic + i] * wq[o * ic + i];
+                out[p][n * oc[p] + o] = acc / sx / sw;
+                for (int i = 0; i < ic; i++) {
+                    dx[n * ic + i] += (double)gq[n * oc[p] + o] * wq[o * ic + i] / sg / sw;
+                    dw[p][o * ic + i] += (double)gq[n * oc[p] + o] * xq[n * ic + i] / sg / sx;
+                }
+            }
+        free(wq), free(gq);
+    }
+    free(xq);
 }
 
 /* One group's operands and what the model computed from them. */
@@ -90,38 +120,32 @@ static float amax_x(const Group *g) { return amax_of(g->x, (long)N * IC); }
 static float amax_w(const Group *g) { return fmaxf(amax_of(g->w0, (long)OC0 * IC), amax_of(g->w1, (long)OC1 * IC)); }
 static float amax_g(const Group *g) { return fmaxf(amax_of(g->g0, (long)N * OC0), amax_of(g->g1, (long)N * OC1)); }
 
-/* What the model computed equals the definition at scales sx, sw (one for the group's weights), sg. */
+/* What the model computed equals the reference at scales sx, sw (one for the group's weights), sg; the bias
+ * gradient is the unquantised gradient's sum; and the casts do something (fp32 products differ). */
 static void expect_reference(const Group *g, float sx, float sw, float sg, Fp8Format grad_format) {
-    float *xq = cast(g->x, (long)N * IC, sx, FP8_E4M3);
-    float *wq[2] = {cast(g->w0, (long)OC0 * IC, sw, FP8_E4M3), cast(g->w1, (long)OC1 * IC, sw, FP8_E4M3)};
-    float *gq[2] = {cast(g->g0, (long)N * OC0, sg, grad_format), cast(g->g1, (long)N * OC1, sg, grad_format)};
     const int OC[2] = {OC0, OC1};
-    float *outs[2] = {g->out0, g->out1}, *dws[2] = {g->dw0, g->dw1}, *ws[2] = {g->w0, g->w1};
-    double *ref_dx = calloc((size_t)N * IC, sizeof(double));
+    const float *ws[2] = {g->w0, g->w1}, *gs[2] = {g->g0, g->g1};
+    float *outs[2] = {g->out0, g->out1}, *dws[2] = {g->dw0, g->dw1};
+    double *ref[2], *ref_dw[2], *ref_dx = calloc((size_t)N * IC, sizeof(double));
     for (int p = 0; p < 2; p++) {
-        double *ref = calloc((size_t)N * OC[p], sizeof(double)), *ref_dw = calloc((size_t)OC[p] * IC, sizeof(double));
-        for (int n = 0; n < N; n++)
-            for (int o = 0; o < OC[p]; o++) {
-                double acc = 0;
-                for (int i = 0; i < IC; i++) acc += (double)xq[n * IC + i] * wq[p][o * IC + i];
-                ref[n * OC[p] + o] = acc / sx / sw + (p == 0 ? g->b0[o] : 0.0);
-                for (int i = 0; i < IC; i++) {
-                    ref_dx[n * IC + i] += (double)gq[p][n * OC[p] + o] * wq[p][o * IC + i] / sg / sw;
-                    ref_dw[o * IC + i] += (double)gq[p][n * OC[p] + o] * xq[n * IC + i] / sg / sx;
-                }
-            }
-        expect_close(outs[p], ref, (long)N * OC[p], 1e-6, "forward");
-        expect_close(dws[p], ref_dw, (long)OC[p] * IC, 1e-6, "weight gradient");
-        /* the cast does something: fp32 products differ */
+        ref[p] = calloc((size_t)N * OC[p], sizeof(double));
+        ref_dw[p] = calloc((size_t)OC[p] * IC, sizeof(double));
+    }
+    reference(g->x, N, IC, 2, ws, OC, gs, sx, sw, sg, grad_format, ref, ref_dx, ref_dw);
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC0; o++) ref[0][n * OC0 + o] += g->b0[o];
+    for (int p = 0; p < 2; p++) {
+        expect_close(outs[p], ref[p], (long)N * OC[p], 1e-6, "forward");
+        expect_close(dws[p], ref_dw[p], (long)OC[p] * IC, 1e-6, "weight gradient");
         double far = 0;
         for (int n = 0; n < N; n++)
             for (int o = 0; o < OC[p]; o++) {
                 double acc = p == 0 ? g->b0[o] : 0.0;
                 for (int i = 0; i < IC; i++) acc += (double)g->x[n * IC + i] * ws[p][o * IC + i];
-                far = fmax(far, fabs(acc - ref[n * OC[p] + o]));
+                far = fmax(far, fabs(acc - ref[p][n * OC[p] + o]));
             }
         assert_true(far > 1e-4);
-        free(ref), free(ref_dw);
+        free(ref[p]), free(ref_dw[p]);
     }
     expect_close(g->dx, ref_dx, (long)N * IC, 1e-6, "input gradient");
     for (int o = 0; o < OC0; o++) {
@@ -129,8 +153,7 @@ static void expect_reference(const Group *g, float sx, float sw, float sg, Fp8Fo
         for (int n = 0; n < N; n++) sum += g->g0[n * OC0 + o];
         assert_true(fabs(g->db0[o] - sum) <= 1e-6 * fabs(sum) + 1e-9);
     }
-    free(xq), free(ref_dx);
-    for (int p = 0; p < 2; p++) free(wq[p]), free(gq[p]);
+    free(ref_dx);
 }
 
 /* tensorwise: each cast's scale from its own tensor's amax, now. */
@@ -222,12 +245,152 @@ static void test_fp32_group_is_matmul(void **state) {
     model_free(m);
 }
 
+/* The routed experts of a MoE layer: 4 experts with 3, 0, 1 and 5 rows (expert 3's inputs 8 times larger, so
+ * the experts' scales differ), run by moe_experts_forward / _backward (ep 1). */
+enum { EXPERTS = 4, EXPERT_ROWS = 9 };
+static const int32_t expert_offsets[EXPERTS + 1] = {0, 3, 3, 4, 9};
+
+typedef struct ExpertsRun {
+    Model *m;
+    MoeExperts ex;
+    float *in, *dout, *out, *din; /* (EXPERT_ROWS, C) */
+} ExpertsRun;
+
+static ExpertsRun experts_run(const Fp8Config *fp8, uint64_t seed) {
+    ModelConfig cfg = moe_test_config(FAMILY_QWEN3_MOE);
+    ExpertsRun r = {.m = model_create(&cfg, &cpu_backend, 1, 8)};
+    model_init_weights(r.m, seed);
+    model_zero_grad(r.m);
+    if (fp8) model_set_fp8(r.m, fp8);
+    const int C = r.m->cfg.hidden_size;
+    Rng rng;
+    rng_seed(&rng, seed);
+    r.in = randoms(&rng, (long)EXPERT_ROWS * C, 1.0);
+    for (long i = (long)expert_offsets[3] * C; i < (long)EXPERT_ROWS * C; i++) r.in[i] *= 8.0f;
+    r.dout = randoms(&rng, (long)EXPERT_ROWS * C, 1e-3);
+    r.out = calloc((size_t)EXPERT_ROWS * C, sizeof(float));
+    r.din = calloc((size_t)EXPERT_ROWS * C, sizeof(float));
+    moe_experts_init(&r.ex, &r.m->cfg, 1, 1, EXPERT_ROWS);
+    moe_experts_forward(r.m, 0, &r.ex, r.in, expert_offsets, r.out);
+    moe_experts_backward(r.m, 0, &r.ex, r.dout, r.din);
+    return r;
+}
+
+static void experts_run_free(ExpertsRun *r) {
+    moe_experts_free(&r->ex);
+    free(r->in), free(r->dout), free(r->out), free(r->din);
+    model_free(r->m);
+}
+
+/* Expert j's product against the reference from the inputs it had (x: its rows of the product's input; the
+ * scales from their amaxes and the expert's own weights). */
+static void check_expert_product(const ExpertsRun *r, int j, int g, Fp8Format gf) {
+    const ModelPriv *pr = r->m->priv;
+    const LayerWeights *w = &pr->weights[0], *dw = &pr->weight_grads[0];
+    const MoeExperts *ex = &r->ex;
+    const int C = r->m->cfg.hidden_size, I = r->m->cfg.moe.moe_intermediate_size;
+    const int r0 = expert_offsets[j], n = expert_offsets[j + 1] - r0;
+    const long wj = (long)j * I * C;
+    const bool gu = g == EXPERT_GATE_UP;
+    const int ic = gu ? C : I, count = gu ? 2 : 1, oc[2] = {gu ? I : C, I};
+    const float *x = gu ? r->in + (long)r0 * C : ex->act + (long)r0 * I;
+    const float *ws[2] = {gu ? w->e_gate + wj : w->e_down + wj, w->e_up + wj};
+    const float *dws[2] = {gu ? dw->e_gate + wj : dw->e_down + wj, dw->e_up + wj};
+    const float *gs[2] = {gu ? ex->d_gate + (long)r0 * I : r->dout + (long)r0 * C, ex->d_up + (long)r0 * I};
+    const float *outs[2] = {gu ? ex->gate + (long)r0 * I : r->out + (long)r0 * C, ex->up + (long)r0 * I};
+    const float *dx = gu ? r->din + (long)r0 * C : ex->d_act + (long)r0 * I;
+    float wmax = 0, gmax = 0;
+    for (int p = 0; p < count; p++) {
+        wmax = fmaxf(wmax, amax_of(ws[p], (long)oc[p] * ic));
+        gmax = fmaxf(gmax, amax_of(gs[p], (long)n * oc[p]));
+    }
+    const float sx = 448.0f / amax_of(x, (long)n * ic), sw = 448.0f / wmax, sg = fp8_max(gf) / gmax;
+    assert_true(ex->fp8_scales[j][g][0] == sx && ex->fp8_scales[j][g][1] == sw && ex->fp8_scales[j][g][2] == sg);
+    double *ref[2], *ref_dw[2], *ref_dx = calloc((size_t)n * ic, sizeof(double));
+    for (int p = 0; p < count; p++) {
+        ref[p] = calloc((size_t)n * oc[p], sizeof(double));
+        ref_dw[p] = calloc((size_t)oc[p] * ic, sizeof(double));
+    }
+    reference(x, n, ic, count, ws, oc, gs, sx, sw, sg, gf, ref, ref_dx, ref_dw);
+    for (int p = 0; p < count; p++) {
+        expect_close(outs[p], ref[p], (long)n * oc[p], 1e-6, "expert forward");
+        expect_close(dws[p], ref_dw[p], (long)oc[p] * ic, 1e-6, "expert weight gradient");
+        free(ref[p]), free(ref_dw[p]);
+    }
+    expect_close(dx, ref_dx, (long)n * ic, 1e-6, "expert input gradient");
+    free(ref_dx);
+}
+
+static void check_experts(Fp8Format grad_format) {
+    const Fp8Config fp8 = {.recipe = FP8_RECIPE_TENSORWISE, .grad_format = grad_format, .margin = 0};
+    ExpertsRun r = experts_run(&fp8, grad_format == FP8_E5M2 ? 31 : 32);
+    const ModelPriv *pr = r.m->priv;
+    const int C = r.m->cfg.hidden_size, I = r.m->cfg.moe.moe_intermediate_size;
+    for (int j = 0; j < EXPERTS; j++) {
+        if (expert_offsets[j + 1] == expert_offsets[j]) { /* no rows: no gradient, an input scale of 1 */
+            for (long i = 0; i < (long)I * C; i++) {
+                const long at = (long)j * I * C + i;
+                assert_true(pr->weight_grads[0].e_gate[at] == 0 && pr->weight_grads[0].e_up[at] == 0 &&
+                            pr->weight_grads[0].e_down[at] == 0);
+            }
+            assert_true(r.ex.fp8_scales[j][EXPERT_GATE_UP][0] == 1.0f && r.ex.fp8_scales[j][EXPERT_DOWN][0] == 1.0f);
+            continue;
+        }
+        check_expert_product(&r, j, EXPERT_GATE_UP, grad_format);
+        check_expert_product(&r, j, EXPERT_DOWN, grad_format);
+    }
+    for (long i = 0; i < (long)EXPERT_ROWS * C; i++) assert_true(isfinite(r.out[i]) && isfinite(r.din[i]));
+    /* each expert its own scales: expert 3's larger inputs give a smaller input scale than expert 0's */
+    assert_true(r.ex.fp8_scales[3][EXPERT_GATE_UP][0] < r.ex.fp8_scales[0][EXPERT_GATE_UP][0] / 4);
+    experts_run_free(&r);
+}
+
+static void test_fp8_experts_e5m2_gradients(void **state) { check_experts(FP8_E5M2); }
+static void test_fp8_experts_e4m3_gradients(void **state) { check_experts(FP8_E4M3); }
+
+/* Without fp8 the experts are the backend's matmuls and SwiGLU, bit for bit. */
+static void test_fp32_experts_are_matmuls(void **state) {
+    ExpertsRun r = experts_run(NULL, 33);
+    const ModelPriv *pr = r.m->priv;
+    const LayerWeights *w = &pr->weights[0], *dw = &pr->weight_grads[0];
+    const int C = r.m->cfg.hidden_size, I = r.m->cfg.moe.moe_intermediate_size;
+    float gate[I * EXPERT_ROWS], up[I * EXPERT_ROWS], act[I * EXPERT_ROWS], y[C * EXPERT_ROWS];
+    float d_act[I * EXPERT_ROWS], d_gate[I * EXPERT_ROWS], d_up[I * EXPERT_ROWS], d_x[C * EXPERT_ROWS];
+    float *dwg = calloc((size_t)EXPERTS * I * C, sizeof(float)), *dwu = calloc((size_t)EXPERTS * I * C, sizeof(float));
+    float *dwd = calloc((size_t)EXPERTS * I * C, sizeof(float));
+    memset(d_act, 0, sizeof d_act), memset(d_gate, 0, sizeof d_gate), memset(d_up, 0, sizeof d_up);
+    memset(d_x, 0, sizeof d_x);
+    for (int j = 0; j < EXPERTS; j++) {
+        const int r0 = expert_offsets[j], n = expert_offsets[j + 1] - r0;
+        const long wj = (long)j * I * C, ri = (long)r0 * I, rc = (long)r0 * C;
+        if (n == 0) continue;
+        cpu_backend.matmul_forward(gate + ri, r.in + rc, w->e_gate + wj, NULL, n, C, I);
+        cpu_backend.matmul_forward(up + ri, r.in + rc, w->e_up + wj, NULL, n, C, I);
+        cpu_backend.swiglu_forward(act + ri, gate + ri, up + ri, (long)n * I);
+        cpu_backend.matmul_forward(y + rc, act + ri, w->e_down + wj, NULL, n, I, C);
+        cpu_backend.matmul_backward(d_act + ri, dwd + wj, NULL, r.dout + rc, act + ri, w->e_down + wj, n, I, C);
+        cpu_backend.swiglu_backward(d_gate + ri, d_up + ri, d_act + ri, gate + ri, up + ri, (long)n * I);
+        cpu_backend.matmul_backward(d_x + rc, dwg + wj, NULL, d_gate + ri, r.in + rc, w->e_gate + wj, n, C, I);
+        cpu_backend.matmul_backward(d_x + rc, dwu + wj, NULL, d_up + ri, r.in + rc, w->e_up + wj, n, C, I);
+    }
+    assert_memory_equal(r.out, y, sizeof y);
+    assert_memory_equal(r.din, d_x, sizeof d_x);
+    assert_memory_equal(dw->e_gate, dwg, (size_t)EXPERTS * I * C * sizeof(float));
+    assert_memory_equal(dw->e_up, dwu, (size_t)EXPERTS * I * C * sizeof(float));
+    assert_memory_equal(dw->e_down, dwd, (size_t)EXPERTS * I * C * sizeof(float));
+    free(dwg), free(dwu), free(dwd);
+    experts_run_free(&r);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fp8_group_e5m2_gradients),
         cmocka_unit_test(test_fp8_group_e4m3_gradients),
         cmocka_unit_test(test_fp32_group_is_matmul),
         cmocka_unit_test(test_fp8_group_delayed),
+        cmocka_unit_test(test_fp8_experts_e5m2_gradients),
+        cmocka_unit_test(test_fp8_experts_e4m3_gradients),
+        cmocka_unit_test(test_fp32_experts_are_matmuls),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
