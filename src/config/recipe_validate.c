@@ -220,17 +220,6 @@ static int validate_schedule(const Recipe *r, const YNode *root, YLoc at, char *
     return 0;
 }
 
-/* precision: fp8 covers the linear layers' and the experts' products (docs/fp8.md). */
-static int validate_fp8(const Recipe *r, const YNode *root, YLoc at, char *err, size_t errlen) {
-    if (r->precision != DTYPE_FP8) return 0;
-    if (is_moe_family(r->model.family) && r->fp8.recipe == FP8_RECIPE_DELAYED)
-        return fail(err, errlen, root, at, "", "fp8.recipe",
-                    "delayed scaling with a MoE family (%s) is not implemented yet: the experts' amax histories "
-                    "are not kept; use tensorwise (current scaling)",
-                    model_family_name(r->model.family));
-    return 0;
-}
-
 int recipe_validate(const Recipe *r, const YNode *root, int world_size, char *err, size_t errlen) {
     YLoc at = {(char *)r->source_path, 1};
     /* 0: the layout's own model-parallel size (dp 1), for `megatrain plan` without --world */
@@ -251,6 +240,5 @@ int recipe_validate(const Recipe *r, const YNode *root, int world_size, char *er
                     "expected at most model.max_position_embeddings (%d), found %d", r->model.max_position_embeddings,
                     r->train.seq_len);
     if (validate_layout(r, root, at, world_size, err, errlen) != 0) return -1;
-    if (validate_fp8(r, root, at, err, errlen) != 0) return -1;
     return validate_schedule(r, root, at, err, errlen);
 }

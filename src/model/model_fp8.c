@@ -194,9 +194,7 @@ void linear_group_backward(Model *m, int l, LinearGroup group, float *dx, const 
     const float sx = pr->fp8_scales[l][group][0], sw = pr->fp8_scales[l][group][1];
     float gmax = linear_group_grad_amax(parts, count, N), sg;
     if (m->fp8_state) {
-        /* A dp rank's gradients are dp times one rank's (each rank's loss is its micro-batches' mean; the dp
-         * average comes after): its casts see them as one rank would, divided by dp (exactly, dp a power of 2). */
-        const float dp = m->part.dp_comm ? (float)m->part.dp_comm->size : 1.0f;
+        const float dp = fp8_grad_divisor(m); /* its casts see the gradients as one rank would */
         fp8_state_record(m, l, group, FP8_GRAD, gmax / dp);
         sg = fp8_state_scale(m, l, group, FP8_GRAD) / dp;
     } else {
@@ -204,6 +202,11 @@ void linear_group_backward(Model *m, int l, LinearGroup group, float *dx, const 
         sg = cast_scale(m, gmax, m->fp8.grad_format);
     }
     linear_group_product_backward(m, dx, x, N, IC, parts, count, sx, sw, sg);
+}
+
+/* Exact where dp is a power of 2. Tensorwise scaling needs no divisor: a power-of-2 factor cancels in fmax / amax. */
+float fp8_grad_divisor(const Model *m) {
+    return m->fp8_state && m->part.dp_comm ? (float)m->part.dp_comm->size : 1.0f;
 }
 
 void model_set_fp8(Model *model, const Fp8Config *cfg) {

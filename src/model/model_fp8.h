@@ -11,6 +11,7 @@
 /* The operands of a group's FP8 product, each cast with its own scale. */
 typedef enum { FP8_INPUT, FP8_WEIGHT, FP8_GRAD, FP8_OPERANDS } Fp8Operand;
 #define FP8_LAYER_TENSORS (LINEAR_NUM_GROUPS * FP8_OPERANDS)
+#define FP8_EXPERT_TENSORS (2 * FP8_OPERANDS) /* a routed expert's gate|up and down */
 
 /* fp8.recipe: delayed (model_fp8_state.c): the state of this rank's layers' casts, shared with clones. */
 Fp8State *fp8_state_create(const Model *m, int len);
@@ -18,6 +19,12 @@ void fp8_state_free(Fp8State *s);
 /* The scale the casts of (layer l, group, operand) use this step, and the record of one cast's amax. */
 float fp8_state_scale(const Model *m, int l, LinearGroup group, Fp8Operand operand);
 void fp8_state_record(Model *m, int l, LinearGroup group, Fp8Operand operand, float amax);
+/* The same for routed expert `expert` (its index in the whole model)'s product (0 gate|up, 1 down). */
+float fp8_state_expert_scale(const Model *m, int l, int expert, int product, Fp8Operand operand);
+void fp8_state_expert_record(Model *m, int l, int expert, int product, Fp8Operand operand, float amax);
+/* With delayed scaling, the divisor of a rank's output gradients for its casts: dp (a dp rank's gradients are dp
+ * times one rank's, each rank's loss being its micro-batches' mean, the dp average after); 1 otherwise. */
+float fp8_grad_divisor(const Model *m);
 
 /* One product of a group: out (N, OC) = x W^T + b with W (OC, IC). */
 typedef struct LinearPart {

@@ -2,9 +2,12 @@
  * (fp8.recipe: delayed; the math of one tensor is in fp8_scaling.h).
  *
  * Every layer has FP8_LAYER_TENSORS cast tensors: for each product group
- * (q|k|v, o, gate|up, down, LinearGroup order) its input, its weights and the
- * gradient of its output (Fp8Operand order), each with a scale and an amax
- * history of fp8.amax_history_len. A step runs as:
+ * (q|k|v, o, gate|up, down, LinearGroup order; in a MoE layer gate|up and down
+ * are the shared expert's) its input, its weights and the gradient of its
+ * output (Fp8Operand order); in a MoE model, then, for every routed expert e
+ * (its index in the whole model) the same three for its gate|up and for its
+ * down (FP8_EXPERT_TENSORS each). Each has a scale and an amax history of
+ * fp8.amax_history_len. A step runs:
  *
  *   step begin:  recorded[t] = 0 for every tensor t
  *   each cast:   q = fp8(x * scale[t]);  recorded[t] = max(recorded[t], amax(x))     (this rank's x only)
@@ -13,8 +16,10 @@
  *
  * So the scales change once per optimizer step, from the amaxes of all the
  * step's micro-batches on every rank: every layout (tp, sp, cp, pp, vpp, dp,
- * gradient accumulation) casts with the scales one rank would use, and a
- * recomputed forward casts as its forward did. Transformer Engine updates at
+ * ep, etp, gradient accumulation) casts with the scales one rank would use,
+ * and a recomputed forward casts as its forward did. (An expert's amax is
+ * recorded by the ranks that hold it, 0 elsewhere: the max over dp, which
+ * holds the ep group, is the expert's.) Transformer Engine updates at
  * the end of each autocast region (a micro-batch's forward, and its
  * backward), which makes the scales depend on how the global batch is cut
  * into micro-batches; docs/fp8.md says why megatrain does not.
@@ -22,8 +27,8 @@
  * The state is shared by the base model and its clones (the pipeline's
  * activation sets) and checkpointed as two tensors per layer, named by the
  * layer's index in the whole model (docs/fp8.md, "Checkpoints"):
- *   fp8.layers.{i}.amax_history  (FP8_LAYER_TENSORS, len)
- *   fp8.layers.{i}.scale         (FP8_LAYER_TENSORS)
+ *   fp8.layers.{i}.amax_history  (K, len)     K = FP8_LAYER_TENSORS + FP8_EXPERT_TENSORS * experts
+ *   fp8.layers.{i}.scale         (K)
  * replicated over tp, cp and dp (every rank holds the same after step end). */
 #include <math.h>
 #include <stdio.h>
@@ -36,9 +41,10 @@
 
 struct Fp8State {
     int num_layers, len;
-    float *data;      /* history (L, FP8_LAYER_TENSORS, len) | scale (L, FP8_LAYER_TENSORS): the checkpointed block */
+    int K;            /* tensors per layer: FP8_LAYER_TENSORS + FP8_EXPERT_TENSORS * (the model's routed experts) */
+    float *data;      /* history (L, K, len) | scale (L, K): the checkpointed block */
     float *history, *scale;
-    float *recorded;  /* (L, FP8_LAYER_TENSORS) this rank's largest amax of each tensor this step */
+    float *recorded;  /* (L, K) this rank's largest amax of each tensor this step */
     ParamInfo *info;  /* 2 per layer: its history and its scales, offsets into data */
 };
 
@@ -65,9 +71,17 @@ static void describe(ParamInfo *p, int ndim, long rows, long cols, size_t offset
     p->frozen = true;
 }
 
+/* The routed experts of the model (0 without MoE layers). */
+static int model_experts(const Model *m) {
+    for (int layer = 0; layer < m->cfg.num_layers; layer++)
+        if (model_layer_is_moe(&m->cfg, layer)) return m->cfg.moe.num_experts;
+    return 0;
+}
+
 Fp8State *fp8_state_create(const Model *m, int len) {
     Fp8State *s = mt_calloc(1, sizeof *s);
-    const int L = m->part.num_layers, K = FP8_LAYER_TENSORS;
+    const int L = m->part.num_layers, K = FP8_LAYER_TENSORS + FP8_EXPERT_TENSORS * model_experts(m);
+    s->K = K;
     s->num_layers = L;
     s->len = len;
     const size_t hist = (size_t)L * K * (size_t)len;
@@ -95,22 +109,34 @@ void fp8_state_free(Fp8State *s) {
     free(s);
 }
 
-static size_t tensor_index(int l, LinearGroup group, Fp8Operand operand) {
-    return (size_t)l * FP8_LAYER_TENSORS + (size_t)group * FP8_OPERANDS + (size_t)operand;
+/* A tensor's index: of a group (expert < 0) or of routed expert `expert`'s product `group` (0 gate|up, 1 down). */
+static size_t tensor_index(const Fp8State *s, int l, int expert, int group, Fp8Operand operand) {
+    const size_t row = expert < 0 ? (size_t)group * FP8_OPERANDS
+                                  : FP8_LAYER_TENSORS + (size_t)expert * FP8_EXPERT_TENSORS + (size_t)group * FP8_OPERANDS;
+    return (size_t)l * (size_t)s->K + row + (size_t)operand;
 }
 
+static void record(float *r, float amax) { *r = isnan(*r) || isnan(amax) ? NAN : fmaxf(*r, amax); }
+
 float fp8_state_scale(const Model *m, int l, LinearGroup group, Fp8Operand operand) {
-    return m->fp8_state->scale[tensor_index(l, group, operand)];
+    return m->fp8_state->scale[tensor_index(m->fp8_state, l, -1, group, operand)];
 }
 
 void fp8_state_record(Model *m, int l, LinearGroup group, Fp8Operand operand, float amax) {
-    float *r = &m->fp8_state->recorded[tensor_index(l, group, operand)];
-    *r = isnan(*r) || isnan(amax) ? NAN : fmaxf(*r, amax);
+    record(&m->fp8_state->recorded[tensor_index(m->fp8_state, l, -1, group, operand)], amax);
+}
+
+float fp8_state_expert_scale(const Model *m, int l, int expert, int product, Fp8Operand operand) {
+    return m->fp8_state->scale[tensor_index(m->fp8_state, l, expert, product, operand)];
+}
+
+void fp8_state_expert_record(Model *m, int l, int expert, int product, Fp8Operand operand, float amax) {
+    record(&m->fp8_state->recorded[tensor_index(m->fp8_state, l, expert, product, operand)], amax);
 }
 
 void model_fp8_step_begin(Model *m) {
     Fp8State *s = m->fp8_state;
-    if (s) memset(s->recorded, 0, (size_t)s->num_layers * FP8_LAYER_TENSORS * sizeof(float));
+    if (s) memset(s->recorded, 0, (size_t)s->num_layers * (size_t)s->K * sizeof(float));
 }
 
 /* v[i] = max over the group of v[i] (NaN where any rank's is NaN): the same on every rank. */
@@ -129,7 +155,7 @@ static void group_max_each(const Comm *c, float *v, size_t n) {
 void model_fp8_step_end(Model *m, const Comm *dp) {
     Fp8State *s = m->fp8_state;
     if (!s) return;
-    const size_t n = (size_t)s->num_layers * FP8_LAYER_TENSORS;
+    const size_t n = (size_t)s->num_layers * (size_t)s->K;
     if (m->part.tp > 1) group_max_each(m->part.tp_comm, s->recorded, n);
     if (m->part.cp > 1) group_max_each(m->part.cp_comm, s->recorded, n);
     group_max_each(dp, s->recorded, n);
@@ -146,7 +172,7 @@ ModelExtraState model_extra_state(const Model *m) {
     const Fp8State *s = m->fp8_state;
     if (!s) return (ModelExtraState){0};
     return (ModelExtraState){.info = s->info, .count = 2 * s->num_layers, .data = s->data,
-                             .num_floats = (long)s->num_layers * FP8_LAYER_TENSORS * (s->len + 1)};
+                             .num_floats = (long)s->num_layers * s->K * (s->len + 1)};
 }
 
 bool model_is_extra_state(const char *name) { return strncmp(name, "fp8.", 4) == 0; }

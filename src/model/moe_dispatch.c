@@ -139,12 +139,36 @@ static ExpertProduct expert_product(const Model *model, int l, MoeExperts *x, in
     return p;
 }
 
+/* fp8.recipe delayed: product g's scales of every local expert from its histories (model_fp8_state.c), its amaxes
+ * recorded there (this rank's: the step's end reduces them). */
+static void delayed_expert_scales(Model *model, int l, MoeExperts *x, int El, int g, bool backward) {
+    const int first = model->part.ep_rank * El; /* the whole model's index of local expert 0 */
+    const float dp = fp8_grad_divisor(model);
+    for (int j = 0; j < El; j++) {
+        const ExpertProduct p = expert_product(model, l, x, j, g);
+        float *s = x->fp8_scales[j][g];
+        if (backward) {
+            fp8_state_expert_record(model, l, first + j, g, FP8_GRAD, linear_group_grad_amax(p.parts, p.count, p.rows) / dp);
+            s[2] = fp8_state_expert_scale(model, l, first + j, g, FP8_GRAD) / dp;
+            continue;
+        }
+        fp8_state_expert_record(model, l, first + j, g, FP8_INPUT, fp8_amax(p.in, (long)p.rows * p.IC));
+        fp8_state_expert_record(model, l, first + j, g, FP8_WEIGHT, linear_group_weight_amax(p.parts, p.count, p.IC));
+        s[0] = fp8_state_expert_scale(model, l, first + j, g, FP8_INPUT);
+        s[1] = fp8_state_expert_scale(model, l, first + j, g, FP8_WEIGHT);
+    }
+}
+
 /* precision: fp8: product g's scales of every local expert. The forward's (backward false): its input's, from the
  * rows it computes here, and its weights'; the backward's: its output gradient's. Each amax is max-reduced over cp
  * and, with etp > 1, tp (model_fp8_amax_reduce; the weights are the same on every cp rank): one collective for all
  * the experts. An expert with no rows here has an amax of 0 here (a scale of 1 when no rank has rows for it). */
 static void expert_scales(Model *model, int l, MoeExperts *x, int El, int g, bool backward) {
     if (!model->fp8_on) return;
+    if (model->fp8_state) {
+        delayed_expert_scales(model, l, x, El, g, backward);
+        return;
+    }
     for (int j = 0; j < El; j++) {
         const ExpertProduct p = expert_product(model, l, x, j, g);
         if (backward) {
