@@ -35,8 +35,7 @@
 #include "../dist/comm.h"
 #include "fp8_scaling.h"
 
-/* v[0..n) = their max over a group, element by element (NaN if any rank's is): the same on every rank. */
-static void group_max_n(const Comm *c, float *v, int n) {
+void fp8_group_max(const Comm *c, float *v, int n) {
     if (!c || c->size <= 1 || n <= 0) return;
     float *all = mt_malloc((size_t)c->size * n * sizeof(float));
     comm_all_gather(c, v, all, (size_t)n, COMM_FLOAT);
@@ -57,7 +56,7 @@ static void group_max_n(const Comm *c, float *v, int n) {
 
 /* The max of v over a group (NaN if any rank's is): the same on every rank. */
 static float group_max(const Comm *c, float v) {
-    group_max_n(c, &v, 1);
+    fp8_group_max(c, &v, 1);
     return v;
 }
 
@@ -155,8 +154,8 @@ float linear_group_grad_amax(const LinearPart *parts, int count, int N) {
 }
 
 void model_fp8_amax_reduce(const Model *m, float *amax, int n, bool over_tp) {
-    if (over_tp && m->part.tp > 1) group_max_n(m->part.tp_comm, amax, n);
-    if (m->part.cp > 1) group_max_n(m->part.cp_comm, amax, n);
+    if (over_tp && m->part.tp > 1) fp8_group_max(m->part.tp_comm, amax, n);
+    if (m->part.cp > 1) fp8_group_max(m->part.cp_comm, amax, n);
 }
 
 float model_fp8_scale(const Model *m, float amax, Fp8Format format) { return cast_scale(m, amax, format); }

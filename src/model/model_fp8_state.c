@@ -139,26 +139,12 @@ void model_fp8_step_begin(Model *m) {
     if (s) memset(s->recorded, 0, (size_t)s->num_layers * (size_t)s->K * sizeof(float));
 }
 
-/* v[i] = max over the group of v[i] (NaN where any rank's is NaN): the same on every rank. */
-static void group_max_each(const Comm *c, float *v, size_t n) {
-    if (!c || c->size <= 1 || n == 0) return;
-    float *all = mt_malloc((size_t)c->size * n * sizeof(float));
-    comm_all_gather(c, v, all, n, COMM_FLOAT);
-    for (size_t i = 0; i < n; i++) {
-        float a = 0.0f;
-        for (int r = 0; r < c->size && !isnan(a); r++) a = isnan(all[(size_t)r * n + i]) ? NAN : fmaxf(a, all[(size_t)r * n + i]);
-        v[i] = a;
-    }
-    free(all);
-}
-
 void model_fp8_step_end(Model *m, const Comm *dp) {
     Fp8State *s = m->fp8_state;
     if (!s) return;
     const size_t n = (size_t)s->num_layers * (size_t)s->K;
-    if (m->part.tp > 1) group_max_each(m->part.tp_comm, s->recorded, n);
-    if (m->part.cp > 1) group_max_each(m->part.cp_comm, s->recorded, n);
-    group_max_each(dp, s->recorded, n);
+    model_fp8_amax_reduce(m, s->recorded, (int)n, true);
+    fp8_group_max(dp, s->recorded, (int)n);
     for (size_t t = 0; t < n; t++) {
         const Fp8Format format = t % FP8_OPERANDS == FP8_GRAD ? m->fp8.grad_format : FP8_E4M3;
         Fp8History h = {.amax = s->history + t * (size_t)s->len, .len = s->len, .scale = s->scale[t]};
