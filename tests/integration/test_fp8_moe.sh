@@ -100,8 +100,9 @@ resume_exact straight 6 12
 echo "fp8 MoE: resume equals the uninterrupted run bit for bit"
 
 run straight-delayed 1 "${DELAYED[@]}" --set checkpoint.interval=6
-"$MEGATRAIN" inspect "$WORK/straight-delayed/checkpoints/iter_0000006" |
-  grep -q 'fp8.layers.1.amax_history *\[60, 4\]' || fail "no expert amax histories (12 + 6 x 8 rows) in the checkpoint"
+"$MEGATRAIN" inspect "$WORK/straight-delayed/checkpoints/iter_0000006" > "$WORK/inspect.txt"
+grep -q 'fp8.layers.1.amax_history *\[60, 4\]' "$WORK/inspect.txt" ||
+  fail "no expert amax histories (12 + 6 x 8 rows) in the checkpoint"
 resume_exact straight-delayed 6 12
 echo "fp8 MoE delayed: resume equals the uninterrupted run bit for bit"
 
