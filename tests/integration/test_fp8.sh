@@ -28,7 +28,7 @@
 #   (the histories start afresh, and it says so); another
 #   fp8.amax_history_len is refused with exit 2, naming the key.
 # - LoRA in fp8 (the frozen base's products; the adapters stay fp32) tracks
-#   LoRA in fp32: the mean loss of steps 41-60 of 60 within 1e-3 (measured on
+#   LoRA in fp32: the mean loss of steps 41-60 of 60 within 3e-4 (measured on
 #   2026-11-24: 6e-5 tensorwise, 8e-5 delayed; the largest step 1.0e-3 and
 #   1.2e-3: the base is frozen, so its casts change little), and a delayed
 #   LoRA run resumes bit for bit.
@@ -124,7 +124,7 @@ for recipe in tensorwise delayed; do
     { n++; d = ($2 - $1) / $1; if (d < 0) d = -d; if (d > worst) worst = d; if (n > 40) { a += $1; b += $2 } }
     END { rel = (b - a) / a; if (rel < 0) rel = -rel
           printf "LoRA in fp8 %s vs fp32: mean loss of steps 41-60 relative %.6f, largest step difference %.5f\n", R, rel, worst
-          exit !(n == 60 && rel <= 1e-3 && worst > 1e-4) }' || fail "LoRA in fp8 $recipe does not track fp32 within 1e-3"
+          exit !(n == 60 && rel <= 3e-4 && worst > 1e-4) }' || fail "LoRA in fp8 $recipe does not track fp32 within 3e-4"
 done
 resume_exact lora_delayed 30 60
 echo "LoRA in fp8 (delayed): resume equals the uninterrupted run bit for bit"
