@@ -84,7 +84,7 @@ track cp2dp2-llama gpu-llama cpu-llama
 # Pipeline parallel (transfers through the host): 1F1B alone, with dp, tp 2 x pp 2 with tied embeddings, and
 # the interleaved schedule.
 launch 2 pp2-llama llama --set parallel.pp=2
-grep -q "pipeline parallel: 2 stages on GPUs" "$WORK/pp2-llama.txt" || fail "pp2: no pipeline line in the log"
+grep -q "pipeline parallel: 2 stages on cuda" "$WORK/pp2-llama.txt" || fail "pp2: no pipeline line in the log"
 track pp2-llama gpu-llama cpu-llama
 MEGATRAIN_DEVICE_COMM=host launch 4 pp2dp2-llama llama --set parallel.pp=2 --set train.micro_batch_size=2
 track pp2dp2-llama gpu-llama cpu-llama
