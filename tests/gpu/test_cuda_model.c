@@ -3,7 +3,13 @@
  * same micro-batch: loss, logits, every parameter's gradient, the grad norm,
  * and one AdamW step. Families: llama (GQA, llama3 rope scaling, untied and
  * tied), qwen2 (q/k/v biases: the unfused q/k/v products), qwen3 (qk-norm),
- * at head dims 16, 64 and 128. Limits (bf16 activations through 2 layers):
+ * at head dims 16, 64 and 128; mixtral and qwen3_moe (the MoE MLP of
+ * cuda_model_moe.c: softmax and sigmoid routers, top 1, 2, 4 and 8,
+ * renormalised or not, aux, seq_aux and global_aux losses, z-loss,
+ * expert_bias, capacity drops, a shared expert, a dense layer among MoE
+ * ones), where the GPU must also route every token as the CPU does (on a
+ * micro-batch whose routing has no near-tie: routing_without_near_ties) and
+ * compute the same auxiliary losses (1e-3). Limits (bf16 activations through 2 layers):
  * loss 1%, logits 3% of max, each gradient 5% in L2; the whole vector of
  * parameters after one AdamW step from the same gradients 1e-6 (fp32 against
  * the CPU's double arithmetic).
@@ -15,6 +21,8 @@
 #include "model/cuda/cuda_model.h"
 #include "gpu_test_util.h"
 #include "model/model.h"
+#include "model/model_internal.h"
+#include "model/moe_layer.h"
 #include "model_case.h"
 #include "model/optimizer.h"
 
@@ -25,6 +33,142 @@ static void check(const char *what, double err, double limit) {
     else failed++;
 }
 
+/* MoE: the GPU's experts for every token and layer are the CPU's, and the auxiliary losses (load balancing and
+ * z-loss, over the layers) agree. */
+static void check_routing(Model *cpu, CudaModel *gpu, int N, double aux_cpu) {
+    const ModelPriv *pr = cpu->priv;
+    const int k = cpu->cfg.moe.num_experts_per_tok;
+    int32_t *selected = malloc((size_t)N * k * sizeof(int32_t));
+    long differ = 0, total = 0;
+    for (int l = 0; l < cpu->part.num_layers; l++) {
+        if (!pr->moe[l]) continue;
+        if (!cuda_model_download_routing(gpu, l, selected)) {
+            printf("  layer %d: the GPU has no MoE layer there\n", l);
+            failed++;
+            continue;
+        }
+        const MoeActs *a = pr->moe[l];
+        const int E = cpu->cfg.moe.num_experts;
+        for (int n = 0; n < N; n++) { /* the same set of experts (their order is the scores' order) */
+            for (int j = 0; j < k; j++) {
+                bool found = false;
+                for (int q = 0; q < k; q++) found = found || selected[(size_t)n * k + j] == a->selected[(size_t)n * k + q];
+                if (found) continue;
+                differ++;
+                /* the CPU's scores of the expert the GPU chose and of the CPU's k-th: a near-tie? */
+                const float *sc = a->scores + (size_t)n * E;
+                const int e_gpu = selected[(size_t)n * k + j], e_cpu = a->selected[(size_t)n * k + k - 1];
+                printf("  layer %d token %d: gpu chose expert %d (cpu score %.6f), cpu's k-th is %d (%.6f)\n", l, n,
+                       e_gpu, sc[e_gpu], e_cpu, sc[e_cpu]);
+            }
+        }
+        total += (long)N * k;
+    }
+    free(selected);
+    const double aux_gpu = cpu->moe_step->aux_sum + cpu->moe_step->z_sum;
+    printf("  routing: %ld of %ld assignments differ; aux + z loss cpu %.6f gpu %.6f\n", differ, total, aux_cpu,
+           aux_gpu);
+    check("assignments routed differently", (double)differ, 0.0);
+    check("aux + z loss", aux_cpu > 0 ? fabs(aux_gpu - aux_cpu) / aux_cpu : fabs(aux_gpu), 1e-3);
+}
+
+/* MoE cases: a decisive router (its weights x6) on inputs the bf16 copies hold almost exactly (o_proj and the
+ * experts' down projections x0.1, so the residual stream stays near the bf16 embedding rows): near-ties between
+ * experts, which bf16 rounding would break differently from the CPU's fp32, become rare. */
+static void sharpen_router(Model *cpu) {
+    for (int i = 0; i < cpu->num_params; i++) {
+        const ParamInfo *p = &cpu->param_info[i];
+        const float scale = strstr(p->name, "router.weight") ? 6.0f
+                            : strstr(p->name, "o_proj.weight") || strstr(p->name, "experts.down_proj") ? 0.1f
+                                                                                                       : 1.0f;
+        for (long j = 0; j < p->numel && scale != 1.0f; j++)
+            cpu->params[p->offset + j] = round_bf16(cpu->params[p->offset + j] * scale);
+    }
+}
+
+/* The smallest relative gap, over the tokens and MoE layers of the CPU's last forward, between the k-th chosen
+ * expert's score (+ bias) and the best one left out, and with a capacity between the last assignment an expert
+ * keeps and the first it drops. */
+static double routing_margin(const Model *cpu, int N) {
+    const ModelPriv *pr = cpu->priv;
+    const MoeConfig *mc = &cpu->cfg.moe;
+    const int E = mc->num_experts, k = mc->num_experts_per_tok;
+    double worst = INFINITY;
+    float *raw = malloc((size_t)N * k * sizeof(float));
+    for (int l = 0; l < cpu->part.num_layers; l++) {
+        const MoeActs *a = pr->moe[l];
+        if (!a) continue;
+        const float *bias = pr->weights[l].expert_bias;
+        for (int n = 0; n < N && k < E; n++) {
+            double kth = INFINITY, next = -INFINITY;
+            for (int e = 0; e < E; e++) {
+                const double v = (double)a->scores[(size_t)n * E + e] + (bias ? bias[e] : 0.0);
+                bool chosen = false;
+                for (int j = 0; j < k; j++) chosen = chosen || a->selected[(size_t)n * k + j] == e;
+                if (chosen && v < kth) kth = v;
+                if (!chosen && v > next) next = v;
+            }
+            const double gap = (kth - next) / fabs(kth);
+            if (gap < worst) worst = gap;
+        }
+        if (!(mc->capacity_factor > 0)) continue;
+        const long capacity = (long)ceil(mc->capacity_factor * (double)N * k / E);
+        for (int e = 0; e < E; e++) {
+            long count = 0;
+            for (long i = 0; i < (long)N * k; i++)
+                if (a->selected[i] == e) raw[count++] = a->raw[i];
+            if (count <= capacity) continue;
+            for (long i = 0; i <= capacity; i++) /* the capacity + 1 highest, in order */
+                for (long j = i + 1; j < count; j++)
+                    if (raw[j] > raw[i]) {
+                        const float t = raw[i];
+                        raw[i] = raw[j];
+                        raw[j] = t;
+                    }
+            const double gap = (raw[capacity - 1] - raw[capacity]) / fabs(raw[capacity - 1]);
+            if (gap < worst) worst = gap;
+        }
+    }
+    free(raw);
+    return worst;
+}
+
+/* MoE cases compare every gradient, which a token routed to another expert changes: bf16 rounding of the
+ * router's input (about 0.4%) can swap two experts whose scores nearly tie (seen: 0.14% and 0.75% apart). So the
+ * micro-batch is drawn, on the CPU alone, until the CPU's routing has no gap under 1% (routing_margin); the GPU
+ * must then route exactly as the CPU. */
+static bool routing_without_near_ties(Model *cpu, int32_t *inputs, int32_t *targets, int B, int T) {
+    Rng rng;
+    for (int tries = 0; tries < 400; tries++) {
+        rng_seed(&rng, 1000 + (uint64_t)tries);
+        case_tokens(B * T, cpu->cfg.vocab_size, &rng, inputs, targets);
+        model_moe_step_begin(cpu);
+        model_forward(cpu, inputs, targets, B, T);
+        const double margin = routing_margin(cpu, B * T);
+        if (margin >= 1e-2) {
+            printf("  micro-batch %d: the smallest routing gap is %.2f%%\n", tries, 100.0 * margin);
+            return true;
+        }
+    }
+    return false;
+}
+
+static ModelConfig moe_case(ModelFamily family, int E, int k, MoeLoadBalancing lb) {
+    ModelConfig c = tiny(family, 64, 4, 2, 16);
+    c.qk_norm = family == FAMILY_QWEN3_MOE;
+    MoeConfig *m = &c.moe;
+    m->num_experts = E;
+    m->num_experts_per_tok = k;
+    m->moe_intermediate_size = 32;
+    m->norm_topk_prob = true;
+    m->score_function = SCORE_SOFTMAX;
+    m->load_balancing = lb;
+    m->aux_loss_coeff = lb == LB_EXPERT_BIAS || lb == LB_NONE ? 0.0 : 0.01;
+    m->layer_freq = 1;
+    m->bias_update_rate = 1e-3;
+    return c;
+}
+
 static void run_case(const char *name, ModelConfig cfg, int B, int T) {
     printf("%s: C=%d H=%d KVH=%d D=%d, B=%d T=%d%s%s\n", name, cfg.hidden_size, cfg.num_attention_heads,
            cfg.num_key_value_heads, cfg.head_dim, B, T, cfg.tie_word_embeddings ? ", tied" : "",
@@ -32,9 +176,18 @@ static void run_case(const char *name, ModelConfig cfg, int B, int T) {
     Rng rng;
     rng_seed(&rng, 11);
     Model *cpu = cpu_case_model(&cfg, B, T, &rng);
+    if (cpu->moe_step) sharpen_router(cpu);
     const int N = B * T, V = cfg.vocab_size;
     int32_t *inputs = malloc((size_t)N * sizeof(int32_t)), *targets = malloc((size_t)N * sizeof(int32_t));
     case_tokens(N, V, &rng, inputs, targets);
+    if (cpu->moe_step && !routing_without_near_ties(cpu, inputs, targets, B, T)) {
+        printf("  no micro-batch of 400 tried routes without a near-tie: choose another case\n");
+        failed++;
+        model_free(cpu);
+        free(inputs);
+        free(targets);
+        return;
+    }
     char err[512];
     CudaModel *gpu = cuda_model_create(cpu, 0, B, T, err, sizeof err);
     if (!gpu) {
@@ -43,8 +196,13 @@ static void run_case(const char *name, ModelConfig cfg, int B, int T) {
         model_free(cpu);
         return;
     }
+    const bool moe = cpu->moe_step != NULL;
+    if (moe) model_moe_step_begin(cpu); /* the CPU and the GPU record their routing in the same MoeStep */
     const float loss_cpu = model_forward(cpu, inputs, targets, B, T);
+    const double aux_cpu = moe ? cpu->moe_step->aux_sum + cpu->moe_step->z_sum : 0.0;
+    if (moe) model_moe_step_begin(cpu);
     const float loss_gpu = cuda_model_forward(gpu, inputs, targets, B, T);
+    if (moe) check_routing(cpu, gpu, N, aux_cpu);
     float *logits = malloc((size_t)N * V * sizeof(float));
     cuda_model_download_logits(gpu, logits);
     printf("  loss cpu %.5f gpu %.5f\n", loss_cpu, loss_gpu);
@@ -129,6 +287,26 @@ int main(void) {
     ModelConfig wide = tiny(FAMILY_LLAMA, 1024, 16, 4, 64);
     wide.vocab_size = 32000;
     run_case("llama (wide: a large arena)", wide, 2, 512);
+
+    ModelConfig mixtral = moe_case(FAMILY_MIXTRAL, 8, 2, LB_AUX_LOSS);
+    mixtral.moe.z_loss_coeff = 1e-3;
+    run_case("mixtral (8 experts, top 2, aux loss, z-loss)", mixtral, 2, 32);
+    ModelConfig qwen3_moe = moe_case(FAMILY_QWEN3_MOE, 16, 4, LB_SEQ_AUX_LOSS);
+    qwen3_moe.moe.norm_topk_prob = false;
+    qwen3_moe.moe.shared_expert_intermediate_size = 48;
+    qwen3_moe.moe.layer_mask_given = true; /* layer 0 MoE, layer 1 dense */
+    qwen3_moe.moe.layer_mask[0] = 1;
+    qwen3_moe.moe.layer_mask[1] = 0;
+    run_case("qwen3_moe (16 experts, top 4, seq aux, shared expert, a dense layer)", qwen3_moe, 2, 32);
+    ModelConfig sigmoid = moe_case(FAMILY_MIXTRAL, 16, 1, LB_EXPERT_BIAS);
+    sigmoid.moe.score_function = SCORE_SIGMOID;
+    sigmoid.moe.z_loss_coeff = 1e-3;
+    run_case("mixtral (sigmoid, top 1 of 16, expert_bias, z-loss)", sigmoid, 2, 16);
+    ModelConfig all = moe_case(FAMILY_MIXTRAL, 8, 8, LB_GLOBAL_AUX_LOSS);
+    run_case("mixtral (top 8 of 8: every expert every token, global aux)", all, 1, 32);
+    ModelConfig capacity = moe_case(FAMILY_MIXTRAL, 4, 2, LB_AUX_LOSS);
+    capacity.moe.capacity_factor = 0.5;
+    run_case("mixtral (capacity 0.5: drops)", capacity, 2, 32);
     printf("\n%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

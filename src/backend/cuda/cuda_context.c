@@ -1,5 +1,5 @@
 /* cuda_context.c: creates and releases a rank's CUDA state (device, stream,
- * cuBLASLt handle and workspace); see cuda_context.h. */
+ * cuBLASLt and cuBLAS handles, workspace); see cuda_context.h. */
 #include "cuda_context.h"
 
 #include <string.h>
@@ -46,6 +46,16 @@ int cuda_context_create(CudaContext *ctx, int device, char *err, size_t errlen) 
         return -1;
     }
     ctx->blaslt_workspace_bytes = MT_CUBLASLT_WORKSPACE_BYTES;
+    cublasStatus_t blas_status = cublasCreate(&ctx->blas);
+    if (blas_status == CUBLAS_STATUS_SUCCESS) blas_status = cublasSetStream(ctx->blas, ctx->stream);
+    if (blas_status == CUBLAS_STATUS_SUCCESS)
+        blas_status = cublasSetWorkspace(ctx->blas, ctx->blaslt_workspace, ctx->blaslt_workspace_bytes);
+    if (blas_status != CUBLAS_STATUS_SUCCESS) {
+        mt_set_error(err, errlen, "CUDA device %d: creating the cuBLAS handle failed: %s", device,
+                     cublasLtGetStatusString(blas_status));
+        cuda_context_destroy(ctx);
+        return -1;
+    }
     return 0;
 }
 
@@ -55,6 +65,8 @@ void cuda_context_destroy(CudaContext *ctx) {
     if (ctx->stream) cudaStreamSynchronize(ctx->stream);
     if (ctx->blaslt_workspace) cudaFree(ctx->blaslt_workspace);
     if (ctx->blaslt) cublasLtDestroy(ctx->blaslt);
+    if (ctx->blas) cublasDestroy(ctx->blas);
+    ctx->blas = NULL;
     if (ctx->stream) cudaStreamDestroy(ctx->stream);
     ctx->blaslt_workspace = NULL;
     ctx->blaslt_workspace_bytes = 0;

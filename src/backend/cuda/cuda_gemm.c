@@ -150,6 +150,44 @@ void cuda_gemm_backward_weight(CudaContext *ctx, float *dweight, const uint16_t 
     gemm(ctx, 0, 1, IC, OC, N, inp, IC, dout, ld_dout, dweight, dweight, IC, CUDA_R_32F, 1.0f, NULL);
 }
 
+/* ---- cuBLAS (cublasGemmEx): shapes that change every call -------------- */
+
+static void blas_gemm(CudaContext *ctx, int transa, int transb, int m, int n, int k, const void *A,
+                      cudaDataType_t ab_type, int lda, const void *B, int ldb, float beta, void *C,
+                      cudaDataType_t c_type, int ldc) {
+    if (m <= 0 || n <= 0 || k <= 0) return;
+    const float alpha = 1.0f;
+    CUBLAS_CHECK(cublasGemmEx(ctx->blas, transa ? CUBLAS_OP_T : CUBLAS_OP_N, transb ? CUBLAS_OP_T : CUBLAS_OP_N, m, n,
+                              k, &alpha, A, ab_type, lda, B, ab_type, ldb, &beta, C, c_type, ldc, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+}
+
+void cuda_gemm_rows_forward(CudaContext *ctx, uint16_t *out, int ldo, const uint16_t *inp, int ld_inp,
+                            const uint16_t *weight, int N, int IC, int OC) {
+    blas_gemm(ctx, 1, 0, OC, N, IC, weight, CUDA_R_16BF, IC, inp, ld_inp, 0.0f, out, CUDA_R_16BF, ldo);
+}
+
+void cuda_gemm_rows_backward_input(CudaContext *ctx, uint16_t *dinp, const uint16_t *dout, int ld_dout,
+                                   const uint16_t *weight, int N, int IC, int OC, int accumulate) {
+    blas_gemm(ctx, 0, 0, IC, N, OC, weight, CUDA_R_16BF, IC, dout, ld_dout, accumulate ? 1.0f : 0.0f, dinp,
+              CUDA_R_16BF, IC);
+}
+
+void cuda_gemm_rows_backward_weight(CudaContext *ctx, float *dweight, const uint16_t *dout, int ld_dout,
+                                    const uint16_t *inp, int ld_inp, int N, int IC, int OC) {
+    blas_gemm(ctx, 0, 1, IC, OC, N, inp, CUDA_R_16BF, ld_inp, dout, ld_dout, 1.0f, dweight, CUDA_R_32F, IC);
+}
+
+void cuda_sgemm_forward(CudaContext *ctx, float *out, const float *inp, const float *weight, int N, int IC, int OC) {
+    blas_gemm(ctx, 1, 0, OC, N, IC, weight, CUDA_R_32F, IC, inp, IC, 0.0f, out, CUDA_R_32F, OC);
+}
+
+void cuda_sgemm_backward(CudaContext *ctx, float *dinp, float *dweight, const float *dout, const float *inp,
+                         const float *weight, int N, int IC, int OC) {
+    blas_gemm(ctx, 0, 0, IC, N, OC, weight, CUDA_R_32F, IC, dout, OC, 0.0f, dinp, CUDA_R_32F, IC);
+    blas_gemm(ctx, 0, 1, IC, OC, N, inp, CUDA_R_32F, IC, dout, OC, 1.0f, dweight, CUDA_R_32F, IC);
+}
+
 void cuda_gemm_cache_clear(void) {
     pthread_mutex_lock(&cache_lock);
     for (int i = 0; i < cache_used; i++) {

@@ -25,6 +25,20 @@ void cuda_gemm_backward_input(CudaContext *ctx, uint16_t *dinp, const uint16_t *
 void cuda_gemm_backward_weight(CudaContext *ctx, float *dweight, const uint16_t *dout, int ld_dout,
                                const uint16_t *inp, int N, int IC, int OC);
 
+/* The same three products for a row count N that changes every call (each
+ * expert's rows: cuBLAS picks the algorithm per call, nothing is cached);
+ * inp has row stride ld_inp. */
+void cuda_gemm_rows_forward(CudaContext *ctx, uint16_t *out, int ldo, const uint16_t *inp, int ld_inp,
+                            const uint16_t *weight, int N, int IC, int OC);
+void cuda_gemm_rows_backward_input(CudaContext *ctx, uint16_t *dinp, const uint16_t *dout, int ld_dout,
+                                   const uint16_t *weight, int N, int IC, int OC, int accumulate);
+void cuda_gemm_rows_backward_weight(CudaContext *ctx, float *dweight, const uint16_t *dout, int ld_dout,
+                                    const uint16_t *inp, int ld_inp, int N, int IC, int OC);
+/* fp32 throughout (the MoE router: fp32 inputs, weights and logits; no TF32):
+ * out[N,OC] = inp[N,IC] @ weight[OC,IC]^T; dinp[N,IC] = dout @ weight; dweight += dout^T @ inp. */
+void cuda_sgemm_forward(CudaContext *ctx, float *out, const float *inp, const float *weight, int N, int IC, int OC);
+void cuda_sgemm_backward(CudaContext *ctx, float *dinp, float *dweight, const float *dout, const float *inp,
+                         const float *weight, int N, int IC, int OC);
 /* Drop the cached algorithms (cuda_context_destroy's companion). */
 void cuda_gemm_cache_clear(void);
 

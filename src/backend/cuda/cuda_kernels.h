@@ -173,6 +173,61 @@ cudaError_t cuda_cast_fp32_to_bf16(uint16_t *out, const float *inp, size_t n, cu
 cudaError_t cuda_cast_bf16_to_fp32(float *out, const uint16_t *inp, size_t n, cudaStream_t stream);
 
 
+/* ---- kernels/moe.cu: the mixture-of-experts steps (src/model/moe_layer.c's) ----
+ * A = N*k assignments (token n's j-th expert: assignment n*k + j); rows: the
+ * assignments sorted expert by expert, ascending within an expert (the order
+ * the expert products read); position[i] is assignment i's row (-1: dropped). */
+
+/* Assignments a tile of cuda_moe_sort counts (its tile_hist holds ceil(A / MT_MOE_TILE) x E ints). */
+#define MT_MOE_TILE 256
+
+/* Per token (logits (N, E) fp32): scores (softmax, or sigmoid when sigmoid), lse[n] (logsumexp of the logits: the
+ * z-loss), score_sum[n] (the sum of the scores), the k best experts by score + bias (bias NULL: none; ties to the
+ * lower index) into selected (N, k), their scores into raw and the combine weights (raw / the k raws' sum when
+ * renorm, else raw). E <= 1024. */
+cudaError_t cuda_moe_route(const float *logits, const float *bias, float *scores, float *lse, float *score_sum,
+                           int32_t *selected, float *raw, float *weight, int N, int E, int k, int sigmoid,
+                           int renorm, cudaStream_t stream);
+/* The stable counting sort of the A assignments (those with keep[i] != 0; keep NULL: all) into rows: offsets
+ * (E + 1) each expert's first row, position (A), token (rows: its token) and row_slot (rows: its assignment).
+ * tile_hist: scratch of ceil(A / MT_MOE_TILE) x E ints. */
+cudaError_t cuda_moe_sort(const int32_t *selected, const uint8_t *keep, int32_t *tile_hist, int32_t *offsets,
+                          int32_t *position, int32_t *token, int32_t *row_slot, int A, int k, int E,
+                          cudaStream_t stream);
+/* Capacity, from a sort that kept every assignment: keep[i] = whether assignment i is among its expert's
+ * `capacity` highest raw scores (ties to the earlier assignment); dropped ones get weight 0. */
+cudaError_t cuda_moe_capacity(const float *raw, const int32_t *row_slot, const int32_t *offsets, uint8_t *keep,
+                              float *weight, int E, long capacity, cudaStream_t stream);
+/* rows[r, :] = x[token[r], :] for r < R (bf16; C % 8 == 0). */
+cudaError_t cuda_moe_gather(uint16_t *rows, const uint16_t *x, const int32_t *token, int R, int C,
+                            cudaStream_t stream);
+/* out[n] = bf16(resid[n] (+ shared[n], NULL: none) + sum_j weight[n,j] * y[position[n,j]]), fp32 sums. */
+cudaError_t cuda_moe_combine(uint16_t *out, const uint16_t *resid, const uint16_t *shared, const uint16_t *y,
+                             const int32_t *position, const float *weight, int N, int k, int C, cudaStream_t stream);
+/* Its backward for the A assignments: d_rows[position[i]] = weight[i] * dy[i / k] (bf16), d_w[i] = dy[i / k] .
+ * y[position[i]] (fp32; 0 when dropped). */
+cudaError_t cuda_moe_combine_backward(uint16_t *d_rows, float *d_w, const uint16_t *dy, const uint16_t *y,
+                                      const int32_t *position, const float *weight, int A, int k, int C,
+                                      cudaStream_t stream);
+/* dx[n] = bf16(dx[n] (+ extra[n], fp32, NULL: none) + sum_j d_rows[position[n,j]]). */
+cudaError_t cuda_moe_scatter(uint16_t *dx, const uint16_t *d_rows, const int32_t *position, const float *extra,
+                             int N, int k, int C, cudaStream_t stream);
+/* d_logits (N, E, overwritten) from d_w (the combine weights' gradients) through the renormalisation (renorm) and
+ * the scores, plus the load-balancing loss (aux_coef (N / aux_span, E): d loss / d p[n, e] = aux_mult *
+ * aux_coef[n / aux_span, e], p the scores, normalised per token for sigmoid; NULL: none) and the z-loss
+ * (d / d lse[n] = z_mult * lse[n]; z_mult 0: none). */
+cudaError_t cuda_moe_router_backward(float *d_logits, const float *d_w, const float *logits, const float *scores,
+                                     const float *score_sum, const float *lse, const int32_t *selected,
+                                     const float *raw, const float *weight, const float *aux_coef, int aux_span,
+                                     float aux_mult, float z_mult, int N, int E, int k, int sigmoid, int renorm,
+                                     cudaStream_t stream);
+/* Per group of span tokens (N / span groups): counts (groups, E) of assignments per expert and, with want_psum,
+ * psum (groups, E) the sums of p[n, e] (the scores; divided by their token's score_sum when sigmoid), in token
+ * order, in double. */
+cudaError_t cuda_moe_balance_stats(int32_t *counts, double *psum, const int32_t *selected, const float *scores,
+                                   const float *score_sum, int N, int E, int k, int span, int want_psum, int sigmoid,
+                                   cudaStream_t stream);
+
 /* ---- kernels/attention.cu ---------------------------------------------- */
 
 /* Causal grouped-query attention in bf16 (fp32 softmax and accumulation),

@@ -14,7 +14,8 @@
 
 static const char *const prof_names[PROF_COUNT] = {
     "matrix products (cuBLASLt)", "attention forward", "attention backward", "rmsnorm", "qk-norm + rope",
-    "swiglu", "cross entropy", "embedding", "tensor-parallel collectives", "grad norm + AdamW"};
+    "swiglu", "cross entropy", "embedding", "tensor-parallel collectives", "grad norm + AdamW", "moe router",
+    "moe permute + combine", "moe expert products"};
 
 void cuda_prof_begin(CudaModel *m) {
     if (!m->prof_on) return;
@@ -43,20 +44,7 @@ static void prof_report(const CudaModel *m) {
 
 /* ---- arena --------------------------------------------------------------- */
 
-/* Two passes over the same layout: the first (base NULL) counts bytes, the second hands out pointers. */
-typedef struct Carver {
-    char *base;
-    size_t used;
-} Carver;
-
-static void *carve(Carver *c, size_t bytes) {
-    c->used = (c->used + 255) & ~(size_t)255; /* 256-byte alignment for cuBLASLt and vector loads */
-    void *p = c->base ? c->base + c->used : NULL;
-    c->used += bytes;
-    return p;
-}
-
-#define CARVE(c, ptr, count) ((ptr) = carve((c), (size_t)(count) * sizeof *(ptr)))
+/* Carver and CARVE: cuda_model_internal.h */
 
 /* What one micro-batch's forward keeps (a pipeline keeps one set per micro-batch in flight: clones). */
 static void layout_activations(CudaModel *m, Carver *c) {
@@ -81,8 +69,12 @@ static void layout_activations(CudaModel *m, Carver *c) {
         CARVE(c, s->mlp_normed, R * C);
         if (m->shape.sp) CARVE(c, s->mlp_in, N * C);
         else s->mlp_in = s->mlp_normed;
-        CARVE(c, s->gate_up, N * 2 * I);
-        CARVE(c, s->act, N * I);
+        if (m->layers[l].moe) {
+            cuda_moe_layout_saved(m, c, l);
+        } else {
+            CARVE(c, s->gate_up, N * 2 * I);
+            CARVE(c, s->act, N * I);
+        }
         CARVE(c, s->attn_rstd, R);
         CARVE(c, s->mlp_rstd, R);
         CARVE(c, s->lse, N * H);
@@ -145,8 +137,16 @@ static void layout_shared(CudaModel *m, Carver *c) {
     CARVE(c, m->d_resid, R * C);
     CARVE(c, m->d_resid16, R * C);
     CARVE(c, m->d_normed, N * C);
-    CARVE(c, m->d_act, N * I);
-    CARVE(c, m->d_gate_up, N * 2 * I);
+    bool dense = false, moe = false; /* which kinds of MLP this rank's layers have */
+    for (int l = 0; l < sh->L; l++) {
+        dense = dense || !m->layers[l].moe;
+        moe = moe || m->layers[l].moe;
+    }
+    if (dense) {
+        CARVE(c, m->d_act, N * I);
+        CARVE(c, m->d_gate_up, N * 2 * I);
+    }
+    if (moe) cuda_moe_layout_shared(m, c);
     CARVE(c, m->d_attn_out, N * HD);
     CARVE(c, m->dq, N * HD);
     CARVE(c, m->dk, N * KVD);
@@ -204,18 +204,40 @@ static void find_offsets(CudaModel *m, const Model *host) {
         o->k_norm = slot_offset(host, s->k_norm, cfg->qk_norm, "k_norm", l);
         o->o = slot_offset(host, s->o_weight, true, "o_proj", l);
         o->mlp_norm = slot_offset(host, s->mlp_norm, true, "mlp_norm", l);
-        o->gate = slot_offset(host, s->gate_weight, true, "gate_proj (a MoE layer?)", l);
-        o->up = slot_offset(host, s->up_weight, true, "up_proj", l);
-        o->down = slot_offset(host, s->down_weight, true, "down_proj", l);
+        o->moe = s->router >= 0;
+        o->gate = slot_offset(host, s->gate_weight, !o->moe, "gate_proj", l);
+        o->up = slot_offset(host, s->up_weight, !o->moe, "up_proj", l);
+        o->down = slot_offset(host, s->down_weight, !o->moe, "down_proj", l);
         const long C = m->shape.C, I = m->shape.I, HD = m->shape.HD, KVD = m->shape.KVD;
-        if (o->up != o->gate + I * C)
+        if (!o->moe && o->up != o->gate + I * C)
             mt_die(MT_EXIT_FAILURE, "CUDA model: layer %d: gate_proj and up_proj are not adjacent", l);
+        long end = o->down + C * I; /* one past the layer's last parameter (a MoE layer's experts lie apart) */
+        if (o->moe) {
+            const MoeConfig *mc = &cfg->moe;
+            const long E = mc->num_experts, Is = mc->shared_expert_intermediate_size;
+            const bool shared = Is > 0;
+            o->router = slot_offset(host, s->router, true, "mlp.router", l);
+            o->expert_bias = slot_offset(host, s->expert_bias, mc->load_balancing == LB_EXPERT_BIAS,
+                                         "mlp.router.expert_bias", l);
+            o->e_gate = slot_offset(host, s->e_gate, true, "mlp.experts.gate_proj", l);
+            o->e_up = slot_offset(host, s->e_up, true, "mlp.experts.up_proj", l);
+            o->e_down = slot_offset(host, s->e_down, true, "mlp.experts.down_proj", l);
+            o->s_gate = slot_offset(host, s->s_gate, shared, "mlp.shared_expert.gate_proj", l);
+            o->s_up = slot_offset(host, s->s_up, shared, "mlp.shared_expert.up_proj", l);
+            o->s_down = slot_offset(host, s->s_down, shared, "mlp.shared_expert.down_proj", l);
+            if (shared && o->s_up != o->s_gate + Is * C)
+                mt_die(MT_EXIT_FAILURE, "CUDA model: layer %d: the shared expert's gate and up are not adjacent", l);
+            end = shared ? o->s_down + C * Is : o->expert_bias >= 0 ? o->expert_bias + E : o->router + E * C;
+        } else {
+            o->router = o->expert_bias = o->e_gate = o->e_up = o->e_down = o->s_gate = o->s_up = o->s_down = -1;
+        }
         const int fused = o->k == o->q + HD * C && o->v == o->k + KVD * C && o->q_bias < 0;
         if (l == 0) m->qkv_fused = fused;
         else if (fused != m->qkv_fused) mt_die(MT_EXIT_FAILURE, "CUDA model: layers differ in q/k/v layout");
-        /* A layer's parameters are contiguous in the registry: attn_norm first, down_proj last. */
+        /* A layer's parameters are contiguous in the registry: attn_norm first, its MLP's last (but the routed
+         * experts, declared after every layer). */
         m->layer_begin[l] = o->attn_norm;
-        m->layer_end[l] = o->down + C * I;
+        m->layer_end[l] = end;
         if (l > 0 && m->layer_begin[l] != m->layer_end[l - 1])
             mt_die(MT_EXIT_FAILURE, "CUDA model: layer %d's parameters do not follow layer %d's", l, l - 1);
     }
@@ -315,6 +337,27 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
         return NULL;
     }
     m->shape = model_shape_of(&m->cfg, part);
+    bool moe = false;
+    for (int v = 0; v < part->num_chunks; v++)
+        for (int i = 0; i < part->chunk_layers[v]; i++) moe = moe || model_layer_is_moe(&m->cfg, part->chunk_first[v] + i);
+    if (moe) {
+        const MoeConfig *mc = &m->cfg.moe;
+        const char *why = part->tp > 1 || part->cp > 1 ? "runs without tensor and context parallel for now"
+                          : mc->num_experts > 1024 ? "routes among at most 1024 experts"
+                          : m->cfg.hidden_size % 8 || mc->moe_intermediate_size % 8 ||
+                                  mc->shared_expert_intermediate_size % 8
+                              ? "needs hidden and expert intermediate sizes that are multiples of 8"
+                              : NULL;
+        if (why) {
+            mt_set_error(err, errlen, "the CUDA model's mixture of experts %s (tp %d, cp %d, %d experts, hidden "
+                         "%d, expert intermediate %d)", why, part->tp, part->cp, mc->num_experts,
+                         m->cfg.hidden_size, mc->moe_intermediate_size);
+            free(m);
+            return NULL;
+        }
+        m->moe_step = host->moe_step;
+        m->dp_host = part->dp_comm && part->dp_comm->size > 1 ? part->dp_comm : NULL;
+    }
     if (cuda_context_create(&m->ctx, device, err, errlen) != 0) {
         free(m);
         return NULL;
@@ -413,6 +456,8 @@ void cuda_model_free(CudaModel *m) {
         cudaStreamSynchronize(m->ctx.stream);
         cudaFree(m->arena);
     }
+    cuda_moe_free_saved(m);
+    if (owner) cuda_moe_free_shared(m);
     free(m->saved);
     free(m->host_targets);
     free(m->host_losses);
@@ -440,6 +485,16 @@ void cuda_model_upload(CudaModel *m, const float *params, const float *exp_avg, 
     if (exp_avg_sq) copy_in_order(m, m->exp_avg_sq, exp_avg_sq, bytes, cudaMemcpyHostToDevice);
     CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
 }
+
+void cuda_model_upload_range(CudaModel *m, long offset, long count, const float *host) {
+    if (offset < 0 || count <= 0 || offset + count > m->num_floats)
+        mt_die(MT_EXIT_FAILURE, "cuda_model_upload_range: [%ld, %ld) is outside the %ld parameters", offset,
+               offset + count, m->num_floats);
+    copy_in_order(m, m->params + offset, host, (size_t)count * sizeof(float), cudaMemcpyHostToDevice);
+    CUDA_CHECK(cuda_cast_fp32_to_bf16(m->params16 + offset, m->params + offset, (size_t)count, m->ctx.stream));
+}
+
+void cuda_model_set_loss_scale(CudaModel *m, float loss_scale) { m->loss_scale = loss_scale; }
 
 void cuda_model_download(CudaModel *m, float *params, float *exp_avg, float *exp_avg_sq) {
     const size_t bytes = (size_t)m->num_floats * sizeof(float);

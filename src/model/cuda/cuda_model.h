@@ -1,4 +1,5 @@
-/* cuda_model.h: the dense transformer (llama, qwen2, qwen3) trained on one
+/* cuda_model.h: the transformer (llama, qwen2, qwen3; mixtral and qwen3_moe
+ * with every expert on the rank, cuda_model_moe.c) trained on one
  * GPU, or on one GPU per rank of a tensor-, context- and pipeline-parallel
  * layout (a pipeline stage holds its chunks' layers)
  * (with sequence parallel or not; the host Model's ModelPartition says which
@@ -44,6 +45,11 @@ void cuda_model_free(CudaModel *model);
  * params also refreshes their bf16 copy. m and v may be NULL (left as is). */
 void cuda_model_upload(CudaModel *model, const float *params, const float *m, const float *v);
 void cuda_model_download(CudaModel *model, float *params, float *m, float *v);
+/* params[offset, offset + count) (and their bf16 copy) from host (the MoE expert biases after a step). */
+void cuda_model_upload_range(CudaModel *model, long offset, long count, const float *host);
+/* The loss scale of the backward about to run through cuda_model_backward_layers on a pipeline stage without the
+ * head (the MoE auxiliary losses use it; backward_head sets it on the last stage). */
+void cuda_model_set_loss_scale(CudaModel *model, float loss_scale);
 /* The fp32 gradients from and to the host (health checks, tests). */
 void cuda_model_download_grads(CudaModel *model, float *grads);
 void cuda_model_upload_grads(CudaModel *model, const float *grads);
@@ -60,6 +66,9 @@ float cuda_model_forward(CudaModel *model, const int32_t *inputs, const int32_t 
 void cuda_model_forward_start(CudaModel *model, const int32_t *inputs, int B, int T);
 void cuda_model_forward_layers(CudaModel *model, int chunk);
 float cuda_model_forward_head(CudaModel *model, const int32_t *targets);
+/* The experts local layer l chose for each token in the last forward ((B*T, k) into selected, host): true, or
+ * false when layer l has no MoE MLP (tests). */
+bool cuda_model_download_routing(CudaModel *model, int l, int32_t *selected);
 /* Logits (B*T, V) of the last forward, as fp32 on the host (tests, eval). */
 void cuda_model_download_logits(CudaModel *model, float *logits);
 /* grads += d(loss_scale * mean loss)/d params for the last forward. On the

@@ -2,6 +2,8 @@
  * and the helpers its files share:
  *   cuda_model.c           creation, the arena, host copies, grad norm, AdamW, memory, profiling;
  *   cuda_model_pass.c      forward and backward, the data-parallel gradient sync;
+ *   cuda_model_moe.c       the mixture-of-experts MLP (router, permutation,
+ *                          the experts' products, combine, auxiliary losses);
  *   cuda_model_parallel.c  tensor (and sequence) and context parallel: the
  *                          collectives around the products, the vocab-parallel
  *                          embedding and cross entropy, the keys and values
@@ -34,12 +36,16 @@ typedef uint16_t bf16_t;
  * one-time choices of cuBLASLt algorithms). */
 typedef enum {
     PROF_GEMM, PROF_ATTN_FWD, PROF_ATTN_BWD, PROF_NORM, PROF_ROPE, PROF_SWIGLU, PROF_LOSS, PROF_EMBED,
-    PROF_TP_COMM, PROF_OPTIMIZER, PROF_COUNT
+    PROF_TP_COMM, PROF_OPTIMIZER, PROF_MOE_ROUTER, PROF_MOE_PERMUTE, PROF_MOE_EXPERTS, PROF_COUNT
 } ProfKind;
 
 /* Offsets (in floats) of one layer's parameters in the flat layout; -1 when absent. */
 typedef struct LayerOffsets {
     long attn_norm, q, q_bias, k, k_bias, v, v_bias, q_norm, k_norm, o, mlp_norm, gate, up, down;
+    /* a MoE layer (gate, up, down are -1): the router (E, C), its selection bias (E), the stacked experts
+     * (E*Ie, C), (E*Ie, C), (E*C, Ie) and the shared expert (Is, C), (Is, C), (C, Is) */
+    bool moe;
+    long router, expert_bias, e_gate, e_up, e_down, s_gate, s_up, s_down;
 } LayerOffsets;
 
 /* What forward keeps of one layer. attn_in / mlp_in are the products' inputs:
@@ -50,6 +56,7 @@ typedef struct LayerSaved {
         *gate_up, *act;
     float *attn_rstd, *q_rstd, *k_rstd, *lse, *mlp_rstd;
     bf16_t *k_all, *v_all;     /* context parallel: (B, Tall, KVH*D) keys and values in sequence order */
+    struct MoeSaved *moe;      /* a MoE layer's (cuda_model_moe.c), else NULL */
 } LayerSaved;
 
 /* A run of gradients reduced over tp before the step (CudaModel.tp_partial):
@@ -102,6 +109,7 @@ struct CudaModel {
     float *host_losses;
     long num_targets;
     int backward_ready;
+    float loss_scale;          /* the running backward's (the MoE auxiliary losses scale their gradients by it) */
 
     /* backward scratch */
     float *d_resid;
@@ -131,9 +139,29 @@ struct CudaModel {
     CudaAdamWChunk *norm_chunks; /* device: the parameters this rank counts in the grad norm (tp > 1) */
     int num_norm_chunks;
     double *norm_partial, *host_norm_partial;
+
+    struct MoeScratch *moe;    /* the MoE layers' shared scratch (cuda_model_moe.c), NULL without MoE layers */
+    MoeStep *moe_step;         /* the host Model's: the step's routing statistics (NULL: none) */
+    const Comm *dp_host;       /* the host Model's dp group (global_aux_loss counts), NULL when dp == 1 */
 };
 
 enum { NORM_PARTIALS = 1024 };
+
+/* The arena is laid out twice over the same walk: the first pass (base NULL) counts bytes, the second hands out
+ * pointers. */
+typedef struct Carver {
+    char *base;
+    size_t used;
+} Carver;
+
+static inline void *carve(Carver *c, size_t bytes) {
+    c->used = (c->used + 255) & ~(size_t)255; /* 256-byte alignment for cuBLASLt and vector loads */
+    void *p = c->base ? c->base + c->used : NULL;
+    c->used += bytes;
+    return p;
+}
+
+#define CARVE(c, ptr, count) ((ptr) = carve((c), (size_t)(count) * sizeof *(ptr)))
 
 /* Run a statement (an op's launch) and, when profiling, time it as `kind`. */
 #define TIMED(m, kind, ...)      \
@@ -185,5 +213,20 @@ void cuda_parallel_reduce_grads(CudaModel *m, int layer);
 void cuda_cp_attention_forward(CudaModel *m, LayerSaved *s, int B, int T);
 /* Its backward: dq, dk, dv (this rank's rows) from d_attn_out. */
 void cuda_cp_attention_backward(CudaModel *m, const LayerSaved *s, int B, int T);
+
+/* ---- cuda_model_moe.c: the MoE MLP of a layer whose LayerOffsets.moe is set ---- */
+
+/* Its buffers: what layer l's forward keeps (per activation set; host arrays allocated when c->base is NULL,
+ * freed by cuda_moe_free_saved) and, with shared, the scratch every MoE layer and activation set shares. */
+void cuda_moe_layout_saved(CudaModel *m, Carver *c, int l);
+void cuda_moe_layout_shared(CudaModel *m, Carver *c);
+void cuda_moe_free_saved(CudaModel *m);
+void cuda_moe_free_shared(CudaModel *m);
+/* out (N rows) = resid + the MoE MLP of x (N, C) for layer l; its statistics go to m->moe_step. Waits for the
+ * routing's counts (the expert products are enqueued per expert from the host). */
+void cuda_moe_forward(CudaModel *m, int l, const bf16_t *x, const bf16_t *resid, bf16_t *out, int B, int T);
+/* m->d_normed (N, C, overwritten) = the gradient of x from dy (N, C) through layer l's MoE MLP, with the
+ * auxiliary losses' gradients scaled by loss_scale; the parameters' gradients accumulate. */
+void cuda_moe_backward(CudaModel *m, int l, const bf16_t *dy, float loss_scale);
 
 #endif

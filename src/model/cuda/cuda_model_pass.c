@@ -70,6 +70,10 @@ static void layer_forward(CudaModel *m, int l, bf16_t *out, int B, int T) {
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(s->mlp_normed, s->mlp_rstd, s->resid_mid,
                                                         w16(m, o->mlp_norm), R, C, eps, st)));
     x = cuda_tp_enter(m, s->mlp_in, s->mlp_normed, N, C);
+    if (o->moe) { /* tp 1: the router, the experts and the combine (cuda_model_moe.c) */
+        cuda_moe_forward(m, l, x, s->resid_mid, out, B, T);
+        return;
+    }
     cuda_linear_forward(m, s->gate_up, 2 * I, x, o->gate, -1, NULL, N, C, 2 * I);
     TIMED(m, PROF_SWIGLU, CUDA_CHECK(cuda_swiglu_forward(s->act, s->gate_up, N, I, st)));
     cuda_tp_row_parallel_residual(m, out, s->resid_mid, s->act, o->down, N, I, C);
@@ -160,11 +164,15 @@ static void layer_backward(CudaModel *m, int l, int B, int T) {
     const int N = B * T, R = model_shape_rows(sh, N), C = sh->C, I = sh->I, D = sh->D;
     const int H = sh->H, KVH = sh->KVH, HD = sh->HD, KVD = sh->KVD, QKV = HD + 2 * KVD;
 
-    /* MLP half: out = resid_mid + act @ Wdown^T */
+    /* MLP half: out = resid_mid + act @ Wdown^T (or + the MoE MLP) */
     const bf16_t *dy = cuda_tp_leave_backward(m, N, C);
-    cuda_linear_backward(m, m->d_act, dy, C, s->act, o->down, -1, N, I, C, 0);
-    TIMED(m, PROF_SWIGLU, CUDA_CHECK(cuda_swiglu_backward(m->d_gate_up, m->d_act, s->gate_up, N, I, st)));
-    cuda_linear_backward(m, m->d_normed, m->d_gate_up, 2 * I, s->mlp_in, o->gate, -1, N, C, 2 * I, 0);
+    if (o->moe) {
+        cuda_moe_backward(m, l, dy, m->loss_scale);
+    } else {
+        cuda_linear_backward(m, m->d_act, dy, C, s->act, o->down, -1, N, I, C, 0);
+        TIMED(m, PROF_SWIGLU, CUDA_CHECK(cuda_swiglu_backward(m->d_gate_up, m->d_act, s->gate_up, N, I, st)));
+        cuda_linear_backward(m, m->d_normed, m->d_gate_up, 2 * I, s->mlp_in, o->gate, -1, N, C, 2 * I, 0);
+    }
     const bf16_t *g = cuda_tp_enter_backward(m, m->d_normed, N, C);
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, o->mlp_norm), g,
                                                          s->resid_mid, w16(m, o->mlp_norm), s->mlp_rstd, R, C, st)));
@@ -212,6 +220,7 @@ void cuda_model_backward_head(CudaModel *m, float loss_scale) {
     if (!m->backward_ready)
         mt_die(MT_EXIT_FAILURE, "cuda_model_backward: needs a forward with targets first (one backward per forward)");
     m->backward_ready = 0;
+    m->loss_scale = loss_scale;
     const ModelConfig *c = &m->cfg;
     cudaStream_t st = m->ctx.stream;
     const int N = m->B * m->T, R = model_shape_rows(&m->shape, N), C = c->hidden_size;

@@ -57,9 +57,13 @@ int model_device_cuda_check(const ModelDeviceSetup *s, char *err, size_t errlen)
                      "optimizer.state_dtype: fp32 for run.device: cuda", dtype_name(s->state_dtype));
         return MT_EXIT_USAGE;
     }
-    if (s->cfg->family == FAMILY_MIXTRAL || s->cfg->family == FAMILY_QWEN3_MOE) {
-        mt_set_error(err, errlen, "model.family: '%s' (mixture of experts) trains on the CPU only for now; set "
-                     "run.device: cpu", model_family_name(s->cfg->family));
+    const ParallelConfig *layout = s->parallel;
+    if ((s->cfg->family == FAMILY_MIXTRAL || s->cfg->family == FAMILY_QWEN3_MOE) &&
+        (layout->ep > 1 || layout->tp > 1 || layout->cp > 1)) {
+        mt_set_error(err, errlen, "model.family: '%s' (mixture of experts) on GPUs runs with data and pipeline "
+                     "parallel only for now: set parallel.ep, parallel.tp and parallel.cp to 1 (found %d, %d, %d), "
+                     "or run.device: cpu, which runs every layout", model_family_name(s->cfg->family), layout->ep,
+                     layout->tp, layout->cp);
         return MT_EXIT_USAGE;
     }
     if (s->cfg->peft.type != PEFT_NONE) {
@@ -265,8 +269,22 @@ static void device_optimizer_step(ModelDevice *d, const OptimizerConfig *cfg, do
     cuda_model_synchronize(gpu(d));
 }
 
-static void device_step_begin(ModelDevice *d) {}
-static bool device_moe_step_end(ModelDevice *d, long num_micro, bool update_bias, MoeStepStats *out) { return false; }
+static void device_step_begin(ModelDevice *d) { model_moe_step_begin(d->host); }
+
+/* The CUDA model's MoE layers recorded the step's routing in the host Model's MoeStep: the CPU's step end (the
+ * figures, the expert-bias update on the host's weights), then the updated biases to the GPU. */
+static bool device_moe_step_end(ModelDevice *d, long num_micro, bool update_bias, MoeStepStats *out) {
+    Model *host = d->host;
+    if (!host->moe_step) return false;
+    model_moe_step_end(host, &d->grid->groups[GROUP_DP], num_micro, update_bias, out);
+    for (int i = 0; i < host->num_params; i++) {
+        const ParamInfo *p = &host->param_info[i];
+        const char *tail = strrchr(p->name, '.');
+        if (update_bias && tail && strcmp(tail, ".expert_bias") == 0)
+            cuda_model_upload_range(gpu(d), (long)p->offset, p->numel, host->params + p->offset);
+    }
+    return true;
+}
 static void device_fp8_step_end(ModelDevice *d) {} /* precision: fp8 is refused on cuda (model_device_cuda_check) */
 
 static int device_comms_check(ModelDevice *d, char *err, size_t errlen) {
@@ -338,6 +356,7 @@ static double stage_forward_head(void *slot, const int32_t *targets) { return cu
 static void stage_backward_head(void *slot, float loss_scale) { cuda_model_backward_head(slot, loss_scale); }
 
 static void stage_backward_layers(void *slot, int chunk, float loss_scale, bool last) {
+    cuda_model_set_loss_scale(slot, loss_scale); /* a stage without the head: its MoE auxiliary losses' scale */
     cuda_model_backward_layers(slot, chunk, last);
 }
 
@@ -375,6 +394,8 @@ ModelDevice *model_device_cuda_create(const ModelDeviceSetup *s, char *err, size
         return NULL;
     }
     d->stage_base = c->model;
+    /* global_aux_loss sums the routing counts over dp in every MoE forward: every dp rank runs as many */
+    for (int l = 0; l < s->cfg->num_layers; l++) d->eval_lockstep = d->eval_lockstep || model_layer_is_moe(s->cfg, l);
     mt_log("device: %s, %.2f GiB allocated for weights, gradients, AdamW states and activations",
            cuda_model_device_name(c->model), (double)cuda_model_bytes(c->model) / 1073741824.0);
     if (create_comms(d, s, err, errlen) != 0) {

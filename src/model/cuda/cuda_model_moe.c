@@ -1,0 +1,377 @@
+/* cuda_model_moe.c: the mixture-of-experts MLP of the CUDA model, the GPU
+ * form of src/model/moe_layer.c (the math is in its header), on one rank's
+ * GPU with every expert local (no expert, tensor or context parallel yet:
+ * model_device_cuda_check refuses them).
+ *
+ * Forward of layer l (x = the MLP input, bf16 (N, C)):
+ *   x32     = fp32(x); logits = x32 @ Wr^T          fp32 router (cuBLAS, no TF32)
+ *   route   scores, lse, top-k (+ expert_bias), raw, weights       kernels/moe.cu
+ *   sort    assignments -> rows, expert-major (counting sort on the device);
+ *           with a capacity: sorted once with all, the drops marked, sorted again
+ *   stats   assignments and probability sums per (row group, expert); they,
+ *           the offsets and the lse come to the host (one wait per layer),
+ *           which computes the load-balancing loss and z-loss as the CPU does
+ *           and enqueues the experts' products
+ *   gather  xin[r] = x[token of r]
+ *   experts per expert e with rows: gate|up = xin_e @ [Wg_e; Wu_e]^T (two
+ *           products into the halves of gate_up), act = swiglu (all rows, one
+ *           launch), y_e = act_e @ Wd_e^T (cuBLAS per expert: its row count
+ *           changes every step)
+ *   shared  the shared expert as a dense MLP over every token (cuBLASLt)
+ *   combine out = resid + shared + sum_j weight * y[row of (n, j)]
+ * Backward mirrors it: combine backward (d_rows, d_w), the experts' data and
+ * weight gradients (fp32, accumulated), the shared expert, the router's
+ * d_logits (renormalisation, balancing loss, z-loss), dWr and the router's
+ * fp32 input gradient, and the scatter of the rows' gradients to tokens.
+ * Statistics go to the host Model's MoeStep, so model_moe_step_end (the
+ * expert-bias update, the logged figures) is the CPU's. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../core/error.h"
+#include "../moe_layer.h"
+#include "cuda_model_internal.h"
+
+/* What one MoE layer's forward keeps for its backward (one per activation set). */
+typedef struct MoeSaved {
+    float *logits, *scores;          /* (N, E) */
+    float *lse, *score_sum;          /* (N) */
+    int32_t *selected, *position;    /* (A) */
+    float *raw, *weight;             /* (A) */
+    bf16_t *xin, *gate_up, *act, *y; /* rows: (A, C), (A, 2 Ie), (A, Ie), (A, C) */
+    bf16_t *s_gate_up, *s_act;       /* the shared expert's (N, 2 Is), (N, Is) */
+    /* host: the rows per expert, and what the balancing loss's gradient needs (moe_layer.c's MoeBalance) */
+    int32_t *offsets;                /* (E + 1) */
+    double *aux_counts;              /* (aux_rows, E) */
+    int aux_rows, aux_span, N;
+    double aux_scale, z_scale;
+} MoeSaved;
+
+/* Scratch every MoE layer and activation set shares (the stream runs one layer at a time). */
+typedef struct MoeScratch {
+    float *x32, *router_dx;          /* (N, C) */
+    float *d_logits;                 /* (N, E) */
+    float *d_w;                      /* (A) */
+    float *aux_coef;                 /* (B, E) */
+    int32_t *tile_hist, *offsets, *token, *row_slot, *counts;
+    uint8_t *keep;
+    double *psum;                    /* (B, E) */
+    bf16_t *s_out;                   /* (N, C) the shared expert's output */
+    bf16_t *d_rows, *d_xin;          /* (A, C) */
+    bf16_t *d_act, *d_gate_up;       /* (A, Ie), (A, 2 Ie) */
+    bf16_t *d_s_act, *d_s_gate_up;   /* (N, Is), (N, 2 Is) */
+    int32_t *h_counts;               /* host staging */
+    double *h_psum;
+    float *h_lse, *h_coef;
+} MoeScratch;
+
+static const MoeConfig *moe_cfg(const CudaModel *m) { return &m->cfg.moe; }
+
+/* The most assignment-count rows of the balancing statistics: the micro-batch's sequences for seq_aux_loss, else 1. */
+static int max_aux_rows(const CudaModel *m) {
+    return moe_cfg(m)->load_balancing == LB_SEQ_AUX_LOSS ? m->max_B : 1;
+}
+
+void cuda_moe_layout_saved(CudaModel *m, Carver *c, int l) {
+    const MoeConfig *mc = moe_cfg(m);
+    const size_t N = (size_t)m->max_B * m->max_T, E = mc->num_experts, A = N * mc->num_experts_per_tok;
+    const size_t C = m->shape.C, Ie = mc->moe_intermediate_size, Is = mc->shared_expert_intermediate_size;
+    LayerSaved *s = &m->saved[l];
+    if (!s->moe) { /* the first pass over a fresh set: the host side */
+        s->moe = mt_calloc(1, sizeof *s->moe);
+        s->moe->offsets = mt_calloc(E + 1, sizeof(int32_t));
+        s->moe->aux_counts = mt_calloc((size_t)max_aux_rows(m) * E, sizeof(double));
+    }
+    MoeSaved *v = s->moe;
+    CARVE(c, v->logits, N * E);
+    CARVE(c, v->scores, N * E);
+    CARVE(c, v->lse, N);
+    CARVE(c, v->score_sum, N);
+    CARVE(c, v->selected, A);
+    CARVE(c, v->position, A);
+    CARVE(c, v->raw, A);
+    CARVE(c, v->weight, A);
+    CARVE(c, v->xin, A * C);
+    CARVE(c, v->gate_up, A * 2 * Ie);
+    CARVE(c, v->act, A * Ie);
+    CARVE(c, v->y, A * C);
+    if (Is > 0) {
+        CARVE(c, v->s_gate_up, N * 2 * Is);
+        CARVE(c, v->s_act, N * Is);
+    }
+}
+
+void cuda_moe_layout_shared(CudaModel *m, Carver *c) {
+    const MoeConfig *mc = moe_cfg(m);
+    const size_t N = (size_t)m->max_B * m->max_T, E = mc->num_experts, A = N * mc->num_experts_per_tok;
+    const size_t C = m->shape.C, Ie = mc->moe_intermediate_size, Is = mc->shared_expert_intermediate_size;
+    const size_t tiles = (A + MT_MOE_TILE - 1) / MT_MOE_TILE, rows = (size_t)max_aux_rows(m);
+    if (!m->moe) {
+        m->moe = mt_calloc(1, sizeof *m->moe);
+        m->moe->h_counts = mt_calloc(rows * E, sizeof(int32_t));
+        m->moe->h_psum = mt_calloc(rows * E, sizeof(double));
+        m->moe->h_lse = mt_calloc(N, sizeof(float));
+        m->moe->h_coef = mt_calloc(rows * E, sizeof(float));
+    }
+    MoeScratch *s = m->moe;
+    CARVE(c, s->x32, N * C);
+    CARVE(c, s->router_dx, N * C);
+    CARVE(c, s->d_logits, N * E);
+    CARVE(c, s->d_w, A);
+    CARVE(c, s->aux_coef, rows * E);
+    CARVE(c, s->tile_hist, (tiles > 0 ? tiles : 1) * E);
+    CARVE(c, s->offsets, E + 1);
+    CARVE(c, s->token, A);
+    CARVE(c, s->row_slot, A);
+    CARVE(c, s->counts, rows * E);
+    CARVE(c, s->keep, A);
+    CARVE(c, s->psum, rows * E);
+    CARVE(c, s->d_rows, A * C);
+    CARVE(c, s->d_xin, A * C);
+    CARVE(c, s->d_act, A * Ie);
+    CARVE(c, s->d_gate_up, A * 2 * Ie);
+    if (Is > 0) {
+        CARVE(c, s->s_out, N * C);
+        CARVE(c, s->d_s_act, N * Is);
+        CARVE(c, s->d_s_gate_up, N * 2 * Is);
+    }
+}
+
+void cuda_moe_free_saved(CudaModel *m) {
+    for (int l = 0; m->saved && l < m->shape.L; l++) {
+        MoeSaved *v = m->saved[l].moe;
+        if (!v) continue;
+        free(v->offsets);
+        free(v->aux_counts);
+        free(v);
+        m->saved[l].moe = NULL;
+    }
+}
+
+void cuda_moe_free_shared(CudaModel *m) {
+    if (!m->moe) return;
+    free(m->moe->h_counts);
+    free(m->moe->h_psum);
+    free(m->moe->h_lse);
+    free(m->moe->h_coef);
+    free(m->moe);
+    m->moe = NULL;
+}
+
+/* Every assignment's row; with a capacity, the drops (weight 0, no row). */
+static void sort_assignments(CudaModel *m, MoeSaved *v, int N) {
+    const MoeConfig *mc = moe_cfg(m);
+    MoeScratch *s = m->moe;
+    cudaStream_t st = m->ctx.stream;
+    const int E = mc->num_experts, k = mc->num_experts_per_tok, A = N * k;
+    CUDA_CHECK(cuda_moe_sort(v->selected, NULL, s->tile_hist, s->offsets, v->position, s->token, s->row_slot, A, k, E,
+                             st));
+    if (!(mc->capacity_factor > 0)) return;
+    const long capacity = (long)ceil(mc->capacity_factor * (double)N * k / E);
+    CUDA_CHECK(cuda_moe_capacity(v->raw, s->row_slot, s->offsets, s->keep, v->weight, E, capacity, st));
+    CUDA_CHECK(cuda_moe_sort(v->selected, s->keep, s->tile_hist, s->offsets, v->position, s->token, s->row_slot, A, k,
+                             E, st));
+}
+
+/* The load-balancing loss and z-loss of the last routing (moe_layer.c's balance_loss and z-loss, from the
+ * statistics in m->moe's host staging), into v and the step's record. */
+static void balance(CudaModel *m, int l, MoeSaved *v, int B, int T) {
+    const MoeConfig *mc = moe_cfg(m);
+    const MoeScratch *s = m->moe;
+    MoeStep *step = m->moe_step;
+    const int N = B * T, E = mc->num_experts, k = mc->num_experts_per_tok;
+    const bool seq = mc->load_balancing == LB_SEQ_AUX_LOSS;
+    const int rows = seq ? B : 1;
+    double *counts = mt_calloc((size_t)E + 1, sizeof(double)); /* the micro-batch's, and its tokens */
+    for (int r = 0; r < rows; r++)
+        for (int e = 0; e < E; e++) counts[e] += s->h_counts[(size_t)r * E + e];
+    counts[E] = N;
+    for (int e = 0; e < E; e++) step->counts[(size_t)l * E + e] += counts[e];
+    v->aux_scale = 0.0;
+    v->aux_rows = rows;
+    v->aux_span = seq ? T : N;
+    double aux = 0.0;
+    const bool aux_on = (mc->load_balancing == LB_AUX_LOSS || mc->load_balancing == LB_SEQ_AUX_LOSS ||
+                         mc->load_balancing == LB_GLOBAL_AUX_LOSS) && mc->aux_loss_coeff > 0;
+    if (aux_on && seq) {
+        for (int r = 0; r < B; r++) {
+            double sum = 0.0;
+            for (int e = 0; e < E; e++) {
+                v->aux_counts[(size_t)r * E + e] = s->h_counts[(size_t)r * E + e];
+                sum += s->h_psum[(size_t)r * E + e] * s->h_counts[(size_t)r * E + e];
+            }
+            aux += mc->aux_loss_coeff * E / ((double)k * T * T) * sum;
+        }
+        aux /= B;
+        v->aux_scale = mc->aux_loss_coeff * E / ((double)k * T * T * B);
+    } else if (aux_on) {
+        double tokens = N;
+        if (mc->load_balancing == LB_GLOBAL_AUX_LOSS) { /* running counts over the step and the dp ranks */
+            if (m->dp_host) comm_all_reduce_sum_double(m->dp_host, counts, (size_t)E + 1);
+            double *global = step->global_counts + (size_t)l * E;
+            for (int e = 0; e < E; e++) global[e] += counts[e];
+            step->global_tokens[l] += counts[E];
+            memcpy(v->aux_counts, global, (size_t)E * sizeof(double));
+            tokens = step->global_tokens[l];
+        } else {
+            memcpy(v->aux_counts, counts, (size_t)E * sizeof(double));
+        }
+        double sum = 0.0;
+        for (int e = 0; e < E; e++) sum += s->h_psum[e] * v->aux_counts[e];
+        v->aux_scale = mc->aux_loss_coeff * E / ((double)k * N * tokens);
+        aux = v->aux_scale * sum;
+    }
+    free(counts);
+    v->z_scale = mc->z_loss_coeff / (double)N;
+    double z = 0.0;
+    if (mc->z_loss_coeff > 0) {
+        for (int n = 0; n < N; n++) z += (double)s->h_lse[n] * s->h_lse[n];
+        z *= v->z_scale;
+    }
+    step->aux_sum += aux;
+    step->z_sum += z;
+    step->dropped += (long)N * k - v->offsets[E];
+    step->assignments += (long)N * k;
+}
+
+void cuda_moe_forward(CudaModel *m, int l, const bf16_t *x, const bf16_t *resid, bf16_t *out, int B, int T) {
+    const MoeConfig *mc = moe_cfg(m);
+    const LayerOffsets *o = &m->layers[l];
+    MoeSaved *v = m->saved[l].moe;
+    MoeScratch *s = m->moe;
+    CudaContext *ctx = &m->ctx;
+    cudaStream_t st = ctx->stream;
+    const int N = B * T, C = m->shape.C, E = mc->num_experts, k = mc->num_experts_per_tok;
+    const int Ie = mc->moe_intermediate_size, Is = mc->shared_expert_intermediate_size;
+    const int sigmoid = mc->score_function == SCORE_SIGMOID;
+    v->N = N;
+
+    TIMED(m, PROF_MOE_ROUTER, {
+        CUDA_CHECK(cuda_cast_bf16_to_fp32(s->x32, x, (size_t)N * C, st));
+        cuda_sgemm_forward(ctx, v->logits, s->x32, m->params + o->router, N, C, E);
+        CUDA_CHECK(cuda_moe_route(v->logits, o->expert_bias >= 0 ? m->params + o->expert_bias : NULL, v->scores,
+                                  v->lse, v->score_sum, v->selected, v->raw, v->weight, N, E, k, sigmoid,
+                                  mc->norm_topk_prob, st));
+    });
+    TIMED(m, PROF_MOE_PERMUTE, sort_assignments(m, v, N));
+    /* the statistics to the host: the rows per expert, the counts and probability sums, the lse */
+    const bool seq = mc->load_balancing == LB_SEQ_AUX_LOSS;
+    const int span = seq ? T : N, rows = N / span;
+    CUDA_CHECK(cuda_moe_balance_stats(s->counts, s->psum, v->selected, v->scores, v->score_sum, N, E, k, span, 1,
+                                      sigmoid, st));
+    CUDA_CHECK(cudaMemcpyAsync(v->offsets, s->offsets, (size_t)(E + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaMemcpyAsync(s->h_counts, s->counts, (size_t)rows * E * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaMemcpyAsync(s->h_psum, s->psum, (size_t)rows * E * sizeof(double), cudaMemcpyDeviceToHost, st));
+    if (mc->z_loss_coeff > 0)
+        CUDA_CHECK(cudaMemcpyAsync(s->h_lse, v->lse, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaStreamSynchronize(st));
+    balance(m, l, v, B, T);
+
+    const int R = v->offsets[E];
+    TIMED(m, PROF_MOE_PERMUTE, CUDA_CHECK(cuda_moe_gather(v->xin, x, s->token, R, C, st)));
+    TIMED(m, PROF_MOE_EXPERTS, {
+        for (int e = 0; e < E; e++) {
+            const int first = v->offsets[e], n = v->offsets[e + 1] - first;
+            if (n == 0) continue;
+            const bf16_t *xe = v->xin + (size_t)first * C;
+            bf16_t *gu = v->gate_up + (size_t)first * 2 * Ie;
+            cuda_gemm_rows_forward(ctx, gu, 2 * Ie, xe, C, w16(m, o->e_gate + (long)e * Ie * C), n, C, Ie);
+            cuda_gemm_rows_forward(ctx, gu + Ie, 2 * Ie, xe, C, w16(m, o->e_up + (long)e * Ie * C), n, C, Ie);
+        }
+        CUDA_CHECK(cuda_swiglu_forward(v->act, v->gate_up, R, Ie, st));
+        for (int e = 0; e < E; e++) {
+            const int first = v->offsets[e], n = v->offsets[e + 1] - first;
+            if (n == 0) continue;
+            cuda_gemm_rows_forward(ctx, v->y + (size_t)first * C, C, v->act + (size_t)first * Ie, Ie,
+                                   w16(m, o->e_down + (long)e * C * Ie), n, Ie, C);
+        }
+    });
+    const bf16_t *shared = NULL;
+    if (Is > 0) { /* gate and up adjacent in the registry: one product */
+        cuda_linear_forward(m, v->s_gate_up, 2 * Is, x, o->s_gate, -1, NULL, N, C, 2 * Is);
+        TIMED(m, PROF_SWIGLU, CUDA_CHECK(cuda_swiglu_forward(v->s_act, v->s_gate_up, N, Is, st)));
+        cuda_linear_forward(m, s->s_out, C, v->s_act, o->s_down, -1, NULL, N, Is, C);
+        shared = s->s_out;
+    }
+    TIMED(m, PROF_MOE_PERMUTE,
+          CUDA_CHECK(cuda_moe_combine(out, resid, shared, v->y, v->position, v->weight, N, k, C, st)));
+}
+
+void cuda_moe_backward(CudaModel *m, int l, const bf16_t *dy, float loss_scale) {
+    const MoeConfig *mc = moe_cfg(m);
+    const LayerOffsets *o = &m->layers[l];
+    const LayerSaved *sv = &m->saved[l];
+    const MoeSaved *v = sv->moe;
+    MoeScratch *s = m->moe;
+    CudaContext *ctx = &m->ctx;
+    cudaStream_t st = ctx->stream;
+    const int N = v->N, C = m->shape.C, E = mc->num_experts, k = mc->num_experts_per_tok, A = N * k;
+    const int Ie = mc->moe_intermediate_size, Is = mc->shared_expert_intermediate_size;
+    const int sigmoid = mc->score_function == SCORE_SIGMOID;
+    const bf16_t *x = sv->mlp_in;
+
+    TIMED(m, PROF_MOE_PERMUTE,
+          CUDA_CHECK(cuda_moe_combine_backward(s->d_rows, s->d_w, dy, v->y, v->position, v->weight, A, k, C, st)));
+    const int R = v->offsets[E];
+    TIMED(m, PROF_MOE_EXPERTS, {
+        for (int e = 0; e < E; e++) {
+            const int first = v->offsets[e], n = v->offsets[e + 1] - first;
+            if (n == 0) continue;
+            const long wd = o->e_down + (long)e * C * Ie;
+            const bf16_t *dr = s->d_rows + (size_t)first * C;
+            cuda_gemm_rows_backward_input(ctx, s->d_act + (size_t)first * Ie, dr, C, w16(m, wd), n, Ie, C, 0);
+            cuda_gemm_rows_backward_weight(ctx, g32(m, wd), dr, C, v->act + (size_t)first * Ie, Ie, n, Ie, C);
+        }
+        CUDA_CHECK(cuda_swiglu_backward(s->d_gate_up, s->d_act, v->gate_up, R, Ie, st));
+        for (int e = 0; e < E; e++) {
+            const int first = v->offsets[e], n = v->offsets[e + 1] - first;
+            if (n == 0) continue;
+            const long wg = o->e_gate + (long)e * Ie * C, wu = o->e_up + (long)e * Ie * C;
+            const bf16_t *xe = v->xin + (size_t)first * C, *dgu = s->d_gate_up + (size_t)first * 2 * Ie;
+            bf16_t *dx = s->d_xin + (size_t)first * C;
+            cuda_gemm_rows_backward_input(ctx, dx, dgu, 2 * Ie, w16(m, wg), n, C, Ie, 0);
+            cuda_gemm_rows_backward_input(ctx, dx, dgu + Ie, 2 * Ie, w16(m, wu), n, C, Ie, 1);
+            cuda_gemm_rows_backward_weight(ctx, g32(m, wg), dgu, 2 * Ie, xe, C, n, C, Ie);
+            cuda_gemm_rows_backward_weight(ctx, g32(m, wu), dgu + Ie, 2 * Ie, xe, C, n, C, Ie);
+        }
+    });
+    if (Is > 0) { /* the shared expert's input gradient starts d_normed */
+        cuda_linear_backward(m, s->d_s_act, dy, C, v->s_act, o->s_down, -1, N, Is, C, 0);
+        TIMED(m, PROF_SWIGLU, CUDA_CHECK(cuda_swiglu_backward(s->d_s_gate_up, s->d_s_act, v->s_gate_up, N, Is, st)));
+        cuda_linear_backward(m, m->d_normed, s->d_s_gate_up, 2 * Is, x, o->s_gate, -1, N, C, 2 * Is, 0);
+    } else {
+        CUDA_CHECK(cudaMemsetAsync(m->d_normed, 0, (size_t)N * C * sizeof(bf16_t), st));
+    }
+
+    /* the router: d_logits from the combine weights' gradients and the auxiliary losses */
+    const float *coef = NULL;
+    if (v->aux_scale != 0.0) {
+        const size_t n = (size_t)v->aux_rows * E;
+        for (size_t i = 0; i < n; i++) s->h_coef[i] = (float)v->aux_counts[i];
+        CUDA_CHECK(cudaMemcpyAsync(s->aux_coef, s->h_coef, n * sizeof(float), cudaMemcpyHostToDevice, st));
+        coef = s->aux_coef;
+    }
+    const float aux_mult = (float)(loss_scale * v->aux_scale);
+    const float z_mult = mc->z_loss_coeff > 0 ? (float)(loss_scale * v->z_scale * 2.0) : 0.0f;
+    TIMED(m, PROF_MOE_ROUTER, {
+        CUDA_CHECK(cuda_moe_router_backward(s->d_logits, s->d_w, v->logits, v->scores, v->score_sum, v->lse,
+                                            v->selected, v->raw, v->weight, coef, v->aux_span, aux_mult, z_mult, N,
+                                            E, k, sigmoid, mc->norm_topk_prob, st));
+        CUDA_CHECK(cuda_cast_bf16_to_fp32(s->x32, x, (size_t)N * C, st));
+        cuda_sgemm_backward(ctx, s->router_dx, g32(m, o->router), s->d_logits, s->x32, m->params + o->router, N, C,
+                            E);
+    });
+    TIMED(m, PROF_MOE_PERMUTE,
+          CUDA_CHECK(cuda_moe_scatter(m->d_normed, s->d_xin, v->position, s->router_dx, N, k, C, st)));
+    if (coef) CUDA_CHECK(cudaStreamSynchronize(st)); /* h_coef is reused by the next layer's backward */
+}
+
+bool cuda_model_download_routing(CudaModel *m, int l, int32_t *selected) {
+    if (l < 0 || l >= m->shape.L || !m->layers[l].moe) return false;
+    const MoeSaved *v = m->saved[l].moe;
+    const size_t bytes = (size_t)v->N * moe_cfg(m)->num_experts_per_tok * sizeof(int32_t);
+    CUDA_CHECK(cudaMemcpyAsync(selected, v->selected, bytes, cudaMemcpyDeviceToHost, m->ctx.stream));
+    CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
+    return true;
+}
