@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """bench_gpu.py: megatrain's CUDA backend against PyTorch on the same GPU, in one run.
 
-For each shape (Llama 3.2 1B at seq 2048 and 4096, Qwen3 1.7B at seq 4096):
+For each shape (Llama 3.2 1B at seq 2048 and 4096, Qwen3 1.7B at seq 4096; the
+MoE shapes Qwen3-30B-A3B with 4 layers and Mixtral 8x7B with 2, megatrain only
+for now):
 megatrain trains the configs/ architecture with one micro-batch per step
 (global batch = micro batch, as the PyTorch peer does) on byte-level data, and
 is stopped after --steps steps (the end-of-run checkpoint is not part of the
@@ -26,7 +28,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
-SHAPES = [  # name, config, torch args, seq_len, micro_batch
+SHAPES = [  # name, config, torch args ("": no PyTorch peer yet), seq_len, micro_batch[, num_layers]
     ("llama3.2-1b-s2048", "configs/llama3.2-1b.yaml",
      "--family llama --layers 16 --hidden 2048 --intermediate 8192 --heads 32 --kv-heads 8 --head-dim 64 "
      "--vocab 128256 --tie --rope-theta 500000", 2048, 4),
@@ -36,6 +38,10 @@ SHAPES = [  # name, config, torch args, seq_len, micro_batch
     ("qwen3-1.7b-s4096", "configs/qwen3-1.7b.yaml",
      "--family qwen3 --layers 28 --hidden 2048 --intermediate 6144 --heads 16 --kv-heads 8 --head-dim 128 "
      "--vocab 151936 --tie --rope-theta 1000000", 4096, 2),
+    # Mixture of experts (issue 17): the real layer shapes, few layers, so that fp32 master weights and AdamW fit
+    # one GPU. TFLOP/s count the active parameters (the k routed experts, the router, attention).
+    ("qwen3-30b-a3b-4l-s4096", "configs/qwen3-30b-a3b.yaml", "", 4096, 1, 4),
+    ("mixtral-8x7b-2l-s4096", "configs/mixtral-8x7b.yaml", "", 4096, 1, 2),
 ]
 
 
@@ -53,8 +59,19 @@ def make_data(megatrain, prefix):
                    stdout=subprocess.DEVNULL)
 
 
-def run_megatrain(a, name, config, seq, mbs, data, out):
+def with_layers(config, layers, out):
+    """A copy of config (in out) with num_layers: layers."""
+    lines = open(os.path.join(REPO, config)).read().splitlines()
+    path = os.path.join(out, f"{os.path.basename(config)[:-5]}-{layers}l.yaml")
+    with open(path, "w") as f:
+        f.write("\n".join(f"num_layers: {layers}" if l.startswith("num_layers:") else l for l in lines) + "\n")
+    return path
+
+
+def run_megatrain(a, name, config, seq, mbs, data, out, layers=None):
     run_dir = os.path.join(out, "run-" + name)
+    if layers:
+        config = with_layers(config, layers, out)
     subprocess.run(["rm", "-rf", run_dir])
     cmd = [a.megatrain, "run", os.path.join(REPO, "recipes/bench/gpu.yaml"), "--set", f"model={config}",
            "--set", f"run.dir={run_dir}", "--set", f"train.seq_len={seq}", "--set", f"train.micro_batch_size={mbs}",
@@ -110,14 +127,14 @@ def main():
     peak = json.loads(subprocess.run([sys.executable, os.path.join(HERE, "bench_torch_gpu.py"), "--peak", "--json"],
                                      capture_output=True, text=True, check=True).stdout.splitlines()[-1])
     results = {"peak": peak, "rows": []}
-    for name, config, torch_args, seq, mbs in SHAPES:
+    for name, config, torch_args, seq, mbs, *extra in SHAPES:
         if a.only and a.only not in name:
             continue
         row = {"name": name, "seq_len": seq, "micro_batch": mbs, "impls": []}
         t0 = time.time()
-        row["impls"].append(run_megatrain(a, name, config, seq, mbs, data, a.out))
+        row["impls"].append(run_megatrain(a, name, config, seq, mbs, data, a.out, extra[0] if extra else None))
         print(f"{name}: megatrain {row['impls'][-1]} ({time.time() - t0:.0f}s)", flush=True)
-        if not a.no_torch:
+        if not a.no_torch and torch_args:
             for mode in ("eager", "compile"):
                 t0 = time.time()
                 row["impls"].append(run_torch(a, torch_args, seq, mbs, mode, a.out, name))
