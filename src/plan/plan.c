@@ -136,7 +136,13 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
     const double dense_mlp = 3 * I / tp * elem;
     const double E = moe->num_experts, k = moe->num_experts_per_tok, Ie = moe->moe_intermediate_size / etp;
     const double Is = moe->shared_expert_intermediate_size / etp;
-    double moe_mlp = 2.0 * E * 4.0 + k * (2 * C + 3.0 * Ie) * elem + 3.0 * Is * elem;
+    /* the GPU's MoE layer (cuda_model_moe.c): logits, scores, lse and score sums; per assignment its expert, row,
+     * raw score and weight (4 bytes each) and its rows; the shared expert's gate|up and activation */
+    double moe_mlp = 2.0 * E * 4.0 + 2 * 4.0 + k * (16.0 + (2 * C + 3.0 * Ie) * elem) + 3.0 * Is * elem;
+    /* and its scratch, once per stage: the router's fp32 input and input gradient, d_logits, per assignment the
+     * combine weights' gradients, row bookkeeping and the rows' gradients, the shared expert's output and
+     * gradients */
+    const double moe_scratch = 8.0 * C + 4.0 * E + k * (13.0 + (2 * C + 3.0 * Ie) * elem) + (C + 3.0 * Is) * elem;
     if (!p->gpu) /* the CPU's MoE layer (moe_layer.c) also keeps its backward's buffers and routing per layer, and
                   * its expert side starts with room for a quarter more rows than its own */
         moe_mlp = 4.0 * E * 4.0 + k * (5 * 4.0 + 8.0) + 4 * k * C * 4.0 + 6.0 * Is * 4.0 +
@@ -193,7 +199,8 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
         /* one activation set (all of the stage's chunks, its logits on the last stage) per micro-batch in flight */
         st->in_flight = pp > 1 ? pipeline_peak_in_flight(pp, vpp, s, (int)p->micro_batches) : 1;
         st->recompute_bytes = tokens * working;
-        st->activation_bytes = st->in_flight * layers * tokens * kept + st->recompute_bytes;
+        st->activation_bytes = st->in_flight * layers * tokens * kept + st->recompute_bytes +
+                               (p->gpu && moe_layers > 0 ? tokens * moe_scratch : 0.0);
         st->logits_bytes = s == pp - 1 ? st->in_flight * tokens * V / tp * elem : 0.0;
         st->total_bytes = st->weight_bytes + st->grad_bytes + st->optimizer_bytes + st->activation_bytes +
                           st->logits_bytes;
