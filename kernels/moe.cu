@@ -13,7 +13,7 @@
 //   capacity        per expert, keep the `capacity` highest raw scores (ties to
 //                   the earlier assignment), zero the dropped weights
 //   gather          rows[r] = x[token of r]
-//   combine         out[n] = resid[n] (+ shared[n]) + sum_j weight * y[row of (n, j)]
+//   combine         out[n] = resid[n] (+ shared[n]) + sum_j weight * y[row of (n, j)]   (one kernel with scatter)
 //   combine bwd     d_rows[row] = weight * dy[n], d_w = dy[n] . y[row]
 //   scatter         dx[n] += sum_j d_rows[row of (n, j)] (+ the router's fp32 part)
 //   router bwd      d_logits from d_w (through the renormalisation), the
@@ -236,26 +236,32 @@ extern "C" cudaError_t cuda_moe_gather(uint16_t *rows, const uint16_t *x, const 
     return cudaGetLastError();
 }
 
-__global__ void moe_combine_kernel(bf16 *__restrict__ out, const bf16 *__restrict__ resid,
-                                   const bf16 *__restrict__ shared, const bf16 *__restrict__ y,
-                                   const int32_t *__restrict__ position, const float *__restrict__ weight, int N,
-                                   int k, int C) {
+// out[n] = bf16(base[n] (+ add16[n]) (+ add32[n]) + sum_j (weight ? weight[n, j] : 1) * rows[position[n, j]]):
+// the forward's combine (base the residual, add16 the shared expert, weighted) and the backward's scatter (base
+// the input gradient so far, add32 the router's fp32 part, unweighted).
+__global__ void moe_sum_rows_kernel(bf16 *out, const bf16 *base, // may be the same rows (each thread reads its own first)
+                                    const bf16 *__restrict__ add16, const float *__restrict__ add32,
+                                    const bf16 *__restrict__ rows, const int32_t *__restrict__ position,
+                                    const float *__restrict__ weight, int N, int k, int C) {
     const int per_row = C / 8;
     const size_t total = (size_t)N * per_row;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         const size_t n = i / per_row, c = (i % per_row) * 8;
         float acc[8], v[8];
-        load8(resid + n * C + c, acc);
-        if (shared) {
-            load8(shared + n * C + c, v);
+        load8(base + n * C + c, acc);
+        if (add16) {
+            load8(add16 + n * C + c, v);
 #pragma unroll
             for (int q = 0; q < 8; q++) acc[q] += v[q];
         }
+        if (add32)
+#pragma unroll
+            for (int q = 0; q < 8; q++) acc[q] += add32[n * C + c + q];
         for (int j = 0; j < k; j++) {
             const int32_t r = position[n * k + j];
             if (r < 0) continue;
-            const float w = weight[n * k + j];
-            load8(y + (size_t)r * C + c, v);
+            const float w = weight ? weight[n * k + j] : 1.0f;
+            load8(rows + (size_t)r * C + c, v);
 #pragma unroll
             for (int q = 0; q < 8; q++) acc[q] += w * v[q];
         }
@@ -268,8 +274,8 @@ extern "C" cudaError_t cuda_moe_combine(uint16_t *out, const uint16_t *resid, co
                                         int C, cudaStream_t stream) {
     if (N == 0) return cudaSuccess;
     if (C % 8) return cudaErrorInvalidValue;
-    moe_combine_kernel<<<elementwise_blocks((size_t)N * C / 8), kElementwiseThreads, 0, stream>>>(
-        as_bf16(out), as_bf16(resid), as_bf16(shared), as_bf16(y), position, weight, N, k, C);
+    moe_sum_rows_kernel<<<elementwise_blocks((size_t)N * C / 8), kElementwiseThreads, 0, stream>>>(
+        as_bf16(out), as_bf16(resid), as_bf16(shared), NULL, as_bf16(y), position, weight, N, k, C);
     return cudaGetLastError();
 }
 
@@ -314,35 +320,12 @@ extern "C" cudaError_t cuda_moe_combine_backward(uint16_t *d_rows, float *d_w, c
     return cudaGetLastError();
 }
 
-__global__ void moe_scatter_kernel(bf16 *__restrict__ dx, const bf16 *__restrict__ d_rows,
-                                   const int32_t *__restrict__ position, const float *__restrict__ extra, int N,
-                                   int k, int C) {
-    const int per_row = C / 8;
-    const size_t total = (size_t)N * per_row;
-    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
-        const size_t n = i / per_row, c = (i % per_row) * 8;
-        float acc[8], v[8];
-        load8(dx + n * C + c, acc);
-        if (extra)
-#pragma unroll
-            for (int q = 0; q < 8; q++) acc[q] += extra[n * C + c + q];
-        for (int j = 0; j < k; j++) {
-            const int32_t r = position[n * k + j];
-            if (r < 0) continue;
-            load8(d_rows + (size_t)r * C + c, v);
-#pragma unroll
-            for (int q = 0; q < 8; q++) acc[q] += v[q];
-        }
-        store8(dx + n * C + c, acc);
-    }
-}
-
 extern "C" cudaError_t cuda_moe_scatter(uint16_t *dx, const uint16_t *d_rows, const int32_t *position,
                                         const float *extra, int N, int k, int C, cudaStream_t stream) {
     if (N == 0) return cudaSuccess;
     if (C % 8) return cudaErrorInvalidValue;
-    moe_scatter_kernel<<<elementwise_blocks((size_t)N * C / 8), kElementwiseThreads, 0, stream>>>(
-        as_bf16(dx), as_bf16(d_rows), position, extra, N, k, C);
+    moe_sum_rows_kernel<<<elementwise_blocks((size_t)N * C / 8), kElementwiseThreads, 0, stream>>>(
+        as_bf16(dx), as_bf16(dx), NULL, extra, as_bf16(d_rows), position, NULL, N, k, C);
     return cudaGetLastError();
 }
 

@@ -47,6 +47,8 @@ void cuda_model_upload(CudaModel *model, const float *params, const float *m, co
 void cuda_model_download(CudaModel *model, float *params, float *m, float *v);
 /* params[offset, offset + count) (and their bf16 copy) from host (the MoE expert biases after a step). */
 void cuda_model_upload_range(CudaModel *model, long offset, long count, const float *host);
+/* Every MoE layer's expert_bias from host_params (the host's flat array, after model_moe_step_end moved them). */
+void cuda_model_upload_expert_biases(CudaModel *model, const float *host_params);
 /* The loss scale of the backward about to run through cuda_model_backward_layers on a pipeline stage without the
  * head (the MoE auxiliary losses use it; backward_head sets it on the last stage). */
 void cuda_model_set_loss_scale(CudaModel *model, float loss_scale);

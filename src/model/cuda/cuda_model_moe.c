@@ -43,7 +43,8 @@ typedef struct MoeSaved {
     bf16_t *s_gate_up, *s_act;       /* the shared expert's (N, 2 Is), (N, Is) */
     /* host: the rows per expert, and what the balancing loss's gradient needs (moe_layer.c's MoeBalance) */
     int32_t *offsets;                /* (E + 1) */
-    double *aux_counts;              /* (aux_rows, E) */
+    float *aux_counts;               /* (aux_rows, E): the counts the balancing loss weighs p with (its backward
+                                      * copies them to the GPU from here: kept until the layer's next forward) */
     int aux_rows, aux_span, N;
     double aux_scale, z_scale;
 } MoeSaved;
@@ -63,7 +64,7 @@ typedef struct MoeScratch {
     bf16_t *d_s_act, *d_s_gate_up;   /* (N, Is), (N, 2 Is) */
     int32_t *h_counts;               /* host staging */
     double *h_psum;
-    float *h_lse, *h_coef;
+    float *h_lse;
 } MoeScratch;
 
 static const MoeConfig *moe_cfg(const CudaModel *m) { return &m->cfg.moe; }
@@ -81,7 +82,7 @@ void cuda_moe_layout_saved(CudaModel *m, Carver *c, int l) {
     if (!s->moe) { /* the first pass over a fresh set: the host side */
         s->moe = mt_calloc(1, sizeof *s->moe);
         s->moe->offsets = mt_calloc(E + 1, sizeof(int32_t));
-        s->moe->aux_counts = mt_calloc((size_t)max_aux_rows(m) * E, sizeof(double));
+        s->moe->aux_counts = mt_calloc((size_t)max_aux_rows(m) * E, sizeof(float));
     }
     MoeSaved *v = s->moe;
     CARVE(c, v->logits, N * E);
@@ -112,7 +113,6 @@ void cuda_moe_layout_shared(CudaModel *m, Carver *c) {
         m->moe->h_counts = mt_calloc(rows * E, sizeof(int32_t));
         m->moe->h_psum = mt_calloc(rows * E, sizeof(double));
         m->moe->h_lse = mt_calloc(N, sizeof(float));
-        m->moe->h_coef = mt_calloc(rows * E, sizeof(float));
     }
     MoeScratch *s = m->moe;
     CARVE(c, s->x32, N * C);
@@ -154,7 +154,6 @@ void cuda_moe_free_shared(CudaModel *m) {
     free(m->moe->h_counts);
     free(m->moe->h_psum);
     free(m->moe->h_lse);
-    free(m->moe->h_coef);
     free(m->moe);
     m->moe = NULL;
 }
@@ -198,7 +197,7 @@ static void balance(CudaModel *m, int l, MoeSaved *v, int B, int T) {
         for (int r = 0; r < B; r++) {
             double sum = 0.0;
             for (int e = 0; e < E; e++) {
-                v->aux_counts[(size_t)r * E + e] = s->h_counts[(size_t)r * E + e];
+                v->aux_counts[(size_t)r * E + e] = (float)s->h_counts[(size_t)r * E + e];
                 sum += s->h_psum[(size_t)r * E + e] * s->h_counts[(size_t)r * E + e];
             }
             aux += mc->aux_loss_coeff * E / ((double)k * T * T) * sum;
@@ -212,12 +211,12 @@ static void balance(CudaModel *m, int l, MoeSaved *v, int B, int T) {
             double *global = step->global_counts + (size_t)l * E;
             for (int e = 0; e < E; e++) global[e] += counts[e];
             step->global_tokens[l] += counts[E];
-            memcpy(v->aux_counts, global, (size_t)E * sizeof(double));
+            for (int e = 0; e < E; e++) v->aux_counts[e] = (float)global[e];
             tokens = step->global_tokens[l];
         } else {
-            memcpy(v->aux_counts, counts, (size_t)E * sizeof(double));
+            for (int e = 0; e < E; e++) v->aux_counts[e] = (float)counts[e];
         }
-        double sum = 0.0;
+        double sum = 0.0; /* counts are whole numbers: exact in float */
         for (int e = 0; e < E; e++) sum += s->h_psum[e] * v->aux_counts[e];
         v->aux_scale = mc->aux_loss_coeff * E / ((double)k * N * tokens);
         aux = v->aux_scale * sum;
@@ -346,10 +345,9 @@ void cuda_moe_backward(CudaModel *m, int l, const bf16_t *dy, float loss_scale) 
 
     /* the router: d_logits from the combine weights' gradients and the auxiliary losses */
     const float *coef = NULL;
-    if (v->aux_scale != 0.0) {
-        const size_t n = (size_t)v->aux_rows * E;
-        for (size_t i = 0; i < n; i++) s->h_coef[i] = (float)v->aux_counts[i];
-        CUDA_CHECK(cudaMemcpyAsync(s->aux_coef, s->h_coef, n * sizeof(float), cudaMemcpyHostToDevice, st));
+    if (v->aux_scale != 0.0) { /* v->aux_counts stays as it is until this layer's next forward, which waits */
+        CUDA_CHECK(cudaMemcpyAsync(s->aux_coef, v->aux_counts, (size_t)v->aux_rows * E * sizeof(float),
+                                   cudaMemcpyHostToDevice, st));
         coef = s->aux_coef;
     }
     const float aux_mult = (float)(loss_scale * v->aux_scale);
@@ -364,7 +362,6 @@ void cuda_moe_backward(CudaModel *m, int l, const bf16_t *dy, float loss_scale) 
     });
     TIMED(m, PROF_MOE_PERMUTE,
           CUDA_CHECK(cuda_moe_scatter(m->d_normed, s->d_xin, v->position, s->router_dx, N, k, C, st)));
-    if (coef) CUDA_CHECK(cudaStreamSynchronize(st)); /* h_coef is reused by the next layer's backward */
 }
 
 bool cuda_model_download_routing(CudaModel *m, int l, int32_t *selected) {
@@ -374,4 +371,11 @@ bool cuda_model_download_routing(CudaModel *m, int l, int32_t *selected) {
     CUDA_CHECK(cudaMemcpyAsync(selected, v->selected, bytes, cudaMemcpyDeviceToHost, m->ctx.stream));
     CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
     return true;
+}
+
+void cuda_model_upload_expert_biases(CudaModel *m, const float *host_params) {
+    for (int l = 0; l < m->shape.L; l++) {
+        const long offset = m->layers[l].expert_bias;
+        if (offset >= 0) cuda_model_upload_range(m, offset, moe_cfg(m)->num_experts, host_params + offset);
+    }
 }

@@ -277,12 +277,7 @@ static bool device_moe_step_end(ModelDevice *d, long num_micro, bool update_bias
     Model *host = d->host;
     if (!host->moe_step) return false;
     model_moe_step_end(host, &d->grid->groups[GROUP_DP], num_micro, update_bias, out);
-    for (int i = 0; i < host->num_params; i++) {
-        const ParamInfo *p = &host->param_info[i];
-        const char *tail = strrchr(p->name, '.');
-        if (update_bias && tail && strcmp(tail, ".expert_bias") == 0)
-            cuda_model_upload_range(gpu(d), (long)p->offset, p->numel, host->params + p->offset);
-    }
+    if (update_bias) cuda_model_upload_expert_biases(gpu(d), host->params);
     return true;
 }
 static void device_fp8_step_end(ModelDevice *d) {} /* precision: fp8 is refused on cuda (model_device_cuda_check) */
