@@ -3,7 +3,8 @@
  *   cuda_model.c           creation, the arena, host copies, grad norm, AdamW, memory, profiling;
  *   cuda_model_pass.c      forward and backward, the data-parallel gradient sync;
  *   cuda_model_moe.c       the mixture-of-experts MLP (router, permutation,
- *                          the experts' products, combine, auxiliary losses);
+ *                          combine, auxiliary losses);
+ *   cuda_model_experts.c   the routed experts' products;
  *   cuda_model_parallel.c  tensor (and sequence) and context parallel: the
  *                          collectives around the products, the vocab-parallel
  *                          embedding and cross entropy, the keys and values
@@ -228,5 +229,22 @@ void cuda_moe_forward(CudaModel *m, int l, const bf16_t *x, const bf16_t *resid,
 /* m->d_normed (N, C, overwritten) = the gradient of x from dy (N, C) through layer l's MoE MLP, with the
  * auxiliary losses' gradients scaled by loss_scale; the parameters' gradients accumulate. */
 void cuda_moe_backward(CudaModel *m, int l, const bf16_t *dy, float loss_scale);
+
+/* ---- cuda_model_experts.c: the routed experts' products over rows grouped expert by expert ---- */
+
+/* Where each local expert's rows are: expert j's are offsets[j] .. offsets[j+1] (host, experts + 1 entries);
+ * d_offsets the same on the device. */
+typedef struct CudaExpertRows {
+    int experts;
+    const int32_t *offsets, *d_offsets;
+} CudaExpertRows;
+/* gate_up (R, 2 Ie), act (R, Ie) and y (R, C) of the rows x (R, C), R = offsets[experts], through layer o's experts. */
+void cuda_moe_experts_forward(CudaModel *m, const LayerOffsets *o, const CudaExpertRows *r, const bf16_t *x,
+                              bf16_t *gate_up, bf16_t *act, bf16_t *y);
+/* d_x (R, C, overwritten) from d_y (R, C); the experts' weight gradients accumulate (fp32). d_act and d_gate_up
+ * are scratch of (R, Ie) and (R, 2 Ie). */
+void cuda_moe_experts_backward(CudaModel *m, const LayerOffsets *o, const CudaExpertRows *r, const bf16_t *x,
+                               const bf16_t *gate_up, const bf16_t *act, const bf16_t *d_y, bf16_t *d_act,
+                               bf16_t *d_gate_up, bf16_t *d_x);
 
 #endif

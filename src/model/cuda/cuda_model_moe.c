@@ -13,10 +13,8 @@
  *           which computes the load-balancing loss and z-loss as the CPU does
  *           and enqueues the experts' products
  *   gather  xin[r] = x[token of r]
- *   experts per expert e with rows: gate|up = xin_e @ [Wg_e; Wu_e]^T (two
- *           products into the halves of gate_up), act = swiglu (all rows, one
- *           launch), y_e = act_e @ Wd_e^T (cuBLAS per expert: its row count
- *           changes every step)
+ *   experts gate|up, SwiGLU and down of every expert over its rows
+ *           (cuda_model_experts.c)
  *   shared  the shared expert as a dense MLP over every token (cuBLASLt)
  *   combine out = resid + shared + sum_j weight * y[row of (n, j)]
  * Backward mirrors it: combine backward (d_rows, d_w), the experts' data and
@@ -38,6 +36,7 @@ typedef struct MoeSaved {
     float *logits, *scores;          /* (N, E) */
     float *lse, *score_sum;          /* (N) */
     int32_t *selected, *position;    /* (A) */
+    int32_t *d_offsets;              /* (E + 1) the rows of each expert (a copy on the host: offsets) */
     float *raw, *weight;             /* (A) */
     bf16_t *xin, *gate_up, *act, *y; /* rows: (A, C), (A, 2 Ie), (A, Ie), (A, C) */
     bf16_t *s_gate_up, *s_act;       /* the shared expert's (N, 2 Is), (N, Is) */
@@ -55,7 +54,7 @@ typedef struct MoeScratch {
     float *d_logits;                 /* (N, E) */
     float *d_w;                      /* (A) */
     float *aux_coef;                 /* (B, E) */
-    int32_t *tile_hist, *offsets, *token, *row_slot, *counts;
+    int32_t *tile_hist, *token, *row_slot, *counts;
     uint8_t *keep;
     double *psum;                    /* (B, E) */
     bf16_t *s_out;                   /* (N, C) the shared expert's output */
@@ -91,6 +90,7 @@ void cuda_moe_layout_saved(CudaModel *m, Carver *c, int l) {
     CARVE(c, v->score_sum, N);
     CARVE(c, v->selected, A);
     CARVE(c, v->position, A);
+    CARVE(c, v->d_offsets, E + 1);
     CARVE(c, v->raw, A);
     CARVE(c, v->weight, A);
     CARVE(c, v->xin, A * C);
@@ -121,7 +121,6 @@ void cuda_moe_layout_shared(CudaModel *m, Carver *c) {
     CARVE(c, s->d_w, A);
     CARVE(c, s->aux_coef, rows * E);
     CARVE(c, s->tile_hist, (tiles > 0 ? tiles : 1) * E);
-    CARVE(c, s->offsets, E + 1);
     CARVE(c, s->token, A);
     CARVE(c, s->row_slot, A);
     CARVE(c, s->counts, rows * E);
@@ -164,12 +163,12 @@ static void sort_assignments(CudaModel *m, MoeSaved *v, int N) {
     MoeScratch *s = m->moe;
     cudaStream_t st = m->ctx.stream;
     const int E = mc->num_experts, k = mc->num_experts_per_tok, A = N * k;
-    CUDA_CHECK(cuda_moe_sort(v->selected, NULL, s->tile_hist, s->offsets, v->position, s->token, s->row_slot, A, k, E,
+    CUDA_CHECK(cuda_moe_sort(v->selected, NULL, s->tile_hist, v->d_offsets, v->position, s->token, s->row_slot, A, k, E,
                              st));
     if (!(mc->capacity_factor > 0)) return;
     const long capacity = (long)ceil(mc->capacity_factor * (double)N * k / E);
-    CUDA_CHECK(cuda_moe_capacity(v->raw, s->row_slot, s->offsets, s->keep, v->weight, E, capacity, st));
-    CUDA_CHECK(cuda_moe_sort(v->selected, s->keep, s->tile_hist, s->offsets, v->position, s->token, s->row_slot, A, k,
+    CUDA_CHECK(cuda_moe_capacity(v->raw, s->row_slot, v->d_offsets, s->keep, v->weight, E, capacity, st));
+    CUDA_CHECK(cuda_moe_sort(v->selected, s->keep, s->tile_hist, v->d_offsets, v->position, s->token, s->row_slot, A, k,
                              E, st));
 }
 
@@ -242,7 +241,7 @@ void cuda_moe_forward(CudaModel *m, int l, const bf16_t *x, const bf16_t *resid,
     CudaContext *ctx = &m->ctx;
     cudaStream_t st = ctx->stream;
     const int N = B * T, C = m->shape.C, E = mc->num_experts, k = mc->num_experts_per_tok;
-    const int Ie = mc->moe_intermediate_size, Is = mc->shared_expert_intermediate_size;
+    const int Is = mc->shared_expert_intermediate_size;
     const int sigmoid = mc->score_function == SCORE_SIGMOID;
     v->N = N;
 
@@ -259,7 +258,7 @@ void cuda_moe_forward(CudaModel *m, int l, const bf16_t *x, const bf16_t *resid,
     const int span = seq ? T : N, rows = N / span;
     CUDA_CHECK(cuda_moe_balance_stats(s->counts, s->psum, v->selected, v->scores, v->score_sum, N, E, k, span, 1,
                                       sigmoid, st));
-    CUDA_CHECK(cudaMemcpyAsync(v->offsets, s->offsets, (size_t)(E + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
+    CUDA_CHECK(cudaMemcpyAsync(v->offsets, v->d_offsets, (size_t)(E + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaMemcpyAsync(s->h_counts, s->counts, (size_t)rows * E * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaMemcpyAsync(s->h_psum, s->psum, (size_t)rows * E * sizeof(double), cudaMemcpyDeviceToHost, st));
     if (mc->z_loss_coeff > 0)
@@ -269,23 +268,8 @@ void cuda_moe_forward(CudaModel *m, int l, const bf16_t *x, const bf16_t *resid,
 
     const int R = v->offsets[E];
     TIMED(m, PROF_MOE_PERMUTE, CUDA_CHECK(cuda_moe_gather(v->xin, x, s->token, R, C, st)));
-    TIMED(m, PROF_MOE_EXPERTS, {
-        for (int e = 0; e < E; e++) {
-            const int first = v->offsets[e], n = v->offsets[e + 1] - first;
-            if (n == 0) continue;
-            const bf16_t *xe = v->xin + (size_t)first * C;
-            bf16_t *gu = v->gate_up + (size_t)first * 2 * Ie;
-            cuda_gemm_rows_forward(ctx, gu, 2 * Ie, xe, C, w16(m, o->e_gate + (long)e * Ie * C), n, C, Ie);
-            cuda_gemm_rows_forward(ctx, gu + Ie, 2 * Ie, xe, C, w16(m, o->e_up + (long)e * Ie * C), n, C, Ie);
-        }
-        CUDA_CHECK(cuda_swiglu_forward(v->act, v->gate_up, R, Ie, st));
-        for (int e = 0; e < E; e++) {
-            const int first = v->offsets[e], n = v->offsets[e + 1] - first;
-            if (n == 0) continue;
-            cuda_gemm_rows_forward(ctx, v->y + (size_t)first * C, C, v->act + (size_t)first * Ie, Ie,
-                                   w16(m, o->e_down + (long)e * C * Ie), n, Ie, C);
-        }
-    });
+    const CudaExpertRows rows_of = {.experts = E, .offsets = v->offsets, .d_offsets = v->d_offsets};
+    TIMED(m, PROF_MOE_EXPERTS, cuda_moe_experts_forward(m, o, &rows_of, v->xin, v->gate_up, v->act, v->y));
     const bf16_t *shared = NULL;
     if (Is > 0) { /* gate and up adjacent in the registry: one product */
         cuda_linear_forward(m, v->s_gate_up, 2 * Is, x, o->s_gate, -1, NULL, N, C, 2 * Is);
@@ -306,35 +290,15 @@ void cuda_moe_backward(CudaModel *m, int l, const bf16_t *dy, float loss_scale) 
     CudaContext *ctx = &m->ctx;
     cudaStream_t st = ctx->stream;
     const int N = v->N, C = m->shape.C, E = mc->num_experts, k = mc->num_experts_per_tok, A = N * k;
-    const int Ie = mc->moe_intermediate_size, Is = mc->shared_expert_intermediate_size;
+    const int Is = mc->shared_expert_intermediate_size;
     const int sigmoid = mc->score_function == SCORE_SIGMOID;
     const bf16_t *x = sv->mlp_in;
 
     TIMED(m, PROF_MOE_PERMUTE,
           CUDA_CHECK(cuda_moe_combine_backward(s->d_rows, s->d_w, dy, v->y, v->position, v->weight, A, k, C, st)));
-    const int R = v->offsets[E];
-    TIMED(m, PROF_MOE_EXPERTS, {
-        for (int e = 0; e < E; e++) {
-            const int first = v->offsets[e], n = v->offsets[e + 1] - first;
-            if (n == 0) continue;
-            const long wd = o->e_down + (long)e * C * Ie;
-            const bf16_t *dr = s->d_rows + (size_t)first * C;
-            cuda_gemm_rows_backward_input(ctx, s->d_act + (size_t)first * Ie, dr, C, w16(m, wd), n, Ie, C, 0);
-            cuda_gemm_rows_backward_weight(ctx, g32(m, wd), dr, C, v->act + (size_t)first * Ie, Ie, n, Ie, C);
-        }
-        CUDA_CHECK(cuda_swiglu_backward(s->d_gate_up, s->d_act, v->gate_up, R, Ie, st));
-        for (int e = 0; e < E; e++) {
-            const int first = v->offsets[e], n = v->offsets[e + 1] - first;
-            if (n == 0) continue;
-            const long wg = o->e_gate + (long)e * Ie * C, wu = o->e_up + (long)e * Ie * C;
-            const bf16_t *xe = v->xin + (size_t)first * C, *dgu = s->d_gate_up + (size_t)first * 2 * Ie;
-            bf16_t *dx = s->d_xin + (size_t)first * C;
-            cuda_gemm_rows_backward_input(ctx, dx, dgu, 2 * Ie, w16(m, wg), n, C, Ie, 0);
-            cuda_gemm_rows_backward_input(ctx, dx, dgu + Ie, 2 * Ie, w16(m, wu), n, C, Ie, 1);
-            cuda_gemm_rows_backward_weight(ctx, g32(m, wg), dgu, 2 * Ie, xe, C, n, C, Ie);
-            cuda_gemm_rows_backward_weight(ctx, g32(m, wu), dgu + Ie, 2 * Ie, xe, C, n, C, Ie);
-        }
-    });
+    const CudaExpertRows rows_of = {.experts = E, .offsets = v->offsets, .d_offsets = v->d_offsets};
+    TIMED(m, PROF_MOE_EXPERTS, cuda_moe_experts_backward(m, o, &rows_of, v->xin, v->gate_up, v->act, s->d_rows,
+                                                         s->d_act, s->d_gate_up, s->d_xin));
     if (Is > 0) { /* the shared expert's input gradient starts d_normed */
         cuda_linear_backward(m, s->d_s_act, dy, C, v->s_act, o->s_down, -1, N, Is, C, 0);
         TIMED(m, PROF_SWIGLU, CUDA_CHECK(cuda_swiglu_backward(s->d_s_gate_up, s->d_s_act, v->s_gate_up, N, Is, st)));
