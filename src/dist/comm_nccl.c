@@ -85,4 +85,23 @@ void nccl_reduce_scatter_sum(const NcclComm *comm, const void *send, void *recv,
     check(comm, ncclReduceScatter(send, recv, count, nccl_type(type), ncclSum, (ncclComm_t)comm->handle, stream),
           "ncclReduceScatter", count);
 }
+
+void nccl_all_to_all_v(const NcclComm *comm, const void *send, const long *send_counts, void *recv,
+                       const long *recv_counts, NcclDtype type, cudaStream_t stream) {
+    const size_t elem = type == NCCL_DTYPE_BF16 ? 2 : 4;
+    size_t s_at = 0, r_at = 0, total = 0;
+    check(comm, ncclGroupStart(), "ncclGroupStart (all-to-all)", 0);
+    for (int r = 0; r < comm->size; r++) { /* a send and a receive per peer, one group: NCCL pairs them */
+        if (send_counts[r] > 0)
+            check(comm, ncclSend((const char *)send + s_at * elem, (size_t)send_counts[r], nccl_type(type), r,
+                                 (ncclComm_t)comm->handle, stream), "ncclSend (all-to-all)", (size_t)send_counts[r]);
+        if (recv_counts[r] > 0)
+            check(comm, ncclRecv((char *)recv + r_at * elem, (size_t)recv_counts[r], nccl_type(type), r,
+                                 (ncclComm_t)comm->handle, stream), "ncclRecv (all-to-all)", (size_t)recv_counts[r]);
+        s_at += (size_t)send_counts[r];
+        r_at += (size_t)recv_counts[r];
+        total += (size_t)send_counts[r];
+    }
+    check(comm, ncclGroupEnd(), "ncclGroupEnd (all-to-all)", total);
+}
 #endif

@@ -40,4 +40,10 @@ void nccl_all_gather(const NcclComm *comm, const void *send, void *recv, size_t 
 void nccl_reduce_scatter_sum(const NcclComm *comm, const void *send, void *recv, size_t count, NcclDtype type,
                              cudaStream_t stream);
 
+/* recv = the rows every rank sends this one, rank by rank: this rank's send holds send_counts[r] elements for
+ * rank r, one after another; recv gets recv_counts[r] from rank r, one after another (the counts exchanged
+ * beforehand: they must match the peers' send counts). Grouped point-to-point sends and receives. */
+void nccl_all_to_all_v(const NcclComm *comm, const void *send, const long *send_counts, void *recv,
+                       const long *recv_counts, NcclDtype type, cudaStream_t stream);
+
 #endif

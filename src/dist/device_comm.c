@@ -161,4 +161,24 @@ void device_reduce_scatter_sum(DeviceComm *c, const void *send, void *recv, size
     upload_floats(c, recv, mine, count, type, stream);
     free(mine);
 }
+
+void device_all_to_all_v(DeviceComm *c, const void *send, const long *send_counts, void *recv,
+                         const long *recv_counts, NcclDtype type, cudaStream_t stream) {
+    if (!c->staged) {
+        nccl_all_to_all_v(&c->nccl, send, send_counts, recv, recv_counts, type, stream);
+        return;
+    }
+    if (c->threads) mt_die(MT_EXIT_FAILURE, "device comm: an all-to-all is staged over MPI ranks only, not threads");
+    const size_t elem = type_bytes(type);
+    size_t sent = 0, received = 0;
+    for (int r = 0; r < c->size; r++) sent += (size_t)send_counts[r], received += (size_t)recv_counts[r];
+    char *host = host_bytes(c, (sent + received) * elem);
+    if (sent > 0) copy_sync(host, send, sent * elem, cudaMemcpyDeviceToHost, stream);
+    /* as 16-bit pairs or floats: MPI moves bytes, whatever the type */
+    long *sc = mt_malloc(2 * (size_t)c->size * sizeof(long)), *rc = sc + c->size;
+    for (int r = 0; r < c->size; r++) sc[r] = send_counts[r] * (long)elem, rc[r] = recv_counts[r] * (long)elem;
+    comm_all_to_all_v(c->group, host, sc, host + sent * elem, rc, COMM_BYTE);
+    free(sc);
+    if (received > 0) copy_sync(recv, host + sent * elem, received * elem, cudaMemcpyHostToDevice, stream);
+}
 #endif

@@ -57,4 +57,10 @@ double device_comm_sum_double(DeviceComm *c, double value);
 void device_reduce_scatter_sum(DeviceComm *c, const void *send, void *recv, size_t count, NcclDtype type,
                                cudaStream_t stream);
 
+/* recv = rank r's send_counts[this rank] elements from every rank r, in rank order (send: send_counts[r]
+ * elements for each rank r, in rank order; recv_counts[r] = what rank r sends here, exchanged beforehand).
+ * The MoE token dispatch and combine over ep. Staged over MPI only (not over threads). */
+void device_all_to_all_v(DeviceComm *c, const void *send, const long *send_counts, void *recv,
+                         const long *recv_counts, NcclDtype type, cudaStream_t stream);
+
 #endif

@@ -9,10 +9,14 @@
 #     shows the aux and imbalance figures; expert_bias balances on the GPU as
 #     on the CPU (the mean imbalance of the last 50 steps within 10%);
 #   - data parallel 2 (global_aux_loss: counts summed over dp in every
-#     forward) and pipeline parallel 2 on one GPU (collectives staged
-#     through the host) track the one-GPU run: the first 10 steps within 2e-3;
+#     forward), pipeline parallel 2, and expert parallel 2, 4 and 2 x pp 2
+#     (tokens to their experts' ranks by all-to-all, the experts' gradients
+#     over edp, the grad norm over ep; replicas checked every step; an
+#     evaluation every 10 steps) on one GPU (collectives staged through the
+#     host) track the one-GPU run: the first 10 steps within 2e-3;
 #   - a GPU MoE checkpoint resumes on the CPU and on the GPU, and converts to
-#     Hugging Face.
+#     Hugging Face; one saved at ep 2 resumes at ep 1 on the CPU and the GPU,
+#     and the one-GPU one at ep 2.
 set -euo pipefail
 source "$(dirname "$0")/../integration/lib.sh"
 MEGATRAIN=${MEGATRAIN:-build/cuda/megatrain}
@@ -60,10 +64,17 @@ paste -d' ' <(json_field "$WORK/cpu-qwen/metrics.jsonl" moe_imbalance) \
 short=(--set train.steps=30 --set model.moe.load_balancing=global_aux_loss)
 "$MEGATRAIN" run "$REPO/recipes/tiny/mixtral.yaml" --set run.dir="$WORK/gpu-global" "${common[@]}" "${gpu[@]}" \
   "${short[@]}" > "$WORK/gpu-global.txt"
-for layout in dp2 pp2; do
-  set_layout=(--set train.micro_batch_size=4)
-  [[ $layout == pp2 ]] && set_layout=(--set parallel.pp=2 --set train.micro_batch_size=4)
-  MEGATRAIN_DEVICE_COMM=host mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" run \
+for layout in dp2 pp2 ep2 ep4 ep2pp2; do
+  np=2
+  case $layout in
+    dp2) set_layout=(--set train.micro_batch_size=4) ;;
+    pp2) set_layout=(--set parallel.pp=2 --set train.micro_batch_size=4) ;;
+    ep2) set_layout=(--set parallel.ep=2 --set train.micro_batch_size=4 --set train.replica_check_interval=1
+                     --set train.eval_interval=10 --set train.eval_batches=2) ;;
+    ep4) np=4 set_layout=(--set parallel.ep=4 --set train.micro_batch_size=2 --set train.replica_check_interval=1) ;;
+    ep2pp2) np=4 set_layout=(--set parallel.ep=2 --set parallel.pp=2 --set train.micro_batch_size=4) ;;
+  esac
+  MEGATRAIN_DEVICE_COMM=host mpirun --allow-run-as-root --oversubscribe -np $np "$MEGATRAIN" run \
     "$REPO/recipes/tiny/mixtral.yaml" --set run.dir="$WORK/$layout" "${common[@]}" "${gpu[@]}" "${short[@]}" \
     "${set_layout[@]}" > "$WORK/$layout.txt" 2>&1 || { tail -20 "$WORK/$layout.txt"; fail "$layout: the run failed"; }
   paste -d' ' <(json_field "$WORK/gpu-global/metrics.jsonl" loss) <(json_field "$WORK/$layout/metrics.jsonl" loss) |
@@ -71,6 +82,22 @@ for layout in dp2 pp2; do
          END { printf "%s: first 10 steps vs one GPU %.2e over %d steps\n", name, worst, n; exit !(n == 30 && worst < 2e-3) }' ||
     fail "$layout does not track the one-GPU run"
 done
+grep -q "expert parallel: 2 GPUs with 4 experts each" "$WORK/ep2.txt" || fail "ep2: no expert-parallel line in the log"
+
+# Expert-parallel checkpoints: saved at ep 2 (each rank its experts), resumed at ep 1 on the CPU and the GPU; the
+# one-GPU checkpoint resumed at ep 2.
+"$MEGATRAIN" resume "$WORK/ep2" --set run.dir="$WORK/ep2-cpu" --set train.steps=32 --set run.device=cpu \
+  --set precision=fp32 --set parallel.ep=1 --set train.micro_batch_size=8 > "$WORK/ep2-cpu.txt" 2>&1 ||
+  { tail -20 "$WORK/ep2-cpu.txt"; fail "the ep 2 GPU checkpoint did not resume at ep 1 on the CPU"; }
+grep -q "^step *32/32" "$WORK/ep2-cpu.txt" || fail "the ep 2 GPU checkpoint did not reach step 32 on the CPU"
+"$MEGATRAIN" resume "$WORK/ep2" --set run.dir="$WORK/ep2-gpu1" --set train.steps=32 --set parallel.ep=1 \
+  --set train.micro_batch_size=8 > "$WORK/ep2-gpu1.txt" 2>&1 || { tail -20 "$WORK/ep2-gpu1.txt"; fail "the ep 2 checkpoint did not resume on one GPU"; }
+grep -q "^step *32/32" "$WORK/ep2-gpu1.txt" || fail "the ep 2 GPU checkpoint did not reach step 32 on one GPU"
+MEGATRAIN_DEVICE_COMM=host mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" resume "$WORK/gpu-global" \
+  --set run.dir="$WORK/ep2-back" --set train.steps=32 --set parallel.ep=2 --set train.micro_batch_size=4 \
+  > "$WORK/ep2-back.txt" 2>&1 || { tail -20 "$WORK/ep2-back.txt"; fail "the one-GPU checkpoint did not resume at ep 2"; }
+grep -q "^step *32/32" "$WORK/ep2-back.txt" || fail "the one-GPU checkpoint did not reach step 32 at ep 2"
+echo "expert parallel: checkpoints move between ep 2 and ep 1, on the CPU and the GPU"
 
 # A GPU MoE checkpoint resumes on the CPU and on the GPU, and converts to Hugging Face.
 "$MEGATRAIN" resume "$WORK/gpu-global" --set train.steps=32 --set run.device=cpu --set precision=fp32 \

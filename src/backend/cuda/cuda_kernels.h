@@ -151,6 +151,8 @@ cudaError_t cuda_cross_entropy_backward_columns(uint16_t *logits, const float *l
 
 /* out[i] = bf16(a[i] + b[i]) (fp32 sum); out may be a or b. */
 cudaError_t cuda_add_bf16(uint16_t *out, const uint16_t *a, const uint16_t *b, size_t n, cudaStream_t stream);
+/* x[i] *= scale (fp32, in place). */
+cudaError_t cuda_scale_f32(float *x, float scale, size_t n, cudaStream_t stream);
 
 /* ---- kernels/reduce.cu ------------------------------------------------- */
 

@@ -15,7 +15,7 @@
 static const char *const prof_names[PROF_COUNT] = {
     "matrix products (cuBLASLt)", "attention forward", "attention backward", "rmsnorm", "qk-norm + rope",
     "swiglu", "cross entropy", "embedding", "tensor-parallel collectives", "grad norm + AdamW", "moe router",
-    "moe permute + combine", "moe expert products"};
+    "moe permute + combine", "moe expert products", "moe all-to-all (ep)"};
 
 void cuda_prof_begin(CudaModel *m) {
     if (!m->prof_on) return;
@@ -248,6 +248,25 @@ static void find_offsets(CudaModel *m, const Model *host) {
     m->lm_head = tied ? (head ? m->embed : -1) : slot_offset(host, slots->lm_head, head, "lm_head", -1);
 }
 
+/* Expert parallel: the routed experts' weights, which differ between the ep ranks, are one region at the end of
+ * the flat arrays (model_registry.c declares them last): [expert_begin, num_floats). 0, or -1 with err set. */
+static int find_expert_region(CudaModel *m, const Model *host, char *err, size_t errlen) {
+    m->expert_begin = m->num_floats;
+    if (m->ep == 1) return 0;
+    for (int i = 0; i < host->num_params; i++)
+        if (host->param_info[i].expert && (long)host->param_info[i].offset < m->expert_begin)
+            m->expert_begin = (long)host->param_info[i].offset;
+    for (int i = 0; i < host->num_params; i++) {
+        const ParamInfo *p = &host->param_info[i];
+        if (p->expert != ((long)p->offset >= m->expert_begin)) {
+            mt_set_error(err, errlen, "the CUDA model under expert parallel: %s is %s the routed experts' region at "
+                         "the end of the flat arrays", p->name, p->expert ? "outside" : "inside");
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* The gradients reduced over tp (TpPartialGrad): partial sums (ParamInfo.tp_partial_grad) and the
  * whole gradients of weights every tp rank holds whole (the same global shape). */
 static void find_tp_partial(CudaModel *m, const Model *host) {
@@ -329,14 +348,15 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
     const ModelPartition *part = &host->part;
     bool empty_chunk = false;
     for (int v = 0; v < part->num_chunks; v++) empty_chunk = empty_chunk || part->chunk_layers[v] < 1;
-    if (empty_chunk || part->num_chunks > MT_MAX_CHUNKS || part->ep > 1 || (part->cp > 1 && max_T % 2 != 0)) {
-        mt_set_error(err, errlen, "the CUDA model holds chunks of at least one layer each, with tensor, context and "
-                     "pipeline parallel only (%d chunks, ep %d, %d tokens per rank: even under context parallel)",
-                     part->num_chunks, part->ep, max_T);
+    if (empty_chunk || part->num_chunks > MT_MAX_CHUNKS || (part->cp > 1 && max_T % 2 != 0)) {
+        mt_set_error(err, errlen, "the CUDA model holds chunks of at least one layer each (%d chunks, %d tokens per "
+                     "rank: even under context parallel)", part->num_chunks, max_T);
         free(m);
         return NULL;
     }
     m->shape = model_shape_of(&m->cfg, part);
+    m->ep = part->ep > 1 ? part->ep : 1;
+    m->ep_rank = part->ep > 1 ? part->ep_rank : 0;
     bool moe = false;
     for (int v = 0; v < part->num_chunks; v++)
         for (int i = 0; i < part->chunk_layers[v]; i++) moe = moe || model_layer_is_moe(&m->cfg, part->chunk_first[v] + i);
@@ -352,6 +372,12 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
             mt_set_error(err, errlen, "the CUDA model's mixture of experts %s (tp %d, cp %d, %d experts, hidden "
                          "%d, expert intermediate %d)", why, part->tp, part->cp, mc->num_experts,
                          m->cfg.hidden_size, mc->moe_intermediate_size);
+            free(m);
+            return NULL;
+        }
+        if (m->ep > 1 && part->etp > 1) {
+            mt_set_error(err, errlen, "the CUDA model's mixture of experts runs expert parallel without expert "
+                         "tensor parallel for now (etp %d)", part->etp);
             free(m);
             return NULL;
         }
@@ -372,6 +398,10 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
     m->layer_begin = mt_malloc((size_t)m->shape.L * sizeof(long));
     m->layer_end = mt_malloc((size_t)m->shape.L * sizeof(long));
     find_offsets(m, host);
+    if (find_expert_region(m, host, err, errlen) != 0) {
+        cuda_model_free(m);
+        return NULL;
+    }
     find_tp_partial(m, host);
     CudaAdamWChunk *chunks = build_chunks(host, false, &m->num_chunks);
     /* tensor parallel: the replicated weights are counted in the grad norm by tp rank 0 only */
@@ -531,12 +561,13 @@ void cuda_model_zero_grad(CudaModel *m) {
 
 /* ---- optimizer ----------------------------------------------------------- */
 
-double cuda_model_grad_sumsq(CudaModel *m) {
+/* The sum of squares of grads[begin, end) (every float; or, with chunks, the chunks' floats). */
+static double sum_squares(CudaModel *m, long begin, long end, bool chunks) {
     cudaStream_t st = m->ctx.stream;
-    if (m->num_norm_chunks == 0)
-        TIMED(m, PROF_OPTIMIZER,
-              CUDA_CHECK(cuda_sum_squares(m->norm_partial, NORM_PARTIALS, m->grads, (size_t)m->num_floats, st)));
-    else /* tensor parallel: this rank's blocks and the replicas it counts, then the sum over tp */
+    if (!chunks)
+        TIMED(m, PROF_OPTIMIZER, CUDA_CHECK(cuda_sum_squares(m->norm_partial, NORM_PARTIALS, m->grads + begin,
+                                                             (size_t)(end - begin), st)));
+    else
         TIMED(m, PROF_OPTIMIZER, CUDA_CHECK(cuda_sum_squares_chunks(m->norm_partial, NORM_PARTIALS, m->grads,
                                                                     m->norm_chunks, m->num_norm_chunks, st)));
     CUDA_CHECK(cudaMemcpyAsync(m->host_norm_partial, m->norm_partial, NORM_PARTIALS * sizeof(double),
@@ -544,8 +575,16 @@ double cuda_model_grad_sumsq(CudaModel *m) {
     CUDA_CHECK(cudaStreamSynchronize(st));
     double total = 0.0;
     for (int i = 0; i < NORM_PARTIALS; i++) total += m->host_norm_partial[i];
-    if (m->shape.tp > 1) total = device_comm_sum_double(m->tp_comm, total);
     return total;
+}
+
+double cuda_model_grad_sumsq(CudaModel *m) {
+    if (m->ep > 1) /* the dense weights' (the same on every ep rank) and every ep rank's own experts' */
+        return sum_squares(m, 0, m->expert_begin, false) +
+               device_comm_sum_double(m->ep_comm, sum_squares(m, m->expert_begin, m->num_floats, false));
+    /* tensor parallel: this rank's blocks and the replicas it counts, then the sum over tp */
+    const double total = sum_squares(m, 0, m->num_floats, m->num_norm_chunks > 0);
+    return m->shape.tp > 1 ? device_comm_sum_double(m->tp_comm, total) : total;
 }
 
 double cuda_model_grad_norm(CudaModel *m) { return sqrt(cuda_model_grad_sumsq(m)); }
@@ -575,6 +614,14 @@ void cuda_model_set_cp_comm(CudaModel *m, DeviceComm *comm) {
         mt_die(MT_EXIT_FAILURE, "CUDA model: a cp communicator of %d ranks for context parallel %d", comm->size,
                m->shape.cp);
     m->cp_comm = comm;
+}
+
+void cuda_model_set_ep_comm(CudaModel *m, DeviceComm *ep, DeviceComm *edp) {
+    if (!ep || ep->size != m->ep)
+        mt_die(MT_EXIT_FAILURE, "CUDA model: an ep communicator of %d ranks for expert parallel %d", ep ? ep->size : 0,
+               m->ep);
+    m->ep_comm = ep;
+    m->edp_comm = edp && edp->size > 1 ? edp : NULL;
 }
 
 void cuda_model_set_tp_comm(CudaModel *m, DeviceComm *comm) {

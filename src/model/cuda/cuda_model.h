@@ -35,9 +35,9 @@ typedef struct CudaAdamWStep {
 
 /* Create on GPU `device` for host->cfg, host->part and host->param_info
  * (this rank's blocks), upload host->params. NULL with err set when there is
- * no usable GPU, not enough memory, a model chunk without layers or
- * expert parallel. With tp > 1 (cp > 1), cuda_model_set_tp_comm (set_cp_comm) before
- * the first forward. */
+ * no usable GPU, not enough memory or a model chunk without layers. With
+ * tp > 1 (cp > 1, ep > 1), cuda_model_set_tp_comm (set_cp_comm, set_ep_comm)
+ * before the first forward. */
 CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T, char *err, size_t errlen);
 void cuda_model_free(CudaModel *model);
 
@@ -111,6 +111,10 @@ void cuda_model_set_grad_sync(CudaModel *model, struct DeviceComm *comm);
 void cuda_model_sum_grads(CudaModel *model, struct DeviceComm *comm, long offset, long count);
 /* The tensor-parallel group's communicator (its size is host->part.tp). */
 void cuda_model_set_tp_comm(CudaModel *model, struct DeviceComm *comm);
+/* Expert parallel: the ep group's communicator (the token all-to-all; its size is host->part.ep) and the
+ * group of the ranks holding the same experts (edp: their gradients' average; NULL or a group of one: none).
+ * Before the first forward, and with data parallel after cuda_model_set_grad_sync. */
+void cuda_model_set_ep_comm(CudaModel *model, struct DeviceComm *ep, struct DeviceComm *edp);
 /* The context-parallel group's communicator (its size is host->part.cp). */
 void cuda_model_set_cp_comm(CudaModel *model, struct DeviceComm *comm);
 void cuda_model_zero_grad(CudaModel *model);

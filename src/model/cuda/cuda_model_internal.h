@@ -37,7 +37,8 @@ typedef uint16_t bf16_t;
  * one-time choices of cuBLASLt algorithms). */
 typedef enum {
     PROF_GEMM, PROF_ATTN_FWD, PROF_ATTN_BWD, PROF_NORM, PROF_ROPE, PROF_SWIGLU, PROF_LOSS, PROF_EMBED,
-    PROF_TP_COMM, PROF_OPTIMIZER, PROF_MOE_ROUTER, PROF_MOE_PERMUTE, PROF_MOE_EXPERTS, PROF_COUNT
+    PROF_TP_COMM, PROF_OPTIMIZER, PROF_MOE_ROUTER, PROF_MOE_PERMUTE, PROF_MOE_EXPERTS, PROF_MOE_A2A,
+    PROF_COUNT
 } ProfKind;
 
 /* Offsets (in floats) of one layer's parameters in the flat layout; -1 when absent. */
@@ -144,6 +145,11 @@ struct CudaModel {
     struct MoeScratch *moe;    /* the MoE layers' shared scratch (cuda_model_moe.c), NULL without MoE layers */
     MoeStep *moe_step;         /* the host Model's: the step's routing statistics (NULL: none) */
     const Comm *dp_host;       /* the host Model's dp group (global_aux_loss counts), NULL when dp == 1 */
+    /* expert parallel (cuda_model_set_ep_comm): this rank holds local experts [ep_rank, ep_rank + 1) x E / ep */
+    int ep, ep_rank;
+    DeviceComm *ep_comm;       /* the ep group: the token dispatch and combine (all-to-all), NULL when ep == 1 */
+    DeviceComm *edp_comm;      /* the ranks holding the same experts (their gradients' average), NULL: none */
+    long expert_begin;         /* ep > 1: the routed experts' weights, [expert_begin, num_floats) */
 };
 
 enum { NORM_PARTIALS = 1024 };

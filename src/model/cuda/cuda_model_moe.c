@@ -1,7 +1,7 @@
 /* cuda_model_moe.c: the mixture-of-experts MLP of the CUDA model, the GPU
- * form of src/model/moe_layer.c (the math is in its header), on one rank's
- * GPU with every expert local (no expert, tensor or context parallel yet:
- * model_device_cuda_check refuses them).
+ * form of src/model/moe_layer.c (the math is in its header) and, under
+ * expert parallel, of src/model/moe_dispatch.c (no tensor or context
+ * parallel yet: model_device_cuda_check refuses them).
  *
  * Forward of layer l (x = the MLP input, bf16 (N, C)):
  *   x32     = fp32(x); logits = x32 @ Wr^T          fp32 router (cuBLAS, no TF32)
@@ -12,12 +12,19 @@
  *           the offsets and the lse come to the host (one wait per layer),
  *           which computes the load-balancing loss and z-loss as the CPU does
  *           and enqueues the experts' products
- *   gather  xin[r] = x[token of r]
+ *   gather  xin[r] = x[token of r]: rows grouped by global expert, so by the
+ *           rank that holds it
+ *   ep > 1  dispatch: the rows per (rank, local expert) exchanged on the host
+ *           (an all-to-all of ep x E/ep counts), the rows all-to-all (NCCL, or
+ *           staged through the host), reordered expert-major (expert j: rows
+ *           from rank 0, then rank 1, ...: moe_dispatch.c's order); the
+ *           experts' outputs go back the same way into y, in xin's order
  *   experts gate|up, SwiGLU and down of every expert over its rows
  *           (cuda_model_experts.c)
  *   shared  the shared expert as a dense MLP over every token (cuBLASLt)
  *   combine out = resid + shared + sum_j weight * y[row of (n, j)]
- * Backward mirrors it: combine backward (d_rows, d_w), the experts' data and
+ * Backward mirrors it: combine backward (d_rows, d_w), (ep > 1: d_rows to the
+ * experts' ranks and the input gradients back), the experts' data and
  * weight gradients (fp32, accumulated), the shared expert, the router's
  * d_logits (renormalisation, balancing loss, z-loss), dWr and the router's
  * fp32 input gradient, and the scatter of the rows' gradients to tokens.
@@ -40,12 +47,20 @@ typedef struct MoeSaved {
     float *raw, *weight;             /* (A) */
     bf16_t *xin, *gate_up, *act, *y; /* rows: (A, C), (A, 2 Ie), (A, Ie), (A, C) */
     bf16_t *s_gate_up, *s_act;       /* the shared expert's (N, 2 Is), (N, Is) */
+    /* expert parallel (ep > 1): the rows this rank's experts compute, expert-major, of up to RA = ep A rows
+     * (every rank's rows to this rank's experts; gate_up and act hold RA rows then); for each, its row in
+     * the received order (ex_order) and back (ex_inverse); the local experts' offsets */
+    bf16_t *ex_x;                    /* (RA, C) */
+    int32_t *ex_order, *ex_inverse;  /* (RA) */
+    int32_t *d_ex_offsets;           /* (El + 1) */
     /* host: the rows per expert, and what the balancing loss's gradient needs (moe_layer.c's MoeBalance) */
     int32_t *offsets;                /* (E + 1) */
     float *aux_counts;               /* (aux_rows, E): the counts the balancing loss weighs p with (its backward
                                       * copies them to the GPU from here: kept until the layer's next forward) */
     int aux_rows, aux_span, N;
     double aux_scale, z_scale;
+    int32_t *ex_offsets;             /* ep > 1: (El + 1) the local experts' rows */
+    long *send_rows, *recv_rows;     /* ep > 1: (ep) rows to and from each rank of the group */
 } MoeSaved;
 
 /* Scratch every MoE layer and activation set shares (the stream runs one layer at a time). */
@@ -59,14 +74,21 @@ typedef struct MoeScratch {
     double *psum;                    /* (B, E) */
     bf16_t *s_out;                   /* (N, C) the shared expert's output */
     bf16_t *d_rows, *d_xin;          /* (A, C) */
-    bf16_t *d_act, *d_gate_up;       /* (A, Ie), (A, 2 Ie) */
+    bf16_t *d_act, *d_gate_up;       /* (RA, Ie), (RA, 2 Ie) */
+    bf16_t *recv, *ex_rows, *d_ex_x; /* ep > 1, (RA, C): rows in the received order; the experts' outputs
+                                      * (forward) or their gradients (backward), expert-major; d of ex_x */
     bf16_t *d_s_act, *d_s_gate_up;   /* (N, Is), (N, 2 Is) */
     int32_t *h_counts;               /* host staging */
+    int64_t *h_send, *h_recv;        /* ep > 1: (ep x El) rows per (rank, local expert) */
+    int32_t *h_order;                /* ep > 1: (2 RA) ex_order and ex_inverse */
     double *h_psum;
     float *h_lse;
 } MoeScratch;
 
 static const MoeConfig *moe_cfg(const CudaModel *m) { return &m->cfg.moe; }
+
+/* The most rows this rank's experts compute: every rank of the ep group's assignments (A each). */
+static size_t expert_rows(const CudaModel *m, size_t A) { return (size_t)m->ep * A; }
 
 /* The most assignment-count rows of the balancing statistics: the micro-batch's sequences for seq_aux_loss, else 1. */
 static int max_aux_rows(const CudaModel *m) {
@@ -77,11 +99,15 @@ void cuda_moe_layout_saved(CudaModel *m, Carver *c, int l) {
     const MoeConfig *mc = moe_cfg(m);
     const size_t N = (size_t)m->max_B * m->max_T, E = mc->num_experts, A = N * mc->num_experts_per_tok;
     const size_t C = m->shape.C, Ie = mc->moe_intermediate_size, Is = mc->shared_expert_intermediate_size;
+    const size_t RA = expert_rows(m, A), El = E / (size_t)m->ep;
     LayerSaved *s = &m->saved[l];
     if (!s->moe) { /* the first pass over a fresh set: the host side */
         s->moe = mt_calloc(1, sizeof *s->moe);
         s->moe->offsets = mt_calloc(E + 1, sizeof(int32_t));
         s->moe->aux_counts = mt_calloc((size_t)max_aux_rows(m) * E, sizeof(float));
+        s->moe->ex_offsets = mt_calloc(El + 1, sizeof(int32_t));
+        s->moe->send_rows = mt_calloc((size_t)m->ep, sizeof(long));
+        s->moe->recv_rows = mt_calloc((size_t)m->ep, sizeof(long));
     }
     MoeSaved *v = s->moe;
     CARVE(c, v->logits, N * E);
@@ -94,9 +120,15 @@ void cuda_moe_layout_saved(CudaModel *m, Carver *c, int l) {
     CARVE(c, v->raw, A);
     CARVE(c, v->weight, A);
     CARVE(c, v->xin, A * C);
-    CARVE(c, v->gate_up, A * 2 * Ie);
-    CARVE(c, v->act, A * Ie);
+    CARVE(c, v->gate_up, RA * 2 * Ie);
+    CARVE(c, v->act, RA * Ie);
     CARVE(c, v->y, A * C);
+    if (m->ep > 1) {
+        CARVE(c, v->ex_x, RA * C);
+        CARVE(c, v->ex_order, RA);
+        CARVE(c, v->ex_inverse, RA);
+        CARVE(c, v->d_ex_offsets, El + 1);
+    }
     if (Is > 0) {
         CARVE(c, v->s_gate_up, N * 2 * Is);
         CARVE(c, v->s_act, N * Is);
@@ -108,8 +140,12 @@ void cuda_moe_layout_shared(CudaModel *m, Carver *c) {
     const size_t N = (size_t)m->max_B * m->max_T, E = mc->num_experts, A = N * mc->num_experts_per_tok;
     const size_t C = m->shape.C, Ie = mc->moe_intermediate_size, Is = mc->shared_expert_intermediate_size;
     const size_t tiles = (A + MT_MOE_TILE - 1) / MT_MOE_TILE, rows = (size_t)max_aux_rows(m);
+    const size_t RA = expert_rows(m, A);
     if (!m->moe) {
         m->moe = mt_calloc(1, sizeof *m->moe);
+        m->moe->h_send = mt_calloc(E, sizeof(int64_t)); /* ep x El = E */
+        m->moe->h_recv = mt_calloc(E, sizeof(int64_t));
+        m->moe->h_order = mt_calloc(m->ep > 1 ? 2 * RA : 1, sizeof(int32_t));
         m->moe->h_counts = mt_calloc(rows * E, sizeof(int32_t));
         m->moe->h_psum = mt_calloc(rows * E, sizeof(double));
         m->moe->h_lse = mt_calloc(N, sizeof(float));
@@ -128,8 +164,13 @@ void cuda_moe_layout_shared(CudaModel *m, Carver *c) {
     CARVE(c, s->psum, rows * E);
     CARVE(c, s->d_rows, A * C);
     CARVE(c, s->d_xin, A * C);
-    CARVE(c, s->d_act, A * Ie);
-    CARVE(c, s->d_gate_up, A * 2 * Ie);
+    CARVE(c, s->d_act, RA * Ie);
+    CARVE(c, s->d_gate_up, RA * 2 * Ie);
+    if (m->ep > 1) {
+        CARVE(c, s->recv, RA * C);
+        CARVE(c, s->ex_rows, RA * C);
+        CARVE(c, s->d_ex_x, RA * C);
+    }
     if (Is > 0) {
         CARVE(c, s->s_out, N * C);
         CARVE(c, s->d_s_act, N * Is);
@@ -143,6 +184,9 @@ void cuda_moe_free_saved(CudaModel *m) {
         if (!v) continue;
         free(v->offsets);
         free(v->aux_counts);
+        free(v->ex_offsets);
+        free(v->send_rows);
+        free(v->recv_rows);
         free(v);
         m->saved[l].moe = NULL;
     }
@@ -151,6 +195,9 @@ void cuda_moe_free_saved(CudaModel *m) {
 void cuda_moe_free_shared(CudaModel *m) {
     if (!m->moe) return;
     free(m->moe->h_counts);
+    free(m->moe->h_send);
+    free(m->moe->h_recv);
+    free(m->moe->h_order);
     free(m->moe->h_psum);
     free(m->moe->h_lse);
     free(m->moe);
@@ -233,6 +280,95 @@ static void balance(CudaModel *m, int l, MoeSaved *v, int B, int T) {
     step->assignments += (long)N * k;
 }
 
+/* ---- expert parallel: the rows to and from the ranks holding their experts (moe_dispatch.c's order) ---- */
+
+/* Layer v's exchange: the rows per (rank, local expert) from the offsets (rows grouped by global expert), swapped
+ * over the group on the host; the received rows' expert-major order and its inverse to the GPU, and the local
+ * experts' offsets (host and device). */
+static void dispatch_plan(CudaModel *m, MoeSaved *v) {
+    MoeScratch *s = m->moe;
+    const MoeConfig *mc = moe_cfg(m);
+    const int ep = m->ep, El = mc->num_experts / ep;
+    for (int r = 0; r < ep; r++) {
+        v->send_rows[r] = v->offsets[(r + 1) * El] - v->offsets[r * El];
+        for (int j = 0; j < El; j++) s->h_send[r * El + j] = v->offsets[r * El + j + 1] - v->offsets[r * El + j];
+    }
+    comm_all_to_all(m->ep_comm->group, s->h_send, s->h_recv, (size_t)El, COMM_INT64);
+    long rows = 0;
+    for (int r = 0; r < ep; r++) {
+        v->recv_rows[r] = 0;
+        for (int j = 0; j < El; j++) v->recv_rows[r] += s->h_recv[r * El + j];
+        rows += v->recv_rows[r];
+    }
+    const size_t RA = expert_rows(m, (size_t)m->max_B * m->max_T * mc->num_experts_per_tok);
+    if (rows < 0 || (size_t)rows > RA)
+        mt_die(MT_EXIT_FAILURE, "moe: %ld rows routed to this rank's experts (room for %zu)", rows, RA);
+    /* expert j: the rows from rank 0, then rank 1, ... (each rank's rows for its experts in expert order) */
+    int32_t *order = s->h_order, *inverse = s->h_order + rows;
+    int pos = 0;
+    for (int j = 0; j < El; j++) {
+        v->ex_offsets[j] = pos;
+        long base = 0;
+        for (int r = 0; r < ep; r++) {
+            long within = 0;
+            for (int i = 0; i < j; i++) within += s->h_recv[r * El + i];
+            for (long t = 0; t < s->h_recv[r * El + j]; t++) order[pos++] = (int32_t)(base + within + t);
+            base += v->recv_rows[r];
+        }
+    }
+    v->ex_offsets[El] = pos;
+    for (int i = 0; i < pos; i++) inverse[order[i]] = i;
+    cudaStream_t st = m->ctx.stream; /* pageable sources: each copy has read its source when it returns */
+    if (pos > 0) {
+        CUDA_CHECK(cudaMemcpyAsync(v->ex_order, order, (size_t)pos * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+        CUDA_CHECK(cudaMemcpyAsync(v->ex_inverse, inverse, (size_t)pos * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+    }
+    CUDA_CHECK(cudaMemcpyAsync(v->d_ex_offsets, v->ex_offsets, (size_t)(El + 1) * sizeof(int32_t),
+                               cudaMemcpyHostToDevice, st));
+}
+
+/* Rows of C channels over the group: send_rows[r] of `send` to rank r and recv_rows[r] from it into `recv`;
+ * back: the other way. */
+static void exchange(CudaModel *m, const MoeSaved *v, const bf16_t *send, bf16_t *recv, bool back) {
+    long sc[MT_MAX_EP], rc[MT_MAX_EP];
+    const long C = m->shape.C;
+    for (int r = 0; r < m->ep; r++) {
+        sc[r] = (back ? v->recv_rows[r] : v->send_rows[r]) * C;
+        rc[r] = (back ? v->send_rows[r] : v->recv_rows[r]) * C;
+    }
+    TIMED(m, PROF_MOE_A2A, device_all_to_all_v(m->ep_comm, send, sc, recv, rc, NCCL_DTYPE_BF16, m->ctx.stream));
+}
+
+/* y (xin's order) = this layer's experts, wherever they are, applied to xin. */
+static void experts_forward_ep(CudaModel *m, const LayerOffsets *o, MoeSaved *v) {
+    MoeScratch *s = m->moe;
+    cudaStream_t st = m->ctx.stream;
+    const int C = m->shape.C, El = moe_cfg(m)->num_experts / m->ep;
+    dispatch_plan(m, v);
+    const int rows = v->ex_offsets[El];
+    exchange(m, v, v->xin, s->recv, false);
+    TIMED(m, PROF_MOE_PERMUTE, CUDA_CHECK(cuda_moe_gather(v->ex_x, s->recv, v->ex_order, rows, C, st)));
+    const CudaExpertRows rows_of = {.experts = El, .offsets = v->ex_offsets, .d_offsets = v->d_ex_offsets};
+    TIMED(m, PROF_MOE_EXPERTS, cuda_moe_experts_forward(m, o, &rows_of, v->ex_x, v->gate_up, v->act, s->ex_rows));
+    TIMED(m, PROF_MOE_PERMUTE, CUDA_CHECK(cuda_moe_gather(s->recv, s->ex_rows, v->ex_inverse, rows, C, st)));
+    exchange(m, v, s->recv, v->y, true);
+}
+
+/* Its backward: s->d_xin (xin's order) from s->d_rows (y's gradient); the local experts' weight gradients
+ * accumulate over the rows of every rank. */
+static void experts_backward_ep(CudaModel *m, const LayerOffsets *o, const MoeSaved *v) {
+    MoeScratch *s = m->moe;
+    cudaStream_t st = m->ctx.stream;
+    const int C = m->shape.C, El = moe_cfg(m)->num_experts / m->ep, rows = v->ex_offsets[El];
+    exchange(m, v, s->d_rows, s->recv, false);
+    TIMED(m, PROF_MOE_PERMUTE, CUDA_CHECK(cuda_moe_gather(s->ex_rows, s->recv, v->ex_order, rows, C, st)));
+    const CudaExpertRows rows_of = {.experts = El, .offsets = v->ex_offsets, .d_offsets = v->d_ex_offsets};
+    TIMED(m, PROF_MOE_EXPERTS, cuda_moe_experts_backward(m, o, &rows_of, v->ex_x, v->gate_up, v->act, s->ex_rows,
+                                                         s->d_act, s->d_gate_up, s->d_ex_x));
+    TIMED(m, PROF_MOE_PERMUTE, CUDA_CHECK(cuda_moe_gather(s->recv, s->d_ex_x, v->ex_inverse, rows, C, st)));
+    exchange(m, v, s->recv, s->d_xin, true);
+}
+
 void cuda_moe_forward(CudaModel *m, int l, const bf16_t *x, const bf16_t *resid, bf16_t *out, int B, int T) {
     const MoeConfig *mc = moe_cfg(m);
     const LayerOffsets *o = &m->layers[l];
@@ -268,8 +404,12 @@ void cuda_moe_forward(CudaModel *m, int l, const bf16_t *x, const bf16_t *resid,
 
     const int R = v->offsets[E];
     TIMED(m, PROF_MOE_PERMUTE, CUDA_CHECK(cuda_moe_gather(v->xin, x, s->token, R, C, st)));
-    const CudaExpertRows rows_of = {.experts = E, .offsets = v->offsets, .d_offsets = v->d_offsets};
-    TIMED(m, PROF_MOE_EXPERTS, cuda_moe_experts_forward(m, o, &rows_of, v->xin, v->gate_up, v->act, v->y));
+    if (m->ep > 1) {
+        experts_forward_ep(m, o, v);
+    } else {
+        const CudaExpertRows rows_of = {.experts = E, .offsets = v->offsets, .d_offsets = v->d_offsets};
+        TIMED(m, PROF_MOE_EXPERTS, cuda_moe_experts_forward(m, o, &rows_of, v->xin, v->gate_up, v->act, v->y));
+    }
     const bf16_t *shared = NULL;
     if (Is > 0) { /* gate and up adjacent in the registry: one product */
         cuda_linear_forward(m, v->s_gate_up, 2 * Is, x, o->s_gate, -1, NULL, N, C, 2 * Is);
@@ -296,9 +436,13 @@ void cuda_moe_backward(CudaModel *m, int l, const bf16_t *dy, float loss_scale) 
 
     TIMED(m, PROF_MOE_PERMUTE,
           CUDA_CHECK(cuda_moe_combine_backward(s->d_rows, s->d_w, dy, v->y, v->position, v->weight, A, k, C, st)));
-    const CudaExpertRows rows_of = {.experts = E, .offsets = v->offsets, .d_offsets = v->d_offsets};
-    TIMED(m, PROF_MOE_EXPERTS, cuda_moe_experts_backward(m, o, &rows_of, v->xin, v->gate_up, v->act, s->d_rows,
-                                                         s->d_act, s->d_gate_up, s->d_xin));
+    if (m->ep > 1) {
+        experts_backward_ep(m, o, v);
+    } else {
+        const CudaExpertRows rows_of = {.experts = E, .offsets = v->offsets, .d_offsets = v->d_offsets};
+        TIMED(m, PROF_MOE_EXPERTS, cuda_moe_experts_backward(m, o, &rows_of, v->xin, v->gate_up, v->act, s->d_rows,
+                                                             s->d_act, s->d_gate_up, s->d_xin));
+    }
     if (Is > 0) { /* the shared expert's input gradient starts d_normed */
         cuda_linear_backward(m, s->d_s_act, dy, C, v->s_act, o->s_down, -1, N, Is, C, 0);
         TIMED(m, PROF_SWIGLU, CUDA_CHECK(cuda_swiglu_backward(s->d_s_gate_up, s->d_s_act, v->s_gate_up, N, Is, st)));

@@ -245,7 +245,16 @@ static void finish_reductions(CudaModel *m, bool last_micro_batch, bool wait) {
     cuda_parallel_reduce_grads(m, -1);
     if (!m->grad_sync) return;
     const int L = m->shape.L;
-    sync_ranges(m, m->layer_done[L], 0, m->layer_begin[0], m->layer_end[L - 1], m->num_floats);
+    /* expert parallel: the routed experts (the end of the flat arrays) summed over the ranks holding the same
+     * experts, over dp: each expert saw the rows of the ep group's dp ranks (grad_reduce.c on the CPU) */
+    const long dense_end = m->ep > 1 ? m->expert_begin : m->num_floats;
+    sync_ranges(m, m->layer_done[L], 0, m->layer_begin[0], m->layer_end[L - 1], dense_end);
+    if (m->ep > 1) {
+        const size_t n = (size_t)(m->num_floats - m->expert_begin);
+        if (m->edp_comm) /* the edp mean, then times edp / dp */
+            device_all_reduce(m->edp_comm, m->grads + m->expert_begin, n, NCCL_DTYPE_FLOAT, true, m->comm_stream);
+        CUDA_CHECK(cuda_scale_f32(m->grads + m->expert_begin, 1.0f / (float)m->ep, n, m->comm_stream));
+    }
     CUDA_CHECK(cudaEventRecord(m->comm_done, m->comm_stream));
     if (wait) cuda_model_wait_grad_sync(m);
 }

@@ -25,7 +25,7 @@
  * pointers to them). */
 typedef struct CudaDevice {
     CudaModel *model;
-    DeviceComm dp_comm, tp_comm, cp_comm, embed_comm;
+    DeviceComm dp_comm, tp_comm, cp_comm, embed_comm, ep_comm, edp_comm;
 } CudaDevice;
 
 static CudaDevice *impl(ModelDevice *d) { return d->impl; }
@@ -59,11 +59,11 @@ int model_device_cuda_check(const ModelDeviceSetup *s, char *err, size_t errlen)
     }
     const ParallelConfig *layout = s->parallel;
     if ((s->cfg->family == FAMILY_MIXTRAL || s->cfg->family == FAMILY_QWEN3_MOE) &&
-        (layout->ep > 1 || layout->tp > 1 || layout->cp > 1)) {
-        mt_set_error(err, errlen, "model.family: '%s' (mixture of experts) on GPUs runs with data and pipeline "
-                     "parallel only for now: set parallel.ep, parallel.tp and parallel.cp to 1 (found %d, %d, %d), "
-                     "or run.device: cpu, which runs every layout", model_family_name(s->cfg->family), layout->ep,
-                     layout->tp, layout->cp);
+        (layout->tp > 1 || layout->cp > 1)) {
+        mt_set_error(err, errlen, "model.family: '%s' (mixture of experts) on GPUs runs with data, expert and "
+                     "pipeline parallel only for now: set parallel.tp and parallel.cp to 1 (found %d, %d), or "
+                     "run.device: cpu, which runs every layout", model_family_name(s->cfg->family), layout->tp,
+                     layout->cp);
         return MT_EXIT_USAGE;
     }
     if (s->cfg->peft.type != PEFT_NONE) {
@@ -154,7 +154,8 @@ static int staged_wanted(const CudaModel *cuda, bool *staged, const char **why, 
     return 0;
 }
 
-/* The communicators of this rank's groups, every rank in the same order: tp, cp, the tied embedding's, dp.
+/* The communicators of this rank's groups, every rank in the same order: tp, cp, the tied embedding's, dp, ep and
+ * edp.
  * 0, or -1 with err set. */
 static int create_comms(ModelDevice *d, const ModelDeviceSetup *s, char *err, size_t errlen) {
     CudaDevice *c = impl(d);
@@ -162,8 +163,8 @@ static int create_comms(ModelDevice *d, const ModelDeviceSetup *s, char *err, si
     bool staged = false;
     const char *why = "";
     if (staged_wanted(c->model, &staged, &why, err, errlen) != 0) return -1;
-    const bool tp = s->part->tp > 1, cp = s->part->cp > 1, dp = dp_sync_wanted(d);
-    if ((tp || cp || dp) && staged)
+    const bool tp = s->part->tp > 1, cp = s->part->cp > 1, dp = dp_sync_wanted(d), ep = s->part->ep > 1;
+    if ((tp || cp || dp || ep) && staged)
         mt_log("device collectives: staged through the host over MPI (%s): slow, for checking layouts on fewer GPUs "
                "than ranks", why);
     if (tp) {
@@ -188,6 +189,14 @@ static int create_comms(ModelDevice *d, const ModelDeviceSetup *s, char *err, si
         mt_log("data parallel: %d GPU(s), gradients averaged with %s layer by layer during the backward",
                c->dp_comm.size, staged ? "MPI" : "NCCL");
     }
+    if (ep) { /* the token dispatch over ep; the experts' gradients over the ranks that hold the same ones */
+        const Comm *edp = &grid->groups[GROUP_EDP];
+        if (device_comm_create(&c->ep_comm, &grid->groups[GROUP_EP], staged, err, errlen) != 0) return -1;
+        if (edp->size > 1 && device_comm_create(&c->edp_comm, edp, staged, err, errlen) != 0) return -1;
+        cuda_model_set_ep_comm(c->model, &c->ep_comm, edp->size > 1 ? &c->edp_comm : NULL);
+        mt_log("expert parallel: %d GPUs with %d experts each, tokens dispatched with %s all-to-all", c->ep_comm.size,
+               s->cfg->moe.num_experts / c->ep_comm.size, staged ? "MPI" : "NCCL");
+    }
     return 0;
 }
 
@@ -199,6 +208,8 @@ static void device_destroy(ModelDevice *d) {
     device_comm_destroy(&c->tp_comm);
     device_comm_destroy(&c->cp_comm);
     device_comm_destroy(&c->embed_comm);
+    device_comm_destroy(&c->ep_comm);
+    device_comm_destroy(&c->edp_comm);
     free(c);
     d->impl = NULL;
 }
