@@ -4,7 +4,8 @@
 # under mpirun. With fewer GPUs than ranks the device
 # collectives are staged through the host over MPI (MEGATRAIN_DEVICE_COMM=host,
 # src/dist/device_comm.h), so a machine with one GPU runs every layout here;
-# with two GPUs or more, tp 2 also runs over NCCL.
+# with two GPUs or more, tp 2, cp 2, pp 2 and the MoE ep 2 (all-to-all)
+# also run over NCCL.
 # For each layout, against the same recipe on one GPU and on the CPU (same
 # data, seed, weights at step 0; the GPU computes in bf16 and its atomics
 # make two GPU runs differ in the last bits):
@@ -110,6 +111,14 @@ if [[ $gpus -ge 2 ]]; then
   track cp2-nccl gpu-llama cpu-llama
   launch 2 pp2-gpus llama --set parallel.pp=2 --set train.micro_batch_size=4 # 2 micro-batches in flight
   track pp2-gpus gpu-llama cpu-llama
+  # MoE expert parallel over NCCL (grouped send/receive): tracks the one-GPU run over its first 10 steps
+  launch 1 gpu-mixtral mixtral
+  launch 2 ep2-nccl mixtral --set parallel.ep=2 --set train.micro_batch_size=4
+  grep -q "tokens dispatched with NCCL all-to-all" "$WORK/ep2-nccl.txt" || fail "ep2-nccl: NCCL was not used"
+  paste -d' ' <(json_field "$WORK/gpu-mixtral/metrics.jsonl" loss) <(json_field "$WORK/ep2-nccl/metrics.jsonl" loss) |
+    awk 'NR <= 10 { d = $2 - $1; if (d < 0) d = -d; if (d > worst) worst = d } { n++ }
+         END { printf "ep2-nccl: first 10 steps vs one GPU %.2e over %d steps\n", worst, n; exit !(n == 60 && worst < 2e-3) }' ||
+    fail "ep2-nccl does not track the one-GPU run"
 else
   echo "one GPU: the NCCL transport of tensor and context parallel is not run here"
 fi
