@@ -236,9 +236,9 @@ extern "C" cudaError_t cuda_moe_gather(uint16_t *rows, const uint16_t *x, const 
     return cudaGetLastError();
 }
 
-// out[n] = bf16(base[n] (+ add16[n]) (+ add32[n]) + sum_j (weight ? weight[n, j] : 1) * rows[position[n, j]]):
-// the forward's combine (base the residual, add16 the shared expert, weighted) and the backward's scatter (base
-// the input gradient so far, add32 the router's fp32 part, unweighted).
+// out[n] = bf16((base[n]) (+ add16[n]) (+ add32[n]) + sum_j (weight ? weight[n, j] : 1) * rows[position[n, j]]):
+// the forward's combine (base the residual, NULL under tensor parallel; add16 the shared expert; weighted) and
+// the backward's scatter (base the input gradient so far, add32 the router's fp32 part, unweighted).
 __global__ void moe_sum_rows_kernel(bf16 *out, const bf16 *base, // may be the same rows (each thread reads its own first)
                                     const bf16 *__restrict__ add16, const float *__restrict__ add32,
                                     const bf16 *__restrict__ rows, const int32_t *__restrict__ position,
@@ -248,7 +248,10 @@ __global__ void moe_sum_rows_kernel(bf16 *out, const bf16 *base, // may be the s
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
         const size_t n = i / per_row, c = (i % per_row) * 8;
         float acc[8], v[8];
-        load8(base + n * C + c, acc);
+        if (base) load8(base + n * C + c, acc);
+        else
+#pragma unroll
+            for (int q = 0; q < 8; q++) acc[q] = 0.0f;
         if (add16) {
             load8(add16 + n * C + c, v);
 #pragma unroll

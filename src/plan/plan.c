@@ -147,7 +147,8 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
      * ep the all-to-all's rows, the experts' outputs and their input gradients; the shared expert's output and
      * gradients */
     const double moe_scratch = 8.0 * C + 4.0 * E + k * (13.0 + (2 * C + ep * 3.0 * Ie) * elem) +
-                               (ep > 1 ? k * ep * 3.0 * C * elem : 0.0) + (C + 3.0 * Is) * elem;
+                               (ep > 1 ? k * ep * 3.0 * C * elem : 0.0) + (C + 3.0 * Is) * elem +
+                               (tp > 1 ? C * elem : 0.0); /* tp: the output over all rows before the tp sum */
     if (!p->gpu) /* the CPU's MoE layer (moe_layer.c) also keeps its backward's buffers and routing per layer, and
                   * its expert side starts with room for a quarter more rows than its own */
         moe_mlp = 4.0 * E * 4.0 + k * (5 * 4.0 + 8.0) + 4 * k * C * 4.0 + 6.0 * Is * 4.0 +

@@ -203,7 +203,8 @@ cudaError_t cuda_moe_capacity(const float *raw, const int32_t *row_slot, const i
 /* rows[r, :] = x[token[r], :] for r < R (bf16; C % 8 == 0). */
 cudaError_t cuda_moe_gather(uint16_t *rows, const uint16_t *x, const int32_t *token, int R, int C,
                             cudaStream_t stream);
-/* out[n] = bf16(resid[n] (+ shared[n], NULL: none) + sum_j weight[n,j] * y[position[n,j]]), fp32 sums. */
+/* out[n] = bf16(resid[n] (+ shared[n]) + sum_j weight[n,j] * y[position[n,j]]), fp32 sums; resid or shared NULL:
+ * none. */
 cudaError_t cuda_moe_combine(uint16_t *out, const uint16_t *resid, const uint16_t *shared, const uint16_t *y,
                              const int32_t *position, const float *weight, int N, int k, int C, cudaStream_t stream);
 /* Its backward for the A assignments: d_rows[position[i]] = weight[i] * dy[i / k] (bf16), d_w[i] = dy[i / k] .

@@ -214,7 +214,7 @@ static void find_offsets(CudaModel *m, const Model *host) {
         long end = o->down + C * I; /* one past the layer's last parameter (a MoE layer's experts lie apart) */
         if (o->moe) {
             const MoeConfig *mc = &cfg->moe;
-            const long E = mc->num_experts, Is = mc->shared_expert_intermediate_size;
+            const long E = mc->num_experts, Is = mc->shared_expert_intermediate_size / m->etp; /* this rank's */
             const bool shared = Is > 0;
             o->router = slot_offset(host, s->router, true, "mlp.router", l);
             o->expert_bias = slot_offset(host, s->expert_bias, mc->load_balancing == LB_EXPERT_BIAS,
@@ -357,31 +357,26 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
     m->shape = model_shape_of(&m->cfg, part);
     m->ep = part->ep > 1 ? part->ep : 1;
     m->ep_rank = part->ep > 1 ? part->ep_rank : 0;
+    m->etp = part->etp > 1 ? part->etp : 1;
     bool moe = false;
     for (int v = 0; v < part->num_chunks; v++)
         for (int i = 0; i < part->chunk_layers[v]; i++) moe = moe || model_layer_is_moe(&m->cfg, part->chunk_first[v] + i);
     if (moe) {
         const MoeConfig *mc = &m->cfg.moe;
-        const char *why = part->tp > 1 || part->cp > 1 ? "runs without tensor and context parallel for now"
-                          : mc->num_experts > 1024 ? "routes among at most 1024 experts"
-                          : m->cfg.hidden_size % 8 || mc->moe_intermediate_size % 8 ||
-                                  mc->shared_expert_intermediate_size % 8
-                              ? "needs hidden and expert intermediate sizes that are multiples of 8"
+        /* this rank's slices (expert tensor parallel cuts the intermediates) */
+        const int Ie = mc->moe_intermediate_size / m->etp, Is = mc->shared_expert_intermediate_size / m->etp;
+        const char *why = mc->num_experts > 1024 ? "routes among at most 1024 experts"
+                          : m->cfg.hidden_size % 8 || Ie % 8 || Is % 8
+                              ? "needs hidden and (per rank) expert intermediate sizes that are multiples of 8"
                               : NULL;
         if (why) {
-            mt_set_error(err, errlen, "the CUDA model's mixture of experts %s (tp %d, cp %d, %d experts, hidden "
-                         "%d, expert intermediate %d)", why, part->tp, part->cp, mc->num_experts,
-                         m->cfg.hidden_size, mc->moe_intermediate_size);
-            free(m);
-            return NULL;
-        }
-        if (m->ep > 1 && part->etp > 1) {
-            mt_set_error(err, errlen, "the CUDA model's mixture of experts runs expert parallel without expert "
-                         "tensor parallel for now (etp %d)", part->etp);
+            mt_set_error(err, errlen, "the CUDA model's mixture of experts %s (%d experts, hidden %d, expert "
+                         "intermediate %d, shared %d on this rank)", why, mc->num_experts, m->cfg.hidden_size, Ie, Is);
             free(m);
             return NULL;
         }
         m->moe_step = host->moe_step;
+        m->cp_host = part->cp_comm && part->cp_comm->size > 1 ? part->cp_comm : NULL;
         m->dp_host = part->dp_comm && part->dp_comm->size > 1 ? part->dp_comm : NULL;
     }
     if (cuda_context_create(&m->ctx, device, err, errlen) != 0) {
@@ -408,6 +403,9 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
     bool all_owned = true;
     for (int i = 0; i < host->num_params; i++) all_owned = all_owned && host->param_info[i].norm_owner;
     CudaAdamWChunk *norm_chunks = all_owned ? NULL : build_chunks(host, true, &m->num_norm_chunks);
+    m->norm_expert_chunk = m->num_norm_chunks; /* the first norm chunk of the experts' region (ep > 1) */
+    for (int i = m->num_norm_chunks - 1; i >= 0 && (long)norm_chunks[i].offset >= m->expert_begin; i--)
+        m->norm_expert_chunk = i;
 
     Carver counter = {NULL, 0};
     layout(m, &counter);
@@ -561,15 +559,19 @@ void cuda_model_zero_grad(CudaModel *m) {
 
 /* ---- optimizer ----------------------------------------------------------- */
 
-/* The sum of squares of grads[begin, end) (every float; or, with chunks, the chunks' floats). */
-static double sum_squares(CudaModel *m, long begin, long end, bool chunks) {
+/* The sum of squares of grads[begin, end): every float, or (tensor parallel: norm chunks) the floats of the norm
+ * chunks in it (the chunks follow the flat order, so those of a region are a run of them). */
+static double sum_squares(CudaModel *m, long begin, long end) {
     cudaStream_t st = m->ctx.stream;
-    if (!chunks)
+    if (m->num_norm_chunks == 0) {
         TIMED(m, PROF_OPTIMIZER, CUDA_CHECK(cuda_sum_squares(m->norm_partial, NORM_PARTIALS, m->grads + begin,
                                                              (size_t)(end - begin), st)));
-    else
+    } else {
+        const int first = begin == 0 ? 0 : m->norm_expert_chunk, last = end == m->num_floats ? m->num_norm_chunks
+                                                                                              : m->norm_expert_chunk;
         TIMED(m, PROF_OPTIMIZER, CUDA_CHECK(cuda_sum_squares_chunks(m->norm_partial, NORM_PARTIALS, m->grads,
-                                                                    m->norm_chunks, m->num_norm_chunks, st)));
+                                                                    m->norm_chunks + first, last - first, st)));
+    }
     CUDA_CHECK(cudaMemcpyAsync(m->host_norm_partial, m->norm_partial, NORM_PARTIALS * sizeof(double),
                                cudaMemcpyDeviceToHost, st));
     CUDA_CHECK(cudaStreamSynchronize(st));
@@ -578,12 +580,12 @@ static double sum_squares(CudaModel *m, long begin, long end, bool chunks) {
     return total;
 }
 
+/* As model_grad_sumsq on the CPU (grad_reduce.c): tensor parallel counts this rank's blocks and the replicas it owns,
+ * summed over tp; expert parallel the dense weights' (the same on every ep rank) once and every ep rank's own
+ * experts' (the end of the flat arrays), summed over ep. */
 double cuda_model_grad_sumsq(CudaModel *m) {
-    if (m->ep > 1) /* the dense weights' (the same on every ep rank) and every ep rank's own experts' */
-        return sum_squares(m, 0, m->expert_begin, false) +
-               device_comm_sum_double(m->ep_comm, sum_squares(m, m->expert_begin, m->num_floats, false));
-    /* tensor parallel: this rank's blocks and the replicas it counts, then the sum over tp */
-    const double total = sum_squares(m, 0, m->num_floats, m->num_norm_chunks > 0);
+    double total = sum_squares(m, 0, m->expert_begin);
+    if (m->ep > 1) total += device_comm_sum_double(m->ep_comm, sum_squares(m, m->expert_begin, m->num_floats));
     return m->shape.tp > 1 ? device_comm_sum_double(m->tp_comm, total) : total;
 }
 

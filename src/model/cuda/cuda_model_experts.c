@@ -20,7 +20,7 @@
 void cuda_moe_experts_forward(CudaModel *m, const LayerOffsets *o, const CudaExpertRows *r, const bf16_t *x,
                               bf16_t *gate_up, bf16_t *act, bf16_t *y) {
     CudaContext *ctx = &m->ctx;
-    const int C = m->shape.C, Ie = m->cfg.moe.moe_intermediate_size, R = r->offsets[r->experts];
+    const int C = m->shape.C, Ie = cuda_moe_expert_I(m), R = r->offsets[r->experts];
     for (int e = 0; e < r->experts; e++) {
         const int first = r->offsets[e], n = r->offsets[e + 1] - first;
         if (n == 0) continue;
@@ -42,7 +42,7 @@ void cuda_moe_experts_backward(CudaModel *m, const LayerOffsets *o, const CudaEx
                                const bf16_t *gate_up, const bf16_t *act, const bf16_t *d_y, bf16_t *d_act,
                                bf16_t *d_gate_up, bf16_t *d_x) {
     CudaContext *ctx = &m->ctx;
-    const int C = m->shape.C, Ie = m->cfg.moe.moe_intermediate_size, R = r->offsets[r->experts];
+    const int C = m->shape.C, Ie = cuda_moe_expert_I(m), R = r->offsets[r->experts];
     for (int e = 0; e < r->experts; e++) {
         const int first = r->offsets[e], n = r->offsets[e + 1] - first;
         if (n == 0) continue;

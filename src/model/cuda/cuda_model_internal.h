@@ -140,6 +140,7 @@ struct CudaModel {
     int num_chunks;
     CudaAdamWChunk *norm_chunks; /* device: the parameters this rank counts in the grad norm (tp > 1) */
     int num_norm_chunks;
+    int norm_expert_chunk;     /* the first of them in the experts' region (ep > 1), else num_norm_chunks */
     double *norm_partial, *host_norm_partial;
 
     struct MoeScratch *moe;    /* the MoE layers' shared scratch (cuda_model_moe.c), NULL without MoE layers */
@@ -150,6 +151,8 @@ struct CudaModel {
     DeviceComm *ep_comm;       /* the ep group: the token dispatch and combine (all-to-all), NULL when ep == 1 */
     DeviceComm *edp_comm;      /* the ranks holding the same experts (their gradients' average), NULL: none */
     long expert_begin;         /* ep > 1: the routed experts' weights, [expert_begin, num_floats) */
+    int etp;                   /* expert tensor parallel: 1 (experts whole on every tp rank) or tp (sliced) */
+    const Comm *cp_host;       /* the host Model's cp group (the balancing counts), NULL when cp == 1 */
 };
 
 enum { NORM_PARTIALS = 1024 };
@@ -203,6 +206,8 @@ const bf16_t *cuda_tp_enter_backward(CudaModel *m, bf16_t *d_full, int N, int C)
 /* out (R rows) = residual + inp @ W^T summed over tp (a row-parallel product). */
 void cuda_tp_row_parallel_residual(CudaModel *m, bf16_t *out, const bf16_t *residual, const bf16_t *inp, long w,
                                    int N, int IC, int C);
+/* out (R rows) = residual + partial (N, C: this rank's partial sum, overwritten) summed over tp (tp > 1). */
+void cuda_tp_sum_partial_residual(CudaModel *m, bf16_t *out, const bf16_t *residual, bf16_t *partial, int N, int C);
 /* The (N, C) gradient of a row-parallel product's output from d_resid16 (R rows). */
 const bf16_t *cuda_tp_leave_backward(CudaModel *m, int N, int C);
 /* resid (R rows) = the embedding of tokens (this rank's vocabulary rows, summed over tp). */
@@ -229,14 +234,20 @@ void cuda_moe_layout_saved(CudaModel *m, Carver *c, int l);
 void cuda_moe_layout_shared(CudaModel *m, Carver *c);
 void cuda_moe_free_saved(CudaModel *m);
 void cuda_moe_free_shared(CudaModel *m);
-/* out (N rows) = resid + the MoE MLP of x (N, C) for layer l; its statistics go to m->moe_step. Waits for the
- * routing's counts (the expert products are enqueued per expert from the host). */
+/* out (R rows) = resid (R rows) + the MoE MLP of x (N, C: whole, gathered over tp under sequence parallel) for
+ * layer l, its rows of it (tp > 1: summed over tp with etp > 1); its statistics go to m->moe_step. Waits for the
+ * routing's counts (the expert products are enqueued from the host). */
 void cuda_moe_forward(CudaModel *m, int l, const bf16_t *x, const bf16_t *resid, bf16_t *out, int B, int T);
-/* m->d_normed (N, C, overwritten) = the gradient of x from dy (N, C) through layer l's MoE MLP, with the
- * auxiliary losses' gradients scaled by loss_scale; the parameters' gradients accumulate. */
-void cuda_moe_backward(CudaModel *m, int l, const bf16_t *dy, float loss_scale);
+/* The gradient of the layer's MLP input (this rank's R rows) from dy (N, C) through layer l's MoE MLP, with the
+ * auxiliary losses' gradients scaled by loss_scale (through m->d_normed, (N, C)); the parameters' gradients
+ * accumulate. */
+const bf16_t *cuda_moe_backward(CudaModel *m, int l, const bf16_t *dy, float loss_scale);
 
 /* ---- cuda_model_experts.c: the routed experts' products over rows grouped expert by expert ---- */
+
+/* This rank's intermediate size of each routed expert and of the shared expert (etp > 1 slices both). */
+static inline int cuda_moe_expert_I(const CudaModel *m) { return m->cfg.moe.moe_intermediate_size / m->etp; }
+static inline int cuda_moe_shared_I(const CudaModel *m) { return m->cfg.moe.shared_expert_intermediate_size / m->etp; }
 
 /* Where each local expert's rows are: expert j's are offsets[j] .. offsets[j+1] (host, experts + 1 entries);
  * d_offsets the same on the device. */

@@ -73,6 +73,7 @@ typedef struct MoeScratch {
     uint8_t *keep;
     double *psum;                    /* (B, E) */
     bf16_t *s_out;                   /* (N, C) the shared expert's output */
+    bf16_t *tp_out;                  /* tp > 1: (N, C) the MLP's output over all N rows (with etp > 1 a partial) */
     bf16_t *d_rows, *d_xin;          /* (A, C) */
     bf16_t *d_act, *d_gate_up;       /* (RA, Ie), (RA, 2 Ie) */
     bf16_t *recv, *ex_rows, *d_ex_x; /* ep > 1, (RA, C): rows in the received order; the experts' outputs
@@ -98,7 +99,7 @@ static int max_aux_rows(const CudaModel *m) {
 void cuda_moe_layout_saved(CudaModel *m, Carver *c, int l) {
     const MoeConfig *mc = moe_cfg(m);
     const size_t N = (size_t)m->max_B * m->max_T, E = mc->num_experts, A = N * mc->num_experts_per_tok;
-    const size_t C = m->shape.C, Ie = mc->moe_intermediate_size, Is = mc->shared_expert_intermediate_size;
+    const size_t C = m->shape.C, Ie = cuda_moe_expert_I(m), Is = cuda_moe_shared_I(m);
     const size_t RA = expert_rows(m, A), El = E / (size_t)m->ep;
     LayerSaved *s = &m->saved[l];
     if (!s->moe) { /* the first pass over a fresh set: the host side */
@@ -138,7 +139,7 @@ void cuda_moe_layout_saved(CudaModel *m, Carver *c, int l) {
 void cuda_moe_layout_shared(CudaModel *m, Carver *c) {
     const MoeConfig *mc = moe_cfg(m);
     const size_t N = (size_t)m->max_B * m->max_T, E = mc->num_experts, A = N * mc->num_experts_per_tok;
-    const size_t C = m->shape.C, Ie = mc->moe_intermediate_size, Is = mc->shared_expert_intermediate_size;
+    const size_t C = m->shape.C, Ie = cuda_moe_expert_I(m), Is = cuda_moe_shared_I(m);
     const size_t tiles = (A + MT_MOE_TILE - 1) / MT_MOE_TILE, rows = (size_t)max_aux_rows(m);
     const size_t RA = expert_rows(m, A);
     if (!m->moe) {
@@ -171,6 +172,7 @@ void cuda_moe_layout_shared(CudaModel *m, Carver *c) {
         CARVE(c, s->ex_rows, RA * C);
         CARVE(c, s->d_ex_x, RA * C);
     }
+    if (m->shape.tp > 1) CARVE(c, s->tp_out, N * C);
     if (Is > 0) {
         CARVE(c, s->s_out, N * C);
         CARVE(c, s->d_s_act, N * Is);
@@ -239,36 +241,45 @@ static void balance(CudaModel *m, int l, MoeSaved *v, int B, int T) {
     double aux = 0.0;
     const bool aux_on = (mc->load_balancing == LB_AUX_LOSS || mc->load_balancing == LB_SEQ_AUX_LOSS ||
                          mc->load_balancing == LB_GLOBAL_AUX_LOSS) && mc->aux_loss_coeff > 0;
+    /* context parallel: a sequence's tokens are on the cp ranks; the counts are summed over them, N and T count
+     * them all, and each rank's loss is its tokens' share (moe_layer.c's balance_loss) */
+    const double Nall = (double)N * m->shape.cp, Tall = (double)T * m->shape.cp;
     if (aux_on && seq) {
+        double *all = mt_malloc((size_t)B * E * sizeof(double)); /* per sequence, over cp */
+        for (size_t i = 0; i < (size_t)B * E; i++) all[i] = s->h_counts[i];
+        if (m->cp_host) comm_all_reduce_sum_double(m->cp_host, all, (size_t)B * E);
         for (int r = 0; r < B; r++) {
             double sum = 0.0;
             for (int e = 0; e < E; e++) {
-                v->aux_counts[(size_t)r * E + e] = (float)s->h_counts[(size_t)r * E + e];
-                sum += s->h_psum[(size_t)r * E + e] * s->h_counts[(size_t)r * E + e];
+                v->aux_counts[(size_t)r * E + e] = (float)all[(size_t)r * E + e];
+                sum += s->h_psum[(size_t)r * E + e] * all[(size_t)r * E + e];
             }
-            aux += mc->aux_loss_coeff * E / ((double)k * T * T) * sum;
+            aux += mc->aux_loss_coeff * E / ((double)k * Tall * Tall) * sum;
         }
+        free(all);
         aux /= B;
-        v->aux_scale = mc->aux_loss_coeff * E / ((double)k * T * T * B);
+        v->aux_scale = mc->aux_loss_coeff * E / ((double)k * Tall * Tall * B);
     } else if (aux_on) {
-        double tokens = N;
-        if (mc->load_balancing == LB_GLOBAL_AUX_LOSS) { /* running counts over the step and the dp ranks */
+        double tokens = Nall;
+        if (mc->load_balancing == LB_GLOBAL_AUX_LOSS) { /* running counts over the step, the dp and cp ranks */
             if (m->dp_host) comm_all_reduce_sum_double(m->dp_host, counts, (size_t)E + 1);
+            if (m->cp_host) comm_all_reduce_sum_double(m->cp_host, counts, (size_t)E + 1);
             double *global = step->global_counts + (size_t)l * E;
             for (int e = 0; e < E; e++) global[e] += counts[e];
             step->global_tokens[l] += counts[E];
             for (int e = 0; e < E; e++) v->aux_counts[e] = (float)global[e];
             tokens = step->global_tokens[l];
         } else {
+            if (m->cp_host) comm_all_reduce_sum_double(m->cp_host, counts, (size_t)E);
             for (int e = 0; e < E; e++) v->aux_counts[e] = (float)counts[e];
         }
         double sum = 0.0; /* counts are whole numbers: exact in float */
         for (int e = 0; e < E; e++) sum += s->h_psum[e] * v->aux_counts[e];
-        v->aux_scale = mc->aux_loss_coeff * E / ((double)k * N * tokens);
+        v->aux_scale = mc->aux_loss_coeff * E / ((double)k * Nall * tokens);
         aux = v->aux_scale * sum;
     }
     free(counts);
-    v->z_scale = mc->z_loss_coeff / (double)N;
+    v->z_scale = mc->z_loss_coeff / Nall; /* the mean over the whole micro-batch */
     double z = 0.0;
     if (mc->z_loss_coeff > 0) {
         for (int n = 0; n < N; n++) z += (double)s->h_lse[n] * s->h_lse[n];
@@ -377,7 +388,7 @@ void cuda_moe_forward(CudaModel *m, int l, const bf16_t *x, const bf16_t *resid,
     CudaContext *ctx = &m->ctx;
     cudaStream_t st = ctx->stream;
     const int N = B * T, C = m->shape.C, E = mc->num_experts, k = mc->num_experts_per_tok;
-    const int Is = mc->shared_expert_intermediate_size;
+    const int Is = cuda_moe_shared_I(m);
     const int sigmoid = mc->score_function == SCORE_SIGMOID;
     v->N = N;
 
@@ -417,11 +428,26 @@ void cuda_moe_forward(CudaModel *m, int l, const bf16_t *x, const bf16_t *resid,
         cuda_linear_forward(m, s->s_out, C, v->s_act, o->s_down, -1, NULL, N, Is, C);
         shared = s->s_out;
     }
+    if (m->shape.tp == 1) { /* the residual added in the combine */
+        TIMED(m, PROF_MOE_PERMUTE,
+              CUDA_CHECK(cuda_moe_combine(out, resid, shared, v->y, v->position, v->weight, N, k, C, st)));
+        return;
+    }
+    /* tensor parallel: every tp rank routes the same N rows; with etp > 1 its outputs are partial sums (its
+     * slice of each expert's intermediate, and of the shared expert's), summed over tp as the dense MLP's; with
+     * etp 1 they are whole, and the rank keeps its rows */
     TIMED(m, PROF_MOE_PERMUTE,
-          CUDA_CHECK(cuda_moe_combine(out, resid, shared, v->y, v->position, v->weight, N, k, C, st)));
+          CUDA_CHECK(cuda_moe_combine(s->tp_out, NULL, shared, v->y, v->position, v->weight, N, k, C, st)));
+    if (m->etp > 1) {
+        cuda_tp_sum_partial_residual(m, out, resid, s->tp_out, N, C);
+    } else {
+        const size_t first = (size_t)model_shape_row_offset(&m->shape, N) * C;
+        TIMED(m, PROF_NORM, CUDA_CHECK(cuda_add_bf16(out, resid, s->tp_out + first,
+                                                     (size_t)model_shape_rows(&m->shape, N) * C, st)));
+    }
 }
 
-void cuda_moe_backward(CudaModel *m, int l, const bf16_t *dy, float loss_scale) {
+const bf16_t *cuda_moe_backward(CudaModel *m, int l, const bf16_t *dy, float loss_scale) {
     const MoeConfig *mc = moe_cfg(m);
     const LayerOffsets *o = &m->layers[l];
     const LayerSaved *sv = &m->saved[l];
@@ -430,12 +456,14 @@ void cuda_moe_backward(CudaModel *m, int l, const bf16_t *dy, float loss_scale) 
     CudaContext *ctx = &m->ctx;
     cudaStream_t st = ctx->stream;
     const int N = v->N, C = m->shape.C, E = mc->num_experts, k = mc->num_experts_per_tok, A = N * k;
-    const int Is = mc->shared_expert_intermediate_size;
+    const int Is = cuda_moe_shared_I(m);
     const int sigmoid = mc->score_function == SCORE_SIGMOID;
     const bf16_t *x = sv->mlp_in;
 
     TIMED(m, PROF_MOE_PERMUTE,
           CUDA_CHECK(cuda_moe_combine_backward(s->d_rows, s->d_w, dy, v->y, v->position, v->weight, A, k, C, st)));
+    if (m->etp > 1) /* each tp rank has a slice of the outputs: the whole dot products are their sum */
+        TIMED(m, PROF_TP_COMM, device_all_reduce(m->tp_comm, s->d_w, (size_t)A, NCCL_DTYPE_FLOAT, false, st));
     if (m->ep > 1) {
         experts_backward_ep(m, o, v);
     } else {
@@ -468,8 +496,14 @@ void cuda_moe_backward(CudaModel *m, int l, const bf16_t *dy, float loss_scale) 
         cuda_sgemm_backward(ctx, s->router_dx, g32(m, o->router), s->d_logits, s->x32, m->params + o->router, N, C,
                             E);
     });
+    /* the router is whole on every tp rank: with etp > 1 the input gradient is summed over tp below, so only tp
+     * rank 0 adds the router's part */
+    const float *router_dx = m->etp == 1 || m->shape.tp_rank == 0 ? s->router_dx : NULL;
     TIMED(m, PROF_MOE_PERMUTE,
-          CUDA_CHECK(cuda_moe_scatter(m->d_normed, s->d_xin, v->position, s->router_dx, N, k, C, st)));
+          CUDA_CHECK(cuda_moe_scatter(m->d_normed, s->d_xin, v->position, router_dx, N, k, C, st)));
+    if (m->shape.tp > 1 && m->etp == 1) /* computed whole on every tp rank: this rank's rows */
+        return m->d_normed + (size_t)model_shape_row_offset(&m->shape, N) * C;
+    return cuda_tp_enter_backward(m, m->d_normed, N, C);
 }
 
 bool cuda_model_download_routing(CudaModel *m, int l, int32_t *selected) {

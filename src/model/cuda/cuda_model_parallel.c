@@ -54,15 +54,19 @@ void cuda_tp_row_parallel_residual(CudaModel *m, bf16_t *out, const bf16_t *resi
         cuda_linear_forward(m, out, C, inp, w, -1, residual, N, IC, C);
         return;
     }
+    bf16_t *partial = m->shape.sp ? m->tp_rows : out;
+    cuda_linear_forward(m, partial, C, inp, w, -1, NULL, N, IC, C);
+    cuda_tp_sum_partial_residual(m, out, residual, partial, N, C);
+}
+
+void cuda_tp_sum_partial_residual(CudaModel *m, bf16_t *out, const bf16_t *residual, bf16_t *partial, int N, int C) {
     cudaStream_t st = m->ctx.stream;
     if (!m->shape.sp) { /* the partials summed, then the residual added: it is rounded once, not at every hop */
-        cuda_linear_forward(m, out, C, inp, w, -1, NULL, N, IC, C);
-        TIMED(m, PROF_TP_COMM, device_all_reduce(tp_comm(m), out, (size_t)N * C, NCCL_DTYPE_BF16, false, st));
-        TIMED(m, PROF_NORM, CUDA_CHECK(cuda_add_bf16(out, out, residual, (size_t)N * C, st)));
+        TIMED(m, PROF_TP_COMM, device_all_reduce(tp_comm(m), partial, (size_t)N * C, NCCL_DTYPE_BF16, false, st));
+        TIMED(m, PROF_NORM, CUDA_CHECK(cuda_add_bf16(out, partial, residual, (size_t)N * C, st)));
         return;
     }
-    cuda_linear_forward(m, m->tp_rows, C, inp, w, -1, NULL, N, IC, C);
-    TIMED(m, PROF_TP_COMM, device_reduce_scatter_sum(tp_comm(m), m->tp_rows, out, shard(m, N, C), NCCL_DTYPE_BF16, st));
+    TIMED(m, PROF_TP_COMM, device_reduce_scatter_sum(tp_comm(m), partial, out, shard(m, N, C), NCCL_DTYPE_BF16, st));
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_add_bf16(out, out, residual, shard(m, N, C), st)));
 }
 

@@ -70,7 +70,7 @@ static void layer_forward(CudaModel *m, int l, bf16_t *out, int B, int T) {
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(s->mlp_normed, s->mlp_rstd, s->resid_mid,
                                                         w16(m, o->mlp_norm), R, C, eps, st)));
     x = cuda_tp_enter(m, s->mlp_in, s->mlp_normed, N, C);
-    if (o->moe) { /* tp 1: the router, the experts and the combine (cuda_model_moe.c) */
+    if (o->moe) { /* the router, the experts, the combine and the residual (cuda_model_moe.c) */
         cuda_moe_forward(m, l, x, s->resid_mid, out, B, T);
         return;
     }
@@ -165,15 +165,15 @@ static void layer_backward(CudaModel *m, int l, int B, int T) {
     const int H = sh->H, KVH = sh->KVH, HD = sh->HD, KVD = sh->KVD, QKV = HD + 2 * KVD;
 
     /* MLP half: out = resid_mid + act @ Wdown^T (or + the MoE MLP) */
-    const bf16_t *dy = cuda_tp_leave_backward(m, N, C);
+    const bf16_t *dy = cuda_tp_leave_backward(m, N, C), *g;
     if (o->moe) {
-        cuda_moe_backward(m, l, dy, m->loss_scale);
+        g = cuda_moe_backward(m, l, dy, m->loss_scale);
     } else {
         cuda_linear_backward(m, m->d_act, dy, C, s->act, o->down, -1, N, I, C, 0);
         TIMED(m, PROF_SWIGLU, CUDA_CHECK(cuda_swiglu_backward(m->d_gate_up, m->d_act, s->gate_up, N, I, st)));
         cuda_linear_backward(m, m->d_normed, m->d_gate_up, 2 * I, s->mlp_in, o->gate, -1, N, C, 2 * I, 0);
+        g = cuda_tp_enter_backward(m, m->d_normed, N, C);
     }
-    const bf16_t *g = cuda_tp_enter_backward(m, m->d_normed, N, C);
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, o->mlp_norm), g,
                                                          s->resid_mid, w16(m, o->mlp_norm), s->mlp_rstd, R, C, st)));
 

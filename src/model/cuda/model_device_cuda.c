@@ -57,15 +57,6 @@ int model_device_cuda_check(const ModelDeviceSetup *s, char *err, size_t errlen)
                      "optimizer.state_dtype: fp32 for run.device: cuda", dtype_name(s->state_dtype));
         return MT_EXIT_USAGE;
     }
-    const ParallelConfig *layout = s->parallel;
-    if ((s->cfg->family == FAMILY_MIXTRAL || s->cfg->family == FAMILY_QWEN3_MOE) &&
-        (layout->tp > 1 || layout->cp > 1)) {
-        mt_set_error(err, errlen, "model.family: '%s' (mixture of experts) on GPUs runs with data, expert and "
-                     "pipeline parallel only for now: set parallel.tp and parallel.cp to 1 (found %d, %d), or "
-                     "run.device: cpu, which runs every layout", model_family_name(s->cfg->family), layout->tp,
-                     layout->cp);
-        return MT_EXIT_USAGE;
-    }
     if (s->cfg->peft.type != PEFT_NONE) {
         mt_set_error(err, errlen,
                      "peft: LoRA is not implemented on GPUs yet (the CPU trains it: run.device: cpu); the CUDA "
