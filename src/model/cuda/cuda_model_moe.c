@@ -1,7 +1,11 @@
 /* cuda_model_moe.c: the mixture-of-experts MLP of the CUDA model, the GPU
  * form of src/model/moe_layer.c (the math is in its header) and, under
- * expert parallel, of src/model/moe_dispatch.c (no tensor or context
- * parallel yet: model_device_cuda_check refuses them).
+ * expert parallel, of src/model/moe_dispatch.c. Under tensor parallel every
+ * tp rank routes all N rows (gathered under sequence parallel): with etp 1
+ * it computes whole experts and keeps its rows of the output, with etp = tp
+ * a slice of each expert's intermediate, whose partial outputs are summed
+ * over tp like the dense MLP's. Under context parallel the balancing counts
+ * are summed over the cp ranks of each sequence.
  *
  * Forward of layer l (x = the MLP input, bf16 (N, C)):
  *   x32     = fp32(x); logits = x32 @ Wr^T          fp32 router (cuBLAS, no TF32)
