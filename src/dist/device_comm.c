@@ -117,6 +117,15 @@ double device_comm_sum_double(DeviceComm *c, double value) {
     return c->threads ? thread_group_sum_double(c->threads, c->rank, value) : dp_sum_double(c->group, value);
 }
 
+void device_comm_sum_doubles(DeviceComm *c, double *values, size_t n) {
+    if (c->size <= 1 || n == 0) return;
+    if (!c->threads) {
+        comm_all_reduce_sum_double(c->group, values, n);
+        return;
+    }
+    for (size_t i = 0; i < n; i++) values[i] = thread_group_sum_double(c->threads, c->rank, values[i]);
+}
+
 /* ---- the collectives ---------------------------------------------------------- */
 
 void device_all_reduce(DeviceComm *c, void *buf, size_t count, NcclDtype type, bool average, cudaStream_t stream) {

@@ -52,6 +52,8 @@ void device_all_gather(DeviceComm *c, const void *send, void *recv, size_t count
                        cudaStream_t stream);
 /* The sum of a host value over the group, the same on every rank. */
 double device_comm_sum_double(DeviceComm *c, double value);
+/* values[0, n) = their sums over the group (host doubles, in place; whole numbers stay exact). */
+void device_comm_sum_doubles(DeviceComm *c, double *values, size_t n);
 
 /* recv (count elements) = sum over ranks of send[rank * count ...]. */
 void device_reduce_scatter_sum(DeviceComm *c, const void *send, void *recv, size_t count, NcclDtype type,

@@ -24,6 +24,7 @@
 #include "model/model_internal.h"
 #include "model/moe_layer.h"
 #include "model_case.h"
+#include "moe_case.h"
 #include "model/optimizer.h"
 
 static int passed, failed;
@@ -72,67 +73,6 @@ static void check_routing(Model *cpu, CudaModel *gpu, int N, double aux_cpu) {
     check("aux + z loss", aux_cpu > 0 ? fabs(aux_gpu - aux_cpu) / aux_cpu : fabs(aux_gpu), 1e-3);
 }
 
-/* MoE cases: a decisive router (its weights x6) on inputs the bf16 copies hold almost exactly (o_proj and the
- * experts' down projections x0.1, so the residual stream stays near the bf16 embedding rows): near-ties between
- * experts, which bf16 rounding would break differently from the CPU's fp32, become rare. */
-static void sharpen_router(Model *cpu) {
-    for (int i = 0; i < cpu->num_params; i++) {
-        const ParamInfo *p = &cpu->param_info[i];
-        const float scale = strstr(p->name, "router.weight") ? 6.0f
-                            : strstr(p->name, "o_proj.weight") || strstr(p->name, "experts.down_proj") ? 0.1f
-                                                                                                       : 1.0f;
-        for (long j = 0; j < p->numel && scale != 1.0f; j++)
-            cpu->params[p->offset + j] = round_bf16(cpu->params[p->offset + j] * scale);
-    }
-}
-
-/* The smallest relative gap, over the tokens and MoE layers of the CPU's last forward, between the k-th chosen
- * expert's score (+ bias) and the best one left out, and with a capacity between the last assignment an expert
- * keeps and the first it drops. */
-static double routing_margin(const Model *cpu, int N) {
-    const ModelPriv *pr = cpu->priv;
-    const MoeConfig *mc = &cpu->cfg.moe;
-    const int E = mc->num_experts, k = mc->num_experts_per_tok;
-    double worst = INFINITY;
-    float *raw = malloc((size_t)N * k * sizeof(float));
-    for (int l = 0; l < cpu->part.num_layers; l++) {
-        const MoeActs *a = pr->moe[l];
-        if (!a) continue;
-        const float *bias = pr->weights[l].expert_bias;
-        for (int n = 0; n < N && k < E; n++) {
-            double kth = INFINITY, next = -INFINITY;
-            for (int e = 0; e < E; e++) {
-                const double v = (double)a->scores[(size_t)n * E + e] + (bias ? bias[e] : 0.0);
-                bool chosen = false;
-                for (int j = 0; j < k; j++) chosen = chosen || a->selected[(size_t)n * k + j] == e;
-                if (chosen && v < kth) kth = v;
-                if (!chosen && v > next) next = v;
-            }
-            const double gap = (kth - next) / fabs(kth);
-            if (gap < worst) worst = gap;
-        }
-        if (!(mc->capacity_factor > 0)) continue;
-        const long capacity = (long)ceil(mc->capacity_factor * (double)N * k / E);
-        for (int e = 0; e < E; e++) {
-            long count = 0;
-            for (long i = 0; i < (long)N * k; i++)
-                if (a->selected[i] == e) raw[count++] = a->raw[i];
-            if (count <= capacity) continue;
-            for (long i = 0; i <= capacity; i++) /* the capacity + 1 highest, in order */
-                for (long j = i + 1; j < count; j++)
-                    if (raw[j] > raw[i]) {
-                        const float t = raw[i];
-                        raw[i] = raw[j];
-                        raw[j] = t;
-                    }
-            const double gap = (raw[capacity - 1] - raw[capacity]) / fabs(raw[capacity - 1]);
-            if (gap < worst) worst = gap;
-        }
-    }
-    free(raw);
-    return worst;
-}
-
 /* MoE cases compare every gradient, which a token routed to another expert changes: bf16 rounding of the
  * router's input (about 0.4%) can swap two experts whose scores nearly tie (seen: 0.14% and 0.75% apart). So the
  * micro-batch is drawn, on the CPU alone, until the CPU's routing has no gap under 1% (routing_margin); the GPU
@@ -151,22 +91,6 @@ static bool routing_without_near_ties(Model *cpu, int32_t *inputs, int32_t *targ
         }
     }
     return false;
-}
-
-static ModelConfig moe_case(ModelFamily family, int E, int k, MoeLoadBalancing lb) {
-    ModelConfig c = tiny(family, 64, 4, 2, 16);
-    c.qk_norm = family == FAMILY_QWEN3_MOE;
-    MoeConfig *m = &c.moe;
-    m->num_experts = E;
-    m->num_experts_per_tok = k;
-    m->moe_intermediate_size = 32;
-    m->norm_topk_prob = true;
-    m->score_function = SCORE_SOFTMAX;
-    m->load_balancing = lb;
-    m->aux_loss_coeff = lb == LB_EXPERT_BIAS || lb == LB_NONE ? 0.0 : 0.01;
-    m->layer_freq = 1;
-    m->bias_update_rate = 1e-3;
-    return c;
 }
 
 static void run_case(const char *name, ModelConfig cfg, int B, int T) {

@@ -8,9 +8,13 @@
  * Checked for llama (GQA, untied and tied), qwen2 (q/k/v biases: the
  * unfused products) and qwen3 (qk-norm: gradients partial over tp), at tp 2
  * and 4 with and without sequence parallel, cp 2 and 4 (load-balanced
- * chunks, RoPE at the rank's positions) and tp 2 x cp 2, over two micro-batches
- * (the first smaller than the buffers, gradients accumulated, the tp and cp
- * reductions on the last):
+ * chunks, RoPE at the rank's positions) and tp 2 x cp 2; and the MoE
+ * families (cuda_model_moe.c) at tp 2 with the experts whole (etp 1) and
+ * sliced (etp 2: partial outputs, the combine weights' gradients summed over
+ * tp), cp 2 (the balancing counts summed over cp) and tp 2 x cp 2, on
+ * micro-batches whose routing has no near-tie (moe_case.h), over two
+ * micro-batches (the first smaller than the buffers, gradients accumulated,
+ * the tp and cp reductions on the last):
  *   - every rank's loss equals the others' bit for bit and is within 1% of the CPU's;
  *   - each rank's logits (its positions' rows, its vocabulary columns) within 3% of max of the CPU's;
  *   - every gradient block within 5% (L2) of the same block of the CPU's whole gradient
@@ -32,6 +36,7 @@
 #include "gpu_test_util.h"
 #include "model/model.h"
 #include "model_case.h"
+#include "moe_case.h"
 
 static int passed, failed;
 
@@ -108,17 +113,47 @@ static void local_tokens(const int32_t *whole, int count, int Tall, const int32_
         for (int t = 0; t < T; t++) out[(size_t)b * T + t] = whole[(size_t)b * Tall + pos[t]];
 }
 
-static void run_case(const char *name, ModelConfig cfg, int tp, int cp, bool sp, int B, int Tall) {
-    printf("%s: tp %d%s, cp %d, C=%d H=%d KVH=%d D=%d, B=%d T=%d%s\n", name, tp, sp ? " + sequence parallel" : "", cp,
-           cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, B, Tall,
-           cfg.tie_word_embeddings ? ", tied" : "");
+/* MoE: both micro-batches drawn until the CPU routes them without a near-tie (moe_case.h). */
+static bool moe_tokens(Model *cpu, int32_t *inputs, int32_t *targets, int B, int B1, int Tall) {
+    const int N = B * Tall;
+    Rng rng;
+    for (int tries = 0; tries < 400; tries++) {
+        rng_seed(&rng, 1000 + (uint64_t)tries);
+        case_tokens(2 * N, cpu->cfg.vocab_size, &rng, inputs, targets);
+        model_moe_step_begin(cpu);
+        model_forward(cpu, inputs + N, targets + N, B1, Tall);
+        const double first = routing_margin(cpu, B1 * Tall);
+        model_forward(cpu, inputs, targets, B, Tall);
+        const double margin = fmin(first, routing_margin(cpu, N));
+        if (margin >= 1e-2) {
+            printf("  micro-batches %d: the smallest routing gap is %.2f%%\n", tries, 100.0 * margin);
+            return true;
+        }
+    }
+    return false;
+}
+
+static void run_case(const char *name, ModelConfig cfg, int tp, int cp, bool sp, int etp, int B, int Tall) {
+    printf("%s: tp %d%s%s, cp %d, C=%d H=%d KVH=%d D=%d, B=%d T=%d%s\n", name, tp, sp ? " + sequence parallel" : "",
+           etp > 1 ? " + expert tensor parallel" : "", cp, cfg.hidden_size, cfg.num_attention_heads,
+           cfg.num_key_value_heads, cfg.head_dim, B, Tall, cfg.tie_word_embeddings ? ", tied" : "");
     Rng rng;
     rng_seed(&rng, 11);
     Model *cpu = cpu_case_model(&cfg, B, Tall, &rng);
+    if (cpu->moe_step) sharpen_router(cpu);
     const int N = B * Tall, V = cfg.vocab_size, Vr = V / tp, B1 = B > 1 ? B - 1 : 1, T = Tall / cp;
     /* micro-batch 2 (B sequences) at inputs, micro-batch 1 (B1 sequences) after it */
     int32_t *inputs = malloc((size_t)2 * N * sizeof(int32_t)), *targets = malloc((size_t)2 * N * sizeof(int32_t));
     case_tokens(2 * N, V, &rng, inputs, targets);
+    if (cpu->moe_step && !moe_tokens(cpu, inputs, targets, B, B1, Tall)) {
+        printf("  no micro-batches of 400 tried route without a near-tie: choose another case\n");
+        failed++;
+        model_free(cpu);
+        free(inputs);
+        free(targets);
+        return;
+    }
+    if (cpu->moe_step) model_moe_step_begin(cpu);
     model_zero_grad(cpu);
     model_forward(cpu, inputs + N, targets + N, B1, Tall);
     model_backward(cpu, 0.5f);
@@ -155,6 +190,7 @@ static void run_case(const char *name, ModelConfig cfg, int tp, int cp, bool sp,
         part.sequence_parallel = sp;
         part.cp = cp;
         part.cp_rank = c;
+        part.etp = etp;
         ranks[i] = (GridRank){.whole = cpu, .part = part, .tp_group = tp_groups[c], .cp_group = cp_groups[t],
                               .inputs = local_in[c], .targets = local_tg[c], .B = B, .T = T};
         if (pthread_create(&threads[i], NULL, rank_main, &ranks[i]) != 0) {
@@ -214,7 +250,9 @@ static void run_case(const char *name, ModelConfig cfg, int tp, int cp, bool sp,
             const Model *a = ranks[i].host, *b = ranks[j].host;
             for (int k = 0; k < a->num_params; k++) {
                 const ParamInfo *p = &a->param_info[k], *q = model_find_param(b, p->name);
-                if (p->global_start[0] != q->global_start[0] || p->global_start[1] != q->global_start[1]) continue;
+                if (p->global_start[0] != q->global_start[0] || p->global_start[1] != q->global_start[1] ||
+                    p->global_start[2] != q->global_start[2])
+                    continue;
                 copies++;
                 differing += memcmp(ranks[i].params + p->offset, ranks[j].params + q->offset,
                                     (size_t)p->numel * sizeof(float)) != 0;
@@ -254,17 +292,28 @@ int main(void) {
     const ModelConfig qwen2 = tiny(FAMILY_QWEN2, 128, 4, 2, 32);
     const ModelConfig qwen3 = tiny(FAMILY_QWEN3, 128, 4, 2, 32);
     for (int sp = 0; sp <= 1; sp++) { /* tensor parallel */
-        run_case("llama (GQA)", llama, 2, 1, sp, 2, 34);
-        run_case("llama (tied)", tied, 4, 1, sp, 2, 32);
-        run_case("qwen2 (q/k/v biases)", qwen2, 2, 1, sp, 2, 40);
-        run_case("qwen3 (qk-norm)", qwen3, 2, 1, sp, 3, 36);
+        run_case("llama (GQA)", llama, 2, 1, sp, 1, 2, 34);
+        run_case("llama (tied)", tied, 4, 1, sp, 1, 2, 32);
+        run_case("qwen2 (q/k/v biases)", qwen2, 2, 1, sp, 1, 2, 40);
+        run_case("qwen3 (qk-norm)", qwen3, 2, 1, sp, 1, 3, 36);
     }
     /* context parallel, alone and with tensor parallel */
-    run_case("llama (GQA)", llama, 1, 2, false, 2, 36);
-    run_case("qwen3 (qk-norm)", qwen3, 1, 2, false, 2, 40);
-    run_case("llama (tied)", tied, 1, 4, false, 1, 48);
-    run_case("qwen2 (q/k/v biases)", qwen2, 2, 2, true, 2, 40);
-    run_case("llama (GQA)", llama, 2, 2, false, 3, 36);
+    run_case("llama (GQA)", llama, 1, 2, false, 1, 2, 36);
+    run_case("qwen3 (qk-norm)", qwen3, 1, 2, false, 1, 2, 40);
+    run_case("llama (tied)", tied, 1, 4, false, 1, 1, 48);
+    run_case("qwen2 (q/k/v biases)", qwen2, 2, 2, true, 1, 2, 40);
+    run_case("llama (GQA)", llama, 2, 2, false, 1, 3, 36);
+    /* mixture of experts: tp with the experts whole (etp 1) and sliced (etp 2), cp, tp x cp */
+    ModelConfig mixtral = moe_case(FAMILY_MIXTRAL, 8, 2, LB_AUX_LOSS);
+    mixtral.moe.z_loss_coeff = 1e-3;
+    ModelConfig qwen3_moe = moe_case(FAMILY_QWEN3_MOE, 16, 4, LB_SEQ_AUX_LOSS);
+    qwen3_moe.moe.shared_expert_intermediate_size = 48;
+    ModelConfig global = moe_case(FAMILY_MIXTRAL, 8, 2, LB_GLOBAL_AUX_LOSS);
+    run_case("mixtral (aux loss, z-loss)", mixtral, 2, 1, false, 1, 2, 32);
+    run_case("mixtral (aux loss, z-loss)", mixtral, 2, 1, true, 2, 2, 32);
+    run_case("qwen3_moe (seq aux, shared expert)", qwen3_moe, 2, 1, false, 2, 2, 32);
+    run_case("qwen3_moe (seq aux, shared expert)", qwen3_moe, 1, 2, false, 1, 2, 32);
+    run_case("mixtral (global aux)", global, 2, 2, true, 2, 2, 32);
     printf("\n%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

@@ -376,7 +376,6 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
             return NULL;
         }
         m->moe_step = host->moe_step;
-        m->cp_host = part->cp_comm && part->cp_comm->size > 1 ? part->cp_comm : NULL;
         m->dp_host = part->dp_comm && part->dp_comm->size > 1 ? part->dp_comm : NULL;
     }
     if (cuda_context_create(&m->ctx, device, err, errlen) != 0) {

@@ -152,7 +152,6 @@ struct CudaModel {
     DeviceComm *edp_comm;      /* the ranks holding the same experts (their gradients' average), NULL: none */
     long expert_begin;         /* ep > 1: the routed experts' weights, [expert_begin, num_floats) */
     int etp;                   /* expert tensor parallel: 1 (experts whole on every tp rank) or tp (sliced) */
-    const Comm *cp_host;       /* the host Model's cp group (the balancing counts), NULL when cp == 1 */
 };
 
 enum { NORM_PARTIALS = 1024 };

@@ -251,7 +251,7 @@ static void balance(CudaModel *m, int l, MoeSaved *v, int B, int T) {
     if (aux_on && seq) {
         double *all = mt_malloc((size_t)B * E * sizeof(double)); /* per sequence, over cp */
         for (size_t i = 0; i < (size_t)B * E; i++) all[i] = s->h_counts[i];
-        if (m->cp_host) comm_all_reduce_sum_double(m->cp_host, all, (size_t)B * E);
+        if (m->cp_comm) device_comm_sum_doubles(m->cp_comm, all, (size_t)B * E);
         for (int r = 0; r < B; r++) {
             double sum = 0.0;
             for (int e = 0; e < E; e++) {
@@ -267,14 +267,14 @@ static void balance(CudaModel *m, int l, MoeSaved *v, int B, int T) {
         double tokens = Nall;
         if (mc->load_balancing == LB_GLOBAL_AUX_LOSS) { /* running counts over the step, the dp and cp ranks */
             if (m->dp_host) comm_all_reduce_sum_double(m->dp_host, counts, (size_t)E + 1);
-            if (m->cp_host) comm_all_reduce_sum_double(m->cp_host, counts, (size_t)E + 1);
+            if (m->cp_comm) device_comm_sum_doubles(m->cp_comm, counts, (size_t)E + 1);
             double *global = step->global_counts + (size_t)l * E;
             for (int e = 0; e < E; e++) global[e] += counts[e];
             step->global_tokens[l] += counts[E];
             for (int e = 0; e < E; e++) v->aux_counts[e] = (float)global[e];
             tokens = step->global_tokens[l];
         } else {
-            if (m->cp_host) comm_all_reduce_sum_double(m->cp_host, counts, (size_t)E);
+            if (m->cp_comm) device_comm_sum_doubles(m->cp_comm, counts, (size_t)E);
             for (int e = 0; e < E; e++) v->aux_counts[e] = (float)counts[e];
         }
         double sum = 0.0; /* counts are whole numbers: exact in float */
