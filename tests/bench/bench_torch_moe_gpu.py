@@ -69,8 +69,9 @@ TFLOP/s: megatrain's FLOPs count over the active parameters
 3*C*I_moe per layer + lm_head V*C) + 12 * L * T * H * D), the count
 bench_gpu.py's megatrain rows use; padding rows are not counted. Prints
 tokens/s over --steps steps after --warmup steps, TFLOP/s, peak memory
-(max_memory_allocated) and the last loss; a CUDA out-of-memory error prints
-{"error": "oom"} instead of failing.
+(max_memory_allocated), the last loss and the aux loss in it (with its
+coefficient); a CUDA out-of-memory error prints {"error": "oom"} instead of
+failing.
 
 Usage: bench_torch_moe_gpu.py --config configs/qwen3-30b-a3b.yaml --layers 4 --impl hf|grouped
          [--seq-len 4096] [--micro-batch 1] [--steps 15] [--warmup 5] [--mode eager|compile]
@@ -494,7 +495,8 @@ def train(a, c, device):
         with torch.autocast(device, dtype=torch.bfloat16):
             if a.impl == "hf":
                 out = step_model(input_ids=tokens, labels=tokens, use_cache=False)  # HF shifts labels
-                loss, aux = out.loss, getattr(out, "aux_loss", None)
+                aux = getattr(out, "aux_loss", None)  # transformers' aux loss, without its coefficient
+                loss, aux = out.loss, (aux * c["aux_coeff"] if aux is not None else None)
             else:
                 loss, aux = step_model(tokens)
         loss.backward()
