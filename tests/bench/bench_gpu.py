@@ -1,26 +1,42 @@
 #!/usr/bin/env python3
 """bench_gpu.py: megatrain's CUDA backend against PyTorch on the same GPU, in one run.
 
-For each shape (Llama 3.2 1B at seq 2048 and 4096, Qwen3 1.7B at seq 4096; the
-MoE shapes Qwen3-30B-A3B with 4 layers and Mixtral 8x7B with 2, megatrain only
-for now):
+For each shape (dense: Llama 3.2 1B at seq 2048 and 4096, Qwen3 1.7B at seq
+4096; mixture of experts, issue 17: Qwen3-30B-A3B with 4 layers and Mixtral
+8x7B with 2, seq 4096, micro-batch 1):
 megatrain trains the configs/ architecture with one micro-batch per step
-(global batch = micro batch, as the PyTorch peer does) on byte-level data, and
+(global batch = micro batch, as the PyTorch peers do) on byte-level data, and
 is stopped after --steps steps (the end-of-run checkpoint is not part of the
-measurement); tokens/s is the mean over the steps after --warmup. Then
-tests/bench/bench_torch_gpu.py trains the same shape in eager mode and with
-torch.compile. MFU = TFLOP/s / the bf16 matmul peak measured in the same run
-(8192^3 torch.matmul). FLOPs per token: megatrain's count (6N + attention,
-src/model/model_flops.c), used by both sides.
+measurement); tokens/s is the mean over the steps after --warmup. Then the
+PyTorch peers train the same shape, each in its own process, eager and with
+torch.compile: for the dense shapes tests/bench/bench_torch_gpu.py
+(transformers' LlamaForCausalLM / Qwen3ForCausalLM); for the MoE shapes
+tests/bench/bench_torch_moe_gpu.py, as 'hf' (transformers'
+Qwen3MoeForCausalLM / MixtralForCausalLM with its default experts
+implementation) and 'grouped_mm' (a torchtitan-style model on
+torch._grouped_mm, self-checked against a per-expert loop before timing;
+'skipped' where torch has no _grouped_mm). MFU = TFLOP/s / the bf16 matmul
+peak measured in the same run (8192^3 torch.matmul). FLOPs per token:
+megatrain's count (6N + attention, src/model/model_flops.c; over the active
+parameters for MoE: router, k experts, attention, lm_head), used by every
+row. A peer that runs out of GPU memory shows as OOM, one that fails or
+passes --torch-timeout as its error; the other rows still run.
 
 Usage: python3 tests/bench/bench_gpu.py [--megatrain build/cuda/megatrain] [--steps 20] [--warmup 5]
-         [--only NAME] [--no-torch] [--out DIR] [--env NAME=VALUE ...]
-Prints a Markdown table last; DIR gets results.json and the logs.
+         [--only NAME[,NAME...]] [--group all|dense|moe] [--no-torch] [--moe-peers LIST]
+         [--torch-timeout S] [--out DIR] [--env NAME=VALUE ...]
+Prints a Markdown table last; DIR gets results.json (written after each
+shape) and the logs. Time: the dense group took about 7 minutes on an H100;
+the MoE shapes' PyTorch rows have not run on a GPU yet (estimate: 4 to 6
+minutes a shape, the two compiles most of it). A device call is at most 10
+minutes: run the dense group (--group dense) and each MoE shape (--only
+qwen3-30b-a3b, --only mixtral) in calls of their own.
 """
 import argparse
 import json
 import os
 import random
+import signal
 import subprocess
 import sys
 import time
@@ -28,7 +44,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
-SHAPES = [  # name, config, torch args ("": no PyTorch peer yet), seq_len, micro_batch[, num_layers]
+SHAPES = [  # name, config, torch args (dense: bench_torch_gpu.py's; "moe": bench_torch_moe_gpu.py), seq_len,
+    # micro_batch[, num_layers]
     ("llama3.2-1b-s2048", "configs/llama3.2-1b.yaml",
      "--family llama --layers 16 --hidden 2048 --intermediate 8192 --heads 32 --kv-heads 8 --head-dim 64 "
      "--vocab 128256 --tie --rope-theta 500000", 2048, 4),
@@ -39,10 +56,12 @@ SHAPES = [  # name, config, torch args ("": no PyTorch peer yet), seq_len, micro
      "--family qwen3 --layers 28 --hidden 2048 --intermediate 6144 --heads 16 --kv-heads 8 --head-dim 128 "
      "--vocab 151936 --tie --rope-theta 1000000", 4096, 2),
     # Mixture of experts (issue 17): the real layer shapes, few layers, so that fp32 master weights and AdamW fit
-    # one GPU. TFLOP/s count the active parameters (the k routed experts, the router, attention).
-    ("qwen3-30b-a3b-4l-s4096", "configs/qwen3-30b-a3b.yaml", "", 4096, 1, 4),
-    ("mixtral-8x7b-2l-s4096", "configs/mixtral-8x7b.yaml", "", 4096, 1, 2),
+    # one GPU. TFLOP/s count the active parameters (the k routed experts, the router, attention). The PyTorch
+    # peers read the same config and layer count (bench_torch_moe_gpu.py --config ... --layers ...).
+    ("qwen3-30b-a3b-4l-s4096", "configs/qwen3-30b-a3b.yaml", "moe", 4096, 1, 4),
+    ("mixtral-8x7b-2l-s4096", "configs/mixtral-8x7b.yaml", "moe", 4096, 1, 2),
 ]
+MOE_PEERS = ("hf-eager", "hf-compile", "grouped_mm-eager", "grouped_mm-compile")  # bench_torch_moe_gpu.py's rows
 
 
 def make_data(megatrain, prefix):
@@ -100,15 +119,62 @@ def run_megatrain(a, name, config, seq, mbs, data, out, layers=None):
             "steps": len(timed)}
 
 
+def run_peer(cmd, impl, log_path, timeout):
+    """One PyTorch peer in its own process (its own CUDA context: an OOM or a crash ends only it),
+    killed with its process group (inductor's compile workers too) after timeout seconds."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+        timed_out = False
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        stdout, stderr = proc.communicate()
+        timed_out = True
+    with open(log_path, "w") as f:
+        f.write(stdout + stderr)
+    if timed_out:
+        return {"impl": impl, "error": f"timeout after {timeout} s"}
+    lines = [l for l in stdout.splitlines() if l.startswith("{")]
+    if lines:
+        return json.loads(lines[-1])
+    tail = [l for l in stderr.strip().splitlines() if l.strip()]
+    return {"impl": impl, "error": (tail[-1] if tail else f"exit {proc.returncode}")[-300:]}
+
+
 def run_torch(a, torch_args, seq, mbs, mode, out, name):
     cmd = [sys.executable, os.path.join(HERE, "bench_torch_gpu.py")] + torch_args.split() + [
         "--seq-len", str(seq), "--micro-batch", str(mbs), "--steps", str(a.steps - a.warmup),
         "--warmup", str(a.warmup), "--mode", mode, "--json"]
-    res = subprocess.run(cmd, capture_output=True, text=True)
-    with open(os.path.join(out, f"{name}.torch-{mode}.log"), "w") as f:
-        f.write(res.stdout + res.stderr)
-    lines = [l for l in res.stdout.splitlines() if l.startswith("{")]
-    return json.loads(lines[-1]) if lines else {"impl": "torch-" + mode, "error": res.stderr[-300:]}
+    return run_peer(cmd, "torch-" + mode, os.path.join(out, f"{name}.torch-{mode}.log"), a.torch_timeout)
+
+
+def run_torch_moe(a, config, layers, seq, mbs, peer, out, name):
+    """peer: hf-eager, hf-compile, grouped_mm-eager or grouped_mm-compile."""
+    impl, mode = peer.rsplit("-", 1)
+    cmd = [sys.executable, os.path.join(HERE, "bench_torch_moe_gpu.py"), "--config", os.path.join(REPO, config),
+           "--layers", str(layers), "--impl", "hf" if impl == "hf" else "grouped", "--seq-len", str(seq),
+           "--micro-batch", str(mbs), "--steps", str(a.steps - a.warmup), "--warmup", str(a.warmup),
+           "--mode", mode, "--json"]
+    return run_peer(cmd, peer, os.path.join(out, f"{name}.{peer}.log"), a.torch_timeout)
+
+
+def print_table(results):
+    peak = results["peak"]
+    print(f"\nGPU: {peak['device']}, bf16 matmul peak {peak['tflops']} TFLOP/s (torch {peak['torch']})\n")
+    print("| shape | seq | mbs | impl | tokens/s | TFLOP/s | MFU | peak mem GiB | vs megatrain |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for row in results["rows"]:
+        ours = row["impls"][0].get("tokens_per_s") if row["impls"] else None
+        for r in row["impls"]:
+            if "error" in r:
+                err = "OOM" if r["error"] == "oom" else r["error"][:60].replace("|", "/")
+                print(f"| {row['name']} | {row['seq_len']} | {row['micro_batch']} | {r['impl']} | {err} | | | | |")
+                continue
+            mfu = 100.0 * r["tflops"] / peak["tflops"]
+            rel = f"{ours / r['tokens_per_s']:.2f}x" if ours and r["impl"] != "megatrain" else ""
+            mem = r.get("peak_mem_gib")
+            print(f"| {row['name']} | {row['seq_len']} | {row['micro_batch']} | {r['impl']} | {r['tokens_per_s']:.0f} | "
+                  f"{r['tflops']:.1f} | {mfu:.1f}% | {mem if mem is None else round(mem, 1)} | {rel} |")
 
 
 def main():
@@ -116,11 +182,20 @@ def main():
     ap.add_argument("--megatrain", default=os.path.join(REPO, "build/cuda/megatrain"))
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--only", default="")
+    ap.add_argument("--only", default="", help="run the shapes whose name contains NAME (comma-separated: any)")
+    ap.add_argument("--group", choices=("all", "dense", "moe"), default="all",
+                    help="the dense shapes, the MoE shapes, or all (default)")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--moe-peers", default=",".join(MOE_PEERS),
+                    help="the PyTorch rows of a MoE shape, comma-separated (default: %(default)s)")
+    ap.add_argument("--torch-timeout", type=int, default=300, help="seconds per PyTorch peer (default 300)")
     ap.add_argument("--out", default=os.path.join(REPO, "runs/bench-gpu"))
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the megatrain runs (repeatable)")
     a = ap.parse_args()
+    moe_peers = [p for p in a.moe_peers.split(",") if p]
+    unknown = [p for p in moe_peers if p not in MOE_PEERS]
+    if unknown:
+        ap.error(f"--moe-peers: unknown {', '.join(unknown)} (known: {', '.join(MOE_PEERS)})")
     os.makedirs(a.out, exist_ok=True)
     data = os.path.join(a.out, "words")
     make_data(a.megatrain, data)
@@ -128,34 +203,28 @@ def main():
                                      capture_output=True, text=True, check=True).stdout.splitlines()[-1])
     results = {"peak": peak, "rows": []}
     for name, config, torch_args, seq, mbs, *extra in SHAPES:
-        if a.only and a.only not in name:
+        if a.only and not any(o in name for o in a.only.split(",") if o):
             continue
+        moe = torch_args == "moe"
+        if a.group != "all" and (a.group == "moe") != moe:
+            continue
+        layers = extra[0] if extra else None
         row = {"name": name, "seq_len": seq, "micro_batch": mbs, "impls": []}
         t0 = time.time()
-        row["impls"].append(run_megatrain(a, name, config, seq, mbs, data, a.out, extra[0] if extra else None))
+        row["impls"].append(run_megatrain(a, name, config, seq, mbs, data, a.out, layers))
         print(f"{name}: megatrain {row['impls'][-1]} ({time.time() - t0:.0f}s)", flush=True)
-        if not a.no_torch and torch_args:
-            for mode in ("eager", "compile"):
+        if not a.no_torch:
+            for peer in (moe_peers if moe else ("eager", "compile")):
                 t0 = time.time()
-                row["impls"].append(run_torch(a, torch_args, seq, mbs, mode, a.out, name))
-                print(f"{name}: torch {mode} {row['impls'][-1]} ({time.time() - t0:.0f}s)", flush=True)
+                row["impls"].append(run_torch_moe(a, config, layers, seq, mbs, peer, a.out, name) if moe else
+                                    run_torch(a, torch_args, seq, mbs, peer, a.out, name))
+                print(f"{name}: torch {peer} {row['impls'][-1]} ({time.time() - t0:.0f}s)", flush=True)
         results["rows"].append(row)
+        with open(os.path.join(a.out, "results.json"), "w") as f:  # after each shape: a cut-off run keeps its rows
+            json.dump(results, f, indent=1)
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump(results, f, indent=1)
-    print(f"\nGPU: {peak['device']}, bf16 matmul peak {peak['tflops']} TFLOP/s (torch {peak['torch']})\n")
-    print("| shape | seq | mbs | impl | tokens/s | TFLOP/s | MFU | peak mem GiB | vs megatrain |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for row in results["rows"]:
-        ours = row["impls"][0].get("tokens_per_s")
-        for r in row["impls"]:
-            if "error" in r:
-                print(f"| {row['name']} | {row['seq_len']} | {row['micro_batch']} | {r['impl']} | {r['error'][:40]} | | | | |")
-                continue
-            mfu = 100.0 * r["tflops"] / peak["tflops"]
-            rel = f"{ours / r['tokens_per_s']:.2f}x" if ours and r["impl"] != "megatrain" else ""
-            mem = r.get("peak_mem_gib")
-            print(f"| {row['name']} | {row['seq_len']} | {row['micro_batch']} | {r['impl']} | {r['tokens_per_s']:.0f} | "
-                  f"{r['tflops']:.1f} | {mfu:.1f}% | {mem if mem is None else round(mem, 1)} | {rel} |")
+    print_table(results)
 
 
 if __name__ == "__main__":

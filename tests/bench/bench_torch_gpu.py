@@ -8,7 +8,8 @@ contract: fp32 master weights, bf16 compute under torch.autocast, fused AdamW
 one micro-batch of random tokens per step. Prints tokens/s over --steps steps
 after --warmup steps, TFLOP/s by megatrain's FLOPs count
 (src/model/model_flops.c), peak memory and the last loss. --peak times an
-8192^3 bf16 torch.matmul instead.
+8192^3 bf16 torch.matmul instead. The MoE peers (bench_torch_moe_gpu.py) keep
+this contract and import emit and is_oom from here.
 
 Usage: bench_torch_gpu.py --family llama|qwen3 --layers L --hidden C --intermediate I
          --heads H --kv-heads KVH --head-dim D --vocab V --seq-len T --micro-batch B

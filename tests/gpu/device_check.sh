@@ -4,7 +4,9 @@
 # benchmark against PyTorch. Expects build/cuda and .devlibs.tgz from
 # tests/gpu/carry_libs.sh (or a machine with our packages: then plain
 # `make test-gpu` and `make bench-gpu` do the same). Logs go to $OUT (or
-# /tmp/device-check). Usage: bash tests/gpu/device_check.sh [tests|profile|bench ...]
+# /tmp/device-check). Usage: bash tests/gpu/device_check.sh [tests|profile|bench|bench-a3b|bench-mixtral ...]
+# (bench: the dense shapes, about 7 minutes on an H100; bench-a3b and bench-mixtral: one MoE shape each,
+# megatrain and its PyTorch peers; each in a device call of its own: a call is at most 10 minutes)
 set -u
 cd "$(dirname "$0")/../.."
 source tests/gpu/device_env.sh
@@ -26,10 +28,17 @@ tests/gpu/attention_selftest.cu kernels/attention.cu -o build/cuda/attention_sel
         --env MEGATRAIN_CUDA_PROFILE=5 > "$out/profile.log" 2>&1
       grep -A12 "CUDA profile" /tmp/profile-run/*.megatrain.log | head -14 ;;
     bench)
-      python3 tests/bench/bench_gpu.py --out /tmp/bench-gpu > "$out/bench.log" 2>&1
+      python3 tests/bench/bench_gpu.py --group dense --out /tmp/bench-gpu > "$out/bench.log" 2>&1
       cp /tmp/bench-gpu/results.json "$out/" 2>/dev/null
       head -3 /tmp/bench-gpu/llama3.2-1b-s4096.megatrain.log > "$out/megatrain-head.log" 2>/dev/null
       grep -E "^(step|device)" /tmp/bench-gpu/llama3.2-1b-s4096.megatrain.log | head -4
       tail -14 "$out/bench.log" ;;
+    bench-a3b|bench-mixtral)
+      shape=${part#bench-}
+      # a peer past 200 s (a slow compile) becomes a timeout row: the call stays within 10 minutes
+      python3 tests/bench/bench_gpu.py --only "$shape" --torch-timeout 200 --out "/tmp/$part" > "$out/$part.log" 2>&1
+      cp "/tmp/$part/results.json" "$out/results-$shape.json" 2>/dev/null
+      grep -h "self-check" /tmp/$part/*grouped_mm-eager.log 2>/dev/null | head -2
+      tail -9 "$out/$part.log" ;;
   esac
 done
