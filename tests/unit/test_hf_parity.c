@@ -374,7 +374,9 @@ PARITY_CASE(qwen3_qknorm)
     }
 
 MOE_PARITY_CASE(mixtral_moe)
+MOE_PARITY_CASE(mixtral_hd16)
 MOE_PARITY_CASE(qwen3_moe)
+MOE_PARITY_CASE(qwen3_moe_nonorm)
 
 /* The fixtures exercise what they claim: the config features each case is for. */
 static void test_fixture_configs(void **state) {
@@ -399,6 +401,20 @@ static void test_fixture_configs(void **state) {
     assert_int_equal(cfg.family, FAMILY_QWEN3);
     assert_true(cfg.qk_norm);
     assert_true(cfg.num_attention_heads * cfg.head_dim != cfg.hidden_size);
+    fixture_path(path, sizeof path, "mixtral_hd16", "config.json"); /* the Mixtral case the CUDA attention takes */
+    assert_int_equal(hf_config_read(path, &cfg, err, sizeof err), 0);
+    assert_int_equal(cfg.family, FAMILY_MIXTRAL);
+    assert_int_equal(cfg.head_dim, 16);
+    assert_true(cfg.num_key_value_heads < cfg.num_attention_heads);
+    fixture_path(path, sizeof path, "qwen3_moe", "config.json");
+    assert_int_equal(hf_config_read(path, &cfg, err, sizeof err), 0);
+    assert_int_equal(cfg.family, FAMILY_QWEN3_MOE);
+    assert_true(cfg.moe.norm_topk_prob);
+    fixture_path(path, sizeof path, "qwen3_moe_nonorm", "config.json"); /* the combine weights not renormalised */
+    assert_int_equal(hf_config_read(path, &cfg, err, sizeof err), 0);
+    assert_int_equal(cfg.family, FAMILY_QWEN3_MOE);
+    assert_false(cfg.moe.norm_topk_prob);
+    assert_int_equal(cfg.head_dim, 16);
 }
 
 int main(void) {
@@ -414,8 +430,12 @@ int main(void) {
         cmocka_unit_test(test_qwen3_qknorm_train_step),
         cmocka_unit_test(test_mixtral_moe_forward_backward),
         cmocka_unit_test(test_mixtral_moe_aux),
+        cmocka_unit_test(test_mixtral_hd16_forward_backward),
+        cmocka_unit_test(test_mixtral_hd16_aux),
         cmocka_unit_test(test_qwen3_moe_forward_backward),
         cmocka_unit_test(test_qwen3_moe_aux),
+        cmocka_unit_test(test_qwen3_moe_nonorm_forward_backward),
+        cmocka_unit_test(test_qwen3_moe_nonorm_aux),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
