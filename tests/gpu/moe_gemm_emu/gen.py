@@ -1,6 +1,7 @@
 # gen.py: kernels/moe_gemm.cu -> the host C++ that tests/gpu/moe_gemm_emu/emu.cpp includes: the PTX
 # primitives (between the "PTX primitives" markers), the extern shared memory and the launch replaced by the
-# emulator's. Usage: python3 gen.py kernels/moe_gemm.cu OUT.inc
+# emulator's. Usage: python3 gen.py kernels/moe_gemm.cu OUT.inc [--library]: with --library the launchers become
+# extern "C" emu_moe_gemm_* (fake_cuda.c's cuda_moe_gemm_* call them).
 import re
 import sys
 src = open(sys.argv[1]).read()
@@ -22,4 +23,6 @@ cudaError_t launch(const Args &p, long blocks, cudaStream_t stream) {
     return cudaSuccess;
 }
 ''' + src[m.end():]
+if '--library' in sys.argv[3:]:
+    src = re.sub(r'^cudaError_t cuda_moe_gemm_', 'extern "C" cudaError_t emu_moe_gemm_', src, flags=re.M)
 open(sys.argv[2], 'w').write(src)
