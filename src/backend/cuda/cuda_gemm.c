@@ -9,9 +9,11 @@
 #include "cuda_gemm.h"
 
 #include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_check.h"
+#include "cuda_kernels.h"
 
 typedef struct GemmKey {
     int transa, transb, m, n, k, lda, ldb, ldc;
@@ -186,6 +188,267 @@ void cuda_sgemm_backward(CudaContext *ctx, float *dinp, float *dweight, const fl
                          const float *weight, int N, int IC, int OC) {
     blas_gemm(ctx, 0, 0, IC, N, OC, weight, CUDA_R_32F, IC, dout, OC, 0.0f, dinp, CUDA_R_32F, IC);
     blas_gemm(ctx, 0, 1, IC, OC, N, inp, CUDA_R_32F, IC, dout, OC, 1.0f, dweight, CUDA_R_32F, IC);
+}
+
+/* ---- grouped expert products (cuda_gemm.h) --------------------------------------------------------------- */
+
+static CudaMoeGemm moe_gemm_how;
+static pthread_once_t moe_gemm_once = PTHREAD_ONCE_INIT;
+
+static void moe_gemm_read(void) {
+    const char *v = getenv("MEGATRAIN_MOE_GEMM");
+    if (!v || !*v || strcmp(v, "cublas") == 0) moe_gemm_how = CUDA_MOE_GEMM_CUBLAS;
+    else if (strcmp(v, "cublas_grouped") == 0) moe_gemm_how = CUDA_MOE_GEMM_CUBLAS_GROUPED;
+    else if (strcmp(v, "kernel") == 0) moe_gemm_how = CUDA_MOE_GEMM_KERNEL;
+    else mt_die(MT_EXIT_USAGE, "MEGATRAIN_MOE_GEMM: expected cublas, cublas_grouped or kernel, found '%s'", v);
+}
+
+CudaMoeGemm cuda_moe_gemm_choice(void) {
+    pthread_once(&moe_gemm_once, moe_gemm_read);
+    return moe_gemm_how;
+}
+
+const char *cuda_moe_gemm_name(CudaMoeGemm how) {
+    return how == CUDA_MOE_GEMM_KERNEL ? "kernel" : how == CUDA_MOE_GEMM_CUBLAS_GROUPED ? "cublas_grouped" : "cublas";
+}
+
+/* The kernel's conditions: dimensions and leading dimensions multiples of 8 (16 bytes of bf16), pointers 16-byte
+ * aligned, the offsets on the device. */
+static int kernel_takes(const CudaGroupedRows *g, const int *dims, int num_dims, const void *const *ptrs,
+                        int num_ptrs) {
+    if (!g->d_offsets) return 0;
+    for (int i = 0; i < num_dims; i++)
+        if (dims[i] < 0 || dims[i] % 8 != 0) return 0;
+    for (int i = 0; i < num_ptrs; i++)
+        if ((uintptr_t)ptrs[i] % 16 != 0) return 0;
+    return 1;
+}
+
+/* One product of a grouped call, in cuBLAS's column-major terms (blas_gemm's arguments). */
+typedef struct GroupedProblem {
+    int transa, transb, m, n, k, lda, ldb, ldc;
+    const void *A, *B;
+    void *C;
+    float beta;
+} GroupedProblem;
+
+/* The problems in one cublasGemmGroupedBatchedEx (bf16 inputs, fp32 compute, each problem its own group: the row
+ * counts differ). Its sizes, scalars and group sizes are host arrays; the A, B, C pointer arrays device ones,
+ * copied from the host on the stream (cudaMemcpyAsync stages a pageable source before returning) into
+ * stream-ordered memory freed after the call. Returns cuBLAS's status. */
+static cublasStatus_t grouped_gemm(CudaContext *ctx, const GroupedProblem *p, int count, cudaDataType_t c_type) {
+    if (count <= 0) return CUBLAS_STATUS_SUCCESS;
+    cublasOperation_t *ta = mt_malloc((size_t)count * sizeof *ta), *tb = mt_malloc((size_t)count * sizeof *tb);
+    int *ints = mt_malloc((size_t)count * 7 * sizeof *ints);
+    int *m = ints, *n = m + count, *k = n + count, *lda = k + count, *ldb = lda + count, *ldc = ldb + count;
+    int *size = ldc + count;
+    float *alpha = mt_malloc((size_t)count * 2 * sizeof *alpha), *beta = alpha + count;
+    const void **ptrs = mt_malloc((size_t)count * 3 * sizeof *ptrs);
+    for (int i = 0; i < count; i++) {
+        ta[i] = p[i].transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+        tb[i] = p[i].transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+        m[i] = p[i].m;
+        n[i] = p[i].n;
+        k[i] = p[i].k;
+        lda[i] = p[i].lda;
+        ldb[i] = p[i].ldb;
+        ldc[i] = p[i].ldc;
+        size[i] = 1;
+        alpha[i] = 1.0f;
+        beta[i] = p[i].beta;
+        ptrs[i] = p[i].A;
+        ptrs[count + i] = p[i].B;
+        ptrs[2 * count + i] = p[i].C;
+    }
+    const size_t bytes = (size_t)count * 3 * sizeof(void *);
+    void **d_ptrs = NULL;
+    CUDA_CHECK(cudaMallocAsync((void **)&d_ptrs, bytes, ctx->stream));
+    CUDA_CHECK(cudaMemcpyAsync(d_ptrs, ptrs, bytes, cudaMemcpyHostToDevice, ctx->stream));
+    const cublasStatus_t status = cublasGemmGroupedBatchedEx(
+        ctx->blas, ta, tb, m, n, k, alpha, (const void *const *)d_ptrs, CUDA_R_16BF, lda,
+        (const void *const *)(d_ptrs + count), CUDA_R_16BF, ldb, beta, d_ptrs + 2 * count, c_type, ldc, count, size,
+        CUBLAS_COMPUTE_32F);
+    CUDA_CHECK(cudaFreeAsync(d_ptrs, ctx->stream));
+    free(ta);
+    free(tb);
+    free(ints);
+    free(alpha);
+    free(ptrs);
+    return status;
+}
+
+/* Groups with rows: expert e's first row and count into first[i], rows[i], its index into group[i]; returns how many. */
+static int busy_groups(const CudaGroupedRows *g, int *group, int *first, int *rows) {
+    int count = 0;
+    for (int e = 0; e < g->groups; e++) {
+        const int n = g->offsets[e + 1] - g->offsets[e];
+        if (n <= 0) continue;
+        group[count] = e;
+        first[count] = g->offsets[e];
+        rows[count] = n;
+        count++;
+    }
+    return count;
+}
+
+void cuda_grouped_forward(CudaContext *ctx, CudaMoeGemm how, const CudaGroupedRows *g, uint16_t *out, int ldo,
+                          const uint16_t *inp, int ld_inp, const uint16_t *w0, const uint16_t *w1, int IC, int OC0,
+                          int OC1) {
+    if (!w1) OC1 = 0;
+    if (how == CUDA_MOE_GEMM_KERNEL) {
+        const int dims[] = {IC, OC0, OC1, ldo, ld_inp};
+        const void *ptrs[] = {out, inp, w0, w1};
+        if (kernel_takes(g, dims, 5, ptrs, 4)) {
+            CUDA_CHECK(cuda_moe_gemm_forward(out, ldo, inp, ld_inp, w0, w1, g->d_offsets, g->groups, g->max_rows, IC,
+                                             OC0, OC1, ctx->stream));
+            return;
+        }
+    }
+    int *group = mt_malloc((size_t)(g->groups > 0 ? g->groups : 1) * 3 * sizeof *group), *first = group + g->groups;
+    int *rows = first + g->groups;
+    const int busy = busy_groups(g, group, first, rows);
+    if (how == CUDA_MOE_GEMM_CUBLAS_GROUPED) { /* gate and up: 2 x busy problems, distinct outputs */
+        GroupedProblem *p = mt_malloc((size_t)(busy > 0 ? busy : 1) * 2 * sizeof *p);
+        int count = 0;
+        for (int s = 0; s < (w1 ? 2 : 1); s++)
+            for (int i = 0; i < busy; i++) {
+                const int oc = s ? OC1 : OC0;
+                const uint16_t *w = (s ? w1 : w0) + (size_t)group[i] * oc * IC;
+                p[count++] = (GroupedProblem){.transa = 1, .transb = 0, .m = oc, .n = rows[i], .k = IC, .lda = IC,
+                                              .ldb = ld_inp, .ldc = ldo, .A = w, .B = inp + (size_t)first[i] * ld_inp,
+                                              .C = out + (size_t)first[i] * ldo + (s ? OC0 : 0), .beta = 0.0f};
+            }
+        CUBLAS_CHECK(grouped_gemm(ctx, p, count, CUDA_R_16BF));
+        free(p);
+    } else {
+        for (int i = 0; i < busy; i++) {
+            const uint16_t *x = inp + (size_t)first[i] * ld_inp;
+            uint16_t *o = out + (size_t)first[i] * ldo;
+            blas_gemm(ctx, 1, 0, OC0, rows[i], IC, w0 + (size_t)group[i] * OC0 * IC, CUDA_R_16BF, IC, x, ld_inp, 0.0f,
+                      o, CUDA_R_16BF, ldo);
+            if (w1)
+                blas_gemm(ctx, 1, 0, OC1, rows[i], IC, w1 + (size_t)group[i] * OC1 * IC, CUDA_R_16BF, IC, x, ld_inp,
+                          0.0f, o + OC0, CUDA_R_16BF, ldo);
+        }
+    }
+    free(group);
+}
+
+void cuda_grouped_backward_input(CudaContext *ctx, CudaMoeGemm how, const CudaGroupedRows *g, uint16_t *dinp,
+                                 int ld_dinp, const uint16_t *dout, int ld_dout, const uint16_t *w0,
+                                 const uint16_t *w1, int IC, int OC0, int OC1, int accumulate) {
+    if (!w1) OC1 = 0;
+    if (how == CUDA_MOE_GEMM_KERNEL) {
+        const int dims[] = {IC, OC0, OC1, ld_dinp, ld_dout};
+        const void *ptrs[] = {dinp, dout, w0, w1};
+        if (kernel_takes(g, dims, 5, ptrs, 4)) {
+            CUDA_CHECK(cuda_moe_gemm_backward_input(dinp, ld_dinp, dout, ld_dout, w0, w1, g->d_offsets, g->groups,
+                                                    g->max_rows, IC, OC0, OC1, accumulate, ctx->stream));
+            return;
+        }
+    }
+    int *group = mt_malloc((size_t)(g->groups > 0 ? g->groups : 1) * 3 * sizeof *group), *first = group + g->groups;
+    int *rows = first + g->groups;
+    const int busy = busy_groups(g, group, first, rows);
+    if (how == CUDA_MOE_GEMM_CUBLAS_GROUPED) { /* W1's products add to W0's: a second call, ordered after the first */
+        GroupedProblem *p = mt_malloc((size_t)(busy > 0 ? busy : 1) * sizeof *p);
+        for (int s = 0; s < (w1 ? 2 : 1); s++) {
+            const int oc = s ? OC1 : OC0;
+            for (int i = 0; i < busy; i++)
+                p[i] = (GroupedProblem){.transa = 0, .transb = 0, .m = IC, .n = rows[i], .k = oc, .lda = IC,
+                                        .ldb = ld_dout, .ldc = ld_dinp,
+                                        .A = (s ? w1 : w0) + (size_t)group[i] * oc * IC,
+                                        .B = dout + (size_t)first[i] * ld_dout + (s ? OC0 : 0),
+                                        .C = dinp + (size_t)first[i] * ld_dinp,
+                                        .beta = s || accumulate ? 1.0f : 0.0f};
+            CUBLAS_CHECK(grouped_gemm(ctx, p, busy, CUDA_R_16BF));
+        }
+        free(p);
+    } else {
+        for (int i = 0; i < busy; i++) {
+            const uint16_t *d = dout + (size_t)first[i] * ld_dout;
+            uint16_t *o = dinp + (size_t)first[i] * ld_dinp;
+            blas_gemm(ctx, 0, 0, IC, rows[i], OC0, w0 + (size_t)group[i] * OC0 * IC, CUDA_R_16BF, IC, d, ld_dout,
+                      accumulate ? 1.0f : 0.0f, o, CUDA_R_16BF, ld_dinp);
+            if (w1)
+                blas_gemm(ctx, 0, 0, IC, rows[i], OC1, w1 + (size_t)group[i] * OC1 * IC, CUDA_R_16BF, IC, d + OC0,
+                          ld_dout, 1.0f, o, CUDA_R_16BF, ld_dinp);
+        }
+    }
+    free(group);
+}
+
+/* cublas_grouped's weight gradients: 1 one grouped call, 0 cuBLAS refused fp32 output (the loop), -1 not yet run. */
+static int grouped_fp32 = -1;
+static pthread_mutex_t grouped_fp32_lock = PTHREAD_MUTEX_INITIALIZER;
+
+int cuda_grouped_weight_fp32_state(void) {
+    pthread_mutex_lock(&grouped_fp32_lock);
+    const int state = grouped_fp32;
+    pthread_mutex_unlock(&grouped_fp32_lock);
+    return state;
+}
+
+void cuda_grouped_backward_weight(CudaContext *ctx, CudaMoeGemm how, const CudaGroupedRows *g, float *g0, float *g1,
+                                  const uint16_t *dout, int ld_dout, const uint16_t *inp, int ld_inp, int IC, int OC0,
+                                  int OC1) {
+    if (!g1) OC1 = 0;
+    if (how == CUDA_MOE_GEMM_KERNEL) {
+        const int dims[] = {IC, OC0, OC1, ld_dout, ld_inp};
+        const void *ptrs[] = {g0, g1, dout, inp};
+        if (kernel_takes(g, dims, 5, ptrs, 4)) {
+            CUDA_CHECK(cuda_moe_gemm_backward_weight(g0, g1, dout, ld_dout, inp, ld_inp, g->d_offsets, g->groups, IC,
+                                                     OC0, OC1, ctx->stream));
+            return;
+        }
+    }
+    int *group = mt_malloc((size_t)(g->groups > 0 ? g->groups : 1) * 3 * sizeof *group), *first = group + g->groups;
+    int *rows = first + g->groups;
+    const int busy = busy_groups(g, group, first, rows);
+    int done = 0;
+    if (how == CUDA_MOE_GEMM_CUBLAS_GROUPED && cuda_grouped_weight_fp32_state() != 0) {
+        GroupedProblem *p = mt_malloc((size_t)(busy > 0 ? busy : 1) * 2 * sizeof *p);
+        int count = 0;
+        for (int s = 0; s < (g1 ? 2 : 1); s++)
+            for (int i = 0; i < busy; i++) {
+                const int oc = s ? OC1 : OC0;
+                p[count++] = (GroupedProblem){.transa = 0, .transb = 1, .m = IC, .n = oc, .k = rows[i],
+                                              .lda = ld_inp, .ldb = ld_dout, .ldc = IC,
+                                              .A = inp + (size_t)first[i] * ld_inp,
+                                              .B = dout + (size_t)first[i] * ld_dout + (s ? OC0 : 0),
+                                              .C = (s ? g1 : g0) + (size_t)group[i] * oc * IC, .beta = 1.0f};
+            }
+        const cublasStatus_t status = grouped_gemm(ctx, p, count, CUDA_R_32F);
+        free(p);
+        if (status == CUBLAS_STATUS_NOT_SUPPORTED || status == CUBLAS_STATUS_INVALID_VALUE) {
+            pthread_mutex_lock(&grouped_fp32_lock);
+            if (grouped_fp32 != 0)
+                mt_warn("cublasGemmGroupedBatchedEx refuses bf16 inputs with fp32 output (%s): "
+                        "MEGATRAIN_MOE_GEMM=cublas_grouped computes the experts' weight gradients with one "
+                        "cublasGemmEx per expert",
+                        cublasGetStatusString(status));
+            grouped_fp32 = 0;
+            pthread_mutex_unlock(&grouped_fp32_lock);
+        } else {
+            CUBLAS_CHECK(status);
+            if (count > 0) {
+                pthread_mutex_lock(&grouped_fp32_lock);
+                grouped_fp32 = 1;
+                pthread_mutex_unlock(&grouped_fp32_lock);
+            }
+            done = 1;
+        }
+    }
+    if (!done)
+        for (int i = 0; i < busy; i++) {
+            const uint16_t *x = inp + (size_t)first[i] * ld_inp, *d = dout + (size_t)first[i] * ld_dout;
+            blas_gemm(ctx, 0, 1, IC, OC0, rows[i], x, CUDA_R_16BF, ld_inp, d, ld_dout, 1.0f,
+                      g0 + (size_t)group[i] * OC0 * IC, CUDA_R_32F, IC);
+            if (g1)
+                blas_gemm(ctx, 0, 1, IC, OC1, rows[i], x, CUDA_R_16BF, ld_inp, d + OC0, ld_dout, 1.0f,
+                          g1 + (size_t)group[i] * OC1 * IC, CUDA_R_32F, IC);
+        }
+    free(group);
 }
 
 void cuda_gemm_cache_clear(void) {

@@ -231,6 +231,30 @@ cudaError_t cuda_moe_balance_stats(int32_t *counts, double *psum, const int32_t 
                                    const float *score_sum, int N, int E, int k, int span, int want_psum, int sigmoid,
                                    cudaStream_t stream);
 
+/* ---- kernels/moe_gemm.cu: grouped expert products (cuda_gemm.h's cuda_grouped_*, MEGATRAIN_MOE_GEMM=kernel) ----
+ * Rows grouped by expert: group e's rows are offsets[e] .. offsets[e+1] (offsets: DEVICE, groups + 1 entries), of
+ * row-major activations. Group e's weight is [W0_e; W1_e] ((OC0 + OC1) x IC, bf16): W0_e = w0 + e * OC0 * IC and
+ * W1_e = w1 + e * OC1 * IC (two stacks, each contiguous over the groups; w1 NULL: one stack, OC1 ignored); the
+ * fp32 gradient stacks g0, g1 the same. Each is one launch; max_rows >= offsets[groups] sizes the grid (blocks
+ * past the last row tile return at once). Every dimension and leading dimension a multiple of 8 and every pointer
+ * 16-byte aligned (cuda_gemm.c checks). */
+
+/* out[rows of e, 0 : OC0 + OC1] (row stride ldo) = inp[rows of e, 0 : IC] (row stride ld_inp) @ [W0_e; W1_e]^T. */
+cudaError_t cuda_moe_gemm_forward(uint16_t *out, int ldo, const uint16_t *inp, int ld_inp, const uint16_t *w0,
+                                  const uint16_t *w1, const int32_t *offsets, int groups, int max_rows, int IC,
+                                  int OC0, int OC1, cudaStream_t stream);
+/* dinp[rows of e, 0 : IC] (row stride ld_dinp) = dout[rows of e, 0 : OC0 + OC1] (row stride ld_dout) @ [W0_e; W1_e]
+ * (+ dinp when accumulate): the two stacks' products summed in fp32 and rounded once. */
+cudaError_t cuda_moe_gemm_backward_input(uint16_t *dinp, int ld_dinp, const uint16_t *dout, int ld_dout,
+                                         const uint16_t *w0, const uint16_t *w1, const int32_t *offsets, int groups,
+                                         int max_rows, int IC, int OC0, int OC1, int accumulate,
+                                         cudaStream_t stream);
+/* [dW0_e; dW1_e] (fp32 stacks g0, g1) += dout[rows of e, 0 : OC0 + OC1]^T @ inp[rows of e, 0 : IC]; groups without
+ * rows add nothing. */
+cudaError_t cuda_moe_gemm_backward_weight(float *g0, float *g1, const uint16_t *dout, int ld_dout,
+                                          const uint16_t *inp, int ld_inp, const int32_t *offsets, int groups, int IC,
+                                          int OC0, int OC1, cudaStream_t stream);
+
 /* ---- kernels/attention.cu ---------------------------------------------- */
 
 /* Causal grouped-query attention in bf16 (fp32 softmax and accumulation),

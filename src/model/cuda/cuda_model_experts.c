@@ -10,57 +10,42 @@
  *   d_act_j = d_y_j @ Wd_j,   dWd_j += d_y_j^T act_j
  *   d_gate|up = swiglu backward
  *   d_x_j = d_gate_j @ Wg_j + d_up_j @ Wu_j,  dWg_j += d_gate_j^T x_j,  dWu_j += d_up_j^T x_j
- * Today one cuBLAS product per expert and product (cuda_gemm.h's
- * cuda_gemm_rows_*): the row counts change every step, so they come from
- * the host (`offsets`); `d_offsets` holds the same on the device for
- * products that read them there. Expert j's weights are layer o's stacks
+ * Each product is one grouped call of cuda_gemm.h (cuda_grouped_*) over all
+ * local experts, gate and up together as the two stacks of one product;
+ * MEGATRAIN_MOE_GEMM picks how (one cuBLAS call per expert, the default;
+ * cuBLAS's grouped GEMM; or kernels/moe_gemm.cu, which reads `d_offsets`,
+ * the row offsets on the device). Expert j's weights are layer o's stacks
  * e_gate / e_up / e_down at j (the rank's local experts). */
 #include "cuda_model_internal.h"
+
+static CudaGroupedRows grouped_rows(const CudaExpertRows *r) {
+    return (CudaGroupedRows){.groups = r->experts, .offsets = r->offsets, .d_offsets = r->d_offsets,
+                             .max_rows = r->offsets[r->experts]};
+}
 
 void cuda_moe_experts_forward(CudaModel *m, const LayerOffsets *o, const CudaExpertRows *r, const bf16_t *x,
                               bf16_t *gate_up, bf16_t *act, bf16_t *y) {
     CudaContext *ctx = &m->ctx;
+    const CudaMoeGemm how = cuda_moe_gemm_choice();
     const int C = m->shape.C, Ie = cuda_moe_expert_I(m), R = r->offsets[r->experts];
-    for (int e = 0; e < r->experts; e++) {
-        const int first = r->offsets[e], n = r->offsets[e + 1] - first;
-        if (n == 0) continue;
-        const bf16_t *xe = x + (size_t)first * C;
-        bf16_t *gu = gate_up + (size_t)first * 2 * Ie;
-        cuda_gemm_rows_forward(ctx, gu, 2 * Ie, xe, C, w16(m, o->e_gate + (long)e * Ie * C), n, C, Ie);
-        cuda_gemm_rows_forward(ctx, gu + Ie, 2 * Ie, xe, C, w16(m, o->e_up + (long)e * Ie * C), n, C, Ie);
-    }
+    const CudaGroupedRows g = grouped_rows(r);
+    cuda_grouped_forward(ctx, how, &g, gate_up, 2 * Ie, x, C, w16(m, o->e_gate), w16(m, o->e_up), C, Ie, Ie);
     CUDA_CHECK(cuda_swiglu_forward(act, gate_up, R, Ie, ctx->stream));
-    for (int e = 0; e < r->experts; e++) {
-        const int first = r->offsets[e], n = r->offsets[e + 1] - first;
-        if (n == 0) continue;
-        cuda_gemm_rows_forward(ctx, y + (size_t)first * C, C, act + (size_t)first * Ie, Ie,
-                               w16(m, o->e_down + (long)e * C * Ie), n, Ie, C);
-    }
+    cuda_grouped_forward(ctx, how, &g, y, C, act, Ie, w16(m, o->e_down), NULL, Ie, C, 0);
 }
 
 void cuda_moe_experts_backward(CudaModel *m, const LayerOffsets *o, const CudaExpertRows *r, const bf16_t *x,
                                const bf16_t *gate_up, const bf16_t *act, const bf16_t *d_y, bf16_t *d_act,
                                bf16_t *d_gate_up, bf16_t *d_x) {
     CudaContext *ctx = &m->ctx;
+    const CudaMoeGemm how = cuda_moe_gemm_choice();
     const int C = m->shape.C, Ie = cuda_moe_expert_I(m), R = r->offsets[r->experts];
-    for (int e = 0; e < r->experts; e++) {
-        const int first = r->offsets[e], n = r->offsets[e + 1] - first;
-        if (n == 0) continue;
-        const long wd = o->e_down + (long)e * C * Ie;
-        const bf16_t *dr = d_y + (size_t)first * C;
-        cuda_gemm_rows_backward_input(ctx, d_act + (size_t)first * Ie, dr, C, w16(m, wd), n, Ie, C, 0);
-        cuda_gemm_rows_backward_weight(ctx, g32(m, wd), dr, C, act + (size_t)first * Ie, Ie, n, Ie, C);
-    }
+    const CudaGroupedRows g = grouped_rows(r);
+    cuda_grouped_backward_input(ctx, how, &g, d_act, Ie, d_y, C, w16(m, o->e_down), NULL, Ie, C, 0, 0);
+    cuda_grouped_backward_weight(ctx, how, &g, g32(m, o->e_down), NULL, d_y, C, act, Ie, Ie, C, 0);
     CUDA_CHECK(cuda_swiglu_backward(d_gate_up, d_act, gate_up, R, Ie, ctx->stream));
-    for (int e = 0; e < r->experts; e++) {
-        const int first = r->offsets[e], n = r->offsets[e + 1] - first;
-        if (n == 0) continue;
-        const long wg = o->e_gate + (long)e * Ie * C, wu = o->e_up + (long)e * Ie * C;
-        const bf16_t *xe = x + (size_t)first * C, *dgu = d_gate_up + (size_t)first * 2 * Ie;
-        bf16_t *dx = d_x + (size_t)first * C;
-        cuda_gemm_rows_backward_input(ctx, dx, dgu, 2 * Ie, w16(m, wg), n, C, Ie, 0);
-        cuda_gemm_rows_backward_input(ctx, dx, dgu + Ie, 2 * Ie, w16(m, wu), n, C, Ie, 1);
-        cuda_gemm_rows_backward_weight(ctx, g32(m, wg), dgu, 2 * Ie, xe, C, n, C, Ie);
-        cuda_gemm_rows_backward_weight(ctx, g32(m, wu), dgu + Ie, 2 * Ie, xe, C, n, C, Ie);
-    }
+    cuda_grouped_backward_input(ctx, how, &g, d_x, C, d_gate_up, 2 * Ie, w16(m, o->e_gate), w16(m, o->e_up), C, Ie,
+                                Ie, 0);
+    cuda_grouped_backward_weight(ctx, how, &g, g32(m, o->e_gate), g32(m, o->e_up), d_gate_up, 2 * Ie, x, C, C, Ie,
+                                 Ie);
 }
