@@ -4,8 +4,9 @@
 # benchmark against PyTorch. Expects build/cuda and .devlibs.tgz from
 # tests/gpu/carry_libs.sh (or a machine with our packages: then plain
 # `make test-gpu` and `make bench-gpu` do the same). Logs go to $OUT (or
-# /tmp/device-check). Usage: bash tests/gpu/device_check.sh [tests|profile|bench|bench-a3b|bench-mixtral ...]
-# (bench: the dense shapes, about 7 minutes on an H100; bench-a3b and bench-mixtral: one MoE shape each,
+# /tmp/device-check). Usage: bash tests/gpu/device_check.sh [tests|profile|bench|moe-ways|bench-a3b|bench-mixtral ...]
+# (bench: the dense shapes, about 7 minutes on an H100; moe-ways: megatrain alone on the MoE shapes with
+# each MEGATRAIN_MOE_GEMM, about 5 minutes; bench-a3b and bench-mixtral: one MoE shape each,
 # megatrain and its PyTorch peers; each in a device call of its own: a call is at most 10 minutes)
 set -u
 cd "$(dirname "$0")/../.."
@@ -33,6 +34,12 @@ tests/gpu/attention_selftest.cu kernels/attention.cu -o build/cuda/attention_sel
       head -3 /tmp/bench-gpu/llama3.2-1b-s4096.megatrain.log > "$out/megatrain-head.log" 2>/dev/null
       grep -E "^(step|device)" /tmp/bench-gpu/llama3.2-1b-s4096.megatrain.log | head -4
       tail -14 "$out/bench.log" ;;
+    moe-ways) # megatrain alone on both MoE shapes with each way of the expert products (MEGATRAIN_MOE_GEMM)
+      for way in cublas cublas_grouped kernel; do
+        python3 tests/bench/bench_gpu.py --no-torch --group moe --steps 8 --warmup 3 --out "/tmp/moe-$way" \
+          --env MEGATRAIN_MOE_GEMM=$way > "$out/moe-$way.log" 2>&1
+        echo "MEGATRAIN_MOE_GEMM=$way"; tail -4 "$out/moe-$way.log"
+      done ;;
     bench-a3b|bench-mixtral)
       shape=${part#bench-}
       # a peer past 200 s (a slow compile) becomes a timeout row: the call stays within 10 minutes
