@@ -138,16 +138,18 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
     const double Is = moe->shared_expert_intermediate_size / etp;
     /* the GPU's MoE layer (cuda_model_moe.c): logits, scores, lse and score sums; per assignment its expert, row,
      * raw score and weight (4 bytes each), the row sent and the row back; the expert side's gate|up and
-     * activation, for the worst case of ep times the rank's own rows, and under ep their input rows and
-     * order both ways; the shared expert's gate|up and activation */
-    const double ep_side = ep > 1 ? ep * (C * elem + 8.0) : 0.0;
-    double moe_mlp = 2.0 * E * 4.0 + 2 * 4.0 + k * (16.0 + (2 * C + ep * 3.0 * Ie) * elem + ep_side) + 3.0 * Is * elem;
+     * activation for the worst case (each of the ep ranks' tokens sending min(k, E / ep) rows here), and under
+     * ep their input rows and order both ways; the shared expert's gate|up and activation */
+    const double k_rank = k < E / ep ? k : E / ep; /* a token's rows to one rank's E / ep experts, at most */
+    const double ep_side = ep > 1 ? ep * k_rank * (C * elem + 8.0) : 0.0;
+    double moe_mlp = 2.0 * E * 4.0 + 2 * 4.0 + k * (16.0 + 2 * C * elem) + ep * k_rank * 3.0 * Ie * elem + ep_side +
+                     3.0 * Is * elem;
     /* and its scratch, once per stage: the router's fp32 input and input gradient, d_logits, per assignment the
      * combine weights' gradients, row bookkeeping, the rows' gradients and the expert side's (worst case), under
      * ep the all-to-all's rows, the experts' outputs and their input gradients; the shared expert's output and
      * gradients */
-    const double moe_scratch = 8.0 * C + 4.0 * E + k * (13.0 + (2 * C + ep * 3.0 * Ie) * elem) +
-                               (ep > 1 ? k * ep * 3.0 * C * elem : 0.0) + (C + 3.0 * Is) * elem +
+    const double moe_scratch = 8.0 * C + 4.0 * E + k * (13.0 + 2 * C * elem) + ep * k_rank * 3.0 * Ie * elem +
+                               (ep > 1 ? ep * k_rank * 3.0 * C * elem : 0.0) + (C + 3.0 * Is) * elem +
                                (tp > 1 ? C * elem : 0.0); /* tp: the output over all rows before the tp sum */
     if (!p->gpu) /* the CPU's MoE layer (moe_layer.c) also keeps its backward's buffers and routing per layer, and
                   * its expert side starts with room for a quarter more rows than its own */

@@ -9,9 +9,10 @@
 #     shows the aux and imbalance figures; expert_bias balances on the GPU as
 #     on the CPU (the mean imbalance of the last 50 steps within 10%);
 #   - data parallel 2 (global_aux_loss: counts summed over dp in every
-#     forward), pipeline parallel 2, expert parallel 2, 4 and 2 x pp 2
-#     (tokens to their experts' ranks by all-to-all, the experts' gradients
-#     over edp, the grad norm over ep; replicas checked every step; an
+#     forward), pipeline parallel 2, expert parallel 2, 4, 2 over dp 4 (edp
+#     2: the experts' gradients averaged over the ranks holding the same
+#     ones) and 2 x pp 2 (tokens to their experts' ranks by all-to-all, the
+#     grad norm over ep; replicas checked every step, the experts over edp; an
 #     evaluation every 10 steps), tensor parallel 2 with sequence parallel
 #     (experts whole on every tp rank, etp 1; and sliced, etp 2), context
 #     parallel 2 (counts summed over cp) and ep 2 x etp 2 (tp 2) on one GPU
@@ -67,7 +68,7 @@ paste -d' ' <(json_field "$WORK/cpu-qwen/metrics.jsonl" moe_imbalance) \
 short=(--set train.steps=30 --set model.moe.load_balancing=global_aux_loss)
 "$MEGATRAIN" run "$REPO/recipes/tiny/mixtral.yaml" --set run.dir="$WORK/gpu-global" "${common[@]}" "${gpu[@]}" \
   "${short[@]}" > "$WORK/gpu-global.txt"
-for layout in dp2 pp2 ep2 ep4 ep2pp2 tp2 tp2etp2 cp2 ep2etp2; do
+for layout in dp2 pp2 ep2 ep4 ep2dp4 ep2pp2 tp2 tp2etp2 cp2 ep2etp2; do
   np=2
   case $layout in
     dp2) set_layout=(--set train.micro_batch_size=4) ;;
@@ -75,6 +76,7 @@ for layout in dp2 pp2 ep2 ep4 ep2pp2 tp2 tp2etp2 cp2 ep2etp2; do
     ep2) set_layout=(--set parallel.ep=2 --set train.micro_batch_size=4 --set train.replica_check_interval=1
                      --set train.eval_interval=10 --set train.eval_batches=2) ;;
     ep4) np=4 set_layout=(--set parallel.ep=4 --set train.micro_batch_size=2 --set train.replica_check_interval=1) ;;
+    ep2dp4) np=4 set_layout=(--set parallel.ep=2 --set train.micro_batch_size=2 --set train.replica_check_interval=1) ;;
     ep2pp2) np=4 set_layout=(--set parallel.ep=2 --set parallel.pp=2 --set train.micro_batch_size=4) ;;
     tp2) set_layout=(--set parallel.tp=2 --set parallel.sequence_parallel=true) ;;
     tp2etp2) set_layout=(--set parallel.tp=2 --set parallel.etp=2 --set parallel.sequence_parallel=true) ;;

@@ -51,8 +51,8 @@ typedef struct MoeSaved {
     float *raw, *weight;             /* (A) */
     bf16_t *xin, *gate_up, *act, *y; /* rows: (A, C), (A, 2 Ie), (A, Ie), (A, C) */
     bf16_t *s_gate_up, *s_act;       /* the shared expert's (N, 2 Is), (N, Is) */
-    /* expert parallel (ep > 1): the rows this rank's experts compute, expert-major, of up to RA = ep A rows
-     * (every rank's rows to this rank's experts; gate_up and act hold RA rows then); for each, its row in
+    /* expert parallel (ep > 1): the rows this rank's experts compute, expert-major, of up to RA rows
+     * (expert_rows: every rank's rows to this rank's experts; gate_up and act hold RA rows then); for each, its row in
      * the received order (ex_order) and back (ex_inverse); the local experts' offsets */
     bf16_t *ex_x;                    /* (RA, C) */
     int32_t *ex_order, *ex_inverse;  /* (RA) */
@@ -92,8 +92,12 @@ typedef struct MoeScratch {
 
 static const MoeConfig *moe_cfg(const CudaModel *m) { return &m->cfg.moe; }
 
-/* The most rows this rank's experts compute: every rank of the ep group's assignments (A each). */
-static size_t expert_rows(const CudaModel *m, size_t A) { return (size_t)m->ep * A; }
+/* The most rows this rank's experts compute for micro-batches of N tokens: from each rank of the ep group, each
+ * token's assignments to this rank's E / ep experts (a token's k experts are distinct: at most min(k, E / ep)). */
+static size_t expert_rows(const CudaModel *m, size_t N) {
+    const size_t k = (size_t)m->cfg.moe.num_experts_per_tok, El = (size_t)(m->cfg.moe.num_experts / m->ep);
+    return (size_t)m->ep * N * (k < El ? k : El);
+}
 
 /* The most assignment-count rows of the balancing statistics: the micro-batch's sequences for seq_aux_loss, else 1. */
 static int max_aux_rows(const CudaModel *m) {
@@ -104,7 +108,7 @@ void cuda_moe_layout_saved(CudaModel *m, Carver *c, int l) {
     const MoeConfig *mc = moe_cfg(m);
     const size_t N = (size_t)m->max_B * m->max_T, E = mc->num_experts, A = N * mc->num_experts_per_tok;
     const size_t C = m->shape.C, Ie = cuda_moe_expert_I(m), Is = cuda_moe_shared_I(m);
-    const size_t RA = expert_rows(m, A), El = E / (size_t)m->ep;
+    const size_t RA = expert_rows(m, N), El = E / (size_t)m->ep;
     LayerSaved *s = &m->saved[l];
     if (!s->moe) { /* the first pass over a fresh set: the host side */
         s->moe = mt_calloc(1, sizeof *s->moe);
@@ -145,7 +149,7 @@ void cuda_moe_layout_shared(CudaModel *m, Carver *c) {
     const size_t N = (size_t)m->max_B * m->max_T, E = mc->num_experts, A = N * mc->num_experts_per_tok;
     const size_t C = m->shape.C, Ie = cuda_moe_expert_I(m), Is = cuda_moe_shared_I(m);
     const size_t tiles = (A + MT_MOE_TILE - 1) / MT_MOE_TILE, rows = (size_t)max_aux_rows(m);
-    const size_t RA = expert_rows(m, A);
+    const size_t RA = expert_rows(m, N);
     if (!m->moe) {
         m->moe = mt_calloc(1, sizeof *m->moe);
         m->moe->h_send = mt_calloc(E, sizeof(int64_t)); /* ep x El = E */
@@ -315,7 +319,7 @@ static void dispatch_plan(CudaModel *m, MoeSaved *v) {
         for (int j = 0; j < El; j++) v->recv_rows[r] += s->h_recv[r * El + j];
         rows += v->recv_rows[r];
     }
-    const size_t RA = expert_rows(m, (size_t)m->max_B * m->max_T * mc->num_experts_per_tok);
+    const size_t RA = expert_rows(m, (size_t)m->max_B * m->max_T);
     if (rows < 0 || (size_t)rows > RA)
         mt_die(MT_EXIT_FAILURE, "moe: %ld rows routed to this rank's experts (room for %zu)", rows, RA);
     /* expert j: the rows from rank 0, then rank 1, ... (each rank's rows for its experts in expert order) */

@@ -85,9 +85,10 @@ void cuda_model_forward_start(CudaModel *m, const int32_t *inputs, int B, int T)
     if (m->shape.cp > 1 && T != m->max_T) /* its RoPE rows and positions are those of max_T tokens */
         mt_die(MT_EXIT_FAILURE, "cuda_model_forward: context parallel runs micro-batches of %d tokens per rank, "
                "found %d", m->max_T, T);
-    if ((m->shape.tp > 1 && !m->tp_comm) || (m->shape.cp > 1 && !m->cp_comm))
-        mt_die(MT_EXIT_FAILURE, "cuda_model_forward: tp %d / cp %d need their communicators (cuda_model_set_tp_comm, "
-               "cuda_model_set_cp_comm)", m->shape.tp, m->shape.cp);
+    if ((m->shape.tp > 1 && !m->tp_comm) || (m->shape.cp > 1 && !m->cp_comm) || (m->ep > 1 && !m->ep_comm))
+        mt_die(MT_EXIT_FAILURE, "cuda_model_forward: tp %d / cp %d / ep %d need their communicators "
+               "(cuda_model_set_tp_comm, cuda_model_set_cp_comm, cuda_model_set_ep_comm)", m->shape.tp, m->shape.cp,
+               m->ep);
     m->B = B;
     m->T = T;
     m->backward_ready = 0;
@@ -312,6 +313,8 @@ int cuda_model_comms_failed(CudaModel *m, char *err, size_t errlen) {
     if (m->grad_sync && device_comm_check(m->grad_sync, err, errlen) != 0) return -1;
     if (m->tp_comm && device_comm_check(m->tp_comm, err, errlen) != 0) return -1;
     if (m->cp_comm && device_comm_check(m->cp_comm, err, errlen) != 0) return -1;
+    if (m->ep_comm && device_comm_check(m->ep_comm, err, errlen) != 0) return -1;
+    if (m->edp_comm && device_comm_check(m->edp_comm, err, errlen) != 0) return -1;
     return 0;
 }
 
@@ -324,7 +327,7 @@ bool cuda_model_idle(CudaModel *m) {
 }
 
 void cuda_model_synchronize(CudaModel *m) {
-    if (!m->grad_sync && !m->tp_comm && !m->cp_comm) {
+    if (!m->grad_sync && !m->tp_comm && !m->cp_comm && !m->ep_comm) {
         CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
         return;
     }
