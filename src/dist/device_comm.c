@@ -117,6 +117,17 @@ double device_comm_sum_double(DeviceComm *c, double value) {
     return c->threads ? thread_group_sum_double(c->threads, c->rank, value) : dp_sum_double(c->group, value);
 }
 
+void device_comm_host_all_to_all(DeviceComm *c, const void *send, void *recv, size_t bytes) {
+    if (!c->threads) {
+        comm_all_to_all(c->group, send, recv, bytes, COMM_BYTE);
+        return;
+    }
+    long *sizes = mt_malloc((size_t)c->size * sizeof(long));
+    for (int r = 0; r < c->size; r++) sizes[r] = (long)bytes;
+    thread_group_all_to_all_v(c->threads, c->rank, send, sizes, recv, sizes);
+    free(sizes);
+}
+
 void device_comm_sum_doubles(DeviceComm *c, double *values, size_t n) {
     if (c->size <= 1 || n == 0) return;
     if (!c->threads) {
@@ -177,7 +188,6 @@ void device_all_to_all_v(DeviceComm *c, const void *send, const long *send_count
         nccl_all_to_all_v(&c->nccl, send, send_counts, recv, recv_counts, type, stream);
         return;
     }
-    if (c->threads) mt_die(MT_EXIT_FAILURE, "device comm: an all-to-all is staged over MPI ranks only, not threads");
     const size_t elem = type_bytes(type);
     size_t sent = 0, received = 0;
     for (int r = 0; r < c->size; r++) sent += (size_t)send_counts[r], received += (size_t)recv_counts[r];
@@ -186,7 +196,8 @@ void device_all_to_all_v(DeviceComm *c, const void *send, const long *send_count
     /* as 16-bit pairs or floats: MPI moves bytes, whatever the type */
     long *sc = mt_malloc(2 * (size_t)c->size * sizeof(long)), *rc = sc + c->size;
     for (int r = 0; r < c->size; r++) sc[r] = send_counts[r] * (long)elem, rc[r] = recv_counts[r] * (long)elem;
-    comm_all_to_all_v(c->group, host, sc, host + sent * elem, rc, COMM_BYTE);
+    if (c->threads) thread_group_all_to_all_v(c->threads, c->rank, host, sc, host + sent * elem, rc);
+    else comm_all_to_all_v(c->group, host, sc, host + sent * elem, rc, COMM_BYTE);
     free(sc);
     if (received > 0) copy_sync(recv, host + sent * elem, received * elem, cudaMemcpyHostToDevice, stream);
 }

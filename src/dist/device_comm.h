@@ -52,6 +52,8 @@ void device_all_gather(DeviceComm *c, const void *send, void *recv, size_t count
                        cudaStream_t stream);
 /* The sum of a host value over the group, the same on every rank. */
 double device_comm_sum_double(DeviceComm *c, double value);
+/* recv[r * bytes ...] = rank r's host block send[this rank * bytes ...] (host memory: the MoE dispatch's counts). */
+void device_comm_host_all_to_all(DeviceComm *c, const void *send, void *recv, size_t bytes);
 /* values[0, n) = their sums over the group (host doubles, in place; whole numbers stay exact). */
 void device_comm_sum_doubles(DeviceComm *c, double *values, size_t n);
 
@@ -61,7 +63,7 @@ void device_reduce_scatter_sum(DeviceComm *c, const void *send, void *recv, size
 
 /* recv = rank r's send_counts[this rank] elements from every rank r, in rank order (send: send_counts[r]
  * elements for each rank r, in rank order; recv_counts[r] = what rank r sends here, exchanged beforehand).
- * The MoE token dispatch and combine over ep. Staged over MPI only (not over threads). */
+ * The MoE token dispatch and combine over ep. */
 void device_all_to_all_v(DeviceComm *c, const void *send, const long *send_counts, void *recv,
                          const long *recv_counts, NcclDtype type, cudaStream_t stream);
 

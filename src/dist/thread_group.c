@@ -77,3 +77,21 @@ double thread_group_sum_double(ThreadGroup *g, int rank, double value) {
     done(g);
     return sum;
 }
+
+void thread_group_all_to_all_v(ThreadGroup *g, int rank, const void *send, const long *send_bytes, void *recv,
+                               const long *recv_bytes) {
+    const struct { const void *send; const long *bytes; } mine = {send, send_bytes};
+    publish(g, rank, &mine);
+    long at = 0;
+    for (int r = 0; r < g->size; r++) {
+        const struct { const void *send; const long *bytes; } *from = g->slots[r];
+        long offset = 0; /* rank r's block for this rank: after its blocks for ranks 0 .. rank - 1 */
+        for (int q = 0; q < rank; q++) offset += from->bytes[q];
+        if (from->bytes[rank] != recv_bytes[r])
+            mt_die(MT_EXIT_FAILURE, "thread group: rank %d sends %ld bytes to rank %d, which expects %ld", r,
+                   from->bytes[rank], rank, recv_bytes[r]);
+        memcpy((char *)recv + at, (const char *)from->send + offset, (size_t)recv_bytes[r]);
+        at += recv_bytes[r];
+    }
+    done(g);
+}

@@ -23,5 +23,9 @@ void thread_group_all_gather(ThreadGroup *g, int rank, const void *send, void *r
 void thread_group_reduce_scatter(ThreadGroup *g, int rank, const float *send, float *recv, size_t count);
 /* The sum over ranks of value. */
 double thread_group_sum_double(ThreadGroup *g, int rank, double value);
+/* recv = what every rank r sends this one, in rank order: send holds send_bytes[q] bytes for each rank q, one after
+ * another; recv_bytes[r] (what rank r sends here) must match. */
+void thread_group_all_to_all_v(ThreadGroup *g, int rank, const void *send, const long *send_bytes, void *recv,
+                               const long *recv_bytes);
 
 #endif

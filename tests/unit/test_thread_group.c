@@ -3,7 +3,7 @@
  * 1, 3 and 4 ranks, each operation several times in a row (the barriers keep
  * a later call from overwriting a buffer another rank still reads), sums in
  * rank order (the same bits on every rank), gathers and reduce-scatters in
- * rank-block order. */
+ * rank-block order, all-to-all-v with uneven (and empty) blocks. */
 #include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -53,6 +53,20 @@ static void *rank_main(void *arg) {
         }
         const double total = thread_group_sum_double(me->group, me->rank, (double)(me->rank + 1) * (k + 1));
         if (total != (double)n * (n + 1) / 2 * (k + 1)) me->errors++;
+        /* all-to-all-v: rank s sends rank r (s + 2 r + k) % 5 floats valued value(s, r * 10 + j, k) (none for some) */
+        long sb[MAX_RANKS], rb[MAX_RANKS];
+        size_t at = 0;
+        for (int r = 0; r < n; r++) {
+            const long cnt = (me->rank + 2 * r + k) % 5;
+            for (long j = 0; j < cnt; j++) send[at++] = value(me->rank, (size_t)(r * 10 + j), k);
+            sb[r] = cnt * (long)sizeof(float);
+            rb[r] = (long)((r + 2 * me->rank + k) % 5) * (long)sizeof(float);
+        }
+        thread_group_all_to_all_v(me->group, me->rank, send, sb, recv, rb);
+        at = 0;
+        for (int s = 0; s < n; s++)
+            for (long j = 0; j < rb[s] / (long)sizeof(float); j++)
+                if (recv[at++] != value(s, (size_t)(me->rank * 10 + j), k)) me->errors++;
     }
     free(buf);
     free(send);

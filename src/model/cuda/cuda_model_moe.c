@@ -312,7 +312,7 @@ static void dispatch_plan(CudaModel *m, MoeSaved *v) {
         v->send_rows[r] = v->offsets[(r + 1) * El] - v->offsets[r * El];
         for (int j = 0; j < El; j++) s->h_send[r * El + j] = v->offsets[r * El + j + 1] - v->offsets[r * El + j];
     }
-    comm_all_to_all(m->ep_comm->group, s->h_send, s->h_recv, (size_t)El, COMM_INT64);
+    device_comm_host_all_to_all(m->ep_comm, s->h_send, s->h_recv, (size_t)El * sizeof(int64_t));
     long rows = 0;
     for (int r = 0; r < ep; r++) {
         v->recv_rows[r] = 0;
