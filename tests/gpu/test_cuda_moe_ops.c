@@ -316,7 +316,7 @@ static void ref_combine(float *out, const float *resid, const float *shared, con
             const float *yr = y + (size_t)r * C;
             for (int i = 0; i < C; i++) o[i] += wt * yr[i];
         }
-        for (int i = 0; i < C; i++) o[i] += resid[(size_t)n * C + i];
+        for (int i = 0; i < C && resid; i++) o[i] += resid[(size_t)n * C + i];
     }
 }
 
@@ -652,6 +652,13 @@ static void run_case(Rng *rng, const MoeOpsCase *c) {
         float *g_out = host_from_bf16(d_out, (long)N * C);
         check(c->shared ? "combine (+ residual + shared expert)" : "combine (+ residual)",
               rel_max(g_out, out, (long)N * C), 8e-3);
+        /* under tensor parallel the residual is added after the tp sum: no residual here */
+        ref_combine(out, NULL, c->shared ? shared : NULL, y, position, weight, N, k, C);
+        CHECK_CUDA(cuda_moe_combine(d_out, NULL, c->shared ? d_shared : NULL, d_y, d_pos_ref, d_weight_ref, N, k, C,
+                                    0));
+        free(g_out);
+        g_out = host_from_bf16(d_out, (long)N * C);
+        check("combine without a residual (tensor parallel)", rel_max(g_out, out, (long)N * C), 8e-3);
         free(out); free(g_out);
         cudaFree(d_resid); cudaFree(d_shared); cudaFree(d_y); cudaFree(d_out);
     }

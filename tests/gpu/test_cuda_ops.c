@@ -424,6 +424,17 @@ static void test_add(Rng *rng, long n) {
     cudaFree(d_a); cudaFree(d_b); free(a); free(b); free(ref); free(got);
 }
 
+static void test_scale(Rng *rng, long n) {
+    printf("scale_f32 n=%ld\n", n);
+    float *x = rand_bf16_values(rng, n, 1.0), *ref = malloc((size_t)n * sizeof(float));
+    for (long i = 0; i < n; i++) ref[i] = x[i] * 0.25f;
+    float *d_x = dev_f32(x, n);
+    CHECK_CUDA(cuda_scale_f32(d_x, 0.25f, (size_t)n, 0)); /* the experts' gradients under ep: times 1 / ep */
+    float *got = host_from_f32(d_x, n);
+    check("x * 0.25 in place (exact)", rel_max(got, ref, n), 0.0);
+    cudaFree(d_x); free(x); free(ref); free(got);
+}
+
 /* Attention at query positions (context parallel): rank cp_rank's positions
  * of a sequence of Tq * cp tokens against the keys of the whole sequence. */
 static void test_attention_at(Rng *rng, int B, int Tq, int cp, int cp_rank, int H, int KVH, int D) {
@@ -520,6 +531,7 @@ int main(void) {
     test_embedding_rows(&rng, 77, 128, 64, 4);
     test_sum_squares_chunks(&rng, 1000003);
     test_add(&rng, 100003);
+    test_scale(&rng, 100003);
     test_attention_at(&rng, 2, 32, 2, 0, 4, 2, 16);
     test_attention_at(&rng, 1, 40, 2, 1, 4, 1, 64);
     test_attention_at(&rng, 2, 24, 4, 2, 2, 2, 128);
