@@ -47,8 +47,11 @@ void comm_all_to_all_v(const Comm *c, const void *send, const long *send_counts,
 void comm_send(const Comm *c, const void *buf, size_t count, CommType type, int dest, int tag);
 void comm_recv(const Comm *c, void *buf, size_t count, CommType type, int source, int tag);
 /* A send that returns at once: buf is copied first, so the caller may reuse
- * it (the pipeline's activations, whose receiver may be busy sending too).
- * comm_wait_sends completes every such send this process started. */
+ * it (the pipeline's activations). It is synchronous, as an NCCL send is: it
+ * completes only once the receiver has posted the matching receive, never
+ * into MPI's buffers, so the pipeline's pairing (pipeline_transfers.h) is
+ * exercised by every run. comm_wait_sends completes every such send this
+ * process started. */
 void comm_send_copy(const Comm *c, const void *buf, size_t count, CommType type, int dest, int tag);
 void comm_wait_sends(void);
 void comm_broadcast(const Comm *c, void *buf, size_t count, CommType type, int root);

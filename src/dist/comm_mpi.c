@@ -214,7 +214,7 @@ void comm_send_copy(const Comm *c, const void *buf, size_t count, CommType type,
     void *copy = mt_malloc(count * type_size(type) + 1);
     memcpy(copy, buf, count * type_size(type));
     pending_buffers[num_pending] = copy;
-    check(MPI_Isend(copy, small_count(count, "send"), mpi_type(type), dest, tag, handle_of(c),
+    check(MPI_Issend(copy, small_count(count, "send"), mpi_type(type), dest, tag, handle_of(c),
                     &pending_requests[num_pending]),
           "send");
     num_pending++;

@@ -19,6 +19,13 @@ static PipeOp backward_op(int pp, int vpp, int k) {
     return op;
 }
 
+int pipeline_warmup(int pp, int vpp, int stage, int M, bool forward_only) {
+    const int total = M * vpp;
+    if (forward_only) return total;
+    const int warmup = vpp == 1 ? pp - stage - 1 : (pp - stage - 1) * 2 + (vpp - 1) * pp;
+    return warmup < total ? warmup : total;
+}
+
 int pipeline_schedule(int pp, int vpp, int stage, int M, bool forward_only, PipeOp *ops) {
     int n = 0;
     if (forward_only) { /* micro-batch by micro-batch, each through the chunks in order */
@@ -29,7 +36,7 @@ int pipeline_schedule(int pp, int vpp, int stage, int M, bool forward_only, Pipe
     if (vpp > 1 && M % pp != 0) return -1;
     const int total = M * vpp;
     if (vpp == 1) { /* plain order: micro-batches one after the other */
-        const int warmup = pp - stage - 1 < M ? pp - stage - 1 : M;
+        const int warmup = pipeline_warmup(pp, vpp, stage, M, false);
         for (int m = 0; m < warmup; m++) ops[n++] = (PipeOp){true, m, 0};
         for (int i = 0; i < M - warmup; i++) {
             ops[n++] = (PipeOp){true, warmup + i, 0};
@@ -38,8 +45,7 @@ int pipeline_schedule(int pp, int vpp, int stage, int M, bool forward_only, Pipe
         for (int i = M - warmup; i < M; i++) ops[n++] = (PipeOp){false, i, 0};
         return n;
     }
-    int warmup = (pp - stage - 1) * 2 + (vpp - 1) * pp;
-    if (warmup > total) warmup = total;
+    const int warmup = pipeline_warmup(pp, vpp, stage, M, false);
     for (int k = 0; k < warmup; k++) ops[n++] = forward_op(pp, vpp, k);
     for (int i = 0; i < total - warmup; i++) {
         ops[n++] = forward_op(pp, vpp, warmup + i);

@@ -26,6 +26,10 @@ typedef struct PipeOp {
  * schedule cannot take M (vpp > 1 with backward needs M to be a multiple of pp). */
 int pipeline_schedule(int pp, int vpp, int stage, int M, bool forward_only, PipeOp *ops);
 
+/* How many forwards rank `stage` runs before its first backward (all of
+ * them when forward_only); the schedule alternates after them. */
+int pipeline_warmup(int pp, int vpp, int stage, int M, bool forward_only);
+
 /* The most micro-batches rank `stage` keeps in flight (from the forward of
  * its chunk 0 to the backward of its chunk 0: one set of activations each)
  * in a step of up to M micro-batches (rounded up to a multiple of pp for

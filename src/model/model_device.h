@@ -53,8 +53,10 @@ typedef struct PipelineStageOps {
     void (*backward_head)(void *slot, float loss_scale);
     void (*backward_layers)(void *slot, int chunk, float loss_scale, bool last);
     void (*backward_finish)(void *slot, bool last);
-    /* A buffered send of the chunk's output (forward) or of the stage input's gradient (backward), and the matching
-     * receive into the chunk's input or the stage output's gradient; micro-batches of B x T tokens. */
+    /* A send of the chunk's output (forward) or of the stage input's gradient (backward) that takes the data at
+     * once (the slot may be reused on return; comm_wait_sends completes it), and the matching receive into the
+     * chunk's input or the stage output's gradient; micro-batches of B x T tokens. The executor posts them in the
+     * groups of src/dist/pipeline_transfers.h, so they may be unbuffered (rendezvous) as NCCL's are. */
     void (*send)(void *slot, int chunk, bool backward, const Comm *group, int dest, int tag, int B, int T);
     void (*recv)(void *slot, int chunk, bool backward, const Comm *group, int source, int tag, int B, int T);
     /* Bytes of one more activation set (what a clone adds); 0 when not known. */

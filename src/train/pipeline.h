@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "../dist/comm.h"
-#include "../dist/pipeline_schedule.h"
+#include "../dist/pipeline_transfers.h"
 #include "../model/model_device.h"
 
 /* Fills *inputs and *targets (B x T tokens of this rank) with micro-batch `micro`, and *positions with its
@@ -29,7 +29,7 @@ typedef struct Pipeline {
     bool *busy;
     int *slot_of;         /* per micro-batch of the running step: its slot */
     int micro_capacity;
-    PipeOp *schedule;
+    PipeStep *steps;      /* the running step's, pipeline_transfers.h */
 } Pipeline;
 
 void pipeline_init(Pipeline *p, const Comm *group, int vpp, void *base, const PipelineStageOps *ops);
