@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -56,6 +58,52 @@ int mt_make_parent_dirs(const char *path, char *err, size_t errlen) {
 int mt_temp_name(char *out, size_t outlen, const char *path) {
     int n = snprintf(out, outlen, "%s.tmp.%ld", path, (long)getpid());
     return (n < 0 || (size_t)n >= outlen) ? -1 : 0;
+}
+
+/* This machine's name as it appears in temporary names. */
+static void host_tag(char *out, size_t outlen) {
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0 || !host[0]) snprintf(host, sizeof host, "localhost");
+    host[sizeof host - 1] = '\0';
+    size_t n = 0;
+    for (const char *c = host; *c && n + 1 < outlen && n < 64; c++, n++)
+        out[n] = ((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '-')
+                     ? *c : '_';
+    out[n] = '\0';
+}
+
+int mt_temp_name_host(char *out, size_t outlen, const char *path) {
+    char host[80];
+    host_tag(host, sizeof host);
+    int n = snprintf(out, outlen, "%s.tmp.%s.%ld", path, host, (long)getpid());
+    return (n < 0 || (size_t)n >= outlen) ? -1 : 0;
+}
+
+int mt_remove_stale_temps(const char *path, char *first, size_t firstlen) {
+    char dir[4096], host[80], prefix[4400];
+    mt_parent_dir(path, dir, sizeof dir);
+    host_tag(host, sizeof host);
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    const int plen = snprintf(prefix, sizeof prefix, "%s.tmp.%s.", base, host);
+    if (plen < 0 || (size_t)plen >= sizeof prefix) return 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int removed = 0;
+    for (struct dirent *e; (e = readdir(d));) {
+        if (strncmp(e->d_name, prefix, (size_t)plen) != 0) continue;
+        const char *digits = e->d_name + plen;
+        char *end;
+        errno = 0;
+        const long pid = strtol(digits, &end, 10);
+        if (end == digits || *end || errno || pid <= 0 || (pid_t)pid == getpid()) continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
+        char full[8600];
+        snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
+        if (unlink(full) != 0) continue;
+        if (removed++ == 0 && first) snprintf(first, firstlen, "%s", full);
+    }
+    closedir(d);
+    return removed;
 }
 
 int mt_sync_close(int fd) {

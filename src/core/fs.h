@@ -19,6 +19,18 @@ int mt_make_parent_dirs(const char *path, char *err, size_t errlen);
 /* "<path>.tmp.<pid>": a temporary name beside `path`. Returns 0, or -1 when it does not fit. */
 int mt_temp_name(char *out, size_t outlen, const char *path);
 
+/* "<path>.tmp.<host>.<pid>": a temporary name that says which process of
+ * which machine writes it (the host name's characters other than letters,
+ * digits and '-' become '_'), so that a later process can tell a dead
+ * writer's file from a live one's (mt_remove_stale_temps). */
+int mt_temp_name_host(char *out, size_t outlen, const char *path);
+
+/* Remove the files "<path>.tmp.<host>.<pid>" that this machine's processes
+ * left and that no running process owns (the writer was killed outright).
+ * Files of other hosts (a shared file system) and of live processes are
+ * kept. Returns how many were removed; the first one's name in first. */
+int mt_remove_stale_temps(const char *path, char *first, size_t firstlen);
+
 /* Flush `fd` to disk and close it. Returns 0 or -1 (errno set). */
 int mt_sync_close(int fd);
 

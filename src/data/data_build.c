@@ -32,7 +32,8 @@
  * files are written under temporary names and renamed into place at the end
  * (indexed_dataset_writer.c); a failed or interrupted (SIGINT, SIGTERM,
  * SIGHUP) build removes its temporary files, and one killed outright leaves
- * at most a PREFIX.bin.tmp.PID, never a PREFIX.idx.
+ * at most a PREFIX.bin.tmp.HOST.PID, never a PREFIX.idx (the next build
+ * into PREFIX on that host removes it).
  */
 #include "data_build.h"
 

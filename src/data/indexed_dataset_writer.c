@@ -1,9 +1,11 @@
 /* indexed_dataset_writer.c: writes a Megatron MMIDIDX dataset.
  *
- * Tokens stream to PREFIX.bin.tmp.PID as documents arrive; sequence lengths
+ * Tokens stream to PREFIX.bin.tmp.HOST.PID as documents arrive (a build
+ * killed outright leaves it; the next build into PREFIX on that host removes
+ * it once its process is gone); sequence lengths
  * stay in memory (4 bytes per document; the byte offsets are their running
  * sum, computed when the index is written). finish() writes
- * PREFIX.idx.tmp.PID, fsyncs both and renames them to PREFIX.bin, then
+ * PREFIX.idx.tmp.HOST.PID, fsyncs both and renames them to PREFIX.bin, then
  * PREFIX.idx (the .idx last: a prefix with an .idx is complete), and fsyncs
  * the directory. Existing files are never replaced unless overwrite is set;
  * then the old PREFIX.idx is removed first, so that no moment shows a new
@@ -49,12 +51,17 @@ IndexedDatasetWriter *indexed_dataset_writer_open(const char *prefix, int dtype_
     int a = snprintf(w->bin_path, sizeof(w->bin_path), "%s.bin", prefix);
     int b = snprintf(w->idx_path, sizeof(w->idx_path), "%s.idx", prefix);
     if (a < 0 || b < 0 || (size_t)a >= sizeof(w->bin_path) || (size_t)b >= sizeof(w->idx_path) ||
-        mt_temp_name(w->bin_temp, sizeof(w->bin_temp), w->bin_path) != 0 ||
-        mt_temp_name(w->idx_temp, sizeof(w->idx_temp), w->idx_path) != 0) {
+        mt_temp_name_host(w->bin_temp, sizeof(w->bin_temp), w->bin_path) != 0 ||
+        mt_temp_name_host(w->idx_temp, sizeof(w->idx_temp), w->idx_path) != 0) {
         mt_set_error(err, errlen, "%s: output prefix too long", prefix);
         free(w);
         return NULL;
     }
+    /* what a build killed outright (SIGKILL, a crash) left here: its process is gone */
+    char first[4096];
+    const int stale = mt_remove_stale_temps(w->bin_path, first, sizeof first) +
+                      mt_remove_stale_temps(w->idx_path, first, sizeof first);
+    if (stale) mt_log("removed %d temporary file(s) of an earlier build that was killed (%s)", stale, first);
     w->bin = fopen(w->bin_temp, "wb");
     if (!w->bin) {
         mt_set_error(err, errlen, "%s: cannot create: %s", w->bin_temp, strerror(errno));

@@ -123,8 +123,19 @@ start_build "$D/kill/x"
 stop_build KILL
 [[ ! -e "$D/kill/x.idx" && ! -e "$D/kill/x.bin" ]] || fail "SIGKILL left a dataset that looks complete: $(ls -A "$D/kill")"
 compgen -G "$D/kill/x.bin.tmp.*" > /dev/null || fail "SIGKILL: the build was not midway (no temporary .bin)"
-"$MEGATRAIN" data build --input "$D/plain.txt" --output "$D/kill/x" > /dev/null ||
+killed=$(compgen -G "$D/kill/x.bin.tmp.*")
+[[ $killed == "$D/kill/x.bin.tmp.$(hostname | tr -c 'A-Za-z0-9\n-' '_').$pid" ]] ||
+  fail "SIGKILL: the temporary file is not named PREFIX.bin.tmp.HOST.PID: $killed"
+# a live build's file (this shell's pid) and another host's are not a killed build's: they stay
+touch "$D/kill/x.bin.tmp.$(hostname | tr -c 'A-Za-z0-9\n-' '_').$$" "$D/kill/x.idx.tmp.otherhost.$pid"
+"$MEGATRAIN" data build --input "$D/plain.txt" --output "$D/kill/x" > "$D/kill.out" ||
   fail "a build after a killed one into the same prefix failed"
+[[ ! -e $killed ]] || fail "the build after a killed one left its temporary file $killed"
+grep -q "removed 1 temporary file(s) of an earlier build that was killed ($killed)" "$D/kill.out" ||
+  fail "no log line for the removed temporary file: $(cat "$D/kill.out")"
+[[ -e "$D/kill/x.bin.tmp.$(hostname | tr -c 'A-Za-z0-9\n-' '_').$$" && -e "$D/kill/x.idx.tmp.otherhost.$pid" ]] ||
+  fail "a live process's or another host's temporary file was removed"
+rm -f "$D/kill/x.bin.tmp.$(hostname | tr -c 'A-Za-z0-9\n-' '_').$$" "$D/kill/x.idx.tmp.otherhost.$pid"
 cp "$D/kill/x.bin" "$D/x.bin.before"; cp "$D/kill/x.idx" "$D/x.idx.before"
 start_build "$D/kill/x" --overwrite
 stop_build KILL
