@@ -72,16 +72,12 @@ int pipeline_steps(int pp, int vpp, int stage, int M, bool forward_only, PipeSte
     return k;
 }
 
-static void describe(const PipeStep *st, char *out, size_t len) {
-    if (st->num_ops == 0) snprintf(out, len, "its closing sends");
-    else snprintf(out, len, "before its %s of micro-batch %d, chunk %d", st->ops[0].forward ? "forward" : "backward",
-                  st->ops[0].micro, st->ops[0].chunk);
-}
-
-/* Transfers numbered over all ranks' steps: rank s's step i's j-th send is sends + offset[s] + i * MAX + j. */
+/* Transfers numbered over all ranks' steps: rank s's step i's j-th send (or receive) is at
+ * offset[s] + i * PIPE_STEP_MAX + j of the arrays below. */
 typedef struct Pairing {
     int *offset;
-    int *send_peer_step, *recv_peer_step; /* each transfer's counterpart's step on its peer */
+    int *send_peer_step, *send_peer_index; /* a send's receive: its step on the peer and its place there */
+    int *recv_peer_step;                   /* a receive's send: its step on the peer */
 } Pairing;
 
 static int *slot(int *a, const int *offset, int s, int i, int j) { return &a[offset[s] + i * PIPE_STEP_MAX + j]; }
@@ -113,24 +109,68 @@ static int pair_ranks(int a, int b, PipeStep *const *steps, const int *n, Pairin
                      r->backward ? "gradient" : "activation");
             return -1;
         }
-        *slot(p->send_peer_step, p->offset, a, i, x++) = j;
+        *slot(p->send_peer_step, p->offset, a, i, x) = j;
+        *slot(p->send_peer_index, p->offset, a, i, x++) = y;
         *slot(p->recv_peer_step, p->offset, b, j, y++) = i;
     }
 }
 
-/* The first transfer of rank s's step i whose counterpart is not posted yet (its peer is at pos[peer]), or NULL. */
-static const PipeXfer *waiting_on(const PipeStep *st, int s, int i, const Pairing *p, const int *pos, bool *is_send) {
-    for (int x = 0; x < st->num_sends; x++)
-        if (*slot(p->send_peer_step, p->offset, s, i, x) > pos[st->sends[x].peer]) {
-            *is_send = true;
-            return &st->sends[x];
+/* Where the simulation stands: rank s is in the group of step pos[s] and has completed got[s] of its receives. */
+typedef struct Progress {
+    int *pos, *got;
+} Progress;
+
+/* A send is posted once its rank reaches its step (all of a group's sends go first). */
+static bool send_posted(const Progress *g, int rank, int step) { return g->pos[rank] >= step; }
+
+/* A receive is posted once the receives before it in its group have completed (they block in order). */
+static bool recv_posted(const Progress *g, int rank, int step, int index) {
+    return g->pos[rank] > step || (g->pos[rank] == step && g->got[rank] >= index);
+}
+
+/* Advance rank s as far as it can; returns whether it moved. */
+static bool advance(int s, PipeStep *const *steps, const int *n, const Pairing *p, Progress *g) {
+    bool moved = false;
+    while (g->pos[s] < n[s]) {
+        const int i = g->pos[s];
+        const PipeStep *st = &steps[s][i];
+        while (g->got[s] < st->num_recvs &&
+               send_posted(g, st->recvs[g->got[s]].peer, *slot(p->recv_peer_step, p->offset, s, i, g->got[s]))) {
+            g->got[s]++;
+            moved = true;
         }
-    for (int y = 0; y < st->num_recvs; y++)
-        if (*slot(p->recv_peer_step, p->offset, s, i, y) > pos[st->recvs[y].peer]) {
-            *is_send = false;
-            return &st->recvs[y];
+        if (g->got[s] < st->num_recvs) break;
+        bool sent = true;
+        for (int x = 0; x < st->num_sends && sent; x++)
+            sent = recv_posted(g, st->sends[x].peer, *slot(p->send_peer_step, p->offset, s, i, x),
+                               *slot(p->send_peer_index, p->offset, s, i, x));
+        if (!sent) break;
+        g->pos[s]++;
+        g->got[s] = 0;
+        moved = true;
+    }
+    return moved;
+}
+
+/* Why stuck rank s waits: its blocked receive, or the first of its sends not yet matched. */
+static void explain(int s, PipeStep *const *steps, const Pairing *p, const Progress *g, char *why, size_t whylen) {
+    const int i = g->pos[s];
+    const PipeStep *st = &steps[s][i];
+    const PipeXfer *x = NULL;
+    bool is_send = false;
+    if (g->got[s] < st->num_recvs) x = &st->recvs[g->got[s]];
+    for (int k = 0; !x && k < st->num_sends; k++)
+        if (!recv_posted(g, st->sends[k].peer, *slot(p->send_peer_step, p->offset, s, i, k),
+                         *slot(p->send_peer_index, p->offset, s, i, k))) {
+            x = &st->sends[k];
+            is_send = true;
         }
-    return NULL;
+    char what[96];
+    if (st->num_ops == 0) snprintf(what, sizeof what, "its closing sends");
+    else snprintf(what, sizeof what, "before its %s of micro-batch %d, chunk %d",
+                  st->ops[0].forward ? "forward" : "backward", st->ops[0].micro, st->ops[0].chunk);
+    snprintf(why, whylen, "rank %d waits forever at step %d (%s) for rank %d to %s micro-batch %d's %s", s, i, what,
+             x->peer, is_send ? "receive" : "send", x->micro, x->backward ? "gradient" : "activation");
 }
 
 int pipeline_steps_check(int pp, PipeStep *const *steps, const int *n, char *why, size_t whylen) {
@@ -138,36 +178,27 @@ int pipeline_steps_check(int pp, PipeStep *const *steps, const int *n, char *why
     p.offset = mt_malloc((size_t)(pp + 1) * sizeof(int));
     p.offset[0] = 0;
     for (int s = 0; s < pp; s++) p.offset[s + 1] = p.offset[s] + n[s] * PIPE_STEP_MAX;
-    p.send_peer_step = mt_malloc((size_t)p.offset[pp] * sizeof(int) + 1);
-    p.recv_peer_step = mt_malloc((size_t)p.offset[pp] * sizeof(int) + 1);
+    const size_t bytes = (size_t)p.offset[pp] * sizeof(int) + 1;
+    p.send_peer_step = mt_malloc(bytes);
+    p.send_peer_index = mt_malloc(bytes);
+    p.recv_peer_step = mt_malloc(bytes);
     int rc = 0;
     for (int a = 0; a < pp && rc == 0; a++)
         for (int b = 0; b < pp && rc == 0; b++) rc = pair_ranks(a, b, steps, n, &p, why, whylen);
-    /* Rendezvous: rank s's group at step pos[s] ends once the counterpart of each of its transfers has been
-     * posted, that is, once the peer has reached the counterpart's step. Compute never waits. */
-    int *pos = mt_calloc((size_t)pp, sizeof(int));
+    Progress g = {mt_calloc((size_t)pp, sizeof(int)), mt_calloc((size_t)pp, sizeof(int))};
     for (bool moved = rc == 0; moved;) {
         moved = false;
-        for (int s = 0; s < pp; s++) {
-            bool is_send;
-            while (pos[s] < n[s] && !waiting_on(&steps[s][pos[s]], s, pos[s], &p, pos, &is_send)) {
-                pos[s]++;
-                moved = true;
-            }
+        for (int s = 0; s < pp; s++) moved = advance(s, steps, n, &p, &g) || moved;
+    }
+    for (int s = 0; s < pp && rc == 0; s++)
+        if (g.pos[s] < n[s]) {
+            explain(s, steps, &p, &g, why, whylen);
+            rc = -1;
         }
-    }
-    for (int s = 0; s < pp && rc == 0; s++) {
-        if (pos[s] == n[s]) continue;
-        bool is_send;
-        const PipeXfer *x = waiting_on(&steps[s][pos[s]], s, pos[s], &p, pos, &is_send);
-        char what[96];
-        describe(&steps[s][pos[s]], what, sizeof what);
-        snprintf(why, whylen, "rank %d waits forever at step %d (%s) for rank %d to %s micro-batch %d's %s", s, pos[s],
-                 what, x->peer, is_send ? "receive" : "send", x->micro, x->backward ? "gradient" : "activation");
-        rc = -1;
-    }
-    free(pos);
+    free(g.pos);
+    free(g.got);
     free(p.send_peer_step);
+    free(p.send_peer_index);
     free(p.recv_peer_step);
     free(p.offset);
     return rc;

@@ -2,23 +2,29 @@
  * schedule (pipeline_schedule.h), paired into groups that cannot deadlock
  * under rendezvous semantics (pure: no model, no communication).
  *
- * A rank's step i is: post the previous op's send (its output, or the
- * gradient of its input) and this op's receive (its input, or the gradient
- * of its output) as one group; the group ends when both have been matched
- * by the peers; then compute op i. A closing step sends the last op's
- * output. So a group holds at most one send and one receive.
+ * A rank's step is: post the previous step's ops' sends and this step's
+ * ops' receives as one group; the group ends when its receives have
+ * completed and its sends have been matched; then compute the step's ops.
+ * A step holds one op, or in the interleaved steady state a forward and the
+ * backward after it (Megatron's send_forward_backward_recv_forward_backward:
+ * up to two sends and two receives). A closing step sends the last op's
+ * output.
  *
  * Rendezvous semantics are what NCCL's grouped ncclSend/ncclRecv give on a
  * stream (a send is not buffered: it finishes when the peer's receive is
  * posted, and transfers between two ranks match in the order they are
  * posted, without tags), and what the CPU gets from synchronous-mode MPI
- * sends waited at the end of each group. Under buffered sends (what MPI gave
- * before) any order of a valid schedule finishes; under rendezvous an order
- * can wait in a cycle, so pipeline_transfers_check runs every rank's groups
- * against each other in a simulation and says whether they all finish and
- * whether the k-th send from a rank to another is the k-th receive there
- * (same micro-batch, chunk and direction). The unit test runs it over every
- * shape the recipe allows up to pp 8, vpp 4; the executor (src/train/
+ * sends waited at the end of each group. Under buffered sends any order of
+ * a valid schedule finishes; under rendezvous an order can wait in a cycle.
+ * So pipeline_transfers_check runs every rank's groups against each other
+ * in a simulation and says whether they all finish and whether the k-th
+ * send from a rank to another is the k-th receive there (same micro-batch,
+ * chunk and direction). The simulation is the CPU path's stricter form: a
+ * group's sends are posted at once but its receives one after the other,
+ * each after the one before has completed (blocking MPI receives); NCCL
+ * posts a group's receives together, which can only finish sooner. The
+ * unit test runs it for pp 2..16, vpp 1..8 and up to 4 pp + 3
+ * micro-batches, training and evaluation; the executor (src/train/
  * pipeline.c) runs exactly these steps. */
 #ifndef MT_DIST_PIPELINE_TRANSFERS_H
 #define MT_DIST_PIPELINE_TRANSFERS_H

@@ -5,7 +5,9 @@
  * schedule is in the steps once, in order, with its receive and its send;
  * and the check is not vacuous: the same transfers one op per group
  * deadlock for interleaved shapes (what the steady state's forward and
- * backward pairing exists for), and a swap of two receives is a mismatch. */
+ * backward pairing exists for), a swap of two receives is a mismatch, and
+ * a group whose second receive waits on its first is caught (the CPU's
+ * receives block in order, which NCCL's do not). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -183,12 +185,44 @@ static void test_swapped_receives_mismatch(void **state) {
     assert_int_not_equal(check(4, n, why, sizeof why), 0);
 }
 
+/* Three ranks, each transfer in order: A sends x to B, then q to C; B receives w from C, then x from A, in one
+ * group; C receives q, then sends w. NCCL would finish this (B's two receives posted together), blocking MPI
+ * receives do not: B waits for w, C for q, A for x. */
+static void test_receives_block_in_order(void **state) {
+    (void)state;
+    PipeStep a[3], b[2], c[3];
+    memset(a, 0, sizeof a);
+    memset(b, 0, sizeof b);
+    memset(c, 0, sizeof c);
+    a[0].num_sends = 1;
+    a[0].sends[0] = (PipeXfer){.peer = 1, .micro = 0};
+    a[1].num_sends = 1;
+    a[1].sends[0] = (PipeXfer){.peer = 2, .micro = 1};
+    b[0].num_recvs = 2;
+    b[0].recvs[0] = (PipeXfer){.peer = 2, .micro = 2};
+    b[0].recvs[1] = (PipeXfer){.peer = 0, .micro = 0};
+    c[0].num_recvs = 1;
+    c[0].recvs[0] = (PipeXfer){.peer = 0, .micro = 1};
+    c[1].num_sends = 1;
+    c[1].sends[0] = (PipeXfer){.peer = 1, .micro = 2};
+    PipeStep *per_rank[3] = {a, b, c};
+    int n[3] = {2, 1, 2};
+    char why[512];
+    assert_int_not_equal(pipeline_steps_check(3, per_rank, n, why, sizeof why), 0);
+    assert_non_null(strstr(why, "waits forever"));
+    /* B receiving x first finishes */
+    b[0].recvs[0] = (PipeXfer){.peer = 0, .micro = 0};
+    b[0].recvs[1] = (PipeXfer){.peer = 2, .micro = 2};
+    assert_int_equal(pipeline_steps_check(3, per_rank, n, why, sizeof why), 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_shape_finishes),
         cmocka_unit_test(test_steps_follow_the_schedule),
         cmocka_unit_test(test_unpaired_interleaved_deadlocks),
         cmocka_unit_test(test_swapped_receives_mismatch),
+        cmocka_unit_test(test_receives_block_in_order),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -313,10 +313,10 @@ static bool device_pci_bus_id(ModelDevice *d, char *out, int len) {
 
 /* ---- as a pipeline stage ------------------------------------------------ */
 /* Transfers are staged through the host: the activations (bf16) or their
- * gradients (fp32) copied out of the GPU, sent with a buffered MPI send,
- * received and copied in. Simple and deadlock-free for any schedule (NCCL's
- * sends block until the peer's receive is posted); the price is two PCIe
- * copies per transfer. */
+ * gradients (fp32) copied out of the GPU, sent with comm_send_copy (an MPI
+ * send that completes when matched, in the executor's paired groups:
+ * src/dist/pipeline_transfers.h), received and copied in. The price is two
+ * PCIe copies per transfer; NCCL sends in the same groups would avoid it. */
 
 static void *host_buffer; /* staging for one transfer (comm_send_copy copies it again) */
 static size_t host_bytes;
