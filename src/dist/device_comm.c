@@ -193,11 +193,21 @@ void device_all_to_all_v(DeviceComm *c, const void *send, const long *send_count
     for (int r = 0; r < c->size; r++) sent += (size_t)send_counts[r], received += (size_t)recv_counts[r];
     char *host = host_bytes(c, (sent + received) * elem);
     if (sent > 0) copy_sync(host, send, sent * elem, cudaMemcpyDeviceToHost, stream);
-    /* as 16-bit pairs or floats: MPI moves bytes, whatever the type */
+    /* MPI moves bytes whatever the type: as 4-byte words when every block is whole words (MPI counts are ints,
+     * so four times as much fits), else as bytes */
     long *sc = mt_malloc(2 * (size_t)c->size * sizeof(long)), *rc = sc + c->size;
-    for (int r = 0; r < c->size; r++) sc[r] = send_counts[r] * (long)elem, rc[r] = recv_counts[r] * (long)elem;
-    if (c->threads) thread_group_all_to_all_v(c->threads, c->rank, host, sc, host + sent * elem, rc);
-    else comm_all_to_all_v(c->group, host, sc, host + sent * elem, rc, COMM_BYTE);
+    bool whole_words = true;
+    for (int r = 0; r < c->size; r++) {
+        sc[r] = send_counts[r] * (long)elem, rc[r] = recv_counts[r] * (long)elem;
+        whole_words = whole_words && sc[r] % 4 == 0 && rc[r] % 4 == 0;
+    }
+    if (c->threads) {
+        thread_group_all_to_all_v(c->threads, c->rank, host, sc, host + sent * elem, rc);
+    } else {
+        if (whole_words)
+            for (int r = 0; r < c->size; r++) sc[r] /= 4, rc[r] /= 4;
+        comm_all_to_all_v(c->group, host, sc, host + sent * elem, rc, whole_words ? COMM_FLOAT : COMM_BYTE);
+    }
     free(sc);
     if (received > 0) copy_sync(recv, host + sent * elem, received * elem, cudaMemcpyHostToDevice, stream);
 }

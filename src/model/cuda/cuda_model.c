@@ -621,6 +621,9 @@ void cuda_model_set_ep_comm(CudaModel *m, DeviceComm *ep, DeviceComm *edp) {
     if (!ep || ep->size != m->ep)
         mt_die(MT_EXIT_FAILURE, "CUDA model: an ep communicator of %d ranks for expert parallel %d", ep ? ep->size : 0,
                m->ep);
+    if (ep->rank != m->ep_rank) /* the dispatch sends expert g to the group's rank g / (experts per rank) */
+        mt_die(MT_EXIT_FAILURE, "CUDA model: rank %d of the ep communicator holds the experts of ep rank %d", ep->rank,
+               m->ep_rank);
     m->ep_comm = ep;
     m->edp_comm = edp && edp->size > 1 ? edp : NULL;
 }
@@ -642,6 +645,7 @@ size_t cuda_model_activation_bytes(const CudaModel *m) {
     probe.saved = saved;
     Carver counter = {NULL, 0};
     layout_activations(&probe, &counter);
+    cuda_moe_free_saved(&probe); /* the host records the MoE layers' layout made for the probe */
     free(saved);
     return counter.used;
 }
