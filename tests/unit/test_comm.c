@@ -20,6 +20,7 @@
 
 #include <cmocka.h>
 
+#include "core/float16.h"
 #include "dist/comm.h"
 
 enum { COUNT = 10007, KINDS = 13 };
@@ -33,23 +34,11 @@ static uint32_t mix(uint32_t x) { /* lowbias32 */
     return x;
 }
 
-static float from_bits(uint32_t bits) {
-    float f;
-    memcpy(&f, &bits, sizeof f);
-    return f;
-}
-
-static uint32_t bits_of(float f) {
-    uint32_t b;
-    memcpy(&b, &f, sizeof b);
-    return b;
-}
-
 /* A finite float of either sign from the whole range (never inf or NaN). */
 static float any_finite(uint32_t seed) {
     uint32_t b = mix(seed);
     if ((b & 0x7f800000U) == 0x7f800000U) b &= ~0x00800000U;
-    return from_bits(b);
+    return bits_f32(b);
 }
 
 /* Rank r's element i in a group of n ranks. Element i's kind is i % KINDS; `who` = (i / KINDS) % n is the rank
@@ -60,13 +49,13 @@ static float value(int r, size_t i, int n) {
     switch (i % KINDS) {
     case 0: /* NaN on one rank only: quiet, negative quiet, signalling */
         if (r != who) return any_finite(seed);
-        return from_bits(variant == 0 ? 0x7fc00000U : variant == 1 ? 0xffc00000U : 0x7f800001U);
+        return bits_f32(variant == 0 ? 0x7fc00000U : variant == 1 ? 0xffc00000U : 0x7f800001U);
     case 1: return -0.0f;                          /* -0 everywhere */
     case 2: return r == who ? 0.0f : -0.0f;        /* +0 on one rank */
     case 3: return r == who ? INFINITY : any_finite(seed);
     case 4: return -INFINITY;
-    case 5: return from_bits(mix(seed) & 0x807fffffU); /* subnormals (and zeros) of either sign */
-    case 6: return from_bits(0x7fc00000U | (mix(seed) & 0x803fffffU)); /* NaN on every rank, payloads differ */
+    case 5: return bits_f32(mix(seed) & 0x807fffffU); /* subnormals (and zeros) of either sign */
+    case 6: return bits_f32(0x7fc00000U | (mix(seed) & 0x803fffffU)); /* NaN on every rank, payloads differ */
     case 7: return r == who ? 1.5f : -1.5f;
     case 8: return 3.0f;                           /* equal on every rank */
     case 9: return -fabsf(any_finite(seed));           /* all negative */
@@ -93,10 +82,10 @@ static int mismatches(const float *buf, size_t count, const int *ranks, int n, i
     int bad = 0;
     for (size_t i = 0; i < count; i++) {
         const float want = n == 1 ? value(rank, i, of) : reference(ranks, n, i, of);
-        if (bits_of(buf[i]) == bits_of(want)) continue;
+        if (f32_bits(buf[i]) == f32_bits(want)) continue;
         if (bad++ == 0)
             fprintf(stderr, "rank %d: element %zu (kind %zu): 0x%08x, expected 0x%08x\n", rank, i, i % KINDS,
-                    (unsigned)bits_of(buf[i]), (unsigned)bits_of(want));
+                    (unsigned)f32_bits(buf[i]), (unsigned)f32_bits(want));
     }
     return bad;
 }
@@ -145,12 +134,12 @@ static void test_max_split(void **state) {
 /* One element, NaN on the last rank only; then no elements (buf untouched). */
 static void test_max_one_and_none(void **state) {
     const Comm *w = comm_world();
-    float one = w->rank == w->size - 1 && w->size > 1 ? from_bits(0xff800123U) : (float)w->rank;
+    float one = w->rank == w->size - 1 && w->size > 1 ? bits_f32(0xff800123U) : (float)w->rank;
     comm_all_reduce_max_float(w, &one, 1);
     float none = 7.0f;
     comm_all_reduce_max_float(w, &none, 0);
     if (w->size > 1)
-        assert_int_equal(bits_of(one), bits_of(NAN));
+        assert_int_equal(f32_bits(one), f32_bits(NAN));
     else
         assert_true(one == 0.0f && !signbit(one));
     assert_true(none == 7.0f);
