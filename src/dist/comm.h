@@ -34,6 +34,11 @@ int dist_finish(int status);
 /* In-place sums over the group. */
 void comm_all_reduce_sum_float(const Comm *c, float *buf, size_t count);
 void comm_all_reduce_sum_double(const Comm *c, double *buf, size_t count);
+/* In-place max over the group, element by element. NaN wins: an element that is
+ * NaN on any rank becomes NAN (the quiet NaN) on every rank; otherwise the
+ * largest value, with -0 below +0. Exact and independent of the reduction
+ * order (MPI_MAX on each float's bits mapped to an order-preserving int32). */
+void comm_all_reduce_max_float(const Comm *c, float *buf, size_t count);
 /* recv (count elements) = sum over ranks of send[rank * count ...]. */
 void comm_reduce_scatter_sum_float(const Comm *c, const float *send, float *recv, size_t count);
 /* recv[r * count ...] = rank r's send (count elements each). */

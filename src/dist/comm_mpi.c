@@ -3,7 +3,10 @@
 #include "comm.h"
 
 #include <limits.h>
+#include <math.h>
 #include <mpi.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -115,6 +118,31 @@ void comm_all_reduce_sum_double(const Comm *c, double *buf, size_t count) {
     for (size_t at = 0; at < count; at += CHUNK) {
         size_t n = count - at < CHUNK ? count - at : CHUNK;
         check(MPI_Allreduce(MPI_IN_PLACE, buf + at, (int)n, MPI_DOUBLE, MPI_SUM, handle_of(c)), "all-reduce");
+    }
+}
+
+/* A float's bits as an int32 whose order is the floats' (-inf < ... < -0 < +0 < ... < +inf), every NaN mapped
+ * above +inf (as the quiet NaN): MPI_MAX on the keys is the float max where NaN wins. The map is its own inverse
+ * on the non-negative keys and on the negative ones. */
+static int32_t float_key(int32_t bits) { return bits < 0 ? bits ^ INT32_MAX : bits; }
+
+static void float_keys(float *buf, size_t n, bool to_keys) {
+    const float nan = NAN;
+    for (size_t i = 0; i < n; i++) {
+        int32_t bits;
+        memcpy(&bits, to_keys && isnan(buf[i]) ? &nan : &buf[i], sizeof bits);
+        bits = float_key(bits);
+        memcpy(&buf[i], &bits, sizeof bits);
+    }
+}
+
+void comm_all_reduce_max_float(const Comm *c, float *buf, size_t count) {
+    if (!c->handle || c->size == 1) return;
+    for (size_t at = 0; at < count; at += CHUNK) {
+        size_t n = count - at < CHUNK ? count - at : CHUNK;
+        float_keys(buf + at, n, true);
+        check(MPI_Allreduce(MPI_IN_PLACE, buf + at, (int)n, MPI_INT32_T, MPI_MAX, handle_of(c)), "all-reduce");
+        float_keys(buf + at, n, false);
     }
 }
 

@@ -28,35 +28,15 @@
 #include "model_fp8.h"
 
 #include <math.h>
-#include <stdlib.h>
 
 #include "../core/error.h"
 #include "../core/fp8.h"
 #include "../dist/comm.h"
 #include "fp8_scaling.h"
 
-void fp8_group_max(const Comm *c, float *v, int n) {
-    if (!c || c->size <= 1 || n <= 0) return;
-    float *all = mt_malloc((size_t)c->size * n * sizeof(float));
-    comm_all_gather(c, v, all, (size_t)n, COMM_FLOAT);
-    for (int i = 0; i < n; i++) {
-        float m = 0.0f;
-        for (int r = 0; r < c->size; r++) {
-            const float a = all[(size_t)r * n + i];
-            if (isnan(a)) {
-                m = NAN;
-                break;
-            }
-            if (a > m) m = a;
-        }
-        v[i] = m;
-    }
-    free(all);
-}
-
 /* The max of v over a group (NaN if any rank's is): the same on every rank. */
 static float group_max(const Comm *c, float v) {
-    fp8_group_max(c, &v, 1);
+    comm_all_reduce_max_float(c, &v, 1);
     return v;
 }
 
@@ -154,8 +134,8 @@ float linear_group_grad_amax(const LinearPart *parts, int count, int N) {
 }
 
 void model_fp8_amax_reduce(const Model *m, float *amax, int n, bool over_tp) {
-    if (over_tp && m->part.tp > 1) fp8_group_max(m->part.tp_comm, amax, n);
-    if (m->part.cp > 1) fp8_group_max(m->part.cp_comm, amax, n);
+    if (over_tp && m->part.tp > 1) comm_all_reduce_max_float(m->part.tp_comm, amax, (size_t)n);
+    if (m->part.cp > 1) comm_all_reduce_max_float(m->part.cp_comm, amax, (size_t)n);
 }
 
 float model_fp8_scale(const Model *m, float amax, Fp8Format format) { return cast_scale(m, amax, format); }

@@ -60,10 +60,8 @@ void linear_group_product_backward(Model *m, float *dx, const float *x, int N, i
 float linear_group_weight_amax(const LinearPart *parts, int count, int IC);
 float linear_group_grad_amax(const LinearPart *parts, int count, int N);
 /* amax[0..n) = each one's max over the cp group and, with over_tp, the tp group (NaN wins): what every rank of
- * those groups casts with. One collective per group for the n values. */
+ * those groups casts with. One collective per group for the n values (comm_all_reduce_max_float). */
 void model_fp8_amax_reduce(const Model *m, float *amax, int n, bool over_tp);
-/* v[0..n) = their max over group c, element by element (NaN if any rank's is): the same on every rank. */
-void fp8_group_max(const Comm *c, float *v, int n);
 /* The cast scale of an amax in format (fp8_scaling.h; fp8.margin; 1 where the amax is 0 or not finite). */
 float model_fp8_scale(const Model *m, float amax, Fp8Format format);
 

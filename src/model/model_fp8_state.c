@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "../core/error.h"
+#include "../dist/comm.h"
 #include "fp8_scaling.h"
 #include "model_fp8.h"
 
@@ -144,7 +145,7 @@ void model_fp8_step_end(Model *m, const Comm *dp) {
     if (!s) return;
     const size_t n = (size_t)s->num_layers * (size_t)s->K;
     model_fp8_amax_reduce(m, s->recorded, (int)n, true);
-    fp8_group_max(dp, s->recorded, (int)n);
+    if (dp) comm_all_reduce_max_float(dp, s->recorded, n);
     for (size_t t = 0; t < n; t++) {
         const Fp8Format format = t % FP8_OPERANDS == FP8_GRAD ? m->fp8.grad_format : FP8_E4M3;
         Fp8History h = {.amax = s->history + t * (size_t)s->len, .len = s->len, .scale = s->scale[t]};

@@ -64,7 +64,8 @@ check_checkpoints() {
 rank_pid() {
   local p
   for p in $(pgrep -P "$1"); do
-    tr '\0' '\n' < /proc/"$p"/environ 2> /dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return; }
+    # (not a pipe: grep -q may end before tr has written the whole environment, and pipefail sees tr's SIGPIPE)
+    grep -qx "OMPI_COMM_WORLD_RANK=$2" < <(tr '\0' '\n' < /proc/"$p"/environ 2> /dev/null) && { echo "$p"; return; }
   done
   return 0
 }

@@ -169,9 +169,11 @@ status=0
 [[ "$(ls "$WORK/taken")" == file ]] || fail "existing DST was touched"
 
 # Usage.
-"$MEGATRAIN" convert --help | grep -q "usage: megatrain convert SRC DST" || fail "--help"
-"$MEGATRAIN" convert --help | grep -q "Families (config.json model_type): llama, qwen2, qwen3, mixtral, qwen3_moe\.$" \
-  || fail "--help does not list every family: $("$MEGATRAIN" convert --help)"
+# (to a file first: grep -q on a pipe may exit before the writer ends, and pipefail would see its SIGPIPE)
+"$MEGATRAIN" convert --help > "$WORK/help.txt" || fail "--help failed"
+grep -q "usage: megatrain convert SRC DST" "$WORK/help.txt" || fail "--help"
+grep -q "Families (config.json model_type): llama, qwen2, qwen3, mixtral, qwen3_moe\.$" "$WORK/help.txt" \
+  || fail "--help does not list every family: $(cat "$WORK/help.txt")"
 status=0; "$MEGATRAIN" convert "$FIX/llama_tied" > /dev/null 2>&1 || status=$?
 [[ $status -eq 2 ]] || fail "missing DST: exit $status, expected 2"
 status=0; "$MEGATRAIN" convert "$WORK/llama_tied.ckpt" "$WORK/x" --dtype fp8 > /dev/null 2>&1 || status=$?

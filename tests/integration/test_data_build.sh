@@ -142,6 +142,8 @@ stop_build KILL
 cmp -s "$D/kill/x.bin" "$D/x.bin.before" && cmp -s "$D/kill/x.idx" "$D/x.idx.before" ||
   fail "an --overwrite build killed midway changed the old dataset"
 
-"$MEGATRAIN" data build --help | grep -q -- "--input FILE" || fail "--help does not print usage"
-"$MEGATRAIN" data build --help | grep -q -- "--overwrite  *replace an existing PREFIX.bin" || fail "--help does not list --overwrite"
+# (to a file first: grep -q on a pipe may exit before the writer ends, and pipefail would see its SIGPIPE)
+"$MEGATRAIN" data build --help > "$WORK/help.txt" || fail "--help failed"
+grep -q -- "--input FILE" "$WORK/help.txt" || fail "--help does not print usage"
+grep -q -- "--overwrite  *replace an existing PREFIX.bin" "$WORK/help.txt" || fail "--help does not list --overwrite"
 echo "data build: ok"

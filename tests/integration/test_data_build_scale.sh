@@ -159,6 +159,8 @@ for bad in "--workers 0" "--workers two" "--workers 257" "--max-line-mib 0" "--m
   [[ $rc -eq 2 ]] || fail "$bad: exit $rc, expected 2"
   grep -q "expected a whole number" "$D/err.txt" || fail "$bad: $(cat "$D/err.txt")"
 done
-"$MEGATRAIN" data build --help | grep -q -- "--workers N  *threads that tokenize" || fail "--help does not list --workers"
-"$MEGATRAIN" data build --help | grep -q -- "--max-line-mib N" || fail "--help does not list --max-line-mib"
+# (to a file first: grep -q on a pipe may exit before the writer ends, and pipefail would see its SIGPIPE)
+"$MEGATRAIN" data build --help > "$WORK/help.txt" || fail "--help failed"
+grep -q -- "--workers N  *threads that tokenize" "$WORK/help.txt" || fail "--help does not list --workers"
+grep -q -- "--max-line-mib N" "$WORK/help.txt" || fail "--help does not list --max-line-mib"
 echo "data build at scale: ok"

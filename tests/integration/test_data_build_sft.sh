@@ -164,5 +164,7 @@ rc=0; "$MEGATRAIN" data build --chat-template llama3 --input "$D/m.jsonl" --outp
 [[ $rc -eq 2 ]] && grep -q -- '--chat-template needs --format sft' "$D/err.txt" || fail "template without sft: $rc"
 rc=0; "$MEGATRAIN" data build --format chat --input "$D/m.jsonl" --output "$D/out/m" 2> "$D/err.txt" || rc=$?
 [[ $rc -eq 2 ]] && grep -q -- '--format chat: unknown format' "$D/err.txt" || fail "unknown format: $rc"
-"$MEGATRAIN" data build --help | grep -q -- "--chat-template NAME" || fail "--help lacks --chat-template"
+# (to a file first: grep -q on a pipe may exit before the writer ends, and pipefail would see its SIGPIPE)
+"$MEGATRAIN" data build --help > "$WORK/help.txt" || fail "--help failed"
+grep -q -- "--chat-template NAME" "$WORK/help.txt" || fail "--help lacks --chat-template"
 echo "PASS test_data_build_sft"
