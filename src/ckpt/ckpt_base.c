@@ -57,8 +57,8 @@ int ckpt_base_ref_of(const char *dir, CkptBaseRef *base, char *err, size_t errle
     const size_t n = strlen(resolved);
     int rc = 0;
     if (n > CKPT_BASE_DIR_MAX) {
-        mt_set_error(err, errlen, "%s: its absolute path has %zu bytes, a checkpoint can reference at most %d", dir, n,
-                     CKPT_BASE_DIR_MAX);
+        mt_set_error(err, errlen, "%s: its absolute path has %zu bytes, a checkpoint can reference at most %d (with "
+                     "checkpoint.frozen_base: store the checkpoints store the base instead)", dir, n, CKPT_BASE_DIR_MAX);
         rc = -1;
     } else {
         memcpy(base->dir, resolved, n + 1);
