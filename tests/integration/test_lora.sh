@@ -19,12 +19,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
 demo_data "$WORK/english"
-COMMON=(--set logging.interval=1 --set train.micro_batch_size=2 --set model.num_layers=4 --set train.seq_len=32
-        --set "train.batch_schedule=[{step: 0, global_batch_size: 8}]" --set optimizer.schedule.warmup_steps=1
-        --set optimizer.lr=1.0e-2 --set optimizer.schedule.decay_steps=6 --set train.eval_interval=3
-        --set train.eval_batches=2
-        --set "data.train=[{path: $WORK/english, weight: 1.0}]")
-LORA=(--set "peft={type: lora, rank: 4, alpha: 8}")
+lora_settings "$WORK/english"
 losses() { grep -o '"step":[0-9]*,"loss":[^,]*' "$1/metrics.jsonl"; }
 run() { "$MEGATRAIN" run "$REPO/recipes/tiny/$1.yaml" --set run.dir="$2" "${COMMON[@]}" "${@:3}"; }
 
