@@ -69,13 +69,15 @@ static int agree_on_load(int rc, long step, char *err, size_t errlen) {
     if (world->size <= 1) return rc;
     int64_t mine[2] = {rc, step}, *all = mt_malloc((size_t)world->size * 2 * sizeof(int64_t));
     comm_all_gather(world, mine, all, 2, COMM_INT64);
-    int agreed = rc;
-    for (int r = 0; r < world->size && rc == 0 && agreed == 0; r++)
-        if (all[2 * r] == CKPT_ERR_BASE) {
-            mt_set_error(err, errlen, "rank %d could not load the frozen base this checkpoint references (rank %d says "
-                         "why)", r, r);
-            agreed = CKPT_ERR_BASE;
+    for (int r = 0; r < world->size; r++)
+        if (all[2 * r] == CKPT_ERR_BASE) { /* whatever this rank met: every rank stops the same way */
+            if (rc != CKPT_ERR_BASE)
+                mt_set_error(err, errlen, "rank %d could not load the frozen base this checkpoint references (rank %d "
+                             "says why)", r, r);
+            free(all);
+            return CKPT_ERR_BASE;
         }
+    int agreed = rc;
     for (int r = 0; r < world->size && agreed == rc; r++)
         if (all[2 * r] != 0 || all[2 * r + 1] != all[1]) {
             if (rc == 0) mt_set_error(err, errlen, "rank %d could not load this checkpoint (or loaded step %lld)", r,

@@ -166,6 +166,10 @@ cp -r "$WORK/base.orig" "$WORK/base"
 printf 'XXXXXXXX' | dd of="$base/shard_00000.zst" bs=1 seek=1000 conv=notrunc status=none
 expect_exit1 "resume, base damaged" "references those of $base" "which cannot be read" "$base/shard_00000.zst" \
   -- "$MEGATRAIN" resume "$WORK/ref" --set train.steps=8
+if command -v mpirun > /dev/null; then # the load fails on every rank: all stop together (agree_on_load)
+  expect_exit1 "resume on 2 ranks, base damaged" "which cannot be read" -- mpirun --allow-run-as-root --oversubscribe \
+    -np 2 "$MEGATRAIN" resume "$WORK/ref" --set train.steps=8 --set parallel.pp=2
+fi
 [[ -z "$(ls -d "$WORK"/ref/checkpoints/*.invalid* 2> /dev/null)" ]] || fail "a checkpoint was set aside for its base"
 rm -rf "$WORK/base"
 mv "$WORK/base.orig" "$WORK/base"
