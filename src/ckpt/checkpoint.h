@@ -10,7 +10,9 @@
  * Tensor names: model parameters by their registry names (model.h);
  * optimizer moments as "optimizer.m.<name>" and "optimizer.v.<name>", for
  * the trainable parameters (a LoRA run's frozen base weights are stored
- * once, without moments).
+ * once, without moments, or not at all: the checkpoint then references the
+ * checkpoint that holds them, record BASE, and every load below takes them
+ * from there after checking it).
  * The metadata also carries the model config, the resolved recipe (when the
  * checkpoint comes from a run), and the training state (when it comes from a
  * run): a plain CkptState that the training loop fills (src/train/train_ckpt.h);
@@ -96,7 +98,10 @@ int ckpt_write_dir(const char *dir, const CheckpointWrite *what, char *err, size
 int ckpt_read_model_config(const char *dir, ModelConfig *model_config, char *err, size_t errlen);
 
 /* Load every parameter of `model` (created from a compatible config) from
- * `dir`, verifying checksums. Returns 0, or -1 with err naming the tensor. */
+ * `dir`, verifying checksums; frozen parameters that `dir` lacks come from
+ * the base it references (record BASE), on any layout, once that base's
+ * metadata.mtck has the recorded CRC (ckpt_check_base). Returns 0, or -1
+ * with err naming the tensor, or the base and what is wrong with it. */
 int ckpt_load_model(const char *dir, Model *model, char *err, size_t errlen);
 
 /* The same for the frozen parameters only (LoRA's base weights: the
@@ -104,19 +109,48 @@ int ckpt_load_model(const char *dir, Model *model, char *err, size_t errlen);
  * converted Hugging Face checkpoint, which has no adapters. */
 int ckpt_load_frozen(const char *dir, Model *model, char *err, size_t errlen);
 
+/* The same for the trainable parameters only (LoRA's adapters; the frozen
+ * ones keep what they hold): what the PEFT export needs, which therefore
+ * works without the base a checkpoint references. */
+int ckpt_load_trainable(const char *dir, Model *model, char *err, size_t errlen);
+
+/* ---- the frozen base a LoRA checkpoint references (checkpoint.frozen_base: reference) ---- */
+
+/* The BASE record of checkpoint `dir` into *base (base->present false when
+ * it stores what it holds). Returns 0, or -1 with err (unreadable metadata). */
+int ckpt_read_base_ref(const char *dir, CkptBaseRef *base, char *err, size_t errlen);
+
+/* The base that a run started from checkpoint `dir` (its init_from)
+ * records: dir's own BASE record when it references one (one level: the
+ * checkpoint that holds the weights), else dir itself, as an absolute path
+ * with symlinks resolved, and the CRC-32C of its metadata.mtck. Returns 0,
+ * or -1 with err. */
+int ckpt_base_ref_of(const char *dir, CkptBaseRef *base, char *err, size_t errlen);
+
 /* ---- additions for resume, inspect and the training loop ---- */
 
 /* What the load functions below return besides 0. */
 #define CKPT_ERR_UNREADABLE (-1) /* missing, incomplete or corrupt: err names the file, the tensor and the chunk */
 #define CKPT_ERR_MISMATCH (-2)   /* intact, but does not fit (tensor names or shapes, no training state) */
+#define CKPT_ERR_BASE (-3)       /* intact, but the frozen base it references is missing, changed or unreadable: err
+                                  * names the checkpoint, the base, what is wrong and how to fix it */
+
+/* When checkpoint `dir` references a frozen base: that the base directory
+ * exists, its metadata.mtck has the recorded CRC-32C and it opens. Returns
+ * 0 (also when there is no reference), CKPT_ERR_BASE, or CKPT_ERR_UNREADABLE
+ * (dir's own metadata), with err set. Nothing is modified. */
+int ckpt_check_base(const char *dir, char *err, size_t errlen);
 
 /* Load what a resumed run needs from `dir`, verifying every checksum: all
  * parameters of `model`; when `moments` is not NULL the optimizer's moments
  * (into m and v, laid out like the model's params, converted to
  * moments->dtype) and step (else the caller keeps a fresh optimizer); when
  * `state` is not NULL the training state
- * (step, consumed samples and tokens, RNG, ...). Returns 0,
- * CKPT_ERR_UNREADABLE or CKPT_ERR_MISMATCH, with err set. */
+ * (step, consumed samples and tokens, RNG, ...). Frozen parameters come
+ * from the referenced base as for ckpt_load_model. Returns 0,
+ * CKPT_ERR_UNREADABLE, CKPT_ERR_MISMATCH or CKPT_ERR_BASE (anything wrong
+ * with the base, its tensors included: the checkpoint itself is fine), with
+ * err set. */
 int ckpt_load_training(const char *dir, Model *model, CkptMoments *moments, CkptState *state, char *err,
                        size_t errlen);
 

@@ -1,6 +1,8 @@
 /* ckpt_api.c: the functions of checkpoint.h on top of the writer and the
  * reader: write a directory from a model (+ optimizer, state, recipe), read
- * the model config, and load parameters, optimizer moments and the training state. */
+ * the model config, and load parameters (the frozen ones a checkpoint lacks
+ * from the base it references, ckpt_base.c), optimizer moments and the
+ * training state. */
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +11,7 @@
 #include "../core/error.h"
 #include "../core/progress.h"
 #include "checkpoint.h"
+#include "ckpt_base.h"
 #include "ckpt_reader.h"
 #include "ckpt_writer.h"
 
@@ -22,7 +25,7 @@ int ckpt_write_dir(const char *dir, const CheckpointWrite *what, char *err, size
     int num_sources = 0;
     CkptSource *sources = ckpt_sources_of_kinds(what->model, what->model->params, model_extra_state(what->model).data,
                                                 opt ? opt->m : NULL, opt ? opt->v : NULL,
-                                                opt ? opt->dtype : CKPT_DTYPE_FP32, true, true, &num_sources);
+                                                opt ? opt->dtype : CKPT_DTYPE_FP32, true, true, true, &num_sources);
     CkptPayload payload = {
         .num_sources = num_sources,
         .sources = sources,
@@ -86,21 +89,51 @@ static int load_param(CkptReader *r, const char *name, const ParamInfo *info, Ck
     return ckpt_reader_read_as(r, t, start, shape, dtype, dst, err, errlen) == 0 ? 0 : CKPT_ERR_UNREADABLE;
 }
 
-/* Which parameters load_params reads. */
+/* Which parameters load_weights reads. */
 typedef enum { LOAD_ALL, LOAD_TRAINABLE, LOAD_FROZEN } LoadWhich;
 
-/* Every parameter (of `which`) from `prefix`<name> into base (of dtype) at
- * its offset (LOAD_TRAINABLE: moments, at its offset in the trainable
- * region); `progress` counts tensors on from *done. */
-static int load_params(CkptReader *r, const Model *model, const char *prefix, LoadWhich which, CkptDType dtype,
-                       void *base, Progress *progress, int *done, char *err, size_t errlen) {
-    for (int i = 0; i < model->num_params; i++) {
+/* The weights of every parameter of `which` into model->params. A frozen one
+ * that r's checkpoint lacks comes from the base it references (record BASE),
+ * opened and checked at the first such parameter: any failure there is
+ * CKPT_ERR_BASE. `progress` counts tensors on from *done. */
+static int load_weights(CkptReader *r, Model *model, LoadWhich which, Progress *progress, int *done, char *err,
+                        size_t errlen) {
+    CkptReader *base = NULL;
+    int rc = 0;
+    for (int i = 0; i < model->num_params && rc == 0; i++) {
         const ParamInfo *info = &model->param_info[i];
         if ((which == LOAD_TRAINABLE && info->frozen) || (which == LOAD_FROZEN && !info->frozen)) continue;
+        CkptReader *from = r;
+        if (info->frozen && r->meta.base.present && !ckpt_meta_find(&r->meta, info->name)) {
+            if (!base && !(base = ckpt_base_open(r->dir, &r->meta.base, err, errlen))) return CKPT_ERR_BASE;
+            from = base;
+        }
+        char why[2048];
+        rc = load_param(from, info->name, info, CKPT_DTYPE_FP32, model->params + info->offset, why, sizeof why);
+        if (rc != 0 && from == base) {
+            ckpt_base_unreadable(err, errlen, r->dir, &r->meta.base, why);
+            rc = CKPT_ERR_BASE;
+        } else if (rc != 0) {
+            mt_set_error(err, errlen, "%s", why);
+        } else {
+            progress_update(progress, ++*done);
+        }
+    }
+    ckpt_reader_close(base);
+    return rc;
+}
+
+/* The AdamW moments `prefix`<name> of every trainable parameter into moments (of dtype, laid out like the
+ * gradients: at its offset in the trainable region). */
+static int load_moments(CkptReader *r, const Model *model, const char *prefix, CkptDType dtype, void *moments,
+                        Progress *progress, int *done, char *err, size_t errlen) {
+    for (int i = 0; i < model->num_params; i++) {
+        const ParamInfo *info = &model->param_info[i];
+        if (info->frozen) continue;
         char name[CKPT_NAME_MAX];
         snprintf(name, sizeof name, "%s%s", prefix, info->name);
-        const size_t at = which == LOAD_TRAINABLE ? info->offset - (size_t)model->trainable_offset : info->offset;
-        int rc = load_param(r, name, info, dtype, (char *)base + at * ckpt_dtype_size(dtype), err, errlen);
+        const size_t at = info->offset - (size_t)model->trainable_offset;
+        int rc = load_param(r, name, info, dtype, (char *)moments + at * ckpt_dtype_size(dtype), err, errlen);
         if (rc != 0) return rc;
         progress_update(progress, ++*done);
     }
@@ -147,7 +180,7 @@ static int load_model(const char *dir, Model *model, LoadWhich which, char *err,
     Progress progress;
     int done = 0;
     start_load_progress(&progress, model, 1);
-    if (rc == 0) rc = load_params(r, model, "", which, CKPT_DTYPE_FP32, model->params, &progress, &done, err, errlen);
+    if (rc == 0) rc = load_weights(r, model, which, &progress, &done, err, errlen);
     progress_end(&progress);
     ckpt_reader_close(r);
     return rc == 0 ? 0 : -1;
@@ -159,6 +192,10 @@ int ckpt_load_model(const char *dir, Model *model, char *err, size_t errlen) {
 
 int ckpt_load_frozen(const char *dir, Model *model, char *err, size_t errlen) {
     return load_model(dir, model, LOAD_FROZEN, err, errlen);
+}
+
+int ckpt_load_trainable(const char *dir, Model *model, char *err, size_t errlen) {
+    return load_model(dir, model, LOAD_TRAINABLE, err, errlen);
 }
 
 /* The model's extra state (FP8 amax histories) from the checkpoint when it holds it (written by a run with the
@@ -200,7 +237,7 @@ int ckpt_load_training(const char *dir, Model *model, CkptMoments *optimizer, Ck
     Progress progress;
     int done = 0;
     start_load_progress(&progress, model, optimizer ? 3 : 1);
-    if (rc == 0) rc = load_params(r, model, "", LOAD_ALL, CKPT_DTYPE_FP32, model->params, &progress, &done, err, errlen);
+    if (rc == 0) rc = load_weights(r, model, LOAD_ALL, &progress, &done, err, errlen);
     if (rc == 0 && state) rc = load_extra_state(r, model, err, errlen);
     if (rc == 0 && optimizer) {
         const ParamInfo *trained = NULL; /* the first parameter with moments */
@@ -214,11 +251,9 @@ int ckpt_load_training(const char *dir, Model *model, CkptMoments *optimizer, Ck
             rc = CKPT_ERR_MISMATCH;
         }
         if (rc == 0)
-            rc = load_params(r, model, "optimizer.m.", LOAD_TRAINABLE, optimizer->dtype, optimizer->m, &progress, &done,
-                             err, errlen);
+            rc = load_moments(r, model, "optimizer.m.", optimizer->dtype, optimizer->m, &progress, &done, err, errlen);
         if (rc == 0)
-            rc = load_params(r, model, "optimizer.v.", LOAD_TRAINABLE, optimizer->dtype, optimizer->v, &progress, &done,
-                             err, errlen);
+            rc = load_moments(r, model, "optimizer.v.", optimizer->dtype, optimizer->v, &progress, &done, err, errlen);
         if (rc == 0) optimizer->step = (long)r->meta.state.optimizer_step;
     }
     progress_end(&progress);

@@ -2,7 +2,8 @@
  *
  * Async mode owns one writer thread (signals blocked, lower priority, half
  * the OpenMP threads for compression so it takes little from the step loop)
- * and one snapshot buffer of the params (fp32) and the moments m, v (in
+ * and one snapshot buffer of the params (fp32; without the frozen ones when
+ * the checkpoints reference them) and the moments m, v (in
  * their dtype, fp32 or bf16), allocated at the first save. The loop never touches the snapshot while the writer
  * has it: save() waits for the writer before copying. */
 #include "ckpt_async.h"
@@ -28,6 +29,7 @@ struct CkptSaver {
     char checkpoints_dir[MT_PATH_MAX];
     const Recipe *recipe;
     const CkptHfFiles *hf_files; /* carried into every checkpoint */
+    CkptBaseRef base;            /* present: the frozen parameters are left out and this recorded instead */
     CheckpointConfig cfg;
     long last_step;
     double blocked_seconds;
@@ -130,6 +132,7 @@ static CkptPayload payload_for(const CkptSaver *s, const Model *model, const Ckp
         .model_config = &model->cfg,
         .recipe = s->recipe,
         .hf_files = s->hf_files,
+        .base = s->base.present ? &s->base : NULL,
         .has_state = true,
         .state = *state,
         .iteration = state->step,
@@ -177,13 +180,29 @@ void ckpt_saver_shard_moments(CkptSaver *s, const size_t *begin, const size_t *e
  * this rank's packed ranges under ckpt_saver_shard_moments). */
 static CkptSource *sources_of(const CkptSaver *s, const Model *model, const float *params, const float *extra,
                               const void *m, const void *v, CkptDType moments_dtype, int *count) {
+    const bool frozen = !s->base.present;
     if (s->num_ranges > 0)
-        return ckpt_sources_sharded(model, params, extra, s->write_dense, s->write_experts, m, v, moments_dtype,
+        return ckpt_sources_sharded(model, params, extra, s->write_dense, s->write_experts, frozen, m, v, moments_dtype,
                                     s->range_begin, s->range_end, s->num_ranges, count);
-    return ckpt_sources_of_kinds(model, params, extra, m, v, moments_dtype, s->write_dense, s->write_experts, count);
+    return ckpt_sources_of_kinds(model, params, extra, m, v, moments_dtype, s->write_dense, s->write_experts, frozen,
+                                 count);
+}
+
+/* Point the parameters' sources (not the moments' or the extra state's), which read model->params, at the same
+ * floats of `copy`, a copy of model->params from float `from` on (the frozen ones before it are not written). */
+static void rebase_params(CkptSource *sources, int n, const Model *model, const unsigned char *copy, size_t from) {
+    for (int i = 0; i < n; i++) {
+        if (strncmp(sources[i].name, "optimizer.", 10) == 0 || model_is_extra_state(sources[i].name)) continue;
+        const size_t at = (size_t)((const float *)sources[i].data - model->params);
+        sources[i].data = copy + (at - from) * sizeof(float);
+    }
 }
 
 void ckpt_saver_carry_hf_files(CkptSaver *s, const CkptHfFiles *files) { s->hf_files = files; }
+
+void ckpt_saver_reference_base(CkptSaver *s, const CkptBaseRef *base) {
+    s->base = base && base->present ? *base : (CkptBaseRef){0};
+}
 
 void ckpt_saver_write_kinds(CkptSaver *s, bool dense, bool experts) {
     s->write_dense = dense;
@@ -248,25 +267,28 @@ static int save_async(CkptSaver *s, const Model *model, const CkptMoments *opt, 
         if (!s->writer) return 0;
     }
 
-    /* The writer is idle: the snapshot and the payload are ours. Snapshot: params (n floats) | the model's
+    /* The writer is idle: the snapshot and the payload are ours. Snapshot: params (n floats; from the first
+     * trainable one on when the frozen ones are referenced, not written) | the model's
      * extra state (FP8 amax histories) | m | v (opt->num_floats each, of opt->dtype: n, or this rank's ranges). */
     const ModelExtraState extra = model_extra_state(model);
-    const size_t params_bytes = (size_t)model->num_floats * sizeof(float);
+    const size_t params_from = s->base.present ? (size_t)model->trainable_offset : 0;
+    const size_t params_bytes = ((size_t)model->num_floats - params_from) * sizeof(float);
     const size_t extra_bytes = (size_t)extra.num_floats * sizeof(float);
     const size_t moment_bytes = (size_t)opt->num_floats * ckpt_dtype_size(opt->dtype);
     if (!s->snapshot) {
         s->snapshot_bytes = params_bytes + extra_bytes + 2 * moment_bytes;
         s->snapshot = mt_malloc(s->snapshot_bytes);
         unsigned char *m = s->snapshot + params_bytes + extra_bytes;
-        s->sources = sources_of(s, model, (const float *)s->snapshot,
+        s->sources = sources_of(s, model, model->params,
                                 extra.data ? (const float *)(s->snapshot + params_bytes) : NULL, m, m + moment_bytes,
                                 opt->dtype, &s->num_sources);
+        rebase_params(s->sources, s->num_sources, model, s->snapshot, params_from);
     }
     if (s->snapshot_bytes != params_bytes + extra_bytes + 2 * moment_bytes) {
         mt_set_error(err, errlen, "checkpoint: the model changed size during the run");
         return -1;
     }
-    memcpy(s->snapshot, model->params, params_bytes);
+    memcpy(s->snapshot, model->params + params_from, params_bytes);
     if (extra_bytes) memcpy(s->snapshot + params_bytes, extra.data, extra_bytes);
     memcpy(s->snapshot + params_bytes + extra_bytes, opt->m, moment_bytes);
     memcpy(s->snapshot + params_bytes + extra_bytes + moment_bytes, opt->v, moment_bytes);

@@ -45,6 +45,12 @@ void ckpt_saver_shard_moments(CkptSaver *saver, const size_t *begin, const size_
  * checkpoint; checkpoint.h). `files` must outlive the saver; NULL: none. */
 void ckpt_saver_carry_hf_files(CkptSaver *saver, const CkptHfFiles *files);
 
+/* LoRA's frozen base referenced instead of stored (checkpoint.frozen_base:
+ * reference): every checkpoint leaves the frozen parameters out and records
+ * `base` (copied) in its metadata, record BASE. NULL or not present (the
+ * default): they are stored. Before the first save. */
+void ckpt_saver_reference_base(CkptSaver *saver, const CkptBaseRef *base);
+
 /* Which parameters this rank writes: the dense ones, the routed experts
  * (expert parallel), or both (the default). */
 void ckpt_saver_write_kinds(CkptSaver *saver, bool dense, bool experts);

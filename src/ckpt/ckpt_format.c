@@ -5,6 +5,8 @@
  *   INFO  u32 num_ranks, i64 iteration, i64 created_unix, str writer
  *   STAT  i64 step, consumed_samples, consumed_tokens, u64 rng[4],
  *         i64 optimizer_step, total_steps, next_global_batch_size, f64 next_lr   (runs only)
+ *   BASE  str dir (absolute, 1..1023 bytes), u32 crc32c of dir/metadata.mtck
+ *         (a LoRA run's checkpoint that references its frozen base instead of storing it)
  *   FILE  u32 count, then per file: str name, str role, u64 size, u32 crc32c
  *   TENS  u32 count, then per tensor: str name, str dtype, u32 ndim, i64 shape[ndim],
  *         u32 num_chunks, then per chunk: u32 file, u64 offset, u64 stored_bytes,
@@ -113,6 +115,20 @@ int ckpt_meta_encode(const CkptMeta *meta, unsigned char **out, size_t *out_len,
         put_i64(&b, s->total_steps);
         put_i64(&b, s->next_global_batch_size);
         put_f64(&b, s->next_lr);
+        end_record(&b, r);
+    }
+
+    if (meta->base.present) {
+        const size_t n = strnlen(meta->base.dir, sizeof meta->base.dir);
+        if (n == 0 || n > CKPT_BASE_DIR_MAX || meta->base.dir[0] != '/') {
+            mt_set_error(err, errlen, "base directory '%.*s': expected an absolute path of 1..%d bytes", (int)n,
+                         meta->base.dir, CKPT_BASE_DIR_MAX);
+            free(b.data);
+            return -1;
+        }
+        r = begin_record(&b, "BASE");
+        put_str(&b, meta->base.dir);
+        put_u32(&b, meta->base.metadata_crc32c);
         end_record(&b, r);
     }
 

@@ -28,6 +28,7 @@
 #define CKPT_HEADER_BYTES 24
 #define CKPT_MAX_DIMS 4
 #define CKPT_NAME_MAX 256                 /* tensor and file names, bytes */
+#define CKPT_BASE_DIR_MAX 1023            /* a referenced base's directory, bytes (MT_PATH_MAX - 1) */
 #define CKPT_METADATA_FILE "metadata.mtck"
 #define CKPT_MODEL_FILE "model.yaml"
 #define CKPT_RECIPE_FILE "recipe.yaml"
@@ -83,6 +84,18 @@ typedef struct CkptState {
     double next_lr;
 } CkptState;
 
+/* The frozen base weights (LoRA's) that a checkpoint references instead of
+ * storing them (record BASE, checkpoint.frozen_base: reference): the
+ * absolute path of the checkpoint directory that holds them, and the
+ * CRC-32C of that directory's metadata.mtck when the reference was made
+ * (it lists every chunk's CRC, so it fingerprints the weights). A plain
+ * value: nothing to free. */
+typedef struct CkptBaseRef {
+    bool present;                   /* false: no BASE record (the checkpoint stores what it holds) */
+    char dir[CKPT_BASE_DIR_MAX + 1];
+    uint32_t metadata_crc32c;
+} CkptBaseRef;
+
 typedef struct CkptMeta {
     uint32_t version;
     char *writer;                   /* "megatrain 0.1.0" */
@@ -91,6 +104,7 @@ typedef struct CkptMeta {
     uint32_t num_ranks;             /* writing ranks (shard files) */
     bool has_state;
     CkptState state;
+    CkptBaseRef base;               /* record BASE: where the frozen parameters it lacks are */
     int num_files;
     CkptFileMeta *files;
     int num_tensors;

@@ -120,6 +120,19 @@ static void decode_state(Cursor *c, CkptMeta *m) {
     m->has_state = true;
 }
 
+/* BASE: exactly a non-empty absolute path of at most CKPT_BASE_DIR_MAX bytes and a CRC, nothing after them. */
+static void decode_base(Cursor *c, CkptMeta *m) {
+    char *dir = get_str(c, CKPT_BASE_DIR_MAX, "base directory");
+    m->base.metadata_crc32c = get_u32(c, "base metadata crc32c");
+    if (!c->failed && dir[0] != '/') fail(c, "base directory '%s' is not an absolute path", dir);
+    else if (!c->failed && left(c) > 0) fail(c, "%zu bytes after its fields", left(c));
+    if (!c->failed) {
+        memcpy(m->base.dir, dir, strlen(dir) + 1);
+        m->base.present = true;
+    }
+    free(dir);
+}
+
 static bool valid_file_name(const char *name) {
     return name[0] != '\0' && !strchr(name, '/') && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
 }
@@ -289,7 +302,7 @@ int ckpt_meta_decode(const unsigned char *data, size_t len, CkptMeta *meta, char
         return -1;
     }
     Cursor body = {data + CKPT_HEADER_BYTES, data + len, err, errlen, false, "(body)"};
-    int seen_info = 0, seen_state = 0, seen_files = 0, seen_tensors = 0;
+    int seen_info = 0, seen_state = 0, seen_base = 0, seen_files = 0, seen_tensors = 0;
     while (!body.failed && left(&body) > 0) {
         char tag[5] = {0};
         if (!take(&body, 12, "record header")) break;
@@ -304,7 +317,8 @@ int ckpt_meta_decode(const unsigned char *data, size_t len, CkptMeta *meta, char
         body.p += n;
         /* a repeated record is refused before decoding it: decoding would overwrite (and leak) the first */
         int *seen = strcmp(tag, "INFO") == 0 ? &seen_info : strcmp(tag, "STAT") == 0 ? &seen_state
-                  : strcmp(tag, "FILE") == 0 ? &seen_files : strcmp(tag, "TENS") == 0 ? &seen_tensors : NULL;
+                  : strcmp(tag, "BASE") == 0 ? &seen_base : strcmp(tag, "FILE") == 0 ? &seen_files
+                  : strcmp(tag, "TENS") == 0 ? &seen_tensors : NULL;
         if (!seen) continue; /* a record of a later version */
         if (*seen) {
             fail(&body, "record '%s' appears twice", tag);
@@ -313,6 +327,7 @@ int ckpt_meta_decode(const unsigned char *data, size_t len, CkptMeta *meta, char
         *seen = 1;
         if (seen == &seen_info) decode_info(&rec, meta);
         else if (seen == &seen_state) decode_state(&rec, meta);
+        else if (seen == &seen_base) decode_base(&rec, meta);
         else if (seen == &seen_files) decode_files(&rec, meta);
         else if (!seen_files) fail(&rec, "comes before the FILE record");
         else decode_tensors(&rec, meta);

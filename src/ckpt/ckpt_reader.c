@@ -16,7 +16,6 @@
 #include "ckpt_fs.h"
 #include "../core/crc32c.h"
 
-#define MAX_METADATA_BYTES ((size_t)1 << 30)
 #define MAX_SMALL_FILE_BYTES ((size_t)64 << 20)
 
 void ckpt_file_path(char *out, size_t outlen, const char *dir, const char *name) {
@@ -60,7 +59,7 @@ CkptReader *ckpt_reader_open_metadata(const char *dir, char *err, size_t errlen)
     unsigned char *data = NULL;
     size_t len = 0;
     char why[1024];
-    if (ckpt_read_file(path, MAX_METADATA_BYTES, &data, &len, why, sizeof why) != 0) {
+    if (ckpt_read_file(path, CKPT_MAX_METADATA_BYTES, &data, &len, why, sizeof why) != 0) {
         mt_set_error(err, errlen, "%s (not a complete checkpoint)", why);
         free(r);
         return NULL;

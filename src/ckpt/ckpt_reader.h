@@ -12,6 +12,8 @@
 #include "../config/recipe.h"
 #include "ckpt_format.h"
 
+#define CKPT_MAX_METADATA_BYTES ((size_t)1 << 30) /* a larger metadata.mtck is refused unread */
+
 typedef struct CkptReader {
     char dir[MT_PATH_MAX];
     CkptMeta meta;

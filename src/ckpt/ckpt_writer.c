@@ -32,14 +32,14 @@
 
 #define SHARD_NAME "shard_00000.zst"
 
-/* Whether this rank writes parameter `info` (owned, and of a kind it writes). */
-static bool writes(const ParamInfo *info, bool dense, bool experts) {
-    return info->norm_owner && (info->expert ? experts : dense);
+/* Whether this rank writes parameter `info` (owned, of a kind it writes, and not a frozen one left out). */
+static bool writes(const ParamInfo *info, bool dense, bool experts, bool frozen) {
+    return info->norm_owner && (info->expert ? experts : dense) && (frozen || !info->frozen);
 }
 
 CkptSource *ckpt_sources_from_model(const Model *model, const float *params, const float *m, const float *v,
                                     int *num_sources) {
-    return ckpt_sources_of_kinds(model, params, model_extra_state(model).data, m, v, CKPT_DTYPE_FP32, true, true,
+    return ckpt_sources_of_kinds(model, params, model_extra_state(model).data, m, v, CKPT_DTYPE_FP32, true, true, true,
                                  num_sources);
 }
 
@@ -57,12 +57,13 @@ static CkptSource whole_source(const ParamInfo *info, const float *data) {
 }
 
 CkptSource *ckpt_sources_of_kinds(const Model *model, const float *params, const float *extra, const void *m,
-                                  const void *v, CkptDType moments_dtype, bool dense, bool experts, int *num_sources) {
+                                  const void *v, CkptDType moments_dtype, bool dense, bool experts, bool frozen,
+                                  int *num_sources) {
     const int copies = (m && v) ? 3 : 1;
     int owned = 0, trained = 0; /* frozen parameters (LoRA's base) have no moments */
     for (int i = 0; i < model->num_params; i++) {
-        owned += writes(&model->param_info[i], dense, experts);
-        trained += writes(&model->param_info[i], dense, experts) && !model->param_info[i].frozen;
+        owned += writes(&model->param_info[i], dense, experts, frozen);
+        trained += writes(&model->param_info[i], dense, experts, frozen) && !model->param_info[i].frozen;
     }
     const ModelExtraState state = model_extra_state(model);
     int extras = 0; /* written with the dense parameters, by tp rank 0 */
@@ -79,7 +80,7 @@ CkptSource *ckpt_sources_of_kinds(const Model *model, const float *params, const
     for (int c = 0; c < copies; c++)
         for (int i = 0; i < model->num_params; i++) {
             const ParamInfo *info = &model->param_info[i];
-            if (!writes(info, dense, experts)) continue; /* a copy another rank writes */
+            if (!writes(info, dense, experts, frozen)) continue; /* a copy another rank writes, or left out */
             if (c > 0 && info->frozen) continue;          /* no moments */
             CkptSource *s = &sources[k];
             char *name = names + (size_t)k * name_bytes;
@@ -176,10 +177,11 @@ static int shard_rectangles(const Model *model, const char *prefix, const void *
 }
 
 CkptSource *ckpt_sources_sharded(const Model *model, const float *params, const float *extra, bool dense, bool experts,
-                                 const void *m_shard, const void *v_shard, CkptDType moments_dtype,
+                                 bool frozen, const void *m_shard, const void *v_shard, CkptDType moments_dtype,
                                  const size_t *begin, const size_t *end, int num_ranges, int *num_sources) {
     int owned = 0;
-    CkptSource *own = ckpt_sources_of_kinds(model, params, extra, NULL, NULL, CKPT_DTYPE_FP32, dense, experts, &owned);
+    CkptSource *own = ckpt_sources_of_kinds(model, params, extra, NULL, NULL, CKPT_DTYPE_FP32, dense, experts, frozen,
+                                            &owned);
     const int moments = shard_rectangles(model, "", NULL, moments_dtype, begin, end, num_ranges, NULL, NULL, 0);
     const int n = owned + 2 * moments;
     const size_t name_bytes = 128;
@@ -464,6 +466,7 @@ int ckpt_write_metadata(const char *tmp, const CkptPayload *p, const CkptFileMet
         .num_ranks = num_ranks,
         .has_state = p->has_state,
         .state = p->state,
+        .base = p->base && p->base->present ? *p->base : (CkptBaseRef){0},
         .num_files = num_files,
         .files = files,
         .num_tensors = num_tensors,

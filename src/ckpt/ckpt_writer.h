@@ -40,6 +40,7 @@ typedef struct CkptPayload {
     const ModelConfig *model_config;
     const Recipe *recipe;          /* nullable: no recipe.yaml */
     const CkptHfFiles *hf_files;   /* nullable: files carried for the Hugging Face export (rank 0's) */
+    const CkptBaseRef *base;       /* nullable: the frozen base the sources leave out (record BASE) */
     bool has_state;
     CkptState state;
     int64_t iteration;             /* recorded in INFO (the step, or 0) */
@@ -67,19 +68,22 @@ CkptSource *ckpt_sources_from_model(const Model *model, const float *params, con
                                     int *num_sources);
 /* The same with moments of `moments_dtype`, for the dense parameters only,
  * the routed experts only, or both (expert parallel: the experts' owners
- * are not the dense weights' owners); with the dense ones, the model's extra
+ * are not the dense weights' owners), with or without the frozen ones
+ * (LoRA's base: left out when the checkpoint references it, record BASE);
+ * with the dense ones, the model's extra
  * state (model_extra_state: FP8 amax histories) that this rank owns, read
  * from `extra` (laid out like its data; NULL: not written). */
 CkptSource *ckpt_sources_of_kinds(const Model *model, const float *params, const float *extra, const void *m,
-                                  const void *v, CkptDType moments_dtype, bool dense, bool experts, int *num_sources);
+                                  const void *v, CkptDType moments_dtype, bool dense, bool experts, bool frozen,
+                                  int *num_sources);
 
 /* The sources of a rank of the distributed optimizer: its blocks of the
- * parameters of the kinds it writes (dense, experts; none: both false; `extra` as above) and the moments of the flat ranges
+ * parameters of the kinds it writes (dense, experts; none: both false; frozen and `extra` as above) and the moments of the flat ranges
  * [begin[i], end[i]) it owns (m_shard, v_shard: those ranges packed, in
  * order, of moments_dtype), each range cut into rectangles of the global tensors (a partial
  * row, whole rows, a partial row). One allocation: free() it. */
 CkptSource *ckpt_sources_sharded(const Model *model, const float *params, const float *extra, bool dense, bool experts,
-                                 const void *m_shard, const void *v_shard, CkptDType moments_dtype,
+                                 bool frozen, const void *m_shard, const void *v_shard, CkptDType moments_dtype,
                                  const size_t *begin, const size_t *end, int num_ranges, int *num_sources);
 
 /* One shard file written by one rank: its chunks and, per source, the

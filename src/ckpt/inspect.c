@@ -2,14 +2,18 @@
  * model, files, and every tensor with its shape, dtype, chunks, bytes stored
  * and raw), verifying every file and every chunk checksum. CKPT is a
  * checkpoint directory, or a run (or checkpoints) directory, whose newest
- * checkpoint is inspected. Exit 0 when all is intact, 1 on any corruption
- * (each problem named: the file, the tensor, the chunk), 2 on usage errors. */
+ * checkpoint is inspected. A LoRA checkpoint says whether it stores its
+ * frozen base or references it (where; checked against the recorded CRC).
+ * Exit 0 when all is intact, 1 on any corruption (each problem named: the
+ * file, the tensor, the chunk) or a referenced base that is missing or
+ * changed, 2 on usage errors. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "../core/error.h"
+#include "ckpt_base.h"
 #include "ckpt_commands.h"
 #include "ckpt_locate.h"
 #include "ckpt_reader.h"
@@ -60,6 +64,31 @@ static void print_header(const CkptReader *r) {
     }
 }
 
+/* A LoRA checkpoint's frozen base (its adapters give it away): stored in it, or referenced (record BASE) and
+ * checked there. Returns 1 when a referenced base cannot be used (reported), else 0. */
+static int print_base(const CkptReader *r) {
+    const CkptBaseRef *base = &r->meta.base;
+    if (base->present) {
+        char err[4096];
+        CkptReader *b = ckpt_base_open(r->dir, base, err, sizeof err);
+        printf("  frozen base: not stored here, referenced: %s (metadata.mtck CRC-32C %08x) %s\n", base->dir,
+               base->metadata_crc32c, b ? "ok" : "NOT USABLE");
+        ckpt_reader_close(b);
+        if (b) return 0;
+        fflush(stdout);
+        mt_error("%s", err);
+        return 1;
+    }
+    for (int i = 0; i < r->meta.num_tensors; i++) {
+        const char *name = r->meta.tensors[i].name;
+        if (strncmp(name, "optimizer.", 10) != 0 && strstr(name, ".lora_A.")) {
+            printf("  frozen base: stored in this checkpoint\n");
+            break;
+        }
+    }
+    return 0;
+}
+
 /* Check every listed file; print one line each. Returns the number of bad files. */
 static int check_files(CkptReader *r) {
     int bad = 0;
@@ -85,6 +114,7 @@ static int inspect_dir(const char *dir) {
         return MT_EXIT_FAILURE;
     }
     print_header(r);
+    const int bad_base = print_base(r);
     int bad_files = check_files(r);
     printf("\n%-48s %-14s %-5s %6s %12s %12s %6s  %s\n", "tensor", "shape", "dtype", "chunks", "stored", "raw", "ratio",
            "check");
@@ -116,8 +146,8 @@ static int inspect_dir(const char *dir) {
            raw_total > 0 ? 100.0 * stored_total / raw_total : 0.0);
     ckpt_reader_close(r);
     if (bad_files == 0 && bad_tensors == 0) {
-        printf("every checksum verified\n");
-        return MT_EXIT_OK;
+        printf("every checksum verified%s\n", bad_base ? "; the frozen base it references is NOT USABLE" : "");
+        return bad_base ? MT_EXIT_FAILURE : MT_EXIT_OK;
     }
     printf("CORRUPT\n");
     fflush(stdout);

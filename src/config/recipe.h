@@ -207,6 +207,13 @@ typedef struct Fp8Config {
     int margin;                     /* scale = fp8_max / amax / 2^margin */
 } Fp8Config;
 
+/* checkpoint.frozen_base: what a LoRA run's checkpoints do with the frozen
+ * base weights it took from init_from (docs/finetune.md). */
+typedef enum {
+    FROZEN_BASE_REFERENCE = 0, /* leave them out and record the init_from checkpoint that holds them */
+    FROZEN_BASE_STORE = 1,     /* store them in every checkpoint (self-contained) */
+} FrozenBaseMode;
+
 typedef struct CheckpointConfig {
     long interval;
     int keep_last;
@@ -214,6 +221,7 @@ typedef struct CheckpointConfig {
     bool async;
     int compression_level;
     bool load_optimizer;
+    FrozenBaseMode frozen_base;
 } CheckpointConfig;
 
 typedef struct LoggingConfig {

@@ -52,7 +52,8 @@ void recipe_set_defaults(Recipe *recipe) {
     recipe->fp8 = (Fp8Config){.recipe = FP8_RECIPE_TENSORWISE, .grad_format = FP8_E5M2, .amax_history_len = 1024,
                               .amax_compute_algo = FP8_AMAX_MAX, .margin = 0};
     recipe->checkpoint = (CheckpointConfig){.interval = 50, .keep_last = 2, .keep_every = 0, .async = true,
-                                            .compression_level = 3, .load_optimizer = true};
+                                            .compression_level = 3, .load_optimizer = true,
+                                            .frozen_base = FROZEN_BASE_REFERENCE};
     recipe->logging = (LoggingConfig){.interval = 1, .tensorboard = true, .timers_interval = 100, .peak_tflops = 0.0};
 }
 

@@ -150,13 +150,14 @@ int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *o
         return -1;
     }
     Model *model = model_create(&cfg, &cpu_backend, 1, 1);
-    int status = ckpt_load_model(ckpt, model, err, errlen);
-    if (status == 0 && cfg.peft.type == PEFT_LORA) { /* the adapters for PEFT, or merged into the base model */
-        if (!options->merge_lora) {
-            status = convert_lora_to_peft(ckpt, model, dst, options, err, errlen);
-            model_free(model);
-            return status;
-        }
+    if (cfg.peft.type == PEFT_LORA && !options->merge_lora) { /* the adapters alone: no need of the frozen base */
+        int status = ckpt_load_trainable(ckpt, model, err, errlen);
+        if (status == 0) status = convert_lora_to_peft(ckpt, model, dst, options, err, errlen);
+        model_free(model);
+        return status;
+    }
+    int status = ckpt_load_model(ckpt, model, err, errlen); /* the frozen base from where the checkpoint says */
+    if (status == 0 && cfg.peft.type == PEFT_LORA) { /* the adapters merged into the base model */
         Model *merged = lora_merged_model(model, err, errlen);
         model_free(model);
         if (!merged) return -1;

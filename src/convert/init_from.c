@@ -87,7 +87,8 @@ static int compare_adapters(const PeftConfig *a, const PeftConfig *b, char *why,
     return 0;
 }
 
-int init_from_checkpoint(Model *model, const char *path, CkptHfFiles *carried, char *err, size_t errlen) {
+int init_from_checkpoint(Model *model, const char *path, CkptHfFiles *carried, CkptBaseRef *base, char *err,
+                         size_t errlen) {
     char dir[4096], why[512];
     if (ckpt_latest_dir(path, dir, sizeof dir, why, sizeof why) != 0) {
         mt_set_error(err, errlen, "init_from: %s", why);
@@ -110,6 +111,10 @@ int init_from_checkpoint(Model *model, const char *path, CkptHfFiles *carried, c
         return MT_EXIT_USAGE;
     }
     if ((base_only ? ckpt_load_frozen : ckpt_load_model)(dir, model, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "init_from: %s", why);
+        return MT_EXIT_FAILURE;
+    }
+    if (base && ckpt_base_ref_of(dir, base, why, sizeof why) != 0) {
         mt_set_error(err, errlen, "init_from: %s", why);
         return MT_EXIT_FAILURE;
     }

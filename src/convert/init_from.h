@@ -21,7 +21,11 @@
  * The token ids model->cfg leaves unset are taken from the checkpoint, and
  * *carried (when not NULL; ckpt_hf_files_free it) receives the files the
  * checkpoint carries for the Hugging Face export (tokenizer,
- * generation_config.json), for the run to carry into its own checkpoints. */
-int init_from_checkpoint(Model *model, const char *path, CkptHfFiles *carried, char *err, size_t errlen);
+ * generation_config.json), for the run to carry into its own checkpoints.
+ * *base (when not NULL) receives the frozen base the loaded weights came
+ * from (ckpt_base_ref_of: the checkpoint, or the base it references), for
+ * a LoRA run's checkpoints to reference instead of storing it. */
+int init_from_checkpoint(Model *model, const char *path, CkptHfFiles *carried, CkptBaseRef *base, char *err,
+                         size_t errlen);
 
 #endif

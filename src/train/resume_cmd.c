@@ -6,7 +6,9 @@
  * corrupt is reported, moved aside (iter_N.invalid) so that later saves do
  * not collide with it, and the next older one is tried. A checkpoint named
  * explicitly is used or refused, never replaced by another. A model shape
- * that differs from the checkpoint's is refused (exit 2). */
+ * that differs from the checkpoint's is refused (exit 2). A LoRA checkpoint
+ * whose referenced frozen base is missing or changed is refused (exit 1)
+ * before anything is written or moved: the checkpoint itself is fine. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -132,7 +134,7 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
         mt_warn("skipping checkpoint %s: %s", dir, err);
         return TRY_NEXT;
     }
-    const bool has_state = r->meta.has_state;
+    const bool has_state = r->meta.has_state, references_base = r->meta.base.present;
     bool has_recipe = false;
     for (int i = 0; i < r->meta.num_files; i++) has_recipe |= r->meta.files[i].role == CKPT_FILE_RECIPE;
     const long step = has_state ? (long)r->meta.state.step : 0;
@@ -140,6 +142,10 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     if (!has_state || !has_recipe) {
         mt_error("%s: not a checkpoint of a run (no %s); it can initialise a new run but not be resumed", dir,
                  has_state ? "recipe" : "training state");
+        return MT_EXIT_FAILURE;
+    }
+    if (references_base && ckpt_check_base(dir, err, sizeof err) != 0) {
+        mt_error("resume: %s", err);
         return MT_EXIT_FAILURE;
     }
 
@@ -177,6 +183,8 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
         mt_error("%s", err);
         return status;
     }
+    /* A checkpoint that stores its frozen base has none recorded to reference: the run goes on storing it. */
+    if (recipe.model.peft.type == PEFT_LORA && !references_base) recipe.checkpoint.frozen_base = FROZEN_BASE_STORE;
     /* load_optimizer applies to this start only: the recipe the resumed run
      * stores says true, so a later resume loads the optimizer again. */
     const bool load_optimizer = recipe.checkpoint.load_optimizer;

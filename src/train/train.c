@@ -206,6 +206,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
 
     CkptSaver *saver = ckpt_saver_create(ctx->checkpoints_dir, recipe);
     ckpt_saver_carry_hf_files(saver, &ctx->hf_files);
+    ckpt_saver_reference_base(saver, &ctx->frozen_base);
     const bool params_writer = ctx->grid.coords.dp == 0 && ctx->grid.coords.cp == 0;
     /* expert parallel: the first ep dp ranks hold every expert once */
     const bool experts_writer = ctx->grid.coords.dp < ctx->part.ep && ctx->grid.coords.cp == 0;

@@ -37,6 +37,7 @@ typedef struct TrainContext {
     EnergyMeter energy;       /* the GPU's energy counter (NVML); closed on the CPU */
     long start_step;          /* 0, or the step of the checkpoint resumed from */
     CkptHfFiles hf_files;     /* what the init_from or resumed checkpoint carries for Hugging Face: carried on */
+    CkptBaseRef frozen_base;  /* present: the checkpoints reference this frozen base instead of storing it */
     char checkpoints_dir[MT_PATH_MAX + 16]; /* run.dir/checkpoints */
 } TrainContext;
 

@@ -61,12 +61,22 @@ static int trim_metrics(const char *run_dir, long step, char *err, size_t errlen
 
 /* Every rank must start from the same checkpoint: when any rank failed to
  * load it, or loaded another step, all report it unreadable together (and
- * fall back together). A collective; returns the common result code. */
+ * fall back together), or all report the frozen base it references
+ * (CKPT_ERR_BASE: the checkpoint is fine, nothing falls back) when any rank
+ * could not load that. A collective; returns the common result code. */
 static int agree_on_load(int rc, long step, char *err, size_t errlen) {
     const Comm *world = comm_world();
     if (world->size <= 1) return rc;
     int64_t mine[2] = {rc, step}, *all = mt_malloc((size_t)world->size * 2 * sizeof(int64_t));
     comm_all_gather(world, mine, all, 2, COMM_INT64);
+    for (int r = 0; r < world->size; r++)
+        if (all[2 * r] == CKPT_ERR_BASE) { /* whatever this rank met: every rank stops the same way */
+            if (rc != CKPT_ERR_BASE)
+                mt_set_error(err, errlen, "rank %d could not load the frozen base this checkpoint references (rank %d "
+                             "says why)", r, r);
+            free(all);
+            return CKPT_ERR_BASE;
+        }
     int agreed = rc;
     for (int r = 0; r < world->size && agreed == rc; r++)
         if (all[2 * r] != 0 || all[2 * r + 1] != all[1]) {
@@ -76,6 +86,26 @@ static int agree_on_load(int rc, long step, char *err, size_t errlen) {
         }
     free(all);
     return agreed;
+}
+
+/* A LoRA checkpoint that references its frozen base: the resumed run's checkpoints reference the same base,
+ * unless checkpoint.frozen_base is now store; one that stores it: they store it too (resume_cmd.c sets store). */
+static int keep_frozen_base(TrainContext *ctx, const Recipe *recipe, const char *checkpoint_dir, char *err,
+                            size_t errlen) {
+    if (recipe->model.peft.type != PEFT_LORA) return 0;
+    CkptBaseRef base;
+    if (ckpt_read_base_ref(checkpoint_dir, &base, err, errlen) != 0) return -1;
+    if (!base.present)
+        mt_log("resume: %s stores its frozen base: the checkpoints of this run store it too", checkpoint_dir);
+    else if (recipe->checkpoint.frozen_base == FROZEN_BASE_STORE)
+        mt_log("resume: the frozen base loaded from %s is stored in every checkpoint from now on "
+               "(checkpoint.frozen_base: store)", base.dir);
+    else
+        ctx->frozen_base = base;
+    if (ctx->frozen_base.present)
+        mt_log("resume: the checkpoints keep referencing the frozen base in %s (checkpoint.frozen_base: reference)",
+               base.dir);
+    return 0;
 }
 
 int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *checkpoint_dir, bool load_optimizer,
@@ -106,6 +136,7 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
     adamw_free(&full);
     rc = agree_on_load(rc, ctx->state.step, err, errlen);
     if (rc == CKPT_ERR_UNREADABLE) return TRAIN_CHECKPOINT_UNREADABLE;
+    if (rc == CKPT_ERR_BASE) return MT_EXIT_FAILURE; /* the checkpoint is fine: not skipped, not moved aside */
     if (rc != 0) return MT_EXIT_USAGE;
     dev->ops->from_host(dev); /* the loaded weights and moments to the device that computes */
     /* carried on: the files for the Hugging Face export and the token ids the recipe leaves unset */
@@ -114,6 +145,7 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
         ckpt_read_model_config(checkpoint_dir, &stored, err, errlen) != 0)
         return MT_EXIT_FAILURE;
     model_token_ids_inherit(&ctx->model->cfg.token_ids, &stored.token_ids);
+    if (keep_frozen_base(ctx, recipe, checkpoint_dir, err, errlen) != 0) return MT_EXIT_FAILURE;
     ctx->start_step = ctx->state.step;
     if (!load_optimizer) mt_log("resume: optimizer state not loaded (checkpoint.load_optimizer: false): AdamW starts afresh");
 

@@ -198,6 +198,22 @@ static int refuse_existing_checkpoints(const TrainContext *ctx, char *err, size_
     return MT_EXIT_USAGE;
 }
 
+/* A LoRA run's checkpoints reference the frozen base its init_from gave (`base`) or store it
+ * (checkpoint.frozen_base; a random base, without init_from, is always stored); one line says which. */
+static void choose_frozen_base(TrainContext *ctx, const Recipe *recipe, const CkptBaseRef *base) {
+    if (recipe->model.peft.type != PEFT_LORA) return;
+    if (!recipe->init_from[0]) {
+        mt_log("checkpoint: the frozen base is random (no init_from): every checkpoint stores it");
+    } else if (recipe->checkpoint.frozen_base == FROZEN_BASE_STORE) {
+        mt_log("checkpoint: every checkpoint stores the frozen base (checkpoint.frozen_base: store)");
+    } else {
+        ctx->frozen_base = *base;
+        mt_log("checkpoint: the checkpoints hold the adapters and reference the frozen base in %s (its metadata.mtck "
+               "CRC-32C %08x; checkpoint.frozen_base: reference): resume, eval and convert --merge-lora need it there",
+               base->dir, base->metadata_crc32c);
+    }
+}
+
 int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errlen) {
     memset(ctx, 0, sizeof *ctx);
     ctx->recipe = recipe;
@@ -220,8 +236,13 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
     status = train_setup_common(ctx, recipe, err, errlen);
     if (status == 0) {
         model_init_weights(ctx->model, recipe->run.seed);
+        const bool reference = recipe->model.peft.type == PEFT_LORA &&
+                               recipe->checkpoint.frozen_base == FROZEN_BASE_REFERENCE;
+        CkptBaseRef base = {0};
         if (recipe->init_from[0])
-            status = init_from_checkpoint(ctx->model, recipe->init_from, &ctx->hf_files, err, errlen);
+            status = init_from_checkpoint(ctx->model, recipe->init_from, &ctx->hf_files, reference ? &base : NULL, err,
+                                          errlen);
+        if (status == 0) choose_frozen_base(ctx, recipe, &base);
     }
     if (status != 0) {
         if (created_dir) remove_refused_run_dir(recipe->run.dir);

@@ -84,6 +84,10 @@ logging: {tensorboard: false}
 YAML
 "$MEGATRAIN" run "$tmp/run.yaml" > /dev/null
 cp "$tmp"/run/checkpoints/iter_0000001/metadata.mtck "$C/ckpt_meta/run_with_state.mtck"
+# A LoRA run from that checkpoint: adapters only, and a BASE record referencing it.
+"$MEGATRAIN" run "$tmp/run.yaml" --set run.dir="$tmp/lora" --set init_from="$tmp/run" \
+  --set "peft={type: lora, rank: 2, alpha: 4}" > /dev/null
+cp "$tmp"/lora/checkpoints/iter_0000001/metadata.mtck "$C/ckpt_meta/lora_base_reference.mtck"
 
 # Indexed datasets: u32 length of PREFIX.idx, it, then PREFIX.bin (uint16 from data build; int32 and uint8 by hand).
 python3 - "$tmp/data/text" "$C/indexed_dataset" <<'PY'

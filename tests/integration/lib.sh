@@ -28,6 +28,17 @@ json_field() { grep -o "\"$2\":[^,}]*" "$1" | cut -d: -f2; }
 # demo_data PREFIX: the demo English byte-level data set, built once per test.
 demo_data() { (cd "$REPO" && bash scripts/demo_data.sh "$1") > /dev/null; }
 
+# lora_settings DATA: sets COMMON, the tiny llama's settings of the LoRA tests (test_lora.sh, test_lora_base.sh: 4
+# layers, seq_len 32, 8 samples a step on DATA, lr 1e-2 decaying over 6 steps, 2 eval batches every 3 steps), and
+# LORA, their adapters (rank 4, alpha 8 on all seven projections).
+lora_settings() {
+  COMMON=(--set logging.interval=1 --set train.micro_batch_size=2 --set model.num_layers=4 --set train.seq_len=32
+          --set "train.batch_schedule=[{step: 0, global_batch_size: 8}]" --set optimizer.schedule.warmup_steps=1
+          --set optimizer.lr=1.0e-2 --set optimizer.schedule.decay_steps=6 --set train.eval_interval=3
+          --set train.eval_batches=2 --set "data.train=[{path: $1, weight: 1.0}]")
+  LORA=(--set "peft={type: lora, rank: 4, alpha: 8}")
+}
+
 # compare FIELD A B [FROM_A]: the values of FIELD in two metrics.jsonl (A
 # from line FROM_A on, all of B) agree line by line to relative 1e-5; a
 # missing line or value fails.

@@ -2,9 +2,11 @@
 # test_lora.sh: LoRA runs on the CPU (peft:; docs/finetune.md).
 #   - init_from a full run's checkpoint: step 1's loss is the full model's,
 #     bit for bit (the adapters start with B = 0), and only the adapters change;
-#   - checkpoints: the frozen base stored once (no optimizer moments), the
-#     adapters with theirs; 6 steps straight and 3 + `resume` give the same
-#     losses bit for bit (async saves); resume with another rank is refused;
+#   - checkpoints (checkpoint.frozen_base: reference, the default): no base
+#     tensors, a reference to the init_from checkpoint, the adapters with
+#     their moments; 6 steps straight and 3 + `resume` give the same losses
+#     bit for bit (async saves); resume with another rank is refused
+#     (test_lora_base.sh: the reference, store mode, a missing base);
 #   - layouts: tp 2, pp 2, cp 2, dp 2 with the distributed optimizer, and tp 2
 #     x pp 2 x dp 2 with sequence parallel and ZeRO-1 (8 ranks) log the
 #     single rank's losses, grad norms and eval losses (relative 1e-5), for
@@ -17,12 +19,7 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
 demo_data "$WORK/english"
-COMMON=(--set logging.interval=1 --set train.micro_batch_size=2 --set model.num_layers=4 --set train.seq_len=32
-        --set "train.batch_schedule=[{step: 0, global_batch_size: 8}]" --set optimizer.schedule.warmup_steps=1
-        --set optimizer.lr=1.0e-2 --set optimizer.schedule.decay_steps=6 --set train.eval_interval=3
-        --set train.eval_batches=2
-        --set "data.train=[{path: $WORK/english, weight: 1.0}]")
-LORA=(--set "peft={type: lora, rank: 4, alpha: 8}")
+lora_settings "$WORK/english"
 losses() { grep -o '"step":[0-9]*,"loss":[^,]*' "$1/metrics.jsonl"; }
 run() { "$MEGATRAIN" run "$REPO/recipes/tiny/$1.yaml" --set run.dir="$2" "${COMMON[@]}" "${@:3}"; }
 
@@ -38,16 +35,19 @@ run llama "$WORK/full2" --set init_from="$start" --set train.steps=1 --set check
   || fail "step 1 of LoRA ($(losses "$WORK/lora" | head -n 1)) is not the base model's ($(losses "$WORK/full2" | head -n 1))"
 echo "init_from: step 1 of the LoRA run is the base model's loss bit for bit"
 
-# The checkpoint: every base tensor once, moments for the 56 adapters only (4 layers x 7 targets x A, B).
+# The checkpoint: no base tensor but a reference to the start, moments for the 56 adapters only (4 layers x 7
+# targets x A, B).
 "$MEGATRAIN" inspect "$WORK/lora/checkpoints/iter_0000006" > "$WORK/inspect.log"
 adapters=$(grep -cE '^ *layers\.[0-9]+\.(attn|mlp)\.[a-z_]+\.lora_[AB]\.weight ' "$WORK/inspect.log" || true)
 m=$(grep -c '^ *optimizer\.m\.' "$WORK/inspect.log" || true)
 m_adapters=$(grep -cE '^ *optimizer\.m\.layers\.[0-9]+\.[a-z]+\.[a-z_]+\.lora_[AB]\.weight ' "$WORK/inspect.log" || true)
-grep -qE '^ *embed\.weight ' "$WORK/inspect.log" && grep -qE '^ *layers\.3\.mlp\.down_proj\.weight ' "$WORK/inspect.log" \
-  || fail "the checkpoint lacks base weights: $(head -n 20 "$WORK/inspect.log")"
+! grep -qE '^ *(embed\.weight|layers\.3\.mlp\.down_proj\.weight) ' "$WORK/inspect.log" \
+  || fail "the checkpoint stores base weights: $(head -n 20 "$WORK/inspect.log")"
+grep -qF "frozen base: not stored here, referenced: $(realpath "$start") " "$WORK/inspect.log" \
+  || fail "the checkpoint does not reference the start: $(head -n 5 "$WORK/inspect.log")"
 [[ $adapters -eq 56 && $m -eq 56 && $m_adapters -eq 56 ]] \
   || fail "expected 56 adapters with 56 optimizer.m tensors, found $adapters and $m ($m_adapters of adapters)"
-echo "checkpoint: base weights without moments, 56 adapters with theirs"
+echo "checkpoint: a reference to the base, 56 adapters with their moments"
 # the base did not move: a full conversion of the LoRA checkpoint's base equals the start's
 "$MEGATRAIN" convert "$start" "$WORK/start.hf" > /dev/null
 "$MEGATRAIN" convert "$WORK/lora/checkpoints/iter_0000006" "$WORK/merged.hf" --merge-lora > /dev/null

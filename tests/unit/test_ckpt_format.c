@@ -3,7 +3,8 @@
  * agreeing), the shuffle4 filter, metadata encode/decode round trip, and
  * decoding bad metadata (every truncation, every flipped byte, mutations
  * with a recomputed checksum, and hand-made semantic errors) always failing
- * cleanly and never crashing; also the iter_ names and the retention plan. */
+ * cleanly and never crashing; the BASE record (a referenced frozen base) and
+ * its malformed forms; also the iter_ names and the retention plan. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -84,6 +85,7 @@ static CkptMeta sample_meta(void) {
         .num_ranks = 2,
         .has_state = true,
         .state = {40, 320, 20480, {1, 2, 3, 0xffffffffffffffffULL}, 40, 100, 16, 2.5e-4},
+        .base = {.present = true, .dir = "/ckpt/base/iter_0000002", .metadata_crc32c = 0x9b1e629a},
         .num_files = 3,
         .files = files,
         .num_tensors = 2,
@@ -113,6 +115,9 @@ static void test_meta_round_trip(void **state) {
     assert_string_equal(m.writer, "megatrain test");
     assert_true(m.has_state);
     assert_memory_equal(&m.state, &want.state, sizeof m.state);
+    assert_true(m.base.present);
+    assert_string_equal(m.base.dir, "/ckpt/base/iter_0000002");
+    assert_int_equal(m.base.metadata_crc32c, 0x9b1e629a);
     assert_int_equal(m.num_files, 3);
     for (int i = 0; i < 3; i++) {
         assert_string_equal(m.files[i].name, files[i].name);
@@ -302,8 +307,108 @@ static void test_meta_repeated_record_refused(void **state) {
         records++;
         at += rec;
     }
-    assert_int_equal(records, 4); /* INFO, STAT, FILE, TENS */
+    assert_int_equal(records, 5); /* INFO, STAT, BASE, FILE, TENS */
     free(data);
+}
+
+/* The sample without its BASE record, then a BASE record of `n` payload bytes appended, resealed: decoded into
+ * *m. Returns ckpt_meta_decode's result. */
+static int decode_with_base(const unsigned char *payload, size_t n, CkptMeta *m, char *err, size_t errlen) {
+    CkptMeta sample = sample_meta();
+    sample.base.present = false;
+    unsigned char *data;
+    size_t len;
+    assert_int_equal(ckpt_meta_encode(&sample, &data, &len, err, errlen), 0);
+    unsigned char *longer = malloc(len + 12 + n);
+    memcpy(longer, data, len);
+    memcpy(longer + len, "BASE", 4);
+    for (int i = 0; i < 8; i++) longer[len + 4 + i] = (unsigned char)((uint64_t)n >> (8 * i));
+    memcpy(longer + len + 12, payload, n);
+    reseal(longer, len + 12 + n);
+    int rc = ckpt_meta_decode(longer, len + 12 + n, m, err, errlen);
+    free(longer);
+    free(data);
+    return rc;
+}
+
+/* A BASE payload: u32 length (`claimed`, or strlen(dir) when -1), the dir's bytes, then `tail` (n_tail bytes). */
+static size_t base_payload(unsigned char *out, const char *dir, size_t dir_len, long claimed, const void *tail,
+                           size_t n_tail) {
+    const uint32_t n = claimed < 0 ? (uint32_t)dir_len : (uint32_t)claimed;
+    for (int i = 0; i < 4; i++) out[i] = (unsigned char)(n >> (8 * i));
+    memcpy(out + 4, dir, dir_len);
+    memcpy(out + 4 + dir_len, tail, n_tail);
+    return 4 + dir_len + n_tail;
+}
+
+static void expect_base_rejected(const unsigned char *payload, size_t n, const char *needle) {
+    CkptMeta m;
+    char err[512] = "";
+    assert_int_equal(decode_with_base(payload, n, &m, err, sizeof err), -1);
+    if (!strstr(err, needle) || !strstr(err, "BASE")) fail_msg("error '%s' does not say BASE ... %s", err, needle);
+    assert_false(m.base.present); /* the decoder left nothing behind (meta is empty) */
+    assert_null(m.tensors);
+}
+
+/* The BASE record: a stored reference reads back; a checkpoint without one has none; each malformed form
+ * (empty, relative, too long, a NUL, cut short, bytes after its fields, a length past the record) is refused
+ * naming the record, and the encoder refuses what the decoder would. */
+static void test_meta_base_record(void **state) {
+    (void)state;
+    unsigned char payload[CKPT_BASE_DIR_MAX + 64];
+    const unsigned char crc[4] = {0x78, 0x56, 0x34, 0x12};
+    CkptMeta m;
+    char err[512];
+    size_t n = base_payload(payload, "/a/b", 4, -1, crc, 4);
+    assert_int_equal(decode_with_base(payload, n, &m, err, sizeof err), 0);
+    assert_true(m.base.present);
+    assert_string_equal(m.base.dir, "/a/b");
+    assert_int_equal(m.base.metadata_crc32c, 0x12345678);
+    ckpt_meta_free(&m);
+    char longest[CKPT_BASE_DIR_MAX + 2];
+    memset(longest, 'x', sizeof longest);
+    longest[0] = '/';
+    n = base_payload(payload, longest, CKPT_BASE_DIR_MAX, -1, crc, 4); /* the longest allowed */
+    assert_int_equal(decode_with_base(payload, n, &m, err, sizeof err), 0);
+    assert_int_equal(strlen(m.base.dir), CKPT_BASE_DIR_MAX);
+    ckpt_meta_free(&m);
+
+    CkptMeta plain = sample_meta(); /* without the record: no base */
+    plain.base.present = false;
+    unsigned char *data;
+    size_t len;
+    assert_int_equal(ckpt_meta_encode(&plain, &data, &len, err, sizeof err), 0);
+    assert_int_equal(ckpt_meta_decode(data, len, &m, err, sizeof err), 0);
+    assert_false(m.base.present);
+    ckpt_meta_free(&m);
+    free(data);
+
+    n = base_payload(payload, "", 0, -1, crc, 4);
+    expect_base_rejected(payload, n, "not an absolute path");
+    n = base_payload(payload, "runs/base", 9, -1, crc, 4);
+    expect_base_rejected(payload, n, "not an absolute path");
+    n = base_payload(payload, longest, CKPT_BASE_DIR_MAX + 1, -1, crc, 4);
+    expect_base_rejected(payload, n, "1024 bytes long (at most 1023 expected)");
+    n = base_payload(payload, "/a\0b", 4, -1, crc, 4);
+    expect_base_rejected(payload, n, "NUL");
+    n = base_payload(payload, "/a/b", 4, -1, crc, 2);
+    expect_base_rejected(payload, n, "truncated (reading base metadata crc32c)");
+    n = base_payload(payload, "/a/b", 4, 40, crc, 4); /* the string claims more than the record holds */
+    expect_base_rejected(payload, n, "truncated (reading base directory)");
+    n = base_payload(payload, "/a/b", 4, 0xffffffffL, crc, 4);
+    expect_base_rejected(payload, n, "at most 1023 expected");
+    const unsigned char crc_and_more[6] = {0x78, 0x56, 0x34, 0x12, 0, 0};
+    n = base_payload(payload, "/a/b", 4, -1, crc_and_more, 6);
+    expect_base_rejected(payload, n, "2 bytes after its fields");
+
+    CkptMeta bad = sample_meta();
+    snprintf(bad.base.dir, sizeof bad.base.dir, "relative/dir");
+    data = NULL;
+    assert_int_equal(ckpt_meta_encode(&bad, &data, &len, err, sizeof err), -1);
+    assert_non_null(strstr(err, "absolute path"));
+    bad.base.dir[0] = '\0';
+    assert_int_equal(ckpt_meta_encode(&bad, &data, &len, err, sizeof err), -1);
+    assert_null(data);
 }
 
 static void test_iter_names(void **state) {
@@ -347,6 +452,7 @@ int main(void) {
         cmocka_unit_test(test_meta_semantic_errors),
         cmocka_unit_test(test_meta_unknown_record_is_skipped_and_newer_version_refused),
         cmocka_unit_test(test_meta_repeated_record_refused),
+        cmocka_unit_test(test_meta_base_record),
         cmocka_unit_test(test_iter_names),
         cmocka_unit_test(test_retention_plan),
     };

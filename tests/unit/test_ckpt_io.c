@@ -373,7 +373,7 @@ static void check_sharded_boxes(CkptDType dtype) {
         }
     const bool bf16 = dtype == CKPT_DTYPE_BF16;
     int n = 0;
-    CkptSource *sources = ckpt_sources_sharded(&model, NULL, NULL, false, false, bf16 ? (void *)m16 : (void *)m,
+    CkptSource *sources = ckpt_sources_sharded(&model, NULL, NULL, false, false, true, bf16 ? (void *)m16 : (void *)m,
                                                bf16 ? (void *)v16 : (void *)v, dtype, begin, end, 2, &n);
     long covered = 0;
     for (int i = 0; i < n; i++) {

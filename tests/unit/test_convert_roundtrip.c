@@ -487,7 +487,7 @@ static void test_run_dir_and_init_from(void **state) {
     Model *model = model_create(&recipe_model, &cpu_backend, 2, 8);
     model_init_weights(model, 1);
     CkptHfFiles files = {0};
-    if (init_from_checkpoint(model, run, &files, err, sizeof err) != 0) fail_msg("%s", err);
+    if (init_from_checkpoint(model, run, &files, NULL, err, sizeof err) != 0) fail_msg("%s", err);
     assert_memory_equal(model->params, source->params, (size_t)model->num_floats * sizeof(float));
     const SpecialTokenIds *ids = &model->cfg.token_ids;
     assert_true(ids->has_bos && ids->bos == 1 && ids->has_pad && ids->pad == 0 && ids->num_eos == 1 && ids->eos[0] == 3);
@@ -505,23 +505,23 @@ static void test_run_dir_and_init_from(void **state) {
     ModelConfig other = cfg;
     other.intermediate_size = 32;
     model = model_create(&other, &cpu_backend, 1, 1);
-    assert_int_equal(init_from_checkpoint(model, iter, NULL, err, sizeof err), MT_EXIT_USAGE);
+    assert_int_equal(init_from_checkpoint(model, iter, NULL, NULL, err, sizeof err), MT_EXIT_USAGE);
     assert_non_null(strstr(err, "model.intermediate_size is 24 in the checkpoint but 32 in the recipe"));
     model_free(model);
     other = cfg;
     other.rope_theta = 500000.0;
     model = model_create(&other, &cpu_backend, 1, 1);
-    assert_int_equal(init_from_checkpoint(model, iter, NULL, err, sizeof err), MT_EXIT_USAGE);
+    assert_int_equal(init_from_checkpoint(model, iter, NULL, NULL, err, sizeof err), MT_EXIT_USAGE);
     assert_non_null(strstr(err, "model.rope_theta is 10000 in the checkpoint but 500000 in the recipe"));
     model_free(model);
     other = cfg;
     other.max_position_embeddings = 4096; /* does not change the computation: allowed */
     model = model_create(&other, &cpu_backend, 1, 1);
-    assert_int_equal(init_from_checkpoint(model, iter, NULL, err, sizeof err), 0);
+    assert_int_equal(init_from_checkpoint(model, iter, NULL, NULL, err, sizeof err), 0);
     model_free(model);
     snprintf(path, sizeof path, "%s/no_such_ckpt", work_dir);
     model = model_create(&cfg, &cpu_backend, 1, 1);
-    assert_int_equal(init_from_checkpoint(model, path, NULL, err, sizeof err), MT_EXIT_FAILURE);
+    assert_int_equal(init_from_checkpoint(model, path, NULL, NULL, err, sizeof err), MT_EXIT_FAILURE);
     assert_non_null(strstr(err, "init_from: "));
     assert_non_null(strstr(err, "no_such_ckpt"));
     model_free(model);
