@@ -7,17 +7,42 @@ contract: fp32 master weights, bf16 compute under torch.autocast, fused AdamW
 (lr 1e-4, betas 0.9/0.95, weight decay 0.1 on matrices), grad-norm clip 1.0;
 one micro-batch of random tokens per step. Prints tokens/s over --steps steps
 after --warmup steps, TFLOP/s by megatrain's FLOPs count
-(src/model/model_flops.c), peak memory and the last loss. --peak times an
-8192^3 bf16 torch.matmul instead. The MoE peers (bench_torch_moe_gpu.py) keep
-this contract and import emit and is_oom from here.
+(src/model/model_flops.c), peak memory (max_memory_allocated) and the last
+loss. --peak times an 8192^3 bf16 torch.matmul instead. The MoE and
+fine-tuning peers (bench_torch_moe_gpu.py, bench_torch_finetune_gpu.py) keep
+this contract and import their shared pieces from here.
+
+Issue 18's levers (the peers of megatrain's train.recompute and bf16 states):
+  --grad-ckpt full       transformers' activation (gradient) checkpointing of
+                         every decoder layer, use_reentrant=False: keeps each
+                         layer's input, reruns its forward in the backward
+                         (megatrain's recompute: full).
+  --grad-ckpt selective  the same checkpoint with torch's selective activation
+                         checkpointing: the matmul outputs (q, k, v, o, gate,
+                         up, down) are kept, the rest (the attention core,
+                         SwiGLU, norms, RoPE, casts) rerun in the backward:
+                         megatrain's selective (attention core and SwiGLU
+                         recomputed), as close as op-level SAC gets.
+  --weights bf16         weights, gradients and AdamW moments in bf16, no fp32
+                         master: what fits where fp32 master weights and fp32
+                         moments (16 bytes a parameter) do not (Llama 3 8B on
+                         one H200). Weaker numerics than megatrain's bf16
+                         states (which keep an fp32 master); plain PyTorch has
+                         no fp32-master / bf16-moment AdamW.
 
 Usage: bench_torch_gpu.py --family llama|qwen3 --layers L --hidden C --intermediate I
          --heads H --kv-heads KVH --head-dim D --vocab V --seq-len T --micro-batch B
-         [--steps 20] [--warmup 5] [--mode eager|compile] [--tie] [--rope-theta X] [--json]
+         [--steps 20] [--warmup 5] [--mode eager|compile] [--tie] [--rope-theta X]
+         [--grad-ckpt [full|selective]] [--weights fp32|bf16] [--json]
+       bench_torch_gpu.py --config configs/llama3-8b.yaml --seq-len 8192 --micro-batch 1 ...
+         (the shape from a megatrain dense config; explicit flags override it)
        bench_torch_gpu.py --peak [--json]
+       CPU smoke test (no GPU): ... --device cpu [--config configs/llama3.2-1b.yaml --tiny]
 """
 import argparse
+import functools
 import json
+import os
 import random
 import sys
 import time
@@ -26,6 +51,10 @@ import warnings
 import torch
 
 warnings.filterwarnings("ignore", message=".*TF32.*")  # legacy allow_tf32 deprecation notice
+warnings.filterwarnings("ignore", message=".*gradient_checkpointing.* is deprecated")  # transformers 5.2x renamed it
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SHAPE_FIELDS = ("family", "layers", "hidden", "intermediate", "heads", "kv_heads", "head_dim", "vocab")
 
 
 def emit(result, as_json, text):
@@ -57,16 +86,48 @@ def matmul_peak(as_json):
                           f"({result['device']}, torch {torch.__version__})")
 
 
-def flops_per_token(a):
+def read_dense_config(path):
+    """The shape of a megatrain dense config (configs/*.yaml) under this script's argument names.
+    rope_scaling is left out (it changes no cost)."""
+    import yaml
+
+    if not os.path.isabs(path) and not os.path.exists(path):
+        path = os.path.join(REPO, path)
+    with open(path) as f:
+        y = yaml.safe_load(f)
+    if y["family"] not in ("llama", "qwen3"):
+        sys.exit(f"{os.path.basename(sys.argv[0])}: family {y['family']!r}: these peers build llama or qwen3")
+    heads = y["num_attention_heads"]
+    return {"family": y["family"], "layers": y["num_layers"], "hidden": y["hidden_size"],
+            "intermediate": y["intermediate_size"], "heads": heads, "kv_heads": y.get("num_key_value_heads", heads),
+            "head_dim": y.get("head_dim") or y["hidden_size"] // heads, "vocab": y["vocab_size"],
+            "tie": bool(y.get("tie_word_embeddings", False)), "rope_theta": float(y.get("rope_theta", 10000.0))}
+
+
+def tiny_shape(shape):
+    """The same family at a size a CPU trains in seconds (--tiny smoke tests)."""
+    return {**shape, "layers": 2, "hidden": 64, "intermediate": 128, "heads": 4, "kv_heads": 2, "head_dim": 16,
+            "vocab": 512}
+
+
+def flops_per_token(a, lora_rank=0):
     """megatrain's model_flops_per_token: 6 * N_matmul + 12 * L * T * H * D (the
-    lm_head counted also when tied; embedding lookup, norms, biases not)."""
+    lm_head counted also when tied; embedding lookup, norms, biases not). With LoRA on
+    all seven projections (lora_rank > 0): 4 FLOPs per frozen matmul weight (no weight
+    gradient) and 6 per adapter weight, rank * (in + out) per projection."""
     hd, kvd = a.heads * a.head_dim, a.kv_heads * a.head_dim
     per_layer = a.hidden * hd + 2 * a.hidden * kvd + hd * a.hidden + 3 * a.hidden * a.intermediate
     matmul_params = a.layers * per_layer + a.vocab * a.hidden
-    return 6.0 * matmul_params + 12.0 * a.layers * a.seq_len * hd
+    attention = 12.0 * a.layers * a.seq_len * hd
+    if not lora_rank:
+        return 6.0 * matmul_params + attention
+    C, I = a.hidden, a.intermediate
+    adapters = a.layers * lora_rank * ((C + hd) + 2 * (C + kvd) + (hd + C) + 3 * (C + I))
+    return 4.0 * matmul_params + 6.0 * adapters + attention
 
 
-def build_model(a):
+def build_model(a, device="cuda", dtype=torch.float32):
+    """transformers' model of shape a (SHAPE_FIELDS, tie, rope_theta, seq_len), random init, SDPA."""
     import transformers
     from transformers import AutoModelForCausalLM
 
@@ -84,88 +145,153 @@ def build_model(a):
     model = None
     for dtype_key in ("dtype", "torch_dtype"):  # transformers 5 renamed torch_dtype to dtype
         try:
-            with torch.device("cuda"):
-                model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa",
-                                                         **{dtype_key: torch.float32})
+            with torch.device(device):
+                model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa", **{dtype_key: dtype})
             break
         except TypeError:
             continue
     if model is None:
-        with torch.device("cuda"):
+        with torch.device(device):
             model = AutoModelForCausalLM.from_config(cfg, attn_implementation="sdpa")
-    model = model.to(device="cuda", dtype=torch.float32).train()
+    model = model.to(device=device, dtype=dtype).train()
     attn = getattr(model.config, "_attn_implementation", "?")
     if attn != "sdpa":
-        sys.exit(f"bench_torch_gpu.py: attention implementation is {attn!r}, expected 'sdpa'")
+        sys.exit(f"{os.path.basename(sys.argv[0])}: attention implementation is {attn!r}, expected 'sdpa'")
     return model, transformers.__version__
+
+
+def enable_grad_ckpt(model, kind):
+    """kind none, full or selective (the module header): transformers' checkpoint of every decoder layer."""
+    if kind == "none":
+        return
+    kwargs = {"use_reentrant": False}
+    if kind == "selective":
+        from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
+
+        keep = {torch.ops.aten.mm.default, torch.ops.aten.addmm.default}
+
+        def policy(ctx, op, *args, **kw):
+            return CheckpointPolicy.MUST_SAVE if op in keep else CheckpointPolicy.PREFER_RECOMPUTE
+
+        kwargs["context_fn"] = functools.partial(create_selective_checkpoint_contexts, policy)
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x; the old name warns there
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def adamw(params):
+    """The contract's optimizer: fused AdamW, weight decay 0.1 on matrices only."""
+    params = [p for p in params if p.requires_grad]
+    return torch.optim.AdamW([{"params": [p for p in params if p.dim() >= 2], "weight_decay": 0.1},
+                              {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}],
+                             lr=1e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+
+
+def timed_steps(step, batches, warmup, steps, device):
+    """Runs step(batches[i]) warmup times untimed (torch.compile compiles there), then steps times timed.
+    Returns (the last step's result, warm-up seconds, timed seconds)."""
+    def sync():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    sync()
+    t0 = time.perf_counter()
+    for i in range(warmup):
+        step(batches[i])
+    sync()
+    warmup_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    for i in range(warmup, warmup + steps):
+        last = step(batches[i])
+    sync()
+    return last, warmup_s, time.perf_counter() - t0
+
+
+def memory_stats(device):
+    """Peak allocated and reserved GiB since the last reset (None on the CPU)."""
+    if device != "cuda":
+        return {"peak_mem_gib": None, "peak_reserved_gib": None}
+    return {"peak_mem_gib": round(torch.cuda.max_memory_allocated() / 2 ** 30, 2),
+            "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2 ** 30, 2)}
+
+
+def device_name(device):
+    return torch.cuda.get_device_name() if device == "cuda" else "cpu"
 
 
 def train(a):
     impl = f"torch-{a.mode}"
-    base = {"impl": impl, "family": a.family, "seq_len": a.seq_len, "micro_batch": a.micro_batch}
-    model, tf_version = build_model(a)
+    base = {"impl": impl, "family": a.family, "seq_len": a.seq_len, "micro_batch": a.micro_batch,
+            "grad_ckpt": a.grad_ckpt, "weights": a.weights}
+    model, tf_version = build_model(a, a.device, torch.bfloat16 if a.weights == "bf16" else torch.float32)
+    enable_grad_ckpt(model, a.grad_ckpt)
     n_params = sum(p.numel() for p in model.parameters())  # a tied embedding counted once
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                                   {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=1e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    optimizer = adamw(model.parameters())
     step_model = torch.compile(model) if a.mode == "compile" else model
     params = list(model.parameters())
-    gen = torch.Generator(device="cuda").manual_seed(a.seed)
+    gen = torch.Generator(device=a.device).manual_seed(a.seed)
     batches = torch.randint(0, a.vocab, (a.warmup + a.steps, a.micro_batch, a.seq_len),
-                            device="cuda", generator=gen)  # random tokens: speed only
+                            device=a.device, generator=gen)  # random tokens: speed only
 
     def step(tokens):
         optimizer.zero_grad(set_to_none=True)
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        with torch.autocast(a.device, dtype=torch.bfloat16):
             loss = step_model(input_ids=tokens, labels=tokens, use_cache=False).loss  # HF shifts labels
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         optimizer.step()
         return loss
 
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for i in range(a.warmup):  # in compile mode this is where dynamo/inductor compile
-        step(batches[i])
-    torch.cuda.synchronize()
-    warmup_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for i in range(a.warmup, a.warmup + a.steps):
-        loss = step(batches[i])
-    torch.cuda.synchronize()
-    seconds = time.perf_counter() - t0
-
+    loss, warmup_s, seconds = timed_steps(step, batches, a.warmup, a.steps, a.device)
     tokens_per_s = a.micro_batch * a.seq_len * a.steps / seconds
     fpt = flops_per_token(a)
     tflops = fpt * tokens_per_s / 1e12
-    peak_gib = torch.cuda.max_memory_allocated() / 2 ** 30
+    mem = memory_stats(a.device)
     last_loss = loss.item()
-    result = {**base, "tokens_per_s": round(tokens_per_s, 1), "tflops": round(tflops, 1),
-              "peak_mem_gib": round(peak_gib, 2), "loss": round(last_loss, 4),
-              "compile_s": round(warmup_s, 1) if a.mode == "compile" else None,
+    result = {**base, "tokens_per_s": round(tokens_per_s, 1), "tflops": round(tflops, 1), **mem,
+              "loss": round(last_loss, 4), "compile_s": round(warmup_s, 1) if a.mode == "compile" else None,
               "warmup_s": round(warmup_s, 2), "step_ms": round(1e3 * seconds / a.steps, 2),
               "layers": a.layers, "hidden": a.hidden, "params": n_params, "flops_per_token": fpt,
               "steps": a.steps, "warmup": a.warmup, "tied": a.tie,
-              "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2 ** 30, 2),
-              "device": torch.cuda.get_device_name(), "torch": torch.__version__, "transformers": tf_version}
+              "device": device_name(a.device), "torch": torch.__version__, "transformers": tf_version}
     if last_loss != last_loss or abs(last_loss) == float("inf"):
         result["error"] = "non-finite loss"
     compile_text = f", compile {warmup_s:.1f} s" if a.mode == "compile" else ""
+    peak_text = f", peak {mem['peak_mem_gib']:.2f} GiB" if mem["peak_mem_gib"] is not None else ""
     emit(result, a.json,
          f"{impl} {a.family} L={a.layers} C={a.hidden} params={n_params / 1e9:.3f}B T={a.seq_len} "
-         f"B={a.micro_batch}: {tokens_per_s:,.0f} tok/s, {tflops:.1f} TFLOP/s, "
-         f"{1e3 * seconds / a.steps:.1f} ms/step, peak {peak_gib:.2f} GiB, loss {last_loss:.4f}{compile_text}")
+         f"B={a.micro_batch} grad-ckpt {a.grad_ckpt}, {a.weights} weights: {tokens_per_s:,.0f} tok/s, "
+         f"{tflops:.1f} TFLOP/s, {1e3 * seconds / a.steps:.1f} ms/step{peak_text}, loss {last_loss:.4f}{compile_text}")
 
 
 def is_oom(exc):
     return isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower()
 
 
+def run_guarded(device, seed, run, oom_row):
+    """Every peer's main: checks the device, seeds, runs run(); an out-of-memory error (OOM may come
+    wrapped, e.g. by inductor) prints oom_row with "error": "oom" and exits 0 instead of failing."""
+    if device == "cuda" and not torch.cuda.is_available():
+        sys.exit(f"{os.path.basename(sys.argv[0])}: no CUDA device (--device cpu for a smoke test)")
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True  # fp32 matmuls outside autocast (none hot; MoE: the router)
+    random.seed(seed)
+    torch.manual_seed(seed)
+    try:
+        run()
+    except Exception as exc:  # noqa: BLE001
+        if not is_oom(exc):
+            raise
+        print(json.dumps({**oom_row, "error": "oom"}), flush=True)
+        sys.exit(0)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--peak", action="store_true", help="only time an 8192^3 bf16 matmul")
+    ap.add_argument("--config", help="take the shape from a megatrain dense config (configs/*.yaml)")
+    ap.add_argument("--tiny", action="store_true", help="with --config: a tiny shape of its family (smoke tests)")
     ap.add_argument("--family", choices=("llama", "qwen3"))
     for name in ("layers", "hidden", "intermediate", "heads", "kv-heads", "head-dim", "vocab",
                  "seq-len", "micro-batch"):
@@ -176,32 +302,34 @@ def main():
     ap.add_argument("--tie", action="store_true", help="tie the lm_head to the embedding")
     ap.add_argument("--rope-theta", type=float, default=None,
                     help="default 500000 (llama), 1000000 (qwen3)")
+    ap.add_argument("--grad-ckpt", nargs="?", const="full", default="none", choices=("none", "full", "selective"),
+                    help="activation checkpointing of every layer (bare flag: full; default none)")
+    ap.add_argument("--weights", choices=("fp32", "bf16"), default="fp32",
+                    help="fp32: fp32 master weights and moments (default); bf16: all in bf16")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: smoke tests only")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--json", action="store_true", help="print one JSON line")
     a = ap.parse_args()
 
-    if not torch.cuda.is_available():
-        sys.exit("bench_torch_gpu.py: no CUDA device")
-    torch.backends.cuda.matmul.allow_tf32 = True  # fp32 matmuls outside autocast (none hot)
-    random.seed(a.seed)
-    torch.manual_seed(a.seed)
-    if a.peak:
-        return matmul_peak(a.json)
-    missing = [n for n in ("family", "layers", "hidden", "intermediate", "heads", "kv_heads", "head_dim",
-                           "vocab", "seq_len", "micro_batch") if getattr(a, n) is None]
-    if missing:
+    if a.peak and a.device != "cuda":
+        ap.error("--peak times a CUDA matmul")
+    if a.tiny and not a.config:
+        ap.error("--tiny needs --config")
+    if a.config:
+        shape = read_dense_config(a.config)
+        shape = tiny_shape(shape) if a.tiny else shape
+        for name in SHAPE_FIELDS + ("rope_theta",):
+            if getattr(a, name) is None:
+                setattr(a, name, shape[name])
+        a.tie = a.tie or shape["tie"]
+    missing = [n for n in SHAPE_FIELDS + ("seq_len", "micro_batch") if getattr(a, n) is None]
+    if missing and not a.peak:
         ap.error("missing " + ", ".join("--" + n.replace("_", "-") for n in missing))
     if a.steps < 1 or a.warmup < (1 if a.mode == "compile" else 0):
         ap.error("--steps must be >= 1 (and --warmup >= 1 with --mode compile)")
-    try:
-        train(a)
-    except Exception as exc:  # noqa: BLE001 -- OOM may come wrapped (e.g. by inductor)
-        if not is_oom(exc):
-            raise
-        print(json.dumps({"impl": f"torch-{a.mode}", "family": a.family, "seq_len": a.seq_len,
-                          "micro_batch": a.micro_batch, "error": "oom"}), flush=True)
-        sys.exit(0)
-
+    run_guarded(a.device, a.seed, lambda: matmul_peak(a.json) if a.peak else train(a),
+                {"impl": f"torch-{a.mode}", "family": a.family, "seq_len": a.seq_len, "micro_batch": a.micro_batch,
+                 "grad_ckpt": a.grad_ckpt, "weights": a.weights})
 
 if __name__ == "__main__":
     main()

@@ -79,20 +79,16 @@ Usage: bench_torch_moe_gpu.py --config configs/qwen3-30b-a3b.yaml --layers 4 --i
        CPU smoke test (tiny shape, no GPU): ... --device cpu --tiny
 """
 import argparse
-import json
 import os
-import random
 import sys
-import time
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_torch_gpu import emit, is_oom  # noqa: E402  (the dense peer's helpers)
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench_torch_gpu import (REPO, adamw, device_name, emit, memory_stats, run_guarded,  # noqa: E402
+                             timed_steps)  # the dense peer's helpers
 
 
 # ---------------------------------------------------------------- the shape
@@ -479,11 +475,7 @@ def train(a, c, device):
             emit({**base, **info}, a.json, f"hf model built: {info}")
             return
     n_params = sum(p.numel() for p in model.parameters())
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1},
-                                   {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=1e-4, betas=(0.9, 0.95), eps=1e-8, fused=True)
+    optimizer = adamw(model.parameters())
     step_model = torch.compile(model) if a.mode == "compile" else model
     params = list(model.parameters())
     gen = torch.Generator(device=device).manual_seed(a.seed)
@@ -504,43 +496,25 @@ def train(a, c, device):
         optimizer.step()
         return loss, aux
 
-    def sync():
-        if cuda:
-            torch.cuda.synchronize()
-
-    sync()
-    t0 = time.perf_counter()
-    for i in range(a.warmup):  # in compile mode this is where dynamo/inductor compile
-        step(batches[i])
-    sync()
-    warmup_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    for i in range(a.warmup, a.warmup + a.steps):
-        loss, aux = step(batches[i])
-    sync()
-    seconds = time.perf_counter() - t0
-
+    (loss, aux), warmup_s, seconds = timed_steps(step, batches, a.warmup, a.steps, device)
     tokens_per_s = a.micro_batch * a.seq_len * a.steps / seconds
     fpt = flops_per_token(c, a.seq_len)
     tflops = fpt * tokens_per_s / 1e12
-    peak_gib = torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else None
+    mem = memory_stats(device)
     last_loss = loss.item()
     aux_value = round(float(aux.detach()), 6) if torch.is_tensor(aux) else aux
-    result = {**base, "tokens_per_s": round(tokens_per_s, 1), "tflops": round(tflops, 2),
-              "peak_mem_gib": round(peak_gib, 2) if peak_gib is not None else None,
+    result = {**base, "tokens_per_s": round(tokens_per_s, 1), "tflops": round(tflops, 2), **mem,
               "loss": round(last_loss, 4), "aux_loss": aux_value,
               "compile_s": round(warmup_s, 1) if a.mode == "compile" else None,
               "warmup_s": round(warmup_s, 2), "step_ms": round(1e3 * seconds / a.steps, 2),
               "hidden": c["hidden"], "experts_total": c["experts"], "top_k": c["top_k"],
               "params": n_params, "flops_per_token": fpt, "steps": a.steps, "warmup": a.warmup,
               "aux_coeff": c["aux_coeff"], "align": a.align if a.impl == "grouped" else None, **info,
-              "device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__}
-    if cuda:
-        result["peak_reserved_gib"] = round(torch.cuda.max_memory_reserved() / 2 ** 30, 2)
+              "device": device_name(device), "torch": torch.__version__}
     if last_loss != last_loss or abs(last_loss) == float("inf"):
         result["error"] = "non-finite loss"
     compile_text = f", compile {warmup_s:.1f} s" if a.mode == "compile" else ""
-    peak_text = f", peak {peak_gib:.2f} GiB" if peak_gib is not None else ""
+    peak_text = f", peak {mem['peak_mem_gib']:.2f} GiB" if mem["peak_mem_gib"] is not None else ""
     emit(result, a.json,
          f"{impl} {c['family']} L={c['layers']} C={c['hidden']} E={c['experts']} k={c['top_k']} "
          f"params={n_params / 1e9:.3f}B T={a.seq_len} B={a.micro_batch}: {tokens_per_s:,.0f} tok/s, "
@@ -575,21 +549,9 @@ def main():
     c = read_config(a.config, a.layers)
     if a.tiny:
         c = tiny(c)
-    if a.device == "cuda" and not torch.cuda.is_available():
-        sys.exit("bench_torch_moe_gpu.py: no CUDA device (--device cpu for a smoke test)")
-    if a.device == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True  # fp32 matmuls outside autocast (the router)
-    random.seed(a.seed)
-    torch.manual_seed(a.seed)
-    try:
-        train(a, c, a.device)
-    except Exception as exc:  # noqa: BLE001 -- OOM may come wrapped (e.g. by inductor)
-        if not is_oom(exc):
-            raise
-        print(json.dumps({"impl": f"{'hf' if a.impl == 'hf' else 'grouped_mm'}-{a.mode}", "family": c["family"],
-                          "seq_len": a.seq_len, "micro_batch": a.micro_batch, "error": "oom"}), flush=True)
-        sys.exit(0)
-
+    run_guarded(a.device, a.seed, lambda: train(a, c, a.device),
+                {"impl": f"{'hf' if a.impl == 'hf' else 'grouped_mm'}-{a.mode}", "family": c["family"],
+                 "seq_len": a.seq_len, "micro_batch": a.micro_batch})
 
 if __name__ == "__main__":
     main()
