@@ -4,16 +4,55 @@
 # benchmark against PyTorch. Expects build/cuda and .devlibs.tgz from
 # tests/gpu/carry_libs.sh (or a machine with our packages: then plain
 # `make test-gpu` and `make bench-gpu` do the same). Logs go to $OUT (or
-# /tmp/device-check). Usage: bash tests/gpu/device_check.sh [tests|profile|bench|moe-ways|bench-a3b|bench-mixtral ...]
+# /tmp/device-check). Usage: bash tests/gpu/device_check.sh [tests|profile|bench|moe-ways|bench-a3b|bench-mixtral
+#   |bench-finetune-peers|bench-recompute-peers|bench-8b-peer ...]
 # (bench: the dense shapes, about 7 minutes on an H100; moe-ways: megatrain alone on the MoE shapes with
 # each MEGATRAIN_MOE_GEMM, about 5 minutes; bench-a3b and bench-mixtral: one MoE shape each,
-# megatrain and its PyTorch peers; each in a device call of its own: a call is at most 10 minutes)
+# megatrain and its PyTorch peers; each in a device call of its own: a call is at most 10 minutes.
+# The *-peers parts and bench-8b-peer run only PyTorch peers (megatrain refuses LoRA, packing, recompute
+# and bf16 states on GPUs for now), each within 9 minutes, and need no build: bench-finetune-peers
+# (issue 21) needs .devwheels carried (tests/gpu/carry_wheels.sh) where the machine has no peft;
+# bench-8b-peer (issue 18, Llama 3 8B at seq 8192) is meant for an H200)
 set -u
 cd "$(dirname "$0")/../.."
 source tests/gpu/device_env.sh
 out=${OUT:-/tmp/device-check}
 mkdir -p "$out"
 parts=${*:-tests profile bench}
+
+# run_peers NAME SCRIPT "ARGS" ...: one PyTorch peer per ARGS, each in its own process (an OOM or a crash ends
+# only it), all within 540 s (a peer gets at most 240 s, the last ones what is left, none under 60 s): their
+# JSON lines in $out/NAME.jsonl (the bf16 matmul peak first, for MFU), their logs in $out/NAME-I.log; then a summary.
+run_peers() {
+  local name=$1 script=$2 deadline=$((SECONDS + 540)) i=0 left rc
+  shift 2
+  python3 tests/bench/bench_torch_gpu.py --peak --json > "$out/$name.jsonl" 2> "$out/$name-peak.log"
+  for args in "$@"; do
+    i=$((i + 1)); left=$((deadline - SECONDS))
+    if (( left < 60 )); then echo "{\"args\": \"$args\", \"error\": \"skipped: no time left\"}" >> "$out/$name.jsonl"; continue; fi
+    # shellcheck disable=SC2086  # ARGS are words
+    timeout -k 10 $((left < 240 ? left : 240)) python3 "$script" $args --json >> "$out/$name.jsonl" 2> "$out/$name-$i.log"
+    rc=$?
+    (( rc == 0 )) || echo "{\"args\": \"$args\", \"error\": \"exit $rc (124: timeout), see $name-$i.log\"}" >> "$out/$name.jsonl"
+  done
+  python3 - "$out/$name.jsonl" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+peak = next((r["tflops"] for r in rows if r.get("impl") == "torch-matmul-peak"), None)
+print(f"bf16 matmul peak {peak} TFLOP/s" if peak else "no matmul peak")
+for r in rows:
+    if r.get("impl") == "torch-matmul-peak":
+        continue
+    what = " ".join(f"{k}={r[k]}" for k in ("impl", "seq_len", "micro_batch", "packing", "attn", "grad_ckpt", "weights",
+                                           "args") if r.get(k) is not None)
+    if "error" in r:
+        print(f"{what}: {r['error']}")
+        continue
+    mfu = f", MFU {100 * r['tflops'] / peak:.1f}%" if peak else ""
+    print(f"{what}: {r['tokens_per_s']:.0f} tok/s, {r['tflops']} TFLOP/s{mfu}, peak {r.get('peak_mem_gib')} GiB, "
+          f"loss {r['loss']}" + (f", compile {r['compile_s']} s" if r.get("compile_s") else ""))
+EOF
+}
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for part in $parts; do
   case $part in
@@ -47,5 +86,20 @@ tests/gpu/attention_selftest.cu kernels/attention.cu -o build/cuda/attention_sel
       cp "/tmp/$part/results.json" "$out/results-$shape.json" 2>/dev/null
       grep -h "self-check" /tmp/$part/*grouped_mm-eager.log 2>/dev/null | head -2
       tail -9 "$out/$part.log" ;;
+    bench-finetune-peers) # issue 21: Llama 3.2 1B, seq 4096, micro-batch 2, packed rows; LoRA rank 16 and full
+      run_peers finetune tests/bench/bench_torch_finetune_gpu.py "--mode lora" "--mode full" "--mode lora --compile" \
+        "--mode full --compile" "--mode lora --packing none" "--mode lora --attn flex_attention" ;;
+    bench-recompute-peers) # issue 18's levers: Llama 3.2 1B, seq 4096, micro-batch 2, recompute none / selective / full
+      run_peers recompute tests/bench/bench_torch_gpu.py \
+        "--config configs/llama3.2-1b.yaml --seq-len 4096 --micro-batch 2 --steps 10 --warmup 3 --grad-ckpt none" \
+        "--config configs/llama3.2-1b.yaml --seq-len 4096 --micro-batch 2 --steps 10 --warmup 3 --grad-ckpt selective" \
+        "--config configs/llama3.2-1b.yaml --seq-len 4096 --micro-batch 2 --steps 10 --warmup 3 --grad-ckpt full" ;;
+    bench-8b-peer) # issue 18: Llama 3 8B, seq 8192, micro-batch 1, on an H200: fp32 master weights if they fit, then bf16
+      run_peers 8b tests/bench/bench_torch_gpu.py \
+        "--config configs/llama3-8b.yaml --seq-len 8192 --micro-batch 1 --steps 8 --warmup 2 --grad-ckpt full" \
+        "--config configs/llama3-8b.yaml --seq-len 8192 --micro-batch 1 --steps 8 --warmup 2 --grad-ckpt full --weights bf16" \
+        "--config configs/llama3-8b.yaml --seq-len 8192 --micro-batch 1 --steps 8 --warmup 2 --grad-ckpt selective --weights bf16" \
+        "--config configs/llama3-8b.yaml --seq-len 8192 --micro-batch 1 --steps 8 --warmup 2 --weights bf16" ;;
+    *) echo "device_check.sh: unknown part '$part'" >&2 ;;
   esac
 done
