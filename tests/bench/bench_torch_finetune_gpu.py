@@ -29,8 +29,9 @@ find_packed_sequence_indices) then builds a block-diagonal causal mask, so
 each token attends only within its sample and RoPE restarts, as megatrain's
 data.pack; the first token of each sample has no target (label -100).
 transformers has no varlen path for SDPA: the mask is a dense (B, 1, T, T)
-boolean, SDPA runs its masked kernel (memory-efficient / cuDNN, not flash),
-and the output says so. --attn flex_attention lets transformers build a
+boolean, which SDPA's flash kernel does not take (it runs a masked kernel,
+and GQA's keys and values are repeated first); the output's "attention"
+field says which attention ran. --attn flex_attention lets transformers build a
 block-sparse FlexAttention mask instead (cross-sample blocks skipped).
 --packing none trains plain causal rows (tokens attend across samples:
 the speed of unmasked flash SDPA, not the same attention).
