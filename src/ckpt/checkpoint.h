@@ -127,6 +127,10 @@ int ckpt_read_base_ref(const char *dir, CkptBaseRef *base, char *err, size_t err
  * or -1 with err. */
 int ckpt_base_ref_of(const char *dir, CkptBaseRef *base, char *err, size_t errlen);
 
+/* Whether checkpoint directory `dir` is one of a run's checkpoints
+ * (.../checkpoints/iter_NNNNNNN), which that run's retention may delete. */
+bool ckpt_is_run_checkpoint(const char *dir);
+
 /* ---- additions for resume, inspect and the training loop ---- */
 
 /* What the load functions below return besides 0. */

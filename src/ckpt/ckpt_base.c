@@ -20,6 +20,7 @@
 #include "../core/error.h"
 #include "checkpoint.h"
 #include "ckpt_fs.h"
+#include "ckpt_run.h"
 
 /* The CRC-32C of dir/metadata.mtck. Returns 0, or -1 with err (errno kept from the read). */
 static int metadata_crc(const char *dir, uint32_t *crc, char *err, size_t errlen) {
@@ -121,4 +122,16 @@ int ckpt_check_base(const char *dir, char *err, size_t errlen) {
     if (!r) return CKPT_ERR_BASE;
     ckpt_reader_close(r);
     return 0;
+}
+
+bool ckpt_is_run_checkpoint(const char *dir) {
+    char path[CKPT_BASE_DIR_MAX + 2];
+    snprintf(path, sizeof path, "%s", dir);
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') path[--n] = '\0';
+    char *slash = strrchr(path, '/');
+    if (!slash || ckpt_parse_iter_name(slash + 1) < 0) return false;
+    *slash = '\0';
+    const char *parent = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    return strcmp(parent, "checkpoints") == 0;
 }

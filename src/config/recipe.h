@@ -210,8 +210,10 @@ typedef struct Fp8Config {
 /* checkpoint.frozen_base: what a LoRA run's checkpoints do with the frozen
  * base weights it took from init_from (docs/finetune.md). */
 typedef enum {
-    FROZEN_BASE_REFERENCE = 0, /* leave them out and record the init_from checkpoint that holds them */
-    FROZEN_BASE_STORE = 1,     /* store them in every checkpoint (self-contained) */
+    FROZEN_BASE_AUTO = 0,      /* reference, unless the base is a checkpoint inside a run's checkpoints/ (its
+                                * retention may delete it): then store */
+    FROZEN_BASE_REFERENCE = 1, /* leave them out and record the init_from checkpoint that holds them */
+    FROZEN_BASE_STORE = 2,     /* store them in every checkpoint (self-contained) */
 } FrozenBaseMode;
 
 typedef struct CheckpointConfig {

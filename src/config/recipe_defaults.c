@@ -53,7 +53,7 @@ void recipe_set_defaults(Recipe *recipe) {
                               .amax_compute_algo = FP8_AMAX_MAX, .margin = 0};
     recipe->checkpoint = (CheckpointConfig){.interval = 50, .keep_last = 2, .keep_every = 0, .async = true,
                                             .compression_level = 3, .load_optimizer = true,
-                                            .frozen_base = FROZEN_BASE_REFERENCE};
+                                            .frozen_base = FROZEN_BASE_AUTO};
     recipe->logging = (LoggingConfig){.interval = 1, .tensorboard = true, .timers_interval = 100, .peak_tflops = 0.0};
 }
 

@@ -21,7 +21,7 @@ const char *const recompute_names[] = {"none", "selective", "full", NULL};
 const char *const loss_reduction_names[] = {"per_micro_batch", "per_token", NULL};
 const char *const pack_overlong_names[] = {"error", "truncate", NULL};
 static const char *const peft_type_names[] = {"none", "lora", NULL};
-static const char *const frozen_base_names[] = {"reference", "store", NULL}; /* FrozenBaseMode order */
+static const char *const frozen_base_names[] = {"auto", "reference", "store", NULL}; /* FrozenBaseMode order */
 const char *const lora_target_names[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
                                          NULL};
 

@@ -89,7 +89,7 @@ static int compare_adapters(const PeftConfig *a, const PeftConfig *b, char *why,
 
 int init_from_checkpoint(Model *model, const char *path, CkptHfFiles *carried, CkptBaseRef *base, char *err,
                          size_t errlen) {
-    char dir[4096], why[512];
+    char dir[4096], why[4096];
     if (ckpt_latest_dir(path, dir, sizeof dir, why, sizeof why) != 0) {
         mt_set_error(err, errlen, "init_from: %s", why);
         return MT_EXIT_FAILURE;

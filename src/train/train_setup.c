@@ -199,18 +199,29 @@ static int refuse_existing_checkpoints(const TrainContext *ctx, char *err, size_
 }
 
 /* A LoRA run's checkpoints reference the frozen base its init_from gave (`base`) or store it
- * (checkpoint.frozen_base; a random base, without init_from, is always stored); one line says which. */
+ * (checkpoint.frozen_base; a random base, without init_from, is always stored; auto stores a base that is a
+ * run's checkpoint, which that run's retention may delete); one line says which. */
 static void choose_frozen_base(TrainContext *ctx, const Recipe *recipe, const CkptBaseRef *base) {
     if (recipe->model.peft.type != PEFT_LORA) return;
+    const FrozenBaseMode mode = recipe->checkpoint.frozen_base;
     if (!recipe->init_from[0]) {
         mt_log("checkpoint: the frozen base is random (no init_from): every checkpoint stores it");
-    } else if (recipe->checkpoint.frozen_base == FROZEN_BASE_STORE) {
+    } else if (mode == FROZEN_BASE_STORE) {
         mt_log("checkpoint: every checkpoint stores the frozen base (checkpoint.frozen_base: store)");
+    } else if (mode == FROZEN_BASE_AUTO && ckpt_is_run_checkpoint(base->dir)) {
+        mt_log("checkpoint: every checkpoint stores the frozen base, because %s is a checkpoint of a training run, "
+               "which that run's retention (checkpoint.keep_last) may delete (checkpoint.frozen_base: auto; "
+               "checkpoints that reference a base outside a run's checkpoints/ directory, such as one `megatrain "
+               "convert` wrote, stay small)", base->dir);
     } else {
         ctx->frozen_base = *base;
         mt_log("checkpoint: the checkpoints hold the adapters and reference the frozen base in %s (its metadata.mtck "
-               "CRC-32C %08x; checkpoint.frozen_base: reference): resume, eval and convert --merge-lora need it there",
-               base->dir, base->metadata_crc32c);
+               "CRC-32C %08x; checkpoint.frozen_base: %s): resume, eval and convert --merge-lora need it there",
+               base->dir, base->metadata_crc32c, mode == FROZEN_BASE_AUTO ? "auto" : "reference");
+        if (ckpt_is_run_checkpoint(base->dir))
+            mt_warn("checkpoint: the frozen base %s is a checkpoint of a training run: if that run's retention "
+                    "deletes it, this run's checkpoints no longer load (checkpoint.frozen_base: store keeps the base "
+                    "in them)", base->dir);
     }
 }
 
@@ -237,7 +248,7 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
     if (status == 0) {
         model_init_weights(ctx->model, recipe->run.seed);
         const bool reference = recipe->model.peft.type == PEFT_LORA &&
-                               recipe->checkpoint.frozen_base == FROZEN_BASE_REFERENCE;
+                               recipe->checkpoint.frozen_base != FROZEN_BASE_STORE;
         CkptBaseRef base = {0};
         if (recipe->init_from[0])
             status = init_from_checkpoint(ctx->model, recipe->init_from, &ctx->hf_files, reference ? &base : NULL, err,

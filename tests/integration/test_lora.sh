@@ -2,8 +2,9 @@
 # test_lora.sh: LoRA runs on the CPU (peft:; docs/finetune.md).
 #   - init_from a full run's checkpoint: step 1's loss is the full model's,
 #     bit for bit (the adapters start with B = 0), and only the adapters change;
-#   - checkpoints (checkpoint.frozen_base: reference, the default): no base
-#     tensors, a reference to the init_from checkpoint, the adapters with
+#   - checkpoints (checkpoint.frozen_base: auto, the default, which references
+#     a base outside any run's checkpoints/): no base tensors, a reference to
+#     the init_from checkpoint, the adapters with
 #     their moments; 6 steps straight and 3 + `resume` give the same losses
 #     bit for bit (async saves); resume with another rank is refused
 #     (test_lora_base.sh: the reference, store mode, a missing base);
@@ -25,7 +26,8 @@ run() { "$MEGATRAIN" run "$REPO/recipes/tiny/$1.yaml" --set run.dir="$2" "${COMM
 
 # A full run to start from, then LoRA and full training from its checkpoint.
 run llama "$WORK/full" --set train.steps=2 --set checkpoint.interval=2 > /dev/null
-start="$WORK/full/checkpoints/iter_0000002"
+cp -r "$WORK/full/checkpoints/iter_0000002" "$WORK/start" # out of its run: no retention deletes it
+start="$WORK/start"
 run llama "$WORK/lora" "${LORA[@]}" --set init_from="$start" --set train.steps=6 --set checkpoint.interval=3 \
   --set checkpoint.keep_last=2 > "$WORK/lora.log"
 grep -q "init_from: the frozen base weights (the LoRA adapters start as initialised) from $start" "$WORK/lora.log" \

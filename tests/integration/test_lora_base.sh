@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # test_lora_base.sh: LoRA checkpoints that reference their frozen base instead
 # of storing it (checkpoint.frozen_base; docs/finetune.md, docs/checkpoints.md).
-#   - reference (the default) and store, both from init_from a run directory
-#     (its newest checkpoint): the reference checkpoint holds no base tensor
+#   - auto (the default: it references here) and store, both from init_from a
+#     full run's checkpoint copied out of its run: the reference checkpoint holds no base tensor
 #     and names the base (absolute), its shard is far smaller (sizes printed);
 #     the losses are the same; `eval` of it gives the run's eval_loss;
 #     --merge-lora of both gives the same safetensors byte for byte;
@@ -18,7 +18,11 @@
 #     checkpoint at the same path: refused, the CRC named; a damaged base
 #     shard: refused, the checkpoint not set aside;
 #   - store: the checkpoint holds the base and resumes with the init_from
-#     directory gone; a LoRA run without init_from stores its (random) base.
+#     directory gone; a LoRA run without init_from stores its (random) base;
+#   - auto (the default) references a base outside any run's checkpoints/
+#     (the cases above) and stores one that is a run's checkpoint; reference
+#     to such a base warns; retention keeps a checkpoint that a kept one of
+#     the same directory references as its base.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
@@ -45,13 +49,16 @@ expect_exit1() {
   echo "$what: exit 1, naming the base"
 }
 
-# The base: a full run's checkpoint; LoRA from it in both modes.
-run base --set train.steps=2 > /dev/null
-base=$(realpath "$WORK/base/checkpoints/iter_0000002")
+# The base: a full run's checkpoint copied out of the run (as `megatrain convert` would leave one: no run's
+# retention deletes it); LoRA from it in both modes.
+run base-run --set train.steps=2 > /dev/null
+cp -r "$WORK/base-run/checkpoints/iter_0000002" "$WORK/base"
+base=$(realpath "$WORK/base")
 run ref "${LORA[@]}" --set init_from="$WORK/base" --set train.steps=6 > "$WORK/ref.log"
 run store "${LORA[@]}" --set init_from="$WORK/base" --set train.steps=6 --set checkpoint.frozen_base=store \
   > "$WORK/store.log"
-grep -qF "reference the frozen base in $base (" "$WORK/ref.log" || fail "reference: no log line: $(cat "$WORK/ref.log")"
+grep -qF "reference the frozen base in $base (" "$WORK/ref.log" && grep -qF "checkpoint.frozen_base: auto)" "$WORK/ref.log" \
+  || fail "reference: no log line: $(cat "$WORK/ref.log")"
 grep -qF "every checkpoint stores the frozen base (checkpoint.frozen_base: store)" "$WORK/store.log" \
   || fail "store: no log line"
 ref6="$WORK/ref/checkpoints/iter_0000006" store6="$WORK/store/checkpoints/iter_0000006"
@@ -152,8 +159,7 @@ echo "base moved back: eval and resume work"
 # The base replaced by another checkpoint at the same path: refused by its CRC.
 run other --set train.steps=2 --set run.seed=7 > /dev/null
 mv "$WORK/base" "$WORK/base.orig"
-mkdir -p "$WORK/base/checkpoints"
-cp -r "$WORK/other/checkpoints/iter_0000002" "$WORK/base/checkpoints/"
+cp -r "$WORK/other/checkpoints/iter_0000002" "$WORK/base"
 changed=("references those of $base" "CRC-32C" "the reference recorded" "put the original checkpoint back at $base")
 expect_exit1 "resume, base replaced" "${changed[@]}" -- "$MEGATRAIN" resume "$WORK/ref" --set train.steps=8
 expect_exit1 "eval, base replaced" "${changed[@]}" -- "$MEGATRAIN" eval "$ref6" --data "$WORK/english" --batches 1
@@ -187,3 +193,23 @@ grep -q "the frozen base is random (no init_from): every checkpoint stores it" "
 inspect_says "$WORK/random" "frozen base: stored in this checkpoint" \
   || fail "no init_from: the base is not stored"
 echo "store: resumes bit for bit without the init_from directory; without init_from the base is stored"
+
+# auto (the default) stores a base that is a run's checkpoint, which that run's retention may delete; reference
+# asked for such a base warns. A checkpoint that a kept checkpoint of the same directory references as its base is
+# kept by retention (a LoRA run resumed into its base run's directory).
+run auto-run "${LORA[@]}" --set init_from="$WORK/base-run" --set train.steps=3 > "$WORK/auto-run.log"
+grep -qF "every checkpoint stores the frozen base, because $(realpath "$WORK/base-run/checkpoints/iter_0000002") is a checkpoint of a training run" \
+  "$WORK/auto-run.log" || fail "auto, a run's checkpoint as the base: no line: $(grep checkpoint: "$WORK/auto-run.log")"
+inspect_says "$WORK/auto-run" "frozen base: stored in this checkpoint" || fail "auto: a run's checkpoint not stored"
+run pinned "${LORA[@]}" --set init_from="$WORK/base-run" --set train.steps=3 --set checkpoint.frozen_base=reference \
+  > "$WORK/pinned.log" 2> "$WORK/pinned.err"
+grep -qF "is a checkpoint of a training run: if that run's retention deletes it" "$WORK/pinned.err" \
+  || fail "reference to a run's checkpoint: no warning: $(cat "$WORK/pinned.err")"
+"$MEGATRAIN" resume "$WORK/pinned" --set run.dir="$WORK/base-run" --set train.steps=12 > "$WORK/pinned-resume.log" \
+  2>&1 || fail "resume into the base's run directory failed: $(tail -n 3 "$WORK/pinned-resume.log")"
+[[ -d "$WORK/base-run/checkpoints/iter_0000002" ]] || fail "retention deleted the frozen base its checkpoints reference"
+grep -qF "checkpoint retention: keeping $WORK/base-run/checkpoints/iter_0000002, the frozen base that" \
+  "$WORK/pinned-resume.log" || fail "retention: no line for the kept base"
+"$MEGATRAIN" eval "$WORK/base-run/checkpoints/iter_0000012" --data "$WORK/english" --batches 1 > /dev/null \
+  || fail "the checkpoint whose base retention kept does not evaluate"
+echo "auto: a run's checkpoint as the base is stored; reference to one warns; retention keeps a referenced base"
