@@ -62,7 +62,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_torch_gpu import (REPO, adamw, build_model, device_name, emit, enable_grad_ckpt,  # noqa: E402
-                             flops_per_token, memory_stats, read_dense_config, run_guarded, timed_steps, tiny_shape)
+                             flops_per_token, read_dense_config, run_guarded, step_report, timed_steps, tiny_shape)
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
@@ -163,26 +163,16 @@ def train(a, shape):
         return loss
 
     loss, warmup_s, seconds = timed_steps(step, range(n), a.warmup, a.steps, a.device)
-    tokens_per_s = a.micro_batch * a.seq_len * a.steps / seconds
     fpt = flops_per_token(shape, a.lora_rank if a.mode == "lora" else 0)
-    tflops = fpt * tokens_per_s / 1e12
-    mem = memory_stats(a.device)
-    last_loss = loss.item()
-    result = {**base, "tokens_per_s": round(tokens_per_s, 1), "tflops": round(tflops, 2), **mem,
-              "loss": round(last_loss, 4), "compile_s": round(warmup_s, 1) if a.compile else None,
-              "warmup_s": round(warmup_s, 2), "step_ms": round(1e3 * seconds / a.steps, 2),
-              "layers": shape.layers, "hidden": shape.hidden, "params": n_params, "flops_per_token": fpt,
-              "lora_rank": a.lora_rank if a.mode == "lora" else None, **info, "steps": a.steps, "warmup": a.warmup,
+    fields, text = step_report(loss, warmup_s, seconds, a.steps, a.micro_batch * a.seq_len, fpt, a.device,
+                               a.compile, tflops_digits=2)
+    result = {**base, **fields, "layers": shape.layers, "hidden": shape.hidden, "params": n_params,
+              "flops_per_token": fpt, "lora_rank": a.lora_rank if a.mode == "lora" else None, **info,
+              "steps": a.steps, "warmup": a.warmup,
               "device": device_name(a.device), "torch": torch.__version__, "transformers": tf_version}
-    if last_loss != last_loss or abs(last_loss) == float("inf"):
-        result["error"] = "non-finite loss"
-    peak_text = f", peak {mem['peak_mem_gib']:.2f} GiB" if mem["peak_mem_gib"] is not None else ""
-    compile_text = f", compile {warmup_s:.1f} s" if a.compile else ""
     emit(result, a.json,
          f"{impl} L={shape.layers} C={shape.hidden} T={a.seq_len} B={a.micro_batch} trainable "
-         f"{info['trainable_params'] / 1e6:.2f}M of {n_params / 1e9:.3f}B: {tokens_per_s:,.0f} tok/s, "
-         f"{tflops:.1f} TFLOP/s, {1e3 * seconds / a.steps:.1f} ms/step{peak_text}, loss {last_loss:.4f}"
-         f"{compile_text}; attention: {info['attention']}")
+         f"{info['trainable_params'] / 1e6:.2f}M of {n_params / 1e9:.3f}B: {text}; attention: {info['attention']}")
 
 
 def main():

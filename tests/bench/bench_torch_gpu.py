@@ -216,6 +216,25 @@ def memory_stats(device):
             "peak_reserved_gib": round(torch.cuda.max_memory_reserved() / 2 ** 30, 2)}
 
 
+def step_report(loss, warmup_s, seconds, steps, tokens_per_step, flops_per_tok, device, compiled, tflops_digits=1):
+    """What every peer reports of its timed steps: the JSON fields (speed, peak memory, last loss, times; "error"
+    on a non-finite loss) and the text from tok/s to the compile time."""
+    tokens_per_s = tokens_per_step * steps / seconds
+    tflops = flops_per_tok * tokens_per_s / 1e12
+    mem = memory_stats(device)
+    last = loss.item()
+    fields = {"tokens_per_s": round(tokens_per_s, 1), "tflops": round(tflops, tflops_digits), **mem,
+              "loss": round(last, 4), "compile_s": round(warmup_s, 1) if compiled else None,
+              "warmup_s": round(warmup_s, 2), "step_ms": round(1e3 * seconds / steps, 2)}
+    if last != last or abs(last) == float("inf"):
+        fields["error"] = "non-finite loss"
+    peak = f", peak {mem['peak_mem_gib']:.2f} GiB" if mem["peak_mem_gib"] is not None else ""
+    compile_text = f", compile {warmup_s:.1f} s" if compiled else ""
+    text = (f"{tokens_per_s:,.0f} tok/s, {tflops:.1f} TFLOP/s, {1e3 * seconds / steps:.1f} ms/step{peak}, "
+            f"loss {last:.4f}{compile_text}")
+    return fields, text
+
+
 def device_name(device):
     return torch.cuda.get_device_name() if device == "cuda" else "cpu"
 
@@ -244,25 +263,15 @@ def train(a):
         return loss
 
     loss, warmup_s, seconds = timed_steps(step, batches, a.warmup, a.steps, a.device)
-    tokens_per_s = a.micro_batch * a.seq_len * a.steps / seconds
     fpt = flops_per_token(a)
-    tflops = fpt * tokens_per_s / 1e12
-    mem = memory_stats(a.device)
-    last_loss = loss.item()
-    result = {**base, "tokens_per_s": round(tokens_per_s, 1), "tflops": round(tflops, 1), **mem,
-              "loss": round(last_loss, 4), "compile_s": round(warmup_s, 1) if a.mode == "compile" else None,
-              "warmup_s": round(warmup_s, 2), "step_ms": round(1e3 * seconds / a.steps, 2),
-              "layers": a.layers, "hidden": a.hidden, "params": n_params, "flops_per_token": fpt,
+    fields, text = step_report(loss, warmup_s, seconds, a.steps, a.micro_batch * a.seq_len, fpt, a.device,
+                               a.mode == "compile")
+    result = {**base, **fields, "layers": a.layers, "hidden": a.hidden, "params": n_params, "flops_per_token": fpt,
               "steps": a.steps, "warmup": a.warmup, "tied": a.tie,
               "device": device_name(a.device), "torch": torch.__version__, "transformers": tf_version}
-    if last_loss != last_loss or abs(last_loss) == float("inf"):
-        result["error"] = "non-finite loss"
-    compile_text = f", compile {warmup_s:.1f} s" if a.mode == "compile" else ""
-    peak_text = f", peak {mem['peak_mem_gib']:.2f} GiB" if mem["peak_mem_gib"] is not None else ""
     emit(result, a.json,
          f"{impl} {a.family} L={a.layers} C={a.hidden} params={n_params / 1e9:.3f}B T={a.seq_len} "
-         f"B={a.micro_batch} grad-ckpt {a.grad_ckpt}, {a.weights} weights: {tokens_per_s:,.0f} tok/s, "
-         f"{tflops:.1f} TFLOP/s, {1e3 * seconds / a.steps:.1f} ms/step{peak_text}, loss {last_loss:.4f}{compile_text}")
+         f"B={a.micro_batch} grad-ckpt {a.grad_ckpt}, {a.weights} weights: {text}")
 
 
 def is_oom(exc):

@@ -87,7 +87,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_torch_gpu import (REPO, adamw, device_name, emit, memory_stats, run_guarded,  # noqa: E402
+from bench_torch_gpu import (REPO, adamw, device_name, emit, run_guarded, step_report,  # noqa: E402
                              timed_steps)  # the dense peer's helpers
 
 
@@ -497,29 +497,19 @@ def train(a, c, device):
         return loss, aux
 
     (loss, aux), warmup_s, seconds = timed_steps(step, batches, a.warmup, a.steps, device)
-    tokens_per_s = a.micro_batch * a.seq_len * a.steps / seconds
     fpt = flops_per_token(c, a.seq_len)
-    tflops = fpt * tokens_per_s / 1e12
-    mem = memory_stats(device)
-    last_loss = loss.item()
+    fields, text = step_report(loss, warmup_s, seconds, a.steps, a.micro_batch * a.seq_len, fpt, device,
+                               a.mode == "compile", tflops_digits=2)
     aux_value = round(float(aux.detach()), 6) if torch.is_tensor(aux) else aux
-    result = {**base, "tokens_per_s": round(tokens_per_s, 1), "tflops": round(tflops, 2), **mem,
-              "loss": round(last_loss, 4), "aux_loss": aux_value,
-              "compile_s": round(warmup_s, 1) if a.mode == "compile" else None,
-              "warmup_s": round(warmup_s, 2), "step_ms": round(1e3 * seconds / a.steps, 2),
+    result = {**base, **fields, "aux_loss": aux_value,
               "hidden": c["hidden"], "experts_total": c["experts"], "top_k": c["top_k"],
               "params": n_params, "flops_per_token": fpt, "steps": a.steps, "warmup": a.warmup,
               "aux_coeff": c["aux_coeff"], "align": a.align if a.impl == "grouped" else None, **info,
               "device": device_name(device), "torch": torch.__version__}
-    if last_loss != last_loss or abs(last_loss) == float("inf"):
-        result["error"] = "non-finite loss"
-    compile_text = f", compile {warmup_s:.1f} s" if a.mode == "compile" else ""
-    peak_text = f", peak {mem['peak_mem_gib']:.2f} GiB" if mem["peak_mem_gib"] is not None else ""
     emit(result, a.json,
          f"{impl} {c['family']} L={c['layers']} C={c['hidden']} E={c['experts']} k={c['top_k']} "
-         f"params={n_params / 1e9:.3f}B T={a.seq_len} B={a.micro_batch}: {tokens_per_s:,.0f} tok/s, "
-         f"{tflops:.1f} TFLOP/s, {1e3 * seconds / a.steps:.1f} ms/step{peak_text}, loss {last_loss:.4f}"
-         f"{compile_text}; experts: {info.get('experts')} ({info.get('experts_dtype')})")
+         f"params={n_params / 1e9:.3f}B T={a.seq_len} B={a.micro_batch}: {text}; "
+         f"experts: {info.get('experts')} ({info.get('experts_dtype')})")
 
 
 def main():
