@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <utf8proc.h>
+
 #include "../core/error.h"
 
 #define QWEN_DEFAULT_SYSTEM "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
@@ -55,10 +57,35 @@ typedef struct Message {
     size_t len;
 } Message;
 
-/* Jinja's trim: leading and trailing whitespace (ASCII) removed. */
+/* Python's str.isspace of one code point, what Jinja's trim (str.strip) removes: bidirectional class WS, B or S,
+ * or category Zs (CPython's makeunicodedata.py). Tab to carriage return, U+001C..U+001F, space, U+0085, U+00A0,
+ * U+1680, U+2000..U+200A, U+2028, U+2029, U+202F, U+205F, U+3000; not NUL, U+200B or U+FEFF. */
+static bool python_space(utf8proc_int32_t c) {
+    const utf8proc_property_t *p = utf8proc_get_property(c);
+    return p->category == UTF8PROC_CATEGORY_ZS || p->bidi_class == UTF8PROC_BIDI_CLASS_WS ||
+           p->bidi_class == UTF8PROC_BIDI_CLASS_B || p->bidi_class == UTF8PROC_BIDI_CLASS_S;
+}
+
+/* The length of the code point that ends s[0..n) when it is whitespace, else 0 (also for bytes that are not
+ * UTF-8, which Python would not have read). */
+static size_t space_at_end(const char *s, size_t n) {
+    size_t start = n - 1;
+    while (start > 0 && n - start < 4 && ((unsigned char)s[start] & 0xC0) == 0x80) start--;
+    utf8proc_int32_t c;
+    utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + start, (utf8proc_ssize_t)(n - start), &c);
+    return k == (utf8proc_ssize_t)(n - start) && python_space(c) ? (size_t)k : 0;
+}
+
+/* Jinja's trim: leading and trailing whitespace removed as Python's str.strip() removes it. */
 static void trim(const char **s, size_t *n) {
-    while (*n && strchr(" \t\n\r\f\v", (*s)[0])) (*s)++, (*n)--;
-    while (*n && strchr(" \t\n\r\f\v", (*s)[*n - 1])) (*n)--;
+    while (*n) {
+        utf8proc_int32_t c;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)*s, (utf8proc_ssize_t)*n, &c);
+        if (k <= 0 || !python_space(c)) break;
+        *s += k;
+        *n -= (size_t)k;
+    }
+    for (size_t k; *n && (k = space_at_end(*s, *n)) > 0;) *n -= k;
 }
 
 static void render_llama3(const Message *m, size_t n, SftRendered *r) {
@@ -153,7 +180,8 @@ static int read_messages(const JsonValue *record, SftTemplate t, Message **out, 
             goto fail;
         int r = -1;
         for (int k = 0; k < 3; k++)
-            if (strcmp(role->string, role_names[k]) == 0) r = k;
+            if (role->string_len == strlen(role_names[k]) && memcmp(role->string, role_names[k], role->string_len) == 0)
+                r = k;
         if (r < 0) {
             snprintf(why, whylen, "%sunknown role \"%.40s\" (expected system, user or assistant)", where, role->string);
             goto fail;
