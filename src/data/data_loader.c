@@ -226,6 +226,8 @@ DataLoader *data_loader_create(const DataConfig *data, DataSplit split, int seq_
 
 int64_t data_loader_num_samples(const DataLoader *loader) { return loader->num_samples; }
 
+int data_loader_num_datasets(const DataLoader *loader) { return loader->num_datasets; }
+
 /* The dataset of loader sample `index` and the sample's index within that
  * dataset, before it wraps modulo the dataset's own count of samples. */
 static int64_t blended_sample(const DataLoader *loader, int64_t index, int *dataset) {

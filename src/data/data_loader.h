@@ -35,6 +35,8 @@ DataLoader *data_loader_create(const DataConfig *data, DataSplit split, int seq_
 
 /* Samples available (>= the num_samples asked for). */
 int64_t data_loader_num_samples(const DataLoader *loader);
+/* How many datasets the loader blends (1: one dataset, whose own samples num_samples counts). */
+int data_loader_num_datasets(const DataLoader *loader);
 
 /* Write sample `index` (seq_len + 1 tokens) into out. index wraps modulo
  * data_loader_num_samples. */

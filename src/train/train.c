@@ -56,11 +56,16 @@ static void print_banner(const TrainContext *ctx) {
                ctx->part.sequence_parallel ? ", sequence parallel" : "",
                ctx->device->zero1_on ? ", distributed optimizer" : "", mine);
     }
-    mt_log("train: %ld steps, seq_len %d, micro_batch %d, dp %d, %lld train samples (of %lld), %s, device %s",
+    /* One dataset: the samples it holds. A blend holds as many as the schedule asks for (Megatron's blended
+     * dataset), so the count of datasets says more. */
+    char of[64];
+    const int blended = data_loader_num_datasets(ctx->train_data);
+    if (blended > 1) snprintf(of, sizeof of, "blended from %d datasets", blended);
+    else snprintf(of, sizeof of, "of %lld", (long long)data_loader_num_samples(ctx->train_data));
+    mt_log("train: %ld steps, seq_len %d, micro_batch %d, dp %d, %lld train samples (%s), %s, device %s",
            ctx->total_steps, t->seq_len, t->micro_batch_size, ctx->layout.dp_size,
-           (long long)train_schedule_samples(t, ctx->total_steps),
-           (long long)data_loader_num_samples(ctx->train_data),
-           ctx->valid_data ? "eval on" : "eval off", recipe->run.device);
+           (long long)train_schedule_samples(t, ctx->total_steps), of, ctx->valid_data ? "eval on" : "eval off",
+           recipe->run.device);
 }
 
 static bool is_multiple(long step, long interval) { return interval > 0 && step % interval == 0; }

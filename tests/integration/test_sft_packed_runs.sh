@@ -36,6 +36,7 @@ packed="data: train packed 2 datasets, each into its own rows of 512 positions, 
 packed+="data.train\[0\] $WORK/chat (weight 0.75): 20 documents into [0-9]* rows .*; "
 packed+="data.train\[1\] $WORK/chatml (weight 0.25): 20 documents into [0-9]* rows"
 grep -q "$packed" "$WORK/blend.log" || fail "the blend's packing line: $(grep 'data:' "$WORK/blend.log")"
+grep -q "train samples (blended from 2 datasets)" "$WORK/blend.log" || fail "the blend's train line: $(grep '^train:' "$WORK/blend.log")"
 first=$(json_field "$WORK/blend/metrics.jsonl" loss | head -1)
 last=$(json_field "$WORK/blend/metrics.jsonl" loss | tail -1)
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "the blend's loss did not fall: $first -> $last"
