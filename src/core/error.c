@@ -8,12 +8,19 @@
 
 int mt_log_enabled = 1;
 
-static void print_error(const char *fmt, va_list ap) {
+/* Each message is written under its stream's lock (flockfile), so that a line of the checkpoint writer
+ * thread never lands inside one of the main thread's. */
+static void print_line(FILE *f, const char *prefix, const char *fmt, va_list ap) {
     fflush(stdout);
-    fputs("megatrain: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
+    flockfile(f);
+    fputs(prefix, f);
+    vfprintf(f, fmt, ap);
+    fputc('\n', f);
+    fflush(f);
+    funlockfile(f);
 }
+
+static void print_error(const char *fmt, va_list ap) { print_line(stderr, "megatrain: error: ", fmt, ap); }
 
 void mt_error(const char *fmt, ...) {
     va_list ap;
@@ -32,22 +39,17 @@ void mt_die(int status, const char *fmt, ...) {
 
 void mt_warn(const char *fmt, ...) {
     va_list ap;
-    fflush(stdout);
-    fputs("megatrain: warning: ", stderr);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    print_line(stderr, "megatrain: warning: ", fmt, ap);
     va_end(ap);
-    fputc('\n', stderr);
 }
 
 void mt_log(const char *fmt, ...) {
     if (!mt_log_enabled) return;
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(stdout, fmt, ap);
+    print_line(stdout, "", fmt, ap);
     va_end(ap);
-    fputc('\n', stdout);
-    fflush(stdout);
 }
 
 void *mt_malloc(size_t bytes) {

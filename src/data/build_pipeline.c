@@ -68,7 +68,7 @@ static void *worker_main(void *arg) {
 /* Wait for a finished batch, at most 0.25 s (mu held). */
 static void wait_a_little(Pipeline *p) {
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
+    clock_gettime(CLOCK_MONOTONIC, &until); /* batch_done waits on the monotonic clock: a clock step cannot stretch it */
     until.tv_nsec += 250 * 1000 * 1000;
     if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
     pthread_cond_timedwait(&p->batch_done, &p->mu, &until);
@@ -80,7 +80,11 @@ int build_pipeline_run(BuildReader *r, const BuildSpec *spec, int workers, Build
     memset(&p, 0, sizeof p);
     pthread_mutex_init(&p.mu, NULL);
     pthread_cond_init(&p.work_ready, NULL);
-    pthread_cond_init(&p.batch_done, NULL);
+    pthread_condattr_t monotonic;
+    pthread_condattr_init(&monotonic);
+    pthread_condattr_setclock(&monotonic, CLOCK_MONOTONIC);
+    pthread_cond_init(&p.batch_done, &monotonic);
+    pthread_condattr_destroy(&monotonic);
     p.nslots = 2 * workers + 2;
     p.slots = mt_calloc((size_t)p.nslots, sizeof *p.slots);
     p.state = mt_calloc((size_t)p.nslots, sizeof *p.state);
@@ -93,14 +97,15 @@ int build_pipeline_run(BuildReader *r, const BuildSpec *spec, int workers, Build
     sigaddset(&stops, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &stops, &old);
     pthread_t *threads = mt_calloc((size_t)workers, sizeof *threads);
-    int started = 0;
-    while (started < workers && pthread_create(&threads[started], NULL, worker_main, &p) == 0) started++;
+    int started = 0, create_error = 0;
+    while (started < workers && (create_error = pthread_create(&threads[started], NULL, worker_main, &p)) == 0)
+        started++;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
 
     int status = PIPELINE_DONE, read_error = 0;
     bool input_ended = false;
     if (started == 0) {
-        mt_set_error(err, errlen, "data build: cannot start a worker thread: %s", strerror(errno));
+        mt_set_error(err, errlen, "data build: cannot start a worker thread: %s", strerror(create_error));
         status = PIPELINE_READ_ERROR;
         input_ended = true;
     }

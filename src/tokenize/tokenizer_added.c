@@ -8,10 +8,10 @@
 #include "../core/error.h"
 #include "tokenizer_internal.h"
 
-static const AddedToken *sort_tokens;
-
-static int by_first_byte_then_longest(const void *a, const void *b) {
-    const AddedToken *x = &sort_tokens[*(const int32_t *)a], *y = &sort_tokens[*(const int32_t *)b];
+/* qsort_r's order of the indices a and b into tokens (ctx). */
+static int by_first_byte_then_longest(const void *a, const void *b, void *ctx) {
+    const AddedToken *tokens = ctx;
+    const AddedToken *x = &tokens[*(const int32_t *)a], *y = &tokens[*(const int32_t *)b];
     unsigned char cx = (unsigned char)x->match[0], cy = (unsigned char)y->match[0];
     if (cx != cy) return cx < cy ? -1 : 1;
     if (x->match_len != y->match_len) return x->match_len > y->match_len ? -1 : 1;
@@ -25,8 +25,7 @@ void added_matcher_build(AddedMatcher *m, const AddedToken *tokens, int count, b
     int n = 0;
     for (int i = 0; i < count; i++)
         if (tokens[i].normalized == normalized && tokens[i].match_len > 0) m->order[n++] = i;
-    sort_tokens = tokens; /* load is single-threaded */
-    qsort(m->order, (size_t)n, sizeof *m->order, by_first_byte_then_longest);
+    qsort_r(m->order, (size_t)n, sizeof *m->order, by_first_byte_then_longest, (void *)tokens);
     int k = 0;
     for (int b = 0; b < 256; b++) {
         m->start[b] = (uint32_t)k;

@@ -23,6 +23,7 @@
  * Anything else (and a Replace with a regex) makes tokenizer_decode refuse,
  * naming the file and the key: encoding never needs the decoder.
  */
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,10 +170,7 @@ static void load_one(Tokenizer *tok, const JsonValue *v, const char *where) {
     tok->decoder_count++;
 }
 
-static int byte_of_char(uint32_t c);
-
 void decoder_load(Tokenizer *tok, const JsonValue *v) {
-    byte_of_char(0); /* builds the table before any thread decodes */
     tok->has_decoder = v && v->type != JSON_NULL;
     if (tok->has_decoder) load_one(tok, v, "decoder");
 }
@@ -212,21 +210,23 @@ static const char *piece(const Pieces *p, size_t i, size_t *len) {
     return p->bytes.data + start;
 }
 
+static int16_t byte_of_char_table[512];
+static pthread_once_t byte_of_char_once = PTHREAD_ONCE_INIT;
+
+static void build_byte_of_char(void) {
+    for (int i = 0; i < 512; i++) byte_of_char_table[i] = -1;
+    for (int b = 0; b < 256; b++) {
+        size_t k;
+        const unsigned char *s = (const unsigned char *)byte_level_char((unsigned char)b, &k);
+        uint32_t cp = k == 1 ? s[0] : ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F);
+        byte_of_char_table[cp] = (int16_t)b;
+    }
+}
+
 /* The byte a ByteLevel character stands for, or -1 (c: a code point). */
 static int byte_of_char(uint32_t c) {
-    static int16_t table[512];
-    static int ready;
-    if (!ready) { /* built at load (decoder_load), before threads decode */
-        for (int i = 0; i < 512; i++) table[i] = -1;
-        for (int b = 0; b < 256; b++) {
-            size_t k;
-            const unsigned char *s = (const unsigned char *)byte_level_char((unsigned char)b, &k);
-            uint32_t cp = k == 1 ? s[0] : ((uint32_t)(s[0] & 0x1F) << 6) | (s[1] & 0x3F);
-            table[cp] = (int16_t)b;
-        }
-        ready = 1;
-    }
-    return c < 512 ? table[c] : -1;
+    pthread_once(&byte_of_char_once, build_byte_of_char);
+    return c < 512 ? byte_of_char_table[c] : -1;
 }
 
 static void byte_level(const Pieces *in, Pieces *out) {

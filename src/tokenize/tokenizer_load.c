@@ -543,8 +543,6 @@ static int read_config_eos(const char *dir, char **out, char *err, size_t errlen
 }
 
 Tokenizer *tokenizer_load_json(const char *text, size_t len, const char *name, char *err, size_t errlen) {
-    size_t dummy;
-    byte_level_char(0, &dummy); /* builds the byte map before any thread encodes */
     char why[256];
     JsonValue *root = json_parse(text, len, why, sizeof why);
     if (!root) {

@@ -1,7 +1,8 @@
 /* tokenizer_utf8.c: UTF-8 checks and repair (Python's decode(errors="replace")),
  * the GPT-2 byte-to-unicode map of ByteLevel, and the id list. */
-#include <string.h>
+#include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../core/error.h"
 #include "tokenizer_internal.h"
@@ -113,7 +114,7 @@ void token_text_from_bytes(TokenText *out, const char *bytes, size_t n) {
 
 static char byte_chars[256][3];
 static unsigned char byte_char_lens[256];
-static int byte_chars_ready;
+static pthread_once_t byte_chars_once = PTHREAD_ONCE_INIT;
 
 static void build_byte_chars(void) {
     int n = 0;
@@ -129,11 +130,10 @@ static void build_byte_chars(void) {
             byte_char_lens[b] = 2;
         }
     }
-    byte_chars_ready = 1;
 }
 
 const char *byte_level_char(unsigned char b, size_t *len) {
-    if (!byte_chars_ready) build_byte_chars(); /* idempotent: a race writes the same bytes */
+    pthread_once(&byte_chars_once, build_byte_chars);
     *len = byte_char_lens[b];
     return byte_chars[b];
 }
