@@ -110,6 +110,17 @@ test: deps
 
 test-build: $(BUILD)/megatrain $(UNIT_BIN)
 
+# Every test again against megatrain and the unit programs built with AddressSanitizer,
+# LeakSanitizer and UndefinedBehaviorSanitizer (build/sanitize); fails on any report. Not in CI
+# (about 20 minutes on 2 cores); run it after changing C code that handles memory.
+SANITIZE_CC := $(CC) -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+.PHONY: test-sanitize
+test-sanitize: deps
+	@$(MAKE) --no-print-directory -j2 BUILD=build/sanitize OBJDIR=build/obj/sanitize CC="$(SANITIZE_CC)" \
+	  OPT="-O1 -march=x86-64-v2" test-build
+	@$(CC) -shared -fPIC -O1 -o build/sanitize/keep_plugins.so tests/sanitize/keep_plugins.c
+	@bash tests/run_sanitize.sh
+
 # Benchmarks need PyTorch (pip install torch); never part of `make test`.
 bench: $(BUILD)/megatrain
 	bash tests/bench/run_bench.sh
@@ -122,6 +133,7 @@ help:
 	@echo "make CUDA=1     also compile and link the CUDA kernels (nvcc, cuBLASLt, NCCL)"
 	@echo "make demo       install deps, build, make demo data, train tiny llama on the CPU"
 	@echo "make test       install deps, build, run every CI test (unit + integration)"
+	@echo "make test-sanitize  every test again under ASan + LSan + UBSan (build/sanitize; ~20 min)"
 	@echo "make bench      run the CPU benchmark against PyTorch (needs torch)"
 	@echo "make test-gpu   build with CUDA=1 and run the GPU tests (needs a GPU; not part of CI)"
 	@echo "make bench-gpu  the GPU benchmark against PyTorch on the same GPU (tests/bench/bench_gpu.py)"

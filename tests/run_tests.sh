@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run_tests.sh: runs every CI test (unit programs in build/tests, then
+# run_tests.sh: runs every CI test (unit programs in build/tests, or MT_UNIT_DIR, then
 # tests/integration/test_*.sh) and ends with one "N passed, N failed, N skipped"
 # line. A test that exits 77 is counted as skipped.
 # Usage: bash tests/run_tests.sh [NAME_FILTER]
@@ -28,7 +28,7 @@ run_one() {
   fi
 }
 
-for t in build/tests/test_*; do
+for t in "${MT_UNIT_DIR:-build/tests}"/test_*; do
   [[ -x "$t" ]] && run_one "$(basename "$t")" "$t"
 done
 for t in tests/integration/test_*.sh; do

@@ -22,6 +22,11 @@ need_python() {
   exit 77
 }
 
+# limit_address_space KB: `ulimit -v KB` in the calling (sub)shell, so that a regression fails instead of
+# exhausting the machine; a no-op under tests/run_sanitize.sh (MT_SANITIZE=1), whose AddressSanitizer reserves
+# terabytes of shadow address space at start. The normal run of `make test` checks the bound.
+limit_address_space() { [[ ${MT_SANITIZE:-0} == 1 ]] || ulimit -v "$1"; }
+
 # json_field FILE KEY: the values of KEY, one per line of a metrics.jsonl.
 json_field() { grep -o "\"$2\":[^,}]*" "$1" | cut -d: -f2; }
 

@@ -66,7 +66,7 @@ expect_error() { # expect_error PATTERN ARGS...: data build exits 1, stderr has 
   # The limit is on address space: glibc reserves 64 MiB per malloc arena, and how many arenas the worker threads
   # make depends on lock contention (a loaded machine made more, and a 2 MiB allocation failed once in make test);
   # two arenas keep the reserve fixed, so the limit measures what the build allocates.
-  set +e; (ulimit -v 600000; MALLOC_ARENA_MAX=2 "$MEGATRAIN" data build "$@" > "$D/out.txt" 2> "$D/err.txt")
+  set +e; (limit_address_space 600000; MALLOC_ARENA_MAX=2 "$MEGATRAIN" data build "$@" > "$D/out.txt" 2> "$D/err.txt")
   local rc=$?; set -e
   [[ $rc -eq 1 ]] || fail "data build $*: exit $rc, expected 1: $(cat "$D/err.txt")"
   grep -qF -- "$pattern" "$D/err.txt" || fail "data build $*: stderr lacks '$pattern': $(cat "$D/err.txt")"

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# run_sanitize.sh: every CI test (tests/run_tests.sh) against build/sanitize, megatrain and the unit
+# programs built with AddressSanitizer, LeakSanitizer and UndefinedBehaviorSanitizer (`make
+# test-sanitize` builds them, then runs this). Every process, each mpirun rank included, writes its
+# reports under one folder; the run fails when a test fails or any report exists, and prints them.
+# Open MPI's own allocations at exit are not ours: tests/sanitize/lsan.supp leaves them out, and
+# nothing else. Not part of `make test` (about 20 minutes on 2 cores against 7).
+# Usage: bash tests/run_sanitize.sh [NAME_FILTER]
+set -u
+cd "$(dirname "$0")/.."
+[[ -x build/sanitize/megatrain && -f build/sanitize/keep_plugins.so ]] || { echo "run_sanitize.sh: no build/sanitize/megatrain: run make test-sanitize"; exit 2; }
+reports=$(mktemp -d)
+export MEGATRAIN=$PWD/build/sanitize/megatrain MT_UNIT_DIR=build/sanitize/tests MT_SANITIZE=1
+# fast_unwind_on_malloc=0: whole allocation stacks through libraries built without frame pointers (Open
+# MPI's), so that the suppressions see them.
+export ASAN_OPTIONS=detect_leaks=1:fast_unwind_on_malloc=0:verify_asan_link_order=0:log_path=$reports/asan
+# Open MPI unloads its plugins at MPI_Finalize, and their leaks would then have no names to suppress
+# by: keep_plugins.so (tests/sanitize/keep_plugins.c) keeps them loaded; put before the sanitizer's
+# runtime, it needs verify_asan_link_order=0.
+export LD_PRELOAD=$PWD/build/sanitize/keep_plugins.so
+export LSAN_OPTIONS=suppressions=$PWD/tests/sanitize/lsan.supp:print_suppressions=0
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:log_path=$reports/ubsan
+bash tests/run_tests.sh "$@"
+status=$?
+# A report says ERROR (ASan, LSan) or "runtime error" (UBSan). A test's forked child that exits from a
+# threaded parent leaves only LSan's warning "Running thread N was not suspended", which is none.
+found=$(grep -l -E 'ERROR: |runtime error' -r "$reports" | sort)
+if [[ -n $found ]]; then
+  echo
+  echo "sanitizer reports ($(wc -l <<< "$found")):"
+  for f in $found; do echo "== $f"; head -n 60 "$f"; done
+  status=1
+else
+  echo "no sanitizer reports"
+fi
+rm -rf "$reports"
+exit $status
