@@ -170,7 +170,11 @@ static void load_one(Tokenizer *tok, const JsonValue *v, const char *where) {
     tok->decoder_count++;
 }
 
+static void build_byte_of_char(void);
+static pthread_once_t byte_of_char_once = PTHREAD_ONCE_INIT;
+
 void decoder_load(Tokenizer *tok, const JsonValue *v) {
+    pthread_once(&byte_of_char_once, build_byte_of_char); /* at load, before any thread decodes */
     tok->has_decoder = v && v->type != JSON_NULL;
     if (tok->has_decoder) load_one(tok, v, "decoder");
 }
@@ -211,7 +215,6 @@ static const char *piece(const Pieces *p, size_t i, size_t *len) {
 }
 
 static int16_t byte_of_char_table[512];
-static pthread_once_t byte_of_char_once = PTHREAD_ONCE_INIT;
 
 static void build_byte_of_char(void) {
     for (int i = 0; i < 512; i++) byte_of_char_table[i] = -1;
@@ -225,7 +228,6 @@ static void build_byte_of_char(void) {
 
 /* The byte a ByteLevel character stands for, or -1 (c: a code point). */
 static int byte_of_char(uint32_t c) {
-    pthread_once(&byte_of_char_once, build_byte_of_char);
     return c < 512 ? byte_of_char_table[c] : -1;
 }
 

@@ -266,7 +266,10 @@ uint32_t utf8_code_point(const unsigned char *s, size_t k);
  * Returns 0 and leaves *out untouched when text is valid UTF-8, else the new
  * length (in *out). */
 size_t utf8_sanitize(const char *text, size_t len, char **out, size_t *cap);
-/* The GPT-2 byte-to-unicode map: the UTF-8 of byte b's character. */
+/* The GPT-2 byte-to-unicode map: the UTF-8 of byte b's character, from the
+ * table byte_level_map_build made (once per process, under pthread_once;
+ * tokenizer_load_json calls it before any thread encodes). */
+void byte_level_map_build(void);
 const char *byte_level_char(unsigned char b, size_t *len);
 /* Make sure *buf holds at least n bytes. */
 void tok_reserve(char **buf, size_t *cap, size_t n);

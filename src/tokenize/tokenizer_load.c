@@ -543,6 +543,7 @@ static int read_config_eos(const char *dir, char **out, char *err, size_t errlen
 }
 
 Tokenizer *tokenizer_load_json(const char *text, size_t len, const char *name, char *err, size_t errlen) {
+    byte_level_map_build(); /* before any thread encodes */
     char why[256];
     JsonValue *root = json_parse(text, len, why, sizeof why);
     if (!root) {

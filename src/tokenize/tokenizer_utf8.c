@@ -132,8 +132,9 @@ static void build_byte_chars(void) {
     }
 }
 
+void byte_level_map_build(void) { pthread_once(&byte_chars_once, build_byte_chars); }
+
 const char *byte_level_char(unsigned char b, size_t *len) {
-    pthread_once(&byte_chars_once, build_byte_chars);
     *len = byte_char_lens[b];
     return byte_chars[b];
 }
