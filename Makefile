@@ -32,7 +32,10 @@ LDLIBS   += $(BLAS_LIBS) $(MPI_LIBS) -lyaml -lzstd $(TOKENIZE_LIBS) -lm -fopenmp
 # linked again when the configuration it was linked from changes (the
 # .link-config stamp beside it) or its objects' flags change (.flags).
 BUILD    ?= build
-CONFIG   := $(if $(filter 1,$(CUDA)),cuda,cpu)
+ifeq ($(EMU),1)
+  CUDA := 1
+endif
+CONFIG   := $(if $(filter 1,$(EMU)),emu,$(if $(filter 1,$(CUDA)),cuda,cpu))
 OBJDIR   ?= build/obj/$(CONFIG)
 SRC      := $(shell find src -name '*.c' -not -path 'src/backend/cuda/*' -not -path 'src/model/cuda/*' | sort)
 LIB_SRC  := $(filter-out src/main.c,$(SRC))
@@ -50,7 +53,17 @@ ifeq ($(CUDA),1)
   CUDA_C    := $(sort $(wildcard src/backend/cuda/*.c src/model/cuda/*.c))
   CU_OBJ    := $(CU_SRC:%.cu=$(OBJDIR)/%.o) $(CUDA_C:%.c=$(OBJDIR)/%.o)
   CFLAGS    += -DMT_CUDA -I$(CUDA_HOME)/include
+ifeq ($(EMU),1)
+  # EMU=1 (with CUDA=1 implied): the same CUDA build run on the CPU (tests/gpu/emu/README.md): each .cu
+  # rewritten by cu2cpp.py and compiled by g++, the CUDA runtime, cuBLAS(Lt) and NCCL served by emu_runtime.c.
+  EMU_DIR   := tests/gpu/emu
+  CXXFLAGS  := -std=c++17 -O1 -g -fPIC -Wall -Wno-unused-function -Wno-unknown-pragmas -Ikernels \
+               -I$(CUDA_HOME)/include -include $(EMU_DIR)/emu_device.h -MMD -MP
+  CU_OBJ    += $(OBJDIR)/$(EMU_DIR)/emu_exec.o $(OBJDIR)/$(EMU_DIR)/emu_runtime.o
+  LDLIBS    += -lstdc++
+else
   LDLIBS    += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lnccl -lstdc++
+endif
   LIB_OBJ   += $(CU_OBJ)
   OBJ       += $(CU_OBJ)
 endif
@@ -69,7 +82,7 @@ Q := $(if $(V),,@)
 STAMP = @mkdir -p $(dir $@); printf '%s\n' '$(1)' | cmp -s - $@ || printf '%s\n' '$(1)' > $@
 .PHONY: FORCE
 $(OBJDIR)/.flags: FORCE
-	$(call STAMP,$(CC) $(CFLAGS) $(NVCC) $(NVCCFLAGS))
+	$(call STAMP,$(CC) $(CFLAGS) $(NVCC) $(NVCCFLAGS) $(CXXFLAGS))
 $(BUILD)/.link-config: FORCE
 	$(call STAMP,$(OBJDIR) $(LDLIBS))
 
@@ -82,10 +95,26 @@ $(OBJDIR)/%.o: %.c $(OBJDIR)/.flags
 	@echo "  CC    $<"
 	$(Q)$(CC) $(CFLAGS) -c $< -o $@
 
+ifeq ($(EMU),1)
+.PRECIOUS: $(OBJDIR)/%.cpp
+$(OBJDIR)/%.cpp: %.cu $(EMU_DIR)/cu2cpp.py
+	@mkdir -p $(dir $@)
+	$(Q)python3 $(EMU_DIR)/cu2cpp.py $< $@
+
+$(OBJDIR)/%.o: $(OBJDIR)/%.cpp $(OBJDIR)/.flags
+	@echo "  EMU   $*.cu"
+	$(Q)g++ $(CXXFLAGS) -c $< -o $@
+
+$(OBJDIR)/$(EMU_DIR)/emu_exec.o: $(EMU_DIR)/emu_exec.cpp $(OBJDIR)/.flags
+	@mkdir -p $(dir $@)
+	@echo "  CXX   $<"
+	$(Q)g++ $(CXXFLAGS) -c $< -o $@
+else
 $(OBJDIR)/%.o: %.cu $(OBJDIR)/.flags
 	@mkdir -p $(dir $@)
 	@echo "  NVCC  $<"
 	$(Q)$(NVCC) $(NVCCFLAGS) -c $< -o $@
+endif
 
 $(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJ) $(BUILD)/.link-config
 	@mkdir -p $(dir $@)
@@ -136,6 +165,7 @@ help:
 	@echo "make test-sanitize  every test again under ASan + LSan + UBSan (build/sanitize; ~20 min)"
 	@echo "make bench      run the CPU benchmark against PyTorch (needs torch)"
 	@echo "make test-gpu   build with CUDA=1 and run the GPU tests (needs a GPU; not part of CI)"
+	@echo "make test-gpu-emu  the GPU tests on the CPU emulator, no GPU needed (tests/gpu/emu; ~30 min)"
 	@echo "make bench-gpu  the GPU benchmark against PyTorch on the same GPU (tests/bench/bench_gpu.py)"
 	@echo "make clean      remove build/"
 	@echo "V=1             show full compiler command lines"
@@ -159,6 +189,19 @@ $(BUILD)/gpu-tests/%: tests/gpu/%.c $(LIB_OBJ) $(BUILD)/.link-config
 test-gpu: deps
 	@$(MAKE) --no-print-directory gpu-test-build
 	@bash tests/gpu/run_gpu_tests.sh
+
+# The same GPU tests with no GPU: the CUDA build on the CPU emulator (tests/gpu/emu/README.md), every kernel run
+# on the CPU, the CUDA runtime, cuBLAS(Lt) and NCCL served by emu_runtime.c. tests/integration/test_gpu_emu.sh
+# (CI) runs the test programs; test-gpu-emu also the megatrain runs of tests/gpu/test_*.sh (about 30 minutes).
+EMU_BUILD := build/emu
+.PHONY: gpu-emu-build test-gpu-emu
+gpu-emu-build:
+	@$(MAKE) --no-print-directory CUDA=1 EMU=1 BUILD=$(EMU_BUILD) $(EMU_BUILD)/megatrain \
+	  $(GPU_TEST_SRC:tests/gpu/%.c=$(EMU_BUILD)/gpu-tests/%)
+
+test-gpu-emu: deps
+	@$(MAKE) --no-print-directory gpu-emu-build
+	@GPU_BUILD=$(EMU_BUILD) MT_GPU_COUNT=1 MT_GPU_TEST_QUICK=1 bash tests/gpu/run_gpu_tests.sh
 
 # The GPU benchmark against PyTorch on the same GPU (needs torch and transformers there).
 .PHONY: bench-gpu

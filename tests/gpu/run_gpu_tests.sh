@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # run_gpu_tests.sh: the GPU tests (`make test-gpu`): the programs built in
 # build/cuda/gpu-tests, then tests/gpu/test_*.sh with build/cuda/megatrain.
+# GPU_BUILD=build/emu: the same on the CPU emulator (`make test-gpu-emu`).
 # Ends with one "N passed, N failed, N skipped" line, like tests/run_tests.sh.
 set -u
 cd "$(dirname "$0")/../.."
-export MEGATRAIN="$PWD/build/cuda/megatrain"
+GPU_BUILD=${GPU_BUILD:-build/cuda}
+export MEGATRAIN="$PWD/$GPU_BUILD/megatrain"
 passed=0; failed=0; skipped=0
-for t in build/cuda/gpu-tests/test_* tests/gpu/test_*.sh; do
+for t in "$GPU_BUILD"/gpu-tests/test_* tests/gpu/test_*.sh; do
   [[ -e "$t" && "$t" != *.d ]] || continue
   name=$(basename "$t")
   echo "== $name"

@@ -22,7 +22,7 @@ set -euo pipefail
 source "$(dirname "$0")/../integration/lib.sh"
 MEGATRAIN=${MEGATRAIN:-build/cuda/megatrain}
 command -v mpirun > /dev/null || { echo "skip: no mpirun on this machine"; exit 77; }
-gpus=$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)
+gpus=${MT_GPU_COUNT:-$(nvidia-smi -L 2> /dev/null | grep -c '^GPU' || true)}  # MT_GPU_COUNT: the emulator's one
 [[ $gpus -ge 1 ]] || { echo "skip: no GPU"; exit 77; }
 demo_data "$WORK/english"
 common=(--set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=1 --set train.steps=60

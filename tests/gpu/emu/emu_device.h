@@ -1,0 +1,217 @@
+// emu_device.h: what a kernels/*.cu file sees of the GPU when the emulator
+// compiles it for the CPU (tests/gpu/emu/README.md). cu2cpp.py rewrites the
+// file (launches, shared memory, the functions that hold PTX) and g++ reads
+// it with this header in front: the built-in indices, warp and block
+// synchronisation, atomics, the math intrinsics, and the PTX helpers under
+// the names the kernels give them (cp.async, ldmatrix, mma.m16n8k16, ex2),
+// all from their documented semantics. The execution itself (one fibre per
+// CUDA thread, blocks one after another) is emu_exec.cpp's.
+#ifndef MT_EMU_DEVICE_H
+#define MT_EMU_DEVICE_H
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+#include <vector_types.h>
+
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include <tuple>
+#include <type_traits>
+
+#undef __global__
+#define __global__
+#define __launch_bounds__(...)
+
+// ---- the built-in indices of the running CUDA thread (set by the scheduler) ----
+extern thread_local uint3 threadIdx, blockIdx;
+extern thread_local dim3 blockDim, gridDim;
+static const int warpSize = 32;
+
+// ---- synchronisation and warp exchange (emu_exec.cpp) ----
+void emu_syncthreads(void);
+void emu_syncwarp(void);
+// Every lane of the warp gives `bytes` (at most EMU_SLOT) at `mine`; the
+// call returns when all have, with the warp's 32 values (lane-major,
+// EMU_SLOT bytes apart). `mask` must name every lane of the warp, each of
+// which must still run (the emulator checks).
+#define EMU_SLOT 64
+const unsigned char *emu_warp_exchange(unsigned mask, const void *mine, size_t bytes);
+unsigned emu_lane(void);
+void emu_fail(const char *what);
+void *emu_dynamic_smem(void);
+void emu_shared_poison(void *p, size_t bytes);  // first thread of the block to declare it: poisoned
+
+static inline void __syncthreads(void) { emu_syncthreads(); }
+static inline void __syncwarp(unsigned mask = 0xffffffffu) {
+    (void)mask;
+    emu_syncwarp();
+}
+
+template <class T>
+static inline T emu_lane_value(const unsigned char *all, int lane) {
+    T v;
+    memcpy(&v, all + EMU_SLOT * lane, sizeof v);
+    return v;
+}
+template <class T>
+static inline T __shfl_sync(unsigned mask, T v, int src, int width = 32) {
+    static_assert(sizeof(T) <= 16, "a shuffle moves at most 16 bytes");
+    const int lane = (int)emu_lane();
+    const unsigned char *all = emu_warp_exchange(mask, &v, sizeof v);
+    return emu_lane_value<T>(all, lane / width * width + ((src % width) + width) % width);
+}
+template <class T>
+static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
+    const int lane = (int)emu_lane();
+    const unsigned char *all = emu_warp_exchange(mask, &v, sizeof v);
+    const int src = lane ^ lane_mask;
+    return src < (lane / width + 1) * width ? emu_lane_value<T>(all, src) : v;
+}
+template <class T>
+static inline T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    const int lane = (int)emu_lane();
+    const unsigned char *all = emu_warp_exchange(mask, &v, sizeof v);
+    return lane % width >= (int)delta ? emu_lane_value<T>(all, lane - (int)delta) : v;
+}
+template <class T>
+static inline T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32) {
+    const int lane = (int)emu_lane();
+    const unsigned char *all = emu_warp_exchange(mask, &v, sizeof v);
+    return lane % width + (int)delta < width ? emu_lane_value<T>(all, lane + (int)delta) : v;
+}
+static inline unsigned __ballot_sync(unsigned mask, int pred) {
+    const int mine = pred != 0;
+    const unsigned char *all = emu_warp_exchange(mask, &mine, sizeof mine);
+    unsigned bits = 0;
+    for (int i = 0; i < 32; i++)
+        if ((mask >> i & 1u) && emu_lane_value<int>(all, i)) bits |= 1u << i;
+    return bits;
+}
+static inline int __any_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) != 0; }
+static inline int __all_sync(unsigned mask, int pred) { return __ballot_sync(mask, pred) == __ballot_sync(mask, 1); }
+
+// ---- atomics (blocks may run on several host threads: real atomics) ----
+template <class T>
+static inline T emu_atomic_float_add(T *p, T v) {
+    T old, want;
+    __atomic_load(p, &old, __ATOMIC_RELAXED);
+    do want = old + v;
+    while (!__atomic_compare_exchange(p, &old, &want, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return old;
+}
+static inline float atomicAdd(float *p, float v) { return emu_atomic_float_add(p, v); }
+static inline double atomicAdd(double *p, double v) { return emu_atomic_float_add(p, v); }
+static inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+static inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
+    return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
+}
+static inline int atomicMax(int *p, int v) {
+    int old = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (old < v && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    return old;
+}
+static inline int atomicMin(int *p, int v) {
+    int old = __atomic_load_n(p, __ATOMIC_RELAXED);
+    while (old > v && !__atomic_compare_exchange_n(p, &old, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+    return old;
+}
+static inline int atomicExch(int *p, int v) { return __atomic_exchange_n(p, v, __ATOMIC_RELAXED); }
+static inline int atomicCAS(int *p, int compare, int v) {
+    __atomic_compare_exchange_n(p, &compare, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+    return compare;
+}
+static inline void __threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static inline void __threadfence_block(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
+// ---- math and bit intrinsics ----
+inline float __expf(float x) { return expf(x); }
+inline float __logf(float x) { return logf(x); }
+inline float __fdividef(float a, float b) { return a / b; }
+inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+inline double rsqrt(double x) { return 1.0 / sqrt(x); }
+inline float __saturatef(float x) { return x < 0.0f ? 0.0f : x > 1.0f ? 1.0f : x; }
+inline unsigned __float_as_uint(float f) {
+    unsigned u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+inline float __uint_as_float(unsigned u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+inline int __float_as_int(float f) { return (int)__float_as_uint(f); }
+inline float __int_as_float(int i) { return __uint_as_float((unsigned)i); }
+inline int __popc(unsigned x) { return __builtin_popcount(x); }
+inline int __ffs(int x) { return __builtin_ffs(x); }
+inline int __clz(int x) { return x == 0 ? 32 : __builtin_clz((unsigned)x); }
+template <class T>
+inline T __ldg(const T *p) { return *p; }
+inline size_t __cvta_generic_to_shared(const void *p) { return (size_t)p; }
+
+// CUDA's integer min and max overloads (the float ones are fminf / fmaxf).
+template <class A, class B>
+static inline typename std::common_type<A, B>::type min(A a, B b) { return b < a ? b : a; }
+template <class A, class B>
+static inline typename std::common_type<A, B>::type max(A a, B b) { return a < b ? b : a; }
+
+// The templated form of cudaFuncSetAttribute that cuda_runtime.h gives C++.
+template <class T>
+static inline cudaError_t cudaFuncSetAttribute(T *kernel, enum cudaFuncAttribute attr, int value) {
+    (void)kernel;
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize && value > 227 * 1024) return cudaErrorInvalidValue;
+    return cudaSuccess;
+}
+
+// ---- launches (cu2cpp.py turns kernel<<<g, b, smem, stream>>>(args) into emu_launch) ----
+struct EmuCfg {
+    dim3 grid, block;
+    size_t smem;
+    cudaStream_t stream;
+    EmuCfg(dim3 g, dim3 b, size_t s = 0, cudaStream_t st = 0) : grid(g), block(b), smem(s), stream(st) {}
+};
+typedef void (*EmuBody)(void *ctx);
+void emu_run(const char *name, const EmuCfg &cfg, EmuBody body, void *ctx);
+
+// The launch as cu2cpp.py writes it: `body` calls the kernel with its arguments (captured by value).
+template <class F>
+static inline void emu_launch(const char *name, const EmuCfg &cfg, const F &body) {
+    emu_run(name, cfg, [](void *ctx) { (*(const F *)ctx)(); }, (void *)&body);
+}
+
+// ---- the PTX helpers, under the kernels' names (cu2cpp.py removes their definitions) ----
+typedef __nv_bfloat16 emu_bf16;
+void emu_cp_async(void *dst, const void *src, int bytes, bool pred);
+void emu_cp_async_commit(void);
+void emu_cp_async_wait(int pending);
+void emu_ldmatrix_x4(unsigned r[4], const void *p, bool trans);
+void emu_mma_m16n8k16(float d[4], const unsigned a[4], unsigned b0, unsigned b1);
+
+static inline void cp_async16(void *dst, const void *src, bool pred) { emu_cp_async(dst, src, 16, pred); }
+static inline void cp_async4(void *dst, const void *src, bool pred) { emu_cp_async(dst, src, 4, pred); }
+static inline void cp_async_commit(void) { emu_cp_async_commit(); }
+static inline void cp_async_wait_all(void) { emu_cp_async_wait(0); }
+template <int N>
+static inline void cp_async_wait(void) { emu_cp_async_wait(N); }
+static inline void ldsm4(unsigned (&r)[4], const emu_bf16 *p) { emu_ldmatrix_x4(r, p, false); }
+static inline void ldsm4t(unsigned (&r)[4], const emu_bf16 *p) { emu_ldmatrix_x4(r, p, true); }
+static inline void ldmatrix_x4(unsigned r[4], const emu_bf16 *p) { emu_ldmatrix_x4(r, p, false); }
+static inline void ldmatrix_x4_trans(unsigned r[4], const emu_bf16 *p) { emu_ldmatrix_x4(r, p, true); }
+static inline void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    emu_mma_m16n8k16(c, a, b0, b1);
+}
+static inline void mma_bf16(float d[4], const unsigned a[4], unsigned b0, unsigned b1) {
+    emu_mma_m16n8k16(d, a, b0, b1);
+}
+// ex2.approx.ftz: 2^x with denormal results flushed to zero.
+static inline float fast_exp2(float x) {
+    const float y = exp2f(x);
+    return fabsf(y) < 1.17549435e-38f ? 0.0f : y;
+}
+
+#endif

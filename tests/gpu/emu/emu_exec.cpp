@@ -1,0 +1,442 @@
+// emu_exec.cpp: runs the kernels of kernels/*.cu on the CPU (tests/gpu/emu/README.md).
+//
+// A launch runs its blocks one after another on the calling host thread;
+// a block runs each CUDA thread as a fibre (its own stack, switched by
+// emu_ctx_switch below, a few nanoseconds). A fibre runs until it exits or
+// waits: at __syncthreads (released when every thread that still runs
+// waits there), or at a warp exchange (a shuffle, a ballot, __syncwarp,
+// ldmatrix, mma: released when every running lane of the warp waits
+// there). Threads waiting at different barriers with nothing left to run
+// is a deadlock on a GPU too: the emulator reports it and stops.
+//
+// It checks what a GPU would leave to chance: shared memory starts as NaN
+// (0xff bytes) in every block, so a read before a write shows; cp.async
+// copies land at the issuing thread's wait_group, not before; ldmatrix rows
+// and cp.async targets must be aligned and inside the block's dynamic
+// shared memory; a warp exchange must name every running lane of its warp.
+// A failure prints the kernel, block and thread and aborts the program.
+//
+// Host threads are independent (thread_local state): several ranks in one
+// process each run their own launches.
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "emu_device.h"
+
+thread_local uint3 threadIdx, blockIdx;
+thread_local dim3 blockDim, gridDim;
+
+extern "C" void emu_runtime_launch_error(cudaError_t status);  // emu_runtime.c: cudaGetLastError's next answer
+
+// ---- context switch (x86-64 System V): saves the callee-saved registers on the old stack, stores its pointer at
+// *save and continues on `load`. The floating-point control registers are left alone: no kernel changes them, so
+// every fibre runs with the host thread's ----
+extern "C" void emu_ctx_switch(void **save, void *load);
+asm(R"(
+    .text
+    .globl emu_ctx_switch
+    .type emu_ctx_switch, @function
+emu_ctx_switch:
+    pushq %rbp
+    pushq %rbx
+    pushq %r12
+    pushq %r13
+    pushq %r14
+    pushq %r15
+    movq %rsp, (%rdi)
+    movq %rsi, %rsp
+    popq %r15
+    popq %r14
+    popq %r13
+    popq %r12
+    popq %rbx
+    popq %rbp
+    ret
+    .size emu_ctx_switch, .-emu_ctx_switch
+)");
+
+namespace {
+
+enum State { READY, AT_BLOCK, AT_WARP, DONE };
+enum { kMaxThreads = 1024, kStackBytes = 128 * 1024, kPage = 4096, kMaxDynamicSmem = 227 * 1024 };
+
+struct Copy {
+    void *dst;
+    const void *src;
+    int bytes;
+    bool pred;
+};
+
+struct Fiber {
+    void *sp;
+    State state;
+    unsigned linear;
+    uint3 idx;
+    unsigned exchanges;  // warp exchanges made: picks the slot buffer (two, used in turn)
+    unsigned mask;       // the mask of the exchange it waits at
+    std::vector<std::vector<Copy>> groups;  // committed cp.async groups, oldest first
+    std::vector<Copy> open;                 // cp.async not yet committed
+};
+
+struct Exec {
+    void *sched_sp = nullptr;
+    char *stacks = nullptr;
+    Fiber fibers[kMaxThreads];
+    Fiber *cur = nullptr;
+    unsigned nthreads = 0;
+    EmuBody body = nullptr;
+    void *ctx = nullptr;
+    const char *kernel = "";
+    alignas(128) unsigned char slots[2][kMaxThreads / 32][32][EMU_SLOT];
+    alignas(128) unsigned char smem[kMaxDynamicSmem];
+    size_t smem_bytes = 0;
+    unsigned long block_serial = 0;
+    std::vector<std::pair<void *, unsigned long>> poisoned;
+    unsigned guarded = 0;  // stacks with their guard page
+};
+
+thread_local Exec *ex;
+
+// The host thread's state, unmapped when the thread ends (a stack's guard page is a mapping of its own, and a
+// process has a bounded number of them).
+struct ExecOwner {
+    ~ExecOwner() {
+        if (!ex) return;
+        munmap(ex->stacks, (size_t)kMaxThreads * kStackBytes);
+        delete ex;
+        ex = nullptr;
+    }
+};
+thread_local ExecOwner exec_owner;
+
+Exec *exec_get() {
+    if (ex) return ex;
+    (void)&exec_owner;  // constructs it, so that its destructor runs at the thread's end
+    ex = new Exec();
+    const size_t total = (size_t)kMaxThreads * kStackBytes;
+    void *m = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) {
+        fprintf(stderr, "EMU: cannot map %zu bytes of fibre stacks\n", total);
+        abort();
+    }
+    ex->stacks = (char *)m;
+    return ex;
+}
+
+// The guard page below each stack, made when a launch first needs that many threads.
+void guard_stacks(Exec *e, unsigned n) {
+    for (unsigned i = e->guarded; i < n; i++) mprotect(e->stacks + (size_t)i * kStackBytes, kPage, PROT_NONE);
+    if (n > e->guarded) e->guarded = n;
+}
+
+[[noreturn]] void fail_here(const char *what) {
+    Exec *e = ex;
+    fprintf(stderr, "EMU: kernel %s, block (%u,%u,%u) of (%u,%u,%u), thread (%u,%u,%u) of (%u,%u,%u): %s\n",
+            e ? e->kernel : "?", blockIdx.x, blockIdx.y, blockIdx.z, gridDim.x, gridDim.y, gridDim.z, threadIdx.x,
+            threadIdx.y, threadIdx.z, blockDim.x, blockDim.y, blockDim.z, what);
+    fflush(stderr);
+    abort();
+}
+
+// One past the last thread of the warp of thread i.
+unsigned warp_end(const Exec *e, unsigned i) { return (i | 31u) + 1 < e->nthreads ? (i | 31u) + 1 : e->nthreads; }
+
+// The first ready fibre of [from, end), or NULL.
+Fiber *next_ready(Exec *e, unsigned from, unsigned end) {
+    for (unsigned i = from; i < end; i++)
+        if (e->fibers[i].state == READY) return &e->fibers[i];
+    return nullptr;
+}
+
+// Continues fibre f, saving the running context's stack pointer at *save.
+void resume(Exec *e, void **save, Fiber *f) {
+    e->cur = f;
+    threadIdx = f->idx;
+    emu_ctx_switch(save, f->sp);
+}
+
+// The running fibre waits (AT_BLOCK or AT_WARP) or ends (DONE): the next ready lane of its warp runs, or, when
+// none is left, the scheduler (run_warp) decides.
+void switch_away(State s) {
+    Exec *e = ex;
+    Fiber *f = e->cur;
+    f->state = s;
+    Fiber *next = next_ready(e, f->linear + 1, warp_end(e, f->linear));
+    if (next) resume(e, &f->sp, next);
+    else emu_ctx_switch(&f->sp, e->sched_sp);
+}
+
+void fiber_main() {
+    Exec *e = ex;
+    e->body(e->ctx);
+    Fiber *f = e->cur;
+    if (!f->open.empty()) fail_here("cp.async copies issued and never committed");
+    for (auto &g : f->groups)
+        if (!g.empty()) fail_here("exits with cp.async copies never waited for");
+    f->groups.clear();
+    switch_away(DONE);
+    abort();  // a finished fibre is never resumed
+}
+
+void fiber_init(Exec *e, unsigned i) {
+    Fiber *f = &e->fibers[i];
+    f->state = READY;
+    f->linear = i;
+    f->idx.x = i % blockDim.x;
+    f->idx.y = i / blockDim.x % blockDim.y;
+    f->idx.z = i / (blockDim.x * blockDim.y);
+    f->exchanges = 0;
+    f->mask = 0;
+    f->groups.clear();
+    f->open.clear();
+    uint64_t *sp = (uint64_t *)(e->stacks + (size_t)(i + 1) * kStackBytes);
+    *--sp = 0;                     // fiber_main's return address (never used); keeps the ABI's alignment
+    *--sp = (uint64_t)fiber_main;  // where emu_ctx_switch's ret goes
+    for (int r = 0; r < 6; r++) *--sp = 0;
+    f->sp = sp;
+}
+
+// The lanes of a warp all waiting at an exchange (the ones that exited aside) go on; true if they do.
+bool try_release_warp(Exec *e, unsigned w) {
+    const unsigned first = w * 32, end = warp_end(e, first);
+    unsigned running = 0, waiting = 0;
+    for (unsigned i = first; i < end; i++) {
+        if (e->fibers[i].state != DONE) running |= 1u << (i - first);
+        if (e->fibers[i].state == AT_WARP) waiting |= 1u << (i - first);
+    }
+    if (!waiting || waiting != running) return false;
+    for (unsigned i = first; i < end; i++) {
+        Fiber *f = &e->fibers[i];
+        if (f->state != AT_WARP) continue;
+        if ((f->mask & running) != running || (f->mask & ~running) != 0) {
+            e->cur = f;
+            threadIdx = f->idx;
+            char what[160];
+            snprintf(what, sizeof what,
+                     "warp exchange with mask 0x%08x while the running lanes of its warp are 0x%08x", f->mask,
+                     running);
+            fail_here(what);
+        }
+        f->state = READY;
+    }
+    return true;
+}
+
+// Runs warp w until each of its lanes has exited or waits at __syncthreads (or the warp is stuck).
+void run_warp(Exec *e, unsigned w) {
+    do {  // the first ready lane runs; each hands over to the next (switch_away)
+        Fiber *f = next_ready(e, w * 32, warp_end(e, w * 32));
+        if (f) resume(e, &e->sched_sp, f);
+    } while (try_release_warp(e, w));
+}
+
+void run_block(Exec *e) {
+    const unsigned n = e->nthreads, warps = (n + 31) / 32;
+    e->block_serial++;
+    if (e->smem_bytes) memset(e->smem, 0xff, e->smem_bytes);
+    for (unsigned i = 0; i < n; i++) fiber_init(e, i);
+    for (;;) {
+        for (unsigned w = 0; w < warps; w++) run_warp(e, w);
+        unsigned at_block = 0, done = 0;
+        for (unsigned i = 0; i < n; i++) {
+            at_block += e->fibers[i].state == AT_BLOCK;
+            done += e->fibers[i].state == DONE;
+        }
+        if (done == n) return;
+        if (at_block + done == n) {
+            for (unsigned i = 0; i < n; i++)
+                if (e->fibers[i].state == AT_BLOCK) e->fibers[i].state = READY;
+            continue;
+        }
+        for (unsigned i = 0; i < n; i++)
+            if (e->fibers[i].state == AT_WARP) {
+                threadIdx = e->fibers[i].idx;
+                break;
+            }
+        fail_here("deadlock: some threads wait at __syncthreads, others at a warp exchange");
+    }
+}
+
+// EMU_PROFILE=1: the time each kernel took in the emulator, printed at exit (what to make faster).
+struct Profile {
+    std::mutex lock;
+    std::map<std::string, std::pair<double, long>> kernels;
+    bool on = getenv("EMU_PROFILE") && strcmp(getenv("EMU_PROFILE"), "1") == 0;
+    ~Profile() {
+        if (!on) return;
+        std::vector<std::pair<double, std::string>> rows;
+        for (auto &k : kernels) rows.emplace_back(k.second.first, k.first + " (" + std::to_string(k.second.second) + ")");
+        std::sort(rows.rbegin(), rows.rend());
+        for (auto &r : rows) fprintf(stderr, "EMU_PROFILE %9.3f s  %s\n", r.first, r.second.c_str());
+    }
+} profile;
+
+}  // namespace
+
+void emu_run(const char *name, const EmuCfg &cfg, EmuBody body, void *ctx) {
+    Exec *e = exec_get();
+    const unsigned long long threads = (unsigned long long)cfg.block.x * cfg.block.y * cfg.block.z;
+    if (threads == 0 || threads > kMaxThreads || cfg.block.z > 64 || cfg.grid.x == 0 || cfg.grid.y == 0 ||
+        cfg.grid.z == 0 || cfg.grid.x > 0x7fffffffu || cfg.grid.y > 65535 || cfg.grid.z > 65535 ||
+        cfg.smem > kMaxDynamicSmem) {
+        emu_runtime_launch_error(cfg.smem > kMaxDynamicSmem ? cudaErrorInvalidValue : cudaErrorInvalidConfiguration);
+        return;
+    }
+    if (e->cur) {
+        fprintf(stderr, "EMU: kernel %s launched from inside kernel %s\n", name, e->kernel);
+        abort();
+    }
+    e->kernel = name;
+    e->body = body;
+    e->ctx = ctx;
+    e->nthreads = (unsigned)threads;
+    guard_stacks(e, e->nthreads);
+    e->smem_bytes = cfg.smem;
+    gridDim = cfg.grid;
+    blockDim = cfg.block;
+    const auto start = std::chrono::steady_clock::now();
+    for (unsigned z = 0; z < cfg.grid.z; z++)
+        for (unsigned y = 0; y < cfg.grid.y; y++)
+            for (unsigned x = 0; x < cfg.grid.x; x++) {
+                blockIdx = make_uint3(x, y, z);
+                run_block(e);
+            }
+    e->cur = nullptr;
+    if (profile.on) {
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        std::lock_guard<std::mutex> g(profile.lock);
+        auto &k = profile.kernels[name];
+        k.first += s;
+        k.second++;
+    }
+}
+
+void emu_syncthreads(void) { switch_away(AT_BLOCK); }
+
+unsigned emu_lane(void) { return ex->cur->linear & 31u; }
+
+void emu_fail(const char *what) { fail_here(what); }
+
+const unsigned char *emu_warp_exchange(unsigned mask, const void *mine, size_t bytes) {
+    Exec *e = ex;
+    Fiber *f = e->cur;
+    if (bytes > EMU_SLOT) fail_here("warp exchange of more than EMU_SLOT bytes");
+    unsigned char(*table)[EMU_SLOT] = e->slots[f->exchanges++ & 1u][f->linear / 32];
+    if (bytes) memcpy(table[f->linear & 31u], mine, bytes);
+    f->mask = mask;
+    switch_away(AT_WARP);
+    return table[0];
+}
+
+void emu_syncwarp(void) { emu_warp_exchange(0xffffffffu, nullptr, 0); }
+
+void *emu_dynamic_smem(void) { return ex->smem; }
+
+void emu_shared_poison(void *p, size_t bytes) {
+    Exec *e = ex;
+    for (auto &entry : e->poisoned)
+        if (entry.first == p) {
+            if (entry.second == e->block_serial) return;
+            entry.second = e->block_serial;
+            memset(p, 0xff, bytes);
+            return;
+        }
+    e->poisoned.emplace_back(p, e->block_serial);
+    memset(p, 0xff, bytes);
+}
+
+// ---- cp.async ----
+static bool in_dynamic_smem(const void *p, size_t bytes) {
+    const unsigned char *c = (const unsigned char *)p;
+    return c >= ex->smem && c + bytes <= ex->smem + ex->smem_bytes;
+}
+
+void emu_cp_async(void *dst, const void *src, int bytes, bool pred) {
+    if ((uintptr_t)dst % bytes || (pred && (uintptr_t)src % bytes)) fail_here("cp.async address misaligned");
+    if (!in_dynamic_smem(dst, bytes)) fail_here("cp.async target outside the block's dynamic shared memory");
+    ex->cur->open.push_back(Copy{dst, src, bytes, pred});
+}
+
+void emu_cp_async_commit(void) {
+    Fiber *f = ex->cur;
+    f->groups.push_back(f->open);
+    f->open.clear();
+}
+
+void emu_cp_async_wait(int pending) {
+    Fiber *f = ex->cur;
+    while ((int)f->groups.size() > pending) {
+        for (const Copy &c : f->groups.front()) {
+            if (c.pred) memcpy(c.dst, c.src, (size_t)c.bytes);
+            else memset(c.dst, 0, (size_t)c.bytes);
+        }
+        f->groups.erase(f->groups.begin());
+    }
+}
+
+// ---- ldmatrix .x4 (.trans): lane l gives the address of row l % 8 of matrix l / 8 ----
+void emu_ldmatrix_x4(unsigned r[4], const void *p, bool trans) {
+    if ((uintptr_t)p % 16) fail_here("ldmatrix row address misaligned");
+    if (!in_dynamic_smem(p, 16)) fail_here("ldmatrix row outside the block's dynamic shared memory");
+    const unsigned char *all = emu_warp_exchange(0xffffffffu, &p, sizeof p);
+    const unsigned l = emu_lane();
+    auto row = [&](unsigned lane) {
+        const uint16_t *q;
+        memcpy(&q, all + EMU_SLOT * lane, sizeof q);
+        return q;
+    };
+    for (unsigned i = 0; i < 4; i++) {
+        if (!trans) {
+            const uint16_t *q = row(i * 8 + (l >> 2));
+            r[i] = (unsigned)q[2 * (l & 3)] | (unsigned)q[2 * (l & 3) + 1] << 16;
+        } else {
+            const uint16_t *q0 = row(i * 8 + 2 * (l & 3)), *q1 = row(i * 8 + 2 * (l & 3) + 1);
+            r[i] = (unsigned)q0[l >> 2] | (unsigned)q1[l >> 2] << 16;
+        }
+    }
+}
+
+// ---- mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32: d += a b, g = lane / 4, q = lane % 4:
+// a: {a0: (g, 2q..), a1: (g+8, 2q..), a2: (g, 2q+8..), a3: (g+8, 2q+8..)}; b: {b0: (k 2q.., n g), b1: (k 2q+8..,
+// n g)}; d: {d0, d1: (g, 2q, 2q+1), d2, d3: (g+8, 2q, 2q+1)} ----
+static float bf16_half(unsigned v, unsigned which) {
+    const unsigned u = (which ? v >> 16 : v & 0xffffu) << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+void emu_mma_m16n8k16(float d[4], const unsigned a[4], unsigned b0, unsigned b1) {
+    unsigned mine[6] = {a[0], a[1], a[2], a[3], b0, b1};
+    const unsigned char *all = emu_warp_exchange(0xffffffffu, mine, sizeof mine);
+    auto reg = [&](unsigned lane, unsigned k) {
+        unsigned v;
+        memcpy(&v, all + EMU_SLOT * lane + 4 * k, 4);
+        return v;
+    };
+    auto A = [&](unsigned row, unsigned col) {
+        const unsigned lane = (row % 8) * 4 + (col % 8) / 2;
+        const unsigned k = (row >= 8 ? 1 : 0) + (col >= 8 ? 2 : 0);
+        return bf16_half(reg(lane, k), col % 2);
+    };
+    auto B = [&](unsigned k, unsigned n) {
+        const unsigned lane = n * 4 + (k % 8) / 2;
+        return bf16_half(reg(lane, k >= 8 ? 5 : 4), k % 2);
+    };
+    const unsigned l = emu_lane(), g = l >> 2, q = l & 3;
+    const unsigned rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * q, 2 * q + 1, 2 * q, 2 * q + 1};
+    for (int i = 0; i < 4; i++) {
+        float acc = d[i];
+        for (unsigned k = 0; k < 16; k++) acc += A(rows[i], k) * B(k, cols[i]);
+        d[i] = acc;
+    }
+}

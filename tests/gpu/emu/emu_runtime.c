@@ -1,0 +1,518 @@
+/* emu_runtime.c: the CUDA runtime, cuBLAS, cuBLASLt and NCCL calls of megatrain's CUDA build, served on the CPU for
+ * the emulator (tests/gpu/emu/README.md). Device memory is host memory; every stream runs its work when it is
+ * enqueued (so a missing stream-order wait cannot show here); matrix products go through OpenBLAS in fp32 from
+ * the bf16 or fp32 operands, rounded to the output type once, as cuBLAS does with fp32 accumulation; NCCL serves
+ * communicators of one rank (the emulated GPU reports the same bus id to every process, so ranks of a job share it
+ * and megatrain stages its collectives through the host, as on one real GPU).
+ *
+ * Checks a GPU would not make: new device memory is filled with 0xff bytes (NaN in bf16 and fp32, -1 in integers)
+ * unless EMU_POISON=0, so a read of memory nobody wrote shows; freeing a pointer that cudaMalloc did not return
+ * aborts. */
+#include <cblas.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cublasLt.h>
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+static _Thread_local cudaError_t last_error = cudaSuccess;
+void emu_runtime_launch_error(cudaError_t status) { last_error = status; }
+
+/* ---- memory ---- */
+static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
+static size_t mem_used;
+static const size_t kMemTotal = (size_t)80 << 30;
+typedef struct {
+    size_t bytes;
+    uint64_t magic;
+} AllocHead;
+enum { kHead = 256 };
+static const uint64_t kMagic = 0x454d5544455631ull;
+
+static int poison_on(void) {
+    const char *p = getenv("EMU_POISON");
+    return !(p && strcmp(p, "0") == 0);
+}
+
+cudaError_t cudaMalloc(void **ptr, size_t bytes) {
+    pthread_mutex_lock(&mem_lock);
+    const int fits = mem_used + bytes <= kMemTotal;
+    if (fits) mem_used += bytes;
+    pthread_mutex_unlock(&mem_lock);
+    if (!fits) return last_error = cudaErrorMemoryAllocation;
+    unsigned char *raw = aligned_alloc(256, kHead + (bytes + 255) / 256 * 256);
+    if (!raw) return last_error = cudaErrorMemoryAllocation;
+    AllocHead *h = (AllocHead *)raw;
+    h->bytes = bytes;
+    h->magic = kMagic;
+    if (poison_on()) memset(raw + kHead, 0xff, bytes);
+    *ptr = raw + kHead;
+    return cudaSuccess;
+}
+cudaError_t cudaMallocAsync(void **ptr, size_t bytes, cudaStream_t s) {
+    (void)s;
+    return cudaMalloc(ptr, bytes);
+}
+cudaError_t cudaFree(void *ptr) {
+    if (!ptr) return cudaSuccess;
+    AllocHead *h = (AllocHead *)((unsigned char *)ptr - kHead);
+    if (h->magic != kMagic) {
+        fprintf(stderr, "EMU: cudaFree of %p, which cudaMalloc did not return (or freed twice)\n", ptr);
+        abort();
+    }
+    pthread_mutex_lock(&mem_lock);
+    mem_used -= h->bytes;
+    pthread_mutex_unlock(&mem_lock);
+    h->magic = 0;
+    free(h);
+    return cudaSuccess;
+}
+cudaError_t cudaFreeAsync(void *ptr, cudaStream_t s) {
+    (void)s;
+    return cudaFree(ptr);
+}
+cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
+    pthread_mutex_lock(&mem_lock);
+    *free_bytes = kMemTotal - mem_used;
+    pthread_mutex_unlock(&mem_lock);
+    *total = kMemTotal;
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) {
+    (void)k;
+    if (n) memmove(d, s, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) {
+    (void)st;
+    return cudaMemcpy(d, s, n, k);
+}
+cudaError_t cudaMemset(void *d, int v, size_t n) {
+    if (n) memset(d, v, n);
+    return cudaSuccess;
+}
+cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t s) {
+    (void)s;
+    return cudaMemset(d, v, n);
+}
+
+/* ---- devices, streams, events, errors ---- */
+static _Thread_local int current_device;
+cudaError_t cudaGetDeviceCount(int *n) {
+    *n = 1;
+    return cudaSuccess;
+}
+cudaError_t cudaSetDevice(int d) {
+    if (d != 0) return last_error = cudaErrorInvalidDevice;
+    current_device = d;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDevice(int *d) {
+    *d = current_device;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int d) {
+    if (d != 0) return cudaErrorInvalidDevice;
+    memset(prop, 0, sizeof *prop);
+    snprintf(prop->name, sizeof prop->name, "CPU emulator (tests/gpu/emu)");
+    prop->major = 9;
+    prop->minor = 0;
+    prop->totalGlobalMem = kMemTotal;
+    prop->multiProcessorCount = 132;
+    prop->sharedMemPerBlockOptin = 227 * 1024;
+    prop->sharedMemPerBlock = 48 * 1024;
+    prop->maxThreadsPerBlock = 1024;
+    prop->warpSize = 32;
+    prop->memoryBusWidth = 5120;
+    return cudaSuccess;
+}
+cudaError_t cudaGetDeviceProperties_v2(struct cudaDeviceProp *prop, int d) { return cudaGetDeviceProperties(prop, d); }
+cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d) {
+    (void)d;
+    snprintf(id, (size_t)len, "0000:00:00.0");
+    return cudaSuccess;
+}
+cudaError_t cudaRuntimeGetVersion(int *v) {
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+cudaError_t cudaDriverGetVersion(int *v) {
+    *v = CUDART_VERSION;
+    return cudaSuccess;
+}
+cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
+cudaError_t cudaStreamSynchronize(cudaStream_t s) {
+    (void)s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamQuery(cudaStream_t s) {
+    (void)s;
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
+    (void)flags;
+    *s = (cudaStream_t)malloc(64);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+    free(s);
+    return cudaSuccess;
+}
+cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
+    (void)s, (void)e, (void)flags;
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreate(cudaEvent_t *e) {
+    *e = (cudaEvent_t)calloc(1, sizeof(double));
+    return cudaSuccess;
+}
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
+    (void)flags;
+    return cudaEventCreate(e);
+}
+cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    free(e);
+    return cudaSuccess;
+}
+cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+    (void)s;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    *(double *)e = (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+    return cudaSuccess;
+}
+cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+    (void)e;
+    return cudaSuccess;
+}
+cudaError_t cudaEventQuery(cudaEvent_t e) {
+    (void)e;
+    return cudaSuccess;
+}
+cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
+    *ms = (float)(*(double *)b - *(double *)a);
+    return cudaSuccess;
+}
+cudaError_t cudaGetLastError(void) {
+    const cudaError_t e = last_error;
+    last_error = cudaSuccess;
+    return e;
+}
+cudaError_t cudaPeekAtLastError(void) { return last_error; }
+const char *cudaGetErrorString(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "no error";
+    case cudaErrorMemoryAllocation: return "out of memory (the emulator's 80 GiB)";
+    case cudaErrorInvalidValue: return "invalid argument";
+    case cudaErrorInvalidConfiguration: return "invalid configuration argument";
+    case cudaErrorInvalidDevice: return "invalid device ordinal";
+    default: return "emulated error";
+    }
+}
+const char *cudaGetErrorName(cudaError_t e) {
+    switch (e) {
+    case cudaSuccess: return "cudaSuccess";
+    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidValue: return "cudaErrorInvalidValue";
+    case cudaErrorInvalidConfiguration: return "cudaErrorInvalidConfiguration";
+    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
+    default: return "cudaErrorEmulated";
+    }
+}
+
+/* ---- matrix products: column-major D (m x n, ldd) = alpha op(A) op(B) + beta C (+ bias[row]) ---- */
+static float from_bf16(uint16_t h) {
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static uint16_t to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN stays NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float load(const void *p, cudaDataType_t t, size_t i) {
+    return t == CUDA_R_16BF ? from_bf16(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
+static void store(void *p, cudaDataType_t t, size_t i, float v) {
+    if (t == CUDA_R_16BF) ((uint16_t *)p)[i] = to_bf16(v);
+    else ((float *)p)[i] = v;
+}
+static int type_ok(cudaDataType_t t) { return t == CUDA_R_16BF || t == CUDA_R_32F; }
+
+static cublasStatus_t product(int ta, int tb, int m, int n, int k, float alpha, const void *A, cudaDataType_t at,
+                              int lda, const void *B, cudaDataType_t bt, int ldb, float beta, const void *C,
+                              cudaDataType_t ct, int ldc, void *D, int ldd, const void *bias) {
+    if (m < 0 || n < 0 || k < 0 || !type_ok(at) || !type_ok(bt) || !type_ok(ct)) return CUBLAS_STATUS_INVALID_VALUE;
+    const int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
+    if (lda < (ar > 1 ? ar : 1) || ldb < (br > 1 ? br : 1) || ldc < (m > 1 ? m : 1) || ldd < (m > 1 ? m : 1))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    float *a = malloc(((size_t)ar * ac + 1) * 4), *b = malloc(((size_t)br * bc + 1) * 4), *c = malloc((size_t)m * n * 4);
+    for (int j = 0; j < ac; j++)
+        for (int i = 0; i < ar; i++) a[(size_t)j * ar + i] = load(A, at, (size_t)j * lda + i);
+    for (int j = 0; j < bc; j++)
+        for (int i = 0; i < br; i++) b[(size_t)j * br + i] = load(B, bt, (size_t)j * ldb + i);
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) c[(size_t)j * m + i] = beta == 0.0f ? 0.0f : beta * load(C, ct, (size_t)j * ldc + i);
+    if (k > 0)
+        cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a,
+                    ar > 1 ? ar : 1, b, br > 1 ? br : 1, 1.0f, c, m);
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++)
+            store(D, ct, (size_t)j * ldd + i, c[(size_t)j * m + i] + (bias ? load(bias, ct, (size_t)i) : 0.0f));
+    free(a);
+    free(b);
+    free(c);
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* ---- cuBLAS ---- */
+cublasStatus_t cublasCreate_v2(cublasHandle_t *h) {
+    *h = (cublasHandle_t)malloc(64);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
+    free(h);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) {
+    (void)h, (void)s;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t h, void *w, size_t n) {
+    (void)h, (void)w, (void)n;
+    return CUBLAS_STATUS_SUCCESS;
+}
+const char *cublasGetStatusString(cublasStatus_t s) {
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    default: return "CUBLAS_STATUS (emulated)";
+    }
+}
+cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                            const void *alpha, const void *A, cudaDataType_t at, int lda, const void *B,
+                            cudaDataType_t bt, int ldb, const void *beta, void *C, cudaDataType_t ct, int ldc,
+                            cublasComputeType_t comp, cublasGemmAlgo_t algo) {
+    (void)h, (void)comp, (void)algo;
+    return product(ta != CUBLAS_OP_N, tb != CUBLAS_OP_N, m, n, k, *(const float *)alpha, A, at, lda, B, bt, ldb,
+                   *(const float *)beta, C, ct, ldc, C, ldc, NULL);
+}
+cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperation_t ta[],
+                                          const cublasOperation_t tb[], const int m[], const int n[], const int k[],
+                                          const void *alpha, const void *const A[], cudaDataType_t at,
+                                          const int lda[], const void *const B[], cudaDataType_t bt, const int ldb[],
+                                          const void *beta, void *const C[], cudaDataType_t ct, const int ldc[],
+                                          int group_count, const int group_size[], cublasComputeType_t comp) {
+    (void)h, (void)comp;
+    int p = 0;
+    for (int g = 0; g < group_count; g++)
+        for (int i = 0; i < group_size[g]; i++, p++) {
+            const cublasStatus_t s =
+                product(ta[g] != CUBLAS_OP_N, tb[g] != CUBLAS_OP_N, m[g], n[g], k[g], ((const float *)alpha)[g], A[p],
+                        at, lda[g], B[p], bt, ldb[g], ((const float *)beta)[g], C[p], ct, ldc[g], C[p], ldc[g], NULL);
+            if (s != CUBLAS_STATUS_SUCCESS) return s;
+        }
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* ---- cuBLASLt: the descriptors keep what megatrain sets; the product is the one above ---- */
+typedef struct {
+    int ta, tb;
+    cublasLtEpilogue_t epilogue;
+    const void *bias;
+} LtDesc;
+typedef struct {
+    cudaDataType_t type;
+    uint64_t rows, cols;
+    int64_t ld;
+} LtLayout;
+
+cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
+    *h = (cublasLtHandle_t)malloc(64);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
+    free(h);
+    return CUBLAS_STATUS_SUCCESS;
+}
+size_t cublasLtGetVersion(void) { return CUBLAS_VERSION; }
+const char *cublasLtGetStatusString(cublasStatus_t s) { return cublasGetStatusString(s); }
+cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t comp, cudaDataType_t scale) {
+    (void)comp;
+    if (scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    LtDesc *x = calloc(1, sizeof *x);
+    x->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    *d = (cublasLtMatmulDesc_t)x;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
+    free(d);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
+                                              const void *buf, size_t size) {
+    LtDesc *x = (LtDesc *)d;
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA: x->ta = *(const cublasOperation_t *)buf != CUBLAS_OP_N; break;
+    case CUBLASLT_MATMUL_DESC_TRANSB: x->tb = *(const cublasOperation_t *)buf != CUBLAS_OP_N; break;
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+        x->epilogue = *(const cublasLtEpilogue_t *)buf;
+        if (x->epilogue != CUBLASLT_EPILOGUE_DEFAULT && x->epilogue != CUBLASLT_EPILOGUE_BIAS)
+            return CUBLAS_STATUS_NOT_SUPPORTED;
+        break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: memcpy(&x->bias, buf, sizeof x->bias); break;
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    (void)size;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType type, uint64_t rows, uint64_t cols,
+                                          int64_t ld) {
+    LtLayout *x = malloc(sizeof *x);
+    *x = (LtLayout){type, rows, cols, ld};
+    *l = (cublasLtMatrixLayout_t)x;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatrixLayoutDestroy(cublasLtMatrixLayout_t l) {
+    free(l);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *p) {
+    *p = (cublasLtMatmulPreference_t)malloc(64);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t p) {
+    free(p);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t p,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
+                                                    size_t size) {
+    (void)p, (void)attr, (void)buf, (void)size;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a,
+                                              cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                              cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t pref, int wanted,
+                                              cublasLtMatmulHeuristicResult_t results[], int *found) {
+    (void)h, (void)op, (void)a, (void)b, (void)c, (void)d, (void)pref;
+    *found = 0;
+    if (wanted < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    memset(&results[0], 0, sizeof results[0]);
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    *found = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const void *alpha, const void *A,
+                              cublasLtMatrixLayout_t al, const void *B, cublasLtMatrixLayout_t bl, const void *beta,
+                              const void *C, cublasLtMatrixLayout_t cl, void *D, cublasLtMatrixLayout_t dl,
+                              const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspace_bytes,
+                              cudaStream_t stream) {
+    (void)h, (void)algo, (void)workspace, (void)workspace_bytes, (void)stream;
+    const LtDesc *x = (const LtDesc *)op;
+    const LtLayout *la = (const LtLayout *)al, *lb = (const LtLayout *)bl, *lc = (const LtLayout *)cl,
+                   *ld = (const LtLayout *)dl;
+    const int m = (int)ld->rows, n = (int)ld->cols, k = (int)(x->ta ? la->rows : la->cols);
+    if ((int)(x->ta ? la->cols : la->rows) != m || (int)(x->tb ? lb->rows : lb->cols) != n ||
+        (int)(x->tb ? lb->cols : lb->rows) != k || lc->rows != ld->rows || lc->cols != ld->cols ||
+        lc->type != ld->type || la->type != lb->type)
+        return CUBLAS_STATUS_INVALID_VALUE;
+    if (x->epilogue == CUBLASLT_EPILOGUE_BIAS && !x->bias) return CUBLAS_STATUS_INVALID_VALUE;
+    const float b = *(const float *)beta;
+    return product(x->ta, x->tb, m, n, k, *(const float *)alpha, A, la->type, (int)la->ld, B, lb->type, (int)lb->ld,
+                   b, b != 0.0f ? C : D, lc->type, (int)(b != 0.0f ? lc->ld : ld->ld), D, (int)ld->ld,
+                   x->epilogue == CUBLASLT_EPILOGUE_BIAS ? x->bias : NULL);
+}
+
+/* ---- NCCL: communicators of one rank ---- */
+typedef struct {
+    int nranks, rank;
+} EmuComm;
+static int group_depth;
+ncclResult_t ncclGetVersion(int *v) {
+    *v = NCCL_VERSION_CODE;
+    return ncclSuccess;
+}
+const char *ncclGetErrorString(ncclResult_t r) {
+    return r == ncclSuccess ? "no error" : "the emulator serves NCCL communicators of one rank only";
+}
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+    memset(id, 0, sizeof *id);
+    return ncclSuccess;
+}
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+    (void)id;
+    if (nranks != 1 || rank != 0) {
+        fprintf(stderr, "EMU: ncclCommInitRank of %d ranks: the emulator serves communicators of one rank only\n",
+                nranks);
+        return ncclInvalidUsage;
+    }
+    EmuComm *c = malloc(sizeof *c);
+    *c = (EmuComm){nranks, rank};
+    *comm = (ncclComm_t)c;
+    return ncclSuccess;
+}
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+    free(comm);
+    return ncclSuccess;
+}
+ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *r) {
+    (void)comm;
+    *r = ncclSuccess;
+    return ncclSuccess;
+}
+static size_t nccl_size(ncclDataType_t t) {
+    switch (t) {
+    case ncclInt8: case ncclUint8: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    default: return 8;
+    }
+}
+ncclResult_t ncclAllReduce(const void *s, void *r, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t st) {
+    (void)op, (void)comm, (void)st;
+    if (count) memmove(r, s, count * nccl_size(t));
+    return ncclSuccess;
+}
+ncclResult_t ncclReduceScatter(const void *s, void *r, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                               ncclComm_t comm, cudaStream_t st) {
+    return ncclAllReduce(s, r, count, t, op, comm, st);
+}
+ncclResult_t ncclAllGather(const void *s, void *r, size_t count, ncclDataType_t t, ncclComm_t comm, cudaStream_t st) {
+    (void)comm, (void)st;
+    if (count) memmove(r, s, count * nccl_size(t));
+    return ncclSuccess;
+}
+ncclResult_t ncclSend(const void *s, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t st) {
+    (void)s, (void)count, (void)t, (void)peer, (void)comm, (void)st;
+    fprintf(stderr, "EMU: ncclSend: the emulator serves communicators of one rank only\n");
+    return ncclInvalidUsage;
+}
+ncclResult_t ncclRecv(void *r, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t st) {
+    (void)r, (void)count, (void)t, (void)peer, (void)comm, (void)st;
+    fprintf(stderr, "EMU: ncclRecv: the emulator serves communicators of one rank only\n");
+    return ncclInvalidUsage;
+}
+ncclResult_t ncclGroupStart(void) {
+    group_depth++;
+    return ncclSuccess;
+}
+ncclResult_t ncclGroupEnd(void) {
+    group_depth--;
+    return ncclSuccess;
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# test_gpu_emu.sh: the GPU test programs (tests/gpu/test_cuda_*.c) on the CPU
+# emulator (tests/gpu/emu/README.md), so that CI runs every CUDA kernel and the
+# whole CUDA model against the CPU reference without a GPU: the ops and the MoE
+# ops launcher by launcher, the grouped expert products (small shapes), the
+# transformers fixtures, the CUDA model (dense and MoE, one rank) and the
+# parallel grids (tp, sp, cp, dp, ep, etp; ranks as threads, the collectives
+# staged). The kernels are the real ones, rewritten only where CUDA syntax
+# must become C++ (launches, shared memory, the PTX helpers); the emulator
+# also fails on what a GPU leaves to chance (shared memory read before it is
+# written, unaligned or out-of-place cp.async and ldmatrix, divergent warp
+# exchanges, deadlocks). What it cannot show: speed, stream-order races and
+# the hardware's own rounding (tests/gpu/PENDING.md keeps the GPU runs). The
+# megatrain runs of tests/gpu/test_*.sh take half an hour here: `make
+# test-gpu-emu` runs them.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+command -v g++ > /dev/null || { echo "skipped: no g++"; exit 77; }
+[[ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime_api.h" ]] || { echo "skipped: no CUDA headers"; exit 77; }
+make --no-print-directory -s gpu-emu-build > /dev/null
+export MT_GPU_TEST_QUICK=1
+for t in test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm test_cuda_hf_parity test_cuda_model \
+         test_cuda_parallel_model; do
+  start=$SECONDS
+  out=$(build/emu/gpu-tests/$t 2>&1) || { echo "$out" | grep -v " ok$" | tail -30; echo "$t failed"; exit 1; }
+  echo "$t: $(echo "$out" | grep -E "passed, |PASSED" | tail -n 1) ($((SECONDS - start)) s)"
+done
+echo ok
