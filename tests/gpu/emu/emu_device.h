@@ -39,7 +39,6 @@ void emu_syncwarp(void);
 #define EMU_SLOT 64
 const unsigned char *emu_warp_exchange(unsigned mask, const void *mine, size_t bytes);
 unsigned emu_lane(void);
-void emu_fail(const char *what);
 void *emu_dynamic_smem(void);
 void emu_shared_poison(void *p, size_t bytes);  // first thread of the block to declare it: poisoned
 

@@ -324,8 +324,6 @@ void emu_syncthreads(void) { switch_away(AT_BLOCK); }
 
 unsigned emu_lane(void) { return ex->cur->linear & 31u; }
 
-void emu_fail(const char *what) { fail_here(what); }
-
 const unsigned char *emu_warp_exchange(unsigned mask, const void *mine, size_t bytes) {
     Exec *e = ex;
     Fiber *f = e->cur;
