@@ -55,11 +55,12 @@ ifeq ($(CUDA),1)
   CFLAGS    += -DMT_CUDA -I$(CUDA_HOME)/include
 ifeq ($(EMU),1)
   # EMU=1 (with CUDA=1 implied): the same CUDA build run on the CPU (tests/gpu/emu/README.md): each .cu
-  # rewritten by cu2cpp.py and compiled by g++, the CUDA runtime, cuBLAS(Lt) and NCCL served by emu_runtime.c.
+  # rewritten by cu2cpp.py and compiled by g++, the CUDA runtime, cuBLAS(Lt) served by emu_runtime.c, NCCL by emu_nccl.c.
   EMU_DIR   := tests/gpu/emu
   CXXFLAGS  := -std=c++17 -O1 -g -fPIC -Wall -Wno-unused-function -Wno-unknown-pragmas -Ikernels \
                -I$(CUDA_HOME)/include -include $(EMU_DIR)/emu_device.h -MMD -MP
-  CU_OBJ    += $(OBJDIR)/$(EMU_DIR)/emu_exec.o $(OBJDIR)/$(EMU_DIR)/emu_runtime.o
+  CU_OBJ    += $(OBJDIR)/$(EMU_DIR)/emu_exec.o $(OBJDIR)/$(EMU_DIR)/emu_runtime.o \
+               $(OBJDIR)/$(EMU_DIR)/emu_nccl.o
   LDLIBS    += -lstdc++
 else
   LDLIBS    += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lnccl -lstdc++
@@ -191,17 +192,26 @@ test-gpu: deps
 	@bash tests/gpu/run_gpu_tests.sh
 
 # The same GPU tests with no GPU: the CUDA build on the CPU emulator (tests/gpu/emu/README.md), every kernel run
-# on the CPU, the CUDA runtime, cuBLAS(Lt) and NCCL served by emu_runtime.c. tests/integration/test_gpu_emu.sh
-# (CI) runs the test programs; test-gpu-emu also the megatrain runs of tests/gpu/test_*.sh (about 30 minutes).
+# on the CPU, the CUDA runtime and cuBLAS(Lt) served by emu_runtime.c, NCCL by emu_nccl.c. tests/integration/
+# test_gpu_emu.sh (CI) runs the test programs, test_gpu_emu_nccl.sh the NCCL transport; test-gpu-emu also the
+# megatrain runs of tests/gpu/test_*.sh (about 30 minutes), with two emulated GPUs so that the NCCL rows run too.
 EMU_BUILD := build/emu
 .PHONY: gpu-emu-build test-gpu-emu
-gpu-emu-build:
+gpu-emu-build: $(EMU_BUILD)/test_emu_nccl
 	@$(MAKE) --no-print-directory CUDA=1 EMU=1 BUILD=$(EMU_BUILD) $(EMU_BUILD)/megatrain \
 	  $(GPU_TEST_SRC:tests/gpu/%.c=$(EMU_BUILD)/gpu-tests/%)
 
+# The emulator's NCCL on its own, under mpirun (tests/integration/test_gpu_emu_nccl.sh).
+EMU_NCCL_SRC := tests/gpu/emu/test_emu_nccl.c tests/gpu/emu/emu_nccl.c src/core/float16.c
+$(EMU_BUILD)/test_emu_nccl: $(EMU_NCCL_SRC)
+	@mkdir -p $(dir $@)
+	@echo "  TEST  $@"
+	$(Q)$(CC) -std=c11 -D_GNU_SOURCE -Wall -Wextra -O1 -g $(MPI_CFLAGS) -I$(or $(CUDA_HOME),/usr/local/cuda)/include $(EMU_NCCL_SRC) \
+	  -o $@ $(MPI_LIBS) -lm
+
 test-gpu-emu: deps
 	@$(MAKE) --no-print-directory gpu-emu-build
-	@GPU_BUILD=$(EMU_BUILD) MT_GPU_COUNT=1 MT_GPU_TEST_QUICK=1 bash tests/gpu/run_gpu_tests.sh
+	@GPU_BUILD=$(EMU_BUILD) EMU_GPUS=2 MT_GPU_COUNT=2 MT_GPU_TEST_QUICK=1 bash tests/gpu/run_gpu_tests.sh
 
 # The GPU benchmark against PyTorch on the same GPU (needs torch and transformers there).
 .PHONY: bench-gpu

@@ -1,9 +1,10 @@
 /* emu_runtime.c: the CUDA runtime, cuBLAS, cuBLASLt and NCCL calls of megatrain's CUDA build, served on the CPU for
  * the emulator (tests/gpu/emu/README.md). Device memory is host memory; every stream runs its work when it is
  * enqueued (so a missing stream-order wait cannot show here); matrix products go through OpenBLAS in fp32 from
- * the bf16 or fp32 operands, rounded to the output type once, as cuBLAS does with fp32 accumulation; NCCL serves
- * communicators of one rank (the emulated GPU reports the same bus id to every process, so ranks of a job share it
- * and megatrain stages its collectives through the host, as on one real GPU).
+ * the bf16 or fp32 operands, rounded to the output type once, as cuBLAS does with fp32 accumulation (NCCL is
+ * emu_nccl.c). The machine has EMU_GPUS emulated GPUs (default 1), told apart by their PCI bus ids: with one, every
+ * rank of a job shares it and megatrain stages its collectives through the host, as on one real GPU; with as many
+ * as ranks, each rank has its own and megatrain's collectives go through NCCL.
  *
  * Checks a GPU would not make: new device memory is filled with 0xff bytes (NaN in bf16 and fp32, -1 in integers)
  * unless EMU_POISON=0, so a read of memory nobody wrote shows; freeing a pointer that cudaMalloc did not return
@@ -19,7 +20,6 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
-#include <nccl.h>
 
 static _Thread_local cudaError_t last_error = cudaSuccess;
 void emu_runtime_launch_error(cudaError_t status) { last_error = status; }
@@ -104,12 +104,16 @@ cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t s) {
 
 /* ---- devices, streams, events, errors ---- */
 static _Thread_local int current_device;
+static int device_count(void) {
+    const char *n = getenv("EMU_GPUS");
+    return n && atoi(n) > 0 ? atoi(n) : 1;
+}
 cudaError_t cudaGetDeviceCount(int *n) {
-    *n = 1;
+    *n = device_count();
     return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int d) {
-    if (d != 0) return last_error = cudaErrorInvalidDevice;
+    if (d < 0 || d >= device_count()) return last_error = cudaErrorInvalidDevice;
     current_device = d;
     return cudaSuccess;
 }
@@ -118,7 +122,7 @@ cudaError_t cudaGetDevice(int *d) {
     return cudaSuccess;
 }
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int d) {
-    if (d != 0) return cudaErrorInvalidDevice;
+    if (d < 0 || d >= device_count()) return cudaErrorInvalidDevice;
     memset(prop, 0, sizeof *prop);
     snprintf(prop->name, sizeof prop->name, "CPU emulator (tests/gpu/emu)");
     prop->major = 9;
@@ -134,8 +138,8 @@ cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int d) {
 }
 cudaError_t cudaGetDeviceProperties_v2(struct cudaDeviceProp *prop, int d) { return cudaGetDeviceProperties(prop, d); }
 cudaError_t cudaDeviceGetPCIBusId(char *id, int len, int d) {
-    (void)d;
-    snprintf(id, (size_t)len, "0000:00:00.0");
+    if (d < 0 || d >= device_count()) return cudaErrorInvalidDevice;
+    snprintf(id, (size_t)len, "0000:%02x:00.0", d);
     return cudaSuccess;
 }
 cudaError_t cudaRuntimeGetVersion(int *v) {
@@ -436,76 +440,3 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
                    b, b != 0.0f ? C : D, lc->type, (int)(b != 0.0f ? lc->ld : ld->ld), D, (int)ld->ld,
                    x->epilogue == CUBLASLT_EPILOGUE_BIAS ? x->bias : NULL);
 }
-
-/* ---- NCCL: communicators of one rank ---- */
-typedef struct {
-    int nranks, rank;
-} EmuComm;
-ncclResult_t ncclGetVersion(int *v) {
-    *v = NCCL_VERSION_CODE;
-    return ncclSuccess;
-}
-const char *ncclGetErrorString(ncclResult_t r) {
-    return r == ncclSuccess ? "no error" : "the emulator serves NCCL communicators of one rank only";
-}
-ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
-    memset(id, 0, sizeof *id);
-    return ncclSuccess;
-}
-ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
-    (void)id;
-    if (nranks != 1 || rank != 0) {
-        fprintf(stderr, "EMU: ncclCommInitRank of %d ranks: the emulator serves communicators of one rank only\n",
-                nranks);
-        return ncclInvalidUsage;
-    }
-    EmuComm *c = malloc(sizeof *c);
-    *c = (EmuComm){nranks, rank};
-    *comm = (ncclComm_t)c;
-    return ncclSuccess;
-}
-ncclResult_t ncclCommDestroy(ncclComm_t comm) {
-    free(comm);
-    return ncclSuccess;
-}
-ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
-ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *r) {
-    (void)comm;
-    *r = ncclSuccess;
-    return ncclSuccess;
-}
-static size_t nccl_size(ncclDataType_t t) {
-    switch (t) {
-    case ncclInt8: case ncclUint8: return 1;
-    case ncclFloat16: case ncclBfloat16: return 2;
-    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
-    default: return 8;
-    }
-}
-ncclResult_t ncclAllReduce(const void *s, void *r, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm,
-                           cudaStream_t st) {
-    (void)op, (void)comm, (void)st;
-    if (count) memmove(r, s, count * nccl_size(t));
-    return ncclSuccess;
-}
-ncclResult_t ncclReduceScatter(const void *s, void *r, size_t count, ncclDataType_t t, ncclRedOp_t op,
-                               ncclComm_t comm, cudaStream_t st) {
-    return ncclAllReduce(s, r, count, t, op, comm, st);
-}
-ncclResult_t ncclAllGather(const void *s, void *r, size_t count, ncclDataType_t t, ncclComm_t comm, cudaStream_t st) {
-    (void)comm, (void)st;
-    if (count) memmove(r, s, count * nccl_size(t));
-    return ncclSuccess;
-}
-ncclResult_t ncclSend(const void *s, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t st) {
-    (void)s, (void)count, (void)t, (void)peer, (void)comm, (void)st;
-    fprintf(stderr, "EMU: ncclSend: the emulator serves communicators of one rank only\n");
-    return ncclInvalidUsage;
-}
-ncclResult_t ncclRecv(void *r, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t st) {
-    (void)r, (void)count, (void)t, (void)peer, (void)comm, (void)st;
-    fprintf(stderr, "EMU: ncclRecv: the emulator serves communicators of one rank only\n");
-    return ncclInvalidUsage;
-}
-ncclResult_t ncclGroupStart(void) { return ncclSuccess; } /* one rank: nothing to group */
-ncclResult_t ncclGroupEnd(void) { return ncclSuccess; }

@@ -1,0 +1,454 @@
+/* emu_nccl.c: NCCL for the emulator (tests/gpu/emu/README.md): communicators of any number of ranks, each rank a
+ * process of the job (mpirun), so that the CUDA build's NCCL transport (src/dist/comm_nccl.c) runs on the CPU.
+ *
+ * The unique id names a file under $TMPDIR (or /tmp) that every member maps shared; rank 0 removes its name once
+ * all have joined, so nothing is left behind a run that ends. In it, each ordered pair of ranks (src, dst) has a
+ * mailbox: a ring of kRing bytes that only src writes and only dst reads (head and tail byte counters, C11
+ * atomics, so no lock). Every operation is messages through the mailboxes:
+ *   - a send/receive pair: one message from the sender to the receiver;
+ *   - all-reduce, reduce-scatter, all-gather: each rank sends its part to every other rank and sums (in rank
+ *     order, in fp32, rounded once to the type: every rank gets the same bits) or places what it receives.
+ * A message starts with a record of what the sender called (the operation, its number on this communicator, the
+ * element count and type); the receiver compares it with its own call and aborts with both when they differ:
+ * ranks calling collectives in different orders or with different counts, which hangs or corrupts real NCCL.
+ * A rank waits by polling with a growing sleep; when nothing moves for EMU_NCCL_TIMEOUT seconds (default 120) it
+ * aborts naming what it waits for (a hang on a GPU, for example two communicators used in different orders).
+ *
+ * Calls run to completion when made (the emulator's streams run work when it is enqueued). Between
+ * ncclGroupStart and ncclGroupEnd, sends and receives are queued and progressed together at the end, as NCCL
+ * requires of an all-to-all; a collective inside a group runs at once. Operations: ncclSum and ncclAvg over
+ * ncclFloat32 and ncclBfloat16, the types and reductions megatrain uses. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <nccl.h>
+
+#include "../../../src/core/float16.h"
+
+enum { kRing = 1 << 18, kMaxRanks = 64, kMaxQueued = 2 * kMaxRanks * 4 };
+
+typedef struct {
+    _Atomic uint64_t head; /* bytes written by the sender, ever */
+    char pad0[56];
+    _Atomic uint64_t tail; /* bytes read by the receiver, ever */
+    char pad1[56];
+    unsigned char data[kRing];
+} Mailbox;
+
+typedef struct {
+    _Atomic int joined;
+    int nranks;
+    char pad[56];
+    Mailbox box[]; /* [src * nranks + dst] */
+} Shared;
+
+typedef struct EmuComm {
+    int nranks, rank;
+    Shared *shared;     /* NULL for a communicator of one rank */
+    size_t map_bytes;
+    uint64_t collectives; /* collectives called so far */
+    uint64_t *p2p;        /* messages sent to / received from each peer so far: [peer], [nranks + peer] */
+} EmuComm;
+
+/* What a message says of the call that sent it. */
+typedef struct {
+    uint32_t magic;
+    int32_t op;
+    uint64_t seq;
+    uint64_t count;
+    int32_t type;
+    int32_t sender;
+} Record;
+static const uint32_t kRecordMagic = 0x4e43434c;
+
+enum { OP_SEND, OP_ALL_REDUCE, OP_REDUCE_SCATTER, OP_ALL_GATHER };
+static const char *op_name(int op) {
+    static const char *names[] = {"ncclSend", "ncclAllReduce", "ncclReduceScatter", "ncclAllGather"};
+    return op >= 0 && op <= OP_ALL_GATHER ? names[op] : "an unknown operation";
+}
+static const char *type_name(int t) { return t == ncclBfloat16 ? "bf16" : t == ncclFloat32 ? "fp32" : "other"; }
+
+static size_t type_bytes(ncclDataType_t t) {
+    switch (t) {
+    case ncclInt8: case ncclUint8: return 1;
+    case ncclFloat16: case ncclBfloat16: return 2;
+    case ncclInt32: case ncclUint32: case ncclFloat32: return 4;
+    default: return 8;
+    }
+}
+
+/* ---- one transfer: a message through one mailbox, moved a piece at a time ---- */
+typedef struct {
+    Mailbox *box;
+    bool sending;
+    Record record;          /* sent first, or expected first */
+    unsigned char got[sizeof(Record)];
+    size_t header_done;     /* bytes of the record moved */
+    unsigned char *data;    /* the payload's source or destination */
+    size_t bytes, done;
+    int peer;
+    const struct EmuComm *comm;
+} Transfer;
+
+/* Moves what the ring allows now; returns the bytes moved. */
+static size_t ring_write(Mailbox *b, const unsigned char *src, size_t n) {
+    const uint64_t head = atomic_load_explicit(&b->head, memory_order_relaxed);
+    const uint64_t tail = atomic_load_explicit(&b->tail, memory_order_acquire);
+    size_t room = kRing - (size_t)(head - tail);
+    if (n > room) n = room;
+    const size_t at = (size_t)(head % kRing), first = n < kRing - at ? n : kRing - at;
+    memcpy(b->data + at, src, first);
+    memcpy(b->data, src + first, n - first);
+    atomic_store_explicit(&b->head, head + n, memory_order_release);
+    return n;
+}
+static size_t ring_read(Mailbox *b, unsigned char *dst, size_t n) {
+    const uint64_t tail = atomic_load_explicit(&b->tail, memory_order_relaxed);
+    const uint64_t head = atomic_load_explicit(&b->head, memory_order_acquire);
+    const size_t have = (size_t)(head - tail);
+    if (n > have) n = have;
+    const size_t at = (size_t)(tail % kRing), first = n < kRing - at ? n : kRing - at;
+    memcpy(dst, b->data + at, first);
+    memcpy(dst + first, b->data, n - first);
+    atomic_store_explicit(&b->tail, tail + n, memory_order_release);
+    return n;
+}
+
+static void check_record(const Transfer *t) {
+    const EmuComm *c = t->comm;
+    Record got;
+    memcpy(&got, t->got, sizeof got);
+    const Record *want = &t->record;
+    if (got.magic == kRecordMagic && got.op == want->op && got.seq == want->seq && got.count == want->count &&
+        got.type == want->type)
+        return;
+    fprintf(stderr,
+            "EMU NCCL: rank %d of %d calls %s #%llu of %llu %s elements with rank %d, which called %s #%llu of %llu "
+            "%s elements: the ranks' NCCL calls differ (on a GPU this hangs or corrupts)\n",
+            c->rank, c->nranks, op_name(want->op), (unsigned long long)want->seq, (unsigned long long)want->count,
+            type_name(want->type), t->peer, op_name(got.op), (unsigned long long)got.seq,
+            (unsigned long long)got.count, type_name(got.type));
+    abort();
+}
+
+/* One step of a transfer; returns the bytes moved. */
+static size_t step(Transfer *t) {
+    size_t moved = 0;
+    if (t->header_done < sizeof(Record)) {
+        const size_t n = sizeof(Record) - t->header_done;
+        const size_t m = t->sending ? ring_write(t->box, (const unsigned char *)&t->record + t->header_done, n)
+                                    : ring_read(t->box, t->got + t->header_done, n);
+        t->header_done += m;
+        moved += m;
+        if (t->header_done < sizeof(Record)) return moved;
+        if (!t->sending) check_record(t);
+    }
+    if (t->done < t->bytes) {
+        const size_t m = t->sending ? ring_write(t->box, t->data + t->done, t->bytes - t->done)
+                                    : ring_read(t->box, t->data + t->done, t->bytes - t->done);
+        t->done += m;
+        moved += m;
+    }
+    return moved;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static double timeout_s(void) {
+    const char *s = getenv("EMU_NCCL_TIMEOUT");
+    return s && atof(s) > 0 ? atof(s) : 120.0;
+}
+
+/* Runs transfers until all are done, sleeping a little longer each round in which nothing moves. */
+static void progress(const EmuComm *c, Transfer *t, int n, const char *what) {
+    double idle_since = now_s();
+    long sleep_ns = 0;
+    for (;;) {
+        size_t moved = 0;
+        int left = 0;
+        for (int i = 0; i < n; i++) {
+            if (t[i].header_done == sizeof(Record) && t[i].done == t[i].bytes) continue;
+            moved += step(&t[i]);
+            left += !(t[i].header_done == sizeof(Record) && t[i].done == t[i].bytes);
+        }
+        if (!left) return;
+        if (moved) {
+            idle_since = now_s();
+            sleep_ns = 0;
+            continue;
+        }
+        if (now_s() - idle_since > timeout_s()) {
+            fprintf(stderr, "EMU NCCL: rank %d of %d: %s has not moved for %.0f s (EMU_NCCL_TIMEOUT); waiting for:",
+                    c->rank, c->nranks, what, timeout_s());
+            for (int i = 0; i < n; i++)
+                if (!(t[i].header_done == sizeof(Record) && t[i].done == t[i].bytes))
+                    fprintf(stderr, " %s rank %d (%zu of %zu bytes)", t[i].sending ? "a send to" : "a receive from",
+                            t[i].peer, t[i].done, t[i].bytes);
+            fprintf(stderr, "\n");
+            abort();
+        }
+        sleep_ns = sleep_ns ? (sleep_ns < 1000000 ? sleep_ns * 2 : sleep_ns) : 1000;
+        nanosleep(&(struct timespec){0, sleep_ns}, NULL);
+    }
+}
+
+static Transfer transfer(EmuComm *c, bool sending, int peer, Record record, void *data, size_t bytes) {
+    Shared *s = c->shared;
+    const int src = sending ? c->rank : peer, dst = sending ? peer : c->rank;
+    return (Transfer){.box = &s->box[src * c->nranks + dst], .sending = sending, .record = record,
+                      .data = data, .bytes = bytes, .peer = peer, .comm = c};
+}
+
+/* ---- communicators ---- */
+ncclResult_t ncclGetVersion(int *v) {
+    *v = NCCL_VERSION_CODE;
+    return ncclSuccess;
+}
+const char *ncclGetErrorString(ncclResult_t r) {
+    return r == ncclSuccess ? "no error" : "the emulator's NCCL failed (tests/gpu/emu/emu_nccl.c; see the EMU line)";
+}
+
+ncclResult_t ncclGetUniqueId(ncclUniqueId *id) {
+    static _Atomic unsigned counter;
+    memset(id, 0, sizeof *id);
+    const char *dir = getenv("TMPDIR");
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int n = snprintf(id->internal, sizeof id->internal, "%s/mt-emu-nccl-%d-%u-%ld", dir && *dir ? dir : "/tmp",
+                     (int)getpid(), atomic_fetch_add(&counter, 1), (long)ts.tv_nsec);
+    if (n <= 0 || (size_t)n >= sizeof id->internal) {
+        fprintf(stderr, "EMU NCCL: the id's file name does not fit %zu bytes (TMPDIR too long?)\n",
+                sizeof id->internal);
+        return ncclInvalidUsage;
+    }
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int rank) {
+    if (nranks < 1 || nranks > kMaxRanks || rank < 0 || rank >= nranks) {
+        fprintf(stderr, "EMU NCCL: ncclCommInitRank: rank %d of %d (the emulator serves 1 to %d ranks)\n", rank,
+                nranks, kMaxRanks);
+        return ncclInvalidArgument;
+    }
+    EmuComm *c = calloc(1, sizeof *c);
+    c->nranks = nranks;
+    c->rank = rank;
+    c->p2p = calloc(2 * (size_t)nranks, sizeof *c->p2p);
+    if (nranks > 1) {
+        char name[sizeof id.internal + 1];
+        memcpy(name, id.internal, sizeof id.internal);
+        name[sizeof id.internal] = '\0';
+        c->map_bytes = sizeof(Shared) + (size_t)nranks * nranks * sizeof(Mailbox);
+        const int fd = open(name, O_RDWR | O_CREAT, 0600);
+        if (fd < 0 || ftruncate(fd, (off_t)c->map_bytes) != 0) {
+            fprintf(stderr, "EMU NCCL: rank %d of %d: cannot make %s: %s\n", rank, nranks, name, strerror(errno));
+            if (fd >= 0) close(fd);
+            return ncclSystemError;
+        }
+        c->shared = mmap(NULL, c->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (c->shared == MAP_FAILED) {
+            fprintf(stderr, "EMU NCCL: rank %d of %d: cannot map %s: %s\n", rank, nranks, name, strerror(errno));
+            return ncclSystemError;
+        }
+        atomic_fetch_add(&c->shared->joined, 1);
+        const double start = now_s();
+        while (atomic_load(&c->shared->joined) < nranks) {
+            if (now_s() - start > timeout_s()) {
+                fprintf(stderr, "EMU NCCL: rank %d of %d: ncclCommInitRank: %d ranks joined in %.0f s\n", rank,
+                        nranks, atomic_load(&c->shared->joined), timeout_s());
+                abort();
+            }
+            nanosleep(&(struct timespec){0, 100000}, NULL);
+        }
+        if (rank == 0) unlink(name); /* every member has it mapped */
+    }
+    *comm = (ncclComm_t)c;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclCommDestroy(ncclComm_t comm) {
+    EmuComm *c = (EmuComm *)comm;
+    if (!c) return ncclSuccess;
+    if (c->shared) munmap(c->shared, c->map_bytes);
+    free(c->p2p);
+    free(c);
+    return ncclSuccess;
+}
+ncclResult_t ncclCommAbort(ncclComm_t comm) { return ncclCommDestroy(comm); }
+ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *r) {
+    (void)comm;
+    *r = ncclSuccess; /* every failure aborts the process where it happens */
+    return ncclSuccess;
+}
+
+/* ---- collectives: every rank's part to every other rank ---- */
+static bool supported(ncclDataType_t t, ncclRedOp_t op, const char *what) {
+    if ((t == ncclFloat32 || t == ncclBfloat16) && (op == ncclSum || op == ncclAvg)) return true;
+    fprintf(stderr, "EMU NCCL: %s of type %d with operation %d: the emulator serves sum and average of fp32 and "
+            "bf16\n", what, (int)t, (int)op);
+    return false;
+}
+
+static float load(const void *p, size_t i, ncclDataType_t t) {
+    return t == ncclFloat32 ? ((const float *)p)[i] : bf16_to_f32(((const uint16_t *)p)[i]);
+}
+static void store(void *p, size_t i, float v, ncclDataType_t t) {
+    if (t == ncclFloat32) ((float *)p)[i] = v;
+    else ((uint16_t *)p)[i] = f32_to_bf16(v);
+}
+
+/* Elements a collective moves per round: bounds the buffer of the other ranks' parts. */
+enum { kChunk = 1 << 20 };
+
+/* out[i] = the sum over ranks, in rank order, of part(rank)[i] (own: `mine`; the others' in `theirs`, rank order
+ * without this rank), divided by nranks for ncclAvg; n elements. */
+static void reduce(const EmuComm *c, const void *mine, const unsigned char *theirs, void *out, size_t n,
+                   ncclDataType_t t, ncclRedOp_t op) {
+    const size_t eb = type_bytes(t);
+    for (size_t i = 0; i < n; i++) {
+        float acc = 0.0f;
+        for (int r = 0, k = 0; r < c->nranks; r++)
+            acc += r == c->rank ? load(mine, i, t) : load(theirs + (size_t)k++ * n * eb, i, t);
+        store(out, i, op == ncclAvg ? acc / (float)c->nranks : acc, t);
+    }
+}
+
+/* Sends `send_of(peer)` (n elements) to every other rank and receives each one's part for this rank into
+ * `theirs` (rank order without this rank), then reduces into out. */
+static void exchange_and_reduce(EmuComm *c, int opcode, uint64_t seq, uint64_t count, const unsigned char *send,
+                                size_t send_stride, const unsigned char *mine, void *out, size_t n, ncclDataType_t t,
+                                ncclRedOp_t op, unsigned char *theirs) {
+    const size_t eb = type_bytes(t);
+    Transfer tr[2 * kMaxRanks];
+    int k = 0, slot = 0;
+    const Record rec = {kRecordMagic, opcode, seq, count, (int32_t)t, c->rank};
+    for (int p = 0; p < c->nranks; p++) {
+        if (p == c->rank) continue;
+        tr[k++] = transfer(c, true, p, rec, (void *)(send + (size_t)p * send_stride), n * eb);
+        tr[k++] = transfer(c, false, p, rec, theirs + (size_t)slot++ * n * eb, n * eb);
+    }
+    progress(c, tr, k, op_name(opcode));
+    reduce(c, mine, theirs, out, n, t, op);
+}
+
+ncclResult_t ncclAllReduce(const void *s, void *r, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t st) {
+    (void)st;
+    EmuComm *c = (EmuComm *)comm;
+    if (!supported(t, op, "ncclAllReduce")) return ncclInvalidArgument;
+    const uint64_t seq = c->collectives++;
+    const size_t eb = type_bytes(t);
+    if (c->nranks == 1) {
+        if (count) memmove(r, s, count * eb);
+        return ncclSuccess;
+    }
+    unsigned char *theirs = malloc((size_t)(c->nranks - 1) * kChunk * eb);
+    for (size_t at = 0; at < count; at += kChunk) {
+        const size_t n = count - at < kChunk ? count - at : kChunk;
+        const unsigned char *src = (const unsigned char *)s + at * eb;
+        exchange_and_reduce(c, OP_ALL_REDUCE, seq, count, src, 0, src, (unsigned char *)r + at * eb, n, t, op,
+                            theirs);
+    }
+    free(theirs);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclReduceScatter(const void *s, void *r, size_t count, ncclDataType_t t, ncclRedOp_t op,
+                               ncclComm_t comm, cudaStream_t st) {
+    (void)st;
+    EmuComm *c = (EmuComm *)comm;
+    if (!supported(t, op, "ncclReduceScatter")) return ncclInvalidArgument;
+    const uint64_t seq = c->collectives++;
+    const size_t eb = type_bytes(t);
+    if (c->nranks == 1) {
+        if (count) memmove(r, s, count * eb);
+        return ncclSuccess;
+    }
+    unsigned char *theirs = malloc((size_t)(c->nranks - 1) * kChunk * eb);
+    for (size_t at = 0; at < count; at += kChunk) { /* rank p's block is elements [p * count, (p + 1) * count) */
+        const size_t n = count - at < kChunk ? count - at : kChunk;
+        const unsigned char *base = (const unsigned char *)s + at * eb;
+        exchange_and_reduce(c, OP_REDUCE_SCATTER, seq, count, base, count * eb, base + (size_t)c->rank * count * eb,
+                            (unsigned char *)r + at * eb, n, t, op, theirs);
+    }
+    free(theirs);
+    return ncclSuccess;
+}
+
+ncclResult_t ncclAllGather(const void *s, void *r, size_t count, ncclDataType_t t, ncclComm_t comm, cudaStream_t st) {
+    (void)st;
+    EmuComm *c = (EmuComm *)comm;
+    const uint64_t seq = c->collectives++;
+    const size_t bytes = count * type_bytes(t);
+    unsigned char *out = r;
+    if (bytes && s != out + (size_t)c->rank * bytes) memmove(out + (size_t)c->rank * bytes, s, bytes);
+    if (c->nranks == 1) return ncclSuccess;
+    Transfer tr[2 * kMaxRanks];
+    int k = 0;
+    const Record rec = {kRecordMagic, OP_ALL_GATHER, seq, count, (int32_t)t, c->rank};
+    for (int p = 0; p < c->nranks; p++) {
+        if (p == c->rank) continue;
+        tr[k++] = transfer(c, true, p, rec, out + (size_t)c->rank * bytes, bytes);
+        tr[k++] = transfer(c, false, p, rec, out + (size_t)p * bytes, bytes);
+    }
+    progress(c, tr, k, "ncclAllGather");
+    return ncclSuccess;
+}
+
+/* ---- point to point: queued inside a group, run at its end ---- */
+static _Thread_local int group_depth;
+static _Thread_local Transfer queued[kMaxQueued];
+static _Thread_local int queued_count;
+
+static ncclResult_t post(bool sending, void *data, size_t count, ncclDataType_t t, int peer, ncclComm_t comm) {
+    EmuComm *c = (EmuComm *)comm;
+    if (peer < 0 || peer >= c->nranks) { /* itself included: NCCL pairs a send to self with the receive */
+        fprintf(stderr, "EMU NCCL: rank %d of %d: %s with peer %d\n", c->rank, c->nranks,
+                sending ? "ncclSend" : "ncclRecv", peer);
+        return ncclInvalidArgument;
+    }
+    if (queued_count == kMaxQueued) {
+        fprintf(stderr, "EMU NCCL: more than %d sends and receives in one group\n", kMaxQueued);
+        return ncclInvalidUsage;
+    }
+    uint64_t *seq = &c->p2p[sending ? peer : c->nranks + peer];
+    const Record rec = {kRecordMagic, OP_SEND, (*seq)++, count, (int32_t)t, sending ? c->rank : peer};
+    queued[queued_count++] = transfer(c, sending, peer, rec, data, count * type_bytes(t));
+    return group_depth == 0 ? ncclGroupEnd() : ncclSuccess; /* not in a group: runs now */
+}
+
+ncclResult_t ncclSend(const void *s, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t st) {
+    (void)st;
+    return post(true, (void *)s, count, t, peer, comm);
+}
+ncclResult_t ncclRecv(void *r, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t st) {
+    (void)st;
+    return post(false, r, count, t, peer, comm);
+}
+
+ncclResult_t ncclGroupStart(void) {
+    group_depth++;
+    return ncclSuccess;
+}
+
+ncclResult_t ncclGroupEnd(void) {
+    if (group_depth > 0) group_depth--;
+    if (group_depth > 0 || queued_count == 0) return ncclSuccess;
+    progress(queued[0].comm, queued, queued_count, "a group of ncclSend/ncclRecv");
+    queued_count = 0;
+    return ncclSuccess;
+}

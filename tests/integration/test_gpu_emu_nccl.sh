@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# test_gpu_emu_nccl.sh: megatrain's NCCL transport (src/dist/comm_nccl.c, the
+# layouts with one GPU a rank) on the CPU emulator (tests/gpu/emu/README.md),
+# with as many emulated GPUs as ranks (EMU_GPUS), so that the collectives go
+# through NCCL, not the host path a shared GPU takes:
+#   - the emulator's NCCL on its own (test_emu_nccl under mpirun, 3 ranks):
+#     every collective and the grouped all-to-all against known sums, and a
+#     rank calling a different collective from the others is named and stops
+#     the job;
+#   - the tiny llama at tp 2 with sequence parallel, cp 2 and dp 2 (gradients
+#     averaged layer by layer on the second stream), and the tiny mixtral at
+#     ep 2 (the all-to-all of grouped sends and receives) on the emulated
+#     GPUs: their logs say NCCL, the first 10 losses are within 2e-3 of the
+#     one-GPU run's (test_cuda_layouts.sh's bound on a GPU) and the grad norms
+#     within 2% (AdamW hides a gradient summed where it should be averaged;
+#     the norm shows it).
+# A GPU run remains what counts (tests/gpu/PENDING.md's NCCL row).
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$REPO"
+command -v g++ > /dev/null || { echo "skipped: no g++"; exit 77; }
+command -v mpirun > /dev/null || { echo "skipped: no mpirun"; exit 77; }
+[[ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime_api.h" ]] || { echo "skipped: no CUDA headers"; exit 77; }
+make --no-print-directory -s gpu-emu-build > /dev/null
+mpi=(mpirun --allow-run-as-root --oversubscribe)
+
+mkdir "$WORK/tmp" # the communicators' files: none may stay behind
+TMPDIR=$WORK/tmp "${mpi[@]}" -x TMPDIR -np 3 build/emu/test_emu_nccl | tee "$WORK/unit.txt"
+grep -q "all checks passed on 3 ranks" "$WORK/unit.txt" || fail "test_emu_nccl"
+if TMPDIR=$WORK/tmp "${mpi[@]}" -x TMPDIR -np 3 build/emu/test_emu_nccl mismatch > "$WORK/mismatch.txt" 2>&1; then
+  fail "ranks calling different collectives were not stopped"
+fi
+grep -q "calls ncclAllReduce #0 of 64 fp32 elements with rank 0, which called ncclAllGather #0" "$WORK/mismatch.txt" ||
+  { tail "$WORK/mismatch.txt"; fail "no message naming the two calls"; }
+left=$(find "$WORK/tmp" -name "mt-emu-nccl-*")
+[[ -z $left ]] || fail "the emulator's NCCL left files behind: $left"
+
+demo_data "$WORK/english"
+export EMU_GPUS=2
+# run NAME NP RECIPE [--set ...]: 10 steps on the emulated GPUs
+run() {
+  local name=$1 np=$2 recipe=$3; shift 3
+  local cmd=(build/emu/megatrain run "recipes/tiny/$recipe.yaml" --set run.dir="$WORK/$name" --set run.device=cuda
+             --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=1 --set train.steps=10
+             --set optimizer.schedule.warmup_steps=2 --set train.eval_interval=100 --set precision=bf16 "$@")
+  if [[ $np -eq 1 ]]; then "${cmd[@]}" > "$WORK/$name.txt" 2>&1
+  else "${mpi[@]}" -np "$np" "${cmd[@]}" > "$WORK/$name.txt" 2>&1; fi || { tail -20 "$WORK/$name.txt"; fail "$name failed"; }
+}
+# tracks NAME REF LOG_LINE: the log names NCCL, and the losses follow the one-GPU run's
+tracks() {
+  grep -q "$3" "$WORK/$1.txt" || fail "$1: no '$3' in the log (NCCL not used?)"
+  paste -d' ' <(json_field "$WORK/$2/metrics.jsonl" loss) <(json_field "$WORK/$1/metrics.jsonl" loss) \
+    <(json_field "$WORK/$2/metrics.jsonl" grad_norm) <(json_field "$WORK/$1/metrics.jsonl" grad_norm) |
+    awk -v name="$1" 'function abs(x) { return x < 0 ? -x : x }
+      { d = abs($2 - $1); if (d > worst) worst = d; g = abs($4 - $3) / $3; if (g > gworst) gworst = g; n++ }
+      END { printf "%s: 10 steps against one GPU, worst |loss difference| %.2e, worst grad norm %.2e relative\n",
+                   name, worst, gworst
+            exit !(n == 10 && worst < 2e-3 && gworst < 0.02) }' || fail "$1 does not track the one-GPU run"
+}
+run gpu 1 llama
+run tp2sp 2 llama --set parallel.tp=2 --set parallel.sequence_parallel=true
+tracks tp2sp gpu "tensor parallel: 2 GPUs with sequence parallel, activations summed with NCCL"
+run cp2 2 llama --set parallel.cp=2
+tracks cp2 gpu "keys and values all-gathered with NCCL"
+run dp2 2 llama --set train.micro_batch_size=4
+tracks dp2 gpu "gradients averaged with NCCL layer by layer"
+moe=(--set model.moe.load_balancing=global_aux_loss) # the balancing counts summed over the ranks: as one GPU
+run gpu-moe 1 mixtral "${moe[@]}"
+run ep2 2 mixtral "${moe[@]}" --set parallel.ep=2 --set train.micro_batch_size=4 --set train.replica_check_interval=1
+tracks ep2 gpu-moe "tokens dispatched with NCCL all-to-all"
+echo ok
