@@ -60,7 +60,7 @@ ifeq ($(EMU),1)
   CXXFLAGS  := -std=c++17 -O1 -g -fPIC -Wall -Wno-unused-function -Wno-unknown-pragmas -Ikernels \
                -I$(CUDA_HOME)/include -include $(EMU_DIR)/emu_device.h -MMD -MP
   CU_OBJ    += $(OBJDIR)/$(EMU_DIR)/emu_exec.o $(OBJDIR)/$(EMU_DIR)/emu_runtime.o \
-               $(OBJDIR)/$(EMU_DIR)/emu_nccl.o
+               $(OBJDIR)/$(EMU_DIR)/emu_nccl.o $(OBJDIR)/$(EMU_DIR)/emu_streams.o
   LDLIBS    += -lstdc++
 else
   LDLIBS    += -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lnccl -lstdc++
@@ -202,7 +202,7 @@ gpu-emu-build: $(EMU_BUILD)/test_emu_nccl
 	  $(GPU_TEST_SRC:tests/gpu/%.c=$(EMU_BUILD)/gpu-tests/%)
 
 # The emulator's NCCL on its own, under mpirun (tests/integration/test_gpu_emu_nccl.sh).
-EMU_NCCL_SRC := tests/gpu/emu/test_emu_nccl.c tests/gpu/emu/emu_nccl.c src/core/float16.c
+EMU_NCCL_SRC := tests/gpu/emu/test_emu_nccl.c tests/gpu/emu/emu_nccl.c tests/gpu/emu/emu_streams.c src/core/float16.c
 $(EMU_BUILD)/test_emu_nccl: $(EMU_NCCL_SRC)
 	@mkdir -p $(dir $@)
 	@echo "  TEST  $@"

@@ -159,3 +159,30 @@ near_one_rank() {
         if (NF != 2 || !(d <= tol)) { printf "%s: step %d %s %s vs %s\n", L, n, f, $1, $2; bad = 1 } }
       END { exit !(n == steps && !bad) }' || fail "$name: $field is not the one-rank run's"
 }
+
+# emu_run NAME NP RECIPE [--set ...]: 10 steps of recipes/tiny/RECIPE on the CUDA build's CPU emulator
+# (build/emu/megatrain, tests/gpu/emu/README.md) on NP ranks, data $WORK/english (demo_data), into $WORK/NAME
+# (log $WORK/NAME.txt). The emulator's switches (EMU_GPUS, EMU_STREAMS) come from the environment.
+emu_run() {
+  local name=$1 np=$2 recipe=$3; shift 3
+  local cmd=(build/emu/megatrain run "$REPO/recipes/tiny/$recipe.yaml" --set run.dir="$WORK/$name" --set run.device=cuda
+             --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=1 --set train.steps=10
+             --set optimizer.schedule.warmup_steps=2 --set train.eval_interval=100 --set precision=bf16 "$@")
+  if [[ $np -eq 1 ]]; then "${cmd[@]}" > "$WORK/$name.txt" 2>&1
+  else mpirun --allow-run-as-root --oversubscribe -np "$np" "${cmd[@]}" > "$WORK/$name.txt" 2>&1
+  fi || { tail -20 "$WORK/$name.txt"; fail "$name failed"; }
+}
+
+# emu_tracks NAME REF LOG_LINE: $WORK/NAME.txt has LOG_LINE, and NAME's 10 losses are within 2e-3 of REF's (one
+# GPU; test_cuda_layouts.sh's bound on a GPU) and its grad norms within 2% (AdamW hides a gradient summed where it
+# should be averaged; the norm shows it).
+emu_tracks() {
+  grep -q "$3" "$WORK/$1.txt" || fail "$1: no '$3' in its log"
+  paste -d' ' <(json_field "$WORK/$2/metrics.jsonl" loss) <(json_field "$WORK/$1/metrics.jsonl" loss) \
+    <(json_field "$WORK/$2/metrics.jsonl" grad_norm) <(json_field "$WORK/$1/metrics.jsonl" grad_norm) |
+    awk -v name="$1" 'function abs(x) { return x < 0 ? -x : x }
+      { d = abs($2 - $1); if (d > worst) worst = d; g = abs($4 - $3) / $3; if (g > gworst) gworst = g; n++ }
+      END { printf "%s: 10 steps against one GPU, worst |loss difference| %.2e, worst grad norm %.2e relative\n",
+                   name, worst, gworst
+            exit !(n == 10 && worst < 2e-3 && gworst < 0.02) }' || fail "$1 does not track the one-GPU run"
+}

@@ -36,36 +36,16 @@ left=$(find "$WORK/tmp" -name "mt-emu-nccl-*")
 [[ -z $left ]] || fail "the emulator's NCCL left files behind: $left"
 
 demo_data "$WORK/english"
-export EMU_GPUS=2
-# run NAME NP RECIPE [--set ...]: 10 steps on the emulated GPUs
-run() {
-  local name=$1 np=$2 recipe=$3; shift 3
-  local cmd=(build/emu/megatrain run "recipes/tiny/$recipe.yaml" --set run.dir="$WORK/$name" --set run.device=cuda
-             --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=1 --set train.steps=10
-             --set optimizer.schedule.warmup_steps=2 --set train.eval_interval=100 --set precision=bf16 "$@")
-  if [[ $np -eq 1 ]]; then "${cmd[@]}" > "$WORK/$name.txt" 2>&1
-  else "${mpi[@]}" -np "$np" "${cmd[@]}" > "$WORK/$name.txt" 2>&1; fi || { tail -20 "$WORK/$name.txt"; fail "$name failed"; }
-}
-# tracks NAME REF LOG_LINE: the log names NCCL, and the losses follow the one-GPU run's
-tracks() {
-  grep -q "$3" "$WORK/$1.txt" || fail "$1: no '$3' in the log (NCCL not used?)"
-  paste -d' ' <(json_field "$WORK/$2/metrics.jsonl" loss) <(json_field "$WORK/$1/metrics.jsonl" loss) \
-    <(json_field "$WORK/$2/metrics.jsonl" grad_norm) <(json_field "$WORK/$1/metrics.jsonl" grad_norm) |
-    awk -v name="$1" 'function abs(x) { return x < 0 ? -x : x }
-      { d = abs($2 - $1); if (d > worst) worst = d; g = abs($4 - $3) / $3; if (g > gworst) gworst = g; n++ }
-      END { printf "%s: 10 steps against one GPU, worst |loss difference| %.2e, worst grad norm %.2e relative\n",
-                   name, worst, gworst
-            exit !(n == 10 && worst < 2e-3 && gworst < 0.02) }' || fail "$1 does not track the one-GPU run"
-}
-run gpu 1 llama
-run tp2sp 2 llama --set parallel.tp=2 --set parallel.sequence_parallel=true
-tracks tp2sp gpu "tensor parallel: 2 GPUs with sequence parallel, activations summed with NCCL"
-run cp2 2 llama --set parallel.cp=2
-tracks cp2 gpu "keys and values all-gathered with NCCL"
-run dp2 2 llama --set train.micro_batch_size=4
-tracks dp2 gpu "gradients averaged with NCCL layer by layer"
+export EMU_GPUS=2 # one emulated GPU a rank: NCCL, not the host path of a shared GPU
+emu_run gpu 1 llama
+emu_run tp2sp 2 llama --set parallel.tp=2 --set parallel.sequence_parallel=true
+emu_tracks tp2sp gpu "tensor parallel: 2 GPUs with sequence parallel, activations summed with NCCL"
+emu_run cp2 2 llama --set parallel.cp=2
+emu_tracks cp2 gpu "keys and values all-gathered with NCCL"
+emu_run dp2 2 llama --set train.micro_batch_size=4
+emu_tracks dp2 gpu "gradients averaged with NCCL layer by layer"
 moe=(--set model.moe.load_balancing=global_aux_loss) # the balancing counts summed over the ranks: as one GPU
-run gpu-moe 1 mixtral "${moe[@]}"
-run ep2 2 mixtral "${moe[@]}" --set parallel.ep=2 --set train.micro_batch_size=4 --set train.replica_check_interval=1
-tracks ep2 gpu-moe "tokens dispatched with NCCL all-to-all"
+emu_run gpu-moe 1 mixtral "${moe[@]}"
+emu_run ep2 2 mixtral "${moe[@]}" --set parallel.ep=2 --set train.micro_batch_size=4 --set train.replica_check_interval=1
+emu_tracks ep2 gpu-moe "tokens dispatched with NCCL all-to-all"
 echo ok

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 # cu2cpp.py: one kernels/*.cu file -> the C++ that g++ compiles for the emulator (tests/gpu/emu/README.md), with
 # tests/gpu/emu/emu_device.h included in front (g++ -include). Four rewrites, each checked:
-#   kernel<<<grid, block[, smem[, stream]]>>>(args)  ->  emu_launch("kernel", EmuCfg(grid, block, ...), [=] { kernel(args); })
+#   kernel<<<grid, block[, smem[, stream]]>>>(args)  ->  emu_launch("kernel", EmuCfg(grid, block, ...),
+#                                                         std::make_tuple(args), [=](const auto &...a) { kernel(a...); })
 #   __shared__ T name[...];                           ->  static thread_local T name[...]; emu_shared_poison(...)
 #   extern __shared__ T name[];                       ->  T *name = (T *)emu_dynamic_smem();
 #   a function whose body holds inline PTX (asm)      ->  removed: emu_device.h has it under the same name
@@ -124,9 +125,11 @@ def rewrite_launches(src):
         name = re.sub(r'\s+', ' ', kernel)
         cfg = src[m.end():cfg_end]
         args = src[paren + 1:close].strip()
-        if re.search(r'\+\+|--|[^=!<>]=[^=]', blank_comments_and_strings(args)):
-            raise SystemExit(f'cu2cpp: launch arguments with a side effect ({name}): each emulated thread evaluates them')
-        call = f'emu_launch("{name}", EmuCfg({cfg}), [=] {{ {kernel}({args}); }})'
+        # the arguments are evaluated once, at the launch (as CUDA copies them then), into a tuple; NULL becomes
+        # nullptr there (as an integer it would not convert to the kernel's pointer parameter)
+        args = re.sub(r'\bNULL\b', 'nullptr', args)
+        call = (f'emu_launch("{name}", EmuCfg({cfg}), std::make_tuple({args}), '
+                f'[=](const auto &...a) {{ {kernel}(a...); }})')
         src = src[:m.start()] + call + src[close + 1:]
         pos = m.start() + len(call)
     return src

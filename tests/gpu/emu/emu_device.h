@@ -20,6 +20,8 @@
 #include <tuple>
 #include <type_traits>
 
+#include "emu_streams.h"
+
 #undef __global__
 #define __global__
 #define __launch_bounds__(...)
@@ -176,11 +178,30 @@ struct EmuCfg {
 };
 typedef void (*EmuBody)(void *ctx);
 void emu_run(const char *name, const EmuCfg &cfg, EmuBody body, void *ctx);
+bool emu_launch_ok(const EmuCfg &cfg); // false, with cudaGetLastError's answer set, for a launch CUDA refuses
 
-// The launch as cu2cpp.py writes it: `body` calls the kernel with its arguments (captured by value).
-template <class F>
-static inline void emu_launch(const char *name, const EmuCfg &cfg, const F &body) {
-    emu_run(name, cfg, [](void *ctx) { (*(const F *)ctx)(); }, (void *)&body);
+// A launch queued on its stream (emu_streams.h): the kernel runs when the stream gets to it, with the arguments as
+// they were at the launch.
+template <class F, class Args>
+struct EmuLaunch {
+    const char *name;
+    EmuCfg cfg;
+    F call;
+    Args args;
+    static void run(void *p) {
+        EmuLaunch *l = (EmuLaunch *)p;
+        emu_run(l->name, l->cfg, [](void *ctx) { const EmuLaunch *x = (const EmuLaunch *)ctx; std::apply(x->call, x->args); },
+                p);
+    }
+    static void drop(void *p) { delete (EmuLaunch *)p; }
+};
+
+// The launch as cu2cpp.py writes it: `args` the arguments evaluated at the launch, `call` the kernel called with
+// them (by every emulated thread).
+template <class Args, class F>
+static inline void emu_launch(const char *name, const EmuCfg &cfg, Args &&args, F call) {
+    typedef EmuLaunch<F, typename std::decay<Args>::type> L;
+    if (emu_launch_ok(cfg)) emu_stream_submit(cfg.stream, L::run, L::drop, new L{name, cfg, call, std::forward<Args>(args)});
 }
 
 // ---- the PTX helpers, under the kernels' names (cu2cpp.py removes their definitions) ----

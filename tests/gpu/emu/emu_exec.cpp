@@ -282,15 +282,19 @@ struct Profile {
 
 }  // namespace
 
-void emu_run(const char *name, const EmuCfg &cfg, EmuBody body, void *ctx) {
-    Exec *e = exec_get();
+bool emu_launch_ok(const EmuCfg &cfg) {
     const unsigned long long threads = (unsigned long long)cfg.block.x * cfg.block.y * cfg.block.z;
     if (threads == 0 || threads > kMaxThreads || cfg.block.z > 64 || cfg.grid.x == 0 || cfg.grid.y == 0 ||
         cfg.grid.z == 0 || cfg.grid.x > 0x7fffffffu || cfg.grid.y > 65535 || cfg.grid.z > 65535 ||
         cfg.smem > kMaxDynamicSmem) {
         emu_runtime_launch_error(cfg.smem > kMaxDynamicSmem ? cudaErrorInvalidValue : cudaErrorInvalidConfiguration);
-        return;
+        return false;
     }
+    return true;
+}
+
+void emu_run(const char *name, const EmuCfg &cfg, EmuBody body, void *ctx) {
+    Exec *e = exec_get();
     if (e->cur) {
         fprintf(stderr, "EMU: kernel %s launched from inside kernel %s\n", name, e->kernel);
         abort();
@@ -298,7 +302,7 @@ void emu_run(const char *name, const EmuCfg &cfg, EmuBody body, void *ctx) {
     e->kernel = name;
     e->body = body;
     e->ctx = ctx;
-    e->nthreads = (unsigned)threads;
+    e->nthreads = cfg.block.x * cfg.block.y * cfg.block.z; // emu_launch_ok bounded it
     guard_stacks(e, e->nthreads);
     e->smem_bytes = cfg.smem;
     gridDim = cfg.grid;

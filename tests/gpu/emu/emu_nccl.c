@@ -14,9 +14,10 @@
  * A rank waits by polling with a growing sleep; when nothing moves for EMU_NCCL_TIMEOUT seconds (default 120) it
  * aborts naming what it waits for (a hang on a GPU, for example two communicators used in different orders).
  *
- * Calls run to completion when made (the emulator's streams run work when it is enqueued). Between
- * ncclGroupStart and ncclGroupEnd, sends and receives are queued and progressed together at the end, as NCCL
- * requires of an all-to-all; a collective inside a group runs at once. Operations: ncclSum and ncclAvg over
+ * Each call is queued on its stream like any other work (emu_streams.c: it runs at once, or when the stream is
+ * made to run); it then runs to its end before the stream's next work. Between ncclGroupStart and ncclGroupEnd,
+ * sends and receives are gathered and progressed together as one piece of work, as NCCL requires of an
+ * all-to-all; a collective inside a group is queued at once. Operations: ncclSum and ncclAvg over
  * ncclFloat32 and ncclBfloat16, the types and reductions megatrain uses. */
 #include <errno.h>
 #include <fcntl.h>
@@ -31,6 +32,8 @@
 #include <unistd.h>
 
 #include <nccl.h>
+
+#include "emu_streams.h"
 
 #include "../../../src/core/float16.h"
 
@@ -283,6 +286,7 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
 ncclResult_t ncclCommDestroy(ncclComm_t comm) {
     EmuComm *c = (EmuComm *)comm;
     if (!c) return ncclSuccess;
+    emu_streams_drain_all(); /* NCCL finishes the communicator's pending operations first */
     if (c->shared) munmap(c->shared, c->map_bytes);
     free(c->p2p);
     free(c);
@@ -345,76 +349,113 @@ static void exchange_and_reduce(EmuComm *c, int opcode, uint64_t seq, uint64_t c
     reduce(c, mine, theirs, out, n, t, op);
 }
 
-ncclResult_t ncclAllReduce(const void *s, void *r, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm,
-                           cudaStream_t st) {
-    (void)st;
-    EmuComm *c = (EmuComm *)comm;
-    if (!supported(t, op, "ncclAllReduce")) return ncclInvalidArgument;
-    const uint64_t seq = c->collectives++;
-    const size_t eb = type_bytes(t);
+/* A collective as called: queued on its stream (emu_streams.h), numbered on its communicator when called. */
+typedef struct {
+    EmuComm *c;
+    const void *send;
+    void *recv;
+    size_t count;
+    ncclDataType_t type;
+    ncclRedOp_t red;
+    uint64_t seq;
+} Call;
+
+static ncclResult_t queue_call(cudaStream_t st, EmuWorkFn run, Call call) {
+    call.seq = call.c->collectives++;
+    Call *q = malloc(sizeof *q);
+    *q = call;
+    emu_stream_submit(st, run, free, q);
+    return ncclSuccess;
+}
+
+static void all_reduce_run(void *ctx) {
+    const Call *k = ctx;
+    EmuComm *c = k->c;
+    const size_t eb = type_bytes(k->type);
     if (c->nranks == 1) {
-        if (count) memmove(r, s, count * eb);
-        return ncclSuccess;
+        if (k->count) memmove(k->recv, k->send, k->count * eb);
+        return;
     }
     unsigned char *theirs = malloc((size_t)(c->nranks - 1) * kChunk * eb);
-    for (size_t at = 0; at < count; at += kChunk) {
-        const size_t n = count - at < kChunk ? count - at : kChunk;
-        const unsigned char *src = (const unsigned char *)s + at * eb;
-        exchange_and_reduce(c, OP_ALL_REDUCE, seq, count, src, 0, src, (unsigned char *)r + at * eb, n, t, op,
-                            theirs);
+    for (size_t at = 0; at < k->count; at += kChunk) {
+        const size_t n = k->count - at < kChunk ? k->count - at : kChunk;
+        const unsigned char *src = (const unsigned char *)k->send + at * eb;
+        exchange_and_reduce(c, OP_ALL_REDUCE, k->seq, k->count, src, 0, src, (unsigned char *)k->recv + at * eb, n,
+                            k->type, k->red, theirs);
     }
     free(theirs);
-    return ncclSuccess;
+}
+
+static void reduce_scatter_run(void *ctx) {
+    const Call *k = ctx;
+    EmuComm *c = k->c;
+    const size_t eb = type_bytes(k->type);
+    if (c->nranks == 1) {
+        if (k->count) memmove(k->recv, k->send, k->count * eb);
+        return;
+    }
+    unsigned char *theirs = malloc((size_t)(c->nranks - 1) * kChunk * eb);
+    for (size_t at = 0; at < k->count; at += kChunk) { /* rank p's block is elements [p * count, (p + 1) * count) */
+        const size_t n = k->count - at < kChunk ? k->count - at : kChunk;
+        const unsigned char *base = (const unsigned char *)k->send + at * eb;
+        exchange_and_reduce(c, OP_REDUCE_SCATTER, k->seq, k->count, base, k->count * eb,
+                            base + (size_t)c->rank * k->count * eb, (unsigned char *)k->recv + at * eb, n, k->type,
+                            k->red, theirs);
+    }
+    free(theirs);
+}
+
+static void all_gather_run(void *ctx) {
+    const Call *k = ctx;
+    EmuComm *c = k->c;
+    const size_t bytes = k->count * type_bytes(k->type);
+    unsigned char *out = k->recv;
+    if (bytes && k->send != out + (size_t)c->rank * bytes) memmove(out + (size_t)c->rank * bytes, k->send, bytes);
+    if (c->nranks == 1) return;
+    Transfer tr[2 * kMaxRanks];
+    int n = 0;
+    const Record rec = {kRecordMagic, OP_ALL_GATHER, k->seq, k->count, (int32_t)k->type, c->rank};
+    for (int p = 0; p < c->nranks; p++) {
+        if (p == c->rank) continue;
+        tr[n++] = transfer(c, true, p, rec, out + (size_t)c->rank * bytes, bytes);
+        tr[n++] = transfer(c, false, p, rec, out + (size_t)p * bytes, bytes);
+    }
+    progress(c, tr, n, "ncclAllGather");
+}
+
+ncclResult_t ncclAllReduce(const void *s, void *r, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm,
+                           cudaStream_t st) {
+    if (!supported(t, op, "ncclAllReduce")) return ncclInvalidArgument;
+    return queue_call(st, all_reduce_run, (Call){(EmuComm *)comm, s, r, count, t, op, 0});
 }
 
 ncclResult_t ncclReduceScatter(const void *s, void *r, size_t count, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t comm, cudaStream_t st) {
-    (void)st;
-    EmuComm *c = (EmuComm *)comm;
     if (!supported(t, op, "ncclReduceScatter")) return ncclInvalidArgument;
-    const uint64_t seq = c->collectives++;
-    const size_t eb = type_bytes(t);
-    if (c->nranks == 1) {
-        if (count) memmove(r, s, count * eb);
-        return ncclSuccess;
-    }
-    unsigned char *theirs = malloc((size_t)(c->nranks - 1) * kChunk * eb);
-    for (size_t at = 0; at < count; at += kChunk) { /* rank p's block is elements [p * count, (p + 1) * count) */
-        const size_t n = count - at < kChunk ? count - at : kChunk;
-        const unsigned char *base = (const unsigned char *)s + at * eb;
-        exchange_and_reduce(c, OP_REDUCE_SCATTER, seq, count, base, count * eb, base + (size_t)c->rank * count * eb,
-                            (unsigned char *)r + at * eb, n, t, op, theirs);
-    }
-    free(theirs);
-    return ncclSuccess;
+    return queue_call(st, reduce_scatter_run, (Call){(EmuComm *)comm, s, r, count, t, op, 0});
 }
 
 ncclResult_t ncclAllGather(const void *s, void *r, size_t count, ncclDataType_t t, ncclComm_t comm, cudaStream_t st) {
-    (void)st;
-    EmuComm *c = (EmuComm *)comm;
-    const uint64_t seq = c->collectives++;
-    const size_t bytes = count * type_bytes(t);
-    unsigned char *out = r;
-    if (bytes && s != out + (size_t)c->rank * bytes) memmove(out + (size_t)c->rank * bytes, s, bytes);
-    if (c->nranks == 1) return ncclSuccess;
-    Transfer tr[2 * kMaxRanks];
-    int k = 0;
-    const Record rec = {kRecordMagic, OP_ALL_GATHER, seq, count, (int32_t)t, c->rank};
-    for (int p = 0; p < c->nranks; p++) {
-        if (p == c->rank) continue;
-        tr[k++] = transfer(c, true, p, rec, out + (size_t)c->rank * bytes, bytes);
-        tr[k++] = transfer(c, false, p, rec, out + (size_t)p * bytes, bytes);
-    }
-    progress(c, tr, k, "ncclAllGather");
-    return ncclSuccess;
+    return queue_call(st, all_gather_run, (Call){(EmuComm *)comm, s, r, count, t, ncclSum, 0});
 }
 
-/* ---- point to point: queued inside a group, run at its end ---- */
+/* ---- point to point: gathered inside a group, queued on the stream at its end ---- */
 static _Thread_local int group_depth;
 static _Thread_local Transfer queued[kMaxQueued];
 static _Thread_local int queued_count;
+static _Thread_local cudaStream_t queued_stream; /* the first one's (NCCL runs a group on one stream) */
 
-static ncclResult_t post(bool sending, void *data, size_t count, ncclDataType_t t, int peer, ncclComm_t comm) {
+typedef struct {
+    int count;
+    Transfer t[];
+} Group;
+static void group_run(void *ctx) {
+    Group *g = ctx;
+    progress(g->t[0].comm, g->t, g->count, "a group of ncclSend/ncclRecv");
+}
+
+static ncclResult_t post(bool sending, void *data, size_t count, ncclDataType_t t, int peer, ncclComm_t comm,
+                         cudaStream_t st) {
     EmuComm *c = (EmuComm *)comm;
     if (peer < 0 || peer >= c->nranks) { /* itself included: NCCL pairs a send to self with the receive */
         fprintf(stderr, "EMU NCCL: rank %d of %d: %s with peer %d\n", c->rank, c->nranks,
@@ -427,17 +468,16 @@ static ncclResult_t post(bool sending, void *data, size_t count, ncclDataType_t 
     }
     uint64_t *seq = &c->p2p[sending ? peer : c->nranks + peer];
     const Record rec = {kRecordMagic, OP_SEND, (*seq)++, count, (int32_t)t, sending ? c->rank : peer};
+    if (queued_count == 0) queued_stream = st;
     queued[queued_count++] = transfer(c, sending, peer, rec, data, count * type_bytes(t));
     return group_depth == 0 ? ncclGroupEnd() : ncclSuccess; /* not in a group: runs now */
 }
 
 ncclResult_t ncclSend(const void *s, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t st) {
-    (void)st;
-    return post(true, (void *)s, count, t, peer, comm);
+    return post(true, (void *)s, count, t, peer, comm, st);
 }
 ncclResult_t ncclRecv(void *r, size_t count, ncclDataType_t t, int peer, ncclComm_t comm, cudaStream_t st) {
-    (void)st;
-    return post(false, r, count, t, peer, comm);
+    return post(false, r, count, t, peer, comm, st);
 }
 
 ncclResult_t ncclGroupStart(void) {
@@ -448,7 +488,10 @@ ncclResult_t ncclGroupStart(void) {
 ncclResult_t ncclGroupEnd(void) {
     if (group_depth > 0) group_depth--;
     if (group_depth > 0 || queued_count == 0) return ncclSuccess;
-    progress(queued[0].comm, queued, queued_count, "a group of ncclSend/ncclRecv");
+    Group *g = malloc(sizeof *g + (size_t)queued_count * sizeof(Transfer));
+    g->count = queued_count;
+    memcpy(g->t, queued, (size_t)queued_count * sizeof(Transfer));
     queued_count = 0;
+    emu_stream_submit(queued_stream, group_run, free, g);
     return ncclSuccess;
 }

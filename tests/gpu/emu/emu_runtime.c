@@ -1,8 +1,7 @@
-/* emu_runtime.c: the CUDA runtime, cuBLAS, cuBLASLt and NCCL calls of megatrain's CUDA build, served on the CPU for
- * the emulator (tests/gpu/emu/README.md). Device memory is host memory; every stream runs its work when it is
- * enqueued (so a missing stream-order wait cannot show here); matrix products go through OpenBLAS in fp32 from
- * the bf16 or fp32 operands, rounded to the output type once, as cuBLAS does with fp32 accumulation (NCCL is
- * emu_nccl.c). The machine has EMU_GPUS emulated GPUs (default 1), told apart by their PCI bus ids: with one, every
+/* emu_runtime.c: the CUDA runtime, cuBLAS and cuBLASLt calls of megatrain's CUDA build, served on the CPU for the
+ * emulator (tests/gpu/emu/README.md). Device memory is host memory; work on a stream goes through emu_streams.c's
+ * queues (run at once, or later under EMU_STREAMS); matrix products go through OpenBLAS in fp32 from the bf16 or
+ * fp32 operands, rounded to the output type once, as cuBLAS does with fp32 accumulation (NCCL is emu_nccl.c). The machine has EMU_GPUS emulated GPUs (default 1), told apart by their PCI bus ids: with one, every
  * rank of a job shares it and megatrain stages its collectives through the host, as on one real GPU; with as many
  * as ranks, each rank has its own and megatrain's collectives go through NCCL.
  *
@@ -11,6 +10,7 @@
  * aborts. */
 #include <cblas.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +20,8 @@
 #include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
+
+#include "emu_streams.h"
 
 static _Thread_local cudaError_t last_error = cudaSuccess;
 void emu_runtime_launch_error(cudaError_t status) { last_error = status; }
@@ -59,23 +61,33 @@ cudaError_t cudaMallocAsync(void **ptr, size_t bytes, cudaStream_t s) {
     (void)s;
     return cudaMalloc(ptr, bytes);
 }
-cudaError_t cudaFree(void *ptr) {
-    if (!ptr) return cudaSuccess;
+static AllocHead *alloc_head(void *ptr, const char *what) {
     AllocHead *h = (AllocHead *)((unsigned char *)ptr - kHead);
     if (h->magic != kMagic) {
-        fprintf(stderr, "EMU: cudaFree of %p, which cudaMalloc did not return (or freed twice)\n", ptr);
+        fprintf(stderr, "EMU: %s of %p, which cudaMalloc did not return (or freed twice)\n", what, ptr);
         abort();
     }
+    return h;
+}
+static void free_now(void *ptr) {
+    AllocHead *h = alloc_head(ptr, "cudaFree");
     pthread_mutex_lock(&mem_lock);
     mem_used -= h->bytes;
     pthread_mutex_unlock(&mem_lock);
     h->magic = 0;
     free(h);
+}
+cudaError_t cudaFree(void *ptr) {
+    if (!ptr) return cudaSuccess;
+    emu_streams_drain_all(); /* cudaFree waits for the device */
+    free_now(ptr);
     return cudaSuccess;
 }
 cudaError_t cudaFreeAsync(void *ptr, cudaStream_t s) {
-    (void)s;
-    return cudaFree(ptr);
+    if (!ptr) return cudaSuccess;
+    alloc_head(ptr, "cudaFreeAsync");
+    emu_stream_submit(s, free_now, NULL, ptr);
+    return cudaSuccess;
 }
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
     pthread_mutex_lock(&mem_lock);
@@ -84,22 +96,52 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
     *total = kMemTotal;
     return cudaSuccess;
 }
+
+/* Copies and memsets: those that touch host memory (pageable: megatrain has no other kind) finish the stream's
+ * earlier work and run before returning, as CUDA does; device-to-device ones and memsets queue on the stream. */
+typedef struct {
+    void *dst;
+    const void *src;
+    size_t bytes;
+    int value;
+} Fill;
+static void copy_run(void *ctx) {
+    const Fill *f = ctx;
+    memmove(f->dst, f->src, f->bytes);
+}
+static void set_run(void *ctx) {
+    const Fill *f = ctx;
+    memset(f->dst, f->value, f->bytes);
+}
+static void queue_fill(cudaStream_t st, EmuWorkFn run, Fill f) {
+    Fill *q = malloc(sizeof *q);
+    *q = f;
+    emu_stream_submit(st, run, free, q);
+}
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) {
     (void)k;
+    emu_streams_drain_all();
     if (n) memmove(d, s, n);
     return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) {
-    (void)st;
-    return cudaMemcpy(d, s, n, k);
+    if (!n) return cudaSuccess;
+    if (k == cudaMemcpyDeviceToDevice) {
+        queue_fill(st, copy_run, (Fill){d, s, n, 0});
+        return cudaSuccess;
+    }
+    emu_stream_drain(st);
+    memmove(d, s, n);
+    return cudaSuccess;
 }
 cudaError_t cudaMemset(void *d, int v, size_t n) {
+    emu_streams_drain_all();
     if (n) memset(d, v, n);
     return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t s) {
-    (void)s;
-    return cudaMemset(d, v, n);
+    if (n) queue_fill(s, set_run, (Fill){d, NULL, n, v});
+    return cudaSuccess;
 }
 
 /* ---- devices, streams, events, errors ---- */
@@ -148,60 +190,6 @@ cudaError_t cudaRuntimeGetVersion(int *v) {
 }
 cudaError_t cudaDriverGetVersion(int *v) {
     *v = CUDART_VERSION;
-    return cudaSuccess;
-}
-cudaError_t cudaDeviceSynchronize(void) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t s) {
-    (void)s;
-    return cudaSuccess;
-}
-cudaError_t cudaStreamQuery(cudaStream_t s) {
-    (void)s;
-    return cudaSuccess;
-}
-cudaError_t cudaStreamCreateWithFlags(cudaStream_t *s, unsigned flags) {
-    (void)flags;
-    *s = (cudaStream_t)malloc(64);
-    return cudaSuccess;
-}
-cudaError_t cudaStreamCreate(cudaStream_t *s) { return cudaStreamCreateWithFlags(s, 0); }
-cudaError_t cudaStreamDestroy(cudaStream_t s) {
-    free(s);
-    return cudaSuccess;
-}
-cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
-    (void)s, (void)e, (void)flags;
-    return cudaSuccess;
-}
-cudaError_t cudaEventCreate(cudaEvent_t *e) {
-    *e = (cudaEvent_t)calloc(1, sizeof(double));
-    return cudaSuccess;
-}
-cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
-    (void)flags;
-    return cudaEventCreate(e);
-}
-cudaError_t cudaEventDestroy(cudaEvent_t e) {
-    free(e);
-    return cudaSuccess;
-}
-cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
-    (void)s;
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    *(double *)e = (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-    return cudaSuccess;
-}
-cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-    (void)e;
-    return cudaSuccess;
-}
-cudaError_t cudaEventQuery(cudaEvent_t e) {
-    (void)e;
-    return cudaSuccess;
-}
-cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
-    *ms = (float)(*(double *)b - *(double *)a);
     return cudaSuccess;
 }
 cudaError_t cudaGetLastError(void) {
@@ -254,14 +242,12 @@ static void store(void *p, cudaDataType_t t, size_t i, float v) {
 }
 static int type_ok(cudaDataType_t t) { return t == CUDA_R_16BF || t == CUDA_R_32F; }
 
-static cublasStatus_t product(int ta, int tb, int m, int n, int k, float alpha, const void *A, cudaDataType_t at,
-                              int lda, const void *B, cudaDataType_t bt, int ldb, float beta, const void *C,
-                              cudaDataType_t ct, int ldc, void *D, int ldd, const void *bias) {
-    if (m < 0 || n < 0 || k < 0 || !type_ok(at) || !type_ok(bt) || !type_ok(ct)) return CUBLAS_STATUS_INVALID_VALUE;
+/* The arguments were checked by queue_product. */
+static void product(int ta, int tb, int m, int n, int k, float alpha, const void *A, cudaDataType_t at, int lda,
+                    const void *B, cudaDataType_t bt, int ldb, float beta, const void *C, cudaDataType_t ct, int ldc,
+                    void *D, int ldd, const void *bias) {
     const int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
-    if (lda < (ar > 1 ? ar : 1) || ldb < (br > 1 ? br : 1) || ldc < (m > 1 ? m : 1) || ldd < (m > 1 ? m : 1))
-        return CUBLAS_STATUS_INVALID_VALUE;
-    if (m == 0 || n == 0) return CUBLAS_STATUS_SUCCESS;
+    if (m == 0 || n == 0) return;
     float *a = malloc(((size_t)ar * ac + 1) * 4), *b = malloc(((size_t)br * bc + 1) * 4), *c = malloc((size_t)m * n * 4);
     for (int j = 0; j < ac; j++)
         for (int i = 0; i < ar; i++) a[(size_t)j * ar + i] = load(A, at, (size_t)j * lda + i);
@@ -278,12 +264,51 @@ static cublasStatus_t product(int ta, int tb, int m, int n, int k, float alpha, 
     free(a);
     free(b);
     free(c);
+}
+
+/* One product, queued on a stream with its scalars and host-side arguments copied (device memory is read when it
+ * runs). */
+typedef struct {
+    int ta, tb, m, n, k;
+    float alpha, beta;
+    const void *A, *B, *C;
+    cudaDataType_t at, bt, ct;
+    int lda, ldb, ldc, ldd;
+    void *D;
+    const void *bias;
+    bool indirect; /* A, B, C and D are the addresses of device pointer-array slots (the grouped call): read late */
+} Product;
+static void product_run(void *ctx) {
+    const Product *p = ctx;
+    const void *A = p->A, *B = p->B, *C = p->C;
+    void *D = p->D;
+    if (p->indirect) {
+        A = *(const void *const *)p->A, B = *(const void *const *)p->B, C = *(const void *const *)p->C;
+        D = *(void *const *)p->D;
+    }
+    product(p->ta, p->tb, p->m, p->n, p->k, p->alpha, A, p->at, p->lda, B, p->bt, p->ldb, p->beta, C, p->ct, p->ldc,
+            D, p->ldd, p->bias);
+}
+/* Checks the arguments now (as cuBLAS does when called), then queues the product. */
+static cublasStatus_t queue_product(cudaStream_t st, Product p) {
+    const int ar = p.ta ? p.k : p.m, br = p.tb ? p.n : p.k;
+    if (p.m < 0 || p.n < 0 || p.k < 0 || !type_ok(p.at) || !type_ok(p.bt) || !type_ok(p.ct) ||
+        p.lda < (ar > 1 ? ar : 1) || p.ldb < (br > 1 ? br : 1) || p.ldc < (p.m > 1 ? p.m : 1) ||
+        p.ldd < (p.m > 1 ? p.m : 1))
+        return CUBLAS_STATUS_INVALID_VALUE;
+    Product *q = malloc(sizeof *q);
+    *q = p;
+    emu_stream_submit(st, product_run, free, q);
     return CUBLAS_STATUS_SUCCESS;
 }
 
 /* ---- cuBLAS ---- */
+/* A handle keeps the stream its calls queue on. */
+typedef struct {
+    cudaStream_t stream;
+} BlasHandle;
 cublasStatus_t cublasCreate_v2(cublasHandle_t *h) {
-    *h = (cublasHandle_t)malloc(64);
+    *h = (cublasHandle_t)calloc(1, sizeof(BlasHandle));
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
@@ -291,7 +316,7 @@ cublasStatus_t cublasDestroy_v2(cublasHandle_t h) {
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSetStream_v2(cublasHandle_t h, cudaStream_t s) {
-    (void)h, (void)s;
+    ((BlasHandle *)h)->stream = s;
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t h, void *w, size_t n) {
@@ -310,9 +335,10 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             const void *alpha, const void *A, cudaDataType_t at, int lda, const void *B,
                             cudaDataType_t bt, int ldb, const void *beta, void *C, cudaDataType_t ct, int ldc,
                             cublasComputeType_t comp, cublasGemmAlgo_t algo) {
-    (void)h, (void)comp, (void)algo;
-    return product(ta != CUBLAS_OP_N, tb != CUBLAS_OP_N, m, n, k, *(const float *)alpha, A, at, lda, B, bt, ldb,
-                   *(const float *)beta, C, ct, ldc, C, ldc, NULL);
+    (void)comp, (void)algo;
+    return queue_product(((BlasHandle *)h)->stream,
+                         (Product){ta != CUBLAS_OP_N, tb != CUBLAS_OP_N, m, n, k, *(const float *)alpha,
+                                   *(const float *)beta, A, B, C, at, bt, ct, lda, ldb, ldc, ldc, C, NULL, false});
 }
 cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperation_t ta[],
                                           const cublasOperation_t tb[], const int m[], const int n[], const int k[],
@@ -320,13 +346,15 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
                                           const int lda[], const void *const B[], cudaDataType_t bt, const int ldb[],
                                           const void *beta, void *const C[], cudaDataType_t ct, const int ldc[],
                                           int group_count, const int group_size[], cublasComputeType_t comp) {
-    (void)h, (void)comp;
+    (void)comp;
     int p = 0;
     for (int g = 0; g < group_count; g++)
         for (int i = 0; i < group_size[g]; i++, p++) {
-            const cublasStatus_t s =
-                product(ta[g] != CUBLAS_OP_N, tb[g] != CUBLAS_OP_N, m[g], n[g], k[g], ((const float *)alpha)[g], A[p],
-                        at, lda[g], B[p], bt, ldb[g], ((const float *)beta)[g], C[p], ct, ldc[g], C[p], ldc[g], NULL);
+            const cublasStatus_t s = queue_product(
+                ((BlasHandle *)h)->stream,
+                (Product){ta[g] != CUBLAS_OP_N, tb[g] != CUBLAS_OP_N, m[g], n[g], k[g], ((const float *)alpha)[g],
+                          ((const float *)beta)[g], &A[p], &B[p], &C[p], at, bt, ct, lda[g], ldb[g], ldc[g], ldc[g],
+                          (void *)&C[p], NULL, true});
             if (s != CUBLAS_STATUS_SUCCESS) return s;
         }
     return CUBLAS_STATUS_SUCCESS;
@@ -425,7 +453,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
                               const void *C, cublasLtMatrixLayout_t cl, void *D, cublasLtMatrixLayout_t dl,
                               const cublasLtMatmulAlgo_t *algo, void *workspace, size_t workspace_bytes,
                               cudaStream_t stream) {
-    (void)h, (void)algo, (void)workspace, (void)workspace_bytes, (void)stream;
+    (void)h, (void)algo, (void)workspace, (void)workspace_bytes;
     const LtDesc *x = (const LtDesc *)op;
     const LtLayout *la = (const LtLayout *)al, *lb = (const LtLayout *)bl, *lc = (const LtLayout *)cl,
                    *ld = (const LtLayout *)dl;
@@ -436,7 +464,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
         return CUBLAS_STATUS_INVALID_VALUE;
     if (x->epilogue == CUBLASLT_EPILOGUE_BIAS && !x->bias) return CUBLAS_STATUS_INVALID_VALUE;
     const float b = *(const float *)beta;
-    return product(x->ta, x->tb, m, n, k, *(const float *)alpha, A, la->type, (int)la->ld, B, lb->type, (int)lb->ld,
-                   b, b != 0.0f ? C : D, lc->type, (int)(b != 0.0f ? lc->ld : ld->ld), D, (int)ld->ld,
-                   x->epilogue == CUBLASLT_EPILOGUE_BIAS ? x->bias : NULL);
+    return queue_product(stream, (Product){x->ta, x->tb, m, n, k, *(const float *)alpha, b, A, B, b != 0.0f ? C : D,
+                                           la->type, lb->type, lc->type, (int)la->ld, (int)lb->ld,
+                                           (int)(b != 0.0f ? lc->ld : ld->ld), (int)ld->ld, D,
+                                           x->epilogue == CUBLASLT_EPILOGUE_BIAS ? x->bias : NULL, false});
 }
