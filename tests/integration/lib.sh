@@ -160,6 +160,15 @@ near_one_rank() {
       END { exit !(n == steps && !bad) }' || fail "$name: $field is not the one-rank run's"
 }
 
+# need_gpu_emu [mpirun]: skips (exit 77) without g++ or the CUDA headers (and mpirun, when named), else builds the
+# CUDA build's CPU emulator (make gpu-emu-build: build/emu).
+need_gpu_emu() {
+  command -v g++ > /dev/null || { echo "skipped: no g++"; exit 77; }
+  [[ ${1:-} != mpirun ]] || command -v mpirun > /dev/null || { echo "skipped: no mpirun"; exit 77; }
+  [[ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime_api.h" ]] || { echo "skipped: no CUDA headers"; exit 77; }
+  make -C "$REPO" --no-print-directory -s gpu-emu-build > /dev/null
+}
+
 # emu_run NAME NP RECIPE [--set ...]: 10 steps of recipes/tiny/RECIPE on the CUDA build's CPU emulator
 # (build/emu/megatrain, tests/gpu/emu/README.md) on NP ranks, data $WORK/english (demo_data), into $WORK/NAME
 # (log $WORK/NAME.txt). The emulator's switches (EMU_GPUS, EMU_STREAMS) come from the environment.

@@ -14,10 +14,9 @@
 # megatrain runs of tests/gpu/test_*.sh take half an hour here: `make
 # test-gpu-emu` runs them.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-command -v g++ > /dev/null || { echo "skipped: no g++"; exit 77; }
-[[ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime_api.h" ]] || { echo "skipped: no CUDA headers"; exit 77; }
-make --no-print-directory -s gpu-emu-build > /dev/null
+source "$(dirname "$0")/lib.sh"
+cd "$REPO"
+need_gpu_emu
 export MT_GPU_TEST_QUICK=1
 for t in test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm test_cuda_hf_parity test_cuda_model \
          test_cuda_parallel_model; do

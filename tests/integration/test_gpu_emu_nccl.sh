@@ -18,10 +18,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$REPO"
-command -v g++ > /dev/null || { echo "skipped: no g++"; exit 77; }
-command -v mpirun > /dev/null || { echo "skipped: no mpirun"; exit 77; }
-[[ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime_api.h" ]] || { echo "skipped: no CUDA headers"; exit 77; }
-make --no-print-directory -s gpu-emu-build > /dev/null
+need_gpu_emu mpirun
 mpi=(mpirun --allow-run-as-root --oversubscribe)
 
 mkdir "$WORK/tmp" # the communicators' files: none may stay behind

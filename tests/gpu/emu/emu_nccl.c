@@ -368,42 +368,27 @@ static ncclResult_t queue_call(cudaStream_t st, EmuWorkFn run, Call call) {
     return ncclSuccess;
 }
 
-static void all_reduce_run(void *ctx) {
-    const Call *k = ctx;
+/* All-reduce (every rank sends its whole buffer to each) or reduce-scatter (rank p's block is elements
+ * [p * count, (p + 1) * count) of each sender's buffer), in chunks of kChunk elements. */
+static void reduce_run(const Call *k, int opcode) {
     EmuComm *c = k->c;
     const size_t eb = type_bytes(k->type);
     if (c->nranks == 1) {
         if (k->count) memmove(k->recv, k->send, k->count * eb);
         return;
     }
+    const size_t stride = opcode == OP_REDUCE_SCATTER ? k->count * eb : 0; /* from one peer's block to the next */
     unsigned char *theirs = malloc((size_t)(c->nranks - 1) * kChunk * eb);
     for (size_t at = 0; at < k->count; at += kChunk) {
         const size_t n = k->count - at < kChunk ? k->count - at : kChunk;
-        const unsigned char *src = (const unsigned char *)k->send + at * eb;
-        exchange_and_reduce(c, OP_ALL_REDUCE, k->seq, k->count, src, 0, src, (unsigned char *)k->recv + at * eb, n,
-                            k->type, k->red, theirs);
-    }
-    free(theirs);
-}
-
-static void reduce_scatter_run(void *ctx) {
-    const Call *k = ctx;
-    EmuComm *c = k->c;
-    const size_t eb = type_bytes(k->type);
-    if (c->nranks == 1) {
-        if (k->count) memmove(k->recv, k->send, k->count * eb);
-        return;
-    }
-    unsigned char *theirs = malloc((size_t)(c->nranks - 1) * kChunk * eb);
-    for (size_t at = 0; at < k->count; at += kChunk) { /* rank p's block is elements [p * count, (p + 1) * count) */
-        const size_t n = k->count - at < kChunk ? k->count - at : kChunk;
         const unsigned char *base = (const unsigned char *)k->send + at * eb;
-        exchange_and_reduce(c, OP_REDUCE_SCATTER, k->seq, k->count, base, k->count * eb,
-                            base + (size_t)c->rank * k->count * eb, (unsigned char *)k->recv + at * eb, n, k->type,
-                            k->red, theirs);
+        exchange_and_reduce(c, opcode, k->seq, k->count, base, stride, base + (size_t)c->rank * stride,
+                            (unsigned char *)k->recv + at * eb, n, k->type, k->red, theirs);
     }
     free(theirs);
 }
+static void all_reduce_run(void *ctx) { reduce_run(ctx, OP_ALL_REDUCE); }
+static void reduce_scatter_run(void *ctx) { reduce_run(ctx, OP_REDUCE_SCATTER); }
 
 static void all_gather_run(void *ctx) {
     const Call *k = ctx;
