@@ -182,9 +182,10 @@ emu_run() {
   fi || { tail -20 "$WORK/$name.txt"; fail "$name failed"; }
 }
 
-# emu_tracks NAME REF LOG_LINE: $WORK/NAME.txt has LOG_LINE, and NAME's 10 losses are within 2e-3 of REF's (one
-# GPU; test_cuda_layouts.sh's bound on a GPU) and its grad norms within 2% (AdamW hides a gradient summed where it
-# should be averaged; the norm shows it).
+# emu_tracks NAME REF LOG_LINE: $WORK/NAME.txt has LOG_LINE, and NAME's 10 losses are within 1e-3 of REF's (one
+# GPU) and its grad norms within 0.5% relative (AdamW hides a gradient summed where it should be averaged; the norm
+# shows it). Measured on the emulator, 2026-11-25: 2.8e-4 and 4.1e-4 at worst (tp 2's bf16 partial sums), against
+# 3.1e-2 and 1.0 for the missing stream waits and the sum-for-average that the tests were tried on.
 emu_tracks() {
   grep -q "$3" "$WORK/$1.txt" || fail "$1: no '$3' in its log"
   paste -d' ' <(json_field "$WORK/$2/metrics.jsonl" loss) <(json_field "$WORK/$1/metrics.jsonl" loss) \
@@ -193,5 +194,5 @@ emu_tracks() {
       { d = abs($2 - $1); if (d > worst) worst = d; g = abs($4 - $3) / $3; if (g > gworst) gworst = g; n++ }
       END { printf "%s: 10 steps against one GPU, worst |loss difference| %.2e, worst grad norm %.2e relative\n",
                    name, worst, gworst
-            exit !(n == 10 && worst < 2e-3 && gworst < 0.02) }' || fail "$1 does not track the one-GPU run"
+            exit !(n == 10 && worst < 1e-3 && gworst < 5e-3) }' || fail "$1 does not track the one-GPU run"
 }

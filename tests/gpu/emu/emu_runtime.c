@@ -21,6 +21,7 @@
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
+#include "../../../src/core/float16.h"
 #include "emu_streams.h"
 
 static _Thread_local cudaError_t last_error = cudaSuccess;
@@ -220,24 +221,11 @@ const char *cudaGetErrorName(cudaError_t e) {
 }
 
 /* ---- matrix products: column-major D (m x n, ldd) = alpha op(A) op(B) + beta C (+ bias[row]) ---- */
-static float from_bf16(uint16_t h) {
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static uint16_t to_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40u); /* NaN stays NaN */
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
 static float load(const void *p, cudaDataType_t t, size_t i) {
-    return t == CUDA_R_16BF ? from_bf16(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+    return t == CUDA_R_16BF ? bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
 static void store(void *p, cudaDataType_t t, size_t i, float v) {
-    if (t == CUDA_R_16BF) ((uint16_t *)p)[i] = to_bf16(v);
+    if (t == CUDA_R_16BF) ((uint16_t *)p)[i] = f32_to_bf16(v);
     else ((float *)p)[i] = v;
 }
 static int type_ok(cudaDataType_t t) { return t == CUDA_R_16BF || t == CUDA_R_32F; }
