@@ -39,6 +39,10 @@ TORCH_NO_DEPS=(torch==2.15.0 nvidia-cuda-runtime==13.2.86 nvidia-cublas==13.4.1.
 TORCH_WITH_DEPS=(filelock typing-extensions sympy networkx jinja2 fsspec transformers==5.23.0 safetensors==0.8.0)
 PEFT_NO_DEPS=(peft==0.21.2 accelerate==1.15.0 psutil==7.2.2)
 FP8=(ml_dtypes==0.6.0 numpy==2.4.6)
+# Not a group: the float8 training peer of issue 20's benchmark (bench_torch_gpu.py --float8) on the GPU machine,
+# carried there as a wheel by tests/gpu/carry_wheels.sh. torchao 0.17 wants torch >= 2.11 (the machine's) and
+# its float8 training is pure Python (its C++ extensions, built for one torch, are skipped where they do not fit).
+TORCHAO_NO_DEPS=(torchao==0.17.0)
 
 # check GROUP: the group's packages import (torch also computes a gradient on the CPU).
 check() {

@@ -51,43 +51,17 @@ Usage: bench_torch_finetune_gpu.py --mode lora|full [--config configs/llama3.2-1
        CPU smoke test (no GPU): ... --device cpu --tiny
 """
 import argparse
-import glob
 import os
-import subprocess
 import sys
-import tempfile
 import types
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_torch_gpu import (REPO, adamw, build_model, device_name, emit, enable_grad_ckpt,  # noqa: E402
-                             flops_per_token, read_dense_config, run_guarded, step_report, timed_steps, tiny_shape)
+from bench_torch_gpu import (adamw, build_model, device_name, emit, enable_grad_ckpt,  # noqa: E402
+                             flops_per_token, import_or_install, read_dense_config, run_guarded, step_report, timed_steps, tiny_shape)
 
 LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
-def ensure_peft():
-    """Imports peft, first installing the carried wheels (tests/gpu/carry_wheels.sh) if it is missing."""
-    try:
-        import peft  # noqa: F401
-        return "installed"
-    except ImportError:
-        pass
-    wheels = sorted(glob.glob(os.path.join(os.environ.get("MT_WHEELS", os.path.join(REPO, ".devwheels")), "*.whl")))
-    if not wheels:
-        sys.exit("bench_torch_finetune_gpu.py: no peft, and no wheels in .devwheels (run tests/gpu/carry_wheels.sh "
-                 "and carry .devwheels)")
-    target = tempfile.mkdtemp(prefix="peft-wheels-")
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target", target] + wheels
-    if subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).returncode != 0:
-        import zipfile  # no pip: a wheel is a zip of what an install puts in site-packages
-
-        for w in wheels:
-            zipfile.ZipFile(w).extractall(target)
-    sys.path.insert(0, target)
-    import peft  # noqa: F401
-    return "from " + ", ".join(os.path.basename(w) for w in wheels)
 
 
 def packed_rows(n, rows, seq, vocab, doc_len, gen, device):
@@ -123,7 +97,7 @@ def train(a, shape):
             "packing": a.packing, "attn": a.attn, "grad_ckpt": a.grad_ckpt}
     info = {}
     if a.mode == "lora":
-        info["peft_source"] = ensure_peft()
+        info["peft_source"] = import_or_install("peft")
     model, tf_version = build_model(shape, a.device, torch.bfloat16 if a.mode == "lora" else torch.float32)
     if a.attn != "sdpa":
         model.set_attn_implementation(a.attn)

@@ -30,21 +30,38 @@ Issue 18's levers (the peers of megatrain's train.recompute and bf16 states):
                          states (which keep an fp32 master); plain PyTorch has
                          no fp32-master / bf16-moment AdamW.
 
+Issue 20's peer (PyTorch float8 training, the peer of megatrain's precision: fp8):
+  --float8 tensorwise    torchao's convert_to_float8_training with its tensorwise
+                         recipe (current scaling: each tensor's amax just before
+                         its cast; E4M3 forward, E5M2 gradients) on every decoder
+                         linear layer; the lm_head stays bf16, as megatrain's does.
+                         fp32 master weights cast to FP8 per use. Meant with
+                         --mode compile (torchao's casts are only fused there).
+                         rowwise: torchao's rowwise recipe (an extra row).
+  --peak fp8             times an 8192^3 E4M3 torch._scaled_mm (bf16 output,
+                         fast accumulation) instead: the FP8 matrix peak.
+  torchao is imported, or installed from the carried wheels (.devwheels, made
+  by tests/gpu/carry_wheels.sh) when the machine lacks it.
+
 Usage: bench_torch_gpu.py --family llama|qwen3 --layers L --hidden C --intermediate I
          --heads H --kv-heads KVH --head-dim D --vocab V --seq-len T --micro-batch B
          [--steps 20] [--warmup 5] [--mode eager|compile] [--tie] [--rope-theta X]
-         [--grad-ckpt [full|selective]] [--weights fp32|bf16] [--json]
+         [--grad-ckpt [full|selective]] [--weights fp32|bf16] [--float8 none|tensorwise|rowwise] [--json]
        bench_torch_gpu.py --config configs/llama3-8b.yaml --seq-len 8192 --micro-batch 1 ...
          (the shape from a megatrain dense config; explicit flags override it)
-       bench_torch_gpu.py --peak [--json]
+       bench_torch_gpu.py --peak [bf16|fp8] [--json]
        CPU smoke test (no GPU): ... --device cpu [--config configs/llama3.2-1b.yaml --tiny]
 """
 import argparse
 import functools
+import glob
+import importlib
 import json
 import os
 import random
+import subprocess
 import sys
+import tempfile
 import time
 import warnings
 
@@ -61,29 +78,86 @@ def emit(result, as_json, text):
     print(json.dumps(result) if as_json else text, flush=True)
 
 
-def matmul_peak(as_json):
-    """Mean of 20 CUDA-event-timed 8192^3 bf16 products after 3 warm-ups."""
-    n = 8192
-    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-    c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
-    for _ in range(3):
-        torch.matmul(a, b, out=c)
+def cuda_time_ms(run, warmup=3, reps=20):
+    """Mean milliseconds of reps CUDA-event-timed calls of run() after warmup untimed ones."""
+    for _ in range(warmup):
+        run()
     torch.cuda.synchronize()
     events = []
-    for _ in range(20):
+    for _ in range(reps):
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        torch.matmul(a, b, out=c)
+        run()
         end.record()
         events.append((start, end))
     torch.cuda.synchronize()
-    ms = sum(s.elapsed_time(e) for s, e in events) / len(events)
+    return sum(s.elapsed_time(e) for s, e in events) / len(events)
+
+
+def matmul_peak(as_json, dtype="bf16"):
+    """An 8192^3 product timed by cuda_time_ms: bf16 torch.matmul (the peak MFU is against), or (fp8)
+    torch._scaled_mm of E4M3 operands with unit tensorwise scales, bf16 output, fast accumulation."""
+    n = 8192
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    if dtype == "bf16":
+        c = torch.empty(n, n, device="cuda", dtype=torch.bfloat16)
+        ms = cuda_time_ms(lambda: torch.matmul(a, b, out=c))
+        impl = "torch-matmul-peak"
+    else:
+        a8 = a.to(torch.float8_e4m3fn)
+        b8 = b.to(torch.float8_e4m3fn).t()  # _scaled_mm takes its second operand column-major
+        one = torch.ones((), device="cuda", dtype=torch.float32)
+        ms = cuda_time_ms(lambda: torch._scaled_mm(a8, b8, scale_a=one, scale_b=one, out_dtype=torch.bfloat16,
+                                                   use_fast_accum=True))
+        impl = "torch-scaled-mm-peak"
     tflops = 2.0 * n ** 3 / (ms * 1e-3) / 1e12
-    result = {"impl": "torch-matmul-peak", "m": n, "n": n, "k": n, "ms": round(ms, 4),
+    result = {"impl": impl, "dtype": dtype, "m": n, "n": n, "k": n, "ms": round(ms, 4),
               "tflops": round(tflops, 1), "device": torch.cuda.get_device_name(), "torch": torch.__version__}
-    emit(result, as_json, f"bf16 matmul {n}x{n}x{n}: {ms:.3f} ms, {tflops:.1f} TFLOP/s "
+    emit(result, as_json, f"{dtype} matmul {n}x{n}x{n}: {ms:.3f} ms, {tflops:.1f} TFLOP/s "
                           f"({result['device']}, torch {torch.__version__})")
+
+
+def import_or_install(module):
+    """Imports module; where the machine lacks it (the GPU machine has no internet), first installs every
+    wheel that tests/gpu/carry_wheels.sh put in .devwheels (or $MT_WHEELS) into a temporary target.
+    Returns where it came from."""
+    try:
+        importlib.import_module(module)
+        return "installed"
+    except ImportError:
+        pass
+    wheels = sorted(glob.glob(os.path.join(os.environ.get("MT_WHEELS", os.path.join(REPO, ".devwheels")), "*.whl")))
+    if not wheels:
+        sys.exit(f"{os.path.basename(sys.argv[0])}: no {module}, and no wheels in .devwheels "
+                 "(run tests/gpu/carry_wheels.sh and carry .devwheels)")
+    target = tempfile.mkdtemp(prefix="bench-wheels-")
+    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", "--target", target] + wheels
+    if subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE).returncode != 0:
+        import zipfile  # no pip: a wheel is a zip of what an install puts in site-packages
+
+        for w in wheels:
+            zipfile.ZipFile(w).extractall(target)
+    sys.path.insert(0, target)
+    importlib.import_module(module)
+    return "from " + ", ".join(os.path.basename(w) for w in wheels)
+
+
+def convert_float8(model, recipe):
+    """torchao float8 training (recipe tensorwise or rowwise) on every decoder linear layer; the lm_head
+    stays bf16. Returns (the number of layers converted, the torchao version, where it came from)."""
+    source = import_or_install("torchao")
+    import torchao
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+
+    def decoder_linear(mod, fqn):
+        return (isinstance(mod, torch.nn.Linear) and not fqn.endswith("lm_head")
+                and mod.in_features % 16 == 0 and mod.out_features % 16 == 0)
+
+    convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name(recipe),
+                               module_filter_fn=decoder_linear)
+    converted = sum(type(m).__name__ == "Float8Linear" for m in model.modules())
+    return converted, torchao.__version__, source
 
 
 def read_dense_config(path):
@@ -242,8 +316,12 @@ def device_name(device):
 def train(a):
     impl = f"torch-{a.mode}"
     base = {"impl": impl, "family": a.family, "seq_len": a.seq_len, "micro_batch": a.micro_batch,
-            "grad_ckpt": a.grad_ckpt, "weights": a.weights}
+            "grad_ckpt": a.grad_ckpt, "weights": a.weights, "float8": a.float8}
     model, tf_version = build_model(a, a.device, torch.bfloat16 if a.weights == "bf16" else torch.float32)
+    float8 = {}
+    if a.float8 != "none":
+        n, version, source = convert_float8(model, a.float8)
+        float8 = {"float8_layers": n, "torchao": version, "torchao_source": source}
     enable_grad_ckpt(model, a.grad_ckpt)
     n_params = sum(p.numel() for p in model.parameters())  # a tied embedding counted once
     optimizer = adamw(model.parameters())
@@ -267,11 +345,12 @@ def train(a):
     fields, text = step_report(loss, warmup_s, seconds, a.steps, a.micro_batch * a.seq_len, fpt, a.device,
                                a.mode == "compile")
     result = {**base, **fields, "layers": a.layers, "hidden": a.hidden, "params": n_params, "flops_per_token": fpt,
-              "steps": a.steps, "warmup": a.warmup, "tied": a.tie,
+              "steps": a.steps, "warmup": a.warmup, "tied": a.tie, **float8,
               "device": device_name(a.device), "torch": torch.__version__, "transformers": tf_version}
+    fp8_text = f", float8 {a.float8} ({float8['float8_layers']} layers)" if float8 else ""
     emit(result, a.json,
          f"{impl} {a.family} L={a.layers} C={a.hidden} params={n_params / 1e9:.3f}B T={a.seq_len} "
-         f"B={a.micro_batch} grad-ckpt {a.grad_ckpt}, {a.weights} weights: {text}")
+         f"B={a.micro_batch} grad-ckpt {a.grad_ckpt}, {a.weights} weights{fp8_text}: {text}")
 
 
 def is_oom(exc):
@@ -298,7 +377,8 @@ def run_guarded(device, seed, run, oom_row):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--peak", action="store_true", help="only time an 8192^3 bf16 matmul")
+    ap.add_argument("--peak", nargs="?", const="bf16", choices=("bf16", "fp8"),
+                    help="only time an 8192^3 matmul: bf16 (bare flag) or fp8 (E4M3 torch._scaled_mm)")
     ap.add_argument("--config", help="take the shape from a megatrain dense config (configs/*.yaml)")
     ap.add_argument("--tiny", action="store_true", help="with --config: a tiny shape of its family (smoke tests)")
     ap.add_argument("--family", choices=("llama", "qwen3"))
@@ -315,6 +395,8 @@ def main():
                     help="activation checkpointing of every layer (bare flag: full; default none)")
     ap.add_argument("--weights", choices=("fp32", "bf16"), default="fp32",
                     help="fp32: fp32 master weights and moments (default); bf16: all in bf16")
+    ap.add_argument("--float8", choices=("none", "tensorwise", "rowwise"), default="none",
+                    help="torchao float8 training of the decoder's linear layers (default none)")
     ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda", help="cpu: smoke tests only")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--json", action="store_true", help="print one JSON line")
@@ -336,9 +418,9 @@ def main():
         ap.error("missing " + ", ".join("--" + n.replace("_", "-") for n in missing))
     if a.steps < 1 or a.warmup < (1 if a.mode == "compile" else 0):
         ap.error("--steps must be >= 1 (and --warmup >= 1 with --mode compile)")
-    run_guarded(a.device, a.seed, lambda: matmul_peak(a.json) if a.peak else train(a),
+    run_guarded(a.device, a.seed, lambda: matmul_peak(a.json, a.peak) if a.peak else train(a),
                 {"impl": f"torch-{a.mode}", "family": a.family, "seq_len": a.seq_len, "micro_batch": a.micro_batch,
-                 "grad_ckpt": a.grad_ckpt, "weights": a.weights})
+                 "grad_ckpt": a.grad_ckpt, "weights": a.weights, "float8": a.float8})
 
 if __name__ == "__main__":
     main()

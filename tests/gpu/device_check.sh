@@ -5,14 +5,15 @@
 # tests/gpu/carry_libs.sh (or a machine with our packages: then plain
 # `make test-gpu` and `make bench-gpu` do the same). Logs go to $OUT (or
 # /tmp/device-check). Usage: bash tests/gpu/device_check.sh [tests|profile|bench|moe-ways|bench-a3b|bench-mixtral
-#   |bench-finetune-peers|bench-recompute-peers|bench-8b-peer ...]
+#   |bench-finetune-peers|bench-recompute-peers|bench-8b-peer|bench-fp8-peers|bench-fp8-8b-peer ...]
 # (bench: the dense shapes, about 7 minutes on an H100; moe-ways: megatrain alone on the MoE shapes with
 # each MEGATRAIN_MOE_GEMM, about 5 minutes; bench-a3b and bench-mixtral: one MoE shape each,
 # megatrain and its PyTorch peers; each in a device call of its own: a call is at most 10 minutes.
 # The *-peers parts and bench-8b-peer run only PyTorch peers (megatrain refuses LoRA, packing, recompute
 # and bf16 states on GPUs for now), each within 9 minutes, and need no build: bench-finetune-peers
 # (issue 21) needs .devwheels carried (tests/gpu/carry_wheels.sh) where the machine has no peft;
-# bench-8b-peer (issue 18, Llama 3 8B at seq 8192) is meant for an H200)
+# bench-8b-peer (issue 18, Llama 3 8B at seq 8192) is meant for an H200; bench-fp8-peers and bench-fp8-8b-peer
+# (issue 20: torchao float8 against bf16, and the FP8 matrix peak) need .devwheels where the machine has no torchao)
 set -u
 cd "$(dirname "$0")/../.."
 source tests/gpu/device_env.sh
@@ -39,16 +40,21 @@ run_peers() {
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
 peak = next((r["tflops"] for r in rows if r.get("impl") == "torch-matmul-peak"), None)
+fp8_peak = next((r["tflops"] for r in rows if r.get("impl") == "torch-scaled-mm-peak"), None)
 print(f"bf16 matmul peak {peak} TFLOP/s" if peak else "no matmul peak")
+if fp8_peak:
+    print(f"fp8 (E4M3 _scaled_mm) peak {fp8_peak} TFLOP/s")
 for r in rows:
-    if r.get("impl") == "torch-matmul-peak":
+    if r.get("impl", "").endswith("-peak"):
         continue
-    what = " ".join(f"{k}={r[k]}" for k in ("impl", "seq_len", "micro_batch", "packing", "attn", "grad_ckpt", "weights",
-                                           "args") if r.get(k) is not None)
+    what = " ".join(f"{k}={r[k]}" for k in ("impl", "layers", "seq_len", "micro_batch", "packing", "attn", "grad_ckpt",
+                                           "weights", "float8", "args") if r.get(k) not in (None, "none"))
     if "error" in r:
         print(f"{what}: {r['error']}")
         continue
     mfu = f", MFU {100 * r['tflops'] / peak:.1f}%" if peak else ""
+    if fp8_peak and r.get("float8") not in (None, "none"):
+        mfu += f" ({100 * r['tflops'] / fp8_peak:.1f}% of the fp8 peak)"
     print(f"{what}: {r['tokens_per_s']:.0f} tok/s, {r['tflops']} TFLOP/s{mfu}, peak {r.get('peak_mem_gib')} GiB, "
           f"loss {r['loss']}" + (f", compile {r['compile_s']} s" if r.get("compile_s") else ""))
 EOF
@@ -100,6 +106,14 @@ tests/gpu/attention_selftest.cu kernels/attention.cu -o build/cuda/attention_sel
         "--config configs/llama3-8b.yaml --seq-len 8192 --micro-batch 1 --steps 8 --warmup 2 --grad-ckpt full --weights bf16" \
         "--config configs/llama3-8b.yaml --seq-len 8192 --micro-batch 1 --steps 8 --warmup 2 --grad-ckpt selective --weights bf16" \
         "--config configs/llama3-8b.yaml --seq-len 8192 --micro-batch 1 --steps 8 --warmup 2 --weights bf16" ;;
+    bench-fp8-peers) # issue 20: PyTorch bf16 against torchao float8 (tensorwise), compiled, Llama 3.2 1B and 3B, seq 4096
+      s="--seq-len 4096 --micro-batch 2 --steps 10 --warmup 3 --mode compile"
+      run_peers fp8 tests/bench/bench_torch_gpu.py "--peak fp8" \
+        "--config configs/llama3.2-1b.yaml $s" "--config configs/llama3.2-1b.yaml $s --float8 tensorwise" \
+        "--config configs/llama3.2-3b.yaml $s" "--config configs/llama3.2-3b.yaml $s --float8 tensorwise" ;;
+    bench-fp8-8b-peer) # issue 20: the same on the Llama 3 8B shape with 8 of its 32 layers (fp32 master weights fit)
+      s="--config configs/llama3-8b.yaml --layers 8 --seq-len 4096 --micro-batch 1 --steps 10 --warmup 3 --mode compile"
+      run_peers fp8-8b tests/bench/bench_torch_gpu.py "--peak fp8" "$s" "$s --float8 tensorwise" ;;
     *) echo "device_check.sh: unknown part '$part'" >&2 ;;
   esac
 done
