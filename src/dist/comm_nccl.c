@@ -4,12 +4,27 @@
 #include "comm_nccl.h"
 
 #include <nccl.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../core/error.h"
 
+/* A rank's GPU has several communicators in flight at once: the dp gradient averages on the comm stream while
+ * the next layer's tp / cp / ep collectives run on the compute stream. NCCL kernels of two communicators that
+ * two GPUs run in opposite orders wait for each other forever. From NCCL 2.26, NCCL_LAUNCH_ORDER_IMPLICIT=1
+ * makes each GPU run its NCCL operations in the order the host launched them; megatrain launches them from one
+ * host thread a GPU in the same order on every rank (the emulator's eager streams run exactly that order, and
+ * its per-rank stream orders hang without the setting: tests/integration/test_gpu_emu_nccl.sh), so that order
+ * is one every GPU can keep. Set before the first communicator, unless the user set it (0 turns it off). */
+static void nccl_order_launches(void) {
+    int version = 0;
+    if (ncclGetVersion(&version) == ncclSuccess && version >= NCCL_VERSION(2, 26, 0))
+        setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 0);
+}
+
 int nccl_comm_create(NcclComm *out, const Comm *group, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
+    nccl_order_launches();
     ncclUniqueId id;
     if (group->rank == 0) {
         ncclResult_t r = ncclGetUniqueId(&id);

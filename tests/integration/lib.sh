@@ -173,13 +173,17 @@ need_gpu_emu() {
 # (build/emu/megatrain, tests/gpu/emu/README.md) on NP ranks, data $WORK/english (demo_data), into $WORK/NAME
 # (log $WORK/NAME.txt). The emulator's switches (EMU_GPUS, EMU_STREAMS) come from the environment.
 emu_run() {
+  emu_try "$@" || { tail -20 "$WORK/$1.txt"; fail "$1 failed"; }
+}
+# emu_try: emu_run's run, returning its exit status instead of failing the test.
+emu_try() {
   local name=$1 np=$2 recipe=$3; shift 3
   local cmd=(build/emu/megatrain run "$REPO/recipes/tiny/$recipe.yaml" --set run.dir="$WORK/$name" --set run.device=cuda
              --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=1 --set train.steps=10
              --set optimizer.schedule.warmup_steps=2 --set train.eval_interval=100 --set precision=bf16 "$@")
   if [[ $np -eq 1 ]]; then "${cmd[@]}" > "$WORK/$name.txt" 2>&1
   else mpirun --allow-run-as-root --oversubscribe -np "$np" "${cmd[@]}" > "$WORK/$name.txt" 2>&1
-  fi || { tail -20 "$WORK/$name.txt"; fail "$name failed"; }
+  fi
 }
 
 # emu_tracks NAME REF LOG_LINE: $WORK/NAME.txt has LOG_LINE, and NAME's 10 losses are within 1e-3 of REF's (one

@@ -4,16 +4,27 @@
 # with as many emulated GPUs as ranks (EMU_GPUS), so that the collectives go
 # through NCCL, not the host path a shared GPU takes:
 #   - the emulator's NCCL on its own (test_emu_nccl under mpirun, 3 ranks):
-#     every collective and the grouped all-to-all against known sums, and a
-#     rank calling a different collective from the others is named and stops
-#     the job;
+#     every collective and the grouped all-to-all against known sums; a rank
+#     calling a different collective from the others is named and stops the
+#     job, and so do the hangs: two communicators used in opposite orders, two
+#     ranks that each send before they receive, and two communicators on two
+#     streams that the ranks run in different orders (EMU_STREAMS=lazy,eager),
+#     which NCCL_LAUNCH_ORDER_IMPLICIT=1 turns into a pass;
 #   - the tiny llama at tp 2 with sequence parallel, cp 2 and dp 2 (gradients
 #     averaged layer by layer on the second stream), and the tiny mixtral at
 #     ep 2 (the all-to-all of grouped sends and receives) on the emulated
 #     GPUs: their logs say NCCL, and the first 10 losses and grad norms
 #     follow the one-GPU run's (emu_tracks in lib.sh: 1e-3 and 0.5%; the grad
 #     norm catches a gradient summed where it should be averaged, which
-#     AdamW hides from the losses).
+#     AdamW hides from the losses);
+#   - two communicators in flight (the dp averages on the second stream while
+#     tp, cp or ep collectives run on the compute stream) with each rank's
+#     streams in another order (EMU_STREAMS=eager,lazy,lazy,eager on 4 ranks,
+#     as GPUs whose timings differ run them): the tiny llama at tp 2 x dp 2
+#     hangs with NCCL_LAUNCH_ORDER_IMPLICIT=0 (the hazard is real in
+#     megatrain's schedule) and, with the launch order megatrain sets
+#     (src/dist/comm_nccl.c), tracks one GPU; so does the tiny mixtral at
+#     ep 2 over dp 4.
 # A GPU run remains what counts (tests/gpu/PENDING.md's NCCL row).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -29,6 +40,22 @@ if TMPDIR=$WORK/tmp "${mpi[@]}" -x TMPDIR -np 3 build/emu/test_emu_nccl mismatch
 fi
 grep -q "calls ncclAllReduce #0 of 64 fp32 elements with rank 0, which called ncclAllGather #0" "$WORK/mismatch.txt" ||
   { tail "$WORK/mismatch.txt"; fail "no message naming the two calls"; }
+# must_hang NAME [VAR=VALUE...] -- CASE: test_emu_nccl CASE stops with the emulator's hang message
+must_hang() {
+  local name=$1; shift
+  if env EMU_NCCL_TIMEOUT=3 "$@" TMPDIR="$WORK/tmp" "${mpi[@]}" -np 3 \
+       build/emu/test_emu_nccl "$name" > "$WORK/$name.txt" 2>&1; then
+    fail "$name: the hang was not stopped"
+  fi
+  grep -q "has not moved for 3 s" "$WORK/$name.txt" || { tail "$WORK/$name.txt"; fail "$name: no hang message"; }
+  echo "$name: stopped as a hang"
+}
+must_hang cross_order
+must_hang sends_first
+must_hang two_streams EMU_STREAMS=lazy,eager NCCL_LAUNCH_ORDER_IMPLICIT=0
+EMU_STREAMS=lazy,eager NCCL_LAUNCH_ORDER_IMPLICIT=1 TMPDIR=$WORK/tmp "${mpi[@]}" -np 3 build/emu/test_emu_nccl \
+  two_streams | tee "$WORK/two_streams.txt"
+grep -q "two streams in launch order on 3 ranks" "$WORK/two_streams.txt" || fail "two_streams in launch order"
 left=$(find "$WORK/tmp" -name "mt-emu-nccl-*")
 [[ -z $left ]] || fail "the emulator's NCCL left files behind: $left"
 
@@ -45,4 +72,17 @@ moe=(--set model.moe.load_balancing=global_aux_loss) # the balancing counts summ
 emu_run gpu-moe 1 mixtral "${moe[@]}"
 emu_run ep2 2 mixtral "${moe[@]}" --set parallel.ep=2 --set train.micro_batch_size=4 --set train.replica_check_interval=1
 emu_tracks ep2 gpu-moe "tokens dispatched with NCCL all-to-all"
+
+export EMU_GPUS=4 EMU_STREAMS=eager,lazy,lazy,eager # rank i takes entry i: tp pairs (0 1) (2 3), dp pairs (0 2) (1 3)
+if EMU_NCCL_TIMEOUT=5 NCCL_LAUNCH_ORDER_IMPLICIT=0 emu_try tp2dp2-unordered 4 llama --set parallel.tp=2 \
+     --set train.micro_batch_size=4; then
+  fail "tp2dp2 with the ranks' streams in different orders did not hang without NCCL_LAUNCH_ORDER_IMPLICIT"
+fi
+grep -q "has not moved for 5 s" "$WORK/tp2dp2-unordered.txt" || fail "tp2dp2-unordered: no hang message"
+grep -q "warning: NCCL_LAUNCH_ORDER_IMPLICIT is 0, not 1" "$WORK/tp2dp2-unordered.txt" || fail "no warning of the order"
+echo "tp2dp2, ranks' stream orders differing, NCCL_LAUNCH_ORDER_IMPLICIT=0: hangs, as it may on GPUs"
+emu_run tp2dp2-mixed 4 llama --set parallel.tp=2 --set train.micro_batch_size=4
+emu_tracks tp2dp2-mixed gpu "operations in launch order (NCCL_LAUNCH_ORDER_IMPLICIT=1)"
+emu_run ep2dp4-mixed 4 mixtral "${moe[@]}" --set parallel.ep=2 --set train.micro_batch_size=2
+emu_tracks ep2dp4-mixed gpu-moe "tokens dispatched with NCCL all-to-all"
 echo ok

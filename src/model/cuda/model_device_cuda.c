@@ -188,6 +188,15 @@ static int create_comms(ModelDevice *d, const ModelDeviceSetup *s, char *err, si
         mt_log("expert parallel: %d GPUs with %d experts each, tokens dispatched with %s all-to-all", c->ep_comm.size,
                s->cfg->moe.num_experts / c->ep_comm.size, staged ? "MPI" : "NCCL");
     }
+    if (!staged && dp && (tp || cp || ep)) { /* two communicators in flight: see comm_nccl.c */
+        const char *order = getenv("NCCL_LAUNCH_ORDER_IMPLICIT");
+        if (order && atoi(order) == 1)
+            mt_log("NCCL: each GPU runs its communicators' operations in launch order (NCCL_LAUNCH_ORDER_IMPLICIT=1)");
+        else
+            mt_log("warning: NCCL_LAUNCH_ORDER_IMPLICIT is %s, not 1 (NCCL older than 2.26, or set so): the dp "
+                   "averages and the %s collectives in flight at once may hang", order ? order : "unset",
+                   tp ? "tp" : cp ? "cp" : "ep");
+    }
     return 0;
 }
 

@@ -11,8 +11,18 @@
  * A message starts with a record of what the sender called (the operation, its number on this communicator, the
  * element count and type); the receiver compares it with its own call and aborts with both when they differ:
  * ranks calling collectives in different orders or with different counts, which hangs or corrupts real NCCL.
- * A rank waits by polling with a growing sleep; when nothing moves for EMU_NCCL_TIMEOUT seconds (default 120) it
- * aborts naming what it waits for (a hang on a GPU, for example two communicators used in different orders).
+ * A send is done only when its receiver has taken the whole message (a rendezvous, as NCCL's sends of more than
+ * its buffers hold are), so a pair of ranks that each send before they receive, outside one group, hangs here
+ * whatever the size. A rank waits by polling with a growing sleep; when nothing moves for EMU_NCCL_TIMEOUT
+ * seconds (default 120) it aborts naming the call and what it waits for (a hang on a GPU, for example two
+ * communicators used in different orders).
+ *
+ * Launch order: with NCCL_LAUNCH_ORDER_IMPLICIT=1 in the environment when a communicator is made (NCCL 2.26 and
+ * later), NCCL runs the operations of that device's communicators in the order the host launched them, whatever
+ * their streams; the emulator does the same (each such operation's stream first waits for the stream of the one
+ * launched before it). Without it, operations of two communicators on two streams run in whatever order the
+ * streams reach them, which under EMU_STREAMS lists (a different stream order a rank) can differ between ranks
+ * and hang, as it can on GPUs.
  *
  * Each call is queued on its stream like any other work (emu_streams.c: it runs at once, or when the stream is
  * made to run); it then runs to its end before the stream's next work. Between ncclGroupStart and ncclGroupEnd,
@@ -56,6 +66,7 @@ typedef struct {
 
 typedef struct EmuComm {
     int nranks, rank;
+    bool implicit_order;  /* NCCL_LAUNCH_ORDER_IMPLICIT=1 when it was made */
     Shared *shared;     /* NULL for a communicator of one rank */
     size_t map_bytes;
     uint64_t collectives; /* collectives called so far */
@@ -98,6 +109,7 @@ typedef struct {
     size_t header_done;     /* bytes of the record moved */
     unsigned char *data;    /* the payload's source or destination */
     size_t bytes, done;
+    uint64_t end;           /* sending: the mailbox's head after this message; done when its tail gets there */
     int peer;
     const struct EmuComm *comm;
 } Transfer;
@@ -151,6 +163,7 @@ static size_t step(Transfer *t) {
         const size_t m = t->sending ? ring_write(t->box, (const unsigned char *)&t->record + t->header_done, n)
                                     : ring_read(t->box, t->got + t->header_done, n);
         t->header_done += m;
+        if (t->sending) t->end = atomic_load_explicit(&t->box->head, memory_order_relaxed); /* its only writer */
         moved += m;
         if (t->header_done < sizeof(Record)) return moved;
         if (!t->sending) check_record(t);
@@ -160,8 +173,15 @@ static size_t step(Transfer *t) {
                                     : ring_read(t->box, t->data + t->done, t->bytes - t->done);
         t->done += m;
         moved += m;
+        if (t->sending) t->end = atomic_load_explicit(&t->box->head, memory_order_relaxed);
     }
     return moved;
+}
+
+/* Moved whole, and, for a send, taken by its receiver. */
+static bool finished(const Transfer *t) {
+    return t->header_done == sizeof(Record) && t->done == t->bytes &&
+           (!t->sending || atomic_load_explicit(&t->box->tail, memory_order_acquire) >= t->end);
 }
 
 static double now_s(void) {
@@ -183,9 +203,10 @@ static void progress(const EmuComm *c, Transfer *t, int n, const char *what) {
         size_t moved = 0;
         int left = 0;
         for (int i = 0; i < n; i++) {
-            if (t[i].header_done == sizeof(Record) && t[i].done == t[i].bytes) continue;
+            if (finished(&t[i])) continue;
             moved += step(&t[i]);
-            left += !(t[i].header_done == sizeof(Record) && t[i].done == t[i].bytes);
+            if (finished(&t[i])) moved++; /* a send can finish without moving a byte: its receiver took it */
+            else left++;
         }
         if (!left) return;
         if (moved) {
@@ -194,13 +215,15 @@ static void progress(const EmuComm *c, Transfer *t, int n, const char *what) {
             continue;
         }
         if (now_s() - idle_since > timeout_s()) {
-            fprintf(stderr, "EMU NCCL: rank %d of %d: %s has not moved for %.0f s (EMU_NCCL_TIMEOUT); waiting for:",
-                    c->rank, c->nranks, what, timeout_s());
+            fprintf(stderr, "EMU NCCL: rank %d of %d: %s #%llu has not moved for %.0f s (EMU_NCCL_TIMEOUT); waiting "
+                    "for:", c->rank, c->nranks, what, (unsigned long long)t[0].record.seq, timeout_s());
             for (int i = 0; i < n; i++)
-                if (!(t[i].header_done == sizeof(Record) && t[i].done == t[i].bytes))
-                    fprintf(stderr, " %s rank %d (%zu of %zu bytes)", t[i].sending ? "a send to" : "a receive from",
-                            t[i].peer, t[i].done, t[i].bytes);
-            fprintf(stderr, "\n");
+                if (!finished(&t[i]))
+                    fprintf(stderr, " %s rank %d (%zu of %zu bytes%s)", t[i].sending ? "a send to" : "a receive from",
+                            t[i].peer, t[i].done, t[i].bytes,
+                            t[i].sending && t[i].done == t[i].bytes ? ", not yet taken" : "");
+            fprintf(stderr, ". A hang on a GPU: the ranks' NCCL calls, on this communicator or across communicators "
+                            "(see NCCL_LAUNCH_ORDER_IMPLICIT), come in orders that wait for each other\n");
             abort();
         }
         sleep_ns = sleep_ns ? (sleep_ns < 1000000 ? sleep_ns * 2 : sleep_ns) : 1000;
@@ -249,6 +272,8 @@ ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId id, int
     EmuComm *c = calloc(1, sizeof *c);
     c->nranks = nranks;
     c->rank = rank;
+    const char *order = getenv("NCCL_LAUNCH_ORDER_IMPLICIT");
+    c->implicit_order = order && atoi(order) == 1;
     c->p2p = calloc(2 * (size_t)nranks, sizeof *c->p2p);
     if (nranks > 1) {
         char name[sizeof id.internal + 1];
@@ -360,11 +385,24 @@ typedef struct {
     uint64_t seq;
 } Call;
 
+/* The stream of the last operation launched by this host thread (one device) on a communicator with
+ * implicit_order; an operation on such a communicator first waits for it (NCCL_LAUNCH_ORDER_IMPLICIT). */
+static _Thread_local cudaStream_t ordered_last;
+static _Thread_local bool ordered_any;
+static void submit(const EmuComm *c, cudaStream_t st, EmuWorkFn run, void *ctx) {
+    if (c->implicit_order) {
+        if (ordered_any) emu_stream_after(st, ordered_last);
+        ordered_last = st;
+        ordered_any = true;
+    }
+    emu_stream_submit(st, run, free, ctx);
+}
+
 static ncclResult_t queue_call(cudaStream_t st, EmuWorkFn run, Call call) {
     call.seq = call.c->collectives++;
     Call *q = malloc(sizeof *q);
     *q = call;
-    emu_stream_submit(st, run, free, q);
+    submit(call.c, st, run, q);
     return ncclSuccess;
 }
 
@@ -477,6 +515,6 @@ ncclResult_t ncclGroupEnd(void) {
     g->count = queued_count;
     memcpy(g->t, queued, (size_t)queued_count * sizeof(Transfer));
     queued_count = 0;
-    emu_stream_submit(queued_stream, group_run, free, g);
+    submit(g->t[0].comm, queued_stream, group_run, g);
     return ncclSuccess;
 }

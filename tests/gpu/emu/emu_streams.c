@@ -58,14 +58,25 @@ static _Thread_local struct CUstream_st legacy_stream;
 static _Thread_local struct CUstream_st *thread_streams; /* this thread's streams, the legacy one not included */
 
 enum { EAGER, LAZY, LAZY_FIRST };
+/* EMU_STREAMS names one order, or a comma-separated list of them: the job's rank i (Open MPI's
+ * OMPI_COMM_WORLD_RANK, 0 outside mpirun) takes entry i modulo the list's length, so that ranks run their
+ * streams in different orders, as GPUs whose timings differ do. */
 static int mode(void) {
     static int m = -1;
     if (m < 0) {
-        const char *v = getenv("EMU_STREAMS");
-        m = !v || !*v || strcmp(v, "eager") == 0 ? EAGER : strcmp(v, "lazy") == 0 ? LAZY
-          : strcmp(v, "lazy-first") == 0 ? LAZY_FIRST : -1;
+        const char *v = getenv("EMU_STREAMS"), *r = getenv("OMPI_COMM_WORLD_RANK");
+        char list[256];
+        snprintf(list, sizeof list, "%s", v ? v : "");
+        int entries = 1;
+        for (const char *c = list; *c; c++) entries += *c == ',';
+        int pick = (r ? atoi(r) : 0) % entries;
+        char *save = NULL, *name = strtok_r(list, ",", &save);
+        while (name && pick-- > 0) name = strtok_r(NULL, ",", &save);
+        m = !name || !*name || strcmp(name, "eager") == 0 ? EAGER : strcmp(name, "lazy") == 0 ? LAZY
+          : strcmp(name, "lazy-first") == 0 ? LAZY_FIRST : -1;
         if (m < 0) {
-            fprintf(stderr, "EMU: EMU_STREAMS=%s: expected eager, lazy or lazy-first\n", v);
+            fprintf(stderr, "EMU: EMU_STREAMS=%s: expected eager, lazy or lazy-first, or a comma-separated list of "
+                            "them (one a rank)\n", v);
             abort();
         }
     }
@@ -195,6 +206,13 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
     *w = (Wait){e->stream, e->target}; /* the record as it is now: a later record does not move the wait */
     emu_stream_submit(s, wait_run, free, w);
     return cudaSuccess;
+}
+void emu_stream_after(cudaStream_t s, cudaStream_t before) {
+    struct CUstream_st *b = stream_of(before);
+    if (stream_of(s) == b) return;
+    Wait *w = malloc(sizeof *w);
+    *w = (Wait){b, b->submitted};
+    emu_stream_submit(s, wait_run, free, w);
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     if (e->stream) drain_to(e->stream, e->target);

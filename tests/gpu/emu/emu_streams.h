@@ -17,6 +17,9 @@ typedef void (*EmuWorkFn)(void *ctx);
 void emu_stream_submit(cudaStream_t s, EmuWorkFn run, EmuWorkFn drop, void *ctx);
 /* Runs all of s's queued work (and what it waits for on other streams). */
 void emu_stream_drain(cudaStream_t s);
+/* s's work enqueued from now on runs after all the work enqueued on `before` so far (an event recorded on
+ * `before` and waited for on s, without the event). */
+void emu_stream_after(cudaStream_t s, cudaStream_t before);
 /* Runs the queued work of every stream of this host thread. */
 void emu_streams_drain_all(void);
 

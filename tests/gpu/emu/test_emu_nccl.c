@@ -7,14 +7,23 @@
  *   - an all-to-all of uneven counts, some zero, as a group of ncclSend/ncclRecv (comm_nccl.c's pattern);
  *   - two communicators (the world and a pair) used one after the other;
  *   - every rank gets bit-identical sums.
- * With the argument "mismatch", rank 0 calls an all-gather where the others call an all-reduce: the emulator must
- * abort naming both calls (the script checks the message). */
+ * With an argument, one hazard instead, each of which the emulator must stop (the script checks its message):
+ *   mismatch     rank 0 calls an all-gather where the others call an all-reduce;
+ *   cross_order  two communicators of all ranks: rank 0 all-reduces on the first, then the second, the others
+ *                the other way round (a hang);
+ *   sends_first  ranks 0 and 1 each send one float to the other, then receive, outside a group (a hang: a send
+ *                waits for its receiver);
+ *   two_streams  every rank launches an all-reduce on one communicator and stream, then one on a second
+ *                communicator and stream, in the same order, then synchronizes the second stream first. Under
+ *                EMU_STREAMS=lazy,eager the lazy ranks run the second one first: a hang, unless
+ *                NCCL_LAUNCH_ORDER_IMPLICIT=1 makes them keep the launch order (then it passes). */
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include <cuda_runtime_api.h>
 #include <nccl.h>
 
 #include "../../../src/core/float16.h"
@@ -147,6 +156,44 @@ int main(int argc, char **argv) {
         else ncclAllReduce(buf, buf, 64, ncclFloat32, ncclSum, world, NULL);
         MPI_Finalize();
         return 0; /* not reached: the emulator aborts */
+    }
+    if (argc > 1 && strcmp(argv[1], "cross_order") == 0) {
+        ncclComm_t other = make_comm(MPI_COMM_WORLD);
+        float x = 1;
+        ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, rank == 0 ? world : other, NULL);
+        ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, rank == 0 ? other : world, NULL);
+        MPI_Finalize();
+        return 0; /* not reached */
+    }
+    if (argc > 1 && strcmp(argv[1], "sends_first") == 0) {
+        float x = (float)rank, y = 0;
+        if (rank < 2) {
+            ncclSend(&x, 1, ncclFloat32, 1 - rank, world, NULL);
+            ncclRecv(&y, 1, ncclFloat32, 1 - rank, world, NULL);
+        }
+        MPI_Finalize();
+        return 0; /* not reached on ranks 0 and 1 */
+    }
+    if (argc > 1 && strcmp(argv[1], "two_streams") == 0) {
+        ncclComm_t other = make_comm(MPI_COMM_WORLD);
+        cudaStream_t first, second;
+        cudaStreamCreate(&first);
+        cudaStreamCreate(&second);
+        float x = (float)(rank + 1), y = (float)(10 * (rank + 1));
+        ncclAllReduce(&x, &x, 1, ncclFloat32, ncclSum, world, first);
+        ncclAllReduce(&y, &y, 1, ncclFloat32, ncclSum, other, second);
+        cudaStreamSynchronize(second);
+        cudaStreamSynchronize(first);
+        const float n = (float)size * (float)(size + 1) / 2;
+        CHECK(x == n && y == 10 * n, "two streams: sums %g and %g, expected %g and %g", x, y, n, 10 * n);
+        ncclCommDestroy(other);
+        ncclCommDestroy(world);
+        int total = 0;
+        MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        if (rank == 0) printf(total ? "%d failures\n" : "emu NCCL: two streams in launch order on %d ranks\n",
+                              total ? total : size);
+        MPI_Finalize();
+        return total != 0;
     }
     const size_t sizes[] = {0, 1, 1000, 70000, (1u << 20) + 12345};
     for (size_t k = 0; k < sizeof sizes / sizeof *sizes; k++) {
