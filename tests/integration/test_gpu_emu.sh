@@ -9,7 +9,12 @@
 # must become C++ (launches, shared memory, the PTX helpers); the emulator
 # also fails on what a GPU leaves to chance (shared memory read before it is
 # written, unaligned or out-of-place cp.async and ldmatrix, divergent warp
-# exchanges, deadlocks). What it cannot show: speed, stream-order races and
+# exchanges, deadlocks). Then the kernel-level programs again with blocks,
+# warps and lanes run in descending order (EMU_ORDER=reverse): a read of
+# another thread's or block's write that no barrier orders gives a different
+# result in one of the two orders (a missing __syncthreads after thread 0's
+# scan in moe_scan_kernel passed in ascending order and crashed in
+# descending). What it cannot show: speed, stream-order races and
 # the hardware's own rounding (tests/gpu/PENDING.md keeps the GPU runs). The
 # megatrain runs of tests/gpu/test_*.sh take half an hour here: `make
 # test-gpu-emu` runs them.
@@ -23,5 +28,11 @@ for t in test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm test_cuda_hf_parity 
   start=$SECONDS
   out=$(build/emu/gpu-tests/$t 2>&1) || { echo "$out" | grep -v " ok$" | tail -30; echo "$t failed"; exit 1; }
   echo "$t: $(echo "$out" | grep -E "passed, |PASSED" | tail -n 1) ($((SECONDS - start)) s)"
+done
+for t in test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm test_cuda_model; do
+  start=$SECONDS
+  out=$(EMU_ORDER=reverse build/emu/gpu-tests/$t 2>&1) ||
+    { echo "$out" | grep -v " ok$" | tail -30; echo "$t failed with EMU_ORDER=reverse"; exit 1; }
+  echo "$t, EMU_ORDER=reverse: $(echo "$out" | grep -E "passed, " | tail -n 1) ($((SECONDS - start)) s)"
 done
 echo ok

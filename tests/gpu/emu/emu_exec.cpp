@@ -9,6 +9,13 @@
 // there). Threads waiting at different barriers with nothing left to run
 // is a deadlock on a GPU too: the emulator reports it and stops.
 //
+// Order: blocks, warps and the lanes of a warp run in ascending order, so a
+// thread that reads what a higher-numbered thread (or block) writes without a
+// barrier between reads it before it is written (shared memory: NaN). With
+// EMU_ORDER=reverse all three run in descending order, which shows the other
+// half: a read of a lower-numbered thread's or block's write that no barrier
+// orders. A kernel whose result depends on the order is racy on a GPU.
+//
 // It checks what a GPU would leave to chance: shared memory starts as NaN
 // (0xff bytes) in every block, so a read before a write shows; cp.async
 // copies land at the issuing thread's wait_group, not before; ldmatrix rows
@@ -150,8 +157,26 @@ void guard_stacks(Exec *e, unsigned n) {
 // One past the last thread of the warp of thread i.
 unsigned warp_end(const Exec *e, unsigned i) { return (i | 31u) + 1 < e->nthreads ? (i | 31u) + 1 : e->nthreads; }
 
-// The first ready fibre of [from, end), or NULL.
+// EMU_ORDER=reverse: blocks, warps and lanes in descending order (the header).
+bool reversed() {
+    static const bool r = [] {
+        const char *v = getenv("EMU_ORDER");
+        if (v && *v && strcmp(v, "reverse") != 0 && strcmp(v, "forward") != 0) {
+            fprintf(stderr, "EMU: EMU_ORDER=%s: expected forward or reverse\n", v);
+            abort();
+        }
+        return v && strcmp(v, "reverse") == 0;
+    }();
+    return r;
+}
+
+// The first ready fibre of [from, end) in the run order (the last one under EMU_ORDER=reverse), or NULL.
 Fiber *next_ready(Exec *e, unsigned from, unsigned end) {
+    if (reversed()) {
+        for (unsigned i = end; i-- > from;)
+            if (e->fibers[i].state == READY) return &e->fibers[i];
+        return nullptr;
+    }
     for (unsigned i = from; i < end; i++)
         if (e->fibers[i].state == READY) return &e->fibers[i];
     return nullptr;
@@ -170,7 +195,8 @@ void switch_away(State s) {
     Exec *e = ex;
     Fiber *f = e->cur;
     f->state = s;
-    Fiber *next = next_ready(e, f->linear + 1, warp_end(e, f->linear));
+    Fiber *next = reversed() ? next_ready(e, f->linear & ~31u, f->linear)
+                             : next_ready(e, f->linear + 1, warp_end(e, f->linear));
     if (next) resume(e, &f->sp, next);
     else emu_ctx_switch(&f->sp, e->sched_sp);
 }
@@ -245,7 +271,7 @@ void run_block(Exec *e) {
     if (e->smem_bytes) memset(e->smem, 0xff, e->smem_bytes);
     for (unsigned i = 0; i < n; i++) fiber_init(e, i);
     for (;;) {
-        for (unsigned w = 0; w < warps; w++) run_warp(e, w);
+        for (unsigned k = 0; k < warps; k++) run_warp(e, reversed() ? warps - 1 - k : k);
         unsigned at_block = 0, done = 0;
         for (unsigned i = 0; i < n; i++) {
             at_block += e->fibers[i].state == AT_BLOCK;
@@ -308,10 +334,12 @@ void emu_run(const char *name, const EmuCfg &cfg, EmuBody body, void *ctx) {
     gridDim = cfg.grid;
     blockDim = cfg.block;
     const auto start = std::chrono::steady_clock::now();
-    for (unsigned z = 0; z < cfg.grid.z; z++)
-        for (unsigned y = 0; y < cfg.grid.y; y++)
-            for (unsigned x = 0; x < cfg.grid.x; x++) {
-                blockIdx = make_uint3(x, y, z);
+    const bool r = reversed();
+    for (unsigned k = 0; k < cfg.grid.z; k++)
+        for (unsigned j = 0; j < cfg.grid.y; j++)
+            for (unsigned i = 0; i < cfg.grid.x; i++) {
+                blockIdx = r ? make_uint3(cfg.grid.x - 1 - i, cfg.grid.y - 1 - j, cfg.grid.z - 1 - k)
+                             : make_uint3(i, j, k);
                 run_block(e);
             }
     e->cur = nullptr;
