@@ -20,7 +20,8 @@
 // (0xff bytes) in every block, so a read before a write shows; cp.async
 // copies land at the issuing thread's wait_group, not before; ldmatrix rows
 // and cp.async targets must be aligned and inside the block's dynamic
-// shared memory; a warp exchange must name every running lane of its warp.
+// shared memory, and a cp.async source (unless predicated off) inside one
+// cudaMalloc allocation; a warp exchange must name every running lane of its warp.
 // A failure prints the kernel, block and thread and aborts the program.
 //
 // Host threads are independent (thread_local state): several ranks in one
@@ -43,6 +44,7 @@ thread_local uint3 threadIdx, blockIdx;
 thread_local dim3 blockDim, gridDim;
 
 extern "C" void emu_runtime_launch_error(cudaError_t status);  // emu_runtime.c: cudaGetLastError's next answer
+extern "C" int emu_device_bytes(const void *p, size_t bytes);   // emu_runtime.c: inside one live cudaMalloc
 
 // ---- context switch (x86-64 System V): saves the callee-saved registers on the old stack, stores its pointer at
 // *save and continues on `load`. The floating-point control registers are left alone: no kernel changes them, so
@@ -393,6 +395,12 @@ static bool in_dynamic_smem(const void *p, size_t bytes) {
 void emu_cp_async(void *dst, const void *src, int bytes, bool pred) {
     if ((uintptr_t)dst % bytes || (pred && (uintptr_t)src % bytes)) fail_here("cp.async address misaligned");
     if (!in_dynamic_smem(dst, bytes)) fail_here("cp.async target outside the block's dynamic shared memory");
+    if (pred && !emu_device_bytes(src, (size_t)bytes)) {
+        char what[160];
+        snprintf(what, sizeof what, "cp.async of %d bytes from %p, outside every cudaMalloc allocation (or across "
+                 "the end of one)", bytes, src);
+        fail_here(what);
+    }
     ex->cur->open.push_back(Copy{dst, src, bytes, pred});
 }
 

@@ -7,7 +7,8 @@
  *
  * Checks a GPU would not make: new device memory is filled with 0xff bytes (NaN in bf16 and fp32, -1 in integers)
  * unless EMU_POISON=0, so a read of memory nobody wrote shows; freeing a pointer that cudaMalloc did not return
- * aborts. */
+ * aborts; the live allocations are kept in order, so that the kernels' cp.async sources are checked to lie inside
+ * one (emu_device_bytes). */
 #include <cblas.h>
 #include <pthread.h>
 #include <stdbool.h>
@@ -43,6 +44,55 @@ static int poison_on(void) {
     return !(p && strcmp(p, "0") == 0);
 }
 
+/* The live allocations, sorted by start, for emu_device_bytes. */
+typedef struct {
+    uintptr_t start, end;
+} Range;
+static Range *ranges;
+static size_t range_count, range_cap;
+static pthread_rwlock_t ranges_lock = PTHREAD_RWLOCK_INITIALIZER;
+
+/* The number of ranges that start at or before p. */
+static size_t ranges_upto(uintptr_t p) {
+    size_t lo = 0, hi = range_count;
+    while (lo < hi) {
+        const size_t mid = (lo + hi) / 2;
+        if (ranges[mid].start <= p) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+static void range_add(const void *p, size_t bytes) {
+    pthread_rwlock_wrlock(&ranges_lock);
+    if (range_count == range_cap) {
+        range_cap = range_cap ? 2 * range_cap : 256;
+        ranges = realloc(ranges, range_cap * sizeof *ranges);
+        if (!ranges) abort();
+    }
+    const size_t at = ranges_upto((uintptr_t)p);
+    memmove(ranges + at + 1, ranges + at, (range_count - at) * sizeof *ranges);
+    ranges[at] = (Range){(uintptr_t)p, (uintptr_t)p + bytes};
+    range_count++;
+    pthread_rwlock_unlock(&ranges_lock);
+}
+static void range_remove(const void *p) {
+    pthread_rwlock_wrlock(&ranges_lock);
+    const size_t at = ranges_upto((uintptr_t)p);
+    if (at > 0 && ranges[at - 1].start == (uintptr_t)p) {
+        memmove(ranges + at - 1, ranges + at, (range_count - at) * sizeof *ranges);
+        range_count--;
+    }
+    pthread_rwlock_unlock(&ranges_lock);
+}
+/* 1 if [p, p + bytes) lies inside one live cudaMalloc allocation (its requested size, not the padding). */
+int emu_device_bytes(const void *p, size_t bytes) {
+    pthread_rwlock_rdlock(&ranges_lock);
+    const size_t at = ranges_upto((uintptr_t)p);
+    const int inside = at > 0 && (uintptr_t)p + bytes <= ranges[at - 1].end;
+    pthread_rwlock_unlock(&ranges_lock);
+    return inside;
+}
+
 cudaError_t cudaMalloc(void **ptr, size_t bytes) {
     pthread_mutex_lock(&mem_lock);
     const int fits = mem_used + bytes <= kMemTotal;
@@ -56,6 +106,7 @@ cudaError_t cudaMalloc(void **ptr, size_t bytes) {
     h->magic = kMagic;
     if (poison_on()) memset(raw + kHead, 0xff, bytes);
     *ptr = raw + kHead;
+    range_add(*ptr, bytes);
     return cudaSuccess;
 }
 cudaError_t cudaMallocAsync(void **ptr, size_t bytes, cudaStream_t s) {
@@ -72,6 +123,7 @@ static AllocHead *alloc_head(void *ptr, const char *what) {
 }
 static void free_now(void *ptr) {
     AllocHead *h = alloc_head(ptr, "cudaFree");
+    range_remove(ptr);
     pthread_mutex_lock(&mem_lock);
     mem_used -= h->bytes;
     pthread_mutex_unlock(&mem_lock);
