@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # cu2cpp.py: one kernels/*.cu file -> the C++ that g++ compiles for the emulator (tests/gpu/emu/README.md), with
 # tests/gpu/emu/emu_device.h included in front (g++ -include). Four rewrites, each checked:
-#   kernel<<<grid, block[, smem[, stream]]>>>(args)  ->  emu_launch("kernel", EmuCfg(grid, block, ...),
+#   kernel<<<grid, block[, smem[, stream]]>>>(args)  ->  emu_launch("kernel", emu_kernel_id(kernel), EmuCfg(grid, block, ...),
 #                                                         std::make_tuple(args), [=](const auto &...a) { kernel(a...); })
 #   __shared__ T name[...];                           ->  static thread_local T name[...]; emu_shared_poison(...)
 #   extern __shared__ T name[];                       ->  T *name = (T *)emu_dynamic_smem();
@@ -128,7 +128,7 @@ def rewrite_launches(src):
         # the arguments are evaluated once, at the launch (as CUDA copies them then), into a tuple; NULL becomes
         # nullptr there (as an integer it would not convert to the kernel's pointer parameter)
         args = re.sub(r'\bNULL\b', 'nullptr', args)
-        call = (f'emu_launch("{name}", EmuCfg({cfg}), std::make_tuple({args}), '
+        call = (f'emu_launch("{name}", emu_kernel_id({kernel}), EmuCfg({cfg}), std::make_tuple({args}), '
                 f'[=](const auto &...a) {{ {kernel}(a...); }})')
         src = src[:m.start()] + call + src[close + 1:]
         pos = m.start() + len(call)

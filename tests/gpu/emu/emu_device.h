@@ -161,11 +161,19 @@ static inline typename std::common_type<A, B>::type min(A a, B b) { return b < a
 template <class A, class B>
 static inline typename std::common_type<A, B>::type max(A a, B b) { return a < b ? b : a; }
 
+// A kernel's identity for its attributes: its function (a name, a template-id or a pointer variable).
+template <class T>
+static inline const void *emu_kernel_id(T *kernel) { return reinterpret_cast<const void *>(kernel); }
+// Records a kernel's cudaFuncAttributeMaxDynamicSharedMemorySize (emu_exec.cpp); launches above 48 KB need it.
+void emu_set_max_dynamic_smem(const void *kernel, int bytes);
+
 // The templated form of cudaFuncSetAttribute that cuda_runtime.h gives C++.
 template <class T>
 static inline cudaError_t cudaFuncSetAttribute(T *kernel, enum cudaFuncAttribute attr, int value) {
-    (void)kernel;
-    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize && value > 227 * 1024) return cudaErrorInvalidValue;
+    if (attr == cudaFuncAttributeMaxDynamicSharedMemorySize) {
+        if (value < 0 || value > 227 * 1024) return cudaErrorInvalidValue;
+        emu_set_max_dynamic_smem(emu_kernel_id(kernel), value);
+    }
     return cudaSuccess;
 }
 
@@ -178,7 +186,8 @@ struct EmuCfg {
 };
 typedef void (*EmuBody)(void *ctx);
 void emu_run(const char *name, const EmuCfg &cfg, EmuBody body, void *ctx);
-bool emu_launch_ok(const EmuCfg &cfg); // false, with cudaGetLastError's answer set, for a launch CUDA refuses
+// false, with cudaGetLastError's answer set, for a launch CUDA refuses (kernel: emu_kernel_id)
+bool emu_launch_ok(const EmuCfg &cfg, const void *kernel);
 
 // A launch queued on its stream (emu_streams.h): the kernel runs when the stream gets to it, with the arguments as
 // they were at the launch.
@@ -199,9 +208,10 @@ struct EmuLaunch {
 // The launch as cu2cpp.py writes it: `args` the arguments evaluated at the launch, `call` the kernel called with
 // them (by every emulated thread).
 template <class Args, class F>
-static inline void emu_launch(const char *name, const EmuCfg &cfg, Args &&args, F call) {
+static inline void emu_launch(const char *name, const void *kernel, const EmuCfg &cfg, Args &&args, F call) {
     typedef EmuLaunch<F, typename std::decay<Args>::type> L;
-    if (emu_launch_ok(cfg)) emu_stream_submit(cfg.stream, L::run, L::drop, new L{name, cfg, call, std::forward<Args>(args)});
+    if (emu_launch_ok(cfg, kernel))
+        emu_stream_submit(cfg.stream, L::run, L::drop, new L{name, cfg, call, std::forward<Args>(args)});
 }
 
 // ---- the PTX helpers, under the kernels' names (cu2cpp.py removes their definitions) ----

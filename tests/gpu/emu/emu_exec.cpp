@@ -76,7 +76,8 @@ emu_ctx_switch:
 namespace {
 
 enum State { READY, AT_BLOCK, AT_WARP, DONE };
-enum { kMaxThreads = 1024, kStackBytes = 128 * 1024, kPage = 4096, kMaxDynamicSmem = 227 * 1024 };
+enum { kMaxThreads = 1024, kStackBytes = 128 * 1024, kPage = 4096, kMaxDynamicSmem = 227 * 1024,
+       kDefaultDynamicSmem = 48 * 1024 };
 
 struct Copy {
     void *dst;
@@ -310,12 +311,31 @@ struct Profile {
 
 }  // namespace
 
-bool emu_launch_ok(const EmuCfg &cfg) {
+namespace {
+// Each kernel's cudaFuncAttributeMaxDynamicSharedMemorySize, as cudaFuncSetAttribute set it.
+std::mutex smem_attr_lock;
+std::map<const void *, int> smem_attr;
+
+// Dynamic shared memory a launch of kernel may ask for: 48 KB, or more once its attribute allows it.
+size_t smem_allowed(const void *kernel) {
+    std::lock_guard<std::mutex> g(smem_attr_lock);
+    const auto it = smem_attr.find(kernel);
+    const size_t set = it == smem_attr.end() ? 0 : (size_t)it->second;
+    return set > kDefaultDynamicSmem ? set : kDefaultDynamicSmem;
+}
+}  // namespace
+
+void emu_set_max_dynamic_smem(const void *kernel, int bytes) {
+    std::lock_guard<std::mutex> g(smem_attr_lock);
+    smem_attr[kernel] = bytes;
+}
+
+bool emu_launch_ok(const EmuCfg &cfg, const void *kernel) {
     const unsigned long long threads = (unsigned long long)cfg.block.x * cfg.block.y * cfg.block.z;
+    const bool smem_ok = cfg.smem <= kMaxDynamicSmem && cfg.smem <= smem_allowed(kernel);
     if (threads == 0 || threads > kMaxThreads || cfg.block.z > 64 || cfg.grid.x == 0 || cfg.grid.y == 0 ||
-        cfg.grid.z == 0 || cfg.grid.x > 0x7fffffffu || cfg.grid.y > 65535 || cfg.grid.z > 65535 ||
-        cfg.smem > kMaxDynamicSmem) {
-        emu_runtime_launch_error(cfg.smem > kMaxDynamicSmem ? cudaErrorInvalidValue : cudaErrorInvalidConfiguration);
+        cfg.grid.z == 0 || cfg.grid.x > 0x7fffffffu || cfg.grid.y > 65535 || cfg.grid.z > 65535 || !smem_ok) {
+        emu_runtime_launch_error(!smem_ok ? cudaErrorInvalidValue : cudaErrorInvalidConfiguration);
         return false;
     }
     return true;
