@@ -110,6 +110,12 @@ $(OBJDIR)/$(EMU_DIR)/emu_exec.o: $(EMU_DIR)/emu_exec.cpp $(OBJDIR)/.flags
 	@mkdir -p $(dir $@)
 	@echo "  CXX   $<"
 	$(Q)g++ $(CXXFLAGS) -c $< -o $@
+
+# The emulator's checks, each against a kernel that breaks its rule (tests/integration/test_gpu_emu.sh).
+$(BUILD)/test_emu_checks: $(OBJDIR)/$(EMU_DIR)/test_emu_checks.o $(LIB_OBJ) $(BUILD)/.link-config
+	@mkdir -p $(dir $@)
+	@echo "  TEST  $@"
+	$(Q)$(CC) $(CFLAGS) -o $@ $< $(LIB_OBJ) $(LDLIBS)
 else
 $(OBJDIR)/%.o: %.cu $(OBJDIR)/.flags
 	@mkdir -p $(dir $@)
@@ -199,7 +205,7 @@ EMU_BUILD := build/emu
 .PHONY: gpu-emu-build test-gpu-emu
 gpu-emu-build: $(EMU_BUILD)/test_emu_nccl
 	@$(MAKE) --no-print-directory CUDA=1 EMU=1 BUILD=$(EMU_BUILD) $(EMU_BUILD)/megatrain \
-	  $(GPU_TEST_SRC:tests/gpu/%.c=$(EMU_BUILD)/gpu-tests/%)
+	  $(GPU_TEST_SRC:tests/gpu/%.c=$(EMU_BUILD)/gpu-tests/%) $(EMU_BUILD)/test_emu_checks
 
 # The emulator's NCCL on its own, under mpirun (tests/integration/test_gpu_emu_nccl.sh).
 EMU_NCCL_SRC := tests/gpu/emu/test_emu_nccl.c tests/gpu/emu/emu_nccl.c tests/gpu/emu/emu_streams.c src/core/float16.c

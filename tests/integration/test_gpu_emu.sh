@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# test_gpu_emu.sh: the GPU test programs (tests/gpu/test_cuda_*.c) on the CPU
+# test_gpu_emu.sh: the emulator's checks against kernels that break them
+# (tests/gpu/emu/test_emu_checks.cu: races in both orders, a cp.async past an
+# allocation, 64 KB of shared memory without the opt-in, a bad warp mask, a
+# deadlock), then the GPU test programs (tests/gpu/test_cuda_*.c) on the CPU
 # emulator (tests/gpu/emu/README.md), so that CI runs every CUDA kernel and the
 # whole CUDA model against the CPU reference without a GPU: the ops and the MoE
 # ops launcher by launcher, the grouped expert products (small shapes), the
@@ -22,6 +25,24 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$REPO"
 need_gpu_emu
+# The emulator's own checks first (tests/gpu/emu/test_emu_checks.cu: a kernel breaking each rule).
+checks=build/emu/test_emu_checks
+out=$($checks order)
+[[ $out == "broadcast read wrong by 0 threads; thread 0 read before the write; block 1 read 1 (right)" ]] ||
+  fail "order, ascending: $out"
+out=$(EMU_ORDER=reverse $checks order)
+[[ $out == "broadcast read wrong by 255 threads; thread 0 read 7 (right); block 1 read before the write" ]] ||
+  fail "order, EMU_ORDER=reverse: $out"
+out=$($checks smem_optin)
+[[ $out == "64 KB without the attribute: cudaErrorInvalidValue; with it: cudaSuccess, result 255" ]] ||
+  fail "smem_optin: $out"
+for spec in "cp_async_oob|cp.async of 16 bytes from .*, outside every cudaMalloc allocation" "warp_mask|warp exchange with mask 0x0000ffff" \
+            "deadlock|deadlock: some threads wait at __syncthreads"; do
+  # an inner shell waits for it, so that the abort's "Aborted" goes to the file, not the test's log
+  if bash -c '"$@"; exit $?' _ $checks "${spec%%|*}" > "$WORK/check.txt" 2>&1; then fail "${spec%%|*}: not stopped"; fi
+  grep -q "EMU: kernel .*: ${spec#*|}" "$WORK/check.txt" || { cat "$WORK/check.txt"; fail "${spec%%|*}: no message"; }
+done
+echo "the emulator's checks: 6 planted faults seen"
 export MT_GPU_TEST_QUICK=1
 for t in test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm test_cuda_hf_parity test_cuda_model \
          test_cuda_parallel_model; do

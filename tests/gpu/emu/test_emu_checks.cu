@@ -1,0 +1,142 @@
+// test_emu_checks.cu: the emulator's own checks (tests/gpu/emu/README.md, "Checks"), each against a kernel that
+// breaks its rule on purpose, so that a check that stopped working fails here rather than letting a kernel of
+// kernels/ pass that a GPU would fail. Compiled only for the emulator (cu2cpp.py, then g++: it calls the PTX
+// helpers of emu_device.h directly); tests/integration/test_gpu_emu.sh runs each case and checks what it prints or
+// the message it aborts with:
+//   order        two missing barriers: a broadcast from thread 0 read without __syncthreads (wrong only when
+//                higher threads run first: EMU_ORDER=reverse) and thread 0 reading thread 255's write without one
+//                (wrong only in the default ascending order); block 1 reading block 0's global write (a race
+//                between blocks: wrong only in reverse). Prints the wrong values of each.
+//   cp_async_oob a cp.async whose 16 bytes run past the end of a cudaMalloc allocation: aborts; the same copy
+//                predicated off (zero fill) passes first.
+//   smem_optin   a launch with 64 KB of dynamic shared memory: refused (cudaErrorInvalidValue) until
+//                cudaFuncSetAttribute raises the kernel's limit, then it runs.
+//   warp_mask    a shuffle whose mask leaves out running lanes: aborts.
+//   deadlock     some threads at __syncthreads, the rest of a warp at an exchange that waits for them: aborts.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <cuda_runtime.h>
+
+static const int kThreads = 256;
+
+__global__ void order_kernel(int *broadcast_seen, int *last_seen) {
+    __shared__ int cell[2];  // [0] from thread 0, [1] from the last thread
+    if (threadIdx.x == 0) cell[0] = 42;
+    if (threadIdx.x == kThreads - 1) cell[1] = 7;
+    // no __syncthreads here: both reads race with the writes above
+    broadcast_seen[threadIdx.x] = cell[0];
+    if (threadIdx.x == 0) *last_seen = cell[1];
+}
+
+__global__ void blocks_kernel(int *cells) {
+    if (threadIdx.x != 0) return;
+    if (blockIdx.x == 0) cells[0] = 1;
+    else cells[1] = cells[0];  // block 1 reads block 0's write: nothing orders blocks
+}
+
+__global__ void cp_async_kernel(float *out, const float *src, int pred) {
+    extern __shared__ float tile[];
+    if (threadIdx.x == 0) {
+        cp_async16(tile, src, pred != 0);
+        cp_async_commit();
+        cp_async_wait_all();
+        out[0] = tile[0];
+    }
+}
+
+__global__ void big_smem_kernel(float *out) {
+    extern __shared__ float big[];
+    big[threadIdx.x] = (float)threadIdx.x;
+    __syncthreads();
+    if (threadIdx.x == 0) out[0] = big[kThreads - 1];
+}
+
+__global__ void warp_mask_kernel(float *out) {
+    out[threadIdx.x] = __shfl_sync(0x0000ffffu, (float)threadIdx.x, 0);  // lanes 16-31 run but are left out
+}
+
+// Warp 1's lanes 0-15 wait at a full-warp shuffle that lanes 16-31 never reach (they wait at __syncthreads, which
+// lanes 0-15 never reach).
+__global__ void deadlock_kernel(float *out) {
+    if (threadIdx.x >= 32 && threadIdx.x < 48) out[threadIdx.x] = __shfl_sync(0xffffffffu, 1.0f, 0);
+    else __syncthreads();
+}
+
+#define CHECK_CUDA(call)                                                                            \
+    do {                                                                                            \
+        cudaError_t e_ = (call);                                                                    \
+        if (e_ != cudaSuccess) {                                                                    \
+            fprintf(stderr, "test_emu_checks: %s: %s\n", #call, cudaGetErrorString(e_));           \
+            exit(1);                                                                                \
+        }                                                                                           \
+    } while (0)
+
+static int order_case() {
+    int *d_seen, *d_last, *d_cells;
+    CHECK_CUDA(cudaMalloc((void **)&d_seen, kThreads * sizeof(int)));
+    CHECK_CUDA(cudaMalloc((void **)&d_last, sizeof(int)));
+    CHECK_CUDA(cudaMalloc((void **)&d_cells, 2 * sizeof(int)));
+    CHECK_CUDA(cudaMemset(d_cells, 0, 2 * sizeof(int)));
+    order_kernel<<<1, kThreads>>>(d_seen, d_last);
+    blocks_kernel<<<2, 32>>>(d_cells);
+    CHECK_CUDA(cudaGetLastError());
+    int seen[kThreads], last, cells[2];
+    CHECK_CUDA(cudaMemcpy(seen, d_seen, sizeof seen, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(&last, d_last, sizeof last, cudaMemcpyDeviceToHost));
+    CHECK_CUDA(cudaMemcpy(cells, d_cells, sizeof cells, cudaMemcpyDeviceToHost));
+    int wrong = 0;
+    for (int i = 0; i < kThreads; i++) wrong += seen[i] != 42;
+    printf("broadcast read wrong by %d threads; thread 0 read %s; block 1 read %s\n", wrong,
+           last == 7 ? "7 (right)" : "before the write", cells[1] == 1 ? "1 (right)" : "before the write");
+    return 0;
+}
+
+static int cp_async_case() {
+    float *src, *out;
+    CHECK_CUDA(cudaMalloc((void **)&src, 6 * sizeof(float)));  // 24 bytes: 16 from src + 4 run 8 past the end
+    CHECK_CUDA(cudaMalloc((void **)&out, sizeof(float)));
+    cp_async_kernel<<<1, 32, 64>>>(out, src + 4, 0);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    printf("predicated off: passed\n");
+    fflush(stdout);
+    cp_async_kernel<<<1, 32, 64>>>(out, src + 4, 1);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    printf("cp.async past the end: not stopped\n");
+    return 1;
+}
+
+static int smem_optin_case() {
+    float *out;
+    CHECK_CUDA(cudaMalloc((void **)&out, sizeof(float)));
+    const size_t bytes = 64 * 1024;
+    big_smem_kernel<<<1, kThreads, bytes>>>(out);
+    const cudaError_t before = cudaGetLastError();
+    CHECK_CUDA(cudaFuncSetAttribute(big_smem_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    big_smem_kernel<<<1, kThreads, bytes>>>(out);
+    const cudaError_t after = cudaGetLastError();
+    float got = 0;
+    CHECK_CUDA(cudaMemcpy(&got, out, sizeof got, cudaMemcpyDeviceToHost));
+    printf("64 KB without the attribute: %s; with it: %s, result %g\n", cudaGetErrorName(before),
+           cudaGetErrorName(after), got);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    const char *c = argc > 1 ? argv[1] : "";
+    float *out;
+    if (strcmp(c, "order") == 0) return order_case();
+    if (strcmp(c, "cp_async_oob") == 0) return cp_async_case();
+    if (strcmp(c, "smem_optin") == 0) return smem_optin_case();
+    if (strcmp(c, "warp_mask") == 0 || strcmp(c, "deadlock") == 0) {
+        CHECK_CUDA(cudaMalloc((void **)&out, kThreads * sizeof(float)));
+        if (c[0] == 'w') warp_mask_kernel<<<1, 32>>>(out);
+        else deadlock_kernel<<<1, 64>>>(out);
+        CHECK_CUDA(cudaDeviceSynchronize());
+        printf("%s: not stopped\n", c);
+        return 1;
+    }
+    fprintf(stderr, "usage: test_emu_checks order|cp_async_oob|smem_optin|warp_mask|deadlock\n");
+    return 2;
+}
