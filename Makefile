@@ -98,7 +98,12 @@ $(OBJDIR)/%.o: %.c $(OBJDIR)/.flags
 
 ifeq ($(EMU),1)
 .PRECIOUS: $(OBJDIR)/%.cpp
-$(OBJDIR)/%.cpp: %.cu $(EMU_DIR)/cu2cpp.py
+# the kernels' headers rewritten beside the generated .cpp, where #include "x.cuh" finds them first
+EMU_CUH := $(patsubst kernels/%.cuh,$(OBJDIR)/kernels/%.cuh,$(wildcard kernels/*.cuh))
+$(OBJDIR)/%.cpp: %.cu $(EMU_DIR)/cu2cpp.py | $(EMU_CUH)
+	@mkdir -p $(dir $@)
+	$(Q)python3 $(EMU_DIR)/cu2cpp.py $< $@
+$(OBJDIR)/kernels/%.cuh: kernels/%.cuh $(EMU_DIR)/cu2cpp.py
 	@mkdir -p $(dir $@)
 	$(Q)python3 $(EMU_DIR)/cu2cpp.py $< $@
 

@@ -2,7 +2,7 @@
 # test_gpu_emu.sh: the emulator's checks against kernels that break them
 # (tests/gpu/emu/test_emu_checks.cu: races in both orders, a cp.async past an
 # allocation, 64 KB of shared memory without the opt-in, a bad warp mask, a
-# deadlock), then the GPU test programs (tests/gpu/test_cuda_*.c) on the CPU
+# misaligned vector load, a deadlock), then the GPU test programs (tests/gpu/test_cuda_*.c) on the CPU
 # emulator (tests/gpu/emu/README.md), so that CI runs every CUDA kernel and the
 # whole CUDA model against the CPU reference without a GPU: the ops and the MoE
 # ops launcher by launcher, the grouped expert products (small shapes), the
@@ -36,13 +36,14 @@ out=$(EMU_ORDER=reverse $checks order)
 out=$($checks smem_optin)
 [[ $out == "64 KB without the attribute: cudaErrorInvalidValue; with it: cudaSuccess, result 255" ]] ||
   fail "smem_optin: $out"
-for spec in "cp_async_oob|cp.async of 16 bytes from .*, outside every cudaMalloc allocation" "warp_mask|warp exchange with mask 0x0000ffff" \
+for spec in "cp_async_oob|cp.async of 16 bytes from .*, outside every cudaMalloc allocation" \
+            "warp_mask|warp exchange with mask 0x0000ffff" "misaligned|a vector access at .*, not aligned to its 16 bytes" \
             "deadlock|deadlock: some threads wait at __syncthreads"; do
   # an inner shell waits for it, so that the abort's "Aborted" goes to the file, not the test's log
   if bash -c '"$@"; exit $?' _ $checks "${spec%%|*}" > "$WORK/check.txt" 2>&1; then fail "${spec%%|*}: not stopped"; fi
   grep -q "EMU: kernel .*: ${spec#*|}" "$WORK/check.txt" || { cat "$WORK/check.txt"; fail "${spec%%|*}: no message"; }
 done
-echo "the emulator's checks: 6 planted faults seen"
+echo "the emulator's checks: 7 planted faults seen"
 export MT_GPU_TEST_QUICK=1
 for t in test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm test_cuda_hf_parity test_cuda_model \
          test_cuda_parallel_model; do

@@ -15,6 +15,7 @@
 
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <tuple>
@@ -43,6 +44,21 @@ const unsigned char *emu_warp_exchange(unsigned mask, const void *mine, size_t b
 unsigned emu_lane(void);
 void *emu_dynamic_smem(void);
 void emu_shared_poison(void *p, size_t bytes);  // first thread of the block to declare it: poisoned
+[[noreturn]] void emu_fail(const char *what);    // prints the kernel, block and thread, and aborts
+
+// reinterpret_cast to a pointer, as cu2cpp.py writes it: the pointer must be aligned for its type (uint4 16, float2
+// 8, __nv_bfloat162 4), as a GPU's vector load or store needs; x86 would take a misaligned one silently.
+template <class P, class Q>
+static inline P emu_pointer_cast(Q q) {
+    P p = reinterpret_cast<P>(q);
+    if ((uintptr_t)p % alignof(typename std::remove_pointer<P>::type)) {
+        char what[120];
+        snprintf(what, sizeof what, "a vector access at %p, not aligned to its %zu bytes", (const void *)p,
+                 alignof(typename std::remove_pointer<P>::type));
+        emu_fail(what);
+    }
+    return p;
+}
 
 static inline void __syncthreads(void) { emu_syncthreads(); }
 static inline void __syncwarp(unsigned mask = 0xffffffffu) {

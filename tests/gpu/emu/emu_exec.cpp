@@ -376,6 +376,8 @@ void emu_run(const char *name, const EmuCfg &cfg, EmuBody body, void *ctx) {
 
 void emu_syncthreads(void) { switch_away(AT_BLOCK); }
 
+void emu_fail(const char *what) { fail_here(what); }
+
 unsigned emu_lane(void) { return ex->cur->linear & 31u; }
 
 const unsigned char *emu_warp_exchange(unsigned mask, const void *mine, size_t bytes) {

@@ -12,6 +12,7 @@
 //   smem_optin   a launch with 64 KB of dynamic shared memory: refused (cudaErrorInvalidValue) until
 //                cudaFuncSetAttribute raises the kernel's limit, then it runs.
 //   warp_mask    a shuffle whose mask leaves out running lanes: aborts.
+//   misaligned   a 16-byte vector load from a bf16 pointer one element in: aborts (x86 would load it).
 //   deadlock     some threads at __syncthreads, the rest of a warp at an exchange that waits for them: aborts.
 #include <cstdio>
 #include <cstdlib>
@@ -51,6 +52,11 @@ __global__ void big_smem_kernel(float *out) {
     big[threadIdx.x] = (float)threadIdx.x;
     __syncthreads();
     if (threadIdx.x == 0) out[0] = big[kThreads - 1];
+}
+
+__global__ void misaligned_kernel(float *out, const __nv_bfloat16 *x) {
+    const uint4 v = *reinterpret_cast<const uint4 *>(x + 1);
+    out[threadIdx.x] = (float)v.x;
 }
 
 __global__ void warp_mask_kernel(float *out) {
@@ -129,14 +135,17 @@ int main(int argc, char **argv) {
     if (strcmp(c, "order") == 0) return order_case();
     if (strcmp(c, "cp_async_oob") == 0) return cp_async_case();
     if (strcmp(c, "smem_optin") == 0) return smem_optin_case();
-    if (strcmp(c, "warp_mask") == 0 || strcmp(c, "deadlock") == 0) {
+    if (strcmp(c, "warp_mask") == 0 || strcmp(c, "deadlock") == 0 || strcmp(c, "misaligned") == 0) {
+        __nv_bfloat16 *x;
         CHECK_CUDA(cudaMalloc((void **)&out, kThreads * sizeof(float)));
+        CHECK_CUDA(cudaMalloc((void **)&x, 64 * sizeof *x));
         if (c[0] == 'w') warp_mask_kernel<<<1, 32>>>(out);
-        else deadlock_kernel<<<1, 64>>>(out);
+        else if (c[0] == 'd') deadlock_kernel<<<1, 64>>>(out);
+        else misaligned_kernel<<<1, 32>>>(out, x);
         CHECK_CUDA(cudaDeviceSynchronize());
         printf("%s: not stopped\n", c);
         return 1;
     }
-    fprintf(stderr, "usage: test_emu_checks order|cp_async_oob|smem_optin|warp_mask|deadlock\n");
+    fprintf(stderr, "usage: test_emu_checks order|cp_async_oob|smem_optin|warp_mask|misaligned|deadlock\n");
     return 2;
 }
