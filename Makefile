@@ -58,7 +58,7 @@ ifeq ($(EMU),1)
   # rewritten by cu2cpp.py and compiled by g++, the CUDA runtime, cuBLAS(Lt) served by emu_runtime.c, NCCL by emu_nccl.c.
   EMU_DIR   := tests/gpu/emu
   CXXFLAGS  := -std=c++17 -O1 -g -fPIC -Wall -Wno-unused-function -Wno-unknown-pragmas -Ikernels \
-               -I$(CUDA_HOME)/include -include $(EMU_DIR)/emu_device.h -MMD -MP
+               -I$(CUDA_HOME)/include -include $(EMU_DIR)/emu_device.h -MMD -MP $(EMU_CXXFLAGS)
   CU_OBJ    += $(OBJDIR)/$(EMU_DIR)/emu_exec.o $(OBJDIR)/$(EMU_DIR)/emu_runtime.o \
                $(OBJDIR)/$(EMU_DIR)/emu_nccl.o $(OBJDIR)/$(EMU_DIR)/emu_streams.o
   LDLIBS    += -lstdc++
@@ -219,6 +219,18 @@ $(EMU_BUILD)/test_emu_nccl: $(EMU_NCCL_SRC)
 	@echo "  TEST  $@"
 	$(Q)$(CC) -std=c11 -D_GNU_SOURCE -Wall -Wextra -O1 -g $(MPI_CFLAGS) -I$(or $(CUDA_HOME),/usr/local/cuda)/include $(EMU_NCCL_SRC) \
 	  -o $@ $(MPI_LIBS) -lm
+
+# The emulator's build under AddressSanitizer and UndefinedBehaviorSanitizer (build/emu-asan, objects in
+# build/obj/emu-asan): every kernel's global memory access checked to the byte against its cudaMalloc allocation
+# (emu_runtime.c pads none), and the CUDA build's host code checked as the CPU build's is by test-sanitize.
+# tests/integration/test_gpu_emu_asan.sh (CI) runs the kernel-level GPU test programs there.
+EMU_ASAN_BUILD := build/emu-asan
+EMU_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+.PHONY: gpu-emu-asan-build
+gpu-emu-asan-build:
+	@$(MAKE) --no-print-directory CUDA=1 EMU=1 BUILD=$(EMU_ASAN_BUILD) OBJDIR=build/obj/emu-asan \
+	  CC="$(CC) $(EMU_SANITIZE)" EMU_CXXFLAGS="$(EMU_SANITIZE)" $(EMU_ASAN_BUILD)/test_emu_checks \
+	  $(patsubst %,$(EMU_ASAN_BUILD)/gpu-tests/%,test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm test_cuda_model)
 
 test-gpu-emu: deps
 	@$(MAKE) --no-print-directory gpu-emu-build

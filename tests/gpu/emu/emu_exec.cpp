@@ -26,7 +26,11 @@
 //
 // Host threads are independent (thread_local state): several ranks in one
 // process each run their own launches.
+#include <pthread.h>
 #include <sys/mman.h>
+#ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/common_interface_defs.h>
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -99,6 +103,8 @@ struct Fiber {
 
 struct Exec {
     void *sched_sp = nullptr;
+    const void *sched_bottom = nullptr;  // the host thread's stack (for AddressSanitizer's fibre switches)
+    size_t sched_size = 0;
     char *stacks = nullptr;
     Fiber fibers[kMaxThreads];
     Fiber *cur = nullptr;
@@ -139,6 +145,13 @@ Exec *exec_get() {
         abort();
     }
     ex->stacks = (char *)m;
+    pthread_attr_t attr;  // the host thread's stack, where the scheduler runs
+    void *bottom = nullptr;
+    if (pthread_getattr_np(pthread_self(), &attr) == 0) {
+        pthread_attr_getstack(&attr, &bottom, &ex->sched_size);
+        pthread_attr_destroy(&attr);
+    }
+    ex->sched_bottom = bottom;
     return ex;
 }
 
@@ -185,11 +198,27 @@ Fiber *next_ready(Exec *e, unsigned from, unsigned end) {
     return nullptr;
 }
 
+// Switches stacks: saves the running context's at *save, continues `to` (nullptr: the scheduler, on the host
+// thread's stack). Under AddressSanitizer (the EMU_SANITIZE build) it is told of each switch, so that it checks
+// the fibres' stacks as stacks; `dying`: the running fibre will not be resumed.
+void switch_stacks(Exec *e, void **save, const Fiber *to, bool dying) {
+#ifdef __SANITIZE_ADDRESS__
+    void *fake_stack = nullptr;
+    const void *bottom = to ? e->stacks + (size_t)to->linear * kStackBytes : e->sched_bottom;
+    __sanitizer_start_switch_fiber(dying ? nullptr : &fake_stack, bottom, to ? kStackBytes : e->sched_size);
+    emu_ctx_switch(save, to ? to->sp : e->sched_sp);
+    __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
+#else
+    (void)dying;
+    emu_ctx_switch(save, to ? to->sp : e->sched_sp);
+#endif
+}
+
 // Continues fibre f, saving the running context's stack pointer at *save.
-void resume(Exec *e, void **save, Fiber *f) {
+void resume(Exec *e, void **save, Fiber *f, bool dying = false) {
     e->cur = f;
     threadIdx = f->idx;
-    emu_ctx_switch(save, f->sp);
+    switch_stacks(e, save, f, dying);
 }
 
 // The running fibre waits (AT_BLOCK or AT_WARP) or ends (DONE): the next ready lane of its warp runs, or, when
@@ -200,11 +229,14 @@ void switch_away(State s) {
     f->state = s;
     Fiber *next = reversed() ? next_ready(e, f->linear & ~31u, f->linear)
                              : next_ready(e, f->linear + 1, warp_end(e, f->linear));
-    if (next) resume(e, &f->sp, next);
-    else emu_ctx_switch(&f->sp, e->sched_sp);
+    if (next) resume(e, &f->sp, next, s == DONE);
+    else switch_stacks(e, &f->sp, nullptr, s == DONE);
 }
 
 void fiber_main() {
+#ifdef __SANITIZE_ADDRESS__
+    __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);  // entered by a switch_stacks that did not return
+#endif
     Exec *e = ex;
     e->body(e->ctx);
     Fiber *f = e->cur;

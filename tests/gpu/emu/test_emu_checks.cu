@@ -13,6 +13,8 @@
 //                cudaFuncSetAttribute raises the kernel's limit, then it runs.
 //   warp_mask    a shuffle whose mask leaves out running lanes: aborts.
 //   misaligned   a 16-byte vector load from a bf16 pointer one element in: aborts (x86 would load it).
+//   oob_write    a kernel writing one float past the end of its cudaMalloc allocation: only the EMU_SANITIZE
+//                build (AddressSanitizer) stops it (make test-gpu-emu-asan); it prints "not stopped" elsewhere.
 //   deadlock     some threads at __syncthreads, the rest of a warp at an exchange that waits for them: aborts.
 #include <cstdio>
 #include <cstdlib>
@@ -58,6 +60,8 @@ __global__ void misaligned_kernel(float *out, const __nv_bfloat16 *x) {
     const uint4 v = *reinterpret_cast<const uint4 *>(x + 1);
     out[threadIdx.x] = (float)v.x;
 }
+
+__global__ void oob_write_kernel(float *out, int n) { out[n] = 1.0f; }
 
 __global__ void warp_mask_kernel(float *out) {
     out[threadIdx.x] = __shfl_sync(0x0000ffffu, (float)threadIdx.x, 0);  // lanes 16-31 run but are left out
@@ -135,6 +139,13 @@ int main(int argc, char **argv) {
     if (strcmp(c, "order") == 0) return order_case();
     if (strcmp(c, "cp_async_oob") == 0) return cp_async_case();
     if (strcmp(c, "smem_optin") == 0) return smem_optin_case();
+    if (strcmp(c, "oob_write") == 0) {
+        CHECK_CUDA(cudaMalloc((void **)&out, 10 * sizeof(float)));
+        oob_write_kernel<<<1, 1>>>(out, 10);
+        CHECK_CUDA(cudaDeviceSynchronize());
+        printf("oob_write: not stopped\n");
+        return 1;
+    }
     if (strcmp(c, "warp_mask") == 0 || strcmp(c, "deadlock") == 0 || strcmp(c, "misaligned") == 0) {
         __nv_bfloat16 *x;
         CHECK_CUDA(cudaMalloc((void **)&out, kThreads * sizeof(float)));
@@ -146,6 +157,6 @@ int main(int argc, char **argv) {
         printf("%s: not stopped\n", c);
         return 1;
     }
-    fprintf(stderr, "usage: test_emu_checks order|cp_async_oob|smem_optin|warp_mask|misaligned|deadlock\n");
+    fprintf(stderr, "usage: test_emu_checks order|cp_async_oob|smem_optin|warp_mask|misaligned|oob_write|deadlock\n");
     return 2;
 }

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# test_gpu_emu_asan.sh: the kernel-level GPU test programs on the CPU emulator
+# built with AddressSanitizer and UndefinedBehaviorSanitizer (make
+# gpu-emu-asan-build: build/emu-asan). Device memory is host memory allocated
+# to the byte (emu_runtime.c), so a kernel that reads or writes past its
+# buffer, or a launcher that sizes one too small, is reported where it
+# happens, with the kernel's source line; the fibres' stacks are announced to
+# AddressSanitizer at each switch (emu_exec.cpp). The CUDA build's host code
+# (src/backend/cuda, src/model/cuda) runs under both sanitizers too, which the
+# CPU build's `make test-sanitize` does not reach.
+#   - a planted write past an allocation (test_emu_checks oob_write) must be
+#     reported, naming the kernel's line;
+#   - test_cuda_ops, test_cuda_moe_ops, test_cuda_moe_gemm and test_cuda_model
+#     pass with no report.
+# Leaks are not checked here (LeakSanitizer and the fibre stacks).
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$REPO"
+command -v g++ > /dev/null || { echo "skipped: no g++"; exit 77; }
+[[ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime_api.h" ]] || { echo "skipped: no CUDA headers"; exit 77; }
+make --no-print-directory -s gpu-emu-asan-build > "$WORK/build.txt" 2>&1 || { tail -20 "$WORK/build.txt"; fail "build"; }
+export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 MT_GPU_TEST_QUICK=1
+if build/emu-asan/test_emu_checks oob_write > "$WORK/oob.txt" 2>&1; then fail "oob_write: not stopped"; fi
+grep -q "ERROR: AddressSanitizer: heap-buffer-overflow" "$WORK/oob.txt" &&
+  grep -q "in oob_write_kernel(float\*, int) tests/gpu/emu/test_emu_checks.cu" "$WORK/oob.txt" ||
+  { head -20 "$WORK/oob.txt"; fail "oob_write: no AddressSanitizer report naming the kernel"; }
+echo "a write past an allocation: reported at its kernel's line"
+for t in test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm test_cuda_model; do
+  start=$SECONDS
+  out=$(build/emu-asan/gpu-tests/$t 2>&1) || { echo "$out" | grep -v " ok$" | tail -40; fail "$t under the sanitizers"; }
+  ! echo "$out" | grep -q "runtime error\|AddressSanitizer" || { echo "$out" | grep -A8 "runtime error\|AddressSanitizer" | head -40; fail "$t: a sanitizer report"; }
+  echo "$t under ASan + UBSan: $(echo "$out" | grep -E "passed, " | tail -n 1) ($((SECONDS - start)) s)"
+done
+echo ok
