@@ -4,6 +4,7 @@
 #include "comm_nccl.h"
 
 #include <nccl.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -15,8 +16,12 @@
  * makes each GPU run its NCCL operations in the order the host launched them; megatrain launches them from one
  * host thread a GPU in the same order on every rank (the emulator's eager streams run exactly that order, and
  * its per-rank stream orders hang without the setting: tests/integration/test_gpu_emu_nccl.sh), so that order
- * is one every GPU can keep. Set before the first communicator, unless the user set it (0 turns it off). */
+ * is one every GPU can keep. Set once, before the first communicator, unless the environment sets it (0 turns it
+ * off; a value in nccl.conf does not, as NCCL reads that file after this and keeps what is already set). */
 static void nccl_order_launches(void) {
+    static bool done;
+    if (done) return;
+    done = true;
     int version = 0;
     if (ncclGetVersion(&version) == ncclSuccess && version >= NCCL_VERSION(2, 26, 0))
         setenv("NCCL_LAUNCH_ORDER_IMPLICIT", "1", 0);

@@ -182,7 +182,7 @@ emu_try() {
              --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=1 --set train.steps=10
              --set optimizer.schedule.warmup_steps=2 --set train.eval_interval=100 --set precision=bf16 "$@")
   if [[ $np -eq 1 ]]; then "${cmd[@]}" > "$WORK/$name.txt" 2>&1
-  else mpirun --allow-run-as-root --oversubscribe -np "$np" "${cmd[@]}" > "$WORK/$name.txt" 2>&1
+  else timeout -k 5 600 mpirun --allow-run-as-root --oversubscribe -np "$np" "${cmd[@]}" > "$WORK/$name.txt" 2>&1
   fi
 }
 

@@ -29,6 +29,7 @@
 #include <pthread.h>
 #include <sys/mman.h>
 #ifdef __SANITIZE_ADDRESS__
+#include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #endif
 
@@ -259,6 +260,12 @@ void fiber_init(Exec *e, unsigned i) {
     f->mask = 0;
     f->groups.clear();
     f->open.clear();
+#ifdef __SANITIZE_ADDRESS__
+    // The fibre that ended on this stack left its last frames (above the stack pointer it saved) with their
+    // redzones marked; clear them, so that this block's fibre starts on a clean stack.
+    char *top = e->stacks + (size_t)(i + 1) * kStackBytes, *low = f->sp ? (char *)f->sp : top;
+    ASAN_UNPOISON_MEMORY_REGION(low, (size_t)(top - low));
+#endif
     uint64_t *sp = (uint64_t *)(e->stacks + (size_t)(i + 1) * kStackBytes);
     *--sp = 0;                     // fiber_main's return address (never used); keeps the ABI's alignment
     *--sp = (uint64_t)fiber_main;  // where emu_ctx_switch's ret goes
@@ -348,12 +355,11 @@ namespace {
 std::mutex smem_attr_lock;
 std::map<const void *, int> smem_attr;
 
-// Dynamic shared memory a launch of kernel may ask for: 48 KB, or more once its attribute allows it.
+// Dynamic shared memory a launch of kernel may ask for: its attribute once set (above or below 48 KB), else 48 KB.
 size_t smem_allowed(const void *kernel) {
     std::lock_guard<std::mutex> g(smem_attr_lock);
     const auto it = smem_attr.find(kernel);
-    const size_t set = it == smem_attr.end() ? 0 : (size_t)it->second;
-    return set > kDefaultDynamicSmem ? set : kDefaultDynamicSmem;
+    return it == smem_attr.end() ? (size_t)kDefaultDynamicSmem : (size_t)it->second;
 }
 }  // namespace
 
@@ -408,7 +414,12 @@ void emu_run(const char *name, const EmuCfg &cfg, EmuBody body, void *ctx) {
 
 void emu_syncthreads(void) { switch_away(AT_BLOCK); }
 
-void emu_fail(const char *what) { fail_here(what); }
+void emu_fail(const char *what) {
+    if (ex && ex->cur) fail_here(what);
+    fprintf(stderr, "EMU: host code: %s\n", what);  // outside a kernel (a launcher's own casts)
+    fflush(stderr);
+    abort();
+}
 
 unsigned emu_lane(void) { return ex->cur->linear & 31u; }
 

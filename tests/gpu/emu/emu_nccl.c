@@ -385,17 +385,20 @@ typedef struct {
     uint64_t seq;
 } Call;
 
-/* The stream of the last operation launched by this host thread (one device) on a communicator with
- * implicit_order; an operation on such a communicator first waits for it (NCCL_LAUNCH_ORDER_IMPLICIT). */
+/* The last operation launched by this host thread (one device) on a communicator with implicit_order: its
+ * stream, and that stream's work up to and including it. An operation on such a communicator first waits for
+ * it, and only for it (NCCL_LAUNCH_ORDER_IMPLICIT orders NCCL's kernels, not the work queued after them). */
 static _Thread_local cudaStream_t ordered_last;
+static _Thread_local uint64_t ordered_upto;
 static _Thread_local bool ordered_any;
 static void submit(const EmuComm *c, cudaStream_t st, EmuWorkFn run, void *ctx) {
+    if (c->implicit_order && ordered_any) emu_stream_after(st, ordered_last, ordered_upto);
+    emu_stream_submit(st, run, free, ctx);
     if (c->implicit_order) {
-        if (ordered_any) emu_stream_after(st, ordered_last);
         ordered_last = st;
+        ordered_upto = emu_stream_submitted(st);
         ordered_any = true;
     }
-    emu_stream_submit(st, run, free, ctx);
 }
 
 static ncclResult_t queue_call(cudaStream_t st, EmuWorkFn run, Call call) {

@@ -207,11 +207,12 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
     emu_stream_submit(s, wait_run, free, w);
     return cudaSuccess;
 }
-void emu_stream_after(cudaStream_t s, cudaStream_t before) {
+uint64_t emu_stream_submitted(cudaStream_t s) { return stream_of(s)->submitted; }
+void emu_stream_after(cudaStream_t s, cudaStream_t before, uint64_t target) {
     struct CUstream_st *b = stream_of(before);
     if (stream_of(s) == b) return;
     Wait *w = malloc(sizeof *w);
-    *w = (Wait){b, b->submitted};
+    *w = (Wait){b, target};
     emu_stream_submit(s, wait_run, free, w);
 }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {

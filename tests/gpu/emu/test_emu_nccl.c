@@ -171,8 +171,11 @@ int main(int argc, char **argv) {
             ncclSend(&x, 1, ncclFloat32, 1 - rank, world, NULL);
             ncclRecv(&y, 1, ncclFloat32, 1 - rank, world, NULL);
         }
+        /* the others wait for ranks 0 and 1, which abort: a rank that finalizes while its peers abort can leave
+         * Open MPI's mpirun waiting forever */
+        MPI_Barrier(MPI_COMM_WORLD);
         MPI_Finalize();
-        return 0; /* not reached on ranks 0 and 1 */
+        return 0; /* not reached */
     }
     if (argc > 1 && strcmp(argv[1], "two_streams") == 0) {
         ncclComm_t other = make_comm(MPI_COMM_WORLD);
