@@ -178,6 +178,7 @@ help:
 	@echo "make bench      run the CPU benchmark against PyTorch (needs torch)"
 	@echo "make test-gpu   build with CUDA=1 and run the GPU tests (needs a GPU; not part of CI)"
 	@echo "make test-gpu-emu  the GPU tests on the CPU emulator, no GPU needed (tests/gpu/emu; ~30 min)"
+	@echo "make gpu-emu-asan-build  the emulator under ASan + UBSan (build/emu-asan; tests/integration/test_gpu_emu_asan.sh)"
 	@echo "make bench-gpu  the GPU benchmark against PyTorch on the same GPU (tests/bench/bench_gpu.py)"
 	@echo "make clean      remove build/"
 	@echo "V=1             show full compiler command lines"

@@ -19,8 +19,8 @@
  *
  * Launch order: with NCCL_LAUNCH_ORDER_IMPLICIT=1 in the environment when a communicator is made (NCCL 2.26 and
  * later), NCCL runs the operations of that device's communicators in the order the host launched them, whatever
- * their streams; the emulator does the same (each such operation's stream first waits for the stream of the one
- * launched before it). Without it, operations of two communicators on two streams run in whatever order the
+ * their streams; the emulator does the same (each such operation's stream first waits for the operation launched
+ * before it, and for nothing queued after that one). Without it, operations of two communicators on two streams run in whatever order the
  * streams reach them, which under EMU_STREAMS lists (a different stream order a rank) can differ between ranks
  * and hang, as it can on GPUs.
  *

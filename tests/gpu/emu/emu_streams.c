@@ -70,8 +70,8 @@ static int mode(void) {
         int entries = 1;
         for (const char *c = list; *c; c++) entries += *c == ',';
         int pick = (r ? atoi(r) : 0) % entries;
-        char *save = NULL, *name = strtok_r(list, ",", &save);
-        while (name && pick-- > 0) name = strtok_r(NULL, ",", &save);
+        char *rest = list, *name = strsep(&rest, ",");
+        while (name && pick-- > 0) name = strsep(&rest, ","); /* an empty entry counts (and means eager) */
         m = !name || !*name || strcmp(name, "eager") == 0 ? EAGER : strcmp(name, "lazy") == 0 ? LAZY
           : strcmp(name, "lazy-first") == 0 ? LAZY_FIRST : -1;
         if (m < 0) {
@@ -199,22 +199,20 @@ static void wait_run(void *ctx) {
     const Wait *w = ctx;
     drain_to(w->stream, w->target);
 }
+/* s's later work waits for `before`'s first `target` pieces of work. */
+static void wait_for(cudaStream_t s, struct CUstream_st *before, uint64_t target) {
+    if (stream_of(s) == before) return; /* a stream runs its own work in order */
+    Wait *w = malloc(sizeof *w);
+    *w = (Wait){before, target};
+    emu_stream_submit(s, wait_run, free, w);
+}
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
     (void)flags;
-    if (!e->stream) return cudaSuccess; /* never recorded: nothing to wait for */
-    Wait *w = malloc(sizeof *w);
-    *w = (Wait){e->stream, e->target}; /* the record as it is now: a later record does not move the wait */
-    emu_stream_submit(s, wait_run, free, w);
+    if (e->stream) wait_for(s, e->stream, e->target); /* the record as it is now: a later one does not move it */
     return cudaSuccess;
 }
 uint64_t emu_stream_submitted(cudaStream_t s) { return stream_of(s)->submitted; }
-void emu_stream_after(cudaStream_t s, cudaStream_t before, uint64_t target) {
-    struct CUstream_st *b = stream_of(before);
-    if (stream_of(s) == b) return;
-    Wait *w = malloc(sizeof *w);
-    *w = (Wait){b, target};
-    emu_stream_submit(s, wait_run, free, w);
-}
+void emu_stream_after(cudaStream_t s, cudaStream_t before, uint64_t target) { wait_for(s, stream_of(before), target); }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
     if (e->stream) drain_to(e->stream, e->target);
     return cudaSuccess;
