@@ -71,6 +71,10 @@ endif
 
 UNIT_SRC := $(sort $(wildcard tests/unit/test_*.c))
 UNIT_BIN := $(UNIT_SRC:tests/unit/%.c=$(BUILD)/tests/%)
+# One C++ unit program: fp8.c against the CUDA toolkit's own FP8 conversions (cuda_fp8.hpp, host code: no GPU, no
+# nvcc); built to skip (exit 77) where the toolkit's headers are missing.
+CUDA_INCLUDE := $(or $(CUDA_HOME),/usr/local/cuda)/include
+UNIT_BIN += $(BUILD)/tests/test_fp8_cuda_header
 
 .PHONY: all deps demo test test-build unit-tests bench clean help
 all: $(BUILD)/megatrain
@@ -132,6 +136,12 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJ) $(BUILD)/.link-config
 	@mkdir -p $(dir $@)
 	@echo "  TEST  $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $< $(LIB_OBJ) $(LDLIBS) -lcmocka
+
+$(BUILD)/tests/test_fp8_cuda_header: tests/unit/test_fp8_cuda_header.cpp $(OBJDIR)/src/core/fp8.o
+	@mkdir -p $(dir $@)
+	@echo "  TEST  $@"
+	$(Q)$(CXX) -std=c++17 -O2 -Wall -Wextra -Isrc \
+	  $(if $(wildcard $(CUDA_INCLUDE)/cuda_fp8.h),-I$(CUDA_INCLUDE),-DMT_NO_CUDA_FP8) -o $@ $< $(OBJDIR)/src/core/fp8.o -lm
 
 unit-tests: $(UNIT_BIN)
 
