@@ -241,8 +241,8 @@ EMU_SANITIZE := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fn
 gpu-emu-asan-build:
 	@$(MAKE) --no-print-directory CUDA=1 EMU=1 BUILD=$(EMU_ASAN_BUILD) OBJDIR=build/obj/emu-asan \
 	  CC="$(CC) $(EMU_SANITIZE)" EMU_CXXFLAGS="$(EMU_SANITIZE)" $(EMU_ASAN_BUILD)/test_emu_checks \
-	  $(patsubst %,$(EMU_ASAN_BUILD)/gpu-tests/%,test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm test_cuda_model \
-	  test_cuda_parallel_model)
+	  $(patsubst %,$(EMU_ASAN_BUILD)/gpu-tests/%,test_cuda_cublaslt_fp8 test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm \
+	  test_cuda_model test_cuda_parallel_model)
 
 test-gpu-emu: deps
 	@$(MAKE) --no-print-directory gpu-emu-build

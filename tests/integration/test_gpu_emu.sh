@@ -2,9 +2,11 @@
 # test_gpu_emu.sh: the emulator's checks against kernels that break them
 # (tests/gpu/emu/test_emu_checks.cu: races in both orders, a cp.async past an
 # allocation, 64 KB of shared memory without the opt-in, a bad warp mask, a
-# misaligned vector load, a deadlock), then the GPU test programs (tests/gpu/test_cuda_*.c) on the CPU
+# misaligned vector load, a deadlock; and a host pointer as cuBLASLt's FP8
+# scale), then the GPU test programs (tests/gpu/test_cuda_*.c) on the CPU
 # emulator (tests/gpu/emu/README.md), so that CI runs every CUDA kernel and the
-# whole CUDA model against the CPU reference without a GPU: the ops and the MoE
+# whole CUDA model against the CPU reference without a GPU: cuBLASLt's FP8
+# products as the emulator models them (test_cuda_cublaslt_fp8), the ops and the MoE
 # ops launcher by launcher, the grouped expert products (small shapes), the
 # transformers fixtures, the CUDA model (dense and MoE, one rank) and the
 # parallel grids (tp, sp, cp, dp, ep, etp; ranks as threads, the collectives
@@ -43,10 +45,16 @@ for spec in "cp_async_oob|cp.async of 16 bytes from .*, outside every cudaMalloc
   if bash -c '"$@"; exit $?' _ $checks "${spec%%|*}" > "$WORK/check.txt" 2>&1; then fail "${spec%%|*}: not stopped"; fi
   grep -q "EMU: kernel .*: ${spec#*|}" "$WORK/check.txt" || { cat "$WORK/check.txt"; fail "${spec%%|*}: no message"; }
 done
-echo "the emulator's checks: 7 planted faults seen"
+# cuBLASLt reads its FP8 scales from device memory: a host pointer there must stop the emulator too.
+if bash -c '"$@"; exit $?' _ build/emu/gpu-tests/test_cuda_cublaslt_fp8 host_scale > "$WORK/check.txt" 2>&1; then
+  fail "host_scale: not stopped"
+fi
+grep -q "EMU: cublasLtMatmul: A's scale .* is not inside a cudaMalloc allocation" "$WORK/check.txt" ||
+  { cat "$WORK/check.txt"; fail "host_scale: no message"; }
+echo "the emulator's checks: 8 planted faults seen"
 export MT_GPU_TEST_QUICK=1
-for t in test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm test_cuda_hf_parity test_cuda_model \
-         test_cuda_parallel_model; do
+for t in test_cuda_cublaslt_fp8 test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm test_cuda_hf_parity \
+         test_cuda_model test_cuda_parallel_model; do
   start=$SECONDS
   out=$(build/emu/gpu-tests/$t 2>&1) || { echo "$out" | grep -v " ok$" | tail -30; echo "$t failed"; exit 1; }
   echo "$t: $(echo "$out" | grep -E "passed, |PASSED" | tail -n 1) ($((SECONDS - start)) s)"

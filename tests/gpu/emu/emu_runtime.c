@@ -10,6 +10,7 @@
  * aborts; the live allocations are kept in order, so that the kernels' cp.async sources are checked to lie inside
  * one (emu_device_bytes). */
 #include <cblas.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -23,6 +24,7 @@
 #include <cuda_runtime_api.h>
 
 #include "../../../src/core/float16.h"
+#include "../../../src/core/fp8.h"
 #include "emu_streams.h"
 
 static _Thread_local cudaError_t last_error = cudaSuccess;
@@ -274,21 +276,44 @@ const char *cudaGetErrorName(cudaError_t e) {
 }
 
 /* ---- matrix products: column-major D (m x n, ldd) = alpha op(A) op(B) + beta C (+ bias[row]) ---- */
+static int is_fp8(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 || t == CUDA_R_8F_E5M2; }
+static Fp8Format fp8_format(cudaDataType_t t) { return t == CUDA_R_8F_E4M3 ? FP8_E4M3 : FP8_E5M2; }
+static size_t type_bytes(cudaDataType_t t) { return is_fp8(t) ? 1 : t == CUDA_R_16BF ? 2 : 4; }
 static float load(const void *p, cudaDataType_t t, size_t i) {
+    if (is_fp8(t)) return fp8_to_f32(((const uint8_t *)p)[i], fp8_format(t));
     return t == CUDA_R_16BF ? bf16_to_f32(((const uint16_t *)p)[i]) : ((const float *)p)[i];
 }
+/* FP8 outputs: round to nearest even, saturating to the largest finite value (the GPU's only fp32 -> fp8
+ * conversion, cvt.rn.satfinite; src/core/fp8.h). */
 static void store(void *p, cudaDataType_t t, size_t i, float v) {
-    if (t == CUDA_R_16BF) ((uint16_t *)p)[i] = f32_to_bf16(v);
+    if (is_fp8(t)) ((uint8_t *)p)[i] = fp8_from_f32(v, fp8_format(t));
+    else if (t == CUDA_R_16BF) ((uint16_t *)p)[i] = f32_to_bf16(v);
     else ((float *)p)[i] = v;
 }
 static int type_ok(cudaDataType_t t) { return t == CUDA_R_16BF || t == CUDA_R_32F; }
 
+/* An FP8 product's scales and amax (cuBLASLt's descriptor attributes), all device pointers read when the product
+ * runs: D = sd * (alpha sa sb op(A) op(B) + beta C + bias), amax = max |value before sd| (NULL: not asked for). */
+typedef struct {
+    const float *sa, *sb, *sd;
+    float *amax;
+} Fp8Scales;
+
 /* The arguments were checked by queue_product. */
 static void product(int ta, int tb, int m, int n, int k, float alpha, const void *A, cudaDataType_t at, int lda,
                     const void *B, cudaDataType_t bt, int ldb, float beta, const void *C, cudaDataType_t ct, int ldc,
-                    void *D, int ldd, const void *bias) {
+                    void *D, cudaDataType_t dt, int ldd, const void *bias, cudaDataType_t biast,
+                    const Fp8Scales *f8) {
     const int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
-    if (m == 0 || n == 0) return;
+    float sd = 1.0f, amax = 0.0f;
+    if (f8) {
+        alpha = alpha * (f8->sa ? *f8->sa : 1.0f) * (f8->sb ? *f8->sb : 1.0f);
+        if (f8->sd) sd = *f8->sd;
+    }
+    if (m == 0 || n == 0) {
+        if (f8 && f8->amax) *f8->amax = 0.0f;
+        return;
+    }
     float *a = malloc(((size_t)ar * ac + 1) * 4), *b = malloc(((size_t)br * bc + 1) * 4), *c = malloc((size_t)m * n * 4);
     for (int j = 0; j < ac; j++)
         for (int i = 0; i < ar; i++) a[(size_t)j * ar + i] = load(A, at, (size_t)j * lda + i);
@@ -300,8 +325,16 @@ static void product(int ta, int tb, int m, int n, int k, float alpha, const void
         cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a,
                     ar > 1 ? ar : 1, b, br > 1 ? br : 1, 1.0f, c, m);
     for (int j = 0; j < n; j++)
-        for (int i = 0; i < m; i++)
-            store(D, ct, (size_t)j * ldd + i, c[(size_t)j * m + i] + (bias ? load(bias, ct, (size_t)i) : 0.0f));
+        for (int i = 0; i < m; i++) {
+            float z = c[(size_t)j * m + i] + (bias ? load(bias, biast, (size_t)i) : 0.0f);
+            if (is_fp8(dt)) {
+                const float az = fabsf(z);
+                amax = isnan(az) || isnan(amax) ? NAN : fmaxf(amax, az);
+                z *= sd;
+            }
+            store(D, dt, (size_t)j * ldd + i, z);
+        }
+    if (f8 && f8->amax) *f8->amax = amax;
     free(a);
     free(b);
     free(c);
@@ -318,6 +351,10 @@ typedef struct {
     void *D;
     const void *bias;
     bool indirect; /* A, B, C and D are the addresses of device pointer-array slots (the grouped call): read late */
+    bool typed;               /* cublasLtMatmul's: D and the bias have types of their own (else both C's) */
+    cudaDataType_t dt, biast;
+    bool fp8;                 /* cuBLASLt's FP8 product: A and B FP8, the scales below */
+    Fp8Scales f8;
 } Product;
 static void product_run(void *ctx) {
     const Product *p = ctx;
@@ -328,12 +365,14 @@ static void product_run(void *ctx) {
         D = *(void *const *)p->D;
     }
     product(p->ta, p->tb, p->m, p->n, p->k, p->alpha, A, p->at, p->lda, B, p->bt, p->ldb, p->beta, C, p->ct, p->ldc,
-            D, p->ldd, p->bias);
+            D, p->typed ? p->dt : p->ct, p->ldd, p->bias, p->typed ? p->biast : p->ct, p->fp8 ? &p->f8 : NULL);
 }
 /* Checks the arguments now (as cuBLAS does when called), then queues the product. */
 static cublasStatus_t queue_product(cudaStream_t st, Product p) {
     const int ar = p.ta ? p.k : p.m, br = p.tb ? p.n : p.k;
-    if (p.m < 0 || p.n < 0 || p.k < 0 || !type_ok(p.at) || !type_ok(p.bt) || !type_ok(p.ct) ||
+    const int fp8 = p.fp8 && is_fp8(p.at) && is_fp8(p.bt);
+    if (p.m < 0 || p.n < 0 || p.k < 0 || !(type_ok(p.at) || fp8) || !(type_ok(p.bt) || fp8) || !type_ok(p.ct) ||
+        !(!p.typed || type_ok(p.dt) || (fp8 && is_fp8(p.dt))) ||
         p.lda < (ar > 1 ? ar : 1) || p.ldb < (br > 1 ? br : 1) || p.ldc < (p.m > 1 ? p.m : 1) ||
         p.ldd < (p.m > 1 ? p.m : 1))
         return CUBLAS_STATUS_INVALID_VALUE;
@@ -378,8 +417,10 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
                             cublasComputeType_t comp, cublasGemmAlgo_t algo) {
     (void)comp, (void)algo;
     return queue_product(((BlasHandle *)h)->stream,
-                         (Product){ta != CUBLAS_OP_N, tb != CUBLAS_OP_N, m, n, k, *(const float *)alpha,
-                                   *(const float *)beta, A, B, C, at, bt, ct, lda, ldb, ldc, ldc, C, NULL, false});
+                         (Product){.ta = ta != CUBLAS_OP_N, .tb = tb != CUBLAS_OP_N, .m = m, .n = n, .k = k,
+                                   .alpha = *(const float *)alpha, .beta = *(const float *)beta, .A = A, .B = B,
+                                   .C = C, .at = at, .bt = bt, .ct = ct, .lda = lda, .ldb = ldb, .ldc = ldc,
+                                   .ldd = ldc, .D = C});
 }
 cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperation_t ta[],
                                           const cublasOperation_t tb[], const int m[], const int n[], const int k[],
@@ -393,25 +434,80 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
         for (int i = 0; i < group_size[g]; i++, p++) {
             const cublasStatus_t s = queue_product(
                 ((BlasHandle *)h)->stream,
-                (Product){ta[g] != CUBLAS_OP_N, tb[g] != CUBLAS_OP_N, m[g], n[g], k[g], ((const float *)alpha)[g],
-                          ((const float *)beta)[g], &A[p], &B[p], &C[p], at, bt, ct, lda[g], ldb[g], ldc[g], ldc[g],
-                          (void *)&C[p], NULL, true});
+                (Product){.ta = ta[g] != CUBLAS_OP_N, .tb = tb[g] != CUBLAS_OP_N, .m = m[g], .n = n[g], .k = k[g],
+                          .alpha = ((const float *)alpha)[g], .beta = ((const float *)beta)[g], .A = &A[p],
+                          .B = &B[p], .C = &C[p], .at = at, .bt = bt, .ct = ct, .lda = lda[g], .ldb = ldb[g],
+                          .ldc = ldc[g], .ldd = ldc[g], .D = (void *)&C[p], .indirect = true});
             if (s != CUBLAS_STATUS_SUCCESS) return s;
         }
     return CUBLAS_STATUS_SUCCESS;
 }
 
-/* ---- cuBLASLt: the descriptors keep what megatrain sets; the product is the one above ---- */
+/* ---- cuBLASLt: the descriptors keep what megatrain sets; the product is the one above ----
+ *
+ * FP8 products (A and B E4M3 / E5M2) follow the cuBLAS documentation's requirements for sm_90 and are refused
+ * otherwise, so that code written against the emulator asks for nothing a Hopper GPU refuses (tests/gpu/emu/README.md
+ * lists the rules and where each comes from): A transposed and B not ("TN", column-major), compute type 32F and
+ * scale type 32F, not both E5M2, D bf16 or fp32 with C of D's type, or D FP8 (E5M2 only when an input is) with C
+ * bf16; a bias in bf16; m and k multiples of 16, n of 8, every leading dimension a multiple of 16 bytes and every
+ * matrix 16-byte aligned. Scales are device floats (A's and B's the dequantising ones, D's the quantising one);
+ * D's scale and amax only with an FP8 D, C's never (Hopper has no FP8 C), A's and B's only with FP8 inputs: what
+ * cuBLASLt answers with CUBLAS_STATUS_INVALID_VALUE for "an unsupported combination". The emulator accumulates in
+ * fp32 in OpenBLAS's order whatever CUBLASLT_MATMUL_DESC_FAST_ACCUM says: a GPU's fast accumulation (the forward's,
+ * in Transformer Engine) keeps fewer bits, which the emulator does not show. fp16 is not emulated (megatrain does not
+ * use it). In place (C == D) needs C's layout to be D's. */
 typedef struct {
     int ta, tb;
+    cublasComputeType_t compute;
     cublasLtEpilogue_t epilogue;
     const void *bias;
+    int32_t bias_type;          /* CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE; -1: the default */
+    const float *scale[4];      /* A, B, C, D scale pointers (NULL: 1) */
+    float *amax_d;
+    int8_t fast_accum;
 } LtDesc;
 typedef struct {
     cudaDataType_t type;
     uint64_t rows, cols;
     int64_t ld;
 } LtLayout;
+
+/* Why cuBLASLt refuses this product (CUBLAS_STATUS_SUCCESS: it does not), from what the heuristic sees: the
+ * descriptor and the layouts (the FP8 rules above; the pointers are cublasLtMatmul's). */
+static cublasStatus_t lt_refusal(const LtDesc *x, const LtLayout *a, const LtLayout *b, const LtLayout *c,
+                                 const LtLayout *d) {
+    const int fp8 = is_fp8(a->type) || is_fp8(b->type);
+    if (!fp8) {
+        if (x->scale[0] || x->scale[1] || x->scale[2] || x->scale[3] || x->amax_d) return CUBLAS_STATUS_INVALID_VALUE;
+        return CUBLAS_STATUS_SUCCESS;
+    }
+    if (!is_fp8(a->type) || !is_fp8(b->type) || (a->type == CUDA_R_8F_E5M2 && b->type == CUDA_R_8F_E5M2))
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (!x->ta || x->tb || x->compute != CUBLAS_COMPUTE_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    const int e5m2_in = a->type == CUDA_R_8F_E5M2 || b->type == CUDA_R_8F_E5M2;
+    if (is_fp8(d->type)) {
+        if (c->type != CUDA_R_16BF || (d->type == CUDA_R_8F_E5M2 && !e5m2_in)) return CUBLAS_STATUS_NOT_SUPPORTED;
+    } else if (!type_ok(d->type) || c->type != d->type) {
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    }
+    if (x->epilogue == CUBLASLT_EPILOGUE_BIAS && x->bias_type != -1 && x->bias_type != CUDA_R_16BF)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (x->scale[2] || ((x->scale[3] || x->amax_d) && !is_fp8(d->type))) return CUBLAS_STATUS_INVALID_VALUE;
+    const uint64_t m = d->rows, n = d->cols, k = a->rows; /* A is transposed: k x m */
+    if (m % 16 || n % 8 || k % 16 || a->ld % 16 || b->ld % 16 || (c->ld * (int64_t)type_bytes(c->type)) % 16 ||
+        (d->ld * (int64_t)type_bytes(d->type)) % 16)
+        return CUBLAS_STATUS_NOT_SUPPORTED;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
+/* A pointer cuBLASLt reads or writes as device memory: a host pointer there faults on a GPU. */
+static void lt_device_pointer(const void *p, size_t bytes, const char *what) {
+    if (p && !emu_device_bytes(p, bytes)) {
+        fprintf(stderr, "EMU: cublasLtMatmul: %s %p is not inside a cudaMalloc allocation (a GPU faults on it)\n",
+                what, p);
+        abort();
+    }
+}
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
     *h = (cublasLtHandle_t)malloc(64);
@@ -424,10 +520,11 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t h) {
 size_t cublasLtGetVersion(void) { return CUBLAS_VERSION; }
 const char *cublasLtGetStatusString(cublasStatus_t s) { return cublasGetStatusString(s); }
 cublasStatus_t cublasLtMatmulDescCreate(cublasLtMatmulDesc_t *d, cublasComputeType_t comp, cudaDataType_t scale) {
-    (void)comp;
     if (scale != CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
     LtDesc *x = calloc(1, sizeof *x);
+    x->compute = comp;
     x->epilogue = CUBLASLT_EPILOGUE_DEFAULT;
+    x->bias_type = -1;
     *d = (cublasLtMatmulDesc_t)x;
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -438,6 +535,16 @@ cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
                                               const void *buf, size_t size) {
     LtDesc *x = (LtDesc *)d;
+    size_t want = sizeof(void *);  /* the pointers' */
+    switch (attr) {
+    case CUBLASLT_MATMUL_DESC_TRANSA:
+    case CUBLASLT_MATMUL_DESC_TRANSB:
+    case CUBLASLT_MATMUL_DESC_EPILOGUE:
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: want = 4; break;
+    case CUBLASLT_MATMUL_DESC_FAST_ACCUM: want = 1; break;
+    default: break;
+    }
+    if (size != want) return CUBLAS_STATUS_INVALID_VALUE;
     switch (attr) {
     case CUBLASLT_MATMUL_DESC_TRANSA: x->ta = *(const cublasOperation_t *)buf != CUBLAS_OP_N; break;
     case CUBLASLT_MATMUL_DESC_TRANSB: x->tb = *(const cublasOperation_t *)buf != CUBLAS_OP_N; break;
@@ -447,9 +554,15 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
             return CUBLAS_STATUS_NOT_SUPPORTED;
         break;
     case CUBLASLT_MATMUL_DESC_BIAS_POINTER: memcpy(&x->bias, buf, sizeof x->bias); break;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: memcpy(&x->bias_type, buf, 4); break;
+    case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: memcpy(&x->scale[0], buf, sizeof(void *)); break;
+    case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: memcpy(&x->scale[1], buf, sizeof(void *)); break;
+    case CUBLASLT_MATMUL_DESC_C_SCALE_POINTER: memcpy(&x->scale[2], buf, sizeof(void *)); break;
+    case CUBLASLT_MATMUL_DESC_D_SCALE_POINTER: memcpy(&x->scale[3], buf, sizeof(void *)); break;
+    case CUBLASLT_MATMUL_DESC_AMAX_D_POINTER: memcpy(&x->amax_d, buf, sizeof(void *)); break;
+    case CUBLASLT_MATMUL_DESC_FAST_ACCUM: x->fast_accum = *(const int8_t *)buf; break;
     default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
-    (void)size;
     return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t *l, cudaDataType type, uint64_t rows, uint64_t cols,
@@ -481,9 +594,12 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
                                               cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t pref, int wanted,
                                               cublasLtMatmulHeuristicResult_t results[], int *found) {
-    (void)h, (void)op, (void)a, (void)b, (void)c, (void)d, (void)pref;
+    (void)h, (void)pref;
     *found = 0;
     if (wanted < 1) return CUBLAS_STATUS_INVALID_VALUE;
+    const cublasStatus_t refused = lt_refusal((const LtDesc *)op, (const LtLayout *)a, (const LtLayout *)b,
+                                              (const LtLayout *)c, (const LtLayout *)d);
+    if (refused != CUBLAS_STATUS_SUCCESS) return refused;
     memset(&results[0], 0, sizeof results[0]);
     results[0].state = CUBLAS_STATUS_SUCCESS;
     *found = 1;
@@ -500,13 +616,30 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
                    *ld = (const LtLayout *)dl;
     const int m = (int)ld->rows, n = (int)ld->cols, k = (int)(x->ta ? la->rows : la->cols);
     if ((int)(x->ta ? la->cols : la->rows) != m || (int)(x->tb ? lb->rows : lb->cols) != n ||
-        (int)(x->tb ? lb->cols : lb->rows) != k || lc->rows != ld->rows || lc->cols != ld->cols ||
-        lc->type != ld->type || la->type != lb->type)
+        (int)(x->tb ? lb->cols : lb->rows) != k || lc->rows != ld->rows || lc->cols != ld->cols)
         return CUBLAS_STATUS_INVALID_VALUE;
+    const int fp8 = is_fp8(la->type) || is_fp8(lb->type);
+    if (!fp8 && (lc->type != ld->type || la->type != lb->type)) return CUBLAS_STATUS_INVALID_VALUE;
+    const cublasStatus_t refused = lt_refusal(x, la, lb, lc, ld);
+    if (refused != CUBLAS_STATUS_SUCCESS) return refused;
     if (x->epilogue == CUBLASLT_EPILOGUE_BIAS && !x->bias) return CUBLAS_STATUS_INVALID_VALUE;
     const float b = *(const float *)beta;
-    return queue_product(stream, (Product){x->ta, x->tb, m, n, k, *(const float *)alpha, b, A, B, b != 0.0f ? C : D,
-                                           la->type, lb->type, lc->type, (int)la->ld, (int)lb->ld,
-                                           (int)(b != 0.0f ? lc->ld : ld->ld), (int)ld->ld, D,
-                                           x->epilogue == CUBLASLT_EPILOGUE_BIAS ? x->bias : NULL, false});
+    /* in place (C == D) only with one layout for both */
+    if (C == D && (lc->type != ld->type || lc->ld != ld->ld)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (fp8) {
+        const void *mats[] = {A, B, b != 0.0f ? C : NULL, D};
+        for (int i = 0; i < 4; i++)
+            if ((uintptr_t)mats[i] % 16) return CUBLAS_STATUS_INVALID_VALUE;
+        static const char *const names[] = {"A's scale", "B's scale", "C's scale", "D's scale"};
+        for (int i = 0; i < 4; i++) lt_device_pointer(x->scale[i], sizeof(float), names[i]);
+        lt_device_pointer(x->amax_d, sizeof(float), "D's amax");
+    }
+    return queue_product(stream, (Product){.ta = x->ta, .tb = x->tb, .m = m, .n = n, .k = k,
+                                           .alpha = *(const float *)alpha, .beta = b, .A = A, .B = B,
+                                           .C = b != 0.0f ? C : D, .at = la->type, .bt = lb->type, .ct = lc->type,
+                                           .lda = (int)la->ld, .ldb = (int)lb->ld,
+                                           .ldc = (int)(b != 0.0f ? lc->ld : ld->ld), .ldd = (int)ld->ld, .D = D,
+                                           .bias = x->epilogue == CUBLASLT_EPILOGUE_BIAS ? x->bias : NULL,
+                                           .typed = true, .dt = ld->type, .biast = fp8 ? CUDA_R_16BF : lc->type,
+                                           .fp8 = fp8, .f8 = {x->scale[0], x->scale[1], x->scale[3], x->amax_d}});
 }
