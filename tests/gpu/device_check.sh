@@ -64,7 +64,7 @@ for part in $parts; do
   case $part in
     tests)
       bash tests/gpu/run_gpu_tests.sh > "$out/tests.log" 2>&1
-      grep -E "^(PASS|FAIL|SKIP)|FAIL|passed|worst|loss cpu|steps 300|nccl run|first loss|skip" "$out/tests.log" | grep -v " ok$" | tail -60 ;;
+      grep -E "^(PASS|FAIL|SKIP)|FAIL|passed|worst|loss cpu|steps 300|nccl run|first loss|skip|stricter" "$out/tests.log" | grep -v " ok$" | tail -60 ;;
     attention) # built by hand (see tests/gpu/attention_selftest.cu), carried as build/cuda/attention_selftest
       [[ -x build/cuda/attention_selftest ]] || { echo "no build/cuda/attention_selftest: nvcc -O3 -std=c++17 -arch=sm_90 \
 tests/gpu/attention_selftest.cu kernels/attention.cu -o build/cuda/attention_selftest"; continue; }
