@@ -137,7 +137,7 @@ $(BUILD)/tests/%: tests/unit/%.c $(LIB_OBJ) $(BUILD)/.link-config
 	@echo "  TEST  $@"
 	$(Q)$(CC) $(CFLAGS) -o $@ $< $(LIB_OBJ) $(LDLIBS) -lcmocka
 
-$(BUILD)/tests/test_fp8_cuda_header: tests/unit/test_fp8_cuda_header.cpp $(OBJDIR)/src/core/fp8.o
+$(BUILD)/tests/test_fp8_cuda_header: tests/unit/test_fp8_cuda_header.cpp src/core/fp8.h $(OBJDIR)/src/core/fp8.o
 	@mkdir -p $(dir $@)
 	@echo "  TEST  $@"
 	$(Q)$(CXX) -std=c++17 -O2 -Wall -Wextra -Isrc \

@@ -12,7 +12,7 @@
 //   - fp32 -> fp8 on every sign, exponent and top-8 mantissa bits with 21
 //     patterns of the low 15 bits (zero, one, the tie bit, just below and
 //     above it, all ones, each single bit, two fixed random ones), and on
-//     every 97th fp32 pattern (MT_FP8_STRIDE=1: all 2^32, a minute or two);
+//     every 97th fp32 pattern (MT_FP8_STRIDE=1: all 2^32, about 50 s);
 //     NaN inputs give a NaN code from both (fp8.c keeps the input's sign,
 //     CUDA gives 0x7f: fp8.h says why);
 //   - bf16 -> fp8 on all 65,536 bf16 patterns (__nv_cvt_bfloat16raw_to_fp8

@@ -293,88 +293,87 @@ static void store(void *p, cudaDataType_t t, size_t i, float v) {
 static int type_ok(cudaDataType_t t) { return t == CUDA_R_16BF || t == CUDA_R_32F; }
 
 /* An FP8 product's scales and amax (cuBLASLt's descriptor attributes), all device pointers read when the product
- * runs: D = sd * (alpha sa sb op(A) op(B) + beta C + bias), amax = max |value before sd| (NULL: not asked for). */
+ * runs: D = sd * (alpha sa sb op(A) op(B) + beta C + bias), amax = max |value before sd| (NULL: not asked for; a NaN
+ * value makes it NaN, the emulator's choice: what a GPU does there is not documented). */
 typedef struct {
     const float *sa, *sb, *sd;
     float *amax;
 } Fp8Scales;
 
-/* The arguments were checked by queue_product. */
-static void product(int ta, int tb, int m, int n, int k, float alpha, const void *A, cudaDataType_t at, int lda,
-                    const void *B, cudaDataType_t bt, int ldb, float beta, const void *C, cudaDataType_t ct, int ldc,
-                    void *D, cudaDataType_t dt, int ldd, const void *bias, cudaDataType_t biast,
-                    const Fp8Scales *f8) {
-    const int ar = ta ? k : m, ac = ta ? m : k, br = tb ? n : k, bc = tb ? k : n;
-    float sd = 1.0f, amax = 0.0f;
-    if (f8) {
-        alpha = alpha * (f8->sa ? *f8->sa : 1.0f) * (f8->sb ? *f8->sb : 1.0f);
-        if (f8->sd) sd = *f8->sd;
-    }
-    if (m == 0 || n == 0) {
-        if (f8 && f8->amax) *f8->amax = 0.0f;
-        return;
-    }
-    float *a = malloc(((size_t)ar * ac + 1) * 4), *b = malloc(((size_t)br * bc + 1) * 4), *c = malloc((size_t)m * n * 4);
-    for (int j = 0; j < ac; j++)
-        for (int i = 0; i < ar; i++) a[(size_t)j * ar + i] = load(A, at, (size_t)j * lda + i);
-    for (int j = 0; j < bc; j++)
-        for (int i = 0; i < br; i++) b[(size_t)j * br + i] = load(B, bt, (size_t)j * ldb + i);
-    for (int j = 0; j < n; j++)
-        for (int i = 0; i < m; i++) c[(size_t)j * m + i] = beta == 0.0f ? 0.0f : beta * load(C, ct, (size_t)j * ldc + i);
-    if (k > 0)
-        cblas_sgemm(CblasColMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, m, n, k, alpha, a,
-                    ar > 1 ? ar : 1, b, br > 1 ? br : 1, 1.0f, c, m);
-    for (int j = 0; j < n; j++)
-        for (int i = 0; i < m; i++) {
-            float z = c[(size_t)j * m + i] + (bias ? load(bias, biast, (size_t)i) : 0.0f);
-            if (is_fp8(dt)) {
-                const float az = fabsf(z);
-                amax = isnan(az) || isnan(amax) ? NAN : fmaxf(amax, az);
-                z *= sd;
-            }
-            store(D, dt, (size_t)j * ldd + i, z);
-        }
-    if (f8 && f8->amax) *f8->amax = amax;
-    free(a);
-    free(b);
-    free(c);
-}
-
 /* One product, queued on a stream with its scalars and host-side arguments copied (device memory is read when it
- * runs). */
+ * runs): column-major D (m x n, ldd, type dt) = alpha op(A) op(B) + beta C (+ bias[row], type biast). cuBLAS's calls
+ * have dt = biast = ct; cublasLtMatmul's may differ (an FP8 product's D and bias). */
 typedef struct {
     int ta, tb, m, n, k;
     float alpha, beta;
     const void *A, *B, *C;
-    cudaDataType_t at, bt, ct;
+    cudaDataType_t at, bt, ct, dt, biast;
     int lda, ldb, ldc, ldd;
     void *D;
     const void *bias;
     bool indirect; /* A, B, C and D are the addresses of device pointer-array slots (the grouped call): read late */
-    bool typed;               /* cublasLtMatmul's: D and the bias have types of their own (else both C's) */
-    cudaDataType_t dt, biast;
-    bool fp8;                 /* cuBLASLt's FP8 product: A and B FP8, the scales below */
+    bool fp8;      /* cuBLASLt's FP8 product: A and B FP8, the scales below */
     Fp8Scales f8;
 } Product;
+
+/* Runs p with its matrices at A, B, C, D (p's own, or read from the grouped call's pointer arrays). */
+static void product(const Product *p, const void *A, const void *B, const void *C, void *D) {
+    const int m = p->m, n = p->n, k = p->k, ar = p->ta ? k : m, ac = p->ta ? m : k, br = p->tb ? n : k,
+              bc = p->tb ? k : n;
+    float alpha = p->alpha, sd = 1.0f, amax = 0.0f;
+    if (p->fp8) {
+        alpha = alpha * (p->f8.sa ? *p->f8.sa : 1.0f) * (p->f8.sb ? *p->f8.sb : 1.0f);
+        if (p->f8.sd) sd = *p->f8.sd;
+    }
+    if (m == 0 || n == 0) {
+        if (p->fp8 && p->f8.amax) *p->f8.amax = 0.0f;
+        return;
+    }
+    float *a = malloc(((size_t)ar * ac + 1) * 4), *b = malloc(((size_t)br * bc + 1) * 4), *c = malloc((size_t)m * n * 4);
+    for (int j = 0; j < ac; j++)
+        for (int i = 0; i < ar; i++) a[(size_t)j * ar + i] = load(A, p->at, (size_t)j * p->lda + i);
+    for (int j = 0; j < bc; j++)
+        for (int i = 0; i < br; i++) b[(size_t)j * br + i] = load(B, p->bt, (size_t)j * p->ldb + i);
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++)
+            c[(size_t)j * m + i] = p->beta == 0.0f ? 0.0f : p->beta * load(C, p->ct, (size_t)j * p->ldc + i);
+    if (k > 0)
+        cblas_sgemm(CblasColMajor, p->ta ? CblasTrans : CblasNoTrans, p->tb ? CblasTrans : CblasNoTrans, m, n, k,
+                    alpha, a, ar > 1 ? ar : 1, b, br > 1 ? br : 1, 1.0f, c, m);
+    for (int j = 0; j < n; j++)
+        for (int i = 0; i < m; i++) {
+            float z = c[(size_t)j * m + i] + (p->bias ? load(p->bias, p->biast, (size_t)i) : 0.0f);
+            if (is_fp8(p->dt)) {
+                const float az = fabsf(z);
+                amax = isnan(az) || isnan(amax) ? NAN : fmaxf(amax, az);
+                z *= sd;
+            }
+            store(D, p->dt, (size_t)j * p->ldd + i, z);
+        }
+    if (p->fp8 && p->f8.amax) *p->f8.amax = amax;
+    free(a);
+    free(b);
+    free(c);
+}
 static void product_run(void *ctx) {
     const Product *p = ctx;
-    const void *A = p->A, *B = p->B, *C = p->C;
-    void *D = p->D;
-    if (p->indirect) {
-        A = *(const void *const *)p->A, B = *(const void *const *)p->B, C = *(const void *const *)p->C;
-        D = *(void *const *)p->D;
-    }
-    product(p->ta, p->tb, p->m, p->n, p->k, p->alpha, A, p->at, p->lda, B, p->bt, p->ldb, p->beta, C, p->ct, p->ldc,
-            D, p->typed ? p->dt : p->ct, p->ldd, p->bias, p->typed ? p->biast : p->ct, p->fp8 ? &p->f8 : NULL);
+    if (p->indirect)
+        product(p, *(const void *const *)p->A, *(const void *const *)p->B, *(const void *const *)p->C,
+                *(void *const *)p->D);
+    else
+        product(p, p->A, p->B, p->C, p->D);
+}
+/* The types are ones the emulator computes: bf16 or fp32, and FP8 inputs and outputs in cuBLASLt's FP8 products. */
+static int types_ok(const Product *p) {
+    const int fp8 = p->fp8 && is_fp8(p->at) && is_fp8(p->bt);
+    return (type_ok(p->at) || fp8) && (type_ok(p->bt) || fp8) && type_ok(p->ct) && type_ok(p->biast) &&
+           (type_ok(p->dt) || (fp8 && is_fp8(p->dt)));
 }
 /* Checks the arguments now (as cuBLAS does when called), then queues the product. */
 static cublasStatus_t queue_product(cudaStream_t st, Product p) {
     const int ar = p.ta ? p.k : p.m, br = p.tb ? p.n : p.k;
-    const int fp8 = p.fp8 && is_fp8(p.at) && is_fp8(p.bt);
-    if (p.m < 0 || p.n < 0 || p.k < 0 || !(type_ok(p.at) || fp8) || !(type_ok(p.bt) || fp8) || !type_ok(p.ct) ||
-        !(!p.typed || type_ok(p.dt) || (fp8 && is_fp8(p.dt))) ||
-        p.lda < (ar > 1 ? ar : 1) || p.ldb < (br > 1 ? br : 1) || p.ldc < (p.m > 1 ? p.m : 1) ||
-        p.ldd < (p.m > 1 ? p.m : 1))
+    if (p.m < 0 || p.n < 0 || p.k < 0 || !types_ok(&p) || p.lda < (ar > 1 ? ar : 1) || p.ldb < (br > 1 ? br : 1) ||
+        p.ldc < (p.m > 1 ? p.m : 1) || p.ldd < (p.m > 1 ? p.m : 1))
         return CUBLAS_STATUS_INVALID_VALUE;
     Product *q = malloc(sizeof *q);
     *q = p;
@@ -419,7 +418,7 @@ cublasStatus_t cublasGemmEx(cublasHandle_t h, cublasOperation_t ta, cublasOperat
     return queue_product(((BlasHandle *)h)->stream,
                          (Product){.ta = ta != CUBLAS_OP_N, .tb = tb != CUBLAS_OP_N, .m = m, .n = n, .k = k,
                                    .alpha = *(const float *)alpha, .beta = *(const float *)beta, .A = A, .B = B,
-                                   .C = C, .at = at, .bt = bt, .ct = ct, .lda = lda, .ldb = ldb, .ldc = ldc,
+                                   .C = C, .at = at, .bt = bt, .ct = ct, .dt = ct, .biast = ct, .lda = lda, .ldb = ldb, .ldc = ldc,
                                    .ldd = ldc, .D = C});
 }
 cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperation_t ta[],
@@ -436,8 +435,8 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
                 ((BlasHandle *)h)->stream,
                 (Product){.ta = ta[g] != CUBLAS_OP_N, .tb = tb[g] != CUBLAS_OP_N, .m = m[g], .n = n[g], .k = k[g],
                           .alpha = ((const float *)alpha)[g], .beta = ((const float *)beta)[g], .A = &A[p],
-                          .B = &B[p], .C = &C[p], .at = at, .bt = bt, .ct = ct, .lda = lda[g], .ldb = ldb[g],
-                          .ldc = ldc[g], .ldd = ldc[g], .D = (void *)&C[p], .indirect = true});
+                          .B = &B[p], .C = &C[p], .at = at, .bt = bt, .ct = ct, .dt = ct, .biast = ct, .lda = lda[g],
+                          .ldb = ldb[g], .ldc = ldc[g], .ldd = ldc[g], .D = (void *)&C[p], .indirect = true});
             if (s != CUBLAS_STATUS_SUCCESS) return s;
         }
     return CUBLAS_STATUS_SUCCESS;
@@ -445,26 +444,25 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
 
 /* ---- cuBLASLt: the descriptors keep what megatrain sets; the product is the one above ----
  *
- * FP8 products (A and B E4M3 / E5M2) follow the cuBLAS documentation's requirements for sm_90 and are refused
- * otherwise, so that code written against the emulator asks for nothing a Hopper GPU refuses (tests/gpu/emu/README.md
- * lists the rules and where each comes from): A transposed and B not ("TN", column-major), compute type 32F and
- * scale type 32F, not both E5M2, D bf16 or fp32 with C of D's type, or D FP8 (E5M2 only when an input is) with C
- * bf16; a bias in bf16; m and k multiples of 16, n of 8, every leading dimension a multiple of 16 bytes and every
- * matrix 16-byte aligned. Scales are device floats (A's and B's the dequantising ones, D's the quantising one);
- * D's scale and amax only with an FP8 D, C's never (Hopper has no FP8 C), A's and B's only with FP8 inputs: what
- * cuBLASLt answers with CUBLAS_STATUS_INVALID_VALUE for "an unsupported combination". The emulator accumulates in
- * fp32 in OpenBLAS's order whatever CUBLASLT_MATMUL_DESC_FAST_ACCUM says: a GPU's fast accumulation (the forward's,
- * in Transformer Engine) keeps fewer bits, which the emulator does not show. fp16 is not emulated (megatrain does not
- * use it). In place (C == D) needs C's layout to be D's. */
+ * FP8 products (A and B E4M3 / E5M2) follow our reading of cuBLASLt's requirements on sm_90 (secondhand quotes of
+ * the cuBLAS documentation, cublasLt.h, NVIDIA's own callers; tests/gpu/emu/README.md lists the rules and where
+ * each comes from; not yet confirmed on a GPU) and are refused otherwise, so that code written against the emulator
+ * asks a Hopper GPU for nothing it refuses. Where the sources disagree or are silent the emulator refuses (stricter
+ * than the library, which tests/gpu/test_cuda_cublaslt_fp8.c reports on a GPU): beta != 0 with an FP8 D, a bias with
+ * an fp32 D, C's scale. The emulator accumulates in fp32 in OpenBLAS's order, whatever
+ * CUBLASLT_MATMUL_DESC_FAST_ACCUM says: a Hopper FP8 product keeps fewer bits inside its k-blocks (fewer still with
+ * fast accumulation), which the emulator does not show. fp16 is not emulated (megatrain does not use it). In place
+ * (C == D) needs C's layout to be D's, for every product. */
+enum { SCALE_A, SCALE_B, SCALE_C, SCALE_D };
 typedef struct {
     int ta, tb;
     cublasComputeType_t compute;
     cublasLtEpilogue_t epilogue;
     const void *bias;
-    int32_t bias_type;          /* CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE; -1: the default */
-    const float *scale[4];      /* A, B, C, D scale pointers (NULL: 1) */
+    int32_t bias_type;     /* CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE; -1: the default */
+    const float *scale[4]; /* SCALE_A..SCALE_D's device pointers (NULL: 1) */
     float *amax_d;
-    int8_t fast_accum;
+    int8_t fast_accum;     /* accepted and kept; the emulator's accumulation does not change with it (above) */
 } LtDesc;
 typedef struct {
     cudaDataType_t type;
@@ -476,9 +474,11 @@ typedef struct {
  * descriptor and the layouts (the FP8 rules above; the pointers are cublasLtMatmul's). */
 static cublasStatus_t lt_refusal(const LtDesc *x, const LtLayout *a, const LtLayout *b, const LtLayout *c,
                                  const LtLayout *d) {
-    const int fp8 = is_fp8(a->type) || is_fp8(b->type);
+    const int fp8 = is_fp8(a->type) || is_fp8(b->type), bias = x->epilogue == CUBLASLT_EPILOGUE_BIAS;
     if (!fp8) {
-        if (x->scale[0] || x->scale[1] || x->scale[2] || x->scale[3] || x->amax_d) return CUBLAS_STATUS_INVALID_VALUE;
+        if (x->scale[SCALE_A] || x->scale[SCALE_B] || x->scale[SCALE_C] || x->scale[SCALE_D] || x->amax_d)
+            return CUBLAS_STATUS_INVALID_VALUE;
+        if (x->bias_type != -1 && x->bias_type != (int32_t)c->type) return CUBLAS_STATUS_NOT_SUPPORTED;
         return CUBLAS_STATUS_SUCCESS;
     }
     if (!is_fp8(a->type) || !is_fp8(b->type) || (a->type == CUDA_R_8F_E5M2 && b->type == CUDA_R_8F_E5M2))
@@ -487,12 +487,12 @@ static cublasStatus_t lt_refusal(const LtDesc *x, const LtLayout *a, const LtLay
     const int e5m2_in = a->type == CUDA_R_8F_E5M2 || b->type == CUDA_R_8F_E5M2;
     if (is_fp8(d->type)) {
         if (c->type != CUDA_R_16BF || (d->type == CUDA_R_8F_E5M2 && !e5m2_in)) return CUBLAS_STATUS_NOT_SUPPORTED;
-    } else if (!type_ok(d->type) || c->type != d->type) {
+    } else if (!type_ok(d->type) || c->type != d->type || (bias && d->type == CUDA_R_32F)) {
         return CUBLAS_STATUS_NOT_SUPPORTED;
     }
-    if (x->epilogue == CUBLASLT_EPILOGUE_BIAS && x->bias_type != -1 && x->bias_type != CUDA_R_16BF)
-        return CUBLAS_STATUS_NOT_SUPPORTED;
-    if (x->scale[2] || ((x->scale[3] || x->amax_d) && !is_fp8(d->type))) return CUBLAS_STATUS_INVALID_VALUE;
+    if (bias && x->bias_type != -1 && x->bias_type != CUDA_R_16BF) return CUBLAS_STATUS_NOT_SUPPORTED;
+    if (x->scale[SCALE_C] || ((x->scale[SCALE_D] || x->amax_d) && !is_fp8(d->type)))
+        return CUBLAS_STATUS_INVALID_VALUE;
     const uint64_t m = d->rows, n = d->cols, k = a->rows; /* A is transposed: k x m */
     if (m % 16 || n % 8 || k % 16 || a->ld % 16 || b->ld % 16 || (c->ld * (int64_t)type_bytes(c->type)) % 16 ||
         (d->ld * (int64_t)type_bytes(d->type)) % 16)
@@ -535,16 +535,27 @@ cublasStatus_t cublasLtMatmulDescDestroy(cublasLtMatmulDesc_t d) {
 cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr,
                                               const void *buf, size_t size) {
     LtDesc *x = (LtDesc *)d;
-    size_t want = sizeof(void *);  /* the pointers' */
+    void *pointer = NULL; /* where a pointer attribute goes */
+    size_t want = 4;      /* the enums' and int32_t's size */
     switch (attr) {
     case CUBLASLT_MATMUL_DESC_TRANSA:
     case CUBLASLT_MATMUL_DESC_TRANSB:
     case CUBLASLT_MATMUL_DESC_EPILOGUE:
-    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: want = 4; break;
+    case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: break;
     case CUBLASLT_MATMUL_DESC_FAST_ACCUM: want = 1; break;
-    default: break;
+    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: pointer = &x->bias; break;
+    case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: pointer = &x->scale[SCALE_A]; break;
+    case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: pointer = &x->scale[SCALE_B]; break;
+    case CUBLASLT_MATMUL_DESC_C_SCALE_POINTER: pointer = &x->scale[SCALE_C]; break;
+    case CUBLASLT_MATMUL_DESC_D_SCALE_POINTER: pointer = &x->scale[SCALE_D]; break;
+    case CUBLASLT_MATMUL_DESC_AMAX_D_POINTER: pointer = &x->amax_d; break;
+    default: return CUBLAS_STATUS_NOT_SUPPORTED;
     }
-    if (size != want) return CUBLAS_STATUS_INVALID_VALUE;
+    if (size != (pointer ? sizeof(void *) : want)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (pointer) {
+        memcpy(pointer, buf, sizeof(void *));
+        return CUBLAS_STATUS_SUCCESS;
+    }
     switch (attr) {
     case CUBLASLT_MATMUL_DESC_TRANSA: x->ta = *(const cublasOperation_t *)buf != CUBLAS_OP_N; break;
     case CUBLASLT_MATMUL_DESC_TRANSB: x->tb = *(const cublasOperation_t *)buf != CUBLAS_OP_N; break;
@@ -553,15 +564,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t d, cublasLtMa
         if (x->epilogue != CUBLASLT_EPILOGUE_DEFAULT && x->epilogue != CUBLASLT_EPILOGUE_BIAS)
             return CUBLAS_STATUS_NOT_SUPPORTED;
         break;
-    case CUBLASLT_MATMUL_DESC_BIAS_POINTER: memcpy(&x->bias, buf, sizeof x->bias); break;
     case CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE: memcpy(&x->bias_type, buf, 4); break;
-    case CUBLASLT_MATMUL_DESC_A_SCALE_POINTER: memcpy(&x->scale[0], buf, sizeof(void *)); break;
-    case CUBLASLT_MATMUL_DESC_B_SCALE_POINTER: memcpy(&x->scale[1], buf, sizeof(void *)); break;
-    case CUBLASLT_MATMUL_DESC_C_SCALE_POINTER: memcpy(&x->scale[2], buf, sizeof(void *)); break;
-    case CUBLASLT_MATMUL_DESC_D_SCALE_POINTER: memcpy(&x->scale[3], buf, sizeof(void *)); break;
-    case CUBLASLT_MATMUL_DESC_AMAX_D_POINTER: memcpy(&x->amax_d, buf, sizeof(void *)); break;
-    case CUBLASLT_MATMUL_DESC_FAST_ACCUM: x->fast_accum = *(const int8_t *)buf; break;
-    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+    default: x->fast_accum = *(const int8_t *)buf; break; /* CUBLASLT_MATMUL_DESC_FAST_ACCUM */
     }
     return CUBLAS_STATUS_SUCCESS;
 }
@@ -624,8 +628,10 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
     if (refused != CUBLAS_STATUS_SUCCESS) return refused;
     if (x->epilogue == CUBLASLT_EPILOGUE_BIAS && !x->bias) return CUBLAS_STATUS_INVALID_VALUE;
     const float b = *(const float *)beta;
+    if (b != 0.0f && !C) return CUBLAS_STATUS_INVALID_VALUE;
     /* in place (C == D) only with one layout for both */
     if (C == D && (lc->type != ld->type || lc->ld != ld->ld)) return CUBLAS_STATUS_INVALID_VALUE;
+    if (fp8 && b != 0.0f && is_fp8(ld->type)) return CUBLAS_STATUS_NOT_SUPPORTED; /* the stricter reading (above) */
     if (fp8) {
         const void *mats[] = {A, B, b != 0.0f ? C : NULL, D};
         for (int i = 0; i < 4; i++)
@@ -640,6 +646,7 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t op, const
                                            .lda = (int)la->ld, .ldb = (int)lb->ld,
                                            .ldc = (int)(b != 0.0f ? lc->ld : ld->ld), .ldd = (int)ld->ld, .D = D,
                                            .bias = x->epilogue == CUBLASLT_EPILOGUE_BIAS ? x->bias : NULL,
-                                           .typed = true, .dt = ld->type, .biast = fp8 ? CUDA_R_16BF : lc->type,
-                                           .fp8 = fp8, .f8 = {x->scale[0], x->scale[1], x->scale[3], x->amax_d}});
+                                           .dt = ld->type, .biast = fp8 ? CUDA_R_16BF : lc->type,
+                                           .fp8 = fp8,
+                                           .f8 = {x->scale[SCALE_A], x->scale[SCALE_B], x->scale[SCALE_D], x->amax_d}});
 }
