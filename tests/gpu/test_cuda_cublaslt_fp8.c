@@ -240,6 +240,17 @@ static Lt forward_product(const Layer *L, void *y) {
     return p;
 }
 
+/* Runs p, which must be accepted, and checks its bf16 or fp32 D (n values) against ref. */
+static void run_and_check(const Lt *p, const char *accepted, const float *ref, long n, const char *what,
+                          double limit) {
+    const cublasStatus_t s = lt_run(p);
+    check_true(accepted, s == CUBLAS_STATUS_SUCCESS);
+    if (s != CUBLAS_STATUS_SUCCESS) return;
+    float *got = p->dt == CUDA_R_16BF ? host_from_bf16(p->D, n) : host_from_f32(p->D, n);
+    check(what, rel_max(got, ref, n), limit);
+    free(got);
+}
+
 static void test_forward(const Layer *L) {
     printf("forward: Y^T (%d x %d) = 0.5 W . X + bias, E4M3 x E4M3, bf16 out, bf16 bias\n", OC, N);
     double *z = reference(&L->w, &L->x, OC, N, IC, 0.5 / L->sw / L->sx);
@@ -251,12 +262,8 @@ static void test_forward(const Layer *L) {
         Lt p = forward_product(L, d_y);
         p.alpha = 0.5f, p.bias = L->d_bias, p.fast_accum = (int8_t)fast;
         CHECK_CUDA(cudaMemset(d_y, 0xff, (size_t)OC * N * 2));
-        const cublasStatus_t s = lt_run(&p);
-        check_true(fast ? "accepted, FAST_ACCUM 1" : "accepted", s == CUBLAS_STATUS_SUCCESS);
-        if (s != CUBLAS_STATUS_SUCCESS) continue;
-        float *got = host_from_bf16(d_y, (long)OC * N);
-        check(fast ? "Y rel_max (fast accumulation)" : "Y rel_max", rel_max(got, ref, (long)OC * N), 8e-3);
-        free(got);
+        run_and_check(&p, fast ? "accepted, FAST_ACCUM 1" : "accepted", ref, (long)OC * N,
+                      fast ? "Y rel_max (fast accumulation)" : "Y rel_max", 8e-3);
     }
     cudaFree(d_y);
     free(z);
@@ -272,13 +279,7 @@ static void test_dgrad(const Layer *L) {
     CHECK_CUDA(cudaMemset(d_dx, 0xff, (size_t)IC * N * 2));
     Lt p = tn(IC, N, OC, CUDA_R_8F_E4M3, L->wt.dev, CUDA_R_8F_E5M2, L->dy.dev, CUDA_R_16BF, d_dx);
     p.sa = L->isw, p.sb = L->isg;
-    const cublasStatus_t s = lt_run(&p);
-    check_true("accepted", s == CUBLAS_STATUS_SUCCESS);
-    if (s == CUBLAS_STATUS_SUCCESS) {
-        float *got = host_from_bf16(d_dx, (long)IC * N);
-        check("dX rel_max", rel_max(got, ref, (long)IC * N), 8e-3);
-        free(got);
-    }
+    run_and_check(&p, "accepted", ref, (long)IC * N, "dX rel_max", 8e-3);
     cudaFree(d_dx);
     free(z);
     free(ref);
@@ -292,13 +293,7 @@ static void test_wgrad(const Layer *L, Rng *rng) {
     float *d_dw = dev_f32(dw0, (long)IC * OC);
     Lt p = tn(IC, OC, N, CUDA_R_8F_E4M3, L->xt.dev, CUDA_R_8F_E5M2, L->dyt.dev, CUDA_R_32F, d_dw);
     p.C = d_dw, p.beta = 1.0f, p.sa = L->isx, p.sb = L->isg;
-    const cublasStatus_t s = lt_run(&p);
-    check_true("accepted", s == CUBLAS_STATUS_SUCCESS);
-    if (s == CUBLAS_STATUS_SUCCESS) {
-        float *got = host_from_f32(d_dw, (long)IC * OC);
-        check("dW rel_max", rel_max(got, ref, (long)IC * OC), 1e-3);
-        free(got);
-    }
+    run_and_check(&p, "accepted", ref, (long)IC * OC, "dW rel_max", 1e-3);
     cudaFree(d_dw);
     free(z);
     free(dw0);
