@@ -1,7 +1,7 @@
 /* emu_runtime.c: the CUDA runtime, cuBLAS and cuBLASLt calls of megatrain's CUDA build, served on the CPU for the
  * emulator (tests/gpu/emu/README.md). Device memory is host memory; work on a stream goes through emu_streams.c's
- * queues (run at once, or later under EMU_STREAMS); matrix products go through OpenBLAS in fp32 from the bf16 or
- * fp32 operands, rounded to the output type once, as cuBLAS does with fp32 accumulation (NCCL is emu_nccl.c). The machine has EMU_GPUS emulated GPUs (default 1), told apart by their PCI bus ids: with one, every
+ * queues (run at once, or later under EMU_STREAMS); matrix products go through OpenBLAS in fp32 from the bf16,
+ * fp32 or FP8 operands (cuBLASLt's FP8 products: below), rounded to the output type once, as cuBLAS does with fp32 accumulation (NCCL is emu_nccl.c). The machine has EMU_GPUS emulated GPUs (default 1), told apart by their PCI bus ids: with one, every
  * rank of a job shares it and megatrain stages its collectives through the host, as on one real GPU; with as many
  * as ranks, each rank has its own and megatrain's collectives go through NCCL.
  *
