@@ -200,6 +200,10 @@ typedef struct Decoder {
     int start, stop;      /* STRIP */
 } Decoder;
 
+/* Ids index a table (decode's id -> token), so they must be below this:
+ * 2^24, far above the largest published vocabularies (about 262,000). */
+#define TOK_ID_LIMIT (1 << 24)
+
 #define TOK_MAX_DECODERS 8
 
 /* Read the "decoder" section (NULL or null: none). What decode cannot do is

@@ -331,10 +331,10 @@ static int load_model(Loader *ld, const JsonValue *model) {
     for (size_t i = 0; i < vocab->count; i++) {
         const JsonMember *m = &vocab->members[i];
         int64_t id;
-        if (json_as_int64(m->value, &id) != 0 || id < 0 || id >= INT32_MAX) {
+        if (json_as_int64(m->value, &id) != 0 || id < 0 || id >= TOK_ID_LIMIT) {
             char at[96];
             snprintf(at, sizeof at, "model.vocab[\"%.40s\"]", m->key);
-            return refuse(ld, at, "expected an id in 0..%d", INT32_MAX - 1);
+            return refuse(ld, at, "expected an id in 0..%d", TOK_ID_LIMIT - 1);
         }
         strmap_put(&bpe->vocab, m->key, m->key_len, (int32_t)id);
         if (id + 1 > ld->tok->vocab_size) ld->tok->vocab_size = id + 1;
@@ -394,10 +394,10 @@ static int load_added_tokens(Loader *ld, const JsonValue *list) {
         if (check_keys(ld, t, where, keys) != 0 || !(content = get_string(ld, t, "content", where))) return -1;
         AddedToken *a = &tok->added[tok->added_count];
         int64_t id;
-        if (json_as_int64(json_get(t, "id"), &id) != 0 || id < 0 || id >= INT32_MAX) {
+        if (json_as_int64(json_get(t, "id"), &id) != 0 || id < 0 || id >= TOK_ID_LIMIT) {
             char at[80];
             snprintf(at, sizeof at, "%s.id", where);
-            return refuse(ld, at, "expected an id in 0..%d", INT32_MAX - 1);
+            return refuse(ld, at, "expected an id in 0..%d", TOK_ID_LIMIT - 1);
         }
         if (content->string_len == 0) {
             char at[80];

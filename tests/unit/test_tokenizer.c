@@ -399,6 +399,7 @@ static void test_refused(void **state) {
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a c\"]}}", {"model.merges[0]", "not in model.vocab"}},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0}, \"merges\": [\"a\"]}}", {"model.merges[0]", "expected"}},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": -1}, \"merges\": []}}", {"model.vocab[\"a\"]", "expected an id"}},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 16777216}, \"merges\": []}}", {"model.vocab[\"a\"]", "0..16777215"}},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": [], \"dropout\": 0.1}}", {"model.dropout", "not supported"}},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": [], \"continuing_subword_prefix\": \"##\"}}", {"model.continuing_subword_prefix", "null"}},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": [], \"unk_token\": \"<unk>\"}}", {"model.unk_token", "not in model.vocab"}},
@@ -413,6 +414,7 @@ static void test_refused(void **state) {
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, \"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"_\", \"prepend_scheme\": \"sometimes\"}}", {"pre_tokenizer.prepend_scheme", "sometimes"}},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, \"added_tokens\": [{\"id\": 0, \"content\": \"<x>\", \"lstrip\": true, \"special\": true}]}", {"added_tokens[0].lstrip", "<x>"}},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, \"added_tokens\": [{\"content\": \"<x>\"}]}", {"added_tokens[0].id", "expected an id"}},
+        {"{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, \"added_tokens\": [{\"id\": 1111111111, \"content\": \"<x>\"}]}", {"added_tokens[0].id", "0..16777215"}},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, \"truncation\": {\"max_length\": 512}}", {"truncation", "must be null"}},
         {"{\"model\": {\"type\": \"BPE\", \"vocab\": {}, \"merges\": []}, \"extra\": 1}", {"(top level)", "\"extra\""}},
         {"{\"version\": \"1.0\"}", {"model", "missing"}},
@@ -428,6 +430,16 @@ static void test_refused(void **state) {
                      bad[i].words[1]);
     }
     char err[1024];
+    /* the largest id taken: decode finds it */
+    static const char top[] = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 16777215}, \"merges\": []}}";
+    Tokenizer *tok = tokenizer_load_json(top, strlen(top), "top.json", err, sizeof err);
+    if (!tok) fail_msg("%s", err);
+    assert_int_equal(tokenizer_vocab_size(tok), 16777216);
+    TokenText text = {0};
+    assert_int_equal(tokenizer_decode(tok, &(int32_t){16777215}, 1, false, &text, err, sizeof err), 0);
+    assert_string_equal(text.data, "a");
+    token_text_free(&text);
+    tokenizer_free(tok);
     assert_null(tokenizer_load("/nonexistent/tokenizer.json", err, sizeof err));
     assert_non_null(strstr(err, "/nonexistent/tokenizer.json"));
     assert_null(tokenizer_load("tests/unit", err, sizeof err));
