@@ -30,9 +30,16 @@
 #   2026-11-24: 0.54%, without the shared expert 1.1%); tp 2 + etp 2 + sp
 #   and cp 2 as above (measured: losses 0 on steps 1-2, first grad norm
 #   8.6e-6, then 1.1e-4 and 2.6e-3); ep 2 gives the one-rank losses and grad
-#   norms on all 12 steps within 1e-6 (measured 0 and 5.1e-9: the histories
-#   do not depend on which rows an expert computes together); resume bit for
-#   bit from the checkpointed histories (the experts' rows included).
+#   norms of steps 1-2 within 1e-6 (the histories do not depend on which rows
+#   an expert computes together: tensorwise ep 2 differs at step 1), then
+#   FP8 noise as above: an expert's weight gradient sums both dp ranks' rows
+#   in one product under ep and each micro-batch's in its own on one rank, so
+#   the weights part in fp32 noise after step 1 and, sooner or later, an FP8
+#   rounding flips (measured on 2026-11-25: losses equal on steps 1-10 and
+#   1.1e-6 at step 12 with OpenBLAS's Haswell kernels, equal on steps 1-5
+#   and 3.6e-5 at step 12 with its Nehalem kernels, within 5.1e-9 on all 12
+#   steps with its SkylakeX kernels); resume bit for bit from the
+#   checkpointed histories (the experts' rows included).
 # - Refused with exit 2: the cuda build refuses fp8.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -90,9 +97,9 @@ if command -v mpirun > /dev/null; then
     ONE=one_delayed near_one_rank "$name-delayed" grad_norm 1 5e-5 1e-1
   done
   run ep2-delayed 2 "${DELAYED[@]}" --set parallel.ep=2
-  ONE=one_delayed near_one_rank ep2-delayed loss 12 1e-6 1e-6
-  ONE=one_delayed near_one_rank ep2-delayed grad_norm 12 1e-6 1e-6
-  echo "fp8 MoE delayed: tp 2 + etp 2 + sp and cp 2 give the one-rank losses; ep 2 all 12 steps within 1e-6"
+  ONE=one_delayed near_one_rank ep2-delayed loss 2 1e-6 1e-3
+  ONE=one_delayed near_one_rank ep2-delayed grad_norm 2 1e-6 1e-1
+  echo "fp8 MoE delayed: tp 2 + etp 2 + sp, cp 2 and ep 2 give the one-rank losses (1e-6 on steps 1-2, then FP8 noise)"
 fi
 
 run straight 1 "${FP8[@]}" --set checkpoint.interval=6
