@@ -164,11 +164,11 @@ test-build: $(BUILD)/megatrain $(UNIT_BIN)
 # Every test again against megatrain and the unit programs built with AddressSanitizer,
 # LeakSanitizer and UndefinedBehaviorSanitizer (build/sanitize); fails on any report. Not in CI
 # (about 20 minutes on 2 cores); run it after changing C code that handles memory.
-SANITIZE_CC := $(CC) -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+SANITIZE_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
 .PHONY: test-sanitize
 test-sanitize: deps
-	@$(MAKE) --no-print-directory -j2 BUILD=build/sanitize OBJDIR=build/obj/sanitize CC="$(SANITIZE_CC)" \
-	  OPT="-O1 -march=x86-64-v2" test-build
+	@$(MAKE) --no-print-directory -j2 BUILD=build/sanitize OBJDIR=build/obj/sanitize CC="$(CC) $(SANITIZE_FLAGS)" \
+	  CXX="$(CXX) $(SANITIZE_FLAGS)" OPT="-O1 -march=x86-64-v2" test-build
 	@$(CC) -shared -fPIC -O1 -o build/sanitize/keep_plugins.so tests/sanitize/keep_plugins.c
 	@bash tests/run_sanitize.sh
 
