@@ -20,6 +20,9 @@ cd "$REPO"
 command -v g++ > /dev/null || { echo "skipped: no g++"; exit 77; }
 [[ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime_api.h" ]] || { echo "skipped: no CUDA headers"; exit 77; }
 make --no-print-directory -s gpu-emu-asan-build > "$WORK/build.txt" 2>&1 || { tail -20 "$WORK/build.txt"; fail "build"; }
+# Under tests/run_sanitize.sh a plain library is preloaded (keep_plugins.so, for Open MPI's plugins): the
+# sanitizers' runtime must come first in these programs, so it goes.
+unset LD_PRELOAD
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0 MT_GPU_TEST_QUICK=1
 if build/emu-asan/test_emu_checks oob_write > "$WORK/oob.txt" 2>&1; then fail "oob_write: not stopped"; fi
 grep -q "ERROR: AddressSanitizer: heap-buffer-overflow" "$WORK/oob.txt" &&
