@@ -5,12 +5,14 @@
  * input gradient with and without accumulate and the fp32 weight gradient
  * accumulated into existing values, with experts of 0 rows, 1 row, all the
  * rows, ragged counts, one weight stack (down) and two (gate|up, the split
- * inside a tile for the small shapes), padded leading dimensions (the
+ * inside a tile for the small shapes), Qwen3-30B-A3B's and Mixtral 8x7B's
+ * expert shapes (on a GPU only), padded leading dimensions (the
  * padding and the rows past the last must stay as they were), and a shape
  * the kernel does not take (a dimension not a multiple of 8: the loop).
  * Then, printed and not checked, the time of each way on the Qwen3-30B-A3B
  * layer (128 experts, hidden 2048, expert intermediate 768, 4096 tokens x
- * top 8 = 32768 rows) with balanced, skewed and collapsed routing, in
+ * top 8 = 32768 rows) with balanced, random top-8 (ragged), skewed and
+ * collapsed routing, in
  * TFLOP/s per product (CUDA events), with the ways' outputs compared.
  * Needs a GPU (exit 77 without one). Ends with "N passed, N failed".
  * Arguments: --no-timing (the checks only), --timing-only. */
@@ -219,6 +221,25 @@ static void skewed_counts(Rng *rng, int *counts, int E, int R, double s) {
     free(order);
 }
 
+/* counts of `tokens` tokens each routed to k distinct experts of E drawn uniformly: an untrained router's
+ * balance, whose counts are ragged (a few hundred rows an expert, not multiples of a tile). */
+static void routed_counts(Rng *rng, int *counts, int E, int tokens, int k) {
+    for (int e = 0; e < E; e++) counts[e] = 0;
+    int *picked = mt_malloc((size_t)k * sizeof *picked);
+    for (int t = 0; t < tokens; t++)
+        for (int j = 0; j < k; j++) {
+            int e, again;
+            do {
+                e = (int)rng_below(rng, (uint64_t)E);
+                again = 0;
+                for (int i = 0; i < j; i++) again |= picked[i] == e;
+            } while (again);
+            picked[j] = e;
+            counts[e]++;
+        }
+    free(picked);
+}
+
 /* ---- timing on the Qwen3-30B-A3B layer --------------------------------------------------------------------- */
 
 /* A device buffer of n bf16 (elem 2) or fp32 (elem 4) values in [-scale, scale): a random block of 1M values
@@ -359,6 +380,8 @@ static void timing(Rng *rng) {
     int *counts = mt_malloc((size_t)E * sizeof *counts);
     for (int e = 0; e < E; e++) counts[e] = R / E;
     time_layer("balanced", counts, E, C, Ie, &b);
+    routed_counts(rng, counts, E, R / 8, 8);
+    time_layer("random top-8", counts, E, C, Ie, &b);
     skewed_counts(rng, counts, E, R, 1.0);
     time_layer("skewed (Zipf 1)", counts, E, C, Ie, &b);
     for (int e = 0; e < E; e++) counts[e] = e % 16 == 3 ? R / 8 : 0; /* every token to the same 8 experts */
@@ -416,6 +439,10 @@ static void checks(Rng *rng) {
     c128[big] += moved; /* the total stays 8192 */
     test_layer("Qwen3-30B-A3B experts, 8192 rows skewed", 128, c128, 2048, 768, 0, 9);
     free(c128);
+    /* Mixtral 8x7B's expert shape (C 4096, Ie 14336: up to 224 tiles of N or M, up to 14336 of K), two of its
+     * experts with ragged row counts, neither a multiple of the kernel's 128-row tile */
+    const int c2[2] = {300, 213};
+    test_layer("Mixtral 8x7B experts (two), 513 rows", 2, c2, 4096, 14336, 0, 10);
 }
 
 int main(int argc, char **argv) {
