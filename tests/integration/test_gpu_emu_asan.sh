@@ -31,7 +31,8 @@ grep -q "ERROR: AddressSanitizer: heap-buffer-overflow" "$WORK/oob.txt" &&
 echo "a write past an allocation: reported at its kernel's line"
 for t in test_cuda_cublaslt_fp8 test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm test_cuda_model test_cuda_parallel_model; do
   start=$SECONDS
-  out=$(build/emu-asan/gpu-tests/$t 2>&1) || { echo "$out" | grep -v " ok$" | tail -40; fail "$t under the sanitizers"; }
+  out=$(build/emu-asan/gpu-tests/$t 2>&1) || { echo "$out" | grep -A24 "ERROR: AddressSanitizer\|runtime error" | head -40
+    echo "$out" | grep -v " ok$" | tail -40; fail "$t under the sanitizers"; }
   ! echo "$out" | grep -q "runtime error\|AddressSanitizer" || { echo "$out" | grep -A8 "runtime error\|AddressSanitizer" | head -40; fail "$t: a sanitizer report"; }
   echo "$t under ASan + UBSan: $(echo "$out" | grep -E "passed, " | tail -n 1) ($((SECONDS - start)) s)"
 done
