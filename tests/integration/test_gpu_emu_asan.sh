@@ -10,6 +10,9 @@
 # CPU build's `make test-sanitize` does not reach.
 #   - a planted write past an allocation (test_emu_checks oob_write) must be
 #     reported, naming the kernel's line;
+#   - a new host thread's fibre stacks carry none of the marks a finished
+#     thread's fibres left at the same addresses (test_emu_checks
+#     fresh_stacks; AddressSanitizer keeps an unmapped range's shadow);
 #   - test_cuda_ops, test_cuda_moe_ops, test_cuda_moe_gemm, test_cuda_model
 #     and test_cuda_parallel_model (the tp / cp / ep / dp grids' host code,
 #     ranks as threads) pass with no report.
@@ -29,6 +32,9 @@ grep -q "ERROR: AddressSanitizer: heap-buffer-overflow" "$WORK/oob.txt" &&
   grep -q "in oob_write_kernel(float\*, int) tests/gpu/emu/test_emu_checks.cu" "$WORK/oob.txt" ||
   { head -20 "$WORK/oob.txt"; fail "oob_write: no AddressSanitizer report naming the kernel"; }
 echo "a write past an allocation: reported at its kernel's line"
+out=$(build/emu-asan/test_emu_checks fresh_stacks 2>&1) || { echo "$out" | head -20; fail "fresh_stacks: $out"; }
+[[ $out == clean ]] || fail "fresh_stacks: $out"
+echo "a new thread's fibre stacks: none of a finished thread's marks"
 for t in test_cuda_cublaslt_fp8 test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm test_cuda_model test_cuda_parallel_model; do
   start=$SECONDS
   out=$(build/emu-asan/gpu-tests/$t 2>&1) || { echo "$out" | grep -A24 "ERROR: AddressSanitizer\|runtime error" | head -40

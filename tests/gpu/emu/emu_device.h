@@ -45,6 +45,9 @@ unsigned emu_lane(void);
 void *emu_dynamic_smem(void);
 void emu_shared_poison(void *p, size_t bytes);  // first thread of the block to declare it: poisoned
 [[noreturn]] void emu_fail(const char *what);    // prints the kernel, block and thread, and aborts
+// Host side, for test_emu_checks: the first byte of this host thread's fibre stacks (mapped by the call if this
+// thread has none yet) that AddressSanitizer marks as poisoned, or NULL (always NULL without AddressSanitizer).
+const void *emu_fibre_stacks_poisoned(void);
 
 // reinterpret_cast to a pointer, as cu2cpp.py writes it: the pointer must be aligned for its type (uint4 16, float2
 // 8, __nv_bfloat162 4), as a GPU's vector load or store needs; x86 would take a misaligned one silently.

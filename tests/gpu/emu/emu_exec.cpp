@@ -31,6 +31,8 @@
 #ifdef __SANITIZE_ADDRESS__
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
+#else
+#define ASAN_UNPOISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
 #endif
 
 #include <algorithm>
@@ -128,6 +130,9 @@ thread_local Exec *ex;
 struct ExecOwner {
     ~ExecOwner() {
         if (!ex) return;
+        // AddressSanitizer keeps an unmapped range's shadow: clear the marks the last fibres left, so that the
+        // next mapping of these addresses (often the next thread's stacks) starts clean
+        ASAN_UNPOISON_MEMORY_REGION(ex->stacks, (size_t)kMaxThreads * kStackBytes);
         munmap(ex->stacks, (size_t)kMaxThreads * kStackBytes);
         delete ex;
         ex = nullptr;
@@ -146,6 +151,10 @@ Exec *exec_get() {
         abort();
     }
     ex->stacks = (char *)m;
+    // A fresh mapping can carry the shadow of what these addresses held before (a finished thread's fibre
+    // stacks, whose last frames died marked): under AddressSanitizer that reads as a stack-use-after-scope in a
+    // fibre that never did one, so the stacks start unpoisoned (test_emu_checks fresh_stacks)
+    ASAN_UNPOISON_MEMORY_REGION(m, total);
     pthread_attr_t attr;  // the host thread's stack, where the scheduler runs
     void *bottom = nullptr;
     if (pthread_getattr_np(pthread_self(), &attr) == 0) {
@@ -437,6 +446,15 @@ const unsigned char *emu_warp_exchange(unsigned mask, const void *mine, size_t b
 void emu_syncwarp(void) { emu_warp_exchange(0xffffffffu, nullptr, 0); }
 
 void *emu_dynamic_smem(void) { return ex->smem; }
+
+const void *emu_fibre_stacks_poisoned(void) {
+#ifdef __SANITIZE_ADDRESS__
+    Exec *e = exec_get();
+    return __asan_region_is_poisoned(e->stacks, (size_t)kMaxThreads * kStackBytes);
+#else
+    return nullptr;
+#endif
+}
 
 void emu_shared_poison(void *p, size_t bytes) {
     Exec *e = ex;

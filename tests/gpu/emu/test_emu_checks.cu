@@ -16,9 +16,15 @@
 //   oob_write    a kernel writing one float past the end of its cudaMalloc allocation: only the EMU_SANITIZE
 //                build (AddressSanitizer) stops it (make test-gpu-emu-asan); it prints "not stopped" elsewhere.
 //   deadlock     some threads at __syncthreads, the rest of a warp at an exchange that waits for them: aborts.
+//   fresh_stacks one host thread runs a kernel and ends, then a second maps its fibre stacks (usually at the
+//                addresses the first unmapped): under AddressSanitizer they must carry none of the first thread's
+//                stack marks, which read as a stack-use-after-scope in a fibre that never did one (seen once in
+//                CI in test_cuda_parallel_model's rank threads). Prints "clean" or where the first mark is.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+
+#include <pthread.h>
 
 #include <cuda_runtime.h>
 
@@ -133,12 +139,43 @@ static int smem_optin_case() {
     return 0;
 }
 
+__global__ void deep_kernel(float *out) {
+    float row[64];  // a local array: its frame has AddressSanitizer's marks
+    for (int i = 0; i < 64; i++) row[i] = (float)(threadIdx.x + i);
+    __syncthreads();
+    out[threadIdx.x] = row[threadIdx.x % 64];
+}
+
+static void *run_deep_kernel(void *arg) {
+    deep_kernel<<<4, kThreads>>>((float *)arg);
+    CHECK_CUDA(cudaDeviceSynchronize());
+    return nullptr;
+}
+
+static void *probe_fresh_stacks(void *arg) {
+    *(const void **)arg = emu_fibre_stacks_poisoned();
+    return nullptr;
+}
+
+static int fresh_stacks_case() {
+    float *out;
+    CHECK_CUDA(cudaMalloc((void **)&out, kThreads * sizeof(float)));
+    pthread_t t;
+    const void *poisoned = nullptr;
+    if (pthread_create(&t, nullptr, run_deep_kernel, out) != 0 || pthread_join(t, nullptr) != 0) return 2;
+    if (pthread_create(&t, nullptr, probe_fresh_stacks, &poisoned) != 0 || pthread_join(t, nullptr) != 0) return 2;
+    if (poisoned) printf("a fresh thread's fibre stacks are poisoned at %p\n", poisoned);
+    else printf("clean\n");
+    return poisoned ? 1 : 0;
+}
+
 int main(int argc, char **argv) {
     const char *c = argc > 1 ? argv[1] : "";
     float *out;
     if (strcmp(c, "order") == 0) return order_case();
     if (strcmp(c, "cp_async_oob") == 0) return cp_async_case();
     if (strcmp(c, "smem_optin") == 0) return smem_optin_case();
+    if (strcmp(c, "fresh_stacks") == 0) return fresh_stacks_case();
     if (strcmp(c, "oob_write") == 0) {
         CHECK_CUDA(cudaMalloc((void **)&out, 10 * sizeof(float)));
         oob_write_kernel<<<1, 1>>>(out, 10);
@@ -157,6 +194,6 @@ int main(int argc, char **argv) {
         printf("%s: not stopped\n", c);
         return 1;
     }
-    fprintf(stderr, "usage: test_emu_checks order|cp_async_oob|smem_optin|warp_mask|misaligned|oob_write|deadlock\n");
+    fprintf(stderr, "usage: test_emu_checks order|cp_async_oob|smem_optin|warp_mask|misaligned|oob_write|deadlock|fresh_stacks\n");
     return 2;
 }
