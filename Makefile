@@ -6,9 +6,11 @@ MPI_CFLAGS := $(shell mpicc --showme:compile 2>/dev/null)
 MPI_LIBS   := $(shell mpicc --showme:link 2>/dev/null)
 # OpenBLAS built for OpenMP shares our OpenMP thread pool; the pthread build's
 # own pool fights it for the cores (4x slower on 2 cores). Prefer the former.
-BLAS_OMP_DIR := /usr/lib/x86_64-linux-gnu/openblas-openmp
+# Debian's multiarch directories: x86_64-linux-gnu, aarch64-linux-gnu (Grace Hopper).
+HOST_ARCH := $(shell uname -m)
+BLAS_OMP_DIR := /usr/lib/$(HOST_ARCH)-linux-gnu/openblas-openmp
 ifneq ($(wildcard $(BLAS_OMP_DIR)/libopenblas.so),)
-  BLAS_CFLAGS ?= -I/usr/include/x86_64-linux-gnu/openblas-openmp
+  BLAS_CFLAGS ?= -I/usr/include/$(HOST_ARCH)-linux-gnu/openblas-openmp
   BLAS_LIBS   ?= -L$(BLAS_OMP_DIR) -Wl,-rpath,$(BLAS_OMP_DIR) -lopenblas
 else
   BLAS_CFLAGS ?= $(shell pkg-config --cflags openblas 2>/dev/null)
@@ -20,7 +22,9 @@ endif
 TOKENIZE_CFLAGS := $(shell pkg-config --cflags libpcre2-8 libutf8proc 2>/dev/null)
 TOKENIZE_LIBS   := $(shell pkg-config --libs libpcre2-8 libutf8proc 2>/dev/null || echo -lpcre2-8 -lutf8proc)
 
-OPT      ?= -O2 -march=x86-64-v2
+# x86-64-v2 (SSE4.2, POPCNT: every x86-64 CPU since 2009); other architectures (aarch64) their baseline.
+MARCH    := $(if $(filter x86_64,$(HOST_ARCH)),-march=x86-64-v2)
+OPT      ?= -O2 $(MARCH)
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Isrc -Wall -Wextra -Wno-unused-parameter $(OPT) -g -fopenmp \
             $(MPI_CFLAGS) $(BLAS_CFLAGS) $(TOKENIZE_CFLAGS) -MMD -MP
 LDLIBS   += $(BLAS_LIBS) $(MPI_LIBS) -lyaml -lzstd $(TOKENIZE_LIBS) -lm -fopenmp -lpthread
@@ -168,7 +172,7 @@ SANITIZE_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -
 .PHONY: test-sanitize
 test-sanitize: deps
 	@$(MAKE) --no-print-directory -j2 BUILD=build/sanitize OBJDIR=build/obj/sanitize CC="$(CC) $(SANITIZE_FLAGS)" \
-	  CXX="$(CXX) $(SANITIZE_FLAGS)" OPT="-O1 -march=x86-64-v2" test-build
+	  CXX="$(CXX) $(SANITIZE_FLAGS)" OPT="-O1 $(MARCH)" test-build
 	@$(CC) -shared -fPIC -O1 -o build/sanitize/keep_plugins.so tests/sanitize/keep_plugins.c
 	@bash tests/run_sanitize.sh
 

@@ -180,9 +180,11 @@ near_one_rank() {
       END { exit !(n == steps && !bad) }' || fail "$name: $field is not the one-rank run's"
 }
 
-# need_gpu_emu [mpirun]: skips (exit 77) without g++ or the CUDA headers (and mpirun, when named), else builds the
-# CUDA build's CPU emulator (make gpu-emu-build: build/emu).
+# need_gpu_emu [mpirun]: skips (exit 77) without g++ or the CUDA headers (and mpirun, when named), or off x86-64
+# (the emulator's fibres switch stacks in x86-64 assembly), else builds the CUDA build's CPU emulator (make
+# gpu-emu-build: build/emu).
 need_gpu_emu() {
+  [[ $(uname -m) == x86_64 ]] || { echo "skipped: the GPU emulator runs on x86-64 only"; exit 77; }
   command -v g++ > /dev/null || { echo "skipped: no g++"; exit 77; }
   [[ ${1:-} != mpirun ]] || command -v mpirun > /dev/null || { echo "skipped: no mpirun"; exit 77; }
   [[ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime_api.h" ]] || { echo "skipped: no CUDA headers"; exit 77; }
