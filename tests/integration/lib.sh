@@ -180,14 +180,18 @@ near_one_rank() {
       END { exit !(n == steps && !bad) }' || fail "$name: $field is not the one-rank run's"
 }
 
-# need_gpu_emu [mpirun]: skips (exit 77) without g++ or the CUDA headers (and mpirun, when named), or off x86-64
-# (the emulator's fibres switch stacks in x86-64 assembly), else builds the CUDA build's CPU emulator (make
-# gpu-emu-build: build/emu).
-need_gpu_emu() {
+# can_gpu_emu [mpirun]: skips (exit 77) where the CUDA build's CPU emulator cannot be built or run: off x86-64
+# (its fibres switch stacks in x86-64 assembly), without g++ or the CUDA headers (and mpirun, when named).
+can_gpu_emu() {
   [[ $(uname -m) == x86_64 ]] || { echo "skipped: the GPU emulator runs on x86-64 only"; exit 77; }
   command -v g++ > /dev/null || { echo "skipped: no g++"; exit 77; }
   [[ ${1:-} != mpirun ]] || command -v mpirun > /dev/null || { echo "skipped: no mpirun"; exit 77; }
   [[ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime_api.h" ]] || { echo "skipped: no CUDA headers"; exit 77; }
+}
+
+# need_gpu_emu [mpirun]: can_gpu_emu, then builds the emulator (make gpu-emu-build: build/emu).
+need_gpu_emu() {
+  can_gpu_emu "$@"
   make -C "$REPO" --no-print-directory -s gpu-emu-build > /dev/null
 }
 

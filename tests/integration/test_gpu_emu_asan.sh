@@ -20,9 +20,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$REPO"
-[[ $(uname -m) == x86_64 ]] || { echo "skipped: the GPU emulator runs on x86-64 only"; exit 77; }
-command -v g++ > /dev/null || { echo "skipped: no g++"; exit 77; }
-[[ -f "${CUDA_HOME:-/usr/local/cuda}/include/cuda_runtime_api.h" ]] || { echo "skipped: no CUDA headers"; exit 77; }
+can_gpu_emu
 make --no-print-directory -s gpu-emu-asan-build > "$WORK/build.txt" 2>&1 || { tail -20 "$WORK/build.txt"; fail "build"; }
 # Under tests/run_sanitize.sh a plain library is preloaded (keep_plugins.so, for Open MPI's plugins): the
 # sanitizers' runtime must come first in these programs, so it goes.
