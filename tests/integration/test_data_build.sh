@@ -104,12 +104,19 @@ only_files "$D/out" plain.bin plain.idx json.bin json.idx body.bin body.idx || f
 # --overwrite the old dataset intact.
 mkfifo "$D/fifo"
 mkdir -p "$D/kill"
-start_build() { # start_build PREFIX [ARGS...]: sets pid once the build writes its temporary .bin
+# The bytes written to the FIFO that no one has read yet (FIONREAD on this shell's end, fd 3).
+fifo_unread() { python3 -c 'import fcntl, struct, termios; print(struct.unpack("i", fcntl.ioctl(3, termios.FIONREAD, bytes(4)))[0])'; }
+start_build() { # start_build PREFIX [ARGS...]: sets pid once the build writes its temporary .bin and has read both
+  # lines (the FIFO drained and its main thread, the reader, asleep waiting for more), whatever its speed
   "$MEGATRAIN" data build --input "$D/fifo" --output "$1" "${@:2}" > /dev/null 2> "$D/kill.err" &
   pid=$!
   exec 3> "$D/fifo"
   printf 'first document\nsecond document\n' >&3
-  for _ in $(seq 1 600); do compgen -G "$1.bin.tmp.*" > /dev/null && return 0; sleep 0.05; done
+  for _ in $(seq 1 600); do
+    compgen -G "$1.bin.tmp.*" > /dev/null && [[ $(fifo_unread) == 0 && $(sed 's/.*) //' "/proc/$pid/stat" | cut -d' ' -f1) == S ]] &&
+      return 0
+    sleep 0.05
+  done
   fail "the build into $1 did not start: $(cat "$D/kill.err")"
 }
 stop_build() { kill -"$1" "$pid"; status=0; { wait "$pid" || status=$?; } 2> /dev/null; exec 3>&-; }
