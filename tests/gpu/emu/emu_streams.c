@@ -23,6 +23,7 @@
  * Streams belong to the host thread that made them (the GPU tests run ranks as threads; each has its own); the
  * legacy default stream (0) is one per host thread. A destroyed stream's record stays allocated: events recorded
  * on it may still be waited for. */
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -61,26 +62,31 @@ enum { EAGER, LAZY, LAZY_FIRST };
 /* EMU_STREAMS names one order, or a comma-separated list of them: the job's rank i (Open MPI's
  * OMPI_COMM_WORLD_RANK, 0 outside mpirun) takes entry i modulo the list's length, so that ranks run their
  * streams in different orders, as GPUs whose timings differ do. */
-static int mode(void) {
-    static int m = -1;
-    if (m < 0) {
-        const char *v = getenv("EMU_STREAMS"), *r = getenv("OMPI_COMM_WORLD_RANK");
-        char list[256];
-        snprintf(list, sizeof list, "%s", v ? v : "");
-        int entries = 1;
-        for (const char *c = list; *c; c++) entries += *c == ',';
-        int pick = (r ? atoi(r) : 0) % entries;
-        char *rest = list, *name = strsep(&rest, ",");
-        while (name && pick-- > 0) name = strsep(&rest, ","); /* an empty entry counts (and means eager) */
-        m = !name || !*name || strcmp(name, "eager") == 0 ? EAGER : strcmp(name, "lazy") == 0 ? LAZY
-          : strcmp(name, "lazy-first") == 0 ? LAZY_FIRST : -1;
-        if (m < 0) {
-            fprintf(stderr, "EMU: EMU_STREAMS=%s: expected eager, lazy or lazy-first, or a comma-separated list of "
-                            "them (one a rank)\n", v);
-            abort();
-        }
+static int stream_mode = -1;
+static pthread_once_t stream_mode_once = PTHREAD_ONCE_INIT;
+
+static void read_mode(void) {
+    const char *v = getenv("EMU_STREAMS"), *r = getenv("OMPI_COMM_WORLD_RANK");
+    char list[256];
+    snprintf(list, sizeof list, "%s", v ? v : "");
+    int entries = 1;
+    for (const char *c = list; *c; c++) entries += *c == ',';
+    int pick = (r ? atoi(r) : 0) % entries;
+    char *rest = list, *name = strsep(&rest, ",");
+    while (name && pick-- > 0) name = strsep(&rest, ","); /* an empty entry counts (and means eager) */
+    stream_mode = !name || !*name || strcmp(name, "eager") == 0 ? EAGER : strcmp(name, "lazy") == 0 ? LAZY
+                : strcmp(name, "lazy-first") == 0 ? LAZY_FIRST : -1;
+    if (stream_mode < 0) {
+        fprintf(stderr, "EMU: EMU_STREAMS=%s: expected eager, lazy or lazy-first, or a comma-separated list of "
+                        "them (one a rank)\n", v);
+        abort();
     }
-    return m;
+}
+
+/* Read once, whichever rank thread asks first (ThreadSanitizer saw two threads fill a plain static at once). */
+static int mode(void) {
+    pthread_once(&stream_mode_once, read_mode);
+    return stream_mode;
 }
 
 static struct CUstream_st *stream_of(cudaStream_t s) {
