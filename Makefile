@@ -91,7 +91,7 @@ Q := $(if $(V),,@)
 STAMP = @mkdir -p $(dir $@); printf '%s\n' '$(1)' | cmp -s - $@ || printf '%s\n' '$(1)' > $@
 .PHONY: FORCE
 $(OBJDIR)/.flags: FORCE
-	$(call STAMP,$(CC) $(CFLAGS) $(NVCC) $(NVCCFLAGS) $(CXXFLAGS))
+	$(call STAMP,$(CC) $(CFLAGS) $(NVCC) $(NVCCFLAGS) $(CXXFLAGS) $(EMU_EXEC_FLAGS))
 $(BUILD)/.link-config: FORCE
 	$(call STAMP,$(OBJDIR) $(LDLIBS))
 
@@ -122,7 +122,7 @@ $(OBJDIR)/%.o: $(OBJDIR)/%.cpp $(OBJDIR)/.flags
 $(OBJDIR)/$(EMU_DIR)/emu_exec.o: $(EMU_DIR)/emu_exec.cpp $(OBJDIR)/.flags
 	@mkdir -p $(dir $@)
 	@echo "  CXX   $<"
-	$(Q)g++ $(CXXFLAGS) -c $< -o $@
+	$(Q)g++ $(CXXFLAGS) $(EMU_EXEC_FLAGS) -c $< -o $@
 
 # The emulator's checks, each against a kernel that breaks its rule (tests/integration/test_gpu_emu.sh).
 $(BUILD)/test_emu_checks: $(OBJDIR)/$(EMU_DIR)/test_emu_checks.o $(LIB_OBJ) $(BUILD)/.link-config
@@ -196,6 +196,7 @@ help:
 	@echo "make test-gpu   build with CUDA=1 and run the GPU tests (needs a GPU; not part of CI)"
 	@echo "make test-gpu-emu  the GPU tests on the CPU emulator, no GPU needed (tests/gpu/emu; ~30 min)"
 	@echo "make gpu-emu-asan-build  the emulator under ASan + UBSan (build/emu-asan; tests/integration/test_gpu_emu_asan.sh)"
+	@echo "make gpu-emu-tsan-build  the emulator's racecheck, ThreadSanitizer (build/emu-tsan; tests/integration/test_gpu_emu_racecheck.sh)"
 	@echo "make bench-gpu  the GPU benchmark against PyTorch on the same GPU (tests/bench/bench_gpu.py)"
 	@echo "make clean      remove build/"
 	@echo "V=1             show full compiler command lines"
@@ -250,6 +251,18 @@ gpu-emu-asan-build:
 	  CC="$(CC) $(EMU_SANITIZE)" EMU_CXXFLAGS="$(EMU_SANITIZE)" $(EMU_ASAN_BUILD)/test_emu_checks \
 	  $(patsubst %,$(EMU_ASAN_BUILD)/gpu-tests/%,test_cuda_cublaslt_fp8 test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm \
 	  test_cuda_model test_cuda_parallel_model)
+
+# The emulator's racecheck build (build/emu-tsan, objects in build/obj/emu-tsan): the kernels and the CUDA build's
+# host code under ThreadSanitizer, emu_exec.cpp without it (EMU_TSAN: it tells ThreadSanitizer which CUDA thread runs
+# and what orders them), so that two threads of a block that touch the same memory with no barrier between are
+# reported whatever order the emulator runs them in. tests/integration/test_gpu_emu_racecheck.sh (CI) runs it.
+EMU_TSAN_BUILD := build/emu-tsan
+.PHONY: gpu-emu-tsan-build
+gpu-emu-tsan-build:
+	@$(MAKE) --no-print-directory CUDA=1 EMU=1 BUILD=$(EMU_TSAN_BUILD) OBJDIR=build/obj/emu-tsan \
+	  CC="$(CC) -fsanitize=thread" EMU_CXXFLAGS="-fsanitize=thread" EMU_EXEC_FLAGS="-fno-sanitize=thread -DEMU_TSAN" \
+	  $(EMU_TSAN_BUILD)/test_emu_checks $(patsubst %,$(EMU_TSAN_BUILD)/gpu-tests/%,test_cuda_cublaslt_fp8 test_cuda_ops \
+	  test_cuda_moe_ops test_cuda_moe_gemm test_cuda_model test_cuda_parallel_model)
 
 test-gpu-emu: deps
 	@$(MAKE) --no-print-directory gpu-emu-build

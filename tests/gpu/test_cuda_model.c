@@ -210,7 +210,12 @@ int main(void) {
      * table, then no parameter moved); the AdamW check catches that. */
     ModelConfig wide = tiny(FAMILY_LLAMA, 1024, 16, 4, 64);
     wide.vocab_size = 32000;
-    run_case("llama (wide: a large arena)", wide, 2, 512);
+    /* MT_GPU_TEST_SMALL=1 (the racecheck build, whose ThreadSanitizer shadow makes its 1.8 GB of device memory
+     * about 9 GB more): left out */
+    if (getenv("MT_GPU_TEST_SMALL") && strcmp(getenv("MT_GPU_TEST_SMALL"), "1") == 0)
+        printf("MT_GPU_TEST_SMALL=1: llama (wide: a large arena) left out\n");
+    else
+        run_case("llama (wide: a large arena)", wide, 2, 512);
 
     ModelConfig mixtral = moe_case(FAMILY_MIXTRAL, 8, 2, LB_AUX_LOSS);
     mixtral.moe.z_loss_coeff = 1e-3;

@@ -23,6 +23,21 @@
 
 #include "emu_streams.h"
 
+// The racecheck build (make gpu-emu-tsan-build, tests/gpu/emu/README.md): the kernels compiled with
+// ThreadSanitizer, emu_exec.cpp (built without it, with EMU_TSAN) telling it which CUDA thread runs and what orders
+// their memory accesses. EMU_UNCHECKED_BEGIN/END bracket the emulator's own traffic between lanes (the warp
+// exchange's slots), which is register traffic on a GPU, not memory.
+#if defined(__SANITIZE_THREAD__) || defined(EMU_TSAN)
+#define EMU_RACECHECK 1
+extern "C" void __tsan_ignore_thread_begin(void);
+extern "C" void __tsan_ignore_thread_end(void);
+#define EMU_UNCHECKED_BEGIN() __tsan_ignore_thread_begin()
+#define EMU_UNCHECKED_END() __tsan_ignore_thread_end()
+#else
+#define EMU_UNCHECKED_BEGIN() ((void)0)
+#define EMU_UNCHECKED_END() ((void)0)
+#endif
+
 #undef __global__
 #define __global__
 #define __launch_bounds__(...)
@@ -72,7 +87,9 @@ static inline void __syncwarp(unsigned mask = 0xffffffffu) {
 template <class T>
 static inline T emu_lane_value(const unsigned char *all, int lane) {
     T v;
+    EMU_UNCHECKED_BEGIN();
     memcpy(&v, all + EMU_SLOT * lane, sizeof v);
+    EMU_UNCHECKED_END();
     return v;
 }
 template <class T>

@@ -24,6 +24,21 @@
 // cudaMalloc allocation; a warp exchange must name every running lane of its warp.
 // A failure prints the kernel, block and thread and aborts the program.
 //
+// Racecheck (EMU_RACECHECK: the kernels built with ThreadSanitizer, this file
+// without it and with EMU_TSAN; make gpu-emu-tsan-build): each thread slot of
+// a block is a ThreadSanitizer fibre, switched with no synchronisation, so
+// two CUDA threads' accesses race unless something below orders them:
+// __syncthreads (every waiting thread releases the barrier's generation and
+// acquires it when the barrier opens), __syncwarp (the same for its warp),
+// and the host thread between blocks (each fibre acquires the host at its
+// start, the host acquires every fibre that ended): blocks are checked one
+// against another no more than the two orders above do, only the threads of
+// a block against each other, whatever the order they run in. Shuffles,
+// ballots, ldmatrix and mma order nothing (the PTX ISA gives them no memory
+// ordering). A cp.async's copy is recorded at its issue and again at its
+// wait, as a GPU may land it anywhere between; ldmatrix reads each lane's row
+// as that lane.
+//
 // Host threads are independent (thread_local state): several ranks in one
 // process each run their own launches.
 #include <pthread.h>
@@ -33,6 +48,12 @@
 #include <sanitizer/common_interface_defs.h>
 #else
 #define ASAN_UNPOISON_MEMORY_REGION(addr, size) ((void)(addr), (void)(size))
+#endif
+#ifdef EMU_TSAN
+#include <sanitizer/tsan_interface.h>
+extern "C" void __tsan_read16(void *addr);
+extern "C" void __tsan_read_range(void *addr, unsigned long size);
+extern "C" void __tsan_write_range(void *addr, unsigned long size);
 #endif
 
 #include <algorithm>
@@ -99,6 +120,7 @@ struct Fiber {
     unsigned linear;
     uint3 idx;
     unsigned exchanges;  // warp exchanges made: picks the slot buffer (two, used in turn)
+    unsigned barriers;   // __syncthreads passed (racecheck: the generation it releases)
     unsigned mask;       // the mask of the exchange it waits at
     std::vector<std::vector<Copy>> groups;  // committed cp.async groups, oldest first
     std::vector<Copy> open;                 // cp.async not yet committed
@@ -121,6 +143,15 @@ struct Exec {
     unsigned long block_serial = 0;
     std::vector<std::pair<void *, unsigned long>> poisoned;
     unsigned guarded = 0;  // stacks with their guard page
+#ifdef EMU_TSAN
+    // racecheck: the host thread's ThreadSanitizer context, one fibre per thread slot (made as launches need them),
+    // and the addresses it synchronises on: the host's hand-over to a block's threads and theirs back, and two
+    // generations of the block barrier and of each warp's __syncwarp
+    void *host_fiber = nullptr;
+    void *tsan_fibers[kMaxThreads] = {};
+    unsigned tsan_made = 0;
+    char block_start, block_end, block_barrier[2], warp_barrier[2][kMaxThreads / 32];
+#endif
 };
 
 thread_local Exec *ex;
@@ -134,6 +165,9 @@ struct ExecOwner {
         // next mapping of these addresses (often the next thread's stacks) starts clean
         ASAN_UNPOISON_MEMORY_REGION(ex->stacks, (size_t)kMaxThreads * kStackBytes);
         munmap(ex->stacks, (size_t)kMaxThreads * kStackBytes);
+#ifdef EMU_TSAN
+        for (unsigned i = 0; i < ex->tsan_made; i++) __tsan_destroy_fiber(ex->tsan_fibers[i]);
+#endif
         delete ex;
         ex = nullptr;
     }
@@ -162,6 +196,9 @@ Exec *exec_get() {
         pthread_attr_destroy(&attr);
     }
     ex->sched_bottom = bottom;
+#ifdef EMU_TSAN
+    ex->host_fiber = __tsan_get_current_fiber();
+#endif
     return ex;
 }
 
@@ -169,6 +206,9 @@ Exec *exec_get() {
 void guard_stacks(Exec *e, unsigned n) {
     for (unsigned i = e->guarded; i < n; i++) mprotect(e->stacks + (size_t)i * kStackBytes, kPage, PROT_NONE);
     if (n > e->guarded) e->guarded = n;
+#ifdef EMU_TSAN
+    for (; e->tsan_made < n; e->tsan_made++) e->tsan_fibers[e->tsan_made] = __tsan_create_fiber(0);
+#endif
 }
 
 [[noreturn]] void fail_here(const char *what) {
@@ -220,6 +260,9 @@ void switch_stacks(Exec *e, void **save, const Fiber *to, bool dying) {
     __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
 #else
     (void)dying;
+#ifdef EMU_TSAN
+    __tsan_switch_to_fiber(to ? e->tsan_fibers[to->linear] : e->host_fiber, __tsan_switch_to_fiber_no_sync);
+#endif
     emu_ctx_switch(save, to ? to->sp : e->sched_sp);
 #endif
 }
@@ -248,7 +291,13 @@ void fiber_main() {
     __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);  // entered by a switch_stacks that did not return
 #endif
     Exec *e = ex;
+#ifdef EMU_TSAN
+    __tsan_acquire(&e->block_start);  // after what the host did before the block
+#endif
     e->body(e->ctx);
+#ifdef EMU_TSAN
+    __tsan_release(&e->block_end);  // before what the host does after it
+#endif
     Fiber *f = e->cur;
     if (!f->open.empty()) fail_here("cp.async copies issued and never committed");
     for (auto &g : f->groups)
@@ -266,6 +315,7 @@ void fiber_init(Exec *e, unsigned i) {
     f->idx.y = i / blockDim.x % blockDim.y;
     f->idx.z = i / (blockDim.x * blockDim.y);
     f->exchanges = 0;
+    f->barriers = 0;
     f->mask = 0;
     f->groups.clear();
     f->open.clear();
@@ -319,7 +369,13 @@ void run_warp(Exec *e, unsigned w) {
 void run_block(Exec *e) {
     const unsigned n = e->nthreads, warps = (n + 31) / 32;
     e->block_serial++;
+#ifdef EMU_TSAN
+    __tsan_acquire(&e->block_end);  // the threads of the blocks before this one, all ended
+#endif
     if (e->smem_bytes) memset(e->smem, 0xff, e->smem_bytes);
+#ifdef EMU_TSAN
+    __tsan_release(&e->block_start);
+#endif
     for (unsigned i = 0; i < n; i++) fiber_init(e, i);
     for (;;) {
         for (unsigned k = 0; k < warps; k++) run_warp(e, reversed() ? warps - 1 - k : k);
@@ -412,6 +468,9 @@ void emu_run(const char *name, const EmuCfg &cfg, EmuBody body, void *ctx) {
                 run_block(e);
             }
     e->cur = nullptr;
+#ifdef EMU_TSAN
+    __tsan_acquire(&e->block_end);
+#endif
     if (profile.on) {
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         std::lock_guard<std::mutex> g(profile.lock);
@@ -421,7 +480,16 @@ void emu_run(const char *name, const EmuCfg &cfg, EmuBody body, void *ctx) {
     }
 }
 
-void emu_syncthreads(void) { switch_away(AT_BLOCK); }
+void emu_syncthreads(void) {
+#ifdef EMU_TSAN
+    char *generation = &ex->block_barrier[ex->cur->barriers++ & 1u];
+    __tsan_release(generation);
+    switch_away(AT_BLOCK);
+    __tsan_acquire(generation);
+#else
+    switch_away(AT_BLOCK);
+#endif
+}
 
 void emu_fail(const char *what) {
     if (ex && ex->cur) fail_here(what);
@@ -432,18 +500,35 @@ void emu_fail(const char *what) {
 
 unsigned emu_lane(void) { return ex->cur->linear & 31u; }
 
-const unsigned char *emu_warp_exchange(unsigned mask, const void *mine, size_t bytes) {
+// The exchange; `orders_memory`: the lanes' accesses before it happen before those after it (__syncwarp).
+static const unsigned char *warp_exchange(unsigned mask, const void *mine, size_t bytes, bool orders_memory) {
     Exec *e = ex;
     Fiber *f = e->cur;
     if (bytes > EMU_SLOT) fail_here("warp exchange of more than EMU_SLOT bytes");
-    unsigned char(*table)[EMU_SLOT] = e->slots[f->exchanges++ & 1u][f->linear / 32];
+    unsigned char(*table)[EMU_SLOT] = e->slots[f->exchanges & 1u][f->linear / 32];
+    EMU_UNCHECKED_BEGIN();
     if (bytes) memcpy(table[f->linear & 31u], mine, bytes);
+    EMU_UNCHECKED_END();
     f->mask = mask;
+#ifdef EMU_TSAN
+    char *generation = &e->warp_barrier[f->exchanges & 1u][f->linear / 32];
+    if (orders_memory) __tsan_release(generation);
+#endif
+    f->exchanges++;
     switch_away(AT_WARP);
+#ifdef EMU_TSAN
+    if (orders_memory) __tsan_acquire(generation);
+#else
+    (void)orders_memory;
+#endif
     return table[0];
 }
 
-void emu_syncwarp(void) { emu_warp_exchange(0xffffffffu, nullptr, 0); }
+const unsigned char *emu_warp_exchange(unsigned mask, const void *mine, size_t bytes) {
+    return warp_exchange(mask, mine, bytes, false);
+}
+
+void emu_syncwarp(void) { warp_exchange(0xffffffffu, nullptr, 0, true); }
 
 void *emu_dynamic_smem(void) { return ex->smem; }
 
@@ -462,11 +547,15 @@ void emu_shared_poison(void *p, size_t bytes) {
         if (entry.first == p) {
             if (entry.second == e->block_serial) return;
             entry.second = e->block_serial;
+            EMU_UNCHECKED_BEGIN();  // a fresh block's shared memory, written by no thread of it
             memset(p, 0xff, bytes);
+            EMU_UNCHECKED_END();
             return;
         }
     e->poisoned.emplace_back(p, e->block_serial);
+    EMU_UNCHECKED_BEGIN();
     memset(p, 0xff, bytes);
+    EMU_UNCHECKED_END();
 }
 
 // ---- cp.async ----
@@ -484,6 +573,10 @@ void emu_cp_async(void *dst, const void *src, int bytes, bool pred) {
                  "the end of one)", bytes, src);
         fail_here(what);
     }
+#ifdef EMU_TSAN
+    __tsan_write_range(dst, (unsigned long)bytes);  // the copy may land from here on (and is recorded again at the wait)
+    if (pred) __tsan_read_range(const_cast<void *>(src), (unsigned long)bytes);
+#endif
     ex->cur->open.push_back(Copy{dst, src, bytes, pred});
 }
 
@@ -508,6 +601,9 @@ void emu_cp_async_wait(int pending) {
 void emu_ldmatrix_x4(unsigned r[4], const void *p, bool trans) {
     if ((uintptr_t)p % 16) fail_here("ldmatrix row address misaligned");
     if (!in_dynamic_smem(p, 16)) fail_here("ldmatrix row outside the block's dynamic shared memory");
+#ifdef EMU_TSAN
+    __tsan_read16(const_cast<void *>(p));  // this lane's row, read as this lane (the shared memory behind it)
+#endif
     const unsigned char *all = emu_warp_exchange(0xffffffffu, &p, sizeof p);
     const unsigned l = emu_lane();
     auto row = [&](unsigned lane) {

@@ -20,6 +20,12 @@
 //                addresses the first unmapped): under AddressSanitizer they must carry none of the first thread's
 //                stack marks, which read as a stack-use-after-scope in a fibre that never did one (seen once in
 //                CI in test_cuda_parallel_model's rank threads). Prints "clean" or where the first mark is.
+//   racecheck K  the racecheck build's (ThreadSanitizer) cases, K one of: broadcast (thread 0's shared write read
+//                by the others with no barrier), cp_async (a cp.async issued into a buffer another warp reads in
+//                the same barrier interval, waited for in the next: only the record at its issue shows it), ldmatrix
+//                (rows written by one warp, read by another's ldmatrix with no barrier), each a data race whatever
+//                the order; none (barriers, __syncwarp, shuffles, atomics, a cp.async pipeline and shared memory
+//                reused by the next block, all correct: no report). Prints "ran".
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -78,6 +84,64 @@ __global__ void warp_mask_kernel(float *out) {
 __global__ void deadlock_kernel(float *out) {
     if (threadIdx.x >= 32 && threadIdx.x < 48) out[threadIdx.x] = __shfl_sync(0xffffffffu, 1.0f, 0);
     else __syncthreads();
+}
+
+// ---- racecheck: each kernel but race_none_kernel has one data race ----
+__global__ void race_broadcast_kernel(int *out) {
+    __shared__ int cell[1];
+    if (threadIdx.x == 0) cell[0] = 42;
+    out[threadIdx.x] = cell[0];  // no __syncthreads before it
+}
+
+// Warp 0 reads the buffer while warp 1's cp.async refills it, in the same interval; warp 1 waits after the barrier.
+__global__ void race_cp_async_kernel(float *out, const float *src) {
+    extern __shared__ float buf[];
+    buf[threadIdx.x] = 1.0f;
+    __syncthreads();
+    if (threadIdx.x < 4) out[threadIdx.x] = buf[threadIdx.x];
+    if (threadIdx.x == 32) {
+        cp_async16(buf, src, true);
+        cp_async_commit();
+    }
+    __syncthreads();
+    if (threadIdx.x == 32) cp_async_wait_all();
+    __syncthreads();
+}
+
+// Warp 1 writes the rows that warp 0's ldmatrix reads, with no barrier between.
+__global__ void race_ldmatrix_kernel(float *out) {
+    extern __shared__ __nv_bfloat16 rows[];  // 32 rows of 8
+    if (threadIdx.x >= 32)
+        for (int i = 0; i < 8; i++) rows[(threadIdx.x - 32) * 8 + i] = __float2bfloat16((float)i);
+    if (threadIdx.x < 32) {
+        unsigned r[4];
+        ldmatrix_x4(r, rows + threadIdx.x * 8);
+        out[threadIdx.x] = (float)r[0];
+    }
+}
+
+// Every way of ordering threads that the racecheck models, used correctly: no report.
+__global__ void race_none_kernel(float *out, const float *src) {
+    extern __shared__ float stage[];  // two stages of 64 floats
+    __shared__ float partial[kThreads];
+    __shared__ int count[1];
+    const int t = threadIdx.x, lane = t % 32;
+    if (t == 0) count[0] = 0;
+    partial[t] = (float)(t + blockIdx.x);  // shared memory the block before also wrote: the host orders blocks
+    __syncthreads();
+    atomicAdd(count, 1);
+    float v = partial[(t + 1) % kThreads];
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    __syncthreads();  // every read of partial above before the writes below
+    partial[t] = v;
+    __syncwarp();  // orders the warp's write above and its reads below
+    v += partial[(t & ~31) + (lane + 1) % 32];
+    if (t < 16) cp_async16(stage + (t % 2) * 64 + (t / 2) * 4, src + (t / 2) * 4, true);
+    cp_async_commit();
+    cp_async_wait_all();
+    __syncthreads();
+    v += stage[t % 128];
+    out[blockIdx.x * kThreads + t] = v;
 }
 
 #define CHECK_CUDA(call)                                                                            \
@@ -157,6 +221,26 @@ static void *probe_fresh_stacks(void *arg) {
     return nullptr;
 }
 
+static int racecheck_case(const char *k) {
+    float *out, *src;
+    int *iout;
+    CHECK_CUDA(cudaMalloc((void **)&out, 4 * kThreads * sizeof(float)));
+    CHECK_CUDA(cudaMalloc((void **)&src, 64 * sizeof(float)));
+    CHECK_CUDA(cudaMalloc((void **)&iout, kThreads * sizeof(int)));
+    CHECK_CUDA(cudaMemset(src, 0, 64 * sizeof(float)));
+    if (strcmp(k, "broadcast") == 0) race_broadcast_kernel<<<1, kThreads>>>(iout);
+    else if (strcmp(k, "cp_async") == 0) race_cp_async_kernel<<<1, 64, 64 * sizeof(float)>>>(out, src);
+    else if (strcmp(k, "ldmatrix") == 0) race_ldmatrix_kernel<<<1, 64, 32 * 8 * sizeof(__nv_bfloat16)>>>(out);
+    else if (strcmp(k, "none") == 0) race_none_kernel<<<4, kThreads, 128 * sizeof(float)>>>(out, src);
+    else return 2;
+    CHECK_CUDA(cudaGetLastError());
+    CHECK_CUDA(cudaDeviceSynchronize());
+    float first[kThreads];
+    CHECK_CUDA(cudaMemcpy(first, out, sizeof first, cudaMemcpyDeviceToHost));  // the host reads after the kernel
+    printf("ran\n");
+    return 0;
+}
+
 static int fresh_stacks_case() {
     float *out;
     CHECK_CUDA(cudaMalloc((void **)&out, kThreads * sizeof(float)));
@@ -176,6 +260,7 @@ int main(int argc, char **argv) {
     if (strcmp(c, "cp_async_oob") == 0) return cp_async_case();
     if (strcmp(c, "smem_optin") == 0) return smem_optin_case();
     if (strcmp(c, "fresh_stacks") == 0) return fresh_stacks_case();
+    if (strcmp(c, "racecheck") == 0 && argc > 2) return racecheck_case(argv[2]);
     if (strcmp(c, "oob_write") == 0) {
         CHECK_CUDA(cudaMalloc((void **)&out, 10 * sizeof(float)));
         oob_write_kernel<<<1, 1>>>(out, 10);
@@ -194,6 +279,7 @@ int main(int argc, char **argv) {
         printf("%s: not stopped\n", c);
         return 1;
     }
-    fprintf(stderr, "usage: test_emu_checks order|cp_async_oob|smem_optin|warp_mask|misaligned|oob_write|deadlock|fresh_stacks\n");
+    fprintf(stderr, "usage: test_emu_checks order|cp_async_oob|smem_optin|warp_mask|misaligned|oob_write|deadlock|fresh_stacks|racecheck "
+                    "broadcast|cp_async|ldmatrix|none\n");
     return 2;
 }

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# test_gpu_emu_racecheck.sh: the kernel-level GPU test programs on the CPU
+# emulator's racecheck build (make gpu-emu-tsan-build: build/emu-tsan), the
+# kernels under ThreadSanitizer with each CUDA thread of a block its own
+# fibre, ordered only by __syncthreads, __syncwarp and the host between
+# blocks (tests/gpu/emu/emu_exec.cpp). Two threads of a block touching the
+# same memory with no barrier between are reported whatever order the
+# emulator runs them in, which the two orders of test_gpu_emu.sh cannot
+# promise: a cp.async prefetch moved above the barrier in attention.cu's
+# forward passes test_cuda_ops in both orders there and is reported here.
+#   - each planted race of test_emu_checks (a broadcast read with no barrier,
+#     a cp.async issued into a buffer another warp still reads, rows written
+#     by one warp and read by another's ldmatrix) is reported, naming its
+#     kernel, in both orders;
+#   - a kernel that uses every ordering correctly (barriers, __syncwarp,
+#     shuffles, atomics, a cp.async stage, shared memory reused by the next
+#     block) is not;
+#   - test_cuda_ops, test_cuda_moe_ops, test_cuda_moe_gemm, test_cuda_model
+#     (without its 1.8 GB case) and test_cuda_cublaslt_fp8 pass with no report.
+# test_cuda_parallel_model (the CUDA build's host code with ranks as threads)
+# passes there too but takes about 10 minutes: run it by hand
+# (build/emu-tsan/gpu-tests/test_cuda_parallel_model with the settings below).
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+cd "$REPO"
+can_gpu_emu
+make --no-print-directory -s gpu-emu-tsan-build > "$WORK/build.txt" 2>&1 || { tail -20 "$WORK/build.txt"; fail "build"; }
+# Under tests/run_sanitize.sh a plain library is preloaded; ThreadSanitizer's runtime must come first.
+unset LD_PRELOAD
+# One thread a process besides the emulated ones: OpenMP's and OpenBLAS's threads (the CPU references) synchronise
+# in code ThreadSanitizer does not see.
+export MT_GPU_TEST_QUICK=1 MT_GPU_TEST_SMALL=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+export TSAN_OPTIONS=halt_on_error=0:exitcode=66
+checks=build/emu-tsan/test_emu_checks
+for k in broadcast cp_async ldmatrix; do
+  for order in forward reverse; do
+    status=0
+    EMU_ORDER=$order "$checks" racecheck "$k" > "$WORK/$k.txt" 2>&1 || status=$?
+    [[ $status -eq 66 ]] || { head -20 "$WORK/$k.txt"; fail "racecheck $k ($order): exit $status, expected 66 (a report)"; }
+    grep -q "WARNING: ThreadSanitizer: data race" "$WORK/$k.txt" && grep -q "race_${k}_kernel" "$WORK/$k.txt" ||
+      { head -20 "$WORK/$k.txt"; fail "racecheck $k ($order): no data race reported in race_${k}_kernel"; }
+  done
+  echo "racecheck $k: reported in both orders"
+done
+out=$("$checks" racecheck none 2>&1) || { echo "$out" | head -40; fail "racecheck none: a report"; }
+[[ $out == ran ]] || fail "racecheck none: $out"
+echo "racecheck none: no report"
+for t in test_cuda_cublaslt_fp8 test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm test_cuda_model; do
+  start=$SECONDS
+  out=$(build/emu-tsan/gpu-tests/$t 2>&1) || { echo "$out" | grep -A30 "WARNING: ThreadSanitizer" | head -40
+    echo "$out" | grep -v " ok$" | tail -20; fail "$t under the racecheck"; }
+  ! grep -q "ThreadSanitizer" <<< "$out" || { grep -A20 "ThreadSanitizer" <<< "$out" | head -40; fail "$t: a report"; }
+  echo "$t under the racecheck: $(grep -E "passed, " <<< "$out" | tail -n 1) ($((SECONDS - start)) s)"
+done
+echo ok
