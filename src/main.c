@@ -59,7 +59,7 @@ static const char *const usage_text =
     "  --version       print the version\n"
     "\n"
     "exit status: 0 success, 2 usage or recipe error, 1 any other failure.\n"
-    "Recipe keys: see README.md (section \"Recipe keys\").\n";
+    "Recipe keys: see README.md (section \"Recipes\").\n";
 
 static const char *const run_usage_text =
     "usage: megatrain run RECIPE.yaml [--set key.path=value ...]\n"
