@@ -196,6 +196,7 @@ help:
 	@echo "make test-gpu   build with CUDA=1 and run the GPU tests (needs a GPU; not part of CI)"
 	@echo "make test-gpu-emu  the GPU tests on the CPU emulator, no GPU needed (tests/gpu/emu; ~30 min)"
 	@echo "make gpu-emu-asan-build  the emulator under ASan + UBSan (build/emu-asan; tests/integration/test_gpu_emu_asan.sh)"
+	@echo "make tsan-build  megatrain under ThreadSanitizer (build/tsan; tests/integration/test_host_threads_tsan.sh)"
 	@echo "make gpu-emu-tsan-build  the emulator's racecheck, ThreadSanitizer (build/emu-tsan; tests/integration/test_gpu_emu_racecheck.sh)"
 	@echo "make bench-gpu  the GPU benchmark against PyTorch on the same GPU (tests/bench/bench_gpu.py)"
 	@echo "make clean      remove build/"
@@ -251,6 +252,12 @@ gpu-emu-asan-build:
 	  CC="$(CC) $(EMU_SANITIZE)" EMU_CXXFLAGS="$(EMU_SANITIZE)" $(EMU_ASAN_BUILD)/test_emu_checks \
 	  $(patsubst %,$(EMU_ASAN_BUILD)/gpu-tests/%,test_cuda_cublaslt_fp8 test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm \
 	  test_cuda_model test_cuda_parallel_model)
+
+# megatrain under ThreadSanitizer (build/tsan, objects in build/obj/tsan): its own threads, the asynchronous
+# checkpoint writer and the data build's workers, checked by tests/integration/test_host_threads_tsan.sh (CI).
+.PHONY: tsan-build
+tsan-build:
+	@$(MAKE) --no-print-directory BUILD=build/tsan OBJDIR=build/obj/tsan CC="$(CC) -fsanitize=thread" build/tsan/megatrain
 
 # The emulator's racecheck build (build/emu-tsan, objects in build/obj/emu-tsan): the kernels and the CUDA build's
 # host code under ThreadSanitizer, emu_exec.cpp without it (EMU_TSAN: it tells ThreadSanitizer which CUDA thread runs
