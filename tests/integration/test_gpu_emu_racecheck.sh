@@ -9,8 +9,9 @@
 # promise: a cp.async prefetch moved above the barrier in attention.cu's
 # forward passes test_cuda_ops in both orders there and is reported here.
 #   - each planted race of test_emu_checks (a broadcast read with no barrier,
-#     a cp.async issued into a buffer another warp still reads, rows written
-#     by one warp and read by another's ldmatrix) is reported, naming its
+#     a cp.async issued into a buffer another warp still reads, one pending
+#     across a barrier while another warp reads its buffer, rows written by
+#     one warp and read by another's ldmatrix) is reported, naming its
 #     kernel, in both orders;
 #   - a kernel that uses every ordering correctly (barriers, __syncwarp,
 #     shuffles, atomics, a cp.async stage, shared memory reused by the next
@@ -32,7 +33,7 @@ unset LD_PRELOAD
 export MT_GPU_TEST_QUICK=1 MT_GPU_TEST_SMALL=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 export TSAN_OPTIONS=halt_on_error=0:exitcode=66
 checks=build/emu-tsan/test_emu_checks
-for k in broadcast cp_async ldmatrix; do
+for k in broadcast cp_async cp_async_late ldmatrix; do
   for order in forward reverse; do
     status=0
     EMU_ORDER=$order "$checks" racecheck "$k" > "$WORK/$k.txt" 2>&1 || status=$?
@@ -42,9 +43,11 @@ for k in broadcast cp_async ldmatrix; do
   done
   echo "racecheck $k: reported in both orders"
 done
-out=$("$checks" racecheck none 2>&1) || { echo "$out" | head -40; fail "racecheck none: a report"; }
-[[ $out == ran ]] || fail "racecheck none: $out"
-echo "racecheck none: no report"
+for order in forward reverse; do
+  out=$(EMU_ORDER=$order "$checks" racecheck none 2>&1) || { echo "$out" | head -40; fail "racecheck none ($order): a report"; }
+  [[ $out == ran ]] || fail "racecheck none ($order): $out"
+done
+echo "racecheck none: no report in either order"
 for t in test_cuda_cublaslt_fp8 test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm test_cuda_model; do
   start=$SECONDS
   out=$(build/emu-tsan/gpu-tests/$t 2>&1) || { echo "$out" | grep -A30 "WARNING: ThreadSanitizer" | head -40

@@ -28,7 +28,6 @@
 // their memory accesses. EMU_UNCHECKED_BEGIN/END bracket the emulator's own traffic between lanes (the warp
 // exchange's slots), which is register traffic on a GPU, not memory.
 #if defined(__SANITIZE_THREAD__) || defined(EMU_TSAN)
-#define EMU_RACECHECK 1
 extern "C" void __tsan_ignore_thread_begin(void);
 extern "C" void __tsan_ignore_thread_end(void);
 #define EMU_UNCHECKED_BEGIN() __tsan_ignore_thread_begin()
@@ -49,7 +48,7 @@ static const int warpSize = 32;
 
 // ---- synchronisation and warp exchange (emu_exec.cpp) ----
 void emu_syncthreads(void);
-void emu_syncwarp(void);
+void emu_syncwarp(unsigned mask);
 // Every lane of the warp gives `bytes` (at most EMU_SLOT) at `mine`; the
 // call returns when all have, with the warp's 32 values (lane-major,
 // EMU_SLOT bytes apart). `mask` must name every lane of the warp, each of
@@ -79,10 +78,7 @@ static inline P emu_pointer_cast(Q q) {
 }
 
 static inline void __syncthreads(void) { emu_syncthreads(); }
-static inline void __syncwarp(unsigned mask = 0xffffffffu) {
-    (void)mask;
-    emu_syncwarp();
-}
+static inline void __syncwarp(unsigned mask = 0xffffffffu) { emu_syncwarp(mask); }
 
 template <class T>
 static inline T emu_lane_value(const unsigned char *all, int lane) {

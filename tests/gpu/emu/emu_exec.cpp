@@ -24,8 +24,8 @@
 // cudaMalloc allocation; a warp exchange must name every running lane of its warp.
 // A failure prints the kernel, block and thread and aborts the program.
 //
-// Racecheck (EMU_RACECHECK: the kernels built with ThreadSanitizer, this file
-// without it and with EMU_TSAN; make gpu-emu-tsan-build): each thread slot of
+// Racecheck (the kernels built with ThreadSanitizer, this file without it and
+// with EMU_TSAN; make gpu-emu-tsan-build): each thread slot of
 // a block is a ThreadSanitizer fibre, switched with no synchronisation, so
 // two CUDA threads' accesses race unless something below orders them:
 // __syncthreads (every waiting thread releases the barrier's generation and
@@ -35,9 +35,10 @@
 // against another no more than the two orders above do, only the threads of
 // a block against each other, whatever the order they run in. Shuffles,
 // ballots, ldmatrix and mma order nothing (the PTX ISA gives them no memory
-// ordering). A cp.async's copy is recorded at its issue and again at its
-// wait, as a GPU may land it anywhere between; ldmatrix reads each lane's row
-// as that lane.
+// ordering). A cp.async's copy is recorded at its issue, again after each
+// barrier the issuing thread passes while it is pending, and at its wait, as
+// a GPU may land it anywhere between; ldmatrix reads each lane's row as that
+// lane.
 //
 // Host threads are independent (thread_local state): several ranks in one
 // process each run their own launches.
@@ -480,12 +481,28 @@ void emu_run(const char *name, const EmuCfg &cfg, EmuBody body, void *ctx) {
     }
 }
 
+#ifdef EMU_TSAN
+// The running thread's cp.async copies not yet waited for, recorded again: a GPU may land each in any barrier
+// interval from its issue to its wait.
+static void record_pending_copies(void) {
+    const Fiber *f = ex->cur;
+    auto record = [](const Copy &c) {
+        __tsan_write_range(c.dst, (unsigned long)c.bytes);
+        if (c.pred) __tsan_read_range(const_cast<void *>(c.src), (unsigned long)c.bytes);
+    };
+    for (const Copy &c : f->open) record(c);
+    for (const auto &g : f->groups)
+        for (const Copy &c : g) record(c);
+}
+#endif
+
 void emu_syncthreads(void) {
 #ifdef EMU_TSAN
     char *generation = &ex->block_barrier[ex->cur->barriers++ & 1u];
     __tsan_release(generation);
     switch_away(AT_BLOCK);
     __tsan_acquire(generation);
+    record_pending_copies();
 #else
     switch_away(AT_BLOCK);
 #endif
@@ -517,7 +534,10 @@ static const unsigned char *warp_exchange(unsigned mask, const void *mine, size_
     f->exchanges++;
     switch_away(AT_WARP);
 #ifdef EMU_TSAN
-    if (orders_memory) __tsan_acquire(generation);
+    if (orders_memory) {
+        __tsan_acquire(generation);
+        record_pending_copies();
+    }
 #else
     (void)orders_memory;
 #endif
@@ -528,7 +548,8 @@ const unsigned char *emu_warp_exchange(unsigned mask, const void *mine, size_t b
     return warp_exchange(mask, mine, bytes, false);
 }
 
-void emu_syncwarp(void) { warp_exchange(0xffffffffu, nullptr, 0, true); }
+// The mask must name every running lane of the warp, as a shuffle's must (the emulator's exchanges are whole-warp).
+void emu_syncwarp(unsigned mask) { warp_exchange(mask, nullptr, 0, true); }
 
 void *emu_dynamic_smem(void) { return ex->smem; }
 
@@ -606,6 +627,7 @@ void emu_ldmatrix_x4(unsigned r[4], const void *p, bool trans) {
 #endif
     const unsigned char *all = emu_warp_exchange(0xffffffffu, &p, sizeof p);
     const unsigned l = emu_lane();
+    EMU_UNCHECKED_BEGIN();  // the other lanes' addresses (registers on a GPU), and the rows, read above as their lanes
     auto row = [&](unsigned lane) {
         const uint16_t *q;
         memcpy(&q, all + EMU_SLOT * lane, sizeof q);
@@ -620,6 +642,7 @@ void emu_ldmatrix_x4(unsigned r[4], const void *p, bool trans) {
             r[i] = (unsigned)q0[l >> 2] | (unsigned)q1[l >> 2] << 16;
         }
     }
+    EMU_UNCHECKED_END();
 }
 
 // ---- mma.sync.m16n8k16.row.col.f32.bf16.bf16.f32: d += a b, g = lane / 4, q = lane % 4:
@@ -651,9 +674,11 @@ void emu_mma_m16n8k16(float d[4], const unsigned a[4], unsigned b0, unsigned b1)
     };
     const unsigned l = emu_lane(), g = l >> 2, q = l & 3;
     const unsigned rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * q, 2 * q + 1, 2 * q, 2 * q + 1};
+    EMU_UNCHECKED_BEGIN();  // the other lanes' fragments: registers on a GPU
     for (int i = 0; i < 4; i++) {
         float acc = d[i];
         for (unsigned k = 0; k < 16; k++) acc += A(rows[i], k) * B(k, cols[i]);
         d[i] = acc;
     }
+    EMU_UNCHECKED_END();
 }

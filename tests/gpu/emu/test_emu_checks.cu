@@ -23,7 +23,9 @@
 //   racecheck K  the racecheck build's (ThreadSanitizer) cases, K one of: broadcast (thread 0's shared write read
 //                by the others with no barrier), cp_async (a cp.async issued into a buffer another warp reads in
 //                the same barrier interval, waited for in the next: only the record at its issue shows it), ldmatrix
-//                (rows written by one warp, read by another's ldmatrix with no barrier), each a data race whatever
+//                (rows written by one warp, read by another's ldmatrix with no barrier), cp_async_late (a cp.async
+//                issued before a barrier and waited for after the next, its buffer read between: only its record
+//                after the barrier shows it), each a data race whatever
 //                the order; none (barriers, __syncwarp, shuffles, atomics, a cp.async pipeline and shared memory
 //                reused by the next block, all correct: no report). Prints "ran".
 #include <cstdio>
@@ -108,6 +110,23 @@ __global__ void race_cp_async_kernel(float *out, const float *src) {
     __syncthreads();
 }
 
+// Warp 1's cp.async, issued before a barrier and waited for after the next, may land while warp 0 reads the buffer
+// between them: only the copy's record after each barrier it is pending across shows it.
+__global__ void race_cp_async_late_kernel(float *out, const float *src) {
+    extern __shared__ float buf[];
+    buf[threadIdx.x] = 1.0f;
+    __syncthreads();
+    if (threadIdx.x == 32) {
+        cp_async16(buf, src, true);
+        cp_async_commit();
+    }
+    __syncthreads();
+    if (threadIdx.x < 4) out[threadIdx.x] = buf[threadIdx.x];
+    __syncthreads();
+    if (threadIdx.x == 32) cp_async_wait_all();
+    __syncthreads();
+}
+
 // Warp 1 writes the rows that warp 0's ldmatrix reads, with no barrier between.
 __global__ void race_ldmatrix_kernel(float *out) {
     extern __shared__ __nv_bfloat16 rows[];  // 32 rows of 8
@@ -136,7 +155,7 @@ __global__ void race_none_kernel(float *out, const float *src) {
     partial[t] = v;
     __syncwarp();  // orders the warp's write above and its reads below
     v += partial[(t & ~31) + (lane + 1) % 32];
-    if (t < 16) cp_async16(stage + (t % 2) * 64 + (t / 2) * 4, src + (t / 2) * 4, true);
+    if (t < 32) cp_async16(stage + t * 4, src + (t % 16) * 4, true);
     cp_async_commit();
     cp_async_wait_all();
     __syncthreads();
@@ -230,6 +249,7 @@ static int racecheck_case(const char *k) {
     CHECK_CUDA(cudaMemset(src, 0, 64 * sizeof(float)));
     if (strcmp(k, "broadcast") == 0) race_broadcast_kernel<<<1, kThreads>>>(iout);
     else if (strcmp(k, "cp_async") == 0) race_cp_async_kernel<<<1, 64, 64 * sizeof(float)>>>(out, src);
+    else if (strcmp(k, "cp_async_late") == 0) race_cp_async_late_kernel<<<1, 64, 64 * sizeof(float)>>>(out, src);
     else if (strcmp(k, "ldmatrix") == 0) race_ldmatrix_kernel<<<1, 64, 32 * 8 * sizeof(__nv_bfloat16)>>>(out);
     else if (strcmp(k, "none") == 0) race_none_kernel<<<4, kThreads, 128 * sizeof(float)>>>(out, src);
     else return 2;
@@ -280,6 +300,6 @@ int main(int argc, char **argv) {
         return 1;
     }
     fprintf(stderr, "usage: test_emu_checks order|cp_async_oob|smem_optin|warp_mask|misaligned|oob_write|deadlock|fresh_stacks|racecheck "
-                    "broadcast|cp_async|ldmatrix|none\n");
+                    "broadcast|cp_async|cp_async_late|ldmatrix|none\n");
     return 2;
 }
