@@ -3,7 +3,8 @@
 # tests/gpu/emu/emu_device.h included in front (g++ -include). Five rewrites, each checked:
 #   kernel<<<grid, block[, smem[, stream]]>>>(args)  ->  emu_launch("kernel", emu_kernel_id(kernel), EmuCfg(grid, block, ...),
 #                                                         std::make_tuple(args), [=](const auto &...a) { kernel(a...); })
-#   __shared__ T name[...];                           ->  static thread_local T name[...]; emu_shared_poison(...)
+#   __shared__ T name[...];                           ->  static thread_local T name_emu_sets[EMU_BLOCK_SETS][...];
+#                                                         auto &name = name_emu_sets[emu_shared_set()]; emu_shared_poison(...)
 #   extern __shared__ T name[];                       ->  T *name = (T *)emu_dynamic_smem();
 #   a function whose body holds inline PTX (asm)      ->  removed: emu_device.h has it under the same name
 #   reinterpret_cast<T *>(e)                          ->  emu_pointer_cast<T *>(e): checked for T's alignment
@@ -150,11 +151,16 @@ def rewrite_shared(src):
 
     def static(m):
         decl = m.group(1)
-        names = re.findall(r'(\w+)\s*(?:\[[^\]]*\]\s*)+(?:,|$)', decl)
-        if not names:
+        items = list(re.finditer(r'(\w+)\s*((?:\[[^\]]*\]\s*)+)(?:,|$)', decl))
+        elem = decl[:items[0].start()].strip() if items else ''
+        if not items or not elem or ',' in elem or decl[items[-1].end():].strip():
             raise SystemExit(f'cu2cpp: cannot read the shared declaration "__shared__ {decl};"')
-        poison = ' '.join(f'emu_shared_poison({n}, sizeof {n});' for n in names)
-        return f'static thread_local {decl}; {poison}'
+        out = []
+        for it in items:
+            n, dims = it.group(1), it.group(2).strip()
+            out.append(f'static thread_local {elem} {n}_emu_sets[EMU_BLOCK_SETS]{dims}; '
+                       f'auto &{n} = {n}_emu_sets[emu_shared_set()]; emu_shared_poison({n}, sizeof {n});')
+        return ' '.join(out)
     src = re.sub(r'(?<!extern )__shared__\s+([^;]*);', static, src)
     if '__shared__' in blank_comments_and_strings(src):
         raise SystemExit('cu2cpp: a __shared__ declaration it cannot read')

@@ -32,9 +32,11 @@ extern "C" void __tsan_ignore_thread_begin(void);
 extern "C" void __tsan_ignore_thread_end(void);
 #define EMU_UNCHECKED_BEGIN() __tsan_ignore_thread_begin()
 #define EMU_UNCHECKED_END() __tsan_ignore_thread_end()
+#define EMU_BLOCK_SETS 8  // the blocks of a launch take turns among this many sets of thread slots (emu_exec.cpp)
 #else
 #define EMU_UNCHECKED_BEGIN() ((void)0)
 #define EMU_UNCHECKED_END() ((void)0)
+#define EMU_BLOCK_SETS 1
 #endif
 
 #undef __global__
@@ -58,6 +60,7 @@ const unsigned char *emu_warp_exchange(unsigned mask, const void *mine, size_t b
 unsigned emu_lane(void);
 void *emu_dynamic_smem(void);
 void emu_shared_poison(void *p, size_t bytes);  // first thread of the block to declare it: poisoned
+unsigned emu_shared_set(void);  // the running block's set: which copy of a static __shared__ array it uses
 [[noreturn]] void emu_fail(const char *what);    // prints the kernel, block and thread, and aborts
 // Host side, for test_emu_checks: the first byte of this host thread's fibre stacks (mapped by the call if this
 // thread has none yet) that AddressSanitizer marks as poisoned, or NULL (always NULL without AddressSanitizer).

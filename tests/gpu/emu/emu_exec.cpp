@@ -25,20 +25,30 @@
 // A failure prints the kernel, block and thread and aborts the program.
 //
 // Racecheck (the kernels built with ThreadSanitizer, this file without it and
-// with EMU_TSAN; make gpu-emu-tsan-build): each thread slot of
-// a block is a ThreadSanitizer fibre, switched with no synchronisation, so
-// two CUDA threads' accesses race unless something below orders them:
+// with EMU_TSAN; make gpu-emu-tsan-build): each thread slot is a
+// ThreadSanitizer fibre, switched with no synchronisation, so two CUDA
+// threads' accesses race unless something below orders them:
 // __syncthreads (every waiting thread releases the barrier's generation and
 // acquires it when the barrier opens), __syncwarp (the same for its warp),
-// and the host thread between blocks (each fibre acquires the host at its
-// start, the host acquires every fibre that ended): blocks are checked one
-// against another no more than the two orders above do, only the threads of
-// a block against each other, whatever the order they run in. Shuffles,
-// ballots, ldmatrix and mma order nothing (the PTX ISA gives them no memory
-// ordering). A cp.async's copy is recorded at its issue, again after each
-// barrier the issuing thread passes while it is pending, and at its wait, as
-// a GPU may land it anywhere between; ldmatrix reads each lane's row as that
-// lane.
+// and the host thread between launches (each fibre acquires the host at its
+// start, the host acquires every fibre that ended once the launch is over).
+// Nothing orders the blocks of one launch, as on a GPU: they take turns
+// among up to EMU_BLOCK_SETS sets of thread slots (as many sets of the
+// launch's block size as 1024 slots hold), each set with its own fibres,
+// stacks, barriers and shared memory (dynamic, and the kernels' static
+// __shared__ arrays, which cu2cpp.py gives one copy a set). Block (x, y, z)
+// runs on set (x + y + z) % sets, so two blocks whose indices differ in one
+// dimension by less than the number of sets (neighbours, a column of blocks
+// adding to one row) run on different sets, and if they touch the same
+// global memory without atomics it is reported (a lost update, a read of
+// another block's output). The blocks of one set run in turn, each after
+// the one before (they reuse its shared memory), so a race between two
+// blocks of one set only is missed. Threads of a block are checked against
+// each other whatever the order they run in. Shuffles, ballots, ldmatrix and
+// mma order nothing (the PTX ISA gives them no memory ordering). A
+// cp.async's copy is recorded at its issue, again after each barrier the
+// issuing thread passes while it is pending, and at its wait, as a GPU may
+// land it anywhere between; ldmatrix reads each lane's row as that lane.
 //
 // Host threads are independent (thread_local state): several ranks in one
 // process each run their own launches.
@@ -119,6 +129,7 @@ struct Fiber {
     void *sp;
     State state;
     unsigned linear;
+    unsigned slot;  // its stack (and racecheck fibre): set * threads of the block + linear
     uint3 idx;
     unsigned exchanges;  // warp exchanges made: picks the slot buffer (two, used in turn)
     unsigned barriers;   // __syncthreads passed (racecheck: the generation it releases)
@@ -139,23 +150,36 @@ struct Exec {
     void *ctx = nullptr;
     const char *kernel = "";
     alignas(128) unsigned char slots[2][kMaxThreads / 32][32][EMU_SLOT];
-    alignas(128) unsigned char smem[kMaxDynamicSmem];
+    alignas(128) unsigned char smem[EMU_BLOCK_SETS][kMaxDynamicSmem];  // a block's dynamic shared memory, per set
     size_t smem_bytes = 0;
+    unsigned sets = 1, set = 0;  // the launch's sets of thread slots, and the running block's (the header)
     unsigned long block_serial = 0;
     std::vector<std::pair<void *, unsigned long>> poisoned;
     unsigned guarded = 0;  // stacks with their guard page
 #ifdef EMU_TSAN
     // racecheck: the host thread's ThreadSanitizer context, one fibre per thread slot (made as launches need them),
-    // and the addresses it synchronises on: the host's hand-over to a block's threads and theirs back, and two
-    // generations of the block barrier and of each warp's __syncwarp
+    // and the addresses it synchronises on: the host's hand-over to a launch's threads and theirs back, and, per
+    // set, two generations of the block barrier and of each warp's __syncwarp
     void *host_fiber = nullptr;
     void *tsan_fibers[kMaxThreads] = {};
     unsigned tsan_made = 0;
-    char block_start, block_end, block_barrier[2], warp_barrier[2][kMaxThreads / 32];
+    char block_start, block_end, block_barrier[EMU_BLOCK_SETS][2], warp_barrier[EMU_BLOCK_SETS][2][kMaxThreads / 32];
+    // each set's blocks in turn: the threads of a set's k-th block release set_free[set][k & 1] as they end and
+    // acquire set_free[set][(k - 1) & 1] as they start (not their own block's: that would order its threads)
+    char set_free[EMU_BLOCK_SETS][2];
+    unsigned long set_blocks[EMU_BLOCK_SETS] = {};
 #endif
 };
 
 thread_local Exec *ex;
+
+// The emulator's own bookkeeping in a running kernel (its vectors' allocations and copies, which ThreadSanitizer
+// sees through its interceptors), left out of the racecheck: per thread slot, or per host thread, the GPU has none
+// of it. Outside the racecheck build it does nothing.
+struct Unchecked {
+    Unchecked() { EMU_UNCHECKED_BEGIN(); }
+    ~Unchecked() { EMU_UNCHECKED_END(); }
+};
 
 // The host thread's state, unmapped when the thread ends (a stack's guard page is a mapping of its own, and a
 // process has a bounded number of them).
@@ -255,14 +279,14 @@ Fiber *next_ready(Exec *e, unsigned from, unsigned end) {
 void switch_stacks(Exec *e, void **save, const Fiber *to, bool dying) {
 #ifdef __SANITIZE_ADDRESS__
     void *fake_stack = nullptr;
-    const void *bottom = to ? e->stacks + (size_t)to->linear * kStackBytes : e->sched_bottom;
+    const void *bottom = to ? e->stacks + (size_t)to->slot * kStackBytes : e->sched_bottom;
     __sanitizer_start_switch_fiber(dying ? nullptr : &fake_stack, bottom, to ? kStackBytes : e->sched_size);
     emu_ctx_switch(save, to ? to->sp : e->sched_sp);
     __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
 #else
     (void)dying;
 #ifdef EMU_TSAN
-    __tsan_switch_to_fiber(to ? e->tsan_fibers[to->linear] : e->host_fiber, __tsan_switch_to_fiber_no_sync);
+    __tsan_switch_to_fiber(to ? e->tsan_fibers[to->slot] : e->host_fiber, __tsan_switch_to_fiber_no_sync);
 #endif
     emu_ctx_switch(save, to ? to->sp : e->sched_sp);
 #endif
@@ -293,17 +317,23 @@ void fiber_main() {
 #endif
     Exec *e = ex;
 #ifdef EMU_TSAN
-    __tsan_acquire(&e->block_start);  // after what the host did before the block
+    __tsan_acquire(&e->block_start);  // after what the host did before the launch
+    const unsigned turn = (unsigned)(e->set_blocks[e->set] & 1u);
+    __tsan_acquire(&e->set_free[e->set][turn ^ 1u]);  // after the set's block before, whose shared memory it reuses
 #endif
     e->body(e->ctx);
 #ifdef EMU_TSAN
-    __tsan_release(&e->block_end);  // before what the host does after it
+    __tsan_release(&e->set_free[e->set][turn]);
+    __tsan_release(&e->block_end);  // before what the host does after the launch
 #endif
     Fiber *f = e->cur;
     if (!f->open.empty()) fail_here("cp.async copies issued and never committed");
     for (auto &g : f->groups)
         if (!g.empty()) fail_here("exits with cp.async copies never waited for");
-    f->groups.clear();
+    {
+        Unchecked u;
+        f->groups.clear();
+    }
     switch_away(DONE);
     abort();  // a finished fibre is never resumed
 }
@@ -312,6 +342,7 @@ void fiber_init(Exec *e, unsigned i) {
     Fiber *f = &e->fibers[i];
     f->state = READY;
     f->linear = i;
+    f->slot = e->set * e->nthreads + i;
     f->idx.x = i % blockDim.x;
     f->idx.y = i / blockDim.x % blockDim.y;
     f->idx.z = i / (blockDim.x * blockDim.y);
@@ -323,10 +354,10 @@ void fiber_init(Exec *e, unsigned i) {
 #ifdef __SANITIZE_ADDRESS__
     // The fibre that ended on this stack left its last frames (above the stack pointer it saved) with their
     // redzones marked; clear them, so that this block's fibre starts on a clean stack.
-    char *top = e->stacks + (size_t)(i + 1) * kStackBytes, *low = f->sp ? (char *)f->sp : top;
+    char *top = e->stacks + (size_t)(f->slot + 1) * kStackBytes, *low = f->sp ? (char *)f->sp : top;
     ASAN_UNPOISON_MEMORY_REGION(low, (size_t)(top - low));
 #endif
-    uint64_t *sp = (uint64_t *)(e->stacks + (size_t)(i + 1) * kStackBytes);
+    uint64_t *sp = (uint64_t *)(e->stacks + (size_t)(f->slot + 1) * kStackBytes);
     *--sp = 0;                     // fiber_main's return address (never used); keeps the ABI's alignment
     *--sp = (uint64_t)fiber_main;  // where emu_ctx_switch's ret goes
     for (int r = 0; r < 6; r++) *--sp = 0;
@@ -371,11 +402,13 @@ void run_block(Exec *e) {
     const unsigned n = e->nthreads, warps = (n + 31) / 32;
     e->block_serial++;
 #ifdef EMU_TSAN
-    __tsan_acquire(&e->block_end);  // the threads of the blocks before this one, all ended
+    e->set_blocks[e->set]++;
 #endif
-    if (e->smem_bytes) memset(e->smem, 0xff, e->smem_bytes);
+    EMU_UNCHECKED_BEGIN();  // a fresh block's shared memory, written by no thread of it (nor ordered after the last)
+    if (e->smem_bytes) memset(e->smem[e->set], 0xff, e->smem_bytes);
+    EMU_UNCHECKED_END();
 #ifdef EMU_TSAN
-    __tsan_release(&e->block_start);
+    __tsan_release(&e->block_start);  // what the host did before the launch (it acquires no block until the end)
 #endif
     for (unsigned i = 0; i < n; i++) fiber_init(e, i);
     for (;;) {
@@ -455,7 +488,8 @@ void emu_run(const char *name, const EmuCfg &cfg, EmuBody body, void *ctx) {
     e->body = body;
     e->ctx = ctx;
     e->nthreads = cfg.block.x * cfg.block.y * cfg.block.z; // emu_launch_ok bounded it
-    guard_stacks(e, e->nthreads);
+    e->sets = std::max(1u, std::min((unsigned)EMU_BLOCK_SETS, kMaxThreads / e->nthreads));
+    guard_stacks(e, e->sets * e->nthreads);
     e->smem_bytes = cfg.smem;
     gridDim = cfg.grid;
     blockDim = cfg.block;
@@ -466,11 +500,13 @@ void emu_run(const char *name, const EmuCfg &cfg, EmuBody body, void *ctx) {
             for (unsigned i = 0; i < cfg.grid.x; i++) {
                 blockIdx = r ? make_uint3(cfg.grid.x - 1 - i, cfg.grid.y - 1 - j, cfg.grid.z - 1 - k)
                              : make_uint3(i, j, k);
+                e->set = (blockIdx.x + blockIdx.y + blockIdx.z) % e->sets;
                 run_block(e);
             }
     e->cur = nullptr;
+    e->set = 0;
 #ifdef EMU_TSAN
-    __tsan_acquire(&e->block_end);
+    __tsan_acquire(&e->block_end);  // every thread of the launch, ended
 #endif
     if (profile.on) {
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -498,7 +534,7 @@ static void record_pending_copies(void) {
 
 void emu_syncthreads(void) {
 #ifdef EMU_TSAN
-    char *generation = &ex->block_barrier[ex->cur->barriers++ & 1u];
+    char *generation = &ex->block_barrier[ex->set][ex->cur->barriers++ & 1u];
     __tsan_release(generation);
     switch_away(AT_BLOCK);
     __tsan_acquire(generation);
@@ -528,7 +564,7 @@ static const unsigned char *warp_exchange(unsigned mask, const void *mine, size_
     EMU_UNCHECKED_END();
     f->mask = mask;
 #ifdef EMU_TSAN
-    char *generation = &e->warp_barrier[f->exchanges & 1u][f->linear / 32];
+    char *generation = &e->warp_barrier[e->set][f->exchanges & 1u][f->linear / 32];
     if (orders_memory) __tsan_release(generation);
 #endif
     f->exchanges++;
@@ -551,7 +587,9 @@ const unsigned char *emu_warp_exchange(unsigned mask, const void *mine, size_t b
 // The mask must name every running lane of the warp, as a shuffle's must (the emulator's exchanges are whole-warp).
 void emu_syncwarp(unsigned mask) { warp_exchange(mask, nullptr, 0, true); }
 
-void *emu_dynamic_smem(void) { return ex->smem; }
+void *emu_dynamic_smem(void) { return ex->smem[ex->set]; }
+
+unsigned emu_shared_set(void) { return ex->set; }
 
 const void *emu_fibre_stacks_poisoned(void) {
 #ifdef __SANITIZE_ADDRESS__
@@ -564,25 +602,23 @@ const void *emu_fibre_stacks_poisoned(void) {
 
 void emu_shared_poison(void *p, size_t bytes) {
     Exec *e = ex;
+    Unchecked u;  // a fresh block's shared memory, written by no thread of it; the list is the emulator's
     for (auto &entry : e->poisoned)
         if (entry.first == p) {
             if (entry.second == e->block_serial) return;
             entry.second = e->block_serial;
-            EMU_UNCHECKED_BEGIN();  // a fresh block's shared memory, written by no thread of it
             memset(p, 0xff, bytes);
-            EMU_UNCHECKED_END();
             return;
         }
     e->poisoned.emplace_back(p, e->block_serial);
-    EMU_UNCHECKED_BEGIN();
     memset(p, 0xff, bytes);
-    EMU_UNCHECKED_END();
 }
 
 // ---- cp.async ----
 static bool in_dynamic_smem(const void *p, size_t bytes) {
     const unsigned char *c = (const unsigned char *)p;
-    return c >= ex->smem && c + bytes <= ex->smem + ex->smem_bytes;
+    const unsigned char *smem = ex->smem[ex->set];
+    return c >= smem && c + bytes <= smem + ex->smem_bytes;
 }
 
 void emu_cp_async(void *dst, const void *src, int bytes, bool pred) {
@@ -598,11 +634,13 @@ void emu_cp_async(void *dst, const void *src, int bytes, bool pred) {
     __tsan_write_range(dst, (unsigned long)bytes);  // the copy may land from here on (and is recorded again at the wait)
     if (pred) __tsan_read_range(const_cast<void *>(src), (unsigned long)bytes);
 #endif
+    Unchecked u;
     ex->cur->open.push_back(Copy{dst, src, bytes, pred});
 }
 
 void emu_cp_async_commit(void) {
     Fiber *f = ex->cur;
+    Unchecked u;
     f->groups.push_back(f->open);
     f->open.clear();
 }
@@ -614,6 +652,7 @@ void emu_cp_async_wait(int pending) {
             if (c.pred) memcpy(c.dst, c.src, (size_t)c.bytes);
             else memset(c.dst, 0, (size_t)c.bytes);
         }
+        Unchecked u;
         f->groups.erase(f->groups.begin());
     }
 }

@@ -25,9 +25,11 @@
 //                the same barrier interval, waited for in the next: only the record at its issue shows it), ldmatrix
 //                (rows written by one warp, read by another's ldmatrix with no barrier), cp_async_late (a cp.async
 //                issued before a barrier and waited for after the next, its buffer read between: only its record
-//                after the barrier shows it), each a data race whatever
-//                the order; none (barriers, __syncwarp, shuffles, atomics, a cp.async pipeline and shared memory
-//                reused by the next block, all correct: no report). Prints "ran".
+//                after the barrier shows it), blocks (two blocks adding to one global cell without an atomic: a lost
+//                update on a GPU, which the emulator's blocks, one after another, never lose), each a data race
+//                whatever the order; none (barriers, __syncwarp, shuffles, atomics in shared and global memory, a
+//                cp.async pipeline, shared memory reused by later blocks, ten blocks on four sets of thread slots,
+//                all correct: no report). Prints "ran".
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -139,16 +141,22 @@ __global__ void race_ldmatrix_kernel(float *out) {
     }
 }
 
+// Two blocks (the first thread of each) add to one global cell: nothing orders blocks, so one add can be lost.
+__global__ void race_blocks_kernel(float *out) {
+    if (threadIdx.x == 0) out[0] += 1.0f;
+}
+
 // Every way of ordering threads that the racecheck models, used correctly: no report.
-__global__ void race_none_kernel(float *out, const float *src) {
+__global__ void race_none_kernel(float *out, const float *src, int *blocks_seen) {
     extern __shared__ float stage[];  // two stages of 64 floats
     __shared__ float partial[kThreads];
     __shared__ int count[1];
     const int t = threadIdx.x, lane = t % 32;
     if (t == 0) count[0] = 0;
-    partial[t] = (float)(t + blockIdx.x);  // shared memory the block before also wrote: the host orders blocks
+    partial[t] = (float)(t + blockIdx.x);  // shared memory other blocks also wrote: a block's own on a GPU
     __syncthreads();
     atomicAdd(count, 1);
+    if (t == 0) atomicAdd(blocks_seen, 1);  // global memory every block adds to
     float v = partial[(t + 1) % kThreads];
     v += __shfl_xor_sync(0xffffffffu, v, 1);
     __syncthreads();  // every read of partial above before the writes below
@@ -243,7 +251,7 @@ static void *probe_fresh_stacks(void *arg) {
 static int racecheck_case(const char *k) {
     float *out, *src;
     int *iout;
-    CHECK_CUDA(cudaMalloc((void **)&out, 4 * kThreads * sizeof(float)));
+    CHECK_CUDA(cudaMalloc((void **)&out, 10 * kThreads * sizeof(float)));
     CHECK_CUDA(cudaMalloc((void **)&src, 64 * sizeof(float)));
     CHECK_CUDA(cudaMalloc((void **)&iout, kThreads * sizeof(int)));
     CHECK_CUDA(cudaMemset(src, 0, 64 * sizeof(float)));
@@ -251,7 +259,8 @@ static int racecheck_case(const char *k) {
     else if (strcmp(k, "cp_async") == 0) race_cp_async_kernel<<<1, 64, 64 * sizeof(float)>>>(out, src);
     else if (strcmp(k, "cp_async_late") == 0) race_cp_async_late_kernel<<<1, 64, 64 * sizeof(float)>>>(out, src);
     else if (strcmp(k, "ldmatrix") == 0) race_ldmatrix_kernel<<<1, 64, 32 * 8 * sizeof(__nv_bfloat16)>>>(out);
-    else if (strcmp(k, "none") == 0) race_none_kernel<<<4, kThreads, 128 * sizeof(float)>>>(out, src);
+    else if (strcmp(k, "blocks") == 0) race_blocks_kernel<<<2, kThreads>>>(out);
+    else if (strcmp(k, "none") == 0) race_none_kernel<<<10, kThreads, 128 * sizeof(float)>>>(out, src, iout);
     else return 2;
     CHECK_CUDA(cudaGetLastError());
     CHECK_CUDA(cudaDeviceSynchronize());
@@ -300,6 +309,6 @@ int main(int argc, char **argv) {
         return 1;
     }
     fprintf(stderr, "usage: test_emu_checks order|cp_async_oob|smem_optin|warp_mask|misaligned|oob_write|deadlock|fresh_stacks|racecheck "
-                    "broadcast|cp_async|cp_async_late|ldmatrix|none\n");
+                    "broadcast|cp_async|cp_async_late|ldmatrix|blocks|none\n");
     return 2;
 }
