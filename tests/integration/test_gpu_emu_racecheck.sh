@@ -4,20 +4,22 @@
 # kernels under ThreadSanitizer with each CUDA thread of a block its own
 # fibre, ordered only by __syncthreads, __syncwarp and the host between
 # kernels; the blocks of a kernel take turns among sets of fibres, each with
-# its own shared memory, and are not ordered (tests/gpu/emu/emu_exec.cpp).
+# its own shared memory, and only the blocks of one set are ordered (each
+# after the one before it; tests/gpu/emu/emu_exec.cpp).
 # Two threads of a block touching the same memory with no barrier between
 # are reported whatever order the emulator runs them in, which the two
 # orders of test_gpu_emu.sh cannot promise (a cp.async prefetch moved above
 # the barrier in attention.cu's forward passes test_cuda_ops in both orders
-# there and is reported here), and so are two blocks touching the same
-# global memory without atomics (an atomicAdd made a plain += passes there,
+# there and is reported here), and so are two blocks on different sets
+# touching the same global memory without atomics (an atomicAdd made a plain += passes there,
 # blocks one after another losing no update, and is reported here: the
 # atomic- mutants of tests/mutants/mutants.txt).
 #   - each planted race of test_emu_checks (a broadcast read with no barrier,
 #     a cp.async issued into a buffer another warp still reads, one pending
 #     across a barrier while another warp reads its buffer, rows written by
 #     one warp and read by another's ldmatrix, two blocks adding to one
-#     global cell) is reported, naming its kernel, in both orders;
+#     global cell, one block's write before its barriers read by another
+#     after its own) is reported, naming its kernel, in both orders;
 #   - a kernel that uses every ordering correctly (barriers, __syncwarp,
 #     shuffles, atomics in shared and global memory, a cp.async stage,
 #     shared memory reused by later blocks, ten blocks on four sets) is not;
@@ -38,7 +40,7 @@ unset LD_PRELOAD
 export MT_GPU_TEST_QUICK=1 MT_GPU_TEST_SMALL=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 export TSAN_OPTIONS=halt_on_error=0:exitcode=66
 checks=build/emu-tsan/test_emu_checks
-for k in broadcast cp_async cp_async_late ldmatrix blocks; do
+for k in broadcast cp_async cp_async_late ldmatrix blocks blocks_barrier; do
   for order in forward reverse; do
     status=0
     EMU_ORDER=$order "$checks" racecheck "$k" > "$WORK/$k.txt" 2>&1 || status=$?

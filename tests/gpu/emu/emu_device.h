@@ -25,8 +25,9 @@
 
 // The racecheck build (make gpu-emu-tsan-build, tests/gpu/emu/README.md): the kernels compiled with
 // ThreadSanitizer, emu_exec.cpp (built without it, with EMU_TSAN) telling it which CUDA thread runs and what orders
-// their memory accesses. EMU_UNCHECKED_BEGIN/END bracket the emulator's own traffic between lanes (the warp
-// exchange's slots), which is register traffic on a GPU, not memory.
+// their memory accesses. EMU_UNCHECKED_BEGIN/END bracket what the GPU has no memory for: the emulator's own
+// traffic between lanes (the warp exchange's slots, registers on a GPU), its bookkeeping, and the poison of a
+// fresh block's shared memory.
 #if defined(__SANITIZE_THREAD__) || defined(EMU_TSAN)
 extern "C" void __tsan_ignore_thread_begin(void);
 extern "C" void __tsan_ignore_thread_end(void);
@@ -60,7 +61,9 @@ const unsigned char *emu_warp_exchange(unsigned mask, const void *mine, size_t b
 unsigned emu_lane(void);
 void *emu_dynamic_smem(void);
 void emu_shared_poison(void *p, size_t bytes);  // first thread of the block to declare it: poisoned
-unsigned emu_shared_set(void);  // the running block's set: which copy of a static __shared__ array it uses
+// The running block's set: which of the `copies` of a static __shared__ array it uses (cu2cpp.py passes
+// EMU_BLOCK_SETS; fails if the array has fewer copies than the set's index, a kernel built without the racecheck).
+unsigned emu_shared_set(unsigned copies);
 [[noreturn]] void emu_fail(const char *what);    // prints the kernel, block and thread, and aborts
 // Host side, for test_emu_checks: the first byte of this host thread's fibre stacks (mapped by the call if this
 // thread has none yet) that AddressSanitizer marks as poisoned, or NULL (always NULL without AddressSanitizer).
@@ -161,6 +164,9 @@ static inline int atomicCAS(int *p, int compare, int v) {
     __atomic_compare_exchange_n(p, &compare, v, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     return compare;
 }
+// The racecheck sees no order in a fence (GCC 12's ThreadSanitizer does not model fences), so a hand-over between
+// blocks through __threadfence and an atomic counter (the last block reads the others' partials) would be reported
+// there although a GPU orders it; no kernel does that (tests/gpu/emu/README.md).
 static inline void __threadfence(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 static inline void __threadfence_block(void) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 

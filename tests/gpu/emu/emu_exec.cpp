@@ -34,7 +34,8 @@
 // start, the host acquires every fibre that ended once the launch is over).
 // Nothing orders the blocks of one launch, as on a GPU: they take turns
 // among up to EMU_BLOCK_SETS sets of thread slots (as many sets of the
-// launch's block size as 1024 slots hold), each set with its own fibres,
+// launch's block size as 1024 slots hold, fewer when the process nears
+// ThreadSanitizer's limit on fibres), each set with its own fibres,
 // stacks, barriers and shared memory (dynamic, and the kernels' static
 // __shared__ arrays, which cu2cpp.py gives one copy a set). Block (x, y, z)
 // runs on set (x + y + z) % sets, so two blocks whose indices differ in one
@@ -68,6 +69,7 @@ extern "C" void __tsan_write_range(void *addr, unsigned long size);
 #endif
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -173,6 +175,14 @@ struct Exec {
 
 thread_local Exec *ex;
 
+#ifdef EMU_TSAN
+// ThreadSanitizer holds at most 8,192 threads and fibres in a process (GCC 12's runtime), and every rank thread of
+// a test has its own fibres: a launch that would take the process past this many runs on fewer sets (emu_run),
+// down to one, whose fibres it makes whatever the count.
+constexpr unsigned long kFibreBudget = 6144;
+std::atomic<unsigned long> fibres_live{0};
+#endif
+
 // The emulator's own bookkeeping in a running kernel (its vectors' allocations and copies, which ThreadSanitizer
 // sees through its interceptors), left out of the racecheck: per thread slot, or per host thread, the GPU has none
 // of it. Outside the racecheck build it does nothing.
@@ -192,6 +202,7 @@ struct ExecOwner {
         munmap(ex->stacks, (size_t)kMaxThreads * kStackBytes);
 #ifdef EMU_TSAN
         for (unsigned i = 0; i < ex->tsan_made; i++) __tsan_destroy_fiber(ex->tsan_fibers[i]);
+        fibres_live -= ex->tsan_made;
 #endif
         delete ex;
         ex = nullptr;
@@ -232,7 +243,10 @@ void guard_stacks(Exec *e, unsigned n) {
     for (unsigned i = e->guarded; i < n; i++) mprotect(e->stacks + (size_t)i * kStackBytes, kPage, PROT_NONE);
     if (n > e->guarded) e->guarded = n;
 #ifdef EMU_TSAN
-    for (; e->tsan_made < n; e->tsan_made++) e->tsan_fibers[e->tsan_made] = __tsan_create_fiber(0);
+    for (; e->tsan_made < n; e->tsan_made++) {
+        e->tsan_fibers[e->tsan_made] = __tsan_create_fiber(0);
+        fibres_live++;
+    }
 #endif
 }
 
@@ -489,6 +503,11 @@ void emu_run(const char *name, const EmuCfg &cfg, EmuBody body, void *ctx) {
     e->ctx = ctx;
     e->nthreads = cfg.block.x * cfg.block.y * cfg.block.z; // emu_launch_ok bounded it
     e->sets = std::max(1u, std::min((unsigned)EMU_BLOCK_SETS, kMaxThreads / e->nthreads));
+#ifdef EMU_TSAN
+    // within the process's fibre budget: the fibres this thread has, and what is left of the budget
+    const unsigned long have = e->tsan_made, left = kFibreBudget - std::min(kFibreBudget, fibres_live.load());
+    while (e->sets > 1 && e->sets * e->nthreads > have + left) e->sets--;
+#endif
     guard_stacks(e, e->sets * e->nthreads);
     e->smem_bytes = cfg.smem;
     gridDim = cfg.grid;
@@ -589,7 +608,10 @@ void emu_syncwarp(unsigned mask) { warp_exchange(mask, nullptr, 0, true); }
 
 void *emu_dynamic_smem(void) { return ex->smem[ex->set]; }
 
-unsigned emu_shared_set(void) { return ex->set; }
+unsigned emu_shared_set(unsigned copies) {
+    if (ex->set >= copies) fail_here("a static __shared__ array with fewer copies than the racecheck's sets");
+    return ex->set;
+}
 
 const void *emu_fibre_stacks_poisoned(void) {
 #ifdef __SANITIZE_ADDRESS__

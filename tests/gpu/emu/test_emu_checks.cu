@@ -26,10 +26,12 @@
 //                (rows written by one warp, read by another's ldmatrix with no barrier), cp_async_late (a cp.async
 //                issued before a barrier and waited for after the next, its buffer read between: only its record
 //                after the barrier shows it), blocks (two blocks adding to one global cell without an atomic: a lost
-//                update on a GPU, which the emulator's blocks, one after another, never lose), each a data race
-//                whatever the order; none (barriers, __syncwarp, shuffles, atomics in shared and global memory, a
-//                cp.async pipeline, shared memory reused by later blocks, ten blocks on four sets of thread slots,
-//                all correct: no report). Prints "ran".
+//                update on a GPU, which the emulator's blocks, one after another, never lose), blocks_barrier (block
+//                0's write before its barriers, __syncwarp and cp.async stage read by block 1 after its own: none
+//                of them orders another block), each a data race whatever the order; none (barriers, __syncwarp, shuffles, atomics in shared and global
+//                memory, a cp.async pipeline, shared memory reused by later blocks, ten blocks on four sets of
+//                thread slots, then launches of 64 and 1024 threads and the ten blocks again, all correct: no
+//                report). Prints "ran".
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -146,6 +148,22 @@ __global__ void race_blocks_kernel(float *out) {
     if (threadIdx.x == 0) out[0] += 1.0f;
 }
 
+// Block 0 writes a cell before its barriers, block 1 reads it after its own: a block's barriers, __syncwarp and
+// cp.async stage order nothing in another block (if two sets shared a barrier, block 1 would be ordered after
+// block 0 when block 0 runs first, and nothing would be reported in the ascending order).
+__global__ void race_blocks_barrier_kernel(float *out, const float *src) {
+    extern __shared__ float stage[];  // 64 floats
+    const int t = threadIdx.x;
+    if (t < 16) cp_async16(stage + t * 4, src + t * 4, true);
+    cp_async_commit();
+    cp_async_wait_all();
+    if (t == 0 && blockIdx.x == 0) out[0] = stage[0] + 1.0f;  // its own copy, landed at its wait
+    __syncthreads();
+    __syncwarp();
+    if (t == 0 && blockIdx.x == 1) out[1] = out[0];
+    __syncthreads();
+}
+
 // Every way of ordering threads that the racecheck models, used correctly: no report.
 __global__ void race_none_kernel(float *out, const float *src, int *blocks_seen) {
     extern __shared__ float stage[];  // two stages of 64 floats
@@ -169,6 +187,17 @@ __global__ void race_none_kernel(float *out, const float *src, int *blocks_seen)
     __syncthreads();
     v += stage[t % 128];
     out[blockIdx.x * kThreads + t] = v;
+}
+
+// Correct at any block size: the launches between race_none_kernel's change the sets and the thread slots' roles.
+__global__ void race_none_sizes_kernel(float *out, int *blocks_seen) {
+    __shared__ float cell[1024];
+    const int t = threadIdx.x, n = blockDim.x;
+    cell[t] = (float)(t + blockIdx.x);
+    __syncthreads();
+    const float v = cell[(t + 1) % n];
+    if (t == 0) atomicAdd(blocks_seen, 1);
+    out[blockIdx.x * n + t] = v;
 }
 
 #define CHECK_CUDA(call)                                                                            \
@@ -260,7 +289,13 @@ static int racecheck_case(const char *k) {
     else if (strcmp(k, "cp_async_late") == 0) race_cp_async_late_kernel<<<1, 64, 64 * sizeof(float)>>>(out, src);
     else if (strcmp(k, "ldmatrix") == 0) race_ldmatrix_kernel<<<1, 64, 32 * 8 * sizeof(__nv_bfloat16)>>>(out);
     else if (strcmp(k, "blocks") == 0) race_blocks_kernel<<<2, kThreads>>>(out);
-    else if (strcmp(k, "none") == 0) race_none_kernel<<<10, kThreads, 128 * sizeof(float)>>>(out, src, iout);
+    else if (strcmp(k, "blocks_barrier") == 0) race_blocks_barrier_kernel<<<2, kThreads, 64 * sizeof(float)>>>(out, src);
+    else if (strcmp(k, "none") == 0) {
+        race_none_kernel<<<10, kThreads, 128 * sizeof(float)>>>(out, src, iout);
+        race_none_sizes_kernel<<<6, 64>>>(out, iout);
+        race_none_sizes_kernel<<<2, 1024>>>(out, iout);
+        race_none_kernel<<<10, kThreads, 128 * sizeof(float)>>>(out, src, iout);
+    }
     else return 2;
     CHECK_CUDA(cudaGetLastError());
     CHECK_CUDA(cudaDeviceSynchronize());
@@ -309,6 +344,6 @@ int main(int argc, char **argv) {
         return 1;
     }
     fprintf(stderr, "usage: test_emu_checks order|cp_async_oob|smem_optin|warp_mask|misaligned|oob_write|deadlock|fresh_stacks|racecheck "
-                    "broadcast|cp_async|cp_async_late|ldmatrix|blocks|none\n");
+                    "broadcast|cp_async|cp_async_late|ldmatrix|blocks|blocks_barrier|none\n");
     return 2;
 }
