@@ -2,10 +2,12 @@
 # test_gpu_emu_racecheck.sh: the kernel-level GPU test programs on the CPU
 # emulator's racecheck build (make gpu-emu-tsan-build: build/emu-tsan), the
 # kernels under ThreadSanitizer with each CUDA thread of a block its own
-# fibre, ordered only by __syncthreads, __syncwarp and the host between
+# fibre, ordered only by __syncthreads, __syncwarp and the stream between
 # kernels; the blocks of a kernel take turns among sets of fibres, each with
 # its own shared memory, and only the blocks of one set are ordered (each
-# after the one before it; tests/gpu/emu/emu_exec.cpp).
+# after the one before it; tests/gpu/emu/emu_exec.cpp); each stream's work
+# runs as a fibre of its own, ordered after another stream's only by an
+# event (tests/gpu/emu/emu_streams.c).
 # Two threads of a block touching the same memory with no barrier between
 # are reported whatever order the emulator runs them in, which the two
 # orders of test_gpu_emu.sh cannot promise (a cp.async prefetch moved above
@@ -23,8 +25,13 @@
 #   - a kernel that uses every ordering correctly (barriers, __syncwarp,
 #     shuffles, atomics in shared and global memory, a cp.async stage,
 #     shared memory reused by later blocks, ten blocks on four sets) is not;
+#   - a kernel on one stream reading what another stream's kernel wrote, with
+#     no event between, is reported with the streams eager, lazy and
+#     lazy-first, and not with the event;
 #   - test_cuda_ops, test_cuda_moe_ops, test_cuda_moe_gemm, test_cuda_model
-#     (without its 1.8 GB case) and test_cuda_cublaslt_fp8 pass with no report.
+#     (without its 1.8 GB case), test_cuda_cublaslt_fp8 and the first
+#     data-parallel grid of test_cuda_parallel_model (dp 2 x ep 2, the
+#     gradient averages on the comm stream) pass with no report.
 # test_cuda_parallel_model (the CUDA build's host code with ranks as threads)
 # passes there too but takes about 10 minutes: run it by hand
 # (build/emu-tsan/gpu-tests/test_cuda_parallel_model with the settings below).
@@ -40,7 +47,7 @@ unset LD_PRELOAD
 export MT_GPU_TEST_QUICK=1 MT_GPU_TEST_SMALL=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 export TSAN_OPTIONS=halt_on_error=0:exitcode=66
 checks=build/emu-tsan/test_emu_checks
-for k in broadcast cp_async cp_async_late ldmatrix blocks blocks_barrier; do
+for k in broadcast cp_async cp_async_late ldmatrix blocks blocks_barrier streams; do
   for order in forward reverse; do
     status=0
     EMU_ORDER=$order "$checks" racecheck "$k" > "$WORK/$k.txt" 2>&1 || status=$?
@@ -55,6 +62,14 @@ for order in forward reverse; do
   [[ $out == ran ]] || fail "racecheck none ($order): $out"
 done
 echo "racecheck none: no report in either order"
+for order in lazy lazy-first; do  # the streams' own orders: the race and its event, whichever stream runs first
+  status=0
+  EMU_STREAMS=$order "$checks" racecheck streams > "$WORK/streams-$order.txt" 2>&1 || status=$?
+  [[ $status -eq 66 ]] && grep -q "race_streams_kernel" "$WORK/streams-$order.txt" ||
+    { head -20 "$WORK/streams-$order.txt"; fail "racecheck streams (EMU_STREAMS=$order): exit $status, no report"; }
+  out=$(EMU_STREAMS=$order "$checks" racecheck none 2>&1) || { echo "$out" | head -40; fail "racecheck none ($order): a report"; }
+done
+echo "racecheck streams: reported, and not with its event, with the streams eager, lazy and lazy-first"
 for t in test_cuda_cublaslt_fp8 test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm test_cuda_model; do
   start=$SECONDS
   out=$(build/emu-tsan/gpu-tests/$t 2>&1) || { echo "$out" | grep -A30 "WARNING: ThreadSanitizer" | head -40
@@ -62,4 +77,12 @@ for t in test_cuda_cublaslt_fp8 test_cuda_ops test_cuda_moe_ops test_cuda_moe_ge
   ! grep -q "ThreadSanitizer" <<< "$out" || { grep -A20 "ThreadSanitizer" <<< "$out" | head -40; fail "$t: a report"; }
   echo "$t under the racecheck: $(grep -E "passed, " <<< "$out" | tail -n 1) ($((SECONDS - start)) s)"
 done
+# the first data-parallel grid (ranks as threads): the gradient averages on the comm stream, overlapping the
+# backward, ordered by their events (without either wait it is reported: the stream- mutants)
+start=$SECONDS
+out=$(MT_GPU_TEST_GRIDS=1 build/emu-tsan/gpu-tests/test_cuda_parallel_model 2>&1) ||
+  { echo "$out" | grep -A30 "WARNING: ThreadSanitizer" | head -40; echo "$out" | grep -v " ok$" | tail -20
+    fail "test_cuda_parallel_model's first grid under the racecheck"; }
+echo "test_cuda_parallel_model's first grid (dp 2 x ep 2, the comm stream) under the racecheck: $(grep -E "passed, " <<< "$out" | tail -n 1) ($((SECONDS - start)) s)"
+
 echo ok

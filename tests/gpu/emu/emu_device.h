@@ -33,10 +33,14 @@ extern "C" void __tsan_ignore_thread_begin(void);
 extern "C" void __tsan_ignore_thread_end(void);
 #define EMU_UNCHECKED_BEGIN() __tsan_ignore_thread_begin()
 #define EMU_UNCHECKED_END() __tsan_ignore_thread_end()
-#define EMU_BLOCK_SETS 8  // the blocks of a launch take turns among this many sets of thread slots (emu_exec.cpp)
+// The blocks of a launch take turns among up to EMU_POOL_SETS sets of thread slots, in the pool of its stream (up
+// to EMU_BLOCK_SETS / EMU_POOL_SETS pools): EMU_BLOCK_SETS copies of shared memory in all (emu_exec.cpp)
+#define EMU_POOL_SETS 8
+#define EMU_BLOCK_SETS 32
 #else
 #define EMU_UNCHECKED_BEGIN() ((void)0)
 #define EMU_UNCHECKED_END() ((void)0)
+#define EMU_POOL_SETS 1
 #define EMU_BLOCK_SETS 1
 #endif
 

@@ -30,8 +30,10 @@
 // threads' accesses race unless something below orders them:
 // __syncthreads (every waiting thread releases the barrier's generation and
 // acquires it when the barrier opens), __syncwarp (the same for its warp),
-// and the host thread between launches (each fibre acquires the host at its
-// start, the host acquires every fibre that ended once the launch is over).
+// and the launching stream between launches (each fibre acquires the
+// stream's fibre at its start, which acquires every fibre that ended once
+// the launch is over; emu_streams.c runs each stream's work as a fibre of
+// its own, and its kernels on a pool of thread slots of their own).
 // Nothing orders the blocks of one launch, as on a GPU: they take turns
 // among up to EMU_BLOCK_SETS sets of thread slots (as many sets of the
 // launch's block size as 1024 slots hold, fewer when the process nears
@@ -140,11 +142,34 @@ struct Fiber {
     std::vector<Copy> open;                 // cp.async not yet committed
 };
 
+// The thread slots' stacks (and racecheck fibres) that the launches of one stream run on: one pool outside the
+// racecheck; in it, up to EMU_BLOCK_SETS / EMU_POOL_SETS, one a stream (the first streams of the host thread to
+// launch kernels; later ones share, which orders their kernels), so that kernels of different streams are not
+// ordered by running on the same fibres, nor touch the same stacks or shared memory.
+struct Pool {
+    void *owner = nullptr;  // racecheck: the stream's ThreadSanitizer fibre (emu_streams.c), or none yet
+    char *stacks = nullptr;
+    unsigned guarded = 0;  // stacks with their guard page
+#ifdef EMU_TSAN
+    // one fibre per thread slot (made as launches need them), and the addresses they synchronise on: the stream's
+    // hand-over to a launch's threads and theirs back, and, per set, two generations of the block barrier and of
+    // each warp's __syncwarp
+    void *tsan_fibers[kMaxThreads] = {};
+    unsigned tsan_made = 0;
+    char block_start, block_end, block_barrier[EMU_POOL_SETS][2], warp_barrier[EMU_POOL_SETS][2][kMaxThreads / 32];
+    // each set's blocks in turn: the threads of a set's k-th block release set_free[set][k & 1] as they end and
+    // acquire set_free[set][(k - 1) & 1] as they start (not their own block's: that would order its threads)
+    char set_free[EMU_POOL_SETS][2];
+    unsigned long set_blocks[EMU_POOL_SETS] = {};
+#endif
+};
+
 struct Exec {
     void *sched_sp = nullptr;
     const void *sched_bottom = nullptr;  // the host thread's stack (for AddressSanitizer's fibre switches)
     size_t sched_size = 0;
-    char *stacks = nullptr;
+    Pool pools[EMU_BLOCK_SETS / EMU_POOL_SETS];
+    Pool *pool = &pools[0];  // the running launch's
     Fiber fibers[kMaxThreads];
     Fiber *cur = nullptr;
     unsigned nthreads = 0;
@@ -152,34 +177,26 @@ struct Exec {
     void *ctx = nullptr;
     const char *kernel = "";
     alignas(128) unsigned char slots[2][kMaxThreads / 32][32][EMU_SLOT];
-    alignas(128) unsigned char smem[EMU_BLOCK_SETS][kMaxDynamicSmem];  // a block's dynamic shared memory, per set
+    // a block's dynamic shared memory, per set of each pool (copy = pool * EMU_POOL_SETS + set)
+    alignas(128) unsigned char smem[EMU_BLOCK_SETS][kMaxDynamicSmem];
     size_t smem_bytes = 0;
-    unsigned sets = 1, set = 0;  // the launch's sets of thread slots, and the running block's (the header)
+    unsigned sets = 1, set = 0, copy = 0;  // the launch's sets of thread slots, the running block's, its copy
     unsigned long block_serial = 0;
     std::vector<std::pair<void *, unsigned long>> poisoned;
-    unsigned guarded = 0;  // stacks with their guard page
 #ifdef EMU_TSAN
-    // racecheck: the host thread's ThreadSanitizer context, one fibre per thread slot (made as launches need them),
-    // and the addresses it synchronises on: the host's hand-over to a launch's threads and theirs back, and, per
-    // set, two generations of the block barrier and of each warp's __syncwarp
-    void *host_fiber = nullptr;
-    void *tsan_fibers[kMaxThreads] = {};
-    unsigned tsan_made = 0;
-    char block_start, block_end, block_barrier[EMU_BLOCK_SETS][2], warp_barrier[EMU_BLOCK_SETS][2][kMaxThreads / 32];
-    // each set's blocks in turn: the threads of a set's k-th block release set_free[set][k & 1] as they end and
-    // acquire set_free[set][(k - 1) & 1] as they start (not their own block's: that would order its threads)
-    char set_free[EMU_BLOCK_SETS][2];
-    unsigned long set_blocks[EMU_BLOCK_SETS] = {};
+    void *host_fiber = nullptr;  // racecheck: the launching stream's ThreadSanitizer fibre
 #endif
 };
 
 thread_local Exec *ex;
 
 #ifdef EMU_TSAN
-// ThreadSanitizer holds at most 8,192 threads and fibres in a process (GCC 12's runtime), and every rank thread of
-// a test has its own fibres: a launch that would take the process past this many runs on fewer sets (emu_run),
-// down to one, whose fibres it makes whatever the count.
-constexpr unsigned long kFibreBudget = 6144;
+// ThreadSanitizer holds at most 8,128 threads and fibres in a process (GCC 12's runtime), and each of them makes
+// every later synchronisation dearer (its vector clocks grow with the threads it has seen: test_cuda_model took
+// 262 s with 4,096 here, 177 s with 1,280). Every rank thread of a test has its own fibres, a pool of them for each
+// stream that launches kernels: a launch that would take the process past this many runs on fewer sets (emu_run),
+// down to one, whose fibres it makes whatever the count. 1,280 gives the first pool four sets of 256 threads.
+constexpr unsigned long kFibreBudget = 1280;
 std::atomic<unsigned long> fibres_live{0};
 #endif
 
@@ -198,33 +215,41 @@ struct ExecOwner {
         if (!ex) return;
         // AddressSanitizer keeps an unmapped range's shadow: clear the marks the last fibres left, so that the
         // next mapping of these addresses (often the next thread's stacks) starts clean
-        ASAN_UNPOISON_MEMORY_REGION(ex->stacks, (size_t)kMaxThreads * kStackBytes);
-        munmap(ex->stacks, (size_t)kMaxThreads * kStackBytes);
+        for (Pool &p : ex->pools) {
+            if (!p.stacks) continue;
+            ASAN_UNPOISON_MEMORY_REGION(p.stacks, (size_t)kMaxThreads * kStackBytes);
+            munmap(p.stacks, (size_t)kMaxThreads * kStackBytes);
 #ifdef EMU_TSAN
-        for (unsigned i = 0; i < ex->tsan_made; i++) __tsan_destroy_fiber(ex->tsan_fibers[i]);
-        fibres_live -= ex->tsan_made;
+            for (unsigned i = 0; i < p.tsan_made; i++) __tsan_destroy_fiber(p.tsan_fibers[i]);
+            fibres_live -= p.tsan_made;
 #endif
+        }
         delete ex;
         ex = nullptr;
     }
 };
 thread_local ExecOwner exec_owner;
 
-Exec *exec_get() {
-    if (ex) return ex;
-    (void)&exec_owner;  // constructs it, so that its destructor runs at the thread's end
-    ex = new Exec();
+// A pool's thread-slot stacks, mapped when it is first used.
+void map_stacks(Pool *p) {
     const size_t total = (size_t)kMaxThreads * kStackBytes;
     void *m = mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (m == MAP_FAILED) {
         fprintf(stderr, "EMU: cannot map %zu bytes of fibre stacks\n", total);
         abort();
     }
-    ex->stacks = (char *)m;
+    p->stacks = (char *)m;
     // A fresh mapping can carry the shadow of what these addresses held before (a finished thread's fibre
     // stacks, whose last frames died marked): under AddressSanitizer that reads as a stack-use-after-scope in a
     // fibre that never did one, so the stacks start unpoisoned (test_emu_checks fresh_stacks)
     ASAN_UNPOISON_MEMORY_REGION(m, total);
+}
+
+Exec *exec_get() {
+    if (ex) return ex;
+    (void)&exec_owner;  // constructs it, so that its destructor runs at the thread's end
+    ex = new Exec();
+    map_stacks(&ex->pools[0]);
     pthread_attr_t attr;  // the host thread's stack, where the scheduler runs
     void *bottom = nullptr;
     if (pthread_getattr_np(pthread_self(), &attr) == 0) {
@@ -232,20 +257,36 @@ Exec *exec_get() {
         pthread_attr_destroy(&attr);
     }
     ex->sched_bottom = bottom;
-#ifdef EMU_TSAN
-    ex->host_fiber = __tsan_get_current_fiber();
-#endif
     return ex;
 }
 
-// The guard page below each stack, made when a launch first needs that many threads.
-void guard_stacks(Exec *e, unsigned n) {
-    for (unsigned i = e->guarded; i < n; i++) mprotect(e->stacks + (size_t)i * kStackBytes, kPage, PROT_NONE);
-    if (n > e->guarded) e->guarded = n;
+// The pool of the running stream (racecheck: the current ThreadSanitizer fibre, emu_streams.c): its own, a free
+// one, or when none is left a shared one.
+Pool *pool_for(Exec *e) {
 #ifdef EMU_TSAN
-    for (; e->tsan_made < n; e->tsan_made++) {
-        e->tsan_fibers[e->tsan_made] = __tsan_create_fiber(0);
-        fibres_live++;
+    void *owner = __tsan_get_current_fiber();
+    const unsigned n = EMU_BLOCK_SETS / EMU_POOL_SETS;
+    for (unsigned i = 0; i < n; i++)
+        if (e->pools[i].owner == owner) return &e->pools[i];
+    for (unsigned i = 0; i < n; i++)
+        if (!e->pools[i].owner) {
+            e->pools[i].owner = owner;
+            if (!e->pools[i].stacks) map_stacks(&e->pools[i]);
+            return &e->pools[i];
+        }
+    return &e->pools[((uintptr_t)owner >> 4) % n];
+#else
+    return &e->pools[0];
+#endif
+}
+
+// The guard page below each stack, made when a launch first needs that many threads.
+void guard_stacks(Pool *p, unsigned n) {
+    for (unsigned i = p->guarded; i < n; i++) mprotect(p->stacks + (size_t)i * kStackBytes, kPage, PROT_NONE);
+    if (n > p->guarded) p->guarded = n;
+#ifdef EMU_TSAN
+    for (; p->tsan_made < n; p->tsan_made++) {
+        p->tsan_fibers[p->tsan_made] = __tsan_create_fiber(0);
     }
 #endif
 }
@@ -293,14 +334,14 @@ Fiber *next_ready(Exec *e, unsigned from, unsigned end) {
 void switch_stacks(Exec *e, void **save, const Fiber *to, bool dying) {
 #ifdef __SANITIZE_ADDRESS__
     void *fake_stack = nullptr;
-    const void *bottom = to ? e->stacks + (size_t)to->slot * kStackBytes : e->sched_bottom;
+    const void *bottom = to ? e->pool->stacks + (size_t)to->slot * kStackBytes : e->sched_bottom;
     __sanitizer_start_switch_fiber(dying ? nullptr : &fake_stack, bottom, to ? kStackBytes : e->sched_size);
     emu_ctx_switch(save, to ? to->sp : e->sched_sp);
     __sanitizer_finish_switch_fiber(fake_stack, nullptr, nullptr);
 #else
     (void)dying;
 #ifdef EMU_TSAN
-    __tsan_switch_to_fiber(to ? e->tsan_fibers[to->slot] : e->host_fiber, __tsan_switch_to_fiber_no_sync);
+    __tsan_switch_to_fiber(to ? e->pool->tsan_fibers[to->slot] : e->host_fiber, __tsan_switch_to_fiber_no_sync);
 #endif
     emu_ctx_switch(save, to ? to->sp : e->sched_sp);
 #endif
@@ -331,14 +372,15 @@ void fiber_main() {
 #endif
     Exec *e = ex;
 #ifdef EMU_TSAN
-    __tsan_acquire(&e->block_start);  // after what the host did before the launch
-    const unsigned turn = (unsigned)(e->set_blocks[e->set] & 1u);
-    __tsan_acquire(&e->set_free[e->set][turn ^ 1u]);  // after the set's block before, whose shared memory it reuses
+    Pool *p = e->pool;
+    __tsan_acquire(&p->block_start);  // after what the stream did before the launch
+    const unsigned turn = (unsigned)(p->set_blocks[e->set] & 1u);
+    __tsan_acquire(&p->set_free[e->set][turn ^ 1u]);  // after the set's block before, whose shared memory it reuses
 #endif
     e->body(e->ctx);
 #ifdef EMU_TSAN
-    __tsan_release(&e->set_free[e->set][turn]);
-    __tsan_release(&e->block_end);  // before what the host does after the launch
+    __tsan_release(&p->set_free[e->set][turn]);
+    __tsan_release(&p->block_end);  // before what the stream does after the launch
 #endif
     Fiber *f = e->cur;
     if (!f->open.empty()) fail_here("cp.async copies issued and never committed");
@@ -368,10 +410,10 @@ void fiber_init(Exec *e, unsigned i) {
 #ifdef __SANITIZE_ADDRESS__
     // The fibre that ended on this stack left its last frames (above the stack pointer it saved) with their
     // redzones marked; clear them, so that this block's fibre starts on a clean stack.
-    char *top = e->stacks + (size_t)(f->slot + 1) * kStackBytes, *low = f->sp ? (char *)f->sp : top;
+    char *top = e->pool->stacks + (size_t)(f->slot + 1) * kStackBytes, *low = f->sp ? (char *)f->sp : top;
     ASAN_UNPOISON_MEMORY_REGION(low, (size_t)(top - low));
 #endif
-    uint64_t *sp = (uint64_t *)(e->stacks + (size_t)(f->slot + 1) * kStackBytes);
+    uint64_t *sp = (uint64_t *)(e->pool->stacks + (size_t)(f->slot + 1) * kStackBytes);
     *--sp = 0;                     // fiber_main's return address (never used); keeps the ABI's alignment
     *--sp = (uint64_t)fiber_main;  // where emu_ctx_switch's ret goes
     for (int r = 0; r < 6; r++) *--sp = 0;
@@ -416,13 +458,13 @@ void run_block(Exec *e) {
     const unsigned n = e->nthreads, warps = (n + 31) / 32;
     e->block_serial++;
 #ifdef EMU_TSAN
-    e->set_blocks[e->set]++;
+    e->pool->set_blocks[e->set]++;
 #endif
     EMU_UNCHECKED_BEGIN();  // a fresh block's shared memory, written by no thread of it (nor ordered after the last)
-    if (e->smem_bytes) memset(e->smem[e->set], 0xff, e->smem_bytes);
+    if (e->smem_bytes) memset(e->smem[e->copy], 0xff, e->smem_bytes);
     EMU_UNCHECKED_END();
 #ifdef EMU_TSAN
-    __tsan_release(&e->block_start);  // what the host did before the launch (it acquires no block until the end)
+    __tsan_release(&e->pool->block_start);  // what the stream did before the launch (it acquires no block until the end)
 #endif
     for (unsigned i = 0; i < n; i++) fiber_init(e, i);
     for (;;) {
@@ -492,6 +534,35 @@ bool emu_launch_ok(const EmuCfg &cfg, const void *kernel) {
     return true;
 }
 
+// ---- racecheck: a stream's work on its own stack (emu_streams.c), so that its locals are not the host's or
+// another stream's memory; the calls nest (a stream's wait runs another stream's work) ----
+namespace {
+struct StackCall {
+    void (*fn)(void *);
+    void *ctx;
+    void *back;
+};
+thread_local StackCall *stack_call;
+
+[[noreturn]] void stack_entry() {
+    StackCall *c = stack_call;
+    c->fn(c->ctx);
+    void *unused;
+    emu_ctx_switch(&unused, c->back);
+    abort();  // never resumed
+}
+}  // namespace
+
+extern "C" void emu_run_on_stack(void *stack, size_t bytes, void (*fn)(void *), void *ctx) {
+    StackCall c{fn, ctx, nullptr};
+    uint64_t *sp = (uint64_t *)((char *)stack + bytes);
+    *--sp = 0;                      // stack_entry's return address (never used); keeps the ABI's alignment
+    *--sp = (uint64_t)stack_entry;  // where emu_ctx_switch's ret goes
+    for (int r = 0; r < 6; r++) *--sp = 0;
+    stack_call = &c;
+    emu_ctx_switch(&c.back, sp);
+}
+
 void emu_run(const char *name, const EmuCfg &cfg, EmuBody body, void *ctx) {
     Exec *e = exec_get();
     if (e->cur) {
@@ -499,16 +570,27 @@ void emu_run(const char *name, const EmuCfg &cfg, EmuBody body, void *ctx) {
         abort();
     }
     e->kernel = name;
+#ifdef EMU_TSAN
+    e->host_fiber = __tsan_get_current_fiber();  // the stream's fibre whose work this launch is (emu_streams.c)
+#endif
     e->body = body;
     e->ctx = ctx;
     e->nthreads = cfg.block.x * cfg.block.y * cfg.block.z; // emu_launch_ok bounded it
-    e->sets = std::max(1u, std::min((unsigned)EMU_BLOCK_SETS, kMaxThreads / e->nthreads));
+    e->pool = pool_for(e);
+    e->sets = std::max(1u, std::min((unsigned)EMU_POOL_SETS, kMaxThreads / e->nthreads));
 #ifdef EMU_TSAN
-    // within the process's fibre budget: the fibres this thread has, and what is left of the budget
-    const unsigned long have = e->tsan_made, left = kFibreBudget - std::min(kFibreBudget, fibres_live.load());
-    while (e->sets > 1 && e->sets * e->nthreads > have + left) e->sets--;
+    // within the process's fibre budget: the fibres this pool has, and what is left of the budget, reserved before
+    // they are made (guard_stacks), as other rank threads launch at the same time
+    const unsigned long have = e->pool->tsan_made;
+    unsigned long live = fibres_live.load(), make;
+    do {
+        const unsigned long left = kFibreBudget - std::min(kFibreBudget, live);
+        e->sets = std::max(1u, std::min((unsigned)EMU_POOL_SETS, kMaxThreads / e->nthreads));
+        while (e->sets > 1 && e->sets * e->nthreads > have + left) e->sets--;
+        make = e->sets * e->nthreads > have ? e->sets * e->nthreads - have : 0;
+    } while (!fibres_live.compare_exchange_weak(live, live + make));
 #endif
-    guard_stacks(e, e->sets * e->nthreads);
+    guard_stacks(e->pool, e->sets * e->nthreads);
     e->smem_bytes = cfg.smem;
     gridDim = cfg.grid;
     blockDim = cfg.block;
@@ -520,12 +602,13 @@ void emu_run(const char *name, const EmuCfg &cfg, EmuBody body, void *ctx) {
                 blockIdx = r ? make_uint3(cfg.grid.x - 1 - i, cfg.grid.y - 1 - j, cfg.grid.z - 1 - k)
                              : make_uint3(i, j, k);
                 e->set = (blockIdx.x + blockIdx.y + blockIdx.z) % e->sets;
+                e->copy = (unsigned)(e->pool - e->pools) * EMU_POOL_SETS + e->set;
                 run_block(e);
             }
     e->cur = nullptr;
-    e->set = 0;
+    e->set = e->copy = 0;
 #ifdef EMU_TSAN
-    __tsan_acquire(&e->block_end);  // every thread of the launch, ended
+    __tsan_acquire(&e->pool->block_end);  // every thread of the launch, ended
 #endif
     if (profile.on) {
         const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -553,7 +636,7 @@ static void record_pending_copies(void) {
 
 void emu_syncthreads(void) {
 #ifdef EMU_TSAN
-    char *generation = &ex->block_barrier[ex->set][ex->cur->barriers++ & 1u];
+    char *generation = &ex->pool->block_barrier[ex->set][ex->cur->barriers++ & 1u];
     __tsan_release(generation);
     switch_away(AT_BLOCK);
     __tsan_acquire(generation);
@@ -583,7 +666,7 @@ static const unsigned char *warp_exchange(unsigned mask, const void *mine, size_
     EMU_UNCHECKED_END();
     f->mask = mask;
 #ifdef EMU_TSAN
-    char *generation = &e->warp_barrier[e->set][f->exchanges & 1u][f->linear / 32];
+    char *generation = &e->pool->warp_barrier[e->set][f->exchanges & 1u][f->linear / 32];
     if (orders_memory) __tsan_release(generation);
 #endif
     f->exchanges++;
@@ -606,17 +689,17 @@ const unsigned char *emu_warp_exchange(unsigned mask, const void *mine, size_t b
 // The mask must name every running lane of the warp, as a shuffle's must (the emulator's exchanges are whole-warp).
 void emu_syncwarp(unsigned mask) { warp_exchange(mask, nullptr, 0, true); }
 
-void *emu_dynamic_smem(void) { return ex->smem[ex->set]; }
+void *emu_dynamic_smem(void) { return ex->smem[ex->copy]; }
 
 unsigned emu_shared_set(unsigned copies) {
-    if (ex->set >= copies) fail_here("a static __shared__ array with fewer copies than the racecheck's sets");
-    return ex->set;
+    if (ex->copy >= copies) fail_here("a static __shared__ array with fewer copies than the racecheck's sets");
+    return ex->copy;
 }
 
 const void *emu_fibre_stacks_poisoned(void) {
 #ifdef __SANITIZE_ADDRESS__
     Exec *e = exec_get();
-    return __asan_region_is_poisoned(e->stacks, (size_t)kMaxThreads * kStackBytes);
+    return __asan_region_is_poisoned(e->pools[0].stacks, (size_t)kMaxThreads * kStackBytes);
 #else
     return nullptr;
 #endif
@@ -639,7 +722,7 @@ void emu_shared_poison(void *p, size_t bytes) {
 // ---- cp.async ----
 static bool in_dynamic_smem(const void *p, size_t bytes) {
     const unsigned char *c = (const unsigned char *)p;
-    const unsigned char *smem = ex->smem[ex->set];
+    const unsigned char *smem = ex->smem[ex->copy];
     return c >= smem && c + bytes <= smem + ex->smem_bytes;
 }
 

@@ -385,19 +385,16 @@ typedef struct {
     uint64_t seq;
 } Call;
 
-/* The last operation launched by this host thread (one device) on a communicator with implicit_order: its
- * stream, and that stream's work up to and including it. An operation on such a communicator first waits for
- * it, and only for it (NCCL_LAUNCH_ORDER_IMPLICIT orders NCCL's kernels, not the work queued after them). */
-static _Thread_local cudaStream_t ordered_last;
-static _Thread_local uint64_t ordered_upto;
-static _Thread_local bool ordered_any;
+/* The last operation launched by this host thread (one device) on a communicator with implicit_order, as an
+ * event recorded right after it on its stream. An operation on such a communicator first waits for it, and only
+ * for it (NCCL_LAUNCH_ORDER_IMPLICIT orders NCCL's kernels, not the work queued after them). */
+static _Thread_local cudaEvent_t ordered_last;
 static void submit(const EmuComm *c, cudaStream_t st, EmuWorkFn run, void *ctx) {
-    if (c->implicit_order && ordered_any) emu_stream_after(st, ordered_last, ordered_upto);
+    if (c->implicit_order && ordered_last) cudaStreamWaitEvent(st, ordered_last, 0);
     emu_stream_submit(st, run, free, ctx);
     if (c->implicit_order) {
-        ordered_last = st;
-        ordered_upto = emu_stream_submitted(st);
-        ordered_any = true;
+        if (!ordered_last) cudaEventCreate(&ordered_last);
+        cudaEventRecord(ordered_last, st);
     }
 }
 

@@ -22,7 +22,15 @@
  *
  * Streams belong to the host thread that made them (the GPU tests run ranks as threads; each has its own); the
  * legacy default stream (0) is one per host thread. A destroyed stream's record stays allocated: events recorded
- * on it may still be waited for. */
+ * on it may still be waited for.
+ *
+ * In the racecheck build (make gpu-emu-tsan-build, ThreadSanitizer) each stream runs its work as a
+ * ThreadSanitizer fibre of its own, in any of the orders above, ordered only as CUDA orders streams: a stream's
+ * work in its own order, each piece after what the host did before enqueuing it; the work after a
+ * cudaStreamWaitEvent after the event's record; the host, after a synchronize (of the stream, of an event, of
+ * the device, or a call that finishes the stream's work, such as a copy to pageable host memory), after that
+ * work. So a kernel, copy or collective on one stream touching memory that another stream's work writes with no
+ * event between is reported, whichever ran first (test_emu_checks racecheck streams). */
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -35,10 +43,52 @@
 
 #include "emu_streams.h"
 
+#ifdef __SANITIZE_THREAD__
+#include <sys/mman.h>
+
+#include <sanitizer/tsan_interface.h>
+void emu_run_on_stack(void *stack, size_t bytes, void (*fn)(void *), void *ctx); /* emu_exec.cpp */
+void AnnotateIgnoreSyncBegin(const char *file, int line);
+void AnnotateIgnoreSyncEnd(const char *file, int line);
+void __tsan_ignore_thread_begin(void);
+void __tsan_ignore_thread_end(void);
+#define RACECHECK 1
+/* The streams' own bookkeeping (queues, marks), touched from the host and from other streams' waits: not memory
+ * of the program's */
+#define UNCHECKED_BEGIN() __tsan_ignore_thread_begin()
+#define UNCHECKED_END() __tsan_ignore_thread_end()
+#else
+#define RACECHECK 0
+#define UNCHECKED_BEGIN() ((void)0)
+#define UNCHECKED_END() ((void)0)
+#endif
+
+/* An event's record: when its work ran, and (racecheck) `sync`, which ThreadSanitizer synchronises on, released
+ * when the stream's work gets there. Counted: the event, the record's work and each wait, so that an event
+ * destroyed before its record ran (as CUDA allows) leaves the record its own. */
+typedef struct Mark {
+    int refs;
+    double ms;
+    char sync;
+} Mark;
+static Mark *mark_new(int refs) {
+    UNCHECKED_BEGIN();
+    Mark *m = calloc(1, sizeof *m);
+    m->refs = refs;
+    UNCHECKED_END();
+    return m;
+}
+static void mark_put(Mark *m) {
+    UNCHECKED_BEGIN();
+    if (m && --m->refs == 0) free(m);
+    UNCHECKED_END();
+}
+
 typedef struct Work {
     EmuWorkFn run, drop;
     void *ctx;
     struct Work *next;
+    char enqueued; /* racecheck: released by the host as it enqueues the work, acquired as the work starts */
 } Work;
 
 struct CUstream_st {
@@ -47,12 +97,15 @@ struct CUstream_st {
     bool running;             /* inside its own drain */
     bool lazy;                /* queues its work (EMU_STREAMS) */
     struct CUstream_st *next_of_thread;
+    void *fiber;              /* racecheck: the ThreadSanitizer fibre its work runs as, */
+    char *stack;              /* on a stack of its own (kStreamStack bytes above a guard page) */
+    char all;                 /* racecheck: released after each piece of its work, acquired by a synchronize */
 };
 
 struct CUevent_st {
-    double ms;                   /* when its record ran */
     struct CUstream_st *stream;  /* where it was last recorded, or NULL */
     uint64_t target;             /* the stream's work up to and including the record */
+    Mark *mark;                  /* its last record, or NULL */
 };
 
 static _Thread_local struct CUstream_st legacy_stream;
@@ -91,55 +144,155 @@ static int mode(void) {
 
 static struct CUstream_st *stream_of(cudaStream_t s) {
     if (s) return s;
-    legacy_stream.lazy = mode() == LAZY;
+    const bool lazy = mode() == LAZY;
+    UNCHECKED_BEGIN();
+    legacy_stream.lazy = lazy;
+    UNCHECKED_END();
     return &legacy_stream;
+}
+
+typedef struct {
+    EmuWorkFn run, drop;
+    void *ctx;
+    char *enqueued;
+    struct CUstream_st *x;
+} Piece;
+static void run_piece(void *arg) {
+    UNCHECKED_BEGIN(); /* handed over on the host's stack */
+    const Piece p = *(const Piece *)arg;
+    UNCHECKED_END();
+#if RACECHECK
+    __tsan_acquire(p.enqueued);
+#endif
+    p.run(p.ctx);
+    if (p.drop) p.drop(p.ctx);
+#if RACECHECK
+    __tsan_release(&p.x->all);
+#endif
+}
+
+/* Runs one piece of x's work; `enqueued` (racecheck) holds the host's state when it was enqueued. */
+static void run_work(struct CUstream_st *x, EmuWorkFn run, EmuWorkFn drop, void *ctx, char *enqueued) {
+    Piece p = {run, drop, ctx, enqueued, x};
+#if RACECHECK
+    enum { kStreamStack = 8 << 20, kPage = 4096 };
+    void *was = __tsan_get_current_fiber(); /* the host, or a stream whose wait drains x */
+    UNCHECKED_BEGIN();
+    if (!x->fiber) {
+        char *m = mmap(NULL, kPage + kStreamStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                       -1, 0);
+        if (m == MAP_FAILED) {
+            fprintf(stderr, "EMU: cannot map a stream's stack\n");
+            abort();
+        }
+        mprotect(m, kPage, PROT_NONE);
+        x->stack = m + kPage;
+        /* a fibre starts after its creator's past, which here may hold other streams' work the host synchronised
+         * with; a stream's work is ordered after the host by each piece's `enqueued` instead */
+        AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
+        x->fiber = __tsan_create_fiber(0);
+        AnnotateIgnoreSyncEnd(__FILE__, __LINE__);
+    }
+    void *fiber = x->fiber;
+    char *stack = x->stack;
+    UNCHECKED_END();
+    __tsan_switch_to_fiber(fiber, __tsan_switch_to_fiber_no_sync);
+    emu_run_on_stack(stack, kStreamStack, run_piece, &p);
+    __tsan_switch_to_fiber(was, __tsan_switch_to_fiber_no_sync);
+#else
+    run_piece(&p);
+#endif
+}
+
+/* The host (or whoever synchronises) after all of x's work that has run. */
+static void synchronised_with(struct CUstream_st *x) {
+#if RACECHECK
+    __tsan_acquire(&x->all);
+#else
+    (void)x;
+#endif
 }
 
 /* Runs s's work up to and including the target-th piece. */
 static void drain_to(struct CUstream_st *s, uint64_t target) {
-    if (s->done >= target) return;
-    if (s->running) {
+    UNCHECKED_BEGIN(); /* the queue's fields: the racecheck's fibres take turns at them, as the host thread does */
+    const bool finished = s->done >= target, running = s->running;
+    if (!finished) s->running = true;
+    UNCHECKED_END();
+    if (finished) return;
+    if (running) {
         fprintf(stderr, "EMU: streams wait for each other: a stream's queued work waits for later work of its own "
                         "(through events on other streams); a deadlock on a GPU\n");
         abort();
     }
-    s->running = true;
-    while (s->done < target) {
-        Work *w = s->head;
-        s->head = w->next;
-        if (!s->head) s->tail = NULL;
-        w->run(w->ctx);
-        if (w->drop) w->drop(w->ctx);
+    for (;;) {
+        UNCHECKED_BEGIN();
+        Work *w = s->done < target ? s->head : NULL;
+        if (w) {
+            s->head = w->next;
+            if (!s->head) s->tail = NULL;
+        } else {
+            s->running = false;
+        }
+        UNCHECKED_END();
+        if (!w) return;
+        run_work(s, w->run, w->drop, w->ctx, &w->enqueued);
+        UNCHECKED_BEGIN();
         free(w);
         s->done++;
+        UNCHECKED_END();
     }
-    s->running = false;
+}
+
+static uint64_t submitted_of(const struct CUstream_st *x) {
+    UNCHECKED_BEGIN();
+    const uint64_t n = x->submitted;
+    UNCHECKED_END();
+    return n;
 }
 
 void emu_stream_drain(cudaStream_t s) {
     struct CUstream_st *x = stream_of(s);
-    drain_to(x, x->submitted);
+    drain_to(x, submitted_of(x));
+    synchronised_with(x);
 }
 
 void emu_streams_drain_all(void) {
     emu_stream_drain(0);
-    for (struct CUstream_st *x = thread_streams; x; x = x->next_of_thread) drain_to(x, x->submitted);
+    for (struct CUstream_st *x = thread_streams; x; x = x->next_of_thread) {
+        drain_to(x, submitted_of(x));
+        synchronised_with(x);
+    }
 }
 
 void emu_stream_submit(cudaStream_t s, EmuWorkFn run, EmuWorkFn drop, void *ctx) {
     struct CUstream_st *x = stream_of(s);
+    UNCHECKED_BEGIN();
     x->submitted++;
-    if (!x->lazy) {
-        run(ctx);
-        if (drop) drop(ctx);
-        x->done++;
+    const bool lazy = x->lazy;
+    Work *w = NULL;
+    if (lazy) {
+        w = malloc(sizeof *w);
+        *w = (Work){run, drop, ctx, NULL, 0};
+        if (x->tail) x->tail->next = w;
+        else x->head = w;
+        x->tail = w;
+    }
+    UNCHECKED_END();
+    if (lazy) {
+#if RACECHECK
+        __tsan_release(&w->enqueued);
+#endif
         return;
     }
-    Work *w = malloc(sizeof *w);
-    *w = (Work){run, drop, ctx, NULL};
-    if (x->tail) x->tail->next = w;
-    else x->head = w;
-    x->tail = w;
+    char enqueued;
+#if RACECHECK
+    __tsan_release(&enqueued);
+#endif
+    run_work(x, run, drop, ctx, &enqueued);
+    UNCHECKED_BEGIN();
+    x->done++;
+    UNCHECKED_END();
 }
 
 /* ---- streams ---- */
@@ -180,53 +333,73 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t *e, unsigned flags) {
     return cudaEventCreate(e);
 }
 cudaError_t cudaEventDestroy(cudaEvent_t e) {
+    mark_put(e->mark);
     free(e);
     return cudaSuccess;
 }
 
-static void stamp(void *ctx) {
+static void record_run(void *ctx) {
+    Mark *m = ctx;
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
-    *(double *)ctx = (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+    m->ms = (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+#if RACECHECK
+    __tsan_release(&m->sync);
+#endif
 }
+static void record_drop(void *ctx) { mark_put(ctx); }
 cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
     struct CUstream_st *x = stream_of(s);
-    emu_stream_submit(s, stamp, NULL, &e->ms);
+    mark_put(e->mark);
+    e->mark = mark_new(2); /* the event's, and its record's until that runs */
+    emu_stream_submit(s, record_run, record_drop, e->mark);
     e->stream = x;
-    e->target = x->submitted;
+    e->target = submitted_of(x);
     return cudaSuccess;
 }
 
 typedef struct {
     struct CUstream_st *stream;
     uint64_t target;
+    Mark *mark;
 } Wait;
 static void wait_run(void *ctx) {
     const Wait *w = ctx;
     drain_to(w->stream, w->target);
+#if RACECHECK
+    __tsan_acquire(&w->mark->sync);
+#endif
 }
-/* s's later work waits for `before`'s first `target` pieces of work. */
-static void wait_for(cudaStream_t s, struct CUstream_st *before, uint64_t target) {
-    if (stream_of(s) == before) return; /* a stream runs its own work in order */
-    Wait *w = malloc(sizeof *w);
-    *w = (Wait){before, target};
-    emu_stream_submit(s, wait_run, free, w);
+static void wait_drop(void *ctx) {
+    Wait *w = ctx;
+    mark_put(w->mark);
+    free(w);
 }
 cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
     (void)flags;
-    if (e->stream) wait_for(s, e->stream, e->target); /* the record as it is now: a later one does not move it */
+    /* s's later work waits for the record as it is now (a later one does not move it); a stream runs its own
+     * work in order */
+    if (!e->stream || stream_of(s) == e->stream) return cudaSuccess;
+    UNCHECKED_BEGIN();
+    e->mark->refs++;
+    UNCHECKED_END();
+    Wait *w = malloc(sizeof *w);
+    *w = (Wait){e->stream, e->target, e->mark};
+    emu_stream_submit(s, wait_run, wait_drop, w);
     return cudaSuccess;
 }
-uint64_t emu_stream_submitted(cudaStream_t s) { return stream_of(s)->submitted; }
-void emu_stream_after(cudaStream_t s, cudaStream_t before, uint64_t target) { wait_for(s, stream_of(before), target); }
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
-    if (e->stream) drain_to(e->stream, e->target);
+    if (!e->stream) return cudaSuccess;
+    drain_to(e->stream, e->target);
+#if RACECHECK
+    __tsan_acquire(&e->mark->sync);
+#endif
     return cudaSuccess;
 }
 cudaError_t cudaEventQuery(cudaEvent_t e) { return cudaEventSynchronize(e); }
 cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
     cudaEventSynchronize(a);
     cudaEventSynchronize(b);
-    *ms = (float)(b->ms - a->ms);
+    *ms = a->mark && b->mark ? (float)(b->mark->ms - a->mark->ms) : 0.0f;
     return cudaSuccess;
 }

@@ -18,11 +18,6 @@ typedef void (*EmuWorkFn)(void *ctx);
 void emu_stream_submit(cudaStream_t s, EmuWorkFn run, EmuWorkFn drop, void *ctx);
 /* Runs all of s's queued work (and what it waits for on other streams). */
 void emu_stream_drain(cudaStream_t s);
-/* The pieces of work enqueued on s so far. */
-uint64_t emu_stream_submitted(cudaStream_t s);
-/* s's work enqueued from now on runs after the first `target` pieces of work enqueued on `before` (an event
- * recorded on `before` when it had that many, waited for on s). */
-void emu_stream_after(cudaStream_t s, cudaStream_t before, uint64_t target);
 /* Runs the queued work of every stream of this host thread. */
 void emu_streams_drain_all(void);
 

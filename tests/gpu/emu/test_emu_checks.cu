@@ -28,10 +28,11 @@
 //                after the barrier shows it), blocks (two blocks adding to one global cell without an atomic: a lost
 //                update on a GPU, which the emulator's blocks, one after another, never lose), blocks_barrier (block
 //                0's write before its barriers, __syncwarp and cp.async stage read by block 1 after its own: none
-//                of them orders another block), each a data race whatever the order; none (barriers, __syncwarp, shuffles, atomics in shared and global
+//                of them orders another block), streams (a kernel on one stream reading a buffer that a kernel on
+//                another wrote, with no event between), each a data race whatever the order; none (barriers, __syncwarp, shuffles, atomics in shared and global
 //                memory, a cp.async pipeline, shared memory reused by later blocks, ten blocks on four sets of
-//                thread slots, then launches of 64 and 1024 threads and the ten blocks again, all correct: no
-//                report). Prints "ran".
+//                thread slots, then launches of 64 and 1024 threads and the ten blocks again, and the streams case
+//                with its event, all correct: no report). Prints "ran".
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -189,6 +190,9 @@ __global__ void race_none_kernel(float *out, const float *src, int *blocks_seen)
     out[blockIdx.x * kThreads + t] = v;
 }
 
+// dst = src + 1: launched on one stream to write a buffer and on another to read it (racecheck streams).
+__global__ void race_streams_kernel(float *dst, const float *src) { dst[threadIdx.x] = src[threadIdx.x] + 1.0f; }
+
 // Correct at any block size: the launches between race_none_kernel's change the sets and the thread slots' roles.
 __global__ void race_none_sizes_kernel(float *out, int *blocks_seen) {
     __shared__ float cell[1024];
@@ -290,11 +294,29 @@ static int racecheck_case(const char *k) {
     else if (strcmp(k, "ldmatrix") == 0) race_ldmatrix_kernel<<<1, 64, 32 * 8 * sizeof(__nv_bfloat16)>>>(out);
     else if (strcmp(k, "blocks") == 0) race_blocks_kernel<<<2, kThreads>>>(out);
     else if (strcmp(k, "blocks_barrier") == 0) race_blocks_barrier_kernel<<<2, kThreads, 64 * sizeof(float)>>>(out, src);
-    else if (strcmp(k, "none") == 0) {
-        race_none_kernel<<<10, kThreads, 128 * sizeof(float)>>>(out, src, iout);
-        race_none_sizes_kernel<<<6, 64>>>(out, iout);
-        race_none_sizes_kernel<<<2, 1024>>>(out, iout);
-        race_none_kernel<<<10, kThreads, 128 * sizeof(float)>>>(out, src, iout);
+    else if (strcmp(k, "streams") == 0 || strcmp(k, "none") == 0) {
+        if (k[0] == 'n') {  // first: the legacy stream's pool of thread slots takes four sets (the fibre budget)
+            race_none_kernel<<<10, kThreads, 128 * sizeof(float)>>>(out, src, iout);
+            race_none_sizes_kernel<<<6, 64>>>(out, iout);
+            race_none_sizes_kernel<<<2, 1024>>>(out, iout);
+            race_none_kernel<<<10, kThreads, 128 * sizeof(float)>>>(out, src, iout);
+            CHECK_CUDA(cudaDeviceSynchronize());  // non-blocking streams are not ordered after the legacy one's work
+        }
+        // two non-blocking streams, as megatrain's compute and communication streams: one writes a buffer, the
+        // other reads it, after the writer's event (none) or with no event between (streams: a race)
+        cudaStream_t s1, s2;
+        cudaEvent_t written;
+        CHECK_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+        CHECK_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+        CHECK_CUDA(cudaEventCreateWithFlags(&written, cudaEventDisableTiming));
+        race_streams_kernel<<<1, 64, 0, s1>>>(out + 64, src);
+        if (k[0] == 'n') {
+            CHECK_CUDA(cudaEventRecord(written, s1));
+            CHECK_CUDA(cudaStreamWaitEvent(s2, written, 0));
+        }
+        race_streams_kernel<<<1, 64, 0, s2>>>(out + 128, out + 64);
+        CHECK_CUDA(cudaStreamSynchronize(s2));
+        CHECK_CUDA(cudaStreamSynchronize(s1));
     }
     else return 2;
     CHECK_CUDA(cudaGetLastError());
@@ -344,6 +366,6 @@ int main(int argc, char **argv) {
         return 1;
     }
     fprintf(stderr, "usage: test_emu_checks order|cp_async_oob|smem_optin|warp_mask|misaligned|oob_write|deadlock|fresh_stacks|racecheck "
-                    "broadcast|cp_async|cp_async_late|ldmatrix|blocks|blocks_barrier|none\n");
+                    "broadcast|cp_async|cp_async_late|ldmatrix|blocks|blocks_barrier|streams|none\n");
     return 2;
 }
