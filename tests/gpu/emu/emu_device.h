@@ -25,21 +25,13 @@
 
 // The racecheck build (make gpu-emu-tsan-build, tests/gpu/emu/README.md): the kernels compiled with
 // ThreadSanitizer, emu_exec.cpp (built without it, with EMU_TSAN) telling it which CUDA thread runs and what orders
-// their memory accesses. EMU_UNCHECKED_BEGIN/END bracket what the GPU has no memory for: the emulator's own
-// traffic between lanes (the warp exchange's slots, registers on a GPU), its bookkeeping, and the poison of a
-// fresh block's shared memory.
+// their memory accesses (EMU_UNCHECKED_BEGIN/END: emu_streams.h).
 #if defined(__SANITIZE_THREAD__) || defined(EMU_TSAN)
-extern "C" void __tsan_ignore_thread_begin(void);
-extern "C" void __tsan_ignore_thread_end(void);
-#define EMU_UNCHECKED_BEGIN() __tsan_ignore_thread_begin()
-#define EMU_UNCHECKED_END() __tsan_ignore_thread_end()
 // The blocks of a launch take turns among up to EMU_POOL_SETS sets of thread slots, in the pool of its stream (up
 // to EMU_BLOCK_SETS / EMU_POOL_SETS pools): EMU_BLOCK_SETS copies of shared memory in all (emu_exec.cpp)
 #define EMU_POOL_SETS 8
 #define EMU_BLOCK_SETS 32
 #else
-#define EMU_UNCHECKED_BEGIN() ((void)0)
-#define EMU_UNCHECKED_END() ((void)0)
 #define EMU_POOL_SETS 1
 #define EMU_BLOCK_SETS 1
 #endif

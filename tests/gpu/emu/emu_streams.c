@@ -50,17 +50,9 @@
 void emu_run_on_stack(void *stack, size_t bytes, void (*fn)(void *), void *ctx); /* emu_exec.cpp */
 void AnnotateIgnoreSyncBegin(const char *file, int line);
 void AnnotateIgnoreSyncEnd(const char *file, int line);
-void __tsan_ignore_thread_begin(void);
-void __tsan_ignore_thread_end(void);
 #define RACECHECK 1
-/* The streams' own bookkeeping (queues, marks), touched from the host and from other streams' waits: not memory
- * of the program's */
-#define UNCHECKED_BEGIN() __tsan_ignore_thread_begin()
-#define UNCHECKED_END() __tsan_ignore_thread_end()
 #else
 #define RACECHECK 0
-#define UNCHECKED_BEGIN() ((void)0)
-#define UNCHECKED_END() ((void)0)
 #endif
 
 /* An event's record: when its work ran, and (racecheck) `sync`, which ThreadSanitizer synchronises on, released
@@ -72,16 +64,16 @@ typedef struct Mark {
     char sync;
 } Mark;
 static Mark *mark_new(int refs) {
-    UNCHECKED_BEGIN();
+    EMU_UNCHECKED_BEGIN();
     Mark *m = calloc(1, sizeof *m);
     m->refs = refs;
-    UNCHECKED_END();
+    EMU_UNCHECKED_END();
     return m;
 }
 static void mark_put(Mark *m) {
-    UNCHECKED_BEGIN();
+    EMU_UNCHECKED_BEGIN();
     if (m && --m->refs == 0) free(m);
-    UNCHECKED_END();
+    EMU_UNCHECKED_END();
 }
 
 typedef struct Work {
@@ -145,9 +137,9 @@ static int mode(void) {
 static struct CUstream_st *stream_of(cudaStream_t s) {
     if (s) return s;
     const bool lazy = mode() == LAZY;
-    UNCHECKED_BEGIN();
+    EMU_UNCHECKED_BEGIN();
     legacy_stream.lazy = lazy;
-    UNCHECKED_END();
+    EMU_UNCHECKED_END();
     return &legacy_stream;
 }
 
@@ -158,9 +150,9 @@ typedef struct {
     struct CUstream_st *x;
 } Piece;
 static void run_piece(void *arg) {
-    UNCHECKED_BEGIN(); /* handed over on the host's stack */
+    EMU_UNCHECKED_BEGIN(); /* handed over on the host's stack */
     const Piece p = *(const Piece *)arg;
-    UNCHECKED_END();
+    EMU_UNCHECKED_END();
 #if RACECHECK
     __tsan_acquire(p.enqueued);
 #endif
@@ -177,7 +169,7 @@ static void run_work(struct CUstream_st *x, EmuWorkFn run, EmuWorkFn drop, void 
 #if RACECHECK
     enum { kStreamStack = 8 << 20, kPage = 4096 };
     void *was = __tsan_get_current_fiber(); /* the host, or a stream whose wait drains x */
-    UNCHECKED_BEGIN();
+    EMU_UNCHECKED_BEGIN();
     if (!x->fiber) {
         char *m = mmap(NULL, kPage + kStreamStack, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                        -1, 0);
@@ -195,7 +187,7 @@ static void run_work(struct CUstream_st *x, EmuWorkFn run, EmuWorkFn drop, void 
     }
     void *fiber = x->fiber;
     char *stack = x->stack;
-    UNCHECKED_END();
+    EMU_UNCHECKED_END();
     __tsan_switch_to_fiber(fiber, __tsan_switch_to_fiber_no_sync);
     emu_run_on_stack(stack, kStreamStack, run_piece, &p);
     __tsan_switch_to_fiber(was, __tsan_switch_to_fiber_no_sync);
@@ -215,10 +207,10 @@ static void synchronised_with(struct CUstream_st *x) {
 
 /* Runs s's work up to and including the target-th piece. */
 static void drain_to(struct CUstream_st *s, uint64_t target) {
-    UNCHECKED_BEGIN(); /* the queue's fields: the racecheck's fibres take turns at them, as the host thread does */
+    EMU_UNCHECKED_BEGIN(); /* the queue's fields: the racecheck's fibres take turns at them, as the host thread does */
     const bool finished = s->done >= target, running = s->running;
     if (!finished) s->running = true;
-    UNCHECKED_END();
+    EMU_UNCHECKED_END();
     if (finished) return;
     if (running) {
         fprintf(stderr, "EMU: streams wait for each other: a stream's queued work waits for later work of its own "
@@ -226,7 +218,7 @@ static void drain_to(struct CUstream_st *s, uint64_t target) {
         abort();
     }
     for (;;) {
-        UNCHECKED_BEGIN();
+        EMU_UNCHECKED_BEGIN();
         Work *w = s->done < target ? s->head : NULL;
         if (w) {
             s->head = w->next;
@@ -234,20 +226,20 @@ static void drain_to(struct CUstream_st *s, uint64_t target) {
         } else {
             s->running = false;
         }
-        UNCHECKED_END();
+        EMU_UNCHECKED_END();
         if (!w) return;
         run_work(s, w->run, w->drop, w->ctx, &w->enqueued);
-        UNCHECKED_BEGIN();
+        EMU_UNCHECKED_BEGIN();
         free(w);
         s->done++;
-        UNCHECKED_END();
+        EMU_UNCHECKED_END();
     }
 }
 
 static uint64_t submitted_of(const struct CUstream_st *x) {
-    UNCHECKED_BEGIN();
+    EMU_UNCHECKED_BEGIN();
     const uint64_t n = x->submitted;
-    UNCHECKED_END();
+    EMU_UNCHECKED_END();
     return n;
 }
 
@@ -267,7 +259,7 @@ void emu_streams_drain_all(void) {
 
 void emu_stream_submit(cudaStream_t s, EmuWorkFn run, EmuWorkFn drop, void *ctx) {
     struct CUstream_st *x = stream_of(s);
-    UNCHECKED_BEGIN();
+    EMU_UNCHECKED_BEGIN();
     x->submitted++;
     const bool lazy = x->lazy;
     Work *w = NULL;
@@ -278,7 +270,7 @@ void emu_stream_submit(cudaStream_t s, EmuWorkFn run, EmuWorkFn drop, void *ctx)
         else x->head = w;
         x->tail = w;
     }
-    UNCHECKED_END();
+    EMU_UNCHECKED_END();
     if (lazy) {
 #if RACECHECK
         __tsan_release(&w->enqueued);
@@ -290,9 +282,9 @@ void emu_stream_submit(cudaStream_t s, EmuWorkFn run, EmuWorkFn drop, void *ctx)
     __tsan_release(&enqueued);
 #endif
     run_work(x, run, drop, ctx, &enqueued);
-    UNCHECKED_BEGIN();
+    EMU_UNCHECKED_BEGIN();
     x->done++;
-    UNCHECKED_END();
+    EMU_UNCHECKED_END();
 }
 
 /* ---- streams ---- */
@@ -380,9 +372,9 @@ cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned flags) {
     /* s's later work waits for the record as it is now (a later one does not move it); a stream runs its own
      * work in order */
     if (!e->stream || stream_of(s) == e->stream) return cudaSuccess;
-    UNCHECKED_BEGIN();
+    EMU_UNCHECKED_BEGIN();
     e->mark->refs++;
-    UNCHECKED_END();
+    EMU_UNCHECKED_END();
     Wait *w = malloc(sizeof *w);
     *w = (Wait){e->stream, e->target, e->mark};
     emu_stream_submit(s, wait_run, wait_drop, w);

@@ -12,6 +12,20 @@
 extern "C" {
 #endif
 
+/* The racecheck build (make gpu-emu-tsan-build: the kernels, the runtime and this under ThreadSanitizer,
+ * emu_exec.cpp without it, with EMU_TSAN): EMU_UNCHECKED_BEGIN/END bracket what the GPU has no memory for: the
+ * emulator's own traffic between lanes (the warp exchange's slots, registers on a GPU), its bookkeeping (stream
+ * queues, records, vectors), and the poison of a fresh block's shared memory. Elsewhere they do nothing. */
+#if defined(__SANITIZE_THREAD__) || defined(EMU_TSAN)
+void __tsan_ignore_thread_begin(void);
+void __tsan_ignore_thread_end(void);
+#define EMU_UNCHECKED_BEGIN() __tsan_ignore_thread_begin()
+#define EMU_UNCHECKED_END() __tsan_ignore_thread_end()
+#else
+#define EMU_UNCHECKED_BEGIN() ((void)0)
+#define EMU_UNCHECKED_END() ((void)0)
+#endif
+
 typedef void (*EmuWorkFn)(void *ctx);
 
 /* Enqueues run(ctx) on s (0: the thread's legacy default stream); drop(ctx), if given, runs after it. */
