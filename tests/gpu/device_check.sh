@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
-# device_check.sh: everything a lent GPU machine should run, in one call:
-# the GPU tests, a profiled training run (time per kind of op), and the
-# benchmark against PyTorch. Expects build/cuda and .devlibs.tgz from
-# tests/gpu/carry_libs.sh (or a machine with our packages: then plain
+# device_check.sh: what a lent GPU machine runs, in parts that each fit a
+# device call: the GPU tests, a profiled training run (time per kind of op),
+# the benchmarks against PyTorch. Expects .devlibs.tgz from tests/gpu/carry_libs.sh
+# (megatrain, the GPU test programs and the libraries they need; or build/cuda
+# on a machine with our packages: then plain
 # `make test-gpu` and `make bench-gpu` do the same). Logs go to $OUT (or
-# /tmp/device-check). Usage: bash tests/gpu/device_check.sh [tests|profile|bench|moe-ways|bench-a3b|bench-mixtral
-#   |bench-finetune-peers|bench-recompute-peers|bench-8b-peer|bench-fp8-peers|bench-fp8-8b-peer ...]
+# /tmp/device-check). Usage: bash tests/gpu/device_check.sh [backlog|tests|profile|bench|moe-ways|bench-a3b
+#   |bench-mixtral|bench-finetune-peers|bench-recompute-peers|bench-8b-peer|bench-fp8-peers|bench-fp8-8b-peer ...]
+# (backlog: a GPU session's first call, sized for a session's 15 minutes of device time (tests/gpu/PENDING.md):
+# the GPU tests, then megatrain's dense step beside RESULTS.md's, then the MoE expert-product ways, each only if
+# the time it needs is left of BACKLOG_S seconds (default 420), stopping in time and saying what did not fit.
 # (bench: the dense shapes, about 7 minutes on an H100; moe-ways: megatrain alone on the MoE shapes with
 # each MEGATRAIN_MOE_GEMM, about 5 minutes; bench-a3b and bench-mixtral: one MoE shape each,
 # megatrain and its PyTorch peers; each in a device call of its own: a call is at most 10 minutes.
@@ -59,9 +63,43 @@ for r in rows:
           f"loss {r['loss']}" + (f", compile {r['compile_s']} s" if r.get("compile_s") else ""))
 EOF
 }
+# backlog: the parts that unblock the most, in order, within BACKLOG_S seconds (a device call is at most 600 s and
+# a session has 900 s of device time, a machine's start included): each step is started only if its estimate fits
+# in what is left and is stopped at the deadline; the table at the end says what ran, passed, failed or was left.
+backlog() {
+  local deadline=$((SECONDS + ${BACKLOG_S:-420})) summary=() left rc start way
+  step() {  # step NAME LOG ESTIMATE_S COMMAND...: COMMAND > $out/LOG if ESTIMATE_S fits in what is left, until the deadline
+    local name=$1 log=$2 need=$3; shift 3
+    left=$((deadline - SECONDS))
+    if (( left < need )); then summary+=("$name: not started (needs about $need s, $left s left)"); return; fi
+    start=$SECONDS
+    timeout -k 10 "$left" "$@" > "$out/$log" 2>&1; rc=$?
+    case $rc in
+      0) summary+=("$name: passed in $((SECONDS - start)) s ($log)") ;;
+      124|137) summary+=("$name: stopped at the deadline after $((SECONDS - start)) s ($log)") ;;
+      *) summary+=("$name: FAILED (exit $rc) after $((SECONDS - start)) s ($log)") ;;
+    esac
+  }
+  step "GPU tests (run_gpu_tests.sh)" tests.log 120 bash tests/gpu/run_gpu_tests.sh
+  grep -E "^(PASS|FAIL|SKIP)|FAIL|passed|worst|loss cpu|steps 300|nccl run|first loss|skip|stricter|NCCL_LAUNCH" \
+    "$out/tests.log" | grep -v " ok$" | tail -60
+  # the dense step every earlier GPU run measured (RESULTS.md: about 50,300 tokens/s on an H100 at 8baf628)
+  step "dense step, Llama 3.2 1B seq 4096" dense.log 90 python3 tests/bench/bench_gpu.py --no-torch \
+    --only llama3.2-1b-s4096 --steps 12 --warmup 4 --out /tmp/backlog-dense
+  tail -3 "$out/dense.log" 2>/dev/null
+  for way in cublas kernel cublas_grouped; do  # issue 17, item 3: which way of the expert products is fastest
+    step "Qwen3-30B-A3B step, MEGATRAIN_MOE_GEMM=$way" "a3b-$way.log" 90 python3 tests/bench/bench_gpu.py --no-torch \
+      --only a3b --steps 8 --warmup 3 --out "/tmp/backlog-a3b-$way" --env "MEGATRAIN_MOE_GEMM=$way"
+    tail -3 "$out/a3b-$way.log" 2>/dev/null
+  done
+  printf '\nbacklog, %s s of BACKLOG_S %s:\n' "$SECONDS" "${BACKLOG_S:-420}"
+  printf '  %s\n' "${summary[@]}" | tee "$out/backlog.txt"
+}
+
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 for part in $parts; do
   case $part in
+    backlog) backlog ;;
     tests)
       bash tests/gpu/run_gpu_tests.sh > "$out/tests.log" 2>&1
       grep -E "^(PASS|FAIL|SKIP)|FAIL|passed|worst|loss cpu|steps 300|nccl run|first loss|skip|stricter" "$out/tests.log" | grep -v " ok$" | tail -60 ;;

@@ -1,10 +1,14 @@
 # device_env.sh (sourced): paths on a GPU machine that runs binaries built
-# elsewhere (tests/gpu/carry_libs.sh): .devlibs.tgz unpacked into /tmp, its
+# elsewhere (tests/gpu/carry_libs.sh): .devlibs.tgz unpacked (its libraries and
+# Open MPI into /tmp, megatrain and the GPU test programs into build/cuda), its
 # libraries first, then the CUDA toolkit's and NCCL wherever the machine has
 # it; and the carried Open MPI's mpirun, the one that matches the carried
 # libmpi (/tmp/devmpi, relocated with OPAL_PREFIX).
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-[[ -f "$repo/.devlibs.tgz" ]] && tar xzf "$repo/.devlibs.tgz" -C /tmp
+if [[ -f "$repo/.devlibs.tgz" ]]; then
+  tar xzf "$repo/.devlibs.tgz" -C /tmp devlibs devmpi
+  tar xzf "$repo/.devlibs.tgz" -C "$repo" build/cuda 2>/dev/null || true  # the programs (an older one has none)
+fi
 nccl=$(find /usr/local/cuda*/lib* /usr/lib/x86_64-linux-gnu /opt /usr/local/lib -name 'libnccl.so.2' 2>/dev/null | head -n 1)
 export LD_LIBRARY_PATH="/tmp/devlibs:/usr/local/cuda/lib64:${nccl:+$(dirname "$nccl"):}${LD_LIBRARY_PATH:-}"
 export MEGATRAIN="$repo/build/cuda/megatrain"

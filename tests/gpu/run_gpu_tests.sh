@@ -3,6 +3,8 @@
 # build/cuda/gpu-tests, then tests/gpu/test_*.sh with build/cuda/megatrain.
 # GPU_BUILD=build/emu: the same on the CPU emulator (`make test-gpu-emu`).
 # Ends with one "N passed, N failed, N skipped" line, like tests/run_tests.sh.
+# Usage: bash tests/gpu/run_gpu_tests.sh [NAME ...]: only the tests whose file name contains a NAME (a rerun of the
+# ones that failed, within a GPU session's few minutes).
 set -u
 cd "$(dirname "$0")/../.."
 GPU_BUILD=${GPU_BUILD:-build/cuda}
@@ -11,6 +13,10 @@ passed=0; failed=0; skipped=0
 for t in "$GPU_BUILD"/gpu-tests/test_* tests/gpu/test_*.sh; do
   [[ -e "$t" && "$t" != *.d ]] || continue
   name=$(basename "$t")
+  if (( $# > 0 )); then
+    wanted=0; for w in "$@"; do [[ "$name" == *"$w"* ]] && wanted=1; done
+    (( wanted )) || continue
+  fi
   echo "== $name"
   start=$SECONDS
   if [[ "$t" == *.sh ]]; then bash "$t"; else "$t"; fi
