@@ -13,7 +13,9 @@
  * loss 1%, logits 3% of max, each gradient 5% in L2; the whole vector of
  * parameters after one AdamW step from the same gradients 1e-6 (fp32 against
  * the CPU's double arithmetic).
- * Run by `make test-gpu`; needs a GPU. Ends with "N passed, N failed". */
+ * Run by `make test-gpu`; needs a GPU. MT_GPU_TEST_PART=dense or moe runs only
+ * the dense or the MoE cases (the emulator's scripts run the halves side by
+ * side). Ends with "N passed, N failed". */
 #include <string.h>
 
 #include "backend/backend.h"
@@ -191,11 +193,7 @@ static void run_case(const char *name, ModelConfig cfg, int B, int T) {
     free(inputs); free(targets); free(logits); free(grads); free(before); free(gpu_params);
 }
 
-int main(void) {
-    if (cuda_device_count() == 0) {
-        printf("skip: no GPU\n");
-        return 77;
-    }
+static void run_dense_cases(void) {
     ModelConfig llama = tiny(FAMILY_LLAMA, 64, 4, 2, 16);
     run_case("llama (GQA, D=16)", llama, 2, 33);
     ModelConfig llama_big = tiny(FAMILY_LLAMA, 256, 4, 1, 64);
@@ -216,7 +214,9 @@ int main(void) {
         printf("MT_GPU_TEST_SMALL=1: llama (wide: a large arena) left out\n");
     else
         run_case("llama (wide: a large arena)", wide, 2, 512);
+}
 
+static void run_moe_cases(void) {
     ModelConfig mixtral = moe_case(FAMILY_MIXTRAL, 8, 2, LB_AUX_LOSS);
     mixtral.moe.z_loss_coeff = 1e-3;
     run_case("mixtral (8 experts, top 2, aux loss, z-loss)", mixtral, 2, 32);
@@ -236,6 +236,22 @@ int main(void) {
     ModelConfig capacity = moe_case(FAMILY_MIXTRAL, 4, 2, LB_AUX_LOSS);
     capacity.moe.capacity_factor = 0.5;
     run_case("mixtral (capacity 0.5: drops)", capacity, 2, 32);
+}
+
+int main(void) {
+    const char *part = getenv("MT_GPU_TEST_PART");
+    const bool all = !part || !*part, dense = all || strcmp(part, "dense") == 0, moe = all || strcmp(part, "moe") == 0;
+    if (!dense && !moe) {
+        fprintf(stderr, "MT_GPU_TEST_PART=%s: expected dense or moe\n", part);
+        return 2;
+    }
+    if (cuda_device_count() == 0) {
+        printf("skip: no GPU\n");
+        return 77;
+    }
+    if (dense) run_dense_cases();
+    if (moe) run_moe_cases();
     printf("\n%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }
+

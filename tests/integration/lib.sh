@@ -180,6 +180,31 @@ near_one_rank() {
       END { exit !(n == steps && !bad) }' || fail "$name: $field is not the one-rank run's"
 }
 
+# cores: the cores this process may use (nproc without OMP_NUM_THREADS and OMP_THREAD_LIMIT, which it obeys).
+cores() { env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc; }
+
+# run_jobs FUNCTION ARG...: FUNCTION ARG for each ARG, as many at a time as the machine has cores (MT_JOBS: another
+# number), each in a subshell of its own with errexit on (a fail or a failing command ends only that one) and its
+# output kept apart; then each one's output in the order given, and the test fails naming the first that failed.
+# For the emulator's test programs, which run their kernels on one core each (tests/gpu/emu/README.md).
+run_jobs() {
+  local fn=$1 max=${MT_JOBS:-$(cores)} i=0 arg bad=
+  shift
+  for arg in "$@"; do
+    while (( $(jobs -rp | wc -l) >= max )); do wait -n || true; done
+    ( set +e; ( set -e; "$fn" "$arg" ) > "$WORK/job$i.txt" 2>&1; echo $? > "$WORK/job$i.rc" ) &
+    i=$((i + 1))
+  done
+  wait
+  i=0
+  for arg in "$@"; do
+    cat "$WORK/job$i.txt"
+    [[ -n $bad || $(cat "$WORK/job$i.rc") == 0 ]] || bad=$arg
+    i=$((i + 1))
+  done
+  [[ -z $bad ]] || fail "$fn $bad"
+}
+
 # can_gpu_emu [mpirun]: skips (exit 77) where the CUDA build's CPU emulator cannot be built or run: off x86-64
 # (its fibres switch stacks in x86-64 assembly), without g++ or the CUDA headers (and mpirun, when named).
 can_gpu_emu() {
@@ -192,7 +217,7 @@ can_gpu_emu() {
 # need_gpu_emu [mpirun]: can_gpu_emu, then builds the emulator (make gpu-emu-build: build/emu).
 need_gpu_emu() {
   can_gpu_emu "$@"
-  make -C "$REPO" --no-print-directory -s gpu-emu-build > /dev/null
+  make -C "$REPO" --no-print-directory -s -j"$(cores)" gpu-emu-build > /dev/null
 }
 
 # emu_run NAME NP RECIPE [--set ...]: 10 steps of recipes/tiny/RECIPE on the CUDA build's CPU emulator

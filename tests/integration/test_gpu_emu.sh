@@ -53,16 +53,18 @@ grep -q "EMU: cublasLtMatmul: A's scale .* is not inside a cudaMalloc allocation
   { cat "$WORK/check.txt"; fail "host_scale: no message"; }
 echo "the emulator's checks: 8 planted faults seen"
 export MT_GPU_TEST_QUICK=1
-for t in test_cuda_cublaslt_fp8 test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm test_cuda_hf_parity \
-         test_cuda_model test_cuda_parallel_model; do
-  start=$SECONDS
-  out=$(build/emu/gpu-tests/$t 2>&1) || { echo "$out" | grep -v " ok$" | tail -30; echo "$t failed"; exit 1; }
-  echo "$t: $(echo "$out" | grep -E "passed, |PASSED" | tail -n 1) ($((SECONDS - start)) s)"
-done
-for t in test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm test_cuda_model; do
-  start=$SECONDS
-  out=$(EMU_ORDER=reverse build/emu/gpu-tests/$t 2>&1) ||
-    { echo "$out" | grep -v " ok$" | tail -30; echo "$t failed with EMU_ORDER=reverse"; exit 1; }
-  echo "$t, EMU_ORDER=reverse: $(echo "$out" | grep -E "passed, " | tail -n 1) ($((SECONDS - start)) s)"
-done
+emulated() {  # emulated ORDER:PROGRAM[:PART]: one test program (test_cuda_model: its dense or MoE half) passes, its
+  # blocks, warps and lanes in ORDER
+  local order=${1%%:*} t=${1#*:} part= start=$SECONDS out label=${1#*:}
+  [[ $t != *:* ]] || { part=${t#*:}; t=${t%%:*}; }
+  [[ $order == forward ]] || label+=", EMU_ORDER=$order"
+  out=$(EMU_ORDER=$order MT_GPU_TEST_PART=$part build/emu/gpu-tests/$t 2>&1) || { echo "$out" | grep -v " ok$" | tail -30; fail "$label failed"; }
+  echo "$label: $(echo "$out" | grep -E "passed, |PASSED" | tail -n 1) ($((SECONDS - start)) s)"
+}
+# each program's kernels run on one core: the programs run side by side (the longest first); the kernel-level ones
+# and the one-rank model again in descending order
+run_jobs emulated forward:test_cuda_model:dense reverse:test_cuda_model:dense forward:test_cuda_model:moe \
+  reverse:test_cuda_model:moe forward:test_cuda_parallel_model forward:test_cuda_hf_parity forward:test_cuda_moe_gemm \
+  reverse:test_cuda_moe_gemm forward:test_cuda_ops reverse:test_cuda_ops forward:test_cuda_moe_ops \
+  reverse:test_cuda_moe_ops forward:test_cuda_cublaslt_fp8
 echo ok

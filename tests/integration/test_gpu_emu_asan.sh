@@ -21,7 +21,8 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$REPO"
 can_gpu_emu
-make --no-print-directory -s gpu-emu-asan-build > "$WORK/build.txt" 2>&1 || { tail -20 "$WORK/build.txt"; fail "build"; }
+make --no-print-directory -s -j"$(cores)" gpu-emu-asan-build > "$WORK/build.txt" 2>&1 ||
+  { tail -20 "$WORK/build.txt"; fail "build"; }
 # Under tests/run_sanitize.sh a plain library is preloaded (keep_plugins.so, for Open MPI's plugins): the
 # sanitizers' runtime must come first in these programs, so it goes.
 unset LD_PRELOAD
@@ -34,11 +35,15 @@ echo "a write past an allocation: reported at its kernel's line"
 out=$(build/emu-asan/test_emu_checks fresh_stacks 2>&1) || { echo "$out" | head -20; fail "fresh_stacks: $out"; }
 [[ $out == clean ]] || fail "fresh_stacks: $out"
 echo "a new thread's fibre stacks: none of a finished thread's marks"
-for t in test_cuda_cublaslt_fp8 test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm test_cuda_model test_cuda_parallel_model; do
-  start=$SECONDS
-  out=$(build/emu-asan/gpu-tests/$t 2>&1) || { echo "$out" | grep -A24 "ERROR: AddressSanitizer\|runtime error" | head -40
+sanitized() {  # sanitized PROGRAM[:PART]: one test program (test_cuda_model: its dense or MoE half) passes with no report
+  local t=${1%%:*} part= start=$SECONDS out
+  [[ $1 != *:* ]] || part=${1#*:}
+  out=$(MT_GPU_TEST_PART=$part build/emu-asan/gpu-tests/$t 2>&1) || { echo "$out" | grep -A24 "ERROR: AddressSanitizer\|runtime error" | head -40
     echo "$out" | grep -v " ok$" | tail -40; fail "$t under the sanitizers"; }
   ! echo "$out" | grep -q "runtime error\|AddressSanitizer" || { echo "$out" | grep -A8 "runtime error\|AddressSanitizer" | head -40; fail "$t: a sanitizer report"; }
-  echo "$t under ASan + UBSan: $(echo "$out" | grep -E "passed, " | tail -n 1) ($((SECONDS - start)) s)"
-done
+  echo "$1 under ASan + UBSan: $(echo "$out" | grep -E "passed, " | tail -n 1) ($((SECONDS - start)) s)"
+}
+# each program's kernels run on one core: the programs run side by side (the longest first)
+run_jobs sanitized test_cuda_model:dense test_cuda_model:moe test_cuda_parallel_model test_cuda_moe_gemm test_cuda_ops \
+  test_cuda_moe_ops test_cuda_cublaslt_fp8
 echo ok

@@ -39,7 +39,8 @@ set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$REPO"
 can_gpu_emu
-make --no-print-directory -s gpu-emu-tsan-build > "$WORK/build.txt" 2>&1 || { tail -20 "$WORK/build.txt"; fail "build"; }
+make --no-print-directory -s -j"$(cores)" gpu-emu-tsan-build > "$WORK/build.txt" 2>&1 ||
+  { tail -20 "$WORK/build.txt"; fail "build"; }
 # Under tests/run_sanitize.sh a plain library is preloaded; ThreadSanitizer's runtime must come first.
 unset LD_PRELOAD
 # One thread a process besides the emulated ones: OpenMP's and OpenBLAS's threads (the CPU references) synchronise
@@ -47,16 +48,18 @@ unset LD_PRELOAD
 export MT_GPU_TEST_QUICK=1 MT_GPU_TEST_SMALL=1 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
 export TSAN_OPTIONS=halt_on_error=0:exitcode=66
 checks=build/emu-tsan/test_emu_checks
-for k in broadcast cp_async cp_async_late ldmatrix blocks blocks_barrier streams; do
+reported() {  # reported KIND: test_emu_checks' planted race KIND is reported in both orders
+  local k=$1 order status
   for order in forward reverse; do
     status=0
-    EMU_ORDER=$order "$checks" racecheck "$k" > "$WORK/$k.txt" 2>&1 || status=$?
-    [[ $status -eq 66 ]] || { head -20 "$WORK/$k.txt"; fail "racecheck $k ($order): exit $status, expected 66 (a report)"; }
-    grep -q "WARNING: ThreadSanitizer: data race" "$WORK/$k.txt" && grep -q "race_${k}_kernel" "$WORK/$k.txt" ||
-      { head -20 "$WORK/$k.txt"; fail "racecheck $k ($order): no data race reported in race_${k}_kernel"; }
+    EMU_ORDER=$order "$checks" racecheck "$k" > "$WORK/$k-$order.txt" 2>&1 || status=$?
+    [[ $status -eq 66 ]] || { head -20 "$WORK/$k-$order.txt"; fail "racecheck $k ($order): exit $status, expected 66 (a report)"; }
+    grep -q "WARNING: ThreadSanitizer: data race" "$WORK/$k-$order.txt" && grep -q "race_${k}_kernel" "$WORK/$k-$order.txt" ||
+      { head -20 "$WORK/$k-$order.txt"; fail "racecheck $k ($order): no data race reported in race_${k}_kernel"; }
   done
   echo "racecheck $k: reported in both orders"
-done
+}
+run_jobs reported broadcast cp_async cp_async_late ldmatrix blocks blocks_barrier streams
 for order in forward reverse; do
   out=$(EMU_ORDER=$order "$checks" racecheck none 2>&1) || { echo "$out" | head -40; fail "racecheck none ($order): a report"; }
   [[ $out == ran ]] || fail "racecheck none ($order): $out"
@@ -70,19 +73,20 @@ for order in lazy lazy-first; do  # the streams' own orders: the race and its ev
   out=$(EMU_STREAMS=$order "$checks" racecheck none 2>&1) || { echo "$out" | head -40; fail "racecheck none ($order): a report"; }
 done
 echo "racecheck streams: reported, and not with its event, with the streams eager, lazy and lazy-first"
-for t in test_cuda_cublaslt_fp8 test_cuda_ops test_cuda_moe_ops test_cuda_moe_gemm test_cuda_model; do
-  start=$SECONDS
-  out=$(build/emu-tsan/gpu-tests/$t 2>&1) || { echo "$out" | grep -A30 "WARNING: ThreadSanitizer" | head -40
-    echo "$out" | grep -v " ok$" | tail -20; fail "$t under the racecheck"; }
-  ! grep -q "ThreadSanitizer" <<< "$out" || { grep -A20 "ThreadSanitizer" <<< "$out" | head -40; fail "$t: a report"; }
-  echo "$t under the racecheck: $(grep -E "passed, " <<< "$out" | tail -n 1) ($((SECONDS - start)) s)"
-done
-# the first data-parallel grid (ranks as threads): the gradient averages on the comm stream, overlapping the
-# backward, ordered by their events (without either wait it is reported: the stream- mutants)
-start=$SECONDS
-out=$(MT_GPU_TEST_GRIDS=1 build/emu-tsan/gpu-tests/test_cuda_parallel_model 2>&1) ||
-  { echo "$out" | grep -A30 "WARNING: ThreadSanitizer" | head -40; echo "$out" | grep -v " ok$" | tail -20
-    fail "test_cuda_parallel_model's first grid under the racecheck"; }
-echo "test_cuda_parallel_model's first grid (dp 2 x ep 2, the comm stream) under the racecheck: $(grep -E "passed, " <<< "$out" | tail -n 1) ($((SECONDS - start)) s)"
+raced() {  # raced PROGRAM[:PART]: one test program (test_cuda_model: its dense or MoE half, MT_GPU_TEST_PART) passes
+  # with no report (MT_GPU_TEST_GRIDS=1: test_cuda_parallel_model's first grid alone, dp 2 x ep 2 with the gradient
+  # averages on the comm stream, ordered by their events: without either wait it is reported, the stream- mutants; no
+  # other program reads it)
+  local t=${1%%:*} part= start=$SECONDS out label=$1
+  [[ $1 != *:* ]] || part=${1#*:}
+  [[ $t != test_cuda_parallel_model ]] || label="test_cuda_parallel_model's first grid (dp 2 x ep 2, the comm stream)"
+  out=$(MT_GPU_TEST_PART=$part MT_GPU_TEST_GRIDS=1 build/emu-tsan/gpu-tests/$t 2>&1) || { echo "$out" | grep -A30 "WARNING: ThreadSanitizer" | head -40
+    echo "$out" | grep -v " ok$" | tail -20; fail "$label under the racecheck"; }
+  ! grep -q "ThreadSanitizer" <<< "$out" || { grep -A20 "ThreadSanitizer" <<< "$out" | head -40; fail "$label: a report"; }
+  echo "$label under the racecheck: $(grep -E "passed, " <<< "$out" | tail -n 1) ($((SECONDS - start)) s)"
+}
+# each program's kernels run on one core: the programs run side by side (the longest first)
+run_jobs raced test_cuda_model:dense test_cuda_model:moe test_cuda_moe_gemm test_cuda_parallel_model test_cuda_moe_ops \
+  test_cuda_ops test_cuda_cublaslt_fp8
 
 echo ok

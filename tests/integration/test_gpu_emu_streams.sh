@@ -23,13 +23,20 @@ cd "$REPO"
 need_gpu_emu mpirun
 demo_data "$WORK/english"
 export EMU_GPUS=2 MT_GPU_TEST_QUICK=1
+streamed() {  # streamed ORDER:PROGRAM[:PART]: one test program (test_cuda_model: its dense or MoE half) passes with the
+  # streams run in ORDER
+  local order=${1%%:*} t=${1#*:} part= out
+  [[ $t != *:* ]] || { part=${t#*:}; t=${t%%:*}; }
+  out=$(EMU_STREAMS=$order MT_GPU_TEST_PART=$part build/emu/gpu-tests/$t 2>&1) ||
+    { echo "$out" | grep -v " ok$" | tail -30; fail "${1#*:} under EMU_STREAMS=$order"; }
+  echo "$order: ${1#*:}: $(echo "$out" | grep -E "passed, " | tail -n 1)"
+}
+# each program's kernels run on one core: the programs run side by side
+run_jobs streamed lazy:test_cuda_model:dense lazy-first:test_cuda_model:dense lazy:test_cuda_model:moe \
+  lazy-first:test_cuda_model:moe lazy:test_cuda_parallel_model lazy-first:test_cuda_parallel_model
 emu_run gpu 1 llama # the reference: program order
 for order in lazy lazy-first; do
   export EMU_STREAMS=$order
-  for t in test_cuda_model test_cuda_parallel_model; do
-    out=$(build/emu/gpu-tests/$t 2>&1) || { echo "$out" | grep -v " ok$" | tail -30; fail "$t under EMU_STREAMS=$order"; }
-    echo "$order: $t: $(echo "$out" | grep -E "passed, " | tail -n 1)"
-  done
   emu_run "$order-gpu" 1 llama
   emu_tracks "$order-gpu" gpu "device: CPU emulator"
   emu_run "$order-dp2" 2 llama --set train.micro_batch_size=4

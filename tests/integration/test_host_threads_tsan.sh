@@ -20,19 +20,22 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$REPO"
-make --no-print-directory -s tsan-build > "$WORK/build.txt" 2>&1 || { tail -20 "$WORK/build.txt"; fail "build"; }
+make --no-print-directory -s -j"$(cores)" tsan-build > "$WORK/build.txt" 2>&1 ||
+  { tail -20 "$WORK/build.txt"; fail "build"; }
 unset LD_PRELOAD
-mkdir -p "$WORK/reports"
 export MEGATRAIN=$REPO/build/tsan/megatrain MT_SANITIZE=1 OMP_NUM_THREADS=1
-export TSAN_OPTIONS="log_path=$WORK/reports/tsan:halt_on_error=0"
-for t in test_resume_options test_ckpt_kill test_resume test_data_build test_data_build_sft test_data_build_tokenizer \
-         test_data_build_scale; do
-  start=$SECONDS
-  bash "tests/integration/$t.sh" > "$WORK/$t.txt" 2>&1 || { tail -20 "$WORK/$t.txt"; fail "$t on the ThreadSanitizer build"; }
-  if compgen -G "$WORK/reports/tsan*" > /dev/null; then
-    head -60 "$WORK"/reports/tsan*
+threaded() {  # threaded TEST: an integration test passes on the ThreadSanitizer build, with no report in its own folder
+  local t=$1 start=$SECONDS
+  mkdir -p "$WORK/reports/$t"
+  TSAN_OPTIONS="log_path=$WORK/reports/$t/tsan:halt_on_error=0" bash "tests/integration/$t.sh" > "$WORK/$t.txt" 2>&1 ||
+    { tail -20 "$WORK/$t.txt"; fail "$t on the ThreadSanitizer build"; }
+  if compgen -G "$WORK/reports/$t/tsan*" > /dev/null; then
+    head -60 "$WORK/reports/$t"/tsan*
     fail "$t: a ThreadSanitizer report"
   fi
   echo "$t under ThreadSanitizer: passed, no report ($((SECONDS - start)) s)"
-done
+}
+# side by side, the longest first (each runs megatrain with one OpenMP thread)
+run_jobs threaded test_resume test_data_build_scale test_resume_options test_ckpt_kill test_data_build_tokenizer \
+  test_data_build test_data_build_sft
 echo ok
