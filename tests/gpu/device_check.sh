@@ -63,6 +63,12 @@ for r in rows:
           f"loss {r['loss']}" + (f", compile {r['compile_s']} s" if r.get("compile_s") else ""))
 EOF
 }
+# test_summary: the lines of $out/tests.log worth reading in the call's reply (verdicts, measured differences, NCCL's
+# read of the launch order, what the emulator is stricter about)
+test_summary() {
+  grep -E "^(PASS|FAIL|SKIP)|FAIL|passed|worst|loss cpu|steps 300|nccl run|first loss|skip|stricter|NCCL_LAUNCH" \
+    "$out/tests.log" | grep -v " ok$" | tail -60
+}
 # backlog: the parts that unblock the most, in order, within BACKLOG_S seconds (a device call is at most 600 s and
 # a session has 900 s of device time, a machine's start included): each step is started only if its estimate fits
 # in what is left and is stopped at the deadline; the table at the end says what ran, passed, failed or was left.
@@ -81,8 +87,7 @@ backlog() {
     esac
   }
   step "GPU tests (run_gpu_tests.sh)" tests.log 120 bash tests/gpu/run_gpu_tests.sh
-  grep -E "^(PASS|FAIL|SKIP)|FAIL|passed|worst|loss cpu|steps 300|nccl run|first loss|skip|stricter|NCCL_LAUNCH" \
-    "$out/tests.log" | grep -v " ok$" | tail -60
+  test_summary
   # the dense step every earlier GPU run measured (RESULTS.md: about 50,300 tokens/s on an H100 at 8baf628)
   step "dense step, Llama 3.2 1B seq 4096" dense.log 90 python3 tests/bench/bench_gpu.py --no-torch \
     --only llama3.2-1b-s4096 --steps 12 --warmup 4 --out /tmp/backlog-dense
@@ -102,7 +107,7 @@ for part in $parts; do
     backlog) backlog ;;
     tests)
       bash tests/gpu/run_gpu_tests.sh > "$out/tests.log" 2>&1
-      grep -E "^(PASS|FAIL|SKIP)|FAIL|passed|worst|loss cpu|steps 300|nccl run|first loss|skip|stricter" "$out/tests.log" | grep -v " ok$" | tail -60 ;;
+      test_summary ;;
     attention) # built by hand (see tests/gpu/attention_selftest.cu), carried as build/cuda/attention_selftest
       [[ -x build/cuda/attention_selftest ]] || { echo "no build/cuda/attention_selftest: nvcc -O3 -std=c++17 -arch=sm_90 \
 tests/gpu/attention_selftest.cu kernels/attention.cu -o build/cuda/attention_selftest"; continue; }

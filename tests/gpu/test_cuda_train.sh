@@ -36,16 +36,16 @@ awk '
 # amplifies over hundreds of steps. So: the first 10 steps agree with the
 # plain GPU run within 0.01, and the whole curve tracks the CPU one as the
 # plain GPU run must.
-# NCCL_DEBUG=INFO with the ENV subsystem prints each NCCL_* variable NCCL reads ("NCCL_X set by environment to
+# NCCL_DEBUG=INFO with the ENV subsystem (INIT: its version) prints each NCCL_* variable NCCL reads ("NCCL_X set by environment to
 # V."): the line for NCCL_LAUNCH_ORDER_IMPLICIT shows whether megatrain's setenv (src/dist/comm_nccl.c) came early
 # enough for this NCCL (tests/gpu/PENDING.md asks); NCCL may read it only where the order matters, so its absence
 # is reported, not failed.
-NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=ENV MEGATRAIN_NCCL_SINGLE_RANK=1 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" \
+NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV MEGATRAIN_NCCL_SINGLE_RANK=1 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" \
   --set run.dir="$WORK/nccl" --set run.device=cuda --set precision=bf16 "${common[@]}" > "$WORK/nccl.txt"
 grep -q "gradients averaged with NCCL" "$WORK/nccl.txt" || fail "the NCCL path was not taken"
-grep -m 1 "NCCL_LAUNCH_ORDER_IMPLICIT" "$WORK/nccl.txt" ||
+grep -m 1 "NCCL_LAUNCH_ORDER_IMPLICIT set by environment" "$WORK/nccl.txt" ||
   echo "NCCL_LAUNCH_ORDER_IMPLICIT: NCCL logged no read of it (NCCL_DEBUG=INFO, subsystem ENV)"
-grep -m 1 "NCCL version" "$WORK/nccl.txt" || true
+grep -m 1 "NCCL version" "$WORK/nccl.txt" || true  # the INIT subsystem's line: 2.26 or later reads the variable
 paste -d' ' <(json_field "$WORK/gpu/metrics.jsonl" loss) <(json_field "$WORK/nccl/metrics.jsonl" loss) |
   awk 'NR <= 10 { d = $2 - $1; if (d < 0) d = -d; if (d > worst) worst = d; printf "step %2d: gpu %.5f nccl %.5f\n", NR, $1, $2 }
        END { printf "first 10 steps: max |difference| %.2e\n", worst; exit !(worst < 0.01) }' ||
