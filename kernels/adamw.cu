@@ -1,7 +1,11 @@
 // adamw.cu: the fused AdamW update over every parameter of a model in one
 // launch, with weight decay per parameter (a chunk list, as apex's
 // multi-tensor apply) and the bf16 copy of the updated parameters written in
-// the same pass.
+// the same pass. The moments are fp32, or bf16 (optimizer.state_dtype: bf16):
+// widened exactly, updated in fp32, the parameter moved by the unrounded new
+// moments, then stored rounded to nearest-even, as train/optimizer.c's
+// adamw_update_bf16 (which computes in double) and Transformer Engine's
+// precision-aware optimizer do.
 // Formula and argument meaning: src/backend/cuda/cuda_kernels.h.
 #include <cuda_bf16.h>
 #include <math.h>
@@ -9,16 +13,23 @@
 #include "../src/backend/cuda/cuda_kernels.h"
 #include "launch.cuh"
 
+// A moment's load (widened to fp32) and store (rounded to the state's type).
+__device__ __forceinline__ float state_load(const float *s, size_t i) { return s[i]; }
+__device__ __forceinline__ float state_load(const __nv_bfloat16 *s, size_t i) { return __bfloat162float(s[i]); }
+__device__ __forceinline__ void state_store(float *s, size_t i, float x) { s[i] = x; }
+__device__ __forceinline__ void state_store(__nv_bfloat16 *s, size_t i, float x) { s[i] = __float2bfloat16_rn(x); }
+
 // Element i: moments, decayed parameter, update, and its bf16 copy.
+template <typename State>
 __device__ __forceinline__ void adamw_update(float *__restrict__ params, const float *__restrict__ grads,
-                                             float *__restrict__ exp_avg, float *__restrict__ exp_avg_sq,
+                                             State *__restrict__ exp_avg, State *__restrict__ exp_avg_sq,
                                              __nv_bfloat16 *__restrict__ params_bf16, size_t i, float decay_factor,
                                              const CudaAdamWArgs &args) {
     const float g = grads[i] * args.grad_scale;
-    const float m = args.beta1 * exp_avg[i] + (1.0f - args.beta1) * g;
-    const float v = args.beta2 * exp_avg_sq[i] + (1.0f - args.beta2) * g * g;
-    exp_avg[i] = m;
-    exp_avg_sq[i] = v;
+    const float m = args.beta1 * state_load(exp_avg, i) + (1.0f - args.beta1) * g;
+    const float v = args.beta2 * state_load(exp_avg_sq, i) + (1.0f - args.beta2) * g * g;
+    state_store(exp_avg, i, m);
+    state_store(exp_avg_sq, i, v);
     float p = params[i] * decay_factor;
     p -= args.lr / args.bias_correction1 * m / (sqrtf(v) * rsqrtf(args.bias_correction2) + args.eps);
     params[i] = p;
@@ -31,8 +42,9 @@ extern "C" void cuda_adamw_set_step(CudaAdamWArgs *args, long step) {
 }
 
 // One block per chunk; a chunk lies inside one parameter, so it has one decay flag.
+template <typename State>
 __global__ void adamw_chunks_kernel(float *__restrict__ params, const float *__restrict__ grads,
-                                    float *__restrict__ exp_avg, float *__restrict__ exp_avg_sq,
+                                    State *__restrict__ exp_avg, State *__restrict__ exp_avg_sq,
                                     __nv_bfloat16 *__restrict__ params_bf16, const CudaAdamWChunk *__restrict__ chunks,
                                     CudaAdamWArgs args) {
     const CudaAdamWChunk chunk = chunks[blockIdx.x];
@@ -41,13 +53,19 @@ __global__ void adamw_chunks_kernel(float *__restrict__ params, const float *__r
         adamw_update(params, grads, exp_avg, exp_avg_sq, params_bf16, i, decay_factor, args);
 }
 
-extern "C" cudaError_t cuda_adamw_step_chunks(float *params, const float *grads, float *exp_avg, float *exp_avg_sq,
-                                              uint16_t *params_bf16, const CudaAdamWChunk *chunks, int num_chunks,
-                                              const CudaAdamWArgs *args, cudaStream_t stream) {
+extern "C" cudaError_t cuda_adamw_step_chunks(float *params, const float *grads, void *exp_avg, void *exp_avg_sq,
+                                              int bf16_states, uint16_t *params_bf16, const CudaAdamWChunk *chunks,
+                                              int num_chunks, const CudaAdamWArgs *args, cudaStream_t stream) {
     if (num_chunks == 0) return cudaSuccess;
     if (num_chunks < 0 || !args || !(args->bias_correction1 > 0.0f) || !(args->bias_correction2 > 0.0f))
         return cudaErrorInvalidValue;
-    adamw_chunks_kernel<<<num_chunks, 512, 0, stream>>>(params, grads, exp_avg, exp_avg_sq,
-                                                        reinterpret_cast<__nv_bfloat16 *>(params_bf16), chunks, *args);
+    __nv_bfloat16 *copy = reinterpret_cast<__nv_bfloat16 *>(params_bf16);
+    if (bf16_states)
+        adamw_chunks_kernel<__nv_bfloat16><<<num_chunks, 512, 0, stream>>>(
+            params, grads, static_cast<__nv_bfloat16 *>(exp_avg), static_cast<__nv_bfloat16 *>(exp_avg_sq), copy,
+            chunks, *args);
+    else
+        adamw_chunks_kernel<float><<<num_chunks, 512, 0, stream>>>(
+            params, grads, static_cast<float *>(exp_avg), static_cast<float *>(exp_avg_sq), copy, chunks, *args);
     return cudaGetLastError();
 }

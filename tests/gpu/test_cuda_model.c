@@ -12,7 +12,9 @@
  * compute the same auxiliary losses (1e-3). Limits (bf16 activations through 2 layers):
  * loss 1%, logits 3% of max, each gradient 5% in L2; the whole vector of
  * parameters after one AdamW step from the same gradients 1e-6 (fp32 against
- * the CPU's double arithmetic).
+ * the CPU's double arithmetic). On the first dense and the first MoE case,
+ * bf16 AdamW states (optimizer.state_dtype: bf16) through a second CUDA model:
+ * check_bf16_states.
  * Run by `make test-gpu`; needs a GPU. MT_GPU_TEST_PART=dense or moe runs only
  * the dense or the MoE cases (the emulator's scripts run the halves side by
  * side). Ends with "N passed, N failed". */
@@ -34,6 +36,59 @@ static int passed, failed;
 static void check(const char *what, double err, double limit) {
     if (report(what, err, limit)) passed++;
     else failed++;
+}
+
+/* One bf16 moment against the CPU's: 0 equal, 1 one bf16 step apart (same sign), 2 further. */
+static int moment_distance(uint16_t got, uint16_t ref) {
+    if (got == ref || ((got | ref) & 0x7fff) == 0) return 0; /* +0 and -0 */
+    if ((got ^ ref) & 0x8000) return 2;
+    return abs((int)got - (int)ref) == 1 ? 1 : 2;
+}
+
+/* optimizer.state_dtype: bf16 through the CUDA model (a second one, its moments bf16 in the arena): the CPU's
+ * bf16 AdamW (optimizer.c: double arithmetic, the moments stored bf16(float(.))) takes a first step from the CPU's
+ * gradients; its parameters and bf16 moments go up to the GPU (cuda_model_upload with bf16 moments); both take the
+ * second step; the GPU's parameters and moments come down into poisoned host arrays. The GPU computes in fp32, so
+ * a moment near a rounding boundary may round the other way: every moment within one bf16 step of the CPU's and
+ * at least 99.9% equal; the parameters as the fp32 states' step, 1e-6. */
+static void check_bf16_states(Model *cpu, const float *before, int B, int T) {
+    const long n = cpu->num_floats;
+    char err[512];
+    CudaModel *gpu = cuda_model_create(cpu, 0, B, T, DTYPE_BF16, err, sizeof err);
+    if (!gpu) {
+        printf("  cannot create the CUDA model with bf16 AdamW states: %s\n", err);
+        failed++;
+        return;
+    }
+    OptimizerConfig opt = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+    AdamW adam;
+    adamw_init_dtype(&adam, n, DTYPE_BF16);
+    memcpy(cpu->params, before, (size_t)n * sizeof(float));
+    adamw_step(&adam, cpu, &opt, opt.lr, 0.5f);
+    cuda_model_upload(gpu, cpu->params, adam.m_bf16, adam.v_bf16);
+    cuda_model_upload_grads(gpu, cpu->grads);
+    adamw_step(&adam, cpu, &opt, opt.lr, 0.5f);
+    CudaAdamWStep step = {.lr = opt.lr, .beta1 = opt.beta1, .beta2 = opt.beta2, .eps = opt.eps,
+                          .weight_decay = opt.weight_decay, .grad_scale = 0.5, .step = 2};
+    cuda_model_adamw(gpu, &step);
+    float *params = malloc((size_t)n * sizeof(float));
+    uint16_t *m = malloc((size_t)n * sizeof(uint16_t)), *v = malloc((size_t)n * sizeof(uint16_t));
+    memset(m, 0xff, (size_t)n * sizeof(uint16_t)); /* NaN bits: an element not written stays far off */
+    memset(v, 0xff, (size_t)n * sizeof(uint16_t));
+    cuda_model_download(gpu, params, m, v);
+    check("bf16 states: params after the second AdamW step", rel_max(params, cpu->params, n), 1e-6);
+    long equal = 0, one_step = 0, far = 0;
+    for (long i = 0; i < 2 * n; i++) {
+        const int d = i < n ? moment_distance(m[i], adam.m_bf16[i]) : moment_distance(v[i - n], adam.v_bf16[i - n]);
+        equal += d == 0, one_step += d == 1, far += d == 2;
+    }
+    printf("  bf16 states: of %ld moments %ld equal, %ld one bf16 step apart, %ld further\n", 2 * n, equal, one_step,
+           far);
+    check("bf16 states: moments further than one bf16 step", (double)far, 0.0);
+    check("bf16 states: share of moments not equal", (double)(one_step + far) / (double)(2 * n), 1e-3);
+    adamw_free(&adam);
+    cuda_model_free(gpu);
+    free(params), free(m), free(v);
 }
 
 /* MoE: the GPU's experts for every token and layer are the CPU's, and the auxiliary losses (load balancing and
@@ -115,7 +170,7 @@ static void run_case(const char *name, ModelConfig cfg, int B, int T) {
         return;
     }
     char err[512];
-    CudaModel *gpu = cuda_model_create(cpu, 0, B, T, err, sizeof err);
+    CudaModel *gpu = cuda_model_create(cpu, 0, B, T, DTYPE_FP32, err, sizeof err);
     if (!gpu) {
         printf("  cannot create the CUDA model: %s\n", err);
         failed++;
@@ -189,6 +244,11 @@ static void run_case(const char *name, ModelConfig cfg, int B, int T) {
 
     adamw_free(&adam);
     cuda_model_free(gpu);
+    static bool states_checked[2]; /* the first dense case, the first MoE case */
+    if (!states_checked[moe]) {
+        states_checked[moe] = true;
+        check_bf16_states(cpu, before, B, T);
+    }
     model_free(cpu);
     free(inputs); free(targets); free(logits); free(grads); free(before); free(gpu_params);
 }

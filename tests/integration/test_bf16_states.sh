@@ -18,7 +18,8 @@
 #     test_dp_zero1.sh asks of fp32 states), and its checkpoint resumes on
 #     one rank and a one-rank checkpoint under dp 2, continuing as the run
 #     they came from (relative 1e-5);
-#   - the CUDA build, when one was built, refuses bf16 states (exit 2).
+#   - (the GPU's bf16 states: tests/gpu/test_cuda_bf16_states.sh, on the CPU
+#     emulator in test_gpu_emu.sh).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
@@ -78,16 +79,7 @@ within "$WORK/straight32" "$WORK/to-bf16" 0.15 21 || fail "fp32 -> bf16: the los
 grep -Eq '^optimizer\.m\.embed\.weight .* bf16 ' <("$MEGATRAIN" inspect "$WORK/to-bf16") || fail "fp32 -> bf16: not saved as bf16"
 echo "across dtypes: bf16 -> fp32 steps 21-22 identical, fp32 -> bf16 step 21 identical, both within 0.15"
 
-# 4. The CUDA build (when one was built here) refuses bf16 states before touching a GPU.
-if [[ -x "$REPO/build/cuda/megatrain" ]]; then
-  MEGATRAIN="$REPO/build/cuda/megatrain" expect_refused "bf16 states on cuda" \
-    "optimizer.state_dtype: 'bf16' is not implemented on GPUs yet" 1 run "${TINY[@]}" \
-    --set run.dir="$WORK/cuda" --set train.steps=2 --set optimizer.schedule.warmup_steps=1 --set run.device=cuda --set precision=bf16 "${BF16[@]}"
-else
-  echo "no build/cuda/megatrain: the cuda refusal is not checked here"
-fi
-
-# 5. dp 2 with the distributed optimizer, and its checkpoints on other layouts.
+# 4. dp 2 with the distributed optimizer, and its checkpoints on other layouts.
 if ! command -v mpirun > /dev/null; then echo "mpirun not found: the dp 2 part is skipped"; exit 0; fi
 MPIRUN=(timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2)
 DP=(--set train.steps=20 --set train.micro_batch_size=2 --set "train.batch_schedule=[{step: 0, global_batch_size: 8}]"

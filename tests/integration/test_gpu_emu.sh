@@ -22,7 +22,9 @@
 # descending). What it cannot show: speed, stream-order races and
 # the hardware's own rounding (tests/gpu/PENDING.md keeps the GPU runs). The
 # megatrain runs of tests/gpu/test_*.sh take half an hour here: `make
-# test-gpu-emu` runs them.
+# test-gpu-emu` runs them; this runs one, test_cuda_bf16_states.sh in its
+# short form (12 steps a run, MT_GPU_TEST_QUICK=1: bf16 AdamW states through
+# megatrain, its checkpoints between the CPU and the GPU and the dtypes).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$REPO"
@@ -61,10 +63,17 @@ emulated() {  # emulated ORDER:PROGRAM[:PART]: one test program (test_cuda_model
   out=$(EMU_ORDER=$order MT_GPU_TEST_PART=$part build/emu/gpu-tests/$t 2>&1) || { echo "$out" | grep -v " ok$" | tail -30; fail "$label failed"; }
   echo "$label: $(echo "$out" | grep -E "passed, |PASSED" | tail -n 1) ($((SECONDS - start)) s)"
 }
+# job ORDER:PROGRAM[:PART] (emulated) or SCRIPT.sh: a megatrain test of tests/gpu with the emulator's build
+job() {
+  [[ $1 == *.sh ]] || { emulated "$1"; return; }
+  local start=$SECONDS out
+  out=$(MEGATRAIN="$REPO/build/emu/megatrain" bash "tests/gpu/$1" 2>&1) || { echo "$out" | tail -30; fail "$1 failed"; }
+  echo "$1: $(echo "$out" | tail -n 1) ($((SECONDS - start)) s)"
+}
 # each program's kernels run on one core: the programs run side by side (the longest first); the kernel-level ones
 # and the one-rank model again in descending order
-run_jobs emulated forward:test_cuda_model:dense reverse:test_cuda_model:dense forward:test_cuda_model:moe \
-  reverse:test_cuda_model:moe forward:test_cuda_parallel_model forward:test_cuda_hf_parity forward:test_cuda_moe_gemm \
+run_jobs job forward:test_cuda_model:dense reverse:test_cuda_model:dense forward:test_cuda_model:moe \
+  reverse:test_cuda_model:moe test_cuda_bf16_states.sh forward:test_cuda_parallel_model forward:test_cuda_hf_parity forward:test_cuda_moe_gemm \
   reverse:test_cuda_moe_gemm forward:test_cuda_ops reverse:test_cuda_ops forward:test_cuda_moe_ops \
   reverse:test_cuda_moe_ops forward:test_cuda_cublaslt_fp8
 echo ok

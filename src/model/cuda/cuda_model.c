@@ -46,6 +46,9 @@ static void prof_report(const CudaModel *m) {
 
 /* Carver and CARVE: cuda_model_internal.h */
 
+/* The bytes of one AdamW moment: fp32, or bf16 with optimizer.state_dtype: bf16. */
+static size_t state_bytes(const CudaModel *m) { return m->bf16_states ? sizeof(bf16_t) : sizeof(float); }
+
 /* What one micro-batch's forward keeps (a pipeline keeps one set per micro-batch in flight: clones). */
 static void layout_activations(CudaModel *m, Carver *c) {
     const ModelShape *sh = &m->shape;
@@ -110,8 +113,8 @@ static void layout_shared(CudaModel *m, Carver *c) {
     const size_t HD = sh->HD, KVD = sh->KVD, QKV = HD + 2 * KVD, cp = (size_t)sh->cp;
     CARVE(c, m->params, P);
     CARVE(c, m->grads, P);
-    CARVE(c, m->exp_avg, P);
-    CARVE(c, m->exp_avg_sq, P);
+    m->exp_avg = carve(c, P * state_bytes(m));
+    m->exp_avg_sq = carve(c, P * state_bytes(m));
     CARVE(c, m->params16, P);
     CARVE(c, m->rope_cos, (size_t)m->max_T * (D / 2));
     CARVE(c, m->rope_sin, (size_t)m->max_T * (D / 2));
@@ -329,8 +332,15 @@ static void upload_positions(CudaModel *m) {
 
 /* ---- creation ------------------------------------------------------------ */
 
-CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T, char *err, size_t errlen) {
+CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T, DType state_dtype, char *err,
+                             size_t errlen) {
     CudaModel *m = mt_calloc(1, sizeof *m);
+    if (state_dtype != DTYPE_FP32 && state_dtype != DTYPE_BF16) {
+        mt_set_error(err, errlen, "optimizer.state_dtype: '%s' on CUDA: expected fp32 or bf16", dtype_name(state_dtype));
+        free(m);
+        return NULL;
+    }
+    m->bf16_states = state_dtype == DTYPE_BF16;
     m->cfg = host->cfg;
     m->info = host->param_info;
     m->num_params = host->num_params;
@@ -502,14 +512,14 @@ void cuda_model_free(CudaModel *m) {
 
 /* ---- host <-> device ----------------------------------------------------- */
 
-void cuda_model_upload(CudaModel *m, const float *params, const float *exp_avg, const float *exp_avg_sq) {
-    const size_t bytes = (size_t)m->num_floats * sizeof(float);
+void cuda_model_upload(CudaModel *m, const float *params, const void *exp_avg, const void *exp_avg_sq) {
+    const size_t bytes = (size_t)m->num_floats * sizeof(float), moments = (size_t)m->num_floats * state_bytes(m);
     if (params) {
         copy_in_order(m, m->params, params, bytes, cudaMemcpyHostToDevice);
         CUDA_CHECK(cuda_cast_fp32_to_bf16(m->params16, m->params, (size_t)m->num_floats, m->ctx.stream));
     }
-    if (exp_avg) copy_in_order(m, m->exp_avg, exp_avg, bytes, cudaMemcpyHostToDevice);
-    if (exp_avg_sq) copy_in_order(m, m->exp_avg_sq, exp_avg_sq, bytes, cudaMemcpyHostToDevice);
+    if (exp_avg) copy_in_order(m, m->exp_avg, exp_avg, moments, cudaMemcpyHostToDevice);
+    if (exp_avg_sq) copy_in_order(m, m->exp_avg_sq, exp_avg_sq, moments, cudaMemcpyHostToDevice);
     CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
 }
 
@@ -523,12 +533,12 @@ void cuda_model_upload_range(CudaModel *m, long offset, long count, const float 
 
 void cuda_model_set_loss_scale(CudaModel *m, float loss_scale) { m->loss_scale = loss_scale; }
 
-void cuda_model_download(CudaModel *m, float *params, float *exp_avg, float *exp_avg_sq) {
-    const size_t bytes = (size_t)m->num_floats * sizeof(float);
+void cuda_model_download(CudaModel *m, float *params, void *exp_avg, void *exp_avg_sq) {
+    const size_t bytes = (size_t)m->num_floats * sizeof(float), moments = (size_t)m->num_floats * state_bytes(m);
     CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
     if (params) copy_in_order(m, params, m->params, bytes, cudaMemcpyDeviceToHost);
-    if (exp_avg) copy_in_order(m, exp_avg, m->exp_avg, bytes, cudaMemcpyDeviceToHost);
-    if (exp_avg_sq) copy_in_order(m, exp_avg_sq, m->exp_avg_sq, bytes, cudaMemcpyDeviceToHost);
+    if (exp_avg) copy_in_order(m, exp_avg, m->exp_avg, moments, cudaMemcpyDeviceToHost);
+    if (exp_avg_sq) copy_in_order(m, exp_avg_sq, m->exp_avg_sq, moments, cudaMemcpyDeviceToHost);
 }
 
 void cuda_model_download_grads(CudaModel *m, float *grads) {
@@ -601,8 +611,8 @@ void cuda_model_adamw(CudaModel *m, const CudaAdamWStep *step) {
     };
     cuda_adamw_set_step(&args, step->step);
     TIMED(m, PROF_OPTIMIZER, CUDA_CHECK(cuda_adamw_step_chunks(m->params, m->grads, m->exp_avg, m->exp_avg_sq,
-                                                               m->params16, m->chunks, m->num_chunks, &args,
-                                                               m->ctx.stream)));
+                                                               m->bf16_states, m->params16, m->chunks,
+                                                               m->num_chunks, &args, m->ctx.stream)));
     if (m->prof_on && ++m->prof_steps == m->prof_on) prof_report(m);
 }
 

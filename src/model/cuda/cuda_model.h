@@ -4,8 +4,9 @@
  * layout (a pipeline stage holds its chunks' layers)
  * (with sequence parallel or not; the host Model's ModelPartition says which
  * part; under context parallel max_T and T count this rank's tokens): fp32
- * master weights, fp32 gradients and AdamW states, a bf16 copy of
- * the weights that every product reads, bf16 activations.
+ * master weights, fp32 gradients, AdamW states in fp32 or bf16
+ * (optimizer.state_dtype), a bf16 copy of the weights that every product
+ * reads, bf16 activations.
  *
  * It mirrors a host Model (src/model): the same config, the same param
  * registry and the same flat layout, so params, grads and optimizer states
@@ -34,17 +35,20 @@ typedef struct CudaAdamWStep {
 } CudaAdamWStep;
 
 /* Create on GPU `device` for host->cfg, host->part and host->param_info
- * (this rank's blocks), upload host->params. NULL with err set when there is
- * no usable GPU, not enough memory or a model chunk without layers. With
+ * (this rank's blocks), upload host->params; AdamW's moments of
+ * state_dtype (DTYPE_FP32 or DTYPE_BF16), zero. NULL with err set when there
+ * is no usable GPU, not enough memory or a model chunk without layers. With
  * tp > 1 (cp > 1, ep > 1), cuda_model_set_tp_comm (set_cp_comm, set_ep_comm)
  * before the first forward. */
-CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T, char *err, size_t errlen);
+CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T, DType state_dtype, char *err,
+                             size_t errlen);
 void cuda_model_free(CudaModel *model);
 
-/* Copies between the host arrays (num_floats each) and the device. Uploading
- * params also refreshes their bf16 copy. m and v may be NULL (left as is). */
-void cuda_model_upload(CudaModel *model, const float *params, const float *m, const float *v);
-void cuda_model_download(CudaModel *model, float *params, float *m, float *v);
+/* Copies between the host arrays (num_floats elements each: params fp32, m and v of the model's state_dtype, as
+ * adamw_m and adamw_v hold them) and the device. Uploading params also refreshes their bf16 copy. m and v may be
+ * NULL (left as is). */
+void cuda_model_upload(CudaModel *model, const float *params, const void *m, const void *v);
+void cuda_model_download(CudaModel *model, float *params, void *m, void *v);
 /* params[offset, offset + count) (and their bf16 copy) from host (the MoE expert biases after a step). */
 void cuda_model_upload_range(CudaModel *model, long offset, long count, const float *host);
 /* Every MoE layer's expert_bias from host_params (the host's flat array, after model_moe_step_end moved them). */

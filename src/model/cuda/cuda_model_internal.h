@@ -94,7 +94,9 @@ struct CudaModel {
 
     void *arena;               /* the one allocation */
     size_t arena_bytes, peak_used;
-    float *params, *grads, *exp_avg, *exp_avg_sq;
+    float *params, *grads;
+    void *exp_avg, *exp_avg_sq; /* AdamW's m and v: fp32, or bf16 (bf16_states) */
+    bool bf16_states;          /* optimizer.state_dtype: bf16 */
     bf16_t *params16;
     LayerOffsets *layers;
     long *layer_begin, *layer_end; /* each layer's [begin, end) in the flat layout */

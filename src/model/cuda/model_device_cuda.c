@@ -1,6 +1,6 @@
 /* model_device_cuda.c: the GPU as a ModelDevice (model_device.h). The CUDA
  * model (cuda_model.h) holds the fp32 master weights, gradients, AdamW
- * states and activations and does every step; the host Model keeps the
+ * states (fp32 or bf16) and activations and does every step; the host Model keeps the
  * registry and the weights for checkpoints, which come back from the GPU
  * before a checkpoint is written (to_host) and go to it after one is loaded
  * (from_host). One GPU per rank (its local rank picks it); data, tensor and
@@ -49,12 +49,6 @@ int model_device_cuda_check(const ModelDeviceSetup *s, char *err, size_t errlen)
                      "precision: '%s' is not available with run.device: cuda (the GPU computes in bf16 with fp32 "
                      "master weights, gradients and AdamW states); set precision: bf16",
                      dtype_name(s->precision));
-        return MT_EXIT_USAGE;
-    }
-    if (s->state_dtype != DTYPE_FP32) {
-        mt_set_error(err, errlen,
-                     "optimizer.state_dtype: '%s' is not implemented on GPUs yet (it is on the CPU); set "
-                     "optimizer.state_dtype: fp32 for run.device: cuda", dtype_name(s->state_dtype));
         return MT_EXIT_USAGE;
     }
     if (s->cfg->peft.type != PEFT_NONE) {
@@ -215,11 +209,11 @@ static void device_destroy(ModelDevice *d) {
 }
 
 static void device_from_host(ModelDevice *d) {
-    cuda_model_upload(gpu(d), d->host->params, d->optimizer.m, d->optimizer.v);
+    cuda_model_upload(gpu(d), d->host->params, adamw_m(&d->optimizer), adamw_v(&d->optimizer));
 }
 
 static void device_to_host(ModelDevice *d) {
-    cuda_model_download(gpu(d), d->host->params, d->optimizer.m, d->optimizer.v);
+    cuda_model_download(gpu(d), d->host->params, adamw_m(&d->optimizer), adamw_v(&d->optimizer));
 }
 
 static void device_grads_to_host(ModelDevice *d) { cuda_model_download_grads(gpu(d), d->host->grads); }
@@ -394,7 +388,7 @@ ModelDevice *model_device_cuda_create(const ModelDeviceSetup *s, char *err, size
     /* One GPU per process: the rank's index on its machine picks it. */
     const int count = cuda_device_count();
     const int device = count > 0 ? launch_local_rank() % count : 0;
-    c->model = cuda_model_create(d->host, device, s->micro_batch_size, s->seq_len, err, errlen);
+    c->model = cuda_model_create(d->host, device, s->micro_batch_size, s->seq_len, s->state_dtype, err, errlen);
     if (!c->model) {
         model_device_free(d);
         return NULL;
