@@ -64,8 +64,9 @@ typedef struct CudaGroupedRows {
     int max_rows;
 } CudaGroupedRows;
 
-/* The choice of MEGATRAIN_MOE_GEMM (cublas, cublas_grouped or kernel; unset or empty: cublas), read once per
- * process; another value ends the program (usage error). */
+/* The choice of MEGATRAIN_MOE_GEMM (cublas, cublas_grouped or kernel; unset or empty: cublas_grouped, the fastest
+ * on an H200 for both MoE shapes of tests/bench, 2026-11-28: docs/moe.md), read once per process; another value
+ * ends the program (usage error). */
 CudaMoeGemm cuda_moe_gemm_choice(void);
 /* Its name ("cublas", "cublas_grouped", "kernel"). */
 const char *cuda_moe_gemm_name(CudaMoeGemm how);

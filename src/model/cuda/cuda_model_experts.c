@@ -12,8 +12,8 @@
  *   d_x_j = d_gate_j @ Wg_j + d_up_j @ Wu_j,  dWg_j += d_gate_j^T x_j,  dWu_j += d_up_j^T x_j
  * Each product is one grouped call of cuda_gemm.h (cuda_grouped_*) over all
  * local experts, gate and up together as the two stacks of one product;
- * MEGATRAIN_MOE_GEMM picks how (one cuBLAS call per expert, the default;
- * cuBLAS's grouped GEMM; or kernels/moe_gemm.cu, which reads `d_offsets`,
+ * MEGATRAIN_MOE_GEMM picks how (one cuBLAS call per expert; cuBLAS's
+ * grouped GEMM, the default; or kernels/moe_gemm.cu, which reads `d_offsets`,
  * the row offsets on the device). Expert j's weights are layer o's stacks
  * e_gate / e_up / e_down at j (the rank's local experts). */
 #include "cuda_model_internal.h"
