@@ -96,6 +96,8 @@ def run_megatrain(a, name, config, seq, mbs, data, out, layers=None):
            "--set", f"run.dir={run_dir}", "--set", f"train.seq_len={seq}", "--set", f"train.micro_batch_size={mbs}",
            "--set", f"train.global_batch_size={mbs}", "--set", f"train.steps={a.steps + 1000}",
            "--set", f"data.train=[{{path: {data}, weight: 1.0}}]"]
+    for kv in a.overrides:  # --set: a lever of the recipe (optimizer.state_dtype=bf16, ...)
+        cmd += ["--set", kv]
     log = open(os.path.join(out, name + ".megatrain.log"), "w")
     env = dict(os.environ, **dict(kv.split("=", 1) for kv in a.env))
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env)
@@ -191,6 +193,8 @@ def main():
     ap.add_argument("--torch-timeout", type=int, default=300, help="seconds per PyTorch peer (default 300)")
     ap.add_argument("--out", default=os.path.join(REPO, "runs/bench-gpu"))
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the megatrain runs (repeatable)")
+    ap.add_argument("--set", action="append", default=[], dest="overrides",
+                    help="KEY=VALUE added to the megatrain runs' recipe, as megatrain's --set (repeatable)")
     a = ap.parse_args()
     moe_peers = [p for p in a.moe_peers.split(",") if p]
     unknown = [p for p in moe_peers if p not in MOE_PEERS]

@@ -5,16 +5,18 @@
 # (megatrain, the GPU test programs and the libraries they need; or build/cuda
 # on a machine with our packages: then plain
 # `make test-gpu` and `make bench-gpu` do the same). Logs go to $OUT (or
-# /tmp/device-check). Usage: bash tests/gpu/device_check.sh [backlog|tests|profile|bench|moe-ways|bench-a3b
+# /tmp/device-check). Usage: bash tests/gpu/device_check.sh [backlog|states|mixtral-ways|tests|profile|bench|moe-ways|bench-a3b
 #   |bench-mixtral|bench-finetune-peers|bench-recompute-peers|bench-8b-peer|bench-fp8-peers|bench-fp8-8b-peer ...]
 # (backlog: a GPU session's first call, sized for a session's 15 minutes of device time (tests/gpu/PENDING.md):
 # the GPU tests, then megatrain's dense step beside RESULTS.md's, then the MoE expert-product ways, each only if
-# the time it needs is left of BACKLOG_S seconds (default 420), stopping in time and saying what did not fit.
+# the time it needs is left of BACKLOG_S seconds (default 420), stopping in time and saying what did not fit;
+# states: issue 18's bf16 AdamW states, their tests and 1B's step with each state dtype; mixtral-ways: the
+# Mixtral step with each MEGATRAIN_MOE_GEMM; both share backlog's deadline.
 # (bench: the dense shapes, about 7 minutes on an H100; moe-ways: megatrain alone on the MoE shapes with
 # each MEGATRAIN_MOE_GEMM, about 5 minutes; bench-a3b and bench-mixtral: one MoE shape each,
 # megatrain and its PyTorch peers; each in a device call of its own: a call is at most 10 minutes.
-# The *-peers parts and bench-8b-peer run only PyTorch peers (megatrain refuses LoRA, packing, recompute
-# and bf16 states on GPUs for now), each within 9 minutes, and need no build: bench-finetune-peers
+# The *-peers parts and bench-8b-peer run only PyTorch peers (megatrain refuses LoRA, packing and recompute
+# on GPUs for now), each within 9 minutes, and need no build: bench-finetune-peers
 # (issue 21) needs .devwheels carried (tests/gpu/carry_wheels.sh) where the machine has no peft;
 # bench-8b-peer (issue 18, Llama 3 8B at seq 8192) is meant for an H200; bench-fp8-peers and bench-fp8-8b-peer
 # (issue 20: torchao float8 against bf16, and the FP8 matrix peak) need .devwheels where the machine has no torchao)
@@ -69,23 +71,27 @@ test_summary() {
   grep -E "^(PASS|FAIL|SKIP)|FAIL|passed|worst|loss cpu|steps 300|nccl run|first loss|skip|stricter|NCCL_LAUNCH" \
     "$out/tests.log" | grep -v " ok$" | tail -60
 }
-# backlog: the parts that unblock the most, in order, within BACKLOG_S seconds (a device call is at most 600 s and
-# a session has 900 s of device time, a machine's start included): each step is started only if its estimate fits
-# in what is left and is stopped at the deadline; the table at the end says what ran, passed, failed or was left.
+# The parts with steps (backlog, states, mixtral-ways) share one deadline, BACKLOG_S seconds from the start (a
+# device call is at most 600 s and a session has 900 s of device time, a machine's start included): each step is
+# started only if its estimate fits in what is left and is stopped at the deadline; the table at the end
+# ($out/backlog.txt) says what ran, passed, failed or was left.
+deadline=$((SECONDS + ${BACKLOG_S:-420}))
+summary=()
+step() {  # step NAME LOG ESTIMATE_S COMMAND...: COMMAND > $out/LOG if ESTIMATE_S fits in what is left, until the deadline
+  local name=$1 log=$2 need=$3 left rc start; shift 3
+  left=$((deadline - SECONDS))
+  if (( left < need )); then summary+=("$name: not started (needs about $need s, $left s left)"); return; fi
+  start=$SECONDS
+  timeout -k 10 "$left" "$@" > "$out/$log" 2>&1; rc=$?
+  case $rc in
+    0) summary+=("$name: passed in $((SECONDS - start)) s ($log)") ;;
+    124|137) summary+=("$name: stopped at the deadline after $((SECONDS - start)) s ($log)") ;;
+    *) summary+=("$name: FAILED (exit $rc) after $((SECONDS - start)) s ($log)") ;;
+  esac
+}
+# backlog: the parts that unblock the most, in order.
 backlog() {
-  local deadline=$((SECONDS + ${BACKLOG_S:-420})) summary=() left rc start way
-  step() {  # step NAME LOG ESTIMATE_S COMMAND...: COMMAND > $out/LOG if ESTIMATE_S fits in what is left, until the deadline
-    local name=$1 log=$2 need=$3; shift 3
-    left=$((deadline - SECONDS))
-    if (( left < need )); then summary+=("$name: not started (needs about $need s, $left s left)"); return; fi
-    start=$SECONDS
-    timeout -k 10 "$left" "$@" > "$out/$log" 2>&1; rc=$?
-    case $rc in
-      0) summary+=("$name: passed in $((SECONDS - start)) s ($log)") ;;
-      124|137) summary+=("$name: stopped at the deadline after $((SECONDS - start)) s ($log)") ;;
-      *) summary+=("$name: FAILED (exit $rc) after $((SECONDS - start)) s ($log)") ;;
-    esac
-  }
+  local way
   step "GPU tests (run_gpu_tests.sh)" tests.log 120 bash tests/gpu/run_gpu_tests.sh
   test_summary
   # the dense step every earlier GPU run measured (RESULTS.md: about 50,300 tokens/s on an H100 at 8baf628)
@@ -97,8 +103,6 @@ backlog() {
       --only a3b --steps 8 --warmup 3 --out "/tmp/backlog-a3b-$way" --env "MEGATRAIN_MOE_GEMM=$way"
     tail -3 "$out/a3b-$way.log" 2>/dev/null
   done
-  printf '\nbacklog, %s s of BACKLOG_S %s:\n' "$SECONDS" "${BACKLOG_S:-420}"
-  printf '  %s\n' "${summary[@]}" | tee "$out/backlog.txt"
 }
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
@@ -157,6 +161,27 @@ tests/gpu/attention_selftest.cu kernels/attention.cu -o build/cuda/attention_sel
     bench-fp8-8b-peer) # issue 20: the same on the Llama 3 8B shape with 8 of its 32 layers (fp32 master weights fit)
       s="--config configs/llama3-8b.yaml --layers 8 --seq-len 4096 --micro-batch 1 --steps 10 --warmup 3 --mode compile"
       run_peers fp8-8b tests/bench/bench_torch_gpu.py "--peak fp8" "$s" "$s --float8 tensorwise" ;;
+    states) # issue 18, item 4: bf16 AdamW states on the GPU: the tests that check them, then Llama 3.2 1B's step
+      # (seq 4096) with fp32 and with bf16 states: tokens/s and peak memory (4 bytes a parameter less: 4.6 GiB)
+      step "GPU tests: ops, model, bf16 states" tests-states.log 60 bash tests/gpu/run_gpu_tests.sh test_cuda_ops \
+        test_cuda_model test_cuda_bf16_states
+      grep -E "^(PASS|FAIL)|FAIL|bf16 (states|moments)|adamw|gpu vs cpu|worst" "$out/tests-states.log" | grep -v " ok$"
+      for dtype in fp32 bf16; do
+        step "1B seq 4096, optimizer.state_dtype=$dtype" "states-$dtype.log" 60 python3 tests/bench/bench_gpu.py \
+          --no-torch --only llama3.2-1b-s4096 --steps 12 --warmup 4 --out "/tmp/states-$dtype" \
+          --set "optimizer.state_dtype=$dtype"
+        tail -1 "$out/states-$dtype.log" 2>/dev/null
+      done ;;
+    mixtral-ways) # issue 17's choice of MEGATRAIN_MOE_GEMM on the other MoE shape (8 experts of 14336, top 2)
+      for way in cublas kernel cublas_grouped; do
+        step "Mixtral 8x7B step, MEGATRAIN_MOE_GEMM=$way" "mixtral-$way.log" 90 python3 tests/bench/bench_gpu.py \
+          --no-torch --only mixtral --steps 8 --warmup 3 --out "/tmp/mixtral-$way" --env "MEGATRAIN_MOE_GEMM=$way"
+        tail -1 "$out/mixtral-$way.log" 2>/dev/null
+      done ;;
     *) echo "device_check.sh: unknown part '$part'" >&2 ;;
   esac
 done
+if (( ${#summary[@]} )); then
+  printf '\nsteps, %s s of BACKLOG_S %s:\n' "$SECONDS" "${BACKLOG_S:-420}"
+  printf '  %s\n' "${summary[@]}" | tee "$out/backlog.txt"
+fi
