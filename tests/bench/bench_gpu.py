@@ -61,6 +61,14 @@ SHAPES = [  # name, config, torch args (dense: bench_torch_gpu.py's; "moe": benc
     ("qwen3-30b-a3b-4l-s4096", "configs/qwen3-30b-a3b.yaml", "moe", 4096, 1, 4),
     ("mixtral-8x7b-2l-s4096", "configs/mixtral-8x7b.yaml", "moe", 4096, 1, 2),
 ]
+# Run only when --only names them (no group holds them): issue 18's Llama 3 8B on one H200, which fits with
+# `--set train.recompute=full --set optimizer.state_dtype=bf16` (plan: 110 GiB); its PyTorch peer is
+# device_check.sh's bench-8b-peer.
+LARGE_SHAPES = [
+    ("llama3-8b-s8192", "configs/llama3-8b.yaml",
+     "--family llama --layers 32 --hidden 4096 --intermediate 14336 --heads 32 --kv-heads 8 --head-dim 128 "
+     "--vocab 128256 --rope-theta 500000", 8192, 1),
+]
 MOE_PEERS = ("hf-eager", "hf-compile", "grouped_mm-eager", "grouped_mm-compile")  # bench_torch_moe_gpu.py's rows
 
 
@@ -206,8 +214,10 @@ def main():
     peak = json.loads(subprocess.run([sys.executable, os.path.join(HERE, "bench_torch_gpu.py"), "--peak", "--json"],
                                      capture_output=True, text=True, check=True).stdout.splitlines()[-1])
     results = {"peak": peak, "rows": []}
-    for name, config, torch_args, seq, mbs, *extra in SHAPES:
+    for name, config, torch_args, seq, mbs, *extra in SHAPES + LARGE_SHAPES:
         if a.only and not any(o in name for o in a.only.split(",") if o):
+            continue
+        if not a.only and (name, config, torch_args, seq, mbs, *extra) in LARGE_SHAPES:
             continue
         moe = torch_args == "moe"
         if a.group != "all" and (a.group == "moe") != moe:

@@ -5,13 +5,14 @@
 # (megatrain, the GPU test programs and the libraries they need; or build/cuda
 # on a machine with our packages: then plain
 # `make test-gpu` and `make bench-gpu` do the same). Logs go to $OUT (or
-# /tmp/device-check). Usage: bash tests/gpu/device_check.sh [backlog|states|mixtral-ways|tests|profile|bench|moe-ways|bench-a3b
+# /tmp/device-check). Usage: bash tests/gpu/device_check.sh [backlog|states|recompute|mixtral-ways|tests|profile|bench|moe-ways|bench-a3b
 #   |bench-mixtral|bench-finetune-peers|bench-recompute-peers|bench-8b-peer|bench-fp8-peers|bench-fp8-8b-peer ...]
 # (backlog: a GPU session's first call, sized for a session's 15 minutes of device time (tests/gpu/PENDING.md):
 # the GPU tests, then megatrain's dense step beside RESULTS.md's, then the MoE expert-product ways, each only if
 # the time it needs is left of BACKLOG_S seconds (default 420), stopping in time and saying what did not fit;
-# states: issue 18's bf16 AdamW states, their tests and 1B's step with each state dtype; mixtral-ways: the
-# Mixtral step with each MEGATRAIN_MOE_GEMM; both share backlog's deadline.
+# states: issue 18's bf16 AdamW states, their tests and 1B's step with each state dtype; recompute: issue 18's
+# activation recomputation, its tests, 1B's step with each mode and Llama 3 8B at seq 8192 on an H200;
+# mixtral-ways: the Mixtral step with each MEGATRAIN_MOE_GEMM; all share backlog's deadline.
 # (bench: the dense shapes, about 7 minutes on an H100; moe-ways: megatrain alone on the MoE shapes with
 # each MEGATRAIN_MOE_GEMM, about 5 minutes; bench-a3b and bench-mixtral: one MoE shape each,
 # megatrain and its PyTorch peers; each in a device call of its own: a call is at most 10 minutes.
@@ -71,7 +72,7 @@ test_summary() {
   grep -E "^(PASS|FAIL|SKIP)|FAIL|passed|worst|loss cpu|steps 300|nccl run|first loss|skip|stricter|NCCL_LAUNCH" \
     "$out/tests.log" | grep -v " ok$" | tail -60
 }
-# The parts with steps (backlog, states, mixtral-ways) share one deadline, BACKLOG_S seconds from the start (a
+# The parts with steps (backlog, states, recompute, mixtral-ways) share one deadline, BACKLOG_S seconds from the start (a
 # device call is at most 600 s and a session has 900 s of device time, a machine's start included): each step is
 # started only if its estimate fits in what is left and is stopped at the deadline; the table at the end
 # ($out/backlog.txt) says what ran, passed, failed or was left.
@@ -172,6 +173,22 @@ tests/gpu/attention_selftest.cu kernels/attention.cu -o build/cuda/attention_sel
           --set "optimizer.state_dtype=$dtype"
         tail -1 "$out/states-$dtype.log" 2>/dev/null
       done ;;
+    recompute) # issue 18, item 3: activation recomputation on GPUs: its tests, Llama 3.2 1B's step (seq 4096) with
+      # each mode (tokens/s, peak memory), then Llama 3 8B at seq 8192 with full recompute and bf16 AdamW states on
+      # one H200 (plan: 110 GiB of its 139)
+      step "GPU tests: model, recompute" tests-recompute.log 120 bash tests/gpu/run_gpu_tests.sh test_cuda_model \
+        test_cuda_recompute
+      grep -E "^(PASS|FAIL)|FAIL|recompute|first 10 steps" "$out/tests-recompute.log" | grep -v " ok$"
+      for mode in none selective full; do
+        step "1B seq 4096, train.recompute=$mode" "recompute-$mode.log" 60 python3 tests/bench/bench_gpu.py \
+          --no-torch --only llama3.2-1b-s4096 --steps 12 --warmup 4 --out "/tmp/recompute-$mode" \
+          --set "train.recompute=$mode"
+        tail -1 "$out/recompute-$mode.log" 2>/dev/null
+      done
+      step "Llama 3 8B seq 8192, recompute full, bf16 states" 8b.log 180 python3 tests/bench/bench_gpu.py --no-torch \
+        --only llama3-8b-s8192 --steps 6 --warmup 2 --out /tmp/8b --set train.recompute=full \
+        --set optimizer.state_dtype=bf16
+      tail -1 "$out/8b.log" 2>/dev/null ;;
     mixtral-ways) # issue 17's choice of MEGATRAIN_MOE_GEMM on the other MoE shape (8 experts of 14336, top 2)
       for way in cublas kernel cublas_grouped; do
         step "Mixtral 8x7B step, MEGATRAIN_MOE_GEMM=$way" "mixtral-$way.log" 90 python3 tests/bench/bench_gpu.py \

@@ -120,7 +120,7 @@ static void check_moe_aux(Case *c) {
     c->model->cfg.moe.aux_loss_coeff = 1.0;
     c->model->cfg.moe.z_loss_coeff = 0.0;
     char err[512];
-    CudaModel *gpu = cuda_model_create(c->model, 0, c->B, c->T, DTYPE_FP32, err, sizeof err);
+    CudaModel *gpu = cuda_model_create(c->model, 0, c->B, c->T, NULL, err, sizeof err);
     if (!gpu) fail_msg("%s: %s", c->name, err);
     model_moe_step_begin(c->model);
     cuda_model_forward(gpu, c->inputs, c->targets, c->B, c->T);
@@ -182,7 +182,7 @@ static void check_case(const char *name) {
         model_moe_step_begin(c.model);
     }
     char err[512];
-    CudaModel *gpu = cuda_model_create(c.model, 0, c.B, c.T, DTYPE_FP32, err, sizeof err);
+    CudaModel *gpu = cuda_model_create(c.model, 0, c.B, c.T, NULL, err, sizeof err);
     if (!gpu) fail_msg("%s: %s", name, err);
     float loss = cuda_model_forward(gpu, c.inputs, c.targets, c.B, c.T);
     if (moe && check_moe_routing(&c, gpu)) { /* first: a token routed elsewhere explains any difference below */

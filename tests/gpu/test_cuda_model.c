@@ -13,8 +13,8 @@
  * loss 1%, logits 3% of max, each gradient 5% in L2; the whole vector of
  * parameters after one AdamW step from the same gradients 1e-6 (fp32 against
  * the CPU's double arithmetic). On the first dense and the first MoE case,
- * bf16 AdamW states (optimizer.state_dtype: bf16) through a second CUDA model:
- * check_bf16_states.
+ * bf16 AdamW states (optimizer.state_dtype: bf16) through a second CUDA model
+ * (check_bf16_states), and train.recompute (check_recompute).
  * Run by `make test-gpu`; needs a GPU. MT_GPU_TEST_PART=dense or moe runs only
  * the dense or the MoE cases (the emulator's scripts run the halves side by
  * side). Ends with "N passed, N failed". */
@@ -38,6 +38,60 @@ static void check(const char *what, double err, double limit) {
     else failed++;
 }
 
+/* One forward and backward of gpu on the micro-batch (a MoE model's routing recorded afresh); its loss, its
+ * gradients into grads. */
+static float forward_backward(Model *cpu, CudaModel *gpu, const int32_t *inputs, const int32_t *targets, int B, int T,
+                              float *grads) {
+    if (cpu->moe_step) model_moe_step_begin(cpu);
+    const float loss = cuda_model_forward(gpu, inputs, targets, B, T);
+    cuda_model_zero_grad(gpu);
+    cuda_model_backward(gpu, 1.0f, 0);
+    cuda_model_download_grads(gpu, grads);
+    return loss;
+}
+
+/* train.recompute on the GPU (cuda_model_pass.c): a model built with selective and one with full recompute run the
+ * same micro-batch as `plain` (no recompute; its loss and gradients given). The forward is the same code, so the
+ * loss is the same bits; the backward recomputes the dropped buffers deterministically, so the gradients differ
+ * from plain's only as two plain backwards do (fp32 atomics in the attention's and the embedding's backward): at
+ * most 4 times that spread (relative L2 over all gradients), or 1e-5 where two backwards agree (the emulator, whose
+ * atomics run in a fixed order: there they must be the same bits). Each allocates less than plain. A MoE model
+ * takes selective (the attention core) and refuses full. */
+static void check_recompute(Model *cpu, CudaModel *plain, const int32_t *inputs, const int32_t *targets, int B, int T,
+                            float loss_plain, const float *grads_plain) {
+    const long n = cpu->num_floats;
+    float *again = malloc((size_t)n * sizeof(float)), *grads = malloc((size_t)n * sizeof(float));
+    forward_backward(cpu, plain, inputs, targets, B, T, again);
+    const double spread = rel_l2(again, grads_plain, n), limit = spread * 4 > 1e-5 ? spread * 4 : 1e-5;
+    printf("  recompute: two plain backwards differ by %.3e (relative L2)\n", spread);
+    for (int mode = RECOMPUTE_SELECTIVE; mode <= RECOMPUTE_FULL; mode++) {
+        const char *name = mode == RECOMPUTE_FULL ? "full" : "selective";
+        char err[512], what[96];
+        CudaModel *gpu = cuda_model_create(cpu, 0, B, T, &(CudaModelOptions){.recompute = (Recompute)mode}, err,
+                                           sizeof err);
+        if (cpu->moe_step && mode == RECOMPUTE_FULL) {
+            snprintf(what, sizeof what, "recompute %s refused for MoE", name);
+            check(what, gpu == NULL && strstr(err, "train.recompute: full") ? 0.0 : 1.0, 0.0);
+            cuda_model_free(gpu);
+            continue;
+        }
+        if (!gpu) {
+            printf("  cannot create the CUDA model with recompute %s: %s\n", name, err);
+            failed++;
+            continue;
+        }
+        snprintf(what, sizeof what, "recompute %s: bytes over plain's", name);
+        check(what, (double)cuda_model_bytes(gpu) / (double)cuda_model_bytes(plain), 1.0 - 1e-9);
+        const float loss = forward_backward(cpu, gpu, inputs, targets, B, T, grads);
+        snprintf(what, sizeof what, "recompute %s: loss (same bits)", name);
+        check(what, fabs((double)loss - (double)loss_plain), 0.0);
+        snprintf(what, sizeof what, "recompute %s: gradients (relative L2)", name);
+        check(what, rel_l2(grads, grads_plain, n), limit);
+        cuda_model_free(gpu);
+    }
+    free(again), free(grads);
+}
+
 /* One bf16 moment against the CPU's: 0 equal, 1 one bf16 step apart (same sign), 2 further. */
 static int moment_distance(uint16_t got, uint16_t ref) {
     if (got == ref || ((got | ref) & 0x7fff) == 0) return 0; /* +0 and -0 */
@@ -54,7 +108,7 @@ static int moment_distance(uint16_t got, uint16_t ref) {
 static void check_bf16_states(Model *cpu, const float *before, int B, int T) {
     const long n = cpu->num_floats;
     char err[512];
-    CudaModel *gpu = cuda_model_create(cpu, 0, B, T, DTYPE_BF16, err, sizeof err);
+    CudaModel *gpu = cuda_model_create(cpu, 0, B, T, &(CudaModelOptions){.state_dtype = DTYPE_BF16}, err, sizeof err);
     if (!gpu) {
         printf("  cannot create the CUDA model with bf16 AdamW states: %s\n", err);
         failed++;
@@ -170,7 +224,7 @@ static void run_case(const char *name, ModelConfig cfg, int B, int T) {
         return;
     }
     char err[512];
-    CudaModel *gpu = cuda_model_create(cpu, 0, B, T, DTYPE_FP32, err, sizeof err);
+    CudaModel *gpu = cuda_model_create(cpu, 0, B, T, NULL, err, sizeof err);
     if (!gpu) {
         printf("  cannot create the CUDA model: %s\n", err);
         failed++;
@@ -213,6 +267,11 @@ static void run_case(const char *name, ModelConfig cfg, int B, int T) {
     const double norm_cpu = grad_global_norm(cpu->grads, cpu->num_floats);
     const double norm_gpu = cuda_model_grad_norm(gpu);
     check("grad norm", fabs(norm_gpu - norm_cpu) / norm_cpu, 2e-2);
+    static bool recompute_checked[2]; /* the first dense case, the first MoE case */
+    if (!recompute_checked[moe]) {
+        recompute_checked[moe] = true;
+        check_recompute(cpu, gpu, inputs, targets, B, T, loss_gpu, grads);
+    }
 
     /* One AdamW step from the CPU's gradients on both sides. */
     OptimizerConfig opt = {.lr = 1e-3, .beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};

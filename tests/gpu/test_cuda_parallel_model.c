@@ -78,7 +78,7 @@ static void *rank_main(void *arg) {
         const ParamInfo *w = model_find_param(whole, p->name);
         model_copy_block(p, r->host->params + p->offset, whole->params + w->offset, true);
     }
-    r->gpu = cuda_model_create(r->host, 0, r->B, r->T, DTYPE_FP32, r->err, sizeof r->err);
+    r->gpu = cuda_model_create(r->host, 0, r->B, r->T, NULL, r->err, sizeof r->err);
     /* every rank must reach the collectives: a failed rank would leave the others waiting */
     if (!r->gpu) {
         fprintf(stderr, "rank (tp %d, cp %d): cannot create the CUDA model: %s\n", r->part.tp_rank, r->part.cp_rank,

@@ -22,9 +22,11 @@
 # descending). What it cannot show: speed, stream-order races and
 # the hardware's own rounding (tests/gpu/PENDING.md keeps the GPU runs). The
 # megatrain runs of tests/gpu/test_*.sh take half an hour here: `make
-# test-gpu-emu` runs them; this runs one, test_cuda_bf16_states.sh in its
-# short form (12 steps a run, MT_GPU_TEST_QUICK=1: bf16 AdamW states through
-# megatrain, its checkpoints between the CPU and the GPU and the dtypes).
+# test-gpu-emu` runs them; this runs two in their short form
+# (MT_GPU_TEST_QUICK=1): test_cuda_bf16_states.sh (12 steps a run: bf16 AdamW
+# states through megatrain, its checkpoints between the CPU and the GPU and
+# the dtypes) and test_cuda_recompute.sh (5 steps a run: train.recompute on
+# one GPU and at tp 2 + sp, cp 2, pp 2 x vpp 2, the same losses as without).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$REPO"
@@ -73,7 +75,7 @@ job() {
 # each program's kernels run on one core: the programs run side by side (the longest first); the kernel-level ones
 # and the one-rank model again in descending order
 run_jobs job forward:test_cuda_model:dense reverse:test_cuda_model:dense forward:test_cuda_model:moe \
-  reverse:test_cuda_model:moe test_cuda_bf16_states.sh forward:test_cuda_parallel_model forward:test_cuda_hf_parity forward:test_cuda_moe_gemm \
+  reverse:test_cuda_model:moe test_cuda_recompute.sh test_cuda_bf16_states.sh forward:test_cuda_parallel_model forward:test_cuda_hf_parity forward:test_cuda_moe_gemm \
   reverse:test_cuda_moe_gemm forward:test_cuda_ops reverse:test_cuda_ops forward:test_cuda_moe_ops \
   reverse:test_cuda_moe_ops forward:test_cuda_cublaslt_fp8
 echo ok

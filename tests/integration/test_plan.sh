@@ -5,7 +5,8 @@
 # stage's estimate adds a warning on stderr naming what most of it is (still
 # exit 0); a layout that does not divide the heads is refused with exit 2
 # naming parallel.tp; --help answers. train.recompute lowers the
-# activations (none > selective > full) and, on cuda, plan says run refuses it.
+# activations (none > selective > full) and, on cuda, plan says run refuses
+# full recompute of a MoE model (and nothing of a dense one's).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cat > "$WORK/r.yaml" <<EOF2
@@ -27,7 +28,8 @@ grep -q "PFLOP per step" "$WORK/out" || fail "no FLOPs per step"
 grep -q "warning: stage 0 needs about .* GiB per rank, more than the device's memory (16.0 GiB); most of it is the MLP weights (model.intermediate_size = 14336)" "$WORK/err" \
   || fail "no warning for a 16 GiB device: $(cat "$WORK/err")"
 
-# train.recompute: stage 0's activations (GiB) fall from none to selective to full; on cuda plan says run refuses it today.
+# train.recompute: stage 0's activations (GiB) fall from none to selective to full; on cuda plan says run refuses full
+# of a MoE model.
 acts() { "$MEGATRAIN" plan "$WORK/r.yaml" --world 8 --set train.recompute="$1" "${@:2}" | awk '$1 == "0" { print $8 }'; }
 none=$(acts none); selective=$(acts selective); full=$(acts full)
 echo "stage 0 activations (GiB): none $none, selective $selective, full $full"
@@ -35,9 +37,13 @@ awk -v a="$none" -v b="$selective" -v c="$full" 'BEGIN { exit !(a > b && b > c &
   || fail "activations should fall from none ($none) to selective ($selective) to full ($full)"
 # (to a file first: grep -q on a pipe may exit before the writer ends, and pipefail would see its SIGPIPE)
 "$MEGATRAIN" plan "$WORK/r.yaml" --world 8 --set train.recompute=full > "$WORK/plan_full.txt" || fail "plan failed"
-grep -q "^recompute: full .*not implemented on GPUs yet: \`run\` refuses it" "$WORK/plan_full.txt" \
-  || fail "plan does not say that cuda refuses recompute today"
-"$MEGATRAIN" plan "$WORK/r.yaml" --world 8 --set train.recompute=full --set run.device=cpu > "$WORK/plan_cpu.txt" \
+awk '/^recompute: full/ && !/GPUs/ { found = 1 } END { exit !found }' "$WORK/plan_full.txt" \
+  || fail "plan on cuda should print the recompute line of a dense model without a GPU note"
+"$MEGATRAIN" plan "$REPO/recipes/tiny/mixtral.yaml" --set run.device=cuda --set train.recompute=full \
+  > "$WORK/plan_moe.txt" || fail "plan of the MoE recipe failed"
+grep -q "^recompute: full .*not implemented on GPUs for MoE models yet: \`run\` refuses it" "$WORK/plan_moe.txt" \
+  || fail "plan does not say that cuda refuses full recompute of a MoE model"
+"$MEGATRAIN" plan "$REPO/recipes/tiny/mixtral.yaml" --set train.recompute=full > "$WORK/plan_cpu.txt" \
   || fail "plan on the CPU failed"
 awk '/^recompute: full/ && !/GPUs/ { found = 1 } END { exit !found }' "$WORK/plan_cpu.txt" \
   || fail "plan on the CPU should print the recompute line without the GPU note"

@@ -6,8 +6,8 @@
 # with vpp 2, and a MoE recipe on ep 2 (expert_bias, capacity dropping,
 # z-loss; its aux loss, imbalance and drop rate too). A run with recompute
 # resumed from its checkpoint continues as the uninterrupted one. An unknown mode is refused, and a CUDA build (when
-# build/cuda/megatrain exists) refuses recompute on cuda. Layouts skip
-# without mpirun.
+# build/cuda/megatrain exists) refuses full recompute of a MoE model on cuda (the GPU's recompute:
+# tests/gpu/test_cuda_recompute.sh). Layouts skip without mpirun.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
@@ -78,10 +78,11 @@ fi
 expect_refused "an unknown mode" "train.recompute" 2 \
   run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/bad" "${COMMON[@]}" --set train.recompute=some
 
-# A CUDA build refuses recompute before it touches a GPU (model_device_cuda_check); checked when one was built.
+# A CUDA build refuses full recompute of a MoE model before it touches a GPU (model_device_cuda_check); checked
+# when one was built.
 if [[ -x "$REPO/build/cuda/megatrain" ]]; then
-  MEGATRAIN="$REPO/build/cuda/megatrain" expect_refused "recompute on cuda" \
-    "train.recompute: 'full' is not implemented on GPUs yet" 1 run "$REPO/recipes/tiny/llama.yaml" \
+  MEGATRAIN="$REPO/build/cuda/megatrain" expect_refused "recompute full of a MoE model on cuda" \
+    "train.recompute: full is not implemented on GPUs for MoE" 1 run "$REPO/recipes/tiny/mixtral.yaml" \
     --set run.dir="$WORK/cuda" "${COMMON[@]}" --set run.device=cuda --set precision=bf16 --set train.recompute=full
 else
   echo "no build/cuda/megatrain: the cuda refusal is not checked here"

@@ -49,46 +49,88 @@ static void prof_report(const CudaModel *m) {
 /* The bytes of one AdamW moment: fp32, or bf16 with optimizer.state_dtype: bf16. */
 static size_t state_bytes(const CudaModel *m) { return m->bf16_states ? sizeof(bf16_t) : sizeof(float); }
 
+/* What train.recompute recomputes instead of keeping per layer (cuda_model_pass.c's layer_backward): selective
+ * the attention core's output and the dense SwiGLU activation; full everything but the layer's input. */
+typedef struct Recomputed {
+    bool core, swiglu, all;
+} Recomputed;
+
+static Recomputed recomputed_of(Recompute mode) {
+    return (Recomputed){.core = mode != RECOMPUTE_NONE, .swiglu = mode != RECOMPUTE_NONE, .all = mode == RECOMPUTE_FULL};
+}
+
+/* A layer's buffer of count elements: its own, or (recomputed) the working set's, `work`. Carving the working set
+ * itself (m->saved == &m->work's stand-in, build): only what is recomputed. */
+#define PIECE(c, field, count, recomputed)                                                                  \
+    do {                                                                                                    \
+        if (build) s->field = (recomputed) ? carve((c), (size_t)(count) * sizeof *s->field) : NULL;        \
+        else if (recomputed) s->field = m->work.field;                                                      \
+        else CARVE((c), s->field, (count));                                                                 \
+    } while (0)
+
+/* The buffers of one layer's forward (all but its input): into layer s (build false), or, build true, the
+ * recompute working set's share of them (s = &m->work). */
+static void layout_layer(CudaModel *m, Carver *c, int l, LayerSaved *s, bool build) {
+    const ModelShape *sh = &m->shape;
+    const size_t N = (size_t)m->max_B * m->max_T, R = (size_t)model_shape_rows(sh, (int)N); /* residual rows */
+    const size_t C = sh->C, I = sh->I, H = sh->H, KVH = sh->KVH;
+    const size_t HD = sh->HD, KVD = sh->KVD, QKV = HD + 2 * KVD, cp = (size_t)sh->cp;
+    const Recomputed r = recomputed_of(m->recompute);
+    PIECE(c, attn_normed, R * C, r.all);
+    if (m->shape.sp) PIECE(c, attn_in, N * C, r.all);
+    else s->attn_in = s->attn_normed;
+    PIECE(c, qkv, N * QKV, r.all);
+    PIECE(c, q, N * HD, r.all);
+    PIECE(c, k, N * KVD, r.all);
+    PIECE(c, v, N * KVD, r.all);
+    PIECE(c, attn_out, N * HD, r.core);
+    PIECE(c, resid_mid, R * C, r.all);
+    PIECE(c, mlp_normed, R * C, r.all);
+    if (m->shape.sp) PIECE(c, mlp_in, N * C, r.all);
+    else s->mlp_in = s->mlp_normed;
+    if (!m->layers[l].moe) {
+        PIECE(c, gate_up, N * 2 * I, r.all);
+        PIECE(c, act, N * I, r.swiglu);
+    } else if (!build) {
+        cuda_moe_layout_saved(m, c, l); /* full recompute takes no MoE layer (cuda_model_create) */
+    }
+    PIECE(c, attn_rstd, R, r.all);
+    PIECE(c, mlp_rstd, R, r.all);
+    PIECE(c, lse, N * H, r.all);
+    if (m->cfg.qk_norm) {
+        PIECE(c, q_rstd, N * H, r.all);
+        PIECE(c, k_rstd, N * KVH, r.all);
+    }
+    if (m->shape.cp > 1) {
+        PIECE(c, k_all, N * cp * KVD, r.all);
+        PIECE(c, v_all, N * cp * KVD, r.all);
+    }
+}
+
+/* The recompute working set: one layer's recomputed buffers (a dense layer's: the only kind full takes, and
+ * selective recomputes the dense SwiGLU only), and under full the recomputed layer's output. */
+static void layout_work(CudaModel *m, Carver *c) {
+    if (m->recompute == RECOMPUTE_NONE) return;
+    int dense = -1; /* a dense layer of this rank, whose MLP sizes the working set's */
+    for (int l = 0; l < m->shape.L && dense < 0; l++)
+        if (!m->layers[l].moe) dense = l;
+    m->work = (LayerSaved){0};
+    layout_layer(m, c, dense >= 0 ? dense : 0, &m->work, true); /* a MoE layer: no MLP buffers */
+    if (m->recompute == RECOMPUTE_FULL)
+        CARVE(c, m->recompute_out, (size_t)model_shape_rows(&m->shape, m->max_B * m->max_T) * m->shape.C);
+}
+
 /* What one micro-batch's forward keeps (a pipeline keeps one set per micro-batch in flight: clones). */
 static void layout_activations(CudaModel *m, Carver *c) {
     const ModelShape *sh = &m->shape;
     const size_t N = (size_t)m->max_B * m->max_T, R = (size_t)model_shape_rows(sh, (int)N); /* residual rows */
-    const size_t C = sh->C, I = sh->I, H = sh->H, KVH = sh->KVH, V = sh->V;
-    const size_t HD = sh->HD, KVD = sh->KVD, QKV = HD + 2 * KVD, cp = (size_t)sh->cp;
+    const size_t C = sh->C, V = sh->V;
     CARVE(c, m->inputs, N);
     CARVE(c, m->targets, N);
     for (int l = 0; l < m->shape.L; l++) {
         LayerSaved *s = &m->saved[l];
         if (l == 0) CARVE(c, s->resid_in, R * C); /* later layers read the previous layer's output */
-        CARVE(c, s->attn_normed, R * C);
-        if (m->shape.sp) CARVE(c, s->attn_in, N * C);
-        else s->attn_in = s->attn_normed;
-        CARVE(c, s->qkv, N * QKV);
-        CARVE(c, s->q, N * HD);
-        CARVE(c, s->k, N * KVD);
-        CARVE(c, s->v, N * KVD);
-        CARVE(c, s->attn_out, N * HD);
-        CARVE(c, s->resid_mid, R * C);
-        CARVE(c, s->mlp_normed, R * C);
-        if (m->shape.sp) CARVE(c, s->mlp_in, N * C);
-        else s->mlp_in = s->mlp_normed;
-        if (m->layers[l].moe) {
-            cuda_moe_layout_saved(m, c, l);
-        } else {
-            CARVE(c, s->gate_up, N * 2 * I);
-            CARVE(c, s->act, N * I);
-        }
-        CARVE(c, s->attn_rstd, R);
-        CARVE(c, s->mlp_rstd, R);
-        CARVE(c, s->lse, N * H);
-        if (m->cfg.qk_norm) {
-            CARVE(c, s->q_rstd, N * H);
-            CARVE(c, s->k_rstd, N * KVH);
-        }
-        if (m->shape.cp > 1) {
-            CARVE(c, s->k_all, N * cp * KVD);
-            CARVE(c, s->v_all, N * cp * KVD);
-        }
+        layout_layer(m, c, l, s, false);
         bf16_t *out;
         CARVE(c, out, R * C);
         if (l + 1 < m->shape.L) m->saved[l + 1].resid_in = out;
@@ -160,6 +202,7 @@ static void layout_shared(CudaModel *m, Carver *c) {
     CARVE(c, m->chunks, m->num_chunks);
     CARVE(c, m->norm_chunks, m->num_norm_chunks);
     CARVE(c, m->norm_partial, NORM_PARTIALS);
+    layout_work(m, c);
 }
 
 static void layout(CudaModel *m, Carver *c) {
@@ -332,15 +375,18 @@ static void upload_positions(CudaModel *m) {
 
 /* ---- creation ------------------------------------------------------------ */
 
-CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T, DType state_dtype, char *err,
-                             size_t errlen) {
+CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T, const CudaModelOptions *options,
+                             char *err, size_t errlen) {
     CudaModel *m = mt_calloc(1, sizeof *m);
-    if (state_dtype != DTYPE_FP32 && state_dtype != DTYPE_BF16) {
-        mt_set_error(err, errlen, "optimizer.state_dtype: '%s' on CUDA: expected fp32 or bf16", dtype_name(state_dtype));
+    const CudaModelOptions opt = options ? *options : (CudaModelOptions){0};
+    if (opt.state_dtype != DTYPE_FP32 && opt.state_dtype != DTYPE_BF16) {
+        mt_set_error(err, errlen, "optimizer.state_dtype: '%s' on CUDA: expected fp32 or bf16",
+                     dtype_name(opt.state_dtype));
         free(m);
         return NULL;
     }
-    m->bf16_states = state_dtype == DTYPE_BF16;
+    m->bf16_states = opt.state_dtype == DTYPE_BF16;
+    m->recompute = opt.recompute;
     m->cfg = host->cfg;
     m->info = host->param_info;
     m->num_params = host->num_params;
@@ -371,6 +417,12 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
     bool moe = false;
     for (int v = 0; v < part->num_chunks; v++)
         for (int i = 0; i < part->chunk_layers[v]; i++) moe = moe || model_layer_is_moe(&m->cfg, part->chunk_first[v] + i);
+    if (moe && m->recompute == RECOMPUTE_FULL) {
+        mt_set_error(err, errlen, "train.recompute: full is not implemented on GPUs for MoE layers yet (selective is; "
+                     "the CPU runs full)");
+        free(m);
+        return NULL;
+    }
     if (moe) {
         const MoeConfig *mc = &m->cfg.moe;
         /* this rank's slices (expert tensor parallel cuts the intermediates) */

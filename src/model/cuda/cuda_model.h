@@ -3,7 +3,8 @@
  * GPU, or on one GPU per rank of a tensor-, context- and pipeline-parallel
  * layout (a pipeline stage holds its chunks' layers)
  * (with sequence parallel or not; the host Model's ModelPartition says which
- * part; under context parallel max_T and T count this rank's tokens): fp32
+ * part; under context parallel max_T and T count this rank's tokens), with
+ * activation recomputation or not (train.recompute): fp32
  * master weights, fp32 gradients, AdamW states in fp32 or bf16
  * (optimizer.state_dtype), a bf16 copy of the weights that every product
  * reads, bf16 activations.
@@ -34,14 +35,22 @@ typedef struct CudaAdamWStep {
     long step;           /* 1-based number of this update (bias correction) */
 } CudaAdamWStep;
 
+/* What a CUDA model is built with beyond the host model's shape; all zero (or NULL for the whole struct): fp32
+ * moments and no recompute. */
+typedef struct CudaModelOptions {
+    DType state_dtype;   /* optimizer.state_dtype: AdamW's moments, DTYPE_FP32 or DTYPE_BF16 */
+    Recompute recompute; /* train.recompute: what the backward recomputes (cuda_model_pass.c); full needs a model
+                          * without MoE layers */
+} CudaModelOptions;
+
 /* Create on GPU `device` for host->cfg, host->part and host->param_info
- * (this rank's blocks), upload host->params; AdamW's moments of
- * state_dtype (DTYPE_FP32 or DTYPE_BF16), zero. NULL with err set when there
- * is no usable GPU, not enough memory or a model chunk without layers. With
- * tp > 1 (cp > 1, ep > 1), cuda_model_set_tp_comm (set_cp_comm, set_ep_comm)
- * before the first forward. */
-CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T, DType state_dtype, char *err,
-                             size_t errlen);
+ * (this rank's blocks), upload host->params; AdamW's moments zero. NULL with
+ * err set when there is no usable GPU, not enough memory, a model chunk
+ * without layers or options it cannot take. With tp > 1 (cp > 1, ep > 1),
+ * cuda_model_set_tp_comm (set_cp_comm, set_ep_comm) before the first
+ * forward. */
+CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T, const CudaModelOptions *options,
+                             char *err, size_t errlen);
 void cuda_model_free(CudaModel *model);
 
 /* Copies between the host arrays (num_floats elements each: params fp32, m and v of the model's state_dtype, as

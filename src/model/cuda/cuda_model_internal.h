@@ -107,6 +107,12 @@ struct CudaModel {
     int32_t *inputs, *targets; /* device, max_B * max_T */
     int32_t *host_targets;
     LayerSaved *saved;
+    /* train.recompute: the one working set of the buffers the mode recomputes (only those fields are set), which
+     * every layer's LayerSaved points into, and under full the recomputed layer's output; shared by the pipeline's
+     * activation sets (one stream runs one backward at a time) */
+    Recompute recompute;
+    LayerSaved work;
+    bf16_t *recompute_out;
     bf16_t *final_resid, *final_normed, *final_in, *logits;
     float *final_rstd, *losses, *ce_lse;
     float *ce_stats, *ce_gathered; /* vocab parallel: (N, 3) this rank's row stats, (tp, N, 3) everyone's */
@@ -222,8 +228,10 @@ void cuda_tp_cross_entropy_forward(CudaModel *m, int N);
 void cuda_parallel_reduce_grads(CudaModel *m, int layer);
 
 /* Context parallel (cp == 1: plain causal attention): attn_out and lse of
- * layer s from its q, k, v, through the keys and values of the whole sequence. */
-void cuda_cp_attention_forward(CudaModel *m, LayerSaved *s, int B, int T);
+ * layer s from its q, k, v, through the keys and values of the whole sequence
+ * (all-gathered into k_all, v_all when gather_kv; else already there: the
+ * selective recompute of the attention core). */
+void cuda_cp_attention_forward(CudaModel *m, LayerSaved *s, int B, int T, bool gather_kv);
 /* Its backward: dq, dk, dv (this rank's rows) from d_attn_out. */
 void cuda_cp_attention_backward(CudaModel *m, const LayerSaved *s, int B, int T);
 

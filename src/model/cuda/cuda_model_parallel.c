@@ -173,7 +173,7 @@ static void scatter_sequence_grad(CudaModel *m, bf16_t *d_local, const float *d_
     CUDA_CHECK(cuda_cast_fp32_to_bf16(d_local, m->dkv_mine, n, m->ctx.stream));
 }
 
-void cuda_cp_attention_forward(CudaModel *m, LayerSaved *s, int B, int T) {
+void cuda_cp_attention_forward(CudaModel *m, LayerSaved *s, int B, int T, bool gather_kv) {
     const int H = m->shape.H, KVH = m->shape.KVH, D = m->shape.D, cp = m->shape.cp;
     cudaStream_t st = m->ctx.stream;
     if (cp == 1) {
@@ -181,8 +181,10 @@ void cuda_cp_attention_forward(CudaModel *m, LayerSaved *s, int B, int T) {
               CUDA_CHECK(cuda_attention_forward(s->attn_out, s->lse, s->q, s->k, s->v, B, T, H, KVH, D, st)));
         return;
     }
-    gather_sequence(m, s->k_all, s->k, B, T, KVH * D);
-    gather_sequence(m, s->v_all, s->v, B, T, KVH * D);
+    if (gather_kv) {
+        gather_sequence(m, s->k_all, s->k, B, T, KVH * D);
+        gather_sequence(m, s->v_all, s->v, B, T, KVH * D);
+    }
     TIMED(m, PROF_ATTN_FWD, CUDA_CHECK(cuda_attention_forward_at(s->attn_out, s->lse, s->q, s->k_all, s->v_all,
                                                                  m->positions, B, T, T * cp, H, KVH, D, st)));
 }

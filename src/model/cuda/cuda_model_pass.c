@@ -64,7 +64,7 @@ static void layer_forward(CudaModel *m, int l, bf16_t *out, int B, int T) {
     TIMED(m, PROF_ROPE, CUDA_CHECK(cuda_qkv_rope_forward(s->q, s->k, s->v, s->q_rstd, s->k_rstd, s->qkv,
                                                          w16(m, o->q_norm), w16(m, o->k_norm), m->rope_cos,
                                                          m->rope_sin, N, T, H, KVH, D, eps, st)));
-    cuda_cp_attention_forward(m, s, B, T);
+    cuda_cp_attention_forward(m, s, B, T, true);
     cuda_tp_row_parallel_residual(m, s->resid_mid, s->resid_in, s->attn_out, o->o, N, HD, C);
 
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(s->mlp_normed, s->mlp_rstd, s->resid_mid,
@@ -156,20 +156,27 @@ float cuda_model_forward(CudaModel *m, const int32_t *inputs, const int32_t *tar
 
 /* ---- backward ------------------------------------------------------------ */
 
-/* On entry d_resid / d_resid16 hold dL/d(layer output); on exit dL/d(layer input). */
+/* On entry d_resid / d_resid16 hold dL/d(layer output); on exit dL/d(layer input). train.recompute first
+ * rebuilds what the forward did not keep (into the working set its LayerSaved points to; the forward is
+ * deterministic, so the same values): full the whole layer from its kept input (its output into recompute_out, as
+ * the next layer's input is kept), selective the SwiGLU before the MLP's backward and the attention core (attn_out
+ * and lse from the kept q, k, v and, under cp, the kept k_all, v_all: no collective) before the attention's. */
 static void layer_backward(CudaModel *m, int l, int B, int T) {
     const LayerOffsets *o = &m->layers[l];
-    const LayerSaved *s = &m->saved[l];
+    LayerSaved *s = &m->saved[l];
     cudaStream_t st = m->ctx.stream;
     const ModelShape *sh = &m->shape;
     const int N = B * T, R = model_shape_rows(sh, N), C = sh->C, I = sh->I, D = sh->D;
     const int H = sh->H, KVH = sh->KVH, HD = sh->HD, KVD = sh->KVD, QKV = HD + 2 * KVD;
+    const bool selective = m->recompute == RECOMPUTE_SELECTIVE;
+    if (m->recompute == RECOMPUTE_FULL) layer_forward(m, l, m->recompute_out, B, T);
 
     /* MLP half: out = resid_mid + act @ Wdown^T (or + the MoE MLP) */
     const bf16_t *dy = cuda_tp_leave_backward(m, N, C), *g;
     if (o->moe) {
         g = cuda_moe_backward(m, l, dy, m->loss_scale);
     } else {
+        if (selective) TIMED(m, PROF_SWIGLU, CUDA_CHECK(cuda_swiglu_forward(s->act, s->gate_up, N, I, st)));
         cuda_linear_backward(m, m->d_act, dy, C, s->act, o->down, -1, N, I, C, 0);
         TIMED(m, PROF_SWIGLU, CUDA_CHECK(cuda_swiglu_backward(m->d_gate_up, m->d_act, s->gate_up, N, I, st)));
         cuda_linear_backward(m, m->d_normed, m->d_gate_up, 2 * I, s->mlp_in, o->gate, -1, N, C, 2 * I, 0);
@@ -179,6 +186,7 @@ static void layer_backward(CudaModel *m, int l, int B, int T) {
                                                          s->resid_mid, w16(m, o->mlp_norm), s->mlp_rstd, R, C, st)));
 
     /* attention half: resid_mid = resid_in + attn_out @ Wo^T */
+    if (selective) cuda_cp_attention_forward(m, s, B, T, false);
     dy = cuda_tp_leave_backward(m, N, C);
     cuda_linear_backward(m, m->d_attn_out, dy, C, s->attn_out, o->o, -1, N, HD, C, 0);
     cuda_cp_attention_backward(m, s, B, T);

@@ -57,11 +57,13 @@ int model_device_cuda_check(const ModelDeviceSetup *s, char *err, size_t errlen)
                      "model has no adapters and no frozen weights");
         return MT_EXIT_USAGE;
     }
-    if (s->recompute != RECOMPUTE_NONE) {
+    bool moe = false;
+    for (int l = 0; l < s->cfg->num_layers; l++) moe = moe || model_layer_is_moe(s->cfg, l);
+    if (s->recompute == RECOMPUTE_FULL && moe) {
         mt_set_error(err, errlen,
-                     "train.recompute: '%s' is not implemented on GPUs yet (the CPU runs it); set train.recompute: "
-                     "none for run.device: cuda",
-                     s->recompute == RECOMPUTE_FULL ? "full" : "selective");
+                     "train.recompute: full is not implemented on GPUs for MoE models yet (selective is: it "
+                     "recomputes the attention core; the CPU runs full); set train.recompute: selective or none for "
+                     "run.device: cuda");
         return MT_EXIT_USAGE;
     }
     if (s->packed) {
@@ -388,7 +390,8 @@ ModelDevice *model_device_cuda_create(const ModelDeviceSetup *s, char *err, size
     /* One GPU per process: the rank's index on its machine picks it. */
     const int count = cuda_device_count();
     const int device = count > 0 ? launch_local_rank() % count : 0;
-    c->model = cuda_model_create(d->host, device, s->micro_batch_size, s->seq_len, s->state_dtype, err, errlen);
+    const CudaModelOptions options = {.state_dtype = s->state_dtype, .recompute = s->recompute};
+    c->model = cuda_model_create(d->host, device, s->micro_batch_size, s->seq_len, &options, err, errlen);
     if (!c->model) {
         model_device_free(d);
         return NULL;
