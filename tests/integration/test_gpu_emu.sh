@@ -15,7 +15,8 @@
 # also fails on what a GPU leaves to chance (shared memory read before it is
 # written, unaligned or out-of-place cp.async and ldmatrix, divergent warp
 # exchanges, deadlocks). Then the kernel-level programs again with blocks,
-# warps and lanes run in descending order (EMU_ORDER=reverse): a read of
+# warps and lanes run in descending order (EMU_ORDER=reverse; the whole model
+# runs under the racecheck instead, test_gpu_emu_racecheck.sh): a read of
 # another thread's or block's write that no barrier orders gives a different
 # result in one of the two orders (a missing __syncthreads after thread 0's
 # scan in moe_scan_kernel passed in ascending order and crashed in
@@ -73,9 +74,10 @@ job() {
   echo "$1: $(echo "$out" | tail -n 1) ($((SECONDS - start)) s)"
 }
 # each program's kernels run on one core: the programs run side by side (the longest first); the kernel-level ones
-# and the one-rank model again in descending order
-run_jobs job forward:test_cuda_model:dense reverse:test_cuda_model:dense forward:test_cuda_model:moe \
-  reverse:test_cuda_model:moe test_cuda_recompute.sh test_cuda_bf16_states.sh forward:test_cuda_parallel_model forward:test_cuda_hf_parity forward:test_cuda_moe_gemm \
+# again in descending order (the whole model's kernels are those, and test_gpu_emu_racecheck.sh runs the model with
+# blocks unordered, which reports what either order would show)
+run_jobs job forward:test_cuda_model:dense forward:test_cuda_model:moe test_cuda_recompute.sh \
+  test_cuda_bf16_states.sh forward:test_cuda_parallel_model forward:test_cuda_hf_parity forward:test_cuda_moe_gemm \
   reverse:test_cuda_moe_gemm forward:test_cuda_ops reverse:test_cuda_ops forward:test_cuda_moe_ops \
   reverse:test_cuda_moe_ops forward:test_cuda_cublaslt_fp8
 echo ok

@@ -59,8 +59,8 @@ static Recomputed recomputed_of(Recompute mode) {
     return (Recomputed){.core = mode != RECOMPUTE_NONE, .swiglu = mode != RECOMPUTE_NONE, .all = mode == RECOMPUTE_FULL};
 }
 
-/* A layer's buffer of count elements: its own, or (recomputed) the working set's, `work`. Carving the working set
- * itself (m->saved == &m->work's stand-in, build): only what is recomputed. */
+/* A layer's buffer of count elements: its own, or (recomputed) the working set's, m->work's. Carving the working
+ * set itself (build, s = &m->work): only what the mode recomputes, the rest NULL. */
 #define PIECE(c, field, count, recomputed)                                                                  \
     do {                                                                                                    \
         if (build) s->field = (recomputed) ? carve((c), (size_t)(count) * sizeof *s->field) : NULL;        \
@@ -106,6 +106,7 @@ static void layout_layer(CudaModel *m, Carver *c, int l, LayerSaved *s, bool bui
         PIECE(c, v_all, N * cp * KVD, r.all);
     }
 }
+#undef PIECE
 
 /* The recompute working set: one layer's recomputed buffers (a dense layer's: the only kind full takes, and
  * selective recomputes the dense SwiGLU only), and under full the recomputed layer's output. */
