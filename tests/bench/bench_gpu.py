@@ -24,7 +24,11 @@ passes --torch-timeout as its error; the other rows still run.
 
 Usage: python3 tests/bench/bench_gpu.py [--megatrain build/cuda/megatrain] [--steps 20] [--warmup 5]
          [--only NAME[,NAME...]] [--group all|dense|moe] [--no-torch] [--moe-peers LIST]
-         [--torch-timeout S] [--out DIR] [--env NAME=VALUE ...]
+         [--torch-timeout S] [--out DIR] [--env NAME=VALUE ...] [--set KEY=VALUE ...]
+--set adds a recipe setting to the megatrain runs (a lever: train.recompute=full,
+optimizer.state_dtype=bf16). LARGE_SHAPES run only when --only names them:
+llama3-8b-s8192, Llama 3 8B at seq 8192, which fits one H200 with
+--set train.recompute=full --set optimizer.state_dtype=bf16.
 Prints a Markdown table last; DIR gets results.json (written after each
 shape) and the logs. Time: the dense group took about 7 minutes on an H100;
 the MoE shapes' PyTorch rows have not run on a GPU yet (estimate: 4 to 6
