@@ -20,16 +20,17 @@ __device__ __forceinline__ void state_store(float *s, size_t i, float x) { s[i] 
 __device__ __forceinline__ void state_store(__nv_bfloat16 *s, size_t i, float x) { s[i] = __float2bfloat16_rn(x); }
 
 // Element i: moments, decayed parameter, update, and its bf16 copy.
+// Element i of the flat array, its moments at j (i, or its place in a shard of them).
 template <typename State>
 __device__ __forceinline__ void adamw_update(float *__restrict__ params, const float *__restrict__ grads,
                                              State *__restrict__ exp_avg, State *__restrict__ exp_avg_sq,
-                                             __nv_bfloat16 *__restrict__ params_bf16, size_t i, float decay_factor,
-                                             const CudaAdamWArgs &args) {
+                                             __nv_bfloat16 *__restrict__ params_bf16, size_t i, size_t j,
+                                             float decay_factor, const CudaAdamWArgs &args) {
     const float g = grads[i] * args.grad_scale;
-    const float m = args.beta1 * state_load(exp_avg, i) + (1.0f - args.beta1) * g;
-    const float v = args.beta2 * state_load(exp_avg_sq, i) + (1.0f - args.beta2) * g * g;
-    state_store(exp_avg, i, m);
-    state_store(exp_avg_sq, i, v);
+    const float m = args.beta1 * state_load(exp_avg, j) + (1.0f - args.beta1) * g;
+    const float v = args.beta2 * state_load(exp_avg_sq, j) + (1.0f - args.beta2) * g * g;
+    state_store(exp_avg, j, m);
+    state_store(exp_avg_sq, j, v);
     float p = params[i] * decay_factor;
     p -= args.lr / args.bias_correction1 * m / (sqrtf(v) * rsqrtf(args.bias_correction2) + args.eps);
     params[i] = p;
@@ -49,8 +50,9 @@ __global__ void adamw_chunks_kernel(float *__restrict__ params, const float *__r
                                     CudaAdamWArgs args) {
     const CudaAdamWChunk chunk = chunks[blockIdx.x];
     const float decay_factor = chunk.decay ? 1.0f - args.lr * args.weight_decay : 1.0f;
-    for (size_t i = chunk.offset + threadIdx.x; i < chunk.offset + chunk.length; i += blockDim.x)
-        adamw_update(params, grads, exp_avg, exp_avg_sq, params_bf16, i, decay_factor, args);
+    for (size_t k = threadIdx.x; k < chunk.length; k += blockDim.x)
+        adamw_update(params, grads, exp_avg, exp_avg_sq, params_bf16, chunk.offset + k, chunk.state + k,
+                     decay_factor, args);
 }
 
 extern "C" cudaError_t cuda_adamw_step_chunks(float *params, const float *grads, void *exp_avg, void *exp_avg_sq,

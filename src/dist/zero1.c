@@ -10,7 +10,14 @@
 #include "../core/error.h"
 #include "dp_sync.h"
 
-static size_t bucket_floats(void) { return DP_BUCKET_BYTES / sizeof(float); }
+/* MEGATRAIN_DP_BUCKET_BYTES (a test hook, at least 64): smaller buckets, so that a tiny model has many (the GPU's
+ * reduce-scatters during the backward, the ragged last bucket of each region). Every rank must see the same value;
+ * checkpoints hold whole moments, so it may differ between a run and its resume. */
+static size_t bucket_floats(void) {
+    const char *env = getenv("MEGATRAIN_DP_BUCKET_BYTES");
+    const long bytes = env ? atol(env) : 0;
+    return (bytes >= 64 ? (size_t)bytes : DP_BUCKET_BYTES) / sizeof(float);
+}
 
 /* A stretch of the flat array sharded over one group: the whole array, or
  * with expert parallel the dense part over dp and the experts over edp. */
@@ -32,6 +39,38 @@ static void bucket_at(const Region *g, size_t at, size_t *n, size_t *share) {
     const size_t ranks = (size_t)g->group->size, bucket = bucket_floats();
     *n = g->count - at < bucket ? g->count - at : bucket;
     *share = (*n + ranks - 1) / ranks;
+}
+
+static size_t region_buckets(const Region *g) { return (g->count + bucket_floats() - 1) / bucket_floats(); }
+
+int zero1_num_buckets(const Zero1 *z) {
+    Region r[2];
+    const int n = regions_of(z, r);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += region_buckets(&r[i]);
+    return (int)total;
+}
+
+Zero1Bucket zero1_bucket(const Zero1 *z, int i) {
+    Region r[2];
+    const int n = regions_of(z, r);
+    int region = 0;
+    size_t index = (size_t)i;
+    while (region + 1 < n && index >= region_buckets(&r[region])) index -= region_buckets(&r[region++]);
+    Zero1Bucket b = {.region = region, .at = index * bucket_floats()};
+    bucket_at(&r[region], b.at, &b.n, &b.share);
+    b.at += r[region].at;
+    return b;
+}
+
+const Comm *zero1_region_group(const Zero1 *z, int region) {
+    Region r[2];
+    return region < regions_of(z, r) ? r[region].group : NULL;
+}
+
+float zero1_region_scale(const Zero1 *z, int region) {
+    Region r[2];
+    return region < regions_of(z, r) ? r[region].scale : 0.0f;
 }
 
 static void add_ranges(Zero1 *z, const Region *g) {

@@ -27,6 +27,14 @@ typedef struct Zero1 {
     size_t owned;       /* floats in those parts (the shard) */
 } Zero1;
 
+/* One bucket of the split: [at, at + n) of the flat array, in region 0 (the dense weights, over dp) or 1 (the
+ * routed experts, over edp); rank r owns [at + r * share, at + (r + 1) * share) clipped to the bucket. A device
+ * implementation runs the same collectives bucket by bucket (src/model/cuda/cuda_model_zero1.c). */
+typedef struct Zero1Bucket {
+    int region;
+    size_t at, n, share;
+} Zero1Bucket;
+
 void zero1_init(Zero1 *z, const Comm *dp, size_t count);
 /* With expert parallel: the routed experts' weights at the end of the flat
  * array, [dense, count), replicated over edp only: sharded over edp, their
@@ -39,6 +47,12 @@ void zero1_free(Zero1 *z);
 void zero1_reduce_scatter_grads(const Zero1 *z, float *grads);
 /* Collective: every rank's parts of buf to every rank (buf is complete everywhere after). */
 void zero1_all_gather(const Zero1 *z, float *buf);
+/* The buckets, region 0's then region 1's, each in flat order: how many, and bucket i. */
+int zero1_num_buckets(const Zero1 *z);
+Zero1Bucket zero1_bucket(const Zero1 *z, int i);
+/* A region's group (dp or edp) and the factor its summed gradients are scaled by (1 / dp; expert_scale / edp). */
+const Comm *zero1_region_group(const Zero1 *z, int region);
+float zero1_region_scale(const Zero1 *z, int region);
 /* shard[owned] = this rank's parts of full[count], elements of elem_bytes
  * bytes (the moments are fp32 or bf16). */
 void zero1_take_shard(const Zero1 *z, const void *full, void *shard, size_t elem_bytes);

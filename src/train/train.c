@@ -79,15 +79,27 @@ static void print_error(const char *err) {
         fprintf(stderr, "megatrain: error: %s\n", err);
 }
 
+/* Which ranks write what: the weights (dp = cp = 0), the routed experts under expert parallel (the first ep dp
+ * ranks hold every expert once), and anything at all (with the distributed optimizer every dp rank of cp 0 writes
+ * its parts of the moments). */
+static bool params_writer(const TrainContext *ctx) { return ctx->grid.coords.dp == 0 && ctx->grid.coords.cp == 0; }
+static bool experts_writer(const TrainContext *ctx) {
+    return ctx->grid.coords.dp < ctx->part.ep && ctx->grid.coords.cp == 0;
+}
+static bool checkpoint_writer(const TrainContext *ctx) {
+    return ctx->device->zero1_on ? ctx->grid.coords.cp == 0 : params_writer(ctx) || experts_writer(ctx);
+}
+
 /* Save at the current step with every rank (a collective: each rank with
- * dp = cp = 0 writes its blocks of the model into its own shard file, and
- * with the distributed optimizer every dp rank its part of the moments;
- * rank 0 writes the metadata, src/ckpt/ckpt_dist.h). Parameters that are
- * not all finite are never saved. 0 or -1 (printed), the same on every rank. */
+ * dp = cp = 0 writes its blocks of the model into its own shard file, under
+ * expert parallel the first ep dp ranks their experts, and with the
+ * distributed optimizer every dp rank its part of the moments; rank 0 writes
+ * the metadata, src/ckpt/ckpt_dist.h). Parameters that are not all finite
+ * are never saved. 0 or -1 (printed), the same on every rank. */
 static int save_now(TrainContext *ctx, CkptSaver *saver) {
     if (ckpt_saver_last_step(saver) == ctx->state.step) return 0;
     ModelDevice *dev = ctx->device;
-    const bool writer = ctx->grid.coords.dp == 0 && ctx->grid.coords.cp == 0;
+    const bool writer = checkpoint_writer(ctx); /* every rank that writes: what it writes must be the device's */
     if (writer) dev->ops->to_host(dev); /* weights and AdamW moments from the device */
     char err[2048];
     int status = 0;
@@ -212,12 +224,9 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     CkptSaver *saver = ckpt_saver_create(ctx->checkpoints_dir, recipe);
     ckpt_saver_carry_hf_files(saver, &ctx->hf_files);
     ckpt_saver_reference_base(saver, &ctx->frozen_base);
-    const bool params_writer = ctx->grid.coords.dp == 0 && ctx->grid.coords.cp == 0;
-    /* expert parallel: the first ep dp ranks hold every expert once */
-    const bool experts_writer = ctx->grid.coords.dp < ctx->part.ep && ctx->grid.coords.cp == 0;
     const ModelDevice *dev = ctx->device;
-    ckpt_saver_distribute(saver, comm_world(), dev->zero1_on ? ctx->grid.coords.cp == 0 : params_writer || experts_writer);
-    ckpt_saver_write_kinds(saver, params_writer, experts_writer);
+    ckpt_saver_distribute(saver, comm_world(), checkpoint_writer(ctx));
+    ckpt_saver_write_kinds(saver, params_writer(ctx), experts_writer(ctx));
     if (dev->zero1_on) ckpt_saver_shard_moments(saver, dev->zero1.begin, dev->zero1.end, dev->zero1.num_ranges);
     train_signals_install();
     while (ctx->state.step < ctx->total_steps && !(stop_signal = train_signal_received())) {

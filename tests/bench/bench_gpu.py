@@ -24,9 +24,13 @@ passes --torch-timeout as its error; the other rows still run.
 
 Usage: python3 tests/bench/bench_gpu.py [--megatrain build/cuda/megatrain] [--steps 20] [--warmup 5]
          [--only NAME[,NAME...]] [--group all|dense|moe] [--no-torch] [--moe-peers LIST]
-         [--torch-timeout S] [--out DIR] [--env NAME=VALUE ...] [--set KEY=VALUE ...]
+         [--torch-timeout S] [--out DIR] [--env NAME=VALUE ...] [--set KEY=VALUE ...] [--ranks N]
 --set adds a recipe setting to the megatrain runs (a lever: train.recompute=full,
-optimizer.state_dtype=bf16). LARGE_SHAPES run only when --only names them:
+optimizer.state_dtype=bf16). --ranks N runs megatrain under mpirun on N
+data-parallel ranks (the global batch N micro-batches; ranks sharing a GPU
+stage their collectives through the host, so tokens/s there is not a
+speed): each row also gets arena_gib, one rank's allocation from its log
+(the distributed optimizer's saving: --set parallel.distributed_optimizer=true). LARGE_SHAPES run only when --only names them:
 llama3-8b-s8192, Llama 3 8B at seq 8192, which fits one H200 with
 --set train.recompute=full --set optimizer.state_dtype=bf16.
 Prints a Markdown table last; DIR gets results.json (written after each
@@ -40,6 +44,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -104,23 +109,28 @@ def run_megatrain(a, name, config, seq, mbs, data, out, layers=None):
     if layers:
         config = with_layers(config, layers, out)
     subprocess.run(["rm", "-rf", run_dir])
-    cmd = [a.megatrain, "run", os.path.join(REPO, "recipes/bench/gpu.yaml"), "--set", f"model={config}",
+    mpirun = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(a.ranks)] if a.ranks > 1 else []
+    cmd = mpirun + [a.megatrain, "run", os.path.join(REPO, "recipes/bench/gpu.yaml"), "--set", f"model={config}",
            "--set", f"run.dir={run_dir}", "--set", f"train.seq_len={seq}", "--set", f"train.micro_batch_size={mbs}",
-           "--set", f"train.global_batch_size={mbs}", "--set", f"train.steps={a.steps + 1000}",
+           "--set", f"train.global_batch_size={mbs * a.ranks}", "--set", f"train.steps={a.steps + 1000}",
            "--set", f"data.train=[{{path: {data}, weight: 1.0}}]"]
     for kv in a.overrides:  # --set: a lever of the recipe (optimizer.state_dtype=bf16, ...)
         cmd += ["--set", kv]
     log = open(os.path.join(out, name + ".megatrain.log"), "w")
     env = dict(os.environ, **dict(kv.split("=", 1) for kv in a.env))
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env)
-    steps_seen = 0
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=REPO, env=env,
+                            start_new_session=True)
+    steps_seen, arena = 0, None
     for line in proc.stdout:
         log.write(line)
+        found = re.search(r"^device: .*, ([0-9.]+) GiB allocated", line)
+        if found and arena is None:
+            arena = float(found.group(1))
         if line.startswith("step "):
             steps_seen += 1
             if steps_seen >= a.steps:
                 break
-    proc.kill()
+    os.killpg(proc.pid, signal.SIGKILL)  # mpirun's ranks too
     proc.wait()
     log.close()
     rows = [json.loads(l) for l in open(os.path.join(run_dir, "metrics.jsonl")) if l.strip()]
@@ -129,8 +139,8 @@ def run_megatrain(a, name, config, seq, mbs, data, out, layers=None):
         return {"impl": "megatrain", "error": "no steps (see %s.megatrain.log)" % name}
     tps = sum(r["tokens_per_s"] for r in timed) / len(timed)
     return {"impl": "megatrain", "tokens_per_s": tps, "tflops": sum(r["tflops"] for r in timed) / len(timed),
-            "peak_mem_gib": timed[-1].get("peak_mem_gib"), "first_loss": rows[0]["loss"], "loss": timed[-1]["loss"],
-            "steps": len(timed)}
+            "peak_mem_gib": timed[-1].get("peak_mem_gib"), "arena_gib": arena, "first_loss": rows[0]["loss"],
+            "loss": timed[-1]["loss"], "steps": len(timed)}
 
 
 def run_peer(cmd, impl, log_path, timeout):
@@ -207,6 +217,7 @@ def main():
     ap.add_argument("--env", action="append", default=[], help="NAME=VALUE for the megatrain runs (repeatable)")
     ap.add_argument("--set", action="append", default=[], dest="overrides",
                     help="KEY=VALUE added to the megatrain runs' recipe, as megatrain's --set (repeatable)")
+    ap.add_argument("--ranks", type=int, default=1, help="megatrain on N data-parallel ranks under mpirun (default 1)")
     a = ap.parse_args()
     moe_peers = [p for p in a.moe_peers.split(",") if p]
     unknown = [p for p in moe_peers if p not in MOE_PEERS]

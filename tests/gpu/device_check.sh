@@ -5,18 +5,19 @@
 # (megatrain, the GPU test programs and the libraries they need; or build/cuda
 # on a machine with our packages: then plain
 # `make test-gpu` and `make bench-gpu` do the same). Logs go to $OUT (or
-# /tmp/device-check). Usage: bash tests/gpu/device_check.sh [backlog|states|recompute|mixtral-ways|tests|profile|bench|moe-ways|bench-a3b
+# /tmp/device-check). Usage: bash tests/gpu/device_check.sh [backlog|states|recompute|zero1|mixtral-ways|tests|profile|bench|moe-ways|bench-a3b
 #   |bench-mixtral|bench-finetune-peers|bench-recompute-peers|bench-8b-peer|bench-fp8-peers|bench-fp8-8b-peer ...]
 # (backlog: a GPU session's first call, sized for a session's 15 minutes of device time (tests/gpu/PENDING.md):
 # the GPU tests, then megatrain's dense step beside RESULTS.md's, then the MoE expert-product ways, each only if
 # the time it needs is left of BACKLOG_S seconds (default 420), stopping in time and saying what did not fit;
 # states: issue 18's bf16 AdamW states, their tests and 1B's step with each state dtype; recompute: issue 18's
 # activation recomputation, its tests, 1B's step with each mode and Llama 3 8B at seq 8192 on an H200;
+# zero1: issue 18's distributed optimizer, its tests and 1B at dp 2 (ranks sharing the GPU) with and without it;
 # mixtral-ways: the Mixtral step with each MEGATRAIN_MOE_GEMM; all share backlog's deadline.
 # (bench: the dense shapes, about 7 minutes on an H100; moe-ways: megatrain alone on the MoE shapes with
 # each MEGATRAIN_MOE_GEMM, about 5 minutes; bench-a3b and bench-mixtral: one MoE shape each,
 # megatrain and its PyTorch peers; each in a device call of its own: a call is at most 10 minutes.
-# The *-peers parts and bench-8b-peer run only PyTorch peers (megatrain refuses LoRA, packing and recompute
+# The *-peers parts and bench-8b-peer run only PyTorch peers (megatrain refuses LoRA, packing and FP8
 # on GPUs for now), each within 9 minutes, and need no build: bench-finetune-peers
 # (issue 21) needs .devwheels carried (tests/gpu/carry_wheels.sh) where the machine has no peft;
 # bench-8b-peer (issue 18, Llama 3 8B at seq 8192) is meant for an H200; bench-fp8-peers and bench-fp8-8b-peer
@@ -72,7 +73,7 @@ test_summary() {
   grep -E "^(PASS|FAIL|SKIP)|FAIL|passed|worst|loss cpu|steps 300|nccl run|first loss|skip|stricter|NCCL_LAUNCH" \
     "$out/tests.log" | grep -v " ok$" | tail -60
 }
-# The parts with steps (backlog, states, recompute, mixtral-ways) share one deadline, BACKLOG_S seconds from the start (a
+# The parts with steps (backlog, states, recompute, zero1, mixtral-ways) share one deadline, BACKLOG_S seconds from the start (a
 # device call is at most 600 s and a session has 900 s of device time, a machine's start included): each step is
 # started only if its estimate fits in what is left and is stopped at the deadline; the table at the end
 # ($out/backlog.txt) says what ran, passed, failed or was left.
@@ -189,6 +190,22 @@ tests/gpu/attention_selftest.cu kernels/attention.cu -o build/cuda/attention_sel
         --only llama3-8b-s8192 --steps 6 --warmup 2 --out /tmp/8b --set train.recompute=full \
         --set optimizer.state_dtype=bf16
       tail -1 "$out/8b.log" 2>/dev/null ;;
+    zero1) # issue 18, item 2: the distributed optimizer on GPUs (ranks sharing the one GPU): its tests (the sharded
+      # AdamW chunks, the arena's saving, the layouts against one GPU, checkpoints between dp 2 ZeRO-1, one GPU and the
+      # CPU), test_cuda_moe.sh (the expert-parallel checkpoints now saved from every ep rank), then Llama 3.2 1B at
+      # seq 4096 on 2 ranks without and with it: one rank's allocation (fp32 states: 4.6 GiB less) and the loss
+      step "GPU tests: ops, model, zero1" tests-zero1.log 150 bash tests/gpu/run_gpu_tests.sh test_cuda_ops \
+        test_cuda_model test_cuda_zero1
+      grep -E "^(PASS|FAIL)|FAIL|distributed|adamw.*shard|first 10 steps|worst" "$out/tests-zero1.log" | grep -v " ok$"
+      for z in false true; do
+        step "1B seq 4096, dp 2 on one GPU, distributed_optimizer=$z" "zero1-$z.log" 70 python3 tests/bench/bench_gpu.py \
+          --no-torch --only llama3.2-1b-s4096 --ranks 2 --steps 4 --warmup 2 --out "/tmp/zero1-$z" \
+          --set "parallel.distributed_optimizer=$z"
+        grep -h "megatrain {" "$out/zero1-$z.log" 2>/dev/null | cut -c1-400
+        grep -h "data parallel" /tmp/zero1-$z/*.megatrain.log 2>/dev/null | head -1
+      done
+      step "GPU tests: moe" tests-moe.log 150 bash tests/gpu/run_gpu_tests.sh test_cuda_moe
+      grep -E "^(PASS|FAIL)|FAIL|ep 2 checkpoint" "$out/tests-moe.log" | grep -v " ok$" ;;
     mixtral-ways) # issue 17's choice of MEGATRAIN_MOE_GEMM on the other MoE shape (8 experts of 14336, top 2)
       for way in cublas kernel cublas_grouped; do
         step "Mixtral 8x7B step, MEGATRAIN_MOE_GEMM=$way" "mixtral-$way.log" 90 python3 tests/bench/bench_gpu.py \

@@ -14,7 +14,8 @@
  * parameters after one AdamW step from the same gradients 1e-6 (fp32 against
  * the CPU's double arithmetic). On the first dense and the first MoE case,
  * bf16 AdamW states (optimizer.state_dtype: bf16) through a second CUDA model
- * (check_bf16_states), and train.recompute (check_recompute).
+ * (check_bf16_states), train.recompute (check_recompute) and the distributed
+ * optimizer's moments held for this rank's parts only (check_zero1_bytes).
  * Run by `make test-gpu`; needs a GPU. MT_GPU_TEST_PART=dense or moe runs only
  * the dense or the MoE cases (the emulator's scripts run the halves side by
  * side). Ends with "N passed, N failed". */
@@ -145,6 +146,37 @@ static void check_bf16_states(Model *cpu, const float *before, int B, int T) {
     free(params), free(m), free(v);
 }
 
+/* parallel.distributed_optimizer: a CUDA model holding rank 0 of dp 2's split (src/dist/zero1.h) allocates its
+ * AdamW moments for its parts only: the arena is smaller than plain's by the moments of the other rank's parts (2 x 4
+ * bytes a float) less the padded scratch of a ragged bucket, within the arena's alignment (256 bytes a buffer). The
+ * collectives and the update are test_cuda_zero1.sh's and test_cuda_ops' part. */
+static void check_zero1_bytes(Model *cpu, const CudaModel *plain, int B, int T) {
+    const long n = cpu->num_floats;
+    Comm dp = {NULL, 0, 2};
+    Zero1 z;
+    zero1_init(&z, &dp, (size_t)n);
+    size_t pad = 0;
+    for (int i = 0; i < zero1_num_buckets(&z); i++) {
+        const Zero1Bucket b = zero1_bucket(&z, i);
+        if (b.share * 2 != b.n && b.share * 2 > pad) pad = b.share * 2;
+    }
+    char err[512];
+    CudaModel *gpu = cuda_model_create(cpu, 0, B, T, &(CudaModelOptions){.zero1 = &z}, err, sizeof err);
+    if (!gpu) {
+        printf("  cannot create the CUDA model with the distributed optimizer: %s\n", err);
+        failed++;
+        zero1_free(&z);
+        return;
+    }
+    const double saved = (double)cuda_model_bytes(plain) - (double)cuda_model_bytes(gpu);
+    const double expected = 2.0 * (double)((size_t)n - z.owned) * sizeof(float) - (double)pad * sizeof(float);
+    printf("  distributed optimizer (rank 0 of dp 2, %zu of %ld floats): %.0f bytes less, expected %.0f\n", z.owned, n,
+           saved, expected);
+    check("distributed optimizer: the moments' bytes saved, less the expected (bytes)", fabs(saved - expected), 2048);
+    cuda_model_free(gpu);
+    zero1_free(&z);
+}
+
 /* MoE: the GPU's experts for every token and layer are the CPU's, and the auxiliary losses (load balancing and
  * z-loss, over the layers) agree. */
 static void check_routing(Model *cpu, CudaModel *gpu, int N, double aux_cpu) {
@@ -271,6 +303,7 @@ static void run_case(const char *name, ModelConfig cfg, int B, int T) {
     if (!recompute_checked[moe]) {
         recompute_checked[moe] = true;
         check_recompute(cpu, gpu, inputs, targets, B, T, loss_gpu, grads);
+        check_zero1_bytes(cpu, gpu, B, T);
     }
 
     /* One AdamW step from the CPU's gradients on both sides. */

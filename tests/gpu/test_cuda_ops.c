@@ -275,9 +275,12 @@ static void test_embedding(Rng *rng, int N, int V, int C) {
 /* AdamW over chunks against the same formula in double (train/optimizer.c), one decayed and one not; the moments
  * fp32, or bf16 (optimizer.state_dtype: bf16: the reference rounds the new moments bf16(float(.)) as
  * optimizer.c's adamw_update_bf16, and moves the parameter by the unrounded ones). The kernel computes in fp32, so a
- * bf16 moment at a rounding boundary may land one bf16 step from the reference's: none further, at most 0.1%. */
-static void test_adamw(Rng *rng, long n, bool bf16_states) {
-    printf("adamw n=%ld (2 parameters, chunked), %s moments\n", n, bf16_states ? "bf16" : "fp32");
+ * bf16 moment at a rounding boundary may land one bf16 step from the reference's: none further, at most 0.1%.
+ * sharded: the distributed optimizer's form: every other chunk only (this rank's parts), their moments one after
+ * another in a shard (CudaAdamWChunk.state); the other parameters must be left as they were. */
+static void test_adamw(Rng *rng, long n, bool bf16_states, bool sharded) {
+    printf("adamw n=%ld (2 parameters, chunked), %s moments%s\n", n, bf16_states ? "bf16" : "fp32",
+           sharded ? ", every other chunk with its moments in a shard" : "");
     /* fp32 gradients, as the backward gives (bf16 ones would put the new bf16 moments on exact rounding ties
      * often: (9 m + g) / 10 of two 8-bit significands) */
     float *p = rand_bf16_values(rng, n, 1.0), *g = malloc((size_t)n * sizeof(float));
@@ -287,60 +290,78 @@ static void test_adamw(Rng *rng, long n, bool bf16_states) {
     const long split = n / 3;
     CudaAdamWArgs args = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 0.5f};
     cuda_adamw_set_step(&args, 7);
+    int nchunks = 0, all = 0;
+    CudaAdamWChunk chunks[64];
+    long *idx = malloc((size_t)n * sizeof(long)), S = 0; /* shard place -> flat index */
+    bool *owned = calloc((size_t)n, sizeof(bool));
+    for (long start = 0; start < n; all++) {
+        const long end = start < split ? split : n, len = end - start < MT_ADAMW_CHUNK ? end - start : MT_ADAMW_CHUNK;
+        if (!sharded || all % 2 == 0) {
+            chunks[nchunks++] = (CudaAdamWChunk){.offset = (size_t)start, .length = (unsigned)len,
+                                                 .decay = start >= split, .state = sharded ? (size_t)S : (size_t)start};
+            for (long i = start; i < start + len; i++) idx[S++] = i, owned[i] = true;
+        }
+        start += len;
+    }
     float *rp = malloc((size_t)n * sizeof(float)), *rm = malloc((size_t)n * sizeof(float));
     float *rv = malloc((size_t)n * sizeof(float));
     for (long i = 0; i < n; i++) {
         double decay = i < split ? 1.0 : 1.0 - 1e-3 * 0.1, gi = g[i] * 0.5;
         double mi = 0.9 * m[i] + 0.1 * gi, vi = 0.95 * v[i] + 0.05 * gi * gi;
         double bc1 = 1.0 - pow(0.9, 7), bc2 = 1.0 - pow(0.95, 7);
-        rp[i] = (float)(p[i] * decay - 1e-3 * (mi / bc1) / (sqrt(vi / bc2) + 1e-8));
+        rp[i] = owned[i] ? (float)(p[i] * decay - 1e-3 * (mi / bc1) / (sqrt(vi / bc2) + 1e-8)) : p[i];
         rm[i] = bf16_states ? round_bf16((float)mi) : (float)mi;
         rv[i] = bf16_states ? round_bf16((float)vi) : (float)vi;
     }
-    int nchunks = 0;
-    CudaAdamWChunk chunks[64];
-    for (long start = 0; start < split; start += MT_ADAMW_CHUNK)
-        chunks[nchunks++] = (CudaAdamWChunk){(size_t)start, (unsigned)(split - start < MT_ADAMW_CHUNK ? split - start : MT_ADAMW_CHUNK), 0};
-    for (long start = split; start < n; start += MT_ADAMW_CHUNK)
-        chunks[nchunks++] = (CudaAdamWChunk){(size_t)start, (unsigned)(n - start < MT_ADAMW_CHUNK ? n - start : MT_ADAMW_CHUNK), 1};
+    /* the moments as the kernel holds them: shard place j is flat index idx[j] */
+    float *m_in = malloc((size_t)S * sizeof(float)), *v_in = malloc((size_t)S * sizeof(float));
+    for (long j = 0; j < S; j++) m_in[j] = m[idx[j]], v_in[j] = v[idx[j]];
     float *d_p = dev_f32(p, n), *d_g = dev_f32(g, n);
-    void *d_m = bf16_states ? (void *)dev_bf16(m, n) : (void *)dev_f32(m, n);
-    void *d_v = bf16_states ? (void *)dev_bf16(v, n) : (void *)dev_f32(v, n);
+    void *d_m = bf16_states ? (void *)dev_bf16(m_in, S) : (void *)dev_f32(m_in, S);
+    void *d_v = bf16_states ? (void *)dev_bf16(v_in, S) : (void *)dev_f32(v_in, S);
     uint16_t *d_p16 = dev_bf16(p, n);
     CudaAdamWChunk *d_chunks = dev_copy(chunks, (size_t)nchunks * sizeof *chunks);
     CHECK_CUDA(cuda_adamw_step_chunks(d_p, d_g, d_m, d_v, bf16_states, d_p16, d_chunks, nchunks, &args, 0));
     float *g_p = host_from_f32(d_p, n), *g_p16 = host_from_bf16(d_p16, n);
-    float *g_m = bf16_states ? host_from_bf16(d_m, n) : host_from_f32(d_m, n);
-    float *g_v = bf16_states ? host_from_bf16(d_v, n) : host_from_f32(d_v, n);
+    float *g_m = bf16_states ? host_from_bf16(d_m, S) : host_from_f32(d_m, S);
+    float *g_v = bf16_states ? host_from_bf16(d_v, S) : host_from_f32(d_v, S);
     check("params (fp32)", rel_max(g_p, rp, n), 1e-6);
     check("params bf16 copy", rel_max(g_p16, rp, n), 4e-3);
+    if (sharded) {
+        long touched = 0;
+        for (long i = 0; i < n; i++) touched += !owned[i] && g_p[i] != p[i];
+        check("parameters outside the chunks changed", (double)touched, 0.0);
+    }
     /* the updates alone (relative L2): the step taken with the rounded new moments instead of the unrounded ones
      * would be about 2^-10 off */
-    float *got_step = malloc((size_t)n * sizeof(float)), *ref_step = malloc((size_t)n * sizeof(float));
-    for (long i = 0; i < n; i++) got_step[i] = g_p[i] - p[i], ref_step[i] = rp[i] - p[i];
-    check("the updates (relative L2)", rel_l2(got_step, ref_step, n), 1e-4);
+    float *got_step = malloc((size_t)S * sizeof(float)), *ref_step = malloc((size_t)S * sizeof(float));
+    for (long j = 0; j < S; j++) got_step[j] = g_p[idx[j]] - p[idx[j]], ref_step[j] = rp[idx[j]] - p[idx[j]];
+    check("the updates (relative L2)", rel_l2(got_step, ref_step, S), 1e-4);
     free(got_step), free(ref_step);
+    float *want_m = malloc((size_t)S * sizeof(float)), *want_v = malloc((size_t)S * sizeof(float));
+    for (long j = 0; j < S; j++) want_m[j] = rm[idx[j]], want_v[j] = rv[idx[j]];
     if (bf16_states) {
         long off = 0, far = 0;
-        for (long i = 0; i < 2 * n; i++) {
-            const long k = i % n;
-            const float got = i < n ? g_m[k] : g_v[k], ref = i < n ? rm[k] : rv[k];
+        for (long i = 0; i < 2 * S; i++) {
+            const long j = i % S, k = idx[j];
+            const float got = i < S ? g_m[j] : g_v[j], ref = i < S ? want_m[j] : want_v[j];
             const double gk = 0.5 * g[k]; /* fp32 arithmetic's error: the terms' size times 1e-6 (beta1 and 1 - beta1
                                             * in fp32 are 2.4e-7 off, and three roundings), which matters where m's
                                             * two terms nearly cancel */
-            const double terms = i < n ? 0.9 * fabs(m[k]) + 0.1 * fabs(gk) : 0.95 * v[k] + 0.05 * gk * gk;
+            const double terms = i < S ? 0.9 * fabs(m[k]) + 0.1 * fabs(gk) : 0.95 * v[k] + 0.05 * gk * gk;
             off += got != ref;
             far += !(fabs((double)got - ref) <= fabs(ref) * 0x1p-7 + 1e-6 * terms); /* a bf16 step: 2^-7 of it or less */
         }
-        printf("  bf16 moments: %ld of %ld not equal, %ld further than one bf16 step and fp32's error\n", off, 2 * n, far);
+        printf("  bf16 moments: %ld of %ld not equal, %ld further than one bf16 step and fp32's error\n", off, 2 * S, far);
         check("moments further than one bf16 step (+ fp32's error)", (double)far, 0.0);
-        check("share of moments not equal", (double)off / (double)(2 * n), 1e-3);
+        check("share of moments not equal", (double)off / (double)(2 * S), 1e-3);
     } else {
-        check("m (fp32)", rel_max(g_m, rm, n), 1e-6);
-        check("v (fp32)", rel_max(g_v, rv, n), 1e-6);
+        check("m (fp32)", rel_max(g_m, want_m, S), 1e-6);
+        check("v (fp32)", rel_max(g_v, want_v, S), 1e-6);
     }
     cudaFree(d_p); cudaFree(d_g); cudaFree(d_m); cudaFree(d_v); cudaFree(d_p16); cudaFree(d_chunks);
     free(p); free(g); free(m); free(v); free(rp); free(rm); free(rv); free(g_p); free(g_p16); free(g_m); free(g_v);
+    free(idx); free(owned); free(m_in); free(v_in); free(want_m); free(want_v);
 }
 
 static void test_sum_squares(Rng *rng, long n) {
@@ -437,7 +458,7 @@ static void test_sum_squares_chunks(Rng *rng, long n) {
     double ref = 0.0;
     for (long start = 0; start < n && nchunks < 64; start += 3 * (long)MT_ADAMW_CHUNK / 2) { /* every other half-gap */
         const long len = n - start < MT_ADAMW_CHUNK ? n - start : MT_ADAMW_CHUNK;
-        chunks[nchunks++] = (CudaAdamWChunk){(size_t)start, (unsigned)len, 1};
+        chunks[nchunks++] = (CudaAdamWChunk){(size_t)start, (unsigned)len, 1, (size_t)start};
         for (long i = start; i < start + len; i++) ref += (double)x[i] * x[i];
     }
     float *d_x = dev_f32(x, n);
@@ -560,8 +581,10 @@ int main(void) {
     test_attention(&rng, 1, 70, 2, 2, 128);
     test_attention(&rng, 1, 300, 2, 1, 32);
     test_embedding(&rng, 100, 64, 48);
-    test_adamw(&rng, 300000, false);
-    test_adamw(&rng, 300000, true);
+    test_adamw(&rng, 300000, false, false);
+    test_adamw(&rng, 300000, true, false);
+    test_adamw(&rng, 300000, false, true);
+    test_adamw(&rng, 300000, true, true);
     test_sum_squares(&rng, 1000003);
     test_cross_entropy_columns(&rng, 23, 1000, 2);
     test_cross_entropy_columns(&rng, 9, 1024, 4);   /* 8-wide path */

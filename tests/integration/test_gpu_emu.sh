@@ -76,7 +76,7 @@ job() {
 # each program's kernels run on one core: the programs run side by side (the longest first); the kernel-level ones
 # again in descending order (the whole model's kernels are those, and test_gpu_emu_racecheck.sh runs the model with
 # blocks unordered, which reports what either order would show)
-run_jobs job forward:test_cuda_model:dense forward:test_cuda_model:moe test_cuda_recompute.sh \
+run_jobs job forward:test_cuda_model:dense forward:test_cuda_model:moe test_cuda_recompute.sh test_cuda_zero1.sh \
   test_cuda_bf16_states.sh forward:test_cuda_parallel_model forward:test_cuda_hf_parity forward:test_cuda_moe_gemm \
   reverse:test_cuda_moe_gemm forward:test_cuda_ops reverse:test_cuda_ops forward:test_cuda_moe_ops \
   reverse:test_cuda_moe_ops forward:test_cuda_cublaslt_fp8

@@ -43,11 +43,15 @@ typedef struct CudaAdamWArgs {
 } CudaAdamWArgs;
 
 /* A run of floats [offset, offset + length) inside one parameter; decay says
- * whether weight decay applies (0 for norms and biases). */
+ * whether weight decay applies (0 for norms and biases); its moments are
+ * exp_avg[state, state + length) (state == offset, unless the moments are
+ * a shard: the distributed optimizer's, which hold this rank's parts of the
+ * flat array one after another). */
 typedef struct CudaAdamWChunk {
     size_t offset;
     unsigned int length;     /* at most MT_ADAMW_CHUNK */
     int decay;
+    size_t state;
 } CudaAdamWChunk;
 #define MT_ADAMW_CHUNK 65536
 

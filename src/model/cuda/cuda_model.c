@@ -156,8 +156,8 @@ static void layout_shared(CudaModel *m, Carver *c) {
     const size_t HD = sh->HD, KVD = sh->KVD, QKV = HD + 2 * KVD, cp = (size_t)sh->cp;
     CARVE(c, m->params, P);
     CARVE(c, m->grads, P);
-    m->exp_avg = carve(c, P * state_bytes(m));
-    m->exp_avg_sq = carve(c, P * state_bytes(m));
+    m->exp_avg = carve(c, (size_t)m->state_floats * state_bytes(m));
+    m->exp_avg_sq = carve(c, (size_t)m->state_floats * state_bytes(m));
     CARVE(c, m->params16, P);
     CARVE(c, m->rope_cos, (size_t)m->max_T * (D / 2));
     CARVE(c, m->rope_sin, (size_t)m->max_T * (D / 2));
@@ -203,6 +203,7 @@ static void layout_shared(CudaModel *m, Carver *c) {
     CARVE(c, m->chunks, m->num_chunks);
     CARVE(c, m->norm_chunks, m->num_norm_chunks);
     CARVE(c, m->norm_partial, NORM_PARTIALS);
+    cuda_zero1_layout(m, c);
     layout_work(m, c);
 }
 
@@ -346,7 +347,7 @@ static CudaAdamWChunk *build_chunks(const Model *host, bool owned_only, int *cou
         for (long start = 0; start < p->numel; start += MT_ADAMW_CHUNK) {
             long len = p->numel - start < MT_ADAMW_CHUNK ? p->numel - start : MT_ADAMW_CHUNK;
             chunks[k++] = (CudaAdamWChunk){.offset = p->offset + (size_t)start, .length = (unsigned)len,
-                                           .decay = !p->no_decay};
+                                           .decay = !p->no_decay, .state = p->offset + (size_t)start};
         }
     }
     *count = n;
@@ -460,14 +461,27 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
         return NULL;
     }
     find_tp_partial(m, host);
-    CudaAdamWChunk *chunks = build_chunks(host, false, &m->num_chunks);
-    /* tensor parallel: the replicated weights are counted in the grad norm by tp rank 0 only */
-    bool all_owned = true;
-    for (int i = 0; i < host->num_params; i++) all_owned = all_owned && host->param_info[i].norm_owner;
-    CudaAdamWChunk *norm_chunks = all_owned ? NULL : build_chunks(host, true, &m->num_norm_chunks);
-    m->norm_expert_chunk = m->num_norm_chunks; /* the first norm chunk of the experts' region (ep > 1) */
-    for (int i = m->num_norm_chunks - 1; i >= 0 && (long)norm_chunks[i].offset >= m->expert_begin; i--)
-        m->norm_expert_chunk = i;
+    m->state_floats = m->num_floats;
+    CudaAdamWChunk *chunks, *norm_chunks;
+    if (opt.zero1) { /* the distributed optimizer: this rank's parts, their moments a shard */
+        if (!(m->z1 = cuda_zero1_create(m, opt.zero1, err, errlen))) {
+            cuda_model_free(m);
+            return NULL;
+        }
+        m->state_floats = (long)opt.zero1->owned;
+        chunks = cuda_zero1_chunks(host, opt.zero1, false, &m->num_chunks);
+        norm_chunks = cuda_zero1_chunks(host, opt.zero1, true, &m->num_norm_chunks);
+        m->norm_expert_chunk = m->num_norm_chunks; /* summed over dp as one */
+    } else {
+        chunks = build_chunks(host, false, &m->num_chunks);
+        /* tensor parallel: the replicated weights are counted in the grad norm by tp rank 0 only */
+        bool all_owned = true;
+        for (int i = 0; i < host->num_params; i++) all_owned = all_owned && host->param_info[i].norm_owner;
+        norm_chunks = all_owned ? NULL : build_chunks(host, true, &m->num_norm_chunks);
+        m->norm_expert_chunk = m->num_norm_chunks; /* the first norm chunk of the experts' region (ep > 1) */
+        for (int i = m->num_norm_chunks - 1; i >= 0 && (long)norm_chunks[i].offset >= m->expert_begin; i--)
+            m->norm_expert_chunk = i;
+    }
 
     Carver counter = {NULL, 0};
     layout(m, &counter);
@@ -490,6 +504,7 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
     Carver carver = {m->arena, 0};
     layout(m, &carver);
     CUDA_CHECK(cudaMemsetAsync(m->arena, 0, m->arena_bytes, m->ctx.stream));
+    if (m->z1) cuda_zero1_start(m);
 
     upload_positions(m);
     copy_in_order(m, m->chunks, chunks, (size_t)m->num_chunks * sizeof *chunks, cudaMemcpyHostToDevice);
@@ -558,6 +573,7 @@ void cuda_model_free(CudaModel *m) {
         free(m->layer_begin);
         free(m->layer_end);
         free(m->tp_partial);
+        cuda_zero1_free(m->z1);
         free(m->host_norm_partial);
     }
     free(m);
@@ -566,7 +582,8 @@ void cuda_model_free(CudaModel *m) {
 /* ---- host <-> device ----------------------------------------------------- */
 
 void cuda_model_upload(CudaModel *m, const float *params, const void *exp_avg, const void *exp_avg_sq) {
-    const size_t bytes = (size_t)m->num_floats * sizeof(float), moments = (size_t)m->num_floats * state_bytes(m);
+    const size_t bytes = (size_t)m->num_floats * sizeof(float), moments = (size_t)m->state_floats * state_bytes(m);
+    cuda_zero1_wait(m, -2); /* no gather left to land on what is copied in */
     if (params) {
         copy_in_order(m, m->params, params, bytes, cudaMemcpyHostToDevice);
         CUDA_CHECK(cuda_cast_fp32_to_bf16(m->params16, m->params, (size_t)m->num_floats, m->ctx.stream));
@@ -580,6 +597,7 @@ void cuda_model_upload_range(CudaModel *m, long offset, long count, const float 
     if (offset < 0 || count <= 0 || offset + count > m->num_floats)
         mt_die(MT_EXIT_FAILURE, "cuda_model_upload_range: [%ld, %ld) is outside the %ld parameters", offset,
                offset + count, m->num_floats);
+    cuda_zero1_wait(m, -2);
     copy_in_order(m, m->params + offset, host, (size_t)count * sizeof(float), cudaMemcpyHostToDevice);
     CUDA_CHECK(cuda_cast_fp32_to_bf16(m->params16 + offset, m->params + offset, (size_t)count, m->ctx.stream));
 }
@@ -587,7 +605,8 @@ void cuda_model_upload_range(CudaModel *m, long offset, long count, const float 
 void cuda_model_set_loss_scale(CudaModel *m, float loss_scale) { m->loss_scale = loss_scale; }
 
 void cuda_model_download(CudaModel *m, float *params, void *exp_avg, void *exp_avg_sq) {
-    const size_t bytes = (size_t)m->num_floats * sizeof(float), moments = (size_t)m->num_floats * state_bytes(m);
+    const size_t bytes = (size_t)m->num_floats * sizeof(float), moments = (size_t)m->state_floats * state_bytes(m);
+    cuda_zero1_wait(m, -2); /* the parameters whole again */
     CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
     if (params) copy_in_order(m, params, m->params, bytes, cudaMemcpyDeviceToHost);
     if (exp_avg) copy_in_order(m, exp_avg, m->exp_avg, moments, cudaMemcpyDeviceToHost);
@@ -616,6 +635,7 @@ void cuda_model_download_logits(CudaModel *m, float *logits) {
 }
 
 void cuda_model_zero_grad(CudaModel *m) {
+    cuda_zero1_step_begin(m);
     CUDA_CHECK(cudaMemsetAsync(m->grads, 0, (size_t)m->num_floats * sizeof(float), m->ctx.stream));
 }
 
@@ -646,6 +666,11 @@ static double sum_squares(CudaModel *m, long begin, long end) {
  * summed over tp; expert parallel the dense weights' (the same on every ep rank) once and every ep rank's own
  * experts' (the end of the flat arrays), summed over ep. */
 double cuda_model_grad_sumsq(CudaModel *m) {
+    if (m->z1) { /* this rank's parts (the experts' among them), summed over dp */
+        const double mine = m->num_norm_chunks > 0 ? sum_squares(m, 0, m->num_floats) : 0.0;
+        const double total = device_comm_sum_double(m->grad_sync, mine);
+        return m->shape.tp > 1 ? device_comm_sum_double(m->tp_comm, total) : total;
+    }
     double total = sum_squares(m, 0, m->expert_begin);
     if (m->ep > 1) total += device_comm_sum_double(m->ep_comm, sum_squares(m, m->expert_begin, m->num_floats));
     return m->shape.tp > 1 ? device_comm_sum_double(m->tp_comm, total) : total;
@@ -663,9 +688,11 @@ void cuda_model_adamw(CudaModel *m, const CudaAdamWStep *step) {
         .grad_scale = (float)step->grad_scale,
     };
     cuda_adamw_set_step(&args, step->step);
+    /* with the distributed optimizer the gather writes the bf16 copy of every bucket */
     TIMED(m, PROF_OPTIMIZER, CUDA_CHECK(cuda_adamw_step_chunks(m->params, m->grads, m->exp_avg, m->exp_avg_sq,
-                                                               m->bf16_states, m->params16, m->chunks,
+                                                               m->bf16_states, m->z1 ? NULL : m->params16, m->chunks,
                                                                m->num_chunks, &args, m->ctx.stream)));
+    if (m->z1) cuda_zero1_gather(m);
     if (m->prof_on && ++m->prof_steps == m->prof_on) prof_report(m);
 }
 

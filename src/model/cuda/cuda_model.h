@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "../../dist/zero1.h"
 #include "../model.h"
 
 typedef struct CudaModel CudaModel;
@@ -41,6 +42,9 @@ typedef struct CudaModelOptions {
     DType state_dtype;   /* optimizer.state_dtype: AdamW's moments, DTYPE_FP32 or DTYPE_BF16 */
     Recompute recompute; /* train.recompute: what the backward recomputes (cuda_model_pass.c); full needs a model
                           * without MoE layers */
+    const Zero1 *zero1;  /* parallel.distributed_optimizer: this rank's split over dp (and edp), whose AdamW moments
+                          * the model holds (cuda_model_zero1.c); NULL: all of them. Needs cuda_model_set_grad_sync
+                          * (and with ep > 1 cuda_model_set_ep_comm) before the first backward */
 } CudaModelOptions;
 
 /* Create on GPU `device` for host->cfg, host->part and host->param_info
@@ -53,8 +57,8 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
                              char *err, size_t errlen);
 void cuda_model_free(CudaModel *model);
 
-/* Copies between the host arrays (num_floats elements each: params fp32, m and v of the model's state_dtype, as
- * adamw_m and adamw_v hold them) and the device. Uploading params also refreshes their bf16 copy. m and v may be
+/* Copies between the host arrays (params: num_floats fp32; m and v of the model's state_dtype, as adamw_m and
+ * adamw_v hold them: num_floats, or with the distributed optimizer this rank's shard) and the device. Uploading params also refreshes their bf16 copy. m and v may be
  * NULL (left as is). */
 void cuda_model_upload(CudaModel *model, const float *params, const void *m, const void *v);
 void cuda_model_download(CudaModel *model, float *params, void *m, void *v);
@@ -131,6 +135,12 @@ void cuda_model_set_ep_comm(CudaModel *model, struct DeviceComm *ep, struct Devi
 /* The context-parallel group's communicator (its size is host->part.cp). */
 void cuda_model_set_cp_comm(CudaModel *model, struct DeviceComm *comm);
 void cuda_model_zero_grad(CudaModel *model);
+/* The distributed optimizer with a tied embedding over pipeline stages: the gradients of [offset, offset + count)
+ * (the embedding on this stage) are summed over the stages first, so the buckets touching them are left out of the
+ * backward's reduce-scatters until cuda_model_zero1_reduce_held (after cuda_model_sum_grads), which returns with the
+ * compute stream ordered after them. Both do nothing without the distributed optimizer. */
+void cuda_model_zero1_hold(CudaModel *model, long offset, long count);
+void cuda_model_zero1_reduce_held(CudaModel *model);
 /* The compute stream waits for the data-parallel averages of the last
  * backward (a pipeline stage without the embedding leaves that to its
  * caller, so that its gradient is sent upstream first). */
@@ -144,11 +154,14 @@ bool cuda_model_idle(CudaModel *model);
 void cuda_model_synchronize(CudaModel *model);
 /* The sum of squares of the gradients (fp32 squares, double partial sums);
  * under tensor parallel each parameter counted once over the tp group (a
- * collective). With pipeline parallel, the caller sums it over the stages. */
+ * collective); with the distributed optimizer this rank's parts, summed over
+ * dp. With pipeline parallel, the caller sums it over the stages. */
 double cuda_model_grad_sumsq(CudaModel *model);
 /* Its square root (one stage). */
 double cuda_model_grad_norm(CudaModel *model);
-/* One AdamW update of every parameter (decay skipped on norms and biases). */
+/* One AdamW update of every parameter (decay skipped on norms and biases); with the distributed optimizer of this
+ * rank's parts, then every part all-gathered over dp on the comm stream (the next forward's layers wait for their
+ * own buckets only). */
 void cuda_model_adamw(CudaModel *model, const CudaAdamWStep *step);
 
 /* Bytes of device memory the model holds, and the peak the process reached

@@ -5,6 +5,8 @@
  *   cuda_model_moe.c       the mixture-of-experts MLP (router, permutation,
  *                          combine, auxiliary losses);
  *   cuda_model_experts.c   the routed experts' products;
+ *   cuda_model_zero1.c     the distributed optimizer: bucketed reduce-scatters in the backward, the update of
+ *                          this rank's parts, the parameters all-gathered before the next forward's layers;
  *   cuda_model_parallel.c  tensor (and sequence) and context parallel: the
  *                          collectives around the products, the vocab-parallel
  *                          embedding and cross entropy, the keys and values
@@ -144,6 +146,8 @@ struct CudaModel {
     double prof_t0, prof_s[PROF_COUNT];
     long prof_calls[PROF_COUNT];
 
+    struct CudaZero1 *z1;      /* the distributed optimizer (cuda_model_zero1.c), NULL: none */
+    long state_floats;         /* AdamW's moments held: num_floats, or this rank's shard (z1) */
     CudaAdamWChunk *chunks;    /* device */
     int num_chunks;
     CudaAdamWChunk *norm_chunks; /* device: the parameters this rank counts in the grad norm (tp > 1) */
@@ -272,5 +276,28 @@ void cuda_moe_experts_forward(CudaModel *m, const LayerOffsets *o, const CudaExp
 void cuda_moe_experts_backward(CudaModel *m, const LayerOffsets *o, const CudaExpertRows *r, const bf16_t *x,
                                const bf16_t *gate_up, const bf16_t *act, const bf16_t *d_y, bf16_t *d_act,
                                bf16_t *d_gate_up, bf16_t *d_x);
+
+/* ---- cuda_model_zero1.c: the distributed optimizer (CudaModel.z1) ---- */
+
+typedef struct CudaZero1 CudaZero1;
+/* From the host's split (its buckets, this rank's parts); NULL with err set when it is not this model's. The
+ * layers' offsets must be known (find_offsets). */
+CudaZero1 *cuda_zero1_create(const CudaModel *m, const Zero1 *split, char *err, size_t errlen);
+/* Its device scratch in the arena (layout), and its events once the arena is there. */
+void cuda_zero1_layout(CudaModel *m, Carver *c);
+void cuda_zero1_start(CudaModel *m);
+void cuda_zero1_free(CudaZero1 *z);
+/* The AdamW chunks of this rank's parts (norm_only: of the parameters it counts in the grad norm), their moments
+ * at their place in the shard; *count of them (host array). */
+CudaAdamWChunk *cuda_zero1_chunks(const Model *host, const Zero1 *split, bool norm_only, int *count);
+/* The step's reduce-scatters: none enqueued yet (zero_grad); those layer l's backward completed (the last
+ * micro-batch's); the rest but the held ones (the stage's last backward op; records comm_done). */
+void cuda_zero1_step_begin(CudaModel *m);
+void cuda_zero1_layer_done(CudaModel *m, int l);
+void cuda_zero1_finish(CudaModel *m);
+/* After the update: every bucket all-gathered and cast to bf16 on the comm stream. Then the compute stream waits
+ * for layer l's parameters (l >= 0), the embedding's (-1) or all of them (-2). */
+void cuda_zero1_gather(CudaModel *m);
+void cuda_zero1_wait(CudaModel *m, int l);
 
 #endif

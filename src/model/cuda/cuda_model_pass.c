@@ -1,6 +1,8 @@
 /* cuda_model_pass.c: forward and backward of the CUDA model (see
  * cuda_model.h), and the data-parallel gradient averaging that overlaps the
- * backward.
+ * backward (with the distributed optimizer, the bucketed reduce-scatters of
+ * cuda_model_zero1.c instead, and each layer's forward waits for its
+ * parameters' all-gather).
  *
  * Per layer, forward (bf16 activations, fp32 statistics):
  *   attn_normed = rmsnorm(resid_in)
@@ -51,6 +53,7 @@ static void layer_forward(CudaModel *m, int l, bf16_t *out, int B, int T) {
     const int H = sh->H, KVH = sh->KVH, HD = sh->HD, KVD = sh->KVD, QKV = HD + 2 * KVD;
     const float eps = (float)c->rms_norm_eps;
 
+    cuda_zero1_wait(m, l); /* the distributed optimizer: this layer's parameters gathered */
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(s->attn_normed, s->attn_rstd, s->resid_in,
                                                         w16(m, o->attn_norm), R, C, eps, st)));
     const bf16_t *x = cuda_tp_enter(m, s->attn_in, s->attn_normed, N, C);
@@ -95,6 +98,7 @@ void cuda_model_forward_start(CudaModel *m, const int32_t *inputs, int B, int T)
     if (!m->shape.has_embed) return; /* the stage input arrives from the previous stage */
     model_check_tokens(&m->shape, inputs, N, false);
     CUDA_CHECK(cudaMemcpyAsync(m->inputs, inputs, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, m->ctx.stream));
+    cuda_zero1_wait(m, -1);
     cuda_tp_embedding_forward(m, m->saved[0].resid_in, N, m->cfg.hidden_size);
 }
 
@@ -115,6 +119,7 @@ float cuda_model_forward_head(CudaModel *m, const int32_t *targets) {
     cudaStream_t st = m->ctx.stream;
     const int N = m->B * m->T, R = model_shape_rows(&m->shape, N), C = c->hidden_size;
     if (!m->shape.has_head) mt_die(MT_EXIT_FAILURE, "cuda_model_forward_head: this pipeline stage has no head");
+    cuda_zero1_wait(m, -2);
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(m->final_normed, m->final_rstd, m->final_resid,
                                                         w16(m, m->final_norm), R, C, (float)c->rms_norm_eps, st)));
     const bf16_t *x = cuda_tp_enter(m, m->final_in, m->final_normed, N, C);
@@ -253,6 +258,11 @@ static void finish_reductions(CudaModel *m, bool last_micro_batch, bool wait) {
     if (!last_micro_batch) return;
     cuda_parallel_reduce_grads(m, -1);
     if (!m->grad_sync) return;
+    if (m->z1) { /* the distributed optimizer: the buckets not yet reduce-scattered (cuda_model_zero1.c) */
+        cuda_zero1_finish(m);
+        if (wait) cuda_model_wait_grad_sync(m);
+        return;
+    }
     const int L = m->shape.L;
     /* expert parallel: the routed experts (the end of the flat arrays) summed over the ranks holding the same
      * experts, over dp: each expert saw the rows of the ep group's dp ranks (grad_reduce.c on the CPU) */
@@ -277,7 +287,8 @@ void cuda_model_backward_layers(CudaModel *m, int chunk, bool last_micro_batch) 
     for (int l = model_shape_chunk_end(&m->shape, chunk) - 1; l >= m->shape.chunk_start[chunk]; l--) {
         layer_backward(m, l, m->B, m->T);
         if (last_micro_batch) cuda_parallel_reduce_grads(m, l); /* before the dp average reads them */
-        if (sync) sync_ranges(m, m->layer_done[l], m->layer_begin[l], m->layer_end[l], 0, 0);
+        if (sync && m->z1) cuda_zero1_layer_done(m, l); /* the buckets now final, reduce-scattered */
+        else if (sync) sync_ranges(m, m->layer_done[l], m->layer_begin[l], m->layer_end[l], 0, 0);
     }
     /* chunk 0 of the last micro-batch is this rank's last backward; the first stage then runs backward_finish */
     if (chunk == 0 && !m->shape.has_embed) finish_reductions(m, last_micro_batch, false);

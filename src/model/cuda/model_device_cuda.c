@@ -1,6 +1,7 @@
 /* model_device_cuda.c: the GPU as a ModelDevice (model_device.h). The CUDA
  * model (cuda_model.h) holds the fp32 master weights, gradients, AdamW
- * states (fp32 or bf16) and activations and does every step; the host Model keeps the
+ * states (fp32 or bf16; with the distributed optimizer this rank's shard of
+ * them, cuda_model_zero1.c) and activations and does every step; the host Model keeps the
  * registry and the weights for checkpoints, which come back from the GPU
  * before a checkpoint is written (to_host) and go to it after one is loaded
  * (from_host). One GPU per rank (its local rank picks it); data, tensor and
@@ -32,12 +33,6 @@ static CudaDevice *impl(ModelDevice *d) { return d->impl; }
 static CudaModel *gpu(ModelDevice *d) { return impl(d)->model; }
 
 int model_device_cuda_check(const ModelDeviceSetup *s, char *err, size_t errlen) {
-    if (s->distributed_optimizer && s->grid->groups[GROUP_DP].size > 1) {
-        mt_set_error(err, errlen,
-                     "parallel.distributed_optimizer: not implemented on GPUs yet (it is on the CPU); set it to "
-                     "false for run.device: cuda");
-        return MT_EXIT_USAGE;
-    }
     if (s->precision == DTYPE_FP8) {
         mt_set_error(err, errlen,
                      "precision: fp8 runs as the exact CPU emulation only for now (run.device: cpu); the GPU's FP8 "
@@ -169,12 +164,20 @@ static int create_comms(ModelDevice *d, const ModelDeviceSetup *s, char *err, si
     if (grid->layout.pp > 1 && grid->in_embedding && s->cfg->tie_word_embeddings) {
         /* the tied embedding's gradient: the first stage's and the last stage's copy summed */
         if (device_comm_create(&c->embed_comm, &grid->groups[GROUP_EMBEDDING], staged, err, errlen) != 0) return -1;
+        const ParamInfo *embed = model_embed_param(d->host); /* summed over the stages before its reduce-scatter */
+        if (d->zero1_on && embed) cuda_model_zero1_hold(c->model, (long)embed->offset, embed->numel);
     }
     if (dp) {
         if (device_comm_create(&c->dp_comm, &grid->groups[GROUP_DP], staged, err, errlen) != 0) return -1;
         cuda_model_set_grad_sync(c->model, &c->dp_comm);
-        mt_log("data parallel: %d GPU(s), gradients averaged with %s layer by layer during the backward",
-               c->dp_comm.size, staged ? "MPI" : "NCCL");
+        if (d->zero1_on)
+            mt_log("data parallel: %d GPU(s) with the distributed optimizer: gradients reduce-scattered with %s in "
+                   "%d buckets during the backward, AdamW on this rank's %zu of %zu floats, parameters all-gathered "
+                   "bucket by bucket ahead of the next forward's layers", c->dp_comm.size, staged ? "MPI" : "NCCL",
+                   zero1_num_buckets(&d->zero1), d->zero1.owned, d->zero1.count);
+        else
+            mt_log("data parallel: %d GPU(s), gradients averaged with %s layer by layer during the backward",
+                   c->dp_comm.size, staged ? "MPI" : "NCCL");
     }
     if (ep) { /* the token dispatch over ep; the experts' gradients over the ranks that hold the same ones */
         const Comm *edp = &grid->groups[GROUP_EDP];
@@ -252,6 +255,7 @@ static void device_reduce_grads(ModelDevice *d) {
     if (c->embed_comm.size > 1) {
         const ParamInfo *embed = model_embed_param(d->host);
         cuda_model_sum_grads(c->model, &c->embed_comm, (long)embed->offset, embed->numel);
+        cuda_model_zero1_reduce_held(c->model); /* the distributed optimizer: the buckets held for this sum */
         char err[512]; /* a peer that dies ends this rank too, as in cuda_model_synchronize */
         while (!cuda_model_idle(c->model))
             if (device_comm_check(&c->embed_comm, err, sizeof err) != 0 ||
@@ -390,7 +394,8 @@ ModelDevice *model_device_cuda_create(const ModelDeviceSetup *s, char *err, size
     /* One GPU per process: the rank's index on its machine picks it. */
     const int count = cuda_device_count();
     const int device = count > 0 ? launch_local_rank() % count : 0;
-    const CudaModelOptions options = {.state_dtype = s->state_dtype, .recompute = s->recompute};
+    const CudaModelOptions options = {.state_dtype = s->state_dtype, .recompute = s->recompute,
+                                      .zero1 = d->zero1_on ? &d->zero1 : NULL};
     c->model = cuda_model_create(d->host, device, s->micro_batch_size, s->seq_len, &options, err, errlen);
     if (!c->model) {
         model_device_free(d);
@@ -399,8 +404,9 @@ ModelDevice *model_device_cuda_create(const ModelDeviceSetup *s, char *err, size
     d->stage_base = c->model;
     /* global_aux_loss sums the routing counts over dp in every MoE forward: every dp rank runs as many */
     for (int l = 0; l < s->cfg->num_layers; l++) d->eval_lockstep = d->eval_lockstep || model_layer_is_moe(s->cfg, l);
-    mt_log("device: %s, %.2f GiB allocated for weights, gradients, AdamW states and activations",
-           cuda_model_device_name(c->model), (double)cuda_model_bytes(c->model) / 1073741824.0);
+    mt_log("device: %s, %.2f GiB allocated for weights, gradients, AdamW states%s and activations",
+           cuda_model_device_name(c->model), (double)cuda_model_bytes(c->model) / 1073741824.0,
+           d->zero1_on ? " (this rank's shard)" : "");
     if (create_comms(d, s, err, errlen) != 0) {
         model_device_free(d);
         return NULL;

@@ -1,0 +1,297 @@
+/* cuda_model_zero1.c: the distributed optimizer (ZeRO-1, Megatron's
+ * --use-distributed-optimizer) on the GPU, over the host's split
+ * (src/dist/zero1.h): the flat arrays cut into buckets of DP_BUCKET_BYTES,
+ * each into dp equal parts (the routed experts' under expert parallel into
+ * edp parts), rank r owning part r of every bucket. The same split as the
+ * CPU's, so the host's AdamW shard, the checkpoints (each rank writes its
+ * parts of the moments) and a resume on any layout or device are shared.
+ *
+ * Per step, on the model's comm stream:
+ *   backward   each bucket is reduce-scattered (summed, then scaled by
+ *              1 / dp; the experts' by expert_scale / edp) as soon as every
+ *              float in it is final: on the last micro-batch, after layer
+ *              l's backward, the buckets inside [layer l, the last layer)
+ *              go (the layers run top down, so the ones above are done);
+ *              the rest (the embedding, the final norm and the lm_head,
+ *              the experts' region) after the stage's last backward op.
+ *              A tied embedding shared by two pipeline stages is summed over
+ *              them first, so the buckets touching it are held back until
+ *              cuda_model_zero1_reduce_held. The compute stream goes on
+ *              with the layers below meanwhile.
+ *   norm       the sum of squares of this rank's parts (of the parameters it
+ *              counts under tp), summed over dp (the experts' parts are
+ *              disjoint over ep and edp, so dp covers them once).
+ *   update     AdamW on this rank's parts only, its moments a shard of
+ *              `owned` floats (CudaAdamWChunk.state: the parts one after
+ *              another, the host's order).
+ *   gather     the fp32 parameters all-gathered bucket by bucket (the
+ *              experts' region first, then the flat order, which is the
+ *              forward's), each bucket cast to the bf16 copy as it lands;
+ *              an event per bucket, and the forward of layer l waits only
+ *              for the bucket holding its last float (Megatron's
+ *              overlap-param-gather): the first layers compute while the
+ *              last ones are still being gathered.
+ * Every rank keeps the whole fp32 master (the gather keeps the replicas'
+ * bits identical, as the CPU's ZeRO-1 does); what is sharded is the
+ * moments: 8 bytes a parameter with fp32 states, 4 with bf16, down to 1/dp.
+ *
+ * A bucket whose size is not a multiple of the group goes through a padded
+ * scratch (the last of each region); the others are reduced and gathered in
+ * place (NCCL's in-place forms: a rank's part at its offset in the bucket). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../core/error.h"
+#include "cuda_model_internal.h"
+
+struct CudaZero1 {
+    Zero1Bucket *buckets;
+    int num_buckets;
+    int size[2], rank[2]; /* each region's group (0: dp, 1: edp) */
+    float scale[2];
+    bool *issued;         /* this step's reduce-scatter is enqueued */
+    long hold_begin, hold_end; /* a tied embedding's range: its buckets wait for cuda_model_zero1_reduce_held */
+    float *pad;           /* device scratch for a ragged bucket (pad_floats) */
+    size_t pad_floats;
+    cudaEvent_t *gathered; /* per bucket: its parameters (fp32 and bf16) are whole again */
+    cudaEvent_t updated;  /* the update ran (the gathers wait for it) */
+    int *layer_bucket;    /* per layer: the bucket holding its last float; the embedding's before the layers */
+    int embed_bucket;     /* -1: nothing before the layers */
+    bool gather_pending;  /* gathers were enqueued since the events were last waited for from the host */
+};
+
+/* ---- the split ----------------------------------------------------------- */
+
+/* The floats rank `rank` of the bucket's group owns in bucket b: [*begin, *end) of the flat array. */
+static void owned_part(const Zero1Bucket *b, int rank, size_t *begin, size_t *end) {
+    size_t lo = (size_t)rank * b->share, hi = lo + b->share;
+    if (lo > b->n) lo = b->n;
+    if (hi > b->n) hi = b->n;
+    *begin = b->at + lo;
+    *end = b->at + hi;
+}
+
+static int bucket_of(const CudaZero1 *z, size_t index) { /* the region-0 bucket holding float `index` */
+    for (int i = 0; i < z->num_buckets; i++)
+        if (z->buckets[i].region == 0 && index >= z->buckets[i].at && index < z->buckets[i].at + z->buckets[i].n)
+            return i;
+    return -1;
+}
+
+CudaZero1 *cuda_zero1_create(const CudaModel *m, const Zero1 *split, char *err, size_t errlen) {
+    if ((long)split->count != m->num_floats) {
+        mt_set_error(err, errlen, "the distributed optimizer's split covers %zu floats, the CUDA model has %ld",
+                     split->count, m->num_floats);
+        return NULL;
+    }
+    CudaZero1 *z = mt_calloc(1, sizeof *z);
+    z->num_buckets = zero1_num_buckets(split);
+    z->buckets = mt_malloc((size_t)(z->num_buckets > 0 ? z->num_buckets : 1) * sizeof *z->buckets);
+    for (int r = 0; r < 2; r++) {
+        const Comm *g = zero1_region_group(split, r);
+        z->size[r] = g ? g->size : 1;
+        z->rank[r] = g ? g->rank : 0;
+        z->scale[r] = zero1_region_scale(split, r);
+    }
+    for (int i = 0; i < z->num_buckets; i++) {
+        z->buckets[i] = zero1_bucket(split, i);
+        const Zero1Bucket *b = &z->buckets[i];
+        const size_t padded = b->share * (size_t)z->size[b->region];
+        if (padded != b->n && padded > z->pad_floats) z->pad_floats = padded;
+    }
+    z->issued = mt_calloc((size_t)(z->num_buckets > 0 ? z->num_buckets : 1), sizeof *z->issued);
+    z->hold_begin = z->hold_end = -1;
+    z->layer_bucket = mt_malloc((size_t)(m->shape.L > 0 ? m->shape.L : 1) * sizeof(int));
+    for (int l = 0; l < m->shape.L; l++) z->layer_bucket[l] = bucket_of(z, (size_t)m->layer_end[l] - 1);
+    z->embed_bucket = m->shape.L > 0 && m->layer_begin[0] > 0 ? bucket_of(z, (size_t)m->layer_begin[0] - 1) : -1;
+    return z;
+}
+
+void cuda_zero1_layout(CudaModel *m, Carver *c) {
+    if (m->z1 && m->z1->pad_floats) CARVE(c, m->z1->pad, m->z1->pad_floats);
+}
+
+void cuda_zero1_start(CudaModel *m) { /* after the arena: the events */
+    CudaZero1 *z = m->z1;
+    z->gathered = mt_malloc((size_t)(z->num_buckets > 0 ? z->num_buckets : 1) * sizeof *z->gathered);
+    for (int i = 0; i < z->num_buckets; i++)
+        CUDA_CHECK(cudaEventCreateWithFlags(&z->gathered[i], cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&z->updated, cudaEventDisableTiming));
+}
+
+void cuda_zero1_free(CudaZero1 *z) {
+    if (!z) return;
+    if (z->gathered) {
+        for (int i = 0; i < z->num_buckets; i++) cudaEventDestroy(z->gathered[i]);
+        cudaEventDestroy(z->updated);
+    }
+    free(z->gathered);
+    free(z->buckets);
+    free(z->issued);
+    free(z->layer_bucket);
+    free(z);
+}
+
+/* The AdamW chunks of this rank's parts (every trained parameter's floats in them; with norm_only, those of the
+ * parameters this rank counts in the grad norm): at most MT_ADAMW_CHUNK floats each, inside one parameter, their
+ * moments at their place in the shard (the parts one after another). */
+CudaAdamWChunk *cuda_zero1_chunks(const Model *host, const Zero1 *split, bool norm_only, int *count) {
+    int n = 0, cap = 64;
+    CudaAdamWChunk *chunks = mt_malloc((size_t)cap * sizeof *chunks);
+    for (int i = 0; i < host->num_params; i++) {
+        const ParamInfo *p = &host->param_info[i];
+        if (norm_only && !p->norm_owner) continue;
+        const size_t begin = p->offset, end = p->offset + (size_t)p->numel;
+        size_t shard = 0; /* the shard's place of range r's first float */
+        for (int r = 0; r < split->num_ranges; r++) {
+            const size_t b = split->begin[r] > begin ? split->begin[r] : begin;
+            const size_t e = split->end[r] < end ? split->end[r] : end;
+            for (size_t at = b; at < e; at += MT_ADAMW_CHUNK) {
+                if (n == cap) chunks = mt_realloc(chunks, (size_t)(cap *= 2) * sizeof *chunks);
+                const size_t len = e - at < MT_ADAMW_CHUNK ? e - at : MT_ADAMW_CHUNK;
+                chunks[n++] = (CudaAdamWChunk){.offset = at, .length = (unsigned)len, .decay = !p->no_decay,
+                                               .state = shard + (at - split->begin[r])};
+            }
+            shard += split->end[r] - split->begin[r];
+        }
+    }
+    *count = n;
+    return chunks;
+}
+
+void cuda_model_zero1_hold(CudaModel *m, long offset, long count) {
+    if (!m->z1) return;
+    m->z1->hold_begin = offset;
+    m->z1->hold_end = offset + count;
+}
+
+/* ---- the gradients --------------------------------------------------------- */
+
+static DeviceComm *group_of(const CudaModel *m, int region) { return region == 0 ? m->grad_sync : m->edp_comm; }
+
+/* Bucket i's gradients: this rank's part becomes the group's sum times the region's scale (comm stream). */
+static void reduce_bucket(CudaModel *m, int i) {
+    CudaZero1 *z = m->z1;
+    const Zero1Bucket *b = &z->buckets[i];
+    const int size = z->size[b->region], rank = z->rank[b->region];
+    cudaStream_t st = m->comm_stream;
+    size_t begin, end;
+    owned_part(b, rank, &begin, &end);
+    z->issued[i] = true;
+    if (size > 1) {
+        DeviceComm *c = group_of(m, b->region);
+        float *at = m->grads + b->at;
+        if (b->share * (size_t)size == b->n) { /* in place: this rank's part at its place */
+            device_reduce_scatter_sum(c, at, at + (size_t)rank * b->share, b->share, NCCL_DTYPE_FLOAT, st);
+        } else {
+            const size_t padded = b->share * (size_t)size;
+            CUDA_CHECK(cudaMemcpyAsync(z->pad, at, b->n * sizeof(float), cudaMemcpyDeviceToDevice, st));
+            CUDA_CHECK(cudaMemsetAsync(z->pad + b->n, 0, (padded - b->n) * sizeof(float), st));
+            float *mine = z->pad + (size_t)rank * b->share;
+            device_reduce_scatter_sum(c, z->pad, mine, b->share, NCCL_DTYPE_FLOAT, st);
+            if (end > begin)
+                CUDA_CHECK(cudaMemcpyAsync(m->grads + begin, mine, (end - begin) * sizeof(float),
+                                           cudaMemcpyDeviceToDevice, st));
+        }
+    }
+    if (end > begin) CUDA_CHECK(cuda_scale_f32(m->grads + begin, z->scale[b->region], end - begin, st));
+}
+
+static bool held(const CudaZero1 *z, const Zero1Bucket *b) {
+    return z->hold_end > z->hold_begin && (long)b->at < z->hold_end && (long)(b->at + b->n) > z->hold_begin;
+}
+
+void cuda_zero1_layer_done(CudaModel *m, int l) {
+    CudaZero1 *z = m->z1;
+    const long lo = m->layer_begin[l], hi = m->layer_end[m->shape.L - 1];
+    bool any = false;
+    for (int i = 0; i < z->num_buckets; i++) {
+        const Zero1Bucket *b = &z->buckets[i];
+        if (z->issued[i] || b->region != 0 || (long)b->at < lo || (long)(b->at + b->n) > hi || held(z, b)) continue;
+        if (!any) { /* the comm stream starts once the compute stream has reached here */
+            CUDA_CHECK(cudaEventRecord(m->layer_done[l], m->ctx.stream));
+            CUDA_CHECK(cudaStreamWaitEvent(m->comm_stream, m->layer_done[l], 0));
+            any = true;
+        }
+        reduce_bucket(m, i);
+    }
+}
+
+void cuda_zero1_finish(CudaModel *m) {
+    CudaZero1 *z = m->z1;
+    CUDA_CHECK(cudaEventRecord(m->layer_done[m->shape.L], m->ctx.stream));
+    CUDA_CHECK(cudaStreamWaitEvent(m->comm_stream, m->layer_done[m->shape.L], 0));
+    for (int i = 0; i < z->num_buckets; i++)
+        if (!z->issued[i] && !held(z, &z->buckets[i])) reduce_bucket(m, i);
+    CUDA_CHECK(cudaEventRecord(m->comm_done, m->comm_stream));
+}
+
+void cuda_model_zero1_reduce_held(CudaModel *m) {
+    CudaZero1 *z = m->z1;
+    if (!z) return;
+    CUDA_CHECK(cudaEventRecord(m->layer_done[m->shape.L], m->ctx.stream));
+    CUDA_CHECK(cudaStreamWaitEvent(m->comm_stream, m->layer_done[m->shape.L], 0));
+    for (int i = 0; i < z->num_buckets; i++)
+        if (!z->issued[i]) reduce_bucket(m, i);
+    CUDA_CHECK(cudaEventRecord(m->comm_done, m->comm_stream));
+    CUDA_CHECK(cudaStreamWaitEvent(m->ctx.stream, m->comm_done, 0));
+}
+
+void cuda_zero1_step_begin(CudaModel *m) {
+    if (m->z1) memset(m->z1->issued, 0, (size_t)m->z1->num_buckets * sizeof *m->z1->issued);
+}
+
+/* ---- the parameters -------------------------------------------------------- */
+
+/* Bucket i's parameters from their owners (comm stream), then its bf16 copy. */
+static void gather_bucket(CudaModel *m, int i) {
+    CudaZero1 *z = m->z1;
+    const Zero1Bucket *b = &z->buckets[i];
+    const int size = z->size[b->region], rank = z->rank[b->region];
+    cudaStream_t st = m->comm_stream;
+    float *at = m->params + b->at;
+    if (size > 1) {
+        DeviceComm *c = group_of(m, b->region);
+        if (b->share * (size_t)size == b->n) {
+            device_all_gather(c, at + (size_t)rank * b->share, at, b->share, NCCL_DTYPE_FLOAT, st);
+        } else {
+            size_t begin, end;
+            owned_part(b, rank, &begin, &end);
+            float *mine = z->pad + (size_t)rank * b->share;
+            if (end > begin)
+                CUDA_CHECK(cudaMemcpyAsync(mine, m->params + begin, (end - begin) * sizeof(float),
+                                           cudaMemcpyDeviceToDevice, st));
+            if (b->share > end - begin)
+                CUDA_CHECK(cudaMemsetAsync(mine + (end - begin), 0, (b->share - (end - begin)) * sizeof(float), st));
+            device_all_gather(c, mine, z->pad, b->share, NCCL_DTYPE_FLOAT, st);
+            CUDA_CHECK(cudaMemcpyAsync(at, z->pad, b->n * sizeof(float), cudaMemcpyDeviceToDevice, st));
+        }
+    }
+    CUDA_CHECK(cuda_cast_fp32_to_bf16(m->params16 + b->at, at, b->n, st));
+    CUDA_CHECK(cudaEventRecord(z->gathered[i], st));
+}
+
+void cuda_zero1_gather(CudaModel *m) {
+    CudaZero1 *z = m->z1;
+    CUDA_CHECK(cudaEventRecord(z->updated, m->ctx.stream));
+    CUDA_CHECK(cudaStreamWaitEvent(m->comm_stream, z->updated, 0));
+    for (int pass = 1; pass >= 0; pass--) /* the experts' region first: any layer may need its experts */
+        for (int i = 0; i < z->num_buckets; i++)
+            if (z->buckets[i].region == pass) gather_bucket(m, i);
+    CUDA_CHECK(cudaEventRecord(m->comm_done, m->comm_stream));
+    z->gather_pending = true;
+}
+
+/* The compute stream waits for the parameters the next op reads: layer l's (l >= 0), the embedding's (-1) or all
+ * (-2: the head, and before the host reads or writes them). */
+void cuda_zero1_wait(CudaModel *m, int l) {
+    CudaZero1 *z = m->z1;
+    if (!z || !z->gather_pending) return;
+    const int i = l >= 0 ? z->layer_bucket[l] : l == -1 ? z->embed_bucket : -1;
+    if (l == -1 && i < 0) return; /* nothing before the layers */
+    if (i < 0) {
+        CUDA_CHECK(cudaStreamWaitEvent(m->ctx.stream, m->comm_done, 0));
+        return;
+    }
+    CUDA_CHECK(cudaStreamWaitEvent(m->ctx.stream, z->gathered[i], 0));
+}
