@@ -49,16 +49,18 @@ launch() { # launch NP DIR RECIPE [--set ...]: a GPU run on NP ranks sharing the
 # from DIR STEP: "loss grad_norm" of DIR's steps from STEP on
 from() { paste -d' ' <(json_field "$WORK/$1/metrics.jsonl" step) <(json_field "$WORK/$1/metrics.jsonl" loss) \
            <(json_field "$WORK/$1/metrics.jsonl" grad_norm) | awk -v from="$2" '$1 >= from { print $2, $3 }'; }
-# tracks DIR REF [STEP]: DIR's losses and grad norms against REF's (the checks above), from step STEP (1) to S
+# tracks DIR REF [STEP [moe]]: DIR's losses and grad norms against REF's (the checks above), from step STEP (1) to
+# S; moe: the first 10 steps only (once two MoE runs part, a token's routing may flip: test_cuda_moe.sh's rule)
 tracks() {
   paste -d' ' <(from "$2" "${3:-1}") <(from "$1" "${3:-1}") |
-    awk -v name="$1" -v steps=$((S - ${3:-1} + 1)) 'function abs(x) { return x < 0 ? -x : x }
+    awk -v name="$1" -v steps=$((S - ${3:-1} + 1)) -v moe="${4:-}" 'function abs(x) { return x < 0 ? -x : x }
       NR == 1 { first = abs($3 - $1) }
-      NR <= 10 { if (abs($3 - $1) > early) early = abs($3 - $1) }
-      { if (abs($4 - $2) / $2 > gn) gn = abs($4 - $2) / $2; if (abs($3 - $1) > worst) worst = abs($3 - $1); n++ }
-      END { printf "%s: first loss %.2e, first 10 steps %.2e, grad norms %.2e, worst %.2e over %d steps\n", name, first,
-                   early, gn, worst, n
-            exit !(n == steps && NF == 4 && first < 2e-4 && early < 2e-3 && gn < 5e-3 && worst < 0.02) }' ||
+      NR <= 10 { if (abs($3 - $1) > early) early = abs($3 - $1); if (abs($4 - $2) / $2 > gn) gn = abs($4 - $2) / $2 }
+      { if (abs($4 - $2) / $2 > gnw) gnw = abs($4 - $2) / $2; if (abs($3 - $1) > worst) worst = abs($3 - $1); n++ }
+      END { printf "%s: first loss %.2e, first 10 steps %.2e (grad norms %.2e), worst %.2e (%.2e) over %d steps\n",
+                   name, first, early, gn, worst, gnw, n
+            exit !(n == steps && NF == 4 && first < 2e-4 && early < 2e-3 && gn < 5e-3 &&
+                   (moe != "" || (worst < 0.02 && gnw < 0.05))) }' ||
     fail "$1 does not track $2"
 }
 # zero1_log DIR BUCKETS: the log says the distributed optimizer runs, over more than (or exactly, =N) BUCKETS buckets
@@ -100,8 +102,8 @@ tracks pp2dp2-tied tied
 launch 1 mixtral mixtral
 MEGATRAIN_DP_BUCKET_BYTES=$SMALL launch 4 ep2dp4 mixtral "${Z[@]}" --set parallel.ep=2 --set train.micro_batch_size=2
 zero1_log ep2dp4 4
-tracks ep2dp4 mixtral
-[[ -d $WORK/ep2dp2 ]] && tracks ep2dp2 mixtral
+tracks ep2dp4 mixtral 1 moe
+[[ -d $WORK/ep2dp2 ]] && tracks ep2dp2 mixtral 1 moe
 
 # Checkpoints: dp 2 ZeRO-1 -> dp 2 ZeRO-1 on the GPU, and -> one rank on the CPU; one GPU -> dp 2 ZeRO-1.
 resume_from() { # resume_from NAME CHECKPOINT NP [--set ...]: steps H+1..S from CHECKPOINT (step H) into NAME

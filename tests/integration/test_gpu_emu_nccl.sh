@@ -11,7 +11,8 @@
 #     streams that the ranks run in different orders (EMU_STREAMS=lazy,eager),
 #     which NCCL_LAUNCH_ORDER_IMPLICIT=1 turns into a pass;
 #   - the tiny llama at tp 2 with sequence parallel, cp 2 and dp 2 (gradients
-#     averaged layer by layer on the second stream), and the tiny mixtral at
+#     averaged layer by layer on the second stream; and with the distributed
+#     optimizer: buckets reduce-scattered and all-gathered in place), and the tiny mixtral at
 #     ep 2 (the all-to-all of grouped sends and receives) on the emulated
 #     GPUs: their logs say NCCL, and the first 10 losses and grad norms
 #     follow the one-GPU run's (emu_tracks in lib.sh: 1e-3 and 0.5%; the grad
@@ -23,8 +24,9 @@
 #     as GPUs whose timings differ run them): the tiny llama at tp 2 x dp 2
 #     hangs with NCCL_LAUNCH_ORDER_IMPLICIT=0 (the hazard is real in
 #     megatrain's schedule) and, with the launch order megatrain sets
-#     (src/dist/comm_nccl.c), tracks one GPU; so does the tiny mixtral at
-#     ep 2 over dp 4.
+#     (src/dist/comm_nccl.c), tracks one GPU; so do the tiny mixtral at
+#     ep 2 over dp 4 and the tiny llama at tp 2 x dp 2 with the distributed
+#     optimizer (its reduce-scatters and all-gathers on the second stream).
 # A GPU run remains what counts (tests/gpu/PENDING.md's NCCL row).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -68,6 +70,10 @@ emu_run cp2 2 llama --set parallel.cp=2
 emu_tracks cp2 gpu "keys and values all-gathered with NCCL"
 emu_run dp2 2 llama --set train.micro_batch_size=4
 emu_tracks dp2 gpu "gradients averaged with NCCL layer by layer"
+# the distributed optimizer: 9 buckets of 16384 floats, each reduce-scattered and all-gathered in place
+MEGATRAIN_DP_BUCKET_BYTES=65536 emu_run dp2-zero1 2 llama --set train.micro_batch_size=4 \
+  --set parallel.distributed_optimizer=true
+emu_tracks dp2-zero1 gpu "with the distributed optimizer: gradients reduce-scattered with NCCL in 9 buckets"
 moe=(--set model.moe.load_balancing=global_aux_loss) # the balancing counts summed over the ranks: as one GPU
 emu_run gpu-moe 1 mixtral "${moe[@]}"
 emu_run ep2 2 mixtral "${moe[@]}" --set parallel.ep=2 --set train.micro_batch_size=4 --set train.replica_check_interval=1
@@ -87,4 +93,12 @@ emu_run tp2dp2-mixed 4 llama --set parallel.tp=2 --set train.micro_batch_size=4
 emu_tracks tp2dp2-mixed gpu "operations in launch order (NCCL_LAUNCH_ORDER_IMPLICIT=1)"
 emu_run ep2dp4-mixed 4 mixtral "${moe[@]}" --set parallel.ep=2 --set train.micro_batch_size=2
 emu_tracks ep2dp4-mixed gpu-moe "tokens dispatched with NCCL all-to-all"
+# the distributed optimizer's all-gathers stay in flight past the step's end, while the host runs its MPI
+# collectives: a lazy rank (its streams run only when the host waits) would hold them back there while an eager one
+# (each call runs, and blocks its host, when enqueued) waits in them, a hang GPUs cannot have (their streams go on
+# without the host); lazy-first keeps the comm stream eager and the compute stream lazy on ranks 1 and 2, so their
+# tp and dp calls still meet the others' in another order
+EMU_STREAMS=eager,lazy-first,lazy-first,eager MEGATRAIN_DP_BUCKET_BYTES=65536 emu_run tp2dp2-zero1-mixed 4 llama \
+  --set parallel.tp=2 --set train.micro_batch_size=4 --set parallel.distributed_optimizer=true
+emu_tracks tp2dp2-zero1-mixed gpu "with the distributed optimizer: gradients reduce-scattered with NCCL"
 echo ok
