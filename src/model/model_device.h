@@ -69,7 +69,8 @@ typedef struct ModelDeviceOps {
     const char *name;                         /* run.device: "cpu", "cuda" */
     void (*destroy)(ModelDevice *d);          /* the implementation's part (model_device_free does the rest) */
     /* Weights and AdamW moments: host -> device (after the host's were written) and device -> host (before
-     * they are read: checkpoints, replica checks). grads_to_host: the gradients into host->grads. */
+     * they are read: checkpoints, replica checks; with the distributed optimizer on a device that shards the
+     * master, a collective over dp). grads_to_host: the gradients into host->grads. */
     void (*from_host)(ModelDevice *d);
     void (*to_host)(ModelDevice *d);
     void (*grads_to_host)(ModelDevice *d);

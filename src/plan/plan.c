@@ -14,9 +14,9 @@
  * gradients (4) and AdamW's two fp32 moments (8); on the CPU fp32 weights
  * (4), gradients (4) and moments (8). With optimizer.state_dtype: bf16 the
  * moments take 4 (both devices). distributed_optimizer shards the
- * moments over dp (ZeRO-1), the routed experts' over edp; every rank keeps
- * the whole fp32 master (the CPU's weights; on a GPU it is all-gathered
- * after each update, src/model/cuda/cuda_model_zero1.c).
+ * master and the moments over dp (ZeRO-1), the routed experts' over edp
+ * (on a GPU, src/model/cuda/cuda_model_zero1.c; the CPU's weights are its
+ * master: whole on every rank).
  * With LoRA (peft) only the adapters have gradients, moments (and a master
  * copy): the frozen base weights count their weight bytes alone; each
  * adapter keeps A x (rank floats per token and layer) for its backward.
@@ -158,10 +158,10 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
                   1.25 * k * (4.0 + (5 * C + 6 * Ie) * 4.0);
     const double tokens = (double)t->micro_batch_size * T / cp;
 
-    /* distributed optimizer: the dense weights' moments over dp, the routed experts' over edp (the master whole) */
+    /* distributed optimizer: the dense weights' master and moments over dp, the routed experts' over edp */
     const double edp = dp / ep;
     const bool zero1 = par->distributed_optimizer;
-    const double master_dense = 4.0, master_experts = 4.0;
+    const double master_dense = zero1 ? 4.0 / dp : 4.0, master_experts = zero1 ? 4.0 / edp : 4.0;
     const double moments = r->optimizer.state_dtype == DTYPE_BF16 ? 4.0 : 8.0; /* m and v, per parameter */
     const double moments_dense = zero1 ? moments / dp : moments, moments_experts = zero1 ? moments / edp : moments;
     for (int s = 0; s < pp; s++) {

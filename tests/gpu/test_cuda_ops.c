@@ -276,11 +276,12 @@ static void test_embedding(Rng *rng, int N, int V, int C) {
  * fp32, or bf16 (optimizer.state_dtype: bf16: the reference rounds the new moments bf16(float(.)) as
  * optimizer.c's adamw_update_bf16, and moves the parameter by the unrounded ones). The kernel computes in fp32, so a
  * bf16 moment at a rounding boundary may land one bf16 step from the reference's: none further, at most 0.1%.
- * sharded: the distributed optimizer's form: every other chunk only (this rank's parts), their moments one after
- * another in a shard (CudaAdamWChunk.state); the other parameters must be left as they were. */
+ * sharded: the distributed optimizer's form: every other chunk only (this rank's parts), their moments and fp32
+ * master one after another in a shard (CudaAdamWChunk.state, params_sharded), the bf16 copy written at the flat
+ * index; the other parameters' bf16 copy must be left as it was. */
 static void test_adamw(Rng *rng, long n, bool bf16_states, bool sharded) {
     printf("adamw n=%ld (2 parameters, chunked), %s moments%s\n", n, bf16_states ? "bf16" : "fp32",
-           sharded ? ", every other chunk with its moments in a shard" : "");
+           sharded ? ", every other chunk with its moments and master in a shard" : "");
     /* fp32 gradients, as the backward gives (bf16 ones would put the new bf16 moments on exact rounding ties
      * often: (9 m + g) / 10 of two 8-bit significands) */
     float *p = rand_bf16_values(rng, n, 1.0), *g = malloc((size_t)n * sizeof(float));
@@ -315,22 +316,27 @@ static void test_adamw(Rng *rng, long n, bool bf16_states, bool sharded) {
     }
     /* the moments as the kernel holds them: shard place j is flat index idx[j] */
     float *m_in = malloc((size_t)S * sizeof(float)), *v_in = malloc((size_t)S * sizeof(float));
+    float *p_in = malloc((size_t)n * sizeof(float)); /* the master: the flat array, or the shard */
     for (long j = 0; j < S; j++) m_in[j] = m[idx[j]], v_in[j] = v[idx[j]];
-    float *d_p = dev_f32(p, n), *d_g = dev_f32(g, n);
+    for (long i = 0; i < (sharded ? S : n); i++) p_in[i] = sharded ? p[idx[i]] : p[i];
+    float *d_p = dev_f32(p_in, sharded ? S : n), *d_g = dev_f32(g, n);
     void *d_m = bf16_states ? (void *)dev_bf16(m_in, S) : (void *)dev_f32(m_in, S);
     void *d_v = bf16_states ? (void *)dev_bf16(v_in, S) : (void *)dev_f32(v_in, S);
     uint16_t *d_p16 = dev_bf16(p, n);
     CudaAdamWChunk *d_chunks = dev_copy(chunks, (size_t)nchunks * sizeof *chunks);
-    CHECK_CUDA(cuda_adamw_step_chunks(d_p, d_g, d_m, d_v, bf16_states, d_p16, d_chunks, nchunks, &args, 0));
-    float *g_p = host_from_f32(d_p, n), *g_p16 = host_from_bf16(d_p16, n);
+    CHECK_CUDA(cuda_adamw_step_chunks(d_p, sharded, d_g, d_m, d_v, bf16_states, d_p16, d_chunks, nchunks, &args, 0));
+    float *g_p = malloc((size_t)n * sizeof(float)), *g_p16 = host_from_bf16(d_p16, n);
+    float *g_master = host_from_f32(d_p, sharded ? S : n);
+    for (long i = 0; i < n; i++) g_p[i] = sharded ? p[i] : g_master[i]; /* the master back at the flat index */
+    for (long j = 0; sharded && j < S; j++) g_p[idx[j]] = g_master[j];
     float *g_m = bf16_states ? host_from_bf16(d_m, S) : host_from_f32(d_m, S);
     float *g_v = bf16_states ? host_from_bf16(d_v, S) : host_from_f32(d_v, S);
     check("params (fp32)", rel_max(g_p, rp, n), 1e-6);
     check("params bf16 copy", rel_max(g_p16, rp, n), 4e-3);
     if (sharded) {
         long touched = 0;
-        for (long i = 0; i < n; i++) touched += !owned[i] && g_p[i] != p[i];
-        check("parameters outside the chunks changed", (double)touched, 0.0);
+        for (long i = 0; i < n; i++) touched += !owned[i] && g_p16[i] != round_bf16(p[i]);
+        check("bf16 copies outside the chunks changed", (double)touched, 0.0);
     }
     /* the updates alone (relative L2): the step taken with the rounded new moments instead of the unrounded ones
      * would be about 2^-10 off */
@@ -361,7 +367,7 @@ static void test_adamw(Rng *rng, long n, bool bf16_states, bool sharded) {
     }
     cudaFree(d_p); cudaFree(d_g); cudaFree(d_m); cudaFree(d_v); cudaFree(d_p16); cudaFree(d_chunks);
     free(p); free(g); free(m); free(v); free(rp); free(rm); free(rv); free(g_p); free(g_p16); free(g_m); free(g_v);
-    free(idx); free(owned); free(m_in); free(v_in); free(want_m); free(want_v);
+    free(idx); free(owned); free(m_in); free(v_in); free(p_in); free(g_master); free(want_m); free(want_v);
 }
 
 static void test_sum_squares(Rng *rng, long n) {

@@ -122,8 +122,7 @@ static void test_schedule_and_sharding(void **state) {
     assert_int_equal(plan_compute(&zero1, &r, 32, err, sizeof err), 0);
     for (int s = 0; s < 4; s++) {
         assert_true(fabs(zero1.stages[s].optimizer_bytes * 4 - p.stages[s].optimizer_bytes) < 1.0);
-        /* the fp32 master stays whole on every rank (the GPU all-gathers it after each update) */
-        assert_true(fabs(zero1.stages[s].weight_bytes - p.stages[s].weight_bytes) < 1.0);
+        assert_true(zero1.stages[s].weight_bytes < p.stages[s].weight_bytes); /* the GPU's fp32 master sharded */
         assert_true(fabs(zero1.stages[s].activation_bytes - p.stages[s].activation_bytes) < 1.0);
     }
     /* interleaved: one activation set of all the stage's chunks per micro-batch in flight, the schedule's peak

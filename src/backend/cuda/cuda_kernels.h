@@ -56,16 +56,19 @@ typedef struct CudaAdamWChunk {
 #define MT_ADAMW_CHUNK 65536
 
 /* One fused AdamW update of every chunk of `chunks` (a device array), one
- * launch: params (fp32 master) and grads are fp32; exp_avg (m) and
+ * launch: params (fp32 master, laid out as the flat array, or with
+ * params_sharded as the moments: the distributed optimizer's shard) and
+ * grads are fp32; exp_avg (m) and
  * exp_avg_sq (v) are fp32, or bf16 bits when bf16_states is not 0
  * (optimizer.state_dtype: bf16: read widened, the update in fp32 with the
  * unrounded new moments, then stored rounded to nearest-even). When
  * params_bf16 is not NULL it receives the updated params rounded to bf16
- * (nearest-even), the copy the bf16 forward reads. Grads are read, never
+ * (nearest-even), the copy the bf16 forward reads (at the flat index). Grads are read, never
  * written. args->weight_decay applies to chunks with decay set. */
-cudaError_t cuda_adamw_step_chunks(float *params, const float *grads, void *exp_avg, void *exp_avg_sq, int bf16_states,
-                                   uint16_t *params_bf16, const CudaAdamWChunk *chunks, int num_chunks,
-                                   const CudaAdamWArgs *args, cudaStream_t stream);
+cudaError_t cuda_adamw_step_chunks(float *params, int params_sharded, const float *grads, void *exp_avg,
+                                   void *exp_avg_sq, int bf16_states, uint16_t *params_bf16,
+                                   const CudaAdamWChunk *chunks, int num_chunks, const CudaAdamWArgs *args,
+                                   cudaStream_t stream);
 
 /* bias_correction{1,2} for update number `step` (1-based) into args. */
 void cuda_adamw_set_step(CudaAdamWArgs *args, long step);

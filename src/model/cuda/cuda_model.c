@@ -154,7 +154,7 @@ static void layout_shared(CudaModel *m, Carver *c) {
     const size_t P = (size_t)m->num_floats, N = (size_t)m->max_B * m->max_T, R = (size_t)model_shape_rows(sh, (int)N);
     const size_t C = sh->C, I = sh->I, D = sh->D, H = sh->H, KVH = sh->KVH;
     const size_t HD = sh->HD, KVD = sh->KVD, QKV = HD + 2 * KVD, cp = (size_t)sh->cp;
-    CARVE(c, m->params, P);
+    CARVE(c, m->params, m->z1 ? (size_t)m->state_floats : P); /* the distributed optimizer: the master's shard */
     CARVE(c, m->grads, P);
     m->exp_avg = carve(c, (size_t)m->state_floats * state_bytes(m));
     m->exp_avg_sq = carve(c, (size_t)m->state_floats * state_bytes(m));
@@ -584,7 +584,9 @@ void cuda_model_free(CudaModel *m) {
 void cuda_model_upload(CudaModel *m, const float *params, const void *exp_avg, const void *exp_avg_sq) {
     const size_t bytes = (size_t)m->num_floats * sizeof(float), moments = (size_t)m->state_floats * state_bytes(m);
     cuda_zero1_wait(m, -2); /* no gather left to land on what is copied in */
-    if (params) {
+    if (params && m->z1) {
+        cuda_zero1_upload(m, 0, m->num_floats, params); /* the bf16 copy, this rank's parts of the master */
+    } else if (params) {
         copy_in_order(m, m->params, params, bytes, cudaMemcpyHostToDevice);
         CUDA_CHECK(cuda_cast_fp32_to_bf16(m->params16, m->params, (size_t)m->num_floats, m->ctx.stream));
     }
@@ -598,6 +600,10 @@ void cuda_model_upload_range(CudaModel *m, long offset, long count, const float 
         mt_die(MT_EXIT_FAILURE, "cuda_model_upload_range: [%ld, %ld) is outside the %ld parameters", offset,
                offset + count, m->num_floats);
     cuda_zero1_wait(m, -2);
+    if (m->z1) {
+        cuda_zero1_upload(m, offset, count, host);
+        return;
+    }
     copy_in_order(m, m->params + offset, host, (size_t)count * sizeof(float), cudaMemcpyHostToDevice);
     CUDA_CHECK(cuda_cast_fp32_to_bf16(m->params16 + offset, m->params + offset, (size_t)count, m->ctx.stream));
 }
@@ -608,7 +614,8 @@ void cuda_model_download(CudaModel *m, float *params, void *exp_avg, void *exp_a
     const size_t bytes = (size_t)m->num_floats * sizeof(float), moments = (size_t)m->state_floats * state_bytes(m);
     cuda_zero1_wait(m, -2); /* the parameters whole again */
     CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
-    if (params) copy_in_order(m, params, m->params, bytes, cudaMemcpyDeviceToHost);
+    if (params && m->z1) cuda_zero1_download(m, params); /* this rank's parts (the caller gathers the rest) */
+    else if (params) copy_in_order(m, params, m->params, bytes, cudaMemcpyDeviceToHost);
     if (exp_avg) copy_in_order(m, exp_avg, m->exp_avg, moments, cudaMemcpyDeviceToHost);
     if (exp_avg_sq) copy_in_order(m, exp_avg_sq, m->exp_avg_sq, moments, cudaMemcpyDeviceToHost);
 }
@@ -688,9 +695,9 @@ void cuda_model_adamw(CudaModel *m, const CudaAdamWStep *step) {
         .grad_scale = (float)step->grad_scale,
     };
     cuda_adamw_set_step(&args, step->step);
-    /* with the distributed optimizer the gather writes the bf16 copy of every bucket */
-    TIMED(m, PROF_OPTIMIZER, CUDA_CHECK(cuda_adamw_step_chunks(m->params, m->grads, m->exp_avg, m->exp_avg_sq,
-                                                               m->bf16_states, m->z1 ? NULL : m->params16, m->chunks,
+    /* with the distributed optimizer the master is this rank's shard, and the gather brings the others' bf16 parts */
+    TIMED(m, PROF_OPTIMIZER, CUDA_CHECK(cuda_adamw_step_chunks(m->params, m->z1 != NULL, m->grads, m->exp_avg,
+                                                               m->exp_avg_sq, m->bf16_states, m->params16, m->chunks,
                                                                m->num_chunks, &args, m->ctx.stream)));
     if (m->z1) cuda_zero1_gather(m);
     if (m->prof_on && ++m->prof_steps == m->prof_on) prof_report(m);

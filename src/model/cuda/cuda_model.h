@@ -7,7 +7,8 @@
  * activation recomputation or not (train.recompute): fp32
  * master weights, fp32 gradients, AdamW states in fp32 or bf16
  * (optimizer.state_dtype), a bf16 copy of the weights that every product
- * reads, bf16 activations.
+ * reads, bf16 activations; with the distributed optimizer the master and the
+ * states are this rank's shard (cuda_model_zero1.c).
  *
  * It mirrors a host Model (src/model): the same config, the same param
  * registry and the same flat layout, so params, grads and optimizer states
@@ -58,7 +59,9 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
 void cuda_model_free(CudaModel *model);
 
 /* Copies between the host arrays (params: num_floats fp32; m and v of the model's state_dtype, as adamw_m and
- * adamw_v hold them: num_floats, or with the distributed optimizer this rank's shard) and the device. Uploading params also refreshes their bf16 copy. m and v may be
+ * adamw_v hold them: num_floats, or with the distributed optimizer this rank's shard) and the device. With the
+ * distributed optimizer the device holds this rank's parts of the fp32 master only: download writes those into
+ * params (the caller all-gathers the rest over dp), upload keeps those of the whole params it is given. Uploading params also refreshes their bf16 copy. m and v may be
  * NULL (left as is). */
 void cuda_model_upload(CudaModel *model, const float *params, const void *m, const void *v);
 void cuda_model_download(CudaModel *model, float *params, void *m, void *v);

@@ -96,7 +96,7 @@ struct CudaModel {
 
     void *arena;               /* the one allocation */
     size_t arena_bytes, peak_used;
-    float *params, *grads;
+    float *params, *grads;     /* fp32 master (num_floats; with z1 this rank's shard, state_floats) and gradients */
     void *exp_avg, *exp_avg_sq; /* AdamW's m and v: fp32, or bf16 (bf16_states) */
     bool bf16_states;          /* optimizer.state_dtype: bf16 */
     bf16_t *params16;
@@ -299,5 +299,12 @@ void cuda_zero1_finish(CudaModel *m);
  * for layer l's parameters (l >= 0), the embedding's (-1) or all of them (-2). */
 void cuda_zero1_gather(CudaModel *m);
 void cuda_zero1_wait(CudaModel *m, int l);
+/* The host's fp32 values of [offset, offset + count) into the model (bf16 copy, this rank's parts of the master, the
+ * fp32 replica), and this rank's parts of the master into the host's flat array. */
+void cuda_zero1_upload(CudaModel *m, long offset, long count, const float *host);
+void cuda_zero1_download(CudaModel *m, float *host);
+/* The fp32 values of the weight at flat `offset` that the GPU reads in fp32 (a MoE router, an expert_bias): the
+ * master itself, or with the distributed optimizer their whole replica. */
+const float *cuda_model_f32(CudaModel *m, long offset);
 
 #endif

@@ -402,8 +402,8 @@ void cuda_moe_forward(CudaModel *m, int l, const bf16_t *x, const bf16_t *resid,
 
     TIMED(m, PROF_MOE_ROUTER, {
         CUDA_CHECK(cuda_cast_bf16_to_fp32(s->x32, x, (size_t)N * C, st));
-        cuda_sgemm_forward(ctx, v->logits, s->x32, m->params + o->router, N, C, E);
-        CUDA_CHECK(cuda_moe_route(v->logits, o->expert_bias >= 0 ? m->params + o->expert_bias : NULL, v->scores,
+        cuda_sgemm_forward(ctx, v->logits, s->x32, cuda_model_f32(m, o->router), N, C, E);
+        CUDA_CHECK(cuda_moe_route(v->logits, o->expert_bias >= 0 ? cuda_model_f32(m, o->expert_bias) : NULL, v->scores,
                                   v->lse, v->score_sum, v->selected, v->raw, v->weight, N, E, k, sigmoid,
                                   mc->norm_topk_prob, st));
     });
@@ -501,8 +501,8 @@ const bf16_t *cuda_moe_backward(CudaModel *m, int l, const bf16_t *dy, float los
                                             v->selected, v->raw, v->weight, coef, v->aux_span, aux_mult, z_mult, N,
                                             E, k, sigmoid, mc->norm_topk_prob, st));
         CUDA_CHECK(cuda_cast_bf16_to_fp32(s->x32, x, (size_t)N * C, st));
-        cuda_sgemm_backward(ctx, s->router_dx, g32(m, o->router), s->d_logits, s->x32, m->params + o->router, N, C,
-                            E);
+        cuda_sgemm_backward(ctx, s->router_dx, g32(m, o->router), s->d_logits, s->x32, cuda_model_f32(m, o->router),
+                            N, C, E);
     });
     /* the router is whole on every tp rank: with etp > 1 the input gradient is summed over tp below, so only tp
      * rank 0 adds the router's part */

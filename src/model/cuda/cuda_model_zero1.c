@@ -21,38 +21,64 @@
  *   norm       the sum of squares of this rank's parts (of the parameters it
  *              counts under tp), summed over dp (the experts' parts are
  *              disjoint over ep and edp, so dp covers them once).
- *   update     AdamW on this rank's parts only, its moments a shard of
- *              `owned` floats (CudaAdamWChunk.state: the parts one after
- *              another, the host's order).
- *   gather     the fp32 parameters all-gathered bucket by bucket (the
- *              experts' region first, then the flat order, which is the
- *              forward's), each bucket cast to the bf16 copy as it lands;
+ *   update     AdamW on this rank's parts only: the fp32 master and both
+ *              moments are shards of `owned` floats (CudaModel.params,
+ *              exp_avg, exp_avg_sq; CudaAdamWChunk.state: the parts one after
+ *              another, the host's order), the bf16 copy of the updated
+ *              parts written in place in the whole bf16 weights.
+ *   gather     the bf16 weights all-gathered bucket by bucket (the experts'
+ *              region first, then the flat order, which is the forward's);
  *              an event per bucket, and the forward of layer l waits only
  *              for the bucket holding its last float (Megatron's
  *              overlap-param-gather): the first layers compute while the
- *              last ones are still being gathered.
- * Every rank keeps the whole fp32 master (the gather keeps the replicas'
- * bits identical, as the CPU's ZeRO-1 does); what is sharded is the
- * moments: 8 bytes a parameter with fp32 states, 4 with bf16, down to 1/dp.
+ *              last ones are still being gathered. Before them, the few
+ *              weights the GPU reads in fp32 (the MoE routers and their
+ *              expert_bias) are made whole again in a replica of their own:
+ *              each rank writes its parts, zeros elsewhere, summed over dp
+ *              (exact: one value and zeros).
+ * So a rank holds, of its fp32 master and moments, 1/dp (12 bytes a
+ * parameter with fp32 states, 8 with bf16, down to 1/dp), and whole the bf16
+ * weights and the fp32 gradients, as Megatron's distributed optimizer does.
+ * The host's copy of the weights (checkpoints, replica checks) is each
+ * rank's parts downloaded and all-gathered over dp on the host
+ * (model_device_cuda.c); an upload casts the host's whole fp32 array to bf16
+ * through a staging buffer of one bucket and keeps this rank's parts.
  *
- * A bucket whose size is not a multiple of the group goes through a padded
- * scratch (the last of each region); the others are reduced and gathered in
- * place (NCCL's in-place forms: a rank's part at its offset in the bucket). */
+ * A bucket whose size is not a multiple of the group goes through the padded
+ * staging buffer (the last of each region); the others are reduced and
+ * gathered in place (NCCL's in-place forms: a rank's part at its offset in
+ * the bucket). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "../../core/error.h"
 #include "cuda_model_internal.h"
 
+/* A run of floats the GPU reads in fp32 (a router, an expert_bias): [at, at + n) of the flat array, kept whole at
+ * replica + copy; and a piece of this rank's parts in it: shard [from, from + n) -> replica [to, to + n). */
+typedef struct Fp32Run {
+    long at, n, copy;
+} Fp32Run;
+typedef struct Fp32Piece {
+    size_t from, to, n;
+} Fp32Piece;
+
 struct CudaZero1 {
     Zero1Bucket *buckets;
+    size_t *shard_at;     /* per bucket: where this rank's part of it starts in the shard */
     int num_buckets;
     int size[2], rank[2]; /* each region's group (0: dp, 1: edp) */
     float scale[2];
     bool *issued;         /* this step's reduce-scatter is enqueued */
     long hold_begin, hold_end; /* a tied embedding's range: its buckets wait for cuda_model_zero1_reduce_held */
-    float *pad;           /* device scratch for a ragged bucket (pad_floats) */
+    float *pad;           /* device staging: a ragged bucket padded, an upload's bucket (pad_floats) */
     size_t pad_floats;
+    Fp32Run *runs;        /* the fp32-read weights (MoE routers and expert_bias) */
+    int num_runs;
+    Fp32Piece *pieces;
+    int num_pieces;
+    float *replica;       /* device: their whole fp32 values (replica_floats) */
+    size_t replica_floats;
     cudaEvent_t *gathered; /* per bucket: its parameters (fp32 and bf16) are whole again */
     cudaEvent_t updated;  /* the update ran (the gathers wait for it) */
     int *layer_bucket;    /* per layer: the bucket holding its last float; the embedding's before the layers */
@@ -69,6 +95,39 @@ static void owned_part(const Zero1Bucket *b, int rank, size_t *begin, size_t *en
     if (hi > b->n) hi = b->n;
     *begin = b->at + lo;
     *end = b->at + hi;
+}
+
+/* The weights the GPU reads in fp32 (each MoE layer's router and expert_bias) and the pieces of this rank's parts in
+ * them. */
+static void find_fp32_runs(CudaZero1 *z, const CudaModel *m, const Zero1 *split) {
+    const int E = m->cfg.moe.num_experts, C = m->cfg.hidden_size;
+    z->runs = mt_malloc((size_t)(2 * m->shape.L + 1) * sizeof *z->runs);
+    for (int l = 0; l < m->shape.L; l++) {
+        const LayerOffsets *o = &m->layers[l];
+        if (!o->moe) continue;
+        z->runs[z->num_runs++] = (Fp32Run){o->router, (long)E * C, (long)z->replica_floats};
+        z->replica_floats += (size_t)E * C;
+        if (o->expert_bias >= 0) {
+            z->runs[z->num_runs++] = (Fp32Run){o->expert_bias, E, (long)z->replica_floats};
+            z->replica_floats += (size_t)E;
+        }
+    }
+    int cap = 8;
+    z->pieces = mt_malloc((size_t)cap * sizeof *z->pieces);
+    for (int k = 0; k < z->num_runs; k++) {
+        const Fp32Run *r = &z->runs[k];
+        size_t shard = 0;
+        for (int i = 0; i < split->num_ranges; i++) {
+            const size_t b = split->begin[i] > (size_t)r->at ? split->begin[i] : (size_t)r->at;
+            const size_t e = split->end[i] < (size_t)(r->at + r->n) ? split->end[i] : (size_t)(r->at + r->n);
+            if (b < e) {
+                if (z->num_pieces == cap) z->pieces = mt_realloc(z->pieces, (size_t)(cap *= 2) * sizeof *z->pieces);
+                z->pieces[z->num_pieces++] = (Fp32Piece){shard + (b - split->begin[i]),
+                                                         (size_t)r->copy + (b - (size_t)r->at), e - b};
+            }
+            shard += split->end[i] - split->begin[i];
+        }
+    }
 }
 
 static int bucket_of(const CudaZero1 *z, size_t index) { /* the region-0 bucket holding float `index` */
@@ -93,12 +152,25 @@ CudaZero1 *cuda_zero1_create(const CudaModel *m, const Zero1 *split, char *err, 
         z->rank[r] = g ? g->rank : 0;
         z->scale[r] = zero1_region_scale(split, r);
     }
+    z->shard_at = mt_malloc((size_t)(z->num_buckets > 0 ? z->num_buckets : 1) * sizeof *z->shard_at);
+    size_t shard = 0;
     for (int i = 0; i < z->num_buckets; i++) {
         z->buckets[i] = zero1_bucket(split, i);
         const Zero1Bucket *b = &z->buckets[i];
         const size_t padded = b->share * (size_t)z->size[b->region];
-        if (padded != b->n && padded > z->pad_floats) z->pad_floats = padded;
+        if (padded > z->pad_floats) z->pad_floats = padded; /* the staging holds a whole bucket, padded */
+        size_t begin, end;
+        owned_part(b, z->rank[b->region], &begin, &end);
+        z->shard_at[i] = shard;
+        shard += end - begin;
     }
+    if (shard != split->owned) {
+        mt_set_error(err, errlen, "the distributed optimizer's buckets hold %zu floats of this rank, its split %zu",
+                     shard, split->owned);
+        cuda_zero1_free(z);
+        return NULL;
+    }
+    find_fp32_runs(z, m, split);
     z->issued = mt_calloc((size_t)(z->num_buckets > 0 ? z->num_buckets : 1), sizeof *z->issued);
     z->hold_begin = z->hold_end = -1;
     z->layer_bucket = mt_malloc((size_t)(m->shape.L > 0 ? m->shape.L : 1) * sizeof(int));
@@ -108,7 +180,9 @@ CudaZero1 *cuda_zero1_create(const CudaModel *m, const Zero1 *split, char *err, 
 }
 
 void cuda_zero1_layout(CudaModel *m, Carver *c) {
-    if (m->z1 && m->z1->pad_floats) CARVE(c, m->z1->pad, m->z1->pad_floats);
+    if (!m->z1) return;
+    if (m->z1->pad_floats) CARVE(c, m->z1->pad, m->z1->pad_floats);
+    if (m->z1->replica_floats) CARVE(c, m->z1->replica, m->z1->replica_floats);
 }
 
 void cuda_zero1_start(CudaModel *m) { /* after the arena: the events */
@@ -127,6 +201,9 @@ void cuda_zero1_free(CudaZero1 *z) {
     }
     free(z->gathered);
     free(z->buckets);
+    free(z->shard_at);
+    free(z->runs);
+    free(z->pieces);
     free(z->issued);
     free(z->layer_bucket);
     free(z);
@@ -243,43 +320,114 @@ void cuda_zero1_step_begin(CudaModel *m) {
 
 /* ---- the parameters -------------------------------------------------------- */
 
-/* Bucket i's parameters from their owners (comm stream), then its bf16 copy. */
+/* Bucket i's bf16 weights from their owners (comm stream): each rank's part was written by its update. */
 static void gather_bucket(CudaModel *m, int i) {
     CudaZero1 *z = m->z1;
     const Zero1Bucket *b = &z->buckets[i];
     const int size = z->size[b->region], rank = z->rank[b->region];
     cudaStream_t st = m->comm_stream;
-    float *at = m->params + b->at;
+    bf16_t *at = m->params16 + b->at;
     if (size > 1) {
         DeviceComm *c = group_of(m, b->region);
         if (b->share * (size_t)size == b->n) {
-            device_all_gather(c, at + (size_t)rank * b->share, at, b->share, NCCL_DTYPE_FLOAT, st);
+            device_all_gather(c, at + (size_t)rank * b->share, at, b->share, NCCL_DTYPE_BF16, st);
         } else {
             size_t begin, end;
             owned_part(b, rank, &begin, &end);
-            float *mine = z->pad + (size_t)rank * b->share;
+            bf16_t *pad = (bf16_t *)z->pad, *mine = pad + (size_t)rank * b->share;
             if (end > begin)
-                CUDA_CHECK(cudaMemcpyAsync(mine, m->params + begin, (end - begin) * sizeof(float),
+                CUDA_CHECK(cudaMemcpyAsync(mine, m->params16 + begin, (end - begin) * sizeof(bf16_t),
                                            cudaMemcpyDeviceToDevice, st));
             if (b->share > end - begin)
-                CUDA_CHECK(cudaMemsetAsync(mine + (end - begin), 0, (b->share - (end - begin)) * sizeof(float), st));
-            device_all_gather(c, mine, z->pad, b->share, NCCL_DTYPE_FLOAT, st);
-            CUDA_CHECK(cudaMemcpyAsync(at, z->pad, b->n * sizeof(float), cudaMemcpyDeviceToDevice, st));
+                CUDA_CHECK(cudaMemsetAsync(mine + (end - begin), 0, (b->share - (end - begin)) * sizeof(bf16_t), st));
+            device_all_gather(c, mine, pad, b->share, NCCL_DTYPE_BF16, st);
+            CUDA_CHECK(cudaMemcpyAsync(at, pad, b->n * sizeof(bf16_t), cudaMemcpyDeviceToDevice, st));
         }
     }
-    CUDA_CHECK(cuda_cast_fp32_to_bf16(m->params16 + b->at, at, b->n, st));
     CUDA_CHECK(cudaEventRecord(z->gathered[i], st));
+}
+
+/* The fp32 replica of the routers and expert biases from every rank's parts of the master (comm stream): each
+ * writes its own, zeros elsewhere, and the sum over dp is every value exactly. */
+static void refresh_replica(CudaModel *m) {
+    CudaZero1 *z = m->z1;
+    if (!z->replica_floats) return;
+    cudaStream_t st = m->comm_stream;
+    CUDA_CHECK(cudaMemsetAsync(z->replica, 0, z->replica_floats * sizeof(float), st));
+    for (int k = 0; k < z->num_pieces; k++)
+        CUDA_CHECK(cudaMemcpyAsync(z->replica + z->pieces[k].to, m->params + z->pieces[k].from,
+                                   z->pieces[k].n * sizeof(float), cudaMemcpyDeviceToDevice, st));
+    if (z->size[0] > 1) device_all_reduce(m->grad_sync, z->replica, z->replica_floats, NCCL_DTYPE_FLOAT, false, st);
 }
 
 void cuda_zero1_gather(CudaModel *m) {
     CudaZero1 *z = m->z1;
     CUDA_CHECK(cudaEventRecord(z->updated, m->ctx.stream));
     CUDA_CHECK(cudaStreamWaitEvent(m->comm_stream, z->updated, 0));
+    refresh_replica(m); /* first: any MoE layer's router reads it */
     for (int pass = 1; pass >= 0; pass--) /* the experts' region first: any layer may need its experts */
         for (int i = 0; i < z->num_buckets; i++)
             if (z->buckets[i].region == pass) gather_bucket(m, i);
     CUDA_CHECK(cudaEventRecord(m->comm_done, m->comm_stream));
     z->gather_pending = true;
+}
+
+const float *cuda_model_f32(CudaModel *m, long offset) {
+    if (!m->z1) return m->params + offset;
+    const CudaZero1 *z = m->z1;
+    for (int k = 0; k < z->num_runs; k++)
+        if (offset >= z->runs[k].at && offset < z->runs[k].at + z->runs[k].n)
+            return z->replica + z->runs[k].copy + (offset - z->runs[k].at);
+    mt_die(MT_EXIT_FAILURE, "CUDA model: the fp32 weights at float %ld are not kept whole under the distributed "
+           "optimizer (only the MoE routers and expert biases are)", offset);
+}
+
+/* ---- the host's copy ---------------------------------------------------------- */
+
+/* host[offset, offset + count) (the flat array's fp32 values) into the model: the bf16 copy of them (cast through
+ * the staging buffer), this rank's parts of them into the master and those in the fp32 replica; on the compute
+ * stream, done on return. */
+void cuda_zero1_upload(CudaModel *m, long offset, long count, const float *host) {
+    CudaZero1 *z = m->z1;
+    cudaStream_t st = m->ctx.stream;
+    for (long at = offset; at < offset + count;) { /* the bf16 copy, a staging buffer at a time */
+        const long n = offset + count - at < (long)z->pad_floats ? offset + count - at : (long)z->pad_floats;
+        CUDA_CHECK(cudaMemcpyAsync(z->pad, host + (at - offset), (size_t)n * sizeof(float), cudaMemcpyHostToDevice,
+                                   st));
+        CUDA_CHECK(cuda_cast_fp32_to_bf16(m->params16 + at, z->pad, (size_t)n, st));
+        CUDA_CHECK(cudaStreamSynchronize(st)); /* the staging buffer is reused */
+        at += n;
+    }
+    for (int i = 0; i < z->num_buckets; i++) { /* this rank's parts */
+        size_t begin, end;
+        owned_part(&z->buckets[i], z->rank[z->buckets[i].region], &begin, &end);
+        const size_t b = begin > (size_t)offset ? begin : (size_t)offset;
+        const size_t e = end < (size_t)(offset + count) ? end : (size_t)(offset + count);
+        if (b < e)
+            CUDA_CHECK(cudaMemcpyAsync(m->params + z->shard_at[i] + (b - begin), host + (b - (size_t)offset),
+                                       (e - b) * sizeof(float), cudaMemcpyHostToDevice, st));
+    }
+    for (int k = 0; k < z->num_runs; k++) { /* the fp32 replica */
+        const Fp32Run *r = &z->runs[k];
+        const long b = r->at > offset ? r->at : offset, e = r->at + r->n < offset + count ? r->at + r->n : offset + count;
+        if (b < e)
+            CUDA_CHECK(cudaMemcpyAsync(z->replica + r->copy + (b - r->at), host + (b - offset),
+                                       (size_t)(e - b) * sizeof(float), cudaMemcpyHostToDevice, st));
+    }
+    CUDA_CHECK(cudaStreamSynchronize(st));
+}
+
+/* This rank's parts of the master into host (the flat array; the rest left as it was). */
+void cuda_zero1_download(CudaModel *m, float *host) {
+    CudaZero1 *z = m->z1;
+    for (int i = 0; i < z->num_buckets; i++) {
+        size_t begin, end;
+        owned_part(&z->buckets[i], z->rank[z->buckets[i].region], &begin, &end);
+        if (end > begin)
+            CUDA_CHECK(cudaMemcpyAsync(host + begin, m->params + z->shard_at[i], (end - begin) * sizeof(float),
+                                       cudaMemcpyDeviceToHost, m->ctx.stream));
+    }
+    CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
 }
 
 /* The compute stream waits for the parameters the next op reads: layer l's (l >= 0), the embedding's (-1) or all

@@ -219,6 +219,8 @@ static void device_from_host(ModelDevice *d) {
 
 static void device_to_host(ModelDevice *d) {
     cuda_model_download(gpu(d), d->host->params, adamw_m(&d->optimizer), adamw_v(&d->optimizer));
+    /* the distributed optimizer: each rank downloaded its parts of the fp32 master; every rank gets all of them */
+    if (d->zero1_on) zero1_all_gather(&d->zero1, d->host->params);
 }
 
 static void device_grads_to_host(ModelDevice *d) { cuda_model_download_grads(gpu(d), d->host->grads); }
