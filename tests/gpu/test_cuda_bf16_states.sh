@@ -2,7 +2,7 @@
 # test_cuda_bf16_states.sh: AdamW moments in bf16 on the GPU
 # (optimizer.state_dtype: bf16; kernels/adamw.cu against optimizer.c is
 # test_cuda_ops' and test_cuda_model's part). The tiny llama recipe at lr 1e-3
-# (min 1e-4), S steps (300; 12 with MT_GPU_TEST_QUICK=1, as the CPU emulator
+# (min 1e-4), S steps (300; 8 with MT_GPU_TEST_QUICK=1, as the CPU emulator
 # runs it in CI):
 #   - the GPU run with bf16 states tracks the CPU run with bf16 states: the
 #     first loss within 1%, the mean |difference| below 0.02, the final losses
@@ -12,7 +12,7 @@
 #     and stays within 0.02 of it at every step (measured: 0.0038);
 #   - its checkpoint holds bf16 moments and fp32 weights (inspect);
 #   - it resumes on the GPU (bf16 states), on the CPU (bf16 states) and on the
-#     GPU with fp32 states (the moments widened; saved as fp32 again), 10
+#     GPU with fp32 states (the moments widened; saved as fp32 again), 10 (4)
 #     steps each, the three within 0.02 of each other at every step; and a
 #     CPU checkpoint with bf16 states resumes on the GPU within 0.02 of its
 #     CPU resume (measured: 0.0005 at most).
@@ -28,7 +28,8 @@ set -euo pipefail
 source "$(dirname "$0")/../integration/lib.sh"
 MEGATRAIN=${MEGATRAIN:-build/cuda/megatrain}
 S=300
-[[ ${MT_GPU_TEST_QUICK:-0} == 1 ]] && S=12
+R=10 # steps a resume runs
+[[ ${MT_GPU_TEST_QUICK:-0} == 1 ]] && S=8 R=4
 demo_data "$WORK/english"
 common=(--set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=1 --set train.steps=$S
         --set checkpoint.interval=$S --set train.eval_interval=1000 --set optimizer.schedule.warmup_steps=$((S < 40 ? 2 : 20))
@@ -38,8 +39,8 @@ BF16=(--set optimizer.state_dtype=bf16)
 run() { local name=$1; shift; "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/$name" "${common[@]}" \
           "$@" > "$WORK/$name.txt" 2>&1 || { tail -20 "$WORK/$name.txt"; fail "$name failed"; }; }
 resume() { local name=$1 from=$2; shift 2; "$MEGATRAIN" resume "$WORK/$from" --set run.dir="$WORK/$name" \
-             --set train.steps=$((S + 10)) "$@" > "$WORK/$name.txt" 2>&1 || { tail -20 "$WORK/$name.txt"; fail "$name failed"; }
-           grep -q "^step *$((S + 10))/$((S + 10))" "$WORK/$name.txt" || fail "$name did not reach step $((S + 10))"; }
+             --set train.steps=$((S + R)) "$@" > "$WORK/$name.txt" 2>&1 || { tail -20 "$WORK/$name.txt"; fail "$name failed"; }
+           grep -q "^step *$((S + R))/$((S + R))" "$WORK/$name.txt" || fail "$name did not reach step $((S + R))"; }
 # within A B TOL: at every step both have, |loss difference| <= TOL; prints the worst
 within() {
   paste -d' ' <(json_field "$WORK/$1/metrics.jsonl" loss) <(json_field "$WORK/$2/metrics.jsonl" loss) |

@@ -23,11 +23,14 @@
 # descending). What it cannot show: speed, stream-order races and
 # the hardware's own rounding (tests/gpu/PENDING.md keeps the GPU runs). The
 # megatrain runs of tests/gpu/test_*.sh take half an hour here: `make
-# test-gpu-emu` runs them; this runs two in their short form
-# (MT_GPU_TEST_QUICK=1): test_cuda_bf16_states.sh (12 steps a run: bf16 AdamW
+# test-gpu-emu` runs them; this runs three in their short form
+# (MT_GPU_TEST_QUICK=1): test_cuda_bf16_states.sh (8 steps a run: bf16 AdamW
 # states through megatrain, its checkpoints between the CPU and the GPU and
-# the dtypes) and test_cuda_recompute.sh (5 steps a run: train.recompute on
-# one GPU and at tp 2 + sp, cp 2, pp 2 x vpp 2, the same losses as without).
+# the dtypes), test_cuda_recompute.sh (5 steps a run: train.recompute on
+# one GPU and at tp 2 + sp, cp 2, pp 2 x vpp 2, the same losses as without)
+# and test_cuda_zero1.sh (6 steps a run: the distributed optimizer at dp 2
+# with ragged buckets, tied pp 2 x dp 2 and Mixtral ep 2 over dp 4 against
+# one GPU, its checkpoints on the GPU and the CPU).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$REPO"

@@ -79,7 +79,7 @@ struct CudaZero1 {
     int num_pieces;
     float *replica;       /* device: their whole fp32 values (replica_floats) */
     size_t replica_floats;
-    cudaEvent_t *gathered; /* per bucket: its parameters (fp32 and bf16) are whole again */
+    cudaEvent_t *gathered; /* per bucket: its bf16 weights are whole again */
     cudaEvent_t updated;  /* the update ran (the gathers wait for it) */
     int *layer_bucket;    /* per layer: the bucket holding its last float; the embedding's before the layers */
     int embed_bucket;     /* -1: nothing before the layers */
