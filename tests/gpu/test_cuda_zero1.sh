@@ -22,8 +22,9 @@
 #   - Mixtral, ep 2 over dp 4 (the experts' region sharded over edp 2) and
 #     ep 2 x dp 2 (an edp group of one).
 # Then the checkpoints: a dp 2 ZeRO-1 checkpoint resumes on the GPU at dp 2
-# (within 2e-3 of the uninterrupted run) and on the CPU at dp 1 (within 0.02:
-# the CPU computes in fp32), and a one-GPU checkpoint resumes at dp 2 with
+# (within 2e-3 of the uninterrupted run) and on the CPU at dp 1 (within 5e-3
+# of that GPU resume: the CPU computes in fp32; measured on an H200 5e-4 over
+# 15 steps, on the emulator 7e-4), and a one-GPU checkpoint resumes at dp 2 with
 # ZeRO-1 (the whole moments sharded on load) within 2e-3 of its one-GPU resume.
 # The short form (CI, on the emulator) leaves out the one-bucket run, bf16
 # states, tp 2 x dp 2, ep 2 x dp 2 and the one-GPU checkpoint's resume. Skips
@@ -127,7 +128,7 @@ resume_from dp2-cpu dp2-small 1 --set run.device=cpu --set precision=fp32 --set 
 paste -d' ' <(from dp2-gpu 1) <(from dp2-cpu 1) |
   awk '{ d = $3 - $1; if (d < 0) d = -d; if (d > worst) worst = d; n++ }
        END { printf "dp2-cpu: the ZeRO-1 checkpoint on the CPU, worst %.4f from its GPU resume over %d steps\n", worst, n
-             exit !(n > 0 && worst < 0.02) }' || fail "the GPU ZeRO-1 checkpoint resumed on the CPU left the tolerance"
+             exit !(n > 0 && worst < 5e-3) }' || fail "the GPU ZeRO-1 checkpoint resumed on the CPU left the tolerance"
 if [[ $QUICK != 1 ]]; then
   resume_from llama-gpu llama 1
   resume_from llama-dp2 llama 2 "${Z[@]}" --set train.micro_batch_size=4

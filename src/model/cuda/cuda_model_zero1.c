@@ -83,7 +83,7 @@ struct CudaZero1 {
     cudaEvent_t updated;  /* the update ran (the gathers wait for it) */
     int *layer_bucket;    /* per layer: the bucket holding its last float; the embedding's before the layers */
     int embed_bucket;     /* -1: nothing before the layers */
-    bool gather_pending;  /* gathers were enqueued since the events were last waited for from the host */
+    bool gather_pending;  /* a gather has been enqueued (before the first update there is none to wait for) */
 };
 
 /* ---- the split ----------------------------------------------------------- */
