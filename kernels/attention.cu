@@ -50,6 +50,21 @@
 // then conflict-free); see FwdCfg / BwdCfg. Above 48 KB the launchers opt in
 // with cudaFuncSetAttribute; every configuration fits sm_80's 163 KB.
 //
+// Attention at positions (template flag AT; context parallel: a rank's Tq
+// query rows, two load-balanced chunks of the sequence, against all Tk keys):
+// the same kernels with a row's position read from q_pos (non-decreasing)
+// instead of being its index. What changes: the forward's last key tile and
+// each warp's skip test come from the positions of the block's and the
+// warp's last rows, its mask from each row's position (kept in registers);
+// the backward's first query tile is the one holding the first row whose
+// position reaches the block's first key (a binary search in q_pos), a
+// tile's positions travel with its lse and delta (a third cp.async array),
+// and a key block no row sees writes zeros. dK and dV are written in fp32
+// for the reduce-scatter over the cp ranks. At positions 0..T-1 it computes
+// what the dense kernels compute in the same order (test_cuda_ops checks the
+// bits); the dense instantiations compile to the register counts they had
+// before the flag.
+//
 // Out-of-range rows (>= T) of a last tile are zero-filled (cp.async with a
 // source size of 0) and masked, so nothing NaN reaches what is written; a
 // query row always sees key 0, so no visible row is empty. Global tensors
@@ -165,6 +180,16 @@ __device__ __forceinline__ void cp_tile(bf16 *dst, const bf16 *src, size_t strid
     }
 }
 
+// The position of query row `row` (< Tq): its index (dense) or q_pos[row]
+// (attention at positions).
+template <bool AT>
+__device__ __forceinline__ int row_pos(const int32_t *q_pos, int row) {
+    if constexpr (AT)
+        return __ldg(q_pos + row);
+    else
+        return row;
+}
+
 // ---- forward -------------------------------------------------------------
 
 template <int D, int NW, int MB, int BC>
@@ -178,12 +203,14 @@ struct FwdCfg {
     static constexpr size_t kBytes = kV + (size_t)2 * BC * kLd * 2;
 };
 
-template <int D, int NW, int MB, int BC, bool QREG, int MINB>
+template <int D, int NW, int MB, int BC, bool QREG, int MINB, bool AT>
 __global__ void __launch_bounds__(32 * NW, MINB)
     attention_forward_kernel(bf16 *__restrict__ out, float *__restrict__ lse, const bf16 *__restrict__ q,
-                             const bf16 *__restrict__ k, const bf16 *__restrict__ v, int B, int T, int H, int KVH,
+                             const bf16 *__restrict__ k, const bf16 *__restrict__ v,
+                             const int32_t *__restrict__ q_pos, int B, int Tq, int Tk, int H, int KVH,
                              float scale_log2) {
     typedef FwdCfg<D, NW, MB, BC> C;
+    if constexpr (!AT) Tk = Tq;  // one value for the compiler (dense: the launcher passes T twice)
     constexpr int kLd = C::kLd, kBr = C::kBr, kThreads = C::kThreads;
     constexpr int kKC = D / 16;  // 16-wide chunks of a head
     constexpr int kSN = BC / 8;  // 8-column tiles of a score strip
@@ -196,24 +223,41 @@ __global__ void __launch_bounds__(32 * NW, MINB)
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;  // fragment row (and row + 8), column pair 2 t4
-    const int num_q_tiles = (T + kBr - 1) / kBr;
+    const int num_q_tiles = (Tq + kBr - 1) / kBr;
     const int bh = (int)(blockIdx.x % (unsigned)(H * B));
     const int q_tile = num_q_tiles - 1 - (int)(blockIdx.x / (unsigned)(H * B));  // longest rows first
     const int h = bh % H, b = bh / H;
     const int kvh = h / (H / KVH);
     const int q0 = q_tile * kBr;
     const size_t q_stride = (size_t)H * D, kv_stride = (size_t)KVH * D;
-    const bf16 *q_bh = q + (size_t)b * T * q_stride + (size_t)h * D;
-    const bf16 *k_bh = k + (size_t)b * T * kv_stride + (size_t)kvh * D;
-    const bf16 *v_bh = v + (size_t)b * T * kv_stride + (size_t)kvh * D;
-    const int n_kt = (min(q0 + kBr, T) - 1) / BC + 1;  // key tiles up to the block's last row
+    const bf16 *q_bh = q + (size_t)b * Tq * q_stride + (size_t)h * D;
+    const bf16 *k_bh = k + (size_t)b * Tk * kv_stride + (size_t)kvh * D;
+    const bf16 *v_bh = v + (size_t)b * Tk * kv_stride + (size_t)kvh * D;
+    const int n_kt = row_pos<AT>(q_pos, min(q0 + kBr, Tq) - 1) / BC + 1;  // key tiles up to the block's last row
 
-    cp_tile<D, kBr, kThreads>(q_s, q_bh, q_stride, q0, T);
-    cp_tile<D, BC, kThreads>(k_s, k_bh, kv_stride, 0, T);
-    cp_tile<D, BC, kThreads>(v_s, v_bh, kv_stride, 0, T);
+    cp_tile<D, kBr, kThreads>(q_s, q_bh, q_stride, q0, Tq);
+    cp_tile<D, BC, kThreads>(k_s, k_bh, kv_stride, 0, Tk);
+    cp_tile<D, BC, kThreads>(v_s, v_bh, kv_stride, 0, Tk);
     cp_async_commit();
 
     const int wrow = warp * 16 * MB;  // the warp's first row in the tile
+    // The positions of the warp's first and last rows (its rows past Tq
+    // aside: they are never written); a warp with no row skips every tile.
+    // Dense: the rows' own indices, as if every row existed.
+    const bool w_rows = !AT || q0 + wrow < Tq;
+    const int w_first = w_rows ? row_pos<AT>(q_pos, q0 + wrow) : -1;
+    const int w_last = !AT ? q0 + wrow + 16 * MB - 1 : w_rows ? row_pos<AT>(q_pos, min(q0 + wrow + 16 * MB, Tq) - 1) : -1;
+    // this thread's rows' positions (rows g and g + 8 of each 16-row block), for the mask
+    int pos_r[AT ? MB : 1][2];
+    if constexpr (AT) {
+#pragma unroll
+        for (int mb = 0; mb < MB; mb++)
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                const int row = q0 + wrow + mb * 16 + g + 8 * hh;
+                pos_r[mb][hh] = row < Tq ? q_pos[row] : -1;  // a row past Tq sees nothing
+            }
+    }
     // ldmatrix lane addresses: A (and B from a [k][n] tile, .trans) rows a_row,
     // column a_col; B from an [n][k] tile rows b_row, column b_col
     const int a_row = lane & 15, a_col = (lane >> 4) * 8;
@@ -237,8 +281,8 @@ __global__ void __launch_bounds__(32 * NW, MINB)
         __syncthreads();  // tile kt has landed; every warp is done with tile kt - 1
         if (kt + 1 < n_kt) {
             const int st = (kt + 1) & 1;
-            cp_tile<D, BC, kThreads>(k_s + st * BC * kLd, k_bh, kv_stride, (kt + 1) * BC, T);
-            cp_tile<D, BC, kThreads>(v_s + st * BC * kLd, v_bh, kv_stride, (kt + 1) * BC, T);
+            cp_tile<D, BC, kThreads>(k_s + st * BC * kLd, k_bh, kv_stride, (kt + 1) * BC, Tk);
+            cp_tile<D, BC, kThreads>(v_s + st * BC * kLd, v_bh, kv_stride, (kt + 1) * BC, Tk);
         }
         cp_async_commit();
         if constexpr (QREG) {
@@ -251,7 +295,7 @@ __global__ void __launch_bounds__(32 * NW, MINB)
             }
         }
         const int k0 = kt * BC;
-        if (k0 > q0 + wrow + 16 * MB - 1) continue;  // every key after every row of the warp
+        if (k0 > w_last) continue;  // every key after every row of the warp
         const bf16 *k_t = k_s + (kt & 1) * BC * kLd;
         const bf16 *v_t = v_s + (kt & 1) * BC * kLd;
 
@@ -287,17 +331,22 @@ __global__ void __launch_bounds__(32 * NW, MINB)
             }
         }
 
-        // causal mask and keys past T (-inf: probability 0)
-        if (k0 + BC - 1 > q0 + wrow || k0 + BC > T) {
+        // causal mask and keys past Tk (-inf: probability 0); under positions
+        // a key past Tk is after every row's position
+        if (k0 + BC - 1 > w_first || k0 + BC > Tk) {
 #pragma unroll
             for (int mb = 0; mb < MB; mb++)
 #pragma unroll
                 for (int n = 0; n < kSN; n++)
 #pragma unroll
                     for (int i = 0; i < 4; i++) {
-                        const int row = q0 + wrow + mb * 16 + g + ((i >> 1) << 3);
                         const int col = k0 + n * 8 + 2 * t4 + (i & 1);
-                        if (col > row || col >= T) s[mb][n][i] = -INFINITY;
+                        if constexpr (AT) {
+                            if (col > pos_r[mb][i >> 1]) s[mb][n][i] = -INFINITY;
+                        } else {
+                            const int row = q0 + wrow + mb * 16 + g + ((i >> 1) << 3);
+                            if (col > row || col >= Tk) s[mb][n][i] = -INFINITY;
+                        }
                     }
         }
 
@@ -354,7 +403,7 @@ __global__ void __launch_bounds__(32 * NW, MINB)
     }
 
     // out = O / l, lse = ln(sum exp(scaled scores)) = ln 2 * (m + log2 l)
-    bf16 *out_bh = out + (size_t)b * T * q_stride + (size_t)h * D;
+    bf16 *out_bh = out + (size_t)b * Tq * q_stride + (size_t)h * D;
 #pragma unroll
     for (int mb = 0; mb < MB; mb++) {
 #pragma unroll
@@ -364,13 +413,13 @@ __global__ void __launch_bounds__(32 * NW, MINB)
             l += __shfl_xor_sync(0xffffffffu, l, 2);
             const float inv = 1.0f / l;
             const int row = q0 + wrow + mb * 16 + g + 8 * hh;
-            if (row < T) {
+            if (row < Tq) {
                 bf16 *orow = out_bh + (size_t)row * q_stride + 2 * t4;
 #pragma unroll
                 for (int n = 0; n < kON; n++)
                     *reinterpret_cast<__nv_bfloat162 *>(orow + n * 8) =
                         __floats2bfloat162_rn(o[mb][n][2 * hh] * inv, o[mb][n][2 * hh + 1] * inv);
-                if (t4 == 0) lse[((size_t)b * H + h) * T + row] = (m_r[mb][hh] + log2f(l)) * kLn2;
+                if (t4 == 0) lse[((size_t)b * H + h) * Tq + row] = (m_r[mb][hh] + log2f(l)) * kLn2;
             }
         }
     }
@@ -421,12 +470,13 @@ __device__ __forceinline__ void atomic_add4(float *dst, float4 val) {
 }
 
 // Backward, one warp's 16 keys x kSN * 8 rows in accumulator layout: S^T -> P^T
-// (0 where masked: key > row or row >= T), dP^T -> dS^T = P^T (dP^T - delta).
-// key: the thread's first key (its second is key + 8).
-template <bool MASK, int kSN>
+// (0 where masked: key after the row's position, or row >= Tq), dP^T -> dS^T =
+// P^T (dP^T - delta). key: the thread's first key (its second is key + 8);
+// pos_t: the tile's rows' positions (AT; else a row's position is its index).
+template <bool MASK, bool AT, int kSN>
 __device__ __forceinline__ void probs_and_dscores(float (&sacc)[kSN][4], float (&pacc)[kSN][4], const float *lse_t,
-                                                  const float *delta_t, float scale_log2, int t4, int key, int q0,
-                                                  int T) {
+                                                  const float *delta_t, const int *pos_t, float scale_log2, int t4,
+                                                  int key, int q0, int Tq) {
 #pragma unroll
     for (int n = 0; n < kSN; n++) {
         const int c = n * 8 + 2 * t4;
@@ -438,7 +488,8 @@ __device__ __forceinline__ void probs_and_dscores(float (&sacc)[kSN][4], float (
             float p = fast_exp2(fmaf(sacc[n][i], scale_log2, -lsev * kLog2e));
             if (MASK) {
                 const int row = q0 + c + (i & 1);
-                if (key + ((i >> 1) << 3) > row || row >= T) p = 0.0f;
+                const int pos = AT ? pos_t[c + (i & 1)] : row;
+                if (key + ((i >> 1) << 3) > pos || row >= Tq) p = 0.0f;
             }
             pacc[n][i] = p * (pacc[n][i] - dlv);
             sacc[n][i] = p;
@@ -459,17 +510,42 @@ struct BwdCfg {
     static constexpr size_t kLse = kDO + (size_t)2 * BR * kLd * 2;
     static constexpr size_t kDelta = kLse + (size_t)2 * BR * 4;
     static constexpr size_t kDS = kDelta + (size_t)2 * BR * 4;
-    static constexpr size_t kBytes = kDS + (size_t)kBc * kLdS * 2;
+    static constexpr size_t kPos = kDS + (size_t)kBc * kLdS * 2;  // attention at positions: two stages
+    static constexpr size_t bytes(bool at) { return kPos + (at ? (size_t)2 * BR * 4 : 0); }
 };
 
-template <int D, int NW, int BR, bool AREG, int MINB>
+// The first row t of q_pos (non-decreasing, Tq rows) with q_pos[t] >= key;
+// Tq if none.
+__device__ __forceinline__ int first_row_seeing(const int32_t *q_pos, int Tq, int key) {
+    int lo = 0, hi = Tq;
+    while (lo < hi) {
+        const int mid = (lo + hi) >> 1;
+        if (__ldg(q_pos + mid) >= key)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return lo;
+}
+
+// Two fp32 values to a dK / dV row: bf16 (dense) or fp32 (attention at
+// positions, summed over the context-parallel ranks afterwards).
+__device__ __forceinline__ void store_pair(bf16 *p, float a, float b) {
+    *reinterpret_cast<__nv_bfloat162 *>(p) = __floats2bfloat162_rn(a, b);
+}
+__device__ __forceinline__ void store_pair(float *p, float a, float b) {
+    *reinterpret_cast<float2 *>(p) = make_float2(a, b);
+}
+
+template <int D, int NW, int BR, bool AREG, int MINB, bool AT, typename GradT>
 __global__ void __launch_bounds__(32 * NW, MINB)
-    attention_backward_kernel(bf16 *__restrict__ dk, bf16 *__restrict__ dv, float *__restrict__ dq_acc,
+    attention_backward_kernel(GradT *__restrict__ dk, GradT *__restrict__ dv, float *__restrict__ dq_acc,
                               const bf16 *__restrict__ dout, const bf16 *__restrict__ q, const bf16 *__restrict__ k,
                               const bf16 *__restrict__ v, const float *__restrict__ lse,
-                              const float *__restrict__ delta, int B, int T, int H, int KVH, float scale,
-                              float scale_log2) {
+                              const float *__restrict__ delta, const int32_t *__restrict__ q_pos, int B, int Tq,
+                              int Tk, int H, int KVH, float scale, float scale_log2) {
     typedef BwdCfg<D, NW, BR> C;
+    if constexpr (!AT) Tk = Tq;  // one value for the compiler (dense: the launcher passes T twice)
     constexpr int kLd = C::kLd, kLdS = C::kLdS, kBc = C::kBc, kThreads = C::kThreads;
     constexpr int kKC = D / 16;  // 16-wide chunks of a head
     constexpr int kSN = BR / 8;  // 8-column tiles of a (transposed) score strip
@@ -484,6 +560,7 @@ __global__ void __launch_bounds__(32 * NW, MINB)
     float *lse_s = reinterpret_cast<float *>(smem + C::kLse);
     float *delta_s = reinterpret_cast<float *>(smem + C::kDelta);
     bf16 *ds_s = reinterpret_cast<bf16 *>(smem + C::kDS);
+    int *pos_s = reinterpret_cast<int *>(smem + C::kPos);  // AT only
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, t4 = lane & 3;
@@ -492,29 +569,36 @@ __global__ void __launch_bounds__(32 * NW, MINB)
     const int kvh = bh % KVH, b = bh / KVH;
     const int group = H / KVH;
     const int k0 = k_tile * kBc;
-    const int num_q_tiles = (T + BR - 1) / BR;
-    const int qt_begin = k0 / BR;  // first query tile with a row >= k0
+    const int num_q_tiles = (Tq + BR - 1) / BR;
+    int qt_begin = k0 / BR;  // first query tile with a row at or after k0
+    if constexpr (AT) {
+        const int first = first_row_seeing(q_pos, Tq, k0);
+        qt_begin = first < Tq ? first / BR : num_q_tiles;  // no tile at all: dK, dV are 0
+    }
     const int per_head = num_q_tiles - qt_begin;
     const int total = group * per_head;
     const size_t q_stride = (size_t)H * D, kv_stride = (size_t)KVH * D;
 
     auto load_stage = [&](int it, int st) {
         const int h = kvh * group + it / per_head, q0 = (qt_begin + it % per_head) * BR;
-        const size_t off = (size_t)b * T * q_stride + (size_t)h * D;
-        cp_tile<D, BR, kThreads>(q_s + st * BR * kLd, q + off, q_stride, q0, T);
-        cp_tile<D, BR, kThreads>(do_s + st * BR * kLd, dout + off, q_stride, q0, T);
-        const float *lse_bh = lse + ((size_t)b * H + h) * T, *delta_bh = delta + ((size_t)b * H + h) * T;
+        const size_t off = (size_t)b * Tq * q_stride + (size_t)h * D;
+        cp_tile<D, BR, kThreads>(q_s + st * BR * kLd, q + off, q_stride, q0, Tq);
+        cp_tile<D, BR, kThreads>(do_s + st * BR * kLd, dout + off, q_stride, q0, Tq);
+        const float *lse_bh = lse + ((size_t)b * H + h) * Tq, *delta_bh = delta + ((size_t)b * H + h) * Tq;
         for (int i = threadIdx.x; i < BR; i += kThreads) {
-            const bool in = q0 + i < T;
+            const bool in = q0 + i < Tq;
             cp_async4(lse_s + st * BR + i, lse_bh + (in ? q0 + i : 0), in);
             cp_async4(delta_s + st * BR + i, delta_bh + (in ? q0 + i : 0), in);
+            if constexpr (AT) cp_async4(pos_s + st * BR + i, q_pos + (in ? q0 + i : 0), in);
         }
     };
 
-    cp_tile<D, kBc, kThreads>(k_s, k + (size_t)b * T * kv_stride + (size_t)kvh * D, kv_stride, k0, T);
-    cp_tile<D, kBc, kThreads>(v_s, v + (size_t)b * T * kv_stride + (size_t)kvh * D, kv_stride, k0, T);
-    load_stage(0, 0);
-    cp_async_commit();
+    if (!AT || total > 0) {  // else no query sees these keys: dK, dV are 0
+        cp_tile<D, kBc, kThreads>(k_s, k + (size_t)b * Tk * kv_stride + (size_t)kvh * D, kv_stride, k0, Tk);
+        cp_tile<D, kBc, kThreads>(v_s, v + (size_t)b * Tk * kv_stride + (size_t)kvh * D, kv_stride, k0, Tk);
+        load_stage(0, 0);
+        cp_async_commit();
+    }
 
     const int a_row = lane & 15, a_col = (lane >> 4) * 8;
     const int b_row = (lane & 7) + ((lane >> 4) << 3), b_col = ((lane >> 3) & 1) * 8;
@@ -546,9 +630,12 @@ __global__ void __launch_bounds__(32 * NW, MINB)
         }
         const bf16 *q_t = q_s + st * BR * kLd, *do_t = do_s + st * BR * kLd;
         const float *lse_t = lse_s + st * BR, *delta_t = delta_s + st * BR;
-        const int q_end = min(q0 + BR, T);  // rows q0 .. q_end - 1 exist
+        const int *pos_t = pos_s + st * BR;
+        const int q_end = min(q0 + BR, Tq);  // rows q0 .. q_end - 1 exist
+        // the positions of the tile's first and last rows (positions never decrease)
+        const int first_pos = AT ? pos_t[0] : q0, last_pos = AT ? pos_t[q_end - 1 - q0] : q_end - 1;
 
-        if (kw0 < q_end) {  // else every key of the warp is after every row (or past T): nothing to add
+        if (kw0 <= last_pos) {  // else every key of the warp is after every row (or past Tk): nothing to add
             // S^T = K Q^T and dP^T = V dO^T for the warp's 16 keys
             float sacc[kSN][4], pacc[kSN][4];
 #pragma unroll
@@ -578,10 +665,10 @@ __global__ void __launch_bounds__(32 * NW, MINB)
             }
             // P^T = exp2(S^T scale log2e - lse log2e) (0 if masked), dS^T = P^T (dP^T - delta);
             // the mask tests only where some key of the warp is after some row or rows pass T
-            if (kw0 + 15 > q0 || q0 + BR > T)
-                probs_and_dscores<true>(sacc, pacc, lse_t, delta_t, scale_log2, t4, kw0 + g, q0, T);
+            if (kw0 + 15 > first_pos || q0 + BR > Tq)
+                probs_and_dscores<true, AT>(sacc, pacc, lse_t, delta_t, pos_t, scale_log2, t4, kw0 + g, q0, Tq);
             else
-                probs_and_dscores<false>(sacc, pacc, lse_t, delta_t, scale_log2, t4, kw0 + g, q0, T);
+                probs_and_dscores<false, AT>(sacc, pacc, lse_t, delta_t, pos_t, scale_log2, t4, kw0 + g, q0, Tq);
             // dV += P^T dO, dK += dS^T Q; dS^T -> shared (bf16) for dQ
 #pragma unroll
             for (int kc = 0; kc < BR / 16; kc++) {
@@ -609,7 +696,7 @@ __global__ void __launch_bounds__(32 * NW, MINB)
 
         // dQ (BR x D) += dS K over the key chunks that have a visible key
         // (the rows of inactive warps were not written and are not read)
-        const int kc_end = (q_end - 1 - k0) / 16 + 1;
+        const int kc_end = AT && last_pos < k0 ? 0 : (last_pos - k0) / 16 + 1;
         float dq_r[kUPW][2][4];
 #pragma unroll
         for (int j = 0; j < kUPW; j++)
@@ -637,7 +724,7 @@ __global__ void __launch_bounds__(32 * NW, MINB)
         // lanes 2m and 2m + 1 of a quad swap halves so that each adds 4
         // consecutive columns of one row: the even lane row g, the odd lane
         // row g + 8, columns 2 (t4 & ~1) .. + 3
-        float *dq_bh = dq_acc + (size_t)b * T * q_stride + (size_t)h * D;
+        float *dq_bh = dq_acc + (size_t)b * Tq * q_stride + (size_t)h * D;
         const bool odd = t4 & 1;
 #pragma unroll
         for (int j = 0; j < kUPW; j++) {
@@ -650,7 +737,7 @@ __global__ void __launch_bounds__(32 * NW, MINB)
                     const float *c = dq_r[j][n];
                     const float r0 = __shfl_xor_sync(0xffffffffu, odd ? c[0] : c[2], 1);
                     const float r1 = __shfl_xor_sync(0xffffffffu, odd ? c[1] : c[3], 1);
-                    if (row < T)
+                    if (row < Tq)
                         atomic_add4(dq_bh + (size_t)row * q_stride + dc * 16 + n * 8 + 2 * (t4 & ~1),
                                     odd ? make_float4(r0, r1, c[2], c[3]) : make_float4(c[0], c[1], r0, r1));
                 }
@@ -658,19 +745,17 @@ __global__ void __launch_bounds__(32 * NW, MINB)
         }
     }
 
-    // dK * scale, dV -> bf16 (the block owns these key rows of its kv head)
-    bf16 *dk_b = dk + (size_t)b * T * kv_stride + (size_t)kvh * D + 2 * t4;
-    bf16 *dv_b = dv + (size_t)b * T * kv_stride + (size_t)kvh * D + 2 * t4;
+    // dK * scale, dV (the block owns these key rows of its kv head: written once, no atomics)
+    GradT *dk_b = dk + (size_t)b * Tk * kv_stride + (size_t)kvh * D + 2 * t4;
+    GradT *dv_b = dv + (size_t)b * Tk * kv_stride + (size_t)kvh * D + 2 * t4;
 #pragma unroll
     for (int hh = 0; hh < 2; hh++) {
         const int key = kw0 + g + 8 * hh;
-        if (key < T) {
+        if (key < Tk) {
 #pragma unroll
             for (int n = 0; n < kON; n++) {
-                *reinterpret_cast<__nv_bfloat162 *>(dk_b + (size_t)key * kv_stride + n * 8) =
-                    __floats2bfloat162_rn(dk_r[n][2 * hh] * scale, dk_r[n][2 * hh + 1] * scale);
-                *reinterpret_cast<__nv_bfloat162 *>(dv_b + (size_t)key * kv_stride + n * 8) =
-                    __floats2bfloat162_rn(dv_r[n][2 * hh], dv_r[n][2 * hh + 1]);
+                store_pair(dk_b + (size_t)key * kv_stride + n * 8, dk_r[n][2 * hh] * scale, dk_r[n][2 * hh + 1] * scale);
+                store_pair(dv_b + (size_t)key * kv_stride + n * 8, dv_r[n][2 * hh], dv_r[n][2 * hh + 1]);
             }
         }
     }
@@ -688,6 +773,13 @@ __global__ void attention_dq_kernel(bf16 *__restrict__ dq, const float *__restri
 
 // ---- launchers -----------------------------------------------------------
 
+// One call's shapes: Tq query rows against Tk keys; q_pos null (dense: Tq ==
+// Tk, a row's position is its index) or the rows' positions (AT).
+struct AttnShape {
+    int B, Tq, Tk, H, KVH;
+    const int32_t *q_pos;
+};
+
 static bool attention_shape_ok(int B, int T, int H, int KVH, int D) {
     return B >= 1 && T >= 1 && H >= 1 && KVH >= 1 && H % KVH == 0 && B <= 65535 && H <= 65535 &&
            (D == 16 || D == 32 || D == 64 || D == 128);
@@ -702,70 +794,108 @@ static cudaError_t allow_smem(Kernel kernel, size_t bytes) {
     return cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
 }
 
-template <int D, int NW, int MB, int BC, bool QREG, int MINB>
-static cudaError_t attention_forward_run(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
-                                         int T, int H, int KVH, cudaStream_t stream) {
+template <bool AT, int D, int NW, int MB, int BC, bool QREG, int MINB>
+static cudaError_t attention_forward_run(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                                         const AttnShape &a, cudaStream_t stream) {
     typedef FwdCfg<D, NW, MB, BC> C;
-    const auto kernel = attention_forward_kernel<D, NW, MB, BC, QREG, MINB>;
+    const auto kernel = attention_forward_kernel<D, NW, MB, BC, QREG, MINB, AT>;
     cudaError_t err = allow_smem(kernel, C::kBytes);
     if (err != cudaSuccess) return err;
     const float scale = (float)(1.0 / sqrt((double)D));
-    const size_t blocks = (size_t)((T + C::kBr - 1) / C::kBr) * H * B;
+    const size_t blocks = (size_t)((a.Tq + C::kBr - 1) / C::kBr) * a.H * a.B;
     if (blocks > 0x7fffffffu) return cudaErrorInvalidValue;
-    kernel<<<(unsigned)blocks, C::kThreads, C::kBytes, stream>>>(out, lse, q, k, v, B, T, H, KVH, scale * kLog2e);
+    kernel<<<(unsigned)blocks, C::kThreads, C::kBytes, stream>>>(out, lse, q, k, v, a.q_pos, a.B, a.Tq, a.Tk, a.H,
+                                                                 a.KVH, scale * kLog2e);
     return cudaGetLastError();
 }
 
-template <int D>
+template <bool AT, int D>
 static cudaError_t attention_forward_launch(bf16 *out, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                                            int B, int T, int H, int KVH, cudaStream_t stream) {
+                                            const AttnShape &a, cudaStream_t stream) {
     if constexpr (D <= 64)
-        return attention_forward_run<D, ATTN_FWD_SMALL>(out, lse, q, k, v, B, T, H, KVH, stream);
+        return attention_forward_run<AT, D, ATTN_FWD_SMALL>(out, lse, q, k, v, a, stream);
     else
-        return attention_forward_run<D, ATTN_FWD_LARGE>(out, lse, q, k, v, B, T, H, KVH, stream);
+        return attention_forward_run<AT, D, ATTN_FWD_LARGE>(out, lse, q, k, v, a, stream);
 }
 
-template <int D, int NW, int BR, bool AREG, int MINB>
-static cudaError_t attention_backward_run(bf16 *dk, bf16 *dv, float *dq_acc, const bf16 *dout, const bf16 *q,
-                                          const bf16 *k, const bf16 *v, const float *lse, const float *delta, int B,
-                                          int T, int H, int KVH, float scale, cudaStream_t stream) {
+template <bool AT>
+static cudaError_t attention_forward_any(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
+                                         const uint16_t *v, const AttnShape &a, int D, cudaStream_t stream) {
+    if (!aligned16(out) || !aligned16(q) || !aligned16(k) || !aligned16(v)) return cudaErrorMisalignedAddress;
+    bf16 *o = as_bf16(out);
+    const bf16 *qb = as_bf16(q), *kb = as_bf16(k), *vb = as_bf16(v);
+    switch (D) {
+        case 16: return attention_forward_launch<AT, 16>(o, lse, qb, kb, vb, a, stream);
+        case 32: return attention_forward_launch<AT, 32>(o, lse, qb, kb, vb, a, stream);
+        case 64: return attention_forward_launch<AT, 64>(o, lse, qb, kb, vb, a, stream);
+        default: return attention_forward_launch<AT, 128>(o, lse, qb, kb, vb, a, stream);
+    }
+}
+
+template <bool AT, typename GradT, int D, int NW, int BR, bool AREG, int MINB>
+static cudaError_t attention_backward_run(GradT *dk, GradT *dv, float *dq_acc, const bf16 *dout, const bf16 *q,
+                                          const bf16 *k, const bf16 *v, const float *lse, const float *delta,
+                                          const AttnShape &a, float scale, cudaStream_t stream) {
     typedef BwdCfg<D, NW, BR> C;
-    const auto kernel = attention_backward_kernel<D, NW, BR, AREG, MINB>;
-    cudaError_t err = allow_smem(kernel, C::kBytes);
+    const auto kernel = attention_backward_kernel<D, NW, BR, AREG, MINB, AT, GradT>;
+    const size_t smem = C::bytes(AT);
+    cudaError_t err = allow_smem(kernel, smem);
     if (err != cudaSuccess) return err;
-    const size_t blocks = (size_t)((T + C::kBc - 1) / C::kBc) * KVH * B;
+    const size_t blocks = (size_t)((a.Tk + C::kBc - 1) / C::kBc) * a.KVH * a.B;
     if (blocks > 0x7fffffffu) return cudaErrorInvalidValue;
-    kernel<<<(unsigned)blocks, C::kThreads, C::kBytes, stream>>>(dk, dv, dq_acc, dout, q, k, v, lse, delta, B, T, H,
-                                                                 KVH, scale, scale * kLog2e);
+    kernel<<<(unsigned)blocks, C::kThreads, smem, stream>>>(dk, dv, dq_acc, dout, q, k, v, lse, delta, a.q_pos, a.B,
+                                                            a.Tq, a.Tk, a.H, a.KVH, scale, scale * kLog2e);
     return cudaGetLastError();
 }
 
-template <int D>
-static cudaError_t attention_backward_launch(bf16 *dq, bf16 *dk, bf16 *dv, const bf16 *dout, const bf16 *out,
-                                             const float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int B,
-                                             int T, int H, int KVH, float *workspace, cudaStream_t stream) {
-    const size_t n = (size_t)B * T * H * D;
+// delta, then dK and dV (and dQ's fp32 sums in the workspace), then dq.
+template <bool AT, typename GradT, int D>
+static cudaError_t attention_backward_launch(bf16 *dq, GradT *dk, GradT *dv, const bf16 *dout, const bf16 *out,
+                                             const float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                                             const AttnShape &a, float *workspace, cudaStream_t stream) {
+    const size_t n = (size_t)a.B * a.Tq * a.H * D;
     float *dq_acc = workspace;
     float *delta = workspace + n;
     const float scale = (float)(1.0 / sqrt((double)D));
     cudaError_t err = cudaMemsetAsync(dq_acc, 0, n * sizeof(float), stream);
     if (err != cudaSuccess) return err;
 
-    const size_t rows = (size_t)B * T * H;
+    const size_t rows = (size_t)a.B * a.Tq * a.H;
     attention_delta_kernel<D><<<elementwise_blocks(rows * (D / 8)), kElementwiseThreads, 0, stream>>>(
-        delta, dout, out, rows, T, H);
+        delta, dout, out, rows, a.Tq, a.H);
     if ((err = cudaGetLastError()) != cudaSuccess) return err;
 
     if constexpr (D <= 64)
-        err = attention_backward_run<D, ATTN_BWD_SMALL>(dk, dv, dq_acc, dout, q, k, v, lse, delta, B, T, H, KVH, scale,
-                                                        stream);
+        err = attention_backward_run<AT, GradT, D, ATTN_BWD_SMALL>(dk, dv, dq_acc, dout, q, k, v, lse, delta, a, scale,
+                                                                   stream);
     else
-        err = attention_backward_run<D, ATTN_BWD_LARGE>(dk, dv, dq_acc, dout, q, k, v, lse, delta, B, T, H, KVH, scale,
-                                                        stream);
+        err = attention_backward_run<AT, GradT, D, ATTN_BWD_LARGE>(dk, dv, dq_acc, dout, q, k, v, lse, delta, a, scale,
+                                                                   stream);
     if (err != cudaSuccess) return err;
 
     attention_dq_kernel<<<elementwise_blocks(n / 4), kElementwiseThreads, 0, stream>>>(dq, dq_acc, n / 4, scale);
     return cudaGetLastError();
+}
+
+template <bool AT, typename GradT>
+static cudaError_t attention_backward_any(uint16_t *dq, GradT *dk, GradT *dv, const uint16_t *dout,
+                                          const uint16_t *out, const float *lse, const uint16_t *q, const uint16_t *k,
+                                          const uint16_t *v, const AttnShape &a, int D, void *workspace,
+                                          cudaStream_t stream) {
+    if (!workspace || !lse) return cudaErrorInvalidValue;
+    if (!aligned16(dq) || !aligned16(dk) || !aligned16(dv) || !aligned16(dout) || !aligned16(out) ||
+        !aligned16(q) || !aligned16(k) || !aligned16(v) || !aligned16(workspace))
+        return cudaErrorMisalignedAddress;
+    bf16 *dqb = as_bf16(dq);
+    const bf16 *dob = as_bf16(dout), *ob = as_bf16(out), *qb = as_bf16(q), *kb = as_bf16(k), *vb = as_bf16(v);
+    float *ws = static_cast<float *>(workspace);
+    switch (D) {
+        case 16: return attention_backward_launch<AT, GradT, 16>(dqb, dk, dv, dob, ob, lse, qb, kb, vb, a, ws, stream);
+        case 32: return attention_backward_launch<AT, GradT, 32>(dqb, dk, dv, dob, ob, lse, qb, kb, vb, a, ws, stream);
+        case 64: return attention_backward_launch<AT, GradT, 64>(dqb, dk, dv, dob, ob, lse, qb, kb, vb, a, ws, stream);
+        default:
+            return attention_backward_launch<AT, GradT, 128>(dqb, dk, dv, dob, ob, lse, qb, kb, vb, a, ws, stream);
+    }
 }
 
 extern "C" cudaError_t cuda_attention_forward(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
@@ -773,15 +903,7 @@ extern "C" cudaError_t cuda_attention_forward(uint16_t *out, float *lse, const u
                                               cudaStream_t stream) {
     if (B == 0 || T == 0) return cudaSuccess;
     if (!attention_shape_ok(B, T, H, KVH, D) || !lse) return cudaErrorInvalidValue;
-    if (!aligned16(out) || !aligned16(q) || !aligned16(k) || !aligned16(v)) return cudaErrorMisalignedAddress;
-    bf16 *o = as_bf16(out);
-    const bf16 *qb = as_bf16(q), *kb = as_bf16(k), *vb = as_bf16(v);
-    switch (D) {
-        case 16: return attention_forward_launch<16>(o, lse, qb, kb, vb, B, T, H, KVH, stream);
-        case 32: return attention_forward_launch<32>(o, lse, qb, kb, vb, B, T, H, KVH, stream);
-        case 64: return attention_forward_launch<64>(o, lse, qb, kb, vb, B, T, H, KVH, stream);
-        default: return attention_forward_launch<128>(o, lse, qb, kb, vb, B, T, H, KVH, stream);
-    }
+    return attention_forward_any<false>(out, lse, q, k, v, AttnShape{B, T, T, H, KVH, nullptr}, D, stream);
 }
 
 extern "C" size_t cuda_attention_workspace_bytes(int B, int T, int H, int KVH, int D) {
@@ -796,21 +918,32 @@ extern "C" cudaError_t cuda_attention_backward(uint16_t *dq, uint16_t *dk, uint1
                                                const uint16_t *k, const uint16_t *v, int B, int T, int H, int KVH,
                                                int D, void *workspace, cudaStream_t stream) {
     if (B == 0 || T == 0) return cudaSuccess;
-    if (!attention_shape_ok(B, T, H, KVH, D) || !workspace || !lse) return cudaErrorInvalidValue;
-    if (!aligned16(dq) || !aligned16(dk) || !aligned16(dv) || !aligned16(dout) || !aligned16(out) ||
-        !aligned16(q) || !aligned16(k) || !aligned16(v) || !aligned16(workspace))
-        return cudaErrorMisalignedAddress;
-    bf16 *dqb = as_bf16(dq), *dkb = as_bf16(dk), *dvb = as_bf16(dv);
-    const bf16 *dob = as_bf16(dout), *ob = as_bf16(out), *qb = as_bf16(q), *kb = as_bf16(k), *vb = as_bf16(v);
-    float *ws = static_cast<float *>(workspace);
-    switch (D) {
-        case 16:
-            return attention_backward_launch<16>(dqb, dkb, dvb, dob, ob, lse, qb, kb, vb, B, T, H, KVH, ws, stream);
-        case 32:
-            return attention_backward_launch<32>(dqb, dkb, dvb, dob, ob, lse, qb, kb, vb, B, T, H, KVH, ws, stream);
-        case 64:
-            return attention_backward_launch<64>(dqb, dkb, dvb, dob, ob, lse, qb, kb, vb, B, T, H, KVH, ws, stream);
-        default:
-            return attention_backward_launch<128>(dqb, dkb, dvb, dob, ob, lse, qb, kb, vb, B, T, H, KVH, ws, stream);
-    }
+    if (!attention_shape_ok(B, T, H, KVH, D)) return cudaErrorInvalidValue;
+    return attention_backward_any<false>(dq, as_bf16(dk), as_bf16(dv), dout, out, lse, q, k, v,
+                                         AttnShape{B, T, T, H, KVH, nullptr}, D, workspace, stream);
+}
+
+// ---- attention at positions (context parallel) ----------------------------
+
+static bool attention_at_ok(int B, int Tq, int Tk, int H, int KVH, int D, const int32_t *q_pos) {
+    return attention_shape_ok(B, Tq, H, KVH, D) && Tk >= 1 && q_pos && ((uintptr_t)q_pos & 3u) == 0;
+}
+
+extern "C" cudaError_t cuda_attention_forward_at(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
+                                                 const uint16_t *v, const int32_t *q_pos, int B, int Tq, int Tk,
+                                                 int H, int KVH, int D, cudaStream_t stream) {
+    if (B == 0 || Tq == 0) return cudaSuccess;
+    if (!attention_at_ok(B, Tq, Tk, H, KVH, D, q_pos) || !lse) return cudaErrorInvalidValue;
+    return attention_forward_any<true>(out, lse, q, k, v, AttnShape{B, Tq, Tk, H, KVH, q_pos}, D, stream);
+}
+
+extern "C" cudaError_t cuda_attention_backward_at(uint16_t *dq, float *dk, float *dv, const uint16_t *dout,
+                                                  const uint16_t *out, const float *lse, const uint16_t *q,
+                                                  const uint16_t *k, const uint16_t *v, const int32_t *q_pos, int B,
+                                                  int Tq, int Tk, int H, int KVH, int D, void *workspace,
+                                                  cudaStream_t stream) {
+    if (B == 0 || Tq == 0) return cudaSuccess;
+    if (!attention_at_ok(B, Tq, Tk, H, KVH, D, q_pos)) return cudaErrorInvalidValue;
+    return attention_backward_any<true>(dq, dk, dv, dout, out, lse, q, k, v, AttnShape{B, Tq, Tk, H, KVH, q_pos}, D,
+                                        workspace, stream);
 }

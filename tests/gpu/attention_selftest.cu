@@ -1,6 +1,7 @@
 // attention_selftest.cu: standalone check of kernels/attention.cu against a
 // straightforward fp64 CPU reference (explicit softmax probabilities, O(T^2)),
-// computed from the same bf16-rounded inputs, then a timing section.
+// computed from the same bf16-rounded inputs, then a timing section (the
+// dense kernels, and the context-parallel form at a rank's positions).
 //
 // Build and run (needs a GPU):
 //   nvcc -O3 -std=c++17 -arch=sm_90 tests/gpu/attention_selftest.cu kernels/attention.cu -o build/attention_selftest
@@ -236,23 +237,38 @@ static bool check_rejects(void) {
     return ok;
 }
 
-static void time_shape(const Shape &s) {
-    const size_t nq = (size_t)s.B * s.T * s.H * s.D, nkv = (size_t)s.B * s.T * s.KVH * s.D;
-    const size_t nl = (size_t)s.B * s.H * s.T;
-    uint16_t *host = (uint16_t *)malloc(nq * 2);
-    float *scratch = (float *)malloc(nq * 4);
+// cp == 1: the dense kernels on s; cp > 1: rank `rank`'s attention at its
+// positions (two load-balanced chunks of s.T / cp / 2 rows, as
+// model_cp_positions) against the s.T keys, the context-parallel form.
+static void time_shape(const Shape &s, int cp = 1, int rank = 0) {
+    const int Tq = s.T / cp, Tk = s.T;
+    const size_t nq = (size_t)s.B * Tq * s.H * s.D, nkv = (size_t)s.B * Tk * s.KVH * s.D;
+    const size_t nl = (size_t)s.B * s.H * Tq;
+    uint16_t *host = (uint16_t *)malloc((nq > nkv ? nq : nkv) * 2);
+    float *scratch = (float *)malloc((nq > nkv ? nq : nkv) * 4);
     uint16_t *q = dev_alloc<uint16_t>(nq), *k = dev_alloc<uint16_t>(nkv), *v = dev_alloc<uint16_t>(nkv),
              *dout = dev_alloc<uint16_t>(nq), *out = dev_alloc<uint16_t>(nq), *dq = dev_alloc<uint16_t>(nq),
              *dk = dev_alloc<uint16_t>(nkv), *dv = dev_alloc<uint16_t>(nkv);
+    float *dk32 = cp > 1 ? dev_alloc<float>(nkv) : nullptr, *dv32 = cp > 1 ? dev_alloc<float>(nkv) : nullptr;
     uint16_t *fill[4] = {q, k, v, dout};
     const size_t sizes[4] = {nq, nkv, nkv, nq};
     for (int i = 0; i < 4; i++) {
         rand_bf16(host, scratch, sizes[i], i < 2 ? 2.0 : 1.0);
         CHECK_CUDA(cudaMemcpy(fill[i], host, sizes[i] * 2, cudaMemcpyHostToDevice));
     }
+    // the rank's positions and the (query, key) pairs they see
+    int32_t *pos = (int32_t *)malloc((size_t)Tq * sizeof(int32_t));
+    double pairs = 0.0;
+    for (int t = 0; t < Tq; t++) {
+        const int half = Tq / 2;
+        pos[t] = cp == 1 ? t : t < half ? rank * half + t : (2 * cp - 1 - rank) * half + (t - half);
+        pairs += pos[t] + 1;
+    }
+    int32_t *d_pos = dev_alloc<int32_t>(Tq);
+    CHECK_CUDA(cudaMemcpy(d_pos, pos, (size_t)Tq * sizeof(int32_t), cudaMemcpyHostToDevice));
     float *lse = dev_alloc<float>(nl);
     void *ws = nullptr;
-    CHECK_CUDA(cudaMalloc(&ws, cuda_attention_workspace_bytes(s.B, s.T, s.H, s.KVH, s.D)));
+    CHECK_CUDA(cudaMalloc(&ws, cuda_attention_workspace_bytes(s.B, Tq, s.H, s.KVH, s.D)));
 
     cudaEvent_t start, stop;
     CHECK_CUDA(cudaEventCreate(&start));
@@ -262,11 +278,16 @@ static void time_shape(const Shape &s) {
     for (int pass = 0; pass < 2; pass++) {  // 0: forward, 1: backward
         for (int i = 0; i < warmup + iters; i++) {
             if (i == warmup) CHECK_CUDA(cudaEventRecord(start, 0));
-            if (pass == 0)
+            if (pass == 0 && cp == 1)
                 CHECK_CUDA(cuda_attention_forward(out, lse, q, k, v, s.B, s.T, s.H, s.KVH, s.D, 0));
-            else
+            else if (pass == 0)
+                CHECK_CUDA(cuda_attention_forward_at(out, lse, q, k, v, d_pos, s.B, Tq, Tk, s.H, s.KVH, s.D, 0));
+            else if (cp == 1)
                 CHECK_CUDA(cuda_attention_backward(dq, dk, dv, dout, out, lse, q, k, v, s.B, s.T, s.H, s.KVH, s.D,
                                                    ws, 0));
+            else
+                CHECK_CUDA(cuda_attention_backward_at(dq, dk32, dv32, dout, out, lse, q, k, v, d_pos, s.B, Tq, Tk, s.H,
+                                                      s.KVH, s.D, ws, 0));
         }
         CHECK_CUDA(cudaEventRecord(stop, 0));
         CHECK_CUDA(cudaEventSynchronize(stop));
@@ -274,16 +295,18 @@ static void time_shape(const Shape &s) {
         CHECK_CUDA(cudaEventElapsedTime(&ms, start, stop));
         (pass == 0 ? fwd_ms : bwd_ms) = ms / iters;
     }
-    // causal FLOPs: forward 2 matmuls of 2*T*T*D over half the score matrix, backward 2.5x
-    const double fwd_flops = 2.0 * 2.0 * s.B * s.H * (double)s.T * s.T * s.D / 2.0, bwd_flops = 2.5 * fwd_flops;
-    printf("  B=%d T=%d H=%d KVH=%d D=%-3d  forward %8.3f ms %7.1f TFLOP/s   backward %8.3f ms %7.1f TFLOP/s\n", s.B,
-           s.T, s.H, s.KVH, s.D, fwd_ms, fwd_flops / (fwd_ms * 1e-3) / 1e12, bwd_ms,
+    // causal FLOPs: forward 2 matmuls of 2*D per visible (query, key) pair (T^2/2 of them without cp), backward 2.5x
+    const double fwd_flops = 2.0 * 2.0 * s.B * s.H * pairs * s.D, bwd_flops = 2.5 * fwd_flops;
+    char what[32] = "";
+    if (cp > 1) snprintf(what, sizeof what, " cp %d rank %d", cp, rank);
+    printf("  B=%d T=%d H=%d KVH=%d D=%-3d%-12s forward %8.3f ms %7.1f TFLOP/s   backward %8.3f ms %7.1f TFLOP/s\n",
+           s.B, s.T, s.H, s.KVH, s.D, what, fwd_ms, fwd_flops / (fwd_ms * 1e-3) / 1e12, bwd_ms,
            bwd_flops / (bwd_ms * 1e-3) / 1e12);
 
     cudaEventDestroy(start), cudaEventDestroy(stop);
-    free(host), free(scratch);
+    free(host), free(scratch), free(pos);
     cudaFree(q), cudaFree(k), cudaFree(v), cudaFree(dout), cudaFree(out), cudaFree(dq), cudaFree(dk), cudaFree(dv);
-    cudaFree(lse), cudaFree(ws);
+    cudaFree(dk32), cudaFree(dv32), cudaFree(d_pos), cudaFree(lse), cudaFree(ws);
 }
 
 int main(int argc, char **argv) {
@@ -310,6 +333,12 @@ int main(int argc, char **argv) {
         time_shape({1, 4096, 32, 8, 64});
         time_shape({1, 4096, 16, 8, 128});
         time_shape({2, 4096, 32, 8, 64});  // the training step's shape (Llama 3.2 1B, micro-batch 2)
+        // context parallel (issue 18, item 6): a rank's half of a sequence of 8192 against all of its keys, the
+        // same TFLOP/s as the dense kernel expected (the pairs counted exactly; ranks 0 and 1 see as many)
+        time_shape({1, 8192, 32, 8, 64}, 1, 0);
+        time_shape({1, 8192, 32, 8, 64}, 2, 0);
+        time_shape({1, 8192, 32, 8, 64}, 2, 1);
+        time_shape({1, 8192, 16, 8, 128}, 4, 0);
     }
     return ok ? 0 : 1;
 }

@@ -18,7 +18,7 @@ make --no-print-directory gpu-test-build
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/devlibs"
-programs=(build/cuda/megatrain)
+programs=(build/cuda/megatrain build/cuda/attention_selftest)
 for t in build/cuda/gpu-tests/test_*; do [[ "$t" == *.d ]] || programs+=("$t"); done
 for bin in "${programs[@]}"; do
   ldd "$bin"

@@ -5,7 +5,7 @@
 # (megatrain, the GPU test programs and the libraries they need; or build/cuda
 # on a machine with our packages: then plain
 # `make test-gpu` and `make bench-gpu` do the same). Logs go to $OUT (or
-# /tmp/device-check). Usage: bash tests/gpu/device_check.sh [backlog|states|recompute|zero1|mixtral-ways|tests|profile|bench|moe-ways|bench-a3b
+# /tmp/device-check). Usage: bash tests/gpu/device_check.sh [backlog|states|recompute|zero1|cp-attention|mixtral-ways|tests|attention|profile|bench|moe-ways|bench-a3b
 #   |bench-mixtral|bench-finetune-peers|bench-recompute-peers|bench-8b-peer|bench-fp8-peers|bench-fp8-8b-peer ...]
 # (backlog: a GPU session's first call, sized for a session's 15 minutes of device time (tests/gpu/PENDING.md):
 # the GPU tests, then megatrain's dense step beside RESULTS.md's, then the MoE expert-product ways, each only if
@@ -13,6 +13,7 @@
 # states: issue 18's bf16 AdamW states, their tests and 1B's step with each state dtype; recompute: issue 18's
 # activation recomputation, its tests, 1B's step with each mode and Llama 3 8B at seq 8192 on an H200;
 # zero1: issue 18's distributed optimizer, its tests and 1B at dp 2 (ranks sharing the GPU) with and without it;
+# cp-attention: issue 18's context-parallel attention kernel, its tests and its speed beside the dense kernel's;
 # mixtral-ways: the Mixtral step with each MEGATRAIN_MOE_GEMM; all share backlog's deadline.
 # (bench: the dense shapes, about 7 minutes on an H100; moe-ways: megatrain alone on the MoE shapes with
 # each MEGATRAIN_MOE_GEMM, about 5 minutes; bench-a3b and bench-mixtral: one MoE shape each,
@@ -73,7 +74,7 @@ test_summary() {
   grep -E "^(PASS|FAIL|SKIP)|FAIL|passed|worst|loss cpu|steps 300|nccl run|first loss|skip|stricter|NCCL_LAUNCH" \
     "$out/tests.log" | grep -v " ok$" | tail -60
 }
-# The parts with steps (backlog, states, recompute, zero1, mixtral-ways) share one deadline, BACKLOG_S seconds from the start (a
+# The parts with steps (backlog, states, recompute, zero1, cp-attention, mixtral-ways) share one deadline, BACKLOG_S seconds from the start (a
 # device call is at most 600 s and a session has 900 s of device time, a machine's start included): each step is
 # started only if its estimate fits in what is left and is stopped at the deadline; the table at the end
 # ($out/backlog.txt) says what ran, passed, failed or was left.
@@ -114,10 +115,18 @@ for part in $parts; do
     tests)
       bash tests/gpu/run_gpu_tests.sh > "$out/tests.log" 2>&1
       test_summary ;;
-    attention) # built by hand (see tests/gpu/attention_selftest.cu), carried as build/cuda/attention_selftest
-      [[ -x build/cuda/attention_selftest ]] || { echo "no build/cuda/attention_selftest: nvcc -O3 -std=c++17 -arch=sm_90 \
-tests/gpu/attention_selftest.cu kernels/attention.cu -o build/cuda/attention_selftest"; continue; }
+    attention) # kernels/attention.cu against fp64, then its TFLOP/s, dense and context parallel (make gpu-test-build
+      # builds build/cuda/attention_selftest; .devlibs.tgz carries it)
       build/cuda/attention_selftest > "$out/attention.log" 2>&1; grep -E "FAIL|correctness|TFLOP" "$out/attention.log" ;;
+    cp-attention) # issue 18, item 6: the context-parallel attention on the tensor cores (kernels/attention.cu's AT
+      # form): the tests that run it (test_cuda_ops against the CPU and bit-identical to the dense kernel at positions
+      # 0..T-1, test_cuda_parallel_model's cp grids, test_cuda_layouts.sh's cp rows against one GPU), then its speed
+      # beside the dense kernel's (attention_selftest: TFLOP/s over the pairs each sees; the same expected)
+      step "GPU tests: ops, parallel model, layouts" tests-cp.log 150 bash tests/gpu/run_gpu_tests.sh test_cuda_ops \
+        test_cuda_parallel_model test_cuda_layouts
+      grep -E "^(PASS|FAIL)|FAIL|attention at|cp2|cp 2" "$out/tests-cp.log" | grep -v " ok$" | head -30
+      step "attention self-test and timing" attention.log 60 build/cuda/attention_selftest
+      grep -E "FAIL|correctness|TFLOP" "$out/attention.log" ;;
     profile)
       python3 tests/bench/bench_gpu.py --no-torch --only llama3.2-1b-s4096 --steps 7 --warmup 2 --out /tmp/profile-run \
         --env MEGATRAIN_CUDA_PROFILE=5 > "$out/profile.log" 2>&1

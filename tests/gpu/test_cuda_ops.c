@@ -500,15 +500,9 @@ static void test_scale(Rng *rng, long n) {
     cudaFree(d_x); free(x); free(ref); free(got);
 }
 
-/* Attention at query positions (context parallel): rank cp_rank's positions
- * of a sequence of Tq * cp tokens against the keys of the whole sequence. */
-static void test_attention_at(Rng *rng, int B, int Tq, int cp, int cp_rank, int H, int KVH, int D) {
-    const int Tk = Tq * cp;
-    printf("attention at positions B=%d Tq=%d Tk=%d (cp %d, rank %d) H=%d KVH=%d D=%d\n", B, Tq, Tk, cp, cp_rank, H,
-           KVH, D);
+/* Attention at query positions against its CPU reference: Tq rows at pos (non-decreasing, < Tk) against Tk keys. */
+static void check_attention_at(Rng *rng, int B, int Tq, int Tk, const int32_t *pos, int H, int KVH, int D) {
     const long nq = (long)B * Tq * H * D, nk = (long)B * Tk * KVH * D;
-    int32_t *pos = malloc((size_t)Tq * sizeof(int32_t));
-    model_cp_positions(Tq, cp, cp_rank, pos);
     float *q = rand_bf16_values(rng, nq, 1.0), *k = rand_bf16_values(rng, nk, 1.0), *v = rand_bf16_values(rng, nk, 1.0);
     float *dout = rand_bf16_values(rng, nq, 1.0);
     float *out = malloc((size_t)nq * sizeof(float)), *probs = malloc((size_t)B * H * Tq * Tk * sizeof(float));
@@ -518,21 +512,92 @@ static void test_attention_at(Rng *rng, int B, int Tq, int cp, int cp_rank, int 
     cpu_backend.attention_backward_at(dq, dk, dv, dout, probs, q, k, v, pos, B, Tq, Tk, H, KVH, D);
     uint16_t *d_q = dev_bf16(q, nq), *d_k = dev_bf16(k, nk), *d_v = dev_bf16(v, nk), *d_dout = dev_bf16(dout, nq);
     uint16_t *d_out = dev_bf16(dout, nq), *d_dq = dev_bf16(dout, nq);
-    float *d_lse = dev_f32(NULL, (long)B * H * Tq), *d_dk = dev_f32(NULL, nk), *d_dv = dev_f32(NULL, nk);
+    /* dk, dv start as garbage: the kernel overwrites every key, seen or not */
+    float *junk = malloc((size_t)nk * sizeof(float));
+    for (long i = 0; i < nk; i++) junk[i] = 7.0f;
+    float *d_lse = dev_f32(NULL, (long)B * H * Tq), *d_dk = dev_f32(junk, nk), *d_dv = dev_f32(junk, nk);
+    free(junk);
     int32_t *d_pos = dev_copy(pos, (size_t)Tq * sizeof(int32_t));
+    void *d_ws = NULL;
+    CHECK_CUDA(cudaMalloc(&d_ws, cuda_attention_workspace_bytes(B, Tq, H, KVH, D)));
     CHECK_CUDA(cuda_attention_forward_at(d_out, d_lse, d_q, d_k, d_v, d_pos, B, Tq, Tk, H, KVH, D, 0));
     CHECK_CUDA(cuda_attention_backward_at(d_dq, d_dk, d_dv, d_dout, d_out, d_lse, d_q, d_k, d_v, d_pos, B, Tq, Tk, H,
-                                          KVH, D, 0));
+                                          KVH, D, d_ws, 0));
     float *g_out = host_from_bf16(d_out, nq), *g_dq = host_from_bf16(d_dq, nq), *g_dk = host_from_f32(d_dk, nk);
     float *g_dv = host_from_f32(d_dv, nk);
     check("forward", rel_max(g_out, out, nq), 1e-2);
     check("backward dq", rel_l2(g_dq, dq, nq), 2e-2);
-    check("backward dk (fp32 accumulators)", rel_l2(g_dk, dk, nk), 2e-2);
-    check("backward dv (fp32 accumulators)", rel_l2(g_dv, dv, nk), 2e-2);
+    check("backward dk (fp32)", rel_l2(g_dk, dk, nk), 2e-2);
+    check("backward dv (fp32)", rel_l2(g_dv, dv, nk), 2e-2);
     cudaFree(d_q); cudaFree(d_k); cudaFree(d_v); cudaFree(d_dout); cudaFree(d_out); cudaFree(d_dq); cudaFree(d_dk);
-    cudaFree(d_dv); cudaFree(d_lse); cudaFree(d_pos);
-    free(pos); free(q); free(k); free(v); free(dout); free(out); free(probs); free(dq); free(dk); free(dv);
+    cudaFree(d_dv); cudaFree(d_lse); cudaFree(d_pos); cudaFree(d_ws);
+    free(q); free(k); free(v); free(dout); free(out); free(probs); free(dq); free(dk); free(dv);
     free(g_out); free(g_dq); free(g_dk); free(g_dv);
+}
+
+/* Context parallel: rank cp_rank's positions of a sequence of Tq * cp tokens against the keys of the whole
+ * sequence. */
+static void test_attention_at(Rng *rng, int B, int Tq, int cp, int cp_rank, int H, int KVH, int D) {
+    const int Tk = Tq * cp;
+    printf("attention at positions B=%d Tq=%d Tk=%d (cp %d, rank %d) H=%d KVH=%d D=%d\n", B, Tq, Tk, cp, cp_rank, H,
+           KVH, D);
+    int32_t *pos = malloc((size_t)Tq * sizeof(int32_t));
+    model_cp_positions(Tq, cp, cp_rank, pos);
+    check_attention_at(rng, B, Tq, Tk, pos, H, KVH, D);
+    free(pos);
+}
+
+/* Positions with gaps and repeats (the kernel's contract: non-decreasing), the last keys seen by no query. */
+static void test_attention_at_gaps(Rng *rng, int Tq, int Tk, int H, int KVH, int D) {
+    printf("attention at sorted positions with repeats Tq=%d Tk=%d H=%d KVH=%d D=%d\n", Tq, Tk, H, KVH, D);
+    int32_t *pos = malloc((size_t)Tq * sizeof(int32_t));
+    int p = 0;
+    for (int t = 0; t < Tq; t++) {
+        pos[t] = p;
+        p += (int)rng_below(rng, 4); /* 0: a repeat */
+        if (p > Tk - 20) p = Tk - 20;
+    }
+    check_attention_at(rng, 1, Tq, Tk, pos, H, KVH, D);
+    free(pos);
+}
+
+/* Positions 0..T-1 against the dense kernel: the same tiles in the same order, so the forward is bit-identical and
+ * dK, dV (fp32 here) round to the dense kernel's bf16. */
+static void test_attention_at_identity(Rng *rng, int B, int T, int H, int KVH, int D) {
+    printf("attention at positions 0..T-1 against the dense kernel B=%d T=%d H=%d KVH=%d D=%d\n", B, T, H, KVH, D);
+    const long nq = (long)B * T * H * D, nk = (long)B * T * KVH * D;
+    float *q = rand_bf16_values(rng, nq, 1.0), *k = rand_bf16_values(rng, nk, 1.0), *v = rand_bf16_values(rng, nk, 1.0);
+    float *dout = rand_bf16_values(rng, nq, 1.0);
+    int32_t *pos = malloc((size_t)T * sizeof(int32_t));
+    for (int t = 0; t < T; t++) pos[t] = t;
+    uint16_t *d_q = dev_bf16(q, nq), *d_k = dev_bf16(k, nk), *d_v = dev_bf16(v, nk), *d_dout = dev_bf16(dout, nq);
+    uint16_t *d_out = dev_bf16(dout, nq), *d_out_at = dev_bf16(dout, nq), *d_dq = dev_bf16(dout, nq);
+    uint16_t *d_dk16 = dev_bf16(k, nk), *d_dv16 = dev_bf16(v, nk);
+    float *d_lse = dev_f32(NULL, (long)B * H * T), *d_lse_at = dev_f32(NULL, (long)B * H * T);
+    float *d_dk = dev_f32(NULL, nk), *d_dv = dev_f32(NULL, nk);
+    int32_t *d_pos = dev_copy(pos, (size_t)T * sizeof(int32_t));
+    void *d_ws = NULL;
+    CHECK_CUDA(cudaMalloc(&d_ws, cuda_attention_workspace_bytes(B, T, H, KVH, D)));
+    CHECK_CUDA(cuda_attention_forward(d_out, d_lse, d_q, d_k, d_v, B, T, H, KVH, D, 0));
+    CHECK_CUDA(cuda_attention_forward_at(d_out_at, d_lse_at, d_q, d_k, d_v, d_pos, B, T, T, H, KVH, D, 0));
+    CHECK_CUDA(cuda_attention_backward(d_dq, d_dk16, d_dv16, d_dout, d_out, d_lse, d_q, d_k, d_v, B, T, H, KVH, D, d_ws,
+                                       0));
+    CHECK_CUDA(cuda_attention_backward_at(d_dq, d_dk, d_dv, d_dout, d_out, d_lse, d_q, d_k, d_v, d_pos, B, T, T, H, KVH,
+                                          D, d_ws, 0));
+    float *out = host_from_bf16(d_out, nq), *out_at = host_from_bf16(d_out_at, nq);
+    float *lse = host_from_f32(d_lse, (long)B * H * T), *lse_at = host_from_f32(d_lse_at, (long)B * H * T);
+    float *dk16 = host_from_bf16(d_dk16, nk), *dv16 = host_from_bf16(d_dv16, nk);
+    float *dk = host_from_f32(d_dk, nk), *dv = host_from_f32(d_dv, nk);
+    for (long i = 0; i < nk; i++) dk[i] = round_bf16(dk[i]), dv[i] = round_bf16(dv[i]);
+    check("forward out identical", rel_max(out_at, out, nq), 0.0);
+    check("forward lse identical", rel_max(lse_at, lse, (long)B * H * T), 0.0);
+    check("dk rounded to bf16 identical", rel_max(dk, dk16, nk), 0.0);
+    check("dv rounded to bf16 identical", rel_max(dv, dv16, nk), 0.0);
+    cudaFree(d_q); cudaFree(d_k); cudaFree(d_v); cudaFree(d_dout); cudaFree(d_out); cudaFree(d_out_at); cudaFree(d_dq);
+    cudaFree(d_dk16); cudaFree(d_dv16); cudaFree(d_lse); cudaFree(d_lse_at); cudaFree(d_dk); cudaFree(d_dv);
+    cudaFree(d_pos); cudaFree(d_ws);
+    free(q); free(k); free(v); free(dout); free(pos); free(out); free(out_at); free(lse); free(lse_at); free(dk16);
+    free(dv16); free(dk); free(dv);
 }
 
 /* The cp reordering: blocks -> sequence order -> blocks is the identity; sequence order puts rank r's row t at
@@ -603,7 +668,14 @@ int main(void) {
     test_attention_at(&rng, 2, 32, 2, 0, 4, 2, 16);
     test_attention_at(&rng, 1, 40, 2, 1, 4, 1, 64);
     test_attention_at(&rng, 2, 24, 4, 2, 2, 2, 128);
-    test_attention_at(&rng, 1, 150, 2, 1, 2, 1, 32); /* more than one key tile */
+    test_attention_at(&rng, 1, 150, 2, 1, 2, 1, 32); /* more than one key tile; tiles across the chunks' seam */
+    test_attention_at(&rng, 1, 256, 2, 0, 4, 2, 64);  /* several query tiles of each chunk */
+    test_attention_at(&rng, 1, 200, 2, 1, 2, 1, 128);
+    test_attention_at(&rng, 1, 96, 4, 3, 2, 2, 64);    /* rank 3 of 4: chunks 3 and 4 of 8 */
+    test_attention_at_gaps(&rng, 150, 420, 4, 2, 32);
+    test_attention_at_gaps(&rng, 70, 300, 2, 1, 128);
+    test_attention_at_identity(&rng, 1, 130, 4, 2, 64);
+    test_attention_at_identity(&rng, 2, 70, 2, 1, 128);
     test_cp_permute(2, 2, 8, 48);
     test_cp_permute(4, 1, 6, 32);
     cuda_gemm_cache_clear();

@@ -287,21 +287,21 @@ cudaError_t cuda_attention_backward(uint16_t *dq, uint16_t *dk, uint16_t *dv, co
                                     const uint16_t *v, int B, int T, int H, int KVH, int D, void *workspace,
                                     cudaStream_t stream);
 
-/* ---- kernels/attention_at.cu -------------------------------------------- */
-
-/* Queries at positions (context parallel): q (B, Tq, H, D), query row t at
- * position q_pos[t] (device, Tq) sees keys 0..q_pos[t] of k, v (B, Tk, KVH,
- * D); out (B, Tq, H, D), lse (B, H, Tq) as cuda_attention_forward. The
- * simple row-per-block form (no tensor cores); D at most 128. */
+/* Queries at positions (context parallel, kernels/attention.cu too, the same
+ * tiled tensor-core kernels): q (B, Tq, H, D), query row t at position
+ * q_pos[t] (device, Tq int32, NON-DECREASING, each < Tk: a cp rank's two
+ * chunks are) sees keys 0..q_pos[t] of k, v (B, Tk, KVH, D); out (B, Tq, H,
+ * D), lse (B, H, Tq) as cuda_attention_forward; D 16, 32, 64 or 128. */
 cudaError_t cuda_attention_forward_at(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
                                       const uint16_t *v, const int32_t *q_pos, int B, int Tq, int Tk, int H, int KVH,
                                       int D, cudaStream_t stream);
-/* Its gradients: dq (bf16) OVERWRITTEN; dk, dv (fp32, B x Tk x KVH x D)
- * ACCUMULATED (atomics; zero them first). */
+/* Its gradients: dq (bf16, B x Tq x H x D) and dk, dv (fp32, B x Tk x KVH x
+ * D, to be summed over the cp ranks) OVERWRITTEN; keys no query sees get 0.
+ * workspace: cuda_attention_workspace_bytes(B, Tq, H, KVH, D) bytes. */
 cudaError_t cuda_attention_backward_at(uint16_t *dq, float *dk, float *dv, const uint16_t *dout, const uint16_t *out,
                                        const float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                        const int32_t *q_pos, int B, int Tq, int Tk, int H, int KVH, int D,
-                                       cudaStream_t stream);
+                                       void *workspace, cudaStream_t stream);
 
 /* ---- kernels/cp_permute.cu --------------------------------------------- */
 

@@ -198,8 +198,8 @@ static void layout_shared(CudaModel *m, Carver *c) {
     CARVE(c, m->dk, N * KVD);
     CARVE(c, m->dv, N * KVD);
     CARVE(c, m->d_qkv, N * QKV);
-    if (m->shape.cp == 1) /* the flash-attention backward's; attention at positions (cp) needs none */
-        m->attn_workspace = carve(c, cuda_attention_workspace_bytes(m->max_B, m->max_T, (int)H, (int)KVH, (int)D));
+    /* the attention backward's (dq's fp32 sums, delta), for this rank's max_T query rows, cp or not */
+    m->attn_workspace = carve(c, cuda_attention_workspace_bytes(m->max_B, m->max_T, (int)H, (int)KVH, (int)D));
     CARVE(c, m->chunks, m->num_chunks);
     CARVE(c, m->norm_chunks, m->num_norm_chunks);
     CARVE(c, m->norm_partial, NORM_PARTIALS);
@@ -397,9 +397,9 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
     m->max_T = max_T;
     const char *profile = getenv("MEGATRAIN_CUDA_PROFILE");
     m->prof_on = profile && atoi(profile) > 0 ? atoi(profile) : 0;
-    if (m->cfg.head_dim > 128 || m->cfg.head_dim % 16 != 0) {
-        mt_set_error(err, errlen, "model.head_dim: %d is not supported on CUDA (a multiple of 16, at most 128)",
-                     m->cfg.head_dim);
+    const int hd = m->cfg.head_dim;
+    if (hd != 16 && hd != 32 && hd != 64 && hd != 128) { /* the attention kernels' tiles (kernels/attention.cu) */
+        mt_set_error(err, errlen, "model.head_dim: %d is not supported on CUDA (16, 32, 64 or 128)", hd);
         free(m);
         return NULL;
     }

@@ -198,12 +198,10 @@ void cuda_cp_attention_backward(CudaModel *m, const LayerSaved *s, int B, int T)
                                                  s->v, B, T, H, KVH, D, m->attn_workspace, st)));
         return;
     }
-    const size_t all = (size_t)B * Tall * KVH * D * sizeof(float);
-    CUDA_CHECK(cudaMemsetAsync(m->dk_all, 0, all, st));
-    CUDA_CHECK(cudaMemsetAsync(m->dv_all, 0, all, st));
     TIMED(m, PROF_ATTN_BWD, CUDA_CHECK(cuda_attention_backward_at(m->dq, m->dk_all, m->dv_all, m->d_attn_out,
                                                                   s->attn_out, s->lse, s->q, s->k_all, s->v_all,
-                                                                  m->positions, B, T, Tall, H, KVH, D, st)));
+                                                                  m->positions, B, T, Tall, H, KVH, D,
+                                                                  m->attn_workspace, st)));
     scatter_sequence_grad(m, m->dk, m->dk_all, B, T, KVH * D);
     scatter_sequence_grad(m, m->dv, m->dv_all, B, T, KVH * D);
 }
