@@ -34,8 +34,8 @@
  * layer's input; what is recomputed goes into one working set per stage
  * (one layer's worth, plus the recomputed layer's output for full),
  * counted once beside the sets in flight, as src/model/model_create.c
- * and src/model/cuda/cuda_model.c allocate it (the GPU's full recompute
- * takes no MoE layer yet: run refuses it, and plan says so). Scratch of
+ * and src/model/cuda/cuda_model.c allocate it (a MoE layer's buffers once
+ * under full). Scratch of
  * cuBLASLt, NCCL and the allocator is not counted: leave a few GiB.
  *
  * plan_check_memory turns the estimate into run's and resume's refusal of a

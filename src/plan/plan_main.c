@@ -130,15 +130,10 @@ int plan_main(int argc, char **argv) {
                plan.gpu ? "; not implemented on GPUs yet: `run` refuses peft with run.device: cuda" : "");
     }
     const Recompute rc = recipe.train.recompute;
-    bool moe = false;
-    for (int l = 0; l < recipe.model.num_layers; l++) moe = moe || model_layer_is_moe(&recipe.model, l);
     if (rc != RECOMPUTE_NONE)
-        printf("recompute: %s (activations: %s kept per layer, a working set of %.2f GiB per stage once)%s\n",
+        printf("recompute: %s (activations: %s kept per layer, a working set of %.2f GiB per stage once)\n",
                recompute_names[rc], rc == RECOMPUTE_FULL ? "each layer's input" : "no attention core or SwiGLU",
-               plan.stages[plan_worst_stage(&plan)].recompute_bytes / GiB,
-               plan.gpu && rc == RECOMPUTE_FULL && moe
-                   ? "; full is not implemented on GPUs for MoE models yet: `run` refuses it with run.device: cuda"
-                   : "");
+               plan.stages[plan_worst_stage(&plan)].recompute_bytes / GiB);
     char advice[1024];
     if (device_gib > 0.0 && plan_check_fit(&plan, &recipe, device_gib * GiB, "the device's memory", advice, sizeof advice)) {
         fflush(stdout);

@@ -57,12 +57,20 @@ static float forward_backward(Model *cpu, CudaModel *gpu, const int32_t *inputs,
  * from plain's only as two plain backwards do (fp32 atomics in the attention's and the embedding's backward): at
  * most 4 times that spread (relative L2 over all gradients), or 1e-5 where two backwards agree (the emulator, whose
  * atomics run in a fixed order: there they must be the same bits). Each allocates less than plain. A MoE model
- * takes selective (the attention core) and refuses full. */
+ * takes both; its full recompute reruns each MoE layer's routing, which must leave the step's statistics (counts
+ * per layer and expert, the auxiliary losses) as one forward left them: the same as plain's. */
 static void check_recompute(Model *cpu, CudaModel *plain, const int32_t *inputs, const int32_t *targets, int B, int T,
                             float loss_plain, const float *grads_plain) {
     const long n = cpu->num_floats;
     float *again = malloc((size_t)n * sizeof(float)), *grads = malloc((size_t)n * sizeof(float));
     forward_backward(cpu, plain, inputs, targets, B, T, again);
+    MoeStep plain_stats = {0}; /* a MoE model: the statistics of plain's forward (one micro-batch's) */
+    if (cpu->moe_step) {
+        const MoeStep *st = cpu->moe_step;
+        plain_stats = *st;
+        plain_stats.counts = malloc((size_t)st->num_layers * st->E * sizeof(double));
+        memcpy(plain_stats.counts, st->counts, (size_t)st->num_layers * st->E * sizeof(double));
+    }
     const double spread = rel_l2(again, grads_plain, n), limit = spread * 4 > 1e-5 ? spread * 4 : 1e-5;
     printf("  recompute: two plain backwards differ by %.3e (relative L2)\n", spread);
     for (int mode = RECOMPUTE_SELECTIVE; mode <= RECOMPUTE_FULL; mode++) {
@@ -70,12 +78,6 @@ static void check_recompute(Model *cpu, CudaModel *plain, const int32_t *inputs,
         char err[512], what[96];
         CudaModel *gpu = cuda_model_create(cpu, 0, B, T, &(CudaModelOptions){.recompute = (Recompute)mode}, err,
                                            sizeof err);
-        if (cpu->moe_step && mode == RECOMPUTE_FULL) {
-            snprintf(what, sizeof what, "recompute %s refused for MoE", name);
-            check(what, gpu == NULL && strstr(err, "train.recompute: full") ? 0.0 : 1.0, 0.0);
-            cuda_model_free(gpu);
-            continue;
-        }
         if (!gpu) {
             printf("  cannot create the CUDA model with recompute %s: %s\n", name, err);
             failed++;
@@ -88,8 +90,18 @@ static void check_recompute(Model *cpu, CudaModel *plain, const int32_t *inputs,
         check(what, fabs((double)loss - (double)loss_plain), 0.0);
         snprintf(what, sizeof what, "recompute %s: gradients (relative L2)", name);
         check(what, rel_l2(grads, grads_plain, n), limit);
+        if (cpu->moe_step) { /* forward_backward began a fresh step: this run's statistics against plain's */
+            const MoeStep *st = cpu->moe_step;
+            const long cells = (long)st->num_layers * st->E;
+            double worst = fabs(st->aux_sum - plain_stats.aux_sum) + fabs(st->z_sum - plain_stats.z_sum);
+            for (long i = 0; i < cells; i++) worst += fabs(st->counts[i] - plain_stats.counts[i]);
+            worst += labs(st->assignments - plain_stats.assignments) + labs(st->dropped - plain_stats.dropped);
+            snprintf(what, sizeof what, "recompute %s: MoE statistics recorded once (as plain's)", name);
+            check(what, worst, 0.0);
+        }
         cuda_model_free(gpu);
     }
+    free(plain_stats.counts);
     free(again), free(grads);
 }
 

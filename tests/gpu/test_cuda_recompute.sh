@@ -18,8 +18,12 @@
 #     whole sequence; full: their all-gathers again), pp 2 x vpp 2 (full: the
 #     working set shared by the micro-batches in flight), the same checks
 #     against the one-GPU run without recompute;
-#   - a MoE recipe (mixtral) takes selective and tracks its plain run the same
-#     way; full is refused with exit 2 naming the key.
+#   - a MoE recipe (mixtral) takes selective and full and tracks its plain run
+#     the same way; full reruns each MoE layer's routing in the backward,
+#     which must record its statistics once: the first step's aux loss,
+#     imbalance and drop rate are the plain run's digits (with expert_bias,
+#     capacity dropping and z-loss on the qwen3_moe recipe too); and at ep 2
+#     (the all-to-alls again; not in the short form) it tracks one GPU.
 # Skips the layouts without mpirun.
 set -euo pipefail
 source "$(dirname "$0")/../integration/lib.sh"
@@ -60,11 +64,27 @@ if [[ ${MT_GPU_TEST_QUICK:-0} != 1 ]]; then  # the qk-norm recipe: on a GPU (the
   tracks qwen3-full qwen3
 fi
 
+# same_stats DIR REF: the first step's MoE statistics of DIR are REF's, digit for digit (recorded once a forward)
+same_stats() {
+  local field
+  for field in moe_aux_loss moe_imbalance moe_drop_rate; do
+    [[ "$(json_field "$WORK/$1/metrics.jsonl" $field | head -1)" == "$(json_field "$WORK/$2/metrics.jsonl" $field | head -1)" ]] ||
+      fail "$1: the first step's $field differs from $2's (a recomputed routing recorded twice?)"
+  done
+  echo "$1: the first step's aux loss, imbalance and drop rate are $2's"
+}
 launch 1 mixtral mixtral
 launch 1 mixtral-selective mixtral --set train.recompute=selective
 tracks mixtral-selective mixtral
-expect_refused "recompute full on a MoE model on cuda" "train.recompute: full is not implemented on GPUs for MoE" 1 \
-  run "$REPO/recipes/tiny/mixtral.yaml" --set run.dir="$WORK/mixtral-full" "${common[@]}" --set train.recompute=full
+launch 1 mixtral-full mixtral --set train.recompute=full
+tracks mixtral-full mixtral
+same_stats mixtral-full mixtral
+MOE=(--set model.moe.load_balancing=expert_bias --set model.moe.bias_update_rate=0.01
+     --set model.moe.score_function=sigmoid --set model.moe.capacity_factor=1.0 --set model.moe.z_loss_coeff=0.01)
+launch 1 qwen3moe qwen3_moe "${MOE[@]}"
+launch 1 qwen3moe-full qwen3_moe "${MOE[@]}" --set train.recompute=full
+tracks qwen3moe-full qwen3moe
+same_stats qwen3moe-full qwen3moe
 
 command -v mpirun > /dev/null || { echo "no mpirun: the layouts are skipped"; echo ok; exit 0; }
 launch 2 tp2sp-full llama --set parallel.tp=2 --set parallel.sequence_parallel=true --set train.recompute=full
@@ -78,4 +98,8 @@ launch 1 llama4 llama --set model.num_layers=4 --set train.micro_batch_size=2
 launch 2 pp2vpp2-full llama --set parallel.pp=2 --set parallel.vpp=2 --set model.num_layers=4 \
   --set train.micro_batch_size=2 --set train.recompute=full
 tracks pp2vpp2-full llama4 layout
+if [[ ${MT_GPU_TEST_QUICK:-0} != 1 ]]; then  # expert parallel: the recomputed layer's all-to-alls on both ranks
+  launch 2 ep2-full mixtral --set parallel.ep=2 --set train.micro_batch_size=4 --set train.recompute=full
+  tracks ep2-full mixtral layout
+fi
 echo ok

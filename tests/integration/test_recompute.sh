@@ -5,8 +5,7 @@
 # on one rank, and under mpirun with tp 2 + sequence parallel, cp 2, pp 2
 # with vpp 2, and a MoE recipe on ep 2 (expert_bias, capacity dropping,
 # z-loss; its aux loss, imbalance and drop rate too). A run with recompute
-# resumed from its checkpoint continues as the uninterrupted one. An unknown mode is refused, and a CUDA build (when
-# build/cuda/megatrain exists) refuses full recompute of a MoE model on cuda (the GPU's recompute:
+# resumed from its checkpoint continues as the uninterrupted one. An unknown mode is refused (the GPU's recompute:
 # tests/gpu/test_cuda_recompute.sh). Layouts skip without mpirun.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -77,13 +76,3 @@ fi
 
 expect_refused "an unknown mode" "train.recompute" 2 \
   run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/bad" "${COMMON[@]}" --set train.recompute=some
-
-# A CUDA build refuses full recompute of a MoE model before it touches a GPU (model_device_cuda_check); checked
-# when one was built.
-if [[ -x "$REPO/build/cuda/megatrain" ]]; then
-  MEGATRAIN="$REPO/build/cuda/megatrain" expect_refused "recompute full of a MoE model on cuda" \
-    "train.recompute: full is not implemented on GPUs for MoE" 1 run "$REPO/recipes/tiny/mixtral.yaml" \
-    --set run.dir="$WORK/cuda" "${COMMON[@]}" --set run.device=cuda --set precision=bf16 --set train.recompute=full
-else
-  echo "no build/cuda/megatrain: the cuda refusal is not checked here"
-fi

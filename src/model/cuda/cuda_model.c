@@ -92,7 +92,7 @@ static void layout_layer(CudaModel *m, Carver *c, int l, LayerSaved *s, bool bui
         PIECE(c, gate_up, N * 2 * I, r.all);
         PIECE(c, act, N * I, r.swiglu);
     } else if (!build) {
-        cuda_moe_layout_saved(m, c, l); /* full recompute takes no MoE layer (cuda_model_create) */
+        cuda_moe_layout_saved(m, c, l); /* under full: the working set's device buffers (layout_work) */
     }
     PIECE(c, attn_rstd, R, r.all);
     PIECE(c, mlp_rstd, R, r.all);
@@ -108,17 +108,23 @@ static void layout_layer(CudaModel *m, Carver *c, int l, LayerSaved *s, bool bui
 }
 #undef PIECE
 
-/* The recompute working set: one layer's recomputed buffers (a dense layer's: the only kind full takes, and
- * selective recomputes the dense SwiGLU only), and under full the recomputed layer's output. */
+/* The recompute working set: one layer's recomputed buffers (a dense layer's MLP; selective recomputes the dense
+ * SwiGLU only), and under full the recomputed layer's output and, with MoE layers, one MoE layer's device buffers
+ * (cuda_moe_layout_work). */
 static void layout_work(CudaModel *m, Carver *c) {
     if (m->recompute == RECOMPUTE_NONE) return;
     int dense = -1; /* a dense layer of this rank, whose MLP sizes the working set's */
-    for (int l = 0; l < m->shape.L && dense < 0; l++)
-        if (!m->layers[l].moe) dense = l;
+    bool moe = false;
+    for (int l = 0; l < m->shape.L; l++) {
+        if (!m->layers[l].moe && dense < 0) dense = l;
+        moe = moe || m->layers[l].moe;
+    }
     m->work = (LayerSaved){0};
     layout_layer(m, c, dense >= 0 ? dense : 0, &m->work, true); /* a MoE layer: no MLP buffers */
-    if (m->recompute == RECOMPUTE_FULL)
+    if (m->recompute == RECOMPUTE_FULL) {
         CARVE(c, m->recompute_out, (size_t)model_shape_rows(&m->shape, m->max_B * m->max_T) * m->shape.C);
+        if (moe) cuda_moe_layout_work(m, c);
+    }
 }
 
 /* What one micro-batch's forward keeps (a pipeline keeps one set per micro-batch in flight: clones). */
@@ -419,12 +425,6 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
     bool moe = false;
     for (int v = 0; v < part->num_chunks; v++)
         for (int i = 0; i < part->chunk_layers[v]; i++) moe = moe || model_layer_is_moe(&m->cfg, part->chunk_first[v] + i);
-    if (moe && m->recompute == RECOMPUTE_FULL) {
-        mt_set_error(err, errlen, "train.recompute: full is not implemented on GPUs for MoE layers yet (selective is; "
-                     "the CPU runs full)");
-        free(m);
-        return NULL;
-    }
     if (moe) {
         const MoeConfig *mc = &m->cfg.moe;
         /* this rank's slices (expert tensor parallel cuts the intermediates) */

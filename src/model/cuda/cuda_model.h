@@ -89,7 +89,8 @@ void cuda_model_forward_start(CudaModel *model, const int32_t *inputs, int B, in
 void cuda_model_forward_layers(CudaModel *model, int chunk);
 float cuda_model_forward_head(CudaModel *model, const int32_t *targets);
 /* The experts local layer l chose for each token in the last forward ((B*T, k) into selected, host): true, or
- * false when layer l has no MoE MLP (tests). */
+ * false when layer l has no MoE MLP (tests). Under train.recompute: full the MoE layers share one set of buffers:
+ * only the layer forwarded (or recomputed) last is there. */
 bool cuda_model_download_routing(CudaModel *model, int l, int32_t *selected);
 /* Logits (B*T, V) of the last forward, as fp32 on the host (tests, eval). */
 void cuda_model_download_logits(CudaModel *model, float *logits);

@@ -115,6 +115,8 @@ struct CudaModel {
     Recompute recompute;
     LayerSaved work;
     bf16_t *recompute_out;
+    struct MoeSaved *moe_work; /* full: the MoE layers' device buffers, one set (cuda_model_moe.c) */
+    bool recomputing;          /* full: the backward is rerunning a layer's forward (MoE: no statistics) */
     bf16_t *final_resid, *final_normed, *final_in, *logits;
     float *final_rstd, *losses, *ce_lse;
     float *ce_stats, *ce_gathered; /* vocab parallel: (N, 3) this rank's row stats, (tp, N, 3) everyone's */
@@ -242,8 +244,10 @@ void cuda_cp_attention_backward(CudaModel *m, const LayerSaved *s, int B, int T)
 /* ---- cuda_model_moe.c: the MoE MLP of a layer whose LayerOffsets.moe is set ---- */
 
 /* Its buffers: what layer l's forward keeps (per activation set; host arrays allocated when c->base is NULL,
- * freed by cuda_moe_free_saved) and, with shared, the scratch every MoE layer and activation set shares. */
+ * freed by cuda_moe_free_saved; under full recompute its device buffers are the working set's, carved before by
+ * cuda_moe_layout_work) and, with shared, the scratch every MoE layer and activation set shares. */
 void cuda_moe_layout_saved(CudaModel *m, Carver *c, int l);
+void cuda_moe_layout_work(CudaModel *m, Carver *c);
 void cuda_moe_layout_shared(CudaModel *m, Carver *c);
 void cuda_moe_free_saved(CudaModel *m);
 void cuda_moe_free_shared(CudaModel *m);

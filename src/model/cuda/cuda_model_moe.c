@@ -33,7 +33,12 @@
  * d_logits (renormalisation, balancing loss, z-loss), dWr and the router's
  * fp32 input gradient, and the scatter of the rows' gradients to tokens.
  * Statistics go to the host Model's MoeStep, so model_moe_step_end (the
- * expert-bias update, the logged figures) is the CPU's. */
+ * expert-bias update, the logged figures) is the CPU's.
+ * train.recompute: full keeps a MoE layer's host record (offsets, the
+ * balancing loss's counts and scales, the ep exchange's row counts) per
+ * layer and its device buffers in one working set (m->moe_work); the
+ * backward reruns the layer's forward into it (m->recomputing: the same
+ * routing, the ep exchanges again on every rank alike, no statistics). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,13 +109,54 @@ static int max_aux_rows(const CudaModel *m) {
     return moe_cfg(m)->load_balancing == LB_SEQ_AUX_LOSS ? m->max_B : 1;
 }
 
-void cuda_moe_layout_saved(CudaModel *m, Carver *c, int l) {
+/* A MoeSaved's device buffers: carved (work NULL), or those of the full-recompute working set `work` (every MoE
+ * layer's forward is rerun into them before its backward). */
+#define MOE_PIECE(field, count)                                                                             \
+    do {                                                                                                    \
+        if (work) v->field = work->field;                                                                   \
+        else CARVE(c, v->field, (count));                                                                   \
+    } while (0)
+static void layout_moe_buffers(CudaModel *m, Carver *c, MoeSaved *v, const MoeSaved *work) {
     const MoeConfig *mc = moe_cfg(m);
     const size_t N = (size_t)m->max_B * m->max_T, E = mc->num_experts, A = N * mc->num_experts_per_tok;
     const size_t C = m->shape.C, Ie = cuda_moe_expert_I(m), Is = cuda_moe_shared_I(m);
     const size_t RA = expert_rows(m, N), El = E / (size_t)m->ep;
+    MOE_PIECE(logits, N * E);
+    MOE_PIECE(scores, N * E);
+    MOE_PIECE(lse, N);
+    MOE_PIECE(score_sum, N);
+    MOE_PIECE(selected, A);
+    MOE_PIECE(position, A);
+    MOE_PIECE(d_offsets, E + 1);
+    MOE_PIECE(raw, A);
+    MOE_PIECE(weight, A);
+    MOE_PIECE(xin, A * C);
+    MOE_PIECE(gate_up, RA * 2 * Ie);
+    MOE_PIECE(act, RA * Ie);
+    MOE_PIECE(y, A * C);
+    if (m->ep > 1) {
+        MOE_PIECE(ex_x, RA * C);
+        MOE_PIECE(ex_order, RA);
+        MOE_PIECE(ex_inverse, RA);
+        MOE_PIECE(d_ex_offsets, El + 1);
+    }
+    if (Is > 0) {
+        MOE_PIECE(s_gate_up, N * 2 * Is);
+        MOE_PIECE(s_act, N * Is);
+    }
+}
+#undef MOE_PIECE
+
+void cuda_moe_layout_work(CudaModel *m, Carver *c) {
+    if (!m->moe_work) m->moe_work = mt_calloc(1, sizeof *m->moe_work); /* device buffers only */
+    layout_moe_buffers(m, c, m->moe_work, NULL);
+}
+
+void cuda_moe_layout_saved(CudaModel *m, Carver *c, int l) {
+    const MoeConfig *mc = moe_cfg(m);
+    const size_t E = mc->num_experts, El = E / (size_t)m->ep;
     LayerSaved *s = &m->saved[l];
-    if (!s->moe) { /* the first pass over a fresh set: the host side */
+    if (!s->moe) { /* the first pass over a fresh set: the host side, kept per layer in every recompute mode */
         s->moe = mt_calloc(1, sizeof *s->moe);
         s->moe->offsets = mt_calloc(E + 1, sizeof(int32_t));
         s->moe->aux_counts = mt_calloc((size_t)max_aux_rows(m) * E, sizeof(float));
@@ -118,30 +164,7 @@ void cuda_moe_layout_saved(CudaModel *m, Carver *c, int l) {
         s->moe->send_rows = mt_calloc((size_t)m->ep, sizeof(long));
         s->moe->recv_rows = mt_calloc((size_t)m->ep, sizeof(long));
     }
-    MoeSaved *v = s->moe;
-    CARVE(c, v->logits, N * E);
-    CARVE(c, v->scores, N * E);
-    CARVE(c, v->lse, N);
-    CARVE(c, v->score_sum, N);
-    CARVE(c, v->selected, A);
-    CARVE(c, v->position, A);
-    CARVE(c, v->d_offsets, E + 1);
-    CARVE(c, v->raw, A);
-    CARVE(c, v->weight, A);
-    CARVE(c, v->xin, A * C);
-    CARVE(c, v->gate_up, RA * 2 * Ie);
-    CARVE(c, v->act, RA * Ie);
-    CARVE(c, v->y, A * C);
-    if (m->ep > 1) {
-        CARVE(c, v->ex_x, RA * C);
-        CARVE(c, v->ex_order, RA);
-        CARVE(c, v->ex_inverse, RA);
-        CARVE(c, v->d_ex_offsets, El + 1);
-    }
-    if (Is > 0) {
-        CARVE(c, v->s_gate_up, N * 2 * Is);
-        CARVE(c, v->s_act, N * Is);
-    }
+    layout_moe_buffers(m, c, s->moe, m->recompute == RECOMPUTE_FULL ? m->moe_work : NULL);
 }
 
 void cuda_moe_layout_shared(CudaModel *m, Carver *c) {
@@ -203,6 +226,8 @@ void cuda_moe_free_saved(CudaModel *m) {
 }
 
 void cuda_moe_free_shared(CudaModel *m) {
+    free(m->moe_work);
+    m->moe_work = NULL;
     if (!m->moe) return;
     free(m->moe->h_counts);
     free(m->moe->h_send);
@@ -408,18 +433,23 @@ void cuda_moe_forward(CudaModel *m, int l, const bf16_t *x, const bf16_t *resid,
                                   mc->norm_topk_prob, st));
     });
     TIMED(m, PROF_MOE_PERMUTE, sort_assignments(m, v, N));
-    /* the statistics to the host: the rows per expert, the counts and probability sums, the lse */
+    /* the rows per expert to the host and, once per micro-batch (not in full recompute's rerun, which routes the
+     * same way and keeps the first forward's record: v's aux_counts and scales, the step's figures, and skips the
+     * dp / cp sums of the counts on every rank alike), the statistics: counts and probability sums, the lse */
     const bool seq = mc->load_balancing == LB_SEQ_AUX_LOSS;
     const int span = seq ? T : N, rows = N / span;
-    CUDA_CHECK(cuda_moe_balance_stats(s->counts, s->psum, v->selected, v->scores, v->score_sum, N, E, k, span, 1,
-                                      sigmoid, st));
     CUDA_CHECK(cudaMemcpyAsync(v->offsets, v->d_offsets, (size_t)(E + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaMemcpyAsync(s->h_counts, s->counts, (size_t)rows * E * sizeof(int32_t), cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaMemcpyAsync(s->h_psum, s->psum, (size_t)rows * E * sizeof(double), cudaMemcpyDeviceToHost, st));
-    if (mc->z_loss_coeff > 0)
-        CUDA_CHECK(cudaMemcpyAsync(s->h_lse, v->lse, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, st));
+    if (!m->recomputing) {
+        CUDA_CHECK(cuda_moe_balance_stats(s->counts, s->psum, v->selected, v->scores, v->score_sum, N, E, k, span, 1,
+                                          sigmoid, st));
+        CUDA_CHECK(cudaMemcpyAsync(s->h_counts, s->counts, (size_t)rows * E * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                   st));
+        CUDA_CHECK(cudaMemcpyAsync(s->h_psum, s->psum, (size_t)rows * E * sizeof(double), cudaMemcpyDeviceToHost, st));
+        if (mc->z_loss_coeff > 0)
+            CUDA_CHECK(cudaMemcpyAsync(s->h_lse, v->lse, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, st));
+    }
     CUDA_CHECK(cudaStreamSynchronize(st));
-    balance(m, l, v, B, T);
+    if (!m->recomputing) balance(m, l, v, B, T);
 
     const int R = v->offsets[E];
     TIMED(m, PROF_MOE_PERMUTE, CUDA_CHECK(cuda_moe_gather(v->xin, x, s->token, R, C, st)));

@@ -165,7 +165,9 @@ float cuda_model_forward(CudaModel *m, const int32_t *inputs, const int32_t *tar
  * rebuilds what the forward did not keep (into the working set its LayerSaved points to; the forward is
  * deterministic, so the same values): full the whole layer from its kept input (its output into recompute_out, as
  * the next layer's input is kept), selective the SwiGLU before the MLP's backward and the attention core (attn_out
- * and lse from the kept q, k, v and, under cp, the kept k_all, v_all: no collective) before the attention's. */
+ * and lse from the kept q, k, v and, under cp, the kept k_all, v_all: no collective) before the attention's.
+ * A recomputed MoE layer reruns its collectives (tp, cp gathers, the ep exchanges) on every rank of their group
+ * alike, as src/model/model_backward.c's header argues for the CPU, and skips its statistics (cuda_model_moe.c). */
 static void layer_backward(CudaModel *m, int l, int B, int T) {
     const LayerOffsets *o = &m->layers[l];
     LayerSaved *s = &m->saved[l];
@@ -174,7 +176,11 @@ static void layer_backward(CudaModel *m, int l, int B, int T) {
     const int N = B * T, R = model_shape_rows(sh, N), C = sh->C, I = sh->I, D = sh->D;
     const int H = sh->H, KVH = sh->KVH, HD = sh->HD, KVD = sh->KVD, QKV = HD + 2 * KVD;
     const bool selective = m->recompute == RECOMPUTE_SELECTIVE;
-    if (m->recompute == RECOMPUTE_FULL) layer_forward(m, l, m->recompute_out, B, T);
+    if (m->recompute == RECOMPUTE_FULL) { /* MoE: the same routing, no second record of its statistics */
+        m->recomputing = true;
+        layer_forward(m, l, m->recompute_out, B, T);
+        m->recomputing = false;
+    }
 
     /* MLP half: out = resid_mid + act @ Wdown^T (or + the MoE MLP) */
     const bf16_t *dy = cuda_tp_leave_backward(m, N, C), *g;

@@ -52,15 +52,6 @@ int model_device_cuda_check(const ModelDeviceSetup *s, char *err, size_t errlen)
                      "model has no adapters and no frozen weights");
         return MT_EXIT_USAGE;
     }
-    bool moe = false;
-    for (int l = 0; l < s->cfg->num_layers; l++) moe = moe || model_layer_is_moe(s->cfg, l);
-    if (s->recompute == RECOMPUTE_FULL && moe) {
-        mt_set_error(err, errlen,
-                     "train.recompute: full is not implemented on GPUs for MoE models yet (selective is: it "
-                     "recomputes the attention core; the CPU runs full); set train.recompute: selective or none for "
-                     "run.device: cuda");
-        return MT_EXIT_USAGE;
-    }
     if (s->packed) {
         mt_set_error(err, errlen,
                      "data.pack: packed rows (attention restricted to each sample) are not implemented on GPUs yet "
