@@ -124,4 +124,21 @@ void nccl_all_to_all_v(const NcclComm *comm, const void *send, const long *send_
     }
     check(comm, ncclGroupEnd(), "ncclGroupEnd (all-to-all)", total);
 }
+
+void nccl_p2p_group(const NcclComm *comm, const NcclP2p *ops, int n, cudaStream_t stream) {
+    if (n <= 0) return;
+    size_t total = 0;
+    check(comm, ncclGroupStart(), "ncclGroupStart (point-to-point)", 0);
+    for (int i = 0; i < n; i++) {
+        const NcclP2p *o = &ops[i];
+        if (o->send)
+            check(comm, ncclSend(o->buf, o->count, nccl_type(o->type), o->peer, (ncclComm_t)comm->handle, stream),
+                  "ncclSend", o->count);
+        else
+            check(comm, ncclRecv(o->buf, o->count, nccl_type(o->type), o->peer, (ncclComm_t)comm->handle, stream),
+                  "ncclRecv", o->count);
+        total += o->count;
+    }
+    check(comm, ncclGroupEnd(), "ncclGroupEnd (point-to-point)", total);
+}
 #endif

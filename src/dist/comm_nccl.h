@@ -45,5 +45,18 @@ void nccl_reduce_scatter_sum(const NcclComm *comm, const void *send, void *recv,
  * beforehand: they must match the peers' send counts). Grouped point-to-point sends and receives. */
 void nccl_all_to_all_v(const NcclComm *comm, const void *send, const long *send_counts, void *recv,
                        const long *recv_counts, NcclDtype type, cudaStream_t stream);
+/* One point-to-point transfer: count elements of buf to (send) or from peer. */
+typedef struct NcclP2p {
+    void *buf;
+    size_t count;
+    NcclDtype type;
+    int peer;
+    int send; /* 1: a send, 0: a receive */
+} NcclP2p;
+/* The n transfers as one group (ncclGroupStart .. ncclGroupEnd), enqueued on stream: they progress together, and
+ * NCCL matches the k-th send from a rank to a peer with the peer's k-th receive from it (no tags). A pipeline
+ * step's transfers (src/dist/pipeline_transfers.h pairs them so that no order of the ranks' groups waits
+ * forever). */
+void nccl_p2p_group(const NcclComm *comm, const NcclP2p *ops, int n, cudaStream_t stream);
 
 #endif

@@ -211,4 +211,10 @@ void device_all_to_all_v(DeviceComm *c, const void *send, const long *send_count
     free(sc);
     if (received > 0) copy_sync(recv, host + sent * elem, received * elem, cudaMemcpyHostToDevice, stream);
 }
+
+void device_p2p_group(DeviceComm *c, const NcclP2p *ops, int n, cudaStream_t stream) {
+    if (c->staged) mt_die(MT_EXIT_FAILURE, "device comm: point-to-point groups go over NCCL only (a staged group sends "
+                          "through the host)");
+    nccl_p2p_group(&c->nccl, ops, n, stream);
+}
 #endif

@@ -66,5 +66,8 @@ void device_reduce_scatter_sum(DeviceComm *c, const void *send, void *recv, size
  * The MoE token dispatch and combine over ep. */
 void device_all_to_all_v(DeviceComm *c, const void *send, const long *send_counts, void *recv,
                          const long *recv_counts, NcclDtype type, cudaStream_t stream);
+/* Point-to-point transfers as one group (nccl_p2p_group), NCCL only: a staged transport's ranks send through the
+ * host themselves (the pipeline's MPI path), and calling this on one is a programming error (it dies). */
+void device_p2p_group(DeviceComm *c, const NcclP2p *ops, int n, cudaStream_t stream);
 
 #endif

@@ -59,6 +59,10 @@ typedef struct PipelineStageOps {
      * groups of src/dist/pipeline_transfers.h, so they may be unbuffered (rendezvous) as NCCL's are. */
     void (*send)(void *slot, int chunk, bool backward, const Comm *group, int dest, int tag, int B, int T);
     void (*recv)(void *slot, int chunk, bool backward, const Comm *group, int source, int tag, int B, int T);
+    /* After a group's sends and receives: a transport that posts them together (NCCL's grouped send / receive)
+     * does so now; one that posted each at once (MPI) does nothing. transport names it for the log. */
+    void (*post_transfers)(void *base);
+    const char *(*transport)(void *base);
     /* Bytes of one more activation set (what a clone adds); 0 when not known. */
     size_t (*slot_bytes)(void *base);
 } PipelineStageOps;
@@ -133,7 +137,8 @@ struct ModelDevice {
     {.clone = stage_clone, .free_clone = stage_free_clone, .forward_start = stage_forward_start,                  \
      .forward_layers = stage_forward_layers, .forward_head = stage_forward_head,                                   \
      .backward_head = stage_backward_head, .backward_layers = stage_backward_layers,                               \
-     .backward_finish = stage_backward_finish, .send = stage_send, .recv = stage_recv, .slot_bytes = stage_slot_bytes}
+     .backward_finish = stage_backward_finish, .send = stage_send, .recv = stage_recv,                           \
+     .post_transfers = stage_post_transfers, .transport = stage_transport, .slot_bytes = stage_slot_bytes}
 #define MODEL_DEVICE_OPS(device_name, stage_ops)                                                                   \
     {.name = device_name, .destroy = device_destroy, .from_host = device_from_host, .to_host = device_to_host,     \
      .grads_to_host = device_grads_to_host, .zero_grad = device_zero_grad, .forward = device_forward,             \

@@ -100,6 +100,13 @@ static void stage_recv(void *slot, int chunk, bool backward, const Comm *group, 
               COMM_FLOAT, source, tag);
 }
 
+/* MPI: each send and receive was posted at once */
+static void stage_post_transfers(void *base) { (void)base; }
+static const char *stage_transport(void *base) {
+    (void)base;
+    return "MPI";
+}
+
 /* a clone's own buffers: the recompute working set is the base's, shared */
 static size_t stage_slot_bytes(void *base) { return model_activation_bytes(base).per_set; }
 

@@ -7,7 +7,10 @@
  * (comm_send_copy completes only once matched, as an NCCL send does), so a
  * pairing that could wait forever would hang every pipeline test; why it
  * cannot is pipeline_transfers_check, run over every shape up to pp 16 in
- * the unit tests. Every send is complete when a step returns. */
+ * the unit tests. Every send is complete when a step returns (on the CPU;
+ * a GPU's NCCL transfers are recorded by send and recv and posted as one
+ * group by post_transfers, complete in the stream's order: the ops after
+ * them on the same stream wait for them, the host does not). */
 #include "pipeline.h"
 
 #include <stdlib.h>
@@ -126,6 +129,7 @@ double pipeline_run(Pipeline *p, int M, bool forward_only, float loss_scale, int
         for (int j = 0; j < st->num_ops; j++)
             if (st->ops[j].forward && st->ops[j].chunk == 0) start_micro(p, st->ops[j], B, T, load, arg);
         for (int j = 0; j < st->num_recvs; j++) post_recv(p, &st->recvs[j], B, T);
+        p->ops->post_transfers(p->base); /* NCCL: the group's sends and receives, posted together */
         comm_wait_sends();
         for (int j = 0; j < st->num_ops; j++) {
             const PipeOp op = st->ops[j];

@@ -107,8 +107,8 @@ static void setup_pipeline(TrainContext *ctx) {
     char size[64] = "";
     const size_t bytes = d->ops->stage->slot_bytes(d->stage_base);
     if (bytes > 0) snprintf(size, sizeof size, " of %.2f GiB", (double)bytes / 1073741824.0);
-    mt_log("pipeline parallel: %d stages on %s, activations sent with MPI; stage 0 keeps %d activation sets%s",
-           ctx->layout.pp, d->ops->name, sets, size);
+    mt_log("pipeline parallel: %d stages on %s, activations sent with %s; stage 0 keeps %d activation sets%s",
+           ctx->layout.pp, d->ops->name, d->ops->stage->transport(d->stage_base), sets, size);
 }
 
 int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_t errlen) {

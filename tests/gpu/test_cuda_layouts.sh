@@ -110,7 +110,10 @@ if [[ $gpus -ge 2 ]]; then
   grep -q "keys and values all-gathered with NCCL" "$WORK/cp2-nccl.txt" || fail "cp2-nccl: NCCL was not used"
   track cp2-nccl gpu-llama cpu-llama
   launch 2 pp2-gpus llama --set parallel.pp=2 --set train.micro_batch_size=4 # 2 micro-batches in flight
+  grep -q "activations sent with NCCL, GPU to GPU" "$WORK/pp2-gpus.txt" || fail "pp2-gpus: not sent GPU to GPU"
   track pp2-gpus gpu-llama cpu-llama
+  launch 2 pp2vpp2-gpus llama "${tied[@]}" --set parallel.pp=2 --set parallel.vpp=2 --set train.micro_batch_size=4
+  track pp2vpp2-gpus gpu-tied cpu-tied # the interleaved groups: a gradient sent and one received at once
   # MoE expert parallel over NCCL (grouped send/receive): tracks the one-GPU run over its first 10 steps
   launch 1 gpu-mixtral mixtral
   launch 2 ep2-nccl mixtral --set parallel.ep=2 --set train.micro_batch_size=4

@@ -26,7 +26,13 @@
 #     megatrain's schedule) and, with the launch order megatrain sets
 #     (src/dist/comm_nccl.c), tracks one GPU; so do the tiny mixtral at
 #     ep 2 over dp 4 and the tiny llama at tp 2 x dp 2 with the distributed
-#     optimizer (its reduce-scatters and all-gathers on the second stream).
+#     optimizer (its reduce-scatters and all-gathers on the second stream),
+#     and the tiny llama at pp 2 x dp 2 (the pipeline's NCCL groups on the
+#     compute stream beside the dp averages);
+#   - pipeline stages sending GPU to GPU (grouped ncclSend / ncclRecv): pp 2
+#     with vpp 2 tracks one GPU; a group whose receive overlaps one of its
+#     sends (test_emu_nccl overlap) is refused, as the interleaved schedule's
+#     gradient send and receive would be without the send's copy.
 # A GPU run remains what counts (tests/gpu/PENDING.md's NCCL row).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -55,6 +61,10 @@ must_hang() {
 must_hang cross_order
 must_hang sends_first
 must_hang two_streams EMU_STREAMS=lazy,eager NCCL_LAUNCH_ORDER_IMPLICIT=0
+TMPDIR=$WORK/tmp "${mpi[@]}" -np 3 build/emu/test_emu_nccl overlap > "$WORK/overlap.txt" 2>&1 ||
+  { tail "$WORK/overlap.txt"; fail "overlap: a group whose receive overlaps its send was not refused"; }
+grep -q "overlaps its ncclSend to rank" "$WORK/overlap.txt" || { tail "$WORK/overlap.txt"; fail "overlap: no message"; }
+echo "overlap: a group's receive into its own send's buffer refused"
 EMU_STREAMS=lazy,eager NCCL_LAUNCH_ORDER_IMPLICIT=1 TMPDIR=$WORK/tmp "${mpi[@]}" -np 3 build/emu/test_emu_nccl \
   two_streams | tee "$WORK/two_streams.txt"
 grep -q "two streams in launch order on 3 ranks" "$WORK/two_streams.txt" || fail "two_streams in launch order"
@@ -78,6 +88,11 @@ moe=(--set model.moe.load_balancing=global_aux_loss) # the balancing counts summ
 emu_run gpu-moe 1 mixtral "${moe[@]}"
 emu_run ep2 2 mixtral "${moe[@]}" --set parallel.ep=2 --set train.micro_batch_size=4 --set train.replica_check_interval=1
 emu_tracks ep2 gpu-moe "tokens dispatched with NCCL all-to-all"
+# the pipeline's transfers GPU to GPU: the interleaved schedule's groups send and receive a gradient at once (into
+# and out of the shared gradient buffer: the send's copy set aside, or the overlap check above stops it)
+emu_run gpu4 1 llama --set model.num_layers=4
+emu_run pp2vpp2 2 llama --set model.num_layers=4 --set parallel.pp=2 --set parallel.vpp=2 --set train.micro_batch_size=2
+emu_tracks pp2vpp2 gpu4 "activations sent with NCCL, GPU to GPU"
 
 export EMU_GPUS=4 EMU_STREAMS=eager,lazy,lazy,eager # rank i takes entry i: tp pairs (0 1) (2 3), dp pairs (0 2) (1 3)
 # the same timeout on both runs: what stops the first is a hang, not a slow rank (the second has none)
@@ -93,6 +108,8 @@ emu_run tp2dp2-mixed 4 llama --set parallel.tp=2 --set train.micro_batch_size=4
 emu_tracks tp2dp2-mixed gpu "operations in launch order (NCCL_LAUNCH_ORDER_IMPLICIT=1)"
 emu_run ep2dp4-mixed 4 mixtral "${moe[@]}" --set parallel.ep=2 --set train.micro_batch_size=2
 emu_tracks ep2dp4-mixed gpu-moe "tokens dispatched with NCCL all-to-all"
+emu_run pp2dp2-mixed 4 llama --set parallel.pp=2 --set train.micro_batch_size=2 # 1F1B's groups beside the dp averages
+emu_tracks pp2dp2-mixed gpu "activations sent with NCCL, GPU to GPU"
 # the distributed optimizer's all-gathers stay in flight past the step's end, while the host runs its MPI
 # collectives: a lazy rank (its streams run only when the host waits) would hold them back there while an eager one
 # (each call runs, and blocks its host, when enqueued) waits in them, a hang GPUs cannot have (their streams go on

@@ -8,7 +8,10 @@
  *   - backward_finish runs on the first virtual stage only, once per micro-batch;
  *   - pipeline_reserve makes as many activation sets as a step then uses: no
  *     clone is made inside the step (the GPU allocates them at start);
- *   - every forward of a chunk precedes its backward, per micro-batch. */
+ *   - every forward of a chunk precedes its backward, per micro-batch;
+ *   - post_transfers follows every group of sends and receives before any op
+ *     computes (the GPU's NCCL transfers are only recorded until then), and
+ *     none is left unposted at the step's end. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -33,6 +36,7 @@ typedef struct FakeStage {
     int fwd[64][8], bwd[64][8]; /* per micro-batch and chunk */
     int order_errors;
     int current_micro;       /* from the load callback: which micro-batch the next forward_start is for */
+    int pending, unposted_ops, transfers; /* sends and receives not yet posted; ops run with some pending */
 } FakeStage;
 
 typedef struct Slot {
@@ -57,6 +61,7 @@ static void fake_start(void *slot, const int32_t *inputs, const int32_t *positio
 static void record(void *slot, int chunk, bool forward, bool last) {
     FakeStage *st = the_stage;
     const int m = ((Slot *)slot)->micro;
+    if (st->pending) st->unposted_ops++;
     if (forward) st->fwd[m][chunk]++;
     else {
         if (st->fwd[m][chunk] != 1) st->order_errors++; /* a backward before its forward */
@@ -75,13 +80,20 @@ static void fake_finish(void *slot, bool last) {
     the_stage->finishes++;
     the_stage->last_finishes += last;
 }
-static void fake_send(void *slot, int chunk, bool backward, const Comm *g, int dest, int tag, int B, int T) {}
-static void fake_recv(void *slot, int chunk, bool backward, const Comm *g, int src, int tag, int B, int T) {}
+static void fake_send(void *slot, int chunk, bool backward, const Comm *g, int dest, int tag, int B, int T) {
+    the_stage->pending++, the_stage->transfers++;
+}
+static void fake_recv(void *slot, int chunk, bool backward, const Comm *g, int src, int tag, int B, int T) {
+    the_stage->pending++, the_stage->transfers++;
+}
+static void fake_post(void *base) { the_stage->pending = 0; }
+static const char *fake_transport(void *base) { return "fake"; }
 
 static const PipelineStageOps fake_ops = {
     .clone = fake_clone, .free_clone = fake_free, .forward_start = fake_start, .forward_layers = fake_layers,
     .forward_head = fake_head, .backward_head = fake_head_backward, .backward_layers = fake_backward_layers,
-    .backward_finish = fake_finish, .send = fake_send, .recv = fake_recv,
+    .backward_finish = fake_finish, .send = fake_send, .recv = fake_recv, .post_transfers = fake_post,
+    .transport = fake_transport,
 };
 
 static void fake_load(void *arg, int micro, const int32_t **inputs, const int32_t **targets,
@@ -105,6 +117,9 @@ static void run_stage(int pp, int vpp, int stage, int M) {
     pipeline_run(&p, M, false, 1.0f, 1, 1, fake_load, NULL);
     assert_int_equal(st.clones, clones_before); /* reserve made every set the step needs */
     assert_int_equal(st.order_errors, 0);
+    assert_int_equal(st.unposted_ops, 0);
+    assert_int_equal(st.pending, 0);
+    assert_true(st.transfers > 0); /* pp >= 2: every stage sends or receives */
     for (int m = 0; m < M; m++)
         for (int v = 0; v < vpp; v++) {
             assert_int_equal(st.fwd[m][v], 1);

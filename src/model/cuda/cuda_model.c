@@ -567,6 +567,7 @@ void cuda_model_free(CudaModel *m) {
     free(m->host_targets);
     free(m->host_losses);
     if (owner) {
+        cuda_stage_direct_free(m);
         cuda_gemm_cache_clear();
         cuda_context_destroy(&m->ctx);
         free(m->layers);

@@ -119,6 +119,19 @@ void cuda_model_backward_finish(CudaModel *model, bool last_micro_batch);
 size_t cuda_model_stage_bytes(const CudaModel *model, bool grad);
 void cuda_model_stage_to_host(CudaModel *model, int chunk, bool grad, void *host);
 void cuda_model_stage_from_host(CudaModel *model, int chunk, bool grad, const void *host);
+/* Pipeline transfers GPU to GPU (issue 18, item 5): NCCL send / receive over `comm`, the pipeline group (one GPU a
+ * rank: not a staged group). Set on the base before clones are made (they share it). Then stage_send records a
+ * send of the chunk's output (forward) or of the gradient of its input (backward, copied aside at once: the
+ * activation sets share the gradient buffer, which a receive of the same group may fill) to `peer`, stage_recv a
+ * receive into the chunk's input or the gradient of its output, and stage_post posts what was recorded (of any
+ * activation set) as one NCCL group on the model's stream, then mirrors a received gradient in bf16. Ordered on
+ * the stream like the ops around them: nothing waits on the host. */
+struct DeviceComm;
+void cuda_model_set_pp_comm(CudaModel *model, struct DeviceComm *comm);
+bool cuda_model_stage_direct(const CudaModel *model);
+void cuda_model_stage_send(CudaModel *model, int chunk, bool grad, int peer);
+void cuda_model_stage_recv(CudaModel *model, int chunk, bool grad, int peer);
+void cuda_model_stage_post(CudaModel *model);
 /* Another set of activations for `base` (a pipeline keeps one per
  * micro-batch in flight): a model sharing base's weights, gradients, AdamW
  * states, scratch and communicators (a copy of them: make clones after

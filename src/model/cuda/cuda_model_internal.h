@@ -91,6 +91,7 @@ struct CudaModel {
     TpPartialGrad *tp_partial; /* gradients reduced over tp on the last micro-batch (TpPartialGrad) */
     int num_tp_partial;
     DeviceComm *cp_comm;       /* the cp group (cuda_model_set_cp_comm), NULL when cp == 1 */
+    struct CudaStageDirect *pp; /* GPU-direct pipeline transfers (cuda_model_set_pp_comm; clones share it), or NULL */
     int32_t *positions;        /* device (max_T), context parallel: this rank's positions (model_rope_rows) */
     int32_t *seq_pos;          /* device (cp * max_T): every cp rank's positions (model_sequence_positions) */
 
@@ -240,6 +241,9 @@ void cuda_parallel_reduce_grads(CudaModel *m, int layer);
 void cuda_cp_attention_forward(CudaModel *m, LayerSaved *s, int B, int T, bool gather_kv);
 /* Its backward: dq, dk, dv (this rank's rows) from d_attn_out. */
 void cuda_cp_attention_backward(CudaModel *m, const LayerSaved *s, int B, int T);
+
+/* GPU-direct pipeline transfers' state and buffer (cuda_model_pass.c), freed by the base. */
+void cuda_stage_direct_free(CudaModel *m);
 
 /* ---- cuda_model_moe.c: the MoE MLP of a layer whose LayerOffsets.moe is set ---- */
 

@@ -23,6 +23,7 @@
  * Under tensor parallel the cuda_tp_* steps (cuda_model_parallel.c) bracket
  * the products; with tp 1 they are the plain ops above. */
 #include <sched.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda_model_internal.h"
@@ -332,6 +333,88 @@ void cuda_model_stage_from_host(CudaModel *m, int chunk, bool grad, const void *
     CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, m->ctx.stream));
     if (grad) CUDA_CHECK(cuda_cast_fp32_to_bf16(m->d_resid16, m->d_resid, bytes / sizeof(float), m->ctx.stream));
     CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream)); /* the host buffer may be reused on return */
+}
+
+/* ---- pipeline stages: activations and their gradients GPU to GPU (NCCL) ---- */
+
+/* What one step's group holds until cuda_model_stage_post: pipeline_transfers.h's steps send and receive at most
+ * PIPE_STEP_MAX each; at most one gradient is sent a step (a steady-state step's two ops are a forward and a
+ * backward), copied into grad_send. */
+#define STAGE_GROUP_MAX 4
+typedef struct CudaStageDirect {
+    DeviceComm *comm;            /* the pipeline group, NCCL */
+    NcclP2p ops[STAGE_GROUP_MAX];
+    int n;
+    bool grad_sent;
+    size_t grad_received;        /* the floats of the gradient received in the group (0: none) */
+    float *grad_send;            /* (residual rows of max_B x max_T, C): the gradient sent, copied from d_resid */
+} CudaStageDirect;
+
+void cuda_model_set_pp_comm(CudaModel *m, DeviceComm *comm) {
+    if (m->base) mt_die(MT_EXIT_FAILURE, "cuda_model_set_pp_comm: set it on the base, before its clones");
+    if (comm->staged) mt_die(MT_EXIT_FAILURE, "cuda_model_set_pp_comm: a staged group sends through the host");
+    CudaStageDirect *pp = mt_calloc(1, sizeof *pp);
+    pp->comm = comm;
+    const size_t rows = (size_t)model_shape_rows(&m->shape, m->max_B * m->max_T);
+    CUDA_CHECK(cudaMalloc((void **)&pp->grad_send, rows * m->cfg.hidden_size * sizeof(float)));
+    m->pp = pp;
+}
+
+bool cuda_model_stage_direct(const CudaModel *m) { return m->pp != NULL; }
+
+void cuda_stage_direct_free(CudaModel *m) {
+    if (!m->pp) return;
+    cudaStreamSynchronize(m->ctx.stream);
+    cudaFree(m->pp->grad_send);
+    free(m->pp);
+    m->pp = NULL;
+}
+
+static CudaStageDirect *stage_direct(CudaModel *m) {
+    if (!m->pp) mt_die(MT_EXIT_FAILURE, "cuda_model_stage_send/recv: no pipeline communicator (cuda_model_set_pp_comm)");
+    return m->pp;
+}
+
+static void stage_record(CudaModel *m, void *buf, bool grad, int peer, bool send) {
+    CudaStageDirect *pp = stage_direct(m);
+    if (pp->n == STAGE_GROUP_MAX) mt_die(MT_EXIT_FAILURE, "pipeline: more than %d transfers in a group", STAGE_GROUP_MAX);
+    const size_t bytes = cuda_model_stage_bytes(m, grad);
+    pp->ops[pp->n++] = (NcclP2p){.buf = buf, .count = bytes / (grad ? sizeof(float) : sizeof(bf16_t)),
+                                 .type = grad ? NCCL_DTYPE_FLOAT : NCCL_DTYPE_BF16, .peer = peer, .send = send};
+}
+
+void cuda_model_stage_send(CudaModel *m, int chunk, bool grad, int peer) {
+    if (!grad) {
+        stage_record(m, chunk_output(m, chunk), false, peer, true);
+        return;
+    }
+    CudaStageDirect *pp = stage_direct(m);
+    if (pp->grad_sent) mt_die(MT_EXIT_FAILURE, "pipeline: two gradients sent in one group");
+    /* set aside: a receive of this group may land in d_resid */
+    CUDA_CHECK(cudaMemcpyAsync(pp->grad_send, m->d_resid, cuda_model_stage_bytes(m, true), cudaMemcpyDeviceToDevice,
+                               m->ctx.stream));
+    stage_record(m, pp->grad_send, true, peer, true);
+    pp->grad_sent = true;
+}
+
+void cuda_model_stage_recv(CudaModel *m, int chunk, bool grad, int peer) {
+    stage_record(m, grad ? (void *)m->d_resid : (void *)m->saved[m->shape.chunk_start[chunk]].resid_in, grad, peer,
+                 false);
+    if (grad) {
+        if (m->pp->grad_received) mt_die(MT_EXIT_FAILURE, "pipeline: two gradients received in one group");
+        m->pp->grad_received = cuda_model_stage_bytes(m, true) / sizeof(float);
+    }
+}
+
+void cuda_model_stage_post(CudaModel *m) {
+    CudaStageDirect *pp = m->pp;
+    if (!pp || pp->n == 0) return;
+    device_p2p_group(pp->comm, pp->ops, pp->n, m->ctx.stream);
+    if (pp->grad_received) /* the gradient of the stage's output: its bf16 mirror for the products */
+        CUDA_CHECK(cuda_cast_fp32_to_bf16(m->d_resid16, m->d_resid, pp->grad_received, m->ctx.stream));
+    pp->n = 0;
+    pp->grad_sent = false;
+    pp->grad_received = 0;
 }
 
 int cuda_model_comms_failed(CudaModel *m, char *err, size_t errlen) {

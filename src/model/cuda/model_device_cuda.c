@@ -26,7 +26,7 @@
  * pointers to them). */
 typedef struct CudaDevice {
     CudaModel *model;
-    DeviceComm dp_comm, tp_comm, cp_comm, embed_comm, ep_comm, edp_comm;
+    DeviceComm dp_comm, tp_comm, cp_comm, pp_comm, embed_comm, ep_comm, edp_comm;
 } CudaDevice;
 
 static CudaDevice *impl(ModelDevice *d) { return d->impl; }
@@ -127,8 +127,8 @@ static int staged_wanted(const CudaModel *cuda, bool *staged, const char **why, 
     return 0;
 }
 
-/* The communicators of this rank's groups, every rank in the same order: tp, cp, the tied embedding's, dp, ep and
- * edp.
+/* The communicators of this rank's groups, every rank in the same order: tp, cp, pp (NCCL only), the tied
+ * embedding's, dp, ep and edp.
  * 0, or -1 with err set. */
 static int create_comms(ModelDevice *d, const ModelDeviceSetup *s, char *err, size_t errlen) {
     CudaDevice *c = impl(d);
@@ -151,6 +151,10 @@ static int create_comms(ModelDevice *d, const ModelDeviceSetup *s, char *err, si
         cuda_model_set_cp_comm(c->model, &c->cp_comm);
         mt_log("context parallel: %d GPUs, keys and values all-gathered with %s", c->cp_comm.size,
                staged ? "MPI" : "NCCL");
+    }
+    if (grid->layout.pp > 1 && !staged) { /* the pipeline's transfers GPU to GPU (a staged group: through the host) */
+        if (device_comm_create(&c->pp_comm, &grid->groups[GROUP_PP], false, err, errlen) != 0) return -1;
+        cuda_model_set_pp_comm(c->model, &c->pp_comm);
     }
     if (grid->layout.pp > 1 && grid->in_embedding && s->cfg->tie_word_embeddings) {
         /* the tied embedding's gradient: the first stage's and the last stage's copy summed */
@@ -178,14 +182,15 @@ static int create_comms(ModelDevice *d, const ModelDeviceSetup *s, char *err, si
         mt_log("expert parallel: %d GPUs with %d experts each, tokens dispatched with %s all-to-all", c->ep_comm.size,
                s->cfg->moe.num_experts / c->ep_comm.size, staged ? "MPI" : "NCCL");
     }
-    if (!staged && dp && (tp || cp || ep)) { /* two communicators in flight: see comm_nccl.c */
+    const bool pp = grid->layout.pp > 1;
+    if (!staged && dp && (tp || cp || ep || pp)) { /* two communicators in flight: see comm_nccl.c */
         const char *order = getenv("NCCL_LAUNCH_ORDER_IMPLICIT");
         if (order && atoi(order) == 1)
             mt_log("NCCL: each GPU runs its communicators' operations in launch order (NCCL_LAUNCH_ORDER_IMPLICIT=1)");
         else
             mt_log("warning: NCCL_LAUNCH_ORDER_IMPLICIT is %s, not 1 (NCCL older than 2.26, or set so): the dp "
                    "averages and the %s collectives in flight at once may hang", order ? order : "unset",
-                   tp ? "tp" : cp ? "cp" : "ep");
+                   tp ? "tp" : cp ? "cp" : ep ? "ep" : "pipeline's");
     }
     return 0;
 }
@@ -197,6 +202,7 @@ static void device_destroy(ModelDevice *d) {
     device_comm_destroy(&c->dp_comm);
     device_comm_destroy(&c->tp_comm);
     device_comm_destroy(&c->cp_comm);
+    device_comm_destroy(&c->pp_comm);
     device_comm_destroy(&c->embed_comm);
     device_comm_destroy(&c->ep_comm);
     device_comm_destroy(&c->edp_comm);
@@ -314,11 +320,14 @@ static bool device_pci_bus_id(ModelDevice *d, char *out, int len) {
 }
 
 /* ---- as a pipeline stage ------------------------------------------------ */
-/* Transfers are staged through the host: the activations (bf16) or their
- * gradients (fp32) copied out of the GPU, sent with comm_send_copy (an MPI
- * send that completes when matched, in the executor's paired groups:
- * src/dist/pipeline_transfers.h), received and copied in. The price is two
- * PCIe copies per transfer; NCCL sends in the same groups would avoid it. */
+/* Transfers go GPU to GPU with NCCL when each rank has its own GPU: a step's
+ * sends and receives (the executor's paired groups,
+ * src/dist/pipeline_transfers.h) recorded and posted as one NCCL group on the
+ * compute stream (cuda_model_stage_send/_recv/_post). Where ranks share a GPU
+ * (or MEGATRAIN_DEVICE_COMM=host) they are staged through the host: the
+ * activations (bf16) or their gradients (fp32) copied out of the GPU, sent
+ * with comm_send_copy (an MPI send that completes when matched), received and
+ * copied in, at the price of two PCIe copies per transfer. */
 
 static void *host_buffer; /* staging for one transfer (comm_send_copy copies it again) */
 static size_t host_bytes;
@@ -362,6 +371,10 @@ static void stage_backward_layers(void *slot, int chunk, float loss_scale, bool 
 static void stage_backward_finish(void *slot, bool last) { cuda_model_backward_finish(slot, last); }
 
 static void stage_send(void *slot, int chunk, bool backward, const Comm *group, int dest, int tag, int B, int T) {
+    if (cuda_model_stage_direct(slot)) { /* NCCL: recorded, posted with the group by stage_post_transfers */
+        cuda_model_stage_send(slot, chunk, backward, dest);
+        return;
+    }
     const size_t bytes = cuda_model_stage_bytes(slot, backward);
     void *buf = staging(bytes);
     cuda_model_stage_to_host(slot, chunk, backward, buf);
@@ -369,10 +382,19 @@ static void stage_send(void *slot, int chunk, bool backward, const Comm *group, 
 }
 
 static void stage_recv(void *slot, int chunk, bool backward, const Comm *group, int source, int tag, int B, int T) {
+    if (cuda_model_stage_direct(slot)) {
+        cuda_model_stage_recv(slot, chunk, backward, source);
+        return;
+    }
     const size_t bytes = cuda_model_stage_bytes(slot, backward);
     void *buf = staging(bytes);
     comm_recv(group, buf, words(bytes), word_type(bytes), source, tag);
     cuda_model_stage_from_host(slot, chunk, backward, buf);
+}
+
+static void stage_post_transfers(void *base) { cuda_model_stage_post(base); }
+static const char *stage_transport(void *base) {
+    return cuda_model_stage_direct(base) ? "NCCL, GPU to GPU" : "MPI through the host";
 }
 
 static size_t stage_slot_bytes(void *base) { return cuda_model_activation_bytes(base); }

@@ -508,9 +508,37 @@ ncclResult_t ncclGroupStart(void) {
     return ncclSuccess;
 }
 
+/* A GPU runs a group's transfers at once: a receive into memory that another transfer of the group reads (a send)
+ * or writes (a receive) races with it there, whatever the order here (which copies a send's data at the start).
+ * The first such pair, or -1. */
+static int group_overlap(const Transfer *t, int n, int *other) {
+    for (int i = 0; i < n; i++) {
+        if (t[i].sending || t[i].bytes == 0) continue;
+        const char *a = (const char *)t[i].data;
+        for (int j = 0; j < n; j++) {
+            const char *b = (const char *)t[j].data;
+            if (j != i && t[j].bytes > 0 && a < b + t[j].bytes && b < a + t[i].bytes) {
+                *other = j;
+                return i;
+            }
+        }
+    }
+    return -1;
+}
+
 ncclResult_t ncclGroupEnd(void) {
     if (group_depth > 0) group_depth--;
     if (group_depth > 0 || queued_count == 0) return ncclSuccess;
+    int other = -1, recv = group_overlap(queued, queued_count, &other);
+    if (recv >= 0) {
+        const Transfer *r = &queued[recv], *o = &queued[other];
+        fprintf(stderr, "EMU NCCL: rank %d of %d: a group's ncclRecv from rank %d into %p (%zu bytes) overlaps its %s "
+                "%s rank %d at %p (%zu bytes): on a GPU they run at once\n", r->comm->rank, r->comm->nranks, r->peer,
+                r->data, r->bytes, o->sending ? "ncclSend" : "ncclRecv", o->sending ? "to" : "from", o->peer, o->data,
+                o->bytes);
+        queued_count = 0;
+        return ncclInvalidUsage;
+    }
     Group *g = malloc(sizeof *g + (size_t)queued_count * sizeof(Transfer));
     g->count = queued_count;
     memcpy(g->t, queued, (size_t)queued_count * sizeof(Transfer));

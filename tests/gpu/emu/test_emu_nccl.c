@@ -13,6 +13,8 @@
  *                the other way round (a hang);
  *   sends_first  ranks 0 and 1 each send one float to the other, then receive, outside a group (a hang: a send
  *                waits for its receiver);
+ *   overlap      ranks 0 and 1 each send a buffer to the other and receive into the same buffer in one group (on
+ *                a GPU the receive overwrites what the send is still reading): refused at ncclGroupEnd;
  *   two_streams  every rank launches an all-reduce on one communicator and stream, then one on a second
  *                communicator and stream, in the same order, then synchronizes the second stream first. Under
  *                EMU_STREAMS=lazy,eager the lazy ranks run the second one first: a hang, unless
@@ -176,6 +178,22 @@ int main(int argc, char **argv) {
         MPI_Barrier(MPI_COMM_WORLD);
         MPI_Finalize();
         return 0; /* not reached */
+    }
+    if (argc > 1 && strcmp(argv[1], "overlap") == 0) {
+        float buf[4] = {0};
+        ncclResult_t r = ncclSuccess;
+        if (rank < 2) {
+            ncclGroupStart();
+            ncclSend(buf, 4, ncclFloat32, 1 - rank, world, NULL);
+            ncclRecv(buf + 2, 2, ncclFloat32, 1 - rank, world, NULL);
+            r = ncclGroupEnd();
+        }
+        if (rank < 2 && r == ncclSuccess) failures++;
+        int total = 0;
+        MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        if (rank == 0) printf(total ? "overlap: a group was not refused\n" : "overlap: refused\n");
+        MPI_Finalize();
+        return total != 0;
     }
     if (argc > 1 && strcmp(argv[1], "two_streams") == 0) {
         ncclComm_t other = make_comm(MPI_COMM_WORLD);
