@@ -211,13 +211,14 @@ GPU_TEST_SRC := $(sort $(wildcard tests/gpu/test_*.c))
 .PHONY: test-gpu gpu-test-build
 gpu-test-build:
 	@$(MAKE) --no-print-directory -j4 CUDA=1 BUILD=$(GPU_BUILD) $(GPU_BUILD)/megatrain \
-	  $(GPU_TEST_SRC:tests/gpu/%.c=$(GPU_BUILD)/gpu-tests/%) $(GPU_BUILD)/attention_selftest
+	  $(GPU_TEST_SRC:tests/gpu/%.c=$(GPU_BUILD)/gpu-tests/%)
 
 # kernels/attention.cu against an fp64 reference at sizes test_cuda_ops leaves out, then its speed (dense and
-# context parallel): tests/gpu/device_check.sh's attention part.
+# context parallel): tests/gpu/device_check.sh's attention and cp-attention parts (tests/gpu/carry_libs.sh builds
+# and carries it: make CUDA=1 BUILD=build/cuda build/cuda/attention_selftest).
 $(BUILD)/attention_selftest: tests/gpu/attention_selftest.cu $(OBJDIR)/kernels/attention.o
 	@mkdir -p $(dir $@)
-	@echo "  NVCC  $@"
+	@echo "  TEST  $@"
 	$(Q)$(NVCC) -O3 -std=c++17 $(CUDA_ARCH) -o $@ $< $(OBJDIR)/kernels/attention.o
 
 $(BUILD)/gpu-tests/%: tests/gpu/%.c $(LIB_OBJ) $(BUILD)/.link-config

@@ -15,6 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 make --no-print-directory gpu-test-build
+make --no-print-directory CUDA=1 BUILD=build/cuda build/cuda/attention_selftest
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/devlibs"

@@ -5,8 +5,8 @@
 # (megatrain, the GPU test programs and the libraries they need; or build/cuda
 # on a machine with our packages: then plain
 # `make test-gpu` and `make bench-gpu` do the same). Logs go to $OUT (or
-# /tmp/device-check). Usage: bash tests/gpu/device_check.sh [backlog|states|recompute|zero1|cp-attention|mixtral-ways|tests|attention|profile|bench|moe-ways|bench-a3b
-#   |bench-mixtral|bench-finetune-peers|bench-recompute-peers|bench-8b-peer|bench-fp8-peers|bench-fp8-8b-peer ...]
+# /tmp/device-check). Usage: bash tests/gpu/device_check.sh [backlog|states|recompute|zero1|cp-attention|moe-recompute|mixtral-ways|tests|attention|profile|bench|moe-ways|bench-a3b
+#   |bench-mixtral|bench-finetune-peers|bench-recompute-peers|bench-8b-peer|bench-8b-compiled-peer|bench-fp8-peers|bench-fp8-8b-peer ...]
 # (backlog: a GPU session's first call, sized for a session's 15 minutes of device time (tests/gpu/PENDING.md):
 # the GPU tests, then megatrain's dense step beside RESULTS.md's, then the MoE expert-product ways, each only if
 # the time it needs is left of BACKLOG_S seconds (default 420), stopping in time and saying what did not fit;
@@ -14,6 +14,7 @@
 # activation recomputation, its tests, 1B's step with each mode and Llama 3 8B at seq 8192 on an H200;
 # zero1: issue 18's distributed optimizer, its tests and 1B at dp 2 (ranks sharing the GPU) with and without it;
 # cp-attention: issue 18's context-parallel attention kernel, its tests and its speed beside the dense kernel's;
+# moe-recompute: issue 18's full recompute of MoE models, its tests;
 # mixtral-ways: the Mixtral step with each MEGATRAIN_MOE_GEMM; all share backlog's deadline.
 # (bench: the dense shapes, about 7 minutes on an H100; moe-ways: megatrain alone on the MoE shapes with
 # each MEGATRAIN_MOE_GEMM, about 5 minutes; bench-a3b and bench-mixtral: one MoE shape each,
@@ -21,7 +22,8 @@
 # The *-peers parts and bench-8b-peer run only PyTorch peers (megatrain refuses LoRA, packing and FP8
 # on GPUs for now), each within 9 minutes, and need no build: bench-finetune-peers
 # (issue 21) needs .devwheels carried (tests/gpu/carry_wheels.sh) where the machine has no peft;
-# bench-8b-peer (issue 18, Llama 3 8B at seq 8192) is meant for an H200; bench-fp8-peers and bench-fp8-8b-peer
+# bench-8b-peer (issue 18, Llama 3 8B at seq 8192) is meant for an H200, and so is bench-8b-compiled-peer (the same
+# with torch.compile); bench-fp8-peers and bench-fp8-8b-peer
 # (issue 20: torchao float8 against bf16, and the FP8 matrix peak) need .devwheels where the machine has no torchao)
 set -u
 cd "$(dirname "$0")/../.."
@@ -74,7 +76,7 @@ test_summary() {
   grep -E "^(PASS|FAIL|SKIP)|FAIL|passed|worst|loss cpu|steps 300|nccl run|first loss|skip|stricter|NCCL_LAUNCH" \
     "$out/tests.log" | grep -v " ok$" | tail -60
 }
-# The parts with steps (backlog, states, recompute, zero1, cp-attention, mixtral-ways) share one deadline, BACKLOG_S seconds from the start (a
+# The parts with steps (backlog, states, recompute, zero1, cp-attention, moe-recompute, mixtral-ways) share one deadline, BACKLOG_S seconds from the start (a
 # device call is at most 600 s and a session has 900 s of device time, a machine's start included): each step is
 # started only if its estimate fits in what is left and is stopped at the deadline; the table at the end
 # ($out/backlog.txt) says what ran, passed, failed or was left.
@@ -115,8 +117,8 @@ for part in $parts; do
     tests)
       bash tests/gpu/run_gpu_tests.sh > "$out/tests.log" 2>&1
       test_summary ;;
-    attention) # kernels/attention.cu against fp64, then its TFLOP/s, dense and context parallel (make gpu-test-build
-      # builds build/cuda/attention_selftest; .devlibs.tgz carries it)
+    attention) # kernels/attention.cu against fp64, then its TFLOP/s, dense and context parallel (carry_libs.sh builds
+      # build/cuda/attention_selftest and .devlibs.tgz carries it)
       build/cuda/attention_selftest > "$out/attention.log" 2>&1; grep -E "FAIL|correctness|TFLOP" "$out/attention.log" ;;
     cp-attention) # issue 18, item 6: the context-parallel attention on the tensor cores (kernels/attention.cu's AT
       # form): the tests that run it (test_cuda_ops against the CPU and bit-identical to the dense kernel at positions
@@ -164,6 +166,11 @@ for part in $parts; do
         "--config configs/llama3-8b.yaml --seq-len 8192 --micro-batch 1 --steps 8 --warmup 2 --grad-ckpt full --weights bf16" \
         "--config configs/llama3-8b.yaml --seq-len 8192 --micro-batch 1 --steps 8 --warmup 2 --grad-ckpt selective --weights bf16" \
         "--config configs/llama3-8b.yaml --seq-len 8192 --micro-batch 1 --steps 8 --warmup 2 --weights bf16" ;;
+    bench-8b-compiled-peer) # issue 18: the same 8B shape with torch.compile, the configurations of bench-8b-peer that
+      # were fastest eager (fp32 master with full checkpointing; bf16 weights without); a compile takes minutes
+      run_peers 8b-compiled tests/bench/bench_torch_gpu.py \
+        "--config configs/llama3-8b.yaml --seq-len 8192 --micro-batch 1 --steps 6 --warmup 3 --grad-ckpt full --mode compile" \
+        "--config configs/llama3-8b.yaml --seq-len 8192 --micro-batch 1 --steps 6 --warmup 3 --weights bf16 --mode compile" ;;
     bench-fp8-peers) # issue 20: PyTorch bf16 against torchao float8 (tensorwise), compiled, Llama 3.2 1B and 3B, seq 4096
       s="--seq-len 4096 --micro-batch 2 --steps 10 --warmup 3 --mode compile"
       run_peers fp8 tests/bench/bench_torch_gpu.py "--peak fp8" \
@@ -215,6 +222,11 @@ for part in $parts; do
       done
       step "GPU tests: moe" tests-moe.log 150 bash tests/gpu/run_gpu_tests.sh test_cuda_moe
       grep -E "^(PASS|FAIL)|FAIL|ep 2 checkpoint" "$out/tests-moe.log" | grep -v " ok$" ;;
+    moe-recompute) # issue 18: full recompute of MoE models on the GPU (test_cuda_model's MoE case: the loss bits, the
+      # gradients, the statistics recorded once; test_cuda_recompute.sh: mixtral, qwen3_moe and ep 2 with full)
+      step "GPU tests: model, recompute" tests-moe-recompute.log 150 bash tests/gpu/run_gpu_tests.sh test_cuda_model \
+        test_cuda_recompute
+      grep -E "^(PASS|FAIL)|FAIL|recompute|first step|first 10 steps" "$out/tests-moe-recompute.log" | grep -v " ok$" ;;
     mixtral-ways) # issue 17's choice of MEGATRAIN_MOE_GEMM on the other MoE shape (8 experts of 14336, top 2)
       for way in cublas kernel cublas_grouped; do
         step "Mixtral 8x7B step, MEGATRAIN_MOE_GEMM=$way" "mixtral-$way.log" 90 python3 tests/bench/bench_gpu.py \

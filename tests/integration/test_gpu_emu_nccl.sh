@@ -26,9 +26,7 @@
 #     megatrain's schedule) and, with the launch order megatrain sets
 #     (src/dist/comm_nccl.c), tracks one GPU; so do the tiny mixtral at
 #     ep 2 over dp 4 and the tiny llama at tp 2 x dp 2 with the distributed
-#     optimizer (its reduce-scatters and all-gathers on the second stream),
-#     and the tiny llama at pp 2 x dp 2 (the pipeline's NCCL groups on the
-#     compute stream beside the dp averages);
+#     optimizer (its reduce-scatters and all-gathers on the second stream);
 #   - pipeline stages sending GPU to GPU (grouped ncclSend / ncclRecv): pp 2
 #     with vpp 2 tracks one GPU; a group whose receive overlaps one of its
 #     sends (test_emu_nccl overlap) is refused, as the interleaved schedule's
@@ -108,8 +106,7 @@ emu_run tp2dp2-mixed 4 llama --set parallel.tp=2 --set train.micro_batch_size=4
 emu_tracks tp2dp2-mixed gpu "operations in launch order (NCCL_LAUNCH_ORDER_IMPLICIT=1)"
 emu_run ep2dp4-mixed 4 mixtral "${moe[@]}" --set parallel.ep=2 --set train.micro_batch_size=2
 emu_tracks ep2dp4-mixed gpu-moe "tokens dispatched with NCCL all-to-all"
-emu_run pp2dp2-mixed 4 llama --set parallel.pp=2 --set train.micro_batch_size=2 # 1F1B's groups beside the dp averages
-emu_tracks pp2dp2-mixed gpu "activations sent with NCCL, GPU to GPU"
+
 # the distributed optimizer's all-gathers stay in flight past the step's end, while the host runs its MPI
 # collectives: a lazy rank (its streams run only when the host waits) would hold them back there while an eager one
 # (each call runs, and blocks its host, when enqueued) waits in them, a hang GPUs cannot have (their streams go on
