@@ -122,6 +122,9 @@ double pipeline_run(Pipeline *p, int M, bool forward_only, float loss_scale, int
         /* the group: the previous ops' sends (the data is taken at once), then this step's receives; it ends
          * when every send has been received (pipeline_transfers.h: paired so that this cannot wait forever) */
         for (int j = 0; j < st->num_sends; j++) post_send(p, &st->sends[j], B, T);
+        /* a slot whose last pass was the previous step's may start a new micro-batch now, before a GPU's deferred
+         * send of its output has run: safe because forward_start writes only the first chunk's input, never a
+         * chunk's output (the CUDA model refuses chunks without layers, so the two never coincide) */
         if (i > 0)
             for (int j = 0; j < p->steps[i - 1].num_ops; j++)
                 if (last_pass(p, p->steps[i - 1].ops[j], forward_only))

@@ -297,7 +297,8 @@ cudaError_t cuda_attention_forward_at(uint16_t *out, float *lse, const uint16_t 
                                       int D, cudaStream_t stream);
 /* Its gradients: dq (bf16, B x Tq x H x D) and dk, dv (fp32, B x Tk x KVH x
  * D, to be summed over the cp ranks) OVERWRITTEN; keys no query sees get 0.
- * workspace: cuda_attention_workspace_bytes(B, Tq, H, KVH, D) bytes. */
+ * workspace: cuda_attention_workspace_bytes(B, Tq, H, KVH, D) bytes. With
+ * B or Tq 0 nothing is written (dk, dv included). */
 cudaError_t cuda_attention_backward_at(uint16_t *dq, float *dk, float *dv, const uint16_t *dout, const uint16_t *out,
                                        const float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v,
                                        const int32_t *q_pos, int B, int Tq, int Tk, int H, int KVH, int D,

@@ -372,8 +372,12 @@ static void upload_positions(CudaModel *m) {
     copy_in_order(m, m->rope_cos, cos_table, bytes, cudaMemcpyHostToDevice);
     copy_in_order(m, m->rope_sin, sin_table, bytes, cudaMemcpyHostToDevice);
     if (m->shape.cp > 1) {
-        copy_in_order(m, m->positions, seq_pos + (size_t)m->shape.cp_rank * T, (size_t)T * sizeof(int32_t),
-                      cudaMemcpyHostToDevice);
+        const int32_t *mine = seq_pos + (size_t)m->shape.cp_rank * T;
+        for (int t = 0; t < T; t++) /* the attention kernels' contract (cuda_attention_forward_at) */
+            if (mine[t] < 0 || mine[t] >= Tall || (t > 0 && mine[t] < mine[t - 1]))
+                mt_die(MT_EXIT_FAILURE, "CUDA model: context-parallel position %d of rank %d is %d: the attention "
+                       "kernels need them non-decreasing in [0, %d)", t, m->shape.cp_rank, mine[t], Tall);
+        copy_in_order(m, m->positions, mine, (size_t)T * sizeof(int32_t), cudaMemcpyHostToDevice);
         copy_in_order(m, m->seq_pos, seq_pos, (size_t)Tall * sizeof(int32_t), cudaMemcpyHostToDevice);
     }
     free(seq_pos);

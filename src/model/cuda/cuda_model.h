@@ -162,8 +162,8 @@ void cuda_model_zero1_reduce_held(CudaModel *model);
  * backward (a pipeline stage without the embedding leaves that to its
  * caller, so that its gradient is sent upstream first). */
 void cuda_model_wait_grad_sync(CudaModel *model);
-/* 0, or -1 with err set when one of the model's communicators (dp, tp, cp)
- * failed asynchronously (a peer died). */
+/* 0, or -1 with err set when one of the model's communicators (dp, tp, cp,
+ * ep, edp, the pipeline's) failed asynchronously (a peer died). */
 int cuda_model_comms_failed(CudaModel *model, char *err, size_t errlen);
 /* Whether the GPU has done everything enqueued so far (does not wait). */
 bool cuda_model_idle(CudaModel *model);

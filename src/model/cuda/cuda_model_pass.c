@@ -126,7 +126,7 @@ float cuda_model_forward_head(CudaModel *m, const int32_t *targets) {
     const bf16_t *x = cuda_tp_enter(m, m->final_in, m->final_normed, N, C);
     cuda_linear_forward(m, m->logits, m->shape.V, x, m->lm_head, -1, NULL, N, C, m->shape.V);
     if (!targets) {
-        CUDA_CHECK(cudaStreamSynchronize(st));
+        cuda_model_synchronize(m); /* polls: a failed peer ends the wait */
         return 0.0f;
     }
     model_check_tokens(&m->shape, targets, N, true);
@@ -134,7 +134,7 @@ float cuda_model_forward_head(CudaModel *m, const int32_t *targets) {
     CUDA_CHECK(cudaMemcpyAsync(m->targets, m->host_targets, (size_t)N * sizeof(int32_t), cudaMemcpyHostToDevice, st));
     cuda_tp_cross_entropy_forward(m, N);
     CUDA_CHECK(cudaMemcpyAsync(m->host_losses, m->losses, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, st));
-    CUDA_CHECK(cudaStreamSynchronize(st));
+    cuda_model_synchronize(m); /* polls: a failed peer ends the wait */
     double sum = 0.0;
     long count = 0;
     for (int i = 0; i < N; i++)
@@ -423,6 +423,7 @@ int cuda_model_comms_failed(CudaModel *m, char *err, size_t errlen) {
     if (m->cp_comm && device_comm_check(m->cp_comm, err, errlen) != 0) return -1;
     if (m->ep_comm && device_comm_check(m->ep_comm, err, errlen) != 0) return -1;
     if (m->edp_comm && device_comm_check(m->edp_comm, err, errlen) != 0) return -1;
+    if (m->pp && device_comm_check(m->pp->comm, err, errlen) != 0) return -1; /* a dead stage: its group never ends */
     return 0;
 }
 
@@ -435,7 +436,7 @@ bool cuda_model_idle(CudaModel *m) {
 }
 
 void cuda_model_synchronize(CudaModel *m) {
-    if (!m->grad_sync && !m->tp_comm && !m->cp_comm && !m->ep_comm) {
+    if (!m->grad_sync && !m->tp_comm && !m->cp_comm && !m->ep_comm && !m->pp) {
         CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
         return;
     }
