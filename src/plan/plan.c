@@ -35,8 +35,13 @@
  * (one layer's worth, plus the recomputed layer's output for full),
  * counted once beside the sets in flight, as src/model/model_create.c
  * and src/model/cuda/cuda_model.c allocate it (a MoE layer's buffers once
- * under full). Scratch of
- * cuBLASLt, NCCL and the allocator is not counted: leave a few GiB.
+ * under full). The backward's scratch and the RoPE tables (scratch_bytes,
+ * in activation_bytes) are counted once per stage on a GPU (the activation
+ * sets share them) and in every set on the CPU. Every buffer is counted as
+ * the models lay it out: tests/unit/test_plan.c (the CPU model) and
+ * tests/gpu/test_cuda_plan.c (the CUDA model's arena) hold the estimate to
+ * within 0.1% of what they allocate. The CUDA context, cuBLASLt's workspace,
+ * NCCL and the allocator are not counted: leave a GiB or more.
  *
  * plan_check_memory turns the estimate into run's and resume's refusal of a
  * model that cannot fit, naming the key most of it comes from (the kind of
@@ -54,6 +59,7 @@
 
 #include "../core/error.h"
 #include "../model/model.h"
+#include "../dist/dp_sync.h"
 #include "../dist/pipeline_schedule.h"
 
 /* The parameters one rank of a stage holds (tp rank 0, ep rank 0), split
@@ -79,6 +85,7 @@ static void stage_params(const ModelConfig *m, const ParallelConfig *par, int tp
         *(infos[i].expert ? experts : dense) += (double)infos[i].numel;
         if (!infos[i].frozen) *(infos[i].expert ? trained_experts : trained_dense) += (double)infos[i].numel;
         st->group_params[infos[i].kind] += (double)infos[i].numel;
+        if (strstr(infos[i].name, ".mlp.router.")) st->router_params += (double)infos[i].numel;
     }
     st->trainable_params = *trained_dense + *trained_experts;
     free(infos);
@@ -118,17 +125,54 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
     p->flops_per_rank = p->flops_per_step / world;
     p->micro_batches = (double)gbs / ((double)t->micro_batch_size * dp);
 
-    /* what one token of one layer keeps for the backward, without its MLP; of it the attention core
-     * (output, and on the CPU the probabilities): what selective recompute recomputes */
-    const double elem = p->gpu ? 2.0 : 4.0, hidden_split = par->sequence_parallel ? tp : 1;
+    /* Bytes per token of this rank (micro_batch_size x seq_len / cp tokens a micro-batch), as src/model/
+     * model_create.c (the CPU, fp32) and src/model/cuda/cuda_model.c (a GPU, bf16 activations) lay them out. What
+     * a layer keeps for its backward, without its MLP: its input, normed input, mid residual and normed mid (R
+     * rows: split over tp under sequence parallel), under sequence parallel the gathered normed inputs too; q, k
+     * and v (the GPU also their fused product, the CPU with qk_norm q and k before the norm); the attention core
+     * (the output; on the CPU the probabilities and the keys and values gathered over cp, which the GPU keeps
+     * outside the core); in fp32 the norms' rstd, the GPU's lse and the qk-norms' rstd; LoRA's A x. The core is
+     * what selective recompute recomputes. */
+    const bool sp = par->sequence_parallel && tp > 1;
+    const double elem = p->gpu ? 2.0 : 4.0, hidden_split = sp ? tp : 1;
+    const double QKV = (HD + 2 * KVD) / tp, kv_all = cp > 1 ? 2.0 * cp * KVD / tp * elem : 0.0;
     double core = HD / tp * elem;
-    if (!p->gpu) core += H / tp * T * 4.0; /* the CPU keeps the attention probabilities */
+    if (!p->gpu) core += H / tp * T * 4.0 + kv_all;
     /* LoRA keeps each adapter's A x, rank floats per token (gathered over tp; fp32 on the CPU) */
     double lora_targets = 0;
     for (int tgt = 0; tgt < LORA_NUM_TARGETS; tgt++) lora_targets += lora_targets_of(m, tgt);
-    const double per_token_layer = (4 * C / hidden_split + (HD + 2 * KVD) / tp + (HD + 2 * KVD) / tp) * elem + core +
-                                   (2 / hidden_split + H / tp + (m->qk_norm ? (H + KVH) / tp : 0)) * 4.0 +
-                                   lora_targets * m->peft.rank * 4.0;
+    const double lora_rank = m->peft.type == PEFT_LORA ? m->peft.rank : 0.0;
+    const double per_token_layer =
+        (4 * C / hidden_split + (sp ? 2 * C : 0) + QKV) * elem + core +
+        (p->gpu ? QKV * elem + kv_all + H / tp * 4.0 : m->qk_norm ? (HD + KVD) / tp * 4.0 : 0.0) +
+        (2 / hidden_split + (m->qk_norm ? (H + KVH) / tp : 0)) * 4.0;
+    const double lora_kept = lora_targets * lora_rank * 4.0; /* in every recompute mode */
+    /* Once per activation set beside its layers: the token ids and targets, the first layer's input (the CPU:
+     * the stage's output, and each further chunk's), the CPU's row lse, output projection and reduce-scatter
+     * rows; on the last stage the final norm's output, rstd and under sequence parallel its gathered rows, and
+     * the per-token losses (the GPU also their lse); the logits are logits_bytes. */
+    const double chunks = vpp;
+    const double per_token_set = 8.0 + C / hidden_split * elem +
+                                 (p->gpu ? 0.0 : 8.0 + (chunks - 1) * C / hidden_split * 4.0 + C * 4.0 +
+                                                     C / hidden_split * 4.0);
+    const double per_token_head = (C / hidden_split + (sp ? C : 0)) * elem + 4.0 / hidden_split + 4.0 +
+                                  (p->gpu ? 4.0 : 0.0);
+    /* The backward's scratch: once per stage on a GPU (one op at a time: a pipeline's activation sets share
+     * it), in every activation set on the CPU. GPU: the residual gradient in fp32 and bf16, the normed input's,
+     * the dense MLP's, the attention's (output, q, k, v and their fused product) and its fp32 dq sums and
+     * delta; vocab parallel the loss's row statistics; sequence parallel the gathered rows and gradients; cp the
+     * gathered keys and values and their fp32 gradients. CPU: the same in fp32, q and k twice, LoRA's. */
+    const double I_tp = I / tp;
+    double scratch;
+    if (p->gpu)
+        scratch = C / hidden_split * 6.0 + C * 2.0 + (HD / tp * 2 + 2 * KVD / tp + QKV) * 2.0 +
+                  (HD / tp + H / tp) * 4.0 + (tp > 1 ? (3.0 + 3.0 * tp) * 4.0 : 0.0) +
+                  (sp ? C * 8.0 + C / tp * 2.0 : 0.0) + (cp > 1 ? cp * KVD / tp * (2.0 + 12.0) + KVD / tp * 4.0 : 0.0);
+    else
+        scratch = (C / hidden_split + C + HD / tp * 3 + KVD / tp * 3 + 3 * I_tp) * 4.0 +
+                  (cp > 1 ? 2.0 * cp * KVD / tp * 4.0 : 0.0) + (sp ? C * 4.0 : 0.0) +
+                  lora_rank * (1.0 + 2.0 / tp) * 4.0;
+    const double dense_scratch = p->gpu ? 3 * I_tp * 2.0 : 0.0; /* the GPU's, with a dense layer on the stage */
     /* the MLP's: dense gate/up/act; MoE: router logits and scores, and per chosen
      * expert the row sent, the row back, gate/up/act of this rank's slice */
     const double etp = par->etp > 1 ? par->etp : 1, ep = par->ep > 1 ? par->ep : 1;
@@ -150,7 +194,7 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
      * ep the all-to-all's rows, the experts' outputs and their input gradients; the shared expert's output and
      * gradients */
     const double moe_scratch = 8.0 * C + 4.0 * E + k * (13.0 + 2 * C * elem) + ep * k_rank * 3.0 * Ie * elem +
-                               (ep > 1 ? ep * k_rank * 3.0 * C * elem : 0.0) + (C + 3.0 * Is) * elem +
+                               (ep > 1 ? ep * k_rank * 3.0 * C * elem : 0.0) + (Is > 0 ? C + 3.0 * Is : 0.0) * elem +
                                (tp > 1 ? C * elem : 0.0); /* tp: the output over all rows before the tp sum */
     if (!p->gpu) /* the CPU's MoE layer (moe_layer.c) also keeps its backward's buffers and routing per layer, and
                   * its expert side starts with room for a quarter more rows than its own */
@@ -184,6 +228,9 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
         /* gradients, moments (and on a GPU the fp32 master) only for the trainable parameters */
         st->weight_bytes = p->gpu ? 2.0 * st->params + master_dense * trained_dense + master_experts * trained_experts
                                   : 4.0 * st->params;
+        if (p->gpu && zero1 && dp > 1) /* the GPU's distributed optimizer: a bucket's staging (its uploads and
+                                        * ragged buckets) and a whole fp32 replica of the routers and biases */
+            st->weight_bytes += (double)DP_BUCKET_BYTES + 4.0 * st->router_params;
         st->grad_bytes = st->trainable_params * 4.0;
         st->optimizer_bytes = moments_dense * trained_dense + moments_experts * trained_experts;
         int moe_layers = 0;
@@ -195,21 +242,28 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
                                                                   moe_layers * moe_mlp) / layers : 0.0);
         /* kept per layer and token in each activation set, and the working set the backward recomputes
          * into (once per stage, shared by the micro-batches in flight) */
-        double kept = per_token, working = 0.0;
+        double kept = per_token + lora_kept, working = 0.0;
         if (t->recompute == RECOMPUTE_SELECTIVE && layers > 0) {
-            kept = per_token - core - swiglu * dense_layers / layers;
+            kept = per_token + lora_kept - core - swiglu * dense_layers / layers;
             working = core + (dense_layers > 0 ? swiglu : 0.0);
         } else if (t->recompute == RECOMPUTE_FULL && layers > 0) {
-            kept = C / hidden_split * elem; /* the layer's input */
-            /* one layer of either kind, and the recomputed layer's output */
-            working = per_token_layer + (dense_layers > 0 ? dense_mlp : 0.0) + (moe_layers > 0 ? moe_mlp : 0.0) +
-                      C / hidden_split * elem;
+            kept = C / hidden_split * elem + lora_kept; /* the layer's input */
+            /* one layer of either kind (but its input) and the recomputed layer's output */
+            working = per_token_layer + (dense_layers > 0 ? dense_mlp : 0.0) + (moe_layers > 0 ? moe_mlp : 0.0);
         }
         /* one activation set (all of the stage's chunks, its logits on the last stage) per micro-batch in flight */
         st->in_flight = pp > 1 ? pipeline_peak_in_flight(pp, vpp, s, (int)p->micro_batches) : 1;
         st->recompute_bytes = tokens * working;
-        st->activation_bytes = st->in_flight * layers * tokens * kept + st->recompute_bytes +
-                               (p->gpu && moe_layers > 0 ? tokens * moe_scratch : 0.0);
+        const bool head = s == pp - 1;
+        const double per_set = tokens * (layers * kept + per_token_set + (head ? per_token_head : 0.0));
+        if (p->gpu) /* once: the scratch, its dense and MoE parts as the stage's layers need them, the RoPE and
+                     * cp position tables */
+            st->scratch_bytes = tokens * (scratch + (dense_layers > 0 ? dense_scratch : 0.0) +
+                                          (moe_layers > 0 ? moe_scratch : 0.0)) +
+                                T / cp * (D * 4.0 + (cp > 1 ? 4.0 * (1 + cp) : 0.0));
+        else
+            st->scratch_bytes = st->in_flight * tokens * scratch;
+        st->activation_bytes = st->in_flight * per_set + st->recompute_bytes + st->scratch_bytes;
         st->logits_bytes = s == pp - 1 ? st->in_flight * tokens * V / tp * elem : 0.0;
         st->total_bytes = st->weight_bytes + st->grad_bytes + st->optimizer_bytes + st->activation_bytes +
                           st->logits_bytes;

@@ -23,9 +23,12 @@ typedef struct PlanStage {
     double expert_params;                 /* of them, routed experts' (split over ep, and etp) */
     double group_params[PARAM_KINDS];     /* of them, each kind's (ParamInfo.kind) */
     double trainable_params;              /* of them, those with gradients and AdamW states (LoRA: the adapters) */
+    double router_params;                 /* of them, the MoE routers' weights and expert biases */
     double weight_bytes, grad_bytes, optimizer_bytes, activation_bytes, logits_bytes;
     double in_flight;                     /* micro-batches whose activations the schedule keeps */
     double recompute_bytes;               /* train.recompute's working set (in activation_bytes, counted once) */
+    double scratch_bytes;                 /* the backward's scratch and tables (in activation_bytes): once on a
+                                           * GPU, in every activation set on the CPU */
     double total_bytes;
 } PlanStage;
 

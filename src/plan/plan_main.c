@@ -118,7 +118,8 @@ int plan_main(int argc, char **argv) {
         print_stage_layers(st);
         putchar('\n');
     }
-    printf("(estimates: cuBLASLt, NCCL and allocator scratch are not counted; leave a few GiB)\n");
+    printf("(estimates of what megatrain allocates; the CUDA context, cuBLASLt, NCCL and the allocator's rounding "
+           "are not counted: leave a GiB or more)\n");
     if (m->peft.type == PEFT_LORA) {
         const PlanStage *st = &plan.stages[plan_worst_stage(&plan)];
         int targets = 0;

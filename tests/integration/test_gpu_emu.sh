@@ -8,9 +8,9 @@
 # whole CUDA model against the CPU reference without a GPU: cuBLASLt's FP8
 # products as the emulator models them (test_cuda_cublaslt_fp8), the ops and the MoE
 # ops launcher by launcher, the grouped expert products (small shapes), the
-# transformers fixtures, the CUDA model (dense and MoE, one rank) and the
+# transformers fixtures, the CUDA model (dense and MoE, one rank), the
 # parallel grids (tp, sp, cp, dp, ep, etp; ranks as threads, the collectives
-# staged). The kernels are the real ones, rewritten only where CUDA syntax
+# staged) and `plan`'s estimate against the CUDA model's arena. The kernels are the real ones, rewritten only where CUDA syntax
 # must become C++ (launches, shared memory, the PTX helpers); the emulator
 # also fails on what a GPU leaves to chance (shared memory read before it is
 # written, unaligned or out-of-place cp.async and ldmatrix, divergent warp
@@ -82,5 +82,5 @@ job() {
 run_jobs job forward:test_cuda_model:dense forward:test_cuda_model:moe test_cuda_recompute.sh test_cuda_zero1.sh \
   test_cuda_bf16_states.sh forward:test_cuda_parallel_model forward:test_cuda_hf_parity forward:test_cuda_moe_gemm \
   reverse:test_cuda_moe_gemm forward:test_cuda_ops reverse:test_cuda_ops forward:test_cuda_moe_ops \
-  reverse:test_cuda_moe_ops forward:test_cuda_cublaslt_fp8
+  reverse:test_cuda_moe_ops forward:test_cuda_cublaslt_fp8 forward:test_cuda_plan
 echo ok
