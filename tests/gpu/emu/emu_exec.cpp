@@ -807,21 +807,25 @@ void emu_mma_m16n8k16(float d[4], const unsigned a[4], unsigned b0, unsigned b1)
         memcpy(&v, all + EMU_SLOT * lane + 4 * k, 4);
         return v;
     };
-    auto A = [&](unsigned row, unsigned col) {
-        const unsigned lane = (row % 8) * 4 + (col % 8) / 2;
-        const unsigned k = (row >= 8 ? 1 : 0) + (col >= 8 ? 2 : 0);
-        return bf16_half(reg(lane, k), col % 2);
-    };
-    auto B = [&](unsigned k, unsigned n) {
-        const unsigned lane = n * 4 + (k % 8) / 2;
-        return bf16_half(reg(lane, k >= 8 ? 5 : 4), k % 2);
-    };
     const unsigned l = emu_lane(), g = l >> 2, q = l & 3;
-    const unsigned rows[4] = {g, g, g + 8, g + 8}, cols[4] = {2 * q, 2 * q + 1, 2 * q, 2 * q + 1};
     EMU_UNCHECKED_BEGIN();  // the other lanes' fragments: registers on a GPU
-    for (int i = 0; i < 4; i++) {
+    // This lane's rows of a (g and g + 8) and columns of b (2q and 2q + 1), k = 0..15, unpacked once: row r's
+    // k = 2p, 2p + 1 are the halves of lane 4 (r % 8) + p's a[(r >= 8) + 2 (k >= 8)]; column n's of lane 4n + p's
+    // b[k >= 8].
+    float arow[2][16], bcol[2][16];
+    for (unsigned h = 0; h < 2; h++)
+        for (unsigned p = 0; p < 4; p++)
+            for (unsigned hi = 0; hi < 2; hi++) {
+                const unsigned av = reg(4 * g + p, h + 2 * hi), bv = reg(4 * (2 * q + h) + p, 4 + hi);
+                for (unsigned w = 0; w < 2; w++) {
+                    arow[h][8 * hi + 2 * p + w] = bf16_half(av, w);
+                    bcol[h][8 * hi + 2 * p + w] = bf16_half(bv, w);
+                }
+            }
+    for (int i = 0; i < 4; i++) {  // d[i]: row g + 8 (i / 2), column 2q + i % 2; the products summed in k order
+        const float *ar = arow[i >> 1], *bc = bcol[i & 1];
         float acc = d[i];
-        for (unsigned k = 0; k < 16; k++) acc += A(rows[i], k) * B(k, cols[i]);
+        for (unsigned k = 0; k < 16; k++) acc += ar[k] * bc[k];
         d[i] = acc;
     }
     EMU_UNCHECKED_END();
