@@ -9,9 +9,17 @@
 static const int kElementwiseThreads = 256;
 
 // Blocks for a grid-stride loop over n elements: enough to fill the GPU,
-// never more than one per kElementwiseThreads elements, at least 1.
+// never more than one per kElementwiseThreads elements, at least 1. The CPU
+// emulator (tests/gpu/emu) asks for at most EMU_ELEMENTWISE_BLOCKS: it runs
+// each CUDA thread as a fibre, so one element a thread costs a fibre's start
+// and switch an element; fewer threads looping over more elements compute
+// the same values (the loops are written for any grid) at a fraction of that.
 static inline unsigned int elementwise_blocks(size_t n) {
+#ifdef EMU_ELEMENTWISE_BLOCKS
+    const size_t max_blocks = EMU_ELEMENTWISE_BLOCKS;
+#else
     const size_t max_blocks = 65535u * 8u;
+#endif
     size_t blocks = (n + kElementwiseThreads - 1) / kElementwiseThreads;
     if (blocks > max_blocks) blocks = max_blocks;
     return blocks == 0 ? 1u : (unsigned int)blocks;

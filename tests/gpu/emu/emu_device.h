@@ -37,6 +37,9 @@
 #endif
 
 #undef __global__
+// kernels/launch.cuh's elementwise_blocks: the grid-stride kernels' most blocks here (a GPU: 65535 x 8). 32 blocks
+// of 256 threads loop over a launch's elements, spread over every set of thread slots of the racecheck.
+#define EMU_ELEMENTWISE_BLOCKS 32
 #define __global__
 #define __launch_bounds__(...)
 
