@@ -15,7 +15,11 @@
 #include "bf16.cuh"
 #include "launch.cuh"
 
-static const int kRowThreads = 512;
+static const int kRowThreads = 512;  // one block per row: at most, fewer for a short row (ce_threads)
+
+// A row's threads: one per 16-byte load (8 logits) when V allows them (row_max_sumexp, the backward), else one
+// per logit, up to kRowThreads.
+static unsigned int ce_threads(int V) { return row_threads(V % 8 == 0 ? (size_t)V / 8 : (size_t)V, kRowThreads); }
 
 // Merge two (max, sum of exp(x - max)) pairs.
 __device__ __forceinline__ void merge_lse(float &m, float &s, float m2, float s2) {
@@ -164,7 +168,7 @@ extern "C" cudaError_t cuda_cross_entropy_forward(float *losses, float *lse, con
                                                   const int32_t *targets, int N, int V, cudaStream_t stream) {
     if (N < 0 || V <= 0) return cudaErrorInvalidValue;
     if (N == 0) return cudaSuccess;
-    cross_entropy_forward_kernel<<<N, kRowThreads, 0, stream>>>(losses, lse, as_bf16(logits), targets, V);
+    cross_entropy_forward_kernel<<<N, ce_threads(V), 0, stream>>>(losses, lse, as_bf16(logits), targets, V);
     return cudaGetLastError();
 }
 
@@ -172,7 +176,7 @@ extern "C" cudaError_t cuda_cross_entropy_stats(float *stats, const uint16_t *lo
                                                 int vocab_start, int N, int V, cudaStream_t stream) {
     if (N < 0 || V <= 0) return cudaErrorInvalidValue;
     if (N == 0) return cudaSuccess;
-    cross_entropy_stats_kernel<<<N, kRowThreads, 0, stream>>>(stats, as_bf16(logits), targets, vocab_start, V);
+    cross_entropy_stats_kernel<<<N, ce_threads(V), 0, stream>>>(stats, as_bf16(logits), targets, vocab_start, V);
     return cudaGetLastError();
 }
 
@@ -189,7 +193,7 @@ extern "C" cudaError_t cuda_cross_entropy_backward_columns(uint16_t *logits, con
                                                            cudaStream_t stream) {
     if (N < 0 || V <= 0) return cudaErrorInvalidValue;
     if (N == 0) return cudaSuccess;
-    cross_entropy_backward_kernel<<<N, kRowThreads, 0, stream>>>(as_bf16(logits), lse, targets, vocab_start, dloss,
+    cross_entropy_backward_kernel<<<N, ce_threads(V), 0, stream>>>(as_bf16(logits), lse, targets, vocab_start, dloss,
                                                                    V);
     return cudaGetLastError();
 }

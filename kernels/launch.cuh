@@ -25,6 +25,16 @@ static inline unsigned int elementwise_blocks(size_t n) {
     return blocks == 0 ? 1u : (unsigned int)blocks;
 }
 
+// Threads for a block-per-row kernel whose threads stride over `items` of a
+// row: one item a thread up to `max_threads`, a whole number of warps (at
+// least one). A short row (the tests' small models) then leaves no warp idle
+// at the row's barriers; rows of `max_threads` items or more get max_threads.
+static inline unsigned int row_threads(size_t items, unsigned int max_threads) {
+    const size_t warps = (items + 31) / 32;
+    const size_t threads = (warps > 0 ? warps : 1) * 32;
+    return threads < max_threads ? (unsigned int)threads : max_threads;
+}
+
 // Sum of `value` over the warp; every lane gets the result.
 __device__ __forceinline__ float warp_sum(float value) {
     for (int offset = 16; offset > 0; offset >>= 1) value += __shfl_xor_sync(0xffffffffu, value, offset);

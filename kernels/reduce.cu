@@ -40,18 +40,30 @@ __global__ void sum_squares_chunks_kernel(double *__restrict__ partial, const fl
     store_block_sum(partial, sum);
 }
 
+// Of num_partial partial sums, the first `blocks` come from blocks that have work (a block with none would add
+// zeros); the rest are set to zero, so the caller adds num_partial of them whatever the size.
+static cudaError_t zero_rest(double *partial, int blocks, int num_partial, cudaStream_t stream) {
+    if (blocks >= num_partial) return cudaSuccess;
+    return cudaMemsetAsync(partial + blocks, 0, (size_t)(num_partial - blocks) * sizeof(double), stream);
+}
+
 extern "C" cudaError_t cuda_sum_squares_chunks(double *partial, int num_partial, const float *x,
                                                const CudaAdamWChunk *chunks, int num_chunks, cudaStream_t stream) {
     if (num_partial <= 0 || num_chunks < 0) return cudaErrorInvalidValue;
-    sum_squares_chunks_kernel<<<num_partial, kSumSqThreads, 0, stream>>>(partial, x, chunks, num_chunks);
-    return cudaGetLastError();
+    const int blocks = num_chunks < 1 ? 1 : num_chunks < num_partial ? num_chunks : num_partial;
+    sum_squares_chunks_kernel<<<blocks, kSumSqThreads, 0, stream>>>(partial, x, chunks, num_chunks);
+    cudaError_t status = cudaGetLastError();
+    return status != cudaSuccess ? status : zero_rest(partial, blocks, num_partial, stream);
 }
 
 extern "C" cudaError_t cuda_sum_squares(double *partial, int num_partial, const float *x, size_t n,
                                         cudaStream_t stream) {
     if (num_partial <= 0) return cudaErrorInvalidValue;
-    sum_squares_kernel<<<num_partial, kSumSqThreads, 0, stream>>>(partial, x, n);
-    return cudaGetLastError();
+    const size_t needed = (n + kSumSqThreads - 1) / kSumSqThreads;
+    const int blocks = needed < 1 ? 1 : needed < (size_t)num_partial ? (int)needed : num_partial;
+    sum_squares_kernel<<<blocks, kSumSqThreads, 0, stream>>>(partial, x, n);
+    cudaError_t status = cudaGetLastError();
+    return status != cudaSuccess ? status : zero_rest(partial, blocks, num_partial, stream);
 }
 
 // out[c] += sum over rows of x[n, c] (x has row stride ld); block per 32 columns x row chunk.

@@ -10,7 +10,7 @@
 #include "bf16.cuh"
 #include "launch.cuh"
 
-static const int kRowThreads = 256;  // one block per row (N rows of C)
+static const int kRowThreads = 256;  // one block per row (N rows of C): at most, row_threads(C) for a short row
 
 __global__ void rmsnorm_forward_kernel(bf16 *__restrict__ out, float *__restrict__ rstd, const bf16 *__restrict__ inp,
                                        const bf16 *__restrict__ weight, int C, float eps) {
@@ -81,7 +81,7 @@ extern "C" cudaError_t cuda_rmsnorm_forward(uint16_t *out, float *rstd, const ui
                                             int N, int C, float eps, cudaStream_t stream) {
     if (N < 0 || C <= 0) return cudaErrorInvalidValue;
     if (N == 0) return cudaSuccess;
-    rmsnorm_forward_kernel<<<N, kRowThreads, 0, stream>>>(as_bf16(out), rstd, as_bf16(inp), as_bf16(weight), C, eps);
+    rmsnorm_forward_kernel<<<N, row_threads(C, kRowThreads), 0, stream>>>(as_bf16(out), rstd, as_bf16(inp), as_bf16(weight), C, eps);
     return cudaGetLastError();
 }
 
@@ -90,7 +90,7 @@ extern "C" cudaError_t cuda_rmsnorm_backward(float *dinp, uint16_t *dinp_bf16, f
                                              int C, cudaStream_t stream) {
     if (N < 0 || C <= 0) return cudaErrorInvalidValue;
     if (N == 0) return cudaSuccess;
-    rmsnorm_backward_input_kernel<<<N, kRowThreads, 0, stream>>>(dinp, as_bf16(dinp_bf16), as_bf16(dout),
+    rmsnorm_backward_input_kernel<<<N, row_threads(C, kRowThreads), 0, stream>>>(dinp, as_bf16(dinp_bf16), as_bf16(dout),
                                                                  as_bf16(inp), as_bf16(weight), rstd, C);
     cudaError_t status = cudaGetLastError();
     if (status != cudaSuccess) return status;

@@ -378,6 +378,7 @@ static void test_sum_squares(Rng *rng, long n) {
     float *d_x = dev_f32(x, n);
     double *d_part, part[256], got = 0.0;
     CHECK_CUDA(cudaMalloc((void **)&d_part, sizeof part));
+    CHECK_CUDA(cudaMemset(d_part, 0xff, sizeof part)); /* NaN: every partial must be written, those of no block 0 */
     CHECK_CUDA(cuda_sum_squares(d_part, 256, d_x, (size_t)n, 0));
     CHECK_CUDA(cudaMemcpy(part, d_part, sizeof part, cudaMemcpyDeviceToHost));
     for (int i = 0; i < 256; i++) got += part[i];
@@ -471,6 +472,7 @@ static void test_sum_squares_chunks(Rng *rng, long n) {
     CudaAdamWChunk *d_chunks = dev_copy(chunks, (size_t)nchunks * sizeof *chunks);
     double *d_part, part[256], got = 0.0;
     CHECK_CUDA(cudaMalloc((void **)&d_part, sizeof part));
+    CHECK_CUDA(cudaMemset(d_part, 0xff, sizeof part)); /* NaN: a block a chunk, the partials past them 0 */
     CHECK_CUDA(cuda_sum_squares_chunks(d_part, 256, d_x, d_chunks, nchunks, 0));
     CHECK_CUDA(cudaMemcpy(part, d_part, sizeof part, cudaMemcpyDeviceToHost));
     for (int i = 0; i < 256; i++) got += part[i];
@@ -638,6 +640,7 @@ int main(void) {
     test_gemm(&rng, 37, 64, 48, 0);
     test_gemm(&rng, 129, 256, 96, 1);
     test_rmsnorm(&rng, 33, 96);
+    test_rmsnorm(&rng, 9, 40); /* a short row: 2 warps, some lanes with no column */
     test_rmsnorm(&rng, 8, 2048);
     test_qkv_rope(&rng, 2, 9, 4, 2, 32, 0);
     test_qkv_rope(&rng, 2, 9, 4, 2, 128, 1);
@@ -646,6 +649,7 @@ int main(void) {
     test_swiglu(&rng, 9, 256);    /* 8-wide path */
     test_cross_entropy(&rng, 23, 1000);
     test_cross_entropy(&rng, 7, 1001); /* scalar path */
+    test_cross_entropy(&rng, 6, 40);   /* a short row: one warp */
     test_cross_entropy(&rng, 4, 151936);
     test_attention(&rng, 2, 37, 4, 2, 16);
     test_attention(&rng, 1, 130, 4, 1, 64);
@@ -657,6 +661,7 @@ int main(void) {
     test_adamw(&rng, 300000, false, true);
     test_adamw(&rng, 300000, true, true);
     test_sum_squares(&rng, 1000003);
+    test_sum_squares(&rng, 5000); /* 10 blocks of the 256 partials */
     test_cross_entropy_columns(&rng, 23, 1000, 2);
     test_cross_entropy_columns(&rng, 9, 1024, 4);   /* 8-wide path */
     test_cross_entropy_columns(&rng, 5, 151936, 2);

@@ -167,7 +167,8 @@ cudaError_t cuda_scale_f32(float *x, float scale, size_t n, cudaStream_t stream)
 /* ---- kernels/reduce.cu ------------------------------------------------- */
 
 /* partial[b] = sum of x[i]^2 over the elements block b visits (num_partial
- * blocks); the caller adds the partials (in double, in order). */
+ * partials; fewer blocks run when fewer have elements, and the partials past
+ * them are set to 0); the caller adds the partials (in double, in order). */
 cudaError_t cuda_sum_squares(double *partial, int num_partial, const float *x, size_t n, cudaStream_t stream);
 /* The same over the floats of chunks (a device array; their decay flags are
  * not read): the grad norm of the parameters a rank counts (tensor parallel
