@@ -17,8 +17,9 @@ static const char *const plan_usage =
     "\n"
     "Print the parallel layout of RECIPE.yaml on N ranks (default tp * cp * pp, i.e. dp 1):\n"
     "the grid, the layers and shards of each pipeline stage, parameters per rank, estimated\n"
-    "memory per rank (weights, gradients, AdamW states, activations for the pipeline schedule,\n"
-    "logits) and FLOPs per step. Nothing is allocated. Warns when a stage needs more than the\n"
+    "memory per rank (weights, gradients, AdamW states, activations for the pipeline schedule\n"
+    "with the backward's scratch, logits: the buffers megatrain allocates, counted as it lays\n"
+    "them out) and FLOPs per step. Nothing is allocated. Warns when a stage needs more than the\n"
     "device memory: --device-memory, or GPU 0's in a CUDA build with run.device: cuda.\n";
 
 static const double GiB = 1073741824.0;
