@@ -40,7 +40,7 @@
  * sets share them) and in every set on the CPU. Every buffer is counted as
  * the models lay it out: tests/unit/test_plan.c (the CPU model) and
  * tests/gpu/test_cuda_plan.c (the CUDA model's arena) hold the estimate to
- * within 0.1% of what they allocate. The CUDA context, cuBLASLt's workspace,
+ * within 0.03% of what they allocate (never above). The CUDA context, cuBLASLt's workspace,
  * NCCL and the allocator are not counted: leave a GiB or more.
  *
  * plan_check_memory turns the estimate into run's and resume's refusal of a

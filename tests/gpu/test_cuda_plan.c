@@ -5,8 +5,8 @@
  * model's arena (cuda_model_bytes) and a pipeline's further activation sets
  * (cuda_model_activation_bytes each): everything megatrain allocates on the
  * GPU but cuBLASLt's workspace (and the CUDA context, NCCL's buffers), which
- * plan leaves to the user's margin. Within 0.1% (the buffers' 256-byte
- * alignment; 0.015% at most measured) for dense and MoE models, each
+ * plan leaves to the user's margin. Never above it, and below by at most
+ * 0.03% (the buffers' 256-byte alignment; 0.015% at most measured) for dense and MoE models, each
  * recompute mode, bf16 AdamW states, tensor parallel with and without
  * sequence parallel, context parallel, expert parallel, the distributed
  * optimizer at dp 2 and the first stage of pp 2 (with vpp 2): tp, cp, ep, dp
@@ -147,7 +147,7 @@ static void check_case(const Case *c, const char *dir) {
         const double allocated = (double)cuda_model_bytes(gpu) +
                                  (st->in_flight - 1) * (double)cuda_model_activation_bytes(gpu);
         const double planned = st->total_bytes, off = (planned - allocated) / allocated;
-        const bool ok = fabs(off) <= 1e-3;
+        const bool ok = off <= 1e-9 && off >= -3e-4; /* plan leaves out only the buffers' alignment */
         printf("  %-13s tp %d%s cp %d ep %d dp %d pp %d vpp %d recompute %-9s states %s%s: plan %.3f MiB (weights "
                "%.3f, grads %.3f, AdamW %.3f, activations %.3f: %g sets, scratch %.3f; logits %.3f), allocated %.3f "
                "MiB (%+.4f%%) %s\n", c->arch, c->tp, c->sp ? " sp" : "", c->cp, ep_of(c), dp_of(c), pp_of(c),

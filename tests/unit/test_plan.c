@@ -262,8 +262,8 @@ static void test_recompute_memory(void **state) {
 }
 
 /* plan's activations on the CPU are what the Model allocates (model_activation_bytes: its layers' buffers, the
- * per-set buffers and logits, the backward's scratch, the MoE layers' own, the recompute working set), within
- * 0.1% (the pieces' 64-byte alignment; measured: 0.001% at most),
+ * per-set buffers and logits, the backward's scratch, the MoE layers' own, the recompute working set): never more,
+ * and less by at most 0.01% (the pieces' 64-byte alignment; measured: 0.0013% at most),
  * for dense and MoE models, each recompute mode, tensor parallel with and without sequence parallel, context
  * parallel, LoRA and the first stage of pp 2 (with vpp 2: its chunks' outputs), its activation sets in flight
  * (tp rank 0, cp rank 0; 2 layers a virtual stage at seq 256, micro-batches of 2). */
@@ -341,7 +341,8 @@ static void test_counts_cpu(void **state) {
                "%+.4f%%)\n", c->arch, c->tp, c->sp ? " sp" : "", c->cp, pp, part.num_chunks, c->mode,
                c->lora ? " lora" : "", planned / 1048576.0, counted / 1048576.0, p.stages[0].in_flight,
                100.0 * (planned - counted) / counted);
-        assert_true(fabs(planned - counted) <= 1e-3 * counted);
+        /* plan leaves out only the pieces' alignment: never above the model, below by at most 1e-4 */
+        assert_true(planned <= counted * (1 + 1e-9) && counted - planned <= 1e-4 * counted);
     }
 }
 
