@@ -42,24 +42,29 @@ static const char *const usage_text =
     "  convert SRC DST [--dtype fp32|bf16|fp16] [--max-shard-size SIZE] [--merge-lora]\n"
     "                                              Hugging Face dir <-> megatrain checkpoint (LoRA:\n"
     "                                              PEFT's adapter, or the merged model)\n"
-    "  eval CKPT --data PREFIX [--batches N] [--seq-len T] [--micro-batch-size B] [--seed S] [--pack]\n"
-    "       [--loss per_micro_batch|per_token]     mean next-token loss of a checkpoint on data (SFT: its\n"
+    "  eval CKPT_OR_RUN_DIR --data PREFIX [--batches N] [--seq-len T] [--micro-batch-size B] [--seed S]\n"
+    "       [--pack [--pack-overlong error|truncate]] [--loss per_micro_batch|per_token] [--device D] [--json]\n"
+    "                                              mean next-token loss of a checkpoint on data (SFT: its\n"
     "                                              loss mask; packed rows; per-token mean)\n"
     "  inspect CKPT                                list tensors, verify every checksum\n"
-    "  data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT] [--workers N]\n"
-    "             [--overwrite]                    text or JSONL -> Megatron .bin/.idx\n"
+    "  data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT] [--json-key KEY]\n"
+    "             [--workers N] [--max-line-mib N] [--overwrite]\n"
+    "                                              text or JSONL -> Megatron .bin/.idx\n"
     "  data build --format sft [--chat-template llama3|chatml] --input CHAT.jsonl --output PREFIX ...\n"
     "                                              SFT conversations -> .bin/.idx + a loss mask PREFIX_mask\n"
     "  data inspect PREFIX [--tokenizer PATH] [--docs N] [--json]\n"
     "                                              what a .bin/.idx dataset holds, documents decoded\n"
-    "  plan RECIPE.yaml [--world N] [--device-memory GiB]   the parallel layout: shards, memory and FLOPs per rank\n"
+    "  plan RECIPE.yaml [--world N] [--device-memory GiB] [--set key.path=value ...]\n"
+    "                                              the parallel layout: shards, memory and FLOPs per rank,\n"
+    "                                              whether it fits, what run.device: cuda refuses\n"
     "\n"
     "options:\n"
     "  -h, --help      this help; `megatrain COMMAND --help` for one command\n"
     "  --version       print the version\n"
     "\n"
     "exit status: 0 success, 2 usage or recipe error, 1 any other failure.\n"
-    "Recipe keys: see README.md (section \"Recipes\").\n";
+    "Recipe keys: the source tree's README.md (section \"Recipes\"); recipes/ has examples to start from,\n"
+    "and a run writes every key it used, defaults included, to run.dir/recipe.yaml.\n";
 
 static const char *const run_usage_text =
     "usage: megatrain run RECIPE.yaml [--set key.path=value ...]\n"
@@ -68,7 +73,19 @@ static const char *const run_usage_text =
     "resolved recipe) and run.dir/metrics.jsonl, and prints one line per logged step.\n"
     "\n"
     "  --set key.path=value   override one recipe key; the value is YAML\n"
-    "                         (e.g. --set train.steps=20 --set optimizer.betas=[0.9,0.99])\n";
+    "                         (e.g. --set train.steps=20 --set optimizer.betas=[0.9,0.99]; null removes\n"
+    "                         a key: --set train.batch_schedule=null)\n"
+    "\n"
+    "Under mpirun the same command trains on many ranks with the recipe's parallel: layout\n"
+    "(parallel.tp, pp, vpp, cp, ep, etp, sequence_parallel, distributed_optimizer; dp is what the\n"
+    "world leaves), with the one-rank losses. run.device: cuda needs a CUDA build (make CUDA=1;\n"
+    "`megatrain --version` says which this is) and precision: bf16, one GPU a rank.\n"
+    "\n"
+    "examples:\n"
+    "  megatrain run recipes/tiny/llama.yaml --set train.steps=20 --set run.dir=runs/try\n"
+    "  megatrain plan my.yaml --world 8          (the layout and memory per rank first)\n"
+    "  mpirun -np 8 megatrain run my.yaml --set parallel.tp=2 --set parallel.pp=2\n"
+    "  megatrain run my.yaml --set run.device=cuda --set precision=bf16 --set train.recompute=selective\n";
 
 static int is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }
 
@@ -152,7 +169,11 @@ int main(int argc, char **argv) {
         return MT_EXIT_OK;
     }
     if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "version") == 0) {
-        printf("megatrain %s\n", MEGATRAIN_VERSION);
+#ifdef MT_CUDA
+        printf("megatrain %s (with the CUDA backend: run.device cpu or cuda)\n", MEGATRAIN_VERSION);
+#else
+        printf("megatrain %s (CPU only: make CUDA=1 builds the CUDA backend)\n", MEGATRAIN_VERSION);
+#endif
         return MT_EXIT_OK;
     }
     if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);

@@ -4,6 +4,7 @@
  * says how to get one. */
 #include "model_device.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -85,6 +86,15 @@ void model_device_free(ModelDevice *d) {
 
 #ifndef MT_CUDA
 int model_device_cuda_check(const ModelDeviceSetup *s, char *err, size_t errlen) {
+    /* what the recipe asks of a GPU that no build runs yet comes first: a CUDA build would refuse it too */
+    const int refused = model_device_cuda_limits(s, err, errlen);
+    if (refused > 0) {
+        const size_t used = err ? strlen(err) : errlen;
+        if (used < errlen)
+            snprintf(err + used, errlen - used, "%s(and this build is CPU only: make CUDA=1 builds the GPU backend)",
+                     refused > 1 ? "\n  " : " ");
+        return MT_EXIT_USAGE;
+    }
     mt_set_error(err, errlen,
                  "run.device: 'cuda' needs a build with the CUDA backend (make CUDA=1, then build/megatrain); "
                  "this one is CPU only");

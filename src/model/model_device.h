@@ -185,6 +185,18 @@ ModelDevice *model_device_cpu_create(const ModelDeviceSetup *s, char *err, size_
 ModelDevice *model_device_cuda_create(const ModelDeviceSetup *s, char *err, size_t errlen);
 int model_device_cuda_check(const ModelDeviceSetup *s, char *err, size_t errlen);
 
+/* What run.device: cuda does not run yet (model_device_limits.c; host code in
+ * every build): how many of the setup's settings it cannot take, with err
+ * naming each key and what to set instead (one line each, after a summary
+ * line, when there are several). Reads only cfg, parallel, precision,
+ * packed and loss. */
+int model_device_cuda_limits(const ModelDeviceSetup *s, char *err, size_t errlen);
+/* The CUDA model's limits, for its own guards too: the attention kernels'
+ * head sizes, and (NULL when none is hit) what a MoE model over etp ranks
+ * would need. */
+bool model_cuda_head_dim_ok(int head_dim);
+const char *model_cuda_moe_limit(const ModelConfig *cfg, int etp);
+
 /* For the implementations: the fields every device shares (host Model with
  * activations for B x T when host_computes, optimizer, zero1). */
 ModelDevice *model_device_new(const ModelDeviceSetup *s, const ModelDeviceOps *ops, bool host_computes);

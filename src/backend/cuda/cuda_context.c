@@ -17,6 +17,12 @@ int cuda_context_create(CudaContext *ctx, int device, char *err, size_t errlen) 
     ctx->device = device;
     int count = 0;
     cudaError_t status = cudaGetDeviceCount(&count);
+    if (status == cudaErrorNoDevice || status == cudaErrorInsufficientDriver) { /* no GPU, or no driver at all */
+        mt_set_error(err, errlen, "CUDA device %d: no usable GPU here: %s (%s); `nvidia-smi` shows what the driver "
+                     "sees, and run.device: cpu trains without one", device, cudaGetErrorString(status),
+                     cudaGetErrorName(status));
+        return -1;
+    }
     if (status != cudaSuccess) return cuda_failed(status, "cudaGetDeviceCount", device, err, errlen);
     if (device < 0 || device >= count) {
         mt_set_error(err, errlen, "CUDA device %d: this machine has %d GPU(s) (ordinals 0..%d)", device, count,

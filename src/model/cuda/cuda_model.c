@@ -9,6 +9,7 @@
 
 #include "../../core/timer.h"
 #include "../../backend/backend.h"
+#include "../model_device.h"
 #include "../model_internal.h"
 #include "cuda_model_internal.h"
 
@@ -408,7 +409,7 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
     const char *profile = getenv("MEGATRAIN_CUDA_PROFILE");
     m->prof_on = profile && atoi(profile) > 0 ? atoi(profile) : 0;
     const int hd = m->cfg.head_dim;
-    if (hd != 16 && hd != 32 && hd != 64 && hd != 128) { /* the attention kernels' tiles (kernels/attention.cu) */
+    if (!model_cuda_head_dim_ok(hd)) {
         mt_set_error(err, errlen, "model.head_dim: %d is not supported on CUDA (16, 32, 64 or 128)", hd);
         free(m);
         return NULL;
@@ -433,10 +434,7 @@ CudaModel *cuda_model_create(const Model *host, int device, int max_B, int max_T
         const MoeConfig *mc = &m->cfg.moe;
         /* this rank's slices (expert tensor parallel cuts the intermediates) */
         const int Ie = mc->moe_intermediate_size / m->etp, Is = mc->shared_expert_intermediate_size / m->etp;
-        const char *why = mc->num_experts > 1024 ? "routes among at most 1024 experts"
-                          : m->cfg.hidden_size % 8 || Ie % 8 || Is % 8
-                              ? "needs hidden and (per rank) expert intermediate sizes that are multiples of 8"
-                              : NULL;
+        const char *why = model_cuda_moe_limit(&m->cfg, m->etp);
         if (why) {
             mt_set_error(err, errlen, "the CUDA model's mixture of experts %s (%d experts, hidden %d, expert "
                          "intermediate %d, shared %d on this rank)", why, mc->num_experts, m->cfg.hidden_size, Ie, Is);

@@ -33,49 +33,7 @@ static CudaDevice *impl(ModelDevice *d) { return d->impl; }
 static CudaModel *gpu(ModelDevice *d) { return impl(d)->model; }
 
 int model_device_cuda_check(const ModelDeviceSetup *s, char *err, size_t errlen) {
-    if (s->precision == DTYPE_FP8) {
-        mt_set_error(err, errlen,
-                     "precision: fp8 runs as the exact CPU emulation only for now (run.device: cpu); the GPU's FP8 "
-                     "products are not written yet: set precision: bf16 for run.device: cuda");
-        return MT_EXIT_USAGE;
-    }
-    if (s->precision != DTYPE_BF16) {
-        mt_set_error(err, errlen,
-                     "precision: '%s' is not available with run.device: cuda (the GPU computes in bf16 with fp32 "
-                     "master weights, gradients and AdamW states); set precision: bf16",
-                     dtype_name(s->precision));
-        return MT_EXIT_USAGE;
-    }
-    if (s->cfg->peft.type != PEFT_NONE) {
-        mt_set_error(err, errlen,
-                     "peft: LoRA is not implemented on GPUs yet (the CPU trains it: run.device: cpu); the CUDA "
-                     "model has no adapters and no frozen weights");
-        return MT_EXIT_USAGE;
-    }
-    if (s->packed) {
-        mt_set_error(err, errlen,
-                     "data.pack: packed rows (attention restricted to each sample) are not implemented on GPUs yet "
-                     "(the CPU runs them); set data.pack: false for run.device: cuda");
-        return MT_EXIT_USAGE;
-    }
-    if (s->loss == LOSS_PER_TOKEN) {
-        mt_set_error(err, errlen,
-                     "train.loss: per_token is not implemented on GPUs yet (the CPU runs it); set train.loss: "
-                     "per_micro_batch for run.device: cuda");
-        return MT_EXIT_USAGE;
-    }
-    const ParallelConfig *par = s->parallel;
-    const int stages = par->pp > 1 ? par->pp * par->vpp : 1;
-    for (int g = 0; g < stages; g++) {
-        int first, count;
-        parallel_stage_layers(par, s->cfg->num_layers, g, &first, &count);
-        if (count == 0) {
-            mt_set_error(err, errlen, "parallel.pp_layers: virtual stage %d has no layers: on GPUs every pipeline "
-                         "stage (chunk) holds at least one (a stage of none runs on the CPU only)", g);
-            return MT_EXIT_USAGE;
-        }
-    }
-    return 0;
+    return model_device_cuda_limits(s, err, errlen) > 0 ? MT_EXIT_USAGE : 0;
 }
 
 /* Test hook: MEGATRAIN_NCCL_SINGLE_RANK=1 averages gradients through NCCL
