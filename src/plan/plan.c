@@ -335,6 +335,88 @@ double plan_rank_memory(const Recipe *r) {
     return ((double)si.totalram + (double)si.totalswap) * (double)si.mem_unit;
 }
 
+/* One candidate lever: a single setting changed in *r (a copy), or false where it does not apply. */
+static bool apply_lever(Recipe *r, int grid_dp, int which, char *setting, size_t len) {
+    TrainConfig *t = &r->train;
+    ParallelConfig *par = &r->parallel;
+    switch (which) {
+    case 0:
+        if (t->recompute != RECOMPUTE_NONE) return false;
+        t->recompute = RECOMPUTE_SELECTIVE;
+        snprintf(setting, len, "train.recompute: selective");
+        return true;
+    case 1:
+        if (t->recompute == RECOMPUTE_FULL) return false;
+        t->recompute = RECOMPUTE_FULL;
+        snprintf(setting, len, "train.recompute: full");
+        return true;
+    case 2:
+        if (r->optimizer.state_dtype == DTYPE_BF16) return false;
+        r->optimizer.state_dtype = DTYPE_BF16;
+        snprintf(setting, len, "optimizer.state_dtype: bf16");
+        return true;
+    case 3: /* ZeRO-1 shards over dp: nothing to gain on one dp rank */
+        if (par->distributed_optimizer || grid_dp < 2) return false;
+        par->distributed_optimizer = true;
+        snprintf(setting, len, "parallel.distributed_optimizer: true");
+        return true;
+    case 4:
+        if (par->sequence_parallel || par->tp < 2) return false;
+        par->sequence_parallel = true;
+        snprintf(setting, len, "parallel.sequence_parallel: true");
+        return true;
+    case 5:
+        if (t->micro_batch_size < 2) return false;
+        t->micro_batch_size /= 2;
+        snprintf(setting, len, "train.micro_batch_size: %d", t->micro_batch_size);
+        return true;
+    default:
+        return false;
+    }
+}
+enum { NUM_LEVERS = 6 };
+
+int plan_levers(const Plan *p, const Recipe *r, PlanLever *out, int max) {
+    Recipe *alt = mt_malloc(sizeof *alt);
+    Plan *q = mt_malloc(sizeof *q);
+    const double now = p->stages[plan_worst_stage(p)].total_bytes;
+    char err[512];
+    int n = 0;
+    for (int which = 0; which < NUM_LEVERS && n < max; which++) {
+        *alt = *r;
+        if (!apply_lever(alt, p->grid.dp, which, out[n].setting, sizeof out[n].setting)) continue;
+        if (plan_compute(q, alt, p->grid.world, err, sizeof err) != 0) continue;
+        out[n].total_bytes = q->stages[plan_worst_stage(q)].total_bytes;
+        if (out[n].total_bytes < 0.995 * now) n++; /* a lever that saves something */
+    }
+    free(q);
+    free(alt);
+    for (int i = 1; i < n; i++) /* the largest saving first */
+        for (int j = i; j > 0 && out[j].total_bytes < out[j - 1].total_bytes; j--) {
+            const PlanLever t = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = t;
+        }
+    return n;
+}
+
+/* Into msg (appended): the levers without more ranks, each with the estimate it gives, then those with more. */
+static void levers_text(const Plan *p, const Recipe *r, const char *key, char *msg, size_t len) {
+    PlanLever lv[NUM_LEVERS];
+    const int n = plan_levers(p, r, lv, NUM_LEVERS);
+    size_t used = strlen(msg);
+    const double GiB = 1073741824.0;
+    for (int i = 0; i < n && used < len; i++)
+        used += (size_t)snprintf(msg + used, len - used, "%s%s (%.1f GiB)", i ? ", " : "; on the same ranks: ",
+                                 lv[i].setting, lv[i].total_bytes / GiB);
+    const bool activations = !strcmp(key, "train.micro_batch_size") || !strcmp(key, "model.vocab_size");
+    const bool experts = !strcmp(key, "model.moe.moe_intermediate_size");
+    if (used < len)
+        snprintf(msg + used, len - used, "; with more ranks: raise %s", activations
+                 ? "parallel.cp (splits the sequence), parallel.tp or parallel.pp"
+                 : experts ? "parallel.ep, parallel.tp or parallel.pp" : "parallel.tp or parallel.pp");
+}
+
 const char *plan_check_fit(const Plan *p, const Recipe *r, double available, const char *memory, char *msg,
                            size_t len) {
     const int s = plan_worst_stage(p);
@@ -342,10 +424,9 @@ const char *plan_check_fit(const Plan *p, const Recipe *r, double available, con
     if (need <= available) return NULL;
     char what[256];
     const char *key = plan_stage_driver(p, r, s, what, sizeof what);
-    snprintf(msg, len,
-             "stage %d needs about %.1f GiB per rank, more than %s (%.1f GiB); most of it is %s: raise parallel.tp "
-             "or parallel.pp, set parallel.distributed_optimizer: true, or lower train.micro_batch_size",
-             s, need / GiB, memory, available / GiB, what);
+    snprintf(msg, len, "stage %d needs about %.1f GiB per rank, more than %s (%.1f GiB); most of it is %s", s,
+             need / GiB, memory, available / GiB, what);
+    levers_text(p, r, key, msg, len);
     return key;
 }
 

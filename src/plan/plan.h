@@ -57,9 +57,24 @@ const char *plan_stage_driver(const Plan *plan, const Recipe *recipe, int stage,
  * CPU build or when it cannot be read), else the host's RAM plus swap. */
 double plan_rank_memory(const Recipe *recipe);
 
+/* A change of one recipe setting, on the same ranks, and the largest stage's
+ * estimate with it (bytes per rank). */
+typedef struct PlanLever {
+    char setting[64]; /* "train.recompute: full" */
+    double total_bytes;
+} PlanLever;
+
+/* The levers that lower the largest stage's estimate without more ranks
+ * (recompute, bf16 AdamW states, the distributed optimizer where dp > 1,
+ * sequence parallel where tp > 1, half the micro-batch), each computed with
+ * plan_compute on the changed recipe: at most max into out, the lowest
+ * estimate first. Returns how many. */
+int plan_levers(const Plan *plan, const Recipe *recipe, PlanLever *out, int max);
+
 /* NULL when the largest stage's estimate fits in `available` bytes of
  * `memory` ("the device's memory"); else the recipe key most of it comes
- * from, with msg saying how much is needed, what for and what to change. */
+ * from, with msg saying how much is needed, what for and what to change:
+ * plan_levers' settings with their estimates, then the ranks to raise. */
 const char *plan_check_fit(const Plan *plan, const Recipe *recipe, double available, const char *memory, char *msg,
                            size_t len);
 

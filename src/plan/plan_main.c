@@ -8,6 +8,7 @@
 #include "../config/recipe.h"
 #include "../config/recipe_schema.h"
 #include "../core/error.h"
+#include "../model/model_device.h"
 #include "plan.h"
 
 #define MAX_PLAN_OVERRIDES 64
@@ -19,8 +20,18 @@ static const char *const plan_usage =
     "the grid, the layers and shards of each pipeline stage, parameters per rank, estimated\n"
     "memory per rank (weights, gradients, AdamW states, activations for the pipeline schedule\n"
     "with the backward's scratch, logits: the buffers megatrain allocates, counted as it lays\n"
-    "them out) and FLOPs per step. Nothing is allocated. Warns when a stage needs more than the\n"
-    "device memory: --device-memory, or GPU 0's in a CUDA build with run.device: cuda.\n";
+    "them out) and FLOPs per step. Nothing is allocated. The last line says whether the largest\n"
+    "stage fits a rank's memory; where it does not, a warning names what most of it is and the\n"
+    "settings that would lower it, each with its estimate. With run.device: cuda it also lists\n"
+    "what `run` refuses on GPUs for now.\n"
+    "\n"
+    "  --world N             ranks (default tp * cp * pp: dp 1); dp is what the layout leaves\n"
+    "  --device-memory GiB   a rank's memory to check against (default: GPU 0's in a CUDA build\n"
+    "                        with a GPU and run.device: cuda; otherwise nothing is checked)\n"
+    "  --set key.path=value  override one recipe key, as `megatrain run` does\n"
+    "\n"
+    "example: megatrain plan recipes/bench/gpu.yaml --set model=configs/llama3-8b.yaml \\\n"
+    "           --set train.seq_len=8192 --set train.recompute=full --device-memory 80\n";
 
 static const double GiB = 1073741824.0;
 
@@ -33,6 +44,18 @@ static const char *count_text(double n, char *buf, size_t len) {
     return buf;
 }
 
+/* 6.734e13 -> "67.34 TFLOP" */
+static const char *flop_text(double f, char *buf, size_t len) {
+    static const char *const units[] = {"FLOP", "KFLOP", "MFLOP", "GFLOP", "TFLOP", "PFLOP", "EFLOP"};
+    int u = 0;
+    while (f >= 1000.0 && u < 6) {
+        f /= 1000.0;
+        u++;
+    }
+    snprintf(buf, len, "%.4g %s", f, units[u]);
+    return buf;
+}
+
 static void print_stage_layers(const PlanStage *st) {
     if (st->embedding) printf("embedding, ");
     printf("layers");
@@ -40,6 +63,29 @@ static void print_stage_layers(const PlanStage *st) {
         printf("%s %d-%d", v ? "," : "", st->first_layer[v], st->first_layer[v] + st->num_layers[v] - 1);
     if (st->final_norm) printf(", final norm");
     if (st->lm_head) printf(", lm_head");
+}
+
+/* The last line: whether the largest stage fits `device_gib` (0: unknown), and if not what would make it. */
+static void print_memory_verdict(const Plan *plan, const Recipe *recipe, double device_gib) {
+    const int worst = plan_worst_stage(plan);
+    const double need = plan->stages[worst].total_bytes / GiB;
+    if (device_gib <= 0.0) {
+        printf("memory: not checked (--device-memory GiB checks the largest stage against a rank's memory%s)\n",
+               plan->gpu ? "; a CUDA build reads GPU 0's" : "");
+        return;
+    }
+    char advice[2048];
+    if (plan_check_fit(plan, recipe, device_gib * GiB, "the device's memory", advice, sizeof advice)) {
+        printf("memory: does NOT fit: stage %d needs %.2f GiB per rank of %.2f GiB\n", worst, need, device_gib);
+        fflush(stdout);
+        fprintf(stderr, "megatrain: warning: %s\n", advice);
+    } else if (plan->gpu && device_gib - need < 1.0) {
+        printf("memory: fits only barely: stage %d needs %.2f GiB per rank of %.2f GiB, less than the GiB the CUDA "
+               "context and libraries take beside it\n", worst, need, device_gib);
+    } else {
+        printf("memory: fits: stage %d needs %.2f GiB per rank of %.2f GiB (%.2f GiB to spare)\n", worst, need,
+               device_gib, device_gib - need);
+    }
 }
 
 int plan_main(int argc, char **argv) {
@@ -92,25 +138,32 @@ int plan_main(int argc, char **argv) {
     const ModelConfig *m = &recipe.model;
     const ParallelConfig *par = &recipe.parallel;
     char a[32], b[32];
-    printf("plan: %s: %s, %s params, %d layers; device %s (%s)\n", path, model_family_name(m->family),
-           count_text(plan.total_params, a, sizeof a), m->num_layers, recipe.run.device,
-           plan.gpu ? "bf16 copy + fp32 master weights, fp32 grads and AdamW" : "fp32 weights, grads and AdamW");
+    const char *states = dtype_name(recipe.optimizer.state_dtype == DTYPE_BF16 ? DTYPE_BF16 : DTYPE_FP32);
+    printf("plan: %s: %s, %s params, %d layers; device %s (%s, %s AdamW states)\n", path,
+           model_family_name(m->family), count_text(plan.total_params, a, sizeof a), m->num_layers, recipe.run.device,
+           plan.gpu ? "bf16 copy + fp32 master weights, fp32 grads" : "fp32 weights and grads", states);
     printf("grid: world %d = tp %d x cp %d x dp %d x pp %d (rank = tp + %d*cp + %d*dp + %d*pp)%s%s%s\n", g->world,
            g->tp, g->cp, g->dp, g->pp, g->tp, g->tp * g->cp, g->tp * g->cp * g->dp,
            par->vpp > 1 ? "; interleaved, vpp " : "", par->vpp > 1 ? count_text(par->vpp, b, sizeof b) : "",
            par->sequence_parallel ? "; sequence parallel" : "");
-    printf("step: %s tokens (global batch x seq_len %d), %.4g micro-batches of %d per dp rank; "
-           "%.4g PFLOP per step (%s + attention), %.4g TFLOP per rank\n",
-           count_text(plan.tokens_per_step, a, sizeof a), recipe.train.seq_len, plan.micro_batches,
-           recipe.train.micro_batch_size, plan.flops_per_step / 1e15,
-           m->peft.type == PEFT_LORA ? "4N frozen + 6N adapters" : "6N", plan.flops_per_rank / 1e12);
+    const long gbs = (long)(plan.tokens_per_step / recipe.train.seq_len + 0.5);
+    char f1[32], f2[32];
+    /* with a batch schedule, its largest batch: where the step's memory and FLOPs peak */
+    printf("step: %s tokens (global batch %ld x seq_len %d%s), %.4g micro-batch%s of %d per dp rank; "
+           "%s per step (%s + attention), %s per rank\n",
+           count_text(plan.tokens_per_step, a, sizeof a), gbs, recipe.train.seq_len,
+           recipe.train.num_batch_stages > 1 ? "; the largest of train.batch_schedule" : "", plan.micro_batches,
+           plan.micro_batches == 1 ? "" : "es", recipe.train.micro_batch_size,
+           flop_text(plan.flops_per_step, f1, sizeof f1), m->peft.type == PEFT_LORA ? "4N frozen + 6N adapters" : "6N",
+           flop_text(plan.flops_per_rank, f2, sizeof f2));
     printf("%-6s %-12s %-9s %9s %9s %9s %9s %18s %9s %10s  holds\n", "stage", "ranks", "params", "weights", "grads",
            "AdamW", "dist-opt", "activations", "logits", "total GiB");
     const int per_stage = g->tp * g->cp * g->dp;
     for (int s = 0; s < g->pp; s++) {
         const PlanStage *st = &plan.stages[s];
         char ranks[32], acts[40];
-        snprintf(ranks, sizeof ranks, "%d-%d", s * per_stage, (s + 1) * per_stage - 1);
+        if (per_stage == 1) snprintf(ranks, sizeof ranks, "%d", s);
+        else snprintf(ranks, sizeof ranks, "%d-%d", s * per_stage, (s + 1) * per_stage - 1);
         snprintf(acts, sizeof acts, "%.2f (%.3g in flight)", st->activation_bytes / GiB, st->in_flight);
         printf("%-6d %-12s %-9s %9.2f %9.2f %9.2f %9s %18s %9.2f %10.2f  ", s, ranks,
                count_text(st->params, a, sizeof a), st->weight_bytes / GiB, st->grad_bytes / GiB,
@@ -119,8 +172,11 @@ int plan_main(int argc, char **argv) {
         print_stage_layers(st);
         putchar('\n');
     }
-    printf("(estimates of what megatrain allocates; the CUDA context, cuBLASLt, NCCL and the allocator's rounding "
-           "are not counted: leave a GiB or more)\n");
+    if (plan.gpu)
+        printf("(estimates of what megatrain allocates; the CUDA context, cuBLASLt, NCCL and the allocator's rounding "
+               "are not counted: leave a GiB or more)\n");
+    else
+        printf("(estimates of what megatrain allocates)\n");
     if (m->peft.type == PEFT_LORA) {
         const PlanStage *st = &plan.stages[plan_worst_stage(&plan)];
         int targets = 0;
@@ -128,18 +184,21 @@ int plan_main(int argc, char **argv) {
         printf("peft: LoRA rank %d, alpha %g on %d linear layer(s) per layer: %s trainable of %s params on stage "
                "%d's ranks; the frozen base has no gradients or AdamW states%s\n", m->peft.rank, m->peft.alpha,
                targets, count_text(st->trainable_params, a, sizeof a), count_text(st->params, b, sizeof b),
-               plan_worst_stage(&plan),
-               plan.gpu ? "; not implemented on GPUs yet: `run` refuses peft with run.device: cuda" : "");
+               plan_worst_stage(&plan), "");
     }
     const Recompute rc = recipe.train.recompute;
     if (rc != RECOMPUTE_NONE)
         printf("recompute: %s (activations: %s kept per layer, a working set of %.2f GiB per stage once)\n",
                recompute_names[rc], rc == RECOMPUTE_FULL ? "each layer's input" : "no attention core or SwiGLU",
                plan.stages[plan_worst_stage(&plan)].recompute_bytes / GiB);
-    char advice[1024];
-    if (device_gib > 0.0 && plan_check_fit(&plan, &recipe, device_gib * GiB, "the device's memory", advice, sizeof advice)) {
-        fflush(stdout);
-        fprintf(stderr, "megatrain: warning: %s\n", advice);
+    if (plan.gpu) { /* what `run` refuses on GPUs, all of it, as run says it */
+        const ModelDeviceSetup setup = {.device = recipe.run.device, .cfg = m, .parallel = par,
+                                        .precision = recipe.precision, .loss = recipe.train.loss,
+                                        .packed = recipe.data.pack};
+        char refused[4096];
+        if (model_device_cuda_limits(&setup, refused, sizeof refused) > 0)
+            printf("refused by `run` (exit 2): %s\n", refused);
     }
+    print_memory_verdict(&plan, &recipe, device_gib);
     return MT_EXIT_OK;
 }

@@ -4,7 +4,11 @@
 # shares, FLOPs per step, and exits 0; a device memory below the largest
 # stage's estimate adds a warning on stderr naming what most of it is (still
 # exit 0); a layout that does not divide the heads is refused with exit 2
-# naming parallel.tp; --help answers. train.recompute lowers the
+# naming parallel.tp; --help answers. The last line says whether the largest
+# stage fits (or that nothing was checked); where it does not, the advice
+# offers the settings that would lower it on the same ranks, each with its
+# estimate (ZeRO-1 only at dp > 1), then the ranks to raise; what `run`
+# refuses on GPUs is listed, every setting at once. train.recompute lowers the
 # activations (none > selective > full), and its line carries no GPU note
 # (cuda runs every mode, MoE models' full recompute included).
 set -euo pipefail
@@ -23,10 +27,36 @@ grep -q "^0 .*0-3 .*embedding, layers 0-15$" "$WORK/out" || fail "stage 0 should
 grep -q "^1 .*4-7 .*layers 16-31, final norm, lm_head$" "$WORK/out" || fail "stage 1 should hold ranks 4-7 and layers 16-31 with the head"
 grep -q "PFLOP per step" "$WORK/out" || fail "no FLOPs per step"
 [[ ! -s "$WORK/err" ]] || fail "unexpected warning: $(cat "$WORK/err")"
+grep -q "device cuda (bf16 copy + fp32 master weights, fp32 grads, fp32 AdamW states)" "$WORK/out" || fail "no dtypes"
+grep -q "^memory: not checked (--device-memory GiB" "$WORK/out" || fail "no line saying the memory was not checked"
 
-"$MEGATRAIN" plan "$WORK/r.yaml" --world 8 --device-memory 16 > /dev/null 2> "$WORK/err"
+"$MEGATRAIN" plan "$WORK/r.yaml" --world 8 --device-memory 16 > "$WORK/out16" 2> "$WORK/err"
 grep -q "warning: stage 0 needs about .* GiB per rank, more than the device's memory (16.0 GiB); most of it is the MLP weights (model.intermediate_size = 14336)" "$WORK/err" \
   || fail "no warning for a 16 GiB device: $(cat "$WORK/err")"
+grep -q "^memory: does NOT fit: stage 0 needs .* GiB per rank of 16.00 GiB$" "$WORK/out16" || fail "no verdict line"
+# what would make it fit: the levers on these ranks with their estimates (dp 2: ZeRO-1 among them), then more ranks
+for lever in "optimizer.state_dtype: bf16" "parallel.distributed_optimizer: true" "train.recompute: full"; do
+  grep -q "$lever ([0-9.]* GiB)" "$WORK/err" || fail "the advice does not offer $lever with its estimate: $(cat "$WORK/err")"
+done
+grep -q "; with more ranks: raise parallel.tp or parallel.pp$" "$WORK/err" || fail "the advice names no ranks to raise"
+# ... at dp 1 the distributed optimizer saves nothing and is not offered
+"$MEGATRAIN" plan "$WORK/r.yaml" --world 4 --device-memory 16 > /dev/null 2> "$WORK/err4"
+grep -q "optimizer.state_dtype: bf16" "$WORK/err4" || fail "no advice at dp 1: $(cat "$WORK/err4")"
+grep -q "distributed_optimizer" "$WORK/err4" && fail "ZeRO-1 offered at dp 1: $(cat "$WORK/err4")"
+"$MEGATRAIN" plan "$WORK/r.yaml" --world 8 --device-memory 141 --set optimizer.state_dtype=bf16 > "$WORK/out141" \
+  2> "$WORK/err"
+grep -q "fp32 grads, bf16 AdamW states" "$WORK/out141" || fail "the header does not say bf16 states"
+grep -q "^memory: fits: stage 0 needs .* GiB per rank of 141.00 GiB (.* GiB to spare)$" "$WORK/out141" \
+  || fail "no 'fits' line: $(tail -2 "$WORK/out141")"
+[[ ! -s "$WORK/err" ]] || fail "a warning where it fits: $(cat "$WORK/err")"
+# what `run` refuses on GPUs, every setting at once, as run says it
+"$MEGATRAIN" plan "$REPO/recipes/tiny/llama.yaml" --set run.device=cuda --set precision=fp8 --set data.pack=true \
+  --set train.loss=per_token > "$WORK/refused.txt" || fail "plan of a recipe run refuses on cuda failed"
+grep -q "^refused by \`run\` (exit 2): run.device: cuda does not run 3 of this recipe's settings yet" "$WORK/refused.txt" \
+  || fail "plan does not list what run refuses on cuda: $(cat "$WORK/refused.txt")"
+for key in "precision: fp8" "data.pack:" "train.loss: per_token"; do
+  grep -q "^  $key" "$WORK/refused.txt" || fail "plan's refusals do not name $key"
+done
 
 # train.recompute: stage 0's activations (GiB) fall from none to selective to full; on cuda plan says run refuses full
 # of a MoE model.

@@ -214,6 +214,87 @@ static void test_memory_driver(void **state) {
     assert_int_equal(plan_check_memory(&r, 1, err, sizeof err), 0);
 }
 
+/* The largest stage's estimate of r on world ranks. */
+static double worst_total(const Recipe *r, int world) {
+    static Plan q;
+    char err[512];
+    if (plan_compute(&q, r, world, err, sizeof err) != 0) fail_msg("%s", err);
+    return q.stages[plan_worst_stage(&q)].total_bytes;
+}
+
+/* plan_levers: each lever's estimate is plan_compute's on the recipe with that one setting changed; only levers
+ * that apply and save are offered (ZeRO-1 not at dp 1, sequence parallel not at tp 1, nothing already set), the
+ * lowest estimate first; plan_check_fit's advice lists them, then the ranks to raise for what drives the stage. */
+static void test_levers(void **state) {
+    (void)state;
+    static Recipe r, alt;
+    static Plan p;
+    char err[512], msg[2048];
+    PlanLever lv[8];
+    const double GiB = 1073741824.0;
+    load(&r, "llama3-8b", 2, 2, 1, 8, 0); /* dp 2: the distributed optimizer applies */
+    r.train.seq_len = 4096;
+    r.train.micro_batch_size = 4;
+    assert_int_equal(plan_compute(&p, &r, 8, err, sizeof err), 0);
+    const int n = plan_levers(&p, &r, lv, 8);
+    const char *want[] = {"train.recompute: selective", "train.recompute: full", "optimizer.state_dtype: bf16",
+                          "parallel.distributed_optimizer: true", "parallel.sequence_parallel: true",
+                          "train.micro_batch_size: 2"};
+    const double now = p.stages[plan_worst_stage(&p)].total_bytes;
+    int offered = 0;
+    for (int w = 0; w < 6; w++) {
+        int found = -1;
+        for (int i = 0; i < n; i++)
+            if (!strcmp(lv[i].setting, want[w])) found = i;
+        alt = r;
+        if (w == 0) alt.train.recompute = RECOMPUTE_SELECTIVE;
+        if (w == 1) alt.train.recompute = RECOMPUTE_FULL;
+        if (w == 2) alt.optimizer.state_dtype = DTYPE_BF16;
+        if (w == 3) alt.parallel.distributed_optimizer = true;
+        if (w == 4) alt.parallel.sequence_parallel = true;
+        if (w == 5) alt.train.micro_batch_size = 2;
+        const double with = worst_total(&alt, 8);
+        printf("  %-38s %.2f GiB (now %.2f)%s\n", want[w], with / GiB, now / GiB, found < 0 ? ": not offered" : "");
+        if (found < 0) { /* offered exactly when it saves */
+            assert_true(with >= 0.995 * now);
+            continue;
+        }
+        offered++;
+        assert_true(lv[found].total_bytes == with);
+        assert_true(with < 0.995 * now);
+    }
+    /* all but sequence parallel save here: the GPU keeps the gathered normed rows for the backward */
+    assert_int_equal(offered, n);
+    assert_true(n >= 5);
+    for (int i = 1; i < n; i++) assert_true(lv[i - 1].total_bytes <= lv[i].total_bytes);
+    /* the advice names them, the largest saving first, then the ranks */
+    assert_non_null(plan_check_fit(&p, &r, 8 * GiB, "the device's memory", msg, sizeof msg));
+    char first[128];
+    snprintf(first, sizeof first, "; on the same ranks: %s (", lv[0].setting);
+    if (!strstr(msg, first) || !strstr(msg, "; with more ranks: raise ")) fail_msg("%s", msg);
+    /* at dp 1 and tp 1, with full recompute, bf16 states and micro-batches of 1 already: no lever is left but
+     * more ranks */
+    load(&r, "llama3-8b", 1, 1, 1, 1, 0);
+    r.train.recompute = RECOMPUTE_FULL;
+    r.optimizer.state_dtype = DTYPE_BF16;
+    r.train.micro_batch_size = 1;
+    assert_int_equal(plan_compute(&p, &r, 1, err, sizeof err), 0);
+    assert_int_equal(plan_levers(&p, &r, lv, 8), 0);
+    assert_non_null(plan_check_fit(&p, &r, 8 * GiB, "the device's memory", msg, sizeof msg));
+    if (strstr(msg, "on the same ranks") || strstr(msg, "distributed_optimizer") ||
+        !strstr(msg, "; with more ranks: raise parallel.tp or parallel.pp"))
+        fail_msg("%s", msg);
+    /* activations drive a long sequence: cp is the first of the ranks to raise */
+    r.train.seq_len = 8192;
+    r.train.micro_batch_size = 16;
+    r.train.recompute = RECOMPUTE_NONE;
+    assert_int_equal(plan_compute(&p, &r, 1, err, sizeof err), 0);
+    assert_string_equal(plan_check_fit(&p, &r, 80 * GiB, "the device's memory", msg, sizeof msg),
+                        "train.micro_batch_size");
+    if (!strstr(msg, "train.recompute: full (") || !strstr(msg, "raise parallel.cp (splits the sequence)"))
+        fail_msg("%s", msg);
+}
+
 /* train.recompute on the CPU: plan counts what the model allocates. For a
  * qwen3 and a qwen3 MoE model at seq 256, none > selective > full in both,
  * and what selective and full save against none in plan is within 5% of
@@ -415,6 +496,7 @@ int main(void) {
         cmocka_unit_test(test_moe_params_once),
         cmocka_unit_test(test_bf16_states),
         cmocka_unit_test(test_memory_driver),
+        cmocka_unit_test(test_levers),
         cmocka_unit_test(test_recompute_memory),
         cmocka_unit_test(test_lora_memory),
         cmocka_unit_test(test_counts_cpu),
