@@ -207,6 +207,10 @@ typedef struct Fp8Config {
     int margin;                     /* scale = fp8_max / amax / 2^margin */
 } Fp8Config;
 
+/* The fp8: section's defaults (recipe_defaults.c), and whether c is them. */
+Fp8Config fp8_config_default(void);
+bool fp8_config_is_default(const Fp8Config *c);
+
 /* checkpoint.frozen_base: what a LoRA run's checkpoints do with the frozen
  * base weights it took from init_from (docs/finetune.md). */
 typedef enum {

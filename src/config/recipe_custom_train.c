@@ -120,7 +120,9 @@ static int reject_second_batch(const TrainConfig *train, const YEntry *entry, co
                                size_t errlen) {
     if (train->num_batch_stages == 0) return 0;
     return key_error(err, errlen, entry->loc, path,
-                     "found both train.global_batch_size and train.batch_schedule, expected only one of them");
+                     "found both train.global_batch_size and train.batch_schedule, expected only one of them "
+                     "(on the command line, --set train.batch_schedule=null or train.global_batch_size=null drops "
+                     "the recipe's)");
 }
 
 int read_global_batch_size(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {

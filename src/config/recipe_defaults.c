@@ -28,6 +28,18 @@ void model_fill_derived(ModelConfig *model, const YNode *model_map) {
         model->qk_norm = model->family == FAMILY_QWEN3 || model->family == FAMILY_QWEN3_MOE;
 }
 
+Fp8Config fp8_config_default(void) {
+    /* Transformer Engine's DelayedScaling defaults; E5M2 gradients (its HYBRID format) */
+    return (Fp8Config){.recipe = FP8_RECIPE_TENSORWISE, .grad_format = FP8_E5M2, .amax_history_len = 1024,
+                       .amax_compute_algo = FP8_AMAX_MAX, .margin = 0};
+}
+
+bool fp8_config_is_default(const Fp8Config *c) {
+    const Fp8Config d = fp8_config_default();
+    return c->recipe == d.recipe && c->grad_format == d.grad_format && c->amax_history_len == d.amax_history_len &&
+           c->amax_compute_algo == d.amax_compute_algo && c->margin == d.margin;
+}
+
 void recipe_set_defaults(Recipe *recipe) {
     memset(recipe, 0, sizeof *recipe);
     recipe->run.seed = 1234;
@@ -48,9 +60,7 @@ void recipe_set_defaults(Recipe *recipe) {
     opt->decay = DECAY_COSINE;
     opt->wsd_decay_style = WSD_MINUS_SQRT;
     recipe->precision = DTYPE_BF16;
-    /* Transformer Engine's DelayedScaling defaults; E5M2 gradients (its HYBRID format) */
-    recipe->fp8 = (Fp8Config){.recipe = FP8_RECIPE_TENSORWISE, .grad_format = FP8_E5M2, .amax_history_len = 1024,
-                              .amax_compute_algo = FP8_AMAX_MAX, .margin = 0};
+    recipe->fp8 = fp8_config_default();
     recipe->checkpoint = (CheckpointConfig){.interval = 50, .keep_last = 2, .keep_every = 0, .async = true,
                                             .compression_level = 3, .load_optimizer = true,
                                             .frozen_base = FROZEN_BASE_AUTO};

@@ -204,7 +204,8 @@ static int validate_schedule(const Recipe *r, const YNode *root, YLoc at, char *
                     o->min_lr);
     if (r->train.steps > 0 && o->warmup_steps > r->train.steps)
         return fail(err, errlen, root, at, "", "optimizer.schedule.warmup_steps",
-                    "expected at most train.steps (%ld), found %ld", r->train.steps, o->warmup_steps);
+                    "expected at most train.steps (%ld), found %ld (a short run needs --set "
+                    "optimizer.schedule.warmup_steps=%ld or fewer)", r->train.steps, o->warmup_steps, r->train.steps);
     if (o->decay_steps > 0 && o->warmup_steps > o->decay_steps)
         return fail(err, errlen, root, at, "", "optimizer.schedule.warmup_steps",
                     "expected at most optimizer.schedule.decay_steps (%ld), found %ld", o->decay_steps, o->warmup_steps);
@@ -229,7 +230,8 @@ int recipe_validate(const Recipe *r, const YNode *root, int world_size, char *er
     if (peft_validate(&r->model, ytree_get(root, "peft"), path_loc(root, at, "peft"), err, errlen) != 0) return -1;
     if (r->train.steps > 0 && r->train.tokens > 0)
         return fail(err, errlen, root, at, "", "train.tokens",
-                    "found both train.steps and train.tokens, expected only one of them");
+                    "found both train.steps and train.tokens, expected only one of them (on the command line, "
+                    "--set train.tokens=null or train.steps=null drops the recipe's)");
     if (r->train.steps == 0 && r->train.tokens == 0)
         return fail(err, errlen, root, at, "", "train.steps", "missing required key (or give train.tokens)");
     if (r->train.num_batch_stages == 0)

@@ -140,6 +140,9 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
                                      .state_dtype = recipe->optimizer.state_dtype};
     status = model_device_check(&device, err, errlen);
     if (status != 0) return status;
+    if (recipe->precision != DTYPE_FP8 && !fp8_config_is_default(&recipe->fp8))
+        mt_log("warning: the fp8: settings apply with precision: fp8 only; this run's precision is %s, so they are "
+               "not used", dtype_name(recipe->precision));
     /* a model too large for this host (or GPU) is refused naming its key, not met by "out of memory" */
     if (plan_check_memory(recipe, ctx->layout.world_size, err, errlen) != 0) return MT_EXIT_USAGE;
 

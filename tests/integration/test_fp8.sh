@@ -27,7 +27,8 @@
 #   checkpoint resumed on tp 2 continues the one-rank run (within the layout
 #   tolerance).
 # - Delayed scaling with train.recompute full gives the same bits.
-# - A delayed checkpoint resumes into bf16; a tensorwise one into delayed
+# - A delayed checkpoint resumes into bf16 (warning that the fp8: settings
+#   are not used); a tensorwise one into delayed
 #   (the histories start afresh, and it says so); another
 #   fp8.amax_history_len is refused with exit 2, naming the key.
 # - LoRA in fp8 (the frozen base's products; the adapters stay fp32) tracks
@@ -114,6 +115,8 @@ fi
 "$MEGATRAIN" resume "$CKPT" --set run.dir="$WORK/into_bf16" --set precision=bf16 > "$WORK/into_bf16.log" 2>&1 ||
   { tail -5 "$WORK/into_bf16.log"; fail "the delayed checkpoint does not resume into bf16"; }
 [[ $(values into_bf16 loss | wc -l) -eq 6 ]] || fail "into_bf16: no steps 7-12"
+grep -q "warning: the fp8: settings apply with precision: fp8 only; this run's precision is bf16" \
+  "$WORK/into_bf16.log" || fail "into_bf16: no warning that the fp8: settings (delayed) are not used"
 "$MEGATRAIN" resume "$WORK/straight/checkpoints/iter_0000006" --set run.dir="$WORK/into_delayed" \
   --set fp8.recipe=delayed > "$WORK/into_delayed.log" 2>&1 || { tail -5 "$WORK/into_delayed.log"; fail "tensorwise -> delayed"; }
 grep -q "delayed scaling starts afresh" "$WORK/into_delayed.log" || fail "tensorwise -> delayed does not say it starts afresh"

@@ -49,6 +49,13 @@ f=$FIX/good_minimal.yaml
 expect_error "$f" "--set train.stpes=3: unknown key 'train.stpes'" "did you mean 'train.steps'?" --set train.stpes=3
 expect_error "$f" "--set optimizer.lr=-1: optimizer.lr:" "expected a number >= 0, found '-1'" --set optimizer.lr=-1
 expect_error "$f" "--set precision=fp16: precision:" "expected one of fp32 | bf16" --set precision=fp16
+# the errors a short command-line run meets say which --set resolves them
+expect_error "$f" "--set train.batch_schedule=0:8 100:16: train.batch_schedule:" \
+  "(on the command line, --set train.batch_schedule=null or train.global_batch_size=null drops the recipe's)" \
+  --set train.global_batch_size=16 --set "train.batch_schedule=0:8 100:16"
+expect_error "$f" "--set optimizer.schedule.warmup_steps=5: optimizer.schedule.warmup_steps:" \
+  "(a short run needs --set optimizer.schedule.warmup_steps=2 or fewer)" --set train.steps=2 \
+  --set optimizer.schedule.warmup_steps=5
 # a key missing from the recipe is blamed on its section's line, not on a --set of another key there
 f=$WORK/no_seq_len.yaml
 grep -v 'seq_len:' $FIX/good_minimal.yaml > "$f"
