@@ -85,6 +85,22 @@ printf '{"prompt": "ab", "completion": "cd"}\n' > "$D/pc.jsonl"
 "$MEGATRAIN" data build --format sft --input "$D/pc.jsonl" --output "$D/out/pc" > /dev/null
 [[ $(od -An -v -tu2 "$D/out/pc.bin" | xargs) == "97 98 99 100 10" ]] || fail "pc tokens: $(od -An -tu2 "$D/out/pc.bin")"
 [[ $(od -An -v -tu1 "$D/out/pc_mask.bin" | xargs) == "0 0 1 1 1" ]] || fail "pc mask: $(od -An -tu1 "$D/out/pc_mask.bin")"
+# the summary's counts over more batches than the build's ring of 2 x workers + 2 slots holds (10 MiB with one
+# worker: its slots are reused, and a count left from a slot's last batch would be added again) are the mask's own
+python3 - "$D/big.jsonl" <<'PY'
+import json, random, sys
+random.seed(5)
+words = "the quick brown fox jumps over a lazy dog by river tree stone far mat sat ran cat on".split()
+with open(sys.argv[1], "w") as f:
+    while f.tell() < 10 << 20:
+        f.write(json.dumps({"prompt": " ".join(random.choices(words, k=random.randint(5, 25))),
+                            "completion": " ".join(random.choices(words, k=random.randint(3, 12)))}) + "\n")
+PY
+"$MEGATRAIN" data build --format sft --workers 1 --input "$D/big.jsonl" --output "$D/out/big" > "$D/big.txt" 2>&1 ||
+  { cat "$D/big.txt"; fail "the 10 MiB SFT build failed"; }
+want=$(python3 -c 'import sys; m = open(sys.argv[1], "rb").read(); print(f"{m.count(1)} of {len(m)} tokens counted")' \
+  "$D/out/big_mask.bin")
+grep -q "; $want in the loss" "$D/big.txt" || fail "the summary does not count the mask ($want): $(grep sft: "$D/big.txt")"
 # an existing mask is refused without --overwrite
 rm "$D/out/pc.bin" "$D/out/pc.idx"
 if "$MEGATRAIN" data build --format sft --input "$D/pc.jsonl" --output "$D/out/pc" 2> "$D/err.txt"; then

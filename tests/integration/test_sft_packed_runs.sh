@@ -23,6 +23,19 @@ COMMON=(--set "data.train=[{path: $WORK/chat, weight: 1.0}]" --set train.steps=8
 "$MEGATRAIN" run "$RECIPE" --set run.dir="$WORK/base" "${COMMON[@]}" > "$WORK/base.log" 2>&1 ||
   { tail -20 "$WORK/base.log"; fail "the SFT recipe failed"; }
 grep -q "data: train packed 20 documents into" "$WORK/base.log" || fail "no packing line: $(head "$WORK/base.log")"
+# its "% used": the positions the documents fill (a document of L tokens fills L - 1) over rows x seq_len, from the
+# .idx's lengths (Megatron's header: 9 bytes of magic, version, dtype, sequence and document counts, then lengths)
+used=$(python3 - "$WORK/chat.idx" "$(sed -n 's/.*packed 20 documents into \([0-9]*\) rows of \([0-9]*\) positions.*/\1 \2/p' \
+  "$WORK/base.log")" <<'PY'
+import struct, sys
+raw = open(sys.argv[1], "rb").read()
+count = struct.unpack_from("<Q", raw, 18)[0]
+lengths = struct.unpack_from(f"<{count}i", raw, 34)
+rows, seq = map(int, sys.argv[2].split())
+print(f"{100 * sum(max(min(n, seq + 1) - 1, 0) for n in lengths) / (rows * seq):.1f}% used")
+PY
+)
+grep -q "rows of 512 positions ($used)" "$WORK/base.log" || fail "the packing line's share is not $used: $(grep 'data:' "$WORK/base.log")"
 first=$(json_field "$WORK/base/metrics.jsonl" loss | head -1)
 last=$(json_field "$WORK/base/metrics.jsonl" loss | tail -1)
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a) }' || fail "the loss did not fall: $first -> $last"

@@ -83,8 +83,10 @@ tr '\0' '\n' < "$SCRATCH/files" | sort > "$SCRATCH/files.sorted"
   | comm -23 - "$SCRATCH/files.sorted" | while IFS= read -r f; do rm -f "$TREE/$f"; done
 
 # ---- building and running tests in the copy ----
-is_unit() { [[ -f $TREE/tests/unit/$1.c ]]; }
-is_integration() { [[ -f $TREE/tests/integration/$1.sh ]]; }
+# NAME.sh is always the integration script (test_fp8.sh: tests/integration/test_fp8.sh, where test_fp8 alone is
+# the unit test of the same name)
+is_unit() { [[ $1 != *.sh && -f $TREE/tests/unit/$1.c ]]; }
+is_integration() { [[ -f $TREE/tests/integration/${1%.sh}.sh ]]; }
 
 build() {  # build LOG TEST...: megatrain and the unit tests among TEST
   local log=$1 targets=(build/megatrain) t
@@ -98,7 +100,7 @@ run_test() {  # run_test NAME LOG: the test's exit status (124: timed out)
   if is_unit "$name"; then
     (cd "$TREE" && timeout "$TEST_TIMEOUT" "build/tests/$name") > "$log" 2>&1
   else
-    (cd "$TREE" && MEGATRAIN="$TREE/build/megatrain" timeout "$TEST_TIMEOUT" bash "tests/integration/$name.sh") > "$log" 2>&1
+    (cd "$TREE" && MEGATRAIN="$TREE/build/megatrain" timeout "$TEST_TIMEOUT" bash "tests/integration/${name%.sh}.sh") > "$log" 2>&1
   fi
 }
 

@@ -218,6 +218,34 @@ static void test_fp8_group_delayed(void **state) {
     model_free(m);
 }
 
+/* delayed on a rank of dp 2: its gradients are dp times the one-rank gradients (averaged later), so the history
+ * records their amax divided by dp, as one rank would see it: the next scale is the one-rank run's (a history of
+ * dp times the amax would cast with 1/dp of the range, and resume on another dp at other scales). */
+static void test_fp8_group_delayed_dp(void **state) {
+    (void)state;
+    ModelConfig cfg = tiny_config(FAMILY_LLAMA);
+    Model *m = model_create(&cfg, &cpu_backend, 1, 8);
+    const Fp8Config fp8 = {.recipe = FP8_RECIPE_DELAYED, .grad_format = FP8_E5M2, .amax_history_len = 2,
+                           .amax_compute_algo = FP8_AMAX_MAX, .margin = 0};
+    model_set_fp8(m, &fp8);
+    const Comm dp2 = {.size = 2};
+    m->part.dp_comm = &dp2;
+    Rng rng;
+    rng_seed(&rng, 25);
+    Group g = group_new(&rng);
+    const float one_rank = amax_g(&g);
+    for (long i = 0; i < (long)N * OC0; i++) g.g0[i] *= 2.0f;
+    for (long i = 0; i < (long)N * OC1; i++) g.g1[i] *= 2.0f;
+    model_fp8_step_begin(m);
+    group_run(m, &g);
+    model_fp8_step_end(m, NULL);
+    assert_true(fp8_state_scale(m, 0, LINEAR_GATE_UP, FP8_GRAD) == 57344.0f / one_rank);
+    assert_true(fp8_state_scale(m, 0, LINEAR_GATE_UP, FP8_INPUT) == 448.0f / amax_x(&g)); /* not divided */
+    m->part.dp_comm = NULL;
+    group_free(&g);
+    model_free(m);
+}
+
 static void test_fp8_group_e5m2_gradients(void **state) { check_group(FP8_E5M2); }
 static void test_fp8_group_e4m3_gradients(void **state) { check_group(FP8_E4M3); }
 
@@ -262,6 +290,7 @@ static ExpertsRun experts_run(const Fp8Config *fp8, uint64_t seed) {
     model_init_weights(r.m, seed);
     model_zero_grad(r.m);
     if (fp8) model_set_fp8(r.m, fp8);
+    model_fp8_step_begin(r.m); /* a step's amaxes from here (delayed scaling) */
     const int C = r.m->cfg.hidden_size;
     Rng rng;
     rng_seed(&rng, seed);
@@ -345,6 +374,41 @@ static void check_experts(Fp8Format grad_format) {
     experts_run_free(&r);
 }
 
+/* delayed with experts: each expert's two products keep their own input, weight and gradient histories (a slot
+ * shared with another expert's product would scale one expert by another's amaxes): after the first step each
+ * scale is fmax over the amax of what that expert's product cast; an expert without rows keeps scale 1. */
+static void test_fp8_experts_delayed(void **state) {
+    (void)state;
+    const Fp8Config fp8 = {.recipe = FP8_RECIPE_DELAYED, .grad_format = FP8_E5M2, .amax_history_len = 2,
+                           .amax_compute_algo = FP8_AMAX_MAX, .margin = 0};
+    ExpertsRun r = experts_run(&fp8, 34);
+    model_fp8_step_end(r.m, NULL);
+    const ModelPriv *pr = r.m->priv;
+    const LayerWeights *w = &pr->weights[0];
+    const int C = r.m->cfg.hidden_size, I = r.m->cfg.moe.moe_intermediate_size;
+    for (int j = 0; j < EXPERTS; j++) {
+        const int r0 = expert_offsets[j], n = expert_offsets[j + 1] - r0;
+        const long wj = (long)j * I * C;
+        float want[2][FP8_OPERANDS];
+        want[EXPERT_GATE_UP][FP8_INPUT] = 448.0f / amax_of(r.in + (long)r0 * C, (long)n * C);
+        want[EXPERT_GATE_UP][FP8_WEIGHT] = 448.0f / fmaxf(amax_of(w->e_gate + wj, (long)I * C),
+                                                           amax_of(w->e_up + wj, (long)I * C));
+        want[EXPERT_GATE_UP][FP8_GRAD] = 57344.0f / fmaxf(amax_of(r.ex.d_gate + (long)r0 * I, (long)n * I),
+                                                           amax_of(r.ex.d_up + (long)r0 * I, (long)n * I));
+        want[EXPERT_DOWN][FP8_INPUT] = 448.0f / amax_of(r.ex.act + (long)r0 * I, (long)n * I);
+        want[EXPERT_DOWN][FP8_WEIGHT] = 448.0f / amax_of(w->e_down + wj, (long)I * C);
+        want[EXPERT_DOWN][FP8_GRAD] = 57344.0f / amax_of(r.dout + (long)r0 * C, (long)n * C);
+        for (int g = 0; g < 2; g++)
+            for (int o = 0; o < FP8_OPERANDS; o++) {
+                const float got = fp8_state_expert_scale(r.m, 0, j, g, (Fp8Operand)o);
+                if (n == 0 && o != FP8_WEIGHT) want[g][o] = 1.0f; /* nothing cast: kept */
+                if (got != want[g][o])
+                    fail_msg("expert %d product %d operand %d: scale %g, expected %g", j, g, o, got, want[g][o]);
+            }
+    }
+    experts_run_free(&r);
+}
+
 static void test_fp8_experts_e5m2_gradients(void **state) { check_experts(FP8_E5M2); }
 static void test_fp8_experts_e4m3_gradients(void **state) { check_experts(FP8_E4M3); }
 
@@ -388,6 +452,8 @@ int main(void) {
         cmocka_unit_test(test_fp8_group_e4m3_gradients),
         cmocka_unit_test(test_fp32_group_is_matmul),
         cmocka_unit_test(test_fp8_group_delayed),
+        cmocka_unit_test(test_fp8_group_delayed_dp),
+        cmocka_unit_test(test_fp8_experts_delayed),
         cmocka_unit_test(test_fp8_experts_e5m2_gradients),
         cmocka_unit_test(test_fp8_experts_e4m3_gradients),
         cmocka_unit_test(test_fp32_experts_are_matmuls),

@@ -257,6 +257,14 @@ static void check_export(const char *name) {
     printf("  %-6s lora_write_peft: %d tensors and adapter_config.json as PEFT saved them\n", name, num_tensors);
     snprintf(path, sizeof path, "rm -rf '%s'", dir);
     assert_int_equal(system(path), 0);
+    /* an alpha that is not an integer is written as it is (PEFT scales by lora_alpha / r) */
+    c.model->cfg.peft.alpha = 6.5;
+    assert_non_null(mkdtemp(strcpy(dir, "/tmp/mt_peft_export_XXXXXX")));
+    if (lora_write_peft(c.model, dir, ST_F32, err, sizeof err) != 0) fail_msg("%s: %s", name, err);
+    snprintf(path, sizeof path, "%s/adapter_config.json", dir);
+    assert_true(read_adapter_config(path).alpha == 6.5);
+    snprintf(path, sizeof path, "rm -rf '%s'", dir);
+    assert_int_equal(system(path), 0);
     case_close(&c);
 }
 

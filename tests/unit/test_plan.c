@@ -20,6 +20,7 @@
 #include "backend/backend.h"
 #include "model/model.h"
 #include "plan/plan.h"
+#include "dist/dp_sync.h"
 #include "dist/pipeline_schedule.h"
 #include "test_work_dir.h"
 
@@ -169,6 +170,34 @@ static void test_bf16_states(void **state) {
                 assert_true(fabs((a->total_bytes - b->total_bytes) - 4.0 * a->params / dp) < 1.0);
             }
         }
+}
+
+/* The distributed optimizer with expert parallel: the dense parameters' moments (and on a GPU the fp32 master)
+ * shard over dp, the routed experts' over the expert-data-parallel group, dp / ep (the ep ranks already split the
+ * experts): Mixtral 8x7B on 32 ranks, pp 4, ep 4 (dp 8, edp 2), on both devices. */
+static void test_zero1_experts(void **state) {
+    (void)state;
+    static Recipe r;
+    static Plan p;
+    char err[512];
+    for (int device = 0; device < 2; device++) {
+        load(&r, "mixtral-8x7b", 1, 4, 1, 32, 1);
+        snprintf(r.run.device, sizeof r.run.device, "%s", device ? "cuda" : "cpu");
+        r.parallel.ep = 4;
+        assert_int_equal(plan_compute(&p, &r, 32, err, sizeof err), 0);
+        assert_int_equal(p.grid.dp, 8);
+        for (int s = 0; s < 4; s++) {
+            const PlanStage *st = &p.stages[s];
+            const double dense = st->params - st->expert_params, experts = st->expert_params;
+            assert_true(experts > dense);
+            assert_true(fabs(st->optimizer_bytes - (8.0 * dense / 8 + 8.0 * experts / 2)) < 1.0);
+            if (device) { /* bf16 copies of all, the fp32 master sharded like the moments, the staging bucket */
+                const double master = 4.0 * dense / 8 + 4.0 * experts / 2;
+                assert_true(fabs(st->weight_bytes - (2.0 * st->params + master + (double)DP_BUCKET_BYTES +
+                                                     4.0 * st->router_params)) < 1.0);
+            }
+        }
+    }
 }
 
 static void test_memory_driver(void **state) {
@@ -366,6 +395,7 @@ static const CountCase count_cases[] = {
     {"llama3.2-1b", 2, 2, true, false, RECOMPUTE_SELECTIVE, 0, 0},
     {"llama3.2-1b", 1, 1, false, true, RECOMPUTE_NONE, 0, 0},
     {"llama3.2-1b", 2, 1, false, true, RECOMPUTE_FULL, 0, 0},
+    {"llama3.2-1b", 1, 1, false, true, RECOMPUTE_SELECTIVE, 0, 0}, /* LoRA's A x kept in every mode */
     {"qwen3-30b-a3b", 1, 1, false, false, RECOMPUTE_NONE, 0, 0},
     {"qwen3-30b-a3b", 1, 1, false, false, RECOMPUTE_FULL, 0, 0},
     {"mixtral-8x7b", 2, 1, true, false, RECOMPUTE_NONE, 0, 0},
@@ -495,6 +525,7 @@ int main(void) {
         cmocka_unit_test(test_schedule_and_sharding),
         cmocka_unit_test(test_moe_params_once),
         cmocka_unit_test(test_bf16_states),
+        cmocka_unit_test(test_zero1_experts),
         cmocka_unit_test(test_memory_driver),
         cmocka_unit_test(test_levers),
         cmocka_unit_test(test_recompute_memory),

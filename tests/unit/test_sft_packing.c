@@ -161,7 +161,8 @@ static void test_overlong(void **state) {
 }
 
 /* Alone, the loader's rows are packed_rows_build's over the whole dataset
- * with the train split's seed 7 ^ 0x9e3779b97f4a7c15, read in its order. */
+ * with the train split's seed 7 ^ 0x9e3779b97f4a7c15, read in its order,
+ * which is shuffled (most rows away from their packing place). */
 static void test_one_dataset_rows(void **state) {
     char prefix[512], err[1024];
     make_sft_dataset("alone", 0, prefix, sizeof prefix);
@@ -176,6 +177,10 @@ static void test_one_dataset_rows(void **state) {
     assert_int_equal(packed_rows_build(&rows, &ds, "data.train", 0, NUM_DOCS, SEQ_LEN, PACK_OVERLONG_ERROR,
                                        7 ^ 0x9e3779b97f4a7c15ULL, err, sizeof err), 0);
     assert_int_equal(data_loader_num_samples(loader), rows.num_rows);
+    /* the rows are read shuffled, not in first-fit-decreasing order (the longest documents' rows first) */
+    int64_t in_place = 0;
+    for (int64_t i = 0; i < rows.num_rows; i++) in_place += rows.order[i] == i;
+    assert_true(rows.num_rows >= 8 && in_place < rows.num_rows / 2);
     int32_t in[2][SEQ_LEN], tg[2][SEQ_LEN], pos[2][SEQ_LEN], scratch[SEQ_LEN + 1];
     for (int64_t i = 0; i < 2 * rows.num_rows; i++) { /* twice: the order repeats */
         data_loader_get_packed(loader, i, in[0], tg[0], pos[0]);
