@@ -10,6 +10,7 @@
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -162,8 +163,9 @@ static void test_doc_attention_op(void **state) {
  * attention_forward_doc at its positions against the whole row's keys gives
  * the full packed attention's rows (the same sums in the same order: the
  * same bits, probs and dq too), and the ranks' dk and dv add up to the full
- * backward's. */
-static void check_doc_attention_cp(int cp) {
+ * backward's. `reversed`: each rank's queries in descending position order
+ * (the op takes its positions in any order). */
+static void check_doc_attention_cp(int cp, bool reversed) {
     enum { H = 4, KVH = 2, D = 8 };
     const size_t row = (size_t)H * D, nq = (size_t)B * T * row, nk = (size_t)B * T * KVH * D;
     const size_t np = (size_t)B * H * T * T;
@@ -184,6 +186,11 @@ static void check_doc_attention_cp(int cp) {
     int32_t pos[T];
     for (int rank = 0; rank < cp; rank++) {
         model_cp_positions(Tq, cp, rank, pos);
+        for (int t = 0; reversed && t < Tq / 2; t++) {
+            const int32_t keep = pos[t];
+            pos[t] = pos[Tq - 1 - t];
+            pos[Tq - 1 - t] = keep;
+        }
         const size_t nql = (size_t)B * Tq * row;
         float *ql = malloc(nql * sizeof(float)), *doutl = malloc(nql * sizeof(float));
         float *outl = malloc(nql * sizeof(float)), *probsl = malloc((size_t)B * H * Tq * T * sizeof(float));
@@ -217,8 +224,9 @@ static void check_doc_attention_cp(int cp) {
 }
 
 static void test_doc_attention_cp(void **state) {
-    check_doc_attention_cp(2);
-    check_doc_attention_cp(4);
+    check_doc_attention_cp(2, false);
+    check_doc_attention_cp(4, false);
+    check_doc_attention_cp(2, true);
 }
 
 int main(void) {
