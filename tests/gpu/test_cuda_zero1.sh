@@ -19,15 +19,19 @@
 #     weights it counts, summed over dp and tp);
 #   - pp 2 x dp 2 with tied embeddings (the embedding's buckets held until its
 #     gradient is summed over the two stages);
-#   - Mixtral, ep 2 over dp 4 (the experts' region sharded over edp 2) and
-#     ep 2 x dp 2 (an edp group of one).
+#   - Mixtral, ep 2 over dp 4 (the experts' region sharded over edp 2),
+#     ep 2 x dp 2 (an edp group of one) and dp 2 at ep 1 (the experts at the
+#     end of the one region: with the ranks sharing a GPU the gathers are
+#     staged and done at once, so the wait for them is test_gpu_emu_nccl.sh's,
+#     lazy streams, and a 2-GPU machine's).
 # Then the checkpoints: a dp 2 ZeRO-1 checkpoint resumes on the GPU at dp 2
 # (within 2e-3 of the uninterrupted run) and on the CPU at dp 1 (within 5e-3
 # of that GPU resume: the CPU computes in fp32; measured on an H200 5e-4 over
 # 15 steps, on the emulator 7e-4), and a one-GPU checkpoint resumes at dp 2 with
 # ZeRO-1 (the whole moments sharded on load) within 2e-3 of its one-GPU resume.
 # The short form (CI, on the emulator) leaves out the one-bucket run, bf16
-# states, tp 2 x dp 2, ep 2 x dp 2 and the one-GPU checkpoint's resume. Skips
+# states, tp 2 x dp 2, ep 2 x dp 2, dp 2 at ep 1 and the one-GPU checkpoint's
+# resume. Skips
 # without mpirun.
 set -euo pipefail
 source "$(dirname "$0")/../integration/lib.sh"
@@ -92,6 +96,8 @@ if [[ $QUICK != 1 ]]; then  # on a GPU (the short form leaves them out)
     --set optimizer.state_dtype=bf16
   tracks dp2-bf16 llama-bf16
   MEGATRAIN_DP_BUCKET_BYTES=$SMALL launch 2 ep2dp2 mixtral "${Z[@]}" --set parallel.ep=2 --set train.micro_batch_size=4
+  # ep 1: the routed experts in the one region's last buckets, gathered first, each MoE layer waiting for them
+  MEGATRAIN_DP_BUCKET_BYTES=$SMALL launch 2 dp2-moe mixtral "${Z[@]}" --set train.micro_batch_size=4
 fi
 if [[ $QUICK != 1 ]]; then  # the short form: test_gpu_emu_nccl.sh runs tp 2 x dp 2 with ZeRO-1 over NCCL
   MEGATRAIN_DP_BUCKET_BYTES=$SMALL launch 4 tp2dp2 llama "${Z[@]}" --set parallel.tp=2 \
@@ -112,6 +118,7 @@ MEGATRAIN_DP_BUCKET_BYTES=$SMALL launch 4 ep2dp4 mixtral "${Z[@]}" --set paralle
 zero1_log ep2dp4 4
 tracks ep2dp4 mixtral 1 moe
 [[ -d $WORK/ep2dp2 ]] && tracks ep2dp2 mixtral 1 moe
+[[ -d $WORK/dp2-moe ]] && tracks dp2-moe mixtral 1 moe
 
 # Checkpoints: dp 2 ZeRO-1 -> dp 2 ZeRO-1 on the GPU, and -> one rank on the CPU; one GPU -> dp 2 ZeRO-1.
 resume_from() { # resume_from NAME CHECKPOINT NP [--set ...]: steps H+1..S from CHECKPOINT (step H) into NAME

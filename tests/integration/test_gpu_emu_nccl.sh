@@ -13,7 +13,8 @@
 #   - the tiny llama at tp 2 with sequence parallel, cp 2 and dp 2 (gradients
 #     averaged layer by layer on the second stream; and with the distributed
 #     optimizer: buckets reduce-scattered and all-gathered in place), and the tiny mixtral at
-#     ep 2 (the all-to-all of grouped sends and receives) on the emulated
+#     ep 2 (the all-to-all of grouped sends and receives) and at dp 2 with the distributed
+#     optimizer, its streams lazy (each MoE layer waits for its experts' gather) on the emulated
 #     GPUs: their logs say NCCL, and the first 10 losses and grad norms
 #     follow the one-GPU run's (emu_tracks in lib.sh: 1e-3 and 0.5%; the grad
 #     norm catches a gradient summed where it should be averaged, which
@@ -86,6 +87,13 @@ moe=(--set model.moe.load_balancing=global_aux_loss) # the balancing counts summ
 emu_run gpu-moe 1 mixtral "${moe[@]}"
 emu_run ep2 2 mixtral "${moe[@]}" --set parallel.ep=2 --set train.micro_batch_size=4 --set train.replica_check_interval=1
 emu_tracks ep2 gpu-moe "tokens dispatched with NCCL all-to-all"
+# the distributed optimizer on a MoE model at ep 1: the routed experts sit after every layer, in the last buckets;
+# a MoE layer's forward must wait for their all-gather too. With the streams lazy (the comm stream's gathers run only
+# when the host waits), a layer that waited for its own last float's bucket alone read the last step's experts
+# (5.6e-3 off by step 3; found by a review, 2026-11-29)
+EMU_STREAMS=lazy MEGATRAIN_DP_BUCKET_BYTES=65536 emu_run dp2-moe-zero1 2 mixtral "${moe[@]}" \
+  --set train.micro_batch_size=4 --set parallel.distributed_optimizer=true
+emu_tracks dp2-moe-zero1 gpu-moe "with the distributed optimizer: gradients reduce-scattered with NCCL"
 # the pipeline's transfers GPU to GPU: the interleaved schedule's groups send and receive a gradient at once (into
 # and out of the shared gradient buffer: the send's copy set aside, or the overlap check above stops it)
 emu_run gpu4 1 llama --set model.num_layers=4

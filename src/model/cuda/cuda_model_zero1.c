@@ -26,10 +26,13 @@
  *              exp_avg, exp_avg_sq; CudaAdamWChunk.state: the parts one after
  *              another, the host's order), the bf16 copy of the updated
  *              parts written in place in the whole bf16 weights.
- *   gather     the bf16 weights all-gathered bucket by bucket (the experts'
- *              region first, then the flat order, which is the forward's);
- *              an event per bucket, and the forward of layer l waits only
- *              for the bucket holding its last float (Megatron's
+ *   gather     the bf16 weights all-gathered bucket by bucket (the buckets
+ *              holding routed experts first: the expert region at ep > 1, at
+ *              ep 1 the end of the one region, where the registry puts them
+ *              after every layer; then the flat order, which is the
+ *              forward's); an event per bucket, and the forward of layer l
+ *              waits only for the bucket holding its last float, and a MoE
+ *              layer also for its experts' last bucket (Megatron's
  *              overlap-param-gather): the first layers compute while the
  *              last ones are still being gathered. Before them, the few
  *              weights the GPU reads in fp32 (the MoE routers and their
@@ -82,6 +85,9 @@ struct CudaZero1 {
     cudaEvent_t *gathered; /* per bucket: its bf16 weights are whole again */
     cudaEvent_t updated;  /* the update ran (the gathers wait for it) */
     int *layer_bucket;    /* per layer: the bucket holding its last float; the embedding's before the layers */
+    int *expert_bucket;   /* per MoE layer: the bucket holding the last float of its routed experts (-1: none) */
+    bool *experts_first;  /* per bucket: gathered before the rest (it holds routed experts, which every region's
+                           * layout puts after the layers: at ep 1 in region 0, else region 1) */
     int embed_bucket;     /* -1: nothing before the layers */
     bool gather_pending;  /* a gather has been enqueued (before the first update there is none to wait for) */
 };
@@ -130,11 +136,46 @@ static void find_fp32_runs(CudaZero1 *z, const CudaModel *m, const Zero1 *split)
     }
 }
 
-static int bucket_of(const CudaZero1 *z, size_t index) { /* the region-0 bucket holding float `index` */
+/* The bucket of region `region` (-1: any) holding float `index`, or -1. */
+static int bucket_in(const CudaZero1 *z, int region, size_t index) {
     for (int i = 0; i < z->num_buckets; i++)
-        if (z->buckets[i].region == 0 && index >= z->buckets[i].at && index < z->buckets[i].at + z->buckets[i].n)
+        if ((region < 0 || z->buckets[i].region == region) && index >= z->buckets[i].at &&
+            index < z->buckets[i].at + z->buckets[i].n)
             return i;
     return -1;
+}
+
+static int bucket_of(const CudaZero1 *z, size_t index) { return bucket_in(z, 0, index); }
+
+/* One past the last float of the parameter that starts at float `offset`. */
+static size_t param_end(const CudaModel *m, long offset) {
+    for (int p = 0; p < m->num_params; p++)
+        if ((long)m->info[p].offset == offset) return m->info[p].offset + (size_t)m->info[p].numel;
+    return (size_t)offset + 1;
+}
+
+/* Which buckets hold routed experts (gathered first) and, per MoE layer, the bucket of its experts' last float:
+ * the registry puts every layer's experts after all layers, so at ep 1 (one region) they are region 0's last
+ * buckets, and a MoE layer's forward must wait for them besides its own last dense float's bucket. */
+static void find_expert_buckets(CudaZero1 *z, const CudaModel *m) {
+    const int L = m->shape.L;
+    z->expert_bucket = mt_malloc((size_t)(L > 0 ? L : 1) * sizeof(int));
+    z->experts_first = mt_calloc((size_t)(z->num_buckets > 0 ? z->num_buckets : 1), sizeof(bool));
+    for (int i = 0; i < z->num_buckets; i++) z->experts_first[i] = z->buckets[i].region == 1;
+    for (int l = 0; l < L; l++) {
+        const LayerOffsets *o = &m->layers[l];
+        z->expert_bucket[l] = -1;
+        if (!o->moe) continue;
+        const long starts[3] = {o->e_gate, o->e_up, o->e_down};
+        size_t last = 0;
+        for (int k = 0; k < 3; k++) {
+            const size_t begin = (size_t)starts[k], end = param_end(m, starts[k]);
+            if (end > last) last = end;
+            for (int i = 0; i < z->num_buckets; i++) /* every bucket overlapping [begin, end) */
+                if (z->buckets[i].at < end && begin < z->buckets[i].at + z->buckets[i].n) z->experts_first[i] = true;
+        }
+        z->expert_bucket[l] = last > 0 ? bucket_in(z, -1, last - 1) : -1;
+    }
 }
 
 CudaZero1 *cuda_zero1_create(const CudaModel *m, const Zero1 *split, char *err, size_t errlen) {
@@ -176,6 +217,7 @@ CudaZero1 *cuda_zero1_create(const CudaModel *m, const Zero1 *split, char *err, 
     z->layer_bucket = mt_malloc((size_t)(m->shape.L > 0 ? m->shape.L : 1) * sizeof(int));
     for (int l = 0; l < m->shape.L; l++) z->layer_bucket[l] = bucket_of(z, (size_t)m->layer_end[l] - 1);
     z->embed_bucket = m->shape.L > 0 && m->layer_begin[0] > 0 ? bucket_of(z, (size_t)m->layer_begin[0] - 1) : -1;
+    find_expert_buckets(z, m);
     return z;
 }
 
@@ -206,6 +248,8 @@ void cuda_zero1_free(CudaZero1 *z) {
     free(z->pieces);
     free(z->issued);
     free(z->layer_bucket);
+    free(z->expert_bucket);
+    free(z->experts_first);
     free(z);
 }
 
@@ -365,9 +409,9 @@ void cuda_zero1_gather(CudaModel *m) {
     CUDA_CHECK(cudaEventRecord(z->updated, m->ctx.stream));
     CUDA_CHECK(cudaStreamWaitEvent(m->comm_stream, z->updated, 0));
     refresh_replica(m); /* first: any MoE layer's router reads it */
-    for (int pass = 1; pass >= 0; pass--) /* the experts' region first: any layer may need its experts */
+    for (int pass = 1; pass >= 0; pass--) /* the experts' buckets first: any layer may need its experts */
         for (int i = 0; i < z->num_buckets; i++)
-            if (z->buckets[i].region == pass) gather_bucket(m, i);
+            if (z->experts_first[i] == (pass == 1)) gather_bucket(m, i);
     CUDA_CHECK(cudaEventRecord(m->comm_done, m->comm_stream));
     z->gather_pending = true;
 }
@@ -442,4 +486,8 @@ void cuda_zero1_wait(CudaModel *m, int l) {
         return;
     }
     CUDA_CHECK(cudaStreamWaitEvent(m->ctx.stream, z->gathered[i], 0));
+    /* a MoE layer also reads its routed experts: gathered earlier, but maybe in a bucket after its own last float's
+     * (the bucket shared with the last layer's floats, at ep 1) */
+    if (l >= 0 && z->expert_bucket[l] >= 0 && z->expert_bucket[l] != i)
+        CUDA_CHECK(cudaStreamWaitEvent(m->ctx.stream, z->gathered[z->expert_bucket[l]], 0));
 }
