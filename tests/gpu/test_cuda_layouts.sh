@@ -84,7 +84,9 @@ track cp2dp2-llama gpu-llama cpu-llama
 
 # Pipeline parallel (transfers through the host): 1F1B alone, with dp, tp 2 x pp 2 with tied embeddings, and
 # the interleaved schedule.
-launch 2 pp2-llama llama --set parallel.pp=2
+# (MEGATRAIN_DEVICE_COMM=host: on a machine with 2 GPUs or more these would otherwise send GPU to GPU, which the
+# NCCL runs below check)
+MEGATRAIN_DEVICE_COMM=host launch 2 pp2-llama llama --set parallel.pp=2
 grep -q "pipeline parallel: 2 stages on cuda" "$WORK/pp2-llama.txt" || fail "pp2: no pipeline line in the log"
 track pp2-llama gpu-llama cpu-llama
 MEGATRAIN_DEVICE_COMM=host launch 4 pp2dp2-llama llama --set parallel.pp=2 --set train.micro_batch_size=2
@@ -99,7 +101,8 @@ launch 1 gpu-tied llama "${tied[@]}"
 MEGATRAIN_DEVICE_COMM=host launch 4 tp2pp2-tied llama "${tied[@]}" --set parallel.tp=2 --set parallel.pp=2 \
   --set parallel.sequence_parallel=true --set train.micro_batch_size=4 # two micro-batches in flight
 track tp2pp2-tied gpu-tied cpu-tied
-launch 2 pp2vpp2-tied llama "${tied[@]}" --set parallel.pp=2 --set parallel.vpp=2 --set train.micro_batch_size=4
+MEGATRAIN_DEVICE_COMM=host launch 2 pp2vpp2-tied llama "${tied[@]}" --set parallel.pp=2 --set parallel.vpp=2 \
+  --set train.micro_batch_size=4
 track pp2vpp2-tied gpu-tied cpu-tied # the interleaved schedule: a layer a chunk, two chunks a stage
 
 if [[ $gpus -ge 2 ]]; then

@@ -97,8 +97,17 @@ emu_tracks dp2-moe-zero1 gpu-moe "with the distributed optimizer: gradients redu
 # the pipeline's transfers GPU to GPU: the interleaved schedule's groups send and receive a gradient at once (into
 # and out of the shared gradient buffer: the send's copy set aside, or the overlap check above stops it)
 emu_run gpu4 1 llama --set model.num_layers=4
-emu_run pp2vpp2 2 llama --set model.num_layers=4 --set parallel.pp=2 --set parallel.vpp=2 --set train.micro_batch_size=2
+emu_run pp2vpp2 2 llama --set model.num_layers=4 --set parallel.pp=2 --set parallel.vpp=2 --set train.micro_batch_size=2 \
+  --set train.eval_interval=5 --set train.eval_batches=4
 emu_tracks pp2vpp2 gpu4 "activations sent with NCCL, GPU to GPU"
+# ... and its evaluations, whose forward-only groups send a chunk's output and receive the next chunk's input of the
+# same micro-batch, one buffer (the send set aside first, or the overlap check stops it): the eval losses those of
+# the host path's (ranks sharing one emulated GPU)
+EMU_GPUS=1 emu_run pp2vpp2-host 2 llama --set model.num_layers=4 --set parallel.pp=2 --set parallel.vpp=2 \
+  --set train.micro_batch_size=2 --set train.eval_interval=5 --set train.eval_batches=4
+[[ $(json_field "$WORK/pp2vpp2/metrics.jsonl" eval_loss | wc -l) -eq 2 ]] || fail "pp2vpp2: not two evaluations"
+[[ "$(json_field "$WORK/pp2vpp2/metrics.jsonl" eval_loss)" == "$(json_field "$WORK/pp2vpp2-host/metrics.jsonl" eval_loss)" ]] ||
+  fail "pp2vpp2: the eval losses over NCCL differ from the host path's"
 
 export EMU_GPUS=4 EMU_STREAMS=eager,lazy,lazy,eager # rank i takes entry i: tp pairs (0 1) (2 3), dp pairs (0 2) (1 3)
 # the same timeout on both runs: what stops the first is a hang, not a slow rank (the second has none)

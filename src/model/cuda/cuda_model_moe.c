@@ -448,7 +448,7 @@ void cuda_moe_forward(CudaModel *m, int l, const bf16_t *x, const bf16_t *resid,
         if (mc->z_loss_coeff > 0)
             CUDA_CHECK(cudaMemcpyAsync(s->h_lse, v->lse, (size_t)N * sizeof(float), cudaMemcpyDeviceToHost, st));
     }
-    CUDA_CHECK(cudaStreamSynchronize(st));
+    cuda_model_synchronize(m); /* polling where NCCL is in flight (a pipeline's receive may be just before) */
     if (!m->recomputing) balance(m, l, v, B, T);
 
     const int R = v->offsets[E];

@@ -348,6 +348,7 @@ typedef struct CudaStageDirect {
     bool grad_sent;
     size_t grad_received;        /* the floats of the gradient received in the group (0: none) */
     float *grad_send;            /* (residual rows of max_B x max_T, C): the gradient sent, copied from d_resid */
+    bf16_t *act_send;            /* (the same rows, C): an activation sent from a buffer its group receives into */
 } CudaStageDirect;
 
 void cuda_model_set_pp_comm(CudaModel *m, DeviceComm *comm) {
@@ -357,6 +358,7 @@ void cuda_model_set_pp_comm(CudaModel *m, DeviceComm *comm) {
     pp->comm = comm;
     const size_t rows = (size_t)model_shape_rows(&m->shape, m->max_B * m->max_T);
     CUDA_CHECK(cudaMalloc((void **)&pp->grad_send, rows * m->cfg.hidden_size * sizeof(float)));
+    CUDA_CHECK(cudaMalloc((void **)&pp->act_send, rows * m->cfg.hidden_size * sizeof(bf16_t)));
     m->pp = pp;
 }
 
@@ -366,6 +368,7 @@ void cuda_stage_direct_free(CudaModel *m) {
     if (!m->pp) return;
     cudaStreamSynchronize(m->ctx.stream);
     cudaFree(m->pp->grad_send);
+    cudaFree(m->pp->act_send);
     free(m->pp);
     m->pp = NULL;
 }
@@ -406,9 +409,37 @@ void cuda_model_stage_recv(CudaModel *m, int chunk, bool grad, int peer) {
     }
 }
 
+static bool p2p_overlap(const NcclP2p *a, const NcclP2p *b) {
+    const char *pa = a->buf, *pb = b->buf;
+    const size_t na = a->count * (a->type == NCCL_DTYPE_FLOAT ? sizeof(float) : sizeof(bf16_t));
+    const size_t nb = b->count * (b->type == NCCL_DTYPE_FLOAT ? sizeof(float) : sizeof(bf16_t));
+    return pa < pb + nb && pb < pa + na;
+}
+
+/* An evaluation's interleaved group sends chunk v's output and receives chunk v + 1's input of the same micro-batch:
+ * one buffer. What arrives was computed from what is sent, so the peer has it all before anything lands; but no
+ * buffer is both read and written by one group (NCCL makes no promise of the order inside it): the send is set
+ * aside first, as a gradient's always is. */
+static void set_aside_overlapping_sends(CudaModel *m, CudaStageDirect *pp) {
+    bool used = false;
+    for (int i = 0; i < pp->n; i++) {
+        NcclP2p *send = &pp->ops[i];
+        if (!send->send || send->type != NCCL_DTYPE_BF16) continue;
+        bool overlaps = false;
+        for (int j = 0; j < pp->n; j++) overlaps = overlaps || (!pp->ops[j].send && p2p_overlap(send, &pp->ops[j]));
+        if (!overlaps) continue;
+        if (used) mt_die(MT_EXIT_FAILURE, "pipeline: two activations sent from buffers their group receives into");
+        CUDA_CHECK(cudaMemcpyAsync(pp->act_send, send->buf, send->count * sizeof(bf16_t), cudaMemcpyDeviceToDevice,
+                                   m->ctx.stream));
+        send->buf = pp->act_send;
+        used = true;
+    }
+}
+
 void cuda_model_stage_post(CudaModel *m) {
     CudaStageDirect *pp = m->pp;
     if (!pp || pp->n == 0) return;
+    set_aside_overlapping_sends(m, pp);
     device_p2p_group(pp->comm, pp->ops, pp->n, m->ctx.stream);
     if (pp->grad_received) /* the gradient of the stage's output: its bf16 mirror for the products */
         CUDA_CHECK(cuda_cast_fp32_to_bf16(m->d_resid16, m->d_resid, pp->grad_received, m->ctx.stream));
