@@ -54,6 +54,11 @@ static const Case cases[] = {
     {"qwen3-30b-a3b", 1, 1, false, RECOMPUTE_FULL, DTYPE_FP32, true, 2, 0, 0},
     {"qwen3-0.6b", 1, 1, false, RECOMPUTE_NONE, DTYPE_FP32, false, 0, 2, 2},
     {"qwen2.5-0.5b", 2, 1, true, RECOMPUTE_SELECTIVE, DTYPE_BF16, false, 0, 2, 1},
+    /* MoE full recompute: the one working set of a MoE layer's device buffers under pp x vpp, tp + sp, ep x pp, cp */
+    {"qwen3-30b-a3b", 1, 1, false, RECOMPUTE_FULL, DTYPE_FP32, false, 0, 2, 2},
+    {"mixtral-8x7b", 2, 1, true, RECOMPUTE_FULL, DTYPE_BF16, false, 0, 0, 0},
+    {"mixtral-8x7b", 1, 1, false, RECOMPUTE_FULL, DTYPE_FP32, false, 2, 2, 1},
+    {"mixtral-8x7b", 1, 2, false, RECOMPUTE_FULL, DTYPE_FP32, false, 0, 0, 0},
 };
 
 static int passed, failed;

@@ -23,8 +23,8 @@
 #     which must record its statistics once: the first step's aux loss,
 #     imbalance and drop rate are the plain run's digits (with expert_bias,
 #     capacity dropping and z-loss on the qwen3_moe recipe too, not in the
-#     short form); and at ep 2 (the all-to-alls again; not in the short form)
-#     it tracks one GPU.
+#     short form); and at ep 2 (the all-to-alls again) and pp 2 (4 layers,
+#     micro-batches in flight; neither in the short form) it tracks one GPU.
 # Skips the layouts without mpirun.
 set -euo pipefail
 source "$(dirname "$0")/../integration/lib.sh"
@@ -104,5 +104,11 @@ tracks pp2vpp2-full llama4 layout
 if [[ ${MT_GPU_TEST_QUICK:-0} != 1 ]]; then  # expert parallel: the recomputed layer's all-to-alls on both ranks
   launch 2 ep2-full mixtral --set parallel.ep=2 --set train.micro_batch_size=4 --set train.recompute=full
   tracks ep2-full mixtral layout
+  # pipeline parallel: several micro-batches in flight, each MoE layer's host record per activation set, its
+  # device buffers in the one working set
+  launch 1 mixtral4 mixtral --set model.num_layers=4 --set train.micro_batch_size=2
+  launch 2 pp2-moe-full mixtral --set parallel.pp=2 --set model.num_layers=4 --set train.micro_batch_size=2 \
+    --set train.recompute=full
+  tracks pp2-moe-full mixtral4 layout
 fi
 echo ok
