@@ -223,7 +223,7 @@ for part in $parts; do
       step "GPU tests: moe" tests-moe.log 150 bash tests/gpu/run_gpu_tests.sh test_cuda_moe
       grep -E "^(PASS|FAIL)|FAIL|ep 2 checkpoint" "$out/tests-moe.log" | grep -v " ok$" ;;
     moe-recompute) # issue 18: full recompute of MoE models on the GPU (test_cuda_model's MoE case: the loss bits, the
-      # gradients, the statistics recorded once; test_cuda_recompute.sh: mixtral, qwen3_moe and ep 2 with full)
+      # gradients, the statistics recorded once; test_cuda_recompute.sh: mixtral, qwen3_moe, ep 2 and pp 2 with full)
       step "GPU tests: model, recompute" tests-moe-recompute.log 150 bash tests/gpu/run_gpu_tests.sh test_cuda_model \
         test_cuda_recompute
       grep -E "^(PASS|FAIL)|FAIL|recompute|first step|first 10 steps" "$out/tests-moe-recompute.log" | grep -v " ok$" ;;
