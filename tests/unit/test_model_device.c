@@ -165,10 +165,16 @@ static void test_check_refuses(void **state) {
     assert_int_equal(model_device_check(&f->setup, err, sizeof err), MT_EXIT_USAGE);
     assert_non_null(strstr(err, "run.device: 'tpu' is not a device; expected cpu or cuda"));
     assert_null(model_device_create(&f->setup, err, sizeof err));
-#ifndef MT_CUDA
+    /* what no build runs on a GPU yet is refused first (exit 2), in any build; a CPU build adds that it is one */
     f->setup.device = "cuda";
+    f->setup.precision = DTYPE_FP32;
+    assert_int_equal(model_device_check(&f->setup, err, sizeof err), MT_EXIT_USAGE);
+    assert_non_null(strstr(err, "precision: 'fp32' is not available with run.device: cuda"));
+#ifndef MT_CUDA
+    assert_non_null(strstr(err, "this build is CPU only: make CUDA=1"));
+    f->setup.precision = DTYPE_BF16; /* a recipe a GPU runs: only the build is missing (exit 1) */
     assert_int_equal(model_device_check(&f->setup, err, sizeof err), MT_EXIT_FAILURE);
-    assert_non_null(strstr(err, "make CUDA=1"));
+    assert_non_null(strstr(err, "needs a build with the CUDA backend (make CUDA=1"));
 #endif
     fixture_free(f);
 }
