@@ -120,6 +120,7 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
     long gbs = 0;
     for (int i = 0; i < t->num_batch_stages; i++)
         if (t->batch_stages[i].global_batch_size > gbs) gbs = t->batch_stages[i].global_batch_size;
+    p->global_batch = gbs;
     p->tokens_per_step = (double)gbs * T;
     p->flops_per_step = model_flops_per_token(m, t->seq_len) * p->tokens_per_step;
     p->flops_per_rank = p->flops_per_step / world;

@@ -146,12 +146,11 @@ int plan_main(int argc, char **argv) {
            g->tp, g->cp, g->dp, g->pp, g->tp, g->tp * g->cp, g->tp * g->cp * g->dp,
            par->vpp > 1 ? "; interleaved, vpp " : "", par->vpp > 1 ? count_text(par->vpp, b, sizeof b) : "",
            par->sequence_parallel ? "; sequence parallel" : "");
-    const long gbs = (long)(plan.tokens_per_step / recipe.train.seq_len + 0.5);
     char f1[32], f2[32];
     /* with a batch schedule, its largest batch: where the step's memory and FLOPs peak */
     printf("step: %s tokens (global batch %ld x seq_len %d%s), %.4g micro-batch%s of %d per dp rank; "
            "%s per step (%s + attention), %s per rank\n",
-           count_text(plan.tokens_per_step, a, sizeof a), gbs, recipe.train.seq_len,
+           count_text(plan.tokens_per_step, a, sizeof a), plan.global_batch, recipe.train.seq_len,
            recipe.train.num_batch_stages > 1 ? "; the largest of train.batch_schedule" : "", plan.micro_batches,
            plan.micro_batches == 1 ? "" : "es", recipe.train.micro_batch_size,
            flop_text(plan.flops_per_step, f1, sizeof f1), m->peft.type == PEFT_LORA ? "4N frozen + 6N adapters" : "6N",
