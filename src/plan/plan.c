@@ -129,7 +129,8 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
     /* Bytes per token of this rank (micro_batch_size x seq_len / cp tokens a micro-batch), as src/model/
      * model_create.c (the CPU, fp32) and src/model/cuda/cuda_model.c (a GPU, bf16 activations) lay them out. What
      * a layer keeps for its backward, without its MLP: its input, normed input, mid residual and normed mid (R
-     * rows: split over tp under sequence parallel), under sequence parallel the gathered normed inputs too; q, k
+     * rows: split over tp under sequence parallel), under sequence parallel on the CPU the gathered normed inputs
+     * too (a GPU gathers them again in the backward, into one buffer of its scratch, as Megatron does); q, k
      * and v (the GPU also their fused product, the CPU with qk_norm q and k before the norm); the attention core
      * (the output; on the CPU the probabilities and the keys and values gathered over cp, which the GPU keeps
      * outside the core); in fp32 the norms' rstd, the GPU's lse and the qk-norms' rstd; LoRA's A x. The core is
@@ -143,32 +144,34 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
     double lora_targets = 0;
     for (int tgt = 0; tgt < LORA_NUM_TARGETS; tgt++) lora_targets += lora_targets_of(m, tgt);
     const double lora_rank = m->peft.type == PEFT_LORA ? m->peft.rank : 0.0;
+    const bool sp_keeps_gathered = sp && !p->gpu; /* the CPU keeps the gathered normed inputs */
     const double per_token_layer =
-        (4 * C / hidden_split + (sp ? 2 * C : 0) + QKV) * elem + core +
+        (4 * C / hidden_split + (sp_keeps_gathered ? 2 * C : 0) + QKV) * elem + core +
         (p->gpu ? QKV * elem + kv_all + H / tp * 4.0 : m->qk_norm ? (HD + KVD) / tp * 4.0 : 0.0) +
         (2 / hidden_split + (m->qk_norm ? (H + KVH) / tp : 0)) * 4.0;
     const double lora_kept = lora_targets * lora_rank * 4.0; /* in every recompute mode */
     /* Once per activation set beside its layers: the token ids and targets, the first layer's input (the CPU:
      * the stage's output, and each further chunk's), the CPU's row lse, output projection and reduce-scatter
-     * rows; on the last stage the final norm's output, rstd and under sequence parallel its gathered rows, and
-     * the per-token losses (the GPU also their lse); the logits are logits_bytes. */
+     * rows; on the last stage the final norm's output, rstd and under sequence parallel on the CPU its gathered
+     * rows, and the per-token losses (the GPU also their lse); the logits are logits_bytes. */
     const double chunks = vpp;
     const double per_token_set = 8.0 + C / hidden_split * elem +
                                  (p->gpu ? 0.0 : 8.0 + (chunks - 1) * C / hidden_split * 4.0 + C * 4.0 +
                                                      C / hidden_split * 4.0);
-    const double per_token_head = (C / hidden_split + (sp ? C : 0)) * elem + 4.0 / hidden_split + 4.0 +
+    const double per_token_head = (C / hidden_split + (sp_keeps_gathered ? C : 0)) * elem + 4.0 / hidden_split + 4.0 +
                                   (p->gpu ? 4.0 : 0.0);
     /* The backward's scratch: once per stage on a GPU (one op at a time: a pipeline's activation sets share
      * it), in every activation set on the CPU. GPU: the residual gradient in fp32 and bf16, the normed input's,
      * the dense MLP's, the attention's (output, q, k, v and their fused product) and its fp32 dq sums and
-     * delta; vocab parallel the loss's row statistics; sequence parallel the gathered rows and gradients; cp the
-     * gathered keys and values and their fp32 gradients. CPU: the same in fp32, q and k twice, LoRA's. */
+     * delta; vocab parallel the loss's row statistics; sequence parallel the gathered rows, normed input and
+     * gradients; cp the gathered keys and values and their fp32 gradients. CPU: the same in fp32, q and k twice,
+     * LoRA's. */
     const double I_tp = I / tp;
     double scratch;
     if (p->gpu)
         scratch = C / hidden_split * 6.0 + C * 2.0 + (HD / tp * 2 + 2 * KVD / tp + QKV) * 2.0 +
                   (HD / tp + H / tp) * 4.0 + (tp > 1 ? (3.0 + 3.0 * tp) * 4.0 : 0.0) +
-                  (sp ? C * 8.0 + C / tp * 2.0 : 0.0) + (cp > 1 ? cp * KVD / tp * (2.0 + 12.0) + KVD / tp * 4.0 : 0.0);
+                  (sp ? C * 10.0 + C / tp * 2.0 : 0.0) + (cp > 1 ? cp * KVD / tp * (2.0 + 12.0) + KVD / tp * 4.0 : 0.0);
     else
         scratch = (C / hidden_split + C + HD / tp * 3 + KVD / tp * 3 + 3 * I_tp) * 4.0 +
                   (cp > 1 ? 2.0 * cp * KVD / tp * 4.0 : 0.0) + (sp ? C * 4.0 : 0.0) +

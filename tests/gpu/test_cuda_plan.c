@@ -12,7 +12,11 @@
  * optimizer at dp 2 and the first stage of pp 2 (with vpp 2): tp, cp, ep, dp
  * rank 0 of the layout, small shapes, seq 256, micro-batches of 2. Nothing
  * runs on the device but the arena's zeroing and the weights' upload, so the
- * emulator checks it as a GPU does. Ends with "N passed, N failed". */
+ * emulator checks it as a GPU does. Then that sequence parallel keeps 1 / tp
+ * of what it splits: at tp 2 an activation set with it is smaller than one
+ * without by at least each layer's four hidden-sized rows' other half (the
+ * gathered norm outputs are not kept; before 2026-11-29 they were, and sp
+ * saved nothing at tp 2). Ends with "N passed, N failed". */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -169,6 +173,41 @@ static void check_case(const Case *c, const char *dir) {
     model_free(host);
 }
 
+/* The activation set of qwen2.5-0.5b's case shape at tp 2, dense, without recompute, with or without sp. */
+static double activation_set_bytes(bool sp, const char *dir, int *layers, double *tokens, double *hidden) {
+    static Recipe r;
+    const Case c = {"qwen2.5-0.5b", 2, 1, sp, RECOMPUTE_NONE, DTYPE_FP32, false, 0, 0, 0};
+    char err[1024];
+    ModelPartition part;
+    if (case_recipe(&r, &c, dir, &part) != 0) return -1;
+    Model *host = model_create_recompute(&r.model, &part, &cpu_backend, 0, 0, RECOMPUTE_NONE);
+    const CudaModelOptions options = {.state_dtype = DTYPE_FP32, .recompute = RECOMPUTE_NONE};
+    CudaModel *gpu = cuda_model_create(host, 0, 2, 256, &options, err, sizeof err);
+    double bytes = -1;
+    if (gpu) bytes = (double)cuda_model_activation_bytes(gpu);
+    else printf("  cannot create the CUDA model: %s\n", err);
+    *layers = r.model.num_layers;
+    *tokens = 2.0 * 256;
+    *hidden = r.model.hidden_size;
+    cuda_model_free(gpu);
+    model_free(host);
+    return bytes;
+}
+
+static void check_sequence_parallel_saves(const char *dir) {
+    int L;
+    double N, C;
+    const double plain = activation_set_bytes(false, dir, &L, &N, &C), sp = activation_set_bytes(true, dir, &L, &N, &C);
+    /* a layer's input, normed input, mid residual and normed mid: half of each in bf16 */
+    const double expected = L * N * 4 * C / 2 * 2.0;
+    const bool ok = plain > 0 && sp > 0 && plain - sp >= expected;
+    printf("  tp 2: an activation set %.3f MiB, with sequence parallel %.3f MiB: %.3f MiB less (at least %.3f "
+           "expected) %s\n", plain / 1048576.0, sp / 1048576.0, (plain - sp) / 1048576.0, expected / 1048576.0,
+           ok ? "ok" : "FAILED");
+    if (ok) passed++;
+    else failed++;
+}
+
 int main(void) {
     char dir[] = "/tmp/test_cuda_plan.XXXXXX";
     if (!mkdtemp(dir)) {
@@ -177,6 +216,8 @@ int main(void) {
     }
     printf("plan's estimate against the CUDA model's arena:\n");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], dir);
+    printf("sequence parallel's activations:\n");
+    check_sequence_parallel_saves(dir);
     char path[600];
     snprintf(path, sizeof path, "%s/plan.yaml", dir);
     unlink(path);

@@ -78,8 +78,6 @@ static void layout_layer(CudaModel *m, Carver *c, int l, LayerSaved *s, bool bui
     const size_t HD = sh->HD, KVD = sh->KVD, QKV = HD + 2 * KVD, cp = (size_t)sh->cp;
     const Recomputed r = recomputed_of(m->recompute);
     PIECE(c, attn_normed, R * C, r.all);
-    if (m->shape.sp) PIECE(c, attn_in, N * C, r.all);
-    else s->attn_in = s->attn_normed;
     PIECE(c, qkv, N * QKV, r.all);
     PIECE(c, q, N * HD, r.all);
     PIECE(c, k, N * KVD, r.all);
@@ -87,8 +85,6 @@ static void layout_layer(CudaModel *m, Carver *c, int l, LayerSaved *s, bool bui
     PIECE(c, attn_out, N * HD, r.core);
     PIECE(c, resid_mid, R * C, r.all);
     PIECE(c, mlp_normed, R * C, r.all);
-    if (m->shape.sp) PIECE(c, mlp_in, N * C, r.all);
-    else s->mlp_in = s->mlp_normed;
     if (!m->layers[l].moe) {
         PIECE(c, gate_up, N * 2 * I, r.all);
         PIECE(c, act, N * I, r.swiglu);
@@ -146,8 +142,6 @@ static void layout_activations(CudaModel *m, Carver *c) {
     }
     if (!m->shape.has_head) return;
     CARVE(c, m->final_normed, R * C);
-    if (m->shape.sp) CARVE(c, m->final_in, N * C);
-    else m->final_in = m->final_normed;
     CARVE(c, m->final_rstd, R);
     CARVE(c, m->logits, N * V);
     CARVE(c, m->losses, N);
@@ -186,6 +180,7 @@ static void layout_shared(CudaModel *m, Carver *c) {
         CARVE(c, m->d_full16, N * C);
         CARVE(c, m->d_full32, N * C);
         CARVE(c, m->d_normed_shard, R * C);
+        CARVE(c, m->sp_in, N * C);
     }
     CARVE(c, m->d_resid, R * C);
     CARVE(c, m->d_resid16, R * C);

@@ -52,12 +52,11 @@ typedef struct LayerOffsets {
     long router, expert_bias, e_gate, e_up, e_down, s_gate, s_up, s_down;
 } LayerOffsets;
 
-/* What forward keeps of one layer. attn_in / mlp_in are the products' inputs:
- * the norms' outputs, all-gathered to N rows under sequence parallel (else
- * the same buffers as attn_normed / mlp_normed). */
+/* What forward keeps of one layer. Under sequence parallel the norms' outputs are this rank's R rows only: the
+ * products' whole inputs are gathered into CudaModel.sp_in for the forward and again for the backward's weight
+ * gradients (cuda_tp_gather_normed), so sequence parallel keeps 1 / tp of them, as Megatron does. */
 typedef struct LayerSaved {
-    bf16_t *resid_in, *attn_normed, *attn_in, *qkv, *q, *k, *v, *attn_out, *resid_mid, *mlp_normed, *mlp_in,
-        *gate_up, *act;
+    bf16_t *resid_in, *attn_normed, *qkv, *q, *k, *v, *attn_out, *resid_mid, *mlp_normed, *gate_up, *act;
     float *attn_rstd, *q_rstd, *k_rstd, *lse, *mlp_rstd;
     bf16_t *k_all, *v_all;     /* context parallel: (B, Tall, KVH*D) keys and values in sequence order */
     struct MoeSaved *moe;      /* a MoE layer's (cuda_model_moe.c), else NULL */
@@ -118,7 +117,7 @@ struct CudaModel {
     bf16_t *recompute_out;
     struct MoeSaved *moe_work; /* full: the MoE layers' device buffers, one set (cuda_model_moe.c) */
     bool recomputing;          /* full: the backward is rerunning a layer's forward (MoE: no statistics) */
-    bf16_t *final_resid, *final_normed, *final_in, *logits;
+    bf16_t *final_resid, *final_normed, *logits;
     float *final_rstd, *losses, *ce_lse;
     float *ce_stats, *ce_gathered; /* vocab parallel: (N, 3) this rank's row stats, (tp, N, 3) everyone's */
     float *host_losses;
@@ -131,8 +130,9 @@ struct CudaModel {
     bf16_t *d_resid16, *d_normed, *d_act, *d_gate_up, *d_attn_out, *dq, *dk, *dv, *d_qkv;
     void *attn_workspace;
     /* tensor parallel scratch: (N, C) rows before a reduce-scatter (sequence parallel) or of the
-     * embedding; the gathered residual gradient in bf16 and fp32; a reduce-scatter's (R, C) result */
-    bf16_t *tp_rows, *d_full16, *d_normed_shard;
+     * embedding; the gathered residual gradient in bf16 and fp32; a reduce-scatter's (R, C) result; under
+     * sequence parallel a norm's output all-gathered, the input of the products after it (N, C) */
+    bf16_t *tp_rows, *d_full16, *d_normed_shard, *sp_in;
     float *d_full32;
     /* context parallel scratch: the all-gathered keys or values (cp, B, T, KVD); the gradients of the
      * sequence's keys and values (fp32, B x Tall x KVD), of every rank's block, and of this rank's */
@@ -212,8 +212,9 @@ void cuda_linear_backward(CudaModel *m, bf16_t *dinp, const bf16_t *dout, int ld
 /* ---- cuda_model_parallel.c: with tp == 1 each is the plain op -------------- */
 
 /* The (N, C) input of a column-parallel product from the norm's output x
- * (R rows): all-gathered into `full` under sequence parallel, x otherwise. */
-const bf16_t *cuda_tp_enter(CudaModel *m, bf16_t *full, const bf16_t *x, int N, int C);
+ * (R rows): all-gathered into m->sp_in under sequence parallel (the one
+ * buffer: it holds the last gathered input only), x otherwise. */
+const bf16_t *cuda_tp_enter(CudaModel *m, const bf16_t *x, int N, int C);
 /* Its backward: the gradient of x from the product's partial d_full (N, C):
  * summed over tp in place, or reduce-scattered (sequence parallel). */
 const bf16_t *cuda_tp_enter_backward(CudaModel *m, bf16_t *d_full, int N, int C);
@@ -259,10 +260,10 @@ void cuda_moe_free_shared(CudaModel *m);
  * layer l, its rows of it (tp > 1: summed over tp with etp > 1); its statistics go to m->moe_step. Waits for the
  * routing's counts (the expert products are enqueued from the host). */
 void cuda_moe_forward(CudaModel *m, int l, const bf16_t *x, const bf16_t *resid, bf16_t *out, int B, int T);
-/* The gradient of the layer's MLP input (this rank's R rows) from dy (N, C) through layer l's MoE MLP, with the
- * auxiliary losses' gradients scaled by loss_scale (through m->d_normed, (N, C)); the parameters' gradients
- * accumulate. */
-const bf16_t *cuda_moe_backward(CudaModel *m, int l, const bf16_t *dy, float loss_scale);
+/* The gradient of the layer's MLP input (this rank's R rows) from dy (N, C) through layer l's MoE MLP of x (the
+ * forward's input, gathered again under sequence parallel), with the auxiliary losses' gradients scaled by
+ * loss_scale (through m->d_normed, (N, C)); the parameters' gradients accumulate. */
+const bf16_t *cuda_moe_backward(CudaModel *m, int l, const bf16_t *x, const bf16_t *dy, float loss_scale);
 
 /* ---- cuda_model_experts.c: the routed experts' products over rows grouped expert by expert ---- */
 

@@ -485,7 +485,7 @@ void cuda_moe_forward(CudaModel *m, int l, const bf16_t *x, const bf16_t *resid,
     }
 }
 
-const bf16_t *cuda_moe_backward(CudaModel *m, int l, const bf16_t *dy, float loss_scale) {
+const bf16_t *cuda_moe_backward(CudaModel *m, int l, const bf16_t *x, const bf16_t *dy, float loss_scale) {
     const MoeConfig *mc = moe_cfg(m);
     const LayerOffsets *o = &m->layers[l];
     const LayerSaved *sv = &m->saved[l];
@@ -496,7 +496,6 @@ const bf16_t *cuda_moe_backward(CudaModel *m, int l, const bf16_t *dy, float los
     const int N = v->N, C = m->shape.C, E = mc->num_experts, k = mc->num_experts_per_tok, A = N * k;
     const int Is = cuda_moe_shared_I(m);
     const int sigmoid = mc->score_function == SCORE_SIGMOID;
-    const bf16_t *x = sv->mlp_in;
 
     TIMED(m, PROF_MOE_PERMUTE,
           CUDA_CHECK(cuda_moe_combine_backward(s->d_rows, s->d_w, dy, v->y, v->position, v->weight, A, k, C, st)));

@@ -6,7 +6,9 @@
  * the identity (backward: an all-reduce), leaving it an all-reduce. Under
  * sequence parallel the residual stream holds R = N/tp rows of each rank:
  * entering is an all-gather (backward: reduce-scatter), leaving a
- * reduce-scatter (backward: all-gather). Activations travel in bf16 (as
+ * reduce-scatter (backward: all-gather). The gathered norm outputs are not
+ * kept: the backward gathers them again for the weight gradients (Megatron's
+ * sequence parallel), so a layer keeps R rows of each. Activations travel in bf16 (as
  * Megatron's); the fp32 residual gradient only for the embedding's backward.
  * The embedding and the cross entropy are vocab-parallel: the full logits
  * are never gathered. Context parallel (as src/model on the CPU): each rank
@@ -30,10 +32,10 @@ static DeviceComm *tp_comm(CudaModel *m) {
     return m->tp_comm;
 }
 
-const bf16_t *cuda_tp_enter(CudaModel *m, bf16_t *full, const bf16_t *x, int N, int C) {
+const bf16_t *cuda_tp_enter(CudaModel *m, const bf16_t *x, int N, int C) {
     if (!m->shape.sp) return x;
-    TIMED(m, PROF_TP_COMM, device_all_gather(tp_comm(m), x, full, shard(m, N, C), NCCL_DTYPE_BF16, m->ctx.stream));
-    return full;
+    TIMED(m, PROF_TP_COMM, device_all_gather(tp_comm(m), x, m->sp_in, shard(m, N, C), NCCL_DTYPE_BF16, m->ctx.stream));
+    return m->sp_in;
 }
 
 const bf16_t *cuda_tp_enter_backward(CudaModel *m, bf16_t *d_full, int N, int C) {

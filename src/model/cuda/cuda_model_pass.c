@@ -57,7 +57,7 @@ static void layer_forward(CudaModel *m, int l, bf16_t *out, int B, int T) {
     cuda_zero1_wait(m, l); /* the distributed optimizer: this layer's parameters gathered */
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(s->attn_normed, s->attn_rstd, s->resid_in,
                                                         w16(m, o->attn_norm), R, C, eps, st)));
-    const bf16_t *x = cuda_tp_enter(m, s->attn_in, s->attn_normed, N, C);
+    const bf16_t *x = cuda_tp_enter(m, s->attn_normed, N, C);
     if (m->qkv_fused) {
         cuda_linear_forward(m, s->qkv, QKV, x, o->q, -1, NULL, N, C, QKV);
     } else {
@@ -73,7 +73,7 @@ static void layer_forward(CudaModel *m, int l, bf16_t *out, int B, int T) {
 
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(s->mlp_normed, s->mlp_rstd, s->resid_mid,
                                                         w16(m, o->mlp_norm), R, C, eps, st)));
-    x = cuda_tp_enter(m, s->mlp_in, s->mlp_normed, N, C);
+    x = cuda_tp_enter(m, s->mlp_normed, N, C);
     if (o->moe) { /* the router, the experts, the combine and the residual (cuda_model_moe.c) */
         cuda_moe_forward(m, l, x, s->resid_mid, out, B, T);
         return;
@@ -123,7 +123,7 @@ float cuda_model_forward_head(CudaModel *m, const int32_t *targets) {
     cuda_zero1_wait(m, -2);
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(m->final_normed, m->final_rstd, m->final_resid,
                                                         w16(m, m->final_norm), R, C, (float)c->rms_norm_eps, st)));
-    const bf16_t *x = cuda_tp_enter(m, m->final_in, m->final_normed, N, C);
+    const bf16_t *x = cuda_tp_enter(m, m->final_normed, N, C);
     cuda_linear_forward(m, m->logits, m->shape.V, x, m->lm_head, -1, NULL, N, C, m->shape.V);
     if (!targets) {
         cuda_model_synchronize(m); /* polls: a failed peer ends the wait */
@@ -183,15 +183,17 @@ static void layer_backward(CudaModel *m, int l, int B, int T) {
         m->recomputing = false;
     }
 
-    /* MLP half: out = resid_mid + act @ Wdown^T (or + the MoE MLP) */
+    /* MLP half: out = resid_mid + act @ Wdown^T (or + the MoE MLP). Its input under sequence parallel: gathered
+     * again (full recompute's forward has just left it gathered) */
     const bf16_t *dy = cuda_tp_leave_backward(m, N, C), *g;
+    const bf16_t *x = m->recompute == RECOMPUTE_FULL && sh->sp ? m->sp_in : cuda_tp_enter(m, s->mlp_normed, N, C);
     if (o->moe) {
-        g = cuda_moe_backward(m, l, dy, m->loss_scale);
+        g = cuda_moe_backward(m, l, x, dy, m->loss_scale);
     } else {
         if (selective) TIMED(m, PROF_SWIGLU, CUDA_CHECK(cuda_swiglu_forward(s->act, s->gate_up, N, I, st)));
         cuda_linear_backward(m, m->d_act, dy, C, s->act, o->down, -1, N, I, C, 0);
         TIMED(m, PROF_SWIGLU, CUDA_CHECK(cuda_swiglu_backward(m->d_gate_up, m->d_act, s->gate_up, N, I, st)));
-        cuda_linear_backward(m, m->d_normed, m->d_gate_up, 2 * I, s->mlp_in, o->gate, -1, N, C, 2 * I, 0);
+        cuda_linear_backward(m, m->d_normed, m->d_gate_up, 2 * I, x, o->gate, -1, N, C, 2 * I, 0);
         g = cuda_tp_enter_backward(m, m->d_normed, N, C);
     }
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, o->mlp_norm), g,
@@ -206,12 +208,13 @@ static void layer_backward(CudaModel *m, int l, int B, int T) {
           CUDA_CHECK(cuda_qkv_rope_backward(m->d_qkv, g32(m, o->q_norm), g32(m, o->k_norm), m->dq, m->dk, m->dv,
                                             s->qkv, w16(m, o->q_norm), w16(m, o->k_norm), s->q_rstd, s->k_rstd,
                                             m->rope_cos, m->rope_sin, N, T, H, KVH, D, st)));
+    x = cuda_tp_enter(m, s->attn_normed, N, C); /* q/k/v's input, gathered again under sequence parallel */
     if (m->qkv_fused) {
-        cuda_linear_backward(m, m->d_normed, m->d_qkv, QKV, s->attn_in, o->q, -1, N, C, QKV, 0);
+        cuda_linear_backward(m, m->d_normed, m->d_qkv, QKV, x, o->q, -1, N, C, QKV, 0);
     } else {
-        cuda_linear_backward(m, m->d_normed, m->d_qkv, QKV, s->attn_in, o->q, o->q_bias, N, C, HD, 0);
-        cuda_linear_backward(m, m->d_normed, m->d_qkv + HD, QKV, s->attn_in, o->k, o->k_bias, N, C, KVD, 1);
-        cuda_linear_backward(m, m->d_normed, m->d_qkv + HD + KVD, QKV, s->attn_in, o->v, o->v_bias, N, C, KVD, 1);
+        cuda_linear_backward(m, m->d_normed, m->d_qkv, QKV, x, o->q, o->q_bias, N, C, HD, 0);
+        cuda_linear_backward(m, m->d_normed, m->d_qkv + HD, QKV, x, o->k, o->k_bias, N, C, KVD, 1);
+        cuda_linear_backward(m, m->d_normed, m->d_qkv + HD + KVD, QKV, x, o->v, o->v_bias, N, C, KVD, 1);
     }
     g = cuda_tp_enter_backward(m, m->d_normed, N, C);
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, o->attn_norm), g,
@@ -249,7 +252,8 @@ void cuda_model_backward_head(CudaModel *m, float loss_scale) {
     const int V = m->shape.V; /* vocab_start is 0 without tensor parallel */
     TIMED(m, PROF_LOSS, CUDA_CHECK(cuda_cross_entropy_backward_columns(m->logits, m->ce_lse, m->targets,
                                                                        m->shape.vocab_start, dloss, N, V, st)));
-    cuda_linear_backward(m, m->d_normed, m->logits, V, m->final_in, m->lm_head, -1, N, C, V, 0);
+    const bf16_t *x = cuda_tp_enter(m, m->final_normed, N, C); /* lm_head's input, gathered again (sp) */
+    cuda_linear_backward(m, m->d_normed, m->logits, V, x, m->lm_head, -1, N, C, V, 0);
     const bf16_t *g = cuda_tp_enter_backward(m, m->d_normed, N, C);
     CUDA_CHECK(cudaMemsetAsync(m->d_resid, 0, (size_t)R * C * sizeof(float), st));
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_backward(m->d_resid, m->d_resid16, g32(m, m->final_norm), g,
