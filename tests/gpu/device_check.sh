@@ -123,10 +123,11 @@ for part in $parts; do
     cp-attention) # issue 18, item 6: the context-parallel attention on the tensor cores (kernels/attention.cu's AT
       # form): the tests that run it (test_cuda_ops against the CPU and bit-identical to the dense kernel at positions
       # 0..T-1, test_cuda_parallel_model's cp grids, test_cuda_layouts.sh's cp rows against one GPU), then its speed
-      # beside the dense kernel's (attention_selftest: TFLOP/s over the pairs each sees; the same expected)
-      step "GPU tests: ops, parallel model, layouts" tests-cp.log 150 bash tests/gpu/run_gpu_tests.sh test_cuda_ops \
-        test_cuda_parallel_model test_cuda_layouts
-      grep -E "^(PASS|FAIL)|FAIL|attention at|cp2|cp 2" "$out/tests-cp.log" | grep -v " ok$" | head -30
+      # beside the dense kernel's (attention_selftest: TFLOP/s over the pairs each sees; the same expected). The same
+      # tests and test_cuda_plan check sequence parallel's norm outputs gathered again in the backward (2026-11-29)
+      step "GPU tests: ops, parallel model, layouts, plan" tests-cp.log 150 bash tests/gpu/run_gpu_tests.sh \
+        test_cuda_ops test_cuda_parallel_model test_cuda_layouts test_cuda_plan
+      grep -E "^(PASS|FAIL)|FAIL|attention at|cp2|cp 2|sequence parallel" "$out/tests-cp.log" | grep -v " ok$" | head -30
       step "attention self-test and timing" attention.log 60 build/cuda/attention_selftest
       grep -E "FAIL|correctness|TFLOP" "$out/attention.log" ;;
     profile)
