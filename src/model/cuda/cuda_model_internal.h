@@ -54,7 +54,7 @@ typedef struct LayerOffsets {
 
 /* What forward keeps of one layer. Under sequence parallel the norms' outputs are this rank's R rows only: the
  * products' whole inputs are gathered into CudaModel.sp_in for the forward and again for the backward's weight
- * gradients (cuda_tp_gather_normed), so sequence parallel keeps 1 / tp of them, as Megatron does. */
+ * gradients (cuda_tp_enter), so sequence parallel keeps 1 / tp of them, as Megatron does. */
 typedef struct LayerSaved {
     bf16_t *resid_in, *attn_normed, *qkv, *q, *k, *v, *attn_out, *resid_mid, *mlp_normed, *gate_up, *act;
     float *attn_rstd, *q_rstd, *k_rstd, *lse, *mlp_rstd;

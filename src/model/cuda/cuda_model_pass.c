@@ -73,7 +73,7 @@ static void layer_forward(CudaModel *m, int l, bf16_t *out, int B, int T) {
 
     TIMED(m, PROF_NORM, CUDA_CHECK(cuda_rmsnorm_forward(s->mlp_normed, s->mlp_rstd, s->resid_mid,
                                                         w16(m, o->mlp_norm), R, C, eps, st)));
-    x = cuda_tp_enter(m, s->mlp_normed, N, C);
+    x = cuda_tp_enter(m, s->mlp_normed, N, C); /* the layer's last gather: full recompute's backward reads it */
     if (o->moe) { /* the router, the experts, the combine and the residual (cuda_model_moe.c) */
         cuda_moe_forward(m, l, x, s->resid_mid, out, B, T);
         return;
