@@ -114,6 +114,23 @@ int ckpt_load_frozen(const char *dir, Model *model, char *err, size_t errlen);
  * works without the base a checkpoint references. */
 int ckpt_load_trainable(const char *dir, Model *model, char *err, size_t errlen);
 
+/* ---- a checkpoint's parameters read a region at a time (convert's export streams them) ---- */
+
+typedef struct CkptParams CkptParams;
+/* Open checkpoint `dir` for reading the parameters of registry `infos` (the
+ * whole model of `cfg`, model_registry_of) without loading them: each one
+ * checked present with its whole shape, and none of another model held.
+ * The frozen base a LoRA checkpoint references is not opened (such a
+ * checkpoint is refused). NULL with err. */
+CkptParams *ckpt_params_open(const char *dir, const ModelConfig *cfg, const ParamInfo *infos, int num_params,
+                             char *err, size_t errlen);
+/* The box [start, start + shape) of parameter `param` (an index into the
+ * registry given to ckpt_params_open) as fp32 into dst (the box's shape,
+ * row-major), verifying each chunk it touches. 0, or -1 with err. */
+int ckpt_params_read(CkptParams *cp, int param, const int64_t *start, const int64_t *shape, float *dst, char *err,
+                     size_t errlen);
+void ckpt_params_close(CkptParams *cp);
+
 /* ---- the frozen base a LoRA checkpoint references (checkpoint.frozen_base: reference) ---- */
 
 /* The BASE record of checkpoint `dir` into *base (base->present false when

@@ -62,21 +62,16 @@ static void shape_text(char *out, size_t len, int ndim, const int64_t *shape) {
     if (n < len) snprintf(out + n, len - n, "]");
 }
 
-/* Load tensor `name` (shaped like `info`) into dst, as `dtype`. */
-static int load_param(CkptReader *r, const char *name, const ParamInfo *info, CkptDType dtype, void *dst, char *err,
-                      size_t errlen) {
+/* The tensor `name` of r's checkpoint, of the whole shape of `info`; NULL with err (CKPT_ERR_MISMATCH). */
+static const CkptTensorMeta *find_param(CkptReader *r, const char *name, const ParamInfo *info, char *err,
+                                        size_t errlen) {
     const CkptTensorMeta *t = ckpt_meta_find(&r->meta, name);
     if (!t) {
         mt_set_error(err, errlen, "%s: has no tensor '%s' (the model needs it)", r->dir, name);
-        return CKPT_ERR_MISMATCH;
+        return NULL;
     }
-    /* this rank's block of the whole tensor (all of it unless tensor parallel cuts it) */
-    int64_t shape[CKPT_MAX_DIMS] = {0}, start[CKPT_MAX_DIMS] = {0}, whole[CKPT_MAX_DIMS] = {0};
-    for (int d = 0; d < info->ndim; d++) {
-        shape[d] = info->shape[d];
-        start[d] = info->global_start[d];
-        whole[d] = info->global_shape[d];
-    }
+    int64_t whole[CKPT_MAX_DIMS] = {0};
+    for (int d = 0; d < info->ndim; d++) whole[d] = info->global_shape[d];
     bool same = t->ndim == info->ndim;
     for (int d = 0; same && d < info->ndim; d++) same = t->shape[d] == whole[d];
     if (!same) {
@@ -84,7 +79,21 @@ static int load_param(CkptReader *r, const char *name, const ParamInfo *info, Ck
         shape_text(have, sizeof have, t->ndim, t->shape);
         shape_text(want, sizeof want, info->ndim, whole);
         mt_set_error(err, errlen, "%s: tensor '%s' is %s, the model needs %s", r->dir, name, have, want);
-        return CKPT_ERR_MISMATCH;
+        return NULL;
+    }
+    return t;
+}
+
+/* Load tensor `name` (shaped like `info`) into dst, as `dtype`. */
+static int load_param(CkptReader *r, const char *name, const ParamInfo *info, CkptDType dtype, void *dst, char *err,
+                      size_t errlen) {
+    const CkptTensorMeta *t = find_param(r, name, info, err, errlen);
+    if (!t) return CKPT_ERR_MISMATCH;
+    /* this rank's block of the whole tensor (all of it unless tensor parallel cuts it) */
+    int64_t shape[CKPT_MAX_DIMS] = {0}, start[CKPT_MAX_DIMS] = {0};
+    for (int d = 0; d < info->ndim; d++) {
+        shape[d] = info->shape[d];
+        start[d] = info->global_start[d];
     }
     return ckpt_reader_read_as(r, t, start, shape, dtype, dst, err, errlen) == 0 ? 0 : CKPT_ERR_UNREADABLE;
 }
@@ -154,11 +163,11 @@ static bool has_name(const ParamInfo *infos, int count, const char *name) {
 
 /* Parameters the checkpoint holds that the whole model lacks mean another
  * model (a rank of a parallel layout checks against the whole registry). */
-static int check_no_extra_params(CkptReader *r, const Model *model, char *err, size_t errlen) {
+static int check_no_extra_params(CkptReader *r, const ModelConfig *cfg, char *err, size_t errlen) {
     int count = 0;
     long total = 0;
-    ModelPartition whole = model_partition_whole(&model->cfg);
-    ParamInfo *infos = model_registry_of(&model->cfg, &whole, &count, &total);
+    ModelPartition whole = model_partition_whole(cfg);
+    ParamInfo *infos = model_registry_of(cfg, &whole, &count, &total);
     int rc = 0;
     for (int i = 0; i < r->meta.num_tensors && rc == 0; i++) {
         const char *name = r->meta.tensors[i].name;
@@ -176,7 +185,7 @@ static int check_no_extra_params(CkptReader *r, const Model *model, char *err, s
 static int load_model(const char *dir, Model *model, LoadWhich which, char *err, size_t errlen) {
     CkptReader *r = ckpt_reader_open(dir, err, errlen);
     if (!r) return -1;
-    int rc = check_no_extra_params(r, model, err, errlen);
+    int rc = check_no_extra_params(r, &model->cfg, err, errlen);
     Progress progress;
     int done = 0;
     start_load_progress(&progress, model, 1);
@@ -233,7 +242,7 @@ int ckpt_load_training(const char *dir, Model *model, CkptMoments *optimizer, Ck
                      "new run instead)", dir);
         rc = CKPT_ERR_MISMATCH;
     }
-    if (rc == 0) rc = check_no_extra_params(r, model, err, errlen);
+    if (rc == 0) rc = check_no_extra_params(r, &model->cfg, err, errlen);
     Progress progress;
     int done = 0;
     start_load_progress(&progress, model, optimizer ? 3 : 1);
@@ -274,4 +283,45 @@ int ckpt_read_step(const char *dir, long *step, char *err, size_t errlen) {
     }
     ckpt_reader_close(r);
     return rc;
+}
+
+struct CkptParams {
+    CkptReader *reader;
+    const CkptTensorMeta **tensors; /* per parameter of the caller's registry */
+};
+
+CkptParams *ckpt_params_open(const char *dir, const ModelConfig *cfg, const ParamInfo *infos, int num_params,
+                             char *err, size_t errlen) {
+    CkptReader *r = ckpt_reader_open(dir, err, errlen);
+    if (!r) return NULL;
+    CkptParams *cp = mt_calloc(1, sizeof *cp);
+    cp->reader = r;
+    cp->tensors = mt_calloc((size_t)(num_params ? num_params : 1), sizeof *cp->tensors);
+    int rc = check_no_extra_params(r, cfg, err, errlen);
+    for (int i = 0; i < num_params && rc == 0; i++) {
+        if (infos[i].frozen && r->meta.base.present && !ckpt_meta_find(&r->meta, infos[i].name)) {
+            mt_set_error(err, errlen, "%s: its frozen base is in %s, which this reader does not open", dir,
+                         r->meta.base.dir);
+            rc = -1;
+        } else if (!(cp->tensors[i] = find_param(r, infos[i].name, &infos[i], err, errlen))) {
+            rc = -1;
+        }
+    }
+    if (rc != 0) {
+        ckpt_params_close(cp);
+        return NULL;
+    }
+    return cp;
+}
+
+int ckpt_params_read(CkptParams *cp, int param, const int64_t *start, const int64_t *shape, float *dst, char *err,
+                     size_t errlen) {
+    return ckpt_reader_read(cp->reader, cp->tensors[param], start, shape, dst, err, errlen);
+}
+
+void ckpt_params_close(CkptParams *cp) {
+    if (!cp) return;
+    ckpt_reader_close(cp->reader);
+    free(cp->tensors);
+    free(cp);
 }

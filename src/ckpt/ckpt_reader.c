@@ -151,8 +151,11 @@ static void reserve(unsigned char **buf, size_t *cap, size_t need) {
     *cap = need;
 }
 
-/* Read, decode and verify chunk c of tensor t into r->raw. */
+/* Read, decode and verify chunk c of tensor t into r->raw (unless it holds it already: reads of
+ * neighbouring regions share a chunk). */
 static int load_chunk(CkptReader *r, const CkptTensorMeta *t, int c, char *err, size_t errlen) {
+    if (r->raw_tensor == t && r->raw_chunk == c) return 0;
+    r->raw_tensor = NULL;
     const CkptChunk *ch = &t->chunks[c];
     const CkptFileMeta *f = &r->meta.files[ch->file];
     int fd = file_fd(r, ch->file, err, errlen);
@@ -185,6 +188,8 @@ static int load_chunk(CkptReader *r, const CkptTensorMeta *t, int c, char *err, 
                      (unsigned long long)ch->offset, (unsigned long long)(ch->offset + ch->stored_bytes), why);
         return -1;
     }
+    r->raw_tensor = t;
+    r->raw_chunk = c;
     return 0;
 }
 

@@ -22,6 +22,8 @@ typedef struct CkptReader {
     unsigned char *stored, *raw, *scratch; /* buffers for one chunk */
     unsigned char *converted;               /* a chunk converted to another dtype */
     size_t stored_cap, raw_cap, scratch_cap, converted_cap;
+    const CkptTensorMeta *raw_tensor;       /* raw holds chunk raw_chunk of it, verified (NULL: nothing) */
+    int raw_chunk;
 } CkptReader;
 
 /* Open checkpoint `dir`: decode metadata.mtck, check that every listed file

@@ -210,7 +210,8 @@ typedef struct ChunkJob {
     int source;
     int64_t row0, rows;
     int64_t sub0, sub_rows;
-    const void *raw;
+    int64_t first;      /* its first element in the source's region */
+    const void *raw;    /* in the source's data, or NULL: made by its fill */
     size_t raw_bytes;
     CkptFilter filter;  /* the payload's for fp32, none for bf16 */
 } ChunkJob;
@@ -218,7 +219,7 @@ typedef struct ChunkJob {
 /* Compression buffers for one chunk in flight. */
 typedef struct Slot {
     ZSTD_CCtx *cctx;
-    unsigned char *scratch, *dst;
+    unsigned char *input, *scratch, *dst; /* input: a filled chunk's raw bytes */
     size_t stored;
     uint32_t crc;
     int failed;
@@ -250,7 +251,8 @@ static ChunkJob *plan_chunks(const CkptPayload *p, size_t chunk_bytes, int *num_
                 for (int64_t sub0 = 0; sub0 < s->shape[1]; sub0 += lines) {
                     if (n == cap) jobs = mt_realloc(jobs, (size_t)(cap *= 2) * sizeof *jobs);
                     const int64_t k = s->shape[1] - sub0 < lines ? s->shape[1] - sub0 : lines;
-                    jobs[n++] = (ChunkJob){i, row0, 1, sub0, k, data + (size_t)(row0 * s->shape[1] + sub0) * line_bytes,
+                    const int64_t first = (row0 * s->shape[1] + sub0) * s->shape[2];
+                    jobs[n++] = (ChunkJob){i, row0, 1, sub0, k, first, data ? data + (size_t)first * elem : NULL,
                                            (size_t)k * line_bytes, filter};
                 }
             continue;
@@ -260,7 +262,8 @@ static ChunkJob *plan_chunks(const CkptPayload *p, size_t chunk_bytes, int *num_
         for (int64_t row0 = 0; row0 < s->shape[0]; row0 += rows_per_chunk) {
             if (n == cap) jobs = mt_realloc(jobs, (size_t)(cap *= 2) * sizeof *jobs);
             int64_t rows = s->shape[0] - row0 < rows_per_chunk ? s->shape[0] - row0 : rows_per_chunk;
-            jobs[n++] = (ChunkJob){i, row0, rows, 0, 0, data + (size_t)row0 * row_bytes, (size_t)rows * row_bytes, filter};
+            jobs[n++] = (ChunkJob){i, row0, rows, 0, 0, row0 * row_numel(s), data ? data + (size_t)row0 * row_bytes : NULL,
+                                   (size_t)rows * row_bytes, filter};
         }
     }
     *num_jobs = n;
@@ -277,14 +280,18 @@ static int write_shard(const char *path, const CkptPayload *p, const ChunkJob *j
         return -1;
     }
     size_t max_raw = 0;
-    for (int j = 0; j < num_jobs; j++)
+    bool fills = false;
+    for (int j = 0; j < num_jobs; j++) {
         if (jobs[j].raw_bytes > max_raw) max_raw = jobs[j].raw_bytes;
+        fills |= !jobs[j].raw && p->sources[jobs[j].source].fill;
+    }
     (void)chunk_bytes;
     const int threads = p->threads > 0 ? p->threads : 1;
     const int group = threads * 2;
     Slot *slots = mt_calloc((size_t)group, sizeof *slots);
     for (int s = 0; s < group; s++) {
         slots[s].cctx = ZSTD_createCCtx();
+        slots[s].input = fills ? mt_malloc(max_raw ? max_raw : 1) : NULL;
         slots[s].scratch = mt_malloc(max_raw ? max_raw : 1);
         slots[s].dst = mt_malloc(ckpt_chunk_bound(max_raw));
     }
@@ -299,10 +306,16 @@ static int write_shard(const char *path, const CkptPayload *p, const ChunkJob *j
 #pragma omp parallel for num_threads(threads) schedule(dynamic, 1)
         for (int s = 0; s < count; s++) {
             const ChunkJob *job = &jobs[first + s];
+            const CkptSource *src = &p->sources[job->source];
             Slot *slot = &slots[s];
-            slot->failed = ckpt_chunk_encode(slot->cctx, p->compression_level, job->filter, job->raw, job->raw_bytes,
-                                             slot->scratch, slot->dst, &slot->stored, &slot->crc, slot->err,
-                                             sizeof slot->err) != 0;
+            const bool made = !job->raw && src->fill; /* else in memory (NULL only for an empty region) */
+            const void *raw = made ? slot->input : job->raw;
+            slot->failed = made && src->fill(src, job->first, (int64_t)(job->raw_bytes / ckpt_dtype_size(src->dtype)),
+                                                  slot->input, slot->err, sizeof slot->err) != 0;
+            if (!slot->failed)
+                slot->failed = ckpt_chunk_encode(slot->cctx, p->compression_level, job->filter, raw, job->raw_bytes,
+                                                 slot->scratch, slot->dst, &slot->stored, &slot->crc, slot->err,
+                                                 sizeof slot->err) != 0;
         }
         for (int s = 0; s < count && rc == 0; s++) {
             const ChunkJob *job = &jobs[first + s];
@@ -343,6 +356,7 @@ static int write_shard(const char *path, const CkptPayload *p, const ChunkJob *j
     progress_end(&progress);
     for (int s = 0; s < group; s++) {
         ZSTD_freeCCtx(slots[s].cctx);
+        free(slots[s].input);
         free(slots[s].scratch);
         free(slots[s].dst);
     }

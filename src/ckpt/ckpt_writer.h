@@ -21,9 +21,18 @@
 
 #define CKPT_DEFAULT_CHUNK_BYTES ((size_t)4 << 20)
 
+struct CkptSource;
+/* Produces elements [first, first + count) of a source's region (row-major,
+ * of its dtype) into out: for a source not held in memory (convert streams
+ * the Hugging Face tensors through it). Called from several threads at once,
+ * for disjoint ranges. Returns 0, or -1 with err set. */
+typedef int (*CkptFillFn)(const struct CkptSource *source, int64_t first, int64_t count, void *out, char *err,
+                          size_t errlen);
+
 /* A region of a global tensor held by this rank (row-major), of dtype fp32
- * (float) or bf16 (uint16_t bits). fp32 chunks are written with the
- * payload's filter, bf16 chunks without one. */
+ * (float) or bf16 (uint16_t bits): in memory at `data`, or, when data is
+ * NULL, made chunk by chunk by `fill` (with `fill_ctx`). fp32 chunks are
+ * written with the payload's filter, bf16 chunks without one. */
 typedef struct CkptSource {
     const char *name;
     int ndim;
@@ -32,6 +41,8 @@ typedef struct CkptSource {
     int64_t shape[CKPT_MAX_DIMS];
     const void *data;
     CkptDType dtype;               /* CKPT_DTYPE_FP32 (0) unless set */
+    CkptFillFn fill;               /* when data is NULL */
+    const void *fill_ctx;
 } CkptSource;
 
 typedef struct CkptPayload {

@@ -2,8 +2,11 @@
  * (config.json + safetensors, sharded with an index above the size limit,
  * the carried tokenizer files and generation_config.json byte for byte, or
  * a generation_config.json made from the token ids when none is carried).
- * Written into DST.tmp.<pid> and renamed to DST when complete; on any
- * failure the temporary directory is removed. */
+ * The parameters are streamed from the checkpoint a block at a time
+ * (ckpt_params_read) as each safetensors file is written, so no model is
+ * held; only merging LoRA adapters builds the model in memory. Written into
+ * DST.tmp.<pid> and renamed to DST when complete; on any failure the
+ * temporary directory is removed. */
 #include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
@@ -63,24 +66,60 @@ static int compare_positions(const void *a, const void *b) {
     return x < y ? -1 : x > y;
 }
 
-/* The write list: every registry parameter under its HF name (a stack of
- * experts as one tensor per expert), in the order save_pretrained shards
- * (hf_name_position), a stack's experts marked as one storage where
- * transformers 5 holds them fused (so shards split where it splits them). *names holds the
- * strings; returns the number of tensors, or -1 with err. */
-static int build_tensors(const Model *model, StDtype dtype, StWriteTensor **out, HfPiece **names, char *err,
-                         size_t errlen) {
-    const int experts = model->cfg.moe.num_experts > 1 ? model->cfg.moe.num_experts : 1;
-    const int cap = model->num_params * experts;
-    HfPiece *pieces = mt_malloc((size_t)cap * sizeof *pieces);
-    Ordered *ordered = mt_malloc((size_t)cap * sizeof *ordered);
+/* Where a Hugging Face tensor streamed from a checkpoint lies: parameter `param`'s
+ * plane `plane` (a stack of experts) or the whole parameter (plane -1). */
+typedef struct Streamed {
+    CkptParams *params;
+    int param, plane;
+    int ndim;         /* the HF tensor's: 1 or 2 */
+    int64_t rows, cols;
+} Streamed;
+
+/* StFillFn of a streamed tensor: elements [first, first + count) read from
+ * the checkpoint as at most three boxes (the rest of a row, whole rows, the
+ * start of a row), which reads each chunk once in a row of calls (the
+ * reader keeps the last chunk it decoded). */
+static int fill_streamed(const void *ctx, int64_t first, int64_t count, float *out, char *err, size_t errlen) {
+    const Streamed *s = ctx;
+    for (int64_t pos = first, end = first + count; pos < end;) {
+        const int64_t row = pos / s->cols, col = pos % s->cols, left = end - pos;
+        const bool whole_rows = col == 0 && left >= s->cols;
+        const int64_t rows = whole_rows ? left / s->cols : 1;
+        const int64_t cols = whole_rows ? s->cols : (s->cols - col < left ? s->cols - col : left);
+        int64_t start[3], shape[3];
+        int d = 0;
+        if (s->plane >= 0) start[d] = s->plane, shape[d++] = 1;
+        if (s->ndim == 2) start[d] = row, shape[d++] = rows;
+        start[d] = col, shape[d++] = cols;
+        if (ckpt_params_read(s->params, s->param, start, shape, out + (pos - first), err, errlen) != 0) return -1;
+        pos += rows * cols;
+    }
+    return 0;
+}
+
+/* The write list: every registry parameter (infos) under its HF name (a
+ * stack of experts as one tensor per expert), in the order save_pretrained
+ * shards (hf_name_position), a stack's experts marked as one storage where
+ * transformers 5 holds them fused (so shards split where it splits them).
+ * The data comes from `params` (laid out as infos say) or, when it is NULL,
+ * is streamed from checkpoint `from` (*streamed: the tensors' contexts).
+ * *names holds the strings; returns the number of tensors, or -1 with err. */
+static int build_tensors(const ModelConfig *cfg, const ParamInfo *infos, int num_params, const float *params,
+                         CkptParams *from, StDtype dtype, StWriteTensor **out, HfPiece **names, Streamed **streamed,
+                         char *err, size_t errlen) {
+    const int experts = cfg->moe.num_experts > 1 ? cfg->moe.num_experts : 1;
+    const int cap = num_params * experts;
+    HfPiece *pieces = mt_malloc((size_t)(cap ? cap : 1) * sizeof *pieces);
+    Ordered *ordered = mt_malloc((size_t)(cap ? cap : 1) * sizeof *ordered);
+    Streamed *contexts = mt_calloc((size_t)(cap ? cap : 1), sizeof *contexts);
     int count = 0;
-    for (int p = 0; p < model->num_params; p++) {
-        const ParamInfo *info = &model->param_info[p];
-        int n = hf_pieces(model->cfg.family, info, model->cfg.moe.num_experts, pieces + count, cap - count);
+    for (int p = 0; p < num_params; p++) {
+        const ParamInfo *info = &infos[p];
+        int n = hf_pieces(cfg->family, info, cfg->moe.num_experts, pieces + count, cap - count);
         if (n < 0) {
             mt_set_error(err, errlen, "parameter %s has no Hugging Face name in the %s table", info->name,
-                         model_family_name(model->cfg.family));
+                         model_family_name(cfg->family));
+            free(contexts);
             free(ordered);
             free(pieces);
             return -1;
@@ -96,74 +135,123 @@ static int build_tensors(const Model *model, StDtype dtype, StWriteTensor **out,
             t->ndim = piece->ndim;
             t->shape[0] = piece->shape[0];
             if (piece->ndim == 2) t->shape[1] = piece->shape[1];
-            t->data = model->params + info->offset + piece->offset;
+            if (params) {
+                t->data = params + info->offset + piece->offset;
+                continue;
+            }
+            const long plane_floats = piece->ndim == 2 ? piece->shape[0] * piece->shape[1] : piece->shape[0];
+            contexts[count] = (Streamed){from, p, info->ndim == 3 ? (int)(piece->offset / plane_floats) : -1,
+                                         piece->ndim, piece->ndim == 2 ? piece->shape[0] : 1,
+                                         piece->ndim == 2 ? piece->shape[1] : piece->shape[0]};
+            t->fill = fill_streamed;
+            t->fill_ctx = &contexts[count];
         }
     }
     qsort(ordered, (size_t)count, sizeof *ordered, compare_positions);
     StWriteTensor *tensors = mt_malloc((size_t)(count ? count : 1) * sizeof *tensors);
-    const bool fused = hf_saves_fused_experts(model->cfg.family);
+    const bool fused = hf_saves_fused_experts(cfg->family);
     for (int i = 0; i < count; i++) {
         tensors[i] = ordered[i].tensor;
         /* a stack's experts, one after the other: one storage in transformers 5 */
         tensors[i].same_storage = fused && i > 0 && ordered[i].param == ordered[i - 1].param &&
-                                  model->param_info[ordered[i].param].ndim == 3;
+                                  infos[ordered[i].param].ndim == 3;
     }
     free(ordered);
     *out = tensors;
     *names = pieces;
+    *streamed = contexts;
     return count;
 }
 
-static int write_hf_dir(const char *dir, const Model *model, const CkptHfFiles *carried,
+/* Write config.json, the carried files and the safetensors of the model
+ * (registry `infos`, data in `params` or streamed from `from`) into dir. */
+static int write_hf_dir(const char *dir, const ModelConfig *cfg, const ParamInfo *infos, int num_params,
+                        long num_floats, const float *params, CkptParams *from, const CkptHfFiles *carried,
                         const ConvertOptions *options, char *err, size_t errlen) {
     StWriteTensor *tensors = NULL;
     HfPiece *names = NULL;
-    const int count = build_tensors(model, options->dtype, &tensors, &names, err, errlen);
+    Streamed *streamed = NULL;
+    const int count = build_tensors(cfg, infos, num_params, params, from, options->dtype, &tensors, &names, &streamed,
+                                    err, errlen);
     int status = count < 0 ? -1 : 0;
-    if (status == 0) status = write_config(dir, &model->cfg, options->dtype, err, errlen);
-    if (status == 0) status = hf_files_write(dir, carried, &model->cfg, err, errlen);
+    if (status == 0) status = write_config(dir, cfg, options->dtype, err, errlen);
+    if (status == 0) status = hf_files_write(dir, carried, cfg, err, errlen);
     if (status == 0) {
         Progress progress;
-        uint64_t bytes = (uint64_t)model->num_floats * st_dtype_size(options->dtype);
+        uint64_t bytes = (uint64_t)num_floats * st_dtype_size(options->dtype);
         progress_start(&progress, options->progress, "convert", "writing", "tensors", count, bytes);
-        status = st_write_model(dir, tensors, count, options->max_shard_bytes, model->num_floats,
-                                progress_callback, &progress, err, errlen);
+        status = st_write_model(dir, tensors, count, options->max_shard_bytes, num_floats, progress_callback,
+                                &progress, err, errlen);
         progress_end(&progress);
     }
+    free(streamed);
     free(names);
     free(tensors);
     return status;
 }
 
+/* The model to export: a LoRA checkpoint's adapters merged into its base
+ * (in memory, *model), or any other checkpoint's parameters streamed from
+ * it (*from, with the whole model's registry in *infos), so that exporting
+ * holds a few MiB whatever the model's size. */
+typedef struct Export {
+    ModelConfig cfg;
+    Model *model;
+    CkptParams *from;
+    ParamInfo *infos;
+    int num_params;
+    long num_floats;
+} Export;
+
+static int open_export(const char *ckpt, Export *e, char *err, size_t errlen) {
+    if (e->cfg.peft.type == PEFT_LORA) {
+        Model *model = model_create(&e->cfg, &cpu_backend, 1, 1);
+        if (ckpt_load_model(ckpt, model, err, errlen) != 0) { /* the frozen base from where the checkpoint says */
+            model_free(model);
+            return -1;
+        }
+        e->model = lora_merged_model(model, err, errlen);
+        model_free(model);
+        if (!e->model) return -1;
+        e->cfg = e->model->cfg;
+        e->num_params = e->model->num_params;
+        e->num_floats = e->model->num_floats;
+        return 0;
+    }
+    const ModelPartition whole = model_partition_whole(&e->cfg);
+    e->infos = model_registry_of(&e->cfg, &whole, &e->num_params, &e->num_floats);
+    e->from = ckpt_params_open(ckpt, &e->cfg, e->infos, e->num_params, err, errlen);
+    return e->from ? 0 : -1;
+}
+
+static void close_export(Export *e) {
+    model_free(e->model);
+    ckpt_params_close(e->from);
+    free(e->infos);
+}
+
 int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *options, char *err, size_t errlen) {
     char ckpt[4096];
     if (ckpt_latest_dir(src, ckpt, sizeof ckpt, err, errlen) != 0) return -1;
-    ModelConfig cfg;
-    if (ckpt_read_model_config(ckpt, &cfg, err, errlen) != 0) return -1;
+    Export e = {0};
+    if (ckpt_read_model_config(ckpt, &e.cfg, err, errlen) != 0) return -1;
     char why[512];
-    if (hf_config_check_exportable(&cfg, why, sizeof why) != 0) {
+    if (hf_config_check_exportable(&e.cfg, why, sizeof why) != 0) {
         mt_set_error(err, errlen, "%s: %s", ckpt, why);
         return -1;
     }
-    if (options->merge_lora && cfg.peft.type != PEFT_LORA) {
+    if (options->merge_lora && e.cfg.peft.type != PEFT_LORA) {
         mt_set_error(err, errlen, "--merge-lora: %s has no LoRA adapters (its model.yaml has no peft: section)", ckpt);
         return -1;
     }
-    Model *model = model_create(&cfg, &cpu_backend, 1, 1);
-    if (cfg.peft.type == PEFT_LORA && !options->merge_lora) { /* the adapters alone: no need of the frozen base */
+    if (e.cfg.peft.type == PEFT_LORA && !options->merge_lora) { /* the adapters alone: no need of the frozen base */
+        Model *model = model_create(&e.cfg, &cpu_backend, 1, 1);
         int status = ckpt_load_trainable(ckpt, model, err, errlen);
         if (status == 0) status = convert_lora_to_peft(ckpt, model, dst, options, err, errlen);
         model_free(model);
         return status;
     }
-    int status = ckpt_load_model(ckpt, model, err, errlen); /* the frozen base from where the checkpoint says */
-    if (status == 0 && cfg.peft.type == PEFT_LORA) { /* the adapters merged into the base model */
-        Model *merged = lora_merged_model(model, err, errlen);
-        model_free(model);
-        if (!merged) return -1;
-        model = merged;
-        cfg = model->cfg;
-    }
+    int status = open_export(ckpt, &e, err, errlen);
     CkptHfFiles carried = {0}; /* a damaged one is left out, with a warning */
     if (status == 0) status = ckpt_hf_files_read(ckpt, &carried, err, errlen);
 
@@ -174,7 +262,8 @@ int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *o
         mt_set_error(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
         status = -1;
     } else if (status == 0) {
-        status = write_hf_dir(tmp, model, &carried, options, err, errlen);
+        status = write_hf_dir(tmp, &e.cfg, e.model ? e.model->param_info : e.infos, e.num_params, e.num_floats,
+                              e.model ? e.model->params : NULL, e.from, &carried, options, err, errlen);
         if (status == 0 && rename(tmp, dst) != 0) {
             mt_set_error(err, errlen, "%s: cannot rename %s to it: %s", dst, tmp, strerror(errno));
             status = -1;
@@ -186,10 +275,10 @@ int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *o
         hf_files_list(&carried, names, sizeof names);
         printf("converted megatrain checkpoint %s (%s, %d layers, %ld parameters; carried files: %s) to Hugging "
                "Face %s (%s)\n",
-               ckpt, model_family_name(cfg.family), cfg.num_layers, model->num_floats, names, dst,
+               ckpt, model_family_name(e.cfg.family), e.cfg.num_layers, e.num_floats, names, dst,
                torch_dtype_name(options->dtype));
     }
     ckpt_hf_files_free(&carried);
-    model_free(model);
+    close_export(&e);
     return status;
 }

@@ -1,22 +1,26 @@
 /* convert_hf_to_ckpt.c: Hugging Face model directory -> megatrain checkpoint.
  * config.json becomes the ModelConfig; every registry parameter is taken
- * from the safetensors under its HF name (shape checked, converted to fp32);
- * a missing tensor, a wrong shape or an unexpected extra tensor stops the
- * conversion before anything is written. The tokenizer files and
- * generation_config.json go into the checkpoint as they are (hf_files.h). */
+ * from the safetensors under its HF name (shape checked); a missing tensor,
+ * a wrong shape or an unexpected extra tensor stops the conversion before
+ * anything is written. No model is allocated: the checkpoint writer converts
+ * each chunk to fp32 straight from the mapped safetensors as it compresses
+ * it (CkptSource.fill), so the memory held is the chunks in flight (a few
+ * MiB a thread) plus the mapped files' pages, which the kernel can drop, for
+ * any size of model. The tokenizer files and generation_config.json go into
+ * the checkpoint as they are (hf_files.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <omp.h>
 
-#include "../backend/backend.h"
 #include "../ckpt/checkpoint.h"
+#include "../ckpt/ckpt_writer.h"
 #include "../core/error.h"
 #include "../core/fs.h"
 #include "../model/model.h"
 #include "convert.h"
-#include "../core/progress.h"
 #include "hf_config.h"
 #include "hf_files.h"
 #include "hf_names.h"
@@ -28,33 +32,53 @@ static void format_shape(char *out, size_t outlen, int ndim, const int64_t *shap
     if (used < outlen) snprintf(out + used, outlen - used, "]");
 }
 
-static bool same_shape(const StTensor *t, const ParamInfo *info) {
-    if (t->ndim != info->ndim) return false;
-    for (int i = 0; i < info->ndim; i++)
-        if (t->shape[i] != info->shape[i]) return false;
-    return true;
+/* Where a registry parameter's floats come from: its Hugging Face tensors
+ * (one, or one per expert of a stack), each a contiguous range of it. */
+typedef struct Feed {
+    int count;
+    const StTensor **tensors;
+    long *offsets; /* in floats, into the parameter */
+} Feed;
+
+/* CkptFillFn of a parameter: elements [first, first + count) converted from its tensors. */
+static int fill_param(const CkptSource *source, int64_t first, int64_t count, void *out, char *err, size_t errlen) {
+    (void)err, (void)errlen;
+    const Feed *feed = source->fill_ctx;
+    float *dst = out;
+    for (int i = 0; i < feed->count; i++) {
+        const int64_t begin = feed->offsets[i], end = begin + feed->tensors[i]->numel;
+        const int64_t lo = first > begin ? first : begin, hi = first + count < end ? first + count : end;
+        if (lo < hi) st_tensor_range_to_f32(feed->tensors[i], lo - begin, hi - lo, dst + (lo - first));
+    }
+    return 0;
 }
 
-/* Fill every parameter of `model` from `weights` (a stack of experts from
- * one tensor per expert). 0, or -1 with err naming the tensor. */
-static int load_params(Model *model, StModel *weights, const char *src, Progress *progress, char *err,
-                       size_t errlen) {
-    const ModelFamily family = model->cfg.family;
-    const int max = model->cfg.moe.num_experts > 1 ? model->cfg.moe.num_experts : 1;
+/* Match every registry parameter (infos, the whole model's) with its tensors in `weights` (a stack of experts
+ * with one tensor per expert), checking names and shapes, and mark them used; feeds[p] says where parameter p
+ * comes from (its arrays one allocation, in *storage: free() it). *embed_shape is the embedding's (for the
+ * leftover check of a tied lm_head). 0, or -1 with err naming the tensor. */
+static int match_params(const ModelConfig *cfg, const ParamInfo *infos, int num_params, StModel *weights,
+                        const char *src, Feed *feeds, void **storage, char *err, size_t errlen) {
+    const int max = cfg->moe.num_experts > 1 ? cfg->moe.num_experts : 1;
     HfPiece *pieces = mt_malloc((size_t)max * sizeof *pieces);
+    char *block = mt_malloc((size_t)num_params * max * (sizeof(const StTensor *) + sizeof(long)));
+    const StTensor **tensors = (const StTensor **)block;
+    long *offsets = (long *)(block + (size_t)num_params * max * sizeof(const StTensor *));
+    *storage = block;
     int status = 0;
-    for (int p = 0; p < model->num_params && status == 0; p++) {
-        const ParamInfo *info = &model->param_info[p];
-        int n = hf_pieces(family, info, model->cfg.moe.num_experts, pieces, max);
+    for (int p = 0; p < num_params && status == 0; p++) {
+        const ParamInfo *info = &infos[p];
+        feeds[p] = (Feed){0, tensors + (size_t)p * max, offsets + (size_t)p * max};
+        int n = hf_pieces(cfg->family, info, cfg->moe.num_experts, pieces, max);
         if (n < 0) {
             mt_set_error(err, errlen, "%s: parameter %s has no Hugging Face name in the %s table", src, info->name,
-                         model_family_name(family));
+                         model_family_name(cfg->family));
             status = -1;
         }
         for (int i = 0; i < n && status == 0; i++) {
             const HfPiece *piece = &pieces[i];
             int at = st_model_find(weights, piece->name);
-            if (at < 0 && model->cfg.tie_word_embeddings && strcmp(piece->name, "model.embed_tokens.weight") == 0)
+            if (at < 0 && cfg->tie_word_embeddings && strcmp(piece->name, "model.embed_tokens.weight") == 0)
                 at = st_model_find(weights, "lm_head.weight"); /* tied, stored under the head's name */
             if (at < 0) {
                 mt_set_error(err, errlen, "%s: missing tensor '%s' (needed by config.json; megatrain's %s)", src,
@@ -75,24 +99,29 @@ static int load_params(Model *model, StModel *weights, const char *src, Progress
                 status = -1;
                 break;
             }
-            st_tensor_to_f32(t, model->params + info->offset + piece->offset);
+            feeds[p].tensors[feeds[p].count] = t;
+            feeds[p].offsets[feeds[p].count++] = piece->offset;
             weights->used[at] = true;
         }
-        progress_update(progress, p + 1);
     }
     free(pieces);
     return status;
 }
 
-/* Whether tensors a and b hold the same values (as fp32). */
+/* Whether tensors a and b hold the same values (as fp32), compared a block at a time. */
 static bool same_values(const StTensor *a, const StTensor *b) {
     if (a->ndim != b->ndim || a->numel != b->numel) return false;
     for (int d = 0; d < a->ndim; d++)
         if (a->shape[d] != b->shape[d]) return false;
-    float *x = mt_malloc((size_t)a->numel * sizeof(float)), *y = mt_malloc((size_t)a->numel * sizeof(float));
-    st_tensor_to_f32(a, x);
-    st_tensor_to_f32(b, y);
-    bool same = memcmp(x, y, (size_t)a->numel * sizeof(float)) == 0;
+    const int64_t block = (int64_t)1 << 20;
+    float *x = mt_malloc((size_t)block * sizeof(float)), *y = mt_malloc((size_t)block * sizeof(float));
+    bool same = true;
+    for (int64_t first = 0; same && first < a->numel; first += block) {
+        const int64_t n = a->numel - first < block ? a->numel - first : block;
+        st_tensor_range_to_f32(a, first, n, x);
+        st_tensor_range_to_f32(b, first, n, y);
+        same = memcmp(x, y, (size_t)n * sizeof(float)) == 0;
+    }
     free(x);
     free(y);
     return same;
@@ -120,7 +149,7 @@ static void apply_transformers5_tying(ModelConfig *cfg, const StModel *weights, 
  * skipped, a tied lm_head.weight equal to the embedding is dropped (a
  * different one made the model untied, apply_transformers5_tying),
  * anything else is an error. */
-static int check_leftovers(const Model *model, StModel *weights, char *err, size_t errlen) {
+static int check_leftovers(const ModelConfig *cfg, StModel *weights, char *err, size_t errlen) {
     for (int i = 0; i < weights->num_tensors; i++) {
         if (weights->used[i]) continue;
         const StTensor *t = weights->tensors[i];
@@ -128,20 +157,39 @@ static int check_leftovers(const Model *model, StModel *weights, char *err, size
         size_t len = strlen(name);
         const char *inv_freq = ".rotary_emb.inv_freq";
         if (len >= strlen(inv_freq) && strcmp(name + len - strlen(inv_freq), inv_freq) == 0) continue;
-        if (model->cfg.tie_word_embeddings && strcmp(name, "lm_head.weight") == 0) {
-            const ParamInfo *embed = model_embed_param(model);
-            if (!same_shape(t, embed)) {
+        if (cfg->tie_word_embeddings && strcmp(name, "lm_head.weight") == 0) {
+            const int embed = st_model_find(weights, "model.embed_tokens.weight");
+            const StTensor *e = embed < 0 ? NULL : weights->tensors[embed];
+            bool same = e && e->ndim == t->ndim;
+            for (int d = 0; same && d < t->ndim; d++) same = e->shape[d] == t->shape[d];
+            if (!same) {
                 mt_set_error(err, errlen, "%s: tensor 'lm_head.weight' does not have the shape of the tied embedding",
                              st_model_file_of(weights, i));
                 return -1;
             }
-            continue; /* equal to the embedding (checked before the model was made) */
+            continue; /* equal to the embedding (apply_transformers5_tying compared them) */
         }
         mt_set_error(err, errlen, "%s: unexpected tensor '%s' (no parameter of this %s config has that name)",
-                     st_model_file_of(weights, i), name, model_family_name(model->cfg.family));
+                     st_model_file_of(weights, i), name, model_family_name(cfg->family));
         return -1;
     }
     return 0;
+}
+
+/* The checkpoint's sources: every parameter whole, made chunk by chunk from its tensors (feeds) while the
+ * writer compresses, so that no more than the chunks in flight is ever held. One allocation: free() it. */
+static CkptSource *param_sources(const ParamInfo *infos, int num_params, const Feed *feeds) {
+    CkptSource *sources = mt_calloc((size_t)(num_params ? num_params : 1), sizeof *sources);
+    for (int p = 0; p < num_params; p++) {
+        CkptSource *s = &sources[p];
+        s->name = infos[p].name;
+        s->ndim = infos[p].ndim;
+        for (int d = 0; d < infos[p].ndim; d++) s->global_shape[d] = s->shape[d] = infos[p].shape[d];
+        s->dtype = CKPT_DTYPE_FP32;
+        s->fill = fill_param;
+        s->fill_ctx = &feeds[p];
+    }
+    return sources;
 }
 
 int convert_hf_to_ckpt(const char *src, const char *dst, const ConvertOptions *options, char *err, size_t errlen) {
@@ -152,32 +200,37 @@ int convert_hf_to_ckpt(const char *src, const char *dst, const ConvertOptions *o
     StModel *weights = st_model_open(src, err, errlen);
     if (!weights) return -1;
     apply_transformers5_tying(&cfg, weights, src);
-    Model *model = model_create(&cfg, &cpu_backend, 1, 1);
-    uint64_t bytes = 0;
-    for (int i = 0; i < weights->num_tensors; i++) bytes += weights->tensors[i]->nbytes;
-    Progress progress;
-    progress_start(&progress, options->progress, "convert", "reading", "tensors", model->num_params, bytes);
-    int status = load_params(model, weights, src, &progress, err, errlen);
-    progress_end(&progress);
-    if (status == 0) status = check_leftovers(model, weights, err, errlen);
-    if (status == 0 && progress.enabled) fprintf(stderr, "convert: writing the checkpoint %s\n", dst);
-    st_model_close(weights);
+    int num_params = 0;
+    long num_floats = 0;
+    const ModelPartition whole = model_partition_whole(&cfg);
+    ParamInfo *infos = model_registry_of(&cfg, &whole, &num_params, &num_floats);
+    Feed *feeds = mt_calloc((size_t)(num_params ? num_params : 1), sizeof *feeds);
+    void *feed_storage = NULL;
+    int status = match_params(&cfg, infos, num_params, weights, src, feeds, &feed_storage, err, errlen);
+    if (status == 0) status = check_leftovers(&cfg, weights, err, errlen);
     CkptHfFiles carried = {0};
     if (status == 0) status = hf_files_collect(src, &carried, err, errlen);
     if (status == 0) status = mt_make_parent_dirs(dst, err, errlen);
     if (status == 0) {
-        CheckpointWrite what = {.model_config = &model->cfg, .model = model, .compression_level = 3,
-                                .hf_files = &carried};
-        status = ckpt_write_dir(dst, &what, err, errlen);
+        if (options->progress) fprintf(stderr, "convert: writing the checkpoint %s\n", dst);
+        CkptSource *sources = param_sources(infos, num_params, feeds);
+        CkptPayload payload = {.num_sources = num_params, .sources = sources, .model_config = &cfg,
+                               .hf_files = &carried, .compression_level = 3, .filter = CKPT_FILTER_SHUFFLE4,
+                               .threads = omp_get_max_threads(), .progress = options->progress};
+        status = ckpt_write_payload(dst, &payload, NULL, err, errlen);
+        free(sources);
     }
     if (status == 0) {
         char names[512];
         hf_files_list(&carried, names, sizeof names);
         printf("converted %s (Hugging Face %s, %d layers, %ld parameters; carried files: %s) to megatrain "
                "checkpoint %s\n",
-               src, hf_model_type(cfg.family), cfg.num_layers, model->num_floats, names, dst);
+               src, hf_model_type(cfg.family), cfg.num_layers, num_floats, names, dst);
     }
     ckpt_hf_files_free(&carried);
-    model_free(model);
+    st_model_close(weights);
+    free(feed_storage);
+    free(feeds);
+    free(infos);
     return status;
 }

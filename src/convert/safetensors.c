@@ -318,9 +318,11 @@ const char *st_metadata_get(const StFile *file, const char *key) {
     return NULL;
 }
 
-void st_tensor_to_f32(const StTensor *tensor, float *out) {
-    const unsigned char *p = tensor->data;
-    size_t n = (size_t)tensor->numel;
+void st_tensor_to_f32(const StTensor *tensor, float *out) { st_tensor_range_to_f32(tensor, 0, tensor->numel, out); }
+
+void st_tensor_range_to_f32(const StTensor *tensor, int64_t first, int64_t count, float *out) {
+    const unsigned char *p = tensor->data + (size_t)first * st_dtype_size(tensor->dtype);
+    size_t n = (size_t)count;
     if (tensor->dtype == ST_F32) {
         memcpy(out, p, n * sizeof(float));
         return;

@@ -67,8 +67,15 @@ const char *st_metadata_get(const StFile *file, const char *key);
 
 /* Convert a tensor's data to fp32 (out holds numel floats). */
 void st_tensor_to_f32(const StTensor *tensor, float *out);
+/* Convert elements [first, first + count) of a tensor's data to fp32. */
+void st_tensor_range_to_f32(const StTensor *tensor, int64_t first, int64_t count, float *out);
 
 /* ---- writing ---- */
+
+/* Produces elements [first, first + count) of a tensor to write, as fp32,
+ * into out: for a tensor not held in memory (convert streams a checkpoint's
+ * tensors through it). Returns 0, or -1 with err set. */
+typedef int (*StFillFn)(const void *ctx, int64_t first, int64_t count, float *out, char *err, size_t errlen);
 
 /* One tensor to write: fp32 source data, stored as `dtype`. */
 typedef struct StWriteTensor {
@@ -76,10 +83,12 @@ typedef struct StWriteTensor {
     StDtype dtype;
     int ndim;
     int64_t shape[ST_MAX_DIMS];
-    const float *data; /* numel floats */
+    const float *data; /* numel floats, or NULL: made in blocks by fill (with fill_ctx) */
     bool same_storage; /* st_write_model: shares the storage of the tensor before it (slices of one
                         * torch tensor, as transformers 5 saves fused experts): same shard, and the
                         * storage's bytes are counted once, with the first */
+    StFillFn fill;
+    const void *fill_ctx;
 } StWriteTensor;
 
 size_t st_write_tensor_bytes(const StWriteTensor *tensor);

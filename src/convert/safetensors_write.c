@@ -32,16 +32,26 @@ static int compare_tensors(const void *a, const void *b) {
     return strcmp(x->name, y->name);
 }
 
-/* Convert and write one tensor's data in chunks. Returns 0, or -1 on a write error. */
-static int write_data(FILE *out, const StWriteTensor *t, void *buffer) {
+/* Convert and write one tensor's data in chunks of CHUNK_ELEMENTS (`block`
+ * holds that many floats and as many halves). Returns 0, or -1 with err. */
+static int write_data(FILE *out, const char *path, const StWriteTensor *t, float *block, char *err, size_t errlen) {
     uint64_t n = tensor_numel(t);
-    if (t->dtype == ST_F32) return n && fwrite(t->data, sizeof(float), (size_t)n, out) != (size_t)n ? -1 : 0;
-    uint16_t *half = buffer;
+    uint16_t *half = (uint16_t *)(block + CHUNK_ELEMENTS);
     for (uint64_t start = 0; start < n; start += CHUNK_ELEMENTS) {
         size_t count = (size_t)(n - start < CHUNK_ELEMENTS ? n - start : CHUNK_ELEMENTS);
-        for (size_t i = 0; i < count; i++)
-            half[i] = t->dtype == ST_BF16 ? f32_to_bf16(t->data[start + i]) : f32_to_f16(t->data[start + i]);
-        if (fwrite(half, sizeof(uint16_t), count, out) != count) return -1;
+        const float *in = t->data ? t->data + start : block;
+        if (!t->data && t->fill(t->fill_ctx, (int64_t)start, (int64_t)count, block, err, errlen) != 0) return -1;
+        bool failed;
+        if (t->dtype == ST_F32) {
+            failed = fwrite(in, sizeof(float), count, out) != count;
+        } else {
+            for (size_t i = 0; i < count; i++) half[i] = t->dtype == ST_BF16 ? f32_to_bf16(in[i]) : f32_to_f16(in[i]);
+            failed = fwrite(half, sizeof(uint16_t), count, out) != count;
+        }
+        if (failed) {
+            mt_set_error(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+            return -1;
+        }
     }
     return 0;
 }
@@ -95,7 +105,7 @@ static int write_file(const char *path, const StWriteTensor *tensors, int count,
     while (w.len % 8 != 0) jw_raw(&w, " ", 1);
 
     int status = -1;
-    void *buffer = NULL;
+    float *buffer = NULL;
     FILE *out = fopen(path, "wb");
     if (!out) {
         mt_set_error(err, errlen, "%s: cannot create: %s", path, strerror(errno));
@@ -104,15 +114,21 @@ static int write_file(const char *path, const StWriteTensor *tensors, int count,
     unsigned char length[8];
     for (int i = 0; i < 8; i++) length[i] = (unsigned char)((uint64_t)w.len >> (8 * i));
     bool failed = fwrite(length, 1, 8, out) != 8 || fwrite(w.data, 1, w.len, out) != w.len;
-    buffer = mt_malloc(CHUNK_ELEMENTS * sizeof(uint16_t));
+    if (failed) mt_set_error(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+    buffer = mt_malloc(CHUNK_ELEMENTS * (sizeof(float) + sizeof(uint16_t)));
     for (int i = 0; i < count && !failed; i++) {
-        failed = write_data(out, order[i], buffer) != 0;
+        failed = write_data(out, path, order[i], buffer, err, errlen) != 0;
         if (progress && progress->fn) progress->fn(progress->ctx, ++progress->done, progress->total);
     }
-    if (fflush(out) != 0 || fsync(fileno(out)) != 0) failed = true;
-    if (fclose(out) != 0) failed = true;
-    if (failed) {
+    if (!failed && (fflush(out) != 0 || fsync(fileno(out)) != 0)) {
         mt_set_error(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+        failed = true;
+    }
+    if (fclose(out) != 0 && !failed) {
+        mt_set_error(err, errlen, "%s: cannot write: %s", path, strerror(errno));
+        failed = true;
+    }
+    if (failed) {
         remove(path);
         goto done;
     }

@@ -347,6 +347,123 @@ static void test_3d_chunks(void **state) {
     ckpt_reader_close(r);
 }
 
+/* CkptFillFn that copies from a source's in-memory twin (fill_ctx), counting each element it makes of source
+ * `counted`, and fails for a source named "fails". */
+static unsigned char made[4096];
+static const CkptSource *counted;
+static int copy_fill(const CkptSource *source, int64_t first, int64_t count, void *out, char *err, size_t errlen) {
+    if (strcmp(source->name, "fails") == 0) {
+        snprintf(err, errlen, "the fill failed at element %lld", (long long)first);
+        return -1;
+    }
+    const CkptSource *twin = source->fill_ctx;
+    const size_t elem = ckpt_dtype_size(source->dtype);
+    memcpy(out, (const char *)twin->data + (size_t)first * elem, (size_t)count * elem);
+    for (int64_t i = first; twin == counted && i < first + count && i < 4096; i++) made[i]++;
+    return 0;
+}
+
+static void *read_file(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    assert_non_null(f);
+    fseek(f, 0, SEEK_END);
+    *len = (size_t)ftell(f);
+    fseek(f, 0, SEEK_SET);
+    void *data = malloc(*len ? *len : 1);
+    assert_int_equal(fread(data, 1, *len, f), *len);
+    fclose(f);
+    return data;
+}
+
+/* Sources made chunk by chunk by a fill (convert's streaming) give the same
+ * shard, byte for byte, and the same chunks as the same regions in memory:
+ * a model's parameters cut into many chunks, a 3-D stack whose planes are
+ * cut along dim 1, a bf16 tensor; the fill is asked for every element once.
+ * A failing fill fails the save, naming the tensor, and leaves nothing. */
+static void test_filled_sources(void **state) {
+    (void)state;
+    Saved s;
+    make_saved(&s, 3);
+    int num_model;
+    CkptSource *model_sources = ckpt_sources_from_model(s.model, s.model->params, NULL, NULL, &num_model);
+    float stack[4 * 6 * 5];
+    uint16_t halves[7 * 3];
+    for (int i = 0; i < 120; i++) stack[i] = (float)i * 0.5f - 7.0f;
+    for (int i = 0; i < 21; i++) halves[i] = (uint16_t)(0x3f80 + i);
+    const int n = num_model + 2;
+    CkptSource *in_memory = calloc((size_t)n, sizeof *in_memory), *filled = calloc((size_t)n, sizeof *filled);
+    memcpy(in_memory, model_sources, (size_t)num_model * sizeof *in_memory);
+    in_memory[num_model] = (CkptSource){.name = "stack", .ndim = 3, .global_shape = {4, 6, 5}, .shape = {4, 6, 5},
+                                        .data = stack};
+    in_memory[num_model + 1] = (CkptSource){.name = "halves", .ndim = 2, .global_shape = {7, 3}, .shape = {7, 3},
+                                            .data = halves, .dtype = CKPT_DTYPE_BF16};
+    for (int i = 0; i < n; i++) {
+        filled[i] = in_memory[i];
+        filled[i].data = NULL;
+        filled[i].fill = copy_fill;
+        filled[i].fill_ctx = &in_memory[i];
+    }
+    memset(made, 0, sizeof made);
+    counted = &in_memory[0];
+    assert_int_equal(in_memory[0].shape[0] * in_memory[0].shape[1], 640); /* the embedding, [40, 16] */
+    char dirs[2][512], err[2048];
+    for (int k = 0; k < 2; k++) {
+        CkptPayload p = {.num_sources = n, .sources = k ? filled : in_memory, .model_config = &recipe.model,
+                         .compression_level = 1, .filter = CKPT_FILTER_SHUFFLE4, .threads = 2,
+                         .chunk_bytes = 2 * 5 * 4 /* two lines of the stack */};
+        snprintf(dirs[k], sizeof dirs[k], "%s/filled%d", work, k);
+        if (ckpt_write_payload(dirs[k], &p, NULL, err, sizeof err) != 0) fail_msg("%s", err);
+    }
+    /* each element of the embedding (the first source, 640 floats) made exactly once */
+    for (int i = 0; i < 640; i++) assert_int_equal(made[i], 1);
+    size_t len[2];
+    void *shard[2];
+    for (int k = 0; k < 2; k++) {
+        char path[1100];
+        snprintf(path, sizeof path, "%s/shard_00000.zst", dirs[k]);
+        shard[k] = read_file(path, &len[k]);
+    }
+    assert_int_equal(len[0], len[1]);
+    assert_memory_equal(shard[0], shard[1], len[0]);
+    CkptReader *r[2];
+    for (int k = 0; k < 2; k++) assert_non_null(r[k] = ckpt_reader_open(dirs[k], err, sizeof err));
+    assert_int_equal(r[0]->meta.num_tensors, n);
+    assert_int_equal(r[1]->meta.num_tensors, n);
+    for (int t = 0; t < n; t++) {
+        const CkptTensorMeta *a = &r[0]->meta.tensors[t], *b = &r[1]->meta.tensors[t];
+        assert_string_equal(a->name, b->name);
+        assert_int_equal(a->dtype, b->dtype);
+        assert_int_equal(a->num_chunks, b->num_chunks);
+        for (int c = 0; c < a->num_chunks; c++) {
+            assert_int_equal(a->chunks[c].offset, b->chunks[c].offset);
+            assert_int_equal(a->chunks[c].crc32c, b->chunks[c].crc32c);
+            assert_memory_equal(a->chunks[c].start, b->chunks[c].start, sizeof a->chunks[c].start);
+            assert_memory_equal(a->chunks[c].shape, b->chunks[c].shape, sizeof a->chunks[c].shape);
+        }
+    }
+    assert_int_equal(ckpt_meta_find(&r[1]->meta, "stack")->num_chunks, 4 * 3);
+    for (int k = 0; k < 2; k++) ckpt_reader_close(r[k]);
+    free(shard[0]);
+    free(shard[1]);
+
+    filled[1].name = "fails";
+    CkptPayload p = {.num_sources = n, .sources = filled, .model_config = &recipe.model, .compression_level = 1,
+                     .filter = CKPT_FILTER_SHUFFLE4, .threads = 2};
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/filled_fails", work);
+    assert_int_equal(ckpt_write_payload(dir, &p, NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "tensor 'fails': the fill failed at element 0"));
+    struct stat st;
+    assert_int_not_equal(stat(dir, &st), 0);
+    char tmp[1100];
+    assert_int_equal(mt_temp_name(tmp, sizeof tmp, dir), 0);
+    assert_int_not_equal(stat(tmp, &st), 0);
+    free(filled);
+    free(in_memory);
+    free(model_sources);
+    free_saved(&s);
+}
+
 /* The distributed optimizer's moments: flat ranges that start and end
  * inside rows and planes of a 3-D expert block (ep rank 1 of 2) become boxes
  * of the global tensors holding exactly the right values, for fp32 and for
@@ -596,6 +713,7 @@ int main(void) {
         cmocka_unit_test(test_round_trip_bit_exact),
         cmocka_unit_test(test_many_chunks_and_regions),
         cmocka_unit_test(test_3d_chunks),
+        cmocka_unit_test(test_filled_sources),
         cmocka_unit_test(test_sharded_boxes),
         cmocka_unit_test(test_bf16_moments),
         cmocka_unit_test(test_hf_files),

@@ -101,14 +101,20 @@ static void make_hf_dir(const char *dir, const ModelConfig *cfg, uint64_t seed, 
     int n = 0;
     for (int p = 0; p < model->num_params; p++) {
         const ParamInfo *info = &model->param_info[p];
-        assert_int_equal(hf_name_from_ours(cfg->family, info->name, names[n], 160), 0);
-        if (spoil->skip && !strcmp(names[n], spoil->skip)) continue;
-        t[n] = (StWriteTensor){names[n], dtype, info->ndim, {info->shape[0], info->shape[1]}, model->params + info->offset, false};
-        if (spoil->transpose && !strcmp(names[n], spoil->transpose)) {
-            t[n].shape[0] = info->shape[1];
-            t[n].shape[1] = info->shape[0];
+        HfPiece pieces[8]; /* one, or one per expert of a stack */
+        const int count = hf_pieces(cfg->family, info, cfg->moe.num_experts, pieces, 8);
+        assert_true(count > 0);
+        for (int k = 0; k < count; k++) {
+            memcpy(names[n], pieces[k].name, sizeof names[n]);
+            if (spoil->skip && !strcmp(names[n], spoil->skip)) continue;
+            t[n] = (StWriteTensor){names[n], dtype, pieces[k].ndim, {pieces[k].shape[0], pieces[k].shape[1]},
+                                   model->params + info->offset + pieces[k].offset, false, NULL, NULL};
+            if (spoil->transpose && !strcmp(names[n], spoil->transpose)) {
+                t[n].shape[0] = pieces[k].shape[1];
+                t[n].shape[1] = pieces[k].shape[0];
+            }
+            n++;
         }
-        n++;
     }
     Model *other = NULL; /* the source of a distinct head */
     if (spoil->lm_head_seed) {
@@ -118,10 +124,10 @@ static void make_hf_dir(const char *dir, const ModelConfig *cfg, uint64_t seed, 
     if (cfg->tie_word_embeddings && spoil->lm_head_when_tied)
         t[n++] = (StWriteTensor){"lm_head.weight", dtype, 2, {cfg->vocab_size, cfg->hidden_size},
                                  (other ? other : model)->params + model_find_param(model, "embed.weight")->offset,
-                                 false};
-    if (spoil->extra) t[n++] = (StWriteTensor){"model.layers.0.mlp.extra.weight", dtype, 1, {8}, extra_data, false};
+                                 false, NULL, NULL};
+    if (spoil->extra) t[n++] = (StWriteTensor){"model.layers.0.mlp.extra.weight", dtype, 1, {8}, extra_data, false, NULL, NULL};
     if (spoil->inv_freq)
-        t[n++] = (StWriteTensor){"model.layers.1.self_attn.rotary_emb.inv_freq", dtype, 1, {2}, extra_data, false};
+        t[n++] = (StWriteTensor){"model.layers.1.self_attn.rotary_emb.inv_freq", dtype, 1, {2}, extra_data, false, NULL, NULL};
     /* in transformers' state_dict order, as save_pretrained shards it (insertion sort) */
     for (int i = 1; i < n; i++) {
         StWriteTensor x = t[i];
@@ -238,17 +244,46 @@ static void case_dirs(const char *name, char *hf, char *ckpt, char *back) {
     snprintf(back, 512, "%s/%s.back", work_dir, name);
 }
 
-static void round_trip(const char *name, ModelFamily family, bool tied, StDtype dtype, uint64_t max_shard) {
+static void round_trip_config(const char *name, const ModelConfig *config, StDtype dtype, uint64_t max_shard) {
     char hf[512], ckpt[512], back[512], msg[2048], shard[32];
     case_dirs(name, hf, ckpt, back);
     snprintf(shard, sizeof shard, "%llu", (unsigned long long)max_shard);
-    ModelConfig cfg = tiny_config(family, tied);
+    const ModelConfig cfg = *config;
     make_hf_dir(hf, &cfg, 42, dtype, max_shard, NULL);
     if (convert(msg, sizeof msg, 2, hf, ckpt) != 0) fail_msg("%s -> ckpt: %s", name, msg);
     const char *dtype_arg = dtype == ST_F32 ? "fp32" : dtype == ST_BF16 ? "bf16" : "fp16";
     if (convert(msg, sizeof msg, 6, ckpt, back, "--dtype", dtype_arg, "--max-shard-size", shard) != 0)
         fail_msg("%s -> hf: %s", name, msg);
     assert_same_files(hf, back);
+}
+
+static void round_trip(const char *name, ModelFamily family, bool tied, StDtype dtype, uint64_t max_shard) {
+    const ModelConfig cfg = tiny_config(family, tied);
+    round_trip_config(name, &cfg, dtype, max_shard);
+}
+
+/* Tensors larger than the blocks that convert streams (2^20 elements a
+ * block of a safetensors tensor, 4 MiB chunks of a checkpoint), of 24 or
+ * 44,000 columns, so that blocks and chunks begin and end inside rows and
+ * fall across each other: the embedding and the head [44000, 24], and
+ * Mixtral's experts (planes of [44000, 24] and [24, 44000], each above a
+ * chunk) come back byte for byte. */
+static void test_round_trips_streamed_in_blocks(void **state) {
+    (void)state;
+    ModelConfig cfg = tiny_config(FAMILY_LLAMA, false);
+    cfg.num_layers = 1;
+    cfg.hidden_size = 24;
+    cfg.head_dim = 6;
+    cfg.vocab_size = 44000;
+    round_trip_config("llama_blocks", &cfg, ST_F32, 5000000000ull);
+    cfg = tiny_config(FAMILY_MIXTRAL, false);
+    cfg.num_layers = 1;
+    cfg.hidden_size = 24;
+    cfg.head_dim = 6;
+    cfg.intermediate_size = 44000;
+    cfg.moe = (MoeConfig){.num_experts = 2, .num_experts_per_tok = 1, .moe_intermediate_size = 44000,
+                          .norm_topk_prob = true, .layer_freq = 1};
+    round_trip_config("mixtral_blocks", &cfg, ST_BF16, 5000000000ull);
 }
 
 static void test_round_trips(void **state) {
@@ -411,6 +446,28 @@ static void test_errors(void **state) {
     assert_int_equal(convert(msg, sizeof msg, 3, hf, dst, "--frobnicate"), MT_EXIT_USAGE);
     assert_int_equal(convert(msg, sizeof msg, 4, hf, dst, "--dtype", "bf16"), MT_EXIT_USAGE); /* HF -> megatrain */
     assert_false(exists(dst));
+
+    /* A damaged chunk stops the export (which streams the checkpoint) half-way, naming the tensor and the chunk;
+     * nothing is left at DST or under its temporary name. */
+    char ckpt[512], back[512], shard[600], tmp[700];
+    case_dirs("damaged", hf, ckpt, back);
+    make_hf_dir(hf, &llama, 3, ST_F32, 5000000000ull, NULL);
+    if (convert(msg, sizeof msg, 2, hf, ckpt) != 0) fail_msg("%s", msg);
+    snprintf(shard, sizeof shard, "%s/shard_00000.zst", ckpt);
+    struct stat st;
+    assert_int_equal(stat(shard, &st), 0);
+    FILE *f = fopen(shard, "r+b");
+    assert_non_null(f);
+    fseek(f, st.st_size / 2, SEEK_SET);
+    int byte = fgetc(f);
+    fseek(f, st.st_size / 2, SEEK_SET);
+    fputc(byte ^ 0x40, f);
+    fclose(f);
+    assert_int_equal(convert(msg, sizeof msg, 2, ckpt, back), MT_EXIT_FAILURE);
+    if (!strstr(msg, "shard_00000.zst: tensor '") || !strstr(msg, "' chunk ")) fail_msg("%s", msg);
+    assert_false(exists(back));
+    snprintf(tmp, sizeof tmp, "%s.tmp.%d", back, (int)getpid());
+    assert_false(exists(tmp));
 }
 
 /* No leftovers at DST (nor a DST.tmp.* beside it) when writing fails half-way. */
@@ -530,6 +587,7 @@ static void test_run_dir_and_init_from(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trips),
+        cmocka_unit_test(test_round_trips_streamed_in_blocks),
         cmocka_unit_test(test_tolerated_extras),
         cmocka_unit_test(test_token_ids_and_generation_config),
         cmocka_unit_test(test_tied_as_transformers5),

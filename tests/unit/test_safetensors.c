@@ -149,7 +149,7 @@ static void test_hand_assembled(void **state) {
 
     /* Our writer, given the tensors in the other order, writes the same bytes. */
     const float bv[2] = {1.0f, 0.5f}, av[2] = {1.0f, -2.0f};
-    StWriteTensor tensors[2] = {{"b", ST_BF16, 1, {2}, bv, false}, {"a", ST_F32, 1, {2}, av, false}};
+    StWriteTensor tensors[2] = {{"b", ST_BF16, 1, {2}, bv, false, NULL, NULL}, {"a", ST_F32, 1, {2}, av, false, NULL, NULL}};
     StMetadataEntry meta = {"format", "pt"};
     char path[512];
     snprintf(path, sizeof path, "%s/ref.safetensors", work_dir);
@@ -171,6 +171,54 @@ static void fill(float *x, size_t n, uint64_t seed) {
     }
 }
 
+/* StFillFn reading from the float array in ctx; a NULL ctx fails at the element asked for. */
+static int fill_from(const void *ctx, int64_t first, int64_t count, float *out, char *err, size_t errlen) {
+    if (!ctx) {
+        snprintf(err, errlen, "no data at element %lld", (long long)first);
+        return -1;
+    }
+    memcpy(out, (const float *)ctx + first, (size_t)count * sizeof(float));
+    return 0;
+}
+
+/* A tensor made in blocks by a fill (convert's streaming) is written with
+ * the same bytes as the same data in memory, for each dtype, also past the
+ * writer's 2^20-element block; a failing fill fails the write with its
+ * message and leaves no file. */
+static void test_filled_tensors(void **state) {
+    (void)state;
+    const size_t n = ((size_t)1 << 20) + 5;
+    float *x = malloc(n * sizeof *x);
+    fill(x, n, 7);
+    char err[512];
+    for (int d = 0; d < 3; d++) {
+        StWriteTensor in_memory[2] = {{"big", (StDtype)d, 2, {(int64_t)n / 5, 5}, x, false, NULL, NULL},
+                                      {"small", (StDtype)d, 1, {3}, x + 11, false, NULL, NULL}};
+        StWriteTensor filled[2] = {in_memory[0], in_memory[1]};
+        filled[0].data = NULL, filled[0].fill = fill_from, filled[0].fill_ctx = x;
+        filled[1].data = NULL, filled[1].fill = fill_from, filled[1].fill_ctx = x + 11;
+        char path[2][512];
+        size_t len[2];
+        unsigned char *bytes[2];
+        for (int k = 0; k < 2; k++) {
+            snprintf(path[k], sizeof path[k], "%s/filled%d_%d.safetensors", work_dir, d, k);
+            if (st_write_file(path[k], k ? filled : in_memory, 2, NULL, 0, err, sizeof err) != 0) fail_msg("%s", err);
+            bytes[k] = read_file(path[k], &len[k]);
+        }
+        assert_int_equal(len[0], len[1]);
+        assert_true(len[0] > n * st_dtype_size((StDtype)d));
+        assert_memory_equal(bytes[0], bytes[1], len[0]);
+        free(bytes[0]);
+        free(bytes[1]);
+        filled[0].fill_ctx = NULL;
+        snprintf(path[0], sizeof path[0], "%s/filled_fails.safetensors", work_dir);
+        assert_int_equal(st_write_file(path[0], filled, 2, NULL, 0, err, sizeof err), -1);
+        assert_string_equal(err, "no data at element 0");
+        assert_int_not_equal(access(path[0], F_OK), 0);
+    }
+    free(x);
+}
+
 static void test_round_trip_each_dtype(void **state) {
     (void)state;
     enum { M = 7, N = 5, V = 11 };
@@ -179,9 +227,9 @@ static void test_round_trip_each_dtype(void **state) {
     fill(v, V, 2);
     s[0] = 42.5f;
     for (int d = 0; d < 3; d++) {
-        StWriteTensor tensors[3] = {{"model.w", (StDtype)d, 2, {M, N}, w, false},
-                                    {"v", (StDtype)d, 1, {V}, v, false},
-                                    {"scalar", (StDtype)d, 0, {0}, s, false}};
+        StWriteTensor tensors[3] = {{"model.w", (StDtype)d, 2, {M, N}, w, false, NULL, NULL},
+                                    {"v", (StDtype)d, 1, {V}, v, false, NULL, NULL},
+                                    {"scalar", (StDtype)d, 0, {0}, s, false, NULL, NULL}};
         char path[512], err[512];
         snprintf(path, sizeof path, "%s/rt_%s.safetensors", work_dir, st_dtype_name((StDtype)d));
         assert_int_equal(st_write_file(path, tensors, 3, NULL, 0, err, sizeof err), 0);
@@ -342,6 +390,7 @@ int main(void) {
         cmocka_unit_test(test_float16_all_patterns),
         cmocka_unit_test(test_hand_assembled),
         cmocka_unit_test(test_round_trip_each_dtype),
+        cmocka_unit_test(test_filled_tensors),
         cmocka_unit_test(test_sizes),
         cmocka_unit_test(test_malformed_headers),
         cmocka_unit_test(test_random_corruption),

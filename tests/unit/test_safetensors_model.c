@@ -25,11 +25,11 @@ static float values[200];
 /* a 40 B, b 80 B, c 20 B, d 400 B, e 12 B (F32), in this order. */
 static void five_tensors(StWriteTensor *t) {
     for (int i = 0; i < 200; i++) values[i] = (float)i * 0.25f - 3.0f;
-    t[0] = (StWriteTensor){"a", ST_F32, 1, {10}, values, false};
-    t[1] = (StWriteTensor){"b", ST_F32, 2, {4, 5}, values + 10, false};
-    t[2] = (StWriteTensor){"c", ST_F32, 1, {5}, values + 30, false};
-    t[3] = (StWriteTensor){"d", ST_F32, 2, {10, 10}, values + 35, false};
-    t[4] = (StWriteTensor){"e", ST_F32, 1, {3}, values + 140, false};
+    t[0] = (StWriteTensor){"a", ST_F32, 1, {10}, values, false, NULL, NULL};
+    t[1] = (StWriteTensor){"b", ST_F32, 2, {4, 5}, values + 10, false, NULL, NULL};
+    t[2] = (StWriteTensor){"c", ST_F32, 1, {5}, values + 30, false, NULL, NULL};
+    t[3] = (StWriteTensor){"d", ST_F32, 2, {10, 10}, values + 35, false, NULL, NULL};
+    t[4] = (StWriteTensor){"e", ST_F32, 1, {3}, values + 140, false, NULL, NULL};
 }
 
 static char *slurp(const char *path) {
@@ -134,10 +134,10 @@ static void test_shared_storage(void **state) {
     for (int i = 0; i < 200; i++) values[i] = (float)i;
     for (int shared = 0; shared < 2; shared++) {
         StWriteTensor t[4] = {
-            {"x", ST_F32, 1, {5}, values, false},
-            {"y", ST_F32, 1, {10}, values + 5, shared},
-            {"z", ST_F32, 1, {10}, values + 15, shared},
-            {"e", ST_F32, 1, {3}, values + 25, false},
+            {"x", ST_F32, 1, {5}, values, false, NULL, NULL},
+            {"y", ST_F32, 1, {10}, values + 5, shared, NULL, NULL},
+            {"z", ST_F32, 1, {10}, values + 15, shared, NULL, NULL},
+            {"e", ST_F32, 1, {3}, values + 25, false, NULL, NULL},
         };
         char dir[512], path[600], err[512];
         snprintf(dir, sizeof dir, "%s/shared%d", work_dir, shared);
