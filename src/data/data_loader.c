@@ -278,6 +278,32 @@ void data_loader_get_mask(const DataLoader *loader, int64_t index, int32_t *out)
     gpt_index_read_sample(&loader->indices[d], &loader->masks[d], loader->seq_len, sample, out);
 }
 
+int data_loader_check_vocab(const DataLoader *loader, int vocab_size, int64_t max_tokens, char *err, size_t errlen) {
+    int32_t block[4096];
+    for (int d = 0; d < loader->num_datasets; d++) {
+        const IndexedDataset *ds = &loader->datasets[d];
+        int64_t seen = 0;
+        for (int64_t seq = 0; seq < ds->num_sequences && seen < max_tokens; seq++) {
+            for (int64_t at = 0; at < ds->sequence_lengths[seq] && seen < max_tokens;) {
+                int64_t n = ds->sequence_lengths[seq] - at;
+                if (n > 4096) n = 4096;
+                indexed_dataset_read(ds, seq, at, n, block);
+                for (int64_t i = 0; i < n; i++)
+                    if (block[i] < 0 || block[i] >= vocab_size) {
+                        mt_set_error(err, errlen, "%s: token %d (token %lld of sequence %lld) is outside the model's "
+                                     "vocabulary [0, %d): was the dataset built with another tokenizer than the "
+                                     "model's? (`megatrain data inspect %s --tokenizer MODEL_DIR` shows its ids)",
+                                     ds->prefix, block[i], (long long)(at + i), (long long)seq, vocab_size, ds->prefix);
+                        return -1;
+                    }
+                at += n;
+                seen += n;
+            }
+        }
+    }
+    return 0;
+}
+
 void data_loader_free(DataLoader *loader) {
     if (!loader) return;
     for (int d = 0; d < loader->num_datasets; d++) {

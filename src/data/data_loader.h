@@ -65,6 +65,13 @@ bool data_loader_packed(const DataLoader *loader);
 void data_loader_get_packed(const DataLoader *loader, int64_t index, int32_t *inputs, int32_t *targets,
                             int32_t *positions);
 
+/* That the first tokens of each dataset of the loader (up to `max_tokens`
+ * of each, from its first sequence on) lie in [0, vocab_size): a dataset
+ * built with another tokenizer than the model's is refused before training
+ * starts. Returns 0, or -1 with err naming the dataset, the token and where
+ * it is. */
+int data_loader_check_vocab(const DataLoader *loader, int vocab_size, int64_t max_tokens, char *err, size_t errlen);
+
 void data_loader_free(DataLoader *loader);
 
 #endif

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../ckpt/ckpt_fs.h"
 #include "../ckpt/ckpt_run.h"
 #include "../convert/init_from.h"
 #include "../core/error.h"
@@ -82,6 +83,23 @@ static int open_valid_data(TrainContext *ctx, char *err, size_t errlen) {
                                          loader_err, sizeof loader_err);
     if (!ctx->valid_data) {
         mt_set_error(err, errlen, "validation data: %s", loader_err);
+        return -1;
+    }
+    return 0;
+}
+
+/* The first VOCAB_CHECK_TOKENS tokens of each dataset inside the model's vocabulary (a dataset of another
+ * tokenizer is refused here, naming it, rather than at its first out-of-range token in a forward). */
+#define VOCAB_CHECK_TOKENS ((int64_t)1 << 24)
+static int check_vocab(const TrainContext *ctx, char *err, size_t errlen) {
+    const int V = ctx->recipe->model.vocab_size;
+    char why[1536];
+    if (data_loader_check_vocab(ctx->train_data, V, VOCAB_CHECK_TOKENS, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "training data: %s", why);
+        return -1;
+    }
+    if (ctx->valid_data && data_loader_check_vocab(ctx->valid_data, V, VOCAB_CHECK_TOKENS, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "validation data: %s", why);
         return -1;
     }
     return 0;
@@ -162,6 +180,7 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
         return MT_EXIT_FAILURE;
     }
     if (open_valid_data(ctx, err, errlen) != 0) return MT_EXIT_FAILURE;
+    if (check_vocab(ctx, err, errlen) != 0) return MT_EXIT_FAILURE;
 
     micro_batch_init(&ctx->batch, B, train->seq_len, T);
     model_cp_positions(T, ctx->layout.cp, ctx->part.cp_rank, ctx->batch.positions);
@@ -174,15 +193,21 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
 }
 
 /* A run refused before its first step leaves no run.dir behind when it made
- * it: the two files train_setup wrote, then the directory if nothing else
- * is in it (rmdir fails on anything more, and that is left alone). */
-static void remove_refused_run_dir(const char *run_dir) {
+ * it: the two files train_setup wrote and the data's index cache when it
+ * lies in run.dir (data.cache_dir's default, built by this run), then the
+ * directory if nothing else is in it (rmdir fails on anything more, and
+ * that is left alone). */
+static void remove_refused_run_dir(const Recipe *recipe) {
+    const char *run_dir = recipe->run.dir;
     static const char *const written[] = {"recipe.yaml", "metrics.jsonl"};
-    char path[MT_PATH_MAX + 32];
+    char path[MT_PATH_MAX + 32], ignored[256];
     for (size_t i = 0; i < sizeof written / sizeof *written; i++) {
         snprintf(path, sizeof path, "%s/%s", run_dir, written[i]);
         unlink(path);
     }
+    char parent[MT_PATH_MAX];
+    mt_parent_dir(recipe->data.cache_dir, parent, sizeof parent);
+    if (strcmp(parent, run_dir) == 0) ckpt_remove_tree(recipe->data.cache_dir, ignored, sizeof ignored);
     rmdir(run_dir);
 }
 
@@ -259,7 +284,7 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
         if (status == 0) choose_frozen_base(ctx, recipe, &base);
     }
     if (status != 0) {
-        if (created_dir) remove_refused_run_dir(recipe->run.dir);
+        if (created_dir) remove_refused_run_dir(recipe);
         return status;
     }
     ctx->device->ops->from_host(ctx->device);

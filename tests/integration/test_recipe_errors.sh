@@ -74,6 +74,17 @@ mkdir -p "$WORK/kept"
 "$MEGATRAIN" run "$f" --set run.dir="$WORK/kept" --set "data.train=[{path: $WORK/no_such_data, weight: 1.0}]" \
   > /dev/null 2>&1 && fail "a run on missing data did not fail"
 [[ -d "$WORK/kept" ]] || fail "a refused run removed a run.dir that existed before it"
+# data with ids past the model's vocabulary (another tokenizer's) is refused before the first step, naming the
+# dataset and the token (exit 1: the data, not the recipe), and the run.dir it made goes, with its index cache
+status=0
+"$MEGATRAIN" run "$f" --set run.dir="$WORK/vocab" --set model.vocab_size=100 > /dev/null 2> "$WORK/stderr" ||
+  status=$?
+[[ $status == 1 ]] || fail "data outside the vocabulary: exit status $status, expected 1: $(cat "$WORK/stderr")"
+grep -qF "megatrain: error: training data: data/demo/english: token 112 (token 34 of sequence 0) is outside the" \
+  "$WORK/stderr" || fail "data outside the vocabulary: $(cat "$WORK/stderr")"
+grep -qF "model's vocabulary [0, 100): was the dataset built with another tokenizer" "$WORK/stderr" ||
+  fail "data outside the vocabulary: $(cat "$WORK/stderr")"
+[[ ! -e "$WORK/vocab" ]] || fail "the refused run left its new run.dir behind: $(ls -A "$WORK/vocab")"
 # alias bombs (nested aliases expanding to millions of nodes: tests/fuzz/crashes/recipe_yaml) are
 # refused in milliseconds at the line of the alias that crossed the cap, by `plan` too, and in a --set
 # (in a subshell limited to 1 GB, so that a regression fails instead of exhausting the machine)
