@@ -203,6 +203,11 @@ static int parse_options(int argc, char **argv, BuildOptions *opt) {
             return 2;
         }
         opt->chat_template = (SftTemplate)t;
+        if (opt->eod_token) {
+            mt_error("data build: --eod-token has no use with --chat-template: no end-of-document token is appended, "
+                     "the template ends each turn with its own token");
+            return 2;
+        }
     }
     opt->workers = build_default_workers();
     opt->max_line_mib = BUILD_DEFAULT_MAX_LINE_MIB;
@@ -324,12 +329,15 @@ static void print_summary(const BuildState *st, long long documents, long long t
     if (st->blank_lines || st->empty_texts)
         printf(" (skipped %lld blank lines, %lld empty texts)", (long long)st->blank_lines,
                (long long)st->empty_texts);
+    char eod[160]; /* a chat template appends none: its turns end with its own token */
+    if (opt->chat_template != SFT_TEMPLATE_NONE) snprintf(eod, sizeof eod, "no end of document: the template ends turns");
+    else if (st->tok) snprintf(eod, sizeof eod, "end of document = %s = %d", st->eod_name, st->eod_id);
+    else snprintf(eod, sizeof eod, "end of document = 10");
     if (st->tok)
-        printf("\n  tokens:    %lld (%s; %s, vocab %lld, end of document = %s = %d)\n", tokens,
-               indexed_dtype_name(st->dtype), tokenizer_path(st->tok), (long long)tokenizer_vocab_size(st->tok),
-               st->eod_name, st->eod_id);
+        printf("\n  tokens:    %lld (%s; %s, vocab %lld, %s)\n", tokens, indexed_dtype_name(st->dtype),
+               tokenizer_path(st->tok), (long long)tokenizer_vocab_size(st->tok), eod);
     else
-        printf("\n  tokens:    %lld (uint16; byte tokenizer, vocab 256, end of document = 10)\n", tokens);
+        printf("\n  tokens:    %lld (uint16; byte tokenizer, vocab 256, %s)\n", tokens, eod);
     if (opt->sft)
         printf("  sft:       chat template %s; %lld of %lld tokens counted in the loss (%.1f%% masked), mask in "
                "%s_mask.{bin,idx}\n", sft_template_name(opt->chat_template), (long long)st->counted_tokens, tokens,
@@ -342,6 +350,27 @@ static void print_summary(const BuildState *st, long long documents, long long t
 }
 
 static const char *signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "SIGHUP"; }
+
+/* Each special token of the chat template is one token of the tokenizer (else the template would be stored as
+ * ordinary text pieces: a Llama 3 template on a Qwen tokenizer). 0, or -1 (reported). */
+static int check_template_tokens(Tokenizer *tok, SftTemplate t) {
+    int count = 0;
+    const char *const *specials = sft_template_special_tokens(t, &count);
+    TokenIds ids = {0};
+    for (int i = 0; i < count; i++) {
+        ids.count = 0;
+        tokenizer_encode(tok, specials[i], strlen(specials[i]), &ids);
+        if (ids.count != 1) {
+            mt_error("data build: --chat-template %s: %s has no token %s (it would become %zu ordinary tokens): the "
+                     "template is another tokenizer's (llama3 is Llama 3's, chatml Qwen's)", sft_template_name(t),
+                     tokenizer_path(tok), specials[i], ids.count);
+            token_ids_free(&ids);
+            return -1;
+        }
+    }
+    token_ids_free(&ids);
+    return 0;
+}
 
 int data_build_main(int argc, char **argv) {
     BuildOptions opt;
@@ -371,6 +400,10 @@ int data_build_main(int argc, char **argv) {
             return MT_EXIT_USAGE;
         }
         if (tokenizer_vocab_size(st.tok) >= UINT16_VOCAB_LIMIT) st.dtype = IDX_DTYPE_INT32;
+        if (check_template_tokens(st.tok, opt.chat_template) != 0) {
+            tokenizer_free(st.tok);
+            return MT_EXIT_USAGE;
+        }
     }
     catch_stop_signals();
     InputFormat format =

@@ -11,6 +11,22 @@
 #include "../core/error.h"
 
 #define QWEN_DEFAULT_SYSTEM "You are Qwen, created by Alibaba Cloud. You are a helpful assistant."
+#define LLAMA3_BEGIN "<|begin_of_text|>"
+#define LLAMA3_HEADER_START "<|start_header_id|>"
+#define LLAMA3_HEADER_END "<|end_header_id|>"
+#define LLAMA3_END_OF_TURN "<|eot_id|>"
+#define CHATML_START "<|im_start|>"
+#define CHATML_END "<|im_end|>"
+
+static const char *const llama3_specials[] = {LLAMA3_BEGIN, LLAMA3_HEADER_START, LLAMA3_HEADER_END, LLAMA3_END_OF_TURN};
+static const char *const chatml_specials[] = {CHATML_START, CHATML_END};
+
+const char *const *sft_template_special_tokens(SftTemplate t, int *count) {
+    if (t == SFT_TEMPLATE_LLAMA3) return *count = 4, llama3_specials;
+    if (t == SFT_TEMPLATE_CHATML) return *count = 2, chatml_specials;
+    *count = 0;
+    return NULL;
+}
 
 static const char *const template_names[] = {"none", "llama3", "chatml"};
 
@@ -89,29 +105,29 @@ static void trim(const char **s, size_t *n) {
 }
 
 static void render_llama3(const Message *m, size_t n, SftRendered *r) {
-    emit_str(r, "<|begin_of_text|>", false);
+    emit_str(r, LLAMA3_BEGIN, false);
     for (size_t i = 0; i < n; i++) {
         const char *c = m[i].content;
         size_t len = m[i].len;
         trim(&c, &len);
         bool counted = m[i].role == ROLE_ASSISTANT;
-        emit_str(r, "<|start_header_id|>", false);
+        emit_str(r, LLAMA3_HEADER_START, false);
         emit_str(r, role_names[m[i].role], false);
-        emit_str(r, "<|end_header_id|>\n\n", false);
+        emit_str(r, LLAMA3_HEADER_END "\n\n", false);
         emit(r, c, len, counted);
-        emit_str(r, "<|eot_id|>", counted);
+        emit_str(r, LLAMA3_END_OF_TURN, counted);
     }
 }
 
 static void render_chatml(const Message *m, size_t n, SftRendered *r) {
-    if (n == 0 || m[0].role != ROLE_SYSTEM) emit_str(r, "<|im_start|>system\n" QWEN_DEFAULT_SYSTEM "<|im_end|>\n", false);
+    if (n == 0 || m[0].role != ROLE_SYSTEM) emit_str(r, CHATML_START "system\n" QWEN_DEFAULT_SYSTEM CHATML_END "\n", false);
     for (size_t i = 0; i < n; i++) {
         bool counted = m[i].role == ROLE_ASSISTANT;
-        emit_str(r, "<|im_start|>", false);
+        emit_str(r, CHATML_START, false);
         emit_str(r, role_names[m[i].role], false);
         emit_str(r, "\n", false);
         emit(r, m[i].content, m[i].len, counted);
-        emit_str(r, "<|im_end|>", counted);
+        emit_str(r, CHATML_END, counted);
         emit_str(r, "\n", false);
     }
 }

@@ -39,6 +39,9 @@ int sft_template_from_name(const char *name);
 const char *sft_template_name(SftTemplate t);
 /* "llama3, chatml": the names sft_template_from_name accepts. */
 const char *sft_template_names(void);
+/* The special tokens template t writes (*count of them; none for SFT_TEMPLATE_NONE): each must be one token of
+ * the tokenizer the records are tokenized with. */
+const char *const *sft_template_special_tokens(SftTemplate t, int *count);
 
 typedef struct SftSegment {
     size_t start, len;  /* into SftRendered.text */

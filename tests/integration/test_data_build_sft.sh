@@ -180,6 +180,25 @@ rc=0; "$MEGATRAIN" data build --chat-template llama3 --input "$D/m.jsonl" --outp
 [[ $rc -eq 2 ]] && grep -q -- '--chat-template needs --format sft' "$D/err.txt" || fail "template without sft: $rc"
 rc=0; "$MEGATRAIN" data build --format chat --input "$D/m.jsonl" --output "$D/out/m" 2> "$D/err.txt" || rc=$?
 [[ $rc -eq 2 ]] && grep -q -- '--format chat: unknown format' "$D/err.txt" || fail "unknown format: $rc"
+# a template whose special tokens the tokenizer lacks (Llama 3's on Qwen's, ChatML on Llama 3's) is refused before
+# anything is written: its tokens would be stored as ordinary text pieces
+for spec in "llama3|qwen2|<|begin_of_text|>" "chatml|llama3|<|im_start|>"; do
+  IFS='|' read -r template fix token <<< "$spec"
+  rc=0; "$MEGATRAIN" data build --format sft --chat-template "$template" --tokenizer "$FIX/$fix" --input "$D/chat.jsonl" \
+    --output "$D/out/wrong_$template" 2> "$D/err.txt" || rc=$?
+  [[ $rc -eq 2 ]] && grep -qF -- "--chat-template $template: $FIX/$fix/tokenizer.json has no token $token (it would become" \
+    "$D/err.txt" || fail "$template on $fix: $rc $(cat "$D/err.txt")"
+  [[ ! -e "$D/out/wrong_$template.idx" ]] || fail "$template on $fix: a dataset was written"
+done
+# a template appends no end-of-document token (its turns end with its own), so --eod-token is refused with one,
+# and the summary says there is none
+rc=0; "$MEGATRAIN" data build --format sft --chat-template chatml --tokenizer "$FIX/qwen2" --eod-token '<|endoftext|>' \
+  --input "$D/chat.jsonl" --output "$D/out/eod" 2> "$D/err.txt" || rc=$?
+[[ $rc -eq 2 ]] && grep -qF -- "--eod-token has no use with --chat-template" "$D/err.txt" ||
+  fail "--eod-token with a template: $rc $(cat "$D/err.txt")"
+"$MEGATRAIN" data build --format sft --chat-template chatml --tokenizer "$FIX/qwen2" --input "$D/chat.jsonl" \
+  --output "$D/out/eod" > "$D/log.txt" || fail "chatml on qwen2 failed"
+grep -qF "no end of document: the template ends turns)" "$D/log.txt" || fail "summary: $(cat "$D/log.txt")"
 # (to a file first: grep -q on a pipe may exit before the writer ends, and pipefail would see its SIGPIPE)
 "$MEGATRAIN" data build --help > "$WORK/help.txt" || fail "--help failed"
 grep -q -- "--chat-template NAME" "$WORK/help.txt" || fail "--help lacks --chat-template"
