@@ -193,6 +193,10 @@ typedef struct DataConfig {
     PackOverlong pack_overlong; /* data.pack_overlong: a document longer than seq_len + 1 tokens */
 } DataConfig;
 
+/* data.split's text form, "98,2,0" or "98/2/0", into split: 0, -1 when it
+ * is not three weights >= 0, -2 when the train weight is 0. */
+int data_split_parse(const char *text, double split[3]);
+
 /* fp8.recipe: tensorwise (current scaling: each tensor's amax just before its cast) or delayed (the scale
  * from an amax history, as Transformer Engine's DelayedScaling). */
 typedef enum { FP8_RECIPE_TENSORWISE, FP8_RECIPE_DELAYED } Fp8Recipe;

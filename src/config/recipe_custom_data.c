@@ -92,6 +92,18 @@ void write_valid_sources(FILE *out, const void *base, const char *name, int inde
     write_sources(out, data->valid, data->num_valid, name, indent);
 }
 
+int data_split_parse(const char *text, double split[3]) {
+    const char *p = text;
+    for (int i = 0; i < 3; i++) {
+        char *end = NULL;
+        split[i] = strtod(p, &end);
+        if (end == p || !(split[i] >= 0) || (i < 2 && *end != ',' && *end != '/') || (i == 2 && *end != '\0'))
+            return -1;
+        p = end + 1;
+    }
+    return split[0] > 0 ? 0 : -2;
+}
+
 int read_split(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
     DataConfig *data = base;
     const YNode *node = entry->value;
@@ -103,15 +115,9 @@ int read_split(void *base, const YEntry *entry, const char *path, char *err, siz
                 return key_error(err, errlen, node->entries[i].loc, path, "expected weights >= 0, found %s",
                                  ytree_describe(node->entries[i].value, found, sizeof found));
     } else if (node->kind == YNODE_SCALAR && !ytree_is_null(node)) {
-        char *end = NULL;
-        const char *p = node->text;
-        for (int i = 0; i < 3; i++) {
-            split[i] = strtod(p, &end);
-            if (end == p || split[i] < 0 || (i < 2 && *end != ',' && *end != '/') || (i == 2 && *end != '\0'))
-                return key_error(err, errlen, entry->loc, path, "expected [train, valid, test] weights like [98, 2, 0], found %s",
-                                 ytree_describe(node, found, sizeof found));
-            p = end + 1;
-        }
+        if (data_split_parse(node->text, split) == -1) /* -2: no positive train weight, said below */
+            return key_error(err, errlen, entry->loc, path, "expected [train, valid, test] weights like [98, 2, 0], found %s",
+                             ytree_describe(node, found, sizeof found));
     } else {
         return key_error(err, errlen, entry->loc, path, "expected [train, valid, test] weights like [98, 2, 0], found %s",
                          node->kind == YNODE_SEQUENCE ? "a list of another length" : ytree_describe(node, found, sizeof found));

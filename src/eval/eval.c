@@ -141,6 +141,14 @@ static void print_json(const char *ckpt, const EvalOptions *opt, const EvalResul
     }
     jw_key(&w, "data");
     jw_string(&w, opt->data);
+    jw_key(&w, "split"); /* the weights of --split, or null: all of the dataset */
+    if (opt->split_given) {
+        jw_begin_array(&w);
+        for (int i = 0; i < 3; i++) jw_double(&w, opt->split[i]);
+        jw_end_array(&w);
+    } else {
+        jw_null(&w);
+    }
     jw_key(&w, "seed");
     jw_uint(&w, opt->seed);
     jw_key(&w, "device");
@@ -158,12 +166,13 @@ static void print_json(const char *ckpt, const EvalOptions *opt, const EvalResul
     jw_free(&w);
 }
 
-/* The line: "eval: loss L over N batches of B x T tokens[, packed][, loss mask: P% of targets counted | , P% of
+/* The line: "eval: loss L over N batches of B x T tokens[, the validation share of split A,B,C][, packed][, loss mask: P% of targets counted | , P% of
  * targets counted][, per-token mean] (CKPT)"; the share is said when a mask or padding left targets out. */
 static void print_line(const char *ckpt, const EvalOptions *opt, const EvalResult *res) {
     const double tokens = (double)opt->batches * (double)opt->micro_batch_size * (double)opt->seq_len;
     printf("eval: loss %.6f over %ld batches of %ld x %ld tokens", res->loss, opt->batches, opt->micro_batch_size,
            opt->seq_len);
+    if (opt->split_given) printf(", the validation share of split %g,%g,%g", opt->split[0], opt->split[1], opt->split[2]);
     if (opt->pack) printf(", packed");
     if (res->masked || (double)res->counted < tokens)
         printf(", %s%.1f%% of targets counted", res->masked ? "loss mask: " : "",
@@ -198,14 +207,17 @@ static ModelDevice *open_device(const char *ckpt, const ModelDeviceSetup *setup)
     return dev;
 }
 
-/* The validation loader of opt's dataset, as a run with data.valid = PREFIX opens it; NULL (reported). */
+/* The validation loader of opt's dataset, as a run with data.valid = PREFIX opens it, or with --split as a run
+ * with data.train = PREFIX and that data.split; NULL (reported). */
 static DataLoader *open_data(const EvalOptions *opt) {
     DataConfig data;
     memset(&data, 0, sizeof data);
-    data.num_valid = 1;
-    snprintf(data.valid[0].path, sizeof data.valid[0].path, "%s", opt->data);
-    data.valid[0].weight = 1.0;
-    data.split[0] = 1.0; /* unused with data.valid; a valid split for the loader's checks */
+    DataSource *source = opt->split_given ? &data.train[0] : &data.valid[0];
+    *(opt->split_given ? &data.num_train : &data.num_valid) = 1;
+    snprintf(source->path, sizeof source->path, "%s", opt->data);
+    source->weight = 1.0;
+    if (opt->split_given) memcpy(data.split, opt->split, sizeof data.split);
+    else data.split[0] = 1.0; /* unused with data.valid; a valid split for the loader's checks */
     data.cache_dir[0] = '\0';
     data.pack = opt->pack;
     data.pack_overlong = opt->pack_overlong;

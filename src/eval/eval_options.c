@@ -18,19 +18,23 @@
 #define DEFAULT_SEED 1234 /* run.seed's default in recipes */
 
 const char *const eval_usage_text =
-    "usage: megatrain eval CKPT --data PREFIX [--batches N] [--seq-len T] [--micro-batch-size B] [--seed S]\n"
-    "                           [--pack [--pack-overlong error|truncate]] [--loss per_micro_batch|per_token]\n"
-    "                           [--device D] [--json]\n"
+    "usage: megatrain eval CKPT --data PREFIX [--split TRAIN,VALID,TEST] [--batches N] [--seq-len T]\n"
+    "                           [--micro-batch-size B] [--seed S] [--pack [--pack-overlong error|truncate]]\n"
+    "                           [--loss per_micro_batch|per_token] [--device D] [--json]\n"
     "\n"
     "Print the mean next-token loss (6 decimals) of the model in checkpoint CKPT over\n"
     "N batches of B samples of T tokens from the Megatron dataset PREFIX (.bin/.idx),\n"
-    "used whole and read as a run reads data.valid: a run's seed, seq_len,\n"
-    "micro_batch_size, eval_batches, data.pack and train.loss give its eval_loss. A\n"
+    "used whole and read as a run reads data.valid, or its validation share with\n"
+    "--split: a run's seed, seq_len, micro_batch_size, eval_batches, data.split,\n"
+    "data.pack and train.loss give its eval_loss. A\n"
     "dataset with a loss mask (data build --format sft: PREFIX_mask.{bin,idx}) is scored\n"
     "on its unmasked targets only. CKPT is a checkpoint directory, or a run (or\n"
     "checkpoints/) directory: its newest checkpoint.\n"
     "\n"
     "  --data PREFIX           the dataset (required)\n"
+    "  --split W               TRAIN,VALID,TEST weights (e.g. 98,2,0): score the documents that a run with\n"
+    "                          data.train PREFIX and this data.split validates on (default: all of PREFIX,\n"
+    "                          as data.valid)\n"
     "  --batches N             batches to average over (default 8)\n"
     "  --seq-len T             tokens per sample (default 256)\n"
     "  --micro-batch-size B    samples per batch (default 4)\n"
@@ -61,9 +65,10 @@ static long parse_positive(const char *name, const char *text, long max) {
 
 /* The options that take a value, in the order of names[]. */
 enum { OPT_DATA, OPT_BATCHES, OPT_SEQ_LEN, OPT_MICRO_BATCH, OPT_SEED, OPT_DEVICE, OPT_PACK_OVERLONG, OPT_LOSS,
-       NUM_VALUE_OPTIONS };
+       OPT_SPLIT, NUM_VALUE_OPTIONS };
 static const char *const names[NUM_VALUE_OPTIONS] = {"--data",   "--batches", "--seq-len",        "--micro-batch-size",
-                                                     "--seed",   "--device",  "--pack-overlong", "--loss"};
+                                                     "--seed",   "--device",  "--pack-overlong", "--loss",
+                                                     "--split"};
 
 /* Option k's value into opt. Returns 0, or 2 (reported). */
 static int set_value(EvalOptions *opt, int k, const char *value, bool *pack_overlong_given) {
@@ -75,6 +80,14 @@ static int set_value(EvalOptions *opt, int k, const char *value, bool *pack_over
         opt->micro_batch_size = parse_positive(names[k], value, 1L << 16);
         return opt->micro_batch_size < 0 ? 2 : 0;
     case OPT_DEVICE: opt->device = value; return 0;
+    case OPT_SPLIT: {
+        opt->split_given = true;
+        const int rc = data_split_parse(value, opt->split);
+        if (rc == 0 && opt->split[1] > 0) return 0;
+        mt_error("eval: --split: expected TRAIN,VALID,TEST weights with positive TRAIN and VALID (as data.split, e.g. "
+                 "98,2,0), found '%s'", value);
+        return 2;
+    }
     case OPT_PACK_OVERLONG:
         *pack_overlong_given = true;
         if (pack_overlong_parse(value, &opt->pack_overlong) == 0) return 0;

@@ -20,6 +20,8 @@ typedef struct EvalOptions {
     bool pack;                   /* --pack: samples are packed rows of whole documents (data.pack) */
     PackOverlong pack_overlong;  /* --pack-overlong error|truncate (data.pack_overlong) */
     LossReduction loss;          /* --loss per_micro_batch|per_token (train.loss) */
+    bool split_given;            /* --split: score PREFIX's validation share as data.split gives it */
+    double split[3];             /* --split TRAIN,VALID,TEST */
 } EvalOptions;
 
 extern const char *const eval_usage_text;

@@ -58,13 +58,38 @@ json=$("$MEGATRAIN" eval "$run" --data "$WORK/english" --batches 3 --seq-len 64 
 echo "$json"
 [[ $(printf '%s\n' "$json" | wc -l) -eq 1 ]] || fail "eval --json printed more than one line"
 want='^\{"checkpoint":"'"$ckpt"'","step":10,"loss":([0-9.e-]+),"perplexity":([0-9.e+-]+),"batches":3,'
-want+='"micro_batch_size":8,"seq_len":64,"tokens":1536,"data":"'"$WORK/english"'","seed":1234,"device":"cpu",'
+want+='"micro_batch_size":8,"seq_len":64,"tokens":1536,"data":"'"$WORK/english"'","split":null,"seed":1234,"device":"cpu",'
 want+='"loss_reduction":"per_micro_batch","pack":false,"masked":false,"counted":1536\}$'
 [[ "$json" =~ $want ]] || fail "eval --json: unexpected object: $json"
 json_loss=${BASH_REMATCH[1]} ppl=${BASH_REMATCH[2]}
 [[ "$(printf '%.6f' "$json_loss")" == "$loss" ]] || fail "--json loss $json_loss, the line says $loss"
 awk -v l="$json_loss" -v p="$ppl" 'BEGIN { d = exp(l) - p; exit !(d < 1e-9 * p && d > -1e-9 * p) }' \
   || fail "perplexity $ppl is not exp($json_loss)"
+
+# 1d. a run validating on data.split's share of its training data (no data.valid): --split gives its eval_loss,
+# the whole dataset another loss; --split's weights must give a validation share
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/split" --set train.steps=4 \
+  --set optimizer.schedule.warmup_steps=2 --set checkpoint.interval=4 --set checkpoint.async=false \
+  --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set data.split=90,10,0 \
+  --set train.eval_interval=4 --set train.eval_batches=2 > "$WORK/split.log" 2>&1 ||
+  { cat "$WORK/split.log"; fail "the data.split run failed"; }
+want=$(grep '"step":4[,}]' "$WORK/split/metrics.jsonl" | grep -o '"eval_loss":[^,}]*' | cut -d: -f2)
+[[ -n "$want" ]] || fail "the data.split run logged no eval_loss at step 4"
+out=$("$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --split 90,10,0 --batches 2 --seq-len 64 \
+  --micro-batch-size 8) || fail "eval --split exited non-zero"
+[[ "$out" == "eval: loss $(printf '%.6f' "$want") over 2 batches of 8 x 64 tokens, the validation share of split 90,10,0 ("* ]] ||
+  fail "eval --split: '$out', the run's eval_loss at step 4 is $want"
+whole=$("$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --batches 2 --seq-len 64 --micro-batch-size 8)
+[[ "$(echo "$whole" | awk '{print $3}')" != "$(printf '%.6f' "$want")" ]] ||
+  fail "the whole dataset gave the validation share's loss: $whole"
+"$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --split 90,10,0 --json > "$WORK/split.json" ||
+  fail "eval --split --json failed"
+grep -qF '"split":[90.0,10.0,0.0],' "$WORK/split.json" || fail "--json lacks the split: $(cat "$WORK/split.json")"
+for bad in 90,0,10 0,10,0 90,10 a,b,c; do
+  rc=0; "$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --split "$bad" > /dev/null 2> "$WORK/eval.err" || rc=$?
+  [[ $rc -eq 2 ]] && grep -qF "eval: --split: expected TRAIN,VALID,TEST weights with positive TRAIN and VALID" \
+    "$WORK/eval.err" || fail "--split $bad: exit $rc, $(cat "$WORK/eval.err")"
+done
 
 # 2. an earlier checkpoint of the same run gives a different (higher) loss: the weights are really loaded
 out5=$("$MEGATRAIN" eval "$run/checkpoints/iter_0000005" --data "$WORK/english" --batches 3 --seq-len 64 \
