@@ -92,6 +92,13 @@ static void fail_line(BuildBatch *b, int64_t line, const char *fmt, ...) {
 
 /* One line (its '\n' and '\r' removed) -> at most one document. 0, or -1
  * after recording the error. */
+/* A JSON error inside one JSONL line: the parser's "line 1, column C: ..." with the line left out (the caller
+ * names the file's line). */
+static const char *in_line(const char *why) {
+    static const char prefix[] = "line 1, ";
+    return strncmp(why, prefix, sizeof prefix - 1) == 0 ? why + sizeof prefix - 1 : why;
+}
+
 static int run_line(const BuildSpec *spec, BuildWorkerState *w, BuildBatch *b, const char *line, size_t len,
                     int64_t number, bool truncated) {
     if (is_blank(line, len)) {
@@ -104,7 +111,7 @@ static int run_line(const BuildSpec *spec, BuildWorkerState *w, BuildBatch *b, c
         char why[256];
         int status = json_object_string_field(line, len, spec->json_key, &w->field, why, sizeof why);
         if (status == JSON_SYNTAX_ERROR) {
-            fail_line(b, number, "%s:%lld: bad JSON: %s%s", spec->input, (long long)number, why,
+            fail_line(b, number, "%s:%lld: bad JSON: %s%s", spec->input, (long long)number, in_line(why),
                       truncated ? " (the file ends inside this line: truncated?)" : "");
             return -1;
         }
@@ -151,7 +158,7 @@ static int run_sft_line(const BuildSpec *spec, BuildWorkerState *w, BuildBatch *
     char why[512];
     JsonValue *record = json_parse(line, len, why, sizeof why);
     if (!record) {
-        fail_line(b, number, "%s:%lld: bad JSON: %s%s", spec->input, (long long)number, why,
+        fail_line(b, number, "%s:%lld: bad JSON: %s%s", spec->input, (long long)number, in_line(why),
                   truncated ? " (the file ends inside this line: truncated?)" : "");
         return -1;
     }

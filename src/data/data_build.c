@@ -127,6 +127,17 @@ static int parse_count(const char *name, const char *text, int lo, int hi, int *
     return 0;
 }
 
+/* Whether `a` is one of the `count` options with a value (as --name or --name=...), --overwrite or --help: what
+ * follows an option missing its value. */
+static bool is_option(const char *a, const char *const *names, int count) {
+    if (strcmp(a, "--overwrite") == 0 || strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return true;
+    for (int k = 0; k < count; k++) {
+        const size_t n = strlen(names[k]);
+        if (strncmp(a, names[k], n) == 0 && (a[n] == '\0' || a[n] == '=')) return true;
+    }
+    return false;
+}
+
 /* Returns 0 to go on, 1 after --help, 2 on a usage error (reported). */
 static int parse_options(int argc, char **argv, BuildOptions *opt) {
     opt->input = opt->output = opt->eod_token = opt->workers_text = opt->max_line_text = NULL;
@@ -156,10 +167,11 @@ static int parse_options(int argc, char **argv, BuildOptions *opt) {
             matched = 1;
             if (a[n] == '=') {
                 *slots[k] = a + n + 1;
-            } else if (i + 1 < argc) {
+            } else if (i + 1 < argc && !is_option(argv[i + 1], names, 9)) {
                 *slots[k] = argv[++i];
             } else {
-                mt_error("data build: %s needs a value\n%s", names[k], build_usage_text);
+                mt_error("data build: %s needs a value%s%s%s\n%s", names[k], i + 1 < argc ? " (found the option " : "",
+                         i + 1 < argc ? argv[i + 1] : "", i + 1 < argc ? " after it)" : "", build_usage_text);
                 return 2;
             }
         }

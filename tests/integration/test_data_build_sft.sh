@@ -168,7 +168,7 @@ expect_error 1 'bad.jsonl:1: no assistant message' '{"messages": [{"role": "user
 expect_error 1 'bad.jsonl:1: messages\[0\]: no "content" field' '{"messages": [{"role": "user"}]}'
 expect_error 1 'bad.jsonl:1: "completion" is a number (expected a string)' '{"prompt": "a", "completion": 3}'
 expect_error 1 'bad.jsonl:1: no "prompt" or "messages" field' '{"text": "a"}'
-expect_error 1 'bad.jsonl:2: bad JSON' "$ok" '{"prompt": "a", '
+expect_error 1 'bad.jsonl:2: bad JSON: column 17: ' "$ok" '{"prompt": "a", '
 printf '%s\n' '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}' > "$D/m.jsonl"
 rc=0; "$MEGATRAIN" data build --format sft --input "$D/m.jsonl" --output "$D/out/m" 2> "$D/err.txt" || rc=$?
 [[ $rc -eq 1 ]] && grep -q 'm.jsonl:1: a "messages" record needs a chat template' "$D/err.txt" ||
@@ -178,6 +178,9 @@ rc=0; "$MEGATRAIN" data build --format sft --chat-template llama2 --input "$D/m.
   fail "unknown template: $rc $(cat "$D/err.txt")"
 rc=0; "$MEGATRAIN" data build --chat-template llama3 --input "$D/m.jsonl" --output "$D/out/m" 2> "$D/err.txt" || rc=$?
 [[ $rc -eq 2 ]] && grep -q -- '--chat-template needs --format sft' "$D/err.txt" || fail "template without sft: $rc"
+rc=0; "$MEGATRAIN" data build --format sft --chat-template --input "$D/m.jsonl" --output "$D/out/m" 2> "$D/err.txt" || rc=$?
+[[ $rc -eq 2 ]] && grep -qF -- '--chat-template needs a value (found the option --input after it)' "$D/err.txt" ||
+  fail "a template name missing: $rc $(cat "$D/err.txt")"
 rc=0; "$MEGATRAIN" data build --format chat --input "$D/m.jsonl" --output "$D/out/m" 2> "$D/err.txt" || rc=$?
 [[ $rc -eq 2 ]] && grep -q -- '--format chat: unknown format' "$D/err.txt" || fail "unknown format: $rc"
 # a template whose special tokens the tokenizer lacks (Llama 3's on Qwen's, ChatML on Llama 3's) is refused before
