@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../ckpt/ckpt_locate.h"
 #include "../core/error.h"
 #include "hf_families.h"
 
@@ -125,10 +126,19 @@ int convert_main(int argc, char **argv) {
                                      "only (checkpoints hold fp32)");
         status = convert_hf_to_ckpt(src, dst, &options, err, sizeof err);
     } else {
+        snprintf(config, sizeof config, "%s/adapter_config.json", src);
+        if (stat(config, &st) == 0) {
+            mt_error("convert: %s is a PEFT adapter directory (adapter_config.json): megatrain does not import "
+                     "adapters; convert the base model and train LoRA from it (docs/finetune.md), or merge the "
+                     "adapter in PEFT (merge_and_unload) and convert the merged model", src);
+            return MT_EXIT_FAILURE;
+        }
         status = convert_ckpt_to_hf(src, dst, &options, err, sizeof err);
     }
     if (status != 0) {
-        if (from_hf) mt_error("convert: %s", err);
+        CkptLocation loc; /* the hint only where SRC is no checkpoint at all */
+        char ignored[512];
+        if (from_hf || ckpt_locate(src, &loc, ignored, sizeof ignored) == 0) mt_error("convert: %s", err);
         else mt_error("convert: %s (%s has no config.json, so it was read as a megatrain checkpoint)", err, src);
         return MT_EXIT_FAILURE;
     }

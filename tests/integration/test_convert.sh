@@ -159,7 +159,16 @@ cp -r "$FIX/llama_tied" "$WORK/truncated"
 head -c 1000 "$FIX/llama_tied/model.safetensors" > "$WORK/truncated/model.safetensors"
 expect_error truncated "truncated/model.safetensors: header length" "$WORK/truncated"
 mkdir "$WORK/not_a_checkpoint"
-expect_error not_a_checkpoint "not_a_checkpoint" "$WORK/not_a_checkpoint"
+expect_error not_a_checkpoint "not_a_checkpoint: holds no checkpoints .* (.*not_a_checkpoint has no config.json, so it was read as a megatrain checkpoint)" "$WORK/not_a_checkpoint"
+# a PEFT adapter directory is called one; a checkpoint's own errors come without the config.json hint
+mkdir "$WORK/adapter" && echo '{"peft_type": "LORA"}' > "$WORK/adapter/adapter_config.json"
+expect_error adapter "adapter is a PEFT adapter directory (adapter_config.json): megatrain does not import adapters" \
+  "$WORK/adapter"
+status=0
+"$MEGATRAIN" convert "$WORK/llama_tied.ckpt" "$WORK/merge.out" --merge-lora > "$WORK/merge.log" 2>&1 || status=$?
+[[ $status -eq 1 ]] && grep -q -- "--merge-lora: .*llama_tied.ckpt has no LoRA adapters" "$WORK/merge.log" ||
+  fail "--merge-lora on a plain checkpoint: $status $(cat "$WORK/merge.log")"
+! grep -q "has no config.json" "$WORK/merge.log" || fail "a checkpoint's error carries the config.json hint"
 
 # DST exists: refused, untouched.
 mkdir "$WORK/taken" && echo keep > "$WORK/taken/file"
