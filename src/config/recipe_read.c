@@ -132,6 +132,8 @@ const RecipeKey *find_key(const RecipeKey *keys, const char *name) {
 }
 
 const char *suggest_key(const RecipeKey *keys, const char *name) {
+    for (const RecipeKey *key = keys; key->name; key++)
+        if (key->also && strcmp(key->also, name) == 0) return key->name; /* PEFT's r, lora_alpha, ... */
     const char *best = NULL;
     int best_distance = 3;
     size_t len = strlen(name);

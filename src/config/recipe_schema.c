@@ -78,10 +78,10 @@ const RecipeKey recipe_model_keys[] = {
  * a PEFT user's `dropout: 0` works; anything else is refused (peft_validate). */
 static const RecipeKey peft_keys[] = {
     {ENUM_KEY("type", PeftConfig, type, peft_type_names), .required = true},
-    {INT_KEY("rank", PeftConfig, rank, 1, INT_MAX), .required = true},
-    {NUM_KEY("alpha", PeftConfig, alpha, 0), .above_min = true, .required = true},
+    {INT_KEY("rank", PeftConfig, rank, 1, INT_MAX), .required = true, .also = "r"},
+    {NUM_KEY("alpha", PeftConfig, alpha, 0), .above_min = true, .required = true, .also = "lora_alpha"},
     {CUSTOM_KEY("target_modules", read_target_modules, write_target_modules)},
-    {NUM_KEY("dropout", PeftConfig, dropout, 0)},
+    {NUM_KEY("dropout", PeftConfig, dropout, 0), .also = "lora_dropout"},
     {0},
 };
 

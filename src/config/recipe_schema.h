@@ -36,6 +36,8 @@ struct RecipeKey {
     const RecipeKey *keys;    /* KT_SECTION */
     KeyReadFn read;           /* KT_CUSTOM */
     KeyWriteFn write;         /* KT_CUSTOM */
+    const char *also;         /* another project's name for it (PEFT's r for rank): an unknown key of that name is
+                               * answered with "did you mean" this one */
 };
 
 extern const RecipeKey recipe_root_keys[];

@@ -47,6 +47,11 @@ expect_error "$f" "$f:$(line_of "$f" "global_batch_size:"): train.global_batch_s
 # bad overrides name the override
 f=$FIX/good_minimal.yaml
 expect_error "$f" "--set train.stpes=3: unknown key 'train.stpes'" "did you mean 'train.steps'?" --set train.stpes=3
+# PEFT's names for the LoRA keys are answered with ours
+for spec in "r|rank" "lora_alpha|alpha" "lora_dropout|dropout"; do
+  expect_error "$f" "--set peft.${spec%%|*}=16: unknown key 'peft.${spec%%|*}'" "did you mean 'peft.${spec#*|}'?" \
+    --set "peft.${spec%%|*}=16"
+done
 expect_error "$f" "--set optimizer.lr=-1: optimizer.lr:" "expected a number >= 0, found '-1'" --set optimizer.lr=-1
 expect_error "$f" "--set precision=fp16: precision:" "expected one of fp32 | bf16" --set precision=fp16
 # the errors a short command-line run meets say which --set resolves them
