@@ -61,6 +61,10 @@ static void print_banner(const TrainContext *ctx) {
     char of[64];
     const int blended = data_loader_num_datasets(ctx->train_data);
     if (blended > 1) snprintf(of, sizeof of, "blended from %d datasets", blended);
+    else if (data_loader_packed(ctx->train_data))
+        snprintf(of, sizeof of, "of %lld packed rows%s", (long long)data_loader_num_samples(ctx->train_data),
+                 train_schedule_samples(t, ctx->total_steps) > data_loader_num_samples(ctx->train_data)
+                     ? ", repeated" : "");
     else snprintf(of, sizeof of, "of %lld", (long long)data_loader_num_samples(ctx->train_data));
     mt_log("train: %ld steps, seq_len %d, micro_batch %d, dp %d, %lld train samples (%s), %s, device %s",
            ctx->total_steps, t->seq_len, t->micro_batch_size, ctx->layout.dp_size,
