@@ -153,6 +153,11 @@ static int read_messages(const JsonValue *record, SftTemplate t, Message **out, 
     *out = NULL;
     *n = 0;
     const JsonValue *messages = json_get(record, "messages");
+    if (messages && (json_get(record, "prompt") || json_get(record, "completion"))) {
+        snprintf(why, whylen, "both \"messages\" and \"%s\" (expected one form: {\"prompt\", \"completion\"} or "
+                 "{\"messages\": [...]})", json_get(record, "prompt") ? "prompt" : "completion");
+        return -1;
+    }
     if (!messages) {
         const JsonValue *prompt = string_member(record, "prompt", "", why, whylen);
         if (!prompt) {

@@ -168,6 +168,8 @@ expect_error 1 'bad.jsonl:1: no assistant message' '{"messages": [{"role": "user
 expect_error 1 'bad.jsonl:1: messages\[0\]: no "content" field' '{"messages": [{"role": "user"}]}'
 expect_error 1 'bad.jsonl:1: "completion" is a number (expected a string)' '{"prompt": "a", "completion": 3}'
 expect_error 1 'bad.jsonl:1: no "prompt" or "messages" field' '{"text": "a"}'
+expect_error 1 'bad.jsonl:1: both "messages" and "prompt" (expected one form' \
+  '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], "prompt": "a", "completion": "b"}'
 expect_error 1 'bad.jsonl:2: bad JSON: column 17: ' "$ok" '{"prompt": "a", '
 printf '%s\n' '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}' > "$D/m.jsonl"
 rc=0; "$MEGATRAIN" data build --format sft --input "$D/m.jsonl" --output "$D/out/m" 2> "$D/err.txt" || rc=$?
