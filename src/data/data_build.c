@@ -62,7 +62,7 @@
 
 static const char *const build_usage_text =
     "usage: megatrain data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT]\n"
-    "                             [--json-key text] [--workers N] [--max-line-mib N] [--overwrite]\n"
+    "                             [--json-key KEY] [--workers N] [--max-line-mib N] [--overwrite]\n"
     "                             [--format sft [--chat-template llama3|chatml]]\n"
     "\n"
     "Tokenize FILE into the Megatron indexed dataset PREFIX.bin + PREFIX.idx.\n"
@@ -91,7 +91,9 @@ static const char *const build_usage_text =
     "  --chat-template NAME llama3 (Llama 3 Instruct) or chatml (Qwen2.5 Instruct), written in C after the\n"
     "                       published templates for plain text messages (Jinja is not evaluated);\n"
     "                       without it a prompt/completion record is prompt + completion + the\n"
-    "                       end-of-document token, and messages records are refused\n"
+    "                       end-of-document token, and messages records are refused; with it no\n"
+    "                       end of document is appended, and each of the template's special tokens\n"
+    "                       must be one token of --tokenizer\n"
     "  --workers N          threads that tokenize (default: the CPUs this process may use); the output\n"
     "                       is the same bytes for any N\n"
     "  --max-line-mib N     the longest line (one document) read, in MiB (default 64, at most 1024); a\n"
