@@ -9,6 +9,7 @@
 
 #include "../config/recipe_schema.h"
 #include "../core/error.h"
+#include "ckpt_format.h"
 
 char *ckpt_model_config_yaml(const ModelConfig *cfg, size_t *len) {
     char *text = NULL;
@@ -91,4 +92,17 @@ int ckpt_model_shape_check(const ModelConfig *stored, const ModelConfig *wanted,
         }
     }
     return 0;
+}
+
+int ckpt_model_config_check(const ModelConfig *cfg, char *err, size_t errlen) {
+    size_t len = 0;
+    char *text = ckpt_model_config_yaml(cfg, &len);
+    ModelConfig back;
+    char why[1024];
+    int rc = model_config_load_text(&back, text, CKPT_MODEL_FILE, why, sizeof why);
+    if (rc != 0) mt_set_error(err, errlen, "%s", why);
+    else if ((rc = ckpt_model_shape_check(&back, cfg, why, sizeof why)) != 0)
+        mt_set_error(err, errlen, "model.yaml would load back as another model: %s", why);
+    free(text);
+    return rc;
 }

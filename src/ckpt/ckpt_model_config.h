@@ -12,6 +12,13 @@
 /* The YAML text of `cfg` (malloc'ed, NUL-terminated). */
 char *ckpt_model_config_yaml(const ModelConfig *cfg, size_t *len);
 
+/* That `cfg` written as model.yaml loads back (model_config_load_text) as
+ * the same model: a config from outside (convert's config.json) may hold
+ * values the YAML reader refuses (rms_norm_eps 0, a subnormal). 0, or -1
+ * with err saying what the reader says of model.yaml ("model.yaml:
+ * rms_norm_eps: expected a number > 0, found '0'"). */
+int ckpt_model_config_check(const ModelConfig *cfg, char *err, size_t errlen);
+
 /* 0 when a model built from `wanted` has the same parameters (names and
  * shapes) as one built from `stored`; else -1 with err naming the first key
  * that differs, e.g. "model.hidden_size: the checkpoint's model has 64, the

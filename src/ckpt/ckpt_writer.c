@@ -449,6 +449,11 @@ int ckpt_write_metadata(const char *tmp, const CkptPayload *p, const CkptFileMet
     int num_files = num_shards;
 
     size_t model_len = 0;
+    char config_why[1536];
+    if (ckpt_model_config_check(p->model_config, config_why, sizeof config_why) != 0) { /* it would not load */
+        mt_set_error(err, errlen, "%s: the model config cannot be saved so that it loads (%s)", tmp, config_why);
+        goto done;
+    }
     model_yaml = ckpt_model_config_yaml(p->model_config, &model_len);
     if (write_listed_file(tmp, CKPT_MODEL_FILE, CKPT_FILE_MODEL_CONFIG, model_yaml, model_len, &files[num_files++], err,
                           errlen) != 0)

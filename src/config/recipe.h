@@ -273,6 +273,8 @@ int recipe_load(Recipe *recipe, const char *path, const char *const *overrides, 
 
 /* Load a model architecture file (a configs/ YAML file: the keys of `model:`). */
 int model_config_load(ModelConfig *model, const char *path, char *err, size_t errlen);
+/* The same from text in memory; `origin` names it in messages. */
+int model_config_load_text(ModelConfig *model, const char *text, const char *origin, char *err, size_t errlen);
 
 /* Write the fully resolved recipe as YAML (run.dir/recipe.yaml); it loads back
  * to an identical Recipe. Returns 0, or -1 with err set. */

@@ -122,11 +122,9 @@ int recipe_load(Recipe *recipe, const char *path, const char *const *overrides, 
     return rc;
 }
 
-int model_config_load(ModelConfig *model, const char *path, char *err, size_t errlen) {
-    model_set_defaults(model);
-    YNode *root = ytree_load_file(path, err, errlen);
-    if (!root) return -1;
-    YLoc top = {(char *)path, 1};
+/* The model keys (and a checkpoint's peft: section) of a parsed model file `origin` into *model; frees root. */
+static int read_model_file(ModelConfig *model, YNode *root, const char *origin, char *err, size_t errlen) {
+    YLoc top = {(char *)origin, 1};
     /* A checkpoint's model.yaml also carries the run's peft: section (its
      * adapters are parameters): the model keys are read from a view of the
      * mapping without it, then the section with the recipe's table. */
@@ -148,4 +146,16 @@ int model_config_load(ModelConfig *model, const char *path, char *err, size_t er
     if (rc == 0 && peft) rc = peft_validate(model, peft->value, peft->loc, err, errlen);
     ytree_free(root);
     return rc;
+}
+
+int model_config_load(ModelConfig *model, const char *path, char *err, size_t errlen) {
+    model_set_defaults(model);
+    YNode *root = ytree_load_file(path, err, errlen);
+    return root ? read_model_file(model, root, path, err, errlen) : -1;
+}
+
+int model_config_load_text(ModelConfig *model, const char *text, const char *origin, char *err, size_t errlen) {
+    model_set_defaults(model);
+    YNode *root = ytree_load_string(text, origin, err, errlen);
+    return root ? read_model_file(model, root, origin, err, errlen) : -1;
 }

@@ -16,6 +16,7 @@
 #include <omp.h>
 
 #include "../ckpt/checkpoint.h"
+#include "../ckpt/ckpt_model_config.h"
 #include "../ckpt/ckpt_writer.h"
 #include "../core/error.h"
 #include "../core/fs.h"
@@ -197,6 +198,11 @@ int convert_hf_to_ckpt(const char *src, const char *dst, const ConvertOptions *o
     snprintf(path, sizeof path, "%s/config.json", src);
     ModelConfig cfg;
     if (hf_config_read(path, &cfg, err, errlen) != 0) return -1;
+    char why[1536];
+    if (ckpt_model_config_check(&cfg, why, sizeof why) != 0) { /* values the checkpoint's model.yaml cannot hold */
+        mt_set_error(err, errlen, "%s: a value the checkpoint cannot hold (%s)", path, why);
+        return -1;
+    }
     StModel *weights = st_model_open(src, err, errlen);
     if (!weights) return -1;
     apply_transformers5_tying(&cfg, weights, src);

@@ -155,6 +155,12 @@ spoiled untied llama_tied 's/"tie_word_embeddings": true/"tie_word_embeddings": 
 expect_error untied "missing tensor 'lm_head.weight'" "$WORK/untied"
 spoiled biases qwen2_bias 's/"model_type": "qwen2"/"model_type": "llama"/'
 expect_error biases "unexpected tensor 'model.layers.0.self_attn.[qkv]_proj.bias'" "$WORK/biases"
+# values config.json may hold but a checkpoint's model.yaml may not are refused before anything is written (a
+# checkpoint that convert writes always loads)
+spoiled eps0 llama_tied 's/"rms_norm_eps": 1e-06/"rms_norm_eps": 0/'
+expect_error eps0 "eps0/config.json: a value the checkpoint cannot hold (model.yaml: rms_norm_eps: expected a number > 0, found '0')" "$WORK/eps0"
+spoiled eps_subnormal llama_tied 's/"rms_norm_eps": 1e-06/"rms_norm_eps": 1e-320/'
+expect_error eps_subnormal "eps_subnormal/config.json: a value the checkpoint cannot hold (model.yaml: rms_norm_eps:" "$WORK/eps_subnormal"
 cp -r "$FIX/llama_tied" "$WORK/truncated"
 head -c 1000 "$FIX/llama_tied/model.safetensors" > "$WORK/truncated/model.safetensors"
 expect_error truncated "truncated/model.safetensors: header length" "$WORK/truncated"

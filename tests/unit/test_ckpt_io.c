@@ -464,6 +464,27 @@ static void test_filled_sources(void **state) {
     free_saved(&s);
 }
 
+/* A model config whose model.yaml would not load back (rms_norm_eps 0: the YAML reader wants > 0) is refused by
+ * the writer, naming the key, and nothing is left: a checkpoint written always loads. */
+static void test_unloadable_config_refused(void **state) {
+    (void)state;
+    ModelConfig cfg = recipe.model;
+    cfg.rms_norm_eps = 0;
+    float data[4] = {1, 2, 3, 4};
+    CkptSource src = {.name = "x", .ndim = 1, .global_shape = {4}, .shape = {4}, .data = data};
+    CkptPayload p = {.num_sources = 1, .sources = &src, .model_config = &cfg, .compression_level = 1,
+                     .filter = CKPT_FILTER_SHUFFLE4, .threads = 1};
+    char dir[512], err[2048];
+    snprintf(dir, sizeof dir, "%s/unloadable", work);
+    assert_int_equal(ckpt_write_payload(dir, &p, NULL, err, sizeof err), -1);
+    if (!strstr(err, "the model config cannot be saved so that it loads (model.yaml: rms_norm_eps: expected a number > 0"))
+        fail_msg("%s", err);
+    struct stat st;
+    assert_int_not_equal(stat(dir, &st), 0);
+    p.model_config = &recipe.model;
+    assert_int_equal(ckpt_write_payload(dir, &p, NULL, err, sizeof err), 0);
+}
+
 /* The distributed optimizer's moments: flat ranges that start and end
  * inside rows and planes of a 3-D expert block (ep rank 1 of 2) become boxes
  * of the global tensors holding exactly the right values, for fp32 and for
@@ -714,6 +735,7 @@ int main(void) {
         cmocka_unit_test(test_many_chunks_and_regions),
         cmocka_unit_test(test_3d_chunks),
         cmocka_unit_test(test_filled_sources),
+        cmocka_unit_test(test_unloadable_config_refused),
         cmocka_unit_test(test_sharded_boxes),
         cmocka_unit_test(test_bf16_moments),
         cmocka_unit_test(test_hf_files),
