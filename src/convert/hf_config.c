@@ -13,6 +13,7 @@
 
 #include "../core/error.h"
 #include "../core/json.h"
+#include "../model/moe_layer.h"
 #include "hf_families.h"
 
 typedef struct Reader {
@@ -193,11 +194,20 @@ static int read_moe(Reader *r, ModelConfig *cfg) {
     m->load_balancing = LB_AUX_LOSS;
     m->layer_freq = 1;
     m->bias_update_rate = 1e-3;
-    const char *experts_key = member(root, "num_experts") ? "num_experts" : "num_local_experts";
-    if (read_int(r, root, experts_key, 1, -1, &m->num_experts) ||
-        read_int(r, root, "num_experts_per_tok", 1, 2, &m->num_experts_per_tok) ||
+    /* Qwen3-MoE's own key is num_experts (transformers 5 may write num_local_experts), Mixtral's num_local_experts */
+    const char *experts_key = member(root, "num_experts")         ? "num_experts"
+                              : member(root, "num_local_experts") ? "num_local_experts"
+                              : cfg->family == FAMILY_MIXTRAL     ? "num_local_experts"
+                                                                  : "num_experts";
+    if (read_int_in(r, root, experts_key, 1, MT_MOE_MAX_EXPERTS, -1, &m->num_experts) ||
+        read_int_in(r, root, "num_experts_per_tok", 1, MT_MOE_MAX_TOPK, 2, &m->num_experts_per_tok) ||
         read_double(r, root, "router_aux_loss_coef", 0.001, &m->aux_loss_coeff))
         return -1;
+    if (m->num_experts_per_tok > m->num_experts) {
+        mt_set_error(r->err, r->errlen, "%s: num_experts_per_tok: expected at most %s (%d), found %d", r->label,
+                     experts_key, m->num_experts, m->num_experts_per_tok);
+        return -1;
+    }
     double jitter = 0.0;
     if (read_double(r, root, "router_jitter_noise", 0.0, &jitter) != 0) return -1;
     if (jitter != 0.0) {
@@ -283,9 +293,14 @@ static int check_shapes(Reader *r, const ModelConfig *cfg) {
                      r->label, cfg->num_attention_heads, cfg->num_key_value_heads);
         return -1;
     }
-    if (cfg->head_dim <= 0 || cfg->head_dim % 2 != 0 || (long)cfg->num_attention_heads * cfg->head_dim > INT_MAX / 2) {
+    if (cfg->head_dim <= 0 || cfg->head_dim % 2 != 0) {
         mt_set_error(r->err, r->errlen, "%s: head_dim: expected a positive even integer, found %d", r->label,
                      cfg->head_dim);
+        return -1;
+    }
+    if ((long)cfg->num_attention_heads * cfg->head_dim > INT_MAX / 2) {
+        mt_set_error(r->err, r->errlen, "%s: num_attention_heads x head_dim (%d x %d) is too large", r->label,
+                     cfg->num_attention_heads, cfg->head_dim);
         return -1;
     }
     return 0;

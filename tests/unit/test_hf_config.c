@@ -267,6 +267,14 @@ static void test_config_errors(void **state) {
     expect_config_error(BASE("gpt2") "}",
                         "model_type 'gpt2' is not a supported family (supported: llama, qwen2, qwen3, mixtral, qwen3_moe)");
     expect_config_error(BASE("mixtral") "}", "missing required key \"num_local_experts\"");
+    expect_config_error(BASE("qwen3_moe") ", \"moe_intermediate_size\": 8}", "missing required key \"num_experts\"");
+    expect_config_error(BASE("mixtral") ", \"num_local_experts\": 4, \"num_experts_per_tok\": 5}",
+                        "num_experts_per_tok: expected at most num_local_experts (4), found 5");
+    expect_config_error(BASE("mixtral") ", \"num_local_experts\": 2000}",
+                        "num_local_experts: 2000 is too large (expected at most 1024)");
+    expect_config_error(BASE("llama") ", \"num_attention_heads\": 1073741824, \"num_key_value_heads\": 1073741824, "
+                                      "\"head_dim\": 4}",
+                        "num_attention_heads x head_dim (1073741824 x 4) is too large");
     expect_config_error(BASE("mixtral") ", \"num_local_experts\": 4, \"router_jitter_noise\": 0.1}", "router_jitter_noise");
     expect_config_error(BASE("mixtral") ", \"num_local_experts\": 4, \"sliding_window\": 4096}", "sliding_window");
     expect_config_error("{\"hidden_size\": 64}", "missing \"model_type\"");
