@@ -256,6 +256,11 @@ int eval_main(int argc, char **argv) {
         mt_error("eval: %s", err);
         return MT_EXIT_FAILURE;
     }
+    if (opt.seq_len > cfg.max_position_embeddings) { /* as a run refuses train.seq_len above it */
+        mt_error("eval: --seq-len: expected at most the model's max_position_embeddings (%d), found %ld",
+                 cfg.max_position_embeddings, opt.seq_len);
+        return MT_EXIT_USAGE;
+    }
 
     /* the whole model on this process: a grid of one rank */
     Grid grid;

@@ -118,6 +118,8 @@ expect_error 1 "$WORK/empty-dir" "$WORK/empty-dir" --data "$WORK/english"
 expect_error 2 "--data" "$ckpt"
 expect_error 2 "--batches" "$ckpt" --data "$WORK/english" --batches zero
 expect_error 2 "--seq-len" "$ckpt" --data "$WORK/english" --seq-len -3
+expect_error 2 "--seq-len: expected at most the model's max_position_embeddings (256), found 257" "$ckpt" \
+  --data "$WORK/english" --seq-len 257
 expect_error 2 "--bogus" "$ckpt" --data "$WORK/english" --bogus 1
 expect_error 2 "--device: expected cpu or cuda, found 'tpu'" "$ckpt" --data "$WORK/english" --device tpu
 # without a GPU, --device cuda fails cleanly: a CPU-only build says how to get a CUDA one, a CUDA build names the
