@@ -36,6 +36,7 @@
 #include "grad_clip.h"
 #include "lr_schedule.h"
 #include "train_context.h"
+#include "train_signal.h"
 
 /* Seconds since *t, and *t moved to now. */
 static double lap(double *t) {
@@ -236,6 +237,9 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
     return 0;
 }
 
+/* Evaluation batches between two looks for a stop signal (collective over all ranks). */
+#define EVAL_SIGNAL_BATCHES 8
+
 double train_evaluate(TrainContext *ctx) {
     const TrainConfig *train = &ctx->recipe->train;
     /* Batch b reads samples b * mbs + [0, mbs) on every layout; dp rank r
@@ -255,10 +259,19 @@ double train_evaluate(TrainContext *ctx) {
                                     local_seq_len(ctx), pipeline_load, &src);
         loss_sum = dp_sum_double(&ctx->grid.groups[GROUP_PP], loss_sum); /* the last stage has it */
     } else {
-        /* a forward with collectives over tp and cp only (their ranks share their dp rank) needs no padding */
+        /* a forward with collectives over tp and cp only (their ranks share their dp rank) needs no padding; every
+         * rank goes through per_rank batches so that all ask train_signal_received (a collective) at the same ones:
+         * a long evaluation stops at SIGTERM within EVAL_SIGNAL_BATCHES batches (a preemption's grace period) */
         ModelDevice *dev = ctx->device;
         const long mine = (train->eval_batches - ctx->layout.dp_rank + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
-        for (long micro = 0; micro < (dev->eval_lockstep ? per_rank : mine); micro++) {
+        for (long micro = 0; micro < per_rank; micro++) {
+            if (micro > 0 && micro % EVAL_SIGNAL_BATCHES == 0 && train_signal_received()) {
+                mt_log("evaluation stopped by a signal after %ld of %ld batches (no eval_loss for this step)",
+                       micro * ctx->layout.dp_size, (long)train->eval_batches);
+                if (per_token) ctx->device->ops->set_loss_tokens(ctx->device, 0);
+                return NAN;
+            }
+            if (micro >= (dev->eval_lockstep ? per_rank : mine)) continue;
             tell_device(ctx, load_eval_batch(ctx, micro));
             loss_sum += dev->ops->forward(dev, ctx->batch.inputs, ctx->batch.targets, train->micro_batch_size,
                                           local_seq_len(ctx));

@@ -6,7 +6,8 @@
 # stopped by SIGTERM (mid-run, even mid-save) saves, exits 0 and resumes to
 # the same losses; likewise SIGUSR1. Checks the checkpoint layout, the latest
 # pointer (one holding garbage is warned about and ignored), retention
-# (keep_last 2) and that metrics.jsonl has each step once.
+# (keep_last 2) and that metrics.jsonl has each step once. A SIGTERM in a long
+# evaluation stops it within a few batches (on 2 ranks too).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 demo_data "$WORK/english"
@@ -51,6 +52,38 @@ for async in true false; do
   grep -q "^train:$" "$dir/recipe.yaml" && grep -q "steps: 40" "$dir/recipe.yaml" \
     || fail "async=$async: run.dir/recipe.yaml does not record train.steps 40"
   echo "async=$async: steps 21-40 identical"
+done
+
+# SIGTERM during a long evaluation (200,000 batches: minutes): it stops within a few batches, as a preemption's
+# grace period needs, the step's checkpoint is saved and the run exits 0. On 2 ranks (an odd number of batches: the
+# ranks evaluate different counts) the signal reaches rank 1 alone: rank 0 learns it in the evaluation's check.
+for np in 1 2; do
+  dir="$WORK/eval-signal-$np"
+  cmd=("$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$dir" --set train.steps=4
+       --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set optimizer.schedule.warmup_steps=1
+       --set logging.interval=1 --set train.eval_interval=2 --set train.eval_batches=200001 --set checkpoint.interval=100
+       --set train.micro_batch_size=4)
+  if [[ $np -eq 1 ]]; then "${cmd[@]}" > "$WORK/eval-signal.log" 2>&1 &
+  else mpirun --allow-run-as-root --oversubscribe -np 2 "${cmd[@]}" > "$WORK/eval-signal.log" 2>&1 &
+  fi
+  pid=$!
+  for _ in $(seq 1 3000); do [[ -f "$dir/metrics.jsonl" && -s "$dir/metrics.jsonl" ]] && break; sleep 0.02; done
+  sleep 2 # into step 2's evaluation
+  target=$pid
+  [[ $np -eq 1 ]] || target=$(rank_pid "$pid" 1)
+  [[ -n "$target" ]] || fail "eval signal: no rank 1 process"
+  kill -TERM "$target"
+  killed_at=$SECONDS
+  wait_gone "$pid" 60 "eval signal ($np ranks): still running 60 s after SIGTERM: $(tail -n 3 "$WORK/eval-signal.log")"
+  status=0; wait "$pid" || status=$?
+  [[ $status -eq 0 ]] || fail "eval signal ($np ranks): exit status $status: $(tail -n 5 "$WORK/eval-signal.log")"
+  grep -q "evaluation stopped by a signal after [0-9]* of 200001 batches" "$WORK/eval-signal.log" ||
+    fail "eval signal ($np ranks): the evaluation was not stopped: $(tail -n 5 "$WORK/eval-signal.log")"
+  grep -q "stopped by SIGTERM after step 2" "$WORK/eval-signal.log" ||
+    fail "eval signal ($np ranks): $(tail -n 3 "$WORK/eval-signal.log")"
+  [[ "$(cat "$dir/checkpoints/latest_checkpointed_iteration.txt")" == 2 ]] ||
+    fail "eval signal ($np ranks): no checkpoint of step 2"
+  echo "SIGTERM in an evaluation on $np rank(s): stopped in $((SECONDS - killed_at)) s, step 2 saved"
 done
 
 # SIGTERM while saving every step slowly (so the signal lands in a save or a
