@@ -55,7 +55,12 @@ static int prepare_index(GptSampleIndex *gi, const IndexedDataset *ds, const Dat
     if (use_cache && sample_cache_key(&key, data->cache_dir, ds, split_names[split], first, end, seq_len, seed,
                                       num_samples, err, errlen) != 0)
         return -1;
-    if (use_cache && sample_cache_load(gi, &key, ds) == 0) return 0;
+    if (use_cache) {
+        char why[256];
+        int loaded = sample_cache_load(gi, &key, ds, why, sizeof(why));
+        if (loaded == 0) return 0;
+        if (loaded < 0) mt_warn("data: the sample index cache %s is damaged (%s); rebuilding it", key.path, why);
+    }
     /* Large indices take a while to build: say what is happening (once cached, a restart skips this). */
     const bool large = num_samples >= LARGE_INDEX_SAMPLES;
     const double start = mt_now();

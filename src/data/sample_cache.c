@@ -10,18 +10,33 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../core/crc32c.h"
 #include "../core/error.h"
 #include "../core/fs.h"
 
 #define CACHE_MAGIC "MTGPTIDX"
-#define CACHE_VERSION 2 /* 2: sample order shuffled per epoch-sized block */
+/* 2: sample order shuffled per epoch-sized block; 3: a CRC-32C of the file,
+ * fsync'ed before the rename (files of older versions have other names and
+ * are never read: the version is part of the key). */
+#define CACHE_VERSION 3
 
 typedef struct CacheHeader {
     char magic[8];
     uint64_t version;
     uint64_t key;
     int64_t first_sequence, end_sequence, num_epochs, document_index_len, num_samples;
+    uint32_t crc; /* CRC-32C of this header (with crc 0) followed by the index block */
+    uint32_t reserved; /* 0 */
 } CacheHeader;
+
+_Static_assert(sizeof(CacheHeader) == 72, "the cache header is 72 bytes");
+
+/* The CRC-32C of the header h (its crc field taken as 0) and the block. */
+static uint32_t cache_crc(const CacheHeader *h, const void *block, size_t block_bytes) {
+    CacheHeader zeroed = *h;
+    zeroed.crc = 0;
+    return crc32c(crc32c(0, &zeroed, sizeof(zeroed)), block, block_bytes);
+}
 
 static uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
     const uint8_t *p = data;
@@ -69,41 +84,98 @@ int sample_cache_key(SampleCacheKey *key, const char *cache_dir, const IndexedDa
     return 0;
 }
 
-int sample_cache_load(GptSampleIndex *gi, const SampleCacheKey *key, const IndexedDataset *ds) {
-    FILE *f = fopen(key->path, "rb");
-    if (!f) return -1;
+/* Read and check the open cache file f into *out (its block allocated).
+ * Returns 0, or -1 with the reason in why (nothing allocated). */
+static int read_cache(FILE *f, GptSampleIndex *out, const SampleCacheKey *key, const IndexedDataset *ds, char *why,
+                      size_t whylen) {
     CacheHeader h;
     struct stat st;
+    if (fstat(fileno(f), &st) != 0) {
+        mt_set_error(why, whylen, "cannot stat: %s", strerror(errno));
+        return -1;
+    }
+    if ((uint64_t)st.st_size < sizeof(h) || fread(&h, sizeof(h), 1, f) != 1) {
+        mt_set_error(why, whylen, "%lld bytes: shorter than its %zu-byte header", (long long)st.st_size, sizeof(h));
+        return -1;
+    }
+    if (memcmp(h.magic, CACHE_MAGIC, 8) != 0) {
+        mt_set_error(why, whylen, "not a sample index cache file");
+        return -1;
+    }
+    if (h.version != CACHE_VERSION || h.key != key->hash) {
+        mt_set_error(why, whylen, "its header says version %llu, key %016llx", (unsigned long long)h.version,
+                     (unsigned long long)h.key);
+        return -1;
+    }
+    if (h.document_index_len < 0 || h.num_samples <= 0 || h.document_index_len >= (INT64_C(1) << 40) ||
+        h.num_samples >= (INT64_C(1) << 40)) {
+        mt_set_error(why, whylen, "impossible sizes in its header");
+        return -1;
+    }
     GptSampleIndex loaded;
     memset(&loaded, 0, sizeof(loaded));
-    int ok = fstat(fileno(f), &st) == 0 && fread(&h, sizeof(h), 1, f) == 1 &&
-             memcmp(h.magic, CACHE_MAGIC, 8) == 0 && h.version == CACHE_VERSION && h.key == key->hash &&
-             h.document_index_len >= 0 && h.num_samples > 0 && h.document_index_len < (INT64_C(1) << 40) &&
-             h.num_samples < (INT64_C(1) << 40);
-    if (ok) {
-        loaded.block_bytes = gpt_index_block_bytes(h.document_index_len, h.num_samples);
-        ok = (uint64_t)st.st_size == sizeof(h) + loaded.block_bytes;
+    loaded.block_bytes = gpt_index_block_bytes(h.document_index_len, h.num_samples);
+    if ((uint64_t)st.st_size != sizeof(h) + loaded.block_bytes) {
+        mt_set_error(why, whylen, "%lld bytes where its header says %llu", (long long)st.st_size,
+                     (unsigned long long)(sizeof(h) + loaded.block_bytes));
+        return -1;
     }
-    if (ok) {
-        loaded.first_sequence = h.first_sequence;
-        loaded.end_sequence = h.end_sequence;
-        loaded.num_epochs = h.num_epochs;
-        loaded.document_index_len = h.document_index_len;
-        loaded.num_samples = h.num_samples;
-        loaded.block = mt_malloc(loaded.block_bytes);
-        gpt_index_attach(&loaded);
-        ok = fread(loaded.block, 1, loaded.block_bytes, f) == loaded.block_bytes &&
-             gpt_index_validate(&loaded, ds) == 0;
-        if (!ok) free(loaded.block);
+    loaded.first_sequence = h.first_sequence;
+    loaded.end_sequence = h.end_sequence;
+    loaded.num_epochs = h.num_epochs;
+    loaded.document_index_len = h.document_index_len;
+    loaded.num_samples = h.num_samples;
+    loaded.block = mt_malloc(loaded.block_bytes);
+    gpt_index_attach(&loaded);
+    uint32_t crc = 0;
+    if (fread(loaded.block, 1, loaded.block_bytes, f) != loaded.block_bytes)
+        mt_set_error(why, whylen, "cannot read: %s", ferror(f) ? strerror(errno) : "unexpected end of file");
+    else if ((crc = cache_crc(&h, loaded.block, loaded.block_bytes)) != h.crc)
+        mt_set_error(why, whylen, "CRC-32C %08x where its header says %08x", crc, h.crc);
+    else if (gpt_index_validate(&loaded, ds) != 0)
+        mt_set_error(why, whylen, "its index does not fit the dataset");
+    else {
+        *out = loaded;
+        return 0;
     }
+    free(loaded.block);
+    return -1;
+}
+
+int sample_cache_load(GptSampleIndex *gi, const SampleCacheKey *key, const IndexedDataset *ds, char *why,
+                      size_t whylen) {
+    FILE *f = fopen(key->path, "rb");
+    if (!f) {
+        if (errno == ENOENT) return 1;
+        mt_set_error(why, whylen, "cannot open: %s", strerror(errno));
+        return -1;
+    }
+    int rc = read_cache(f, gi, key, ds, why, whylen);
     fclose(f);
-    if (!ok) return -1;
-    *gi = loaded;
+    return rc;
+}
+
+/* write(2) all n bytes (in chunks of at most 1 GiB, retrying on EINTR). 0 or -1 (errno). */
+static int write_all(int fd, const void *data, size_t n) {
+    const char *p = data;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (w == 0) {
+            errno = EIO;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
     return 0;
 }
 
 int sample_cache_save(const GptSampleIndex *gi, const SampleCacheKey *key, char *err, size_t errlen) {
-    char temp[2100];
+    char temp[2100], dir[sizeof(key->path)];
     if (mt_make_parent_dirs(key->path, err, errlen) != 0) return -1;
     if (mt_temp_name(temp, sizeof(temp), key->path) != 0) {
         mt_set_error(err, errlen, "%s: path too long", key->path);
@@ -119,23 +191,27 @@ int sample_cache_save(const GptSampleIndex *gi, const SampleCacheKey *key, char 
     h.num_epochs = gi->num_epochs;
     h.document_index_len = gi->document_index_len;
     h.num_samples = gi->num_samples;
-    FILE *f = fopen(temp, "wb");
-    if (!f) {
+    h.crc = cache_crc(&h, gi->block, gi->block_bytes);
+    int fd = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (fd < 0) {
         mt_set_error(err, errlen, "%s: cannot create: %s", temp, strerror(errno));
         return -1;
     }
-    int ok = fwrite(&h, sizeof(h), 1, f) == 1 && fwrite(gi->block, 1, gi->block_bytes, f) == gi->block_bytes &&
-             fflush(f) == 0;
-    int saved_errno = errno;
-    if (fclose(f) != 0) ok = 0;
-    if (ok && rename(temp, key->path) != 0) {
-        saved_errno = errno;
-        ok = 0;
-    }
-    if (!ok) {
+    /* The file reaches the disk before its name does (fsync, rename, fsync of
+     * the directory): a crash leaves the old file, the new one, or a temporary. */
+    if (write_all(fd, &h, sizeof(h)) != 0 || write_all(fd, gi->block, gi->block_bytes) != 0) {
+        int saved_errno = errno;
+        close(fd);
         unlink(temp);
         mt_set_error(err, errlen, "%s: cannot write the sample index cache: %s", key->path, strerror(saved_errno));
         return -1;
     }
-    return 0;
+    if (mt_sync_close(fd) != 0 || rename(temp, key->path) != 0) {
+        int saved_errno = errno;
+        unlink(temp);
+        mt_set_error(err, errlen, "%s: cannot write the sample index cache: %s", key->path, strerror(saved_errno));
+        return -1;
+    }
+    mt_parent_dir(key->path, dir, sizeof(dir));
+    return mt_sync_dir(dir, err, errlen);
 }
