@@ -5,6 +5,8 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "../core/error.h"
 #include "../core/rng.h"
@@ -52,6 +54,9 @@ int64_t gpt_shuffle_block(int64_t tokens_per_epoch, int seq_len) {
     return block > 0 ? block : 1;
 }
 
+/* What asks for the samples, for the messages of an index too large. */
+#define FEWER_SAMPLES "train.steps x the global batch size; train.eval_batches for validation"
+
 /* Samples in the complete shuffle blocks of `samples`. */
 static int64_t complete_block_samples(int64_t samples, int64_t block) { return samples / block * block; }
 
@@ -85,8 +90,23 @@ int gpt_index_build(GptSampleIndex *gi, const IndexedDataset *ds, int64_t first_
         epochs--;
     int64_t samples = (epochs * tokens_per_epoch - 1) / seq_len;
     if ((double)epochs * (double)units + 3.0 * (double)samples > (double)GPT_MAX_INDEX_ENTRIES) {
-        mt_set_error(err, errlen, "%s: %lld samples of %d tokens need %lld epochs of %lld tokens: too many", ds->prefix,
-                     (long long)target, seq_len, (long long)epochs, (long long)tokens_per_epoch);
+        mt_set_error(err, errlen, "%s: %lld samples of %d tokens need %lld epochs of %lld tokens: too many for a "
+                     "sample index; ask for fewer samples (%s)", ds->prefix, (long long)target, seq_len,
+                     (long long)epochs, (long long)tokens_per_epoch, FEWER_SAMPLES);
+        return -1;
+    }
+    const size_t bytes = gpt_index_block_bytes(epochs * units, samples);
+    /* the host's memory, or less under an address-space limit (ulimit -v) */
+    double host = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);
+    struct rlimit limit;
+    if (getrlimit(RLIMIT_AS, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY && (double)limit.rlim_cur < host)
+        host = (double)limit.rlim_cur;
+    const double GiB = 1073741824.0;
+    if (host > 0 && (double)bytes > host) { /* a clear error instead of "out of memory allocating N bytes" */
+        mt_set_error(err, errlen, "%s: %lld samples of %d tokens need a sample index of %.1f GiB (%lld epochs of %lld "
+                     "tokens), more than the %.1f GiB of memory this process may use: ask for fewer samples (%s)",
+                     ds->prefix, (long long)target, seq_len,
+                     (double)bytes / GiB, (long long)epochs, (long long)tokens_per_epoch, host / GiB, FEWER_SAMPLES);
         return -1;
     }
     gi->first_sequence = first_sequence;

@@ -90,6 +90,18 @@ grep -qF "megatrain: error: training data: data/demo/english: token 112 (token 3
 grep -qF "model's vocabulary [0, 100): was the dataset built with another tokenizer" "$WORK/stderr" ||
   fail "data outside the vocabulary: $(cat "$WORK/stderr")"
 [[ ! -e "$WORK/vocab" ]] || fail "the refused run left its new run.dir behind: $(ls -A "$WORK/vocab")"
+# a sample index larger than the memory the process may use (a 2 GB address-space limit here) is refused, naming
+# what asks for the samples, instead of an allocation failing with a byte count (not under the sanitizers, whose
+# runs cannot take an address-space limit)
+if [[ ${MT_SANITIZE:-0} != 1 ]]; then
+  status=0
+  (ulimit -v 2000000; exec "$MEGATRAIN" run "$f" --set run.dir="$WORK/huge_index" --set train.steps=50000000 \
+    > /dev/null 2> "$WORK/stderr") || status=$?
+  [[ $status == 1 ]] && grep -qF "need a sample index of" "$WORK/stderr" &&
+    grep -qF "GiB of memory this process may use: ask for fewer samples (train.steps x the global batch size" \
+      "$WORK/stderr" || fail "a huge sample index: exit $status: $(cat "$WORK/stderr")"
+  [[ ! -e "$WORK/huge_index" ]] || fail "the refused run left its new run.dir behind"
+fi
 # alias bombs (nested aliases expanding to millions of nodes: tests/fuzz/crashes/recipe_yaml) are
 # refused in milliseconds at the line of the alias that crossed the cap, by `plan` too, and in a --set
 # (in a subshell limited to 1 GB, so that a regression fails instead of exhausting the machine)
