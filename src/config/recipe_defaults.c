@@ -87,12 +87,20 @@ static void join_dir(char *out, size_t outlen, const char *dir, const char *name
     memcpy(out + dir_len + 1, name, name_len + 1);
 }
 
+#define DEFAULT_CACHE_DIR "data-cache" /* in run.dir */
+
+bool recipe_cache_dir_is_default(const Recipe *recipe) {
+    char dir[sizeof recipe->data.cache_dir];
+    join_dir(dir, sizeof dir, recipe->run.dir, DEFAULT_CACHE_DIR);
+    return strcmp(dir, recipe->data.cache_dir) == 0;
+}
+
 void recipe_fill_derived(Recipe *recipe, const YNode *root) {
     model_fill_derived(&recipe->model, ytree_get(root, "model"));
     if (recipe->run.name[0] == '\0') file_stem(recipe->run.name, sizeof recipe->run.name, recipe->source_path);
     if (recipe->run.dir[0] == '\0') join_dir(recipe->run.dir, sizeof recipe->run.dir, "runs", recipe->run.name);
     if (recipe->data.cache_dir[0] == '\0')
-        join_dir(recipe->data.cache_dir, sizeof recipe->data.cache_dir, recipe->run.dir, "data-cache");
+        join_dir(recipe->data.cache_dir, sizeof recipe->data.cache_dir, recipe->run.dir, DEFAULT_CACHE_DIR);
     if (!ytree_has(ytree_get(root, "optimizer"), "min_lr")) recipe->optimizer.min_lr = recipe->optimizer.lr * 0.1;
     if (!ytree_has(ytree_get(root, "data"), "split")) {
         double split[3] = {98, 2, 0};

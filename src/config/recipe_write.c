@@ -93,7 +93,11 @@ int recipe_write(const Recipe *recipe, const char *path, char *err, size_t errle
         return -1;
     }
     fprintf(out, "# The fully resolved recipe of this run (from %s).\n", recipe->source_path);
-    write_section(out, recipe, recipe_root_keys, 0);
+    Recipe *written = mt_malloc(sizeof *written); /* data.cache_dir's default stays tied to run.dir: null */
+    *written = *recipe;
+    if (recipe_cache_dir_is_default(recipe)) written->data.cache_dir[0] = '\0';
+    write_section(out, written, recipe_root_keys, 0);
+    free(written);
     int failed = ferror(out);
     if (fclose(out) != 0) failed = 1;
     if (failed || rename(tmp, path) != 0) {

@@ -5,7 +5,7 @@
 # - a change of model shape is refused (exit 2, naming the key);
 # - `run` into a run.dir with checkpoints is refused (exit 2);
 # - an older checkpoint named while newer ones exist is refused, and with
-#   --set run.dir=NEW it branches into NEW with the original's losses;
+#   --set run.dir=NEW it branches into NEW with the original's losses (its index cache in NEW);
 # - a finished run has nothing to do (exit 0); a directory without
 #   checkpoints is an error (exit 1);
 # - a checkpoint that cannot be written (file size limit) stops the run with
@@ -55,6 +55,10 @@ expect 0 "resume: from .*iter_0000010 at step 10" \
   "$MEGATRAIN" resume "$WORK/a/checkpoints/iter_0000010" --set run.dir="$WORK/branch" --set train.steps=30
 [[ "$(losses "$WORK/branch")" == "$(losses "$WORK/a" | sed -n '11,30p')" ]] || fail "the branch does not repeat steps 11-30"
 [[ -d "$WORK/branch/checkpoints/iter_0000030" && -d "$WORK/a/checkpoints/iter_0000030" ]] || fail "branch checkpoints misplaced"
+# data.cache_dir's default follows run.dir: the recipes say null, and the branch caches its index in its own run.dir
+grep -q '^  cache_dir: null$' "$WORK/a/recipe.yaml" "$WORK/a/checkpoints/iter_0000010/recipe.yaml" ||
+  fail "the default data.cache_dir was written resolved: $(grep cache_dir "$WORK/a/recipe.yaml")"
+ls "$WORK/branch/data-cache/"*.gptidx > /dev/null 2>&1 || fail "the branch did not cache its index in its own run.dir"
 expect 0 "nothing to do: the checkpoint is at step 30" "$MEGATRAIN" resume "$WORK/a"
 mkdir "$WORK/empty"
 expect 1 "holds no checkpoints" "$MEGATRAIN" resume "$WORK/empty"
