@@ -70,19 +70,15 @@ int ckpt_remove_tree(const char *path, char *err, size_t errlen) {
 int ckpt_read_file(const char *path, size_t max_bytes, unsigned char **data, size_t *len, char *err, size_t errlen) {
     *data = NULL;
     *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-        mt_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size > max_bytes) {
-        mt_set_error(err, errlen, "%s: %s", path,
-                     S_ISREG(st.st_mode) ? "larger than expected" : "not a regular file");
+    uint64_t size = 0;
+    int fd = mt_open_regular(path, NULL, &size, err, errlen); /* a FIFO is refused, not waited on */
+    if (fd < 0) return -1;
+    if (size > max_bytes) {
+        mt_set_error(err, errlen, "%s: larger than expected", path);
         close(fd);
         return -1;
     }
-    size_t n = (size_t)st.st_size;
+    size_t n = (size_t)size;
     unsigned char *buf = mt_malloc(n ? n : 1);
     size_t got = 0;
     while (got < n) {

@@ -79,8 +79,14 @@ static void describe_text(const char *text, size_t n, bool more, char *out, size
 int ckpt_read_latest(const char *checkpoints_dir, long *step, char *found, size_t foundlen) {
     char path[MT_PATH_MAX + 64], text[64];
     snprintf(path, sizeof path, "%s/%s", checkpoints_dir, CKPT_LATEST_FILE);
-    FILE *f = fopen(path, "r");
-    if (!f) return -1;
+    char why[MT_PATH_MAX + 128];
+    FILE *f = mt_fopen_regular(path, NULL, NULL, why, sizeof why); /* a FIFO is refused, not waited on */
+    if (!f) {
+        struct stat st;
+        if (stat(path, &st) != 0 || S_ISREG(st.st_mode)) return -1;
+        snprintf(found, foundlen, "nothing readable (it is %s)", mt_file_kind((unsigned int)st.st_mode));
+        return -2;
+    }
     size_t n = fread(text, 1, sizeof text - 1, f);
     bool more = n == sizeof text - 1 && fgetc(f) != EOF;
     fclose(f);

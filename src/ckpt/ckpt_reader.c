@@ -3,7 +3,6 @@
 #include "ckpt_reader.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -12,6 +11,7 @@
 
 #include "../core/error.h"
 #include "../core/float16.h"
+#include "../core/fs.h"
 #include "ckpt_codec.h"
 #include "ckpt_fs.h"
 #include "../core/crc32c.h"
@@ -43,7 +43,12 @@ int ckpt_reader_check_file(CkptReader *r, int index, bool with_crc, char *err, s
         mt_set_error(err, errlen, "%s: missing (%s)", path, strerror(errno));
         return -1;
     }
-    if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size != f->size) {
+    if (!S_ISREG(st.st_mode)) {
+        mt_set_error(err, errlen, "%s: is %s, expected a regular file (replaced)", path,
+                     mt_file_kind((unsigned int)st.st_mode));
+        return -1;
+    }
+    if ((uint64_t)st.st_size != f->size) {
         mt_set_error(err, errlen, "%s: %llu bytes, the metadata says %llu (truncated or replaced)", path,
                      (unsigned long long)st.st_size, (unsigned long long)f->size);
         return -1;
@@ -110,8 +115,7 @@ static int file_fd(CkptReader *r, uint32_t index, char *err, size_t errlen) {
     if (r->fds[index] >= 0) return r->fds[index];
     char path[MT_PATH_MAX + CKPT_NAME_MAX + 2];
     ckpt_file_path(path, sizeof path, r->dir, r->meta.files[index].name);
-    r->fds[index] = open(path, O_RDONLY | O_CLOEXEC);
-    if (r->fds[index] < 0) mt_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+    r->fds[index] = mt_open_regular(path, NULL, NULL, err, errlen); /* a FIFO is refused, not waited on */
     return r->fds[index];
 }
 

@@ -30,8 +30,9 @@ long ckpt_parse_iter_name(const char *name);
 int ckpt_list_steps(const char *checkpoints_dir, long **steps, char *err, size_t errlen);
 
 /* The step in latest_checkpointed_iteration.txt: 0; -1 when absent or
- * unreadable; -2 when it holds something else than a step number (a
- * description of what, for a message, into `found`). */
+ * unreadable; -2 when it holds something else than a step number, or is
+ * no regular file (a FIFO is never waited on) (a description of what, for a
+ * message, into `found`). */
 int ckpt_read_latest(const char *checkpoints_dir, long *step, char *found, size_t foundlen);
 
 /* Replace latest_checkpointed_iteration.txt (temporary file, fsync, rename,

@@ -2,14 +2,13 @@
  * plus lookup and dotted-path assignment (for --set overrides). */
 #include "yaml_tree.h"
 
-#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <yaml.h>
 
 #include "../core/error.h"
+#include "../core/fs.h"
 
 #define YTREE_MAX_DEPTH 64
 
@@ -189,17 +188,9 @@ static YNode *load_with(yaml_parser_t *parser, const char *file, bool lines, cha
 }
 
 YNode *ytree_load_file(const char *path, char *err, size_t errlen) {
-    FILE *fp = fopen(path, "rb");
-    if (!fp) {
-        mt_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    struct stat st;
-    if (fstat(fileno(fp), &st) == 0 && S_ISDIR(st.st_mode)) { /* else libyaml says only "input error" */
-        mt_set_error(err, errlen, "%s: is a directory, expected a YAML file", path);
-        fclose(fp);
-        return NULL;
-    }
+    /* a directory would make libyaml say only "input error", a FIFO would block: both refused here */
+    FILE *fp = mt_fopen_regular(path, "a YAML file", NULL, err, errlen);
+    if (!fp) return NULL;
     yaml_parser_t parser;
     yaml_parser_initialize(&parser);
     yaml_parser_set_input_file(&parser, fp);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "../core/error.h"
+#include "../core/fs.h"
 #include "../core/json.h"
 #include "../model/moe_layer.h"
 #include "hf_families.h"
@@ -380,26 +381,10 @@ done:
 }
 
 int hf_config_read(const char *path, ModelConfig *out, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        mt_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    size_t cap = 4096, n = 0, got;
-    char *text = mt_malloc(cap);
-    while ((got = fread(text + n, 1, cap - n, f)) > 0) {
-        n += got;
-        if (n == cap) text = mt_realloc(text, cap *= 2);
-    }
-    int failed = ferror(f);
-    fclose(f);
-    int status;
-    if (failed) {
-        mt_set_error(err, errlen, "%s: cannot read: %s", path, strerror(errno));
-        status = -1;
-    } else {
-        status = hf_config_parse(text, n, path, out, err, errlen);
-    }
+    size_t n = 0; /* a regular file of at most 64 MiB: never blocks on a FIFO */
+    char *text = mt_read_file(path, (size_t)64 << 20, &n, err, errlen);
+    if (!text) return -1;
+    const int status = hf_config_parse(text, n, path, out, err, errlen);
     free(text);
     return status;
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../core/error.h"
+#include "../core/fs.h"
 #include "hf_config.h"
 
 /* What Hugging Face model directories hold besides the weights and
@@ -30,11 +31,8 @@ enum { NUM_CARRIED = sizeof carried_names / sizeof carried_names[0] };
 
 /* The whole file at path (at most CKPT_MAX_HF_FILE_BYTES) into *data. */
 static int read_whole(const char *path, unsigned char **data, size_t *len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        mt_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
+    FILE *f = mt_fopen_regular(path, NULL, NULL, err, errlen); /* a directory or a FIFO is refused */
+    if (!f) return -1;
     size_t cap = 1 << 16, n = 0, got;
     unsigned char *buf = mt_malloc(cap);
     while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
@@ -63,12 +61,6 @@ int hf_files_collect(const char *dir, CkptHfFiles *out, char *err, size_t errlen
         snprintf(path, sizeof path, "%s/%s", dir, carried_names[i]);
         struct stat st;
         if (stat(path, &st) != 0 && errno == ENOENT) continue; /* not in this directory (a dangling link too) */
-        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) {
-            mt_set_error(err, errlen, "%s: %s", path, S_ISDIR(st.st_mode) ? "a directory, expected a file"
-                                                                         : "not a readable regular file");
-            ckpt_hf_files_free(out);
-            return -1;
-        }
         unsigned char *data = NULL;
         size_t len = 0;
         int rc = read_whole(path, &data, &len, err, errlen);

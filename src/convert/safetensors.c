@@ -3,17 +3,16 @@
 #include "safetensors.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../core/error.h"
 #include "../core/json.h"
 #include "../core/float16.h"
+#include "../core/fs.h"
 
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c assumes a little-endian host (safetensors data is little-endian)"
@@ -271,18 +270,10 @@ StFile *st_parse(const unsigned char *bytes, size_t len, const char *label, char
 }
 
 StFile *st_open(const char *path, char *err, size_t errlen) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) {
-        mt_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        mt_set_error(err, errlen, "%s: not a regular file", path);
-        close(fd);
-        return NULL;
-    }
-    size_t size = (size_t)st.st_size;
+    uint64_t file_size = 0;
+    int fd = mt_open_regular(path, NULL, &file_size, err, errlen); /* a FIFO is refused, not waited on */
+    if (fd < 0) return NULL;
+    size_t size = (size_t)file_size;
     if (size < 8) {
         close(fd);
         mt_set_error(err, errlen, "%s: %zu bytes is too short for a safetensors file (8-byte header length)", path,

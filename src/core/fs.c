@@ -1,4 +1,5 @@
-/* fs.c: mkdir -p, temporary names beside a file, fsync-then-close, and reading a whole file. */
+/* fs.c: mkdir -p, temporary names beside a file, fsync-then-close, opening an input file
+ * without blocking on a FIFO, and reading a whole file. */
 #include "fs.h"
 
 #include <errno.h>
@@ -148,22 +149,73 @@ int mt_rename_noreplace(const char *from, const char *to) {
     return rename(from, to);
 }
 
-char *mt_read_file(const char *path, size_t max_bytes, size_t *len, char *err, size_t errlen) {
-    FILE *f = fopen(path, "rb");
+const char *mt_file_kind(unsigned int mode) {
+    switch (mode & S_IFMT) {
+    case S_IFREG: return "a regular file";
+    case S_IFDIR: return "a directory";
+    case S_IFIFO: return "a FIFO";
+    case S_IFCHR: return "a character device";
+    case S_IFBLK: return "a block device";
+    case S_IFSOCK: return "a socket";
+    case S_IFLNK: return "a symbolic link";
+    default: return "an unknown kind of file";
+    }
+}
+
+int mt_open_regular(const char *path, const char *expected, uint64_t *size, char *err, size_t errlen) {
+    int fd;
+    do fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0) {
+        mt_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        mt_set_error(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        const char *kind = mt_file_kind((unsigned int)st.st_mode);
+        mt_set_error(err, errlen, "%s: is %s, expected %s", path, kind, expected ? expected : "a regular file");
+        close(fd);
+        return -1;
+    }
+    const int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0) {
+        mt_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    if (size) *size = (uint64_t)st.st_size;
+    return fd;
+}
+
+FILE *mt_fopen_regular(const char *path, const char *expected, uint64_t *size, char *err, size_t errlen) {
+    const int fd = mt_open_regular(path, expected, size, err, errlen);
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "rb");
     if (!f) {
         mt_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return NULL;
+        close(fd);
     }
-    struct stat sb;
-    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode) || (unsigned long long)sb.st_size > max_bytes) {
-        mt_set_error(err, errlen, "%s: not a regular file of at most %zu bytes", path, max_bytes);
+    return f;
+}
+
+char *mt_read_file(const char *path, size_t max_bytes, size_t *len, char *err, size_t errlen) {
+    uint64_t size = 0;
+    FILE *f = mt_fopen_regular(path, NULL, &size, err, errlen);
+    if (!f) return NULL;
+    if (size > max_bytes) {
+        mt_set_error(err, errlen, "%s: larger than %zu bytes (%llu)", path, max_bytes, (unsigned long long)size);
         fclose(f);
         return NULL;
     }
-    char *text = mt_malloc((size_t)sb.st_size + 1);
-    *len = fread(text, 1, (size_t)sb.st_size, f);
+    char *text = mt_malloc((size_t)size + 1);
+    *len = fread(text, 1, (size_t)size, f);
     const int read_errno = ferror(f) ? errno : 0;
-    const bool failed = read_errno != 0 || *len != (size_t)sb.st_size;
+    const bool failed = read_errno != 0 || *len != (size_t)size;
     fclose(f);
     if (failed) {
         mt_set_error(err, errlen, "%s: cannot read: %s", path, read_errno ? strerror(read_errno) : "the file changed size");

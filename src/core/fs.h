@@ -4,10 +4,29 @@
 #define MT_CORE_FS_H
 
 #include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+/* Open the input file `path` for reading without ever blocking on it: the
+ * open is O_RDONLY | O_NONBLOCK | O_CLOEXEC, so that a FIFO (named pipe) with
+ * no writer does not hang the process; anything but a regular file (a FIFO,
+ * a directory, a device, a socket) is then refused, and the descriptor is
+ * returned in blocking mode. `expected` words the refusal ("<path>: is a FIFO,
+ * expected <expected>"; NULL: "a regular file"). On success *size (when not
+ * NULL) is the file's size. Returns the fd, or -1 with err naming the file
+ * ("<path>: cannot open: <why>", "<path>: is a FIFO, expected a regular file"). */
+int mt_open_regular(const char *path, const char *expected, uint64_t *size, char *err, size_t errlen);
+
+/* mt_open_regular as a FILE* opened "rb" (NULL with err). */
+FILE *mt_fopen_regular(const char *path, const char *expected, uint64_t *size, char *err, size_t errlen);
+
+/* "a FIFO", "a directory", "a character device"...: what a stat mode is, in words. */
+const char *mt_file_kind(unsigned int mode);
 
 /* Read the whole regular file `path` (at most max_bytes) into a NUL-terminated
  * buffer the caller frees; *len excludes the NUL. NULL with err naming the file
- * ("cannot open: ...", "not a regular file of at most N bytes", "cannot read"). */
+ * ("cannot open: ...", "is a FIFO, expected a regular file", "larger than N bytes",
+ * "cannot read"); never blocks on a FIFO (mt_open_regular). */
 char *mt_read_file(const char *path, size_t max_bytes, size_t *len, char *err, size_t errlen);
 
 /* Create `dir` and any missing parents (like mkdir -p). Returns 0 or -1 with err. */

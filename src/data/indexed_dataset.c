@@ -8,15 +8,14 @@
 #include "indexed_dataset.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../core/error.h"
+#include "../core/fs.h"
 #include "indexed_dataset_format.h"
 
 int indexed_dtype_size(int dtype_code) {
@@ -68,19 +67,11 @@ static int read_exact(int fd, void *buf, size_t n, off_t at) {
 
 /* Read and check PREFIX.idx into ds (arrays copied to ds->idx_map). */
 static int open_index(IndexedDataset *ds, const char *path, char *err, size_t errlen) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) {
-        mt_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
+    uint64_t file_size = 0;
+    int fd = mt_open_regular(path, NULL, &file_size, err, errlen); /* a FIFO is refused, not waited on */
+    if (fd < 0) return -1;
     uint8_t header[IDX_HEADER_BYTES];
     int rc = -1;
-    if (fstat(fd, &st) != 0) {
-        mt_set_error(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
-        goto done;
-    }
-    uint64_t file_size = (uint64_t)st.st_size;
     if (file_size < IDX_HEADER_BYTES || read_exact(fd, header, IDX_HEADER_BYTES, 0) != 0) {
         mt_set_error(err, errlen, "%s: truncated index: %llu bytes, the header alone needs %d", path,
                      (unsigned long long)file_size, IDX_HEADER_BYTES);
@@ -150,18 +141,10 @@ done:
 }
 
 static int open_bin(IndexedDataset *ds, const char *path, char *err, size_t errlen) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) {
-        mt_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
-        return -1;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        mt_set_error(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    ds->bin_size = (size_t)st.st_size;
+    uint64_t file_size = 0;
+    int fd = mt_open_regular(path, NULL, &file_size, err, errlen); /* a FIFO is refused, not waited on */
+    if (fd < 0) return -1;
+    ds->bin_size = (size_t)file_size;
     ds->bin = NULL;
     if (ds->bin_size > 0) {
         void *map = mmap(NULL, ds->bin_size, PROT_READ, MAP_SHARED, fd, 0);
