@@ -82,6 +82,10 @@ static int apply_override(YNode *root, const char *text, char *err, size_t errle
     }
     memcpy(key, text, key_len);
     key[key_len] = '\0';
+    if (equals[1] == '\0') { /* an empty shell variable, most likely; YAML would read it as null: the default */
+        mt_set_error(err, errlen, "%s: no value after '=' (write %s=null for the key's default)", origin, key);
+        return -1;
+    }
     YNode *value = ytree_load_string(equals + 1, origin, err, errlen);
     if (!value) return -1;
     YLoc loc = {origin, 0};

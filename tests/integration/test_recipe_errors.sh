@@ -47,6 +47,8 @@ expect_error "$f" "$f:$(line_of "$f" "global_batch_size:"): train.global_batch_s
 # bad overrides name the override
 f=$FIX/good_minimal.yaml
 expect_error "$f" "--set train.stpes=3: unknown key 'train.stpes'" "did you mean 'train.steps'?" --set train.stpes=3
+# an empty value (an empty shell variable, most likely) is refused rather than read as null (the key's default)
+expect_error "$f" "--set optimizer.lr=: no value after '='" "optimizer.lr=null" --set optimizer.lr=
 # PEFT's names for the LoRA keys are answered with ours
 for spec in "r|rank" "lora_alpha|alpha" "lora_dropout|dropout"; do
   expect_error "$f" "--set peft.${spec%%|*}=16: unknown key 'peft.${spec%%|*}'" "did you mean 'peft.${spec#*|}'?" \
