@@ -1,6 +1,7 @@
 /* plan_main.c: `megatrain plan RECIPE [--world N] [--device-memory GiB] [--set k=v ...]`:
  * prints the layout plan.h computes and warns about stages that would not
  * fit the device memory (given, or read off GPU 0 in a CUDA build). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,7 +112,7 @@ int plan_main(int argc, char **argv) {
                 world = (int)n;
             } else {
                 device_gib = strtod(v, &end);
-                if (*end || !(device_gib > 0)) mt_die(MT_EXIT_USAGE, "--device-memory: expected GiB, found '%s'", v);
+                if (*end || !(device_gib > 0) || !isfinite(device_gib)) mt_die(MT_EXIT_USAGE, "--device-memory: expected GiB, found '%s'", v);
             }
         } else if (a[0] == '-' && a[1]) {
             mt_die(MT_EXIT_USAGE, "unknown option '%s'\n%s", a, plan_usage);

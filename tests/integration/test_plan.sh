@@ -39,6 +39,12 @@ for lever in "optimizer.state_dtype: bf16" "parallel.distributed_optimizer: true
   grep -q "$lever ([0-9.]* GiB)" "$WORK/err" || fail "the advice does not offer $lever with its estimate: $(cat "$WORK/err")"
 done
 grep -q "; with more ranks: raise parallel.tp or parallel.pp$" "$WORK/err" || fail "the advice names no ranks to raise"
+# a memory that is no size is refused
+for bad in inf nan 0 -3 16x; do
+  status=0; "$MEGATRAIN" plan "$WORK/r.yaml" --device-memory "$bad" > /dev/null 2> "$WORK/err" || status=$?
+  [[ $status -eq 2 ]] && grep -qF -- "--device-memory: expected GiB, found '$bad'" "$WORK/err" ||
+    fail "--device-memory $bad: exit $status: $(cat "$WORK/err")"
+done
 # ... at dp 1 the distributed optimizer saves nothing and is not offered
 "$MEGATRAIN" plan "$WORK/r.yaml" --world 4 --device-memory 16 > /dev/null 2> "$WORK/err4"
 grep -q "optimizer.state_dtype: bf16" "$WORK/err4" || fail "no advice at dp 1: $(cat "$WORK/err4")"
