@@ -106,6 +106,7 @@ int convert_main(int argc, char **argv) {
         return usage_error("%s", num_paths == 0 ? "missing SRC and DST" : "missing DST");
     }
     const char *src = paths[0], *dst = paths[1];
+    if (!src[0] || !dst[0]) return usage_error("%s", !src[0] ? "SRC is empty" : "DST is empty");
     struct stat st;
     if (stat(src, &st) != 0) {
         mt_error("convert: %s: %s", src, strerror(errno));

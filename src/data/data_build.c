@@ -187,6 +187,14 @@ static int parse_options(int argc, char **argv, BuildOptions *opt) {
                      build_usage_text);
         return 2;
     }
+    const size_t out_len = strlen(opt->output);
+    if (opt->output[out_len - 1] == '/' || (out_len >= 2 && !strcmp(opt->output + out_len - 2, "/.")) ||
+        !strcmp(opt->output, ".") || !strcmp(opt->output, "..") ||
+        (out_len >= 3 && !strcmp(opt->output + out_len - 3, "/.."))) {
+        mt_error("data build: --output %s: expected a file prefix such as data/corpus (PREFIX.bin and PREFIX.idx are "
+                 "written), found a directory", opt->output);
+        return 2;
+    }
     if (!opt->tokenizer[0]) {
         mt_error("data build: --tokenizer needs a path to tokenizer.json (or a model directory) or 'byte'");
         return 2;

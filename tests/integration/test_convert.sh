@@ -184,6 +184,8 @@ status=0
 [[ "$(ls "$WORK/taken")" == file ]] || fail "existing DST was touched"
 
 # Usage.
+status=0; "$MEGATRAIN" convert "$FIX/llama_tied" "" > /dev/null 2> "$WORK/err.txt" || status=$?
+[[ $status -eq 2 ]] && grep -q "DST is empty" "$WORK/err.txt" || fail "an empty DST: $status $(cat "$WORK/err.txt")"
 # (to a file first: grep -q on a pipe may exit before the writer ends, and pipefail would see its SIGPIPE)
 "$MEGATRAIN" convert --help > "$WORK/help.txt" || fail "--help failed"
 grep -q "usage: megatrain convert SRC DST" "$WORK/help.txt" || fail "--help"

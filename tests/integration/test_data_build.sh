@@ -80,6 +80,10 @@ expect_fail 2 "--output" --input "$D/plain.txt"
 expect_fail 2 "unexpected argument" --input "$D/plain.txt" --output "$D/bad/x" --vocab 5
 only_files "$D/bad" || fail "failed builds left files behind: $(ls -A "$D/bad")"
 
+# --- a directory as the prefix (it would write DIR/.bin): refused -
+for out in / "$D/out/" "$D/out/."; do
+  expect_fail 2 "--output $out: expected a file prefix such as data/corpus" --input "$D/docs.jsonl" --output "$out"
+done
 # --- an existing prefix: refused (exit 2, naming the files) unless --overwrite -
 cp "$D/out/plain.bin" "$D/plain.bin.before"; cp "$D/out/plain.idx" "$D/plain.idx.before"
 same_as_before() { cmp -s "$D/out/plain.bin" "$D/plain.bin.before" && cmp -s "$D/out/plain.idx" "$D/plain.idx.before"; }
