@@ -24,9 +24,12 @@ static void fail(Parser *ps, const char *expected) {
     if (ps->p >= ps->end)
         mt_set_error(ps->why, ps->whylen, "column %zu: unexpected end of line, expected %s",
                      (size_t)(ps->p - ps->start) + 1, expected);
-    else
+    else if ((unsigned char)*ps->p >= 0x20 && (unsigned char)*ps->p < 0x7f)
         mt_set_error(ps->why, ps->whylen, "column %zu: expected %s, found '%c'", (size_t)(ps->p - ps->start) + 1,
                      expected, *ps->p);
+    else /* a control byte (NUL would end the message) or a UTF-8 byte: by value */
+        mt_set_error(ps->why, ps->whylen, "column %zu: expected %s, found byte 0x%02x", (size_t)(ps->p - ps->start) + 1,
+                     expected, (unsigned char)*ps->p);
 }
 
 static void skip_space(Parser *ps) {

@@ -67,6 +67,9 @@ mkdir -p "$D/bad"
 expect_fail '!' "nothing.txt" --input "$D/nothing.txt" --output "$D/bad/x"
 printf '{"text": "ok"}\n{"text": "unterminated}\n' > "$D/broken.jsonl"
 expect_fail '!' "broken.jsonl:2" --input "$D/broken.jsonl" --output "$D/bad/x"
+printf '{"text": "a\0b"}\n' > "$D/nul.jsonl"  # a raw NUL is named by value (printed, it would end the message)
+expect_fail '!' "nul.jsonl:1: bad JSON: column 12: expected no raw control character inside a string (use an escape), found byte 0x00$" \
+  --input "$D/nul.jsonl" --output "$D/bad/x"
 printf '{"text": "ok"}\n{"text": "x"} trailing\n' > "$D/trailing.jsonl"
 expect_fail '!' "trailing.jsonl:2" --input "$D/trailing.jsonl" --output "$D/bad/x"
 printf '{"text": "ok"}\n\n{"title": "no text"}\n' > "$D/notext.jsonl"
