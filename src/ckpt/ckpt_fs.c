@@ -14,31 +14,13 @@
 #include "../core/error.h"
 #include "../core/fs.h"
 
-int ckpt_write_all(int fd, const void *data, size_t n) {
-    const char *p = data;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (w == 0) {
-            errno = EIO;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 int ckpt_write_file(const char *path, const void *data, size_t n, char *err, size_t errlen) {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     if (fd < 0) {
         mt_set_error(err, errlen, "%s: cannot create: %s", path, strerror(errno));
         return -1;
     }
-    if (ckpt_write_all(fd, data, n) != 0) {
+    if (mt_write_all(fd, data, n) != 0) {
         mt_set_error(err, errlen, "%s: write failed: %s", path, strerror(errno));
         close(fd);
         return -1;

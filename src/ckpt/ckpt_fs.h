@@ -1,6 +1,7 @@
-/* ckpt_fs.h: the file-system steps of a crash-safe save: complete writes,
- * removal of a directory tree, and whole-file reads (fsync of directories
- * and a rename that never replaces are in src/core/fs.h). */
+/* ckpt_fs.h: the file-system steps of a crash-safe save: a file written
+ * whole, removal of a directory tree, and whole-file reads (complete writes,
+ * fsync of directories and a rename that never replaces are in
+ * src/core/fs.h). */
 #ifndef MT_CKPT_CKPT_FS_H
 #define MT_CKPT_CKPT_FS_H
 
@@ -8,9 +9,6 @@
 #include <stdint.h>
 
 #include "../core/fs.h"
-
-/* write() all n bytes (retrying short writes and EINTR). Returns 0 or -1 (errno). */
-int ckpt_write_all(int fd, const void *data, size_t n);
 
 /* Create `path` (which must not exist) with `data`, fsync and close it.
  * Returns 0, or -1 with err naming the file. */

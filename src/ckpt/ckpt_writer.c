@@ -325,7 +325,7 @@ static int write_shard(const char *path, const CkptPayload *p, const ChunkJob *j
                 rc = -1;
                 break;
             }
-            if (ckpt_write_all(fd, slots[s].dst, slots[s].stored) != 0) {
+            if (mt_write_all(fd, slots[s].dst, slots[s].stored) != 0) {
                 mt_set_error(err, errlen, "%s: write failed: %s", path, strerror(errno));
                 rc = -1;
                 break;

@@ -149,6 +149,24 @@ int mt_rename_noreplace(const char *from, const char *to) {
     return rename(from, to);
 }
 
+int mt_write_all(int fd, const void *data, size_t n) {
+    const char *p = data;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (w == 0) {
+            errno = EIO;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
 const char *mt_file_kind(unsigned int mode) {
     switch (mode & S_IFMT) {
     case S_IFREG: return "a regular file";

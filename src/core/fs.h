@@ -20,6 +20,9 @@ int mt_open_regular(const char *path, const char *expected, uint64_t *size, char
 /* mt_open_regular as a FILE* opened "rb" (NULL with err). */
 FILE *mt_fopen_regular(const char *path, const char *expected, uint64_t *size, char *err, size_t errlen);
 
+/* write(2) all n bytes (in chunks of at most 1 GiB, retrying on EINTR). 0, or -1 with errno set. */
+int mt_write_all(int fd, const void *data, size_t n);
+
 /* "a FIFO", "a directory", "a character device"...: what a stat mode is, in words. */
 const char *mt_file_kind(unsigned int mode);
 

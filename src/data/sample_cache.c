@@ -155,25 +155,6 @@ int sample_cache_load(GptSampleIndex *gi, const SampleCacheKey *key, const Index
     return rc;
 }
 
-/* write(2) all n bytes (in chunks of at most 1 GiB, retrying on EINTR). 0 or -1 (errno). */
-static int write_all(int fd, const void *data, size_t n) {
-    const char *p = data;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n > (1u << 30) ? (1u << 30) : n);
-        if (w < 0) {
-            if (errno == EINTR) continue;
-            return -1;
-        }
-        if (w == 0) {
-            errno = EIO;
-            return -1;
-        }
-        p += w;
-        n -= (size_t)w;
-    }
-    return 0;
-}
-
 int sample_cache_save(const GptSampleIndex *gi, const SampleCacheKey *key, char *err, size_t errlen) {
     char temp[2100], dir[sizeof(key->path)];
     if (mt_make_parent_dirs(key->path, err, errlen) != 0) return -1;
@@ -199,7 +180,7 @@ int sample_cache_save(const GptSampleIndex *gi, const SampleCacheKey *key, char 
     }
     /* The file reaches the disk before its name does (fsync, rename, fsync of
      * the directory): a crash leaves the old file, the new one, or a temporary. */
-    if (write_all(fd, &h, sizeof(h)) != 0 || write_all(fd, gi->block, gi->block_bytes) != 0) {
+    if (mt_write_all(fd, &h, sizeof(h)) != 0 || mt_write_all(fd, gi->block, gi->block_bytes) != 0) {
         int saved_errno = errno;
         close(fd);
         unlink(temp);

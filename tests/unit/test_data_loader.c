@@ -18,6 +18,8 @@
 
 #include <cmocka.h>
 
+#include "core/fs.h"
+
 #include "core/crc32c.h"
 #include "data/blend.h"
 #include "data/data_loader.h"
@@ -421,16 +423,11 @@ static int find_cache_file(const char *dir, char *out, size_t outlen) {
 #define CACHE_HEADER_BYTES 72
 #define CACHE_CRC_AT 64
 
-static unsigned char *read_whole(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *data = malloc(*len ? *len : 1);
-    assert_int_equal(fread(data, 1, *len, f), *len);
-    fclose(f);
-    return data;
+static unsigned char *read_whole(const char *path, size_t *len) { /* the whole file, or the test fails */
+    char err[512];
+    char *data = mt_read_file(path, (size_t)1 << 30, len, err, sizeof err);
+    if (!data) fail_msg("%s", err);
+    return (unsigned char *)data;
 }
 
 static void write_whole(const char *path, const unsigned char *data, size_t len) {

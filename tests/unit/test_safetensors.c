@@ -18,6 +18,8 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include "core/fs.h"
+
 #include "core/float16.h"
 #include "convert/safetensors.h"
 #include "core/rng.h"
@@ -112,16 +114,11 @@ static size_t reference_bytes(unsigned char *out) {
     return 8 + header + sizeof reference_data;
 }
 
-static unsigned char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    assert_non_null(f);
-    fseek(f, 0, SEEK_END);
-    *len = (size_t)ftell(f);
-    fseek(f, 0, SEEK_SET);
-    unsigned char *data = malloc(*len ? *len : 1);
-    assert_int_equal(fread(data, 1, *len, f), *len);
-    fclose(f);
-    return data;
+static unsigned char *read_file(const char *path, size_t *len) { /* the whole file, or the test fails */
+    char err[512];
+    char *data = mt_read_file(path, (size_t)1 << 30, len, err, sizeof err);
+    if (!data) fail_msg("%s", err);
+    return (unsigned char *)data;
 }
 
 static void test_hand_assembled(void **state) {
