@@ -83,11 +83,12 @@ mkdir -p "$WORK/kept"
 [[ -d "$WORK/kept" ]] || fail "a refused run removed a run.dir that existed before it"
 # data with ids past the model's vocabulary (another tokenizer's) is refused before the first step, naming the
 # dataset and the token (exit 1: the data, not the recipe), and the run.dir it made goes, with its index cache
+demo_data "$WORK/english"
 status=0
-"$MEGATRAIN" run "$f" --set run.dir="$WORK/vocab" --set model.vocab_size=100 > /dev/null 2> "$WORK/stderr" ||
-  status=$?
+"$MEGATRAIN" run "$f" --set run.dir="$WORK/vocab" --set model.vocab_size=100 \
+  --set "data.train=[{path: $WORK/english, weight: 1.0}]" > /dev/null 2> "$WORK/stderr" || status=$?
 [[ $status == 1 ]] || fail "data outside the vocabulary: exit status $status, expected 1: $(cat "$WORK/stderr")"
-grep -qF "megatrain: error: training data: data/demo/english: token 112 (token 34 of sequence 0) is outside the" \
+grep -qF "megatrain: error: training data: $WORK/english: token 112 (token 34 of sequence 0) is outside the" \
   "$WORK/stderr" || fail "data outside the vocabulary: $(cat "$WORK/stderr")"
 grep -qF "model's vocabulary [0, 100): was the dataset built with another tokenizer" "$WORK/stderr" ||
   fail "data outside the vocabulary: $(cat "$WORK/stderr")"
@@ -98,7 +99,7 @@ grep -qF "model's vocabulary [0, 100): was the dataset built with another tokeni
 if [[ ${MT_SANITIZE:-0} != 1 ]]; then
   status=0
   (ulimit -v 2000000; exec "$MEGATRAIN" run "$f" --set run.dir="$WORK/huge_index" --set train.steps=50000000 \
-    > /dev/null 2> "$WORK/stderr") || status=$?
+    --set "data.train=[{path: $WORK/english, weight: 1.0}]" > /dev/null 2> "$WORK/stderr") || status=$?
   [[ $status == 1 ]] && grep -qF "need a sample index of" "$WORK/stderr" &&
     grep -qF "GiB of memory this process may use: ask for fewer samples (train.steps x the global batch size" \
       "$WORK/stderr" || fail "a huge sample index: exit $status: $(cat "$WORK/stderr")"
