@@ -172,9 +172,9 @@ static int check_contents(const IndexedDataset *ds, const char *idx_path, const 
             return -1;
         }
         if ((uint64_t)off > ds->bin_size || (uint64_t)len > (ds->bin_size - (uint64_t)off) / (uint64_t)ts) {
-            mt_set_error(err, errlen, "%s: sequence %lld (bytes %lld..%lld) lies outside the file (%zu bytes); "
-                         "truncated or mismatched with %s", bin_path, (long long)i, (long long)off,
-                         (long long)(off + len * ts), ds->bin_size, idx_path);
+            mt_set_error(err, errlen, "%s: sequence %lld (%lld tokens of %lld bytes from byte %lld) lies outside the "
+                         "file (%zu bytes); truncated or mismatched with %s", bin_path, (long long)i, (long long)len,
+                         (long long)ts, (long long)off, ds->bin_size, idx_path);
             return -1;
         }
     }
