@@ -276,6 +276,10 @@ int model_config_load(ModelConfig *model, const char *path, char *err, size_t er
 /* The same from text in memory; `origin` names it in messages. */
 int model_config_load_text(ModelConfig *model, const char *text, const char *origin, char *err, size_t errlen);
 
+/* Whether data.cache_dir is its default, run.dir/data-cache (recipe_write writes it as null, so that a resume into
+ * another run.dir caches there). */
+bool recipe_cache_dir_is_default(const Recipe *recipe);
+
 /* Write the fully resolved recipe as YAML (run.dir/recipe.yaml); it loads back
  * to an identical Recipe. Returns 0, or -1 with err set. */
 int recipe_write(const Recipe *recipe, const char *path, char *err, size_t errlen);

@@ -93,9 +93,6 @@ void model_set_defaults(ModelConfig *model);
 void model_fill_derived(ModelConfig *model, const YNode *model_map);
 void recipe_set_defaults(Recipe *recipe);
 void recipe_fill_derived(Recipe *recipe, const YNode *root);
-/* Whether data.cache_dir is its default, run.dir/data-cache (recipe_write then writes null, so that a resume into
- * another run.dir caches there). */
-bool recipe_cache_dir_is_default(const Recipe *recipe);
 
 /* Custom readers and writers (recipe_custom_*.c). */
 int read_rope_scaling(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);

@@ -212,12 +212,18 @@ static ModelDevice *open_device(const char *ckpt, const ModelDeviceSetup *setup)
 static DataLoader *open_data(const EvalOptions *opt) {
     DataConfig data;
     memset(&data, 0, sizeof data);
-    DataSource *source = opt->split_given ? &data.train[0] : &data.valid[0];
-    *(opt->split_given ? &data.num_train : &data.num_valid) = 1;
+    DataSource *source;
+    if (opt->split_given) {
+        data.num_train = 1;
+        source = &data.train[0];
+        memcpy(data.split, opt->split, sizeof data.split);
+    } else {
+        data.num_valid = 1;
+        source = &data.valid[0];
+        data.split[0] = 1.0; /* unused with data.valid; a valid split for the loader's checks */
+    }
     snprintf(source->path, sizeof source->path, "%s", opt->data);
     source->weight = 1.0;
-    if (opt->split_given) memcpy(data.split, opt->split, sizeof data.split);
-    else data.split[0] = 1.0; /* unused with data.valid; a valid split for the loader's checks */
     data.cache_dir[0] = '\0';
     data.pack = opt->pack;
     data.pack_overlong = opt->pack_overlong;

@@ -98,7 +98,8 @@ static int check_vocab(const TrainContext *ctx, char *err, size_t errlen) {
         mt_set_error(err, errlen, "training data: %s", why);
         return -1;
     }
-    if (ctx->valid_data && data_loader_check_vocab(ctx->valid_data, V, VOCAB_CHECK_TOKENS, why, sizeof why) != 0) {
+    /* validation from data.split reads the training datasets, checked above */
+    if (ctx->valid_data && ctx->recipe->data.num_valid > 0 && data_loader_check_vocab(ctx->valid_data, V, VOCAB_CHECK_TOKENS, why, sizeof why) != 0) {
         mt_set_error(err, errlen, "validation data: %s", why);
         return -1;
     }
@@ -205,9 +206,7 @@ static void remove_refused_run_dir(const Recipe *recipe) {
         snprintf(path, sizeof path, "%s/%s", run_dir, written[i]);
         unlink(path);
     }
-    char parent[MT_PATH_MAX];
-    mt_parent_dir(recipe->data.cache_dir, parent, sizeof parent);
-    if (strcmp(parent, run_dir) == 0) ckpt_remove_tree(recipe->data.cache_dir, ignored, sizeof ignored);
+    if (recipe_cache_dir_is_default(recipe)) ckpt_remove_tree(recipe->data.cache_dir, ignored, sizeof ignored);
     rmdir(run_dir);
 }
 
