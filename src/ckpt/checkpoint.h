@@ -120,8 +120,10 @@ typedef struct CkptParams CkptParams;
 /* Open checkpoint `dir` for reading the parameters of registry `infos` (the
  * whole model of `cfg`, model_registry_of) without loading them: each one
  * checked present with its whole shape, and none of another model held.
- * The frozen base a LoRA checkpoint references is not opened (such a
- * checkpoint is refused). NULL with err. */
+ * A frozen parameter that a LoRA checkpoint does not store is read from the
+ * base it references (opened, and checked as ckpt_load_model checks it,
+ * only when `infos` holds such a parameter: the adapters alone need no
+ * base). NULL with err. */
 CkptParams *ckpt_params_open(const char *dir, const ModelConfig *cfg, const ParamInfo *infos, int num_params,
                              char *err, size_t errlen);
 /* The box [start, start + shape) of parameter `param` (an index into the

@@ -287,8 +287,27 @@ int ckpt_read_step(const char *dir, long *step, char *err, size_t errlen) {
 
 struct CkptParams {
     CkptReader *reader;
-    const CkptTensorMeta **tensors; /* per parameter of the caller's registry */
+    CkptReader *base;               /* the frozen base the checkpoint references, opened when a parameter is there */
+    CkptReader **from;              /* per parameter of the caller's registry: reader or base */
+    const CkptTensorMeta **tensors; /* per parameter, in its reader */
 };
+
+/* Parameter `info` in cp's checkpoint or, frozen and not stored there, in
+ * the base it references (opened and checked at the first such parameter,
+ * as load_weights does). 0, or -1 with err. */
+static int locate_param(CkptParams *cp, int i, const ParamInfo *info, char *err, size_t errlen) {
+    CkptReader *r = cp->reader;
+    if (!(info->frozen && r->meta.base.present && !ckpt_meta_find(&r->meta, info->name))) {
+        cp->from[i] = r;
+        return (cp->tensors[i] = find_param(r, info->name, info, err, errlen)) ? 0 : -1;
+    }
+    if (!cp->base && !(cp->base = ckpt_base_open(r->dir, &r->meta.base, err, errlen))) return -1;
+    char why[2048];
+    cp->from[i] = cp->base;
+    if ((cp->tensors[i] = find_param(cp->base, info->name, info, why, sizeof why))) return 0;
+    ckpt_base_unreadable(err, errlen, r->dir, &r->meta.base, why);
+    return -1;
+}
 
 CkptParams *ckpt_params_open(const char *dir, const ModelConfig *cfg, const ParamInfo *infos, int num_params,
                              char *err, size_t errlen) {
@@ -296,17 +315,10 @@ CkptParams *ckpt_params_open(const char *dir, const ModelConfig *cfg, const Para
     if (!r) return NULL;
     CkptParams *cp = mt_calloc(1, sizeof *cp);
     cp->reader = r;
+    cp->from = mt_calloc((size_t)(num_params ? num_params : 1), sizeof *cp->from);
     cp->tensors = mt_calloc((size_t)(num_params ? num_params : 1), sizeof *cp->tensors);
     int rc = check_no_extra_params(r, cfg, err, errlen);
-    for (int i = 0; i < num_params && rc == 0; i++) {
-        if (infos[i].frozen && r->meta.base.present && !ckpt_meta_find(&r->meta, infos[i].name)) {
-            mt_set_error(err, errlen, "%s: its frozen base is in %s, which this reader does not open", dir,
-                         r->meta.base.dir);
-            rc = -1;
-        } else if (!(cp->tensors[i] = find_param(r, infos[i].name, &infos[i], err, errlen))) {
-            rc = -1;
-        }
-    }
+    for (int i = 0; i < num_params && rc == 0; i++) rc = locate_param(cp, i, &infos[i], err, errlen);
     if (rc != 0) {
         ckpt_params_close(cp);
         return NULL;
@@ -316,12 +328,19 @@ CkptParams *ckpt_params_open(const char *dir, const ModelConfig *cfg, const Para
 
 int ckpt_params_read(CkptParams *cp, int param, const int64_t *start, const int64_t *shape, float *dst, char *err,
                      size_t errlen) {
-    return ckpt_reader_read(cp->reader, cp->tensors[param], start, shape, dst, err, errlen);
+    if (cp->from[param] == cp->reader)
+        return ckpt_reader_read(cp->reader, cp->tensors[param], start, shape, dst, err, errlen);
+    char why[2048];
+    if (ckpt_reader_read(cp->base, cp->tensors[param], start, shape, dst, why, sizeof why) == 0) return 0;
+    ckpt_base_unreadable(err, errlen, cp->reader->dir, &cp->reader->meta.base, why);
+    return -1;
 }
 
 void ckpt_params_close(CkptParams *cp) {
     if (!cp) return;
+    ckpt_reader_close(cp->base);
     ckpt_reader_close(cp->reader);
     free(cp->tensors);
+    free(cp->from);
     free(cp);
 }

@@ -19,6 +19,7 @@
 #include <stdint.h>
 
 #include "../model/model.h"
+#include "lora_export.h"
 #include "safetensors.h"
 
 typedef struct ConvertOptions {
@@ -36,12 +37,21 @@ int convert_main(int argc, char **argv);
 int convert_hf_to_ckpt(const char *src, const char *dst, const ConvertOptions *options, char *err, size_t errlen);
 int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *options, char *err, size_t errlen);
 
-/* A LoRA checkpoint's model (loaded from ckpt): its adapters as PEFT's
- * directory dst (written into a temporary directory, then renamed), and the
- * merged model (a new whole Model without adapters; NULL with err).
- * convert_lora.c. */
-int convert_lora_to_peft(const char *ckpt, const Model *model, const char *dst, const ConvertOptions *options,
-                         char *err, size_t errlen);
-Model *lora_merged_model(const Model *lora, char *err, size_t errlen);
+/* A LoRA checkpoint's adapters, read into memory (a few MiB whatever the
+ * base's size; the base is not opened): `view` describes them, over the
+ * whole LoRA model's registry. convert_lora.c. */
+typedef struct CkptAdapters {
+    LoraAdapters view;
+    ModelConfig cfg;
+    ParamInfo *infos;
+    long num_floats; /* the whole LoRA model's, base included */
+    float *values;
+} CkptAdapters;
+int ckpt_adapters_read(const char *ckpt, const ModelConfig *cfg, CkptAdapters *out, char *err, size_t errlen);
+void ckpt_adapters_free(CkptAdapters *adapters);
+
+/* The adapters of LoRA checkpoint ckpt as PEFT's directory dst (written
+ * into a temporary directory, then renamed). convert_lora.c. */
+int convert_lora_to_peft(const char *ckpt, const ConvertOptions *options, const char *dst, char *err, size_t errlen);
 
 #endif

@@ -4,7 +4,8 @@
  * a generation_config.json made from the token ids when none is carried).
  * The parameters are streamed from the checkpoint a block at a time
  * (ckpt_params_read) as each safetensors file is written, so no model is
- * held; only merging LoRA adapters builds the model in memory. Written into
+ * held; --merge-lora merges each block with the adapters (held in memory,
+ * a few MiB) as it streams. Written into
  * DST.tmp.<pid> and renamed to DST when complete; on any failure the
  * temporary directory is removed. */
 #include <errno.h>
@@ -15,7 +16,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../backend/backend.h"
 #include "../ckpt/checkpoint.h"
 #include "../core/error.h"
 #include "../core/fs.h"
@@ -73,12 +73,13 @@ typedef struct Streamed {
     int param, plane;
     int ndim;         /* the HF tensor's: 1 or 2 */
     int64_t rows, cols;
+    const LoraDelta *delta; /* --merge-lora: what merging adds to it, or NULL */
 } Streamed;
 
 /* StFillFn of a streamed tensor: elements [first, first + count) read from
  * the checkpoint as at most three boxes (the rest of a row, whole rows, the
  * start of a row), which reads each chunk once in a row of calls (the
- * reader keeps the last chunk it decoded). */
+ * reader keeps the last chunk it decoded), then merged with its adapters. */
 static int fill_streamed(const void *ctx, int64_t first, int64_t count, float *out, char *err, size_t errlen) {
     const Streamed *s = ctx;
     for (int64_t pos = first, end = first + count; pos < end;) {
@@ -94,6 +95,7 @@ static int fill_streamed(const void *ctx, int64_t first, int64_t count, float *o
         if (ckpt_params_read(s->params, s->param, start, shape, out + (pos - first), err, errlen) != 0) return -1;
         pos += rows * cols;
     }
+    if (s->delta) lora_delta_add(s->delta, first, count, out);
     return 0;
 }
 
@@ -101,12 +103,12 @@ static int fill_streamed(const void *ctx, int64_t first, int64_t count, float *o
  * stack of experts as one tensor per expert), in the order save_pretrained
  * shards (hf_name_position), a stack's experts marked as one storage where
  * transformers 5 holds them fused (so shards split where it splits them).
- * The data comes from `params` (laid out as infos say) or, when it is NULL,
- * is streamed from checkpoint `from` (*streamed: the tensors' contexts).
+ * The data is streamed from checkpoint `from` (*streamed: the tensors'
+ * contexts), parameter i merged with deltas[i] when deltas is not NULL.
  * *names holds the strings; returns the number of tensors, or -1 with err. */
-static int build_tensors(const ModelConfig *cfg, const ParamInfo *infos, int num_params, const float *params,
-                         CkptParams *from, StDtype dtype, StWriteTensor **out, HfPiece **names, Streamed **streamed,
-                         char *err, size_t errlen) {
+static int build_tensors(const ModelConfig *cfg, const ParamInfo *infos, int num_params, CkptParams *from,
+                         const LoraDelta *deltas, StDtype dtype, StWriteTensor **out, HfPiece **names,
+                         Streamed **streamed, char *err, size_t errlen) {
     const int experts = cfg->moe.num_experts > 1 ? cfg->moe.num_experts : 1;
     const int cap = num_params * experts;
     HfPiece *pieces = mt_malloc((size_t)(cap ? cap : 1) * sizeof *pieces);
@@ -135,14 +137,11 @@ static int build_tensors(const ModelConfig *cfg, const ParamInfo *infos, int num
             t->ndim = piece->ndim;
             t->shape[0] = piece->shape[0];
             if (piece->ndim == 2) t->shape[1] = piece->shape[1];
-            if (params) {
-                t->data = params + info->offset + piece->offset;
-                continue;
-            }
             const long plane_floats = piece->ndim == 2 ? piece->shape[0] * piece->shape[1] : piece->shape[0];
             contexts[count] = (Streamed){from, p, info->ndim == 3 ? (int)(piece->offset / plane_floats) : -1,
                                          piece->ndim, piece->ndim == 2 ? piece->shape[0] : 1,
-                                         piece->ndim == 2 ? piece->shape[1] : piece->shape[0]};
+                                         piece->ndim == 2 ? piece->shape[1] : piece->shape[0],
+                                         deltas && deltas[p].A ? &deltas[p] : NULL};
             t->fill = fill_streamed;
             t->fill_ctx = &contexts[count];
         }
@@ -164,14 +163,14 @@ static int build_tensors(const ModelConfig *cfg, const ParamInfo *infos, int num
 }
 
 /* Write config.json, the carried files and the safetensors of the model
- * (registry `infos`, data in `params` or streamed from `from`) into dir. */
+ * (registry `infos`, streamed from `from`, merged with `deltas`) into dir. */
 static int write_hf_dir(const char *dir, const ModelConfig *cfg, const ParamInfo *infos, int num_params,
-                        long num_floats, const float *params, CkptParams *from, const CkptHfFiles *carried,
+                        long num_floats, CkptParams *from, const LoraDelta *deltas, const CkptHfFiles *carried,
                         const ConvertOptions *options, char *err, size_t errlen) {
     StWriteTensor *tensors = NULL;
     HfPiece *names = NULL;
     Streamed *streamed = NULL;
-    const int count = build_tensors(cfg, infos, num_params, params, from, options->dtype, &tensors, &names, &streamed,
+    const int count = build_tensors(cfg, infos, num_params, from, deltas, options->dtype, &tensors, &names, &streamed,
                                     err, errlen);
     int status = count < 0 ? -1 : 0;
     if (status == 0) status = write_config(dir, cfg, options->dtype, err, errlen);
@@ -190,44 +189,46 @@ static int write_hf_dir(const char *dir, const ModelConfig *cfg, const ParamInfo
     return status;
 }
 
-/* The model to export: a LoRA checkpoint's adapters merged into its base
- * (in memory, *model), or any other checkpoint's parameters streamed from
- * it (*from, with the whole model's registry in *infos), so that exporting
- * holds a few MiB whatever the model's size. */
+/* The model to export, streamed from the checkpoint (*from, over the
+ * whole model's registry *infos) so that exporting holds a few MiB whatever
+ * the model's size. A LoRA checkpoint's (--merge-lora) is its base model
+ * (cfg without peft; the frozen base read from where the checkpoint says),
+ * each adapted projection merged with deltas[i] as it is streamed (the
+ * adapters in memory). */
 typedef struct Export {
     ModelConfig cfg;
-    Model *model;
     CkptParams *from;
     ParamInfo *infos;
     int num_params;
     long num_floats;
+    CkptAdapters adapters;
+    LoraDelta *deltas;
 } Export;
 
 static int open_export(const char *ckpt, Export *e, char *err, size_t errlen) {
-    if (e->cfg.peft.type == PEFT_LORA) {
-        Model *model = model_create(&e->cfg, &cpu_backend, 1, 1);
-        if (ckpt_load_model(ckpt, model, err, errlen) != 0) { /* the frozen base from where the checkpoint says */
-            model_free(model);
-            return -1;
-        }
-        e->model = lora_merged_model(model, err, errlen);
-        model_free(model);
-        if (!e->model) return -1;
-        e->cfg = e->model->cfg;
-        e->num_params = e->model->num_params;
-        e->num_floats = e->model->num_floats;
-        return 0;
+    if (e->cfg.peft.type != PEFT_LORA) {
+        const ModelPartition whole = model_partition_whole(&e->cfg);
+        e->infos = model_registry_of(&e->cfg, &whole, &e->num_params, &e->num_floats);
+        e->from = ckpt_params_open(ckpt, &e->cfg, e->infos, e->num_params, err, errlen);
+        return e->from ? 0 : -1;
     }
-    const ModelPartition whole = model_partition_whole(&e->cfg);
-    e->infos = model_registry_of(&e->cfg, &whole, &e->num_params, &e->num_floats);
-    e->from = ckpt_params_open(ckpt, &e->cfg, e->infos, e->num_params, err, errlen);
+    if (ckpt_adapters_read(ckpt, &e->cfg, &e->adapters, err, errlen) != 0) return -1;
+    const LoraAdapters *view = &e->adapters.view;
+    while (e->num_params < view->num_params && view->infos[e->num_params].frozen) e->num_params++;
+    e->num_floats = view->first;
+    e->deltas = mt_malloc((size_t)(e->num_params ? e->num_params : 1) * sizeof *e->deltas);
+    if (lora_deltas(view, e->num_params, e->deltas, err, errlen) != 0) return -1;
+    /* the base parameters lead the LoRA registry (model.h) */
+    e->from = ckpt_params_open(ckpt, &e->cfg, view->infos, e->num_params, err, errlen);
+    e->cfg.peft.type = PEFT_NONE; /* what config.json describes: the merged model */
     return e->from ? 0 : -1;
 }
 
 static void close_export(Export *e) {
-    model_free(e->model);
     ckpt_params_close(e->from);
     free(e->infos);
+    free(e->deltas);
+    ckpt_adapters_free(&e->adapters);
 }
 
 int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *options, char *err, size_t errlen) {
@@ -244,13 +245,8 @@ int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *o
         mt_set_error(err, errlen, "--merge-lora: %s has no LoRA adapters (its model.yaml has no peft: section)", ckpt);
         return -1;
     }
-    if (e.cfg.peft.type == PEFT_LORA && !options->merge_lora) { /* the adapters alone: no need of the frozen base */
-        Model *model = model_create(&e.cfg, &cpu_backend, 1, 1);
-        int status = ckpt_load_trainable(ckpt, model, err, errlen);
-        if (status == 0) status = convert_lora_to_peft(ckpt, model, dst, options, err, errlen);
-        model_free(model);
-        return status;
-    }
+    if (e.cfg.peft.type == PEFT_LORA && !options->merge_lora) /* the adapters alone: no need of the frozen base */
+        return convert_lora_to_peft(ckpt, options, dst, err, errlen);
     int status = open_export(ckpt, &e, err, errlen);
     CkptHfFiles carried = {0}; /* a damaged one is left out, with a warning */
     if (status == 0) status = ckpt_hf_files_read(ckpt, &carried, err, errlen);
@@ -262,8 +258,8 @@ int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *o
         mt_set_error(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
         status = -1;
     } else if (status == 0) {
-        status = write_hf_dir(tmp, &e.cfg, e.model ? e.model->param_info : e.infos, e.num_params, e.num_floats,
-                              e.model ? e.model->params : NULL, e.from, &carried, options, err, errlen);
+        status = write_hf_dir(tmp, &e.cfg, e.infos ? e.infos : e.adapters.view.infos, e.num_params, e.num_floats,
+                              e.from, e.deltas, &carried, options, err, errlen);
         if (status == 0 && rename(tmp, dst) != 0) {
             mt_set_error(err, errlen, "%s: cannot rename %s to it: %s", dst, tmp, strerror(errno));
             status = -1;

@@ -1,14 +1,16 @@
-/* convert_lora.c: `megatrain convert` of a LoRA run's checkpoint: the
- * adapters as PEFT's directory (the default), or the merged model that
- * convert_ckpt_to_hf.c then writes as a Hugging Face model (--merge-lora).
- * DST appears complete or not at all, as for every conversion. */
+/* convert_lora.c: `megatrain convert` of a LoRA run's checkpoint: its
+ * adapters read into memory without the base (which the PEFT directory
+ * leaves out and --merge-lora streams, convert_ckpt_to_hf.c), and written
+ * as PEFT's directory (the default). DST appears complete or not at all,
+ * as for every conversion. */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../backend/backend.h"
+#include "../ckpt/checkpoint.h"
 #include "../core/error.h"
 #include "../core/fs.h"
 #include "convert.h"
@@ -25,38 +27,75 @@ static void remove_partial(const char *tmp) {
     rmdir(tmp);
 }
 
-int convert_lora_to_peft(const char *ckpt, const Model *model, const char *dst, const ConvertOptions *options,
-                         char *err, size_t errlen) {
-    char tmp[4096];
-    if (mt_make_parent_dirs(dst, err, errlen) != 0 || mt_temp_name(tmp, sizeof tmp, dst) != 0) return -1;
-    if (mkdir(tmp, 0777) != 0) {
-        mt_set_error(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+int ckpt_adapters_read(const char *ckpt, const ModelConfig *cfg, CkptAdapters *out, char *err, size_t errlen) {
+    memset(out, 0, sizeof *out);
+    out->cfg = *cfg;
+    const ModelPartition whole = model_partition_whole(cfg);
+    int num_params = 0;
+    long num_floats = 0;
+    out->infos = model_registry_of(cfg, &whole, &num_params, &num_floats);
+    const long first = registry_trainable_offset(out->infos, num_params, num_floats);
+    out->num_floats = num_floats;
+    int first_adapter = 0; /* the registry's base parameters, then its adapters (model.h) */
+    while (first_adapter < num_params && out->infos[first_adapter].frozen) first_adapter++;
+    CkptParams *from = ckpt_params_open(ckpt, cfg, out->infos + first_adapter, num_params - first_adapter, err, errlen);
+    if (!from) {
+        ckpt_adapters_free(out);
         return -1;
     }
-    int status = lora_write_peft(model, tmp, options->dtype, err, errlen);
-    if (status == 0 && rename(tmp, dst) != 0) {
-        mt_set_error(err, errlen, "%s: cannot rename %s to it: %s", dst, tmp, strerror(errno));
-        status = -1;
+    out->values = mt_malloc((size_t)(num_floats - first + 1) * sizeof(float));
+    int rc = 0;
+    for (int i = first_adapter; i < num_params && rc == 0; i++) {
+        const ParamInfo *info = &out->infos[i];
+        int64_t start[3] = {0}, shape[3] = {0};
+        for (int d = 0; d < info->ndim; d++) shape[d] = info->global_shape[d];
+        rc = ckpt_params_read(from, i - first_adapter, start, shape, out->values + (info->offset - first), err,
+                              errlen);
     }
-    if (status != 0) {
-        remove_partial(tmp);
+    ckpt_params_close(from);
+    if (rc != 0) {
+        ckpt_adapters_free(out);
         return -1;
     }
-    const PeftConfig *peft = &model->cfg.peft;
-    printf("converted the LoRA adapters of megatrain checkpoint %s (%s, rank %d, alpha %g, %ld parameters) to PEFT "
-           "%s (adapter_config.json, adapter_model.safetensors); load them with "
-           "peft.PeftModel.from_pretrained(base_model, \"%s\")\n",
-           ckpt, model_family_name(model->cfg.family), peft->rank, peft->alpha, model->num_grad_floats, dst, dst);
+    out->view = (LoraAdapters){&out->cfg, out->infos, num_params, out->values, first};
     return 0;
 }
 
-Model *lora_merged_model(const Model *lora, char *err, size_t errlen) {
-    ModelConfig base = lora->cfg;
-    base.peft.type = PEFT_NONE;
-    Model *merged = model_create(&base, &cpu_backend, 1, 1);
-    if (lora_merge(lora, merged, err, errlen) != 0) {
-        model_free(merged);
-        return NULL;
+void ckpt_adapters_free(CkptAdapters *adapters) {
+    free(adapters->infos);
+    free(adapters->values);
+    memset(adapters, 0, sizeof *adapters);
+}
+
+int convert_lora_to_peft(const char *ckpt, const ConvertOptions *options, const char *dst, char *err, size_t errlen) {
+    ModelConfig cfg;
+    CkptAdapters adapters;
+    if (ckpt_read_model_config(ckpt, &cfg, err, errlen) != 0 ||
+        ckpt_adapters_read(ckpt, &cfg, &adapters, err, errlen) != 0)
+        return -1;
+    char tmp[4096];
+    int status = 0;
+    if (mt_make_parent_dirs(dst, err, errlen) != 0 || mt_temp_name(tmp, sizeof tmp, dst) != 0) {
+        status = -1;
+    } else if (mkdir(tmp, 0777) != 0) {
+        mt_set_error(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
+        status = -1;
+    } else {
+        status = lora_write_peft(&adapters.view, tmp, options->dtype, err, errlen);
+        if (status == 0 && rename(tmp, dst) != 0) {
+            mt_set_error(err, errlen, "%s: cannot rename %s to it: %s", dst, tmp, strerror(errno));
+            status = -1;
+        }
+        if (status != 0) remove_partial(tmp);
     }
-    return merged;
+    if (status == 0) {
+        const PeftConfig *peft = &cfg.peft;
+        printf("converted the LoRA adapters of megatrain checkpoint %s (%s, rank %d, alpha %g, %ld parameters) to "
+               "PEFT %s (adapter_config.json, adapter_model.safetensors); load them with "
+               "peft.PeftModel.from_pretrained(base_model, \"%s\")\n",
+               ckpt, model_family_name(cfg.family), peft->rank, peft->alpha,
+               adapters.num_floats - adapters.view.first, dst, dst);
+    }
+    ckpt_adapters_free(&adapters);
+    return status;
 }

@@ -103,17 +103,23 @@ static int write_text(const char *path, const char *text, char *err, size_t errl
     return failed ? -1 : 0;
 }
 
-int lora_write_peft(const Model *model, const char *dir, StDtype dtype, char *err, size_t errlen) {
-    const ModelConfig *cfg = &model->cfg;
+LoraAdapters lora_adapters_of(const Model *model) {
+    return (LoraAdapters){&model->cfg, model->param_info, model->num_params, model->params + model->trainable_offset,
+                          model->trainable_offset};
+}
+
+int lora_write_peft(const LoraAdapters *adapters, const char *dir, StDtype dtype, char *err, size_t errlen) {
+    const ModelConfig *cfg = adapters->cfg;
     if (cfg->peft.type != PEFT_LORA) {
         mt_set_error(err, errlen, "the model has no LoRA adapters (no peft: section)");
         return -1;
     }
-    StWriteTensor *tensors = mt_calloc((size_t)(model->num_params ? model->num_params : 1), sizeof *tensors);
-    char (*names)[192] = mt_calloc((size_t)(model->num_params ? model->num_params : 1), sizeof *names);
+    const int num_params = adapters->num_params;
+    StWriteTensor *tensors = mt_calloc((size_t)(num_params ? num_params : 1), sizeof *tensors);
+    char (*names)[192] = mt_calloc((size_t)(num_params ? num_params : 1), sizeof *names);
     int count = 0, status = 0;
-    for (int i = 0; i < model->num_params && status == 0; i++) {
-        const ParamInfo *p = &model->param_info[i];
+    for (int i = 0; i < num_params && status == 0; i++) {
+        const ParamInfo *p = &adapters->infos[i];
         if (p->frozen) continue; /* the base: the user has it (the model the run started from) */
         if (p->numel != p->global_shape[0] * p->global_shape[1] || p->ndim != 2 ||
             lora_peft_name(cfg->family, p->name, names[count], sizeof names[count]) != 0) {
@@ -123,7 +129,8 @@ int lora_write_peft(const Model *model, const char *dir, StDtype dtype, char *er
             break;
         }
         tensors[count] = (StWriteTensor){.name = names[count], .dtype = dtype, .ndim = 2,
-                                         .shape = {p->shape[0], p->shape[1]}, .data = model->params + p->offset};
+                                         .shape = {p->shape[0], p->shape[1]},
+                                         .data = adapters->values + (p->offset - adapters->first)};
         count++;
     }
     char path[4096 + 64];
@@ -142,6 +149,53 @@ int lora_write_peft(const Model *model, const char *dir, StDtype dtype, char *er
     free(names);
     free(tensors);
     return status;
+}
+
+static const ParamInfo *find_param(const LoraAdapters *adapters, int count, const char *name) {
+    for (int i = 0; i < count; i++)
+        if (strcmp(adapters->infos[i].name, name) == 0) return &adapters->infos[i];
+    return NULL;
+}
+
+int lora_deltas(const LoraAdapters *adapters, int num_base, LoraDelta *deltas, char *err, size_t errlen) {
+    const PeftConfig *peft = &adapters->cfg->peft;
+    if (peft->type != PEFT_LORA) {
+        mt_set_error(err, errlen, "the model has no LoRA adapters to merge (no peft: section)");
+        return -1;
+    }
+    memset(deltas, 0, (size_t)num_base * sizeof *deltas);
+    const long r = peft->rank;
+    for (int i = 0; i < adapters->num_params; i++) {
+        const ParamInfo *a = &adapters->infos[i];
+        char base[160], which[8], b_name[192];
+        if (a->frozen || split_adapter_name(a->name, base, sizeof base, which, sizeof which) != 0 ||
+            strcmp(which, "lora_A") != 0)
+            continue;
+        snprintf(b_name, sizeof b_name, "%.*s.lora_B.weight", (int)(strlen(base) - strlen(".weight")), base);
+        const ParamInfo *b = find_param(adapters, adapters->num_params, b_name);
+        const ParamInfo *w = find_param(adapters, num_base, base);
+        if (!b || !w || w->ndim != 2 || b->frozen || w->shape[0] != b->shape[0] || w->shape[1] != a->shape[1] ||
+            a->shape[0] != r || b->shape[1] != r) {
+            mt_set_error(err, errlen, "lora_merge: %s has no matching %s and %s", a->name, b_name, base);
+            return -1;
+        }
+        deltas[w - adapters->infos] = (LoraDelta){adapters->values + (a->offset - adapters->first),
+                                                  adapters->values + (b->offset - adapters->first), r, w->shape[1],
+                                                  peft->alpha / peft->rank};
+    }
+    return 0;
+}
+
+void lora_delta_add(const LoraDelta *delta, int64_t first, int64_t count, float *w) {
+    const float *A = delta->A, *B = delta->B;
+    const long r = delta->rank, in = delta->in;
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < count; i++) {
+        const int64_t o = (first + i) / in, k = (first + i) % in;
+        double sum = 0.0;
+        for (long j = 0; j < r; j++) sum += (double)B[o * r + j] * (double)A[j * in + k];
+        w[i] = (float)((double)w[i] + delta->scale * sum);
+    }
 }
 
 int lora_merge(const Model *lora, Model *merged, char *err, size_t errlen) {
@@ -164,30 +218,12 @@ int lora_merge(const Model *lora, Model *merged, char *err, size_t errlen) {
             return -1;
         }
     memcpy(merged->params, lora->params, (size_t)merged->num_floats * sizeof(float));
-    const double scale = lora->cfg.peft.alpha / lora->cfg.peft.rank;
-    const long r = lora->cfg.peft.rank;
-    for (int i = 0; i < lora->num_params; i++) {
-        const ParamInfo *a = &lora->param_info[i];
-        char base[160], which[8], b_name[192];
-        if (a->frozen || split_adapter_name(a->name, base, sizeof base, which, sizeof which) != 0 ||
-            strcmp(which, "lora_A") != 0)
-            continue;
-        snprintf(b_name, sizeof b_name, "%.*s.lora_B.weight", (int)(strlen(base) - strlen(".weight")), base);
-        const ParamInfo *b = model_find_param(lora, b_name), *w = model_find_param(merged, base);
-        if (!b || !w || w->shape[0] != b->shape[0] || w->shape[1] != a->shape[1]) {
-            mt_set_error(err, errlen, "lora_merge: %s has no matching %s and %s", a->name, b_name, base);
-            return -1;
-        }
-        const long out = w->shape[0], in = w->shape[1];
-        const float *A = lora->params + a->offset, *B = lora->params + b->offset;
-        float *W = merged->params + w->offset;
-#pragma omp parallel for schedule(static)
-        for (long o = 0; o < out; o++)
-            for (long k = 0; k < in; k++) {
-                double delta = 0.0;
-                for (long j = 0; j < r; j++) delta += (double)B[o * r + j] * (double)A[j * in + k];
-                W[o * in + k] = (float)((double)W[o * in + k] + scale * delta);
-            }
-    }
-    return 0;
+    const LoraAdapters adapters = lora_adapters_of(lora);
+    LoraDelta *deltas = mt_malloc((size_t)(merged->num_params ? merged->num_params : 1) * sizeof *deltas);
+    const int rc = lora_deltas(&adapters, merged->num_params, deltas, err, errlen);
+    for (int i = 0; rc == 0 && i < merged->num_params; i++)
+        if (deltas[i].A)
+            lora_delta_add(&deltas[i], 0, merged->param_info[i].numel, merged->params + merged->param_info[i].offset);
+    free(deltas);
+    return rc;
 }

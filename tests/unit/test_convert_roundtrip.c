@@ -32,6 +32,7 @@
 #include "convert/hf_config.h"
 #include "convert/hf_names.h"
 #include "convert/init_from.h"
+#include "convert/lora_export.h"
 #include "core/error.h"
 #include "model/model.h"
 
@@ -284,6 +285,55 @@ static void test_round_trips_streamed_in_blocks(void **state) {
     cfg.moe = (MoeConfig){.num_experts = 2, .num_experts_per_tok = 1, .moe_intermediate_size = 44000,
                           .norm_topk_prob = true, .layer_freq = 1};
     round_trip_config("mixtral_blocks", &cfg, ST_BF16, 5000000000ull);
+}
+
+/* --merge-lora streams: each adapted projection merged block by block as
+ * it is written equals lora_merge's model (merged whole, in memory) bit for
+ * bit, with projections of 24 and 44,000 columns larger than a block (so
+ * blocks begin and end inside rows), every other tensor the checkpoint's. */
+static void test_merge_lora_streamed(void **state) {
+    (void)state;
+    ModelConfig cfg = tiny_config(FAMILY_LLAMA, false);
+    cfg.num_layers = 1;
+    cfg.hidden_size = 24;
+    cfg.head_dim = 6;
+    cfg.intermediate_size = 44000;
+    cfg.peft = (PeftConfig){.type = PEFT_LORA, .rank = 3, .alpha = 6.5, .targets = LORA_ALL_TARGETS};
+    Model *lora = model_create(&cfg, &cpu_backend, 1, 1);
+    model_init_weights(lora, 5);
+    uint64_t x = 12345; /* the B adapters start at zero: give every adapter values */
+    for (long i = lora->trainable_offset; i < lora->num_floats; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        lora->params[i] = (float)((double)(x >> 40) / (double)(1ull << 24) - 0.5) * 0.1f;
+    }
+    char ckpt[512], out[512], msg[2048], path[700], hf[192];
+    snprintf(ckpt, sizeof ckpt, "%s/lora.ckpt", work_dir);
+    snprintf(out, sizeof out, "%s/lora_merged.hf", work_dir);
+    if (ckpt_write_dir(ckpt, &(CheckpointWrite){.model = lora}, msg, sizeof msg) != 0) fail_msg("%s", msg);
+    if (convert(msg, sizeof msg, 3, ckpt, out, "--merge-lora") != 0) fail_msg("--merge-lora: %s", msg);
+
+    ModelConfig base = cfg;
+    base.peft.type = PEFT_NONE;
+    Model *merged = model_create(&base, &cpu_backend, 1, 1);
+    if (lora_merge(lora, merged, msg, sizeof msg) != 0) fail_msg("%s", msg);
+    snprintf(path, sizeof path, "%s/model.safetensors", out);
+    StFile *file = st_open(path, msg, sizeof msg);
+    if (!file) fail_msg("%s", msg);
+    assert_int_equal(file->num_tensors, merged->num_params);
+    int adapted = 0;
+    for (int i = 0; i < merged->num_params; i++) {
+        const ParamInfo *p = &merged->param_info[i];
+        assert_int_equal(hf_name_from_ours(FAMILY_LLAMA, p->name, hf, sizeof hf), 0);
+        const StTensor *t = st_find(file, hf);
+        if (!t || t->dtype != ST_F32 || t->numel != p->numel) fail_msg("%s: missing or misshapen", hf);
+        if (memcmp(t->data, merged->params + p->offset, (size_t)p->numel * sizeof(float)) != 0)
+            fail_msg("%s differs from lora_merge's", hf);
+        adapted += memcmp(t->data, lora->params + p->offset, (size_t)p->numel * sizeof(float)) != 0;
+    }
+    assert_int_equal(adapted, 7); /* q, k, v, o, gate, up, down: merged, not copied */
+    st_close(file);
+    model_free(merged);
+    model_free(lora);
 }
 
 static void test_round_trips(void **state) {
@@ -588,6 +638,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trips),
         cmocka_unit_test(test_round_trips_streamed_in_blocks),
+        cmocka_unit_test(test_merge_lora_streamed),
         cmocka_unit_test(test_tolerated_extras),
         cmocka_unit_test(test_token_ids_and_generation_config),
         cmocka_unit_test(test_tied_as_transformers5),
