@@ -58,7 +58,7 @@ static void tell_device(TrainContext *ctx, const int32_t *places) {
 typedef struct MicroSource {
     TrainContext *ctx;
     const DataLoader *loader;
-    int64_t base;      /* the step's first sample */
+    int64_t base;      /* the step's first sample; eval: the first batch of this rank (micro counts from it) */
     bool eval;         /* evaluation batches: b * mbs for batch b = dp_rank + micro * dp */
 } MicroSource;
 
@@ -88,7 +88,7 @@ static const int32_t *load_eval_batch(TrainContext *ctx, long micro) {
 static void pipeline_load(void *arg, int micro, const int32_t **inputs, const int32_t **targets,
                           const int32_t **positions) {
     MicroSource *src = arg;
-    if (src->eval) *positions = load_eval_batch(src->ctx, micro);
+    if (src->eval) *positions = load_eval_batch(src->ctx, (long)src->base + micro);
     else *positions = micro_batch_load(&src->ctx->batch, src->loader, micro_batch_start(src->ctx, src->base, micro));
     *inputs = src->ctx->batch.inputs;
     *targets = src->ctx->batch.targets;
@@ -240,37 +240,49 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
 /* Evaluation batches between two looks for a stop signal (collective over all ranks). */
 #define EVAL_SIGNAL_BATCHES 8
 
+/* The evaluation stopped by a signal after `done` of this dp rank's batches. Returns NAN (no eval_loss). */
+static double eval_stopped(TrainContext *ctx, long done, bool per_token) {
+    mt_log("evaluation stopped by a signal after %ld of %ld batches (no eval_loss for this step)",
+           done * ctx->layout.dp_size, (long)ctx->recipe->train.eval_batches);
+    if (per_token) ctx->device->ops->set_loss_tokens(ctx->device, 0);
+    return NAN;
+}
+
 double train_evaluate(TrainContext *ctx) {
     const TrainConfig *train = &ctx->recipe->train;
     /* Batch b reads samples b * mbs + [0, mbs) on every layout; dp rank r
      * evaluates batches r, r + dp, ... and the sums are added up. Every dp
      * rank runs the same number of forwards (a MoE forward has collectives
      * over dp): a rank past its last batch runs one with every target
-     * ignored, which adds nothing. */
+     * ignored, which adds nothing. Every rank asks train_signal_received (a
+     * collective) at the same batches: a long evaluation stops at SIGTERM
+     * within EVAL_SIGNAL_BATCHES batches' time (a preemption's grace period). */
     const long per_rank = (train->eval_batches + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
     const bool per_token = train->loss == LOSS_PER_TOKEN && train->eval_batches > 0;
     if (per_token) /* the batches' mean is taken over eval_batches */
         ctx->device->ops->set_loss_tokens(ctx->device, loss_tokens(ctx, per_rank, true, (double)train->eval_batches));
     double loss_sum = 0.0;
     if (ctx->layout.pp > 1) {
+        /* in rounds of EVAL_SIGNAL_BATCHES * pp micro-batches (a multiple of pp, as the interleaved schedule
+         * wants): a stage runs 1/pp of the model a micro-batch, so a round takes about as long as
+         * EVAL_SIGNAL_BATCHES whole forwards, and its fill and drain cost at most 1/9 of it */
+        const long round = (long)EVAL_SIGNAL_BATCHES * ctx->layout.pp;
         MicroSource src = {ctx, ctx->valid_data, 0, true};
-        if (per_rank > 0)
-            loss_sum = pipeline_run(&ctx->pipe, (int)per_rank, true, 0.0f, train->micro_batch_size,
-                                    local_seq_len(ctx), pipeline_load, &src);
+        for (long done = 0; done < per_rank; done += round) {
+            if (done > 0 && train_signal_received()) return eval_stopped(ctx, done, per_token);
+            src.base = done; /* eval: the round's first batch of this rank */
+            const int M = (int)(per_rank - done < round ? per_rank - done : round);
+            loss_sum += pipeline_run(&ctx->pipe, M, true, 0.0f, train->micro_batch_size, local_seq_len(ctx),
+                                     pipeline_load, &src);
+        }
         loss_sum = dp_sum_double(&ctx->grid.groups[GROUP_PP], loss_sum); /* the last stage has it */
     } else {
-        /* a forward with collectives over tp and cp only (their ranks share their dp rank) needs no padding; every
-         * rank goes through per_rank batches so that all ask train_signal_received (a collective) at the same ones:
-         * a long evaluation stops at SIGTERM within EVAL_SIGNAL_BATCHES batches (a preemption's grace period) */
+        /* a forward with collectives over tp and cp only (their ranks share their dp rank) needs no padding */
         ModelDevice *dev = ctx->device;
         const long mine = (train->eval_batches - ctx->layout.dp_rank + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
         for (long micro = 0; micro < per_rank; micro++) {
-            if (micro > 0 && micro % EVAL_SIGNAL_BATCHES == 0 && train_signal_received()) {
-                mt_log("evaluation stopped by a signal after %ld of %ld batches (no eval_loss for this step)",
-                       micro * ctx->layout.dp_size, (long)train->eval_batches);
-                if (per_token) ctx->device->ops->set_loss_tokens(ctx->device, 0);
-                return NAN;
-            }
+            if (micro > 0 && micro % EVAL_SIGNAL_BATCHES == 0 && train_signal_received())
+                return eval_stopped(ctx, micro, per_token);
             if (micro >= (dev->eval_lockstep ? per_rank : mine)) continue;
             tell_device(ctx, load_eval_batch(ctx, micro));
             loss_sum += dev->ops->forward(dev, ctx->batch.inputs, ctx->batch.targets, train->micro_batch_size,

@@ -7,7 +7,7 @@
 # the same losses; likewise SIGUSR1. Checks the checkpoint layout, the latest
 # pointer (one holding garbage is warned about and ignored), retention
 # (keep_last 2) and that metrics.jsonl has each step once. A SIGTERM in a long
-# evaluation stops it within a few batches (on 2 ranks too).
+# evaluation stops it within a few batches (on 2 ranks and at pp 2 too).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 demo_data "$WORK/english"
@@ -56,35 +56,37 @@ done
 
 # SIGTERM during a long evaluation (200,000 batches: minutes): it stops within a few batches, as a preemption's
 # grace period needs, the step's checkpoint is saved and the run exits 0. On 2 ranks (an odd number of batches: the
-# ranks evaluate different counts) the signal reaches rank 1 alone: rank 0 learns it in the evaluation's check.
+# ranks evaluate different counts) the signal reaches rank 1 alone: rank 0 learns it in the evaluation's check; at
+# pp 2 the pipeline evaluates in rounds and the signal reaches the last stage alone.
 # (Under ThreadSanitizer, test_host_threads_tsan.sh, only the one-rank run: it reports Open MPI's own locks.)
-for np in 1 $([[ -n ${TSAN_OPTIONS:-} ]] || echo 2); do
-  dir="$WORK/eval-signal-$np"
+for layout in 1 $([[ -n ${TSAN_OPTIONS:-} ]] || echo dp2 pp2); do
+  dir="$WORK/eval-signal-$layout"
   cmd=("$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$dir" --set train.steps=4
        --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set optimizer.schedule.warmup_steps=1
        --set logging.interval=1 --set train.eval_interval=2 --set train.eval_batches=200001 --set checkpoint.interval=100
        --set train.micro_batch_size=4)
-  if [[ $np -eq 1 ]]; then "${cmd[@]}" > "$WORK/eval-signal.log" 2>&1 &
+  [[ $layout == pp2 ]] && cmd+=(--set parallel.pp=2)
+  if [[ $layout == 1 ]]; then "${cmd[@]}" > "$WORK/eval-signal.log" 2>&1 &
   else mpirun --allow-run-as-root --oversubscribe -np 2 "${cmd[@]}" > "$WORK/eval-signal.log" 2>&1 &
   fi
   pid=$!
   for _ in $(seq 1 3000); do [[ -f "$dir/metrics.jsonl" && -s "$dir/metrics.jsonl" ]] && break; sleep 0.02; done
   sleep 2 # into step 2's evaluation
   target=$pid
-  [[ $np -eq 1 ]] || target=$(rank_pid "$pid" 1)
+  [[ $layout == 1 ]] || target=$(rank_pid "$pid" 1)
   [[ -n "$target" ]] || fail "eval signal: no rank 1 process"
   kill -TERM "$target"
   killed_at=$SECONDS
-  wait_gone "$pid" 60 "eval signal ($np ranks): still running 60 s after SIGTERM: $(tail -n 3 "$WORK/eval-signal.log")"
+  wait_gone "$pid" 60 "eval signal ($layout): still running 60 s after SIGTERM: $(tail -n 3 "$WORK/eval-signal.log")"
   status=0; wait "$pid" || status=$?
-  [[ $status -eq 0 ]] || fail "eval signal ($np ranks): exit status $status: $(tail -n 5 "$WORK/eval-signal.log")"
+  [[ $status -eq 0 ]] || fail "eval signal ($layout): exit status $status: $(tail -n 5 "$WORK/eval-signal.log")"
   grep -q "evaluation stopped by a signal after [0-9]* of 200001 batches" "$WORK/eval-signal.log" ||
-    fail "eval signal ($np ranks): the evaluation was not stopped: $(tail -n 5 "$WORK/eval-signal.log")"
+    fail "eval signal ($layout): the evaluation was not stopped: $(tail -n 5 "$WORK/eval-signal.log")"
   grep -q "stopped by SIGTERM after step 2" "$WORK/eval-signal.log" ||
-    fail "eval signal ($np ranks): $(tail -n 3 "$WORK/eval-signal.log")"
+    fail "eval signal ($layout): $(tail -n 3 "$WORK/eval-signal.log")"
   [[ "$(cat "$dir/checkpoints/latest_checkpointed_iteration.txt")" == 2 ]] ||
-    fail "eval signal ($np ranks): no checkpoint of step 2"
-  echo "SIGTERM in an evaluation on $np rank(s): stopped in $((SECONDS - killed_at)) s, step 2 saved"
+    fail "eval signal ($layout): no checkpoint of step 2"
+  echo "SIGTERM in an evaluation ($layout): stopped in $((SECONDS - killed_at)) s, step 2 saved"
 done
 
 # SIGTERM while saving every step slowly (so the signal lands in a save or a
