@@ -5,7 +5,8 @@
 # mpirun on the CPU, trains the single-rank losses and grad norms for 10 steps
 # (relative error < 1e-5), for tiny llama, qwen2 (biases) and qwen3 (qk-norm,
 # tied embeddings: the embedding group); then uneven stages from
-# parallel.pp_layers. Only rank 0 logs. Skips without mpirun.
+# parallel.pp_layers, and an evaluation long enough for the pipeline to run
+# it in several rounds. Only rank 0 logs. Skips without mpirun.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 command -v mpirun > /dev/null || { echo "mpirun not found"; exit 77; }
@@ -62,6 +63,17 @@ for layout in "2:--set parallel.pp=2 --set parallel.pp_layers=[1,3]" \
   runs=$((runs + 1))
 done
 echo "$runs layouts match"
+
+# A pipeline evaluates in rounds of 8 x pp micro-batches (a signal is looked for between them): 37 batches at
+# pp 2 x vpp 2 are rounds of 16, 16 and 5, and give the single rank's eval_loss.
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/eval-rounds-1" "${COMMON[@]}" \
+  --set train.eval_batches=37 > "$WORK/eval-rounds-1.log" 2>&1 || fail "eval rounds: the one-rank run failed"
+timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" \
+  --set run.dir="$WORK/eval-rounds-pp" "${COMMON[@]}" --set train.eval_batches=37 --set parallel.pp=2 \
+  --set parallel.vpp=2 > "$WORK/eval-rounds-pp.log" 2>&1 || { tail -20 "$WORK/eval-rounds-pp.log"; fail "eval rounds: pp 2 failed"; }
+compare eval_loss "$WORK/eval-rounds-1/metrics.jsonl" "$WORK/eval-rounds-pp/metrics.jsonl" \
+  || fail "eval rounds: pp 2 x vpp 2's eval_loss over 37 batches differs from one rank"
+echo "37 evaluation batches in pipeline rounds: the single rank's eval_loss"
 
 # The interleaved schedule needs the micro-batches per step to be a multiple
 # of pp: refused at start with exit 2, naming the key (mbs 8: one micro-batch).
