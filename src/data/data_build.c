@@ -51,6 +51,7 @@
 #include "../core/fs.h"
 #include "../tokenize/tokenizer.h"
 #include "build_internal.h"
+#include "dataset_tokenizer.h"
 #include "indexed_dataset.h"
 #include "indexed_dataset_format.h"
 #include "indexed_dataset_writer.h"
@@ -364,8 +365,8 @@ static void print_summary(const BuildState *st, long long documents, long long t
         printf("  sft:       chat template %s; %lld of %lld tokens counted in the loss (%.1f%% masked), mask in "
                "%s_mask.{bin,idx}\n", sft_template_name(opt->chat_template), (long long)st->counted_tokens, tokens,
                tokens ? 100.0 * (double)(tokens - st->counted_tokens) / (double)tokens : 0.0, opt->output);
-    printf("  wrote:     %s (%lld bytes), %s (%lld bytes) in %.2f s\n", bin, file_size(bin), idx, file_size(idx),
-           seconds);
+    printf("  wrote:     %s (%lld bytes), %s (%lld bytes) in %.2f s; %s.build.json records the tokenizer\n", bin,
+           file_size(bin), idx, file_size(idx), seconds, opt->output);
     double s = seconds > 1e-9 ? seconds : 1e-9;
     printf("  speed:     %.1f MB/s read, %.2f M tokens/s, %d worker%s\n", (double)st->reader.bytes / 1e6 / s,
            (double)tokens / 1e6 / s, opt->workers, opt->workers == 1 ? "" : "s");
@@ -391,6 +392,20 @@ static int check_template_tokens(Tokenizer *tok, SftTemplate t) {
         }
     }
     token_ids_free(&ids);
+    return 0;
+}
+
+/* What PREFIX.build.json records of tokenizer `tok` (its tokenizer.json's bytes); -1 (reported) unreadable. */
+static int tokenizer_identity(const Tokenizer *tok, int32_t eod, DatasetTokenizer *out) {
+    char err[1200];
+    size_t len = 0;
+    char *json = mt_read_file(tokenizer_path(tok), (size_t)1 << 31, &len, err, sizeof err);
+    if (!json) {
+        mt_error("data build: --tokenizer: %s", err);
+        return -1;
+    }
+    *out = dataset_tokenizer_of_json(json, len, tokenizer_vocab_size(tok), eod);
+    free(json);
     return 0;
 }
 
@@ -427,6 +442,12 @@ int data_build_main(int argc, char **argv) {
             return MT_EXIT_USAGE;
         }
     }
+    DatasetTokenizer made_by = {.byte = true, .vocab_size = 256, .eod = BUILD_BYTE_EOD_TOKEN};
+    if (st.tok && tokenizer_identity(st.tok, st.eod_id, &made_by) != 0) {
+        tokenizer_free(st.tok);
+        return MT_EXIT_FAILURE;
+    }
+    if (opt.chat_template != SFT_TEMPLATE_NONE) made_by.eod = -1; /* the template ends turns: no end of document */
     catch_stop_signals();
     InputFormat format =
         (opt.sft || ends_with(opt.input, ".jsonl") || ends_with(opt.input, ".json")) ? FORMAT_JSONL : FORMAT_UNKNOWN;
@@ -476,6 +497,7 @@ int data_build_main(int argc, char **argv) {
         mt_error("%s: no documents (%lld lines, all blank or with empty text)", opt.input, (long long)st.reader.lines);
         rc = MT_EXIT_FAILURE;
     }
+    if (rc == MT_EXIT_OK) dataset_tokenizer_remove(opt.output); /* an older build's, from before --overwrite */
     if (rc != MT_EXIT_OK) {
         indexed_dataset_writer_abort(writer);
         if (st.mask_writer) indexed_dataset_writer_abort(st.mask_writer);
@@ -487,6 +509,8 @@ int data_build_main(int argc, char **argv) {
         mt_error("data build: %s", err);
         rc = MT_EXIT_FAILURE;
     } else {
+        if (dataset_tokenizer_write(opt.output, &made_by, opt.input, documents, tokens, err, sizeof err) != 0)
+            mt_log("warning: data build: %s (the dataset is complete; a run cannot check its tokenizer)", err);
         print_summary(&st, documents, tokens, mt_now() - start);
     }
     build_reader_close(&st.reader);

@@ -44,6 +44,7 @@
 #include "../core/json.h"
 #include "../core/error.h"
 #include "../data/data_loader.h"
+#include "../data/dataset_tokenizer.h"
 #include "../data/micro_batch.h"
 #include "../dist/grid.h"
 #include "../model/model_device.h"
@@ -236,6 +237,19 @@ static DataLoader *open_data(const EvalOptions *opt) {
     return loader;
 }
 
+/* --data against the tokenizer.json the checkpoint carries (src/data/dataset_tokenizer.h); -1 (reported). */
+static int check_tokenizer(const char *ckpt, const char *data) {
+    CkptHfFiles files = {0};
+    char err[4096], source[MT_PATH_MAX + 80];
+    int rc = ckpt_hf_files_read(ckpt, &files, err, sizeof err);
+    const CkptHfFile *tok = rc == 0 ? ckpt_hf_files_find(&files, "tokenizer.json") : NULL;
+    snprintf(source, sizeof source, "the checkpoint %s", ckpt);
+    if (rc == 0 && tok) rc = dataset_tokenizer_check(data, "--data", tok->data, tok->size, source, err, sizeof err);
+    if (rc != 0) mt_error("eval: %s", err);
+    ckpt_hf_files_free(&files);
+    return rc;
+}
+
 int eval_main(int argc, char **argv) {
     EvalOptions opt;
     int rc = eval_parse_options(argc, argv, &opt);
@@ -267,6 +281,8 @@ int eval_main(int argc, char **argv) {
                  cfg.max_position_embeddings, opt.seq_len);
         return MT_EXIT_USAGE;
     }
+
+    if (check_tokenizer(ckpt, opt.data) != 0) return MT_EXIT_FAILURE;
 
     /* the whole model on this process: a grid of one rank */
     Grid grid;

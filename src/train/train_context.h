@@ -68,6 +68,14 @@ void train_teardown(TrainContext *ctx);
  * optimizer. Returns 0 or an exit status with err set. */
 int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_t errlen);
 
+/* Each dataset of `data` that `data build` made (PREFIX.build.json) against
+ * the model's tokenizer.json among `model_files` (what init_from or the
+ * resumed checkpoint carries, `model_source` naming it): a dataset another
+ * tokenizer made is refused (src/data/dataset_tokenizer.h). Returns 0, or
+ * -1 with err. */
+int train_check_data_tokenizer(const DataConfig *data, const CkptHfFiles *model_files, const char *model_source,
+                               char *err, size_t errlen);
+
 /* Setup of `megatrain resume`: train_setup_common, then the weights, the
  * optimizer (when load_optimizer) and the TrainState from checkpoint_dir;
  * only then run.dir is touched: recipe.yaml rewritten, metrics.jsonl cut

@@ -11,9 +11,11 @@
 
 #include "../ckpt/ckpt_fs.h"
 #include "../ckpt/ckpt_run.h"
+#include "../convert/ckpt_latest_dir.h"
 #include "../convert/init_from.h"
 #include "../core/error.h"
 #include "../core/fs.h"
+#include "../data/dataset_tokenizer.h"
 #include "../dist/comm.h"
 #include "../plan/plan.h"
 #include "batch_schedule.h"
@@ -104,6 +106,34 @@ static int check_vocab(const TrainContext *ctx, char *err, size_t errlen) {
         return -1;
     }
     return 0;
+}
+
+int train_check_data_tokenizer(const DataConfig *data, const CkptHfFiles *model_files, const char *model_source,
+                               char *err, size_t errlen) {
+    const CkptHfFile *tok = ckpt_hf_files_find(model_files, "tokenizer.json");
+    if (!tok) return 0; /* the model carries no tokenizer: nothing to compare with */
+    char what[64];
+    for (int i = 0; i < data->num_train + data->num_valid; i++) {
+        const bool train = i < data->num_train;
+        snprintf(what, sizeof what, "data.%s[%d]", train ? "train" : "valid", train ? i : i - data->num_train);
+        const char *prefix = train ? data->train[i].path : data->valid[i - data->num_train].path;
+        if (dataset_tokenizer_check(prefix, what, tok->data, tok->size, model_source, err, errlen) != 0) return -1;
+    }
+    return 0;
+}
+
+/* train_check_data_tokenizer against the files init_from carries, before its weights load (minutes for a large
+ * model); a checkpoint that cannot be found or read is left to init_from_checkpoint to report. */
+static int check_init_from_tokenizer(const Recipe *recipe, char *err, size_t errlen) {
+    char dir[MT_PATH_MAX + 64], why[1024], source[MT_PATH_MAX + 80];
+    CkptHfFiles files = {0};
+    if (ckpt_latest_dir(recipe->init_from, dir, sizeof dir, why, sizeof why) != 0 ||
+        ckpt_hf_files_read(dir, &files, why, sizeof why) != 0)
+        return 0;
+    snprintf(source, sizeof source, "init_from %s", dir);
+    const int rc = train_check_data_tokenizer(&recipe->data, &files, source, err, errlen);
+    ckpt_hf_files_free(&files);
+    return rc;
 }
 
 /* The most micro-batches a step of the batch schedule has on this rank. */
@@ -277,7 +307,8 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
         const bool reference = recipe->model.peft.type == PEFT_LORA &&
                                recipe->checkpoint.frozen_base != FROZEN_BASE_STORE;
         CkptBaseRef base = {0};
-        if (recipe->init_from[0])
+        if (recipe->init_from[0] && check_init_from_tokenizer(recipe, err, errlen) != 0) status = MT_EXIT_FAILURE;
+        if (status == 0 && recipe->init_from[0])
             status = init_from_checkpoint(ctx->model, recipe->init_from, &ctx->hf_files, reference ? &base : NULL, err,
                                           errlen);
         if (status == 0) choose_frozen_base(ctx, recipe, &base);

@@ -35,7 +35,9 @@ diff <(u16 "$D/out/plain.bin") <(u8 "$D/plain.expected") > /dev/null || fail "pl
 [[ $(od -An -tu1 -j 17 -N 1 "$D/out/plain.idx" | tr -d ' ') -eq 8 ]] || fail "dtype code is not 8 (uint16)"
 [[ $(le_u64 "$D/out/plain.idx" 18) -eq $docs ]] || fail "sequence count is not $docs"
 [[ $(le_u64 "$D/out/plain.idx" 26) -eq $((docs + 1)) ]] || fail "document count is not documents + 1"
-only_files "$D/out" plain.bin plain.idx || fail "unexpected files in out/: $(ls "$D/out")"
+only_files "$D/out" plain.bin plain.idx plain.build.json || fail "unexpected files in out/: $(ls "$D/out")"
+grep -q '"kind": "byte"' "$D/out/plain.build.json" && grep -qx "  \"tokens\": $bytes" "$D/out/plain.build.json" ||
+  fail "plain.build.json does not record the byte tokenizer and $bytes tokens: $(cat "$D/out/plain.build.json")"
 
 # --- JSONL with escapes, nested values and another field order ---------------
 cat > "$D/docs.jsonl" <<'EOF'
@@ -88,8 +90,8 @@ for out in / "$D/out/" "$D/out/."; do
   expect_fail 2 "--output $out: expected a file prefix such as data/corpus" --input "$D/docs.jsonl" --output "$out"
 done
 # --- an existing prefix: refused (exit 2, naming the files) unless --overwrite -
-cp "$D/out/plain.bin" "$D/plain.bin.before"; cp "$D/out/plain.idx" "$D/plain.idx.before"
-same_as_before() { cmp -s "$D/out/plain.bin" "$D/plain.bin.before" && cmp -s "$D/out/plain.idx" "$D/plain.idx.before"; }
+for f in bin idx build.json; do cp "$D/out/plain.$f" "$D/plain.$f.before"; done
+same_as_before() { for f in bin idx build.json; do cmp -s "$D/out/plain.$f" "$D/plain.$f.before" || return 1; done; }
 expect_fail 2 "--output $D/out/plain: $D/out/plain.bin and $D/out/plain.idx already exist; pass --overwrite" \
   --input "$D/docs.jsonl" --output "$D/out/plain"
 same_as_before || fail "a refused build changed the existing dataset"
@@ -98,12 +100,14 @@ expect_fail 2 "$D/half.bin already exists; pass --overwrite to replace it" --inp
 # a failing --overwrite build leaves the dataset under the same prefix untouched
 expect_fail '!' "broken.jsonl:2" --input "$D/broken.jsonl" --output "$D/out/plain" --overwrite
 same_as_before || fail "a failed build changed the existing dataset"
-only_files "$D/out" plain.bin plain.idx json.bin json.idx body.bin body.idx || fail "leftovers in out/: $(ls -A "$D/out")"
+only_files "$D/out" plain.{bin,idx,build.json} json.{bin,idx,build.json} body.{bin,idx,build.json} ||
+  fail "leftovers in out/: $(ls -A "$D/out")"
 # --overwrite replaces it
 "$MEGATRAIN" data build --input "$D/docs.jsonl" --output "$D/out/plain" --overwrite > /dev/null
-cmp -s "$D/out/plain.bin" "$D/out/json.bin" && cmp -s "$D/out/plain.idx" "$D/out/json.idx" ||
-  fail "--overwrite did not replace the dataset"
-only_files "$D/out" plain.bin plain.idx json.bin json.idx body.bin body.idx || fail "leftovers in out/: $(ls -A "$D/out")"
+cmp -s "$D/out/plain.bin" "$D/out/json.bin" && cmp -s "$D/out/plain.idx" "$D/out/json.idx" &&
+  cmp -s "$D/out/plain.build.json" "$D/out/json.build.json" || fail "--overwrite did not replace the dataset and its record"
+only_files "$D/out" plain.{bin,idx,build.json} json.{bin,idx,build.json} body.{bin,idx,build.json} ||
+  fail "leftovers in out/: $(ls -A "$D/out")"
 
 # --- a build stopped midway (reading a FIFO that stays open) -------------------
 # SIGTERM: its temporary files removed, nothing under the prefix; SIGKILL: no

@@ -8,11 +8,14 @@
 #      model's own tokenizer, each document ending with its eos_token;
 #   2. convert MODEL_DIR CKPT;
 #   3. run a recipe whose model: is CKPT/model.yaml and init_from: CKPT: the
-#      loss falls from the converted weights' loss;
+#      loss falls from the converted weights' loss; data that another
+#      tokenizer made (the byte-level one, another tokenizer.json) is refused
+#      by run and resume, from what data build recorded (PREFIX.build.json);
 #   4. convert RUN_DIR OUT_DIR: every carried file comes back byte for byte,
 #      config.json keeps the token ids, and OUT_DIR's tokenizer builds the same
 #      dataset bytes;
-#   5. eval RUN_DIR --json reads the run's newest checkpoint.
+#   5. eval RUN_DIR --json reads the run's newest checkpoint, and refuses data
+#      another tokenizer made.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 HF="$REPO/tests/fixtures/hf/llama3_export"
@@ -64,6 +67,35 @@ first=$(json_field "$WORK/run/metrics.jsonl" loss | head -n 1)
 last=$(json_field "$WORK/run/metrics.jsonl" loss | tail -n 1)
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 1.0) }' || fail "the loss did not fall: $first -> $last"
 
+# 3b. Data another tokenizer made is refused: data build records its tokenizer in PREFIX.build.json, and a run
+# whose model carries a tokenizer.json compares them (exit 1, naming the key, the dataset and the record, before
+# any step; the refused run leaves no run.dir). Without the record (deleted) the data trains.
+grep -q '"kind": "tokenizer.json"' "$WORK/ds.build.json" &&
+  grep -q "\"bytes\": $(stat -c %s "$HF/tokenizer.json")," "$WORK/ds.build.json" ||
+  fail "ds.build.json does not record the model's tokenizer.json: $(cat "$WORK/ds.build.json")"
+"$MEGATRAIN" data build --input "$WORK/corpus.jsonl" --output "$WORK/ds-bytes" --tokenizer byte > /dev/null
+"$MEGATRAIN" data build --input "$WORK/corpus.jsonl" --output "$WORK/ds-other" \
+  --tokenizer "$REPO/tests/fixtures/tokenizers/llama3" > /dev/null
+refused_data() { # NAME EXPECTED: a run on dataset NAME exits 1 saying EXPECTED
+  local rc=0
+  "$MEGATRAIN" run "$WORK/finetune.yaml" --set run.dir="$WORK/run-$1" --set train.steps=2 \
+    --set "data.train=[{path: $WORK/$1, weight: 1.0}]" > "$WORK/refused.log" 2>&1 || rc=$?
+  [[ $rc -eq 1 ]] && grep -qF -- "$2" "$WORK/refused.log" && grep -qF "delete $WORK/$1.build.json" "$WORK/refused.log" ||
+    fail "$1: expected exit 1 saying '$2', got $rc: $(cat "$WORK/refused.log")"
+  [[ ! -e "$WORK/run-$1" ]] || fail "$1: the refused run left its run.dir"
+}
+refused_data ds-bytes "data.train[0]: $WORK/ds-bytes was built with the byte-level tokenizer (ids are byte values), not the model's tokenizer (init_from $WORK/ckpt"
+refused_data ds-other "data.train[0]: $WORK/ds-other was built with another tokenizer.json"
+rc=0
+"$MEGATRAIN" resume "$WORK/run" --set train.steps=31 --set "data.train=[{path: $WORK/ds-bytes, weight: 1.0}]" \
+  > "$WORK/refused.log" 2>&1 || rc=$?
+[[ $rc -eq 1 ]] && grep -qF "not the model's tokenizer (the checkpoint $WORK/run/checkpoints/iter_0000030" "$WORK/refused.log" ||
+  fail "resume onto byte-level data: expected exit 1, got $rc: $(cat "$WORK/refused.log")"
+rm "$WORK/ds-bytes.build.json"
+"$MEGATRAIN" run "$WORK/finetune.yaml" --set run.dir="$WORK/run-bytes" --set train.steps=2 \
+  --set "data.train=[{path: $WORK/ds-bytes, weight: 1.0}]" > /dev/null || fail "the dataset without its record was refused"
+echo "data of another tokenizer: refused (byte-level, another tokenizer.json, on resume); without its record it trains"
+
 # 4. Back to Hugging Face.
 "$MEGATRAIN" convert "$WORK/run" "$WORK/out" > /dev/null
 for f in tokenizer.json tokenizer_config.json chat_template.jinja generation_config.json; do
@@ -77,4 +109,8 @@ cmp -s "$WORK/ds.bin" "$WORK/ds2.bin" || fail "the exported tokenizer builds oth
 # 5. eval of the run directory.
 "$MEGATRAIN" eval "$WORK/run" --data "$WORK/ds" --batches 2 --seq-len 32 --json > "$WORK/eval.json"
 grep -q '"step":30,' "$WORK/eval.json" || fail "eval did not take the run's newest checkpoint: $(cat "$WORK/eval.json")"
+rc=0
+"$MEGATRAIN" eval "$WORK/run" --data "$WORK/ds-other" --batches 2 --seq-len 32 > "$WORK/refused.log" 2>&1 || rc=$?
+[[ $rc -eq 1 ]] && grep -qF "eval: --data: $WORK/ds-other was built with another tokenizer.json" "$WORK/refused.log" ||
+  fail "eval of another tokenizer's data: expected exit 1, got $rc: $(cat "$WORK/refused.log")"
 echo "journey: data build -> convert -> run (loss $first -> $last) -> convert back: ok"
