@@ -28,9 +28,12 @@ int pipeline_warmup(int pp, int vpp, int stage, int M, bool forward_only) {
 
 int pipeline_schedule(int pp, int vpp, int stage, int M, bool forward_only, PipeOp *ops) {
     int n = 0;
-    if (forward_only) { /* micro-batch by micro-batch, each through the chunks in order */
-        for (int m = 0; m < M; m++)
-            for (int v = 0; v < vpp; v++) ops[n++] = (PipeOp){true, m, v};
+    if (forward_only) { /* groups of pp micro-batches, each group through the chunks in order */
+        for (int first = 0; first < M; first += pp) {
+            const int group = M - first < pp ? M - first : pp;
+            for (int v = 0; v < vpp; v++)
+                for (int j = 0; j < group; j++) ops[n++] = (PipeOp){true, first + j, v};
+        }
         return n;
     }
     if (vpp > 1 && M % pp != 0) return -1;

@@ -8,8 +8,15 @@
  * interleaved 1F1B: rank s holds model chunks v = 0..vpp-1, chunk v being
  * virtual stage v * pp + s; micro-batches go through the chunks in groups
  * of pp, and the warm-up is (pp - s - 1) * 2 + (vpp - 1) * pp forwards.
- * Forward-only (evaluation): micro-batch after micro-batch, each through
- * the chunks in order (any M). */
+ * Forward-only (evaluation, any M): the interleaved order without
+ * backwards, micro-batches in groups of pp (the last one smaller) each
+ * group through chunk 0, then chunk 1, ...: a micro-batch comes back to
+ * rank s for its next chunk after the pp - 1 others of its group, so no
+ * rank waits once the pipeline is full (micro-batch after micro-batch, a
+ * rank would wait for each one's whole trip round the other ranks), and at
+ * most pp micro-batches are in flight on a rank. With vpp = 1 that is
+ * micro-batch after micro-batch. Every rank runs its ops in one global
+ * order in which each op needs only earlier ones, so none can deadlock. */
 #ifndef MT_DIST_PIPELINE_SCHEDULE_H
 #define MT_DIST_PIPELINE_SCHEDULE_H
 

@@ -58,8 +58,9 @@ static void tell_device(TrainContext *ctx, const int32_t *places) {
 typedef struct MicroSource {
     TrainContext *ctx;
     const DataLoader *loader;
-    int64_t base;      /* the step's first sample; eval: the first batch of this rank (micro counts from it) */
-    bool eval;         /* evaluation batches: b * mbs for batch b = dp_rank + micro * dp */
+    int64_t base;      /* training: the step's first sample */
+    bool eval;         /* evaluation: this rank's batch first_micro + micro (load_eval_batch) */
+    long first_micro;  /* evaluation: the round's first batch of this rank */
 } MicroSource;
 
 /* First sample of micro-batch `micro` of this rank in a batch starting at `base`. */
@@ -88,7 +89,7 @@ static const int32_t *load_eval_batch(TrainContext *ctx, long micro) {
 static void pipeline_load(void *arg, int micro, const int32_t **inputs, const int32_t **targets,
                           const int32_t **positions) {
     MicroSource *src = arg;
-    if (src->eval) *positions = load_eval_batch(src->ctx, (long)src->base + micro);
+    if (src->eval) *positions = load_eval_batch(src->ctx, src->first_micro + micro);
     else *positions = micro_batch_load(&src->ctx->batch, src->loader, micro_batch_start(src->ctx, src->base, micro));
     *inputs = src->ctx->batch.inputs;
     *targets = src->ctx->batch.targets;
@@ -133,7 +134,7 @@ static double run_micro_batches(TrainContext *ctx, long num_micro, StepTimers *t
     const int B = ctx->recipe->train.micro_batch_size, T = local_seq_len(ctx);
     const float loss_scale = (float)(1.0 / (double)num_micro) * health_planted_nan_scale(ctx->state.step + 1);
     if (ctx->layout.pp > 1) {
-        MicroSource src = {ctx, ctx->train_data, ctx->state.consumed_samples, false};
+        MicroSource src = {ctx, ctx->train_data, ctx->state.consumed_samples, false, 0};
         double sum = pipeline_run(&ctx->pipe, (int)num_micro, false, loss_scale, B, T, pipeline_load, &src);
         timers->backward += lap(t); /* forward and backward interleave */
         return sum;
@@ -263,14 +264,15 @@ double train_evaluate(TrainContext *ctx) {
         ctx->device->ops->set_loss_tokens(ctx->device, loss_tokens(ctx, per_rank, true, (double)train->eval_batches));
     double loss_sum = 0.0;
     if (ctx->layout.pp > 1) {
-        /* in rounds of EVAL_SIGNAL_BATCHES * pp micro-batches (a multiple of pp, as the interleaved schedule
-         * wants): a stage runs 1/pp of the model a micro-batch, so a round takes about as long as
-         * EVAL_SIGNAL_BATCHES whole forwards, and its fill and drain cost at most 1/9 of it */
+        /* in rounds of EVAL_SIGNAL_BATCHES * pp micro-batches (whole groups of pp: the forward-only schedule
+         * keeps every rank busy through them, pipeline_schedule.h): a rank runs 1/(pp * vpp) of the model an
+         * op, so a round takes about as long as EVAL_SIGNAL_BATCHES whole forwards, and its fill at most 1/9
+         * of that */
         const long round = (long)EVAL_SIGNAL_BATCHES * ctx->layout.pp;
-        MicroSource src = {ctx, ctx->valid_data, 0, true};
+        MicroSource src = {ctx, ctx->valid_data, 0, true, 0};
         for (long done = 0; done < per_rank; done += round) {
             if (done > 0 && train_signal_received()) return eval_stopped(ctx, done, per_token);
-            src.base = done; /* eval: the round's first batch of this rank */
+            src.first_micro = done;
             const int M = (int)(per_rank - done < round ? per_rank - done : round);
             loss_sum += pipeline_run(&ctx->pipe, M, true, 0.0f, train->micro_batch_size, local_seq_len(ctx),
                                      pipeline_load, &src);
