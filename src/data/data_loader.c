@@ -39,6 +39,7 @@ struct DataLoader {
     int64_t num_samples;
     int32_t *dataset_index;        /* [num_samples]; NULL with one dataset */
     int64_t *dataset_sample_index; /* [num_samples] */
+    int vocab_size;                /* > 0: every token a get returns is checked against [0, vocab_size) */
 };
 
 static const char *const split_names[] = {"train", "valid", "test"};
@@ -253,23 +254,39 @@ static void locate_sample(const DataLoader *loader, int64_t index, int *dataset,
     *sample = gi->shuffle[j % gi->num_samples];
 }
 
-void data_loader_get(const DataLoader *loader, int64_t index, int32_t *out) {
+void data_loader_set_vocab(DataLoader *loader, int vocab_size) { loader->vocab_size = vocab_size; }
+
+/* Whether each of the n values lies in [lowest, vocab_size): one unsigned compare each, no branch (the loop
+ * vectorises). */
+static bool all_in_range(const int32_t *values, long n, int32_t lowest, int vocab_size) {
+    const uint32_t span = (uint32_t)vocab_size - (uint32_t)lowest;
+    uint32_t outside = 0;
+    for (long i = 0; i < n; i++) outside |= (uint32_t)values[i] - (uint32_t)lowest >= span;
+    return !outside;
+}
+
+int data_loader_get(const DataLoader *loader, int64_t index, int32_t *out) {
     int d;
     int64_t sample;
     locate_sample(loader, index, &d, &sample);
     gpt_index_read_sample(&loader->indices[d], &loader->datasets[d], loader->seq_len, sample, out);
+    return loader->vocab_size <= 0 || all_in_range(out, (long)loader->seq_len + 1, 0, loader->vocab_size) ? 0 : -1;
 }
 
 bool data_loader_has_mask(const DataLoader *loader) { return loader->any_mask; }
 
 bool data_loader_packed(const DataLoader *loader) { return loader->packed; }
 
-void data_loader_get_packed(const DataLoader *loader, int64_t index, int32_t *inputs, int32_t *targets,
-                            int32_t *positions) {
+int data_loader_get_packed(const DataLoader *loader, int64_t index, int32_t *inputs, int32_t *targets,
+                           int32_t *positions) {
     int d;
     const int64_t j = blended_sample(loader, index, &d); /* packed_rows_read wraps j modulo the dataset's rows */
     packed_rows_read(&loader->rows[d], &loader->datasets[d], loader->has_mask[d] ? &loader->masks[d] : NULL, j,
                      inputs, targets, positions, loader->scratch);
+    if (loader->vocab_size <= 0) return 0;
+    const long n = loader->seq_len;
+    return all_in_range(inputs, n, 0, loader->vocab_size) && all_in_range(targets, n, -1, loader->vocab_size) ? 0
+                                                                                                              : -1;
 }
 
 void data_loader_get_mask(const DataLoader *loader, int64_t index, int32_t *out) {
@@ -283,30 +300,80 @@ void data_loader_get_mask(const DataLoader *loader, int64_t index, int32_t *out)
     gpt_index_read_sample(&loader->indices[d], &loader->masks[d], loader->seq_len, sample, out);
 }
 
-int data_loader_check_vocab(const DataLoader *loader, int vocab_size, int64_t max_tokens, char *err, size_t errlen) {
+/* Tokens [at, at + n) of sequence seq of ds inside [0, vocab_size): 0, or -1 with the error of the first one
+ * outside, naming the dataset, the token, where it is and how to see the dataset's ids (every check of a
+ * dataset's tokens against the model's vocabulary says this). */
+static int check_tokens(const IndexedDataset *ds, int64_t seq, int64_t at, int64_t n, int vocab_size, char *err,
+                        size_t errlen) {
     int32_t block[4096];
+    for (int64_t done = 0; done < n;) {
+        const int64_t count = n - done < 4096 ? n - done : 4096;
+        indexed_dataset_read(ds, seq, at + done, count, block);
+        for (int64_t i = 0; i < count; i++)
+            if (block[i] < 0 || block[i] >= vocab_size) {
+                mt_set_error(err, errlen, "%s: token %d (token %lld of sequence %lld) is outside the model's "
+                             "vocabulary [0, %d): was the dataset built with another tokenizer than the model's? "
+                             "(`megatrain data inspect %s --tokenizer MODEL_DIR` shows its ids)", ds->prefix,
+                             block[i], (long long)(at + done + i), (long long)seq, vocab_size, ds->prefix);
+                return -1;
+            }
+        done += count;
+    }
+    return 0;
+}
+
+int data_loader_check_vocab(const DataLoader *loader, int vocab_size, int64_t max_tokens, char *err, size_t errlen) {
     for (int d = 0; d < loader->num_datasets; d++) {
         const IndexedDataset *ds = &loader->datasets[d];
         int64_t seen = 0;
         for (int64_t seq = 0; seq < ds->num_sequences && seen < max_tokens; seq++) {
-            for (int64_t at = 0; at < ds->sequence_lengths[seq] && seen < max_tokens;) {
-                int64_t n = ds->sequence_lengths[seq] - at;
-                if (n > 4096) n = 4096;
-                indexed_dataset_read(ds, seq, at, n, block);
-                for (int64_t i = 0; i < n; i++)
-                    if (block[i] < 0 || block[i] >= vocab_size) {
-                        mt_set_error(err, errlen, "%s: token %d (token %lld of sequence %lld) is outside the model's "
-                                     "vocabulary [0, %d): was the dataset built with another tokenizer than the "
-                                     "model's? (`megatrain data inspect %s --tokenizer MODEL_DIR` shows its ids)",
-                                     ds->prefix, block[i], (long long)(at + i), (long long)seq, vocab_size, ds->prefix);
-                        return -1;
-                    }
-                at += n;
-                seen += n;
-            }
+            const int64_t len = ds->sequence_lengths[seq];
+            const int64_t n = len < max_tokens - seen ? len : max_tokens - seen;
+            if (check_tokens(ds, seq, 0, n, vocab_size, err, errlen) != 0) return -1;
+            seen += n;
         }
     }
     return 0;
+}
+
+/* What check_piece needs: the dataset and the vocabulary, and where the message goes. */
+typedef struct PieceCheck {
+    const IndexedDataset *ds;
+    int vocab_size;
+    char *err;
+    size_t errlen;
+} PieceCheck;
+
+static int check_piece(void *arg, int64_t seq, int64_t offset, int64_t count) {
+    const PieceCheck *c = arg;
+    return check_tokens(c->ds, seq, offset, count, c->vocab_size, c->err, c->errlen);
+}
+
+/* The documents of packed sample j of dataset d, each as far as its row reads it. */
+static int check_packed_row(const DataLoader *loader, int d, int64_t j, char *err, size_t errlen) {
+    const PackedRows *rows = &loader->rows[d];
+    int64_t first, end;
+    packed_rows_documents(rows, j, &first, &end);
+    for (int64_t k = first; k < end; k++) {
+        const int64_t seq = rows->docs[k];
+        const int64_t n = packed_document_tokens(rows, &loader->datasets[d], seq);
+        if (check_tokens(&loader->datasets[d], seq, 0, n, loader->vocab_size, err, errlen) != 0) return -1;
+    }
+    return 0;
+}
+
+int data_loader_check_sample(const DataLoader *loader, int64_t index, char *err, size_t errlen) {
+    if (loader->vocab_size <= 0) return 0;
+    int d;
+    if (loader->packed) {
+        const int64_t j = blended_sample(loader, index, &d);
+        return check_packed_row(loader, d, j, err, errlen);
+    }
+    int64_t sample;
+    locate_sample(loader, index, &d, &sample);
+    PieceCheck check = {&loader->datasets[d], loader->vocab_size, err, errlen};
+    return gpt_index_visit_sample(&loader->indices[d], &loader->datasets[d], loader->seq_len, sample, check_piece,
+                                  &check);
 }
 
 void data_loader_free(DataLoader *loader) {

@@ -12,6 +12,13 @@
  * the train loop's sampler position is just the number of consumed samples.
  * Each split's indices are built (gpt_sampling.h) with the seed
  * seed ^ (0x9e3779b97f4a7c15 * (split + 1)) (mod 2^64).
+ *
+ * Token ids against the model's vocabulary: data_loader_check_vocab looks at
+ * the first tokens of each dataset before a run starts; after
+ * data_loader_set_vocab every sample a get returns is checked too, and
+ * data_loader_check_sample finds where a bad one is. All three report it
+ * with the same message (the dataset, the id, its sequence and place, and
+ * the `megatrain data inspect` command that shows the dataset's ids).
  */
 #ifndef MT_DATA_DATA_LOADER_H
 #define MT_DATA_DATA_LOADER_H
@@ -38,9 +45,16 @@ int64_t data_loader_num_samples(const DataLoader *loader);
 /* How many datasets the loader blends (1: one dataset, whose own samples num_samples counts). */
 int data_loader_num_datasets(const DataLoader *loader);
 
+/* From now on data_loader_get and data_loader_get_packed check every token
+ * they return against the model's vocabulary [0, vocab_size) (0: no check,
+ * the default). */
+void data_loader_set_vocab(DataLoader *loader, int vocab_size);
+
 /* Write sample `index` (seq_len + 1 tokens) into out. index wraps modulo
- * data_loader_num_samples. */
-void data_loader_get(const DataLoader *loader, int64_t index, int32_t *out);
+ * data_loader_num_samples. Returns 0, or -1 when a token lies outside the
+ * vocabulary of data_loader_set_vocab (data_loader_check_sample says where:
+ * one compare per token here, the search only then). */
+int data_loader_get(const DataLoader *loader, int64_t index, int32_t *out);
 
 /* Whether a dataset of the loader has an SFT loss mask (PREFIX_mask.{bin,idx},
  * loss_mask.h, opened and checked with its dataset). */
@@ -61,9 +75,11 @@ bool data_loader_packed(const DataLoader *loader);
 /* Packed sample `index` (wrapping): seq_len inputs, targets (-1: masked or
  * padding) and each token's position in its sample. Alone, a dataset's row
  * order[index % rows]; in a blend, sample i of dataset d (blend.h) is d's
- * row order[i % d's rows]: the row d's loader alone gives for i. */
-void data_loader_get_packed(const DataLoader *loader, int64_t index, int32_t *inputs, int32_t *targets,
-                            int32_t *positions);
+ * row order[i % d's rows]: the row d's loader alone gives for i. Returns 0,
+ * or -1 when an input or target lies outside the vocabulary of
+ * data_loader_set_vocab, as data_loader_get. */
+int data_loader_get_packed(const DataLoader *loader, int64_t index, int32_t *inputs, int32_t *targets,
+                           int32_t *positions);
 
 /* That the first tokens of each dataset of the loader (up to `max_tokens`
  * of each, from its first sequence on) lie in [0, vocab_size): a dataset
@@ -71,6 +87,12 @@ void data_loader_get_packed(const DataLoader *loader, int64_t index, int32_t *in
  * starts. Returns 0, or -1 with err naming the dataset, the token and where
  * it is. */
 int data_loader_check_vocab(const DataLoader *loader, int vocab_size, int64_t max_tokens, char *err, size_t errlen);
+
+/* That every token of sample `index` (plain or packed: its documents as the
+ * row reads them) lies in the vocabulary of data_loader_set_vocab; for after
+ * a get returned -1. Returns 0, or -1 with err naming the dataset, the token,
+ * its sequence and its place there, data_loader_check_vocab's message. */
+int data_loader_check_sample(const DataLoader *loader, int64_t index, char *err, size_t errlen);
 
 void data_loader_free(DataLoader *loader);
 

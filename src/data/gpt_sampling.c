@@ -147,8 +147,8 @@ int gpt_index_build(GptSampleIndex *gi, const IndexedDataset *ds, int64_t first_
     return 0;
 }
 
-void gpt_index_read_sample(const GptSampleIndex *gi, const IndexedDataset *ds, int seq_len, int64_t k,
-                           int32_t *out) {
+int gpt_index_visit_sample(const GptSampleIndex *gi, const IndexedDataset *ds, int seq_len, int64_t k,
+                           GptPieceVisit visit, void *arg) {
     int64_t position = gi->sample_starts[2 * k];
     int64_t offset = gi->sample_starts[2 * k + 1];
     int64_t need = (int64_t)seq_len + 1;
@@ -157,14 +157,35 @@ void gpt_index_read_sample(const GptSampleIndex *gi, const IndexedDataset *ds, i
         int64_t available = ds->sequence_lengths[seq] - offset;
         int64_t take = available < need ? available : need;
         if (take > 0) {
-            indexed_dataset_read(ds, seq, offset, take, out);
-            out += take;
+            const int rc = visit(arg, seq, offset, take);
+            if (rc != 0) return rc;
             need -= take;
         }
         offset = 0;
         position++;
     }
-    if (need > 0) memset(out, 0, (size_t)need * sizeof(*out)); /* unreachable for a valid index */
+    return 0;
+}
+
+/* Where gpt_index_read_sample's next piece goes. */
+typedef struct SampleReader {
+    const IndexedDataset *ds;
+    int32_t *out;
+} SampleReader;
+
+static int read_piece(void *arg, int64_t seq, int64_t offset, int64_t count) {
+    SampleReader *r = arg;
+    indexed_dataset_read(r->ds, seq, offset, count, r->out);
+    r->out += count;
+    return 0;
+}
+
+void gpt_index_read_sample(const GptSampleIndex *gi, const IndexedDataset *ds, int seq_len, int64_t k,
+                           int32_t *out) {
+    SampleReader reader = {ds, out};
+    gpt_index_visit_sample(gi, ds, seq_len, k, read_piece, &reader);
+    const int64_t missing = (int64_t)seq_len + 1 - (reader.out - out);
+    if (missing > 0) memset(reader.out, 0, (size_t)missing * sizeof(*out)); /* unreachable for a valid index */
 }
 
 void gpt_index_free(GptSampleIndex *gi) {

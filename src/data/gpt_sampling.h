@@ -67,6 +67,15 @@ int gpt_index_build(GptSampleIndex *gi, const IndexedDataset *ds, int64_t first_
 void gpt_index_read_sample(const GptSampleIndex *gi, const IndexedDataset *ds, int seq_len, int64_t k,
                            int32_t *out);
 
+/* One piece of a sample: tokens [offset, offset + count) of sequence seq. Non-zero stops the visit. */
+typedef int (*GptPieceVisit)(void *arg, int64_t seq, int64_t offset, int64_t count);
+
+/* The pieces of sample `k` (unshuffled order) in order, the seq_len + 1
+ * tokens gpt_index_read_sample reads: visit(arg, ...) for each until one
+ * returns non-zero, which is returned; 0 when every piece was visited. */
+int gpt_index_visit_sample(const GptSampleIndex *gi, const IndexedDataset *ds, int seq_len, int64_t k,
+                           GptPieceVisit visit, void *arg);
+
 /* Check every entry is in range for ds (for an index read from a cache file).
  * Returns 0, or -1 when the index cannot belong to this dataset. */
 int gpt_index_validate(const GptSampleIndex *gi, const IndexedDataset *ds);

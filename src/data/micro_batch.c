@@ -2,6 +2,7 @@
  * (micro_batch.h says how a sample becomes them). */
 #include "micro_batch.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "../core/error.h"
@@ -17,6 +18,7 @@ void micro_batch_init(MicroBatch *mb, int size, int seq_len, int local_len) {
     mb->places = mt_malloc((size_t)size * (size_t)seq_len * sizeof(int32_t));
     mb->sample = mt_malloc(((size_t)seq_len + 1) * sizeof(int32_t));
     mb->sample_mask = mt_malloc(((size_t)seq_len + 1) * sizeof(int32_t));
+    mb->refused[0] = '\0';
 }
 
 void micro_batch_free(MicroBatch *mb) {
@@ -28,28 +30,44 @@ void micro_batch_free(MicroBatch *mb) {
     free(mb->sample_mask);
 }
 
+/* Sample b (loader sample `index`) holds a token outside the vocabulary: the first such message is kept (never
+ * empty: callers stop on it), and the sample becomes inputs 0, targets -1. */
+static void refuse_sample(MicroBatch *mb, const DataLoader *loader, int64_t index, int b) {
+    if (!mb->refused[0] && data_loader_check_sample(loader, index, mb->refused, sizeof mb->refused) == 0)
+        snprintf(mb->refused, sizeof mb->refused, "sample %lld holds a token outside the model's vocabulary",
+                 (long long)index); /* the loader's search finds what its get saw: not reached */
+    const int T = mb->local_len;
+    for (int t = 0; t < T; t++) {
+        mb->inputs[(long)b * T + t] = 0;
+        mb->targets[(long)b * T + t] = -1;
+    }
+}
+
 const int32_t *micro_batch_load(MicroBatch *mb, const DataLoader *loader, int64_t first) {
     const int B = mb->size, S = mb->seq_len, T = mb->local_len;
     const int32_t *positions = mb->positions;
     if (data_loader_packed(loader)) { /* whole rows (sample: inputs, sample_mask: targets), this rank's tokens */
         for (int b = 0; b < B; b++) {
-            data_loader_get_packed(loader, first + b, mb->sample, mb->sample_mask, mb->places + (long)b * S);
+            const int rc =
+                data_loader_get_packed(loader, first + b, mb->sample, mb->sample_mask, mb->places + (long)b * S);
             for (int t = 0; t < T; t++) {
                 mb->inputs[(long)b * T + t] = mb->sample[positions[t]];
                 mb->targets[(long)b * T + t] = mb->sample_mask[positions[t]];
             }
+            if (rc != 0) refuse_sample(mb, loader, first + b, b);
         }
         return mb->places;
     }
     const bool masked = data_loader_has_mask(loader);
     for (int b = 0; b < B; b++) {
-        data_loader_get(loader, first + b, mb->sample);
+        const int rc = data_loader_get(loader, first + b, mb->sample);
         if (masked) data_loader_get_mask(loader, first + b, mb->sample_mask);
         for (int t = 0; t < T; t++) {
             mb->inputs[(long)b * T + t] = mb->sample[positions[t]];
             mb->targets[(long)b * T + t] =
                 !masked || mb->sample_mask[positions[t] + 1] ? mb->sample[positions[t] + 1] : -1;
         }
+        if (rc != 0) refuse_sample(mb, loader, first + b, b);
     }
     return NULL;
 }

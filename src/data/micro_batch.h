@@ -9,7 +9,14 @@
  * loader gives (-1: masked or padding), with each position's place in its
  * document. Under context parallel a rank holds T = seq_len / cp positions
  * of each sample (`positions`, identity without cp); packed places always
- * cover whole rows (every cp rank needs every document's extent). */
+ * cover whole rows (every cp rank needs every document's extent).
+ *
+ * A loader given the model's vocabulary (data_loader_set_vocab) checks every
+ * token of every whole sample it reads (so all tp, cp and pipeline ranks
+ * reading a sample see the same); a sample with a token outside it is
+ * refused: loaded as inputs 0 and targets -1, so that a forward still runs
+ * (every rank's collectives meet) and counts nothing, and the first refusal
+ * is kept in `refused` for the caller to stop on. */
 #ifndef MT_DATA_MICRO_BATCH_H
 #define MT_DATA_MICRO_BATCH_H
 
@@ -25,6 +32,7 @@ typedef struct MicroBatch {
     int32_t *inputs, *targets;   /* [B x T]: the micro-batch loaded last (target -1: not counted) */
     int32_t *places;             /* [B x seq_len]: packed rows: each position's place in its document */
     int32_t *sample, *sample_mask; /* [seq_len + 1]: one sample and its mask (packed: a row's inputs, targets) */
+    char refused[3072];          /* "" or the first refused sample's error (data_loader_check_sample's), kept */
 } MicroBatch;
 
 /* Buffers for `size` samples of seq_len positions of which this rank holds local_len. */
@@ -32,8 +40,9 @@ void micro_batch_init(MicroBatch *mb, int size, int seq_len, int local_len);
 void micro_batch_free(MicroBatch *mb);
 
 /* Load samples first .. first + size - 1 of loader into mb->inputs and
- * mb->targets. Returns the packed rows' places (mb->places, for the model
- * device's set_positions), or NULL for plain rows. */
+ * mb->targets (a refused sample as inputs 0, targets -1, its error in
+ * mb->refused unless one is there). Returns the packed rows' places
+ * (mb->places, for the model device's set_positions), or NULL for plain rows. */
 const int32_t *micro_batch_load(MicroBatch *mb, const DataLoader *loader, int64_t first);
 
 /* Targets of the loaded micro-batch that count in the loss (>= 0). */

@@ -102,17 +102,28 @@ int packed_rows_build(PackedRows *rows, const IndexedDataset *ds, const char *ke
     return 0;
 }
 
-void packed_rows_read(const PackedRows *rows, const IndexedDataset *ds, const IndexedDataset *mask, int64_t index,
-                      int32_t *inputs, int32_t *targets, int32_t *positions, int32_t *scratch) {
-    const int T = rows->seq_len;
+void packed_rows_documents(const PackedRows *rows, int64_t index, int64_t *first, int64_t *end) {
     int64_t i = index % rows->num_rows;
     if (i < 0) i += rows->num_rows;
     const int64_t r = rows->order[i];
+    *first = rows->row_start[r];
+    *end = rows->row_start[r + 1];
+}
+
+int64_t packed_document_tokens(const PackedRows *rows, const IndexedDataset *ds, int64_t seq) {
+    const int64_t len = ds->sequence_lengths[seq];
+    return len > rows->seq_len + 1 ? rows->seq_len + 1 : len; /* truncate (an error otherwise, at build) */
+}
+
+void packed_rows_read(const PackedRows *rows, const IndexedDataset *ds, const IndexedDataset *mask, int64_t index,
+                      int32_t *inputs, int32_t *targets, int32_t *positions, int32_t *scratch) {
+    const int T = rows->seq_len;
+    int64_t first, end;
+    packed_rows_documents(rows, index, &first, &end);
     int at = 0;
-    for (int64_t k = rows->row_start[r]; k < rows->row_start[r + 1]; k++) {
+    for (int64_t k = first; k < end; k++) {
         const int64_t seq = rows->docs[k];
-        int64_t len = ds->sequence_lengths[seq];
-        if (len > T + 1) len = T + 1; /* truncate (an error otherwise, at build) */
+        const int64_t len = packed_document_tokens(rows, ds, seq);
         indexed_dataset_read(ds, seq, 0, len, scratch);
         for (int64_t t = 0; t + 1 < len; t++) {
             inputs[at + t] = scratch[t];

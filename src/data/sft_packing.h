@@ -47,6 +47,14 @@ int packed_rows_build(PackedRows *rows, const IndexedDataset *ds, const char *ke
 void packed_rows_read(const PackedRows *rows, const IndexedDataset *ds, const IndexedDataset *mask, int64_t index,
                       int32_t *inputs, int32_t *targets, int32_t *positions, int32_t *scratch);
 
+/* The documents of sample `index`'s row (wrapping, as packed_rows_read):
+ * rows->docs[*first .. *end), in the row's order. */
+void packed_rows_documents(const PackedRows *rows, int64_t index, int64_t *first, int64_t *end);
+
+/* The tokens a row reads of document (sequence) seq: its length, or its first
+ * seq_len + 1 tokens when data.pack_overlong truncated it. */
+int64_t packed_document_tokens(const PackedRows *rows, const IndexedDataset *ds, int64_t seq);
+
 void packed_rows_free(PackedRows *rows);
 
 #endif

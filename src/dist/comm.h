@@ -28,8 +28,13 @@ const Comm *comm_world(void);
 int dist_rank(void);
 /* End the job: status 0 finalises MPI; any other status, on a multi-rank
  * run, prints "rank R: stopping the job" and calls MPI_Abort so that no rank
- * is left waiting. Returns status (for a single-rank run). */
+ * is left waiting. Returns status (for a single-rank run); after MPI has
+ * ended (dist_finish_together) it only returns status. */
 int dist_finish(int status);
+/* End the job when every rank stops with `status` at the same point, having
+ * agreed on it (none waits in a collective): MPI is finalised whatever the
+ * status, with no abort, so that each rank exits with it. Returns status. */
+int dist_finish_together(int status);
 
 /* In-place sums over the group. */
 void comm_all_reduce_sum_float(const Comm *c, float *buf, size_t count);

@@ -98,8 +98,15 @@ const Comm *comm_world(void) { return &world; }
 int dist_rank(void) { return world.rank; }
 
 int dist_finish(int status) {
-    if (!mpi_started) return status;
+    if (!mpi_started || finished) return status;
     if (status != 0) abort_job(status);
+    finished = 1;
+    MPI_Finalize();
+    return status;
+}
+
+int dist_finish_together(int status) {
+    if (!mpi_started || finished) return status;
     finished = 1;
     MPI_Finalize();
     return status;

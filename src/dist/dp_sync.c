@@ -47,15 +47,22 @@ void dp_average_grads(const Comm *dp, float *grads, size_t count) {
     if (dp->size > 1) comm_sum_identical(dp, grads, count, 1.0f / (float)dp->size);
 }
 
-double dp_sum_double(const Comm *dp, double value) {
-    if (dp->size <= 1) return value;
-    /* Gather every rank's value and sum in rank order: the same on all ranks. */
-    double *all = mt_malloc((size_t)dp->size * sizeof(double));
-    comm_all_gather(dp, &value, all, 1, COMM_DOUBLE);
-    double sum = 0.0;
-    for (int r = 0; r < dp->size; r++) sum += all[r];
+void dp_sum_doubles(const Comm *dp, double *values, int n) {
+    if (dp->size <= 1) return;
+    /* Gather every rank's values and sum each in rank order: the same on all ranks. */
+    double *all = mt_malloc((size_t)dp->size * (size_t)n * sizeof(double));
+    comm_all_gather(dp, values, all, (size_t)n, COMM_DOUBLE);
+    for (int i = 0; i < n; i++) {
+        double sum = 0.0;
+        for (int r = 0; r < dp->size; r++) sum += all[(size_t)r * n + i];
+        values[i] = sum;
+    }
     free(all);
-    return sum;
+}
+
+double dp_sum_double(const Comm *dp, double value) {
+    dp_sum_doubles(dp, &value, 1);
+    return value;
 }
 
 double dp_average_double(const Comm *dp, double value) {

@@ -24,5 +24,8 @@ void dp_average_grads(const Comm *dp, float *grads, size_t count);
 double dp_average_double(const Comm *dp, double value);
 /* The sum of `value` over the dp group (the same on every rank). */
 double dp_sum_double(const Comm *dp, double value);
+/* Each of values[0 .. n) summed over the group in place, in one all-gather
+ * (several scalars for the price of one; each as dp_sum_double sums it). */
+void dp_sum_doubles(const Comm *dp, double *values, int n);
 
 #endif

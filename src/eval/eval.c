@@ -58,20 +58,15 @@ typedef struct EvalResult {
 } EvalResult;
 
 /* Batch `batch` into mb, the model told where its packed samples are; -1
- * (reported) when a token is outside the model's vocabulary. */
-static int load_batch(ModelDevice *dev, MicroBatch *mb, const DataLoader *loader, const EvalOptions *opt, long batch) {
-    const int B = mb->size, T = mb->local_len, V = dev->host->cfg.vocab_size;
-    const int64_t first = (int64_t)batch * B;
-    const int32_t *places = micro_batch_load(mb, loader, first);
-    for (long i = 0; i < (long)B * T; i++) {
-        const bool input_ok = mb->inputs[i] >= 0 && mb->inputs[i] < V;
-        if (!input_ok || mb->targets[i] < -1 || mb->targets[i] >= V) {
-            mt_error("eval: %s: sample %lld holds token %d, outside the model's vocabulary [0, %d)", opt->data,
-                     (long long)(first + i / T), input_ok ? mb->targets[i] : mb->inputs[i], V);
-            return -1;
-        }
+ * (reported) when a sample holds a token outside the model's vocabulary (the
+ * loader checks every token: data_loader_set_vocab). */
+static int load_batch(ModelDevice *dev, MicroBatch *mb, const DataLoader *loader, long batch) {
+    const int32_t *places = micro_batch_load(mb, loader, (int64_t)batch * mb->size);
+    if (mb->refused[0]) {
+        mt_error("eval: %s", mb->refused);
+        return -1;
     }
-    dev->ops->set_positions(dev, places, B, T);
+    dev->ops->set_positions(dev, places, mb->size, mb->local_len);
     return 0;
 }
 
@@ -85,14 +80,14 @@ static int evaluate(ModelDevice *dev, const DataLoader *loader, const EvalOption
     if (opt->loss == LOSS_PER_TOKEN) { /* every batch's counted targets first: the divisor of each batch's sum */
         double count = 0;
         for (long batch = 0; batch < opt->batches && rc == 0; batch++) {
-            rc = load_batch(dev, &mb, loader, opt, batch);
+            rc = load_batch(dev, &mb, loader, batch);
             count += (double)micro_batch_counted(&mb);
         }
         dev->ops->set_loss_tokens(dev, count > 0 ? count / (double)opt->batches : 1.0);
     }
     double loss_sum = 0.0;
     for (long batch = 0; batch < opt->batches && rc == 0; batch++) {
-        rc = load_batch(dev, &mb, loader, opt, batch);
+        rc = load_batch(dev, &mb, loader, batch);
         if (rc != 0) break;
         loss_sum += dev->ops->forward(dev, mb.inputs, mb.targets, mb.size, mb.local_len);
         res->counted += micro_batch_counted(&mb);
@@ -300,6 +295,7 @@ int eval_main(int argc, char **argv) {
         return status;
     }
     DataLoader *loader = open_data(&opt);
+    if (loader) data_loader_set_vocab(loader, cfg.vocab_size);
     ModelDevice *dev = loader ? open_device(ckpt, &setup) : NULL;
     EvalResult res;
     rc = dev ? evaluate(dev, loader, &opt, &res) : -1;

@@ -83,6 +83,20 @@ static void print_error(const char *err) {
         fprintf(stderr, "megatrain: error: %s\n", err);
 }
 
+/* A step or evaluation that every rank refused at once (TRAIN_DATA_REFUSED: a token outside the vocabulary): the
+ * ranks that read the sample say so, and the run stops with status 1 without a checkpoint of that step; a save in
+ * flight still completes (train_loop) and the ranks end MPI together, without an abort (run_context). */
+static int stop_on_refused_data(TrainContext *ctx, const char *why) {
+    if (why[0]) {
+        char err[4096];
+        mt_set_error(err, sizeof err, "%s; stopping the run (no checkpoint of this step; those saved before it are "
+                     "kept)", why);
+        print_error(err);
+    }
+    ctx->stopped_together = true;
+    return MT_EXIT_FAILURE;
+}
+
 /* Which ranks write what: the weights (dp = cp = 0), the routed experts under expert parallel (the first ep dp
  * ranks hold every expert once), and anything at all (with the distributed optimizer every dp rank of cp 0 writes
  * its parts of the moments). */
@@ -234,9 +248,13 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     if (dev->zero1_on) ckpt_saver_shard_moments(saver, dev->zero1.begin, dev->zero1.end, dev->zero1.num_ranges);
     train_signals_install();
     while (ctx->state.step < ctx->total_steps && !(stop_signal = train_signal_received())) {
+        const int stepped = train_step(ctx, &result, err, sizeof err);
+        if (stepped == TRAIN_DATA_REFUSED) {
+            status = stop_on_refused_data(ctx, err);
+            break;
+        }
         /* a step that failed here, or a communicator that failed under it (a peer died: NCCL reports it late) */
-        if (train_step(ctx, &result, err, sizeof err) != 0 ||
-            ctx->device->ops->comms_check(ctx->device, err, sizeof err) != 0) {
+        if (stepped != 0 || ctx->device->ops->comms_check(ctx->device, err, sizeof err) != 0) {
             print_error(err);
             status = MT_EXIT_FAILURE;
             alone = true;
@@ -256,7 +274,11 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
         const bool eval_now = ctx->valid_data && is_multiple(step, recipe->train.eval_interval);
         const bool log_now = step == 1 || is_multiple(step, log_interval) || step == ctx->total_steps || eval_now;
         if (log_now) {
-            const double eval_loss = eval_now ? train_evaluate(ctx) : NAN;
+            double eval_loss = NAN;
+            if (eval_now && train_evaluate(ctx, &eval_loss, err, sizeof err) == TRAIN_DATA_REFUSED) {
+                status = stop_on_refused_data(ctx, err);
+                break;
+            }
             const double now = mt_now();
             const double interval_s = now - last_log_time;
             StepMetrics m = {
@@ -341,9 +363,13 @@ static int run_context(TrainContext *ctx) {
     metrics_close(&metrics);
     /* One failing rank of several ends the job before anything is torn down:
      * destroying an NCCL communicator waits for the other ranks, which are
-     * waiting in a collective for this one. */
-    if (status != MT_EXIT_OK && comm_world()->size > 1) dist_finish(status);
+     * waiting in a collective for this one. Ranks that stopped together are
+     * waiting for nothing: they tear down and end MPI, each exiting with the
+     * status. */
+    const bool together = ctx->stopped_together;
+    if (status != MT_EXIT_OK && comm_world()->size > 1 && !together) dist_finish(status);
     train_teardown(ctx);
+    if (together) dist_finish_together(status);
     return status;
 }
 

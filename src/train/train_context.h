@@ -36,6 +36,7 @@ typedef struct TrainContext {
     StepTimers timers;        /* where the steps' time went since the last timers line */
     EnergyMeter energy;       /* the GPU's energy counter (NVML); closed on the CPU */
     long start_step;          /* 0, or the step of the checkpoint resumed from */
+    bool stopped_together;    /* the loop ended on a failure every rank agreed on at the same point (refused data) */
     CkptHfFiles hf_files;     /* what the init_from or resumed checkpoint carries for Hugging Face: carried on */
     CkptBaseRef frozen_base;  /* present: the checkpoints reference this frozen base instead of storing it */
     char checkpoints_dir[MT_PATH_MAX + 16]; /* run.dir/checkpoints */
@@ -85,14 +86,24 @@ int train_check_data_tokenizer(const DataConfig *data, const CkptHfFiles *model_
 int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *checkpoint_dir, bool load_optimizer,
                        char *err, size_t errlen);
 
+/* What train_step and train_evaluate return on every rank at once when a
+ * rank refused a sample of theirs (a token outside the model's vocabulary,
+ * src/data/micro_batch.h): the ranks agreed on it in the reductions they
+ * make anyway, so all stop together. err holds the dataset's error on the
+ * first rank (tp, cp, pp 0) of each dp replica that read such a sample,
+ * "" on the others. */
+#define TRAIN_DATA_REFUSED 1
+
 /* Run step state.step: forward and backward over this rank's micro-batches,
  * clip, AdamW, and advance the counters. A NaN/Inf loss or grad norm skips
  * clip and AdamW and sets result->nonfinite (the step still counts).
- * Returns 0, or -1 with err set (a batch that does not divide). */
+ * Returns 0, -1 with err set (a batch that does not divide), or
+ * TRAIN_DATA_REFUSED: nothing updated, the counters unmoved. */
 int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen);
 
-/* Mean loss over eval_batches micro-batches of the first validation samples
- * (the same samples at every evaluation); forward only. */
-double train_evaluate(TrainContext *ctx);
+/* *eval_loss: the mean loss over eval_batches micro-batches of the first
+ * validation samples (the same samples at every evaluation); forward only;
+ * NAN when a signal stopped it. Returns 0 or TRAIN_DATA_REFUSED. */
+int train_evaluate(TrainContext *ctx, double *eval_loss, char *err, size_t errlen);
 
 #endif

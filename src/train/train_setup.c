@@ -91,7 +91,9 @@ static int open_valid_data(TrainContext *ctx, char *err, size_t errlen) {
 }
 
 /* The first VOCAB_CHECK_TOKENS tokens of each dataset inside the model's vocabulary (a dataset of another
- * tokenizer is refused here, naming it, rather than at its first out-of-range token in a forward). */
+ * tokenizer is refused here, naming it, rather than at its first out-of-range token in a forward); the loaders
+ * check every token they read after that (a token further on stops the run at the step that reads it, naming it:
+ * micro_batch.h, TRAIN_DATA_REFUSED). */
 #define VOCAB_CHECK_TOKENS ((int64_t)1 << 24)
 static int check_vocab(const TrainContext *ctx, char *err, size_t errlen) {
     const int V = ctx->recipe->model.vocab_size;
@@ -105,6 +107,8 @@ static int check_vocab(const TrainContext *ctx, char *err, size_t errlen) {
         mt_set_error(err, errlen, "validation data: %s", why);
         return -1;
     }
+    data_loader_set_vocab(ctx->train_data, V);
+    if (ctx->valid_data) data_loader_set_vocab(ctx->valid_data, V);
     return 0;
 }
 

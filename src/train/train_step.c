@@ -95,12 +95,35 @@ static void pipeline_load(void *arg, int micro, const int32_t **inputs, const in
     *targets = src->ctx->batch.targets;
 }
 
+/* Collective over pp and dp: `value` summed over the pipeline stages (pp > 1) and the dp ranks, and whether any
+ * rank refused a sample it read (micro_batch.h: a token outside the vocabulary), the flag carried beside the value
+ * in the same reductions. Every rank of a dp replica reads its samples whole (each pipeline stage loads every
+ * micro-batch; tp and cp ranks read the same samples), so pp and dp reach every rank that could have refused one. */
+static double sum_over_replicas(const TrainContext *ctx, double value, bool *refused) {
+    double v[2] = {value, ctx->batch.refused[0] != '\0'};
+    if (ctx->layout.pp > 1) dp_sum_doubles(&ctx->grid.groups[GROUP_PP], v, 2);
+    dp_sum_doubles(&ctx->grid.groups[GROUP_DP], v, 2);
+    *refused = v[1] > 0;
+    return v[0];
+}
+
 /* Collective: the step's loss from this rank's mean over its micro-batches
- * (meaningful on the last pipeline stage): shared over pp, averaged over dp. */
-static double step_loss(const TrainContext *ctx, double local_mean) {
-    double loss = local_mean;
-    if (ctx->layout.pp > 1) loss = dp_sum_double(&ctx->grid.groups[GROUP_PP], ctx->part.has_head ? loss : 0.0);
-    return dp_average_double(&ctx->grid.groups[GROUP_DP], loss);
+ * (meaningful on the last pipeline stage): shared over pp, averaged over dp;
+ * *refused as sum_over_replicas. */
+static double step_loss(const TrainContext *ctx, double local_mean, bool *refused) {
+    const double loss = ctx->layout.pp > 1 && !ctx->part.has_head ? 0.0 : local_mean;
+    return sum_over_replicas(ctx, loss, refused) / (double)ctx->layout.dp_size;
+}
+
+/* Every rank agreed that `what` held a refused sample: err is its error on the first rank (tp, cp and pp 0) of
+ * each dp replica that read one, so that it is printed once per replica, and "" on every other rank. */
+static int refused_data(const TrainContext *ctx, long step, const char *what, char *err, size_t errlen) {
+    const GridCoords *c = &ctx->grid.coords;
+    if (ctx->batch.refused[0] && c->tp == 0 && c->cp == 0 && c->pp == 0)
+        mt_set_error(err, errlen, "step %ld: %s: %s", step, what, ctx->batch.refused);
+    else
+        mt_set_error(err, errlen, "%s", "");
+    return TRAIN_DATA_REFUSED;
 }
 
 /* Test hook: MEGATRAIN_TEST_FAIL_RANK=R makes world rank R fail at step 3,
@@ -204,8 +227,11 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
      * AdamW (src/model/grad_reduce.h says how; a GPU overlaps the dp
      * averages with the last backward). */
     dev->ops->reduce_grads(dev);
-    const double loss = step_loss(ctx, loss_sum / (double)num_micro);
+    bool refused;
+    const double loss = step_loss(ctx, loss_sum / (double)num_micro, &refused);
     timers->comm += lap(&t);
+    if (refused) /* no update, the counters unmoved: the step never happened */
+        return refused_data(ctx, state->step + 1, "training data", err, errlen);
     if (test_failure_due(ctx)) {
         mt_set_error(err, errlen, "rank %d: step %ld: failure injected by MEGATRAIN_TEST_FAIL_RANK",
                      comm_world()->rank, state->step + 1);
@@ -241,15 +267,16 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
 /* Evaluation batches between two looks for a stop signal (collective over all ranks). */
 #define EVAL_SIGNAL_BATCHES 8
 
-/* The evaluation stopped by a signal after `done` of this dp rank's batches. Returns NAN (no eval_loss). */
-static double eval_stopped(TrainContext *ctx, long done, bool per_token) {
+/* The evaluation stopped by a signal after `done` of this dp rank's batches: *eval_loss NAN (no eval_loss). 0. */
+static int eval_stopped(TrainContext *ctx, long done, bool per_token, double *eval_loss) {
     mt_log("evaluation stopped by a signal after %ld of %ld batches (no eval_loss for this step)",
            done * ctx->layout.dp_size, (long)ctx->recipe->train.eval_batches);
     if (per_token) ctx->device->ops->set_loss_tokens(ctx->device, 0);
-    return NAN;
+    *eval_loss = NAN;
+    return 0;
 }
 
-double train_evaluate(TrainContext *ctx) {
+int train_evaluate(TrainContext *ctx, double *eval_loss, char *err, size_t errlen) {
     const TrainConfig *train = &ctx->recipe->train;
     /* Batch b reads samples b * mbs + [0, mbs) on every layout; dp rank r
      * evaluates batches r, r + dp, ... and the sums are added up. Every dp
@@ -271,20 +298,19 @@ double train_evaluate(TrainContext *ctx) {
         const long round = (long)EVAL_SIGNAL_BATCHES * ctx->layout.pp;
         MicroSource src = {ctx, ctx->valid_data, 0, true, 0};
         for (long done = 0; done < per_rank; done += round) {
-            if (done > 0 && train_signal_received()) return eval_stopped(ctx, done, per_token);
+            if (done > 0 && train_signal_received()) return eval_stopped(ctx, done, per_token, eval_loss);
             src.first_micro = done;
             const int M = (int)(per_rank - done < round ? per_rank - done : round);
             loss_sum += pipeline_run(&ctx->pipe, M, true, 0.0f, train->micro_batch_size, local_seq_len(ctx),
                                      pipeline_load, &src);
         }
-        loss_sum = dp_sum_double(&ctx->grid.groups[GROUP_PP], loss_sum); /* the last stage has it */
     } else {
         /* a forward with collectives over tp and cp only (their ranks share their dp rank) needs no padding */
         ModelDevice *dev = ctx->device;
         const long mine = (train->eval_batches - ctx->layout.dp_rank + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
         for (long micro = 0; micro < per_rank; micro++) {
             if (micro > 0 && micro % EVAL_SIGNAL_BATCHES == 0 && train_signal_received())
-                return eval_stopped(ctx, micro, per_token);
+                return eval_stopped(ctx, micro, per_token, eval_loss);
             if (micro >= (dev->eval_lockstep ? per_rank : mine)) continue;
             tell_device(ctx, load_eval_batch(ctx, micro));
             loss_sum += dev->ops->forward(dev, ctx->batch.inputs, ctx->batch.targets, train->micro_batch_size,
@@ -292,6 +318,8 @@ double train_evaluate(TrainContext *ctx) {
         }
     }
     if (per_token) ctx->device->ops->set_loss_tokens(ctx->device, 0);
-    loss_sum = dp_sum_double(&ctx->grid.groups[GROUP_DP], loss_sum);
-    return train->eval_batches > 0 ? loss_sum / (double)train->eval_batches : NAN;
+    bool refused;
+    loss_sum = sum_over_replicas(ctx, loss_sum, &refused); /* under pp the last stage has it */
+    *eval_loss = train->eval_batches > 0 ? loss_sum / (double)train->eval_batches : NAN;
+    return refused ? refused_data(ctx, ctx->state.step, "evaluation: validation data", err, errlen) : 0;
 }

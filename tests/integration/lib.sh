@@ -251,3 +251,27 @@ emu_tracks() {
                    name, worst, gworst
             exit !(n == 10 && worst < 1e-3 && gworst < 5e-3) }' || fail "$1 does not track the one-GPU run"
 }
+
+# late_bad_data PREFIX BAD_DOCS: a uint16 dataset whose first 2^24 tokens (4096 documents of 4096 tokens: the
+# reach of the vocabulary check before the first step) are byte-level English, followed by BAD_DOCS documents of
+# 4096 tokens in which every 8th token is 300, outside the tiny models' vocabulary of 256. The documents share
+# their tokens (every good one points at the same bytes of .bin, every bad one at the same others, as an index may),
+# so the files take a few kilobytes.
+late_bad_data() {
+  python3 - "$1" "$2" <<'PY'
+import struct, sys
+prefix, bad_docs = sys.argv[1], int(sys.argv[2])
+n, good_docs = 4096, 4096
+text = b"The quick brown fox jumps over the lazy dog; she sells sea shells by the sea shore. "
+good = [text[i % len(text)] for i in range(n)]
+bad = [300 if i % 8 == 7 else t for i, t in enumerate(good)]
+with open(prefix + ".bin", "wb") as f:
+    f.write(struct.pack("<%dH" % (2 * n), *(good + bad)))
+docs = good_docs + bad_docs
+with open(prefix + ".idx", "wb") as f:
+    f.write(b"MMIDIDX\x00\x00" + struct.pack("<QBQQ", 1, 8, docs, docs + 1))
+    f.write(struct.pack("<%di" % docs, *([n] * docs)))
+    f.write(struct.pack("<%dq" % docs, *([0] * good_docs + [2 * n] * bad_docs)))
+    f.write(struct.pack("<%dq" % (docs + 1), *range(docs + 1)))
+PY
+}

@@ -5,7 +5,8 @@
 # run's own evaluation at that step (same data, seed, seq_len, micro-batch
 # size and batch count); the run directory and its checkpoints/ directory
 # evaluate the newest checkpoint; --json prints one object with the same
-# loss; errors for a missing checkpoint, missing data and bad options.
+# loss; errors for a missing checkpoint, missing data, data outside the
+# model's vocabulary and bad options.
 # On SFT data (data build --format sft: a loss mask), runs with data.valid =
 # that data, train.loss per_token or per_micro_batch, data.pack true or
 # false: eval with the run's settings and --pack / --loss gives the run's
@@ -122,6 +123,13 @@ expect_error 2 "--seq-len: expected at most the model's max_position_embeddings 
   --data "$WORK/english" --seq-len 257
 expect_error 2 "--bogus" "$ckpt" --data "$WORK/english" --bogus 1
 expect_error 2 "--device: expected cpu or cuda, found 'tpu'" "$ckpt" --data "$WORK/english" --device tpu
+# a dataset with ids outside the model's vocabulary (half its documents: late_bad_data) is refused at the first batch
+# that reads one, with a run's message: the dataset, the token, its sequence and place, how to inspect it
+late_bad_data "$WORK/late" 4096
+expect_error 1 "eval: $WORK/late: token 300 (token " "$ckpt" --data "$WORK/late" --batches 4
+grep -qE "of sequence [0-9]+\) is outside the model's vocabulary \[0, 256\): was the dataset built with another \
+tokenizer than the model's\? \(\`megatrain data inspect $WORK/late --tokenizer MODEL_DIR\` shows its ids\)$" \
+  "$WORK/err.txt" || fail "eval of data outside the vocabulary: $(cat "$WORK/err.txt")"
 # without a GPU, --device cuda fails cleanly: a CPU-only build says how to get a CUDA one, a CUDA build names the
 # device it lacks
 if ! command -v nvidia-smi > /dev/null || ! nvidia-smi > /dev/null 2>&1; then

@@ -7,7 +7,10 @@
 # the same losses; likewise SIGUSR1. Checks the checkpoint layout, the latest
 # pointer (one holding garbage is warned about and ignored), retention
 # (keep_last 2) and that metrics.jsonl has each step once. A SIGTERM in a long
-# evaluation stops it within a few batches (on 2 ranks and at pp 2 too).
+# evaluation stops it within a few batches (on 2 ranks and at pp 2 too). A
+# token outside the vocabulary past the part of the data checked before the
+# first step stops the run cleanly (exit 1 on every rank, the checkpoints
+# whole) at the step, or the evaluation, that reads it.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 demo_data "$WORK/english"
@@ -113,3 +116,74 @@ for sig in TERM USR1; do
     || fail "SIG$sig: resumed losses differ: $(head -n 4 "$WORK/diff.txt")"
   echo "SIG$sig at step $stopped: resumed identically"
 done
+
+# A token outside the vocabulary past the 2^24 tokens a run checks before its first step (late_bad_data: 64 of its
+# 4160 documents hold them): the step that reads it stops the run with exit 1 and the dataset's error (its file,
+# the token, a sequence past those 2^24 tokens and the place in it), printed once per dp replica that read one, not
+# the model's "input token ... outside the vocabulary" (exit 2, a save in flight abandoned). The step is not
+# applied; the save in flight completes: every checkpoint left is whole, none half-written, the latest pointer names
+# the step before. Training data on one rank and on 2 (dp 2); validation data (data.split's share: the later
+# documents, which the check before the first step does not reach) at the first evaluation, on 2 ranks (pp 2). On
+# 2 ranks every rank exits 1 with no MPI abort (mpirun told to wait for all, each rank's status recorded), and
+# mpirun, left to end the job at the first non-zero status, exits 1.
+late_bad_data "$WORK/late" 64
+bad_cmd() { # NAME SETTINGS...: BAD, the command line of a run into $WORK/NAME on the late data
+  local name=$1
+  shift
+  BAD=("$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/$name" --set train.steps=40
+       --set "data.train=[{path: $WORK/late, weight: 1.0}]" --set optimizer.schedule.warmup_steps=1
+       --set logging.interval=1 --set checkpoint.interval=1 --set checkpoint.async=true "$@")
+}
+bad_run() { # NAME NP SETTINGS...: that run on NP ranks; STATUS its exit status (NP > 1: each rank's, when all agree)
+  local name=$1 np=$2
+  shift 2
+  bad_cmd "$name" "$@"
+  status=0
+  if [[ $np -eq 1 ]]; then timeout 120 "${BAD[@]}" > "$WORK/$name.log" 2>&1 || status=$?; return; fi
+  OMPI_MCA_orte_abort_on_non_zero_status=0 timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$np" \
+    bash -c 'f=$1; shift; "$@"; echo $? > "$f.$OMPI_COMM_WORLD_RANK"' _ "$WORK/$name.status" "${BAD[@]}" \
+    > "$WORK/$name.log" 2>&1 || status=$?
+  [[ $status -eq 0 ]] || { cat "$WORK/$name.log"; fail "$name: mpirun exited $status (124: timeout)"; }
+  status=$(cat "$WORK/$name".status.* | sort -u | tr '\n' ' ')
+  [[ $(ls "$WORK/$name".status.* | wc -l) -eq $np && $status == "1 " ]] ||
+    fail "$name: each rank should exit 1: $(grep . "$WORK/$name".status.*)"
+  status=1
+}
+# expect_bad_stop NAME WHAT ERRORS: bad_run NAME stopped as said above, WHAT ("training data", "evaluation:
+# validation data") leading the error, ERRORS its lines on stderr ("1", "1|2")
+expect_bad_stop() {
+  local name=$1 what=$2 errors=$3 log="$WORK/$1.log" ck="$WORK/$1/checkpoints" pattern n step
+  [[ $status -eq 1 ]] || { tail -n 5 "$log"; fail "$name: exit status $status, expected 1"; }
+  pattern="^megatrain: error: (rank [0-9]: )?step [0-9]+: $what: $WORK/late: token 300 \(token [0-9]+ of sequence "
+  pattern+="(409[6-9]|41[0-9][0-9])\) is outside the model's vocabulary \[0, 256\): was the dataset built with "
+  pattern+="another tokenizer than the model's\? \(\`megatrain data inspect $WORK/late --tokenizer MODEL_DIR\` shows "
+  pattern+="its ids\); stopping the run"
+  n=$(grep -cE "$pattern" "$log" || true)
+  [[ $n =~ ^($errors)$ ]] || { cat "$log"; fail "$name: $n error lines naming the dataset, expected $errors"; }
+  ! grep -qE "model_forward|MPI_ABORT|stopping the job" "$log" || { cat "$log"; fail "$name: not a clean stop"; }
+  step=$(grep -oE "step [0-9]+: $what" "$log" | head -n 1 | sed -E 's/^step ([0-9]+):.*/\1/')
+  [[ $step -gt 1 ]] || fail "$name: stopped at step $step, expected a checkpoint before it"
+  [[ $(json_field "$WORK/$name/metrics.jsonl" step | tail -n 1) -eq $((step - 1)) ]] ||
+    fail "$name: metrics.jsonl should end at step $((step - 1)): $(tail -n 1 "$WORK/$name/metrics.jsonl")"
+  ! ls "$ck" | grep -v -E '^(iter_[0-9]{7}|latest_checkpointed_iteration.txt)$' ||
+    fail "$name: a half-written checkpoint was left: $(ls "$ck")"
+  n=$(check_checkpoints "$ck")
+  [[ "$(cat "$ck/latest_checkpointed_iteration.txt")" == $((step - 1)) ]] ||
+    fail "$name: the latest checkpoint is $(cat "$ck/latest_checkpointed_iteration.txt"), expected $((step - 1))"
+  echo "$name: stopped at step $step with exit 1 ($what), $n whole checkpoint(s), the last of step $((step - 1))"
+}
+bad_run late-train 1 --set "data.split=[1, 0, 0]"
+expect_bad_stop late-train "training data" 1
+if [[ -z ${TSAN_OPTIONS:-} ]]; then # (ThreadSanitizer reports Open MPI's own locks: see the evaluation signal above)
+  dp=(--set "data.split=[1, 0, 0]" --set train.micro_batch_size=2)
+  bad_run late-train-dp 2 "${dp[@]}"
+  expect_bad_stop late-train-dp "training data" "1|2"
+  bad_run late-valid-pp 2 --set "data.split=[4096, 64, 0]" --set train.eval_interval=3 --set train.eval_batches=2 \
+    --set parallel.pp=2
+  expect_bad_stop late-valid-pp "evaluation: validation data" 1
+  bad_cmd late-train-mpirun "${dp[@]}"
+  status=0
+  timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "${BAD[@]}" > "$WORK/late-train-mpirun.log" 2>&1 ||
+    status=$?
+  expect_bad_stop late-train-mpirun "training data" "1|2"
+fi

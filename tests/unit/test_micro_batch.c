@@ -4,7 +4,12 @@
  * token or -1 where the mask says 0, and micro_batch_counted counts the
  * mask's ones; without the mask every target is the next token; a cp cut
  * (positions) takes those positions of each sample; packed rows give the
- * loader's inputs, targets and places. */
+ * loader's inputs, targets and places. A token outside the vocabulary past
+ * the reach of data_loader_check_vocab (its max_tokens, 2^24 in a run,
+ * lowered here) is caught when its sample is read, plain or packed: the
+ * sample is refused (inputs 0, targets -1) with the check's message naming
+ * the dataset, the token, its sequence and place; the other samples are
+ * untouched. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,8 +30,14 @@
 #define NUM_DOCS 30
 #define B 3
 
-/* Document d: 2 + (d * 5) % 13 tokens, token p = d * STRIDE + p, mask (p % 3 != 1) when with_mask. */
-static void make_dataset(const char *name, bool with_mask, char *prefix, size_t len) {
+/* Where write_dataset puts its bad token: the tokens before it lie in every vocabulary above 30000. */
+#define BAD_DOC 20
+#define BAD_POS 3
+#define VOCAB 30000
+
+/* Document d: 2 + (d * 5) % 13 tokens, token p = d * STRIDE + p, mask (p % 3 != 1) when with_mask; token BAD_POS
+ * of document BAD_DOC is `bad` unless that is 0. */
+static void write_dataset(const char *name, bool with_mask, int32_t bad, char *prefix, size_t len) {
     snprintf(prefix, len, "%s/%s", work_dir, name);
     char mask_prefix[600], err[512];
     snprintf(mask_prefix, sizeof mask_prefix, "%s_mask", prefix);
@@ -39,11 +50,16 @@ static void make_dataset(const char *name, bool with_mask, char *prefix, size_t 
     for (int d = 0; d < NUM_DOCS; d++) {
         const int n = 2 + (d * 5) % 13;
         for (int p = 0; p < n; p++) tokens[p] = d * STRIDE + p, mask[p] = (p % 3) != 1;
+        if (bad && d == BAD_DOC) tokens[BAD_POS] = bad;
         assert_int_equal(indexed_dataset_writer_add_document(w, tokens, n), 0);
         if (m) assert_int_equal(indexed_dataset_writer_add_document(m, mask, n), 0);
     }
     assert_int_equal(indexed_dataset_writer_finish(w, err, sizeof err), 0);
     if (m) assert_int_equal(indexed_dataset_writer_finish(m, err, sizeof err), 0);
+}
+
+static void make_dataset(const char *name, bool with_mask, char *prefix, size_t len) {
+    write_dataset(name, with_mask, 0, prefix, len);
 }
 
 static DataLoader *loader_of(const char *prefix, bool pack) {
@@ -130,10 +146,95 @@ static void test_packed(void **state) {
     data_loader_free(loader);
 }
 
+/* Tokens of documents 0 .. BAD_DOC - 1: the bad token is the first after them. */
+static int64_t tokens_before_bad(void) {
+    int64_t n = 0;
+    for (int d = 0; d < BAD_DOC; d++) n += 2 + (d * 5) % 13;
+    return n;
+}
+
+/* Whether the sample or row of loader `index` holds token `bad` (read without a vocabulary: nothing refused). */
+static bool holds(const DataLoader *plain, int64_t index, int32_t bad) {
+    int32_t a[SEQ_LEN + 1], b[SEQ_LEN], c[SEQ_LEN];
+    if (data_loader_packed(plain)) {
+        assert_int_equal(data_loader_get_packed(plain, index, a, b, c), 0);
+        for (int t = 0; t < SEQ_LEN; t++)
+            if (a[t] == bad || b[t] == bad) return true;
+        return false;
+    }
+    assert_int_equal(data_loader_get(plain, index, a), 0);
+    for (int t = 0; t <= SEQ_LEN; t++)
+        if (a[t] == bad) return true;
+    return false;
+}
+
+/* The dataset with token `bad`, plain or packed: data_loader_check_vocab passes while its limit stops short of
+ * the token, and names it once it reaches it; every micro-batch of a loader told the vocabulary refuses exactly
+ * the samples holding it (inputs 0, targets -1, the check's message kept), the others as without the check. */
+static void check_refusal(int32_t bad, bool pack) {
+    char prefix[512], name[64], err[3072];
+    snprintf(name, sizeof name, "bad%d%s", (int)bad, pack ? "-packed" : "");
+    write_dataset(name, true, bad, prefix, sizeof prefix);
+    DataLoader *loader = loader_of(prefix, pack), *plain = loader_of(prefix, pack);
+    assert_int_equal(data_loader_check_vocab(loader, VOCAB, tokens_before_bad() + BAD_POS, err, sizeof err), 0);
+    assert_int_equal(data_loader_check_vocab(loader, VOCAB, tokens_before_bad() + BAD_POS + 1, err, sizeof err), -1);
+    char expected[3072];
+    snprintf(expected, sizeof expected, "%s: token %d (token %d of sequence %d) is outside the model's vocabulary "
+             "[0, %d): was the dataset built with another tokenizer than the model's? (`megatrain data inspect %s "
+             "--tokenizer MODEL_DIR` shows its ids)", prefix, (int)bad, BAD_POS, BAD_DOC, VOCAB, prefix);
+    assert_string_equal(err, expected);
+    data_loader_set_vocab(loader, VOCAB);
+    const int64_t n = data_loader_num_samples(loader);
+    MicroBatch mb, ref;
+    micro_batch_init(&mb, 1, SEQ_LEN, SEQ_LEN);
+    micro_batch_init(&ref, 1, SEQ_LEN, SEQ_LEN);
+    int64_t a_refused = -1, a_clean = -1;
+    for (int64_t i = 0; i < n; i++) {
+        mb.refused[0] = '\0';
+        micro_batch_load(&mb, loader, i);
+        micro_batch_load(&ref, plain, i);
+        assert_string_equal(ref.refused, "");
+        if (!holds(plain, i, bad)) {
+            a_clean = i;
+            assert_string_equal(mb.refused, "");
+            assert_memory_equal(mb.inputs, ref.inputs, SEQ_LEN * sizeof(int32_t));
+            assert_memory_equal(mb.targets, ref.targets, SEQ_LEN * sizeof(int32_t));
+            continue;
+        }
+        a_refused = i;
+        assert_string_equal(mb.refused, expected);
+        assert_int_equal(data_loader_check_sample(loader, i, err, sizeof err), -1);
+        assert_string_equal(err, expected);
+        for (int t = 0; t < SEQ_LEN; t++) {
+            assert_int_equal(mb.inputs[t], 0);
+            assert_int_equal(mb.targets[t], -1);
+        }
+        assert_int_equal(micro_batch_counted(&mb), 0);
+    }
+    assert_true(a_refused >= 0 && a_clean >= 0);
+    /* a refusal is kept over later loads */
+    mb.refused[0] = '\0';
+    micro_batch_load(&mb, loader, a_refused);
+    micro_batch_load(&mb, loader, a_clean);
+    assert_string_equal(mb.refused, expected);
+    micro_batch_free(&mb);
+    micro_batch_free(&ref);
+    data_loader_free(loader);
+    data_loader_free(plain);
+}
+
+static void test_refused_token(void **state) {
+    check_refusal(VOCAB, false);      /* the first id past the vocabulary */
+    check_refusal(-7, false);         /* a negative id (int32 data) */
+    check_refusal(VOCAB + 123, true); /* a packed row */
+    check_refusal(-7, true);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_masked_and_plain),
         cmocka_unit_test(test_packed),
+        cmocka_unit_test(test_refused_token),
     };
     return cmocka_run_group_tests(tests, work_dir_setup, work_dir_teardown);
 }
