@@ -98,6 +98,12 @@ static int load_param(CkptReader *r, const char *name, const ParamInfo *info, Ck
     return ckpt_reader_read_as(r, t, start, shape, dtype, dst, err, errlen) == 0 ? 0 : CKPT_ERR_UNREADABLE;
 }
 
+/* Whether parameter `info` is read from the frozen base r's checkpoint references (record BASE): frozen, and
+ * not stored in r's checkpoint itself. */
+static bool in_base(const CkptReader *r, const ParamInfo *info) {
+    return info->frozen && r->meta.base.present && !ckpt_meta_find(&r->meta, info->name);
+}
+
 /* Which parameters load_weights reads. */
 typedef enum { LOAD_ALL, LOAD_TRAINABLE, LOAD_FROZEN } LoadWhich;
 
@@ -113,7 +119,7 @@ static int load_weights(CkptReader *r, Model *model, LoadWhich which, Progress *
         const ParamInfo *info = &model->param_info[i];
         if ((which == LOAD_TRAINABLE && info->frozen) || (which == LOAD_FROZEN && !info->frozen)) continue;
         CkptReader *from = r;
-        if (info->frozen && r->meta.base.present && !ckpt_meta_find(&r->meta, info->name)) {
+        if (in_base(r, info)) {
             if (!base && !(base = ckpt_base_open(r->dir, &r->meta.base, err, errlen))) return CKPT_ERR_BASE;
             from = base;
         }
@@ -297,7 +303,7 @@ struct CkptParams {
  * as load_weights does). 0, or -1 with err. */
 static int locate_param(CkptParams *cp, int i, const ParamInfo *info, char *err, size_t errlen) {
     CkptReader *r = cp->reader;
-    if (!(info->frozen && r->meta.base.present && !ckpt_meta_find(&r->meta, info->name))) {
+    if (!in_base(r, info)) {
         cp->from[i] = r;
         return (cp->tensors[i] = find_param(r, info->name, info, err, errlen)) ? 0 : -1;
     }

@@ -39,19 +39,24 @@ int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *o
 
 /* A LoRA checkpoint's adapters, read into memory (a few MiB whatever the
  * base's size; the base is not opened): `view` describes them, over the
- * whole LoRA model's registry. convert_lora.c. */
+ * whole LoRA model's registry (its first num_base parameters the base's,
+ * then the adapters). view.cfg points at cfg: keep the struct where
+ * ckpt_adapters_read filled it (do not copy it). convert_lora.c. */
 typedef struct CkptAdapters {
     LoraAdapters view;
     ModelConfig cfg;
     ParamInfo *infos;
+    int num_base;
     long num_floats; /* the whole LoRA model's, base included */
     float *values;
 } CkptAdapters;
 int ckpt_adapters_read(const char *ckpt, const ModelConfig *cfg, CkptAdapters *out, char *err, size_t errlen);
 void ckpt_adapters_free(CkptAdapters *adapters);
 
-/* The adapters of LoRA checkpoint ckpt as PEFT's directory dst (written
- * into a temporary directory, then renamed). convert_lora.c. */
-int convert_lora_to_peft(const char *ckpt, const ConvertOptions *options, const char *dst, char *err, size_t errlen);
+/* The adapters of LoRA checkpoint ckpt (model config cfg) as PEFT's
+ * directory dst (written into a temporary directory, then renamed).
+ * convert_lora.c. */
+int convert_lora_to_peft(const char *ckpt, const ModelConfig *cfg, const ConvertOptions *options, const char *dst,
+                         char *err, size_t errlen);
 
 #endif

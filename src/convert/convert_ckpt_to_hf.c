@@ -214,13 +214,13 @@ static int open_export(const char *ckpt, Export *e, char *err, size_t errlen) {
     }
     if (ckpt_adapters_read(ckpt, &e->cfg, &e->adapters, err, errlen) != 0) return -1;
     const LoraAdapters *view = &e->adapters.view;
-    while (e->num_params < view->num_params && view->infos[e->num_params].frozen) e->num_params++;
+    e->num_params = e->adapters.num_base;
     e->num_floats = view->first;
     e->deltas = mt_malloc((size_t)(e->num_params ? e->num_params : 1) * sizeof *e->deltas);
     if (lora_deltas(view, e->num_params, e->deltas, err, errlen) != 0) return -1;
     /* the base parameters lead the LoRA registry (model.h) */
-    e->from = ckpt_params_open(ckpt, &e->cfg, view->infos, e->num_params, err, errlen);
-    e->cfg.peft.type = PEFT_NONE; /* what config.json describes: the merged model */
+    e->from = ckpt_params_open(ckpt, &e->cfg, view->infos, e->num_params, err, errlen); /* checks the LoRA model */
+    e->cfg.peft.type = PEFT_NONE; /* after opening: config.json describes the merged model */
     return e->from ? 0 : -1;
 }
 
@@ -246,7 +246,7 @@ int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *o
         return -1;
     }
     if (e.cfg.peft.type == PEFT_LORA && !options->merge_lora) /* the adapters alone: no need of the frozen base */
-        return convert_lora_to_peft(ckpt, options, dst, err, errlen);
+        return convert_lora_to_peft(ckpt, &e.cfg, options, dst, err, errlen);
     int status = open_export(ckpt, &e, err, errlen);
     CkptHfFiles carried = {0}; /* a damaged one is left out, with a warning */
     if (status == 0) status = ckpt_hf_files_read(ckpt, &carried, err, errlen);

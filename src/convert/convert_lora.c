@@ -38,6 +38,7 @@ int ckpt_adapters_read(const char *ckpt, const ModelConfig *cfg, CkptAdapters *o
     out->num_floats = num_floats;
     int first_adapter = 0; /* the registry's base parameters, then its adapters (model.h) */
     while (first_adapter < num_params && out->infos[first_adapter].frozen) first_adapter++;
+    out->num_base = first_adapter;
     CkptParams *from = ckpt_params_open(ckpt, cfg, out->infos + first_adapter, num_params - first_adapter, err, errlen);
     if (!from) {
         ckpt_adapters_free(out);
@@ -67,12 +68,10 @@ void ckpt_adapters_free(CkptAdapters *adapters) {
     memset(adapters, 0, sizeof *adapters);
 }
 
-int convert_lora_to_peft(const char *ckpt, const ConvertOptions *options, const char *dst, char *err, size_t errlen) {
-    ModelConfig cfg;
+int convert_lora_to_peft(const char *ckpt, const ModelConfig *cfg, const ConvertOptions *options, const char *dst,
+                         char *err, size_t errlen) {
     CkptAdapters adapters;
-    if (ckpt_read_model_config(ckpt, &cfg, err, errlen) != 0 ||
-        ckpt_adapters_read(ckpt, &cfg, &adapters, err, errlen) != 0)
-        return -1;
+    if (ckpt_adapters_read(ckpt, cfg, &adapters, err, errlen) != 0) return -1;
     char tmp[4096];
     int status = 0;
     if (mt_make_parent_dirs(dst, err, errlen) != 0 || mt_temp_name(tmp, sizeof tmp, dst) != 0) {
@@ -89,11 +88,11 @@ int convert_lora_to_peft(const char *ckpt, const ConvertOptions *options, const 
         if (status != 0) remove_partial(tmp);
     }
     if (status == 0) {
-        const PeftConfig *peft = &cfg.peft;
+        const PeftConfig *peft = &cfg->peft;
         printf("converted the LoRA adapters of megatrain checkpoint %s (%s, rank %d, alpha %g, %ld parameters) to "
                "PEFT %s (adapter_config.json, adapter_model.safetensors); load them with "
                "peft.PeftModel.from_pretrained(base_model, \"%s\")\n",
-               ckpt, model_family_name(cfg.family), peft->rank, peft->alpha,
+               ckpt, model_family_name(cfg->family), peft->rank, peft->alpha,
                adapters.num_floats - adapters.view.first, dst, dst);
     }
     ckpt_adapters_free(&adapters);

@@ -176,7 +176,7 @@ int lora_deltas(const LoraAdapters *adapters, int num_base, LoraDelta *deltas, c
         const ParamInfo *w = find_param(adapters, num_base, base);
         if (!b || !w || w->ndim != 2 || b->frozen || w->shape[0] != b->shape[0] || w->shape[1] != a->shape[1] ||
             a->shape[0] != r || b->shape[1] != r) {
-            mt_set_error(err, errlen, "lora_merge: %s has no matching %s and %s", a->name, b_name, base);
+            mt_set_error(err, errlen, "merging LoRA: %s has no matching %s and %s", a->name, b_name, base);
             return -1;
         }
         deltas[w - adapters->infos] = (LoraDelta){adapters->values + (a->offset - adapters->first),
