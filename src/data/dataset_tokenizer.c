@@ -15,6 +15,7 @@
 #include "../core/error.h"
 #include "../core/fs.h"
 #include "../core/json.h"
+#include "indexed_dataset.h"
 
 #define RECORD_SUFFIX ".build.json"
 #define RECORD_MAX_BYTES (1 << 20)
@@ -109,13 +110,15 @@ static int parse_crc(const JsonValue *v, uint32_t *crc) {
     return 0;
 }
 
-/* Member `key` of object `o` as an integer in [0, max]; -1 with err naming the file and key. */
+/* Member `key` of object `o` (the record, or its "tokenizer") as an integer in [0, max]; -1 with err naming the
+ * file and key. */
 static int get_count(const JsonValue *o, const char *key, int64_t max, const char *path, int64_t *out, char *err,
                      size_t errlen) {
     const JsonValue *v = json_get(o, key);
     if (!v || v->type != JSON_NUMBER || json_as_int64(v, out) != 0 || *out < 0 || *out > max) {
-        mt_set_error(err, errlen, "%s: tokenizer.%s: expected an integer in [0, %lld], found %s", path, key,
-                     (long long)max, v ? json_type_name(v->type) : "nothing");
+        const bool top = !strcmp(key, "documents") || !strcmp(key, "tokens");
+        mt_set_error(err, errlen, "%s: %s%s: expected an integer in [0, %lld], found %s", path, top ? "" : "tokenizer.",
+                     key, (long long)max, v ? json_type_name(v->type) : "nothing");
         return -1;
     }
     return 0;
@@ -154,6 +157,8 @@ int dataset_tokenizer_parse(const char *text, size_t len, const char *path, Data
             mt_set_error(err, errlen, "%s: tokenizer.crc32c: expected 8 hexadecimal digits", path);
             rc = -1;
         }
+        if (rc == 0) rc = get_count(root, "documents", INT64_MAX, path, &tok->documents, err, errlen);
+        if (rc == 0) rc = get_count(root, "tokens", INT64_MAX, path, &tok->tokens, err, errlen);
     }
     json_free(root);
     return rc;
@@ -172,6 +177,18 @@ int dataset_tokenizer_read(const char *prefix, DatasetTokenizer *tok, char *err,
     return rc == 0 ? 1 : -1;
 }
 
+/* The documents and tokens of dataset `prefix`; -1 when it cannot be opened. */
+static int dataset_counts(const char *prefix, int64_t *documents, int64_t *tokens) {
+    IndexedDataset ds;
+    char err[1200];
+    if (indexed_dataset_open(&ds, prefix, err, sizeof err) != 0) return -1;
+    *documents = ds.num_sequences;
+    *tokens = 0;
+    for (int64_t i = 0; i < ds.num_sequences; i++) *tokens += ds.sequence_lengths[i];
+    indexed_dataset_close(&ds);
+    return 0;
+}
+
 int dataset_tokenizer_check(const char *prefix, const char *what, const void *json, size_t len,
                             const char *model_source, char *err, size_t errlen) {
     if (!json) return 0;
@@ -183,10 +200,20 @@ int dataset_tokenizer_check(const char *prefix, const char *what, const void *js
         return -1;
     }
     if (found == 0) return 0;
+    char record[4200];
+    dataset_tokenizer_record_path(prefix, record, sizeof record);
+    int64_t documents = 0, tokens = 0;
+    if (dataset_counts(prefix, &documents, &tokens) != 0) return 0; /* unreadable: the data loader says why */
+    if (documents != data.documents || tokens != data.tokens) {
+        mt_set_error(err, errlen, "%s: %s records %lld documents and %lld tokens but %s holds %lld and %lld (its "
+                     "files were replaced since `data build` made them): the record is ignored and the dataset's "
+                     "tokenizer not checked", what, record, (long long)data.documents, (long long)data.tokens, prefix,
+                     (long long)documents, (long long)tokens);
+        return 1;
+    }
     const DatasetTokenizer model = dataset_tokenizer_of_json(json, len, 0, 0);
     if (!data.byte && data.bytes == model.bytes && data.crc32c == model.crc32c) return 0;
-    char record[4200], made[160];
-    dataset_tokenizer_record_path(prefix, record, sizeof record);
+    char made[160];
     if (data.byte)
         snprintf(made, sizeof made, "the byte-level tokenizer (ids are byte values)");
     else

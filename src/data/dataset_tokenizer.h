@@ -21,7 +21,9 @@
  * or CRC-32C) or the byte-level one. A dataset without the record (built
  * by Megatron's tools, or by a megatrain before it) is not checked, and
  * neither is a model that carries no tokenizer.json; deleting the record
- * opts a dataset out. */
+ * opts a dataset out. A record whose documents and tokens are not the
+ * dataset's (its files replaced by another tool since) is ignored with a
+ * warning. */
 #ifndef MT_DATA_DATASET_TOKENIZER_H
 #define MT_DATA_DATASET_TOKENIZER_H
 
@@ -35,6 +37,8 @@ typedef struct DatasetTokenizer {
     uint32_t crc32c;     /* tokenizer.json's CRC-32C */
     int64_t vocab_size;
     int64_t eod;         /* the end-of-document id appended to every document; -1: none (a chat template's) */
+    int64_t documents;   /* read from a record: the dataset's documents and tokens as it was built (a record */
+    int64_t tokens;      /* whose counts the dataset does not have is stale: another tool replaced the files) */
 } DatasetTokenizer;
 
 /* tok's identity from tokenizer.json's bytes. */
@@ -65,9 +69,12 @@ int dataset_tokenizer_parse(const char *text, size_t len, const char *path, Data
 /* The check of a run: dataset `prefix` (`what`: the recipe key naming it,
  * e.g. "data.train[0]") against the model's tokenizer.json (`json`, `len`
  * bytes; NULL: the model carries none, nothing is checked) that came from
- * `model_source` (e.g. "init_from /ckpt/llama"). Returns 0, or -1 with err
- * saying which tokenizer made the data, that it is not the model's, and how
- * to rebuild it (or opt out). */
+ * `model_source` (e.g. "init_from /ckpt/llama"). Returns 0 when it agrees or
+ * there is nothing to compare; 1 when the record does not describe the
+ * dataset beside it (other documents or tokens: the files were replaced
+ * since), err holding a warning that it is ignored; -1 with err saying
+ * which tokenizer made the data, that it is not the model's, and how to
+ * rebuild it (or opt out). */
 int dataset_tokenizer_check(const char *prefix, const char *what, const void *json, size_t len,
                             const char *model_source, char *err, size_t errlen);
 

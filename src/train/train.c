@@ -236,7 +236,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     HealthState health = {.spikes = loss_spike_detector(50, 20, 6.0)};
     int status = MT_EXIT_OK;
     int stop_signal = 0;
-    char err[2048];
+    char err[4096]; /* a refused sample's message with its step and dataset: up to 3 KiB */
     bool alone = false; /* this rank failed while the others may go on (they wait in its collectives) */
 
     CkptSaver *saver = ckpt_saver_create(ctx->checkpoints_dir, recipe);

@@ -69,13 +69,16 @@ void train_teardown(TrainContext *ctx);
  * optimizer. Returns 0 or an exit status with err set. */
 int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_t errlen);
 
-/* Each dataset of `data` that `data build` made (PREFIX.build.json) against
- * the model's tokenizer.json among `model_files` (what init_from or the
- * resumed checkpoint carries, `model_source` naming it): a dataset another
- * tokenizer made is refused (src/data/dataset_tokenizer.h). Returns 0, or
- * -1 with err. */
-int train_check_data_tokenizer(const DataConfig *data, const CkptHfFiles *model_files, const char *model_source,
-                               char *err, size_t errlen);
+/* Each dataset of the recipe that `data build` made (PREFIX.build.json)
+ * against the tokenizer.json that checkpoint `ckpt_dir` (or a run
+ * directory's newest) carries, `model_source` naming it in messages
+ * ("init_from", "resume from"): a dataset another tokenizer made is
+ * refused (src/data/dataset_tokenizer.h); nothing is checked when the
+ * checkpoint carries no tokenizer.json or cannot be read (its load says
+ * why). Cheap: run before the loaders and the model. Returns 0, or -1
+ * with err. */
+int train_check_data_tokenizer(const Recipe *recipe, const char *ckpt_dir, const char *model_source, char *err,
+                               size_t errlen);
 
 /* Setup of `megatrain resume`: train_setup_common, then the weights, the
  * optimizer (when load_optimizer) and the TrainState from checkpoint_dir;

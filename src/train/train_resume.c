@@ -110,14 +110,11 @@ static int keep_frozen_base(TrainContext *ctx, const Recipe *recipe, const char 
 
 int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *checkpoint_dir, bool load_optimizer,
                        char *err, size_t errlen) {
+    memset(ctx, 0, sizeof *ctx); /* train_teardown is safe after any return */
+    /* the data against the checkpoint's tokenizer, before the loaders, the model and its weights */
+    if (train_check_data_tokenizer(recipe, checkpoint_dir, "resume from", err, errlen) != 0) return MT_EXIT_FAILURE;
     int status = train_setup_common(ctx, recipe, err, errlen);
     if (status != 0) return status;
-    /* the files carried for the Hugging Face export: the data checked against its tokenizer before the weights load */
-    char source[MT_PATH_MAX + 32];
-    snprintf(source, sizeof source, "the checkpoint %s", checkpoint_dir);
-    if (ckpt_hf_files_read(checkpoint_dir, &ctx->hf_files, err, errlen) != 0 ||
-        train_check_data_tokenizer(&recipe->data, &ctx->hf_files, source, err, errlen) != 0)
-        return MT_EXIT_FAILURE;
 
     /* The checkpoint holds the full moments (fp32 or bf16: they are loaded as
      * this run's state dtype); with the distributed optimizer this rank keeps its shard. */
@@ -145,9 +142,11 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
     if (rc == CKPT_ERR_BASE) return MT_EXIT_FAILURE; /* the checkpoint is fine: not skipped, not moved aside */
     if (rc != 0) return MT_EXIT_USAGE;
     dev->ops->from_host(dev); /* the loaded weights and moments to the device that computes */
-    /* carried on: the token ids the recipe leaves unset */
+    /* carried on: the files for the Hugging Face export and the token ids the recipe leaves unset */
     ModelConfig stored;
-    if (ckpt_read_model_config(checkpoint_dir, &stored, err, errlen) != 0) return MT_EXIT_FAILURE;
+    if (ckpt_hf_files_read(checkpoint_dir, &ctx->hf_files, err, errlen) != 0 ||
+        ckpt_read_model_config(checkpoint_dir, &stored, err, errlen) != 0)
+        return MT_EXIT_FAILURE;
     model_token_ids_inherit(&ctx->model->cfg.token_ids, &stored.token_ids);
     if (keep_frozen_base(ctx, recipe, checkpoint_dir, err, errlen) != 0) return MT_EXIT_FAILURE;
     ctx->start_step = ctx->state.step;

@@ -112,30 +112,32 @@ static int check_vocab(const TrainContext *ctx, char *err, size_t errlen) {
     return 0;
 }
 
-int train_check_data_tokenizer(const DataConfig *data, const CkptHfFiles *model_files, const char *model_source,
-                               char *err, size_t errlen) {
-    const CkptHfFile *tok = ckpt_hf_files_find(model_files, "tokenizer.json");
-    if (!tok) return 0; /* the model carries no tokenizer: nothing to compare with */
+/* Each dataset of `data` against `tok` (a tokenizer.json), dataset_tokenizer_check's way: -1 with err for one
+ * that another tokenizer made; a stale record is warned about (by rank 0) and passes. */
+static int check_datasets(const DataConfig *data, const CkptHfFile *tok, const char *model_source, char *err,
+                          size_t errlen) {
     char what[64];
     for (int i = 0; i < data->num_train + data->num_valid; i++) {
         const bool train = i < data->num_train;
         snprintf(what, sizeof what, "data.%s[%d]", train ? "train" : "valid", train ? i : i - data->num_train);
         const char *prefix = train ? data->train[i].path : data->valid[i - data->num_train].path;
-        if (dataset_tokenizer_check(prefix, what, tok->data, tok->size, model_source, err, errlen) != 0) return -1;
+        const int rc = dataset_tokenizer_check(prefix, what, tok->data, tok->size, model_source, err, errlen);
+        if (rc < 0) return -1;
+        if (rc > 0 && comm_world()->rank == 0) mt_warn("%s", err);
     }
     return 0;
 }
 
-/* train_check_data_tokenizer against the files init_from carries, before its weights load (minutes for a large
- * model); a checkpoint that cannot be found or read is left to init_from_checkpoint to report. */
-static int check_init_from_tokenizer(const Recipe *recipe, char *err, size_t errlen) {
-    char dir[MT_PATH_MAX + 64], why[1024], source[MT_PATH_MAX + 80];
+int train_check_data_tokenizer(const Recipe *recipe, const char *ckpt_dir, const char *model_source, char *err,
+                               size_t errlen) {
+    char dir[MT_PATH_MAX + 64], why[1024], source[MT_PATH_MAX + 128];
     CkptHfFiles files = {0};
-    if (ckpt_latest_dir(recipe->init_from, dir, sizeof dir, why, sizeof why) != 0 ||
+    if (ckpt_latest_dir(ckpt_dir, dir, sizeof dir, why, sizeof why) != 0 ||
         ckpt_hf_files_read(dir, &files, why, sizeof why) != 0)
-        return 0;
-    snprintf(source, sizeof source, "init_from %s", dir);
-    const int rc = train_check_data_tokenizer(&recipe->data, &files, source, err, errlen);
+        return 0; /* the load that follows says what is wrong */
+    const CkptHfFile *tok = ckpt_hf_files_find(&files, "tokenizer.json");
+    snprintf(source, sizeof source, "%s %s", model_source, dir);
+    const int rc = tok ? check_datasets(&recipe->data, tok, source, err, errlen) : 0;
     ckpt_hf_files_free(&files);
     return rc;
 }
@@ -305,14 +307,16 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
     }
     comm_barrier(comm_world());
 
-    status = train_setup_common(ctx, recipe, err, errlen);
+    /* the data against the tokenizer init_from carries, before the loaders, the model and its weights */
+    if (recipe->init_from[0] && train_check_data_tokenizer(recipe, recipe->init_from, "init_from", err, errlen) != 0)
+        status = MT_EXIT_FAILURE;
+    if (status == 0) status = train_setup_common(ctx, recipe, err, errlen);
     if (status == 0) {
         model_init_weights(ctx->model, recipe->run.seed);
         const bool reference = recipe->model.peft.type == PEFT_LORA &&
                                recipe->checkpoint.frozen_base != FROZEN_BASE_STORE;
         CkptBaseRef base = {0};
-        if (recipe->init_from[0] && check_init_from_tokenizer(recipe, err, errlen) != 0) status = MT_EXIT_FAILURE;
-        if (status == 0 && recipe->init_from[0])
+        if (recipe->init_from[0])
             status = init_from_checkpoint(ctx->model, recipe->init_from, &ctx->hf_files, reference ? &base : NULL, err,
                                           errlen);
         if (status == 0) choose_frozen_base(ctx, recipe, &base);

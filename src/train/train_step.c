@@ -267,13 +267,17 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
 /* Evaluation batches between two looks for a stop signal (collective over all ranks). */
 #define EVAL_SIGNAL_BATCHES 8
 
-/* The evaluation stopped by a signal after `done` of this dp rank's batches: *eval_loss NAN (no eval_loss). 0. */
-static int eval_stopped(TrainContext *ctx, long done, bool per_token, double *eval_loss) {
+/* The evaluation stopped by a signal (every rank at once) after `done` of this dp rank's batches: *eval_loss NAN
+ * (no eval_loss). Returns 0, or TRAIN_DATA_REFUSED when a batch read before the signal was refused (the ranks
+ * agree on that here, as at the evaluation's end). */
+static int eval_stopped(TrainContext *ctx, long done, bool per_token, double *eval_loss, char *err, size_t errlen) {
     mt_log("evaluation stopped by a signal after %ld of %ld batches (no eval_loss for this step)",
            done * ctx->layout.dp_size, (long)ctx->recipe->train.eval_batches);
     if (per_token) ctx->device->ops->set_loss_tokens(ctx->device, 0);
     *eval_loss = NAN;
-    return 0;
+    bool refused;
+    sum_over_replicas(ctx, 0.0, &refused);
+    return refused ? refused_data(ctx, ctx->state.step, "evaluation: validation data", err, errlen) : 0;
 }
 
 int train_evaluate(TrainContext *ctx, double *eval_loss, char *err, size_t errlen) {
@@ -298,7 +302,7 @@ int train_evaluate(TrainContext *ctx, double *eval_loss, char *err, size_t errle
         const long round = (long)EVAL_SIGNAL_BATCHES * ctx->layout.pp;
         MicroSource src = {ctx, ctx->valid_data, 0, true, 0};
         for (long done = 0; done < per_rank; done += round) {
-            if (done > 0 && train_signal_received()) return eval_stopped(ctx, done, per_token, eval_loss);
+            if (done > 0 && train_signal_received()) return eval_stopped(ctx, done, per_token, eval_loss, err, errlen);
             src.first_micro = done;
             const int M = (int)(per_rank - done < round ? per_rank - done : round);
             loss_sum += pipeline_run(&ctx->pipe, M, true, 0.0f, train->micro_batch_size, local_seq_len(ctx),
@@ -310,7 +314,7 @@ int train_evaluate(TrainContext *ctx, double *eval_loss, char *err, size_t errle
         const long mine = (train->eval_batches - ctx->layout.dp_rank + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
         for (long micro = 0; micro < per_rank; micro++) {
             if (micro > 0 && micro % EVAL_SIGNAL_BATCHES == 0 && train_signal_received())
-                return eval_stopped(ctx, micro, per_token, eval_loss);
+                return eval_stopped(ctx, micro, per_token, eval_loss, err, errlen);
             if (micro >= (dev->eval_lockstep ? per_rank : mine)) continue;
             tell_device(ctx, load_eval_batch(ctx, micro));
             loss_sum += dev->ops->forward(dev, ctx->batch.inputs, ctx->batch.targets, train->micro_batch_size,

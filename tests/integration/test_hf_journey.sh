@@ -89,7 +89,7 @@ refused_data ds-other "data.train[0]: $WORK/ds-other was built with another toke
 rc=0
 "$MEGATRAIN" resume "$WORK/run" --set train.steps=31 --set "data.train=[{path: $WORK/ds-bytes, weight: 1.0}]" \
   > "$WORK/refused.log" 2>&1 || rc=$?
-[[ $rc -eq 1 ]] && grep -qF "not the model's tokenizer (the checkpoint $WORK/run/checkpoints/iter_0000030" "$WORK/refused.log" ||
+[[ $rc -eq 1 ]] && grep -qF "not the model's tokenizer (resume from $WORK/run/checkpoints/iter_0000030" "$WORK/refused.log" ||
   fail "resume onto byte-level data: expected exit 1, got $rc: $(cat "$WORK/refused.log")"
 rm "$WORK/ds-bytes.build.json"
 "$MEGATRAIN" run "$WORK/finetune.yaml" --set run.dir="$WORK/run-bytes" --set train.steps=2 \
