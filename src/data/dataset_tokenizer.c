@@ -69,7 +69,9 @@ int dataset_tokenizer_write(const char *prefix, const DatasetTokenizer *tok, con
                             int64_t tokens, char *err, size_t errlen) {
     char path[4200], tmp[4300], dir[4200];
     dataset_tokenizer_record_path(prefix, path, sizeof path);
-    if (mt_temp_name(tmp, sizeof tmp, path) != 0) {
+    char first[64];
+    mt_remove_stale_temps(path, first, sizeof first); /* a killed build's, as for the dataset's own files */
+    if (mt_temp_name_host(tmp, sizeof tmp, path) != 0) {
         mt_set_error(err, errlen, "%s: the path is too long", path);
         return -1;
     }

@@ -102,7 +102,9 @@ expect_fail '!' "broken.jsonl:2" --input "$D/broken.jsonl" --output "$D/out/plai
 same_as_before || fail "a failed build changed the existing dataset"
 only_files "$D/out" plain.{bin,idx,build.json} json.{bin,idx,build.json} body.{bin,idx,build.json} ||
   fail "leftovers in out/: $(ls -A "$D/out")"
-# --overwrite replaces it
+# --overwrite replaces it (and removes the record's temporary file a killed build of this host left)
+host=$(hostname | tr -c 'A-Za-z0-9\n-' '_')
+touch "$D/out/plain.build.json.tmp.$host.999999999"
 "$MEGATRAIN" data build --input "$D/docs.jsonl" --output "$D/out/plain" --overwrite > /dev/null
 cmp -s "$D/out/plain.bin" "$D/out/json.bin" && cmp -s "$D/out/plain.idx" "$D/out/json.idx" &&
   cmp -s "$D/out/plain.build.json" "$D/out/json.build.json" || fail "--overwrite did not replace the dataset and its record"
