@@ -24,8 +24,10 @@
 #include <sys/stat.h>
 
 #include "../core/error.h"
+#include "../core/fs.h"
 #include "../core/json.h"
 #include "../tokenize/tokenizer.h"
+#include "dataset_tokenizer.h"
 #include "indexed_dataset.h"
 #include "indexed_dataset_format.h"
 #include "loss_mask.h"
@@ -224,6 +226,65 @@ static void print_text(const InspectOptions *opt, const IndexedDataset *ds, cons
                s->mean_len, (long long)s->median_len, (long long)s->p95_len, (long long)s->max_len);
 }
 
+/* What PREFIX.build.json says of the tokenizer that built the dataset, and whether --tokenizer's file is that one. */
+typedef struct BuildRecord {
+    int found;           /* 1: a record, 0: none, -1: unreadable (why) */
+    DatasetTokenizer tok;
+    int same;            /* --tokenizer's tokenizer.json is the recorded one: 1, 0; -1 without --tokenizer */
+    char why[1200];
+} BuildRecord;
+
+static BuildRecord read_build_record(const char *prefix, const Tokenizer *given) {
+    BuildRecord r = {.same = -1};
+    r.found = dataset_tokenizer_read(prefix, &r.tok, r.why, sizeof r.why);
+    if (r.found != 1 || !given) return r;
+    size_t len = 0;
+    char err[1200];
+    char *json = mt_read_file(tokenizer_path(given), (size_t)1 << 31, &len, err, sizeof err);
+    if (!json) return r;
+    const DatasetTokenizer mine = dataset_tokenizer_of_json(json, len, 0, 0);
+    r.same = !r.tok.byte && r.tok.bytes == mine.bytes && r.tok.crc32c == mine.crc32c;
+    free(json);
+    return r;
+}
+
+static void print_build_record(const char *prefix, const BuildRecord *r) {
+    if (r->found == 0) {
+        printf("  built by:  unknown (no %s.build.json: not made by megatrain data build, or by one before it "
+               "recorded the tokenizer)\n", prefix);
+        return;
+    }
+    if (r->found < 0) {
+        printf("  built by:  unreadable record: %s\n", r->why);
+        return;
+    }
+    if (r->tok.byte)
+        printf("  built by:  megatrain data build with the byte-level tokenizer");
+    else
+        printf("  built by:  megatrain data build with a tokenizer.json of %llu bytes (CRC-32C %08x, vocabulary %lld)",
+               (unsigned long long)r->tok.bytes, (unsigned)r->tok.crc32c, (long long)r->tok.vocab_size);
+    printf("%s\n", r->same == 1 ? ": --tokenizer's" : r->same == 0 ? ": NOT --tokenizer's" : "");
+}
+
+static void json_build_record(JsonWriter *w, const BuildRecord *r) {
+    jw_key(w, "build_record");
+    if (r->found != 1) {
+        jw_null(w);
+        if (r->found < 0) jw_key(w, "build_record_error"), jw_string(w, r->why);
+        return;
+    }
+    char crc[16];
+    snprintf(crc, sizeof crc, "%08x", (unsigned)r->tok.crc32c);
+    jw_begin_object(w);
+    jw_key(w, "tokenizer"), jw_string(w, r->tok.byte ? "byte" : "tokenizer.json");
+    if (!r->tok.byte) jw_key(w, "bytes"), jw_uint(w, r->tok.bytes), jw_key(w, "crc32c"), jw_string(w, crc);
+    jw_key(w, "vocab_size"), jw_int(w, r->tok.vocab_size);
+    jw_key(w, "same_as_tokenizer_option");
+    if (r->same < 0) jw_null(w);
+    else jw_bool(w, r->same == 1);
+    jw_end_object(w);
+}
+
 int data_inspect_main(int argc, char **argv) {
     InspectOptions opt;
     int rc = parse_options(argc, argv, &opt);
@@ -260,6 +321,7 @@ int data_inspect_main(int argc, char **argv) {
     int64_t vocab = tok ? tokenizer_vocab_size(tok) : 256;
     Summary s;
     summarize(&ds, eod_id, &s);
+    const BuildRecord record = read_build_record(opt.prefix, tok);
     int64_t shown = opt.docs < s.documents ? opt.docs : s.documents;
     JsonWriter w;
     if (opt.json) {
@@ -300,6 +362,7 @@ int data_inspect_main(int argc, char **argv) {
         jw_begin_array(&w);
     } else {
         print_text(&opt, &ds, tok, vocab, &s);
+        print_build_record(opt.prefix, &record);
         if (has_mask)
             printf("  loss mask: %s_mask.{bin,idx}: %lld of %lld tokens counted, %lld masked (%.1f%% masked)\n",
                    opt.prefix, (long long)counted, (long long)s.tokens, (long long)(s.tokens - counted),
@@ -336,6 +399,7 @@ int data_inspect_main(int argc, char **argv) {
     if (opt.json) {
         jw_end_array(&w);
         if (eod_id < 0) jw_key(&w, "end_of_document_note"), jw_string(&w, eod_err);
+        json_build_record(&w, &record);
         jw_end_object(&w);
         fwrite(w.data, 1, w.len, stdout);
         putchar('\n');

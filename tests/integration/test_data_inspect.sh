@@ -5,7 +5,8 @@
 # end-of-document token, document lengths (min / mean / median / p95 / max,
 # nearest rank: checked on 100 documents of known lengths), and the first
 # documents' ids and text decoded (the fixtures' ids and texts of
-# tests/fixtures/tokenizers, in text and JSON). A missing or corrupt dataset
+# tests/fixtures/tokenizers, in text and JSON), and which tokenizer built it
+# (PREFIX.build.json: --tokenizer's or not, none, unreadable). A missing or corrupt dataset
 # is an error naming the file and what is wrong.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -30,6 +31,7 @@ expect '[0] 2 tokens: "x\n"'
 "$MEGATRAIN" data inspect "$D/lengths" --json --docs 2 > "$D/out.txt"
 expect '"documents":100,"sequences":100,"tokens":5150,"bin_bytes":10300,"min_id":10,"max_id":120,"tokenizer":"byte","vocab_size":256,"ids_inside_vocab":true,"end_of_document_id":10,"documents_ending_with_it":100,"document_tokens":{"min":2,"mean":51.5,"median":51,"p95":96,"max":101}'
 expect '"first_documents":[{"index":0,"tokens":2,"ids":[120,10],"text":"x\n"},{"index":1,"tokens":39,"ids":[120,'
+expect '"build_record":{"tokenizer":"byte","vocab_size":256,"same_as_tokenizer_option":null}}'
 
 # --- tokenizer.json datasets: the fixtures' ids, decoded ----------------------
 # case_field FIXTURE NAME hex|ids
@@ -54,6 +56,18 @@ for k in 0 1 2; do
 done
 "$MEGATRAIN" data inspect "$D/l3code" --tokenizer "$FIX/llama3" --json > "$D/out.txt"
 expect "\"ids\":[$(case_field llama3 code ids),$eod],\"text\":\"def f(x):\\n    return x * 2  # double\\n\\tpass\\n<|end_of_text|>\"}"
+"$MEGATRAIN" data inspect "$D/l3code" --tokenizer "$FIX/llama3" > "$D/out.txt"
+expect "built by:  megatrain data build with a tokenizer.json of $(stat -c %s "$FIX/llama3/tokenizer.json") bytes (CRC-32C "
+expect ", vocabulary $vocab): --tokenizer's"
+"$MEGATRAIN" data inspect "$D/l3code" --tokenizer "$FIX/qwen2" --docs 0 > "$D/out.txt"
+expect "vocabulary $vocab): NOT --tokenizer's"
+mv "$D/l3code.build.json" "$D/l3code.record"
+"$MEGATRAIN" data inspect "$D/l3code" --docs 0 > "$D/out.txt"
+expect "built by:  unknown (no $D/l3code.build.json: not made by megatrain data build"
+printf '{"built_by": "megatrain data build"}' > "$D/l3code.build.json"
+"$MEGATRAIN" data inspect "$D/l3code" --docs 0 > "$D/out.txt"
+expect "built by:  unreadable record: $D/l3code.build.json: expected an object with"
+mv "$D/l3code.record" "$D/l3code.build.json"
 "$MEGATRAIN" data inspect "$D/l3code" --tokenizer "$FIX/llama3" > "$D/out.txt"
 expect "  [0] $(( $(case_field llama3 code ids | tr ',' '\n' | wc -l) + 1 )) tokens: \"def f(x):\\n    return x * 2  # double\\n\\tpass\\n<|end_of_text|>\""
 expect "uint16, 2 bytes each"
