@@ -263,6 +263,16 @@ static void round_trip(const char *name, ModelFamily family, bool tied, StDtype 
     round_trip_config(name, &cfg, dtype, max_shard);
 }
 
+/* One layer of hidden size 24 (4 heads of 6): a dimension of 44,000 set beside it makes tensors larger than a
+ * streamed block whose rows do not divide one. */
+static ModelConfig narrow_config(ModelFamily family) {
+    ModelConfig cfg = tiny_config(family, false);
+    cfg.num_layers = 1;
+    cfg.hidden_size = 24;
+    cfg.head_dim = 6;
+    return cfg;
+}
+
 /* Tensors larger than the blocks that convert streams (2^20 elements a
  * block of a safetensors tensor, 4 MiB chunks of a checkpoint), of 24 or
  * 44,000 columns, so that blocks and chunks begin and end inside rows and
@@ -271,16 +281,10 @@ static void round_trip(const char *name, ModelFamily family, bool tied, StDtype 
  * chunk) come back byte for byte. */
 static void test_round_trips_streamed_in_blocks(void **state) {
     (void)state;
-    ModelConfig cfg = tiny_config(FAMILY_LLAMA, false);
-    cfg.num_layers = 1;
-    cfg.hidden_size = 24;
-    cfg.head_dim = 6;
+    ModelConfig cfg = narrow_config(FAMILY_LLAMA);
     cfg.vocab_size = 44000;
     round_trip_config("llama_blocks", &cfg, ST_F32, 5000000000ull);
-    cfg = tiny_config(FAMILY_MIXTRAL, false);
-    cfg.num_layers = 1;
-    cfg.hidden_size = 24;
-    cfg.head_dim = 6;
+    cfg = narrow_config(FAMILY_MIXTRAL);
     cfg.intermediate_size = 44000;
     cfg.moe = (MoeConfig){.num_experts = 2, .num_experts_per_tok = 1, .moe_intermediate_size = 44000,
                           .norm_topk_prob = true, .layer_freq = 1};
@@ -293,10 +297,7 @@ static void test_round_trips_streamed_in_blocks(void **state) {
  * blocks begin and end inside rows), every other tensor the checkpoint's. */
 static void test_merge_lora_streamed(void **state) {
     (void)state;
-    ModelConfig cfg = tiny_config(FAMILY_LLAMA, false);
-    cfg.num_layers = 1;
-    cfg.hidden_size = 24;
-    cfg.head_dim = 6;
+    ModelConfig cfg = narrow_config(FAMILY_LLAMA);
     cfg.intermediate_size = 44000;
     cfg.peft = (PeftConfig){.type = PEFT_LORA, .rank = 3, .alpha = 6.5, .targets = LORA_ALL_TARGETS};
     Model *lora = model_create(&cfg, &cpu_backend, 1, 1);
