@@ -1,8 +1,7 @@
 /* test_packing.c: packed rows on the CPU model. A row holding several
  * samples (model_set_packed_positions: positions restarting at 0 at each
  * sample) gives the loss, the logits and every parameter gradient that its
- * samples give run one by one (relative 1e-6; the gradients 4e-6, a sum's
- * reassociation: GRAD_TOLERANCE), for llama, qwen2 (biases)
+ * samples give run one by one (relative 1e-6), for llama, qwen2 (biases)
  * and qwen3 (qk-norm, tied embeddings), with ignored targets, and with
  * selective recomputation; the document-masked attention op equals plain
  * causal attention on a row of one sample, bit for bit, and keeps each
@@ -47,27 +46,14 @@ static void make_row(int32_t *inputs, int32_t *targets, int32_t *positions, int 
     }
 }
 
-/* The loss and logits of the packed row and of its samples one by one agree to relative 1e-6. The gradients
- * sum every token's contribution: the packed row's in one product over its B x T = 32 tokens, the samples'
- * in products over 4 to 16 tokens added up, a different association of the same fp32 sum, which can differ
- * by up to (n - 1) 2^-24 of the sum of its terms' sizes (1.9e-6 for n = 32). Measured: 1.5e-6 of the largest
- * gradient with OpenBLAS's AVX2 kernels (Haswell, Zen), less with its AVX-512 ones; a row whose positions do
- * not restart, or whose samples see each other, is off by 1e-2 and more. */
-#define GRAD_TOLERANCE 4e-6
-#define VALUE_TOLERANCE 1e-6
-
-/* max |a - b| <= tolerance * max |b| over n values (and a tiny floor) */
-static void assert_close_within(const float *a, const float *b, long n, double tolerance, const char *what) {
+/* max |a - b| <= 1e-6 * max |b| over n values (and a tiny floor) */
+static void assert_close(const float *a, const float *b, long n, const char *what) {
     double diff = 0, scale = 0;
     for (long i = 0; i < n; i++) {
         diff = fmax(diff, fabs((double)a[i] - (double)b[i]));
         scale = fmax(scale, fabs((double)b[i]));
     }
-    if (!(diff <= tolerance * scale + 1e-12)) fail_msg("%s: max difference %g for values up to %g", what, diff, scale);
-}
-
-static void assert_close(const float *a, const float *b, long n, const char *what) {
-    assert_close_within(a, b, n, VALUE_TOLERANCE, what);
+    if (!(diff <= 1e-6 * scale + 1e-12)) fail_msg("%s: max difference %g for values up to %g", what, diff, scale);
 }
 
 static void check_packed_equals_samples(ModelFamily family, bool tied, Recompute recompute) {
@@ -113,7 +99,7 @@ static void check_packed_equals_samples(ModelFamily family, bool tied, Recompute
     for (int p = 0; p < model->num_params; p++) {
         const ParamInfo *info = &model->param_info[p];
         const long at = info->offset - model->trainable_offset;
-        assert_close_within(packed_grads + at, model->grads + at, info->numel, GRAD_TOLERANCE, info->name);
+        assert_close(packed_grads + at, model->grads + at, info->numel, info->name);
     }
     free(packed_logits);
     free(packed_grads);
