@@ -22,6 +22,24 @@ void ckpt_file_path(char *out, size_t outlen, const char *dir, const char *name)
     snprintf(out, outlen, "%s/%s", dir, name);
 }
 
+/* The OpenMP threads a read across chunks may use (one without OpenMP: the fuzz harnesses' build). */
+#ifdef _OPENMP
+#include <omp.h>
+static int max_threads(void) { return omp_get_max_threads(); }
+static int thread_num(void) { return omp_get_thread_num(); }
+#else
+static int max_threads(void) { return 1; }
+static int thread_num(void) { return 0; }
+#endif
+
+static void buffers_free(CkptChunkBuffers *b) {
+    ZSTD_freeDCtx(b->dctx);
+    free(b->stored);
+    free(b->raw);
+    free(b->scratch);
+    free(b->converted);
+}
+
 uint64_t ckpt_tensor_stored_bytes(const CkptTensorMeta *t) {
     uint64_t n = 0;
     for (int c = 0; c < t->num_chunks; c++) n += t->chunks[c].stored_bytes;
@@ -78,7 +96,6 @@ CkptReader *ckpt_reader_open_metadata(const char *dir, char *err, size_t errlen)
     }
     r->fds = mt_malloc((size_t)r->meta.num_files * sizeof(int));
     for (int i = 0; i < r->meta.num_files; i++) r->fds[i] = -1;
-    r->dctx = ZSTD_createDCtx();
     return r;
 }
 
@@ -102,11 +119,9 @@ void ckpt_reader_close(CkptReader *r) {
     for (int i = 0; i < r->meta.num_files; i++)
         if (r->fds[i] >= 0) close(r->fds[i]);
     free(r->fds);
-    ZSTD_freeDCtx(r->dctx);
-    free(r->stored);
-    free(r->raw);
-    free(r->scratch);
-    free(r->converted);
+    buffers_free(&r->buf);
+    for (int i = 0; i < r->num_workers; i++) buffers_free(&r->workers[i]);
+    free(r->workers);
     ckpt_meta_free(&r->meta);
     free(r);
 }
@@ -155,18 +170,16 @@ static void reserve(unsigned char **buf, size_t *cap, size_t need) {
     *cap = need;
 }
 
-/* Read, decode and verify chunk c of tensor t into r->raw (unless it holds it already: reads of
- * neighbouring regions share a chunk). */
-static int load_chunk(CkptReader *r, const CkptTensorMeta *t, int c, char *err, size_t errlen) {
-    if (r->raw_tensor == t && r->raw_chunk == c) return 0;
-    r->raw_tensor = NULL;
+/* Read, decode and verify chunk c of tensor t into b->raw; its file is open (file_fd). Touches nothing of r but
+ * reads, so threads with their own buffers may decode chunks at once. */
+static int decode_chunk(const CkptReader *r, CkptChunkBuffers *b, const CkptTensorMeta *t, int c, char *err,
+                        size_t errlen) {
     const CkptChunk *ch = &t->chunks[c];
     const CkptFileMeta *f = &r->meta.files[ch->file];
-    int fd = file_fd(r, ch->file, err, errlen);
-    if (fd < 0) return -1;
-    reserve(&r->stored, &r->stored_cap, ch->stored_bytes); /* inside the file: the metadata's bounds check */
+    const int fd = r->fds[ch->file];
+    reserve(&b->stored, &b->stored_cap, ch->stored_bytes); /* inside the file: the metadata's bounds check */
     char why[512];
-    int rc = read_exact(fd, r->stored, ch->stored_bytes, ch->offset);
+    int rc = read_exact(fd, b->stored, ch->stored_bytes, ch->offset);
     if (rc != 0) {
         mt_set_error(err, errlen, "%s/%s: tensor '%s' chunk %d: cannot read bytes %llu..%llu: %s", r->dir, f->name,
                      t->name, c, (unsigned long long)ch->offset, (unsigned long long)(ch->offset + ch->stored_bytes),
@@ -175,7 +188,7 @@ static int load_chunk(CkptReader *r, const CkptTensorMeta *t, int c, char *err, 
     }
     /* The raw size comes from the metadata; the frame says what it holds. Compared before allocating, so that
      * metadata claiming a huge tensor is called corrupt instead of running out of memory. */
-    const unsigned long long frame = ZSTD_getFrameContentSize(r->stored, ch->stored_bytes);
+    const unsigned long long frame = ZSTD_getFrameContentSize(b->stored, ch->stored_bytes);
     if (frame != ch->raw_bytes) {
         if (frame == ZSTD_CONTENTSIZE_ERROR) snprintf(why, sizeof why, "no zstd frame there");
         else if (frame == ZSTD_CONTENTSIZE_UNKNOWN) snprintf(why, sizeof why, "its zstd frame does not say its size");
@@ -185,13 +198,24 @@ static int load_chunk(CkptReader *r, const CkptTensorMeta *t, int c, char *err, 
                      (unsigned long long)(ch->offset + ch->stored_bytes), (unsigned long long)ch->raw_bytes, why);
         return -1;
     }
-    reserve(&r->raw, &r->raw_cap, ch->raw_bytes);
-    reserve(&r->scratch, &r->scratch_cap, ch->raw_bytes);
-    if (ckpt_chunk_decode(r->dctx, ch, r->stored, r->raw, r->scratch, why, sizeof why) != 0) {
+    reserve(&b->raw, &b->raw_cap, ch->raw_bytes);
+    reserve(&b->scratch, &b->scratch_cap, ch->raw_bytes);
+    if (!b->dctx) b->dctx = ZSTD_createDCtx();
+    if (ckpt_chunk_decode(b->dctx, ch, b->stored, b->raw, b->scratch, why, sizeof why) != 0) {
         mt_set_error(err, errlen, "%s/%s: tensor '%s' chunk %d (bytes %llu..%llu): %s", r->dir, f->name, t->name, c,
                      (unsigned long long)ch->offset, (unsigned long long)(ch->offset + ch->stored_bytes), why);
         return -1;
     }
+    return 0;
+}
+
+/* Chunk c of tensor t, verified, into r->buf.raw (unless it holds it already: reads of neighbouring regions share
+ * a chunk). */
+static int load_chunk(CkptReader *r, const CkptTensorMeta *t, int c, char *err, size_t errlen) {
+    if (r->raw_tensor == t && r->raw_chunk == c) return 0;
+    r->raw_tensor = NULL;
+    if (file_fd(r, t->chunks[c].file, err, errlen) < 0) return -1;
+    if (decode_chunk(r, &r->buf, t, c, err, errlen) != 0) return -1;
     r->raw_tensor = t;
     r->raw_chunk = c;
     return 0;
@@ -233,19 +257,59 @@ static bool intersects(int ndim, const int64_t *a_start, const int64_t *a_shape,
     return true;
 }
 
-/* The n elements of a decoded chunk (r->raw, of dtype `from`) as dtype `to`, in r->converted. */
-static const unsigned char *convert_chunk(CkptReader *r, CkptDType from, CkptDType to, size_t n) {
-    reserve(&r->converted, &r->converted_cap, n * ckpt_dtype_size(to) + 1);
+/* The n elements of a decoded chunk (b->raw, of dtype `from`) as dtype `to`, in b->converted. */
+static const unsigned char *convert_chunk(CkptChunkBuffers *b, CkptDType from, CkptDType to, size_t n) {
+    reserve(&b->converted, &b->converted_cap, n * ckpt_dtype_size(to) + 1);
     if (from == CKPT_DTYPE_BF16 && to == CKPT_DTYPE_FP32) {
-        const uint16_t *in = (const uint16_t *)r->raw;
-        float *out = (float *)r->converted;
+        const uint16_t *in = (const uint16_t *)b->raw;
+        float *out = (float *)b->converted;
         for (size_t i = 0; i < n; i++) out[i] = bf16_to_f32(in[i]);
     } else { /* fp32 -> bf16 */
-        const float *in = (const float *)r->raw;
-        uint16_t *out = (uint16_t *)r->converted;
+        const float *in = (const float *)b->raw;
+        uint16_t *out = (uint16_t *)b->converted;
         for (size_t i = 0; i < n; i++) out[i] = f32_to_bf16(in[i]);
     }
-    return r->converted;
+    return b->converted;
+}
+
+/* Chunk c (decoded in b) copied where it meets the region into dst, as dtype. */
+static void place_chunk(CkptChunkBuffers *b, const CkptTensorMeta *t, int c, const int64_t *start,
+                        const int64_t *shape, CkptDType dtype, void *dst) {
+    const CkptChunk *ch = &t->chunks[c];
+    const unsigned char *data = t->dtype == dtype ? b->raw
+                                : convert_chunk(b, t->dtype, dtype, ch->raw_bytes / ckpt_dtype_size(t->dtype));
+    copy_intersection(t->ndim, ckpt_dtype_size(dtype), ch->start, ch->shape, data, start, shape, dst);
+}
+
+/* The n chunks `list` of t (each meeting the region, n > 1) decoded on the OpenMP threads, each with its own
+ * buffers, and placed into dst (the chunks do not overlap, so neither do their places). The error is that of
+ * the first failing chunk in the list, as a read one chunk after another reports it. */
+static int read_chunks_parallel(CkptReader *r, const CkptTensorMeta *t, const int *list, int n, const int64_t *start,
+                                const int64_t *shape, CkptDType dtype, void *dst, char *err, size_t errlen) {
+    for (int k = 0; k < n; k++) /* the files opened here, not by the threads */
+        if (file_fd(r, t->chunks[list[k]].file, err, errlen) < 0) return -1;
+    const int threads = max_threads();
+    if (r->num_workers < threads) {
+        r->workers = mt_realloc(r->workers, (size_t)threads * sizeof *r->workers);
+        memset(r->workers + r->num_workers, 0, (size_t)(threads - r->num_workers) * sizeof *r->workers);
+        r->num_workers = threads;
+    }
+    int first_failed = n;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int k = 0; k < n; k++) {
+        CkptChunkBuffers *b = &r->workers[thread_num()];
+        char why[2048];
+        if (decode_chunk(r, b, t, list[k], why, sizeof why) == 0) {
+            place_chunk(b, t, list[k], start, shape, dtype, dst);
+            continue;
+        }
+#pragma omp critical(ckpt_reader_error)
+        if (k < first_failed) {
+            first_failed = k;
+            mt_set_error(err, errlen, "%s", why);
+        }
+    }
+    return first_failed < n ? -1 : 0;
 }
 
 int ckpt_reader_read(CkptReader *r, const CkptTensorMeta *t, const int64_t *start, const int64_t *shape, float *dst,
@@ -265,15 +329,20 @@ int ckpt_reader_read_as(CkptReader *r, const CkptTensorMeta *t, const int64_t *s
             mt_set_error(err, errlen, "%s: tensor '%s': region outside the tensor in dimension %d", r->dir, t->name, d);
             return -1;
         }
-    for (int c = 0; c < t->num_chunks; c++) {
-        const CkptChunk *ch = &t->chunks[c];
-        if (!intersects(t->ndim, ch->start, ch->shape, start, shape)) continue;
-        if (load_chunk(r, t, c, err, errlen) != 0) return -1;
-        const unsigned char *data = t->dtype == dtype ? r->raw
-                                    : convert_chunk(r, t->dtype, dtype, ch->raw_bytes / ckpt_dtype_size(t->dtype));
-        copy_intersection(t->ndim, ckpt_dtype_size(dtype), ch->start, ch->shape, data, start, shape, dst);
+    int *list = mt_malloc((size_t)(t->num_chunks ? t->num_chunks : 1) * sizeof *list), n = 0;
+    for (int c = 0; c < t->num_chunks; c++)
+        if (intersects(t->ndim, t->chunks[c].start, t->chunks[c].shape, start, shape)) list[n++] = c;
+    int rc = 0;
+    if (n > 1 && max_threads() > 1) {
+        rc = read_chunks_parallel(r, t, list, n, start, shape, dtype, dst, err, errlen);
+    } else {
+        for (int k = 0; k < n && rc == 0; k++) {
+            rc = load_chunk(r, t, list[k], err, errlen);
+            if (rc == 0) place_chunk(&r->buf, t, list[k], start, shape, dtype, dst);
+        }
     }
-    return 0;
+    free(list);
+    return rc;
 }
 
 int ckpt_reader_verify_tensor(CkptReader *r, const CkptTensorMeta *t, char *err, size_t errlen) {

@@ -14,16 +14,23 @@
 
 #define CKPT_MAX_METADATA_BYTES ((size_t)1 << 30) /* a larger metadata.mtck is refused unread */
 
+/* What reading one chunk needs: a zstd context and buffers. */
+typedef struct CkptChunkBuffers {
+    ZSTD_DCtx *dctx;                        /* created on first use */
+    unsigned char *stored, *raw, *scratch; /* buffers for one chunk */
+    unsigned char *converted;               /* a chunk converted to another dtype */
+    size_t stored_cap, raw_cap, scratch_cap, converted_cap;
+} CkptChunkBuffers;
+
 typedef struct CkptReader {
     char dir[MT_PATH_MAX];
     CkptMeta meta;
     int *fds;                    /* per listed file, opened on first use (-1 before) */
-    ZSTD_DCtx *dctx;
-    unsigned char *stored, *raw, *scratch; /* buffers for one chunk */
-    unsigned char *converted;               /* a chunk converted to another dtype */
-    size_t stored_cap, raw_cap, scratch_cap, converted_cap;
-    const CkptTensorMeta *raw_tensor;       /* raw holds chunk raw_chunk of it, verified (NULL: nothing) */
+    CkptChunkBuffers buf;        /* reads of one chunk; buf.raw keeps the last (raw_tensor, raw_chunk) */
+    const CkptTensorMeta *raw_tensor;       /* buf.raw holds chunk raw_chunk of it, verified (NULL: nothing) */
     int raw_chunk;
+    CkptChunkBuffers *workers;   /* a read across several chunks decodes them on the OpenMP threads, one set each */
+    int num_workers;
 } CkptReader;
 
 /* Open checkpoint `dir`: decode metadata.mtck, check that every listed file
@@ -43,8 +50,9 @@ int ckpt_reader_check_file(CkptReader *r, int index, bool with_crc, char *err, s
 void ckpt_reader_close(CkptReader *r);
 
 /* Read the region [start, start + shape) of tensor t into dst (row-major,
- * the region's shape, fp32), verifying each chunk it touches. Returns 0, or
- * -1 with err naming the file, the tensor and the chunk. */
+ * the region's shape, fp32), verifying each chunk it touches (several at
+ * once on the OpenMP threads when it touches several). Returns 0, or -1
+ * with err naming the file, the tensor and the first chunk that failed. */
 int ckpt_reader_read(CkptReader *r, const CkptTensorMeta *t, const int64_t *start, const int64_t *shape, float *dst,
                      char *err, size_t errlen);
 /* The same into dst of `dtype` (fp32: float, bf16: uint16_t bits), whatever

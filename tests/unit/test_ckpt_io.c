@@ -15,6 +15,7 @@
  * warning. */
 #include <fcntl.h>
 #include <math.h>
+#include <omp.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -278,6 +279,8 @@ static void test_hf_files(void **state) {
     ckpt_hf_files_free(&files);
 }
 
+static void flip_byte(const char *path, long offset);
+
 static void test_many_chunks_and_regions(void **state) {
     (void)state;
     Saved s;
@@ -305,17 +308,45 @@ static void test_many_chunks_and_regions(void **state) {
     const float *src = s.model->params + info->offset;
     const int64_t starts[][2] = {{0, 0}, {2, 5}, {5, 0}, {37, 15}, {1, 3}};
     const int64_t shapes[][2] = {{40, 16}, {2, 3}, {7, 16}, {3, 1}, {30, 11}};
-    for (int k = 0; k < 5; k++) {
-        float out[640];
-        assert_int_equal(ckpt_reader_read(r, embed, starts[k], shapes[k], out, err, sizeof err), 0);
-        for (int64_t i = 0; i < shapes[k][0]; i++)
-            assert_memory_equal(&out[i * shapes[k][1]], &src[(starts[k][0] + i) * 16 + starts[k][1]],
-                                (size_t)shapes[k][1] * 4);
+    const int saved_threads = omp_get_max_threads();
+    for (int threads = 1; threads <= 3; threads += 2) { /* one chunk after another, and several at once */
+        omp_set_num_threads(threads);
+        for (int k = 0; k < 5; k++) {
+            float out[640];
+            assert_int_equal(ckpt_reader_read(r, embed, starts[k], shapes[k], out, err, sizeof err), 0);
+            for (int64_t i = 0; i < shapes[k][0]; i++)
+                assert_memory_equal(&out[i * shapes[k][1]], &src[(starts[k][0] + i) * 16 + starts[k][1]],
+                                    (size_t)shapes[k][1] * 4);
+        }
     }
     const int64_t outside_start[2] = {39, 0}, outside_shape[2] = {2, 16};
     float out[32];
     assert_int_equal(ckpt_reader_read(r, embed, outside_start, outside_shape, out, err, sizeof err), -1);
+    /* chunks 5 and 9 damaged: both ways name chunk 5, the first, with the same words */
+    long victims[2];
+    for (int i = 0; i < 2; i++) {
+        const CkptChunk *ch = &embed->chunks[i ? 9 : 5];
+        victims[i] = (long)(ch->offset + ch->stored_bytes / 2);
+    }
     ckpt_reader_close(r);
+    char path[600], first_err[2048];
+    snprintf(path, sizeof path, "%s/shard_00000.zst", dir);
+    for (int i = 0; i < 2; i++) flip_byte(path, victims[i]);
+    const int64_t whole_start[2] = {0, 0}, whole_shape[2] = {40, 16};
+    float whole[640];
+    for (int threads = 1; threads <= 3; threads += 2) {
+        omp_set_num_threads(threads);
+        r = ckpt_reader_open_metadata(dir, err, sizeof err);
+        assert_non_null(r);
+        embed = ckpt_meta_find(&r->meta, "embed.weight");
+        assert_int_equal(ckpt_reader_read(r, embed, whole_start, whole_shape, whole, err, sizeof err), -1);
+        if (!strstr(err, "tensor 'embed.weight' chunk 5 ")) fail_msg("%d threads: %s", threads, err);
+        if (threads == 1) snprintf(first_err, sizeof first_err, "%s", err);
+        else assert_string_equal(err, first_err);
+        ckpt_reader_close(r);
+    }
+    omp_set_num_threads(saved_threads);
+    for (int i = 0; i < 2; i++) flip_byte(path, victims[i]);
     free(sources);
     free_saved(&s);
 }
