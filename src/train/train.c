@@ -264,6 +264,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
         /* the health verdict comes from the loss and grad norm every rank agrees on */
         if (check_health(ctx, &result, &health, step) != 0) {
             status = MT_EXIT_FAILURE;
+            ctx->stopped_together = true;
             break;
         }
         if (check_replicas(ctx, step) != 0) { /* agreed within a dp group only */
@@ -307,8 +308,9 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
         const bool save_due = is_multiple(step, recipe->checkpoint.interval) || step == ctx->total_steps;
         const double save_start = mt_now();
         if (save_due ? save_now(ctx, saver) != 0 : ckpt_saver_poll(saver, err, sizeof err) != 0) {
-            if (!save_due) print_error(err);
+            if (!save_due && comm_world()->rank == 0) print_error(err);
             status = MT_EXIT_FAILURE;
+            ctx->stopped_together = true; /* a save's verdict is every rank's (save_now, ckpt_saver_poll) */
             break;
         }
         ctx->timers.checkpoint += mt_now() - save_start;
@@ -317,17 +319,21 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
             ctx->timers = (StepTimers){0};
         }
     }
-    if (status == MT_EXIT_OK && stop_signal && ctx->state.step > ctx->start_step && save_now(ctx, saver) != 0)
+    if (status == MT_EXIT_OK && stop_signal && ctx->state.step > ctx->start_step && save_now(ctx, saver) != 0) {
         status = MT_EXIT_FAILURE;
+        ctx->stopped_together = true;
+    }
     /* A rank that failed on its own must not wait in the saver's collectives
      * while the others wait in the step's: it ends the job here (a save in
      * flight leaves only its temporary directory, removed by the next save).
-     * A failure every rank agrees on (non-finite steps, a failed save) still
-     * lets a save in flight complete below. */
+     * A failure every rank agrees on (non-finite steps, a failed save,
+     * refused data) still lets a save in flight complete below, and the
+     * ranks end MPI together (run_context). */
     if (alone && comm_world()->size > 1) dist_finish(status);
-    if (ckpt_saver_wait(saver, err, sizeof err) != 0) {
-        print_error(err);
+    if (ckpt_saver_wait(saver, err, sizeof err) != 0) { /* every rank's verdict, as a save's */
+        if (comm_world()->rank == 0) print_error(err);
         status = MT_EXIT_FAILURE;
+        ctx->stopped_together = true;
     }
     train_signals_restore();
     ckpt_saver_free(saver);

@@ -59,4 +59,19 @@ grep -q "error: step 5: .*first non-finite gradient: $first; stopping after 1 no
 "$MEGATRAIN" resume "$WORK/stop" > "$WORK/resume.log" || fail "resume from step 4 failed"
 diff <(losses "$WORK/clean") <(losses "$WORK/stop") > "$WORK/diff.txt" \
   || fail "resumed losses differ from the clean run: $(head -n 4 "$WORK/diff.txt")"
+
+# On 2 ranks (dp 2) the stop is agreed (the grad norm is every rank's): every rank exits 1 at step 5, nothing is
+# aborted, the checkpoint of step 4 is whole.
+if command -v mpirun > /dev/null && [[ -z ${TSAN_OPTIONS:-} ]]; then
+  MEGATRAIN_TEST_NAN_STEP=5 stop_together stop-dp2 2 "$WORK/stop-dp2.log" "$MEGATRAIN" run \
+    "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/stop-dp2" --set train.steps=10 \
+    --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=1 --set checkpoint.interval=4 \
+    --set optimizer.schedule.warmup_steps=2 --set train.micro_batch_size=2
+  grep -q "error: rank [01]: step 5: .*stopping after 1 non-finite step" "$WORK/stop-dp2.log" ||
+    { cat "$WORK/stop-dp2.log"; fail "dp 2: no stop message"; }
+  [[ "$(ls "$WORK/stop-dp2/checkpoints" | tr '\n' ' ')" == "iter_0000004 latest_checkpointed_iteration.txt " ]] ||
+    fail "dp 2: expected only iter_0000004, found: $(ls "$WORK/stop-dp2/checkpoints")"
+  "$MEGATRAIN" inspect "$WORK/stop-dp2/checkpoints/iter_0000004" > /dev/null || fail "dp 2: iter_0000004 does not verify"
+  echo "dp 2: every rank stopped at step 5 with exit 1, no abort"
+fi
 echo "ok: skipped, stopped and resumed as configured"

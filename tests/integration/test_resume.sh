@@ -140,13 +140,7 @@ bad_run() { # NAME NP SETTINGS...: that run on NP ranks; STATUS its exit status 
   bad_cmd "$name" "$@"
   status=0
   if [[ $np -eq 1 ]]; then timeout 120 "${BAD[@]}" > "$WORK/$name.log" 2>&1 || status=$?; return; fi
-  OMPI_MCA_orte_abort_on_non_zero_status=0 timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$np" \
-    bash -c 'f=$1; shift; "$@"; echo $? > "$f.$OMPI_COMM_WORLD_RANK"' _ "$WORK/$name.status" "${BAD[@]}" \
-    > "$WORK/$name.log" 2>&1 || status=$?
-  [[ $status -eq 0 ]] || { cat "$WORK/$name.log"; fail "$name: mpirun exited $status (124: timeout)"; }
-  status=$(cat "$WORK/$name".status.* | sort -u | tr '\n' ' ')
-  [[ $(ls "$WORK/$name".status.* | wc -l) -eq $np && $status == "1 " ]] ||
-    fail "$name: each rank should exit 1: $(grep . "$WORK/$name".status.*)"
+  stop_together "$name" "$np" "$WORK/$name.log" "${BAD[@]}"
   status=1
 }
 # expect_bad_stop NAME WHAT ERRORS: bad_run NAME stopped as said above, WHAT ("training data", "evaluation:

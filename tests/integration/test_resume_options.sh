@@ -81,3 +81,19 @@ for async in false true; do
   [[ -z "$(ls "$dir/checkpoints")" ]] || fail "async=$async: something was left in checkpoints/: $(ls "$dir/checkpoints")"
   echo "async=$async: save failure stopped the run at step $last with exit 1"
 done
+# On 2 ranks (dp 2: rank 0 writes the shard) the failed save is every rank's verdict: each rank exits 1, nothing
+# is aborted, one error line, nothing left in checkpoints/. (Open MPI over TCP: its shared-memory transport would
+# size a file past the limit.)
+if command -v mpirun > /dev/null && [[ -z ${TSAN_OPTIONS:-} ]]; then
+  for async in false true; do
+    dir="$WORK/full-dp2-$async"
+    OMPI_MCA_btl=self,tcp stop_together "full-dp2-$async" 2 "$WORK/full-dp2.log" bash -c 'trap "" XFSZ; ulimit -f 400; exec "$@"' _ \
+      "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$dir" --set train.steps=200 \
+      --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=1 --set train.eval_interval=0 \
+      --set checkpoint.interval=10 --set checkpoint.async=$async --set train.micro_batch_size=2
+    [[ $(grep -c "error: .*checkpoint at step 10 failed: .*write failed: File too large" "$WORK/full-dp2.log") -eq 1 ]] ||
+      { cat "$WORK/full-dp2.log"; fail "dp 2, async=$async: expected one error line"; }
+    [[ -z "$(ls "$dir/checkpoints")" ]] || fail "dp 2, async=$async: left in checkpoints/: $(ls "$dir/checkpoints")"
+    echo "dp 2, async=$async: save failure stopped every rank with exit 1, no abort"
+  done
+fi
