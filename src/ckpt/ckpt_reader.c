@@ -282,8 +282,11 @@ static void place_chunk(CkptChunkBuffers *b, const CkptTensorMeta *t, int c, con
 }
 
 /* The n chunks `list` of t (each meeting the region, n > 1) decoded on the OpenMP threads, each with its own
- * buffers, and placed into dst (the chunks do not overlap, so neither do their places). The error is that of
- * the first failing chunk in the list, as a read one chunk after another reports it. */
+ * buffers, and placed into dst (the chunks do not overlap, so neither do their places). The chunk r->buf holds
+ * (the last one read) is placed from there, and the last chunk of the list is kept there for the next read:
+ * regions read one after another (a tensor streamed in blocks, a block's boxes) share the chunk at their seam,
+ * which is decoded once. The error is that of the first failing chunk in the list, as a read one chunk after
+ * another reports it. */
 static int read_chunks_parallel(CkptReader *r, const CkptTensorMeta *t, const int *list, int n, const int64_t *start,
                                 const int64_t *shape, CkptDType dtype, void *dst, char *err, size_t errlen) {
     for (int k = 0; k < n; k++) /* the files opened here, not by the threads */
@@ -294,13 +297,18 @@ static int read_chunks_parallel(CkptReader *r, const CkptTensorMeta *t, const in
         memset(r->workers + r->num_workers, 0, (size_t)(threads - r->num_workers) * sizeof *r->workers);
         r->num_workers = threads;
     }
-    int first_failed = n;
+    int first_failed = n, last_by = -1; /* last_by: the worker that decoded list[n - 1] */
 #pragma omp parallel for schedule(dynamic, 1)
     for (int k = 0; k < n; k++) {
+        if (r->raw_tensor == t && r->raw_chunk == list[k]) { /* decoded by the last read */
+            place_chunk(&r->buf, t, list[k], start, shape, dtype, dst);
+            continue;
+        }
         CkptChunkBuffers *b = &r->workers[thread_num()];
         char why[2048];
         if (decode_chunk(r, b, t, list[k], why, sizeof why) == 0) {
             place_chunk(b, t, list[k], start, shape, dtype, dst);
+            if (k == n - 1) last_by = thread_num();
             continue;
         }
 #pragma omp critical(ckpt_reader_error)
@@ -309,7 +317,15 @@ static int read_chunks_parallel(CkptReader *r, const CkptTensorMeta *t, const in
             mt_set_error(err, errlen, "%s", why);
         }
     }
-    return first_failed < n ? -1 : 0;
+    if (first_failed < n) return -1;
+    if (last_by >= 0) { /* r->buf takes the last chunk's buffers, the worker the old ones */
+        const CkptChunkBuffers kept = r->buf;
+        r->buf = r->workers[last_by];
+        r->workers[last_by] = kept;
+        r->raw_tensor = t;
+        r->raw_chunk = list[n - 1];
+    }
+    return 0;
 }
 
 int ckpt_reader_read(CkptReader *r, const CkptTensorMeta *t, const int64_t *start, const int64_t *shape, float *dst,

@@ -18,6 +18,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -274,13 +275,15 @@ static ModelConfig narrow_config(ModelFamily family) {
 }
 
 /* Tensors larger than the blocks that convert streams (2^20 elements a
- * block of a safetensors tensor, 4 MiB chunks of a checkpoint), of 24 or
- * 44,000 columns, so that blocks and chunks begin and end inside rows and
- * fall across each other: the embedding and the head [44000, 24], and
- * Mixtral's experts (planes of [44000, 24] and [24, 44000], each above a
- * chunk) come back byte for byte. */
+ * block of a safetensors tensor on one OpenMP thread, 4 MiB chunks of a
+ * checkpoint), of 24 or 44,000 columns, so that blocks and chunks begin and
+ * end inside rows and fall across each other: the embedding and the head
+ * [44000, 24], and Mixtral's experts (planes of [44000, 24] and
+ * [24, 44000], each above a chunk) come back byte for byte. */
 static void test_round_trips_streamed_in_blocks(void **state) {
     (void)state;
+    const int saved_threads = omp_get_max_threads();
+    omp_set_num_threads(1); /* blocks of 2^20 elements (2^20 a thread) */
     ModelConfig cfg = narrow_config(FAMILY_LLAMA);
     cfg.vocab_size = 44000;
     round_trip_config("llama_blocks", &cfg, ST_F32, 5000000000ull);
@@ -289,16 +292,20 @@ static void test_round_trips_streamed_in_blocks(void **state) {
     cfg.moe = (MoeConfig){.num_experts = 2, .num_experts_per_tok = 1, .moe_intermediate_size = 44000,
                           .norm_topk_prob = true, .layer_freq = 1};
     round_trip_config("mixtral_blocks", &cfg, ST_BF16, 5000000000ull);
+    omp_set_num_threads(saved_threads);
 }
 
 /* --merge-lora streams: each adapted projection merged block by block as
  * it is written equals lora_merge's model (merged whole, in memory) bit for
- * bit, with projections of 24 and 44,000 columns larger than a block (so
- * blocks begin and end inside rows), every other tensor the checkpoint's. */
+ * bit, every other tensor the checkpoint's. Projections of 24 and 90,000
+ * columns (2.16 million elements, three checkpoint chunks) on 1, 2 and 3
+ * OpenMP threads: blocks of 2^20 elements a thread, so 3 and 2 blocks
+ * beginning and ending inside rows (the chunks read one after another, and
+ * several at once sharing the chunk at each seam), then one block. */
 static void test_merge_lora_streamed(void **state) {
     (void)state;
     ModelConfig cfg = narrow_config(FAMILY_LLAMA);
-    cfg.intermediate_size = 44000;
+    cfg.intermediate_size = 90000;
     cfg.peft = (PeftConfig){.type = PEFT_LORA, .rank = 3, .alpha = 6.5, .targets = LORA_ALL_TARGETS};
     Model *lora = model_create(&cfg, &cpu_backend, 1, 1);
     model_init_weights(lora, 5);
@@ -309,30 +316,34 @@ static void test_merge_lora_streamed(void **state) {
     }
     char ckpt[512], out[512], msg[2048], path[700], hf[192];
     snprintf(ckpt, sizeof ckpt, "%s/lora.ckpt", work_dir);
-    snprintf(out, sizeof out, "%s/lora_merged.hf", work_dir);
     if (ckpt_write_dir(ckpt, &(CheckpointWrite){.model = lora}, msg, sizeof msg) != 0) fail_msg("%s", msg);
-    if (convert(msg, sizeof msg, 3, ckpt, out, "--merge-lora") != 0) fail_msg("--merge-lora: %s", msg);
-
     ModelConfig base = cfg;
     base.peft.type = PEFT_NONE;
     Model *merged = model_create(&base, &cpu_backend, 1, 1);
     if (lora_merge(lora, merged, msg, sizeof msg) != 0) fail_msg("%s", msg);
-    snprintf(path, sizeof path, "%s/model.safetensors", out);
-    StFile *file = st_open(path, msg, sizeof msg);
-    if (!file) fail_msg("%s", msg);
-    assert_int_equal(file->num_tensors, merged->num_params);
-    int adapted = 0;
-    for (int i = 0; i < merged->num_params; i++) {
-        const ParamInfo *p = &merged->param_info[i];
-        assert_int_equal(hf_name_from_ours(FAMILY_LLAMA, p->name, hf, sizeof hf), 0);
-        const StTensor *t = st_find(file, hf);
-        if (!t || t->dtype != ST_F32 || t->numel != p->numel) fail_msg("%s: missing or misshapen", hf);
-        if (memcmp(t->data, merged->params + p->offset, (size_t)p->numel * sizeof(float)) != 0)
-            fail_msg("%s differs from lora_merge's", hf);
-        adapted += memcmp(t->data, lora->params + p->offset, (size_t)p->numel * sizeof(float)) != 0;
+    const int saved_threads = omp_get_max_threads();
+    for (int threads = 1; threads <= 3; threads++) {
+        omp_set_num_threads(threads);
+        snprintf(out, sizeof out, "%s/lora_merged_%d.hf", work_dir, threads);
+        if (convert(msg, sizeof msg, 3, ckpt, out, "--merge-lora") != 0) fail_msg("--merge-lora: %s", msg);
+        snprintf(path, sizeof path, "%s/model.safetensors", out);
+        StFile *file = st_open(path, msg, sizeof msg);
+        if (!file) fail_msg("%s", msg);
+        assert_int_equal(file->num_tensors, merged->num_params);
+        int adapted = 0;
+        for (int i = 0; i < merged->num_params; i++) {
+            const ParamInfo *p = &merged->param_info[i];
+            assert_int_equal(hf_name_from_ours(FAMILY_LLAMA, p->name, hf, sizeof hf), 0);
+            const StTensor *t = st_find(file, hf);
+            if (!t || t->dtype != ST_F32 || t->numel != p->numel) fail_msg("%s: missing or misshapen", hf);
+            if (memcmp(t->data, merged->params + p->offset, (size_t)p->numel * sizeof(float)) != 0)
+                fail_msg("%d threads: %s differs from lora_merge's", threads, hf);
+            adapted += memcmp(t->data, lora->params + p->offset, (size_t)p->numel * sizeof(float)) != 0;
+        }
+        assert_int_equal(adapted, 7); /* q, k, v, o, gate, up, down: merged, not copied */
+        st_close(file);
     }
-    assert_int_equal(adapted, 7); /* q, k, v, o, gate, up, down: merged, not copied */
-    st_close(file);
+    omp_set_num_threads(saved_threads);
     model_free(merged);
     model_free(lora);
 }
