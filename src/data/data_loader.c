@@ -281,12 +281,13 @@ int data_loader_get_packed(const DataLoader *loader, int64_t index, int32_t *inp
                            int32_t *positions) {
     int d;
     const int64_t j = blended_sample(loader, index, &d); /* packed_rows_read wraps j modulo the dataset's rows */
-    packed_rows_read(&loader->rows[d], &loader->datasets[d], loader->has_mask[d] ? &loader->masks[d] : NULL, j,
-                     inputs, targets, positions, loader->scratch);
+    const bool raw_targets_ok = packed_rows_read(&loader->rows[d], &loader->datasets[d],
+                                                 loader->has_mask[d] ? &loader->masks[d] : NULL, j, inputs, targets,
+                                                 positions, loader->scratch);
     if (loader->vocab_size <= 0) return 0;
     const long n = loader->seq_len;
-    return all_in_range(inputs, n, 0, loader->vocab_size) && all_in_range(targets, n, -1, loader->vocab_size) ? 0
-                                                                                                              : -1;
+    return raw_targets_ok && all_in_range(inputs, n, 0, loader->vocab_size) &&
+                   all_in_range(targets, n, -1, loader->vocab_size) ? 0 : -1;
 }
 
 void data_loader_get_mask(const DataLoader *loader, int64_t index, int32_t *out) {

@@ -77,7 +77,8 @@ bool data_loader_packed(const DataLoader *loader);
  * order[index % rows]; in a blend, sample i of dataset d (blend.h) is d's
  * row order[i % d's rows]: the row d's loader alone gives for i. Returns 0,
  * or -1 when an input or target lies outside the vocabulary of
- * data_loader_set_vocab, as data_loader_get. */
+ * data_loader_set_vocab, as data_loader_get (a raw target of -1, which
+ * reads as a masked one, too). */
 int data_loader_get_packed(const DataLoader *loader, int64_t index, int32_t *inputs, int32_t *targets,
                            int32_t *positions);
 

@@ -115,12 +115,13 @@ int64_t packed_document_tokens(const PackedRows *rows, const IndexedDataset *ds,
     return len > rows->seq_len + 1 ? rows->seq_len + 1 : len; /* truncate (an error otherwise, at build) */
 }
 
-void packed_rows_read(const PackedRows *rows, const IndexedDataset *ds, const IndexedDataset *mask, int64_t index,
+bool packed_rows_read(const PackedRows *rows, const IndexedDataset *ds, const IndexedDataset *mask, int64_t index,
                       int32_t *inputs, int32_t *targets, int32_t *positions, int32_t *scratch) {
     const int T = rows->seq_len;
     int64_t first, end;
     packed_rows_documents(rows, index, &first, &end);
     int at = 0;
+    int32_t signs = 0; /* the raw tokens OR'd: negative when one is (a -1 among them reads as a masked target) */
     for (int64_t k = first; k < end; k++) {
         const int64_t seq = rows->docs[k];
         const int64_t len = packed_document_tokens(rows, ds, seq);
@@ -129,6 +130,7 @@ void packed_rows_read(const PackedRows *rows, const IndexedDataset *ds, const In
             inputs[at + t] = scratch[t];
             targets[at + t] = scratch[t + 1];
             positions[at + t] = (int32_t)t;
+            signs |= scratch[t + 1];
         }
         if (mask) {
             indexed_dataset_read(mask, seq, 0, len, scratch);
@@ -142,6 +144,7 @@ void packed_rows_read(const PackedRows *rows, const IndexedDataset *ds, const In
         targets[t] = -1;
         positions[t] = t - at;
     }
+    return signs >= 0;
 }
 
 void packed_rows_free(PackedRows *rows) {

@@ -16,6 +16,7 @@
 #ifndef MT_DATA_SFT_PACKING_H
 #define MT_DATA_SFT_PACKING_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../config/recipe.h"
@@ -43,8 +44,9 @@ int packed_rows_build(PackedRows *rows, const IndexedDataset *ds, const char *ke
 /* Sample `index` (row order[index % num_rows]): seq_len inputs, targets
  * (-1 where masked or padding) and positions in each sample. mask: the
  * dataset's loss mask, or NULL (every target counted). scratch holds
- * seq_len + 1 values. */
-void packed_rows_read(const PackedRows *rows, const IndexedDataset *ds, const IndexedDataset *mask, int64_t index,
+ * seq_len + 1 values. Returns false when a raw target is negative (int32
+ * data: a -1 there would pass for a masked one), else true. */
+bool packed_rows_read(const PackedRows *rows, const IndexedDataset *ds, const IndexedDataset *mask, int64_t index,
                       int32_t *inputs, int32_t *targets, int32_t *positions, int32_t *scratch);
 
 /* The documents of sample `index`'s row (wrapping, as packed_rows_read):

@@ -35,9 +35,9 @@
 #define BAD_POS 3
 #define VOCAB 30000
 
-/* Document d: 2 + (d * 5) % 13 tokens, token p = d * STRIDE + p, mask (p % 3 != 1) when with_mask; token BAD_POS
- * of document BAD_DOC is `bad` unless that is 0. */
-static void write_dataset(const char *name, bool with_mask, int32_t bad, char *prefix, size_t len) {
+/* Document d: 2 + (d * 5) % 13 tokens, token p = d * STRIDE + p, mask (p % 3 != 1) when with_mask; token
+ * bad_pos of document BAD_DOC is `bad` unless that is 0. */
+static void write_dataset(const char *name, bool with_mask, int32_t bad, int bad_pos, char *prefix, size_t len) {
     snprintf(prefix, len, "%s/%s", work_dir, name);
     char mask_prefix[600], err[512];
     snprintf(mask_prefix, sizeof mask_prefix, "%s_mask", prefix);
@@ -50,7 +50,7 @@ static void write_dataset(const char *name, bool with_mask, int32_t bad, char *p
     for (int d = 0; d < NUM_DOCS; d++) {
         const int n = 2 + (d * 5) % 13;
         for (int p = 0; p < n; p++) tokens[p] = d * STRIDE + p, mask[p] = (p % 3) != 1;
-        if (bad && d == BAD_DOC) tokens[BAD_POS] = bad;
+        if (bad && d == BAD_DOC) tokens[bad_pos] = bad;
         assert_int_equal(indexed_dataset_writer_add_document(w, tokens, n), 0);
         if (m) assert_int_equal(indexed_dataset_writer_add_document(m, mask, n), 0);
     }
@@ -59,7 +59,7 @@ static void write_dataset(const char *name, bool with_mask, int32_t bad, char *p
 }
 
 static void make_dataset(const char *name, bool with_mask, char *prefix, size_t len) {
-    write_dataset(name, with_mask, 0, prefix, len);
+    write_dataset(name, with_mask, 0, 0, prefix, len);
 }
 
 static DataLoader *loader_of(const char *prefix, bool pack) {
@@ -153,13 +153,14 @@ static int64_t tokens_before_bad(void) {
     return n;
 }
 
-/* Whether the sample or row of loader `index` holds token `bad` (read without a vocabulary: nothing refused). */
+/* Whether the sample or row of loader `index` holds token `bad` (read without a vocabulary: nothing refused): a
+ * packed row holds document BAD_DOC whole, with its first token (BAD_DOC * STRIDE) among the inputs. */
 static bool holds(const DataLoader *plain, int64_t index, int32_t bad) {
     int32_t a[SEQ_LEN + 1], b[SEQ_LEN], c[SEQ_LEN];
     if (data_loader_packed(plain)) {
         assert_int_equal(data_loader_get_packed(plain, index, a, b, c), 0);
         for (int t = 0; t < SEQ_LEN; t++)
-            if (a[t] == bad || b[t] == bad) return true;
+            if (a[t] == BAD_DOC * STRIDE) return true;
         return false;
     }
     assert_int_equal(data_loader_get(plain, index, a), 0);
@@ -168,20 +169,21 @@ static bool holds(const DataLoader *plain, int64_t index, int32_t bad) {
     return false;
 }
 
-/* The dataset with token `bad`, plain or packed: data_loader_check_vocab passes while its limit stops short of
- * the token, and names it once it reaches it; every micro-batch of a loader told the vocabulary refuses exactly
- * the samples holding it (inputs 0, targets -1, the check's message kept), the others as without the check. */
-static void check_refusal(int32_t bad, bool pack) {
+/* The dataset with token `bad` at position `pos` of document BAD_DOC (> 0), plain or packed:
+ * data_loader_check_vocab passes while its limit stops short of the token, and names it once it reaches it;
+ * every micro-batch of a loader told the vocabulary refuses exactly the samples holding it (inputs 0, targets -1,
+ * the check's message kept), the others as without the check. */
+static void check_refusal(int32_t bad, bool pack, int pos) {
     char prefix[512], name[64], err[3072];
-    snprintf(name, sizeof name, "bad%d%s", (int)bad, pack ? "-packed" : "");
-    write_dataset(name, true, bad, prefix, sizeof prefix);
+    snprintf(name, sizeof name, "bad%d-%d%s", (int)bad, pos, pack ? "-packed" : "");
+    write_dataset(name, true, bad, pos, prefix, sizeof prefix);
     DataLoader *loader = loader_of(prefix, pack), *plain = loader_of(prefix, pack);
-    assert_int_equal(data_loader_check_vocab(loader, VOCAB, tokens_before_bad() + BAD_POS, err, sizeof err), 0);
-    assert_int_equal(data_loader_check_vocab(loader, VOCAB, tokens_before_bad() + BAD_POS + 1, err, sizeof err), -1);
+    assert_int_equal(data_loader_check_vocab(loader, VOCAB, tokens_before_bad() + pos, err, sizeof err), 0);
+    assert_int_equal(data_loader_check_vocab(loader, VOCAB, tokens_before_bad() + pos + 1, err, sizeof err), -1);
     char expected[3072];
     snprintf(expected, sizeof expected, "%s: token %d (token %d of sequence %d) is outside the model's vocabulary "
              "[0, %d): was the dataset built with another tokenizer than the model's? (`megatrain data inspect %s "
-             "--tokenizer MODEL_DIR` shows its ids)", prefix, (int)bad, BAD_POS, BAD_DOC, VOCAB, prefix);
+             "--tokenizer MODEL_DIR` shows its ids)", prefix, (int)bad, pos, BAD_DOC, VOCAB, prefix);
     assert_string_equal(err, expected);
     data_loader_set_vocab(loader, VOCAB);
     const int64_t n = data_loader_num_samples(loader);
@@ -224,10 +226,14 @@ static void check_refusal(int32_t bad, bool pack) {
 }
 
 static void test_refused_token(void **state) {
-    check_refusal(VOCAB, false);      /* the first id past the vocabulary */
-    check_refusal(-7, false);         /* a negative id (int32 data) */
-    check_refusal(VOCAB + 123, true); /* a packed row */
-    check_refusal(-7, true);
+    const int last = SEQ_LEN; /* the last token of document BAD_DOC (11 tokens) a packed row keeps (truncated to
+                               * SEQ_LEN + 1): a target only, where -1 reads as a masked one */
+    check_refusal(VOCAB, false, BAD_POS);      /* the first id past the vocabulary */
+    check_refusal(-7, false, BAD_POS);         /* a negative id (int32 data) */
+    check_refusal(VOCAB + 123, true, BAD_POS); /* a packed row */
+    check_refusal(-7, true, BAD_POS);
+    check_refusal(-1, true, last);
+    check_refusal(-1, false, last);
 }
 
 int main(void) {
