@@ -252,7 +252,7 @@ int read_section(void *base, const RecipeKey *keys, const YNode *map, YLoc loc, 
             return -1;
     }
     for (const RecipeKey *key = keys; key->name; key++)
-        if (key->required && !ytree_has(map, key->name)) {
+        if (key->required && (!key->required_if || key->required_if(base)) && !ytree_has(map, key->name)) {
             const YEntry *null_entry = ytree_entry(map, key->name);
             return key_error(err, errlen, null_entry ? null_entry->loc : loc,
                              join_path(key_path, sizeof key_path, path, key->name), "missing required key");

@@ -75,11 +75,14 @@ const RecipeKey recipe_model_keys[] = {
 };
 
 /* peft (the root key; read into Recipe.model.peft). dropout is read so that
- * a PEFT user's `dropout: 0` works; anything else is refused (peft_validate). */
+ * a PEFT user's `dropout: 0` works; anything else is refused (peft_validate).
+ * rank and alpha are required with adapters (`type: none` needs neither). */
+static bool has_adapters(const void *peft) { return ((const PeftConfig *)peft)->type != PEFT_NONE; }
 static const RecipeKey peft_keys[] = {
     {ENUM_KEY("type", PeftConfig, type, peft_type_names), .required = true},
-    {INT_KEY("rank", PeftConfig, rank, 1, INT_MAX), .required = true, .also = "r"},
-    {NUM_KEY("alpha", PeftConfig, alpha, 0), .above_min = true, .required = true, .also = "lora_alpha"},
+    {INT_KEY("rank", PeftConfig, rank, 1, INT_MAX), .required = true, .required_if = has_adapters, .also = "r"},
+    {NUM_KEY("alpha", PeftConfig, alpha, 0), .above_min = true, .required = true, .required_if = has_adapters,
+     .also = "lora_alpha"},
     {CUSTOM_KEY("target_modules", read_target_modules, write_target_modules)},
     {NUM_KEY("dropout", PeftConfig, dropout, 0), .also = "lora_dropout"},
     {0},

@@ -32,6 +32,7 @@ struct RecipeKey {
     bool above_min;           /* value must be > min */
     bool nullable;            /* written as null when zero (any key read as null keeps its default) */
     bool required;
+    bool (*required_if)(const void *base); /* required only when this says so of the section read (NULL: always) */
     const char *const *names; /* KT_ENUM and restricted KT_STRING; NULL-terminated */
     const RecipeKey *keys;    /* KT_SECTION */
     KeyReadFn read;           /* KT_CUSTOM */

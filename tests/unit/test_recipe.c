@@ -330,6 +330,9 @@ static void test_write_round_trip(void **state) {
     assert_true(r.model.peft.targets == LORA_ALL_TARGETS && r.model.peft.dropout == 0);
     load_ok(&r, BASE, NULL, 0, 1);
     assert_int_equal(r.model.peft.type, PEFT_NONE);
+    const char *none[] = {"peft={type: none}"}; /* no adapters: rank and alpha not needed */
+    load_ok(&r, BASE, none, 1, 1);
+    assert_int_equal(r.model.peft.type, PEFT_NONE);
     load_ok(&r, moe_text, NULL, 0, 1);
     assert_true(r.model.moe.layer_mask_given && r.model.moe.layer_mask[0] == 1 && r.model.moe.layer_mask[1] == 0);
     assert_true(r.model.moe.num_experts == 4 && r.model.moe.capacity_factor == 0 && r.model.moe.aux_loss_coeff == 1e-2);
@@ -582,6 +585,8 @@ static const ErrorCase error_cases[] = {
     {"peft_type_enum", "parallel:", "peft:\n  type: dora\n  rank: 4\n  alpha: 8\nparallel:", NULL, 1, "type: dora",
      "peft.type", "expected one of none | lora, found 'dora'"},
     {"peft_missing_alpha", "parallel:", "peft:\n  type: lora\n  rank: 4\nparallel:", NULL, 1, "peft:", "peft.alpha",
+     "missing required key"},
+    {"peft_missing_rank", "parallel:", "peft:\n  type: lora\n  alpha: 8\nparallel:", NULL, 1, "peft:", "peft.rank",
      "missing required key"},
     {"peft_unknown_key", "parallel:", "peft:\n  type: lora\n  rank: 4\n  alpha: 8\n  use_rslora: true\nparallel:", NULL, 1,
      "use_rslora", "peft.use_rslora", "(valid keys in peft: type, rank, alpha, target_modules, dropout)"},
