@@ -146,6 +146,7 @@ static int build_packed(DataLoader *loader, const char *key, int count, const do
     for (int d = 0; d < loader->num_datasets; d++) {
         PackedSource *p = &sources[d];
         p->ds = &loader->datasets[d];
+        p->mask = loader->has_mask[d] ? &loader->masks[d] : NULL;
         if (count == 1) snprintf(p->key, sizeof p->key, "%s", key);
         else snprintf(p->key, sizeof p->key, "%s[%d]", key, loader->source[d]);
         p->weight = weights[d];

@@ -42,6 +42,24 @@ static void log_packing(const PackedRows *rows, const PackedSource *sources, int
     free(line);
 }
 
+/* The truncated documents of rows whose kept targets (tokens 1 .. seq_len) the loss mask all masks. */
+static int64_t truncated_without_targets(const PackedRows *rows, const IndexedDataset *ds, const IndexedDataset *mask,
+                                         int seq_len) {
+    if (!mask || !rows->truncated) return 0;
+    int32_t *kept = mt_malloc((size_t)seq_len * sizeof *kept);
+    int64_t n = 0;
+    for (int64_t k = 0; k < rows->documents; k++) {
+        const int64_t seq = rows->docs[k];
+        if (ds->sequence_lengths[seq] <= seq_len + 1) continue;
+        indexed_dataset_read(mask, seq, 1, seq_len, kept);
+        int32_t any = 0;
+        for (int t = 0; t < seq_len; t++) any |= kept[t];
+        n += any == 0;
+    }
+    free(kept);
+    return n;
+}
+
 int packed_sources_build(PackedRows *rows, const PackedSource *sources, int n, const char *split_name, int seq_len,
                          PackOverlong overlong, uint64_t seed, char *err, size_t errlen) {
     for (int i = 0; i < n; i++) {
@@ -56,6 +74,14 @@ int packed_sources_build(PackedRows *rows, const PackedSource *sources, int n, c
         if (rows[i].truncated)
             mt_warn("data: %s: %lld documents longer than seq_len + 1 = %d tokens were truncated to it "
                     "(data.pack_overlong: truncate)", sources[i].key, (long long)rows[i].truncated, seq_len + 1);
+        const int64_t empty = truncated_without_targets(&rows[i], sources[i].ds, sources[i].mask, seq_len);
+        if (empty)
+            mt_warn("data: %s: %lld of those %lld truncated documents keep no target the loss mask counts (the "
+                    "tokens it counts, a completion or an assistant's turn, all lie past the first %d): they train "
+                    "nothing%s; a longer train.seq_len keeps them (data.pack_overlong: error names the first overlong one)",
+                    sources[i].key, (long long)empty, (long long)rows[i].truncated, seq_len + 1,
+                    empty == rows[i].documents ? ", and neither does any other document of it (every step's loss "
+                                                 "will be 0)" : "");
         if (rows[i].too_short)
             mt_warn("data: %s: %lld documents of one token have no target and were left out", sources[i].key,
                     (long long)rows[i].too_short);

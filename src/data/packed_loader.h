@@ -7,7 +7,8 @@
  * datasets by the blending rule (blend.h), so the weights are the share of
  * rows. Building says so in one log line per split (documents of each
  * dataset, rows, share of positions used) and warns of truncated and
- * one-token documents. */
+ * one-token documents, and of truncated documents whose kept part has no
+ * target the loss mask counts (the cut removed all they train). */
 #ifndef MT_DATA_PACKED_LOADER_H
 #define MT_DATA_PACKED_LOADER_H
 
@@ -20,6 +21,7 @@
 
 typedef struct PackedSource {
     const IndexedDataset *ds;
+    const IndexedDataset *mask; /* its loss mask (SFT data), or NULL */
     char key[64];         /* names it in messages: "data.train" alone, "data.train[1]" in a blend */
     double weight;        /* normalised; shown in the log line of a blend */
     int64_t first, end;   /* its sequences of the split */

@@ -8,7 +8,8 @@
 # pp 2, pp 2 x vpp 2 (selective recompute), tp 2 x cp 2 + sp and
 # pp 2 x cp 2 x dp 2 (ZeRO-1) gives the one-rank losses and grad norms; a
 # conversation longer than seq_len + 1 stops the run
-# naming the document, and data.pack_overlong: truncate says how many it cut;
+# naming the document, and data.pack_overlong: truncate says how many it cut (and how many of those keep no
+# counted target);
 # the cuda build (when there is one) refuses data.pack on cuda.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -86,6 +87,35 @@ grep -q "data.train $WORK/chat: document [0-9]* has [0-9]* tokens, more than tra
   --set data.pack_overlong=truncate > "$WORK/cut.log" 2>&1 || fail "truncate: $(tail -3 "$WORK/cut.log")"
 grep -q "documents longer than seq_len + 1 = 129 tokens were truncated to it" "$WORK/cut.log" ||
   fail "truncate does not say so: $(head "$WORK/cut.log")"
+# Truncated documents whose kept part holds no counted target (the template's header and the user's turn fill it):
+# at seq_len 128 every conversation (its first counted token is its 130th or later), whose run logs loss 0, and
+# at 144 those whose first counted token lies past token 144, counted here from the .bin/.idx and the mask
+# (Megatron's .idx: lengths, then the documents' byte offsets into the .bin).
+grep -q "data.train: 20 of those 20 truncated documents keep no target the loss mask counts .*every step's loss will be 0" \
+  "$WORK/cut.log" || fail "truncated to nothing: no warning: $(grep warning "$WORK/cut.log")"
+[[ $(json_field "$WORK/cut/metrics.jsonl" loss | sort -u) == 0 ]] || fail "truncated to nothing: a loss that is not 0"
+expected=$(python3 - "$WORK/chat" 144 <<'PY'
+import struct, sys
+def documents(prefix):
+    raw = open(prefix + ".idx", "rb").read()
+    count = struct.unpack_from("<Q", raw, 18)[0]
+    lengths = struct.unpack_from(f"<{count}i", raw, 34)
+    offsets = struct.unpack_from(f"<{count}q", raw, 34 + 4 * count)
+    fmt, size = {1: ("B", 1), 3: ("h", 2), 4: ("i", 4), 8: ("H", 2)}[raw[17]]
+    data = open(prefix + ".bin", "rb").read()
+    return [struct.unpack_from(f"<{n}{fmt}", data, at) for n, at in zip(lengths, offsets)]
+seq = int(sys.argv[2])
+cut = [m for m in documents(sys.argv[1] + "_mask") if len(m) > seq + 1]
+print(sum(not any(m[1:seq + 1]) for m in cut), len(cut))
+PY
+)
+read -r empty cut <<< "$expected"
+[[ $empty -gt 0 && $empty -lt $cut ]] || fail "seq_len 144 should leave some but not all truncated documents empty: $expected"
+"$MEGATRAIN" run "$RECIPE" --set run.dir="$WORK/cut144" "${COMMON[@]}" --set train.seq_len=144 \
+  --set data.pack_overlong=truncate > "$WORK/cut144.log" 2>&1 || fail "truncate 144: $(tail -3 "$WORK/cut144.log")"
+grep -q "data.train: $empty of those $cut truncated documents keep no target the loss mask counts (.*): they train nothing;" \
+  "$WORK/cut144.log" || fail "seq_len 144: expected $empty of $cut: $(grep warning "$WORK/cut144.log")"
+echo "truncated documents left with no counted target: all 20 at seq_len 128, $empty of $cut at 144"
 if [[ -x "$REPO/build/cuda/megatrain" ]]; then
   MEGATRAIN="$REPO/build/cuda/megatrain" expect_refused "data.pack on cuda" \
     "data.pack: packed rows (attention restricted to each sample) are not implemented on GPUs yet" 1 \
