@@ -205,8 +205,9 @@ static void print_escaped(const char *text, size_t len, size_t max) {
     if (n < len) printf(" ... (%zu more bytes)", len - n);
 }
 
+/* none_recorded: the build record says no end-of-document token was appended (a chat template's data). */
 static void print_text(const InspectOptions *opt, const IndexedDataset *ds, const Tokenizer *tok, int64_t vocab,
-                       const Summary *s) {
+                       const Summary *s, bool none_recorded) {
     printf("data inspect: %s.{bin,idx}\n", opt->prefix);
     printf("  documents: %lld", (long long)s->documents);
     if (ds->num_sequences != s->documents) printf(" (%lld sequences)", (long long)ds->num_sequences);
@@ -216,7 +217,10 @@ static void print_text(const InspectOptions *opt, const IndexedDataset *ds, cons
            tok ? tokenizer_path(tok) : "byte tokenizer,", (long long)vocab,
            s->tokens == 0 || (s->min_id >= 0 && s->max_id < vocab) ? "every id inside it"
                                                                     : "SOME IDS OUTSIDE IT (another tokenizer?)");
-    if (s->eod_id >= 0)
+    if (none_recorded)
+        printf("  end of document: none appended (its build record says so: a chat template ends each turn with "
+               "its own end-of-turn token instead)\n");
+    else if (s->eod_id >= 0)
         printf("  end of document (id %d) ends %lld of %lld documents\n", s->eod_id, (long long)s->ending_with_eod,
                (long long)s->documents);
     else
@@ -361,7 +365,7 @@ int data_inspect_main(int argc, char **argv) {
         jw_key(&w, "first_documents");
         jw_begin_array(&w);
     } else {
-        print_text(&opt, &ds, tok, vocab, &s);
+        print_text(&opt, &ds, tok, vocab, &s, record.found == 1 && record.tok.eod < 0);
         print_build_record(opt.prefix, &record);
         if (has_mask)
             printf("  loss mask: %s_mask.{bin,idx}: %lld of %lld tokens counted, %lld masked (%.1f%% masked)\n",

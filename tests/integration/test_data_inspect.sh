@@ -33,6 +33,15 @@ expect '"documents":100,"sequences":100,"tokens":5150,"bin_bytes":10300,"min_id"
 expect '"first_documents":[{"index":0,"tokens":2,"ids":[120,10],"text":"x\n"},{"index":1,"tokens":39,"ids":[120,'
 expect '"build_record":{"tokenizer":"byte","vocab_size":256,"same_as_tokenizer_option":null}}'
 
+# --- chat-template data: no end-of-document token, as its build record says; without the record, the count ------
+"$MEGATRAIN" data build --format sft --chat-template llama3 --input "$REPO/recipes/sft/chat.jsonl" --output "$D/chat" \
+  > /dev/null
+"$MEGATRAIN" data inspect "$D/chat" --docs 0 > "$D/out.txt"
+expect "end of document: none appended (its build record says so: a chat template ends each turn with its own"
+rm "$D/chat.build.json"
+"$MEGATRAIN" data inspect "$D/chat" --docs 0 > "$D/out.txt"
+expect "end of document (id 10) ends 0 of 20 documents"
+
 # --- tokenizer.json datasets: the fixtures' ids, decoded ----------------------
 # case_field FIXTURE NAME hex|ids
 case_field() {
