@@ -183,6 +183,12 @@ test-sanitize: deps
 bench: $(BUILD)/megatrain
 	bash tests/bench/run_bench.sh
 
+# `megatrain` on the PATH: the docs write `megatrain` for build/megatrain.
+PREFIX ?= /usr/local
+.PHONY: install
+install: $(BUILD)/megatrain
+	install -D -m 755 $(BUILD)/megatrain $(DESTDIR)$(PREFIX)/bin/megatrain
+
 clean:
 	rm -rf $(BUILD) $(OBJDIR)
 
@@ -199,6 +205,7 @@ help:
 	@echo "make tsan-build  megatrain under ThreadSanitizer (build/tsan; tests/integration/test_host_threads_tsan.sh)"
 	@echo "make gpu-emu-tsan-build  the emulator's racecheck, ThreadSanitizer (build/emu-tsan; tests/integration/test_gpu_emu_racecheck.sh)"
 	@echo "make bench-gpu  the GPU benchmark against PyTorch on the same GPU (tests/bench/bench_gpu.py)"
+	@echo "make install    copy build/megatrain to \$$PREFIX/bin (PREFIX=/usr/local; DESTDIR too)"
 	@echo "make clean      remove build/"
 	@echo "V=1             show full compiler command lines"
 
