@@ -49,7 +49,7 @@ static const char *const usage_text =
     "                                              loss mask; packed rows; per-token mean)\n"
     "  inspect CKPT                                list tensors, verify every checksum\n"
     "  data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT] [--json-key KEY]\n"
-    "             [--workers N] [--max-line-mib N] [--overwrite]\n"
+    "             [--format text|jsonl] [--workers N] [--max-line-mib N] [--overwrite]\n"
     "                                              text or JSONL -> Megatron .bin/.idx\n"
     "  data build --format sft [--chat-template llama3|chatml] --input CHAT.jsonl --output PREFIX ...\n"
     "                                              SFT conversations -> .bin/.idx + a loss mask PREFIX_mask\n"

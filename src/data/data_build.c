@@ -64,13 +64,13 @@
 static const char *const build_usage_text =
     "usage: megatrain data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT]\n"
     "                             [--json-key KEY] [--workers N] [--max-line-mib N] [--overwrite]\n"
-    "                             [--format sft [--chat-template llama3|chatml]]\n"
+    "                             [--format text|jsonl|sft [--chat-template llama3|chatml]]\n"
     "\n"
     "Tokenize FILE into the Megatron indexed dataset PREFIX.bin + PREFIX.idx.\n"
     "\n"
     "  --input FILE         plain text (each non-blank line is one document) or JSONL\n"
     "                       (FILE ends in .jsonl/.json or its first line starts with '{';\n"
-    "                       one JSON object per line)\n"
+    "                       one JSON object per line), unless --format says which\n"
     "  --output PREFIX      writes PREFIX.bin and PREFIX.idx (directories are created)\n"
     "  --tokenizer PATH     a Hugging Face tokenizer.json, or a model directory holding one: the BPE of\n"
     "                       Llama 3 / 3.1 / 3.2, Qwen2 / 2.5 / 3 (byte-level) and Llama 2 / Mistral\n"
@@ -84,6 +84,7 @@ static const char *const build_usage_text =
     "                       else the first of <|end_of_text|>, <|endoftext|>, </s>, <eos> among the\n"
     "                       special added tokens; when none applies the build stops and asks for it\n"
     "  --json-key KEY       the JSONL field holding the document (default: text)\n"
+    "  --format text|jsonl  FILE's format, whatever its name and first line say\n"
     "  --format sft         supervised fine-tuning records, one JSON object per line:\n"
     "                       {\"prompt\": ..., \"completion\": ...} or {\"messages\": [{\"role\": system|user|\n"
     "                       assistant, \"content\": ...}...]}; writes PREFIX_mask.{bin,idx} too: a uint8\n"
@@ -113,6 +114,7 @@ typedef struct BuildOptions {
     const char *format, *chat_template_name;
     int workers, max_line_mib;
     bool sft;
+    InputFormat input_format; /* --format text or jsonl; FORMAT_UNKNOWN: detected (sft: JSONL) */
     SftTemplate chat_template;
     bool overwrite;
 } BuildOptions;
@@ -211,12 +213,17 @@ static int parse_options(int argc, char **argv, BuildOptions *opt) {
     }
     opt->sft = false;
     opt->chat_template = SFT_TEMPLATE_NONE;
-    if (opt->format && strcmp(opt->format, "sft") != 0) {
-        mt_error("data build: --format %s: unknown format (expected sft; text and JSONL are detected without it)",
-                 opt->format);
+    opt->input_format = FORMAT_UNKNOWN;
+    if (opt->format && strcmp(opt->format, "text") == 0) {
+        opt->input_format = FORMAT_TEXT;
+    } else if (opt->format && strcmp(opt->format, "jsonl") == 0) {
+        opt->input_format = FORMAT_JSONL;
+    } else if (opt->format && strcmp(opt->format, "sft") != 0) {
+        mt_error("data build: --format %s: unknown format (expected text, jsonl or sft; without it text and JSONL "
+                 "are told apart by the file's name and first line)", opt->format);
         return 2;
     }
-    opt->sft = opt->format != NULL;
+    opt->sft = opt->format != NULL && strcmp(opt->format, "sft") == 0;
     if (opt->chat_template_name) {
         int t = sft_template_from_name(opt->chat_template_name);
         if (!opt->sft || t < 0) {
@@ -449,8 +456,9 @@ int data_build_main(int argc, char **argv) {
     }
     if (opt.chat_template != SFT_TEMPLATE_NONE) made_by.eod = -1; /* the template ends turns: no end of document */
     catch_stop_signals();
-    InputFormat format =
-        (opt.sft || ends_with(opt.input, ".jsonl") || ends_with(opt.input, ".json")) ? FORMAT_JSONL : FORMAT_UNKNOWN;
+    InputFormat format = opt.input_format != FORMAT_UNKNOWN ? opt.input_format
+                         : (opt.sft || ends_with(opt.input, ".jsonl") || ends_with(opt.input, ".json")) ? FORMAT_JSONL
+                                                                                                         : FORMAT_UNKNOWN;
     if (build_reader_open(&st.reader, opt.input, (size_t)opt.max_line_mib << 20, format, &stop_signal, err,
                           sizeof err) != 0) {
         mt_error("%s", err);

@@ -184,7 +184,9 @@ static int check_health(TrainContext *ctx, const StepResult *result, HealthState
 /* Every train.replica_check_interval steps with dp > 1: the same parameters
  * on every replica (src/obs/replica_check.h): the dense ones over dp, the
  * routed experts (the end of the flat array) over the ranks holding the
- * same experts (edp). 0, or -1 (printed). */
+ * same experts (edp). 0, or -1 on every rank when any dp group differs
+ * (printed by that group's ranks): the verdict, agreed within each dp group,
+ * is summed over the world so that every rank stops at this step. */
 static int check_replicas(TrainContext *ctx, long step) {
     /* the test's flip must reach the weights that compute: the host's own where they are the device's */
     if (ctx->device->host_current) replica_check_test_flip(comm_world()->rank, step, ctx->model->params);
@@ -199,9 +201,9 @@ static int check_replicas(TrainContext *ctx, long step) {
     if (rc == 0 && dense < (size_t)m->num_floats)
         rc = replica_check(&ctx->grid.groups[GROUP_EDP], m->params + dense, (size_t)m->num_floats - dense, step, err,
                            sizeof err);
-    if (rc == 0) return 0;
-    print_error(err);
-    return -1;
+    if (rc != 0) print_error(err);
+    const bool any = dp_sum_double(comm_world(), rc != 0 ? 1.0 : 0.0) > 0.0;
+    return any ? -1 : 0;
 }
 
 /* Model TFLOP/s per device (6N + attention, as Megatron counts), MFU when the
@@ -267,9 +269,9 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
             ctx->stopped_together = true;
             break;
         }
-        if (check_replicas(ctx, step) != 0) { /* agreed within a dp group only */
+        if (check_replicas(ctx, step) != 0) { /* every rank's verdict */
             status = MT_EXIT_FAILURE;
-            alone = true;
+            ctx->stopped_together = true;
             break;
         }
         const bool eval_now = ctx->valid_data && is_multiple(step, recipe->train.eval_interval);
@@ -327,7 +329,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
      * while the others wait in the step's: it ends the job here (a save in
      * flight leaves only its temporary directory, removed by the next save).
      * A failure every rank agrees on (non-finite steps, a failed save,
-     * refused data) still lets a save in flight complete below, and the
+     * differing replicas, refused data) still lets a save in flight complete below, and the
      * ranks end MPI together (run_context). */
     if (alone && comm_world()->size > 1) dist_finish(status);
     if (ckpt_saver_wait(saver, err, sizeof err) != 0) { /* every rank's verdict, as a save's */

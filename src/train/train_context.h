@@ -37,7 +37,7 @@ typedef struct TrainContext {
     EnergyMeter energy;       /* the GPU's energy counter (NVML); closed on the CPU */
     long start_step;          /* 0, or the step of the checkpoint resumed from */
     bool stopped_together;    /* the loop ended on a failure every rank agreed on at the same point (refused data,
-                               * too many non-finite steps, a failed save): no rank waits for another, none aborts */
+                               * too many non-finite steps, a failed save, differing replicas): no rank waits, none aborts */
     CkptHfFiles hf_files;     /* what the init_from or resumed checkpoint carries for Hugging Face: carried on */
     CkptBaseRef frozen_base;  /* present: the checkpoints reference this frozen base instead of storing it */
     char checkpoints_dir[MT_PATH_MAX + 16]; /* run.dir/checkpoints */

@@ -208,6 +208,11 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
         return MT_EXIT_USAGE;
     }
 
+    const double *split = recipe->data.split;
+    if (recipe->data.num_valid > 0 && (split[1] > 0.0 || split[2] > 0.0) && comm_world()->rank == 0)
+        mt_warn("data.split [%g, %g, %g] is not used: data.valid gives the validation data, and all of data.train "
+                "trains; drop data.split (--set \"data.split=[100, 0, 0]\"), or data.valid to split data.train",
+                split[0], split[1], split[2]);
     char loader_err[1024];
     int64_t train_samples = train_schedule_samples(train, ctx->total_steps);
     ctx->train_data = data_loader_create(&recipe->data, SPLIT_TRAIN, train->seq_len, recipe->run.seed,

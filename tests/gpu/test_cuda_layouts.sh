@@ -129,6 +129,21 @@ else
   echo "one GPU: the NCCL transport of tensor and context parallel is not run here"
 fi
 
+# A failure every rank agrees on (more non-finite steps than train.max_nonfinite_steps: a NaN planted in step 5's
+# gradients, every rank seeing the grad norm) ends every rank with exit 1 at step 5, each tearing its device down
+# (its NCCL communicators with two GPUs or more), nothing aborted.
+nan_stop() { # nan_stop NAME [env ...]: tp 2 stopped at step 5
+  local name=$1
+  shift
+  (export "$@" MEGATRAIN_TEST_NAN_STEP=5
+   stop_together "$name" 2 "$WORK/$name.txt" "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/$name" \
+     --set run.device=cuda "${common[@]}" --set train.steps=10 --set parallel.tp=2) || fail "$name: not stopped together"
+  grep -q "step 5: .*stopping after 1 non-finite step" "$WORK/$name.txt" || fail "$name: no stop message at step 5"
+  echo "$name: every rank stopped at step 5 with exit 1"
+}
+nan_stop nan-tp2-host MEGATRAIN_DEVICE_COMM=host
+[[ $gpus -lt 2 ]] || nan_stop nan-tp2-nccl
+
 # Checkpoints move between layouts: tp 2 -> one GPU, one GPU -> tp 2.
 "$MEGATRAIN" resume "$WORK/tp2sp-llama" --set train.steps=70 --set parallel.tp=1 \
   --set parallel.sequence_parallel=false > "$WORK/resume1.txt" 2>&1 ||

@@ -57,6 +57,16 @@ printf '{"body": "xy", "text": 3}\n{"body": "z"}\n' > "$D/body.txt"
 diff <(u16 "$D/out/body.bin") <(printf 'xy\nz\n' | od -An -v -tu1 | tr -s ' ' '\n' | sed '/^$/d') > /dev/null ||
   fail "--json-key body: wrong tokens"
 
+# --format text | jsonl: the file's format whatever its name and first line say (a text corpus whose first line
+# starts with '{', JSON lines in a .txt file)
+printf '{not json: one line of text}\nsecond\n' > "$D/curly.txt"
+"$MEGATRAIN" data build --input "$D/curly.txt" --output "$D/formats/curly" --format text > /dev/null ||
+  fail "--format text: a text file starting with '{' was not built as text"
+diff <(u16 "$D/formats/curly.bin") <(od -An -v -tu1 "$D/curly.txt" | tr -s ' ' '\n' | sed '/^$/d') > /dev/null ||
+  fail "--format text: wrong tokens"
+"$MEGATRAIN" data build --input "$D/body.txt" --output "$D/formats/body" --json-key body --format jsonl > /dev/null
+cmp -s "$D/out/body.bin" "$D/formats/body.bin" || fail "--format jsonl: not the JSONL build"
+
 # --- errors -------------------------------------------------------------------
 expect_fail() { # expect_fail STATUS PATTERN ARGS...: exit STATUS (or any non-zero for '!'), stderr matches
   local want=$1 pattern=$2; shift 2
@@ -83,6 +93,10 @@ expect_fail '!' "no documents" --input "$D/blank.txt" --output "$D/bad/x"
 expect_fail 2 "tokenizer.json: No such file" --input "$D/plain.txt" --output "$D/bad/x" --tokenizer "$D/tokenizer.json"
 expect_fail 2 "--output" --input "$D/plain.txt"
 expect_fail 2 "unexpected argument" --input "$D/plain.txt" --output "$D/bad/x" --vocab 5
+expect_fail 2 "format csv: unknown format (expected text, jsonl or sft" --input "$D/plain.txt" --output "$D/bad/x" \
+  --format csv
+expect_fail 2 "--chat-template needs --format sft" --input "$D/plain.txt" --output "$D/bad/x" --format text \
+  --chat-template llama3
 only_files "$D/bad" || fail "failed builds left files behind: $(ls -A "$D/bad")"
 
 # --- a directory as the prefix (it would write DIR/.bin): refused -

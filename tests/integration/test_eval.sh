@@ -26,6 +26,18 @@ run="$WORK/run"
   --set "data.valid=[{path: $WORK/english, weight: 1.0}]" \
   --set train.eval_interval=10 --set train.eval_batches=3 --set logging.interval=5 \
   > "$WORK/run.log" 2>&1 || { cat "$WORK/run.log"; fail "training run failed"; }
+# data.split beside data.valid is not used (all of data.train trains), and the run says so: the recipe's [98, 2, 0]
+# above; with [100, 0, 0] nothing is said, and the run trains on the same samples
+grep -q "warning: data.split \[98, 2, 0\] is not used: data.valid gives the validation data" "$WORK/run.log" ||
+  fail "no warning of data.split beside data.valid: $(grep -i warning "$WORK/run.log")"
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/split-valid" --set train.steps=1 \
+  --set optimizer.schedule.warmup_steps=0 --set "data.train=[{path: $WORK/english, weight: 1.0}]" \
+  --set "data.valid=[{path: $WORK/english, weight: 1.0}]" --set "data.split=[100, 0, 0]" > "$WORK/split-valid.log" 2>&1 ||
+  fail "the run with data.split [100, 0, 0] and data.valid failed: $(tail -n 3 "$WORK/split-valid.log")"
+! grep -q "data.split .* is not used" "$WORK/split-valid.log" || fail "a warning of data.split [100, 0, 0]"
+of() { grep -o "train samples (of [0-9]*)" "$1"; }
+[[ -n $(of "$WORK/run.log") && $(of "$WORK/split-valid.log") == $(of "$WORK/run.log") ]] ||
+  fail "data.split changed the training samples: $(of "$WORK/split-valid.log") against $(of "$WORK/run.log")"
 ckpt="$run/checkpoints/iter_0000010"
 if [[ ! -d "$ckpt" ]]; then
   ls -R "$run" >&2
