@@ -81,7 +81,7 @@ int convert_lora_to_peft(const char *ckpt, const ModelConfig *cfg, const Convert
         status = -1;
     } else {
         status = lora_write_peft(&adapters.view, tmp, options->dtype, err, errlen);
-        if (status == 0 && rename(tmp, dst) != 0) {
+        if (status == 0 && mt_rename_noreplace(tmp, dst) != 0) { /* DST made meanwhile: not replaced */
             mt_set_error(err, errlen, "%s: cannot rename %s to it: %s", dst, tmp, strerror(errno));
             status = -1;
         }

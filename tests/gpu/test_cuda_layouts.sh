@@ -137,7 +137,8 @@ nan_stop() { # nan_stop NAME [env ...]: tp 2 stopped at step 5
   shift
   (export "$@" MEGATRAIN_TEST_NAN_STEP=5
    stop_together "$name" 2 "$WORK/$name.txt" "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/$name" \
-     --set run.device=cuda "${common[@]}" --set train.steps=10 --set parallel.tp=2) || fail "$name: not stopped together"
+     --set run.device=cuda "${common[@]}" --set train.steps=10 --set optimizer.schedule.warmup_steps=2 \
+     --set parallel.tp=2) || fail "$name: not stopped together"
   grep -q "step 5: .*stopping after 1 non-finite step" "$WORK/$name.txt" || fail "$name: no stop message at step 5"
   echo "$name: every rank stopped at step 5 with exit 1"
 }
