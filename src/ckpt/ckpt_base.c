@@ -77,7 +77,7 @@ CkptReader *ckpt_base_open(const char *ckpt, const CkptBaseRef *base, char *err,
     const int found = stat(base->dir, &st);
     if (found != 0 || !S_ISDIR(st.st_mode)) {
         mt_set_error(err, errlen,
-                     "%s holds no frozen base weights: it references those of %s (checkpoint.frozen_base: reference), "
+                     "%s holds no frozen base weights: it references those of %s (saved with checkpoint.frozen_base: reference, or auto), "
                      "which is missing (%s); restore %s (the checkpoint the run started from with init_from) and try "
                      "again (" BASE_FIX ")",
                      ckpt, base->dir, found != 0 ? strerror(errno) : "not a directory", base->dir);
@@ -87,7 +87,7 @@ CkptReader *ckpt_base_open(const char *ckpt, const CkptBaseRef *base, char *err,
     char why[2048];
     if (metadata_crc(base->dir, &crc, why, sizeof why) != 0) {
         mt_set_error(err, errlen,
-                     "%s holds no frozen base weights: it references those of %s (checkpoint.frozen_base: reference), "
+                     "%s holds no frozen base weights: it references those of %s (saved with checkpoint.frozen_base: reference, or auto), "
                      "whose metadata is missing or unreadable (%s); restore %s (the checkpoint the run started from "
                      "with init_from) and try again (" BASE_FIX ")",
                      ckpt, base->dir, why, base->dir);
@@ -95,7 +95,7 @@ CkptReader *ckpt_base_open(const char *ckpt, const CkptBaseRef *base, char *err,
     }
     if (crc != base->metadata_crc32c) {
         mt_set_error(err, errlen,
-                     "%s holds no frozen base weights: it references those of %s (checkpoint.frozen_base: reference), "
+                     "%s holds no frozen base weights: it references those of %s (saved with checkpoint.frozen_base: reference, or auto), "
                      "but that checkpoint has changed: its metadata.mtck has CRC-32C %08x, the reference recorded "
                      "%08x, so it is not the base the adapters were trained on; put the original checkpoint back at %s "
                      "and try again (" BASE_FIX ")",
@@ -109,7 +109,7 @@ CkptReader *ckpt_base_open(const char *ckpt, const CkptBaseRef *base, char *err,
 
 void ckpt_base_unreadable(char *err, size_t errlen, const char *ckpt, const CkptBaseRef *base, const char *why) {
     mt_set_error(err, errlen,
-                 "%s holds no frozen base weights: it references those of %s (checkpoint.frozen_base: reference), "
+                 "%s holds no frozen base weights: it references those of %s (saved with checkpoint.frozen_base: reference, or auto), "
                  "which cannot be read: %s; restore %s as it was and try again (" BASE_FIX ")",
                  ckpt, base->dir, why, base->dir);
 }

@@ -274,8 +274,9 @@ int eval_main(int argc, char **argv) {
         return MT_EXIT_FAILURE;
     }
     if (opt.seq_len > cfg.max_position_embeddings) { /* as a run refuses train.seq_len above it */
-        mt_error("eval: --seq-len: expected at most the model's max_position_embeddings (%d), found %ld",
-                 cfg.max_position_embeddings, opt.seq_len);
+        mt_error("eval: --seq-len: expected at most the model's max_position_embeddings (%d), found %ld%s",
+                 cfg.max_position_embeddings, opt.seq_len,
+                 opt.seq_len_given ? "" : " (the default: give --seq-len, e.g. the run's train.seq_len)");
         return MT_EXIT_USAGE;
     }
 

@@ -76,7 +76,10 @@ static int set_value(EvalOptions *opt, int k, const char *value, bool *pack_over
     switch (k) {
     case OPT_DATA: opt->data = value; return 0;
     case OPT_BATCHES: opt->batches = parse_positive(names[k], value, 1L << 30); return opt->batches < 0 ? 2 : 0;
-    case OPT_SEQ_LEN: opt->seq_len = parse_positive(names[k], value, 1L << 20); return opt->seq_len < 0 ? 2 : 0;
+    case OPT_SEQ_LEN:
+        opt->seq_len = parse_positive(names[k], value, 1L << 20);
+        opt->seq_len_given = true;
+        return opt->seq_len < 0 ? 2 : 0;
     case OPT_MICRO_BATCH:
         opt->micro_batch_size = parse_positive(names[k], value, 1L << 16);
         return opt->micro_batch_size < 0 ? 2 : 0;

@@ -13,6 +13,7 @@ typedef struct EvalOptions {
     const char *data;            /* --data PREFIX */
     long batches;                /* --batches N */
     long seq_len;                /* --seq-len T */
+    bool seq_len_given;          /* --seq-len was given (else the default) */
     long micro_batch_size;       /* --micro-batch-size B */
     uint64_t seed;               /* --seed S */
     const char *device;          /* --device cpu|cuda */

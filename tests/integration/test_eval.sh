@@ -133,6 +133,13 @@ expect_error 2 "--batches" "$ckpt" --data "$WORK/english" --batches zero
 expect_error 2 "--seq-len" "$ckpt" --data "$WORK/english" --seq-len -3
 expect_error 2 "--seq-len: expected at most the model's max_position_embeddings (256), found 257" "$ckpt" \
   --data "$WORK/english" --seq-len 257
+! grep -q "the default" "$WORK/err.txt" || fail "an explicit --seq-len called the default: $(cat "$WORK/err.txt")"
+# the default --seq-len (256) beyond a model's positions: the message says it was the default
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/short-ctx" --set model.max_position_embeddings=128 \
+  --set train.steps=1 --set optimizer.schedule.warmup_steps=0 --set "data.train=[{path: $WORK/english, weight: 1.0}]" \
+  > /dev/null 2>&1 || fail "the run of a model with 128 positions failed"
+expect_error 2 "found 256 (the default: give --seq-len, e.g. the run's train.seq_len)" "$WORK/short-ctx" \
+  --data "$WORK/english"
 expect_error 2 "--bogus" "$ckpt" --data "$WORK/english" --bogus 1
 expect_error 2 "--device: expected cpu or cuda, found 'tpu'" "$ckpt" --data "$WORK/english" --device tpu
 # a dataset with ids outside the model's vocabulary (half its documents: late_bad_data) is refused at the first batch
