@@ -9,7 +9,6 @@
  * DST.tmp.<pid> and renamed to DST when complete; on any failure the
  * temporary directory is removed. */
 #include <errno.h>
-#include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,6 +16,7 @@
 #include <unistd.h>
 
 #include "../ckpt/checkpoint.h"
+#include "../ckpt/ckpt_fs.h"
 #include "../core/error.h"
 #include "../core/fs.h"
 #include "../model/model.h"
@@ -27,13 +27,6 @@
 #include "hf_files.h"
 #include "hf_names.h"
 #include "lora_export.h"
-
-static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
-    (void)st, (void)flag, (void)ftw;
-    return remove(path);
-}
-
-static void remove_tree(const char *dir) { nftw(dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS); }
 
 static const char *torch_dtype_name(StDtype dtype) {
     return dtype == ST_F32 ? "float32" : dtype == ST_BF16 ? "bfloat16" : "float16";
@@ -264,7 +257,10 @@ int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *o
             mt_set_error(err, errlen, "%s: cannot rename %s to it: %s", dst, tmp, strerror(errno));
             status = -1;
         }
-        if (status != 0) remove_tree(tmp);
+        if (status != 0) {
+            char ignored[256];
+            ckpt_remove_tree(tmp, ignored, sizeof ignored);
+        }
     }
     if (status == 0) {
         char names[512];

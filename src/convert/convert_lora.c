@@ -11,22 +11,14 @@
 #include <unistd.h>
 
 #include "../ckpt/checkpoint.h"
+#include "../ckpt/ckpt_fs.h"
 #include "../core/error.h"
 #include "../core/fs.h"
+#include "hf_files.h"
 #include "convert.h"
 #include "lora_export.h"
 
 /* Remove what lora_write_peft may have left in a temporary directory, then the directory. */
-static void remove_partial(const char *tmp) {
-    const char *files[] = {"adapter_model.safetensors", "adapter_config.json"};
-    char path[4096 + 64];
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        snprintf(path, sizeof path, "%s/%s", tmp, files[i]);
-        unlink(path);
-    }
-    rmdir(tmp);
-}
-
 int ckpt_adapters_read(const char *ckpt, const ModelConfig *cfg, CkptAdapters *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     out->cfg = *cfg;
@@ -72,29 +64,42 @@ int convert_lora_to_peft(const char *ckpt, const ModelConfig *cfg, const Convert
                          char *err, size_t errlen) {
     CkptAdapters adapters;
     if (ckpt_adapters_read(ckpt, cfg, &adapters, err, errlen) != 0) return -1;
+    CkptHfFiles carried = {0}; /* its tokenizer's files go beside the adapters (a damaged one is left out) */
     char tmp[4096];
-    int status = 0;
-    if (mt_make_parent_dirs(dst, err, errlen) != 0 || mt_temp_name(tmp, sizeof tmp, dst) != 0) {
+    int status = ckpt_hf_files_read(ckpt, &carried, err, errlen);
+    if (status == 0 && (mt_make_parent_dirs(dst, err, errlen) != 0 || mt_temp_name(tmp, sizeof tmp, dst) != 0)) {
         status = -1;
-    } else if (mkdir(tmp, 0777) != 0) {
+    } else if (status == 0 && mkdir(tmp, 0777) != 0) {
         mt_set_error(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
         status = -1;
-    } else {
+    } else if (status == 0) {
         status = lora_write_peft(&adapters.view, tmp, options->dtype, err, errlen);
+        if (status == 0) status = hf_files_write_tokenizer(tmp, &carried, err, errlen);
         if (status == 0 && mt_rename_noreplace(tmp, dst) != 0) { /* DST made meanwhile: not replaced */
             mt_set_error(err, errlen, "%s: cannot rename %s to it: %s", dst, tmp, strerror(errno));
             status = -1;
         }
-        if (status != 0) remove_partial(tmp);
+        if (status != 0) {
+            char ignored[256];
+            ckpt_remove_tree(tmp, ignored, sizeof ignored);
+        }
     }
     if (status == 0) {
         const PeftConfig *peft = &cfg->peft;
+        CkptHfFiles tokenizer = carried; /* the names written: all but generation_config.json */
+        tokenizer.count = 0;
+        for (int i = 0; i < carried.count; i++)
+            if (strcmp(carried.files[i].name, "generation_config.json") != 0)
+                tokenizer.files[tokenizer.count++] = carried.files[i];
+        char names[512];
+        hf_files_list(&tokenizer, names, sizeof names);
         printf("converted the LoRA adapters of megatrain checkpoint %s (%s, rank %d, alpha %g, %ld parameters) to "
-               "PEFT %s (adapter_config.json, adapter_model.safetensors); load them with "
+               "PEFT %s (adapter_config.json, adapter_model.safetensors; the tokenizer's files: %s); load them with "
                "peft.PeftModel.from_pretrained(base_model, \"%s\")\n",
                ckpt, model_family_name(cfg->family), peft->rank, peft->alpha,
-               adapters.num_floats - adapters.view.first, dst, dst);
+               adapters.num_floats - adapters.view.first, dst, names, dst);
     }
+    ckpt_hf_files_free(&carried);
     ckpt_adapters_free(&adapters);
     return status;
 }

@@ -98,6 +98,14 @@ int hf_files_write(const char *dir, const CkptHfFiles *files, const ModelConfig 
     return rc;
 }
 
+int hf_files_write_tokenizer(const char *dir, const CkptHfFiles *files, char *err, size_t errlen) {
+    for (int i = 0; i < files->count; i++)
+        if (strcmp(files->files[i].name, "generation_config.json") != 0 &&
+            write_one(dir, files->files[i].name, files->files[i].data, files->files[i].size, err, errlen) != 0)
+            return -1;
+    return 0;
+}
+
 void hf_files_list(const CkptHfFiles *files, char *out, size_t outlen) {
     size_t used = (size_t)snprintf(out, outlen, "%s", files->count ? "" : "none");
     for (int i = 0; i < files->count && used < outlen; i++)

@@ -14,6 +14,7 @@
 #   4. convert RUN_DIR OUT_DIR: every carried file comes back byte for byte,
 #      config.json keeps the token ids, and OUT_DIR's tokenizer builds the same
 #      dataset bytes;
+#   4b. a LoRA run's adapters exported for PEFT carry the tokenizer's files;
 #   5. eval RUN_DIR --json reads the run's newest checkpoint, and refuses data
 #      another tokenizer made.
 set -euo pipefail
@@ -105,6 +106,18 @@ tr -d ' \n' < "$WORK/out/config.json" | grep -q '"bos_token_id":886,.*"eos_token
   fail "config.json lost the token ids: $(cat "$WORK/out/config.json")"
 "$MEGATRAIN" data build --input "$WORK/corpus.jsonl" --output "$WORK/ds2" --tokenizer "$WORK/out" > /dev/null
 cmp -s "$WORK/ds.bin" "$WORK/ds2.bin" || fail "the exported tokenizer builds other ids"
+
+# 4b. LoRA from the same checkpoint: the PEFT adapter directory carries the tokenizer's files byte for byte
+# (generation_config.json, which describes the model, stays with the merged model's export).
+"$MEGATRAIN" run "$WORK/finetune.yaml" --set run.dir="$WORK/lora" --set train.steps=2 \
+  --set "peft={type: lora, rank: 4, alpha: 8}" --set optimizer.schedule.warmup_steps=0 > /dev/null
+"$MEGATRAIN" convert "$WORK/lora" "$WORK/adapter" > "$WORK/adapter.log"
+for f in tokenizer.json tokenizer_config.json chat_template.jinja; do
+  cmp -s "$HF/$f" "$WORK/adapter/$f" || fail "the adapter directory lacks $f, or it differs"
+done
+[[ ! -e "$WORK/adapter/generation_config.json" && -f "$WORK/adapter/adapter_config.json" ]] ||
+  fail "the adapter directory: $(ls "$WORK/adapter")"
+grep -q "the tokenizer's files: tokenizer.json, " "$WORK/adapter.log" || fail "convert did not list them: $(cat "$WORK/adapter.log")"
 
 # 5. eval of the run directory.
 "$MEGATRAIN" eval "$WORK/run" --data "$WORK/ds" --batches 2 --seq-len 32 --json > "$WORK/eval.json"
