@@ -46,15 +46,26 @@ static void print_banner(const TrainContext *ctx) {
         mt_log("peft: LoRA rank %d, alpha %g: %s trainable parameters on rank 0, the base frozen", m->peft.rank,
                m->peft.alpha, trained);
     }
+    if (recipe->precision == DTYPE_FP8) {
+        const Fp8Config *f = &recipe->fp8;
+        char scaling[96];
+        if (f->recipe == FP8_RECIPE_DELAYED)
+            snprintf(scaling, sizeof scaling, "delayed scaling (amax history %d, its %s, margin %d)",
+                     f->amax_history_len, f->amax_compute_algo == FP8_AMAX_MAX ? "max" : "most recent", f->margin);
+        else snprintf(scaling, sizeof scaling, "tensorwise current scaling (margin %d)", f->margin);
+        mt_log("precision: fp8, %s: the linear layers' products take E4M3 inputs forward, %s gradients backward "
+               "(docs/fp8.md)", scaling, f->grad_format == FP8_E5M2 ? "E5M2" : "E4M3");
+    }
     const TrainLayout *l = &ctx->layout;
-    if (l->model_parallel) {
-        char mine[32], vpp[32] = "";
+    if (l->world_size > 1) {
+        char mine[32], vpp[32] = "", experts[48] = "";
         format_params(mine, sizeof mine, (double)ctx->model->num_floats);
         if (l->vpp > 1) snprintf(vpp, sizeof vpp, " (interleaved, vpp %d)", l->vpp);
-        mt_log("layout: %d ranks = tp %d x cp %d x dp %d x pp %d%s%s%s; rank 0 holds %s params", l->world_size, l->tp,
-               l->cp, l->dp_size, l->pp, vpp,
-               ctx->part.sequence_parallel ? ", sequence parallel" : "",
-               ctx->device->zero1_on ? ", distributed optimizer" : "", mine);
+        if (ctx->part.ep > 1 || ctx->part.etp > 1)
+            snprintf(experts, sizeof experts, "; experts: ep %d x etp %d", ctx->part.ep, ctx->part.etp);
+        mt_log("layout: %d ranks = tp %d x cp %d x dp %d x pp %d%s%s%s%s; rank 0 holds %s params", l->world_size,
+               l->tp, l->cp, l->dp_size, l->pp, vpp, ctx->part.sequence_parallel ? ", sequence parallel" : "",
+               ctx->device->zero1_on ? ", distributed optimizer" : "", experts, mine);
     }
     /* One dataset: the samples it holds. A blend holds as many as the schedule asks for (Megatron's blended
      * dataset), so the count of datasets says more. */

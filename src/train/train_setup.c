@@ -198,6 +198,12 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
     if (recipe->precision != DTYPE_FP8 && !fp8_config_is_default(&recipe->fp8))
         mt_log("warning: the fp8: settings apply with precision: fp8 only; this run's precision is %s, so they are "
                "not used", dtype_name(recipe->precision));
+    const Fp8Config fp8_default = fp8_config_default();
+    if (recipe->precision == DTYPE_FP8 && recipe->fp8.recipe == FP8_RECIPE_TENSORWISE &&
+        (recipe->fp8.amax_history_len != fp8_default.amax_history_len ||
+         recipe->fp8.amax_compute_algo != fp8_default.amax_compute_algo))
+        mt_log("warning: fp8.amax_history_len and fp8.amax_compute_algo apply to fp8.recipe: delayed only; this run's "
+               "tensorwise scaling takes each tensor's own amax, so they are not used");
     /* a model too large for this host (or GPU) is refused naming its key, not met by "out of memory" */
     if (plan_check_memory(recipe, ctx->layout.world_size, err, errlen) != 0) return MT_EXIT_USAGE;
 

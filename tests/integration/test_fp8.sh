@@ -59,6 +59,17 @@ for seed in "${SEEDS[@]}"; do
   done
 done
 for recipe in tensorwise delayed; do loss_tracks_seeds "fp8 $recipe vs fp32" fp32 "fp8_$recipe" "${SEEDS[@]}"; done
+# The log says fp8 is on, with its scaling; a tensorwise run given delayed scaling's settings is told they are unused
+grep -q "^precision: fp8, tensorwise current scaling (margin 0): the linear layers' products take E4M3 inputs forward, E5M2 gradients" \
+  "$WORK/fp8_tensorwise-1234.log" || fail "no precision line: $(head -n 5 "$WORK/fp8_tensorwise-1234.log")"
+grep -q "^precision: fp8, delayed scaling (amax history 1024, its max, margin 0)" "$WORK/fp8_delayed-1234.log" ||
+  fail "no delayed precision line: $(head -n 5 "$WORK/fp8_delayed-1234.log")"
+! grep -q "^precision" "$WORK/fp32-1234.log" || fail "an fp32 run printed a precision line"
+! grep -q "amax_history_len .* not used" "$WORK/fp8_tensorwise-1234.log" || fail "a warning without the settings"
+run history-tensorwise 1 --set train.steps=1 --set optimizer.schedule.warmup_steps=0 --set precision=fp8 \
+  --set fp8.amax_history_len=16
+grep -q "warning: fp8.amax_history_len and fp8.amax_compute_algo apply to fp8.recipe: delayed only" \
+  "$WORK/history-tensorwise.log" || fail "no warning of an unused amax history: $(grep -i warn "$WORK/history-tensorwise.log")"
 
 # near ONE NAME: NAME's 12 losses and grad norms are ONE's (1e-6 on steps 1-2, then FP8 noise).
 near() {
