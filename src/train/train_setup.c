@@ -198,6 +198,9 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
     if (recipe->precision != DTYPE_FP8 && !fp8_config_is_default(&recipe->fp8))
         mt_log("warning: the fp8: settings apply with precision: fp8 only; this run's precision is %s, so they are "
                "not used", dtype_name(recipe->precision));
+    if (recipe->parallel.sequence_parallel && recipe->parallel.tp == 1)
+        mt_log("warning: parallel.sequence_parallel splits the sequence over the tensor-parallel ranks: at "
+               "parallel.tp 1 it does nothing");
     const Fp8Config fp8_default = fp8_config_default();
     if (recipe->precision == DTYPE_FP8 && recipe->fp8.recipe == FP8_RECIPE_TENSORWISE &&
         (recipe->fp8.amax_history_len != fp8_default.amax_history_len ||

@@ -23,3 +23,9 @@ paste -d' ' <(json_field "$m" step) <(json_field "$m" global_batch_size) |
 "$MEGATRAIN" run "$WORK/tok/recipe.yaml" --set run.dir="$WORK/again" > /dev/null
 diff <(json_field "$m" loss) <(json_field "$WORK/again/metrics.jsonl" loss) ||
   fail "run.dir/recipe.yaml does not reproduce the run"
+# parallel.sequence_parallel at tp 1 does nothing, and the run says so (Megatron warns and turns it off too)
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/sp1" --set "$data" --set train.steps=1 \
+  --set optimizer.schedule.warmup_steps=0 --set parallel.sequence_parallel=true > "$WORK/sp1.log" 2>&1 ||
+  fail "sequence_parallel at tp 1: $(tail -n 3 "$WORK/sp1.log")"
+grep -q "warning: parallel.sequence_parallel splits the sequence over the tensor-parallel ranks: at parallel.tp 1" \
+  "$WORK/sp1.log" || fail "sequence_parallel at tp 1: no warning"
