@@ -191,9 +191,21 @@ static int validate_layout(const Recipe *r, const YNode *root, YLoc at, int worl
     if (m->moe.num_experts % p->ep != 0)
         return fail(err, errlen, root, at, "", "parallel.ep", "expected a divisor of moe.num_experts (%d), found %d",
                     m->moe.num_experts, p->ep);
+    if (p->etp != 1 && p->etp != p->tp)
+        return fail(err, errlen, root, at, "", "parallel.etp",
+                    "expert tensor parallel splits the experts over the tp group: expected 1 or tp (%d), found %d",
+                    p->tp, p->etp);
+    if (p->ep > 1 && dp % p->ep != 0)
+        return fail(err, errlen, root, at, "", "parallel.ep",
+                    "expected a divisor of dp (world / (tp * cp * pp) = %d / %ld = %ld): the experts are split over "
+                    "data-parallel ranks, found %d", world, model_parallel, dp, p->ep);
     if ((world / p->pp) % ((long)p->ep * p->etp) != 0)
-        return fail(err, errlen, root, at, "", "parallel.ep", "expected ep * etp (%d * %d) to divide world / pp = %d",
-                    p->ep, p->etp, world / p->pp);
+        return fail(err, errlen, root, at, "", p->ep > 1 ? "parallel.ep" : "parallel.etp",
+                    "expected ep * etp (%d * %d) to divide world / pp = %d", p->ep, p->etp, world / p->pp);
+    if (p->cp > 1 && m->moe.capacity_factor > 0)
+        return fail(err, errlen, root, at, "", "model.moe.capacity_factor",
+                    "not implemented with context parallel (cp %d): an expert's capacity spans the cp ranks' tokens; "
+                    "set it to null (dropless) or cp to 1", p->cp);
     return 0;
 }
 

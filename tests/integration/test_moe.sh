@@ -174,7 +174,7 @@ done
 
 # Expert tensor parallel other than 1 or tp: refused.
 if command -v mpirun > /dev/null; then
-  expect_refused "MoE with tp 2 etp 4" "parallel.etp: 4: expert tensor parallel splits the experts over the tp group" 4 \
+  expect_refused "MoE with tp 2 etp 4" "parallel.etp: expert tensor parallel splits the experts over the tp group: expected 1 or tp (2), found 4" 4 \
     run "$REPO/recipes/tiny/mixtral.yaml" --set run.dir="$WORK/etp" "${COMMON[@]}" --set parallel.tp=2 --set parallel.etp=4
 fi
 echo "ok"

@@ -527,6 +527,16 @@ static const ErrorCase error_cases[] = {
     {"pp_layers_negative", "  tp: 1", "  pp: 2\n  pp_layers: [3, -1]", NULL, 2, "-1", "parallel.pp_layers",
      "expected item 1 to be a layer count"},
     {"ep_for_dense", "  tp: 1", "  ep: 2", NULL, 2, "ep: 2", "parallel.ep", "expected 1 for the dense family llama"},
+    /* expert layouts refused from the recipe, naming the key, before any rank starts */
+    {"ep_not_dividing_dp", "family: llama", "family: mixtral\n" MOE_BLOCK, "parallel.ep=4", 2, NULL, "parallel.ep",
+     "expected a divisor of dp (world / (tp * cp * pp) = 2 / 1 = 2): the experts are split over data-parallel ranks, "
+     "found 4"},
+    {"etp_not_tp", "family: llama", "family: mixtral\n" MOE_BLOCK, "parallel.etp=2", 1, NULL, "parallel.etp",
+     "expected 1 or tp (1), found 2"},
+    {"capacity_with_cp", "family: llama",
+     "family: mixtral\n  moe:\n    num_experts: 4\n    num_experts_per_tok: 2\n    moe_intermediate_size: 32\n"
+     "    capacity_factor: 1.5\n", "parallel.cp=2", 2, "capacity_factor: 1.5", "model.moe.capacity_factor",
+     "not implemented with context parallel (cp 2)"},
     {"min_lr_above_lr", "min_lr: 3.0e-4", "min_lr: 5.0e-3", NULL, 1, "min_lr", "optimizer.min_lr",
      "expected at most optimizer.lr (0.003), found 0.005"},
     {"warmup_above_steps", "warmup_steps: 10", "warmup_steps: 200", NULL, 1, "warmup_steps",
