@@ -129,13 +129,15 @@ static int cmd_run(int argc, char **argv) {
     int num_overrides;
     if (parse_recipe_args(argc, argv, &path, overrides, &num_overrides, run_usage_text)) return MT_EXIT_OK;
     static Recipe recipe;
-    char err[2048];
+    char err[2048] = "";
     int world_size = launch_world_size();
-    if (recipe_load(&recipe, path, overrides, num_overrides, world_size, err, sizeof err) != 0)
-        mt_die(MT_EXIT_USAGE, "%s", err);
-    /* Several ranks (mpirun): data parallel over MPI; tp/pp/cp > 1 are
-     * refused by the trainer. A single rank never starts MPI. */
+    /* Several ranks (mpirun): MPI starts first, so that a recipe every rank refuses is said once (by the first
+     * rank that refuses it) and the ranks end together with its status. A single rank never starts MPI. */
     if (world_size > 1) dist_init(NULL, NULL);
+    const int loaded = recipe_load(&recipe, path, overrides, num_overrides, world_size, err, sizeof err) != 0
+                           ? MT_EXIT_USAGE : MT_EXIT_OK;
+    const int status = dist_report_first(loaded, err);
+    if (status != MT_EXIT_OK) return dist_finish_together(status);
     return dist_finish(train_run(&recipe));
 }
 

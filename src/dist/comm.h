@@ -35,6 +35,12 @@ int dist_finish(int status);
  * agreed on it (none waits in a collective): MPI is finalised whatever the
  * status, with no abort, so that each rank exits with it. Returns status. */
 int dist_finish_together(int status);
+/* Collective over the world (a group of one before dist_init): a status
+ * every rank reaches at the same point, with its message. The lowest rank
+ * whose status is not 0 prints its message (one line for a failure every
+ * rank shares, such as a recipe error); returns that rank's status on every
+ * rank, 0 when none failed. */
+int dist_report_first(int status, const char *message);
 
 /* In-place sums over the group. */
 void comm_all_reduce_sum_float(const Comm *c, float *buf, size_t count);

@@ -112,6 +112,18 @@ int dist_finish_together(int status) {
     return status;
 }
 
+int dist_report_first(int status, const char *message) {
+    int32_t mine = status, *all = mt_malloc((size_t)world.size * sizeof *all);
+    if (world.size > 1) comm_all_gather(&world, &mine, all, 1, COMM_INT32);
+    else all[0] = mine;
+    int first = 0;
+    while (first < world.size && all[first] == 0) first++;
+    const int agreed = first < world.size ? all[first] : 0;
+    free(all);
+    if (agreed != 0 && first == world.rank) mt_error("%s", message);
+    return agreed;
+}
+
 void comm_all_reduce_sum_float(const Comm *c, float *buf, size_t count) {
     if (!c->handle || c->size == 1) return;
     for (size_t at = 0; at < count; at += CHUNK) {
