@@ -126,6 +126,9 @@ static int check_no_newer(const Recipe *recipe, long step, char *err, size_t err
 /* The result of trying one checkpoint. */
 enum { TRY_NEXT = -1000 };
 
+/* Every rank refused the resumed recipe at the same point (said once): the ranks end MPI together, no abort. */
+static bool refused_together;
+
 /* Resume from checkpoint `dir`: TRY_NEXT when it is unusable (reported), else an exit status. */
 static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *const *sets, int num_sets) {
     char err[4096];
@@ -161,13 +164,18 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     static Recipe recipe;
     char path[MT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/%s", dir, CKPT_RECIPE_FILE);
-    if (recipe_load(&recipe, path, overrides, n, launch_world_size(), err, sizeof err) != 0) {
-        if (strstr(err, "to divide the world size"))
-            mt_error("%s\n  (checkpoints resume on any layout: set the one of this launch, e.g. --set parallel.tp=1 "
-                     "--set parallel.pp=1 --set parallel.cp=1)", err);
-        else
-            mt_error("%s", err);
-        return MT_EXIT_USAGE;
+    /* every rank reads the same recipe: a refusal is said once, and the ranks end together (resume_main) */
+    char said[sizeof err + 160] = "";
+    const int loaded = recipe_load(&recipe, path, overrides, n, launch_world_size(), err, sizeof err) != 0
+                           ? MT_EXIT_USAGE : MT_EXIT_OK;
+    if (loaded != MT_EXIT_OK)
+        snprintf(said, sizeof said, "%s%s", err,
+                 strstr(err, "to divide the world size") ? "\n  (checkpoints resume on any layout: set the one of this "
+                 "launch, e.g. --set parallel.tp=1 --set parallel.pp=1 --set parallel.cp=1)" : "");
+    const int agreed = dist_report_first(loaded, said);
+    if (agreed != MT_EXIT_OK) {
+        refused_together = true;
+        return agreed;
     }
     ModelConfig stored;
     if (ckpt_read_model_config(dir, &stored, err, sizeof err) != 0) {
@@ -206,7 +214,8 @@ int resume_main(int argc, char **argv) {
      * to the same verdict on each; rank 0 alone moves bad ones aside and
      * writes run.dir (train_setup_resume). */
     if (launch_world_size() > 1) dist_init(NULL, NULL);
-    return dist_finish(resume_from(arg, sets, num_sets));
+    const int status = resume_from(arg, sets, num_sets);
+    return refused_together ? dist_finish_together(status) : dist_finish(status);
 }
 
 static int resume_from(const char *arg, const char *const *sets, int num_sets) {

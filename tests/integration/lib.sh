@@ -93,23 +93,25 @@ wait_gone() {
   fail "$3"
 }
 
-# stop_together NAME NP LOG CMD...: CMD (megatrain and its arguments, or a command that ends by running it) on NP
-# ranks under mpirun, told to wait for every rank rather than end the job at the first non-zero status, each
-# rank's exit status recorded; output in LOG. Fails unless mpirun ends within 120 s, every rank exits 1 and
-# nothing was aborted (a clean stop that every rank agreed on: no "MPI_ABORT", no "stopping the job").
-stop_together() {
-  local name=$1 np=$2 log=$3 rc=0 statuses
-  shift 3
+# ranks_end STATUS NAME NP LOG CMD...: CMD (megatrain and its arguments, or a command that ends by running it) on
+# NP ranks under mpirun, told to wait for every rank rather than end the job at the first non-zero status, each
+# rank's exit status recorded; output in LOG. Fails unless mpirun ends within 120 s, every rank exits STATUS and
+# nothing was aborted (a stop every rank agreed on: no "MPI_ABORT", no "stopping the job").
+ranks_end() {
+  local want=$1 name=$2 np=$3 log=$4 rc=0 statuses
+  shift 4
   rm -f "$WORK/$name".status.*
   OMPI_MCA_orte_abort_on_non_zero_status=0 timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$np" \
     bash -c 'f=$1; shift; "$@"; echo $? > "$f.$OMPI_COMM_WORLD_RANK"' _ "$WORK/$name.status" "$@" > "$log" 2>&1 ||
     rc=$?
   [[ $rc -eq 0 ]] || { cat "$log"; fail "$name: mpirun exited $rc (124: timeout)"; }
   statuses=$(cat "$WORK/$name".status.* | sort -u | tr '\n' ' ')
-  [[ $(ls "$WORK/$name".status.* | wc -l) -eq $np && $statuses == "1 " ]] ||
-    { cat "$log"; fail "$name: each rank should exit 1: $(grep . "$WORK/$name".status.*)"; }
+  [[ $(ls "$WORK/$name".status.* | wc -l) -eq $np && $statuses == "$want " ]] ||
+    { cat "$log"; fail "$name: each rank should exit $want: $(grep . "$WORK/$name".status.*)"; }
   ! grep -qE "MPI_ABORT|stopping the job" "$log" || { cat "$log"; fail "$name: not a clean stop (an abort)"; }
 }
+# stop_together NAME NP LOG CMD...: ranks_end with every rank exiting 1 (a failure every rank agreed on).
+stop_together() { ranks_end 1 "$@"; }
 
 # expect_refused WHAT PATTERN NP ARGS...: `megatrain ARGS` on NP ranks (1:
 # without mpirun) exits 2 within 60 s with PATTERN (grep) in its output.

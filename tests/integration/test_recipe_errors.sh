@@ -133,18 +133,24 @@ expect_error "$FIX/good_minimal.yaml" "--set $set_bomb: YAML aliases expand the 
 # a missing recipe file is named
 expect_error "$WORK/no-such-recipe.yaml" "$WORK/no-such-recipe.yaml" "No such file"
 # Under mpirun every rank refuses the recipe and exits 2, and the error is printed once (by the first rank), with no
-# abort: 4 ranks, an expert layout refused against the world size, and a misspelt key.
+# abort: 4 ranks, an expert layout refused against the world size, and a misspelt key; a resume on 3 ranks of a
+# checkpoint whose tp 2 does not divide them (the recipe's layout hint printed once too).
 if command -v mpirun > /dev/null && [[ -z ${TSAN_OPTIONS:-} ]]; then
-  for args in "recipes/tiny/qwen3_moe.yaml --set parallel.ep=4 --set parallel.tp=2 --set train.micro_batch_size=4" \
-              "recipes/tiny/llama.yaml --set train.stpes=3"; do
-    # shellcheck disable=SC2086
-    OMPI_MCA_orte_abort_on_non_zero_status=0 timeout 60 mpirun --allow-run-as-root --oversubscribe -np 4 \
-      bash -c 'f=$1; shift; "$@"; echo $? > "$f.$OMPI_COMM_WORLD_RANK"' _ "$WORK/mpi" "$MEGATRAIN" run $args \
-      > "$WORK/mpi.out" 2> "$WORK/mpi.err" || fail "mpirun $args: $(cat "$WORK/mpi.err")"
-    [[ $(cat "$WORK"/mpi.[0-3] | sort -u | tr '\n' ' ') == "2 " ]] || fail "mpirun $args: $(grep . "$WORK"/mpi.[0-3])"
-    [[ $(grep -c '^megatrain: error: ' "$WORK/mpi.err") -eq 1 ]] || fail "mpirun $args: not one error: $(cat "$WORK/mpi.err")"
-    ! grep -qE "MPI_ABORT|stopping the job" "$WORK/mpi.err" || fail "mpirun $args: an abort: $(cat "$WORK/mpi.err")"
-  done
-  echo "recipe errors under mpirun: said once, every rank exit 2"
+  said_once() { # NAME NP ARGS...: megatrain ARGS on NP ranks, every rank exit 2, one error
+    local name=$1 np=$2
+    shift 2
+    ranks_end 2 "$name" "$np" "$WORK/$name.log" "$MEGATRAIN" "$@"
+    [[ $(grep -c '^megatrain: error: ' "$WORK/$name.log") -eq 1 ]] || fail "$name: not one error: $(cat "$WORK/$name.log")"
+  }
+  said_once ep-layout 4 run recipes/tiny/qwen3_moe.yaml --set parallel.ep=4 --set parallel.tp=2 \
+    --set train.micro_batch_size=4
+  said_once misspelt 4 run recipes/tiny/llama.yaml --set train.stpes=3
+  demo_data "$WORK/english"
+  "$MEGATRAIN" run recipes/tiny/llama.yaml --set run.dir="$WORK/two" --set train.steps=2 \
+    --set optimizer.schedule.warmup_steps=0 --set "data.train=[{path: $WORK/english, weight: 1.0}]" > /dev/null
+  said_once resume-tp2 3 resume "$WORK/two" --set parallel.tp=2
+  [[ $(grep -c "checkpoints resume on any layout" "$WORK/resume-tp2.log") -eq 1 ]] ||
+    fail "resume-tp2: the layout hint not once: $(cat "$WORK/resume-tp2.log")"
+  echo "recipe errors under mpirun (run and resume): said once, every rank exit 2"
 fi
 echo "recipe errors: ok"
