@@ -199,9 +199,7 @@ static int validate_layout(const Recipe *r, const YNode *root, YLoc at, int worl
         return fail(err, errlen, root, at, "", "parallel.ep",
                     "expected a divisor of dp (world / (tp * cp * pp) = %d / %ld = %ld): the experts are split over "
                     "data-parallel ranks, found %d", world, model_parallel, dp, p->ep);
-    if ((world / p->pp) % ((long)p->ep * p->etp) != 0)
-        return fail(err, errlen, root, at, "", p->ep > 1 ? "parallel.ep" : "parallel.etp",
-                    "expected ep * etp (%d * %d) to divide world / pp = %d", p->ep, p->etp, world / p->pp);
+    /* (so ep * etp divides world / pp = tp * cp * dp) */
     if (p->cp > 1 && m->moe.capacity_factor > 0)
         return fail(err, errlen, root, at, "", "model.moe.capacity_factor",
                     "not implemented with context parallel (cp %d): an expert's capacity spans the cp ranks' tokens; "

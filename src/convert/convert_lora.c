@@ -18,7 +18,6 @@
 #include "convert.h"
 #include "lora_export.h"
 
-/* Remove what lora_write_peft may have left in a temporary directory, then the directory. */
 int ckpt_adapters_read(const char *ckpt, const ModelConfig *cfg, CkptAdapters *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     out->cfg = *cfg;
@@ -67,6 +66,7 @@ int convert_lora_to_peft(const char *ckpt, const ModelConfig *cfg, const Convert
     CkptHfFiles carried = {0}; /* its tokenizer's files go beside the adapters (a damaged one is left out) */
     char tmp[4096];
     int status = ckpt_hf_files_read(ckpt, &carried, err, errlen);
+    const CkptHfFiles tokenizer = hf_files_tokenizer(&carried);
     if (status == 0 && (mt_make_parent_dirs(dst, err, errlen) != 0 || mt_temp_name(tmp, sizeof tmp, dst) != 0)) {
         status = -1;
     } else if (status == 0 && mkdir(tmp, 0777) != 0) {
@@ -74,7 +74,7 @@ int convert_lora_to_peft(const char *ckpt, const ModelConfig *cfg, const Convert
         status = -1;
     } else if (status == 0) {
         status = lora_write_peft(&adapters.view, tmp, options->dtype, err, errlen);
-        if (status == 0) status = hf_files_write_tokenizer(tmp, &carried, err, errlen);
+        if (status == 0) status = hf_files_write_each(tmp, &tokenizer, err, errlen);
         if (status == 0 && mt_rename_noreplace(tmp, dst) != 0) { /* DST made meanwhile: not replaced */
             mt_set_error(err, errlen, "%s: cannot rename %s to it: %s", dst, tmp, strerror(errno));
             status = -1;
@@ -86,11 +86,6 @@ int convert_lora_to_peft(const char *ckpt, const ModelConfig *cfg, const Convert
     }
     if (status == 0) {
         const PeftConfig *peft = &cfg->peft;
-        CkptHfFiles tokenizer = carried; /* the names written: all but generation_config.json */
-        tokenizer.count = 0;
-        for (int i = 0; i < carried.count; i++)
-            if (strcmp(carried.files[i].name, "generation_config.json") != 0)
-                tokenizer.files[tokenizer.count++] = carried.files[i];
         char names[512];
         hf_files_list(&tokenizer, names, sizeof names);
         printf("converted the LoRA adapters of megatrain checkpoint %s (%s, rank %d, alpha %g, %ld parameters) to "

@@ -87,10 +87,15 @@ static int write_one(const char *dir, const char *name, const void *data, size_t
     return failed ? -1 : 0;
 }
 
-int hf_files_write(const char *dir, const CkptHfFiles *files, const ModelConfig *cfg, char *err, size_t errlen) {
+int hf_files_write_each(const char *dir, const CkptHfFiles *files, char *err, size_t errlen) {
     for (int i = 0; i < files->count; i++)
         if (write_one(dir, files->files[i].name, files->files[i].data, files->files[i].size, err, errlen) != 0)
             return -1;
+    return 0;
+}
+
+int hf_files_write(const char *dir, const CkptHfFiles *files, const ModelConfig *cfg, char *err, size_t errlen) {
+    if (hf_files_write_each(dir, files, err, errlen) != 0) return -1;
     if (ckpt_hf_files_find(files, "generation_config.json")) return 0;
     char *text = hf_generation_config_json(cfg);
     int rc = write_one(dir, "generation_config.json", text, strlen(text), err, errlen);
@@ -98,12 +103,11 @@ int hf_files_write(const char *dir, const CkptHfFiles *files, const ModelConfig 
     return rc;
 }
 
-int hf_files_write_tokenizer(const char *dir, const CkptHfFiles *files, char *err, size_t errlen) {
+CkptHfFiles hf_files_tokenizer(const CkptHfFiles *files) {
+    CkptHfFiles view = {0};
     for (int i = 0; i < files->count; i++)
-        if (strcmp(files->files[i].name, "generation_config.json") != 0 &&
-            write_one(dir, files->files[i].name, files->files[i].data, files->files[i].size, err, errlen) != 0)
-            return -1;
-    return 0;
+        if (strcmp(files->files[i].name, "generation_config.json") != 0) view.files[view.count++] = files->files[i];
+    return view;
 }
 
 void hf_files_list(const CkptHfFiles *files, char *out, size_t outlen) {

@@ -23,9 +23,12 @@ int hf_files_collect(const char *dir, CkptHfFiles *out, char *err, size_t errlen
  * a model that has none). Returns 0, or -1 with err naming the file. */
 int hf_files_write(const char *dir, const CkptHfFiles *files, const ModelConfig *cfg, char *err, size_t errlen);
 
-/* Write the tokenizer's files among `files` (all but generation_config.json, which describes the model) into
- * directory `dir`: what a PEFT adapter directory carries beside the adapters. 0, or -1 with err naming the file. */
-int hf_files_write_tokenizer(const char *dir, const CkptHfFiles *files, char *err, size_t errlen);
+/* Write each of `files` into directory `dir`, and nothing else. 0, or -1 with err naming the file. */
+int hf_files_write_each(const char *dir, const CkptHfFiles *files, char *err, size_t errlen);
+
+/* The tokenizer's files among `files`: all but generation_config.json, which describes the model (what a PEFT
+ * adapter directory carries beside the adapters). A view: its data are files' (not to be freed). */
+CkptHfFiles hf_files_tokenizer(const CkptHfFiles *files);
 
 /* "tokenizer.json, generation_config.json" (the names of files) into out; "none" when empty. */
 void hf_files_list(const CkptHfFiles *files, char *out, size_t outlen);

@@ -47,11 +47,7 @@ int train_layout_create(const Recipe *recipe, Grid *grid, TrainLayout *layout, M
         mt_set_error(err, errlen, "parallel.vpp: at most %d, found %d", MT_MAX_CHUNKS, par->vpp);
         return MT_EXIT_USAGE;
     }
-    if (par->ep > 1 && g.dp % par->ep != 0) {
-        mt_set_error(err, errlen, "parallel.ep: %d does not divide dp (%d): the experts are split over data-parallel "
-                     "ranks", par->ep, g.dp);
-        return MT_EXIT_USAGE;
-    }
+    /* (ep dividing dp, and etp 1 or tp, are the recipe's checks: recipe_validate.c) */
     if (par->ep > MT_MAX_EP) {
         mt_set_error(err, errlen, "parallel.ep: at most %d, found %d", MT_MAX_EP, par->ep);
         return MT_EXIT_USAGE;

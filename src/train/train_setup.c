@@ -32,14 +32,7 @@ static int make_dirs(const char *path, char *err, size_t errlen) {
 /* What this build cannot do yet, as user-facing errors (what run.device
  * cannot do is the ModelDevice's to say: model_device_check). */
 static int check_supported(const Recipe *recipe, const TrainLayout *layout, char *err, size_t errlen) {
-    if (recipe->model.family == FAMILY_MIXTRAL || recipe->model.family == FAMILY_QWEN3_MOE) {
-        const ParallelConfig *par = &recipe->parallel;
-        if (par->cp > 1 && recipe->model.moe.capacity_factor > 0) {
-            mt_set_error(err, errlen, "model.moe.capacity_factor: not implemented with context parallel (cp %d): an "
-                         "expert's capacity spans the cp ranks' tokens; set it to null (dropless) or cp to 1", par->cp);
-            return MT_EXIT_USAGE;
-        }
-    }
+    /* (a MoE capacity with context parallel is refused with the recipe: recipe_validate.c) */
     const TrainConfig *train = &recipe->train;
     const long per_micro = (long)train->micro_batch_size * layout->dp_size;
     for (int i = 0; i < train->num_batch_stages; i++) {
