@@ -38,8 +38,9 @@ int dist_finish_together(int status);
 /* Collective over the world (a group of one before dist_init): a status
  * every rank reaches at the same point, with its message. The lowest rank
  * whose status is not 0 prints its message (one line for a failure every
- * rank shares, such as a recipe error); returns that rank's status on every
- * rank, 0 when none failed. */
+ * rank shares, such as a recipe error; "rank R: " before it when some ranks
+ * did not fail); returns that rank's status on every rank, 0 when none
+ * failed. */
 int dist_report_first(int status, const char *message);
 
 /* In-place sums over the group. */

@@ -116,11 +116,16 @@ int dist_report_first(int status, const char *message) {
     int32_t mine = status, *all = mt_malloc((size_t)world.size * sizeof *all);
     if (world.size > 1) comm_all_gather(&world, &mine, all, 1, COMM_INT32);
     else all[0] = mine;
-    int first = 0;
+    int first = 0, failed = 0;
     while (first < world.size && all[first] == 0) first++;
+    for (int r = 0; r < world.size; r++) failed += all[r] != 0;
     const int agreed = first < world.size ? all[first] : 0;
     free(all);
-    if (agreed != 0 && first == world.rank) mt_error("%s", message);
+    /* a failure only some ranks met names the rank (unless the message does) */
+    if (agreed != 0 && first == world.rank) {
+        if (failed < world.size && strncmp(message, "rank ", 5) != 0) mt_error("rank %d: %s", world.rank, message);
+        else mt_error("%s", message);
+    }
     return agreed;
 }
 

@@ -10,6 +10,7 @@
  * whose referenced frozen base is missing or changed is refused (exit 1)
  * before anything is written or moved: the checkpoint itself is fine. */
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -126,8 +127,21 @@ static int check_no_newer(const Recipe *recipe, long step, char *err, size_t err
 /* The result of trying one checkpoint. */
 enum { TRY_NEXT = -1000 };
 
-/* Every rank refused the resumed recipe at the same point (said once): the ranks end MPI together, no abort. */
+/* Every rank refused the resume at the same point (said once): the ranks end MPI together, no abort. */
 static bool refused_together;
+
+/* A refusal every rank meets at the same point, before the resumed run's collectives (each reads the same files):
+ * the first failing rank says it (dist_report_first), and the ranks end together. Returns the agreed status. */
+__attribute__((format(printf, 2, 3))) static int refuse_together(int status, const char *fmt, ...) {
+    char message[4096];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    status = dist_report_first(status, message);
+    refused_together = true;
+    return status;
+}
 
 /* Resume from checkpoint `dir`: TRY_NEXT when it is unusable (reported), else an exit status. */
 static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *const *sets, int num_sets) {
@@ -143,13 +157,12 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     const long step = has_state ? (long)r->meta.state.step : 0;
     ckpt_reader_close(r);
     if (!has_state || !has_recipe) {
-        mt_error("%s: not a checkpoint of a run (no %s); it can initialise a new run but not be resumed", dir,
-                 has_state ? "recipe" : "training state");
-        return MT_EXIT_FAILURE;
+        return refuse_together(MT_EXIT_FAILURE,
+                               "%s: not a checkpoint of a run (no %s); it can initialise a new run but not be resumed",
+                               dir, has_state ? "recipe" : "training state");
     }
     if (references_base && ckpt_check_base(dir, err, sizeof err) != 0) {
-        mt_error("resume: %s", err);
-        return MT_EXIT_FAILURE;
+        return refuse_together(MT_EXIT_FAILURE, "resume: %s", err);
     }
 
     const char *overrides[MAX_OVERRIDES + 1];
@@ -182,15 +195,10 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
         mt_warn("skipping checkpoint %s: %s", dir, err);
         return TRY_NEXT;
     }
-    if (ckpt_model_shape_check(&stored, &recipe.model, err, sizeof err) != 0) {
-        mt_error("%s", err);
-        return MT_EXIT_USAGE;
-    }
+    if (ckpt_model_shape_check(&stored, &recipe.model, err, sizeof err) != 0)
+        return refuse_together(MT_EXIT_USAGE, "%s", err);
     int status = check_no_newer(&recipe, step, err, sizeof err);
-    if (status != 0) {
-        mt_error("%s", err);
-        return status;
-    }
+    if (status != 0) return refuse_together(status, "%s", err);
     /* A checkpoint that stores its frozen base has none recorded to reference: the run goes on storing it. */
     if (recipe.model.peft.type == PEFT_LORA && !references_base) recipe.checkpoint.frozen_base = FROZEN_BASE_STORE;
     /* load_optimizer applies to this start only: the recipe the resumed run
@@ -221,23 +229,17 @@ int resume_main(int argc, char **argv) {
 static int resume_from(const char *arg, const char *const *sets, int num_sets) {
     CkptLocation loc;
     char err[2048];
-    if (ckpt_locate(arg, &loc, err, sizeof err) != 0) {
-        mt_error("%s", err);
-        return MT_EXIT_FAILURE;
-    }
+    if (ckpt_locate(arg, &loc, err, sizeof err) != 0) return refuse_together(MT_EXIT_FAILURE, "%s", err);
     if (loc.single) {
         int status = try_checkpoint(loc.checkpoint_dir, &loc, sets, num_sets);
         if (status != TRY_NEXT) return status;
-        mt_error("%s: the checkpoint is incomplete or corrupt (see above); resume from the run directory to use "
-                 "the newest valid one", loc.checkpoint_dir);
-        return MT_EXIT_FAILURE;
+        return refuse_together(MT_EXIT_FAILURE,
+                               "%s: the checkpoint is incomplete or corrupt (see above); resume from the run directory "
+                               "to use the newest valid one", loc.checkpoint_dir);
     }
     long *steps = NULL;
     int n = ckpt_list_steps(loc.checkpoints_dir, &steps, err, sizeof err);
-    if (n < 0) {
-        mt_error("%s", err);
-        return MT_EXIT_FAILURE;
-    }
+    if (n < 0) return refuse_together(MT_EXIT_FAILURE, "%s", err);
     long pointer;
     char found[256];
     int pointer_status = ckpt_read_latest(loc.checkpoints_dir, &pointer, found, sizeof found);
@@ -262,8 +264,8 @@ static int resume_from(const char *arg, const char *const *sets, int num_sets) {
     }
     free(steps);
     if (status == TRY_NEXT) {
-        mt_error("%s: no valid checkpoint to resume from (%d incomplete or corrupt)", loc.checkpoints_dir, skipped);
-        return MT_EXIT_FAILURE;
+        return refuse_together(MT_EXIT_FAILURE, "%s: no valid checkpoint to resume from (%d incomplete or corrupt)",
+                               loc.checkpoints_dir, skipped);
     }
     return status;
 }

@@ -392,15 +392,21 @@ static int run_context(TrainContext *ctx) {
     return status;
 }
 
+/* A setup that failed, torn down: said here, or already by the first rank of those that agreed on it, which
+ * end MPI together (a failure one rank met alone ends the job from main: dist_finish). */
+static int setup_failed(TrainContext *ctx, int status, const char *err) {
+    const bool together = ctx->stopped_together;
+    if (!together) print_error(err);
+    train_teardown(ctx);
+    if (together) dist_finish_together(status);
+    return status;
+}
+
 int train_run(const Recipe *recipe) {
     TrainContext ctx;
     char err[2048];
     int status = train_setup(&ctx, recipe, err, sizeof err);
-    if (status != 0) {
-        print_error(err);
-        train_teardown(&ctx);
-        return status;
-    }
+    if (status != 0) return setup_failed(&ctx, status, err);
     return run_context(&ctx);
 }
 
@@ -409,12 +415,12 @@ int train_resume(const Recipe *recipe, const char *checkpoint_dir, bool load_opt
     TrainContext ctx;
     char err[2048];
     int status = train_setup_resume(&ctx, recipe, checkpoint_dir, load_optimizer, err, sizeof err);
-    if (status != 0) {
-        if (status == TRAIN_CHECKPOINT_UNREADABLE) mt_set_error(unreadable, unreadable_len, "%s", err);
-        else print_error(err);
+    if (status == TRAIN_CHECKPOINT_UNREADABLE) {
+        mt_set_error(unreadable, unreadable_len, "%s", err);
         train_teardown(&ctx);
         return status;
     }
+    if (status != 0) return setup_failed(&ctx, status, err);
     mt_log("resume: from %s at step %ld (%lld samples, %lld tokens consumed)", checkpoint_dir, ctx.state.step,
            (long long)ctx.state.consumed_samples, (long long)ctx.state.consumed_tokens);
     if (ctx.state.step >= ctx.total_steps) {

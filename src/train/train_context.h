@@ -36,8 +36,9 @@ typedef struct TrainContext {
     StepTimers timers;        /* where the steps' time went since the last timers line */
     EnergyMeter energy;       /* the GPU's energy counter (NVML); closed on the CPU */
     long start_step;          /* 0, or the step of the checkpoint resumed from */
-    bool stopped_together;    /* the loop ended on a failure every rank agreed on at the same point (refused data,
-                               * too many non-finite steps, a failed save, differing replicas): no rank waits, none aborts */
+    bool stopped_together;    /* setup or the loop ended on a failure every rank agreed on at the same point (a
+                               * refusal in setup, refused data, too many non-finite steps, a failed save, differing
+                               * replicas): it has been said once; no rank waits, none aborts */
     CkptHfFiles hf_files;     /* what the init_from or resumed checkpoint carries for Hugging Face: carried on */
     CkptBaseRef frozen_base;  /* present: the checkpoints reference this frozen base instead of storing it */
     char checkpoints_dir[MT_PATH_MAX + 16]; /* run.dir/checkpoints */
@@ -65,10 +66,21 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
 void train_teardown(TrainContext *ctx);
 
 /* The part of setup both a fresh and a resumed run do: check the recipe
- * against this build, count the steps, open the data loaders, allocate the
- * batch buffers, create the model (weights not initialised) and a fresh
- * optimizer. Returns 0 or an exit status with err set. */
-int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_t errlen);
+ * against this build, count the steps, check the data against the
+ * tokenizer the checkpoint tokenizer_dir carries (NULL: none; see
+ * train_check_data_tokenizer), open the data loaders, allocate the batch
+ * buffers, create the model (weights not initialised) and a fresh
+ * optimizer. Returns 0 or an exit status with err set; a refusal before
+ * the model is agreed (train_setup_agree). */
+int train_setup_common(TrainContext *ctx, const Recipe *recipe, const char *tokenizer_dir,
+                       const char *tokenizer_source, char *err, size_t errlen);
+
+/* Collective over the world, at a point of setup every rank reaches with no
+ * collective skipped: the first failing rank's status and err
+ * (dist_report_first prints it, once); on a failure ctx->stopped_together
+ * is set, and the caller does not print err again: every rank tears down
+ * and ends MPI with no abort (dist_finish_together). */
+int train_setup_agree(TrainContext *ctx, int status, const char *err);
 
 /* Each dataset of the recipe that `data build` made (PREFIX.build.json)
  * against the tokenizer.json that checkpoint `ckpt_dir` (or a run

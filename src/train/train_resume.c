@@ -111,9 +111,7 @@ static int keep_frozen_base(TrainContext *ctx, const Recipe *recipe, const char 
 int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *checkpoint_dir, bool load_optimizer,
                        char *err, size_t errlen) {
     memset(ctx, 0, sizeof *ctx); /* train_teardown is safe after any return */
-    /* the data against the checkpoint's tokenizer, before the loaders, the model and its weights */
-    if (train_check_data_tokenizer(recipe, checkpoint_dir, "resume from", err, errlen) != 0) return MT_EXIT_FAILURE;
-    int status = train_setup_common(ctx, recipe, err, errlen);
+    int status = train_setup_common(ctx, recipe, checkpoint_dir, "resume from", err, errlen);
     if (status != 0) return status;
 
     /* The checkpoint holds the full moments (fp32 or bf16: they are loaded as
@@ -137,30 +135,34 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
         dev->optimizer.step = full.step;
     }
     adamw_free(&full);
+    const int mine = rc;
     rc = agree_on_load(rc, ctx->state.step, err, errlen);
     if (rc == CKPT_ERR_UNREADABLE) return TRAIN_CHECKPOINT_UNREADABLE;
-    if (rc == CKPT_ERR_BASE) return MT_EXIT_FAILURE; /* the checkpoint is fine: not skipped, not moved aside */
+    /* the checkpoint is fine: not skipped, not moved aside; the first rank that could not load the base says why */
+    if (rc == CKPT_ERR_BASE) return train_setup_agree(ctx, mine == CKPT_ERR_BASE ? MT_EXIT_FAILURE : 0, err);
     if (rc != 0) return MT_EXIT_USAGE;
     dev->ops->from_host(dev); /* the loaded weights and moments to the device that computes */
     /* carried on: the files for the Hugging Face export and the token ids the recipe leaves unset */
     ModelConfig stored;
+    int status_after = 0;
     if (ckpt_hf_files_read(checkpoint_dir, &ctx->hf_files, err, errlen) != 0 ||
         ckpt_read_model_config(checkpoint_dir, &stored, err, errlen) != 0)
-        return MT_EXIT_FAILURE;
-    model_token_ids_inherit(&ctx->model->cfg.token_ids, &stored.token_ids);
-    if (keep_frozen_base(ctx, recipe, checkpoint_dir, err, errlen) != 0) return MT_EXIT_FAILURE;
+        status_after = MT_EXIT_FAILURE;
+    if (status_after == 0) {
+        model_token_ids_inherit(&ctx->model->cfg.token_ids, &stored.token_ids);
+        if (keep_frozen_base(ctx, recipe, checkpoint_dir, err, errlen) != 0) status_after = MT_EXIT_FAILURE;
+    }
     ctx->start_step = ctx->state.step;
-    if (!load_optimizer) mt_log("resume: optimizer state not loaded (checkpoint.load_optimizer: false): AdamW starts afresh");
+    if (status_after == 0 && !load_optimizer)
+        mt_log("resume: optimizer state not loaded (checkpoint.load_optimizer: false): AdamW starts afresh");
 
-    /* Rank 0 alone writes run.dir; the others wait for it. */
-    int status_dir = 0;
-    if (comm_world()->rank == 0) {
+    /* Rank 0 alone writes run.dir; the others wait for it, and stop with it when it cannot. */
+    if (status_after == 0 && comm_world()->rank == 0) {
         char path[MT_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/recipe.yaml", recipe->run.dir);
         if (mt_make_dirs(recipe->run.dir, err, errlen) != 0 || recipe_write(recipe, path, err, errlen) != 0 ||
             trim_metrics(recipe->run.dir, ctx->state.step, err, errlen) != 0)
-            status_dir = MT_EXIT_FAILURE;
+            status_after = MT_EXIT_FAILURE;
     }
-    comm_barrier(comm_world());
-    return status_dir;
+    return train_setup_agree(ctx, status_after, err);
 }

@@ -159,35 +159,27 @@ static void setup_pipeline(TrainContext *ctx) {
            ctx->layout.pp, d->ops->name, d->ops->stage->transport(d->stage_base), sets, size);
 }
 
-int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_t errlen) {
-    memset(ctx, 0, sizeof *ctx);
-    ctx->recipe = recipe;
-    if (comm_world()->rank != 0) mt_log_enabled = 0; /* rank 0 prints for the job */
-    train_state_init(&ctx->state, recipe->run.seed);
-    snprintf(ctx->checkpoints_dir, sizeof ctx->checkpoints_dir, "%s/checkpoints", recipe->run.dir);
-
-    int status = train_layout_create(recipe, &ctx->grid, &ctx->layout, &ctx->part, err, errlen);
-    if (status != 0) return status;
-    status = check_supported(recipe, &ctx->layout, err, errlen);
-    if (status != 0) return status;
-    const int B = recipe->train.micro_batch_size, T = recipe->train.seq_len / ctx->layout.cp;
+/* What run.device's model is made from: the recipe and this rank's part of the grid. */
+static ModelDeviceSetup device_setup_of(const TrainContext *ctx, const Recipe *recipe) {
     /* With context parallel a rank holds seq_len / cp tokens of each sample. */
-    const ModelDeviceSetup device = {.device = recipe->run.device,
-                                     .cfg = &recipe->model,
-                                     .parallel = &recipe->parallel,
-                                     .part = &ctx->part,
-                                     .grid = &ctx->grid,
-                                     .micro_batch_size = B,
-                                     .seq_len = T,
-                                     .distributed_optimizer = recipe->parallel.distributed_optimizer,
-                                     .precision = recipe->precision,
-                                     .fp8 = recipe->precision == DTYPE_FP8 ? &recipe->fp8 : NULL,
-                                     .recompute = recipe->train.recompute,
-                                     .loss = recipe->train.loss,
-                                     .packed = recipe->data.pack,
-                                     .state_dtype = recipe->optimizer.state_dtype};
-    status = model_device_check(&device, err, errlen);
-    if (status != 0) return status;
+    return (ModelDeviceSetup){.device = recipe->run.device,
+                              .cfg = &recipe->model,
+                              .parallel = &recipe->parallel,
+                              .part = &ctx->part,
+                              .grid = &ctx->grid,
+                              .micro_batch_size = recipe->train.micro_batch_size,
+                              .seq_len = recipe->train.seq_len / ctx->layout.cp,
+                              .distributed_optimizer = recipe->parallel.distributed_optimizer,
+                              .precision = recipe->precision,
+                              .fp8 = recipe->precision == DTYPE_FP8 ? &recipe->fp8 : NULL,
+                              .recompute = recipe->train.recompute,
+                              .loss = recipe->train.loss,
+                              .packed = recipe->data.pack,
+                              .state_dtype = recipe->optimizer.state_dtype};
+}
+
+/* The setup warnings rank 0 prints: settings this run does not use. */
+static void warn_unused_settings(const Recipe *recipe) {
     if (recipe->precision != DTYPE_FP8 && !fp8_config_is_default(&recipe->fp8))
         mt_log("warning: the fp8: settings apply with precision: fp8 only; this run's precision is %s, so they are "
                "not used", dtype_name(recipe->precision));
@@ -200,6 +192,25 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
          recipe->fp8.amax_compute_algo != fp8_default.amax_compute_algo))
         mt_log("warning: fp8.amax_history_len and fp8.amax_compute_algo apply to fp8.recipe: delayed only; this run's "
                "tensorwise scaling takes each tensor's own amax, so they are not used");
+    const double *split = recipe->data.split;
+    if (recipe->data.num_valid > 0 && (split[1] > 0.0 || split[2] > 0.0) && comm_world()->rank == 0)
+        mt_warn("data.split [%g, %g, %g] is not used: data.valid gives the validation data, and all of data.train "
+                "trains; drop data.split (--set \"data.split=[100, 0, 0]\"), or data.valid to split data.train",
+                split[0], split[1], split[2]);
+}
+
+/* The inputs of setup, before the model: the grid (the only collective here, which every rank reaches unless the
+ * recipe fails them all alike), then checks and loaders local to each rank. 0 or an exit status with err. */
+static int setup_inputs(TrainContext *ctx, const Recipe *recipe, const char *tokenizer_dir,
+                        const char *tokenizer_source, char *err, size_t errlen) {
+    int status = train_layout_create(recipe, &ctx->grid, &ctx->layout, &ctx->part, err, errlen);
+    if (status != 0) return status;
+    status = check_supported(recipe, &ctx->layout, err, errlen);
+    if (status != 0) return status;
+    const ModelDeviceSetup device = device_setup_of(ctx, recipe);
+    status = model_device_check(&device, err, errlen);
+    if (status != 0) return status;
+    warn_unused_settings(recipe);
     /* a model too large for this host (or GPU) is refused naming its key, not met by "out of memory" */
     if (plan_check_memory(recipe, ctx->layout.world_size, err, errlen) != 0) return MT_EXIT_USAGE;
 
@@ -209,12 +220,9 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
         mt_set_error(err, errlen, "train: nothing to do (train.steps and train.tokens give 0 steps)");
         return MT_EXIT_USAGE;
     }
-
-    const double *split = recipe->data.split;
-    if (recipe->data.num_valid > 0 && (split[1] > 0.0 || split[2] > 0.0) && comm_world()->rank == 0)
-        mt_warn("data.split [%g, %g, %g] is not used: data.valid gives the validation data, and all of data.train "
-                "trains; drop data.split (--set \"data.split=[100, 0, 0]\"), or data.valid to split data.train",
-                split[0], split[1], split[2]);
+    /* the data against the tokenizer of the model it trains, before the loaders, the model and its weights */
+    if (tokenizer_dir && train_check_data_tokenizer(recipe, tokenizer_dir, tokenizer_source, err, errlen) != 0)
+        return MT_EXIT_FAILURE;
     char loader_err[1024];
     int64_t train_samples = train_schedule_samples(train, ctx->total_steps);
     ctx->train_data = data_loader_create(&recipe->data, SPLIT_TRAIN, train->seq_len, recipe->run.seed,
@@ -225,10 +233,33 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, char *err, size_
     }
     if (open_valid_data(ctx, err, errlen) != 0) return MT_EXIT_FAILURE;
     if (check_vocab(ctx, err, errlen) != 0) return MT_EXIT_FAILURE;
+    return 0;
+}
 
-    micro_batch_init(&ctx->batch, B, train->seq_len, T);
-    model_cp_positions(T, ctx->layout.cp, ctx->part.cp_rank, ctx->batch.positions);
+int train_setup_agree(TrainContext *ctx, int status, const char *err) {
+    status = dist_report_first(status, err);
+    if (status != 0) ctx->stopped_together = true;
+    return status;
+}
 
+int train_setup_common(TrainContext *ctx, const Recipe *recipe, const char *tokenizer_dir,
+                       const char *tokenizer_source, char *err, size_t errlen) {
+    memset(ctx, 0, sizeof *ctx);
+    ctx->recipe = recipe;
+    if (comm_world()->rank != 0) mt_log_enabled = 0; /* rank 0 prints for the job */
+    train_state_init(&ctx->state, recipe->run.seed);
+    snprintf(ctx->checkpoints_dir, sizeof ctx->checkpoints_dir, "%s/checkpoints", recipe->run.dir);
+
+    /* A refusal here (a data path, a vocabulary, a tokenizer, memory) is every rank's, or one rank's before the
+     * model's collectives: the ranks agree on it, it is said once and no rank aborts. */
+    int status = train_setup_agree(ctx, setup_inputs(ctx, recipe, tokenizer_dir, tokenizer_source, err, errlen), err);
+    if (status != 0) return status;
+
+    const TrainConfig *train = &recipe->train;
+    micro_batch_init(&ctx->batch, train->micro_batch_size, train->seq_len, train->seq_len / ctx->layout.cp);
+    model_cp_positions(train->seq_len / ctx->layout.cp, ctx->layout.cp, ctx->part.cp_rank, ctx->batch.positions);
+
+    const ModelDeviceSetup device = device_setup_of(ctx, recipe);
     ctx->device = model_device_create(&device, err, errlen);
     if (!ctx->device) return MT_EXIT_FAILURE;
     ctx->model = ctx->device->host;
@@ -300,24 +331,19 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
     ctx->recipe = recipe;
     snprintf(ctx->checkpoints_dir, sizeof ctx->checkpoints_dir, "%s/checkpoints", recipe->run.dir);
     int status = refuse_existing_checkpoints(ctx, err, errlen);
-    if (status != 0) return status;
-    /* Rank 0 alone writes run.dir; the others wait for it (a rank 0 that
-     * fails here ends the job: src/dist/comm.h, dist_finish). */
+    /* Rank 0 alone writes run.dir; the others wait for it, and stop with it when it cannot. */
     struct stat before;
-    const bool created_dir = comm_world()->rank == 0 && stat(recipe->run.dir, &before) != 0;
-    if (comm_world()->rank == 0) {
-        if (make_dirs(recipe->run.dir, err, errlen) != 0) return MT_EXIT_FAILURE;
+    const bool created_dir = status == 0 && comm_world()->rank == 0 && stat(recipe->run.dir, &before) != 0;
+    if (status == 0 && comm_world()->rank == 0) {
         char path[MT_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/recipe.yaml", recipe->run.dir);
-        if (recipe_write(recipe, path, err, errlen) != 0) return MT_EXIT_FAILURE;
-        if (truncate_metrics(recipe->run.dir, err, errlen) != 0) return MT_EXIT_FAILURE;
+        if (make_dirs(recipe->run.dir, err, errlen) != 0 || recipe_write(recipe, path, err, errlen) != 0 ||
+            truncate_metrics(recipe->run.dir, err, errlen) != 0)
+            status = MT_EXIT_FAILURE;
     }
-    comm_barrier(comm_world());
-
-    /* the data against the tokenizer init_from carries, before the loaders, the model and its weights */
-    if (recipe->init_from[0] && train_check_data_tokenizer(recipe, recipe->init_from, "init_from", err, errlen) != 0)
-        status = MT_EXIT_FAILURE;
-    if (status == 0) status = train_setup_common(ctx, recipe, err, errlen);
+    status = train_setup_agree(ctx, status, err);
+    if (status == 0) status = train_setup_common(ctx, recipe, recipe->init_from[0] ? recipe->init_from : NULL,
+                                                 "init_from", err, errlen);
     if (status == 0) {
         model_init_weights(ctx->model, recipe->run.seed);
         const bool reference = recipe->model.peft.type == PEFT_LORA &&
@@ -327,6 +353,8 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
             status = init_from_checkpoint(ctx->model, recipe->init_from, &ctx->hf_files, reference ? &base : NULL, err,
                                           errlen);
         if (status == 0) choose_frozen_base(ctx, recipe, &base);
+        /* every rank reads init_from alone (no collective since the model's): they agree on what they found */
+        status = train_setup_agree(ctx, status, err);
     }
     if (status != 0) {
         if (created_dir) remove_refused_run_dir(recipe);

@@ -136,12 +136,13 @@ expect_error "$WORK/no-such-recipe.yaml" "$WORK/no-such-recipe.yaml" "No such fi
 # abort: 4 ranks, an expert layout refused against the world size, and a misspelt key; a resume on 3 ranks of a
 # checkpoint whose tp 2 does not divide them (the recipe's layout hint printed once too).
 if command -v mpirun > /dev/null && [[ -z ${TSAN_OPTIONS:-} ]]; then
-  said_once() { # NAME NP ARGS...: megatrain ARGS on NP ranks, every rank exit 2, one error
-    local name=$1 np=$2
-    shift 2
-    ranks_end 2 "$name" "$np" "$WORK/$name.log" "$MEGATRAIN" "$@"
+  said_once_status() { # STATUS NAME NP ARGS...: megatrain ARGS on NP ranks, every rank exit STATUS, one error
+    local status=$1 name=$2 np=$3
+    shift 3
+    ranks_end "$status" "$name" "$np" "$WORK/$name.log" "$MEGATRAIN" "$@"
     [[ $(grep -c '^megatrain: error: ' "$WORK/$name.log") -eq 1 ]] || fail "$name: not one error: $(cat "$WORK/$name.log")"
   }
+  said_once() { said_once_status 2 "$@"; }
   said_once ep-layout 4 run recipes/tiny/qwen3_moe.yaml --set parallel.ep=4 --set parallel.tp=2 \
     --set train.micro_batch_size=4
   said_once misspelt 4 run recipes/tiny/llama.yaml --set train.stpes=3
@@ -152,5 +153,26 @@ if command -v mpirun > /dev/null && [[ -z ${TSAN_OPTIONS:-} ]]; then
   [[ $(grep -c "checkpoints resume on any layout" "$WORK/resume-tp2.log") -eq 1 ]] ||
     fail "resume-tp2: the layout hint not once: $(cat "$WORK/resume-tp2.log")"
   echo "recipe errors under mpirun (run and resume): said once, every rank exit 2"
+  # Refusals in setup after the recipe, before the model's collectives (a data path, the data's vocabulary, run.dir
+  # rank 0 cannot make, a checkpoint that is not there or does not fit): the ranks agree, one says it, none aborts.
+  two_ranks=(--set train.micro_batch_size=4 --set optimizer.schedule.warmup_steps=0 --set train.steps=2)
+  said_once_status 1 run-data 2 run recipes/tiny/llama.yaml --set run.dir="$WORK/run-data" "${two_ranks[@]}" \
+    --set "data.train=[{path: $WORK/no-such-data, weight: 1.0}]"
+  grep -q "training data: $WORK/no-such-data.idx: cannot open" "$WORK/run-data.log" || fail "run-data: $(cat "$WORK/run-data.log")"
+  [[ ! -e $WORK/run-data ]] || fail "run-data: the refused run left its run.dir"
+  said_once_status 1 run-vocab 2 run recipes/tiny/llama.yaml --set run.dir="$WORK/run-vocab" "${two_ranks[@]}" \
+    --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set model.vocab_size=100
+  grep -q "outside the model's vocabulary" "$WORK/run-vocab.log" || fail "run-vocab: $(cat "$WORK/run-vocab.log")"
+  # (every rank lists run.dir/checkpoints, a path under a file fails them all; under /proc, rank 0's mkdir alone)
+  said_once_status 1 run-dir 2 run recipes/tiny/llama.yaml --set run.dir=/proc/megatrain-test/run "${two_ranks[@]}" \
+    --set "data.train=[{path: $WORK/english, weight: 1.0}]"
+  grep -q "error: rank 0: run.dir: " "$WORK/run-dir.log" || fail "run-dir: rank 0 alone failed, unnamed: $(cat "$WORK/run-dir.log")"
+  said_once_status 1 resume-missing 2 resume "$WORK/no-such-run"
+  said_once_status 1 resume-data 2 resume "$WORK/two" --set train.micro_batch_size=4 --set train.steps=4 \
+    --set "data.train=[{path: $WORK/no-such-data, weight: 1.0}]"
+  said_once_status 2 resume-shape 2 resume "$WORK/two" --set train.micro_batch_size=4 --set model.hidden_size=128
+  grep -q "model.hidden_size: the checkpoint's model has 64" "$WORK/resume-shape.log" ||
+    fail "resume-shape: $(cat "$WORK/resume-shape.log")"
+  echo "setup refusals under mpirun (data, vocabulary, run.dir, resume's checkpoint): said once, no abort"
 fi
 echo "recipe errors: ok"
