@@ -11,6 +11,7 @@
  * megatrain plan RECIPE.yaml [--world N] [--device-memory GiB]
  * Exit status: 0 success, 2 usage or recipe error, 1 any other failure.
  */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -162,6 +163,9 @@ static int cmd_data(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    /* A file-size limit (ulimit -f) makes a write fail with EFBIG, which every writer reports naming its file,
+     * rather than kill the process with SIGXFSZ mid-save (a background save's thread blocks it anyway). */
+    signal(SIGXFSZ, SIG_IGN);
     if (argc < 2) {
         fputs(usage_text, stderr);
         return MT_EXIT_USAGE;

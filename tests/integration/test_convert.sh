@@ -183,6 +183,17 @@ status=0
 [[ $status -eq 1 ]] && grep -q "already exists" "$WORK/taken.log" || fail "existing DST: $(cat "$WORK/taken.log")"
 [[ "$(ls "$WORK/taken")" == file ]] || fail "existing DST was touched"
 
+# A file-size limit (ulimit -f, in KiB) below the output: each direction exits 1 naming the file it could not
+# write (megatrain ignores SIGXFSZ, which would kill it mid-write), and leaves neither DST nor its temporary.
+"$MEGATRAIN" convert "$FIX/llama_gqa_rope3" "$WORK/big.ckpt" > /dev/null || fail "llama_gqa_rope3: HF -> megatrain"
+for pair in "$FIX/llama_gqa_rope3:$WORK/limited.ckpt" "$WORK/big.ckpt:$WORK/limited.hf"; do
+  status=0
+  (ulimit -f 100; exec "$MEGATRAIN" convert "${pair%%:*}" "${pair#*:}") > /dev/null 2> "$WORK/limited.log" || status=$?
+  [[ $status -eq 1 ]] && grep -q "\.tmp\.[0-9]*/[a-z_0-9]*\.[a-z]*: .*File too large" "$WORK/limited.log" ||
+    fail "${pair#*:} under ulimit -f: exit $status: $(cat "$WORK/limited.log")"
+  [[ -z "$(ls -d "${pair#*:}"* 2> /dev/null)" ]] || fail "${pair#*:} under ulimit -f: left $(ls -d "${pair#*:}"*)"
+done
+
 # Usage.
 status=0; "$MEGATRAIN" convert "$FIX/llama_tied" "" > /dev/null 2> "$WORK/err.txt" || status=$?
 [[ $status -eq 2 ]] && grep -q "DST is empty" "$WORK/err.txt" || fail "an empty DST: $status $(cat "$WORK/err.txt")"
