@@ -10,6 +10,7 @@
 #include <string.h>
 #include <dirent.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -242,4 +243,30 @@ char *mt_read_file(const char *path, size_t max_bytes, size_t *len, char *err, s
     }
     text[*len] = '\0';
     return text;
+}
+
+int mt_lock_file(const char *path, char *holder, size_t holderlen) {
+    static char held[4096]; /* the one path this process locks (a run's directory) */
+    if (held[0] && strcmp(held, path) == 0) return 0;
+    if (holderlen) holder[0] = '\0';
+    const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) return -1;
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        const int why = errno;
+        if (why == EWOULDBLOCK && holderlen) {
+            const ssize_t n = read(fd, holder, holderlen - 1);
+            holder[n > 0 ? n : 0] = '\0';
+            holder[strcspn(holder, "\n")] = '\0';
+        }
+        close(fd);
+        errno = why;
+        return why == EWOULDBLOCK ? 1 : -1;
+    }
+    char host[256] = "";
+    if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "?");
+    char line[320];
+    const int n = snprintf(line, sizeof line, "pid %ld on %s\n", (long)getpid(), host);
+    if (ftruncate(fd, 0) != 0 || mt_write_all(fd, line, (size_t)n) != 0) { /* the lock holds without the line */ }
+    snprintf(held, sizeof held, "%s", path);
+    return 0; /* fd stays open: the lock lasts until the process ends */
 }

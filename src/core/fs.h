@@ -66,4 +66,11 @@ void mt_parent_dir(const char *path, char *out, size_t outlen);
  * (renameat2 RENAME_NOREPLACE, with a checked fallback). Returns 0 or -1 (errno). */
 int mt_rename_noreplace(const char *from, const char *to);
 
+/* Lock `path` (created when missing) for the rest of this process's life: an exclusive flock(2) that the
+ * kernel drops when the process ends, however it ends; the file then holds "pid P on HOST". Returns 0 (held;
+ * again 0 for the path this process already holds), 1 when another process holds it (*holder: its line from
+ * the file, "" when unreadable), or -1 with errno (the file cannot be created, or the file system has no
+ * locks: ENOLCK, EOPNOTSUPP, ENOSYS). */
+int mt_lock_file(const char *path, char *holder, size_t holderlen);
+
 #endif

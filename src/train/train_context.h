@@ -82,6 +82,15 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, const char *toke
  * and ends MPI with no abort (dist_finish_together). */
 int train_setup_agree(TrainContext *ctx, int status, const char *err);
 
+/* The file in run.dir that a run's rank 0 locks while it writes there (train_lock_run_dir). */
+#define TRAIN_RUN_DIR_LOCK ".megatrain.lock"
+
+/* Rank 0 of a run or resume, before it writes run.dir: run.dir/TRAIN_RUN_DIR_LOCK locked for the process's
+ * life (mt_lock_file), so that a second process on the same run (a job started again while the first still
+ * runs) is refused, naming the holder, before it writes anything. A file system without locks is warned about
+ * and passes. Returns 0, or -1 with err. */
+int train_lock_run_dir(const char *run_dir, char *err, size_t errlen);
+
 /* Each dataset of the recipe that `data build` made (PREFIX.build.json)
  * against the tokenizer.json that checkpoint `ckpt_dir` (or a run
  * directory's newest) carries, `model_source` naming it in messages

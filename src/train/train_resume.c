@@ -111,7 +111,13 @@ static int keep_frozen_base(TrainContext *ctx, const Recipe *recipe, const char 
 int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *checkpoint_dir, bool load_optimizer,
                        char *err, size_t errlen) {
     memset(ctx, 0, sizeof *ctx); /* train_teardown is safe after any return */
-    int status = train_setup_common(ctx, recipe, checkpoint_dir, "resume from", err, errlen);
+    /* run.dir is this process's before anything is loaded: another one writing there refuses this resume */
+    int status = 0;
+    if (comm_world()->rank == 0 &&
+        (mt_make_dirs(recipe->run.dir, err, errlen) != 0 || train_lock_run_dir(recipe->run.dir, err, errlen) != 0))
+        status = MT_EXIT_FAILURE;
+    if (train_setup_agree(ctx, status, err) != 0) return MT_EXIT_FAILURE;
+    status = train_setup_common(ctx, recipe, checkpoint_dir, "resume from", err, errlen);
     if (status != 0) return status;
 
     /* The checkpoint holds the full moments (fp32 or bf16: they are loaded as
@@ -160,7 +166,7 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
     if (status_after == 0 && comm_world()->rank == 0) {
         char path[MT_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/recipe.yaml", recipe->run.dir);
-        if (mt_make_dirs(recipe->run.dir, err, errlen) != 0 || recipe_write(recipe, path, err, errlen) != 0 ||
+        if (recipe_write(recipe, path, err, errlen) != 0 ||
             trim_metrics(recipe->run.dir, ctx->state.step, err, errlen) != 0)
             status_after = MT_EXIT_FAILURE;
     }

@@ -267,14 +267,38 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, const char *toke
     return 0;
 }
 
+int train_lock_run_dir(const char *run_dir, char *err, size_t errlen) {
+    char path[MT_PATH_MAX + 32], holder[320];
+    snprintf(path, sizeof path, "%s/%s", run_dir, TRAIN_RUN_DIR_LOCK);
+    const int rc = mt_lock_file(path, holder, sizeof holder);
+    if (rc == 1) {
+        mt_set_error(err, errlen,
+                     "run.dir: '%s' is in use by another megatrain process (%s, says %s): two processes writing one "
+                     "run would break each other's checkpoints and metrics.jsonl; wait for it to end, or choose "
+                     "another run.dir (--set run.dir=NEW)",
+                     run_dir, holder[0] ? holder : "which one is not recorded", path);
+        return -1;
+    }
+    if (rc < 0 && (errno == ENOLCK || errno == EOPNOTSUPP || errno == ENOSYS)) {
+        mt_warn("run.dir: %s cannot be locked (%s): nothing keeps a second process from writing this run at the "
+                "same time", path, strerror(errno));
+        return 0;
+    }
+    if (rc < 0) {
+        mt_set_error(err, errlen, "run.dir: %s: cannot create: %s", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 /* A run refused before its first step leaves no run.dir behind when it made
- * it: the two files train_setup wrote and the data's index cache when it
+ * it: the files train_setup wrote (and its lock) and the data's index cache when it
  * lies in run.dir (data.cache_dir's default, built by this run), then the
  * directory if nothing else is in it (rmdir fails on anything more, and
  * that is left alone). */
 static void remove_refused_run_dir(const Recipe *recipe) {
     const char *run_dir = recipe->run.dir;
-    static const char *const written[] = {"recipe.yaml", "metrics.jsonl"};
+    static const char *const written[] = {"recipe.yaml", "metrics.jsonl", TRAIN_RUN_DIR_LOCK};
     char path[MT_PATH_MAX + 32], ignored[256];
     for (size_t i = 0; i < sizeof written / sizeof *written; i++) {
         snprintf(path, sizeof path, "%s/%s", run_dir, written[i]);
@@ -337,8 +361,8 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
     if (status == 0 && comm_world()->rank == 0) {
         char path[MT_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/recipe.yaml", recipe->run.dir);
-        if (make_dirs(recipe->run.dir, err, errlen) != 0 || recipe_write(recipe, path, err, errlen) != 0 ||
-            truncate_metrics(recipe->run.dir, err, errlen) != 0)
+        if (make_dirs(recipe->run.dir, err, errlen) != 0 || train_lock_run_dir(recipe->run.dir, err, errlen) != 0 ||
+            recipe_write(recipe, path, err, errlen) != 0 || truncate_metrics(recipe->run.dir, err, errlen) != 0)
             status = MT_EXIT_FAILURE;
     }
     status = train_setup_agree(ctx, status, err);

@@ -2,7 +2,10 @@
 MEGATRAIN=${MEGATRAIN:-build/megatrain}
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 WORK=$(mktemp -d)
-trap 'rm -rf "$WORK"' EXIT
+# Processes a test starts in the background and records in BACKGROUND are killed when it ends, pass or fail
+# (a failed check must not leave a run training on).
+BACKGROUND=()
+trap 'for p in "${BACKGROUND[@]}"; do kill -9 "$p" 2> /dev/null || true; done; rm -rf "$WORK"' EXIT
 
 fail() { echo "FAIL: $*" >&2; exit 1; }
 

@@ -9,7 +9,9 @@
 # - a finished run has nothing to do (exit 0); a directory without
 #   checkpoints is an error (exit 1);
 # - a checkpoint that cannot be written (file size limit) stops the run with
-#   exit 1 and a message, sync or async, leaving no partial checkpoint.
+#   exit 1 and a message, sync or async, leaving no partial checkpoint;
+# - a second process on a run.dir another one is writing (run or resume)
+#   is refused (exit 1, naming the holder) before it writes anything.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 demo_data "$WORK/english"
@@ -97,3 +99,24 @@ if command -v mpirun > /dev/null && [[ -z ${TSAN_OPTIONS:-} ]]; then
     echo "dp 2, async=$async: save failure stopped every rank with exit 1, no abort"
   done
 fi
+
+# One writer a run: while a run trains in run.dir, another `run` or `resume` there is refused naming the holder,
+# and changes nothing; after the first stops (SIGTERM: a checkpoint), resume goes on.
+busy="$WORK/busy"
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$busy" --set train.steps=100000 --set train.eval_interval=0 \
+  --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set checkpoint.interval=20 > "$WORK/busy.log" 2>&1 &
+holder=$!
+BACKGROUND+=("$holder")
+for _ in $(seq 300); do [[ -s $busy/metrics.jsonl ]] && break; sleep 0.1; done
+[[ -s $busy/metrics.jsonl ]] || fail "the busy run did not start: $(cat "$WORK/busy.log")"
+[[ -e $busy/checkpoints/iter_0000020 ]] && fail "the busy run saved before the second run could try"
+expect 1 "run.dir: '$busy' is in use by another megatrain process (pid $holder on " run "$busy" 10
+for _ in $(seq 300); do [[ -e $busy/checkpoints/iter_0000020 ]] && break; sleep 0.1; done
+[[ -e $busy/checkpoints/iter_0000020 ]] || fail "the busy run did not save: $(cat "$WORK/busy.log")"
+expect 1 "is in use by another megatrain process (pid $holder on " "$MEGATRAIN" resume "$busy" --set train.steps=200000
+kill -0 "$holder" || fail "the busy run ended early: $(tail -n 3 "$WORK/busy.log")"
+kill -TERM "$holder"
+wait "$holder" || fail "the busy run, stopped by SIGTERM: exit $?: $(tail -n 3 "$WORK/busy.log")"
+stopped=$(basename "$(ls -d "$busy"/checkpoints/iter_* | tail -n 1)")
+expect 0 "resume: from $busy/checkpoints/$stopped" "$MEGATRAIN" resume "$busy" --set train.steps=$((10#${stopped#iter_} + 2))
+echo "one writer a run.dir: a second run and resume refused while the first trains; resume after it stopped"
