@@ -57,8 +57,10 @@ int read_steps(void *base, const YEntry *entry, const char *path, char *err, siz
 int read_tokens(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
     char found[128];
     double tokens;
-    if (entry->value->kind != YNODE_SCALAR || parse_token_count(entry->value->text, &tokens) != 0 || tokens < 1)
-        return key_error(err, errlen, entry->loc, path, "expected a positive token count like 2400000000 or 2.4B, found %s",
+    if (entry->value->kind != YNODE_SCALAR || parse_token_count(entry->value->text, &tokens) != 0 || tokens < 1 ||
+        tokens > 0x1p53)
+        return key_error(err, errlen, entry->loc, path,
+                         "expected a positive token count like 2400000000 or 2.4B, at most 2^53 (9.0e15), found %s",
                          ytree_describe(entry->value, found, sizeof found));
     ((TrainConfig *)base)->tokens = tokens;
     return 0;

@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include "batch_schedule.h"
 #include "recipe_schema.h"
 
 /* Location of the deepest key of dotted `rel` present under `map`. */
@@ -216,6 +217,12 @@ static int validate_schedule(const Recipe *r, const YNode *root, YLoc at, char *
         return fail(err, errlen, root, at, "", "optimizer.schedule.warmup_steps",
                     "expected at most train.steps (%ld), found %ld (a short run needs --set "
                     "optimizer.schedule.warmup_steps=%ld or fewer)", r->train.steps, o->warmup_steps, r->train.steps);
+    const long token_steps = r->train.tokens > 0 ? train_total_steps(&r->train) : 0;
+    if (token_steps > 0 && o->warmup_steps > token_steps)
+        return fail(err, errlen, root, at, "", "optimizer.schedule.warmup_steps",
+                    "expected at most the %ld steps train.tokens (%.0f) takes, found %ld (a short run needs --set "
+                    "optimizer.schedule.warmup_steps=%ld or fewer)", token_steps, r->train.tokens, o->warmup_steps,
+                    token_steps);
     if (o->decay_steps > 0 && o->warmup_steps > o->decay_steps)
         return fail(err, errlen, root, at, "", "optimizer.schedule.warmup_steps",
                     "expected at most optimizer.schedule.decay_steps (%ld), found %ld", o->decay_steps, o->warmup_steps);

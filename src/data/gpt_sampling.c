@@ -60,6 +60,15 @@ int64_t gpt_shuffle_block(int64_t tokens_per_epoch, int seq_len) {
 /* Samples in the complete shuffle blocks of `samples`. */
 static int64_t complete_block_samples(int64_t samples, int64_t block) { return samples / block * block; }
 
+/* The refusal of an index with more than GPT_MAX_INDEX_ENTRIES entries: -1 with err. */
+static int too_many_samples(const IndexedDataset *ds, int64_t target, int seq_len, int64_t epochs,
+                            int64_t tokens_per_epoch, char *err, size_t errlen) {
+    mt_set_error(err, errlen, "%s: %lld samples of %d tokens need %lld epochs of %lld tokens: too many for a sample "
+                 "index; ask for fewer samples (%s)", ds->prefix, (long long)target, seq_len, (long long)epochs,
+                 (long long)tokens_per_epoch, FEWER_SAMPLES);
+    return -1;
+}
+
 int gpt_index_build(GptSampleIndex *gi, const IndexedDataset *ds, int64_t first_sequence, int64_t end_sequence,
                     int seq_len, uint64_t seed, int64_t num_samples, char *err, size_t errlen) {
     memset(gi, 0, sizeof(*gi));
@@ -79,6 +88,10 @@ int gpt_index_build(GptSampleIndex *gi, const IndexedDataset *ds, int64_t first_
     double needed_tokens = (double)target * seq_len + 1;
     int64_t epochs = (int64_t)ceil(needed_tokens / (double)tokens_per_epoch);
     if (epochs < 1) epochs = 1;
+    /* the estimate's epochs already past the limit: refused before the exact count below (whose products would
+     * overflow for budgets near 2^63 tokens) */
+    if ((double)epochs * (double)units + 3.0 * (double)target > (double)GPT_MAX_INDEX_ENTRIES)
+        return too_many_samples(ds, target, seq_len, epochs, tokens_per_epoch, err, errlen);
     /* The sample order is shuffled in blocks of one epoch's worth of samples,
      * each block with its own seed, and only complete blocks may hold the
      * `target` samples: then the first `target` samples are the same whatever
@@ -89,12 +102,8 @@ int gpt_index_build(GptSampleIndex *gi, const IndexedDataset *ds, int64_t first_
     while (epochs > 1 && complete_block_samples(((epochs - 1) * tokens_per_epoch - 1) / seq_len, block) >= target)
         epochs--;
     int64_t samples = (epochs * tokens_per_epoch - 1) / seq_len;
-    if ((double)epochs * (double)units + 3.0 * (double)samples > (double)GPT_MAX_INDEX_ENTRIES) {
-        mt_set_error(err, errlen, "%s: %lld samples of %d tokens need %lld epochs of %lld tokens: too many for a "
-                     "sample index; ask for fewer samples (%s)", ds->prefix, (long long)target, seq_len,
-                     (long long)epochs, (long long)tokens_per_epoch, FEWER_SAMPLES);
-        return -1;
-    }
+    if ((double)epochs * (double)units + 3.0 * (double)samples > (double)GPT_MAX_INDEX_ENTRIES)
+        return too_many_samples(ds, target, seq_len, epochs, tokens_per_epoch, err, errlen);
     const size_t bytes = gpt_index_block_bytes(epochs * units, samples);
     /* the host's memory, or less under an address-space limit (ulimit -v) */
     double host = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGESIZE);

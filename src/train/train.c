@@ -18,6 +18,7 @@
 #include "../dist/dp_sync.h"
 #include "../obs/health.h"
 #include "../obs/replica_check.h"
+#include "../config/batch_schedule.h"
 #include "metrics.h"
 #include "train_ckpt.h"
 #include "train_context.h"

@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "batch_schedule.h"
+#include "../config/batch_schedule.h"
 #include "lr_schedule.h"
 
 CkptState train_ckpt_state(const TrainState *state, long optimizer_step, const Recipe *recipe) {

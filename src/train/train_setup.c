@@ -18,7 +18,7 @@
 #include "../data/dataset_tokenizer.h"
 #include "../dist/comm.h"
 #include "../plan/plan.h"
-#include "batch_schedule.h"
+#include "../config/batch_schedule.h"
 #include "train_context.h"
 
 /* mkdir -p for run.dir, with the key named in any error. */

@@ -24,8 +24,4 @@ typedef struct TrainState {
 /* A fresh run: nothing consumed yet, rng seeded from `seed`. */
 void train_state_init(TrainState *state, uint64_t seed);
 
-/* Total train samples the schedule consumes over `total_steps` steps
- * (the sum of the global batch sizes), for sizing the data loader. */
-int64_t train_schedule_samples(const TrainConfig *train, long total_steps);
-
 #endif

@@ -32,7 +32,7 @@
 #include "../dist/comm.h"
 #include "../dist/dp_sync.h"
 #include "../obs/health.h"
-#include "batch_schedule.h"
+#include "../config/batch_schedule.h"
 #include "grad_clip.h"
 #include "lr_schedule.h"
 #include "train_context.h"

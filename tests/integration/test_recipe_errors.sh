@@ -105,6 +105,20 @@ if [[ ${MT_SANITIZE:-0} != 1 ]]; then
       "$WORK/stderr" || fail "a huge sample index: exit $status: $(cat "$WORK/stderr")"
   [[ ! -e "$WORK/huge_index" ]] || fail "the refused run left its new run.dir behind"
 fi
+# the largest budgets the recipe takes are refused at once (the schedule is walked a stage at a time, the sample
+# index sized before it is counted), not walked for ever; beyond them the keys refuse
+for budget in "train.steps=9007199254740992" "train.tokens=9e15"; do
+  status=0
+  timeout 20 "$MEGATRAIN" run "$f" --set run.dir="$WORK/budget" --set train.steps=null --set "$budget" \
+    --set "data.train=[{path: $WORK/english, weight: 1.0}]" > /dev/null 2> "$WORK/stderr" || status=$?
+  [[ $status == 1 ]] && grep -qF "too many for a sample index; ask for fewer samples" "$WORK/stderr" ||
+    fail "$budget: exit $status (124: it hung): $(cat "$WORK/stderr")"
+done
+expect_error "$f" "--set train.tokens=1e30: train.tokens: expected a positive token count like 2400000000 or 2.4B, at most 2^53" \
+  "" --set train.steps=null --set train.tokens=1e30
+# warmup within the steps a token budget takes, as within train.steps
+expect_error recipes/tiny/llama.yaml "recipes/tiny/llama.yaml:41: optimizer.schedule.warmup_steps: expected at most the 2 steps train.tokens (1024) takes, found 20" \
+  "optimizer.schedule.warmup_steps=2 or fewer" --set train.steps=null --set train.tokens=1024
 # alias bombs (nested aliases expanding to millions of nodes: tests/fuzz/crashes/recipe_yaml) are
 # refused in milliseconds at the line of the alias that crossed the cap, by `plan` too, and in a --set
 # (in a subshell limited to 1 GB, so that a regression fails instead of exhausting the machine)

@@ -4,10 +4,11 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "train/batch_schedule.h"
+#include "config/batch_schedule.h"
 #include "train/train_state.h"
 
 static TrainConfig plain(long steps, double tokens, int seq_len, long gbs) {
@@ -115,6 +116,64 @@ static void test_schedule_samples(void **state) {
     assert_int_equal(train_schedule_samples(&tok, train_total_steps(&tok)), 5 * 2 + 5 * 4);
 }
 
+/* The step-by-step walk the closed form replaced: the reference for every schedule below. */
+static void walk_steps(const TrainConfig *t, long max_steps, long *steps, int64_t *samples) {
+    double consumed = 0.0;
+    *steps = 0;
+    *samples = 0;
+    while (*steps < max_steps && (t->tokens <= 0 || consumed < t->tokens)) {
+        const long gbs = global_batch_at(t, *steps, consumed);
+        consumed += (double)gbs * (double)t->seq_len;
+        *samples += gbs;
+        (*steps)++;
+    }
+}
+
+/* Random schedules in both forms (starts on and between step boundaries, stages a step skips over, budgets
+ * inside and past the last stage): train_total_steps and train_schedule_samples equal the step-by-step walk. */
+static void test_runs_equal_steps(void **state) {
+    (void)state;
+    uint64_t x = 88172645463325252ULL;
+    for (int trial = 0; trial < 2000; trial++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        const bool tokens = x & 1;
+        TrainConfig t = plain(0, 0, 1 + (int)((x >> 8) % 16), 1 + (long)((x >> 16) % 6));
+        t.batch_stages_in_tokens = tokens;
+        double start = 0;
+        const int stages = (int)((x >> 24) % 5);
+        for (int s = 0; s < stages; s++) {
+            x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+            start += tokens ? 1 + (double)(x % 400) : 1 + (double)(x % 30);
+            add_stage(&t, start, 1 + (long)((x >> 20) % 8));
+        }
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        if (x & 1) t.tokens = 1 + (double)(x >> 4 & 4095);
+        else t.steps = 1 + (long)(x >> 4 & 127);
+        long want_steps;
+        int64_t want_samples;
+        walk_steps(&t, t.tokens > 0 ? 1L << 40 : t.steps, &want_steps, &want_samples);
+        assert_int_equal(train_total_steps(&t), want_steps);
+        assert_int_equal(train_schedule_samples(&t, want_steps), want_samples);
+        const long half = want_steps / 2;
+        walk_steps(&t, half, &want_steps, &want_samples);
+        assert_int_equal(train_schedule_samples(&t, half), want_samples);
+    }
+}
+
+/* The largest budgets the recipe allows take runs, not steps (a step at a time, 2^53 steps never ended). */
+static void test_largest_budgets(void **state) {
+    (void)state;
+    TrainConfig t = plain(0, 0x1p53, 1, 1);
+    assert_int_equal(train_total_steps(&t), 1L << 53);
+    add_stage(&t, 1000, 2);
+    t.batch_stages_in_tokens = true;
+    assert_int_equal(train_total_steps(&t), 1000 + ((1L << 53) - 1000) / 2);
+    TrainConfig s = plain(1L << 53, 0, 4096, 1024);
+    add_stage(&s, 10, 2048);
+    assert_int_equal(train_schedule_samples(&s, 1L << 53), INT64_MAX); /* about 2^64 samples: more than int64 */
+    assert_int_equal(train_schedule_samples(&s, 1L << 40), 10 * 1024 + ((1L << 40) - 10) * 2048);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_stage),
@@ -125,6 +184,8 @@ int main(void) {
         cmocka_unit_test(test_total_steps_with_token_stages),
         cmocka_unit_test(test_total_steps_with_step_stages),
         cmocka_unit_test(test_schedule_samples),
+        cmocka_unit_test(test_runs_equal_steps),
+        cmocka_unit_test(test_largest_budgets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
