@@ -184,13 +184,40 @@ static YNode *load_with(yaml_parser_t *parser, const char *file, bool lines, cha
         free(cv.seen);
     }
     yaml_document_delete(&doc);
+    /* a second document (after ---) would be ignored without a word: refused */
+    if (root && yaml_parser_load(parser, &doc)) {
+        const yaml_node_t *second = yaml_document_get_root_node(&doc);
+        /* (a trailing --- with nothing after it is an empty document: let it be) */
+        const bool another = second && !(second->type == YAML_SCALAR_NODE && second->data.scalar.length == 0);
+        YLoc at = {(char *)file, lines ? (int)doc.start_mark.line + 1 : 0};
+        yaml_document_delete(&doc);
+        if (another) {
+            mt_set_error(err, errlen, "%s: a second YAML document (after ---); a recipe is one document",
+                         yloc_format(at, where, sizeof where));
+            ytree_free(root);
+            return NULL;
+        }
+    } else if (root) {
+        YLoc at = {(char *)file, lines ? (int)parser->problem_mark.line + 1 : 0};
+        mt_set_error(err, errlen, "%s: YAML syntax error after the document: %s", yloc_format(at, where, sizeof where),
+                     parser->problem ? parser->problem : "malformed YAML");
+        ytree_free(root);
+        return NULL;
+    }
     return root;
 }
 
 YNode *ytree_load_file(const char *path, char *err, size_t errlen) {
     /* a directory would make libyaml say only "input error", a FIFO would block: both refused here */
-    FILE *fp = mt_fopen_regular(path, "a YAML file", NULL, err, errlen);
+    uint64_t size = 0;
+    FILE *fp = mt_fopen_regular(path, "a YAML file", &size, err, errlen);
     if (!fp) return NULL;
+    if (size > YTREE_MAX_BYTES) { /* libyaml holds the whole document before the node cap can apply */
+        mt_set_error(err, errlen, "%s: %.1f MiB; a recipe is a few KiB (at most %d MiB)", path,
+                     (double)size / 1048576.0, YTREE_MAX_BYTES >> 20);
+        fclose(fp);
+        return NULL;
+    }
     yaml_parser_t parser;
     yaml_parser_initialize(&parser);
     yaml_parser_set_input_file(&parser, fp);
@@ -201,6 +228,11 @@ YNode *ytree_load_file(const char *path, char *err, size_t errlen) {
 }
 
 YNode *ytree_load_string(const char *text, const char *origin, char *err, size_t errlen) {
+    if (strlen(text) > YTREE_MAX_BYTES) {
+        mt_set_error(err, errlen, "%s: %.1f MiB of YAML; a value is a few bytes (at most %d MiB)", origin,
+                     (double)strlen(text) / 1048576.0, YTREE_MAX_BYTES >> 20);
+        return NULL;
+    }
     yaml_parser_t parser;
     yaml_parser_initialize(&parser);
     yaml_parser_set_input_string(&parser, (const unsigned char *)text, strlen(text));

@@ -14,6 +14,8 @@
  * exponentially). The largest shipped recipe has 125 nodes, a blend of 20000
  * datasets about 100000; an alias bomb stops here in milliseconds. */
 #define YTREE_MAX_NODES 100000
+/* Bytes of YAML read at most (a file, a --set value): libyaml builds the whole document before the node cap. */
+#define YTREE_MAX_BYTES (1 << 20)
 
 typedef enum { YNODE_SCALAR, YNODE_MAPPING, YNODE_SEQUENCE } YNodeKind;
 

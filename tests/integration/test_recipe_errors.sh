@@ -116,6 +116,16 @@ for budget in "train.steps=9007199254740992" "train.tokens=9e15"; do
 done
 expect_error "$f" "--set train.tokens=1e30: train.tokens: expected a positive token count like 2400000000 or 2.4B, at most 2^53" \
   "" --set train.steps=null --set train.tokens=1e30
+# one document a recipe (a second after --- is not ignored), and at most 1 MiB of YAML (libyaml holds a whole
+# document before the node cap applies: 20 MB of a list took 1.6 GB)
+{ cat "$FIX/good_minimal.yaml"; echo ---; echo 'train: {steps: 3}'; } > "$WORK/two_docs.yaml"
+lines=$(($(wc -l < "$FIX/good_minimal.yaml") + 1))
+expect_error "$WORK/two_docs.yaml" "$WORK/two_docs.yaml:$lines: a second YAML document (after ---)" "a recipe is one document"
+expect_error "$FIX/good_minimal.yaml" "--set train.steps=3" "a second YAML document" --set $'train.steps=3\n---\nx: 1'
+{ cat "$FIX/good_minimal.yaml"; echo ---; } > "$WORK/trailing_dashes.yaml"
+"$MEGATRAIN" plan "$WORK/trailing_dashes.yaml" > /dev/null || fail "a trailing --- (an empty document) was refused"
+{ cat "$FIX/good_minimal.yaml"; printf '# %01100000d\n' 0; } > "$WORK/big.yaml"
+expect_error "$WORK/big.yaml" "$WORK/big.yaml: 1.0 MiB; a recipe is a few KiB" "at most 1 MiB"
 # warmup within the steps a token budget takes, as within train.steps
 expect_error recipes/tiny/llama.yaml "recipes/tiny/llama.yaml:41: optimizer.schedule.warmup_steps: expected at most the 2 steps train.tokens (1024) takes, found 20" \
   "optimizer.schedule.warmup_steps=2 or fewer" --set train.steps=null --set train.tokens=1024
