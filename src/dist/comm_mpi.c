@@ -92,6 +92,17 @@ void dist_init(int *argc, char ***argv) {
     world.handle = &world_handle;
     MPI_Comm_rank(MPI_COMM_WORLD, &world.rank);
     MPI_Comm_size(MPI_COMM_WORLD, &world.size);
+    /* The recipe's layout was checked against the launcher's variable: MPI must agree. SLURM_NTASKS in a batch
+     * script run without srun is the common case (one process, which would train as if it were several). */
+    if (world.size != launch_world_size()) {
+        if (world.rank == 0)
+            mt_error("%s=%d says %d ranks, but MPI started %d: start every rank with srun or mpirun (or unset %s "
+                     "for one process)", launch_world_size_name(), launch_world_size(), launch_world_size(),
+                     world.size, launch_world_size_name());
+        finished = 1;
+        MPI_Finalize();
+        exit(MT_EXIT_USAGE);
+    }
 }
 
 const Comm *comm_world(void) { return &world; }

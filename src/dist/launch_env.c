@@ -3,21 +3,33 @@
 
 #include <stdlib.h>
 
-static int env_int(const char *const *names, int fallback) {
+/* The first of `names` set to a number in [0, 2^30) (its name in *which), else fallback (*which NULL). */
+static int env_int_from(const char *const *names, int fallback, const char **which) {
+    if (which) *which = NULL;
     for (int i = 0; names[i]; i++) {
         const char *v = getenv(names[i]);
         if (v && *v) {
             char *end;
             long x = strtol(v, &end, 10);
-            if (*end == '\0' && x >= 0 && x < (1L << 30)) return (int)x;
+            if (*end == '\0' && x >= 0 && x < (1L << 30)) {
+                if (which) *which = names[i];
+                return (int)x;
+            }
         }
     }
     return fallback;
 }
 
-int launch_world_size(void) {
-    static const char *const names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", NULL};
-    return env_int(names, 1);
+static int env_int(const char *const *names, int fallback) { return env_int_from(names, fallback, NULL); }
+
+static const char *const world_size_names[] = {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS", NULL};
+
+int launch_world_size(void) { return env_int(world_size_names, 1); }
+
+const char *launch_world_size_name(void) {
+    const char *which;
+    env_int_from(world_size_names, 1, &which);
+    return which;
 }
 
 int launch_local_rank(void) {

@@ -7,6 +7,8 @@
 
 /* World size from OMPI_COMM_WORLD_SIZE, PMI_SIZE or SLURM_NTASKS; 1 when absent. */
 int launch_world_size(void);
+/* The variable launch_world_size read ("SLURM_NTASKS"...), NULL when none. */
+const char *launch_world_size_name(void);
 /* Rank from OMPI_COMM_WORLD_RANK, PMI_RANK or SLURM_PROCID; 0 when absent. */
 int launch_rank(void);
 /* Rank among the processes on this machine (OMPI_COMM_WORLD_LOCAL_RANK,

@@ -198,5 +198,12 @@ if command -v mpirun > /dev/null && [[ -z ${TSAN_OPTIONS:-} ]]; then
   grep -q "model.hidden_size: the checkpoint's model has 64" "$WORK/resume-shape.log" ||
     fail "resume-shape: $(cat "$WORK/resume-shape.log")"
   echo "setup refusals under mpirun (data, vocabulary, run.dir, resume's checkpoint): said once, no abort"
+  # a launcher's variable without the launcher (SLURM_NTASKS in a batch script run without srun): MPI starts one
+  # rank, which is refused, naming the variable, rather than trained as one of two
+  status=0
+  SLURM_NTASKS=2 timeout 60 "$MEGATRAIN" run recipes/tiny/llama.yaml --set run.dir="$WORK/slurm" "${two_ranks[@]}" \
+    --set "data.train=[{path: $WORK/english, weight: 1.0}]" > "$WORK/slurm.log" 2>&1 || status=$?
+  [[ $status == 2 ]] && grep -q "SLURM_NTASKS=2 says 2 ranks, but MPI started 1: start every rank with srun or mpirun" \
+    "$WORK/slurm.log" && [[ ! -e $WORK/slurm ]] || fail "SLURM_NTASKS=2 alone: exit $status: $(cat "$WORK/slurm.log")"
 fi
 echo "recipe errors: ok"
