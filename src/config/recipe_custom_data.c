@@ -1,6 +1,7 @@
 /* recipe_custom_data.c: data.train / data.valid (a prefix, or a list of
  * {path, weight} or prefixes) and data.split ([train, valid, test] weights
  * or Megatron's "98,2,0"). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -101,6 +102,7 @@ int data_split_parse(const char *text, double split[3]) {
             return -1;
         p = end + 1;
     }
+    if (!isfinite(split[0] + split[1] + split[2])) return -1; /* inf, or a sum past the doubles: no shares */
     return split[0] > 0 ? 0 : -2;
 }
 
@@ -124,6 +126,9 @@ int read_split(void *base, const YEntry *entry, const char *path, char *err, siz
     }
     if (split[0] <= 0)
         return key_error(err, errlen, entry->loc, path, "expected a positive train weight, found %g", split[0]);
+    if (!isfinite(split[0] + split[1] + split[2]))
+        return key_error(err, errlen, entry->loc, path, "expected weights whose sum is a number, found %g + %g + %g",
+                         split[0], split[1], split[2]);
     memcpy(data->split, split, sizeof split);
     return 0;
 }

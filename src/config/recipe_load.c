@@ -82,12 +82,15 @@ static int apply_override(YNode *root, const char *text, char *err, size_t errle
     }
     memcpy(key, text, key_len);
     key[key_len] = '\0';
-    if (equals[1] == '\0') { /* an empty shell variable, most likely; YAML would read it as null: the default */
+    YNode *value = ytree_load_string(equals + 1, origin, err, errlen);
+    if (!value) return -1;
+    /* nothing but blanks or a comment (an empty shell variable, most likely): YAML reads it as null, the default,
+     * which only an explicit null asks for */
+    if (value->kind == YNODE_SCALAR && !value->quoted && value->text[0] == '\0') {
+        ytree_free(value);
         mt_set_error(err, errlen, "%s: no value after '=' (write %s=null for the key's default)", origin, key);
         return -1;
     }
-    YNode *value = ytree_load_string(equals + 1, origin, err, errlen);
-    if (!value) return -1;
     YLoc loc = {origin, 0};
     return ytree_set_path(root, key, value, loc, err, errlen);
 }

@@ -141,7 +141,7 @@ static const RecipeKey optimizer_keys[] = {
     {CUSTOM_KEY("betas", read_betas, write_betas)},
     {NUM_KEY("eps", OptimizerConfig, eps, 0), .above_min = true},
     {NUM_KEY("weight_decay", OptimizerConfig, weight_decay, 0)},
-    {.name = "clip_grad", .type = KT_DOUBLE, .offset = offsetof(OptimizerConfig, clip_grad)},
+    {NUM_KEY("clip_grad", OptimizerConfig, clip_grad, 0)},
     {ENUM_KEY("state_dtype", OptimizerConfig, state_dtype, dtype_names)},
     {.name = "schedule", .type = KT_SECTION, .offset = 0, .keys = schedule_keys},
     {0},

@@ -98,7 +98,7 @@ whole=$("$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --batches 2 --seq
 "$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --split 90,10,0 --json > "$WORK/split.json" ||
   fail "eval --split --json failed"
 grep -qF '"split":[90.0,10.0,0.0],' "$WORK/split.json" || fail "--json lacks the split: $(cat "$WORK/split.json")"
-for bad in 90,0,10 0,10,0 90,10 a,b,c; do
+for bad in 90,0,10 0,10,0 90,10 a,b,c 1e309,1,1 inf,1,0 1e308,1e308,0; do
   rc=0; "$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --split "$bad" > /dev/null 2> "$WORK/eval.err" || rc=$?
   [[ $rc -eq 2 ]] && grep -qF "eval: --split: expected TRAIN,VALID,TEST weights with positive TRAIN and VALID" \
     "$WORK/eval.err" || fail "--split $bad: exit $rc, $(cat "$WORK/eval.err")"

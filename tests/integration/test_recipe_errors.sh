@@ -126,6 +126,15 @@ expect_error "$FIX/good_minimal.yaml" "--set train.steps=3" "a second YAML docum
 "$MEGATRAIN" plan "$WORK/trailing_dashes.yaml" > /dev/null || fail "a trailing --- (an empty document) was refused"
 { cat "$FIX/good_minimal.yaml"; printf '# %01100000d\n' 0; } > "$WORK/big.yaml"
 expect_error "$WORK/big.yaml" "$WORK/big.yaml: 1.0 MiB; a recipe is a few KiB" "at most 1 MiB"
+# values that parse but mean nothing: a negative clip_grad (it disabled clipping, as 0 does), weights whose sum
+# overflows, and a value of blanks or a comment (it reset the key to its default, as no value is refused for)
+expect_error "$FIX/good_minimal.yaml" "--set optimizer.clip_grad=-1: optimizer.clip_grad: expected a number >= 0" \
+  "optimizer.clip_grad" --set optimizer.clip_grad=-1
+expect_error "$FIX/good_minimal.yaml" "--set data.split=[1e308, 1e308, 0]: data.split: expected weights whose sum is a number" \
+  "data.split" --set "data.split=[1e308, 1e308, 0]"
+for blank in "optimizer.lr= " "optimizer.lr=#x"; do
+  expect_error "$FIX/good_minimal.yaml" "--set $blank: no value after '='" "optimizer.lr=null" --set "$blank"
+done
 # warmup within the steps a token budget takes, as within train.steps
 expect_error recipes/tiny/llama.yaml "recipes/tiny/llama.yaml:41: optimizer.schedule.warmup_steps: expected at most the 2 steps train.tokens (1024) takes, found 20" \
   "optimizer.schedule.warmup_steps=2 or fewer" --set train.steps=null --set train.tokens=1024
