@@ -1,12 +1,15 @@
 /* model_config_check.c: validates a ModelConfig for the dense model and fills
  * its defaults (head_dim, init_std) before anything is declared or allocated. */
 #include <limits.h>
+#include <stdbool.h>
 
 #include "../core/error.h"
 #include "model_internal.h"
 #include "moe_layer.h"
 
 #define DEFAULT_INIT_STD 0.02
+/* 2^50 parameters: 1,000 times the largest trained models, and far inside a long element count. */
+#define MODEL_MAX_PARAMS 0x1p50
 
 static int positive(int value, const char *key, char *err, size_t errlen) {
     if (value > 0) return 0;
@@ -93,6 +96,19 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
                          "target module and dropout 0 (found %g)", peft->rank, peft->alpha, peft->dropout);
             return -1;
         }
+    }
+    /* An upper estimate of the parameters (every projection, both embeddings): sizes each inside its own bound
+     * can still multiply past what an element count or an offset holds. */
+    const double H = cfg->hidden_size, kv = (double)cfg->num_key_value_heads * head_dim,
+                 q = (double)cfg->num_attention_heads * head_dim;
+    const bool moe = cfg->family == FAMILY_MIXTRAL || cfg->family == FAMILY_QWEN3_MOE;
+    const double mlp = moe ? (double)cfg->moe.num_experts * (3.0 * H * cfg->moe.moe_intermediate_size + H)
+                           : 3.0 * H * cfg->intermediate_size;
+    const double params = cfg->num_layers * (2.0 * H * q + 2.0 * H * kv + mlp + 2.0 * H) + 2.0 * cfg->vocab_size * H;
+    if (params > MODEL_MAX_PARAMS) {
+        mt_set_error(err, errlen, "model: its sizes make about %.3g parameters; at most 2^50 (%.3g) are supported",
+                     params, MODEL_MAX_PARAMS);
+        return -1;
     }
     const RopeScaling *rs = &cfg->rope_scaling;
     if (rs->enabled) {

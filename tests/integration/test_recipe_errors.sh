@@ -135,6 +135,11 @@ expect_error "$FIX/good_minimal.yaml" "--set data.split=[1e308, 1e308, 0]: data.
 for blank in "optimizer.lr= " "optimizer.lr=#x"; do
   expect_error "$FIX/good_minimal.yaml" "--set $blank: no value after '='" "optimizer.lr=null" --set "$blank"
 done
+# sizes each within its bound whose product is not (the registry's offsets overflowed: UBSan, and plan printed a
+# wrapped total)
+expect_error "$FIX/good_minimal.yaml" "model: its sizes make about 1.12e+20 parameters; at most 2^50" "supported" \
+  --set model.num_layers=1024 --set model.hidden_size=16777216 --set model.num_attention_heads=2 \
+  --set model.num_key_value_heads=2 --set model.intermediate_size=2147483646
 # warmup within the steps a token budget takes, as within train.steps
 expect_error recipes/tiny/llama.yaml "recipes/tiny/llama.yaml:41: optimizer.schedule.warmup_steps: expected at most the 2 steps train.tokens (1024) takes, found 20" \
   "optimizer.schedule.warmup_steps=2 or fewer" --set train.steps=null --set train.tokens=1024
