@@ -3,6 +3,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <stdbool.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +36,8 @@ static int compare_longs(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-int ckpt_list_steps(const char *checkpoints_dir, long **steps, char *err, size_t errlen) {
+/* The steps of the entries named iter_N: directories only, or any entry (any_entry). */
+static int list_steps(const char *checkpoints_dir, bool any_entry, long **steps, char *err, size_t errlen) {
     *steps = NULL;
     DIR *d = opendir(checkpoints_dir);
     if (!d) {
@@ -51,13 +53,21 @@ int ckpt_list_steps(const char *checkpoints_dir, long **steps, char *err, size_t
         char path[MT_PATH_MAX + 300];
         snprintf(path, sizeof path, "%s/%s", checkpoints_dir, e->d_name);
         struct stat st;
-        if (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)) continue;
+        if (!any_entry && (stat(path, &st) != 0 || !S_ISDIR(st.st_mode))) continue;
         if (n == cap) *steps = mt_realloc(*steps, (size_t)(cap = cap ? cap * 2 : 16) * sizeof(long));
         (*steps)[n++] = step;
     }
     closedir(d);
     if (n > 1) qsort(*steps, (size_t)n, sizeof(long), compare_longs);
     return n;
+}
+
+int ckpt_list_steps(const char *checkpoints_dir, long **steps, char *err, size_t errlen) {
+    return list_steps(checkpoints_dir, false, steps, err, errlen);
+}
+
+int ckpt_list_entries(const char *checkpoints_dir, long **steps, char *err, size_t errlen) {
+    return list_steps(checkpoints_dir, true, steps, err, errlen);
 }
 
 /* What a pointer file holds, for a message: 'text' (printable, at most 40

@@ -62,7 +62,7 @@ int ckpt_locate(const char *arg, CkptLocation *loc, char *err, size_t errlen) {
     }
     long *steps = NULL;
     char ignored[256];
-    int count = ckpt_list_steps(path, &steps, ignored, sizeof ignored);
+    int count = ckpt_list_entries(path, &steps, ignored, sizeof ignored);
     free(steps);
     snprintf(probe, sizeof probe, "%s/%s", path, CKPT_LATEST_FILE);
     if (count > 0 || access(probe, F_OK) == 0) {

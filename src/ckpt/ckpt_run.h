@@ -28,6 +28,10 @@ long ckpt_parse_iter_name(const char *name);
  * malloc'ed array (*steps; NULL when none). Returns how many (0 when the
  * directory does not exist), or -1 with err set. */
 int ckpt_list_steps(const char *checkpoints_dir, long **steps, char *err, size_t errlen);
+/* ckpt_list_steps over every entry named iter_N (a file or a dangling link too): what a new run must not mix
+ * with, and what resume tries in turn (one that is not a checkpoint directory is moved aside like a corrupt
+ * one) rather than meet at its save of that step ("already exists"). */
+int ckpt_list_entries(const char *checkpoints_dir, long **steps, char *err, size_t errlen);
 
 /* The step in latest_checkpointed_iteration.txt: 0; -1 when absent or
  * unreadable; -2 when it holds something else than a step number, or is

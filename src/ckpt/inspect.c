@@ -59,6 +59,11 @@ static void print_header(const CkptReader *r) {
                (long long)s->step, (long long)s->total_steps, (long long)s->consumed_samples,
                (long long)s->consumed_tokens, (long long)s->optimizer_step, (long long)s->next_global_batch_size,
                s->next_lr);
+        const char *slash = strrchr(r->dir, '/');
+        const long named = ckpt_parse_iter_name(slash ? slash + 1 : r->dir);
+        if (named >= 0 && named != (long)s->step)
+            mt_warn("%s: its name says step %ld, its metadata step %lld (renamed or copied?): resume skips it", r->dir,
+                    named, (long long)s->step);
     } else {
         printf("  no training state (weights only)\n");
     }

@@ -111,7 +111,7 @@ static int check_no_newer(const Recipe *recipe, long step, char *err, size_t err
     char dir[MT_PATH_MAX + 16];
     snprintf(dir, sizeof dir, "%s/checkpoints", recipe->run.dir);
     long *steps = NULL;
-    int n = ckpt_list_steps(dir, &steps, err, errlen);
+    int n = ckpt_list_entries(dir, &steps, err, errlen);
     if (n < 0) return MT_EXIT_FAILURE;
     long newest = n > 0 ? steps[n - 1] : -1;
     free(steps);
@@ -156,6 +156,15 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     for (int i = 0; i < r->meta.num_files; i++) has_recipe |= r->meta.files[i].role == CKPT_FILE_RECIPE;
     const long step = has_state ? (long)r->meta.state.step : 0;
     ckpt_reader_close(r);
+    /* a checkpoint renamed (or copied) to another step's name would be resumed as the newest, and the newer ones
+     * it hides refused: its name and its metadata must say the same step */
+    const char *slash = strrchr(dir, '/');
+    const long named = ckpt_parse_iter_name(slash ? slash + 1 : dir);
+    if (has_state && named >= 0 && named != step) {
+        mt_warn("skipping checkpoint %s: its name says step %ld, its metadata step %ld (renamed or copied?)", dir,
+                named, step);
+        return TRY_NEXT;
+    }
     if (!has_state || !has_recipe) {
         return refuse_together(MT_EXIT_FAILURE,
                                "%s: not a checkpoint of a run (no %s); it can initialise a new run but not be resumed",
@@ -238,7 +247,7 @@ static int resume_from(const char *arg, const char *const *sets, int num_sets) {
                                "to use the newest valid one", loc.checkpoint_dir);
     }
     long *steps = NULL;
-    int n = ckpt_list_steps(loc.checkpoints_dir, &steps, err, sizeof err);
+    int n = ckpt_list_entries(loc.checkpoints_dir, &steps, err, sizeof err);
     if (n < 0) return refuse_together(MT_EXIT_FAILURE, "%s", err);
     long pointer;
     char found[256];

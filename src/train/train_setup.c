@@ -311,7 +311,7 @@ static void remove_refused_run_dir(const Recipe *recipe) {
 /* A fresh run must not mix its checkpoints with an earlier run's. */
 static int refuse_existing_checkpoints(const TrainContext *ctx, char *err, size_t errlen) {
     long *steps = NULL;
-    int n = ckpt_list_steps(ctx->checkpoints_dir, &steps, err, errlen);
+    int n = ckpt_list_entries(ctx->checkpoints_dir, &steps, err, errlen);
     if (n < 0) return MT_EXIT_FAILURE;
     long newest = n > 0 ? steps[n - 1] : 0;
     free(steps);

@@ -100,6 +100,29 @@ if command -v mpirun > /dev/null && [[ -z ${TSAN_OPTIONS:-} ]]; then
   done
 fi
 
+# Entries named like checkpoints that are not (a dangling link, a file, a checkpoint renamed to a later step):
+# resume moves each aside as it does a corrupt checkpoint and goes on from the newest that is one (before, a link
+# was passed over and the run failed at its save of that step, again at every resume; a renamed one was resumed
+# as the newest); inspect warns of the renamed one; a new run refuses a run.dir holding any of them.
+names="$WORK/names"
+run "$names" 20 > /dev/null
+cp -r "$names/checkpoints/iter_0000010" "$WORK/renamed"
+rm -rf "$names/checkpoints/iter_0000020"
+ln -s /nonexistent/iter_0000020 "$names/checkpoints/iter_0000020"
+echo junk > "$names/checkpoints/iter_0000030"
+mv "$WORK/renamed" "$names/checkpoints/iter_0000040"
+"$MEGATRAIN" inspect "$names/checkpoints/iter_0000040" > /dev/null 2> "$WORK/inspect.err" || true
+grep -q "iter_0000040: its name says step 40, its metadata step 10 (renamed or copied?)" "$WORK/inspect.err" ||
+  fail "inspect of a renamed checkpoint: $(cat "$WORK/inspect.err")"
+expect 0 "resume: from $names/checkpoints/iter_0000010 at step 10" "$MEGATRAIN" resume "$names" --set train.steps=25
+for n in 20 30 40; do [[ -e $names/checkpoints/iter_00000$n.invalid || -L $names/checkpoints/iter_00000$n.invalid ]] ||
+  fail "iter_00000$n was not moved aside: $(ls "$names/checkpoints")"; done
+grep -q "its name says step 40, its metadata step 10" "$WORK/out.log" || fail "the renamed checkpoint's reason: $(cat "$WORK/out.log")"
+[[ -d $names/checkpoints/iter_0000020 ]] || fail "the resumed run did not save step 20: $(ls "$names/checkpoints")"
+mkdir -p "$WORK/junk/checkpoints" && echo junk > "$WORK/junk/checkpoints/iter_0000010"
+expect 2 "already holds checkpoints (the newest at step 10)" run "$WORK/junk" 5
+echo "entries that are not checkpoints: moved aside on resume, refused by run"
+
 # One writer a run: while a run trains in run.dir, another `run` or `resume` there is refused naming the holder,
 # and changes nothing; after the first stops (SIGTERM: a checkpoint), resume goes on.
 busy="$WORK/busy"
