@@ -47,10 +47,19 @@ typedef struct CkptMoments {
  * files and generation_config.json that `convert` took from a Hugging Face
  * directory): opaque bytes under their own names in the checkpoint
  * directory, listed in the metadata (role hf) with their size and CRC-32C,
- * written and committed with the rest. Which names are carried is the
- * caller's business (src/convert/hf_files.c); the checkpoint code checks only
- * that a name is a plain file name that is not one of its own. */
+ * written and committed with the rest. The names are those of
+ * ckpt_hf_carried_names (which src/convert/hf_files.c looks for in a Hugging
+ * Face directory): a checkpoint listing another is refused at the write and
+ * the file left out, with a warning, at the read (a crafted
+ * model.safetensors.index.json or config.json would steer the export and
+ * the import of its output). */
 #define CKPT_MAX_HF_FILES 16
+/* What Hugging Face model directories hold besides the weights and config.json, to tokenize and to generate:
+ * tokenizer.json (the fast tokenizer: Llama 3, Qwen2/3, Mistral), tokenizer_config.json (special tokens, chat
+ * template before transformers 4.47), special_tokens_map.json (transformers 4), added_tokens.json,
+ * tokenizer.model (SentencePiece: Llama 2, Mistral), vocab.json and merges.txt (Qwen's slow BPE tokenizer),
+ * chat_template.jinja (transformers 4.47 and later) and generation_config.json; NULL-terminated. */
+extern const char *const ckpt_hf_carried_names[];
 #define CKPT_MAX_HF_FILE_BYTES ((size_t)256 << 20)
 typedef struct CkptHfFile {
     char name[64];

@@ -14,15 +14,16 @@
 #include "ckpt_fs.h"
 #include "ckpt_reader.h"
 
+const char *const ckpt_hf_carried_names[] = {
+    "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+    "added_tokens.json",      "tokenizer.model", "vocab.json",          "merges.txt",
+    "chat_template.jinja",    NULL,
+};
+
 bool ckpt_hf_file_name_ok(const char *name) {
-    const size_t len = strlen(name);
-    if (len == 0 || len >= sizeof(((CkptHfFile *)0)->name) || strchr(name, '/') || !strcmp(name, ".") ||
-        !strcmp(name, ".."))
-        return false;
-    if (!strcmp(name, CKPT_METADATA_FILE) || !strcmp(name, CKPT_MODEL_FILE) || !strcmp(name, CKPT_RECIPE_FILE))
-        return false;
-    if (!strncmp(name, "shard_", 6)) return false;
-    return !(len >= 8 && !strcmp(name + len - 8, ".scratch"));
+    for (int i = 0; ckpt_hf_carried_names[i]; i++)
+        if (!strcmp(name, ckpt_hf_carried_names[i])) return true;
+    return false;
 }
 
 const CkptHfFile *ckpt_hf_files_find(const CkptHfFiles *files, const char *name) {
@@ -33,8 +34,8 @@ const CkptHfFile *ckpt_hf_files_find(const CkptHfFiles *files, const char *name)
 
 int ckpt_hf_files_add(CkptHfFiles *files, const char *name, const void *data, size_t size, char *err, size_t errlen) {
     if (!ckpt_hf_file_name_ok(name)) {
-        mt_set_error(err, errlen, "'%s' cannot be carried in a checkpoint (not a plain file name, or one of the "
-                     "checkpoint's own)", name);
+        mt_set_error(err, errlen, "'%s' is not a file a checkpoint carries (the tokenizer's files and "
+                     "generation_config.json: docs/convert.md)", name);
         return -1;
     }
     if (size > CKPT_MAX_HF_FILE_BYTES) {

@@ -5,9 +5,7 @@
 
 #include <stdbool.h>
 
-/* A plain file name (no '/', not "." or "..", under 64 bytes) that is none
- * of the checkpoint's own (metadata.mtck, model.yaml, recipe.yaml,
- * shard_*.zst, *.scratch). */
+/* One of ckpt_hf_carried_names (checkpoint.h). */
 bool ckpt_hf_file_name_ok(const char *name);
 
 #endif

@@ -468,8 +468,8 @@ int ckpt_write_metadata(const char *tmp, const CkptPayload *p, const CkptFileMet
     for (int i = 0; i < num_hf; i++) {
         const CkptHfFile *hf = &p->hf_files->files[i];
         if (!ckpt_hf_file_name_ok(hf->name)) {
-            mt_set_error(err, errlen, "%s: '%s' cannot be carried (not a plain file name, or one of the checkpoint's own)",
-                         tmp, hf->name);
+            mt_set_error(err, errlen, "%s: '%s' is not a file a checkpoint carries (ckpt_hf_carried_names)", tmp,
+                         hf->name);
             goto done;
         }
         if (write_listed_file(tmp, hf->name, CKPT_FILE_HF, hf->data, hf->size, &files[num_files++], err, errlen) != 0)

@@ -13,21 +13,8 @@
 #include "../core/fs.h"
 #include "hf_config.h"
 
-/* What Hugging Face model directories hold besides the weights and
- * config.json, to tokenize and to generate: tokenizer.json (the fast
- * tokenizer: Llama 3, Qwen2/3, Mistral), tokenizer_config.json (special
- * tokens, chat template before transformers 4.47), special_tokens_map.json
- * (written by transformers 4), added_tokens.json, tokenizer.model
- * (SentencePiece: Llama 2, Mistral), vocab.json and merges.txt (Qwen's slow
- * BPE tokenizer), chat_template.jinja (the chat template, transformers 4.47
- * and later), and generation_config.json (eos ids, sampling defaults).
- * Files in subdirectories (Llama 3's original/) are not carried. */
-static const char *const carried_names[] = {
-    "generation_config.json", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-    "added_tokens.json",      "tokenizer.model", "vocab.json",          "merges.txt",
-    "chat_template.jinja",
-};
-enum { NUM_CARRIED = sizeof carried_names / sizeof carried_names[0] };
+/* The files carried are ckpt_hf_carried_names (checkpoint.h); files in subdirectories (Llama 3's original/) are
+ * not carried. */
 
 /* The whole file at path (at most CKPT_MAX_HF_FILE_BYTES) into *data. */
 static int read_whole(const char *path, unsigned char **data, size_t *len, char *err, size_t errlen) {
@@ -56,15 +43,15 @@ static int read_whole(const char *path, unsigned char **data, size_t *len, char 
 
 int hf_files_collect(const char *dir, CkptHfFiles *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
-    for (int i = 0; i < NUM_CARRIED; i++) {
+    for (int i = 0; ckpt_hf_carried_names[i]; i++) {
         char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, carried_names[i]);
+        snprintf(path, sizeof path, "%s/%s", dir, ckpt_hf_carried_names[i]);
         struct stat st;
         if (stat(path, &st) != 0 && errno == ENOENT) continue; /* not in this directory (a dangling link too) */
         unsigned char *data = NULL;
         size_t len = 0;
         int rc = read_whole(path, &data, &len, err, errlen);
-        if (rc == 0) rc = ckpt_hf_files_add(out, carried_names[i], data, len, err, errlen);
+        if (rc == 0) rc = ckpt_hf_files_add(out, ckpt_hf_carried_names[i], data, len, err, errlen);
         free(data);
         if (rc != 0) {
             ckpt_hf_files_free(out);

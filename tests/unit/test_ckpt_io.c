@@ -195,8 +195,8 @@ static void read_hf(void *arg) {
  * ckpt_write_dir and by the async saver (whose caller may free nothing
  * while it writes), listed in the metadata, read back verified; a
  * truncated, a corrupt and a missing one are each left out with a warning
- * naming the file, while the weights still load; names that are the
- * checkpoint's own are refused. */
+ * naming the file, while the weights still load; names other than the
+ * carried list (the checkpoint's own among them) are refused. */
 static void test_hf_files(void **state) {
     (void)state;
     char err[2048], dir[512], path[700], warnings[4096];
@@ -207,11 +207,16 @@ static void test_hf_files(void **state) {
     assert_int_equal(ckpt_hf_files_add(&files, "tokenizer.json", tokenizer, strlen(tokenizer), err, sizeof err), 0);
     assert_int_equal(ckpt_hf_files_add(&files, "generation_config.json", generation, strlen(generation), err, sizeof err), 0);
     assert_int_equal(ckpt_hf_files_add(&files, "tokenizer.model", binary, sizeof binary, err, sizeof err), 0);
-    assert_int_equal(ckpt_hf_files_add(&files, "empty.txt", "", 0, err, sizeof err), 0);
+    assert_int_equal(ckpt_hf_files_add(&files, "added_tokens.json", "", 0, err, sizeof err), 0);
     assert_int_equal(files.count, 4);
     assert_int_equal(ckpt_hf_files_add(&files, "model.yaml", "x", 1, err, sizeof err), -1);
     assert_int_equal(ckpt_hf_files_add(&files, "shard_00000.zst", "x", 1, err, sizeof err), -1);
     assert_int_equal(ckpt_hf_files_add(&files, "../x", "x", 1, err, sizeof err), -1);
+    /* names outside the carried list: the export would copy them beside its own output, and the import read them */
+    assert_int_equal(ckpt_hf_files_add(&files, "config.json", "{}", 2, err, sizeof err), -1);
+    assert_int_equal(ckpt_hf_files_add(&files, "model.safetensors.index.json", "{}", 2, err, sizeof err), -1);
+    assert_int_equal(ckpt_hf_files_add(&files, "evil.sh", "x", 1, err, sizeof err), -1);
+    assert_non_null(strstr(err, "'evil.sh' is not a file a checkpoint carries"));
 
     Saved s;
     make_saved(&s, 31);
@@ -267,8 +272,8 @@ static void test_hf_files(void **state) {
     h = (HfRead){.dir = dir};
     capture_stderr(read_hf, &h, warnings, sizeof warnings);
     assert_int_equal(h.rc, 0);
-    assert_int_equal(h.files.count, 1); /* empty.txt */
-    assert_non_null(ckpt_hf_files_find(&h.files, "empty.txt"));
+    assert_int_equal(h.files.count, 1); /* added_tokens.json */
+    assert_non_null(ckpt_hf_files_find(&h.files, "added_tokens.json"));
     if (!strstr(warnings, "tokenizer.json: 5 bytes, the metadata says") ||
         !strstr(warnings, "tokenizer.model: checksum mismatch") || !strstr(warnings, "generation_config.json") ||
         !strstr(warnings, "it is left out"))
