@@ -148,7 +148,7 @@ static int parse_options(int argc, char **argv, BuildOptions *opt) {
     opt->input = opt->output = opt->eod_token = opt->workers_text = opt->max_line_text = NULL;
     opt->format = opt->chat_template_name = NULL;
     opt->tokenizer = "byte";
-    opt->json_key = "text";
+    opt->json_key = NULL; /* "text" unless given (below) */
     opt->overwrite = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
@@ -207,7 +207,7 @@ static int parse_options(int argc, char **argv, BuildOptions *opt) {
                  "of document is always '\\n')" : "must not be empty");
         return 2;
     }
-    if (!opt->json_key[0]) {
+    if (opt->json_key && !opt->json_key[0]) {
         mt_error("data build: --json-key must not be empty");
         return 2;
     }
@@ -224,6 +224,13 @@ static int parse_options(int argc, char **argv, BuildOptions *opt) {
         return 2;
     }
     opt->sft = opt->format != NULL && strcmp(opt->format, "sft") == 0;
+    if (opt->json_key && (opt->sft || opt->input_format == FORMAT_TEXT)) {
+        mt_error("data build: --json-key has no use with --format %s (%s)", opt->format,
+                 opt->sft ? "its records are {\"prompt\", \"completion\"} or {\"messages\": [...]}"
+                          : "a line of text is a document");
+        return 2;
+    }
+    if (!opt->json_key) opt->json_key = "text";
     if (opt->chat_template_name) {
         int t = sft_template_from_name(opt->chat_template_name);
         if (!opt->sft || t < 0) {

@@ -71,19 +71,22 @@ int packed_sources_build(PackedRows *rows, const PackedSource *sources, int n, c
     }
     log_packing(rows, sources, n, split_name, seq_len);
     for (int i = 0; i < n; i++) {
+        /* "data.train" names the datasets; the split says which of their rows (validation from data.split) */
+        char key[160];
+        snprintf(key, sizeof key, "%s (%s rows)", sources[i].key, split_name);
         if (rows[i].truncated)
             mt_warn("data: %s: %lld documents longer than seq_len + 1 = %d tokens were truncated to it "
-                    "(data.pack_overlong: truncate)", sources[i].key, (long long)rows[i].truncated, seq_len + 1);
+                    "(data.pack_overlong: truncate)", key, (long long)rows[i].truncated, seq_len + 1);
         const int64_t empty = truncated_without_targets(&rows[i], sources[i].ds, sources[i].mask, seq_len);
         if (empty)
             mt_warn("data: %s: %lld of those %lld truncated documents keep no target the loss mask counts (the "
                     "tokens it counts, a completion or an assistant's turn, all lie past the first %d): they train "
                     "nothing%s; a longer train.seq_len keeps them (data.pack_overlong: error names the first overlong one)",
-                    sources[i].key, (long long)empty, (long long)rows[i].truncated, seq_len + 1,
+                    key, (long long)empty, (long long)rows[i].truncated, seq_len + 1,
                     empty == rows[i].documents ? ", and neither does any other document of it (every step's loss "
                                                  "will be 0)" : "");
         if (rows[i].too_short)
-            mt_warn("data: %s: %lld documents of one token have no target and were left out", sources[i].key,
+            mt_warn("data: %s: %lld documents of one token have no target and were left out", key,
                     (long long)rows[i].too_short);
     }
     return 0;

@@ -204,7 +204,15 @@ static int read_messages(const JsonValue *record, SftTemplate t, Message **out, 
             if (role->string_len == strlen(role_names[k]) && memcmp(role->string, role_names[k], role->string_len) == 0)
                 r = k;
         if (r < 0) {
-            snprintf(why, whylen, "%sunknown role \"%.40s\" (expected system, user or assistant)", where, role->string);
+            /* the role as JSON would write it (a NUL or a control character inside would otherwise cut it short) */
+            char shown[200];
+            size_t n = 0;
+            for (size_t k = 0; k < role->string_len && k < 40 && n + 8 < sizeof shown; k++) {
+                const unsigned char c = (unsigned char)role->string[k];
+                n += (size_t)snprintf(shown + n, sizeof shown - n, c < 0x20 || c == '"' || c == '\\' ? "\\u%04x" : "%c", c);
+            }
+            snprintf(why, whylen, "%sunknown role \"%s%s\" (expected system, user or assistant)", where, shown,
+                     role->string_len > 40 ? "..." : "");
             goto fail;
         }
         m[i] = (Message){(Role)r, content->string, content->string_len};

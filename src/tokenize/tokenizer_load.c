@@ -538,6 +538,9 @@ static int read_config_eos(const char *dir, char **out, char *err, size_t errlen
     const JsonValue *eos = json_get(root, "eos_token");
     if (eos && eos->type == JSON_OBJECT) eos = json_get(eos, "content");
     if (eos && eos->type == JSON_STRING && eos->string_len) *out = mt_strdup(eos->string);
+    else if (eos && eos->type != JSON_NULL) /* a number, an empty string...: said, not passed over */
+        mt_warn("%s: eos_token is %s, not a token's text: not used for the end of document", path,
+                eos->type == JSON_STRING ? "an empty string" : "not a string");
     json_free(root);
     return 0;
 }

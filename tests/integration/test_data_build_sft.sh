@@ -171,6 +171,19 @@ expect_error 1 'bad.jsonl:1: no "prompt" or "messages" field' '{"text": "a"}'
 expect_error 1 'bad.jsonl:1: both "messages" and "prompt" (expected one form' \
   '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], "prompt": "a", "completion": "b"}'
 expect_error 1 'bad.jsonl:2: bad JSON: column 17: ' "$ok" '{"prompt": "a", '
+# a role with a NUL inside is shown whole, as JSON writes it (the message used to stop at the NUL: "user")
+expect_error 1 'bad.jsonl:1: messages\[0\]: unknown role "user\\u0000x"' \
+  '{"messages": [{"role": "user\u0000x", "content": "a"}, {"role": "assistant", "content": "b"}]}'
+# an eos_token in tokenizer_config.json that is no token's text (a number) is said, not passed over in silence
+mkdir -p "$D/eos5" && cp "$FIX/qwen2/tokenizer.json" "$D/eos5/" && echo '{"eos_token": 5}' > "$D/eos5/tokenizer_config.json"
+printf 'hello\n' > "$D/eos5.txt"
+"$MEGATRAIN" data build --input "$D/eos5.txt" --output "$D/out/eos5" --tokenizer "$D/eos5" > /dev/null 2> "$D/err.txt" || true
+grep -qF "eos5/tokenizer_config.json: eos_token is not a string, not a token's text: not used" "$D/err.txt" ||
+  fail "eos_token 5: $(cat "$D/err.txt")"
+# --json-key names a JSONL field; SFT records have their own (it was taken and ignored)
+rc=0; "$MEGATRAIN" data build --format sft --chat-template llama3 --json-key foo --input "$D/bad.jsonl" \
+  --output "$D/out/key" 2> "$D/err.txt" || rc=$?
+[[ $rc -eq 2 ]] && grep -qF -- '--json-key has no use with --format sft' "$D/err.txt" || fail "--json-key with sft: $rc"
 printf '%s\n' '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}' > "$D/m.jsonl"
 rc=0; "$MEGATRAIN" data build --format sft --input "$D/m.jsonl" --output "$D/out/m" 2> "$D/err.txt" || rc=$?
 [[ $rc -eq 1 ]] && grep -q 'm.jsonl:1: a "messages" record needs a chat template' "$D/err.txt" ||

@@ -91,7 +91,7 @@ grep -q "documents longer than seq_len + 1 = 129 tokens were truncated to it" "$
 # at seq_len 128 every conversation (its first counted token is its 130th or later), whose run logs loss 0, and
 # at 144 those whose first counted token lies past token 144, counted here from the .bin/.idx and the mask
 # (Megatron's .idx: lengths, then the documents' byte offsets into the .bin).
-grep -q "data.train: 20 of those 20 truncated documents keep no target the loss mask counts .*every step's loss will be 0" \
+grep -q "data.train (train rows): 20 of those 20 truncated documents keep no target the loss mask counts .*every step's loss will be 0" \
   "$WORK/cut.log" || fail "truncated to nothing: no warning: $(grep warning "$WORK/cut.log")"
 [[ $(json_field "$WORK/cut/metrics.jsonl" loss | sort -u) == 0 ]] || fail "truncated to nothing: a loss that is not 0"
 expected=$(python3 - "$WORK/chat" 144 <<'PY'
@@ -113,7 +113,7 @@ read -r empty cut <<< "$expected"
 [[ $empty -gt 0 && $empty -lt $cut ]] || fail "seq_len 144 should leave some but not all truncated documents empty: $expected"
 "$MEGATRAIN" run "$RECIPE" --set run.dir="$WORK/cut144" "${COMMON[@]}" --set train.seq_len=144 \
   --set data.pack_overlong=truncate > "$WORK/cut144.log" 2>&1 || fail "truncate 144: $(tail -3 "$WORK/cut144.log")"
-grep -q "data.train: $empty of those $cut truncated documents keep no target the loss mask counts (.*): they train nothing;" \
+grep -q "data.train (train rows): $empty of those $cut truncated documents keep no target the loss mask counts (.*): they train nothing;" \
   "$WORK/cut144.log" || fail "seq_len 144: expected $empty of $cut: $(grep warning "$WORK/cut144.log")"
 echo "truncated documents left with no counted target: all 20 at seq_len 128, $empty of $cut at 144"
 if [[ -x "$REPO/build/cuda/megatrain" ]]; then
