@@ -213,10 +213,12 @@ static void print_text(const InspectOptions *opt, const IndexedDataset *ds, cons
     if (ds->num_sequences != s->documents) printf(" (%lld sequences)", (long long)ds->num_sequences);
     printf("\n  tokens:    %lld (%s, %d bytes each; .bin %zu bytes)\n", (long long)s->tokens,
            indexed_dtype_name(ds->dtype_code), ds->token_size, ds->bin_size);
-    printf("  ids:       %d .. %d; %s vocabulary %lld: %s\n", s->min_id, s->max_id,
-           tok ? tokenizer_path(tok) : "byte tokenizer,", (long long)vocab,
-           s->tokens == 0 || (s->min_id >= 0 && s->max_id < vocab) ? "every id inside it"
-                                                                    : "SOME IDS OUTSIDE IT (another tokenizer?)");
+    if (s->tokens == 0)
+        printf("  ids:       none (no tokens)\n");
+    else
+        printf("  ids:       %d .. %d; %s vocabulary %lld: %s\n", s->min_id, s->max_id,
+               tok ? tokenizer_path(tok) : "byte tokenizer,", (long long)vocab,
+               s->min_id >= 0 && s->max_id < vocab ? "every id inside it" : "SOME IDS OUTSIDE IT (another tokenizer?)");
     if (none_recorded)
         printf("  end of document: none appended (its build record says so: a chat template ends each turn with "
                "its own end-of-turn token instead)\n");

@@ -190,6 +190,11 @@ static int check_contents(const IndexedDataset *ds, const char *idx_path, const 
             return -1;
         }
     }
+    const int64_t last = docs[ds->num_documents_plus_one - 1];
+    if (last != ds->num_sequences) /* Megatron's builder ends it at the sequence count; its reader, too, skips them */
+        mt_warn("%s: the document index ends at sequence %lld of %lld: the last %lld sequences belong to no document "
+                "and are not used", idx_path, (long long)last, (long long)ds->num_sequences,
+                (long long)(ds->num_sequences - last));
     return 0;
 }
 

@@ -128,3 +128,15 @@ grep -q -- "--docs N" "$D/help.txt" || fail "data inspect --help"
 set +e; "$MEGATRAIN" data nonsense > /dev/null 2> "$D/err.txt"; rc=$?; set -e
 [[ $rc -eq 2 ]] && grep -q "expected 'build' or 'inspect'" "$D/err.txt" || fail "data nonsense: exit $rc: $(cat "$D/err.txt")"
 echo "data inspect: ok"
+
+# --- a document index that ends before the last sequence (Megatron's builder ends it at the count) -----------
+printf 'hello world\nfoo bar baz\nthird doc here\n' > "$D/three.txt"
+"$MEGATRAIN" data build --input "$D/three.txt" --output "$D/short_docs" > /dev/null
+for kept in 2 0; do # the index's count of document entries (documents + 1) at offset 26, cut to kept + 1
+  python3 -c "import struct,sys; p=sys.argv[1]; b=bytearray(open(p,'rb').read()); struct.pack_into('<Q', b, 26, $kept + 1); open(p,'wb').write(b)" "$D/short_docs.idx"
+  "$MEGATRAIN" data inspect "$D/short_docs" > "$D/out.txt" 2> "$D/err.txt"
+  grep -qF "short_docs.idx: the document index ends at sequence $kept of 3: the last $((3 - kept)) sequences belong to no document and are not used" "$D/err.txt" ||
+    fail "a short document index ($kept): no warning: $(cat "$D/err.txt")"
+done
+expect "ids:       none (no tokens)"
+echo "a document index that ends early: warned of, the sequences past it named"
