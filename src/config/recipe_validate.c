@@ -120,7 +120,12 @@ static int validate_layout(const Recipe *r, const YNode *root, YLoc at, int worl
                     model_parallel, world);
     long dp = world / model_parallel;
     long unit = (long)r->train.micro_batch_size * dp;
+    const TrainConfig *t = &r->train;
+    const double resumed_at = t->batch_stages_in_tokens ? r->resumed_tokens : (double)r->resumed_step;
+    /* a stage a resumed run has finished (the next one applies already) is not run on this layout */
+#define STAGE_FINISHED(i) ((i) + 1 < t->num_batch_stages && t->batch_stages[(i) + 1].start <= resumed_at)
     for (int i = 0; i < r->train.num_batch_stages; i++) {
+        if (STAGE_FINISHED(i)) continue;
         long batch = r->train.batch_stages[i].global_batch_size;
         if (batch % unit == 0) continue;
         char path[MT_KEY_PATH_MAX];
@@ -134,6 +139,7 @@ static int validate_layout(const Recipe *r, const YNode *root, YLoc at, int worl
     }
     if (p->vpp > 1 && p->pp > 1)
         for (int i = 0; i < r->train.num_batch_stages; i++) {
+            if (STAGE_FINISHED(i)) continue;
             long micro = r->train.batch_stages[i].global_batch_size / unit;
             if (micro % p->pp == 0) continue;
             char path[MT_KEY_PATH_MAX];
@@ -142,6 +148,7 @@ static int validate_layout(const Recipe *r, const YNode *root, YLoc at, int worl
                              "the interleaved schedule (vpp %d) needs the micro-batches per step, global_batch_size / "
                              "(micro_batch_size * dp) = %ld, to be a multiple of pp (%d)", p->vpp, micro, p->pp);
         }
+#undef STAGE_FINISHED
     if (m->num_attention_heads % p->tp != 0 || m->num_key_value_heads % p->tp != 0)
         return fail(err, errlen, root, at, "", "parallel.tp",
                     "expected a divisor of num_attention_heads (%d) and num_key_value_heads (%d), found %d",

@@ -29,24 +29,6 @@ static int make_dirs(const char *path, char *err, size_t errlen) {
     return -1;
 }
 
-/* What this build cannot do yet, as user-facing errors (what run.device
- * cannot do is the ModelDevice's to say: model_device_check). */
-static int check_supported(const Recipe *recipe, const TrainLayout *layout, char *err, size_t errlen) {
-    /* (a MoE capacity with context parallel is refused with the recipe: recipe_validate.c) */
-    const TrainConfig *train = &recipe->train;
-    const long per_micro = (long)train->micro_batch_size * layout->dp_size;
-    for (int i = 0; i < train->num_batch_stages; i++) {
-        long gbs = train->batch_stages[i].global_batch_size;
-        if (gbs <= 0 || gbs % per_micro != 0) {
-            mt_set_error(err, errlen,
-                         "train.global_batch_size: %ld is not a multiple of micro_batch_size x dp = %d x %d",
-                         gbs, train->micro_batch_size, layout->dp_size);
-            return MT_EXIT_USAGE;
-        }
-    }
-    return 0;
-}
-
 /* A fresh run starts a fresh metrics.jsonl (metrics_open appends). */
 static int truncate_metrics(const char *run_dir, char *err, size_t errlen) {
     char path[MT_PATH_MAX + 32];
@@ -205,8 +187,7 @@ static int setup_inputs(TrainContext *ctx, const Recipe *recipe, const char *tok
                         const char *tokenizer_source, char *err, size_t errlen) {
     int status = train_layout_create(recipe, &ctx->grid, &ctx->layout, &ctx->part, err, errlen);
     if (status != 0) return status;
-    status = check_supported(recipe, &ctx->layout, err, errlen);
-    if (status != 0) return status;
+    /* (the batch stages against micro_batch_size * dp, and what the layout cannot do: the recipe's validation) */
     const ModelDeviceSetup device = device_setup_of(ctx, recipe);
     status = model_device_check(&device, err, errlen);
     if (status != 0) return status;

@@ -60,3 +60,25 @@ set -e
 [[ $rc -eq 2 ]] || { cat "$WORK/bad.log"; fail "resume on a world that does not fit: expected exit 2, got $rc"; }
 grep -q "parallel" "$WORK/bad.log" || { cat "$WORK/bad.log"; fail "resume on a world that does not fit: no hint"; }
 echo "a layout that does not fit the launch is refused with exit 2"
+
+# A batch ramp resumed onto a dp its finished stage does not divide: 1 rank ramps 2 -> 8 at step 5 (micro-batches
+# of 2), saves at step 5; 4 ranks (dp 4) resume it. Stage 0's 2 is no multiple of 2 x 4, but its steps are done:
+# the resume is taken (it was refused) and continues as the uninterrupted run; a stage still ahead that dp 4 does
+# not divide is still refused, naming it.
+RAMP=(--set "train.batch_schedule=[{step: 0, global_batch_size: 2}, {step: 5, global_batch_size: 8}]")
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/ramp" "${COMMON[@]}" "${RAMP[@]}" > "$WORK/ramp.log"
+mpi 4 resume "$WORK/ramp/checkpoints/iter_0000005" --set run.dir="$WORK/ramp-dp4" > "$WORK/ramp-dp4.log" 2>&1 ||
+  { tail -20 "$WORK/ramp-dp4.log"; fail "a ramp resumed at dp 4 after its first stage: refused"; }
+for field in loss grad_norm; do
+  compare $field "$WORK/ramp/metrics.jsonl" "$WORK/ramp-dp4/metrics.jsonl" 6 ||
+    fail "a ramp resumed at dp 4: $field differs from the uninterrupted run"
+done
+set +e
+mpi 4 resume "$WORK/ramp/checkpoints/iter_0000005" --set run.dir="$WORK/ramp-dp4-bad" \
+  --set "train.batch_schedule=[{step: 0, global_batch_size: 2}, {step: 5, global_batch_size: 8}, {step: 8, global_batch_size: 12}]" \
+  > "$WORK/ramp-bad.log" 2>&1
+rc=$?
+set -e
+[[ $rc -eq 2 ]] && grep -q "stage 2 has global batch size 12; expected a multiple of micro_batch_size \* dp = 2 \* 4 = 8" \
+  "$WORK/ramp-bad.log" || { cat "$WORK/ramp-bad.log"; fail "a stage ahead that dp 4 does not divide: exit $rc"; }
+echo "a batch ramp resumed at dp 4 after a stage dp 4 does not divide: taken, the uninterrupted run's numbers"

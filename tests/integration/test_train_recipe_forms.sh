@@ -9,7 +9,8 @@ data="data.train=[{path: $WORK/english, weight: 1.0}]"
 # 8 samples x 64 tokens = 512 tokens per step until 4096 tokens (step 8), then 16 x 64 = 1024.
 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/tok" --set "$data" \
   --set train.steps=null --set train.tokens=10K --set train.batch_schedule=null \
-  --set 'train.global_batch_size=0:8 4K:16' --set logging.interval=1 --set train.eval_interval=0 > /dev/null
+  --set 'train.global_batch_size=0:8 4K:16' --set logging.interval=1 --set train.eval_interval=0 \
+  --set optimizer.schedule.warmup_steps=4 > /dev/null
 m="$WORK/tok/metrics.jsonl"
 steps=$(json_field "$m" step | tail -n 1)
 tokens=$(json_field "$m" consumed_tokens | tail -n 1)
