@@ -104,9 +104,18 @@ static int load_tree(Recipe *recipe, YNode *root, const char *const *overrides, 
                          "expected a mapping of recipe keys (run, model, train, ...), found %s",
                          ytree_describe(root, what, sizeof what));
     if (graft_model_file(root, recipe->source_path, err, errlen) != 0) return -1;
-    for (int i = 0; i < num_overrides; i++)
+    const char *model_key_set = NULL; /* an earlier --set model.KEY=..., which a --set model=... would replace */
+    for (int i = 0; i < num_overrides; i++) {
+        if (!strncmp(overrides[i], "model=", 6) && model_key_set) {
+            mt_set_error(err, errlen, "--set %s replaces the whole model section, so the earlier --set %s would be "
+                         "lost: give --set %s first", overrides[i], model_key_set, overrides[i]);
+            return -1;
+        }
+        if (!strncmp(overrides[i], "model.", 6)) model_key_set = overrides[i];
         if (apply_override(root, overrides[i], err, errlen) != 0) return -1;
-    if (graft_model_file(root, recipe->source_path, err, errlen) != 0) return -1; /* --set model=PATH */
+        /* --set model=PATH: the file's keys, which later --set model.KEY=... change */
+        if (graft_model_file(root, recipe->source_path, err, errlen) != 0) return -1;
+    }
     return read_section(recipe, recipe_root_keys, root, top, "", err, errlen);
 }
 

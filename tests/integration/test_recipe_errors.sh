@@ -140,6 +140,16 @@ done
 expect_error "$FIX/good_minimal.yaml" "model: its sizes make about 1.12e+20 parameters; at most 2^50" "supported" \
   --set model.num_layers=1024 --set model.hidden_size=16777216 --set model.num_attention_heads=2 \
   --set model.num_key_value_heads=2 --set model.intermediate_size=2147483646
+# --set model=FILE, then --set model.KEY=...: the key changes the file's model (it was refused: 'model' not a
+# mapping); the other order would drop the key, and is refused naming both
+"$MEGATRAIN" plan recipes/gpu/llama3-8b-h200.yaml --set model=configs/llama3-8b.yaml --set model.num_layers=4 \
+  > "$WORK/plan.txt" 2>&1 && grep -q "llama, 1.92B params, 4 layers" "$WORK/plan.txt" ||
+  fail "--set model=FILE then model.num_layers: $(cat "$WORK/plan.txt")"
+status=0
+"$MEGATRAIN" plan recipes/gpu/llama3-8b-h200.yaml --set model.num_layers=4 --set model=configs/llama3-8b.yaml \
+  > /dev/null 2> "$WORK/stderr" || status=$?
+[[ $status == 2 ]] && grep -qF -- "--set model=configs/llama3-8b.yaml replaces the whole model section, so the earlier --set model.num_layers=4 would be lost" \
+  "$WORK/stderr" || fail "model.num_layers then model=FILE: exit $status: $(cat "$WORK/stderr")"
 # warmup within the steps a token budget takes, as within train.steps
 expect_error recipes/tiny/llama.yaml "recipes/tiny/llama.yaml:41: optimizer.schedule.warmup_steps: expected at most the 2 steps train.tokens (1024) takes, found 20" \
   "optimizer.schedule.warmup_steps=2 or fewer" --set train.steps=null --set train.tokens=1024
