@@ -201,6 +201,13 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
         refused_together = true;
         return agreed;
     }
+    /* settings a resume may change but that change what the run reads: it goes on, no longer the run it was */
+    static const char *const data_keys[] = {"run.seed=", "train.seq_len=", "data.", NULL};
+    for (int i = 0; i < num_sets && dist_rank() == 0; i++)
+        for (int k = 0; data_keys[k]; k++)
+            if (!strncmp(sets[i], data_keys[k], strlen(data_keys[k])) && strncmp(sets[i], "data.cache_dir=", 15))
+                mt_warn("resume: --set %s changes the samples the run reads from here on: it continues, but no "
+                        "longer computes what the uninterrupted run would", sets[i]);
     ModelConfig stored;
     if (ckpt_read_model_config(dir, &stored, err, sizeof err) != 0) {
         mt_warn("skipping checkpoint %s: %s", dir, err);

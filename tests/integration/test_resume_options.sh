@@ -100,6 +100,15 @@ if command -v mpirun > /dev/null && [[ -z ${TSAN_OPTIONS:-} ]]; then
   done
 fi
 
+# A resume may change the seed, seq_len or the data, and says that the run then reads other samples than the
+# uninterrupted run would (it used to go on without a word); the cache directory changes nothing read
+seedrun="$WORK/seedrun"
+run "$seedrun" 10 > /dev/null
+expect 0 "resume: --set run.seed=99 changes the samples the run reads from here on" \
+  "$MEGATRAIN" resume "$seedrun" --set train.steps=12 --set run.seed=99 --set run.dir="$WORK/seedrun-99"
+"$MEGATRAIN" resume "$seedrun" --set train.steps=12 --set data.cache_dir="$WORK/cache2" --set run.dir="$WORK/seedrun-c" \
+  2>&1 | grep -q "changes the samples" && fail "data.cache_dir warned of as a change of samples"
+
 # Entries named like checkpoints that are not (a dangling link, a file, a checkpoint renamed to a later step):
 # resume moves each aside as it does a corrupt checkpoint and goes on from the newest that is one (before, a link
 # was passed over and the run failed at its save of that step, again at every resume; a renamed one was resumed
