@@ -144,7 +144,7 @@ static int cmd_run(int argc, char **argv) {
 
 static const char *const data_usage_text =
     "usage: megatrain data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT]\n"
-    "                            [--json-key KEY] [--workers N] [--max-line-mib N] [--overwrite]\n"
+    "                            [--json-key KEY] [--format text|jsonl] [--workers N] [--max-line-mib N] [--overwrite]\n"
     "                                       text or JSONL -> Megatron .bin/.idx, tokenized on N threads\n"
     "       megatrain data build --format sft [--chat-template llama3|chatml] --input CHAT.jsonl --output PREFIX ...\n"
     "                                       SFT records -> .bin/.idx and the loss mask PREFIX_mask.{bin,idx}\n"

@@ -151,6 +151,13 @@ const char *suggest_key(const RecipeKey *keys, const char *name) {
 static int unknown_key(const RecipeKey *keys, const YEntry *entry, const char *prefix, char *err, size_t errlen) {
     char where[MT_LOC_BUF], path[MT_KEY_PATH_MAX], hint[MT_KEY_PATH_MAX];
     join_path(path, sizeof path, prefix, entry->key);
+    /* Megatron's --data-parallel-size, torchtitan's data_parallel_replicate_degree: here the launch gives it */
+    if (!strcmp(prefix, "parallel") && (!strcmp(entry->key, "dp") || !strcmp(entry->key, "data_parallel_size"))) {
+        mt_set_error(err, errlen, "%s: unknown key '%s': the data-parallel size is not set, it is what the launch "
+                     "leaves, world size / (tp * cp * pp) (mpirun -np 8 with tp 2 gives dp 4)",
+                     yloc_format(entry->loc, where, sizeof where), path);
+        return -1;
+    }
     const char *guess = suggest_key(keys, entry->key);
     if (guess) {
         mt_set_error(err, errlen, "%s: unknown key '%s' (did you mean '%s'?)", yloc_format(entry->loc, where, sizeof where),

@@ -52,7 +52,7 @@ static const RecipeKey moe_keys[] = {
 
 const RecipeKey recipe_model_keys[] = {
     {ENUM_KEY("family", ModelConfig, family, family_names), .required = true},
-    {INT_KEY("num_layers", ModelConfig, num_layers, 1, MT_MAX_LAYERS), .required = true},
+    {INT_KEY("num_layers", ModelConfig, num_layers, 1, MT_MAX_LAYERS), .required = true, .also = "num_hidden_layers"},
     {INT_KEY("hidden_size", ModelConfig, hidden_size, 1, INT_MAX), .required = true},
     {INT_KEY("intermediate_size", ModelConfig, intermediate_size, 1, INT_MAX), .required = true},
     {INT_KEY("num_attention_heads", ModelConfig, num_attention_heads, 1, INT_MAX), .required = true},

@@ -59,9 +59,14 @@ static const char *flop_text(double f, char *buf, size_t len) {
 
 static void print_stage_layers(const PlanStage *st) {
     if (st->embedding) printf("embedding, ");
-    printf("layers");
-    for (int v = 0; v < st->num_chunks; v++)
-        printf("%s %d-%d", v ? "," : "", st->first_layer[v], st->first_layer[v] + st->num_layers[v] - 1);
+    if (st->num_chunks == 1 && st->num_layers[0] == 0) printf("no layers");
+    else printf("layers");
+    for (int v = 0; v < st->num_chunks && !(st->num_chunks == 1 && st->num_layers[0] == 0); v++) {
+        const int first = st->first_layer[v], n = st->num_layers[v];
+        if (n == 0) printf("%s none", v ? "," : ""); /* a pp_layers stage (or chunk) of 0 */
+        else if (n == 1) printf("%s %d", v ? "," : "", first);
+        else printf("%s %d-%d", v ? "," : "", first, first + n - 1);
+    }
     if (st->final_norm) printf(", final norm");
     if (st->lm_head) printf(", lm_head");
 }

@@ -174,6 +174,10 @@ static void warn_unused_settings(const Recipe *recipe) {
          recipe->fp8.amax_compute_algo != fp8_default.amax_compute_algo))
         mt_log("warning: fp8.amax_history_len and fp8.amax_compute_algo apply to fp8.recipe: delayed only; this run's "
                "tensorwise scaling takes each tensor's own amax, so they are not used");
+    const OptimizerConfig *o = &recipe->optimizer;
+    if (o->decay != DECAY_WSD && (o->wsd_decay_steps != 0 || o->wsd_decay_style != WSD_MINUS_SQRT))
+        mt_log("warning: optimizer.schedule.wsd_decay_steps and wsd_decay_style apply to decay: wsd only; this "
+               "run's decay is %s, so they are not used", lr_decay_name(o->decay));
     const double *split = recipe->data.split;
     if (recipe->data.num_valid > 0 && (split[1] > 0.0 || split[2] > 0.0) && comm_world()->rank == 0)
         mt_warn("data.split [%g, %g, %g] is not used: data.valid gives the validation data, and all of data.train "

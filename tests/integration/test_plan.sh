@@ -26,6 +26,15 @@ grep -q "^grid: world 8 = tp 2 x cp 1 x dp 2 x pp 2" "$WORK/out" || fail "no gri
 grep -q "^0 .*0-3 .*embedding, layers 0-15$" "$WORK/out" || fail "stage 0 should hold ranks 0-3, the embedding and layers 0-15"
 grep -q "^1 .*4-7 .*layers 16-31, final norm, lm_head$" "$WORK/out" || fail "stage 1 should hold ranks 4-7 and layers 16-31 with the head"
 grep -q "PFLOP per step" "$WORK/out" || fail "no FLOPs per step"
+# a stage (or a chunk) of no layers, and one of one, as such (it printed "layers 0--1")
+"$MEGATRAIN" plan "$REPO/recipes/tiny/llama.yaml" --world 2 --set parallel.pp=2 --set parallel.vpp=2 \
+  --set model.num_layers=4 --set 'parallel.pp_layers=[0, 2, 1, 1]' --set train.micro_batch_size=4 \
+  --set train.global_batch_size=16 --set train.batch_schedule=null > "$WORK/empty.out"
+grep -q "^0 .*embedding, layers none, 2$" "$WORK/empty.out" && grep -q "^1 .*layers 0-1, 3, final norm, lm_head$" \
+  "$WORK/empty.out" || fail "empty and one-layer chunks: $(cat "$WORK/empty.out")"
+"$MEGATRAIN" plan "$REPO/recipes/tiny/llama.yaml" --world 2 --set parallel.pp=2 --set 'parallel.pp_layers=[0, 2]' \
+  --set train.micro_batch_size=4 > "$WORK/empty.out"
+grep -q "^0 .*embedding, no layers$" "$WORK/empty.out" || fail "an empty stage: $(cat "$WORK/empty.out")"
 [[ ! -s "$WORK/err" ]] || fail "unexpected warning: $(cat "$WORK/err")"
 grep -q "device cuda (bf16 copy + fp32 master weights, fp32 grads, fp32 AdamW states)" "$WORK/out" || fail "no dtypes"
 grep -q "^memory: not checked (--device-memory GiB" "$WORK/out" || fail "no line saying the memory was not checked"

@@ -30,3 +30,11 @@ diff <(json_field "$m" loss) <(json_field "$WORK/again/metrics.jsonl" loss) ||
   fail "sequence_parallel at tp 1: $(tail -n 3 "$WORK/sp1.log")"
 grep -q "warning: parallel.sequence_parallel splits the sequence over the tensor-parallel ranks: at parallel.tp 1" \
   "$WORK/sp1.log" || fail "sequence_parallel at tp 1: no warning"
+
+# wsd's settings beside another decay are said to be unused (as fp8's beside bf16 are)
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/wsd-unused" --set "$data" --set train.steps=2 \
+  --set optimizer.schedule.warmup_steps=0 --set optimizer.schedule.wsd_decay_steps=5 --set train.eval_interval=0 \
+  > "$WORK/wsd.log" 2>&1 || fail "wsd settings beside cosine: the run failed: $(tail -3 "$WORK/wsd.log")"
+grep -q "warning: optimizer.schedule.wsd_decay_steps and wsd_decay_style apply to decay: wsd only; this run's decay is cosine" \
+  "$WORK/wsd.log" || fail "wsd settings beside cosine: no warning"
+echo "wsd settings beside another decay: warned of"
