@@ -150,6 +150,11 @@ status=0
   > /dev/null 2> "$WORK/stderr" || status=$?
 [[ $status == 2 ]] && grep -qF -- "--set model=configs/llama3-8b.yaml replaces the whole model section, so the earlier --set model.num_layers=4 would be lost" \
   "$WORK/stderr" || fail "model.num_layers then model=FILE: exit $status: $(cat "$WORK/stderr")"
+# Megatron's and Hugging Face's names: parallel.dp is explained, num_hidden_layers points at num_layers
+expect_error "$FIX/good_minimal.yaml" "--set parallel.dp=2: unknown key 'parallel.dp': the data-parallel size is not set" \
+  "world size / (tp * cp * pp)" --set parallel.dp=2
+expect_error "$FIX/good_minimal.yaml" "--set model.num_hidden_layers=3: unknown key 'model.num_hidden_layers'" \
+  "did you mean 'model.num_layers'" --set model.num_hidden_layers=3
 # warmup within the steps a token budget takes, as within train.steps
 expect_error recipes/tiny/llama.yaml "recipes/tiny/llama.yaml:41: optimizer.schedule.warmup_steps: expected at most the 2 steps train.tokens (1024) takes, found 20" \
   "optimizer.schedule.warmup_steps=2 or fewer" --set train.steps=null --set train.tokens=1024
