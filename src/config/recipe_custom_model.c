@@ -7,8 +7,14 @@
 
 static int read_rope_type(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
     char found[128];
+    /* Hugging Face's "default" is no scaling, as null is */
+    if (entry->value->kind == YNODE_SCALAR && strcmp(entry->value->text, "default") == 0) {
+        ((RopeScaling *)base)->enabled = false;
+        return 0;
+    }
     if (entry->value->kind != YNODE_SCALAR || strcmp(entry->value->text, "llama3") != 0)
-        return key_error(err, errlen, entry->loc, path, "expected llama3 (the only supported rope scaling), found %s",
+        return key_error(err, errlen, entry->loc, path,
+                         "expected llama3 (the only supported rope scaling) or default (none), found %s",
                          ytree_describe(entry->value, found, sizeof found));
     return 0;
 }
@@ -43,6 +49,15 @@ int read_rope_scaling(void *base, const YEntry *entry, const char *path, char *e
     *rope = (RopeScaling){.enabled = true, .factor = 8, .low_freq_factor = 1, .high_freq_factor = 4,
                           .original_max_position_embeddings = 8192};
     if (read_section(rope, rope_keys, entry->value, entry->loc, path, err, errlen) != 0) return -1;
+    /* the type says which scaling: an empty or partial mapping used to turn Llama 3.1's on with its defaults */
+    if (!ytree_entry(entry->value, "type") && !ytree_entry(entry->value, "rope_type"))
+        return key_error(err, errlen, entry->loc, path,
+                         "expected a type: {type: llama3, factor, low_freq_factor, high_freq_factor, "
+                         "original_max_position_embeddings}, or null for none");
+    if (!rope->enabled) {
+        memset(rope, 0, sizeof *rope);
+        return 0;
+    }
     if (rope->high_freq_factor <= rope->low_freq_factor) {
         const YEntry *at = ytree_entry(entry->value, "high_freq_factor");
         return key_error(err, errlen, at ? at->loc : entry->loc, join_path(key_path, sizeof key_path, path, "high_freq_factor"),

@@ -155,6 +155,14 @@ expect_error "$FIX/good_minimal.yaml" "--set parallel.dp=2: unknown key 'paralle
   "world size / (tp * cp * pp)" --set parallel.dp=2
 expect_error "$FIX/good_minimal.yaml" "--set model.num_hidden_layers=3: unknown key 'model.num_hidden_layers'" \
   "did you mean 'model.num_layers'" --set model.num_hidden_layers=3
+# rope_scaling names its type: an empty or partial mapping used to turn Llama 3.1's scaling on with its defaults;
+# Hugging Face's rope_type default is none, as in config.json
+for value in "{}" "{factor: 4}"; do
+  expect_error "$FIX/good_minimal.yaml" "--set model.rope_scaling=$value: model.rope_scaling: expected a type" \
+    "or null for none" --set "model.rope_scaling=$value"
+done
+"$MEGATRAIN" plan "$FIX/good_minimal.yaml" --set "model.rope_scaling={rope_type: default}" > /dev/null ||
+  fail "rope_scaling {rope_type: default} refused"
 # warmup within the steps a token budget takes, as within train.steps
 expect_error recipes/tiny/llama.yaml "recipes/tiny/llama.yaml:41: optimizer.schedule.warmup_steps: expected at most the 2 steps train.tokens (1024) takes, found 20" \
   "optimizer.schedule.warmup_steps=2 or fewer" --set train.steps=null --set train.tokens=1024
