@@ -291,6 +291,8 @@ bool recipe_cache_dir_is_default(const Recipe *recipe);
 /* Write the fully resolved recipe as YAML (run.dir/recipe.yaml); it loads back
  * to an identical Recipe. Returns 0, or -1 with err set. */
 int recipe_write(const Recipe *recipe, const char *path, char *err, size_t errlen);
+/* CRC-32C of the resolved recipe as recipe_write writes its keys: equal on ranks that run the same recipe. */
+uint32_t recipe_crc32c(const Recipe *recipe);
 
 /* Take each token id `ids` leaves unset (bos, eos, pad) from `from`: a run
  * started with init_from, or resumed, keeps the ids its checkpoint has

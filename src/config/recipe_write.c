@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/crc32c.h"
 #include "recipe_schema.h"
 #include "../core/error.h"
 
@@ -106,4 +107,16 @@ int recipe_write(const Recipe *recipe, const char *path, char *err, size_t errle
         return -1;
     }
     return 0;
+}
+
+uint32_t recipe_crc32c(const Recipe *recipe) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    if (!out) return 0;
+    write_section(out, recipe, recipe_root_keys, 0);
+    fclose(out);
+    const uint32_t crc = crc32c(0, text, len);
+    free(text);
+    return crc;
 }

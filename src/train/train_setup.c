@@ -221,6 +221,17 @@ static int setup_inputs(TrainContext *ctx, const Recipe *recipe, const char *tok
     return 0;
 }
 
+/* Collective: every rank runs rank 0's recipe (the same file and --set values; mpirun's MPMD form can give ranks
+ * different ones, which met later as mismatched collectives). 0, or an exit status with err. */
+static int same_recipe_as_rank0(const Recipe *recipe, char *err, size_t errlen) {
+    uint32_t crc = recipe_crc32c(recipe), rank0 = crc;
+    comm_broadcast(comm_world(), &rank0, 1, COMM_INT32, 0);
+    if (crc == rank0) return 0;
+    mt_set_error(err, errlen, "its resolved recipe differs from rank 0's (CRC-32C %08x, rank 0's %08x): every rank "
+                 "must run the same recipe with the same --set values", crc, rank0);
+    return MT_EXIT_USAGE;
+}
+
 int train_setup_agree(TrainContext *ctx, int status, const char *err) {
     status = dist_report_first(status, err);
     if (status != 0) ctx->stopped_together = true;
@@ -237,7 +248,9 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, const char *toke
 
     /* A refusal here (a data path, a vocabulary, a tokenizer, memory) is every rank's, or one rank's before the
      * model's collectives: the ranks agree on it, it is said once and no rank aborts. */
-    int status = train_setup_agree(ctx, setup_inputs(ctx, recipe, tokenizer_dir, tokenizer_source, err, errlen), err);
+    int status = train_setup_agree(ctx, same_recipe_as_rank0(recipe, err, errlen), err);
+    if (status != 0) return status;
+    status = train_setup_agree(ctx, setup_inputs(ctx, recipe, tokenizer_dir, tokenizer_source, err, errlen), err);
     if (status != 0) return status;
 
     const TrainConfig *train = &recipe->train;
