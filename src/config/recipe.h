@@ -19,6 +19,9 @@
 #define MT_MAX_DATA_SOURCES 32
 #define MT_MAX_BATCH_STAGES 64
 #define MT_MAX_LAYERS 1024
+/* Routed experts of a MoE layer, and experts a token picks, at most (the recipe, config.json and the model). */
+#define MT_MOE_MAX_EXPERTS 1024
+#define MT_MOE_MAX_TOPK 64
 
 typedef enum { FAMILY_LLAMA, FAMILY_QWEN2, FAMILY_QWEN3, FAMILY_MIXTRAL, FAMILY_QWEN3_MOE } ModelFamily;
 

@@ -35,8 +35,8 @@ const char *const lora_target_names[] = {"q_proj", "k_proj", "v_proj", "o_proj",
 #define CUSTOM_KEY(n, r, w) .name = n, .type = KT_CUSTOM, .read = r, .write = w
 
 static const RecipeKey moe_keys[] = {
-    {INT_KEY("num_experts", MoeConfig, num_experts, 1, INT_MAX), .required = true},
-    {INT_KEY("num_experts_per_tok", MoeConfig, num_experts_per_tok, 1, INT_MAX), .required = true},
+    {INT_KEY("num_experts", MoeConfig, num_experts, 1, MT_MOE_MAX_EXPERTS), .required = true},
+    {INT_KEY("num_experts_per_tok", MoeConfig, num_experts_per_tok, 1, MT_MOE_MAX_TOPK), .required = true},
     {INT_KEY("moe_intermediate_size", MoeConfig, moe_intermediate_size, 1, INT_MAX), .required = true},
     {INT_KEY("shared_expert_intermediate_size", MoeConfig, shared_expert_intermediate_size, 0, INT_MAX)},
     {BOOL_KEY("norm_topk_prob", MoeConfig, norm_topk_prob)},

@@ -99,7 +99,11 @@ static int open_sources(DataLoader *loader, const DataSource *sources, int count
             return -1;
         }
         IndexedDataset *ds = &loader->datasets[loader->num_datasets];
-        if (indexed_dataset_open(ds, sources[i].path, err, errlen) != 0) return -1;
+        char why[1400];
+        if (indexed_dataset_open(ds, sources[i].path, why, sizeof why) != 0) {
+            mt_set_error(err, errlen, "%s[%d].path: %s", key, i, why); /* the recipe's key, then the file's error */
+            return -1;
+        }
         int64_t a, b, tokens = 0;
         gpt_split_sequences(ds, weights, which, &a, &b);
         for (int64_t s = a; s < b; s++) tokens += ds->sequence_lengths[s];

@@ -227,8 +227,12 @@ static DataLoader *open_data(const EvalOptions *opt) {
     const int64_t num_samples = (int64_t)opt->batches * opt->micro_batch_size;
     DataLoader *loader = data_loader_create(&data, SPLIT_VALID, (int)opt->seq_len, opt->seed, num_samples, err,
                                             sizeof err);
-    if (!loader) /* the loader names recipe keys; say which options they are here */
-        mt_error("eval: %s%s", err, strstr(err, "data.pack_overlong") ? " (here: --pack-overlong, --seq-len)" : "");
+    if (!loader) { /* the loader names recipe keys; say which options they are here */
+        const char *key = strstr(err, "data.valid[0].path: ") == err   ? "data.valid[0].path: "
+                          : strstr(err, "data.train[0].path: ") == err ? "data.train[0].path: " : NULL;
+        mt_error("eval: %s%s%s", key ? "--data: " : "", key ? err + strlen(key) : err,
+                 strstr(err, "data.pack_overlong") ? " (here: --pack-overlong, --seq-len)" : "");
+    }
     return loader;
 }
 

@@ -12,8 +12,7 @@
 #include "model_internal.h"
 #include "moe_dispatch.h"
 
-#define MT_MOE_MAX_EXPERTS 1024
-#define MT_MOE_MAX_TOPK 64
+/* MT_MOE_MAX_EXPERTS and MT_MOE_MAX_TOPK: src/config/recipe.h (the recipe holds them too) */
 
 /* What forward keeps of one MoE layer for backward (its load-balancing
  * record is the layer's MoeBalance, model_internal.h). */

@@ -125,7 +125,7 @@ expect_error() { # STATUS NEEDLE ARGS...: exit status STATUS and NEEDLE in stder
   [[ ! -s "$WORK/err.out" ]] || fail "eval $*: printed a result on error: $(cat "$WORK/err.out")"
 }
 expect_error 1 "$WORK/no-such-ckpt" "$WORK/no-such-ckpt" --data "$WORK/english"
-expect_error 1 "$WORK/no-such-data" "$ckpt" --data "$WORK/no-such-data"
+expect_error 1 "eval: --data: $WORK/no-such-data.idx: cannot open" "$ckpt" --data "$WORK/no-such-data"
 mkdir "$WORK/empty-dir"
 expect_error 1 "$WORK/empty-dir" "$WORK/empty-dir" --data "$WORK/english"
 expect_error 2 "--data" "$ckpt"

@@ -219,7 +219,7 @@ if command -v mpirun > /dev/null && [[ -z ${TSAN_OPTIONS:-} ]]; then
   two_ranks=(--set train.micro_batch_size=4 --set optimizer.schedule.warmup_steps=0 --set train.steps=2)
   said_once_status 1 run-data 2 run recipes/tiny/llama.yaml --set run.dir="$WORK/run-data" "${two_ranks[@]}" \
     --set "data.train=[{path: $WORK/no-such-data, weight: 1.0}]"
-  grep -q "training data: $WORK/no-such-data.idx: cannot open" "$WORK/run-data.log" || fail "run-data: $(cat "$WORK/run-data.log")"
+  grep -q "training data: data.train\[0\].path: $WORK/no-such-data.idx: cannot open" "$WORK/run-data.log" || fail "run-data: $(cat "$WORK/run-data.log")"
   [[ ! -e $WORK/run-data ]] || fail "run-data: the refused run left its run.dir"
   said_once_status 1 run-vocab 2 run recipes/tiny/llama.yaml --set run.dir="$WORK/run-vocab" "${two_ranks[@]}" \
     --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set model.vocab_size=100
