@@ -50,7 +50,8 @@ static ScheduleWalk walk_schedule(const TrainConfig *train, __int128 max_steps, 
         }
         if (run < 1) run = 1;
         w.steps += run;
-        w.tokens += run * per_step;
+        /* tokens only where they are compared (step form could overflow them: 2^53 steps of huge batches) */
+        if (train->batch_stages_in_tokens || target_tokens > 0) w.tokens += run * per_step;
         w.samples += run * gbs;
     }
     return w;

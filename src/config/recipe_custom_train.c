@@ -106,6 +106,9 @@ static int parse_token_schedule(TrainConfig *train, const YEntry *entry, const c
             return key_error(err, errlen, entry->loc, path, "expected at most %d stages", MT_MAX_BATCH_STAGES);
         if (count == 0 && start != 0)
             return key_error(err, errlen, entry->loc, path, "expected the first threshold to be 0, found %s", item);
+        if (start > 0x1p53) /* as train.tokens: a threshold past any budget, and exact in the schedule's integers */
+            return key_error(err, errlen, entry->loc, path, "expected thresholds of at most 2^53 (9.0e15) tokens, found %s",
+                             item);
         if (count > 0 && start <= train->batch_stages[count - 1].start)
             return key_error(err, errlen, entry->loc, path, "expected increasing thresholds, found %s after %.17g", item,
                              train->batch_stages[count - 1].start);

@@ -184,25 +184,28 @@ static YNode *load_with(yaml_parser_t *parser, const char *file, bool lines, cha
         free(cv.seen);
     }
     yaml_document_delete(&doc);
-    /* a second document (after ---) would be ignored without a word: refused */
-    if (root && yaml_parser_load(parser, &doc)) {
-        const yaml_node_t *second = yaml_document_get_root_node(&doc);
-        /* (a trailing --- with nothing after it is an empty document: let it be) */
-        const bool another = second && !(second->type == YAML_SCALAR_NODE && second->data.scalar.length == 0);
+    /* a second document (after ---) would be ignored without a word: refused, to the end of the stream (documents
+     * of nothing, a trailing ---, are let be) */
+    while (root) {
+        if (!yaml_parser_load(parser, &doc)) {
+            YLoc at = {(char *)file, lines ? (int)parser->problem_mark.line + 1 : 0};
+            mt_set_error(err, errlen, "%s: YAML syntax error after the document: %s",
+                         yloc_format(at, where, sizeof where), parser->problem ? parser->problem : "malformed YAML");
+            ytree_free(root);
+            return NULL;
+        }
+        const yaml_node_t *next = yaml_document_get_root_node(&doc);
+        const bool end = next == NULL;
+        const bool empty = next && next->type == YAML_SCALAR_NODE && next->data.scalar.length == 0;
         YLoc at = {(char *)file, lines ? (int)doc.start_mark.line + 1 : 0};
         yaml_document_delete(&doc);
-        if (another) {
+        if (end) break;
+        if (!empty) {
             mt_set_error(err, errlen, "%s: a second YAML document (after ---); a recipe is one document",
                          yloc_format(at, where, sizeof where));
             ytree_free(root);
             return NULL;
         }
-    } else if (root) {
-        YLoc at = {(char *)file, lines ? (int)parser->problem_mark.line + 1 : 0};
-        mt_set_error(err, errlen, "%s: YAML syntax error after the document: %s", yloc_format(at, where, sizeof where),
-                     parser->problem ? parser->problem : "malformed YAML");
-        ytree_free(root);
-        return NULL;
     }
     return root;
 }

@@ -246,8 +246,11 @@ char *mt_read_file(const char *path, size_t max_bytes, size_t *len, char *err, s
 }
 
 int mt_lock_file(const char *path, char *holder, size_t holderlen) {
-    static char held[4096]; /* the one path this process locks (a run's directory) */
-    if (held[0] && strcmp(held, path) == 0) return 0;
+    static int held = -1; /* the one file this process locks (a run's directory's), whatever path names it */
+    struct stat mine, asked;
+    if (held >= 0 && fstat(held, &mine) == 0 && stat(path, &asked) == 0 && mine.st_dev == asked.st_dev &&
+        mine.st_ino == asked.st_ino)
+        return 0;
     if (holderlen) holder[0] = '\0';
     const int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd < 0) return -1;
@@ -267,6 +270,6 @@ int mt_lock_file(const char *path, char *holder, size_t holderlen) {
     char line[320];
     const int n = snprintf(line, sizeof line, "pid %ld on %s\n", (long)getpid(), host);
     if (ftruncate(fd, 0) != 0 || mt_write_all(fd, line, (size_t)n) != 0) { /* the lock holds without the line */ }
-    snprintf(held, sizeof held, "%s", path);
+    held = fd;
     return 0; /* fd stays open: the lock lasts until the process ends */
 }

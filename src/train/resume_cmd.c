@@ -26,6 +26,7 @@
 #include "../dist/comm.h"
 #include "../dist/launch_env.h"
 #include "train.h"
+#include "train_context.h"
 
 #define MAX_OVERRIDES 256
 
@@ -139,7 +140,7 @@ __attribute__((format(printf, 2, 3))) static int refuse_together(int status, con
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
     status = dist_report_first(status, message);
-    refused_together = true;
+    if (status != 0) refused_together = true;
     return status;
 }
 
@@ -248,6 +249,15 @@ static int resume_from(const char *arg, const char *const *sets, int num_sets) {
     CkptLocation loc;
     char err[2048];
     if (ckpt_locate(arg, &loc, err, sizeof err) != 0) return refuse_together(MT_EXIT_FAILURE, "%s", err);
+    /* Continuing in the run's own directory: it is this process's before any checkpoint is tried (and one moved
+     * aside), so that a second resume, or the run itself still going, refuses this one first (train_setup_resume
+     * locks run.dir in any case; with --set run.dir=NEW the source run is only read). */
+    bool run_dir_set = false;
+    for (int i = 0; i < num_sets; i++) run_dir_set |= !strncmp(sets[i], "run.dir=", 8);
+    if (loc.run_dir[0] && !run_dir_set) {
+        const int locked = dist_rank() != 0 || train_lock_run_dir(loc.run_dir, err, sizeof err) == 0;
+        if (refuse_together(locked ? 0 : MT_EXIT_FAILURE, "%s", locked ? "" : err) != 0) return MT_EXIT_FAILURE;
+    }
     if (loc.single) {
         int status = try_checkpoint(loc.checkpoint_dir, &loc, sets, num_sets);
         if (status != TRY_NEXT) return status;

@@ -355,13 +355,17 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
     int status = refuse_existing_checkpoints(ctx, err, errlen);
     /* Rank 0 alone writes run.dir; the others wait for it, and stop with it when it cannot. */
     struct stat before;
-    const bool created_dir = status == 0 && comm_world()->rank == 0 && stat(recipe->run.dir, &before) != 0;
+    bool created_dir = status == 0 && comm_world()->rank == 0 && stat(recipe->run.dir, &before) != 0;
     if (status == 0 && comm_world()->rank == 0) {
         char path[MT_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/recipe.yaml", recipe->run.dir);
-        if (make_dirs(recipe->run.dir, err, errlen) != 0 || train_lock_run_dir(recipe->run.dir, err, errlen) != 0 ||
-            recipe_write(recipe, path, err, errlen) != 0 || truncate_metrics(recipe->run.dir, err, errlen) != 0)
+        if (make_dirs(recipe->run.dir, err, errlen) != 0 || train_lock_run_dir(recipe->run.dir, err, errlen) != 0) {
+            /* a run.dir another process made and locks (both saw it missing) is that one's: nothing is removed */
+            created_dir = false;
             status = MT_EXIT_FAILURE;
+        } else if (recipe_write(recipe, path, err, errlen) != 0 || truncate_metrics(recipe->run.dir, err, errlen) != 0) {
+            status = MT_EXIT_FAILURE;
+        }
     }
     status = train_setup_agree(ctx, status, err);
     if (status == 0) status = train_setup_common(ctx, recipe, recipe->init_from[0] ? recipe->init_from : NULL,

@@ -81,4 +81,13 @@ rc=$?
 set -e
 [[ $rc -eq 2 ]] && grep -q "stage 2 has global batch size 12; expected a multiple of micro_batch_size \* dp = 2 \* 4 = 8" \
   "$WORK/ramp-bad.log" || { cat "$WORK/ramp-bad.log"; fail "a stage ahead that dp 4 does not divide: exit $rc"; }
+# the stage the resume starts in is not finished: one dp 4 does not divide is refused, naming it
+set +e
+mpi 4 resume "$WORK/ramp/checkpoints/iter_0000005" --set run.dir="$WORK/ramp-dp4-now" \
+  --set "train.batch_schedule=[{step: 0, global_batch_size: 2}, {step: 5, global_batch_size: 6}, {step: 8, global_batch_size: 8}]" \
+  > "$WORK/ramp-now.log" 2>&1
+rc=$?
+set -e
+[[ $rc -eq 2 ]] && grep -q "stage 1 has global batch size 6; expected a multiple of micro_batch_size \* dp = 2 \* 4 = 8" \
+  "$WORK/ramp-now.log" || { cat "$WORK/ramp-now.log"; fail "the current stage that dp 4 does not divide: exit $rc"; }
 echo "a batch ramp resumed at dp 4 after a stage dp 4 does not divide: taken, the uninterrupted run's numbers"

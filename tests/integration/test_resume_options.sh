@@ -142,7 +142,11 @@ BACKGROUND+=("$holder")
 for _ in $(seq 300); do [[ -s $busy/metrics.jsonl ]] && break; sleep 0.1; done
 [[ -s $busy/metrics.jsonl ]] || fail "the busy run did not start: $(cat "$WORK/busy.log")"
 [[ -e $busy/checkpoints/iter_0000020 ]] && fail "the busy run saved before the second run could try"
+cp "$busy/recipe.yaml" "$WORK/busy-recipe.yaml"
 expect 1 "run.dir: '$busy' is in use by another megatrain process (pid $holder on " run "$busy" 10
+# ... having written nothing there: its own recipe.yaml (10 steps) not written, metrics.jsonl not cut
+cmp -s "$busy/recipe.yaml" "$WORK/busy-recipe.yaml" || fail "the refused run wrote recipe.yaml"
+[[ $(json_field "$busy/metrics.jsonl" step | head -n 1) == 1 ]] || fail "the refused run cut metrics.jsonl"
 for _ in $(seq 300); do [[ -e $busy/checkpoints/iter_0000020 ]] && break; sleep 0.1; done
 [[ -e $busy/checkpoints/iter_0000020 ]] || fail "the busy run did not save: $(cat "$WORK/busy.log")"
 expect 1 "is in use by another megatrain process (pid $holder on " "$MEGATRAIN" resume "$busy" --set train.steps=200000

@@ -306,7 +306,7 @@ static void round_trip(const char *text, const char *const *sets, int n, int wor
 static void test_write_round_trip(void **state) {
     round_trip(BASE, NULL, 0, 1);
     const char *odd[] = {"optimizer.lr=0.0030000000000000001", "optimizer.min_lr=1.1e-7", "model.rms_norm_eps=1e-6",
-                         "model.rope_scaling={factor: 32, low_freq_factor: 1.5}", "data.valid=[a, {path: b, weight: 0.3}]",
+                         "model.rope_scaling={type: llama3, factor: 32, low_freq_factor: 1.5}", "data.valid=[a, {path: b, weight: 0.3}]",
                          "run.name=quote\"me", "optimizer.schedule.decay_steps=80", "data.split=[90.5, 9.5, 0]"};
     round_trip(BASE, odd, 8, 1);
     const char *tokens[] = {"train.steps=null", "train.tokens=2.4B", "train.global_batch_size=0:16 2.4B:320 4.8B:624"};
