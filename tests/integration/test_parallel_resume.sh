@@ -73,21 +73,16 @@ for field in loss grad_norm; do
   compare $field "$WORK/ramp/metrics.jsonl" "$WORK/ramp-dp4/metrics.jsonl" 6 ||
     fail "a ramp resumed at dp 4: $field differs from the uninterrupted run"
 done
-set +e
-mpi 4 resume "$WORK/ramp/checkpoints/iter_0000005" --set run.dir="$WORK/ramp-dp4-bad" \
-  --set "train.batch_schedule=[{step: 0, global_batch_size: 2}, {step: 5, global_batch_size: 8}, {step: 8, global_batch_size: 12}]" \
-  > "$WORK/ramp-bad.log" 2>&1
-rc=$?
-set -e
-[[ $rc -eq 2 ]] && grep -q "stage 2 has global batch size 12; expected a multiple of micro_batch_size \* dp = 2 \* 4 = 8" \
-  "$WORK/ramp-bad.log" || { cat "$WORK/ramp-bad.log"; fail "a stage ahead that dp 4 does not divide: exit $rc"; }
-# the stage the resume starts in is not finished: one dp 4 does not divide is refused, naming it
-set +e
-mpi 4 resume "$WORK/ramp/checkpoints/iter_0000005" --set run.dir="$WORK/ramp-dp4-now" \
-  --set "train.batch_schedule=[{step: 0, global_batch_size: 2}, {step: 5, global_batch_size: 6}, {step: 8, global_batch_size: 8}]" \
-  > "$WORK/ramp-now.log" 2>&1
-rc=$?
-set -e
-[[ $rc -eq 2 ]] && grep -q "stage 1 has global batch size 6; expected a multiple of micro_batch_size \* dp = 2 \* 4 = 8" \
-  "$WORK/ramp-now.log" || { cat "$WORK/ramp-now.log"; fail "the current stage that dp 4 does not divide: exit $rc"; }
+# refused_at_dp4 NAME SCHEDULE STAGE GBS: resuming at step 5 on dp 4 with this schedule is refused (exit 2), naming
+# stage STAGE's global batch size GBS, which 2 x 4 does not divide
+refused_at_dp4() {
+  local rc=0
+  mpi 4 resume "$WORK/ramp/checkpoints/iter_0000005" --set run.dir="$WORK/ramp-$1" --set "train.batch_schedule=$2" \
+    > "$WORK/ramp-$1.log" 2>&1 || rc=$?
+  [[ $rc -eq 2 ]] && grep -q "stage $3 has global batch size $4; expected a multiple of micro_batch_size \* dp = 2 \* 4 = 8" \
+    "$WORK/ramp-$1.log" || { cat "$WORK/ramp-$1.log"; fail "$1: stage $3 that dp 4 does not divide: exit $rc"; }
+}
+refused_at_dp4 ahead "[{step: 0, global_batch_size: 2}, {step: 5, global_batch_size: 8}, {step: 8, global_batch_size: 12}]" 2 12
+# the stage the resume starts in is not finished: one dp 4 does not divide is refused too
+refused_at_dp4 current "[{step: 0, global_batch_size: 2}, {step: 5, global_batch_size: 6}, {step: 8, global_batch_size: 8}]" 1 6
 echo "a batch ramp resumed at dp 4 after a stage dp 4 does not divide: taken, the uninterrupted run's numbers"
