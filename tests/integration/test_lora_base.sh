@@ -134,7 +134,8 @@ mv "$WORK/base" "$WORK/base.away"
 cmp "$WORK/peft-ref/adapter_model.safetensors" "$WORK/peft-store/adapter_model.safetensors" \
   || fail "the PEFT export of the reference checkpoint differs from the store one"
 echo "base moved away: the PEFT export works and equals store's"
-snapshot() { (cd "$WORK" && find ref chain -printf '%p %s %T@\n' | sort && cat ref/metrics.jsonl); }
+# (run.dir/.megatrain.lock aside: every run and resume takes that lock, writing its pid there, before anything else)
+snapshot() { (cd "$WORK" && find ref chain -not -name .megatrain.lock -printf '%p %s %T@\n' | sort && cat ref/metrics.jsonl); }
 before=$(snapshot)
 missing=("references those of $base" "which is missing" "restore $base" "checkpoint.frozen_base: store")
 expect_exit1 "resume" "${missing[@]}" "$ref6" -- "$MEGATRAIN" resume "$WORK/ref" --set train.steps=8
