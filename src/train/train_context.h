@@ -82,6 +82,11 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, const char *toke
  * and ends MPI with no abort (dist_finish_together). */
 int train_setup_agree(TrainContext *ctx, int status, const char *err);
 
+/* Collective, first in setup (before anything is written): every rank runs rank 0's recipe, compared by the
+ * resolved recipe's CRC-32C (mpirun's MPMD form can give ranks different --set values). 0, or not 0 agreed as
+ * train_setup_agree agrees (the rank that differs named). */
+int train_setup_same_recipe(TrainContext *ctx, const Recipe *recipe, char *err, size_t errlen);
+
 /* The file in run.dir that a run's rank 0 locks while it writes there (train_lock_run_dir). */
 #define TRAIN_RUN_DIR_LOCK ".megatrain.lock"
 

@@ -111,6 +111,7 @@ static int keep_frozen_base(TrainContext *ctx, const Recipe *recipe, const char 
 int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *checkpoint_dir, bool load_optimizer,
                        char *err, size_t errlen) {
     memset(ctx, 0, sizeof *ctx); /* train_teardown is safe after any return */
+    if (train_setup_same_recipe(ctx, recipe, err, errlen) != 0) return MT_EXIT_USAGE;
     /* run.dir is this process's before anything is loaded: another one writing there refuses this resume */
     int status = 0;
     if (comm_world()->rank == 0 &&

@@ -232,6 +232,10 @@ static int same_recipe_as_rank0(const Recipe *recipe, char *err, size_t errlen) 
     return MT_EXIT_USAGE;
 }
 
+int train_setup_same_recipe(TrainContext *ctx, const Recipe *recipe, char *err, size_t errlen) {
+    return train_setup_agree(ctx, same_recipe_as_rank0(recipe, err, errlen), err);
+}
+
 int train_setup_agree(TrainContext *ctx, int status, const char *err) {
     status = dist_report_first(status, err);
     if (status != 0) ctx->stopped_together = true;
@@ -248,9 +252,7 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, const char *toke
 
     /* A refusal here (a data path, a vocabulary, a tokenizer, memory) is every rank's, or one rank's before the
      * model's collectives: the ranks agree on it, it is said once and no rank aborts. */
-    int status = train_setup_agree(ctx, same_recipe_as_rank0(recipe, err, errlen), err);
-    if (status != 0) return status;
-    status = train_setup_agree(ctx, setup_inputs(ctx, recipe, tokenizer_dir, tokenizer_source, err, errlen), err);
+    int status = train_setup_agree(ctx, setup_inputs(ctx, recipe, tokenizer_dir, tokenizer_source, err, errlen), err);
     if (status != 0) return status;
 
     const TrainConfig *train = &recipe->train;
@@ -352,6 +354,8 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
     memset(ctx, 0, sizeof *ctx);
     ctx->recipe = recipe;
     snprintf(ctx->checkpoints_dir, sizeof ctx->checkpoints_dir, "%s/checkpoints", recipe->run.dir);
+    /* before rank 0 writes anything of its recipe into run.dir */
+    if (train_setup_same_recipe(ctx, recipe, err, errlen) != 0) return MT_EXIT_USAGE;
     int status = refuse_existing_checkpoints(ctx, err, errlen);
     /* Rank 0 alone writes run.dir; the others wait for it, and stop with it when it cannot. */
     struct stat before;

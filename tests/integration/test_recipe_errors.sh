@@ -235,8 +235,8 @@ if command -v mpirun > /dev/null && [[ -z ${TSAN_OPTIONS:-} ]]; then
   grep -q "model.hidden_size: the checkpoint's model has 64" "$WORK/resume-shape.log" ||
     fail "resume-shape: $(cat "$WORK/resume-shape.log")"
   echo "setup refusals under mpirun (data, vocabulary, run.dir, resume's checkpoint): said once, no abort"
-  # ranks given different recipes (mpirun's MPMD form): the first that differs from rank 0 says so, all exit 2 (it
-  # used to surface as a NaN and an MPI_ERR_TRUNCATE)
+  # ranks given different recipes (mpirun's MPMD form): the first that differs from rank 0 says so, all exit 2,
+  # before run.dir is made (it used to surface as a NaN and an MPI_ERR_TRUNCATE)
   rm -f "$WORK"/mpmd.status.*
   record='f=$1; shift; "$@"; echo $? > "$f.$OMPI_COMM_WORLD_RANK"'
   OMPI_MCA_orte_abort_on_non_zero_status=0 timeout 120 mpirun --allow-run-as-root --oversubscribe \
@@ -247,7 +247,8 @@ if command -v mpirun > /dev/null && [[ -z ${TSAN_OPTIONS:-} ]]; then
     > "$WORK/mpmd.log" 2>&1 || true
   grep -q "error: rank 1: its resolved recipe differs from rank 0's" "$WORK/mpmd.log" &&
     [[ $(grep -c '^megatrain: error: ' "$WORK/mpmd.log") -eq 1 ]] && ! grep -qE "MPI_ABORT|stopping the job" "$WORK/mpmd.log" &&
-    [[ "$(cat "$WORK"/mpmd.status.* | sort -u | tr '\n' ' ')" == "2 " && $(ls "$WORK"/mpmd.status.* | wc -l) -eq 2 ]] ||
+    [[ "$(cat "$WORK"/mpmd.status.* | sort -u | tr '\n' ' ')" == "2 " && $(ls "$WORK"/mpmd.status.* | wc -l) -eq 2 ]] &&
+    [[ ! -e $WORK/mpmd ]] ||
     fail "ranks with different recipes: $(cat "$WORK/mpmd.log") statuses: $(grep . "$WORK"/mpmd.status.*)"
   # a launcher's variable without the launcher (SLURM_NTASKS in a batch script run without srun): MPI starts one
   # rank, which is refused, naming the variable, rather than trained as one of two
