@@ -119,6 +119,46 @@ static int load_tree(Recipe *recipe, YNode *root, const char *const *overrides, 
     return read_section(recipe, recipe_root_keys, root, top, "", err, errlen);
 }
 
+/* A relative data path (or data.cache_dir) is taken from the current directory, and made absolute here so that
+ * run.dir/recipe.yaml and the checkpoints name the files the run read: a resume from another directory reads the
+ * same ones. run.dir stays as given (a resume names its own); model files are read above and not kept. */
+static int absolute_path(char *path, size_t size, const char *key, char *err, size_t errlen) {
+    if (path[0] == '/' || path[0] == '\0') return 0;
+    char cwd[PATH_MAX];
+    if (!getcwd(cwd, sizeof cwd)) {
+        mt_set_error(err, errlen, "%s: %s is relative, and the current directory cannot be read to resolve it", key,
+                     path);
+        return -1;
+    }
+    const char *rest = path;
+    while (rest[0] == '.' && rest[1] == '/') /* ./data/x: /cwd/data/x */
+        for (rest += 2; *rest == '/'; rest++) {}
+    if (strcmp(rest, ".") == 0) rest = "";
+    char joined[2 * PATH_MAX];
+    const int n = snprintf(joined, sizeof joined, "%s%s%s", cwd, strcmp(cwd, "/") && rest[0] ? "/" : "", rest);
+    if (n < 0 || (size_t)n >= size) {
+        mt_set_error(err, errlen, "%s: %s/%s: expected a path of at most %zu characters", key, cwd, rest, size - 1);
+        return -1;
+    }
+    memcpy(path, joined, (size_t)n + 1);
+    return 0;
+}
+
+static int absolute_data_paths(Recipe *recipe, char *err, size_t errlen) {
+    DataConfig *data = &recipe->data;
+    char key[64];
+    for (int i = 0; i < data->num_train; i++) {
+        snprintf(key, sizeof key, "data.train[%d].path", i);
+        if (absolute_path(data->train[i].path, sizeof data->train[i].path, key, err, errlen) != 0) return -1;
+    }
+    for (int i = 0; i < data->num_valid; i++) {
+        snprintf(key, sizeof key, "data.valid[%d].path", i);
+        if (absolute_path(data->valid[i].path, sizeof data->valid[i].path, key, err, errlen) != 0) return -1;
+    }
+    if (recipe_cache_dir_is_default(recipe)) return 0; /* run.dir/data-cache: follows run.dir */
+    return absolute_path(data->cache_dir, sizeof data->cache_dir, "data.cache_dir", err, errlen);
+}
+
 int recipe_load(Recipe *recipe, const char *path, const char *const *overrides, int num_overrides, int world_size,
                 char *err, size_t errlen) {
     return recipe_load_resumed(recipe, path, overrides, num_overrides, world_size, 0, 0.0, err, errlen);
@@ -141,6 +181,7 @@ int recipe_load_resumed(Recipe *recipe, const char *path, const char *const *ove
         recipe_fill_derived(recipe, root);
         rc = recipe_validate(recipe, root, world_size, err, errlen);
     }
+    if (rc == 0) rc = absolute_data_paths(recipe, err, errlen);
     ytree_free(root);
     return rc;
 }

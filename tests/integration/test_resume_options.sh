@@ -156,3 +156,21 @@ wait "$holder" || fail "the busy run, stopped by SIGTERM: exit $?: $(tail -n 3 "
 stopped=$(basename "$(ls -d "$busy"/checkpoints/iter_* | tail -n 1)")
 expect 0 "resume: from $busy/checkpoints/$stopped" "$MEGATRAIN" resume "$busy" --set train.steps=$((10#${stopped#iter_} + 2))
 echo "one writer a run.dir: a second run and resume refused while the first trains; resume after it stopped"
+
+# Relative data paths are taken from the directory the run started in and written absolute to recipe.yaml and the
+# checkpoints, so a resume from another directory (a requeued job's script) reads the same data (it failed, the
+# path taken from the new directory); a relative data.cache_dir alike.
+mkdir -p "$WORK/start/corpus" "$WORK/elsewhere"
+cp "$WORK/english.bin" "$WORK/english.idx" "$WORK/start/corpus/"
+(cd "$WORK/start" && run rel 10 --set "data.train=[{path: ./corpus/english, weight: 1.0}]" --set data.cache_dir=cache \
+  > /dev/null)
+grep -q "{path: \"$WORK/start/corpus/english\", weight: 1}" "$WORK/start/rel/recipe.yaml" \
+  || fail "recipe.yaml keeps the relative path: $(grep -A1 ' train:' "$WORK/start/rel/recipe.yaml")"
+grep -q "cache_dir: \"$WORK/start/cache\"" "$WORK/start/rel/checkpoints/iter_0000010/recipe.yaml" \
+  || fail "the checkpoint keeps the relative cache_dir: $(grep cache_dir "$WORK/start/rel/checkpoints/iter_0000010/recipe.yaml")"
+(cd "$WORK/elsewhere" && expect 0 "resume: from $WORK/start/rel/checkpoints/iter_0000010" \
+  "$MEGATRAIN" resume "$WORK/start/rel" --set train.steps=12)
+[[ -z $(ls -A "$WORK/elsewhere") ]] || fail "the resume wrote into the current directory: $(ls -A "$WORK/elsewhere")"
+(cd "$WORK/start" && run same 12 --set "data.train=[{path: corpus/english, weight: 1.0}]" > /dev/null)
+[[ "$(losses "$WORK/start/rel")" == "$(losses "$WORK/start/same")" ]] || fail "the resume from elsewhere read other data"
+echo "relative data paths: written absolute, a resume from another directory reads the same data"

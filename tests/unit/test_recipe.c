@@ -109,7 +109,10 @@ static void test_defaults(void **state) {
     assert_int_equal(r.precision, DTYPE_BF16);
     assert_true(r.data.split[0] == 98 && r.data.split[1] == 2 && r.data.split[2] == 0);
     assert_int_equal(r.data.num_train, 1);
-    assert_string_equal(r.data.train[0].path, "data/tiny");
+    char cwd[4096], expected[4200];
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    snprintf(expected, sizeof expected, "%s/data/tiny", cwd); /* relative: from the current directory, absolute */
+    assert_string_equal(r.data.train[0].path, expected);
     assert_int_equal(r.data.num_valid, 0);
     assert_int_equal(r.train.num_batch_stages, 1);
     assert_false(r.train.batch_stages_in_tokens);
@@ -181,6 +184,36 @@ static void test_overrides(void **state) {
                           "train.batch_schedule=0:8 4K:16"};
     load_ok(&r, BASE, swap, 4, 1);
     assert_true(r.train.steps == 0 && r.train.tokens == 10000 && r.train.batch_stages_in_tokens);
+}
+
+/* Relative data paths and data.cache_dir become absolute, from the current directory ("./" dropped); absolute ones
+ * and run.dir (with the default cache_dir under it) stay as given. */
+static void test_relative_paths(void **state) {
+    (void)state;
+    Recipe r;
+    char cwd[4096], want[3][4300];
+    assert_non_null(getcwd(cwd, sizeof cwd));
+    snprintf(want[0], sizeof want[0], "%s/a/b", cwd);
+    snprintf(want[1], sizeof want[1], "%s/v", cwd);
+    snprintf(want[2], sizeof want[2], "%s/cache", cwd);
+    const char *sets[] = {"data.train=[./a/b, {path: /abs/c, weight: 2}]", "data.valid=[.//v]",
+                          "data.cache_dir=./cache"};
+    load_ok(&r, BASE, sets, 3, 1);
+    assert_string_equal(r.data.train[0].path, want[0]);
+    assert_string_equal(r.data.train[1].path, "/abs/c");
+    assert_string_equal(r.data.valid[0].path, want[1]);
+    assert_string_equal(r.data.cache_dir, want[2]);
+    assert_string_equal(r.run.dir, "runs/unit");
+    load_ok(&r, BASE, NULL, 0, 1);
+    assert_string_equal(r.data.cache_dir, "runs/unit/data-cache");
+    /* within MT_PATH_MAX as given, too long once joined: an error naming the key, not a cut path */
+    char set[1100] = "data.train=";
+    memset(set + strlen(set), 'y', 1020);
+    set[strlen("data.train=") + 1020] = '\0';
+    const char *longer[] = {set};
+    assert_int_not_equal(load(&r, BASE, longer, 1, 1), 0);
+    assert_non_null(strstr(err, "data.train[0].path: "));
+    assert_non_null(strstr(err, "expected a path of at most 1023 characters"));
 }
 
 static void test_model_from_file(void **state) {
@@ -673,6 +706,7 @@ int main(void) {
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_batch_schedules),
         cmocka_unit_test(test_overrides),
+        cmocka_unit_test(test_relative_paths),
         cmocka_unit_test(test_model_from_file),
         cmocka_unit_test(test_write_round_trip),
         cmocka_unit_test(test_token_ids),
