@@ -114,7 +114,7 @@ int convert_main(int argc, char **argv) {
     }
     if (lstat(dst, &st) == 0) {
         mt_error("convert: %s already exists; convert never overwrites (remove it or choose another DST)", dst);
-        return MT_EXIT_FAILURE;
+        return MT_EXIT_USAGE; /* as data build's existing PREFIX: the command line names an output that is there */
     }
     char config[4096];
     snprintf(config, sizeof config, "%s/config.json", src);

@@ -180,7 +180,7 @@ status=0
 mkdir "$WORK/taken" && echo keep > "$WORK/taken/file"
 status=0
 "$MEGATRAIN" convert "$FIX/llama_tied" "$WORK/taken" > "$WORK/taken.log" 2>&1 || status=$?
-[[ $status -eq 1 ]] && grep -q "already exists" "$WORK/taken.log" || fail "existing DST: $(cat "$WORK/taken.log")"
+[[ $status -eq 2 ]] && grep -q "already exists" "$WORK/taken.log" || fail "existing DST (exit $status, expected 2): $(cat "$WORK/taken.log")"
 [[ "$(ls "$WORK/taken")" == file ]] || fail "existing DST was touched"
 
 # A file-size limit (ulimit -f, in KiB) below the output: each direction exits 1 naming the file it could not
