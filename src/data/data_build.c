@@ -22,7 +22,7 @@
  *
  * --format sft (supervised fine-tuning): each JSONL line is a
  * {"prompt", "completion"} or {"messages": [...]} record, rendered with
- * --chat-template llama3|chatml (sft_render.c) and tokenized segment by
+ * --chat-template llama3|chatml|qwen3 (sft_render.c) and tokenized segment by
  * segment; beside PREFIX.{bin,idx} a second indexed dataset
  * PREFIX_mask.{bin,idx} (uint8, the same documents and lengths) holds each
  * token's loss mask: 1 for assistant / completion tokens and their end of
@@ -64,7 +64,7 @@
 static const char *const build_usage_text =
     "usage: megatrain data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT]\n"
     "                             [--json-key KEY] [--workers N] [--max-line-mib N] [--overwrite]\n"
-    "                             [--format text|jsonl|sft [--chat-template llama3|chatml]]\n"
+    "                             [--format text|jsonl|sft [--chat-template llama3|chatml|qwen3]]\n"
     "\n"
     "Tokenize FILE into the Megatron indexed dataset PREFIX.bin + PREFIX.idx.\n"
     "\n"
@@ -86,12 +86,14 @@ static const char *const build_usage_text =
     "  --json-key KEY       the JSONL field holding the document (default: text)\n"
     "  --format text|jsonl  FILE's format, whatever its name and first line say\n"
     "  --format sft         supervised fine-tuning records, one JSON object per line:\n"
-    "                       {\"prompt\": ..., \"completion\": ...} or {\"messages\": [{\"role\": system|user|\n"
-    "                       assistant, \"content\": ...}...]}; writes PREFIX_mask.{bin,idx} too: a uint8\n"
+    "                       {\"prompt\": ..., \"completion\": ...} (and an optional \"system\") or\n"
+    "                       {\"messages\": [{\"role\": system|user|assistant, \"content\": ...}...]};\n"
+    "                       writes PREFIX_mask.{bin,idx} too: a uint8\n"
     "                       dataset with the same documents, 1 where a token counts in the loss\n"
     "                       (assistant / completion tokens and their end of turn), 0 elsewhere\n"
-    "  --chat-template NAME llama3 (Llama 3 Instruct) or chatml (Qwen2.5 Instruct), written in C after the\n"
-    "                       published templates for plain text messages (Jinja is not evaluated);\n"
+    "  --chat-template NAME llama3 (Llama 3 Instruct), chatml (Qwen2.5 Instruct) or qwen3 (Qwen3: its\n"
+    "                       think blocks), written in C after the published templates for plain text\n"
+    "                       messages (Jinja is not evaluated);\n"
     "                       without it a prompt/completion record is prompt + completion + the\n"
     "                       end-of-document token, and messages records are refused; with it no\n"
     "                       end of document is appended, and each of the template's special tokens\n"
@@ -399,7 +401,7 @@ static int check_template_tokens(Tokenizer *tok, SftTemplate t) {
         tokenizer_encode(tok, specials[i], strlen(specials[i]), &ids);
         if (ids.count != 1) {
             mt_error("data build: --chat-template %s: %s has no token %s (it would become %zu ordinary tokens): the "
-                     "template is another tokenizer's (llama3 is Llama 3's, chatml Qwen's)", sft_template_name(t),
+                     "template is another tokenizer's (llama3 is Llama 3's, chatml Qwen2.5's, qwen3 Qwen3's)", sft_template_name(t),
                      tokenizer_path(tok), specials[i], ids.count);
             token_ids_free(&ids);
             return -1;

@@ -17,28 +17,35 @@
 #define LLAMA3_END_OF_TURN "<|eot_id|>"
 #define CHATML_START "<|im_start|>"
 #define CHATML_END "<|im_end|>"
+#define THINK_OPEN "<think>"
+#define THINK_CLOSE "</think>"
+#define TOOL_RESPONSE_OPEN "<tool_response>"
+#define TOOL_RESPONSE_CLOSE "</tool_response>"
 
 static const char *const llama3_specials[] = {LLAMA3_BEGIN, LLAMA3_HEADER_START, LLAMA3_HEADER_END, LLAMA3_END_OF_TURN};
 static const char *const chatml_specials[] = {CHATML_START, CHATML_END};
+static const char *const qwen3_specials[] = {CHATML_START, CHATML_END, THINK_OPEN, THINK_CLOSE};
 
 const char *const *sft_template_special_tokens(SftTemplate t, int *count) {
     if (t == SFT_TEMPLATE_LLAMA3) return *count = 4, llama3_specials;
     if (t == SFT_TEMPLATE_CHATML) return *count = 2, chatml_specials;
+    if (t == SFT_TEMPLATE_QWEN3) return *count = 4, qwen3_specials;
     *count = 0;
     return NULL;
 }
 
-static const char *const template_names[] = {"none", "llama3", "chatml"};
+static const char *const template_names[] = {"none", "llama3", "chatml", "qwen3"};
 
 int sft_template_from_name(const char *name) {
     if (strcmp(name, "llama3") == 0) return SFT_TEMPLATE_LLAMA3;
     if (strcmp(name, "chatml") == 0) return SFT_TEMPLATE_CHATML;
+    if (strcmp(name, "qwen3") == 0) return SFT_TEMPLATE_QWEN3;
     return -1;
 }
 
 const char *sft_template_name(SftTemplate t) { return template_names[t]; }
 
-const char *sft_template_names(void) { return "llama3, chatml"; }
+const char *sft_template_names(void) { return "llama3, chatml, qwen3"; }
 
 void sft_rendered_free(SftRendered *r) {
     free(r->text);
@@ -71,6 +78,8 @@ typedef struct Message {
     Role role;
     const char *content;
     size_t len;
+    const char *reasoning; /* an assistant message's "reasoning_content" string, else NULL (read by qwen3 only) */
+    size_t reasoning_len;
 } Message;
 
 /* Python's str.isspace of one code point, what Jinja's trim (str.strip) removes: bidirectional class WS, B or S,
@@ -132,6 +141,87 @@ static void render_chatml(const Message *m, size_t n, SftRendered *r) {
     }
 }
 
+/* qwen3 (Qwen3's chat_template for plain messages). Python's str methods on byte ranges: the markers and '\n'
+ * are ASCII, so they never match inside a UTF-8 sequence. */
+static bool starts_with(const char *s, size_t n, const char *prefix) {
+    return n >= strlen(prefix) && memcmp(s, prefix, strlen(prefix)) == 0;
+}
+static bool ends_with(const char *s, size_t n, const char *suffix) {
+    return n >= strlen(suffix) && memcmp(s + n - strlen(suffix), suffix, strlen(suffix)) == 0;
+}
+static const char *find(const char *s, size_t n, const char *needle) { return memmem(s, n, needle, strlen(needle)); }
+static const char *find_last(const char *s, size_t n, const char *needle) {
+    const char *last = NULL;
+    for (const char *p = s; (p = find(p, n - (size_t)(p - s), needle)); p++) last = p;
+    return last;
+}
+static void lstrip_newlines(const char **s, size_t *n) {
+    while (*n && **s == '\n') (*s)++, (*n)--;
+}
+static void rstrip_newlines(const char *s, size_t *n) {
+    while (*n && s[*n - 1] == '\n') (*n)--;
+}
+
+/* The user message a reply answers: the last one that is not a tool response (<tool_response>...</tool_response>,
+ * which the template treats as a tool's turn); the last message when there is none. */
+static size_t last_query(const Message *m, size_t n) {
+    for (size_t i = n; i-- > 0;)
+        if (m[i].role == ROLE_USER && !(starts_with(m[i].content, m[i].len, TOOL_RESPONSE_OPEN) &&
+                                        ends_with(m[i].content, m[i].len, TOOL_RESPONSE_CLOSE)))
+            return i;
+    return n - 1;
+}
+
+static void render_qwen3(const Message *m, size_t n, SftRendered *r) {
+    const size_t query = last_query(m, n);
+    for (size_t i = 0; i < n; i++) {
+        const char *c = m[i].content;
+        size_t len = m[i].len;
+        if (m[i].role != ROLE_ASSISTANT) {
+            emit_str(r, CHATML_START, false);
+            emit_str(r, role_names[m[i].role], false);
+            emit_str(r, "\n", false);
+            emit(r, c, len, false);
+            emit_str(r, CHATML_END "\n", false);
+            continue;
+        }
+        /* reasoning: the message's reasoning_content, else what its content holds before </think> */
+        const char *reasoning = m[i].reasoning ? m[i].reasoning : "";
+        size_t reasoning_len = m[i].reasoning ? m[i].reasoning_len : 0;
+        const char *close = m[i].reasoning ? NULL : find(c, len, THINK_CLOSE);
+        if (close) {
+            reasoning = c;
+            reasoning_len = (size_t)(close - c); /* content.split('</think>')[0] */
+            rstrip_newlines(reasoning, &reasoning_len);
+            const char *open = find_last(reasoning, reasoning_len, THINK_OPEN); /* .split('<think>')[-1] */
+            if (open) {
+                reasoning_len -= (size_t)(open + strlen(THINK_OPEN) - reasoning);
+                reasoning = open + strlen(THINK_OPEN);
+            }
+            lstrip_newlines(&reasoning, &reasoning_len);
+            const char *after = find_last(c, len, THINK_CLOSE) + strlen(THINK_CLOSE); /* content.split('</think>')[-1] */
+            len -= (size_t)(after - c);
+            c = after;
+            lstrip_newlines(&c, &len);
+        }
+        emit_str(r, CHATML_START "assistant\n", false);
+        if (i > query && (i == n - 1 || reasoning_len > 0)) {
+            /* a reply to the last query shows its reasoning; an empty block is what the prompt holds with
+             * enable_thinking=False (masked), a non-empty one what the model writes (counted) */
+            lstrip_newlines(&reasoning, &reasoning_len);
+            rstrip_newlines(reasoning, &reasoning_len);
+            const bool thought = reasoning_len > 0;
+            emit_str(r, THINK_OPEN "\n", thought);
+            emit(r, reasoning, reasoning_len, thought);
+            emit_str(r, "\n" THINK_CLOSE "\n\n", thought);
+            lstrip_newlines(&c, &len);
+        }
+        emit(r, c, len, true);
+        emit_str(r, CHATML_END, true);
+        emit_str(r, "\n", false);
+    }
+}
+
 /* A string member of obj; NULL with why set when absent or not a string. */
 static const JsonValue *string_member(const JsonValue *obj, const char *key, const char *where, char *why,
                                       size_t whylen) {
@@ -168,11 +258,21 @@ static int read_messages(const JsonValue *record, SftTemplate t, Message **out, 
         }
         const JsonValue *completion = string_member(record, "completion", "", why, whylen);
         if (!completion) return -1;
-        Message *m = mt_malloc(2 * sizeof *m);
-        m[0] = (Message){ROLE_USER, prompt->string, prompt->string_len};
-        m[1] = (Message){ROLE_ASSISTANT, completion->string, completion->string_len};
+        /* an optional "system": the conversation's system message */
+        const JsonValue *system = json_get(record, "system");
+        if (system && !(system = string_member(record, "system", "", why, whylen))) return -1;
+        if (system && t == SFT_TEMPLATE_NONE) {
+            snprintf(why, whylen, "a \"system\" field needs a chat template (--chat-template %s)",
+                     sft_template_names());
+            return -1;
+        }
+        Message *m = mt_calloc(3, sizeof *m);
+        size_t k = 0;
+        if (system) m[k++] = (Message){.role = ROLE_SYSTEM, .content = system->string, .len = system->string_len};
+        m[k++] = (Message){.role = ROLE_USER, .content = prompt->string, .len = prompt->string_len};
+        m[k++] = (Message){.role = ROLE_ASSISTANT, .content = completion->string, .len = completion->string_len};
         *out = m;
-        *n = 2;
+        *n = k;
         return 0;
     }
     if (t == SFT_TEMPLATE_NONE) {
@@ -215,7 +315,12 @@ static int read_messages(const JsonValue *record, SftTemplate t, Message **out, 
                      role->string_len > 40 ? "..." : "");
             goto fail;
         }
-        m[i] = (Message){(Role)r, content->string, content->string_len};
+        m[i] = (Message){.role = (Role)r, .content = content->string, .len = content->string_len};
+        const JsonValue *reasoning = json_get(msg, "reasoning_content"); /* used when a string, as the template does */
+        if (r == ROLE_ASSISTANT && reasoning && reasoning->type == JSON_STRING) {
+            m[i].reasoning = reasoning->string;
+            m[i].reasoning_len = reasoning->string_len;
+        }
         any_assistant |= r == ROLE_ASSISTANT;
     }
     if (!any_assistant) {
@@ -242,6 +347,7 @@ int sft_render(const JsonValue *record, SftTemplate t, SftRendered *out, char *w
     if (read_messages(record, t, &m, &n, why, whylen) != 0) return -1;
     if (t == SFT_TEMPLATE_LLAMA3) render_llama3(m, n, out);
     else if (t == SFT_TEMPLATE_CHATML) render_chatml(m, n, out);
+    else if (t == SFT_TEMPLATE_QWEN3) render_qwen3(m, n, out);
     else {
         emit(out, m[0].content, m[0].len, false);
         emit(out, m[1].content, m[1].len, true);

@@ -3,8 +3,9 @@
  * end-of-turn token) or masked (system, user, prompt and template text).
  *
  * Records (one JSON object per JSONL line):
- *   {"prompt": "...", "completion": "..."}
+ *   {"prompt": "...", "completion": "..."}   (and an optional "system": "...")
  *   {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
+ * (an assistant message's "reasoning_content" string is read by qwen3)
  *
  * Chat templates, written in C after what the published Jinja templates
  * render for plain text messages (no tools, no images; arbitrary Jinja is
@@ -18,9 +19,18 @@
  *           first message is not a system message, then per message
  *           "<|im_start|>ROLE\n" + content + "<|im_end|>\n". Counted: an
  *           assistant message's content and its "<|im_end|>" (not the "\n").
+ *   qwen3   Qwen3: chatml without a default system message, and an
+ *           assistant message's reasoning (its "reasoning_content", else
+ *           what its content holds before "</think>") kept only after the
+ *           last user message: there "<think>\n" + reasoning + "\n</think>\n\n"
+ *           comes before the content (always for the last message; an empty
+ *           block is what the prompt holds with enable_thinking=False), and
+ *           earlier replies lose theirs. Counted: the content, "<|im_end|>"
+ *           and a non-empty think block; an empty one is masked.
  * A prompt/completion record under a template is a user message and an
- * assistant message. Without a template (SFT_TEMPLATE_NONE) only
- * prompt/completion records are accepted: the prompt's text is masked, the
+ * assistant message, after its "system" as a system message. Without a
+ * template (SFT_TEMPLATE_NONE) only prompt/completion records without
+ * "system" are accepted: the prompt's text is masked, the
  * completion's counted, and the caller appends the end-of-document token
  * (counted).
  */
@@ -32,12 +42,12 @@
 
 #include "../core/json.h"
 
-typedef enum { SFT_TEMPLATE_NONE = 0, SFT_TEMPLATE_LLAMA3, SFT_TEMPLATE_CHATML } SftTemplate;
+typedef enum { SFT_TEMPLATE_NONE = 0, SFT_TEMPLATE_LLAMA3, SFT_TEMPLATE_CHATML, SFT_TEMPLATE_QWEN3 } SftTemplate;
 
-/* "llama3" / "chatml" -> the template; -1 for another name. */
+/* "llama3" / "chatml" / "qwen3" -> the template; -1 for another name. */
 int sft_template_from_name(const char *name);
 const char *sft_template_name(SftTemplate t);
-/* "llama3, chatml": the names sft_template_from_name accepts. */
+/* "llama3, chatml, qwen3": the names sft_template_from_name accepts. */
 const char *sft_template_names(void);
 /* The special tokens template t writes (*count of them; none for SFT_TEMPLATE_NONE): each must be one token of
  * the tokenizer the records are tokenized with. */

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_data_build_sft.sh: `megatrain data build --format sft` renders
-# prompt/completion and messages records with the llama3 and chatml chat
+# prompt/completion and messages records with the llama3, chatml and qwen3 chat
 # templates into the exact text the published Jinja templates give (checked
 # byte for byte with the byte tokenizer), writes the loss mask
 # PREFIX_mask.{bin,idx} with 1 exactly on assistant/completion tokens and
@@ -52,7 +52,11 @@ L = {"llama3": [
  "chatml": [
   "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n[ Four.\n<|im_end|>]\n",
   "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n[Blue<|im_end|>]\n",
-  "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n[Hello!<|im_end|>]\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n[See you.<|im_end|>]\n"]}[template]
+  "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n[Hello!<|im_end|>]\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n[See you.<|im_end|>]\n"],
+ "qwen3": [
+  "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n[ Four.\n<|im_end|>]\n",
+  "<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n[Blue<|im_end|>]\n",
+  "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n[Hello!<|im_end|>]\n<|im_start|>user\nBye<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n[See you.<|im_end|>]\n"]}[template]
 assert len(docs) == 3, len(docs)
 for d, m, want in zip(docs, masks, L):
     text, mask, counted = b"", [], 0
@@ -66,6 +70,7 @@ PY
 }
 check_rendering llama3
 check_rendering chatml
+check_rendering qwen3
 
 # --- data inspect: the masked fraction --------------------------------------
 "$MEGATRAIN" data inspect "$D/out/llama3" --docs 0 > "$D/inspect.txt"
@@ -112,8 +117,8 @@ grep -q "pc_mask.bin and .*pc_mask.idx already exist" "$D/err.txt" || fail "exis
 # document (as a JSONL text) without its end-of-document id; the template's
 # special tokens are single ids; the counted ids are the assistant's.
 check_tokenizer() {
-  local fix=$1 template=$2
-  "$MEGATRAIN" data build --format sft --chat-template "$template" --tokenizer "$FIX/$fix/tokenizer.json" \
+  local fix=$1 template=$2 dir=${3:-$FIX/$1}
+  "$MEGATRAIN" data build --format sft --chat-template "$template" --tokenizer "$dir/tokenizer.json" \
     --input "$D/chat.jsonl" --output "$D/out/${fix}_sft" > /dev/null || fail "$fix: sft build failed"
   python3 - "$D/out/$template" "$D/$fix.rendered.jsonl" <<'PY'
 import json, struct, sys
@@ -126,13 +131,13 @@ with open(sys.argv[2], "w") as f:
         text = bytes(struct.unpack_from("<%dH" % l, data, 2 * at)).decode(); at += l
         f.write(json.dumps({"text": text}) + "\n")
 PY
-  "$MEGATRAIN" data build --tokenizer "$FIX/$fix/tokenizer.json" --input "$D/$fix.rendered.jsonl" \
+  "$MEGATRAIN" data build --tokenizer "$dir/tokenizer.json" --input "$D/$fix.rendered.jsonl" \
     --output "$D/out/${fix}_plain" > /dev/null || fail "$fix: plain build failed"
-  python3 - "$D/out/${fix}_sft" "$D/out/${fix}_plain" "$fix" <<'PY' || fail "$fix: sft ids differ from the whole text's"
+  python3 - "$D/out/${fix}_sft" "$D/out/${fix}_plain" "$dir" <<'PY' || fail "$fix: sft ids differ from the whole text's"
 import json, struct, sys
 from idx_reader import read
 sft, plain, masks = read(sys.argv[1], 2, "H"), read(sys.argv[2], 2, "H"), read(sys.argv[1] + "_mask", 1, "B")
-added = {t["content"]: t["id"] for t in json.load(open("tests/fixtures/tokenizers/%s/tokenizer.json" % sys.argv[3]))["added_tokens"]}
+added = {t["content"]: t["id"] for t in json.load(open(sys.argv[3] + "/tokenizer.json"))["added_tokens"]}
 end = added["<|eot_id|>"] if "<|eot_id|>" in added else added["<|im_end|>"]
 for s, p, m in zip(sft, plain, masks):
     assert s == p[:-1], (s, p)
@@ -144,9 +149,23 @@ for s, p, m in zip(sft, plain, masks):
     if cur: runs.append(cur)
     assert runs and all(r[-1] == end and end not in r[:-1] for r in runs), runs
     assert s.count(end) > len(runs)  # user / system turns end masked
+    if "<think>" in added:  # qwen3: the empty think blocks are single ids, masked
+        think = [i for i, t in enumerate(s) if t in (added["<think>"], added["</think>"])]
+        assert think and not any(m[i] for i in think), (s, m)
 PY
 }
-(cd "$REPO" && check_tokenizer llama3 llama3 && check_tokenizer qwen2 chatml)
+# Qwen3's tokenizer: Qwen2.5's with <think> and </think> added (non-special, as in Qwen/Qwen3-*)
+mkdir -p "$D/qwen3"
+python3 - "$FIX/qwen2/tokenizer.json" "$D/qwen3/tokenizer.json" <<'PY'
+import json, sys
+t = json.load(open(sys.argv[1]))
+next_id = max(a["id"] for a in t["added_tokens"]) + 1
+for i, text in enumerate(["<think>", "</think>"]):
+    t["added_tokens"].append({"id": next_id + i, "content": text, "single_word": False, "lstrip": False,
+                              "rstrip": False, "normalized": False, "special": False})
+json.dump(t, open(sys.argv[2], "w"))
+PY
+(cd "$REPO" && check_tokenizer llama3 llama3 && check_tokenizer qwen2 chatml && check_tokenizer qwen3 qwen3 "$D/qwen3")
 
 # --- bad input -----------------------------------------------------------------
 # expect_error EXIT PATTERN LINE...: a build of these JSONL lines fails with EXIT and PATTERN.
@@ -168,6 +187,7 @@ expect_error 1 'bad.jsonl:1: no assistant message' '{"messages": [{"role": "user
 expect_error 1 'bad.jsonl:1: messages\[0\]: no "content" field' '{"messages": [{"role": "user"}]}'
 expect_error 1 'bad.jsonl:1: "completion" is a number (expected a string)' '{"prompt": "a", "completion": 3}'
 expect_error 1 'bad.jsonl:1: no "prompt" or "messages" field' '{"text": "a"}'
+expect_error 1 'bad.jsonl:2: "system" is a number (expected a string)' "$ok" '{"system": 3, "prompt": "a", "completion": "b"}'
 expect_error 1 'bad.jsonl:1: both "messages" and "prompt" (expected one form' \
   '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], "prompt": "a", "completion": "b"}'
 expect_error 1 'bad.jsonl:2: bad JSON: column 17: ' "$ok" '{"prompt": "a", '
@@ -188,8 +208,17 @@ printf '%s\n' '{"messages": [{"role": "user", "content": "a"}, {"role": "assista
 rc=0; "$MEGATRAIN" data build --format sft --input "$D/m.jsonl" --output "$D/out/m" 2> "$D/err.txt" || rc=$?
 [[ $rc -eq 1 ]] && grep -q 'm.jsonl:1: a "messages" record needs a chat template' "$D/err.txt" ||
   fail "messages without a template: $rc $(cat "$D/err.txt")"
+# a prompt/completion record's "system" is its system message (it was dropped without a word), and needs a template
+printf '%s\n' '{"system": "Be brief.", "prompt": "a", "completion": "b"}' > "$D/sys.jsonl"
+"$MEGATRAIN" data build --format sft --chat-template llama3 --input "$D/sys.jsonl" --output "$D/out/sys" > /dev/null
+tr -d '\000' < "$D/out/sys.bin" > "$D/sys.txt" # byte ids, 2 bytes each
+grep -qF '<|start_header_id|>system<|end_header_id|>' "$D/sys.txt" && grep -qF 'Be brief.' "$D/sys.txt" ||
+  fail "the system field was not rendered: $(cat "$D/sys.txt")"
+rc=0; "$MEGATRAIN" data build --format sft --input "$D/sys.jsonl" --output "$D/out/sys0" 2> "$D/err.txt" || rc=$?
+[[ $rc -eq 1 ]] && grep -q 'sys.jsonl:1: a "system" field needs a chat template' "$D/err.txt" ||
+  fail "system without a template: $rc $(cat "$D/err.txt")"
 rc=0; "$MEGATRAIN" data build --format sft --chat-template llama2 --input "$D/m.jsonl" --output "$D/out/m" 2> "$D/err.txt" || rc=$?
-[[ $rc -eq 2 ]] && grep -q -- '--chat-template llama2: no such template (expected one of: llama3, chatml)' "$D/err.txt" ||
+[[ $rc -eq 2 ]] && grep -q -- '--chat-template llama2: no such template (expected one of: llama3, chatml, qwen3)' "$D/err.txt" ||
   fail "unknown template: $rc $(cat "$D/err.txt")"
 rc=0; "$MEGATRAIN" data build --chat-template llama3 --input "$D/m.jsonl" --output "$D/out/m" 2> "$D/err.txt" || rc=$?
 [[ $rc -eq 2 ]] && grep -q -- '--chat-template needs --format sft' "$D/err.txt" || fail "template without sft: $rc"
@@ -200,7 +229,7 @@ rc=0; "$MEGATRAIN" data build --format chat --input "$D/m.jsonl" --output "$D/ou
 [[ $rc -eq 2 ]] && grep -q -- '--format chat: unknown format' "$D/err.txt" || fail "unknown format: $rc"
 # a template whose special tokens the tokenizer lacks (Llama 3's on Qwen's, ChatML on Llama 3's) is refused before
 # anything is written: its tokens would be stored as ordinary text pieces
-for spec in "llama3|qwen2|<|begin_of_text|>" "chatml|llama3|<|im_start|>"; do
+for spec in "llama3|qwen2|<|begin_of_text|>" "chatml|llama3|<|im_start|>" "qwen3|qwen2|<think>"; do
   IFS='|' read -r template fix token <<< "$spec"
   rc=0; "$MEGATRAIN" data build --format sft --chat-template "$template" --tokenizer "$FIX/$fix" --input "$D/chat.jsonl" \
     --output "$D/out/wrong_$template" 2> "$D/err.txt" || rc=$?
