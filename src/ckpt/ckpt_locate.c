@@ -70,6 +70,12 @@ int ckpt_locate(const char *arg, CkptLocation *loc, char *err, size_t errlen) {
         if (strcmp(base_name(path), "checkpoints") == 0) mt_parent_dir(path, loc->run_dir, sizeof loc->run_dir);
         return 0;
     }
+    snprintf(probe, sizeof probe, "%s/config.json", path);
+    if (access(probe, F_OK) == 0) { /* what a Hugging Face user tries first */
+        mt_set_error(err, errlen, "%s: holds no checkpoints: it is a Hugging Face model directory (config.json); "
+                     "convert it first: megatrain convert %s DST, then use DST", arg, arg);
+        return -1;
+    }
     mt_set_error(err, errlen, "%s: holds no checkpoints (expected a run directory with checkpoints/, a checkpoints "
                  "directory, or a checkpoint directory iter_NNNNNNN)", arg);
     return -1;

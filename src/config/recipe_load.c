@@ -4,6 +4,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "recipe_schema.h"
@@ -52,6 +53,19 @@ static int graft_model_file(YNode *root, const char *recipe_path, char *err, siz
                          "expected a mapping or the path of a model file, found '%s', which is neither in the current "
                          "directory nor beside the recipe or in a directory above it",
                          entry->value->text);
+    struct stat st;
+    if (stat(found, &st) == 0 && S_ISDIR(st.st_mode)) { /* a checkpoint or a Hugging Face model, most likely */
+        char inside[MT_PATH_MAX + 32];
+        snprintf(inside, sizeof inside, "%s/model.yaml", found);
+        if (access(inside, R_OK) == 0)
+            return key_error(err, errlen, entry->loc, "model", "'%s' is a directory; a checkpoint's model config is "
+                             "the file %s", found, inside);
+        snprintf(inside, sizeof inside, "%s/config.json", found);
+        if (access(inside, R_OK) == 0)
+            return key_error(err, errlen, entry->loc, "model", "'%s' is a Hugging Face model directory; convert it "
+                             "first (megatrain convert %s DST), then give model: DST/model.yaml and init_from: DST",
+                             found, found);
+    }
     YNode *model = ytree_load_file(found, err, errlen);
     if (!model) return -1;
     if (model->kind != YNODE_MAPPING) {
@@ -116,6 +130,12 @@ static int load_tree(Recipe *recipe, YNode *root, const char *const *overrides, 
         /* --set model=PATH: the file's keys, which later --set model.KEY=... change */
         if (graft_model_file(root, recipe->source_path, err, errlen) != 0) return -1;
     }
+    const YEntry *init_from = ytree_entry(root, "init_from");
+    if (!ytree_entry(root, "model") && init_from && init_from->value->kind == YNODE_SCALAR &&
+        !ytree_is_null(init_from->value)) /* the model is the checkpoint's: say where its config is */
+        return key_error(err, errlen, top, "model", "missing required key (the model of init_from %s is in %s/model.yaml:"
+                         " give model: %s/model.yaml)", init_from->value->text, init_from->value->text,
+                         init_from->value->text);
     return read_section(recipe, recipe_root_keys, root, top, "", err, errlen);
 }
 

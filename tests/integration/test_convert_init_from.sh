@@ -4,7 +4,8 @@
 # back; a fresh run with `init_from:` that checkpoint starts from exactly its
 # weights (the same first loss, bit for bit, as init_from the original
 # checkpoint, and far below a run from random weights); a recipe model that
-# differs from the checkpoint's, or a missing checkpoint, is refused.
+# differs from the checkpoint's, or a missing checkpoint, is refused; a Hugging Face directory named by init_from or
+# eval says to convert it first.
 # The tokenizer files and generation_config.json of the Hugging Face
 # directory survive HF -> checkpoint -> run (init_from; async saves) ->
 # resume -> HF byte for byte, in every checkpoint on the way, and the token
@@ -79,3 +80,15 @@ grep -q "model.intermediate_size is 192 in the checkpoint but 128 in the recipe"
 status=0
 run "$WORK/f" --set train.steps=1 --set init_from="$WORK/nothing" > "$WORK/f.log" 2>&1 || status=$?
 [[ $status -eq 1 ]] && grep -q "init_from: .*nothing" "$WORK/f.log" || fail "missing checkpoint: exit $status: $(cat "$WORK/f.log")"
+# A Hugging Face directory where a checkpoint is expected (what an HF user tries first): init_from and eval say
+# to convert it, naming the command
+for cmd in init_from eval; do
+  status=0
+  if [[ $cmd == init_from ]]; then
+    run "$WORK/h" --set train.steps=1 --set init_from="$WORK/a.hf" > "$WORK/h.log" 2>&1 || status=$?
+  else
+    "$MEGATRAIN" eval "$WORK/a.hf" --data "$WORK/english" > "$WORK/h.log" 2>&1 || status=$?
+  fi
+  [[ $status -eq 1 ]] && grep -qF "$WORK/a.hf: holds no checkpoints: it is a Hugging Face model directory (config.json); convert it first: megatrain convert $WORK/a.hf DST" "$WORK/h.log" ||
+    fail "$cmd of a Hugging Face directory: exit $status: $(cat "$WORK/h.log")"
+done

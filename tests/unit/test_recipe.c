@@ -246,6 +246,25 @@ static void test_model_from_file(void **state) {
     path = write_file("tree/recipes/tiny/b.yaml", replaced(BASE, MODEL_BLOCK, "model: configs/bad.yaml\n"));
     assert_int_equal(recipe_load(&r, path, NULL, 0, 1, err, sizeof err), -1);
     if (!strstr(err, "configs/bad.yaml:6: model.num_key_value_heads: expected a divisor")) fail_msg("got: %s", err);
+
+    /* model: a checkpoint or a Hugging Face directory: where its model config is, or that it needs converting */
+    write_file("tree/ckpt/base/model.yaml", "family: llama\n");
+    write_file("tree/hf/tiny/config.json", "{}\n");
+    char dir[700];
+    snprintf(dir, sizeof dir, "model=%s/tree/ckpt/base", work_dir);
+    const char *ckpt_set[] = {dir};
+    assert_int_equal(load(&r, BASE, ckpt_set, 1, 1), -1);
+    snprintf(expect, sizeof expect, "is a directory; a checkpoint's model config is the file %s/tree/ckpt/base/model.yaml",
+             work_dir);
+    if (!strstr(err, expect)) fail_msg("got: %s", err);
+    snprintf(dir, sizeof dir, "model=%s/tree/hf/tiny", work_dir);
+    assert_int_equal(load(&r, BASE, ckpt_set, 1, 1), -1);
+    if (!strstr(err, "is a Hugging Face model directory; convert it first (megatrain convert ")) fail_msg("got: %s", err);
+    /* init_from without model: the checkpoint's model.yaml named */
+    assert_int_equal(load(&r, replaced(BASE, MODEL_BLOCK, "init_from: ckpt/base\n"), NULL, 0, 1), -1);
+    if (!strstr(err, "model: missing required key (the model of init_from ckpt/base is in ckpt/base/model.yaml: give "
+                     "model: ckpt/base/model.yaml)"))
+        fail_msg("got: %s", err);
 }
 
 static void assert_files_equal_after_first_line(const char *a, const char *b) {
