@@ -310,6 +310,12 @@ int eval_main(int argc, char **argv) {
     grid_free(&grid);
     if (loader) data_loader_free(loader);
     if (rc != 0) return MT_EXIT_FAILURE;
+    if (res.counted == 0) { /* a mean over no target: no loss to report (it read 0) */
+        mt_error("eval: no target counted in the %ld batch%s of %ld x %ld tokens (the loss mask or the packed rows' "
+                 "padding left none): no loss to report; give more --batches or a longer --seq-len", opt.batches,
+                 opt.batches == 1 ? "" : "es", opt.micro_batch_size, opt.seq_len);
+        return MT_EXIT_FAILURE;
+    }
     if (opt.json) print_json(ckpt, &opt, &res);
     else print_line(ckpt, &opt, &res);
     if (!isfinite(res.loss)) {

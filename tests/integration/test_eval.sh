@@ -229,6 +229,12 @@ out=$("$MEGATRAIN" eval "$WORK/sft_packed" --data "$WORK/sft" --pack --pack-over
 grep -q "truncated" "$WORK/trunc.err" || fail "--pack-overlong truncate: no warning of truncated documents"
 [[ "$out" =~ ^eval:\ loss\ [0-9.]+\ over\ 8\ batches\ of\ 4\ x\ 8\ tokens,\ packed,\ loss\ mask: ]] \
   || fail "--pack-overlong truncate: unexpected line: $out"
+# ... and when the truncation leaves no counted target (every completion past the first 9 tokens), no loss: an error
+# (it printed loss 0 and exited 0)
+printf '{"prompt": "a long prompt of many bytes", "completion": "x"}\n%.0s' 1 2 3 > "$WORK/past9.jsonl"
+"$MEGATRAIN" data build --format sft --input "$WORK/past9.jsonl" --output "$WORK/past9" > /dev/null
+expect_error 1 "eval: no target counted in the 2 batches of 4 x 8 tokens" "$WORK/sft_packed" --data "$WORK/past9" \
+  --pack --pack-overlong truncate --seq-len 8 --batches 2
 
 # 5c. bad values of the new options: exit 2 naming the option
 expect_error 2 "--loss: expected per_micro_batch or per_token, found 'mean'" "$ckpt" --data "$WORK/sft" --loss mean
