@@ -15,6 +15,7 @@
 #      config.json keeps the token ids, and OUT_DIR's tokenizer builds the same
 #      dataset bytes;
 #   4b. a LoRA run's adapters exported for PEFT carry the tokenizer's files;
+#   4c. recipes/sft/lora_finetune.yaml by the commands of its header;
 #   5. eval RUN_DIR --json reads the run's newest checkpoint, and refuses data
 #      another tokenizer made.
 set -euo pipefail
@@ -118,6 +119,34 @@ done
 [[ ! -e "$WORK/adapter/generation_config.json" && -f "$WORK/adapter/adapter_config.json" ]] ||
   fail "the adapter directory: $(ls "$WORK/adapter")"
 grep -q "the tokenizer's files: tokenizer.json, " "$WORK/adapter.log" || fail "convert did not list them: $(cat "$WORK/adapter.log")"
+
+# 4c. The shipped LoRA fine-tuning recipe (recipes/sft/lora_finetune.yaml), by the commands its header gives, from
+# a project directory: convert into ckpt/base, SFT data with the model's template and the checkpoint's tokenizer,
+# plan, run (shorter: 2 steps of 128-token rows), the adapter and the merged model for Hugging Face.
+mkdir -p "$WORK/proj"
+python3 - "$WORK/proj/conversations.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for i in range(40):
+        f.write(json.dumps({"messages": [{"role": "user", "content": f"What is {i} plus {i}?"},
+                                         {"role": "assistant", "content": f"{2 * i}."}]}) + "\n")
+PY
+(
+  cd "$WORK/proj" &&
+  "$MEGATRAIN" convert "$HF" ckpt/base > /dev/null &&
+  "$MEGATRAIN" data build --format sft --chat-template llama3 --tokenizer ckpt/base \
+    --input conversations.jsonl --output data/my-sft > /dev/null &&
+  short=(--set train.steps=2 --set train.seq_len=128 --set optimizer.schedule.warmup_steps=1) &&
+  "$MEGATRAIN" plan "$REPO/recipes/sft/lora_finetune.yaml" "${short[@]}" > plan.txt &&
+  "$MEGATRAIN" run "$REPO/recipes/sft/lora_finetune.yaml" "${short[@]}" > run.log &&
+  "$MEGATRAIN" convert runs/lora-finetune out/adapter > /dev/null &&
+  "$MEGATRAIN" convert runs/lora-finetune out/merged --merge-lora > /dev/null
+) || fail "the lora_finetune.yaml journey failed"
+grep -q "done: 2 steps" "$WORK/proj/run.log" && grep -q "init_from: " "$WORK/proj/run.log" ||
+  fail "lora_finetune.yaml: $(cat "$WORK/proj/run.log")"
+[[ -f "$WORK/proj/out/adapter/adapter_model.safetensors" && -f "$WORK/proj/out/merged/config.json" ]] ||
+  fail "lora_finetune.yaml: no adapter or merged model: $(ls -R "$WORK/proj/out")"
+echo "recipes/sft/lora_finetune.yaml: its header's commands work"
 
 # 5. eval of the run directory.
 "$MEGATRAIN" eval "$WORK/run" --data "$WORK/ds" --batches 2 --seq-len 32 --json > "$WORK/eval.json"
