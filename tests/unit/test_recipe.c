@@ -247,10 +247,18 @@ static void test_model_from_file(void **state) {
     assert_int_equal(recipe_load(&r, path, NULL, 0, 1, err, sizeof err), -1);
     if (!strstr(err, "configs/bad.yaml:6: model.num_key_value_heads: expected a divisor")) fail_msg("got: %s", err);
 
+    char dir[700];
+    /* a --set model=FILE replaces a model file that does not exist (a shipped recipe's ckpt/base/model.yaml) */
+    path = write_file("tree/recipes/tiny/missing.yaml", replaced(BASE, MODEL_BLOCK, "model: ckpt/none/model.yaml\n"));
+    assert_int_equal(recipe_load(&r, path, NULL, 0, 1, err, sizeof err), -1);
+    snprintf(dir, sizeof dir, "model=%s/tree/configs/tiny.yaml", work_dir);
+    const char *other_model[] = {dir, "train.seq_len=32"};
+    if (recipe_load(&r, path, other_model, 2, 1, err, sizeof err) != 0) fail_msg("got: %s", err);
+    assert_true(r.model.family == FAMILY_QWEN3 && r.model.num_layers == 3);
+
     /* model: a checkpoint or a Hugging Face directory: where its model config is, or that it needs converting */
     write_file("tree/ckpt/base/model.yaml", "family: llama\n");
     write_file("tree/hf/tiny/config.json", "{}\n");
-    char dir[700];
     snprintf(dir, sizeof dir, "model=%s/tree/ckpt/base", work_dir);
     const char *ckpt_set[] = {dir};
     assert_int_equal(load(&r, BASE, ckpt_set, 1, 1), -1);
