@@ -325,9 +325,15 @@ int data_inspect_main(int argc, char **argv) {
     char eod_err[1024] = "";
     int32_t eod_id = tok ? tokenizer_eod(tok, NULL, &eod_name, eod_err, sizeof eod_err) : 10;
     int64_t vocab = tok ? tokenizer_vocab_size(tok) : 256;
+    const BuildRecord record = read_build_record(opt.prefix, tok);
+    const bool none_appended = record.found == 1 && record.tok.eod < 0; /* a chat template's build: no id to count */
+    if (none_appended) {
+        eod_id = -1;
+        snprintf(eod_err, sizeof eod_err, "none appended (its build record says so: a chat template ends each turn "
+                 "with its own end-of-turn token instead)");
+    }
     Summary s;
     summarize(&ds, eod_id, &s);
-    const BuildRecord record = read_build_record(opt.prefix, tok);
     int64_t shown = opt.docs < s.documents ? opt.docs : s.documents;
     JsonWriter w;
     if (opt.json) {
@@ -345,7 +351,7 @@ int data_inspect_main(int argc, char **argv) {
         jw_key(&w, "vocab_size"), jw_int(&w, vocab);
         jw_key(&w, "ids_inside_vocab"), jw_bool(&w, s.tokens == 0 || (s.min_id >= 0 && s.max_id < vocab));
         jw_key(&w, "end_of_document_id"), eod_id >= 0 ? jw_int(&w, eod_id) : jw_null(&w);
-        jw_key(&w, "documents_ending_with_it"), jw_int(&w, s.ending_with_eod);
+        jw_key(&w, "documents_ending_with_it"), eod_id >= 0 ? jw_int(&w, s.ending_with_eod) : jw_null(&w);
         jw_key(&w, "document_tokens");
         jw_begin_object(&w);
         jw_key(&w, "min"), jw_int(&w, s.min_len);
@@ -367,7 +373,7 @@ int data_inspect_main(int argc, char **argv) {
         jw_key(&w, "first_documents");
         jw_begin_array(&w);
     } else {
-        print_text(&opt, &ds, tok, vocab, &s, record.found == 1 && record.tok.eod < 0);
+        print_text(&opt, &ds, tok, vocab, &s, none_appended);
         print_build_record(opt.prefix, &record);
         if (has_mask)
             printf("  loss mask: %s_mask.{bin,idx}: %lld of %lld tokens counted, %lld masked (%.1f%% masked)\n",

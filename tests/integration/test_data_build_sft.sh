@@ -246,6 +246,11 @@ rc=0; "$MEGATRAIN" data build --format sft --chat-template chatml --tokenizer "$
 "$MEGATRAIN" data build --format sft --chat-template chatml --tokenizer "$FIX/qwen2" --input "$D/chat.jsonl" \
   --output "$D/out/eod" > "$D/log.txt" || fail "chatml on qwen2 failed"
 grep -qF "no end of document: the template ends turns)" "$D/log.txt" || fail "summary: $(cat "$D/log.txt")"
+# data inspect --json says so too: no end-of-document id to count (it gave the tokenizer's, ending 0 documents)
+"$MEGATRAIN" data inspect "$D/out/eod" --tokenizer "$FIX/qwen2" --json > "$D/inspect-eod.json"
+grep -qF '"end_of_document_id":null,"documents_ending_with_it":null,' "$D/inspect-eod.json" &&
+  grep -qF '"end_of_document_note":"none appended (its build record says so' "$D/inspect-eod.json" ||
+  fail "inspect --json of a template's build: $(cat "$D/inspect-eod.json")"
 # (to a file first: grep -q on a pipe may exit before the writer ends, and pipefail would see its SIGPIPE)
 "$MEGATRAIN" data build --help > "$WORK/help.txt" || fail "--help failed"
 grep -q -- "--chat-template NAME" "$WORK/help.txt" || fail "--help lacks --chat-template"
