@@ -319,8 +319,7 @@ int data_inspect_main(int argc, char **argv) {
         tokenizer_free(tok);
         return MT_EXIT_FAILURE;
     }
-    int64_t counted = has_mask ? loss_mask_counted(&mask) : 0;
-    if (has_mask) indexed_dataset_close(&mask);
+    int64_t counted = has_mask ? loss_mask_counted(&mask) : 0; /* the mask stays open: --json lists it per token */
     const char *eod_name = NULL;
     char eod_err[1024] = "";
     int32_t eod_id = tok ? tokenizer_eod(tok, NULL, &eod_name, eod_err, sizeof eod_err) : 10;
@@ -383,8 +382,8 @@ int data_inspect_main(int argc, char **argv) {
             printf("  first %lld document%s, decoded with %s:\n", (long long)shown, shown == 1 ? "" : "s",
                    tok ? tokenizer_path(tok) : "the byte tokenizer");
     }
-    int32_t *ids = NULL;
-    size_t cap = 0;
+    int32_t *ids = NULL, *mask_of = NULL;
+    size_t cap = 0, mask_cap = 0;
     TokenText text = {0};
     rc = MT_EXIT_OK;
     for (int64_t d = 0; d < shown; d++) {
@@ -398,6 +397,13 @@ int data_inspect_main(int argc, char **argv) {
             jw_begin_array(&w);
             for (int64_t i = 0; i < n; i++) jw_int(&w, ids[i]);
             jw_end_array(&w);
+            if (has_mask) { /* 1 where the token counts in the loss as a target: -100 elsewhere for transformers */
+                read_document(&mask, d, &mask_of, &mask_cap);
+                jw_key(&w, "mask");
+                jw_begin_array(&w);
+                for (int64_t i = 0; i < n; i++) jw_int(&w, mask_of[i]);
+                jw_end_array(&w);
+            }
             jw_key(&w, "text");
             decoded ? jw_string_n(&w, text.data, text.len) : jw_null(&w);
             jw_end_object(&w);
@@ -418,7 +424,9 @@ int data_inspect_main(int argc, char **argv) {
         jw_free(&w);
     }
     free(ids);
+    free(mask_of);
     token_text_free(&text);
+    if (has_mask) indexed_dataset_close(&mask);
     indexed_dataset_close(&ds);
     tokenizer_free(tok);
     return rc;

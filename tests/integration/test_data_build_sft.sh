@@ -80,6 +80,15 @@ grep -q "loss mask: $D/out/llama3_mask.{bin,idx}: $counted of $total tokens coun
   fail "inspect: $(cat "$D/inspect.txt") (expected $counted of $total)"
 "$MEGATRAIN" data inspect "$D/out/llama3" --docs 0 --json > "$D/inspect.json" # (not grep -q on a pipe: SIGPIPE)
 grep -q "\"loss_mask\":{\"counted_tokens\":$counted," "$D/inspect.json" || fail "inspect --json lacks the loss mask"
+# --json lists each shown document's mask beside its ids: the mask file's bytes
+"$MEGATRAIN" data inspect "$D/out/llama3" --docs 3 --json > "$D/inspect3.json"
+python3 - "$D/inspect3.json" "$D/out/llama3_mask.bin" <<'PY' || fail "inspect --json: the documents' masks differ from the mask file"
+import json, sys
+docs = json.load(open(sys.argv[1]))["first_documents"]
+mask = list(open(sys.argv[2], "rb").read())
+assert len(docs) == 3 and all(len(d["mask"]) == len(d["ids"]) for d in docs), docs
+assert sum((d["mask"] for d in docs), []) == mask
+PY
 # a mask of another dataset is refused by name
 cp "$D/out/chatml_mask.bin" "$D/out/llama3_mask.bin"; cp "$D/out/chatml_mask.idx" "$D/out/llama3_mask.idx"
 if "$MEGATRAIN" data inspect "$D/out/llama3" 2> "$D/err.txt"; then fail "a mismatched mask was accepted"; fi
