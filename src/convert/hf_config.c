@@ -22,6 +22,7 @@ typedef struct Reader {
     const JsonValue *root;
     char *err;
     size_t errlen;
+    const HfDefaults *defaults; /* the family's, once model_type is read */
 } Reader;
 
 /* The member `key` of obj, NULL when absent or null (transformers treats null as unset). */
@@ -145,14 +146,14 @@ static int read_rope(Reader *r, ModelConfig *cfg) {
     if (params) {
         if (params->type != JSON_OBJECT) return bad(r, "rope_parameters", "an object", params);
         double top;
-        if (read_double(r, r->root, "rope_theta", 10000.0, &top) != 0) return -1;
+        if (read_double(r, r->root, "rope_theta", r->defaults->rope_theta, &top) != 0) return -1;
         const JsonValue *theta = member(params, "rope_theta");
         if (theta && (theta->type != JSON_NUMBER || !isfinite(theta->number)))
             return bad(r, "rope_parameters.rope_theta", "a finite number", theta);
         cfg->rope_theta = theta ? theta->number : top;
         if (read_rope_scaling(r, params, "rope_parameters", &cfg->rope_scaling) != 0) return -1;
     } else {
-        if (read_double(r, r->root, "rope_theta", 10000.0, &cfg->rope_theta) != 0) return -1;
+        if (read_double(r, r->root, "rope_theta", r->defaults->rope_theta, &cfg->rope_theta) != 0) return -1;
         const JsonValue *scaling = member(r->root, "rope_scaling");
         memset(&cfg->rope_scaling, 0, sizeof cfg->rope_scaling);
         if (scaling && read_rope_scaling(r, scaling, "rope_scaling", &cfg->rope_scaling) != 0) return -1;
@@ -180,6 +181,7 @@ static int read_family(Reader *r, ModelFamily *family) {
         return -1;
     }
     *family = known->family;
+    r->defaults = &known->defaults;
     return 0;
 }
 
@@ -201,7 +203,8 @@ static int read_moe(Reader *r, ModelConfig *cfg) {
                               : cfg->family == FAMILY_MIXTRAL     ? "num_local_experts"
                                                                   : "num_experts";
     if (read_int_in(r, root, experts_key, 1, MT_MOE_MAX_EXPERTS, -1, &m->num_experts) ||
-        read_int_in(r, root, "num_experts_per_tok", 1, MT_MOE_MAX_TOPK, 2, &m->num_experts_per_tok) ||
+        read_int_in(r, root, "num_experts_per_tok", 1, MT_MOE_MAX_TOPK, r->defaults->num_experts_per_tok,
+                    &m->num_experts_per_tok) ||
         read_double(r, root, "router_aux_loss_coef", 0.001, &m->aux_loss_coeff))
         return -1;
     if (m->num_experts_per_tok > m->num_experts) {
@@ -314,7 +317,7 @@ int hf_config_parse(const char *text, size_t len, const char *label, ModelConfig
         mt_set_error(err, errlen, "%s: %s", label, why);
         return -1;
     }
-    Reader r = {label, root, err, errlen};
+    Reader r = {label, root, err, errlen, NULL};
     ModelConfig cfg;
     memset(&cfg, 0, sizeof cfg);
     int status = -1;
@@ -324,18 +327,21 @@ int hf_config_parse(const char *text, size_t len, const char *label, ModelConfig
     }
     if (read_family(&r, &cfg.family) != 0) goto done;
     const bool qwen = cfg.family == FAMILY_QWEN2 || cfg.family == FAMILY_QWEN3 || cfg.family == FAMILY_QWEN3_MOE;
+    const HfDefaults *defaults = r.defaults;
     if (read_int(&r, root, "hidden_size", 1, -1, &cfg.hidden_size) ||
         read_int(&r, root, "intermediate_size", 1, -1, &cfg.intermediate_size) ||
         read_int_in(&r, root, "num_hidden_layers", 1, MT_MAX_LAYERS, -1, &cfg.num_layers) ||
         read_int(&r, root, "num_attention_heads", 1, -1, &cfg.num_attention_heads) ||
         read_int(&r, root, "vocab_size", 1, -1, &cfg.vocab_size) ||
-        read_int(&r, root, "num_key_value_heads", 1, cfg.num_attention_heads, &cfg.num_key_value_heads) ||
-        read_int(&r, root, "max_position_embeddings", 1, qwen ? 32768 : 2048, &cfg.max_position_embeddings))
+        read_int(&r, root, "num_key_value_heads", 1,
+                 defaults->num_key_value_heads ? defaults->num_key_value_heads : cfg.num_attention_heads,
+                 &cfg.num_key_value_heads) ||
+        read_int(&r, root, "max_position_embeddings", 1, defaults->max_position_embeddings,
+                 &cfg.max_position_embeddings))
         goto done;
-    /* transformers: Qwen3Config defaults head_dim to 128; the others use hidden / heads. */
-    const bool qwen3 = cfg.family == FAMILY_QWEN3 || cfg.family == FAMILY_QWEN3_MOE;
-    long head_dim = qwen3 ? 128 : cfg.hidden_size / cfg.num_attention_heads;
-    if (!member(root, "head_dim") && !qwen3 && cfg.hidden_size % cfg.num_attention_heads != 0) {
+    /* transformers: Qwen3Config defaults head_dim to 128; the others (Qwen3MoeConfig too) use hidden / heads. */
+    long head_dim = defaults->head_dim ? defaults->head_dim : cfg.hidden_size / cfg.num_attention_heads;
+    if (!member(root, "head_dim") && !defaults->head_dim && cfg.hidden_size % cfg.num_attention_heads != 0) {
         mt_set_error(err, errlen, "%s: head_dim is not given and hidden_size (%d) is not a multiple of "
                      "num_attention_heads (%d)", label, cfg.hidden_size, cfg.num_attention_heads);
         goto done;
@@ -343,7 +349,7 @@ int hf_config_parse(const char *text, size_t len, const char *label, ModelConfig
     if (read_int(&r, root, "head_dim", 1, head_dim, &cfg.head_dim) != 0) goto done;
     if (read_rope(&r, &cfg) != 0) goto done;
     if (read_token_ids(&r, cfg.vocab_size, &cfg.token_ids) != 0) goto done;
-    if (read_double(&r, root, "rms_norm_eps", 1e-6, &cfg.rms_norm_eps) != 0) goto done;
+    if (read_double(&r, root, "rms_norm_eps", defaults->rms_norm_eps, &cfg.rms_norm_eps) != 0) goto done;
     if (!(cfg.rms_norm_eps >= 0)) {
         mt_set_error(err, errlen, "%s: rms_norm_eps: expected a number >= 0, found %g", label, cfg.rms_norm_eps);
         goto done;

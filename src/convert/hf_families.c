@@ -5,11 +5,13 @@
 #include <string.h>
 
 static const HfFamily families[] = {
-    {FAMILY_LLAMA, "llama", "LlamaForCausalLM"},
-    {FAMILY_QWEN2, "qwen2", "Qwen2ForCausalLM"},
-    {FAMILY_QWEN3, "qwen3", "Qwen3ForCausalLM"},
-    {FAMILY_MIXTRAL, "mixtral", "MixtralForCausalLM"},
-    {FAMILY_QWEN3_MOE, "qwen3_moe", "Qwen3MoeForCausalLM"},
+    /* family, model_type, architecture,
+     *   {rope_theta, rms_norm_eps, max_position_embeddings, num_key_value_heads, head_dim, num_experts_per_tok} */
+    {FAMILY_LLAMA, "llama", "LlamaForCausalLM", {1e4, 1e-6, 2048, 0, 0, 0}},
+    {FAMILY_QWEN2, "qwen2", "Qwen2ForCausalLM", {1e4, 1e-6, 32768, 32, 0, 0}},
+    {FAMILY_QWEN3, "qwen3", "Qwen3ForCausalLM", {1e4, 1e-6, 32768, 32, 128, 0}},
+    {FAMILY_MIXTRAL, "mixtral", "MixtralForCausalLM", {1e6, 1e-5, 131072, 8, 0, 2}},
+    {FAMILY_QWEN3_MOE, "qwen3_moe", "Qwen3MoeForCausalLM", {1e4, 1e-6, 32768, 4, 0, 8}},
 };
 enum { NUM_FAMILIES = sizeof families / sizeof families[0] };
 

@@ -18,6 +18,8 @@
 
 #include "config/recipe.h"
 #include "convert/hf_config.h"
+#include "core/fs.h"
+#include "core/json.h"
 
 static ModelConfig small_config(ModelFamily family, bool tied) {
     ModelConfig c;
@@ -171,12 +173,45 @@ static void test_config_defaults(void **state) {
     assert_false(c.rope_scaling.enabled);
     /* qwen3: qk-norm, and head_dim 128 when absent (Qwen3Config's default) */
     c = parse_ok("{\"model_type\": \"qwen3\", \"hidden_size\": 64, \"intermediate_size\": 96,"
-                 " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"vocab_size\": 100,"
+                 " \"num_hidden_layers\": 2, \"num_attention_heads\": 4, \"num_key_value_heads\": 4, \"vocab_size\": 100,"
                  " \"rope_scaling\": null, \"head_dim\": null}");
     assert_int_equal(c.family, FAMILY_QWEN3);
     assert_true(c.qk_norm);
     assert_false(c.attention_bias);
     assert_int_equal(c.head_dim, 128);
+}
+
+/* A config.json of only the required keys, per model_type, against what transformers' model makes of it
+ * (tests/fixtures/hf/config_defaults.json, by make_config_defaults.py): every key left out is filled as there. */
+static void test_config_defaults_of_transformers(void **state) {
+    (void)state;
+    const char *path = "tests/fixtures/hf/config_defaults.json";
+    char err[512];
+    size_t len = 0;
+    char *text = mt_read_file(path, 1 << 20, &len, err, sizeof err);
+    if (!text) fail_msg("%s", err);
+    JsonValue *root = json_parse(text, len, err, sizeof err);
+    if (!root) fail_msg("%s: %s", path, err);
+    const JsonValue *cases = json_get(root, "cases");
+    assert_true(cases && cases->count == 5);
+    for (size_t i = 0; i < cases->count; i++) {
+        const JsonValue *k = cases->items[i];
+        const char *type = json_get(k, "model_type")->string;
+        const JsonValue *given = json_get(k, "config");
+        ModelConfig c = parse_ok(given->string);
+        const JsonValue *topk = json_get(k, "num_experts_per_tok");
+        if (c.rope_theta != json_get(k, "rope_theta")->number || c.rms_norm_eps != json_get(k, "rms_norm_eps")->number ||
+            c.max_position_embeddings != (int)json_get(k, "max_position_embeddings")->number ||
+            c.num_key_value_heads != (int)json_get(k, "num_key_value_heads")->number ||
+            c.head_dim != (int)json_get(k, "head_dim")->number ||
+            (topk->type == JSON_NUMBER && c.moe.num_experts_per_tok != (int)topk->number))
+            fail_msg("%s: rope_theta %g, rms_norm_eps %g, max_position_embeddings %d, num_key_value_heads %d, "
+                     "head_dim %d, num_experts_per_tok %d differ from transformers'", type, c.rope_theta,
+                     c.rms_norm_eps, c.max_position_embeddings, c.num_key_value_heads, c.head_dim,
+                     c.moe.num_experts_per_tok);
+    }
+    json_free(root);
+    free(text);
 }
 
 static void test_config_round_trip(void **state) {
@@ -353,6 +388,7 @@ int main(void) {
         cmocka_unit_test(test_config_llama3_both_spellings),
         cmocka_unit_test(test_config_matches_shipped_architecture),
         cmocka_unit_test(test_config_defaults),
+        cmocka_unit_test(test_config_defaults_of_transformers),
         cmocka_unit_test(test_config_round_trip),
         cmocka_unit_test(test_config_token_ids),
         cmocka_unit_test(test_config_errors),
