@@ -117,10 +117,14 @@ StModel *st_model_open(const char *dir, char *err, size_t errlen) {
     snprintf(single_path, sizeof single_path, "%s/model.safetensors", dir);
     snprintf(bin_path, sizeof bin_path, "%s/pytorch_model.bin", dir);
     int status;
-    if (file_exists(index_path)) {
-        status = open_indexed(model, dir, index_path, err, errlen);
-    } else if (file_exists(single_path)) {
+    if (file_exists(single_path)) { /* first, as transformers' from_pretrained: an index beside it is stale */
+        if (file_exists(index_path))
+            mt_warn("%s: both model.safetensors and model.safetensors.index.json are there; reading "
+                    "model.safetensors, as transformers does (the index and its shards are left from an earlier "
+                    "save?)", dir);
         status = add_file(model, single_path, err, errlen);
+    } else if (file_exists(index_path)) {
+        status = open_indexed(model, dir, index_path, err, errlen);
     } else {
         bool has_bin = file_exists(bin_path);
         strcat(bin_path, ".index.json");

@@ -122,6 +122,22 @@ static void test_sharded_model(void **state) {
     assert_int_equal(model->num_files, 1);
     assert_int_equal(model->num_tensors, 5);
     st_model_close(model);
+
+    /* A sharded save and then a single-file save into the same directory (save_pretrained leaves the index and
+     * shards): model.safetensors is read, as transformers reads it; the stale index is not (its shards gone). */
+    snprintf(dir, sizeof dir, "%s/resaved", work_dir);
+    make_sharded(dir);
+    for (int i = 1; i <= 4; i++) {
+        snprintf(path, sizeof path, "%s/model-%05d-of-00004.safetensors", dir, i);
+        remove(path);
+    }
+    assert_int_equal(st_write_model(dir, t, 5, 552, 138, NULL, NULL, err, sizeof err), 0);
+    assert_true(exists(dir, "model.safetensors") && exists(dir, "model.safetensors.index.json"));
+    model = st_model_open(dir, err, sizeof err);
+    if (!model) fail_msg("%s", err);
+    assert_int_equal(model->num_files, 1);
+    assert_non_null(strstr(st_model_file_of(model, 0), "/model.safetensors"));
+    st_model_close(model);
 }
 
 /* Tensors that share a storage (transformers 5's expert slices) go into the
