@@ -234,6 +234,9 @@ int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *o
         mt_set_error(err, errlen, "%s: %s", ckpt, why);
         return -1;
     }
+    if (e.cfg.moe.num_experts > 0 && e.cfg.moe.capacity_factor > 0) /* the weights are the model's; the drops are not */
+        mt_warn("%s: model.moe.capacity_factor %g: transformers drops no tokens, so the exported model computes what "
+                "these weights compute in megatrain with capacity_factor: null", ckpt, e.cfg.moe.capacity_factor);
     if (options->merge_lora && e.cfg.peft.type != PEFT_LORA) {
         mt_set_error(err, errlen, "--merge-lora: %s has no LoRA adapters (its model.yaml has no peft: section)", ckpt);
         return -1;

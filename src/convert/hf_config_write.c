@@ -71,6 +71,10 @@ int hf_config_check_exportable(const ModelConfig *cfg, char *err, size_t errlen)
     }
     if ((cfg->family == FAMILY_MIXTRAL || cfg->family == FAMILY_QWEN3_MOE) && check_moe_exportable(cfg, err, errlen))
         return -1;
+    if (cfg->family == FAMILY_MIXTRAL && cfg->attention_bias) {
+        mt_set_error(err, errlen, "model.attention_bias: MixtralForCausalLM has no attention biases");
+        return -1;
+    }
     if ((cfg->family == FAMILY_QWEN3 || cfg->family == FAMILY_QWEN3_MOE) && cfg->attention_bias) {
         mt_set_error(err, errlen,
                      "model.attention_bias: a qwen3 model with q/k/v biases has no transformers counterpart "

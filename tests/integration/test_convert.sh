@@ -206,4 +206,14 @@ status=0; "$MEGATRAIN" convert "$FIX/llama_tied" > /dev/null 2>&1 || status=$?
 [[ $status -eq 2 ]] || fail "missing DST: exit $status, expected 2"
 status=0; "$MEGATRAIN" convert "$WORK/llama_tied.ckpt" "$WORK/x" --dtype fp8 > /dev/null 2>&1 || status=$?
 [[ $status -eq 2 && ! -e "$WORK/x" ]] || fail "--dtype fp8: exit $status, expected 2"
+# A MoE model trained with a capacity factor is exported (the weights are the model's) with a warning that
+# transformers drops no tokens (it was exported without a word)
+demo_data "$WORK/english"
+"$MEGATRAIN" run "$REPO/recipes/tiny/mixtral.yaml" --set run.dir="$WORK/capacity" --set train.steps=1 \
+  --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set model.moe.capacity_factor=1.5 \
+  --set train.eval_interval=0 --set optimizer.schedule.warmup_steps=0 --set checkpoint.interval=1 > /dev/null
+"$MEGATRAIN" convert "$WORK/capacity" "$WORK/capacity.hf" > /dev/null 2> "$WORK/capacity.log" ||
+  fail "a capacity-factor model was not exported: $(cat "$WORK/capacity.log")"
+grep -q "model.moe.capacity_factor 1.5: transformers drops no tokens" "$WORK/capacity.log" ||
+  fail "no warning of the capacity factor: $(cat "$WORK/capacity.log")"
 echo "convert: all fixtures round-trip byte for byte; errors checked"

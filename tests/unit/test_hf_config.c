@@ -381,6 +381,17 @@ static void test_config_errors(void **state) {
     assert_non_null(strstr(err, "score_function"));
     c.moe.score_function = SCORE_SOFTMAX;
     assert_int_equal(hf_config_check_exportable(&c, err, sizeof err), 0);
+    /* Mixtral has no attention biases: refused before anything is written (it failed at the first bias's name) */
+    c = small_config(FAMILY_MIXTRAL, false);
+    c.moe.num_experts = 4;
+    c.moe.num_experts_per_tok = 2;
+    c.moe.moe_intermediate_size = c.intermediate_size;
+    c.moe.layer_freq = 1;
+    c.moe.norm_topk_prob = true;
+    assert_int_equal(hf_config_check_exportable(&c, err, sizeof err), 0);
+    c.attention_bias = true;
+    assert_int_equal(hf_config_check_exportable(&c, err, sizeof err), -1);
+    assert_non_null(strstr(err, "model.attention_bias: MixtralForCausalLM has no attention biases"));
 }
 
 int main(void) {
