@@ -105,8 +105,18 @@ int convert_main(int argc, char **argv) {
         print_usage(stderr);
         return usage_error("%s", num_paths == 0 ? "missing SRC and DST" : "missing DST");
     }
-    const char *src = paths[0], *dst = paths[1];
-    if (!src[0] || !dst[0]) return usage_error("%s", !src[0] ? "SRC is empty" : "DST is empty");
+    const char *src = paths[0];
+    if (!src[0] || !paths[1][0]) return usage_error("%s", !src[0] ? "SRC is empty" : "DST is empty");
+    /* DST as a directory name: "out/" and "out/." are "out" (they made out and then found it there); at most 3071
+     * characters, so that DST.tmp.PID fits the converters' 4096 (a longer one failed without a message) */
+    char dst[3072];
+    if (strlen(paths[1]) >= sizeof dst) return usage_error("%s", "DST: expected a path of at most 3071 characters");
+    snprintf(dst, sizeof dst, "%s", paths[1]);
+    for (size_t n = strlen(dst); n > 1;) {
+        if (dst[n - 1] == '/') dst[--n] = '\0';
+        else if (n > 2 && dst[n - 1] == '.' && dst[n - 2] == '/') dst[n -= 2] = '\0';
+        else break;
+    }
     struct stat st;
     if (stat(src, &st) != 0) {
         mt_error("convert: %s: %s", src, strerror(errno));
@@ -119,7 +129,7 @@ int convert_main(int argc, char **argv) {
     char config[4096];
     snprintf(config, sizeof config, "%s/config.json", src);
     bool from_hf = stat(config, &st) == 0;
-    char err[2048];
+    char err[2048] = "";
     int status;
     if (from_hf) {
         if (options.dtype_given || shard_given || options.merge_lora)

@@ -499,6 +499,25 @@ static void test_errors(void **state) {
     assert_false(exists(dst));
     assert_int_equal(convert(msg, sizeof msg, 2, hf, path), MT_EXIT_USAGE); /* as data build's existing PREFIX */
     assert_non_null(strstr(msg, "empty_dir already exists"));
+    /* DST with a trailing "/" or "/.": the directory of that name (it made DST and then refused it, existing) */
+    snprintf(path, sizeof path, "%s/slash.ckpt/", work_dir);
+    if (convert(msg, sizeof msg, 2, "tests/fixtures/hf/llama_tied", path) != MT_EXIT_OK) fail_msg("%s", msg);
+    snprintf(path, sizeof path, "%s/slash.ckpt", work_dir);
+    char slash_back[700];
+    snprintf(slash_back, sizeof slash_back, "%s/slash.hf/.", work_dir);
+    if (convert(msg, sizeof msg, 2, path, slash_back) != MT_EXIT_OK) fail_msg("%s", msg);
+    snprintf(slash_back, sizeof slash_back, "%s/slash.hf/config.json", work_dir);
+    assert_true(exists(slash_back));
+    /* a DST too long for its temporary name: a usage error that says so (it was an empty message), nothing made */
+    char *longer = malloc(3200);
+    snprintf(longer, 3200, "%s/long/", work_dir);
+    memset(longer + strlen(longer), 'd', 3200 - strlen(longer) - 1);
+    longer[3199] = '\0';
+    assert_int_equal(convert(msg, sizeof msg, 2, "tests/fixtures/hf/llama_tied", longer), MT_EXIT_USAGE);
+    assert_non_null(strstr(msg, "DST: expected a path of at most 3071 characters"));
+    snprintf(slash_back, sizeof slash_back, "%s/long", work_dir);
+    assert_false(exists(slash_back));
+    free(longer);
     /* usage */
     assert_int_equal(convert(msg, sizeof msg, 1, hf), MT_EXIT_USAGE);
     assert_non_null(strstr(msg, "missing DST"));
