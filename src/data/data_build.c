@@ -22,7 +22,7 @@
  *
  * --format sft (supervised fine-tuning): each JSONL line is a
  * {"prompt", "completion"} or {"messages": [...]} record, rendered with
- * --chat-template llama3|chatml|qwen3 (sft_render.c) and tokenized segment by
+ * --chat-template llama3|llama3.1|chatml|qwen3 (sft_render.c) and tokenized segment by
  * segment; beside PREFIX.{bin,idx} a second indexed dataset
  * PREFIX_mask.{bin,idx} (uint8, the same documents and lengths) holds each
  * token's loss mask: 1 for assistant / completion tokens and their end of
@@ -64,7 +64,7 @@
 static const char *const build_usage_text =
     "usage: megatrain data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT]\n"
     "                             [--json-key KEY] [--workers N] [--max-line-mib N] [--overwrite]\n"
-    "                             [--format text|jsonl|sft [--chat-template llama3|chatml|qwen3]]\n"
+    "                             [--format text|jsonl|sft [--chat-template llama3|llama3.1|chatml|qwen3]]\n"
     "\n"
     "Tokenize FILE into the Megatron indexed dataset PREFIX.bin + PREFIX.idx.\n"
     "\n"
@@ -91,8 +91,9 @@ static const char *const build_usage_text =
     "                       writes PREFIX_mask.{bin,idx} too: a uint8\n"
     "                       dataset with the same documents, 1 where a token counts in the loss\n"
     "                       (assistant / completion tokens and their end of turn), 0 elsewhere\n"
-    "  --chat-template NAME llama3 (Llama 3 Instruct), chatml (Qwen2.5 Instruct) or qwen3 (Qwen3: its\n"
-    "                       think blocks), written in C after the published templates for plain text\n"
+    "  --chat-template NAME llama3 (Llama 3 Instruct), llama3.1 (Llama 3.1 / 3.2 / 3.3 Instruct: the\n"
+    "                       dated system header), chatml (Qwen2.5 Instruct) or qwen3 (Qwen3: its think\n"
+    "                       blocks), written in C after the published templates for plain text\n"
     "                       messages (Jinja is not evaluated);\n"
     "                       without it a prompt/completion record is prompt + completion + the\n"
     "                       end-of-document token, and messages records are refused; with it no\n"

@@ -15,6 +15,9 @@
 #define LLAMA3_HEADER_START "<|start_header_id|>"
 #define LLAMA3_HEADER_END "<|end_header_id|>"
 #define LLAMA3_END_OF_TURN "<|eot_id|>"
+/* Llama 3.1's template's dates; "26 Jul 2024" is its date_string when none is given (transformers passes today's
+ * through strftime_now to Llama 3.2's: a fixed one keeps a build's bytes the same every day) */
+#define LLAMA31_DATES "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
 #define CHATML_START "<|im_start|>"
 #define CHATML_END "<|im_end|>"
 #define THINK_OPEN "<think>"
@@ -27,25 +30,26 @@ static const char *const chatml_specials[] = {CHATML_START, CHATML_END};
 static const char *const qwen3_specials[] = {CHATML_START, CHATML_END, THINK_OPEN, THINK_CLOSE};
 
 const char *const *sft_template_special_tokens(SftTemplate t, int *count) {
-    if (t == SFT_TEMPLATE_LLAMA3) return *count = 4, llama3_specials;
+    if (t == SFT_TEMPLATE_LLAMA3 || t == SFT_TEMPLATE_LLAMA31) return *count = 4, llama3_specials;
     if (t == SFT_TEMPLATE_CHATML) return *count = 2, chatml_specials;
     if (t == SFT_TEMPLATE_QWEN3) return *count = 4, qwen3_specials;
     *count = 0;
     return NULL;
 }
 
-static const char *const template_names[] = {"none", "llama3", "chatml", "qwen3"};
+static const char *const template_names[] = {"none", "llama3", "chatml", "qwen3", "llama3.1"};
 
 int sft_template_from_name(const char *name) {
     if (strcmp(name, "llama3") == 0) return SFT_TEMPLATE_LLAMA3;
     if (strcmp(name, "chatml") == 0) return SFT_TEMPLATE_CHATML;
     if (strcmp(name, "qwen3") == 0) return SFT_TEMPLATE_QWEN3;
+    if (strcmp(name, "llama3.1") == 0) return SFT_TEMPLATE_LLAMA31;
     return -1;
 }
 
 const char *sft_template_name(SftTemplate t) { return template_names[t]; }
 
-const char *sft_template_names(void) { return "llama3, chatml, qwen3"; }
+const char *sft_template_names(void) { return "llama3, llama3.1, chatml, qwen3"; }
 
 void sft_rendered_free(SftRendered *r) {
     free(r->text);
@@ -113,9 +117,23 @@ static void trim(const char **s, size_t *n) {
     for (size_t k; *n && (k = space_at_end(*s, *n)) > 0;) *n -= k;
 }
 
-static void render_llama3(const Message *m, size_t n, SftRendered *r) {
+/* llama3, and llama3.1 (Llama 3.1 / 3.2 / 3.3 Instruct): its system header always, with the knowledge and
+ * today's dates before the first message's text when that is a system message, which it takes. */
+static void render_llama3(const Message *m, size_t n, bool dated, SftRendered *r) {
     emit_str(r, LLAMA3_BEGIN, false);
-    for (size_t i = 0; i < n; i++) {
+    size_t first = 0;
+    if (dated) {
+        emit_str(r, LLAMA3_HEADER_START "system" LLAMA3_HEADER_END "\n\n" LLAMA31_DATES, false);
+        if (n > 0 && m[0].role == ROLE_SYSTEM) {
+            const char *c = m[0].content;
+            size_t len = m[0].len;
+            trim(&c, &len);
+            emit(r, c, len, false);
+            first = 1;
+        }
+        emit_str(r, LLAMA3_END_OF_TURN, false);
+    }
+    for (size_t i = first; i < n; i++) {
         const char *c = m[i].content;
         size_t len = m[i].len;
         trim(&c, &len);
@@ -345,7 +363,7 @@ int sft_render(const JsonValue *record, SftTemplate t, SftRendered *out, char *w
     Message *m;
     size_t n;
     if (read_messages(record, t, &m, &n, why, whylen) != 0) return -1;
-    if (t == SFT_TEMPLATE_LLAMA3) render_llama3(m, n, out);
+    if (t == SFT_TEMPLATE_LLAMA3 || t == SFT_TEMPLATE_LLAMA31) render_llama3(m, n, t == SFT_TEMPLATE_LLAMA31, out);
     else if (t == SFT_TEMPLATE_CHATML) render_chatml(m, n, out);
     else if (t == SFT_TEMPLATE_QWEN3) render_qwen3(m, n, out);
     else {

@@ -14,6 +14,11 @@
  *           "<|start_header_id|>ROLE<|end_header_id|>\n\n" + content|trim +
  *           "<|eot_id|>". Counted: an assistant message's trimmed content
  *           and its "<|eot_id|>".
+ *   llama3.1 Llama 3.1 / 3.2 / 3.3 Instruct: llama3 with a system turn
+ *           always, "Cutting Knowledge Date: December 2023\nToday Date: 26
+ *           Jul 2024\n\n" + the first message's content|trim when it is a
+ *           system message (the template's date when none is given). Counted
+ *           as llama3.
  *   chatml  Qwen2.5 Instruct: "<|im_start|>system\nYou are Qwen, created by
  *           Alibaba Cloud. You are a helpful assistant.<|im_end|>\n" when the
  *           first message is not a system message, then per message
@@ -42,12 +47,18 @@
 
 #include "../core/json.h"
 
-typedef enum { SFT_TEMPLATE_NONE = 0, SFT_TEMPLATE_LLAMA3, SFT_TEMPLATE_CHATML, SFT_TEMPLATE_QWEN3 } SftTemplate;
+typedef enum {
+    SFT_TEMPLATE_NONE = 0,
+    SFT_TEMPLATE_LLAMA3,
+    SFT_TEMPLATE_CHATML,
+    SFT_TEMPLATE_QWEN3,
+    SFT_TEMPLATE_LLAMA31,
+} SftTemplate;
 
-/* "llama3" / "chatml" / "qwen3" -> the template; -1 for another name. */
+/* "llama3" / "llama3.1" / "chatml" / "qwen3" -> the template; -1 for another name. */
 int sft_template_from_name(const char *name);
 const char *sft_template_name(SftTemplate t);
-/* "llama3, chatml, qwen3": the names sft_template_from_name accepts. */
+/* "llama3, llama3.1, chatml, qwen3": the names sft_template_from_name accepts. */
 const char *sft_template_names(void);
 /* The special tokens template t writes (*count of them; none for SFT_TEMPLATE_NONE): each must be one token of
  * the tokenizer the records are tokenized with. */

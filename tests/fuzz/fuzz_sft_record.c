@@ -1,6 +1,6 @@
 /* fuzz_sft_record.c: libFuzzer harness for the SFT records of `data build
  * --format sft` (src/data/sft_render.c): the first byte picks the template
- * (none, llama3, chatml, qwen3), the rest is one JSONL line, parsed and rendered.
+ * (none, llama3, chatml, qwen3, llama3.1), the rest is one JSONL line, parsed and rendered.
  * A rendered record's segments tile its text without a gap, neighbours
  * differ in counted, and something is counted; a refused one says why. */
 #include <stdint.h>
@@ -12,7 +12,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
-    const SftTemplate t = (SftTemplate)(data[0] % 4);
+    const SftTemplate t = (SftTemplate)(data[0] % 5);
     char err[256] = "", why[256] = "";
     JsonValue *record = json_parse((const char *)data + 1, size - 1, err, sizeof err);
     if (!record) return 0;

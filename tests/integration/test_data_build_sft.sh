@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_data_build_sft.sh: `megatrain data build --format sft` renders
-# prompt/completion and messages records with the llama3, chatml and qwen3 chat
+# prompt/completion and messages records with the llama3, llama3.1, chatml and qwen3 chat
 # templates into the exact text the published Jinja templates give (checked
 # byte for byte with the byte tokenizer), writes the loss mask
 # PREFIX_mask.{bin,idx} with 1 exactly on assistant/completion tokens and
@@ -49,6 +49,10 @@ L = {"llama3": [
   "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n[Four.<|eot_id|>]",
   "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nName a colour.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n[Blue<|eot_id|>]",
   "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n[Hello!<|eot_id|>]<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n[See you.<|eot_id|>]"],
+ "llama3.1": [
+  "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\nBe brief.<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nWhat is 2+2?<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n[Four.<|eot_id|>]",
+  "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nName a colour.<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n[Blue<|eot_id|>]",
+  "<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n[Hello!<|eot_id|>]<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n[See you.<|eot_id|>]"],
  "chatml": [
   "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is 2+2?<|im_end|>\n<|im_start|>assistant\n[ Four.\n<|im_end|>]\n",
   "<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful assistant.<|im_end|>\n<|im_start|>user\nName a colour.<|im_end|>\n<|im_start|>assistant\n[Blue<|im_end|>]\n",
@@ -71,6 +75,7 @@ PY
 check_rendering llama3
 check_rendering chatml
 check_rendering qwen3
+check_rendering llama3.1
 
 # --- data inspect: the masked fraction --------------------------------------
 "$MEGATRAIN" data inspect "$D/out/llama3" --docs 0 > "$D/inspect.txt"
@@ -174,7 +179,8 @@ for i, text in enumerate(["<think>", "</think>"]):
                               "rstrip": False, "normalized": False, "special": False})
 json.dump(t, open(sys.argv[2], "w"))
 PY
-(cd "$REPO" && check_tokenizer llama3 llama3 && check_tokenizer qwen2 chatml && check_tokenizer qwen3 qwen3 "$D/qwen3")
+(cd "$REPO" && check_tokenizer llama3 llama3 && check_tokenizer qwen2 chatml && check_tokenizer qwen3 qwen3 "$D/qwen3" &&
+  check_tokenizer llama31 llama3.1 "$FIX/llama3")
 
 # --- bad input -----------------------------------------------------------------
 # expect_error EXIT PATTERN LINE...: a build of these JSONL lines fails with EXIT and PATTERN.
@@ -227,7 +233,7 @@ rc=0; "$MEGATRAIN" data build --format sft --input "$D/sys.jsonl" --output "$D/o
 [[ $rc -eq 1 ]] && grep -q 'sys.jsonl:1: a "system" field needs a chat template' "$D/err.txt" ||
   fail "system without a template: $rc $(cat "$D/err.txt")"
 rc=0; "$MEGATRAIN" data build --format sft --chat-template llama2 --input "$D/m.jsonl" --output "$D/out/m" 2> "$D/err.txt" || rc=$?
-[[ $rc -eq 2 ]] && grep -q -- '--chat-template llama2: no such template (expected one of: llama3, chatml, qwen3)' "$D/err.txt" ||
+[[ $rc -eq 2 ]] && grep -q -- '--chat-template llama2: no such template (expected one of: llama3, llama3.1, chatml, qwen3)' "$D/err.txt" ||
   fail "unknown template: $rc $(cat "$D/err.txt")"
 rc=0; "$MEGATRAIN" data build --chat-template llama3 --input "$D/m.jsonl" --output "$D/out/m" 2> "$D/err.txt" || rc=$?
 [[ $rc -eq 2 ]] && grep -q -- '--chat-template needs --format sft' "$D/err.txt" || fail "template without sft: $rc"

@@ -5,7 +5,7 @@
  * including Jinja's trim at Unicode whitespace and not at NUL or zero-width
  * characters. The segments tile the text, alternate between masked and
  * counted, and the counted ones are exactly each assistant message's
- * content (trimmed under llama3; under qwen3 with its reasoning, unless
+ * content (trimmed under llama3 and llama3.1; under qwen3 with its reasoning, unless
  * that is empty) and its end-of-turn token. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -60,9 +60,9 @@ static void check_segments(const SftRendered *r, const char *name) {
 /* The counted text, concatenated, against each assistant message's (or the completion's) content trimmed as the
  * rendered text has it, followed by the end-of-turn token: found in the rendered text after the assistant header. */
 static void check_counted(const SftRendered *r, SftTemplate t, const char *name) {
-    const char *header = t == SFT_TEMPLATE_LLAMA3 ? "<|start_header_id|>assistant<|end_header_id|>\n\n"
-                                                  : "<|im_start|>assistant\n";
-    const char *eot = t == SFT_TEMPLATE_LLAMA3 ? "<|eot_id|>" : "<|im_end|>";
+    const bool llama = t == SFT_TEMPLATE_LLAMA3 || t == SFT_TEMPLATE_LLAMA31;
+    const char *header = llama ? "<|start_header_id|>assistant<|end_header_id|>\n\n" : "<|im_start|>assistant\n";
+    const char *eot = llama ? "<|eot_id|>" : "<|im_end|>";
     char *want = calloc(r->len + 1, 1), *got = calloc(r->len + 1, 1);
     size_t nwant = 0, ngot = 0;
     for (const char *p = r->text; (p = memmem(p, r->len - (size_t)(p - r->text), header, strlen(header))); ) {
@@ -97,7 +97,7 @@ static void test_transformers_renderings(void **state) {
     if (!root) fail_msg(EXPECTED ": %s", err);
     const JsonValue *cases = json_get(root, "cases");
     assert_non_null(cases);
-    assert_true(cases->count >= 84);
+    assert_true(cases->count >= 112);
     SftRendered r = {0};
     for (size_t c = 0; c < cases->count; c++) {
         const JsonValue *k = cases->items[c];
