@@ -40,7 +40,7 @@ static const char *const usage_text =
     "  run RECIPE.yaml [--set key.path=value ...]   train; output under run.dir\n"
     "  resume RUN_OR_CKPT_DIR [--set key.path=value ...]\n"
     "                                              continue from the latest valid checkpoint\n"
-    "  convert SRC DST [--dtype fp32|bf16|fp16] [--max-shard-size SIZE] [--merge-lora]\n"
+    "  convert SRC DST [--dtype fp32|bf16|fp16] [--max-shard-size SIZE] [--merge-lora | --base-model NAME]\n"
     "                                              Hugging Face dir <-> megatrain checkpoint (LoRA:\n"
     "                                              PEFT's adapter, or the merged model)\n"
     "  eval CKPT_OR_RUN_DIR --data PREFIX [--split W] [--batches N] [--seq-len T] [--micro-batch-size B]\n"

@@ -16,7 +16,8 @@ static void print_usage(FILE *out) {
     char families[256];
     hf_family_list(families, sizeof families);
     fprintf(out,
-            "usage: megatrain convert SRC DST [--dtype fp32|bf16|fp16] [--max-shard-size SIZE] [--merge-lora]\n"
+            "usage: megatrain convert SRC DST [--dtype fp32|bf16|fp16] [--max-shard-size SIZE]\n"
+            "                                 [--merge-lora | --base-model NAME_OR_PATH]\n"
             "\n"
             "Convert between a Hugging Face model directory and a megatrain checkpoint.\n"
             "Families (config.json model_type): %s.\n"
@@ -41,6 +42,10 @@ static void print_usage(FILE *out) {
             "  --max-shard-size SIZE     shard above this size, e.g. 5GB (default), 500MB, 2GiB\n"
             "  --merge-lora              a LoRA checkpoint: W + (alpha/rank) B A written as a\n"
             "                            plain Hugging Face model\n"
+            "  --base-model NAME_OR_PATH a LoRA checkpoint's adapters: the base model PEFT's\n"
+            "                            AutoPeftModelForCausalLM loads (the Hugging Face model\n"
+            "                            the run started from: a Hub name or a directory), written\n"
+            "                            as base_model_name_or_path (default null)\n"
             "\n"
             "DST must not exist. It appears only when complete; on any error (a missing\n"
             "file or tensor, a tensor of the wrong shape, an unexpected tensor, an\n"
@@ -93,6 +98,9 @@ int convert_main(int argc, char **argv) {
             shard_given = true;
         } else if (!strcmp(a, "--merge-lora")) {
             options.merge_lora = true;
+        } else if ((value = option_value(argc, argv, &i, "--base-model"))) {
+            if (!value[0]) return usage_error("%s", "--base-model: expected a Hugging Face model name or directory");
+            options.base_model = value;
         } else if (a[0] == '-' && a[1] != '\0') {
             return usage_error("unknown option '%s'", a);
         } else if (num_paths < 2) {
@@ -105,6 +113,9 @@ int convert_main(int argc, char **argv) {
         print_usage(stderr);
         return usage_error("%s", num_paths == 0 ? "missing SRC and DST" : "missing DST");
     }
+    if (options.merge_lora && options.base_model)
+        return usage_error("%s", "--base-model names the base of PEFT's adapter directory; --merge-lora writes a whole "
+                                 "model, which has none");
     const char *src = paths[0];
     if (!src[0] || !paths[1][0]) return usage_error("%s", !src[0] ? "SRC is empty" : "DST is empty");
     /* DST as a directory name: "out/" and "out/." are "out" (they made out and then found it there); at most 3071
@@ -132,9 +143,9 @@ int convert_main(int argc, char **argv) {
     char err[2048] = "";
     int status;
     if (from_hf) {
-        if (options.dtype_given || shard_given || options.merge_lora)
-            return usage_error("%s", "--dtype, --max-shard-size and --merge-lora apply to megatrain -> Hugging Face "
-                                     "only (checkpoints hold fp32)");
+        if (options.dtype_given || shard_given || options.merge_lora || options.base_model)
+            return usage_error("%s", "--dtype, --max-shard-size, --merge-lora and --base-model apply to megatrain -> "
+                                     "Hugging Face only (checkpoints hold fp32)");
         status = convert_hf_to_ckpt(src, dst, &options, err, sizeof err);
     } else {
         snprintf(config, sizeof config, "%s/adapter_config.json", src);

@@ -28,6 +28,7 @@ typedef struct ConvertOptions {
     uint64_t max_shard_bytes; /* megatrain -> HF: default 5 GB */
     bool progress;            /* a progress line on stderr (when it is a terminal) */
     bool merge_lora;          /* megatrain (LoRA) -> HF: the merged model, not the PEFT adapters (lora_export.h) */
+    const char *base_model;   /* megatrain (LoRA) -> PEFT: adapter_config.json's base_model_name_or_path, or NULL */
 } ConvertOptions;
 
 /* The command: argv[0] is the first argument after "convert". Returns the exit status. */

@@ -237,8 +237,9 @@ int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *o
     if (e.cfg.moe.num_experts > 0 && e.cfg.moe.capacity_factor > 0) /* the weights are the model's; the drops are not */
         mt_warn("%s: model.moe.capacity_factor %g: transformers drops no tokens, so the exported model computes what "
                 "these weights compute in megatrain with capacity_factor: null", ckpt, e.cfg.moe.capacity_factor);
-    if (options->merge_lora && e.cfg.peft.type != PEFT_LORA) {
-        mt_set_error(err, errlen, "--merge-lora: %s has no LoRA adapters (its model.yaml has no peft: section)", ckpt);
+    if ((options->merge_lora || options->base_model) && e.cfg.peft.type != PEFT_LORA) {
+        mt_set_error(err, errlen, "%s: %s has no LoRA adapters (its model.yaml has no peft: section)",
+                     options->merge_lora ? "--merge-lora" : "--base-model", ckpt);
         return -1;
     }
     if (e.cfg.peft.type == PEFT_LORA && !options->merge_lora) /* the adapters alone: no need of the frozen base */

@@ -38,15 +38,15 @@ int lora_peft_name(ModelFamily family, const char *ours, char *out, size_t outle
 
 /* adapter_config.json: the LoraConfig fields PeftModel.from_pretrained reads, with PEFT's defaults for the
  * features megatrain does not use (no dropout, bias, rsLoRA or DoRA), keys sorted as PEFT writes them. */
-static char *adapter_config_json(const PeftConfig *peft) {
+static char *adapter_config_json(const PeftConfig *peft, const char *base_model) {
     JsonWriter w;
     jw_init(&w, 2);
     jw_begin_object(&w);
     jw_key(&w, "alpha_pattern");
     jw_begin_object(&w);
     jw_end_object(&w);
-    jw_key(&w, "base_model_name_or_path");
-    jw_null(&w);
+    jw_key(&w, "base_model_name_or_path"); /* what AutoPeftModelForCausalLM loads; null: pass the base yourself */
+    base_model ? jw_string(&w, base_model) : jw_null(&w);
     jw_key(&w, "bias");
     jw_string(&w, "none");
     jw_key(&w, "fan_in_fan_out");
@@ -108,7 +108,8 @@ LoraAdapters lora_adapters_of(const Model *model) {
                           model->trainable_offset};
 }
 
-int lora_write_peft(const LoraAdapters *adapters, const char *dir, StDtype dtype, char *err, size_t errlen) {
+int lora_write_peft(const LoraAdapters *adapters, const char *dir, StDtype dtype, const char *base_model, char *err,
+                    size_t errlen) {
     const ModelConfig *cfg = adapters->cfg;
     if (cfg->peft.type != PEFT_LORA) {
         mt_set_error(err, errlen, "the model has no LoRA adapters (no peft: section)");
@@ -141,7 +142,7 @@ int lora_write_peft(const LoraAdapters *adapters, const char *dir, StDtype dtype
         status = st_write_file(path, tensors, count, &metadata, 1, err, errlen);
     }
     if (status == 0) {
-        char *json = adapter_config_json(&cfg->peft);
+        char *json = adapter_config_json(&cfg->peft, base_model);
         snprintf(path, sizeof path, "%s/adapter_config.json", dir);
         status = write_text(path, json, err, errlen);
         free(json);

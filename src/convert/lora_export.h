@@ -40,9 +40,11 @@ typedef struct LoraAdapters {
 LoraAdapters lora_adapters_of(const Model *model);
 
 /* Write the adapters into directory `dir` (which exists): adapter_config.json
- * and adapter_model.safetensors, the tensors stored as `dtype`. Returns 0,
- * or -1 with err. */
-int lora_write_peft(const LoraAdapters *adapters, const char *dir, StDtype dtype, char *err, size_t errlen);
+ * (base_model_name_or_path: `base_model`, null when NULL) and
+ * adapter_model.safetensors, the tensors stored as `dtype`. Returns 0, or -1
+ * with err. */
+int lora_write_peft(const LoraAdapters *adapters, const char *dir, StDtype dtype, const char *base_model, char *err,
+                    size_t errlen);
 
 /* What merging adds to one projection W (out, in): (alpha / rank) B A. */
 typedef struct LoraDelta {

@@ -139,7 +139,7 @@ PY
   short=(--set train.steps=2 --set train.seq_len=128 --set optimizer.schedule.warmup_steps=1) &&
   "$MEGATRAIN" plan "$REPO/recipes/sft/lora_finetune.yaml" "${short[@]}" > plan.txt &&
   "$MEGATRAIN" run "$REPO/recipes/sft/lora_finetune.yaml" "${short[@]}" > run.log &&
-  "$MEGATRAIN" convert runs/lora-finetune out/adapter > /dev/null &&
+  "$MEGATRAIN" convert runs/lora-finetune out/adapter --base-model "$HF" > /dev/null &&
   "$MEGATRAIN" convert runs/lora-finetune out/merged --merge-lora > /dev/null
 ) || fail "the lora_finetune.yaml journey failed"
 grep -q "done: 2 steps" "$WORK/proj/run.log" && grep -q "init_from: " "$WORK/proj/run.log" ||

@@ -18,7 +18,9 @@
 #   weights), relative error < 1e-5;
 #   transformers loads the merged model (no missing or unexpected weights)
 #   with the PEFT model's logits (< 1e-5), and PEFT's own merge_and_unload
-#   gives our merged weights (< 1e-6 per tensor) and logits (< 1e-5).
+#   gives our merged weights (< 1e-6 per tensor) and logits (< 1e-5);
+#   with --base-model the base directory, AutoPeftModelForCausalLM loads
+#   the adapters by themselves (the base from adapter_config.json), same loss.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 need_python peft
@@ -85,6 +87,11 @@ def check(root, name):
     assert ours_sd.keys() == theirs_sd.keys(), f"{name}: merged parameter names differ"
     worst = max(rel(ours_sd[k], theirs_sd[k]) for k in ours_sd)
     assert worst < 1e-6, f"{name}: merged weights differ from merge_and_unload's by {worst:.2e}"
+    # convert --base-model: AutoPeftModelForCausalLM finds the base by itself, with the same loss
+    auto = peft.AutoPeftModelForCausalLM.from_pretrained(f"{root}/{name}.adapter-auto", attn_implementation="eager")
+    with torch.no_grad():
+        auto_loss, _ = loss_of(auto.eval())
+    assert abs(auto_loss - peft_loss) <= 1e-6 * peft_loss, f"{name}: AutoPeftModelForCausalLM's loss {auto_loss}"
     e1, e2 = rel(merged_logits, peft_logits), rel(merged_logits, theirs_logits)
     assert e1 < 1e-5 and e2 < 1e-5, f"{name}: merged logits vs PEFT {e1:.2e}, vs merge_and_unload {e2:.2e}"
     print(f"{name}: step 1 loss = the base model's; PEFT loads the adapters: loss {peft_loss:.6f} = step 4's "
@@ -114,6 +121,10 @@ EOF
   "$MEGATRAIN" run "$WORK/$family.yaml" > "$WORK/$family.run.log" 2>&1 || { cat "$WORK/$family.run.log"; fail "$family: the run failed"; }
   "$MEGATRAIN" convert "$WORK/$family.run/checkpoints/iter_0000003" "$WORK/$family.adapter" > /dev/null
   "$MEGATRAIN" convert "$WORK/$family.run/checkpoints/iter_0000003" "$WORK/$family.merged" --merge-lora > /dev/null
+  "$MEGATRAIN" convert "$WORK/$family.run/checkpoints/iter_0000003" "$WORK/$family.adapter-auto" \
+    --base-model "$WORK/$family.base" > /dev/null
+  grep -q "\"base_model_name_or_path\": \"$WORK/$family.base\"" "$WORK/$family.adapter-auto/adapter_config.json" ||
+    fail "$family: --base-model not written: $(cat "$WORK/$family.adapter-auto/adapter_config.json")"
   [[ -f "$WORK/$family.adapter/adapter_model.safetensors" && -f "$WORK/$family.adapter/adapter_config.json" ]] \
     || fail "$family: the adapter directory is incomplete"
   "$PY" "$WORK/peft_check.py" check "$WORK" $family > "$WORK/$family.check.log" 2>&1 \

@@ -479,7 +479,7 @@ static void test_errors(void **state) {
     Spoil untie = {.model_type = "qwen2"}; /* a llama directory called qwen2: the biases are missing */
     expect_failure("biases", &tied, &untie, "missing tensor 'model.layers.0.self_attn.q_proj.bias'");
 
-    char msg[2048], hf[512], dst[512], path[600];
+    char msg[4096], hf[512], dst[512], path[600];
     /* config.json without weights */
     snprintf(hf, sizeof hf, "%s/noweights.hf", work_dir);
     snprintf(dst, sizeof dst, "%s/noweights.ckpt", work_dir);
@@ -526,6 +526,15 @@ static void test_errors(void **state) {
     assert_int_equal(convert(msg, sizeof msg, 3, hf, dst, "--max-shard-size=lots"), MT_EXIT_USAGE);
     assert_int_equal(convert(msg, sizeof msg, 3, hf, dst, "--frobnicate"), MT_EXIT_USAGE);
     assert_int_equal(convert(msg, sizeof msg, 4, hf, dst, "--dtype", "bf16"), MT_EXIT_USAGE); /* HF -> megatrain */
+    assert_int_equal(convert(msg, sizeof msg, 4, hf, dst, "--base-model", "x"), MT_EXIT_USAGE);
+    assert_non_null(strstr(msg, "--base-model apply to megatrain -> Hugging Face only"));
+    assert_false(exists(dst));
+    /* --base-model: the adapters' base; not with --merge-lora, not of a checkpoint without adapters */
+    snprintf(path, sizeof path, "%s/slash.ckpt", work_dir);
+    assert_int_equal(convert(msg, sizeof msg, 5, path, dst, "--merge-lora", "--base-model", "x"), MT_EXIT_USAGE);
+    assert_non_null(strstr(msg, "--merge-lora writes a whole model"));
+    assert_int_equal(convert(msg, sizeof msg, 4, path, dst, "--base-model", "x"), MT_EXIT_FAILURE);
+    assert_non_null(strstr(msg, "--base-model: ") && strstr(msg, "has no LoRA adapters"));
     assert_false(exists(dst));
 
     /* A damaged chunk stops the export (which streams the checkpoint) half-way, naming the tensor and the chunk;

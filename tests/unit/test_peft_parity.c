@@ -222,7 +222,7 @@ static void check_export(const char *name) {
     char dir[] = "/tmp/mt_peft_export_XXXXXX", path[1200], theirs_path[1200], err[512];
     assert_non_null(mkdtemp(dir));
     const LoraAdapters adapters = lora_adapters_of(c.model);
-    if (lora_write_peft(&adapters, dir, ST_F32, err, sizeof err) != 0) fail_msg("%s: %s", name, err);
+    if (lora_write_peft(&adapters, dir, ST_F32, NULL, err, sizeof err) != 0) fail_msg("%s: %s", name, err);
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", dir);
     peft_path(theirs_path, sizeof theirs_path, name, "adapter/adapter_model.safetensors");
     StFile *ours = st_open(path, err, sizeof err), *theirs = st_open(theirs_path, err, sizeof err);
@@ -261,7 +261,7 @@ static void check_export(const char *name) {
     /* an alpha that is not an integer is written as it is (PEFT scales by lora_alpha / r) */
     c.model->cfg.peft.alpha = 6.5;
     assert_non_null(mkdtemp(strcpy(dir, "/tmp/mt_peft_export_XXXXXX"))); /* adapters.cfg is the model's */
-    if (lora_write_peft(&adapters, dir, ST_F32, err, sizeof err) != 0) fail_msg("%s: %s", name, err);
+    if (lora_write_peft(&adapters, dir, ST_F32, NULL, err, sizeof err) != 0) fail_msg("%s: %s", name, err);
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
     assert_true(read_adapter_config(path).alpha == 6.5);
     snprintf(path, sizeof path, "rm -rf '%s'", dir);
