@@ -451,8 +451,10 @@ static void prepare_added_matches(Tokenizer *tok) {
     added_matcher_build(&tok->normalized_matcher, tok->added, tok->added_count, true);
 }
 
-/* id -> its token, for decoding: an added token's content, else the model
- * vocabulary entry (the map's keys stay where they are). */
+/* id -> its token, for decoding: an added token's content (a normalized one's
+ * as the normalizers make it, "magic" -> "\u2581magic" under Llama 2's
+ * Prepend: `tokenizers` 0.23 decodes that, so the space before it comes back),
+ * else the model vocabulary entry (the map's keys stay where they are). */
 static void index_tokens(Tokenizer *tok) {
     const StrMap *v = &tok->bpe.vocab;
     size_t n = (size_t)tok->vocab_size;
@@ -467,8 +469,8 @@ static void index_tokens(Tokenizer *tok) {
     }
     for (int i = 0; i < tok->added_count; i++) {
         const AddedToken *a = &tok->added[i];
-        tok->token_text[a->id] = a->content;
-        tok->token_len[a->id] = (uint32_t)a->content_len;
+        tok->token_text[a->id] = a->match;
+        tok->token_len[a->id] = (uint32_t)a->match_len;
         tok->token_special[a->id] = a->special;
     }
 }
