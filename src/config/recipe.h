@@ -296,6 +296,9 @@ bool recipe_cache_dir_is_default(const Recipe *recipe);
 int recipe_write(const Recipe *recipe, const char *path, char *err, size_t errlen);
 /* CRC-32C of the resolved recipe as recipe_write writes its keys: equal on ranks that run the same recipe. */
 uint32_t recipe_crc32c(const Recipe *recipe);
+/* The same with the data paths (data.train, data.valid, data.cache_dir) left out: what ranks that resolved relative
+ * paths from different directories still agree on. */
+uint32_t recipe_crc32c_without_data_paths(const Recipe *recipe);
 
 /* Take each token id `ids` leaves unset (bos, eos, pad) from `from`: a run
  * started with init_from, or resumed, keeps the ids its checkpoint has

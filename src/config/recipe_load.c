@@ -117,8 +117,11 @@ static int load_tree(Recipe *recipe, YNode *root, const char *const *overrides, 
         return key_error(err, errlen, root->loc.line ? root->loc : top, "(top level)",
                          "expected a mapping of recipe keys (run, model, train, ...), found %s",
                          ytree_describe(root, what, sizeof what));
-    bool model_replaced = false; /* by a --set model=...: the recipe's own model file need not exist */
-    for (int i = 0; i < num_overrides; i++) model_replaced |= !strncmp(overrides[i], "model=", 6);
+    /* a --set model=... before any --set model.KEY=... replaces the section: the recipe's own model file need not
+     * exist (after one, the order is refused below, naming both) */
+    bool model_replaced = false;
+    for (int i = 0; i < num_overrides && strncmp(overrides[i], "model.", 6); i++)
+        if (!strncmp(overrides[i], "model=", 6)) model_replaced = true;
     if (!model_replaced && graft_model_file(root, recipe->source_path, err, errlen) != 0) return -1;
     const char *model_key_set = NULL; /* an earlier --set model.KEY=..., which a --set model=... would replace */
     for (int i = 0; i < num_overrides; i++) {

@@ -109,6 +109,17 @@ int recipe_write(const Recipe *recipe, const char *path, char *err, size_t errle
     return 0;
 }
 
+uint32_t recipe_crc32c_without_data_paths(const Recipe *recipe) {
+    Recipe *copy = mt_malloc(sizeof *copy);
+    *copy = *recipe;
+    for (int i = 0; i < copy->data.num_train; i++) copy->data.train[i].path[0] = '\0';
+    for (int i = 0; i < copy->data.num_valid; i++) copy->data.valid[i].path[0] = '\0';
+    copy->data.cache_dir[0] = '\0';
+    const uint32_t crc = recipe_crc32c(copy);
+    free(copy);
+    return crc;
+}
+
 uint32_t recipe_crc32c(const Recipe *recipe) {
     char *text = NULL;
     size_t len = 0;

@@ -224,11 +224,20 @@ static int setup_inputs(TrainContext *ctx, const Recipe *recipe, const char *tok
 /* Collective: every rank runs rank 0's recipe (the same file and --set values; mpirun's MPMD form can give ranks
  * different ones, which met later as mismatched collectives). 0, or an exit status with err. */
 static int same_recipe_as_rank0(const Recipe *recipe, char *err, size_t errlen) {
-    uint32_t crc = recipe_crc32c(recipe), rank0 = crc;
-    comm_broadcast(comm_world(), &rank0, 1, COMM_INT32, 0);
-    if (crc == rank0) return 0;
+    uint32_t crc[2] = {recipe_crc32c(recipe), recipe_crc32c_without_data_paths(recipe)}, rank0[2] = {crc[0], crc[1]};
+    comm_broadcast(comm_world(), rank0, 2, COMM_INT32, 0);
+    if (crc[0] == rank0[0]) return 0;
+    char cwd[MT_PATH_MAX] = "?";
+    if (crc[1] == rank0[1]) { /* the same recipe, its relative data paths taken from another directory */
+        if (!getcwd(cwd, sizeof cwd)) snprintf(cwd, sizeof cwd, "?");
+        mt_set_error(err, errlen, "it resolves the recipe's data paths to other files than rank 0 does (relative "
+                     "paths are taken from the current directory, here %s; data.train[0].path is %s): start every rank "
+                     "in the same directory, or give absolute paths", cwd,
+                     recipe->data.num_train ? recipe->data.train[0].path : "none");
+        return MT_EXIT_USAGE;
+    }
     mt_set_error(err, errlen, "its resolved recipe differs from rank 0's (CRC-32C %08x, rank 0's %08x): every rank "
-                 "must run the same recipe with the same --set values", crc, rank0);
+                 "must run the same recipe with the same --set values", crc[0], rank0[0]);
     return MT_EXIT_USAGE;
 }
 

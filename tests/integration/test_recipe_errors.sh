@@ -250,6 +250,19 @@ if command -v mpirun > /dev/null && [[ -z ${TSAN_OPTIONS:-} ]]; then
     [[ "$(cat "$WORK"/mpmd.status.* | sort -u | tr '\n' ' ')" == "2 " && $(ls "$WORK"/mpmd.status.* | wc -l) -eq 2 ]] &&
     [[ ! -e $WORK/mpmd ]] ||
     fail "ranks with different recipes: $(cat "$WORK/mpmd.log") statuses: $(grep . "$WORK"/mpmd.status.*)"
+  # ranks started in different directories (mpirun -wdir) with a relative data path: each makes it absolute from its
+  # own, so they name other files (here the same through a link): refused naming the cause, not as another recipe
+  mkdir -p "$WORK/wdir-a/corpus" "$WORK/wdir-b"
+  cp "$WORK/english.bin" "$WORK/english.idx" "$WORK/wdir-a/corpus/"
+  ln -sfn "$WORK/wdir-a/corpus" "$WORK/wdir-b/corpus"
+  wdir_rank() { # DIR: one rank's arguments, started in DIR
+    echo -np 1 -wdir "$1" "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/wdir-run" \
+      "${two_ranks[@]}" --set "data.train=[corpus/english]"
+  }
+  OMPI_MCA_orte_abort_on_non_zero_status=0 timeout 120 mpirun --allow-run-as-root --oversubscribe \
+    $(wdir_rank "$WORK/wdir-a") : $(wdir_rank "$WORK/wdir-b") > "$WORK/wdir.log" 2>&1 || true
+  grep -qF "error: rank 1: it resolves the recipe's data paths to other files than rank 0 does (relative paths are taken from the current directory, here $WORK/wdir-b; data.train[0].path is $WORK/wdir-b/corpus/english)" \
+    "$WORK/wdir.log" && [[ ! -e $WORK/wdir-run ]] || fail "ranks in different directories: $(cat "$WORK/wdir.log")"
   # a launcher's variable without the launcher (SLURM_NTASKS in a batch script run without srun): MPI starts one
   # rank, which is refused, naming the variable, rather than trained as one of two
   status=0
