@@ -334,7 +334,9 @@ int hf_config_parse(const char *text, size_t len, const char *label, ModelConfig
         read_int(&r, root, "num_attention_heads", 1, -1, &cfg.num_attention_heads) ||
         read_int(&r, root, "vocab_size", 1, -1, &cfg.vocab_size) ||
         read_int(&r, root, "num_key_value_heads", 1,
-                 defaults->num_key_value_heads ? defaults->num_key_value_heads : cfg.num_attention_heads,
+                 /* absent: the class's default; null: the heads, as the config classes that accept a null read it */
+                 defaults->num_key_value_heads && !json_get(root, "num_key_value_heads") ? defaults->num_key_value_heads
+                                                                                         : cfg.num_attention_heads,
                  &cfg.num_key_value_heads) ||
         read_int(&r, root, "max_position_embeddings", 1, defaults->max_position_embeddings,
                  &cfg.max_position_embeddings))
