@@ -49,7 +49,7 @@ const char *const eval_usage_text =
     "                          number), as train.loss; per_token is cpu only\n"
     "  --device D              cpu (default; fp32) or cuda (one GPU, bf16 as a run computes there)\n"
     "  --json                  print one JSON object instead: checkpoint, step, loss, perplexity,\n"
-    "                          batches, micro_batch_size, seq_len, tokens, data, seed, device,\n"
+    "                          batches, micro_batch_size, seq_len, tokens, data, split, seed, device,\n"
     "                          loss_reduction, pack, masked, counted\n";
 
 /* A positive integer option value; -1 (reported) when it is not one. */
