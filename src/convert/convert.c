@@ -3,7 +3,9 @@
 #include "convert.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 
@@ -113,6 +115,12 @@ int convert_main(int argc, char **argv) {
         print_usage(stderr);
         return usage_error("%s", num_paths == 0 ? "missing SRC and DST" : "missing DST");
     }
+    /* a directory is written absolute, as PEFT would take a relative one from wherever the adapter is loaded */
+    char base_dir[PATH_MAX];
+    struct stat st_base;
+    if (options.base_model && stat(options.base_model, &st_base) == 0 && S_ISDIR(st_base.st_mode) &&
+        realpath(options.base_model, base_dir))
+        options.base_model = base_dir;
     if (options.merge_lora && options.base_model)
         return usage_error("%s", "--base-model names the base of PEFT's adapter directory; --merge-lora writes a whole "
                                  "model, which has none");
@@ -140,6 +148,11 @@ int convert_main(int argc, char **argv) {
     char config[4096];
     snprintf(config, sizeof config, "%s/config.json", src);
     bool from_hf = stat(config, &st) == 0;
+    /* a checkpoint's files and its temporary name live in MT_PATH_MAX buffers (a longer DST failed after making its
+     * parent directories) */
+    _Static_assert(MT_PATH_MAX - 64 == 960, "the message below says 960");
+    if (from_hf && strlen(dst) > MT_PATH_MAX - 64)
+        return usage_error("%s", "DST: a checkpoint's path is at most 960 characters");
     char err[2048] = "";
     int status;
     if (from_hf) {

@@ -121,8 +121,8 @@ EOF
   "$MEGATRAIN" run "$WORK/$family.yaml" > "$WORK/$family.run.log" 2>&1 || { cat "$WORK/$family.run.log"; fail "$family: the run failed"; }
   "$MEGATRAIN" convert "$WORK/$family.run/checkpoints/iter_0000003" "$WORK/$family.adapter" > /dev/null
   "$MEGATRAIN" convert "$WORK/$family.run/checkpoints/iter_0000003" "$WORK/$family.merged" --merge-lora > /dev/null
-  "$MEGATRAIN" convert "$WORK/$family.run/checkpoints/iter_0000003" "$WORK/$family.adapter-auto" \
-    --base-model "$WORK/$family.base" > /dev/null
+  (cd "$WORK" && "$MEGATRAIN" convert "$WORK/$family.run/checkpoints/iter_0000003" "$WORK/$family.adapter-auto" \
+    --base-model "$family.base" > /dev/null) # a relative directory: written absolute
   grep -q "\"base_model_name_or_path\": \"$WORK/$family.base\"" "$WORK/$family.adapter-auto/adapter_config.json" ||
     fail "$family: --base-model not written: $(cat "$WORK/$family.adapter-auto/adapter_config.json")"
   [[ -f "$WORK/$family.adapter/adapter_model.safetensors" && -f "$WORK/$family.adapter/adapter_config.json" ]] \

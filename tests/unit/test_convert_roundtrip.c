@@ -517,6 +517,11 @@ static void test_errors(void **state) {
     assert_non_null(strstr(msg, "DST: expected a path of at most 3071 characters"));
     snprintf(slash_back, sizeof slash_back, "%s/long", work_dir);
     assert_false(exists(slash_back));
+    /* into a checkpoint, whose files live in MT_PATH_MAX buffers: at most 960 characters, said before any mkdir */
+    longer[strlen(work_dir) + 1000] = '\0';
+    assert_int_equal(convert(msg, sizeof msg, 2, "tests/fixtures/hf/llama_tied", longer), MT_EXIT_USAGE);
+    assert_non_null(strstr(msg, "DST: a checkpoint's path is at most 960 characters"));
+    assert_false(exists(slash_back));
     free(longer);
     /* usage */
     assert_int_equal(convert(msg, sizeof msg, 1, hf), MT_EXIT_USAGE);
