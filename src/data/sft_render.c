@@ -84,7 +84,10 @@ typedef struct Message {
     size_t len;
     const char *reasoning; /* an assistant message's "reasoning_content" string, else NULL (read by qwen3 only) */
     size_t reasoning_len;
+    bool trained; /* an assistant message counts in the loss (not one of a conversational prompt's) */
 } Message;
+
+static bool counted(const Message *m) { return m->role == ROLE_ASSISTANT && m->trained; }
 
 /* Python's str.isspace of one code point, what Jinja's trim (str.strip) removes: bidirectional class WS, B or S,
  * or category Zs (CPython's makeunicodedata.py). Tab to carriage return, U+001C..U+001F, space, U+0085, U+00A0,
@@ -137,24 +140,24 @@ static void render_llama3(const Message *m, size_t n, bool dated, SftRendered *r
         const char *c = m[i].content;
         size_t len = m[i].len;
         trim(&c, &len);
-        bool counted = m[i].role == ROLE_ASSISTANT;
+        const bool count = counted(&m[i]);
         emit_str(r, LLAMA3_HEADER_START, false);
         emit_str(r, role_names[m[i].role], false);
         emit_str(r, LLAMA3_HEADER_END "\n\n", false);
-        emit(r, c, len, counted);
-        emit_str(r, LLAMA3_END_OF_TURN, counted);
+        emit(r, c, len, count);
+        emit_str(r, LLAMA3_END_OF_TURN, count);
     }
 }
 
 static void render_chatml(const Message *m, size_t n, SftRendered *r) {
     if (n == 0 || m[0].role != ROLE_SYSTEM) emit_str(r, CHATML_START "system\n" QWEN_DEFAULT_SYSTEM CHATML_END "\n", false);
     for (size_t i = 0; i < n; i++) {
-        bool counted = m[i].role == ROLE_ASSISTANT;
+        const bool count = counted(&m[i]);
         emit_str(r, CHATML_START, false);
         emit_str(r, role_names[m[i].role], false);
         emit_str(r, "\n", false);
-        emit(r, m[i].content, m[i].len, counted);
-        emit_str(r, CHATML_END, counted);
+        emit(r, m[i].content, m[i].len, count);
+        emit_str(r, CHATML_END, count);
         emit_str(r, "\n", false);
     }
 }
@@ -228,14 +231,14 @@ static void render_qwen3(const Message *m, size_t n, SftRendered *r) {
              * enable_thinking=False (masked), a non-empty one what the model writes (counted) */
             lstrip_newlines(&reasoning, &reasoning_len);
             rstrip_newlines(reasoning, &reasoning_len);
-            const bool thought = reasoning_len > 0;
+            const bool thought = reasoning_len > 0 && m[i].trained;
             emit_str(r, THINK_OPEN "\n", thought);
             emit(r, reasoning, reasoning_len, thought);
             emit_str(r, "\n" THINK_CLOSE "\n\n", thought);
             lstrip_newlines(&c, &len);
         }
-        emit(r, c, len, true);
-        emit_str(r, CHATML_END, true);
+        emit(r, c, len, m[i].trained);
+        emit_str(r, CHATML_END, m[i].trained);
         emit_str(r, "\n", false);
     }
 }
@@ -255,6 +258,95 @@ static const JsonValue *string_member(const JsonValue *obj, const char *key, con
     return v;
 }
 
+/* The messages of array `list` (the record's field `key`) into m[at...], each `trained` or not (a prompt's
+ * are not, as TRL trains on a conversational prompt-completion record's completion only); counts the assistant
+ * messages into *assistants. 0, or -1 with why ("messages[2]: unknown role \"tool\" ..."). */
+static int read_message_list(const JsonValue *list, const char *key, bool trained, Message *m, size_t *at,
+                             int *assistants, char *why, size_t whylen) {
+    for (size_t i = 0; i < list->count; i++) {
+        const JsonValue *msg = list->items[i];
+        char where[64];
+        snprintf(where, sizeof where, "%s[%zu]: ", key, i);
+        const JsonValue *role, *content;
+        if (msg->type != JSON_OBJECT) {
+            snprintf(why, whylen, "%sis %s (expected {\"role\", \"content\"})", where, json_type_name(msg->type));
+            return -1;
+        }
+        if (!(role = string_member(msg, "role", where, why, whylen)) ||
+            !(content = string_member(msg, "content", where, why, whylen)))
+            return -1;
+        int r = -1;
+        for (int k = 0; k < 3; k++)
+            if (role->string_len == strlen(role_names[k]) && memcmp(role->string, role_names[k], role->string_len) == 0)
+                r = k;
+        if (r < 0) {
+            /* the role as JSON would write it (a NUL or a control character inside would otherwise cut it short) */
+            char shown[200];
+            size_t n = 0;
+            for (size_t k = 0; k < role->string_len && k < 40 && n + 8 < sizeof shown; k++) {
+                const unsigned char c = (unsigned char)role->string[k];
+                n += (size_t)snprintf(shown + n, sizeof shown - n, c < 0x20 || c == '"' || c == '\\' ? "\\u%04x" : "%c", c);
+            }
+            snprintf(why, whylen, "%sunknown role \"%s%s\" (expected system, user or assistant)", where, shown,
+                     role->string_len > 40 ? "..." : "");
+            return -1;
+        }
+        Message *out = &m[(*at)++];
+        *out = (Message){.role = (Role)r, .content = content->string, .len = content->string_len, .trained = trained};
+        const JsonValue *reasoning = json_get(msg, "reasoning_content"); /* used when a string, as the template does */
+        if (r == ROLE_ASSISTANT && reasoning && reasoning->type == JSON_STRING) {
+            out->reasoning = reasoning->string;
+            out->reasoning_len = reasoning->string_len;
+        }
+        *assistants += r == ROLE_ASSISTANT && trained;
+    }
+    return 0;
+}
+
+/* A non-empty array field `key` of the record; NULL with why when it is something else. */
+static const JsonValue *message_array(const JsonValue *record, const char *key, char *why, size_t whylen) {
+    const JsonValue *v = json_get(record, key);
+    if (v && v->type == JSON_ARRAY && v->count > 0) return v;
+    snprintf(why, whylen, "\"%s\" is %s (expected a non-empty array of {\"role\", \"content\"})", key,
+             !v ? "missing" : v->type == JSON_ARRAY ? "an empty array" : json_type_name(v->type));
+    return NULL;
+}
+
+/* {"prompt": [...], "completion": [...]}: TRL's conversational prompt-completion, the completion's assistant
+ * messages trained and nothing of the prompt. */
+static int read_conversational(const JsonValue *record, SftTemplate t, Message **out, size_t *n, char *why,
+                               size_t whylen) {
+    if (t == SFT_TEMPLATE_NONE) {
+        snprintf(why, whylen, "a conversational \"prompt\" (a list of messages) needs a chat template "
+                 "(--chat-template %s)", sft_template_names());
+        return -1;
+    }
+    if (json_get(record, "system")) {
+        snprintf(why, whylen, "\"system\" beside a conversational \"prompt\": give it as the prompt's first "
+                 "message, {\"role\": \"system\", ...}");
+        return -1;
+    }
+    const JsonValue *prompt = message_array(record, "prompt", why, whylen);
+    const JsonValue *completion = prompt ? message_array(record, "completion", why, whylen) : NULL;
+    if (!completion) return -1;
+    Message *m = mt_calloc(prompt->count + completion->count, sizeof *m);
+    size_t k = 0;
+    int assistants = 0;
+    if (read_message_list(prompt, "prompt", false, m, &k, &assistants, why, whylen) != 0 ||
+        read_message_list(completion, "completion", true, m, &k, &assistants, why, whylen) != 0) {
+        free(m);
+        return -1;
+    }
+    if (assistants == 0) {
+        snprintf(why, whylen, "no assistant message in \"completion\" (nothing to train on)");
+        free(m);
+        return -1;
+    }
+    *out = m;
+    *n = k;
+    return 0;
+}
+
 /* The record's messages into *out (malloc'd, *n of them). 0, or -1 with why. */
 static int read_messages(const JsonValue *record, SftTemplate t, Message **out, size_t *n, char *why,
                          size_t whylen) {
@@ -267,9 +359,11 @@ static int read_messages(const JsonValue *record, SftTemplate t, Message **out, 
         return -1;
     }
     if (!messages) {
+        const JsonValue *given = json_get(record, "prompt");
+        if (given && given->type == JSON_ARRAY) return read_conversational(record, t, out, n, why, whylen);
         const JsonValue *prompt = string_member(record, "prompt", "", why, whylen);
         if (!prompt) {
-            if (!json_get(record, "prompt"))
+            if (!given)
                 snprintf(why, whylen, "no \"prompt\" or \"messages\" field (expected {\"prompt\", \"completion\"} "
                          "or {\"messages\": [{\"role\", \"content\"}...]})");
             return -1;
@@ -288,7 +382,8 @@ static int read_messages(const JsonValue *record, SftTemplate t, Message **out, 
         size_t k = 0;
         if (system) m[k++] = (Message){.role = ROLE_SYSTEM, .content = system->string, .len = system->string_len};
         m[k++] = (Message){.role = ROLE_USER, .content = prompt->string, .len = prompt->string_len};
-        m[k++] = (Message){.role = ROLE_ASSISTANT, .content = completion->string, .len = completion->string_len};
+        m[k++] = (Message){.role = ROLE_ASSISTANT, .content = completion->string, .len = completion->string_len,
+                           .trained = true};
         *out = m;
         *n = k;
         return 0;
@@ -298,59 +393,22 @@ static int read_messages(const JsonValue *record, SftTemplate t, Message **out, 
                  sft_template_names());
         return -1;
     }
-    if (messages->type != JSON_ARRAY || messages->count == 0) {
-        snprintf(why, whylen, "\"messages\" is %s (expected a non-empty array of {\"role\", \"content\"})",
-                 messages->type == JSON_ARRAY ? "an empty array" : json_type_name(messages->type));
+    if (!message_array(record, "messages", why, whylen)) return -1;
+    Message *m = mt_calloc(messages->count, sizeof *m);
+    size_t k = 0;
+    int assistants = 0;
+    if (read_message_list(messages, "messages", true, m, &k, &assistants, why, whylen) != 0) {
+        free(m);
         return -1;
     }
-    Message *m = mt_calloc(messages->count, sizeof *m);
-    bool any_assistant = false;
-    for (size_t i = 0; i < messages->count; i++) {
-        const JsonValue *msg = messages->items[i];
-        char where[64];
-        snprintf(where, sizeof where, "messages[%zu]: ", i);
-        const JsonValue *role, *content;
-        if (msg->type != JSON_OBJECT) {
-            snprintf(why, whylen, "%sis %s (expected {\"role\", \"content\"})", where, json_type_name(msg->type));
-            goto fail;
-        }
-        if (!(role = string_member(msg, "role", where, why, whylen)) ||
-            !(content = string_member(msg, "content", where, why, whylen)))
-            goto fail;
-        int r = -1;
-        for (int k = 0; k < 3; k++)
-            if (role->string_len == strlen(role_names[k]) && memcmp(role->string, role_names[k], role->string_len) == 0)
-                r = k;
-        if (r < 0) {
-            /* the role as JSON would write it (a NUL or a control character inside would otherwise cut it short) */
-            char shown[200];
-            size_t n = 0;
-            for (size_t k = 0; k < role->string_len && k < 40 && n + 8 < sizeof shown; k++) {
-                const unsigned char c = (unsigned char)role->string[k];
-                n += (size_t)snprintf(shown + n, sizeof shown - n, c < 0x20 || c == '"' || c == '\\' ? "\\u%04x" : "%c", c);
-            }
-            snprintf(why, whylen, "%sunknown role \"%s%s\" (expected system, user or assistant)", where, shown,
-                     role->string_len > 40 ? "..." : "");
-            goto fail;
-        }
-        m[i] = (Message){.role = (Role)r, .content = content->string, .len = content->string_len};
-        const JsonValue *reasoning = json_get(msg, "reasoning_content"); /* used when a string, as the template does */
-        if (r == ROLE_ASSISTANT && reasoning && reasoning->type == JSON_STRING) {
-            m[i].reasoning = reasoning->string;
-            m[i].reasoning_len = reasoning->string_len;
-        }
-        any_assistant |= r == ROLE_ASSISTANT;
-    }
-    if (!any_assistant) {
+    if (assistants == 0) {
         snprintf(why, whylen, "no assistant message (nothing to train on)");
-        goto fail;
+        free(m);
+        return -1;
     }
     *out = m;
-    *n = messages->count;
+    *n = k;
     return 0;
-fail:
-    free(m);
-    return -1;
 }
 
 int sft_render(const JsonValue *record, SftTemplate t, SftRendered *out, char *why, size_t whylen) {

@@ -5,6 +5,9 @@
  * Records (one JSON object per JSONL line):
  *   {"prompt": "...", "completion": "..."}   (and an optional "system": "...")
  *   {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
+ *   {"prompt": [messages...], "completion": [messages...]}   (TRL's conversational
+ *       prompt-completion: rendered as one conversation, only the completion's
+ *       assistant messages counted)
  * (an assistant message's "reasoning_content" string is read by qwen3)
  *
  * Chat templates, written in C after what the published Jinja templates

@@ -203,6 +203,16 @@ expect_error 1 'bad.jsonl:1: messages\[0\]: no "content" field' '{"messages": [{
 expect_error 1 'bad.jsonl:1: "completion" is a number (expected a string)' '{"prompt": "a", "completion": 3}'
 expect_error 1 'bad.jsonl:1: no "prompt" or "messages" field' '{"text": "a"}'
 expect_error 1 'bad.jsonl:2: "system" is a number (expected a string)' "$ok" '{"system": 3, "prompt": "a", "completion": "b"}'
+# TRL's conversational prompt-completion: lists of messages on both sides, the system message inside the prompt
+conv_prompt='"prompt": [{"role": "user", "content": "a"}]'
+expect_error 1 'bad.jsonl:1: "completion" is a string (expected a non-empty array of {"role", "content"})' \
+  "{$conv_prompt, \"completion\": \"b\"}"
+expect_error 1 'bad.jsonl:1: no assistant message in "completion" (nothing to train on)' \
+  "{$conv_prompt, \"completion\": [{\"role\": \"user\", \"content\": \"b\"}]}"
+expect_error 1 'bad.jsonl:1: "system" beside a conversational "prompt"' \
+  "{\"system\": \"s\", $conv_prompt, \"completion\": [{\"role\": \"assistant\", \"content\": \"b\"}]}"
+expect_error 1 'bad.jsonl:1: completion\[0\]: unknown role "tool"' \
+  "{$conv_prompt, \"completion\": [{\"role\": \"tool\", \"content\": \"b\"}]}"
 expect_error 1 'bad.jsonl:1: both "messages" and "prompt" (expected one form' \
   '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], "prompt": "a", "completion": "b"}'
 expect_error 1 'bad.jsonl:2: bad JSON: column 17: ' "$ok" '{"prompt": "a", '
