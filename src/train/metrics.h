@@ -44,11 +44,13 @@ void metrics_print(const StepMetrics *m);                     /* the stdout line
 /* Where the time of the steps went, summed since the last report. */
 typedef struct StepTimers {
     double data, forward, backward, comm, optimizer, checkpoint; /* seconds */
+    double pipeline;         /* pp > 1: the schedule's forwards, backwards, transfers, waits and data, interleaved */
     long steps;
     long first_step;         /* the first step in these sums */
 } StepTimers;
 
-/* One line "timers (ms per step, steps A-B): data ... | forward ... | ..." on stdout. */
+/* One line "timers (ms per step, steps A-B, rank 0): data ... | forward ... | ..." on stdout; with a pipeline
+ * "pipeline ..." in place of data, forward and backward, which interleave there. */
 void metrics_print_timers(const StepTimers *t, long last_step);
 void metrics_close(MetricsWriter *w);
 

@@ -159,7 +159,7 @@ static double run_micro_batches(TrainContext *ctx, long num_micro, StepTimers *t
     if (ctx->layout.pp > 1) {
         MicroSource src = {ctx, ctx->train_data, ctx->state.consumed_samples, false, 0};
         double sum = pipeline_run(&ctx->pipe, (int)num_micro, false, loss_scale, B, T, pipeline_load, &src);
-        timers->backward += lap(t); /* forward and backward interleave */
+        timers->pipeline += lap(t); /* forward, backward, transfers and data interleave */
         return sum;
     }
     ModelDevice *dev = ctx->device;

@@ -6,7 +6,8 @@
 # continues as the uninterrupted single-rank run (losses and grad norms,
 # relative error < 1e-5), optimizer state included. The checkpoint converts
 # to Hugging Face like any other. A resume whose layout does not fit the
-# launch says how to change it. Skips without mpirun.
+# launch says how to change it. The timers line gives data, forward and
+# backward on one rank, the pipeline's one figure at pp 2. Skips without mpirun.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 command -v mpirun > /dev/null || { echo "mpirun not found"; exit 77; }
@@ -14,16 +15,21 @@ export OMP_NUM_THREADS=1
 demo_data "$WORK/english"
 COMMON=(--set train.steps=10 --set logging.interval=1 --set train.micro_batch_size=2 --set model.num_layers=4
         --set "train.batch_schedule=[{step: 0, global_batch_size: 8}]" --set optimizer.schedule.warmup_steps=3
-        --set checkpoint.interval=5 --set "data.train=[{path: $WORK/english, weight: 1.0}]")
+        --set checkpoint.interval=5 --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.timers_interval=5)
 mpi() { local np=$1; shift; timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$np" "$MEGATRAIN" "$@"; }
 
 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/one" "${COMMON[@]}" > "$WORK/one.log"
+grep -qE '^timers \(ms per step, steps 6-10, rank 0\): data [0-9.]+ \| forward [0-9.]+ \| backward [0-9.]+ \| comm ' \
+  "$WORK/one.log" || fail "one rank: no timers line: $(grep timers "$WORK/one.log")"
 for zero in false true; do
   saved="$WORK/saved-$zero"
   mpi 8 run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$saved" "${COMMON[@]}" --set parallel.tp=2 \
     --set parallel.pp=2 --set parallel.distributed_optimizer=$zero > "$saved.log" 2>&1 \
     || { tail -20 "$saved.log"; fail "tp2 pp2 dp2 (distributed optimizer $zero): the run failed"; }
   compare loss "$WORK/one/metrics.jsonl" "$saved/metrics.jsonl" || fail "tp2 pp2 dp2: losses differ from one rank"
+  # the timers line: one figure for the pipeline's interleaved passes (it booked them all as backward)
+  grep -qE '^timers \(ms per step, steps 1-5, rank 0\): pipeline [0-9.]+ \(forward, backward, transfers, bubble and data, interleaved\) \| comm ' \
+    "$saved.log" || fail "pp 2: no pipeline timers line: $(grep timers "$saved.log")"
   ckpt="$saved/checkpoints/iter_0000005"
   "$MEGATRAIN" inspect "$ckpt" > /dev/null || fail "the tp2 pp2 dp2 checkpoint does not verify"
   # each tp x pp rank of dp 0 writes its shard; with ZeRO-1 every dp rank too (its part of the moments)
