@@ -349,8 +349,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
         status = MT_EXIT_FAILURE;
         ctx->stopped_together = true;
     }
-    train_signals_restore();
-    ckpt_saver_free(saver);
+    ckpt_saver_free(saver); /* the signal handlers stay: a second SIGTERM here is not fatal (train_signal.h) */
 
     if (status == MT_EXIT_OK && stop_signal && ctx->state.step == ctx->start_step)
         mt_log("stopped by %s before the first step: nothing new to save",

@@ -10,8 +10,6 @@
 #include "../dist/comm.h"
 
 static volatile sig_atomic_t received_signal;
-static struct sigaction previous_term, previous_usr1;
-static int installed;
 
 static void record_signal(int sig) {
     if (!received_signal) received_signal = sig;
@@ -24,16 +22,8 @@ void train_signals_install(void) {
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     received_signal = 0;
-    sigaction(SIGTERM, &sa, &previous_term);
-    sigaction(SIGUSR1, &sa, &previous_usr1);
-    installed = 1;
-}
-
-void train_signals_restore(void) {
-    if (!installed) return;
-    sigaction(SIGTERM, &previous_term, NULL);
-    sigaction(SIGUSR1, &previous_usr1, NULL);
-    installed = 0;
+    sigaction(SIGTERM, &sa, NULL);
+    sigaction(SIGUSR1, &sa, NULL);
 }
 
 /* With several ranks all must stop after the same step: the first rank (in
