@@ -8,16 +8,30 @@
 
 int mt_log_enabled = 1;
 
-/* Each message is written under its stream's lock (flockfile), so that a line of the checkpoint writer
- * thread never lands inside one of the main thread's. */
+/* Each message is formatted whole and written with one call under its stream's lock (flockfile): a line of the
+ * checkpoint writer thread never lands inside one of the main thread's, nor (stderr being unbuffered, where each
+ * fputs was a write of its own) one of another rank's inside this one's. */
 static void print_line(FILE *f, const char *prefix, const char *fmt, va_list ap) {
+    char stack[2048], *line = stack;
+    const size_t plen = strlen(prefix);
+    va_list copy;
+    va_copy(copy, ap);
+    const int n = vsnprintf(NULL, 0, fmt, copy);
+    va_end(copy);
+    size_t len = plen + (n > 0 ? (size_t)n : 0) + 1;
+    if (len + 1 > sizeof stack && !(line = malloc(len + 1))) { /* no memory: the message cut to the stack's size */
+        line = stack;
+        len = sizeof stack - 1;
+    }
+    memcpy(line, prefix, plen);
+    vsnprintf(line + plen, len - plen, fmt, ap);
+    line[len - 1] = '\n';
     fflush(stdout);
     flockfile(f);
-    fputs(prefix, f);
-    vfprintf(f, fmt, ap);
-    fputc('\n', f);
+    fwrite(line, 1, len, f);
     fflush(f);
     funlockfile(f);
+    if (line != stack) free(line);
 }
 
 static void print_error(const char *fmt, va_list ap) { print_line(stderr, "megatrain: error: ", fmt, ap); }

@@ -42,6 +42,8 @@ int dist_finish_together(int status);
  * did not fail); returns that rank's status on every rank, 0 when none
  * failed. */
 int dist_report_first(int status, const char *message);
+/* The same, the message printed as a warning (a checkpoint skipped, the run going on). */
+int dist_warn_first(int status, const char *message);
 
 /* In-place sums over the group. */
 void comm_all_reduce_sum_float(const Comm *c, float *buf, size_t count);

@@ -123,7 +123,7 @@ int dist_finish_together(int status) {
     return status;
 }
 
-int dist_report_first(int status, const char *message) {
+static int report_first(int status, const char *message, bool warning) {
     int32_t mine = status, *all = mt_malloc((size_t)world.size * sizeof *all);
     if (world.size > 1) comm_all_gather(&world, &mine, all, 1, COMM_INT32);
     else all[0] = mine;
@@ -134,11 +134,15 @@ int dist_report_first(int status, const char *message) {
     free(all);
     /* a failure only some ranks met names the rank (unless the message does) */
     if (agreed != 0 && first == world.rank) {
-        if (failed < world.size && strncmp(message, "rank ", 5) != 0) mt_error("rank %d: %s", world.rank, message);
-        else mt_error("%s", message);
+        void (*say)(const char *, ...) = warning ? mt_warn : mt_error;
+        if (failed < world.size && strncmp(message, "rank ", 5) != 0) say("rank %d: %s", world.rank, message);
+        else say("%s", message);
     }
     return agreed;
 }
+
+int dist_report_first(int status, const char *message) { return report_first(status, message, false); }
+int dist_warn_first(int status, const char *message) { return report_first(status, message, true); }
 
 void comm_all_reduce_sum_float(const Comm *c, float *buf, size_t count) {
     if (!c->handle || c->size == 1) return;

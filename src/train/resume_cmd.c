@@ -148,8 +148,8 @@ __attribute__((format(printf, 2, 3))) static int refuse_together(int status, con
 static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *const *sets, int num_sets) {
     char err[4096];
     CkptReader *r = ckpt_reader_open(dir, err, sizeof err);
-    if (!r) {
-        mt_warn("skipping checkpoint %s: %s", dir, err);
+    if (!r) { /* every rank reads the same files to the same verdict: rank 0 says it */
+        if (dist_rank() == 0) mt_warn("skipping checkpoint %s: %s", dir, err);
         return TRY_NEXT;
     }
     const bool has_state = r->meta.has_state, references_base = r->meta.base.present;
@@ -163,8 +163,9 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     const char *slash = strrchr(dir, '/');
     const long named = ckpt_parse_iter_name(slash ? slash + 1 : dir);
     if (has_state && named >= 0 && named != step) {
-        mt_warn("skipping checkpoint %s: its name says step %ld, its metadata step %ld (renamed or copied?)", dir,
-                named, step);
+        if (dist_rank() == 0)
+            mt_warn("skipping checkpoint %s: its name says step %ld, its metadata step %ld (renamed or copied?)",
+                    dir, named, step);
         return TRY_NEXT;
     }
     if (!has_state || !has_recipe) {
@@ -211,7 +212,7 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
                         "longer computes what the uninterrupted run would", sets[i]);
     ModelConfig stored;
     if (ckpt_read_model_config(dir, &stored, err, sizeof err) != 0) {
-        mt_warn("skipping checkpoint %s: %s", dir, err);
+        if (dist_rank() == 0) mt_warn("skipping checkpoint %s: %s", dir, err);
         return TRY_NEXT;
     }
     if (ckpt_model_shape_check(&stored, &recipe.model, err, sizeof err) != 0)
@@ -226,7 +227,10 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     recipe.checkpoint.load_optimizer = true;
     status = train_resume(&recipe, dir, load_optimizer, err, sizeof err);
     if (status != TRAIN_CHECKPOINT_UNREADABLE) return status;
-    mt_warn("skipping checkpoint %s: %s", dir, err);
+    /* every rank agreed it is unreadable: the first that could not load it says why, once */
+    char skipped[sizeof err + MT_PATH_MAX + 64];
+    snprintf(skipped, sizeof skipped, "skipping checkpoint %s: %s", dir, err);
+    dist_warn_first(err[0] != '\0', skipped);
     return TRY_NEXT;
 }
 
@@ -287,7 +291,7 @@ static int resume_from(const char *arg, const char *const *sets, int num_sets) {
         if (status == TRY_NEXT) {
             skipped++;
             move_aside(dir);
-            if (i > 0) mt_warn("falling back to the next older checkpoint");
+            if (i > 0 && dist_rank() == 0) mt_warn("falling back to the next older checkpoint");
         }
     }
     free(steps);

@@ -77,11 +77,15 @@ static int agree_on_load(int rc, long step, char *err, size_t errlen) {
             free(all);
             return CKPT_ERR_BASE;
         }
+    /* a rank that could not load it says why (resume_cmd.c, once); ranks that loaded other steps say so */
     int agreed = rc;
+    bool any_failed = false;
+    for (int r = 0; r < world->size; r++) any_failed |= all[2 * r] != 0;
     for (int r = 0; r < world->size && agreed == rc; r++)
         if (all[2 * r] != 0 || all[2 * r + 1] != all[1]) {
-            if (rc == 0) mt_set_error(err, errlen, "rank %d could not load this checkpoint (or loaded step %lld)", r,
-                                      (long long)all[2 * r + 1]);
+            if (rc == 0 && any_failed) err[0] = '\0';
+            else if (rc == 0) mt_set_error(err, errlen, "rank %d loaded step %lld, rank 0 step %lld", r,
+                                           (long long)all[2 * r + 1], (long long)all[1]);
             agreed = rc != 0 ? rc : CKPT_ERR_UNREADABLE;
         }
     free(all);
