@@ -296,6 +296,11 @@ bool recipe_cache_dir_is_default(const Recipe *recipe);
 int recipe_write(const Recipe *recipe, const char *path, char *err, size_t errlen);
 /* CRC-32C of the resolved recipe as recipe_write writes its keys: equal on ranks that run the same recipe. */
 uint32_t recipe_crc32c(const Recipe *recipe);
+/* The resolved recipe's YAML, as recipe_crc32c reads it (malloc'd, *len bytes, NUL-terminated). */
+char *recipe_yaml_text(const Recipe *recipe, size_t *len);
+/* The first key whose line differs between two recipe_yaml_text texts, with both values, into out:
+ * "train.steps: '5' here, '4' on rank 0". */
+void recipe_text_difference(const char *ours, const char *theirs, char *out, size_t outlen);
 /* The same with the data paths (data.train, data.valid, data.cache_dir) left out: what ranks that resolved relative
  * paths from different directories still agree on. */
 uint32_t recipe_crc32c_without_data_paths(const Recipe *recipe);

@@ -120,14 +120,56 @@ uint32_t recipe_crc32c_without_data_paths(const Recipe *recipe) {
     return crc;
 }
 
-uint32_t recipe_crc32c(const Recipe *recipe) {
+char *recipe_yaml_text(const Recipe *recipe, size_t *len) {
     char *text = NULL;
-    size_t len = 0;
-    FILE *out = open_memstream(&text, &len);
-    if (!out) return 0;
+    *len = 0;
+    FILE *out = open_memstream(&text, len);
+    if (!out) mt_die(MT_EXIT_FAILURE, "out of memory writing the recipe");
     write_section(out, recipe, recipe_root_keys, 0);
     fclose(out);
+    return text;
+}
+
+uint32_t recipe_crc32c(const Recipe *recipe) {
+    size_t len = 0;
+    char *text = recipe_yaml_text(recipe, &len);
     const uint32_t crc = crc32c(0, text, len);
     free(text);
     return crc;
+}
+
+/* The line starting at *at (advanced past it) into line (its newline dropped, cut to linelen - 1). */
+static void next_line(const char **at, char *line, size_t linelen) {
+    const char *end = strchr(*at, '\n');
+    const size_t n = end ? (size_t)(end - *at) : strlen(*at);
+    snprintf(line, linelen, "%.*s", (int)(n < linelen ? n : linelen - 1), *at);
+    *at += n + (end != NULL);
+}
+
+void recipe_text_difference(const char *ours, const char *theirs, char *out, size_t outlen) {
+    char sections[8][64] = {{0}}; /* the keys of the enclosing sections, by indent / 2 */
+    const char *a = ours, *b = theirs;
+    char la[512], lb[512];
+    while (*a || *b) {
+        next_line(&a, la, sizeof la);
+        next_line(&b, lb, sizeof lb);
+        const size_t indent = strspn(la, " ");
+        const char *colon = strchr(la + indent, ':');
+        char key[1200] = "";
+        for (size_t level = 0; level < indent / 2 && level < 8; level++)
+            if (sections[level][0]) snprintf(key + strlen(key), sizeof key - strlen(key), "%s.", sections[level]);
+        snprintf(key + strlen(key), sizeof key - strlen(key), "%.*s", colon ? (int)(colon - la - indent) : 0,
+                 la + indent);
+        if (strcmp(la, lb) != 0) {
+            snprintf(out, outlen, "%s: '%s' here, '%s' on rank 0", key[0] ? key : "(a list item)",
+                     colon ? colon + 1 + strspn(colon + 1, " ") : la + indent,
+                     strchr(lb, ':') ? strchr(lb, ':') + 1 + strspn(strchr(lb, ':') + 1, " ") : lb + strspn(lb, " "));
+            return;
+        }
+        if (colon && indent / 2 < 8) { /* a section's key: the prefix of the lines indented below it */
+            snprintf(sections[indent / 2], sizeof sections[0], "%.*s", (int)(colon - la - indent), la + indent);
+            for (size_t level = indent / 2 + 1; level < 8; level++) sections[level][0] = '\0';
+        }
+    }
+    snprintf(out, outlen, "(no line differs)");
 }

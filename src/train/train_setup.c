@@ -226,6 +226,19 @@ static int setup_inputs(TrainContext *ctx, const Recipe *recipe, const char *tok
 static int same_recipe_as_rank0(const Recipe *recipe, char *err, size_t errlen) {
     uint32_t crc[2] = {recipe_crc32c(recipe), recipe_crc32c_without_data_paths(recipe)}, rank0[2] = {crc[0], crc[1]};
     comm_broadcast(comm_world(), rank0, 2, COMM_INT32, 0);
+    /* rank 0's text too (a few KB, once): a rank that differs names the first key that does */
+    size_t len = 0;
+    char *text = recipe_yaml_text(recipe, &len);
+    int64_t len0 = (int64_t)len;
+    comm_broadcast(comm_world(), &len0, 1, COMM_INT64, 0);
+    char *text0 = mt_malloc((size_t)len0 + 1);
+    if (comm_world()->rank == 0) memcpy(text0, text, len);
+    comm_broadcast(comm_world(), text0, (size_t)len0, COMM_BYTE, 0);
+    text0[len0] = '\0';
+    char where[2600];
+    recipe_text_difference(text, text0, where, sizeof where);
+    free(text);
+    free(text0);
     if (crc[0] == rank0[0]) return 0;
     char cwd[MT_PATH_MAX] = "?";
     if (crc[1] == rank0[1]) { /* the same recipe, its relative data paths taken from another directory */
@@ -236,8 +249,8 @@ static int same_recipe_as_rank0(const Recipe *recipe, char *err, size_t errlen) 
                      recipe->data.num_train ? recipe->data.train[0].path : "none");
         return MT_EXIT_USAGE;
     }
-    mt_set_error(err, errlen, "its resolved recipe differs from rank 0's (CRC-32C %08x, rank 0's %08x): every rank "
-                 "must run the same recipe with the same --set values", crc[0], rank0[0]);
+    mt_set_error(err, errlen, "its resolved recipe differs from rank 0's, first at %s: every rank must run the same "
+                 "recipe with the same --set values", where);
     return MT_EXIT_USAGE;
 }
 

@@ -245,7 +245,7 @@ if command -v mpirun > /dev/null && [[ -z ${TSAN_OPTIONS:-} ]]; then
     -np 1 bash -c "$record" _ "$WORK/mpmd.status" "$MEGATRAIN" run recipes/tiny/llama.yaml --set run.dir="$WORK/mpmd" \
       "${two_ranks[@]}" --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set train.steps=4 \
     > "$WORK/mpmd.log" 2>&1 || true
-  grep -q "error: rank 1: its resolved recipe differs from rank 0's" "$WORK/mpmd.log" &&
+  grep -qF "error: rank 1: its resolved recipe differs from rank 0's, first at train.steps: '4' here, '2' on rank 0" "$WORK/mpmd.log" &&
     [[ $(grep -c '^megatrain: error: ' "$WORK/mpmd.log") -eq 1 ]] && ! grep -qE "MPI_ABORT|stopping the job" "$WORK/mpmd.log" &&
     [[ "$(cat "$WORK"/mpmd.status.* | sort -u | tr '\n' ' ')" == "2 " && $(ls "$WORK"/mpmd.status.* | wc -l) -eq 2 ]] &&
     [[ ! -e $WORK/mpmd ]] ||

@@ -216,6 +216,23 @@ static void test_relative_paths(void **state) {
     assert_non_null(strstr(err, "expected a path of at most 1023 characters"));
 }
 
+/* Ranks whose recipes differ name the first key that does, its section path and both values. */
+static void test_text_difference(void **state) {
+    (void)state;
+    Recipe a, b;
+    load_ok(&a, BASE, NULL, 0, 1);
+    const char *sets[] = {"optimizer.schedule.warmup_steps=3"};
+    load_ok(&b, BASE, sets, 1, 1);
+    size_t na, nb;
+    char *ta = recipe_yaml_text(&a, &na), *tb = recipe_yaml_text(&b, &nb), where[512];
+    recipe_text_difference(tb, ta, where, sizeof where);
+    assert_string_equal(where, "optimizer.schedule.warmup_steps: '3' here, '10' on rank 0");
+    recipe_text_difference(ta, ta, where, sizeof where);
+    assert_string_equal(where, "(no line differs)");
+    free(ta);
+    free(tb);
+}
+
 static void test_model_from_file(void **state) {
     Recipe r;
     ModelConfig m;
@@ -734,6 +751,7 @@ int main(void) {
         cmocka_unit_test(test_batch_schedules),
         cmocka_unit_test(test_overrides),
         cmocka_unit_test(test_relative_paths),
+        cmocka_unit_test(test_text_difference),
         cmocka_unit_test(test_model_from_file),
         cmocka_unit_test(test_write_round_trip),
         cmocka_unit_test(test_token_ids),
