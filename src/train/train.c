@@ -290,12 +290,14 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
         const bool log_now = step == 1 || is_multiple(step, log_interval) || step == ctx->total_steps || eval_now;
         if (log_now) {
             double eval_loss = NAN;
+            const double eval_start = mt_now();
             if (eval_now && train_evaluate(ctx, &eval_loss, err, sizeof err) == TRAIN_DATA_REFUSED) {
                 status = stop_on_refused_data(ctx, err);
                 break;
             }
             const double now = mt_now();
-            const double interval_s = now - last_log_time;
+            /* the training throughput (tok/s, TFLOP/s, MFU): the evaluation's time is not the steps' */
+            const double interval_s = (now - last_log_time) - (eval_now ? now - eval_start : 0.0);
             StepMetrics m = {
                 .step = step,
                 .total_steps = ctx->total_steps,
