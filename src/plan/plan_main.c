@@ -148,10 +148,13 @@ int plan_main(int argc, char **argv) {
     printf("plan: %s: %s, %s params, %d layers; device %s (%s, %s AdamW states)\n", path,
            model_family_name(m->family), count_text(plan.total_params, a, sizeof a), m->num_layers, recipe.run.device,
            plan.gpu ? "bf16 copy + fp32 master weights, fp32 grads" : "fp32 weights and grads", states);
-    printf("grid: world %d = tp %d x cp %d x dp %d x pp %d (rank = tp + %d*cp + %d*dp + %d*pp)%s%s%s\n", g->world,
+    char experts[96] = ""; /* how the routed experts are split: ep over dp, etp over tp */
+    if (m->moe.num_experts > 0)
+        snprintf(experts, sizeof experts, "; %d experts over ep %d x etp %d", m->moe.num_experts, par->ep, par->etp);
+    printf("grid: world %d = tp %d x cp %d x dp %d x pp %d (rank = tp + %d*cp + %d*dp + %d*pp)%s%s%s%s\n", g->world,
            g->tp, g->cp, g->dp, g->pp, g->tp, g->tp * g->cp, g->tp * g->cp * g->dp,
            par->vpp > 1 ? "; interleaved, vpp " : "", par->vpp > 1 ? count_text(par->vpp, b, sizeof b) : "",
-           par->sequence_parallel ? "; sequence parallel" : "");
+           par->sequence_parallel ? "; sequence parallel" : "", experts);
     char f1[32], f2[32];
     /* with a batch schedule, its largest batch: where the step's memory and FLOPs peak */
     printf("step: %s tokens (global batch %ld x seq_len %d%s), %.4g micro-batch%s of %d per dp rank; "

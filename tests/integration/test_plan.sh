@@ -88,6 +88,8 @@ awk '/^recompute: full/ && !/GPUs/ { found = 1 } END { exit !found }' "$WORK/pla
   > "$WORK/plan_moe.txt" || fail "plan of the MoE recipe failed"
 awk '/^recompute: full/ && !/GPUs/ { found = 1 } END { exit !found }' "$WORK/plan_moe.txt" \
   || fail "plan on cuda should print the recompute line of a MoE model without a GPU note (cuda runs it)"
+grep -q "^grid: world 1 = tp 1 x cp 1 x dp 1 x pp 1 (.*); 8 experts over ep 1 x etp 1$" "$WORK/plan_moe.txt" \
+  || fail "the MoE grid line does not say how the experts are split: $(grep grid "$WORK/plan_moe.txt")"
 "$MEGATRAIN" plan "$REPO/recipes/tiny/mixtral.yaml" --set train.recompute=full > "$WORK/plan_cpu.txt" \
   || fail "plan on the CPU failed"
 awk '/^recompute: full/ && !/GPUs/ { found = 1 } END { exit !found }' "$WORK/plan_cpu.txt" \
