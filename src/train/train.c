@@ -68,6 +68,7 @@ static void print_banner(const TrainContext *ctx) {
                l->tp, l->cp, l->dp_size, l->pp, vpp, ctx->part.sequence_parallel ? ", sequence parallel" : "",
                ctx->device->zero1_on ? ", distributed optimizer" : "", experts, mine);
     }
+    if (ctx->pipeline_note[0]) mt_log("%s", ctx->pipeline_note);
     /* One dataset: the samples it holds. A blend holds as many as the schedule asks for (Megatron's blended
      * dataset), so the count of datasets says more. */
     char of[64];

@@ -26,6 +26,7 @@ typedef struct TrainContext {
     Grid grid;                /* the process grid: tp, cp, dp, pp and embedding groups */
     ModelPartition part;      /* the part of the model this rank holds */
     Pipeline pipe;            /* pp > 1: the pipeline executor */
+    char pipeline_note[256];  /* pp > 1: the banner's line on it (setup_pipeline) */
     long total_steps;
     ModelDevice *device;      /* run.device's model of this rank's part, its optimizer state (model_device.h) */
     Model *model;             /* device->host: the registry and the host's weights */

@@ -135,10 +135,13 @@ static void setup_pipeline(TrainContext *ctx) {
     pipeline_init(&ctx->pipe, &ctx->grid.groups[GROUP_PP], ctx->layout.vpp, d->stage_base, d->ops->stage);
     const int sets = pipeline_reserve(&ctx->pipe, max_micro_batches(ctx));
     char size[64] = "";
-    const size_t bytes = d->ops->stage->slot_bytes(d->stage_base);
-    if (bytes > 0) snprintf(size, sizeof size, " of %.2f GiB", (double)bytes / 1073741824.0);
-    mt_log("pipeline parallel: %d stages on %s, activations sent with %s; stage 0 keeps %d activation sets%s",
-           ctx->layout.pp, d->ops->name, d->ops->stage->transport(d->stage_base), sets, size);
+    const double bytes = (double)d->ops->stage->slot_bytes(d->stage_base);
+    if (bytes >= 0.01 * 1073741824.0) snprintf(size, sizeof size, " of %.2f GiB", bytes / 1073741824.0);
+    else if (bytes > 0) snprintf(size, sizeof size, " of %.2f MiB", bytes / 1048576.0);
+    /* said in the banner (print_banner), after the run's header */
+    snprintf(ctx->pipeline_note, sizeof ctx->pipeline_note,
+             "pipeline parallel: %d stages on %s, activations sent with %s; stage 0 keeps %d activation sets%s",
+             ctx->layout.pp, d->ops->name, d->ops->stage->transport(d->stage_base), sets, size);
 }
 
 /* What run.device's model is made from: the recipe and this rank's part of the grid. */

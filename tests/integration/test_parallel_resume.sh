@@ -30,6 +30,9 @@ for zero in false true; do
   # the timers line: one figure for the pipeline's interleaved passes (it booked them all as backward)
   grep -qE '^timers \(ms per step, steps 1-5, rank 0\): pipeline [0-9.]+ \(forward, backward, transfers, bubble and data, interleaved\) \| comm ' \
     "$saved.log" || fail "pp 2: no pipeline timers line: $(grep timers "$saved.log")"
+  # the pipeline's line is part of the banner, after the layout (it came before the run's header)
+  [[ "$(grep -E '^(megatrain: run|layout:|pipeline parallel:)' "$saved.log" | cut -d' ' -f1 | tr '\n' ' ')" == \
+     "megatrain: layout: pipeline " ]] || fail "pp 2: the banner's order: $(head -n 6 "$saved.log")"
   ckpt="$saved/checkpoints/iter_0000005"
   "$MEGATRAIN" inspect "$ckpt" > /dev/null || fail "the tp2 pp2 dp2 checkpoint does not verify"
   # each tp x pp rank of dp 0 writes its shard; with ZeRO-1 every dp rank too (its part of the moments)
