@@ -312,6 +312,30 @@ static const JsonValue *message_array(const JsonValue *record, const char *key, 
     return NULL;
 }
 
+/* The messages of a conversational prompt (NULL: none; not trained) and of the list `trained` (the record's field
+ * `key`) into *out (malloc'd, *n of them); -1 with why when one is malformed, or `none` when no trained assistant
+ * message is there. */
+static int read_lists(const JsonValue *prompt, const JsonValue *trained, const char *key, const char *none,
+                      Message **out, size_t *n, char *why, size_t whylen) {
+    Message *m = mt_calloc((prompt ? prompt->count : 0) + trained->count, sizeof *m);
+    size_t k = 0;
+    int assistants = 0;
+    int rc = (prompt && read_message_list(prompt, "prompt", false, m, &k, &assistants, why, whylen) != 0) ||
+                     read_message_list(trained, key, true, m, &k, &assistants, why, whylen) != 0
+                 ? -1 : 0;
+    if (rc == 0 && assistants == 0) {
+        snprintf(why, whylen, "%s", none);
+        rc = -1;
+    }
+    if (rc != 0) {
+        free(m);
+        return -1;
+    }
+    *out = m;
+    *n = k;
+    return 0;
+}
+
 /* {"prompt": [...], "completion": [...]}: TRL's conversational prompt-completion, the completion's assistant
  * messages trained and nothing of the prompt. */
 static int read_conversational(const JsonValue *record, SftTemplate t, Message **out, size_t *n, char *why,
@@ -329,22 +353,8 @@ static int read_conversational(const JsonValue *record, SftTemplate t, Message *
     const JsonValue *prompt = message_array(record, "prompt", why, whylen);
     const JsonValue *completion = prompt ? message_array(record, "completion", why, whylen) : NULL;
     if (!completion) return -1;
-    Message *m = mt_calloc(prompt->count + completion->count, sizeof *m);
-    size_t k = 0;
-    int assistants = 0;
-    if (read_message_list(prompt, "prompt", false, m, &k, &assistants, why, whylen) != 0 ||
-        read_message_list(completion, "completion", true, m, &k, &assistants, why, whylen) != 0) {
-        free(m);
-        return -1;
-    }
-    if (assistants == 0) {
-        snprintf(why, whylen, "no assistant message in \"completion\" (nothing to train on)");
-        free(m);
-        return -1;
-    }
-    *out = m;
-    *n = k;
-    return 0;
+    return read_lists(prompt, completion, "completion", "no assistant message in \"completion\" (nothing to train on)",
+                      out, n, why, whylen);
 }
 
 /* The record's messages into *out (malloc'd, *n of them). 0, or -1 with why. */
@@ -394,21 +404,7 @@ static int read_messages(const JsonValue *record, SftTemplate t, Message **out, 
         return -1;
     }
     if (!message_array(record, "messages", why, whylen)) return -1;
-    Message *m = mt_calloc(messages->count, sizeof *m);
-    size_t k = 0;
-    int assistants = 0;
-    if (read_message_list(messages, "messages", true, m, &k, &assistants, why, whylen) != 0) {
-        free(m);
-        return -1;
-    }
-    if (assistants == 0) {
-        snprintf(why, whylen, "no assistant message (nothing to train on)");
-        free(m);
-        return -1;
-    }
-    *out = m;
-    *n = k;
-    return 0;
+    return read_lists(NULL, messages, "messages", "no assistant message (nothing to train on)", out, n, why, whylen);
 }
 
 int sft_render(const JsonValue *record, SftTemplate t, SftRendered *out, char *why, size_t whylen) {
