@@ -171,6 +171,9 @@ static void warn_unused_settings(const Recipe *recipe) {
     if (recipe->parallel.sequence_parallel && recipe->parallel.tp == 1)
         mt_log("warning: parallel.sequence_parallel splits the sequence over the tensor-parallel ranks: at "
                "parallel.tp 1 it does nothing");
+    if (recipe->parallel.distributed_optimizer && recipe_dp_size(recipe, comm_world()->size) == 1)
+        mt_log("warning: parallel.distributed_optimizer shards the optimizer over the data-parallel ranks: at dp 1 "
+               "(this launch's %d rank%s) it does nothing", comm_world()->size, comm_world()->size == 1 ? "" : "s");
     const Fp8Config fp8_default = fp8_config_default();
     if (recipe->precision == DTYPE_FP8 && recipe->fp8.recipe == FP8_RECIPE_TENSORWISE &&
         (recipe->fp8.amax_history_len != fp8_default.amax_history_len ||

@@ -30,6 +30,12 @@ diff <(json_field "$m" loss) <(json_field "$WORK/again/metrics.jsonl" loss) ||
   fail "sequence_parallel at tp 1: $(tail -n 3 "$WORK/sp1.log")"
 grep -q "warning: parallel.sequence_parallel splits the sequence over the tensor-parallel ranks: at parallel.tp 1" \
   "$WORK/sp1.log" || fail "sequence_parallel at tp 1: no warning"
+# so does parallel.distributed_optimizer at dp 1 (it was dropped without a word)
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/zero1-dp1" --set "$data" --set train.steps=1 \
+  --set optimizer.schedule.warmup_steps=0 --set parallel.distributed_optimizer=true > "$WORK/zero1-dp1.log" 2>&1 ||
+  fail "distributed_optimizer at dp 1: $(tail -n 3 "$WORK/zero1-dp1.log")"
+grep -q "warning: parallel.distributed_optimizer shards the optimizer over the data-parallel ranks: at dp 1" \
+  "$WORK/zero1-dp1.log" || fail "distributed_optimizer at dp 1: no warning"
 
 # wsd's settings beside another decay are said to be unused (as fp8's beside bf16 are)
 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/wsd-unused" --set "$data" --set train.steps=2 \
