@@ -6,7 +6,7 @@
  * megatrain eval CKPT --data PREFIX [--batches N] [--seq-len T] [--pack] [--loss per_micro_batch|per_token] ...
  * megatrain inspect CKPT
  * megatrain data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT] [--workers N] [--overwrite]
- * megatrain data build --format sft [--chat-template llama3|llama3.1|chatml|qwen3] --input CHAT.jsonl --output PREFIX ...
+ * megatrain data build --format sft [--chat-template auto|llama3|llama3.1|chatml|qwen3] --input CHAT.jsonl --output PREFIX ...
  * megatrain data inspect PREFIX [--tokenizer PATH] [--docs N] [--json]
  * megatrain plan RECIPE.yaml [--world N] [--device-memory GiB]
  * Exit status: 0 success, 2 usage or recipe error, 1 any other failure.
@@ -52,7 +52,7 @@ static const char *const usage_text =
     "  data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT] [--json-key KEY]\n"
     "             [--format text|jsonl] [--workers N] [--max-line-mib N] [--overwrite]\n"
     "                                              text or JSONL -> Megatron .bin/.idx\n"
-    "  data build --format sft [--chat-template llama3|llama3.1|chatml|qwen3] --input CHAT.jsonl --output PREFIX ...\n"
+    "  data build --format sft [--chat-template auto|llama3|llama3.1|chatml|qwen3] --input CHAT.jsonl --output PREFIX ...\n"
     "                                              SFT conversations -> .bin/.idx + a loss mask PREFIX_mask\n"
     "  data inspect PREFIX [--tokenizer PATH] [--docs N] [--json]\n"
     "                                              what a .bin/.idx dataset holds, documents decoded\n"
@@ -146,7 +146,7 @@ static const char *const data_usage_text =
     "usage: megatrain data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT]\n"
     "                            [--json-key KEY] [--format text|jsonl] [--workers N] [--max-line-mib N] [--overwrite]\n"
     "                                       text or JSONL -> Megatron .bin/.idx, tokenized on N threads\n"
-    "       megatrain data build --format sft [--chat-template llama3|llama3.1|chatml|qwen3] --input CHAT.jsonl --output PREFIX ...\n"
+    "       megatrain data build --format sft [--chat-template auto|llama3|llama3.1|chatml|qwen3] --input CHAT.jsonl --output PREFIX ...\n"
     "                                       SFT records -> .bin/.idx and the loss mask PREFIX_mask.{bin,idx}\n"
     "       megatrain data inspect PREFIX [--tokenizer PATH] [--docs N] [--json]\n"
     "                                       documents, tokens, dtype, lengths, the first documents decoded\n"

@@ -64,7 +64,7 @@
 static const char *const build_usage_text =
     "usage: megatrain data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT]\n"
     "                             [--json-key KEY] [--workers N] [--max-line-mib N] [--overwrite]\n"
-    "                             [--format text|jsonl|sft [--chat-template llama3|llama3.1|chatml|qwen3]]\n"
+    "                             [--format text|jsonl|sft [--chat-template auto|llama3|llama3.1|chatml|qwen3]]\n"
     "\n"
     "Tokenize FILE into the Megatron indexed dataset PREFIX.bin + PREFIX.idx.\n"
     "\n"
@@ -96,7 +96,9 @@ static const char *const build_usage_text =
     "  --chat-template NAME llama3 (Llama 3 Instruct), llama3.1 (Llama 3.1 / 3.2 / 3.3 Instruct: the\n"
     "                       dated system header), chatml (Qwen2.5 Instruct) or qwen3 (Qwen3: its think\n"
     "                       blocks), written in C after the published templates for plain text\n"
-    "                       messages (Jinja is not evaluated);\n"
+    "                       messages (Jinja is not evaluated); auto: the model's own (chat_template.jinja\n"
+    "                       or tokenizer_config.json beside --tokenizer) when it is one of these, and a\n"
+    "                       named template that is not the model's own is warned of;\n"
     "                       without it a prompt/completion record is prompt + completion + the\n"
     "                       end-of-document token, and messages records are refused; with it no\n"
     "                       end of document is appended, and each of the template's special tokens\n"
@@ -121,6 +123,7 @@ typedef struct BuildOptions {
     bool sft;
     InputFormat input_format; /* --format text or jsonl; FORMAT_UNKNOWN: detected (sft: JSONL) */
     SftTemplate chat_template;
+    bool chat_template_auto; /* --chat-template auto: the tokenizer's own, recognized (sft_template_recognize) */
     bool overwrite;
 } BuildOptions;
 
@@ -237,9 +240,10 @@ static int parse_options(int argc, char **argv, BuildOptions *opt) {
     }
     if (!opt->json_key) opt->json_key = "text";
     if (opt->chat_template_name) {
-        int t = sft_template_from_name(opt->chat_template_name);
+        opt->chat_template_auto = strcmp(opt->chat_template_name, "auto") == 0;
+        int t = opt->chat_template_auto ? SFT_TEMPLATE_NONE : sft_template_from_name(opt->chat_template_name);
         if (!opt->sft || t < 0) {
-            if (t < 0) mt_error("data build: --chat-template %s: no such template (expected one of: %s)",
+            if (t < 0) mt_error("data build: --chat-template %s: no such template (expected auto or one of: %s)",
                                 opt->chat_template_name, sft_template_names());
             else mt_error("data build: --chat-template needs --format sft");
             return 2;
@@ -414,6 +418,70 @@ static int check_template_tokens(Tokenizer *tok, SftTemplate t) {
     return 0;
 }
 
+/* The model's own chat template beside tokenizer.json: chat_template.jinja (transformers 4.47 and later), else
+ * tokenizer_config.json's chat_template (a string, or a list of {name, template}: the "default" one). Malloc'd text,
+ * with *from the file's name, or NULL when there is none (or it cannot be read). */
+static char *model_chat_template(const Tokenizer *tok, char *from, size_t fromlen) {
+    char dir[4096], path[4200], err[512];
+    mt_parent_dir(tokenizer_path(tok), dir, sizeof dir);
+    size_t len = 0;
+    snprintf(path, sizeof path, "%s/chat_template.jinja", dir);
+    char *text = access(path, R_OK) == 0 ? mt_read_file(path, (size_t)1 << 22, &len, err, sizeof err) : NULL;
+    if (text) {
+        snprintf(from, fromlen, "%s", path);
+        return text;
+    }
+    snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
+    JsonValue *root = access(path, R_OK) == 0 ? json_parse_file(path, (size_t)1 << 26, err, sizeof err) : NULL;
+    const JsonValue *t = root ? json_get(root, "chat_template") : NULL;
+    if (t && t->type == JSON_ARRAY) { /* named templates: the default one */
+        const JsonValue *pick = NULL;
+        for (size_t i = 0; i < t->count && !pick; i++) {
+            const JsonValue *name = json_get(t->items[i], "name");
+            if (name && name->type == JSON_STRING && strcmp(name->string, "default") == 0)
+                pick = json_get(t->items[i], "template");
+        }
+        t = pick;
+    }
+    if (t && t->type == JSON_STRING) {
+        text = mt_strdup(t->string);
+        snprintf(from, fromlen, "%s (chat_template)", path);
+    }
+    json_free(root);
+    return text;
+}
+
+/* --chat-template auto: the model's own template, which must be one of ours; a template given by name that is not
+ * the model's own (chatml for a Qwen3) is said, as the data would not be what the model sees at inference.
+ * 0, or -1 (reported). */
+static int resolve_template(BuildOptions *opt, const Tokenizer *tok) {
+    char from[4300] = "";
+    char *jinja = model_chat_template(tok, from, sizeof from);
+    const bool found = jinja != NULL;
+    const int own = found ? sft_template_recognize(jinja) : -1;
+    free(jinja);
+    if (opt->chat_template_auto) {
+        if (own < 0) {
+            if (found)
+                mt_error("data build: --chat-template auto: the model's chat template (%s) is none of %s: give "
+                         "--chat-template NAME", from, sft_template_names());
+            else
+                mt_error("data build: --chat-template auto: no chat template beside the tokenizer (chat_template.jinja, "
+                         "or chat_template in tokenizer_config.json): give --chat-template NAME (%s)",
+                         sft_template_names());
+            return -1;
+        }
+        opt->chat_template = (SftTemplate)own;
+        printf("data build: --chat-template auto: %s, from %s\n", sft_template_name(opt->chat_template), from);
+        return 0;
+    }
+    if (own >= 0 && opt->chat_template != SFT_TEMPLATE_NONE && own != (int)opt->chat_template)
+        mt_warn("data build: --chat-template %s, but the model's own template (%s) is %s's: the data will not look like "
+                "what the model sees at inference (--chat-template %s, or auto)", sft_template_name(opt->chat_template),
+                from, sft_template_name((SftTemplate)own), sft_template_name((SftTemplate)own));
+    return 0;
+}
+
 /* What PREFIX.build.json records of tokenizer `tok` (its tokenizer.json's bytes); -1 (reported) unreadable. */
 static int tokenizer_identity(const Tokenizer *tok, int32_t eod, DatasetTokenizer *out) {
     char err[1200];
@@ -448,6 +516,11 @@ int data_build_main(int argc, char **argv) {
         return MT_EXIT_USAGE;
     char err[2400];
     BuildState st = {.opt = &opt, .dtype = IDX_DTYPE_UINT16, .eod_id = BUILD_BYTE_EOD_TOKEN};
+    if (opt.chat_template_auto && strcmp(opt.tokenizer, "byte") == 0) {
+        mt_error("data build: --chat-template auto reads the model's template beside --tokenizer PATH; the byte "
+                 "tokenizer has none: give --chat-template NAME (%s)", sft_template_names());
+        return MT_EXIT_USAGE;
+    }
     if (strcmp(opt.tokenizer, "byte") != 0) {
         if (!(st.tok = tokenizer_load(opt.tokenizer, err, sizeof(err))) ||
             (st.eod_id = tokenizer_eod(st.tok, opt.eod_token, &st.eod_name, err, sizeof(err))) < 0) {
@@ -456,7 +529,7 @@ int data_build_main(int argc, char **argv) {
             return MT_EXIT_USAGE;
         }
         if (tokenizer_vocab_size(st.tok) >= UINT16_VOCAB_LIMIT) st.dtype = IDX_DTYPE_INT32;
-        if (check_template_tokens(st.tok, opt.chat_template) != 0) {
+        if ((opt.sft && resolve_template(&opt, st.tok) != 0) || check_template_tokens(st.tok, opt.chat_template) != 0) {
             tokenizer_free(st.tok);
             return MT_EXIT_USAGE;
         }

@@ -49,6 +49,14 @@ int sft_template_from_name(const char *name) {
 
 const char *sft_template_name(SftTemplate t) { return template_names[t]; }
 
+int sft_template_recognize(const char *jinja) {
+    if (strstr(jinja, "<|im_start|>") && strstr(jinja, "enable_thinking")) return SFT_TEMPLATE_QWEN3;
+    if (strstr(jinja, "<|im_start|>") && strstr(jinja, "You are Qwen, created by Alibaba Cloud")) return SFT_TEMPLATE_CHATML;
+    if (strstr(jinja, "<|start_header_id|>") && strstr(jinja, "Cutting Knowledge Date")) return SFT_TEMPLATE_LLAMA31;
+    if (strstr(jinja, "<|start_header_id|>") && strstr(jinja, "<|eot_id|>")) return SFT_TEMPLATE_LLAMA3;
+    return -1;
+}
+
 const char *sft_template_names(void) { return "llama3, llama3.1, chatml, qwen3"; }
 
 void sft_rendered_free(SftRendered *r) {

@@ -243,7 +243,7 @@ rc=0; "$MEGATRAIN" data build --format sft --input "$D/sys.jsonl" --output "$D/o
 [[ $rc -eq 1 ]] && grep -q 'sys.jsonl:1: a "system" field needs a chat template' "$D/err.txt" ||
   fail "system without a template: $rc $(cat "$D/err.txt")"
 rc=0; "$MEGATRAIN" data build --format sft --chat-template llama2 --input "$D/m.jsonl" --output "$D/out/m" 2> "$D/err.txt" || rc=$?
-[[ $rc -eq 2 ]] && grep -q -- '--chat-template llama2: no such template (expected one of: llama3, llama3.1, chatml, qwen3)' "$D/err.txt" ||
+[[ $rc -eq 2 ]] && grep -q -- '--chat-template llama2: no such template (expected auto or one of: llama3, llama3.1, chatml, qwen3)' "$D/err.txt" ||
   fail "unknown template: $rc $(cat "$D/err.txt")"
 rc=0; "$MEGATRAIN" data build --chat-template llama3 --input "$D/m.jsonl" --output "$D/out/m" 2> "$D/err.txt" || rc=$?
 [[ $rc -eq 2 ]] && grep -q -- '--chat-template needs --format sft' "$D/err.txt" || fail "template without sft: $rc"
@@ -262,6 +262,42 @@ for spec in "llama3|qwen2|<|begin_of_text|>" "chatml|llama3|<|im_start|>" "qwen3
     "$D/err.txt" || fail "$template on $fix: $rc $(cat "$D/err.txt")"
   [[ ! -e "$D/out/wrong_$template.idx" ]] || fail "$template on $fix: a dataset was written"
 done
+# --chat-template auto takes the model's own template (chat_template.jinja, or tokenizer_config.json's
+# chat_template) when it is one of ours; a template named that is not the model's own is said (chatml for a Qwen3:
+# the data would not be what it sees at inference)
+TPL="$REPO/tests/fixtures/chat_templates/templates"
+cp "$TPL/qwen3.jinja" "$D/qwen3/chat_template.jinja"
+"$MEGATRAIN" data build --format sft --chat-template auto --tokenizer "$D/qwen3" --input "$D/chat.jsonl" \
+  --output "$D/out/auto" > "$D/auto.log" 2>&1 || fail "auto: $(cat "$D/auto.log")"
+grep -q "data build: --chat-template auto: qwen3, from $D/qwen3/chat_template.jinja" "$D/auto.log" &&
+  grep -q "chat template qwen3" "$D/auto.log" || fail "auto: $(cat "$D/auto.log")"
+"$MEGATRAIN" data build --format sft --chat-template chatml --tokenizer "$D/qwen3" --input "$D/chat.jsonl" \
+  --output "$D/out/mismatch" > "$D/mismatch.log" 2>&1 || fail "chatml on the Qwen3 model: $(cat "$D/mismatch.log")"
+grep -qF "warning: data build: --chat-template chatml, but the model's own template ($D/qwen3/chat_template.jinja) is qwen3's" \
+  "$D/mismatch.log" || fail "chatml on the Qwen3 model: no warning: $(cat "$D/mismatch.log")"
+# a template that is none of ours: refused, naming the file
+printf '{%% for m in messages %%}{{ m.content }}{%% endfor %%}' > "$D/llama31-other.jinja"
+mkdir -p "$D/other" && cp "$FIX/llama3/tokenizer.json" "$D/other/" && cp "$D/llama31-other.jinja" "$D/other/chat_template.jinja"
+rc=0; "$MEGATRAIN" data build --format sft --chat-template auto --tokenizer "$D/other" --input "$D/chat.jsonl" \
+  --output "$D/out/auto-other" 2> "$D/err.txt" || rc=$?
+[[ $rc -eq 2 ]] && grep -qF -- "--chat-template auto: the model's chat template ($D/other/chat_template.jinja) is none of" \
+  "$D/err.txt" || fail "auto with another template: $rc $(cat "$D/err.txt")"
+# tokenizer_config.json's chat_template (a named list, its default), Llama 3.1's: auto finds it there
+mkdir -p "$D/llama31" && cp "$FIX/llama3/tokenizer.json" "$D/llama31/"
+python3 -c 'import json, sys; json.dump({"chat_template": [{"name": "tool_use", "template": "x"},
+  {"name": "default", "template": open(sys.argv[1]).read()}]}, open(sys.argv[2], "w"))' \
+  "$TPL/llama3.1.jinja" "$D/llama31/tokenizer_config.json"
+"$MEGATRAIN" data build --format sft --chat-template auto --tokenizer "$D/llama31" --input "$D/chat.jsonl" \
+  --output "$D/out/auto31" > "$D/auto31.log" 2>&1 && grep -q "auto: llama3.1, from .*tokenizer_config.json" "$D/auto31.log" ||
+  fail "auto from tokenizer_config.json: $(cat "$D/auto31.log")"
+rc=0; "$MEGATRAIN" data build --format sft --chat-template auto --tokenizer "$FIX/qwen2" --input "$D/chat.jsonl" \
+  --output "$D/out/auto-none" 2> "$D/err.txt" || rc=$?
+[[ $rc -eq 2 ]] && grep -q -- "--chat-template auto: no chat template beside the tokenizer" "$D/err.txt" ||
+  fail "auto without a template: $rc $(cat "$D/err.txt")"
+rc=0; "$MEGATRAIN" data build --format sft --chat-template auto --input "$D/chat.jsonl" --output "$D/out/auto-byte" \
+  2> "$D/err.txt" || rc=$?
+[[ $rc -eq 2 ]] && grep -q -- "--chat-template auto reads the model's template beside --tokenizer PATH" "$D/err.txt" ||
+  fail "auto with the byte tokenizer: $rc $(cat "$D/err.txt")"
 # a template appends no end-of-document token (its turns end with its own), so --eod-token is refused with one,
 # and the summary says there is none
 rc=0; "$MEGATRAIN" data build --format sft --chat-template chatml --tokenizer "$FIX/qwen2" --eod-token '<|endoftext|>' \

@@ -148,10 +148,30 @@ static void test_role_with_nul_refused(void **state) {
     json_free(record);
 }
 
+/* The published templates (tests/fixtures/chat_templates/templates, by make_fixtures.py) are each recognized as
+ * the template that imitates them; a text with none of their marks is none. */
+static void test_recognize_published(void **state) {
+    (void)state;
+    static const char *const names[] = {"llama3", "llama3.1", "chatml", "qwen3"};
+    for (int i = 0; i < 4; i++) {
+        char path[256], err[256];
+        snprintf(path, sizeof path, "tests/fixtures/chat_templates/templates/%s.jinja", names[i]);
+        size_t len = 0;
+        char *jinja = mt_read_file(path, 1 << 20, &len, err, sizeof err);
+        if (!jinja) fail_msg("%s", err);
+        const int got = sft_template_recognize(jinja);
+        if (got != sft_template_from_name(names[i]))
+            fail_msg("%s recognized as %s", path, got < 0 ? "none" : sft_template_name((SftTemplate)got));
+        free(jinja);
+    }
+    assert_int_equal(sft_template_recognize("{{ messages }}<|im_start|>You are a helpful assistant"), -1);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_transformers_renderings),
         cmocka_unit_test(test_role_with_nul_refused),
+        cmocka_unit_test(test_recognize_published),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
