@@ -131,17 +131,23 @@ with open(sys.argv[1], "w") as f:
         f.write(json.dumps({"messages": [{"role": "user", "content": f"What is {i} plus {i}?"},
                                          {"role": "assistant", "content": f"{2 * i}."}]}) + "\n")
 PY
+# the model directory with Llama 3.2 Instruct's own chat template (the fixture's is a stand-in), which
+# --chat-template auto recognizes through the converted checkpoint
+cp -r "$HF" "$WORK/proj/model" && cp "$REPO/tests/fixtures/chat_templates/templates/llama3.1.jinja" \
+  "$WORK/proj/model/chat_template.jinja"
 (
   cd "$WORK/proj" &&
-  "$MEGATRAIN" convert "$HF" ckpt/base > /dev/null &&
-  "$MEGATRAIN" data build --format sft --chat-template llama3 --tokenizer ckpt/base \
-    --input conversations.jsonl --output data/my-sft > /dev/null &&
+  "$MEGATRAIN" convert model ckpt/base > /dev/null &&
+  "$MEGATRAIN" data build --format sft --chat-template auto --tokenizer ckpt/base \
+    --input conversations.jsonl --output data/my-sft > build.log &&
   short=(--set train.steps=2 --set train.seq_len=128 --set optimizer.schedule.warmup_steps=1) &&
   "$MEGATRAIN" plan "$REPO/recipes/sft/lora_finetune.yaml" "${short[@]}" > plan.txt &&
   "$MEGATRAIN" run "$REPO/recipes/sft/lora_finetune.yaml" "${short[@]}" > run.log &&
-  "$MEGATRAIN" convert runs/lora-finetune out/adapter --base-model "$HF" > /dev/null &&
+  "$MEGATRAIN" convert runs/lora-finetune out/adapter --base-model model > /dev/null &&
   "$MEGATRAIN" convert runs/lora-finetune out/merged --merge-lora > /dev/null
 ) || fail "the lora_finetune.yaml journey failed"
+grep -q "auto: llama3.1, from ckpt/base/chat_template.jinja" "$WORK/proj/build.log" ||
+  fail "--chat-template auto through the checkpoint: $(cat "$WORK/proj/build.log")"
 grep -q "done: 2 steps" "$WORK/proj/run.log" && grep -q "init_from: " "$WORK/proj/run.log" ||
   fail "lora_finetune.yaml: $(cat "$WORK/proj/run.log")"
 [[ -f "$WORK/proj/out/adapter/adapter_model.safetensors" && -f "$WORK/proj/out/merged/config.json" ]] ||
