@@ -154,16 +154,21 @@ void recipe_text_difference(const char *ours, const char *theirs, char *out, siz
         next_line(&a, la, sizeof la);
         next_line(&b, lb, sizeof lb);
         const size_t indent = strspn(la, " ");
-        const char *colon = strchr(la + indent, ':');
+        const bool item = !strncmp(la + indent, "- ", 2); /* a list's item: named by its list, shown whole */
+        const char *colon = item ? NULL : strchr(la + indent, ':');
         char key[1200] = "";
         for (size_t level = 0; level < indent / 2 && level < 8; level++)
-            if (sections[level][0]) snprintf(key + strlen(key), sizeof key - strlen(key), "%s.", sections[level]);
-        snprintf(key + strlen(key), sizeof key - strlen(key), "%.*s", colon ? (int)(colon - la - indent) : 0,
-                 la + indent);
+            if (sections[level][0])
+                snprintf(key + strlen(key), sizeof key - strlen(key), "%s%s", key[0] ? "." : "", sections[level]);
+        if (colon)
+            snprintf(key + strlen(key), sizeof key - strlen(key), "%s%.*s", key[0] ? "." : "",
+                     (int)(colon - la - indent), la + indent);
         if (strcmp(la, lb) != 0) {
-            snprintf(out, outlen, "%s: '%s' here, '%s' on rank 0", key[0] ? key : "(a list item)",
-                     colon ? colon + 1 + strspn(colon + 1, " ") : la + indent,
-                     strchr(lb, ':') ? strchr(lb, ':') + 1 + strspn(strchr(lb, ':') + 1, " ") : lb + strspn(lb, " "));
+            const char *ours_value = colon ? colon + 1 + strspn(colon + 1, " ") : la + indent;
+            const char *lb_colon = item ? NULL : strchr(lb, ':');
+            const char *theirs_value = lb_colon ? lb_colon + 1 + strspn(lb_colon + 1, " ") : lb + strspn(lb, " ");
+            snprintf(out, outlen, "%s: '%s' here, '%s' on rank 0", key[0] ? key : "(top level)", ours_value,
+                     theirs_value);
             return;
         }
         if (colon && indent / 2 < 8) { /* a section's key: the prefix of the lines indented below it */

@@ -241,8 +241,8 @@ static int same_recipe_as_rank0(const Recipe *recipe, char *err, size_t errlen) 
     if (comm_world()->rank == 0) memcpy(text0, text, len);
     comm_broadcast(comm_world(), text0, (size_t)len0, COMM_BYTE, 0);
     text0[len0] = '\0';
-    char where[2600];
-    recipe_text_difference(text, text0, where, sizeof where);
+    char where[2600] = "";
+    if (crc[0] != rank0[0]) recipe_text_difference(text, text0, where, sizeof where);
     free(text);
     free(text0);
     if (crc[0] == rank0[0]) return 0;

@@ -229,6 +229,20 @@ static void test_text_difference(void **state) {
     assert_string_equal(where, "optimizer.schedule.warmup_steps: '3' here, '10' on rank 0");
     recipe_text_difference(ta, ta, where, sizeof where);
     assert_string_equal(where, "(no line differs)");
+    /* a list's item: named by the list, shown whole */
+    Recipe c;
+    const char *schedule[] = {"train.global_batch_size=null", "train.batch_schedule=[{step: 0, global_batch_size: 4}, {step: 50, global_batch_size: 8}]"};
+    load_ok(&c, BASE, schedule, 2, 1);
+    const char *schedule8[] = {"train.global_batch_size=null", "train.batch_schedule=[{step: 0, global_batch_size: 4}, {step: 50, global_batch_size: 16}]"};
+    Recipe d;
+    load_ok(&d, BASE, schedule8, 2, 1);
+    size_t nc, nd;
+    char *tc = recipe_yaml_text(&c, &nc), *td = recipe_yaml_text(&d, &nd);
+    recipe_text_difference(tc, td, where, sizeof where);
+    assert_string_equal(where, "train.batch_schedule: '- {step: 50, global_batch_size: 8}' here, "
+                               "'- {step: 50, global_batch_size: 16}' on rank 0");
+    free(tc);
+    free(td);
     free(ta);
     free(tb);
 }
