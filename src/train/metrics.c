@@ -2,7 +2,7 @@
  * step in run.dir/metrics.jsonl.
  *
  * stdout:  step   12/200 | loss 3.4172 | lr 2.400e-03 | gbs 8 | grad_norm 1.234 |
- *          tok/s 12345 | tokens 24.6K | elapsed 3.2s [| eval_loss 3.2100]
+ *          tok/s 12345 | tokens 24.6K | elapsed 3.2s | eta 1m05s [| eval_loss 3.2100]
  * jsonl:   {"step":12,"loss":...,"lr":...,"global_batch_size":8,"grad_norm":...,
  *           "tokens_per_s":...,"consumed_tokens":...,"elapsed_s":...[,"eval_loss":...]}
  * Doubles in JSON are written with %.9g; NaN and infinities become null.
@@ -95,6 +95,15 @@ static void format_count(char *out, size_t len, double count) {
     snprintf(out, len, "%.1f%c", value, suffixes[unit]);
 }
 
+/* A duration as a person reads it: 42s, 12m05s, 3h12m, 2d03h. */
+static void format_duration(char *out, size_t len, double seconds) {
+    const long s = seconds < 0 ? 0 : seconds > 1e9 ? 1000000000L : (long)(seconds + 0.5);
+    if (s < 60) snprintf(out, len, "%lds", s);
+    else if (s < 3600) snprintf(out, len, "%ldm%02lds", s / 60, s % 60);
+    else if (s < 86400) snprintf(out, len, "%ldh%02ldm", s / 3600, s % 3600 / 60);
+    else snprintf(out, len, "%ldd%02ldh", s / 86400, s % 86400 / 3600);
+}
+
 static int decimal_digits(long n) {
     int digits = 1;
     while (n >= 10) {
@@ -112,6 +121,11 @@ void metrics_print(const StepMetrics *m) {
            "elapsed %.1fs",
            width + 1, m->step, m->total_steps, m->loss, m->lr, m->global_batch_size, m->grad_norm,
            m->tokens_per_s, tokens, m->elapsed_s);
+    if (isfinite(m->eta_s)) {
+        char eta[32];
+        format_duration(eta, sizeof eta, m->eta_s);
+        printf(" | eta %s", eta);
+    }
     if (!isnan(m->tflops)) printf(" | TFLOP/s %.*f", m->tflops < 10.0 ? 3 : 1, m->tflops);
     if (!isnan(m->mfu)) printf(" | MFU %.1f%%", m->mfu);
     if (!isnan(m->peak_mem_gib)) printf(" | mem %.*f GiB", m->peak_mem_gib < 10.0 ? 2 : 1, m->peak_mem_gib);

@@ -18,6 +18,7 @@ typedef struct StepMetrics {
     double tokens_per_s;
     double consumed_tokens;
     double elapsed_s;
+    double eta_s;            /* the rest of the schedule's tokens at this interval's tok/s; NAN at the last step */
     double eval_loss;        /* NAN when not an eval step */
     double tflops;           /* model TFLOP/s per device (Megatron's count: 6N + attention) */
     double mfu;              /* tflops / the device's peak, in percent; NAN when the peak is unknown */

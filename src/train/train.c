@@ -247,6 +247,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     const double start_time = mt_now();
     double last_log_time = start_time;
     int64_t last_log_tokens = ctx->state.consumed_tokens;
+    const int64_t schedule_samples = train_schedule_samples(&recipe->train, ctx->total_steps);
     StepResult result = {0};
     HealthState health = {.spikes = loss_spike_detector(50, 20, 6.0)};
     int status = MT_EXIT_OK;
@@ -309,12 +310,16 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
                 .tokens_per_s = interval_s > 0 ? (double)(ctx->state.consumed_tokens - last_log_tokens) / interval_s : 0,
                 .consumed_tokens = (double)ctx->state.consumed_tokens,
                 .elapsed_s = now - start_time,
+                .eta_s = NAN,
                 .eval_loss = eval_loss,
                 .moe_aux_loss = result.moe ? result.moe_aux_loss : NAN,
                 .moe_imbalance = result.moe ? result.moe_imbalance : NAN,
                 .moe_drop_rate = result.moe ? result.moe_drop_rate : NAN,
             };
             efficiency_columns(ctx, &m, (double)(ctx->state.consumed_tokens - last_log_tokens));
+            const int64_t samples_left = schedule_samples - ctx->state.consumed_samples;
+            if (step < ctx->total_steps && samples_left > 0 && m.tokens_per_s > 0)
+                m.eta_s = (double)samples_left * (double)recipe->train.seq_len / m.tokens_per_s;
             if (comm_world()->rank == 0) metrics_print(&m);
             metrics_write(metrics, &m);
             last_log_time = now;

@@ -21,3 +21,21 @@ paste -d' ' <(json_field "$m" step) <(json_field "$m" global_batch_size) > "$WOR
 awk '($1 <= 100 && $2 != 8) || ($1 > 100 && $2 != 16) { bad = 1; print "step " $1 " gbs " $2 } END { exit bad }' \
   "$WORK/gbs.txt" || fail "global batch does not follow the schedule"
 grep -q "^step *300/300" "$WORK/out.txt" || fail "no log line for step 300"
+# the ETA: the schedule's remaining tokens (8 a step to step 100, 16 after, seq_len 64) at the line's tok/s,
+# in the printed unit (s and m to the second; h drops the seconds, d the minutes); none on the last step
+awk '/^step / {
+  split($2, s, "/"); step = s[1] + 0; tps = eta = ""
+  for (i = 1; i <= NF; i++) { if ($i == "tok/s") tps = $(i + 1); if ($i == "eta") eta = $(i + 1) }
+  if (step == 300) { if (eta != "") { print "eta on the last step"; bad = 1 }; next }
+  if (eta == "") { print "no eta at step " step; bad = 1; next }
+  left = (step < 100 ? (100 - step) * 8 + 200 * 16 : (300 - step) * 16) * 64 / tps
+  secs = 0; tol = 0.51; rest = eta
+  while (match(rest, /^[0-9]+[dhms]/)) {
+    n = substr(rest, 1, RLENGTH - 1) + 0; u = substr(rest, RLENGTH, 1); rest = substr(rest, RLENGTH + 1)
+    secs += n * (u == "d" ? 86400 : u == "h" ? 3600 : u == "m" ? 60 : 1)
+    if (u == "d") tol = 3600; else if (u == "h" && tol < 60) tol = 60
+  }
+  if (rest != "" || secs < left - tol - 1e-3 * left || secs > left + 0.51 + 1e-3 * left) {
+    print "step " step ": eta " eta " for " left " s left"; bad = 1
+  }
+} END { exit bad }' "$WORK/out.txt" || fail "the step lines' eta is not the schedule's remaining tokens at their tok/s"
