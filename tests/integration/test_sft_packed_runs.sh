@@ -115,6 +115,11 @@ read -r empty cut <<< "$expected"
   --set data.pack_overlong=truncate > "$WORK/cut144.log" 2>&1 || fail "truncate 144: $(tail -3 "$WORK/cut144.log")"
 grep -q "data.train (train rows): $empty of those $cut truncated documents keep no target the loss mask counts (.*): they train nothing;" \
   "$WORK/cut144.log" || fail "seq_len 144: expected $empty of $cut: $(grep warning "$WORK/cut144.log")"
+# eval's validation rows: the same count, said of the evaluation's loss and with eval's option
+"$MEGATRAIN" eval "$WORK/cut144" --data "$WORK/chat" --pack --pack-overlong truncate --seq-len 144 --batches 1 \
+  > "$WORK/cut144-eval.log" 2>&1 || fail "eval truncate 144: $(tail -3 "$WORK/cut144-eval.log")"
+grep -q "data.valid (valid rows): $empty of those $cut truncated documents keep no target .*: they add nothing to the evaluation's loss; a longer seq_len (train.seq_len; eval's --seq-len) keeps them" \
+  "$WORK/cut144-eval.log" || fail "eval seq_len 144: $(grep warning "$WORK/cut144-eval.log")"
 echo "truncated documents left with no counted target: all 20 at seq_len 128, $empty of $cut at 144"
 if [[ -x "$REPO/build/cuda/megatrain" ]]; then
   MEGATRAIN="$REPO/build/cuda/megatrain" expect_refused "data.pack on cuda" \
