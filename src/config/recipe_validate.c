@@ -220,19 +220,27 @@ static int validate_schedule(const Recipe *r, const YNode *root, YLoc at, char *
     if (o->min_lr > o->lr)
         return fail(err, errlen, root, at, "", "optimizer.min_lr", "expected at most optimizer.lr (%g), found %g", o->lr,
                     o->min_lr);
-    if (r->train.steps > 0 && o->warmup_steps > r->train.steps)
+    /* With decay_steps given, the schedule is its own (a run may be a first chunk of it, as Megatron's
+     * --exit-interval allows): warmup must end before the decay does, as Megatron asserts, else the lr falls
+     * from lr to min_lr in one step. Without it the decay spans the run, which warmup must fit. */
+    if (o->decay_steps > 0) {
+        if (o->decay != DECAY_CONSTANT && o->warmup_steps >= o->decay_steps)
+            return fail(err, errlen, root, at, "", "optimizer.schedule.warmup_steps",
+                        "expected fewer than optimizer.schedule.decay_steps (%ld), found %ld (the lr would drop from "
+                        "optimizer.lr to min_lr in one step when warmup ends)", o->decay_steps, o->warmup_steps);
+    } else if (r->train.steps > 0 && o->warmup_steps > r->train.steps) {
         return fail(err, errlen, root, at, "", "optimizer.schedule.warmup_steps",
                     "expected at most train.steps (%ld), found %ld (a short run needs --set "
-                    "optimizer.schedule.warmup_steps=%ld or fewer)", r->train.steps, o->warmup_steps, r->train.steps);
-    const long token_steps = r->train.tokens > 0 ? train_total_steps(&r->train) : 0;
-    if (token_steps > 0 && o->warmup_steps > token_steps)
-        return fail(err, errlen, root, at, "", "optimizer.schedule.warmup_steps",
-                    "expected at most the %ld steps train.tokens (%.0f) takes, found %ld (a short run needs --set "
-                    "optimizer.schedule.warmup_steps=%ld or fewer)", token_steps, r->train.tokens, o->warmup_steps,
-                    token_steps);
-    if (o->decay_steps > 0 && o->warmup_steps > o->decay_steps)
-        return fail(err, errlen, root, at, "", "optimizer.schedule.warmup_steps",
-                    "expected at most optimizer.schedule.decay_steps (%ld), found %ld", o->decay_steps, o->warmup_steps);
+                    "optimizer.schedule.warmup_steps=%ld or fewer, or a longer schedule's "
+                    "optimizer.schedule.decay_steps)", r->train.steps, o->warmup_steps, r->train.steps);
+    } else {
+        const long token_steps = r->train.tokens > 0 ? train_total_steps(&r->train) : 0;
+        if (token_steps > 0 && o->warmup_steps > token_steps)
+            return fail(err, errlen, root, at, "", "optimizer.schedule.warmup_steps",
+                        "expected at most the %ld steps train.tokens (%.0f) takes, found %ld (a short run needs --set "
+                        "optimizer.schedule.warmup_steps=%ld or fewer, or a longer schedule's "
+                        "optimizer.schedule.decay_steps)", token_steps, r->train.tokens, o->warmup_steps, token_steps);
+    }
     if (o->decay != DECAY_WSD) return 0;
     if (o->wsd_decay_steps <= 0)
         return fail(err, errlen, root, at, "", "optimizer.schedule.wsd_decay_steps",

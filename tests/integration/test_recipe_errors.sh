@@ -61,7 +61,7 @@ expect_error "$f" "--set train.batch_schedule=0:8 100:16: train.batch_schedule:"
   "(on the command line, --set train.batch_schedule=null or train.global_batch_size=null drops the recipe's)" \
   --set train.global_batch_size=16 --set "train.batch_schedule=0:8 100:16"
 expect_error "$f" "--set optimizer.schedule.warmup_steps=5: optimizer.schedule.warmup_steps:" \
-  "(a short run needs --set optimizer.schedule.warmup_steps=2 or fewer)" --set train.steps=2 \
+  "(a short run needs --set optimizer.schedule.warmup_steps=2 or fewer, or a longer schedule's optimizer.schedule.decay_steps)" --set train.steps=2 \
   --set optimizer.schedule.warmup_steps=5
 # a key missing from the recipe is blamed on its section's line, not on a --set of another key there
 f=$WORK/no_seq_len.yaml

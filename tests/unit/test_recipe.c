@@ -81,6 +81,19 @@ static void load_ok(Recipe *r, const char *text, const char *const *overrides, i
     if (load(r, text, overrides, n, world) != 0) fail_msg("unexpected error: %s", err);
 }
 
+/* A run may be the first chunk of a longer schedule (Megatron's --exit-interval): with decay_steps given, warmup may
+ * outlast train.steps; a constant schedule has no decay for warmup to end before. */
+static void test_schedule_longer_than_the_run(void **state) {
+    (void)state;
+    Recipe r;
+    load_ok(&r, replaced(BASE, "warmup_steps: 10", "warmup_steps: 200\n    decay_steps: 1000"), NULL, 0, 1);
+    assert_int_equal(r.optimizer.warmup_steps, 200);
+    assert_int_equal(r.optimizer.decay_steps, 1000);
+    load_ok(&r, replaced(BASE, "warmup_steps: 10\n    decay: cosine", "warmup_steps: 40\n    decay: constant\n"
+                                                                      "    decay_steps: 40"), NULL, 0, 1);
+    assert_int_equal(r.optimizer.decay, DECAY_CONSTANT);
+}
+
 static void test_defaults(void **state) {
     Recipe r;
     load_ok(&r, BASE, NULL, 0, 1);
@@ -632,6 +645,11 @@ static const ErrorCase error_cases[] = {
      "expected at most optimizer.lr (0.003), found 0.005"},
     {"warmup_above_steps", "warmup_steps: 10", "warmup_steps: 200", NULL, 1, "warmup_steps",
      "optimizer.schedule.warmup_steps", "expected at most train.steps (100), found 200"},
+    {"warmup_not_below_decay_steps", "warmup_steps: 10", "warmup_steps: 30\n    decay_steps: 30", NULL, 1,
+     "warmup_steps", "optimizer.schedule.warmup_steps",
+     "expected fewer than optimizer.schedule.decay_steps (30), found 30 (the lr would drop"},
+    {"decay_steps_zero", NULL, NULL, "optimizer.schedule.decay_steps=0", 1, NULL, "optimizer.schedule.decay_steps",
+     "expected a positive integer, found '0'"},
     {"wsd_decay_above_steps", "decay: cosine", "decay: wsd\n    wsd_decay_steps: 150", NULL, 1, "wsd_decay_steps",
      "optimizer.schedule.wsd_decay_steps", "expected at most the decay steps (100, from train.steps), found 150"},
     {"wsd_without_decay_steps", "decay: cosine", "decay: wsd", NULL, 1, "schedule:", "optimizer.schedule.wsd_decay_steps",
@@ -762,6 +780,7 @@ static int teardown(void **state) {
 int main(void) {
     struct CMUnitTest tests[9 + NUM_ERROR_CASES] = {
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_schedule_longer_than_the_run),
         cmocka_unit_test(test_batch_schedules),
         cmocka_unit_test(test_overrides),
         cmocka_unit_test(test_relative_paths),
