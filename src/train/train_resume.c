@@ -4,6 +4,7 @@
  * metrics.jsonl cut back to the checkpoint's step so that the steps
  * trained again after a crash are not listed twice). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "train.h"
 #include "train_ckpt.h"
 #include "train_context.h"
+#include "lr_schedule.h"
 
 /* Keep the lines of run_dir/metrics.jsonl whose "step" is at most `step`. */
 static int trim_metrics(const char *run_dir, long step, char *err, size_t errlen) {
@@ -112,6 +114,27 @@ static int keep_frozen_base(TrainContext *ctx, const Recipe *recipe, const char 
     return 0;
 }
 
+/* A resume whose --set moves the learning rate off the checkpoint's schedule (a longer train.steps with
+ * decay_steps null re-stretches the decay; a new optimizer.lr) goes on with the new one, as asked, but says so
+ * with both rates: Megatron refuses this unless told --override-opt_param-scheduler, and a silent jump of the lr
+ * shows only as a loss that rises. */
+static void warn_schedule_change(const Recipe *recipe, const CkptState *saved, long total_steps) {
+    if (comm_world()->rank != 0 || saved->total_steps <= 0) return;
+    const double now = lr_at(&recipe->optimizer, (long)saved->step, total_steps);
+    const double then = saved->next_lr;
+    if (fabs(now - then) <= 1e-6 * fmax(fabs(now), fabs(then))) return;
+    char why[512];
+    const OptimizerConfig *o = &recipe->optimizer;
+    if (o->decay_steps == 0 && o->decay != DECAY_CONSTANT && saved->total_steps != total_steps)
+        snprintf(why, sizeof why, "optimizer.schedule.decay_steps is null, so the decay spans train.steps, now %ld "
+                 "steps (the checkpoint's run: %lld); --set optimizer.schedule.decay_steps=%lld keeps its schedule",
+                 total_steps, (long long)saved->total_steps, (long long)saved->total_steps);
+    else
+        snprintf(why, sizeof why, "this resume's --set changed optimizer.lr, min_lr or optimizer.schedule");
+    mt_warn("resume: the learning rate of step %lld is %.3e under this recipe, %.3e under the checkpoint's "
+            "(%.2fx): %s", (long long)saved->step + 1, now, then, then > 0 ? now / then : INFINITY, why);
+}
+
 int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *checkpoint_dir, bool load_optimizer,
                        char *err, size_t errlen) {
     memset(ctx, 0, sizeof *ctx); /* train_teardown is safe after any return */
@@ -152,6 +175,7 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
     /* the checkpoint is fine: not skipped, not moved aside; the first rank that could not load the base says why */
     if (rc == CKPT_ERR_BASE) return train_setup_agree(ctx, mine == CKPT_ERR_BASE ? MT_EXIT_FAILURE : 0, err);
     if (rc != 0) return MT_EXIT_USAGE;
+    warn_schedule_change(recipe, &saved, ctx->total_steps);
     dev->ops->from_host(dev); /* the loaded weights and moments to the device that computes */
     /* carried on: the files for the Hugging Face export and the token ids the recipe leaves unset */
     ModelConfig stored;

@@ -33,7 +33,8 @@ expect() {
 
 run "$WORK/a" 20 > /dev/null
 cp -r "$WORK/a" "$WORK/b"
-"$MEGATRAIN" resume "$WORK/a" --set train.steps=30 > /dev/null
+"$MEGATRAIN" resume "$WORK/a" --set train.steps=30 > "$WORK/a-resume.log" 2>&1
+! grep -q "learning rate of step" "$WORK/a-resume.log" || fail "a longer run on its own decay_steps warned of the lr"
 expect 0 "optimizer state not loaded" "$MEGATRAIN" resume "$WORK/b" --set train.steps=30 --set checkpoint.load_optimizer=false
 [[ "$(losses "$WORK/a" | head -n 20)" == "$(losses "$WORK/b" | head -n 20)" ]] || fail "steps 1-20 differ"
 [[ "$(losses "$WORK/a" | sed -n 22p)" != "$(losses "$WORK/b" | sed -n 22p)" ]] \
@@ -57,6 +58,23 @@ expect 0 "resume: from .*iter_0000010 at step 10" \
   "$MEGATRAIN" resume "$WORK/a/checkpoints/iter_0000010" --set run.dir="$WORK/branch" --set train.steps=30
 [[ "$(losses "$WORK/branch")" == "$(losses "$WORK/a" | sed -n '11,30p')" ]] || fail "the branch does not repeat steps 11-30"
 [[ -d "$WORK/branch/checkpoints/iter_0000030" && -d "$WORK/a/checkpoints/iter_0000030" ]] || fail "branch checkpoints misplaced"
+# The lr after a resume that changes the schedule: with decay_steps null a longer train.steps re-stretches the decay,
+# which the resume says with both rates (the logged lr of step 21 is the new one); decay_steps set to the old length
+# keeps the checkpoint's lr, with no warning.
+run "$WORK/lr" 30 --set optimizer.schedule.decay_steps=null > /dev/null
+lr_at() { grep -o "\"step\":$2,\"loss\":[^,]*,\"lr\":[^,]*" "$1/metrics.jsonl" | sed 's/.*"lr"://'; }
+expect 0 "resume: the learning rate of step 21 is .* under this recipe, .* under the checkpoint's (.*x): optimizer.schedule.decay_steps is null, so the decay spans train.steps, now 60 steps (the checkpoint's run: 30); --set optimizer.schedule.decay_steps=30 keeps its schedule" \
+  "$MEGATRAIN" resume "$WORK/lr/checkpoints/iter_0000020" --set run.dir="$WORK/lr60" --set train.steps=60
+awk -v a="$(lr_at "$WORK/lr" 21)" -v b="$(lr_at "$WORK/lr60" 21)" 'BEGIN { exit !(b > 1.5 * a) }' \
+  || fail "step 21's lr: $(lr_at "$WORK/lr" 21) before, $(lr_at "$WORK/lr60" 21) re-stretched: expected the jump"
+"$MEGATRAIN" resume "$WORK/lr/checkpoints/iter_0000020" --set run.dir="$WORK/lr60k" --set train.steps=60 \
+  --set optimizer.schedule.decay_steps=30 > "$WORK/lr60k.log" 2>&1 || fail "resume keeping the schedule: $(tail -3 "$WORK/lr60k.log")"
+! grep -q "learning rate of step" "$WORK/lr60k.log" || fail "decay_steps kept: $(grep 'learning rate' "$WORK/lr60k.log")"
+[[ $(lr_at "$WORK/lr60k" 21) == "$(lr_at "$WORK/lr" 21)" ]] || fail "decay_steps kept: step 21's lr changed"
+expect 0 "resume: the learning rate of step 21 is .*: this resume's --set changed optimizer.lr, min_lr or optimizer.schedule" \
+  "$MEGATRAIN" resume "$WORK/lr/checkpoints/iter_0000020" --set run.dir="$WORK/lr-x" --set optimizer.lr=1e-2
+echo "an lr moved by a resume's --set: warned with both rates"
+
 # data.cache_dir's default follows run.dir: the recipes say null, and the branch caches its index in its own run.dir
 grep -q '^  cache_dir: null$' "$WORK/a/recipe.yaml" "$WORK/a/checkpoints/iter_0000010/recipe.yaml" ||
   fail "the default data.cache_dir was written resolved: $(grep cache_dir "$WORK/a/recipe.yaml")"
