@@ -28,12 +28,15 @@
  * token's loss mask: 1 for assistant / completion tokens and their end of
  * turn, 0 for system, user, prompt and template tokens.
  *
- * An existing PREFIX.bin or PREFIX.idx is refused unless --overwrite. The
- * files are written under temporary names and renamed into place at the end
- * (indexed_dataset_writer.c); a failed or interrupted (SIGINT, SIGTERM,
- * SIGHUP) build removes its temporary files, and one killed outright leaves
- * at most a PREFIX.bin.tmp.HOST.PID, never a PREFIX.idx (the next build
- * into PREFIX on that host removes it).
+ * An existing PREFIX.bin, PREFIX.idx or PREFIX_mask.{bin,idx} is refused
+ * unless --overwrite. The files are written under temporary names, sealed
+ * (fsynced, the indexes written) and only then renamed into place, the
+ * tokens' .idx last (place_outputs; indexed_dataset_writer.c): a failed or
+ * interrupted (SIGINT, SIGTERM, SIGHUP) build removes its temporary files
+ * and leaves the old dataset as it was, and one killed outright leaves at
+ * most a PREFIX.bin.tmp.HOST.PID, never a PREFIX.idx (the next build into
+ * PREFIX on that host removes it), and never new tokens or a new mask beside
+ * the old dataset's.
  */
 #include "data_build.h"
 
@@ -340,6 +343,65 @@ static int refuse_existing(const BuildOptions *opt, const char *prefix) {
     return -1;
 }
 
+/* Remove PREFIX.idx, then PREFIX.bin (a prefix without its .idx is an incomplete dataset). 0, or -1 with err. */
+static int remove_dataset(const char *prefix, char *err, size_t errlen) {
+    char path[1200];
+    for (int i = 0; i < 2; i++) {
+        snprintf(path, sizeof path, "%s%s", prefix, i == 0 ? ".idx" : ".bin");
+        if (unlink(path) != 0 && errno != ENOENT) {
+            mt_set_error(err, errlen, "%s: cannot remove: %s", path, strerror(errno));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* Put the sealed dataset, and its loss mask, in place as one unit: everything that can fail slowly (writing,
+ * fsync, the indexes, a full disk) is done (sealed) before this, so the old dataset is untouched by a build that
+ * fails or is killed before it. Here, with --overwrite, the old tokens' .idx goes first (from then on PREFIX is an
+ * incomplete dataset that every reader refuses, never old tokens beside a new mask), with the old build record;
+ * then the mask (a build without one removes the old dataset's: it would mask these tokens), the tokens' .bin and
+ * their .idx last. Frees both writers; 0, or -1 with err (nothing of the new dataset left under PREFIX). */
+static int place_outputs(const BuildOptions *opt, const char *mask_prefix, IndexedDatasetWriter *writer,
+                         IndexedDatasetWriter *mask_writer, char *err, size_t errlen) {
+    char idx[1200], dir[1200], mask_idx[1200];
+    snprintf(idx, sizeof idx, "%s.idx", opt->output);
+    snprintf(mask_idx, sizeof mask_idx, "%s.idx", mask_prefix);
+    mt_parent_dir(idx, dir, sizeof dir);
+    struct stat sb;
+    const bool old_mask = lstat(mask_idx, &sb) == 0;
+    int failed = 0;
+    if (opt->overwrite) {
+        if (unlink(idx) != 0 && errno != ENOENT) {
+            mt_set_error(err, errlen, "%s: cannot remove the old index: %s", idx, strerror(errno));
+            failed = 1;
+        } else {
+            failed = mt_sync_dir(dir, err, errlen) != 0;
+        }
+    }
+    if (!failed) dataset_tokenizer_remove(opt->output); /* the old dataset's, if any: it goes with the old index */
+    if (!failed && mask_writer) {
+        failed = indexed_dataset_writer_place(mask_writer, err, errlen) != 0; /* aborted it when it failed */
+        mask_writer = NULL;
+    } else if (!failed && old_mask) { /* --overwrite: refused before without it */
+        failed = remove_dataset(mask_prefix, err, errlen) != 0;
+        if (!failed)
+            mt_log("data build: removed %s.{bin,idx}, the loss mask of the dataset replaced (this build has none)",
+                   mask_prefix);
+    }
+    if (failed) {
+        indexed_dataset_writer_abort(writer);
+        if (mask_writer) indexed_dataset_writer_abort(mask_writer);
+        return -1;
+    }
+    if (indexed_dataset_writer_place(writer, err, errlen) != 0) {
+        char ignored[1300];
+        if (opt->sft) remove_dataset(mask_prefix, ignored, sizeof ignored); /* ours, without its tokens */
+        return -1;
+    }
+    return 0;
+}
+
 /* SIGINT, SIGTERM, SIGHUP: recorded, and (without SA_RESTART) they end a
  * read that waits, so the build stops and removes its temporary files. */
 static volatile sig_atomic_t stop_signal;
@@ -512,7 +574,8 @@ int data_build_main(int argc, char **argv) {
     }
     char mask_prefix[1100];
     loss_mask_prefix(opt.output, mask_prefix, sizeof mask_prefix);
-    if (refuse_existing(&opt, opt.output) != 0 || (opt.sft && refuse_existing(&opt, mask_prefix) != 0))
+    /* a mask without --format sft is refused as well: it would be applied to the new tokens (--overwrite removes it) */
+    if (refuse_existing(&opt, opt.output) != 0 || refuse_existing(&opt, mask_prefix) != 0)
         return MT_EXIT_USAGE;
     char err[2400];
     BuildState st = {.opt = &opt, .dtype = IDX_DTYPE_UINT16, .eod_id = BUILD_BYTE_EOD_TOKEN};
@@ -590,15 +653,18 @@ int data_build_main(int argc, char **argv) {
         mt_error("%s: no documents (%lld lines, all blank or with empty text)", opt.input, (long long)st.reader.lines);
         rc = MT_EXIT_FAILURE;
     }
-    if (rc == MT_EXIT_OK) dataset_tokenizer_remove(opt.output); /* an older build's, from before --overwrite */
     if (rc != MT_EXIT_OK) {
         indexed_dataset_writer_abort(writer);
         if (st.mask_writer) indexed_dataset_writer_abort(st.mask_writer);
-    } else if (st.mask_writer && indexed_dataset_writer_finish(st.mask_writer, err, sizeof(err)) != 0) {
-        indexed_dataset_writer_abort(writer); /* finish has removed the mask's files */
+    } else if (indexed_dataset_writer_seal(writer, err, sizeof err) != 0) { /* aborted it */
+        if (st.mask_writer) indexed_dataset_writer_abort(st.mask_writer);
         mt_error("data build: %s", err);
         rc = MT_EXIT_FAILURE;
-    } else if (indexed_dataset_writer_finish(writer, err, sizeof(err)) != 0) {
+    } else if (st.mask_writer && indexed_dataset_writer_seal(st.mask_writer, err, sizeof err) != 0) {
+        indexed_dataset_writer_abort(writer);
+        mt_error("data build: %s", err);
+        rc = MT_EXIT_FAILURE;
+    } else if (place_outputs(&opt, mask_prefix, writer, st.mask_writer, err, sizeof err) != 0) {
         mt_error("data build: %s", err);
         rc = MT_EXIT_FAILURE;
     } else {

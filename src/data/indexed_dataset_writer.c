@@ -224,7 +224,7 @@ static int place_files(IndexedDatasetWriter *w, char *err, size_t errlen) {
     return mt_sync_dir(dir, err, errlen);
 }
 
-int indexed_dataset_writer_finish(IndexedDatasetWriter *w, char *err, size_t errlen) {
+int indexed_dataset_writer_seal(IndexedDatasetWriter *w, char *err, size_t errlen) {
     if (w->error[0]) {
         mt_set_error(err, errlen, "%s", w->error);
         indexed_dataset_writer_abort(w);
@@ -248,10 +248,19 @@ int indexed_dataset_writer_finish(IndexedDatasetWriter *w, char *err, size_t err
         indexed_dataset_writer_abort(w);
         return -1;
     }
+    return 0;
+}
+
+int indexed_dataset_writer_place(IndexedDatasetWriter *w, char *err, size_t errlen) {
     if (place_files(w, err, errlen) != 0) {
         indexed_dataset_writer_abort(w);
         return -1;
     }
     free_writer(w);
     return 0;
+}
+
+int indexed_dataset_writer_finish(IndexedDatasetWriter *w, char *err, size_t errlen) {
+    if (indexed_dataset_writer_seal(w, err, errlen) != 0) return -1;
+    return indexed_dataset_writer_place(w, err, errlen);
 }

@@ -17,6 +17,13 @@
 /* Let finish replace an existing dataset under the prefix (default: refuse). */
 void indexed_dataset_writer_set_overwrite(IndexedDatasetWriter *w, bool overwrite);
 
+/* finish in two halves, for a dataset written as several (tokens and their loss mask), so that all the slow
+ * and failing work (flushing, fsync, the index) is done for each before any is put in place:
+ * seal closes and fsyncs PREFIX.bin's temporary and writes and fsyncs the .idx's; place renames them into
+ * place as finish does and frees w. Each returns 0, or -1 with err, having aborted w. */
+int indexed_dataset_writer_seal(IndexedDatasetWriter *w, char *err, size_t errlen);
+int indexed_dataset_writer_place(IndexedDatasetWriter *w, char *err, size_t errlen);
+
 /* Drop everything written so far (removes the temporary files) and free w. */
 void indexed_dataset_writer_abort(IndexedDatasetWriter *w);
 

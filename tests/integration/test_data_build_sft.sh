@@ -312,6 +312,58 @@ grep -qF "no end of document: the template ends turns)" "$D/log.txt" || fail "su
 grep -qF '"end_of_document_id":null,"documents_ending_with_it":null,' "$D/inspect-eod.json" &&
   grep -qF '"end_of_document_note":"none appended (its build record says so' "$D/inspect-eod.json" ||
   fail "inspect --json of a template's build: $(cat "$D/inspect-eod.json")"
+# --overwrite puts tokens and mask in place as one unit: a rebuild whose tokens fail at the end (their fsync finds
+# the disk full: tests/integration/fail_fsync.c) leaves the old dataset whole, its mask and build record too
+# (before, the new mask was already in place beside the old tokens, and the record gone); a fresh build failing so
+# leaves nothing
+cc -shared -fPIC -o "$D/fail_fsync.so" "$REPO/tests/integration/fail_fsync.c" -ldl || fail "cannot build fail_fsync.so"
+failing_fsync() { # MATCH CMD...: CMD with every fsync of a path containing MATCH failing (sanitizers let it load)
+  local match=$1; shift
+  LD_PRELOAD="$D/fail_fsync.so" FAIL_FSYNC_MATCH="$match" \
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" "$@"
+}
+python3 - "$D/big_a.jsonl" "$D/big_b.jsonl" <<'PY'
+import json, random, sys
+random.seed(5)
+words = ["alpha", "beta", "gamma", "delta"]
+with open(sys.argv[1], "w") as a, open(sys.argv[2], "w") as b:
+    for i in range(200):
+        say = lambda: " ".join(random.choice(words) for _ in range(12))
+        turns = [{"role": r, "content": say()} for r in ("user", "assistant", "user", "assistant")]
+        a.write(json.dumps({"messages": turns}) + "\n")
+        upper = [dict(t, content=t["content"].upper()) for t in turns]  # the same lengths, another mask
+        b.write(json.dumps({"prompt": upper[:3], "completion": upper[3:]}) + "\n")
+PY
+"$MEGATRAIN" data build --format sft --chat-template llama3 --input "$D/big_a.jsonl" --output "$D/out/pair" > /dev/null \
+  || fail "pair: first build"
+for f in pair.bin pair.idx pair_mask.bin pair_mask.idx pair.build.json; do cp "$D/out/$f" "$D/out/$f.orig"; done
+for file in .bin.tmp .idx.tmp _mask.bin.tmp _mask.idx.tmp; do
+  match=pair$file
+  rc=0; failing_fsync "$match" "$MEGATRAIN" data build --format sft --chat-template llama3 --input "$D/big_b.jsonl" \
+    --output "$D/out/pair" --overwrite > /dev/null 2> "$D/err.txt" || rc=$?
+  [[ $rc -eq 1 ]] && grep -q "$match.*: write failed: No space left on device" "$D/err.txt" ||
+    fail "pair, $match failing: $rc $(cat "$D/err.txt")"
+  for f in pair.bin pair.idx pair_mask.bin pair_mask.idx pair.build.json; do
+    cmp -s "$D/out/$f" "$D/out/$f.orig" || fail "pair: a failed --overwrite ($match) changed $f"
+  done
+  [[ -z $(find "$D/out" -name 'pair*.tmp.*') ]] || fail "pair: temporary files left: $(ls "$D/out")"
+  rc=0; failing_fsync "fresh$file" "$MEGATRAIN" data build --format sft --chat-template llama3 \
+    --input "$D/big_b.jsonl" --output "$D/out/fresh" > /dev/null 2> "$D/err.txt" || rc=$?
+  [[ $rc -eq 1 && -z $(find "$D/out" -name 'fresh*') ]] ||
+    fail "fresh build, fresh$file failing: $rc, left $(find "$D/out" -name 'fresh*')"
+done
+# a pretraining build beside a loss mask (an SFT prefix's, or one left alone): refused without --overwrite (the mask
+# would apply to it), and with it the old mask goes
+printf 'plain text\n' > "$D/plain.txt"
+cp "$D/out/pair_mask.bin" "$D/out/lone_mask.bin"; cp "$D/out/pair_mask.idx" "$D/out/lone_mask.idx"
+rc=0; "$MEGATRAIN" data build --input "$D/plain.txt" --output "$D/out/lone" 2> "$D/err.txt" || rc=$?
+[[ $rc -eq 2 ]] && grep -q "lone_mask.bin and .*lone_mask.idx already exist; pass --overwrite" "$D/err.txt" ||
+  fail "text beside a mask: $rc $(cat "$D/err.txt")"
+"$MEGATRAIN" data build --input "$D/plain.txt" --output "$D/out/pair" --overwrite > "$D/log.txt" ||
+  fail "text over an SFT prefix with --overwrite"
+grep -q "removed .*pair_mask.{bin,idx}, the loss mask of the dataset replaced" "$D/log.txt" &&
+  [[ ! -e "$D/out/pair_mask.bin" && ! -e "$D/out/pair_mask.idx" && -e "$D/out/pair.idx" ]] ||
+  fail "text over an SFT prefix: the old mask stayed: $(ls "$D/out" | grep pair)"
 # (to a file first: grep -q on a pipe may exit before the writer ends, and pipefail would see its SIGPIPE)
 "$MEGATRAIN" data build --help > "$WORK/help.txt" || fail "--help failed"
 grep -q -- "--chat-template NAME" "$WORK/help.txt" || fail "--help lacks --chat-template"
