@@ -176,6 +176,12 @@ stop_build KILL
 cmp -s "$D/kill/x.bin" "$D/x.bin.before" && cmp -s "$D/kill/x.idx" "$D/x.idx.before" ||
   fail "an --overwrite build killed midway changed the old dataset"
 
+# an input that is one of the outputs (a text file named PREFIX.bin, with --overwrite) is refused, not replaced
+mkdir -p "$D/self"; printf 'corpus text\n' > "$D/self/corpus.bin"; cp "$D/self/corpus.bin" "$D/self/before"
+rc=0; "$MEGATRAIN" data build --input "$D/self/corpus.bin" --output "$D/self/corpus" --overwrite 2> "$D/err.txt" || rc=$?
+[[ $rc -eq 2 ]] && grep -q "input .*corpus.bin is .*corpus.bin, one of the files this build writes" "$D/err.txt" &&
+  cmp -s "$D/self/corpus.bin" "$D/self/before" || fail "input = output: $rc $(cat "$D/err.txt")"
+
 # (to a file first: grep -q on a pipe may exit before the writer ends, and pipefail would see its SIGPIPE)
 "$MEGATRAIN" data build --help > "$WORK/help.txt" || fail "--help failed"
 grep -q -- "--input FILE" "$WORK/help.txt" || fail "--help does not print usage"
