@@ -51,6 +51,7 @@ typedef struct BuildReader {
     int64_t lines;               /* lines handed out (or, after a stop, '\n' read so far) */
     int64_t bytes;               /* bytes read */
     bool eof;
+    bool bom_skipped;            /* the file began with a UTF-8 byte-order mark, left out of its first line */
     InputFormat format;          /* FORMAT_UNKNOWN until a non-blank line is seen */
     volatile sig_atomic_t *stop; /* non-zero: a signal asked to stop */
 } BuildReader;

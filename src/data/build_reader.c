@@ -93,7 +93,15 @@ int build_reader_fill(BuildReader *r, BuildText *out, size_t target, char *err, 
             continue;
         }
         if (got == 0) r->eof = true;
-        out->len += (size_t)got;
+        /* a UTF-8 byte-order mark (Windows editors, utf-8-sig exports) marks the encoding: it is not text, and it
+         * would hide the first line's '{' from detect_format and from the JSON parser */
+        size_t kept = (size_t)got;
+        if (r->bytes == 0 && got >= 3 && memcmp(out->text + out->len, "\xEF\xBB\xBF", 3) == 0) {
+            memmove(out->text + out->len, out->text + out->len + 3, kept - 3);
+            kept -= 3;
+            r->bom_skipped = true;
+        }
+        out->len += kept;
         r->bytes += got;
     }
     if (!r->eof) { /* carry the unfinished line over */

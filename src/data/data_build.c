@@ -449,9 +449,9 @@ static void print_summary(const BuildState *st, long long documents, long long t
     char bin[1100], idx[1100];
     snprintf(bin, sizeof(bin), "%s.bin", opt->output);
     snprintf(idx, sizeof(idx), "%s.idx", opt->output);
-    printf("data build: %s (%s) -> %s.{bin,idx}\n", opt->input,
+    printf("data build: %s (%s%s) -> %s.{bin,idx}\n", opt->input,
            opt->sft ? "sft" : st->format == FORMAT_JSONL ? "jsonl" : "text",
-           opt->output);
+           st->reader.bom_skipped ? "; its UTF-8 byte-order mark skipped" : "", opt->output);
     printf("  documents: %lld", documents);
     if (st->blank_lines || st->empty_texts)
         printf(" (skipped %lld blank lines, %lld empty texts)", (long long)st->blank_lines,

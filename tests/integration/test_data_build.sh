@@ -176,6 +176,18 @@ stop_build KILL
 cmp -s "$D/kill/x.bin" "$D/x.bin.before" && cmp -s "$D/kill/x.idx" "$D/x.idx.before" ||
   fail "an --overwrite build killed midway changed the old dataset"
 
+# a UTF-8 byte-order mark at the start is skipped, said in the summary: JSONL stays JSONL (it hid the first '{' and
+# the lines became text documents of JSON syntax), and text loses no character to it
+printf '\xef\xbb\xbf{"text": "hello"}\n{"text": "world"}\n' > "$D/bom.ndjson"
+"$MEGATRAIN" data build --input "$D/bom.ndjson" --output "$D/bom" > "$D/bom.log" || fail "BOM: build failed"
+"$MEGATRAIN" data inspect "$D/bom" --docs 1 >> "$D/bom.log"
+grep -q "bom.ndjson (jsonl; its UTF-8 byte-order mark skipped)" "$D/bom.log" && grep -q '\[0\] 6 tokens: "hello\\n"' "$D/bom.log" ||
+  fail "BOM JSONL: $(cat "$D/bom.log")"
+printf '\xef\xbb\xbfhello\n' > "$D/bom.txt"
+"$MEGATRAIN" data build --input "$D/bom.txt" --output "$D/bomt" > "$D/bom.log" || fail "BOM text: build failed"
+"$MEGATRAIN" data inspect "$D/bomt" --docs 1 >> "$D/bom.log"
+grep -q '\[0\] 6 tokens: "hello\\n"' "$D/bom.log" || fail "BOM text: $(cat "$D/bom.log")"
+
 # an input that is one of the outputs (a text file named PREFIX.bin, with --overwrite) is refused, not replaced
 mkdir -p "$D/self"; printf 'corpus text\n' > "$D/self/corpus.bin"; cp "$D/self/corpus.bin" "$D/self/before"
 rc=0; "$MEGATRAIN" data build --input "$D/self/corpus.bin" --output "$D/self/corpus" --overwrite 2> "$D/err.txt" || rc=$?
