@@ -344,6 +344,13 @@ static int read_lists(const JsonValue *prompt, const JsonValue *trained, const c
     return 0;
 }
 
+/* The record's field `key`, NULL when absent or null (columnar exports, pandas and Hugging Face `datasets`,
+ * write null for a column a row lacks). */
+static const JsonValue *field(const JsonValue *record, const char *key) {
+    const JsonValue *v = json_get(record, key);
+    return v && v->type != JSON_NULL ? v : NULL;
+}
+
 /* {"prompt": [...], "completion": [...]}: TRL's conversational prompt-completion, the completion's assistant
  * messages trained and nothing of the prompt. */
 static int read_conversational(const JsonValue *record, SftTemplate t, Message **out, size_t *n, char *why,
@@ -353,7 +360,7 @@ static int read_conversational(const JsonValue *record, SftTemplate t, Message *
                  "(--chat-template %s)", sft_template_names());
         return -1;
     }
-    if (json_get(record, "system")) {
+    if (field(record, "system")) {
         snprintf(why, whylen, "\"system\" beside a conversational \"prompt\": give it as the prompt's first "
                  "message, {\"role\": \"system\", ...}");
         return -1;
@@ -370,14 +377,14 @@ static int read_messages(const JsonValue *record, SftTemplate t, Message **out, 
                          size_t whylen) {
     *out = NULL;
     *n = 0;
-    const JsonValue *messages = json_get(record, "messages");
-    if (messages && (json_get(record, "prompt") || json_get(record, "completion"))) {
+    const JsonValue *messages = field(record, "messages");
+    if (messages && (field(record, "prompt") || field(record, "completion"))) {
         snprintf(why, whylen, "both \"messages\" and \"%s\" (expected one form: {\"prompt\", \"completion\"} or "
-                 "{\"messages\": [...]})", json_get(record, "prompt") ? "prompt" : "completion");
+                 "{\"messages\": [...]})", field(record, "prompt") ? "prompt" : "completion");
         return -1;
     }
     if (!messages) {
-        const JsonValue *given = json_get(record, "prompt");
+        const JsonValue *given = field(record, "prompt");
         if (given && given->type == JSON_ARRAY) return read_conversational(record, t, out, n, why, whylen);
         const JsonValue *prompt = string_member(record, "prompt", "", why, whylen);
         if (!prompt) {
@@ -389,7 +396,7 @@ static int read_messages(const JsonValue *record, SftTemplate t, Message **out, 
         const JsonValue *completion = string_member(record, "completion", "", why, whylen);
         if (!completion) return -1;
         /* an optional "system": the conversation's system message */
-        const JsonValue *system = json_get(record, "system");
+        const JsonValue *system = field(record, "system");
         if (system && !(system = string_member(record, "system", "", why, whylen))) return -1;
         if (system && t == SFT_TEMPLATE_NONE) {
             snprintf(why, whylen, "a \"system\" field needs a chat template (--chat-template %s)",

@@ -312,6 +312,21 @@ grep -qF "no end of document: the template ends turns)" "$D/log.txt" || fail "su
 grep -qF '"end_of_document_id":null,"documents_ending_with_it":null,' "$D/inspect-eod.json" &&
   grep -qF '"end_of_document_note":"none appended (its build record says so' "$D/inspect-eod.json" ||
   fail "inspect --json of a template's build: $(cat "$D/inspect-eod.json")"
+# a field that is null is absent (columnar exports write null for a column a row lacks): the same documents as
+# the records without them (before: '"system" is null', and messages null beside a prompt was "both")
+printf '%s\n' '{"system": null, "prompt": "Hi", "completion": "Hello"}' \
+  '{"prompt": "Hi", "completion": "Hello", "messages": null}' \
+  '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}], "prompt": null, "completion": null}' \
+  > "$D/nulls.jsonl"
+printf '%s\n' '{"prompt": "Hi", "completion": "Hello"}' '{"prompt": "Hi", "completion": "Hello"}' \
+  '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello"}]}' > "$D/no-nulls.jsonl"
+for f in nulls no-nulls; do
+  "$MEGATRAIN" data build --format sft --chat-template chatml --input "$D/$f.jsonl" --output "$D/out/$f" > /dev/null ||
+    fail "$f: build failed"
+done
+cmp -s "$D/out/nulls.bin" "$D/out/no-nulls.bin" && cmp -s "$D/out/nulls_mask.bin" "$D/out/no-nulls_mask.bin" ||
+  fail "null fields: other documents than without them"
+
 # --overwrite puts tokens and mask in place as one unit: a rebuild whose tokens fail at the end (their fsync finds
 # the disk full: tests/integration/fail_fsync.c) leaves the old dataset whole, its mask and build record too
 # (before, the new mask was already in place beside the old tokens, and the record gone); a fresh build failing so
