@@ -231,7 +231,12 @@ void indexed_dataset_read(const IndexedDataset *ds, int64_t seq, int64_t offset,
     case IDX_DTYPE_UINT16: for (int64_t i = 0; i < count; i++) out[i] = ((const uint16_t *)base)[i]; break;
     case IDX_DTYPE_INT16: for (int64_t i = 0; i < count; i++) out[i] = ((const int16_t *)base)[i]; break;
     case IDX_DTYPE_INT32: memcpy(out, base, (size_t)count * 4); break;
-    case IDX_DTYPE_INT64: for (int64_t i = 0; i < count; i++) out[i] = (int32_t)((const int64_t *)base)[i]; break;
+    case IDX_DTYPE_INT64: /* an id beyond int32 reads as -1, outside every vocabulary (cut to 32 bits it could be inside) */
+        for (int64_t i = 0; i < count; i++) {
+            const int64_t id = ((const int64_t *)base)[i];
+            out[i] = id >= INT32_MIN && id <= INT32_MAX ? (int32_t)id : -1;
+        }
+        break;
     default: memset(out, 0, (size_t)count * sizeof(*out)); break;
     }
 }

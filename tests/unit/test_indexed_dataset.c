@@ -201,6 +201,38 @@ static void test_hand_written_dataset(void **state) {
     indexed_dataset_close(&ds);
 }
 
+/* int64 tokens (dtype 5): ids within int32 read as they are; one beyond reads as -1, outside every vocabulary
+ * (cut to 32 bits, 2^32 + 97 read as 97 and passed the vocabulary checks). */
+static void test_int64_ids(void **state) {
+    (void)state;
+    Bytes idx = {.len = 0};
+    put_raw(&idx, "MMIDIDX\0\0", 9);
+    put_le(&idx, 1, 8);
+    put_le(&idx, 5, 1); /* int64 */
+    put_le(&idx, 1, 8);
+    put_le(&idx, 2, 8);
+    put_le(&idx, 5, 4);                         /* one sequence of 5 tokens */
+    put_le(&idx, 0, 8);                         /* at byte 0 */
+    put_le(&idx, 0, 8), put_le(&idx, 1, 8);     /* one document */
+    Bytes bin = {.len = 0};
+    const int64_t ids[] = {97, INT32_MAX, (INT64_C(1) << 32) + 97, -5, INT64_MIN};
+    for (int i = 0; i < 5; i++) put_le(&bin, (uint64_t)ids[i], 8);
+    write_file(in_work("wide.idx"), idx.data, idx.len);
+    write_file(in_work("wide.bin"), bin.data, bin.len);
+    IndexedDataset ds;
+    char err[512] = "", prefix[512];
+    strcpy(prefix, in_work("wide"));
+    assert_int_equal(indexed_dataset_open(&ds, prefix, err, sizeof(err)), 0);
+    int32_t out[5];
+    indexed_dataset_read(&ds, 0, 0, 5, out);
+    assert_int_equal(out[0], 97);
+    assert_int_equal(out[1], INT32_MAX);
+    assert_int_equal(out[2], -1);
+    assert_int_equal(out[3], -5);
+    assert_int_equal(out[4], -1);
+    indexed_dataset_close(&ds);
+}
+
 /* Write a valid uint16 dataset "good" of two documents (3 and 2 tokens). */
 static void write_good(const char *name) {
     char err[512], prefix[512];
@@ -355,6 +387,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_round_trip_uint16, setup, teardown),
         cmocka_unit_test_setup_teardown(test_round_trip_int32, setup, teardown),
         cmocka_unit_test_setup_teardown(test_hand_written_dataset, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_int64_ids, setup, teardown),
         cmocka_unit_test_setup_teardown(test_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writer_rejects_and_aborts, setup, teardown),
         cmocka_unit_test_setup_teardown(test_writer_overwrite, setup, teardown),
