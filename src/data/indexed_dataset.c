@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../core/error.h"
@@ -208,7 +209,17 @@ int indexed_dataset_open(IndexedDataset *ds, const char *prefix, char *err, size
     strcpy(ds->prefix, prefix);
     snprintf(idx_path, sizeof(idx_path), "%s.idx", prefix);
     snprintf(bin_path, sizeof(bin_path), "%s.bin", prefix);
-    if (open_index(ds, idx_path, err, errlen) != 0) return -1;
+    if (open_index(ds, idx_path, err, errlen) != 0) {
+        /* PREFIX.idx given for PREFIX: say which prefix the files name */
+        const size_t n = strlen(prefix);
+        struct stat sb;
+        if (n > 4 && (!strcmp(prefix + n - 4, ".idx") || !strcmp(prefix + n - 4, ".bin")) && stat(idx_path, &sb) != 0) {
+            const size_t used = strlen(err);
+            snprintf(err + used, errlen > used ? errlen - used : 0, " (a dataset is named by its prefix, without "
+                     ".bin or .idx: %.*s)", (int)(n - 4), prefix);
+        }
+        return -1;
+    }
     if (open_bin(ds, bin_path, err, errlen) != 0 || check_contents(ds, idx_path, bin_path, err, errlen) != 0) {
         indexed_dataset_close(ds);
         return -1;

@@ -265,6 +265,11 @@ static void patch_byte(const char *path, long at, uint8_t value) {
 static void test_errors(void **state) {
     char path[600];
     expect_open_error("missing", "missing.idx", "cannot open");
+    /* a file name given for the prefix: the message names the prefix */
+    write_good("named");
+    expect_open_error("named.idx", "named.idx.idx: cannot open", "(a dataset is named by its prefix, without .bin or "
+                      ".idx: ");
+    expect_open_error("named.bin", "named.bin.idx: cannot open", "without .bin or .idx: ");
 
     write_good("magic");
     snprintf(path, sizeof(path), "%s", in_work("magic.idx"));
