@@ -247,6 +247,15 @@ static void skip_value(Parser *ps, int depth) {
     if (c == 't') { parse_literal(ps, "true"); return; }
     if (c == 'f') { parse_literal(ps, "false"); return; }
     if (c == 'n') { parse_literal(ps, "null"); return; }
+    /* Python's json.dumps writes NaN, Infinity and -Infinity for a float field; json.loads (Megatron's
+     * preprocess_data.py) and megatrain's own parser (src/core/json.c) take them */
+    if (c == 'N') { parse_literal(ps, "NaN"); return; }
+    if (c == 'I') { parse_literal(ps, "Infinity"); return; }
+    if (c == '-' && ps->end - ps->p > 1 && ps->p[1] == 'I') {
+        ps->p++;
+        parse_literal(ps, "Infinity");
+        return;
+    }
     parse_number(ps);
 }
 

@@ -1,6 +1,7 @@
 /* json_text.h: pull one string field out of a one-line JSON object (JSONL).
  *
- * A small strict JSON parser (RFC 8259 grammar, like Python's json.loads):
+ * A small strict JSON parser (RFC 8259 grammar plus NaN, Infinity and -Infinity, as
+ * Python's json.loads reads and json.dumps writes them):
  * the whole line must be one object; other members are checked and skipped.
  * The string is decoded to UTF-8, including \uXXXX escapes and surrogate
  * pairs (a lone surrogate becomes U+FFFD). With a repeated key the last wins.

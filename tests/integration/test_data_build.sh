@@ -188,6 +188,14 @@ printf '\xef\xbb\xbfhello\n' > "$D/bom.txt"
 "$MEGATRAIN" data inspect "$D/bomt" --docs 1 >> "$D/bom.log"
 grep -q '\[0\] 6 tokens: "hello\\n"' "$D/bom.log" || fail "BOM text: $(cat "$D/bom.log")"
 
+# NaN, Infinity and -Infinity in other fields (Python's json.dumps writes them) are read as json.loads reads them;
+# 'NaNx' is still an error
+printf '{"text": "hello", "score": NaN, "range": [-Infinity, Infinity]}\n' > "$D/nan.jsonl"
+"$MEGATRAIN" data build --input "$D/nan.jsonl" --output "$D/nan" > /dev/null || fail "NaN in a JSONL field: refused"
+printf '{"text": "hello", "score": NaNx}\n' > "$D/nanx.jsonl"
+rc=0; "$MEGATRAIN" data build --input "$D/nanx.jsonl" --output "$D/nanx" 2> "$D/err.txt" || rc=$?
+[[ $rc -eq 1 ]] && grep -q "nanx.jsonl:1: bad JSON" "$D/err.txt" || fail "NaNx: $rc $(cat "$D/err.txt")"
+
 # an input that is one of the outputs (a text file named PREFIX.bin, with --overwrite) is refused, not replaced
 mkdir -p "$D/self"; printf 'corpus text\n' > "$D/self/corpus.bin"; cp "$D/self/corpus.bin" "$D/self/before"
 rc=0; "$MEGATRAIN" data build --input "$D/self/corpus.bin" --output "$D/self/corpus" --overwrite 2> "$D/err.txt" || rc=$?
