@@ -1,7 +1,8 @@
-/* ckpt_retention.c: which checkpoints a run keeps (the newest keep_last, at
- * least one, plus every multiple of keep_every, plus any that a kept one
- * references as its frozen base) and the deletion of the others, which runs
- * only after a newer checkpoint is complete. */
+/* ckpt_retention.c: which checkpoints a run keeps (the newest keep_last, or
+ * all of them when keep_last is 0, as torchtitan's keep_latest_k; plus every
+ * multiple of keep_every, plus any that a kept one references as its frozen
+ * base) and the deletion of the others, which runs only after a newer
+ * checkpoint is complete, a log line each. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,7 +14,7 @@
 #include "ckpt_run.h"
 
 void ckpt_retention_plan(const long *steps, int n, int keep_last, long keep_every, bool *keep) {
-    const int newest = keep_last > 1 ? keep_last : 1;
+    const int newest = keep_last > 0 ? keep_last : n; /* 0: keep every one */
     for (int i = 0; i < n; i++)
         keep[i] = i >= n - newest || (keep_every > 0 && steps[i] % keep_every == 0);
 }
@@ -59,8 +60,13 @@ int ckpt_apply_retention(const char *checkpoints_dir, int keep_last, long keep_e
             rc = -1;
             continue;
         }
-        if (ckpt_remove_tree(doomed, err, errlen) != 0) rc = -1;
-        else deleted++;
+        if (ckpt_remove_tree(doomed, err, errlen) != 0) {
+            rc = -1;
+        } else {
+            deleted++;
+            mt_log("checkpoint retention: removed %s (checkpoint.keep_last %d%s)", dir, keep_last,
+                   keep_every > 0 ? ", not a multiple of checkpoint.keep_every" : "");
+        }
     }
     free(keep);
     free(steps);

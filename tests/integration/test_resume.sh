@@ -26,7 +26,10 @@ run() {
 }
 losses() { grep -o '"step":[0-9]*,"loss":[^,]*' "$1/metrics.jsonl"; }
 
-run "$WORK/straight" 40 > /dev/null
+run "$WORK/straight" 40 > "$WORK/straight.log"
+grep -q "checkpoint retention: removed .*iter_0000010 (checkpoint.keep_last 2)" "$WORK/straight.log" &&
+  grep -q "checkpoint retention: removed .*iter_0000020 (checkpoint.keep_last 2)" "$WORK/straight.log" ||
+  fail "no log line for the checkpoints retention removed: $(grep retention "$WORK/straight.log")"
 [[ $(losses "$WORK/straight" | wc -l) -eq 40 ]] || fail "straight run: expected 40 logged steps"
 ck="$WORK/straight/checkpoints"
 [[ "$(cat "$ck/latest_checkpointed_iteration.txt")" == 40 ]] || fail "latest pointer is not 40"
@@ -35,6 +38,9 @@ ck="$WORK/straight/checkpoints"
 for f in metadata.mtck model.yaml recipe.yaml shard_00000.zst; do
   [[ -s "$ck/iter_0000040/$f" ]] || fail "iter_0000040/$f missing"
 done
+run "$WORK/keep-all" 30 --set checkpoint.keep_last=0 --set train.eval_interval=0 > "$WORK/keep-all.log"
+[[ "$(ls "$WORK/keep-all/checkpoints" | tr '\n' ' ')" == "iter_0000010 iter_0000020 iter_0000030 latest_checkpointed_iteration.txt " ]] &&
+  ! grep -q "retention" "$WORK/keep-all.log" || fail "keep_last 0 should keep every checkpoint: $(ls "$WORK/keep-all/checkpoints")"
 grep -q "global_batch_size\":16" "$WORK/straight/metrics.jsonl" || fail "the batch schedule did not change"
 
 for async in true false; do

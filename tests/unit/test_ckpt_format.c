@@ -434,9 +434,11 @@ static void test_retention_plan(void **state) {
     ckpt_retention_plan(steps, 6, 2, 20, keep);
     const bool with_every[] = {false, true, false, true, true, true};
     assert_memory_equal(keep, with_every, sizeof keep);
-    ckpt_retention_plan(steps, 6, 0, 0, keep); /* the newest is always kept */
+    ckpt_retention_plan(steps, 6, 1, 0, keep);
     const bool newest[] = {false, false, false, false, false, true};
     assert_memory_equal(keep, newest, sizeof keep);
+    ckpt_retention_plan(steps, 6, 0, 0, keep); /* 0: every one (torchtitan's keep_latest_k = 0) */
+    for (int i = 0; i < 6; i++) assert_true(keep[i]);
     ckpt_retention_plan(steps, 6, 10, 0, keep);
     for (int i = 0; i < 6; i++) assert_true(keep[i]);
 }
