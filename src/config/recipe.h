@@ -157,6 +157,8 @@ typedef struct TrainConfig {
     long replica_check_interval; /* compare a parameter checksum across dp replicas every N steps; 0 = off */
     Recompute recompute;   /* activation recomputation in the backward (train.recompute) */
     LossReduction loss;    /* train.loss */
+    long exit_interval;    /* stop (save, exit 0) after a step that is a multiple of this; 0 = off */
+    double exit_duration_mins; /* stop (save, exit 0) after the step that ends this long after training began; 0 = off */
 } TrainConfig;
 
 typedef enum { DECAY_CONSTANT, DECAY_LINEAR, DECAY_COSINE, DECAY_INVERSE_SQRT, DECAY_WSD } LrDecay;

@@ -122,6 +122,8 @@ static const RecipeKey train_keys[] = {
     {LONG_KEY("replica_check_interval", TrainConfig, replica_check_interval, 0)},
     {ENUM_KEY("recompute", TrainConfig, recompute, recompute_names)},
     {ENUM_KEY("loss", TrainConfig, loss, loss_reduction_names)},
+    {LONG_KEY("exit_interval", TrainConfig, exit_interval, 0)},
+    {NUM_KEY("exit_duration_mins", TrainConfig, exit_duration_mins, 0)},
     {0},
 };
 

@@ -238,6 +238,18 @@ static void efficiency_columns(TrainContext *ctx, StepMetrics *m, double tokens)
     }
 }
 
+/* This rank's reason to stop before the next step, from the recipe's exit limits, checked after each step done in
+ * this process (as Megatron does after each iteration: a job always makes progress): a step that is a multiple of
+ * train.exit_interval, or train.exit_duration_mins since the loop began (a job's time limit less the time a save
+ * and the setup take). 0 for none. */
+static int exit_limit(const TrainContext *ctx, double start_time) {
+    const TrainConfig *t = &ctx->recipe->train;
+    if (ctx->state.step == ctx->start_step) return 0;
+    if (t->exit_interval > 0 && ctx->state.step % t->exit_interval == 0) return TRAIN_STOP_INTERVAL;
+    if (t->exit_duration_mins > 0 && mt_now() - start_time >= 60.0 * t->exit_duration_mins) return TRAIN_STOP_DURATION;
+    return 0;
+}
+
 /* The steps from ctx->state.step to total_steps, with metrics, evaluation,
  * checkpoints (every checkpoint.interval steps, at the end, and on SIGTERM /
  * SIGUSR1, after which it stops with status 0). Returns the exit status. */
@@ -263,7 +275,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     ckpt_saver_write_kinds(saver, params_writer(ctx), experts_writer(ctx));
     if (dev->zero1_on) ckpt_saver_shard_moments(saver, dev->zero1.begin, dev->zero1.end, dev->zero1.num_ranges);
     train_signals_install();
-    while (ctx->state.step < ctx->total_steps && !(stop_signal = train_signal_received())) {
+    while (ctx->state.step < ctx->total_steps && !(stop_signal = train_stop_requested(exit_limit(ctx, start_time)))) {
         const int stepped = train_step(ctx, &result, err, sizeof err);
         if (stepped == TRAIN_DATA_REFUSED) {
             status = stop_on_refused_data(ctx, err);
@@ -360,12 +372,10 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     ckpt_saver_free(saver); /* the signal handlers stay: a second SIGTERM here is not fatal (train_signal.h) */
 
     if (status == MT_EXIT_OK && stop_signal && ctx->state.step == ctx->start_step)
-        mt_log("stopped by %s before the first step: nothing new to save",
-               stop_signal == SIGTERM ? "SIGTERM" : "SIGUSR1");
+        mt_log("stopped by %s before the first step: nothing new to save", train_stop_name(stop_signal));
     else if (status == MT_EXIT_OK && stop_signal)
         mt_log("stopped by %s after step %ld: checkpoint in %s/iter_%07ld; continue with `megatrain resume %s`",
-               stop_signal == SIGTERM ? "SIGTERM" : "SIGUSR1", ctx->state.step, ctx->checkpoints_dir, ctx->state.step,
-               recipe->run.dir);
+               train_stop_name(stop_signal), ctx->state.step, ctx->checkpoints_dir, ctx->state.step, recipe->run.dir);
     else if (status == MT_EXIT_OK)
         mt_log("done: %ld steps, %lld tokens in %.1fs, final loss %.4f; metrics in %s/metrics.jsonl", ctx->state.step,
                (long long)ctx->state.consumed_tokens, mt_now() - start_time, result.loss, recipe->run.dir);

@@ -1,5 +1,6 @@
 /* train_signal.c: handlers that record SIGTERM / SIGUSR1 for the loop to see
- * between steps. SA_RESTART keeps interrupted writes going. */
+ * between steps, and the ranks' agreement on a stop, a signal's or the
+ * recipe's exit limits'. SA_RESTART keeps interrupted writes going. */
 #include "train_signal.h"
 
 #include <signal.h>
@@ -29,9 +30,9 @@ void train_signals_install(void) {
 /* With several ranks all must stop after the same step: the first rank (in
  * rank order) that saw a signal decides for all. A collective: every rank
  * calls it once per step. */
-int train_signal_received(void) {
+int train_stop_requested(int local) {
     const Comm *world = comm_world();
-    int sig = received_signal;
+    int sig = received_signal ? received_signal : local;
     if (world->size <= 1) return sig;
     int *all = mt_malloc((size_t)world->size * sizeof(int));
     comm_all_gather(world, &sig, all, 1, COMM_INT32);
@@ -39,4 +40,14 @@ int train_signal_received(void) {
     for (int r = 0; r < world->size && !sig; r++) sig = all[r];
     free(all);
     return sig;
+}
+
+const char *train_stop_name(int reason) {
+    switch (reason) {
+    case SIGTERM: return "SIGTERM";
+    case SIGUSR1: return "SIGUSR1";
+    case TRAIN_STOP_INTERVAL: return "train.exit_interval";
+    case TRAIN_STOP_DURATION: return "train.exit_duration_mins";
+    }
+    return "a signal";
 }

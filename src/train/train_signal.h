@@ -10,8 +10,17 @@
  * fatal; SIGKILL still ends a process that does not. */
 void train_signals_install(void);
 
-/* The signal received since install (SIGTERM or SIGUSR1), or 0; on a
- * multi-rank run the same answer on every rank (a collective, once per step). */
-int train_signal_received(void);
+/* Stops the recipe asks for, beside the signals (train.exit_interval, train.exit_duration_mins: Megatron's
+ * --exit-interval and --exit-duration-in-mins). */
+enum { TRAIN_STOP_INTERVAL = -1, TRAIN_STOP_DURATION = -2 };
+
+/* The signal received since install (SIGTERM or SIGUSR1), else this rank's
+ * own reason to stop (`local`, a TRAIN_STOP_ value, or 0); on a multi-rank
+ * run the same answer on every rank, the first rank's in rank order that has
+ * one (a collective, once per step). */
+int train_stop_requested(int local);
+
+/* What stopped the run, for the log: "SIGTERM", "SIGUSR1", "train.exit_interval", ... */
+const char *train_stop_name(int reason);
 
 #endif

@@ -286,7 +286,7 @@ int train_evaluate(TrainContext *ctx, double *eval_loss, char *err, size_t errle
      * evaluates batches r, r + dp, ... and the sums are added up. Every dp
      * rank runs the same number of forwards (a MoE forward has collectives
      * over dp): a rank past its last batch runs one with every target
-     * ignored, which adds nothing. Every rank asks train_signal_received (a
+     * ignored, which adds nothing. Every rank asks train_stop_requested (a
      * collective) at the same batches: a long evaluation stops at SIGTERM
      * within EVAL_SIGNAL_BATCHES batches' time (a preemption's grace period). */
     const long per_rank = (train->eval_batches + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
@@ -302,7 +302,7 @@ int train_evaluate(TrainContext *ctx, double *eval_loss, char *err, size_t errle
         const long round = (long)EVAL_SIGNAL_BATCHES * ctx->layout.pp;
         MicroSource src = {ctx, ctx->valid_data, 0, true, 0};
         for (long done = 0; done < per_rank; done += round) {
-            if (done > 0 && train_signal_received()) return eval_stopped(ctx, done, per_token, eval_loss, err, errlen);
+            if (done > 0 && train_stop_requested(0)) return eval_stopped(ctx, done, per_token, eval_loss, err, errlen);
             src.first_micro = done;
             const int M = (int)(per_rank - done < round ? per_rank - done : round);
             loss_sum += pipeline_run(&ctx->pipe, M, true, 0.0f, train->micro_batch_size, local_seq_len(ctx),
@@ -313,7 +313,7 @@ int train_evaluate(TrainContext *ctx, double *eval_loss, char *err, size_t errle
         ModelDevice *dev = ctx->device;
         const long mine = (train->eval_batches - ctx->layout.dp_rank + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
         for (long micro = 0; micro < per_rank; micro++) {
-            if (micro > 0 && micro % EVAL_SIGNAL_BATCHES == 0 && train_signal_received())
+            if (micro > 0 && micro % EVAL_SIGNAL_BATCHES == 0 && train_stop_requested(0))
                 return eval_stopped(ctx, micro, per_token, eval_loss, err, errlen);
             if (micro >= (dev->eval_lockstep ? per_rank : mine)) continue;
             tell_device(ctx, load_eval_batch(ctx, micro));

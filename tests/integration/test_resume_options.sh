@@ -58,6 +58,18 @@ expect 0 "resume: from .*iter_0000010 at step 10" \
   "$MEGATRAIN" resume "$WORK/a/checkpoints/iter_0000010" --set run.dir="$WORK/branch" --set train.steps=30
 [[ "$(losses "$WORK/branch")" == "$(losses "$WORK/a" | sed -n '11,30p')" ]] || fail "the branch does not repeat steps 11-30"
 [[ -d "$WORK/branch/checkpoints/iter_0000030" && -d "$WORK/a/checkpoints/iter_0000030" ]] || fail "branch checkpoints misplaced"
+# train.exit_interval and train.exit_duration_mins (Megatron's --exit-interval, --exit-duration-in-mins) stop the
+# run after a step as SIGTERM does: a checkpoint, exit 0, the line that says how to go on; a resume goes on to the
+# next limit, and the pieces give the uninterrupted run's losses
+expect 0 "stopped by train.exit_interval after step 7: checkpoint in .*iter_0000007; continue with" run "$WORK/ex" 20 \
+  --set train.exit_interval=7
+expect 0 "stopped by train.exit_interval after step 14" "$MEGATRAIN" resume "$WORK/ex"
+expect 0 "done: 20 steps" "$MEGATRAIN" resume "$WORK/ex"
+[[ "$(losses "$WORK/ex")" == "$(losses "$WORK/a" | head -n 20)" ]] || fail "exit_interval: the pieces' losses differ"
+expect 0 "stopped by train.exit_duration_mins after step 1: checkpoint in .*iter_0000001" run "$WORK/dur" 20 \
+  --set train.exit_duration_mins=1e-6
+echo "exit_interval and exit_duration_mins: stopped, saved, resumed to the uninterrupted losses"
+
 # The lr after a resume that changes the schedule: with decay_steps null a longer train.steps re-stretches the decay,
 # which the resume says with both rates (the logged lr of step 21 is the new one); decay_steps set to the old length
 # keeps the checkpoint's lr, with no warning.
