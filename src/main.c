@@ -69,14 +69,20 @@ static const char *const usage_text =
     "and a run writes every key it used, defaults included, to run.dir/recipe.yaml.\n";
 
 static const char *const run_usage_text =
-    "usage: megatrain run RECIPE.yaml [--set key.path=value ...]\n"
+    "usage: megatrain run RECIPE.yaml [--set key.path=value ...] [--resume-if-exists]\n"
     "\n"
     "Train the model described by RECIPE.yaml. Writes run.dir/recipe.yaml (the\n"
     "resolved recipe) and run.dir/metrics.jsonl, and prints one line per logged step.\n"
+    "A run.dir that holds checkpoints is refused: `megatrain resume` continues it.\n"
     "\n"
     "  --set key.path=value   override one recipe key; the value is YAML\n"
     "                         (e.g. --set train.steps=20 --set optimizer.betas=[0.9,0.99]; null removes\n"
     "                         a key: --set train.batch_schedule=null)\n"
+    "  --resume-if-exists     when run.dir holds checkpoints, resume from the newest valid one as\n"
+    "                         `megatrain resume RUN_DIR` with these --set values does; else start: one\n"
+    "                         command for a job that is requeued after preemption. The checkpoint's recipe\n"
+    "                         with these --set values must be this one (a recipe file that changed is\n"
+    "                         refused, naming the first key that differs)\n"
     "\n"
     "Under mpirun the same command trains on many ranks with the recipe's parallel: layout\n"
     "(parallel.tp, pp, vpp, cp, ep, etp, sequence_parallel, distributed_optimizer; dp is what the\n"
@@ -128,6 +134,15 @@ static int cmd_run(int argc, char **argv) {
     const char *path;
     const char *overrides[MAX_OVERRIDES];
     int num_overrides;
+    bool resume_if_exists = false; /* taken out of argv: the other arguments are plan's too */
+    int kept = 0;
+    for (int i = 0; i < argc; i++) {
+        if (strcmp(argv[i], "--resume-if-exists") == 0 && (i == 0 || strcmp(argv[i - 1], "--set") != 0))
+            resume_if_exists = true;
+        else
+            argv[kept++] = argv[i];
+    }
+    argc = kept;
     if (parse_recipe_args(argc, argv, &path, overrides, &num_overrides, run_usage_text)) return MT_EXIT_OK;
     static Recipe recipe;
     char err[2048] = "";
@@ -139,6 +154,7 @@ static int cmd_run(int argc, char **argv) {
                            ? MT_EXIT_USAGE : MT_EXIT_OK;
     const int status = dist_report_first(loaded, err);
     if (status != MT_EXIT_OK) return dist_finish_together(status);
+    if (resume_if_exists) return run_or_resume(&recipe, overrides, num_overrides);
     return dist_finish(train_run(&recipe));
 }
 

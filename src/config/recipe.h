@@ -300,9 +300,10 @@ int recipe_write(const Recipe *recipe, const char *path, char *err, size_t errle
 uint32_t recipe_crc32c(const Recipe *recipe);
 /* The resolved recipe's YAML, as recipe_crc32c reads it (malloc'd, *len bytes, NUL-terminated). */
 char *recipe_yaml_text(const Recipe *recipe, size_t *len);
-/* The first key whose line differs between two recipe_yaml_text texts, with both values, into out:
- * "train.steps: '5' here, '4' on rank 0". */
-void recipe_text_difference(const char *ours, const char *theirs, char *out, size_t outlen);
+/* The first key whose line differs between two recipe_yaml_text texts, with both values named by where they come
+ * from, into out: "train.steps: '5' here, '4' on rank 0" (ours_name "here", theirs_name "on rank 0"). */
+void recipe_text_difference(const char *ours, const char *theirs, const char *ours_name, const char *theirs_name,
+                            char *out, size_t outlen);
 /* The same with the data paths (data.train, data.valid, data.cache_dir) left out: what ranks that resolved relative
  * paths from different directories still agree on. */
 uint32_t recipe_crc32c_without_data_paths(const Recipe *recipe);

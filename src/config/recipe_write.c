@@ -146,7 +146,8 @@ static void next_line(const char **at, char *line, size_t linelen) {
     *at += n + (end != NULL);
 }
 
-void recipe_text_difference(const char *ours, const char *theirs, char *out, size_t outlen) {
+void recipe_text_difference(const char *ours, const char *theirs, const char *ours_name, const char *theirs_name,
+                            char *out, size_t outlen) {
     char sections[8][64] = {{0}}; /* the keys of the enclosing sections, by indent / 2 */
     const char *a = ours, *b = theirs;
     char la[512], lb[512];
@@ -167,8 +168,8 @@ void recipe_text_difference(const char *ours, const char *theirs, char *out, siz
             const char *ours_value = colon ? colon + 1 + strspn(colon + 1, " ") : la + indent;
             const char *lb_colon = item ? NULL : strchr(lb, ':');
             const char *theirs_value = lb_colon ? lb_colon + 1 + strspn(lb_colon + 1, " ") : lb + strspn(lb, " ");
-            snprintf(out, outlen, "%s: '%s' here, '%s' on rank 0", key[0] ? key : "(top level)", ours_value,
-                     theirs_value);
+            snprintf(out, outlen, "%s: '%s' %s, '%s' %s", key[0] ? key : "(top level)", ours_value, ours_name,
+                     theirs_value, theirs_name);
             return;
         }
         if (colon && indent / 2 < 8) { /* a section's key: the prefix of the lines indented below it */

@@ -131,6 +131,9 @@ enum { TRY_NEXT = -1000 };
 /* Every rank refused the resume at the same point (said once): the ranks end MPI together, no abort. */
 static bool refused_together;
 
+/* run --resume-if-exists: the recipe the checkpoint's (with the --set values) must equal; NULL for resume. */
+static const Recipe *run_recipe;
+
 /* A refusal every rank meets at the same point, before the resumed run's collectives (each reads the same files):
  * the first failing rank says it (dist_report_first), and the ranks end together. Returns the agreed status. */
 __attribute__((format(printf, 2, 3))) static int refuse_together(int status, const char *fmt, ...) {
@@ -203,6 +206,18 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
         refused_together = true;
         return agreed;
     }
+    if (run_recipe) { /* run --resume-if-exists: the same run or none */
+        size_t na, nb;
+        char *ours = recipe_yaml_text(run_recipe, &na), *theirs = recipe_yaml_text(&recipe, &nb), where[2600] = "";
+        if (strcmp(ours, theirs) != 0)
+            recipe_text_difference(ours, theirs, "in this recipe", "in the checkpoint's", where, sizeof where);
+        free(ours);
+        free(theirs);
+        if (where[0])
+            return refuse_together(MT_EXIT_USAGE, "--resume-if-exists: %s holds a run whose recipe differs from this "
+                                   "one, first at %s: to change it on purpose, `megatrain resume %s --set KEY=VALUE`; "
+                                   "else choose another run.dir", dir, where, recipe.run.dir);
+    }
     /* settings a resume may change but that change what the run reads: it goes on, no longer the run it was */
     static const char *const data_keys[] = {"run.seed=", "train.seq_len=", "data.", NULL};
     for (int i = 0; i < num_sets && dist_rank() == 0; i++)
@@ -235,6 +250,22 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
 }
 
 static int resume_from(const char *arg, const char *const *sets, int num_sets);
+
+int run_or_resume(const Recipe *recipe, const char *const *sets, int num_sets) {
+    char dir[MT_PATH_MAX + 16], err[2048];
+    snprintf(dir, sizeof dir, "%s/checkpoints", recipe->run.dir);
+    long *steps = NULL;
+    const int n = ckpt_list_entries(dir, &steps, err, sizeof err);
+    free(steps);
+    if (n <= 0) { /* none (or no checkpoints/ directory yet): a fresh run, which says why it cannot read one */
+        if (dist_rank() == 0) mt_log("run: --resume-if-exists: no checkpoint in %s: starting the run", dir);
+        return dist_finish(train_run(recipe));
+    }
+    if (dist_rank() == 0) mt_log("run: --resume-if-exists: %s holds checkpoints: resuming", dir);
+    run_recipe = recipe;
+    const int status = resume_from(recipe->run.dir, sets, num_sets);
+    return refused_together ? dist_finish_together(status) : dist_finish(status);
+}
 
 int resume_main(int argc, char **argv) {
     const char *arg, *sets[MAX_OVERRIDES];

@@ -28,4 +28,11 @@ int train_resume(const Recipe *recipe, const char *checkpoint_dir, bool load_opt
  * holds the arguments after the command word. Returns the exit status. */
 int resume_main(int argc, char **argv);
 
+/* megatrain run RECIPE --resume-if-exists (resume_cmd.c), a requeued job's one command: when run.dir holds a
+ * checkpoint, continue the run from its newest valid one, as `megatrain resume RUN_DIR --set ...` with the same
+ * --set values would, provided that gives `recipe` (the file and --set resolved; so the --set values may change
+ * what a resume may change, and a recipe file that changed is refused, naming the first key); else start it. MPI is already started (several ranks). Returns the exit status,
+ * MPI ended. */
+int run_or_resume(const Recipe *recipe, const char *const *sets, int num_sets);
+
 #endif

@@ -242,7 +242,7 @@ static int same_recipe_as_rank0(const Recipe *recipe, char *err, size_t errlen) 
     comm_broadcast(comm_world(), text0, (size_t)len0, COMM_BYTE, 0);
     text0[len0] = '\0';
     char where[2600] = "";
-    if (crc[0] != rank0[0]) recipe_text_difference(text, text0, where, sizeof where);
+    if (crc[0] != rank0[0]) recipe_text_difference(text, text0, "here", "on rank 0", where, sizeof where);
     free(text);
     free(text0);
     if (crc[0] == rank0[0]) return 0;

@@ -70,6 +70,23 @@ expect 0 "stopped by train.exit_duration_mins after step 1: checkpoint in .*iter
   --set train.exit_duration_mins=1e-6
 echo "exit_interval and exit_duration_mins: stopped, saved, resumed to the uninterrupted losses"
 
+# run --resume-if-exists, a requeued job's one command: it starts, then resumes from the newest checkpoint (stopped
+# here by exit_interval, as by a preemption), then has nothing to do; the pieces give the uninterrupted losses. A
+# recipe file changed in between is refused, naming the key.
+expect 0 "no checkpoint in .*: starting the run" run "$WORK/req" 20 --set train.exit_interval=7 --resume-if-exists
+expect 0 "holds checkpoints: resuming" run "$WORK/req" 20 --set train.exit_interval=7 --resume-if-exists
+grep -q "stopped by train.exit_interval after step 14" "$WORK/out.log" || fail "requeue: $(tail -2 "$WORK/out.log")"
+expect 0 "done: 20 steps" run "$WORK/req" 20 --set train.exit_interval=7 --resume-if-exists
+expect 0 "nothing to do" run "$WORK/req" 20 --set train.exit_interval=7 --resume-if-exists
+[[ "$(losses "$WORK/req")" == "$(losses "$WORK/a" | head -n 20)" ]] || fail "--resume-if-exists: the pieces' losses differ"
+sed 's/weight_decay: 0.1/weight_decay: 0.05/' "$REPO/recipes/tiny/llama.yaml" > "$WORK/edited.yaml"
+expect 2 "resume-if-exists: .*iter_0000020 holds a run whose recipe differs from this one, first at optimizer.weight_decay: '0.05' in this recipe, '0.1' in the checkpoint's" \
+  "$MEGATRAIN" run "$WORK/edited.yaml" --set run.dir="$WORK/req" --set train.steps=20 \
+  --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=1 --set train.eval_interval=0 \
+  --set checkpoint.interval=10 --set checkpoint.keep_last=3 --set optimizer.schedule.decay_steps=30 \
+  --set optimizer.schedule.warmup_steps=5 --set train.exit_interval=7 --resume-if-exists
+echo "run --resume-if-exists: started, resumed, finished; a changed recipe refused"
+
 # The lr after a resume that changes the schedule: with decay_steps null a longer train.steps re-stretches the decay,
 # which the resume says with both rates (the logged lr of step 21 is the new one); decay_steps set to the old length
 # keeps the checkpoint's lr, with no warning.

@@ -238,9 +238,9 @@ static void test_text_difference(void **state) {
     load_ok(&b, BASE, sets, 1, 1);
     size_t na, nb;
     char *ta = recipe_yaml_text(&a, &na), *tb = recipe_yaml_text(&b, &nb), where[512];
-    recipe_text_difference(tb, ta, where, sizeof where);
+    recipe_text_difference(tb, ta, "here", "on rank 0", where, sizeof where);
     assert_string_equal(where, "optimizer.schedule.warmup_steps: '3' here, '10' on rank 0");
-    recipe_text_difference(ta, ta, where, sizeof where);
+    recipe_text_difference(ta, ta, "here", "on rank 0", where, sizeof where);
     assert_string_equal(where, "(no line differs)");
     /* a list's item: named by the list, shown whole */
     Recipe c;
@@ -251,7 +251,7 @@ static void test_text_difference(void **state) {
     load_ok(&d, BASE, schedule8, 2, 1);
     size_t nc, nd;
     char *tc = recipe_yaml_text(&c, &nc), *td = recipe_yaml_text(&d, &nd);
-    recipe_text_difference(tc, td, where, sizeof where);
+    recipe_text_difference(tc, td, "here", "on rank 0", where, sizeof where);
     assert_string_equal(where, "train.batch_schedule: '- {step: 50, global_batch_size: 8}' here, "
                                "'- {step: 50, global_batch_size: 16}' on rank 0");
     free(tc);
