@@ -300,7 +300,9 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
             ctx->stopped_together = true;
             break;
         }
-        const bool eval_now = ctx->valid_data && is_multiple(step, recipe->train.eval_interval);
+        /* every eval_interval steps and after the last (Megatron's evaluation at the end of training) */
+        const bool eval_now =
+            ctx->valid_data && (is_multiple(step, recipe->train.eval_interval) || step == ctx->total_steps);
         const bool log_now = step == 1 || is_multiple(step, log_interval) || step == ctx->total_steps || eval_now;
         if (log_now) {
             double eval_loss = NAN;

@@ -16,6 +16,13 @@ echo "loss $first -> $last"
 awk -v a="$first" 'BEGIN { exit !(a > 5.0 && a < 6.0) }' || fail "first loss $first is not near ln(256)=5.55"
 awk -v b="$last" 'BEGIN { exit !(b < 2.5) }' || fail "final loss $last is not below 2.5"
 json_field "$m" eval_loss | grep -q . || fail "no eval_loss in metrics"
+# every eval_interval steps and after the last one: 100, 200, 300 here; 10, 20 and 25 for 25 steps (Megatron's
+# evaluation at the end of training)
+[[ $(grep -c '"eval_loss"' "$m") -eq 3 ]] || fail "expected eval_loss at steps 100, 200, 300: $(grep -c '"eval_loss"' "$m")"
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/run25" --set train.steps=25 \
+  --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set train.eval_interval=10 > /dev/null
+[[ $(grep -o '"step":[0-9]*,.*"eval_loss"' "$WORK/run25/metrics.jsonl" | cut -d, -f1 | tr '\n' ' ') == '"step":10 "step":20 "step":25 ' ]] ||
+  fail "25 steps, eval_interval 10: eval_loss at $(grep '"eval_loss"' "$WORK/run25/metrics.jsonl" | cut -d, -f1)"
 # steps and global batch sizes, paired: 8 before step 100, 16 from step 101 on
 paste -d' ' <(json_field "$m" step) <(json_field "$m" global_batch_size) > "$WORK/gbs.txt"
 awk '($1 <= 100 && $2 != 8) || ($1 > 100 && $2 != 16) { bad = 1; print "step " $1 " gbs " $2 } END { exit bad }' \
