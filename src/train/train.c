@@ -79,10 +79,15 @@ static void print_banner(const TrainContext *ctx) {
                  train_schedule_samples(t, ctx->total_steps) > data_loader_num_samples(ctx->train_data)
                      ? ", repeated" : "");
     else snprintf(of, sizeof of, "of %lld", (long long)data_loader_num_samples(ctx->train_data));
-    mt_log("train: %ld steps, seq_len %d, micro_batch %d, dp %d, %lld train samples (%s), %s, device %s",
+    /* what the CPU does with a GPU precision: bf16 computes in fp32 there; fp8 rounds the linear layers' operands */
+    const bool cpu = strcmp(recipe->run.device, "cpu") == 0;
+    const char *computed = !cpu ? "" : recipe->precision == DTYPE_BF16 ? " (the cpu computes in fp32)"
+                           : recipe->precision == DTYPE_FP8 ? " (emulated on the cpu: fp8 operands, fp32 products)"
+                                                             : "";
+    mt_log("train: %ld steps, seq_len %d, micro_batch %d, dp %d, %lld train samples (%s), %s, device %s, precision %s%s",
            ctx->total_steps, t->seq_len, t->micro_batch_size, ctx->layout.dp_size,
            (long long)train_schedule_samples(t, ctx->total_steps), of, ctx->valid_data ? "eval on" : "eval off",
-           recipe->run.device);
+           recipe->run.device, dtype_name(recipe->precision), computed);
 }
 
 static bool is_multiple(long step, long interval) { return interval > 0 && step % interval == 0; }

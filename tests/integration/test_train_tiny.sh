@@ -20,7 +20,11 @@ json_field "$m" eval_loss | grep -q . || fail "no eval_loss in metrics"
 # evaluation at the end of training)
 [[ $(grep -c '"eval_loss"' "$m") -eq 3 ]] || fail "expected eval_loss at steps 100, 200, 300: $(grep -c '"eval_loss"' "$m")"
 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/run25" --set train.steps=25 \
-  --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set train.eval_interval=10 > /dev/null
+  --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set train.eval_interval=10 --set precision=bf16 \
+  > "$WORK/run25.txt"
+grep -q "^train: .*, device cpu, precision fp32$" "$WORK/out.txt" &&
+  grep -q "^train: .*, device cpu, precision bf16 (the cpu computes in fp32)$" "$WORK/run25.txt" ||
+  fail "the banner's precision: $(grep '^train:' "$WORK/out.txt" "$WORK/run25.txt")"
 [[ $(grep -o '"step":[0-9]*,.*"eval_loss"' "$WORK/run25/metrics.jsonl" | cut -d, -f1 | tr '\n' ' ') == '"step":10 "step":20 "step":25 ' ]] ||
   fail "25 steps, eval_interval 10: eval_loss at $(grep '"eval_loss"' "$WORK/run25/metrics.jsonl" | cut -d, -f1)"
 # steps and global batch sizes, paired: 8 before step 100, 16 from step 101 on
