@@ -99,6 +99,8 @@ void recipe_fill_derived(Recipe *recipe, const YNode *root) {
     model_fill_derived(&recipe->model, ytree_get(root, "model"));
     if (recipe->run.name[0] == '\0') file_stem(recipe->run.name, sizeof recipe->run.name, recipe->source_path);
     if (recipe->run.dir[0] == '\0') join_dir(recipe->run.dir, sizeof recipe->run.dir, "runs", recipe->run.name);
+    /* "runs/x/" names runs/x, as a resume's located run directory does: one spelling, for the recipe's text */
+    for (size_t n = strlen(recipe->run.dir); n > 1 && recipe->run.dir[n - 1] == '/'; n--) recipe->run.dir[n - 1] = '\0';
     if (recipe->data.cache_dir[0] == '\0')
         join_dir(recipe->data.cache_dir, sizeof recipe->data.cache_dir, recipe->run.dir, DEFAULT_CACHE_DIR);
     if (!ytree_has(ytree_get(root, "optimizer"), "min_lr")) recipe->optimizer.min_lr = recipe->optimizer.lr * 0.1;

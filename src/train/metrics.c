@@ -117,6 +117,7 @@ void metrics_print(const StepMetrics *m) {
     char tokens[32];
     format_count(tokens, sizeof tokens, m->consumed_tokens);
     int width = decimal_digits(m->total_steps > 0 ? m->total_steps : m->step);
+    flockfile(stdout); /* one line: a log line of the background save's thread (mt_log) waits for it */
     printf("step %*ld/%ld | loss %.4f | lr %.3e | gbs %ld | grad_norm %.3f | tok/s %.0f | tokens %s | "
            "elapsed %.1fs",
            width + 1, m->step, m->total_steps, m->loss, m->lr, m->global_batch_size, m->grad_norm,
@@ -135,6 +136,7 @@ void metrics_print(const StepMetrics *m) {
     if (!isnan(m->eval_loss)) printf(" | eval_loss %.4f", m->eval_loss);
     putchar('\n');
     fflush(stdout);
+    funlockfile(stdout);
 }
 
 void metrics_close(MetricsWriter *w) {

@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/stat.h>
 
 #include "../ckpt/checkpoint.h"
@@ -207,8 +208,14 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
         return agreed;
     }
     if (run_recipe) { /* run --resume-if-exists: the same run or none */
+        /* what a resume writes into the recipe itself is not the user's change: the checkpoint's values of
+         * checkpoint.frozen_base (a LoRA resume stores its base), load_optimizer (true once resumed) */
+        static Recipe asked;
+        asked = *run_recipe;
+        asked.checkpoint.frozen_base = recipe.checkpoint.frozen_base;
+        asked.checkpoint.load_optimizer = recipe.checkpoint.load_optimizer;
         size_t na, nb;
-        char *ours = recipe_yaml_text(run_recipe, &na), *theirs = recipe_yaml_text(&recipe, &nb), where[2600] = "";
+        char *ours = recipe_yaml_text(&asked, &na), *theirs = recipe_yaml_text(&recipe, &nb), where[2600] = "";
         if (strcmp(ours, theirs) != 0)
             recipe_text_difference(ours, theirs, "in this recipe", "in the checkpoint's", where, sizeof where);
         free(ours);
@@ -220,7 +227,7 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     }
     /* settings a resume may change but that change what the run reads: it goes on, no longer the run it was */
     static const char *const data_keys[] = {"run.seed=", "train.seq_len=", "data.", NULL};
-    for (int i = 0; i < num_sets && dist_rank() == 0; i++)
+    for (int i = 0; i < num_sets && dist_rank() == 0 && !run_recipe; i++) /* --resume-if-exists: the same run */
         for (int k = 0; data_keys[k]; k++)
             if (!strncmp(sets[i], data_keys[k], strlen(data_keys[k])) && strncmp(sets[i], "data.cache_dir=", 15))
                 mt_warn("resume: --set %s changes the samples the run reads from here on: it continues, but no "
@@ -238,7 +245,12 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     if (recipe.model.peft.type == PEFT_LORA && !references_base) recipe.checkpoint.frozen_base = FROZEN_BASE_STORE;
     /* load_optimizer applies to this start only: the recipe the resumed run
      * stores says true, so a later resume loads the optimizer again. */
-    const bool load_optimizer = recipe.checkpoint.load_optimizer;
+    bool load_optimizer = recipe.checkpoint.load_optimizer;
+    /* --resume-if-exists: every requeue continues the run, AdamW state included; only a --set of the key says no
+     * (in a recipe file it is a one-off resume's, which would drop the state at each requeue) */
+    bool optimizer_set = false;
+    for (int i = 0; i < num_sets; i++) optimizer_set |= !strncmp(sets[i], "checkpoint.load_optimizer=", 26);
+    if (run_recipe && !optimizer_set) load_optimizer = true;
     recipe.checkpoint.load_optimizer = true;
     status = train_resume(&recipe, dir, load_optimizer, err, sizeof err);
     if (status != TRAIN_CHECKPOINT_UNREADABLE) return status;
@@ -251,19 +263,44 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
 
 static int resume_from(const char *arg, const char *const *sets, int num_sets);
 
+/* Entries of checkpoints_dir moved aside as invalid (iter_N.invalid...): the run had checkpoints, none usable. */
+static int invalid_entries(const char *checkpoints_dir, char *first, size_t firstlen) {
+    DIR *d = opendir(checkpoints_dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (!strncmp(e->d_name, "iter_", 5) && strstr(e->d_name, ".invalid") && n++ == 0)
+            snprintf(first, firstlen, "%s", e->d_name);
+    if (d) closedir(d);
+    return n;
+}
+
 int run_or_resume(const Recipe *recipe, const char *const *sets, int num_sets) {
-    char dir[MT_PATH_MAX + 16], err[2048];
+    char dir[MT_PATH_MAX + 16], err[2048], invalid[256] = "";
     snprintf(dir, sizeof dir, "%s/checkpoints", recipe->run.dir);
     long *steps = NULL;
     const int n = ckpt_list_entries(dir, &steps, err, sizeof err);
     free(steps);
-    if (n <= 0) { /* none (or no checkpoints/ directory yet): a fresh run, which says why it cannot read one */
+    /* rank 0's listing decides for every rank (a stale view elsewhere must not split the job between a fresh
+     * run's collectives and a resume's): 1 resume, 0 start, -1 refuse */
+    int decision = n > 0 ? 1 : invalid_entries(dir, invalid, sizeof invalid) > 0 ? -1 : 0;
+    if (comm_world()->size > 1) comm_broadcast(comm_world(), &decision, 1, COMM_INT32, 0);
+    if (decision < 0) /* every checkpoint was found unusable and moved aside: starting over would lose the run */
+        return dist_finish_together(refuse_together(
+            MT_EXIT_FAILURE, "--resume-if-exists: %s holds no valid checkpoint, only ones moved aside as incomplete or "
+            "corrupt (%s...): the run cannot continue from them, and starting it afresh here would overwrite its "
+            "history; repair or remove them, or choose another run.dir", dir, invalid));
+    if (decision == 0) { /* a fresh run (or no checkpoints/ directory yet) */
         if (dist_rank() == 0) mt_log("run: --resume-if-exists: no checkpoint in %s: starting the run", dir);
         return dist_finish(train_run(recipe));
     }
     if (dist_rank() == 0) mt_log("run: --resume-if-exists: %s holds checkpoints: resuming", dir);
     run_recipe = recipe;
-    const int status = resume_from(recipe->run.dir, sets, num_sets);
+    /* run.dir is the recipe's (a --set of it included): the directory to lock, resume in, and compare */
+    const char *kept[MAX_OVERRIDES];
+    int num_kept = 0;
+    for (int i = 0; i < num_sets && num_kept < MAX_OVERRIDES; i++)
+        if (strncmp(sets[i], "run.dir=", 8) != 0) kept[num_kept++] = sets[i];
+    const int status = resume_from(recipe->run.dir, kept, num_kept);
     return refused_together ? dist_finish_together(status) : dist_finish(status);
 }
 

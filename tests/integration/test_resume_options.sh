@@ -85,6 +85,32 @@ expect 2 "resume-if-exists: .*iter_0000020 holds a run whose recipe differs from
   --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=1 --set train.eval_interval=0 \
   --set checkpoint.interval=10 --set checkpoint.keep_last=3 --set optimizer.schedule.decay_steps=30 \
   --set optimizer.schedule.warmup_steps=5 --set train.exit_interval=7 --resume-if-exists
+# what a resume writes into the recipe itself is no change of it: a LoRA run (a resume stores its frozen base) and a
+# recipe file with checkpoint.load_optimizer: false (a requeue still loads AdamW: the third piece's losses are the
+# LoRA run's uninterrupted ones) requeue three times; a run.dir spelled with a trailing slash is the same run
+{ cat "$REPO/recipes/tiny/llama.yaml"; printf 'checkpoint:\n  load_optimizer: false\n'; } > "$WORK/lora.yaml"
+requeue() { run "$WORK/$1" 15 --set train.exit_interval=5 --resume-if-exists "${@:2}"; }
+lora=(--set "peft={type: lora, rank: 4, alpha: 8}")
+for piece in 5 10; do
+  expect 0 "stopped by train.exit_interval after step $piece" requeue lora "${lora[@]}"
+done
+expect 0 "done: 15 steps" requeue lora "${lora[@]}"
+! grep -q "optimizer state not loaded" "$WORK/out.log" || fail "a requeue dropped the AdamW state"
+expect 0 "done: 15 steps" run "$WORK/lora-straight" 15 "${lora[@]}"
+[[ "$(losses "$WORK/lora")" == "$(losses "$WORK/lora-straight")" ]] || fail "LoRA requeued: the pieces' losses differ"
+expect 0 "stopped by train.exit_interval after step 5" "$MEGATRAIN" run "$WORK/lora.yaml" --set run.dir="$WORK/lo/" \
+  --set train.steps=10 --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set train.exit_interval=5 \
+  --set optimizer.schedule.warmup_steps=2 --resume-if-exists
+expect 0 "done: 10 steps" "$MEGATRAIN" run "$WORK/lora.yaml" --set run.dir="$WORK/lo/" --set train.steps=10 \
+  --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set train.exit_interval=5 \
+  --set optimizer.schedule.warmup_steps=2 --resume-if-exists
+! grep -q "optimizer state not loaded" "$WORK/out.log" || fail "load_optimizer: false in the file: AdamW dropped"
+# a run.dir whose checkpoints were all found unusable (moved aside) is refused, not started afresh over its history
+expect 0 "stopped by train.exit_interval after step 5" requeue bad
+rm "$WORK/bad/checkpoints/iter_0000005/metadata.mtck"
+expect 1 "no valid checkpoint to resume from" requeue bad
+expect 1 "holds no valid checkpoint, only ones moved aside as incomplete or corrupt (iter_0000005.invalid" requeue bad
+[[ $(grep -c '"step"' "$WORK/bad/metrics.jsonl") -eq 5 ]] || fail "the refused requeue touched metrics.jsonl"
 echo "run --resume-if-exists: started, resumed, finished; a changed recipe refused"
 
 # The lr after a resume that changes the schedule: with decay_steps null a longer train.steps re-stretches the decay,
