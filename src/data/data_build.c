@@ -111,8 +111,9 @@ static const char *const build_usage_text =
     "  --max-line-mib N     the longest line (one document) read, in MiB (default 64, at most 1024); a\n"
     "                       longer line is an error naming the file and line, so that memory stays\n"
     "                       bounded (about (2N + 2) x (1 MiB + the longest line))\n"
-    "  --overwrite          replace an existing PREFIX.bin / PREFIX.idx (without it they are refused);\n"
-    "                       the old dataset stays intact until the new one is complete\n"
+    "  --overwrite          replace an existing PREFIX.bin / PREFIX.idx and PREFIX_mask.{bin,idx} (without\n"
+    "                       it they are refused; a build without a mask removes the old one); the old\n"
+    "                       dataset stays intact until the new one is complete\n"
     "\n"
     "The input streams through in bounded memory whatever its size. Progress (documents, MB/s,\n"
     "tokens/s) goes to stderr: redrawn on a terminal, a line a minute otherwise. Tokens are written as\n"
@@ -337,9 +338,14 @@ static int refuse_existing(const BuildOptions *opt, const char *prefix) {
     struct stat sb;
     bool has_bin = lstat(bin, &sb) == 0, has_idx = lstat(idx, &sb) == 0;
     if (opt->overwrite || (!has_bin && !has_idx)) return 0;
-    mt_error("data build: --output %s: %s%s%s already exist%s; pass --overwrite to replace %s (or choose another "
+    char tokens[1100];
+    snprintf(tokens, sizeof tokens, "%s.idx", opt->output);
+    const bool lone_mask = strcmp(prefix, opt->output) != 0 && lstat(tokens, &sb) != 0;
+    mt_error("data build: --output %s: %s%s%s already exist%s%s; pass --overwrite to replace %s (or choose another "
              "prefix)", prefix, has_bin ? bin : "", has_bin && has_idx ? " and " : "", has_idx ? idx : "",
-             has_bin && has_idx ? "" : "s", has_bin && has_idx ? "them" : "it");
+             has_bin && has_idx ? "" : "s",
+             lone_mask ? ", a loss mask without its dataset (left by a build killed as it finished?)" : "",
+             has_bin && has_idx ? "them" : "it");
     return -1;
 }
 
