@@ -107,9 +107,17 @@ static void move_aside(const char *dir) {
     }
 }
 
-/* Later saves of the resumed run land in run.dir/checkpoints: refuse when it
- * holds checkpoints newer than `step` (they would be mixed with the new ones). */
-static int check_no_newer(const Recipe *recipe, long step, char *err, size_t errlen) {
+/* Whether two paths name the same existing directory. */
+static bool same_dir(const char *a, const char *b) {
+    struct stat sa, sb;
+    return a[0] && b[0] && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* Later saves of the resumed run land in run.dir/checkpoints. In the run's own directory: refuse when it holds
+ * checkpoints newer than `step` (they would be mixed with the new ones). In another directory (a branch, --set
+ * run.dir=NEW): refuse any checkpoint there, which would be another run's (or branch's), mixed with this one's and
+ * deleted by its retention, as `run` refuses them. */
+static int check_target_dir(const Recipe *recipe, const CkptLocation *loc, long step, char *err, size_t errlen) {
     char dir[MT_PATH_MAX + 16];
     snprintf(dir, sizeof dir, "%s/checkpoints", recipe->run.dir);
     long *steps = NULL;
@@ -117,6 +125,13 @@ static int check_no_newer(const Recipe *recipe, long step, char *err, size_t err
     if (n < 0) return MT_EXIT_FAILURE;
     long newest = n > 0 ? steps[n - 1] : -1;
     free(steps);
+    if (n > 0 && !same_dir(recipe->run.dir, loc->run_dir)) {
+        mt_set_error(err, errlen,
+                     "run.dir: '%s' already holds checkpoints (the newest at step %ld) of another run or branch; "
+                     "their checkpoints would be mixed with this one's (and deleted by its retention): continue in "
+                     "an empty run.dir (--set run.dir=NEW)", recipe->run.dir, newest);
+        return MT_EXIT_USAGE;
+    }
     if (newest <= step) return 0;
     mt_set_error(err, errlen,
                  "%s holds a newer checkpoint (step %ld) than the one resumed from (step %ld); the new checkpoints would "
@@ -239,7 +254,7 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     }
     if (ckpt_model_shape_check(&stored, &recipe.model, err, sizeof err) != 0)
         return refuse_together(MT_EXIT_USAGE, "%s", err);
-    int status = check_no_newer(&recipe, step, err, sizeof err);
+    int status = check_target_dir(&recipe, loc, step, err, sizeof err);
     if (status != 0) return refuse_together(status, "%s", err);
     /* A checkpoint that stores its frozen base has none recorded to reference: the run goes on storing it. */
     if (recipe.model.peft.type == PEFT_LORA && !references_base) recipe.checkpoint.frozen_base = FROZEN_BASE_STORE;
@@ -358,7 +373,7 @@ static int resume_from(const char *arg, const char *const *sets, int num_sets) {
         status = try_checkpoint(dir, &loc, sets, num_sets);
         if (status == TRY_NEXT) {
             skipped++;
-            move_aside(dir);
+            if (!run_dir_set) move_aside(dir); /* a branch (--set run.dir=NEW) only reads the source run */
             if (i > 0 && dist_rank() == 0) mt_warn("falling back to the next older checkpoint");
         }
     }

@@ -130,6 +130,20 @@ expect 0 "resume: the learning rate of step 21 is .*: this resume's --set change
   "$MEGATRAIN" resume "$WORK/lr/checkpoints/iter_0000020" --set run.dir="$WORK/lr-x" --set optimizer.lr=1e-2
 echo "an lr moved by a resume's --set: warned with both rates"
 
+# a branch into a run.dir that holds checkpoints (another run's, or another branch's, older ones included) is
+# refused: its retention would delete them (it deleted them), and its recipe.yaml and metrics.jsonl be mixed
+ls "$WORK/branch/checkpoints" > "$WORK/branch-before.txt"; cp "$WORK/branch/recipe.yaml" "$WORK/branch-recipe.yaml"
+expect 2 "run.dir: '.*branch' already holds checkpoints (the newest at step 30) of another run or branch" \
+  "$MEGATRAIN" resume "$WORK/a/checkpoints/iter_0000010" --set run.dir="$WORK/branch" --set train.steps=40 \
+  --set checkpoint.keep_last=1
+[[ "$(ls "$WORK/branch/checkpoints")" == "$(cat "$WORK/branch-before.txt")" ]] &&
+  cmp -s "$WORK/branch/recipe.yaml" "$WORK/branch-recipe.yaml" || fail "the refused branch changed the run.dir it named"
+# a branch only reads its source: a damaged checkpoint there is skipped, not moved aside
+cp -r "$WORK/a" "$WORK/src"; rm "$WORK/src/checkpoints/iter_0000030/metadata.mtck"
+expect 0 "resume: from .*iter_0000020 at step 20" "$MEGATRAIN" resume "$WORK/src" --set run.dir="$WORK/branch2" \
+  --set train.steps=30
+[[ -d "$WORK/src/checkpoints/iter_0000030" && ! -e "$WORK/src/checkpoints/iter_0000030.invalid" ]] ||
+  fail "a branch moved its source's damaged checkpoint aside: $(ls "$WORK/src/checkpoints")"
 # data.cache_dir's default follows run.dir: the recipes say null, and the branch caches its index in its own run.dir
 grep -q '^  cache_dir: null$' "$WORK/a/recipe.yaml" "$WORK/a/checkpoints/iter_0000010/recipe.yaml" ||
   fail "the default data.cache_dir was written resolved: $(grep cache_dir "$WORK/a/recipe.yaml")"
