@@ -20,7 +20,7 @@ long global_batch_at(const TrainConfig *train, long step, double consumed_tokens
     return gbs;
 }
 
-/* The schedule walked from step 0 in runs of steps that share a stage (one global batch size), a run at a
+/* The schedule walked from step 0 (or a resumed run's position) in runs of steps that share a stage (one global batch size), a run at a
  * time rather than a step at a time (a budget of 2^53 steps or tokens is a few runs, not 2^53 iterations):
  * until max_steps steps or until target_tokens tokens are consumed (0: no target), whichever comes first.
  * Exact integer arithmetic (starts in token form rounded up: a stage applies once consumed >= start). */
@@ -29,7 +29,9 @@ typedef struct ScheduleWalk {
 } ScheduleWalk;
 
 static ScheduleWalk walk_schedule(const TrainConfig *train, __int128 max_steps, __int128 target_tokens) {
-    ScheduleWalk w = {0, 0, 0};
+    /* from where a resumed run stands (0 for a fresh one): what it consumed is counted as it was, not as the
+     * schedule now in force would have had it */
+    ScheduleWalk w = {train->resumed_step, (__int128)train->resumed_tokens, train->resumed_samples};
     const int n = train->num_batch_stages;
     while (w.steps < max_steps && (target_tokens <= 0 || w.tokens < target_tokens)) {
         const __int128 position = train->batch_stages_in_tokens ? w.tokens : w.steps;

@@ -158,6 +158,12 @@ typedef struct TrainConfig {
     Recompute recompute;   /* activation recomputation in the backward (train.recompute) */
     LossReduction loss;    /* train.loss */
     long exit_interval;    /* stop (save, exit 0) after a step that is a multiple of this; 0 = off */
+    /* Not keys: where a resumed run starts (recipe_load_resumed), 0 for a fresh one. The batch stages that ended
+     * before it are not held to this launch's layout (they are not run again), and a token budget and the
+     * samples the run reads are counted on from there with the schedule now in force (batch_schedule.h). */
+    long resumed_step;
+    double resumed_tokens;
+    int64_t resumed_samples;
     double exit_duration_mins; /* stop (save, exit 0) after the step that ends this long after training began; 0 = off */
 } TrainConfig;
 
@@ -266,10 +272,6 @@ typedef struct Recipe {
     CheckpointConfig checkpoint;
     LoggingConfig logging;
     char init_from[MT_PATH_MAX]; /* checkpoint whose weights a fresh run starts from ("" = none) */
-    /* Not a key: where a resumed run starts (recipe_load_resumed), 0 for a fresh one. The batch stages that
-     * ended before it are not held to this launch's layout (they are not run again). */
-    long resumed_step;
-    double resumed_tokens;
 } Recipe;
 
 /* Load `path`, apply `num_overrides` strings of the form "key.path=value"
@@ -279,10 +281,11 @@ typedef struct Recipe {
  * and key into err and returns -1 (the caller exits with status 2). */
 int recipe_load(Recipe *recipe, const char *path, const char *const *overrides, int num_overrides,
                 int world_size, char *err, size_t errlen);
-/* recipe_load for a run resumed after `step` steps and `tokens` tokens: the batch schedule's stages that
- * ended by then need not divide by this launch's micro_batch_size * dp (a resume onto another dp mid-ramp). */
+/* recipe_load for a run resumed after `step` steps, `tokens` tokens and `samples` samples: the batch schedule's
+ * stages that ended by then need not divide by this launch's micro_batch_size * dp (a resume onto another dp
+ * mid-ramp). */
 int recipe_load_resumed(Recipe *recipe, const char *path, const char *const *overrides, int num_overrides,
-                        int world_size, long step, double tokens, char *err, size_t errlen);
+                        int world_size, long step, double tokens, int64_t samples, char *err, size_t errlen);
 
 /* Load a model architecture file (a configs/ YAML file: the keys of `model:`). */
 int model_config_load(ModelConfig *model, const char *path, char *err, size_t errlen);

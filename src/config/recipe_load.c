@@ -186,14 +186,15 @@ static int absolute_data_paths(Recipe *recipe, char *err, size_t errlen) {
 
 int recipe_load(Recipe *recipe, const char *path, const char *const *overrides, int num_overrides, int world_size,
                 char *err, size_t errlen) {
-    return recipe_load_resumed(recipe, path, overrides, num_overrides, world_size, 0, 0.0, err, errlen);
+    return recipe_load_resumed(recipe, path, overrides, num_overrides, world_size, 0, 0.0, 0, err, errlen);
 }
 
 int recipe_load_resumed(Recipe *recipe, const char *path, const char *const *overrides, int num_overrides,
-                        int world_size, long step, double tokens, char *err, size_t errlen) {
+                        int world_size, long step, double tokens, int64_t samples, char *err, size_t errlen) {
     recipe_set_defaults(recipe);
-    recipe->resumed_step = step;
-    recipe->resumed_tokens = tokens;
+    recipe->train.resumed_step = step;
+    recipe->train.resumed_tokens = tokens;
+    recipe->train.resumed_samples = samples;
     if (strlen(path) >= sizeof recipe->source_path) {
         mt_set_error(err, errlen, "%s: recipe path too long", path);
         return -1;

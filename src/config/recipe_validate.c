@@ -121,7 +121,7 @@ static int validate_layout(const Recipe *r, const YNode *root, YLoc at, int worl
     long dp = world / model_parallel;
     long unit = (long)r->train.micro_batch_size * dp;
     const TrainConfig *t = &r->train;
-    const double resumed_at = t->batch_stages_in_tokens ? r->resumed_tokens : (double)r->resumed_step;
+    const double resumed_at = t->batch_stages_in_tokens ? t->resumed_tokens : (double)t->resumed_step;
     /* a stage a resumed run has finished (the next one applies already) is not run on this layout */
 #define STAGE_FINISHED(i) ((i) + 1 < t->num_batch_stages && t->batch_stages[(i) + 1].start <= resumed_at)
     for (int i = 0; i < r->train.num_batch_stages; i++) {

@@ -176,6 +176,7 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     for (int i = 0; i < r->meta.num_files; i++) has_recipe |= r->meta.files[i].role == CKPT_FILE_RECIPE;
     const long step = has_state ? (long)r->meta.state.step : 0;
     const double tokens = has_state ? (double)r->meta.state.consumed_tokens : 0.0;
+    const int64_t samples = has_state ? r->meta.state.consumed_samples : 0;
     ckpt_reader_close(r);
     /* a checkpoint renamed (or copied) to another step's name would be resumed as the newest, and the newer ones
      * it hides refused: its name and its metadata must say the same step */
@@ -210,7 +211,7 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     snprintf(path, sizeof path, "%s/%s", dir, CKPT_RECIPE_FILE);
     /* every rank reads the same recipe: a refusal is said once, and the ranks end together (resume_main) */
     char said[sizeof err + 160] = "";
-    const int loaded = recipe_load_resumed(&recipe, path, overrides, n, launch_world_size(), step, tokens, err,
+    const int loaded = recipe_load_resumed(&recipe, path, overrides, n, launch_world_size(), step, tokens, samples, err,
                                            sizeof err) != 0
                            ? MT_EXIT_USAGE : MT_EXIT_OK;
     if (loaded != MT_EXIT_OK)

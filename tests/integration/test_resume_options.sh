@@ -113,6 +113,18 @@ expect 1 "holds no valid checkpoint, only ones moved aside as incomplete or corr
 [[ $(grep -c '"step"' "$WORK/bad/metrics.jsonl") -eq 5 ]] || fail "the refused requeue touched metrics.jsonl"
 echo "run --resume-if-exists: started, resumed, finished; a changed recipe refused"
 
+# a token budget goes on from where the run stands: resumed with another batch schedule (or seq_len) it still ends
+# at train.tokens (before, the steps were counted as if the new schedule had run from step 0: 2/3 of the budget)
+tok=(--set train.steps=null --set train.tokens=153600 --set "train.batch_schedule=[{step: 0, global_batch_size: 8}, {step: 100, global_batch_size: 16}]" --set optimizer.schedule.decay_steps=null --set logging.interval=10)
+expect 0 "stopped by train.exit_interval after step 100" run "$WORK/tok" 1 "${tok[@]}" --set train.exit_interval=100
+cp -r "$WORK/tok" "$WORK/tok-at-100"
+expect 0 "done: 200 steps, 153600 tokens" "$MEGATRAIN" resume "$WORK/tok" \
+  --set "train.batch_schedule=[{step: 0, global_batch_size: 16}]" --set train.exit_interval=0
+expect 0 "done: 300 steps, 153600 tokens" "$MEGATRAIN" resume "$WORK/tok-at-100" \
+  --set run.dir="$WORK/tok32" --set train.seq_len=32 --set train.exit_interval=0
+grep -q "^train: 300 steps, seq_len 32, .* 4000 train samples" "$WORK/out.log" ||
+  fail "seq_len 32 from step 100: the samples are the 800 read plus 200 steps of 16: $(grep '^train:' "$WORK/out.log")"
+
 # The lr after a resume that changes the schedule: with decay_steps null a longer train.steps re-stretches the decay,
 # which the resume says with both rates (the logged lr of step 21 is the new one); decay_steps set to the old length
 # keeps the checkpoint's lr, with no warning.

@@ -174,6 +174,26 @@ static void test_largest_budgets(void **state) {
     assert_int_equal(train_schedule_samples(&s, 1L << 40), 10 * 1024 + ((1L << 40) - 10) * 2048);
 }
 
+/* A resumed run counts on from its position with the schedule now in force: 100 steps of 8 (800 samples, 51200
+ * tokens at seq 64) done, then 16 a step: a budget of 153600 tokens ends at step 200, and the loader holds the
+ * 800 samples read plus 1600; the same schedule from step 0 would say 150 steps and 2400 samples. */
+static void test_resumed_position(void **state) {
+    (void)state;
+    TrainConfig t = plain(0, 153600, 64, 16);
+    assert_int_equal(train_total_steps(&t), 150);
+    t.resumed_step = 100;
+    t.resumed_tokens = 51200;
+    t.resumed_samples = 800;
+    assert_int_equal(train_total_steps(&t), 200);
+    assert_int_equal(train_schedule_samples(&t, 200), 800 + 1600);
+    assert_int_equal(train_schedule_samples(&t, 100), 800); /* nothing left to run */
+    t.seq_len = 32;                                        /* 102400 tokens left at 512 a step */
+    assert_int_equal(train_total_steps(&t), 300);
+    /* a budget already spent: nothing more */
+    t.resumed_tokens = 153600;
+    assert_int_equal(train_total_steps(&t), 100);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_stage),
@@ -186,6 +206,7 @@ int main(void) {
         cmocka_unit_test(test_schedule_samples),
         cmocka_unit_test(test_runs_equal_steps),
         cmocka_unit_test(test_largest_budgets),
+        cmocka_unit_test(test_resumed_position),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
