@@ -307,6 +307,11 @@ char *recipe_yaml_text(const Recipe *recipe, size_t *len);
  * from, into out: "train.steps: '5' here, '4' on rank 0" (ours_name "here", theirs_name "on rank 0"). */
 void recipe_text_difference(const char *ours, const char *theirs, const char *ours_name, const char *theirs_name,
                             char *out, size_t outlen);
+/* Every key whose value differs between two recipe_yaml_text texts (a list's items as LIST[i]), into out as
+ * "train.steps 200 -> 300; optimizer.lr 0.003 -> 0.001" (cut to outlen); the first of them that starts with one
+ * of the `watched` prefixes (NULL-terminated; may be NULL) into hit (or ""). Returns the number of changes. */
+int recipe_text_changes(const char *before, const char *after, char *out, size_t outlen, const char *const *watched,
+                        char *hit, size_t hitlen);
 /* The same with the data paths (data.train, data.valid, data.cache_dir) left out: what ranks that resolved relative
  * paths from different directories still agree on. */
 uint32_t recipe_crc32c_without_data_paths(const Recipe *recipe);

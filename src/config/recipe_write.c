@@ -179,3 +179,89 @@ void recipe_text_difference(const char *ours, const char *theirs, const char *ou
     }
     snprintf(out, outlen, "(no line differs)");
 }
+
+/* The (key path, value) pairs of a recipe_yaml_text text, a list's items as "list[i]". */
+typedef struct KeyValue {
+    char key[800], value[512];
+} KeyValue;
+
+static int key_values(const char *text, KeyValue **out) {
+    char sections[8][64] = {{0}};
+    int n = 0, item = 0;
+    size_t cap = 0;
+    KeyValue *kv = NULL;
+    char line[512], list[800] = "";
+    for (const char *at = text; *at;) {
+        next_line(&at, line, sizeof line);
+        const size_t indent = strspn(line, " ");
+        if (!line[indent]) continue;
+        const bool is_item = !strncmp(line + indent, "- ", 2);
+        const char *colon = is_item ? NULL : strchr(line + indent, ':');
+        char prefix[256] = "";
+        for (size_t level = 0; level < indent / 2 && level < 8; level++)
+            if (sections[level][0])
+                snprintf(prefix + strlen(prefix), sizeof prefix - strlen(prefix), "%s%.63s", prefix[0] ? "." : "",
+                         sections[level]);
+        kv = mt_grow(kv, &cap, (size_t)n + 1, sizeof *kv);
+        KeyValue *e = &kv[n];
+        if (is_item) {
+            snprintf(e->key, sizeof e->key, "%s[%d]", list, item++);
+            snprintf(e->value, sizeof e->value, "%s", line + indent + 2);
+            n++;
+            continue;
+        }
+        if (!colon) continue;
+        const char *value = colon + 1 + strspn(colon + 1, " ");
+        snprintf(e->key, sizeof e->key, "%s%s%.*s", prefix, prefix[0] ? "." : "", (int)(colon - line - indent),
+                 line + indent);
+        snprintf(e->value, sizeof e->value, "%s", value);
+        if (!*value) { /* a section, or a list whose items follow */
+            snprintf(list, sizeof list, "%s", e->key);
+            item = 0;
+            if (indent / 2 < 8) {
+                snprintf(sections[indent / 2], sizeof sections[0], "%.*s", (int)(colon - line - indent), line + indent);
+                for (size_t level = indent / 2 + 1; level < 8; level++) sections[level][0] = '\0';
+            }
+            continue;
+        }
+        n++;
+    }
+    *out = kv;
+    return n;
+}
+
+static const KeyValue *find_key_value(const KeyValue *kv, int n, const char *key) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(kv[i].key, key)) return &kv[i];
+    return NULL;
+}
+
+int recipe_text_changes(const char *before, const char *after, char *out, size_t outlen, const char *const *watched,
+                        char *hit, size_t hitlen) {
+    KeyValue *a = NULL, *b = NULL;
+    const int na = key_values(before, &a), nb = key_values(after, &b);
+    int changes = 0;
+    size_t used = 0;
+    out[0] = '\0';
+    if (hit && hitlen) hit[0] = '\0';
+    for (int pass = 0; pass < 2; pass++) { /* changed or added keys (in after's order), then removed ones */
+        const KeyValue *from = pass ? a : b, *other = pass ? b : a;
+        const int count = pass ? na : nb, other_count = pass ? nb : na;
+        for (int i = 0; i < count; i++) {
+            const KeyValue *match = find_key_value(other, other_count, from[i].key);
+            if (pass && match) continue; /* seen in the first pass */
+            if (!pass && match && !strcmp(match->value, from[i].value)) continue;
+            const char *old_value = pass ? from[i].value : match ? match->value : "(none)";
+            const char *new_value = pass ? "(none)" : from[i].value;
+            if (used < outlen)
+                used += (size_t)snprintf(out + used, outlen - used, "%s%s %s -> %s", changes ? "; " : "", from[i].key,
+                                         old_value, new_value);
+            changes++;
+            for (int w = 0; watched && watched[w] && hit && hitlen && !hit[0]; w++)
+                if (!strncmp(from[i].key, watched[w], strlen(watched[w]))) snprintf(hit, hitlen, "%s", from[i].key);
+        }
+    }
+    free(a);
+    free(b);
+    return changes;
+}

@@ -163,6 +163,35 @@ __attribute__((format(printf, 2, 3))) static int refuse_together(int status, con
     return status;
 }
 
+/* What the --set values change, key by key, from the checkpoint's own recipe (loaded again with run.dir alone), on
+ * rank 0, once: one log line, and a warning when a change makes the run read other samples or compute another
+ * function than the uninterrupted run (run.seed, train.seq_len, data.*, the model's keys), or does nothing here
+ * (init_from: the weights are the checkpoint's). Nothing when the checkpoint's recipe does not load alone. */
+static void report_changes(const char *path, const char *const *overrides, int num_kept, long step, double tokens,
+                           int64_t samples, const Recipe *resumed) {
+    static bool reported;
+    if (reported || dist_rank() != 0) return;
+    reported = true;
+    static Recipe stored;
+    char err[2048];
+    if (recipe_load_resumed(&stored, path, overrides, num_kept, 0, step, tokens, samples, err, sizeof err) != 0) return;
+    size_t na, nb;
+    char *before = recipe_yaml_text(&stored, &na), *after = recipe_yaml_text(resumed, &nb);
+    static const char *const computes[] = {"run.seed", "train.seq_len", "data.train", "data.valid", "data.split",
+                                           "data.pack", "model.", NULL};
+    char changes[4096], hit[900];
+    if (recipe_text_changes(before, after, changes, sizeof changes, computes, hit, sizeof hit) > 0) {
+        mt_log("resume: --set changes %s", changes);
+        if (hit[0])
+            mt_warn("resume: %s changes the samples the run reads or what its model computes from here on: it "
+                    "continues, but no longer computes what the uninterrupted run would", hit);
+        if (strcmp(stored.init_from, resumed->init_from) != 0)
+            mt_warn("resume: init_from has no effect on a resume: the weights are the checkpoint's");
+    }
+    free(before);
+    free(after);
+}
+
 /* Resume from checkpoint `dir`: TRY_NEXT when it is unusable (reported), else an exit status. */
 static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *const *sets, int num_sets) {
     char err[4096];
@@ -241,13 +270,7 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
                                    "one, first at %s: to change it on purpose, `megatrain resume %s --set KEY=VALUE`; "
                                    "else choose another run.dir", dir, where, recipe.run.dir);
     }
-    /* settings a resume may change but that change what the run reads: it goes on, no longer the run it was */
-    static const char *const data_keys[] = {"run.seed=", "train.seq_len=", "data.", NULL};
-    for (int i = 0; i < num_sets && dist_rank() == 0 && !run_recipe; i++) /* --resume-if-exists: the same run */
-        for (int k = 0; data_keys[k]; k++)
-            if (!strncmp(sets[i], data_keys[k], strlen(data_keys[k])) && strncmp(sets[i], "data.cache_dir=", 15))
-                mt_warn("resume: --set %s changes the samples the run reads from here on: it continues, but no "
-                        "longer computes what the uninterrupted run would", sets[i]);
+    report_changes(path, overrides, n > num_sets ? 1 : 0, step, tokens, samples, &recipe);
     ModelConfig stored;
     if (ckpt_read_model_config(dir, &stored, err, sizeof err) != 0) {
         if (dist_rank() == 0) mt_warn("skipping checkpoint %s: %s", dir, err);

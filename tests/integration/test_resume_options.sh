@@ -199,14 +199,24 @@ if command -v mpirun > /dev/null && [[ -z ${TSAN_OPTIONS:-} ]]; then
   done
 fi
 
-# A resume may change the seed, seq_len or the data, and says that the run then reads other samples than the
-# uninterrupted run would (it used to go on without a word); the cache directory changes nothing read
+# A resume says what its --set values change, key by key from the checkpoint's recipe, and warns when the run then
+# reads other samples or computes another model than the uninterrupted run would (the seed, the data, a model key);
+# a value the checkpoint already has (the seed as it was) and the cache directory change nothing read; init_from
+# does nothing on a resume and says so
 seedrun="$WORK/seedrun"
 run "$seedrun" 10 > /dev/null
-expect 0 "resume: --set run.seed=99 changes the samples the run reads from here on" \
+expect 0 "resume: run.seed changes the samples the run reads or what its model computes" \
   "$MEGATRAIN" resume "$seedrun" --set train.steps=12 --set run.seed=99 --set run.dir="$WORK/seedrun-99"
-"$MEGATRAIN" resume "$seedrun" --set train.steps=12 --set data.cache_dir="$WORK/cache2" --set run.dir="$WORK/seedrun-c" \
-  2>&1 | grep -q "changes the samples" && fail "data.cache_dir warned of as a change of samples"
+grep -q "resume: --set changes run.dir .* -> .*seedrun-99\"; run.seed 1234 -> 99; train.steps 10 -> 12; data.cache_dir" \
+  "$WORK/out.log" || fail "the changes line: $(grep 'changes' "$WORK/out.log")"
+"$MEGATRAIN" resume "$seedrun" --set train.steps=12 --set data.cache_dir="$WORK/cache2" --set run.seed=1234 \
+  --set run.dir="$WORK/seedrun-c" > "$WORK/out.log" 2>&1 || fail "resume with the cache dir: $(tail -2 "$WORK/out.log")"
+! grep -q "changes the samples" "$WORK/out.log" && ! grep -q "run.seed" "$WORK/out.log" ||
+  fail "an unchanged seed or the cache directory warned of: $(grep 'changes' "$WORK/out.log")"
+expect 0 "resume: model.rope_theta changes the samples the run reads or what its model computes" \
+  "$MEGATRAIN" resume "$seedrun" --set train.steps=12 --set model.rope_theta=500000 --set run.dir="$WORK/seedrun-r" \
+  --set init_from="$WORK/a"
+grep -q "init_from has no effect on a resume" "$WORK/out.log" || fail "init_from on a resume: not said"
 
 # Entries named like checkpoints that are not (a dangling link, a file, a checkpoint renamed to a later step):
 # resume moves each aside as it does a corrupt checkpoint and goes on from the newest that is one (before, a link

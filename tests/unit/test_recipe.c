@@ -254,6 +254,26 @@ static void test_text_difference(void **state) {
     recipe_text_difference(tc, td, "here", "on rank 0", where, sizeof where);
     assert_string_equal(where, "train.batch_schedule: '- {step: 50, global_batch_size: 8}' here, "
                                "'- {step: 50, global_batch_size: 16}' on rank 0");
+    /* every change, key by key, a list's items by index; the watched prefix names the first it meets */
+    char changes[1024], hit[256];
+    assert_int_equal(recipe_text_changes(ta, tb, changes, sizeof changes, NULL, NULL, 0), 1);
+    assert_string_equal(changes, "optimizer.schedule.warmup_steps 10 -> 3");
+    assert_int_equal(recipe_text_changes(ta, ta, changes, sizeof changes, NULL, NULL, 0), 0);
+    assert_string_equal(changes, "");
+    static const char *const watched[] = {"train.batch", NULL};
+    assert_int_equal(recipe_text_changes(tc, td, changes, sizeof changes, watched, hit, sizeof hit), 1);
+    assert_string_equal(changes, "train.batch_schedule[1] {step: 50, global_batch_size: 8} -> "
+                                 "{step: 50, global_batch_size: 16}");
+    assert_string_equal(hit, "train.batch_schedule[1]");
+    Recipe e;
+    const char *three[] = {"train.global_batch_size=null", "train.batch_schedule=[{step: 0, global_batch_size: 4}, "
+                           "{step: 50, global_batch_size: 8}, {step: 60, global_batch_size: 16}]", "run.seed=8"};
+    load_ok(&e, BASE, three, 3, 1);
+    size_t ne;
+    char *te = recipe_yaml_text(&e, &ne);
+    assert_int_equal(recipe_text_changes(te, tc, changes, sizeof changes, watched, hit, sizeof hit), 2);
+    assert_string_equal(changes, "run.seed 8 -> 7; train.batch_schedule[2] {step: 60, global_batch_size: 16} -> (none)");
+    free(te);
     free(tc);
     free(td);
     free(ta);
