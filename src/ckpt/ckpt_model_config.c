@@ -75,6 +75,10 @@ int ckpt_model_shape_check(const ModelConfig *stored, const ModelConfig *wanted,
         else if (strcmp(fields[i].key, "peft.target_modules") == 0)
             mt_set_error(err, errlen, "peft.target_modules: the checkpoint's adapters are on other layers than the "
                          "recipe's; %s", refusal);
+        else if (!strcmp(fields[i].key, "tie_word_embeddings") || !strcmp(fields[i].key, "attention_bias") ||
+                 !strcmp(fields[i].key, "qk_norm")) /* the recipe's booleans, as the recipe writes them */
+            mt_set_error(err, errlen, "model.%s: the checkpoint's model has %s, the recipe asks for %s; %s",
+                         fields[i].key, fields[i].have ? "true" : "false", fields[i].want ? "true" : "false", refusal);
         else
             mt_set_error(err, errlen, "%s%s: the checkpoint's model has %ld, the recipe asks for %ld; %s",
                          strncmp(fields[i].key, "peft.", 5) == 0 ? "" : "model.", fields[i].key, fields[i].have,

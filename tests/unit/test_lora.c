@@ -263,6 +263,13 @@ static void test_model_yaml_round_trip(void **state) {
     other.peft.type = PEFT_NONE;
     assert_int_equal(ckpt_model_shape_check(&back, &other, err, sizeof err), -1);
     assert_non_null(strstr(err, "peft: the checkpoint's model has LoRA adapters, the recipe has no peft: section"));
+    other = cfg; /* a boolean key said as the recipe writes it */
+    other.attention_bias = !cfg.attention_bias;
+    assert_int_equal(ckpt_model_shape_check(&back, &other, err, sizeof err), -1);
+    assert_non_null(strstr(err, cfg.attention_bias ? "model.attention_bias: the checkpoint's model has true, the recipe "
+                                                     "asks for false"
+                                                   : "model.attention_bias: the checkpoint's model has false, the "
+                                                     "recipe asks for true"));
     free(text);
     unlink(path);
 }
