@@ -239,14 +239,18 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     char path[MT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/%s", dir, CKPT_RECIPE_FILE);
     /* every rank reads the same recipe: a refusal is said once, and the ranks end together (resume_main) */
-    char said[sizeof err + 160] = "";
+    char said[sizeof err + 400] = "";
     const int loaded = recipe_load_resumed(&recipe, path, overrides, n, launch_world_size(), step, tokens, samples, err,
                                            sizeof err) != 0
                            ? MT_EXIT_USAGE : MT_EXIT_OK;
     if (loaded != MT_EXIT_OK)
         snprintf(said, sizeof said, "%s%s", err,
                  strstr(err, "to divide the world size") ? "\n  (checkpoints resume on any layout: set the one of this "
-                 "launch, e.g. --set parallel.tp=1 --set parallel.pp=1 --set parallel.cp=1)" : "");
+                 "launch, e.g. --set parallel.tp=1 --set parallel.pp=1 --set parallel.cp=1, and with pp 1 "
+                 "--set parallel.vpp=1 --set parallel.pp_layers=null)"
+                 : strstr(err, "parallel.pp_layers:") || strstr(err, "parallel.vpp:")
+                     ? "\n  (the checkpoint's pipeline split: a resume on another pp sets its own, e.g. "
+                       "--set parallel.pp_layers=null --set parallel.vpp=1)" : "");
     const int agreed = dist_report_first(loaded, said);
     if (agreed != MT_EXIT_OK) {
         refused_together = true;

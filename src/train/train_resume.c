@@ -191,8 +191,9 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
     if (status_after == 0 && !load_optimizer)
         mt_log("resume: optimizer state not loaded (checkpoint.load_optimizer: false): AdamW starts afresh");
 
-    /* Rank 0 alone writes run.dir; the others wait for it, and stop with it when it cannot. */
-    if (status_after == 0 && comm_world()->rank == 0) {
+    /* Rank 0 alone writes run.dir; the others wait for it, and stop with it when it cannot. A resume with nothing
+     * to do (the checkpoint at train.steps) leaves it as it is: its --set values never ran. */
+    if (status_after == 0 && comm_world()->rank == 0 && ctx->state.step < ctx->total_steps) {
         char path[MT_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/recipe.yaml", recipe->run.dir);
         if (recipe_write(recipe, path, err, errlen) != 0 ||

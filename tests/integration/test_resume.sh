@@ -97,6 +97,20 @@ for layout in 1 $([[ -n ${TSAN_OPTIONS:-} ]] || echo dp2 pp2); do
     fail "eval signal ($layout): no checkpoint of step 2"
   echo "SIGTERM in an evaluation ($layout): stopped in $((SECONDS - killed_at)) s, step 2 saved"
 done
+# a pp 2 checkpoint resumed on one rank: the refusal says how to set this launch's layout, the pipeline split
+# (vpp, pp_layers, which a checkpoint may hold) included
+if [[ -d "$WORK/eval-signal-pp2" ]]; then
+  status=0
+  "$MEGATRAIN" resume "$WORK/eval-signal-pp2" --set train.eval_batches=1 > "$WORK/pp-hint.log" 2>&1 || status=$?
+  [[ $status -eq 2 ]] && grep -q "with pp 1 --set parallel.vpp=1 --set parallel.pp_layers=null)" "$WORK/pp-hint.log" ||
+    fail "pp 2 on one rank: $status $(cat "$WORK/pp-hint.log")"
+  status=0
+  "$MEGATRAIN" resume "$WORK/eval-signal-pp2" --set parallel.pp=1 --set "parallel.pp_layers=[1, 1]" \
+    > "$WORK/pp-hint.log" 2>&1 || status=$?
+  [[ $status -eq 2 ]] && grep -q "parallel.pp_layers: expected one layer count per pipeline stage" "$WORK/pp-hint.log" &&
+    grep -q "(the checkpoint's pipeline split: a resume on another pp sets its own, e.g. --set parallel.pp_layers=null --set parallel.vpp=1)" "$WORK/pp-hint.log" ||
+    fail "pp_layers of 2 stages at pp 1: $status $(cat "$WORK/pp-hint.log")"
+fi
 
 # SIGTERM while saving every step slowly (so the signal lands in a save or a
 # step), then resume without the slowness.

@@ -283,3 +283,8 @@ grep -q "cache_dir: \"$WORK/start/cache\"" "$WORK/start/rel/checkpoints/iter_000
 (cd "$WORK/start" && run same 12 --set "data.train=[{path: corpus/english, weight: 1.0}]" > /dev/null)
 [[ "$(losses "$WORK/start/rel")" == "$(losses "$WORK/start/same")" ]] || fail "the resume from elsewhere read other data"
 echo "relative data paths: written absolute, a resume from another directory reads the same data"
+# a resume with nothing to do leaves run.dir/recipe.yaml as it was (its --set values never ran)
+cp "$WORK/a/recipe.yaml" "$WORK/a-recipe.yaml"
+expect 0 "nothing to do" "$MEGATRAIN" resume "$WORK/a" --set optimizer.lr=0.001
+cmp -s "$WORK/a/recipe.yaml" "$WORK/a-recipe.yaml" || fail "a resume with nothing to do rewrote recipe.yaml"
+
