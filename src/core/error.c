@@ -58,6 +58,14 @@ void mt_warn(const char *fmt, ...) {
     va_end(ap);
 }
 
+void mt_log_warn(const char *fmt, ...) {
+    if (!mt_log_enabled) return;
+    va_list ap;
+    va_start(ap, fmt);
+    print_line(stderr, "megatrain: warning: ", fmt, ap);
+    va_end(ap);
+}
+
 void mt_log(const char *fmt, ...) {
     if (!mt_log_enabled) return;
     va_list ap;

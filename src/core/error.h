@@ -22,6 +22,10 @@ void mt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Print "megatrain: warning: <message>" to stderr. */
 void mt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Print "megatrain: warning: <message>" to stderr only when mt_log_enabled: a warning the job says once (rank 0),
+ * where every rank would say the same. */
+void mt_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 /* Print an informational line to stdout (only when mt_log_enabled). */
 void mt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 extern int mt_log_enabled;

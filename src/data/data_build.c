@@ -695,7 +695,7 @@ int data_build_main(int argc, char **argv) {
         rc = MT_EXIT_FAILURE;
     } else {
         if (dataset_tokenizer_write(opt.output, &made_by, opt.input, documents, tokens, err, sizeof err) != 0)
-            mt_log("warning: data build: %s (the dataset is complete; a run cannot check its tokenizer)", err);
+            mt_log_warn("data build: %s (the dataset is complete; a run cannot check its tokenizer)", err);
         print_summary(&st, documents, tokens, mt_now() - start);
     }
     build_reader_close(&st.reader);

@@ -174,7 +174,7 @@ static int check_health(TrainContext *ctx, const StepResult *result, HealthState
         health->bad_in_row = 0;
         double mean, std;
         if (loss_spike_check(&health->spikes, result->loss, &mean, &std))
-            mt_log("warning: step %ld: loss spike: %.4f against a running mean of %.4f (std %.4f)", step, result->loss,
+            mt_log_warn("step %ld: loss spike: %.4f against a running mean of %.4f (std %.4f)", step, result->loss,
                    mean, std);
         return 0;
     }
@@ -194,7 +194,7 @@ static int check_health(TrainContext *ctx, const StepResult *result, HealthState
         print_error(err);
         return -1;
     }
-    mt_log("warning: step %ld: skipped the update: %s (%ld in a row, %ld in total; train.max_nonfinite_steps = %d)",
+    mt_log_warn("step %ld: skipped the update: %s (%ld in a row, %ld in total; train.max_nonfinite_steps = %d)",
            step, what, health->bad_in_row, health->bad_total, max_bad);
     return 0;
 }

@@ -166,23 +166,23 @@ static ModelDeviceSetup device_setup_of(const TrainContext *ctx, const Recipe *r
 /* The setup warnings rank 0 prints: settings this run does not use. */
 static void warn_unused_settings(const Recipe *recipe) {
     if (recipe->precision != DTYPE_FP8 && !fp8_config_is_default(&recipe->fp8))
-        mt_log("warning: the fp8: settings apply with precision: fp8 only; this run's precision is %s, so they are "
+        mt_log_warn("the fp8: settings apply with precision: fp8 only; this run's precision is %s, so they are "
                "not used", dtype_name(recipe->precision));
     if (recipe->parallel.sequence_parallel && recipe->parallel.tp == 1)
-        mt_log("warning: parallel.sequence_parallel splits the sequence over the tensor-parallel ranks: at "
+        mt_log_warn("parallel.sequence_parallel splits the sequence over the tensor-parallel ranks: at "
                "parallel.tp 1 it does nothing");
     if (recipe->parallel.distributed_optimizer && recipe_dp_size(recipe, comm_world()->size) == 1)
-        mt_log("warning: parallel.distributed_optimizer shards the optimizer over the data-parallel ranks: at dp 1 "
+        mt_log_warn("parallel.distributed_optimizer shards the optimizer over the data-parallel ranks: at dp 1 "
                "(this launch's %d rank%s) it does nothing", comm_world()->size, comm_world()->size == 1 ? "" : "s");
     const Fp8Config fp8_default = fp8_config_default();
     if (recipe->precision == DTYPE_FP8 && recipe->fp8.recipe == FP8_RECIPE_TENSORWISE &&
         (recipe->fp8.amax_history_len != fp8_default.amax_history_len ||
          recipe->fp8.amax_compute_algo != fp8_default.amax_compute_algo))
-        mt_log("warning: fp8.amax_history_len and fp8.amax_compute_algo apply to fp8.recipe: delayed only; this run's "
+        mt_log_warn("fp8.amax_history_len and fp8.amax_compute_algo apply to fp8.recipe: delayed only; this run's "
                "tensorwise scaling takes each tensor's own amax, so they are not used");
     const OptimizerConfig *o = &recipe->optimizer;
     if (o->decay != DECAY_WSD && (o->wsd_decay_steps != 0 || o->wsd_decay_style != WSD_MINUS_SQRT))
-        mt_log("warning: optimizer.schedule.wsd_decay_steps and wsd_decay_style apply to decay: wsd only; this "
+        mt_log_warn("optimizer.schedule.wsd_decay_steps and wsd_decay_style apply to decay: wsd only; this "
                "run's decay is %s, so they are not used", lr_decay_name(o->decay));
     const double *split = recipe->data.split;
     if (recipe->data.num_valid > 0 && (split[1] > 0.0 || split[2] > 0.0) && comm_world()->rank == 0)

@@ -21,9 +21,9 @@ losses() { grep -o '"step":[0-9]*,"loss":[^,]*' "$1/metrics.jsonl"; }
 run "$WORK/clean" > /dev/null
 
 # Skip: the run goes on.
-MEGATRAIN_TEST_NAN_STEP=5 run "$WORK/skip" --set train.max_nonfinite_steps=1 > "$WORK/skip.log" \
+MEGATRAIN_TEST_NAN_STEP=5 run "$WORK/skip" --set train.max_nonfinite_steps=1 > "$WORK/skip.log" 2>&1 \
   || fail "skip run exited $?: $(tail -n 3 "$WORK/skip.log")"
-grep -q "^warning: step 5: skipped the update: .*first non-finite gradient: " "$WORK/skip.log" \
+grep -q "^megatrain: warning: step 5: skipped the update: .*first non-finite gradient: " "$WORK/skip.log" \
   || fail "no skip warning for step 5: $(grep -i step.5 "$WORK/skip.log")"
 named=$(grep -o "first non-finite gradient: [^ ]*" "$WORK/skip.log" | cut -d' ' -f4)
 "$MEGATRAIN" inspect "$WORK/skip/checkpoints/iter_0000008" > "$WORK/inspect.txt" || fail "iter_0000008 does not verify"

@@ -146,7 +146,7 @@ static int create_comms(ModelDevice *d, const ModelDeviceSetup *s, char *err, si
         if (order && atoi(order) == 1)
             mt_log("NCCL: each GPU runs its communicators' operations in launch order (NCCL_LAUNCH_ORDER_IMPLICIT=1)");
         else
-            mt_log("warning: NCCL_LAUNCH_ORDER_IMPLICIT is %s, not 1 (NCCL older than 2.26, or set so): the dp "
+            mt_log_warn("NCCL_LAUNCH_ORDER_IMPLICIT is %s, not 1 (NCCL older than 2.26, or set so): the dp "
                    "averages and the %s collectives in flight at once may hang", order ? order : "unset",
                    tp ? "tp" : cp ? "cp" : ep ? "ep" : "pipeline's");
     }
