@@ -118,7 +118,7 @@ echo "run --resume-if-exists: started, resumed, finished; a changed recipe refus
 tok=(--set train.steps=null --set train.tokens=153600 --set "train.batch_schedule=[{step: 0, global_batch_size: 8}, {step: 100, global_batch_size: 16}]" --set optimizer.schedule.decay_steps=null --set logging.interval=10)
 expect 0 "stopped by train.exit_interval after step 100" run "$WORK/tok" 1 "${tok[@]}" --set train.exit_interval=100
 cp -r "$WORK/tok" "$WORK/tok-at-100"
-expect 0 "done: 200 steps, 153600 tokens" "$MEGATRAIN" resume "$WORK/tok" \
+expect 0 "done: 200 steps, 153600 tokens (this session: steps 101-200 in " "$MEGATRAIN" resume "$WORK/tok" \
   --set "train.batch_schedule=[{step: 0, global_batch_size: 16}]" --set train.exit_interval=0
 expect 0 "done: 300 steps, 153600 tokens" "$MEGATRAIN" resume "$WORK/tok-at-100" \
   --set run.dir="$WORK/tok32" --set train.seq_len=32 --set train.exit_interval=0
