@@ -7,7 +7,7 @@
  *           "tokens_per_s":...,"consumed_tokens":...,"elapsed_s":...[,"eval_loss":...]}
  * Doubles in JSON are written with %.9g; NaN and infinities become null.
  * TensorBoard: train/loss, train/lr, train/grad_norm, train/global_batch_size,
- * train/tokens_per_s and eval/loss (eval steps) as float32 scalars. */
+ * train/tokens_per_s, eval/loss (eval steps) and test/loss (after the last step) as float32 scalars. */
 #include "metrics.h"
 
 #include <errno.h>
@@ -50,6 +50,7 @@ void metrics_write(MetricsWriter *w, const StepMetrics *m) {
     json_double(f, "consumed_tokens", m->consumed_tokens);
     json_double(f, "elapsed_s", m->elapsed_s);
     if (!isnan(m->eval_loss)) json_double(f, "eval_loss", m->eval_loss);
+    if (!isnan(m->test_loss)) json_double(f, "test_loss", m->test_loss);
     if (!isnan(m->tflops)) json_double(f, "tflops", m->tflops);
     if (!isnan(m->mfu)) json_double(f, "mfu", m->mfu);
     if (!isnan(m->peak_mem_gib)) json_double(f, "peak_mem_gib", m->peak_mem_gib);
@@ -68,6 +69,7 @@ void metrics_write(MetricsWriter *w, const StepMetrics *m) {
     tb_scalar(tb, "train/global_batch_size", m->step, (double)m->global_batch_size);
     tb_scalar(tb, "train/tokens_per_s", m->step, m->tokens_per_s);
     if (!isnan(m->eval_loss)) tb_scalar(tb, "eval/loss", m->step, m->eval_loss);
+    if (!isnan(m->test_loss)) tb_scalar(tb, "test/loss", m->step, m->test_loss);
     if (!isnan(m->tflops)) tb_scalar(tb, "perf/tflops_per_device", m->step, m->tflops);
     if (!isnan(m->mfu)) tb_scalar(tb, "perf/mfu_percent", m->step, m->mfu);
     if (!isnan(m->peak_mem_gib)) tb_scalar(tb, "perf/peak_mem_gib", m->step, m->peak_mem_gib);
@@ -134,6 +136,7 @@ void metrics_print(const StepMetrics *m) {
     if (!isnan(m->moe_aux_loss)) printf(" | aux %.4f | imbalance %.2f", m->moe_aux_loss, m->moe_imbalance);
     if (!isnan(m->moe_drop_rate) && m->moe_drop_rate > 0) printf(" | dropped %.1f%%", 100.0 * m->moe_drop_rate);
     if (!isnan(m->eval_loss)) printf(" | eval_loss %.4f", m->eval_loss);
+    if (!isnan(m->test_loss)) printf(" | test_loss %.4f", m->test_loss);
     putchar('\n');
     fflush(stdout);
     funlockfile(stdout);

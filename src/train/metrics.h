@@ -20,6 +20,7 @@ typedef struct StepMetrics {
     double elapsed_s;
     double eta_s;            /* the rest of the schedule's tokens at this interval's tok/s; NAN at the last step */
     double eval_loss;        /* NAN when not an eval step */
+    double test_loss;        /* data.split's test share after the last step; NAN otherwise */
     double tflops;           /* model TFLOP/s per device (Megatron's count: 6N + attention) */
     double mfu;              /* tflops / the device's peak, in percent; NAN when the peak is unknown */
     double peak_mem_gib;     /* peak used GPU memory so far (all processes on it); the process's peak RSS on the CPU */

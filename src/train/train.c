@@ -316,6 +316,12 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
                 status = stop_on_refused_data(ctx, err);
                 break;
             }
+            double test_loss = NAN; /* the test share, once: Megatron's test evaluation at the end of training */
+            if (eval_now && step == ctx->total_steps && ctx->test_data &&
+                train_evaluate_test(ctx, &test_loss, err, sizeof err) == TRAIN_DATA_REFUSED) {
+                status = stop_on_refused_data(ctx, err);
+                break;
+            }
             const double now = mt_now();
             /* the training throughput (tok/s, TFLOP/s, MFU): the evaluation's time is not the steps' */
             const double interval_s = (now - last_log_time) - (eval_now ? now - eval_start : 0.0);
@@ -331,6 +337,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
                 .elapsed_s = now - start_time,
                 .eta_s = NAN,
                 .eval_loss = eval_loss,
+                .test_loss = test_loss,
                 .moe_aux_loss = result.moe ? result.moe_aux_loss : NAN,
                 .moe_imbalance = result.moe ? result.moe_imbalance : NAN,
                 .moe_drop_rate = result.moe ? result.moe_drop_rate : NAN,

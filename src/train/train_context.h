@@ -32,6 +32,7 @@ typedef struct TrainContext {
     Model *model;             /* device->host: the registry and the host's weights */
     DataLoader *train_data;
     DataLoader *valid_data;   /* NULL when evaluation is off */
+    DataLoader *test_data;    /* data.split's test share, evaluated after the last step; NULL when none or eval off */
     MicroBatch batch;         /* micro_batch_size samples, seq_len / cp positions of each (context parallel) */
     TrainState state;
     StepTimers timers;        /* where the steps' time went since the last timers line */
@@ -136,5 +137,7 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen);
  * validation samples (the same samples at every evaluation); forward only;
  * NAN when a signal stopped it. Returns 0 or TRAIN_DATA_REFUSED. */
 int train_evaluate(TrainContext *ctx, double *eval_loss, char *err, size_t errlen);
+/* The same over ctx->test_data (Megatron's test evaluation at the end of training). */
+int train_evaluate_test(TrainContext *ctx, double *test_loss, char *err, size_t errlen);
 
 #endif

@@ -62,6 +62,13 @@ static int open_valid_data(TrainContext *ctx, char *err, size_t errlen) {
         mt_set_error(err, errlen, "validation data: %s", loader_err);
         return -1;
     }
+    /* data.split's test share (of data.train; none beside data.valid): evaluated once, after the last step */
+    if (recipe->data.num_valid == 0 && recipe->data.split[2] > 0.0) {
+        ctx->test_data = data_loader_create(&recipe->data, SPLIT_TEST, train->seq_len, recipe->run.seed, samples,
+                                            loader_err, sizeof loader_err);
+        if (!ctx->test_data)
+            mt_log_warn("no test evaluation: data.split's test share: %s", loader_err);
+    }
     return 0;
 }
 
@@ -84,6 +91,7 @@ static int check_vocab(const TrainContext *ctx, char *err, size_t errlen) {
     }
     data_loader_set_vocab(ctx->train_data, V);
     if (ctx->valid_data) data_loader_set_vocab(ctx->valid_data, V);
+    if (ctx->test_data) data_loader_set_vocab(ctx->test_data, V); /* data.train's, checked above */
     return 0;
 }
 
@@ -429,6 +437,7 @@ void train_teardown(TrainContext *ctx) {
     model_device_free(ctx->device);
     if (ctx->train_data) data_loader_free(ctx->train_data);
     if (ctx->valid_data) data_loader_free(ctx->valid_data);
+    if (ctx->test_data) data_loader_free(ctx->test_data);
     micro_batch_free(&ctx->batch);
     if (ctx->layout.world_size > 0) grid_free(&ctx->grid);
     memset(ctx, 0, sizeof *ctx);

@@ -277,8 +277,12 @@ static int eval_stopped(TrainContext *ctx, long done, bool per_token, double *ev
     *eval_loss = NAN;
     bool refused;
     sum_over_replicas(ctx, 0.0, &refused);
-    return refused ? refused_data(ctx, ctx->state.step, "evaluation: validation data", err, errlen) : 0;
+    return refused ? refused_data(ctx, ctx->state.step, ctx->valid_data == ctx->test_data ? "evaluation: test data"
+                                                                                         : "evaluation: validation data",
+                                  err, errlen)
+                   : 0;
 }
+
 
 int train_evaluate(TrainContext *ctx, double *eval_loss, char *err, size_t errlen) {
     const TrainConfig *train = &ctx->recipe->train;
@@ -325,5 +329,16 @@ int train_evaluate(TrainContext *ctx, double *eval_loss, char *err, size_t errle
     bool refused;
     loss_sum = sum_over_replicas(ctx, loss_sum, &refused); /* under pp the last stage has it */
     *eval_loss = train->eval_batches > 0 ? loss_sum / (double)train->eval_batches : NAN;
-    return refused ? refused_data(ctx, ctx->state.step, "evaluation: validation data", err, errlen) : 0;
+    return refused ? refused_data(ctx, ctx->state.step, ctx->valid_data == ctx->test_data ? "evaluation: test data"
+                                                                                         : "evaluation: validation data",
+                                  err, errlen)
+                   : 0;
+}
+
+int train_evaluate_test(TrainContext *ctx, double *test_loss, char *err, size_t errlen) {
+    DataLoader *valid = ctx->valid_data;
+    ctx->valid_data = ctx->test_data; /* the evaluation reads its batches from ctx->valid_data */
+    const int rc = train_evaluate(ctx, test_loss, err, errlen);
+    ctx->valid_data = valid;
+    return rc;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_dp.sh: data parallel over MPI on the CPU. `mpirun -np 2` (dp = 2) trains
-# the same losses, grad norms and eval losses as the single-rank run of the same
+# the same losses, grad norms, eval losses and test loss as the single-rank run of the same
 # recipe (relative error < 1e-5, step by step), for llama and qwen3; only rank 0
 # prints, writes metrics.jsonl and checkpoints. Skips without mpirun.
 set -euo pipefail
@@ -15,7 +15,7 @@ args() {  # args RECIPE RUN_DIR
 COMMON=(--set train.steps=10 --set logging.interval=1 --set train.micro_batch_size=2
         --set "train.batch_schedule=[{step: 0, global_batch_size: 8}]" --set train.eval_interval=5
         --set train.eval_batches=3 --set optimizer.schedule.warmup_steps=3 --set checkpoint.interval=5
-        --set "data.train=[{path: $WORK/english, weight: 1.0}]")
+        --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set "data.split=[90, 5, 5]")
 
 for family in llama qwen3; do
   "$MEGATRAIN" run $(args $family "$WORK/$family-1") "${COMMON[@]}" > "$WORK/$family-1.log"
@@ -24,9 +24,12 @@ for family in llama qwen3; do
   grep -q "dp 2" "$WORK/$family-2.log" || fail "$family: the banner does not say dp 2"
   [[ $(wc -l < "$WORK/$family-2/metrics.jsonl") -eq 10 ]] || fail "$family: metrics.jsonl should hold 10 lines (rank 0 only)"
   [[ $(grep -c '^step ' "$WORK/$family-2.log") -eq 10 ]] || fail "$family: expected 10 step lines (rank 0 only)"
-  for field in loss grad_norm eval_loss; do
+  for field in loss grad_norm eval_loss test_loss; do
     compare $field "$WORK/$family-1/metrics.jsonl" "$WORK/$family-2/metrics.jsonl" || fail "$family: $field differs"
   done
+  # the test share (data.split's third) is evaluated once, after the last step
+  [[ $(grep -c '"test_loss"' "$WORK/$family-2/metrics.jsonl") -eq 1 && $(tail -n 1 "$WORK/$family-2/metrics.jsonl" | grep -c '"test_loss"') -eq 1 ]] ||
+    fail "$family: expected test_loss on the last line only"
   # The run with dp=2 differs from the single rank only by rounding: a wrong
   # scale (sum instead of mean) or wrong samples would show here.
   [[ -d "$WORK/$family-2/checkpoints/iter_0000010" ]] || fail "$family: no final checkpoint"

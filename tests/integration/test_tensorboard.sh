@@ -6,7 +6,7 @@
 # logging.peak_tflops set, memory) too (the event holds float32(value); the JSON
 # holds value to 9 significant digits, and rounding that decimal to float32
 # can land one ulp away from rounding the double itself), at the same steps (train/* at every logged step, eval/loss at the
-# eval steps); a MoE run (tiny mixtral with a capacity) also its moe/ scalars
+# eval steps, test/loss after the last one); a MoE run (tiny mixtral with a capacity) also its moe/ scalars
 # (aux loss, expert imbalance, drop rate). logging.tensorboard=false writes no event file. Without the
 # `tensorboard` Python package it installs one from PyPI into build/test-venv
 # (tests/python_env.sh; once, about 5 s); it skips (77) only when that cannot
@@ -22,7 +22,7 @@ run() {  # run DIR [RECIPE_NAME] [--set ...]
     --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=2 \
     --set train.eval_interval=6 --set checkpoint.interval=0 --set optimizer.schedule.warmup_steps=4 "${@:2}" > /dev/null
 }
-run "$WORK/on" --set logging.tensorboard=true --set logging.peak_tflops=1.0
+run "$WORK/on" --set logging.tensorboard=true --set logging.peak_tflops=1.0 --set "data.split=[90, 5, 5]"
 run "$WORK/moe" mixtral --set logging.tensorboard=true --set logging.peak_tflops=1.0 --set model.moe.capacity_factor=1.0
 run "$WORK/off" --set logging.tensorboard=false
 [[ ! -e "$WORK/off/tensorboard" ]] || fail "logging.tensorboard=false still wrote $WORK/off/tensorboard"
@@ -43,6 +43,8 @@ tags = {"train/loss": "loss", "train/lr": "lr", "train/grad_norm": "grad_norm",
         "train/global_batch_size": "global_batch_size", "train/tokens_per_s": "tokens_per_s",
         "eval/loss": "eval_loss", "perf/tflops_per_device": "tflops", "perf/mfu_percent": "mfu",
         "perf/peak_mem_gib": "peak_mem_gib"}
+if run_dir.endswith("/on"):  # a test share: its loss after the last step
+    tags["test/loss"] = "test_loss"
 if run_dir.endswith("/moe"):
     tags.update({"moe/aux_loss": "moe_aux_loss", "moe/expert_imbalance": "moe_imbalance",
                  "moe/drop_rate": "moe_drop_rate"})
@@ -57,6 +59,9 @@ for tag, key in tags.items():
     print(f"{tag}: {len(got)} values equal within one float32 ulp")
 steps = [e.step for e in acc.Scalars("eval/loss")]
 assert steps == [6, 12], f"eval/loss at steps {steps}, expected [6, 12]"
+if run_dir.endswith("/on"):
+    steps = [e.step for e in acc.Scalars("test/loss")]
+    assert steps == [12], f"test/loss at steps {steps}, expected [12]"
 PY
 done
 echo "ok: every scalar reads back equal (within one float32 ulp)"
