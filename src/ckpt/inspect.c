@@ -7,9 +7,11 @@
  * Exit 0 when all is intact, 1 on any corruption (each problem named: the
  * file, the tensor, the chunk) or a referenced base that is missing or
  * changed, 2 on usage errors. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "../core/error.h"
@@ -111,11 +113,21 @@ static int check_files(CkptReader *r) {
     return bad;
 }
 
+/* A checkpoint that is gone after it was found was deleted while being read: a run still saving retires its old
+ * checkpoints (checkpoint.keep_last). Said as such, not as corruption. */
+static bool vanished(const char *dir) {
+    struct stat st;
+    if (stat(dir, &st) == 0) return false;
+    mt_error("%s: removed while it was read (by its run's checkpoint retention? a run that is still saving deletes "
+             "its older checkpoints: inspect the newest, or the run once it has stopped)", dir);
+    return true;
+}
+
 static int inspect_dir(const char *dir) {
     char err[2048];
     CkptReader *r = ckpt_reader_open_metadata(dir, err, sizeof err);
     if (!r) {
-        mt_error("%s", err);
+        if (!vanished(dir)) mt_error("%s", err);
         return MT_EXIT_FAILURE;
     }
     print_header(r);
@@ -154,9 +166,12 @@ static int inspect_dir(const char *dir) {
         printf("every checksum verified%s\n", bad_base ? "; the frozen base it references is NOT USABLE" : "");
         return bad_base ? MT_EXIT_FAILURE : MT_EXIT_OK;
     }
-    printf("CORRUPT\n");
+    struct stat st;
+    const bool gone = stat(dir, &st) != 0;
+    printf("%s\n", gone ? "REMOVED while read" : "CORRUPT");
     fflush(stdout);
-    mt_error("%s: %d of %d tensors and %d of the files are corrupt", dir, bad_tensors, num_tensors, bad_files);
+    if (!vanished(dir))
+        mt_error("%s: %d of %d tensors and %d of the files are corrupt", dir, bad_tensors, num_tensors, bad_files);
     return MT_EXIT_FAILURE;
 }
 

@@ -28,6 +28,18 @@ grep -q "every checksum verified" "$WORK/ok.txt" || fail "inspect did not report
 grep -q "^optimizer.v.lm_head.weight *\[256, 64\] *fp32" "$WORK/ok.txt" || fail "inspect does not list tensors: $(head "$WORK/ok.txt")"
 [[ $(grep -c " ok$" "$WORK/ok.txt") -eq $((21 * 3 + 3)) ]] || fail "expected 63 tensors and 3 files checked ok"
 
+# A checkpoint deleted while inspect reads it (a live run's retention; tests/integration/vanish_on_open.c removes
+# the directory at the first open of its shard) is said to be gone, not corrupt.
+cc -shared -fPIC -o "$WORK/vanish.so" "$REPO/tests/integration/vanish_on_open.c" -ldl || fail "cannot build vanish.so"
+cp -r "$WORK/straight" "$WORK/live"
+status=0
+LD_PRELOAD="$WORK/vanish.so" VANISH_MATCH=shard_ VANISH_DIR="$WORK/live/checkpoints/iter_0000040" \
+  ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" \
+  "$MEGATRAIN" inspect "$WORK/live" > "$WORK/live.txt" 2> "$WORK/live.err" || status=$?
+[[ $status -eq 1 ]] && grep -q "iter_0000040: removed while it was read (by its run's checkpoint retention?" "$WORK/live.err" &&
+  grep -q "REMOVED while read" "$WORK/live.txt" && ! grep -q "are corrupt" "$WORK/live.err" ||
+  fail "a checkpoint deleted during inspect: $status $(tail -n 2 "$WORK/live.err")"
+
 # A flipped byte in the middle of the newest shard.
 shard="$ck/iter_0000030/shard_00000.zst"
 flip "$shard" $(( $(stat -c %s "$shard") / 2 ))
