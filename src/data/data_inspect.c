@@ -213,6 +213,15 @@ static void print_text(const InspectOptions *opt, const IndexedDataset *ds, cons
     if (ds->num_sequences != s->documents) printf(" (%lld sequences)", (long long)ds->num_sequences);
     printf("\n  tokens:    %lld (%s, %d bytes each; .bin %zu bytes)\n", (long long)s->tokens,
            indexed_dtype_name(ds->dtype_code), ds->token_size, ds->bin_size);
+    /* Megatron's format lets an .idx name less than its .bin holds; what is left over is read by no one */
+    uint64_t end = 0;
+    for (int64_t i = 0; i < ds->num_sequences; i++) {
+        const uint64_t e = (uint64_t)ds->sequence_offsets[i] + (uint64_t)ds->sequence_lengths[i] * ds->token_size;
+        if (e > end) end = e;
+    }
+    if (end < ds->bin_size)
+        printf("  unindexed: the .bin holds %llu bytes after the last document, which no document names (an .idx of "
+               "another, smaller dataset beside this .bin?)\n", (unsigned long long)(ds->bin_size - end));
     if (s->tokens == 0)
         printf("  ids:       none (no tokens)\n");
     else

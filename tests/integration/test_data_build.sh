@@ -196,6 +196,17 @@ printf '{"text": "hello", "score": NaNx}\n' > "$D/nanx.jsonl"
 rc=0; "$MEGATRAIN" data build --input "$D/nanx.jsonl" --output "$D/nanx" 2> "$D/err.txt" || rc=$?
 [[ $rc -eq 1 ]] && grep -q "nanx.jsonl:1: bad JSON" "$D/err.txt" || fail "NaNx: $rc $(cat "$D/err.txt")"
 
+# an .idx of a smaller dataset beside a bigger .bin: inspect says what the .bin holds past the last document
+printf 'aaaa\nbbbb\ncccc\n' > "$D/big.txt"; printf 'aa\n' > "$D/small.txt"
+"$MEGATRAIN" data build --input "$D/big.txt" --output "$D/big" > /dev/null
+"$MEGATRAIN" data build --input "$D/small.txt" --output "$D/small" > /dev/null
+"$MEGATRAIN" data inspect "$D/big" > "$D/big.txt.out"
+! grep -q "unindexed" "$D/big.txt.out" || fail "a whole dataset said to have unindexed bytes"
+cp "$D/small.idx" "$D/big.idx"
+"$MEGATRAIN" data inspect "$D/big" > "$D/big.txt.out"
+grep -q "unindexed: the .bin holds 24 bytes after the last document" "$D/big.txt.out" ||
+  fail "an .idx of a smaller dataset: not said: $(cat "$D/big.txt.out")"
+
 # an input that is one of the outputs (a text file named PREFIX.bin, with --overwrite) is refused, not replaced
 mkdir -p "$D/self"; printf 'corpus text\n' > "$D/self/corpus.bin"; cp "$D/self/corpus.bin" "$D/self/before"
 rc=0; "$MEGATRAIN" data build --input "$D/self/corpus.bin" --output "$D/self/corpus" --overwrite 2> "$D/err.txt" || rc=$?
