@@ -138,51 +138,55 @@ uint32_t recipe_crc32c(const Recipe *recipe) {
     return crc;
 }
 
-/* The line starting at *at (advanced past it) into line (its newline dropped, cut to linelen - 1). */
-static void next_line(const char **at, char *line, size_t linelen) {
+/* The line starting at *at (advanced past it), its newline dropped, whole (a data path may be long): malloc'd. */
+static char *next_line(const char **at) {
     const char *end = strchr(*at, '\n');
     const size_t n = end ? (size_t)(end - *at) : strlen(*at);
-    snprintf(line, linelen, "%.*s", (int)(n < linelen ? n : linelen - 1), *at);
+    char *line = mt_malloc(n + 1);
+    memcpy(line, *at, n);
+    line[n] = '\0';
     *at += n + (end != NULL);
+    return line;
 }
 
 void recipe_text_difference(const char *ours, const char *theirs, const char *ours_name, const char *theirs_name,
                             char *out, size_t outlen) {
     char sections[8][64] = {{0}}; /* the keys of the enclosing sections, by indent / 2 */
     const char *a = ours, *b = theirs;
-    char la[512], lb[512];
+    snprintf(out, outlen, "(no line differs)");
     while (*a || *b) {
-        next_line(&a, la, sizeof la);
-        next_line(&b, lb, sizeof lb);
+        char *la = next_line(&a), *lb = next_line(&b);
         const size_t indent = strspn(la, " ");
         const bool item = !strncmp(la + indent, "- ", 2); /* a list's item: named by its list, shown whole */
         const char *colon = item ? NULL : strchr(la + indent, ':');
         char key[1200] = "";
         for (size_t level = 0; level < indent / 2 && level < 8; level++)
             if (sections[level][0])
-                snprintf(key + strlen(key), sizeof key - strlen(key), "%s%s", key[0] ? "." : "", sections[level]);
+                snprintf(key + strlen(key), sizeof key - strlen(key), "%s%.63s", key[0] ? "." : "", sections[level]);
         if (colon)
             snprintf(key + strlen(key), sizeof key - strlen(key), "%s%.*s", key[0] ? "." : "",
                      (int)(colon - la - indent), la + indent);
-        if (strcmp(la, lb) != 0) {
+        const bool differ = strcmp(la, lb) != 0;
+        if (differ) {
             const char *ours_value = colon ? colon + 1 + strspn(colon + 1, " ") : la + indent;
             const char *lb_colon = item ? NULL : strchr(lb, ':');
             const char *theirs_value = lb_colon ? lb_colon + 1 + strspn(lb_colon + 1, " ") : lb + strspn(lb, " ");
             snprintf(out, outlen, "%s: '%s' %s, '%s' %s", key[0] ? key : "(top level)", ours_value, ours_name,
                      theirs_value, theirs_name);
-            return;
-        }
-        if (colon && indent / 2 < 8) { /* a section's key: the prefix of the lines indented below it */
+        } else if (colon && indent / 2 < 8) { /* a section's key: the prefix of the lines indented below it */
             snprintf(sections[indent / 2], sizeof sections[0], "%.*s", (int)(colon - la - indent), la + indent);
             for (size_t level = indent / 2 + 1; level < 8; level++) sections[level][0] = '\0';
         }
+        free(la);
+        free(lb);
+        if (differ) return;
     }
-    snprintf(out, outlen, "(no line differs)");
 }
 
-/* The (key path, value) pairs of a recipe_yaml_text text, a list's items as "list[i]". */
+/* The (key path, value) pairs of a recipe_yaml_text text, a list's items as "list[i]"; values malloc'd. */
 typedef struct KeyValue {
-    char key[800], value[512];
+    char key[800];
+    char *value;
 } KeyValue;
 
 static int key_values(const char *text, KeyValue **out) {
@@ -190,11 +194,10 @@ static int key_values(const char *text, KeyValue **out) {
     int n = 0, item = 0;
     size_t cap = 0;
     KeyValue *kv = NULL;
-    char line[512], list[800] = "";
+    char list[800] = "";
     for (const char *at = text; *at;) {
-        next_line(&at, line, sizeof line);
+        char *line = next_line(&at);
         const size_t indent = strspn(line, " ");
-        if (!line[indent]) continue;
         const bool is_item = !strncmp(line + indent, "- ", 2);
         const char *colon = is_item ? NULL : strchr(line + indent, ':');
         char prefix[256] = "";
@@ -204,30 +207,36 @@ static int key_values(const char *text, KeyValue **out) {
                          sections[level]);
         kv = mt_grow(kv, &cap, (size_t)n + 1, sizeof *kv);
         KeyValue *e = &kv[n];
-        if (is_item) {
+        if (line[indent] && is_item) {
             snprintf(e->key, sizeof e->key, "%s[%d]", list, item++);
-            snprintf(e->value, sizeof e->value, "%s", line + indent + 2);
+            e->value = mt_strdup(line + indent + 2);
             n++;
-            continue;
-        }
-        if (!colon) continue;
-        const char *value = colon + 1 + strspn(colon + 1, " ");
-        snprintf(e->key, sizeof e->key, "%s%s%.*s", prefix, prefix[0] ? "." : "", (int)(colon - line - indent),
-                 line + indent);
-        snprintf(e->value, sizeof e->value, "%s", value);
-        if (!*value) { /* a section, or a list whose items follow */
-            snprintf(list, sizeof list, "%s", e->key);
-            item = 0;
-            if (indent / 2 < 8) {
-                snprintf(sections[indent / 2], sizeof sections[0], "%.*s", (int)(colon - line - indent), line + indent);
-                for (size_t level = indent / 2 + 1; level < 8; level++) sections[level][0] = '\0';
+        } else if (line[indent] && colon) {
+            const char *value = colon + 1 + strspn(colon + 1, " ");
+            snprintf(e->key, sizeof e->key, "%s%s%.*s", prefix, prefix[0] ? "." : "", (int)(colon - line - indent),
+                     line + indent);
+            if (*value) {
+                e->value = mt_strdup(value);
+                n++;
+            } else { /* a section, or a list whose items follow */
+                snprintf(list, sizeof list, "%s", e->key);
+                item = 0;
+                if (indent / 2 < 8) {
+                    snprintf(sections[indent / 2], sizeof sections[0], "%.*s", (int)(colon - line - indent),
+                             line + indent);
+                    for (size_t level = indent / 2 + 1; level < 8; level++) sections[level][0] = '\0';
+                }
             }
-            continue;
         }
-        n++;
+        free(line);
     }
     *out = kv;
     return n;
+}
+
+static void free_key_values(KeyValue *kv, int n) {
+    for (int i = 0; i < n; i++) free(kv[i].value);
+    free(kv);
 }
 
 static const KeyValue *find_key_value(const KeyValue *kv, int n, const char *key) {
@@ -261,7 +270,7 @@ int recipe_text_changes(const char *before, const char *after, char *out, size_t
                 if (!strncmp(from[i].key, watched[w], strlen(watched[w]))) snprintf(hit, hitlen, "%s", from[i].key);
         }
     }
-    free(a);
-    free(b);
+    free_key_values(a, na);
+    free_key_values(b, nb);
     return changes;
 }

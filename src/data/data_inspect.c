@@ -205,6 +205,17 @@ static void print_escaped(const char *text, size_t len, size_t max) {
     if (n < len) printf(" ... (%zu more bytes)", len - n);
 }
 
+/* Bytes of the .bin after the end of its last document: Megatron's format lets an .idx name less than its .bin
+ * holds (an .idx of another, smaller dataset), and what is left over is read by no one. */
+static uint64_t unindexed_bytes(const IndexedDataset *ds) {
+    uint64_t end = 0;
+    for (int64_t i = 0; i < ds->num_sequences; i++) {
+        const uint64_t e = (uint64_t)ds->sequence_offsets[i] + (uint64_t)ds->sequence_lengths[i] * ds->token_size;
+        if (e > end) end = e;
+    }
+    return end < ds->bin_size ? ds->bin_size - end : 0;
+}
+
 /* none_recorded: the build record says no end-of-document token was appended (a chat template's data). */
 static void print_text(const InspectOptions *opt, const IndexedDataset *ds, const Tokenizer *tok, int64_t vocab,
                        const Summary *s, bool none_recorded) {
@@ -213,15 +224,10 @@ static void print_text(const InspectOptions *opt, const IndexedDataset *ds, cons
     if (ds->num_sequences != s->documents) printf(" (%lld sequences)", (long long)ds->num_sequences);
     printf("\n  tokens:    %lld (%s, %d bytes each; .bin %zu bytes)\n", (long long)s->tokens,
            indexed_dtype_name(ds->dtype_code), ds->token_size, ds->bin_size);
-    /* Megatron's format lets an .idx name less than its .bin holds; what is left over is read by no one */
-    uint64_t end = 0;
-    for (int64_t i = 0; i < ds->num_sequences; i++) {
-        const uint64_t e = (uint64_t)ds->sequence_offsets[i] + (uint64_t)ds->sequence_lengths[i] * ds->token_size;
-        if (e > end) end = e;
-    }
-    if (end < ds->bin_size)
+    const uint64_t unindexed = unindexed_bytes(ds);
+    if (unindexed)
         printf("  unindexed: the .bin holds %llu bytes after the last document, which no document names (an .idx of "
-               "another, smaller dataset beside this .bin?)\n", (unsigned long long)(ds->bin_size - end));
+               "another, smaller dataset beside this .bin?)\n", (unsigned long long)unindexed);
     if (s->tokens == 0)
         printf("  ids:       none (no tokens)\n");
     else
@@ -353,6 +359,7 @@ int data_inspect_main(int argc, char **argv) {
         jw_key(&w, "sequences"), jw_int(&w, ds.num_sequences);
         jw_key(&w, "tokens"), jw_int(&w, s.tokens);
         jw_key(&w, "bin_bytes"), jw_int(&w, (int64_t)ds.bin_size);
+        jw_key(&w, "unindexed_bytes"), jw_int(&w, (int64_t)unindexed_bytes(&ds));
         jw_key(&w, "min_id"), jw_int(&w, s.min_id);
         jw_key(&w, "max_id"), jw_int(&w, s.max_id);
         jw_key(&w, "tokenizer"), tok ? jw_string(&w, tokenizer_path(tok)) : jw_string(&w, "byte");

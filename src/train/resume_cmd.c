@@ -113,11 +113,12 @@ static bool same_dir(const char *a, const char *b) {
     return a[0] && b[0] && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-/* Later saves of the resumed run land in run.dir/checkpoints. In the run's own directory: refuse when it holds
- * checkpoints newer than `step` (they would be mixed with the new ones). In another directory (a branch, --set
- * run.dir=NEW): refuse any checkpoint there, which would be another run's (or branch's), mixed with this one's and
- * deleted by its retention, as `run` refuses them. */
-static int check_target_dir(const Recipe *recipe, const CkptLocation *loc, long step, char *err, size_t errlen) {
+/* Later saves of the resumed run land in run.dir/checkpoints. In the run's own directory (also the recipe's
+ * run.dir of a checkpoint copied out of its run): refuse when it holds checkpoints newer than `step` (they would be
+ * mixed with the new ones). In another directory (a branch, --set run.dir=NEW): refuse any checkpoint there, which
+ * would be another run's (or branch's), mixed with this one's and deleted by its retention, as `run` refuses them. */
+static int check_target_dir(const Recipe *recipe, const CkptLocation *loc, bool branch, long step, char *err,
+                            size_t errlen) {
     char dir[MT_PATH_MAX + 16];
     snprintf(dir, sizeof dir, "%s/checkpoints", recipe->run.dir);
     long *steps = NULL;
@@ -125,11 +126,12 @@ static int check_target_dir(const Recipe *recipe, const CkptLocation *loc, long 
     if (n < 0) return MT_EXIT_FAILURE;
     long newest = n > 0 ? steps[n - 1] : -1;
     free(steps);
-    if (n > 0 && !same_dir(recipe->run.dir, loc->run_dir)) {
+    if (n > 0 && branch && !same_dir(recipe->run.dir, loc->run_dir)) {
         mt_set_error(err, errlen,
                      "run.dir: '%s' already holds checkpoints (the newest at step %ld) of another run or branch; "
                      "their checkpoints would be mixed with this one's (and deleted by its retention): continue in "
-                     "an empty run.dir (--set run.dir=NEW)", recipe->run.dir, newest);
+                     "an empty run.dir (--set run.dir=NEW), or continue that branch with `megatrain resume %s`",
+                     recipe->run.dir, newest, recipe->run.dir);
         return MT_EXIT_USAGE;
     }
     if (newest <= step) return 0;
@@ -164,14 +166,13 @@ __attribute__((format(printf, 2, 3))) static int refuse_together(int status, con
 }
 
 /* What the --set values change, key by key, from the checkpoint's own recipe (loaded again with run.dir alone), on
- * rank 0, once: one log line, and a warning when a change makes the run read other samples or compute another
- * function than the uninterrupted run (run.seed, train.seq_len, data.*, the model's keys), or does nothing here
- * (init_from: the weights are the checkpoint's). Nothing when the checkpoint's recipe does not load alone. */
+ * rank 0 (again for an older checkpoint when this one turns out unreadable): one log line, and a warning when a
+ * change makes the run read other samples or compute another function than the uninterrupted run (run.seed,
+ * train.seq_len, data.*, the model's keys), or does nothing here (init_from: the weights are the checkpoint's).
+ * Nothing when the checkpoint's recipe does not load alone. */
 static void report_changes(const char *path, const char *const *overrides, int num_kept, long step, double tokens,
                            int64_t samples, const Recipe *resumed) {
-    static bool reported;
-    if (reported || dist_rank() != 0) return;
-    reported = true;
+    if (dist_rank() != 0) return;
     static Recipe stored;
     char err[2048];
     if (recipe_load_resumed(&stored, path, overrides, num_kept, 0, step, tokens, samples, err, sizeof err) != 0) return;
@@ -274,7 +275,6 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
                                    "one, first at %s: to change it on purpose, `megatrain resume %s --set KEY=VALUE`; "
                                    "else choose another run.dir", dir, where, recipe.run.dir);
     }
-    report_changes(path, overrides, n > num_sets ? 1 : 0, step, tokens, samples, &recipe);
     ModelConfig stored;
     if (ckpt_read_model_config(dir, &stored, err, sizeof err) != 0) {
         if (dist_rank() == 0) mt_warn("skipping checkpoint %s: %s", dir, err);
@@ -282,7 +282,9 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     }
     if (ckpt_model_shape_check(&stored, &recipe.model, err, sizeof err) != 0)
         return refuse_together(MT_EXIT_USAGE, "%s", err);
-    int status = check_target_dir(&recipe, loc, step, err, sizeof err);
+    bool branch = false; /* --set run.dir=NEW */
+    for (int i = 0; i < num_sets; i++) branch |= !strncmp(sets[i], "run.dir=", 8);
+    int status = check_target_dir(&recipe, loc, branch, step, err, sizeof err);
     if (status != 0) return refuse_together(status, "%s", err);
     /* A checkpoint that stores its frozen base has none recorded to reference: the run goes on storing it. */
     if (recipe.model.peft.type == PEFT_LORA && !references_base) recipe.checkpoint.frozen_base = FROZEN_BASE_STORE;
@@ -295,6 +297,8 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     for (int i = 0; i < num_sets; i++) optimizer_set |= !strncmp(sets[i], "checkpoint.load_optimizer=", 26);
     if (run_recipe && !optimizer_set) load_optimizer = true;
     recipe.checkpoint.load_optimizer = true;
+    /* after every refusal above: the changes of the checkpoint actually resumed from */
+    report_changes(path, overrides, n > num_sets ? 1 : 0, step, tokens, samples, &recipe);
     status = train_resume(&recipe, dir, load_optimizer, err, sizeof err);
     if (status != TRAIN_CHECKPOINT_UNREADABLE) return status;
     /* every rank agreed it is unreadable: the first that could not load it says why, once */

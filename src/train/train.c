@@ -308,23 +308,26 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
         /* every eval_interval steps and after the last (Megatron's evaluation at the end of training) */
         const bool eval_now =
             ctx->valid_data && (is_multiple(step, recipe->train.eval_interval) || step == ctx->total_steps);
+        /* the test share once, after the last step (Megatron's test evaluation at the end of training) */
+        const bool test_now = ctx->test_data && step == ctx->total_steps;
         const bool log_now = step == 1 || is_multiple(step, log_interval) || step == ctx->total_steps || eval_now;
         if (log_now) {
-            double eval_loss = NAN;
+            double eval_loss = NAN, test_loss = NAN;
             const double eval_start = mt_now();
             if (eval_now && train_evaluate(ctx, &eval_loss, err, sizeof err) == TRAIN_DATA_REFUSED) {
                 status = stop_on_refused_data(ctx, err);
                 break;
             }
-            double test_loss = NAN; /* the test share, once: Megatron's test evaluation at the end of training */
-            if (eval_now && step == ctx->total_steps && ctx->test_data &&
+            /* not after a signal (the run stops and saves); a sample it refuses costs only the test loss: the run
+             * is trained, and its last checkpoint is saved as usual (train_stop_requested: every rank at once) */
+            if (test_now && !train_stop_requested(0) &&
                 train_evaluate_test(ctx, &test_loss, err, sizeof err) == TRAIN_DATA_REFUSED) {
-                status = stop_on_refused_data(ctx, err);
-                break;
+                if (err[0]) mt_warn("%s: no test_loss (the run's last checkpoint is saved as usual)", err);
+                test_loss = NAN;
             }
             const double now = mt_now();
-            /* the training throughput (tok/s, TFLOP/s, MFU): the evaluation's time is not the steps' */
-            const double interval_s = (now - last_log_time) - (eval_now ? now - eval_start : 0.0);
+            /* the training throughput (tok/s, TFLOP/s, MFU): the evaluations' time is not the steps' */
+            const double interval_s = (now - last_log_time) - (eval_now || test_now ? now - eval_start : 0.0);
             StepMetrics m = {
                 .step = step,
                 .total_steps = ctx->total_steps,

@@ -43,33 +43,49 @@ static int truncate_metrics(const char *run_dir, char *err, size_t errlen) {
 }
 
 /* Open ctx->valid_data when evaluation is on; it stays NULL (with a warning)
- * when there is no validation data. Returns 0, or -1 with err set. */
+ * when there is no validation data. With evaluation on, data.split's test
+ * share (of data.train; none beside data.valid) opens ctx->test_data, for
+ * one evaluation after the last step (agree_test_data: every rank has it
+ * or none does). Returns 0, or -1 with err set. */
 static int open_valid_data(TrainContext *ctx, char *err, size_t errlen) {
     const Recipe *recipe = ctx->recipe;
     const TrainConfig *train = &recipe->train;
     if (train->eval_interval <= 0 || train->eval_batches <= 0) return 0;
-    if (recipe->data.num_valid == 0 && !(recipe->data.split[1] > 0.0)) {
-        mt_warn("evaluation is off: train.eval_interval is %ld but there is no validation data "
-                "(data.valid is null and data.split gives it no share)",
-                train->eval_interval);
-        return 0;
-    }
-    int64_t samples = (int64_t)train->eval_batches * train->micro_batch_size * ctx->layout.dp_size;
+    const bool test_share = recipe->data.num_valid == 0 && recipe->data.split[2] > 0.0;
+    const int64_t samples = (int64_t)train->eval_batches * train->micro_batch_size * ctx->layout.dp_size;
     char loader_err[1024];
-    ctx->valid_data = data_loader_create(&recipe->data, SPLIT_VALID, train->seq_len, recipe->run.seed, samples,
-                                         loader_err, sizeof loader_err);
-    if (!ctx->valid_data) {
-        mt_set_error(err, errlen, "validation data: %s", loader_err);
-        return -1;
+    if (recipe->data.num_valid == 0 && !(recipe->data.split[1] > 0.0)) {
+        if (comm_world()->rank == 0) /* (before rank 0 alone logs: setup_common) */
+            mt_warn("evaluation is off during training: train.eval_interval is %ld but there is no validation data "
+                    "(data.valid is null and data.split gives it no share)%s", train->eval_interval,
+                    test_share ? "; the test share is evaluated after the last step" : "");
+    } else {
+        ctx->valid_data = data_loader_create(&recipe->data, SPLIT_VALID, train->seq_len, recipe->run.seed, samples,
+                                             loader_err, sizeof loader_err);
+        if (!ctx->valid_data) {
+            mt_set_error(err, errlen, "validation data: %s", loader_err);
+            return -1;
+        }
     }
-    /* data.split's test share (of data.train; none beside data.valid): evaluated once, after the last step */
-    if (recipe->data.num_valid == 0 && recipe->data.split[2] > 0.0) {
-        ctx->test_data = data_loader_create(&recipe->data, SPLIT_TEST, train->seq_len, recipe->run.seed, samples,
-                                            loader_err, sizeof loader_err);
-        if (!ctx->test_data)
-            mt_log_warn("no test evaluation: data.split's test share: %s", loader_err);
-    }
+    if (!test_share) return 0;
+    ctx->test_data = data_loader_create(&recipe->data, SPLIT_TEST, train->seq_len, recipe->run.seed, samples,
+                                        loader_err, sizeof loader_err);
+    if (!ctx->test_data) mt_warn("no test evaluation: data.split's test share: %s", loader_err);
     return 0;
+}
+
+/* Collective, after the ranks agreed on their data: every rank keeps the test share's loader or none does (its
+ * evaluation after the last step is collective; a rank that could not open it said why). */
+static void agree_test_data(TrainContext *ctx) {
+    if (ctx->layout.world_size <= 1) return;
+    double have = ctx->test_data ? 1.0 : 0.0;
+    comm_all_reduce_sum_double(comm_world(), &have, 1);
+    if (have == 0.0 || have == (double)ctx->layout.world_size) return;
+    if (ctx->test_data) {
+        mt_log_warn("no test evaluation: another rank could not open data.split's test share");
+        data_loader_free(ctx->test_data);
+        ctx->test_data = NULL;
+    }
 }
 
 /* The first VOCAB_CHECK_TOKENS tokens of each dataset inside the model's vocabulary (a dataset of another
@@ -290,6 +306,7 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, const char *toke
      * model's collectives: the ranks agree on it, it is said once and no rank aborts. */
     int status = train_setup_agree(ctx, setup_inputs(ctx, recipe, tokenizer_dir, tokenizer_source, err, errlen), err);
     if (status != 0) return status;
+    agree_test_data(ctx);
 
     const TrainConfig *train = &recipe->train;
     micro_batch_init(&ctx->batch, train->micro_batch_size, train->seq_len, train->seq_len / ctx->layout.cp);

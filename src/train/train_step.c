@@ -271,8 +271,9 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
  * (no eval_loss). Returns 0, or TRAIN_DATA_REFUSED when a batch read before the signal was refused (the ranks
  * agree on that here, as at the evaluation's end). */
 static int eval_stopped(TrainContext *ctx, long done, bool per_token, double *eval_loss, char *err, size_t errlen) {
-    mt_log("evaluation stopped by a signal after %ld of %ld batches (no eval_loss for this step)",
-           done * ctx->layout.dp_size, (long)ctx->recipe->train.eval_batches);
+    mt_log("evaluation stopped by a signal after %ld of %ld batches (no %s for this step)",
+           done * ctx->layout.dp_size, (long)ctx->recipe->train.eval_batches,
+           ctx->valid_data == ctx->test_data ? "test_loss" : "eval_loss");
     if (per_token) ctx->device->ops->set_loss_tokens(ctx->device, 0);
     *eval_loss = NAN;
     bool refused;

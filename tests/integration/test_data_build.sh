@@ -206,6 +206,8 @@ cp "$D/small.idx" "$D/big.idx"
 "$MEGATRAIN" data inspect "$D/big" > "$D/big.txt.out"
 grep -q "unindexed: the .bin holds 24 bytes after the last document" "$D/big.txt.out" ||
   fail "an .idx of a smaller dataset: not said: $(cat "$D/big.txt.out")"
+"$MEGATRAIN" data inspect "$D/big" --json > "$D/big.json"
+grep -q '"unindexed_bytes":24,' "$D/big.json" || fail "inspect --json: $(cat "$D/big.json")"
 
 # an input that is one of the outputs (a text file named PREFIX.bin, with --overwrite) is refused, not replaced
 mkdir -p "$D/self"; printf 'corpus text\n' > "$D/self/corpus.bin"; cp "$D/self/corpus.bin" "$D/self/before"

@@ -29,7 +29,7 @@ expect "document tokens: min 2, mean 51.5, median 51, p95 96, max 101"
 expect "first 1 document, decoded with the byte tokenizer:"
 expect '[0] 2 tokens: "x\n"'
 "$MEGATRAIN" data inspect "$D/lengths" --json --docs 2 > "$D/out.txt"
-expect '"documents":100,"sequences":100,"tokens":5150,"bin_bytes":10300,"min_id":10,"max_id":120,"tokenizer":"byte","vocab_size":256,"ids_inside_vocab":true,"end_of_document_id":10,"documents_ending_with_it":100,"document_tokens":{"min":2,"mean":51.5,"median":51,"p95":96,"max":101}'
+expect '"documents":100,"sequences":100,"tokens":5150,"bin_bytes":10300,"unindexed_bytes":0,"min_id":10,"max_id":120,"tokenizer":"byte","vocab_size":256,"ids_inside_vocab":true,"end_of_document_id":10,"documents_ending_with_it":100,"document_tokens":{"min":2,"mean":51.5,"median":51,"p95":96,"max":101}'
 expect '"first_documents":[{"index":0,"tokens":2,"ids":[120,10],"text":"x\n"},{"index":1,"tokens":39,"ids":[120,'
 expect '"build_record":{"tokenizer":"byte","vocab_size":256,"same_as_tokenizer_option":null}}'
 

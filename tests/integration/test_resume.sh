@@ -209,6 +209,17 @@ expect_bad_stop() {
     fail "$name: the latest checkpoint is $(cat "$ck/latest_checkpointed_iteration.txt"), expected $((step - 1))"
   echo "$name: stopped at step $step with exit 1 ($what), $n whole checkpoint(s), the last of step $((step - 1))"
 }
+# the test share (data.split's third: here the bad documents, with no validation share) is evaluated after the
+# last step; a token it refuses costs the test loss only: the run is trained, it exits 0 with its last checkpoint
+bad_run late-test 1 --set "data.split=[4096, 0, 64]" --set train.steps=3 --set train.eval_interval=3 \
+  --set train.eval_batches=2
+[[ $status -eq 0 ]] || fail "late-test: exit $status: $(tail -n 3 "$WORK/late-test.log")"
+grep -q "evaluation is off during training: .*; the test share is evaluated after the last step" "$WORK/late-test.log" &&
+  grep -q "step 3: evaluation: test data: .*: no test_loss (the run's last checkpoint is saved as usual)" \
+    "$WORK/late-test.log" && [[ "$(cat "$WORK/late-test/checkpoints/latest_checkpointed_iteration.txt")" == 3 ]] ||
+  fail "late-test: $(grep -E 'warning|error' "$WORK/late-test.log")"
+! grep -q '"test_loss"' "$WORK/late-test/metrics.jsonl" || fail "late-test: a test_loss from refused data"
+echo "a bad token in the test share: no test_loss, exit 0, step 3 saved"
 bad_run late-train 1 --set "data.split=[1, 0, 0]"
 expect_bad_stop late-train "training data" 1
 if [[ -z ${TSAN_OPTIONS:-} ]]; then # (ThreadSanitizer reports Open MPI's own locks: see the evaluation signal above)

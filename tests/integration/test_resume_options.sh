@@ -48,6 +48,7 @@ echo "load_optimizer=false: restarted AdamW"
 
 expect 2 "model.hidden_size: the checkpoint's model has 64, the recipe asks for 128" \
   "$MEGATRAIN" resume "$WORK/a" --set train.steps=40 --set model.hidden_size=128
+! grep -q "changes" "$WORK/out.log" || fail "a refused resume said what it changes: $(grep changes "$WORK/out.log")"
 expect 2 "model.num_layers: the checkpoint's model has 2, the recipe asks for 3" \
   "$MEGATRAIN" resume "$WORK/a" --set train.steps=40 --set model.num_layers=3
 expect 2 "already holds checkpoints (the newest at step 30); continue that run with \`megatrain resume" \
@@ -150,6 +151,12 @@ expect 2 "run.dir: '.*branch' already holds checkpoints (the newest at step 30) 
   --set checkpoint.keep_last=1
 [[ "$(ls "$WORK/branch/checkpoints")" == "$(cat "$WORK/branch-before.txt")" ]] &&
   cmp -s "$WORK/branch/recipe.yaml" "$WORK/branch-recipe.yaml" || fail "the refused branch changed the run.dir it named"
+# a checkpoint copied out of its run resumes into its recipe's run.dir, the run's own (its checkpoints are this
+# run's, none newer): not a branch
+run "$WORK/own" 20 > /dev/null
+mkdir -p "$WORK/bk"; cp -r "$WORK/own/checkpoints/iter_0000020" "$WORK/bk/"
+expect 0 "done: 30 steps" "$MEGATRAIN" resume "$WORK/bk/iter_0000020" --set train.steps=30
+[[ -d "$WORK/own/checkpoints/iter_0000030" ]] || fail "the copied checkpoint did not go on in its run.dir"
 # a branch only reads its source: a damaged checkpoint there is skipped, not moved aside
 cp -r "$WORK/a" "$WORK/src"; rm "$WORK/src/checkpoints/iter_0000030/metadata.mtck"
 expect 0 "resume: from .*iter_0000020 at step 20" "$MEGATRAIN" resume "$WORK/src" --set run.dir="$WORK/branch2" \

@@ -274,6 +274,24 @@ static void test_text_difference(void **state) {
     assert_int_equal(recipe_text_changes(te, tc, changes, sizeof changes, watched, hit, sizeof hit), 2);
     assert_string_equal(changes, "run.seed 8 -> 7; train.batch_schedule[2] {step: 60, global_batch_size: 16} -> (none)");
     free(te);
+    /* a line longer than any fixed buffer (a long data path) is compared whole: a difference at its end is seen */
+    char long_a[900], long_b[900], dir[700];
+    memset(dir, 'd', sizeof dir - 1);
+    dir[sizeof dir - 1] = '\0';
+    snprintf(long_a, sizeof long_a, "data.train=[{path: %s/a, weight: 1.0}]", dir);
+    snprintf(long_b, sizeof long_b, "data.train=[{path: %s/a, weight: 2.0}]", dir);
+    const char *la[] = {long_a}, *lb[] = {long_b};
+    Recipe f, g;
+    load_ok(&f, BASE, la, 1, 1);
+    load_ok(&g, BASE, lb, 1, 1);
+    size_t nf, ng;
+    char *tf = recipe_yaml_text(&f, &nf), *tg = recipe_yaml_text(&g, &ng);
+    assert_int_equal(recipe_text_changes(tf, tg, changes, sizeof changes, NULL, NULL, 0), 1);
+    assert_non_null(strstr(changes, "weight: 1} -> "));
+    recipe_text_difference(tf, tg, "here", "there", where, sizeof where);
+    assert_non_null(strstr(where, "data.train: '- {path: "));
+    free(tf);
+    free(tg);
     free(tc);
     free(td);
     free(ta);
