@@ -507,8 +507,9 @@ static int check_template_tokens(Tokenizer *tok, SftTemplate t) {
 
 /* The model's own chat template beside tokenizer.json: chat_template.jinja (transformers 4.47 and later), else
  * tokenizer_config.json's chat_template (a string, or a list of {name, template}: the "default" one). Malloc'd text,
- * with *from the file's name, or NULL when there is none (or it cannot be read). */
-static char *model_chat_template(const Tokenizer *tok, char *from, size_t fromlen) {
+ * with *from the file's name, or NULL when there is none (or it cannot be read); `names` gets the names of a list
+ * without a "default" one ("" otherwise). */
+static char *model_chat_template(const Tokenizer *tok, char *from, size_t fromlen, char *names, size_t nameslen) {
     char dir[4096], path[4200], err[512];
     mt_parent_dir(tokenizer_path(tok), dir, sizeof dir);
     size_t len = 0;
@@ -523,10 +524,13 @@ static char *model_chat_template(const Tokenizer *tok, char *from, size_t fromle
     const JsonValue *t = root ? json_get(root, "chat_template") : NULL;
     if (t && t->type == JSON_ARRAY) { /* named templates: the default one */
         const JsonValue *pick = NULL;
+        size_t at = 0;
         for (size_t i = 0; i < t->count && !pick; i++) {
             const JsonValue *name = json_get(t->items[i], "name");
             if (name && name->type == JSON_STRING && strcmp(name->string, "default") == 0)
                 pick = json_get(t->items[i], "template");
+            else if (name && name->type == JSON_STRING && at < nameslen)
+                at += (size_t)snprintf(names + at, nameslen - at, "%s%s", at ? ", " : "", name->string);
         }
         t = pick;
     }
@@ -542,8 +546,8 @@ static char *model_chat_template(const Tokenizer *tok, char *from, size_t fromle
  * the model's own (chatml for a Qwen3) is said, as the data would not be what the model sees at inference.
  * 0, or -1 (reported). */
 static int resolve_template(BuildOptions *opt, const Tokenizer *tok) {
-    char from[4300] = "";
-    char *jinja = model_chat_template(tok, from, sizeof from);
+    char from[4300] = "", names[512] = "";
+    char *jinja = model_chat_template(tok, from, sizeof from, names, sizeof names);
     const bool found = jinja != NULL;
     const int own = found ? sft_template_recognize(jinja) : -1;
     free(jinja);
@@ -552,6 +556,10 @@ static int resolve_template(BuildOptions *opt, const Tokenizer *tok) {
             if (found)
                 mt_error("data build: --chat-template auto: the model's chat template (%s) is none of %s: give "
                          "--chat-template NAME", from, sft_template_names());
+            else if (names[0])
+                mt_error("data build: --chat-template auto: tokenizer_config.json beside the tokenizer has named chat "
+                         "templates (%s) but none named \"default\": give --chat-template NAME (%s)", names,
+                         sft_template_names());
             else
                 mt_error("data build: --chat-template auto: no chat template beside the tokenizer (chat_template.jinja, "
                          "or chat_template in tokenizer_config.json): give --chat-template NAME (%s)",

@@ -290,6 +290,14 @@ python3 -c 'import json, sys; json.dump({"chat_template": [{"name": "tool_use", 
 "$MEGATRAIN" data build --format sft --chat-template auto --tokenizer "$D/llama31" --input "$D/chat.jsonl" \
   --output "$D/out/auto31" > "$D/auto31.log" 2>&1 && grep -q "auto: llama3.1, from .*tokenizer_config.json" "$D/auto31.log" ||
   fail "auto from tokenizer_config.json: $(cat "$D/auto31.log")"
+# a named list without a "default": said so, with its names (it said there was no template at all)
+mkdir -p "$D/named" && cp "$FIX/llama3/tokenizer.json" "$D/named/"
+printf '%s' '{"chat_template": [{"name": "tool_use", "template": "x"}, {"name": "rag", "template": "y"}]}' \
+  > "$D/named/tokenizer_config.json"
+rc=0; "$MEGATRAIN" data build --format sft --chat-template auto --tokenizer "$D/named" --input "$D/chat.jsonl" \
+  --output "$D/out/auto-named" 2> "$D/err.txt" || rc=$?
+[[ $rc -eq 2 ]] && grep -q -- "has named chat templates (tool_use, rag) but none named \"default\"" "$D/err.txt" ||
+  fail "auto with named templates and no default: $rc $(cat "$D/err.txt")"
 rc=0; "$MEGATRAIN" data build --format sft --chat-template auto --tokenizer "$FIX/qwen2" --input "$D/chat.jsonl" \
   --output "$D/out/auto-none" 2> "$D/err.txt" || rc=$?
 [[ $rc -eq 2 ]] && grep -q -- "--chat-template auto: no chat template beside the tokenizer" "$D/err.txt" ||
