@@ -79,6 +79,14 @@ static int agree_on_load(int rc, long step, char *err, size_t errlen) {
             free(all);
             return CKPT_ERR_BASE;
         }
+    /* a checkpoint that does not fit the recipe on one rank (a tensor only its stage needs) does not fit the run:
+     * every rank refuses it together, nothing moved aside (before, the others took it for unreadable, and the
+     * rank that could not load it aborted the job) */
+    for (int r = 0; r < world->size; r++)
+        if (all[2 * r] == CKPT_ERR_MISMATCH) {
+            free(all);
+            return CKPT_ERR_MISMATCH;
+        }
     /* a rank that could not load it says why (resume_cmd.c, once); ranks that loaded other steps say so */
     int agreed = rc;
     bool any_failed = false;
@@ -174,6 +182,8 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
     if (rc == CKPT_ERR_UNREADABLE) return TRAIN_CHECKPOINT_UNREADABLE;
     /* the checkpoint is fine: not skipped, not moved aside; the first rank that could not load the base says why */
     if (rc == CKPT_ERR_BASE) return train_setup_agree(ctx, mine == CKPT_ERR_BASE ? MT_EXIT_FAILURE : 0, err);
+    if (rc == CKPT_ERR_MISMATCH && comm_world()->size > 1) /* the first rank it did not fit says why */
+        return train_setup_agree(ctx, mine == CKPT_ERR_MISMATCH ? MT_EXIT_USAGE : 0, err);
     if (rc != 0) return MT_EXIT_USAGE;
     warn_schedule_change(recipe, &saved, ctx->total_steps);
     dev->ops->from_host(dev); /* the loaded weights and moments to the device that computes */
