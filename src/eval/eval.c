@@ -145,6 +145,9 @@ static void print_json(const char *ckpt, const EvalOptions *opt, const EvalResul
     } else {
         jw_null(&w);
     }
+    jw_key(&w, "share"); /* which share of --split: "valid" or "test"; null without it */
+    if (opt->split_given) jw_string(&w, opt->test ? "test" : "valid");
+    else jw_null(&w);
     jw_key(&w, "seed");
     jw_uint(&w, opt->seed);
     jw_key(&w, "device");
@@ -168,7 +171,9 @@ static void print_line(const char *ckpt, const EvalOptions *opt, const EvalResul
     const double tokens = (double)opt->batches * (double)opt->micro_batch_size * (double)opt->seq_len;
     printf("eval: loss %.6f over %ld batches of %ld x %ld tokens", res->loss, opt->batches, opt->micro_batch_size,
            opt->seq_len);
-    if (opt->split_given) printf(", the validation share of split %g,%g,%g", opt->split[0], opt->split[1], opt->split[2]);
+    if (opt->split_given)
+        printf(", the %s share of split %g,%g,%g", opt->test ? "test" : "validation", opt->split[0], opt->split[1],
+               opt->split[2]);
     if (opt->pack) printf(", packed");
     if (res->masked || (double)res->counted < tokens)
         printf(", %s%.1f%% of targets counted", res->masked ? "loss mask: " : "",
@@ -204,7 +209,7 @@ static ModelDevice *open_device(const char *ckpt, const ModelDeviceSetup *setup)
 }
 
 /* The validation loader of opt's dataset, as a run with data.valid = PREFIX opens it, or with --split as a run
- * with data.train = PREFIX and that data.split; NULL (reported). */
+ * with data.train = PREFIX and that data.split (its test share with --test); NULL (reported). */
 static DataLoader *open_data(const EvalOptions *opt) {
     DataConfig data;
     memset(&data, 0, sizeof data);
@@ -225,8 +230,8 @@ static DataLoader *open_data(const EvalOptions *opt) {
     data.pack_overlong = opt->pack_overlong;
     char err[4096];
     const int64_t num_samples = (int64_t)opt->batches * opt->micro_batch_size;
-    DataLoader *loader = data_loader_create(&data, SPLIT_VALID, (int)opt->seq_len, opt->seed, num_samples, err,
-                                            sizeof err);
+    DataLoader *loader = data_loader_create(&data, opt->test ? SPLIT_TEST : SPLIT_VALID, (int)opt->seq_len, opt->seed,
+                                            num_samples, err, sizeof err);
     if (!loader) { /* the loader names recipe keys; say which options they are here */
         const char *key = strstr(err, "data.valid[0].path: ") == err   ? "data.valid[0].path: "
                           : strstr(err, "data.train[0].path: ") == err ? "data.train[0].path: " : NULL;

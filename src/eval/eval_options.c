@@ -18,7 +18,7 @@
 #define DEFAULT_SEED 1234 /* run.seed's default in recipes */
 
 const char *const eval_usage_text =
-    "usage: megatrain eval CKPT --data PREFIX [--split TRAIN,VALID,TEST] [--batches N] [--seq-len T]\n"
+    "usage: megatrain eval CKPT --data PREFIX [--split TRAIN,VALID,TEST [--test]] [--batches N] [--seq-len T]\n"
     "                           [--micro-batch-size B] [--seed S] [--pack [--pack-overlong error|truncate]]\n"
     "                           [--loss per_micro_batch|per_token] [--device D] [--json]\n"
     "\n"
@@ -35,6 +35,7 @@ const char *const eval_usage_text =
     "  --split W               TRAIN,VALID,TEST weights (e.g. 98,2,0): score the documents that a run with\n"
     "                          data.train PREFIX and this data.split validates on (default: all of PREFIX,\n"
     "                          as data.valid)\n"
+    "  --test                  with --split, score its test share instead: a run's test_loss\n"
     "  --batches N             batches to average over (default 8)\n"
     "  --seq-len T             tokens per sample (default 256; at most the model's\n"
     "                          max_position_embeddings)\n"
@@ -49,7 +50,7 @@ const char *const eval_usage_text =
     "                          number), as train.loss; per_token is cpu only\n"
     "  --device D              cpu (default; fp32) or cuda (one GPU, bf16 as a run computes there)\n"
     "  --json                  print one JSON object instead: checkpoint, step, loss, perplexity,\n"
-    "                          batches, micro_batch_size, seq_len, tokens, data, split, seed, device,\n"
+    "                          batches, micro_batch_size, seq_len, tokens, data, split, share, seed, device,\n"
     "                          loss_reduction, pack, masked, counted\n";
 
 /* A positive integer option value; -1 (reported) when it is not one. */
@@ -86,10 +87,9 @@ static int set_value(EvalOptions *opt, int k, const char *value, bool *pack_over
     case OPT_DEVICE: opt->device = value; return 0;
     case OPT_SPLIT: {
         opt->split_given = true;
-        const int rc = data_split_parse(value, opt->split);
-        if (rc == 0 && opt->split[1] > 0) return 0;
+        if (data_split_parse(value, opt->split) == 0 && opt->split[0] > 0) return 0; /* the share: check_options */
         mt_error("eval: --split: expected TRAIN,VALID,TEST weights with positive TRAIN and VALID (as data.split, e.g. "
-                 "98,2,0), found '%s'", value);
+                 "98,2,0; with --test a positive TEST), found '%s'", value);
         return 2;
     }
     case OPT_PACK_OVERLONG:
@@ -132,6 +132,16 @@ static int check_options(const EvalOptions *opt, bool pack_overlong_given) {
         mt_error("eval: --device: expected cpu or cuda, found '%s'", opt->device);
         return 2;
     }
+    if (opt->test && !opt->split_given) {
+        mt_error("eval: --test: only with --split (it scores that split's test share)");
+        return 2;
+    }
+    if (opt->split_given && !(opt->split[opt->test ? 2 : 1] > 0)) {
+        mt_error("eval: --split: expected TRAIN,VALID,TEST weights with positive TRAIN and %s (as data.split, e.g. "
+                 "%s), found %g,%g,%g", opt->test ? "TEST (--test scores it)" : "VALID", opt->test ? "98,1,1" : "98,2,0",
+                 opt->split[0], opt->split[1], opt->split[2]);
+        return 2;
+    }
     if (pack_overlong_given && !opt->pack) {
         mt_error("eval: --pack-overlong: only with --pack (it says what packing does with an overlong document)");
         return 2;
@@ -170,6 +180,10 @@ int eval_parse_options(int argc, char **argv, EvalOptions *opt) {
         }
         if (strcmp(a, "--pack") == 0) {
             opt->pack = true;
+            continue;
+        }
+        if (strcmp(a, "--test") == 0) {
+            opt->test = true;
             continue;
         }
         if (a[0] != '-' || a[1] == '\0') {

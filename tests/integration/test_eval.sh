@@ -71,7 +71,7 @@ json=$("$MEGATRAIN" eval "$run" --data "$WORK/english" --batches 3 --seq-len 64 
 echo "$json"
 [[ $(printf '%s\n' "$json" | wc -l) -eq 1 ]] || fail "eval --json printed more than one line"
 want='^\{"checkpoint":"'"$ckpt"'","step":10,"loss":([0-9.e-]+),"perplexity":([0-9.e+-]+),"batches":3,'
-want+='"micro_batch_size":8,"seq_len":64,"tokens":1536,"data":"'"$WORK/english"'","split":null,"seed":1234,"device":"cpu",'
+want+='"micro_batch_size":8,"seq_len":64,"tokens":1536,"data":"'"$WORK/english"'","split":null,"share":null,"seed":1234,"device":"cpu",'
 want+='"loss_reduction":"per_micro_batch","pack":false,"masked":false,"counted":1536\}$'
 [[ "$json" =~ $want ]] || fail "eval --json: unexpected object: $json"
 json_loss=${BASH_REMATCH[1]} ppl=${BASH_REMATCH[2]}
@@ -97,11 +97,32 @@ whole=$("$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --batches 2 --seq
   fail "the whole dataset gave the validation share's loss: $whole"
 "$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --split 90,10,0 --json > "$WORK/split.json" ||
   fail "eval --split --json failed"
-grep -qF '"split":[90.0,10.0,0.0],' "$WORK/split.json" || fail "--json lacks the split: $(cat "$WORK/split.json")"
+grep -qF '"split":[90.0,10.0,0.0],"share":"valid",' "$WORK/split.json" || fail "--json lacks the split: $(cat "$WORK/split.json")"
 for bad in 90,0,10 0,10,0 90,10 a,b,c 1e309,1,1 inf,1,0 1e308,1e308,0; do
   rc=0; "$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --split "$bad" > /dev/null 2> "$WORK/eval.err" || rc=$?
   [[ $rc -eq 2 ]] && grep -qF "eval: --split: expected TRAIN,VALID,TEST weights with positive TRAIN and VALID" \
     "$WORK/eval.err" || fail "--split $bad: exit $rc, $(cat "$WORK/eval.err")"
+done
+
+# 1e. the test share (data.split's third, a run's test_loss after its last step): --split with --test gives it;
+# --test needs --split, and a split with a test share
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/test-share" --set train.steps=4 \
+  --set optimizer.schedule.warmup_steps=2 --set checkpoint.interval=4 --set checkpoint.async=false \
+  --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set data.split=85,10,5 \
+  --set train.eval_interval=4 --set train.eval_batches=2 > "$WORK/test-share.log" 2>&1 ||
+  { cat "$WORK/test-share.log"; fail "the test-share run failed"; }
+want=$(grep -o '"test_loss":[^,}]*' "$WORK/test-share/metrics.jsonl" | cut -d: -f2)
+[[ -n "$want" ]] || fail "the run with a test share logged no test_loss"
+out=$("$MEGATRAIN" eval "$WORK/test-share" --data "$WORK/english" --split 85,10,5 --test --batches 2 --seq-len 64 \
+  --micro-batch-size 8) || fail "eval --split --test exited non-zero"
+[[ "$out" == "eval: loss $(printf '%.6f' "$want") over 2 batches of 8 x 64 tokens, the test share of split 85,10,5 ("* ]] ||
+  fail "eval --split --test: '$out', the run's test_loss is $want"
+for args in "--test" "--split 90,10,0 --test"; do
+  rc=0
+  # shellcheck disable=SC2086
+  "$MEGATRAIN" eval "$WORK/test-share" --data "$WORK/english" $args > /dev/null 2> "$WORK/eval.err" || rc=$?
+  [[ $rc -eq 2 ]] && grep -qE "eval: --test: only with --split|positive TRAIN and TEST" "$WORK/eval.err" ||
+    fail "eval $args: exit $rc, $(cat "$WORK/eval.err")"
 done
 
 # 2. an earlier checkpoint of the same run gives a different (higher) loss: the weights are really loaded
