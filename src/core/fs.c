@@ -273,3 +273,8 @@ int mt_lock_file(const char *path, char *holder, size_t holderlen) {
     held = fd;
     return 0; /* fd stays open: the lock lasts until the process ends */
 }
+
+bool mt_same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    return a[0] && b[0] && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}

@@ -3,6 +3,7 @@
 #ifndef MT_CORE_FS_H
 #define MT_CORE_FS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -72,5 +73,8 @@ int mt_rename_noreplace(const char *from, const char *to);
  * the file, "" when unreadable), or -1 with errno (the file cannot be created, or the file system has no
  * locks: ENOLCK, EOPNOTSUPP, ENOSYS). */
 int mt_lock_file(const char *path, char *holder, size_t holderlen);
+
+/* Whether paths a and b both exist and name the same file or directory (device and inode). */
+bool mt_same_file(const char *a, const char *b);
 
 #endif

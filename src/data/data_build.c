@@ -351,15 +351,14 @@ static int refuse_existing(const BuildOptions *opt, const char *prefix) {
 
 /* --input one of the files the build writes (PREFIX.bin given as the input of PREFIX, with --overwrite) would
  * be replaced by its own tokens: refused, naming it. */
-static bool input_is_an_output(const BuildOptions *opt, const char *mask_prefix, const struct stat *input) {
+static bool input_is_an_output(const BuildOptions *opt, const char *mask_prefix) {
     static const char *const suffixes[] = {".bin", ".idx", ".build.json"};
     for (int m = 0; m < 2; m++)
         for (int i = 0; i < 3; i++) {
             if (m == 1 && i == 2) break; /* the mask has no build record */
             char path[1200];
-            struct stat sb;
             snprintf(path, sizeof path, "%s%s", m ? mask_prefix : opt->output, suffixes[i]);
-            if (stat(path, &sb) == 0 && sb.st_dev == input->st_dev && sb.st_ino == input->st_ino) {
+            if (mt_same_file(opt->input, path)) {
                 mt_error("data build: --input %s is %s, one of the files this build writes: choose another "
                          "--output", opt->input, path);
                 return true;
@@ -607,7 +606,7 @@ int data_build_main(int argc, char **argv) {
     }
     char mask_prefix[1100];
     loss_mask_prefix(opt.output, mask_prefix, sizeof mask_prefix);
-    if (input_is_an_output(&opt, mask_prefix, &sb)) return MT_EXIT_USAGE;
+    if (input_is_an_output(&opt, mask_prefix)) return MT_EXIT_USAGE;
     /* a mask without --format sft is refused as well: it would be applied to the new tokens (--overwrite removes it) */
     if (refuse_existing(&opt, opt.output) != 0 || refuse_existing(&opt, mask_prefix) != 0)
         return MT_EXIT_USAGE;

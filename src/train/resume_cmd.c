@@ -24,6 +24,7 @@
 #include "../ckpt/ckpt_run.h"
 #include "../config/recipe.h"
 #include "../core/error.h"
+#include "../core/fs.h"
 #include "../dist/comm.h"
 #include "../dist/launch_env.h"
 #include "train.h"
@@ -107,12 +108,6 @@ static void move_aside(const char *dir) {
     }
 }
 
-/* Whether two paths name the same existing directory. */
-static bool same_dir(const char *a, const char *b) {
-    struct stat sa, sb;
-    return a[0] && b[0] && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
 /* Later saves of the resumed run land in run.dir/checkpoints. In the run's own directory (also the recipe's
  * run.dir of a checkpoint copied out of its run): refuse when it holds checkpoints newer than `step` (they would be
  * mixed with the new ones). In another directory (a branch, --set run.dir=NEW): refuse any checkpoint there, which
@@ -126,7 +121,7 @@ static int check_target_dir(const Recipe *recipe, const CkptLocation *loc, bool 
     if (n < 0) return MT_EXIT_FAILURE;
     long newest = n > 0 ? steps[n - 1] : -1;
     free(steps);
-    if (n > 0 && branch && !same_dir(recipe->run.dir, loc->run_dir)) {
+    if (n > 0 && branch && !mt_same_file(recipe->run.dir, loc->run_dir)) {
         mt_set_error(err, errlen,
                      "run.dir: '%s' already holds checkpoints (the newest at step %ld) of another run or branch; "
                      "their checkpoints would be mixed with this one's (and deleted by its retention): continue in "

@@ -76,10 +76,10 @@ static int64_t eval_batch_start(const TrainContext *ctx, long micro) {
 /* Evaluation batch `micro` of this dp rank; past its last one, batch 0
  * with every target ignored (a forward that adds no loss). Returns the
  * packed places, as micro_batch_load. */
-static const int32_t *load_eval_batch(TrainContext *ctx, long micro) {
+static const int32_t *load_eval_batch(TrainContext *ctx, const DataLoader *loader, long micro) {
     const int64_t batch = (int64_t)ctx->layout.dp_rank + (int64_t)micro * ctx->layout.dp_size;
     const bool padding = batch >= ctx->recipe->train.eval_batches;
-    const int32_t *places = micro_batch_load(&ctx->batch, ctx->valid_data, padding ? 0 : eval_batch_start(ctx, micro));
+    const int32_t *places = micro_batch_load(&ctx->batch, loader, padding ? 0 : eval_batch_start(ctx, micro));
     if (padding)
         for (long i = 0; i < (long)ctx->recipe->train.micro_batch_size * local_seq_len(ctx); i++)
             ctx->batch.targets[i] = -1;
@@ -89,7 +89,7 @@ static const int32_t *load_eval_batch(TrainContext *ctx, long micro) {
 static void pipeline_load(void *arg, int micro, const int32_t **inputs, const int32_t **targets,
                           const int32_t **positions) {
     MicroSource *src = arg;
-    if (src->eval) *positions = load_eval_batch(src->ctx, src->first_micro + micro);
+    if (src->eval) *positions = load_eval_batch(src->ctx, src->loader, src->first_micro + micro);
     else *positions = micro_batch_load(&src->ctx->batch, src->loader, micro_batch_start(src->ctx, src->base, micro));
     *inputs = src->ctx->batch.inputs;
     *targets = src->ctx->batch.targets;
@@ -135,14 +135,14 @@ static bool test_failure_due(const TrainContext *ctx) {
 
 /* train.loss per_token (a collective over cp and dp): the counted targets of
  * n micro-batches of every rank, this rank's from the step's training
- * batches (eval false) or its evaluation batches (padding counts nothing).
+ * batches (eval NULL) or its evaluation batches from `eval` (padding counts nothing).
  * Divided by what the losses' mean divides by, it is the divisor of each
  * micro-batch's summed loss (set_loss_tokens); 1 when nothing is counted
  * (every loss is 0 whatever the divisor). */
-static double loss_tokens(TrainContext *ctx, long n, bool eval, double batches) {
+static double loss_tokens(TrainContext *ctx, long n, const DataLoader *eval, double batches) {
     double count = 0;
     for (long micro = 0; micro < n; micro++) {
-        if (eval) load_eval_batch(ctx, micro);
+        if (eval) load_eval_batch(ctx, eval, micro);
         else micro_batch_load(&ctx->batch, ctx->train_data, micro_batch_start(ctx, ctx->state.consumed_samples, micro));
         count += (double)micro_batch_counted(&ctx->batch);
     }
@@ -219,7 +219,7 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
     dev->ops->step_begin(dev);
     const bool per_token = train->loss == LOSS_PER_TOKEN;
     if (per_token) /* the losses' mean is taken over micro-batches x dp */
-        dev->ops->set_loss_tokens(dev, loss_tokens(ctx, num_micro, false, (double)num_micro * ctx->layout.dp_size));
+        dev->ops->set_loss_tokens(dev, loss_tokens(ctx, num_micro, NULL, (double)num_micro * ctx->layout.dp_size));
     const double loss_sum = run_micro_batches(ctx, num_micro, timers, &t);
     if (per_token) dev->ops->set_loss_tokens(dev, 0); /* back to each batch's mean */
     /* Every rank ends with the gradient of the mean loss over the whole
@@ -267,25 +267,28 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
 /* Evaluation batches between two looks for a stop signal (collective over all ranks). */
 #define EVAL_SIGNAL_BATCHES 8
 
+/* What an evaluation reads: the validation data (eval_loss) or the test share (test_loss). */
+typedef struct EvalSet {
+    const DataLoader *loader;
+    const char *data;   /* in a refusal: "validation data" */
+    const char *metric; /* "eval_loss" */
+} EvalSet;
+
 /* The evaluation stopped by a signal (every rank at once) after `done` of this dp rank's batches: *eval_loss NAN
  * (no eval_loss). Returns 0, or TRAIN_DATA_REFUSED when a batch read before the signal was refused (the ranks
  * agree on that here, as at the evaluation's end). */
-static int eval_stopped(TrainContext *ctx, long done, bool per_token, double *eval_loss, char *err, size_t errlen) {
+static int eval_stopped(TrainContext *ctx, const EvalSet *set, long done, bool per_token, double *eval_loss,
+                        char *err, size_t errlen) {
     mt_log("evaluation stopped by a signal after %ld of %ld batches (no %s for this step)",
-           done * ctx->layout.dp_size, (long)ctx->recipe->train.eval_batches,
-           ctx->valid_data == ctx->test_data ? "test_loss" : "eval_loss");
+           done * ctx->layout.dp_size, (long)ctx->recipe->train.eval_batches, set->metric);
     if (per_token) ctx->device->ops->set_loss_tokens(ctx->device, 0);
     *eval_loss = NAN;
     bool refused;
     sum_over_replicas(ctx, 0.0, &refused);
-    return refused ? refused_data(ctx, ctx->state.step, ctx->valid_data == ctx->test_data ? "evaluation: test data"
-                                                                                         : "evaluation: validation data",
-                                  err, errlen)
-                   : 0;
+    return refused ? refused_data(ctx, ctx->state.step, set->data, err, errlen) : 0;
 }
 
-
-int train_evaluate(TrainContext *ctx, double *eval_loss, char *err, size_t errlen) {
+static int evaluate(TrainContext *ctx, const EvalSet *set, double *eval_loss, char *err, size_t errlen) {
     const TrainConfig *train = &ctx->recipe->train;
     /* Batch b reads samples b * mbs + [0, mbs) on every layout; dp rank r
      * evaluates batches r, r + dp, ... and the sums are added up. Every dp
@@ -297,7 +300,7 @@ int train_evaluate(TrainContext *ctx, double *eval_loss, char *err, size_t errle
     const long per_rank = (train->eval_batches + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
     const bool per_token = train->loss == LOSS_PER_TOKEN && train->eval_batches > 0;
     if (per_token) /* the batches' mean is taken over eval_batches */
-        ctx->device->ops->set_loss_tokens(ctx->device, loss_tokens(ctx, per_rank, true, (double)train->eval_batches));
+        ctx->device->ops->set_loss_tokens(ctx->device, loss_tokens(ctx, per_rank, set->loader, (double)train->eval_batches));
     double loss_sum = 0.0;
     if (ctx->layout.pp > 1) {
         /* in rounds of EVAL_SIGNAL_BATCHES * pp micro-batches (whole groups of pp: the forward-only schedule
@@ -305,9 +308,9 @@ int train_evaluate(TrainContext *ctx, double *eval_loss, char *err, size_t errle
          * op, so a round takes about as long as EVAL_SIGNAL_BATCHES whole forwards, and its fill at most 1/9
          * of that */
         const long round = (long)EVAL_SIGNAL_BATCHES * ctx->layout.pp;
-        MicroSource src = {ctx, ctx->valid_data, 0, true, 0};
+        MicroSource src = {ctx, set->loader, 0, true, 0};
         for (long done = 0; done < per_rank; done += round) {
-            if (done > 0 && train_stop_requested(0)) return eval_stopped(ctx, done, per_token, eval_loss, err, errlen);
+            if (done > 0 && train_stop_requested(0)) return eval_stopped(ctx, set, done, per_token, eval_loss, err, errlen);
             src.first_micro = done;
             const int M = (int)(per_rank - done < round ? per_rank - done : round);
             loss_sum += pipeline_run(&ctx->pipe, M, true, 0.0f, train->micro_batch_size, local_seq_len(ctx),
@@ -319,9 +322,9 @@ int train_evaluate(TrainContext *ctx, double *eval_loss, char *err, size_t errle
         const long mine = (train->eval_batches - ctx->layout.dp_rank + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
         for (long micro = 0; micro < per_rank; micro++) {
             if (micro > 0 && micro % EVAL_SIGNAL_BATCHES == 0 && train_stop_requested(0))
-                return eval_stopped(ctx, micro, per_token, eval_loss, err, errlen);
+                return eval_stopped(ctx, set, micro, per_token, eval_loss, err, errlen);
             if (micro >= (dev->eval_lockstep ? per_rank : mine)) continue;
-            tell_device(ctx, load_eval_batch(ctx, micro));
+            tell_device(ctx, load_eval_batch(ctx, set->loader, micro));
             loss_sum += dev->ops->forward(dev, ctx->batch.inputs, ctx->batch.targets, train->micro_batch_size,
                                           local_seq_len(ctx));
         }
@@ -330,16 +333,15 @@ int train_evaluate(TrainContext *ctx, double *eval_loss, char *err, size_t errle
     bool refused;
     loss_sum = sum_over_replicas(ctx, loss_sum, &refused); /* under pp the last stage has it */
     *eval_loss = train->eval_batches > 0 ? loss_sum / (double)train->eval_batches : NAN;
-    return refused ? refused_data(ctx, ctx->state.step, ctx->valid_data == ctx->test_data ? "evaluation: test data"
-                                                                                         : "evaluation: validation data",
-                                  err, errlen)
-                   : 0;
+    return refused ? refused_data(ctx, ctx->state.step, set->data, err, errlen) : 0;
+}
+
+int train_evaluate(TrainContext *ctx, double *eval_loss, char *err, size_t errlen) {
+    const EvalSet set = {ctx->valid_data, "evaluation: validation data", "eval_loss"};
+    return evaluate(ctx, &set, eval_loss, err, errlen);
 }
 
 int train_evaluate_test(TrainContext *ctx, double *test_loss, char *err, size_t errlen) {
-    DataLoader *valid = ctx->valid_data;
-    ctx->valid_data = ctx->test_data; /* the evaluation reads its batches from ctx->valid_data */
-    const int rc = train_evaluate(ctx, test_loss, err, errlen);
-    ctx->valid_data = valid;
-    return rc;
+    const EvalSet set = {ctx->test_data, "evaluation: test data", "test_loss"};
+    return evaluate(ctx, &set, test_loss, err, errlen);
 }
