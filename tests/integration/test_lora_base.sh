@@ -21,8 +21,7 @@
 #     directory gone; a LoRA run without init_from stores its (random) base;
 #   - auto (the default) references a base outside any run's checkpoints/
 #     (the cases above) and stores one that is a run's checkpoint; reference
-#     to such a base warns; retention keeps a checkpoint that a kept one of
-#     the same directory references as its base.
+#     to such a base warns.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
