@@ -62,9 +62,15 @@ struct CkptSaver {
     bool write_dense, write_experts; /* which parameters this rank writes (both by default) */
 };
 
-static void log_saved(const char *checkpoints_dir, long step, const CkptWriteStats *st, bool async) {
-    mt_log("checkpoint: saved %s/iter_%07ld (%.2f MB on disk for %.2f MB of tensors, %.2fs%s)", checkpoints_dir, step,
-           (double)st->stored_bytes / 1e6, (double)st->raw_bytes / 1e6, st->seconds, async ? ", in the background" : "");
+/* A save is complete: say so, then delete what retention does not keep (its log lines follow this one). Rank 0's
+ * (or the only rank's) job. */
+static void saved(const CkptSaver *s, long step, const CkptWriteStats *st, bool async) {
+    mt_log("checkpoint: saved %s/iter_%07ld (%.2f MB on disk for %.2f MB of tensors, %.2fs%s)", s->checkpoints_dir,
+           step, (double)st->stored_bytes / 1e6, (double)st->raw_bytes / 1e6, st->seconds,
+           async ? ", in the background" : "");
+    char why[1024];
+    if (ckpt_apply_retention(s->checkpoints_dir, s->cfg.keep_last, s->cfg.keep_every, why, sizeof why) < 0)
+        mt_warn("checkpoint retention: %s", why);
 }
 
 static void *writer_main(void *arg) {
@@ -83,8 +89,8 @@ static void *writer_main(void *arg) {
         if (s->job_dist) { /* its outcome is reported by ckpt_dist_finish */
             ckpt_dist_write(&s->dist_save, &s->payload);
         } else {
-            rc = ckpt_save_run(s->checkpoints_dir, s->job_step, &s->payload, &s->cfg, &stats, err, sizeof err);
-            if (rc == 0) log_saved(s->checkpoints_dir, s->job_step, &stats, true);
+            rc = ckpt_save_run(s->checkpoints_dir, s->job_step, &s->payload, &stats, err, sizeof err);
+            if (rc == 0) saved(s, s->job_step, &stats, true);
         }
 
         pthread_mutex_lock(&s->mutex);
@@ -154,13 +160,13 @@ static int save_sync(CkptSaver *s, const Model *model, const CkptMoments *opt, c
     CkptPayload payload = payload_for(s, model, sources, num_sources, state, omp_get_max_threads());
     CkptWriteStats stats = {0};
     char why[2048];
-    int rc = ckpt_save_run(s->checkpoints_dir, state->step, &payload, &s->cfg, &stats, why, sizeof why);
+    int rc = ckpt_save_run(s->checkpoints_dir, state->step, &payload, &stats, why, sizeof why);
     free(sources);
     if (rc != 0) {
         mt_set_error(err, errlen, "checkpoint at step %ld failed: %s", state->step, why);
         return -1;
     }
-    log_saved(s->checkpoints_dir, state->step, &stats, false);
+    saved(s, state->step, &stats, false);
     return 0;
 }
 
@@ -214,11 +220,11 @@ static int finish_dist(CkptSaver *s, bool async, char *err, size_t errlen) {
     CkptWriteStats stats = {0};
     char why[2048];
     s->dist_pending = false;
-    if (ckpt_dist_finish(&s->dist_save, &s->payload, &s->cfg, s->checkpoints_dir, &stats, why, sizeof why) != 0) {
+    if (ckpt_dist_finish(&s->dist_save, &s->payload, s->checkpoints_dir, &stats, why, sizeof why) != 0) {
         mt_set_error(err, errlen, "checkpoint at step %ld failed: %s", s->dist_save.step, why);
         return -1;
     }
-    log_saved(s->checkpoints_dir, s->dist_save.step, &stats, async);
+    if (s->world->rank == 0) saved(s, s->dist_save.step, &stats, async);
     return 0;
 }
 

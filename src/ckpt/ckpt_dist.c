@@ -153,7 +153,7 @@ static CkptTensorMeta *tensors_of(ChunkRecord *records, int64_t n, CkptChunk **c
 }
 
 /* Rank 0: receive every rank's header and records, write the metadata and commit. */
-static int gather_and_commit(CkptDistSave *save, const CkptPayload *payload, const CheckpointConfig *cfg,
+static int gather_and_commit(CkptDistSave *save, const CkptPayload *payload,
                              const char *checkpoints_dir, CkptWriteStats *stats, char *err, size_t errlen) {
     const Comm *world = save->world;
     ChunkRecord *all = NULL;
@@ -210,9 +210,6 @@ static int gather_and_commit(CkptDistSave *save, const CkptPayload *payload, con
     if (status == 0) status = ckpt_commit_dir(save->tmp, save->dir, err, errlen);
     if (status == 0) status = ckpt_write_latest(checkpoints_dir, save->step, err, errlen);
     if (status == 0) {
-        char why[1024];
-        if (ckpt_apply_retention(checkpoints_dir, cfg->keep_last, cfg->keep_every, why, sizeof why) < 0)
-            mt_warn("checkpoint retention: %s", why);
         if (stats) {
             stats->raw_bytes = raw;
             stats->seconds = mt_now() - save->start;
@@ -224,12 +221,12 @@ static int gather_and_commit(CkptDistSave *save, const CkptPayload *payload, con
     return status;
 }
 
-int ckpt_dist_finish(CkptDistSave *save, const CkptPayload *payload, const CheckpointConfig *cfg,
+int ckpt_dist_finish(CkptDistSave *save, const CkptPayload *payload,
                      const char *checkpoints_dir, CkptWriteStats *stats, char *err, size_t errlen) {
     const Comm *world = save->world;
     int status = 0;
     if (world->rank == 0) {
-        status = gather_and_commit(save, payload, cfg, checkpoints_dir, stats, err, errlen);
+        status = gather_and_commit(save, payload, checkpoints_dir, stats, err, errlen);
     } else {
         ShardHeader h = {.status = save->status};
         snprintf(h.err, sizeof h.err, "%s", save->err);

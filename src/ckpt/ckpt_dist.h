@@ -44,10 +44,10 @@ void ckpt_dist_write(CkptDistSave *save, const CkptPayload *payload);
 
 /* Collective: rank 0 gathers the chunk lists, writes the metadata from
  * payload (model config, recipe, state: rank 0's), commits the directory,
- * points the latest file at it and applies cfg's retention. Returns 0, or -1
+ * points the latest file at it (retention is the caller's). Returns 0, or -1
  * on every rank with err set (nothing left of this save). stats (rank 0) may
  * be NULL. */
-int ckpt_dist_finish(CkptDistSave *save, const CkptPayload *payload, const CheckpointConfig *cfg,
+int ckpt_dist_finish(CkptDistSave *save, const CkptPayload *payload,
                      const char *checkpoints_dir, CkptWriteStats *stats, char *err, size_t errlen);
 
 #endif

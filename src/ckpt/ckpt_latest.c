@@ -156,7 +156,7 @@ void ckpt_remove_leftovers(const char *checkpoints_dir) {
     closedir(d);
 }
 
-int ckpt_save_run(const char *checkpoints_dir, long step, const CkptPayload *payload, const CheckpointConfig *cfg,
+int ckpt_save_run(const char *checkpoints_dir, long step, const CkptPayload *payload,
                   CkptWriteStats *stats, char *err, size_t errlen) {
     struct stat st;
     if (stat(checkpoints_dir, &st) != 0) { /* the first save: make checkpoints/ itself durable */
@@ -172,9 +172,5 @@ int ckpt_save_run(const char *checkpoints_dir, long step, const CkptPayload *pay
     }
     if (ckpt_write_payload(dir, payload, stats, err, errlen) != 0) return -1;
     ckpt_test_slow_point();
-    if (ckpt_write_latest(checkpoints_dir, step, err, errlen) != 0) return -1;
-    char why[1024];
-    if (ckpt_apply_retention(checkpoints_dir, cfg->keep_last, cfg->keep_every, why, sizeof why) < 0)
-        mt_warn("checkpoint retention: %s", why);
-    return 0;
+    return ckpt_write_latest(checkpoints_dir, step, err, errlen);
 }

@@ -47,8 +47,8 @@ int ckpt_write_latest(const char *checkpoints_dir, long step, char *err, size_t 
 void ckpt_remove_leftovers(const char *checkpoints_dir);
 
 /* Which checkpoints retention keeps: of `steps` (ascending, n of them), the
- * newest max(keep_last, 1) and every step that is a multiple of keep_every
- * (when > 0). keep[i] is set for each. */
+ * newest keep_last (all when 0) and every step that is a multiple of
+ * keep_every (when > 0). keep[i] is set for each. */
 void ckpt_retention_plan(const long *steps, int n, int keep_last, long keep_every, bool *keep);
 
 /* Delete the checkpoints of checkpoints_dir that the plan does not keep
@@ -57,9 +57,10 @@ void ckpt_retention_plan(const long *steps, int n, int keep_last, long keep_ever
 int ckpt_apply_retention(const char *checkpoints_dir, int keep_last, long keep_every, char *err, size_t errlen);
 
 /* One save of a run: remove leftovers, write iter_<step> (crash-safe), point
- * the latest file at it, apply retention. Returns 0, or -1 with err set (the
- * previous checkpoints are untouched). stats may be NULL. */
-int ckpt_save_run(const char *checkpoints_dir, long step, const CkptPayload *payload, const CheckpointConfig *cfg,
+ * the latest file at it. Returns 0, or -1 with err set (the previous
+ * checkpoints are untouched). stats may be NULL. Retention is the caller's
+ * next step (ckpt_apply_retention), once it has said the save is done. */
+int ckpt_save_run(const char *checkpoints_dir, long step, const CkptPayload *payload,
                   CkptWriteStats *stats, char *err, size_t errlen);
 
 #endif

@@ -30,6 +30,10 @@ run "$WORK/straight" 40 > "$WORK/straight.log"
 grep -q "checkpoint retention: removed .*iter_0000010 (checkpoint.keep_last 2)" "$WORK/straight.log" &&
   grep -q "checkpoint retention: removed .*iter_0000020 (checkpoint.keep_last 2)" "$WORK/straight.log" ||
   fail "no log line for the checkpoints retention removed: $(grep retention "$WORK/straight.log")"
+# each removal is said after the save that made it due (iter_0000010's after iter_0000030's "saved")
+[[ "$(grep -E '^checkpoint(: saved| retention)' "$WORK/straight.log" | sed -E 's/.*(saved|removed) [^ ]*iter_0*([0-9]+).*/\1 \2/' |
+  tr '\n' ' ')" == "saved 10 saved 20 saved 30 removed 10 saved 40 removed 20 " ]] ||
+  fail "checkpoint lines out of order: $(grep -E '^checkpoint' "$WORK/straight.log")"
 [[ $(losses "$WORK/straight" | wc -l) -eq 40 ]] || fail "straight run: expected 40 logged steps"
 ck="$WORK/straight/checkpoints"
 [[ "$(cat "$ck/latest_checkpointed_iteration.txt")" == 40 ]] || fail "latest pointer is not 40"

@@ -51,7 +51,9 @@ static void test_save_run_latest_retention_leftovers(void **state) {
         CkptPayload p = {.num_sources = num_sources, .sources = sources, .model_config = &recipe.model,
                          .recipe = &recipe, .has_state = true, .state = train_ckpt_state(&s.state, step, &recipe),
                          .iteration = step, .compression_level = 1, .filter = CKPT_FILTER_SHUFFLE4, .threads = 1};
-        assert_int_equal(ckpt_save_run(ck, step, &p, &recipe.checkpoint, NULL, err, sizeof err), 0);
+        assert_int_equal(ckpt_save_run(ck, step, &p, NULL, err, sizeof err), 0);
+        assert_true(ckpt_apply_retention(ck, recipe.checkpoint.keep_last, recipe.checkpoint.keep_every, err,
+                                         sizeof err) >= 0);
         long latest = -1;
         char found[128];
         assert_int_equal(ckpt_read_latest(ck, &latest, found, sizeof found), 0);
