@@ -110,14 +110,22 @@ typedef enum { LOAD_ALL, LOAD_TRAINABLE, LOAD_FROZEN } LoadWhich;
 /* The weights of every parameter of `which` into model->params. A frozen one
  * that r's checkpoint lacks comes from the base it references (record BASE),
  * opened and checked at the first such parameter: any failure there is
- * CKPT_ERR_BASE. `progress` counts tensors on from *done. */
-static int load_weights(CkptReader *r, Model *model, LoadWhich which, Progress *progress, int *done, char *err,
-                        size_t errlen) {
+ * CKPT_ERR_BASE. With zeroed non-NULL, an expert bias the checkpoint lacks is
+ * set to zero and counted there instead of refused. `progress` counts tensors
+ * on from *done. */
+static int load_weights(CkptReader *r, Model *model, LoadWhich which, int *zeroed, Progress *progress, int *done,
+                        char *err, size_t errlen) {
     CkptReader *base = NULL;
     int rc = 0;
     for (int i = 0; i < model->num_params && rc == 0; i++) {
         const ParamInfo *info = &model->param_info[i];
         if ((which == LOAD_TRAINABLE && info->frozen) || (which == LOAD_FROZEN && !info->frozen)) continue;
+        if (zeroed && model_is_expert_bias(info->name) && !ckpt_meta_find(&r->meta, info->name)) {
+            memset(model->params + info->offset, 0, (size_t)info->numel * sizeof(float));
+            ++*zeroed;
+            progress_update(progress, ++*done);
+            continue;
+        }
         CkptReader *from = r;
         if (in_base(r, info)) {
             if (!base && !(base = ckpt_base_open(r->dir, &r->meta.base, err, errlen))) return CKPT_ERR_BASE;
@@ -188,29 +196,34 @@ static int check_no_extra_params(CkptReader *r, const ModelConfig *cfg, char *er
     return rc;
 }
 
-static int load_model(const char *dir, Model *model, LoadWhich which, char *err, size_t errlen) {
+static int load_model(const char *dir, Model *model, LoadWhich which, int *zeroed, char *err, size_t errlen) {
     CkptReader *r = ckpt_reader_open(dir, err, errlen);
     if (!r) return -1;
     int rc = check_no_extra_params(r, &model->cfg, err, errlen);
     Progress progress;
     int done = 0;
     start_load_progress(&progress, model, 1);
-    if (rc == 0) rc = load_weights(r, model, which, &progress, &done, err, errlen);
+    if (rc == 0) rc = load_weights(r, model, which, zeroed, &progress, &done, err, errlen);
     progress_end(&progress);
     ckpt_reader_close(r);
     return rc == 0 ? 0 : -1;
 }
 
 int ckpt_load_model(const char *dir, Model *model, char *err, size_t errlen) {
-    return load_model(dir, model, LOAD_ALL, err, errlen);
+    return load_model(dir, model, LOAD_ALL, NULL, err, errlen);
 }
 
 int ckpt_load_frozen(const char *dir, Model *model, char *err, size_t errlen) {
-    return load_model(dir, model, LOAD_FROZEN, err, errlen);
+    return load_model(dir, model, LOAD_FROZEN, NULL, err, errlen);
 }
 
 int ckpt_load_trainable(const char *dir, Model *model, char *err, size_t errlen) {
-    return load_model(dir, model, LOAD_TRAINABLE, err, errlen);
+    return load_model(dir, model, LOAD_TRAINABLE, NULL, err, errlen);
+}
+
+int ckpt_load_init(const char *dir, Model *model, bool frozen_only, int *zeroed_biases, char *err, size_t errlen) {
+    *zeroed_biases = 0;
+    return load_model(dir, model, frozen_only ? LOAD_FROZEN : LOAD_ALL, zeroed_biases, err, errlen);
 }
 
 /* The model's extra state (FP8 amax histories) from the checkpoint when it holds it (written by a run with the
@@ -252,7 +265,7 @@ int ckpt_load_training(const char *dir, Model *model, CkptMoments *optimizer, Ck
     Progress progress;
     int done = 0;
     start_load_progress(&progress, model, optimizer ? 3 : 1);
-    if (rc == 0) rc = load_weights(r, model, LOAD_ALL, &progress, &done, err, errlen);
+    if (rc == 0) rc = load_weights(r, model, LOAD_ALL, NULL, &progress, &done, err, errlen);
     if (rc == 0 && state) rc = load_extra_state(r, model, err, errlen);
     if (rc == 0 && optimizer) {
         const ParamInfo *trained = NULL; /* the first parameter with moments */

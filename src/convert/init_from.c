@@ -13,6 +13,51 @@ static int head_dim_of(const ModelConfig *c) {
     return c->head_dim ? c->head_dim : c->hidden_size / c->num_attention_heads;
 }
 
+/* The routing of a MoE model (a and b of one MoE family): its experts' shapes and what the router computes must be
+ * the checkpoint's; the balancing and the capacity are training choices, except that routers trained with expert
+ * biases (which the choice adds) cannot drop them. Adding expert biases is allowed: they start at zero. */
+static int compare_moe(const ModelConfig *a, const ModelConfig *b, char *why, size_t whylen) {
+    const MoeConfig *x = &a->moe, *y = &b->moe;
+    const struct {
+        const char *key;
+        long ckpt, recipe;
+    } ints[] = {
+        {"num_experts", x->num_experts, y->num_experts},
+        {"num_experts_per_tok", x->num_experts_per_tok, y->num_experts_per_tok},
+        {"moe_intermediate_size", x->moe_intermediate_size, y->moe_intermediate_size},
+        {"shared_expert_intermediate_size", x->shared_expert_intermediate_size, y->shared_expert_intermediate_size},
+    };
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        if (ints[i].ckpt == ints[i].recipe) continue;
+        snprintf(why, whylen, "model.moe.%s is %ld in the checkpoint but %ld in the recipe", ints[i].key, ints[i].ckpt,
+                 ints[i].recipe);
+        return -1;
+    }
+    if (x->norm_topk_prob != y->norm_topk_prob) {
+        snprintf(why, whylen, "model.moe.norm_topk_prob is %s in the checkpoint but %s in the recipe",
+                 x->norm_topk_prob ? "true" : "false", y->norm_topk_prob ? "true" : "false");
+        return -1;
+    }
+    if (x->score_function != y->score_function) {
+        snprintf(why, whylen, "model.moe.score_function is %s in the checkpoint but %s in the recipe",
+                 x->score_function == SCORE_SIGMOID ? "sigmoid" : "softmax",
+                 y->score_function == SCORE_SIGMOID ? "sigmoid" : "softmax");
+        return -1;
+    }
+    for (int l = 0; l < a->num_layers; l++) {
+        if (model_layer_is_moe(a, l) == model_layer_is_moe(b, l)) continue;
+        snprintf(why, whylen, "layer %d is %s in the checkpoint but %s in the recipe (model.moe.layer_freq)", l,
+                 model_layer_is_moe(a, l) ? "MoE" : "dense", model_layer_is_moe(b, l) ? "MoE" : "dense");
+        return -1;
+    }
+    if (x->load_balancing == LB_EXPERT_BIAS && y->load_balancing != LB_EXPERT_BIAS) {
+        snprintf(why, whylen, "the checkpoint's routers choose with expert biases (model.moe.load_balancing: "
+                 "expert_bias), which the recipe's load_balancing would drop: keep expert_bias");
+        return -1;
+    }
+    return 0;
+}
+
 /* The first setting in which a (checkpoint) and b (recipe) differ, as a message; 0 when none. */
 static int compare_configs(const ModelConfig *a, const ModelConfig *b, char *why, size_t whylen) {
     if (a->family != b->family) {
@@ -65,7 +110,7 @@ static int compare_configs(const ModelConfig *a, const ModelConfig *b, char *why
                  reals[i].ckpt, reals[i].recipe);
         return -1;
     }
-    return 0;
+    return a->family == FAMILY_MIXTRAL || a->family == FAMILY_QWEN3_MOE ? compare_moe(a, b, why, whylen) : 0;
 }
 
 /* A checkpoint with LoRA adapters needs a recipe with the same ones (a model without adapters fits any peft). */
@@ -110,10 +155,14 @@ int init_from_checkpoint(Model *model, const char *path, CkptHfFiles *carried, C
         mt_set_error(err, errlen, "init_from: %s: %s; the recipe's peft: must match the checkpoint's", dir, why);
         return MT_EXIT_USAGE;
     }
-    if ((base_only ? ckpt_load_frozen : ckpt_load_model)(dir, model, why, sizeof why) != 0) {
+    int zeroed_biases = 0;
+    if (ckpt_load_init(dir, model, base_only, &zeroed_biases, why, sizeof why) != 0) {
         mt_set_error(err, errlen, "init_from: %s", why);
         return MT_EXIT_FAILURE;
     }
+    if (zeroed_biases > 0)
+        mt_log("init_from: %s has no expert biases (its routers were trained without load_balancing: expert_bias): "
+               "the routers' biases start at zero", dir);
     if (base && ckpt_base_ref_of(dir, base, why, sizeof why) != 0) {
         mt_set_error(err, errlen, "init_from: %s", why);
         return MT_EXIT_FAILURE;

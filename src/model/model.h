@@ -199,6 +199,9 @@ typedef struct ModelExtraState {
 ModelExtraState model_extra_state(const Model *model);
 /* Whether a checkpoint tensor's name is extra state (of any model: "fp8.layers.*"). */
 bool model_is_extra_state(const char *name);
+/* Whether a parameter is a router's expert bias (load_balancing: expert_bias, "layers.L.mlp.router.expert_bias"):
+ * zeros in a fresh model, as Megatron's, and what init_from starts at zero when its checkpoint has none. */
+bool model_is_expert_bias(const char *name);
 
 /* The activation memory of a model, in bytes: what each activation set holds
  * (the model itself, and each clone again: the layers' kept buffers, the

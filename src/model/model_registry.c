@@ -154,6 +154,13 @@ static void declare_moe_experts(RegistryBuilder *b, const ModelConfig *cfg, bool
     s->e_down = declare_stack(b, k, E, C, I, EP_ETP_DIM2, out_std, "layers.%d.mlp.experts.down_proj.weight", i);
 }
 
+#define EXPERT_BIAS_SUFFIX ".mlp.router.expert_bias"
+
+bool model_is_expert_bias(const char *name) {
+    const size_t n = strlen(name), m = strlen(EXPERT_BIAS_SUFFIX);
+    return strncmp(name, "layers.", 7) == 0 && n > m && strcmp(name + n - m, EXPERT_BIAS_SUFFIX) == 0;
+}
+
 /* The rest of a MoE layer's MLP: the router, its selection bias
  * (expert_bias balancing; not trained: its gradient stays 0) and the shared
  * expert. The router is whole on every tp rank
@@ -167,7 +174,7 @@ static void declare_moe_mlp(RegistryBuilder *b, const ModelConfig *cfg, bool k, 
     b->kind = PARAM_EXPERTS;
     s->router = declare(b, k, E, C, TP_WHOLE, INIT_NORMAL, std, "layers.%d.mlp.router.weight", i);
     if (m->load_balancing == LB_EXPERT_BIAS)
-        s->expert_bias = declare(b, k, E, 0, TP_WHOLE, INIT_ZEROS, 0, "layers.%d.mlp.router.expert_bias", i);
+        s->expert_bias = declare(b, k, E, 0, TP_WHOLE, INIT_ZEROS, 0, "layers.%d" EXPERT_BIAS_SUFFIX, i);
     if (Is > 0) { /* with expert tensor parallel split like the dense MLP */
         b->kind = PARAM_SHARED_EXPERT;
         const TpSplit rows = b->part->etp > 1 ? TP_ROWS : TP_WHOLE, cols = b->part->etp > 1 ? TP_COLS : TP_WHOLE;

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# test_moe_init_from.sh: init_from a MoE checkpoint (as from a converted
+# Hugging Face Qwen3-MoE or Mixtral) into a recipe whose routing differs.
+#  - expert-bias balancing added to a model trained without it: the biases
+#    start at zero (said once), so the first loss is the one the same recipe
+#    with the checkpoint's aux_loss gives, bit for bit;
+#  - routers trained with expert biases into a recipe without them, and a
+#    recipe whose top-k, renormalisation, score function or MoE layers differ
+#    from the checkpoint's: refused, exit 2, the key named.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+export OMP_NUM_THREADS=1
+demo_data "$WORK/english"
+run() {
+  local dir=$1; shift
+  "$MEGATRAIN" run "$REPO/recipes/tiny/qwen3_moe.yaml" --set run.dir="$dir" --set train.steps=1 \
+    --set train.seq_len=32 --set train.micro_batch_size=2 --set "train.batch_schedule=[{step: 0, global_batch_size: 2}]" \
+    --set optimizer.schedule.warmup_steps=1 --set train.eval_interval=0 --set logging.interval=1 \
+    --set "data.train=[{path: $WORK/english, weight: 1.0}]" "$@"
+}
+first_loss() { json_field "$1/metrics.jsonl" loss | head -n 1; }
+
+run "$WORK/base" > /dev/null                     # load_balancing: aux_loss
+run "$WORK/aux" --set init_from="$WORK/base" > /dev/null
+run "$WORK/bias" --set init_from="$WORK/base" --set model.moe.load_balancing=expert_bias > "$WORK/bias.log"
+grep -q "^init_from: .* has no expert biases .*: the routers' biases start at zero" "$WORK/bias.log" ||
+  fail "no line saying the expert biases start at zero: $(grep init_from "$WORK/bias.log")"
+a=$(first_loss "$WORK/aux") b=$(first_loss "$WORK/bias")
+[[ -n "$a" && "$a" == "$b" ]] || fail "init_from with expert biases added: first loss $b, with the checkpoint's aux_loss $a"
+
+# refused(NAME EXPECTED-MESSAGE --set ...): exit 2 with the message
+refused() {
+  local name=$1 message=$2; shift 2
+  local status=0
+  run "$WORK/$name" "$@" > "$WORK/$name.log" 2>&1 || status=$?
+  [[ $status -eq 2 ]] || fail "$name: exit $status, expected 2: $(tail -n 3 "$WORK/$name.log")"
+  grep -qF -- "$message" "$WORK/$name.log" || fail "$name: expected '$message': $(tail -n 3 "$WORK/$name.log")"
+}
+refused drop_bias "the checkpoint's routers choose with expert biases (model.moe.load_balancing: expert_bias)" \
+  --set init_from="$WORK/bias"
+refused topk "model.moe.num_experts_per_tok is 2 in the checkpoint but 1 in the recipe" \
+  --set init_from="$WORK/base" --set model.moe.num_experts_per_tok=1
+refused renorm "model.moe.norm_topk_prob is true in the checkpoint but false in the recipe" \
+  --set init_from="$WORK/base" --set model.moe.norm_topk_prob=false
+refused score "model.moe.score_function is softmax in the checkpoint but sigmoid in the recipe" \
+  --set init_from="$WORK/base" --set model.moe.score_function=sigmoid
+refused layers "layer 1 is MoE in the checkpoint but dense in the recipe (model.moe.layer_freq)" \
+  --set init_from="$WORK/base" --set model.moe.layer_freq=2
+echo "ok"
