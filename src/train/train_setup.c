@@ -12,6 +12,7 @@
 #include "../ckpt/ckpt_fs.h"
 #include "../ckpt/ckpt_run.h"
 #include "../convert/ckpt_latest_dir.h"
+#include "../convert/hf_config.h"
 #include "../convert/init_from.h"
 #include "../core/error.h"
 #include "../core/fs.h"
@@ -19,6 +20,7 @@
 #include "../dist/comm.h"
 #include "../plan/plan.h"
 #include "../config/batch_schedule.h"
+#include "../config/recipe_schema.h"
 #include "train_context.h"
 
 /* mkdir -p for run.dir, with the key named in any error. */
@@ -187,7 +189,7 @@ static ModelDeviceSetup device_setup_of(const TrainContext *ctx, const Recipe *r
                               .state_dtype = recipe->optimizer.state_dtype};
 }
 
-/* The setup warnings rank 0 prints: settings this run does not use. */
+/* The setup warnings rank 0 prints: settings this run does not use, and a model that cannot be exported. */
 static void warn_unused_settings(const Recipe *recipe) {
     if (recipe->precision != DTYPE_FP8 && !fp8_config_is_default(&recipe->fp8))
         mt_log_warn("the fp8: settings apply with precision: fp8 only; this run's precision is %s, so they are "
@@ -208,6 +210,17 @@ static void warn_unused_settings(const Recipe *recipe) {
     if (o->decay != DECAY_WSD && (o->wsd_decay_steps != 0 || o->wsd_decay_style != WSD_MINUS_SQRT))
         mt_log_warn("optimizer.schedule.wsd_decay_steps and wsd_decay_style apply to decay: wsd only; this "
                "run's decay is %s, so they are not used", lr_decay_name(o->decay));
+    const MoeConfig *moe = &recipe->model.moe;
+    ModelConfig defaults;
+    model_set_defaults(&defaults);
+    if ((moe->load_balancing == LB_EXPERT_BIAS || moe->load_balancing == LB_NONE) && moe->num_experts > 0 &&
+        moe->aux_loss_coeff != defaults.moe.aux_loss_coeff)
+        mt_log_warn("model.moe.aux_loss_coeff weighs the auxiliary load-balancing loss; load_balancing: %s has none, "
+                    "so it is not used", moe->load_balancing == LB_NONE ? "none" : "expert_bias");
+    char why[512];
+    if (hf_config_check_exportable(&recipe->model, why, sizeof why) != 0)
+        mt_log_warn("this model has no Hugging Face counterpart, so `megatrain convert` will not export its "
+                    "checkpoints: %s", why);
     const double *split = recipe->data.split;
     if (recipe->data.num_valid > 0 && (split[1] > 0.0 || split[2] > 0.0) && comm_world()->rank == 0)
         mt_warn("data.split [%g, %g, %g] is not used: data.valid gives the validation data, and all of data.train "

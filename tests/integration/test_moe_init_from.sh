@@ -4,6 +4,8 @@
 #  - expert-bias balancing added to a model trained without it: the biases
 #    start at zero (said once), so the first loss is the one the same recipe
 #    with the checkpoint's aux_loss gives, bit for bit;
+#    A coefficient of the auxiliary loss, which expert_bias does not use, and
+#    a model convert cannot export (expert biases) are warned of;
 #  - routers trained with expert biases into a recipe without them, and a
 #    recipe whose top-k, renormalisation, score function or MoE layers differ
 #    from the checkpoint's: refused, exit 2, the key named.
@@ -20,9 +22,15 @@ run() {
 }
 first_loss() { json_field "$1/metrics.jsonl" loss | head -n 1; }
 
-run "$WORK/base" > /dev/null                     # load_balancing: aux_loss
+run "$WORK/base" > "$WORK/base.log" 2>&1                 # load_balancing: aux_loss
+! grep -q "warning" "$WORK/base.log" || fail "warnings for tiny qwen3_moe: $(grep warning "$WORK/base.log")"
 run "$WORK/aux" --set init_from="$WORK/base" > /dev/null
-run "$WORK/bias" --set init_from="$WORK/base" --set model.moe.load_balancing=expert_bias > "$WORK/bias.log"
+run "$WORK/bias" --set init_from="$WORK/base" --set model.moe.load_balancing=expert_bias \
+  --set model.moe.aux_loss_coeff=0.001 > "$WORK/bias.log" 2>&1
+grep -qF "warning: model.moe.aux_loss_coeff weighs the auxiliary load-balancing loss; load_balancing: expert_bias has none" \
+  "$WORK/bias.log" || fail "no warning that aux_loss_coeff is not used: $(grep warning "$WORK/bias.log")"
+grep -qF "warning: this model has no Hugging Face counterpart, so \`megatrain convert\` will not export its checkpoints: model.moe.load_balancing: expert_bias" \
+  "$WORK/bias.log" || fail "no warning that the model cannot be exported: $(grep warning "$WORK/bias.log")"
 grep -q "^init_from: .* has no expert biases .*: the routers' biases start at zero" "$WORK/bias.log" ||
   fail "no line saying the expert biases start at zero: $(grep init_from "$WORK/bias.log")"
 a=$(first_loss "$WORK/aux") b=$(first_loss "$WORK/bias")
