@@ -32,6 +32,12 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
             return -1;
         }
         if (positive(m->moe_intermediate_size, "moe.moe_intermediate_size", err, errlen)) return -1;
+        if (m->capacity_factor > m->num_experts) { /* ceil(c N k / E) >= N k: nothing is dropped from E / k on */
+            mt_set_error(err, errlen, "model.moe.capacity_factor: expected at most num_experts (%d), found %g: from "
+                         "num_experts / num_experts_per_tok (%g) on no token is dropped; null is dropless",
+                         m->num_experts, m->capacity_factor, (double)m->num_experts / m->num_experts_per_tok);
+            return -1;
+        }
     }
     if (positive(cfg->num_layers, "num_layers", err, errlen) ||
         positive(cfg->hidden_size, "hidden_size", err, errlen) ||

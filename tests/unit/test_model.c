@@ -530,6 +530,12 @@ static void test_invalid_configs(void **state) {
     c.moe.num_experts = 4;
     c.moe.num_experts_per_tok = 5;
     check_invalid(c, "model.moe.num_experts_per_tok");
+    c.moe.num_experts_per_tok = 2;
+    c.moe.moe_intermediate_size = 8;
+    c.moe.capacity_factor = 1e30; /* ceil(c N k / E) would overflow a long: at most num_experts */
+    check_invalid(c, "model.moe.capacity_factor: expected at most num_experts (4)");
+    c.moe.capacity_factor = 4.0;
+    assert_int_equal(model_config_validate(&c, err, sizeof err), 0);
     c = cfg;
     c.num_layers = 0;
     check_invalid(c, "num_layers");
