@@ -133,7 +133,8 @@ void metrics_print(const StepMetrics *m) {
     if (!isnan(m->mfu)) printf(" | MFU %.1f%%", m->mfu);
     if (!isnan(m->peak_mem_gib)) printf(" | mem %.*f GiB", m->peak_mem_gib < 10.0 ? 2 : 1, m->peak_mem_gib);
     if (!isnan(m->power_w)) printf(" | %.0f W | tok/J %.0f", m->power_w, m->tokens_per_joule);
-    if (!isnan(m->moe_aux_loss)) printf(" | aux %.4f | imbalance %.2f", m->moe_aux_loss, m->moe_imbalance);
+    if (!isnan(m->moe_aux_loss)) printf(" | aux %.4f", m->moe_aux_loss);
+    if (!isnan(m->moe_imbalance)) printf(" | imbalance %.2f", m->moe_imbalance); /* NaN: no MoE layer */
     if (!isnan(m->moe_drop_rate) && m->moe_drop_rate > 0) printf(" | dropped %.1f%%", 100.0 * m->moe_drop_rate);
     if (!isnan(m->eval_loss)) printf(" | eval_loss %.4f", m->eval_loss);
     if (!isnan(m->test_loss)) printf(" | test_loss %.4f", m->test_loss);

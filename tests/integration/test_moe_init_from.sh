@@ -8,7 +8,8 @@
 #    a model convert cannot export (expert biases) are warned of;
 #  - routers trained with expert biases into a recipe without them, and a
 #    recipe whose top-k, renormalisation, score function or MoE layers differ
-#    from the checkpoint's: refused, exit 2, the key named.
+#    from the checkpoint's: refused, exit 2, the key named;
+#  - a MoE family with no MoE layer logs no imbalance (it printed nan).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
@@ -35,6 +36,11 @@ grep -q "^init_from: .* has no expert biases .*: the routers' biases start at ze
   fail "no line saying the expert biases start at zero: $(grep init_from "$WORK/bias.log")"
 a=$(first_loss "$WORK/aux") b=$(first_loss "$WORK/bias")
 [[ -n "$a" && "$a" == "$b" ]] || fail "init_from with expert biases added: first loss $b, with the checkpoint's aux_loss $a"
+
+# (a MoE family whose layers are all dense logs no expert imbalance, not nan)
+run "$WORK/dense" --set "model.moe.layer_freq=[0, 0]" > "$WORK/dense.log"
+grep -q "^step .* | aux 0.0000 | eval_loss\|^step .* | aux 0.0000$" "$WORK/dense.log" && ! grep -qi "nan" "$WORK/dense.log" ||
+  fail "all-dense qwen3_moe: $(grep '^step' "$WORK/dense.log")"
 
 # refused(NAME EXPECTED-MESSAGE --set ...): exit 2 with the message
 refused() {
