@@ -293,8 +293,11 @@ const char *plan_stage_driver(const Plan *p, const Recipe *r, int stage, char *w
         if (st->group_params[g] > st->group_params[best]) best = g;
     const double params_bytes = st->group_params[best] * per_param;
     if (st->activation_bytes >= params_bytes && st->activation_bytes >= st->logits_bytes) {
-        snprintf(what, len, "the activations (micro-batches of train.micro_batch_size = %d x train.seq_len = %d "
-                 "tokens)", t->micro_batch_size, t->seq_len);
+        const int n = snprintf(what, len, "the activations (micro-batches of train.micro_batch_size = %d x "
+                               "train.seq_len = %d tokens)", t->micro_batch_size, t->seq_len);
+        if (p->gpu && m->moe.num_experts > 0 && r->parallel.ep > 1 && n > 0 && (size_t)n < len)
+            snprintf(what + n, len - (size_t)n, ", whose MoE dispatch buffers hold parallel.ep = %d times a rank's "
+                     "rows", r->parallel.ep);
         return "train.micro_batch_size";
     }
     if (st->logits_bytes >= params_bytes) {
@@ -374,11 +377,22 @@ static bool apply_lever(Recipe *r, int grid_dp, int which, char *setting, size_t
         t->micro_batch_size /= 2;
         snprintf(setting, len, "train.micro_batch_size: %d", t->micro_batch_size);
         return true;
+    case 6: /* more ep: fewer experts a rank, but (on GPUs) larger dispatch buffers; the estimate decides */
+        if (r->model.moe.num_experts == 0 || grid_dp % (2 * par->ep) != 0 || r->model.moe.num_experts % (2 * par->ep))
+            return false;
+        par->ep *= 2;
+        snprintf(setting, len, "parallel.ep: %d", par->ep);
+        return true;
+    case 7: /* less ep: the GPU's dispatch buffers hold ep times a rank's rows */
+        if (r->model.moe.num_experts == 0 || par->ep % 2 != 0) return false;
+        par->ep /= 2;
+        snprintf(setting, len, "parallel.ep: %d", par->ep);
+        return true;
     default:
         return false;
     }
 }
-enum { NUM_LEVERS = 6 };
+enum { NUM_LEVERS = 8 };
 
 int plan_levers(const Plan *p, const Recipe *r, PlanLever *out, int max) {
     Recipe *alt = mt_malloc(sizeof *alt);

@@ -325,6 +325,49 @@ static void test_levers(void **state) {
         fail_msg("%s", msg);
 }
 
+/* parallel.ep as a lever of a MoE model on GPUs, both ways: more ep holds fewer experts a rank, less ep smaller
+ * dispatch buffers (ep times a rank's rows); each offered with plan_compute's estimate when it saves, and the
+ * activations' advice names the buffers. */
+static void test_ep_levers(void **state) {
+    (void)state;
+    static Recipe r, alt;
+    static Plan p;
+    char err[512], msg[2048];
+    PlanLever lv[8];
+    const double GiB = 1073741824.0;
+    load(&r, "qwen3-235b-a22b", 1, 2, 1, 32, 1); /* dp 16 */
+    r.train.micro_batch_size = 1;
+    r.train.seq_len = 2048;
+    for (int ep = 1; ep <= 16; ep *= 2) {
+        r.parallel.ep = ep;
+        assert_int_equal(plan_compute(&p, &r, 32, err, sizeof err), 0);
+        const int n = plan_levers(&p, &r, lv, 8);
+        const double now = p.stages[plan_worst_stage(&p)].total_bytes;
+        int offered = 0;
+        for (int other = ep / 2; other <= 2 * ep; other += other ? other : 1) {
+            if (other == ep || other == 0 || other > 16) continue;
+            char want[64];
+            snprintf(want, sizeof want, "parallel.ep: %d", other);
+            alt = r;
+            alt.parallel.ep = other;
+            const double with = worst_total(&alt, 32);
+            int found = -1;
+            for (int i = 0; i < n; i++)
+                if (!strcmp(lv[i].setting, want)) found = i;
+            printf("  ep %2d -> %-18s %.1f GiB (now %.1f)%s\n", ep, want, with / GiB, now / GiB,
+                   found < 0 ? ": not offered" : "");
+            assert_true(found < 0 ? with >= 0.995 * now : lv[found].total_bytes == with && with < 0.995 * now);
+            offered += found >= 0;
+        }
+        if (ep == 1 || ep == 16) assert_int_equal(offered, 1); /* 1: more experts a rank than buffers; 16: the reverse */
+    }
+    assert_string_equal(plan_check_fit(&p, &r, 141 * GiB, "the device's memory", msg, sizeof msg),
+                        "train.micro_batch_size");
+    if (!strstr(msg, "whose MoE dispatch buffers hold parallel.ep = 16 times a rank's rows") ||
+        !strstr(msg, "parallel.ep: 8 ("))
+        fail_msg("%s", msg);
+}
+
 /* train.recompute on the CPU: plan counts what the model allocates. For a
  * qwen3 and a qwen3 MoE model at seq 256, none > selective > full in both,
  * and what selective and full save against none in plan is within 5% of
@@ -528,6 +571,7 @@ int main(void) {
         cmocka_unit_test(test_bf16_states),
         cmocka_unit_test(test_zero1_experts),
         cmocka_unit_test(test_memory_driver),
+        cmocka_unit_test(test_ep_levers),
         cmocka_unit_test(test_levers),
         cmocka_unit_test(test_recompute_memory),
         cmocka_unit_test(test_lora_memory),
