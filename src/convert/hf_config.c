@@ -236,8 +236,13 @@ static int read_moe(Reader *r, ModelConfig *cfg) {
     for (int i = 0; i < cfg->num_layers && i < MT_MAX_LAYERS; i++) m->layer_mask[i] = (i + 1) % step == 0;
     for (size_t i = 0; dense && i < dense->count; i++) {
         int64_t layer;
-        if (json_as_int64(dense->items[i], &layer) != 0 || layer < 0 || layer >= cfg->num_layers)
-            return bad(r, "mlp_only_layers", "layer indices below num_hidden_layers", dense->items[i]);
+        if (json_as_int64(dense->items[i], &layer) != 0)
+            return bad(r, "mlp_only_layers", "layer indices (integers)", dense->items[i]);
+        if (layer < 0 || layer >= cfg->num_layers) {
+            mt_set_error(r->err, r->errlen, "%s: mlp_only_layers: expected layer indices from 0 to num_hidden_layers - 1 "
+                         "(%d), found %lld", r->label, cfg->num_layers - 1, (long long)layer);
+            return -1;
+        }
         m->layer_mask[layer] = 0;
     }
     return 0;

@@ -311,6 +311,10 @@ static void test_config_errors(void **state) {
                                       "\"head_dim\": 4}",
                         "num_attention_heads x head_dim (1073741824 x 4) is too large");
     expect_config_error(BASE("mixtral") ", \"num_local_experts\": 4, \"router_jitter_noise\": 0.1}", "router_jitter_noise");
+    expect_config_error(BASE("qwen3_moe") ", \"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 8, \"mlp_only_layers\": [5]}",
+                        "mlp_only_layers: expected layer indices from 0 to num_hidden_layers - 1 (1), found 5");
+    expect_config_error(BASE("qwen3_moe") ", \"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 8, \"mlp_only_layers\": [\"1\"]}",
+                        "mlp_only_layers: expected layer indices (integers), found a string");
     expect_config_error(BASE("mixtral") ", \"num_local_experts\": 4, \"sliding_window\": 4096}", "sliding_window");
     expect_config_error("{\"hidden_size\": 64}", "missing \"model_type\"");
     expect_config_error("{\"model_type\": \"llama\", \"hidden_size\": 64}", "missing required key \"intermediate_size\"");
