@@ -66,6 +66,12 @@ static void shape_text(char *out, size_t len, int ndim, const int64_t *shape) {
 static const CkptTensorMeta *find_param(CkptReader *r, const char *name, const ParamInfo *info, char *err,
                                         size_t errlen) {
     const CkptTensorMeta *t = ckpt_meta_find(&r->meta, name);
+    if (!t && model_is_expert_bias(name)) {
+        mt_set_error(err, errlen, "%s: has no tensor '%s': its routers were trained without expert biases, which the "
+                     "recipe's model.moe.load_balancing: expert_bias adds; a run cannot be resumed with them added (a "
+                     "new run with init_from: this checkpoint starts them at zero)", r->dir, name);
+        return NULL;
+    }
     if (!t) {
         mt_set_error(err, errlen, "%s: has no tensor '%s' (the model needs it)", r->dir, name);
         return NULL;
@@ -186,7 +192,12 @@ static int check_no_extra_params(CkptReader *r, const ModelConfig *cfg, char *er
     for (int i = 0; i < r->meta.num_tensors && rc == 0; i++) {
         const char *name = r->meta.tensors[i].name;
         if (strncmp(name, "optimizer.", 10) == 0 || model_is_extra_state(name)) continue; /* a run's, any model's */
-        if (!has_name(infos, count, name)) {
+        if (!has_name(infos, count, name) && model_is_expert_bias(name)) {
+            mt_set_error(err, errlen, "%s: tensor '%s' is an expert bias: its routers choose with them "
+                         "(model.moe.load_balancing: expert_bias), which the recipe's load_balancing drops", r->dir,
+                         name);
+            rc = CKPT_ERR_MISMATCH;
+        } else if (!has_name(infos, count, name)) {
             mt_set_error(err, errlen, "%s: tensor '%s' has no place in the model (a different model shape?)", r->dir,
                          name);
             rc = CKPT_ERR_MISMATCH;

@@ -9,6 +9,7 @@
 
 #include "../config/recipe_schema.h"
 #include "../core/error.h"
+#include "../model/model.h"
 #include "ckpt_format.h"
 
 char *ckpt_model_config_yaml(const ModelConfig *cfg, size_t *len) {
@@ -25,13 +26,6 @@ char *ckpt_model_config_yaml(const ModelConfig *cfg, size_t *len) {
 }
 
 static bool is_moe(const ModelConfig *m) { return m->family == FAMILY_MIXTRAL || m->family == FAMILY_QWEN3_MOE; }
-
-/* Whether layer l is MoE (a 0/1 mask, or every layer_freq-th layer). */
-static bool moe_layer(const ModelConfig *m, int l) {
-    if (m->moe.layer_mask_given) return m->moe.layer_mask[l] != 0;
-    int freq = m->moe.layer_freq > 0 ? m->moe.layer_freq : 1;
-    return l % freq == 0;
-}
 
 int ckpt_model_shape_check(const ModelConfig *stored, const ModelConfig *wanted, char *err, size_t errlen) {
     const char *refusal = "a run cannot be resumed with a different model shape (start a new run, e.g. with the "
@@ -87,7 +81,7 @@ int ckpt_model_shape_check(const ModelConfig *stored, const ModelConfig *wanted,
     }
     if (is_moe(stored)) {
         for (int l = 0; l < stored->num_layers && l < MT_MAX_LAYERS; l++) {
-            bool a = moe_layer(stored, l), b = moe_layer(wanted, l);
+            bool a = model_layer_is_moe(stored, l), b = model_layer_is_moe(wanted, l);
             if (a != b) {
                 mt_set_error(err, errlen, "model.moe.layer_freq: layer %d is %s in the checkpoint and %s in the recipe; %s",
                              l, a ? "MoE" : "dense", b ? "MoE" : "dense", refusal);

@@ -8,7 +8,8 @@
 #    a model convert cannot export (expert biases) are warned of;
 #  - routers trained with expert biases into a recipe without them, and a
 #    recipe whose top-k, renormalisation, score function or MoE layers differ
-#    from the checkpoint's: refused, exit 2, the key named;
+#    from the checkpoint's: refused, exit 2, the key named; a resume that adds
+#    or drops the biases: refused, exit 2, saying what can;
 #  - a MoE family with no MoE layer logs no imbalance (it printed nan).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -60,4 +61,18 @@ refused score "model.moe.score_function is softmax in the checkpoint but sigmoid
   --set init_from="$WORK/base" --set model.moe.score_function=sigmoid
 refused layers "layer 1 is MoE in the checkpoint but dense in the recipe (model.moe.layer_freq)" \
   --set init_from="$WORK/base" --set model.moe.layer_freq=2
+# a resume can neither add nor drop the biases, and says which and what can
+resume_refused() {
+  local name=$1 message=$2; shift 2
+  local status=0
+  "$MEGATRAIN" resume "$@" > "$WORK/$name.log" 2>&1 || status=$?
+  [[ $status -eq 2 ]] || fail "$name: exit $status, expected 2: $(tail -n 3 "$WORK/$name.log")"
+  grep -qF -- "$message" "$WORK/$name.log" || fail "$name: expected '$message': $(tail -n 3 "$WORK/$name.log")"
+}
+resume_refused resume_add "has no tensor 'layers.0.mlp.router.expert_bias': its routers were trained without expert biases" \
+  "$WORK/base" --set train.steps=2 --set model.moe.load_balancing=expert_bias
+resume_refused resume_drop "tensor 'layers.0.mlp.router.expert_bias' is an expert bias: its routers choose with them" \
+  "$WORK/bias" --set train.steps=2 --set model.moe.load_balancing=aux_loss
+[[ -z $(ls "$WORK/base/checkpoints" "$WORK/bias/checkpoints" | grep invalid) ]] ||
+  fail "a refused resume moved a checkpoint aside: $(ls "$WORK/base/checkpoints" "$WORK/bias/checkpoints")"
 echo "ok"
