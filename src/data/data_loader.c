@@ -104,6 +104,7 @@ static int open_sources(DataLoader *loader, const DataSource *sources, int count
             mt_set_error(err, errlen, "%s[%d].path: %s", key, i, why); /* the recipe's key, then the file's error */
             return -1;
         }
+        indexed_dataset_advise_random(ds);
         int64_t a, b, tokens = 0;
         gpt_split_sequences(ds, weights, which, &a, &b);
         for (int64_t s = a; s < b; s++) tokens += ds->sequence_lengths[s];

@@ -233,6 +233,10 @@ void indexed_dataset_close(IndexedDataset *ds) {
     memset(ds, 0, sizeof(*ds));
 }
 
+void indexed_dataset_advise_random(const IndexedDataset *ds) {
+    if (ds->bin && ds->bin_size > 0) (void)madvise((void *)ds->bin, ds->bin_size, MADV_RANDOM); /* advice only */
+}
+
 void indexed_dataset_read(const IndexedDataset *ds, int64_t seq, int64_t offset, int64_t count, int32_t *out) {
     if (count <= 0) return; /* nothing to read; with an empty .bin, ds->bin is NULL */
     const uint8_t *base = ds->bin + ds->sequence_offsets[seq] + offset * ds->token_size;

@@ -35,6 +35,13 @@ typedef struct IndexedDataset {
 int indexed_dataset_open(IndexedDataset *ds, const char *prefix, char *err, size_t errlen);
 void indexed_dataset_close(IndexedDataset *ds);
 
+/* Tell the kernel the .bin is read at random places (madvise MADV_RANDOM): a
+ * training sample of shuffled short documents touches dozens of them, and each
+ * page fault would otherwise read a whole read-ahead window (8 MiB on common
+ * settings: gigabytes read for megabytes of tokens when the file is not in the
+ * page cache). Not for sequential scans (data inspect). */
+void indexed_dataset_advise_random(const IndexedDataset *ds);
+
 /* Copy `count` tokens of sequence `seq` starting at token `offset` into out (as int32). */
 void indexed_dataset_read(const IndexedDataset *ds, int64_t seq, int64_t offset, int64_t count, int32_t *out);
 
