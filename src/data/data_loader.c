@@ -71,8 +71,17 @@ static int prepare_index(GptSampleIndex *gi, const IndexedDataset *ds, const Dat
     if (gpt_index_build(gi, ds, first, end, seq_len, seed, num_samples, err, errlen) != 0) return -1;
     if (large) mt_log("data: sample index built in %.1f s", mt_now() - start);
     char save_err[2400];
-    if (use_cache && sample_cache_save(gi, &key, save_err, sizeof(save_err)) != 0)
+    if (use_cache && sample_cache_save(gi, &key, save_err, sizeof(save_err)) != 0) {
         mt_warn("%s (continuing without the cache)", save_err);
+        return 0;
+    }
+    /* saved: use the file mapped, as the ranks that load it do (the pages shared, the heap copy freed) */
+    GptSampleIndex mapped;
+    char why[256];
+    if (use_cache && sample_cache_load(&mapped, &key, ds, why, sizeof(why)) == 0) {
+        gpt_index_free(gi);
+        *gi = mapped;
+    }
     return 0;
 }
 

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -198,7 +199,8 @@ void gpt_index_read_sample(const GptSampleIndex *gi, const IndexedDataset *ds, i
 }
 
 void gpt_index_free(GptSampleIndex *gi) {
-    free(gi->block);
+    if (gi->map) munmap(gi->map, gi->map_bytes);
+    else free(gi->block);
     memset(gi, 0, sizeof(*gi));
 }
 

@@ -17,8 +17,10 @@
  * num_epochs is the smallest whose complete shuffle blocks hold the samples
  * asked for. tests/fixtures/sampling/pinned_order.py re-implements this
  * description in Python; test_data_loader pins its order for a seed.
- * Everything lives in one heap block so the cache can write and read it in
- * one go.
+ * Everything lives in one block so the cache can write it in one go; a
+ * built index's block is on the heap, a cached one's is the cache file mapped
+ * read-only (sample_cache.c), which every rank of a node then shares through
+ * the page cache.
  */
 #ifndef MT_DATA_GPT_SAMPLING_H
 #define MT_DATA_GPT_SAMPLING_H
@@ -36,8 +38,10 @@ typedef struct GptSampleIndex {
     int64_t *document_index;              /* [document_index_len] sequence ids */
     int64_t *sample_starts;               /* [num_samples][2]: position, offset */
     int64_t *shuffle;                     /* [num_samples] */
-    void *block;                          /* owns the three arrays */
+    void *block;                          /* the three arrays */
     size_t block_bytes;
+    void *map;                            /* non-NULL: block lies in this read-only mapping (map_bytes) */
+    size_t map_bytes;
 } GptSampleIndex;
 
 /* Megatron's get_split_indices: documents [bounds[i], bounds[i+1]) belong to

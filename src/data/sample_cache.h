@@ -27,7 +27,10 @@ int sample_cache_key(SampleCacheKey *key, const char *cache_dir, const IndexedDa
                      int64_t first_sequence, int64_t end_sequence, int seq_len, uint64_t seed,
                      int64_t num_samples, char *err, size_t errlen);
 
-/* Load the index from key->path into gi. Returns 0 when a valid file was
+/* Load the index from key->path into gi: the file mapped read-only and shared
+ * (the ranks of a node that load one file share its pages), its CRC-32C and
+ * its index checked. The file is only ever replaced by a rename, never
+ * rewritten in place, so the mapping stays valid. Returns 0 when a valid file was
  * read; 1 (gi untouched) when there is none; -1 (gi untouched) with the
  * reason in why when the file is there but unusable: unreadable, of another
  * version or key, of the wrong size, its CRC-32C does not match, or its

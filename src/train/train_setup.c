@@ -228,8 +228,8 @@ static void warn_unused_settings(const Recipe *recipe) {
                 split[0], split[1], split[2]);
 }
 
-/* The inputs of setup, before the model: the grid (the only collective here, which every rank reaches unless the
- * recipe fails them all alike), then checks and loaders local to each rank. 0 or an exit status with err. */
+/* The inputs of setup, before the model and the loaders: the grid (the only collective here, which every rank
+ * reaches unless the recipe fails them all alike), then checks local to each rank. 0 or an exit status with err. */
 static int setup_inputs(TrainContext *ctx, const Recipe *recipe, const char *tokenizer_dir,
                         const char *tokenizer_source, char *err, size_t errlen) {
     int status = train_layout_create(recipe, &ctx->grid, &ctx->layout, &ctx->part, err, errlen);
@@ -251,6 +251,13 @@ static int setup_inputs(TrainContext *ctx, const Recipe *recipe, const char *tok
     /* the data against the tokenizer of the model it trains, before the loaders, the model and its weights */
     if (tokenizer_dir && train_check_data_tokenizer(recipe, tokenizer_dir, tokenizer_source, err, errlen) != 0)
         return MT_EXIT_FAILURE;
+    return 0;
+}
+
+/* The data loaders of this rank (train, and validation and test with evaluation on) and the vocabulary check.
+ * Local: no collective. 0, or an exit status with err. */
+static int open_loaders(TrainContext *ctx, const Recipe *recipe, char *err, size_t errlen) {
+    const TrainConfig *train = &recipe->train;
     char loader_err[1024];
     int64_t train_samples = train_schedule_samples(train, ctx->total_steps);
     ctx->train_data = data_loader_create(&recipe->data, SPLIT_TRAIN, train->seq_len, recipe->run.seed,
@@ -318,6 +325,16 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, const char *toke
     /* A refusal here (a data path, a vocabulary, a tokenizer, memory) is every rank's, or one rank's before the
      * model's collectives: the ranks agree on it, it is said once and no rank aborts. */
     int status = train_setup_agree(ctx, setup_inputs(ctx, recipe, tokenizer_dir, tokenizer_source, err, errlen), err);
+    if (status != 0) return status;
+    /* Rank 0 opens its loaders first, building the sample indices and writing their cache (data.cache_dir); the
+     * other ranks then map those files, one copy a node in the page cache instead of an index built and held by
+     * every rank, or build their own where they cannot see them (another node's disk). open_loaders is local and
+     * every rank reaches the barrier, so this cannot deadlock. */
+    const Comm *world = comm_world();
+    if (world->rank == 0) status = open_loaders(ctx, recipe, err, errlen);
+    if (world->size > 1) comm_barrier(world);
+    if (world->rank != 0) status = open_loaders(ctx, recipe, err, errlen);
+    status = train_setup_agree(ctx, status, err);
     if (status != 0) return status;
     agree_test_data(ctx);
 

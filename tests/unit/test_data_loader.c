@@ -25,6 +25,9 @@
 #include "data/data_loader.h"
 #include "data/gpt_sampling.h"
 #include "data/indexed_dataset.h"
+#include "data/sample_cache.h"
+
+#define CACHE_HEADER_BYTES 72 /* sample_cache.c */
 
 #define SEQ_LEN 16
 #define DOC_STRIDE 1000
@@ -160,6 +163,31 @@ static void test_sample_windows(void **state) {
     free(hit);
     free(stream);
     gpt_index_free(&gi);
+    indexed_dataset_close(&ds);
+}
+
+/* A cached index is the cache file mapped read-only (shared by the ranks that load it): the same arrays as the
+ * index built, none of them on the heap; gpt_index_free unmaps it. */
+static void test_cache_mapped(void **state) {
+    char prefix[512], cache_dir[600], err[2048], why[256];
+    IndexedDataset ds;
+    GptSampleIndex built, loaded;
+    open_index("mapped", 30, 7, 200, prefix, sizeof(prefix), &ds, &built);
+    snprintf(cache_dir, sizeof cache_dir, "%s/mapped-cache", work_dir);
+    SampleCacheKey key;
+    assert_int_equal(sample_cache_key(&key, cache_dir, &ds, "train", built.first_sequence, built.end_sequence, SEQ_LEN,
+                                      7, 200, err, sizeof err), 0);
+    assert_int_equal(sample_cache_save(&built, &key, err, sizeof err), 0);
+    memset(&loaded, 0, sizeof loaded);
+    assert_int_equal(sample_cache_load(&loaded, &key, &ds, why, sizeof why), 0);
+    assert_non_null(loaded.map);
+    assert_true((char *)loaded.block == (char *)loaded.map + CACHE_HEADER_BYTES);
+    assert_int_equal(loaded.block_bytes, built.block_bytes);
+    assert_memory_equal(loaded.block, built.block, built.block_bytes);
+    assert_int_equal(loaded.num_samples, built.num_samples);
+    gpt_index_free(&loaded);
+    assert_null(loaded.map);
+    gpt_index_free(&built);
     indexed_dataset_close(&ds);
 }
 
@@ -420,7 +448,6 @@ static int find_cache_file(const char *dir, char *out, size_t outlen) {
  * version, key, first and end sequence, epochs, document index length,
  * samples, then a uint32 CRC-32C of the header with that field 0 followed by
  * the index block, and 4 bytes of 0) and the index block. */
-#define CACHE_HEADER_BYTES 72
 #define CACHE_CRC_AT 64
 
 static unsigned char *read_whole(const char *path, size_t *len) { /* the whole file, or the test fails */
@@ -588,6 +615,16 @@ static void test_damaged_cache_rebuilt(void **state) {
         if (log[0]) fail_msg("%s: the rebuilt cache gave: %s", names[damage], log);
         data_loader_free(loaded);
     }
+    /* a FIFO in its place (the cache is mapped, not read): refused at once, not waited on, and replaced */
+    assert_int_equal(unlink(cache_file), 0);
+    assert_int_equal(mkfifo(cache_file, 0644), 0);
+    DataLoader *loaded = create_capturing(&data, 3, 100, log, sizeof log);
+    assert_true(same_samples(fresh, loaded));
+    if (!strstr(log, "is damaged (not a regular file); rebuilding it")) fail_msg("FIFO: \"%s\"", log);
+    data_loader_free(loaded);
+    struct stat st;
+    assert_int_equal(stat(cache_file, &st), 0);
+    assert_true(S_ISREG(st.st_mode));
     assert_int_equal(find_cache_file(cache_dir, cache_file, sizeof(cache_file)), 1); /* no temporaries left */
     free(bad);
     free(good);
@@ -638,6 +675,7 @@ static void test_valid_sources_and_errors(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sample_windows, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_mapped, setup, teardown),
         cmocka_unit_test_setup_teardown(test_shuffle_prefix_stable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_epochs_and_blocks_ordered_differently, setup, teardown),
         cmocka_unit_test_setup_teardown(test_pinned_order, setup, teardown),
