@@ -112,13 +112,13 @@ typedef struct Summary {
 
 /* The tokens of document d (its sequences one after the other) into *buf. */
 static int64_t read_document(const IndexedDataset *ds, int64_t d, int32_t **buf, size_t *cap) {
-    int64_t first = ds->document_index[d], last = ds->document_index[d + 1], n = 0;
-    for (int64_t s = first; s < last; s++) n += ds->sequence_lengths[s];
+    int64_t first = indexed_document(ds, d), last = indexed_document(ds, d + 1), n = 0;
+    for (int64_t s = first; s < last; s++) n += indexed_length(ds, s);
     *buf = mt_grow(*buf, cap, (size_t)n + 1, sizeof **buf);
     int64_t at = 0;
     for (int64_t s = first; s < last; s++) {
-        indexed_dataset_read(ds, s, 0, ds->sequence_lengths[s], *buf + at);
-        at += ds->sequence_lengths[s];
+        indexed_dataset_read(ds, s, 0, indexed_length(ds, s), *buf + at);
+        at += indexed_length(ds, s);
     }
     return n;
 }
@@ -139,8 +139,8 @@ static void summarize(const IndexedDataset *ds, int32_t eod_id, Summary *s) {
     int32_t *chunk = mt_malloc(CHUNK * sizeof *chunk);
     for (int64_t d = 0; d < s->documents; d++) {
         int64_t n = 0, last_token = -1;
-        for (int64_t q = ds->document_index[d]; q < ds->document_index[d + 1]; q++) {
-            int64_t len = ds->sequence_lengths[q];
+        for (int64_t q = indexed_document(ds, d); q < indexed_document(ds, d + 1); q++) {
+            int64_t len = indexed_length(ds, q);
             for (int64_t at = 0; at < len; at += CHUNK) {
                 int64_t m = len - at < CHUNK ? len - at : CHUNK;
                 indexed_dataset_read(ds, q, at, m, chunk);
@@ -210,7 +210,7 @@ static void print_escaped(const char *text, size_t len, size_t max) {
 static uint64_t unindexed_bytes(const IndexedDataset *ds) {
     uint64_t end = 0;
     for (int64_t i = 0; i < ds->num_sequences; i++) {
-        const uint64_t e = (uint64_t)ds->sequence_offsets[i] + (uint64_t)ds->sequence_lengths[i] * ds->token_size;
+        const uint64_t e = (uint64_t)indexed_offset(ds, i) + (uint64_t)indexed_length(ds, i) * ds->token_size;
         if (e > end) end = e;
     }
     return end < ds->bin_size ? ds->bin_size - end : 0;

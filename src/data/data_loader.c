@@ -116,7 +116,7 @@ static int open_sources(DataLoader *loader, const DataSource *sources, int count
         indexed_dataset_advise_random(ds);
         int64_t a, b, tokens = 0;
         gpt_split_sequences(ds, weights, which, &a, &b);
-        for (int64_t s = a; s < b; s++) tokens += ds->sequence_lengths[s];
+        for (int64_t s = a; s < b; s++) tokens += indexed_length(ds, s);
         if (tokens == 0 && weights[1] == 0 && weights[2] == 0 && which == 0) { /* used whole */
             snprintf(empty[num_empty++], sizeof(empty[0]), "%s: %s dataset has no tokens", ds->prefix, key);
             indexed_dataset_close(ds);
@@ -343,7 +343,7 @@ int data_loader_check_vocab(const DataLoader *loader, int vocab_size, int64_t ma
         const IndexedDataset *ds = &loader->datasets[d];
         int64_t seen = 0;
         for (int64_t seq = 0; seq < ds->num_sequences && seen < max_tokens; seq++) {
-            const int64_t len = ds->sequence_lengths[seq];
+            const int64_t len = indexed_length(ds, seq);
             const int64_t n = len < max_tokens - seen ? len : max_tokens - seen;
             if (check_tokens(ds, seq, 0, n, vocab_size, err, errlen) != 0) return -1;
             seen += n;

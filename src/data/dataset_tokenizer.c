@@ -186,7 +186,7 @@ static int dataset_counts(const char *prefix, int64_t *documents, int64_t *token
     if (indexed_dataset_open(&ds, prefix, err, sizeof err) != 0) return -1;
     *documents = ds.num_sequences;
     *tokens = 0;
-    for (int64_t i = 0; i < ds.num_sequences; i++) *tokens += ds.sequence_lengths[i];
+    for (int64_t i = 0; i < ds.num_sequences; i++) *tokens += indexed_length(&ds, i);
     indexed_dataset_close(&ds);
     return 0;
 }

@@ -36,8 +36,8 @@ void gpt_split_sequences(const IndexedDataset *ds, const double weights[3], int 
                          int64_t *end_sequence) {
     int64_t bounds[4];
     gpt_split_bounds(weights, ds->num_documents_plus_one - 1, bounds);
-    *first_sequence = ds->document_index[bounds[split]];
-    *end_sequence = ds->document_index[bounds[split + 1]];
+    *first_sequence = indexed_document(ds, bounds[split]);
+    *end_sequence = indexed_document(ds, bounds[split + 1]);
 }
 
 size_t gpt_index_block_bytes(int64_t document_index_len, int64_t num_samples) {
@@ -75,7 +75,7 @@ int gpt_index_build(GptSampleIndex *gi, const IndexedDataset *ds, int64_t first_
     memset(gi, 0, sizeof(*gi));
     int64_t units = end_sequence - first_sequence;
     int64_t tokens_per_epoch = 0;
-    for (int64_t s = first_sequence; s < end_sequence; s++) tokens_per_epoch += ds->sequence_lengths[s];
+    for (int64_t s = first_sequence; s < end_sequence; s++) tokens_per_epoch += indexed_length(ds, s);
     if (seq_len <= 0) {
         mt_set_error(err, errlen, "%s: sequence length %d (expected > 0)", ds->prefix, seq_len);
         return -1;
@@ -137,13 +137,13 @@ int gpt_index_build(GptSampleIndex *gi, const IndexedDataset *ds, int64_t first_
     }
     /* Walk the concatenated documents once: sample k starts at token k * seq_len. */
     int64_t position = 0, document_start = 0;
-    int64_t document_length = ds->sequence_lengths[gi->document_index[0]];
+    int64_t document_length = indexed_length(ds, gi->document_index[0]);
     for (int64_t k = 0; k < samples; k++) {
         int64_t token = k * (int64_t)seq_len;
         while (document_start + document_length <= token) {
             document_start += document_length;
             position++;
-            document_length = ds->sequence_lengths[gi->document_index[position]];
+            document_length = indexed_length(ds, gi->document_index[position]);
         }
         gi->sample_starts[2 * k] = position;
         gi->sample_starts[2 * k + 1] = token - document_start;
@@ -164,7 +164,7 @@ int gpt_index_visit_sample(const GptSampleIndex *gi, const IndexedDataset *ds, i
     int64_t need = (int64_t)seq_len + 1;
     while (need > 0 && position < gi->document_index_len) {
         int64_t seq = gi->document_index[position];
-        int64_t available = ds->sequence_lengths[seq] - offset;
+        int64_t available = indexed_length(ds, seq) - offset;
         int64_t take = available < need ? available : need;
         if (take > 0) {
             const int rc = visit(arg, seq, offset, take);
@@ -214,7 +214,7 @@ int gpt_index_validate(const GptSampleIndex *gi, const IndexedDataset *ds) {
     for (int64_t k = 0; k < gi->num_samples; k++) {
         int64_t position = gi->sample_starts[2 * k], offset = gi->sample_starts[2 * k + 1];
         if (position < 0 || position >= gi->document_index_len || offset < 0) return -1;
-        int64_t length = ds->sequence_lengths[gi->document_index[position]];
+        int64_t length = indexed_length(ds, gi->document_index[position]);
         if (offset >= length) return -1;
         if (gi->shuffle[k] < 0 || gi->shuffle[k] >= gi->num_samples) return -1;
     }

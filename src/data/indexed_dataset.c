@@ -1,9 +1,9 @@
 /* indexed_dataset.c: reader for Megatron-LM's MMIDIDX indexed dataset.
  *
- * PREFIX.idx is read once and its three arrays are copied into one aligned
- * heap block (in the file they sit at unaligned offsets: the header is 34
- * bytes); PREFIX.bin is mmapped. Every header field and every sequence is
- * checked so a bad file is an error naming the file, never a crash.
+ * PREFIX.idx and PREFIX.bin are mmapped read-only (the .idx's arrays, at
+ * unaligned offsets, are read through the header's accessors). Every header
+ * field and every sequence is checked so a bad file is an error naming the
+ * file, never a crash.
  */
 #include "indexed_dataset.h"
 
@@ -114,27 +114,21 @@ static int open_index(IndexedDataset *ds, const char *path, char *err, size_t er
         mt_set_error(err, errlen, "%s: document index is empty (it must start with 0)", path);
         goto done;
     }
-    size_t block_bytes = (size_t)(8 * n + 8 * d + 4 * n);
-    uint8_t *block = mt_malloc(block_bytes);
-    int64_t *offsets = (int64_t *)block;
-    int64_t *docs = offsets + n;
-    int32_t *lengths = (int32_t *)(docs + d);
-    off_t at = IDX_HEADER_BYTES;
-    if (read_exact(fd, lengths, 4 * n, at) != 0 || read_exact(fd, offsets, 8 * n, at + 4 * (off_t)n) != 0 ||
-        read_exact(fd, docs, 8 * d, at + 12 * (off_t)n) != 0) {
-        mt_set_error(err, errlen, "%s: read failed: %s", path, strerror(errno));
-        free(block);
+    void *map = mmap(NULL, (size_t)file_size, PROT_READ, MAP_SHARED, fd, 0);
+    if (map == MAP_FAILED) {
+        mt_set_error(err, errlen, "%s: cannot mmap: %s", path, strerror(errno));
         goto done;
     }
+    (void)madvise(map, (size_t)file_size, MADV_WILLNEED); /* the checks below read it all */
     ds->dtype_code = dtype;
     ds->token_size = indexed_dtype_size(dtype);
     ds->num_sequences = (int64_t)n;
     ds->num_documents_plus_one = (int64_t)d;
-    ds->sequence_lengths = lengths;
-    ds->sequence_offsets = offsets;
-    ds->document_index = docs;
-    ds->idx_map = block;
-    ds->idx_map_size = block_bytes;
+    ds->lengths_at = (const uint8_t *)map + IDX_HEADER_BYTES;
+    ds->offsets_at = ds->lengths_at + 4 * n;
+    ds->documents_at = ds->offsets_at + 8 * n;
+    ds->idx_map = map;
+    ds->idx_map_size = (size_t)file_size;
     rc = 0;
 done:
     close(fd);
@@ -165,7 +159,7 @@ static int check_contents(const IndexedDataset *ds, const char *idx_path, const 
                           size_t errlen) {
     int64_t ts = ds->token_size;
     for (int64_t i = 0; i < ds->num_sequences; i++) {
-        int64_t len = ds->sequence_lengths[i], off = ds->sequence_offsets[i];
+        int64_t len = indexed_length(ds, i), off = indexed_offset(ds, i);
         if (len < 0 || off < 0 || off % ts != 0) {
             mt_set_error(err, errlen, "%s: sequence %lld has length %lld and byte offset %lld (expected >= 0, "
                          "offset a multiple of %lld)", idx_path, (long long)i, (long long)len, (long long)off,
@@ -179,19 +173,20 @@ static int check_contents(const IndexedDataset *ds, const char *idx_path, const 
             return -1;
         }
     }
-    const int64_t *docs = ds->document_index;
-    if (docs[0] != 0) {
-        mt_set_error(err, errlen, "%s: document index starts with %lld (expected 0)", idx_path, (long long)docs[0]);
+        if (indexed_document(ds, 0) != 0) {
+        mt_set_error(err, errlen, "%s: document index starts with %lld (expected 0)", idx_path,
+                     (long long)indexed_document(ds, 0));
         return -1;
     }
     for (int64_t j = 1; j < ds->num_documents_plus_one; j++) {
-        if (docs[j] < docs[j - 1] || docs[j] > ds->num_sequences) {
+        const int64_t doc = indexed_document(ds, j);
+        if (doc < indexed_document(ds, j - 1) || doc > ds->num_sequences) {
             mt_set_error(err, errlen, "%s: document index entry %lld is %lld (expected non-decreasing, <= %lld "
-                         "sequences)", idx_path, (long long)j, (long long)docs[j], (long long)ds->num_sequences);
+                         "sequences)", idx_path, (long long)j, (long long)doc, (long long)ds->num_sequences);
             return -1;
         }
     }
-    const int64_t last = docs[ds->num_documents_plus_one - 1];
+    const int64_t last = indexed_document(ds, ds->num_documents_plus_one - 1);
     if (last != ds->num_sequences) /* Megatron's builder ends it at the sequence count; its reader, too, skips them */
         mt_warn("%s: the document index ends at sequence %lld of %lld: the last %lld sequences belong to no document "
                 "and are not used", idx_path, (long long)last, (long long)ds->num_sequences,
@@ -229,7 +224,7 @@ int indexed_dataset_open(IndexedDataset *ds, const char *prefix, char *err, size
 
 void indexed_dataset_close(IndexedDataset *ds) {
     if (ds->bin) munmap((void *)ds->bin, ds->bin_size);
-    free(ds->idx_map);
+    if (ds->idx_map) munmap(ds->idx_map, ds->idx_map_size);
     memset(ds, 0, sizeof(*ds));
 }
 
@@ -239,7 +234,7 @@ void indexed_dataset_advise_random(const IndexedDataset *ds) {
 
 void indexed_dataset_read(const IndexedDataset *ds, int64_t seq, int64_t offset, int64_t count, int32_t *out) {
     if (count <= 0) return; /* nothing to read; with an empty .bin, ds->bin is NULL */
-    const uint8_t *base = ds->bin + ds->sequence_offsets[seq] + offset * ds->token_size;
+    const uint8_t *base = ds->bin + indexed_offset(ds, seq) + offset * ds->token_size;
     switch (ds->dtype_code) {
     case IDX_DTYPE_UINT8: for (int64_t i = 0; i < count; i++) out[i] = base[i]; break;
     case IDX_DTYPE_INT8: for (int64_t i = 0; i < count; i++) out[i] = ((const int8_t *)base)[i]; break;

@@ -4,13 +4,17 @@
  * code (1 uint8, 2 int8, 3 int16, 4 int32, 5 int64, 6 float64, 7 float32,
  * 8 uint16); u64 sequence count N; u64 document count D; int32[N] sequence
  * lengths (tokens); int64[N] byte offsets into .bin; int64[D] document
- * boundaries (sequence indices, starting with 0). Both files are mmapped.
+ * boundaries (sequence indices, starting with 0). Both files are mmapped
+ * read-only, so the ranks of a node that read one dataset share its pages; the
+ * arrays of the .idx sit at unaligned offsets (the header is 34 bytes) and are
+ * read through indexed_length / indexed_offset / indexed_document.
  */
 #ifndef MT_DATA_INDEXED_DATASET_H
 #define MT_DATA_INDEXED_DATASET_H
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 enum { IDX_DTYPE_UINT8 = 1, IDX_DTYPE_INT8 = 2, IDX_DTYPE_INT16 = 3, IDX_DTYPE_INT32 = 4,
        IDX_DTYPE_INT64 = 5, IDX_DTYPE_FLOAT64 = 6, IDX_DTYPE_FLOAT32 = 7, IDX_DTYPE_UINT16 = 8 };
@@ -21,14 +25,35 @@ typedef struct IndexedDataset {
     int token_size;             /* bytes per token */
     int64_t num_sequences;
     int64_t num_documents_plus_one; /* length of doc_index (documents + 1) */
-    const int32_t *sequence_lengths;
-    const int64_t *sequence_offsets; /* byte offsets into .bin */
-    const int64_t *document_index;
+    /* the .idx's arrays in its mapping (little-endian, unaligned): int32 lengths[N], int64 byte offsets into
+     * .bin [N], int64 document boundaries [D] */
+    const uint8_t *lengths_at, *offsets_at, *documents_at;
     const uint8_t *bin;
     size_t bin_size;
     void *idx_map;
     size_t idx_map_size;
 } IndexedDataset;
+
+/* Tokens of sequence i. */
+static inline int64_t indexed_length(const IndexedDataset *ds, int64_t i) {
+    int32_t v;
+    memcpy(&v, ds->lengths_at + 4 * i, 4);
+    return v;
+}
+
+/* Byte offset of sequence i in .bin. */
+static inline int64_t indexed_offset(const IndexedDataset *ds, int64_t i) {
+    int64_t v;
+    memcpy(&v, ds->offsets_at + 8 * i, 8);
+    return v;
+}
+
+/* Entry j of the document index: the first sequence of document j (j = documents: the sequence count). */
+static inline int64_t indexed_document(const IndexedDataset *ds, int64_t j) {
+    int64_t v;
+    memcpy(&v, ds->documents_at + 8 * j, 8);
+    return v;
+}
 
 /* Open PREFIX.idx and PREFIX.bin; validates the header and that every
  * sequence lies inside .bin. Returns 0, or -1 with an error naming the file. */

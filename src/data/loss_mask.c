@@ -21,10 +21,8 @@ int loss_mask_open(IndexedDataset *mask, const IndexedDataset *tokens, const cha
     else if (mask->num_sequences != tokens->num_sequences ||
              mask->num_documents_plus_one != tokens->num_documents_plus_one)
         why = "it has another number of documents or sequences";
-    else if (memcmp(mask->sequence_lengths, tokens->sequence_lengths,
-                    (size_t)tokens->num_sequences * sizeof *tokens->sequence_lengths) != 0 ||
-             memcmp(mask->document_index, tokens->document_index,
-                    (size_t)tokens->num_documents_plus_one * sizeof *tokens->document_index) != 0)
+    else if (memcmp(mask->lengths_at, tokens->lengths_at, (size_t)tokens->num_sequences * 4) != 0 ||
+             memcmp(mask->documents_at, tokens->documents_at, (size_t)tokens->num_documents_plus_one * 8) != 0)
         why = "its documents have other lengths";
     if (why) {
         mt_set_error(err, errlen, "%s: the loss mask of %s.{bin,idx} does not match it: %s (rebuild both with "
@@ -38,8 +36,8 @@ int loss_mask_open(IndexedDataset *mask, const IndexedDataset *tokens, const cha
 int64_t loss_mask_counted(const IndexedDataset *mask) {
     int64_t counted = 0;
     for (int64_t q = 0; q < mask->num_sequences; q++) {
-        const uint8_t *b = mask->bin + mask->sequence_offsets[q];
-        for (int32_t i = 0; i < mask->sequence_lengths[q]; i++) counted += b[i] != 0;
+        const uint8_t *b = mask->bin + indexed_offset(mask, q);
+        for (int32_t i = 0; i < indexed_length(mask, q); i++) counted += b[i] != 0;
     }
     return counted;
 }

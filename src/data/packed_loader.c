@@ -13,7 +13,7 @@
 static int64_t packed_positions(const PackedRows *rows, const IndexedDataset *ds) {
     int64_t used = 0;
     for (int64_t k = 0; k < rows->documents; k++) {
-        int64_t len = ds->sequence_lengths[rows->docs[k]];
+        int64_t len = indexed_length(ds, rows->docs[k]);
         used += (len > rows->seq_len + 1 ? rows->seq_len + 1 : len) - 1;
     }
     return used;
@@ -52,7 +52,7 @@ static int64_t truncated_without_targets(const PackedRows *rows, const IndexedDa
     int64_t n = 0;
     for (int64_t k = 0; k < rows->documents; k++) {
         const int64_t seq = rows->docs[k];
-        if (ds->sequence_lengths[seq] <= seq_len + 1) continue;
+        if (indexed_length(ds, seq) <= seq_len + 1) continue;
         indexed_dataset_read(mask, seq, 1, seq_len, kept);
         int32_t any = 0;
         for (int t = 0; t < seq_len; t++) any |= kept[t];

@@ -53,7 +53,7 @@ int packed_rows_build(PackedRows *rows, const IndexedDataset *ds, const char *ke
     int64_t *sizes = mt_malloc((size_t)(n > 0 ? n : 1) * sizeof *sizes);
     int64_t *row_of = mt_malloc((size_t)(n > 0 ? n : 1) * sizeof *row_of);
     for (int64_t i = 0; i < n; i++) {
-        int64_t len = ds->sequence_lengths[first + i];
+        int64_t len = indexed_length(ds, first + i);
         if (len - 1 > seq_len) {
             if (overlong == PACK_OVERLONG_ERROR) {
                 mt_set_error(err, errlen,
@@ -111,7 +111,7 @@ void packed_rows_documents(const PackedRows *rows, int64_t index, int64_t *first
 }
 
 int64_t packed_document_tokens(const PackedRows *rows, const IndexedDataset *ds, int64_t seq) {
-    const int64_t len = ds->sequence_lengths[seq];
+    const int64_t len = indexed_length(ds, seq);
     return len > rows->seq_len + 1 ? rows->seq_len + 1 : len; /* truncate (an error otherwise, at build) */
 }
 

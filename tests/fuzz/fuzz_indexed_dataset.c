@@ -24,7 +24,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         return 0;
     }
     for (int64_t i = 0; i < ds.num_sequences; i++) {
-        int64_t len = ds.sequence_lengths[i], off = ds.sequence_offsets[i];
+        int64_t len = indexed_length(&ds, i), off = indexed_offset(&ds, i);
         if (len < 0 || off < 0 || (uint64_t)off > ds.bin_size ||
             (uint64_t)len > (ds.bin_size - (uint64_t)off) / (uint64_t)ds.token_size)
             fuzz_fail("sequence %lld (offset %lld, %lld tokens) outside the %zu-byte .bin", (long long)i,
@@ -33,9 +33,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         indexed_dataset_read(&ds, i, 0, len, tokens);
         free(tokens);
     }
-    if (ds.num_documents_plus_one < 1 || ds.document_index[0] != 0) fuzz_fail("document index does not start at 0");
+    if (ds.num_documents_plus_one < 1 || indexed_document(&ds, 0) != 0) fuzz_fail("document index does not start at 0");
     for (int64_t j = 1; j < ds.num_documents_plus_one; j++)
-        if (ds.document_index[j] < ds.document_index[j - 1] || ds.document_index[j] > ds.num_sequences)
+        if (indexed_document(&ds, j) < indexed_document(&ds, j - 1) || indexed_document(&ds, j) > ds.num_sequences)
             fuzz_fail("document index entry %lld out of order", (long long)j);
     indexed_dataset_close(&ds);
     return 0;

@@ -457,11 +457,16 @@ static unsigned char *read_whole(const char *path, size_t *len) { /* the whole f
     return (unsigned char *)data;
 }
 
+/* Replace the file at path by a new one (a rename, as megatrain replaces a cache file): a loader that maps the old
+ * one keeps its pages. */
 static void write_whole(const char *path, const unsigned char *data, size_t len) {
-    FILE *f = fopen(path, "wb");
+    char temp[1100];
+    snprintf(temp, sizeof temp, "%s.new", path);
+    FILE *f = fopen(temp, "wb");
     assert_non_null(f);
     assert_int_equal(fwrite(data, 1, len, f), len);
     fclose(f);
+    assert_int_equal(rename(temp, path), 0);
 }
 
 /* Store the right CRC for the file's (edited) contents, as the writer does. */

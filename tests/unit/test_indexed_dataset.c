@@ -150,12 +150,12 @@ static void round_trip(int dtype_code, int token_size) {
     assert_int_equal(ds.num_sequences, n);
     assert_int_equal(ds.num_documents_plus_one, n + 1);
     for (int d = 0; d < n; d++) {
-        assert_int_equal(ds.sequence_lengths[d], lengths[d]);
+        assert_int_equal(indexed_length(&ds, d), lengths[d]);
         int32_t out[300];
         indexed_dataset_read(&ds, d, 0, lengths[d], out);
         for (int p = 0; p < lengths[d]; p++) assert_int_equal(out[p], token_value(d, p, dtype_code));
     }
-    for (int i = 0; i <= n; i++) assert_int_equal(ds.document_index[i], i);
+    for (int i = 0; i <= n; i++) assert_int_equal(indexed_document(&ds, i), i);
     /* A read from the middle of a sequence. */
     int32_t part[3];
     indexed_dataset_read(&ds, 4, 100, 3, part);
@@ -189,8 +189,8 @@ static void test_hand_written_dataset(void **state) {
     assert_int_equal(indexed_dataset_open(&ds, prefix, err, sizeof(err)), 0);
     assert_int_equal(ds.num_sequences, 3);
     assert_int_equal(ds.num_documents_plus_one, 3);
-    assert_int_equal(ds.document_index[1], 2);
-    assert_int_equal(ds.sequence_offsets[2], 2);
+    assert_int_equal(indexed_document(&ds, 1), 2);
+    assert_int_equal(indexed_offset(&ds, 2), 2);
     int32_t out[3];
     indexed_dataset_read(&ds, 0, 0, 2, out);
     assert_int_equal(out[0], 200);
