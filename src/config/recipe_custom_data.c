@@ -1,6 +1,6 @@
 /* recipe_custom_data.c: data.train / data.valid (a prefix, or a list of
  * {path, weight} or prefixes) and data.split ([train, valid, test] weights
- * or Megatron's "98,2,0"). */
+ * or Megatron's "98,2,0"; missing shares are 0, as Megatron pads them). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,11 +95,13 @@ void write_valid_sources(FILE *out, const void *base, const char *name, int inde
 
 int data_split_parse(const char *text, double split[3]) {
     const char *p = text;
+    split[0] = split[1] = split[2] = 0.0; /* "99,1" is [99, 1, 0], as Megatron pads a short split */
     for (int i = 0; i < 3; i++) {
         char *end = NULL;
         split[i] = strtod(p, &end);
-        if (end == p || !(split[i] >= 0) || (i < 2 && *end != ',' && *end != '/') || (i == 2 && *end != '\0'))
-            return -1;
+        if (end == p || !(split[i] >= 0)) return -1;
+        if (*end == '\0') break;
+        if (i == 2 || (*end != ',' && *end != '/')) return -1;
         p = end + 1;
     }
     if (!isfinite(split[0] + split[1] + split[2])) return -1; /* inf, or a sum past the doubles: no shares */
@@ -111,8 +113,9 @@ int read_split(void *base, const YEntry *entry, const char *path, char *err, siz
     const YNode *node = entry->value;
     char found[128];
     double split[3];
-    if (node->kind == YNODE_SEQUENCE && node->count == 3) {
-        for (int i = 0; i < 3; i++)
+    if (node->kind == YNODE_SEQUENCE && node->count >= 1 && node->count <= 3) {
+        split[1] = split[2] = 0.0; /* [99, 1] is [99, 1, 0] */
+        for (int i = 0; i < node->count; i++)
             if (yscalar_double(node->entries[i].value, &split[i]) != 0 || split[i] < 0)
                 return key_error(err, errlen, node->entries[i].loc, path, "expected weights >= 0, found %s",
                                  ytree_describe(node->entries[i].value, found, sizeof found));
@@ -121,7 +124,7 @@ int read_split(void *base, const YEntry *entry, const char *path, char *err, siz
             return key_error(err, errlen, entry->loc, path, "expected [train, valid, test] weights like [98, 2, 0], found %s",
                              ytree_describe(node, found, sizeof found));
     } else {
-        return key_error(err, errlen, entry->loc, path, "expected [train, valid, test] weights like [98, 2, 0], found %s",
+        return key_error(err, errlen, entry->loc, path, "expected [train, valid, test] weights like [98, 2, 0] (shares left out are 0), found %s",
                          node->kind == YNODE_SEQUENCE ? "a list of another length" : ytree_describe(node, found, sizeof found));
     }
     if (split[0] <= 0)

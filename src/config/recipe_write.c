@@ -29,6 +29,10 @@ void write_yaml_string(FILE *out, const char *text) {
  * a float ("1.0e-08", not "1e-08"). */
 void write_yaml_double(FILE *out, double value) {
     char text[64];
+    if (value == floor(value) && fabs(value) < 1e15) { /* a whole number as one: 30, not 3.0e+01 */
+        fprintf(out, "%.0f", value);
+        return;
+    }
     for (int digits = 1; digits <= 17; digits++) {
         snprintf(text, sizeof text, "%.*g", digits, value);
         if (strtod(text, NULL) == value) break;

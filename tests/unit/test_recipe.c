@@ -537,6 +537,31 @@ static void test_missing_file_and_override_message(void **state) {
     assert_string_equal(err, "--set train.stpes=3: unknown key 'train.stpes' (did you mean 'train.steps'?)");
 }
 
+/* data.split with shares left out, as Megatron pads them ("99,1" is 99,1,0), in both forms; more than three, or an
+ * empty share, refused. Whole numbers are written as such (30, not 3.0e+01). */
+static void test_short_split(void **state) {
+    (void)state;
+    Recipe r;
+    const char *forms[][2] = {{"data.split=99,1", "99 1 0"}, {"data.split=[99, 1]", "99 1 0"},
+                              {"data.split=100", "100 0 0"}, {"data.split=[7]", "7 0 0"},
+                              {"data.split=969/30/1", "969 30 1"}};
+    for (int i = 0; i < 5; i++) {
+        load_ok(&r, BASE, &forms[i][0], 1, 1);
+        char got[64];
+        snprintf(got, sizeof got, "%g %g %g", r.data.split[0], r.data.split[1], r.data.split[2]);
+        if (strcmp(got, forms[i][1]) != 0) fail_msg("%s: got %s", forms[i][0], got);
+    }
+    const char *bad[] = {"data.split=1,2,3,4", "data.split=99,", "data.split=[1, 2, 3, 4]", "data.split=,1"};
+    for (int i = 0; i < 4; i++)
+        if (load(&r, BASE, &bad[i], 1, 1) != -1 || !strstr(err, "data.split")) fail_msg("%s: %s", bad[i], err);
+    const char *whole[] = {"data.split=969,30,1"};
+    load_ok(&r, BASE, whole, 1, 1);
+    size_t len = 0;
+    char *text = recipe_yaml_text(&r, &len);
+    if (!strstr(text, "split: [969, 30, 1]")) fail_msg("%s", text);
+    free(text);
+}
+
 /* Aliases a recipe may use are expanded; a document that expands past
  * YTREE_MAX_NODES is refused at the line of the alias that crossed it. */
 static void test_aliases(void **state) {
@@ -816,7 +841,7 @@ static int teardown(void **state) {
 }
 
 int main(void) {
-    struct CMUnitTest tests[9 + NUM_ERROR_CASES] = {
+    const struct CMUnitTest units[] = {
         cmocka_unit_test(test_defaults),
         cmocka_unit_test(test_schedule_longer_than_the_run),
         cmocka_unit_test(test_batch_schedules),
@@ -828,9 +853,15 @@ int main(void) {
         cmocka_unit_test(test_token_ids),
         cmocka_unit_test(test_token_counts_and_names),
         cmocka_unit_test(test_missing_file_and_override_message),
+        cmocka_unit_test(test_short_split),
         cmocka_unit_test(test_aliases),
     };
-    int count = 9;
+    /* the units, then a test per error case (the count taken from the list: a fixed number once let the error cases
+     * overwrite the last three units, which then never ran) */
+    enum { NUM_UNITS = sizeof units / sizeof units[0] };
+    struct CMUnitTest tests[NUM_UNITS + NUM_ERROR_CASES];
+    int count = 0;
+    for (int i = 0; i < NUM_UNITS; i++) tests[count++] = units[i];
     for (int i = 0; i < NUM_ERROR_CASES; i++)
         tests[count++] = (struct CMUnitTest){error_cases[i].name, test_error_case, NULL, NULL, (void *)&error_cases[i]};
     return _cmocka_run_group_tests("recipe", tests, (size_t)count, setup, teardown);
