@@ -187,7 +187,7 @@ typedef struct OptimizerConfig {
 
 typedef struct DataSource {
     char path[MT_PATH_MAX]; /* Megatron prefix: path.bin + path.idx */
-    double weight;
+    double weight;          /* > 0; 0: none given (a blend without weights weighs each dataset by its tokens) */
 } DataSource;
 
 /* data.pack_overlong: error stops the run naming the document; truncate keeps its first seq_len + 1 tokens. */

@@ -16,7 +16,7 @@ static const RecipeKey source_keys[] = {
 
 static int read_one_source(DataSource *source, const YNode *node, YLoc loc, const char *path, char *err, size_t errlen) {
     char found[128];
-    source->weight = 1.0;
+    source->weight = 0.0; /* none given */
     if (node->kind == YNODE_MAPPING) return read_section(source, source_keys, node, loc, path, err, errlen);
     if (node->kind != YNODE_SCALAR || ytree_is_null(node))
         return key_error(err, errlen, loc, path, "expected a dataset prefix or {path, weight}, found %s",
@@ -77,8 +77,10 @@ static void write_sources(FILE *out, const DataSource *sources, int count, const
     for (int i = 0; i < count; i++) {
         fprintf(out, "%*s- {path: ", indent + 2, "");
         write_yaml_string(out, sources[i].path);
-        fprintf(out, ", weight: ");
-        write_yaml_double(out, sources[i].weight);
+        if (sources[i].weight > 0) { /* none given stays none */
+            fprintf(out, ", weight: ");
+            write_yaml_double(out, sources[i].weight);
+        }
         fprintf(out, "}\n");
     }
 }

@@ -253,6 +253,19 @@ static int validate_schedule(const Recipe *r, const YNode *root, YLoc at, char *
     return 0;
 }
 
+/* A blend gives every dataset a weight or none (then each weighs its tokens, as Megatron weighs a --data-path
+ * without weights by size). */
+static int validate_blend(const DataSource *sources, int count, const char *key, const YNode *root, YLoc at,
+                          char *err, size_t errlen) {
+    for (int i = 1; i < count; i++) {
+        if ((sources[i].weight > 0) == (sources[0].weight > 0)) continue;
+        return fail(err, errlen, root, at, "", key, "item %d %s a weight and item 0 %s: give every dataset of a blend a "
+                    "weight, or none (then each weighs its tokens, as Megatron weighs a --data-path without weights)",
+                    i, sources[i].weight > 0 ? "has" : "has no", sources[0].weight > 0 ? "has one" : "none");
+    }
+    return 0;
+}
+
 int recipe_validate(const Recipe *r, const YNode *root, int world_size, char *err, size_t errlen) {
     YLoc at = {(char *)r->source_path, 1};
     /* 0: the layout's own model-parallel size (dp 1), for `megatrain plan` without --world */
@@ -273,6 +286,9 @@ int recipe_validate(const Recipe *r, const YNode *root, int world_size, char *er
         return fail(err, errlen, root, at, "", "train.seq_len",
                     "expected at most model.max_position_embeddings (%d), found %d", r->model.max_position_embeddings,
                     r->train.seq_len);
+    if (validate_blend(r->data.train, r->data.num_train, "data.train", root, at, err, errlen) != 0 ||
+        validate_blend(r->data.valid, r->data.num_valid, "data.valid", root, at, err, errlen) != 0)
+        return -1;
     if (validate_layout(r, root, at, world_size, err, errlen) != 0) return -1;
     return validate_schedule(r, root, at, err, errlen);
 }

@@ -101,10 +101,14 @@ static int open_sources(DataLoader *loader, const DataSource *sources, int count
                         int64_t *first, int64_t *end, char *err, size_t errlen) {
     char empty[MT_MAX_DATA_SOURCES][1400];
     int num_empty = 0;
+    /* A blend gives every dataset a weight or none: then each weighs its share's tokens, as Megatron weighs the
+     * datasets of a --data-path without weights by their size. */
+    const bool by_size = count > 1 && !(sources[0].weight > 0);
     for (int i = 0; i < count; i++) {
-        if (count > 1 && !(sources[i].weight > 0)) {
-            mt_set_error(err, errlen, "%s[%d].weight: %g (expected > 0 to blend several datasets)", key, i,
-                         sources[i].weight);
+        if (count > 1 && (sources[i].weight > 0) == by_size) {
+            mt_set_error(err, errlen, "%s[%d] %s a weight and %s[0] %s: give every dataset of a blend a weight, or none "
+                         "(then each weighs its tokens, as Megatron weighs a --data-path without weights)", key, i,
+                         by_size ? "has" : "has no", key, by_size ? "none" : "has one");
             return -1;
         }
         IndexedDataset *ds = &loader->datasets[loader->num_datasets];
@@ -138,7 +142,7 @@ static int open_sources(DataLoader *loader, const DataSource *sources, int count
         loader->has_mask[loader->num_datasets] = has_mask == 1;
         loader->any_mask |= has_mask == 1;
         loader->source[loader->num_datasets] = i;
-        kept_weights[loader->num_datasets] = count > 1 ? sources[i].weight : 1.0;
+        kept_weights[loader->num_datasets] = count == 1 ? 1.0 : by_size ? (double)tokens : sources[i].weight;
         first[loader->num_datasets] = a;
         end[loader->num_datasets] = b;
         loader->num_datasets++;
@@ -148,6 +152,18 @@ static int open_sources(DataLoader *loader, const DataSource *sources, int count
         return -1;
     }
     for (int i = 0; i < num_empty; i++) mt_warn("%s; leaving it out of the %s blend", empty[i], split_names[which]);
+    if (by_size && loader->num_datasets > 1) { /* say what the weights came to */
+        double total = 0;
+        for (int d = 0; d < loader->num_datasets; d++) total += kept_weights[d];
+        const size_t cap = (size_t)loader->num_datasets * 300;
+        char *line = mt_malloc(cap);
+        size_t at = 0;
+        for (int d = 0; d < loader->num_datasets && at < cap; d++)
+            at += (size_t)snprintf(line + at, cap - at, "%s%s %.1f%%", d ? ", " : "", loader->datasets[d].prefix,
+                                   100.0 * kept_weights[d] / total);
+        mt_log("data: %s blends %s by their tokens (no weights given): %s", split_names[which], key, line);
+        free(line);
+    }
     return 0;
 }
 

@@ -429,6 +429,40 @@ static void test_blended_loader(void **state) {
     data_loader_free(loader);
 }
 
+/* A blend without weights weighs each dataset by its tokens (as Megatron weighs a --data-path without weights by
+ * size); a blend with weights on some datasets only is refused, naming the first that differs. */
+static void test_blend_by_size(void **state) {
+    (void)state;
+    char a[512], b[512], err[2048] = "";
+    make_dataset("size_a", 10, 0, a, sizeof(a));
+    make_dataset("size_b", 40, 1000000, b, sizeof(b));
+    DataConfig data;
+    one_source(&data, a, 1, 0, 0, "");
+    data.num_train = 2;
+    snprintf(data.train[1].path, sizeof(data.train[1].path), "%s", b);
+    data.train[0].weight = data.train[1].weight = 0; /* none given */
+    double tokens[2] = {0, 0};
+    for (int d = 0; d < 40; d++) tokens[1] += doc_length(d);
+    for (int d = 0; d < 10; d++) tokens[0] += doc_length(d);
+    const int n = 1000;
+    DataLoader *loader = create_ok(&data, SPLIT_TRAIN, 5, n);
+    int counts[2] = {0};
+    int32_t sample[SEQ_LEN + 1];
+    for (int i = 0; i < n; i++) {
+        data_loader_get(loader, i, sample);
+        counts[sample[0] / 1000000]++;
+    }
+    for (int d = 0; d < 2; d++) {
+        const double w = tokens[d] / (tokens[0] + tokens[1]);
+        if (!(counts[d] >= w * n - 1 && counts[d] <= w * n + 1)) fail_msg("dataset %d: %d of %d, weight %g", d, counts[d], n, w);
+    }
+    data_loader_free(loader);
+    data.train[1].weight = 2.0; /* one weight of two */
+    assert_null(data_loader_create(&data, SPLIT_TRAIN, SEQ_LEN, 5, n, err, sizeof err));
+    if (!strstr(err, "data.train[1] has a weight and data.train[0] none: give every dataset of a blend a weight, or none"))
+        fail_msg("%s", err);
+}
+
 static int find_cache_file(const char *dir, char *out, size_t outlen) {
     char cmd[600];
     snprintf(cmd, sizeof(cmd), "ls '%s' 2>/dev/null | grep -c '\\.gptidx$'", dir);
@@ -689,6 +723,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_seed_determinism, setup, teardown),
         cmocka_unit_test(test_blend_indices),
         cmocka_unit_test_setup_teardown(test_blended_loader, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_blend_by_size, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cache_written_and_reused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damaged_cache_rebuilt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_valid_sources_and_errors, setup, teardown),

@@ -209,7 +209,7 @@ static void test_relative_paths(void **state) {
     snprintf(want[0], sizeof want[0], "%s/a/b", cwd);
     snprintf(want[1], sizeof want[1], "%s/v", cwd);
     snprintf(want[2], sizeof want[2], "%s/cache", cwd);
-    const char *sets[] = {"data.train=[./a/b, {path: /abs/c, weight: 2}]", "data.valid=[.//v]",
+    const char *sets[] = {"data.train=[./a/b, {path: /abs/c}]", "data.valid=[.//v]",
                           "data.cache_dir=./cache"};
     load_ok(&r, BASE, sets, 3, 1);
     assert_string_equal(r.data.train[0].path, want[0]);
@@ -448,9 +448,9 @@ static void round_trip(const char *text, const char *const *sets, int n, int wor
 static void test_write_round_trip(void **state) {
     round_trip(BASE, NULL, 0, 1);
     const char *odd[] = {"optimizer.lr=0.0030000000000000001", "optimizer.min_lr=1.1e-7", "model.rms_norm_eps=1e-6",
-                         "model.rope_scaling={type: llama3, factor: 32, low_freq_factor: 1.5}", "data.valid=[a, {path: b, weight: 0.3}]",
+                         "model.rope_scaling={type: llama3, factor: 32, low_freq_factor: 1.5}", "data.valid=[a, {path: b}]", "data.train=[{path: x, weight: 0.7}, {path: y, weight: 0.3}]",
                          "run.name=quote\"me", "optimizer.schedule.decay_steps=80", "data.split=[90.5, 9.5, 0]"};
-    round_trip(BASE, odd, 8, 1);
+    round_trip(BASE, odd, 9, 1);
     const char *tokens[] = {"train.steps=null", "train.tokens=2.4B", "train.global_batch_size=0:16 2.4B:320 4.8B:624"};
     round_trip(BASE, tokens, 3, 1);
     const char *moe_text = replaced(replaced(BASE, "family: llama", "family: mixtral"), "max_position_embeddings: 128\n",
@@ -808,6 +808,8 @@ static const ErrorCase error_cases[] = {
     {"alias_bomb_in_override", NULL, NULL, "optimizer.betas=[&a " TEN("x") ", &b " TEN("*a") ", &c " TEN("*b") ", &d "
      TEN("*c") ", &e " TEN("*d") ", &f " TEN("*e") "]", 1, NULL, "YAML aliases", "expand the document past 100000 nodes"},
     {"override_yaml_error", NULL, NULL, "optimizer.betas=[0.9,", 1, NULL, "YAML syntax error", "did not find expected node content"},
+    {"blend_weights_mixed", NULL, NULL, "data.train=[a, {path: b, weight: 2}]", 1, NULL, "data.train",
+     "item 1 has a weight and item 0 none: give every dataset of a blend a weight, or none"},
 };
 #define NUM_ERROR_CASES ((int)(sizeof error_cases / sizeof error_cases[0]))
 
