@@ -114,6 +114,11 @@ static int open_index(IndexedDataset *ds, const char *path, char *err, size_t er
         mt_set_error(err, errlen, "%s: document index is empty (it must start with 0)", path);
         goto done;
     }
+    if (need < file_size) { /* Megatron's multimodal datasets keep a mode byte a sequence there */
+        const unsigned long long extra = (unsigned long long)(file_size - (uint64_t)need);
+        mt_warn("%s: %llu bytes after the document index%s; megatrain reads the tokens as text and ignores them", path,
+                extra, extra == n ? " (one a sequence: a Megatron multimodal dataset's sequence modes)" : "");
+    }
     void *map = mmap(NULL, (size_t)file_size, PROT_READ, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) {
         mt_set_error(err, errlen, "%s: cannot mmap: %s", path, strerror(errno));

@@ -114,6 +114,11 @@ expect_fail 1 "$D/cut.bin: sequence" "$D/cut"
 grep -qF "lies outside the file (1000 bytes); truncated or mismatched with $D/cut.idx" "$D/err.txt" || fail "cut: $(cat "$D/err.txt")"
 cp "$D/lengths.idx" "$D/nobin.idx"
 expect_fail 1 "$D/nobin.bin: cannot open: No such file or directory" "$D/nobin"
+# bytes after the document index (a Megatron multimodal dataset's mode byte a sequence): read, with a warning
+cp "$D/lengths.bin" "$D/modes.bin"; { cat "$D/lengths.idx"; head -c 100 /dev/zero; } > "$D/modes.idx"
+"$MEGATRAIN" data inspect "$D/modes" > "$D/out.txt" 2> "$D/err.txt" || fail "modes: $(cat "$D/err.txt")"
+grep -qF "warning: $D/modes.idx: 100 bytes after the document index (one a sequence: a Megatron multimodal dataset's sequence modes); megatrain reads the tokens as text" "$D/err.txt" &&
+  grep -qF "documents: 100" "$D/out.txt" || fail "modes: $(cat "$D/err.txt" "$D/out.txt")"
 expect_fail 2 "PREFIX is required"
 expect_fail 2 "--docs -1: expected a whole number" "$D/lengths" --docs -1
 expect_fail 2 "unexpected argument '--colour'" "$D/lengths" --colour
