@@ -5,6 +5,7 @@
  * distributed optimizer (ZeRO-1: reduce-scatter, update, all-gather). As a
  * pipeline stage: clones for the activation sets and buffered sends of fp32
  * activations and gradients over MPI. */
+#include <stdio.h>
 #include <sys/resource.h>
 
 #include "../dist/grid.h"
@@ -60,9 +61,26 @@ static void device_fp8_step_end(ModelDevice *d) { model_fp8_step_end(host(d), &d
 static int device_comms_check(ModelDevice *d, char *err, size_t errlen) { return 0; } /* MPI ends the job itself */
 static double device_peak_tflops(ModelDevice *d) { return 0.0; }                      /* logging.peak_tflops says */
 
-static double device_peak_bytes(ModelDevice *d) { /* the process's peak resident memory */
-    struct rusage usage;
-    return getrusage(RUSAGE_SELF, &usage) == 0 ? (double)usage.ru_maxrss * 1024.0 : 0.0;
+/* The process's peak anonymous resident memory, sampled at each call (a step's end): what it allocated. The peak
+ * RSS (ru_maxrss) counted the pages of the mapped data files too, which the page cache shares between the ranks and
+ * which grew step after step as the samples touched them, like a leak. Where /proc is missing, the peak RSS. */
+static double device_peak_bytes(ModelDevice *d) {
+    static double peak = 0.0;
+    FILE *f = fopen("/proc/self/status", "r");
+    double anon = -1.0;
+    if (f) {
+        char line[256];
+        long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "RssAnon: %ld kB", &kb) == 1) anon = (double)kb * 1024.0;
+        fclose(f);
+    }
+    if (anon < 0) {
+        struct rusage usage;
+        return getrusage(RUSAGE_SELF, &usage) == 0 ? (double)usage.ru_maxrss * 1024.0 : 0.0;
+    }
+    if (anon > peak) peak = anon;
+    return peak;
 }
 
 static bool device_pci_bus_id(ModelDevice *d, char *out, int len) { return false; }
