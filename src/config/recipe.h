@@ -16,7 +16,7 @@
 
 #define MT_NAME_MAX 128
 #define MT_PATH_MAX 1024
-#define MT_MAX_DATA_SOURCES 32
+#define MT_MAX_DATA_SOURCES 256 /* a list of data.train or data.valid (a Megatron blend of many shards) */
 #define MT_MAX_BATCH_STAGES 64
 #define MT_MAX_LAYERS 1024
 /* Routed experts of a MoE layer, and experts a token picks, at most (the recipe, config.json and the model). */

@@ -99,7 +99,7 @@ static int check_split_weights(const double split[3], char *err, size_t errlen) 
 static int open_sources(DataLoader *loader, const DataSource *sources, int count, const char *key,
                         const double weights[3], int which, const char *hint, double *kept_weights,
                         int64_t *first, int64_t *end, char *err, size_t errlen) {
-    char empty[MT_MAX_DATA_SOURCES][1400];
+    char (*empty)[1400] = mt_malloc((size_t)count * sizeof *empty); /* the datasets left out, said at the end */
     int num_empty = 0;
     /* A blend gives every dataset a weight or none: then each weighs its share's tokens, as Megatron weighs the
      * datasets of a --data-path without weights by their size. */
@@ -109,12 +109,14 @@ static int open_sources(DataLoader *loader, const DataSource *sources, int count
             mt_set_error(err, errlen, "%s[%d] %s a weight and %s[0] %s: give every dataset of a blend a weight, or none "
                          "(then each weighs its tokens, as Megatron weighs a --data-path without weights)", key, i,
                          by_size ? "has" : "has no", key, by_size ? "none" : "has one");
+            free(empty);
             return -1;
         }
         IndexedDataset *ds = &loader->datasets[loader->num_datasets];
         char why[1400];
         if (indexed_dataset_open(ds, sources[i].path, why, sizeof why) != 0) {
             mt_set_error(err, errlen, "%s[%d].path: %s", key, i, why); /* the recipe's key, then the file's error */
+            free(empty);
             return -1;
         }
         indexed_dataset_advise_random(ds);
@@ -137,6 +139,7 @@ static int open_sources(DataLoader *loader, const DataSource *sources, int count
         int has_mask = loss_mask_open(&loader->masks[loader->num_datasets], ds, sources[i].path, err, errlen);
         if (has_mask < 0) {
             indexed_dataset_close(ds);
+            free(empty);
             return -1;
         }
         loader->has_mask[loader->num_datasets] = has_mask == 1;
@@ -149,6 +152,7 @@ static int open_sources(DataLoader *loader, const DataSource *sources, int count
     }
     if (loader->num_datasets == 0) {
         mt_set_error(err, errlen, "%s%s", empty[0], hint);
+        free(empty);
         return -1;
     }
     for (int i = 0; i < num_empty; i++) mt_warn("%s; leaving it out of the %s blend", empty[i], split_names[which]);
@@ -164,6 +168,7 @@ static int open_sources(DataLoader *loader, const DataSource *sources, int count
         mt_log("data: %s blends %s by their tokens (no weights given): %s", split_names[which], key, line);
         free(line);
     }
+    free(empty);
     return 0;
 }
 

@@ -98,7 +98,11 @@ whole=$("$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --batches 2 --seq
 "$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --split 90,10,0 --json > "$WORK/split.json" ||
   fail "eval --split --json failed"
 grep -qF '"split":[90.0,10.0,0.0],"share":"valid",' "$WORK/split.json" || fail "--json lacks the split: $(cat "$WORK/split.json")"
-for bad in 90,0,10 0,10,0 90,10 a,b,c 1e309,1,1 inf,1,0 1e308,1e308,0; do
+# (90,10 is 90,10,0, as data.split pads a short split: the same share)
+short=$("$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --split 90,10 --json) || fail "--split 90,10 refused"
+[[ "$(sed 's/"split":[^]]*\],//' <<< "$short")" == "$(sed 's/"split":[^]]*\],//' "$WORK/split.json")" ]] ||
+  fail "--split 90,10 differs from 90,10,0: $short"
+for bad in 90,0,10 0,10,0 90 a,b,c 1e309,1,1 inf,1,0 1e308,1e308,0 90,10,0,1; do
   rc=0; "$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --split "$bad" > /dev/null 2> "$WORK/eval.err" || rc=$?
   [[ $rc -eq 2 ]] && grep -qF "eval: --split: expected TRAIN,VALID,TEST weights with positive TRAIN and VALID" \
     "$WORK/eval.err" || fail "--split $bad: exit $rc, $(cat "$WORK/eval.err")"

@@ -554,6 +554,18 @@ static void test_short_split(void **state) {
     const char *bad[] = {"data.split=1,2,3,4", "data.split=99,", "data.split=[1, 2, 3, 4]", "data.split=,1"};
     for (int i = 0; i < 4; i++)
         if (load(&r, BASE, &bad[i], 1, 1) != -1 || !strstr(err, "data.split")) fail_msg("%s: %s", bad[i], err);
+    /* a blend of many shards, as Megatron's --data-path lists them: up to 256 */
+    static char many[256 * 16 + 64];
+    int at = snprintf(many, sizeof many, "data.train=[");
+    for (int i = 0; i < 256; i++) at += snprintf(many + at, sizeof many - (size_t)at, "%ss%d", i ? ", " : "", i);
+    snprintf(many + at, sizeof many - (size_t)at, "]");
+    const char *many_set[] = {many};
+    load_ok(&r, BASE, many_set, 1, 1);
+    assert_int_equal(r.data.num_train, 256);
+    assert_string_equal(r.data.train[255].path + strlen(r.data.train[255].path) - 4, "s255");
+    snprintf(many + at, sizeof many - (size_t)at, ", s256]");
+    if (load(&r, BASE, many_set, 1, 1) != -1 || !strstr(err, "expected a list of 1..256 data sources, found 257"))
+        fail_msg("%s", err);
     const char *whole[] = {"data.split=969,30,1"};
     load_ok(&r, BASE, whole, 1, 1);
     size_t len = 0;
