@@ -1,15 +1,25 @@
-/* blend.c: greedy "largest error" blending (see blend.h). O(size * datasets). */
+/* blend.c: greedy "largest error" blending (see blend.h). Building is
+ * O(size * datasets); a lookup scans at most BLEND_BLOCK bytes. */
 #include "blend.h"
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "../core/error.h"
 
-void blend_build_indices(const double *weights, int num_datasets, int64_t size, int32_t *dataset_index,
-                         int64_t *dataset_sample_index) {
+void blend_index_build(BlendIndex *b, const double *weights, int num_datasets, int64_t size) {
+    memset(b, 0, sizeof *b);
+    if (num_datasets < 1 || num_datasets > BLEND_MAX_DATASETS) mt_die(MT_EXIT_FAILURE, "blend: %d datasets", num_datasets);
+    b->num_datasets = num_datasets;
+    b->size = size;
+    b->dataset = mt_malloc(size > 0 ? (size_t)size : 1);
+    const int64_t blocks = (size + BLEND_BLOCK - 1) / BLEND_BLOCK;
+    b->block_counts = mt_malloc((size_t)(blocks > 0 ? blocks : 1) * (size_t)num_datasets * sizeof(int64_t));
     int64_t *counts = mt_calloc((size_t)num_datasets, sizeof(*counts));
     for (int64_t i = 0; i < size; i++) {
+        if (i % BLEND_BLOCK == 0)
+            memcpy(b->block_counts + (i / BLEND_BLOCK) * num_datasets, counts, (size_t)num_datasets * sizeof(*counts));
         double position = i > 1 ? (double)i : 1.0;
         int best = 0;
         double best_error = weights[0] * position - (double)counts[0];
@@ -20,10 +30,25 @@ void blend_build_indices(const double *weights, int num_datasets, int64_t size, 
                 best = d;
             }
         }
-        dataset_index[i] = best;
-        dataset_sample_index[i] = counts[best]++;
+        b->dataset[i] = (uint8_t)best;
+        counts[best]++;
     }
     free(counts);
+}
+
+int blend_index_get(const BlendIndex *b, int64_t i, int64_t *in_dataset) {
+    const int d = b->dataset[i];
+    const int64_t start = i / BLEND_BLOCK * BLEND_BLOCK;
+    int64_t n = b->block_counts[(i / BLEND_BLOCK) * b->num_datasets + d];
+    for (int64_t j = start; j < i; j++) n += b->dataset[j] == d;
+    *in_dataset = n;
+    return d;
+}
+
+void blend_index_free(BlendIndex *b) {
+    free(b->dataset);
+    free(b->block_counts);
+    memset(b, 0, sizeof *b);
 }
 
 int64_t blend_samples_per_dataset(double weight, int64_t size) {

@@ -4,16 +4,37 @@
  * weight: argmax_d (weights[d] * max(i, 1) - count[d]) (first on ties), the
  * greedy rule of Megatron's build_blending_indices. Each dataset's count of
  * the first n samples then stays within about one of weight * n.
+ *
+ * Megatron keeps two arrays a sample (the dataset, and the sample's index in
+ * it: 9 to 16 bytes); a long run's blend held gigabytes on every rank. Here a
+ * sample keeps its dataset in a byte (at most 256 datasets), and every
+ * BLEND_BLOCK samples the counts so far of each dataset: the index in its
+ * dataset is that count plus the matches in the block before it (a scan of
+ * under BLEND_BLOCK bytes). About 1 byte a sample.
  */
 #ifndef MT_DATA_BLEND_H
 #define MT_DATA_BLEND_H
 
 #include <stdint.h>
 
-/* weights: normalised (sum 1), num_datasets >= 1. Fills dataset_index[size]
- * and dataset_sample_index[size] (the sample's index within its dataset). */
-void blend_build_indices(const double *weights, int num_datasets, int64_t size, int32_t *dataset_index,
-                         int64_t *dataset_sample_index);
+#define BLEND_MAX_DATASETS 256
+#define BLEND_BLOCK 4096
+
+typedef struct BlendIndex {
+    int num_datasets;
+    int64_t size;
+    uint8_t *dataset;      /* [size]: the dataset of each sample */
+    int64_t *block_counts; /* [blocks][num_datasets]: each dataset's samples before the block */
+} BlendIndex;
+
+/* weights: normalised (sum 1), 1 <= num_datasets <= BLEND_MAX_DATASETS. */
+void blend_index_build(BlendIndex *b, const double *weights, int num_datasets, int64_t size);
+
+/* The dataset of sample i (0 <= i < size), and into *in_dataset the sample's index within it (its dataset's
+ * samples before it). */
+int blend_index_get(const BlendIndex *b, int64_t i, int64_t *in_dataset);
+
+void blend_index_free(BlendIndex *b);
 
 /* Samples to ask of each dataset for `size` blended samples: Megatron's
  * ceil(weight * size * 1.005). */

@@ -37,10 +37,11 @@ struct DataLoader {
     int32_t *scratch;              /* seq_len + 1 */
     GptSampleIndex indices[MT_MAX_DATA_SOURCES];
     int64_t num_samples;
-    int32_t *dataset_index;        /* [num_samples]; NULL with one dataset */
-    int64_t *dataset_sample_index; /* [num_samples] */
+    BlendIndex blend;              /* with several datasets: the dataset of each sample (blend.h) */
     int vocab_size;                /* > 0: every token a get returns is checked against [0, vocab_size) */
 };
+
+_Static_assert(MT_MAX_DATA_SOURCES <= BLEND_MAX_DATASETS, "a blend's dataset is a byte");
 
 static const char *const split_names[] = {"train", "valid", "test"};
 
@@ -258,10 +259,7 @@ DataLoader *data_loader_create(const DataConfig *data, DataSplit split, int seq_
         loader->num_samples = loader->packed ? loader->rows[0].num_rows : loader->indices[0].num_samples;
     } else {
         loader->num_samples = wanted;
-        loader->dataset_index = mt_malloc((size_t)wanted * sizeof(*loader->dataset_index));
-        loader->dataset_sample_index = mt_malloc((size_t)wanted * sizeof(*loader->dataset_sample_index));
-        blend_build_indices(kept_weights, loader->num_datasets, wanted, loader->dataset_index,
-                            loader->dataset_sample_index);
+        blend_index_build(&loader->blend, kept_weights, loader->num_datasets, wanted);
     }
     return loader;
 }
@@ -275,12 +273,13 @@ int data_loader_num_datasets(const DataLoader *loader) { return loader->num_data
 static int64_t blended_sample(const DataLoader *loader, int64_t index, int *dataset) {
     int64_t i = index % loader->num_samples;
     if (i < 0) i += loader->num_samples;
-    if (!loader->dataset_index) {
+    if (!loader->blend.dataset) {
         *dataset = 0;
         return i;
     }
-    *dataset = loader->dataset_index[i];
-    return loader->dataset_sample_index[i];
+    int64_t in_dataset;
+    *dataset = blend_index_get(&loader->blend, i, &in_dataset);
+    return in_dataset;
 }
 
 /* The dataset and its GPT sample of loader sample `index`. */
@@ -422,7 +421,6 @@ void data_loader_free(DataLoader *loader) {
         packed_rows_free(&loader->rows[d]);
     }
     free(loader->scratch);
-    free(loader->dataset_index);
-    free(loader->dataset_sample_index);
+    blend_index_free(&loader->blend);
     free(loader);
 }

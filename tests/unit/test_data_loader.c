@@ -380,23 +380,28 @@ static void test_seed_determinism(void **state) {
     data_loader_free(c);
 }
 
-/* The greedy rule keeps every dataset within one sample of its share, at every prefix. */
+/* The greedy rule keeps every dataset within one sample of its share, at every prefix; each sample's index in its
+ * dataset counts that dataset's samples before it (across the blocks of BLEND_BLOCK samples the index keeps counts
+ * for). */
 static void test_blend_indices(void **state) {
     const double weight_sets[3][3] = {{0.5, 0.3, 0.2}, {0.7, 0.2, 0.1}, {1.0 / 3, 1.0 / 3, 1.0 / 3}};
-    enum { N = 2000 };
-    static int32_t which[N];
-    static int64_t index_in[N];
+    enum { N = 3 * BLEND_BLOCK + 17 };
     for (int s = 0; s < 3; s++) {
-        blend_build_indices(weight_sets[s], 3, N, which, index_in);
+        BlendIndex blend;
+        blend_index_build(&blend, weight_sets[s], 3, N);
         int64_t counts[3] = {0};
         for (int i = 0; i < N; i++) {
-            assert_int_equal(index_in[i], counts[which[i]]); /* each dataset's samples in order */
-            counts[which[i]]++;
-            for (int d = 0; d < 3; d++) {
-                double off = (double)counts[d] - weight_sets[s][d] * (i + 1);
-                if (off > 1.0 || off < -1.0) fail_msg("set %d, prefix %d, dataset %d: %g off its share", s, i + 1, d, off);
+            int64_t in;
+            const int d = blend_index_get(&blend, i, &in);
+            assert_true(d >= 0 && d < 3);
+            assert_int_equal(in, counts[d]); /* each dataset's samples in order */
+            counts[d]++;
+            for (int e = 0; e < 3; e++) {
+                double off = (double)counts[e] - weight_sets[s][e] * (i + 1);
+                if (off > 1.0 || off < -1.0) fail_msg("set %d, prefix %d, dataset %d: %g off its share", s, i + 1, e, off);
             }
         }
+        blend_index_free(&blend);
     }
     assert_int_equal(blend_samples_per_dataset(0.3, 1000), 302); /* ceil(0.3 * 1000 * 1.005) = ceil(301.5) */
 }

@@ -7,7 +7,7 @@
  * an overlong document is an error naming it, or truncated when asked.
  * Alone, a dataset's rows are packed_rows_build's with the split's seed. A
  * 3:1 blend of two packed datasets (one with a loss mask, one without)
- * gives each dataset the share of rows blend_build_indices says, and every
+ * gives each dataset the share of rows blend_index_build says, and every
  * row equals the row of the dataset-alone loader it comes from; an overlong
  * document of the second names data.train[1]. */
 #include <setjmp.h>
@@ -225,15 +225,15 @@ static void test_blend_3_to_1(void **state) {
     assert_false(data_loader_has_mask(alone[1]));
 
     const double normalised[] = {0.75, 0.25};
-    int32_t which[N];
-    int64_t index_in[N];
-    blend_build_indices(normalised, 2, N, which, index_in);
+    BlendIndex blend_index;
+    blend_index_build(&blend_index, normalised, 2, N);
     int count[2] = {0, 0}, masked[2] = {0, 0};
     for (int64_t i = 0; i < 2 * N; i++) { /* the second pass: sample i + N is sample i */
         int32_t in[2][SEQ_LEN], tg[2][SEQ_LEN], pos[2][SEQ_LEN];
-        const int d = which[i % N];
+        int64_t in_dataset;
+        const int d = blend_index_get(&blend_index, i % N, &in_dataset);
         data_loader_get_packed(blend, i, in[0], tg[0], pos[0]);
-        data_loader_get_packed(alone[d], index_in[i % N], in[1], tg[1], pos[1]);
+        data_loader_get_packed(alone[d], in_dataset, in[1], tg[1], pos[1]);
         assert_memory_equal(in[0], in[1], sizeof in[0]);
         assert_memory_equal(tg[0], tg[1], sizeof tg[0]);
         assert_memory_equal(pos[0], pos[1], sizeof pos[0]);
@@ -244,11 +244,12 @@ static void test_blend_3_to_1(void **state) {
     assert_int_equal(count[1], 50);
     for (int n = 1; n <= N; n++) { /* and within one of the weights over every prefix of the samples */
         int first = 0;
-        for (int i = 0; i < n; i++) first += which[i] == 0;
+        for (int i = 0; i < n; i++) first += blend_index.dataset[i] == 0;
         assert_true(first >= 0.75 * n - 1 && first <= 0.75 * n + 1);
     }
     assert_true(masked[0] > 0);      /* the first dataset's loss mask applies to its rows */
     assert_int_equal(masked[1], 0); /* the second has none: every target inside a document counts */
+    blend_index_free(&blend_index);
     for (int d = 0; d < 2; d++) data_loader_free(alone[d]);
     data_loader_free(blend);
 }
