@@ -179,6 +179,8 @@ typedef struct OptimizerConfig {
     double clip_grad;      /* <= 0 disables clipping */
     DType state_dtype;
     long warmup_steps;
+    double warmup_fraction; /* > 0: warmup spans this fraction of the decay steps instead (Megatron's
+                             * --lr-warmup-fraction, Hugging Face's warmup_ratio) */
     LrDecay decay;
     long decay_steps;      /* 0 means train.steps */
     long wsd_decay_steps;

@@ -129,6 +129,7 @@ static const RecipeKey train_keys[] = {
 
 static const RecipeKey schedule_keys[] = {
     {LONG_KEY("warmup_steps", OptimizerConfig, warmup_steps, 0)},
+    {NUM_KEY("warmup_fraction", OptimizerConfig, warmup_fraction, 0)},
     {ENUM_KEY("decay", OptimizerConfig, decay, decay_names)},
     {LONG_KEY("decay_steps", OptimizerConfig, decay_steps, 1), .nullable = true},
     {LONG_KEY("wsd_decay_steps", OptimizerConfig, wsd_decay_steps, 0)},

@@ -6,8 +6,9 @@
  * counter after every update. Our step s is 0-based and the update of step s
  * uses lr_at(s), which is Megatron's get_lr() with num_steps = s:
  *
- *   warmup (warmup_steps > 0 and s <= warmup_steps):
- *       lr * s / warmup_steps             (0 at s = 0, the full lr at s = warmup_steps;
+ *   warmup (w > 0 and s <= w, w = warmup_steps, or warmup_fraction * decay_steps, not rounded, as Megatron's
+ *   lr_warmup_steps = lr_warmup_fraction * lr_decay_steps):
+ *       lr * s / w                        (0 at s = 0, the full lr at s = w;
  *                                          Megatron's init_lr, lr_warmup_init, is 0)
  *   constant:                             lr (also past decay_steps, as in Megatron)
  *   s > decay_steps:                      min_lr
@@ -39,27 +40,29 @@ static double wsd_coefficient(WsdDecayStyle style, double ratio) {
 double lr_at(const OptimizerConfig *opt, long step, long total_steps) {
     const double max_lr = opt->lr;
     const double min_lr = opt->min_lr;
-    const long warmup = opt->warmup_steps > 0 ? opt->warmup_steps : 0;
     const long decay_steps = opt->decay_steps > 0 ? opt->decay_steps : total_steps;
+    const double warmup = opt->warmup_fraction > 0 ? opt->warmup_fraction * (double)decay_steps
+                          : opt->warmup_steps > 0   ? (double)opt->warmup_steps
+                                                    : 0.0;
     if (step < 0) step = 0;
 
-    if (warmup > 0 && step <= warmup) return max_lr * (double)step / (double)warmup;
+    if (warmup > 0 && (double)step <= warmup) return max_lr * (double)step / warmup;
 
     if (opt->decay == DECAY_CONSTANT) return max_lr;
 
     if (step > decay_steps) return min_lr;
 
     if (opt->decay == DECAY_INVERSE_SQRT) {
-        double w = warmup > 1 ? (double)warmup : 1.0;
+        double w = warmup > 1 ? warmup : 1.0;
         double s = step > 1 ? (double)step : 1.0;
         double lr = max_lr * sqrt(w) / sqrt(s);
         return lr > min_lr ? lr : min_lr;
     }
 
     /* Here warmup < step <= decay_steps, so the span is positive unless both are 0. */
-    long span = decay_steps - warmup;
+    const double span = (double)decay_steps - warmup;
     if (span <= 0) return max_lr;
-    double ratio = (double)(step - warmup) / (double)span;
+    double ratio = ((double)step - warmup) / span;
 
     double coeff = 1.0;
     switch (opt->decay) {

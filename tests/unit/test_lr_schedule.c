@@ -55,6 +55,24 @@ static void test_no_warmup_starts_at_peak(void **state) {
     assert_close(lr_at(&opt, 50, TOTAL), with_coeff(0.5)); /* r = 50/100 */
 }
 
+/* warmup_fraction: warmup over that fraction of the decay steps, not rounded (Megatron's lr_warmup_steps =
+ * lr_warmup_fraction * lr_decay_steps, a float): 0.1 of 100 is warmup_steps 10 bit for bit; 0.015 of 100 is 1.5
+ * steps, and of decay_steps 200 when given (not of train.steps). */
+static void test_warmup_fraction(void **state) {
+    (void)state;
+    OptimizerConfig steps = config(DECAY_COSINE), fraction = config(DECAY_COSINE);
+    fraction.warmup_steps = 0;
+    fraction.warmup_fraction = 0.1;
+    for (long s = 0; s <= TOTAL + 5; s++) assert_true(lr_at(&fraction, s, TOTAL) == lr_at(&steps, s, TOTAL));
+    fraction.warmup_fraction = 0.015;
+    assert_true(lr_at(&fraction, 0, TOTAL) == 0.0);
+    assert_close(lr_at(&fraction, 1, TOTAL), MAX_LR / 1.5);
+    assert_close(lr_at(&fraction, 2, TOTAL), with_coeff(0.5 * (cos(M_PI * (2 - 1.5) / (100 - 1.5)) + 1)));
+    fraction.decay_steps = 200;
+    assert_close(lr_at(&fraction, 2, TOTAL), MAX_LR * 2 / 3.0);
+    assert_close(lr_at(&fraction, 50, TOTAL), with_coeff(0.5 * (cos(M_PI * (50 - 3.0) / (200 - 3.0)) + 1)));
+}
+
 static void test_constant(void **state) {
     (void)state;
     OptimizerConfig opt = config(DECAY_CONSTANT);
@@ -148,6 +166,7 @@ int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_warmup_is_linear_from_zero),
         cmocka_unit_test(test_no_warmup_starts_at_peak),
+        cmocka_unit_test(test_warmup_fraction),
         cmocka_unit_test(test_constant),
         cmocka_unit_test(test_linear),
         cmocka_unit_test(test_cosine),

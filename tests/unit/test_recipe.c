@@ -427,6 +427,7 @@ static void assert_recipes_equal(const Recipe *a, const Recipe *b) {
         SAME(data.valid[i].weight);
     }
     SAME(data.split[0]), SAME(data.split[1]), SAME(data.split[2]);
+    SAME(optimizer.warmup_fraction);
     assert_string_equal(a->data.cache_dir, b->data.cache_dir);
     SAME(checkpoint.interval), SAME(checkpoint.keep_last), SAME(checkpoint.keep_every), SAME(checkpoint.async);
     SAME(checkpoint.compression_level), SAME(checkpoint.load_optimizer), SAME(logging.interval), SAME(logging.tensorboard);
@@ -451,6 +452,8 @@ static void test_write_round_trip(void **state) {
                          "model.rope_scaling={type: llama3, factor: 32, low_freq_factor: 1.5}", "data.valid=[a, {path: b}]", "data.train=[{path: x, weight: 0.7}, {path: y, weight: 0.3}]",
                          "run.name=quote\"me", "optimizer.schedule.decay_steps=80", "data.split=[90.5, 9.5, 0]"};
     round_trip(BASE, odd, 9, 1);
+    const char *fraction[] = {"optimizer.schedule.warmup_steps=0", "optimizer.schedule.warmup_fraction=0.03"};
+    round_trip(BASE, fraction, 2, 1);
     const char *tokens[] = {"train.steps=null", "train.tokens=2.4B", "train.global_batch_size=0:16 2.4B:320 4.8B:624"};
     round_trip(BASE, tokens, 3, 1);
     const char *moe_text = replaced(replaced(BASE, "family: llama", "family: mixtral"), "max_position_embeddings: 128\n",
@@ -820,6 +823,10 @@ static const ErrorCase error_cases[] = {
     {"alias_bomb_in_override", NULL, NULL, "optimizer.betas=[&a " TEN("x") ", &b " TEN("*a") ", &c " TEN("*b") ", &d "
      TEN("*c") ", &e " TEN("*d") ", &f " TEN("*e") "]", 1, NULL, "YAML aliases", "expand the document past 100000 nodes"},
     {"override_yaml_error", NULL, NULL, "optimizer.betas=[0.9,", 1, NULL, "YAML syntax error", "did not find expected node content"},
+    {"warmup_fraction_one", NULL, NULL, "optimizer.schedule.warmup_fraction=1", 1, NULL,
+     "optimizer.schedule.warmup_fraction", "expected a fraction of the decay steps below 1, found 1"},
+    {"warmup_fraction_and_steps", NULL, NULL, "optimizer.schedule.warmup_fraction=0.1", 1, NULL,
+     "optimizer.schedule.warmup_fraction", "found both warmup_steps ("},
     {"blend_weights_mixed", NULL, NULL, "data.train=[a, {path: b, weight: 2}]", 1, NULL, "data.train",
      "item 1 has a weight and item 0 none: give every dataset of a blend a weight, or none"},
 };
