@@ -120,9 +120,8 @@ int ckpt_load_frozen(const char *dir, Model *model, char *err, size_t errlen);
 
 /* ckpt_load_model (or, frozen_only, ckpt_load_frozen) for `init_from`, where
  * the recipe may add expert-bias balancing to a model trained without it: an
- * expert bias `dir` lacks starts at zero (as Megatron's) and is counted in
- * *zeroed_biases. */
-int ckpt_load_init(const char *dir, Model *model, bool frozen_only, int *zeroed_biases, char *err, size_t errlen);
+ * expert bias `dir` lacks starts at zero (as Megatron's). */
+int ckpt_load_init(const char *dir, Model *model, bool frozen_only, char *err, size_t errlen);
 
 /* The same for the trainable parameters only (LoRA's adapters; the frozen
  * ones keep what they hold): what the PEFT export needs, which therefore

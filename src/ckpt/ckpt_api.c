@@ -232,9 +232,9 @@ int ckpt_load_trainable(const char *dir, Model *model, char *err, size_t errlen)
     return load_model(dir, model, LOAD_TRAINABLE, NULL, err, errlen);
 }
 
-int ckpt_load_init(const char *dir, Model *model, bool frozen_only, int *zeroed_biases, char *err, size_t errlen) {
-    *zeroed_biases = 0;
-    return load_model(dir, model, frozen_only ? LOAD_FROZEN : LOAD_ALL, zeroed_biases, err, errlen);
+int ckpt_load_init(const char *dir, Model *model, bool frozen_only, char *err, size_t errlen) {
+    int zeroed = 0;
+    return load_model(dir, model, frozen_only ? LOAD_FROZEN : LOAD_ALL, &zeroed, err, errlen);
 }
 
 /* The model's extra state (FP8 amax histories) from the checkpoint when it holds it (written by a run with the

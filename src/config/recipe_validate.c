@@ -268,9 +268,10 @@ static int validate_blend(const DataSource *sources, int count, const char *key,
                           char *err, size_t errlen) {
     for (int i = 1; i < count; i++) {
         if ((sources[i].weight > 0) == (sources[0].weight > 0)) continue;
-        return fail(err, errlen, root, at, "", key, "item %d %s a weight and item 0 %s: give every dataset of a blend a "
+        return fail(err, errlen, root, at, "", key, "item %d %s and item 0 %s: give every dataset of a blend a "
                     "weight, or none (then each weighs its tokens, as Megatron weighs a --data-path without weights)",
-                    i, sources[i].weight > 0 ? "has" : "has no", sources[0].weight > 0 ? "has one" : "none");
+                    i, sources[i].weight > 0 ? "has a weight" : "has no weight",
+                    sources[0].weight > 0 ? "has one" : "has none");
     }
     return 0;
 }

@@ -24,9 +24,10 @@ void write_yaml_string(FILE *out, const char *text) {
     fputc('"', out);
 }
 
-/* The shortest "%.Ng" that reads back as exactly `value` (at most 17
- * digits), with ".0" added to a bare exponent form so YAML 1.1 readers see
- * a float ("1.0e-08", not "1e-08"). */
+/* A whole number below 1e15 as one ("30"); otherwise the shortest "%.Ng"
+ * that reads back as exactly `value` (at most 17 digits), with ".0" added to
+ * a bare exponent form so YAML 1.1 readers see a float ("1.0e-08", not
+ * "1e-08"). */
 void write_yaml_double(FILE *out, double value) {
     char text[64];
     if (value == floor(value) && fabs(value) < 1e15) { /* a whole number as one: 30, not 3.0e+01 */

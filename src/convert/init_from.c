@@ -155,12 +155,14 @@ int init_from_checkpoint(Model *model, const char *path, CkptHfFiles *carried, C
         mt_set_error(err, errlen, "init_from: %s: %s; the recipe's peft: must match the checkpoint's", dir, why);
         return MT_EXIT_USAGE;
     }
-    int zeroed_biases = 0;
-    if (ckpt_load_init(dir, model, base_only, &zeroed_biases, why, sizeof why) != 0) {
+    if (ckpt_load_init(dir, model, base_only, why, sizeof why) != 0) {
         mt_set_error(err, errlen, "init_from: %s", why);
         return MT_EXIT_FAILURE;
     }
-    if (zeroed_biases > 0)
+    /* said from the configs, not this rank's count: rank 0's pipeline stage may hold no MoE layer */
+    const bool adds_biases = (stored.family == FAMILY_MIXTRAL || stored.family == FAMILY_QWEN3_MOE) &&
+                             stored.moe.load_balancing != LB_EXPERT_BIAS && model->cfg.moe.load_balancing == LB_EXPERT_BIAS;
+    if (adds_biases)
         mt_log("init_from: %s has no expert biases (its routers were trained without load_balancing: expert_bias): "
                "the routers' biases start at zero", dir);
     if (base && ckpt_base_ref_of(dir, base, why, sizeof why) != 0) {

@@ -99,7 +99,7 @@ static int check_split_weights(const double split[3], char *err, size_t errlen) 
  * empty share is an error when every share is empty, else a warning. */
 static int open_sources(DataLoader *loader, const DataSource *sources, int count, const char *key,
                         const double weights[3], int which, const char *hint, double *kept_weights,
-                        int64_t *first, int64_t *end, char *err, size_t errlen) {
+                        bool *weighed_by_size, int64_t *first, int64_t *end, char *err, size_t errlen) {
     char (*empty)[1400] = mt_malloc((size_t)count * sizeof *empty); /* the datasets left out, said at the end */
     int num_empty = 0;
     /* A blend gives every dataset a weight or none: then each weighs its share's tokens, as Megatron weighs the
@@ -107,9 +107,9 @@ static int open_sources(DataLoader *loader, const DataSource *sources, int count
     const bool by_size = count > 1 && !(sources[0].weight > 0);
     for (int i = 0; i < count; i++) {
         if (count > 1 && (sources[i].weight > 0) == by_size) {
-            mt_set_error(err, errlen, "%s[%d] %s a weight and %s[0] %s: give every dataset of a blend a weight, or none "
+            mt_set_error(err, errlen, "%s[%d] %s and %s[0] %s: give every dataset of a blend a weight, or none "
                          "(then each weighs its tokens, as Megatron weighs a --data-path without weights)", key, i,
-                         by_size ? "has" : "has no", key, by_size ? "none" : "has one");
+                         by_size ? "has a weight" : "has no weight", key, by_size ? "has none" : "has one");
             free(empty);
             return -1;
         }
@@ -144,6 +144,7 @@ static int open_sources(DataLoader *loader, const DataSource *sources, int count
             return -1;
         }
         loader->has_mask[loader->num_datasets] = has_mask == 1;
+        if (has_mask == 1) indexed_dataset_advise_random(&loader->masks[loader->num_datasets]); /* read as the tokens */
         loader->any_mask |= has_mask == 1;
         loader->source[loader->num_datasets] = i;
         kept_weights[loader->num_datasets] = count == 1 ? 1.0 : by_size ? (double)tokens : sources[i].weight;
@@ -157,20 +158,22 @@ static int open_sources(DataLoader *loader, const DataSource *sources, int count
         return -1;
     }
     for (int i = 0; i < num_empty; i++) mt_warn("%s; leaving it out of the %s blend", empty[i], split_names[which]);
-    if (by_size && loader->num_datasets > 1) { /* say what the weights came to */
-        double total = 0;
-        for (int d = 0; d < loader->num_datasets; d++) total += kept_weights[d];
-        const size_t cap = (size_t)loader->num_datasets * 300;
-        char *line = mt_malloc(cap);
-        size_t at = 0;
-        for (int d = 0; d < loader->num_datasets && at < cap; d++)
-            at += (size_t)snprintf(line + at, cap - at, "%s%s %.1f%%", d ? ", " : "", loader->datasets[d].prefix,
-                                   100.0 * kept_weights[d] / total);
-        mt_log("data: %s blends %s by their tokens (no weights given): %s", split_names[which], key, line);
-        free(line);
-    }
+    *weighed_by_size = by_size && loader->num_datasets > 1;
     free(empty);
     return 0;
+}
+
+/* A blend without weights: what the weights came to (normalised), weighed by `what`. */
+static void log_size_weights(const DataLoader *loader, const double *weights, const char *split_name, const char *key,
+                             const char *what) {
+    const size_t cap = (size_t)loader->num_datasets * 300;
+    char *line = mt_malloc(cap);
+    size_t at = 0;
+    for (int d = 0; d < loader->num_datasets && at < cap; d++)
+        at += (size_t)snprintf(line + at, cap - at, "%s%s %.1f%%", d ? ", " : "", loader->datasets[d].prefix,
+                               100.0 * weights[d]);
+    mt_log("data: %s blends %s by their %s (no weights given): %s", split_name, key, what, line);
+    free(line);
 }
 
 /* data.pack: each opened dataset packed into its own rows (packed_loader.h);
@@ -185,7 +188,7 @@ static int build_packed(DataLoader *loader, const char *key, int count, const do
         p->mask = loader->has_mask[d] ? &loader->masks[d] : NULL;
         if (count == 1) snprintf(p->key, sizeof p->key, "%s", key);
         else snprintf(p->key, sizeof p->key, "%s[%d]", key, loader->source[d]);
-        p->weight = weights[d];
+        p->weight = weights ? weights[d] : 0.0; /* none: weighed by the rows, once packed */
         p->first = first[d];
         p->end = end[d];
     }
@@ -230,7 +233,9 @@ DataLoader *data_loader_create(const DataConfig *data, DataSplit split, int seq_
     loader->seq_len = seq_len;
     double kept_weights[MT_MAX_DATA_SOURCES];
     int64_t first[MT_MAX_DATA_SOURCES], end[MT_MAX_DATA_SOURCES];
-    if (open_sources(loader, sources, count, key, weights, which, hint, kept_weights, first, end, err, errlen) != 0) {
+    bool by_size = false;
+    if (open_sources(loader, sources, count, key, weights, which, hint, kept_weights, &by_size, first, end, err,
+                     errlen) != 0) {
         data_loader_free(loader);
         return NULL;
     }
@@ -240,12 +245,19 @@ DataLoader *data_loader_create(const DataConfig *data, DataSplit split, int seq_
     int64_t wanted = num_samples > 0 ? num_samples : 1;
     uint64_t split_seed = seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(split + 1));
     if (data->pack) {
-        if (build_packed(loader, key, count, kept_weights, first, end, split_names[split], data->pack_overlong,
+        if (build_packed(loader, key, count, by_size ? NULL : kept_weights, first, end, split_names[split], data->pack_overlong,
                          split_seed, err, errlen) != 0) {
             data_loader_free(loader);
             return NULL;
         }
+        if (by_size) { /* each dataset's rows, what truncation and packing left of its tokens (Megatron's len) */
+            total = 0;
+            for (int d = 0; d < loader->num_datasets; d++) total += (double)loader->rows[d].num_rows;
+            for (int d = 0; d < loader->num_datasets; d++) kept_weights[d] = (double)loader->rows[d].num_rows / total;
+            log_size_weights(loader, kept_weights, split_names[split], key, "packed rows");
+        }
     } else {
+        if (by_size) log_size_weights(loader, kept_weights, split_names[split], key, "tokens");
         for (int d = 0; d < loader->num_datasets; d++) {
             int64_t asked = loader->num_datasets == 1 ? wanted : blend_samples_per_dataset(kept_weights[d], wanted);
             if (prepare_index(&loader->indices[d], &loader->datasets[d], data, split, first[d], end[d], seq_len,
@@ -361,13 +373,18 @@ static int check_tokens(const IndexedDataset *ds, int64_t seq, int64_t at, int64
 int data_loader_check_vocab(const DataLoader *loader, int vocab_size, int64_t max_tokens, char *err, size_t errlen) {
     for (int d = 0; d < loader->num_datasets; d++) {
         const IndexedDataset *ds = &loader->datasets[d];
+        /* a scan of the first tokens in order: read-ahead on for it (the loader reads at random, open_sources) */
+        indexed_dataset_advise_sequential(ds, (size_t)max_tokens * (size_t)ds->token_size);
         int64_t seen = 0;
-        for (int64_t seq = 0; seq < ds->num_sequences && seen < max_tokens; seq++) {
+        int rc = 0;
+        for (int64_t seq = 0; seq < ds->num_sequences && seen < max_tokens && rc == 0; seq++) {
             const int64_t len = indexed_length(ds, seq);
             const int64_t n = len < max_tokens - seen ? len : max_tokens - seen;
-            if (check_tokens(ds, seq, 0, n, vocab_size, err, errlen) != 0) return -1;
+            rc = check_tokens(ds, seq, 0, n, vocab_size, err, errlen);
             seen += n;
         }
+        indexed_dataset_advise_random(ds);
+        if (rc != 0) return -1;
     }
     return 0;
 }

@@ -8,6 +8,7 @@
 #include "indexed_dataset.h"
 
 #include <errno.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,19 @@ static const char *format_u128(unsigned __int128 v, char buf[48]) {
     return p;
 }
 
+/* Whether warning `what` of `path` is met for the first time (of up to 64 remembered): a dataset's warnings are
+ * said once, not by each of the loaders (train, validation, test) that open it. */
+static bool first_warning(const char *path, char what) {
+    static uint64_t seen[64];
+    static int count;
+    uint64_t h = 0xcbf29ce484222325ULL ^ (uint8_t)what;
+    for (const char *c = path; *c; c++) h = (h ^ (uint8_t)*c) * 0x100000001b3ULL;
+    for (int i = 0; i < count; i++)
+        if (seen[i] == h) return false;
+    if (count < 64) seen[count++] = h;
+    return true;
+}
+
 /* pread exactly n bytes; 0 on success. */
 static int read_exact(int fd, void *buf, size_t n, off_t at) {
     uint8_t *p = buf;
@@ -66,7 +80,7 @@ static int read_exact(int fd, void *buf, size_t n, off_t at) {
     return 0;
 }
 
-/* Read and check PREFIX.idx into ds (arrays copied to ds->idx_map). */
+/* Read and check PREFIX.idx's header, and map the file into ds (its arrays read through the accessors). */
 static int open_index(IndexedDataset *ds, const char *path, char *err, size_t errlen) {
     uint64_t file_size = 0;
     int fd = mt_open_regular(path, NULL, &file_size, err, errlen); /* a FIFO is refused, not waited on */
@@ -114,9 +128,9 @@ static int open_index(IndexedDataset *ds, const char *path, char *err, size_t er
         mt_set_error(err, errlen, "%s: document index is empty (it must start with 0)", path);
         goto done;
     }
-    if (need < file_size) { /* Megatron's multimodal datasets keep a mode byte a sequence there */
+    if (need < file_size && first_warning(path, 'm')) { /* Megatron's multimodal datasets keep a mode byte a sequence there */
         const unsigned long long extra = (unsigned long long)(file_size - (uint64_t)need);
-        mt_warn("%s: %llu bytes after the document index%s; megatrain reads the tokens as text and ignores them", path,
+        mt_log_warn("%s: %llu bytes after the document index%s; megatrain reads the tokens as text and ignores them", path,
                 extra, extra == n ? " (one a sequence: a Megatron multimodal dataset's sequence modes)" : "");
     }
     void *map = mmap(NULL, (size_t)file_size, PROT_READ, MAP_SHARED, fd, 0);
@@ -178,7 +192,7 @@ static int check_contents(const IndexedDataset *ds, const char *idx_path, const 
             return -1;
         }
     }
-        if (indexed_document(ds, 0) != 0) {
+    if (indexed_document(ds, 0) != 0) {
         mt_set_error(err, errlen, "%s: document index starts with %lld (expected 0)", idx_path,
                      (long long)indexed_document(ds, 0));
         return -1;
@@ -192,8 +206,8 @@ static int check_contents(const IndexedDataset *ds, const char *idx_path, const 
         }
     }
     const int64_t last = indexed_document(ds, ds->num_documents_plus_one - 1);
-    if (last != ds->num_sequences) /* Megatron's builder ends it at the sequence count; its reader, too, skips them */
-        mt_warn("%s: the document index ends at sequence %lld of %lld: the last %lld sequences belong to no document "
+    if (last != ds->num_sequences && first_warning(idx_path, 'd')) /* Megatron's builder ends it there; its reader skips them */
+        mt_log_warn("%s: the document index ends at sequence %lld of %lld: the last %lld sequences belong to no document "
                 "and are not used", idx_path, (long long)last, (long long)ds->num_sequences,
                 (long long)(ds->num_sequences - last));
     return 0;
@@ -235,6 +249,11 @@ void indexed_dataset_close(IndexedDataset *ds) {
 
 void indexed_dataset_advise_random(const IndexedDataset *ds) {
     if (ds->bin && ds->bin_size > 0) (void)madvise((void *)ds->bin, ds->bin_size, MADV_RANDOM); /* advice only */
+}
+
+void indexed_dataset_advise_sequential(const IndexedDataset *ds, size_t bytes) {
+    if (bytes > ds->bin_size) bytes = ds->bin_size;
+    if (ds->bin && bytes > 0) (void)madvise((void *)ds->bin, bytes, MADV_SEQUENTIAL);
 }
 
 void indexed_dataset_read(const IndexedDataset *ds, int64_t seq, int64_t offset, int64_t count, int32_t *out) {

@@ -60,12 +60,14 @@ static inline int64_t indexed_document(const IndexedDataset *ds, int64_t j) {
 int indexed_dataset_open(IndexedDataset *ds, const char *prefix, char *err, size_t errlen);
 void indexed_dataset_close(IndexedDataset *ds);
 
-/* Tell the kernel the .bin is read at random places (madvise MADV_RANDOM): a
- * training sample of shuffled short documents touches dozens of them, and each
- * page fault would otherwise read a whole read-ahead window (8 MiB on common
- * settings: gigabytes read for megabytes of tokens when the file is not in the
- * page cache). Not for sequential scans (data inspect). */
+/* How the .bin will be read, for the kernel's read-ahead (madvise): at random
+ * places (MADV_RANDOM: a training sample of shuffled short documents touches
+ * dozens of them, and each page fault would otherwise read a whole read-ahead
+ * window, 8 MiB on common settings: gigabytes read for megabytes of tokens
+ * when the file is not in the page cache), or its first `bytes` in order
+ * (MADV_SEQUENTIAL, e.g. a scan of the first tokens; the rest as before). */
 void indexed_dataset_advise_random(const IndexedDataset *ds);
+void indexed_dataset_advise_sequential(const IndexedDataset *ds, size_t bytes);
 
 /* Copy `count` tokens of sequence `seq` starting at token `offset` into out (as int32). */
 void indexed_dataset_read(const IndexedDataset *ds, int64_t seq, int64_t offset, int64_t count, int32_t *out);

@@ -34,9 +34,12 @@ static void log_packing(const PackedRows *rows, const PackedSource *sources, int
     const size_t cap = (size_t)n * (MT_PATH_MAX + 200);
     char *line = mt_malloc(cap);
     size_t at = 0;
+    double all_rows = 0; /* a blend without weights weighs each dataset by its rows */
+    for (int i = 0; i < n; i++) all_rows += (double)rows[i].num_rows;
     for (int i = 0; i < n && at < cap; i++)
         at += (size_t)snprintf(line + at, cap - at, "%s%s %s (weight %.3g): %lld documents into %lld rows (%.1f%% used)",
-                               i ? "; " : "", sources[i].key, sources[i].ds->prefix, sources[i].weight,
+                               i ? "; " : "", sources[i].key, sources[i].ds->prefix,
+                               sources[i].weight > 0 ? sources[i].weight : (double)rows[i].num_rows / all_rows,
                                (long long)rows[i].documents, (long long)rows[i].num_rows,
                                used_percent(&rows[i], sources[i].ds));
     mt_log("data: %s packed %d datasets, each into its own rows of %d positions, blended by weight (the share of "

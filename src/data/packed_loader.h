@@ -23,7 +23,7 @@ typedef struct PackedSource {
     const IndexedDataset *ds;
     const IndexedDataset *mask; /* its loss mask (SFT data), or NULL */
     char key[64];         /* names it in messages: "data.train" alone, "data.train[1]" in a blend */
-    double weight;        /* normalised; shown in the log line of a blend */
+    double weight;        /* normalised; shown in the log line of a blend (0: none given, its rows weigh it) */
     int64_t first, end;   /* its sequences of the split */
 } PackedSource;
 

@@ -32,7 +32,7 @@ const char *const eval_usage_text =
     "checkpoints/) directory: its newest checkpoint.\n"
     "\n"
     "  --data PREFIX           the dataset (required)\n"
-    "  --split W               TRAIN,VALID,TEST weights (e.g. 98,2,0): score the documents that a run with\n"
+    "  --split W               TRAIN,VALID,TEST weights (e.g. 98,2,0; a missing share is 0): score the documents that a run with\n"
     "                          data.train PREFIX and this data.split validates on (default: all of PREFIX,\n"
     "                          as data.valid)\n"
     "  --test                  with --split, score its test share instead: a run's test_loss\n"
@@ -89,7 +89,7 @@ static int set_value(EvalOptions *opt, int k, const char *value, bool *pack_over
         opt->split_given = true;
         if (data_split_parse(value, opt->split) == 0 && opt->split[0] > 0) return 0; /* the share: check_options */
         mt_error("eval: --split: expected TRAIN,VALID,TEST weights with positive TRAIN and VALID (as data.split, e.g. "
-                 "98,2,0; with --test a positive TEST), found '%s'", value);
+                 "98,2,0, a missing share 0; with --test a positive TEST), found '%s'", value);
         return 2;
     }
     case OPT_PACK_OVERLONG:

@@ -328,12 +328,23 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, const char *toke
     if (status != 0) return status;
     /* Rank 0 opens its loaders first, building the sample indices and writing their cache (data.cache_dir); the
      * other ranks then map those files, one copy a node in the page cache instead of an index built and held by
-     * every rank, or build their own where they cannot see them (another node's disk). open_loaders is local and
-     * every rank reaches the barrier, so this cannot deadlock. */
+     * every rank, or build their own where they cannot see them (another node's disk); where rank 0 failed they
+     * do not start (rank 0 says why). Without a cache (none, or packed rows, which are not cached) they open
+     * together. open_loaders is local and every rank reaches the broadcast (the recipe decides for all alike), so
+     * this cannot deadlock. */
     const Comm *world = comm_world();
-    if (world->rank == 0) status = open_loaders(ctx, recipe, err, errlen);
-    if (world->size > 1) comm_barrier(world);
-    if (world->rank != 0) status = open_loaders(ctx, recipe, err, errlen);
+    const bool rank0_first = world->size > 1 && recipe->data.cache_dir[0] && !recipe->data.pack;
+    if (!rank0_first || world->rank == 0) status = open_loaders(ctx, recipe, err, errlen);
+    if (rank0_first) {
+        int32_t rank0_status = status;
+        comm_broadcast(world, &rank0_status, 1, COMM_INT32, 0);
+        if (world->rank != 0 && rank0_status != 0) {
+            mt_set_error(err, errlen, "rank 0 could not open the data (it says why)");
+            status = rank0_status;
+        } else if (world->rank != 0) {
+            status = open_loaders(ctx, recipe, err, errlen);
+        }
+    }
     status = train_setup_agree(ctx, status, err);
     if (status != 0) return status;
     agree_test_data(ctx);

@@ -3,7 +3,8 @@
 # Hugging Face Qwen3-MoE or Mixtral) into a recipe whose routing differs.
 #  - expert-bias balancing added to a model trained without it: the biases
 #    start at zero (said once), so the first loss is the one the same recipe
-#    with the checkpoint's aux_loss gives, bit for bit;
+#    with the checkpoint's aux_loss gives, bit for bit; said under pp 2 too,
+#    where rank 0's stage holds no MoE layer;
 #    A coefficient of the auxiliary loss, which expert_bias does not use, and
 #    a model convert cannot export (expert biases) are warned of;
 #  - routers trained with expert biases into a recipe without them, and a
@@ -37,6 +38,18 @@ grep -q "^init_from: .* has no expert biases .*: the routers' biases start at ze
   fail "no line saying the expert biases start at zero: $(grep init_from "$WORK/bias.log")"
 a=$(first_loss "$WORK/aux") b=$(first_loss "$WORK/bias")
 [[ -n "$a" && "$a" == "$b" ]] || fail "init_from with expert biases added: first loss $b, with the checkpoint's aux_loss $a"
+# pp 2 with the MoE layer on the second stage only: rank 0 holds no bias, and still says they start at zero
+if command -v mpirun > /dev/null; then
+  run "$WORK/base01" --set "model.moe.layer_freq=[0, 1]" > /dev/null
+  timeout 300 mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" run "$REPO/recipes/tiny/qwen3_moe.yaml" \
+    --set run.dir="$WORK/pp2" --set train.steps=1 --set train.seq_len=32 --set train.micro_batch_size=2 \
+    --set "train.batch_schedule=[{step: 0, global_batch_size: 2}]" --set optimizer.schedule.warmup_steps=1 \
+    --set train.eval_interval=0 --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set parallel.pp=2 \
+    --set "model.moe.layer_freq=[0, 1]" --set init_from="$WORK/base01" --set model.moe.load_balancing=expert_bias \
+    > "$WORK/pp2.log" 2>&1 || fail "pp 2: $(tail -n 3 "$WORK/pp2.log")"
+  grep -q "^init_from: .* has no expert biases .*: the routers' biases start at zero" "$WORK/pp2.log" ||
+    fail "pp 2, the biases on stage 1 only: no line saying they start at zero: $(grep init_from "$WORK/pp2.log")"
+fi
 
 # (a MoE family whose layers are all dense logs no expert imbalance, not nan)
 run "$WORK/dense" --set "model.moe.layer_freq=[0, 0]" > "$WORK/dense.log"

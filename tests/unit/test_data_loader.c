@@ -464,7 +464,7 @@ static void test_blend_by_size(void **state) {
     data_loader_free(loader);
     data.train[1].weight = 2.0; /* one weight of two */
     assert_null(data_loader_create(&data, SPLIT_TRAIN, SEQ_LEN, 5, n, err, sizeof err));
-    if (!strstr(err, "data.train[1] has a weight and data.train[0] none: give every dataset of a blend a weight, or none"))
+    if (!strstr(err, "data.train[1] has a weight and data.train[0] has none: give every dataset of a blend a weight, or none"))
         fail_msg("%s", err);
 }
 

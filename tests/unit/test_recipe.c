@@ -828,7 +828,9 @@ static const ErrorCase error_cases[] = {
     {"warmup_fraction_and_steps", NULL, NULL, "optimizer.schedule.warmup_fraction=0.1", 1, NULL,
      "optimizer.schedule.warmup_fraction", "found both warmup_steps ("},
     {"blend_weights_mixed", NULL, NULL, "data.train=[a, {path: b, weight: 2}]", 1, NULL, "data.train",
-     "item 1 has a weight and item 0 none: give every dataset of a blend a weight, or none"},
+     "item 1 has a weight and item 0 has none: give every dataset of a blend a weight, or none"},
+    {"blend_weights_mixed_other_way", NULL, NULL, "data.train=[{path: a, weight: 2}, b]", 1, NULL, "data.train",
+     "item 1 has no weight and item 0 has one: give every dataset of a blend a weight, or none"},
 };
 #define NUM_ERROR_CASES ((int)(sizeof error_cases / sizeof error_cases[0]))
 

@@ -269,6 +269,39 @@ static void test_blend_overlong(void **state) {
     data_loader_free(loader);
 }
 
+/* A packed blend without weights weighs each dataset by its rows (Megatron weighs a --data-path without weights by
+ * each dataset's length, here its rows), not by its raw tokens: a long document truncated to seq_len + 1 counts
+ * what is kept. */
+static void test_blend_by_rows(void **state) {
+    (void)state;
+    char a[512], b[512], err[1024];
+    write_sft_dataset("rows_a", 0, 0, a, sizeof a);
+    write_sft_dataset("rows_b", 60, 1, b, sizeof b); /* its document 40 of 60 tokens keeps 17 */
+    const double none[] = {0.0, 0.0}, one = 1.0;
+    int64_t rows[2];
+    const char *const prefixes[] = {a, b};
+    for (int d = 0; d < 2; d++) {
+        DataLoader *alone = packed_blend(1, &prefixes[d], &one, PACK_OVERLONG_TRUNCATE, 1, err, sizeof err);
+        assert_non_null(alone);
+        rows[d] = data_loader_num_samples(alone);
+        data_loader_free(alone);
+    }
+    enum { N = 2000 };
+    DataLoader *blend = packed_blend(2, prefixes, none, PACK_OVERLONG_TRUNCATE, N, err, sizeof err);
+    if (!blend) fail_msg("%s", err);
+    int count_b = 0;
+    for (int64_t i = 0; i < N; i++) {
+        int32_t in[SEQ_LEN], tg[SEQ_LEN], pos[SEQ_LEN];
+        data_loader_get_packed(blend, i, in, tg, pos);
+        count_b += in[0] >= OTHER_BASE;
+    }
+    const double share = (double)rows[1] / (double)(rows[0] + rows[1]);
+    if (!(count_b >= share * N - 1 && count_b <= share * N + 1))
+        fail_msg("dataset b: %d of %d rows, its rows' share %.4f (%lld and %lld rows)", count_b, N, share,
+                 (long long)rows[0], (long long)rows[1]);
+    data_loader_free(blend);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ffd_known),
@@ -278,6 +311,7 @@ int main(void) {
         cmocka_unit_test(test_one_dataset_rows),
         cmocka_unit_test(test_blend_3_to_1),
         cmocka_unit_test(test_blend_overlong),
+        cmocka_unit_test(test_blend_by_rows),
     };
     return cmocka_run_group_tests(tests, work_dir_setup, work_dir_teardown);
 }
