@@ -54,7 +54,8 @@ static const char *format_u128(unsigned __int128 v, char buf[48]) {
 }
 
 /* Whether warning `what` of `path` is met for the first time (of up to 64 remembered): a dataset's warnings are
- * said once, not by each of the loaders (train, validation, test) that open it. */
+ * said once by each process (to stderr, also under `eval`, which silences its log), not by each of the loaders
+ * (train, validation, test) that open it. */
 static bool first_warning(const char *path, char what) {
     static uint64_t seen[64];
     static int count;
@@ -130,7 +131,7 @@ static int open_index(IndexedDataset *ds, const char *path, char *err, size_t er
     }
     if (need < file_size && first_warning(path, 'm')) { /* Megatron's multimodal datasets keep a mode byte a sequence there */
         const unsigned long long extra = (unsigned long long)(file_size - (uint64_t)need);
-        mt_log_warn("%s: %llu bytes after the document index%s; megatrain reads the tokens as text and ignores them", path,
+        mt_warn("%s: %llu bytes after the document index%s; megatrain reads the tokens as text and ignores them", path,
                 extra, extra == n ? " (one a sequence: a Megatron multimodal dataset's sequence modes)" : "");
     }
     void *map = mmap(NULL, (size_t)file_size, PROT_READ, MAP_SHARED, fd, 0);
@@ -207,7 +208,7 @@ static int check_contents(const IndexedDataset *ds, const char *idx_path, const 
     }
     const int64_t last = indexed_document(ds, ds->num_documents_plus_one - 1);
     if (last != ds->num_sequences && first_warning(idx_path, 'd')) /* Megatron's builder ends it there; its reader skips them */
-        mt_log_warn("%s: the document index ends at sequence %lld of %lld: the last %lld sequences belong to no document "
+        mt_warn("%s: the document index ends at sequence %lld of %lld: the last %lld sequences belong to no document "
                 "and are not used", idx_path, (long long)last, (long long)ds->num_sequences,
                 (long long)(ds->num_sequences - last));
     return 0;

@@ -1,6 +1,7 @@
 /* lr_schedule.h: learning rate at a step (Megatron's OptimizerParamScheduler).
  *
- * Linear warmup from 0 to lr over warmup_steps, then by `decay` down to min_lr
+ * Linear warmup from 0 to lr over warmup_steps (or warmup_fraction of the
+ * decay steps, not rounded), then by `decay` down to min_lr
  * at decay_steps (default train.steps): constant, linear, cosine,
  * inverse_sqrt, or wsd (constant until the final wsd_decay_steps, which decay
  * by wsd_decay_style). Steps are 0-based: step s uses lr_at(s). */

@@ -133,10 +133,12 @@ static void warn_schedule_change(const Recipe *recipe, const CkptState *saved, l
     if (fabs(now - then) <= 1e-6 * fmax(fabs(now), fabs(then))) return;
     char why[512];
     const OptimizerConfig *o = &recipe->optimizer;
-    if (o->decay_steps == 0 && o->decay != DECAY_CONSTANT && saved->total_steps != total_steps)
-        snprintf(why, sizeof why, "optimizer.schedule.decay_steps is null, so the decay spans train.steps, now %ld "
+    if (o->decay_steps == 0 && (o->decay != DECAY_CONSTANT || o->warmup_fraction > 0) &&
+        saved->total_steps != total_steps)
+        snprintf(why, sizeof why, "optimizer.schedule.decay_steps is null, so the %s spans train.steps, now %ld "
                  "steps (the checkpoint's run: %lld); --set optimizer.schedule.decay_steps=%lld keeps its schedule",
-                 total_steps, (long long)saved->total_steps, (long long)saved->total_steps);
+                 o->decay == DECAY_CONSTANT ? "warmup_fraction's share" : o->warmup_fraction > 0 ? "warmup and decay"
+                 : "decay", total_steps, (long long)saved->total_steps, (long long)saved->total_steps);
     else
         snprintf(why, sizeof why, "this resume's --set changed optimizer.lr, min_lr or optimizer.schedule");
     mt_warn("resume: the learning rate of step %lld is %.3e under this recipe, %.3e under the checkpoint's "

@@ -329,11 +329,10 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, const char *toke
     /* Rank 0 opens its loaders first, building the sample indices and writing their cache (data.cache_dir); the
      * other ranks then map those files, one copy a node in the page cache instead of an index built and held by
      * every rank, or build their own where they cannot see them (another node's disk); where rank 0 failed they
-     * do not start (rank 0 says why). Without a cache (none, or packed rows, which are not cached) they open
-     * together. open_loaders is local and every rank reaches the broadcast (the recipe decides for all alike), so
+     * do not start (rank 0 says why). Packed rows are not cached: with data.pack they open together. open_loaders is local and every rank reaches the broadcast (the recipe decides for all alike), so
      * this cannot deadlock. */
     const Comm *world = comm_world();
-    const bool rank0_first = world->size > 1 && recipe->data.cache_dir[0] && !recipe->data.pack;
+    const bool rank0_first = world->size > 1 && !recipe->data.pack;
     if (!rank0_first || world->rank == 0) status = open_loaders(ctx, recipe, err, errlen);
     if (rank0_first) {
         int32_t rank0_status = status;

@@ -141,6 +141,11 @@ awk -v a="$(lr_at "$WORK/lr" 21)" -v b="$(lr_at "$WORK/lr60" 21)" 'BEGIN { exit 
 [[ $(lr_at "$WORK/lr60k" 21) == "$(lr_at "$WORK/lr" 21)" ]] || fail "decay_steps kept: step 21's lr changed"
 expect 0 "resume: the learning rate of step 21 is .*: this resume's --set changed optimizer.lr, min_lr or optimizer.schedule" \
   "$MEGATRAIN" resume "$WORK/lr/checkpoints/iter_0000020" --set run.dir="$WORK/lr-x" --set optimizer.lr=1e-2
+# warmup_fraction of a null decay_steps re-stretches the warmup too, also with a constant schedule
+run "$WORK/lrf" 20 --set optimizer.schedule.decay_steps=null --set optimizer.schedule.warmup_steps=0 \
+  --set optimizer.schedule.warmup_fraction=0.5 --set optimizer.schedule.decay=constant --set train.exit_interval=5 > /dev/null
+expect 0 "resume: the learning rate of step 6 is .*: optimizer.schedule.decay_steps is null, so the warmup_fraction's share spans train.steps, now 40 steps (the checkpoint's run: 20)" \
+  "$MEGATRAIN" resume "$WORK/lrf" --set train.steps=40 --set train.exit_interval=0
 echo "an lr moved by a resume's --set: warned with both rates"
 
 # a branch into a run.dir that holds checkpoints (another run's, or another branch's, older ones included) is
