@@ -57,6 +57,8 @@ void metrics_write(MetricsWriter *w, const StepMetrics *m) {
     if (!isnan(m->power_w)) json_double(f, "power_w", m->power_w);
     if (!isnan(m->tokens_per_joule)) json_double(f, "tokens_per_joule", m->tokens_per_joule);
     if (!isnan(m->moe_aux_loss)) json_double(f, "moe_aux_loss", m->moe_aux_loss);
+    if (!isnan(m->moe_lb_loss)) json_double(f, "moe_load_balancing_loss", m->moe_lb_loss);
+    if (!isnan(m->moe_z_loss)) json_double(f, "moe_z_loss", m->moe_z_loss);
     if (!isnan(m->moe_imbalance)) json_double(f, "moe_imbalance", m->moe_imbalance);
     if (!isnan(m->moe_drop_rate)) json_double(f, "moe_drop_rate", m->moe_drop_rate);
     fputs("}\n", f);
@@ -78,6 +80,8 @@ void metrics_write(MetricsWriter *w, const StepMetrics *m) {
     if (!isnan(m->moe_aux_loss)) tb_scalar(tb, "moe/aux_loss", m->step, m->moe_aux_loss);
     if (!isnan(m->moe_imbalance)) tb_scalar(tb, "moe/expert_imbalance", m->step, m->moe_imbalance);
     if (!isnan(m->moe_drop_rate)) tb_scalar(tb, "moe/drop_rate", m->step, m->moe_drop_rate);
+    if (!isnan(m->moe_lb_loss)) tb_scalar(tb, "moe/load_balancing_loss", m->step, m->moe_lb_loss);
+    if (!isnan(m->moe_z_loss)) tb_scalar(tb, "moe/z_loss", m->step, m->moe_z_loss);
     tb_flush(tb);
 }
 
@@ -134,6 +138,8 @@ void metrics_print(const StepMetrics *m) {
     if (!isnan(m->peak_mem_gib)) printf(" | mem %.*f GiB", m->peak_mem_gib < 10.0 ? 2 : 1, m->peak_mem_gib);
     if (!isnan(m->power_w)) printf(" | %.0f W | tok/J %.0f", m->power_w, m->tokens_per_joule);
     if (!isnan(m->moe_aux_loss)) printf(" | aux %.4f", m->moe_aux_loss);
+    if (!isnan(m->moe_lb_loss)) printf(" | lb %.3f", m->moe_lb_loss);
+    if (!isnan(m->moe_z_loss)) printf(" | z %.3f", m->moe_z_loss);
     if (!isnan(m->moe_imbalance)) printf(" | imbalance %.2f", m->moe_imbalance); /* NaN: no MoE layer */
     if (!isnan(m->moe_drop_rate) && m->moe_drop_rate > 0) printf(" | dropped %.1f%%", 100.0 * m->moe_drop_rate);
     if (!isnan(m->eval_loss)) printf(" | eval_loss %.4f", m->eval_loss);

@@ -23,10 +23,13 @@ typedef struct StepMetrics {
     double test_loss;        /* data.split's test share after the last step; NAN otherwise */
     double tflops;           /* model TFLOP/s per device (Megatron's count: 6N + attention) */
     double mfu;              /* tflops / the device's peak, in percent; NAN when the peak is unknown */
-    double peak_mem_gib;     /* peak used GPU memory so far (all processes on it); the process's peak RSS on the CPU */
+    double peak_mem_gib;     /* peak used GPU memory so far (all processes on it); the process's peak anonymous RSS on the CPU */
     double power_w;          /* mean GPU power over the interval (NVML); NAN when not measured */
     double tokens_per_joule; /* tokens per joule of GPU energy over the interval; NAN when not measured */
     double moe_aux_loss;     /* MoE: the step's load-balancing + z losses (with coefficients) per micro-batch; NAN for dense */
+    double moe_lb_loss;      /* MoE: the load-balancing loss alone, without its coefficient, mean over the MoE layers
+                              * (Megatron's load_balancing_loss); NAN without one */
+    double moe_z_loss;       /* MoE: the router z-loss likewise; NAN without one */
     double moe_imbalance;    /* MoE: max / mean tokens per expert, averaged over the MoE layers; NAN for dense */
     double moe_drop_rate;    /* MoE: fraction of token-expert assignments dropped by the capacity; NAN for dense */
 } StepMetrics;

@@ -342,6 +342,8 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
                 .eval_loss = eval_loss,
                 .test_loss = test_loss,
                 .moe_aux_loss = result.moe ? result.moe_aux_loss : NAN,
+                .moe_lb_loss = result.moe ? result.moe_lb_loss : NAN,
+                .moe_z_loss = result.moe ? result.moe_z_loss : NAN,
                 .moe_imbalance = result.moe ? result.moe_imbalance : NAN,
                 .moe_drop_rate = result.moe ? result.moe_drop_rate : NAN,
             };

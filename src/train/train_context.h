@@ -55,6 +55,9 @@ typedef struct StepResult {
     bool nonfinite;           /* loss or grad norm NaN/Inf: the update was skipped */
     bool moe;                 /* the fields below are set (MoE families) */
     double moe_aux_loss;      /* load-balancing + z losses of every MoE layer, per micro-batch (dp mean) */
+    double moe_lb_loss;       /* the load-balancing loss without its coefficient, mean over the MoE layers (Megatron's
+                               * load_balancing_loss: about 1 when balanced); NAN without one */
+    double moe_z_loss;        /* the router z-loss without its coefficient, likewise; NAN without one */
     double moe_imbalance;     /* max / mean tokens per expert, mean over the MoE layers */
     double moe_drop_rate;     /* assignments dropped by the capacity / all assignments */
 } StepResult;

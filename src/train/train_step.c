@@ -187,6 +187,13 @@ static void moe_step_end(TrainContext *ctx, long num_micro, StepResult *result) 
     const double imbalance = dp_sum_double(pp, st.imbalance_sum);
     /* each cp rank holds its tokens' share of the losses */
     const double aux = dp_average_double(dp, dp_sum_double(cp, dp_sum_double(pp, st.aux_loss + st.z_loss)));
+    /* each alone, without its coefficient, per MoE layer: what Megatron logs as load_balancing_loss and z_loss */
+    const MoeConfig *moe = &ctx->recipe->model.moe;
+    const double lb = dp_average_double(dp, dp_sum_double(cp, dp_sum_double(pp, st.aux_loss)));
+    const double z = dp_average_double(dp, dp_sum_double(cp, dp_sum_double(pp, st.z_loss)));
+    const bool has_lb = moe->aux_loss_coeff > 0 && moe->load_balancing != LB_EXPERT_BIAS && moe->load_balancing != LB_NONE;
+    result->moe_lb_loss = has_lb && layers > 0 ? lb / moe->aux_loss_coeff / layers : NAN;
+    result->moe_z_loss = moe->z_loss_coeff > 0 && layers > 0 ? z / moe->z_loss_coeff / layers : NAN;
     const double dropped = dp_sum_double(dp, dp_sum_double(cp, dp_sum_double(pp, (double)st.dropped)));
     const double assignments = dp_sum_double(dp, dp_sum_double(cp, dp_sum_double(pp, (double)st.assignments)));
     result->moe_aux_loss = aux;

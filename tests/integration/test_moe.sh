@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_moe.sh: training the mixture-of-experts families on the CPU.
-#  - tiny mixtral and qwen3_moe train (the loss falls) and log the aux loss
-#    and the expert imbalance;
+#  - tiny mixtral and qwen3_moe train (the loss falls) and log the aux loss,
+#    the load-balancing loss alone (Megatron's load_balancing_loss: aux over
+#    its coefficient and the layers) and the expert imbalance;
 #  - every layout of tp in {1,2} with etp in {1,tp}, ep in {1,2,4} and pp in
 #    {1,2} on up to 8 ranks, and layouts with cp, the distributed optimizer,
 #    vpp, sequence parallel and edp, give the single-rank losses, aux losses
@@ -29,7 +30,14 @@ mean_last() { json_field "$1" "$2" | tail -n "$3" | awk '{ s += $1 } END { print
 
 for family in mixtral qwen3_moe; do
   run1 $family "$WORK/$family" > "$WORK/$family.log"
-  grep -q "aux [0-9.]* | imbalance [0-9.]*" "$WORK/$family.log" || fail "$family: no aux / imbalance in the step line"
+  grep -q "aux [0-9.]* | lb [0-9.]* | imbalance [0-9.]*" "$WORK/$family.log" ||
+    fail "$family: no aux / lb / imbalance in the step line"
+  # lb is the load-balancing loss alone, per MoE layer, without its coefficient (Megatron's load_balancing_loss):
+  # aux = 0.01 x lb x 4 layers here (no z-loss); about 1 when balanced, at least 1 / k in any case
+  paste <(json_field "$WORK/$family/metrics.jsonl" moe_aux_loss) \
+        <(json_field "$WORK/$family/metrics.jsonl" moe_load_balancing_loss) |
+    awk '{ if (NF != 2 || ($1 - 0.04 * $2) ^ 2 > (1e-6 * $1) ^ 2 || $2 < 0.5 || $2 > 8) bad = 1 } END { exit bad || NR != 10 }' ||
+    fail "$family: moe_load_balancing_loss is not moe_aux_loss / (0.01 x 4 layers): $(grep -o '"moe_[a-z_]*":[^,]*' "$WORK/$family/metrics.jsonl" | head -4)"
   first=$(json_field "$WORK/$family/metrics.jsonl" loss | head -1)
   last=$(json_field "$WORK/$family/metrics.jsonl" loss | tail -1)
   awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a - 0.3) }' || fail "$family: the loss did not fall ($first -> $last)"

@@ -47,7 +47,7 @@ if run_dir.endswith("/on"):  # a test share: its loss after the last step
     tags["test/loss"] = "test_loss"
 if run_dir.endswith("/moe"):
     tags.update({"moe/aux_loss": "moe_aux_loss", "moe/expert_imbalance": "moe_imbalance",
-                 "moe/drop_rate": "moe_drop_rate"})
+                 "moe/drop_rate": "moe_drop_rate", "moe/load_balancing_loss": "moe_load_balancing_loss"})
 have = set(acc.Tags()["scalars"])
 assert have == set(tags), f"scalar tags {sorted(have)} != {sorted(tags)}"
 for tag, key in tags.items():
