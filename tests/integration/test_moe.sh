@@ -102,7 +102,8 @@ if command -v mpirun > /dev/null; then
   timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" run "$REPO/recipes/tiny/mixtral.yaml" \
     --set run.dir="$WORK/seq-cp2" "${COMMON[@]}" "${SEQ[@]}" --set parallel.cp=2 > "$WORK/seq-cp2.log" 2>&1 \
     || { tail -20 "$WORK/seq-cp2.log"; fail "cp 2 with seq_aux_loss failed"; }
-  for field in loss moe_aux_loss moe_imbalance; do
+  for field in loss moe_aux_loss moe_load_balancing_loss moe_z_loss moe_imbalance; do
+    [[ -n $(json_field "$WORK/seq-1/metrics.jsonl" $field) ]] || fail "seq_aux_loss with a z-loss: no $field logged"
     compare $field "$WORK/seq-1/metrics.jsonl" "$WORK/seq-cp2/metrics.jsonl" || fail "cp 2 seq_aux_loss: $field differs"
   done
   echo "cp 2 with seq_aux_loss and z-loss matches one rank"
