@@ -2,6 +2,7 @@
  * against the recipe's model, then load its weights. */
 #include "init_from.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -13,31 +14,41 @@ static int head_dim_of(const ModelConfig *c) {
     return c->head_dim ? c->head_dim : c->hidden_size / c->num_attention_heads;
 }
 
+/* One integer or boolean setting of a model config, as the checkpoint and the recipe have it. */
+typedef struct Setting {
+    const char *key; /* after "model." */
+    long ckpt, recipe;
+    bool boolean;    /* said as true / false */
+} Setting;
+
+/* The first of n settings that differ, as a message into why: -1; 0 when none does. */
+static int first_difference(const Setting *s, size_t n, char *why, size_t whylen) {
+    for (size_t i = 0; i < n; i++) {
+        if (s[i].ckpt == s[i].recipe) continue;
+        if (s[i].boolean)
+            snprintf(why, whylen, "model.%s is %s in the checkpoint but %s in the recipe", s[i].key,
+                     s[i].ckpt ? "true" : "false", s[i].recipe ? "true" : "false");
+        else
+            snprintf(why, whylen, "model.%s is %ld in the checkpoint but %ld in the recipe", s[i].key, s[i].ckpt,
+                     s[i].recipe);
+        return -1;
+    }
+    return 0;
+}
+
 /* The routing of a MoE model (a and b of one MoE family): its experts' shapes and what the router computes must be
  * the checkpoint's; the balancing and the capacity are training choices, except that routers trained with expert
  * biases (which the choice adds) cannot drop them. Adding expert biases is allowed: they start at zero. */
 static int compare_moe(const ModelConfig *a, const ModelConfig *b, char *why, size_t whylen) {
     const MoeConfig *x = &a->moe, *y = &b->moe;
-    const struct {
-        const char *key;
-        long ckpt, recipe;
-    } ints[] = {
-        {"num_experts", x->num_experts, y->num_experts},
-        {"num_experts_per_tok", x->num_experts_per_tok, y->num_experts_per_tok},
-        {"moe_intermediate_size", x->moe_intermediate_size, y->moe_intermediate_size},
-        {"shared_expert_intermediate_size", x->shared_expert_intermediate_size, y->shared_expert_intermediate_size},
+    const Setting settings[] = {
+        {"moe.num_experts", x->num_experts, y->num_experts, false},
+        {"moe.num_experts_per_tok", x->num_experts_per_tok, y->num_experts_per_tok, false},
+        {"moe.moe_intermediate_size", x->moe_intermediate_size, y->moe_intermediate_size, false},
+        {"moe.shared_expert_intermediate_size", x->shared_expert_intermediate_size, y->shared_expert_intermediate_size, false},
+        {"moe.norm_topk_prob", x->norm_topk_prob, y->norm_topk_prob, true},
     };
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-        if (ints[i].ckpt == ints[i].recipe) continue;
-        snprintf(why, whylen, "model.moe.%s is %ld in the checkpoint but %ld in the recipe", ints[i].key, ints[i].ckpt,
-                 ints[i].recipe);
-        return -1;
-    }
-    if (x->norm_topk_prob != y->norm_topk_prob) {
-        snprintf(why, whylen, "model.moe.norm_topk_prob is %s in the checkpoint but %s in the recipe",
-                 x->norm_topk_prob ? "true" : "false", y->norm_topk_prob ? "true" : "false");
-        return -1;
-    }
+    if (first_difference(settings, sizeof settings / sizeof settings[0], why, whylen) != 0) return -1;
     if (x->score_function != y->score_function) {
         snprintf(why, whylen, "model.moe.score_function is %s in the checkpoint but %s in the recipe",
                  x->score_function == SCORE_SIGMOID ? "sigmoid" : "softmax",
@@ -65,34 +76,22 @@ static int compare_configs(const ModelConfig *a, const ModelConfig *b, char *why
                  model_family_name(b->family));
         return -1;
     }
-    const struct {
-        const char *key;
-        long ckpt, recipe;
-    } ints[] = {
-        {"num_layers", a->num_layers, b->num_layers},
-        {"hidden_size", a->hidden_size, b->hidden_size},
-        {"intermediate_size", a->intermediate_size, b->intermediate_size},
-        {"num_attention_heads", a->num_attention_heads, b->num_attention_heads},
-        {"num_key_value_heads", a->num_key_value_heads, b->num_key_value_heads},
-        {"head_dim", head_dim_of(a), head_dim_of(b)},
-        {"vocab_size", a->vocab_size, b->vocab_size},
-        {"tie_word_embeddings", a->tie_word_embeddings, b->tie_word_embeddings},
-        {"attention_bias", a->attention_bias, b->attention_bias},
-        {"qk_norm", a->qk_norm, b->qk_norm},
-        {"rope_scaling", a->rope_scaling.enabled, b->rope_scaling.enabled},
+    const Setting settings[] = {
+        {"num_layers", a->num_layers, b->num_layers, false},
+        {"hidden_size", a->hidden_size, b->hidden_size, false},
+        {"intermediate_size", a->intermediate_size, b->intermediate_size, false},
+        {"num_attention_heads", a->num_attention_heads, b->num_attention_heads, false},
+        {"num_key_value_heads", a->num_key_value_heads, b->num_key_value_heads, false},
+        {"head_dim", head_dim_of(a), head_dim_of(b), false},
+        {"vocab_size", a->vocab_size, b->vocab_size, false},
+        {"tie_word_embeddings", a->tie_word_embeddings, b->tie_word_embeddings, true},
+        {"attention_bias", a->attention_bias, b->attention_bias, true},
+        {"qk_norm", a->qk_norm, b->qk_norm, true},
+        {"rope_scaling", a->rope_scaling.enabled, b->rope_scaling.enabled, true},
         {"rope_scaling.original_max_position_embeddings", a->rope_scaling.original_max_position_embeddings,
-         b->rope_scaling.original_max_position_embeddings},
+         b->rope_scaling.original_max_position_embeddings, false},
     };
-    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
-        if (ints[i].ckpt == ints[i].recipe) continue;
-        if (i >= 7 && i <= 10) /* booleans */
-            snprintf(why, whylen, "model.%s is %s in the checkpoint but %s in the recipe", ints[i].key,
-                     ints[i].ckpt ? "true" : "false", ints[i].recipe ? "true" : "false");
-        else
-            snprintf(why, whylen, "model.%s is %ld in the checkpoint but %ld in the recipe", ints[i].key, ints[i].ckpt,
-                     ints[i].recipe);
-        return -1;
-    }
+    if (first_difference(settings, sizeof settings / sizeof settings[0], why, whylen) != 0) return -1;
     const struct {
         const char *key;
         double ckpt, recipe;
