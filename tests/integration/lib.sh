@@ -247,7 +247,12 @@ need_gpu_emu() {
 # (build/emu/megatrain, tests/gpu/emu/README.md) on NP ranks, data $WORK/english (demo_data), into $WORK/NAME
 # (log $WORK/NAME.txt). The emulator's switches (EMU_GPUS, EMU_STREAMS) come from the environment.
 emu_run() {
-  emu_try "$@" || { tail -20 "$WORK/$1.txt"; fail "$1 failed"; }
+  emu_try "$@" || { tail -20 "$WORK/$1.txt"; emu_messages "$WORK/$1.txt"; fail "$1 failed"; }
+}
+# emu_messages LOG: the emulator's and megatrain's own error lines of LOG, printed last (run_tests.sh shows a failed
+# test's last 40 lines, which an aborting rank's backtrace and mpirun's notice can fill)
+emu_messages() {
+  grep -E "^(EMU|megatrain: |error)" "$1" | head -5 | sed 's/^/  => /' || true
 }
 # emu_try: emu_run's run, returning its exit status instead of failing the test.
 emu_try() {

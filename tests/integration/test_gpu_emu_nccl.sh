@@ -4,7 +4,8 @@
 # with as many emulated GPUs as ranks (EMU_GPUS), so that the collectives go
 # through NCCL, not the host path a shared GPU takes:
 #   - the emulator's NCCL on its own (test_emu_nccl under mpirun, 3 ranks):
-#     every collective and the grouped all-to-all against known sums; a rank
+#     every collective, the grouped all-to-all and groups of two messages to one
+#     peer (matched in order) against known values; a rank
 #     calling a different collective from the others is named and stops the
 #     job, and so do the hangs: two communicators used in opposite orders, two
 #     ranks that each send before they receive, and two communicators on two

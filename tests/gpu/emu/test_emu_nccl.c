@@ -5,6 +5,8 @@
  *     reduction chunk (2^20 elements), and of zero elements;
  *   - reduce-scatter sum (out of place and in place at rank * count) and all-gather (both ways);
  *   - an all-to-all of uneven counts, some zero, as a group of ncclSend/ncclRecv (comm_nccl.c's pattern);
+ *   - groups that send two messages to the same peer and receive two from the same peer (the interleaved
+ *     pipeline's pattern at pp 2), the first larger than the ring, matched in the order they were posted;
  *   - two communicators (the world and a pair) used one after the other;
  *   - every rank gets bit-identical sums.
  * With an argument, one hazard instead, each of which the emulator must stop (the script checks its message):
@@ -147,6 +149,31 @@ static void all_to_all(ncclComm_t c) {
     free(recv);
 }
 
+/* Each rank sends two messages to the next rank and receives two from the previous one, in one group, `rounds`
+ * times: the first message (2.4 MB) crosses the ring (256 KB) many times, so the second receive, stepped while the
+ * first is still arriving, must wait for it (NCCL matches a peer's sends and receives in the order posted). */
+static void same_peer(ncclComm_t c, int rounds) {
+    const size_t big = 600000, small = 1000;
+    const int next = (rank + 1) % size, prev = (rank + size - 1) % size;
+    float *send = malloc((big + small) * sizeof *send), *recv = malloc((big + small) * sizeof *recv);
+    for (int round = 0; round < rounds; round++) {
+        for (size_t i = 0; i < big + small; i++) send[i] = (float)(rank * 1000003L + round * 7919L + (long)(i % 100003));
+        memset(recv, 0, (big + small) * sizeof *recv);
+        ncclGroupStart();
+        ncclSend(send, big, ncclFloat32, next, c, NULL);
+        ncclSend(send + big, small, ncclFloat32, next, c, NULL);
+        ncclRecv(recv, big, ncclFloat32, prev, c, NULL);
+        ncclRecv(recv + big, small, ncclFloat32, prev, c, NULL);
+        CHECK(ncclGroupEnd() == ncclSuccess, "ncclGroupEnd");
+        size_t bad = 0;
+        for (size_t i = 0; i < big + small; i++)
+            bad += recv[i] != (float)(prev * 1000003L + round * 7919L + (long)(i % 100003));
+        CHECK(bad == 0, "two messages from one peer, round %d: %zu of %zu values wrong", round, bad, big + small);
+    }
+    free(send);
+    free(recv);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -227,6 +254,7 @@ int main(int argc, char **argv) {
         all_gather(world, sizes[k], 1);
     }
     all_to_all(world);
+    same_peer(world, 20);
     /* a second communicator: ranks 0 and 1 (the others a communicator of their own) */
     MPI_Comm pair;
     MPI_Comm_split(MPI_COMM_WORLD, rank < 2 ? 0 : 1 + rank, rank, &pair);
