@@ -8,8 +8,9 @@
  *   - a send/receive pair: one message from the sender to the receiver;
  *   - all-reduce, reduce-scatter, all-gather: each rank sends its part to every other rank and sums (in rank
  *     order, in fp32, rounded once to the type: every rank gets the same bits) or places what it receives.
- * A message starts with a record of what the sender called (the operation, its number on this communicator, the
- * element count and type); the receiver compares it with its own call and aborts with both when they differ:
+ * Messages through one mailbox follow each other whole, in the order their calls were posted (NCCL matches a
+ * peer's sends and receives in that order, inside a group too). A message starts with a record of what the
+ * sender called (the operation, its number on this communicator, the element count and type); the receiver compares it with its own call and aborts with both when they differ:
  * ranks calling collectives in different orders or with different counts, which hangs or corrupts real NCCL.
  * A send is done only when its receiver has taken the whole message (a rendezvous, as NCCL's sends of more than
  * its buffers hold are), so a pair of ranks that each send before they receive, outside one group, hangs here
