@@ -20,9 +20,9 @@ char *ckpt_model_config_yaml(const ModelConfig *cfg, size_t *len);
 int ckpt_model_config_check(const ModelConfig *cfg, char *err, size_t errlen);
 
 /* 0 when a model built from `wanted` has the same parameters (names and
- * shapes) as one built from `stored`; else -1 with err naming the first key
- * that differs, e.g. "model.hidden_size: the checkpoint's model has 64, the
- * recipe asks for 128". */
+ * shapes) as one built from `stored` (the keys the schema marks WEIGHTS, and
+ * the same adapters); else -1 with err naming the first key that differs,
+ * e.g. "model.hidden_size is 64 in the checkpoint but 128 in the recipe". */
 int ckpt_model_shape_check(const ModelConfig *stored, const ModelConfig *wanted, char *err, size_t errlen);
 
 #endif

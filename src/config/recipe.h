@@ -294,6 +294,23 @@ int model_config_load(ModelConfig *model, const char *path, char *err, size_t er
 /* The same from text in memory; `origin` names it in messages. */
 int model_config_load_text(ModelConfig *model, const char *text, const char *origin, char *err, size_t errlen);
 
+/* Whether the family routes its MLPs to experts (mixtral, qwen3_moe). */
+bool model_family_is_moe(ModelFamily family);
+/* Whether layer `layer` is a MoE layer (moe.layer_freq: every Nth, or its 0/1 list); false for a dense family. */
+bool model_layer_is_moe(const ModelConfig *cfg, int layer);
+
+/* What a checkpoint's model and a recipe's must agree on, as the schema marks each model key
+ * (recipe_schema.c's `match`): WEIGHTS, what the stored tensors' names and shapes follow (a resume's check);
+ * FUNCTION, that and what the weights were trained to compute (init_from's: RoPE, the norms' epsilon, the
+ * routing). */
+typedef enum { MODEL_MATCH_WEIGHTS = 1, MODEL_MATCH_FUNCTION = 2 } ModelMatch;
+/* The first key marked at `level` or below in which the checkpoint's model (ckpt) and the recipe's differ, as
+ * "model.KEY is A in the checkpoint but B in the recipe" in why: -1; 0 when none. */
+int model_config_difference(const ModelConfig *ckpt, const ModelConfig *recipe, ModelMatch level, char *why,
+                            size_t whylen);
+/* The same of two adapters' peft: keys (both with adapters; their rank and target modules). */
+int peft_config_difference(const PeftConfig *ckpt, const PeftConfig *recipe, char *why, size_t whylen);
+
 /* Whether data.cache_dir is its default, run.dir/data-cache (recipe_write writes it as null, so that a resume into
  * another run.dir caches there). */
 bool recipe_cache_dir_is_default(const Recipe *recipe);

@@ -1,6 +1,8 @@
 /* recipe_custom_model.c: model keys that are not plain scalars:
  * rope_scaling (null or a llama3 mapping), moe.layer_freq (N or a 0/1 list),
- * and writing the moe block only for MoE families. */
+ * and writing the moe block only for MoE families; which layers are MoE;
+ * the comparisons of these keys between a checkpoint's model and a
+ * recipe's. */
 #include <string.h>
 
 #include "recipe_schema.h"
@@ -23,13 +25,14 @@ static const RecipeKey rope_keys[] = {
     {.name = "type", .type = KT_CUSTOM, .read = read_rope_type},
     {.name = "rope_type", .type = KT_CUSTOM, .read = read_rope_type},
     {.name = "factor", .type = KT_DOUBLE, .offset = offsetof(RopeScaling, factor), .ranged = true, .min = 0,
-     .max = MT_NO_MAX, .above_min = true},
+     .max = MT_NO_MAX, .above_min = true, .match = MODEL_MATCH_FUNCTION},
     {.name = "low_freq_factor", .type = KT_DOUBLE, .offset = offsetof(RopeScaling, low_freq_factor), .ranged = true,
-     .min = 0, .max = MT_NO_MAX, .above_min = true},
+     .min = 0, .max = MT_NO_MAX, .above_min = true, .match = MODEL_MATCH_FUNCTION},
     {.name = "high_freq_factor", .type = KT_DOUBLE, .offset = offsetof(RopeScaling, high_freq_factor), .ranged = true,
-     .min = 0, .max = MT_NO_MAX, .above_min = true},
+     .min = 0, .max = MT_NO_MAX, .above_min = true, .match = MODEL_MATCH_FUNCTION},
     {.name = "original_max_position_embeddings", .type = KT_INT,
-     .offset = offsetof(RopeScaling, original_max_position_embeddings), .ranged = true, .min = 1, .max = MT_NO_MAX},
+     .offset = offsetof(RopeScaling, original_max_position_embeddings), .ranged = true, .min = 1, .max = MT_NO_MAX,
+     .match = MODEL_MATCH_FUNCTION},
     {0},
 };
 
@@ -132,9 +135,49 @@ void write_layer_freq(FILE *out, const void *base, const char *name, int indent)
 
 void write_moe_section(FILE *out, const void *base, const char *name, int indent) {
     const ModelConfig *model = base;
-    if (model->family != FAMILY_MIXTRAL && model->family != FAMILY_QWEN3_MOE) return;
+    if (!model_family_is_moe(model->family)) return;
     const RecipeKey *moe_key = find_key(recipe_model_keys, "moe");
     fprintf(out, "%*s%s:\n", indent, "", name);
     write_section(out, &model->moe, moe_key->keys, indent + 2);
     write_layer_freq_of(out, model, indent + 2);
+}
+
+bool model_family_is_moe(ModelFamily family) { return family == FAMILY_MIXTRAL || family == FAMILY_QWEN3_MOE; }
+
+bool model_layer_is_moe(const ModelConfig *cfg, int layer) {
+    if (!model_family_is_moe(cfg->family)) return false;
+    if (cfg->moe.layer_mask_given) return cfg->moe.layer_mask[layer] != 0;
+    return layer % (cfg->moe.layer_freq > 0 ? cfg->moe.layer_freq : 1) == 0;
+}
+
+/* ---- a checkpoint's model against a recipe's (model_config_compare.c) ---- */
+
+int differ_rope_scaling(const void *ckpt, const void *recipe, const char *path, ModelMatch level, char *why,
+                        size_t whylen) {
+    const RopeScaling *a = &((const ModelConfig *)ckpt)->rope_scaling, *b = &((const ModelConfig *)recipe)->rope_scaling;
+    if (a->enabled != b->enabled)
+        return say_difference(path, a->enabled ? "llama3" : "null", b->enabled ? "llama3" : "null", why, whylen);
+    return a->enabled ? section_difference(a, b, rope_keys, path, level, why, whylen) : 0; /* none: nothing to say */
+}
+
+/* The section's keys, then which layers are MoE (layer_freq needs num_layers, as its writer does). */
+int differ_moe_section(const void *ckpt, const void *recipe, const char *path, ModelMatch level, char *why,
+                       size_t whylen) {
+    const ModelConfig *a = ckpt, *b = recipe;
+    if (!model_family_is_moe(a->family) || !model_family_is_moe(b->family)) return 0; /* no experts (family: first) */
+    if (section_difference(&a->moe, &b->moe, find_key(recipe_model_keys, "moe")->keys, path, level, why, whylen) != 0)
+        return -1;
+    for (int l = 0; l < a->num_layers && l < b->num_layers; l++) {
+        if (model_layer_is_moe(a, l) == model_layer_is_moe(b, l)) continue;
+        snprintf(why, whylen, "layer %d is %s in the checkpoint but %s in the recipe (%s.layer_freq)", l,
+                 model_layer_is_moe(a, l) ? "MoE" : "dense", model_layer_is_moe(b, l) ? "MoE" : "dense", path);
+        return -1;
+    }
+    return 0;
+}
+
+int differ_layer_freq(const void *ckpt, const void *recipe, const char *path, ModelMatch level, char *why,
+                      size_t whylen) {
+    (void)ckpt, (void)recipe, (void)path, (void)level, (void)why, (void)whylen;
+    return 0; /* compared by differ_moe_section, which has num_layers */
 }

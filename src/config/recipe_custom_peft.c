@@ -1,7 +1,8 @@
 /* recipe_custom_peft.c: the peft keys that are not plain scalars:
  * peft.target_modules (a list of PEFT's module names, or "all-linear"),
- * writing the section only when LoRA is on, and reading a `peft:` block
- * from a checkpoint's model.yaml with the same table. */
+ * writing the section only when LoRA is on, reading a `peft:` block
+ * from a checkpoint's model.yaml with the same table, and comparing two
+ * adapters' target modules. */
 #include <string.h>
 
 #include "recipe_schema.h"
@@ -21,6 +22,15 @@ static void target_list(char *out, size_t len) {
         size_t used = strlen(out);
         snprintf(out + used, len - used, "%s%s", t ? ", " : "", lora_target_names[t]);
     }
+}
+
+/* "[q_proj, v_proj]" */
+static void targets_text(unsigned targets, char *out, size_t len) {
+    size_t used = (size_t)snprintf(out, len, "[");
+    for (int t = 0, n = 0; t < LORA_NUM_TARGETS && used < len; t++)
+        if (targets >> t & 1u)
+            used += (size_t)snprintf(out + used, len - used, "%s%s", n++ ? ", " : "", lora_target_names[t]);
+    if (used < len) snprintf(out + used, len - used, "]");
 }
 
 int read_target_modules(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
@@ -53,11 +63,20 @@ int read_target_modules(void *base, const YEntry *entry, const char *path, char 
 }
 
 void write_target_modules(FILE *out, const void *base, const char *name, int indent) {
-    const PeftConfig *peft = base;
-    fprintf(out, "%*s%s: [", indent, "", name);
-    for (int t = 0, n = 0; t < LORA_NUM_TARGETS; t++)
-        if (peft->targets >> t & 1u) fprintf(out, "%s%s", n++ ? ", " : "", lora_target_names[t]);
-    fprintf(out, "]\n");
+    char list[160];
+    targets_text(((const PeftConfig *)base)->targets, list, sizeof list);
+    fprintf(out, "%*s%s: %s\n", indent, "", name, list);
+}
+
+int differ_target_modules(const void *ckpt, const void *recipe, const char *path, ModelMatch level, char *why,
+                          size_t whylen) {
+    (void)level;
+    const PeftConfig *a = ckpt, *b = recipe;
+    if (a->targets == b->targets) return 0;
+    char x[160], y[160];
+    targets_text(a->targets, x, sizeof x);
+    targets_text(b->targets, y, sizeof y);
+    return say_difference(path, x, y, why, whylen);
 }
 
 void write_peft_of(FILE *out, const PeftConfig *peft, int indent) {

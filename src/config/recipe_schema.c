@@ -34,43 +34,57 @@ const char *const lora_target_names[] = {"q_proj", "k_proj", "v_proj", "o_proj",
 #define SECTION_KEY(n, st, f, list) .name = n, .type = KT_SECTION, .offset = offsetof(st, f), .keys = list
 #define CUSTOM_KEY(n, r, w) .name = n, .type = KT_CUSTOM, .read = r, .write = w
 
+/* What a checkpoint's model and a recipe's must agree on (`match`; recipe.h's ModelMatch): WEIGHTS, the keys the
+ * stored tensors' names and shapes follow (resume and init_from refuse a difference); FUNCTION, what the weights
+ * were trained to compute (init_from refuses a difference; a resume may change it, as a long-context extension
+ * changes rope_theta). Unmarked keys are training choices. */
+#define WEIGHTS MODEL_MATCH_WEIGHTS
+#define FUNCTION MODEL_MATCH_FUNCTION
+
 static const RecipeKey moe_keys[] = {
-    {INT_KEY("num_experts", MoeConfig, num_experts, 1, MT_MOE_MAX_EXPERTS), .required = true},
-    {INT_KEY("num_experts_per_tok", MoeConfig, num_experts_per_tok, 1, MT_MOE_MAX_TOPK), .required = true},
-    {INT_KEY("moe_intermediate_size", MoeConfig, moe_intermediate_size, 1, INT_MAX), .required = true},
-    {INT_KEY("shared_expert_intermediate_size", MoeConfig, shared_expert_intermediate_size, 0, INT_MAX)},
-    {BOOL_KEY("norm_topk_prob", MoeConfig, norm_topk_prob)},
-    {ENUM_KEY("score_function", MoeConfig, score_function, score_names)},
+    {INT_KEY("num_experts", MoeConfig, num_experts, 1, MT_MOE_MAX_EXPERTS), .required = true, .match = WEIGHTS},
+    {INT_KEY("num_experts_per_tok", MoeConfig, num_experts_per_tok, 1, MT_MOE_MAX_TOPK), .required = true,
+     .match = FUNCTION},
+    {INT_KEY("moe_intermediate_size", MoeConfig, moe_intermediate_size, 1, INT_MAX), .required = true,
+     .match = WEIGHTS},
+    {INT_KEY("shared_expert_intermediate_size", MoeConfig, shared_expert_intermediate_size, 0, INT_MAX),
+     .match = WEIGHTS},
+    {BOOL_KEY("norm_topk_prob", MoeConfig, norm_topk_prob), .match = FUNCTION},
+    {ENUM_KEY("score_function", MoeConfig, score_function, score_names), .match = FUNCTION},
     {ENUM_KEY("load_balancing", MoeConfig, load_balancing, balancing_names)},
     {NUM_KEY("aux_loss_coeff", MoeConfig, aux_loss_coeff, 0)},
     {NUM_KEY("z_loss_coeff", MoeConfig, z_loss_coeff, 0)},
     {NUM_KEY("capacity_factor", MoeConfig, capacity_factor, 0), .nullable = true},
     {NUM_KEY("bias_update_rate", MoeConfig, bias_update_rate, 0)},
-    {CUSTOM_KEY("layer_freq", read_layer_freq, write_layer_freq)},
+    {CUSTOM_KEY("layer_freq", read_layer_freq, write_layer_freq), .match = WEIGHTS, .differ = differ_layer_freq},
     {0},
 };
 
 const RecipeKey recipe_model_keys[] = {
-    {ENUM_KEY("family", ModelConfig, family, family_names), .required = true},
-    {INT_KEY("num_layers", ModelConfig, num_layers, 1, MT_MAX_LAYERS), .required = true, .also = "num_hidden_layers"},
-    {INT_KEY("hidden_size", ModelConfig, hidden_size, 1, INT_MAX), .required = true},
-    {INT_KEY("intermediate_size", ModelConfig, intermediate_size, 1, INT_MAX), .required = true},
-    {INT_KEY("num_attention_heads", ModelConfig, num_attention_heads, 1, INT_MAX), .required = true},
-    {INT_KEY("num_key_value_heads", ModelConfig, num_key_value_heads, 1, INT_MAX)},
-    {INT_KEY("head_dim", ModelConfig, head_dim, 1, INT_MAX)},
-    {INT_KEY("vocab_size", ModelConfig, vocab_size, 1, INT_MAX), .required = true},
+    {ENUM_KEY("family", ModelConfig, family, family_names), .required = true, .match = WEIGHTS},
+    {INT_KEY("num_layers", ModelConfig, num_layers, 1, MT_MAX_LAYERS), .required = true, .also = "num_hidden_layers",
+     .match = WEIGHTS},
+    {INT_KEY("hidden_size", ModelConfig, hidden_size, 1, INT_MAX), .required = true, .match = WEIGHTS},
+    {INT_KEY("intermediate_size", ModelConfig, intermediate_size, 1, INT_MAX), .required = true, .match = WEIGHTS},
+    {INT_KEY("num_attention_heads", ModelConfig, num_attention_heads, 1, INT_MAX), .required = true,
+     .match = WEIGHTS},
+    {INT_KEY("num_key_value_heads", ModelConfig, num_key_value_heads, 1, INT_MAX), .match = WEIGHTS},
+    {INT_KEY("head_dim", ModelConfig, head_dim, 1, INT_MAX), .match = WEIGHTS},
+    {INT_KEY("vocab_size", ModelConfig, vocab_size, 1, INT_MAX), .required = true, .match = WEIGHTS},
     {INT_KEY("max_position_embeddings", ModelConfig, max_position_embeddings, 1, INT_MAX), .required = true},
-    {NUM_KEY("rope_theta", ModelConfig, rope_theta, 0), .above_min = true},
-    {CUSTOM_KEY("rope_scaling", read_rope_scaling, write_rope_scaling)},
-    {NUM_KEY("rms_norm_eps", ModelConfig, rms_norm_eps, 0), .above_min = true},
-    {BOOL_KEY("tie_word_embeddings", ModelConfig, tie_word_embeddings)},
-    {BOOL_KEY("attention_bias", ModelConfig, attention_bias)},
-    {BOOL_KEY("qk_norm", ModelConfig, qk_norm)},
+    {NUM_KEY("rope_theta", ModelConfig, rope_theta, 0), .above_min = true, .match = FUNCTION},
+    {CUSTOM_KEY("rope_scaling", read_rope_scaling, write_rope_scaling), .match = FUNCTION,
+     .differ = differ_rope_scaling},
+    {NUM_KEY("rms_norm_eps", ModelConfig, rms_norm_eps, 0), .above_min = true, .match = FUNCTION},
+    {BOOL_KEY("tie_word_embeddings", ModelConfig, tie_word_embeddings), .match = WEIGHTS},
+    {BOOL_KEY("attention_bias", ModelConfig, attention_bias), .match = WEIGHTS},
+    {BOOL_KEY("qk_norm", ModelConfig, qk_norm), .match = WEIGHTS},
     {NUM_KEY("initializer_range", ModelConfig, init_std, 0)},
     {CUSTOM_KEY("bos_token_id", read_bos_token_id, write_bos_token_id)},
     {CUSTOM_KEY("eos_token_id", read_eos_token_id, write_eos_token_id)},
     {CUSTOM_KEY("pad_token_id", read_pad_token_id, write_pad_token_id)},
-    {SECTION_KEY("moe", ModelConfig, moe, moe_keys), .write = write_moe_section},
+    {SECTION_KEY("moe", ModelConfig, moe, moe_keys), .write = write_moe_section, .match = WEIGHTS,
+     .differ = differ_moe_section},
     {0},
 };
 
@@ -80,10 +94,12 @@ const RecipeKey recipe_model_keys[] = {
 static bool has_adapters(const void *peft) { return ((const PeftConfig *)peft)->type != PEFT_NONE; }
 static const RecipeKey peft_keys[] = {
     {ENUM_KEY("type", PeftConfig, type, peft_type_names), .required = true},
-    {INT_KEY("rank", PeftConfig, rank, 1, INT_MAX), .required = true, .required_if = has_adapters, .also = "r"},
+    {INT_KEY("rank", PeftConfig, rank, 1, INT_MAX), .required = true, .required_if = has_adapters, .also = "r",
+     .match = WEIGHTS},
     {NUM_KEY("alpha", PeftConfig, alpha, 0), .above_min = true, .required = true, .required_if = has_adapters,
      .also = "lora_alpha"},
-    {CUSTOM_KEY("target_modules", read_target_modules, write_target_modules)},
+    {CUSTOM_KEY("target_modules", read_target_modules, write_target_modules), .match = WEIGHTS,
+     .differ = differ_target_modules},
     {NUM_KEY("dropout", PeftConfig, dropout, 0), .also = "lora_dropout"},
     {0},
 };

@@ -21,6 +21,10 @@ typedef struct RecipeKey RecipeKey;
 typedef int (*KeyReadFn)(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
 /* Custom writer: writes "name: value" lines at `indent` spaces. */
 typedef void (*KeyWriteFn)(FILE *out, const void *base, const char *name, int indent);
+/* Custom comparison (model_config_compare.c): `ckpt` and `recipe` are the section structs (as a writer's base),
+ * `path` the key's dotted path; the first difference at `level` into why: -1; 0 when none. */
+typedef int (*KeyDiffFn)(const void *ckpt, const void *recipe, const char *path, ModelMatch level, char *why,
+                         size_t whylen);
 
 struct RecipeKey {
     const char *name;         /* NULL ends a table */
@@ -39,6 +43,9 @@ struct RecipeKey {
     KeyWriteFn write;         /* KT_CUSTOM */
     const char *also;         /* another project's name for it (PEFT's r for rank): an unknown key of that name is
                                * answered with "did you mean" this one */
+    ModelMatch match;         /* model and peft keys: what a checkpoint's and a recipe's must agree on (0: a
+                               * training choice, never compared) */
+    KeyDiffFn differ;         /* a marked KT_CUSTOM key's comparison, or another than the value's (NULL: the value) */
 };
 
 extern const RecipeKey recipe_root_keys[];
@@ -83,6 +90,13 @@ const RecipeKey *find_key(const RecipeKey *keys, const char *name);
 /* "a.b" + "c" -> "a.b.c" (or "c" when prefix is ""). */
 const char *join_path(char *buf, size_t buflen, const char *prefix, const char *name);
 
+/* The first key of `keys` marked at `level` or below whose value differs between two section structs, as
+ * "PREFIX.KEY is A in the checkpoint but B in the recipe" (model_config_compare.c): -1; 0 when none. */
+int section_difference(const void *ckpt, const void *recipe, const RecipeKey *keys, const char *prefix,
+                       ModelMatch level, char *why, size_t whylen);
+/* The message of a difference at `path`, both values as text. */
+int say_difference(const char *path, const char *ckpt, const char *recipe, char *why, size_t whylen);
+
 /* Write the keys of a section at `indent` (recipe_write.c). */
 void write_section(FILE *out, const void *base, const RecipeKey *keys, int indent);
 void write_yaml_string(FILE *out, const char *text);
@@ -107,6 +121,14 @@ void write_pad_token_id(FILE *out, const void *base, const char *name, int inden
 int read_layer_freq(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
 void write_layer_freq(FILE *out, const void *base, const char *name, int indent);
 void write_moe_section(FILE *out, const void *base, const char *name, int indent);
+int differ_rope_scaling(const void *ckpt, const void *recipe, const char *path, ModelMatch level, char *why,
+                        size_t whylen);
+int differ_moe_section(const void *ckpt, const void *recipe, const char *path, ModelMatch level, char *why,
+                       size_t whylen);
+int differ_layer_freq(const void *ckpt, const void *recipe, const char *path, ModelMatch level, char *why,
+                      size_t whylen);
+int differ_target_modules(const void *ckpt, const void *recipe, const char *path, ModelMatch level, char *why,
+                          size_t whylen);
 int read_optimizer_type(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
 void write_optimizer_type(FILE *out, const void *base, const char *name, int indent);
 int read_betas(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);

@@ -39,10 +39,6 @@ static int fail(char *err, size_t errlen, const YNode *map, YLoc loc, const char
     return key_error(err, errlen, path_loc(map, loc, rel), join_path(path, sizeof path, prefix, rel), "%s", message);
 }
 
-static bool is_moe_family(ModelFamily family) {
-    return family == FAMILY_MIXTRAL || family == FAMILY_QWEN3_MOE;
-}
-
 int model_validate(const ModelConfig *m, const YNode *map, YLoc loc, const char *prefix, char *err, size_t errlen) {
     if (m->num_attention_heads % m->num_key_value_heads != 0)
         return fail(err, errlen, map, loc, prefix, "num_key_value_heads",
@@ -64,10 +60,10 @@ int model_validate(const ModelConfig *m, const YNode *map, YLoc loc, const char 
             return fail(err, errlen, map, loc, prefix, "eos_token_id", "expected ids below vocab_size (%d), found %d",
                         m->vocab_size, ids->eos[i]);
     bool has_moe = ytree_has(map, "moe");
-    if (is_moe_family(m->family) && !has_moe)
+    if (model_family_is_moe(m->family) && !has_moe)
         return fail(err, errlen, map, loc, prefix, "moe", "missing, required for the MoE family %s",
                     model_family_name(m->family));
-    if (!is_moe_family(m->family) && has_moe)
+    if (!model_family_is_moe(m->family) && has_moe)
         return fail(err, errlen, map, loc, prefix, "moe",
                     "found a moe block, expected none for the dense family %s (MoE families: mixtral, qwen3_moe)",
                     model_family_name(m->family));
@@ -85,7 +81,7 @@ int model_validate(const ModelConfig *m, const YNode *map, YLoc loc, const char 
 int peft_validate(const ModelConfig *m, const YNode *peft_map, YLoc peft_loc, char *err, size_t errlen) {
     const PeftConfig *p = &m->peft;
     if (p->type == PEFT_NONE) return 0;
-    if (is_moe_family(m->family))
+    if (model_family_is_moe(m->family))
         return key_error(err, errlen, peft_loc, "peft",
                          "LoRA on a mixture-of-experts model (model.family %s) is not implemented: the routed experts "
                          "have no adapters yet; use a dense family (llama, qwen2, qwen3) or remove peft",
@@ -189,7 +185,7 @@ static int validate_layout(const Recipe *r, const YNode *root, YLoc at, int worl
     if (p->cp > 1 && r->train.seq_len % (2 * p->cp) != 0)
         return fail(err, errlen, root, at, "", "train.seq_len", "expected a multiple of 2 * cp = %d, found %d", 2 * p->cp,
                     r->train.seq_len);
-    if (!is_moe_family(m->family)) {
+    if (!model_family_is_moe(m->family)) {
         if (p->ep > 1 || p->etp > 1)
             return fail(err, errlen, root, at, "", p->ep > 1 ? "parallel.ep" : "parallel.etp",
                         "expected 1 for the dense family %s, found %d", model_family_name(m->family),

@@ -384,7 +384,7 @@ int hf_config_parse(const char *text, size_t len, const char *label, ModelConfig
         goto done;
     }
     cfg.qk_norm = cfg.family == FAMILY_QWEN3 || cfg.family == FAMILY_QWEN3_MOE;
-    if ((cfg.family == FAMILY_MIXTRAL || cfg.family == FAMILY_QWEN3_MOE) && read_moe(&r, &cfg) != 0) goto done;
+    if (model_family_is_moe(cfg.family) && read_moe(&r, &cfg) != 0) goto done;
     if (check_shapes(&r, &cfg) != 0) goto done;
     *out = cfg;
     status = 0;

@@ -69,7 +69,7 @@ int hf_config_check_exportable(const ModelConfig *cfg, char *err, size_t errlen)
                      "(LlamaForCausalLM's attention_bias also adds an o_proj bias)");
         return -1;
     }
-    if ((cfg->family == FAMILY_MIXTRAL || cfg->family == FAMILY_QWEN3_MOE) && check_moe_exportable(cfg, err, errlen))
+    if (model_family_is_moe(cfg->family) && check_moe_exportable(cfg, err, errlen))
         return -1;
     if (cfg->family == FAMILY_MIXTRAL && cfg->attention_bias) {
         mt_set_error(err, errlen, "model.attention_bias: MixtralForCausalLM has no attention biases");
@@ -166,7 +166,7 @@ static void write_mlp_only_layers(JsonWriter *w, const ModelConfig *cfg) {
 
 char *hf_config_to_json(const ModelConfig *cfg, const char *torch_dtype) {
     const bool qwen = cfg->family == FAMILY_QWEN2 || cfg->family == FAMILY_QWEN3 || cfg->family == FAMILY_QWEN3_MOE;
-    const bool moe = cfg->family == FAMILY_MIXTRAL || cfg->family == FAMILY_QWEN3_MOE;
+    const bool moe = model_family_is_moe(cfg->family);
     const bool qwen_moe = cfg->family == FAMILY_QWEN3_MOE, mixtral = cfg->family == FAMILY_MIXTRAL;
     const MoeConfig *m = &cfg->moe; /* MoE keys in the Hub's spelling, in sorted place */
     const int head_dim = cfg->head_dim ? cfg->head_dim : cfg->hidden_size / cfg->num_attention_heads;

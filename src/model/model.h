@@ -303,10 +303,6 @@ const ParamInfo *model_find_param(const Model *model, const char *name);
  * stage's copy with tied embeddings), from the registry's slots; NULL if none. */
 const ParamInfo *model_embed_param(const Model *model);
 
-/* Whether layer `layer` of a config has a mixture-of-experts MLP (MoE
- * families: every moe.layer_freq-th layer from 0, or the 0/1 list). */
-bool model_layer_is_moe(const ModelConfig *cfg, int layer);
-
 /* What a step's MoE layers did on this rank (model_moe_step_end). */
 typedef struct MoeStepStats {
     int moe_layers;        /* MoE layers on this rank */

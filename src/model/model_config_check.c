@@ -18,7 +18,7 @@ static int positive(int value, const char *key, char *err, size_t errlen) {
 }
 
 int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
-    if (cfg->family == FAMILY_MIXTRAL || cfg->family == FAMILY_QWEN3_MOE) {
+    if (model_family_is_moe(cfg->family)) {
         const MoeConfig *m = &cfg->moe;
         if (m->num_experts < 1 || m->num_experts > MT_MOE_MAX_EXPERTS) {
             mt_set_error(err, errlen, "model.moe.num_experts: expected 1..%d, found %d", MT_MOE_MAX_EXPERTS,
@@ -92,7 +92,7 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
     }
     const PeftConfig *peft = &cfg->peft;
     if (peft->type == PEFT_LORA) { /* the recipe checks these with the line (peft_validate); here any config */
-        if (cfg->family == FAMILY_MIXTRAL || cfg->family == FAMILY_QWEN3_MOE) {
+        if (model_family_is_moe(cfg->family)) {
             mt_set_error(err, errlen, "peft: LoRA on a mixture-of-experts model (model.family %s) is not "
                          "implemented", model_family_name(cfg->family));
             return -1;
@@ -107,7 +107,7 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
      * can still multiply past what an element count or an offset holds. */
     const double H = cfg->hidden_size, kv = (double)cfg->num_key_value_heads * head_dim,
                  q = (double)cfg->num_attention_heads * head_dim;
-    const bool moe = cfg->family == FAMILY_MIXTRAL || cfg->family == FAMILY_QWEN3_MOE;
+    const bool moe = model_family_is_moe(cfg->family);
     const double mlp = moe ? (double)cfg->moe.num_experts * (3.0 * H * cfg->moe.moe_intermediate_size + H)
                            : 3.0 * H * cfg->intermediate_size;
     const double params = cfg->num_layers * (2.0 * H * q + 2.0 * H * kv + mlp + 2.0 * H) + 2.0 * cfg->vocab_size * H;

@@ -302,7 +302,7 @@ Model *model_create_recompute(const ModelConfig *cfg, const ModelPartition *part
     model->recompute = recompute;
 
     model->param_info = model_registry_build(c, part, &model->num_params, &model->num_floats, NULL);
-    if (c->family == FAMILY_MIXTRAL || c->family == FAMILY_QWEN3_MOE)
+    if (model_family_is_moe(c->family))
         model->moe_step = moe_step_create(part->num_layers, c->moe.num_experts);
     model->loss_tokens = mt_calloc(1, sizeof *model->loss_tokens);
     model->params = mt_calloc((size_t)model->num_floats, sizeof(float));

@@ -86,7 +86,7 @@ static bool empty_stage(const ModelDeviceSetup *s, char *msg, size_t len) {
 }
 
 static bool moe(const ModelDeviceSetup *s, char *msg, size_t len) {
-    if (s->cfg->family != FAMILY_MIXTRAL && s->cfg->family != FAMILY_QWEN3_MOE) return false;
+    if (!model_family_is_moe(s->cfg->family)) return false;
     const int etp = s->parallel->etp > 1 ? s->parallel->etp : 1;
     const char *why = model_cuda_moe_limit(s->cfg, etp);
     if (!why) return false;

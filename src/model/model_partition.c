@@ -54,7 +54,7 @@ int model_partition_check(const ModelConfig *cfg, const ModelPartition *part, in
         mt_set_error(err, errlen, "model partition: ep rank %d of %d", part->ep_rank, part->ep);
         return -1;
     }
-    const bool moe = cfg->family == FAMILY_MIXTRAL || cfg->family == FAMILY_QWEN3_MOE;
+    const bool moe = model_family_is_moe(cfg->family);
     if (part->ep > 1 && (!moe || divides(part->ep, cfg->moe.num_experts, "parallel.ep", "model.moe.num_experts", err,
                                          errlen)))
         return moe ? -1 : (mt_set_error(err, errlen, "parallel.ep: expert parallel needs a MoE family"), -1);

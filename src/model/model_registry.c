@@ -105,12 +105,6 @@ static int norm(RegistryBuilder *b, bool keep, long size, bool partial, const ch
     return i;
 }
 
-bool model_layer_is_moe(const ModelConfig *cfg, int layer) {
-    if (cfg->family != FAMILY_MIXTRAL && cfg->family != FAMILY_QWEN3_MOE) return false;
-    if (cfg->moe.layer_mask_given) return cfg->moe.layer_mask[layer] != 0;
-    return layer % (cfg->moe.layer_freq > 0 ? cfg->moe.layer_freq : 1) == 0;
-}
-
 /* LoRA's adapters of layer i (keep: this rank holds the layer), declared
  * after every base parameter. A (rank, in) starts as PEFT's
  * kaiming_uniform_(a=sqrt(5)): uniform with bound 1/sqrt(in), the whole

@@ -67,7 +67,7 @@ run llama "$WORK/resumed" "${LORA[@]}" --set init_from="$start" --set train.step
 diff <(losses "$WORK/lora") <(losses "$WORK/resumed") > "$WORK/diff.txt" \
   || fail "resumed losses differ: $(head -n 4 "$WORK/diff.txt")"
 echo "resume: steps 4-6 identical to the straight run"
-expect_refused "resume with another rank" "peft.rank: the checkpoint's model has 4, the recipe asks for 8" 1 \
+expect_refused "resume with another rank" "peft.rank is 4 in the checkpoint but 8 in the recipe" 1 \
   resume "$WORK/resumed" --set train.steps=8 --set peft.rank=8
 
 # Layouts against one rank.

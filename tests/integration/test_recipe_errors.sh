@@ -232,7 +232,7 @@ if command -v mpirun > /dev/null && [[ -z ${TSAN_OPTIONS:-} ]]; then
   said_once_status 1 resume-data 2 resume "$WORK/two" --set train.micro_batch_size=4 --set train.steps=4 \
     --set "data.train=[{path: $WORK/no-such-data, weight: 1.0}]"
   said_once_status 2 resume-shape 2 resume "$WORK/two" --set train.micro_batch_size=4 --set model.hidden_size=128
-  grep -q "model.hidden_size: the checkpoint's model has 64" "$WORK/resume-shape.log" ||
+  grep -q "model.hidden_size is 64 in the checkpoint" "$WORK/resume-shape.log" ||
     fail "resume-shape: $(cat "$WORK/resume-shape.log")"
   echo "setup refusals under mpirun (data, vocabulary, run.dir, resume's checkpoint): said once, no abort"
   # ranks given different recipes (mpirun's MPMD form): the first that differs from rank 0 says so, all exit 2,

@@ -46,10 +46,10 @@ grep -q "load_optimizer: true" "$WORK/b/checkpoints/iter_0000030/recipe.yaml" \
   || fail "load_optimizer=false was carried into the next checkpoint's recipe"
 echo "load_optimizer=false: restarted AdamW"
 
-expect 2 "model.hidden_size: the checkpoint's model has 64, the recipe asks for 128" \
+expect 2 "model.hidden_size is 64 in the checkpoint but 128 in the recipe" \
   "$MEGATRAIN" resume "$WORK/a" --set train.steps=40 --set model.hidden_size=128
 ! grep -q "changes" "$WORK/out.log" || fail "a refused resume said what it changes: $(grep changes "$WORK/out.log")"
-expect 2 "model.num_layers: the checkpoint's model has 2, the recipe asks for 3" \
+expect 2 "model.num_layers is 2 in the checkpoint but 3 in the recipe" \
   "$MEGATRAIN" resume "$WORK/a" --set train.steps=40 --set model.num_layers=3
 expect 2 "already holds checkpoints (the newest at step 30); continue that run with \`megatrain resume" \
   run "$WORK/a" 40

@@ -729,7 +729,7 @@ static void test_mismatches_refused(void **state) {
     assert_int_equal(ckpt_load_training(dir, other, NULL, NULL, err, sizeof err), CKPT_ERR_MISMATCH);
     assert_non_null(strstr(err, "mlp.gate_proj.weight' is [24, 16], the model needs [32, 16]"));
     assert_int_equal(ckpt_model_shape_check(&recipe.model, &wider, err, sizeof err), -1);
-    assert_non_null(strstr(err, "model.intermediate_size: the checkpoint's model has 24, the recipe asks for 32"));
+    assert_non_null(strstr(err, "model.intermediate_size is 24 in the checkpoint but 32 in the recipe"));
     model_free(other);
 
     ModelConfig fewer = recipe.model;

@@ -255,21 +255,22 @@ static void test_model_yaml_round_trip(void **state) {
     ModelConfig other = cfg;
     other.peft.rank = 8;
     assert_int_equal(ckpt_model_shape_check(&back, &other, err, sizeof err), -1);
-    assert_non_null(strstr(err, "peft.rank: the checkpoint's model has 4, the recipe asks for 8"));
+    assert_non_null(strstr(err, "peft.rank is 4 in the checkpoint but 8 in the recipe"));
     other = cfg;
     other.peft.targets = LORA_ALL_TARGETS;
     assert_int_equal(ckpt_model_shape_check(&back, &other, err, sizeof err), -1);
-    assert_non_null(strstr(err, "peft.target_modules"));
+    assert_non_null(strstr(err, "peft.target_modules is [q_proj, o_proj, up_proj] in the checkpoint but [q_proj, k_proj, v_proj, "
+                                "o_proj, gate_proj, up_proj, down_proj] in the recipe"));
     other.peft.type = PEFT_NONE;
     assert_int_equal(ckpt_model_shape_check(&back, &other, err, sizeof err), -1);
     assert_non_null(strstr(err, "peft: the checkpoint's model has LoRA adapters, the recipe has no peft: section"));
     other = cfg; /* a boolean key said as the recipe writes it */
     other.attention_bias = !cfg.attention_bias;
     assert_int_equal(ckpt_model_shape_check(&back, &other, err, sizeof err), -1);
-    assert_non_null(strstr(err, cfg.attention_bias ? "model.attention_bias: the checkpoint's model has true, the recipe "
-                                                     "asks for false"
-                                                   : "model.attention_bias: the checkpoint's model has false, the "
-                                                     "recipe asks for true"));
+    assert_non_null(strstr(err, cfg.attention_bias ? "model.attention_bias is true in the checkpoint but false in the "
+                                                     "recipe"
+                                                   : "model.attention_bias is false in the checkpoint but true in the "
+                                                     "recipe"));
     free(text);
     unlink(path);
 }
