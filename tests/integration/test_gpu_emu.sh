@@ -2,8 +2,10 @@
 # test_gpu_emu.sh: the emulator's checks against kernels that break them
 # (tests/gpu/emu/test_emu_checks.cu: races in both orders, a cp.async past an
 # allocation, 64 KB of shared memory without the opt-in, a bad warp mask, a
-# misaligned vector load, a deadlock; and a host pointer as cuBLASLt's FP8
-# scale), then the GPU test programs (tests/gpu/test_cuda_*.c) on the CPU
+# misaligned vector load, a deadlock; a host pointer as cuBLASLt's FP8 scale,
+# as a kernel's argument, a copy's or memset's device side or a grouped
+# product's pointer array; overlapping copy ranges or product operands; a
+# host-to-device copy landing in its stream's order), then the GPU test programs (tests/gpu/test_cuda_*.c) on the CPU
 # emulator (tests/gpu/emu/README.md), so that CI runs every CUDA kernel and the
 # whole CUDA model against the CPU reference without a GPU: cuBLASLt's FP8
 # products as the emulator models them (test_cuda_cublaslt_fp8), the ops and the MoE
@@ -57,9 +59,24 @@ done
 if bash -c '"$@"; exit $?' _ build/emu/gpu-tests/test_cuda_cublaslt_fp8 host_scale > "$WORK/check.txt" 2>&1; then
   fail "host_scale: not stopped"
 fi
-grep -q "EMU: cublasLtMatmul: A's scale .* is not inside a cudaMalloc allocation" "$WORK/check.txt" ||
+grep -q "EMU: cublasLtMatmul: A's scale .* is not inside one cudaMalloc allocation" "$WORK/check.txt" ||
   { cat "$WORK/check.txt"; fail "host_scale: no message"; }
-echo "the emulator's checks: 8 planted faults seen"
+# what the runtime and cuBLAS calls and kernels must be given (test_emu_checks' call_case)
+for spec in "host_arg|EMU: kernel copy_kernel: argument 1 is .*, not inside a cudaMalloc allocation" \
+            "copy_kind|EMU: cudaMemcpyHostToDevice's destination .* is not inside one cudaMalloc allocation" \
+            "copy_overlap|EMU: cudaMemcpyDeviceToDevice of 64 bytes from .*: the ranges overlap" \
+            "memset_host|EMU: cudaMemsetAsync's destination .* is not inside one cudaMalloc allocation" \
+            "gemm_overlap|EMU: a matrix product (m 8, n 8, k 8) writes D at .* over its input A" \
+            "grouped_host|EMU: cublasGemmGroupedBatchedEx's array of A pointers .* is not inside one cudaMalloc"; do
+  if bash -c '"$@"; exit $?' _ $checks "${spec%%|*}" > "$WORK/check.txt" 2>&1; then fail "${spec%%|*}: not stopped"; fi
+  grep -q "${spec#*|}" "$WORK/check.txt" || { cat "$WORK/check.txt"; fail "${spec%%|*}: no message"; }
+done
+# a host-to-device copy staged at the call and landing in its stream's order: another stream without an event sees
+# the allocation's poison (-1), after the copy's event the value the host had at the call (1, not the 2 it wrote
+# after)
+out=$(EMU_STREAMS=lazy $checks staged_copy)
+[[ $out == "without an event: -1; after the copy's event: 1" ]] || fail "staged_copy: $out"
+echo "the emulator's checks: 15 planted faults seen"
 export MT_GPU_TEST_QUICK=1
 emulated() {  # emulated ORDER:PROGRAM[:PART]: one test program (test_cuda_model: its dense or MoE half) passes, its
   # blocks, warps and lanes in ORDER

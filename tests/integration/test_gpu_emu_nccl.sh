@@ -10,7 +10,8 @@
 #     job, and so do the hangs: two communicators used in opposite orders, two
 #     ranks that each send before they receive, and two communicators on two
 #     streams that the ranks run in different orders (EMU_STREAMS=lazy,eager),
-#     which NCCL_LAUNCH_ORDER_IMPLICIT=1 turns into a pass;
+#     which NCCL_LAUNCH_ORDER_IMPLICIT=1 turns into a pass; an all-reduce whose
+#     buffers overlap other than in place is stopped (a GPU's ring corrupts it);
 #   - the tiny llama at tp 2 with sequence parallel, cp 2 and dp 2 (gradients
 #     averaged layer by layer on the second stream; and with the distributed
 #     optimizer: buckets reduce-scattered and all-gathered in place), and the tiny mixtral at
@@ -65,6 +66,12 @@ TMPDIR=$WORK/tmp "${mpi[@]}" -np 3 build/emu/test_emu_nccl overlap > "$WORK/over
   { tail "$WORK/overlap.txt"; fail "overlap: a group whose receive overlaps its send was not refused"; }
 grep -q "overlaps its ncclSend to rank" "$WORK/overlap.txt" || { tail "$WORK/overlap.txt"; fail "overlap: no message"; }
 echo "overlap: a group's receive into its own send's buffer refused"
+if TMPDIR=$WORK/tmp timeout -k 5 120 "${mpi[@]}" -np 2 build/emu/test_emu_nccl shifted > "$WORK/shifted.txt" 2>&1; then
+  fail "shifted: an all-reduce into its own input one float on was not stopped"
+fi
+grep -q "ncclAllReduce's send buffer .* overlaps its receive buffer .* other than in place" "$WORK/shifted.txt" ||
+  { tail "$WORK/shifted.txt"; fail "shifted: no message"; }
+echo "shifted: an all-reduce overlapping its input other than in place stopped"
 EMU_STREAMS=lazy,eager NCCL_LAUNCH_ORDER_IMPLICIT=1 TMPDIR=$WORK/tmp "${mpi[@]}" -np 3 build/emu/test_emu_nccl \
   two_streams | tee "$WORK/two_streams.txt"
 grep -q "two streams in launch order on 3 ranks" "$WORK/two_streams.txt" || fail "two_streams in launch order"

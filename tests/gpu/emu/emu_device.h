@@ -245,11 +245,23 @@ struct EmuLaunch {
     static void drop(void *p) { delete (EmuLaunch *)p; }
 };
 
+// A kernel's pointer argument must point into device memory (emu_runtime.c: inside one live cudaMalloc
+// allocation): a host pointer, which the emulator's threads would read as any other, faults on a GPU. Pointers
+// inside structs passed by value are not seen.
+extern "C" int emu_device_bytes(const void *p, size_t bytes);
+void emu_kernel_pointer_fault(const char *name, int index, const void *p);
+template <class T>
+static inline void emu_check_argument(const char *name, int index, const T &value) {
+    if constexpr (std::is_pointer<T>::value)
+        if (value && !emu_device_bytes((const void *)value, 0)) emu_kernel_pointer_fault(name, index, (const void *)value);
+}
+
 // The launch as cu2cpp.py writes it: `args` the arguments evaluated at the launch, `call` the kernel called with
 // them (by every emulated thread).
 template <class Args, class F>
 static inline void emu_launch(const char *name, const void *kernel, const EmuCfg &cfg, Args &&args, F call) {
     typedef EmuLaunch<F, typename std::decay<Args>::type> L;
+    std::apply([name](const auto &...arg) { int i = 0; (emu_check_argument(name, i++, arg), ...); }, args);
     if (emu_launch_ok(cfg, kernel))
         emu_stream_submit(cfg.stream, L::run, L::drop, new L{name, cfg, call, std::forward<Args>(args)});
 }

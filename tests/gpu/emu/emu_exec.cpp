@@ -523,6 +523,12 @@ void emu_set_max_dynamic_smem(const void *kernel, int bytes) {
     smem_attr[kernel] = bytes;
 }
 
+void emu_kernel_pointer_fault(const char *name, int index, const void *p) {
+    fprintf(stderr, "EMU: kernel %s: argument %d is %p, not inside a cudaMalloc allocation (a host pointer: a GPU "
+            "faults on it)\n", name, index, p);
+    abort();
+}
+
 bool emu_launch_ok(const EmuCfg &cfg, const void *kernel) {
     const unsigned long long threads = (unsigned long long)cfg.block.x * cfg.block.y * cfg.block.z;
     const bool smem_ok = cfg.smem <= kMaxDynamicSmem && cfg.smem <= smem_allowed(kernel);

@@ -46,6 +46,10 @@
 
 #include "emu_streams.h"
 
+/* emu_runtime.c's check that [p, p + bytes) lies inside one cudaMalloc allocation; absent (NULL) where the
+ * emulator's NCCL is linked without the runtime (test_emu_nccl, whose buffers are the host's). */
+__attribute__((weak)) int emu_device_bytes(const void *p, size_t bytes);
+
 #include "../../../src/core/float16.h"
 
 enum { kRing = 1 << 18, kMaxRanks = 64, kMaxQueued = 2 * kMaxRanks * 4 };
@@ -342,6 +346,19 @@ ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *r) {
     return ncclSuccess;
 }
 
+/* NCCL reads and writes device memory: a host pointer faults on a GPU. */
+static void device_buffer(const void *p, size_t bytes, const char *what) {
+    if (bytes && emu_device_bytes && !emu_device_bytes(p, bytes)) {
+        fprintf(stderr, "EMU NCCL: %s's buffer %p (%zu bytes) is not inside one cudaMalloc allocation (a GPU faults "
+                "on it)\n", what, p, bytes);
+        abort();
+    }
+}
+static bool overlap(const void *a, size_t an, const void *b, size_t bn) {
+    const char *x = a, *y = b;
+    return an && bn && x < y + bn && y < x + an;
+}
+
 /* ---- collectives: every rank's part to every other rank ---- */
 static bool supported(ncclDataType_t t, ncclRedOp_t op, const char *what) {
     if ((t == ncclFloat32 || t == ncclBfloat16) && (op == ncclSum || op == ncclAvg)) return true;
@@ -416,6 +433,27 @@ static void submit(const EmuComm *c, cudaStream_t st, EmuWorkFn run, void *ctx) 
     }
 }
 
+/* A collective's buffers, checked when called: device memory, and either apart or in place as NCCL allows it
+ * (all-reduce: recv == send; reduce-scatter: recv == send + rank * count; all-gather: send == recv + rank *
+ * count). Any other overlap gives the right answer here (each rank's part is read whole first) and garbage on a
+ * GPU, whose ring steps read and write the buffers piece by piece. */
+static void check_buffers(const Call *k, int opcode) {
+    const size_t part = k->count * type_bytes(k->type), all = part * (size_t)k->c->nranks;
+    const size_t send_bytes = opcode == OP_REDUCE_SCATTER ? all : part, recv_bytes = opcode == OP_ALL_GATHER ? all : part;
+    device_buffer(k->send, send_bytes, op_name(opcode));
+    device_buffer(k->recv, recv_bytes, op_name(opcode));
+    const char *in_place = opcode == OP_REDUCE_SCATTER ? (const char *)k->send + (size_t)k->c->rank * part
+                           : opcode == OP_ALL_GATHER ? (const char *)k->recv + (size_t)k->c->rank * part
+                                                     : (const char *)k->send;
+    const bool is_in_place = opcode == OP_ALL_GATHER ? k->send == in_place : k->recv == in_place;
+    if (!is_in_place && overlap(k->send, send_bytes, k->recv, recv_bytes)) {
+        fprintf(stderr, "EMU NCCL: rank %d of %d: %s's send buffer %p (%zu bytes) overlaps its receive buffer %p (%zu "
+                "bytes) other than in place (NCCL's in-place forms only)\n", k->c->rank, k->c->nranks,
+                op_name(opcode), k->send, send_bytes, k->recv, recv_bytes);
+        abort();
+    }
+}
+
 static ncclResult_t queue_call(cudaStream_t st, EmuWorkFn run, Call call) {
     call.seq = call.c->collectives++;
     Call *q = malloc(sizeof *q);
@@ -467,17 +505,23 @@ static void all_gather_run(void *ctx) {
 ncclResult_t ncclAllReduce(const void *s, void *r, size_t count, ncclDataType_t t, ncclRedOp_t op, ncclComm_t comm,
                            cudaStream_t st) {
     if (!supported(t, op, "ncclAllReduce")) return ncclInvalidArgument;
-    return queue_call(st, all_reduce_run, (Call){(EmuComm *)comm, s, r, count, t, op, 0});
+    const Call call = {(EmuComm *)comm, s, r, count, t, op, 0};
+    check_buffers(&call, OP_ALL_REDUCE);
+    return queue_call(st, all_reduce_run, call);
 }
 
 ncclResult_t ncclReduceScatter(const void *s, void *r, size_t count, ncclDataType_t t, ncclRedOp_t op,
                                ncclComm_t comm, cudaStream_t st) {
     if (!supported(t, op, "ncclReduceScatter")) return ncclInvalidArgument;
-    return queue_call(st, reduce_scatter_run, (Call){(EmuComm *)comm, s, r, count, t, op, 0});
+    const Call call = {(EmuComm *)comm, s, r, count, t, op, 0};
+    check_buffers(&call, OP_REDUCE_SCATTER);
+    return queue_call(st, reduce_scatter_run, call);
 }
 
 ncclResult_t ncclAllGather(const void *s, void *r, size_t count, ncclDataType_t t, ncclComm_t comm, cudaStream_t st) {
-    return queue_call(st, all_gather_run, (Call){(EmuComm *)comm, s, r, count, t, ncclSum, 0});
+    const Call call = {(EmuComm *)comm, s, r, count, t, ncclSum, 0};
+    check_buffers(&call, OP_ALL_GATHER);
+    return queue_call(st, all_gather_run, call);
 }
 
 /* ---- point to point: gathered inside a group, queued on the stream at its end ---- */
@@ -509,6 +553,7 @@ static ncclResult_t post(bool sending, void *data, size_t count, ncclDataType_t 
     }
     uint64_t *seq = &c->p2p[sending ? peer : c->nranks + peer];
     const Record rec = {kRecordMagic, OP_SEND, (*seq)++, count, (int32_t)t, sending ? c->rank : peer};
+    device_buffer(data, count * type_bytes(t), sending ? "ncclSend" : "ncclRecv");
     if (queued_count == 0) queued_stream = st;
     queued[queued_count++] = transfer(c, sending, peer, rec, data, count * type_bytes(t));
     return group_depth == 0 ? ncclGroupEnd() : ncclSuccess; /* not in a group: runs now */
@@ -531,11 +576,9 @@ ncclResult_t ncclGroupStart(void) {
  * The first such pair, or -1. */
 static int group_overlap(const Transfer *t, int n, int *other) {
     for (int i = 0; i < n; i++) {
-        if (t[i].sending || t[i].bytes == 0) continue;
-        const char *a = (const char *)t[i].data;
+        if (t[i].sending) continue;
         for (int j = 0; j < n; j++) {
-            const char *b = (const char *)t[j].data;
-            if (j != i && t[j].bytes > 0 && a < b + t[j].bytes && b < a + t[i].bytes) {
+            if (j != i && overlap(t[i].data, t[i].bytes, t[j].data, t[j].bytes)) {
                 *other = j;
                 return i;
             }

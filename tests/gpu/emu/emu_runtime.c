@@ -95,6 +95,20 @@ int emu_device_bytes(const void *p, size_t bytes) {
     return inside;
 }
 
+/* A pointer the device reads or writes (`bytes` from it): outside every live allocation a GPU faults, where the
+ * emulator's host memory would serve it. Aborts naming `what`. */
+static void device_pointer(const void *p, size_t bytes, const char *what) {
+    if (!emu_device_bytes(p, bytes)) {
+        fprintf(stderr, "EMU: %s %p (%zu bytes) is not inside one cudaMalloc allocation (a GPU faults on it)\n", what,
+                p, bytes);
+        abort();
+    }
+}
+static bool overlap(const void *a, size_t an, const void *b, size_t bn) {
+    const char *x = a, *y = b;
+    return an && bn && x < y + bn && y < x + an;
+}
+
 cudaError_t cudaMalloc(void **ptr, size_t bytes) {
     pthread_mutex_lock(&mem_lock);
     const int fits = mem_used + bytes <= kMemTotal;
@@ -153,8 +167,12 @@ cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
     return cudaSuccess;
 }
 
-/* Copies and memsets: those that touch host memory (pageable: megatrain has no other kind) finish the stream's
- * earlier work and run before returning, as CUDA does; device-to-device ones and memsets queue on the stream. */
+/* Copies and memsets, as CUDA documents them for pageable host memory (megatrain has no other kind): a copy from
+ * the host is staged at the call (the host may reuse its buffer on return) and lands in the stream's order, after
+ * its earlier work and before its later work only (another stream's work may run before it: an event orders it);
+ * a copy to the host finishes the stream's earlier work and runs before returning; device-to-device copies and
+ * memsets queue on the stream. Each side must be what the copy's kind says (a device pointer inside one
+ * allocation), and a device-to-device copy's two ranges may not overlap (cudaMemcpy's are memcpy's rules). */
 typedef struct {
     void *dst;
     const void *src;
@@ -169,21 +187,57 @@ static void set_run(void *ctx) {
     const Fill *f = ctx;
     memset(f->dst, f->value, f->bytes);
 }
+static void staged_drop(void *ctx) {
+    Fill *f = ctx;
+    free((void *)f->src);
+    free(f);
+}
+static void copy_kind_check(void *d, const void *s, size_t n, enum cudaMemcpyKind k) {
+    static const char *const names[] = {"cudaMemcpyHostToHost", "cudaMemcpyHostToDevice", "cudaMemcpyDeviceToHost",
+                                        "cudaMemcpyDeviceToDevice", "cudaMemcpyDefault"};
+    const char *name = k >= 0 && k <= cudaMemcpyDefault ? names[k] : "cudaMemcpy (unknown kind)";
+    char what[96];
+    if (k == cudaMemcpyHostToDevice || k == cudaMemcpyDeviceToDevice) {
+        snprintf(what, sizeof what, "%s's destination", name);
+        device_pointer(d, n, what);
+    }
+    if (k == cudaMemcpyDeviceToHost || k == cudaMemcpyDeviceToDevice) {
+        snprintf(what, sizeof what, "%s's source", name);
+        device_pointer(s, n, what);
+    }
+    if ((k == cudaMemcpyHostToDevice && emu_device_bytes(s, 1)) || (k == cudaMemcpyDeviceToHost && emu_device_bytes(d, 1))) {
+        fprintf(stderr, "EMU: %s from %p to %p: its host side is device memory (the kind is wrong)\n", name, s, d);
+        abort();
+    }
+    if (k == cudaMemcpyDeviceToDevice && d != s && overlap(d, n, s, n)) {
+        fprintf(stderr, "EMU: %s of %zu bytes from %p to %p: the ranges overlap (undefined on a GPU)\n", name, n, s, d);
+        abort();
+    }
+}
 static void queue_fill(cudaStream_t st, EmuWorkFn run, Fill f) {
     Fill *q = malloc(sizeof *q);
     *q = f;
     emu_stream_submit(st, run, free, q);
 }
 cudaError_t cudaMemcpy(void *d, const void *s, size_t n, enum cudaMemcpyKind k) {
-    (void)k;
+    if (n) copy_kind_check(d, s, n, k);
     emu_streams_drain_all();
     if (n) memmove(d, s, n);
     return cudaSuccess;
 }
 cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKind k, cudaStream_t st) {
     if (!n) return cudaSuccess;
+    copy_kind_check(d, s, n, k);
     if (k == cudaMemcpyDeviceToDevice) {
         queue_fill(st, copy_run, (Fill){d, s, n, 0});
+        return cudaSuccess;
+    }
+    if (k == cudaMemcpyHostToDevice) {
+        void *stage = malloc(n);
+        memcpy(stage, s, n);
+        Fill *q = malloc(sizeof *q);
+        *q = (Fill){d, stage, n, 0};
+        emu_stream_submit(st, copy_run, staged_drop, q);
         return cudaSuccess;
     }
     emu_stream_drain(st);
@@ -191,11 +245,13 @@ cudaError_t cudaMemcpyAsync(void *d, const void *s, size_t n, enum cudaMemcpyKin
     return cudaSuccess;
 }
 cudaError_t cudaMemset(void *d, int v, size_t n) {
+    if (n) device_pointer(d, n, "cudaMemset's destination");
     emu_streams_drain_all();
     if (n) memset(d, v, n);
     return cudaSuccess;
 }
 cudaError_t cudaMemsetAsync(void *d, int v, size_t n, cudaStream_t s) {
+    if (n) device_pointer(d, n, "cudaMemsetAsync's destination");
     if (n) queue_fill(s, set_run, (Fill){d, NULL, n, v});
     return cudaSuccess;
 }
@@ -317,9 +373,38 @@ typedef struct {
 } Product;
 
 /* Runs p with its matrices at A, B, C, D (p's own, or read from the grouped call's pointer arrays). */
+/* Bytes a column-major rows x cols matrix with leading dimension ld spans. */
+static size_t span_bytes(int rows, int cols, int ld, cudaDataType_t t) {
+    return rows > 0 && cols > 0 ? ((size_t)(cols - 1) * (size_t)ld + (size_t)rows) * type_bytes(t) : 0;
+}
+/* What a GPU needs of a product's matrices, checked when it runs (the grouped call's pointers are read then): each
+ * inside one allocation; D overlapping neither input (the emulator reads them whole before writing D, a GPU's
+ * tiles do not); C either D itself with D's layout, or apart from it. */
+static void product_operands(const Product *p, const void *A, const void *B, const void *C, const void *D, int ar,
+                             int ac, int br, int bc) {
+    const size_t an = p->k > 0 ? span_bytes(ar, ac, p->lda, p->at) : 0, bn = p->k > 0 ? span_bytes(br, bc, p->ldb, p->bt) : 0,
+                 cn = p->beta != 0.0f ? span_bytes(p->m, p->n, p->ldc, p->ct) : 0, dn = span_bytes(p->m, p->n, p->ldd, p->dt);
+    if (an) device_pointer(A, an, "a matrix product's A");
+    if (bn) device_pointer(B, bn, "a matrix product's B");
+    if (cn) device_pointer(C, cn, "a matrix product's C");
+    if (dn) device_pointer(D, dn, "a matrix product's D");
+    if (p->bias) device_pointer(p->bias, (size_t)p->m * type_bytes(p->biast), "a matrix product's bias");
+    if (overlap(A, an, D, dn) || overlap(B, bn, D, dn)) {
+        fprintf(stderr, "EMU: a matrix product (m %d, n %d, k %d) writes D at %p over its input %s at %p: a GPU reads "
+                "the inputs tile by tile while it writes D\n", p->m, p->n, p->k, D, overlap(A, an, D, dn) ? "A" : "B",
+                overlap(A, an, D, dn) ? A : B);
+        abort();
+    }
+    if (cn && (C == D ? p->ldc != p->ldd || p->ct != p->dt : overlap(C, cn, D, dn))) {
+        fprintf(stderr, "EMU: a matrix product (m %d, n %d, k %d) with C at %p and D at %p: C must be D with D's layout, "
+                "or apart from it\n", p->m, p->n, p->k, C, D);
+        abort();
+    }
+}
 static void product(const Product *p, const void *A, const void *B, const void *C, void *D) {
     const int m = p->m, n = p->n, k = p->k, ar = p->ta ? k : m, ac = p->ta ? m : k, br = p->tb ? n : k,
               bc = p->tb ? k : n;
+    product_operands(p, A, B, C, D, ar, ac, br, bc);
     float alpha = p->alpha, sd = 1.0f, amax = 0.0f;
     if (p->fp8) {
         alpha = alpha * (p->f8.sa ? *p->f8.sa : 1.0f) * (p->f8.sb ? *p->f8.sb : 1.0f);
@@ -431,6 +516,11 @@ cublasStatus_t cublasGemmGroupedBatchedEx(cublasHandle_t h, const cublasOperatio
     /* cuBLAS 13.1 on an H200 refused bf16 inputs with an fp32 output here (test_cuda_moe_gemm, 2026-11-28): so
      * does the emulator, so that megatrain's fallback (the weight gradients per expert) runs in CI as on a GPU */
     if (at == CUDA_R_16BF && ct == CUDA_R_32F) return CUBLAS_STATUS_NOT_SUPPORTED;
+    size_t total = 0; /* the pointer arrays are read by the device: they live in device memory */
+    for (int g = 0; g < group_count; g++) total += (size_t)group_size[g];
+    device_pointer(A, total * sizeof *A, "cublasGemmGroupedBatchedEx's array of A pointers");
+    device_pointer(B, total * sizeof *B, "cublasGemmGroupedBatchedEx's array of B pointers");
+    device_pointer(C, total * sizeof *C, "cublasGemmGroupedBatchedEx's array of C pointers");
     int p = 0;
     for (int g = 0; g < group_count; g++)
         for (int i = 0; i < group_size[g]; i++, p++) {
@@ -505,11 +595,9 @@ static cublasStatus_t lt_refusal(const LtDesc *x, const LtLayout *a, const LtLay
 
 /* A pointer cuBLASLt reads or writes as device memory: a host pointer there faults on a GPU. */
 static void lt_device_pointer(const void *p, size_t bytes, const char *what) {
-    if (p && !emu_device_bytes(p, bytes)) {
-        fprintf(stderr, "EMU: cublasLtMatmul: %s %p is not inside a cudaMalloc allocation (a GPU faults on it)\n",
-                what, p);
-        abort();
-    }
+    char said[96];
+    snprintf(said, sizeof said, "cublasLtMatmul: %s", what);
+    if (p) device_pointer(p, bytes, said);
 }
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {

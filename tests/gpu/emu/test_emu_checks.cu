@@ -20,6 +20,10 @@
 //                addresses the first unmapped): under AddressSanitizer they must carry none of the first thread's
 //                stack marks, which read as a stack-use-after-scope in a fibre that never did one (seen once in
 //                CI in test_cuda_parallel_model's rank threads). Prints "clean" or where the first mark is.
+//   host_arg, copy_kind, copy_overlap, memset_host, gemm_overlap, grouped_host
+//                what the runtime, cuBLAS calls and kernels must be given, each broken (call_case): aborts.
+//   staged_copy  a host-to-device copy staged at the call, landing in its stream's order (EMU_STREAMS=lazy):
+//                prints what a stream without an event and one after the copy's event saw.
 //   racecheck K  the racecheck build's (ThreadSanitizer) cases, K one of: broadcast (thread 0's shared write read
 //                by the others with no barrier), cp_async (a cp.async issued into a buffer another warp reads in
 //                the same barrier interval, waited for in the next: only the record at its issue shows it), ldmatrix
@@ -39,6 +43,7 @@
 
 #include <pthread.h>
 
+#include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 static const int kThreads = 256;
@@ -339,8 +344,78 @@ static int fresh_stacks_case() {
     return poisoned ? 1 : 0;
 }
 
+__global__ void copy_kernel(float *dst, const float *src) { dst[threadIdx.x] = src[threadIdx.x]; }
+
+// What the runtime, cuBLAS and NCCL calls must be given (emu_runtime.c's device_pointer and friends), each broken
+// on purpose: `host_arg` a kernel given a host buffer; `copy_kind` a host-to-device copy into a host buffer;
+// `copy_overlap` a device-to-device copy onto itself shifted by one float; `memset_host` a cudaMemsetAsync of a host
+// buffer; `gemm_overlap` a product whose D overlaps its A; `grouped_host` a grouped product given its pointer arrays
+// in host memory. Each aborts with the emulator's message.
+static int call_case(const char *c) {
+    static float host[64];
+    float *dev;
+    CHECK_CUDA(cudaMalloc((void **)&dev, 256 * sizeof(float)));
+    CHECK_CUDA(cudaMemset(dev, 0, 256 * sizeof(float)));
+    if (strcmp(c, "host_arg") == 0) copy_kernel<<<1, 32>>>(dev, host);
+    else if (strcmp(c, "copy_kind") == 0) CHECK_CUDA(cudaMemcpyAsync(host, dev, 64, cudaMemcpyHostToDevice, 0));
+    else if (strcmp(c, "copy_overlap") == 0) CHECK_CUDA(cudaMemcpyAsync(dev + 1, dev, 64, cudaMemcpyDeviceToDevice, 0));
+    else if (strcmp(c, "memset_host") == 0) CHECK_CUDA(cudaMemsetAsync(host, 0, sizeof host, 0));
+    else {
+        cublasHandle_t h;
+        if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 2;
+        const float one = 1.0f, zero = 0.0f;
+        if (strcmp(c, "gemm_overlap") == 0) {  // D = A B with D at A + 8 floats: 8 x 8 matrices
+            cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, 8, 8, 8, &one, dev, CUDA_R_32F, 8, dev + 128, CUDA_R_32F, 8, &zero,
+                         dev + 8, CUDA_R_32F, 8, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        } else if (strcmp(c, "grouped_host") == 0) {
+            const void *a[1] = {dev}, *b[1] = {dev + 64};
+            void *d[1] = {dev + 128};
+            const cublasOperation_t op[1] = {CUBLAS_OP_N};
+            const int n8[1] = {8}, one_group[1] = {1};
+            cublasGemmGroupedBatchedEx(h, op, op, n8, n8, n8, &one, a, CUDA_R_32F, n8, b, CUDA_R_32F, n8, &zero, d,
+                                       CUDA_R_32F, n8, 1, one_group, CUBLAS_COMPUTE_32F);
+        } else {
+            return 2;
+        }
+    }
+    CHECK_CUDA(cudaDeviceSynchronize());
+    printf("%s: not stopped\n", c);
+    return 1;
+}
+
+// A host-to-device copy is staged at the call and lands in its stream's order (emu_runtime.c): under
+// EMU_STREAMS=lazy, the host's buffer changed after the call does not reach the device, and another stream that
+// reads the destination with no event between sees what was there before (the allocation's poison, -1 as an int);
+// after an event, the copy's value. Prints what each saw.
+static int staged_copy_case() {
+    int *dst, *seen;
+    int host = 1, got[2] = {0, 0};
+    cudaStream_t s1, s2;
+    cudaEvent_t landed;
+    CHECK_CUDA(cudaMalloc((void **)&dst, sizeof(int)));
+    CHECK_CUDA(cudaMalloc((void **)&seen, 2 * sizeof(int)));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaEventCreateWithFlags(&landed, cudaEventDisableTiming));
+    CHECK_CUDA(cudaMemcpyAsync(dst, &host, sizeof host, cudaMemcpyHostToDevice, s1));
+    host = 2;  // the host may reuse its buffer once the call returns
+    CHECK_CUDA(cudaMemcpyAsync(seen, dst, sizeof(int), cudaMemcpyDeviceToDevice, s2));  // no event: a race
+    CHECK_CUDA(cudaStreamSynchronize(s2));
+    CHECK_CUDA(cudaEventRecord(landed, s1));
+    CHECK_CUDA(cudaStreamWaitEvent(s2, landed, 0));
+    CHECK_CUDA(cudaMemcpyAsync(seen + 1, dst, sizeof(int), cudaMemcpyDeviceToDevice, s2));
+    CHECK_CUDA(cudaDeviceSynchronize());
+    CHECK_CUDA(cudaMemcpy(got, seen, sizeof got, cudaMemcpyDeviceToHost));
+    printf("without an event: %d; after the copy's event: %d\n", got[0], got[1]);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *c = argc > 1 ? argv[1] : "";
+    if (strcmp(c, "host_arg") == 0 || strncmp(c, "copy_", 5) == 0 || strcmp(c, "memset_host") == 0 ||
+        strcmp(c, "gemm_overlap") == 0 || strcmp(c, "grouped_host") == 0)
+        return call_case(c);
+    if (strcmp(c, "staged_copy") == 0) return staged_copy_case();
     float *out;
     if (strcmp(c, "order") == 0) return order_case();
     if (strcmp(c, "cp_async_oob") == 0) return cp_async_case();
@@ -365,7 +440,8 @@ int main(int argc, char **argv) {
         printf("%s: not stopped\n", c);
         return 1;
     }
-    fprintf(stderr, "usage: test_emu_checks order|cp_async_oob|smem_optin|warp_mask|misaligned|oob_write|deadlock|fresh_stacks|racecheck "
+    fprintf(stderr, "usage: test_emu_checks order|cp_async_oob|smem_optin|warp_mask|misaligned|oob_write|deadlock|fresh_stacks|"
+                    "host_arg|copy_kind|copy_overlap|memset_host|gemm_overlap|grouped_host|staged_copy|racecheck "
                     "broadcast|cp_async|cp_async_late|ldmatrix|blocks|blocks_barrier|streams|none\n");
     return 2;
 }

@@ -17,6 +17,8 @@
  *                waits for its receiver);
  *   overlap      ranks 0 and 1 each send a buffer to the other and receive into the same buffer in one group (on
  *                a GPU the receive overwrites what the send is still reading): refused at ncclGroupEnd;
+ *   shifted      an all-reduce whose receive buffer is its send buffer one float on (in place only as NCCL
+ *                allows it: the same buffer): aborts;
  *   two_streams  every rank launches an all-reduce on one communicator and stream, then one on a second
  *                communicator and stream, in the same order, then synchronizes the second stream first. Under
  *                EMU_STREAMS=lazy,eager the lazy ranks run the second one first: a hang, unless
@@ -221,6 +223,12 @@ int main(int argc, char **argv) {
         if (rank == 0) printf(total ? "overlap: a group was not refused\n" : "overlap: refused\n");
         MPI_Finalize();
         return total != 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "shifted") == 0) { /* an all-reduce into its own input, one float on */
+        float buf[65] = {0};
+        ncclAllReduce(buf, buf + 1, 64, ncclFloat32, ncclSum, world, NULL);
+        MPI_Finalize();
+        return 0; /* not reached: the emulator aborts */
     }
     if (argc > 1 && strcmp(argv[1], "two_streams") == 0) {
         ncclComm_t other = make_comm(MPI_COMM_WORLD);
