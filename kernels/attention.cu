@@ -459,7 +459,7 @@ __global__ void attention_delta_kernel(float *__restrict__ delta, const bf16 *__
 }
 
 __device__ __forceinline__ void atomic_add4(float *dst, float4 val) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if (defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900) || defined(MT_EMULATED_SM)  // the emulator runs sm_90's
     atomicAdd(reinterpret_cast<float4 *>(dst), val);  // one vector reduction (sm_90)
 #else
     atomicAdd(dst, val.x);

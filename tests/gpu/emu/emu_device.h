@@ -9,6 +9,10 @@
 #ifndef MT_EMU_DEVICE_H
 #define MT_EMU_DEVICE_H
 
+// The compute capability the kernels' sm_90-only branches see (__CUDA_ARCH__ itself stays undefined: the CUDA
+// headers take it to mean device code): the emulator runs the code an H100 or H200 runs.
+#define MT_EMULATED_SM 90
+
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 #include <vector_types.h>
@@ -143,6 +147,17 @@ static inline float atomicAdd(float *p, float v) { return emu_atomic_float_add(p
 static inline double atomicAdd(double *p, double v) { return emu_atomic_float_add(p, v); }
 static inline int atomicAdd(int *p, int v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 static inline unsigned atomicAdd(unsigned *p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+// sm_90's vector reduction: each element atomic on its own, as on a GPU (the pointer's 16-byte alignment is
+// checked at the kernel's reinterpret_cast to float4, as every vector cast is)
+static inline float4 atomicAdd(float4 *p, float4 v) {
+    float *f = (float *)p;
+    float4 old;
+    old.x = emu_atomic_float_add(f, v.x);
+    old.y = emu_atomic_float_add(f + 1, v.y);
+    old.z = emu_atomic_float_add(f + 2, v.z);
+    old.w = emu_atomic_float_add(f + 3, v.w);
+    return old;
+}
 static inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v) {
     return __atomic_fetch_add(p, v, __ATOMIC_RELAXED);
 }
