@@ -24,20 +24,22 @@ char *ckpt_model_config_yaml(const ModelConfig *cfg, size_t *len) {
     return text;
 }
 
-/* The adapters: the same kind (none or LoRA) and, with LoRA, the same rank and targets. */
-static int adapter_difference(const PeftConfig *stored, const PeftConfig *wanted, char *why, size_t whylen) {
+/* The adapters: the same kind (none or LoRA) and, with LoRA, the keys marked at `level` (rank and targets; alpha
+ * too at FUNCTION). */
+static int adapter_difference(const PeftConfig *stored, const PeftConfig *wanted, ModelMatch level, char *why,
+                              size_t whylen) {
     if (stored->type != wanted->type) {
         snprintf(why, whylen, "peft: the checkpoint's model has %s, the recipe %s",
                  stored->type ? "LoRA adapters" : "no adapters", wanted->type ? "asks for LoRA" : "has no peft: section");
         return -1;
     }
-    return stored->type != PEFT_NONE ? peft_config_difference(stored, wanted, why, whylen) : 0;
+    return stored->type != PEFT_NONE ? peft_config_difference(stored, wanted, level, why, whylen) : 0;
 }
 
 int ckpt_model_shape_check(const ModelConfig *stored, const ModelConfig *wanted, char *err, size_t errlen) {
     char why[1024];
     if (model_config_difference(stored, wanted, MODEL_MATCH_WEIGHTS, why, sizeof why) != 0 ||
-        adapter_difference(&stored->peft, &wanted->peft, why, sizeof why) != 0) {
+        adapter_difference(&stored->peft, &wanted->peft, MODEL_MATCH_WEIGHTS, why, sizeof why) != 0) {
         mt_set_error(err, errlen, "%s; a run cannot be resumed with a different model shape (start a new run, e.g. "
                      "with the checkpoint's weights converted)", why);
         return -1;
@@ -53,7 +55,7 @@ int ckpt_model_config_check(const ModelConfig *cfg, char *err, size_t errlen) {
     int rc = model_config_load_text(&back, text, CKPT_MODEL_FILE, why, sizeof why);
     if (rc != 0) mt_set_error(err, errlen, "%s", why);
     else if ((rc = model_config_difference(&back, cfg, MODEL_MATCH_FUNCTION, why, sizeof why)) != 0 ||
-             (rc = adapter_difference(&back.peft, &cfg->peft, why, sizeof why)) != 0)
+             (rc = adapter_difference(&back.peft, &cfg->peft, MODEL_MATCH_FUNCTION, why, sizeof why)) != 0)
         mt_set_error(err, errlen, "model.yaml would load back as another model: %s", why);
     free(text);
     return rc;

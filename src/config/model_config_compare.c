@@ -76,7 +76,7 @@ int model_config_difference(const ModelConfig *ckpt, const ModelConfig *recipe, 
     return section_difference(ckpt, recipe, recipe_model_keys, "model", level, why, whylen);
 }
 
-int peft_config_difference(const PeftConfig *ckpt, const PeftConfig *recipe, char *why, size_t whylen) {
-    return section_difference(ckpt, recipe, find_key(recipe_root_keys, "peft")->keys, "peft", MODEL_MATCH_WEIGHTS,
-                              why, whylen);
+int peft_config_difference(const PeftConfig *ckpt, const PeftConfig *recipe, ModelMatch level, char *why,
+                           size_t whylen) {
+    return section_difference(ckpt, recipe, find_key(recipe_root_keys, "peft")->keys, "peft", level, why, whylen);
 }

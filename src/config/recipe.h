@@ -308,8 +308,10 @@ typedef enum { MODEL_MATCH_WEIGHTS = 1, MODEL_MATCH_FUNCTION = 2 } ModelMatch;
  * "model.KEY is A in the checkpoint but B in the recipe" in why: -1; 0 when none. */
 int model_config_difference(const ModelConfig *ckpt, const ModelConfig *recipe, ModelMatch level, char *why,
                             size_t whylen);
-/* The same of two adapters' peft: keys (both with adapters; their rank and target modules). */
-int peft_config_difference(const PeftConfig *ckpt, const PeftConfig *recipe, char *why, size_t whylen);
+/* The same of two adapters' peft: keys (both with adapters): at WEIGHTS their rank and target modules, at
+ * FUNCTION also alpha (the scale alpha / rank of the adapters' product). */
+int peft_config_difference(const PeftConfig *ckpt, const PeftConfig *recipe, ModelMatch level, char *why,
+                           size_t whylen);
 
 /* Whether data.cache_dir is its default, run.dir/data-cache (recipe_write writes it as null, so that a resume into
  * another run.dir caches there). */

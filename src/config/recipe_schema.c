@@ -97,7 +97,7 @@ static const RecipeKey peft_keys[] = {
     {INT_KEY("rank", PeftConfig, rank, 1, INT_MAX), .required = true, .required_if = has_adapters, .also = "r",
      .match = WEIGHTS},
     {NUM_KEY("alpha", PeftConfig, alpha, 0), .above_min = true, .required = true, .required_if = has_adapters,
-     .also = "lora_alpha"},
+     .also = "lora_alpha", .match = FUNCTION},
     {CUSTOM_KEY("target_modules", read_target_modules, write_target_modules), .match = WEIGHTS,
      .differ = differ_target_modules},
     {NUM_KEY("dropout", PeftConfig, dropout, 0), .also = "lora_dropout"},

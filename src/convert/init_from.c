@@ -24,7 +24,8 @@ static int compare_configs(const ModelConfig *a, const ModelConfig *b, char *why
     return 0;
 }
 
-/* A checkpoint with LoRA adapters needs a recipe with the same ones (a model without adapters fits any peft). */
+/* A checkpoint with LoRA adapters needs a recipe with the same ones, scaled alike (a model without adapters fits any
+ * peft). */
 static int compare_adapters(const PeftConfig *a, const PeftConfig *b, char *why, size_t whylen) {
     if (a->type == PEFT_NONE) return 0;
     if (b->type == PEFT_NONE) {
@@ -32,7 +33,7 @@ static int compare_adapters(const PeftConfig *a, const PeftConfig *b, char *why,
                  "(merge them first: megatrain convert CKPT --merge-lora OUT)", a->rank);
         return -1;
     }
-    return peft_config_difference(a, b, why, whylen);
+    return peft_config_difference(a, b, MODEL_MATCH_FUNCTION, why, whylen);
 }
 
 int init_from_checkpoint(Model *model, const char *path, CkptHfFiles *carried, CkptBaseRef *base, char *err,

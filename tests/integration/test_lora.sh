@@ -6,7 +6,9 @@
 #     a base outside any run's checkpoints/): no base tensors, a reference to
 #     the init_from checkpoint, the adapters with
 #     their moments; 6 steps straight and 3 + `resume` give the same losses
-#     bit for bit (async saves); resume with another rank is refused
+#     bit for bit (async saves); resume with another rank is refused, with
+#     another alpha logged; init_from a LoRA checkpoint with another alpha
+#     is refused
 #     (test_lora_base.sh: the reference, store mode, a missing base);
 #   - layouts: tp 2, pp 2, cp 2, dp 2 with the distributed optimizer, and tp 2
 #     x pp 2 x dp 2 with sequence parallel and ZeRO-1 (8 ranks) log the
@@ -69,6 +71,11 @@ diff <(losses "$WORK/lora") <(losses "$WORK/resumed") > "$WORK/diff.txt" \
 echo "resume: steps 4-6 identical to the straight run"
 expect_refused "resume with another rank" "peft.rank is 4 in the checkpoint but 8 in the recipe" 1 \
   resume "$WORK/resumed" --set train.steps=8 --set peft.rank=8
+# alpha may change on resume (it rescales the trained adapters' contribution, as rope_theta may change): logged
+"$MEGATRAIN" resume "$WORK/resumed" --set train.steps=7 --set peft.alpha=16 > "$WORK/resume-alpha.log" 2>&1 \
+  || fail "resume with another alpha failed: $(tail -n 3 "$WORK/resume-alpha.log")"
+grep -q "peft.alpha 8 -> 16" "$WORK/resume-alpha.log" || fail "resume did not log the alpha change"
+echo "resume: another peft.alpha is taken and logged"
 
 # Layouts against one rank.
 if command -v mpirun > /dev/null; then
@@ -119,6 +126,9 @@ expect_refused "a rank tp does not divide" "peft.rank: expected a multiple of pa
 expect_refused "init_from LoRA without peft" "the checkpoint has LoRA adapters (peft.rank 4) but the recipe has no peft" 1 \
   run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/no-peft" "${COMMON[@]}" --set train.steps=1 \
   --set init_from="$WORK/lora/checkpoints/iter_0000006"
+expect_refused "init_from LoRA with another alpha" "peft.alpha is 8 in the checkpoint but 16 in the recipe" 1 \
+  run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/other-alpha" "${COMMON[@]}" --set train.steps=1 \
+  --set "peft={type: lora, rank: 4, alpha: 16}" --set init_from="$WORK/lora/checkpoints/iter_0000006"
 if [[ -x "$REPO/build/cuda/megatrain" ]]; then
   MEGATRAIN="$REPO/build/cuda/megatrain" expect_refused "peft on cuda" "peft: LoRA is not implemented on GPUs yet" 1 \
     run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/cuda" "${COMMON[@]}" "${LORA[@]}" --set run.device=cuda \

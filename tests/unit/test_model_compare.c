@@ -157,18 +157,24 @@ static void test_moe(void **state) {
 
 static void test_peft(void **state) {
     (void)state;
+    const ModelMatch W = MODEL_MATCH_WEIGHTS, F = MODEL_MATCH_FUNCTION;
     PeftConfig a = {.type = PEFT_LORA, .rank = 4, .alpha = 8, .targets = 1u << LORA_Q | 1u << LORA_V}, b = a;
-    assert_int_equal(peft_config_difference(&a, &b, why, sizeof why), 0);
-    b.alpha = 16; /* a training choice */
-    assert_int_equal(peft_config_difference(&a, &b, why, sizeof why), 0);
+    assert_int_equal(peft_config_difference(&a, &b, F, why, sizeof why), 0);
+    b.alpha = 16; /* the adapters' scale: what they compute, not their shapes */
+    assert_int_equal(peft_config_difference(&a, &b, W, why, sizeof why), 0);
+    assert_int_equal(peft_config_difference(&a, &b, F, why, sizeof why), -1);
+    assert_string_equal(why, "peft.alpha is 8 in the checkpoint but 16 in the recipe");
     b.rank = 8;
-    assert_int_equal(peft_config_difference(&a, &b, why, sizeof why), -1);
+    assert_int_equal(peft_config_difference(&a, &b, W, why, sizeof why), -1);
     assert_string_equal(why, "peft.rank is 4 in the checkpoint but 8 in the recipe");
     b = a;
     b.targets |= 1u << LORA_DOWN;
-    assert_int_equal(peft_config_difference(&a, &b, why, sizeof why), -1);
+    assert_int_equal(peft_config_difference(&a, &b, W, why, sizeof why), -1);
     assert_string_equal(why, "peft.target_modules is [q_proj, v_proj] in the checkpoint but [q_proj, v_proj, "
                              "down_proj] in the recipe");
+    b = a;
+    b.dropout = 0.1; /* a training choice */
+    assert_int_equal(peft_config_difference(&a, &b, F, why, sizeof why), 0);
 }
 
 /* Every marked key that is not a plain value (a section or a custom key) has its own comparison. */
