@@ -12,6 +12,7 @@
 #include "../ckpt/ckpt_locate.h"
 #include "../core/error.h"
 #include "hf_families.h"
+#include "peft_config.h"
 
 /* The usage; the families come from the one table (hf_families.c). */
 static void print_usage(FILE *out) {
@@ -29,6 +30,12 @@ static void print_usage(FILE *out) {
             "      -> DST is written as a megatrain checkpoint (model config + fp32 weights,\n"
             "         and the tokenizer files and generation_config.json as they are),\n"
             "         for `init_from: DST` in a recipe or `megatrain eval DST`.\n"
+            "  SRC a PEFT adapter directory (adapter_config.json + adapter_model.safetensors)\n"
+            "  with --base-model DIR, the Hugging Face model it was trained on (default: its\n"
+            "  base_model_name_or_path, when that is a directory here)\n"
+            "      -> DST is written as a megatrain LoRA checkpoint (the base and the\n"
+            "         adapters, fp32) for `megatrain eval DST`, `init_from: DST` with the\n"
+            "         same peft: section, or convert back.\n"
             "  SRC a megatrain checkpoint (an iter_NNNNNNN directory, or a run or\n"
             "  checkpoints/ directory: its latest checkpoint)\n"
             "      -> DST is written as a Hugging Face directory that transformers'\n"
@@ -39,7 +46,7 @@ static void print_usage(FILE *out) {
             "         peft.PeftModel.from_pretrained(base_model, DST) loads; with\n"
             "         --merge-lora, the merged model (as PEFT's merge_and_unload) instead.\n"
             "\n"
-            "options (megatrain -> Hugging Face only):\n"
+            "options (megatrain -> Hugging Face only, but --base-model):\n"
             "  --dtype fp32|bf16|fp16    dtype of the safetensors (default fp32, as stored)\n"
             "  --max-shard-size SIZE     shard above this size, e.g. 5GB (default), 500MB, 2GiB\n"
             "  --merge-lora              a LoRA checkpoint: W + (alpha/rank) B A written as a\n"
@@ -47,7 +54,8 @@ static void print_usage(FILE *out) {
             "  --base-model NAME_OR_PATH a LoRA checkpoint's adapters: the base model PEFT's\n"
             "                            AutoPeftModelForCausalLM loads (the Hugging Face model\n"
             "                            the run started from: a Hub name or a directory), written\n"
-            "                            as base_model_name_or_path (default null)\n"
+            "                            as base_model_name_or_path (default null); a PEFT\n"
+            "                            adapter directory: its base model's directory, read\n"
             "\n"
             "DST must not exist. It appears only when complete; on any error (a missing\n"
             "file or tensor, a tensor of the wrong shape, an unexpected tensor, an\n"
@@ -147,11 +155,13 @@ int convert_main(int argc, char **argv) {
     }
     char config[4096];
     snprintf(config, sizeof config, "%s/config.json", src);
-    bool from_hf = stat(config, &st) == 0;
+    const bool from_hf = stat(config, &st) == 0;
+    snprintf(config, sizeof config, "%s/adapter_config.json", src);
+    const bool from_peft = !from_hf && stat(config, &st) == 0;
     /* a checkpoint's files and its temporary name live in MT_PATH_MAX buffers (a longer DST failed after making its
      * parent directories) */
     _Static_assert(MT_PATH_MAX - 64 == 960, "the message below says 960");
-    if (from_hf && strlen(dst) > MT_PATH_MAX - 64)
+    if ((from_hf || from_peft) && strlen(dst) > MT_PATH_MAX - 64)
         return usage_error("%s", "DST: a checkpoint's path is at most 960 characters");
     char err[2048] = "";
     int status;
@@ -160,20 +170,36 @@ int convert_main(int argc, char **argv) {
             return usage_error("%s", "--dtype, --max-shard-size, --merge-lora and --base-model apply to megatrain -> "
                                      "Hugging Face only (checkpoints hold fp32)");
         status = convert_hf_to_ckpt(src, dst, &options, err, sizeof err);
-    } else {
-        snprintf(config, sizeof config, "%s/adapter_config.json", src);
-        if (stat(config, &st) == 0) {
-            mt_error("convert: %s is a PEFT adapter directory (adapter_config.json): megatrain does not import "
-                     "adapters; convert the base model and train LoRA from it (docs/finetune.md), or merge the "
-                     "adapter in PEFT (merge_and_unload) and convert the merged model", src);
-            return MT_EXIT_FAILURE;
+    } else if (from_peft) {
+        if (options.dtype_given || shard_given || options.merge_lora)
+            return usage_error("%s", "--dtype, --max-shard-size and --merge-lora apply to megatrain -> Hugging Face "
+                                     "only (checkpoints hold fp32)");
+        char named[1024] = "", why[1024];
+        const char *base = options.base_model;
+        if (!base) { /* the base PEFT's AutoPeftModelForCausalLM would load, when it is a directory here */
+            PeftConfig ignored;
+            if (peft_config_read(config, &ignored, named, sizeof named, NULL, 0, why, sizeof why) != 0) {
+                mt_error("convert: %s", why);
+                return MT_EXIT_FAILURE;
+            }
+            char base_config[1100];
+            snprintf(base_config, sizeof base_config, "%s/config.json", named);
+            if (!named[0] || stat(base_config, &st) != 0) {
+                mt_error("convert: %s is a PEFT adapter directory: name the Hugging Face directory of the model it "
+                         "was trained on with --base-model DIR (its adapter_config.json's base_model_name_or_path %s%s%s)",
+                         src, named[0] ? "'" : "is null", named, named[0] ? "' is not a model directory here" : "");
+                return MT_EXIT_USAGE;
+            }
+            base = named;
         }
+        status = convert_peft_to_ckpt(src, base, dst, &options, err, sizeof err);
+    } else {
         status = convert_ckpt_to_hf(src, dst, &options, err, sizeof err);
     }
     if (status != 0) {
         CkptLocation loc; /* the hint only where SRC is no checkpoint at all */
         char ignored[512];
-        if (from_hf || ckpt_locate(src, &loc, ignored, sizeof ignored) == 0) mt_error("convert: %s", err);
+        if (from_hf || from_peft || ckpt_locate(src, &loc, ignored, sizeof ignored) == 0) mt_error("convert: %s", err);
         else mt_error("convert: %s (%s has no config.json, so it was read as a megatrain checkpoint)", err, src);
         return MT_EXIT_FAILURE;
     }

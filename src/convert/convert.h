@@ -10,7 +10,8 @@
  * Nothing is written unless every tensor checks out; DST appears only when
  * complete (written under a temporary name, then renamed). A checkpoint of a
  * LoRA run (peft) becomes PEFT's adapter directory, or with --merge-lora the
- * merged Hugging Face model (lora_export.h).
+ * merged Hugging Face model (lora_export.h); PEFT's adapter directory
+ * with its base model becomes a LoRA checkpoint (convert_peft_to_ckpt).
  */
 #ifndef MT_CONVERT_CONVERT_H
 #define MT_CONVERT_CONVERT_H
@@ -37,6 +38,10 @@ int convert_main(int argc, char **argv);
 /* The two directions. Return 0, or -1 with err set and nothing at dst. */
 int convert_hf_to_ckpt(const char *src, const char *dst, const ConvertOptions *options, char *err, size_t errlen);
 int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *options, char *err, size_t errlen);
+/* PEFT's adapter directory (adapter_config.json, adapter_model.safetensors) on the Hugging Face model base_dir
+ * -> a LoRA checkpoint holding both (peft_config.h says which adapters are read). */
+int convert_peft_to_ckpt(const char *adapter_dir, const char *base_dir, const char *dst,
+                         const ConvertOptions *options, char *err, size_t errlen);
 
 /* A LoRA checkpoint's adapters, read into memory (a few MiB whatever the
  * base's size; the base is not opened): `view` describes them, over the

@@ -3,15 +3,14 @@
 #include "lora_export.h"
 
 #include <errno.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "../core/error.h"
-#include "../core/json.h"
 #include "hf_names.h"
+#include "peft_config.h"
 
 #define PEFT_PREFIX "base_model.model."
 
@@ -34,61 +33,6 @@ int lora_peft_name(ModelFamily family, const char *ours, char *out, size_t outle
     const size_t len = strlen(hf) - strlen(".weight"); /* the module: model.layers.3.self_attn.q_proj */
     const int n = snprintf(out, outlen, PEFT_PREFIX "%.*s.%s.weight", (int)len, hf, which);
     return n > 0 && (size_t)n < outlen ? 0 : -1;
-}
-
-/* adapter_config.json: the LoraConfig fields PeftModel.from_pretrained reads, with PEFT's defaults for the
- * features megatrain does not use (no dropout, bias, rsLoRA or DoRA), keys sorted as PEFT writes them. */
-static char *adapter_config_json(const PeftConfig *peft, const char *base_model) {
-    JsonWriter w;
-    jw_init(&w, 2);
-    jw_begin_object(&w);
-    jw_key(&w, "alpha_pattern");
-    jw_begin_object(&w);
-    jw_end_object(&w);
-    jw_key(&w, "base_model_name_or_path"); /* what AutoPeftModelForCausalLM loads; null: pass the base yourself */
-    base_model ? jw_string(&w, base_model) : jw_null(&w);
-    jw_key(&w, "bias");
-    jw_string(&w, "none");
-    jw_key(&w, "fan_in_fan_out");
-    jw_bool(&w, false);
-    jw_key(&w, "inference_mode");
-    jw_bool(&w, true);
-    jw_key(&w, "init_lora_weights");
-    jw_bool(&w, true);
-    jw_key(&w, "layers_pattern");
-    jw_null(&w);
-    jw_key(&w, "layers_to_transform");
-    jw_null(&w);
-    jw_key(&w, "lora_alpha");
-    if (peft->alpha == floor(peft->alpha) && fabs(peft->alpha) < 1e15) jw_int(&w, (int64_t)peft->alpha);
-    else jw_double(&w, peft->alpha);
-    jw_key(&w, "lora_dropout");
-    jw_double(&w, peft->dropout);
-    jw_key(&w, "modules_to_save");
-    jw_null(&w);
-    jw_key(&w, "peft_type");
-    jw_string(&w, "LORA");
-    jw_key(&w, "r");
-    jw_int(&w, peft->rank);
-    jw_key(&w, "rank_pattern");
-    jw_begin_object(&w);
-    jw_end_object(&w);
-    jw_key(&w, "revision");
-    jw_null(&w);
-    jw_key(&w, "target_modules");
-    jw_begin_array(&w);
-    for (int t = 0; t < LORA_NUM_TARGETS; t++)
-        if (lora_targets(peft, (LoraTarget)t)) jw_string(&w, lora_target_name((LoraTarget)t));
-    jw_end_array(&w);
-    jw_key(&w, "task_type");
-    jw_string(&w, "CAUSAL_LM");
-    jw_key(&w, "use_dora");
-    jw_bool(&w, false);
-    jw_key(&w, "use_rslora");
-    jw_bool(&w, false);
-    jw_end_object(&w);
-    jw_raw(&w, "\n", 1);
-    return w.data; /* the writer's buffer now belongs to the caller */
 }
 
 static int write_text(const char *path, const char *text, char *err, size_t errlen) {
@@ -142,7 +86,7 @@ int lora_write_peft(const LoraAdapters *adapters, const char *dir, StDtype dtype
         status = st_write_file(path, tensors, count, &metadata, 1, err, errlen);
     }
     if (status == 0) {
-        char *json = adapter_config_json(&cfg->peft, base_model);
+        char *json = peft_config_to_json(&cfg->peft, base_model);
         snprintf(path, sizeof path, "%s/adapter_config.json", dir);
         status = write_text(path, json, err, errlen);
         free(json);

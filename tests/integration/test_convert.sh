@@ -10,7 +10,11 @@
 # identical; a run directory converts from its latest checkpoint; a
 # checkpoint whose carried tokenizer files are damaged still converts, with
 # a warning naming each; each error exits 1, names the problem and leaves
-# nothing at DST; --help lists every family.
+# nothing at DST; --help lists every family. PEFT's adapter directories
+# (tests/fixtures/peft) with their base convert to a LoRA checkpoint and
+# back to PEFT's very bytes; a base named in adapter_config.json is taken
+# when it is a directory; the wrong base, settings PEFT computes otherwise
+# (rsLoRA), adapters the config does not list and a MoE base are refused.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 "$MEGATRAIN" convert --help > /dev/null 2>&1 || { echo "skip: megatrain has no convert command (src/main.c)"; exit 77; }
@@ -127,11 +131,12 @@ echo 3 > "$WORK/run/checkpoints/latest_checkpointed_iteration.txt"
 cmp "$FIX/qwen3_qknorm/model.safetensors" "$WORK/run.hf/model.safetensors" || fail "run dir: wrong checkpoint converted"
 
 # --- errors: exit 1, a message naming the problem, nothing at DST -------------
-# expect_error NAME PATTERN SRC: convert SRC to $WORK/NAME.out fails as described.
+# expect_error NAME PATTERN SRC [OPTIONS...]: convert SRC to $WORK/NAME.out fails as described (exit 1, or $STATUS).
 expect_error() {
   local name=$1 pattern=$2 src=$3 status=0
-  "$MEGATRAIN" convert "$src" "$WORK/$name.out" > "$WORK/$name.log" 2>&1 || status=$?
-  [[ $status -eq 1 ]] || fail "$name: exit status $status, expected 1: $(cat "$WORK/$name.log")"
+  shift 3
+  "$MEGATRAIN" convert "$src" "$WORK/$name.out" "$@" > "$WORK/$name.log" 2>&1 || status=$?
+  [[ $status -eq ${STATUS:-1} ]] || fail "$name: exit status $status, expected ${STATUS:-1}: $(cat "$WORK/$name.log")"
   grep -q -- "$pattern" "$WORK/$name.log" || fail "$name: message lacks '$pattern': $(cat "$WORK/$name.log")"
   [[ ! -e "$WORK/$name.out" ]] || fail "$name: DST was written"
   [[ -z "$(ls -d "$WORK/$name.out".* 2>/dev/null)" ]] || fail "$name: a temporary DST was left behind"
@@ -167,9 +172,9 @@ expect_error truncated "truncated/model.safetensors: header length" "$WORK/trunc
 mkdir "$WORK/not_a_checkpoint"
 expect_error not_a_checkpoint "not_a_checkpoint: holds no checkpoints .* (.*not_a_checkpoint has no config.json, so it was read as a megatrain checkpoint)" "$WORK/not_a_checkpoint"
 # a PEFT adapter directory is called one; a checkpoint's own errors come without the config.json hint
-mkdir "$WORK/adapter" && echo '{"peft_type": "LORA"}' > "$WORK/adapter/adapter_config.json"
-expect_error adapter "adapter is a PEFT adapter directory (adapter_config.json): megatrain does not import adapters" \
-  "$WORK/adapter"
+mkdir "$WORK/adapter" && echo '{"peft_type": "LORA", "target_modules": "all-linear"}' > "$WORK/adapter/adapter_config.json"
+STATUS=2 expect_error adapter "adapter is a PEFT adapter directory: name the Hugging Face directory of the model it \
+was trained on with --base-model DIR (its adapter_config.json's base_model_name_or_path is null)" "$WORK/adapter"
 status=0
 "$MEGATRAIN" convert "$WORK/llama_tied.ckpt" "$WORK/merge.out" --merge-lora > "$WORK/merge.log" 2>&1 || status=$?
 [[ $status -eq 1 ]] && grep -q -- "--merge-lora: .*llama_tied.ckpt has no LoRA adapters" "$WORK/merge.log" ||
@@ -216,4 +221,38 @@ demo_data "$WORK/english"
   fail "a capacity-factor model was not exported: $(cat "$WORK/capacity.log")"
 grep -q "model.moe.capacity_factor 1.5: transformers drops no tokens" "$WORK/capacity.log" ||
   fail "no warning of the capacity factor: $(cat "$WORK/capacity.log")"
+
+# --- PEFT adapter directories (tests/fixtures/peft, saved by PEFT): PEFT -> megatrain -> PEFT, byte for byte -----
+PEFT="$REPO/tests/fixtures/peft"
+for name in llama qwen3; do
+  "$MEGATRAIN" convert "$PEFT/$name/adapter" "$WORK/peft-$name.ckpt" --base-model "$PEFT/$name/base" \
+    > "$WORK/log.txt" 2>&1 || fail "PEFT $name -> megatrain: $(cat "$WORK/log.txt")"
+  grep -q "^peft:" "$WORK/peft-$name.ckpt/model.yaml" || fail "PEFT $name: the checkpoint's model has no peft:"
+  "$MEGATRAIN" convert "$WORK/peft-$name.ckpt" "$WORK/peft-$name.back" > /dev/null
+  cmp "$PEFT/$name/adapter/adapter_model.safetensors" "$WORK/peft-$name.back/adapter_model.safetensors" ||
+    fail "PEFT $name -> megatrain -> PEFT: adapter_model.safetensors differs"
+  "$MEGATRAIN" convert "$WORK/peft-$name.ckpt" "$WORK/peft-$name.merged" --merge-lora > /dev/null
+  ! cmp -s "$PEFT/$name/base/model.safetensors" "$WORK/peft-$name.merged/model.safetensors" ||
+    fail "PEFT $name: the merged model is the base"
+done
+# the base from adapter_config.json's base_model_name_or_path, when it is a directory here
+spoiled_peft() { cp -r "$PEFT/llama/adapter" "$WORK/$1" && sed -i "$2" "$WORK/$1/adapter_config.json"; }
+spoiled_peft named_base "s|\"base_model_name_or_path\": null|\"base_model_name_or_path\": \"$PEFT/llama/base\"|"
+"$MEGATRAIN" convert "$WORK/named_base" "$WORK/named_base.ckpt" > /dev/null 2>&1 ||
+  fail "PEFT: the base named by base_model_name_or_path was not taken"
+spoiled_peft hub_base 's|"base_model_name_or_path": null|"base_model_name_or_path": "meta-llama/Llama-3.2-1B"|'
+STATUS=2 expect_error hub_base "base_model_name_or_path 'meta-llama/Llama-3.2-1B' is not a model directory here" \
+  "$WORK/hub_base"
+STATUS=2 expect_error peft_dtype "--dtype, --max-shard-size and --merge-lora apply to megatrain -> Hugging Face only" \
+  "$PEFT/llama/adapter" --base-model "$PEFT/llama/base" --dtype bf16
+expect_error wrong_base "has shape \[16, 4\], but r = 4 and the base's config.json make it \[32, 4\] (is the base model \
+the one the adapter was trained on?)" "$PEFT/llama/adapter" --base-model "$PEFT/qwen3/base"
+spoiled_peft rslora 's|"use_rslora": false|"use_rslora": true|'
+expect_error rslora "rslora/adapter_config.json: use_rslora: expected false (rank-stabilised LoRA" "$WORK/rslora" \
+  --base-model "$PEFT/llama/base"
+spoiled_peft fewer_targets 's|"k_proj",||'
+expect_error fewer_targets "unexpected tensor 'base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight' (not a \
+LoRA adapter of the target_modules" "$WORK/fewer_targets" --base-model "$PEFT/llama/base"
+expect_error moe_base "LoRA on a mixture-of-experts model (Hugging Face mixtral) is not implemented" \
+  "$PEFT/llama/adapter" --base-model "$FIX/mixtral_hd16"
 echo "convert: all fixtures round-trip byte for byte; errors checked"

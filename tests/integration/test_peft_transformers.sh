@@ -21,6 +21,12 @@
 #   gives our merged weights (< 1e-6 per tensor) and logits (< 1e-5);
 #   with --base-model the base directory, AutoPeftModelForCausalLM loads
 #   the adapters by themselves (the base from adapter_config.json), same loss.
+# And the other way: an adapter PEFT made (random A and B, lora_dropout 0.05)
+#   converted with its base (`convert ADAPTER DST --base-model BASE`, the
+#   dropout note said): `eval` of it and step 1 of a LoRA run from it
+#   (init_from) give PEFT's loss on the document (relative error < 1e-5),
+#   and converting it back gives PEFT's adapter_model.safetensors byte for
+#   byte.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 need_python peft
@@ -58,6 +64,27 @@ def make(root, name):
         for n, p in model.named_parameters():
             p.copy_(1 + 0.2 * torch.randn(p.shape) if "norm" in n else 0.1 * torch.randn(p.shape))
     model.save_pretrained(f"{root}/{name}.base")
+    adapter(root, name)
+
+def adapter(root, name):
+    """A PEFT adapter made by PEFT itself (A and B random, lora_dropout 0.05 as PEFT users often set it), saved for
+    `megatrain convert ADAPTER DST --base-model BASE`, with its loss on the document in NAME.peft/loss."""
+    Config, Model, extra = FAMILIES[name]
+    base = Model.from_pretrained(f"{root}/{name}.base", attn_implementation="eager")
+    model = peft.get_peft_model(base, peft.LoraConfig(r=4, lora_alpha=12, lora_dropout=0.05,
+                                                      target_modules=TARGETS[name], task_type="CAUSAL_LM"))
+    torch.manual_seed(11)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_" in n:
+                p.copy_(0.3 * torch.randn(p.shape))
+        loss, _ = loss_of(model.eval())
+    model.save_pretrained(f"{root}/{name}.peft")
+    with open(f"{root}/{name}.peft/loss", "w") as f:
+        f.write(f"{loss:.9g}\n")
+
+TARGETS = {"llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+           "qwen3": ["q_proj", "v_proj", "o_proj", "down_proj"]}
 
 def check(root, name):
     Config, Model, extra = FAMILIES[name]
@@ -130,4 +157,27 @@ EOF
   "$PY" "$WORK/peft_check.py" check "$WORK" $family > "$WORK/$family.check.log" 2>&1 \
     || fail "$(tail -n 5 "$WORK/$family.check.log")"
   cat "$WORK/$family.check.log"
+
+  # PEFT -> megatrain: an adapter PEFT made and saved, converted with its base, scores PEFT's loss in `eval`, trains
+  # from it (init_from, step 1's loss PEFT's), and converts back to PEFT's own bytes
+  peft_loss=$(cat "$WORK/$family.peft/loss") # made by peft_check.py make
+  "$MEGATRAIN" convert "$WORK/$family.peft" "$WORK/$family.imported" --base-model "$WORK/$family.base" \
+    > "$WORK/$family.import.log" 2>&1 || fail "$family: import: $(tail -n 3 "$WORK/$family.import.log")"
+  grep -q "lora_dropout 0.05 is read as 0" "$WORK/$family.import.log" || fail "$family: import: no dropout note"
+  eval_loss=$("$MEGATRAIN" eval "$WORK/$family.imported" --data "$WORK/doc" --seq-len 44 --micro-batch-size 1 \
+    --batches 1 --json | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["loss"])')
+  sed -e "s|$WORK/$family.run|$WORK/$family.tuned|; s|init_from: .*|init_from: $WORK/$family.imported|" \
+    -e "s|alpha: 8|alpha: 12|; s|steps: 4|steps: 1|" "$WORK/$family.yaml" > "$WORK/$family.tuned.yaml"
+  "$MEGATRAIN" run "$WORK/$family.tuned.yaml" > "$WORK/$family.tuned.log" 2>&1 \
+    || fail "$family: init_from the imported adapter: $(tail -n 3 "$WORK/$family.tuned.log")"
+  step1=$("$PY" -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["loss"])' \
+    "$WORK/$family.tuned/metrics.jsonl")
+  awk -v p="$peft_loss" -v e="$eval_loss" -v s="$step1" -v f=$family 'function rel(x) { d = (x - p) / p; return d < 0 ? -d : d }
+    BEGIN { if (rel(e) >= 1e-5 || rel(s) >= 1e-5) { print "FAIL: " f ": PEFT loss " p ", eval " e ", step 1 " s; exit 1 }
+            printf "%s: a PEFT-made adapter imported: eval loss %s, init_from step 1 %s = PEFT'"'"'s %s (%.1e, %.1e)\n",
+                   f, e, s, p, rel(e), rel(s) }' || exit 1
+  "$MEGATRAIN" convert "$WORK/$family.imported" "$WORK/$family.reexported" > /dev/null
+  cmp "$WORK/$family.peft/adapter_model.safetensors" "$WORK/$family.reexported/adapter_model.safetensors" \
+    || fail "$family: PEFT -> megatrain -> PEFT changed adapter_model.safetensors"
+  echo "$family: PEFT -> megatrain -> PEFT gives back PEFT's adapter_model.safetensors byte for byte"
 done

@@ -6,7 +6,8 @@
  * with the PEFT model's logits, loss, the gradient of every adapter, and
  * the logits of PEFT's merge_and_unload (tests/fixtures/peft/make_fixtures.py
  * writes them). Each case is read into our Model: the base through the
- * convert tables (hf_config, hf_names), peft from adapter_config.json, the
+ * convert tables (hf_config, hf_names), peft from adapter_config.json (read by
+ * peft_config.c, as convert reads it), the
  * adapters through lora_export.c's PEFT names. Then, with the tolerances of
  * the transformers parity test (test_hf_parity.c):
  *   forward:  logits and loss                       relative error < 1e-5
@@ -17,6 +18,8 @@
  *   export:   lora_write_peft writes PEFT's tensor names, shapes and bytes
  *             and the adapter_config.json fields PEFT reads (r, lora_alpha,
  *             target_modules, peft_type, task_type) as PEFT's own files have
+ *   import:   convert_peft_to_ckpt's checkpoint holds the same floats, and
+ *             its model gives PEFT's logits                 < 1e-5
  * Relative error of a tensor = max |ours - ref| / max |ref|. */
 #include <math.h>
 #include <setjmp.h>
@@ -28,7 +31,10 @@
 
 #include <cmocka.h>
 
+#include "ckpt/checkpoint.h"
+#include "convert/convert.h"
 #include "convert/lora_export.h"
+#include "convert/peft_config.h"
 #include "hf_fixture.h"
 
 #define LOGITS_TOL 1e-5
@@ -68,25 +74,12 @@ static JsonValue *read_json(const char *path) {
     return v;
 }
 
-/* peft from PEFT's adapter_config.json: r, lora_alpha, target_modules, lora_dropout (the LoRA PEFT computes:
- * no rsLoRA, DoRA, bias or transposed weights). */
+/* peft from PEFT's adapter_config.json, as `megatrain convert` reads it (peft_config.c). */
 static PeftConfig read_adapter_config(const char *path) {
-    JsonValue *j = read_json(path);
-    assert_string_equal(json_get(j, "peft_type")->string, "LORA");
-    assert_false(json_get(j, "use_rslora")->boolean);
-    assert_false(json_get(j, "use_dora")->boolean);
-    assert_false(json_get(j, "fan_in_fan_out")->boolean);
-    assert_string_equal(json_get(j, "bias")->string, "none");
-    PeftConfig peft = {.type = PEFT_LORA, .rank = (int)json_get(j, "r")->integer,
-                       .alpha = json_get(j, "lora_alpha")->number, .dropout = json_get(j, "lora_dropout")->number};
-    const JsonValue *targets = json_get(j, "target_modules");
-    for (size_t i = 0; i < targets->count; i++) {
-        int t = 0;
-        while (t < LORA_NUM_TARGETS && strcmp(lora_target_name((LoraTarget)t), targets->items[i]->string) != 0) t++;
-        if (t == LORA_NUM_TARGETS) fail_msg("%s: target module %s", path, targets->items[i]->string);
-        peft.targets |= 1u << t;
-    }
-    json_free(j);
+    PeftConfig peft;
+    char note[256], err[512];
+    if (peft_config_read(path, &peft, NULL, 0, note, sizeof note, err, sizeof err) != 0) fail_msg("%s", err);
+    assert_string_equal(note, "");
     return peft;
 }
 
@@ -253,6 +246,8 @@ static void check_export(const char *name) {
     const char *same[] = {"peft_type", "task_type", "bias"};
     for (size_t i = 0; i < sizeof same / sizeof same[0]; i++)
         assert_string_equal(json_get(mine, same[i])->string, json_get(peft, same[i])->string);
+    assert_int_equal(json_get(mine, "r")->integer, json_get(peft, "r")->integer); /* as JSON, not through our reader */
+    assert_true(json_get(mine, "lora_alpha")->number == json_get(peft, "lora_alpha")->number);
     json_free(mine);
     json_free(peft);
     printf("  %-6s lora_write_peft: %d tensors and adapter_config.json as PEFT saved them\n", name, num_tensors);
@@ -269,6 +264,36 @@ static void check_export(const char *name) {
     case_close(&c);
 }
 
+/* `megatrain convert ADAPTER DST --base-model BASE`: the checkpoint holds the model the fixture's files make (every
+ * float the same bits as load_weights reads them), with its peft: section, and gives PEFT's logits. */
+static void check_import(const char *name) {
+    Case c = case_open_peft(name);
+    char dir[] = "/tmp/mt_peft_import_XXXXXX", dst[1200], adapter[1200], base[1200], err[1024];
+    assert_non_null(mkdtemp(dir));
+    snprintf(dst, sizeof dst, "%s/ckpt", dir);
+    peft_path(adapter, sizeof adapter, name, "adapter");
+    peft_path(base, sizeof base, name, "base");
+    const ConvertOptions options = {.progress = false};
+    if (convert_peft_to_ckpt(adapter, base, dst, &options, err, sizeof err) != 0) fail_msg("%s: %s", name, err);
+    ModelConfig stored;
+    if (ckpt_read_model_config(dst, &stored, err, sizeof err) != 0) fail_msg("%s: %s", name, err);
+    if (model_config_difference(&stored, &c.cfg, MODEL_MATCH_FUNCTION, err, sizeof err) != 0 ||
+        peft_config_difference(&stored.peft, &c.cfg.peft, MODEL_MATCH_FUNCTION, err, sizeof err) != 0)
+        fail_msg("%s: the checkpoint's model: %s", name, err);
+    Model *m = model_create(&stored, &cpu_backend, c.B, c.T);
+    if (ckpt_load_model(dst, m, err, sizeof err) != 0) fail_msg("%s: %s", name, err);
+    assert_int_equal(m->num_floats, c.model->num_floats);
+    assert_int_equal(m->trainable_offset, c.model->trainable_offset);
+    assert_memory_equal(m->params, c.model->params, (size_t)m->num_floats * sizeof(float));
+    model_forward(m, c.inputs, c.targets, c.B, c.T);
+    check_logits("logits (imported checkpoint)", name, model_logits(m), &c.ref, "logits",
+                 (long)c.B * c.T * c.cfg.vocab_size);
+    model_free(m);
+    snprintf(dst, sizeof dst, "rm -rf '%s'", dir);
+    assert_int_equal(system(dst), 0);
+    case_close(&c);
+}
+
 #define PEFT_CASE(name)                                                                                            \
     static void test_##name##_forward_backward(void **state) {                                                      \
         (void)state;                                                                                                \
@@ -281,6 +306,10 @@ static void check_export(const char *name) {
     static void test_##name##_export(void **state) {                                                                \
         (void)state;                                                                                                \
         check_export(#name);                                                                                        \
+    }                                                                                                               \
+    static void test_##name##_import(void **state) {                                                                \
+        (void)state;                                                                                                \
+        check_import(#name);                                                                                        \
     }
 
 PEFT_CASE(llama)
@@ -311,9 +340,11 @@ int main(void) {
         cmocka_unit_test(test_llama_forward_backward),
         cmocka_unit_test(test_llama_merge),
         cmocka_unit_test(test_llama_export),
+        cmocka_unit_test(test_llama_import),
         cmocka_unit_test(test_qwen3_forward_backward),
         cmocka_unit_test(test_qwen3_merge),
         cmocka_unit_test(test_qwen3_export),
+        cmocka_unit_test(test_qwen3_import),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
