@@ -40,7 +40,8 @@ float fp8_to_f32(uint8_t bits, Fp8Format format);
  * equal x. */
 void fp8_quantize(float *out, const float *x, long n, float scale, Fp8Format format);
 
-/* max |x[i]| over n values (0 for n = 0; NaN when one is NaN). */
+/* max |x[i]| over the n values that are not NaN (0 for none), as Transformer Engine's amax kernels compute it
+ * (fmaxf skips NaNs): a NaN never reaches a scale or an amax history. */
 float fp8_amax(const float *x, long n);
 
 #endif

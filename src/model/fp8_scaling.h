@@ -15,10 +15,10 @@
  *
  *   delayed: a tensor keeps scale (1 at first) and a history h[0..len-1]
  *     (zeros at first). A cast uses the scale as it is and records its amax
- *     in h[0]. Then, after the forward (for activations and weights) or the
- *     backward (for gradients), with the amax reduced over the ranks sharing
- *     the tensor:
- *       a     = max_i h[i]   (amax_compute_algo max; NaN if one is NaN)
+ *     in h[0]. Then, once per optimizer step (TE: after each forward and
+ *     backward), with the amax reduced over the ranks sharing the tensor:
+ *       a     = max_i h[i]   (amax_compute_algo max; NaN if one is NaN, which
+ *                             fp8_amax never records)
  *             | h[0]         (most_recent)
  *       h     = roll(h, -1): h[i] = h[i+1], h[len-1] = the old h[0]; then h[0] = 0
  *       scale = sf(a, previous = scale)

@@ -41,7 +41,6 @@ static float group_max(const Comm *c, float v) {
 }
 
 /* max(a, b) where NaN wins (a NaN amax keeps the previous scale). */
-static float nan_max(float a, float b) { return isnan(a) || isnan(b) ? NAN : fmaxf(a, b); }
 
 /* The amax of n values as one rank of the whole model sees it: over tp and cp. */
 static float model_amax(const Model *m, const float *x, long n) {
@@ -123,13 +122,13 @@ void linear_group_product_backward(Model *m, float *dx, const float *x, int N, i
 
 float linear_group_weight_amax(const LinearPart *parts, int count, int IC) {
     float wmax = 0.0f;
-    for (int i = 0; i < count; i++) wmax = nan_max(wmax, fp8_amax(parts[i].weight, (long)parts[i].OC * IC));
+    for (int i = 0; i < count; i++) wmax = fmaxf(wmax, fp8_amax(parts[i].weight, (long)parts[i].OC * IC));
     return wmax;
 }
 
 float linear_group_grad_amax(const LinearPart *parts, int count, int N) {
     float gmax = 0.0f;
-    for (int i = 0; i < count; i++) gmax = nan_max(gmax, fp8_amax(parts[i].dout, (long)N * parts[i].OC));
+    for (int i = 0; i < count; i++) gmax = fmaxf(gmax, fp8_amax(parts[i].dout, (long)N * parts[i].OC));
     return gmax;
 }
 

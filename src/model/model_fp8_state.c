@@ -117,7 +117,8 @@ static size_t tensor_index(const Fp8State *s, int l, int expert, int group, Fp8O
     return (size_t)l * (size_t)s->K + row + (size_t)operand;
 }
 
-static void record(float *r, float amax) { *r = isnan(*r) || isnan(amax) ? NAN : fmaxf(*r, amax); }
+/* the largest magnitude the tensor's casts saw (fp8_amax skips NaNs, as TE's amax kernels do) */
+static void record(float *r, float amax) { *r = fmaxf(*r, amax); }
 
 float fp8_state_scale(const Model *m, int l, LinearGroup group, Fp8Operand operand) {
     return m->fp8_state->scale[tensor_index(m->fp8_state, l, -1, group, operand)];

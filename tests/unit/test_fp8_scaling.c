@@ -7,7 +7,9 @@
  *   - the history of lengths 1, 3 and 5 over sequences of amaxes, max and
  *     most_recent: the scales step by step and the rolled history (h[0] = 0,
  *     then the oldest to the newest amax); over a long sequence the scales
- *     equal the rule's other form, the largest of the last len amaxes. */
+ *     equal the rule's other form, the largest of the last len amaxes;
+ *   - tensors holding NaNs record the amax of the rest (fp8_amax), so a
+ *     NaN step does not hold the scales for the history's length. */
 #include <float.h>
 #include <math.h>
 #include <setjmp.h>
@@ -18,6 +20,7 @@
 #include <cmocka.h>
 
 #include "core/float16.h"
+#include "core/fp8.h"
 #include "model/fp8_scaling.h"
 
 static const float E4M3_MAX = 448.0f, E5M2_MAX = 57344.0f;
@@ -151,6 +154,19 @@ static void test_history_len3_zero_nan_inf(void **state) {
     run_sequence("inf most_recent", 3, FP8_AMAX_MOST_RECENT, 0, E4M3_MAX, inf, inf_recent, NULL, 2);
 }
 
+/* A step whose tensor held NaNs records the amax of the rest (fp8_amax skips NaNs, as TE's fmaxf does; an all-NaN
+ * tensor gives 0), so no NaN enters the history. Tensors {2, -1}, {NaN, NaN}, {0.5, NaN}, {1}, {1}: amaxes 2, 0,
+ * 0.5, 1, 1; len 3, max: 224, 224, 224, then 448 once the 2 has left the window (a NaN recorded instead would keep
+ * 224 at step 4, and with the default len 1024 for 1024 steps). */
+static void test_nan_tensors_do_not_freeze(void **state) {
+    (void)state;
+    const float t0[2] = {2, -1}, t1[2] = {NAN, -NAN}, t2[2] = {0.5f, NAN}, t3[1] = {1}, t4[1] = {1};
+    const float amax[5] = {fp8_amax(t0, 2), fp8_amax(t1, 2), fp8_amax(t2, 2), fp8_amax(t3, 1), fp8_amax(t4, 1)};
+    const float want[5] = {224, 224, 224, 448, 448};
+    const float hist[5][5] = {{0, 0, 2}, {0, 2, 0}, {0, 0, 0.5f}, {0, 0.5f, 1}, {0, 1, 1}};
+    run_sequence("NaN tensors, max", 3, FP8_AMAX_MAX, 0, E4M3_MAX, amax, want, hist, 5);
+}
+
 /* len 5 on 3, 1, 7, 2, 2, 2, 2, 2, 9: max over the last five: 3, 3, 7, 7, 7, 7, 7, 2, 9
  * (the 7 of step 3 leaves after step 7) */
 static void test_history_len5(void **state) {
@@ -200,6 +216,7 @@ int main(void) {
         cmocka_unit_test(test_history_len1),
         cmocka_unit_test(test_history_len3),
         cmocka_unit_test(test_history_len3_zero_nan_inf),
+        cmocka_unit_test(test_nan_tensors_do_not_freeze),
         cmocka_unit_test(test_history_len5),
         cmocka_unit_test(test_history_len5_window),
     };
