@@ -76,7 +76,13 @@ done
 # after)
 out=$(EMU_STREAMS=lazy $checks staged_copy)
 [[ $out == "without an event: -1; after the copy's event: 1" ]] || fail "staged_copy: $out"
-echo "the emulator's checks: 15 planted faults seen"
+# a stream with queued work is "not ready" to cudaStreamQuery, as a GPU still working through it is, so polling loops
+# (megatrain's check for a failed peer) take that branch: two queued copies, two questions; run at once, none
+for order in lazy:2 eager:0; do
+  out=$(EMU_STREAMS=${order%:*} $checks stream_query)
+  [[ $out == "not ready ${order#*:} times, then ready with 5" ]] || fail "stream_query under ${order%:*}: $out"
+done
+echo "the emulator's checks: 15 planted faults seen; cudaStreamQuery not ready while work is queued"
 export MT_GPU_TEST_QUICK=1
 emulated() {  # emulated ORDER:PROGRAM[:PART]: one test program (test_cuda_model: its dense or MoE half) passes, its
   # blocks, warps and lanes in ORDER

@@ -306,8 +306,19 @@ cudaError_t cudaStreamSynchronize(cudaStream_t s) {
     emu_stream_drain(s);
     return cudaSuccess;
 }
+/* A GPU gets through a stream's work on its own; here each question moves it on by one piece, and the stream is
+ * "not ready" while work is left (a lazy stream's queue), so that a program's polling loops take their not-ready
+ * branch (megatrain's: the check for a failed peer) as they do on a GPU. */
 cudaError_t cudaStreamQuery(cudaStream_t s) {
-    emu_stream_drain(s); /* a GPU gets there on its own; here the question makes it */
+    struct CUstream_st *x = stream_of(s);
+    EMU_UNCHECKED_BEGIN();
+    const uint64_t done = x->done;
+    EMU_UNCHECKED_END();
+    if (done < submitted_of(x)) {
+        drain_to(x, done + 1);
+        return cudaErrorNotReady;
+    }
+    synchronised_with(x);
     return cudaSuccess;
 }
 cudaError_t cudaDeviceSynchronize(void) {

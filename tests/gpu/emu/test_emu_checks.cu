@@ -24,6 +24,8 @@
 //                what the runtime, cuBLAS calls and kernels must be given, each broken (call_case): aborts.
 //   staged_copy  a host-to-device copy staged at the call, landing in its stream's order (EMU_STREAMS=lazy):
 //                prints what a stream without an event and one after the copy's event saw.
+//   stream_query cudaStreamQuery on a stream with queued work: "not ready" until it is done, one piece a question
+//                (EMU_STREAMS=lazy); prints how many times.
 //   racecheck K  the racecheck build's (ThreadSanitizer) cases, K one of: broadcast (thread 0's shared write read
 //                by the others with no barrier), cp_async (a cp.async issued into a buffer another warp reads in
 //                the same barrier interval, waited for in the next: only the record at its issue shows it), ldmatrix
@@ -410,8 +412,28 @@ static int staged_copy_case() {
     return 0;
 }
 
+// A stream's queued work makes cudaStreamQuery say "not ready", each question moving it on by one piece, as a GPU
+// works through a stream while its host polls (EMU_STREAMS=lazy: two copies queued; eager: none left). Prints how
+// many times it was not ready.
+static int stream_query_case() {
+    int *a, *b, host = 5, got = 0, not_ready = 0;
+    cudaStream_t s;
+    CHECK_CUDA(cudaMalloc((void **)&a, sizeof(int)));
+    CHECK_CUDA(cudaMalloc((void **)&b, sizeof(int)));
+    CHECK_CUDA(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK_CUDA(cudaMemcpyAsync(a, &host, sizeof host, cudaMemcpyHostToDevice, s));
+    CHECK_CUDA(cudaMemcpyAsync(b, a, sizeof(int), cudaMemcpyDeviceToDevice, s));
+    cudaError_t status;
+    while ((status = cudaStreamQuery(s)) == cudaErrorNotReady && not_ready < 100) not_ready++;
+    CHECK_CUDA(status);
+    CHECK_CUDA(cudaMemcpy(&got, b, sizeof got, cudaMemcpyDeviceToHost));
+    printf("not ready %d times, then ready with %d\n", not_ready, got);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *c = argc > 1 ? argv[1] : "";
+    if (strcmp(c, "stream_query") == 0) return stream_query_case();
     if (strcmp(c, "host_arg") == 0 || strncmp(c, "copy_", 5) == 0 || strcmp(c, "memset_host") == 0 ||
         strcmp(c, "gemm_overlap") == 0 || strcmp(c, "grouped_host") == 0)
         return call_case(c);
