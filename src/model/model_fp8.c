@@ -40,8 +40,6 @@ static float group_max(const Comm *c, float v) {
     return v;
 }
 
-/* max(a, b) where NaN wins (a NaN amax keeps the previous scale). */
-
 /* The amax of n values as one rank of the whole model sees it: over tp and cp. */
 static float model_amax(const Model *m, const float *x, long n) {
     float a = fp8_amax(x, n);
