@@ -78,6 +78,21 @@ static int graft_model_file(YNode *root, const char *recipe_path, char *err, siz
     }
     ytree_free(entry->value);
     entry->value = model;
+    /* A checkpoint's model.yaml carries its run's peft: section (a LoRA checkpoint's adapters are parameters): it is
+     * the recipe's peft: unless the recipe has its own, so that `model: CKPT/model.yaml` with `init_from: CKPT`
+     * continues the adapters (init_from refuses a LoRA checkpoint without them) */
+    for (int i = 0; i < model->count; i++) {
+        if (strcmp(model->entries[i].key, "peft") != 0) continue;
+        YEntry moved = model->entries[i];
+        memmove(&model->entries[i], &model->entries[i + 1], (size_t)(model->count - i - 1) * sizeof *model->entries);
+        model->count--;
+        if (!ytree_entry(root, "peft") && ytree_set_path(root, "peft", moved.value, moved.loc, err, errlen) == 0)
+            moved.value = NULL; /* the root's now */
+        ytree_free(moved.value);
+        free(moved.key);
+        free(moved.loc.file);
+        break;
+    }
     return 0;
 }
 

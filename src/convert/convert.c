@@ -155,9 +155,17 @@ int convert_main(int argc, char **argv) {
     }
     char config[4096];
     snprintf(config, sizeof config, "%s/config.json", src);
-    const bool from_hf = stat(config, &st) == 0;
+    const bool has_config = stat(config, &st) == 0;
+    /* PEFT's adapter directory: adapter_config.json, and no model weights (some tools copy the base's config.json
+     * there too) */
+    char weights[4096 + 64];
+    snprintf(weights, sizeof weights, "%s/model.safetensors", src);
+    bool has_weights = stat(weights, &st) == 0;
+    snprintf(weights, sizeof weights, "%s/model.safetensors.index.json", src);
+    has_weights = has_weights || stat(weights, &st) == 0;
     snprintf(config, sizeof config, "%s/adapter_config.json", src);
-    const bool from_peft = !from_hf && stat(config, &st) == 0;
+    const bool from_peft = stat(config, &st) == 0 && !has_weights;
+    const bool from_hf = has_config && !from_peft;
     /* a checkpoint's files and its temporary name live in MT_PATH_MAX buffers (a longer DST failed after making its
      * parent directories) */
     _Static_assert(MT_PATH_MAX - 64 == 960, "the message below says 960");
@@ -178,7 +186,7 @@ int convert_main(int argc, char **argv) {
         const char *base = options.base_model;
         if (!base) { /* the base PEFT's AutoPeftModelForCausalLM would load, when it is a directory here */
             PeftConfig ignored;
-            if (peft_config_read(config, &ignored, named, sizeof named, NULL, 0, why, sizeof why) != 0) {
+            if (peft_config_read(config, 0, &ignored, named, sizeof named, NULL, 0, why, sizeof why) != 0) {
                 mt_error("convert: %s", why);
                 return MT_EXIT_FAILURE;
             }

@@ -14,6 +14,7 @@
  * the registry's adapters come from adapter_model.safetensors under PEFT's
  * names (lora_export.h), the base from the Hugging Face directory; the
  * checkpoint holds both, as a LoRA run that stores its base writes it. */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -224,13 +225,17 @@ static int check_leftovers(const ModelConfig *cfg, StModel *weights, char *err, 
 
 /* Tensors of PEFT's file no adapter took. */
 static int check_adapter_leftovers(const PeftTensors *adapters, char *err, size_t errlen) {
-    for (int i = 0; i < adapters->file->num_tensors; i++)
-        if (!adapters->used[i]) {
-            mt_set_error(err, errlen, "%s: unexpected tensor '%s' (not a LoRA adapter of the target_modules "
-                         "adapter_config.json lists, in a layer of the base model)", adapters->file->path,
-                         adapters->file->tensors[i].name);
-            return -1;
-        }
+    for (int i = 0; i < adapters->file->num_tensors; i++) {
+        if (adapters->used[i]) continue;
+        const char *name = adapters->file->tensors[i].name;
+        const bool whole = !strstr(name, ".lora_") && (strstr(name, "embed_tokens") || strstr(name, "lm_head"));
+        mt_set_error(err, errlen, "%s: unexpected tensor '%s' (%s)", adapters->file->path, name,
+                     whole ? "an embedding saved whole, as save_embedding_layers or a resized vocabulary saves it: "
+                             "megatrain reads adapters of the projections only"
+                           : "not a LoRA adapter of the target_modules adapter_config.json lists, in a layer of the "
+                             "base model");
+        return -1;
+    }
     return 0;
 }
 
@@ -311,9 +316,15 @@ int convert_peft_to_ckpt(const char *adapter_dir, const char *base_dir, const ch
     char path[4096 + 32], base_name[1024], note[512];
     snprintf(path, sizeof path, "%s/config.json", base_dir);
     ModelConfig cfg;
+    char why_base[1536];
     if (hf_config_read(path, &cfg, err, errlen) != 0) return -1;
+    if (ckpt_model_config_check(&cfg, why_base, sizeof why_base) != 0) {
+        mt_set_error(err, errlen, "%s: a value the checkpoint cannot hold (%s)", path, why_base);
+        return -1;
+    }
     snprintf(path, sizeof path, "%s/adapter_config.json", adapter_dir);
-    if (peft_config_read(path, &cfg.peft, base_name, sizeof base_name, note, sizeof note, err, errlen) != 0)
+    if (peft_config_read(path, cfg.num_layers, &cfg.peft, base_name, sizeof base_name, note, sizeof note, err,
+                         errlen) != 0)
         return -1;
     if (model_family_is_moe(cfg.family)) {
         mt_set_error(err, errlen, "%s: LoRA on a mixture-of-experts model (Hugging Face %s) is not implemented in "
@@ -321,7 +332,21 @@ int convert_peft_to_ckpt(const char *adapter_dir, const char *base_dir, const ch
         return -1;
     }
     if (note[0]) mt_warn("%s: %s", path, note);
+    char why[1536];
+    if (ckpt_model_config_check(&cfg, why, sizeof why) != 0) { /* the base's values were checked alone before */
+        mt_set_error(err, errlen, "%s: a value the checkpoint cannot hold (%s)", path, why);
+        return -1;
+    }
     snprintf(path, sizeof path, "%s/adapter_model.safetensors", adapter_dir);
+    struct stat st;
+    char pickled[4096 + 32];
+    snprintf(pickled, sizeof pickled, "%s/adapter_model.bin", adapter_dir);
+    if (stat(path, &st) != 0 && stat(pickled, &st) == 0) {
+        mt_set_error(err, errlen, "%s holds adapter_model.bin (a pickle, which megatrain does not read) and no "
+                     "adapter_model.safetensors: save the adapter again with PEFT's save_pretrained(..., "
+                     "safe_serialization=True)", adapter_dir);
+        return -1;
+    }
     StFile *file = st_open(path, err, errlen);
     if (!file) return -1;
     PeftTensors adapters = {file, mt_calloc((size_t)(file->num_tensors ? file->num_tensors : 1), sizeof(bool))};

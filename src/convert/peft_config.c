@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include "../core/error.h"
 #include "../core/fs.h"
@@ -36,24 +37,6 @@ static int bad(const Reader *r, const char *key, const char *expected, const Jso
     return -1;
 }
 
-/* A boolean PEFT leaves false for the LoRA megatrain computes: absent, null or false. */
-static int refuse_true(const Reader *r, const char *key, const char *why) {
-    const JsonValue *v = member(r, key);
-    if (!v || (v->type == JSON_BOOL && !v->boolean)) return 0;
-    char expected[256];
-    snprintf(expected, sizeof expected, "false (%s)", why);
-    return bad(r, key, expected, v);
-}
-
-/* A setting PEFT leaves empty for the LoRA megatrain computes: absent, null, an empty list or an empty object. */
-static int refuse_set(const Reader *r, const char *key, const char *why) {
-    const JsonValue *v = member(r, key);
-    if (!v || ((v->type == JSON_ARRAY || v->type == JSON_OBJECT) && v->count == 0)) return 0;
-    char expected[256];
-    snprintf(expected, sizeof expected, "null or empty (%s)", why);
-    return bad(r, key, expected, v);
-}
-
 /* A positive finite number, `fallback` (PEFT's default) when absent. */
 static int read_positive(const Reader *r, const char *key, double fallback, double *out) {
     const JsonValue *v = member(r, key);
@@ -63,43 +46,177 @@ static int read_positive(const Reader *r, const char *key, double fallback, doub
     return 0;
 }
 
-/* target_modules: a list of the projections' names (each a LoraTarget), or "all-linear" (every projection but the
- * output layer, as PEFT reads it for a causal LM). */
-static int read_targets(const Reader *r, unsigned *targets) {
+/* A target_modules entry as PEFT matches it (a module whose name is the entry, or ends with "." and the entry)
+ * against a decoder's projections, model.layers.L.self_attn.{q,k,v,o}_proj and model.layers.L.mlp.{gate,up,down}_proj:
+ * the projection, and the layer when the entry names one (*layer -1: every layer). -1 when it names no projection. */
+static int match_entry(const char *entry, LoraTarget *target, long *layer) {
+    const char *parts[6];
+    size_t lens[6];
+    int n = 0;
+    for (const char *p = entry;; n++) {
+        const char *dot = strchr(p, '.');
+        if (n == 5) return -1; /* more components than model.layers.L.BLOCK.NAME */
+        parts[n] = p;
+        lens[n] = dot ? (size_t)(dot - p) : strlen(p);
+        if (lens[n] == 0) return -1;
+        if (!dot) break;
+        p = dot + 1;
+    }
+    n++;
+    int t = 0;
+    while (t < LORA_NUM_TARGETS && (strlen(lora_target_name((LoraTarget)t)) != lens[n - 1] ||
+                                    strncmp(parts[n - 1], lora_target_name((LoraTarget)t), lens[n - 1]) != 0))
+        t++;
+    if (t == LORA_NUM_TARGETS) return -1;
+    const char *block = t <= LORA_O ? "self_attn" : "mlp"; /* the template, from its end: NAME, BLOCK, L, layers, model */
+    if (n >= 2 && (lens[n - 2] != strlen(block) || strncmp(parts[n - 2], block, lens[n - 2]) != 0)) return -1;
+    *layer = -1;
+    if (n >= 3) {
+        if (lens[n - 3] > 6 || strspn(parts[n - 3], "0123456789") < lens[n - 3]) return -1;
+        *layer = strtol(parts[n - 3], NULL, 10);
+    }
+    if (n >= 4 && (lens[n - 4] != 6 || strncmp(parts[n - 4], "layers", 6) != 0)) return -1;
+    if (n >= 5 && (lens[n - 5] != 5 || strncmp(parts[n - 5], "model", 5) != 0)) return -1;
+    *target = (LoraTarget)t;
+    return 0;
+}
+
+/* target_modules: a list of entries (match_entry: names, or paths as PEFT saves "all-linear" expanded), or
+ * "all-linear" in any case (every projection but the output layer, as PEFT reads it for a causal LM). With the
+ * base's num_layers (> 0), a projection listed for some layers must be listed for all of them. */
+static int read_targets(const Reader *r, int num_layers, unsigned *targets) {
     const JsonValue *v = member(r, "target_modules");
-    char expected[256];
-    int used = snprintf(expected, sizeof expected, "a list of");
-    for (int t = 0; t < LORA_NUM_TARGETS; t++)
-        used += snprintf(expected + used, sizeof expected - (size_t)used, "%s%s", t ? ", " : " ",
-                         lora_target_name((LoraTarget)t));
-    snprintf(expected + used, sizeof expected - (size_t)used, ", or \"all-linear\"");
     if (v && v->type == JSON_STRING) {
-        if (strcmp(v->string, "all-linear") != 0)
+        if (strcasecmp(v->string, "all-linear") != 0)
             return bad(r, "target_modules", "a list of module names or \"all-linear\" (a regular expression is not "
                                             "read: list the modules it matches)", v);
         *targets = LORA_ALL_TARGETS;
         return 0;
     }
-    if (!v || v->type != JSON_ARRAY || v->count == 0) return bad(r, "target_modules", expected, v);
-    *targets = 0;
+    if (!v || v->type != JSON_ARRAY || v->count == 0)
+        return bad(r, "target_modules", "a list of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (or "
+                                        "their paths), or \"all-linear\"", v);
+    static unsigned char listed[LORA_NUM_TARGETS][MT_MAX_LAYERS]; /* [t][L]: projection t of layer L is listed */
+    memset(listed, 0, sizeof listed);
+    unsigned every = 0, some = 0;
     for (size_t i = 0; i < v->count; i++) {
         const JsonValue *item = v->items[i];
-        int t = 0;
-        while (item->type == JSON_STRING && t < LORA_NUM_TARGETS && strcmp(item->string, lora_target_name((LoraTarget)t)))
-            t++;
-        if (item->type != JSON_STRING || t == LORA_NUM_TARGETS) {
-            char key[64];
-            snprintf(key, sizeof key, "target_modules[%zu]", i);
-            return bad(r, key, "one of the projections LoRA adapts in megatrain (q_proj, k_proj, v_proj, o_proj, "
-                               "gate_proj, up_proj, down_proj)", item);
+        LoraTarget t;
+        long layer;
+        char key[64];
+        snprintf(key, sizeof key, "target_modules[%zu]", i);
+        if (item->type != JSON_STRING || strlen(item->string) != item->string_len ||
+            match_entry(item->string, &t, &layer) != 0)
+            return bad(r, key, "a projection LoRA adapts in megatrain, by name (q_proj, k_proj, v_proj, o_proj, "
+                               "gate_proj, up_proj, down_proj) or path (mlp.down_proj, model.layers.0.mlp.down_proj)",
+                       item);
+        if (layer < 0) {
+            every |= 1u << t;
+            continue;
         }
-        *targets |= 1u << t;
+        if (layer >= MT_MAX_LAYERS || (num_layers > 0 && layer >= num_layers)) {
+            char expected[96];
+            snprintf(expected, sizeof expected, "a layer of the base model (it has %d)",
+                     num_layers > 0 ? num_layers : MT_MAX_LAYERS);
+            return bad(r, key, expected, item);
+        }
+        listed[t][layer] = 1;
+        some |= 1u << t;
+    }
+    for (int t = 0; t < LORA_NUM_TARGETS; t++) {
+        if (!(some & 1u << t) || (every & 1u << t) || num_layers <= 0) continue;
+        int count = 0;
+        for (int l = 0; l < num_layers; l++) count += listed[t][l];
+        if (count < num_layers) {
+            mt_set_error(r->err, r->errlen, "%s: target_modules: lists %s in %d of the base model's %d layers: "
+                         "megatrain adapts a projection in every layer or in none (as layers_to_transform: null)",
+                         r->label, lora_target_name((LoraTarget)t), count, num_layers);
+            return -1;
+        }
+    }
+    *targets = every | some;
+    return 0;
+}
+
+/* The keys of PEFT's LoraConfig that megatrain reads (peft_config_parse), and those that do not change what saved
+ * adapters compute; any other key must be at a default that changes nothing (default_value), else it is refused,
+ * with the reason below where one is known: PEFT adds keys each release, and a LoRA variant's key left unread
+ * would convert its adapters as a plain LoRA they are not. */
+static const char *const read_keys[] = {"peft_type", "task_type", "r", "lora_alpha", "target_modules", "lora_dropout",
+                                        "bias", "base_model_name_or_path", "init_lora_weights", NULL};
+static const char *const neutral_keys[] = {"peft_version", "inference_mode", "revision", "auto_mapping",
+                                           "layers_pattern", "megatron_core", "qalora_group_size",
+                                           "ensure_weight_tying", NULL};
+static const struct {
+    const char *key, *why;
+} default_keys[] = {
+    {"use_rslora", "rank-stabilised LoRA scales by lora_alpha / sqrt(r), megatrain by lora_alpha / r"},
+    {"use_dora", "DoRA's magnitude vectors are not implemented"},
+    {"fan_in_fan_out", "weights stored transposed, as GPT-2's Conv1D, are not a family megatrain has"},
+    {"lora_bias", "a bias on lora_B is not implemented"},
+    {"use_qalora", "quantization-aware LoRA is not implemented"},
+    {"rank_pattern", "every adapter has rank r in megatrain"},
+    {"alpha_pattern", "every adapter has lora_alpha in megatrain"},
+    {"layers_to_transform", "megatrain adapts every layer"},
+    {"layer_replication", "megatrain does not replicate layers"},
+    {"modules_to_save", "modules trained whole beside the adapters are not read"},
+    {"exclude_modules", "megatrain adapts every layer's target modules"},
+    {"target_parameters", "megatrain adapts modules, not parameters"},
+    {"trainable_token_indices", "trainable tokens are not implemented"},
+    {"alora_invocation_tokens", "activated LoRA applies the adapters only after its invocation tokens"},
+    {"megatron_config", "Megatron-parallel PEFT layers are not read"},
+    {NULL, NULL},
+};
+
+static bool listed_in(const char *const *keys, const char *key) {
+    for (; *keys; keys++)
+        if (strcmp(*keys, key) == 0) return true;
+    return false;
+}
+
+/* null, false, or an empty list or object: what PEFT leaves a feature it does not use at */
+static bool default_value(const JsonValue *v) {
+    return v->type == JSON_NULL || (v->type == JSON_BOOL && !v->boolean) ||
+           ((v->type == JSON_ARRAY || v->type == JSON_OBJECT) && v->count == 0);
+}
+
+/* Every key that is neither read nor neutral at its default; keys repeated count as their last (json_get's). */
+static int check_other_keys(const Reader *r) {
+    for (size_t i = 0; i < r->root->count; i++) {
+        const JsonMember *m = &r->root->members[i];
+        if (strlen(m->key) != m->key_len || listed_in(read_keys, m->key) || listed_in(neutral_keys, m->key) ||
+            json_get(r->root, m->key) != m->value || default_value(m->value))
+            continue;
+        const char *why = "a setting this reader does not know: a LoRA variant, or an option newer than it";
+        for (int k = 0; default_keys[k].key; k++)
+            if (strcmp(default_keys[k].key, m->key) == 0) why = default_keys[k].why;
+        char key[72], expected[256];
+        snprintf(key, sizeof key, "%.64s", m->key);
+        const JsonType type = m->value->type;
+        snprintf(expected, sizeof expected, "%s (%s)",
+                 type == JSON_BOOL ? "false" : type == JSON_ARRAY || type == JSON_OBJECT ? "null or empty"
+                                                                                          : "null, false or empty",
+                 why);
+        return bad(r, key, expected, m->value);
     }
     return 0;
 }
 
-int peft_config_parse(const char *text, size_t len, const char *label, PeftConfig *out, char *base_model,
-                      size_t base_model_len, char *note, size_t notelen, char *err, size_t errlen) {
+/* init_lora_weights: how PEFT initialised A and B. The plain ones are only that; "pissa", "olora", "corda", "loftq",
+ * "eva", "lora_ga" ... also rewrite the base weights, which PEFT does again when it loads the adapter. */
+static int read_init(const Reader *r) {
+    const JsonValue *v = member(r, "init_lora_weights");
+    if (!v || v->type == JSON_BOOL ||
+        (v->type == JSON_STRING && (!strcmp(v->string, "gaussian") || !strcmp(v->string, "orthogonal"))))
+        return 0;
+    return bad(r, "init_lora_weights", "true, false, \"gaussian\" or \"orthogonal\" (other initialisations rewrite "
+                                       "the base weights, which PEFT does again as it loads the adapter: save it with "
+                                       "path_initial_model_for_weight_conversion for a plain LoRA of the original "
+                                       "base)", v);
+}
+
+int peft_config_parse(const char *text, size_t len, const char *label, int num_layers, PeftConfig *out,
+                      char *base_model, size_t base_model_len, char *note, size_t notelen, char *err, size_t errlen) {
     char why[512];
     JsonValue *root = json_parse(text, len, why, sizeof why);
     if (!root) {
@@ -131,7 +248,8 @@ int peft_config_parse(const char *text, size_t len, const char *label, PeftConfi
         goto done;
     }
     peft.rank = (int)rank;
-    if (read_positive(&r, "lora_alpha", 8, &peft.alpha) != 0 || read_targets(&r, &peft.targets) != 0) goto done;
+    if (read_positive(&r, "lora_alpha", 8, &peft.alpha) != 0 || read_targets(&r, num_layers, &peft.targets) != 0)
+        goto done;
     if (drop && (drop->type != JSON_NUMBER || !isfinite(drop->number) || drop->number < 0 || drop->number >= 1)) {
         bad(&r, "lora_dropout", "a number in [0, 1)", drop);
         goto done;
@@ -149,20 +267,7 @@ int peft_config_parse(const char *text, size_t len, const char *label, PeftConfi
         bad(&r, "base_model_name_or_path", expected, base);
         goto done;
     }
-    if (refuse_true(&r, "use_rslora", "rank-stabilised LoRA scales by lora_alpha / sqrt(r), megatrain by lora_alpha / r") ||
-        refuse_true(&r, "use_dora", "DoRA's magnitude vectors are not implemented") ||
-        refuse_true(&r, "fan_in_fan_out", "weights stored transposed, as GPT-2's Conv1D, are not a family megatrain has") ||
-        refuse_true(&r, "lora_bias", "a bias on lora_B is not implemented") ||
-        refuse_true(&r, "use_qalora", "quantization-aware LoRA is not implemented") ||
-        refuse_set(&r, "rank_pattern", "every adapter has rank r in megatrain") ||
-        refuse_set(&r, "alpha_pattern", "every adapter has lora_alpha in megatrain") ||
-        refuse_set(&r, "layers_to_transform", "megatrain adapts every layer") ||
-        refuse_set(&r, "layer_replication", "megatrain does not replicate layers") ||
-        refuse_set(&r, "modules_to_save", "modules trained whole beside the adapters are not read") ||
-        refuse_set(&r, "exclude_modules", "megatrain adapts every layer's target modules") ||
-        refuse_set(&r, "target_parameters", "megatrain adapts modules, not parameters") ||
-        refuse_set(&r, "trainable_token_indices", "trainable tokens are not implemented"))
-        goto done;
+    if (read_init(&r) != 0 || check_other_keys(&r) != 0) goto done;
     if (base_model) snprintf(base_model, base_model_len, "%s", base ? base->string : "");
     if (note) {
         note[0] = '\0';
@@ -177,12 +282,13 @@ done:
     return status;
 }
 
-int peft_config_read(const char *path, PeftConfig *out, char *base_model, size_t base_model_len, char *note,
-                     size_t notelen, char *err, size_t errlen) {
+int peft_config_read(const char *path, int num_layers, PeftConfig *out, char *base_model, size_t base_model_len,
+                     char *note, size_t notelen, char *err, size_t errlen) {
     size_t n = 0; /* a regular file of at most 1 MiB: never blocks on a FIFO */
     char *text = mt_read_file(path, (size_t)1 << 20, &n, err, errlen);
     if (!text) return -1;
-    const int status = peft_config_parse(text, n, path, out, base_model, base_model_len, note, notelen, err, errlen);
+    const int status =
+        peft_config_parse(text, n, path, num_layers, out, base_model, base_model_len, note, notelen, err, errlen);
     free(text);
     return status;
 }

@@ -3,16 +3,18 @@
  * Writing gives the LoraConfig fields PeftModel.from_pretrained reads (what
  * `megatrain convert` of a LoRA checkpoint writes beside
  * adapter_model.safetensors). Reading takes what PEFT's save_pretrained
- * wrote for a LoRA adapter (`megatrain convert ADAPTER_DIR DST
- * --base-model BASE`): peft_type LORA, r, lora_alpha and target_modules (a
- * list of the seven projections' names, or "all-linear"), and refuses,
- * naming the key, every setting that would make PEFT compute something
- * megatrain's LoRA does not (rsLoRA, DoRA, biases, transposed weights,
- * per-module ranks or alphas, a subset of the layers, modules saved whole,
- * a regular expression for the targets). lora_dropout is a training setting
- * that megatrain's LoRA does not implement: it is read as 0 and said in
- * `note`. Keys this reader does not know are PEFT's newer options at their
- * defaults (PEFT writes every field of its LoraConfig) and are ignored.
+ * wrote for a plain LoRA adapter (`megatrain convert ADAPTER_DIR DST
+ * --base-model BASE`): peft_type LORA, r, lora_alpha and target_modules
+ * (the seven projections by name, e.g. q_proj, or by path as PEFT saves
+ * "all-linear" expanded, model.layers.0.self_attn.q_proj, each projection in
+ * every layer or none; or the string "all-linear"). Every other key must be
+ * one known not to change what the adapters compute, or be at a default
+ * that changes nothing (null, false, empty); anything else is refused naming
+ * the key: rsLoRA, DoRA, biases, per-module ranks or alphas, a subset of the
+ * layers, modules saved whole, regular expressions, initialisations that
+ * rewrite the base (PiSSA, OLoRA, ...), activated LoRA, and keys this reader
+ * does not know. lora_dropout is a training setting that megatrain's LoRA
+ * does not implement: it is read as 0 and said in `note`.
  */
 #ifndef MT_CONVERT_PEFT_CONFIG_H
 #define MT_CONVERT_PEFT_CONFIG_H
@@ -21,15 +23,16 @@
 
 #include "../config/recipe.h"
 
-/* Parse adapter_config.json text; `label` (the path) prefixes messages. Fills *out (type lora) and, when given,
- * base_model with base_model_name_or_path ("" when null or absent) and note with what was read differently from
- * the file ("" when nothing). Returns 0, or -1 with err set. */
-int peft_config_parse(const char *text, size_t len, const char *label, PeftConfig *out, char *base_model,
-                      size_t base_model_len, char *note, size_t notelen, char *err, size_t errlen);
+/* Parse adapter_config.json text; `label` (the path) prefixes messages; num_layers: the base model's (0: unknown,
+ * and target paths are not checked against it). Fills *out (type lora) and, when given, base_model with
+ * base_model_name_or_path ("" when null or absent) and note with what was read differently from the file ("" when
+ * nothing). Returns 0, or -1 with err set. */
+int peft_config_parse(const char *text, size_t len, const char *label, int num_layers, PeftConfig *out,
+                      char *base_model, size_t base_model_len, char *note, size_t notelen, char *err, size_t errlen);
 
 /* Read and parse the file at `path`. */
-int peft_config_read(const char *path, PeftConfig *out, char *base_model, size_t base_model_len, char *note,
-                     size_t notelen, char *err, size_t errlen);
+int peft_config_read(const char *path, int num_layers, PeftConfig *out, char *base_model, size_t base_model_len,
+                     char *note, size_t notelen, char *err, size_t errlen);
 
 /* adapter_config.json text for peft (malloc'd, NUL-terminated, ends with a newline): base_model_name_or_path
  * `base_model`, null when NULL; PEFT's defaults for what megatrain does not use, keys sorted as PEFT writes them. */

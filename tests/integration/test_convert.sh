@@ -13,8 +13,10 @@
 # nothing at DST; --help lists every family. PEFT's adapter directories
 # (tests/fixtures/peft) with their base convert to a LoRA checkpoint and
 # back to PEFT's very bytes; a base named in adapter_config.json is taken
-# when it is a directory; the wrong base, settings PEFT computes otherwise
-# (rsLoRA), adapters the config does not list and a MoE base are refused.
+# when it is a directory, and an adapter directory holding a copied
+# config.json is still an adapter; the wrong base, settings PEFT computes
+# otherwise (rsLoRA, a PiSSA initialisation), adapters the config does not
+# list, a pickled adapter_model.bin and a MoE base are refused.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 "$MEGATRAIN" convert --help > /dev/null 2>&1 || { echo "skip: megatrain has no convert command (src/main.c)"; exit 77; }
@@ -255,4 +257,15 @@ expect_error fewer_targets "unexpected tensor 'base_model.model.model.layers.0.s
 LoRA adapter of the target_modules" "$WORK/fewer_targets" --base-model "$PEFT/llama/base"
 expect_error moe_base "LoRA on a mixture-of-experts model (Hugging Face mixtral) is not implemented" \
   "$PEFT/llama/adapter" --base-model "$FIX/mixtral_hd16"
+spoiled_peft pissa 's|"init_lora_weights": true|"init_lora_weights": "pissa"|'
+expect_error pissa "pissa/adapter_config.json: init_lora_weights: expected true, false, \"gaussian\" or \"orthogonal\" \
+(other initialisations rewrite the base weights" "$WORK/pissa" --base-model "$PEFT/llama/base"
+spoiled_peft pickled 's|x|x|' && mv "$WORK/pickled/adapter_model.safetensors" "$WORK/pickled/adapter_model.bin"
+expect_error pickled "pickled holds adapter_model.bin (a pickle, which megatrain does not read) and no \
+adapter_model.safetensors: save the adapter again with PEFT's save_pretrained(..., safe_serialization=True)" \
+  "$WORK/pickled" --base-model "$PEFT/llama/base"
+# a config.json copied beside the adapter (some tools do) does not make it a model: it has no weights
+spoiled_peft with_config 's|x|x|' && cp "$PEFT/llama/base/config.json" "$WORK/with_config/"
+"$MEGATRAIN" convert "$WORK/with_config" "$WORK/with_config.ckpt" --base-model "$PEFT/llama/base" > /dev/null 2>&1 ||
+  fail "PEFT: an adapter directory holding a config.json was not read as an adapter"
 echo "convert: all fixtures round-trip byte for byte; errors checked"

@@ -21,10 +21,12 @@
 #   gives our merged weights (< 1e-6 per tensor) and logits (< 1e-5);
 #   with --base-model the base directory, AutoPeftModelForCausalLM loads
 #   the adapters by themselves (the base from adapter_config.json), same loss.
-# And the other way: an adapter PEFT made (random A and B, lora_dropout 0.05)
+# And the other way: an adapter PEFT made (random A and B, lora_dropout 0.05;
+#   llama's target_modules "all-linear", which PEFT saves as every path)
 #   converted with its base (`convert ADAPTER DST --base-model BASE`, the
 #   dropout note said): `eval` of it and step 1 of a LoRA run from it
-#   (init_from) give PEFT's loss on the document (relative error < 1e-5),
+#   (init_from, with model: its model.yaml, whose peft: the recipe takes)
+#   give PEFT's loss on the document (relative error < 1e-5),
 #   and converting it back gives PEFT's adapter_model.safetensors byte for
 #   byte.
 set -euo pipefail
@@ -83,8 +85,8 @@ def adapter(root, name):
     with open(f"{root}/{name}.peft/loss", "w") as f:
         f.write(f"{loss:.9g}\n")
 
-TARGETS = {"llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-           "qwen3": ["q_proj", "v_proj", "o_proj", "down_proj"]}
+# llama: "all-linear", which PEFT saves expanded to every projection's path in every layer
+TARGETS = {"llama": "all-linear", "qwen3": ["q_proj", "v_proj", "o_proj", "down_proj"]}
 
 def check(root, name):
     Config, Model, extra = FAMILIES[name]
@@ -164,10 +166,14 @@ EOF
   "$MEGATRAIN" convert "$WORK/$family.peft" "$WORK/$family.imported" --base-model "$WORK/$family.base" \
     > "$WORK/$family.import.log" 2>&1 || fail "$family: import: $(tail -n 3 "$WORK/$family.import.log")"
   grep -q "lora_dropout 0.05 is read as 0" "$WORK/$family.import.log" || fail "$family: import: no dropout note"
+  [[ $family != llama ]] || grep -q '"model.layers.1.mlp.down_proj"' "$WORK/$family.peft/adapter_config.json" ||
+    fail "PEFT no longer saves all-linear as paths: $(grep -A3 target_modules "$WORK/$family.peft/adapter_config.json")"
   eval_loss=$("$MEGATRAIN" eval "$WORK/$family.imported" --data "$WORK/doc" --seq-len 44 --micro-batch-size 1 \
     --batches 1 --json | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["loss"])')
+  # model: the imported checkpoint's model.yaml, whose peft: section the recipe (which has none) takes
   sed -e "s|$WORK/$family.run|$WORK/$family.tuned|; s|init_from: .*|init_from: $WORK/$family.imported|" \
-    -e "s|alpha: 8|alpha: 12|; s|steps: 4|steps: 1|" "$WORK/$family.yaml" > "$WORK/$family.tuned.yaml"
+    -e "s|^model: .*|model: $WORK/$family.imported/model.yaml|; /^peft:/d; s|steps: 4|steps: 1|" "$WORK/$family.yaml" \
+    > "$WORK/$family.tuned.yaml"
   "$MEGATRAIN" run "$WORK/$family.tuned.yaml" > "$WORK/$family.tuned.log" 2>&1 \
     || fail "$family: init_from the imported adapter: $(tail -n 3 "$WORK/$family.tuned.log")"
   step1=$("$PY" -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["loss"])' \

@@ -1,10 +1,12 @@
 /* test_peft_config.c: PEFT's adapter_config.json read and written
  * (src/convert/peft_config.c): what PEFT 0.21 saved for the parity fixture
  * (tests/fixtures/peft/llama/adapter), PEFT's defaults and spellings
- * ("all-linear", null for unset), lora_dropout read as 0 with a note, every
+ * ("all-linear" as written and as PEFT saves it, expanded to paths; its
+ * suffix match; null for unset), lora_dropout read as 0 with a note, every
  * setting that would make PEFT compute something else refused naming the
- * key and what was found, and what peft_config_to_json writes read back as
- * the same PeftConfig. */
+ * key and what was found (known ones with the reason, unknown ones unless at
+ * a default that changes nothing), and what peft_config_to_json writes read
+ * back as the same PeftConfig. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -20,8 +22,8 @@ static char err[1024], note[512], base[256];
 
 static int parse(const char *text, PeftConfig *out) {
     err[0] = note[0] = base[0] = '\0';
-    return peft_config_parse(text, strlen(text), "adapter_config.json", out, base, sizeof base, note, sizeof note, err,
-                             sizeof err);
+    return peft_config_parse(text, strlen(text), "adapter_config.json", 4, out, base, sizeof base, note, sizeof note,
+                             err, sizeof err);
 }
 
 /* text is refused with a message holding `expected` */
@@ -35,7 +37,7 @@ static void refused(const char *text, const char *expected) {
 static void test_peft_saved(void **state) {
     (void)state;
     PeftConfig peft;
-    if (peft_config_read("tests/fixtures/peft/llama/adapter/adapter_config.json", &peft, base, sizeof base, note,
+    if (peft_config_read("tests/fixtures/peft/llama/adapter/adapter_config.json", 2, &peft, base, sizeof base, note,
                          sizeof note, err, sizeof err) != 0)
         fail_msg("%s", err);
     assert_int_equal(peft.type, PEFT_LORA);
@@ -45,7 +47,7 @@ static void test_peft_saved(void **state) {
     assert_true(peft.dropout == 0);
     assert_string_equal(base, ""); /* null */
     assert_string_equal(note, "");
-    if (peft_config_read("tests/fixtures/peft/qwen3/adapter/adapter_config.json", &peft, NULL, 0, NULL, 0, err,
+    if (peft_config_read("tests/fixtures/peft/qwen3/adapter/adapter_config.json", 2, &peft, NULL, 0, NULL, 0, err,
                          sizeof err) != 0)
         fail_msg("%s", err);
     assert_int_equal(peft.targets, 1u << LORA_Q | 1u << LORA_V | 1u << LORA_O | 1u << LORA_UP | 1u << LORA_DOWN);
@@ -59,7 +61,7 @@ static void test_defaults_and_spellings(void **state) {
     assert_int_equal(parse("{\"peft_type\": \"LORA\", \"target_modules\": \"all-linear\", \"task_type\": null, "
                            "\"base_model_name_or_path\": \"meta-llama/Llama-3.2-1B\", \"use_dora\": false, "
                            "\"rank_pattern\": {}, \"modules_to_save\": null, \"layers_to_transform\": null, "
-                           "\"some_future_option\": {\"x\": 1}}",
+                           "\"some_future_option\": {}}",
                            &peft),
                      0);
     assert_int_equal(peft.rank, 8);
@@ -77,6 +79,33 @@ static void test_defaults_and_spellings(void **state) {
     assert_int_equal(peft.targets, 1u << LORA_Q | 1u << LORA_V);
     assert_string_equal(note, "lora_dropout 0.05 is read as 0: megatrain's LoRA has no dropout (it changes training "
                               "only, not what the adapters compute)");
+    /* "all-linear" as PEFT saves it, expanded to every projection's path in every layer (here 4), in its order */
+    char text[4096] = "{\"peft_type\": \"LORA\", \"target_modules\": [";
+    for (int l = 3; l >= 0; l--)
+        for (int t = 0; t < LORA_NUM_TARGETS; t++)
+            snprintf(text + strlen(text), sizeof text - strlen(text), "%s\"model.layers.%d.%s.%s\"",
+                     l == 3 && t == 0 ? "" : ", ", l, t <= LORA_O ? "self_attn" : "mlp",
+                     lora_target_name((LoraTarget)t));
+    strcat(text, "]}");
+    assert_int_equal(parse(text, &peft), 0);
+    assert_int_equal(peft.targets, LORA_ALL_TARGETS);
+    /* PEFT's suffix match: a projection by its block's path, by its layer's, or both; "all-linear" in any case */
+    assert_int_equal(parse("{\"peft_type\": \"LORA\", \"target_modules\": [\"self_attn.q_proj\", \"mlp.down_proj\", "
+                           "\"0.mlp.up_proj\", \"layers.1.mlp.up_proj\", \"2.mlp.up_proj\", \"model.layers.3.mlp.up_proj\"]}",
+                           &peft),
+                     0);
+    assert_int_equal(peft.targets, 1u << LORA_Q | 1u << LORA_DOWN | 1u << LORA_UP);
+    assert_int_equal(parse("{\"peft_type\": \"LORA\", \"target_modules\": \"ALL-LINEAR\"}", &peft), 0);
+    assert_int_equal(peft.targets, LORA_ALL_TARGETS);
+    /* keys that change nothing at any value; unknown keys at their defaults; plain initialisations; a repeated key
+     * counts as its last, as Python reads it */
+    assert_int_equal(parse("{\"peft_type\": \"LORA\", \"target_modules\": [\"v_proj\"], \"peft_version\": \"0.99\", "
+                           "\"inference_mode\": false, \"megatron_core\": \"megatron.core\", \"qalora_group_size\": 16, "
+                           "\"loftq_config\": {}, \"future_flag\": false, \"future_list\": [], \"future_config\": null, "
+                           "\"init_lora_weights\": \"gaussian\", \"use_dora\": true, \"use_dora\": false}",
+                           &peft),
+                     0);
+    assert_int_equal(peft.targets, 1u << LORA_V);
 }
 
 static void test_refusals(void **state) {
@@ -97,18 +126,18 @@ static void test_refusals(void **state) {
     refused(WITH("\"bias\": \"all\""), "bias: expected \"none\" (megatrain's LoRA has no biases of its own), found \"all\"");
     refused(WITH("\"use_rslora\": true"), "use_rslora: expected false (rank-stabilised LoRA scales by lora_alpha / "
                                           "sqrt(r), megatrain by lora_alpha / r), found true");
-    refused(WITH("\"use_dora\": true"), "use_dora: expected false");
-    refused(WITH("\"fan_in_fan_out\": true"), "fan_in_fan_out: expected false");
-    refused(WITH("\"lora_bias\": true"), "lora_bias: expected false");
+    refused(WITH("\"use_dora\": true"), "use_dora: expected false (");
+    refused(WITH("\"fan_in_fan_out\": true"), "fan_in_fan_out: expected false (");
+    refused(WITH("\"lora_bias\": true"), "lora_bias: expected false (");
     refused(WITH("\"rank_pattern\": {\"q_proj\": 8}"), "rank_pattern: expected null or empty (every adapter has rank r "
                                                        "in megatrain), found an object");
     refused(WITH("\"alpha_pattern\": {\"q_proj\": 8}"), "alpha_pattern: expected null or empty");
     refused(WITH("\"layers_to_transform\": [0, 1]"), "layers_to_transform: expected null or empty (megatrain adapts "
                                                      "every layer), found an array");
-    refused(WITH("\"layers_to_transform\": 3"), "layers_to_transform: expected null or empty (megatrain adapts every "
+    refused(WITH("\"layers_to_transform\": 3"), "layers_to_transform: expected null, false or empty (megatrain adapts every "
                                                 "layer), found 3");
     refused(WITH("\"modules_to_save\": [\"lm_head\"]"), "modules_to_save: expected null or empty");
-    refused(WITH("\"exclude_modules\": \"layers.0\""), "exclude_modules: expected null or empty");
+    refused(WITH("\"exclude_modules\": \"layers.0\""), "exclude_modules: expected null, false or empty");
     refused(WITH("\"target_parameters\": [\"w\"]"), "target_parameters: expected null or empty");
     refused(WITH("\"layer_replication\": [[0, 1]]"), "layer_replication: expected null or empty");
     refused(WITH("\"base_model_name_or_path\": 3"), "base_model_name_or_path: expected a string or null (a name or path "
@@ -119,15 +148,36 @@ static void test_refusals(void **state) {
     strcat(long_name, "\"");
     refused(WITH(long_name), "base_model_name_or_path: expected a string or null (a name or path of at most 255 bytes");
     refused("{\"peft_type\": \"LORA\"}", "target_modules: expected a list of q_proj, k_proj, v_proj, o_proj, gate_proj, "
-                                         "up_proj, down_proj, or \"all-linear\", found nothing");
+                                         "up_proj, down_proj (or their paths), or \"all-linear\", found nothing");
     refused("{\"peft_type\": \"LORA\", \"target_modules\": []}", "target_modules: expected a list of");
     refused("{\"peft_type\": \"LORA\", \"target_modules\": \".*attn.*\"}",
             "target_modules: expected a list of module names or \"all-linear\" (a regular expression is not read: "
             "list the modules it matches), found \".*attn.*\"");
     refused("{\"peft_type\": \"LORA\", \"target_modules\": [\"q_proj\", \"lm_head\"]}",
-            "target_modules[1]: expected one of the projections LoRA adapts in megatrain (q_proj, k_proj, v_proj, "
-            "o_proj, gate_proj, up_proj, down_proj), found \"lm_head\"");
-    refused("{\"peft_type\": \"LORA\", \"target_modules\": [7]}", "target_modules[0]: expected one of the projections");
+            "target_modules[1]: expected a projection LoRA adapts in megatrain, by name (q_proj, k_proj, v_proj, o_proj, "
+            "gate_proj, up_proj, down_proj) or path (mlp.down_proj, model.layers.0.mlp.down_proj), found \"lm_head\"");
+    refused("{\"peft_type\": \"LORA\", \"target_modules\": [7]}", "target_modules[0]: expected a projection");
+    refused("{\"peft_type\": \"LORA\", \"target_modules\": [\"self_attn.down_proj\"]}", "target_modules[0]: expected a "
+                                                                                     "projection");
+    refused("{\"peft_type\": \"LORA\", \"target_modules\": [\"model.layers.x.mlp.up_proj\"]}", "target_modules[0]: expected");
+    refused("{\"peft_type\": \"LORA\", \"target_modules\": [\"model.model.layers.0.mlp.up_proj\"]}", "target_modules[0]");
+    refused("{\"peft_type\": \"LORA\", \"target_modules\": [\".q_proj\"]}", "target_modules[0]: expected");
+    /* paths name layers: each projection in every layer of the base (4 here) or in none */
+    refused("{\"peft_type\": \"LORA\", \"target_modules\": [\"model.layers.4.mlp.up_proj\"]}",
+            "target_modules[0]: expected a layer of the base model (it has 4), found \"model.layers.4.mlp.up_proj\"");
+    refused("{\"peft_type\": \"LORA\", \"target_modules\": [\"layers.0.mlp.up_proj\", \"1.mlp.up_proj\", \"q_proj\"]}",
+            "target_modules: lists up_proj in 2 of the base model's 4 layers: megatrain adapts a projection in every "
+            "layer or in none (as layers_to_transform: null)");
+    /* initialisations that rewrite the base; LoRA variants; keys this reader does not know */
+    refused(WITH("\"init_lora_weights\": \"pissa\""), "init_lora_weights: expected true, false, \"gaussian\" or "
+                                                    "\"orthogonal\" (other initialisations rewrite the base weights");
+    refused(WITH("\"init_lora_weights\": \"olora\""), "init_lora_weights: expected true");
+    refused(WITH("\"alora_invocation_tokens\": [1, 2]"), "alora_invocation_tokens: expected null or empty "
+                                                        "(activated LoRA applies the adapters only after its invocation "
+                                                        "tokens), found an array");
+    refused(WITH("\"kasa_config\": {\"k\": 1}"), "kasa_config: expected null or empty (a setting this reader does "
+                                                 "not know: a LoRA variant, or an option newer than it), found an object");
+    refused(WITH("\"use_bdlora\": \"yes\""), "use_bdlora: expected null, false or empty");
 #undef WITH
 }
 

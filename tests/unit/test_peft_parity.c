@@ -75,10 +75,10 @@ static JsonValue *read_json(const char *path) {
 }
 
 /* peft from PEFT's adapter_config.json, as `megatrain convert` reads it (peft_config.c). */
-static PeftConfig read_adapter_config(const char *path) {
+static PeftConfig read_adapter_config(const char *path, int num_layers) {
     PeftConfig peft;
     char note[256], err[512];
-    if (peft_config_read(path, &peft, NULL, 0, note, sizeof note, err, sizeof err) != 0) fail_msg("%s", err);
+    if (peft_config_read(path, num_layers, &peft, NULL, 0, note, sizeof note, err, sizeof err) != 0) fail_msg("%s", err);
     assert_string_equal(note, "");
     return peft;
 }
@@ -130,7 +130,7 @@ static Case case_open_peft(const char *name) {
     peft_path(path, sizeof path, name, "base/config.json");
     if (hf_config_read(path, &c.cfg, err, sizeof err) != 0) fail_msg("%s", err);
     peft_path(path, sizeof path, name, "adapter/adapter_config.json");
-    c.cfg.peft = read_adapter_config(path);
+    c.cfg.peft = read_adapter_config(path, c.cfg.num_layers);
     peft_path(path, sizeof path, name, "reference.safetensors");
     case_read_reference(&c, path);
     c.model = model_create(&c.cfg, &cpu_backend, c.B, c.T);
@@ -237,7 +237,7 @@ static void check_export(const char *name) {
     st_close(theirs);
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
     peft_path(theirs_path, sizeof theirs_path, name, "adapter/adapter_config.json");
-    const PeftConfig a = read_adapter_config(path), b = read_adapter_config(theirs_path);
+    const PeftConfig a = read_adapter_config(path, c.cfg.num_layers), b = read_adapter_config(theirs_path, c.cfg.num_layers);
     assert_int_equal(a.rank, b.rank);
     assert_true(a.alpha == b.alpha);
     assert_int_equal(a.targets, b.targets);
@@ -258,7 +258,7 @@ static void check_export(const char *name) {
     assert_non_null(mkdtemp(strcpy(dir, "/tmp/mt_peft_export_XXXXXX"))); /* adapters.cfg is the model's */
     if (lora_write_peft(&adapters, dir, ST_F32, NULL, err, sizeof err) != 0) fail_msg("%s: %s", name, err);
     snprintf(path, sizeof path, "%s/adapter_config.json", dir);
-    assert_true(read_adapter_config(path).alpha == 6.5);
+    assert_true(read_adapter_config(path, c.cfg.num_layers).alpha == 6.5);
     snprintf(path, sizeof path, "rm -rf '%s'", dir);
     assert_int_equal(system(path), 0);
     case_close(&c);

@@ -350,6 +350,18 @@ static void test_model_from_file(void **state) {
     snprintf(dir, sizeof dir, "model=%s/tree/hf/tiny", work_dir);
     assert_int_equal(load(&r, BASE, ckpt_set, 1, 1), -1);
     if (!strstr(err, "is a Hugging Face model directory; convert it first (megatrain convert ")) fail_msg("got: %s", err);
+    /* a LoRA checkpoint's model.yaml brings its peft: section: the recipe's peft: unless the recipe has its own */
+    write_file("tree/ckpt/lora/model.yaml", "family: qwen3\nnum_layers: 3\nhidden_size: 32\nintermediate_size: 64\n"
+                                            "num_attention_heads: 4\nhead_dim: 16\nvocab_size: 100\n"
+                                            "max_position_embeddings: 64\npeft:\n  type: lora\n  rank: 4\n  alpha: 12\n");
+    snprintf(dir, sizeof dir, "model=%s/tree/ckpt/lora/model.yaml", work_dir);
+    const char *lora_set[] = {dir, "train.seq_len=32"};
+    if (load(&r, BASE, lora_set, 2, 1) != 0) fail_msg("got: %s", err);
+    assert_true(r.model.peft.type == PEFT_LORA && r.model.peft.rank == 4 && r.model.peft.alpha == 12);
+    assert_true(r.model.family == FAMILY_QWEN3 && r.model.num_layers == 3);
+    if (load(&r, replaced(BASE, "parallel:", "peft: {type: lora, rank: 8, alpha: 16}\nparallel:"), lora_set, 2, 1) != 0)
+        fail_msg("got: %s", err);
+    assert_true(r.model.peft.rank == 8 && r.model.peft.alpha == 16);
     /* init_from without model: the checkpoint's model.yaml named */
     assert_int_equal(load(&r, replaced(BASE, MODEL_BLOCK, "init_from: ckpt/base\n"), NULL, 0, 1), -1);
     if (!strstr(err, "model: missing required key (the model of init_from ckpt/base is in ckpt/base/model.yaml: give "
