@@ -263,6 +263,8 @@ typedef struct RunConfig {
 
 typedef struct Recipe {
     char source_path[MT_PATH_MAX]; /* the YAML file it came from */
+    char peft_source[MT_PATH_MAX]; /* the model file whose peft: section the recipe took (a LoRA checkpoint's
+                                    * model.yaml, for a recipe without its own), or "" */
     RunConfig run;
     ModelConfig model;
     ParallelConfig parallel;

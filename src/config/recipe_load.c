@@ -44,7 +44,8 @@ static int find_model_file(const char *name, const char *recipe_path, char *out,
 }
 
 /* When `model:` is a string, replace it by the tree of that file. */
-static int graft_model_file(YNode *root, const char *recipe_path, char *err, size_t errlen) {
+static int graft_model_file(YNode *root, Recipe *recipe, char *err, size_t errlen) {
+    const char *recipe_path = recipe->source_path;
     YEntry *entry = ytree_entry(root, "model");
     if (!entry || entry->value->kind != YNODE_SCALAR || ytree_is_null(entry->value)) return 0;
     char found[MT_PATH_MAX];
@@ -86,8 +87,10 @@ static int graft_model_file(YNode *root, const char *recipe_path, char *err, siz
         YEntry moved = model->entries[i];
         memmove(&model->entries[i], &model->entries[i + 1], (size_t)(model->count - i - 1) * sizeof *model->entries);
         model->count--;
-        if (!ytree_entry(root, "peft") && ytree_set_path(root, "peft", moved.value, moved.loc, err, errlen) == 0)
+        if (!ytree_entry(root, "peft") && ytree_set_path(root, "peft", moved.value, moved.loc, err, errlen) == 0) {
             moved.value = NULL; /* the root's now */
+            snprintf(recipe->peft_source, sizeof recipe->peft_source, "%s", found);
+        }
         ytree_free(moved.value);
         free(moved.key);
         free(moved.loc.file);
@@ -137,7 +140,7 @@ static int load_tree(Recipe *recipe, YNode *root, const char *const *overrides, 
     bool model_replaced = false;
     for (int i = 0; i < num_overrides && strncmp(overrides[i], "model.", 6); i++)
         if (!strncmp(overrides[i], "model=", 6)) model_replaced = true;
-    if (!model_replaced && graft_model_file(root, recipe->source_path, err, errlen) != 0) return -1;
+    if (!model_replaced && graft_model_file(root, recipe, err, errlen) != 0) return -1;
     const char *model_key_set = NULL; /* an earlier --set model.KEY=..., which a --set model=... would replace */
     for (int i = 0; i < num_overrides; i++) {
         if (!strncmp(overrides[i], "model=", 6) && model_key_set) {
@@ -148,7 +151,7 @@ static int load_tree(Recipe *recipe, YNode *root, const char *const *overrides, 
         if (!strncmp(overrides[i], "model.", 6)) model_key_set = overrides[i];
         if (apply_override(root, overrides[i], err, errlen) != 0) return -1;
         /* --set model=PATH: the file's keys, which later --set model.KEY=... change */
-        if (graft_model_file(root, recipe->source_path, err, errlen) != 0) return -1;
+        if (graft_model_file(root, recipe, err, errlen) != 0) return -1;
     }
     const YEntry *init_from = ytree_entry(root, "init_from");
     if (!ytree_entry(root, "model") && init_from && init_from->value->kind == YNODE_SCALAR &&

@@ -72,7 +72,9 @@ static int match_entry(const char *entry, LoraTarget *target, long *layer) {
     if (n >= 2 && (lens[n - 2] != strlen(block) || strncmp(parts[n - 2], block, lens[n - 2]) != 0)) return -1;
     *layer = -1;
     if (n >= 3) {
-        if (lens[n - 3] > 6 || strspn(parts[n - 3], "0123456789") < lens[n - 3]) return -1;
+        if (lens[n - 3] > 6 || strspn(parts[n - 3], "0123456789") < lens[n - 3] ||
+            (lens[n - 3] > 1 && parts[n - 3][0] == '0')) /* a module's name is its index: "01" names none */
+            return -1;
         *layer = strtol(parts[n - 3], NULL, 10);
     }
     if (n >= 4 && (lens[n - 4] != 6 || strncmp(parts[n - 4], "layers", 6) != 0)) return -1;
@@ -129,7 +131,8 @@ static int read_targets(const Reader *r, int num_layers, unsigned *targets) {
         for (int l = 0; l < num_layers; l++) count += listed[t][l];
         if (count < num_layers) {
             mt_set_error(r->err, r->errlen, "%s: target_modules: lists %s in %d of the base model's %d layers: "
-                         "megatrain adapts a projection in every layer or in none (as layers_to_transform: null)",
+                         "megatrain adapts a projection in every layer or in none (as layers_to_transform: null); "
+                         "or is the base model not the one the adapter was trained on?",
                          r->label, lora_target_name((LoraTarget)t), count, num_layers);
             return -1;
         }
@@ -146,7 +149,11 @@ static const char *const read_keys[] = {"peft_type", "task_type", "r", "lora_alp
                                         "bias", "base_model_name_or_path", "init_lora_weights", NULL};
 static const char *const neutral_keys[] = {"peft_version", "inference_mode", "revision", "auto_mapping",
                                            "layers_pattern", "megatron_core", "qalora_group_size",
-                                           "ensure_weight_tying", NULL};
+                                           "ensure_weight_tying", "eva_config", "corda_config", NULL};
+/* keys whose default PEFT writes as {} or [] (for any other key {} may switch a variant on: PEFT makes a default
+ * config of it) */
+static const char *const empty_default_keys[] = {"loftq_config", "rank_pattern", "alpha_pattern", "modules_to_save",
+                                                 "exclude_modules", "target_parameters", NULL};
 static const struct {
     const char *key, *why;
 } default_keys[] = {
@@ -174,10 +181,10 @@ static bool listed_in(const char *const *keys, const char *key) {
     return false;
 }
 
-/* null, false, or an empty list or object: what PEFT leaves a feature it does not use at */
-static bool default_value(const JsonValue *v) {
+/* What PEFT leaves a feature it does not use at: null or false, and for the keys that default to one, {} or [] */
+static bool default_value(const char *key, const JsonValue *v) {
     return v->type == JSON_NULL || (v->type == JSON_BOOL && !v->boolean) ||
-           ((v->type == JSON_ARRAY || v->type == JSON_OBJECT) && v->count == 0);
+           ((v->type == JSON_ARRAY || v->type == JSON_OBJECT) && v->count == 0 && listed_in(empty_default_keys, key));
 }
 
 /* Every key that is neither read nor neutral at its default; keys repeated count as their last (json_get's). */
@@ -185,7 +192,7 @@ static int check_other_keys(const Reader *r) {
     for (size_t i = 0; i < r->root->count; i++) {
         const JsonMember *m = &r->root->members[i];
         if (strlen(m->key) != m->key_len || listed_in(read_keys, m->key) || listed_in(neutral_keys, m->key) ||
-            json_get(r->root, m->key) != m->value || default_value(m->value))
+            json_get(r->root, m->key) != m->value || default_value(m->key, m->value))
             continue;
         const char *why = "a setting this reader does not know: a LoRA variant, or an option newer than it";
         for (int k = 0; default_keys[k].key; k++)
@@ -193,24 +200,26 @@ static int check_other_keys(const Reader *r) {
         char key[72], expected[256];
         snprintf(key, sizeof key, "%.64s", m->key);
         const JsonType type = m->value->type;
+        const bool empty_ok = listed_in(empty_default_keys, m->key);
         snprintf(expected, sizeof expected, "%s (%s)",
-                 type == JSON_BOOL ? "false" : type == JSON_ARRAY || type == JSON_OBJECT ? "null or empty"
-                                                                                          : "null, false or empty",
-                 why);
+                 type == JSON_BOOL ? "false" : empty_ok ? "null or empty" : "null", why);
         return bad(r, key, expected, m->value);
     }
     return 0;
 }
 
-/* init_lora_weights: how PEFT initialised A and B. The plain ones are only that; "pissa", "olora", "corda", "loftq",
- * "eva", "lora_ga" ... also rewrite the base weights, which PEFT does again when it loads the adapter. */
+/* init_lora_weights: how PEFT initialised A and B. These only set A and B (EVA from activations, at training time);
+ * "pissa", "olora", "corda", "loftq", "lora_ga" ... also rewrite the base weights, which PEFT does again when it
+ * loads the adapter, so its model is not the base plus the adapters. */
+static const char *const plain_inits[] = {"gaussian", "orthogonal", "eva", "mica", NULL};
 static int read_init(const Reader *r) {
     const JsonValue *v = member(r, "init_lora_weights");
-    if (!v || v->type == JSON_BOOL ||
-        (v->type == JSON_STRING && (!strcmp(v->string, "gaussian") || !strcmp(v->string, "orthogonal"))))
-        return 0;
-    return bad(r, "init_lora_weights", "true, false, \"gaussian\" or \"orthogonal\" (other initialisations rewrite "
-                                       "the base weights, which PEFT does again as it loads the adapter: save it with "
+    if (!v || v->type == JSON_BOOL) return 0;
+    for (int i = 0; v->type == JSON_STRING && plain_inits[i]; i++)
+        if (strcasecmp(v->string, plain_inits[i]) == 0) return 0;
+    return bad(r, "init_lora_weights", "true, false, \"gaussian\", \"orthogonal\", \"eva\" or \"mica\" (\"pissa\", "
+                                       "\"olora\", \"corda\", \"loftq\", \"lora_ga\" rewrite the base weights, which "
+                                       "PEFT does again as it loads the adapter: save such an adapter with "
                                        "path_initial_model_for_weight_conversion for a plain LoRA of the original "
                                        "base)", v);
 }

@@ -9,11 +9,11 @@
  * "all-linear" expanded, model.layers.0.self_attn.q_proj, each projection in
  * every layer or none; or the string "all-linear"). Every other key must be
  * one known not to change what the adapters compute, or be at a default
- * that changes nothing (null, false, empty); anything else is refused naming
- * the key: rsLoRA, DoRA, biases, per-module ranks or alphas, a subset of the
- * layers, modules saved whole, regular expressions, initialisations that
- * rewrite the base (PiSSA, OLoRA, ...), activated LoRA, and keys this reader
- * does not know. lora_dropout is a training setting that megatrain's LoRA
+ * that changes nothing (null or false; {} or [] only where PEFT's default is
+ * that); anything else is refused naming the key: rsLoRA, DoRA, biases,
+ * per-module ranks or alphas, a subset of the layers, modules saved whole,
+ * regular expressions, initialisations that rewrite the base (PiSSA, OLoRA,
+ * ...), activated LoRA, and keys this reader does not know. lora_dropout is a training setting that megatrain's LoRA
  * does not implement: it is read as 0 and said in `note`.
  */
 #ifndef MT_CONVERT_PEFT_CONFIG_H

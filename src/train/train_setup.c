@@ -421,6 +421,9 @@ static int refuse_existing_checkpoints(const TrainContext *ctx, char *err, size_
  * run's checkpoint, which that run's retention may delete); one line says which. */
 static void choose_frozen_base(TrainContext *ctx, const Recipe *recipe, const CkptBaseRef *base) {
     if (recipe->model.peft.type != PEFT_LORA) return;
+    if (recipe->peft_source[0])
+        mt_log("peft: LoRA rank %d, alpha %g from the peft: section of %s (the model file; the recipe has none of "
+               "its own)", recipe->model.peft.rank, recipe->model.peft.alpha, recipe->peft_source);
     const FrozenBaseMode mode = recipe->checkpoint.frozen_base;
     if (!recipe->init_from[0]) {
         mt_log("checkpoint: the frozen base is random (no init_from): every checkpoint stores it");

@@ -258,8 +258,8 @@ LoRA adapter of the target_modules" "$WORK/fewer_targets" --base-model "$PEFT/ll
 expect_error moe_base "LoRA on a mixture-of-experts model (Hugging Face mixtral) is not implemented" \
   "$PEFT/llama/adapter" --base-model "$FIX/mixtral_hd16"
 spoiled_peft pissa 's|"init_lora_weights": true|"init_lora_weights": "pissa"|'
-expect_error pissa "pissa/adapter_config.json: init_lora_weights: expected true, false, \"gaussian\" or \"orthogonal\" \
-(other initialisations rewrite the base weights" "$WORK/pissa" --base-model "$PEFT/llama/base"
+expect_error pissa "pissa/adapter_config.json: init_lora_weights: expected true, false, .* (\"pissa\", \"olora\", \
+\"corda\", \"loftq\", \"lora_ga\" rewrite the base weights" "$WORK/pissa" --base-model "$PEFT/llama/base"
 spoiled_peft pickled 's|x|x|' && mv "$WORK/pickled/adapter_model.safetensors" "$WORK/pickled/adapter_model.bin"
 expect_error pickled "pickled holds adapter_model.bin (a pickle, which megatrain does not read) and no \
 adapter_model.safetensors: save the adapter again with PEFT's save_pretrained(..., safe_serialization=True)" \

@@ -176,6 +176,8 @@ EOF
     > "$WORK/$family.tuned.yaml"
   "$MEGATRAIN" run "$WORK/$family.tuned.yaml" > "$WORK/$family.tuned.log" 2>&1 \
     || fail "$family: init_from the imported adapter: $(tail -n 3 "$WORK/$family.tuned.log")"
+  grep -q "peft: LoRA rank 4, alpha 12 from the peft: section of $WORK/$family.imported/model.yaml" \
+    "$WORK/$family.tuned.log" || fail "$family: the run does not say where its peft: came from"
   step1=$("$PY" -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["loss"])' \
     "$WORK/$family.tuned/metrics.jsonl")
   awk -v p="$peft_loss" -v e="$eval_loss" -v s="$step1" -v f=$family 'function rel(x) { d = (x - p) / p; return d < 0 ? -d : d }

@@ -61,7 +61,7 @@ static void test_defaults_and_spellings(void **state) {
     assert_int_equal(parse("{\"peft_type\": \"LORA\", \"target_modules\": \"all-linear\", \"task_type\": null, "
                            "\"base_model_name_or_path\": \"meta-llama/Llama-3.2-1B\", \"use_dora\": false, "
                            "\"rank_pattern\": {}, \"modules_to_save\": null, \"layers_to_transform\": null, "
-                           "\"some_future_option\": {}}",
+                           "\"some_future_option\": null}",
                            &peft),
                      0);
     assert_int_equal(peft.rank, 8);
@@ -101,11 +101,19 @@ static void test_defaults_and_spellings(void **state) {
      * counts as its last, as Python reads it */
     assert_int_equal(parse("{\"peft_type\": \"LORA\", \"target_modules\": [\"v_proj\"], \"peft_version\": \"0.99\", "
                            "\"inference_mode\": false, \"megatron_core\": \"megatron.core\", \"qalora_group_size\": 16, "
-                           "\"loftq_config\": {}, \"future_flag\": false, \"future_list\": [], \"future_config\": null, "
-                           "\"init_lora_weights\": \"gaussian\", \"use_dora\": true, \"use_dora\": false}",
+                           "\"loftq_config\": {}, \"future_flag\": false, \"modules_to_save\": [], \"future_config\": null, "
+                           "\"init_lora_weights\": \"Gaussian\", \"eva_config\": {\"rho\": 2.0}, \"corda_config\": null, "
+                           "\"use_dora\": true, \"use_dora\": false}",
                            &peft),
                      0);
     assert_int_equal(peft.targets, 1u << LORA_V);
+    for (const char *const *init = (const char *const[]){"true", "false", "\"orthogonal\"", "\"eva\"", "\"mica\"", NULL};
+         *init; init++) { /* these set A and B only */
+        char config[256];
+        snprintf(config, sizeof config, "{\"peft_type\": \"LORA\", \"target_modules\": [\"q_proj\"], "
+                                        "\"init_lora_weights\": %s}", *init);
+        if (parse(config, &peft) != 0) fail_msg("%s: %s", *init, err);
+    }
 }
 
 static void test_refusals(void **state) {
@@ -132,14 +140,14 @@ static void test_refusals(void **state) {
     refused(WITH("\"rank_pattern\": {\"q_proj\": 8}"), "rank_pattern: expected null or empty (every adapter has rank r "
                                                        "in megatrain), found an object");
     refused(WITH("\"alpha_pattern\": {\"q_proj\": 8}"), "alpha_pattern: expected null or empty");
-    refused(WITH("\"layers_to_transform\": [0, 1]"), "layers_to_transform: expected null or empty (megatrain adapts "
+    refused(WITH("\"layers_to_transform\": [0, 1]"), "layers_to_transform: expected null (megatrain adapts "
                                                      "every layer), found an array");
-    refused(WITH("\"layers_to_transform\": 3"), "layers_to_transform: expected null, false or empty (megatrain adapts every "
+    refused(WITH("\"layers_to_transform\": 3"), "layers_to_transform: expected null (megatrain adapts every "
                                                 "layer), found 3");
     refused(WITH("\"modules_to_save\": [\"lm_head\"]"), "modules_to_save: expected null or empty");
-    refused(WITH("\"exclude_modules\": \"layers.0\""), "exclude_modules: expected null, false or empty");
+    refused(WITH("\"exclude_modules\": \"layers.0\""), "exclude_modules: expected null or empty");
     refused(WITH("\"target_parameters\": [\"w\"]"), "target_parameters: expected null or empty");
-    refused(WITH("\"layer_replication\": [[0, 1]]"), "layer_replication: expected null or empty");
+    refused(WITH("\"layer_replication\": [[0, 1]]"), "layer_replication: expected null (");
     refused(WITH("\"base_model_name_or_path\": 3"), "base_model_name_or_path: expected a string or null (a name or path "
                                                     "of at most 255 bytes, no NUL), found 3");
     refused(WITH("\"base_model_name_or_path\": \"a\\u0000b\""), "base_model_name_or_path: expected a string or null");
@@ -169,15 +177,21 @@ static void test_refusals(void **state) {
             "target_modules: lists up_proj in 2 of the base model's 4 layers: megatrain adapts a projection in every "
             "layer or in none (as layers_to_transform: null)");
     /* initialisations that rewrite the base; LoRA variants; keys this reader does not know */
-    refused(WITH("\"init_lora_weights\": \"pissa\""), "init_lora_weights: expected true, false, \"gaussian\" or "
-                                                    "\"orthogonal\" (other initialisations rewrite the base weights");
+    refused(WITH("\"init_lora_weights\": \"pissa\""), "init_lora_weights: expected true, false, \"gaussian\", "
+                                                    "\"orthogonal\", \"eva\" or \"mica\" (\"pissa\", \"olora\", \"corda\", "
+                                                    "\"loftq\", \"lora_ga\" rewrite the base weights");
     refused(WITH("\"init_lora_weights\": \"olora\""), "init_lora_weights: expected true");
-    refused(WITH("\"alora_invocation_tokens\": [1, 2]"), "alora_invocation_tokens: expected null or empty "
+    refused(WITH("\"alora_invocation_tokens\": [1, 2]"), "alora_invocation_tokens: expected null "
                                                         "(activated LoRA applies the adapters only after its invocation "
                                                         "tokens), found an array");
-    refused(WITH("\"kasa_config\": {\"k\": 1}"), "kasa_config: expected null or empty (a setting this reader does "
+    refused(WITH("\"kasa_config\": {\"k\": 1}"), "kasa_config: expected null (a setting this reader does "
                                                  "not know: a LoRA variant, or an option newer than it), found an object");
-    refused(WITH("\"use_bdlora\": \"yes\""), "use_bdlora: expected null, false or empty");
+    refused(WITH("\"use_bdlora\": \"yes\""), "use_bdlora: expected null (");
+    /* {} makes PEFT build a variant's default config: off only for the keys whose default it is */
+    refused(WITH("\"kasa_config\": {}"), "kasa_config: expected null (a setting this reader does not know");
+    refused(WITH("\"arrow_config\": {}"), "arrow_config: expected null (");
+    /* a layer's module is named by its index: "01" names none */
+    refused("{\"peft_type\": \"LORA\", \"target_modules\": [\"model.layers.01.mlp.up_proj\"]}", "target_modules[0]: expected");
 #undef WITH
 }
 
