@@ -21,6 +21,7 @@
 
 #include "../model/model.h"
 #include "lora_export.h"
+#include "peft_tensors.h"
 #include "safetensors.h"
 
 typedef struct ConvertOptions {
@@ -38,10 +39,16 @@ int convert_main(int argc, char **argv);
 /* The two directions. Return 0, or -1 with err set and nothing at dst. */
 int convert_hf_to_ckpt(const char *src, const char *dst, const ConvertOptions *options, char *err, size_t errlen);
 int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *options, char *err, size_t errlen);
-/* PEFT's adapter directory (adapter_config.json, adapter_model.safetensors) on the Hugging Face model base_dir
- * -> a LoRA checkpoint holding both (peft_config.h says which adapters are read). */
-int convert_peft_to_ckpt(const char *adapter_dir, const char *base_dir, const char *dst,
-                         const ConvertOptions *options, char *err, size_t errlen);
+/* PEFT's adapter directory (adapter_config.json, adapter_model.safetensors) on its base -> a LoRA checkpoint:
+ * with a Hugging Face base directory holding both, with a megatrain checkpoint as the base the adapters alone,
+ * referencing it (convert_peft.c; peft_config.h says which adapters are read). */
+int convert_peft_to_ckpt(const char *adapter_dir, const char *base, const char *dst, const ConvertOptions *options,
+                         char *err, size_t errlen);
+
+/* Hugging Face directory src (its config.json read into *cfg; a LoRA model's adapters from `adapters` when given)
+ * -> checkpoint dst; `what` names what was converted in the closing line. convert_hf_to_ckpt.c. */
+int convert_hf_model_to_ckpt(const char *src, ModelConfig *cfg, const PeftTensors *adapters, const char *what,
+                             const char *dst, const ConvertOptions *options, char *err, size_t errlen);
 
 /* A LoRA checkpoint's adapters, read into memory (a few MiB whatever the
  * base's size; the base is not opened): `view` describes them, over the

@@ -9,11 +9,10 @@
  * any size of model. The tokenizer files and generation_config.json go into
  * the checkpoint as they are (hf_files.h).
  *
- * A PEFT adapter directory with its base (convert_peft_to_ckpt) is the same
- * conversion of a LoRA model: adapter_config.json gives the peft: section,
- * the registry's adapters come from adapter_model.safetensors under PEFT's
- * names (lora_export.h), the base from the Hugging Face directory; the
- * checkpoint holds both, as a LoRA run that stores its base writes it. */
+ * With PEFT's adapters (convert_peft.c) the model is a LoRA model: the
+ * registry's adapters come from adapter_model.safetensors under PEFT's names
+ * (peft_tensors.h), the base from the Hugging Face directory; the checkpoint
+ * holds both, as a LoRA run that stores its base writes it. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,14 +32,6 @@
 #include "hf_files.h"
 #include "hf_names.h"
 #include "lora_export.h"
-#include "peft_config.h"
-
-static void format_shape(char *out, size_t outlen, int ndim, const int64_t *shape) {
-    size_t used = (size_t)snprintf(out, outlen, "[");
-    for (int i = 0; i < ndim && used < outlen; i++)
-        used += (size_t)snprintf(out + used, outlen - used, "%s%lld", i ? ", " : "", (long long)shape[i]);
-    if (used < outlen) snprintf(out + used, outlen - used, "]");
-}
 
 /* Where a registry parameter's floats come from: its Hugging Face tensors
  * (one, or one per expert of a stack), each a contiguous range of it. */
@@ -67,37 +58,6 @@ static int fill_param(const CkptSource *source, int64_t first, int64_t count, vo
  * with one tensor per expert), checking names and shapes, and mark them used; feeds[p] says where parameter p
  * comes from (its arrays one allocation, in *storage: free() it). *embed_shape is the embedding's (for the
  * leftover check of a tied lm_head). 0, or -1 with err naming the tensor. */
-/* A LoRA model's adapters: PEFT's adapter_model.safetensors, and which of its tensors a parameter took. */
-typedef struct PeftTensors {
-    const StFile *file;
-    bool *used;
-} PeftTensors;
-
-/* An adapter parameter's tensor from PEFT's file (feed: one tensor, the whole parameter). 0, or -1 with err. */
-static int match_adapter(const ModelConfig *cfg, const ParamInfo *info, const char *peft_name,
-                         const PeftTensors *adapters, Feed *feed, char *err, size_t errlen) {
-    const StTensor *t = st_find(adapters->file, peft_name);
-    if (!t) {
-        mt_set_error(err, errlen, "%s: missing tensor '%s' (adapter_config.json's target_modules adapt this "
-                     "projection in every layer; megatrain's %s)", adapters->file->path, peft_name, info->name);
-        return -1;
-    }
-    if (t->ndim != 2 || t->shape[0] != info->shape[0] || t->shape[1] != info->shape[1]) {
-        char found[128], expected[128];
-        format_shape(found, sizeof found, t->ndim, t->shape);
-        format_shape(expected, sizeof expected, info->ndim, info->shape);
-        mt_set_error(err, errlen, "%s: tensor '%s' has shape %s, but r = %d and the base's config.json make it %s "
-                     "(is the base model the one the adapter was trained on?)", adapters->file->path, peft_name, found,
-                     cfg->peft.rank, expected);
-        return -1;
-    }
-    feed->tensors[0] = t;
-    feed->offsets[0] = 0;
-    feed->count = 1;
-    adapters->used[t - adapters->file->tensors] = true;
-    return 0;
-}
-
 static int match_params(const ModelConfig *cfg, const ParamInfo *infos, int num_params, StModel *weights,
                         const PeftTensors *adapters, const char *src, Feed *feeds, void **storage, char *err,
                         size_t errlen) {
@@ -113,7 +73,9 @@ static int match_params(const ModelConfig *cfg, const ParamInfo *infos, int num_
         feeds[p] = (Feed){0, tensors + (size_t)p * max, offsets + (size_t)p * max};
         char peft_name[192];
         if (adapters && lora_peft_name(cfg->family, info->name, peft_name, sizeof peft_name) == 0) {
-            status = match_adapter(cfg, info, peft_name, adapters, &feeds[p], err, errlen);
+            const StTensor *t = peft_tensors_match(adapters, cfg, info, peft_name, err, errlen);
+            if (!t) status = -1;
+            else feeds[p].tensors[0] = t, feeds[p].offsets[0] = 0, feeds[p].count = 1;
             continue;
         }
         int n = hf_pieces(cfg->family, info, cfg->moe.num_experts, pieces, max);
@@ -139,8 +101,8 @@ static int match_params(const ModelConfig *cfg, const ParamInfo *infos, int num_
             for (int d = 0; same && d < piece->ndim; d++) same = t->shape[d] == want[d];
             if (!same) {
                 char found[128], expected[128];
-                format_shape(found, sizeof found, t->ndim, t->shape);
-                format_shape(expected, sizeof expected, piece->ndim, want);
+                st_format_shape(found, sizeof found, t->ndim, t->shape);
+                st_format_shape(expected, sizeof expected, piece->ndim, want);
                 mt_set_error(err, errlen, "%s: tensor '%s' has shape %s, but config.json makes it %s",
                              st_model_file_of(weights, at), piece->name, found, expected);
                 status = -1;
@@ -223,22 +185,6 @@ static int check_leftovers(const ModelConfig *cfg, StModel *weights, char *err, 
     return 0;
 }
 
-/* Tensors of PEFT's file no adapter took. */
-static int check_adapter_leftovers(const PeftTensors *adapters, char *err, size_t errlen) {
-    for (int i = 0; i < adapters->file->num_tensors; i++) {
-        if (adapters->used[i]) continue;
-        const char *name = adapters->file->tensors[i].name;
-        const bool whole = !strstr(name, ".lora_") && (strstr(name, "embed_tokens") || strstr(name, "lm_head"));
-        mt_set_error(err, errlen, "%s: unexpected tensor '%s' (%s)", adapters->file->path, name,
-                     whole ? "an embedding saved whole, as save_embedding_layers or a resized vocabulary saves it: "
-                             "megatrain reads adapters of the projections only"
-                           : "not a LoRA adapter of the target_modules adapter_config.json lists, in a layer of the "
-                             "base model");
-        return -1;
-    }
-    return 0;
-}
-
 /* The checkpoint's sources: every parameter whole, made chunk by chunk from its tensors (feeds) while the
  * writer compresses, so that no more than the chunks in flight is ever held. One allocation: free() it. */
 static CkptSource *param_sources(const ParamInfo *infos, int num_params, const Feed *feeds) {
@@ -255,10 +201,8 @@ static CkptSource *param_sources(const ParamInfo *infos, int num_params, const F
     return sources;
 }
 
-/* The conversion of Hugging Face directory src (its config.json read into *cfg, peft: from adapter_config.json
- * when adapters is given) to checkpoint dst; `what` says what was converted in the closing line. */
-static int hf_to_ckpt(const char *src, ModelConfig *cfg, const PeftTensors *adapters, const char *what,
-                      const char *dst, const ConvertOptions *options, char *err, size_t errlen) {
+int convert_hf_model_to_ckpt(const char *src, ModelConfig *cfg, const PeftTensors *adapters, const char *what,
+                             const char *dst, const ConvertOptions *options, char *err, size_t errlen) {
     char why[1536];
     if (ckpt_model_config_check(cfg, why, sizeof why) != 0) { /* values the checkpoint's model.yaml cannot hold */
         mt_set_error(err, errlen, "%s/config.json: a value the checkpoint cannot hold (%s)", src, why);
@@ -275,7 +219,7 @@ static int hf_to_ckpt(const char *src, ModelConfig *cfg, const PeftTensors *adap
     void *feed_storage = NULL;
     int status = match_params(cfg, infos, num_params, weights, adapters, src, feeds, &feed_storage, err, errlen);
     if (status == 0) status = check_leftovers(cfg, weights, err, errlen);
-    if (status == 0 && adapters) status = check_adapter_leftovers(adapters, err, errlen);
+    if (status == 0 && adapters) status = peft_tensors_check_all_used(adapters, err, errlen);
     CkptHfFiles carried = {0};
     if (status == 0) status = hf_files_collect(src, &carried, err, errlen);
     if (status == 0) status = mt_make_parent_dirs(dst, err, errlen);
@@ -308,53 +252,5 @@ int convert_hf_to_ckpt(const char *src, const char *dst, const ConvertOptions *o
     snprintf(path, sizeof path, "%s/config.json", src);
     ModelConfig cfg;
     if (hf_config_read(path, &cfg, err, errlen) != 0) return -1;
-    return hf_to_ckpt(src, &cfg, NULL, src, dst, options, err, errlen);
-}
-
-int convert_peft_to_ckpt(const char *adapter_dir, const char *base_dir, const char *dst,
-                         const ConvertOptions *options, char *err, size_t errlen) {
-    char path[4096 + 32], base_name[1024], note[512];
-    snprintf(path, sizeof path, "%s/config.json", base_dir);
-    ModelConfig cfg;
-    char why_base[1536];
-    if (hf_config_read(path, &cfg, err, errlen) != 0) return -1;
-    if (ckpt_model_config_check(&cfg, why_base, sizeof why_base) != 0) {
-        mt_set_error(err, errlen, "%s: a value the checkpoint cannot hold (%s)", path, why_base);
-        return -1;
-    }
-    snprintf(path, sizeof path, "%s/adapter_config.json", adapter_dir);
-    if (peft_config_read(path, cfg.num_layers, &cfg.peft, base_name, sizeof base_name, note, sizeof note, err,
-                         errlen) != 0)
-        return -1;
-    if (model_family_is_moe(cfg.family)) {
-        mt_set_error(err, errlen, "%s: LoRA on a mixture-of-experts model (Hugging Face %s) is not implemented in "
-                     "megatrain", path, hf_model_type(cfg.family));
-        return -1;
-    }
-    if (note[0]) mt_warn("%s: %s", path, note);
-    char why[1536];
-    if (ckpt_model_config_check(&cfg, why, sizeof why) != 0) { /* the base's values were checked alone before */
-        mt_set_error(err, errlen, "%s: a value the checkpoint cannot hold (%s)", path, why);
-        return -1;
-    }
-    snprintf(path, sizeof path, "%s/adapter_model.safetensors", adapter_dir);
-    struct stat st;
-    char pickled[4096 + 32];
-    snprintf(pickled, sizeof pickled, "%s/adapter_model.bin", adapter_dir);
-    if (stat(path, &st) != 0 && stat(pickled, &st) == 0) {
-        mt_set_error(err, errlen, "%s holds adapter_model.bin (a pickle, which megatrain does not read) and no "
-                     "adapter_model.safetensors: save the adapter again with PEFT's save_pretrained(..., "
-                     "safe_serialization=True)", adapter_dir);
-        return -1;
-    }
-    StFile *file = st_open(path, err, errlen);
-    if (!file) return -1;
-    PeftTensors adapters = {file, mt_calloc((size_t)(file->num_tensors ? file->num_tensors : 1), sizeof(bool))};
-    char what[2 * 4096 + 128];
-    snprintf(what, sizeof what, "PEFT adapter %s (LoRA r %d, alpha %g) on base %s", adapter_dir, cfg.peft.rank,
-             cfg.peft.alpha, base_dir);
-    const int status = hf_to_ckpt(base_dir, &cfg, &adapters, what, dst, options, err, errlen);
-    free(adapters.used);
-    st_close(file);
-    return status;
+    return convert_hf_model_to_ckpt(src, &cfg, NULL, src, dst, options, err, errlen);
 }

@@ -324,3 +324,10 @@ void st_tensor_range_to_f32(const StTensor *tensor, int64_t first, int64_t count
         out[i] = tensor->dtype == ST_BF16 ? bf16_to_f32(h) : f16_to_f32(h);
     }
 }
+
+void st_format_shape(char *out, size_t outlen, int ndim, const int64_t *shape) {
+    size_t used = (size_t)snprintf(out, outlen, "[");
+    for (int i = 0; i < ndim && used < outlen; i++)
+        used += (size_t)snprintf(out + used, outlen - used, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    if (used < outlen) snprintf(out + used, outlen - used, "]");
+}

@@ -65,6 +65,9 @@ void st_close(StFile *file);
 const StTensor *st_find(const StFile *file, const char *name);
 const char *st_metadata_get(const StFile *file, const char *key);
 
+/* "[2, 3]": a shape for messages. */
+void st_format_shape(char *out, size_t outlen, int ndim, const int64_t *shape);
+
 /* Convert a tensor's data to fp32 (out holds numel floats). */
 void st_tensor_to_f32(const StTensor *tensor, float *out);
 /* Convert elements [first, first + count) of a tensor's data to fp32. */

@@ -12,7 +12,8 @@
 # a warning naming each; each error exits 1, names the problem and leaves
 # nothing at DST; --help lists every family. PEFT's adapter directories
 # (tests/fixtures/peft) with their base convert to a LoRA checkpoint and
-# back to PEFT's very bytes; a base named in adapter_config.json is taken
+# back to PEFT's very bytes (onto a checkpoint of the base: the adapters
+# alone, referencing it, the same merged model); a base named in adapter_config.json is taken
 # when it is a directory, and an adapter directory holding a copied
 # config.json is still an adapter; the wrong base, settings PEFT computes
 # otherwise (rsLoRA, a PiSSA initialisation), adapters the config does not
@@ -237,6 +238,24 @@ for name in llama qwen3; do
   ! cmp -s "$PEFT/$name/base/model.safetensors" "$WORK/peft-$name.merged/model.safetensors" ||
     fail "PEFT $name: the merged model is the base"
 done
+# onto a megatrain checkpoint of the base: the adapters alone, referencing it; the same model as from the Hugging Face
+# base (their --merge-lora exports are the same bytes), back to PEFT's bytes
+"$MEGATRAIN" convert "$PEFT/llama/base" "$WORK/peft-base.ckpt" > /dev/null 2>&1
+"$MEGATRAIN" convert "$PEFT/llama/adapter" "$WORK/peft-small.ckpt" --base-model "$WORK/peft-base.ckpt" > "$WORK/log.txt" \
+  2>&1 || fail "PEFT onto a checkpoint: $(cat "$WORK/log.txt")"
+grep -q "reference the base's weights in $WORK/peft-base.ckpt" "$WORK/log.txt" || fail "PEFT onto a checkpoint: $(cat "$WORK/log.txt")"
+"$MEGATRAIN" inspect "$WORK/peft-small.ckpt" | grep -q "frozen base: not stored here, referenced: $WORK/peft-base.ckpt" ||
+  fail "PEFT onto a checkpoint: the base is not referenced"
+"$MEGATRAIN" convert "$WORK/peft-small.ckpt" "$WORK/peft-small.merged" --merge-lora > /dev/null
+cmp "$WORK/peft-llama.merged/model.safetensors" "$WORK/peft-small.merged/model.safetensors" ||
+  fail "PEFT onto a checkpoint: the merged model differs from the one onto the Hugging Face base"
+"$MEGATRAIN" convert "$WORK/peft-small.ckpt" "$WORK/peft-small.back" > /dev/null
+cmp "$PEFT/llama/adapter/adapter_model.safetensors" "$WORK/peft-small.back/adapter_model.safetensors" ||
+  fail "PEFT onto a checkpoint -> PEFT: adapter_model.safetensors differs"
+expect_error lora_base "a LoRA checkpoint (its model has adapters); give the model the adapter was trained on" \
+  "$PEFT/llama/adapter" --base-model "$WORK/peft-llama.ckpt"
+expect_error no_base "--base-model $WORK/adapter: neither a Hugging Face model directory (no config.json) nor a megatrain \
+checkpoint" "$PEFT/llama/adapter" --base-model "$WORK/adapter"
 # the base from adapter_config.json's base_model_name_or_path, when it is a directory here
 spoiled_peft() { cp -r "$PEFT/llama/adapter" "$WORK/$1" && sed -i "$2" "$WORK/$1/adapter_config.json"; }
 spoiled_peft named_base "s|\"base_model_name_or_path\": null|\"base_model_name_or_path\": \"$PEFT/llama/base\"|"
@@ -247,7 +266,7 @@ STATUS=2 expect_error hub_base "base_model_name_or_path 'meta-llama/Llama-3.2-1B
   "$WORK/hub_base"
 STATUS=2 expect_error peft_dtype "--dtype, --max-shard-size and --merge-lora apply to megatrain -> Hugging Face only" \
   "$PEFT/llama/adapter" --base-model "$PEFT/llama/base" --dtype bf16
-expect_error wrong_base "has shape \[16, 4\], but r = 4 and the base's config.json make it \[32, 4\] (is the base model \
+expect_error wrong_base "has shape \[16, 4\], but r = 4 and the base's config make it \[32, 4\] (is the base model \
 the one the adapter was trained on?)" "$PEFT/llama/adapter" --base-model "$PEFT/qwen3/base"
 spoiled_peft rslora 's|"use_rslora": false|"use_rslora": true|'
 expect_error rslora "rslora/adapter_config.json: use_rslora: expected false (rank-stabilised LoRA" "$WORK/rslora" \

@@ -24,7 +24,8 @@
 # And the other way: an adapter PEFT made (random A and B, lora_dropout 0.05;
 #   llama's target_modules "all-linear", which PEFT saves as every path)
 #   converted with its base (`convert ADAPTER DST --base-model BASE`, the
-#   dropout note said): `eval` of it and step 1 of a LoRA run from it
+#   dropout note said; onto the base's checkpoint, referencing it, the same
+#   eval loss): `eval` of it and step 1 of a LoRA run from it
 #   (init_from, with model: its model.yaml, whose peft: the recipe takes)
 #   give PEFT's loss on the document (relative error < 1e-5),
 #   and converting it back gives PEFT's adapter_model.safetensors byte for
@@ -170,6 +171,12 @@ EOF
     fail "PEFT no longer saves all-linear as paths: $(grep -A3 target_modules "$WORK/$family.peft/adapter_config.json")"
   eval_loss=$("$MEGATRAIN" eval "$WORK/$family.imported" --data "$WORK/doc" --seq-len 44 --micro-batch-size 1 \
     --batches 1 --json | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["loss"])')
+  # onto the base's checkpoint (the adapters alone, referencing it): the same loss
+  "$MEGATRAIN" convert "$WORK/$family.peft" "$WORK/$family.small" --base-model "$WORK/$family.ckpt" > /dev/null 2>&1 ||
+    fail "$family: import onto the base's checkpoint failed"
+  small_loss=$("$MEGATRAIN" eval "$WORK/$family.small" --data "$WORK/doc" --seq-len 44 --micro-batch-size 1 \
+    --batches 1 --json | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["loss"])')
+  [[ $small_loss == "$eval_loss" ]] || fail "$family: eval onto the base's checkpoint $small_loss, onto its directory $eval_loss"
   # model: the imported checkpoint's model.yaml, whose peft: section the recipe (which has none) takes
   sed -e "s|$WORK/$family.run|$WORK/$family.tuned|; s|init_from: .*|init_from: $WORK/$family.imported|" \
     -e "s|^model: .*|model: $WORK/$family.imported/model.yaml|; /^peft:/d; s|steps: 4|steps: 1|" "$WORK/$family.yaml" \

@@ -19,7 +19,9 @@
  *             and the adapter_config.json fields PEFT reads (r, lora_alpha,
  *             target_modules, peft_type, task_type) as PEFT's own files have
  *   import:   convert_peft_to_ckpt's checkpoint holds the same floats, and
- *             its model gives PEFT's logits                 < 1e-5
+ *             its model gives PEFT's logits                 < 1e-5;
+ *             onto a checkpoint of the base, the adapters alone referencing
+ *             it load as the same floats
  * Relative error of a tensor = max |ours - ref| / max |ref|. */
 #include <math.h>
 #include <setjmp.h>
@@ -288,6 +290,17 @@ static void check_import(const char *name) {
     model_forward(m, c.inputs, c.targets, c.B, c.T);
     check_logits("logits (imported checkpoint)", name, model_logits(m), &c.ref, "logits",
                  (long)c.B * c.T * c.cfg.vocab_size);
+    model_free(m);
+    /* onto a megatrain checkpoint of the base: the adapters alone, the base's floats read through the reference */
+    char base_ckpt[1300], small[1300];
+    snprintf(base_ckpt, sizeof base_ckpt, "%s/base", dir);
+    snprintf(small, sizeof small, "%s/adapters", dir);
+    if (convert_hf_to_ckpt(base, base_ckpt, &options, err, sizeof err) != 0 ||
+        convert_peft_to_ckpt(adapter, base_ckpt, small, &options, err, sizeof err) != 0)
+        fail_msg("%s: %s", name, err);
+    m = model_create(&stored, &cpu_backend, c.B, c.T);
+    if (ckpt_load_model(small, m, err, sizeof err) != 0) fail_msg("%s: %s", name, err);
+    assert_memory_equal(m->params, c.model->params, (size_t)m->num_floats * sizeof(float));
     model_free(m);
     snprintf(dst, sizeof dst, "rm -rf '%s'", dir);
     assert_int_equal(system(dst), 0);
