@@ -26,7 +26,8 @@
 #   converted with its base (`convert ADAPTER DST --base-model BASE`, the
 #   dropout note said; onto the base's checkpoint, referencing it, the same
 #   eval loss): `eval` of it and step 1 of a LoRA run from it
-#   (init_from, with model: its model.yaml, whose peft: the recipe takes)
+#   (init_from the one onto the base's checkpoint, with model: its
+#   model.yaml, whose peft: the recipe takes)
 #   give PEFT's loss on the document (relative error < 1e-5),
 #   and converting it back gives PEFT's adapter_model.safetensors byte for
 #   byte.
@@ -178,12 +179,13 @@ EOF
     --batches 1 --json | "$PY" -c 'import json, sys; print(json.load(sys.stdin)["loss"])')
   [[ $small_loss == "$eval_loss" ]] || fail "$family: eval onto the base's checkpoint $small_loss, onto its directory $eval_loss"
   # model: the imported checkpoint's model.yaml, whose peft: section the recipe (which has none) takes
-  sed -e "s|$WORK/$family.run|$WORK/$family.tuned|; s|init_from: .*|init_from: $WORK/$family.imported|" \
-    -e "s|^model: .*|model: $WORK/$family.imported/model.yaml|; /^peft:/d; s|steps: 4|steps: 1|" "$WORK/$family.yaml" \
+  # (from the checkpoint that references the base's checkpoint)
+  sed -e "s|$WORK/$family.run|$WORK/$family.tuned|; s|init_from: .*|init_from: $WORK/$family.small|" \
+    -e "s|^model: .*|model: $WORK/$family.small/model.yaml|; /^peft:/d; s|steps: 4|steps: 1|" "$WORK/$family.yaml" \
     > "$WORK/$family.tuned.yaml"
   "$MEGATRAIN" run "$WORK/$family.tuned.yaml" > "$WORK/$family.tuned.log" 2>&1 \
     || fail "$family: init_from the imported adapter: $(tail -n 3 "$WORK/$family.tuned.log")"
-  grep -q "peft: LoRA rank 4, alpha 12 from the peft: section of $WORK/$family.imported/model.yaml" \
+  grep -q "peft: LoRA rank 4, alpha 12 from the peft: section of $WORK/$family.small/model.yaml" \
     "$WORK/$family.tuned.log" || fail "$family: the run does not say where its peft: came from"
   step1=$("$PY" -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["loss"])' \
     "$WORK/$family.tuned/metrics.jsonl")
