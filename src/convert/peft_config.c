@@ -98,8 +98,7 @@ static int read_targets(const Reader *r, int num_layers, unsigned *targets) {
     if (!v || v->type != JSON_ARRAY || v->count == 0)
         return bad(r, "target_modules", "a list of q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj (or "
                                         "their paths), or \"all-linear\"", v);
-    static unsigned char listed[LORA_NUM_TARGETS][MT_MAX_LAYERS]; /* [t][L]: projection t of layer L is listed */
-    memset(listed, 0, sizeof listed);
+    unsigned char listed[LORA_NUM_TARGETS][MT_MAX_LAYERS] = {{0}}; /* [t][L]: projection t of layer L is listed */
     unsigned every = 0, some = 0;
     for (size_t i = 0; i < v->count; i++) {
         const JsonValue *item = v->items[i];
