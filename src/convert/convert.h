@@ -45,8 +45,9 @@ int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *o
 int convert_peft_to_ckpt(const char *adapter_dir, const char *base, const char *dst, const ConvertOptions *options,
                          char *err, size_t errlen);
 
-/* Hugging Face directory src (its config.json read into *cfg; a LoRA model's adapters from `adapters` when given)
- * -> checkpoint dst; `what` names what was converted in the closing line. convert_hf_to_ckpt.c. */
+/* Hugging Face directory src (its config.json read into *cfg, which the caller has checked model.yaml can hold:
+ * ckpt_model_config_check; a LoRA model's adapters from `adapters` when given) -> checkpoint dst; `what` names
+ * what was converted in the closing line. convert_hf_to_ckpt.c. */
 int convert_hf_model_to_ckpt(const char *src, ModelConfig *cfg, const PeftTensors *adapters, const char *what,
                              const char *dst, const ConvertOptions *options, char *err, size_t errlen);
 

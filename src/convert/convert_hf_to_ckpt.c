@@ -203,11 +203,6 @@ static CkptSource *param_sources(const ParamInfo *infos, int num_params, const F
 
 int convert_hf_model_to_ckpt(const char *src, ModelConfig *cfg, const PeftTensors *adapters, const char *what,
                              const char *dst, const ConvertOptions *options, char *err, size_t errlen) {
-    char why[1536];
-    if (ckpt_model_config_check(cfg, why, sizeof why) != 0) { /* values the checkpoint's model.yaml cannot hold */
-        mt_set_error(err, errlen, "%s/config.json: a value the checkpoint cannot hold (%s)", src, why);
-        return -1;
-    }
     StModel *weights = st_model_open(src, err, errlen);
     if (!weights) return -1;
     apply_transformers5_tying(cfg, weights, src);
@@ -252,5 +247,10 @@ int convert_hf_to_ckpt(const char *src, const char *dst, const ConvertOptions *o
     snprintf(path, sizeof path, "%s/config.json", src);
     ModelConfig cfg;
     if (hf_config_read(path, &cfg, err, errlen) != 0) return -1;
+    char why[1536];
+    if (ckpt_model_config_check(&cfg, why, sizeof why) != 0) { /* values the checkpoint's model.yaml cannot hold */
+        mt_set_error(err, errlen, "%s: a value the checkpoint cannot hold (%s)", path, why);
+        return -1;
+    }
     return convert_hf_model_to_ckpt(src, &cfg, NULL, src, dst, options, err, errlen);
 }
