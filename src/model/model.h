@@ -178,7 +178,8 @@ void model_free(Model *model);
  * exactly emulated (src/model/model_fp8.c); NULL: fp32 again. Clones made
  * afterwards inherit it. fp8.recipe delayed: every cast's scale comes from
  * its amax history (scale 1, zeros at first), updated once per step by
- * model_fp8_step_end. Dense families only for now. */
+ * model_fp8_step_end. In a MoE layer the routed experts' products too, each with its own scales
+ * (moe_dispatch.c). */
 void model_set_fp8(Model *model, const Fp8Config *cfg);
 
 /* fp8.recipe delayed (nothing otherwise): before a step's micro-batches, forget the amaxes recorded since the
@@ -186,6 +187,11 @@ void model_set_fp8(Model *model, const Fp8Config *cfg);
  * over those groups updates its history and scale (fp8_scaling.h), as one rank of any layout would. */
 void model_fp8_step_begin(Model *model);
 void model_fp8_step_end(Model *model, const Comm *dp);
+/* fp8.recipe delayed: the scales loaded from a checkpoint written under the fp8 settings `from`, made this model's.
+ * A scale is fmax / amax / 2^margin (fp8_scaling.h), so another fp8.grad_format or fp8.margin multiplies it by a
+ * power of two: exactly the scale the model's settings give the same amax. TE's initial scale of a tensor that has
+ * seen no amax stays 1. amax_compute_algo needs nothing: it applies from the next update. Returns how many changed. */
+int model_fp8_rescale(Model *model, const Fp8Config *from);
 
 /* What a run checkpoints besides the parameters and the optimizer's moments: state that is not trained (today
  * fp8.recipe delayed's scales and amax histories of this rank's layers), as tensors that `info` describes like

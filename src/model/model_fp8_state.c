@@ -30,7 +30,9 @@
  *   fp8.layers.{i}.amax_history  (K, len)     K = FP8_LAYER_TENSORS + FP8_EXPERT_TENSORS * experts
  *   fp8.layers.{i}.scale         (K)
  * replicated over tp, cp and dp (every rank holds the same after step end). */
+#include <float.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,6 +143,11 @@ void model_fp8_step_begin(Model *m) {
     if (s) memset(s->recorded, 0, (size_t)s->num_layers * (size_t)s->K * sizeof(float));
 }
 
+/* The format a tensor of the state casts to: the gradients' fp8.grad_format, E4M3 otherwise. */
+static Fp8Format tensor_format(size_t t, const Fp8Config *cfg) {
+    return t % FP8_OPERANDS == FP8_GRAD ? cfg->grad_format : FP8_E4M3;
+}
+
 void model_fp8_step_end(Model *m, const Comm *dp) {
     Fp8State *s = m->fp8_state;
     if (!s) return;
@@ -148,12 +155,38 @@ void model_fp8_step_end(Model *m, const Comm *dp) {
     model_fp8_amax_reduce(m, s->recorded, (int)n, true);
     if (dp) comm_all_reduce_max_float(dp, s->recorded, n);
     for (size_t t = 0; t < n; t++) {
-        const Fp8Format format = t % FP8_OPERANDS == FP8_GRAD ? m->fp8.grad_format : FP8_E4M3;
         Fp8History h = {.amax = s->history + t * (size_t)s->len, .len = s->len, .scale = s->scale[t]};
-        fp8_history_update(&h, s->recorded[t], &m->fp8, fp8_max(format));
+        fp8_history_update(&h, s->recorded[t], &m->fp8, fp8_max(tensor_format(t, &m->fp8)));
         s->scale[t] = h.scale;
         s->recorded[t] = 0.0f;
     }
+}
+
+/* Whether tensor t's history holds no amax (never cast in its window, or a history of length 1). */
+static bool history_empty(const Fp8State *s, size_t t) {
+    for (int i = 0; i < s->len; i++)
+        if (s->history[t * (size_t)s->len + (size_t)i] != 0.0f) return false;
+    return true;
+}
+
+int model_fp8_rescale(Model *m, const Fp8Config *from) {
+    Fp8State *s = m->fp8_state;
+    if (!s) return 0;
+    const size_t n = (size_t)s->num_layers * (size_t)s->K;
+    int changed = 0;
+    for (size_t t = 0; t < n; t++) {
+        /* a power of two: 57344 / 448 = 2^7, and the margins' 2^-margin */
+        const float factor = fp8_max(tensor_format(t, &m->fp8)) / fp8_max(tensor_format(t, from)) *
+                             ldexpf(1.0f, from->margin - m->fp8.margin);
+        float *scale = &s->scale[t];
+        /* TE's initial scale, kept while no amax came (the new settings would keep it too); FLT_MAX: an amax so
+         * small that fmax / amax overflowed, as it does under either setting */
+        if (factor == 1.0f || *scale == FLT_MAX || (*scale == 1.0f && history_empty(s, t))) continue;
+        *scale *= factor;
+        if (isinf(*scale)) *scale = FLT_MAX;
+        changed++;
+    }
+    return changed;
 }
 
 ModelExtraState model_extra_state(const Model *m) {

@@ -145,6 +145,29 @@ static void warn_schedule_change(const Recipe *recipe, const CkptState *saved, l
             "(%.2fx): %s", (long long)saved->step + 1, now, then, then > 0 ? now / then : INFINITY, why);
 }
 
+/* fp8.recipe delayed: the checkpoint's scales were computed under its recipe's fp8: settings. A --set of
+ * fp8.grad_format or fp8.margin makes them this run's (model_fp8_rescale); kept as stored, the first step would cast
+ * with another format's scales (after e5m2 -> e4m3 its gradients saturate above 1/128 of their amax). */
+static void rescale_fp8(Model *model, const char *checkpoint_dir, const CkptState *saved) {
+    if (!model->fp8_state) return;
+    static Recipe stored;
+    char path[MT_PATH_MAX + 32], err[2048];
+    snprintf(path, sizeof path, "%s/%s", checkpoint_dir, CKPT_RECIPE_FILE);
+    if (recipe_load_resumed(&stored, path, NULL, 0, 0, (long)saved->step, (double)saved->consumed_tokens,
+                            saved->consumed_samples, err, sizeof err) != 0) {
+        if (comm_world()->rank == 0)
+            mt_warn("resume: the checkpoint's fp8: settings are unknown (%s): its FP8 scales are used as stored", err);
+        return;
+    }
+    if (stored.precision != DTYPE_FP8 || stored.fp8.recipe != FP8_RECIPE_DELAYED) return; /* it held no scales */
+    const Fp8Config *now = &model->fp8, *then = &stored.fp8;
+    const int changed = model_fp8_rescale(model, then);
+    if (changed > 0 && comm_world()->rank == 0)
+        mt_log("resume: %d FP8 scales made this run's: the checkpoint's were for fp8.grad_format %s, margin %d; this "
+               "run has %s, margin %d (docs/fp8.md)", changed, then->grad_format == FP8_E5M2 ? "e5m2" : "e4m3",
+               then->margin, now->grad_format == FP8_E5M2 ? "e5m2" : "e4m3", now->margin);
+}
+
 int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *checkpoint_dir, bool load_optimizer,
                        char *err, size_t errlen) {
     memset(ctx, 0, sizeof *ctx); /* train_teardown is safe after any return */
@@ -169,6 +192,7 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
     CkptState saved;
     int rc = ckpt_load_training(checkpoint_dir, ctx->model, into ? &moments : NULL, &saved, err, errlen);
     if (rc == 0) {
+        rescale_fp8(ctx->model, checkpoint_dir, &saved);
         train_state_from_ckpt(&ctx->state, &saved);
         if (into) train_ckpt_moments_done(into, &moments);
     }

@@ -29,7 +29,9 @@
 # - Delayed scaling with train.recompute full gives the same bits.
 # - A delayed checkpoint resumes into bf16 (warning that the fp8: settings
 #   are not used); a tensorwise one into delayed
-#   (the histories start afresh, and it says so); another
+#   (the histories start afresh, and it says so); one resumed with another
+#   fp8.grad_format or margin makes its scales the new settings' (and says
+#   how many: the exact values are test_fp8_linear's); another
 #   fp8.amax_history_len is refused with exit 2, naming the key.
 # - LoRA in fp8 (the frozen base's products; the adapters stay fp32) tracks
 #   LoRA in fp32: the mean loss of steps 41-60 of 60 within 3e-4 (measured on
@@ -133,7 +135,17 @@ grep -q "warning: the fp8: settings apply with precision: fp8 only; this run's p
 grep -q "delayed scaling starts afresh" "$WORK/into_delayed.log" || fail "tensorwise -> delayed does not say it starts afresh"
 expect_refused "another fp8.amax_history_len" "resume with --set fp8.amax_history_len=4" 1 resume "$CKPT" \
   --set run.dir="$WORK/len16" --set fp8.amax_history_len=16
-echo "fp8 delayed: resumes into bf16, from tensorwise (afresh); another history length is refused"
+grep -q "FP8 scales made this run's" "$WORK/straight_delayed-resumed.log" &&
+  fail "a resume with the same fp8: settings rescaled its scales"
+"$MEGATRAIN" resume "$CKPT" --set run.dir="$WORK/into_e4m3" --set fp8.grad_format=e4m3 > "$WORK/into_e4m3.log" 2>&1 ||
+  { tail -5 "$WORK/into_e4m3.log"; fail "the delayed e5m2 checkpoint does not resume into e4m3 gradients"; }
+grep -q "resume: 8 FP8 scales made this run's: the checkpoint's were for fp8.grad_format e5m2, margin 0; this run has \
+e4m3, margin 0" "$WORK/into_e4m3.log" || fail "e5m2 -> e4m3: the 8 gradient scales (2 layers x 4 products) not rescaled"
+"$MEGATRAIN" resume "$CKPT" --set run.dir="$WORK/margin2" --set fp8.margin=2 > "$WORK/margin2.log" 2>&1 ||
+  { tail -5 "$WORK/margin2.log"; fail "the delayed checkpoint does not resume with another margin"; }
+grep -q "resume: 24 FP8 scales made this run's" "$WORK/margin2.log" || fail "margin 0 -> 2: the 24 scales not rescaled"
+echo "fp8 delayed: resumes into bf16, from tensorwise (afresh), into e4m3 gradients or another margin (the scales" \
+  "made the new settings'); another history length is refused"
 
 # LoRA: the frozen base's products in FP8, the adapters in fp32 (bf16 on a GPU), as TE + PEFT run them.
 LORA=(--set "peft={type: lora, rank: 4, alpha: 8}" --set train.steps=60 --set optimizer.schedule.warmup_steps=5)

@@ -246,6 +246,47 @@ static void test_fp8_group_delayed_dp(void **state) {
     model_free(m);
 }
 
+/* A delayed checkpoint resumed with another fp8.grad_format and margin: its scales, made the new settings' by
+ * model_fp8_rescale, are bit for bit those a run with the new settings computed from the same amaxes; a tensor never
+ * cast keeps 1; the same settings (or another amax_compute_algo) change nothing. */
+static void test_fp8_rescale_on_resume(void **state) {
+    (void)state;
+    ModelConfig cfg = tiny_config(FAMILY_LLAMA);
+    const Fp8Config then = {.recipe = FP8_RECIPE_DELAYED, .grad_format = FP8_E5M2, .amax_history_len = 3,
+                            .amax_compute_algo = FP8_AMAX_MAX, .margin = 1};
+    Fp8Config now = then;
+    now.grad_format = FP8_E4M3;
+    now.margin = 0;
+    Model *a = model_create(&cfg, &cpu_backend, 1, 8), *b = model_create(&cfg, &cpu_backend, 1, 8),
+          *resumed = model_create(&cfg, &cpu_backend, 1, 8);
+    model_set_fp8(a, &then);
+    model_set_fp8(b, &now);
+    model_set_fp8(resumed, &now);
+    Rng rng;
+    rng_seed(&rng, 26);
+    Group g = group_new(&rng);
+    for (int k = 0; k < 2; k++) { /* the same amaxes under either setting (the inputs are the same) */
+        Model *m = k == 0 ? a : b;
+        model_fp8_step_begin(m);
+        group_run(m, &g);
+        model_fp8_step_end(m, NULL);
+    }
+    const ModelExtraState ea = model_extra_state(a), eb = model_extra_state(b), er = model_extra_state(resumed);
+    memcpy(er.data, ea.data, (size_t)ea.num_floats * sizeof(float)); /* what resume loads */
+    assert_int_equal(model_fp8_rescale(resumed, &now), 0);
+    assert_true(fp8_state_scale(resumed, 0, LINEAR_GATE_UP, FP8_GRAD) ==
+                fp8_state_scale(a, 0, LINEAR_GATE_UP, FP8_GRAD)); /* nothing changed */
+    assert_int_equal(model_fp8_rescale(resumed, &then), FP8_OPERANDS); /* gate|up's three casts */
+    assert_memory_equal(er.data, eb.data, (size_t)eb.num_floats * sizeof(float));
+    assert_true(fp8_state_scale(resumed, 0, LINEAR_GATE_UP, FP8_GRAD) == 448.0f / amax_g(&g));
+    assert_true(fp8_state_scale(resumed, 0, LINEAR_O, FP8_GRAD) == 1.0f); /* never cast */
+    Fp8Config algo = now;
+    algo.amax_compute_algo = FP8_AMAX_MOST_RECENT;
+    assert_int_equal(model_fp8_rescale(resumed, &algo), 0);
+    group_free(&g);
+    model_free(a), model_free(b), model_free(resumed);
+}
+
 static void test_fp8_group_e5m2_gradients(void **state) { check_group(FP8_E5M2); }
 static void test_fp8_group_e4m3_gradients(void **state) { check_group(FP8_E4M3); }
 
@@ -453,6 +494,7 @@ int main(void) {
         cmocka_unit_test(test_fp32_group_is_matmul),
         cmocka_unit_test(test_fp8_group_delayed),
         cmocka_unit_test(test_fp8_group_delayed_dp),
+        cmocka_unit_test(test_fp8_rescale_on_resume),
         cmocka_unit_test(test_fp8_experts_delayed),
         cmocka_unit_test(test_fp8_experts_e5m2_gradients),
         cmocka_unit_test(test_fp8_experts_e4m3_gradients),
