@@ -161,9 +161,9 @@ static const struct {
     {"fan_in_fan_out", "weights stored transposed, as GPT-2's Conv1D, are not a family megatrain has"},
     {"lora_bias", "a bias on lora_B is not implemented"},
     {"use_qalora", "quantization-aware LoRA is not implemented"},
-    {"rank_pattern", "every adapter has rank r in megatrain"},
-    {"alpha_pattern", "every adapter has lora_alpha in megatrain"},
-    {"layers_to_transform", "megatrain adapts every layer"},
+    {"rank_pattern", "every adapter has rank r in megatrain: a pattern may only repeat r"},
+    {"alpha_pattern", "every adapter has lora_alpha in megatrain: a pattern may only repeat lora_alpha"},
+    {"layers_to_transform", "megatrain adapts every layer: a list may only name them all"},
     {"layer_replication", "megatrain does not replicate layers"},
     {"modules_to_save", "modules trained whole beside the adapters are not read"},
     {"exclude_modules", "megatrain adapts every layer's target modules"},
@@ -186,12 +186,38 @@ static bool default_value(const char *key, const JsonValue *v) {
            ((v->type == JSON_ARRAY || v->type == JSON_OBJECT) && v->count == 0 && listed_in(empty_default_keys, key));
 }
 
+/* Settings that say what megatrain does anyway: a rank_pattern (alpha_pattern) giving every module it names rank r
+ * (lora_alpha), and layers_to_transform listing every layer of the base (num_layers of them). */
+static bool no_op_value(const char *key, const JsonValue *v, const PeftConfig *peft, int num_layers) {
+    const bool ranks = strcmp(key, "rank_pattern") == 0;
+    if ((ranks || strcmp(key, "alpha_pattern") == 0) && v->type == JSON_OBJECT) {
+        for (size_t i = 0; i < v->count; i++) {
+            const JsonValue *x = v->members[i].value;
+            if (x->type != JSON_NUMBER || x->number != (ranks ? (double)peft->rank : peft->alpha)) return false;
+        }
+        return true;
+    }
+    if (strcmp(key, "layers_to_transform") != 0 || num_layers <= 0 || num_layers > MT_MAX_LAYERS) return false;
+    const size_t n = v->type == JSON_ARRAY ? v->count : 1;
+    unsigned char seen[MT_MAX_LAYERS] = {0};
+    int layers = 0;
+    for (size_t i = 0; i < n; i++) {
+        const JsonValue *x = v->type == JSON_ARRAY ? v->items[i] : v;
+        if (x->type != JSON_NUMBER || x->number != floor(x->number) || x->number < 0 || x->number >= num_layers)
+            return false;
+        layers += !seen[(int)x->number];
+        seen[(int)x->number] = 1;
+    }
+    return layers == num_layers;
+}
+
 /* Every key that is neither read nor neutral at its default; keys repeated count as their last (json_get's). */
-static int check_other_keys(const Reader *r) {
+static int check_other_keys(const Reader *r, const PeftConfig *peft, int num_layers) {
     for (size_t i = 0; i < r->root->count; i++) {
         const JsonMember *m = &r->root->members[i];
         if (strlen(m->key) != m->key_len || listed_in(read_keys, m->key) || listed_in(neutral_keys, m->key) ||
-            json_get(r->root, m->key) != m->value || default_value(m->key, m->value))
+            json_get(r->root, m->key) != m->value || default_value(m->key, m->value) ||
+            no_op_value(m->key, m->value, peft, num_layers))
             continue;
         const char *why = "a setting this reader does not know: a LoRA variant, or an option newer than it";
         for (int k = 0; default_keys[k].key; k++)
@@ -275,7 +301,7 @@ int peft_config_parse(const char *text, size_t len, const char *label, int num_l
         bad(&r, "base_model_name_or_path", expected, base);
         goto done;
     }
-    if (read_init(&r) != 0 || check_other_keys(&r) != 0) goto done;
+    if (read_init(&r) != 0 || check_other_keys(&r, &peft, num_layers) != 0) goto done;
     if (base_model) snprintf(base_model, base_model_len, "%s", base ? base->string : "");
     if (note) {
         note[0] = '\0';

@@ -137,13 +137,23 @@ static void test_refusals(void **state) {
     refused(WITH("\"use_dora\": true"), "use_dora: expected false (");
     refused(WITH("\"fan_in_fan_out\": true"), "fan_in_fan_out: expected false (");
     refused(WITH("\"lora_bias\": true"), "lora_bias: expected false (");
-    refused(WITH("\"rank_pattern\": {\"q_proj\": 8}"), "rank_pattern: expected null or empty (every adapter has rank r "
-                                                       "in megatrain), found an object");
-    refused(WITH("\"alpha_pattern\": {\"q_proj\": 8}"), "alpha_pattern: expected null or empty");
+    refused(WITH("\"rank_pattern\": {\"q_proj\": 4, \"v_proj\": 8}"), "rank_pattern: expected null or empty "
+            "(every adapter has rank r in megatrain: a pattern may only repeat r), found an object");
+    refused(WITH("\"rank_pattern\": {\"q_proj\": \"4\"}"), "rank_pattern: expected null or empty");
+    refused(WITH("\"alpha_pattern\": {\"q_proj\": 16}"), "alpha_pattern: expected null or empty");
     refused(WITH("\"layers_to_transform\": [0, 1]"), "layers_to_transform: expected null (megatrain adapts "
-                                                     "every layer), found an array");
+                                                     "every layer: a list may only name them all), found an array");
+    refused(WITH("\"layers_to_transform\": [0, 1, 2, 2]"), "layers_to_transform: expected null");
+    refused(WITH("\"layers_to_transform\": [0, 1, 2, 3.5]"), "layers_to_transform: expected null");
+    refused(WITH("\"layers_to_transform\": [0, 1, 2, 3, 4]"), "layers_to_transform: expected null");
     refused(WITH("\"layers_to_transform\": 3"), "layers_to_transform: expected null (megatrain adapts every "
-                                                "layer), found 3");
+                                                "layer: a list may only name them all), found 3");
+    /* what megatrain does anyway: r and lora_alpha (PEFT's defaults, 8 and 8) repeated, every one of the base's 4
+     * layers listed */
+    PeftConfig peft;
+    assert_int_equal(parse(WITH("\"rank_pattern\": {\"q_proj\": 8, \"layers.1.v_proj\": 8}, \"alpha_pattern\": "
+                                "{\"v_proj\": 8.0}, \"layers_to_transform\": [3, 1, 0, 2, 1]"), &peft), 0);
+    assert_int_equal(peft.rank, 8);
     refused(WITH("\"modules_to_save\": [\"lm_head\"]"), "modules_to_save: expected null or empty");
     refused(WITH("\"exclude_modules\": \"layers.0\""), "exclude_modules: expected null or empty");
     refused(WITH("\"target_parameters\": [\"w\"]"), "target_parameters: expected null or empty");
