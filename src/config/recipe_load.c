@@ -150,8 +150,9 @@ static int load_tree(Recipe *recipe, YNode *root, const char *const *overrides, 
         }
         if (!strncmp(overrides[i], "model.", 6)) model_key_set = overrides[i];
         if (apply_override(root, overrides[i], err, errlen) != 0) return -1;
-        /* --set model=PATH: the file's keys, which later --set model.KEY=... change */
-        if (graft_model_file(root, recipe, err, errlen) != 0) return -1;
+        /* --set model=PATH: the file's keys, which later --set model.KEY=... change (only then: before it, with any
+         * other --set in between, the recipe's own model file is not read) */
+        if (!strncmp(overrides[i], "model=", 6) && graft_model_file(root, recipe, err, errlen) != 0) return -1;
     }
     const YEntry *init_from = ytree_entry(root, "init_from");
     if (!ytree_entry(root, "model") && init_from && init_from->value->kind == YNODE_SCALAR &&

@@ -337,6 +337,9 @@ static void test_model_from_file(void **state) {
     const char *other_model[] = {dir, "train.seq_len=32"};
     if (recipe_load(&r, path, other_model, 2, 1, err, sizeof err) != 0) fail_msg("got: %s", err);
     assert_true(r.model.family == FAMILY_QWEN3 && r.model.num_layers == 3);
+    const char *model_set_last[] = {"train.seq_len=32", "init_from=null", dir}; /* in any order of the --set's */
+    if (recipe_load(&r, path, model_set_last, 3, 1, err, sizeof err) != 0) fail_msg("got: %s", err);
+    assert_true(r.model.family == FAMILY_QWEN3 && r.model.num_layers == 3);
 
     /* model: a checkpoint or a Hugging Face directory: where its model config is, or that it needs converting */
     write_file("tree/ckpt/base/model.yaml", "family: llama\n");
