@@ -180,6 +180,19 @@ static int cmd_data(int argc, char **argv) {
     mt_die(MT_EXIT_USAGE, "unknown data command '%s' (expected 'build' or 'inspect')\n%s", argv[0], data_usage_text);
 }
 
+/* convert, eval, inspect, data and plan run in one process. Launched on several ranks (a job script that puts
+ * `mpirun -np N` before every step), the copies would race over the same output files: rank 0 does the work, and
+ * the others leave at once with status 0. Whether this process is one of several is the launcher's word
+ * (launch_env.h); a plain call in a Slurm batch script is rank 0 there. */
+static bool left_to_rank0(const char *cmd) {
+    const int world = launch_world_size();
+    if (world <= 1) return false;
+    if (launch_rank() != 0) return true;
+    mt_log("%s runs in one process; this launch has %d ranks (%s): rank 0 does the work, the others exit at once",
+           cmd, world, launch_world_size_name());
+    return false;
+}
+
 int main(int argc, char **argv) {
     /* A file-size limit (ulimit -f) makes a write fail with EFBIG, which every writer reports naming its file,
      * rather than kill the process with SIGXFSZ mid-save (a background save's thread blocks it anyway). */
@@ -203,6 +216,9 @@ int main(int argc, char **argv) {
     }
     if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
     if (strcmp(cmd, "resume") == 0) return resume_main(argc - 2, argv + 2);
+    static const char *const one_process[] = {"convert", "eval", "inspect", "data", "plan", NULL};
+    for (int i = 0; one_process[i]; i++)
+        if (strcmp(cmd, one_process[i]) == 0 && left_to_rank0(cmd)) return MT_EXIT_OK;
     if (strcmp(cmd, "convert") == 0) return convert_main(argc - 2, argv + 2);
     if (strcmp(cmd, "eval") == 0) return eval_main(argc - 2, argv + 2);
     if (strcmp(cmd, "inspect") == 0) return inspect_main(argc - 2, argv + 2);

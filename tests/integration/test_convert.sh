@@ -17,7 +17,8 @@
 # when it is a directory, and an adapter directory holding a copied
 # config.json is still an adapter; the wrong base, settings PEFT computes
 # otherwise (rsLoRA, a PiSSA initialisation), adapters the config does not
-# list, a pickled adapter_model.bin and a MoE base are refused.
+# list, a pickled adapter_model.bin and a MoE base are refused. Launched on
+# two ranks, rank 0 alone converts.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 "$MEGATRAIN" convert --help > /dev/null 2>&1 || { echo "skip: megatrain has no convert command (src/main.c)"; exit 77; }
@@ -287,4 +288,14 @@ adapter_model.safetensors: save the adapter again with PEFT's save_pretrained(..
 spoiled_peft with_config 's|x|x|' && cp "$PEFT/llama/base/config.json" "$WORK/with_config/"
 "$MEGATRAIN" convert "$WORK/with_config" "$WORK/with_config.ckpt" --base-model "$PEFT/llama/base" > /dev/null 2>&1 ||
   fail "PEFT: an adapter directory holding a config.json was not read as an adapter"
-echo "convert: all fixtures round-trip byte for byte; errors checked"
+# launched on 2 ranks (a job script's `mpirun -np N` before every step): rank 0 converts, the other leaves at once
+# (before, both wrote DST and one failed with "cannot rename ... File exists")
+if command -v mpirun > /dev/null; then
+  OMP_NUM_THREADS=1 timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" convert \
+    "$FIX/llama_tied" "$WORK/mpi.ckpt" > "$WORK/mpi.log" 2>&1 || { cat "$WORK/mpi.log"; fail "convert under mpirun -np 2"; }
+  grep -q "convert runs in one process; this launch has 2 ranks (OMPI_COMM_WORLD_SIZE): rank 0 does the work" \
+    "$WORK/mpi.log" || fail "convert under mpirun: no line saying rank 0 does the work"
+  [[ $(grep -c "^converted " "$WORK/mpi.log") -eq 1 ]] || { cat "$WORK/mpi.log"; fail "convert under mpirun: not one conversion"; }
+  "$MEGATRAIN" inspect "$WORK/mpi.ckpt" > /dev/null || fail "convert under mpirun: the checkpoint does not load"
+fi
+echo "convert: all fixtures round-trip byte for byte; errors checked; under mpirun rank 0 alone converts"
