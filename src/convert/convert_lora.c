@@ -14,8 +14,10 @@
 #include "../ckpt/ckpt_fs.h"
 #include "../core/error.h"
 #include "../core/fs.h"
-#include "hf_files.h"
+#include "ckpt_latest_dir.h"
 #include "convert.h"
+#include "hf_config.h"
+#include "hf_files.h"
 #include "lora_export.h"
 
 int ckpt_adapters_read(const char *ckpt, const ModelConfig *cfg, CkptAdapters *out, char *err, size_t errlen) {
@@ -59,8 +61,54 @@ void ckpt_adapters_free(CkptAdapters *adapters) {
     memset(adapters, 0, sizeof *adapters);
 }
 
+/* "X is a in the checkpoint but b in the recipe" with `label` for "the recipe" */
+static void name_other(char *why, size_t whylen, const char *label) {
+    char *at = strstr(why, " in the recipe");
+    if (!at) return;
+    char rest[1024];
+    snprintf(rest, sizeof rest, "%s", at + strlen(" in the recipe"));
+    snprintf(at, whylen - (size_t)(at - why), " in %s%s", label, rest);
+}
+
+/* --base-model, when it is a directory here: PEFT loads the base from it (AutoPeftModelForCausalLM), so it must be a
+ * Hugging Face directory of the model the adapters were trained on. A megatrain checkpoint, or a model of another
+ * shape, is refused (PEFT would fail to load it: no model_type, or a size mismatch); a model of the same shape that
+ * computes otherwise (rope_theta, say) is warned of. A name that is no directory here (a Hub id) is written as is. */
+static int check_base_model(const char *base, const ModelConfig *cfg, char *err, size_t errlen) {
+    struct stat st;
+    if (!base || stat(base, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
+    char path[4096 + 32], ckpt[4096], why[1024];
+    snprintf(path, sizeof path, "%s/config.json", base);
+    if (stat(path, &st) != 0) {
+        if (ckpt_latest_dir(base, ckpt, sizeof ckpt, why, sizeof why) == 0)
+            mt_set_error(err, errlen, "--base-model %s: a megatrain checkpoint; PEFT loads the base from a Hugging "
+                         "Face directory (or Hub name): give the one it was converted from, or make one with "
+                         "megatrain convert %s HF_DIR", base, base);
+        else
+            mt_set_error(err, errlen, "--base-model %s: no config.json there (expected the Hugging Face directory, or "
+                         "Hub name, of the model the adapters were trained on)", base);
+        return -1;
+    }
+    ModelConfig hf;
+    if (hf_config_read(path, &hf, err, errlen) != 0) return -1;
+    ModelConfig mine = *cfg;
+    mine.peft = hf.peft; /* the base has no adapters */
+    if (model_config_difference(&mine, &hf, MODEL_MATCH_WEIGHTS, why, sizeof why) != 0) {
+        name_other(why, sizeof why, path);
+        mt_set_error(err, errlen, "--base-model %s: not the model the adapters were trained on (%s): PEFT could not "
+                     "load them onto it", base, why);
+        return -1;
+    }
+    if (model_config_difference(&mine, &hf, MODEL_MATCH_FUNCTION, why, sizeof why) != 0) {
+        name_other(why, sizeof why, path);
+        mt_warn("--base-model %s: the same shapes as the adapters' model, but it computes otherwise (%s)", base, why);
+    }
+    return 0;
+}
+
 int convert_lora_to_peft(const char *ckpt, const ModelConfig *cfg, const ConvertOptions *options, const char *dst,
                          char *err, size_t errlen) {
+    if (check_base_model(options->base_model, cfg, err, errlen) != 0) return -1;
     CkptAdapters adapters;
     if (ckpt_adapters_read(ckpt, cfg, &adapters, err, errlen) != 0) return -1;
     CkptHfFiles carried = {0}; /* its tokenizer's files go beside the adapters (a damaged one is left out) */
@@ -88,11 +136,17 @@ int convert_lora_to_peft(const char *ckpt, const ModelConfig *cfg, const Convert
         const PeftConfig *peft = &cfg->peft;
         char names[512];
         hf_files_list(&tokenizer, names, sizeof names);
+        char load[5200];
+        if (options->base_model)
+            snprintf(load, sizeof load, "peft.AutoPeftModelForCausalLM.from_pretrained(\"%s\"), which loads the base "
+                     "%s", dst, options->base_model);
+        else
+            snprintf(load, sizeof load, "peft.PeftModel.from_pretrained(base_model, \"%s\")", dst);
         printf("converted the LoRA adapters of megatrain checkpoint %s (%s, rank %d, alpha %g, %ld parameters) to "
                "PEFT %s (adapter_config.json, adapter_model.safetensors; the tokenizer's files: %s); load them with "
-               "peft.PeftModel.from_pretrained(base_model, \"%s\")\n",
+               "%s\n",
                ckpt, model_family_name(cfg->family), peft->rank, peft->alpha,
-               adapters.num_floats - adapters.view.first, dst, names, dst);
+               adapters.num_floats - adapters.view.first, dst, names, load);
     }
     ckpt_hf_files_free(&carried);
     ckpt_adapters_free(&adapters);

@@ -59,6 +59,21 @@ echo "checkpoint: a reference to the base, 56 adapters with their moments"
 [[ -s "$WORK/adapter/adapter_model.safetensors" && -s "$WORK/adapter/adapter_config.json" ]] \
   || fail "convert did not write the PEFT adapter"
 grep -q '"peft_type": "LORA"' "$WORK/adapter/adapter_config.json" || fail "adapter_config.json: no peft_type LORA"
+# --base-model: the Hugging Face directory of the base is written for AutoPeftModelForCausalLM; a megatrain
+# checkpoint (which PEFT cannot load) or a model of another shape is refused, and DST is not made
+"$MEGATRAIN" convert "$WORK/lora/checkpoints/iter_0000006" "$WORK/adapter-auto" --base-model "$WORK/start.hf" \
+  > "$WORK/auto.log" || fail "convert --base-model with the base's Hugging Face directory failed"
+grep -q "AutoPeftModelForCausalLM.from_pretrained(\"$WORK/adapter-auto\"), which loads the base $WORK/start.hf" \
+  "$WORK/auto.log" || fail "convert --base-model: the log does not say how to load it: $(cat "$WORK/auto.log")"
+base_refused() { # NAME BASE PATTERN
+  set +e; "$MEGATRAIN" convert "$WORK/lora/checkpoints/iter_0000006" "$WORK/$1" --base-model "$2" > "$WORK/$1.log" 2>&1
+  local rc=$?; set -e
+  [[ $rc -eq 1 && ! -e "$WORK/$1" ]] && grep -q -- "$3" "$WORK/$1.log" ||
+    fail "convert --base-model $2: expected exit 1 saying '$3', got $rc: $(cat "$WORK/$1.log")"
+}
+base_refused ckpt-base "$start" "a megatrain checkpoint; PEFT loads the base from a Hugging Face directory"
+base_refused other-base "$REPO/tests/fixtures/hf/llama_tied" "not the model the adapters were trained on (model\.[a-z_]* is"
+echo "convert --base-model: the base's Hugging Face directory taken; a checkpoint or another model refused"
 ! cmp -s "$WORK/start.hf/model.safetensors" "$WORK/merged.hf/model.safetensors" \
   || fail "the merged model equals the base: the adapters learned nothing"
 
