@@ -346,6 +346,8 @@ int data_inspect_main(int argc, char **argv) {
         snprintf(eod_err, sizeof eod_err, "none appended (its build record says so: a chat template ends each turn "
                  "with its own end-of-turn token instead)");
     }
+    char tokens_of[1100];
+    const bool mask_of_tokens = loss_mask_of(&ds, opt.prefix, tokens_of, sizeof tokens_of);
     Summary s;
     summarize(&ds, eod_id, &s);
     int64_t shown = opt.docs < s.documents ? opt.docs : s.documents;
@@ -375,6 +377,7 @@ int data_inspect_main(int argc, char **argv) {
         jw_key(&w, "p95"), jw_int(&w, s.p95_len);
         jw_key(&w, "max"), jw_int(&w, s.max_len);
         jw_end_object(&w);
+        jw_key(&w, "loss_mask_of"), mask_of_tokens ? jw_string(&w, tokens_of) : jw_null(&w);
         jw_key(&w, "loss_mask");
         if (has_mask) {
             jw_begin_object(&w);
@@ -389,7 +392,12 @@ int data_inspect_main(int argc, char **argv) {
         jw_begin_array(&w);
     } else {
         print_text(&opt, &ds, tok, vocab, &s, none_appended);
-        print_build_record(opt.prefix, &record);
+        if (mask_of_tokens)
+            printf("  built by:  megatrain data build --format sft: this is the loss mask of %s (1 where a token "
+                   "counts in the loss), not tokens; give %s as data, and its mask is read with it\n", tokens_of,
+                   tokens_of);
+        else
+            print_build_record(opt.prefix, &record);
         if (has_mask)
             printf("  loss mask: %s_mask.{bin,idx}: %lld of %lld tokens counted, %lld masked (%.1f%% masked)\n",
                    opt.prefix, (long long)counted, (long long)s.tokens, (long long)(s.tokens - counted),

@@ -120,6 +120,14 @@ static int open_sources(DataLoader *loader, const DataSource *sources, int count
             free(empty);
             return -1;
         }
+        char tokens_of[1100];
+        if (loss_mask_of(ds, sources[i].path, tokens_of, sizeof tokens_of)) {
+            mt_set_error(err, errlen, "%s[%d].path: %s is the loss mask of %s (its bytes are 0 and 1, not tokens): "
+                         "give %s, whose mask is read with it", key, i, sources[i].path, tokens_of, tokens_of);
+            indexed_dataset_close(ds);
+            free(empty);
+            return -1;
+        }
         indexed_dataset_advise_random(ds);
         int64_t a, b, tokens = 0;
         gpt_split_sequences(ds, weights, which, &a, &b);

@@ -33,6 +33,18 @@ int loss_mask_open(IndexedDataset *mask, const IndexedDataset *tokens, const cha
     return 1;
 }
 
+bool loss_mask_of(const IndexedDataset *ds, const char *prefix, char *tokens, size_t tokens_len) {
+    const size_t n = strlen(prefix), suffix = strlen("_mask");
+    if (ds->dtype_code != IDX_DTYPE_UINT8 || n <= suffix || strcmp(prefix + n - suffix, "_mask") != 0 ||
+        n - suffix >= tokens_len)
+        return false;
+    snprintf(tokens, tokens_len, "%.*s", (int)(n - suffix), prefix);
+    char idx[1200];
+    snprintf(idx, sizeof idx, "%s.idx", tokens);
+    struct stat sb;
+    return stat(idx, &sb) == 0;
+}
+
 int64_t loss_mask_counted(const IndexedDataset *mask) {
     int64_t counted = 0;
     for (int64_t q = 0; q < mask->num_sequences; q++) {

@@ -6,6 +6,8 @@
 #ifndef MT_DATA_LOSS_MASK_H
 #define MT_DATA_LOSS_MASK_H
 
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "indexed_dataset.h"
@@ -18,6 +20,11 @@ void loss_mask_prefix(const char *prefix, char *out, size_t outlen);
  * dataset), or -1 with err when the mask is unreadable, not uint8, or has
  * other documents or lengths than the tokens. */
 int loss_mask_open(IndexedDataset *mask, const IndexedDataset *tokens, const char *prefix, char *err, size_t errlen);
+
+/* Whether `ds` (opened from prefix) is itself the loss mask of another dataset: prefix is TOKENS_mask, its dtype
+ * uint8, and TOKENS.idx exists beside it; then TOKENS into tokens (tokens_len bytes). Training on a mask would read
+ * its 0/1 bytes as tokens. */
+bool loss_mask_of(const IndexedDataset *ds, const char *prefix, char *tokens, size_t tokens_len);
 
 /* Tokens with mask 1 over the whole dataset. */
 int64_t loss_mask_counted(const IndexedDataset *mask);

@@ -38,6 +38,11 @@ expect '"build_record":{"tokenizer":"byte","vocab_size":256,"same_as_tokenizer_o
   > /dev/null
 "$MEGATRAIN" data inspect "$D/chat" --docs 0 > "$D/out.txt"
 expect "end of document: none appended (its build record says so: a chat template ends each turn with its own"
+# the loss mask itself, inspected: said to be the mask of the tokens beside it, not tokens
+"$MEGATRAIN" data inspect "$D/chat_mask" --docs 0 > "$D/out.txt"
+expect "this is the loss mask of $D/chat (1 where a token counts in the loss), not tokens; give $D/chat as data"
+"$MEGATRAIN" data inspect "$D/chat_mask" --docs 0 --json > "$D/out.txt"
+expect "\"loss_mask_of\":\"$D/chat\""
 rm "$D/chat.build.json"
 "$MEGATRAIN" data inspect "$D/chat" --docs 0 > "$D/out.txt"
 expect "end of document (id 10) ends 0 of 20 documents"

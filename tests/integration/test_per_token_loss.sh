@@ -26,6 +26,16 @@ with open(sys.argv[1], "w") as f:
 PY
 "$MEGATRAIN" data build --format sft --chat-template llama3 --input "$WORK/chat.jsonl" --output "$WORK/sft" > /dev/null
 
+# the mask named as data (its 0/1 bytes would train as tokens) is refused, naming the tokens to give instead
+set +e
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/on_mask" --set train.steps=1 \
+  --set optimizer.schedule.warmup_steps=0 --set "data.train=[$WORK/sft_mask]" > "$WORK/on_mask.log" 2>&1
+rc=$?
+set -e
+[[ $rc -eq 1 ]] && grep -q "data.train\[0\].path: $WORK/sft_mask is the loss mask of $WORK/sft (its bytes are 0 and 1, \
+not tokens): give $WORK/sft" "$WORK/on_mask.log" || fail "training on the loss mask: $rc, $(cat "$WORK/on_mask.log")"
+echo "the loss mask named as training data: refused"
+
 COMMON=(--set train.steps=6 --set logging.interval=1 --set model.num_layers=2 --set train.seq_len=64
         --set "train.batch_schedule=[{step: 0, global_batch_size: 4}]" --set optimizer.schedule.warmup_steps=2
         --set checkpoint.interval=0 --set train.eval_interval=0 --set "data.train=[{path: $WORK/sft, weight: 1.0}]"
