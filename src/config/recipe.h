@@ -314,6 +314,8 @@ int model_config_difference(const ModelConfig *ckpt, const ModelConfig *recipe, 
  * FUNCTION also alpha (the scale alpha / rank of the adapters' product). */
 int peft_config_difference(const PeftConfig *ckpt, const PeftConfig *recipe, ModelMatch level, char *why,
                            size_t whylen);
+/* A LoRA peft: section as one line of YAML: "{type: lora, rank: 8, alpha: 24, target_modules: [q_proj, v_proj]}". */
+void peft_config_text(const PeftConfig *peft, char *out, size_t len);
 
 /* Whether data.cache_dir is its default, run.dir/data-cache (recipe_write writes it as null, so that a resume into
  * another run.dir caches there). */

@@ -3,6 +3,8 @@
  * writing the section only when LoRA is on, reading a `peft:` block
  * from a checkpoint's model.yaml with the same table, and comparing two
  * adapters' target modules. */
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "recipe_schema.h"
@@ -33,6 +35,14 @@ static void targets_text(unsigned targets, char *out, size_t len) {
     if (used < len) snprintf(out + used, len - used, "]");
 }
 
+void peft_config_text(const PeftConfig *peft, char *out, size_t len) {
+    char targets[160], alpha[32];
+    targets_text(peft->targets, targets, sizeof targets);
+    snprintf(alpha, sizeof alpha, "%.15g", peft->alpha); /* the shortest that reads back as the same alpha */
+    if (strtod(alpha, NULL) != peft->alpha) snprintf(alpha, sizeof alpha, "%.17g", peft->alpha);
+    snprintf(out, len, "{type: lora, rank: %d, alpha: %s, target_modules: %s}", peft->rank, alpha, targets);
+}
+
 int read_target_modules(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
     PeftConfig *peft = base;
     const YNode *node = entry->value;
@@ -44,16 +54,20 @@ int read_target_modules(void *base, const YEntry *entry, const char *path, char 
     }
     if (node->kind != YNODE_SEQUENCE || node->count == 0)
         return key_error(err, errlen, entry->loc, path, "expected a non-empty list of module names (%s) or all-linear, "
-                         "found %s", names, ytree_describe(node, found, sizeof found));
+                         "found %s", names, node->kind == YNODE_SEQUENCE ? "an empty list"
+                                                                        : ytree_describe(node, found, sizeof found));
     unsigned targets = 0;
     for (int i = 0; i < node->count; i++) {
         const YNode *item = node->entries[i].value;
         const int t = item->kind == YNODE_SCALAR ? target_index(item->text) : -1;
+        const char *guess = t < 0 && item->kind == YNODE_SCALAR ? suggest_name(lora_target_names, item->text) : NULL;
+        char hint[64] = "";
+        if (guess) snprintf(hint, sizeof hint, " (did you mean %s?)", guess);
         if (t < 0)
             return key_error(err, errlen, node->entries[i].loc, path,
-                             "item %d: %s is not a layer LoRA adapts here; expected one of %s (PEFT's and Hugging "
+                             "item %d: %s is not a layer LoRA adapts here%s; expected one of %s (PEFT's and Hugging "
                              "Face's names of the dense attention and MLP projections)", i,
-                             ytree_describe(item, found, sizeof found), names);
+                             ytree_describe(item, found, sizeof found), hint, names);
         if (targets >> t & 1u)
             return key_error(err, errlen, node->entries[i].loc, path, "item %d: %s is listed twice", i, item->text);
         targets |= 1u << t;

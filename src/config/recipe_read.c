@@ -131,6 +131,20 @@ const RecipeKey *find_key(const RecipeKey *keys, const char *name) {
     return NULL;
 }
 
+const char *suggest_name(const char *const *names, const char *name) {
+    const char *best = NULL;
+    int best_distance = 3;
+    for (; *names; names++) {
+        const int d = edit_distance(name, *names), longer = (int)strlen(name) - (int)strlen(*names);
+        /* a typo, not another name: qkv_proj (a fused projection) is no q_proj */
+        if (d < best_distance && d < (int)strlen(name) && longer >= -1 && longer <= 1) {
+            best = *names;
+            best_distance = d;
+        }
+    }
+    return best;
+}
+
 const char *suggest_key(const RecipeKey *keys, const char *name) {
     for (const RecipeKey *key = keys; key->name; key++)
         if (key->also && strcmp(key->also, name) == 0) return key->name; /* PEFT's r, lora_alpha, ... */

@@ -85,6 +85,8 @@ int read_section(void *base, const RecipeKey *keys, const YNode *map, YLoc loc, 
 /* The key of `keys` closest to `name` (edit distance <= 2, or a key that
  * starts with `name`), or NULL. */
 const char *suggest_key(const RecipeKey *keys, const char *name);
+/* The one of the NULL-ended `names` closest to `name` (edit distance <= 2, lengths within 1: a typo), or NULL. */
+const char *suggest_name(const char *const *names, const char *name);
 const RecipeKey *find_key(const RecipeKey *keys, const char *name);
 
 /* "a.b" + "c" -> "a.b.c" (or "c" when prefix is ""). */

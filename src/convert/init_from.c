@@ -26,39 +26,61 @@ static int compare_configs(const ModelConfig *a, const ModelConfig *b, char *why
 
 /* A checkpoint with LoRA adapters needs a recipe with the same ones, scaled alike (a model without adapters fits any
  * peft). */
-static int compare_adapters(const PeftConfig *a, const PeftConfig *b, char *why, size_t whylen) {
+static int compare_adapters(const PeftConfig *a, const PeftConfig *b, const char *dir, char *why, size_t whylen) {
     if (a->type == PEFT_NONE) return 0;
+    char theirs[256], differ[1024];
+    peft_config_text(a, theirs, sizeof theirs);
     if (b->type == PEFT_NONE) {
-        snprintf(why, whylen, "the checkpoint has LoRA adapters (peft.rank %d) but the recipe has no peft: section "
-                 "(merge them first: megatrain convert CKPT --merge-lora OUT)", a->rank);
+        snprintf(why, whylen, "the checkpoint has LoRA adapters but the recipe has no peft: section; to train them on, "
+                 "give the recipe the checkpoint's, peft: %s (or leave peft: out and give model: %.1024s/model.yaml, "
+                 "which carries it); to train the merged model whole, merge them first (megatrain convert %.1024s OUT "
+                 "--merge-lora) and init_from OUT", theirs, dir, dir);
         return -1;
     }
-    return peft_config_difference(a, b, MODEL_MATCH_FUNCTION, why, whylen);
+    if (peft_config_difference(a, b, MODEL_MATCH_FUNCTION, differ, sizeof differ) == 0) return 0;
+    snprintf(why, whylen, "%s; the recipe's peft: must match the checkpoint's, peft: %s (or leave peft: out and give "
+             "model: %.1024s/model.yaml, which carries it)", differ, theirs, dir);
+    return -1;
+}
+
+/* The checkpoint directory `path` names (dir), its model config (stored), checked against cfg. */
+static int check(const char *path, const ModelConfig *cfg, char *dir, size_t dirlen, ModelConfig *stored, char *err,
+                 size_t errlen) {
+    char why[4096];
+    if (ckpt_latest_dir(path, dir, dirlen, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "init_from: %s", why);
+        return MT_EXIT_FAILURE;
+    }
+    if (ckpt_read_model_config(dir, stored, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "init_from: %s", why);
+        return MT_EXIT_FAILURE;
+    }
+    if (compare_configs(stored, cfg, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "init_from: %s: %s; the recipe's model: must match the checkpoint's", dir, why);
+        return MT_EXIT_USAGE;
+    }
+    if (compare_adapters(&stored->peft, &cfg->peft, dir, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "init_from: %s: %s", dir, why);
+        return MT_EXIT_USAGE;
+    }
+    return 0;
+}
+
+int init_from_check(const char *path, const ModelConfig *cfg, char *err, size_t errlen) {
+    char dir[4096];
+    ModelConfig stored;
+    return check(path, cfg, dir, sizeof dir, &stored, err, errlen);
 }
 
 int init_from_checkpoint(Model *model, const char *path, CkptHfFiles *carried, CkptBaseRef *base, char *err,
                          size_t errlen) {
     char dir[4096], why[4096];
-    if (ckpt_latest_dir(path, dir, sizeof dir, why, sizeof why) != 0) {
-        mt_set_error(err, errlen, "init_from: %s", why);
-        return MT_EXIT_FAILURE;
-    }
     ModelConfig stored;
-    if (ckpt_read_model_config(dir, &stored, why, sizeof why) != 0) {
-        mt_set_error(err, errlen, "init_from: %s", why);
-        return MT_EXIT_FAILURE;
-    }
-    if (compare_configs(&stored, &model->cfg, why, sizeof why) != 0) {
-        mt_set_error(err, errlen, "init_from: %s: %s; the recipe's model: must match the checkpoint's", dir, why);
-        return MT_EXIT_USAGE;
-    }
+    const int status = check(path, &model->cfg, dir, sizeof dir, &stored, err, errlen);
+    if (status != 0) return status;
     /* LoRA from a model without adapters (a converted Hugging Face model): its weights become the frozen base
      * and the adapters keep their initialisation; from a LoRA checkpoint, the adapters come along */
     const bool base_only = model->cfg.peft.type == PEFT_LORA && stored.peft.type == PEFT_NONE;
-    if (compare_adapters(&stored.peft, &model->cfg.peft, why, sizeof why) != 0) {
-        mt_set_error(err, errlen, "init_from: %s: %s; the recipe's peft: must match the checkpoint's", dir, why);
-        return MT_EXIT_USAGE;
-    }
     if (ckpt_load_init(dir, model, base_only, why, sizeof why) != 0) {
         mt_set_error(err, errlen, "init_from: %s", why);
         return MT_EXIT_FAILURE;

@@ -28,4 +28,8 @@
 int init_from_checkpoint(Model *model, const char *path, CkptHfFiles *carried, CkptBaseRef *base, char *err,
                          size_t errlen);
 
+/* The checks alone, against a recipe's model cfg, before any data or weights are read (train_setup: a mismatch is
+ * said before a large data set's index is built). The same statuses. */
+int init_from_check(const char *path, const ModelConfig *cfg, char *err, size_t errlen);
+
 #endif

@@ -468,6 +468,10 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
         }
     }
     status = train_setup_agree(ctx, status, err);
+    /* init_from's model against the recipe's before the data is read (a large data set's index takes a while); the
+     * weights' load checks it again */
+    if (status == 0 && recipe->init_from[0])
+        status = train_setup_agree(ctx, init_from_check(recipe->init_from, &recipe->model, err, errlen), err);
     if (status == 0) status = train_setup_common(ctx, recipe, recipe->init_from[0] ? recipe->init_from : NULL,
                                                  "init_from", err, errlen);
     if (status == 0) {

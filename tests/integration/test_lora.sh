@@ -138,12 +138,16 @@ expect_refused "LoRA on MoE" "peft: LoRA on a mixture-of-experts model (model.fa
   plan "$REPO/recipes/tiny/mixtral.yaml" "${LORA[@]}"
 expect_refused "a rank tp does not divide" "peft.rank: expected a multiple of parallel.tp (2)" 1 \
   plan "$REPO/recipes/tiny/llama.yaml" --set "peft={type: lora, rank: 3, alpha: 8}" --set parallel.tp=2
-expect_refused "init_from LoRA without peft" "the checkpoint has LoRA adapters (peft.rank 4) but the recipe has no peft" 1 \
+expect_refused "init_from LoRA without peft" "the checkpoint has LoRA adapters but the recipe has no peft: section; to train them on, give the recipe the \
+checkpoint's, peft: {type: lora, rank: 4, alpha: 8, target_modules: \[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, \
+down_proj\]}" 1 \
   run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/no-peft" "${COMMON[@]}" --set train.steps=1 \
   --set init_from="$WORK/lora/checkpoints/iter_0000006"
-expect_refused "init_from LoRA with another alpha" "peft.alpha is 8 in the checkpoint but 16 in the recipe" 1 \
+expect_refused "init_from LoRA with another alpha" "peft.alpha is 8 in the checkpoint but 16 in the recipe; the recipe's peft: must match the checkpoint's, peft: \
+{type: lora, rank: 4, alpha: 8, target_modules: \[q_proj, " 1 \
   run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/other-alpha" "${COMMON[@]}" --set train.steps=1 \
-  --set "peft={type: lora, rank: 4, alpha: 16}" --set init_from="$WORK/lora/checkpoints/iter_0000006"
+  --set "peft={type: lora, rank: 4, alpha: 16}" --set init_from="$WORK/lora/checkpoints/iter_0000006" \
+  --set "data.train=[$WORK/no-such-data]" # said before any data is read
 if [[ -x "$REPO/build/cuda/megatrain" ]]; then
   MEGATRAIN="$REPO/build/cuda/megatrain" expect_refused "peft on cuda" "peft: LoRA is not implemented on GPUs yet" 1 \
     run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/cuda" "${COMMON[@]}" "${LORA[@]}" --set run.device=cuda \

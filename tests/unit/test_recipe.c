@@ -788,10 +788,14 @@ static const ErrorCase error_cases[] = {
      "    - qkv_proj\nparallel:", NULL, 1, "- qkv_proj", "peft.target_modules",
      "item 1: 'qkv_proj' is not a layer LoRA adapts here; expected one of q_proj, k_proj, v_proj, o_proj, gate_proj, "
      "up_proj, down_proj"},
+    {"peft_target_typo", "parallel:", "peft:\n  type: lora\n  rank: 4\n  alpha: 8\n  target_modules: [q_prj]\nparallel:",
+     NULL, 1, "target_modules", "peft.target_modules", "item 0: 'q_prj' is not a layer LoRA adapts here (did you mean "
+     "q_proj?); expected one of"},
     {"peft_target_twice", "parallel:", "peft:\n  type: lora\n  rank: 4\n  alpha: 8\n  target_modules: [q_proj, q_proj]\n"
      "parallel:", NULL, 1, "target_modules", "peft.target_modules", "item 1: q_proj is listed twice"},
     {"peft_targets_empty", "parallel:", "peft:\n  type: lora\n  rank: 4\n  alpha: 8\n  target_modules: []\nparallel:",
-     NULL, 1, "target_modules", "peft.target_modules", "expected a non-empty list of module names"},
+     NULL, 1, "target_modules", "peft.target_modules", "expected a non-empty list of module names (q_proj, k_proj, "
+     "v_proj, o_proj, gate_proj, up_proj, down_proj) or all-linear, found an empty list"},
     {"peft_dropout", "parallel:", "peft:\n  type: lora\n  rank: 4\n  alpha: 8\n  dropout: 0.1\nparallel:", NULL, 1,
      "dropout", "peft.dropout", "expected 0: LoRA dropout is not implemented yet, found 0.1"},
     {"peft_type_enum", "parallel:", "peft:\n  type: dora\n  rank: 4\n  alpha: 8\nparallel:", NULL, 1, "type: dora",
