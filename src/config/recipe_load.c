@@ -9,6 +9,7 @@
 
 #include "recipe_schema.h"
 #include "../core/error.h"
+#include "../core/json.h"
 
 /* Find model file `name`: as given (relative to the current directory),
  * else in the recipe's directory and each of its parents. */
@@ -172,6 +173,12 @@ static int absolute_path(char *path, size_t size, const char *key, char *err, si
     if (!getcwd(cwd, sizeof cwd)) {
         mt_set_error(err, errlen, "%s: %s is relative, and the current directory cannot be read to resolve it", key,
                      path);
+        return -1;
+    }
+    if (!utf8_valid(cwd, strlen(cwd))) { /* recipe.yaml could not hold it: no checkpoint of the run would resume */
+        mt_set_error(err, errlen, "%s: %s is relative, and the current directory's path is not UTF-8, which "
+                     "recipe.yaml (YAML text) cannot hold: give an absolute path, or start from another directory",
+                     key, path);
         return -1;
     }
     const char *rest = path;

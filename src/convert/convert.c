@@ -11,6 +11,7 @@
 
 #include "../ckpt/ckpt_locate.h"
 #include "../core/error.h"
+#include "../core/json.h"
 #include "hf_families.h"
 #include "peft_config.h"
 
@@ -132,6 +133,9 @@ int convert_main(int argc, char **argv) {
     if (options.base_model && stat(options.base_model, &st_base) == 0 && S_ISDIR(st_base.st_mode) &&
         realpath(options.base_model, base_dir))
         options.base_model = base_dir;
+    if (options.base_model && !utf8_valid(options.base_model, strlen(options.base_model)))
+        return usage_error("--base-model %s: the path is not UTF-8, which adapter_config.json (JSON text) cannot hold",
+                           options.base_model); /* a directory made absolute: the current directory's too */
     if (options.merge_lora && options.base_model)
         return usage_error("%s", "--base-model names the base of PEFT's adapter directory; --merge-lora writes a whole "
                                  "model, which has none");

@@ -117,6 +117,12 @@ static size_t utf8_sequence(const unsigned char *s, size_t avail) {
     return n;
 }
 
+bool utf8_valid(const char *s, size_t n) {
+    for (size_t i = 0, k; i < n; i += k)
+        if ((k = utf8_sequence((const unsigned char *)s + i, n - i)) == 0) return false;
+    return true;
+}
+
 static int32_t read_hex4(Parser *ps) {
     if (ps->len - ps->pos < 4) return -1;
     int32_t v = 0;

@@ -69,6 +69,10 @@ const char *json_type_name(JsonType type);
 /* "line L, column C" of byte `offset` in text. */
 void json_location(const char *text, size_t len, size_t offset, char *out, size_t outlen);
 
+/* Whether s[0..n) is valid UTF-8 (no overlongs, no surrogates, at most U+10FFFF): what JSON and YAML text may hold;
+ * a path written into a recipe, a checkpoint's files or adapter_config.json must be. */
+bool utf8_valid(const char *s, size_t n);
+
 /* ---- writer ---- */
 
 #define JSON_WRITER_MAX_DEPTH 64

@@ -25,6 +25,7 @@
 #include "../config/recipe.h"
 #include "../core/error.h"
 #include "../core/fs.h"
+#include "../core/json.h"
 #include "../dist/comm.h"
 #include "../dist/launch_env.h"
 #include "train.h"
@@ -82,14 +83,31 @@ static int parse_args(int argc, char **argv, const char **dir, const char **sets
     return 0;
 }
 
-/* "run.dir=\"DIR\"" with YAML escapes. */
-static void run_dir_override(char *out, size_t len, const char *dir) {
+/* "run.dir=\"DIR\"" as a YAML double-quoted scalar that reads back as DIR byte for byte: '"' and '\\' escaped,
+ * every control character as \xNN (YAML folds a raw line break into a space: the run would continue elsewhere).
+ * -1 with err when DIR cannot be said so: not UTF-8 (YAML holds text), or too long for run.dir. */
+static int run_dir_override(char *out, size_t len, const char *dir, char *err, size_t errlen) {
+    if (!utf8_valid(dir, strlen(dir))) {
+        mt_set_error(err, errlen, "%s: the run directory's path is not UTF-8, which a recipe (YAML) cannot hold: "
+                     "rename it, or resume its checkpoint with --set run.dir=NEW", dir);
+        return -1;
+    }
+    if (strlen(dir) >= MT_PATH_MAX) {
+        mt_set_error(err, errlen, "%s: the run directory's path is longer than run.dir holds (%d bytes)", dir,
+                     MT_PATH_MAX - 1);
+        return -1;
+    }
     size_t n = (size_t)snprintf(out, len, "run.dir=\"");
-    for (const char *p = dir; *p && n + 4 < len; p++) {
+    for (const unsigned char *p = (const unsigned char *)dir; *p && n + 8 < len; p++) {
+        if (*p < 0x20 || *p == 0x7f) {
+            n += (size_t)snprintf(out + n, len - n, "\\x%02x", *p);
+            continue;
+        }
         if (*p == '"' || *p == '\\') out[n++] = '\\';
-        out[n++] = *p;
+        out[n++] = (char)*p;
     }
     snprintf(out + n, len - n, "\"");
+    return 0;
 }
 
 /* Move an unusable checkpoint aside as <dir>.invalid[.K]; never deletes.
@@ -108,12 +126,29 @@ static void move_aside(const char *dir) {
     }
 }
 
-/* Later saves of the resumed run land in run.dir/checkpoints. In the run's own directory (also the recipe's
- * run.dir of a checkpoint copied out of its run): refuse when it holds checkpoints newer than `step` (they would be
- * mixed with the new ones). In another directory (a branch, --set run.dir=NEW): refuse any checkpoint there, which
- * would be another run's (or branch's), mixed with this one's and deleted by its retention, as `run` refuses them. */
-static int check_target_dir(const Recipe *recipe, const CkptLocation *loc, bool branch, long step, char *err,
-                            size_t errlen) {
+/* Whether run_dir holds the checkpoint `ckpt` itself (of step `step`: the same metadata, byte for byte): then its
+ * checkpoints are this run's, and `ckpt` a copy of one of them. */
+static bool holds_same_checkpoint(const char *run_dir, const char *ckpt, long step) {
+    char mine[MT_PATH_MAX + 64], theirs[MT_PATH_MAX + 64], ignored[256];
+    snprintf(mine, sizeof mine, "%s/%s", ckpt, CKPT_METADATA_FILE);
+    snprintf(theirs, sizeof theirs, "%s/checkpoints/iter_%07ld/%s", run_dir, step, CKPT_METADATA_FILE);
+    size_t na = 0, nb = 0;
+    char *a = mt_read_file(mine, (size_t)1 << 30, &na, ignored, sizeof ignored);
+    char *b = a ? mt_read_file(theirs, (size_t)1 << 30, &nb, ignored, sizeof ignored) : NULL;
+    const bool same = a && b && na == nb && memcmp(a, b, na) == 0;
+    free(a);
+    free(b);
+    return same;
+}
+
+/* Later saves of the resumed run (from checkpoint `ckpt` of step `step`) land in run.dir/checkpoints. In the run's
+ * own directory: refuse when it holds checkpoints newer than `step` (they would be mixed with the new ones). In
+ * another directory (a branch, --set run.dir=NEW): refuse any checkpoint there, which would be another run's (or
+ * branch's), mixed with this one's and deleted by its retention, as `run` refuses them. A checkpoint outside a run's
+ * checkpoints/ (a copy kept aside) continues in its recipe's run.dir, often relative to wherever resume runs: the
+ * run's own only when that holds the very checkpoint copied, else maybe another run's, refused as a branch. */
+static int check_target_dir(const Recipe *recipe, const CkptLocation *loc, const char *ckpt, bool run_dir_given,
+                            long step, char *err, size_t errlen) {
     char dir[MT_PATH_MAX + 16];
     snprintf(dir, sizeof dir, "%s/checkpoints", recipe->run.dir);
     long *steps = NULL;
@@ -121,7 +156,17 @@ static int check_target_dir(const Recipe *recipe, const CkptLocation *loc, bool 
     if (n < 0) return MT_EXIT_FAILURE;
     long newest = n > 0 ? steps[n - 1] : -1;
     free(steps);
-    if (n > 0 && branch && !mt_same_file(recipe->run.dir, loc->run_dir)) {
+    const bool copy_elsewhere = !run_dir_given && !loc->run_dir[0] && n > 0 &&
+                                !holds_same_checkpoint(recipe->run.dir, ckpt, step);
+    if (copy_elsewhere) {
+        mt_set_error(err, errlen,
+                     "%s is not inside a run's checkpoints/ directory, so the run would continue in its recipe's "
+                     "run.dir, '%s', which holds checkpoints (the newest at step %ld) but not this one: maybe another "
+                     "run's, which would be mixed with this one's (and deleted by its retention); continue in an "
+                     "empty directory: --set run.dir=NEW", ckpt, recipe->run.dir, newest);
+        return MT_EXIT_USAGE;
+    }
+    if (n > 0 && run_dir_given && !mt_same_file(recipe->run.dir, loc->run_dir)) {
         mt_set_error(err, errlen,
                      "run.dir: '%s' already holds checkpoints (the newest at step %ld) of another run or branch; "
                      "their checkpoints would be mixed with this one's (and deleted by its retention): continue in "
@@ -223,10 +268,11 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     }
 
     const char *overrides[MAX_OVERRIDES + 1];
-    char run_dir_set[MT_PATH_MAX + 32];
+    char run_dir_set[4 * MT_PATH_MAX + 32];
     int n = 0;
     if (loc->run_dir[0]) {
-        run_dir_override(run_dir_set, sizeof run_dir_set, loc->run_dir);
+        if (run_dir_override(run_dir_set, sizeof run_dir_set, loc->run_dir, err, sizeof err) != 0)
+            return refuse_together(MT_EXIT_USAGE, "resume: %s", err);
         overrides[n++] = run_dir_set;
     }
     for (int i = 0; i < num_sets; i++) overrides[n++] = sets[i];
@@ -277,9 +323,9 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     }
     if (ckpt_model_shape_check(&stored, &recipe.model, err, sizeof err) != 0)
         return refuse_together(MT_EXIT_USAGE, "%s", err);
-    bool branch = false; /* --set run.dir=NEW */
-    for (int i = 0; i < num_sets; i++) branch |= !strncmp(sets[i], "run.dir=", 8);
-    int status = check_target_dir(&recipe, loc, branch, step, err, sizeof err);
+    bool run_dir_given = false; /* --set run.dir=NEW */
+    for (int i = 0; i < num_sets; i++) run_dir_given |= !strncmp(sets[i], "run.dir=", 8);
+    int status = check_target_dir(&recipe, loc, dir, run_dir_given, step, err, sizeof err);
     if (status != 0) return refuse_together(status, "%s", err);
     /* A checkpoint that stores its frozen base has none recorded to reference: the run goes on storing it. */
     if (recipe.model.peft.type == PEFT_LORA && !references_base) recipe.checkpoint.frozen_base = FROZEN_BASE_STORE;

@@ -288,6 +288,10 @@ adapter_model.safetensors: save the adapter again with PEFT's save_pretrained(..
 spoiled_peft with_config 's|x|x|' && cp "$PEFT/llama/base/config.json" "$WORK/with_config/"
 "$MEGATRAIN" convert "$WORK/with_config" "$WORK/with_config.ckpt" --base-model "$PEFT/llama/base" > /dev/null 2>&1 ||
   fail "PEFT: an adapter directory holding a config.json was not read as an adapter"
+# a --base-model that is not UTF-8: adapter_config.json (JSON) could not hold it
+set +e; "$MEGATRAIN" convert "$WORK/x" "$WORK/y" --base-model "$(printf 'base\xff')" > "$WORK/utf8.log" 2>&1; rc=$?; set -e
+[[ $rc -eq 2 ]] && grep -q "the path is not UTF-8, which adapter_config.json (JSON text) cannot hold" "$WORK/utf8.log" ||
+  fail "--base-model not UTF-8: exit $rc: $(cat "$WORK/utf8.log")"
 # launched on 2 ranks (a job script's `mpirun -np N` before every step): rank 0 converts, the other leaves at once
 # (before, both wrote DST and one failed with "cannot rename ... File exists")
 if command -v mpirun > /dev/null; then

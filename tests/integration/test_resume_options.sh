@@ -6,6 +6,9 @@
 # - `run` into a run.dir with checkpoints is refused (exit 2);
 # - an older checkpoint named while newer ones exist is refused, and with
 #   --set run.dir=NEW it branches into NEW with the original's losses (its index cache in NEW);
+# - a checkpoint copied out of its run continues in its recipe's run.dir when
+#   that holds the same checkpoint, and is refused when it holds others
+#   (another run's); a run.dir whose name holds a line break resumes there;
 # - a finished run has nothing to do (exit 0); a directory without
 #   checkpoints is an error (exit 1);
 # - a checkpoint that cannot be written (file size limit) stops the run with
@@ -162,6 +165,32 @@ run "$WORK/own" 20 > /dev/null
 mkdir -p "$WORK/bk"; cp -r "$WORK/own/checkpoints/iter_0000020" "$WORK/bk/"
 expect 0 "done: 30 steps" "$MEGATRAIN" resume "$WORK/bk/iter_0000020" --set train.steps=30
 [[ -d "$WORK/own/checkpoints/iter_0000030" ]] || fail "the copied checkpoint did not go on in its run.dir"
+# ... but not into a run.dir that does not hold that checkpoint: another run's (the recipe's run.dir is often
+# relative, so that of whatever directory resume runs in), whose checkpoints retention would delete (it did)
+run "$WORK/gone" 20 > /dev/null
+cp -r "$WORK/gone/checkpoints/iter_0000020" "$WORK/bk/gone20"
+rm -rf "$WORK/gone"; run "$WORK/gone" 10 --set run.seed=7 > /dev/null # another run, at the same run.dir
+expect 2 "bk/gone20 is not inside a run's checkpoints/ directory, so the run would continue in its recipe's run.dir, \
+'$WORK/gone', which holds checkpoints (the newest at step 10) but not this one" \
+  "$MEGATRAIN" resume "$WORK/bk/gone20" --set train.steps=30 --set checkpoint.keep_last=1
+[[ "$(ls "$WORK/gone/checkpoints")" == "$(printf 'iter_0000010\nlatest_checkpointed_iteration.txt')" ]] ||
+  fail "the refused resume changed the other run's checkpoints: $(ls "$WORK/gone/checkpoints")"
+expect 0 "done: 30 steps" "$MEGATRAIN" resume "$WORK/bk/gone20" --set train.steps=30 --set run.dir="$WORK/gone-on"
+# a run.dir whose name holds a line break resumes there (YAML folded it into a space: another directory)
+nl_dir="$WORK/line
+break"
+cp -r "$WORK/own" "$nl_dir"
+expect 0 "done: 31 steps" "$MEGATRAIN" resume "$nl_dir" --set train.steps=31
+[[ -d "$nl_dir/checkpoints/iter_0000031" && ! -e "$WORK/line break" ]] || fail "the resume left its run.dir"
+# a path that is not UTF-8 (which YAML cannot hold): a run directory refused naming it, not a --set; relative data
+# paths from such a current directory refused at the start (recipe.yaml could not hold them: no checkpoint of the
+# run would have resumed)
+bad_dir="$WORK/$(printf 'bad\xff')dir"
+cp -r "$WORK/own" "$bad_dir"
+expect 2 "resume: $bad_dir: the run directory's path is not UTF-8" "$MEGATRAIN" resume "$bad_dir" --set train.steps=32
+(cd "$bad_dir" && expect 2 "data.train\[0\].path: corpus is relative, and the current directory's path is not UTF-8" \
+  run "$WORK/bad-cwd" 10 --set "data.train=[corpus]")
+echo "a copied checkpoint resumes in its own run.dir, not another run's; run.dir with a line break; non-UTF-8 paths refused"
 # a branch only reads its source: a damaged checkpoint there is skipped, not moved aside
 cp -r "$WORK/a" "$WORK/src"; rm "$WORK/src/checkpoints/iter_0000030/metadata.mtck"
 expect 0 "resume: from .*iter_0000020 at step 20" "$MEGATRAIN" resume "$WORK/src" --set run.dir="$WORK/branch2" \

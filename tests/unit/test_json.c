@@ -5,6 +5,7 @@
  * Python's repr spells them and read back exactly. */
 #include <math.h>
 #include <setjmp.h>
+#include <stdbool.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -326,6 +327,24 @@ static void test_double_format(void **state) {
     }
 }
 
+/* utf8_valid: text a recipe or adapter_config.json can hold (a path of any bytes may not be) */
+static void test_utf8_valid(void **state) {
+    (void)state;
+    static const struct {
+        const char *s;
+        bool valid;
+    } cases[] = {
+        {"", true}, {"/runs/a b\n\"c\"", true}, {"caf\xc3\xa9", true}, {"\xe2\x82\xac \xf0\x9f\x98\x80", true},
+        {"bad\xff" "dir", false}, /* not a UTF-8 byte */
+        {"\xc3", false},            /* cut short */
+        {"\xc0\xaf", false},        /* overlong '/' */
+        {"\xed\xa0\x80", false},    /* a surrogate */
+        {"\xf4\x90\x80\x80", false}, /* above U+10FFFF */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        if (utf8_valid(cases[i].s, strlen(cases[i].s)) != cases[i].valid) fail_msg("case %zu", i);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_values_and_nesting),
@@ -336,6 +355,7 @@ int main(void) {
         cmocka_unit_test(test_truncations_and_mutations),
         cmocka_unit_test(test_writer),
         cmocka_unit_test(test_double_format),
+        cmocka_unit_test(test_utf8_valid),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
