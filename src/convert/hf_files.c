@@ -47,7 +47,17 @@ int hf_files_collect(const char *dir, CkptHfFiles *out, char *err, size_t errlen
         char path[4096];
         snprintf(path, sizeof path, "%s/%s", dir, ckpt_hf_carried_names[i]);
         struct stat st;
-        if (stat(path, &st) != 0 && errno == ENOENT) continue; /* not in this directory (a dangling link too) */
+        if (stat(path, &st) != 0 && errno == ENOENT) {
+            /* a dangling link: an interrupted Hub download's snapshot (its blob missing): carried nothing, said */
+            char target[4096];
+            const ssize_t n = lstat(path, &st) == 0 && S_ISLNK(st.st_mode) ? readlink(path, target, sizeof target - 1)
+                                                                           : -1;
+            if (n >= 0) {
+                target[n] = '\0';
+                mt_warn("%s -> %s: a link to nothing (an interrupted download?); not carried", path, target);
+            }
+            continue; /* not in this directory */
+        }
         unsigned char *data = NULL;
         size_t len = 0;
         int rc = read_whole(path, &data, &len, err, errlen);

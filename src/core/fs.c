@@ -222,6 +222,28 @@ FILE *mt_fopen_regular(const char *path, const char *expected, uint64_t *size, c
     return f;
 }
 
+FILE *mt_fopen_output(const char *path, bool append, char *err, size_t errlen) {
+    int fd;
+    do fd = open(path, O_WRONLY | O_CREAT | O_NONBLOCK | O_CLOEXEC | (append ? O_APPEND : O_TRUNC), 0666);
+    while (fd < 0 && errno == EINTR);
+    if (fd < 0) {
+        if (errno == ENXIO) mt_set_error(err, errlen, "%s: is a FIFO, expected a regular file to write", path);
+        else mt_set_error(err, errlen, "%s: cannot open for writing: %s", path, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    const int flags = fcntl(fd, F_GETFL);
+    FILE *f = NULL;
+    if (fstat(fd, &st) != 0)
+        mt_set_error(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
+    else if (!S_ISREG(st.st_mode))
+        mt_set_error(err, errlen, "%s: is %s, expected a regular file", path, mt_file_kind((unsigned int)st.st_mode));
+    else if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0 || !(f = fdopen(fd, append ? "a" : "w")))
+        mt_set_error(err, errlen, "%s: cannot open for writing: %s", path, strerror(errno));
+    if (!f) close(fd);
+    return f;
+}
+
 char *mt_read_file(const char *path, size_t max_bytes, size_t *len, char *err, size_t errlen) {
     uint64_t size = 0;
     FILE *f = mt_fopen_regular(path, NULL, &size, err, errlen);

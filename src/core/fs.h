@@ -21,6 +21,10 @@ int mt_open_regular(const char *path, const char *expected, uint64_t *size, char
 /* mt_open_regular as a FILE* opened "rb" (NULL with err). */
 FILE *mt_fopen_regular(const char *path, const char *expected, uint64_t *size, char *err, size_t errlen);
 
+/* A file to write, created if missing (mode 0666 less the umask), appended to or truncated, as fopen's "a" / "w";
+ * never blocks on a FIFO: anything but a regular file is refused, naming it (NULL with err). */
+FILE *mt_fopen_output(const char *path, bool append, char *err, size_t errlen);
+
 /* write(2) all n bytes (in chunks of at most 1 GiB, retrying on EINTR). 0, or -1 with errno set. */
 int mt_write_all(int fd, const void *data, size_t n);
 

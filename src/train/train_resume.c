@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "../ckpt/checkpoint.h"
@@ -23,8 +24,10 @@
 static int trim_metrics(const char *run_dir, long step, char *err, size_t errlen) {
     char path[MT_PATH_MAX + 32], tmp[MT_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
-    FILE *in = fopen(path, "r");
-    if (!in) return 0; /* nothing logged yet: metrics_open creates it */
+    struct stat st;
+    if (stat(path, &st) != 0 && errno == ENOENT) return 0; /* nothing logged yet: metrics_open creates it */
+    FILE *in = mt_fopen_regular(path, NULL, NULL, err, errlen); /* never blocks on a FIFO */
+    if (!in) return -1;
     if (mt_temp_name(tmp, sizeof tmp, path) != 0) {
         fclose(in);
         mt_set_error(err, errlen, "%s: path too long", path);

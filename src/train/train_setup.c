@@ -35,11 +35,8 @@ static int make_dirs(const char *path, char *err, size_t errlen) {
 static int truncate_metrics(const char *run_dir, char *err, size_t errlen) {
     char path[MT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        mt_set_error(err, errlen, "%s: cannot create: %s", path, strerror(errno));
-        return -1;
-    }
+    FILE *f = mt_fopen_output(path, false, err, errlen);
+    if (!f) return -1;
     fclose(f);
     return 0;
 }

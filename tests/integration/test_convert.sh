@@ -288,6 +288,13 @@ adapter_model.safetensors: save the adapter again with PEFT's save_pretrained(..
 spoiled_peft with_config 's|x|x|' && cp "$PEFT/llama/base/config.json" "$WORK/with_config/"
 "$MEGATRAIN" convert "$WORK/with_config" "$WORK/with_config.ckpt" --base-model "$PEFT/llama/base" > /dev/null 2>&1 ||
   fail "PEFT: an adapter directory holding a config.json was not read as an adapter"
+# a Hub snapshot whose tokenizer.json blob is missing (an interrupted download: a link to nothing) converts, saying
+# that the file is not carried
+cp -r "$FIX/llama3_export" "$WORK/dangling" && rm "$WORK/dangling/tokenizer.json"
+ln -s "$WORK/blobs/missing" "$WORK/dangling/tokenizer.json"
+"$MEGATRAIN" convert "$WORK/dangling" "$WORK/dangling.ckpt" > "$WORK/dangling.log" 2>&1 || fail "dangling: $(cat "$WORK/dangling.log")"
+grep -q "warning: $WORK/dangling/tokenizer.json -> $WORK/blobs/missing: a link to nothing (an interrupted download?); \
+not carried" "$WORK/dangling.log" || fail "a dangling tokenizer.json link not said: $(cat "$WORK/dangling.log")"
 # a --base-model that is not UTF-8: adapter_config.json (JSON) could not hold it
 set +e; "$MEGATRAIN" convert "$WORK/x" "$WORK/y" --base-model "$(printf 'base\xff')" > "$WORK/utf8.log" 2>&1; rc=$?; set -e
 [[ $rc -eq 2 ]] && grep -q "the path is not UTF-8, which adapter_config.json (JSON text) cannot hold" "$WORK/utf8.log" ||

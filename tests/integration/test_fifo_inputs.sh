@@ -4,7 +4,8 @@
 # indexed dataset, a tokenizer) is refused at once with an error naming it and
 # exit status 1 or 2; it is never opened for a blocking read, which would wait
 # forever for a writer. A FIFO as a run's latest-checkpoint pointer is ignored
-# with a warning (as a damaged pointer is), and resume goes on.
+# with a warning (as a damaged pointer is), and resume goes on. A FIFO as the
+# run's metrics.jsonl (an output) is refused too, by run and by resume.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 FIX="$REPO/tests/fixtures/hf"
@@ -111,4 +112,13 @@ grep -qF "warning: $pointer holds nothing readable (it is a FIFO), not a step nu
   fail "no warning naming the FIFO $pointer: $(head -n 3 "$WORK/resume.log")"
 grep -q "resume: from .*iter_0000002 at step 2" "$WORK/resume.log" || fail "did not resume from step 2"
 
+# an output that is a FIFO: the run's metrics.jsonl (written by run, read and rewritten by resume) is refused, not
+# opened to block forever for a reader
+mkfifo "$WORK/run/metrics.jsonl.fifo"
+rm "$WORK/run/metrics.jsonl" && mv "$WORK/run/metrics.jsonl.fifo" "$WORK/run/metrics.jsonl"
+expect_fifo_refused "$WORK/run/metrics.jsonl" "$MEGATRAIN" resume "$WORK/run" --set train.steps=4
+mkdir -p "$WORK/fresh" && mkfifo "$WORK/fresh/metrics.jsonl"
+expect_fifo_refused "$WORK/fresh/metrics.jsonl" "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" \
+  --set run.dir="$WORK/fresh" --set train.steps=2 --set "data.train=[{path: $WORK/english, weight: 1.0}]" \
+  --set optimizer.schedule.warmup_steps=1
 echo "PASS test_fifo_inputs"
