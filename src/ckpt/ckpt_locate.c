@@ -32,9 +32,10 @@ int ckpt_locate(const char *arg, CkptLocation *loc, char *err, size_t errlen) {
     }
     size_t n = strlen(path);
     while (n > 1 && path[n - 1] == '/') path[--n] = '\0';
+    struct stat st;
     if (!is_dir(path)) {
-        mt_set_error(err, errlen, "%s: no such directory (expected a run directory, its checkpoints/ directory, or "
-                     "a checkpoint directory iter_NNNNNNN)", arg);
+        mt_set_error(err, errlen, "%s: %s (expected a run directory, its checkpoints/ directory, or a checkpoint "
+                     "directory iter_NNNNNNN)", arg, stat(path, &st) == 0 ? "not a directory" : "no such directory");
         return -1;
     }
     char probe[MT_PATH_MAX + 64];

@@ -188,6 +188,10 @@ int inspect_main(int argc, char **argv) {
         mt_error("unexpected argument '%s'\n%s", argv[1], inspect_usage);
         return MT_EXIT_USAGE;
     }
+    if (argv[0][0] == '-' && argv[0][1] != '\0') { /* as every command says of an option it does not know */
+        mt_error("unknown option '%s'\n%s", argv[0], inspect_usage);
+        return MT_EXIT_USAGE;
+    }
     CkptLocation loc;
     char err[2048];
     if (ckpt_locate(argv[0], &loc, err, sizeof err) != 0) {

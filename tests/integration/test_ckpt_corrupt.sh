@@ -26,6 +26,12 @@ ck="$WORK/a/checkpoints"
 "$MEGATRAIN" inspect "$ck/iter_0000030" > "$WORK/ok.txt" || fail "inspect of an intact checkpoint failed"
 grep -q "every checksum verified" "$WORK/ok.txt" || fail "inspect did not report success"
 grep -q "^optimizer.v.lm_head.weight *\[256, 64\] *fp32" "$WORK/ok.txt" || fail "inspect does not list tensors: $(head "$WORK/ok.txt")"
+# usage: an option inspect does not know is said so (exit 2, as every command); a file is not a missing directory
+status=0; "$MEGATRAIN" inspect --bogus > "$WORK/usage.txt" 2>&1 || status=$?
+[[ $status -eq 2 ]] && grep -q "unknown option '--bogus'" "$WORK/usage.txt" || fail "inspect --bogus: $status $(cat "$WORK/usage.txt")"
+status=0; "$MEGATRAIN" inspect "$ck/iter_0000030/metadata.mtck" > "$WORK/usage.txt" 2>&1 || status=$?
+[[ $status -eq 1 ]] && grep -q "metadata.mtck: not a directory (expected a run directory" "$WORK/usage.txt" ||
+  fail "inspect FILE: $status $(cat "$WORK/usage.txt")"
 [[ $(grep -c " ok$" "$WORK/ok.txt") -eq $((21 * 3 + 3)) ]] || fail "expected 63 tensors and 3 files checked ok"
 
 # A checkpoint deleted while inspect reads it (a live run's retention; tests/integration/vanish_on_open.c removes
