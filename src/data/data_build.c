@@ -552,17 +552,21 @@ static int resolve_template(BuildOptions *opt, const Tokenizer *tok) {
     free(jinja);
     if (opt->chat_template_auto) {
         if (own < 0) {
-            if (found)
-                mt_error("data build: --chat-template auto: the model's chat template (%s) is none of %s: give "
-                         "--chat-template NAME", from, sft_template_names());
+            if (found) /* another model's template: rendering it with one of ours would not be what it sees */
+                mt_error("data build: --chat-template auto: the model's chat template (%s) is none of those megatrain "
+                         "renders (%s), and arbitrary Jinja templates are not evaluated: render the conversations "
+                         "with it yourself (e.g. transformers' apply_chat_template) into prompt/completion records",
+                         from, sft_template_names());
             else if (names[0])
                 mt_error("data build: --chat-template auto: tokenizer_config.json beside the tokenizer has named chat "
                          "templates (%s) but none named \"default\": give --chat-template NAME (%s)", names,
                          sft_template_names());
-            else
-                mt_error("data build: --chat-template auto: no chat template beside the tokenizer (chat_template.jinja, "
-                         "or chat_template in tokenizer_config.json): give --chat-template NAME (%s)",
-                         sft_template_names());
+            else {
+                mt_parent_dir(tokenizer_path(tok), from, sizeof from); /* the directory searched */
+                mt_error("data build: --chat-template auto: no chat template beside the tokenizer in %s "
+                         "(chat_template.jinja, or chat_template in tokenizer_config.json): give --chat-template NAME "
+                         "(%s)", from, sft_template_names());
+            }
             return -1;
         }
         opt->chat_template = (SftTemplate)own;

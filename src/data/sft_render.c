@@ -353,11 +353,14 @@ static const JsonValue *field(const JsonValue *record, const char *key) {
 
 /* {"prompt": [...], "completion": [...]}: TRL's conversational prompt-completion, the completion's assistant
  * messages trained and nothing of the prompt. */
+/* what a record that needs a template is told to give */
+#define AUTO_HINT "auto, the model's own read beside --tokenizer, or one of "
+
 static int read_conversational(const JsonValue *record, SftTemplate t, Message **out, size_t *n, char *why,
                                size_t whylen) {
     if (t == SFT_TEMPLATE_NONE) {
         snprintf(why, whylen, "a conversational \"prompt\" (a list of messages) needs a chat template "
-                 "(--chat-template %s)", sft_template_names());
+                 "(--chat-template %s%s)", AUTO_HINT, sft_template_names());
         return -1;
     }
     if (field(record, "system")) {
@@ -399,7 +402,7 @@ static int read_messages(const JsonValue *record, SftTemplate t, Message **out, 
         const JsonValue *system = field(record, "system");
         if (system && !(system = string_member(record, "system", "", why, whylen))) return -1;
         if (system && t == SFT_TEMPLATE_NONE) {
-            snprintf(why, whylen, "a \"system\" field needs a chat template (--chat-template %s)",
+            snprintf(why, whylen, "a \"system\" field needs a chat template (--chat-template %s%s)", AUTO_HINT,
                      sft_template_names());
             return -1;
         }
@@ -414,7 +417,7 @@ static int read_messages(const JsonValue *record, SftTemplate t, Message **out, 
         return 0;
     }
     if (t == SFT_TEMPLATE_NONE) {
-        snprintf(why, whylen, "a \"messages\" record needs a chat template (--chat-template %s)",
+        snprintf(why, whylen, "a \"messages\" record needs a chat template (--chat-template %s%s)", AUTO_HINT,
                  sft_template_names());
         return -1;
     }

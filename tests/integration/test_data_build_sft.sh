@@ -231,7 +231,7 @@ rc=0; "$MEGATRAIN" data build --format sft --chat-template llama3 --json-key foo
 [[ $rc -eq 2 ]] && grep -qF -- '--json-key has no use with --format sft' "$D/err.txt" || fail "--json-key with sft: $rc"
 printf '%s\n' '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]}' > "$D/m.jsonl"
 rc=0; "$MEGATRAIN" data build --format sft --input "$D/m.jsonl" --output "$D/out/m" 2> "$D/err.txt" || rc=$?
-[[ $rc -eq 1 ]] && grep -q 'm.jsonl:1: a "messages" record needs a chat template' "$D/err.txt" ||
+[[ $rc -eq 1 ]] && grep -q 'm.jsonl:1: a "messages" record needs a chat template (--chat-template auto, the model'"'"'s own read beside --tokenizer, or one of llama3' "$D/err.txt" ||
   fail "messages without a template: $rc $(cat "$D/err.txt")"
 # a prompt/completion record's "system" is its system message (it was dropped without a word), and needs a template
 printf '%s\n' '{"system": "Be brief.", "prompt": "a", "completion": "b"}' > "$D/sys.jsonl"
@@ -280,8 +280,9 @@ printf '{%% for m in messages %%}{{ m.content }}{%% endfor %%}' > "$D/llama31-ot
 mkdir -p "$D/other" && cp "$FIX/llama3/tokenizer.json" "$D/other/" && cp "$D/llama31-other.jinja" "$D/other/chat_template.jinja"
 rc=0; "$MEGATRAIN" data build --format sft --chat-template auto --tokenizer "$D/other" --input "$D/chat.jsonl" \
   --output "$D/out/auto-other" 2> "$D/err.txt" || rc=$?
-[[ $rc -eq 2 ]] && grep -qF -- "--chat-template auto: the model's chat template ($D/other/chat_template.jinja) is none of" \
-  "$D/err.txt" || fail "auto with another template: $rc $(cat "$D/err.txt")"
+[[ $rc -eq 2 ]] && grep -qF -- "--chat-template auto: the model's chat template ($D/other/chat_template.jinja) is none of those \
+megatrain renders (llama3, llama3.1, chatml, qwen3), and arbitrary Jinja templates are not evaluated: render the \
+conversations with it yourself" "$D/err.txt" || fail "auto with another template: $rc $(cat "$D/err.txt")"
 # tokenizer_config.json's chat_template (a named list, its default), Llama 3.1's: auto finds it there
 mkdir -p "$D/llama31" && cp "$FIX/llama3/tokenizer.json" "$D/llama31/"
 python3 -c 'import json, sys; json.dump({"chat_template": [{"name": "tool_use", "template": "x"},
@@ -300,7 +301,7 @@ rc=0; "$MEGATRAIN" data build --format sft --chat-template auto --tokenizer "$D/
   fail "auto with named templates and no default: $rc $(cat "$D/err.txt")"
 rc=0; "$MEGATRAIN" data build --format sft --chat-template auto --tokenizer "$FIX/qwen2" --input "$D/chat.jsonl" \
   --output "$D/out/auto-none" 2> "$D/err.txt" || rc=$?
-[[ $rc -eq 2 ]] && grep -q -- "--chat-template auto: no chat template beside the tokenizer" "$D/err.txt" ||
+[[ $rc -eq 2 ]] && grep -q -- "--chat-template auto: no chat template beside the tokenizer in $FIX/qwen2 (chat_template.jinja" "$D/err.txt" ||
   fail "auto without a template: $rc $(cat "$D/err.txt")"
 rc=0; "$MEGATRAIN" data build --format sft --chat-template auto --input "$D/chat.jsonl" --output "$D/out/auto-byte" \
   2> "$D/err.txt" || rc=$?
