@@ -269,10 +269,14 @@ int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *o
     if (status == 0) {
         char names[512];
         hf_files_list(&carried, names, sizeof names);
+        char merged[160] = "";
+        if (options->merge_lora) /* (e.cfg.peft.type is none now: config.json describes the merged model) */
+            snprintf(merged, sizeof merged, ", its LoRA adapters (rank %d, alpha %g) merged into the weights",
+                     e.cfg.peft.rank, e.cfg.peft.alpha);
         printf("converted megatrain checkpoint %s (%s, %d layers, %ld parameters; carried files: %s) to Hugging "
-               "Face %s (%s)\n",
+               "Face %s (%s)%s\n",
                ckpt, model_family_name(e.cfg.family), e.cfg.num_layers, e.num_floats, names, dst,
-               torch_dtype_name(options->dtype));
+               torch_dtype_name(options->dtype), merged);
     }
     ckpt_hf_files_free(&carried);
     close_export(&e);

@@ -169,8 +169,8 @@ static void print_json(const char *ckpt, const EvalOptions *opt, const EvalResul
  * targets counted][, per-token mean] (CKPT)"; the share is said when a mask or padding left targets out. */
 static void print_line(const char *ckpt, const EvalOptions *opt, const EvalResult *res) {
     const double tokens = (double)opt->batches * (double)opt->micro_batch_size * (double)opt->seq_len;
-    printf("eval: loss %.6f over %ld batches of %ld x %ld tokens", res->loss, opt->batches, opt->micro_batch_size,
-           opt->seq_len);
+    printf("eval: loss %.6f over %ld batch%s of %ld x %ld tokens", res->loss, opt->batches,
+           opt->batches == 1 ? "" : "es", opt->micro_batch_size, opt->seq_len);
     if (opt->split_given)
         printf(", the %s share of split %g,%g,%g", opt->test ? "test" : "validation", opt->split[0], opt->split[1],
                opt->split[2]);

@@ -120,8 +120,8 @@ static int keep_frozen_base(TrainContext *ctx, const Recipe *recipe, const char 
     else
         ctx->frozen_base = base;
     if (ctx->frozen_base.present)
-        mt_log("resume: the checkpoints keep referencing the frozen base in %s (checkpoint.frozen_base: reference)",
-               base.dir);
+        mt_log("resume: the checkpoints keep referencing the frozen base in %s (checkpoint.frozen_base: %s)",
+               base.dir, recipe->checkpoint.frozen_base == FROZEN_BASE_AUTO ? "auto" : "reference");
     return 0;
 }
 

@@ -191,6 +191,10 @@ static void warn_unused_settings(const Recipe *recipe) {
     if (recipe->precision != DTYPE_FP8 && !fp8_config_is_default(&recipe->fp8))
         mt_log_warn("the fp8: settings apply with precision: fp8 only; this run's precision is %s, so they are "
                "not used", dtype_name(recipe->precision));
+    const PeftConfig *peft = &recipe->model.peft;
+    if (peft->type == PEFT_NONE && (peft->rank != 0 || peft->alpha != 0 || peft->targets != LORA_ALL_TARGETS))
+        mt_log_warn("peft.type: none trains every parameter: the peft: section's rank, alpha and target_modules are "
+                    "not used (type: lora for adapters)");
     if (recipe->parallel.sequence_parallel && recipe->parallel.tp == 1)
         mt_log_warn("parallel.sequence_parallel splits the sequence over the tensor-parallel ranks: at "
                "parallel.tp 1 it does nothing");

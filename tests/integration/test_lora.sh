@@ -54,7 +54,9 @@ grep -qF "frozen base: not stored here, referenced: $(realpath "$start") " "$WOR
 echo "checkpoint: a reference to the base, 56 adapters with their moments"
 # the base did not move: a full conversion of the LoRA checkpoint's base equals the start's
 "$MEGATRAIN" convert "$start" "$WORK/start.hf" > /dev/null
-"$MEGATRAIN" convert "$WORK/lora/checkpoints/iter_0000006" "$WORK/merged.hf" --merge-lora > /dev/null
+"$MEGATRAIN" convert "$WORK/lora/checkpoints/iter_0000006" "$WORK/merged.hf" --merge-lora > "$WORK/merge.log"
+grep -q "to Hugging Face $WORK/merged.hf (float32), its LoRA adapters (rank 4, alpha 8) merged into the weights" \
+  "$WORK/merge.log" || fail "the merge's line does not say the adapters were merged: $(cat "$WORK/merge.log")"
 "$MEGATRAIN" convert "$WORK/lora/checkpoints/iter_0000006" "$WORK/adapter" > /dev/null
 [[ -s "$WORK/adapter/adapter_model.safetensors" && -s "$WORK/adapter/adapter_config.json" ]] \
   || fail "convert did not write the PEFT adapter"
@@ -138,6 +140,12 @@ expect_refused "LoRA on MoE" "peft: LoRA on a mixture-of-experts model (model.fa
   plan "$REPO/recipes/tiny/mixtral.yaml" "${LORA[@]}"
 expect_refused "a rank tp does not divide" "peft.rank: expected a multiple of parallel.tp (2)" 1 \
   plan "$REPO/recipes/tiny/llama.yaml" --set "peft={type: lora, rank: 3, alpha: 8}" --set parallel.tp=2
+# peft.type none with adapter settings: trains every parameter, and says the settings are not used
+"$MEGATRAIN" plan "$REPO/recipes/tiny/llama.yaml" --set "peft={type: none, rank: 4, alpha: 8}" > "$WORK/none.log" 2>&1
+run llama "$WORK/none" --set train.steps=1 --set "peft={type: none, rank: 4, alpha: 8}" > "$WORK/none.log" 2>&1 ||
+  fail "peft.type none with a rank: $(tail -n 3 "$WORK/none.log")"
+grep -q "warning: peft.type: none trains every parameter: the peft: section's rank, alpha and target_modules are not \
+used" "$WORK/none.log" || fail "peft.type none with a rank: no warning: $(head -n 5 "$WORK/none.log")"
 expect_refused "init_from LoRA without peft" "the checkpoint has LoRA adapters but the recipe has no peft: section; to train them on, give the recipe the \
 checkpoint's, peft: {type: lora, rank: 4, alpha: 8, target_modules: \[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, \
 down_proj\]}" 1 \
