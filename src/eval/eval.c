@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "../ckpt/checkpoint.h"
 #include "../config/recipe.h"
@@ -256,6 +257,40 @@ static int check_tokenizer(const char *ckpt, const char *data) {
     return rc;
 }
 
+/* The run that wrote checkpoint `ckpt` evaluated with its recipe's settings: where this evaluation's differ, one
+ * note on stderr says the options that reproduce the run's eval_loss (nothing for a checkpoint without a recipe:
+ * a conversion). With --data one of the run's data.train datasets and no data.valid, the run scored its split's
+ * validation share. */
+static void note_run_settings(const char *ckpt, const EvalOptions *opt) {
+    static Recipe run;
+    char path[MT_PATH_MAX + 80], err[2048], data[MT_PATH_MAX + 8], cwd[MT_PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", ckpt, CKPT_RECIPE_FILE);
+    struct stat st;
+    if (stat(path, &st) != 0 || recipe_load(&run, path, NULL, 0, 0, err, sizeof err) != 0) return;
+    snprintf(data, sizeof data, "%s%s%s", opt->data[0] == '/' || !getcwd(cwd, sizeof cwd) ? "" : cwd,
+             opt->data[0] == '/' ? "" : "/", opt->data);
+    bool trained_on = false;
+    for (int i = 0; i < run.data.num_train; i++) trained_on |= strcmp(run.data.train[i].path, data) == 0;
+    const bool split = trained_on && run.data.num_valid == 0 && run.data.split[1] > 0;
+    char wanted[512] = "";
+    size_t n = 0;
+#define ADD(...) n += (size_t)snprintf(wanted + n, n < sizeof wanted ? sizeof wanted - n : 0, __VA_ARGS__)
+    if (opt->seq_len != run.train.seq_len) ADD(" --seq-len %d", run.train.seq_len);
+    if (opt->micro_batch_size != run.train.micro_batch_size) ADD(" --micro-batch-size %d", run.train.micro_batch_size);
+    if (opt->batches != run.train.eval_batches && run.train.eval_batches > 0) ADD(" --batches %d", run.train.eval_batches);
+    if (opt->seed != run.run.seed) ADD(" --seed %llu", (unsigned long long)run.run.seed);
+    if (opt->pack != run.data.pack) ADD("%s", run.data.pack ? " --pack" : " (no --pack)");
+    if (run.data.pack && opt->pack_overlong != run.data.pack_overlong)
+        ADD(" --pack-overlong %s", pack_overlong_name(run.data.pack_overlong));
+    if (opt->loss != run.train.loss) ADD(" --loss %s", loss_reduction_name(run.train.loss));
+    if (split && (!opt->split_given || memcmp(opt->split, run.data.split, sizeof opt->split) != 0))
+        ADD(" --split %g,%g,%g", run.data.split[0], run.data.split[1], run.data.split[2]);
+#undef ADD
+    if (wanted[0])
+        fprintf(stderr, "eval: note: the run of %s evaluated with other settings; its eval_loss is this command "
+                "with%s (%s)\n", ckpt, wanted, path);
+}
+
 int eval_main(int argc, char **argv) {
     EvalOptions opt;
     int rc = eval_parse_options(argc, argv, &opt);
@@ -290,6 +325,7 @@ int eval_main(int argc, char **argv) {
     }
 
     if (check_tokenizer(ckpt, opt.data) != 0) return MT_EXIT_FAILURE;
+    note_run_settings(ckpt, &opt);
 
     /* the whole model on this process: a grid of one rank */
     Grid grid;

@@ -92,7 +92,18 @@ out=$("$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --split 90,10,0 --b
   --micro-batch-size 8) || fail "eval --split exited non-zero"
 [[ "$out" == "eval: loss $(printf '%.6f' "$want") over 2 batches of 8 x 64 tokens, the validation share of split 90,10,0 ("* ]] ||
   fail "eval --split: '$out', the run's eval_loss at step 4 is $want"
-whole=$("$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --batches 2 --seq-len 64 --micro-batch-size 8)
+whole=$("$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --batches 2 --seq-len 64 --micro-batch-size 8 \
+  2> "$WORK/note.txt")
+# a note says what reproduces the run's eval_loss (here the split; then every setting the defaults change), none
+# when the settings are the run's
+grep -qF "eval: note: the run of $WORK/split/checkpoints/iter_0000004 evaluated with other settings; its eval_loss is \
+this command with --split 90,10,0 (" "$WORK/note.txt" || fail "no note of the run's split: $(cat "$WORK/note.txt")"
+"$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --batches 1 2> "$WORK/note.txt" > /dev/null
+grep -qF "its eval_loss is this command with --seq-len 64 --micro-batch-size 8 --batches 2 --split 90,10,0 (" \
+  "$WORK/note.txt" || fail "no note of the run's settings: $(cat "$WORK/note.txt")"
+"$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --split 90,10,0 --batches 2 --seq-len 64 --micro-batch-size 8 \
+  2> "$WORK/note.txt" > /dev/null
+[[ ! -s "$WORK/note.txt" ]] || fail "a note with the run's own settings: $(cat "$WORK/note.txt")"
 [[ "$(echo "$whole" | awk '{print $3}')" != "$(printf '%.6f' "$want")" ]] ||
   fail "the whole dataset gave the validation share's loss: $whole"
 "$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --split 90,10,0 --json > "$WORK/split.json" ||
