@@ -291,6 +291,10 @@ int recipe_load(Recipe *recipe, const char *path, const char *const *overrides, 
 int recipe_load_resumed(Recipe *recipe, const char *path, const char *const *overrides, int num_overrides,
                         int world_size, long step, double tokens, int64_t samples, char *err, size_t errlen);
 
+/* Every key at its default (recipe_defaults.c), as recipe_load starts: a recipe to fill by hand (eval's, to ask
+ * plan.h whether a model and batch fit). */
+void recipe_set_defaults(Recipe *recipe);
+
 /* Load a model architecture file (a configs/ YAML file: the keys of `model:`). */
 int model_config_load(ModelConfig *model, const char *path, char *err, size_t errlen);
 /* The same from text in memory; `origin` names it in messages. */

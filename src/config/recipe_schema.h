@@ -108,7 +108,6 @@ void write_token_count(FILE *out, double tokens); /* integral: no exponent */
 /* Defaults before reading, derived defaults after (recipe_defaults.c). */
 void model_set_defaults(ModelConfig *model);
 void model_fill_derived(ModelConfig *model, const YNode *model_map);
-void recipe_set_defaults(Recipe *recipe);
 void recipe_fill_derived(Recipe *recipe, const YNode *root);
 
 /* Custom readers and writers (recipe_custom_*.c). */

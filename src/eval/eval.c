@@ -49,6 +49,7 @@
 #include "../data/micro_batch.h"
 #include "../dist/grid.h"
 #include "../model/model_device.h"
+#include "../plan/plan.h"
 #include "eval_options.h"
 
 /* What an evaluation found. */
@@ -291,6 +292,35 @@ static void note_run_settings(const char *ckpt, const EvalOptions *opt) {
                 "with%s (%s)\n", ckpt, wanted, path);
 }
 
+/* Before anything is allocated: the model and its batch fit one process's memory (the host's RAM and swap; the GPU's
+ * with --device cuda), by the estimate a run's check uses (plan.h: eval's model device allocates what one rank of
+ * a one-rank run does). 0, or 2 (reported, naming the options). */
+static int check_memory(const ModelConfig *cfg, const EvalOptions *opt) {
+    static Recipe r;
+    recipe_set_defaults(&r);
+    r.model = *cfg;
+    snprintf(r.run.device, sizeof r.run.device, "%s", opt->device);
+    r.precision = strcmp(opt->device, "cuda") == 0 ? DTYPE_BF16 : DTYPE_FP32;
+    r.train.seq_len = (int)opt->seq_len;
+    r.train.micro_batch_size = (int)opt->micro_batch_size;
+    r.train.num_batch_stages = 1;
+    r.train.batch_stages[0] = (BatchStage){.start = 0, .global_batch_size = opt->micro_batch_size};
+    r.train.loss = opt->loss;
+    r.data.pack = opt->pack;
+    const double available = plan_rank_memory(&r), GiB = 1073741824.0;
+    if (!(available > 0)) return 0; /* unknown: the allocation itself says */
+    Plan *p = mt_malloc(sizeof *p);
+    char err[512];
+    const bool over = plan_compute(p, &r, 1, err, sizeof err) == 0 && p->stages[0].total_bytes > available;
+    if (over)
+        mt_error("eval: --micro-batch-size %ld x --seq-len %ld: the model and its batch need about %.1f GiB, more "
+                 "than %s (%.1f GiB): give a smaller --micro-batch-size (or --seq-len)", opt->micro_batch_size,
+                 opt->seq_len, p->stages[0].total_bytes / GiB,
+                 p->gpu ? "the device's memory" : "this host's memory and swap", available / GiB);
+    free(p);
+    return over ? MT_EXIT_USAGE : 0;
+}
+
 int eval_main(int argc, char **argv) {
     EvalOptions opt;
     int rc = eval_parse_options(argc, argv, &opt);
@@ -326,6 +356,7 @@ int eval_main(int argc, char **argv) {
 
     if (check_tokenizer(ckpt, opt.data) != 0) return MT_EXIT_FAILURE;
     note_run_settings(ckpt, &opt);
+    if (check_memory(&cfg, &opt) != 0) return MT_EXIT_USAGE;
 
     /* the whole model on this process: a grid of one rank */
     Grid grid;

@@ -165,6 +165,12 @@ expect_error 1 "eval: --data: $WORK/no-such-data.idx: cannot open" "$ckpt" --dat
 mkdir "$WORK/empty-dir"
 expect_error 1 "$WORK/empty-dir" "$WORK/empty-dir" --data "$WORK/english"
 expect_error 2 "--data" "$ckpt"
+# a batch that cannot fit is refused before anything is allocated (an allocator failure, or the OOM killer, before),
+# naming the options: 65536 x 256 tokens need about 130 GiB (skipped on a host with that much memory and swap)
+if (( $(awk '/^(MemTotal|SwapTotal):/ { kb += $2 } END { print int(kb / 1048576) }' /proc/meminfo) < 120 )); then
+  expect_error 2 "eval: --micro-batch-size 65536 x --seq-len 256: the model and its batch need about" "$ckpt" \
+    --data "$WORK/english" --batches 1 --micro-batch-size 65536 --seq-len 256
+fi
 expect_error 2 "--batches" "$ckpt" --data "$WORK/english" --batches zero
 expect_error 2 "--seq-len" "$ckpt" --data "$WORK/english" --seq-len -3
 expect_error 2 "--seq-len: expected at most the model's max_position_embeddings (256), found 257" "$ckpt" \
