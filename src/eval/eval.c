@@ -293,8 +293,8 @@ static void note_run_settings(const char *ckpt, const EvalOptions *opt) {
 }
 
 /* Before anything is allocated: the model and its batch fit one process's memory (the host's RAM and swap; the GPU's
- * with --device cuda), by the estimate a run's check uses (plan.h: eval's model device allocates what one rank of
- * a one-rank run does). 0, or 2 (reported, naming the options). */
+ * with --device cuda), by the estimate of a run's check (plan.h: eval's model device is one rank of a one-rank run),
+ * of the weights and activations alone. 0, or 2 (reported, naming the options). */
 static int check_memory(const ModelConfig *cfg, const EvalOptions *opt) {
     static Recipe r;
     recipe_set_defaults(&r);
@@ -311,12 +311,17 @@ static int check_memory(const ModelConfig *cfg, const EvalOptions *opt) {
     if (!(available > 0)) return 0; /* unknown: the allocation itself says */
     Plan *p = mt_malloc(sizeof *p);
     char err[512];
-    const bool over = plan_compute(p, &r, 1, err, sizeof err) == 0 && p->stages[0].total_bytes > available;
+    const bool planned = plan_compute(p, &r, 1, err, sizeof err) == 0;
+    /* what a forward touches: the weights and the activations (the gradients and AdamW states a model device
+     * allocates stay untouched, zero pages that take no memory) */
+    const PlanStage *st = &p->stages[0];
+    const double need = planned ? st->weight_bytes + st->activation_bytes + st->logits_bytes : 0;
+    const bool over = planned && need > available;
     if (over)
         mt_error("eval: --micro-batch-size %ld x --seq-len %ld: the model and its batch need about %.1f GiB, more "
                  "than %s (%.1f GiB): give a smaller --micro-batch-size (or --seq-len)", opt->micro_batch_size,
-                 opt->seq_len, p->stages[0].total_bytes / GiB,
-                 p->gpu ? "the device's memory" : "this host's memory and swap", available / GiB);
+                 opt->seq_len, need / GiB, p->gpu ? "the device's memory" : "this host's memory and swap",
+                 available / GiB);
     free(p);
     return over ? MT_EXIT_USAGE : 0;
 }
