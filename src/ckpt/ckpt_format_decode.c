@@ -115,8 +115,18 @@ static void decode_state(Cursor *c, CkptMeta *m) {
     s->next_global_batch_size = get_i64(c, "next_global_batch_size");
     s->next_lr = get_f64(c, "next_lr");
     if (c->failed) return;
+    /* what a run writes: counters far below 2^53 (9e15 tokens), an update at most per step, a token at least per
+     * sample; other values (a crafted record whose CRC was made to match) would overflow the step's arithmetic */
+    const int64_t most = (int64_t)1 << 53;
     if (s->step < 0 || s->consumed_samples < 0 || s->consumed_tokens < 0 || s->optimizer_step < 0)
         fail(c, "negative progress counters");
+    else if (s->step > most || s->consumed_samples > most || s->consumed_tokens > most)
+        fail(c, "progress counters beyond 2^53 (step %lld, samples %lld, tokens %lld)", (long long)s->step,
+             (long long)s->consumed_samples, (long long)s->consumed_tokens);
+    else if (s->optimizer_step > s->step || s->consumed_samples > s->consumed_tokens)
+        fail(c, "inconsistent progress counters (step %lld, optimizer step %lld, samples %lld, tokens %lld)",
+             (long long)s->step, (long long)s->optimizer_step, (long long)s->consumed_samples,
+             (long long)s->consumed_tokens);
     m->has_state = true;
 }
 

@@ -239,8 +239,16 @@ static void edit_raw_bytes(CkptMeta *m) { m->tensors[1].chunks[0].raw_bytes = 24
 static void edit_duplicate_name(CkptMeta *m) { m->tensors[1].name = "w"; }
 static void edit_file_name(CkptMeta *m) { m->files[1].name = "../escape"; }
 
+static void edit_tokens_overflow(CkptMeta *m) { m->state.consumed_tokens = INT64_MAX; }
+static void edit_optimizer_ahead(CkptMeta *m) { m->state.optimizer_step = m->state.step + 1; }
+static void edit_samples_over_tokens(CkptMeta *m) { m->state.consumed_samples = m->state.consumed_tokens + 1; }
+
 static void test_meta_semantic_errors(void **state) {
     (void)state;
+    /* progress counters a run cannot write (the next step's arithmetic would overflow on the first) */
+    expect_rejected(edit_tokens_overflow, "progress counters beyond 2^53");
+    expect_rejected(edit_optimizer_ahead, "inconsistent progress counters (step 40, optimizer step 41");
+    expect_rejected(edit_samples_over_tokens, "inconsistent progress counters");
     expect_rejected(edit_outside, "outside the tensor");
     expect_rejected(edit_overlap, "overlap");
     expect_rejected(edit_gap, "hold 20 of 24 elements");
