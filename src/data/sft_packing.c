@@ -52,24 +52,29 @@ int packed_rows_build(PackedRows *rows, const IndexedDataset *ds, const char *ke
     const int64_t n = end - first;
     int64_t *sizes = mt_malloc((size_t)(n > 0 ? n : 1) * sizeof *sizes);
     int64_t *row_of = mt_malloc((size_t)(n > 0 ? n : 1) * sizeof *row_of);
+    int64_t overlong_first = -1, overlong_count = 0, longest = 0;
     for (int64_t i = 0; i < n; i++) {
         int64_t len = indexed_length(ds, first + i);
+        if (len > longest) longest = len;
         if (len - 1 > seq_len) {
-            if (overlong == PACK_OVERLONG_ERROR) {
-                mt_set_error(err, errlen,
-                             "%s %s: document %lld has %lld tokens, more than train.seq_len + 1 = %d (packed "
-                             "samples are never split); set data.pack_overlong: truncate to keep its first %d "
-                             "tokens, or raise train.seq_len", key, ds->prefix, (long long)(first + i),
-                             (long long)len, seq_len + 1, seq_len + 1);
-                free(sizes);
-                free(row_of);
-                return -1;
-            }
+            if (overlong_first < 0) overlong_first = first + i;
+            overlong_count++;
             rows->truncated++;
             len = seq_len + 1;
         }
         if (len < 2) rows->too_short++;
         sizes[i] = len >= 2 ? len - 1 : 0;
+    }
+    if (overlong_count > 0 && overlong == PACK_OVERLONG_ERROR) { /* all of them said at once: seq_len chosen once */
+        mt_set_error(err, errlen,
+                     "%s %s: %lld document%s longer than train.seq_len + 1 = %d tokens (the first, document %lld; the "
+                     "longest %lld tokens): packed samples are never split; raise train.seq_len to %lld for all of "
+                     "them, or set data.pack_overlong: truncate to keep each one's first %d tokens", key, ds->prefix,
+                     (long long)overlong_count, overlong_count == 1 ? " is" : "s are", seq_len + 1,
+                     (long long)overlong_first, (long long)longest, (long long)longest - 1, seq_len + 1);
+        free(sizes);
+        free(row_of);
+        return -1;
     }
     int64_t num_rows = pack_first_fit_decreasing(sizes, n, seq_len, row_of);
     rows->row_start = mt_calloc((size_t)num_rows + 1, sizeof *rows->row_start);
