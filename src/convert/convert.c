@@ -12,6 +12,7 @@
 #include "../ckpt/ckpt_locate.h"
 #include "../core/error.h"
 #include "../core/json.h"
+#include "ckpt_latest_dir.h"
 #include "hf_families.h"
 #include "peft_config.h"
 
@@ -197,9 +198,13 @@ int convert_main(int argc, char **argv) {
                 mt_error("convert: %s", why);
                 return MT_EXIT_FAILURE;
             }
-            char base_config[1100];
+            char base_config[1100], base_ckpt[1100], why_not[512];
             snprintf(base_config, sizeof base_config, "%s/config.json", named);
-            if (!named[0] || stat(base_config, &st) != 0) {
+            /* a Hugging Face directory, or a megatrain checkpoint of the base (as --base-model takes them) */
+            const bool usable = named[0] && (stat(base_config, &st) == 0 ||
+                                             ckpt_latest_dir(named, base_ckpt, sizeof base_ckpt, why_not,
+                                                             sizeof why_not) == 0);
+            if (!usable) {
                 mt_error("convert: %s is a PEFT adapter directory: name the Hugging Face directory of the model it "
                          "was trained on with --base-model DIR (its adapter_config.json's base_model_name_or_path %s%s%s)",
                          src, named[0] ? "'" : "is null", named, named[0] ? "' is not a model directory here" : "");

@@ -117,7 +117,9 @@ int plan_main(int argc, char **argv) {
                 world = (int)n;
             } else {
                 device_gib = strtod(v, &end);
-                if (*end || !(device_gib > 0) || !isfinite(device_gib)) mt_die(MT_EXIT_USAGE, "--device-memory: expected GiB, found '%s'", v);
+                if (*end || !(device_gib > 0) || !(device_gib <= 1048576))
+                    mt_die(MT_EXIT_USAGE, "--device-memory: expected GiB, more than 0 and at most 1048576 (1 PiB), "
+                           "found '%s'", v);
             }
         } else if (a[0] == '-' && a[1]) {
             mt_die(MT_EXIT_USAGE, "unknown option '%s'\n%s", a, plan_usage);

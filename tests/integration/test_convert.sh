@@ -262,6 +262,14 @@ spoiled_peft() { cp -r "$PEFT/llama/adapter" "$WORK/$1" && sed -i "$2" "$WORK/$1
 spoiled_peft named_base "s|\"base_model_name_or_path\": null|\"base_model_name_or_path\": \"$PEFT/llama/base\"|"
 "$MEGATRAIN" convert "$WORK/named_base" "$WORK/named_base.ckpt" > /dev/null 2>&1 ||
   fail "PEFT: the base named by base_model_name_or_path was not taken"
+# ... also when it is a megatrain checkpoint of the base (as --base-model takes one): the adapters reference it
+"$MEGATRAIN" convert "$PEFT/llama/base" "$WORK/named_ckpt_base" > /dev/null
+spoiled_peft named_ckpt "s|\"base_model_name_or_path\": null|\"base_model_name_or_path\": \"$WORK/named_ckpt_base\"|"
+"$MEGATRAIN" convert "$WORK/named_ckpt" "$WORK/named_ckpt.ckpt" > "$WORK/named_ckpt.log" 2>&1 ||
+  fail "PEFT: a megatrain checkpoint named by base_model_name_or_path was not taken: $(cat "$WORK/named_ckpt.log")"
+"$MEGATRAIN" inspect "$WORK/named_ckpt.ckpt" > "$WORK/named_ckpt.inspect" # (grep -q on a pipe: SIGPIPE)
+grep -qF "frozen base: not stored here, referenced: $WORK/named_ckpt_base" "$WORK/named_ckpt.inspect" ||
+  fail "PEFT onto the named checkpoint: no reference to it"
 spoiled_peft hub_base 's|"base_model_name_or_path": null|"base_model_name_or_path": "meta-llama/Llama-3.2-1B"|'
 STATUS=2 expect_error hub_base "base_model_name_or_path 'meta-llama/Llama-3.2-1B' is not a model directory here" \
   "$WORK/hub_base"
