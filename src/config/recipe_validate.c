@@ -5,6 +5,7 @@
 #include <stdarg.h>
 #include <string.h>
 
+#include "../core/json.h"
 #include "batch_schedule.h"
 #include "recipe_schema.h"
 
@@ -217,13 +218,15 @@ static int validate_schedule(const Recipe *r, const YNode *root, YLoc at, char *
         return fail(err, errlen, root, at, "", "optimizer.min_lr", "expected at most optimizer.lr (%g), found %g", o->lr,
                     o->min_lr);
     if (o->warmup_fraction > 0) { /* a share of the decay span: it ends before the decay does, whatever the steps */
+        char fraction[32]; /* as written: %g says 1 for 0.999999999 */
+        json_format_double(fraction, sizeof fraction, o->warmup_fraction);
         if (o->warmup_fraction >= 1.0)
             return fail(err, errlen, root, at, "", "optimizer.schedule.warmup_fraction",
-                        "expected a fraction of the decay steps below 1, found %g", o->warmup_fraction);
+                        "expected a fraction of the decay steps below 1, found %s", fraction);
         if (o->warmup_steps > 0)
             return fail(err, errlen, root, at, "", "optimizer.schedule.warmup_fraction",
-                        "found both warmup_steps (%ld) and warmup_fraction (%g), expected one of them",
-                        o->warmup_steps, o->warmup_fraction);
+                        "found both warmup_steps (%ld) and warmup_fraction (%s), expected one of them",
+                        o->warmup_steps, fraction);
     }
     /* With decay_steps given, the schedule is its own (a run may be a first chunk of it, as Megatron's
      * --exit-interval allows): warmup must end before the decay does, as Megatron asserts, else the lr falls
