@@ -791,6 +791,9 @@ static const ErrorCase error_cases[] = {
     {"peft_target_typo", "parallel:", "peft:\n  type: lora\n  rank: 4\n  alpha: 8\n  target_modules: [q_prj]\nparallel:",
      NULL, 1, "target_modules", "peft.target_modules", "item 0: 'q_prj' is not a layer LoRA adapts here (did you mean "
      "q_proj?); expected one of"},
+    {"peft_target_string", "parallel:", "peft:\n  type: lora\n  rank: 4\n  alpha: 8\n  target_modules: v_proj\nparallel:",
+     NULL, 1, "target_modules", "peft.target_modules", "found 'v_proj' (one module is a list of one: [v_proj]; PEFT "
+     "reads a lone string as a regular expression of whole module paths)"},
     {"peft_target_twice", "parallel:", "peft:\n  type: lora\n  rank: 4\n  alpha: 8\n  target_modules: [q_proj, q_proj]\n"
      "parallel:", NULL, 1, "target_modules", "peft.target_modules", "item 1: q_proj is listed twice"},
     {"peft_targets_empty", "parallel:", "peft:\n  type: lora\n  rank: 4\n  alpha: 8\n  target_modules: []\nparallel:",
