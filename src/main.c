@@ -188,8 +188,9 @@ static bool left_to_rank0(const char *cmd) {
     const int world = launch_world_size();
     if (world <= 1) return false;
     if (launch_rank() != 0) return true;
-    mt_log("%s runs in one process; this launch has %d ranks (%s): rank 0 does the work, the others exit at once",
-           cmd, world, launch_world_size_name());
+    /* on stderr: stdout may be the command's result (eval --json, data inspect --json) */
+    fprintf(stderr, "%s runs in one process; this launch has %d ranks (%s): rank 0 does the work, the others exit "
+            "at once\n", cmd, world, launch_world_size_name());
     return false;
 }
 

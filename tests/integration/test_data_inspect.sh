@@ -29,6 +29,13 @@ expect "document tokens: min 2, mean 51.5, median 51, p95 96, max 101"
 expect "first 1 document, decoded with the byte tokenizer:"
 expect '[0] 2 tokens: "x\n"'
 "$MEGATRAIN" data inspect "$D/lengths" --json --docs 2 > "$D/out.txt"
+# launched on 2 ranks, rank 0 alone answers, and stdout is still the one JSON object (the line saying so is on stderr)
+if command -v mpirun > /dev/null; then
+  timeout 60 mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" data inspect "$D/lengths" --json --docs 2 \
+    > "$D/mpi.txt" 2> "$D/mpi.err" || fail "data inspect under mpirun: $(cat "$D/mpi.err")"
+  cmp -s "$D/out.txt" "$D/mpi.txt" || fail "data inspect --json under mpirun printed other output: $(head -c 300 "$D/mpi.txt")"
+  grep -q "rank 0 does the work" "$D/mpi.err" || fail "data inspect under mpirun: no line on stderr"
+fi
 expect '"documents":100,"sequences":100,"tokens":5150,"bin_bytes":10300,"unindexed_bytes":0,"min_id":10,"max_id":120,"tokenizer":"byte","vocab_size":256,"ids_inside_vocab":true,"end_of_document_id":10,"documents_ending_with_it":100,"document_tokens":{"min":2,"mean":51.5,"median":51,"p95":96,"max":101}'
 expect '"first_documents":[{"index":0,"tokens":2,"ids":[120,10],"text":"x\n"},{"index":1,"tokens":39,"ids":[120,'
 expect '"build_record":{"tokenizer":"byte","vocab_size":256,"same_as_tokenizer_option":null}}'
