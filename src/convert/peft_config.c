@@ -187,7 +187,8 @@ static bool default_value(const char *key, const JsonValue *v) {
 }
 
 /* Settings that say what megatrain does anyway: a rank_pattern (alpha_pattern) giving every module it names rank r
- * (lora_alpha), and layers_to_transform listing every layer of the base (num_layers of them). */
+ * (lora_alpha), and layers_to_transform listing every layer of the base (num_layers of them; any list of layer
+ * indices while num_layers is unknown, 0: the caller reads the file again once it knows the base). */
 static bool no_op_value(const char *key, const JsonValue *v, const PeftConfig *peft, int num_layers) {
     const bool ranks = strcmp(key, "rank_pattern") == 0;
     if ((ranks || strcmp(key, "alpha_pattern") == 0) && v->type == JSON_OBJECT) {
@@ -197,18 +198,19 @@ static bool no_op_value(const char *key, const JsonValue *v, const PeftConfig *p
         }
         return true;
     }
-    if (strcmp(key, "layers_to_transform") != 0 || num_layers <= 0 || num_layers > MT_MAX_LAYERS) return false;
+    if (strcmp(key, "layers_to_transform") != 0 || num_layers > MT_MAX_LAYERS) return false;
+    const int bound = num_layers > 0 ? num_layers : MT_MAX_LAYERS; /* unknown: the caller reads it again with them */
     const size_t n = v->type == JSON_ARRAY ? v->count : 1;
     unsigned char seen[MT_MAX_LAYERS] = {0};
     int layers = 0;
     for (size_t i = 0; i < n; i++) {
         const JsonValue *x = v->type == JSON_ARRAY ? v->items[i] : v;
-        if (x->type != JSON_NUMBER || x->number != floor(x->number) || x->number < 0 || x->number >= num_layers)
+        if (x->type != JSON_NUMBER || x->number != floor(x->number) || x->number < 0 || x->number >= bound)
             return false;
         layers += !seen[(int)x->number];
         seen[(int)x->number] = 1;
     }
-    return layers == num_layers;
+    return num_layers <= 0 || layers == num_layers;
 }
 
 /* Every key that is neither read nor neutral at its default; keys repeated count as their last (json_get's). */

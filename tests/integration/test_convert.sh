@@ -262,6 +262,15 @@ spoiled_peft() { cp -r "$PEFT/llama/adapter" "$WORK/$1" && sed -i "$2" "$WORK/$1
 spoiled_peft named_base "s|\"base_model_name_or_path\": null|\"base_model_name_or_path\": \"$PEFT/llama/base\"|"
 "$MEGATRAIN" convert "$WORK/named_base" "$WORK/named_base.ckpt" > /dev/null 2>&1 ||
   fail "PEFT: the base named by base_model_name_or_path was not taken"
+# ... with a layers_to_transform that lists every layer of it (checked once the base is read: [0] alone is refused)
+spoiled_peft all_layers "s|\"base_model_name_or_path\": null|\"base_model_name_or_path\": \"$PEFT/llama/base\"|; \
+s|\"layers_to_transform\": null|\"layers_to_transform\": [1, 0]|"
+"$MEGATRAIN" convert "$WORK/all_layers" "$WORK/all_layers.ckpt" > "$WORK/all_layers.log" 2>&1 ||
+  fail "PEFT: layers_to_transform listing every layer, the base named: $(cat "$WORK/all_layers.log")"
+spoiled_peft one_layer "s|\"base_model_name_or_path\": null|\"base_model_name_or_path\": \"$PEFT/llama/base\"|; \
+s|\"layers_to_transform\": null|\"layers_to_transform\": [0]|"
+expect_error one_layer "one_layer/adapter_config.json: layers_to_transform: expected null (megatrain adapts every \
+layer: a list may only name them all), found an array" "$WORK/one_layer"
 # ... also when it is a megatrain checkpoint of the base (as --base-model takes one): the adapters reference it
 "$MEGATRAIN" convert "$PEFT/llama/base" "$WORK/named_ckpt_base" > /dev/null
 spoiled_peft named_ckpt "s|\"base_model_name_or_path\": null|\"base_model_name_or_path\": \"$WORK/named_ckpt_base\"|"
