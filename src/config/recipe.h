@@ -291,6 +291,11 @@ int recipe_load(Recipe *recipe, const char *path, const char *const *overrides, 
 int recipe_load_resumed(Recipe *recipe, const char *path, const char *const *overrides, int num_overrides,
                         int world_size, long step, double tokens, int64_t samples, char *err, size_t errlen);
 
+/* text as a YAML double-quoted scalar that reads back as the same bytes (quotes, backslashes and every character a
+ * YAML reader would fold or drop escaped: C0 and C1 controls, NEL, the line and paragraph separators, a BOM), into
+ * out (len bytes, NUL-ended when len > 0); returns the length it needs, as snprintf. text must be UTF-8. */
+size_t yaml_quote(const char *text, char *out, size_t len);
+
 /* Every key at its default (recipe_defaults.c), as recipe_load starts: a recipe to fill by hand (eval's, to ask
  * plan.h whether a model and batch fit). */
 void recipe_set_defaults(Recipe *recipe);

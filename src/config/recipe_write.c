@@ -12,16 +12,39 @@
 #include "recipe_schema.h"
 #include "../core/error.h"
 
-void write_yaml_string(FILE *out, const char *text) {
-    fputc('"', out);
+size_t yaml_quote(const char *text, char *out, size_t len) {
+    size_t n = 0;
+#define PUT(...) n += (size_t)snprintf(n < len ? out + n : NULL, n < len ? len - n : 0, __VA_ARGS__)
+    PUT("\"");
     for (const unsigned char *p = (const unsigned char *)text; *p; p++) {
-        if (*p == '"' || *p == '\\') fprintf(out, "\\%c", *p);
-        else if (*p == '\n') fputs("\\n", out);
-        else if (*p == '\t') fputs("\\t", out);
-        else if (*p < 0x20) fprintf(out, "\\x%02X", *p);
-        else fputc(*p, out);
+        if (*p == '"' || *p == '\\') PUT("\\%c", *p);
+        else if (*p == '\n') PUT("\\n");
+        else if (*p == '\t') PUT("\\t");
+        else if (*p < 0x20 || *p == 0x7f) PUT("\\x%02X", *p);
+        else if (p[0] == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) { /* C1 controls: NEL folds as a line break */
+            PUT("\\x%02X", p[1]);
+            p += 1;
+        } else if (p[0] == 0xe2 && p[1] == 0x80 && (p[2] == 0xa8 || p[2] == 0xa9)) { /* line, paragraph separator */
+            PUT("\\u%s", p[2] == 0xa8 ? "2028" : "2029");
+            p += 2;
+        } else if (p[0] == 0xef && p[1] == 0xbb && p[2] == 0xbf) { /* a BOM, which a reader drops */
+            PUT("\\uFEFF");
+            p += 2;
+        } else {
+            PUT("%c", *p);
+        }
     }
-    fputc('"', out);
+    PUT("\"");
+#undef PUT
+    return n;
+}
+
+void write_yaml_string(FILE *out, const char *text) {
+    const size_t n = yaml_quote(text, NULL, 0);
+    char *quoted = mt_malloc(n + 1);
+    yaml_quote(text, quoted, n + 1);
+    fputs(quoted, out);
+    free(quoted);
 }
 
 /* A whole number below 1e15 as one ("30"); otherwise the shortest "%.Ng"

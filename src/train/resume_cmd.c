@@ -83,30 +83,21 @@ static int parse_args(int argc, char **argv, const char **dir, const char **sets
     return 0;
 }
 
-/* "run.dir=\"DIR\"" as a YAML double-quoted scalar that reads back as DIR byte for byte: '"' and '\\' escaped,
- * every control character as \xNN (YAML folds a raw line break into a space: the run would continue elsewhere).
- * -1 with err when DIR cannot be said so: not UTF-8 (YAML holds text), or too long for run.dir. */
+/* "run.dir=\"DIR\"": DIR as a YAML double-quoted scalar that reads back as DIR byte for byte (yaml_quote: a raw line
+ * break, NEL among them, would be folded into a space, and the run would continue elsewhere). -1 with err when DIR
+ * cannot be said so: not UTF-8 (YAML holds text), or too long for run.dir. */
 static int run_dir_override(char *out, size_t len, const char *dir, char *err, size_t errlen) {
     if (!utf8_valid(dir, strlen(dir))) {
         mt_set_error(err, errlen, "%s: the run directory's path is not UTF-8, which a recipe (YAML) cannot hold: "
                      "rename it, or resume its checkpoint with --set run.dir=NEW", dir);
         return -1;
     }
-    if (strlen(dir) >= MT_PATH_MAX) {
+    const int n = snprintf(out, len, "run.dir=");
+    if (strlen(dir) >= MT_PATH_MAX || n < 0 || yaml_quote(dir, out + n, len - (size_t)n) >= len - (size_t)n) {
         mt_set_error(err, errlen, "%s: the run directory's path is longer than run.dir holds (%d bytes)", dir,
                      MT_PATH_MAX - 1);
         return -1;
     }
-    size_t n = (size_t)snprintf(out, len, "run.dir=\"");
-    for (const unsigned char *p = (const unsigned char *)dir; *p && n + 8 < len; p++) {
-        if (*p < 0x20 || *p == 0x7f) {
-            n += (size_t)snprintf(out + n, len - n, "\\x%02x", *p);
-            continue;
-        }
-        if (*p == '"' || *p == '\\') out[n++] = '\\';
-        out[n++] = (char)*p;
-    }
-    snprintf(out + n, len - n, "\"");
     return 0;
 }
 
@@ -270,7 +261,10 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     const char *overrides[MAX_OVERRIDES + 1];
     char run_dir_set[4 * MT_PATH_MAX + 32];
     int n = 0;
-    if (loc->run_dir[0]) {
+    bool run_dir_given = false; /* --set run.dir=NEW: a branch, which the run's own directory does not concern */
+    for (int i = 0; i < num_sets; i++) run_dir_given |= !strncmp(sets[i], "run.dir=", 8);
+    const bool own_dir = loc->run_dir[0] && !run_dir_given;
+    if (own_dir) {
         if (run_dir_override(run_dir_set, sizeof run_dir_set, loc->run_dir, err, sizeof err) != 0)
             return refuse_together(MT_EXIT_USAGE, "resume: %s", err);
         overrides[n++] = run_dir_set;
@@ -298,6 +292,11 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
         refused_together = true;
         return agreed;
     }
+    /* the run goes on in its own directory, byte for byte (a path the recipe reader would change, resumed elsewhere,
+     * let its retention delete another directory's checkpoints) */
+    if (own_dir && strcmp(recipe.run.dir, loc->run_dir) != 0)
+        return refuse_together(MT_EXIT_USAGE, "resume: %s: the recipe reads the run directory's path back as '%s': "
+                               "rename the directory, or resume with --set run.dir=NEW", loc->run_dir, recipe.run.dir);
     if (run_recipe) { /* run --resume-if-exists: the same run or none */
         /* what a resume writes into the recipe itself is not the user's change: the checkpoint's values of
          * checkpoint.frozen_base (a LoRA resume stores its base), load_optimizer (true once resumed) */
@@ -323,8 +322,6 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     }
     if (ckpt_model_shape_check(&stored, &recipe.model, err, sizeof err) != 0)
         return refuse_together(MT_EXIT_USAGE, "%s", err);
-    bool run_dir_given = false; /* --set run.dir=NEW */
-    for (int i = 0; i < num_sets; i++) run_dir_given |= !strncmp(sets[i], "run.dir=", 8);
     int status = check_target_dir(&recipe, loc, dir, run_dir_given, step, err, sizeof err);
     if (status != 0) return refuse_together(status, "%s", err);
     /* A checkpoint that stores its frozen base has none recorded to reference: the run goes on storing it. */

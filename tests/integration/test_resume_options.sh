@@ -182,12 +182,18 @@ break"
 cp -r "$WORK/own" "$nl_dir"
 expect 0 "done: 31 steps" "$MEGATRAIN" resume "$nl_dir" --set train.steps=31
 [[ -d "$nl_dir/checkpoints/iter_0000031" && ! -e "$WORK/line break" ]] || fail "the resume left its run.dir"
+nel_dir="$WORK/nel$(printf '\xc2\x85')dir" # U+0085 NEL, which YAML reads as a line break too
+cp -r "$WORK/own" "$nel_dir"
+expect 0 "done: 31 steps" "$MEGATRAIN" resume "$nel_dir" --set train.steps=31
+[[ -d "$nel_dir/checkpoints/iter_0000031" && ! -e "$WORK/nel dir" ]] || fail "the resume left its run.dir (NEL)"
+grep -q 'dir: "[^"]*nel\\x85dir"' "$nel_dir/recipe.yaml" || fail "recipe.yaml does not escape NEL: $(grep dir: "$nel_dir/recipe.yaml")"
 # a path that is not UTF-8 (which YAML cannot hold): a run directory refused naming it, not a --set; relative data
 # paths from such a current directory refused at the start (recipe.yaml could not hold them: no checkpoint of the
 # run would have resumed)
 bad_dir="$WORK/$(printf 'bad\xff')dir"
 cp -r "$WORK/own" "$bad_dir"
 expect 2 "resume: $bad_dir: the run directory's path is not UTF-8" "$MEGATRAIN" resume "$bad_dir" --set train.steps=32
+expect 0 "done: 32 steps" "$MEGATRAIN" resume "$bad_dir" --set train.steps=32 --set run.dir="$WORK/bad-on" # as it says
 (cd "$bad_dir" && expect 2 "data.train\[0\].path: corpus is relative, and the current directory's path is not UTF-8" \
   run "$WORK/bad-cwd" 10 --set "data.train=[corpus]")
 echo "a copied checkpoint resumes in its own run.dir, not another run's; run.dir with a line break; non-UTF-8 paths refused"

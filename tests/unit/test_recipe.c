@@ -885,9 +885,33 @@ static int teardown(void **state) {
     return nftw(work_dir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
 }
 
+/* yaml_quote: a string (a path: run.dir, a data path) written into recipe.yaml reads back as the same bytes, also
+ * with the characters a YAML reader folds (line breaks, NEL, the line and paragraph separators) or drops (a BOM) */
+static void test_yaml_quote_round_trip(void **state) {
+    (void)state;
+    static const char *const texts[] = {"plain/dir", "a \"quoted\" \\ path", "line\nbreak", "tab\there", "cr\rx",
+                                        "nel\xc2\x85" "dir", "ls\xe2\x80\xa8" "ps\xe2\x80\xa9" "end", "c1\xc2\x9f" "x",
+                                        "bom\xef\xbb\xbf" "x", "del\x7f" "x", "caf\xc3\xa9 \xe2\x82\xac", ""};
+    for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
+        char quoted[256], doc[300], err[256];
+        const size_t n = yaml_quote(texts[i], quoted, sizeof quoted);
+        assert_true(n == strlen(quoted));
+        assert_true(yaml_quote(texts[i], quoted, 4) == n); /* the length needed, whatever fits */
+        yaml_quote(texts[i], quoted, sizeof quoted);
+        snprintf(doc, sizeof doc, "key: %s\n", quoted);
+        YNode *root = ytree_load_string(doc, "test", err, sizeof err);
+        if (!root) fail_msg("case %zu: %s: %s", i, quoted, err);
+        const YEntry *e = ytree_entry(root, "key");
+        assert_non_null(e);
+        if (strcmp(e->value->text, texts[i]) != 0) fail_msg("case %zu: %s read back as '%s'", i, quoted, e->value->text);
+        ytree_free(root);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest units[] = {
         cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_yaml_quote_round_trip),
         cmocka_unit_test(test_schedule_longer_than_the_run),
         cmocka_unit_test(test_batch_schedules),
         cmocka_unit_test(test_overrides),
