@@ -180,21 +180,29 @@ int inspect_main(int argc, char **argv) {
         fputs(inspect_usage, stderr);
         return MT_EXIT_USAGE;
     }
-    if (!strcmp(argv[0], "-h") || !strcmp(argv[0], "--help")) {
-        fputs(inspect_usage, stdout);
-        return MT_EXIT_OK;
+    const char *arg = NULL;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            fputs(inspect_usage, stdout);
+            return MT_EXIT_OK;
+        }
+        if (argv[i][0] == '-' && argv[i][1] != '\0') { /* as every command says of an option it does not know */
+            mt_error("unknown option '%s'\n%s", argv[i], inspect_usage);
+            return MT_EXIT_USAGE;
+        }
+        if (arg) {
+            mt_error("unexpected argument '%s' (CKPT already given as '%s')\n%s", argv[i], arg, inspect_usage);
+            return MT_EXIT_USAGE;
+        }
+        arg = argv[i];
     }
-    if (argc > 1) {
-        mt_error("unexpected argument '%s'\n%s", argv[1], inspect_usage);
-        return MT_EXIT_USAGE;
-    }
-    if (argv[0][0] == '-' && argv[0][1] != '\0') { /* as every command says of an option it does not know */
-        mt_error("unknown option '%s'\n%s", argv[0], inspect_usage);
+    if (!arg) {
+        fputs(inspect_usage, stderr);
         return MT_EXIT_USAGE;
     }
     CkptLocation loc;
     char err[2048];
-    if (ckpt_locate(argv[0], &loc, err, sizeof err) != 0) {
+    if (ckpt_locate(arg, &loc, err, sizeof err) != 0) {
         mt_error("%s", err);
         return MT_EXIT_FAILURE;
     }

@@ -258,21 +258,32 @@ static int check_tokenizer(const char *ckpt, const char *data) {
     return rc;
 }
 
-/* The run that wrote checkpoint `ckpt` evaluated with its recipe's settings: where this evaluation's differ, one
- * note on stderr says the options that reproduce the run's eval_loss (nothing for a checkpoint without a recipe:
- * a conversion). With --data one of the run's data.train datasets and no data.valid, the run scored its split's
- * validation share. */
+/* Whether dataset prefixes a and b name the same files (their .idx, whatever the spelling of the path). */
+static bool same_dataset(const char *a, const char *b) {
+    char pa[MT_PATH_MAX + 8], pb[MT_PATH_MAX + 8];
+    struct stat sa, sb;
+    snprintf(pa, sizeof pa, "%s.idx", a);
+    snprintf(pb, sizeof pb, "%s.idx", b);
+    return stat(pa, &sa) == 0 && stat(pb, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+/* The run that wrote checkpoint `ckpt` evaluated with its recipe's settings: when --data is what it evaluated on
+ * (its one data.valid dataset, or with none the validation share of its one data.train) and these settings differ, one
+ * note on stderr says the options that reproduce the run's eval_loss (nothing for a checkpoint without a recipe, a
+ * conversion, or a run that did not evaluate). */
 static void note_run_settings(const char *ckpt, const EvalOptions *opt) {
     static Recipe run;
-    char path[MT_PATH_MAX + 80], err[2048], data[MT_PATH_MAX + 8], cwd[MT_PATH_MAX];
+    char path[MT_PATH_MAX + 80], err[2048];
     snprintf(path, sizeof path, "%s/%s", ckpt, CKPT_RECIPE_FILE);
     struct stat st;
     if (stat(path, &st) != 0 || recipe_load(&run, path, NULL, 0, 0, err, sizeof err) != 0) return;
-    snprintf(data, sizeof data, "%s%s%s", opt->data[0] == '/' || !getcwd(cwd, sizeof cwd) ? "" : cwd,
-             opt->data[0] == '/' ? "" : "/", opt->data);
-    bool trained_on = false;
-    for (int i = 0; i < run.data.num_train; i++) trained_on |= strcmp(run.data.train[i].path, data) == 0;
-    const bool split = trained_on && run.data.num_valid == 0 && run.data.split[1] > 0;
+    if (run.train.eval_interval <= 0 || run.train.eval_batches <= 0) return; /* the run logged no eval_loss */
+    /* the run's evaluation data, when eval can read it: its one data.valid dataset, or with none the validation share
+     * of its one data.train dataset (a blend is read by no single --data); --test scores test_loss, not eval_loss */
+    const bool validated_on = run.data.num_valid == 1 && same_dataset(run.data.valid[0].path, opt->data);
+    const bool split = run.data.num_valid == 0 && run.data.num_train == 1 && run.data.split[1] > 0 &&
+                       same_dataset(run.data.train[0].path, opt->data);
+    if ((!validated_on && !split) || opt->test) return;
     char wanted[512] = "";
     size_t n = 0;
 #define ADD(...) n += (size_t)snprintf(wanted + n, n < sizeof wanted ? sizeof wanted - n : 0, __VA_ARGS__)
@@ -293,8 +304,8 @@ static void note_run_settings(const char *ckpt, const EvalOptions *opt) {
 }
 
 /* Before anything is allocated: the model and its batch fit one process's memory (the host's RAM and swap; the GPU's
- * with --device cuda), by the estimate of a run's check (plan.h: eval's model device is one rank of a one-rank run),
- * of the weights and activations alone. 0, or 2 (reported, naming the options). */
+ * with --device cuda), by the estimate of a run's check (plan.h: eval's model device is one rank of a one-rank run;
+ * on the CPU its weights and activations alone). 0, or 2 (reported, naming the options). */
 static int check_memory(const ModelConfig *cfg, const EvalOptions *opt) {
     static Recipe r;
     recipe_set_defaults(&r);
@@ -312,10 +323,11 @@ static int check_memory(const ModelConfig *cfg, const EvalOptions *opt) {
     Plan *p = mt_malloc(sizeof *p);
     char err[512];
     const bool planned = plan_compute(p, &r, 1, err, sizeof err) == 0;
-    /* what a forward touches: the weights and the activations (the gradients and AdamW states a model device
-     * allocates stay untouched, zero pages that take no memory) */
+    /* on the CPU what a forward touches: the weights and the activations (the gradients and AdamW states a model
+     * device allocates stay untouched, zero pages that take no memory); a GPU's one arena is allocated whole */
     const PlanStage *st = &p->stages[0];
-    const double need = planned ? st->weight_bytes + st->activation_bytes + st->logits_bytes : 0;
+    const double need = !planned ? 0 : p->gpu ? st->total_bytes
+                                              : st->weight_bytes + st->activation_bytes + st->logits_bytes;
     const bool over = planned && need > available;
     if (over)
         mt_error("eval: --micro-batch-size %ld x --seq-len %ld: the model and its batch need about %.1f GiB, more "

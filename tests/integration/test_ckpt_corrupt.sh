@@ -29,6 +29,8 @@ grep -q "^optimizer.v.lm_head.weight *\[256, 64\] *fp32" "$WORK/ok.txt" || fail 
 # usage: an option inspect does not know is said so (exit 2, as every command); a file is not a missing directory
 status=0; "$MEGATRAIN" inspect --bogus > "$WORK/usage.txt" 2>&1 || status=$?
 [[ $status -eq 2 ]] && grep -q "unknown option '--bogus'" "$WORK/usage.txt" || fail "inspect --bogus: $status $(cat "$WORK/usage.txt")"
+status=0; "$MEGATRAIN" inspect "$ck" --json > "$WORK/usage.txt" 2>&1 || status=$? # an option after CKPT too
+[[ $status -eq 2 ]] && grep -q "unknown option '--json'" "$WORK/usage.txt" || fail "inspect CKPT --json: $status $(cat "$WORK/usage.txt")"
 status=0; "$MEGATRAIN" inspect "$ck/iter_0000030/metadata.mtck" > "$WORK/usage.txt" 2>&1 || status=$?
 [[ $status -eq 1 ]] && grep -q "metadata.mtck: not a directory (expected a run directory" "$WORK/usage.txt" ||
   fail "inspect FILE: $status $(cat "$WORK/usage.txt")"

@@ -98,9 +98,12 @@ whole=$("$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --batches 2 --seq
 # when the settings are the run's
 grep -qF "eval: note: the run of $WORK/split/checkpoints/iter_0000004 evaluated with other settings; its eval_loss is \
 this command with --split 90,10,0 (" "$WORK/note.txt" || fail "no note of the run's split: $(cat "$WORK/note.txt")"
-"$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --batches 1 2> "$WORK/note.txt" > /dev/null
+(cd "$WORK" && "$MEGATRAIN" eval split --data ./english --batches 1 2> "$WORK/note.txt" > /dev/null) # any spelling
 grep -qF "its eval_loss is this command with --seq-len 64 --micro-batch-size 8 --batches 2 --split 90,10,0 (" \
   "$WORK/note.txt" || fail "no note of the run's settings: $(cat "$WORK/note.txt")"
+cp "$WORK/english.bin" "$WORK/other.bin" && cp "$WORK/english.idx" "$WORK/other.idx" # not what the run evaluated
+"$MEGATRAIN" eval "$WORK/split" --data "$WORK/other" --batches 1 2> "$WORK/note.txt" > /dev/null
+[[ ! -s "$WORK/note.txt" ]] || fail "a note for another dataset than the run's: $(cat "$WORK/note.txt")"
 "$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --split 90,10,0 --batches 2 --seq-len 64 --micro-batch-size 8 \
   2> "$WORK/note.txt" > /dev/null
 [[ ! -s "$WORK/note.txt" ]] || fail "a note with the run's own settings: $(cat "$WORK/note.txt")"
