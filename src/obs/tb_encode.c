@@ -74,6 +74,16 @@ size_t tb_encode_file_version_event(uint8_t *out, size_t cap, double wall_time) 
     return b.ok ? b.len : 0;
 }
 
+size_t tb_encode_session_start_event(uint8_t *out, size_t cap, double wall_time, int64_t step) {
+    const uint8_t session_log[] = {1 << 3 | 0, 1}; /* status = START */
+    Buf b = {out, 0, cap, 1};
+    put_double_field(&b, 1, wall_time);
+    put_varint(&b, 2 << 3 | 0);
+    put_varint(&b, (uint64_t)step);
+    put_bytes_field(&b, 7, session_log, sizeof session_log);
+    return b.ok ? b.len : 0;
+}
+
 size_t tb_encode_scalar_event(uint8_t *out, size_t cap, double wall_time, int64_t step, const char *tag,
                               float value) {
     const size_t tag_len = strlen(tag);

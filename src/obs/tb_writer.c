@@ -32,7 +32,7 @@ static void write_event(TbWriter *w, const uint8_t *event, size_t len) {
     }
 }
 
-int tb_open(TbWriter *w, const char *run_dir, char *err, size_t errlen) {
+int tb_open(TbWriter *w, const char *run_dir, int64_t first_step, char *err, size_t errlen) {
     *w = (TbWriter){0};
     char dir[MT_PATH_MAX + 16];
     snprintf(dir, sizeof dir, "%s/tensorboard", run_dir);
@@ -48,7 +48,9 @@ int tb_open(TbWriter *w, const char *run_dir, char *err, size_t errlen) {
         return -1;
     }
     uint8_t event[64];
-    write_event(w, event, tb_encode_file_version_event(event, sizeof event, wall_time_now()));
+    const double now = wall_time_now();
+    write_event(w, event, tb_encode_file_version_event(event, sizeof event, now));
+    write_event(w, event, tb_encode_session_start_event(event, sizeof event, now, first_step));
     tb_flush(w);
     return 0;
 }

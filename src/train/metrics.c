@@ -18,12 +18,12 @@
 #include "../core/error.h"
 #include "../core/fs.h"
 
-int metrics_open(MetricsWriter *w, const char *run_dir, bool tensorboard, char *err, size_t errlen) {
+int metrics_open(MetricsWriter *w, const char *run_dir, bool tensorboard, long first_step, char *err, size_t errlen) {
     char path[MT_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
     w->jsonl = mt_fopen_output(path, true, err, errlen);
     if (!w->jsonl) return -1;
-    if (tensorboard && tb_open(&w->tb, run_dir, err, errlen) != 0) {
+    if (tensorboard && tb_open(&w->tb, run_dir, first_step, err, errlen) != 0) {
         metrics_close(w);
         return -1;
     }

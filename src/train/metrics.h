@@ -41,7 +41,7 @@ typedef struct MetricsWriter {
 
 /* Open (append) run_dir/metrics.jsonl and, when tensorboard, a new event
  * file in run_dir/tensorboard. Returns 0 or -1 with err. */
-int metrics_open(MetricsWriter *w, const char *run_dir, bool tensorboard, char *err, size_t errlen);
+int metrics_open(MetricsWriter *w, const char *run_dir, bool tensorboard, long first_step, char *err, size_t errlen);
 /* One JSON line and the step's TensorBoard scalars, both flushed. */
 void metrics_write(MetricsWriter *w, const StepMetrics *m);
 void metrics_print(const StepMetrics *m);                     /* the stdout line */

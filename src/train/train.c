@@ -409,7 +409,8 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
 static int run_context(TrainContext *ctx) {
     char err[2048];
     MetricsWriter metrics = {0};
-    if (comm_world()->rank == 0 && metrics_open(&metrics, ctx->recipe->run.dir, ctx->recipe->logging.tensorboard, err, sizeof err) != 0) {
+    if (comm_world()->rank == 0 && metrics_open(&metrics, ctx->recipe->run.dir, ctx->recipe->logging.tensorboard,
+                                                 ctx->start_step + 1, err, sizeof err) != 0) {
         print_error(err);
         train_teardown(ctx);
         return MT_EXIT_FAILURE;

@@ -7,7 +7,8 @@
 # holds value to 9 significant digits, and rounding that decimal to float32
 # can land one ulp away from rounding the double itself), at the same steps (train/* at every logged step, eval/loss at the
 # eval steps, test/loss after the last one); a MoE run (tiny mixtral with a capacity) also its moe/ scalars
-# (aux loss, expert imbalance, drop rate). logging.tensorboard=false writes no event file. Without the
+# (aux loss, expert imbalance, drop rate); a run resumed from an earlier checkpoint shows each step once, the
+# resumed run's values. logging.tensorboard=false writes no event file. Without the
 # `tensorboard` Python package it installs one from PyPI into build/test-venv
 # (tests/python_env.sh; once, about 5 s); it skips (77) only when that cannot
 # be done, and fails then in CI (CI=true; lib.sh, need_python).
@@ -65,3 +66,21 @@ if run_dir.endswith("/on"):
 PY
 done
 echo "ok: every scalar reads back equal (within one float32 ulp)"
+
+# a run resumed from an earlier checkpoint trains steps 7-12 again: TensorBoard shows each step once, the resumed
+# run's (its event file starts with a session start at step 7, and TensorBoard drops what earlier files hold from
+# there); it showed steps 7-12 twice
+run "$WORK/re" --set logging.tensorboard=true --set checkpoint.interval=6
+rm -r "$WORK/re/checkpoints/iter_0000012" && echo 6 > "$WORK/re/checkpoints/latest_checkpointed_iteration.txt"
+"$MEGATRAIN" resume "$WORK/re" > "$WORK/re-resume.log" 2>&1 || fail "resume: $(tail -n 3 "$WORK/re-resume.log")"
+"$PY" - "$WORK/re" << 'PY' || fail "the resumed run's TensorBoard steps are not each once"
+import json, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+acc = EventAccumulator(sys.argv[1] + "/tensorboard", size_guidance={"scalars": 0})
+acc.Reload()
+got = [(e.step, e.value) for e in acc.Scalars("train/loss")]
+want = [json.loads(line) for line in open(sys.argv[1] + "/metrics.jsonl")]
+assert [s for s, _ in got] == [1, 2, 4, 6, 8, 10, 12], f"train/loss at steps {[s for s, _ in got]}"
+assert all(abs(v - r["loss"]) <= abs(r["loss"]) * 2.0**-23 for (_, v), r in zip(got, want)), f"{got} != {want}"
+print("resumed: train/loss at steps 1, 2, 4, ..., 12, each once, the resumed run's values")
+PY

@@ -56,6 +56,16 @@ static void test_file_version_event_bytes(void **state) {
     assert_memory_equal(out + 11, "brain.Event:2", 13);
 }
 
+/* wall_time 0.5, step 7 (10 07), session_log = field 7 (3A 02) holding status START (08 01). */
+static void test_session_start_event_bytes(void **state) {
+    (void)state;
+    uint8_t out[64];
+    const uint8_t want[] = {0x09, 0, 0, 0, 0, 0, 0, 0xE0, 0x3F, 0x10, 0x07, 0x3A, 0x02, 0x08, 0x01};
+    assert_int_equal(tb_encode_session_start_event(out, sizeof out, 0.5, 7), sizeof want);
+    assert_memory_equal(out, want, sizeof want);
+    assert_int_equal(tb_encode_session_start_event(out, sizeof want - 1, 0.5, 7), 0); /* does not fit */
+}
+
 /* Record = LE u64 length | masked crc of those 8 bytes | data | masked crc
  * of the data. 0x1EF8CEE7 is tensorboard's masked_crc32c(pack('<Q', 23)). */
 static void test_record_framing(void **state) {
@@ -87,6 +97,7 @@ int main(void) {
         cmocka_unit_test(test_scalar_event_bytes),
         cmocka_unit_test(test_step_is_a_varint),
         cmocka_unit_test(test_file_version_event_bytes),
+        cmocka_unit_test(test_session_start_event_bytes),
         cmocka_unit_test(test_record_framing),
         cmocka_unit_test(test_too_small_buffers_fail),
     };
