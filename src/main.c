@@ -23,6 +23,7 @@
 #include "data/data_inspect.h"
 #include "dist/comm.h"
 #include "dist/launch_env.h"
+#include "dist/launch_threads.h"
 #include "eval/eval.h"
 #include "plan/plan.h"
 #include "train/train.h"
@@ -215,8 +216,15 @@ int main(int argc, char **argv) {
 #endif
         return MT_EXIT_OK;
     }
-    if (strcmp(cmd, "run") == 0) return cmd_run(argc - 2, argv + 2);
-    if (strcmp(cmd, "resume") == 0) return resume_main(argc - 2, argv + 2);
+    if (strcmp(cmd, "run") == 0 || strcmp(cmd, "resume") == 0) { /* the commands that take several ranks */
+        char note[512];
+        const int warning = launch_share_cpus(note, sizeof note);
+        if (note[0] && launch_rank() == 0) {
+            if (warning) mt_warn("%s", note);
+            else mt_log("%s", note);
+        }
+        return strcmp(cmd, "run") == 0 ? cmd_run(argc - 2, argv + 2) : resume_main(argc - 2, argv + 2);
+    }
     static const char *const one_process[] = {"convert", "eval", "inspect", "data", "plan", NULL};
     for (int i = 0; one_process[i]; i++)
         if (strcmp(cmd, one_process[i]) == 0 && left_to_rank0(cmd)) return MT_EXIT_OK;

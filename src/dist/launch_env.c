@@ -42,3 +42,9 @@ int launch_rank(void) {
     return env_int(names, 0);
 }
 
+
+int launch_local_size(void) {
+    static const char *const names[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE", NULL};
+    const int n = env_int(names, 1);
+    return n > 0 ? n : 1;
+}
