@@ -44,7 +44,9 @@ int launch_rank(void) {
 
 
 int launch_local_size(void) {
-    static const char *const names[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", "SLURM_NTASKS_PER_NODE", NULL};
+    /* not Slurm's SLURM_NTASKS_PER_NODE, set in a batch script's one process too (srun binds each task to its CPUs,
+     * which OpenMP obeys) */
+    static const char *const names[] = {"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS", NULL};
     const int n = env_int(names, 1);
     return n > 0 ? n : 1;
 }

@@ -14,8 +14,8 @@ int launch_rank(void);
 /* Rank among the processes on this machine (OMPI_COMM_WORLD_LOCAL_RANK,
  * MPI_LOCALRANKID or SLURM_LOCALID); 0 when absent. Picks the GPU. */
 int launch_local_rank(void);
-/* Processes on this machine (OMPI_COMM_WORLD_LOCAL_SIZE, MPI_LOCALNRANKS or
- * SLURM_NTASKS_PER_NODE); 1 when absent. */
+/* Processes on this machine (OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS,
+ * which mpirun sets); 1 when absent. */
 int launch_local_size(void);
 
 #endif
