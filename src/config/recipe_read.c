@@ -162,6 +162,21 @@ const char *suggest_key(const RecipeKey *keys, const char *name) {
     return best;
 }
 
+/* The key anywhere in the schema (under `keys`, at `prefix`) that another project calls `name` (RecipeKey.also:
+ * Megatron's tensor_model_parallel_size for parallel.tp), as its path into out; false when none. */
+static bool find_also(const RecipeKey *keys, const char *prefix, const char *name, char *out, size_t len) {
+    for (const RecipeKey *key = keys; key->name; key++) {
+        char path[MT_KEY_PATH_MAX];
+        join_path(path, sizeof path, prefix, key->name);
+        if (key->also && strcmp(key->also, name) == 0) {
+            snprintf(out, len, "%s", path);
+            return true;
+        }
+        if (key->type == KT_SECTION && key->keys && find_also(key->keys, path, name, out, len)) return true;
+    }
+    return false;
+}
+
 static int unknown_key(const RecipeKey *keys, const YEntry *entry, const char *prefix, char *err, size_t errlen) {
     char where[MT_LOC_BUF], path[MT_KEY_PATH_MAX], hint[MT_KEY_PATH_MAX];
     join_path(path, sizeof path, prefix, entry->key);
@@ -176,6 +191,11 @@ static int unknown_key(const RecipeKey *keys, const YEntry *entry, const char *p
     if (guess) {
         mt_set_error(err, errlen, "%s: unknown key '%s' (did you mean '%s'?)", yloc_format(entry->loc, where, sizeof where),
                      path, join_path(hint, sizeof hint, prefix, guess));
+        return -1;
+    }
+    if (find_also(recipe_root_keys, "", entry->key, hint, sizeof hint)) { /* another section's, by another name */
+        mt_set_error(err, errlen, "%s: unknown key '%s' (did you mean '%s'?)", yloc_format(entry->loc, where, sizeof where),
+                     path, hint);
         return -1;
     }
     char list[512] = "";

@@ -65,17 +65,20 @@ const RecipeKey recipe_model_keys[] = {
     {INT_KEY("num_layers", ModelConfig, num_layers, 1, MT_MAX_LAYERS), .required = true, .also = "num_hidden_layers",
      .match = WEIGHTS},
     {INT_KEY("hidden_size", ModelConfig, hidden_size, 1, INT_MAX), .required = true, .match = WEIGHTS},
-    {INT_KEY("intermediate_size", ModelConfig, intermediate_size, 1, INT_MAX), .required = true, .match = WEIGHTS},
+    {INT_KEY("intermediate_size", ModelConfig, intermediate_size, 1, INT_MAX), .required = true, .match = WEIGHTS,
+     .also = "ffn_hidden_size"},
     {INT_KEY("num_attention_heads", ModelConfig, num_attention_heads, 1, INT_MAX), .required = true,
      .match = WEIGHTS},
-    {INT_KEY("num_key_value_heads", ModelConfig, num_key_value_heads, 1, INT_MAX), .match = WEIGHTS},
+    {INT_KEY("num_key_value_heads", ModelConfig, num_key_value_heads, 1, INT_MAX), .match = WEIGHTS,
+     .also = "num_query_groups"},
     {INT_KEY("head_dim", ModelConfig, head_dim, 1, INT_MAX), .match = WEIGHTS},
     {INT_KEY("vocab_size", ModelConfig, vocab_size, 1, INT_MAX), .required = true, .match = WEIGHTS},
     {INT_KEY("max_position_embeddings", ModelConfig, max_position_embeddings, 1, INT_MAX), .required = true},
-    {NUM_KEY("rope_theta", ModelConfig, rope_theta, 0), .above_min = true, .match = FUNCTION},
+    {NUM_KEY("rope_theta", ModelConfig, rope_theta, 0), .above_min = true, .match = FUNCTION, .also = "rotary_base"},
     {CUSTOM_KEY("rope_scaling", read_rope_scaling, write_rope_scaling), .match = FUNCTION,
      .differ = differ_rope_scaling},
-    {NUM_KEY("rms_norm_eps", ModelConfig, rms_norm_eps, 0), .above_min = true, .match = FUNCTION},
+    {NUM_KEY("rms_norm_eps", ModelConfig, rms_norm_eps, 0), .above_min = true, .match = FUNCTION,
+     .also = "norm_epsilon"},
     {BOOL_KEY("tie_word_embeddings", ModelConfig, tie_word_embeddings), .match = WEIGHTS},
     {BOOL_KEY("attention_bias", ModelConfig, attention_bias), .match = WEIGHTS},
     {BOOL_KEY("qk_norm", ModelConfig, qk_norm), .match = WEIGHTS},
@@ -113,43 +116,43 @@ static const RecipeKey run_keys[] = {
 };
 
 static const RecipeKey parallel_keys[] = {
-    {INT_KEY("tp", ParallelConfig, tp, 1, 65536)},
-    {INT_KEY("pp", ParallelConfig, pp, 1, 65536)},
-    {INT_KEY("vpp", ParallelConfig, vpp, 1, 65536)},
-    {INT_KEY("cp", ParallelConfig, cp, 1, 65536)},
-    {INT_KEY("ep", ParallelConfig, ep, 1, INT_MAX)},
-    {INT_KEY("etp", ParallelConfig, etp, 1, INT_MAX)},
+    {INT_KEY("tp", ParallelConfig, tp, 1, 65536), .also = "tensor_model_parallel_size"},
+    {INT_KEY("pp", ParallelConfig, pp, 1, 65536), .also = "pipeline_model_parallel_size"},
+    {INT_KEY("vpp", ParallelConfig, vpp, 1, 65536), .also = "virtual_pipeline_model_parallel_size"},
+    {INT_KEY("cp", ParallelConfig, cp, 1, 65536), .also = "context_parallel_size"},
+    {INT_KEY("ep", ParallelConfig, ep, 1, INT_MAX), .also = "expert_model_parallel_size"},
+    {INT_KEY("etp", ParallelConfig, etp, 1, INT_MAX), .also = "expert_tensor_parallel_size"},
     {BOOL_KEY("sequence_parallel", ParallelConfig, sequence_parallel)},
-    {BOOL_KEY("distributed_optimizer", ParallelConfig, distributed_optimizer)},
+    {BOOL_KEY("distributed_optimizer", ParallelConfig, distributed_optimizer), .also = "use_distributed_optimizer"},
     {CUSTOM_KEY("pp_layers", read_pp_layers, write_pp_layers)},
     {0},
 };
 
 static const RecipeKey train_keys[] = {
-    {CUSTOM_KEY("steps", read_steps, write_steps_or_tokens)},
+    {CUSTOM_KEY("steps", read_steps, write_steps_or_tokens), .also = "train_iters"},
     {CUSTOM_KEY("tokens", read_tokens, write_nothing)},
-    {INT_KEY("seq_len", TrainConfig, seq_len, 1, INT_MAX), .required = true},
+    {INT_KEY("seq_len", TrainConfig, seq_len, 1, INT_MAX), .required = true, .also = "seq_length"},
     {INT_KEY("micro_batch_size", TrainConfig, micro_batch_size, 1, INT_MAX), .required = true},
     {CUSTOM_KEY("global_batch_size", read_global_batch_size, write_batch)},
-    {CUSTOM_KEY("batch_schedule", read_batch_schedule, write_nothing)},
+    {CUSTOM_KEY("batch_schedule", read_batch_schedule, write_nothing), .also = "rampup_batch_size"},
     {LONG_KEY("eval_interval", TrainConfig, eval_interval, 0)},
-    {INT_KEY("eval_batches", TrainConfig, eval_batches, 1, INT_MAX)},
+    {INT_KEY("eval_batches", TrainConfig, eval_batches, 1, INT_MAX), .also = "eval_iters"},
     {INT_KEY("max_nonfinite_steps", TrainConfig, max_nonfinite_steps, 0, INT_MAX)},
     {LONG_KEY("replica_check_interval", TrainConfig, replica_check_interval, 0)},
-    {ENUM_KEY("recompute", TrainConfig, recompute, recompute_names)},
+    {ENUM_KEY("recompute", TrainConfig, recompute, recompute_names), .also = "recompute_granularity"},
     {ENUM_KEY("loss", TrainConfig, loss, loss_reduction_names)},
     {LONG_KEY("exit_interval", TrainConfig, exit_interval, 0)},
-    {NUM_KEY("exit_duration_mins", TrainConfig, exit_duration_mins, 0)},
+    {NUM_KEY("exit_duration_mins", TrainConfig, exit_duration_mins, 0), .also = "exit_duration_in_mins"},
     {0},
 };
 
 static const RecipeKey schedule_keys[] = {
-    {LONG_KEY("warmup_steps", OptimizerConfig, warmup_steps, 0)},
-    {NUM_KEY("warmup_fraction", OptimizerConfig, warmup_fraction, 0)},
-    {ENUM_KEY("decay", OptimizerConfig, decay, decay_names)},
-    {LONG_KEY("decay_steps", OptimizerConfig, decay_steps, 1), .nullable = true},
-    {LONG_KEY("wsd_decay_steps", OptimizerConfig, wsd_decay_steps, 0)},
-    {ENUM_KEY("wsd_decay_style", OptimizerConfig, wsd_decay_style, wsd_style_names)},
+    {LONG_KEY("warmup_steps", OptimizerConfig, warmup_steps, 0), .also = "lr_warmup_iters"},
+    {NUM_KEY("warmup_fraction", OptimizerConfig, warmup_fraction, 0), .also = "lr_warmup_fraction"},
+    {ENUM_KEY("decay", OptimizerConfig, decay, decay_names), .also = "lr_decay_style"},
+    {LONG_KEY("decay_steps", OptimizerConfig, decay_steps, 1), .nullable = true, .also = "lr_decay_iters"},
+    {LONG_KEY("wsd_decay_steps", OptimizerConfig, wsd_decay_steps, 0), .also = "lr_wsd_decay_iters"},
+    {ENUM_KEY("wsd_decay_style", OptimizerConfig, wsd_decay_style, wsd_style_names), .also = "lr_wsd_decay_style"},
     {0},
 };
 
@@ -157,8 +160,8 @@ static const RecipeKey optimizer_keys[] = {
     {CUSTOM_KEY("type", read_optimizer_type, write_optimizer_type)},
     {NUM_KEY("lr", OptimizerConfig, lr, 0)},
     {NUM_KEY("min_lr", OptimizerConfig, min_lr, 0)},
-    {CUSTOM_KEY("betas", read_betas, write_betas)},
-    {NUM_KEY("eps", OptimizerConfig, eps, 0), .above_min = true},
+    {CUSTOM_KEY("betas", read_betas, write_betas), .also = "adam_beta1"},
+    {NUM_KEY("eps", OptimizerConfig, eps, 0), .above_min = true, .also = "adam_eps"},
     {NUM_KEY("weight_decay", OptimizerConfig, weight_decay, 0)},
     {NUM_KEY("clip_grad", OptimizerConfig, clip_grad, 0)},
     {ENUM_KEY("state_dtype", OptimizerConfig, state_dtype, dtype_names)},
@@ -167,26 +170,26 @@ static const RecipeKey optimizer_keys[] = {
 };
 
 static const RecipeKey data_keys[] = {
-    {CUSTOM_KEY("train", read_train_sources, write_train_sources), .required = true},
-    {CUSTOM_KEY("valid", read_valid_sources, write_valid_sources)},
+    {CUSTOM_KEY("train", read_train_sources, write_train_sources), .required = true, .also = "data_path"},
+    {CUSTOM_KEY("valid", read_valid_sources, write_valid_sources), .also = "valid_data_path"},
     {CUSTOM_KEY("split", read_split, write_split)},
-    {STRING_KEY("cache_dir", DataConfig, cache_dir), .nullable = true},
+    {STRING_KEY("cache_dir", DataConfig, cache_dir), .nullable = true, .also = "data_cache_path"},
     {BOOL_KEY("pack", DataConfig, pack)},
     {ENUM_KEY("pack_overlong", DataConfig, pack_overlong, pack_overlong_names)},
     {0},
 };
 
 static const RecipeKey fp8_keys[] = {
-    {ENUM_KEY("recipe", Fp8Config, recipe, fp8_recipe_names)},
-    {ENUM_KEY("grad_format", Fp8Config, grad_format, fp8_format_names)},
-    {INT_KEY("amax_history_len", Fp8Config, amax_history_len, 1, 1 << 20)},
-    {ENUM_KEY("amax_compute_algo", Fp8Config, amax_compute_algo, fp8_amax_algo_names)},
-    {INT_KEY("margin", Fp8Config, margin, 0, 64)},
+    {ENUM_KEY("recipe", Fp8Config, recipe, fp8_recipe_names), .also = "fp8_recipe"},
+    {ENUM_KEY("grad_format", Fp8Config, grad_format, fp8_format_names), .also = "fp8_format"},
+    {INT_KEY("amax_history_len", Fp8Config, amax_history_len, 1, 1 << 20), .also = "fp8_amax_history_len"},
+    {ENUM_KEY("amax_compute_algo", Fp8Config, amax_compute_algo, fp8_amax_algo_names), .also = "fp8_amax_compute_algo"},
+    {INT_KEY("margin", Fp8Config, margin, 0, 64), .also = "fp8_margin"},
     {0},
 };
 
 static const RecipeKey checkpoint_keys[] = {
-    {LONG_KEY("interval", CheckpointConfig, interval, 0)},
+    {LONG_KEY("interval", CheckpointConfig, interval, 0), .also = "save_interval"},
     {INT_KEY("keep_last", CheckpointConfig, keep_last, 0, INT_MAX)},
     {LONG_KEY("keep_every", CheckpointConfig, keep_every, 0)},
     {BOOL_KEY("async", CheckpointConfig, async)},
@@ -197,7 +200,7 @@ static const RecipeKey checkpoint_keys[] = {
 };
 
 static const RecipeKey logging_keys[] = {
-    {LONG_KEY("interval", LoggingConfig, interval, 1)},
+    {LONG_KEY("interval", LoggingConfig, interval, 1), .also = "log_interval"},
     {BOOL_KEY("tensorboard", LoggingConfig, tensorboard)},
     {LONG_KEY("timers_interval", LoggingConfig, timers_interval, 0)},
     {NUM_KEY("peak_tflops", LoggingConfig, peak_tflops, 0)},

@@ -662,6 +662,12 @@ static const ErrorCase error_cases[] = {
      "did you mean 'model.vocab_size'?"},
     {"unknown_key_in_override", NULL, NULL, "optimizer.schedule.warmup=3", 1, NULL, "optimizer.schedule.warmup",
      "did you mean 'optimizer.schedule.warmup_steps'?"},
+    /* Megatron's names (RecipeKey.also), in their section or anywhere */
+    {"megatron_name_in_section", "  tp: 1", "  tensor_model_parallel_size: 1", NULL, 1, "tensor_model_parallel_size",
+     "parallel.tensor_model_parallel_size", "did you mean 'parallel.tp'?"},
+    {"megatron_name_elsewhere", "  steps: 100", "  save_interval: 100", NULL, 1, "save_interval", "train.save_interval",
+     "did you mean 'checkpoint.interval'?"},
+    {"megatron_name_at_top", NULL, NULL, "train_iters=3", 1, NULL, "'train_iters'", "did you mean 'train.steps'?"},
     /* wrong types */
     {"string_for_integer", "micro_batch_size: 2", "micro_batch_size: four", NULL, 1, "four", "train.micro_batch_size",
      "expected a positive integer, found 'four'"},
