@@ -2,6 +2,8 @@
  * {path, weight} or prefixes) and data.split ([train, valid, test] weights
  * or Megatron's "98,2,0"; missing shares are 0, as Megatron pads them). */
 #include <math.h>
+#include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -14,6 +16,15 @@ static const RecipeKey source_keys[] = {
     {0},
 };
 
+/* text is a number > 0 (a Megatron --data-path weight), into *weight */
+static bool weight_text(const char *text, double *weight) {
+    char *end = NULL;
+    const double w = strtod(text, &end);
+    if (end == text || *end != '\0' || !(w > 0) || !isfinite(w)) return false;
+    *weight = w;
+    return true;
+}
+
 static int read_one_source(DataSource *source, const YNode *node, YLoc loc, const char *path, char *err, size_t errlen) {
     char found[128];
     source->weight = 0.0; /* none given */
@@ -23,8 +34,42 @@ static int read_one_source(DataSource *source, const YNode *node, YLoc loc, cons
                          ytree_describe(node, found, sizeof found));
     if (strlen(node->text) >= MT_PATH_MAX)
         return key_error(err, errlen, loc, path, "expected a path of at most %d characters", MT_PATH_MAX - 1);
+    double weight;
+    if (!node->quoted && weight_text(node->text, &weight)) /* a weight of Megatron's --data-path form, unpaired */
+        return key_error(err, errlen, loc, path, "expected a dataset prefix, found the number %s (Megatron's "
+                         "--data-path form pairs each weight with a prefix: [W1, P1, W2, P2], or "
+                         "[{path: P1, weight: W1}, ...]; a prefix that is a number is quoted)", node->text);
     memcpy(source->path, node->text, strlen(node->text) + 1);
     return 0;
+}
+
+/* Megatron's --data-path form, "W1 P1 W2 P2 ..." (one string) or [W1, P1, W2, P2, ...]: weights and prefixes in
+ * turn. n words (words[i] the i-th's text): 1 and the sources when it is that form (every even word a weight, every
+ * odd one not), 0 when it is not, -1 (reported) when there are more than the sources a recipe holds. */
+static int megatron_sources(DataSource *sources, int *count, const char *const *words, int n, YLoc loc,
+                            const char *path, char *err, size_t errlen) {
+    double w;
+    if (n < 2 || n % 2 != 0) return 0;
+    for (int i = 0; i < n; i++)
+        if (weight_text(words[i], &w) != (i % 2 == 0) || strlen(words[i]) >= MT_PATH_MAX) return 0;
+    if (n / 2 > MT_MAX_DATA_SOURCES)
+        return key_error(err, errlen, loc, path, "expected at most %d data sources, found %d", MT_MAX_DATA_SOURCES,
+                         n / 2);
+    for (int i = 0; i < n; i += 2) {
+        weight_text(words[i], &sources[i / 2].weight);
+        memcpy(sources[i / 2].path, words[i + 1], strlen(words[i + 1]) + 1);
+    }
+    *count = n / 2;
+    return 1;
+}
+
+/* A string's whitespace-separated words, for megatron_sources: into buf (a copy), pointers in words. */
+static int split_words(const char *text, char *buf, size_t buflen, const char **words, int max) {
+    snprintf(buf, buflen, "%s", text);
+    int n = 0;
+    for (char *save = NULL, *w = strtok_r(buf, " \t\n", &save); w && n < max; w = strtok_r(NULL, " \t\n", &save))
+        words[n++] = w;
+    return n;
 }
 
 static int read_sources(DataSource *sources, int *count, const YEntry *entry, const char *path, char *err,
@@ -33,6 +78,19 @@ static int read_sources(DataSource *sources, int *count, const YEntry *entry, co
     char item_path[MT_KEY_PATH_MAX];
     memset(sources, 0, sizeof(DataSource) * MT_MAX_DATA_SOURCES);
     *count = 0;
+    /* a Megatron user's --data-path, as a string or a list */
+    const char *words[2 * MT_MAX_DATA_SOURCES + 2];
+    int n = 0, megatron = 0;
+    if (node->kind == YNODE_SCALAR && !ytree_is_null(node) && strchr(node->text, ' ')) {
+        static char buf[(2 * MT_MAX_DATA_SOURCES + 2) * MT_PATH_MAX];
+        n = split_words(node->text, buf, sizeof buf, words, (int)(sizeof words / sizeof words[0]));
+    } else if (node->kind == YNODE_SEQUENCE && node->count <= (int)(sizeof words / sizeof words[0])) {
+        for (int i = 0; i < node->count && node->entries[i].value->kind == YNODE_SCALAR; i++)
+            words[n++] = node->entries[i].value->text;
+        if (n != node->count) n = 0;
+    }
+    if (n > 0 && (megatron = megatron_sources(sources, count, words, n, entry->loc, path, err, errlen)) != 0)
+        return megatron < 0 ? -1 : 0;
     if (node->kind != YNODE_SEQUENCE) {
         if (node->kind == YNODE_MAPPING || (node->kind == YNODE_SCALAR && !ytree_is_null(node))) {
             *count = 1;

@@ -219,6 +219,18 @@ static void test_relative_paths(void **state) {
     assert_string_equal(r.run.dir, "runs/unit");
     load_ok(&r, BASE, NULL, 0, 1);
     assert_string_equal(r.data.cache_dir, "runs/unit/data-cache");
+    /* Megatron's --data-path form, weights and prefixes in turn, as one string or a list */
+    const char *megatron[][1] = {{"data.train=0.7 /d/a 0.3 /d/b"}, {"data.train=[0.7, /d/a, 0.3, /d/b]"}};
+    for (int k = 0; k < 2; k++) {
+        load_ok(&r, BASE, megatron[k], 1, 1);
+        assert_int_equal(r.data.num_train, 2);
+        assert_string_equal(r.data.train[0].path, "/d/a");
+        assert_string_equal(r.data.train[1].path, "/d/b");
+        assert_true(r.data.train[0].weight == 0.7 && r.data.train[1].weight == 0.3);
+    }
+    const char *odd[] = {"data.train=[0.7, /d/a, 0.3]"}; /* not that form: a number is no dataset */
+    assert_int_not_equal(load(&r, BASE, odd, 1, 1), 0);
+    assert_non_null(strstr(err, "data.train[0]: expected a dataset prefix, found the number 0.7 (Megatron's"));
     /* within MT_PATH_MAX as given, too long once joined: an error naming the key, not a cut path */
     char set[1100] = "data.train=";
     memset(set + strlen(set), 'y', 1020);
