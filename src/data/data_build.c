@@ -193,7 +193,28 @@ static int parse_options(int argc, char **argv, BuildOptions *opt) {
             }
         }
         if (!matched) {
-            mt_error("data build: unexpected argument '%s'\n%s", a, build_usage_text);
+            /* Megatron's tools/preprocess_data.py spells some of these otherwise */
+            static const char *const megatron[][2] = {
+                {"--output-prefix", "--output PREFIX"},
+                {"--json-keys", "--json-key KEY (one key)"},
+                {"--tokenizer-model", "--tokenizer PATH (a tokenizer.json or its directory)"},
+                {"--tokenizer-type", "--tokenizer PATH (a tokenizer.json or its directory)"},
+                {"--append-eod", "nothing: an end-of-document token ends every document unless a chat template "
+                                 "ends it (--eod-token names another)"},
+            };
+            const char *hint = NULL;
+            for (size_t k = 0; k < sizeof megatron / sizeof megatron[0] && !hint; k++) {
+                const size_t n = strlen(megatron[k][0]);
+                if (strncmp(a, megatron[k][0], n) == 0 && (a[n] == '\0' || a[n] == '=')) hint = megatron[k][1];
+            }
+            if (hint)
+                mt_error("data build: unknown option '%s' (Megatron's preprocess_data.py's; here: %s)\n%s", a, hint,
+                         build_usage_text);
+            else if (a[0] != '-' && opt->input && i > 0 && strcmp(argv[i - 1], opt->input) == 0)
+                mt_error("data build: unexpected argument '%s': --input takes one file (several: concatenate them, "
+                         "or build each and blend the datasets in data.train)\n%s", a, build_usage_text);
+            else
+                mt_error("data build: unexpected argument '%s'\n%s", a, build_usage_text);
             return 2;
         }
     }

@@ -93,6 +93,11 @@ expect_fail '!' "no documents" --input "$D/blank.txt" --output "$D/bad/x"
 expect_fail 2 "tokenizer.json: No such file" --input "$D/plain.txt" --output "$D/bad/x" --tokenizer "$D/tokenizer.json"
 expect_fail 2 "--output" --input "$D/plain.txt"
 expect_fail 2 "unexpected argument" --input "$D/plain.txt" --output "$D/bad/x" --vocab 5
+# Megatron's preprocess_data.py's flags and several inputs: what to give instead
+expect_fail 2 "unknown option '--output-prefix' (Megatron's preprocess_data.py's; here: --output PREFIX)" \
+  --input "$D/plain.txt" --output-prefix "$D/bad/x"
+expect_fail 2 "unexpected argument '$D/trailing.jsonl': --input takes one file" --input "$D/plain.txt" \
+  "$D/trailing.jsonl" --output "$D/bad/x"
 expect_fail 2 "format csv: unknown format (expected text, jsonl or sft" --input "$D/plain.txt" --output "$D/bad/x" \
   --format csv
 expect_fail 2 "--chat-template needs --format sft" --input "$D/plain.txt" --output "$D/bad/x" --format text \
