@@ -113,8 +113,11 @@ static int validate_layout(const Recipe *r, const YNode *root, YLoc at, int worl
     long model_parallel = (long)p->tp * p->pp * p->cp;
     if (world % model_parallel != 0)
         return fail(err, errlen, root, at, "", "parallel",
-                    "expected tp * pp * cp (%d * %d * %d = %ld) to divide the world size %d", p->tp, p->pp, p->cp,
-                    model_parallel, world);
+                    "expected tp * pp * cp (%d * %d * %d = %ld) to divide the world size %d (%s%ld)", p->tp,
+                    p->pp, p->cp, model_parallel, world,
+                    world == 1 ? "one process: launch it with mpirun -np N, N a multiple of "
+                               : "launch a number of ranks that is a multiple of ",
+                    model_parallel);
     long dp = world / model_parallel;
     long unit = (long)r->train.micro_batch_size * dp;
     const TrainConfig *t = &r->train;
