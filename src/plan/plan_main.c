@@ -2,6 +2,7 @@
  * prints the layout plan.h computes and warns about stages that would not
  * fit the device memory (given, or read off GPU 0 in a CUDA build). */
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,20 +72,22 @@ static void print_stage_layers(const PlanStage *st) {
     if (st->lm_head) printf(", lm_head");
 }
 
-/* The last line: whether the largest stage fits `device_gib` (0: unknown), and if not what would make it. */
-static void print_memory_verdict(const Plan *plan, const Recipe *recipe, double device_gib) {
+/* The last line: whether the largest stage fits `device_gib` (0: unknown), and if not what would make it. Returns
+ * false when it does not fit (plan's exit status 1: a job script can gate on it). */
+static bool print_memory_verdict(const Plan *plan, const Recipe *recipe, double device_gib) {
     const int worst = plan_worst_stage(plan);
     const double need = plan->stages[worst].total_bytes / GiB;
     if (device_gib <= 0.0) {
         printf("memory: not checked (--device-memory GiB checks the largest stage against a rank's memory%s)\n",
                plan->gpu ? "; a CUDA build reads GPU 0's" : "");
-        return;
+        return true;
     }
     char advice[2048];
     if (plan_check_fit(plan, recipe, device_gib * GiB, "the device's memory", advice, sizeof advice)) {
         printf("memory: does NOT fit: stage %d needs %.2f GiB per rank of %.2f GiB\n", worst, need, device_gib);
         fflush(stdout);
         fprintf(stderr, "megatrain: warning: %s\n", advice);
+        return false;
     } else if (plan->gpu && device_gib - need < 1.0) {
         printf("memory: fits only barely: stage %d needs %.2f GiB per rank of %.2f GiB, less than the GiB the CUDA "
                "context and libraries take beside it\n", worst, need, device_gib);
@@ -92,6 +95,7 @@ static void print_memory_verdict(const Plan *plan, const Recipe *recipe, double 
         printf("memory: fits: stage %d needs %.2f GiB per rank of %.2f GiB (%.2f GiB to spare)\n", worst, need,
                device_gib, device_gib - need);
     }
+    return true;
 }
 
 int plan_main(int argc, char **argv) {
@@ -209,6 +213,5 @@ int plan_main(int argc, char **argv) {
         if (model_device_cuda_limits(&setup, refused, sizeof refused) > 0)
             printf("refused by `run` (exit 2): %s\n", refused);
     }
-    print_memory_verdict(&plan, &recipe, device_gib);
-    return MT_EXIT_OK;
+    return print_memory_verdict(&plan, &recipe, device_gib) ? MT_EXIT_OK : MT_EXIT_FAILURE;
 }

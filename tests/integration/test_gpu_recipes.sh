@@ -21,6 +21,6 @@ for recipe in recipes/gpu/*.yaml; do
   n=$((n + 1))
 done
 (( n >= 2 )) || fail "expected the shipped GPU recipes, found $n"
-"$MEGATRAIN" plan recipes/gpu/llama3-8b-h200.yaml --device-memory 79 > "$WORK/out" 2> /dev/null
+"$MEGATRAIN" plan recipes/gpu/llama3-8b-h200.yaml --device-memory 79 > "$WORK/out" 2> /dev/null && fail "exit 0 but not fitting"
 grep -q "^memory: does NOT fit" "$WORK/out" || fail "Llama 3 8B on 80 GB: $(tail -n 1 "$WORK/out")"
 echo ok

@@ -39,7 +39,9 @@ grep -q "^0 .*embedding, no layers$" "$WORK/empty.out" || fail "an empty stage: 
 grep -q "device cuda (bf16 copy + fp32 master weights, fp32 grads, fp32 AdamW states)" "$WORK/out" || fail "no dtypes"
 grep -q "^memory: not checked (--device-memory GiB" "$WORK/out" || fail "no line saying the memory was not checked"
 
-"$MEGATRAIN" plan "$WORK/r.yaml" --world 8 --device-memory 16 > "$WORK/out16" 2> "$WORK/err"
+status=0
+"$MEGATRAIN" plan "$WORK/r.yaml" --world 8 --device-memory 16 > "$WORK/out16" 2> "$WORK/err" || status=$?
+[[ $status -eq 1 ]] || fail "a plan that does not fit: exit $status, expected 1 (a job script gates on it)"
 grep -q "warning: stage 0 needs about .* GiB per rank, more than the device's memory (16.0 GiB); most of it is the MLP weights (model.intermediate_size = 14336)" "$WORK/err" \
   || fail "no warning for a 16 GiB device: $(cat "$WORK/err")"
 grep -q "^memory: does NOT fit: stage 0 needs .* GiB per rank of 16.00 GiB$" "$WORK/out16" || fail "no verdict line"
@@ -49,13 +51,14 @@ for lever in "optimizer.state_dtype: bf16" "parallel.distributed_optimizer: true
 done
 grep -q "; with more ranks: raise parallel.tp or parallel.pp$" "$WORK/err" || fail "the advice names no ranks to raise"
 # a memory that is no size is refused
-for bad in inf nan 0 -3 16x; do
+for bad in inf nan 0 -3 16x 1e300; do
   status=0; "$MEGATRAIN" plan "$WORK/r.yaml" --device-memory "$bad" > /dev/null 2> "$WORK/err" || status=$?
-  [[ $status -eq 2 ]] && grep -qF -- "--device-memory: expected GiB, found '$bad'" "$WORK/err" ||
+  [[ $status -eq 2 ]] && grep -qF -- "--device-memory: expected GiB, more than 0 and at most 1048576 (1 PiB), found \
+'$bad'" "$WORK/err" ||
     fail "--device-memory $bad: exit $status: $(cat "$WORK/err")"
 done
 # ... at dp 1 the distributed optimizer saves nothing and is not offered
-"$MEGATRAIN" plan "$WORK/r.yaml" --world 4 --device-memory 16 > /dev/null 2> "$WORK/err4"
+"$MEGATRAIN" plan "$WORK/r.yaml" --world 4 --device-memory 16 > /dev/null 2> "$WORK/err4" && fail "fits in 16 GiB?"
 grep -q "optimizer.state_dtype: bf16" "$WORK/err4" || fail "no advice at dp 1: $(cat "$WORK/err4")"
 grep -q "distributed_optimizer" "$WORK/err4" && fail "ZeRO-1 offered at dp 1: $(cat "$WORK/err4")"
 "$MEGATRAIN" plan "$WORK/r.yaml" --world 8 --device-memory 141 --set optimizer.state_dtype=bf16 > "$WORK/out141" \
