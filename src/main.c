@@ -52,7 +52,7 @@ static const char *const usage_text =
     "                                              mean next-token loss of a checkpoint on data (SFT: its\n"
     "                                              loss mask; packed rows; per-token mean)\n"
     "  inspect CKPT                                list tensors, verify every checksum\n"
-    "  data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT] [--json-key KEY]\n"
+    "  data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT] [--add-bos] [--json-key KEY]\n"
     "             [--format text|jsonl] [--workers N] [--max-line-mib N] [--overwrite]\n"
     "                                              text or JSONL -> Megatron .bin/.idx\n"
     "  data build --format sft [--chat-template auto|llama3|llama3.1|chatml|qwen3] --input CHAT.jsonl --output PREFIX ...\n"

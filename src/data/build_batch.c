@@ -137,6 +137,7 @@ static int run_line(const BuildSpec *spec, BuildWorkerState *w, BuildBatch *b, c
         return 0;
     }
     w->ids.count = 0;
+    if (spec->bos_id >= 0) token_ids_push(&w->ids, spec->bos_id);
     token_encoder_encode(w->encoder, text, text_len, &w->ids);
     add_document(b, w->ids.ids, w->ids.count, spec->eod_id);
     return 0;

@@ -77,6 +77,7 @@ typedef struct BuildSpec {
     const char *json_key;
     const Tokenizer *tok;    /* NULL: the byte tokenizer */
     int32_t eod_id;          /* appended to every document (not with an SFT chat template) */
+    int32_t bos_id;          /* --add-bos: put before every document; -1: none */
     bool sft;                /* --format sft: records rendered by sft_render, with a loss mask */
     SftTemplate chat_template;
 } BuildSpec;

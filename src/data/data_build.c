@@ -66,7 +66,7 @@
 
 static const char *const build_usage_text =
     "usage: megatrain data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT]\n"
-    "                             [--json-key KEY] [--workers N] [--max-line-mib N] [--overwrite]\n"
+    "                             [--json-key KEY] [--add-bos] [--workers N] [--max-line-mib N] [--overwrite]\n"
     "                             [--format text|jsonl|sft [--chat-template auto|llama3|llama3.1|chatml|qwen3]]\n"
     "\n"
     "Tokenize FILE into the Megatron indexed dataset PREFIX.bin + PREFIX.idx.\n"
@@ -86,6 +86,10 @@ static const char *const build_usage_text =
     "                       file, else the special token after $A in the post-processor's template,\n"
     "                       else the first of <|end_of_text|>, <|endoftext|>, </s>, <eos> among the\n"
     "                       special added tokens; when none applies the build stops and asks for it\n"
+    "  --add-bos            put the beginning-of-sequence token of --tokenizer's post-processor before\n"
+    "                       each document (Llama 3's <|begin_of_text|>; Qwen's adds none): the ids of\n"
+    "                       transformers' tokenizer(text) with its special tokens, as Megatron's\n"
+    "                       preprocess_data.py writes them with a Hugging Face tokenizer\n"
     "  --json-key KEY       the JSONL field holding the document (default: text)\n"
     "  --format text|jsonl  FILE's format, whatever its name and first line say\n"
     "  --format sft         supervised fine-tuning records, one JSON object per line:\n"
@@ -129,6 +133,7 @@ typedef struct BuildOptions {
     SftTemplate chat_template;
     bool chat_template_auto; /* --chat-template auto: the tokenizer's own, recognized (sft_template_recognize) */
     bool overwrite;
+    bool add_bos;            /* --add-bos: the post-processor's beginning-of-sequence token before each document */
 } BuildOptions;
 
 /* A whole number in [lo, hi] from text; 0, or -1 after reporting. */
@@ -147,7 +152,9 @@ static int parse_count(const char *name, const char *text, int lo, int hi, int *
 /* Whether `a` is one of the `count` options with a value (as --name or --name=...), --overwrite or --help: what
  * follows an option missing its value. */
 static bool is_option(const char *a, const char *const *names, int count) {
-    if (strcmp(a, "--overwrite") == 0 || strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) return true;
+    if (strcmp(a, "--overwrite") == 0 || strcmp(a, "--add-bos") == 0 || strcmp(a, "--help") == 0 ||
+        strcmp(a, "-h") == 0)
+        return true;
     for (int k = 0; k < count; k++) {
         const size_t n = strlen(names[k]);
         if (strncmp(a, names[k], n) == 0 && (a[n] == '\0' || a[n] == '=')) return true;
@@ -162,6 +169,7 @@ static int parse_options(int argc, char **argv, BuildOptions *opt) {
     opt->tokenizer = "byte";
     opt->json_key = NULL; /* "text" unless given (below) */
     opt->overwrite = false;
+    opt->add_bos = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -170,6 +178,10 @@ static int parse_options(int argc, char **argv, BuildOptions *opt) {
         }
         if (strcmp(a, "--overwrite") == 0) {
             opt->overwrite = true;
+            continue;
+        }
+        if (strcmp(a, "--add-bos") == 0) {
+            opt->add_bos = true;
             continue;
         }
         static const char *const names[] = {"--input",     "--output",  "--tokenizer",    "--json-key", "--eod-token",
@@ -308,6 +320,8 @@ typedef struct BuildState {
     Tokenizer *tok;      /* NULL: the byte tokenizer */
     int32_t eod_id;
     const char *eod_name;
+    int32_t bos_id;      /* --add-bos: the token before each document; -1: none */
+    const char *bos_name;
     int dtype;
     int64_t blank_lines, empty_texts;
     InputFormat format;
@@ -482,8 +496,11 @@ static void print_summary(const BuildState *st, long long documents, long long t
     if (st->blank_lines || st->empty_texts)
         printf(" (skipped %lld blank lines, %lld empty texts)", (long long)st->blank_lines,
                (long long)st->empty_texts);
-    char eod[160]; /* a chat template appends none: its turns end with its own token */
+    char eod[320]; /* a chat template appends none: its turns end with its own token */
     if (opt->chat_template != SFT_TEMPLATE_NONE) snprintf(eod, sizeof eod, "no end of document: the template ends turns");
+    else if (st->tok && st->bos_id >= 0)
+        snprintf(eod, sizeof eod, "begin of document = %s = %d, end of document = %s = %d", st->bos_name, st->bos_id,
+                 st->eod_name, st->eod_id);
     else if (st->tok) snprintf(eod, sizeof eod, "end of document = %s = %d", st->eod_name, st->eod_id);
     else snprintf(eod, sizeof eod, "end of document = 10");
     if (st->tok)
@@ -636,7 +653,13 @@ int data_build_main(int argc, char **argv) {
     if (refuse_existing(&opt, opt.output) != 0 || refuse_existing(&opt, mask_prefix) != 0)
         return MT_EXIT_USAGE;
     char err[2400];
-    BuildState st = {.opt = &opt, .dtype = IDX_DTYPE_UINT16, .eod_id = BUILD_BYTE_EOD_TOKEN};
+    BuildState st = {.opt = &opt, .dtype = IDX_DTYPE_UINT16, .eod_id = BUILD_BYTE_EOD_TOKEN, .bos_id = -1};
+    if (opt.add_bos && (opt.sft || strcmp(opt.tokenizer, "byte") == 0)) {
+        mt_error("data build: --add-bos %s", opt.sft ? "has no use with --format sft: a chat template writes its own "
+                 "beginning-of-text token" : "needs --tokenizer PATH: the byte tokenizer has no beginning-of-sequence "
+                 "token");
+        return MT_EXIT_USAGE;
+    }
     if (opt.chat_template_auto && strcmp(opt.tokenizer, "byte") == 0) {
         mt_error("data build: --chat-template auto reads the model's template beside --tokenizer PATH; the byte "
                  "tokenizer has none: give --chat-template NAME (%s)", sft_template_names());
@@ -646,6 +669,11 @@ int data_build_main(int argc, char **argv) {
         if (!(st.tok = tokenizer_load(opt.tokenizer, err, sizeof(err))) ||
             (st.eod_id = tokenizer_eod(st.tok, opt.eod_token, &st.eod_name, err, sizeof(err))) < 0) {
             mt_error("data build: --tokenizer: %s", err);
+            tokenizer_free(st.tok);
+            return MT_EXIT_USAGE;
+        }
+        if (opt.add_bos && (st.bos_id = tokenizer_bos(st.tok, &st.bos_name, err, sizeof err)) < 0) {
+            mt_error("data build: --add-bos: %s", err);
             tokenizer_free(st.tok);
             return MT_EXIT_USAGE;
         }
@@ -693,7 +721,7 @@ int data_build_main(int argc, char **argv) {
     }
     st.format = format;
     BuildSpec spec = {.input = opt.input, .json_key = opt.json_key, .tok = st.tok, .eod_id = st.eod_id,
-                      .sft = opt.sft, .chat_template = opt.chat_template};
+                      .bos_id = st.bos_id, .sft = opt.sft, .chat_template = opt.chat_template};
     build_progress_start(&st.progress, S_ISREG(sb.st_mode) ? (int64_t)sb.st_size : -1);
     double start = mt_now();
     int status = build_pipeline_run(&st.reader, &spec, opt.workers, write_batch, show_progress, &st, err, sizeof err);

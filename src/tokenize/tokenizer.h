@@ -96,6 +96,13 @@ int32_t tokenizer_token_id(const Tokenizer *tok, const char *text);
  * Returns its id and sets *name (owned by tok), or -1 with err. */
 int32_t tokenizer_eod(const Tokenizer *tok, const char *eod_text, const char **name, char *err, size_t errlen);
 
+/* The beginning-of-sequence token its post-processor puts before a sequence
+ * (the first special token before $A in the single template: Llama 3's
+ * <|begin_of_text|>), what transformers' encode with add_special_tokens adds
+ * in front. Returns its id and sets *name (owned by tok), or -1 with err when
+ * the post-processor adds none (Qwen's) or it is no token. */
+int32_t tokenizer_bos(const Tokenizer *tok, const char **name, char *err, size_t errlen);
+
 /* The file the tokenizer came from (for messages). */
 const char *tokenizer_path(const Tokenizer *tok);
 

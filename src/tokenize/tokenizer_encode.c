@@ -121,3 +121,20 @@ int32_t tokenizer_eod(const Tokenizer *tok, const char *eod_text, const char **n
     *name = pick;
     return id;
 }
+
+int32_t tokenizer_bos(const Tokenizer *tok, const char **name, char *err, size_t errlen) {
+    if (!tok->template_bos) {
+        mt_set_error(err, errlen, "%s: its post-processor puts no special token before a sequence (no SpecialToken "
+                     "before $A in a TemplateProcessing single template): there is no beginning-of-sequence token "
+                     "to add", tok->path);
+        return -1;
+    }
+    const int32_t id = tokenizer_token_id(tok, tok->template_bos);
+    if (id < 0) {
+        mt_set_error(err, errlen, "%s: the post-processor's beginning-of-sequence token \"%s\" is neither an added "
+                     "token nor in model.vocab", tok->path, tok->template_bos);
+        return -1;
+    }
+    *name = tok->template_bos;
+    return id;
+}

@@ -220,6 +220,7 @@ struct Tokenizer {
     char *path;
     char *config_eos;       /* eos_token of tokenizer_config.json, or NULL */
     char *template_eos;     /* last special token after $A in the post-processor, or NULL */
+    char *template_bos;     /* first special token before $A in the post-processor, or NULL */
     Normalizer norms[TOK_MAX_NORMALIZERS];
     int norm_count;
     PreTokenizer pretoks[TOK_MAX_PRETOKENIZERS];

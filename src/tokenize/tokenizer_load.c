@@ -476,15 +476,15 @@ static void index_tokens(Tokenizer *tok) {
 }
 
 /* The last SpecialToken after the $A sequence of a TemplateProcessing
- * "single" template (found inside a Sequence too). */
-static void find_template_eos(Tokenizer *tok, const JsonValue *pp) {
+ * "single" template (found inside a Sequence too), and the first before it. */
+static void find_template_specials(Tokenizer *tok, const JsonValue *pp) {
     if (!pp || pp->type != JSON_OBJECT) return;
     const JsonValue *type = json_get(pp, "type");
     if (!type || type->type != JSON_STRING) return;
     if (strcmp(type->string, "Sequence") == 0) {
         const JsonValue *list = json_get(pp, "processors");
         if (list && list->type == JSON_ARRAY)
-            for (size_t i = 0; i < list->count; i++) find_template_eos(tok, list->items[i]);
+            for (size_t i = 0; i < list->count; i++) find_template_specials(tok, list->items[i]);
         return;
     }
     const JsonValue *single = json_get(pp, "single");
@@ -493,9 +493,12 @@ static void find_template_eos(Tokenizer *tok, const JsonValue *pp) {
     for (size_t i = 0; i < single->count; i++) {
         const JsonValue *piece = single->items[i], *special = json_get(piece, "SpecialToken"), *id;
         if (json_get(piece, "Sequence")) after_a = 1;
-        if (after_a && special && (id = json_get(special, "id")) && id->type == JSON_STRING) {
+        if (!special || !(id = json_get(special, "id")) || id->type != JSON_STRING) continue;
+        if (after_a) {
             free(tok->template_eos);
             tok->template_eos = mt_strdup(id->string);
+        } else if (!tok->template_bos) {
+            tok->template_bos = mt_strdup(id->string);
         }
     }
 }
@@ -518,7 +521,7 @@ static int load_root(Loader *ld, const JsonValue *root) {
     if ((v = json_get(root, "pre_tokenizer")) && v->type != JSON_NULL &&
         load_pretokenizer(ld, v, "pre_tokenizer") != 0)
         return -1;
-    find_template_eos(ld->tok, json_get(root, "post_processor"));
+    find_template_specials(ld->tok, json_get(root, "post_processor"));
     prepare_added_matches(ld->tok);
     index_tokens(ld->tok);
     decoder_load(ld->tok, json_get(root, "decoder"));
@@ -629,6 +632,7 @@ void tokenizer_free(Tokenizer *tok) {
     free(tok->token_special);
     free(tok->config_eos);
     free(tok->template_eos);
+    free(tok->template_bos);
     free(tok->path);
     free(tok);
 }

@@ -7,6 +7,8 @@
 # and which `data inspect` reads as int32. Bad tokenizers (a WordPiece or
 # Unigram model, no merges list, a file cut short) and --eod-token misuse are
 # refused (exit 2) naming the file and the key, or the line and column.
+# --add-bos puts the post-processor's beginning-of-sequence token before each
+# document (Llama 3's), and is refused for a tokenizer that has none (Qwen2).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 D="$WORK"
@@ -51,6 +53,23 @@ grep -q "end of document = <|end_of_text|> = $eod" "$D/log.txt" || fail "llama3 
 # a model directory works as well as the file
 "$MEGATRAIN" data build --input "$D/llama3.txt" --output "$D/out/llama3_dir" --tokenizer "$FIX/llama3" > /dev/null
 cmp -s "$D/out/llama3.bin" "$D/out/llama3_dir.bin" || fail "the directory form gives other tokens"
+
+# --add-bos: the post-processor's token before $A first (Llama 3's <|begin_of_text|>): transformers' ids with the
+# special tokens, as Megatron's preprocess_data.py writes them with a Hugging Face tokenizer
+bos=$(grep -o '"id":[0-9]*,"content":"<|begin_of_text|>"' "$FIX/llama3/tokenizer.json" | sed -E 's/"id":([0-9]*).*/\1/')
+"$MEGATRAIN" data build --input "$D/llama3.txt" --output "$D/out/llama3_bos" --tokenizer "$FIX/llama3" --add-bos \
+  > "$D/log.txt" || fail "--add-bos: data build failed"
+grep -q "begin of document = <|begin_of_text|> = $bos, end of document = <|end_of_text|> = $eod" "$D/log.txt" ||
+  fail "--add-bos: the summary does not name the token: $(cat "$D/log.txt")"
+# bos before every document: first, and after each eod but the last
+awk -v bos="$bos" -v eod="$eod" 'NR == 1 { print bos } { print } $0 == eod { print bos }' "$D/llama3.expected" |
+  sed '$d' > "$D/llama3_bos.expected"
+diff <(tokens "$D/out/llama3_bos.bin" 2) "$D/llama3_bos.expected" > "$D/diff.txt" ||
+  fail "--add-bos: tokens differ: $(head -n 20 "$D/diff.txt")"
+status=0; "$MEGATRAIN" data build --input "$D/llama3.txt" --output "$D/out/qwen_bos" --tokenizer "$FIX/qwen2" \
+  --add-bos > /dev/null 2> "$D/err.txt" || status=$?
+[[ $status -eq 2 ]] && grep -q "post-processor puts no special token before a sequence" "$D/err.txt" ||
+  fail "--add-bos with Qwen's tokenizer (no beginning-of-sequence token): $status $(cat "$D/err.txt")"
 
 # --- Llama 2 (SentencePiece-style BPE with byte fallback): eod </s> = 2 -------
 check_text_build llama2 2 2 8
