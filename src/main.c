@@ -52,8 +52,8 @@ static const char *const usage_text =
     "                                              mean next-token loss of a checkpoint on data (SFT: its\n"
     "                                              loss mask; packed rows; per-token mean)\n"
     "  inspect CKPT                                list tensors, verify every checksum\n"
-    "  data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT] [--add-bos] [--json-key KEY]\n"
-    "             [--format text|jsonl] [--workers N] [--max-line-mib N] [--overwrite]\n"
+    "  data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT] [--json-key KEY]\n"
+    "             [--add-bos] [--format text|jsonl] [--workers N] [--max-line-mib N] [--overwrite]\n"
     "                                              text or JSONL -> Megatron .bin/.idx\n"
     "  data build --format sft [--chat-template auto|llama3|llama3.1|chatml|qwen3] --input CHAT.jsonl --output PREFIX ...\n"
     "                                              SFT conversations -> .bin/.idx + a loss mask PREFIX_mask\n"
@@ -163,7 +163,8 @@ static int cmd_run(int argc, char **argv) {
 
 static const char *const data_usage_text =
     "usage: megatrain data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT]\n"
-    "                            [--json-key KEY] [--format text|jsonl] [--workers N] [--max-line-mib N] [--overwrite]\n"
+    "                            [--json-key KEY] [--add-bos] [--format text|jsonl] [--workers N] [--max-line-mib N]\n"
+    "                            [--overwrite]\n"
     "                                       text or JSONL -> Megatron .bin/.idx, tokenized on N threads\n"
     "       megatrain data build --format sft [--chat-template auto|llama3|llama3.1|chatml|qwen3] --input CHAT.jsonl --output PREFIX ...\n"
     "                                       SFT records -> .bin/.idx and the loss mask PREFIX_mask.{bin,idx}\n"
