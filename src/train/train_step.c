@@ -295,6 +295,28 @@ static int eval_stopped(TrainContext *ctx, const EvalSet *set, long done, bool p
     return refused ? refused_data(ctx, ctx->state.step, set->data, err, errlen) : 0;
 }
 
+/* A long evaluation's progress: a line every 30 s (MEGATRAIN_TEST_EVAL_PROGRESS_SECONDS for the tests; rank 0
+ * prints; every rank may call it), from the batches `done` on this dp rank of its share. */
+typedef struct EvalProgress {
+    double started, said;
+} EvalProgress;
+
+static double eval_progress_seconds(void) {
+    const char *env = getenv("MEGATRAIN_TEST_EVAL_PROGRESS_SECONDS");
+    const double s = env ? atof(env) : 30.0;
+    return s >= 0 ? s : 30.0;
+}
+
+static void eval_progress(const TrainContext *ctx, const EvalSet *set, EvalProgress *p, long done, long per_rank) {
+    const double now = mt_now();
+    if (done == 0 || now - p->said < eval_progress_seconds()) return;
+    p->said = now;
+    const long total = ctx->recipe->train.eval_batches, batches = done * ctx->layout.dp_size;
+    mt_log("evaluation (%s): %ld of %ld batches, %.0f s, about %.0f s left", set->metric,
+           batches < total ? batches : total, total, now - p->started,
+           (now - p->started) * (double)(per_rank - done) / (double)done);
+}
+
 static int evaluate(TrainContext *ctx, const EvalSet *set, double *eval_loss, char *err, size_t errlen) {
     const TrainConfig *train = &ctx->recipe->train;
     /* Batch b reads samples b * mbs + [0, mbs) on every layout; dp rank r
@@ -309,6 +331,7 @@ static int evaluate(TrainContext *ctx, const EvalSet *set, double *eval_loss, ch
     if (per_token) /* the batches' mean is taken over eval_batches */
         ctx->device->ops->set_loss_tokens(ctx->device, loss_tokens(ctx, per_rank, set->loader, (double)train->eval_batches));
     double loss_sum = 0.0;
+    EvalProgress progress = {mt_now(), mt_now()};
     if (ctx->layout.pp > 1) {
         /* in rounds of EVAL_SIGNAL_BATCHES * pp micro-batches (whole groups of pp: the forward-only schedule
          * keeps every rank busy through them, pipeline_schedule.h): a rank runs 1/(pp * vpp) of the model an
@@ -318,6 +341,7 @@ static int evaluate(TrainContext *ctx, const EvalSet *set, double *eval_loss, ch
         MicroSource src = {ctx, set->loader, 0, true, 0};
         for (long done = 0; done < per_rank; done += round) {
             if (done > 0 && train_stop_requested(0)) return eval_stopped(ctx, set, done, per_token, eval_loss, err, errlen);
+            eval_progress(ctx, set, &progress, done, per_rank);
             src.first_micro = done;
             const int M = (int)(per_rank - done < round ? per_rank - done : round);
             loss_sum += pipeline_run(&ctx->pipe, M, true, 0.0f, train->micro_batch_size, local_seq_len(ctx),
@@ -330,6 +354,7 @@ static int evaluate(TrainContext *ctx, const EvalSet *set, double *eval_loss, ch
         for (long micro = 0; micro < per_rank; micro++) {
             if (micro > 0 && micro % EVAL_SIGNAL_BATCHES == 0 && train_stop_requested(0))
                 return eval_stopped(ctx, set, micro, per_token, eval_loss, err, errlen);
+            if (micro % EVAL_SIGNAL_BATCHES == 0) eval_progress(ctx, set, &progress, micro, per_rank);
             if (micro >= (dev->eval_lockstep ? per_rank : mine)) continue;
             tell_device(ctx, load_eval_batch(ctx, set->loader, micro));
             loss_sum += dev->ops->forward(dev, ctx->batch.inputs, ctx->batch.targets, train->micro_batch_size,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_train_tiny.sh: the demo recipe learns. tiny llama on byte-level English
 # goes from about ln(256) to a loss below 2.5 within its 300 steps, and the
-# global batch changes at step 100 as its batch schedule says.
+# global batch changes at step 100 as its batch schedule says; a long evaluation
+# says how far it is.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 demo_data "$WORK/english"
@@ -50,3 +51,10 @@ awk '/^step / {
     print "step " step ": eta " eta " for " left " s left"; bad = 1
   }
 } END { exit bad }' "$WORK/out.txt" || fail "the step lines' eta is not the schedule's remaining tokens at their tok/s"
+# a long evaluation says how far it is (a line every 30 s; 0 s here): 24 batches, said from the 9th on
+MEGATRAIN_TEST_EVAL_PROGRESS_SECONDS=0 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/evalp" \
+  --set train.steps=1 --set optimizer.schedule.warmup_steps=0 --set "data.train=[{path: $WORK/english, weight: 1.0}]" \
+  --set train.eval_interval=1 --set train.eval_batches=24 --set "data.split=[90, 10, 0]" > "$WORK/evalp.txt"
+grep -q "^evaluation (eval_loss): 8 of 24 batches, [0-9]* s, about [0-9]* s left$" "$WORK/evalp.txt" &&
+  grep -q "^evaluation (eval_loss): 16 of 24 batches" "$WORK/evalp.txt" ||
+  fail "a long evaluation's progress is not said: $(grep -i evaluation "$WORK/evalp.txt")"
