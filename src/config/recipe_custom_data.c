@@ -85,8 +85,12 @@ static int read_sources(DataSource *sources, int *count, const YEntry *entry, co
         static char buf[(2 * MT_MAX_DATA_SOURCES + 2) * MT_PATH_MAX];
         n = split_words(node->text, buf, sizeof buf, words, (int)(sizeof words / sizeof words[0]));
     } else if (node->kind == YNODE_SEQUENCE && node->count <= (int)(sizeof words / sizeof words[0])) {
-        for (int i = 0; i < node->count && node->entries[i].value->kind == YNODE_SCALAR; i++)
-            words[n++] = node->entries[i].value->text;
+        /* plain scalars; a weight quoted ("0.5") is a prefix that looks like a number */
+        for (int i = 0; i < node->count; i++) {
+            const YNode *item = node->entries[i].value;
+            if (item->kind != YNODE_SCALAR || (i % 2 == 0 && item->quoted)) break;
+            words[n++] = item->text;
+        }
         if (n != node->count) n = 0;
     }
     if (n > 0 && (megatron = megatron_sources(sources, count, words, n, entry->loc, path, err, errlen)) != 0)

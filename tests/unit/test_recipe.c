@@ -228,6 +228,11 @@ static void test_relative_paths(void **state) {
         assert_string_equal(r.data.train[1].path, "/d/b");
         assert_true(r.data.train[0].weight == 0.7 && r.data.train[1].weight == 0.3);
     }
+    const char *quoted[] = {"data.train=[\"0.5\", /d/a]"}; /* a quoted number is a prefix */
+    load_ok(&r, BASE, quoted, 1, 1);
+    assert_int_equal(r.data.num_train, 2);
+    assert_string_equal(r.data.train[1].path, "/d/a");
+    assert_true(r.data.train[1].weight == 0);
     const char *odd[] = {"data.train=[0.7, /d/a, 0.3]"}; /* not that form: a number is no dataset */
     assert_int_not_equal(load(&r, BASE, odd, 1, 1), 0);
     assert_non_null(strstr(err, "data.train[0]: expected a dataset prefix, found the number 0.7 (Megatron's"));
