@@ -23,6 +23,7 @@
 #include "../ckpt/ckpt_reader.h"
 #include "../ckpt/ckpt_run.h"
 #include "../config/recipe.h"
+#include "../config/yaml_tree.h"
 #include "../core/error.h"
 #include "../core/fs.h"
 #include "../core/json.h"
@@ -99,6 +100,26 @@ static int run_dir_override(char *out, size_t len, const char *dir, char *err, s
         return -1;
     }
     return 0;
+}
+
+/* What a --set does to run.dir: RUN_DIR_SET (run.dir=..., or run={... dir: ...}: the run goes there), RUN_DIR_DROPPED
+ * (run={...} without dir: it replaces the section, run.dir with it, which the run's own must then be again), or
+ * RUN_DIR_KEPT. */
+typedef enum { RUN_DIR_KEPT, RUN_DIR_SET, RUN_DIR_DROPPED } RunDirEffect;
+static RunDirEffect run_dir_effect(const char *set) {
+    if (!strncmp(set, "run.dir=", 8)) return RUN_DIR_SET;
+    if (strncmp(set, "run=", 4) != 0) return RUN_DIR_KEPT;
+    char err[256];
+    YNode *value = ytree_load_string(set + 4, "--set", err, sizeof err);
+    const bool has_dir = value && value->kind == YNODE_MAPPING && ytree_entry(value, "dir");
+    ytree_free(value);
+    return has_dir ? RUN_DIR_SET : RUN_DIR_DROPPED;
+}
+
+static bool sets_run_dir(const char *const *sets, int num_sets) {
+    for (int i = 0; i < num_sets; i++)
+        if (run_dir_effect(sets[i]) == RUN_DIR_SET) return true;
+    return false;
 }
 
 /* Move an unusable checkpoint aside as <dir>.invalid[.K]; never deletes.
@@ -258,18 +279,20 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
         return refuse_together(MT_EXIT_FAILURE, "resume: %s", err);
     }
 
-    const char *overrides[MAX_OVERRIDES + 1];
+    const char *overrides[2 * MAX_OVERRIDES + 1]; /* the run's own directory first, and again after a run={...} */
     char run_dir_set[4 * MT_PATH_MAX + 32];
     int n = 0;
-    bool run_dir_given = false; /* --set run.dir=NEW: a branch, which the run's own directory does not concern */
-    for (int i = 0; i < num_sets; i++) run_dir_given |= !strncmp(sets[i], "run.dir=", 8);
+    /* --set run.dir=NEW: a branch, which the run's own directory does not concern */
+    const bool run_dir_given = sets_run_dir(sets, num_sets);
     const bool own_dir = loc->run_dir[0] && !run_dir_given;
-    if (own_dir) {
-        if (run_dir_override(run_dir_set, sizeof run_dir_set, loc->run_dir, err, sizeof err) != 0)
-            return refuse_together(MT_EXIT_USAGE, "resume: %s", err);
-        overrides[n++] = run_dir_set;
+    if (own_dir && run_dir_override(run_dir_set, sizeof run_dir_set, loc->run_dir, err, sizeof err) != 0)
+        return refuse_together(MT_EXIT_USAGE, "resume: %s", err);
+    if (own_dir) overrides[n++] = run_dir_set;
+    for (int i = 0; i < num_sets; i++) {
+        overrides[n++] = sets[i];
+        /* run={seed: 7} replaced the section, the run's directory with it: the run's own again */
+        if (own_dir && run_dir_effect(sets[i]) == RUN_DIR_DROPPED) overrides[n++] = run_dir_set;
     }
-    for (int i = 0; i < num_sets; i++) overrides[n++] = sets[i];
 
     static Recipe recipe;
     char path[MT_PATH_MAX + 32];
@@ -384,7 +407,7 @@ int run_or_resume(const Recipe *recipe, const char *const *sets, int num_sets) {
     const char *kept[MAX_OVERRIDES];
     int num_kept = 0;
     for (int i = 0; i < num_sets && num_kept < MAX_OVERRIDES; i++)
-        if (strncmp(sets[i], "run.dir=", 8) != 0) kept[num_kept++] = sets[i];
+        if (run_dir_effect(sets[i]) != RUN_DIR_SET) kept[num_kept++] = sets[i];
     const int status = resume_from(recipe->run.dir, kept, num_kept);
     return refused_together ? dist_finish_together(status) : dist_finish(status);
 }
@@ -409,8 +432,7 @@ static int resume_from(const char *arg, const char *const *sets, int num_sets) {
     /* Continuing in the run's own directory: it is this process's before any checkpoint is tried (and one moved
      * aside), so that a second resume, or the run itself still going, refuses this one first (train_setup_resume
      * locks run.dir in any case; with --set run.dir=NEW the source run is only read). */
-    bool run_dir_set = false;
-    for (int i = 0; i < num_sets; i++) run_dir_set |= !strncmp(sets[i], "run.dir=", 8);
+    const bool run_dir_set = sets_run_dir(sets, num_sets);
     if (loc.run_dir[0] && !run_dir_set) {
         const int locked = dist_rank() != 0 || train_lock_run_dir(loc.run_dir, err, sizeof err) == 0;
         if (refuse_together(locked ? 0 : MT_EXIT_FAILURE, "%s", locked ? "" : err) != 0) return MT_EXIT_FAILURE;

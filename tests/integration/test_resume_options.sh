@@ -176,6 +176,13 @@ expect 2 "bk/gone20 is not inside a run's checkpoints/ directory, so the run wou
 [[ "$(ls "$WORK/gone/checkpoints")" == "$(printf 'iter_0000010\nlatest_checkpointed_iteration.txt')" ]] ||
   fail "the refused resume changed the other run's checkpoints: $(ls "$WORK/gone/checkpoints")"
 expect 0 "done: 30 steps" "$MEGATRAIN" resume "$WORK/bk/gone20" --set train.steps=30 --set run.dir="$WORK/gone-on"
+# run={...} on resume: with a dir it branches there; without one (it replaces the section) the run stays in its own
+cp -r "$WORK/own" "$WORK/sect"
+expect 0 "done: 31 steps" "$MEGATRAIN" resume "$WORK/sect" --set train.steps=31 --set "run={dir: $WORK/sect-branch}"
+[[ -d "$WORK/sect-branch/checkpoints/iter_0000031" && ! -d "$WORK/sect/checkpoints/iter_0000031" ]] ||
+  fail "run={dir: NEW} did not branch into NEW"
+expect 0 "done: 31 steps" "$MEGATRAIN" resume "$WORK/sect" --set train.steps=31 --set "run={seed: 1234}"
+[[ -d "$WORK/sect/checkpoints/iter_0000031" ]] || fail "run={seed: ...} left the run's own directory"
 # a run.dir whose name holds a line break resumes there (YAML folded it into a space: another directory)
 nl_dir="$WORK/line
 break"
