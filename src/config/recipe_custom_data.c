@@ -44,14 +44,25 @@ static int read_one_source(DataSource *source, const YNode *node, YLoc loc, cons
 }
 
 /* Megatron's --data-path form, "W1 P1 W2 P2 ..." (one string) or [W1, P1, W2, P2, ...]: weights and prefixes in
- * turn. n words (words[i] the i-th's text): 1 and the sources when it is that form (every even word a weight, every
- * odd one not), 0 when it is not, -1 (reported) when there are more than the sources a recipe holds. */
-static int megatron_sources(DataSource *sources, int *count, const char *const *words, int n, YLoc loc,
-                            const char *path, char *err, size_t errlen) {
+ * turn, as Megatron reads it (its first word a number: pairs; a prefix may read as a number). n words (words[i] the
+ * i-th's text; a quoted one in a list is never a weight): 1 and the sources when it is that form, 0 when it is not
+ * (the first word is no weight), -1 (reported) when it starts as that form but is not it, or holds more sources
+ * than a recipe does. */
+static int megatron_sources(DataSource *sources, int *count, const char *const *words, const bool *quoted, int n,
+                            YLoc loc, const char *path, char *err, size_t errlen) {
     double w;
-    if (n < 2 || n % 2 != 0) return 0;
-    for (int i = 0; i < n; i++)
-        if (weight_text(words[i], &w) != (i % 2 == 0) || strlen(words[i]) >= MT_PATH_MAX) return 0;
+    if (n < 2 || (quoted && quoted[0]) || !weight_text(words[0], &w)) return 0;
+    for (int i = 0; i < n; i++) {
+        const bool weight = (!quoted || !quoted[i]) && weight_text(words[i], &w);
+        if (i % 2 == 0 && !weight)
+            return key_error(err, errlen, loc, path, "Megatron's --data-path form pairs each weight with a prefix "
+                             "(W1, P1, W2, P2, ...): word %d, '%s', is no weight", i + 1, words[i]);
+        if (strlen(words[i]) >= MT_PATH_MAX)
+            return key_error(err, errlen, loc, path, "expected a path of at most %d characters", MT_PATH_MAX - 1);
+    }
+    if (n % 2 != 0)
+        return key_error(err, errlen, loc, path, "Megatron's --data-path form pairs each weight with a prefix (W1, "
+                         "P1, W2, P2, ...): the last weight, '%s', has none", words[n - 1]);
     if (n / 2 > MT_MAX_DATA_SOURCES)
         return key_error(err, errlen, loc, path, "expected at most %d data sources, found %d", MT_MAX_DATA_SOURCES,
                          n / 2);
@@ -80,20 +91,21 @@ static int read_sources(DataSource *sources, int *count, const YEntry *entry, co
     *count = 0;
     /* a Megatron user's --data-path, as a string or a list */
     const char *words[2 * MT_MAX_DATA_SOURCES + 2];
+    bool quoted[2 * MT_MAX_DATA_SOURCES + 2];
     int n = 0, megatron = 0;
+    const bool list = node->kind == YNODE_SEQUENCE;
     if (node->kind == YNODE_SCALAR && !ytree_is_null(node) && strchr(node->text, ' ')) {
         static char buf[(2 * MT_MAX_DATA_SOURCES + 2) * MT_PATH_MAX];
         n = split_words(node->text, buf, sizeof buf, words, (int)(sizeof words / sizeof words[0]));
-    } else if (node->kind == YNODE_SEQUENCE && node->count <= (int)(sizeof words / sizeof words[0])) {
-        /* plain scalars; a weight quoted ("0.5") is a prefix that looks like a number */
-        for (int i = 0; i < node->count; i++) {
-            const YNode *item = node->entries[i].value;
-            if (item->kind != YNODE_SCALAR || (i % 2 == 0 && item->quoted)) break;
-            words[n++] = item->text;
+    } else if (list && node->count <= (int)(sizeof words / sizeof words[0])) {
+        for (int i = 0; i < node->count && node->entries[i].value->kind == YNODE_SCALAR; i++) {
+            quoted[n] = node->entries[i].value->quoted; /* "0.5": a prefix that looks like a number */
+            words[n++] = node->entries[i].value->text;
         }
         if (n != node->count) n = 0;
     }
-    if (n > 0 && (megatron = megatron_sources(sources, count, words, n, entry->loc, path, err, errlen)) != 0)
+    if (n > 0 && (megatron = megatron_sources(sources, count, words, list ? quoted : NULL, n, entry->loc, path, err,
+                                              errlen)) != 0)
         return megatron < 0 ? -1 : 0;
     if (node->kind != YNODE_SEQUENCE) {
         if (node->kind == YNODE_MAPPING || (node->kind == YNODE_SCALAR && !ytree_is_null(node))) {

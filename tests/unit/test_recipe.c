@@ -235,7 +235,15 @@ static void test_relative_paths(void **state) {
     assert_true(r.data.train[1].weight == 0);
     const char *odd[] = {"data.train=[0.7, /d/a, 0.3]"}; /* not that form: a number is no dataset */
     assert_int_not_equal(load(&r, BASE, odd, 1, 1), 0);
-    assert_non_null(strstr(err, "data.train[0]: expected a dataset prefix, found the number 0.7 (Megatron's"));
+    assert_non_null(strstr(err, "data.train: Megatron's --data-path form pairs each weight with a prefix (W1, P1, "
+                                "W2, P2, ...): the last weight, '0.3', has none"));
+    const char *numeric_prefix[] = {"data.train=[0.5, \"2024\", 0.5, /d/a]"}; /* a prefix may read as a number */
+    load_ok(&r, BASE, numeric_prefix, 1, 1);
+    assert_int_equal(r.data.num_train, 2);
+    assert_true(strstr(r.data.train[0].path, "/2024") && r.data.train[0].weight == 0.5);
+    const char *lone[] = {"data.train=[/d/a, 0.5]"}; /* a number where a prefix goes */
+    assert_int_not_equal(load(&r, BASE, lone, 1, 1), 0);
+    assert_non_null(strstr(err, "data.train[1]: expected a dataset prefix, found the number 0.5"));
     /* within MT_PATH_MAX as given, too long once joined: an error naming the key, not a cut path */
     char set[1100] = "data.train=";
     memset(set + strlen(set), 'y', 1020);
