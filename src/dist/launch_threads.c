@@ -6,18 +6,16 @@
  * busy threads, and the spinning threads of a rank waiting in a collective
  * take the CPUs from the ones computing (measured 100x slower than one
  * thread a rank on 2 CPUs). torchrun sets OMP_NUM_THREADS=1 for the same
- * reason. Here a rank that is not bound to a subset of the CPUs (its
- * affinity is the whole host) takes the host's CPUs divided by the ranks on
- * it, at least 1; a rank the launcher bound (mpirun --bind-to core) keeps
- * the CPUs it was given. OMP_NUM_THREADS, when set, is obeyed; it is only
- * said when it asks for more threads than the host has CPUs for. */
+ * reason. Here a rank takes the CPUs it may use (its affinity: the host's,
+ * or a container's or job's cpuset) divided by the ranks on the host, at
+ * least 1. OMP_NUM_THREADS, when set, is obeyed; it is only said when it
+ * asks for more than one thread a rank and more threads than those CPUs. */
 #include "launch_threads.h"
 
 #include <omp.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include "launch_env.h"
 
@@ -32,22 +30,25 @@ int launch_share_cpus(char *note, size_t len) {
     note[0] = '\0';
     const int ranks = launch_local_size();
     if (ranks <= 1) return 0;
-    const long online = sysconf(_SC_NPROCESSORS_ONLN);
-    const int mine = affinity_cpus();
-    if (online <= 0 || mine <= 0) return 0;
+    const int cpus = affinity_cpus(); /* what this process may use: the host's, a container's or a job's share */
+    if (cpus <= 0) return 0;
     const char *set = getenv("OMP_NUM_THREADS");
     if (set && *set) {
         const int threads = omp_get_max_threads();
-        if ((long)threads * ranks > online)
+        if (threads > 1 && (long)threads * ranks > cpus)
             snprintf(note, len, "OMP_NUM_THREADS=%s: the %d ranks on this host run %d OpenMP threads each, %d in "
-                     "all on %ld CPUs; oversubscribed threads wait on one another (OMP_NUM_THREADS=%ld fits)", set,
-                     ranks, threads, threads * ranks, online, online / ranks > 0 ? online / ranks : 1);
+                     "all on the %d CPUs a rank may use; oversubscribed threads wait on one another "
+                     "(OMP_NUM_THREADS=%d fits)", set, ranks, threads, threads * ranks, cpus,
+                     cpus / ranks > 0 ? cpus / ranks : 1);
         return note[0] ? 1 : 0;
     }
-    const int threads = mine < online ? mine : (int)(online / ranks > 0 ? online / ranks : 1);
+    /* the CPUs this rank may use, over the ranks on the host: exact when they share one set (a host, a container,
+     * a job's cpuset); a rank bound to its own core gets 1; ranks bound to a socket each get a share of it, fewer
+     * threads than it could run, never more */
+    const int threads = cpus / ranks > 0 ? cpus / ranks : 1;
     omp_set_num_threads(threads);
-    snprintf(note, len, "OMP_NUM_THREADS is unset: each of the %d ranks on this host runs %d OpenMP thread%s (%s); "
-             "set OMP_NUM_THREADS to choose", ranks, threads, threads == 1 ? "" : "s",
-             mine < online ? "the CPUs the launcher bound it to" : "the host's CPUs over its ranks");
+    snprintf(note, len, "OMP_NUM_THREADS is unset: each of the %d ranks on this host runs %d OpenMP thread%s (the "
+             "%d CPUs a rank may use over the ranks); set OMP_NUM_THREADS to choose", ranks, threads,
+             threads == 1 ? "" : "s", cpus);
     return 0;
 }
