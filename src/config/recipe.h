@@ -292,7 +292,8 @@ int recipe_load_resumed(Recipe *recipe, const char *path, const char *const *ove
                         int world_size, long step, double tokens, int64_t samples, char *err, size_t errlen);
 
 /* text as a YAML double-quoted scalar that reads back as the same bytes (quotes, backslashes and every character a
- * YAML reader would fold or drop escaped: C0 and C1 controls, NEL, the line and paragraph separators, a BOM), into
+ * YAML reader would fold, drop or refuse escaped: C0 and C1 controls, NEL, the line and paragraph separators, a BOM,
+ * U+FFFE and U+FFFF), into
  * out (len bytes, NUL-ended when len > 0); returns the length it needs, as snprintf. text must be UTF-8. */
 size_t yaml_quote(const char *text, char *out, size_t len);
 

@@ -30,6 +30,9 @@ size_t yaml_quote(const char *text, char *out, size_t len) {
         } else if (p[0] == 0xef && p[1] == 0xbb && p[2] == 0xbf) { /* a BOM, which a reader drops */
             PUT("\\uFEFF");
             p += 2;
+        } else if (p[0] == 0xef && p[1] == 0xbf && (p[2] == 0xbe || p[2] == 0xbf)) { /* U+FFFE, U+FFFF: refused raw */
+            PUT("\\u%s", p[2] == 0xbe ? "FFFE" : "FFFF");
+            p += 2;
         } else {
             PUT("%c", *p);
         }

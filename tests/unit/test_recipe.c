@@ -922,7 +922,7 @@ static void test_yaml_quote_round_trip(void **state) {
     (void)state;
     static const char *const texts[] = {"plain/dir", "a \"quoted\" \\ path", "line\nbreak", "tab\there", "cr\rx",
                                         "nel\xc2\x85" "dir", "ls\xe2\x80\xa8" "ps\xe2\x80\xa9" "end", "c1\xc2\x9f" "x",
-                                        "bom\xef\xbb\xbf" "x", "del\x7f" "x", "caf\xc3\xa9 \xe2\x82\xac", ""};
+                                        "bom\xef\xbb\xbf" "x", "nonchars\xef\xbf\xbe" "\xef\xbf\xbf" "x", "del\x7f" "x", "caf\xc3\xa9 \xe2\x82\xac", ""};
     for (size_t i = 0; i < sizeof texts / sizeof texts[0]; i++) {
         char quoted[256], doc[300], err[256];
         const size_t n = yaml_quote(texts[i], quoted, sizeof quoted);
