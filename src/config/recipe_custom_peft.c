@@ -55,8 +55,8 @@ int read_target_modules(void *base, const YEntry *entry, const char *path, char 
     const bool one_name = node->kind == YNODE_SCALAR && target_index(node->text) >= 0;
     if (node->kind != YNODE_SEQUENCE || node->count == 0)
         return key_error(err, errlen, entry->loc, path, "expected a non-empty list of module names (%s) or all-linear, "
-                         "found %s%s%s%s", names, node->kind == YNODE_SEQUENCE ? "an empty list"
-                                                                              : ytree_describe(node, found, sizeof found),
+                         "found %s%s%s%s", names,
+                         node->kind == YNODE_SEQUENCE ? "an empty list" : ytree_describe(node, found, sizeof found),
                          one_name ? " (one module is a list of one: [" : "", one_name ? node->text : "",
                          one_name ? "]; PEFT reads a lone string as a regular expression of whole module paths)" : "");
     unsigned targets = 0;

@@ -194,8 +194,8 @@ static int unknown_key(const RecipeKey *keys, const YEntry *entry, const char *p
         return -1;
     }
     if (find_also(recipe_root_keys, "", entry->key, hint, sizeof hint)) { /* another section's, by another name */
-        mt_set_error(err, errlen, "%s: unknown key '%s' (did you mean '%s'?)", yloc_format(entry->loc, where, sizeof where),
-                     path, hint);
+        mt_set_error(err, errlen, "%s: unknown key '%s' (did you mean '%s'?)",
+                     yloc_format(entry->loc, where, sizeof where), path, hint);
         return -1;
     }
     char list[512] = "";

@@ -23,10 +23,10 @@
 
 #include "../config/recipe.h"
 
-/* Parse adapter_config.json text; `label` (the path) prefixes messages; num_layers: the base model's (0: unknown,
- * and target paths and layers_to_transform are not checked against it: read again with the base's). Fills *out (type lora) and, when given, base_model with
- * base_model_name_or_path ("" when null or absent) and note with what was read differently from the file ("" when
- * nothing). Returns 0, or -1 with err set. */
+/* Parse adapter_config.json text; `label` (the path) prefixes messages; num_layers: the base model's (0:
+ * unknown, and target paths and layers_to_transform are not checked against it: read again with the base's).
+ * Fills *out (type lora) and, when given, base_model with base_model_name_or_path ("" when null or absent) and note
+ * with what was read differently from the file ("" when nothing). Returns 0, or -1 with err set. */
 int peft_config_parse(const char *text, size_t len, const char *label, int num_layers, PeftConfig *out,
                       char *base_model, size_t base_model_len, char *note, size_t notelen, char *err, size_t errlen);
 

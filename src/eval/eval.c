@@ -268,9 +268,9 @@ static bool same_dataset(const char *a, const char *b) {
 }
 
 /* The run that wrote checkpoint `ckpt` evaluated with its recipe's settings: when --data is what it evaluated on
- * (its one data.valid dataset, or with none the validation share of its one data.train) and these settings differ, one
- * note on stderr says the options that reproduce the run's eval_loss (nothing for a checkpoint without a recipe, a
- * conversion, or a run that did not evaluate). */
+ * (its one data.valid dataset, or with none the validation share of its one data.train) and these settings differ,
+ * one note on stderr says the options that reproduce the run's eval_loss (nothing for a checkpoint without a
+ * recipe, a conversion, or a run that did not evaluate). */
 static void note_run_settings(const char *ckpt, const EvalOptions *opt) {
     static Recipe run;
     char path[MT_PATH_MAX + 80], err[2048];
@@ -289,7 +289,7 @@ static void note_run_settings(const char *ckpt, const EvalOptions *opt) {
 #define ADD(...) n += (size_t)snprintf(wanted + n, n < sizeof wanted ? sizeof wanted - n : 0, __VA_ARGS__)
     if (opt->seq_len != run.train.seq_len) ADD(" --seq-len %d", run.train.seq_len);
     if (opt->micro_batch_size != run.train.micro_batch_size) ADD(" --micro-batch-size %d", run.train.micro_batch_size);
-    if (opt->batches != run.train.eval_batches && run.train.eval_batches > 0) ADD(" --batches %d", run.train.eval_batches);
+    if (opt->batches != run.train.eval_batches) ADD(" --batches %d", run.train.eval_batches);
     if (opt->seed != run.run.seed) ADD(" --seed %llu", (unsigned long long)run.run.seed);
     if (opt->pack != run.data.pack) ADD("%s", run.data.pack ? " --pack" : " (no --pack)");
     if (run.data.pack && opt->pack_overlong != run.data.pack_overlong)
