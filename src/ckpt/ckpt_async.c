@@ -30,6 +30,8 @@ struct CkptSaver {
     const Recipe *recipe;
     const CkptHfFiles *hf_files; /* carried into every checkpoint */
     CkptBaseRef base;            /* present: the frozen parameters are left out and this recorded instead */
+    int num_datasets;            /* the run's data, recorded in every checkpoint (the caller's array) */
+    const CkptDataset *datasets;
     CheckpointConfig cfg;
     long last_step;
     double blocked_seconds;
@@ -139,6 +141,8 @@ static CkptPayload payload_for(const CkptSaver *s, const Model *model, const Ckp
         .recipe = s->recipe,
         .hf_files = s->hf_files,
         .base = s->base.present ? &s->base : NULL,
+        .num_datasets = s->num_datasets,
+        .datasets = s->datasets,
         .has_state = true,
         .state = *state,
         .iteration = state->step,
@@ -208,6 +212,11 @@ void ckpt_saver_carry_hf_files(CkptSaver *s, const CkptHfFiles *files) { s->hf_f
 
 void ckpt_saver_reference_base(CkptSaver *s, const CkptBaseRef *base) {
     s->base = base && base->present ? *base : (CkptBaseRef){0};
+}
+
+void ckpt_saver_record_data(CkptSaver *s, const CkptDataset *datasets, int num_datasets) {
+    s->datasets = datasets;
+    s->num_datasets = num_datasets;
 }
 
 void ckpt_saver_write_kinds(CkptSaver *s, bool dense, bool experts) {

@@ -51,6 +51,11 @@ void ckpt_saver_carry_hf_files(CkptSaver *saver, const CkptHfFiles *files);
  * default): they are stored. Before the first save. */
 void ckpt_saver_reference_base(CkptSaver *saver, const CkptBaseRef *base);
 
+/* The datasets the run trains on (record DATA: resume compares them with
+ * what the paths hold then). `datasets` must outlive the saver; 0: none
+ * recorded. Only the metadata's writer (rank 0) needs them. */
+void ckpt_saver_record_data(CkptSaver *saver, const CkptDataset *datasets, int num_datasets);
+
 /* Which parameters this rank writes: the dense ones, the routed experts
  * (expert parallel), or both (the default). */
 void ckpt_saver_write_kinds(CkptSaver *saver, bool dense, bool experts);

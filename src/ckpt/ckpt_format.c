@@ -7,6 +7,8 @@
  *         i64 optimizer_step, total_steps, next_global_batch_size, f64 next_lr   (runs only)
  *   BASE  str dir (absolute, 1..1023 bytes), u32 crc32c of dir/metadata.mtck
  *         (a LoRA run's checkpoint that references its frozen base instead of storing it)
+ *   DATA  u32 count, then per dataset: str split ("train" | "valid"), str path (1..1023 bytes),
+ *         i64 documents, u64 idx_bytes, u64 bin_bytes, u32 crc32c   (runs only)
  *   FILE  u32 count, then per file: str name, str role, u64 size, u32 crc32c
  *   TENS  u32 count, then per tensor: str name, str dtype, u32 ndim, i64 shape[ndim],
  *         u32 num_chunks, then per chunk: u32 file, u64 offset, u64 stored_bytes,
@@ -129,6 +131,26 @@ int ckpt_meta_encode(const CkptMeta *meta, unsigned char **out, size_t *out_len,
         r = begin_record(&b, "BASE");
         put_str(&b, meta->base.dir);
         put_u32(&b, meta->base.metadata_crc32c);
+        end_record(&b, r);
+    }
+
+    if (meta->num_datasets > 0) {
+        if (meta->num_datasets > CKPT_MAX_DATASETS) {
+            mt_set_error(err, errlen, "%d datasets: at most %d are recorded", meta->num_datasets, CKPT_MAX_DATASETS);
+            free(b.data);
+            return -1;
+        }
+        r = begin_record(&b, "DATA");
+        put_u32(&b, (uint32_t)meta->num_datasets);
+        for (int i = 0; i < meta->num_datasets; i++) {
+            const CkptDataset *d = &meta->datasets[i];
+            put_str(&b, d->split);
+            put_str(&b, d->path);
+            put_i64(&b, d->documents);
+            put_u64(&b, d->idx_bytes);
+            put_u64(&b, d->bin_bytes);
+            put_u32(&b, d->crc32c);
+        }
         end_record(&b, r);
     }
 

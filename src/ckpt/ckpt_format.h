@@ -96,6 +96,21 @@ typedef struct CkptBaseRef {
     uint32_t metadata_crc32c;
 } CkptBaseRef;
 
+/* A dataset the run trained on (record DATA): which of its data lists
+ * ("train", "valid"), its prefix, and its fingerprint (what
+ * src/data/indexed_dataset.h's DatasetFingerprint holds; the loss mask's
+ * files folded in), so that a resume can tell a dataset built again with
+ * other contents at the same path. */
+#define CKPT_DATA_SPLIT_MAX 8             /* "train", "valid": bytes */
+#define CKPT_MAX_DATASETS 4096
+typedef struct CkptDataset {
+    char split[CKPT_DATA_SPLIT_MAX + 1];
+    char path[CKPT_BASE_DIR_MAX + 1];     /* a dataset prefix, 1..1023 bytes */
+    int64_t documents;
+    uint64_t idx_bytes, bin_bytes;
+    uint32_t crc32c;
+} CkptDataset;
+
 typedef struct CkptMeta {
     uint32_t version;
     char *writer;                   /* "megatrain 0.1.0" */
@@ -105,6 +120,8 @@ typedef struct CkptMeta {
     bool has_state;
     CkptState state;
     CkptBaseRef base;               /* record BASE: where the frozen parameters it lacks are */
+    int num_datasets;               /* record DATA (absent: 0): what the run trained on */
+    CkptDataset *datasets;
     int num_files;
     CkptFileMeta *files;
     int num_tensors;

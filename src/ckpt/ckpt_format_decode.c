@@ -143,6 +143,37 @@ static void decode_base(Cursor *c, CkptMeta *m) {
     free(dir);
 }
 
+/* DATA: a count, then each dataset's split ("train" | "valid"), a non-empty prefix, its counts and CRC; nothing
+ * after them. */
+static void decode_datasets(Cursor *c, CkptMeta *m) {
+    static const char *const splits[] = {"train", "valid"};
+    uint32_t count = get_u32(c, "dataset count");
+    if (c->failed) return;
+    if (count == 0 || count > CKPT_MAX_DATASETS || count > left(c) / 40) { /* a dataset takes at least 40 bytes */
+        fail(c, "dataset count %u does not fit the record", count);
+        return;
+    }
+    m->datasets = mt_calloc(count, sizeof *m->datasets);
+    for (uint32_t i = 0; i < count && !c->failed; i++) {
+        CkptDataset *d = &m->datasets[i];
+        const int split = get_name_index(c, splits, 2, "dataset split");
+        char *path = get_str(c, CKPT_BASE_DIR_MAX, "dataset path");
+        d->documents = get_i64(c, "dataset documents");
+        d->idx_bytes = get_u64(c, "dataset idx bytes");
+        d->bin_bytes = get_u64(c, "dataset bin bytes");
+        d->crc32c = get_u32(c, "dataset crc32c");
+        if (!c->failed && path[0] == '\0') fail(c, "an empty dataset path");
+        else if (!c->failed && d->documents < 0) fail(c, "dataset %s: %lld documents", path, (long long)d->documents);
+        if (!c->failed) {
+            snprintf(d->split, sizeof d->split, "%s", splits[split]);
+            memcpy(d->path, path, strlen(path) + 1);
+            m->num_datasets = (int)i + 1;
+        }
+        free(path);
+    }
+    if (!c->failed && left(c) > 0) fail(c, "%zu bytes after its datasets", left(c));
+}
+
 static bool valid_file_name(const char *name) {
     return name[0] != '\0' && !strchr(name, '/') && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
 }
@@ -312,7 +343,7 @@ int ckpt_meta_decode(const unsigned char *data, size_t len, CkptMeta *meta, char
         return -1;
     }
     Cursor body = {data + CKPT_HEADER_BYTES, data + len, err, errlen, false, "(body)"};
-    int seen_info = 0, seen_state = 0, seen_base = 0, seen_files = 0, seen_tensors = 0;
+    int seen_info = 0, seen_state = 0, seen_base = 0, seen_data = 0, seen_files = 0, seen_tensors = 0;
     while (!body.failed && left(&body) > 0) {
         char tag[5] = {0};
         if (!take(&body, 12, "record header")) break;
@@ -327,7 +358,8 @@ int ckpt_meta_decode(const unsigned char *data, size_t len, CkptMeta *meta, char
         body.p += n;
         /* a repeated record is refused before decoding it: decoding would overwrite (and leak) the first */
         int *seen = strcmp(tag, "INFO") == 0 ? &seen_info : strcmp(tag, "STAT") == 0 ? &seen_state
-                  : strcmp(tag, "BASE") == 0 ? &seen_base : strcmp(tag, "FILE") == 0 ? &seen_files
+                  : strcmp(tag, "BASE") == 0 ? &seen_base : strcmp(tag, "DATA") == 0 ? &seen_data
+                  : strcmp(tag, "FILE") == 0 ? &seen_files
                   : strcmp(tag, "TENS") == 0 ? &seen_tensors : NULL;
         if (!seen) continue; /* a record of a later version */
         if (*seen) {
@@ -338,6 +370,7 @@ int ckpt_meta_decode(const unsigned char *data, size_t len, CkptMeta *meta, char
         if (seen == &seen_info) decode_info(&rec, meta);
         else if (seen == &seen_state) decode_state(&rec, meta);
         else if (seen == &seen_base) decode_base(&rec, meta);
+        else if (seen == &seen_data) decode_datasets(&rec, meta);
         else if (seen == &seen_files) decode_files(&rec, meta);
         else if (!seen_files) fail(&rec, "comes before the FILE record");
         else decode_tensors(&rec, meta);
@@ -356,6 +389,7 @@ void ckpt_meta_free(CkptMeta *meta) {
     free(meta->writer);
     for (int i = 0; i < meta->num_files; i++) free(meta->files[i].name);
     free(meta->files);
+    free(meta->datasets);
     for (int i = 0; i < meta->num_tensors; i++) {
         free(meta->tensors[i].name);
         free(meta->tensors[i].chunks);

@@ -486,6 +486,8 @@ int ckpt_write_metadata(const char *tmp, const CkptPayload *p, const CkptFileMet
         .has_state = p->has_state,
         .state = p->state,
         .base = p->base && p->base->present ? *p->base : (CkptBaseRef){0},
+        .num_datasets = p->num_datasets,
+        .datasets = (CkptDataset *)p->datasets,
         .num_files = num_files,
         .files = files,
         .num_tensors = num_tensors,

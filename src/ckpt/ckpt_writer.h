@@ -52,6 +52,8 @@ typedef struct CkptPayload {
     const Recipe *recipe;          /* nullable: no recipe.yaml */
     const CkptHfFiles *hf_files;   /* nullable: files carried for the Hugging Face export (rank 0's) */
     const CkptBaseRef *base;       /* nullable: the frozen base the sources leave out (record BASE) */
+    int num_datasets;              /* the data the run trained on (record DATA; 0: none recorded) */
+    const CkptDataset *datasets;
     bool has_state;
     CkptState state;
     int64_t iteration;             /* recorded in INFO (the step, or 0) */

@@ -96,6 +96,17 @@ static int print_base(const CkptReader *r) {
     return 0;
 }
 
+/* The datasets the run trained on (record DATA), as resume compares them. */
+static void print_data(const CkptReader *r) {
+    for (int i = 0; i < r->meta.num_datasets; i++) {
+        const CkptDataset *d = &r->meta.datasets[i];
+        char size[32];
+        format_bytes(size, sizeof size, (double)(d->idx_bytes + d->bin_bytes));
+        printf("  data.%s %s: %lld documents, %s (.idx + .bin), CRC-32C %08x\n", d->split, d->path,
+               (long long)d->documents, size, d->crc32c);
+    }
+}
+
 /* Check every listed file; print one line each. Returns the number of bad files. */
 static int check_files(CkptReader *r) {
     int bad = 0;
@@ -132,6 +143,7 @@ static int inspect_dir(const char *dir) {
     }
     print_header(r);
     const int bad_base = print_base(r);
+    print_data(r);
     int bad_files = check_files(r);
     printf("\n%-48s %-14s %-5s %6s %12s %12s %6s  %s\n", "tensor", "shape", "dtype", "chunks", "stored", "raw", "ratio",
            "check");

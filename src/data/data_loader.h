@@ -28,6 +28,7 @@
 #include <stdint.h>
 
 #include "../config/recipe.h"
+#include "indexed_dataset.h"
 
 typedef enum { SPLIT_TRAIN = 0, SPLIT_VALID = 1, SPLIT_TEST = 2 } DataSplit;
 
@@ -44,6 +45,11 @@ DataLoader *data_loader_create(const DataConfig *data, DataSplit split, int seq_
 int64_t data_loader_num_samples(const DataLoader *loader);
 /* How many datasets the loader blends (1: one dataset, whose own samples num_samples counts). */
 int data_loader_num_datasets(const DataLoader *loader);
+
+/* Dataset i of the loader (0 <= i < data_loader_num_datasets): its prefix as opened, and its fingerprint
+ * (indexed_dataset.h; its loss mask folded in) into *fp. Reads the dataset's whole .idx: for a checkpoint's
+ * record, once a run. */
+const char *data_loader_dataset(const DataLoader *loader, int i, DatasetFingerprint *fp);
 
 /* From now on data_loader_get and data_loader_get_packed check every token
  * they return against the model's vocabulary [0, vocab_size) (0: no check,

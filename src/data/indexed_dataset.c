@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../core/crc32c.h"
 #include "../core/error.h"
 #include "../core/fs.h"
 #include "indexed_dataset_format.h"
@@ -246,6 +247,26 @@ void indexed_dataset_close(IndexedDataset *ds) {
     if (ds->bin) munmap((void *)ds->bin, ds->bin_size);
     if (ds->idx_map) munmap(ds->idx_map, ds->idx_map_size);
     memset(ds, 0, sizeof(*ds));
+}
+
+/* The .idx whole, then the .bin's first and last MiB (the .bin whole below 2 MiB). */
+static uint32_t contents_crc(uint32_t crc, const IndexedDataset *ds) {
+    enum { END_BYTES = 1 << 20 };
+    crc = crc32c(crc, ds->idx_map, ds->idx_map_size);
+    if (ds->bin_size <= 2 * (size_t)END_BYTES) return ds->bin ? crc32c(crc, ds->bin, ds->bin_size) : crc;
+    crc = crc32c(crc, ds->bin, END_BYTES);
+    return crc32c(crc, ds->bin + ds->bin_size - END_BYTES, END_BYTES);
+}
+
+DatasetFingerprint indexed_dataset_fingerprint(const IndexedDataset *ds, const IndexedDataset *mask) {
+    DatasetFingerprint fp = {.documents = ds->num_documents_plus_one - 1, .idx_bytes = ds->idx_map_size,
+                             .bin_bytes = ds->bin_size, .crc32c = contents_crc(0, ds)};
+    if (mask) {
+        fp.idx_bytes += mask->idx_map_size;
+        fp.bin_bytes += mask->bin_size;
+        fp.crc32c = contents_crc(fp.crc32c, mask);
+    }
+    return fp;
 }
 
 void indexed_dataset_advise_random(const IndexedDataset *ds) {

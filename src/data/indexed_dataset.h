@@ -72,6 +72,24 @@ void indexed_dataset_advise_sequential(const IndexedDataset *ds, size_t bytes);
 /* Copy `count` tokens of sequence `seq` starting at token `offset` into out (as int32). */
 void indexed_dataset_read(const IndexedDataset *ds, int64_t seq, int64_t offset, int64_t count, int32_t *out);
 
+/* What tells a dataset's contents from another's, cheaply: its document
+ * count, the sizes of both files, and the CRC-32C of the whole .idx (every
+ * document's length) followed by the .bin's first and last MiB (the whole
+ * .bin when it is smaller than 2 MiB). The same text built again with the
+ * same tokenizer gives the same fingerprint; documents added, removed or
+ * reordered, or another tokenizer, another one (but for a change inside the
+ * .bin's middle that keeps every length). A checkpoint records its training
+ * data's (resume warns when they differ: docs/checkpoints.md). */
+typedef struct DatasetFingerprint {
+    int64_t documents;
+    uint64_t idx_bytes, bin_bytes;
+    uint32_t crc32c;
+} DatasetFingerprint;
+
+/* ds's fingerprint; with a loss mask (loss_mask.h; NULL: none), the mask's files folded in (their sizes added,
+ * their bytes after ds's in the CRC). */
+DatasetFingerprint indexed_dataset_fingerprint(const IndexedDataset *ds, const IndexedDataset *mask);
+
 /* Writer: add documents made of one sequence each, then finish. */
 typedef struct IndexedDatasetWriter IndexedDatasetWriter;
 IndexedDatasetWriter *indexed_dataset_writer_open(const char *prefix, int dtype_code, char *err, size_t errlen);

@@ -275,6 +275,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     CkptSaver *saver = ckpt_saver_create(ctx->checkpoints_dir, recipe);
     ckpt_saver_carry_hf_files(saver, &ctx->hf_files);
     ckpt_saver_reference_base(saver, &ctx->frozen_base);
+    ckpt_saver_record_data(saver, ctx->datasets, ctx->num_datasets);
     const ModelDevice *dev = ctx->device;
     ckpt_saver_distribute(saver, comm_world(), checkpoint_writer(ctx));
     ckpt_saver_write_kinds(saver, params_writer(ctx), experts_writer(ctx));

@@ -43,6 +43,8 @@ typedef struct TrainContext {
                                * replicas): it has been said once; no rank waits, none aborts */
     CkptHfFiles hf_files;     /* what the init_from or resumed checkpoint carries for Hugging Face: carried on */
     CkptBaseRef frozen_base;  /* present: the checkpoints reference this frozen base instead of storing it */
+    int num_datasets;         /* rank 0: the datasets the checkpoints record (train_data_record.h) */
+    CkptDataset *datasets;
     char checkpoints_dir[MT_PATH_MAX + 16]; /* run.dir/checkpoints */
 } TrainContext;
 

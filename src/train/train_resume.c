@@ -17,6 +17,7 @@
 #include "../dist/comm.h"
 #include "train.h"
 #include "train_ckpt.h"
+#include "train_data_record.h"
 #include "train_context.h"
 #include "lr_schedule.h"
 
@@ -215,6 +216,7 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
         return train_setup_agree(ctx, mine == CKPT_ERR_MISMATCH ? MT_EXIT_USAGE : 0, err);
     if (rc != 0) return MT_EXIT_USAGE;
     warn_schedule_change(recipe, &saved, ctx->total_steps);
+    train_data_record_compare(ctx, checkpoint_dir);
     dev->ops->from_host(dev); /* the loaded weights and moments to the device that computes */
     /* carried on: the files for the Hugging Face export and the token ids the recipe leaves unset */
     ModelConfig stored;

@@ -22,6 +22,7 @@
 #include "../config/batch_schedule.h"
 #include "../config/recipe_schema.h"
 #include "train_context.h"
+#include "train_data_record.h"
 
 /* mkdir -p for run.dir, with the key named in any error. */
 static int make_dirs(const char *path, char *err, size_t errlen) {
@@ -348,6 +349,7 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, const char *toke
     status = train_setup_agree(ctx, status, err);
     if (status != 0) return status;
     agree_test_data(ctx);
+    train_data_record_make(ctx);
 
     const TrainConfig *train = &recipe->train;
     micro_batch_init(&ctx->batch, train->micro_batch_size, train->seq_len, train->seq_len / ctx->layout.cp);
@@ -498,6 +500,7 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
 void train_teardown(TrainContext *ctx) {
     energy_meter_close(&ctx->energy);
     ckpt_hf_files_free(&ctx->hf_files);
+    free(ctx->datasets);
     if (ctx->layout.pp > 1) pipeline_free(&ctx->pipe); /* the activation clones before their base */
     model_device_free(ctx->device);
     if (ctx->train_data) data_loader_free(ctx->train_data);

@@ -3,8 +3,8 @@
  * agreeing), the shuffle4 filter, metadata encode/decode round trip, and
  * decoding bad metadata (every truncation, every flipped byte, mutations
  * with a recomputed checksum, and hand-made semantic errors) always failing
- * cleanly and never crashing; the BASE record (a referenced frozen base) and
- * its malformed forms; also the iter_ names and the retention plan. */
+ * cleanly and never crashing; the BASE record (a referenced frozen base), the
+ * DATA record (the run's datasets) and their malformed forms; also the iter_ names and the retention plan. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -66,6 +66,10 @@ static void test_shuffle4_round_trip(void **state) {
 static CkptChunk w_chunks[3], b_chunks[1];
 static CkptTensorMeta tensors[2];
 static CkptFileMeta files[3];
+static CkptDataset datasets[2] = {
+    {"train", "/data/web/en", 553, 11094, 70064, 0xd68138e1},
+    {"valid", "/data/valid", 0, 34, 0, 0x12345678},
+};
 
 static CkptMeta sample_meta(void) {
     files[0] = (CkptFileMeta){"shard_00000.zst", CKPT_FILE_SHARD, 1000, 0x1234};
@@ -86,6 +90,8 @@ static CkptMeta sample_meta(void) {
         .has_state = true,
         .state = {40, 320, 20480, {1, 2, 3, 0xffffffffffffffffULL}, 40, 100, 16, 2.5e-4},
         .base = {.present = true, .dir = "/ckpt/base/iter_0000002", .metadata_crc32c = 0x9b1e629a},
+        .num_datasets = 2,
+        .datasets = datasets,
         .num_files = 3,
         .files = files,
         .num_tensors = 2,
@@ -118,6 +124,8 @@ static void test_meta_round_trip(void **state) {
     assert_true(m.base.present);
     assert_string_equal(m.base.dir, "/ckpt/base/iter_0000002");
     assert_int_equal(m.base.metadata_crc32c, 0x9b1e629a);
+    assert_int_equal(m.num_datasets, 2);
+    assert_memory_equal(m.datasets, datasets, sizeof datasets); /* split and path NUL-padded alike (both zeroed) */
     assert_int_equal(m.num_files, 3);
     for (int i = 0; i < 3; i++) {
         assert_string_equal(m.files[i].name, files[i].name);
@@ -315,21 +323,23 @@ static void test_meta_repeated_record_refused(void **state) {
         records++;
         at += rec;
     }
-    assert_int_equal(records, 5); /* INFO, STAT, BASE, FILE, TENS */
+    assert_int_equal(records, 6); /* INFO, STAT, BASE, DATA, FILE, TENS */
     free(data);
 }
 
-/* The sample without its BASE record, then a BASE record of `n` payload bytes appended, resealed: decoded into
- * *m. Returns ckpt_meta_decode's result. */
-static int decode_with_base(const unsigned char *payload, size_t n, CkptMeta *m, char *err, size_t errlen) {
+/* The sample without its BASE and DATA records, then a `tag` record of `n` payload bytes appended, resealed:
+ * decoded into *m. Returns ckpt_meta_decode's result. */
+static int decode_with_record(const char *tag, const unsigned char *payload, size_t n, CkptMeta *m, char *err,
+                              size_t errlen) {
     CkptMeta sample = sample_meta();
     sample.base.present = false;
+    sample.num_datasets = 0;
     unsigned char *data;
     size_t len;
     assert_int_equal(ckpt_meta_encode(&sample, &data, &len, err, errlen), 0);
     unsigned char *longer = malloc(len + 12 + n);
     memcpy(longer, data, len);
-    memcpy(longer + len, "BASE", 4);
+    memcpy(longer + len, tag, 4);
     for (int i = 0; i < 8; i++) longer[len + 4 + i] = (unsigned char)((uint64_t)n >> (8 * i));
     memcpy(longer + len + 12, payload, n);
     reseal(longer, len + 12 + n);
@@ -352,7 +362,7 @@ static size_t base_payload(unsigned char *out, const char *dir, size_t dir_len, 
 static void expect_base_rejected(const unsigned char *payload, size_t n, const char *needle) {
     CkptMeta m;
     char err[512] = "";
-    assert_int_equal(decode_with_base(payload, n, &m, err, sizeof err), -1);
+    assert_int_equal(decode_with_record("BASE", payload, n, &m, err, sizeof err), -1);
     if (!strstr(err, needle) || !strstr(err, "BASE")) fail_msg("error '%s' does not say BASE ... %s", err, needle);
     assert_false(m.base.present); /* the decoder left nothing behind (meta is empty) */
     assert_null(m.tensors);
@@ -368,7 +378,7 @@ static void test_meta_base_record(void **state) {
     CkptMeta m;
     char err[512];
     size_t n = base_payload(payload, "/a/b", 4, -1, crc, 4);
-    assert_int_equal(decode_with_base(payload, n, &m, err, sizeof err), 0);
+    assert_int_equal(decode_with_record("BASE", payload, n, &m, err, sizeof err), 0);
     assert_true(m.base.present);
     assert_string_equal(m.base.dir, "/a/b");
     assert_int_equal(m.base.metadata_crc32c, 0x12345678);
@@ -377,7 +387,7 @@ static void test_meta_base_record(void **state) {
     memset(longest, 'x', sizeof longest);
     longest[0] = '/';
     n = base_payload(payload, longest, CKPT_BASE_DIR_MAX, -1, crc, 4); /* the longest allowed */
-    assert_int_equal(decode_with_base(payload, n, &m, err, sizeof err), 0);
+    assert_int_equal(decode_with_record("BASE", payload, n, &m, err, sizeof err), 0);
     assert_int_equal(strlen(m.base.dir), CKPT_BASE_DIR_MAX);
     ckpt_meta_free(&m);
 
@@ -416,6 +426,91 @@ static void test_meta_base_record(void **state) {
     assert_non_null(strstr(err, "absolute path"));
     bad.base.dir[0] = '\0';
     assert_int_equal(ckpt_meta_encode(&bad, &data, &len, err, sizeof err), -1);
+    assert_null(data);
+}
+
+/* A DATA payload under construction (little-endian fields as the format has them). */
+typedef struct Payload {
+    unsigned char b[512];
+    size_t n;
+} Payload;
+static void put_le(Payload *p, uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; i++) p->b[p->n++] = (unsigned char)(v >> (8 * i));
+}
+static void put_string(Payload *p, const char *s, size_t len) {
+    put_le(p, len, 4);
+    memcpy(p->b + p->n, s, len);
+    p->n += len;
+}
+/* count, then one dataset: split, path (len bytes), documents, idx and bin bytes, crc */
+static Payload data_payload(uint32_t count, const char *split, const char *path, size_t path_len, int64_t documents) {
+    Payload p = {.n = 0};
+    put_le(&p, count, 4);
+    put_string(&p, split, strlen(split));
+    put_string(&p, path, path_len);
+    put_le(&p, (uint64_t)documents, 8);
+    put_le(&p, 34 + 20 * 3, 8);
+    put_le(&p, 4096, 8);
+    put_le(&p, 0xabcdef01, 4);
+    return p;
+}
+
+static void expect_data_rejected(const Payload *p, const char *needle) {
+    CkptMeta m;
+    char err[512] = "";
+    assert_int_equal(decode_with_record("DATA", p->b, p->n, &m, err, sizeof err), -1);
+    if (!strstr(err, needle) || !strstr(err, "DATA")) fail_msg("error '%s' does not say DATA ... %s", err, needle);
+    assert_int_equal(m.num_datasets, 0); /* the decoder left nothing behind (meta is empty) */
+    assert_null(m.datasets);
+}
+
+/* The DATA record: datasets read back as written; a checkpoint without the record has none; each malformed form
+ * (no datasets, more than it holds, another split, an empty path, a NUL, negative documents, cut short, bytes
+ * after its datasets) is refused naming the record; the encoder refuses more datasets than a reader takes. */
+static void test_meta_data_record(void **state) {
+    (void)state;
+    CkptMeta m;
+    char err[512];
+    Payload p = data_payload(1, "valid", "/d/en", 5, 3);
+    assert_int_equal(decode_with_record("DATA", p.b, p.n, &m, err, sizeof err), 0);
+    assert_int_equal(m.num_datasets, 1);
+    assert_string_equal(m.datasets[0].split, "valid");
+    assert_string_equal(m.datasets[0].path, "/d/en");
+    assert_int_equal(m.datasets[0].documents, 3);
+    assert_int_equal(m.datasets[0].idx_bytes, 94);
+    assert_int_equal(m.datasets[0].bin_bytes, 4096);
+    assert_int_equal(m.datasets[0].crc32c, 0xabcdef01);
+    ckpt_meta_free(&m);
+    assert_int_equal(decode_with_record("XTRA", p.b, p.n, &m, err, sizeof err), 0); /* no DATA: none */
+    assert_int_equal(m.num_datasets, 0);
+    assert_null(m.datasets);
+    ckpt_meta_free(&m);
+
+    p = data_payload(0, "train", "/d/en", 5, 3);
+    expect_data_rejected(&p, "dataset count 0 does not fit");
+    p = data_payload(2, "train", "/d/en", 5, 3);
+    expect_data_rejected(&p, "dataset count 2 does not fit");
+    p = data_payload(1, "test", "/d/en", 5, 3);
+    expect_data_rejected(&p, "unknown dataset split 'test'");
+    p = data_payload(1, "train", "", 0, 3);
+    expect_data_rejected(&p, "empty dataset path");
+    p = data_payload(1, "train", "/d\0en", 5, 3);
+    expect_data_rejected(&p, "NUL");
+    p = data_payload(1, "train", "/d/en", 5, -1);
+    expect_data_rejected(&p, "-1 documents");
+    p = data_payload(1, "train", "/d/en", 5, 3);
+    p.n -= 2;
+    expect_data_rejected(&p, "truncated (reading dataset crc32c)");
+    p = data_payload(1, "train", "/d/en", 5, 3);
+    put_le(&p, 0, 3);
+    expect_data_rejected(&p, "3 bytes after its datasets");
+
+    CkptMeta many = sample_meta();
+    many.num_datasets = CKPT_MAX_DATASETS + 1;
+    unsigned char *data = NULL;
+    size_t len;
+    assert_int_equal(ckpt_meta_encode(&many, &data, &len, err, sizeof err), -1);
+    assert_non_null(strstr(err, "at most 4096"));
     assert_null(data);
 }
 
@@ -463,6 +558,7 @@ int main(void) {
         cmocka_unit_test(test_meta_unknown_record_is_skipped_and_newer_version_refused),
         cmocka_unit_test(test_meta_repeated_record_refused),
         cmocka_unit_test(test_meta_base_record),
+        cmocka_unit_test(test_meta_data_record),
         cmocka_unit_test(test_iter_names),
         cmocka_unit_test(test_retention_plan),
     };

@@ -1,0 +1,70 @@
+/* train_data_record.c: the run's datasets for its checkpoints' DATA record,
+ * and resume's warning when one of them changed (train_data_record.h). */
+#include "train_data_record.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../ckpt/checkpoint.h"
+#include "../core/error.h"
+#include "../dist/comm.h"
+
+static void record_loader(TrainContext *ctx, const DataLoader *loader, const char *split) {
+    const int n = data_loader_num_datasets(loader);
+    if (n == 0) return;
+    ctx->datasets = mt_realloc(ctx->datasets, (size_t)(ctx->num_datasets + n) * sizeof *ctx->datasets);
+    for (int i = 0; i < n; i++) {
+        DatasetFingerprint fp;
+        const char *path = data_loader_dataset(loader, i, &fp);
+        CkptDataset *d = &ctx->datasets[ctx->num_datasets];
+        if (strlen(path) > CKPT_BASE_DIR_MAX) continue; /* a prefix this long is not recorded (no warning later) */
+        *d = (CkptDataset){.documents = fp.documents, .idx_bytes = fp.idx_bytes, .bin_bytes = fp.bin_bytes,
+                           .crc32c = fp.crc32c};
+        snprintf(d->split, sizeof d->split, "%s", split);
+        snprintf(d->path, sizeof d->path, "%s", path);
+        ctx->num_datasets++;
+    }
+}
+
+void train_data_record_make(TrainContext *ctx) {
+    if (comm_world()->rank != 0) return;
+    record_loader(ctx, ctx->train_data, "train");
+    if (ctx->valid_data && ctx->recipe->data.num_valid > 0) record_loader(ctx, ctx->valid_data, "valid");
+}
+
+/* What differs between the checkpoint's fingerprint and this run's, for the warning. */
+static void describe_change(const CkptDataset *then, const CkptDataset *now, char *out, size_t outlen) {
+    if (then->documents != now->documents || then->bin_bytes != now->bin_bytes)
+        snprintf(out, outlen, "%" PRId64 " documents in %" PRIu64 " bytes then, %" PRId64 " in %" PRIu64 " now",
+                 then->documents, then->idx_bytes + then->bin_bytes, now->documents, now->idx_bytes + now->bin_bytes);
+    else
+        snprintf(out, outlen, "%" PRId64 " documents as then, other contents (CRC-32C %08x then, %08x now)",
+                 now->documents, then->crc32c, now->crc32c);
+}
+
+void train_data_record_compare(const TrainContext *ctx, const char *checkpoint_dir) {
+    if (comm_world()->rank != 0) return;
+    CkptDataset *saved = NULL;
+    int num_saved = 0;
+    char err[1200];
+    if (ckpt_read_datasets(checkpoint_dir, &saved, &num_saved, err, sizeof err) != 0) {
+        mt_warn("resume: the checkpoint's record of its data is unreadable (%s): the datasets are not compared", err);
+        return;
+    }
+    for (int i = 0; i < num_saved; i++)
+        for (int j = 0; j < ctx->num_datasets; j++) {
+            const CkptDataset *then = &saved[i], *now = &ctx->datasets[j];
+            if (strcmp(then->split, now->split) != 0 || strcmp(then->path, now->path) != 0) continue;
+            if (then->documents == now->documents && then->idx_bytes == now->idx_bytes &&
+                then->bin_bytes == now->bin_bytes && then->crc32c == now->crc32c)
+                continue;
+            char what[256];
+            describe_change(then, now, what, sizeof what);
+            mt_warn("resume: data.%s dataset %s has changed since the checkpoint was written (%s): the run reads other "
+                    "samples from here on and no longer equals the uninterrupted one (docs/checkpoints.md)",
+                    then->split, then->path, what);
+        }
+    free(saved);
+}

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# test_resume_data_changed.sh: a dataset built again at its path between a run and its resume. The checkpoint
+# records each dataset's fingerprint (record DATA: documents, sizes, CRC-32C; `inspect` shows it). Built again
+# from the same text (new files, new times: the sample index cache is rebuilt), resume says nothing and steps
+# 5-8 have the straight run's losses bit for bit. Built from a text with one letter changed, or with text
+# appended, resume warns naming the dataset and what changed (the samples are other ones), and trains on.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+text="$WORK/text.txt"
+cat /usr/share/common-licenses/GPL-3 /usr/share/common-licenses/Apache-2.0 > "$text"
+build() { "$MEGATRAIN" data build --input "$1" --output "$WORK/en" --overwrite > /dev/null 2>&1 || fail "data build $1"; }
+build "$text"
+dir="$WORK/run"
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$dir" --set train.steps=8 \
+  --set "data.train=[{path: $WORK/en, weight: 1.0}]" --set logging.interval=1 --set train.eval_interval=0 \
+  --set checkpoint.interval=4 --set checkpoint.keep_last=5 --set optimizer.schedule.warmup_steps=2 \
+  > "$WORK/straight.log" 2>&1 || fail "the straight run failed: $(tail -n 3 "$WORK/straight.log")"
+losses() { grep -o '"step":[0-9]*,"loss":[^,]*' "$dir/metrics.jsonl"; }
+losses > "$WORK/straight.txt"
+"$MEGATRAIN" inspect "$dir/checkpoints/iter_0000004" > "$WORK/inspect.txt" 2>&1 || fail "inspect failed"
+docs=$(grep -c . "$text")
+grep -q "^  data.train $WORK/en: $docs documents, .* CRC-32C [0-9a-f]\{8\}$" "$WORK/inspect.txt" \
+  || fail "inspect does not show the dataset of $docs documents: $(grep -i data "$WORK/inspect.txt")"
+
+# resume_from_4 NAME: resume the run at step 4 (its step-8 checkpoint removed), log in $WORK/NAME.log
+resume_from_4() {
+  rm -rf "$dir/checkpoints/iter_0000008"
+  echo 4 > "$dir/checkpoints/latest_checkpointed_iteration.txt"
+  "$MEGATRAIN" resume "$dir" > "$WORK/$1.log" 2>&1 || fail "$1: resume failed: $(tail -n 3 "$WORK/$1.log")"
+  grep -q "resume: from .*iter_0000004 at step 4" "$WORK/$1.log" || fail "$1: did not resume at step 4"
+}
+
+sleep 1 # another modification time: the sample index cache's key changes
+build "$text"
+resume_from_4 same
+grep -q "has changed" "$WORK/same.log" && fail "the same text built again was warned about: $(grep warning "$WORK/same.log")"
+diff "$WORK/straight.txt" <(losses) > /dev/null || fail "the same text built again: the resumed losses differ"
+echo "the same text built again: no warning, steps 5-8 identical"
+
+sed '0,/GNU/s//GNX/' "$text" > "$WORK/edited.txt"
+build "$WORK/edited.txt"
+resume_from_4 edited
+grep -qF "warning: resume: data.train dataset $WORK/en has changed since the checkpoint was written ($docs documents as then, other contents (CRC-32C" "$WORK/edited.log" \
+  || fail "one letter changed: no warning: $(grep -i warning "$WORK/edited.log")"
+grep -q "no longer equals the uninterrupted one" "$WORK/edited.log" || fail "the warning does not say the run differs"
+echo "one letter changed: warned"
+
+cat "$text" /usr/share/common-licenses/MPL-2.0 > "$WORK/longer.txt"
+build "$WORK/longer.txt"
+resume_from_4 longer
+more=$(grep -c . "$WORK/longer.txt")
+grep -qE "warning: resume: data.train dataset $WORK/en has changed since the checkpoint was written \($docs documents in [0-9]+ bytes then, $more in [0-9]+ now\)" "$WORK/longer.log" \
+  || fail "text appended: no warning with $docs and $more documents: $(grep -i warning "$WORK/longer.log")"
+[[ $(losses | wc -l) -eq 8 ]] || fail "text appended: the resumed run did not train on to step 8"
+echo "text appended: warned ($docs -> $more documents), trained on"
+echo "PASS test_resume_data_changed"
