@@ -155,6 +155,17 @@ expect_error "$FIX/good_minimal.yaml" "--set parallel.dp=2: unknown key 'paralle
   "world size / (tp * cp * pp)" --set parallel.dp=2
 expect_error "$FIX/good_minimal.yaml" "--set model.num_hidden_layers=3: unknown key 'model.num_hidden_layers'" \
   "did you mean 'model.num_layers'" --set model.num_hidden_layers=3
+# Megatron-LM's MoE flags (docs/moe.md's list) point at the model.moe keys, in that section or written flat
+for spec in "moe_router_topk|num_experts_per_tok" "moe_ffn_hidden_size|moe_intermediate_size" \
+    "moe_aux_loss_coeff|aux_loss_coeff" "moe_z_loss_coeff|z_loss_coeff" "moe_expert_capacity_factor|capacity_factor" \
+    "moe_router_load_balancing_type|load_balancing" "moe_router_score_function|score_function" \
+    "moe_shared_expert_intermediate_size|shared_expert_intermediate_size" "moe_layer_freq|layer_freq" \
+    "moe_router_bias_update_rate|bias_update_rate" "num_local_experts|num_experts"; do
+  expect_error recipes/tiny/mixtral.yaml "--set model.moe.${spec%|*}=1: unknown key 'model.moe.${spec%|*}'" \
+    "did you mean 'model.moe.${spec#*|}'" --set "model.moe.${spec%|*}=1"
+done
+expect_error recipes/tiny/mixtral.yaml "--set model.moe_router_topk=2: unknown key 'model.moe_router_topk'" \
+  "did you mean 'model.moe.num_experts_per_tok'" --set model.moe_router_topk=2
 # rope_scaling names its type: an empty or partial mapping used to turn Llama 3.1's scaling on with its defaults;
 # Hugging Face's rope_type default is none, as in config.json
 for value in "{}" "{factor: 4}"; do
