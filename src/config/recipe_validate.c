@@ -203,6 +203,15 @@ static int validate_layout(const Recipe *r, const YNode *root, YLoc at, int worl
         return fail(err, errlen, root, at, "", "parallel.etp",
                     "expert tensor parallel splits the experts over the tp group: expected 1 or tp (%d), found %d",
                     p->tp, p->etp);
+    /* each tp rank holds 1/etp of every expert's intermediate (and the shared expert's), as the dense MLP's */
+    if (m->moe.moe_intermediate_size % p->etp != 0)
+        return fail(err, errlen, root, at, "", "parallel.etp",
+                    "expected a divisor of model.moe.moe_intermediate_size (%d) for the experts' column-parallel "
+                    "gate/up, found %d", m->moe.moe_intermediate_size, p->etp);
+    if (m->moe.shared_expert_intermediate_size % p->etp != 0)
+        return fail(err, errlen, root, at, "", "parallel.etp",
+                    "expected a divisor of model.moe.shared_expert_intermediate_size (%d) for the shared expert's "
+                    "column-parallel gate/up, found %d", m->moe.shared_expert_intermediate_size, p->etp);
     if (p->ep > 1 && dp % p->ep != 0)
         return fail(err, errlen, root, at, "", "parallel.ep",
                     "expected a divisor of dp (world / (tp * cp * pp) = %d / %ld = %ld): the experts are split over "

@@ -164,6 +164,14 @@ for spec in "moe_router_topk|num_experts_per_tok" "moe_ffn_hidden_size|moe_inter
   expect_error recipes/tiny/mixtral.yaml "--set model.moe.${spec%|*}=1: unknown key 'model.moe.${spec%|*}'" \
     "did you mean 'model.moe.${spec#*|}'" --set "model.moe.${spec%|*}=1"
 done
+# etp must divide the experts' (and the shared expert's) intermediate: plan refuses it as run does, naming the key
+for size in moe_intermediate_size=49 shared_expert_intermediate_size=33; do
+  status=0
+  "$MEGATRAIN" plan recipes/tiny/qwen3_moe.yaml --world 2 --set parallel.tp=2 --set parallel.etp=2 \
+    --set "model.moe.$size" > "$WORK/stdout" 2> "$WORK/stderr" || status=$?
+  [[ $status == 2 ]] && grep -qF "parallel.etp: expected a divisor of model.moe.${size%=*} (${size#*=})" "$WORK/stderr" ||
+    fail "plan with etp 2 and $size: exit $status: $(cat "$WORK/stderr")"
+done
 expect_error recipes/tiny/mixtral.yaml "--set model.moe_router_topk=2: unknown key 'model.moe_router_topk'" \
   "did you mean 'model.moe.num_experts_per_tok'" --set model.moe_router_topk=2
 # rope_scaling names its type: an empty or partial mapping used to turn Llama 3.1's scaling on with its defaults;
