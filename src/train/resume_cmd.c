@@ -306,7 +306,11 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
         snprintf(said, sizeof said, "%s%s", err,
                  strstr(err, "to divide the world size") ? "\n  (checkpoints resume on any layout: set the one of this "
                  "launch, e.g. --set parallel.tp=1 --set parallel.pp=1 --set parallel.cp=1, and with pp 1 "
-                 "--set parallel.vpp=1 --set parallel.pp_layers=null)"
+                 "--set parallel.vpp=1 --set parallel.pp_layers=null; a MoE model's experts too, e.g. "
+                 "--set parallel.ep=1 --set parallel.etp=1)"
+                 : strstr(err, "parallel.ep:") || strstr(err, "parallel.etp:")
+                     ? "\n  (checkpoints resume on any layout: set this launch's expert split, e.g. --set parallel.ep=1 "
+                       "--set parallel.etp=1; ep divides dp, etp is 1 or tp)"
                  : strstr(err, "parallel.pp_layers:") || strstr(err, "parallel.vpp:")
                      ? "\n  (the checkpoint's pipeline split: a resume on another pp sets its own, e.g. "
                        "--set parallel.pp_layers=null --set parallel.vpp=1)" : "");

@@ -232,6 +232,14 @@ if command -v mpirun > /dev/null && [[ -z ${TSAN_OPTIONS:-} ]]; then
   said_once resume-tp2 3 resume "$WORK/two" --set parallel.tp=2
   [[ $(grep -c "checkpoints resume on any layout" "$WORK/resume-tp2.log") -eq 1 ]] ||
     fail "resume-tp2: the layout hint not once: $(cat "$WORK/resume-tp2.log")"
+  # a MoE checkpoint resumed with an expert split this launch cannot hold: the hint names ep and etp
+  "$MEGATRAIN" run recipes/tiny/qwen3_moe.yaml --set run.dir="$WORK/moe1" --set train.steps=1 \
+    --set optimizer.schedule.warmup_steps=0 --set "data.train=[{path: $WORK/english, weight: 1.0}]" > /dev/null
+  status=0
+  "$MEGATRAIN" resume "$WORK/moe1" --set parallel.ep=2 > /dev/null 2> "$WORK/resume-ep.log" || status=$?
+  [[ $status == 2 ]] && grep -qF "parallel.ep: expected a divisor of dp" "$WORK/resume-ep.log" &&
+    grep -qF "(checkpoints resume on any layout: set this launch's expert split, e.g. --set parallel.ep=1" \
+      "$WORK/resume-ep.log" || fail "resume-ep: exit $status: $(cat "$WORK/resume-ep.log")"
   echo "recipe errors under mpirun (run and resume): said once, every rank exit 2"
   # Refusals in setup after the recipe, before the model's collectives (a data path, the data's vocabulary, run.dir
   # rank 0 cannot make, a checkpoint that is not there or does not fit): the ranks agree, one says it, none aborts.
