@@ -359,6 +359,9 @@ bool model_token_ids_inherit(SpecialTokenIds *ids, const SpecialTokenIds *from);
 
 /* Data parallel size for a world: world / (tp * pp * cp). */
 int recipe_dp_size(const Recipe *recipe, int world_size);
+/* The fewest ranks the recipe's layout runs on: tp * cp * pp * ep (dp = ep; ep is 1 for a dense model), what
+ * `megatrain plan` assumes without --world. */
+int recipe_smallest_world(const Recipe *recipe);
 
 /* Names for enums (as written in YAML). */
 const char *model_family_name(ModelFamily family);

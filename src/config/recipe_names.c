@@ -81,6 +81,11 @@ int parse_token_count(const char *text, double *out) {
     return 0;
 }
 
+int recipe_smallest_world(const Recipe *recipe) {
+    const ParallelConfig *p = &recipe->parallel;
+    return p->tp * p->cp * p->pp * (p->ep > 1 ? p->ep : 1);
+}
+
 int recipe_dp_size(const Recipe *recipe, int world_size) {
     long model_parallel = (long)recipe->parallel.tp * recipe->parallel.pp * recipe->parallel.cp;
     if (model_parallel <= 0 || world_size <= 0 || world_size % model_parallel != 0) return 0;

@@ -289,8 +289,9 @@ static int validate_blend(const DataSource *sources, int count, const char *key,
 
 int recipe_validate(const Recipe *r, const YNode *root, int world_size, char *err, size_t errlen) {
     YLoc at = {(char *)r->source_path, 1};
-    /* 0: the layout's own model-parallel size (dp 1), for `megatrain plan` without --world */
-    if (world_size < 1) world_size = world_size == 0 ? r->parallel.tp * r->parallel.pp * r->parallel.cp : 1;
+    /* 0: the smallest world of the layout, for `megatrain plan` without --world: its model-parallel size, times ep
+     * (dp = ep, the fewest data-parallel ranks the experts split over) */
+    if (world_size < 1) world_size = world_size == 0 ? recipe_smallest_world(r) : 1;
     if (model_validate(&r->model, ytree_get(root, "model"), path_loc(root, at, "model"), "model", err, errlen) != 0)
         return -1;
     if (peft_validate(&r->model, ytree_get(root, "peft"), path_loc(root, at, "peft"), err, errlen) != 0) return -1;

@@ -18,7 +18,7 @@
 static const char *const plan_usage =
     "usage: megatrain plan RECIPE.yaml [--world N] [--device-memory GiB] [--set key.path=value ...]\n"
     "\n"
-    "Print the parallel layout of RECIPE.yaml on N ranks (default tp * cp * pp, i.e. dp 1):\n"
+    "Print the parallel layout of RECIPE.yaml on N ranks (default tp * cp * pp * ep, i.e. dp = ep):\n"
     "the grid, the layers and shards of each pipeline stage, parameters per rank, estimated\n"
     "memory per rank (weights, gradients, AdamW states, activations for the pipeline schedule\n"
     "with the backward's scratch, logits: the buffers megatrain allocates, counted as it lays\n"
@@ -27,7 +27,8 @@ static const char *const plan_usage =
     "settings that would lower it, each with its estimate. With run.device: cuda it also lists\n"
     "what `run` refuses on GPUs for now.\n"
     "\n"
-    "  --world N             ranks (default tp * cp * pp: dp 1); dp is what the layout leaves\n"
+    "  --world N             ranks (default tp * cp * pp * ep: dp = ep, 1 for a dense model); dp is what\n"
+    "                        the layout leaves\n"
     "  --device-memory GiB   a rank's memory to check against (default: GPU 0's in a CUDA build\n"
     "                        with a GPU and run.device: cuda; otherwise nothing is checked)\n"
     "  --set key.path=value  override one recipe key, as `megatrain run` does\n"
@@ -137,10 +138,10 @@ int plan_main(int argc, char **argv) {
 
     static Recipe recipe;
     char err[2048];
-    /* world 0: tp * pp * cp ranks (dp 1) */
+    /* world 0: tp * pp * cp * ep ranks (dp = ep) */
     if (recipe_load(&recipe, path, overrides, num_overrides, world, err, sizeof err) != 0)
         mt_die(MT_EXIT_USAGE, "%s", err);
-    if (world == 0) world = recipe.parallel.tp * recipe.parallel.cp * recipe.parallel.pp;
+    if (world == 0) world = recipe_smallest_world(&recipe);
     static Plan plan;
     if (plan_compute(&plan, &recipe, world, err, sizeof err) != 0) mt_die(MT_EXIT_USAGE, "%s", err);
     /* the host's memory is not a plan's question (it runs anywhere): only a device's */

@@ -298,4 +298,16 @@ if [[ -x "$REPO/build/cuda/megatrain" ]]; then
 else
   echo "no build/cuda/megatrain: the cuda refusal of --pack and per_token is not checked here"
 fi
+# the note for the checkpoint of an expert-parallel run (it reloads the run's recipe, whose ep needs dp >= ep: the
+# note was silently left out)
+if command -v mpirun > /dev/null; then
+  OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" run "$REPO/recipes/tiny/qwen3_moe.yaml" \
+    --set run.dir="$WORK/moe-ep2" --set train.steps=2 --set optimizer.schedule.warmup_steps=1 --set parallel.ep=2 \
+    --set train.micro_batch_size=4 --set train.eval_interval=2 --set train.eval_batches=1 \
+    --set "data.train=[{path: $WORK/english, weight: 1.0}]" > "$WORK/moe-ep2.log" 2>&1 ||
+    { cat "$WORK/moe-ep2.log"; fail "the ep 2 run failed"; }
+  "$MEGATRAIN" eval "$WORK/moe-ep2" --data "$WORK/english" --batches 1 2> "$WORK/note.txt" > /dev/null
+  grep -qF "its eval_loss is this command with --seq-len 64 --split 98,2,0 (" \
+    "$WORK/note.txt" || fail "no note of the ep 2 run's settings: $(cat "$WORK/note.txt")"
+fi
 echo "ok"

@@ -106,4 +106,10 @@ set -e
 grep -q "parallel.tp" "$WORK/err" || fail "the error does not name parallel.tp: $(cat "$WORK/err")"
 "$MEGATRAIN" plan --help > "$WORK/help.txt" || fail "plan --help failed"
 grep -q "^usage: megatrain plan" "$WORK/help.txt" || fail "plan --help"
+# without --world, a layout with expert parallel is planned on the fewest ranks that hold it: dp = ep (dp 1 refused
+# the recipe: "parallel.ep: expected a divisor of dp ... 1 / 1 = 1")
+"$MEGATRAIN" plan "$REPO/recipes/tiny/mixtral.yaml" --set parallel.ep=4 --set parallel.tp=2 --set train.micro_batch_size=2 > "$WORK/out" 2> "$WORK/err" ||
+  fail "plan with ep 4 and no --world: $(cat "$WORK/err")"
+grep -q "^grid: world 8 = tp 2 x cp 1 x dp 4 x pp 1 .*8 experts over ep 4 x etp 1" "$WORK/out" ||
+  fail "plan with ep 4, tp 2 and no --world should take 8 ranks: $(cat "$WORK/out")"
 echo "ok"
