@@ -62,7 +62,7 @@ static void print_banner(const TrainContext *ctx) {
         char mine[32], vpp[32] = "", experts[48] = "";
         format_params(mine, sizeof mine, (double)ctx->model->num_floats);
         if (l->vpp > 1) snprintf(vpp, sizeof vpp, " (interleaved, vpp %d)", l->vpp);
-        if (ctx->part.ep > 1 || ctx->part.etp > 1)
+        if (ctx->recipe->model.moe.num_experts > 0) /* etp 1 said too: Megatron's default, not tp */
             snprintf(experts, sizeof experts, "; experts: ep %d x etp %d", ctx->part.ep, ctx->part.etp);
         mt_log("layout: %d ranks = tp %d x cp %d x dp %d x pp %d%s%s%s%s; rank 0 holds %s params", l->world_size,
                l->tp, l->cp, l->dp_size, l->pp, vpp, ctx->part.sequence_parallel ? ", sequence parallel" : "",

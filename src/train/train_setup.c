@@ -217,8 +217,9 @@ static void warn_unused_settings(const Recipe *recipe) {
     model_set_defaults(&defaults);
     if ((moe->load_balancing == LB_EXPERT_BIAS || moe->load_balancing == LB_NONE) && moe->num_experts > 0 &&
         moe->aux_loss_coeff != defaults.moe.aux_loss_coeff)
-        mt_log_warn("model.moe.aux_loss_coeff weighs the auxiliary load-balancing loss; load_balancing: %s has none, "
-                    "so it is not used", moe->load_balancing == LB_NONE ? "none" : "expert_bias");
+        /* a line, not a warning: a converted model's coefficient comes from its config.json, not from the user */
+        mt_log("model.moe.aux_loss_coeff (%g) weighs the auxiliary load-balancing loss; load_balancing: %s has none, "
+               "so it is not used", moe->aux_loss_coeff, moe->load_balancing == LB_NONE ? "none" : "expert_bias");
     char why[512];
     if (hf_config_check_exportable(&recipe->model, why, sizeof why) != 0)
         mt_log_warn("this model has no Hugging Face counterpart, so `megatrain convert` will not export its "

@@ -73,10 +73,12 @@ for family in mixtral qwen3_moe; do
           || fail "$family $name: $field differs from one rank"
       done
     done
-    # the banner names the expert layout
+    # the banner names the expert layout, ep 1 x etp 1 too (etp's default is 1, Megatron's tp)
+    grep -q "^layout: 2 ranks = tp 1 x cp 2 x dp 1 x pp 1; experts: ep 1 x etp 1; rank 0 holds" \
+      "$WORK/$family-cp2.log" || fail "$family: no expert layout at ep 1 in the banner: $(grep layout "$WORK/$family-cp2.log")"
     grep -q "^layout: 4 ranks = tp 2 x cp 1 x dp 2 x pp 1, sequence parallel; experts: ep 2 x etp 2; rank 0 holds" \
       "$WORK/$family-tp2-etp2-sp-ep2.log" || fail "$family: no expert layout in the banner: $(grep layout "$WORK/$family-tp2-etp2-sp-ep2.log")"
-    grep -q "^layout: 2 ranks = tp 1 x cp 1 x dp 2 x pp 1; rank 0 holds" "$WORK/$family-dp2.log" ||
+    grep -q "^layout: 2 ranks = tp 1 x cp 1 x dp 2 x pp 1; experts: ep 1 x etp 1; rank 0 holds" "$WORK/$family-dp2.log" ||
       fail "$family: no layout line at dp 2: $(head -n 5 "$WORK/$family-dp2.log")"
     echo "$family: ${#layouts[@]} layouts (tp x etp x ep x pp; cp, ZeRO-1, vpp, sp) match one rank"
   fi

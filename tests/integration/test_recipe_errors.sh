@@ -212,6 +212,13 @@ expect_error "$FIX/good_minimal.yaml" "--set $set_bomb: YAML aliases expand the 
 )
 # a missing recipe file is named
 expect_error "$WORK/no-such-recipe.yaml" "$WORK/no-such-recipe.yaml" "No such file"
+# a tiny recipe run where its demo data is missing: the error says which script builds it, for that path
+mkdir -p "$WORK/elsewhere"
+status=0
+(cd "$WORK/elsewhere" && "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/elsewhere/run") \
+  > /dev/null 2> "$WORK/demo.log" || status=$?
+[[ $status == 1 ]] && grep -qF "data.train[0].path: $WORK/elsewhere/data/demo/english.idx: cannot open: No such file or directory (the demo data set of recipes/tiny: \`bash scripts/demo_data.sh $WORK/elsewhere/data/demo/english\` in the megatrain checkout builds it)" \
+  "$WORK/demo.log" || fail "missing demo data: exit $status: $(cat "$WORK/demo.log")"
 # Under mpirun every rank refuses the recipe and exits 2, and the error is printed once (by the first rank), with no
 # abort: 4 ranks, an expert layout refused against the world size, and a misspelt key; a resume on 3 ranks of a
 # checkpoint whose tp 2 does not divide them (the recipe's layout hint printed once too).
