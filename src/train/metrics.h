@@ -35,14 +35,18 @@ typedef struct StepMetrics {
 } StepMetrics;
 
 typedef struct MetricsWriter {
-    FILE *jsonl;
+    FILE *jsonl;             /* unbuffered: a line reaches the file whole or is taken back (metrics_write) */
+    bool jsonl_failed;       /* a write failed (a full disk): reported once, no more lines */
     TbWriter tb;             /* not open when logging.tensorboard is false */
 } MetricsWriter;
 
 /* Open (append) run_dir/metrics.jsonl and, when tensorboard, a new event
  * file in run_dir/tensorboard. Returns 0 or -1 with err. */
 int metrics_open(MetricsWriter *w, const char *run_dir, bool tensorboard, long first_step, char *err, size_t errlen);
-/* One JSON line and the step's TensorBoard scalars, both flushed. */
+/* One JSON line and the step's TensorBoard scalars, both flushed. A line that
+ * cannot be written whole (a full disk) is cut off the file again, so that
+ * metrics.jsonl never ends inside a line; a warning says so, and the run goes
+ * on without more lines (as the TensorBoard writer does). */
 void metrics_write(MetricsWriter *w, const StepMetrics *m);
 void metrics_print(const StepMetrics *m);                     /* the stdout line */
 

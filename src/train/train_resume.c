@@ -21,7 +21,8 @@
 #include "train_context.h"
 #include "lr_schedule.h"
 
-/* Keep the lines of run_dir/metrics.jsonl whose "step" is at most `step`. */
+/* Keep the lines of run_dir/metrics.jsonl whose "step" is at most `step`, and drop a last line without its newline
+ * (cut short by a crash or a full disk: the next line appended would run into it). */
 static int trim_metrics(const char *run_dir, long step, char *err, size_t errlen) {
     char path[MT_PATH_MAX + 32], tmp[MT_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
@@ -43,8 +44,12 @@ static int trim_metrics(const char *run_dir, long step, char *err, size_t errlen
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
-    long dropped = 0;
+    long dropped = 0, incomplete = 0;
     while ((n = getline(&line, &cap, in)) > 0) {
+        if (line[n - 1] != '\n') { /* the last line, cut short (a crash, a full disk): new lines would join it */
+            incomplete++;
+            continue;
+        }
         long line_step = 0;
         if (sscanf(line, "{\"step\":%ld", &line_step) == 1 && line_step > step) {
             dropped++;
@@ -62,6 +67,7 @@ static int trim_metrics(const char *run_dir, long step, char *err, size_t errlen
         return -1;
     }
     if (dropped > 0) mt_log("resume: dropped %ld line(s) of metrics.jsonl after step %ld", dropped, step);
+    if (incomplete > 0) mt_log("resume: dropped the incomplete last line of %s (it ends without a newline)", path);
     return 0;
 }
 

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# test_metrics_whole_lines.sh: run.dir/metrics.jsonl never holds a half-written line that later lines join.
+# 1. A write of metrics.jsonl that fails midway (a full disk; here the file size limit, `ulimit -f`, which
+#    megatrain meets as EFBIG since it ignores SIGXFSZ) is cut off again and warned about once: the file
+#    ends with a newline and every line parses (before, the line stopped midway, without a word).
+# 2. A resume drops a last line without its newline (what a crash or a full disk left) instead of keeping
+#    it for the next line to run into: every line of the resumed run's file parses, each step once.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+demo_data "$WORK/english"
+common=(--set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=1 --set train.eval_interval=0
+        --set optimizer.schedule.warmup_steps=1 --set logging.tensorboard=false)
+all_lines_parse() {  # FILE: every line a JSON object, the file ending with a newline; prints the steps
+  python3 - "$1" <<'PY'
+import json, sys
+data = open(sys.argv[1], 'rb').read()
+assert data.endswith(b'\n'), 'metrics.jsonl ends inside a line: %r' % data[-60:]
+print(' '.join(str(json.loads(line)['step']) for line in data.decode().splitlines()))
+PY
+}
+
+# 1. the file size limit reached by metrics.jsonl (2 KiB: about 9 lines); no checkpoints, whose writes would fail
+status=0
+(ulimit -f 2; exec "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/full" --set train.steps=16 \
+  --set checkpoint.interval=0 --set data.cache_dir="$WORK/cache" "${common[@]}") > "$WORK/full.log" 2>&1 || status=$?
+[[ $status -eq 1 ]] || fail "a run whose final save meets the size limit: exit $status, expected 1: $(tail -n 3 "$WORK/full.log")"
+[[ $(grep -c "warning: metrics.jsonl: cannot write step" "$WORK/full.log") -eq 1 ]] ||
+  fail "no single warning about the metrics line that could not be written: $(grep -v '^step' "$WORK/full.log")"
+steps=$(all_lines_parse "$WORK/full/metrics.jsonl") || fail "metrics.jsonl after a failed write is not whole lines"
+last=$(grep -o "cannot write step [0-9]*" "$WORK/full.log" | grep -o "[0-9]*$")
+[[ "$steps" == "$(seq -s ' ' 1 $((last - 1)))" ]] || fail "after the failed write of step $last: steps $steps"
+
+# 2. a line cut short at step 6, after the checkpoint of step 6: the resume drops it and appends whole lines
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/run" --set train.steps=6 \
+  --set checkpoint.interval=3 "${common[@]}" > "$WORK/run.log" 2>&1 || fail "the run failed: $(tail -n 3 "$WORK/run.log")"
+python3 - "$WORK/run/metrics.jsonl" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+open(sys.argv[1], 'w').write('\n'.join(lines[:5]) + '\n' + lines[5][:50])  # step 6's line stops midway
+PY
+"$MEGATRAIN" resume "$WORK/run" --set train.steps=9 > "$WORK/resume.log" 2>&1 ||
+  fail "the resume failed: $(tail -n 3 "$WORK/resume.log")"
+grep -q "resume: dropped the incomplete last line of $WORK/run/metrics.jsonl" "$WORK/resume.log" ||
+  fail "the resume did not say it dropped the incomplete line: $(grep -v '^step' "$WORK/resume.log")"
+steps=$(all_lines_parse "$WORK/run/metrics.jsonl") || fail "metrics.jsonl after the resume is not whole lines"
+[[ "$steps" == "1 2 3 4 5 7 8 9" ]] || fail "steps after the resume: $steps, expected 1-5 and 7-9 (6's line was cut)"
+echo "ok"
