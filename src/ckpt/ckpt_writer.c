@@ -532,13 +532,13 @@ static int write_contents(const char *tmp, const CkptPayload *p, CkptWriteStats 
     return rc;
 }
 
-int ckpt_make_temp_dir(const char *dir, char *tmp, size_t tmplen, char *err, size_t errlen) {
+static int make_temp_dir(const char *dir, bool host_name, char *tmp, size_t tmplen, char *err, size_t errlen) {
     struct stat st;
     if (lstat(dir, &st) == 0) {
         mt_set_error(err, errlen, "%s: already exists; a checkpoint is never overwritten", dir);
         return -1;
     }
-    if (mt_temp_name(tmp, tmplen, dir) != 0) {
+    if ((host_name ? mt_temp_name_host(tmp, tmplen, dir) : mt_temp_name(tmp, tmplen, dir)) != 0) {
         mt_set_error(err, errlen, "%s: path too long", dir);
         return -1;
     }
@@ -549,6 +549,10 @@ int ckpt_make_temp_dir(const char *dir, char *tmp, size_t tmplen, char *err, siz
         return -1;
     }
     return 0;
+}
+
+int ckpt_make_temp_dir(const char *dir, char *tmp, size_t tmplen, char *err, size_t errlen) {
+    return make_temp_dir(dir, false, tmp, tmplen, err, errlen);
 }
 
 int ckpt_commit_dir(const char *tmp, const char *dir, char *err, size_t errlen) {
@@ -569,10 +573,11 @@ int ckpt_commit_dir(const char *tmp, const char *dir, char *err, size_t errlen) 
     return 0;
 }
 
-int ckpt_write_payload(const char *dir, const CkptPayload *p, CkptWriteStats *stats, char *err, size_t errlen) {
+static int write_payload(const char *dir, bool host_name, const CkptPayload *p, CkptWriteStats *stats, char *err,
+                         size_t errlen) {
     const double start = mt_now();
-    char tmp[MT_PATH_MAX + 32];
-    if (ckpt_make_temp_dir(dir, tmp, sizeof tmp, err, errlen) != 0) return -1;
+    char tmp[MT_PATH_MAX + 128];
+    if (make_temp_dir(dir, host_name, tmp, sizeof tmp, err, errlen) != 0) return -1;
     char ignored[256];
     if (write_contents(tmp, p, stats, err, errlen) != 0) {
         ckpt_remove_tree(tmp, ignored, sizeof ignored);
@@ -581,4 +586,13 @@ int ckpt_write_payload(const char *dir, const CkptPayload *p, CkptWriteStats *st
     if (ckpt_commit_dir(tmp, dir, err, errlen) != 0) return -1;
     if (stats) stats->seconds = mt_now() - start;
     return 0;
+}
+
+int ckpt_write_payload(const char *dir, const CkptPayload *p, CkptWriteStats *stats, char *err, size_t errlen) {
+    return write_payload(dir, false, p, stats, err, errlen);
+}
+
+int ckpt_write_payload_host_temp(const char *dir, const CkptPayload *p, CkptWriteStats *stats, char *err,
+                                 size_t errlen) {
+    return write_payload(dir, true, p, stats, err, errlen);
 }

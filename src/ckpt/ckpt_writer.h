@@ -136,5 +136,9 @@ int ckpt_commit_dir(const char *tmp, const char *dir, char *err, size_t errlen);
  * and fsync the parent. On failure nothing is left at `dir` or the
  * temporary name; returns -1 with err set. stats may be NULL. */
 int ckpt_write_payload(const char *dir, const CkptPayload *payload, CkptWriteStats *stats, char *err, size_t errlen);
+/* The same under the temporary name "<dir>.tmp.<host>.<pid>" (mt_temp_name_host), which a later process can tell
+ * a killed writer's by (convert: mt_remove_stale_temps_with). */
+int ckpt_write_payload_host_temp(const char *dir, const CkptPayload *payload, CkptWriteStats *stats, char *err,
+                                 size_t errlen);
 
 #endif

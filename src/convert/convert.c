@@ -9,8 +9,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../ckpt/ckpt_fs.h"
 #include "../ckpt/ckpt_locate.h"
 #include "../core/error.h"
+#include "../core/fs.h"
 #include "../core/json.h"
 #include "ckpt_latest_dir.h"
 #include "hf_families.h"
@@ -93,6 +95,22 @@ static const char *option_value(int argc, char **argv, int *i, const char *name)
     return argv[++*i];
 }
 
+
+static int remove_temp_tree(const char *path) {
+    char ignored[256];
+    return ckpt_remove_tree(path, ignored, sizeof ignored);
+}
+
+/* What a convert into DST that was killed (SIGKILL, or Ctrl-C and SIGTERM, which end it at once) left: its
+ * temporary directory DST.tmp.HOST.PID, as large as the model, removed once its process is gone (this host's only:
+ * another machine's convert into DST on a shared file system may be running). */
+static void remove_killed_temps(const char *dst) {
+    char first[4200];
+    const int removed = mt_remove_stale_temps_with(dst, remove_temp_tree, first, sizeof first);
+    if (removed > 0)
+        mt_log("convert: removed %d temporary director%s of an earlier convert into %s that was killed (%s)", removed,
+               removed == 1 ? "y" : "ies", dst, first);
+}
 int convert_main(int argc, char **argv) {
     ConvertOptions options = {.dtype = ST_F32, .max_shard_bytes = 5000000000ull, .progress = true};
     const char *paths[2] = {NULL, NULL};
@@ -161,6 +179,7 @@ int convert_main(int argc, char **argv) {
         mt_error("convert: %s already exists; convert never overwrites (remove it or choose another DST)", dst);
         return MT_EXIT_USAGE; /* as data build's existing PREFIX: the command line names an output that is there */
     }
+    remove_killed_temps(dst);
     char config[4096];
     snprintf(config, sizeof config, "%s/config.json", src);
     const bool has_config = stat(config, &st) == 0;

@@ -6,8 +6,8 @@
  * (ckpt_params_read) as each safetensors file is written, so no model is
  * held; --merge-lora merges each block with the adapters (held in memory,
  * a few MiB) as it streams. Written into
- * DST.tmp.<pid> and renamed to DST when complete; on any failure the
- * temporary directory is removed. */
+ * DST.tmp.<host>.<pid> and renamed to DST when complete; on any failure the
+ * temporary directory is removed (a killed convert's, by the next convert into DST: convert.c). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -249,7 +249,7 @@ int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *o
     if (status == 0) status = ckpt_hf_files_read(ckpt, &carried, err, errlen);
 
     char tmp[4096];
-    if (status == 0 && (mt_make_parent_dirs(dst, err, errlen) != 0 || mt_temp_name(tmp, sizeof tmp, dst) != 0))
+    if (status == 0 && (mt_make_parent_dirs(dst, err, errlen) != 0 || mt_temp_name_host(tmp, sizeof tmp, dst) != 0))
         status = -1;
     if (status == 0 && mkdir(tmp, 0777) != 0) {
         mt_set_error(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));

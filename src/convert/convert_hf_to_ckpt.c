@@ -224,7 +224,7 @@ int convert_hf_model_to_ckpt(const char *src, ModelConfig *cfg, const PeftTensor
         CkptPayload payload = {.num_sources = num_params, .sources = sources, .model_config = cfg,
                                .hf_files = &carried, .compression_level = 3, .filter = CKPT_FILTER_SHUFFLE4,
                                .threads = omp_get_max_threads(), .progress = options->progress};
-        status = ckpt_write_payload(dst, &payload, NULL, err, errlen);
+        status = ckpt_write_payload_host_temp(dst, &payload, NULL, err, errlen);
         free(sources);
     }
     if (status == 0) {

@@ -115,7 +115,7 @@ int convert_lora_to_peft(const char *ckpt, const ModelConfig *cfg, const Convert
     char tmp[4096];
     int status = ckpt_hf_files_read(ckpt, &carried, err, errlen);
     const CkptHfFiles tokenizer = hf_files_tokenizer(&carried);
-    if (status == 0 && (mt_make_parent_dirs(dst, err, errlen) != 0 || mt_temp_name(tmp, sizeof tmp, dst) != 0)) {
+    if (status == 0 && (mt_make_parent_dirs(dst, err, errlen) != 0 || mt_temp_name_host(tmp, sizeof tmp, dst) != 0)) {
         status = -1;
     } else if (status == 0 && mkdir(tmp, 0777) != 0) {
         mt_set_error(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));

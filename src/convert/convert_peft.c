@@ -82,7 +82,7 @@ static int adapters_on_checkpoint(const char *base_dir, const ModelConfig *cfg, 
                                      .hf_files = &carried, .base = &base, .compression_level = 3,
                                      .filter = CKPT_FILTER_SHUFFLE4, .threads = omp_get_max_threads(),
                                      .progress = options->progress};
-        status = ckpt_write_payload(dst, &payload, NULL, err, errlen);
+        status = ckpt_write_payload_host_temp(dst, &payload, NULL, err, errlen);
     }
     if (status == 0) {
         printf("converted %s to megatrain checkpoint %s: the adapters, which reference the base's weights in %s "

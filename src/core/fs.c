@@ -81,7 +81,13 @@ int mt_temp_name_host(char *out, size_t outlen, const char *path) {
     return (n < 0 || (size_t)n >= outlen) ? -1 : 0;
 }
 
+static int unlink_path(const char *path) { return unlink(path); }
+
 int mt_remove_stale_temps(const char *path, char *first, size_t firstlen) {
+    return mt_remove_stale_temps_with(path, unlink_path, first, firstlen);
+}
+
+int mt_remove_stale_temps_with(const char *path, int (*remove_one)(const char *path), char *first, size_t firstlen) {
     char dir[4096], host[80], prefix[4400];
     mt_parent_dir(path, dir, sizeof dir);
     host_tag(host, sizeof host);
@@ -101,7 +107,7 @@ int mt_remove_stale_temps(const char *path, char *first, size_t firstlen) {
         if (kill((pid_t)pid, 0) == 0 || errno != ESRCH) continue; /* alive, or not ours to judge */
         char full[8600];
         snprintf(full, sizeof full, "%s/%s", dir, e->d_name);
-        if (unlink(full) != 0) continue;
+        if (remove_one(full) != 0) continue;
         if (removed++ == 0 && first) snprintf(first, firstlen, "%s", full);
     }
     closedir(d);

@@ -57,6 +57,8 @@ int mt_temp_name_host(char *out, size_t outlen, const char *path);
  * Files of other hosts (a shared file system) and of live processes are
  * kept. Returns how many were removed; the first one's name in first. */
 int mt_remove_stale_temps(const char *path, char *first, size_t firstlen);
+/* The same with another way of removing each (a directory's tree): remove_one returns 0 when it is gone. */
+int mt_remove_stale_temps_with(const char *path, int (*remove_one)(const char *path), char *first, size_t firstlen);
 
 /* Flush `fd` to disk and close it. Returns 0 or -1 (errno set). */
 int mt_sync_close(int fd);

@@ -198,7 +198,7 @@ status=0
 for pair in "$FIX/llama_gqa_rope3:$WORK/limited.ckpt" "$WORK/big.ckpt:$WORK/limited.hf"; do
   status=0
   (ulimit -f 100; exec "$MEGATRAIN" convert "${pair%%:*}" "${pair#*:}") > /dev/null 2> "$WORK/limited.log" || status=$?
-  [[ $status -eq 1 ]] && grep -q "\.tmp\.[0-9]*/[a-z_0-9]*\.[a-z]*: .*File too large" "$WORK/limited.log" ||
+  [[ $status -eq 1 ]] && grep -q "\.tmp\.[A-Za-z0-9_-]*\.[0-9]*/[a-z_0-9]*\.[a-z]*: .*File too large" "$WORK/limited.log" ||
     fail "${pair#*:} under ulimit -f: exit $status: $(cat "$WORK/limited.log")"
   [[ -z "$(ls -d "${pair#*:}"* 2> /dev/null)" ]] || fail "${pair#*:} under ulimit -f: left $(ls -d "${pair#*:}"*)"
 done

@@ -35,6 +35,7 @@
 #include "convert/init_from.h"
 #include "convert/lora_export.h"
 #include "core/error.h"
+#include "core/fs.h"
 #include "model/model.h"
 
 #include "test_work_dir.h"
@@ -561,7 +562,7 @@ static void test_errors(void **state) {
     assert_int_equal(convert(msg, sizeof msg, 2, ckpt, back), MT_EXIT_FAILURE);
     if (!strstr(msg, "shard_00000.zst: tensor '") || !strstr(msg, "' chunk ")) fail_msg("%s", msg);
     assert_false(exists(back));
-    snprintf(tmp, sizeof tmp, "%s.tmp.%d", back, (int)getpid());
+    assert_int_equal(mt_temp_name_host(tmp, sizeof tmp, back), 0); /* DST.tmp.HOST.PID */
     assert_false(exists(tmp));
 }
 
