@@ -67,6 +67,7 @@ int ckpt_read_file(const char *path, size_t max_bytes, unsigned char **data, siz
         ssize_t r = read(fd, buf + got, n - got);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) {
+            if (r < 0) mt_env_error_note(errno);
             mt_set_error(err, errlen, "%s: read failed: %s", path, r < 0 ? strerror(errno) : "file shrank");
             free(buf);
             close(fd);

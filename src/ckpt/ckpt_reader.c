@@ -58,6 +58,7 @@ int ckpt_reader_check_file(CkptReader *r, int index, bool with_crc, char *err, s
     ckpt_file_path(path, sizeof path, r->dir, f->name);
     struct stat st;
     if (stat(path, &st) != 0) {
+        mt_env_error_note(errno);
         mt_set_error(err, errlen, "%s: missing (%s)", path, strerror(errno));
         return -1;
     }
@@ -155,6 +156,7 @@ static int read_exact(int fd, void *buf, size_t n, uint64_t offset) {
  * "Input/output error"). */
 static const char *read_failure(int rc, int fd, const CkptFileMeta *f, char *buf, size_t len) {
     struct stat st;
+    if (rc != READ_EOF) mt_env_error_note(errno);
     if (rc != READ_EOF) snprintf(buf, len, "%s", strerror(errno));
     else if (fstat(fd, &st) != 0) snprintf(buf, len, "the file is truncated: expected %llu bytes", (unsigned long long)f->size);
     else

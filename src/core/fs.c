@@ -3,6 +3,7 @@
 #include "fs.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -187,16 +188,32 @@ const char *mt_file_kind(unsigned int mode) {
     }
 }
 
+static _Atomic int env_error;
+
+void mt_env_error_note(int e) {
+    switch (e) {
+    case EMFILE: case ENFILE: case ENOMEM: case ENOBUFS: case EAGAIN: case EACCES: case EPERM:
+        atomic_store(&env_error, e);
+        break;
+    default: break;
+    }
+}
+
+int mt_env_error(void) { return atomic_load(&env_error); }
+void mt_env_error_clear(void) { atomic_store(&env_error, 0); }
+
 int mt_open_regular(const char *path, const char *expected, uint64_t *size, char *err, size_t errlen) {
     int fd;
     do fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     while (fd < 0 && errno == EINTR);
     if (fd < 0) {
+        mt_env_error_note(errno);
         mt_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         return -1;
     }
     struct stat st;
     if (fstat(fd, &st) != 0) {
+        mt_env_error_note(errno);
         mt_set_error(err, errlen, "%s: cannot stat: %s", path, strerror(errno));
         close(fd);
         return -1;
@@ -222,6 +239,7 @@ FILE *mt_fopen_regular(const char *path, const char *expected, uint64_t *size, c
     if (fd < 0) return NULL;
     FILE *f = fdopen(fd, "rb");
     if (!f) {
+        mt_env_error_note(errno);
         mt_set_error(err, errlen, "%s: cannot open: %s", path, strerror(errno));
         close(fd);
     }

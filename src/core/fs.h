@@ -60,6 +60,15 @@ int mt_remove_stale_temps(const char *path, char *first, size_t firstlen);
 /* The same with another way of removing each (a directory's tree): remove_one returns 0 when it is gone. */
 int mt_remove_stale_temps_with(const char *path, int (*remove_one)(const char *path), char *first, size_t firstlen);
 
+/* Opens, stats and reads of files that fail for a reason of this machine rather than of the file (too many open
+ * files, out of memory, no permission: EMFILE, ENFILE, ENOMEM, ENOBUFS, EAGAIN, EACCES, EPERM) are noted, from any
+ * thread; mt_env_error gives the errno of the last one since mt_env_error_clear (0: none). A checkpoint that could
+ * not be read for such a reason is not corrupt (resume leaves it where it is). mt_env_error_note(e) notes e when it
+ * is such an errno. */
+void mt_env_error_note(int e);
+int mt_env_error(void);
+void mt_env_error_clear(void);
+
 /* Flush `fd` to disk and close it. Returns 0 or -1 (errno set). */
 int mt_sync_close(int fd);
 

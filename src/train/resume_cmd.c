@@ -429,6 +429,18 @@ int resume_main(int argc, char **argv) {
     return refused_together ? dist_finish_together(status) : dist_finish(status);
 }
 
+/* After a checkpoint was found unusable: when what failed was this machine's (too many open files, memory,
+ * permissions: mt_env_error) on any rank, every rank stops (exit 1) with the checkpoint left where it is. Moving it
+ * aside as corrupt, and falling back to an older one, would train the run again from there, and with every
+ * checkpoint failing alike leave none (--resume-if-exists then refuses the run). A collective; 0 or 1. */
+static int refuse_machine_failure(const char *dir) {
+    const int env = mt_env_error();
+    return refuse_together(env ? MT_EXIT_FAILURE : 0,
+                           "%s could not be read for a reason of this machine, not of the checkpoint (%s): it is left "
+                           "as it is and no older checkpoint is tried; fix that (ulimit -n, memory, permissions) and "
+                           "resume again", dir, strerror(env));
+}
+
 static int resume_from(const char *arg, const char *const *sets, int num_sets) {
     CkptLocation loc;
     char err[2048];
@@ -442,8 +454,10 @@ static int resume_from(const char *arg, const char *const *sets, int num_sets) {
         if (refuse_together(locked ? 0 : MT_EXIT_FAILURE, "%s", locked ? "" : err) != 0) return MT_EXIT_FAILURE;
     }
     if (loc.single) {
+        mt_env_error_clear();
         int status = try_checkpoint(loc.checkpoint_dir, &loc, sets, num_sets);
         if (status != TRY_NEXT) return status;
+        if (refuse_machine_failure(loc.checkpoint_dir) != 0) return MT_EXIT_FAILURE;
         return refuse_together(MT_EXIT_FAILURE,
                                "%s: the checkpoint is incomplete or corrupt (see above); resume from the run directory "
                                "to use the newest valid one", loc.checkpoint_dir);
@@ -466,7 +480,12 @@ static int resume_from(const char *arg, const char *const *sets, int num_sets) {
     for (int i = n - 1; i >= 0 && status == TRY_NEXT; i--) {
         char dir[MT_PATH_MAX + 32];
         ckpt_iter_path(dir, sizeof dir, loc.checkpoints_dir, steps[i]);
+        mt_env_error_clear();
         status = try_checkpoint(dir, &loc, sets, num_sets);
+        if (status == TRY_NEXT && refuse_machine_failure(dir) != 0) {
+            free(steps);
+            return MT_EXIT_FAILURE;
+        }
         if (status == TRY_NEXT) {
             skipped++;
             if (!run_dir_set) move_aside(dir); /* a branch (--set run.dir=NEW) only reads the source run */
