@@ -3,6 +3,7 @@
 #include "train_data_record.h"
 
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,9 +63,13 @@ void train_data_record_compare(const TrainContext *ctx, const char *checkpoint_d
                 continue;
             char what[256];
             describe_change(then, now, what, sizeof what);
-            mt_warn("resume: data.%s dataset %s has changed since the checkpoint was written (%s): the run reads other "
-                    "samples from here on and no longer equals the uninterrupted one (docs/checkpoints.md)",
-                    then->split, then->path, what);
+            /* data.valid feeds only the evaluation: the training itself still equals the uninterrupted run's */
+            const bool valid = strcmp(then->split, "valid") == 0;
+            mt_warn("resume: data.%s dataset %s has changed since the checkpoint was written (%s): %s "
+                    "(docs/checkpoints.md)", then->split, then->path, what,
+                    valid ? "the validation losses from here on are measured on other samples than before (the "
+                            "training is not affected)"
+                          : "the run reads other samples from here on and no longer equals the uninterrupted one");
         }
     free(saved);
 }

@@ -3,7 +3,8 @@
 # records each dataset's fingerprint (record DATA: documents, sizes, CRC-32C; `inspect` shows it). Built again
 # from the same text (new files, new times: the sample index cache is rebuilt), resume says nothing and steps
 # 5-8 have the straight run's losses bit for bit. Built from a text with one letter changed, or with text
-# appended, resume warns naming the dataset and what changed (the samples are other ones), and trains on.
+# appended, resume warns naming the dataset and what changed (the samples are other ones), and trains on. A data.valid
+# dataset built again with other text is warned about as the validation's (the training's losses stay the same).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 text="$WORK/text.txt"
@@ -53,4 +54,29 @@ grep -qE "warning: resume: data.train dataset $WORK/en has changed since the che
   || fail "text appended: no warning with $docs and $more documents: $(grep -i warning "$WORK/longer.log")"
 [[ $(losses | wc -l) -eq 8 ]] || fail "text appended: the resumed run did not train on to step 8"
 echo "text appended: warned ($docs -> $more documents), trained on"
+# data.valid rebuilt with other text: warned as the validation's data, the training's losses still the straight run's
+build "$text" # data.train as the run had it
+"$MEGATRAIN" data build --input /usr/share/common-licenses/MPL-2.0 --output "$WORK/va" > /dev/null 2>&1 || fail "data build va"
+vdir="$WORK/vrun"
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$vdir" --set train.steps=4 \
+  --set "data.train=[{path: $WORK/en, weight: 1.0}]" --set "data.valid=[{path: $WORK/va, weight: 1.0}]" --set "data.split=[100, 0, 0]" \
+  --set logging.interval=1 --set train.eval_interval=2 --set train.eval_batches=1 --set checkpoint.interval=2 \
+  --set checkpoint.keep_last=5 --set optimizer.schedule.warmup_steps=1 > "$WORK/vstraight.log" 2>&1 \
+  || fail "the run with data.valid failed: $(tail -n 3 "$WORK/vstraight.log")"
+vlosses() { grep -o '"step":[0-9]*,"loss":[^,]*' "$vdir/metrics.jsonl"; }
+vlosses > "$WORK/vstraight.txt"
+"$MEGATRAIN" data build --input /usr/share/common-licenses/Apache-2.0 --output "$WORK/va" --overwrite > /dev/null 2>&1 \
+  || fail "data build va again"
+rm -rf "$vdir/checkpoints/iter_0000004"
+echo 2 > "$vdir/checkpoints/latest_checkpointed_iteration.txt"
+"$MEGATRAIN" resume "$vdir" > "$WORK/valid.log" 2>&1 || fail "data.valid changed: resume failed: $(tail -n 3 "$WORK/valid.log")"
+grep -qF "warning: resume: data.valid dataset $WORK/va has changed since the checkpoint was written" "$WORK/valid.log" \
+  || fail "data.valid changed: no warning: $(grep -i warning "$WORK/valid.log")"
+grep -q "data.valid dataset .*the training is not affected" "$WORK/valid.log" \
+  || fail "data.valid changed: the warning does not say the training is unaffected: $(grep -i warning "$WORK/valid.log")"
+grep -q "data.valid dataset .*no longer equals the uninterrupted one" "$WORK/valid.log" \
+  && fail "data.valid changed: the warning says the training differs"
+grep -q "data.train dataset" "$WORK/valid.log" && fail "data.valid changed: data.train warned about"
+diff "$WORK/vstraight.txt" <(vlosses) > /dev/null || fail "data.valid changed: the training losses differ"
+echo "data.valid rebuilt with other text: warned as validation data, training losses identical"
 echo "PASS test_resume_data_changed"
