@@ -294,7 +294,7 @@ int64_t data_loader_num_samples(const DataLoader *loader) { return loader->num_s
 int data_loader_num_datasets(const DataLoader *loader) { return loader->num_datasets; }
 
 const char *data_loader_dataset(const DataLoader *loader, int i, DatasetFingerprint *fp) {
-    *fp = indexed_dataset_fingerprint(&loader->datasets[i], loader->has_mask[i] ? &loader->masks[i] : NULL);
+    if (fp) *fp = indexed_dataset_fingerprint(&loader->datasets[i], loader->has_mask[i] ? &loader->masks[i] : NULL);
     return loader->datasets[i].prefix;
 }
 

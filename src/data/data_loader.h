@@ -47,8 +47,8 @@ int64_t data_loader_num_samples(const DataLoader *loader);
 int data_loader_num_datasets(const DataLoader *loader);
 
 /* Dataset i of the loader (0 <= i < data_loader_num_datasets): its prefix as opened, and its fingerprint
- * (indexed_dataset.h; its loss mask folded in) into *fp. Reads the dataset's whole .idx: for a checkpoint's
- * record, once a run. */
+ * (indexed_dataset.h; its loss mask folded in) into *fp (NULL: the prefix only). The fingerprint reads the
+ * dataset's whole .idx: for a checkpoint's record, once a run. */
 const char *data_loader_dataset(const DataLoader *loader, int i, DatasetFingerprint *fp);
 
 /* From now on data_loader_get and data_loader_get_packed check every token

@@ -12,15 +12,25 @@
 #include "../core/error.h"
 #include "../dist/comm.h"
 
+/* Whether datasets[0..count) holds split's dataset `path` already. */
+static bool recorded(const CkptDataset *datasets, int count, const char *split, const char *path) {
+    for (int i = 0; i < count; i++)
+        if (strcmp(datasets[i].split, split) == 0 && strcmp(datasets[i].path, path) == 0) return true;
+    return false;
+}
+
 static void record_loader(TrainContext *ctx, const DataLoader *loader, const char *split) {
     const int n = data_loader_num_datasets(loader);
     if (n == 0) return;
     ctx->datasets = mt_realloc(ctx->datasets, (size_t)(ctx->num_datasets + n) * sizeof *ctx->datasets);
     for (int i = 0; i < n; i++) {
-        DatasetFingerprint fp;
-        const char *path = data_loader_dataset(loader, i, &fp);
-        CkptDataset *d = &ctx->datasets[ctx->num_datasets];
+        const char *path = data_loader_dataset(loader, i, NULL);
         if (strlen(path) > CKPT_BASE_DIR_MAX) continue; /* a prefix this long is not recorded (no warning later) */
+        /* a blend that lists a dataset twice (weighing it up): one record, one fingerprint, one warning */
+        if (recorded(ctx->datasets, ctx->num_datasets, split, path)) continue;
+        DatasetFingerprint fp;
+        data_loader_dataset(loader, i, &fp);
+        CkptDataset *d = &ctx->datasets[ctx->num_datasets];
         *d = (CkptDataset){.documents = fp.documents, .idx_bytes = fp.idx_bytes, .bin_bytes = fp.bin_bytes,
                            .crc32c = fp.crc32c};
         snprintf(d->split, sizeof d->split, "%s", split);
@@ -58,6 +68,9 @@ void train_data_record_compare(const TrainContext *ctx, const char *checkpoint_d
         for (int j = 0; j < ctx->num_datasets; j++) {
             const CkptDataset *then = &saved[i], *now = &ctx->datasets[j];
             if (strcmp(then->split, now->split) != 0 || strcmp(then->path, now->path) != 0) continue;
+            /* this run records each dataset once; a record written before that may list one twice: said once */
+            if (recorded(saved, i, then->split, then->path) || recorded(ctx->datasets, j, now->split, now->path))
+                continue;
             if (then->documents == now->documents && then->idx_bytes == now->idx_bytes &&
                 then->bin_bytes == now->bin_bytes && then->crc32c == now->crc32c)
                 continue;

@@ -4,7 +4,8 @@
 # from the same text (new files, new times: the sample index cache is rebuilt), resume says nothing and steps
 # 5-8 have the straight run's losses bit for bit. Built from a text with one letter changed, or with text
 # appended, resume warns naming the dataset and what changed (the samples are other ones), and trains on. A data.valid
-# dataset built again with other text is warned about as the validation's (the training's losses stay the same).
+# dataset built again with other text is warned about as the validation's (the training's losses stay the same),
+# once and recorded once where data.valid lists it twice.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 text="$WORK/text.txt"
@@ -59,10 +60,13 @@ build "$text" # data.train as the run had it
 "$MEGATRAIN" data build --input /usr/share/common-licenses/MPL-2.0 --output "$WORK/va" > /dev/null 2>&1 || fail "data build va"
 vdir="$WORK/vrun"
 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$vdir" --set train.steps=4 \
-  --set "data.train=[{path: $WORK/en, weight: 1.0}]" --set "data.valid=[{path: $WORK/va, weight: 1.0}]" --set "data.split=[100, 0, 0]" \
+  --set "data.train=[{path: $WORK/en, weight: 1.0}]" --set "data.valid=[{path: $WORK/va, weight: 1.0}, {path: $WORK/va, weight: 2.0}]" --set "data.split=[100, 0, 0]" \
   --set logging.interval=1 --set train.eval_interval=2 --set train.eval_batches=1 --set checkpoint.interval=2 \
   --set checkpoint.keep_last=5 --set optimizer.schedule.warmup_steps=1 > "$WORK/vstraight.log" 2>&1 \
   || fail "the run with data.valid failed: $(tail -n 3 "$WORK/vstraight.log")"
+"$MEGATRAIN" inspect "$vdir/checkpoints/iter_0000002" > "$WORK/vinspect.txt" 2>&1 || fail "inspect vrun failed"
+[[ $(grep -c "^  data.valid $WORK/va:" "$WORK/vinspect.txt") == 1 ]] \
+  || fail "data.valid lists $WORK/va twice: not recorded once: $(grep data "$WORK/vinspect.txt")"
 vlosses() { grep -o '"step":[0-9]*,"loss":[^,]*' "$vdir/metrics.jsonl"; }
 vlosses > "$WORK/vstraight.txt"
 "$MEGATRAIN" data build --input /usr/share/common-licenses/Apache-2.0 --output "$WORK/va" --overwrite > /dev/null 2>&1 \
@@ -77,6 +81,8 @@ grep -q "data.valid dataset .*the training is not affected" "$WORK/valid.log" \
 grep -q "data.valid dataset .*no longer equals the uninterrupted one" "$WORK/valid.log" \
   && fail "data.valid changed: the warning says the training differs"
 grep -q "data.train dataset" "$WORK/valid.log" && fail "data.valid changed: data.train warned about"
+[[ $(grep -c "data.valid dataset" "$WORK/valid.log") == 1 ]] \
+  || fail "data.valid changed: a dataset listed twice is not warned about once: $(grep -c warning "$WORK/valid.log") warnings"
 diff "$WORK/vstraight.txt" <(vlosses) > /dev/null || fail "data.valid changed: the training losses differ"
 echo "data.valid rebuilt with other text: warned as validation data, training losses identical"
 echo "PASS test_resume_data_changed"
