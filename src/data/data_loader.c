@@ -298,6 +298,16 @@ const char *data_loader_dataset(const DataLoader *loader, int i, DatasetFingerpr
     return loader->datasets[i].prefix;
 }
 
+int data_fingerprint_path(const char *prefix, DatasetFingerprint *fp, char *err, size_t errlen) {
+    IndexedDataset ds, mask;
+    if (indexed_dataset_open(&ds, prefix, err, errlen) != 0) return -1;
+    const int has_mask = loss_mask_open(&mask, &ds, prefix, err, errlen);
+    if (has_mask >= 0) *fp = indexed_dataset_fingerprint(&ds, has_mask == 1 ? &mask : NULL);
+    if (has_mask == 1) indexed_dataset_close(&mask);
+    indexed_dataset_close(&ds);
+    return has_mask < 0 ? -1 : 0;
+}
+
 /* The dataset of loader sample `index` and the sample's index within that
  * dataset, before it wraps modulo the dataset's own count of samples. */
 static int64_t blended_sample(const DataLoader *loader, int64_t index, int *dataset) {

@@ -51,6 +51,11 @@ int data_loader_num_datasets(const DataLoader *loader);
  * dataset's whole .idx: for a checkpoint's record, once a run. */
 const char *data_loader_dataset(const DataLoader *loader, int i, DatasetFingerprint *fp);
 
+/* The fingerprint of the dataset at `prefix` as data_loader_dataset gives it (its loss mask folded in), for one
+ * that no loader holds open: a dataset whose share of the split is empty and was left out of the blend. 0, or -1
+ * with err. */
+int data_fingerprint_path(const char *prefix, DatasetFingerprint *fp, char *err, size_t errlen);
+
 /* From now on data_loader_get and data_loader_get_packed check every token
  * they return against the model's vocabulary [0, vocab_size) (0: no check,
  * the default). */

@@ -39,10 +39,33 @@ static void record_loader(TrainContext *ctx, const DataLoader *loader, const cha
     }
 }
 
+/* The datasets of the recipe's list that the loader left out (their share of the split had no tokens): recorded
+ * too, so that one built again with tokens in its share, which the blend then takes in, is warned about. */
+static void record_left_out(TrainContext *ctx, const DataSource *sources, int count, const char *split) {
+    for (int i = 0; i < count; i++) {
+        const char *path = sources[i].path;
+        if (strlen(path) > CKPT_BASE_DIR_MAX || recorded(ctx->datasets, ctx->num_datasets, split, path)) continue;
+        DatasetFingerprint fp;
+        char err[1400];
+        if (data_fingerprint_path(path, &fp, err, sizeof err) != 0) continue; /* the loader opened it: not expected */
+        ctx->datasets = mt_realloc(ctx->datasets, (size_t)(ctx->num_datasets + 1) * sizeof *ctx->datasets);
+        CkptDataset *d = &ctx->datasets[ctx->num_datasets++];
+        *d = (CkptDataset){.documents = fp.documents, .idx_bytes = fp.idx_bytes, .bin_bytes = fp.bin_bytes,
+                           .crc32c = fp.crc32c};
+        snprintf(d->split, sizeof d->split, "%s", split);
+        snprintf(d->path, sizeof d->path, "%s", path);
+    }
+}
+
 void train_data_record_make(TrainContext *ctx) {
     if (comm_world()->rank != 0) return;
+    const DataConfig *data = &ctx->recipe->data;
     record_loader(ctx, ctx->train_data, "train");
-    if (ctx->valid_data && ctx->recipe->data.num_valid > 0) record_loader(ctx, ctx->valid_data, "valid");
+    record_left_out(ctx, data->train, data->num_train, "train");
+    if (ctx->valid_data && data->num_valid > 0) {
+        record_loader(ctx, ctx->valid_data, "valid");
+        record_left_out(ctx, data->valid, data->num_valid, "valid");
+    }
 }
 
 /* What differs between the checkpoint's fingerprint and this run's, for the warning. */

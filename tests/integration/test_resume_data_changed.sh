@@ -5,7 +5,8 @@
 # 5-8 have the straight run's losses bit for bit. Built from a text with one letter changed, or with text
 # appended, resume warns naming the dataset and what changed (the samples are other ones), and trains on. A data.valid
 # dataset built again with other text is warned about as the validation's (the training's losses stay the same),
-# once and recorded once where data.valid lists it twice.
+# once and recorded once where data.valid lists it twice. A dataset left out of the blend (its share of data.split
+# empty) is recorded too: built again into the blend, it is warned about.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 text="$WORK/text.txt"
@@ -85,4 +86,24 @@ grep -q "data.train dataset" "$WORK/valid.log" && fail "data.valid changed: data
   || fail "data.valid changed: a dataset listed twice is not warned about once: $(grep -c warning "$WORK/valid.log") warnings"
 diff "$WORK/vstraight.txt" <(vlosses) > /dev/null || fail "data.valid changed: the training losses differ"
 echo "data.valid rebuilt with other text: warned as validation data, training losses identical"
+# a dataset whose train share is empty is left out of the blend, and recorded all the same: built again with
+# documents that its share then holds, the resumed run blends it in, and resume says so
+head -n 1 "$text" > "$WORK/one.txt"
+"$MEGATRAIN" data build --input "$WORK/one.txt" --output "$WORK/b" > /dev/null 2>&1 || fail "data build b"
+edir="$WORK/erun"
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$edir" --set train.steps=4 \
+  --set "data.train=[{path: $WORK/en, weight: 1.0}, {path: $WORK/b, weight: 1.0}]" --set "data.split=[10, 90, 0]" \
+  --set train.eval_interval=0 --set checkpoint.interval=2 --set checkpoint.keep_last=5 \
+  --set optimizer.schedule.warmup_steps=1 > "$WORK/estraight.log" 2>&1 \
+  || fail "the run with an empty share failed: $(tail -n 3 "$WORK/estraight.log")"
+grep -q "$WORK/b: the train share of data.split .* has no tokens" "$WORK/estraight.log" \
+  || fail "$WORK/b was not left out of the train blend: $(grep -i warning "$WORK/estraight.log")"
+"$MEGATRAIN" data build --input "$text" --output "$WORK/b" --overwrite > /dev/null 2>&1 || fail "data build b again"
+rm -rf "$edir/checkpoints/iter_0000004"
+echo 2 > "$edir/checkpoints/latest_checkpointed_iteration.txt"
+"$MEGATRAIN" resume "$edir" > "$WORK/empty.log" 2>&1 || fail "empty share: resume failed: $(tail -n 3 "$WORK/empty.log")"
+grep -q "blended from 2 datasets" "$WORK/empty.log" || fail "the rebuilt dataset is not in the blend: $(grep '^train:' "$WORK/empty.log")"
+grep -qF "warning: resume: data.train dataset $WORK/b has changed since the checkpoint was written (1 documents in" \
+  "$WORK/empty.log" || fail "a left-out dataset built again: no warning: $(grep -i warning "$WORK/empty.log")"
+echo "a dataset left out of the blend (empty share), built again into it: warned"
 echo "PASS test_resume_data_changed"
