@@ -117,8 +117,9 @@ static int open_sources(DataLoader *loader, const DataSource *sources, int count
         char why[1400];
         if (indexed_dataset_open(ds, sources[i].path, why, sizeof why) != 0) {
             /* the recipe's key, then the file's error; the tiny recipes' data set is made by a script */
-            const char *demo = "data/demo/english", *end = sources[i].path + strlen(sources[i].path) - strlen(demo);
-            const bool missing_demo = end >= sources[i].path && strcmp(end, demo) == 0 && strstr(why, "No such file");
+            const char *demo = "data/demo/english";
+            const size_t n = strlen(sources[i].path), k = strlen(demo); /* (no pointer before the path: UB) */
+            const bool missing_demo = n >= k && strcmp(sources[i].path + n - k, demo) == 0 && strstr(why, "No such file");
             mt_set_error(err, errlen, "%s[%d].path: %s%s%s%s", key, i, why,
                          missing_demo ? " (the demo data set of recipes/tiny: `bash scripts/demo_data.sh " : "",
                          missing_demo ? sources[i].path : "", missing_demo ? "` in the megatrain checkout builds it)" : "");
