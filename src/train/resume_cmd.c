@@ -302,12 +302,19 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     const int loaded = recipe_load_resumed(&recipe, path, overrides, n, launch_world_size(), step, tokens, samples, err,
                                            sizeof err) != 0
                            ? MT_EXIT_USAGE : MT_EXIT_OK;
+    /* the experts' split is named for a MoE checkpoint only (a dense one's hint would name keys of no use to it) */
+    ModelConfig hinted;
+    const bool moe = loaded != MT_EXIT_OK && ckpt_read_model_config(dir, &hinted, said, sizeof said) == 0 &&
+                     hinted.moe.num_experts > 0;
     if (loaded != MT_EXIT_OK)
         snprintf(said, sizeof said, "%s%s", err,
-                 strstr(err, "to divide the world size") ? "\n  (checkpoints resume on any layout: set the one of this "
-                 "launch, e.g. --set parallel.tp=1 --set parallel.pp=1 --set parallel.cp=1, and with pp 1 "
+                 strstr(err, "to divide the world size") && moe ? "\n  (checkpoints resume on any layout: set the one "
+                 "of this launch, e.g. --set parallel.tp=1 --set parallel.pp=1 --set parallel.cp=1, and with pp 1 "
                  "--set parallel.vpp=1 --set parallel.pp_layers=null; a MoE model's experts too, e.g. "
                  "--set parallel.ep=1 --set parallel.etp=1)"
+                 : strstr(err, "to divide the world size") ? "\n  (checkpoints resume on any layout: set the one of "
+                 "this launch, e.g. --set parallel.tp=1 --set parallel.pp=1 --set parallel.cp=1, and with pp 1 "
+                 "--set parallel.vpp=1 --set parallel.pp_layers=null)"
                  : strstr(err, "parallel.ep:") || strstr(err, "parallel.etp:")
                      ? "\n  (checkpoints resume on any layout: set this launch's expert split, e.g. --set parallel.ep=1 "
                        "--set parallel.etp=1; ep divides dp, etp is 1 or tp)"

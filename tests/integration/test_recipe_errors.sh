@@ -247,6 +247,12 @@ if command -v mpirun > /dev/null && [[ -z ${TSAN_OPTIONS:-} ]]; then
   [[ $status == 2 ]] && grep -qF "parallel.ep: expected a divisor of dp" "$WORK/resume-ep.log" &&
     grep -qF "(checkpoints resume on any layout: set this launch's expert split, e.g. --set parallel.ep=1" \
       "$WORK/resume-ep.log" || fail "resume-ep: exit $status: $(cat "$WORK/resume-ep.log")"
+  # a layout this launch cannot hold: the hint names the experts' keys for a MoE checkpoint, and for it only
+  status=0
+  "$MEGATRAIN" resume "$WORK/moe1" --set parallel.tp=2 > /dev/null 2> "$WORK/resume-moe-tp2.log" || status=$?
+  [[ $status == 2 ]] && grep -qF "parallel.pp_layers=null; a MoE model's experts too, e.g. --set parallel.ep=1" \
+    "$WORK/resume-moe-tp2.log" || fail "resume-moe-tp2: exit $status: $(cat "$WORK/resume-moe-tp2.log")"
+  grep -q "experts too" "$WORK/resume-tp2.log" && fail "resume-tp2: a dense checkpoint's hint names the experts"
   echo "recipe errors under mpirun (run and resume): said once, every rank exit 2"
   # Refusals in setup after the recipe, before the model's collectives (a data path, the data's vocabulary, run.dir
   # rank 0 cannot make, a checkpoint that is not there or does not fit): the ranks agree, one says it, none aborts.
