@@ -148,8 +148,9 @@ int ckpt_params_read(CkptParams *cp, int param, const int64_t *start, const int6
 void ckpt_params_close(CkptParams *cp);
 
 /* The DATA record of checkpoint `dir` (the datasets its run trained on) into a malloc'ed array (*datasets; NULL
- * and *count 0 when it has none: weights-only checkpoints and those written before 2026-11-30). Returns 0, or -1
- * with err (unreadable metadata). */
+ * and *count 0 when it has none: weights-only checkpoints and those written before 2026-11-30). Returns 0; 1 when
+ * it has a DATA record this megatrain cannot decode (a later version's; *count 0); or -1 with err (unreadable
+ * metadata). */
 int ckpt_read_datasets(const char *dir, CkptDataset **datasets, int *count, char *err, size_t errlen);
 
 /* ---- the frozen base a LoRA checkpoint references (checkpoint.frozen_base: reference) ---- */

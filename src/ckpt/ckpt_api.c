@@ -380,11 +380,12 @@ int ckpt_read_datasets(const char *dir, CkptDataset **datasets, int *count, char
     *count = 0;
     CkptReader *r = ckpt_reader_open_metadata(dir, err, errlen);
     if (!r) return -1;
+    const int unreadable = r->meta.datasets_unreadable ? 1 : 0;
     if (r->meta.num_datasets > 0) {
         *datasets = mt_malloc((size_t)r->meta.num_datasets * sizeof **datasets);
         memcpy(*datasets, r->meta.datasets, (size_t)r->meta.num_datasets * sizeof **datasets);
         *count = r->meta.num_datasets;
     }
     ckpt_reader_close(r);
-    return 0;
+    return unreadable;
 }

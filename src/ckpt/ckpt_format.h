@@ -122,6 +122,7 @@ typedef struct CkptMeta {
     CkptBaseRef base;               /* record BASE: where the frozen parameters it lacks are */
     int num_datasets;               /* record DATA (absent: 0): what the run trained on */
     CkptDataset *datasets;
+    bool datasets_unreadable;       /* a DATA record this reader could not decode (dropped: num_datasets 0) */
     int num_files;
     CkptFileMeta *files;
     int num_tensors;

@@ -174,6 +174,20 @@ static void decode_datasets(Cursor *c, CkptMeta *m) {
     if (!c->failed && left(c) > 0) fail(c, "%zu bytes after its datasets", left(c));
 }
 
+/* DATA feeds only resume's warning: a record this reader cannot decode (a split or a field of a later version, or
+ * damage the body's CRC missed) is dropped, with meta->datasets_unreadable set, rather than making the whole
+ * checkpoint unreadable (resume would move it aside as corrupt). */
+static void decode_datasets_leniently(Cursor *c, CkptMeta *m) {
+    decode_datasets(c, m);
+    if (!c->failed) return;
+    free(m->datasets);
+    m->datasets = NULL;
+    m->num_datasets = 0;
+    m->datasets_unreadable = true;
+    c->failed = false;
+    if (c->errlen > 0) c->err[0] = '\0';
+}
+
 static bool valid_file_name(const char *name) {
     return name[0] != '\0' && !strchr(name, '/') && strcmp(name, ".") != 0 && strcmp(name, "..") != 0;
 }
@@ -370,7 +384,7 @@ int ckpt_meta_decode(const unsigned char *data, size_t len, CkptMeta *meta, char
         if (seen == &seen_info) decode_info(&rec, meta);
         else if (seen == &seen_state) decode_state(&rec, meta);
         else if (seen == &seen_base) decode_base(&rec, meta);
-        else if (seen == &seen_data) decode_datasets(&rec, meta);
+        else if (seen == &seen_data) decode_datasets_leniently(&rec, meta);
         else if (seen == &seen_files) decode_files(&rec, meta);
         else if (!seen_files) fail(&rec, "comes before the FILE record");
         else decode_tensors(&rec, meta);

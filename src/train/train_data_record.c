@@ -83,17 +83,16 @@ void train_data_record_compare(const TrainContext *ctx, const char *checkpoint_d
     CkptDataset *saved = NULL;
     int num_saved = 0;
     char err[1200];
-    if (ckpt_read_datasets(checkpoint_dir, &saved, &num_saved, err, sizeof err) != 0) {
-        mt_warn("resume: the checkpoint's record of its data is unreadable (%s): the datasets are not compared", err);
+    const int rc = ckpt_read_datasets(checkpoint_dir, &saved, &num_saved, err, sizeof err);
+    if (rc != 0) {
+        mt_warn("resume: the checkpoint's record of its data is %s: the datasets are not compared", rc < 0 ? err
+                : "of a form this megatrain cannot read (written by a newer one?)");
         return;
     }
     for (int i = 0; i < num_saved; i++)
         for (int j = 0; j < ctx->num_datasets; j++) {
             const CkptDataset *then = &saved[i], *now = &ctx->datasets[j];
             if (strcmp(then->split, now->split) != 0 || strcmp(then->path, now->path) != 0) continue;
-            /* this run records each dataset once; a record written before that may list one twice: said once */
-            if (recorded(saved, i, then->split, then->path) || recorded(ctx->datasets, j, now->split, now->path))
-                continue;
             if (then->documents == now->documents && then->idx_bytes == now->idx_bytes &&
                 then->bin_bytes == now->bin_bytes && then->crc32c == now->crc32c)
                 continue;

@@ -1,4 +1,4 @@
-/* train_signal.c: handlers that record SIGTERM / SIGUSR1 for the loop to see
+/* train_signal.c: handlers that record SIGTERM / SIGUSR1 / SIGHUP / SIGPIPE for the loop to see
  * between steps, and the ranks' agreement on a stop, a signal's or the
  * recipe's exit limits'. SA_RESTART keeps interrupted writes going. */
 #include "train_signal.h"
@@ -25,6 +25,8 @@ void train_signals_install(void) {
     received_signal = 0;
     sigaction(SIGTERM, &sa, NULL);
     sigaction(SIGUSR1, &sa, NULL);
+    sigaction(SIGHUP, &sa, NULL);
+    sigaction(SIGPIPE, &sa, NULL); /* the write that raised it fails with EPIPE; the loop saves and stops */
 }
 
 /* With several ranks all must stop after the same step: the first rank (in
@@ -46,6 +48,8 @@ const char *train_stop_name(int reason) {
     switch (reason) {
     case SIGTERM: return "SIGTERM";
     case SIGUSR1: return "SIGUSR1";
+    case SIGHUP: return "SIGHUP";
+    case SIGPIPE: return "SIGPIPE";
     case TRAIN_STOP_INTERVAL: return "train.exit_interval";
     case TRAIN_STOP_DURATION: return "train.exit_duration_mins";
     }
