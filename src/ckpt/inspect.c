@@ -102,7 +102,7 @@ static void print_data(const CkptReader *r) {
         const CkptDataset *d = &r->meta.datasets[i];
         char size[32];
         format_bytes(size, sizeof size, (double)(d->idx_bytes + d->bin_bytes));
-        printf("  data.%s %s: %lld documents, %s (.idx + .bin), CRC-32C %08x\n", d->split, d->path,
+        printf("  data.%s %s: %lld documents, %s of files, CRC-32C %08x\n", d->split, d->path,
                (long long)d->documents, size, d->crc32c);
     }
 }

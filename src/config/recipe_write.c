@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "../core/crc32c.h"
+#include "../core/fs.h"
 #include "recipe_schema.h"
 #include "../core/error.h"
 
@@ -130,9 +131,7 @@ int recipe_write(const Recipe *recipe, const char *path, char *err, size_t errle
     if (recipe_cache_dir_is_default(recipe)) written->data.cache_dir[0] = '\0';
     write_section(out, written, recipe_root_keys, 0);
     free(written);
-    int failed = ferror(out);
-    if (fclose(out) != 0) failed = 1;
-    if (failed || rename(tmp, path) != 0) {
+    if (mt_fclose_sync(out) != 0 || rename(tmp, path) != 0) { /* synced: a power loss leaves the old or the new */
         mt_set_error(err, errlen, "%s: cannot write: %s", path, strerror(errno));
         remove(tmp);
         return -1;

@@ -123,6 +123,14 @@ int mt_sync_close(int fd) {
     return rc;
 }
 
+int mt_fclose_sync(FILE *f) {
+    int rc = fflush(f) == 0 && !ferror(f) && fsync(fileno(f)) == 0 ? 0 : -1;
+    const int saved = errno;
+    if (fclose(f) != 0 && rc == 0) return -1;
+    errno = saved;
+    return rc;
+}
+
 int mt_sync_dir(const char *dir, char *err, size_t errlen) {
     int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0 || mt_sync_close(fd) != 0) {

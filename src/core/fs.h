@@ -72,6 +72,10 @@ void mt_env_error_clear(void);
 /* Flush `fd` to disk and close it. Returns 0 or -1 (errno set). */
 int mt_sync_close(int fd);
 
+/* Flush `f` and its file to disk, then fclose it: for a file about to be renamed over another (without it a power
+ * loss after the rename can leave the new name empty). Returns 0, or -1 (errno set) when any of it failed. */
+int mt_fclose_sync(FILE *f);
+
 /* fsync a directory (so the names in it are durable). Returns 0 or -1 with err. */
 int mt_sync_dir(const char *dir, char *err, size_t errlen);
 

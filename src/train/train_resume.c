@@ -59,9 +59,7 @@ static int trim_metrics(const char *run_dir, long step, char *err, size_t errlen
     }
     free(line);
     fclose(in);
-    int failed = ferror(out);
-    if (fclose(out) != 0) failed = 1;
-    if (failed || rename(tmp, path) != 0) {
+    if (mt_fclose_sync(out) != 0 || rename(tmp, path) != 0) { /* synced: a power loss leaves the old or the new */
         mt_set_error(err, errlen, "%s: cannot rewrite: %s", path, strerror(errno));
         unlink(tmp);
         return -1;
