@@ -257,10 +257,7 @@ int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *o
     } else if (status == 0) {
         status = write_hf_dir(tmp, &e.cfg, e.infos ? e.infos : e.adapters.view.infos, e.num_params, e.num_floats,
                               e.from, e.deltas, &carried, options, err, errlen);
-        if (status == 0 && mt_rename_noreplace(tmp, dst) != 0) { /* DST made meanwhile: not replaced */
-            mt_set_error(err, errlen, "%s: cannot rename %s to it: %s", dst, tmp, strerror(errno));
-            status = -1;
-        }
+        if (status == 0) status = hf_dir_commit(tmp, dst, err, errlen);
         if (status != 0) {
             char ignored[256];
             ckpt_remove_tree(tmp, ignored, sizeof ignored);

@@ -123,10 +123,7 @@ int convert_lora_to_peft(const char *ckpt, const ModelConfig *cfg, const Convert
     } else if (status == 0) {
         status = lora_write_peft(&adapters.view, tmp, options->dtype, options->base_model, err, errlen);
         if (status == 0) status = hf_files_write_each(tmp, &tokenizer, err, errlen);
-        if (status == 0 && mt_rename_noreplace(tmp, dst) != 0) { /* DST made meanwhile: not replaced */
-            mt_set_error(err, errlen, "%s: cannot rename %s to it: %s", dst, tmp, strerror(errno));
-            status = -1;
-        }
+        if (status == 0) status = hf_dir_commit(tmp, dst, err, errlen);
         if (status != 0) {
             char ignored[256];
             ckpt_remove_tree(tmp, ignored, sizeof ignored);

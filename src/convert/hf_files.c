@@ -11,6 +11,7 @@
 
 #include "../core/error.h"
 #include "../core/fs.h"
+#include "../ckpt/ckpt_fs.h"
 #include "hf_config.h"
 
 /* The files carried are ckpt_hf_carried_names (checkpoint.h); files in subdirectories (Llama 3's original/) are
@@ -111,4 +112,17 @@ void hf_files_list(const CkptHfFiles *files, char *out, size_t outlen) {
     size_t used = (size_t)snprintf(out, outlen, "%s", files->count ? "" : "none");
     for (int i = 0; i < files->count && used < outlen; i++)
         used += (size_t)snprintf(out + used, outlen - used, "%s%s", i ? ", " : "", files->files[i].name);
+}
+
+int hf_dir_commit(const char *tmp, const char *dst, char *err, size_t errlen) {
+    if (mt_sync_dir(tmp, err, errlen) != 0) return -1;
+    if (mt_rename_noreplace(tmp, dst) != 0) { /* DST made meanwhile: not replaced */
+        mt_set_error(err, errlen, "%s: cannot rename %s to it: %s", dst, tmp, strerror(errno));
+        return -1;
+    }
+    char parent[4096], ignored[256];
+    mt_parent_dir(dst, parent, sizeof parent);
+    if (mt_sync_dir(parent, err, errlen) == 0) return 0;
+    ckpt_remove_tree(dst, ignored, sizeof ignored); /* its name's durability unknown: as a checkpoint, nothing left */
+    return -1;
 }

@@ -26,6 +26,11 @@ int hf_files_write(const char *dir, const CkptHfFiles *files, const ModelConfig 
 /* Write each of `files` into directory `dir`, and nothing else. 0, or -1 with err naming the file. */
 int hf_files_write_each(const char *dir, const CkptHfFiles *files, char *err, size_t errlen);
 
+/* A Hugging Face directory written whole into `tmp` made `dst`: tmp's names synced, renamed (never replacing: a
+ * DST made meanwhile is kept, an error), the parent synced, so that after a power loss DST is whole or absent.
+ * 0, or -1 with err (tmp is then the caller's to remove; a DST whose parent could not be synced is removed). */
+int hf_dir_commit(const char *tmp, const char *dst, char *err, size_t errlen);
+
 /* The tokenizer's files among `files`: all but generation_config.json, which describes the model (what a PEFT
  * adapter directory carries beside the adapters). A view: its data are files' (not to be freed). */
 CkptHfFiles hf_files_tokenizer(const CkptHfFiles *files);
