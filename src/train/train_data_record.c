@@ -19,23 +19,29 @@ static bool recorded(const CkptDataset *datasets, int count, const char *split, 
     return false;
 }
 
+/* Append split's dataset `path` with its fingerprint to ctx->datasets. */
+static void append(TrainContext *ctx, const char *split, const char *path, const DatasetFingerprint *fp) {
+    ctx->datasets = mt_realloc(ctx->datasets, (size_t)(ctx->num_datasets + 1) * sizeof *ctx->datasets);
+    CkptDataset *d = &ctx->datasets[ctx->num_datasets++];
+    *d = (CkptDataset){.documents = fp->documents, .idx_bytes = fp->idx_bytes, .bin_bytes = fp->bin_bytes,
+                       .crc32c = fp->crc32c};
+    snprintf(d->split, sizeof d->split, "%s", split);
+    snprintf(d->path, sizeof d->path, "%s", path);
+}
+
+/* Whether split's dataset `path` is left out of the record: a prefix too long for it (no warning later), or one
+ * recorded already (a blend that lists a dataset twice, weighing it up: one record, one fingerprint, one warning). */
+static bool skipped(const TrainContext *ctx, const char *split, const char *path) {
+    return strlen(path) > CKPT_BASE_DIR_MAX || recorded(ctx->datasets, ctx->num_datasets, split, path);
+}
+
 static void record_loader(TrainContext *ctx, const DataLoader *loader, const char *split) {
-    const int n = data_loader_num_datasets(loader);
-    if (n == 0) return;
-    ctx->datasets = mt_realloc(ctx->datasets, (size_t)(ctx->num_datasets + n) * sizeof *ctx->datasets);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < data_loader_num_datasets(loader); i++) {
         const char *path = data_loader_dataset(loader, i, NULL);
-        if (strlen(path) > CKPT_BASE_DIR_MAX) continue; /* a prefix this long is not recorded (no warning later) */
-        /* a blend that lists a dataset twice (weighing it up): one record, one fingerprint, one warning */
-        if (recorded(ctx->datasets, ctx->num_datasets, split, path)) continue;
+        if (skipped(ctx, split, path)) continue;
         DatasetFingerprint fp;
         data_loader_dataset(loader, i, &fp);
-        CkptDataset *d = &ctx->datasets[ctx->num_datasets];
-        *d = (CkptDataset){.documents = fp.documents, .idx_bytes = fp.idx_bytes, .bin_bytes = fp.bin_bytes,
-                           .crc32c = fp.crc32c};
-        snprintf(d->split, sizeof d->split, "%s", split);
-        snprintf(d->path, sizeof d->path, "%s", path);
-        ctx->num_datasets++;
+        append(ctx, split, path, &fp);
     }
 }
 
@@ -43,17 +49,11 @@ static void record_loader(TrainContext *ctx, const DataLoader *loader, const cha
  * too, so that one built again with tokens in its share, which the blend then takes in, is warned about. */
 static void record_left_out(TrainContext *ctx, const DataSource *sources, int count, const char *split) {
     for (int i = 0; i < count; i++) {
-        const char *path = sources[i].path;
-        if (strlen(path) > CKPT_BASE_DIR_MAX || recorded(ctx->datasets, ctx->num_datasets, split, path)) continue;
         DatasetFingerprint fp;
         char err[1400];
-        if (data_fingerprint_path(path, &fp, err, sizeof err) != 0) continue; /* the loader opened it: not expected */
-        ctx->datasets = mt_realloc(ctx->datasets, (size_t)(ctx->num_datasets + 1) * sizeof *ctx->datasets);
-        CkptDataset *d = &ctx->datasets[ctx->num_datasets++];
-        *d = (CkptDataset){.documents = fp.documents, .idx_bytes = fp.idx_bytes, .bin_bytes = fp.bin_bytes,
-                           .crc32c = fp.crc32c};
-        snprintf(d->split, sizeof d->split, "%s", split);
-        snprintf(d->path, sizeof d->path, "%s", path);
+        if (skipped(ctx, split, sources[i].path)) continue;
+        if (data_fingerprint_path(sources[i].path, &fp, err, sizeof err) == 0) append(ctx, split, sources[i].path, &fp);
+        /* (else: the loader opened it moments ago; not expected) */
     }
 }
 
