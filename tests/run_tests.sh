@@ -3,6 +3,11 @@
 # tests/integration/test_*.sh) and ends with one "N passed, N failed, N skipped"
 # line. A test that exits 77 is counted as skipped.
 # Usage: bash tests/run_tests.sh [NAME_FILTER]
+# The tests run side by side, as many at a time as the machine has cores (MT_TEST_JOBS: another number; 1 runs them
+# one after another), each line printed when its test ends. Every test works in a directory of its own (lib.sh's
+# WORK); what they share is built under a lock (lib.sh's locked_make). A test whose header holds the line
+# "# run_tests.sh: alone" (it rebuilds what the others run) runs first, with nothing beside it; one holding
+# "# run_tests.sh: early" (the longest, about minutes) starts before the rest, so that no long one starts last.
 set -u
 cd "$(dirname "$0")/.."
 export MEGATRAIN="${MEGATRAIN:-$PWD/build/megatrain}"
@@ -27,32 +32,59 @@ if [[ "${OPENBLAS_CORETYPE:-Haswell}" == [Hh][Aa][Ss][Ww][Ee][Ll][Ll] && $(uname
   fi
 fi
 filter="${1:-}"
+jobs=${MT_TEST_JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}
 passed=0; failed=0; skipped=0; failed_names=()
 logdir=$(mktemp -d)
+declare -A running=()  # pid -> test name
 
-run_one() {
-  local name=$1; shift
-  [[ -n "$filter" && "$name" != *"$filter"* ]] && return
-  local start=$SECONDS
-  "$@" > "$logdir/$name.log" 2>&1
-  local rc=$?
+# report NAME: counts and prints the test NAME that ended (its status and seconds in $logdir/NAME.rc)
+report() {
+  local name=$1 rc secs
+  read -r rc secs < "$logdir/$name.rc"
   if [[ $rc -eq 0 ]]; then
-    passed=$((passed + 1)); printf 'PASS  %-40s %3ds\n' "$name" $((SECONDS - start))
+    passed=$((passed + 1)); printf 'PASS  %-40s %3ds\n' "$name" "$secs"
   elif [[ $rc -eq 77 ]]; then   # the test said it cannot run here (exit 77)
     skipped=$((skipped + 1)); printf 'SKIP  %-40s %s\n' "$name" "$(tail -n 1 "$logdir/$name.log")"
   else
     failed=$((failed + 1)); failed_names+=("$name")
-    printf 'FAIL  %-40s %3ds\n' "$name" $((SECONDS - start))
+    printf 'FAIL  %-40s %3ds\n' "$name" "$secs"
     sed 's/^/      | /' "$logdir/$name.log" | tail -n 40
   fi
 }
+# reap: waits for one running test to end and reports it
+reap() {
+  local pid
+  wait -n -p pid "${!running[@]}" || true
+  report "${running[$pid]}"
+  unset "running[$pid]"
+}
+# start NAME CMD...: runs CMD in the background as the test NAME once fewer than $jobs tests run
+start() {
+  local name=$1; shift
+  while (( ${#running[@]} >= jobs )); do reap; done
+  ( s=$SECONDS; "$@" > "$logdir/$name.log" 2>&1; echo "$? $((SECONDS - s))" > "$logdir/$name.rc" ) &
+  running[$!]=$name
+}
+drain() { while (( ${#running[@]} > 0 )); do reap; done; }
 
+alone=(); early=(); rest=()
 for t in "${MT_UNIT_DIR:-build/tests}"/test_*; do
-  [[ -x "$t" ]] && run_one "$(basename "$t")" "$t"
+  [[ -x "$t" ]] && rest+=("$(basename "$t")|$t")
 done
 for t in tests/integration/test_*.sh; do
-  [[ -f "$t" ]] && run_one "$(basename "$t" .sh)" bash "$t"
+  [[ -f "$t" ]] || continue
+  entry="$(basename "$t" .sh)|$t"
+  if grep -q '^# run_tests.sh: alone' "$t"; then alone+=("$entry")
+  elif grep -q '^# run_tests.sh: early' "$t"; then early+=("$entry")
+  else rest+=("$entry"); fi
 done
+for entry in "${alone[@]}" "${early[@]}" "${rest[@]}"; do
+  name=${entry%%|*} path=${entry#*|}
+  [[ -n "$filter" && "$name" != *"$filter"* ]] && continue
+  if [[ $path == *.sh ]]; then start "$name" bash "$path"; else start "$name" "$path"; fi
+  for a in "${alone[@]}"; do [[ $a == "$entry" ]] && drain; done
+done
+drain
 
 rm -rf "$logdir"
 echo

@@ -240,7 +240,9 @@ can_gpu_emu() {
 # need_gpu_emu [mpirun]: can_gpu_emu, then builds the emulator (make gpu-emu-build: build/emu).
 need_gpu_emu() {
   can_gpu_emu "$@"
-  make -C "$REPO" --no-print-directory -s -j"$(cores)" gpu-emu-build > /dev/null
+  # under a lock: run_tests.sh runs the emulator's tests side by side, and two makes of one target collide
+  mkdir -p "$REPO/build"
+  flock "$REPO/build/.gpu-emu-build.lock" make -C "$REPO" --no-print-directory -s -j"$(cores)" gpu-emu-build > /dev/null
 }
 
 # emu_run NAME NP RECIPE [--set ...]: 10 steps of recipes/tiny/RECIPE on the CUDA build's CPU emulator

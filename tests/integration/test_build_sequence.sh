@@ -9,6 +9,7 @@
 # CPU one again, a second `make test-build` does nothing, and
 # `make gpu-test-build` only links (its objects are those of `make CUDA=1`).
 # Leaves build/megatrain the CPU program. Skips without nvcc.
+# run_tests.sh: alone (it links build/megatrain for CUDA and back, which the other tests run)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}

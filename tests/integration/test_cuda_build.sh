@@ -3,6 +3,7 @@
 # and the GPU tests (tests/gpu, `make test-gpu`). Nothing CUDA runs here; this
 # only proves the CUDA path still builds (skip without nvcc). Without a GPU the
 # CUDA binary must refuse run.device: cuda with a clear error, not crash.
+# run_tests.sh: alone (it links build/cuda/megatrain, which other tests run when it is there)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}

@@ -35,6 +35,7 @@
 #     sends (test_emu_nccl overlap) is refused, as the interleaved schedule's
 #     gradient send and receive would be without the send's copy.
 # A GPU run remains what counts (tests/gpu/PENDING.md's NCCL row).
+# run_tests.sh: early (about 2 minutes on 2 cores)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$REPO"

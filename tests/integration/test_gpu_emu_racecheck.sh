@@ -35,6 +35,7 @@
 # test_cuda_parallel_model (the CUDA build's host code with ranks as threads)
 # passes there too but takes about 10 minutes: run it by hand
 # (build/emu-tsan/gpu-tests/test_cuda_parallel_model with the settings below).
+# run_tests.sh: early (about 5 minutes on 2 cores)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$REPO"

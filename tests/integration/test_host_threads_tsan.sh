@@ -17,6 +17,7 @@
 # reported in test_ckpt_kill, at the copy and at the writer's read). OpenMP's threads (the CPU
 # ops) are held to one: libgomp synchronises in code the sanitizer does not
 # see. Runs under mpirun are left out (Open MPI's own threads).
+# run_tests.sh: early (about 5 minutes on 2 cores)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cd "$REPO"

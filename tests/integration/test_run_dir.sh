@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# test_run_dir.sh: which run directory a resume writes, and what it refuses.
+# - a checkpoint copied out of its run resumes in its recipe's run.dir when
+#   that holds it, and is refused over another run's; run={...} on resume;
+#   run.dir names holding a line break (or U+0085) resume there; paths that
+#   are not UTF-8 are refused, naming them;
+# - entries named like checkpoints that are not (a dangling link, a file, a
+#   renamed checkpoint) are moved aside by resume and refused by run;
+# - one writer a run.dir: a second `run` or `resume` there is refused while
+#   the first trains (exit 1, naming the holder) and changes nothing;
+# - relative data paths are written absolute, so a resume from another
+#   directory reads the same data.
+# (Split from test_resume_options.sh, which test_host_threads_tsan.sh runs on
+# the ThreadSanitizer build.)
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+demo_data "$WORK/english"
+run() {
+  local dir=$1 steps=$2; shift 2
+  "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$dir" --set train.steps="$steps" \
+    --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=1 --set train.eval_interval=0 \
+    --set checkpoint.interval=10 --set checkpoint.keep_last=3 --set optimizer.schedule.decay_steps=30 \
+    --set optimizer.schedule.warmup_steps=5 "$@"
+}
+losses() { grep -o '"step":[0-9]*,"loss":[^,]*' "$1/metrics.jsonl"; }
+# expect STATUS PATTERN CMD...: CMD exits with STATUS and prints PATTERN.
+expect() {
+  local want=$1 pattern=$2 status=0; shift 2
+  "$@" > "$WORK/out.log" 2>&1 || status=$?
+  [[ $status -eq $want ]] || fail "$*: exit $status, expected $want: $(tail -n 3 "$WORK/out.log")"
+  grep -q -- "$pattern" "$WORK/out.log" || fail "$*: output lacks '$pattern': $(tail -n 3 "$WORK/out.log")"
+}
+
+# a checkpoint copied out of its run resumes into its recipe's run.dir, the run's own (its checkpoints are this
+# run's, none newer): not a branch
+run "$WORK/own" 20 > /dev/null
+mkdir -p "$WORK/bk"; cp -r "$WORK/own/checkpoints/iter_0000020" "$WORK/bk/"
+expect 0 "done: 30 steps" "$MEGATRAIN" resume "$WORK/bk/iter_0000020" --set train.steps=30
+[[ -d "$WORK/own/checkpoints/iter_0000030" ]] || fail "the copied checkpoint did not go on in its run.dir"
+# ... but not into a run.dir that does not hold that checkpoint: another run's (the recipe's run.dir is often
+# relative, so that of whatever directory resume runs in), whose checkpoints retention would delete (it did)
+run "$WORK/gone" 20 > /dev/null
+cp -r "$WORK/gone/checkpoints/iter_0000020" "$WORK/bk/gone20"
+rm -rf "$WORK/gone"; run "$WORK/gone" 10 --set run.seed=7 > /dev/null # another run, at the same run.dir
+expect 2 "bk/gone20 is not inside a run's checkpoints/ directory, so the run would continue in its recipe's run.dir, \
+'$WORK/gone', which holds checkpoints (the newest at step 10) but not this one" \
+  "$MEGATRAIN" resume "$WORK/bk/gone20" --set train.steps=30 --set checkpoint.keep_last=1
+[[ "$(ls "$WORK/gone/checkpoints")" == "$(printf 'iter_0000010\nlatest_checkpointed_iteration.txt')" ]] ||
+  fail "the refused resume changed the other run's checkpoints: $(ls "$WORK/gone/checkpoints")"
+expect 0 "done: 30 steps" "$MEGATRAIN" resume "$WORK/bk/gone20" --set train.steps=30 --set run.dir="$WORK/gone-on"
+# run={...} on resume: with a dir it branches there; without one (it replaces the section) the run stays in its own
+cp -r "$WORK/own" "$WORK/sect"
+expect 0 "done: 31 steps" "$MEGATRAIN" resume "$WORK/sect" --set train.steps=31 --set "run={dir: $WORK/sect-branch}"
+[[ -d "$WORK/sect-branch/checkpoints/iter_0000031" && ! -d "$WORK/sect/checkpoints/iter_0000031" ]] ||
+  fail "run={dir: NEW} did not branch into NEW"
+expect 0 "done: 31 steps" "$MEGATRAIN" resume "$WORK/sect" --set train.steps=31 --set "run={seed: 1234}"
+[[ -d "$WORK/sect/checkpoints/iter_0000031" ]] || fail "run={seed: ...} left the run's own directory"
+# a run.dir whose name holds a line break resumes there (YAML folded it into a space: another directory)
+nl_dir="$WORK/line
+break"
+cp -r "$WORK/own" "$nl_dir"
+expect 0 "done: 31 steps" "$MEGATRAIN" resume "$nl_dir" --set train.steps=31
+[[ -d "$nl_dir/checkpoints/iter_0000031" && ! -e "$WORK/line break" ]] || fail "the resume left its run.dir"
+nel_dir="$WORK/nel$(printf '\xc2\x85')dir" # U+0085 NEL, which YAML reads as a line break too
+cp -r "$WORK/own" "$nel_dir"
+expect 0 "done: 31 steps" "$MEGATRAIN" resume "$nel_dir" --set train.steps=31
+[[ -d "$nel_dir/checkpoints/iter_0000031" && ! -e "$WORK/nel dir" ]] || fail "the resume left its run.dir (NEL)"
+grep -q 'dir: "[^"]*nel\\x85dir"' "$nel_dir/recipe.yaml" || fail "recipe.yaml does not escape NEL: $(grep dir: "$nel_dir/recipe.yaml")"
+# a path that is not UTF-8 (which YAML cannot hold): a run directory refused naming it, not a --set; relative data
+# paths from such a current directory refused at the start (recipe.yaml could not hold them: no checkpoint of the
+# run would have resumed)
+bad_dir="$WORK/$(printf 'bad\xff')dir"
+cp -r "$WORK/own" "$bad_dir"
+expect 2 "resume: $bad_dir: the run directory's path is not UTF-8" "$MEGATRAIN" resume "$bad_dir" --set train.steps=32
+expect 0 "done: 32 steps" "$MEGATRAIN" resume "$bad_dir" --set train.steps=32 --set run.dir="$WORK/bad-on" # as it says
+(cd "$bad_dir" && expect 2 "data.train\[0\].path: corpus is relative, and the current directory's path is not UTF-8" \
+  run "$WORK/bad-cwd" 10 --set "data.train=[corpus]")
+echo "a copied checkpoint resumes in its own run.dir, not another run's; run.dir with a line break; non-UTF-8 paths refused"
+
+# Entries named like checkpoints that are not (a dangling link, a file, a checkpoint renamed to a later step):
+# resume moves each aside as it does a corrupt checkpoint and goes on from the newest that is one (before, a link
+# was passed over and the run failed at its save of that step, again at every resume; a renamed one was resumed
+# as the newest); inspect warns of the renamed one; a new run refuses a run.dir holding any of them.
+names="$WORK/names"
+run "$names" 20 > /dev/null
+cp -r "$names/checkpoints/iter_0000010" "$WORK/renamed"
+rm -rf "$names/checkpoints/iter_0000020"
+ln -s /nonexistent/iter_0000020 "$names/checkpoints/iter_0000020"
+echo junk > "$names/checkpoints/iter_0000030"
+mv "$WORK/renamed" "$names/checkpoints/iter_0000040"
+"$MEGATRAIN" inspect "$names/checkpoints/iter_0000040" > /dev/null 2> "$WORK/inspect.err" || true
+grep -q "iter_0000040: its name says step 40, its metadata step 10 (renamed or copied?)" "$WORK/inspect.err" ||
+  fail "inspect of a renamed checkpoint: $(cat "$WORK/inspect.err")"
+expect 0 "resume: from $names/checkpoints/iter_0000010 at step 10" "$MEGATRAIN" resume "$names" --set train.steps=25
+for n in 20 30 40; do [[ -e $names/checkpoints/iter_00000$n.invalid || -L $names/checkpoints/iter_00000$n.invalid ]] ||
+  fail "iter_00000$n was not moved aside: $(ls "$names/checkpoints")"; done
+grep -q "its name says step 40, its metadata step 10" "$WORK/out.log" || fail "the renamed checkpoint's reason: $(cat "$WORK/out.log")"
+[[ -d $names/checkpoints/iter_0000020 ]] || fail "the resumed run did not save step 20: $(ls "$names/checkpoints")"
+mkdir -p "$WORK/junk/checkpoints" && echo junk > "$WORK/junk/checkpoints/iter_0000010"
+expect 2 "already holds checkpoints (the newest at step 10)" run "$WORK/junk" 5
+echo "entries that are not checkpoints: moved aside on resume, refused by run"
+
+# One writer a run: while a run trains in run.dir, another `run` or `resume` there is refused naming the holder,
+# and changes nothing; after the first stops (SIGTERM: a checkpoint), resume goes on.
+busy="$WORK/busy"
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$busy" --set train.steps=100000 --set train.eval_interval=0 \
+  --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set checkpoint.interval=20 > "$WORK/busy.log" 2>&1 &
+holder=$!
+BACKGROUND+=("$holder")
+for _ in $(seq 300); do [[ -s $busy/metrics.jsonl ]] && break; sleep 0.1; done
+[[ -s $busy/metrics.jsonl ]] || fail "the busy run did not start: $(cat "$WORK/busy.log")"
+[[ -e $busy/checkpoints/iter_0000020 ]] && fail "the busy run saved before the second run could try"
+cp "$busy/recipe.yaml" "$WORK/busy-recipe.yaml"
+expect 1 "run.dir: '$busy' is in use by another megatrain process (pid $holder on " run "$busy" 10
+# ... having written nothing there: its own recipe.yaml (10 steps) not written, metrics.jsonl not cut
+cmp -s "$busy/recipe.yaml" "$WORK/busy-recipe.yaml" || fail "the refused run wrote recipe.yaml"
+[[ $(json_field "$busy/metrics.jsonl" step | head -n 1) == 1 ]] || fail "the refused run cut metrics.jsonl"
+for _ in $(seq 300); do [[ -e $busy/checkpoints/iter_0000020 ]] && break; sleep 0.1; done
+[[ -e $busy/checkpoints/iter_0000020 ]] || fail "the busy run did not save: $(cat "$WORK/busy.log")"
+expect 1 "is in use by another megatrain process (pid $holder on " "$MEGATRAIN" resume "$busy" --set train.steps=200000
+kill -0 "$holder" || fail "the busy run ended early: $(tail -n 3 "$WORK/busy.log")"
+kill -TERM "$holder"
+wait "$holder" || fail "the busy run, stopped by SIGTERM: exit $?: $(tail -n 3 "$WORK/busy.log")"
+stopped=$(basename "$(ls -d "$busy"/checkpoints/iter_* | tail -n 1)")
+expect 0 "resume: from $busy/checkpoints/$stopped" "$MEGATRAIN" resume "$busy" --set train.steps=$((10#${stopped#iter_} + 2))
+echo "one writer a run.dir: a second run and resume refused while the first trains; resume after it stopped"
+
+# Relative data paths are taken from the directory the run started in and written absolute to recipe.yaml and the
+# checkpoints, so a resume from another directory (a requeued job's script) reads the same data (it failed, the
+# path taken from the new directory); a relative data.cache_dir alike.
+mkdir -p "$WORK/start/corpus" "$WORK/elsewhere"
+cp "$WORK/english.bin" "$WORK/english.idx" "$WORK/start/corpus/"
+(cd "$WORK/start" && run rel 10 --set "data.train=[{path: ./corpus/english, weight: 1.0}]" --set data.cache_dir=cache \
+  > /dev/null)
+grep -q "{path: \"$WORK/start/corpus/english\", weight: 1}" "$WORK/start/rel/recipe.yaml" \
+  || fail "recipe.yaml keeps the relative path: $(grep -A1 ' train:' "$WORK/start/rel/recipe.yaml")"
+grep -q "cache_dir: \"$WORK/start/cache\"" "$WORK/start/rel/checkpoints/iter_0000010/recipe.yaml" \
+  || fail "the checkpoint keeps the relative cache_dir: $(grep cache_dir "$WORK/start/rel/checkpoints/iter_0000010/recipe.yaml")"
+(cd "$WORK/elsewhere" && expect 0 "resume: from $WORK/start/rel/checkpoints/iter_0000010" \
+  "$MEGATRAIN" resume "$WORK/start/rel" --set train.steps=12)
+[[ -z $(ls -A "$WORK/elsewhere") ]] || fail "the resume wrote into the current directory: $(ls -A "$WORK/elsewhere")"
+(cd "$WORK/start" && run same 12 --set "data.train=[{path: corpus/english, weight: 1.0}]" > /dev/null)
+[[ "$(losses "$WORK/start/rel")" == "$(losses "$WORK/start/same")" ]] || fail "the resume from elsewhere read other data"
+echo "relative data paths: written absolute, a resume from another directory reads the same data"
