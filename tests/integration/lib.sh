@@ -230,7 +230,11 @@ run_jobs() {
 
 # can_gpu_emu [mpirun]: skips (exit 77) where the CUDA build's CPU emulator cannot be built or run: off x86-64
 # (its fibres switch stacks in x86-64 assembly), without g++ or the CUDA headers (and mpirun, when named).
+# Holds OpenMP and OpenBLAS to one thread: the emulator's programs run side by side (run_jobs), one core each, and
+# the CPU reference's threads spinning at their barriers took the core of the program beside them (test_gpu_emu:
+# 179 s and 344 CPU-seconds with two threads, 130 s and 247 with one, on 2 cores).
 can_gpu_emu() {
+  export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
   [[ $(uname -m) == x86_64 ]] || { echo "skipped: the GPU emulator runs on x86-64 only"; exit 77; }
   command -v g++ > /dev/null || { echo "skipped: no g++"; exit 77; }
   [[ ${1:-} != mpirun ]] || command -v mpirun > /dev/null || { echo "skipped: no mpirun"; exit 77; }
