@@ -37,15 +37,19 @@ awk '{ gsub(/\\/, "\\\\"); gsub(/"/, "\\\""); printf "{\"id\": %d, \"text\": \"%
   grep -v '"text": ""' > "$D/many.jsonl"
 
 # --- the same bytes for any number of workers --------------------------------
-for input in many.txt many.jsonl; do
+inputs=(many.txt many.jsonl) workers=(1 2 3 7)
+# under the sanitizers (test_host_threads_tsan.sh: ThreadSanitizer), the text input with 1, 3 and 7 workers: the same
+# handoffs between reader, workers and writer in 6 builds rather than 16 (101 s of that script's time)
+[[ ${MT_SANITIZE:-0} != 1 ]] || { inputs=(many.txt) workers=(1 3 7); }
+for input in "${inputs[@]}"; do
   for tok in "$FIX/qwen2" byte; do
     tag=$(basename "$tok")
-    for w in 1 2 3 7; do
+    for w in "${workers[@]}"; do
       "$MEGATRAIN" data build --input "$D/$input" --output "$D/w/$input.$tag.$w" --tokenizer "$tok" --workers "$w" \
         > "$D/log.txt" || fail "$input with $tag, --workers $w failed: $(cat "$D/log.txt")"
       grep -q "speed: .* MB/s read, .* M tokens/s, $w worker" "$D/log.txt" || fail "no speed line: $(cat "$D/log.txt")"
     done
-    for w in 2 3 7; do
+    for w in "${workers[@]:1}"; do
       cmp -s "$D/w/$input.$tag.1.bin" "$D/w/$input.$tag.$w.bin" && cmp -s "$D/w/$input.$tag.1.idx" "$D/w/$input.$tag.$w.idx" ||
         fail "$input with $tag: --workers $w wrote other bytes than --workers 1"
     done

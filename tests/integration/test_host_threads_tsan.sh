@@ -9,8 +9,8 @@
 #   - test_resume_options (async saves, one of them failing in the writer),
 #     test_ckpt_kill (async and sync saves killed midway), test_resume;
 #   - test_data_build (a FIFO build stopped by signals), test_data_build_sft,
-#     test_data_build_tokenizer, test_data_build_scale (--workers 1, 2, 3 and
-#     7 give the same bytes; its address-space limits are skipped, as under
+#     test_data_build_tokenizer, test_data_build_scale (--workers 1, 3 and
+#     7 give the same bytes, on its text input; its address-space limits are skipped, as under
 #     the other sanitizers: ThreadSanitizer reserves terabytes);
 # each must pass with no ThreadSanitizer report (a save that no longer
 # waits for the writer before refilling the snapshot, planted by hand, was

@@ -117,10 +117,11 @@ if [[ -d "$WORK/eval-signal-pp2" ]]; then
 fi
 
 # SIGTERM while saving every step slowly (so the signal lands in a save or a
-# step), then resume without the slowness; SIGUSR1 and SIGHUP (the terminal closed) alike (SIGHUP and the SIGPIPE
-# case below, the same handler, not under the sanitizers: test_host_threads_tsan runs this file, a minute more).
-names=(TERM USR1)
-[[ ${MT_SANITIZE:-0} == 1 ]] || names+=(HUP)
+# step), then resume without the slowness; SIGUSR1 and SIGHUP (the terminal closed) alike (SIGUSR1, SIGHUP and the
+# SIGPIPE case below, the same handler as SIGTERM's, not under the sanitizers: test_host_threads_tsan runs this file,
+# and each took a minute more there).
+names=(TERM)
+[[ ${MT_SANITIZE:-0} == 1 ]] || names+=(USR1 HUP)
 for name in "${names[@]}"; do
   sig=$name dir="$WORK/signal-$name"
   (export MEGATRAIN_TEST_SLOW_SAVE_MS=3 EXEC=exec
