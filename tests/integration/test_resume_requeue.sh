@@ -18,21 +18,7 @@
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 demo_data "$WORK/english"
-run() {
-  local dir=$1 steps=$2; shift 2
-  "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$dir" --set train.steps="$steps" \
-    --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=1 --set train.eval_interval=0 \
-    --set checkpoint.interval=10 --set checkpoint.keep_last=3 --set optimizer.schedule.decay_steps=30 \
-    --set optimizer.schedule.warmup_steps=5 "$@"
-}
-losses() { grep -o '"step":[0-9]*,"loss":[^,]*' "$1/metrics.jsonl"; }
-# expect STATUS PATTERN CMD...: CMD exits with STATUS and prints PATTERN.
-expect() {
-  local want=$1 pattern=$2 status=0; shift 2
-  "$@" > "$WORK/out.log" 2>&1 || status=$?
-  [[ $status -eq $want ]] || fail "$*: exit $status, expected $want: $(tail -n 3 "$WORK/out.log")"
-  grep -q -- "$pattern" "$WORK/out.log" || fail "$*: output lacks '$pattern': $(tail -n 3 "$WORK/out.log")"
-}
+source "$(dirname "$0")/resume_lib.sh"
 
 run "$WORK/a" 20 > /dev/null # the uninterrupted losses of steps 1-20
 # train.exit_interval and train.exit_duration_mins (Megatron's --exit-interval, --exit-duration-in-mins) stop the
