@@ -36,6 +36,7 @@ if [[ "${OPENBLAS_CORETYPE:-Haswell}" == [Hh][Aa][Ss][Ww][Ee][Ll][Ll] && $(uname
 fi
 filter="${1:-}"
 jobs=${MT_TEST_JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "MT_TEST_JOBS=$jobs: expected a number of tests at a time, 1 or more" >&2; exit 2; }
 passed=0; failed=0; skipped=0; failed_names=()
 logdir=$(mktemp -d)
 declare -A running=()  # pid -> test name
