@@ -5,7 +5,8 @@
 # Usage: bash tests/run_tests.sh [NAME_FILTER]
 # The tests run side by side, as many at a time as the machine has cores (MT_TEST_JOBS: another number; 1 runs them
 # one after another), each line printed when its test ends. Every test works in a directory of its own (lib.sh's
-# WORK); what they share is built under a lock (lib.sh's locked_make). A test whose header holds the line
+# WORK); the emulator's build, which several share, is made under a lock (lib.sh's need_gpu_emu). A test whose
+# header holds the line
 # "# run_tests.sh: alone" (it rebuilds what the others run) runs first, with nothing beside it; one holding
 # "# run_tests.sh: early" (the longest, about minutes) starts before the rest, so that no long one starts last.
 set -u
@@ -39,54 +40,58 @@ jobs=${MT_TEST_JOBS:-$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)}
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "MT_TEST_JOBS=$jobs: expected a number of tests at a time, 1 or more" >&2; exit 2; }
 passed=0; failed=0; skipped=0; failed_names=()
 logdir=$(mktemp -d)
-declare -A running=()  # pid -> test name
+declare -A running=()  # pid -> the test's number (its files in $logdir) and name: a unit program and an integration
+                       # script may share a name (test_fp8, test_moe)
 
-# report NAME: counts and prints the test NAME that ended (its status and seconds in $logdir/NAME.rc)
+# report N NAME: counts and prints the test NAME that ended (its status and seconds in $logdir/N.rc, its output in
+# $logdir/N.log)
 report() {
-  local name=$1 rc secs
-  read -r rc secs < "$logdir/$name.rc"
+  local n=$1 name=$2 rc secs
+  read -r rc secs < "$logdir/$n.rc"
   if [[ $rc -eq 0 ]]; then
     passed=$((passed + 1)); printf 'PASS  %-40s %3ds\n' "$name" "$secs"
   elif [[ $rc -eq 77 ]]; then   # the test said it cannot run here (exit 77)
-    skipped=$((skipped + 1)); printf 'SKIP  %-40s %s\n' "$name" "$(tail -n 1 "$logdir/$name.log")"
+    skipped=$((skipped + 1)); printf 'SKIP  %-40s %s\n' "$name" "$(tail -n 1 "$logdir/$n.log")"
   else
     failed=$((failed + 1)); failed_names+=("$name")
     printf 'FAIL  %-40s %3ds\n' "$name" "$secs"
-    sed 's/^/      | /' "$logdir/$name.log" | tail -n 40
+    sed 's/^/      | /' "$logdir/$n.log" | tail -n 40
   fi
 }
 # reap: waits for one running test to end and reports it
 reap() {
   local pid
   wait -n -p pid "${!running[@]}" || true
-  report "${running[$pid]}"
+  report ${running[$pid]}
   unset "running[$pid]"
 }
-# start NAME CMD...: runs CMD in the background as the test NAME once fewer than $jobs tests run
+# start N NAME CMD...: runs CMD in the background as the test NAME (number N) once fewer than $jobs tests run
 start() {
-  local name=$1; shift
+  local n=$1 name=$2; shift 2
   while (( ${#running[@]} >= jobs )); do reap; done
-  ( s=$SECONDS; "$@" > "$logdir/$name.log" 2>&1; echo "$? $((SECONDS - s))" > "$logdir/$name.rc" ) &
-  running[$!]=$name
+  ( s=$SECONDS; "$@" > "$logdir/$n.log" 2>&1; echo "$? $((SECONDS - s))" > "$logdir/$n.rc" ) &
+  running[$!]="$n $name"
 }
 drain() { while (( ${#running[@]} > 0 )); do reap; done; }
 
 alone=(); early=(); rest=()
 for t in "${MT_UNIT_DIR:-build/tests}"/test_*; do
-  [[ -x "$t" ]] && rest+=("$(basename "$t")|$t")
+  [[ -x "$t" ]] && rest+=("run|$(basename "$t")|$t")
 done
 for t in tests/integration/test_*.sh; do
   [[ -f "$t" ]] || continue
   entry="$(basename "$t" .sh)|$t"
-  if grep -q '^# run_tests.sh: alone' "$t"; then alone+=("$entry")
-  elif grep -q '^# run_tests.sh: early' "$t"; then early+=("$entry")
-  else rest+=("$entry"); fi
+  if grep -q '^# run_tests.sh: alone' "$t"; then alone+=("alone|$entry")
+  elif grep -q '^# run_tests.sh: early' "$t"; then early+=("run|$entry")
+  else rest+=("run|$entry"); fi
 done
+n=0
 for entry in "${alone[@]}" "${early[@]}" "${rest[@]}"; do
-  name=${entry%%|*} path=${entry#*|}
+  IFS='|' read -r kind name path <<< "$entry"
   [[ -n "$filter" && "$name" != *"$filter"* ]] && continue
-  if [[ $path == *.sh ]]; then start "$name" bash "$path"; else start "$name" "$path"; fi
-  for a in "${alone[@]}"; do [[ $a == "$entry" ]] && drain; done
+  n=$((n + 1))
+  if [[ $path == *.sh ]]; then start $n "$name" bash "$path"; else start $n "$name" "$path"; fi
+  [[ $kind != alone ]] || drain
 done
 drain
 
