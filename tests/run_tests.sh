@@ -43,20 +43,27 @@ logdir=$(mktemp -d)
 declare -A running=()  # pid -> the test's number (its files in $logdir) and name: a unit program and an integration
                        # script may share a name (test_fp8, test_moe)
 
-# report N NAME: counts and prints the test NAME that ended (its status and seconds in $logdir/N.rc, its output in
-# $logdir/N.log)
+# report N NAME: counts and prints the test NAME that ended (its status and wall seconds in $logdir/N.rc, its
+# processor time in N.times, its output in N.log)
 report() {
-  local n=$1 name=$2 rc secs
+  local n=$1 name=$2 rc secs cpu
   read -r rc secs < "$logdir/$n.rc"
+  cpu=$(cpu_seconds "$logdir/$n.times")
   if [[ $rc -eq 0 ]]; then
-    passed=$((passed + 1)); printf 'PASS  %-40s %3ds\n' "$name" "$secs"
+    passed=$((passed + 1)); printf 'PASS  %-40s %3ds  (cpu %ds)\n' "$name" "$secs" "$cpu"
   elif [[ $rc -eq 77 ]]; then   # the test said it cannot run here (exit 77)
     skipped=$((skipped + 1)); printf 'SKIP  %-40s %s\n' "$name" "$(tail -n 1 "$logdir/$n.log")"
   else
     failed=$((failed + 1)); failed_names+=("$name")
-    printf 'FAIL  %-40s %3ds\n' "$name" "$secs"
+    printf 'FAIL  %-40s %3ds  (cpu %ds)\n' "$name" "$secs" "$cpu"
     sed 's/^/      | /' "$logdir/$n.log" | tail -n 40
   fi
+}
+# cpu_seconds FILE: the processor seconds (user and system), whole, of the children in FILE (what `times` printed in
+# the test's shell: its second line, "1m2.345s 0m0.678s"): what a test costs the machine, where its wall seconds
+# beside the others say little
+cpu_seconds() {
+  awk 'NR == 2 { split($0, f, /[ ms]+/); printf "%d", f[1] * 60 + f[2] + f[3] * 60 + f[4] + 0.5 }' "$1"
 }
 # reap: waits for one running test to end and reports it
 reap() {
@@ -69,7 +76,8 @@ reap() {
 start() {
   local n=$1 name=$2; shift 2
   while (( ${#running[@]} >= jobs )); do reap; done
-  ( s=$SECONDS; "$@" > "$logdir/$n.log" 2>&1; echo "$? $((SECONDS - s))" > "$logdir/$n.rc" ) &
+  ( s=$SECONDS; "$@" > "$logdir/$n.log" 2>&1; rc=$?; times > "$logdir/$n.times"
+    echo "$rc $((SECONDS - s))" > "$logdir/$n.rc" ) &
   running[$!]="$n $name"
 }
 drain() { while (( ${#running[@]} > 0 )); do reap; done; }
