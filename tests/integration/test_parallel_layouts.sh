@@ -2,9 +2,13 @@
 # test_parallel_layouts.sh: every layout among tp in {1,2}, pp in {1,2} (and
 # pp 2 with vpp 2), dp in {1,2} and cp in {1,2}, with and without sequence
 # parallel (tp 2) and the distributed optimizer (dp 2), on up to 8 ranks under
-# mpirun on the CPU, trains the single-rank losses and grad norms for 10 steps
-# (relative error < 1e-5), for tiny llama, qwen2 (biases) and qwen3 (qk-norm,
-# tied embeddings: the embedding group); then uneven stages from
+# mpirun on the CPU (53 layouts), trains the single-rank losses and grad norms for 10 steps
+# (relative error < 1e-5), each with one of tiny llama, qwen2 (biases) and qwen3 (qk-norm,
+# tied embeddings: the embedding group): the family whose number is the sum of the layout's choices
+# (tp - 1, pp 1 / 2 / 2 with vpp 2 as 0 / 1 / 2, dp - 1, cp - 1, sp, zero) mod 3, so that each family
+# meets every pair of choices the grid has (tp 2 with cp 2, sp with zero, ...; checked at the end), in a
+# third of the launches that every family on every layout takes (MT_LAYOUTS_ALL=1: all three on each, 159
+# runs; most of a launch is eight processes starting, not the ten steps); then uneven stages from
 # parallel.pp_layers, and an evaluation long enough for the pipeline to run
 # it in several rounds. Only rank 0 logs. Skips without mpirun.
 # run_tests.sh: early (about 4 minutes on 2 cores)
@@ -18,20 +22,36 @@ COMMON=(--set train.steps=10 --set logging.interval=1 --set train.micro_batch_si
         --set checkpoint.interval=0 --set train.eval_interval=5 --set train.eval_batches=3
         --set "data.train=[{path: $WORK/english, weight: 1.0}]")
 
-runs=0
-for family in llama qwen2 qwen3; do
-  extra=()
-  [[ $family == qwen3 ]] && extra=(--set model.tie_word_embeddings=true)
+FAMILIES=(llama qwen2 qwen3)
+family_extra() { [[ $1 != qwen3 ]] || echo "--set model.tie_word_embeddings=true"; }
+for family in "${FAMILIES[@]}"; do
   base="$WORK/$family-base"
-  "$MEGATRAIN" run "$REPO/recipes/tiny/$family.yaml" --set run.dir="$base" "${COMMON[@]}" "${extra[@]}" > "$base.log"
-  for tp in 1 2; do for pp in 1 2 2v; do for dp in 1 2; do for cp in 1 2; do
-    for sp in false true; do for zero in false true; do
-      [[ $sp == true && $tp == 1 ]] && continue
-      [[ $zero == true && $dp == 1 ]] && continue
-      vpp=1; p=$pp
-      [[ $pp == 2v ]] && { p=2; vpp=2; }
-      np=$((tp * p * dp * cp))
-      (( np > 1 )) || continue
+  # shellcheck disable=SC2046
+  "$MEGATRAIN" run "$REPO/recipes/tiny/$family.yaml" --set run.dir="$base" "${COMMON[@]}" $(family_extra $family) > "$base.log"
+done
+runs=0
+declare -A grid_pairs=() family_pairs=()  # "tp=2 cp=2" the grid has; "qwen3 tp=2 cp=2" a family ran
+for tp in 1 2; do for pp in 1 2 2v; do for dp in 1 2; do for cp in 1 2; do
+  for sp in false true; do for zero in false true; do
+    [[ $sp == true && $tp == 1 ]] && continue
+    [[ $zero == true && $dp == 1 ]] && continue
+    vpp=1; p=$pp
+    [[ $pp == 2v ]] && { p=2; vpp=2; }
+    np=$((tp * p * dp * cp))
+    (( np > 1 )) || continue
+    choices=("tp=$tp" "pp=$pp" "dp=$dp" "cp=$cp" "sp=$sp" "zero=$zero")
+    pick=$((tp - 1 + dp - 1 + cp - 1))  # the family: the sum of the choices' numbers, mod 3
+    case $pp in 2) pick=$((pick + 1)) ;; 2v) pick=$((pick + 2)) ;; esac
+    [[ $sp == false ]] || pick=$((pick + 1))
+    [[ $zero == false ]] || pick=$((pick + 1))
+    families=("${FAMILIES[$((pick % 3))]}")
+    [[ ${MT_LAYOUTS_ALL:-0} == 1 ]] && families=("${FAMILIES[@]}")
+    for family in "${families[@]}"; do
+      for ((i = 0; i < 6; i++)); do for ((j = i + 1; j < 6; j++)); do
+        grid_pairs["${choices[i]} ${choices[j]}"]=1; family_pairs["$family ${choices[i]} ${choices[j]}"]=1
+      done; done
+      base="$WORK/$family-base"
+      read -ra extra <<< "$(family_extra $family)"
       name="$family-tp$tp-pp$pp-dp$dp-cp$cp-sp$sp-zero$zero"
       timeout 120 mpirun --allow-run-as-root --oversubscribe -np $np "$MEGATRAIN" run \
         "$REPO/recipes/tiny/$family.yaml" --set run.dir="$WORK/$name" "${COMMON[@]}" "${extra[@]}" \
@@ -44,10 +64,15 @@ for family in llama qwen2 qwen3; do
       done
       runs=$((runs + 1))
       rm -rf "$WORK/$name"
-    done; done
-  done; done; done; done
-  echo "$family: every layout matches the single rank"
+    done
+  done; done
+done; done; done; done
+for pair in "${!grid_pairs[@]}"; do
+  for family in "${FAMILIES[@]}"; do
+    [[ -n ${family_pairs["$family $pair"]:-} ]] || fail "$family never ran with $pair: the families' rotation misses a pair"
+  done
 done
+echo "$runs runs: every layout matches the single rank, each family with every pair of choices (${#grid_pairs[@]})"
 
 # Uneven stages from parallel.pp_layers (a chunk may hold no layer).
 for layout in "2:--set parallel.pp=2 --set parallel.pp_layers=[1,3]" \
