@@ -11,7 +11,6 @@
 # runs; most of a launch is eight processes starting, not the ten steps); then uneven stages from
 # parallel.pp_layers, and an evaluation long enough for the pipeline to run
 # it in several rounds. Only rank 0 logs. Skips without mpirun.
-# run_tests.sh: early (about 4 minutes on 2 cores)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 command -v mpirun > /dev/null || { echo "mpirun not found"; exit 77; }
