@@ -42,12 +42,16 @@ ck="$WORK/straight/checkpoints"
 for f in metadata.mtck model.yaml recipe.yaml shard_00000.zst; do
   [[ -s "$ck/iter_0000040/$f" ]] || fail "iter_0000040/$f missing"
 done
-run "$WORK/keep-all" 30 --set checkpoint.keep_last=0 --set train.eval_interval=0 > "$WORK/keep-all.log"
-[[ "$(ls "$WORK/keep-all/checkpoints" | tr '\n' ' ')" == "iter_0000010 iter_0000020 iter_0000030 latest_checkpointed_iteration.txt " ]] &&
-  ! grep -q "retention" "$WORK/keep-all.log" || fail "keep_last 0 should keep every checkpoint: $(ls "$WORK/keep-all/checkpoints")"
+# (Under ThreadSanitizer, test_host_threads_tsan.sh: neither keep_last 0, which the straight run's saves cover, nor
+# the synchronous saves, which start no thread: 35 s there.)
+if [[ ${MT_SANITIZE:-0} != 1 ]]; then
+  run "$WORK/keep-all" 30 --set checkpoint.keep_last=0 --set train.eval_interval=0 > "$WORK/keep-all.log"
+  [[ "$(ls "$WORK/keep-all/checkpoints" | tr '\n' ' ')" == "iter_0000010 iter_0000020 iter_0000030 latest_checkpointed_iteration.txt " ]] &&
+    ! grep -q "retention" "$WORK/keep-all.log" || fail "keep_last 0 should keep every checkpoint: $(ls "$WORK/keep-all/checkpoints")"
+fi
 grep -q "global_batch_size\":16" "$WORK/straight/metrics.jsonl" || fail "the batch schedule did not change"
 
-for async in true false; do
+for async in true $([[ ${MT_SANITIZE:-0} == 1 ]] || echo false); do
   dir="$WORK/resumed-$async"
   run "$dir" 20 --set checkpoint.async=$async > /dev/null
   [[ "$(cat "$dir/checkpoints/latest_checkpointed_iteration.txt")" == 20 ]] || fail "async=$async: no checkpoint at 20"
