@@ -7,7 +7,8 @@
 # tokenize batches that the reader hands out and the writer takes back in
 # order. The integration tests that drive them run again on that binary:
 #   - test_resume_options (async saves, one of them failing in the writer),
-#     test_ckpt_kill (async and sync saves killed midway), test_resume;
+#     test_ckpt_kill (async and sync saves killed midway), test_resume (its
+#     async saves, resumes and SIGTERM: MT_SANITIZE=1 leaves out the rest);
 #   - test_data_build (a FIFO build stopped by signals), test_data_build_sft,
 #     test_data_build_tokenizer, test_data_build_scale (--workers 1, 3 and
 #     7 give the same bytes, on its text input; its address-space limits are skipped, as under
