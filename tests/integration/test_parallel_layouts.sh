@@ -25,8 +25,8 @@ FAMILIES=(llama qwen2 qwen3)
 family_extra() { [[ $1 != qwen3 ]] || echo "--set model.tie_word_embeddings=true"; }
 for family in "${FAMILIES[@]}"; do
   base="$WORK/$family-base"
-  # shellcheck disable=SC2046
-  "$MEGATRAIN" run "$REPO/recipes/tiny/$family.yaml" --set run.dir="$base" "${COMMON[@]}" $(family_extra $family) > "$base.log"
+  read -ra extra <<< "$(family_extra $family)"
+  "$MEGATRAIN" run "$REPO/recipes/tiny/$family.yaml" --set run.dir="$base" "${COMMON[@]}" "${extra[@]}" > "$base.log"
 done
 runs=0
 declare -A grid_pairs=() family_pairs=()  # "tp=2 cp=2" the grid has; "qwen3 tp=2 cp=2" a family ran
@@ -45,10 +45,11 @@ for tp in 1 2; do for pp in 1 2 2v; do for dp in 1 2; do for cp in 1 2; do
     [[ $zero == false ]] || pick=$((pick + 1))
     families=("${FAMILIES[$((pick % 3))]}")
     [[ ${MT_LAYOUTS_ALL:-0} == 1 ]] && families=("${FAMILIES[@]}")
+    for ((i = 0; i < 6; i++)); do for ((j = i + 1; j < 6; j++)); do
+      grid_pairs["${choices[i]} ${choices[j]}"]=1
+      for family in "${families[@]}"; do family_pairs["$family ${choices[i]} ${choices[j]}"]=1; done
+    done; done
     for family in "${families[@]}"; do
-      for ((i = 0; i < 6; i++)); do for ((j = i + 1; j < 6; j++)); do
-        grid_pairs["${choices[i]} ${choices[j]}"]=1; family_pairs["$family ${choices[i]} ${choices[j]}"]=1
-      done; done
       base="$WORK/$family-base"
       read -ra extra <<< "$(family_extra $family)"
       name="$family-tp$tp-pp$pp-dp$dp-cp$cp-sp$sp-zero$zero"
