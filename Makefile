@@ -280,6 +280,8 @@ tsan-build:
 # host code under ThreadSanitizer, emu_exec.cpp without it (EMU_TSAN: it tells ThreadSanitizer which CUDA thread runs
 # and what orders them), so that two threads of a block that touch the same memory with no barrier between are
 # reported whatever order the emulator runs them in. tests/integration/test_gpu_emu_racecheck.sh (CI) runs it.
+# GCC's ThreadSanitizer, not clang's: clang's runtime shares 256 slots among the fibres and misses races between
+# them (tests/gpu/emu/README.md, "The racecheck").
 EMU_TSAN_BUILD := build/emu-tsan
 .PHONY: gpu-emu-tsan-build
 gpu-emu-tsan-build:
