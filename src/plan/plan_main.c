@@ -37,6 +37,7 @@ static const char *const plan_usage =
     "           --set train.seq_len=8192 --set train.recompute=full --device-memory 80\n";
 
 static const double GiB = 1073741824.0;
+static const double MiB = 1048576.0;
 
 /* 1234567 -> "1.23M" */
 static const char *count_text(double n, char *buf, size_t len) {
@@ -171,19 +172,26 @@ int plan_main(int argc, char **argv) {
            plan.micro_batches == 1 ? "" : "es", recipe.train.micro_batch_size,
            flop_text(plan.flops_per_step, f1, sizeof f1), m->peft.type == PEFT_LORA ? "4N frozen + 6N adapters" : "6N",
            flop_text(plan.flops_per_rank, f2, sizeof f2));
+    /* the table's unit: GiB, or MiB where every stage is under a GiB (a tiny recipe's figures would all be 0.00) */
+    double largest = 0;
+    for (int s = 0; s < g->pp; s++) largest = fmax(largest, plan.stages[s].total_bytes);
+    const double unit = largest < GiB ? MiB : GiB;
+    const char *unit_name = largest < GiB ? "MiB" : "GiB";
+    char total_head[16];
+    snprintf(total_head, sizeof total_head, "total %s", unit_name);
     printf("%-6s %-12s %-9s %9s %9s %9s %9s %18s %9s %10s  holds\n", "stage", "ranks", "params", "weights", "grads",
-           "AdamW", "dist-opt", "activations", "logits", "total GiB");
+           "AdamW", "dist-opt", "activations", "logits", total_head);
     const int per_stage = g->tp * g->cp * g->dp;
     for (int s = 0; s < g->pp; s++) {
         const PlanStage *st = &plan.stages[s];
         char ranks[32], acts[40];
         if (per_stage == 1) snprintf(ranks, sizeof ranks, "%d", s);
         else snprintf(ranks, sizeof ranks, "%d-%d", s * per_stage, (s + 1) * per_stage - 1);
-        snprintf(acts, sizeof acts, "%.2f (%.3g in flight)", st->activation_bytes / GiB, st->in_flight);
+        snprintf(acts, sizeof acts, "%.2f (%.3g in flight)", st->activation_bytes / unit, st->in_flight);
         printf("%-6d %-12s %-9s %9.2f %9.2f %9.2f %9s %18s %9.2f %10.2f  ", s, ranks,
-               count_text(st->params, a, sizeof a), st->weight_bytes / GiB, st->grad_bytes / GiB,
-               st->optimizer_bytes / GiB, par->distributed_optimizer ? "yes" : "no", acts, st->logits_bytes / GiB,
-               st->total_bytes / GiB);
+               count_text(st->params, a, sizeof a), st->weight_bytes / unit, st->grad_bytes / unit,
+               st->optimizer_bytes / unit, par->distributed_optimizer ? "yes" : "no", acts, st->logits_bytes / unit,
+               st->total_bytes / unit);
         print_stage_layers(st);
         putchar('\n');
     }
@@ -203,9 +211,9 @@ int plan_main(int argc, char **argv) {
     }
     const Recompute rc = recipe.train.recompute;
     if (rc != RECOMPUTE_NONE)
-        printf("recompute: %s (activations: %s kept per layer, a working set of %.2f GiB per stage once)\n",
+        printf("recompute: %s (activations: %s kept per layer, a working set of %.2f %s per stage once)\n",
                recompute_names[rc], rc == RECOMPUTE_FULL ? "each layer's input" : "no attention core or SwiGLU",
-               plan.stages[plan_worst_stage(&plan)].recompute_bytes / GiB);
+               plan.stages[plan_worst_stage(&plan)].recompute_bytes / unit, unit_name);
     if (plan.gpu) { /* what `run` refuses on GPUs, all of it, as run says it */
         const ModelDeviceSetup setup = {.device = recipe.run.device, .cfg = m, .parallel = par,
                                         .precision = recipe.precision, .loss = recipe.train.loss,

@@ -10,7 +10,8 @@
 # estimate (ZeRO-1 only at dp > 1), then the ranks to raise; what `run`
 # refuses on GPUs is listed, every setting at once. train.recompute lowers the
 # activations (none > selective > full), and its line carries no GPU note
-# (cuda runs every mode, MoE models' full recompute included).
+# (cuda runs every mode, MoE models' full recompute included). The table is
+# in MiB where every stage is under a GiB.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cat > "$WORK/r.yaml" <<EOF2
@@ -35,6 +36,10 @@ grep -q "^0 .*embedding, layers none, 2$" "$WORK/empty.out" && grep -q "^1 .*lay
 "$MEGATRAIN" plan "$REPO/recipes/tiny/llama.yaml" --world 2 --set parallel.pp=2 --set 'parallel.pp_layers=[0, 2]' \
   --set train.micro_batch_size=4 > "$WORK/empty.out"
 grep -q "^0 .*embedding, no layers$" "$WORK/empty.out" || fail "an empty stage: $(cat "$WORK/empty.out")"
+# the table's unit: GiB for the 8B, MiB where every stage is under a GiB (the tiny model's total is not 0.00)
+grep -q "^stage .* total GiB  holds$" "$WORK/out" || fail "the 8B's table is not in GiB"
+grep -q "^stage .* total MiB  holds$" "$WORK/empty.out" &&
+  awk '$1 == "1" { exit !($13 > 0.1 && $13 < 1024) }' "$WORK/empty.out" || fail "the tiny model's table: $(cat "$WORK/empty.out")"
 [[ ! -s "$WORK/err" ]] || fail "unexpected warning: $(cat "$WORK/err")"
 grep -q "device cuda (bf16 copy + fp32 master weights, fp32 grads, fp32 AdamW states)" "$WORK/out" || fail "no dtypes"
 grep -q "^memory: not checked (--device-memory GiB" "$WORK/out" || fail "no line saying the memory was not checked"
