@@ -7,6 +7,7 @@
 #include <string.h>
 
 int mt_log_enabled = 1;
+int mt_lead_rank = 1;
 
 /* Each message is formatted whole and written with one call under its stream's lock (flockfile): a line of the
  * checkpoint writer thread never lands inside one of the main thread's, nor (stderr being unbuffered, where each
@@ -59,7 +60,7 @@ void mt_warn(const char *fmt, ...) {
 }
 
 void mt_log_warn(const char *fmt, ...) {
-    if (!mt_log_enabled) return;
+    if (!mt_lead_rank) return;
     va_list ap;
     va_start(ap, fmt);
     print_line(stderr, "megatrain: warning: ", fmt, ap);

@@ -22,13 +22,16 @@ void mt_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Print "megatrain: warning: <message>" to stderr. */
 void mt_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
-/* Print "megatrain: warning: <message>" to stderr only when mt_log_enabled: a warning the job says once (rank 0),
- * where every rank would say the same. */
+/* Print "megatrain: warning: <message>" to stderr only when mt_lead_rank: a warning the job says once (rank 0),
+ * where every rank would say the same (a dataset's flaw that every rank's loader finds). */
 void mt_log_warn(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Print an informational line to stdout (only when mt_log_enabled). */
 void mt_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* mt_log_enabled: informational lines go to stdout (0 on a run's other ranks, and in commands whose stdout is their
+ * result alone); mt_lead_rank: this process speaks for the job (0 on a run's ranks but rank 0). Both start at 1. */
 extern int mt_log_enabled;
+extern int mt_lead_rank;
 
 /* Allocation that never returns NULL: dies with MT_EXIT_FAILURE instead. */
 void *mt_malloc(size_t bytes);

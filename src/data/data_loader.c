@@ -171,7 +171,7 @@ static int open_sources(DataLoader *loader, const DataSource *sources, int count
         free(empty);
         return -1;
     }
-    for (int i = 0; i < num_empty; i++) mt_warn("%s; leaving it out of the %s blend", empty[i], split_names[which]);
+    for (int i = 0; i < num_empty; i++) mt_log_warn("%s; leaving it out of the %s blend", empty[i], split_names[which]);
     *weighed_by_size = by_size && loader->num_datasets > 1;
     free(empty);
     return 0;

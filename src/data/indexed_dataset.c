@@ -132,8 +132,8 @@ static int open_index(IndexedDataset *ds, const char *path, char *err, size_t er
     }
     if (need < file_size && first_warning(path, 'm')) { /* Megatron's multimodal datasets keep a mode byte a sequence there */
         const unsigned long long extra = (unsigned long long)(file_size - (uint64_t)need);
-        mt_warn("%s: %llu bytes after the document index%s; megatrain reads the tokens as text and ignores them", path,
-                extra, extra == n ? " (one a sequence: a Megatron multimodal dataset's sequence modes)" : "");
+        mt_log_warn("%s: %llu bytes after the document index%s; megatrain reads the tokens as text and ignores them",
+                    path, extra, extra == n ? " (one a sequence: a Megatron multimodal dataset's sequence modes)" : "");
     }
     void *map = mmap(NULL, (size_t)file_size, PROT_READ, MAP_SHARED, fd, 0);
     if (map == MAP_FAILED) {
@@ -209,9 +209,9 @@ static int check_contents(const IndexedDataset *ds, const char *idx_path, const 
     }
     const int64_t last = indexed_document(ds, ds->num_documents_plus_one - 1);
     if (last != ds->num_sequences && first_warning(idx_path, 'd')) /* Megatron's builder ends it there; its reader skips them */
-        mt_warn("%s: the document index ends at sequence %lld of %lld: the last %lld sequences belong to no document "
-                "and are not used", idx_path, (long long)last, (long long)ds->num_sequences,
-                (long long)(ds->num_sequences - last));
+        mt_log_warn("%s: the document index ends at sequence %lld of %lld: the last %lld sequences belong to no "
+                    "document and are not used", idx_path, (long long)last, (long long)ds->num_sequences,
+                    (long long)(ds->num_sequences - last));
     return 0;
 }
 

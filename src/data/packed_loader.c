@@ -80,23 +80,23 @@ int packed_sources_build(PackedRows *rows, const PackedSource *sources, int n, c
         char key[160];
         snprintf(key, sizeof key, "%s (%s rows)", sources[i].key, split_name);
         if (rows[i].truncated)
-            mt_warn("data: %s: %lld documents longer than seq_len + 1 = %d tokens were truncated to it "
-                    "(data.pack_overlong: truncate)", key, (long long)rows[i].truncated, seq_len + 1);
+            mt_log_warn("data: %s: %lld documents longer than seq_len + 1 = %d tokens were truncated to it "
+                        "(data.pack_overlong: truncate)", key, (long long)rows[i].truncated, seq_len + 1);
         const int64_t empty = truncated_without_targets(&rows[i], sources[i].ds, sources[i].mask, seq_len);
         const bool training = strcmp(split_name, "train") == 0; /* else validation rows: a run's, or eval's */
         if (empty)
-            mt_warn("data: %s: %lld of those %lld truncated documents keep no target the loss mask counts (the "
-                    "tokens it counts, a completion or an assistant's turn, all lie past the first %d): %s%s; a "
-                    "longer %s keeps them (data.pack_overlong: error names the first overlong one)",
-                    key, (long long)empty, (long long)rows[i].truncated, seq_len + 1,
-                    training ? "they train nothing" : "they add nothing to the evaluation's loss",
-                    empty != rows[i].documents ? ""
-                    : training ? ", and neither does any other document of it (every step's loss will be 0)"
-                               : ", and neither does any other document of it",
-                    training ? "train.seq_len" : "seq_len (train.seq_len; eval's --seq-len)");
+            mt_log_warn("data: %s: %lld of those %lld truncated documents keep no target the loss mask counts (the "
+                        "tokens it counts, a completion or an assistant's turn, all lie past the first %d): %s%s; a "
+                        "longer %s keeps them (data.pack_overlong: error names the first overlong one)",
+                        key, (long long)empty, (long long)rows[i].truncated, seq_len + 1,
+                        training ? "they train nothing" : "they add nothing to the evaluation's loss",
+                        empty != rows[i].documents ? ""
+                        : training ? ", and neither does any other document of it (every step's loss will be 0)"
+                                   : ", and neither does any other document of it",
+                        training ? "train.seq_len" : "seq_len (train.seq_len; eval's --seq-len)");
         if (rows[i].too_short)
-            mt_warn("data: %s: %lld documents of one token have no target and were left out", key,
-                    (long long)rows[i].too_short);
+            mt_log_warn("data: %s: %lld documents of one token have no target and were left out", key,
+                        (long long)rows[i].too_short);
     }
     return 0;
 }

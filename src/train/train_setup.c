@@ -321,7 +321,7 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, const char *toke
                        const char *tokenizer_source, char *err, size_t errlen) {
     memset(ctx, 0, sizeof *ctx);
     ctx->recipe = recipe;
-    if (comm_world()->rank != 0) mt_log_enabled = 0; /* rank 0 prints for the job */
+    if (comm_world()->rank != 0) mt_log_enabled = mt_lead_rank = 0; /* rank 0 prints for the job */
     train_state_init(&ctx->state, recipe->run.seed);
     snprintf(ctx->checkpoints_dir, sizeof ctx->checkpoints_dir, "%s/checkpoints", recipe->run.dir);
 

@@ -9,7 +9,7 @@
 # pp 2 x cp 2 x dp 2 (ZeRO-1) gives the one-rank losses and grad norms; a
 # conversation longer than seq_len + 1 stops the run
 # naming the document, and data.pack_overlong: truncate says how many it cut (and how many of those keep no
-# counted target);
+# counted target), once at dp 2 (rank 0 speaks for the job);
 # the cuda build (when there is one) refuses data.pack on cuda.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -89,6 +89,13 @@ grep -q "data.train $WORK/chat: [0-9]* documents* [a-z]* longer than train.seq_l
   --set data.pack_overlong=truncate > "$WORK/cut.log" 2>&1 || fail "truncate: $(tail -3 "$WORK/cut.log")"
 grep -q "documents longer than seq_len + 1 = 129 tokens were truncated to it" "$WORK/cut.log" ||
   fail "truncate does not say so: $(head "$WORK/cut.log")"
+if command -v mpirun > /dev/null; then  # every rank's loader finds it; the job says it once (rank 0)
+  timeout 120 mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" run "$RECIPE" --set run.dir="$WORK/cut2" \
+    "${COMMON[@]}" --set train.seq_len=128 --set data.pack_overlong=truncate > "$WORK/cut2.log" 2>&1 ||
+    fail "truncate at dp 2: $(tail -3 "$WORK/cut2.log")"
+  said=$(grep -c "documents longer than seq_len + 1 = 129 tokens were truncated to it" "$WORK/cut2.log" || true)
+  [[ $said -eq 1 ]] || fail "truncate at dp 2: the warning said $said times, expected once: $(head "$WORK/cut2.log")"
+fi
 # Truncated documents whose kept part holds no counted target (the template's header and the user's turn fill it):
 # at seq_len 128 every conversation (its first counted token is its 130th or later), whose run logs loss 0, and
 # at 144 those whose first counted token lies past token 144, counted here from the .bin/.idx and the mask
