@@ -185,10 +185,10 @@ static int cmd_data(int argc, char **argv) {
 /* convert, eval, inspect, data and plan run in one process. Launched on several ranks (a job script that puts
  * `mpirun -np N` before every step), the copies would race over the same output files: rank 0 does the work, and
  * the others leave at once with status 0. Whether this process is one of several is the launcher's word
- * (launch_env.h); a plain call in a Slurm batch script is rank 0 there. */
+ * (launch_env.h); a plain call in a Slurm batch script is one process, and says nothing of ranks. */
 static bool left_to_rank0(const char *cmd) {
     const int world = launch_world_size();
-    if (world <= 1) return false;
+    if (!launch_started_several()) return false;
     if (launch_rank() != 0) return true;
     /* on stderr: stdout may be the command's result (eval --json, data inspect --json) */
     fprintf(stderr, "%s runs in one process; this launch has %d ranks (%s): rank 0 does the work, the others exit "

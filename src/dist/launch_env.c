@@ -2,6 +2,7 @@
 #include "launch_env.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* The first of `names` set to a number in [0, 2^30) (its name in *which), else fallback (*which NULL). */
 static int env_int_from(const char *const *names, int fallback, const char **which) {
@@ -30,6 +31,12 @@ const char *launch_world_size_name(void) {
     const char *which;
     env_int_from(world_size_names, 1, &which);
     return which;
+}
+
+int launch_started_several(void) {
+    const char *which = launch_world_size_name();
+    if (launch_world_size() <= 1) return 0;
+    return strcmp(which, "SLURM_NTASKS") != 0 || getenv("SLURM_STEP_NUM_TASKS") != NULL;
 }
 
 int launch_local_rank(void) {

@@ -7,7 +7,8 @@
 # documents' ids and text decoded (the fixtures' ids and texts of
 # tests/fixtures/tokenizers, in text and JSON), and which tokenizer built it
 # (PREFIX.build.json: --tokenizer's or not, none, unreadable). A missing or corrupt dataset
-# is an error naming the file and what is wrong.
+# is an error naming the file and what is wrong. Under mpirun and srun rank 0 alone
+# answers; a Slurm batch script's own call (no srun) is one process and says nothing of ranks.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 D="$WORK"
@@ -36,6 +37,15 @@ if command -v mpirun > /dev/null; then
   cmp -s "$D/out.txt" "$D/mpi.txt" || fail "data inspect --json under mpirun printed other output: $(head -c 300 "$D/mpi.txt")"
   grep -q "rank 0 does the work" "$D/mpi.err" || fail "data inspect under mpirun: no line on stderr"
 fi
+# Slurm: a batch script's own call (SLURM_NTASKS of the allocation, no srun step) is one process and says nothing of
+# ranks; a task of an srun step other than the first leaves at once (no MPI needed: the launcher's variables)
+SLURM_NTASKS=4 SLURM_PROCID=0 "$MEGATRAIN" data inspect "$D/lengths" --json --docs 2 > "$D/slurm.txt" 2> "$D/slurm.err" &&
+  cmp -s "$D/out.txt" "$D/slurm.txt" && [[ ! -s "$D/slurm.err" ]] || fail "a Slurm batch script's call: $(cat "$D/slurm.err")"
+SLURM_NTASKS=4 SLURM_STEP_NUM_TASKS=4 SLURM_PROCID=0 "$MEGATRAIN" data inspect "$D/lengths" --json --docs 2 \
+  > "$D/slurm.txt" 2> "$D/slurm.err" && cmp -s "$D/out.txt" "$D/slurm.txt" &&
+  grep -q "this launch has 4 ranks (SLURM_NTASKS): rank 0 does the work" "$D/slurm.err" || fail "srun's task 0: $(cat "$D/slurm.err")"
+SLURM_NTASKS=4 SLURM_STEP_NUM_TASKS=4 SLURM_PROCID=2 "$MEGATRAIN" data inspect "$D/lengths" --json --docs 2 \
+  > "$D/slurm.txt" 2> "$D/slurm.err" && [[ ! -s "$D/slurm.txt" && ! -s "$D/slurm.err" ]] || fail "srun's task 2 answered"
 expect '"documents":100,"sequences":100,"tokens":5150,"bin_bytes":10300,"unindexed_bytes":0,"min_id":10,"max_id":120,"tokenizer":"byte","vocab_size":256,"ids_inside_vocab":true,"end_of_document_id":10,"documents_ending_with_it":100,"document_tokens":{"min":2,"mean":51.5,"median":51,"p95":96,"max":101}'
 expect '"first_documents":[{"index":0,"tokens":2,"ids":[120,10],"text":"x\n"},{"index":1,"tokens":39,"ids":[120,'
 expect '"build_record":{"tokenizer":"byte","vocab_size":256,"same_as_tokenizer_option":null}}'
