@@ -99,6 +99,17 @@ static const char *in_line(const char *why) {
     return strncmp(why, prefix, sizeof prefix - 1) == 0 ? why + sizeof prefix - 1 : why;
 }
 
+/* What to add to a bad JSON line's error when the line opens a JSON array: a whole-file JSON list of records (as
+ * many datasets ship), not JSON Lines. */
+static const char *array_hint(const char *line, size_t len) {
+    size_t i = 0;
+    while (i < len && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) i++;
+    return i < len && line[i] == '['
+               ? " (the line opens a JSON array: data build reads JSON Lines, one object a line; "
+                 "`jq -c '.[]' FILE.json > FILE.jsonl` writes a list of records so)"
+               : "";
+}
+
 static int run_line(const BuildSpec *spec, BuildWorkerState *w, BuildBatch *b, const char *line, size_t len,
                     int64_t number, bool truncated) {
     if (is_blank(line, len)) {
@@ -111,8 +122,8 @@ static int run_line(const BuildSpec *spec, BuildWorkerState *w, BuildBatch *b, c
         char why[256];
         int status = json_object_string_field(line, len, spec->json_key, &w->field, why, sizeof why);
         if (status == JSON_SYNTAX_ERROR) {
-            fail_line(b, number, "%s:%lld: bad JSON: %s%s", spec->input, (long long)number, in_line(why),
-                      truncated ? " (the file ends inside this line: truncated?)" : "");
+            fail_line(b, number, "%s:%lld: bad JSON: %s%s%s", spec->input, (long long)number, in_line(why),
+                      truncated ? " (the file ends inside this line: truncated?)" : "", array_hint(line, len));
             return -1;
         }
         if (status == JSON_FIELD_MISSING) {
@@ -159,8 +170,8 @@ static int run_sft_line(const BuildSpec *spec, BuildWorkerState *w, BuildBatch *
     char why[512];
     JsonValue *record = json_parse(line, len, why, sizeof why);
     if (!record) {
-        fail_line(b, number, "%s:%lld: bad JSON: %s%s", spec->input, (long long)number, in_line(why),
-                  truncated ? " (the file ends inside this line: truncated?)" : "");
+        fail_line(b, number, "%s:%lld: bad JSON: %s%s%s", spec->input, (long long)number, in_line(why),
+                  truncated ? " (the file ends inside this line: truncated?)" : "", array_hint(line, len));
         return -1;
     }
     int rc = sft_render(record, spec->chat_template, &w->rendered, why, sizeof why);

@@ -216,6 +216,9 @@ expect_error 1 'bad.jsonl:1: completion\[0\]: unknown role "tool"' \
 expect_error 1 'bad.jsonl:1: both "messages" and "prompt" (expected one form' \
   '{"messages": [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}], "prompt": "a", "completion": "b"}'
 expect_error 1 'bad.jsonl:2: bad JSON: column 17: ' "$ok" '{"prompt": "a", '
+# a file that is one JSON array of records (as many datasets ship) is named as such, with the way to JSON Lines
+expect_error 1 "bad.jsonl:1: bad JSON: column 2: .*(the line opens a JSON array: data build reads JSON Lines, one object a \
+line; \`jq -c '.\[\]' FILE.json > FILE.jsonl\` writes a list of records so)" '[' "$ok" ']'
 # a role with a NUL inside is shown whole, as JSON writes it (the message used to stop at the NUL: "user")
 expect_error 1 'bad.jsonl:1: messages\[0\]: unknown role "user\\u0000x"' \
   '{"messages": [{"role": "user\u0000x", "content": "a"}, {"role": "assistant", "content": "b"}]}'
