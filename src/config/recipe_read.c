@@ -1,6 +1,7 @@
 /* recipe_read.c: the table-driven walk of a YAML mapping into a config
  * struct: scalar parsing, type and range errors, unknown keys with
  * "did you mean" suggestions, required keys. */
+#include <ctype.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
@@ -145,9 +146,21 @@ const char *suggest_name(const char *const *names, const char *name) {
     return best;
 }
 
+/* Whether `name` is one of key->also's space-separated names. */
+static bool also_names(const RecipeKey *key, const char *name) {
+    const size_t len = strlen(name);
+    for (const char *p = key->also; p && *p;) {
+        const char *end = strchr(p, ' ');
+        const size_t n = end ? (size_t)(end - p) : strlen(p);
+        if (n == len && strncmp(p, name, n) == 0) return true;
+        p = end ? end + 1 : p + n;
+    }
+    return false;
+}
+
 const char *suggest_key(const RecipeKey *keys, const char *name) {
     for (const RecipeKey *key = keys; key->name; key++)
-        if (key->also && strcmp(key->also, name) == 0) return key->name; /* PEFT's r, lora_alpha, ... */
+        if (also_names(key, name)) return key->name; /* PEFT's r, lora_alpha, ... */
     const char *best = NULL;
     int best_distance = 3;
     size_t len = strlen(name);
@@ -168,13 +181,32 @@ static bool find_also(const RecipeKey *keys, const char *prefix, const char *nam
     for (const RecipeKey *key = keys; key->name; key++) {
         char path[MT_KEY_PATH_MAX];
         join_path(path, sizeof path, prefix, key->name);
-        if (key->also && strcmp(key->also, name) == 0) {
+        if (also_names(key, name)) {
             snprintf(out, len, "%s", path);
             return true;
         }
         if (key->type == KT_SECTION && key->keys && find_also(key->keys, path, name, out, len)) return true;
     }
     return false;
+}
+
+/* The keys of that very name in other sections (a Megatron user's `lr` at the top, `train.seed`, `train.clip_grad`:
+ * megatrain keeps them in optimizer, run, ...), their paths appended to out as "'a' or 'b'"; how many. */
+static int find_name(const RecipeKey *keys, const char *prefix, const char *skip, const char *name, char *out,
+                     size_t len) {
+    int found = 0;
+    for (const RecipeKey *key = keys; key->name; key++) {
+        char path[MT_KEY_PATH_MAX];
+        join_path(path, sizeof path, prefix, key->name);
+        if (key->type == KT_SECTION && key->keys) {
+            found += find_name(key->keys, path, skip, name, out, len);
+        } else if (strcmp(key->name, name) == 0 && strcmp(prefix, skip) != 0) {
+            const size_t used = strlen(out);
+            snprintf(out + used, len - used, "%s'%s'", used ? " or " : "", path);
+            found++;
+        }
+    }
+    return found;
 }
 
 static int unknown_key(const RecipeKey *keys, const YEntry *entry, const char *prefix, char *err, size_t errlen) {
@@ -185,6 +217,12 @@ static int unknown_key(const RecipeKey *keys, const YEntry *entry, const char *p
         mt_set_error(err, errlen, "%s: unknown key '%s': the data-parallel size is not set, it is what the launch "
                      "leaves, world size / (tp * cp * pp) (mpirun -np 8 with tp 2 gives dp 4)",
                      yloc_format(entry->loc, where, sizeof where), path);
+        return -1;
+    }
+    char elsewhere[3 * MT_KEY_PATH_MAX] = "";
+    if (find_name(recipe_root_keys, "", prefix, entry->key, elsewhere, sizeof elsewhere) > 0) {
+        mt_set_error(err, errlen, "%s: unknown key '%s' (did you mean %s?)",
+                     yloc_format(entry->loc, where, sizeof where), path, elsewhere);
         return -1;
     }
     const char *guess = suggest_key(keys, entry->key);
@@ -208,16 +246,29 @@ static int unknown_key(const RecipeKey *keys, const YEntry *entry, const char *p
     return -1;
 }
 
+/* Whether a and b are the same name but for case and '-' for '_' (Megatron's WSD for wsd, PEFT's LORA for lora). */
+static bool same_but_spelling(const char *a, const char *b) {
+    for (; *a && *b; a++, b++) {
+        const int ca = *a == '-' ? '_' : tolower((unsigned char)*a), cb = *b == '-' ? '_' : tolower((unsigned char)*b);
+        if (ca != cb) return false;
+    }
+    return *a == *b;
+}
+
 static int read_choice(const RecipeKey *key, const YNode *node, YLoc loc, const char *path, char *err, size_t errlen) {
-    char list[256] = "", found[128];
+    char list[256] = "", found[128], hint[96] = "";
     if (node->kind == YNODE_SCALAR && !ytree_is_null(node))
-        for (int i = 0; key->names[i]; i++)
+        for (int i = 0; key->names[i]; i++) {
             if (strcmp(node->text, key->names[i]) == 0) return i;
+            if (same_but_spelling(node->text, key->names[i]))
+                snprintf(hint, sizeof hint, " (did you mean %s?)", key->names[i]);
+        }
     for (int i = 0; key->names[i]; i++) {
         size_t used = strlen(list);
         snprintf(list + used, sizeof list - used, "%s%s", i ? " | " : "", key->names[i]);
     }
-    return key_error(err, errlen, loc, path, "expected one of %s, found %s", list, ytree_describe(node, found, sizeof found));
+    return key_error(err, errlen, loc, path, "expected one of %s, found %s%s", list,
+                     ytree_describe(node, found, sizeof found), hint);
 }
 
 static int read_key(void *base, const RecipeKey *key, const YEntry *entry, const char *path, char *err, size_t errlen) {

@@ -41,8 +41,9 @@ struct RecipeKey {
     const RecipeKey *keys;    /* KT_SECTION */
     KeyReadFn read;           /* KT_CUSTOM */
     KeyWriteFn write;         /* KT_CUSTOM */
-    const char *also;         /* another project's name for it (PEFT's r for rank): an unknown key of that name is
-                               * answered with "did you mean" this one */
+    const char *also;         /* other projects' names for it, separated by spaces (PEFT's r for rank, Megatron's
+                               * and torchtitan's names): an unknown key of such a name is answered with "did you
+                               * mean" this one */
     ModelMatch match;         /* model and peft keys: what a checkpoint's and a recipe's must agree on (0: a
                                * training choice, never compared) */
     KeyDiffFn differ;         /* a marked KT_CUSTOM key's comparison, or another than the value's (NULL: the value) */

@@ -693,6 +693,19 @@ static const ErrorCase error_cases[] = {
     {"megatron_name_elsewhere", "  steps: 100", "  save_interval: 100", NULL, 1, "save_interval", "train.save_interval",
      "did you mean 'checkpoint.interval'?"},
     {"megatron_name_at_top", NULL, NULL, "train_iters=3", 1, NULL, "'train_iters'", "did you mean 'train.steps'?"},
+    /* torchtitan's names (a second `also` name), and megatrain's own key written in another section */
+    {"torchtitan_name", NULL, NULL, "parallel.tensor_parallel_degree=2", 1, NULL, "parallel.tensor_parallel_degree",
+     "did you mean 'parallel.tp'?"},
+    {"torchtitan_keep", NULL, NULL, "checkpoint.keep_latest_k=2", 1, NULL, "checkpoint.keep_latest_k",
+     "did you mean 'checkpoint.keep_last'?"},
+    {"key_of_another_section", "  steps: 100", "  steps: 100\n  lr: 0.1", NULL, 1, "lr: 0.1", "train.lr",
+     "did you mean 'optimizer.lr'?"},
+    {"key_at_top", NULL, NULL, "seed=3", 1, NULL, "'seed'", "did you mean 'run.seed'?"},
+    {"key_of_two_sections", NULL, NULL, "train.interval=3", 1, NULL, "train.interval",
+     "did you mean 'checkpoint.interval' or 'logging.interval'?"},
+    /* a choice spelled otherwise only in case or with '-' for '_' (Megatron's WSD) */
+    {"choice_spelling", NULL, NULL, "optimizer.schedule.decay=WSD", 1, NULL, "optimizer.schedule.decay",
+     "found 'WSD' (did you mean wsd?)"},
     /* wrong types */
     {"string_for_integer", "micro_batch_size: 2", "micro_batch_size: four", NULL, 1, "four", "train.micro_batch_size",
      "expected a positive integer, found 'four'"},
