@@ -281,7 +281,11 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     ckpt_saver_write_kinds(saver, params_writer(ctx), experts_writer(ctx));
     if (dev->zero1_on) ckpt_saver_shard_moments(saver, dev->zero1.begin, dev->zero1.end, dev->zero1.num_ranges);
     train_signals_install();
-    while (ctx->state.step < ctx->total_steps && !(stop_signal = train_stop_requested(exit_limit(ctx, start_time)))) {
+    /* A stop (a signal, train.exit_interval, train.exit_duration_mins) is asked once before the first step, once
+     * after each step but the last and again after an evaluation, every rank at once (train_stop_requested is a
+     * collective): a step it follows is logged (the checkpoint's step has its line and metrics), then saved. */
+    if (ctx->state.step < ctx->total_steps) stop_signal = train_stop_requested(exit_limit(ctx, start_time));
+    while (ctx->state.step < ctx->total_steps && !stop_signal) {
         const int stepped = train_step(ctx, &result, err, sizeof err);
         if (stepped == TRAIN_DATA_REFUSED) {
             status = stop_on_refused_data(ctx, err);
@@ -306,12 +310,14 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
             ctx->stopped_together = true;
             break;
         }
+        if (step < ctx->total_steps) stop_signal = train_stop_requested(exit_limit(ctx, start_time));
         /* every eval_interval steps and after the last (Megatron's evaluation at the end of training) */
         const bool eval_now =
             ctx->valid_data && (is_multiple(step, recipe->train.eval_interval) || step == ctx->total_steps);
         /* the test share once, after the last step (Megatron's test evaluation at the end of training) */
         const bool test_now = ctx->test_data && step == ctx->total_steps;
-        const bool log_now = step == 1 || is_multiple(step, log_interval) || step == ctx->total_steps || eval_now;
+        const bool log_now =
+            step == 1 || is_multiple(step, log_interval) || step == ctx->total_steps || eval_now || stop_signal;
         if (log_now) {
             double eval_loss = NAN, test_loss = NAN;
             const double eval_start = mt_now();
@@ -326,6 +332,10 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
                 if (err[0]) mt_warn("%s: no test_loss (the run's last checkpoint is saved as usual)", err);
                 test_loss = NAN;
             }
+            /* a signal that stopped the evaluation (or came during it), or a time limit it took the run past, stops
+             * the run after this step (every rank evaluated: the collective is every rank's) */
+            if (eval_now && !stop_signal && step < ctx->total_steps)
+                stop_signal = train_stop_requested(exit_limit(ctx, start_time));
             const double now = mt_now();
             /* the training throughput (tok/s, TFLOP/s, MFU): the evaluations' time is not the steps' */
             const double interval_s = (now - last_log_time) - (eval_now || test_now ? now - eval_start : 0.0);

@@ -2,8 +2,8 @@
 # test_resume_requeue.sh: stopping a run and going on, as a preempted or
 # time-limited job does.
 # - train.exit_interval and train.exit_duration_mins stop a run after a step
-#   with a checkpoint and exit 0; the resumed pieces give the uninterrupted
-#   run's losses;
+#   with a checkpoint and exit 0, that step logged (whatever logging.interval);
+#   the resumed pieces give the uninterrupted run's losses;
 # - `run --resume-if-exists` (a requeued job's one command) starts, resumes,
 #   finishes, then has nothing to do; a changed recipe file is refused, what a
 #   resume writes into the recipe itself (a LoRA run's frozen base,
@@ -31,6 +31,11 @@ expect 0 "done: 20 steps" "$MEGATRAIN" resume "$WORK/ex"
 [[ "$(losses "$WORK/ex")" == "$(losses "$WORK/a" | head -n 20)" ]] || fail "exit_interval: the pieces' losses differ"
 expect 0 "stopped by train.exit_duration_mins after step 1: checkpoint in .*iter_0000001" run "$WORK/dur" 20 \
   --set train.exit_duration_mins=1e-6
+# the step a run stops at is logged whatever logging.interval says: its checkpoint's step has its line and metrics
+expect 0 "stopped by train.exit_interval after step 7" run "$WORK/exlog" 20 --set train.exit_interval=7 \
+  --set logging.interval=5
+grep -q "^step  *7/20 | loss" "$WORK/out.log" && [[ "$(losses "$WORK/exlog" | tail -n 1)" == '"step":7,'* ]] ||
+  fail "the stop's step is not logged: $(cat "$WORK/out.log") $(cat "$WORK/exlog/metrics.jsonl")"
 echo "exit_interval and exit_duration_mins: stopped, saved, resumed to the uninterrupted losses"
 
 # run --resume-if-exists, a requeued job's one command: it starts, then resumes from the newest checkpoint (stopped
