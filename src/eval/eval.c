@@ -283,6 +283,18 @@ static void note_run_settings(const char *ckpt, const EvalOptions *opt) {
     const bool validated_on = run.data.num_valid == 1 && same_dataset(run.data.valid[0].path, opt->data);
     const bool split = run.data.num_valid == 0 && run.data.num_train == 1 && run.data.split[1] > 0 &&
                        same_dataset(run.data.train[0].path, opt->data);
+    /* a blend: --data one of its datasets scores that one alone */
+    const int blended = run.data.num_valid > 1 ? run.data.num_valid
+                        : run.data.num_valid == 0 && run.data.split[1] > 0 && run.data.num_train > 1 ? run.data.num_train
+                                                                                                        : 0;
+    const DataSource *blend = run.data.num_valid > 1 ? run.data.valid : run.data.train;
+    for (int i = 0; i < blended && !opt->test; i++)
+        if (same_dataset(blend[i].path, opt->data)) {
+            fprintf(stderr, "eval: note: the run of %s evaluated on a blend of %d datasets (data.%s); eval scores "
+                    "--data alone, so this is not its eval_loss (%s)\n", ckpt, blended,
+                    run.data.num_valid > 1 ? "valid" : "train", path);
+            return;
+        }
     if ((!validated_on && !split) || opt->test) return;
     char wanted[512] = "";
     size_t n = 0;

@@ -211,6 +211,11 @@ int eval_parse_options(int argc, char **argv, EvalOptions *opt) {
             mt_error("eval: %s needs a value\n%s", names[k], eval_usage_text);
             return 2;
         }
+        if (k == OPT_DATA && opt->data) { /* as the other options, the last would win: a blend's datasets, silently */
+            mt_error("eval: --data given twice (eval scores one dataset: a blend's datasets are evaluated one at a "
+                     "time)");
+            return 2;
+        }
         if (set_value(opt, k, value, &pack_overlong_given) != 0) return 2;
     }
     return check_options(opt, pack_overlong_given);

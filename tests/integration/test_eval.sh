@@ -104,6 +104,20 @@ grep -qF "its eval_loss is this command with --seq-len 64 --micro-batch-size 8 -
 cp "$WORK/english.bin" "$WORK/other.bin" && cp "$WORK/english.idx" "$WORK/other.idx" # not what the run evaluated
 "$MEGATRAIN" eval "$WORK/split" --data "$WORK/other" --batches 1 2> "$WORK/note.txt" > /dev/null
 [[ ! -s "$WORK/note.txt" ]] || fail "a note for another dataset than the run's: $(cat "$WORK/note.txt")"
+# a run that evaluated on a blend: eval scores one of its datasets alone, and a note says that is not its eval_loss;
+# --data given twice is refused (the last would win, silently)
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/blend" --set train.steps=1 \
+  --set optimizer.schedule.warmup_steps=1 --set checkpoint.async=false --set data.split=90,10,0 \
+  --set "data.train=[{path: $WORK/english, weight: 0.5}, {path: $WORK/other, weight: 0.5}]" \
+  --set train.eval_interval=1 --set train.eval_batches=1 > "$WORK/blend.log" 2>&1 ||
+  { cat "$WORK/blend.log"; fail "the blended run failed"; }
+"$MEGATRAIN" eval "$WORK/blend" --data "$WORK/other" --batches 1 2> "$WORK/note.txt" > /dev/null
+grep -qF "eval: note: the run of $WORK/blend/checkpoints/iter_0000001 evaluated on a blend of 2 datasets (data.train); \
+eval scores --data alone, so this is not its eval_loss (" "$WORK/note.txt" || fail "no note of the blend: $(cat "$WORK/note.txt")"
+status=0
+"$MEGATRAIN" eval "$WORK/blend" --data "$WORK/english" --data "$WORK/other" > /dev/null 2> "$WORK/note.txt" || status=$?
+[[ $status -eq 2 ]] && grep -qF "eval: --data given twice (eval scores one dataset: a blend's datasets are evaluated one \
+at a time)" "$WORK/note.txt" || fail "--data twice: exit $status: $(cat "$WORK/note.txt")"
 "$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --split 90,10,0 --batches 2 --seq-len 64 --micro-batch-size 8 \
   2> "$WORK/note.txt" > /dev/null
 [[ ! -s "$WORK/note.txt" ]] || fail "a note with the run's own settings: $(cat "$WORK/note.txt")"
