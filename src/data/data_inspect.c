@@ -188,6 +188,13 @@ static int decode_ids(const Tokenizer *tok, const int32_t *ids, size_t n, TokenT
 }
 
 /* text with control characters, '"' and '\\' escaped (C style), at most max bytes. */
+/* A document's ids, the first 64 of them, for a document that is not decoded. */
+static void print_ids(const int32_t *ids, int64_t n) {
+    const int64_t shown = n < 64 ? n : 64;
+    for (int64_t i = 0; i < shown; i++) printf("%s%d", i ? " " : "ids ", ids[i]);
+    if (n > shown) printf(" ... (%lld more)", (long long)(n - shown));
+}
+
 static void print_escaped(const char *text, size_t len, size_t max) {
     size_t n = len < max ? len : max;
     while (n > 0 && n < len && ((unsigned char)text[n] & 0xC0) == 0x80) n--; /* a whole character */
@@ -217,7 +224,7 @@ static uint64_t unindexed_bytes(const IndexedDataset *ds) {
 }
 
 /* none_recorded: the build record says no end-of-document token was appended (a chat template's data). */
-static void print_text(const InspectOptions *opt, const IndexedDataset *ds, const Tokenizer *tok, int64_t vocab,
+static void print_text(const InspectOptions *opt, const IndexedDataset *ds, const char *tok_label, int64_t vocab,
                        const Summary *s, bool none_recorded) {
     printf("data inspect: %s.{bin,idx}\n", opt->prefix);
     printf("  documents: %lld", (long long)s->documents);
@@ -231,8 +238,7 @@ static void print_text(const InspectOptions *opt, const IndexedDataset *ds, cons
     if (s->tokens == 0)
         printf("  ids:       none (no tokens)\n");
     else
-        printf("  ids:       %d .. %d; %s vocabulary %lld: %s\n", s->min_id, s->max_id,
-               tok ? tokenizer_path(tok) : "byte tokenizer,", (long long)vocab,
+        printf("  ids:       %d .. %d; %s vocabulary %lld: %s\n", s->min_id, s->max_id, tok_label, (long long)vocab,
                s->min_id >= 0 && s->max_id < vocab ? "every id inside it" : "SOME IDS OUTSIDE IT (another tokenizer?)");
     if (none_recorded)
         printf("  end of document: none appended (its build record says so: a chat template ends each turn with "
@@ -340,6 +346,16 @@ int data_inspect_main(int argc, char **argv) {
     int32_t eod_id = tok ? tokenizer_eod(tok, NULL, &eod_name, eod_err, sizeof eod_err) : 10;
     int64_t vocab = tok ? tokenizer_vocab_size(tok) : 256;
     const BuildRecord record = read_build_record(opt.prefix, tok);
+    /* without --tokenizer, a dataset its build record says a tokenizer.json built: the record's vocabulary and
+     * end-of-document id, and its documents not decoded (the byte tokenizer would make them look broken) */
+    const bool recorded_tok = !tok && record.found == 1 && !record.tok.byte;
+    if (recorded_tok) {
+        vocab = record.tok.vocab_size;
+        eod_id = record.tok.eod >= 0 ? (int32_t)record.tok.eod : eod_id;
+    }
+    const char *tok_label = tok            ? tokenizer_path(tok)
+                            : recorded_tok ? "the recorded tokenizer.json's"
+                                           : "byte tokenizer,";
     const bool none_appended = record.found == 1 && record.tok.eod < 0; /* a chat template's build: no id to count */
     if (none_appended) {
         eod_id = -1;
@@ -364,7 +380,8 @@ int data_inspect_main(int argc, char **argv) {
         jw_key(&w, "unindexed_bytes"), jw_int(&w, (int64_t)unindexed_bytes(&ds));
         jw_key(&w, "min_id"), jw_int(&w, s.min_id);
         jw_key(&w, "max_id"), jw_int(&w, s.max_id);
-        jw_key(&w, "tokenizer"), tok ? jw_string(&w, tokenizer_path(tok)) : jw_string(&w, "byte");
+        jw_key(&w, "tokenizer"),
+            jw_string(&w, tok ? tokenizer_path(tok) : recorded_tok ? "recorded tokenizer.json" : "byte");
         jw_key(&w, "vocab_size"), jw_int(&w, vocab);
         jw_key(&w, "ids_inside_vocab"), jw_bool(&w, s.tokens == 0 || (s.min_id >= 0 && s.max_id < vocab));
         jw_key(&w, "end_of_document_id"), eod_id >= 0 ? jw_int(&w, eod_id) : jw_null(&w);
@@ -391,7 +408,7 @@ int data_inspect_main(int argc, char **argv) {
         jw_key(&w, "first_documents");
         jw_begin_array(&w);
     } else {
-        print_text(&opt, &ds, tok, vocab, &s, none_appended);
+        print_text(&opt, &ds, tok_label, vocab, &s, none_appended);
         if (mask_of_tokens)
             printf("  built by:  megatrain data build --format sft: this is the loss mask of %s (1 where a token "
                    "counts in the loss), not tokens; give %s as data, and its mask is read with it\n", tokens_of,
@@ -402,7 +419,10 @@ int data_inspect_main(int argc, char **argv) {
             printf("  loss mask: %s_mask.{bin,idx}: %lld of %lld tokens counted, %lld masked (%.1f%% masked)\n",
                    opt.prefix, (long long)counted, (long long)s.tokens, (long long)(s.tokens - counted),
                    s.tokens ? 100.0 * (double)(s.tokens - counted) / (double)s.tokens : 0.0);
-        if (shown > 0)
+        if (shown > 0 && recorded_tok)
+            printf("  first %lld document%s (not decoded: --tokenizer with the tokenizer.json that built it decodes "
+                   "them):\n", (long long)shown, shown == 1 ? "" : "s");
+        else if (shown > 0)
             printf("  first %lld document%s, decoded with %s:\n", (long long)shown, shown == 1 ? "" : "s",
                    tok ? tokenizer_path(tok) : "the byte tokenizer");
     }
@@ -412,7 +432,7 @@ int data_inspect_main(int argc, char **argv) {
     rc = MT_EXIT_OK;
     for (int64_t d = 0; d < shown; d++) {
         int64_t n = read_document(&ds, d, &ids, &cap);
-        int decoded = decode_ids(tok, ids, (size_t)n, &text, err, sizeof err) == 0;
+        int decoded = !recorded_tok && decode_ids(tok, ids, (size_t)n, &text, err, sizeof err) == 0;
         if (opt.json) {
             jw_begin_object(&w);
             jw_key(&w, "index"), jw_int(&w, d);
@@ -434,6 +454,7 @@ int data_inspect_main(int argc, char **argv) {
         } else {
             printf("  [%lld] %lld tokens: ", (long long)d, (long long)n);
             if (decoded) print_escaped(text.data, text.len, TEXT_SHOWN_BYTES);
+            else if (recorded_tok) print_ids(ids, n);
             else printf("(not decoded: %s)", err);
             putchar('\n');
         }

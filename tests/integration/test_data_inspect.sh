@@ -6,7 +6,8 @@
 # nearest rank: checked on 100 documents of known lengths), and the first
 # documents' ids and text decoded (the fixtures' ids and texts of
 # tests/fixtures/tokenizers, in text and JSON), and which tokenizer built it
-# (PREFIX.build.json: --tokenizer's or not, none, unreadable). A missing or corrupt dataset
+# (PREFIX.build.json: --tokenizer's or not, none, unreadable; without --tokenizer its vocabulary and
+# end-of-document id, the documents' ids undecoded). A missing or corrupt dataset
 # is an error naming the file and what is wrong. Under mpirun and srun rank 0 alone
 # answers; a Slurm batch script's own call (no srun) is one process and says nothing of ranks.
 set -euo pipefail
@@ -92,6 +93,13 @@ expect "built by:  megatrain data build with a tokenizer.json of $(stat -c %s "$
 expect ", vocabulary $vocab): --tokenizer's"
 "$MEGATRAIN" data inspect "$D/l3code" --tokenizer "$FIX/qwen2" --docs 0 > "$D/out.txt"
 expect "vocabulary $vocab): NOT --tokenizer's"
+# without --tokenizer, the build record's vocabulary and end-of-document id: no "ids outside", the eod counted, the
+# documents' ids shown undecoded (the byte tokenizer would make a healthy dataset look broken)
+"$MEGATRAIN" data inspect "$D/l3code" --docs 1 > "$D/out.txt"
+expect "the recorded tokenizer.json's vocabulary $vocab: every id inside it"
+expect "end of document (id $eod) ends "
+expect "(not decoded: --tokenizer with the tokenizer.json that built it decodes them):"
+expect "[0] $(( $(tr ',' '\n' <<< "$(case_field llama3 code ids)" | wc -l) + 1 )) tokens: ids $(case_field llama3 code ids | tr ',' ' ') $eod"
 mv "$D/l3code.build.json" "$D/l3code.record"
 "$MEGATRAIN" data inspect "$D/l3code" --docs 0 > "$D/out.txt"
 expect "built by:  unknown (no $D/l3code.build.json: not made by megatrain data build"
@@ -102,10 +110,12 @@ mv "$D/l3code.record" "$D/l3code.build.json"
 "$MEGATRAIN" data inspect "$D/l3code" --tokenizer "$FIX/llama3" > "$D/out.txt"
 expect "  [0] $(( $(case_field llama3 code ids | tr ',' '\n' | wc -l) + 1 )) tokens: \"def f(x):\\n    return x * 2  # double\\n\\tpass\\n<|end_of_text|>\""
 expect "uint16, 2 bytes each"
-# read with the byte tokenizer, the same ids are not bytes
+# read with the byte tokenizer (no --tokenizer, no build record), the same ids are not bytes
+mv "$D/l3.build.json" "$D/l3.record"
 "$MEGATRAIN" data inspect "$D/l3" --docs 1 > "$D/out.txt"
 expect "SOME IDS OUTSIDE IT (another tokenizer?)"
 expect "<id:$eod>"
+mv "$D/l3.record" "$D/l3.build.json"
 # --docs 0: the summary only
 "$MEGATRAIN" data inspect "$D/l3" --tokenizer "$FIX/llama3" --docs 0 > "$D/out.txt"
 ! grep -q "first " "$D/out.txt" || fail "--docs 0 shows documents: $(cat "$D/out.txt")"
