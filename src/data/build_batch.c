@@ -181,6 +181,7 @@ static int run_sft_line(const BuildSpec *spec, BuildWorkerState *w, BuildBatch *
         return -1;
     }
     size_t first = b->ntokens;
+    if (spec->bos_id >= 0) append_tokens(b, &spec->bos_id, 1, false); /* --add-bos, no template: masked */
     for (size_t k = 0; k < w->rendered.nsegments; k++) {
         const SftSegment *seg = &w->rendered.segments[k];
         const char *text = w->rendered.text + seg->start;

@@ -89,7 +89,8 @@ static const char *const build_usage_text =
     "  --add-bos            put the beginning-of-sequence token of --tokenizer's post-processor before\n"
     "                       each document (Llama 3's <|begin_of_text|>; Qwen's adds none): the ids of\n"
     "                       transformers' tokenizer(text) with its special tokens, as Megatron's\n"
-    "                       preprocess_data.py writes them with a Hugging Face tokenizer\n"
+    "                       preprocess_data.py writes them with a Hugging Face tokenizer; with\n"
+    "                       --format sft and no --chat-template, before each prompt (masked)\n"
     "  --json-key KEY       the JSONL field holding the document (default: text)\n"
     "  --format text|jsonl  FILE's format, whatever its name and first line say\n"
     "  --format sft         supervised fine-tuning records, one JSON object per line:\n"
@@ -654,10 +655,13 @@ int data_build_main(int argc, char **argv) {
         return MT_EXIT_USAGE;
     char err[2400];
     BuildState st = {.opt = &opt, .dtype = IDX_DTYPE_UINT16, .eod_id = BUILD_BYTE_EOD_TOKEN, .bos_id = -1};
-    if (opt.add_bos && (opt.sft || strcmp(opt.tokenizer, "byte") == 0)) {
-        mt_error("data build: --add-bos %s", opt.sft ? "has no use with --format sft: a chat template writes its own "
-                 "beginning-of-text token" : "needs --tokenizer PATH: the byte tokenizer has no beginning-of-sequence "
-                 "token");
+    /* --format sft without --chat-template renders prompt + completion as they are: --add-bos puts the token before
+     * (masked), as transformers' tokenizer(prompt) and TRL do for a base model */
+    const bool templated = opt.chat_template != SFT_TEMPLATE_NONE || opt.chat_template_auto;
+    if (opt.add_bos && ((opt.sft && templated) || strcmp(opt.tokenizer, "byte") == 0)) {
+        mt_error("data build: --add-bos %s", opt.sft && templated ? "has no use with --chat-template: a chat template "
+                 "writes its own beginning-of-text token" : "needs --tokenizer PATH: the byte tokenizer has no "
+                 "beginning-of-sequence token");
         return MT_EXIT_USAGE;
     }
     if (opt.chat_template_auto && strcmp(opt.tokenizer, "byte") == 0) {

@@ -70,6 +70,25 @@ status=0; "$MEGATRAIN" data build --input "$D/llama3.txt" --output "$D/out/qwen_
   --add-bos > /dev/null 2> "$D/err.txt" || status=$?
 [[ $status -eq 2 ]] && grep -q "post-processor puts no special token before a sequence" "$D/err.txt" ||
   fail "--add-bos with Qwen's tokenizer (no beginning-of-sequence token): $status $(cat "$D/err.txt")"
+# --format sft without a chat template (prompt + completion as they are): the token before each prompt, masked, as
+# transformers' tokenizer(prompt) and TRL give a base model; with a template (which writes its own) refused
+printf '{"prompt": "What is 2 + 3?", "completion": " 5"}\n{"prompt": "Hi", "completion": " there"}\n' > "$D/pc.jsonl"
+for bos_flag in "" --add-bos; do
+  "$MEGATRAIN" data build --format sft --input "$D/pc.jsonl" --output "$D/out/pc$bos_flag" --tokenizer "$FIX/llama3" \
+    ${bos_flag:+"$bos_flag"} > /dev/null || fail "sft $bos_flag: data build failed"
+done
+awk -v bos="$bos" -v eod="$eod" 'NR == 1 { print bos } { print } $0 == eod { print bos }' <(tokens "$D/out/pc.bin" 2) |
+  sed '$d' > "$D/pc_bos.expected"
+diff <(tokens "$D/out/pc--add-bos.bin" 2) "$D/pc_bos.expected" > "$D/diff.txt" ||
+  fail "sft --add-bos: tokens differ: $(head -n 20 "$D/diff.txt")"
+sum() { awk '{ s += $1 } END { print s + 0 }'; }
+[[ "$(tokens "$D/out/pc--add-bos_mask.bin" 1 | head -n 1)" == 0 &&
+   "$(tokens "$D/out/pc--add-bos_mask.bin" 1 | sum)" == "$(tokens "$D/out/pc_mask.bin" 1 | sum)" ]] ||
+  fail "sft --add-bos: the token is not masked, or the counted tokens changed"
+status=0; "$MEGATRAIN" data build --format sft --chat-template llama3 --input "$D/pc.jsonl" --output "$D/out/pc_t" \
+  --tokenizer "$FIX/llama3" --add-bos > /dev/null 2> "$D/err.txt" || status=$?
+[[ $status -eq 2 ]] && grep -q "add-bos has no use with --chat-template: a chat template writes its own" "$D/err.txt" ||
+  fail "--add-bos with a chat template: $status $(cat "$D/err.txt")"
 
 # --- Llama 2 (SentencePiece-style BPE with byte fallback): eod </s> = 2 -------
 check_text_build llama2 2 2 8
