@@ -59,6 +59,7 @@
 #include "indexed_dataset_format.h"
 #include "indexed_dataset_writer.h"
 #include "loss_mask.h"
+#include "sft_template_text.h"
 
 #define UINT16_VOCAB_LIMIT 65500 /* Megatron's __best_fitting_dtype: uint16 below this, int32 from it */
 #define MAX_WORKERS 256
@@ -588,7 +589,18 @@ static int resolve_template(BuildOptions *opt, const Tokenizer *tok) {
     char *jinja = model_chat_template(tok, from, sizeof from, names, sizeof names);
     const bool found = jinja != NULL;
     const int own = found ? sft_template_recognize(jinja) : -1;
+    /* the model's own template, rendered as the published one: prose of its own would be left out */
+    char extra[160];
+    const bool own_rendered = own >= 0 && (opt->chat_template_auto || own == (int)opt->chat_template);
+    const int foreign = own_rendered ? sft_template_foreign_text(jinja, extra, sizeof extra) : 0;
     free(jinja);
+    if (foreign > 0)
+        mt_warn("data build: the model's chat template (%s) is %s's by its marks, but writes text the published "
+                "template does not (%d piece%s, the first: \"%s\"): megatrain renders the published %s template, "
+                "without it, so if the model was tuned with that text the data will not look like what it sees at "
+                "inference (render the conversations with its template yourself, e.g. transformers' "
+                "apply_chat_template, into prompt/completion records)", from, sft_template_name((SftTemplate)own),
+                foreign, foreign == 1 ? "" : "s", extra, sft_template_name((SftTemplate)own));
     if (opt->chat_template_auto) {
         if (own < 0) {
             if (found) /* another model's template: rendering it with one of ours would not be what it sees */

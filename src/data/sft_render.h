@@ -65,7 +65,8 @@ const char *sft_template_name(SftTemplate t);
 const char *sft_template_names(void);
 /* Which of these templates a model's own chat_template (Jinja text) is, by what only it writes: Qwen3's
  * enable_thinking switch, Qwen2.5's default system prompt, Llama 3.1's "Cutting Knowledge Date", Llama 3's
- * header tokens; -1 for another (Qwen3-2507's, Mistral's, a custom one). */
+ * header tokens; -1 for another (Qwen3-2507's, Mistral's, a custom one without those marks; one with them and
+ * prose of its own: sft_template_text.h). */
 int sft_template_recognize(const char *jinja);
 /* The special tokens template t writes (*count of them; none for SFT_TEMPLATE_NONE): each must be one token of
  * the tokenizer the records are tokenized with. */

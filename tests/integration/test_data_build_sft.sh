@@ -278,6 +278,18 @@ grep -q "data build: --chat-template auto: qwen3, from $D/qwen3/chat_template.ji
   --output "$D/out/mismatch" > "$D/mismatch.log" 2>&1 || fail "chatml on the Qwen3 model: $(cat "$D/mismatch.log")"
 grep -qF "warning: data build: --chat-template chatml, but the model's own template ($D/qwen3/chat_template.jinja) is qwen3's" \
   "$D/mismatch.log" || fail "chatml on the Qwen3 model: no warning: $(cat "$D/mismatch.log")"
+[[ ! -s "$D/auto.log" ]] || ! grep -q "writes text the published template does not" "$D/auto.log" ||
+  fail "auto: the published Qwen3 template drew a warning: $(cat "$D/auto.log")"
+# ours by its marks, with a default system prompt of its own (a fine-tune's): built as ours, with a warning naming
+# the text the data will not hold
+mkdir -p "$D/pirate" && cp "$FIX/llama3/tokenizer.json" "$D/pirate/"
+{ printf '%s' "{%- if messages[0]['role'] != 'system' %}{{- '<|start_header_id|>system<|end_header_id|>\n\nYou are a \
+pirate.<|eot_id|>' }}{%- endif %}"; cat "$TPL/llama3.jinja"; } > "$D/pirate/chat_template.jinja"
+"$MEGATRAIN" data build --format sft --chat-template auto --tokenizer "$D/pirate" --input "$D/chat.jsonl" \
+  --output "$D/out/pirate" > "$D/pirate.log" 2>&1 || fail "auto with a default system prompt: $(cat "$D/pirate.log")"
+grep -qF "warning: data build: the model's chat template ($D/pirate/chat_template.jinja) is llama3's by its marks, but \
+writes text the published template does not (1 piece, the first: \"system You are a pirate.\"): megatrain renders the \
+published llama3 template, without it" "$D/pirate.log" || fail "auto with a default system prompt: $(cat "$D/pirate.log")"
 # a template that is none of ours: refused, naming the file
 printf '{%% for m in messages %%}{{ m.content }}{%% endfor %%}' > "$D/llama31-other.jinja"
 mkdir -p "$D/other" && cp "$FIX/llama3/tokenizer.json" "$D/other/" && cp "$D/llama31-other.jinja" "$D/other/chat_template.jinja"
