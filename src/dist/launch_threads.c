@@ -36,10 +36,10 @@ int launch_share_cpus(char *note, size_t len) {
     if (set && *set) {
         const int threads = omp_get_max_threads();
         if (threads > 1 && (long)threads * ranks > cpus)
-            snprintf(note, len, "OMP_NUM_THREADS=%s: the %d ranks on this host run %d OpenMP threads each, %d in "
-                     "all on the %d CPUs a rank may use; oversubscribed threads wait on one another "
-                     "(OMP_NUM_THREADS=%d fits)", set, ranks, threads, threads * ranks, cpus,
-                     cpus / ranks > 0 ? cpus / ranks : 1);
+            snprintf(note, len, "OMP_NUM_THREADS=%s: each of the %d ranks on this host runs %d OpenMP threads, %d in "
+                     "all, and a rank may use %d CPU%s (its affinity: the host's, or what the launcher binds it to); "
+                     "oversubscribed threads wait on one another (OMP_NUM_THREADS=%d fits)", set, ranks, threads,
+                     threads * ranks, cpus, cpus == 1 ? "" : "s", cpus / ranks > 0 ? cpus / ranks : 1);
         return note[0] ? 1 : 0;
     }
     /* the CPUs this rank may use, over the ranks on the host: exact when they share one set (a host, a container,
@@ -48,7 +48,7 @@ int launch_share_cpus(char *note, size_t len) {
     const int threads = cpus / ranks > 0 ? cpus / ranks : 1;
     omp_set_num_threads(threads);
     snprintf(note, len, "OMP_NUM_THREADS is unset: each of the %d ranks on this host runs %d OpenMP thread%s (the "
-             "%d CPUs a rank may use over the ranks); set OMP_NUM_THREADS to choose", ranks, threads,
-             threads == 1 ? "" : "s", cpus);
+             "%d CPU%s a rank may use over the ranks); set OMP_NUM_THREADS to choose", ranks, threads,
+             threads == 1 ? "" : "s", cpus, cpus == 1 ? "" : "s");
     return 0;
 }

@@ -51,7 +51,9 @@ share unset -u OMP_NUM_THREADS
 [[ $(grep -c "OMP_NUM_THREADS is unset: each of the 2 ranks on this host runs [0-9]* OpenMP thread" "$WORK/unset.log") \
   -eq 1 ]] || fail "OMP_NUM_THREADS unset: not said once: $(head -n 5 "$WORK/unset.log")"
 share over OMP_NUM_THREADS=$(( $(cores) + 1 ))
-grep -q "warning: OMP_NUM_THREADS=$(( $(cores) + 1 )): the 2 ranks on this host run" "$WORK/over.log" ||
+over=$(( $(cores) + 1 ))
+grep -q "warning: OMP_NUM_THREADS=$over: each of the 2 ranks on this host runs $over OpenMP threads, $(( 2 * over )) in \
+all, and a rank may use [0-9]* CPU" "$WORK/over.log" ||
   fail "oversubscribed OpenMP threads: no warning: $(head -n 5 "$WORK/over.log")"
 share one OMP_NUM_THREADS=1
 ! grep -q "OMP_NUM_THREADS" "$WORK/one.log" || fail "OMP_NUM_THREADS=1: a line about it: $(grep OMP "$WORK/one.log")"
