@@ -418,15 +418,22 @@ int plan_levers(const Plan *p, const Recipe *r, PlanLever *out, int max) {
     return n;
 }
 
+const char *plan_size_text(double bytes, int decimals, char *out, size_t len) {
+    const double GiB = 1073741824.0, MiB = 1048576.0;
+    if (bytes < GiB) snprintf(out, len, "%.*f MiB", decimals, bytes / MiB);
+    else snprintf(out, len, "%.*f GiB", decimals, bytes / GiB);
+    return out;
+}
+
 /* Into msg (appended): the levers without more ranks, each with the estimate it gives, then those with more. */
 static void levers_text(const Plan *p, const Recipe *r, const char *key, char *msg, size_t len) {
     PlanLever lv[NUM_LEVERS];
     const int n = plan_levers(p, r, lv, NUM_LEVERS);
     size_t used = strlen(msg);
-    const double GiB = 1073741824.0;
+    char size[32];
     for (int i = 0; i < n && used < len; i++)
-        used += (size_t)snprintf(msg + used, len - used, "%s%s (%.1f GiB)", i ? ", " : "; on the same ranks: ",
-                                 lv[i].setting, lv[i].total_bytes / GiB);
+        used += (size_t)snprintf(msg + used, len - used, "%s%s (%s)", i ? ", " : "; on the same ranks: ",
+                                 lv[i].setting, plan_size_text(lv[i].total_bytes, 1, size, sizeof size));
     const bool activations = !strcmp(key, "train.micro_batch_size") || !strcmp(key, "model.vocab_size");
     const bool experts = !strcmp(key, "model.moe.moe_intermediate_size");
     if (used < len)
@@ -438,12 +445,13 @@ static void levers_text(const Plan *p, const Recipe *r, const char *key, char *m
 const char *plan_check_fit(const Plan *p, const Recipe *r, double available, const char *memory, char *msg,
                            size_t len) {
     const int s = plan_worst_stage(p);
-    const double need = p->stages[s].total_bytes, GiB = 1073741824.0;
+    const double need = p->stages[s].total_bytes;
     if (need <= available) return NULL;
-    char what[256];
+    char what[256], need_text[32], available_text[32];
     const char *key = plan_stage_driver(p, r, s, what, sizeof what);
-    snprintf(msg, len, "stage %d needs about %.1f GiB per rank, more than %s (%.1f GiB); most of it is %s", s,
-             need / GiB, memory, available / GiB, what);
+    snprintf(msg, len, "stage %d needs about %s per rank, more than %s (%s); most of it is %s", s,
+             plan_size_text(need, 1, need_text, sizeof need_text), memory,
+             plan_size_text(available, 1, available_text, sizeof available_text), what);
     levers_text(p, r, key, msg, len);
     return key;
 }

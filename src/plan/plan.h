@@ -48,6 +48,8 @@ int plan_compute(Plan *plan, const Recipe *recipe, int world, char *err, size_t 
 
 /* The stage with the largest estimate. */
 int plan_worst_stage(const Plan *plan);
+/* bytes as "45.4 GiB", or "5.7 MiB" under a GiB, with `decimals` decimals; returns out. */
+const char *plan_size_text(double bytes, int decimals, char *out, size_t len);
 
 /* Into `what`: the part most of stage `stage`'s bytes go to, with the recipe
  * keys that size it ("the MLP weights (model.intermediate_size = 2000000000)").

@@ -79,6 +79,10 @@ static void print_stage_layers(const PlanStage *st) {
 static bool print_memory_verdict(const Plan *plan, const Recipe *recipe, double device_gib) {
     const int worst = plan_worst_stage(plan);
     const double need = plan->stages[worst].total_bytes / GiB;
+    char need_text[32], device_text[32], spare_text[32];
+    plan_size_text(need * GiB, 2, need_text, sizeof need_text);
+    plan_size_text(device_gib * GiB, 2, device_text, sizeof device_text);
+    plan_size_text((device_gib - need) * GiB, 2, spare_text, sizeof spare_text);
     if (device_gib <= 0.0) {
         printf("memory: not checked (--device-memory GiB checks the largest stage against a rank's memory%s)\n",
                plan->gpu ? "; a CUDA build reads GPU 0's" : "");
@@ -86,16 +90,16 @@ static bool print_memory_verdict(const Plan *plan, const Recipe *recipe, double 
     }
     char advice[2048];
     if (plan_check_fit(plan, recipe, device_gib * GiB, "the device's memory", advice, sizeof advice)) {
-        printf("memory: does NOT fit: stage %d needs %.2f GiB per rank of %.2f GiB\n", worst, need, device_gib);
+        printf("memory: does NOT fit: stage %d needs %s per rank of %s\n", worst, need_text, device_text);
         fflush(stdout);
         fprintf(stderr, "megatrain: warning: %s\n", advice);
         return false;
     } else if (plan->gpu && device_gib - need < 1.0) {
-        printf("memory: fits only barely: stage %d needs %.2f GiB per rank of %.2f GiB, less than the GiB the CUDA "
-               "context and libraries take beside it\n", worst, need, device_gib);
+        printf("memory: fits only barely: stage %d needs %s per rank of %s, less than the GiB the CUDA context and "
+               "libraries take beside it\n", worst, need_text, device_text);
     } else {
-        printf("memory: fits: stage %d needs %.2f GiB per rank of %.2f GiB (%.2f GiB to spare)\n", worst, need,
-               device_gib, device_gib - need);
+        printf("memory: fits: stage %d needs %s per rank of %s (%s to spare)\n", worst, need_text, device_text,
+               spare_text);
     }
     return true;
 }

@@ -38,6 +38,11 @@ grep -q "^0 .*embedding, layers none, 2$" "$WORK/empty.out" && grep -q "^1 .*lay
 grep -q "^0 .*embedding, no layers$" "$WORK/empty.out" || fail "an empty stage: $(cat "$WORK/empty.out")"
 # the table's unit: GiB for the 8B, MiB where every stage is under a GiB (the tiny model's total is not 0.00)
 grep -q "^stage .* total GiB  holds$" "$WORK/out" || fail "the 8B's table is not in GiB"
+"$MEGATRAIN" plan "$REPO/recipes/tiny/llama.yaml" --device-memory 0.001 > "$WORK/tiny.out" 2> "$WORK/tiny.err" &&
+  fail "the tiny model fits in 1 MiB?"
+grep -q "^memory: does NOT fit: stage 0 needs [0-9.]* MiB per rank of 1.02 MiB$" "$WORK/tiny.out" &&
+  grep -q "needs about [0-9.]* MiB per rank, more than the device's memory (1.0 MiB)" "$WORK/tiny.err" ||
+  fail "a tiny model's verdict in MiB: $(cat "$WORK/tiny.out" "$WORK/tiny.err")"
 grep -q "^stage .* total MiB  holds$" "$WORK/empty.out" &&
   awk '$1 == "1" { exit !($13 > 0.1 && $13 < 1024) }' "$WORK/empty.out" || fail "the tiny model's table: $(cat "$WORK/empty.out")"
 [[ ! -s "$WORK/err" ]] || fail "unexpected warning: $(cat "$WORK/err")"
