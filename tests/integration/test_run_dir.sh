@@ -9,7 +9,8 @@
 # - one writer a run.dir: a second `run` or `resume` there is refused while
 #   the first trains (exit 1, naming the holder) and changes nothing;
 # - relative data paths are written absolute, so a resume from another
-#   directory reads the same data.
+#   directory reads the same data;
+# - a run.dir that is a file, or under one, is refused as such.
 # (Split from test_resume_options.sh, which test_host_threads_tsan.sh runs on
 # the ThreadSanitizer build.)
 set -euo pipefail
@@ -128,3 +129,10 @@ grep -q "cache_dir: \"$WORK/start/cache\"" "$WORK/start/rel/checkpoints/iter_000
 (cd "$WORK/start" && run same 12 --set "data.train=[{path: corpus/english, weight: 1.0}]" > /dev/null)
 [[ "$(losses "$WORK/start/rel")" == "$(losses "$WORK/start/same")" ]] || fail "the resume from elsewhere read other data"
 echo "relative data paths: written absolute, a resume from another directory reads the same data"
+# a run.dir that is a file, or lies under one: refused as such (it said "checkpoints: cannot list"), the file kept
+printf 'notes\n' > "$WORK/afile"
+expect 2 "run.dir: '$WORK/afile' is not a directory (a file of that name is there): choose another run.dir" \
+  run "$WORK/afile" 10
+expect 2 "run.dir: '$WORK/afile/sub' is not a directory (a part of its path is a file)" run "$WORK/afile/sub" 10
+[[ "$(cat "$WORK/afile")" == notes ]] || fail "the file named as run.dir changed"
+echo "run.dir a file: refused as such"
