@@ -117,7 +117,9 @@ static int parse_recipe_args(int argc, char **argv, const char **path, const cha
         } else if (strncmp(a, "--set=", 6) == 0) {
             value = a + 6;
         } else if (a[0] == '-' && a[1] != '\0') {
-            mt_die(MT_EXIT_USAGE, "unknown option '%s'\n%s", a, usage);
+            const bool dashes = strcmp(a, "--resume_if_exists") == 0 && strstr(usage, "--resume-if-exists");
+            mt_die(MT_EXIT_USAGE, "unknown option '%s'%s\n%s", a, dashes ? " (did you mean --resume-if-exists?)" : "",
+                   usage);
         } else if (*path) {
             mt_die(MT_EXIT_USAGE, "unexpected argument '%s' (recipe already given as '%s')", a, *path);
         } else {
@@ -234,5 +236,12 @@ int main(int argc, char **argv) {
     if (strcmp(cmd, "inspect") == 0) return inspect_main(argc - 2, argv + 2);
     if (strcmp(cmd, "data") == 0) return cmd_data(argc - 2, argv + 2);
     if (strcmp(cmd, "plan") == 0) return plan_main(argc - 2, argv + 2);
+    /* what another trainer's user types: Megatron's pretrain_gpt.py trains, torchtitan's train.py, TRL's finetune */
+    static const char *const other_names[][2] = {{"train", "run"},      {"pretrain", "run"},   {"finetune", "run"},
+                                                 {"sft", "run"},        {"evaluate", "eval"},  {"export", "convert"},
+                                                 {"import", "convert"}, {"estimate", "plan"}};
+    for (size_t i = 0; i < sizeof other_names / sizeof other_names[0]; i++)
+        if (strcmp(cmd, other_names[i][0]) == 0)
+            mt_die(MT_EXIT_USAGE, "unknown command '%s' (did you mean '%s'?)\n%s", cmd, other_names[i][1], usage_text);
     mt_die(MT_EXIT_USAGE, "unknown command '%s'\n%s", cmd, usage_text);
 }

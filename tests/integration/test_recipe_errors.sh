@@ -28,6 +28,13 @@ expect_error() {
 # line_of FILE TEXT: the number of the first line of FILE containing TEXT.
 line_of() { grep -n -m1 -F "$2" "$1" | cut -d: -f1; }
 
+# another trainer's command and an option with underscores: said with megatrain's own
+status=0; "$MEGATRAIN" train recipes/tiny/llama.yaml 2> "$WORK/stderr" > /dev/null || status=$?
+[[ $status == 2 ]] && grep -qF "megatrain: error: unknown command 'train' (did you mean 'run'?)" "$WORK/stderr" ||
+  fail "megatrain train: exit $status: $(head -n 2 "$WORK/stderr")"
+expect_error recipes/tiny/llama.yaml "unknown option '--resume_if_exists'" "(did you mean --resume-if-exists?)" \
+  --resume_if_exists
+
 f=$FIX/bad_unknown_key.yaml
 expect_error "$f" "$f:$(line_of "$f" "stpes:"): unknown key 'train.stpes'" "did you mean 'train.steps'?"
 f=$FIX/bad_type.yaml
