@@ -187,7 +187,7 @@ void metrics_print_timers(const StepTimers *t, long last_step) {
     const double per = 1e3 / (double)t->steps;
     printf("timers (ms per step, steps %ld-%ld, rank 0): ", t->first_step, last_step);
     if (t->pipeline > 0) /* stage 0's schedule: its passes, its sends and receives, its waits for the other stages */
-        printf("pipeline %.1f (forward, backward, transfers, bubble and data, interleaved)", t->pipeline * per);
+        printf("pipeline %.1f (forward, backward, transfers, bubble and data, not told apart)", t->pipeline * per);
     else
         printf("data %.1f | forward %.1f | backward %.1f", t->data * per, t->forward * per, t->backward * per);
     printf(" | comm %.1f | optimizer %.1f | checkpoint %.1f\n", t->comm * per, t->optimizer * per,
