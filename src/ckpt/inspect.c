@@ -189,7 +189,7 @@ static int inspect_dir(const char *dir) {
 
 int inspect_main(int argc, char **argv) {
     if (argc < 1) {
-        fputs(inspect_usage, stderr);
+        mt_error("inspect: missing CKPT (a checkpoint or run directory)\n%s", inspect_usage);
         return MT_EXIT_USAGE;
     }
     const char *arg = NULL;
@@ -209,7 +209,7 @@ int inspect_main(int argc, char **argv) {
         arg = argv[i];
     }
     if (!arg) {
-        fputs(inspect_usage, stderr);
+        mt_error("inspect: missing CKPT (a checkpoint or run directory)\n%s", inspect_usage);
         return MT_EXIT_USAGE;
     }
     CkptLocation loc;

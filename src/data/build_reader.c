@@ -49,8 +49,9 @@ static InputFormat detect_format(const char *text, size_t len) {
 
 static int line_too_long(const BuildReader *r, int64_t line, char *err, size_t errlen) {
     mt_set_error(err, errlen, "%s:%lld: line longer than %zu bytes (--max-line-mib %zu): each line must be one "
-                 "document of plain text or one JSON object; a file without line ends cannot be read",
-                 r->path, (long long)line, r->max_line, r->max_line >> 20);
+                 "document of plain text or one JSON object, and a file without line ends cannot be read; a longer "
+                 "document needs a larger --max-line-mib (at most 1024)", r->path, (long long)line, r->max_line,
+                 r->max_line >> 20);
     return READ_ERROR;
 }
 

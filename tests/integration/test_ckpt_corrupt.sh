@@ -27,6 +27,9 @@ ck="$WORK/a/checkpoints"
 grep -q "every checksum verified" "$WORK/ok.txt" || fail "inspect did not report success"
 grep -q "^optimizer.v.lm_head.weight *\[256, 64\] *fp32" "$WORK/ok.txt" || fail "inspect does not list tensors: $(head "$WORK/ok.txt")"
 # usage: an option inspect does not know is said so (exit 2, as every command); a file is not a missing directory
+status=0; "$MEGATRAIN" inspect > "$WORK/usage.txt" 2>&1 || status=$? # no CKPT: said, as every command says it
+[[ $status -eq 2 ]] && grep -q "^megatrain: error: inspect: missing CKPT" "$WORK/usage.txt" ||
+  fail "inspect alone: $status $(cat "$WORK/usage.txt")"
 status=0; "$MEGATRAIN" inspect --bogus > "$WORK/usage.txt" 2>&1 || status=$?
 [[ $status -eq 2 ]] && grep -q "unknown option '--bogus'" "$WORK/usage.txt" || fail "inspect --bogus: $status $(cat "$WORK/usage.txt")"
 status=0; "$MEGATRAIN" inspect "$ck" --json > "$WORK/usage.txt" 2>&1 || status=$? # an option after CKPT too

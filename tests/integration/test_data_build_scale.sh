@@ -92,7 +92,9 @@ expect_error "$D/huge_line.jsonl:3: line longer than 8388608 bytes (--max-line-m
   fail "a line of exactly 1 MiB was refused with --max-line-mib 1"
 grep -q "documents: 2" "$D/log.txt" || fail "exact: $(cat "$D/log.txt")"
 { echo short; head -c $((1024 * 1024 + 1)) /dev/zero | tr '\0' 'b'; echo; } > "$D/over.txt"
-expect_error "$D/over.txt:2: line longer than 1048576 bytes" --input "$D/over.txt" --output "$D/bad/x" --max-line-mib 1
+expect_error "$D/over.txt:2: line longer than 1048576 bytes (--max-line-mib 1): each line must be one document of plain \
+text or one JSON object, and a file without line ends cannot be read; a longer document needs a larger --max-line-mib" \
+  --input "$D/over.txt" --output "$D/bad/x" --max-line-mib 1
 
 # --- truncated JSONL; the first error in input order, whatever the workers ----
 head -c $(( $(size "$D/many.jsonl") - 7 )) "$D/many.jsonl" > "$D/truncated.jsonl"
