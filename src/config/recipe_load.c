@@ -68,6 +68,14 @@ static int graft_model_file(YNode *root, Recipe *recipe, char *err, size_t errle
                              "first (megatrain convert %s DST), then give model: DST/model.yaml and init_from: DST",
                              found, found);
     }
+    const char *base = strrchr(found, '/') ? strrchr(found, '/') + 1 : found;
+    if (strcmp(base, "config.json") == 0) { /* a Hugging Face model's: its keys are not a model file's */
+        char dir[MT_PATH_MAX];
+        snprintf(dir, sizeof dir, "%.*s", base > found ? (int)(base - found - 1) : 1, base > found ? found : ".");
+        return key_error(err, errlen, entry->loc, "model", "'%s' is a Hugging Face config.json; convert its model "
+                         "first (megatrain convert %s DST), then give model: DST/model.yaml and init_from: DST",
+                         found, dir);
+    }
     YNode *model = ytree_load_file(found, err, errlen);
     if (!model) return -1;
     if (model->kind != YNODE_MAPPING) {

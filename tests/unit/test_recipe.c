@@ -378,6 +378,11 @@ static void test_model_from_file(void **state) {
     snprintf(dir, sizeof dir, "model=%s/tree/hf/tiny", work_dir);
     assert_int_equal(load(&r, BASE, ckpt_set, 1, 1), -1);
     if (!strstr(err, "is a Hugging Face model directory; convert it first (megatrain convert ")) fail_msg("got: %s", err);
+    snprintf(dir, sizeof dir, "model=%s/tree/hf/tiny/config.json", work_dir); /* its config.json: the same advice */
+    assert_int_equal(load(&r, BASE, ckpt_set, 1, 1), -1);
+    snprintf(expect, sizeof expect, "is a Hugging Face config.json; convert its model first (megatrain convert "
+             "%s/tree/hf/tiny DST)", work_dir);
+    if (!strstr(err, expect)) fail_msg("got: %s", err);
     /* a LoRA checkpoint's model.yaml brings its peft: section: the recipe's peft: unless the recipe has its own */
     write_file("tree/ckpt/lora/model.yaml", "family: qwen3\nnum_layers: 3\nhidden_size: 32\nintermediate_size: 64\n"
                                             "num_attention_heads: 4\nhead_dim: 16\nvocab_size: 100\n"
