@@ -375,6 +375,11 @@ int loss_reduction_parse(const char *text, LossReduction *out);
 int pack_overlong_parse(const char *text, PackOverlong *out);
 /* "q_proj", ..., "down_proj" (PEFT's and Hugging Face's module names). */
 const char *lora_target_name(LoraTarget target);
+/* A target_modules entry as PEFT matches it (a module whose name is the entry, or ends with "." and the entry)
+ * against a decoder's projections, model.layers.L.self_attn.{q,k,v,o}_proj and model.layers.L.mlp.{gate,up,down}_proj:
+ * the projection into *target, and the layer into *layer when the entry names one (-1: every layer); -1 when the
+ * entry names no projection. */
+int lora_target_match(const char *entry, LoraTarget *target, long *layer);
 /* Whether LoRA adapts `target` (peft.type lora and the target listed). */
 bool lora_targets(const PeftConfig *peft, LoraTarget target);
 

@@ -62,8 +62,19 @@ int read_target_modules(void *base, const YEntry *entry, const char *path, char 
     unsigned targets = 0;
     for (int i = 0; i < node->count; i++) {
         const YNode *item = node->entries[i].value;
-        const int t = item->kind == YNODE_SCALAR ? target_index(item->text) : -1;
-        const char *guess = t < 0 && item->kind == YNODE_SCALAR ? suggest_name(lora_target_names, item->text) : NULL;
+        /* a name, or its path as PEFT matches it (self_attn.q_proj, mlp.down_proj: every layer's) */
+        LoraTarget matched;
+        long layer = -1;
+        const bool scalar = item->kind == YNODE_SCALAR;
+        const int t = scalar && lora_target_match(item->text, &matched, &layer) == 0 ? (int)matched : -1;
+        if (t >= 0 && layer >= 0)
+            return key_error(err, errlen, node->entries[i].loc, path, "item %d: %s names layer %ld alone: LoRA here "
+                             "adapts a projection in every layer (list %s)", i, item->text, layer,
+                             lora_target_names[t]);
+        if (scalar && strcmp(item->text, "all-linear") == 0)
+            return key_error(err, errlen, node->entries[i].loc, path, "item %d: all-linear stands alone, not in a list "
+                             "(target_modules: all-linear)", i);
+        const char *guess = t < 0 && scalar ? suggest_name(lora_target_names, item->text) : NULL;
         char hint[64] = "";
         if (guess) snprintf(hint, sizeof hint, " (did you mean %s?)", guess);
         if (t < 0)
@@ -72,7 +83,8 @@ int read_target_modules(void *base, const YEntry *entry, const char *path, char 
                              "Face's names of the dense attention and MLP projections)", i,
                              ytree_describe(item, found, sizeof found), hint, names);
         if (targets >> t & 1u)
-            return key_error(err, errlen, node->entries[i].loc, path, "item %d: %s is listed twice", i, item->text);
+            return key_error(err, errlen, node->entries[i].loc, path, "item %d: %s is listed twice", i,
+                             lora_target_names[t]);
         targets |= 1u << t;
     }
     peft->targets = targets;

@@ -55,6 +55,43 @@ const char *lora_target_name(LoraTarget target) {
     return target >= LORA_Q && target < LORA_NUM_TARGETS ? lora_target_names[target] : "unknown";
 }
 
+/* A target_modules entry as PEFT matches it (a module whose name is the entry, or ends with "." and the entry)
+ * against a decoder's projections, model.layers.L.self_attn.{q,k,v,o}_proj and model.layers.L.mlp.{gate,up,down}_proj:
+ * the projection, and the layer when the entry names one (*layer -1: every layer). -1 when it names no projection. */
+int lora_target_match(const char *entry, LoraTarget *target, long *layer) {
+    const char *parts[6];
+    size_t lens[6];
+    int n = 0;
+    for (const char *p = entry;; n++) {
+        const char *dot = strchr(p, '.');
+        if (n == 5) return -1; /* more components than model.layers.L.BLOCK.NAME */
+        parts[n] = p;
+        lens[n] = dot ? (size_t)(dot - p) : strlen(p);
+        if (lens[n] == 0) return -1;
+        if (!dot) break;
+        p = dot + 1;
+    }
+    n++;
+    int t = 0;
+    while (t < LORA_NUM_TARGETS && (strlen(lora_target_name((LoraTarget)t)) != lens[n - 1] ||
+                                    strncmp(parts[n - 1], lora_target_name((LoraTarget)t), lens[n - 1]) != 0))
+        t++;
+    if (t == LORA_NUM_TARGETS) return -1;
+    const char *block = t <= LORA_O ? "self_attn" : "mlp"; /* the template, from its end: NAME, BLOCK, L, layers, model */
+    if (n >= 2 && (lens[n - 2] != strlen(block) || strncmp(parts[n - 2], block, lens[n - 2]) != 0)) return -1;
+    *layer = -1;
+    if (n >= 3) {
+        if (lens[n - 3] > 6 || strspn(parts[n - 3], "0123456789") < lens[n - 3] ||
+            (lens[n - 3] > 1 && parts[n - 3][0] == '0')) /* a module's name is its index: "01" names none */
+            return -1;
+        *layer = strtol(parts[n - 3], NULL, 10);
+    }
+    if (n >= 4 && (lens[n - 4] != 6 || strncmp(parts[n - 4], "layers", 6) != 0)) return -1;
+    if (n >= 5 && (lens[n - 5] != 5 || strncmp(parts[n - 5], "model", 5) != 0)) return -1;
+    *target = (LoraTarget)t;
+    return 0;
+}
+
 bool lora_targets(const PeftConfig *peft, LoraTarget target) {
     return peft->type == PEFT_LORA && target >= LORA_Q && target < LORA_NUM_TARGETS && (peft->targets >> target & 1u);
 }

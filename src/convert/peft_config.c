@@ -46,44 +46,7 @@ static int read_positive(const Reader *r, const char *key, double fallback, doub
     return 0;
 }
 
-/* A target_modules entry as PEFT matches it (a module whose name is the entry, or ends with "." and the entry)
- * against a decoder's projections, model.layers.L.self_attn.{q,k,v,o}_proj and model.layers.L.mlp.{gate,up,down}_proj:
- * the projection, and the layer when the entry names one (*layer -1: every layer). -1 when it names no projection. */
-static int match_entry(const char *entry, LoraTarget *target, long *layer) {
-    const char *parts[6];
-    size_t lens[6];
-    int n = 0;
-    for (const char *p = entry;; n++) {
-        const char *dot = strchr(p, '.');
-        if (n == 5) return -1; /* more components than model.layers.L.BLOCK.NAME */
-        parts[n] = p;
-        lens[n] = dot ? (size_t)(dot - p) : strlen(p);
-        if (lens[n] == 0) return -1;
-        if (!dot) break;
-        p = dot + 1;
-    }
-    n++;
-    int t = 0;
-    while (t < LORA_NUM_TARGETS && (strlen(lora_target_name((LoraTarget)t)) != lens[n - 1] ||
-                                    strncmp(parts[n - 1], lora_target_name((LoraTarget)t), lens[n - 1]) != 0))
-        t++;
-    if (t == LORA_NUM_TARGETS) return -1;
-    const char *block = t <= LORA_O ? "self_attn" : "mlp"; /* the template, from its end: NAME, BLOCK, L, layers, model */
-    if (n >= 2 && (lens[n - 2] != strlen(block) || strncmp(parts[n - 2], block, lens[n - 2]) != 0)) return -1;
-    *layer = -1;
-    if (n >= 3) {
-        if (lens[n - 3] > 6 || strspn(parts[n - 3], "0123456789") < lens[n - 3] ||
-            (lens[n - 3] > 1 && parts[n - 3][0] == '0')) /* a module's name is its index: "01" names none */
-            return -1;
-        *layer = strtol(parts[n - 3], NULL, 10);
-    }
-    if (n >= 4 && (lens[n - 4] != 6 || strncmp(parts[n - 4], "layers", 6) != 0)) return -1;
-    if (n >= 5 && (lens[n - 5] != 5 || strncmp(parts[n - 5], "model", 5) != 0)) return -1;
-    *target = (LoraTarget)t;
-    return 0;
-}
-
-/* target_modules: a list of entries (match_entry: names, or paths as PEFT saves "all-linear" expanded), or
+/* target_modules: a list of entries (lora_target_match: names, or paths as PEFT saves "all-linear" expanded), or
  * "all-linear" in any case (every projection but the output layer, as PEFT reads it for a causal LM). With the
  * base's num_layers (> 0), a projection listed for some layers must be listed for all of them. */
 static int read_targets(const Reader *r, int num_layers, unsigned *targets) {
@@ -107,7 +70,7 @@ static int read_targets(const Reader *r, int num_layers, unsigned *targets) {
         char key[64];
         snprintf(key, sizeof key, "target_modules[%zu]", i);
         if (item->type != JSON_STRING || strlen(item->string) != item->string_len ||
-            match_entry(item->string, &t, &layer) != 0)
+            lora_target_match(item->string, &t, &layer) != 0)
             return bad(r, key, "a projection LoRA adapts in megatrain, by name (q_proj, k_proj, v_proj, o_proj, "
                                "gate_proj, up_proj, down_proj) or path (mlp.down_proj, model.layers.0.mlp.down_proj)",
                        item);

@@ -512,6 +512,10 @@ static void test_write_round_trip(void **state) {
     load_ok(&r, BASE, lora, 1, 1); /* the targets as bits, whatever their order in the list */
     assert_true(r.model.peft.type == PEFT_LORA && r.model.peft.rank == 8 && r.model.peft.alpha == 12.5);
     assert_int_equal(r.model.peft.targets, 1u << LORA_Q | 1u << LORA_V | 1u << LORA_DOWN);
+    /* PEFT's module paths of every layer's projection (self_attn.q_proj, mlp.down_proj), as PEFT matches them */
+    const char *paths[] = {"peft={type: lora, rank: 8, alpha: 8, target_modules: [self_attn.v_proj, q_proj, mlp.down_proj]}"};
+    load_ok(&r, BASE, paths, 1, 1);
+    assert_int_equal(r.model.peft.targets, 1u << LORA_Q | 1u << LORA_V | 1u << LORA_DOWN);
     const char *all_linear[] = {"peft={type: lora, rank: 4, alpha: 4, target_modules: all-linear}"};
     load_ok(&r, BASE, all_linear, 1, 1);
     assert_int_equal(r.model.peft.targets, LORA_ALL_TARGETS);
@@ -845,6 +849,18 @@ static const ErrorCase error_cases[] = {
      "reads a lone string as a regular expression of whole module paths)"},
     {"peft_target_twice", "parallel:", "peft:\n  type: lora\n  rank: 4\n  alpha: 8\n  target_modules: [q_proj, q_proj]\n"
      "parallel:", NULL, 1, "target_modules", "peft.target_modules", "item 1: q_proj is listed twice"},
+    {"peft_target_path_twice", "parallel:", "peft:\n  type: lora\n  rank: 4\n  alpha: 8\n  target_modules: [q_proj, "
+     "self_attn.q_proj]\nparallel:", NULL, 1, "target_modules", "peft.target_modules", "item 1: q_proj is listed twice"},
+    {"peft_target_one_layer", "parallel:", "peft:\n  type: lora\n  rank: 4\n  alpha: 8\n  target_modules: "
+     "[model.layers.0.mlp.up_proj]\nparallel:", NULL, 1, "target_modules", "peft.target_modules",
+     "item 0: model.layers.0.mlp.up_proj names layer 0 alone: LoRA here adapts a projection in every layer (list "
+     "up_proj)"},
+    {"peft_target_wrong_block", "parallel:", "peft:\n  type: lora\n  rank: 4\n  alpha: 8\n  target_modules: "
+     "[mlp.q_proj]\nparallel:", NULL, 1, "target_modules", "peft.target_modules",
+     "item 0: 'mlp.q_proj' is not a layer LoRA adapts here"},
+    {"peft_all_linear_in_list", "parallel:", "peft:\n  type: lora\n  rank: 4\n  alpha: 8\n  target_modules: "
+     "[all-linear]\nparallel:", NULL, 1, "target_modules", "peft.target_modules",
+     "item 0: all-linear stands alone, not in a list (target_modules: all-linear)"},
     {"peft_targets_empty", "parallel:", "peft:\n  type: lora\n  rank: 4\n  alpha: 8\n  target_modules: []\nparallel:",
      NULL, 1, "target_modules", "peft.target_modules", "expected a non-empty list of module names (q_proj, k_proj, "
      "v_proj, o_proj, gate_proj, up_proj, down_proj) or all-linear, found an empty list"},
