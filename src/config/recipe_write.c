@@ -275,6 +275,29 @@ static const KeyValue *find_key_value(const KeyValue *kv, int n, const char *key
     return NULL;
 }
 
+/* The items of list `key` in kv ("key[0]", "key[1]", ...) as "[a, b]" into out; how many. */
+static int list_items(const KeyValue *kv, int n, const char *key, char *out, size_t len) {
+    int count = 0;
+    size_t used = (size_t)snprintf(out, len, "[");
+    char item[820];
+    for (;; count++) {
+        snprintf(item, sizeof item, "%s[%d]", key, count);
+        const KeyValue *e = find_key_value(kv, n, item);
+        if (!e) break;
+        if (used < len) used += (size_t)snprintf(out + used, len - used, "%s%s", count ? ", " : "", e->value);
+    }
+    if (used < len) snprintf(out + used, len - used, "]");
+    return count;
+}
+
+/* key "K[i]" -> "K" into base; false when key is no list's item. */
+static bool item_of(const char *key, char *base, size_t len) {
+    const char *open = strrchr(key, '[');
+    if (!open || key[strlen(key) - 1] != ']') return false;
+    snprintf(base, len, "%.*s", (int)(open - key), key);
+    return true;
+}
+
 int recipe_text_changes(const char *before, const char *after, char *out, size_t outlen, const char *const *watched,
                         char *hit, size_t hitlen) {
     KeyValue *a = NULL, *b = NULL;
@@ -292,6 +315,18 @@ int recipe_text_changes(const char *before, const char *after, char *out, size_t
             if (!pass && match && !strcmp(match->value, from[i].value)) continue;
             const char *old_value = pass ? from[i].value : match ? match->value : "(none)";
             const char *new_value = pass ? "(none)" : from[i].value;
+            /* a key that is a value on one side and a list on the other (data.valid null -> [{path: ...}]): one
+             * change, the list whole, said where the value is (its items' own changes left out) */
+            char base[800], first[820], items[1200];
+            snprintf(first, sizeof first, "%s[0]", from[i].key);
+            if (item_of(from[i].key, base, sizeof base) && !find_key_value(from, count, base) &&
+                find_key_value(other, other_count, base))
+                continue; /* said with the value of the other side */
+            if (!match && find_key_value(other, other_count, first)) {
+                list_items(other, other_count, from[i].key, items, sizeof items);
+                old_value = pass ? from[i].value : items;
+                new_value = pass ? items : from[i].value;
+            }
             if (used < outlen)
                 used += (size_t)snprintf(out + used, outlen - used, "%s%s %s -> %s", changes ? "; " : "", from[i].key,
                                          old_value, new_value);

@@ -299,6 +299,17 @@ static void test_text_difference(void **state) {
     assert_int_equal(recipe_text_changes(te, tc, changes, sizeof changes, watched, hit, sizeof hit), 2);
     assert_string_equal(changes, "run.seed 8 -> 7; train.batch_schedule[2] {step: 60, global_batch_size: 16} -> (none)");
     free(te);
+    /* a value on one side, a list on the other (data.valid null -> a list): one change, the list whole, both ways */
+    Recipe v;
+    const char *valid[] = {"data.valid=[{path: /d/a, weight: 1.0}, {path: /d/b, weight: 2.0}]", "data.split=[98, 2, 0]"};
+    load_ok(&v, BASE, valid, 2, 1);
+    size_t nv;
+    char *tv = recipe_yaml_text(&v, &nv);
+    assert_int_equal(recipe_text_changes(ta, tv, changes, sizeof changes, NULL, NULL, 0), 1);
+    assert_string_equal(changes, "data.valid null -> [{path: \"/d/a\", weight: 1}, {path: \"/d/b\", weight: 2}]");
+    assert_int_equal(recipe_text_changes(tv, ta, changes, sizeof changes, NULL, NULL, 0), 1);
+    assert_string_equal(changes, "data.valid [{path: \"/d/a\", weight: 1}, {path: \"/d/b\", weight: 2}] -> null");
+    free(tv);
     /* a line longer than any fixed buffer (a long data path) is compared whole: a difference at its end is seen */
     char long_a[900], long_b[900], dir[700];
     memset(dir, 'd', sizeof dir - 1);
