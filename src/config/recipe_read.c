@@ -219,6 +219,12 @@ static int unknown_key(const RecipeKey *keys, const YEntry *entry, const char *p
                      yloc_format(entry->loc, where, sizeof where), path);
         return -1;
     }
+    if (!strcmp(entry->key, "load") || !strcmp(entry->key, "pretrained_checkpoint")) { /* Megatron's --load */
+        mt_set_error(err, errlen, "%s: unknown key '%s': `megatrain resume RUN_DIR` continues a run from its "
+                     "checkpoint; init_from: CKPT starts a new run from a checkpoint's weights",
+                     yloc_format(entry->loc, where, sizeof where), path);
+        return -1;
+    }
     char elsewhere[3 * MT_KEY_PATH_MAX] = "";
     if (find_name(recipe_root_keys, "", prefix, entry->key, elsewhere, sizeof elsewhere) > 0) {
         mt_set_error(err, errlen, "%s: unknown key '%s' (did you mean %s?)",

@@ -721,6 +721,8 @@ static const ErrorCase error_cases[] = {
     {"key_of_another_section", "  steps: 100", "  steps: 100\n  lr: 0.1", NULL, 1, "lr: 0.1", "train.lr",
      "did you mean 'optimizer.lr'?"},
     {"key_at_top", NULL, NULL, "seed=3", 1, NULL, "'seed'", "did you mean 'run.seed'?"},
+    {"megatron_load", NULL, NULL, "train.load=ckpt", 1, NULL, "train.load", "`megatrain resume RUN_DIR` continues a "
+     "run from its checkpoint; init_from: CKPT starts a new run from a checkpoint's weights"},
     {"key_of_two_sections", NULL, NULL, "train.interval=3", 1, NULL, "train.interval",
      "did you mean 'checkpoint.interval' or 'logging.interval'?"},
     /* a choice spelled otherwise only in case or with '-' for '_' (Megatron's WSD) */
