@@ -38,10 +38,14 @@ static int adapter_difference(const PeftConfig *stored, const PeftConfig *wanted
 
 int ckpt_model_shape_check(const ModelConfig *stored, const ModelConfig *wanted, char *err, size_t errlen) {
     char why[1024];
-    if (model_config_difference(stored, wanted, MODEL_MATCH_WEIGHTS, why, sizeof why) != 0 ||
-        adapter_difference(&stored->peft, &wanted->peft, MODEL_MATCH_WEIGHTS, why, sizeof why) != 0) {
+    if (model_config_difference(stored, wanted, MODEL_MATCH_WEIGHTS, why, sizeof why) != 0) {
         mt_set_error(err, errlen, "%s; a run cannot be resumed with a different model shape (start a new run, e.g. "
                      "with the checkpoint's weights converted)", why);
+        return -1;
+    }
+    if (adapter_difference(&stored->peft, &wanted->peft, MODEL_MATCH_WEIGHTS, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "%s; a run cannot be resumed with other adapters (start a new run with these "
+                     "adapters from its base model: init_from the base, as this run was)", why);
         return -1;
     }
     return 0;

@@ -86,7 +86,7 @@ run llama "$WORK/resumed" "${LORA[@]}" --set init_from="$start" --set train.step
 diff <(losses "$WORK/lora") <(losses "$WORK/resumed") > "$WORK/diff.txt" \
   || fail "resumed losses differ: $(head -n 4 "$WORK/diff.txt")"
 echo "resume: steps 4-6 identical to the straight run"
-expect_refused "resume with another rank" "peft.rank is 4 in the checkpoint but 8 in the recipe" 1 \
+expect_refused "resume with another rank" "peft.rank is 4 in the checkpoint but 8 in the recipe; a run cannot be resumed with other adapters" 1 \
   resume "$WORK/resumed" --set train.steps=8 --set peft.rank=8
 # alpha may change on resume (it rescales the trained adapters' contribution, as rope_theta may change): logged
 "$MEGATRAIN" resume "$WORK/resumed" --set train.steps=7 --set peft.alpha=16 > "$WORK/resume-alpha.log" 2>&1 \
