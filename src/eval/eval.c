@@ -51,6 +51,7 @@
 #include "../model/model_device.h"
 #include "../plan/plan.h"
 #include "eval_options.h"
+#include "eval_run_settings.h"
 
 /* What an evaluation found. */
 typedef struct EvalResult {
@@ -258,63 +259,6 @@ static int check_tokenizer(const char *ckpt, const char *data) {
     return rc;
 }
 
-/* Whether dataset prefixes a and b name the same files (their .idx, whatever the spelling of the path). */
-static bool same_dataset(const char *a, const char *b) {
-    char pa[MT_PATH_MAX + 8], pb[MT_PATH_MAX + 8];
-    struct stat sa, sb;
-    snprintf(pa, sizeof pa, "%s.idx", a);
-    snprintf(pb, sizeof pb, "%s.idx", b);
-    return stat(pa, &sa) == 0 && stat(pb, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
-}
-
-/* The run that wrote checkpoint `ckpt` evaluated with its recipe's settings: when --data is what it evaluated on
- * (its one data.valid dataset, or with none the validation share of its one data.train) and these settings differ,
- * one note on stderr says the options that reproduce the run's eval_loss (nothing for a checkpoint without a
- * recipe, a conversion, or a run that did not evaluate). */
-static void note_run_settings(const char *ckpt, const EvalOptions *opt) {
-    static Recipe run;
-    char path[MT_PATH_MAX + 80], err[2048];
-    snprintf(path, sizeof path, "%s/%s", ckpt, CKPT_RECIPE_FILE);
-    struct stat st;
-    if (stat(path, &st) != 0 || recipe_load(&run, path, NULL, 0, 0, err, sizeof err) != 0) return;
-    if (run.train.eval_interval <= 0 || run.train.eval_batches <= 0) return; /* the run logged no eval_loss */
-    /* the run's evaluation data, when eval can read it: its one data.valid dataset, or with none the validation share
-     * of its one data.train dataset (a blend is read by no single --data); --test scores test_loss, not eval_loss */
-    const bool validated_on = run.data.num_valid == 1 && same_dataset(run.data.valid[0].path, opt->data);
-    const bool split = run.data.num_valid == 0 && run.data.num_train == 1 && run.data.split[1] > 0 &&
-                       same_dataset(run.data.train[0].path, opt->data);
-    /* a blend: --data one of its datasets scores that one alone */
-    const int blended = run.data.num_valid > 1 ? run.data.num_valid
-                        : run.data.num_valid == 0 && run.data.split[1] > 0 && run.data.num_train > 1 ? run.data.num_train
-                                                                                                        : 0;
-    const DataSource *blend = run.data.num_valid > 1 ? run.data.valid : run.data.train;
-    for (int i = 0; i < blended && !opt->test; i++)
-        if (same_dataset(blend[i].path, opt->data)) {
-            fprintf(stderr, "eval: note: the run of %s evaluated on a blend of %d datasets (data.%s); eval scores "
-                    "--data alone, so this is not its eval_loss (%s)\n", ckpt, blended,
-                    run.data.num_valid > 1 ? "valid" : "train", path);
-            return;
-        }
-    if ((!validated_on && !split) || opt->test) return;
-    char wanted[512] = "";
-    size_t n = 0;
-#define ADD(...) n += (size_t)snprintf(wanted + n, n < sizeof wanted ? sizeof wanted - n : 0, __VA_ARGS__)
-    if (opt->seq_len != run.train.seq_len) ADD(" --seq-len %d", run.train.seq_len);
-    if (opt->micro_batch_size != run.train.micro_batch_size) ADD(" --micro-batch-size %d", run.train.micro_batch_size);
-    if (opt->batches != run.train.eval_batches) ADD(" --batches %d", run.train.eval_batches);
-    if (opt->seed != run.run.seed) ADD(" --seed %llu", (unsigned long long)run.run.seed);
-    if (opt->pack != run.data.pack) ADD("%s", run.data.pack ? " --pack" : " (no --pack)");
-    if (run.data.pack && opt->pack_overlong != run.data.pack_overlong)
-        ADD(" --pack-overlong %s", pack_overlong_name(run.data.pack_overlong));
-    if (opt->loss != run.train.loss) ADD(" --loss %s", loss_reduction_name(run.train.loss));
-    if (split && (!opt->split_given || memcmp(opt->split, run.data.split, sizeof opt->split) != 0))
-        ADD(" --split %g,%g,%g", run.data.split[0], run.data.split[1], run.data.split[2]);
-#undef ADD
-    if (wanted[0])
-        fprintf(stderr, "eval: note: the run of %s evaluated with other settings; its eval_loss is this command "
-                "with%s (%s)\n", ckpt, wanted, path);
-}
-
 /* Before anything is allocated: the model and its batch fit one process's memory (the host's RAM and swap; the GPU's
  * with --device cuda), by the estimate of a run's check (plan.h: eval's model device is one rank of a one-rank run;
  * on the CPU its weights and activations alone). 0, or 2 (reported, naming the options). */
@@ -371,6 +315,7 @@ int eval_main(int argc, char **argv) {
         mt_error("eval: %s", err);
         return MT_EXIT_FAILURE;
     }
+    if (eval_run_settings(ckpt, &opt) != 0 || eval_options_check(&opt) != 0) return MT_EXIT_USAGE;
     ModelConfig cfg;
     if (ckpt_read_model_config(ckpt, &cfg, err, sizeof err) != 0) {
         mt_error("eval: %s", err);
@@ -384,7 +329,7 @@ int eval_main(int argc, char **argv) {
     }
 
     if (check_tokenizer(ckpt, opt.data) != 0) return MT_EXIT_FAILURE;
-    note_run_settings(ckpt, &opt);
+    eval_note_run_settings(ckpt, &opt);
     if (check_memory(&cfg, &opt) != 0) return MT_EXIT_USAGE;
 
     /* the whole model on this process: a grid of one rank */

@@ -18,21 +18,25 @@
 #define DEFAULT_SEED 1234 /* run.seed's default in recipes */
 
 const char *const eval_usage_text =
-    "usage: megatrain eval CKPT --data PREFIX [--split TRAIN,VALID,TEST [--test]] [--batches N] [--seq-len T]\n"
-    "                           [--micro-batch-size B] [--seed S] [--pack [--pack-overlong error|truncate]]\n"
+    "usage: megatrain eval CKPT [--data PREFIX] [--split TRAIN,VALID,TEST [--test]] [--batches N] [--seq-len T]\n"
+    "                           [--micro-batch-size B] [--seed S] [--pack|--no-pack [--pack-overlong error|truncate]]\n"
     "                           [--loss per_micro_batch|per_token] [--device D] [--json]\n"
     "\n"
     "Print the mean next-token loss (6 decimals) of the model in checkpoint CKPT over\n"
     "N batches of B samples of T tokens from the Megatron dataset PREFIX (.bin/.idx),\n"
     "used whole and read as a run reads data.valid, or its validation share with\n"
-    "--split: a run's seed, seq_len, micro_batch_size, eval_batches, data.split,\n"
-    "data.pack and train.loss give its eval_loss (a note on stderr says which options do,\n"
-    "when CKPT is a run's checkpoint and these settings are not its recipe's). A\n"
-    "dataset with a loss mask (data build --format sft: PREFIX_mask.{bin,idx}) is scored\n"
-    "on its unmasked targets only. CKPT is a checkpoint directory, or a run (or\n"
-    "checkpoints/) directory: its newest checkpoint.\n"
+    "--split. A run's checkpoint gives what the command line leaves out from the run's\n"
+    "recipe (its seed, seq_len, micro_batch_size, eval_batches, data.pack, train.loss, and\n"
+    "without --data its data.valid, or its data.train with data.split), so that\n"
+    "`megatrain eval RUN_DIR` prints its eval_loss; a line on stderr says what was taken,\n"
+    "and a note which options would give the run's eval_loss when those given do not.\n"
+    "A dataset with a loss mask (data build --format sft: PREFIX_mask.{bin,idx}) is\n"
+    "scored on its unmasked targets only. CKPT is a checkpoint directory, or a run (or\n"
+    "checkpoints/) directory: its newest checkpoint. The defaults below are those of a\n"
+    "checkpoint without a recipe (a conversion's).\n"
     "\n"
-    "  --data PREFIX           the dataset (required)\n"
+    "  --data PREFIX           the dataset (required without a run's recipe, and for a run that evaluated\n"
+    "                          on a blend of datasets)\n"
     "  --split W               TRAIN,VALID,TEST weights (e.g. 98,2,0; a missing share is 0): score the documents that a run with\n"
     "                          data.train PREFIX and this data.split validates on (default: all of PREFIX,\n"
     "                          as data.valid)\n"
@@ -43,7 +47,7 @@ const char *const eval_usage_text =
     "  --micro-batch-size B    samples per batch (default 4)\n"
     "  --seed S                the sampling seed (default 1234, as run.seed)\n"
     "  --pack                  a sample is a row of whole documents packed first-fit decreasing, each\n"
-    "                          attending to itself only (as data.pack: true; cpu only)\n"
+    "                          attending to itself only (as data.pack: true; cpu only); --no-pack: not\n"
     "  --pack-overlong P       with --pack, a document longer than T + 1 tokens: error (the default)\n"
     "                          or truncate to its first T + 1 (as data.pack_overlong)\n"
     "  --loss L                per_micro_batch (the default: the mean of the batches' mean losses) or\n"
@@ -74,32 +78,39 @@ static const char *const names[NUM_VALUE_OPTIONS] = {"--data",   "--batches", "-
                                                      "--split"};
 
 /* Option k's value into opt. Returns 0, or 2 (reported). */
-static int set_value(EvalOptions *opt, int k, const char *value, bool *pack_overlong_given) {
+static int set_value(EvalOptions *opt, int k, const char *value) {
     switch (k) {
-    case OPT_DATA: opt->data = value; return 0;
-    case OPT_BATCHES: opt->batches = parse_positive(names[k], value, 1L << 30); return opt->batches < 0 ? 2 : 0;
+    case OPT_DATA: opt->data = value; opt->given |= EVAL_GAVE_DATA; return 0;
+    case OPT_BATCHES:
+        opt->batches = parse_positive(names[k], value, 1L << 30);
+        opt->given |= EVAL_GAVE_BATCHES;
+        return opt->batches < 0 ? 2 : 0;
     case OPT_SEQ_LEN:
         opt->seq_len = parse_positive(names[k], value, 1L << 20);
         opt->seq_len_given = true;
+        opt->given |= EVAL_GAVE_SEQ_LEN;
         return opt->seq_len < 0 ? 2 : 0;
     case OPT_MICRO_BATCH:
         opt->micro_batch_size = parse_positive(names[k], value, 1L << 16);
+        opt->given |= EVAL_GAVE_MICRO_BATCH;
         return opt->micro_batch_size < 0 ? 2 : 0;
     case OPT_DEVICE: opt->device = value; return 0;
     case OPT_SPLIT: {
         opt->split_given = true;
+        opt->given |= EVAL_GAVE_SPLIT;
         if (data_split_parse(value, opt->split) == 0 && opt->split[0] > 0) return 0; /* the share: check_options */
         mt_error("eval: --split: expected TRAIN,VALID,TEST weights with positive TRAIN and VALID (as data.split, e.g. "
                  "98,2,0, a missing share 0; with --test a positive TEST), found '%s'", value);
         return 2;
     }
     case OPT_PACK_OVERLONG:
-        *pack_overlong_given = true;
+        opt->given |= EVAL_GAVE_PACK_OVERLONG;
         if (pack_overlong_parse(value, &opt->pack_overlong) == 0) return 0;
         mt_error("eval: --pack-overlong: expected %s or %s, found '%s'", pack_overlong_name(PACK_OVERLONG_ERROR),
                  pack_overlong_name(PACK_OVERLONG_TRUNCATE), value);
         return 2;
     case OPT_LOSS:
+        opt->given |= EVAL_GAVE_LOSS;
         if (loss_reduction_parse(value, &opt->loss) == 0) return 0;
         mt_error("eval: --loss: expected %s or %s, found '%s'", loss_reduction_name(LOSS_PER_MICRO_BATCH),
                  loss_reduction_name(LOSS_PER_TOKEN), value);
@@ -113,6 +124,7 @@ static int set_value(EvalOptions *opt, int k, const char *value, bool *pack_over
             return 2;
         }
         opt->seed = (uint64_t)seed;
+        opt->given |= EVAL_GAVE_SEED;
         return 0;
     }
     default: return 2;
@@ -120,17 +132,34 @@ static int set_value(EvalOptions *opt, int k, const char *value, bool *pack_over
 }
 
 /* What the options say together. Returns 0, or 2 (reported). */
-static int check_options(const EvalOptions *opt, bool pack_overlong_given) {
+static int check_options(const EvalOptions *opt) {
     if (!opt->ckpt || !opt->ckpt[0]) {
         mt_error("eval: missing CKPT (a checkpoint, run or checkpoints/ directory)\n%s", eval_usage_text);
         return 2;
     }
-    if (!opt->data || !opt->data[0]) {
-        mt_error("eval: --data PREFIX is required\n%s", eval_usage_text);
+    if (opt->data && !opt->data[0]) {
+        mt_error("eval: --data: expected a dataset PREFIX, found an empty one\n%s", eval_usage_text);
         return 2;
     }
     if (!model_device_exists(opt->device)) {
         mt_error("eval: --device: expected cpu or cuda, found '%s'", opt->device);
+        return 2;
+    }
+    if (opt->data && strlen(opt->data) >= MT_PATH_MAX) {
+        mt_error("eval: --data: the prefix is longer than %d characters", MT_PATH_MAX - 1);
+        return 2;
+    }
+    if (opt->micro_batch_size * opt->seq_len > INT_MAX / 2) {
+        mt_error("eval: --micro-batch-size x --seq-len (%ld x %ld) is too large", opt->micro_batch_size,
+                 opt->seq_len);
+        return 2;
+    }
+    return 0;
+}
+
+int eval_options_check(const EvalOptions *opt) {
+    if ((opt->given & EVAL_GAVE_PACK_OVERLONG) && !opt->pack) {
+        mt_error("eval: --pack-overlong: only with --pack (it says what packing does with an overlong document)");
         return 2;
     }
     if (opt->test && !opt->split_given) {
@@ -143,17 +172,9 @@ static int check_options(const EvalOptions *opt, bool pack_overlong_given) {
                  opt->split[0], opt->split[1], opt->split[2]);
         return 2;
     }
-    if (pack_overlong_given && !opt->pack) {
-        mt_error("eval: --pack-overlong: only with --pack (it says what packing does with an overlong document)");
-        return 2;
-    }
-    if (strlen(opt->data) >= MT_PATH_MAX) {
-        mt_error("eval: --data: the prefix is longer than %d characters", MT_PATH_MAX - 1);
-        return 2;
-    }
-    if (opt->micro_batch_size * opt->seq_len > INT_MAX / 2) {
-        mt_error("eval: --micro-batch-size x --seq-len (%ld x %ld) is too large", opt->micro_batch_size,
-                 opt->seq_len);
+    if (!opt->data) {
+        mt_error("eval: --data PREFIX is required: %s is no run's checkpoint with one dataset to evaluate on\n%s",
+                 opt->ckpt, eval_usage_text);
         return 2;
     }
     return 0;
@@ -168,7 +189,6 @@ int eval_parse_options(int argc, char **argv, EvalOptions *opt) {
     opt->device = "cpu";
     opt->pack_overlong = PACK_OVERLONG_ERROR;
     opt->loss = LOSS_PER_MICRO_BATCH;
-    bool pack_overlong_given = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -179,8 +199,9 @@ int eval_parse_options(int argc, char **argv, EvalOptions *opt) {
             opt->json = true;
             continue;
         }
-        if (strcmp(a, "--pack") == 0) {
-            opt->pack = true;
+        if (strcmp(a, "--pack") == 0 || strcmp(a, "--no-pack") == 0) {
+            opt->pack = strcmp(a, "--pack") == 0;
+            opt->given |= EVAL_GAVE_PACK;
             continue;
         }
         if (strcmp(a, "--test") == 0) {
@@ -216,7 +237,7 @@ int eval_parse_options(int argc, char **argv, EvalOptions *opt) {
                      "time)");
             return 2;
         }
-        if (set_value(opt, k, value, &pack_overlong_given) != 0) return 2;
+        if (set_value(opt, k, value) != 0) return 2;
     }
-    return check_options(opt, pack_overlong_given);
+    return check_options(opt);
 }

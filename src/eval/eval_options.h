@@ -8,9 +8,24 @@
 
 #include "../config/recipe.h"
 
+/* Which options the command line gave (EvalOptions.given): the others take the run's recipe (eval_run_settings.h)
+ * or the defaults. */
+enum {
+    EVAL_GAVE_DATA = 1u << 0,
+    EVAL_GAVE_BATCHES = 1u << 1,
+    EVAL_GAVE_SEQ_LEN = 1u << 2,
+    EVAL_GAVE_MICRO_BATCH = 1u << 3,
+    EVAL_GAVE_SEED = 1u << 4,
+    EVAL_GAVE_PACK = 1u << 5, /* --pack or --no-pack */
+    EVAL_GAVE_PACK_OVERLONG = 1u << 6,
+    EVAL_GAVE_LOSS = 1u << 7,
+    EVAL_GAVE_SPLIT = 1u << 8,
+};
+
 typedef struct EvalOptions {
     const char *ckpt;            /* CKPT: a checkpoint, run or checkpoints/ directory */
-    const char *data;            /* --data PREFIX */
+    const char *data;            /* --data PREFIX (NULL: the run's evaluation data, eval_run_settings) */
+    unsigned given;              /* EVAL_GAVE_*: what the command line set */
     long batches;                /* --batches N */
     long seq_len;                /* --seq-len T */
     bool seq_len_given;          /* --seq-len was given (else the default) */
@@ -31,5 +46,8 @@ extern const char *const eval_usage_text;
 /* argv after "eval". Returns 0 to go on, 1 after --help (printed), 2 on a
  * usage error (reported, naming the option). */
 int eval_parse_options(int argc, char **argv, EvalOptions *opt);
+/* What the options say together once the run's settings are in (eval_run_settings): a dataset, --pack-overlong only
+ * with packing. 0, or 2 (reported). */
+int eval_options_check(const EvalOptions *opt);
 
 #endif

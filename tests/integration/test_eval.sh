@@ -3,7 +3,10 @@
 # short run of tiny llama: the output line's format (the loss with 6
 # decimals), a finite loss below ln(vocab) = ln 256, the same loss as the
 # run's own evaluation at that step (same data, seed, seq_len, micro-batch
-# size and batch count); the run directory and its checkpoints/ directory
+# size and batch count), also with those left out: `eval RUN` alone takes
+# them from the run's recipe (its data.valid, or data.train with data.split;
+# a blend needs --data), and a conversion's checkpoint takes the defaults and
+# needs --data; the run directory and its checkpoints/ directory
 # evaluate the newest checkpoint; --json prints one object with the same
 # loss; errors for a missing checkpoint, missing data, data outside the
 # model's vocabulary and bad options.
@@ -58,6 +61,17 @@ run_eval=$(grep '"step":10[,}]' "$run/metrics.jsonl" | grep -o '"eval_loss":[^,}
 [[ -n "$run_eval" ]] || fail "the run logged no eval_loss at step 10: $(cat "$run/metrics.jsonl")"
 [[ "$(printf '%.6f' "$run_eval")" == "$loss" ]] || fail "eval says $loss, the run's eval_loss at step 10 is $run_eval"
 
+# 1a. the run alone: what the command line leaves out is the run's (its data.valid, seq_len, micro_batch_size,
+# eval_batches, seed), said on stderr: the same line, its eval_loss
+alone=$("$MEGATRAIN" eval "$run" 2> "$WORK/alone.err") || fail "eval RUN alone: $(cat "$WORK/alone.err")"
+[[ "$alone" == "$out" ]] || fail "eval RUN alone printed '$alone', expected '$out'"
+grep -qF "eval: the run's settings ($ckpt/recipe.yaml): --data $WORK/english (its data.valid) --seq-len 64 \
+--micro-batch-size 8 --batches 3 --seed 1234" "$WORK/alone.err" || fail "eval RUN alone: $(cat "$WORK/alone.err")"
+# what the command line gives is kept: another batch count, another loss
+fewer=$("$MEGATRAIN" eval "$run" --batches 1 2> /dev/null) || fail "eval RUN --batches 1 exited non-zero"
+[[ "$fewer" == "eval: loss "*" over 1 batch of 8 x 64 tokens ($ckpt)" && "$fewer" != "$out" ]] ||
+  fail "eval RUN --batches 1: '$fewer'"
+
 # 1b. the run directory and its checkpoints/ directory: the newest checkpoint (iter_0000010), the same line
 for dir in "$run" "$run/checkpoints"; do
   out_dir=$("$MEGATRAIN" eval "$dir" --data "$WORK/english" --batches 3 --seq-len 64 --micro-batch-size 8 --seed 1234) \
@@ -99,11 +113,21 @@ whole=$("$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --batches 2 --seq
 grep -qF "eval: note: the run of $WORK/split/checkpoints/iter_0000004 evaluated with other settings; its eval_loss is \
 this command with --split 90,10,0 (" "$WORK/note.txt" || fail "no note of the run's split: $(cat "$WORK/note.txt")"
 (cd "$WORK" && "$MEGATRAIN" eval split --data ./english --batches 1 2> "$WORK/note.txt" > /dev/null) # any spelling
-grep -qF "its eval_loss is this command with --seq-len 64 --micro-batch-size 8 --batches 2 --split 90,10,0 (" \
+grep -qF "its eval_loss is this command with --batches 2 --split 90,10,0 (" \
   "$WORK/note.txt" || fail "no note of the run's settings: $(cat "$WORK/note.txt")"
+# without --data, its data.train's validation share by its data.split: its eval_loss; --test: its test share
+out=$("$MEGATRAIN" eval "$WORK/split" 2> "$WORK/note.txt") || fail "eval of the split run alone: $(cat "$WORK/note.txt")"
+[[ "$out" == "eval: loss $(printf '%.6f' "$want") over 2 batches of 8 x 64 tokens, the validation share of split 90,10,0 ("* ]] ||
+  fail "eval of the split run alone: '$out', the run's eval_loss at step 4 is $want"
+grep -qF -- "--data $WORK/english --split 90,10,0 (its data.train and data.split)" "$WORK/note.txt" ||
+  fail "eval of the split run alone: $(cat "$WORK/note.txt")"
+status=0; "$MEGATRAIN" eval "$WORK/split" --test > /dev/null 2> "$WORK/note.txt" || status=$?
+[[ $status -eq 2 ]] && grep -qF "eval: --test: the run of $WORK/split/checkpoints/iter_0000004 has no test share \
+(data.split 90,10,0; " "$WORK/note.txt" ||
+  fail "--test on a run with no test share: exit $status: $(cat "$WORK/note.txt")"
 cp "$WORK/english.bin" "$WORK/other.bin" && cp "$WORK/english.idx" "$WORK/other.idx" # not what the run evaluated
 "$MEGATRAIN" eval "$WORK/split" --data "$WORK/other" --batches 1 2> "$WORK/note.txt" > /dev/null
-[[ ! -s "$WORK/note.txt" ]] || fail "a note for another dataset than the run's: $(cat "$WORK/note.txt")"
+! grep -q "eval: note:" "$WORK/note.txt" || fail "a note for another dataset than the run's: $(cat "$WORK/note.txt")"
 # a run that evaluated on a blend: eval scores one of its datasets alone, and a note says that is not its eval_loss;
 # --data given twice is refused (the last would win, silently)
 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/blend" --set train.steps=1 \
@@ -114,13 +138,16 @@ cp "$WORK/english.bin" "$WORK/other.bin" && cp "$WORK/english.idx" "$WORK/other.
 "$MEGATRAIN" eval "$WORK/blend" --data "$WORK/other" --batches 1 2> "$WORK/note.txt" > /dev/null
 grep -qF "eval: note: the run of $WORK/blend/checkpoints/iter_0000001 evaluated on a blend of 2 datasets (data.train); \
 eval scores --data alone, so this is not its eval_loss (" "$WORK/note.txt" || fail "no note of the blend: $(cat "$WORK/note.txt")"
+status=0; "$MEGATRAIN" eval "$WORK/blend" > /dev/null 2> "$WORK/note.txt" || status=$? # no --data: which one?
+[[ $status -eq 2 ]] && grep -qF "eval: the run of $WORK/blend/checkpoints/iter_0000001 evaluated on a blend of 2 datasets \
+(data.train; " "$WORK/note.txt" || fail "eval of the blended run alone: exit $status: $(cat "$WORK/note.txt")"
 status=0
 "$MEGATRAIN" eval "$WORK/blend" --data "$WORK/english" --data "$WORK/other" > /dev/null 2> "$WORK/note.txt" || status=$?
 [[ $status -eq 2 ]] && grep -qF "eval: --data given twice (eval scores one dataset: a blend's datasets are evaluated one \
 at a time)" "$WORK/note.txt" || fail "--data twice: exit $status: $(cat "$WORK/note.txt")"
 "$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --split 90,10,0 --batches 2 --seq-len 64 --micro-batch-size 8 \
   2> "$WORK/note.txt" > /dev/null
-[[ ! -s "$WORK/note.txt" ]] || fail "a note with the run's own settings: $(cat "$WORK/note.txt")"
+! grep -q "eval: note:" "$WORK/note.txt" || fail "a note with the run's own settings: $(cat "$WORK/note.txt")"
 [[ "$(echo "$whole" | awk '{print $3}')" != "$(printf '%.6f' "$want")" ]] ||
   fail "the whole dataset gave the validation share's loss: $whole"
 "$MEGATRAIN" eval "$WORK/split" --data "$WORK/english" --split 90,10,0 --json > "$WORK/split.json" ||
@@ -163,10 +190,13 @@ out5=$("$MEGATRAIN" eval "$run/checkpoints/iter_0000005" --data "$WORK/english" 
 loss5=$(echo "$out5" | awk '{print $3}')
 awk -v a="$loss5" -v b="$loss" 'BEGIN { exit !(a > b) }' || fail "step 5 loss $loss5 is not above step 10 loss $loss"
 
-# 3. the defaults: 8 batches of 4 x 256 tokens
-out=$("$MEGATRAIN" eval "$ckpt" --data="$WORK/english") || fail "eval with default options exited non-zero"
-[[ "$out" =~ ^eval:\ loss\ [0-9]+\.[0-9]{6}\ over\ 8\ batches\ of\ 4\ x\ 256\ tokens\ \(.*\)$ ]] \
-  || fail "unexpected output line with defaults: $out"
+# 3. the defaults, for a checkpoint without a run's recipe (a conversion's): 8 batches of 4 x 256 tokens, --data needed
+"$MEGATRAIN" convert "$ckpt" "$WORK/hf" > /dev/null && "$MEGATRAIN" convert "$WORK/hf" "$WORK/conv" > /dev/null ||
+  fail "the conversions for a checkpoint without a recipe failed"
+out=$("$MEGATRAIN" eval "$WORK/conv" --data="$WORK/english" 2> "$WORK/conv.err") ||
+  fail "eval with default options exited non-zero: $(cat "$WORK/conv.err")"
+[[ "$out" =~ ^eval:\ loss\ [0-9]+\.[0-9]{6}\ over\ 8\ batches\ of\ 4\ x\ 256\ tokens\ \(.*\)$ && ! -s "$WORK/conv.err" ]] \
+  || fail "unexpected output line with defaults: $out $(cat "$WORK/conv.err")"
 
 # 4. errors name what is missing or wrong, exit non-zero, print no result line
 expect_error() { # STATUS NEEDLE ARGS...: exit status STATUS and NEEDLE in stderr
@@ -181,7 +211,8 @@ expect_error 1 "$WORK/no-such-ckpt" "$WORK/no-such-ckpt" --data "$WORK/english"
 expect_error 1 "eval: --data: $WORK/no-such-data.idx: cannot open" "$ckpt" --data "$WORK/no-such-data"
 mkdir "$WORK/empty-dir"
 expect_error 1 "$WORK/empty-dir" "$WORK/empty-dir" --data "$WORK/english"
-expect_error 2 "--data" "$ckpt"
+expect_error 2 "eval: --data PREFIX is required: $WORK/conv is no run's checkpoint with one dataset to evaluate on" \
+  "$WORK/conv"
 # a batch that cannot fit is refused before anything is allocated (an allocator failure, or the OOM killer, before),
 # naming the options: 65536 x 256 tokens need about 130 GiB (skipped on a host with that much memory and swap)
 if (( $(awk '/^(MemTotal|SwapTotal):/ { kb += $2 } END { print int(kb / 1048576) }' /proc/meminfo) < 120 )); then
@@ -197,7 +228,11 @@ expect_error 2 "--seq-len: expected at most the model's max_position_embeddings 
 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/short-ctx" --set model.max_position_embeddings=128 \
   --set train.steps=1 --set optimizer.schedule.warmup_steps=0 --set "data.train=[{path: $WORK/english, weight: 1.0}]" \
   > /dev/null 2>&1 || fail "the run of a model with 128 positions failed"
-expect_error 2 "found 256 (the default: give --seq-len, e.g. the run's train.seq_len)" "$WORK/short-ctx" \
+# a run's checkpoint takes the run's seq_len; without a recipe (converted) the default, which is too long here
+"$MEGATRAIN" eval "$WORK/short-ctx" --data "$WORK/english" > /dev/null 2>&1 || fail "eval of the 128-position run"
+"$MEGATRAIN" convert "$WORK/short-ctx" "$WORK/short-hf" > /dev/null &&
+  "$MEGATRAIN" convert "$WORK/short-hf" "$WORK/short-conv" > /dev/null || fail "converting the 128-position model"
+expect_error 2 "found 256 (the default: give --seq-len, e.g. the run's train.seq_len)" "$WORK/short-conv" \
   --data "$WORK/english"
 expect_error 2 "--bogus" "$ckpt" --data "$WORK/english" --bogus 1
 expect_error 2 "--device: expected cpu or cuda, found 'tpu'" "$ckpt" --data "$WORK/english" --device tpu
@@ -283,8 +318,8 @@ sft_case sft_micro false per_micro_batch
 
 # 5b. packing: an overlong document is an error naming the options (as data.pack_overlong), or truncated
 expect_error 1 "--pack-overlong" "$WORK/sft_packed" --data "$WORK/sft" --pack --seq-len 8
-out=$("$MEGATRAIN" eval "$WORK/sft_packed" --data "$WORK/sft" --pack --pack-overlong truncate --seq-len 8 \
-  2> "$WORK/trunc.err") || { cat "$WORK/trunc.err"; fail "--pack-overlong truncate exited non-zero"; }
+out=$("$MEGATRAIN" eval "$WORK/sft_packed" --data "$WORK/sft" --pack --pack-overlong truncate --seq-len 8 --batches 8 \
+  --micro-batch-size 4 2> "$WORK/trunc.err") || { cat "$WORK/trunc.err"; fail "--pack-overlong truncate exited non-zero"; }
 grep -q "truncated" "$WORK/trunc.err" || fail "--pack-overlong truncate: no warning of truncated documents"
 [[ "$out" =~ ^eval:\ loss\ [0-9.]+\ over\ 8\ batches\ of\ 4\ x\ 8\ tokens,\ packed,\ loss\ mask: ]] \
   || fail "--pack-overlong truncate: unexpected line: $out"
@@ -293,7 +328,7 @@ grep -q "truncated" "$WORK/trunc.err" || fail "--pack-overlong truncate: no warn
 printf '{"prompt": "a long prompt of many bytes", "completion": "x"}\n%.0s' 1 2 3 > "$WORK/past9.jsonl"
 "$MEGATRAIN" data build --format sft --input "$WORK/past9.jsonl" --output "$WORK/past9" > /dev/null
 expect_error 1 "eval: no target counted in the 2 batches of 4 x 8 tokens" "$WORK/sft_packed" --data "$WORK/past9" \
-  --pack --pack-overlong truncate --seq-len 8 --batches 2
+  --pack --pack-overlong truncate --seq-len 8 --batches 2 --micro-batch-size 4
 
 # 5c. bad values of the new options: exit 2 naming the option
 expect_error 2 "--loss: expected per_micro_batch or per_token, found 'mean'" "$ckpt" --data "$WORK/sft" --loss mean
@@ -312,7 +347,7 @@ if [[ -x "$REPO/build/cuda/megatrain" ]]; then
 else
   echo "no build/cuda/megatrain: the cuda refusal of --pack and per_token is not checked here"
 fi
-# the note for the checkpoint of an expert-parallel run (it reloads the run's recipe, whose ep needs dp >= ep: the
+# the settings and the note for the checkpoint of an expert-parallel run (it reloads the run's recipe, whose ep needs dp >= ep: the
 # note was silently left out)
 if command -v mpirun > /dev/null; then
   OMP_NUM_THREADS=1 mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" run "$REPO/recipes/tiny/qwen3_moe.yaml" \
@@ -321,7 +356,8 @@ if command -v mpirun > /dev/null; then
     --set "data.train=[{path: $WORK/english, weight: 1.0}]" > "$WORK/moe-ep2.log" 2>&1 ||
     { cat "$WORK/moe-ep2.log"; fail "the ep 2 run failed"; }
   "$MEGATRAIN" eval "$WORK/moe-ep2" --data "$WORK/english" --batches 1 2> "$WORK/note.txt" > /dev/null
-  grep -qF "its eval_loss is this command with --seq-len 64 --split 98,2,0 (" \
+  grep -qF "its eval_loss is this command with --split 98,2,0 (" "$WORK/note.txt" &&
+    grep -qF "eval: the run's settings ($WORK/moe-ep2/checkpoints/iter_0000002/recipe.yaml): --seq-len 64" \
     "$WORK/note.txt" || fail "no note of the ep 2 run's settings: $(cat "$WORK/note.txt")"
 fi
 echo "ok"
