@@ -255,6 +255,48 @@ static int exit_limit(const TrainContext *ctx, double start_time) {
     return 0;
 }
 
+/* What the step lines measure from: the loop's start, the last logged step's time and tokens. */
+typedef struct LogClock {
+    double start, last_time;
+    int64_t last_tokens, schedule_samples;
+} LogClock;
+
+/* Step `step`'s line (rank 0) and metrics record; eval_s of the time since the last line went to evaluations: the
+ * training throughput (tok/s, TFLOP/s, MFU) leaves it out. */
+static void log_step(TrainContext *ctx, MetricsWriter *metrics, const StepResult *result, long step, double eval_loss,
+                     double test_loss, double eval_s, LogClock *clock) {
+    const double now = mt_now();
+    const double interval_s = (now - clock->last_time) - eval_s;
+    const double tokens = (double)(ctx->state.consumed_tokens - clock->last_tokens);
+    StepMetrics m = {
+        .step = step,
+        .total_steps = ctx->total_steps,
+        .loss = result->loss,
+        .lr = result->lr,
+        .global_batch_size = result->global_batch_size,
+        .grad_norm = result->grad_norm,
+        .tokens_per_s = interval_s > 0 ? tokens / interval_s : 0,
+        .consumed_tokens = (double)ctx->state.consumed_tokens,
+        .elapsed_s = now - clock->start,
+        .eta_s = NAN,
+        .eval_loss = eval_loss,
+        .test_loss = test_loss,
+        .moe_aux_loss = result->moe ? result->moe_aux_loss : NAN,
+        .moe_lb_loss = result->moe ? result->moe_lb_loss : NAN,
+        .moe_z_loss = result->moe ? result->moe_z_loss : NAN,
+        .moe_imbalance = result->moe ? result->moe_imbalance : NAN,
+        .moe_drop_rate = result->moe ? result->moe_drop_rate : NAN,
+    };
+    efficiency_columns(ctx, &m, tokens);
+    const int64_t samples_left = clock->schedule_samples - ctx->state.consumed_samples;
+    if (step < ctx->total_steps && samples_left > 0 && m.tokens_per_s > 0)
+        m.eta_s = (double)samples_left * (double)ctx->recipe->train.seq_len / m.tokens_per_s;
+    if (comm_world()->rank == 0) metrics_print(&m);
+    metrics_write(metrics, &m);
+    clock->last_time = now;
+    clock->last_tokens = ctx->state.consumed_tokens;
+}
+
 /* The steps from ctx->state.step to total_steps, with metrics, evaluation,
  * checkpoints (every checkpoint.interval steps, at the end, and on SIGTERM /
  * SIGUSR1, after which it stops with status 0). Returns the exit status. */
@@ -262,9 +304,8 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     const Recipe *recipe = ctx->recipe;
     const long log_interval = recipe->logging.interval > 0 ? recipe->logging.interval : 1;
     const double start_time = mt_now();
-    double last_log_time = start_time;
-    int64_t last_log_tokens = ctx->state.consumed_tokens;
-    const int64_t schedule_samples = train_schedule_samples(&recipe->train, ctx->total_steps);
+    LogClock clock = {.start = start_time, .last_time = start_time, .last_tokens = ctx->state.consumed_tokens,
+                      .schedule_samples = train_schedule_samples(&recipe->train, ctx->total_steps)};
     StepResult result = {0};
     HealthState health = {.spikes = loss_spike_detector(50, 20, 6.0)};
     int status = MT_EXIT_OK;
@@ -282,8 +323,9 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     if (dev->zero1_on) ckpt_saver_shard_moments(saver, dev->zero1.begin, dev->zero1.end, dev->zero1.num_ranges);
     train_signals_install();
     /* A stop (a signal, train.exit_interval, train.exit_duration_mins) is asked once before the first step, once
-     * after each step but the last and again after an evaluation, every rank at once (train_stop_requested is a
-     * collective): a step it follows is logged (the checkpoint's step has its line and metrics), then saved. */
+     * after each step but the last, and again after an evaluation and after a checkpoint's save, every rank at once
+     * (train_stop_requested is a collective; each of these is every rank's): a step it follows is logged (the
+     * checkpoint's step has its line and metrics) and saved. */
     if (ctx->state.step < ctx->total_steps) stop_signal = train_stop_requested(exit_limit(ctx, start_time));
     while (ctx->state.step < ctx->total_steps && !stop_signal) {
         const int stepped = train_step(ctx, &result, err, sizeof err);
@@ -336,36 +378,8 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
              * the run after this step (every rank evaluated: the collective is every rank's) */
             if (eval_now && !stop_signal && step < ctx->total_steps)
                 stop_signal = train_stop_requested(exit_limit(ctx, start_time));
-            const double now = mt_now();
-            /* the training throughput (tok/s, TFLOP/s, MFU): the evaluations' time is not the steps' */
-            const double interval_s = (now - last_log_time) - (eval_now || test_now ? now - eval_start : 0.0);
-            StepMetrics m = {
-                .step = step,
-                .total_steps = ctx->total_steps,
-                .loss = result.loss,
-                .lr = result.lr,
-                .global_batch_size = result.global_batch_size,
-                .grad_norm = result.grad_norm,
-                .tokens_per_s = interval_s > 0 ? (double)(ctx->state.consumed_tokens - last_log_tokens) / interval_s : 0,
-                .consumed_tokens = (double)ctx->state.consumed_tokens,
-                .elapsed_s = now - start_time,
-                .eta_s = NAN,
-                .eval_loss = eval_loss,
-                .test_loss = test_loss,
-                .moe_aux_loss = result.moe ? result.moe_aux_loss : NAN,
-                .moe_lb_loss = result.moe ? result.moe_lb_loss : NAN,
-                .moe_z_loss = result.moe ? result.moe_z_loss : NAN,
-                .moe_imbalance = result.moe ? result.moe_imbalance : NAN,
-                .moe_drop_rate = result.moe ? result.moe_drop_rate : NAN,
-            };
-            efficiency_columns(ctx, &m, (double)(ctx->state.consumed_tokens - last_log_tokens));
-            const int64_t samples_left = schedule_samples - ctx->state.consumed_samples;
-            if (step < ctx->total_steps && samples_left > 0 && m.tokens_per_s > 0)
-                m.eta_s = (double)samples_left * (double)recipe->train.seq_len / m.tokens_per_s;
-            if (comm_world()->rank == 0) metrics_print(&m);
-            metrics_write(metrics, &m);
-            last_log_time = now;
-            last_log_tokens = ctx->state.consumed_tokens;
+            log_step(ctx, metrics, &result, step, eval_loss, test_loss,
+                     eval_now || test_now ? mt_now() - eval_start : 0.0, &clock);
         }
         /* A background save that failed stops the run: it must not go on
          * believing it has that checkpoint. */
@@ -378,6 +392,12 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
             break;
         }
         ctx->timers.checkpoint += mt_now() - save_start;
+        /* a stop that came during the save (a signal, the time limit it took the run past): here, not after another
+         * step and save; save_due is every rank's, so is this collective */
+        if (save_due && !stop_signal && step < ctx->total_steps) {
+            stop_signal = train_stop_requested(exit_limit(ctx, start_time));
+            if (stop_signal && !log_now) log_step(ctx, metrics, &result, step, NAN, NAN, 0.0, &clock);
+        }
         if (is_multiple(step, recipe->logging.timers_interval)) {
             if (comm_world()->rank == 0) metrics_print_timers(&ctx->timers, step);
             ctx->timers = (StepTimers){0};

@@ -3,6 +3,7 @@
 # time-limited job does.
 # - train.exit_interval and train.exit_duration_mins stop a run after a step
 #   with a checkpoint and exit 0, that step logged (whatever logging.interval);
+#   a SIGTERM during a checkpoint's save stops the run after that step;
 #   the resumed pieces give the uninterrupted run's losses;
 # - `run --resume-if-exists` (a requeued job's one command) starts, resumes,
 #   finishes, then has nothing to do; a changed recipe file is refused, what a
@@ -36,7 +37,19 @@ expect 0 "stopped by train.exit_interval after step 7" run "$WORK/exlog" 20 --se
   --set logging.interval=5
 grep -q "^step  *7/20 | loss" "$WORK/out.log" && [[ "$(losses "$WORK/exlog" | tail -n 1)" == '"step":7,'* ]] ||
   fail "the stop's step is not logged: $(cat "$WORK/out.log") $(cat "$WORK/exlog/metrics.jsonl")"
-echo "exit_interval and exit_duration_mins: stopped, saved, resumed to the uninterrupted losses"
+# a stop that comes during a checkpoint's save stops the run after that step, logged, with no further step and save
+(export MEGATRAIN_TEST_SLOW_SAVE_MS=40 EXEC=exec
+ run "$WORK/insave" 20 --set checkpoint.interval=5 --set checkpoint.async=false --set logging.interval=3 \
+   > "$WORK/insave.log" 2>&1) &
+pid=$!
+for _ in $(seq 1 3000); do compgen -G "$WORK/insave/checkpoints/iter_0000005.tmp.*" > /dev/null && break; sleep 0.02; done
+kill -TERM $pid
+status=0; wait $pid || status=$?
+[[ $status -eq 0 ]] && grep -q "stopped by SIGTERM after step 5: checkpoint in " "$WORK/insave.log" &&
+  [[ ! -e "$WORK/insave/checkpoints/iter_0000006" && "$(losses "$WORK/insave" | tail -n 1)" == '"step":5,'* ]] ||
+  fail "SIGTERM during the step-5 save: exit $status: $(tail -n 4 "$WORK/insave.log"); $(ls "$WORK/insave/checkpoints")"
+echo "exit_interval and exit_duration_mins: stopped, saved, resumed to the uninterrupted losses; a stop during a save \
+stops after its step"
 
 # run --resume-if-exists, a requeued job's one command: it starts, then resumes from the newest checkpoint (stopped
 # here by exit_interval, as by a preemption), then has nothing to do; the pieces give the uninterrupted losses. A
