@@ -258,12 +258,14 @@ typedef struct BuildRecord {
     int found;           /* 1: a record, 0: none, -1: unreadable (why) */
     DatasetTokenizer tok;
     int same;            /* --tokenizer's tokenizer.json is the recorded one: 1, 0; -1 without --tokenizer */
+    bool stale;          /* its counts are not the dataset's: the files were replaced since (the record is not used) */
     char why[1200];
 } BuildRecord;
 
 static BuildRecord read_build_record(const char *prefix, const Tokenizer *given) {
     BuildRecord r = {.same = -1};
     r.found = dataset_tokenizer_read(prefix, &r.tok, r.why, sizeof r.why);
+    r.stale = r.found == 1 && !dataset_tokenizer_current(&r.tok, prefix);
     if (r.found != 1 || !given) return r;
     size_t len = 0;
     char err[1200];
@@ -290,7 +292,9 @@ static void print_build_record(const char *prefix, const BuildRecord *r) {
     else
         printf("  built by:  megatrain data build with a tokenizer.json of %llu bytes (CRC-32C %08x, vocabulary %lld)",
                (unsigned long long)r->tok.bytes, (unsigned)r->tok.crc32c, (long long)r->tok.vocab_size);
-    printf("%s\n", r->same == 1 ? ": --tokenizer's" : r->same == 0 ? ": NOT --tokenizer's" : "");
+    printf("%s%s\n", r->same == 1 ? ": --tokenizer's" : r->same == 0 ? ": NOT --tokenizer's" : "",
+           r->stale ? " (STALE: it counts other documents or tokens than the files hold, which were replaced since; "
+                      "not used)" : "");
 }
 
 static void json_build_record(JsonWriter *w, const BuildRecord *r) {
@@ -348,7 +352,7 @@ int data_inspect_main(int argc, char **argv) {
     const BuildRecord record = read_build_record(opt.prefix, tok);
     /* without --tokenizer, a dataset its build record says a tokenizer.json built: the record's vocabulary and
      * end-of-document id, and its documents not decoded (the byte tokenizer would make them look broken) */
-    const bool recorded_tok = !tok && record.found == 1 && !record.tok.byte;
+    const bool recorded_tok = !tok && record.found == 1 && !record.tok.byte && !record.stale;
     if (recorded_tok) {
         vocab = record.tok.vocab_size;
         eod_id = record.tok.eod >= 0 ? (int32_t)record.tok.eod : eod_id;

@@ -191,6 +191,11 @@ static int dataset_counts(const char *prefix, int64_t *documents, int64_t *token
     return 0;
 }
 
+bool dataset_tokenizer_current(const DatasetTokenizer *tok, const char *prefix) {
+    int64_t documents = 0, tokens = 0;
+    return dataset_counts(prefix, &documents, &tokens) == 0 && documents == tok->documents && tokens == tok->tokens;
+}
+
 int dataset_tokenizer_check(const char *prefix, const char *what, const void *json, size_t len,
                             const char *model_source, char *err, size_t errlen) {
     if (!json) return 0;

@@ -60,6 +60,10 @@ void dataset_tokenizer_remove(const char *prefix);
  * none, -1 with err when it is unreadable or not a record (naming the file
  * and what is wrong). */
 int dataset_tokenizer_read(const char *prefix, DatasetTokenizer *tok, char *err, size_t errlen);
+/* Whether a record read from PREFIX.build.json still describes dataset `prefix`: its documents and tokens are the
+ * dataset's (else its files were replaced since `data build` made them, and the record is stale); false when the
+ * dataset cannot be read. */
+bool dataset_tokenizer_current(const DatasetTokenizer *tok, const char *prefix);
 
 /* The record's text (`len` bytes, from file `path`, named in messages)
  * into *tok. Returns 0, or -1 with err naming path and what is wrong. */

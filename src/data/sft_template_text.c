@@ -5,7 +5,8 @@
  * enable_thinking, ...) and renders the published template in C; Jinja is not evaluated. A fine-tune's template
  * that keeps those marks and adds text of its own (a default system prompt such as "You are a pirate.") would be
  * rendered without it, and the model trained on text it never sees at inference. This reads the template's string
- * literals (in {{ }} and {% %}, quotes' escapes decoded) and its text outside tags ({# #} comments skipped), keeps
+ * literals (in {{ }} and {% %}, quotes' escapes decoded; raise_exception's argument, an error never written,
+ * left out) and its text outside tags ({# #} comments skipped), keeps
  * those that read as prose (three words of two letters or more once special tokens <|...|> and tags <...> are set
  * aside) and names those that are none of `published` below: the prose of the four published templates
  * (tests/fixtures/chat_templates/templates; Llama 3.1's own adds none beyond Llama 3.2's), compared with special
@@ -28,12 +29,10 @@ static const char *const published[] = {
     "</tools> For each function call, return a json object with function name and arguments within "
     "<tool_call></tool_call> XML tags: <tool_call> {\"name\": <function-name>, \"arguments\": <args-json-object>} "
     "</tool_call>",
-    "Cannot put tools in the first user message when there's no first user message!",
     "Cutting Knowledge Date: December 2023",
     "Do not use variables.",
     "Given the following functions, please respond with a JSON for a function call",
     "Respond in the format {\"name\": function name, \"parameters\": dictionary of argument name and its value}.",
-    "This model only supports single tool-calls at once!",
     "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
     "You have access to the following functions. To call a function, please respond with JSON for a function call.",
     "system You are Qwen, created by Alibaba Cloud. You are a helpful assistant.",
@@ -125,6 +124,17 @@ static const char *literal(const char *s, char *out, size_t *out_len) {
     return *s ? s + 1 : s;
 }
 
+/* Whether the literal quoted at q is raise_exception's argument: an error the template raises, never written. */
+static bool raised(const char *jinja, const char *q) {
+    static const char call[] = "raise_exception";
+    while (q > jinja && (q[-1] == ' ' || q[-1] == '\t' || q[-1] == '\n')) q--;
+    if (q == jinja || q[-1] != '(') return false;
+    q--;
+    while (q > jinja && (q[-1] == ' ' || q[-1] == '\t')) q--;
+    const size_t n = sizeof call - 1;
+    return (size_t)(q - jinja) >= n && strncmp(q - n, call, n) == 0;
+}
+
 int sft_template_foreign_text(const char *jinja, char *first, size_t len) {
     Found f = {.first = first, .len = len};
     if (len) first[0] = '\0';
@@ -140,8 +150,9 @@ int sft_template_foreign_text(const char *jinja, char *first, size_t len) {
             while (*p && strncmp(p, close, 2) != 0) {
                 if (*p == '"' || *p == '\'') {
                     size_t n = 0;
+                    const bool error = raised(jinja, p);
                     p = literal(p, buf, &n);
-                    consider(buf, n, &f);
+                    if (!error) consider(buf, n, &f);
                 } else {
                     p++;
                 }

@@ -36,7 +36,8 @@ const char *launch_world_size_name(void) {
 int launch_started_several(void) {
     const char *which = launch_world_size_name();
     if (launch_world_size() <= 1) return 0;
-    return strcmp(which, "SLURM_NTASKS") != 0 || getenv("SLURM_STEP_NUM_TASKS") != NULL;
+    const char *step = getenv("SLURM_STEP_NUM_TASKS"); /* srun's step: its own task count */
+    return strcmp(which, "SLURM_NTASKS") != 0 || (step && atoi(step) > 1);
 }
 
 int launch_local_rank(void) {

@@ -15,8 +15,8 @@ int launch_rank(void);
  * MPI_LOCALRANKID or SLURM_LOCALID); 0 when absent. Picks the GPU. */
 int launch_local_rank(void);
 /* Whether this process is one of several a launcher started: a world size above 1, and where it is Slurm's
- * SLURM_NTASKS, a task of an srun step (SLURM_STEP_NUM_TASKS, which srun sets): a batch script's own shell
- * has SLURM_NTASKS of its allocation too, and a command it runs is one process. */
+ * SLURM_NTASKS, a task of an srun step of more than one (SLURM_STEP_NUM_TASKS, which srun sets): a batch script's
+ * own shell has SLURM_NTASKS of its allocation too, and a command it runs is one process. */
 int launch_started_several(void);
 /* Processes on this machine (OMPI_COMM_WORLD_LOCAL_SIZE or MPI_LOCALNRANKS,
  * which mpirun sets); 1 when absent. */

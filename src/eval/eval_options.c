@@ -145,15 +145,6 @@ static int check_options(const EvalOptions *opt) {
         mt_error("eval: --device: expected cpu or cuda, found '%s'", opt->device);
         return 2;
     }
-    if (opt->data && strlen(opt->data) >= MT_PATH_MAX) {
-        mt_error("eval: --data: the prefix is longer than %d characters", MT_PATH_MAX - 1);
-        return 2;
-    }
-    if (opt->micro_batch_size * opt->seq_len > INT_MAX / 2) {
-        mt_error("eval: --micro-batch-size x --seq-len (%ld x %ld) is too large", opt->micro_batch_size,
-                 opt->seq_len);
-        return 2;
-    }
     return 0;
 }
 
@@ -170,6 +161,15 @@ int eval_options_check(const EvalOptions *opt) {
         mt_error("eval: --split: expected TRAIN,VALID,TEST weights with positive TRAIN and %s (as data.split, e.g. "
                  "%s), found %g,%g,%g", opt->test ? "TEST (--test scores it)" : "VALID", opt->test ? "98,1,1" : "98,2,0",
                  opt->split[0], opt->split[1], opt->split[2]);
+        return 2;
+    }
+    if (opt->data && strlen(opt->data) >= MT_PATH_MAX) {
+        mt_error("eval: --data: the prefix is longer than %d characters", MT_PATH_MAX - 1);
+        return 2;
+    }
+    if (opt->micro_batch_size * opt->seq_len > INT_MAX / 2) {
+        mt_error("eval: --micro-batch-size x --seq-len (%ld x %ld) is too large", opt->micro_batch_size,
+                 opt->seq_len);
         return 2;
     }
     if (!opt->data) {

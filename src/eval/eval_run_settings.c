@@ -26,6 +26,17 @@ static bool load_run(const char *ckpt, Recipe *run, char *path, size_t len) {
     return stat(path, &st) == 0 && recipe_load(run, path, NULL, 0, 0, err, sizeof err) == 0;
 }
 
+/* Whether checkpoint `ckpt` has a recipe that does not load (a key renamed since, a file edited by hand): said,
+ * since its settings then are not taken. */
+static void say_unreadable_recipe(const char *ckpt, const char *path) {
+    static Recipe run;
+    char err[2048];
+    struct stat st;
+    if (stat(path, &st) == 0 && recipe_load(&run, path, NULL, 0, 0, err, sizeof err) != 0)
+        fprintf(stderr, "eval: note: the run's recipe of %s does not load (%s): its settings are not taken, the "
+                "defaults are\n", ckpt, err);
+}
+
 /* Whether dataset prefixes a and b name the same files (their .idx, whatever the spelling of the path). */
 static bool same_dataset(const char *a, const char *b) {
     char pa[MT_PATH_MAX + 8], pb[MT_PATH_MAX + 8];
@@ -75,6 +86,7 @@ void eval_note_run_settings(const char *ckpt, const EvalOptions *opt) {
     if (opt->loss != run.train.loss) ADD(" --loss %s", loss_reduction_name(run.train.loss));
     if (split && (!opt->split_given || memcmp(opt->split, run.data.split, sizeof opt->split) != 0))
         ADD(" --split %g,%g,%g", run.data.split[0], run.data.split[1], run.data.split[2]);
+    if (validated_on && opt->split_given) ADD(" (no --split: its data.valid whole)");
 #undef ADD
     if (wanted[0])
         fprintf(stderr, "eval: note: the run of %s evaluated with other settings; its eval_loss is this command "
@@ -85,26 +97,33 @@ int eval_run_settings(const char *ckpt, EvalOptions *opt) {
     static Recipe run;
     static char data[MT_PATH_MAX];
     char path[MT_PATH_MAX + 80];
-    if (!load_run(ckpt, &run, path, sizeof path)) return 0;
+    data[0] = '\0';
+    if (!load_run(ckpt, &run, path, sizeof path)) {
+        say_unreadable_recipe(ckpt, path);
+        return 0;
+    }
     char taken[MT_PATH_MAX + 512] = "";
     size_t n = 0;
 #define ADD(...) n += (size_t)snprintf(taken + n, n < sizeof taken ? sizeof taken - n : 0, __VA_ARGS__)
     if (!opt->data) { /* the data its evaluation read, when one dataset */
-        const double share = run.data.split[opt->test ? 2 : 1];
+        const double *split = opt->split_given ? opt->split : run.data.split; /* a --split given is the one read */
+        const double share = split[opt->test ? 2 : 1];
         if (run.data.num_valid == 1 && !opt->test) {
             snprintf(data, sizeof data, "%s", run.data.valid[0].path);
             ADD(" --data %s (its data.valid)", data);
         } else if (run.data.num_valid == 0 && run.data.num_train == 1 && share > 0) {
             snprintf(data, sizeof data, "%s", run.data.train[0].path);
-            if (!opt->split_given) {
+            if (opt->split_given) {
+                ADD(" --data %s (its data.train)", data);
+            } else {
                 memcpy(opt->split, run.data.split, sizeof opt->split);
                 opt->split_given = true;
+                ADD(" --data %s --split %g,%g,%g (its data.train and data.split)", data, opt->split[0],
+                    opt->split[1], opt->split[2]);
             }
-            ADD(" --data %s --split %g,%g,%g (its data.train and data.split)", data, opt->split[0], opt->split[1],
-                opt->split[2]);
-        } else if (opt->test && run.data.num_valid == 0 && run.data.num_train == 1) {
-            mt_error("eval: --test: the run of %s has no test share (data.split %g,%g,%g; %s)", ckpt,
-                     run.data.split[0], run.data.split[1], run.data.split[2], path);
+        } else if (opt->test && run.data.num_valid == 0 && run.data.num_train == 1 && !opt->split_given) {
+            mt_error("eval: --test: the run of %s has no test share (data.split %g,%g,%g; %s): give --split with one",
+                     ckpt, run.data.split[0], run.data.split[1], run.data.split[2], path);
             return 2;
         } else if (run.data.num_valid > 1 || (run.data.num_valid == 0 && run.data.num_train > 1 && share > 0)) {
             mt_error("eval: the run of %s evaluated on a blend of %d datasets (data.%s; %s): eval scores one dataset, "

@@ -409,7 +409,8 @@ static void remove_refused_run_dir(const Recipe *recipe) {
 static int refuse_existing_checkpoints(const TrainContext *ctx, char *err, size_t errlen) {
     struct stat st;
     const char *dir = ctx->recipe->run.dir;
-    const bool file = stat(dir, &st) == 0 && !S_ISDIR(st.st_mode), under_file = !file && errno == ENOTDIR;
+    const int found = stat(dir, &st);
+    const bool file = found == 0 && !S_ISDIR(st.st_mode), under_file = found != 0 && errno == ENOTDIR;
     if (file || under_file) {
         mt_set_error(err, errlen, "run.dir: '%s' is not a directory (%s): choose another run.dir", dir,
                      file ? "a file of that name is there" : "a part of its path is a file");

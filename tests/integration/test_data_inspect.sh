@@ -100,6 +100,13 @@ expect "the recorded tokenizer.json's vocabulary $vocab: every id inside it"
 expect "end of document (id $eod) ends "
 expect "(not decoded: --tokenizer with the tokenizer.json that built it decodes them):"
 expect "[0] $(( $(tr ',' '\n' <<< "$(case_field llama3 code ids)" | wc -l) + 1 )) tokens: ids $(case_field llama3 code ids | tr ',' ' ') $eod"
+# ... unless the record is stale (the files replaced since: a byte dataset under the old record): the byte tokenizer
+mkdir -p "$D/stale" && cp "$D/l3code.build.json" "$D/stale/x.build.json" && cp "$D/lengths.bin" "$D/stale/x.bin" &&
+  cp "$D/lengths.idx" "$D/stale/x.idx"
+"$MEGATRAIN" data inspect "$D/stale/x" --docs 1 > "$D/out.txt"
+expect "byte tokenizer, vocabulary 256: every id inside it"
+expect "(STALE: it counts other documents or tokens than the files hold, which were replaced since; not used)"
+expect '[0] 2 tokens: "x\n"'
 mv "$D/l3code.build.json" "$D/l3code.record"
 "$MEGATRAIN" data inspect "$D/l3code" --docs 0 > "$D/out.txt"
 expect "built by:  unknown (no $D/l3code.build.json: not made by megatrain data build"

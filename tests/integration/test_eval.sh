@@ -125,6 +125,11 @@ status=0; "$MEGATRAIN" eval "$WORK/split" --test > /dev/null 2> "$WORK/note.txt"
 [[ $status -eq 2 ]] && grep -qF "eval: --test: the run of $WORK/split/checkpoints/iter_0000004 has no test share \
 (data.split 90,10,0; " "$WORK/note.txt" ||
   fail "--test on a run with no test share: exit $status: $(cat "$WORK/note.txt")"
+# ... a --split given is the one read: with a test share, its data.train's
+out=$("$MEGATRAIN" eval "$WORK/split" --split 90,5,5 --test 2> "$WORK/note.txt") ||
+  fail "--split 90,5,5 --test on the split run: $(cat "$WORK/note.txt")"
+[[ "$out" == *", the test share of split 90,5,5 ("* ]] && grep -qF -- "--data $WORK/english (its data.train)" \
+  "$WORK/note.txt" || fail "--split 90,5,5 --test on the split run: '$out' $(cat "$WORK/note.txt")"
 cp "$WORK/english.bin" "$WORK/other.bin" && cp "$WORK/english.idx" "$WORK/other.idx" # not what the run evaluated
 "$MEGATRAIN" eval "$WORK/split" --data "$WORK/other" --batches 1 2> "$WORK/note.txt" > /dev/null
 ! grep -q "eval: note:" "$WORK/note.txt" || fail "a note for another dataset than the run's: $(cat "$WORK/note.txt")"

@@ -1,8 +1,9 @@
 /* test_sft_template_text.c: the prose a model's own chat template writes beyond the published templates
  * (src/data/sft_template_text.c). The four published templates megatrain renders
  * (tests/fixtures/chat_templates/templates) write none, which keeps its list of their prose whole; Llama 3's with
- * a default system prompt added, as fine-tunes ship it, writes one piece, named; a comment, special tokens, role
- * names and one- or two-word strings are not prose; text outside tags and escaped quotes are read. */
+ * a default system prompt added, as fine-tunes ship it, writes one piece, named; a comment, an error it raises,
+ * special tokens, role names and one- or two-word strings are not prose; text outside tags and escaped quotes are
+ * read. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -69,6 +70,11 @@ static void test_what_is_read(void **state) {
     assert_int_equal(sft_template_foreign_text("{{- \"Say \\\"arr\\\" a lot\" }}{{ 'Do   not use\\nvariables.' }}",
                                                first, sizeof first), 1);
     assert_string_equal(first, "Say \"arr\" a lot");
+    /* an error the template raises is never written: a role check's message is no prose of the data */
+    assert_int_equal(sft_template_foreign_text("{% if x %}{{ raise_exception( 'Conversation roles must alternate "
+                                               "user/assistant' ) }}{% endif %}", first, sizeof first), 0);
+    assert_int_equal(sft_template_foreign_text("{{ raise('Conversation roles must alternate') }}", first, sizeof first),
+                     1);
     /* an unterminated tag or literal ends with the text */
     assert_int_equal(sft_template_foreign_text("{{ 'no end to this one", first, sizeof first), 1);
     assert_int_equal(sft_template_foreign_text("{{ x ", first, sizeof first), 0);
