@@ -345,10 +345,14 @@ expect_error 2 "unknown option '--pack=true'" "$ckpt" --data "$WORK/sft" --pack=
 
 # 5d. the cuda build refuses packing and per_token (as run.device: cuda does) before touching a GPU: exit 2
 if [[ -x "$REPO/build/cuda/megatrain" ]]; then
+  # (the run packed, per token: each refusal alone, the other setting given otherwise)
   MEGATRAIN="$REPO/build/cuda/megatrain" expect_error 2 "eval (--device cuda --pack): data.pack" \
-    "$WORK/sft_packed" --data "$WORK/sft" --device cuda --pack
+    "$WORK/sft_packed" --data "$WORK/sft" --device cuda --pack --loss per_micro_batch
   MEGATRAIN="$REPO/build/cuda/megatrain" expect_error 2 "eval (--device cuda --loss per_token): train.loss" \
-    "$WORK/sft_packed" --data "$WORK/sft" --device cuda --loss per_token
+    "$WORK/sft_packed" --data "$WORK/sft" --device cuda --no-pack --loss per_token
+  # taken from the run, both are named
+  MEGATRAIN="$REPO/build/cuda/megatrain" expect_error 2 "eval (--device cuda --pack --loss per_token): " \
+    "$WORK/sft_packed" --device cuda
 else
   echo "no build/cuda/megatrain: the cuda refusal of --pack and per_token is not checked here"
 fi
