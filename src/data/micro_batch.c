@@ -46,10 +46,12 @@ static void refuse_sample(MicroBatch *mb, const DataLoader *loader, int64_t inde
 const int32_t *micro_batch_load(MicroBatch *mb, const DataLoader *loader, int64_t first) {
     const int B = mb->size, S = mb->seq_len, T = mb->local_len;
     const int32_t *positions = mb->positions;
+    mb->empty = true;
     if (data_loader_packed(loader)) { /* whole rows (sample: inputs, sample_mask: targets), this rank's tokens */
         for (int b = 0; b < B; b++) {
             const int rc =
                 data_loader_get_packed(loader, first + b, mb->sample, mb->sample_mask, mb->places + (long)b * S);
+            for (int t = 0; t < S && mb->empty && rc == 0; t++) mb->empty = mb->sample_mask[t] < 0;
             for (int t = 0; t < T; t++) {
                 mb->inputs[(long)b * T + t] = mb->sample[positions[t]];
                 mb->targets[(long)b * T + t] = mb->sample_mask[positions[t]];
@@ -62,6 +64,8 @@ const int32_t *micro_batch_load(MicroBatch *mb, const DataLoader *loader, int64_
     for (int b = 0; b < B; b++) {
         const int rc = data_loader_get(loader, first + b, mb->sample);
         if (masked) data_loader_get_mask(loader, first + b, mb->sample_mask);
+        if (!masked && rc == 0) mb->empty = false;
+        for (int t = 0; t < S && mb->empty && masked && rc == 0; t++) mb->empty = !mb->sample_mask[t + 1];
         for (int t = 0; t < T; t++) {
             mb->inputs[(long)b * T + t] = mb->sample[positions[t]];
             mb->targets[(long)b * T + t] =

@@ -20,6 +20,7 @@
 #ifndef MT_DATA_MICRO_BATCH_H
 #define MT_DATA_MICRO_BATCH_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "data_loader.h"
@@ -33,6 +34,8 @@ typedef struct MicroBatch {
     int32_t *places;             /* [B x seq_len]: packed rows: each position's place in its document */
     int32_t *sample, *sample_mask; /* [seq_len + 1]: one sample and its mask (packed: a row's inputs, targets) */
     char refused[3072];          /* "" or the first refused sample's error (data_loader_check_sample's), kept */
+    bool empty;                  /* no target of the loaded samples counts, whole samples (every cp rank alike):
+                                  * every token masked or padding; a refused sample counts nothing */
 } MicroBatch;
 
 /* Buffers for `size` samples of seq_len positions of which this rank holds local_len. */

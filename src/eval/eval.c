@@ -57,6 +57,7 @@
 typedef struct EvalResult {
     double loss;  /* the mean loss (of the batches' means, or per token) */
     long counted; /* targets that counted in it (not masked, not padding) */
+    long empty;   /* batches in which none did (MicroBatch.empty) */
     bool masked;  /* the dataset has a loss mask */
 } EvalResult;
 
@@ -94,6 +95,7 @@ static int evaluate(ModelDevice *dev, const DataLoader *loader, const EvalOption
         if (rc != 0) break;
         loss_sum += dev->ops->forward(dev, mb.inputs, mb.targets, mb.size, mb.local_len);
         res->counted += micro_batch_counted(&mb);
+        res->empty += mb.empty;
     }
     micro_batch_free(&mb);
     res->loss = loss_sum / (double)opt->batches;
@@ -362,6 +364,10 @@ int eval_main(int argc, char **argv) {
                  opt.batches == 1 ? "" : "es", opt.micro_batch_size, opt.seq_len);
         return MT_EXIT_FAILURE;
     }
+    if (res.empty > 0 && opt.loss == LOSS_PER_MICRO_BATCH) /* train_step.c's say_empty_batches, for this command */
+        fprintf(stderr, "eval: note: %ld of the %ld batches hold no target that counts (every target masked by the "
+                "data's loss mask, or padding): each counts as loss 0 in the mean (--loss per_micro_batch), which "
+                "lowers it; --loss per_token weighs every counted token alike\n", res.empty, opt.batches);
     if (opt.json) print_json(ckpt, &opt, &res);
     else print_line(ckpt, &opt, &res);
     if (!isfinite(res.loss)) {

@@ -34,6 +34,9 @@ typedef struct TrainContext {
     DataLoader *valid_data;   /* NULL when evaluation is off */
     DataLoader *test_data;    /* data.split's test share, evaluated after the last step; NULL when none or eval off */
     MicroBatch batch;         /* micro_batch_size samples, seq_len / cp positions of each (context parallel) */
+    long empty_batches;       /* the step's or evaluation's micro-batches this rank computed a loss for (the last
+                               * stage) in which no target counts (MicroBatch.empty), and whether that was said: */
+    bool said_empty_train, said_empty_eval;
     TrainState state;
     StepTimers timers;        /* where the steps' time went since the last timers line */
     EnergyMeter energy;       /* the GPU's energy counter (NVML); closed on the CPU */

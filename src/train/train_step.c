@@ -61,6 +61,8 @@ typedef struct MicroSource {
     int64_t base;      /* training: the step's first sample */
     bool eval;         /* evaluation: this rank's batch first_micro + micro (load_eval_batch) */
     long first_micro;  /* evaluation: the round's first batch of this rank */
+    long next_counted; /* first_micro + micro of the next micro-batch for count_empty: the last stage loads each
+                        * twice (its start, its head), and the stages start them in order */
 } MicroSource;
 
 /* First sample of micro-batch `micro` of this rank in a batch starting at `base`. */
@@ -80,10 +82,18 @@ static const int32_t *load_eval_batch(TrainContext *ctx, const DataLoader *loade
     const int64_t batch = (int64_t)ctx->layout.dp_rank + (int64_t)micro * ctx->layout.dp_size;
     const bool padding = batch >= ctx->recipe->train.eval_batches;
     const int32_t *places = micro_batch_load(&ctx->batch, loader, padding ? 0 : eval_batch_start(ctx, micro));
-    if (padding)
+    if (padding) {
         for (long i = 0; i < (long)ctx->recipe->train.micro_batch_size * local_seq_len(ctx); i++)
             ctx->batch.targets[i] = -1;
+        ctx->batch.empty = false; /* no batch of the data: not one whose targets are all masked */
+    }
     return places;
+}
+
+/* The micro-batch just loaded, for the loss it will give: counted in ctx->empty_batches when no target of it
+ * counts, on the rank that computes its loss (every rank of pp 1, the last stage of a pipeline). */
+static void count_empty(TrainContext *ctx) {
+    if (ctx->layout.pp == 1 || ctx->part.has_head) ctx->empty_batches += ctx->batch.empty;
 }
 
 static void pipeline_load(void *arg, int micro, const int32_t **inputs, const int32_t **targets,
@@ -91,28 +101,34 @@ static void pipeline_load(void *arg, int micro, const int32_t **inputs, const in
     MicroSource *src = arg;
     if (src->eval) *positions = load_eval_batch(src->ctx, src->loader, src->first_micro + micro);
     else *positions = micro_batch_load(&src->ctx->batch, src->loader, micro_batch_start(src->ctx, src->base, micro));
+    if (src->first_micro + micro >= src->next_counted) {
+        count_empty(src->ctx);
+        src->next_counted = src->first_micro + micro + 1;
+    }
     *inputs = src->ctx->batch.inputs;
     *targets = src->ctx->batch.targets;
 }
 
-/* Collective over pp and dp: `value` summed over the pipeline stages (pp > 1) and the dp ranks, and whether any
- * rank refused a sample it read (micro_batch.h: a token outside the vocabulary), the flag carried beside the value
- * in the same reductions. Every rank of a dp replica reads its samples whole (each pipeline stage loads every
+/* Collective over pp and dp: `value` summed over the pipeline stages (pp > 1) and the dp ranks, whether any
+ * rank refused a sample it read (micro_batch.h: a token outside the vocabulary) and (empty_batches, may be NULL)
+ * the micro-batches of every replica in which no target counts (count_empty), carried beside the value in the
+ * same reductions. Every rank of a dp replica reads its samples whole (each pipeline stage loads every
  * micro-batch; tp and cp ranks read the same samples), so pp and dp reach every rank that could have refused one. */
-static double sum_over_replicas(const TrainContext *ctx, double value, bool *refused) {
-    double v[2] = {value, ctx->batch.refused[0] != '\0'};
-    if (ctx->layout.pp > 1) dp_sum_doubles(&ctx->grid.groups[GROUP_PP], v, 2);
-    dp_sum_doubles(&ctx->grid.groups[GROUP_DP], v, 2);
+static double sum_over_replicas(const TrainContext *ctx, double value, bool *refused, long *empty_batches) {
+    double v[3] = {value, ctx->batch.refused[0] != '\0', (double)ctx->empty_batches};
+    if (ctx->layout.pp > 1) dp_sum_doubles(&ctx->grid.groups[GROUP_PP], v, 3);
+    dp_sum_doubles(&ctx->grid.groups[GROUP_DP], v, 3);
     *refused = v[1] > 0;
+    if (empty_batches) *empty_batches = (long)v[2];
     return v[0];
 }
 
 /* Collective: the step's loss from this rank's mean over its micro-batches
  * (meaningful on the last pipeline stage): shared over pp, averaged over dp;
- * *refused as sum_over_replicas. */
-static double step_loss(const TrainContext *ctx, double local_mean, bool *refused) {
+ * *refused and *empty_batches as sum_over_replicas. */
+static double step_loss(const TrainContext *ctx, double local_mean, bool *refused, long *empty_batches) {
     const double loss = ctx->layout.pp > 1 && !ctx->part.has_head ? 0.0 : local_mean;
-    return sum_over_replicas(ctx, loss, refused) / (double)ctx->layout.dp_size;
+    return sum_over_replicas(ctx, loss, refused, empty_batches) / (double)ctx->layout.dp_size;
 }
 
 /* Every rank agreed that `what` held a refused sample: err is its error on the first rank (tp, cp and pp 0) of
@@ -157,7 +173,7 @@ static double run_micro_batches(TrainContext *ctx, long num_micro, StepTimers *t
     const int B = ctx->recipe->train.micro_batch_size, T = local_seq_len(ctx);
     const float loss_scale = (float)(1.0 / (double)num_micro) * health_planted_nan_scale(ctx->state.step + 1);
     if (ctx->layout.pp > 1) {
-        MicroSource src = {ctx, ctx->train_data, ctx->state.consumed_samples, false, 0};
+        MicroSource src = {ctx, ctx->train_data, ctx->state.consumed_samples, false, 0, 0};
         double sum = pipeline_run(&ctx->pipe, (int)num_micro, false, loss_scale, B, T, pipeline_load, &src);
         timers->pipeline += lap(t); /* forward, backward, transfers and data interleave */
         return sum;
@@ -167,6 +183,7 @@ static double run_micro_batches(TrainContext *ctx, long num_micro, StepTimers *t
     for (long micro = 0; micro < num_micro; micro++) {
         tell_device(ctx, micro_batch_load(&ctx->batch, ctx->train_data,
                                           micro_batch_start(ctx, ctx->state.consumed_samples, micro)));
+        count_empty(ctx);
         timers->data += lap(t);
         loss_sum += dev->ops->forward(dev, ctx->batch.inputs, ctx->batch.targets, B, T);
         timers->forward += lap(t);
@@ -201,6 +218,35 @@ static void moe_step_end(TrainContext *ctx, long num_micro, StepResult *result) 
     result->moe_drop_rate = assignments > 0 ? dropped / assignments : 0.0;
 }
 
+/* Rank 0 warns, once a run for training and once for evaluation, when micro-batches held no target that counts
+ * (`empty` of `total` over every replica; the loss mask or padding left none): under train.loss per_micro_batch
+ * each such one counts as loss 0 in the mean, which lowers the loss (and in training scales the others'
+ * gradients down); under either reduction a step or an evaluation with none at all has loss 0 (and no gradient).
+ * `metric` is the evaluation's ("eval_loss"), NULL for a training step. */
+static void say_empty_batches(TrainContext *ctx, const char *metric, long empty, long total) {
+    bool *said = metric ? &ctx->said_empty_eval : &ctx->said_empty_train;
+    const bool all = empty >= total, per_token = ctx->recipe->train.loss == LOSS_PER_TOKEN;
+    if (*said || empty == 0 || (per_token && !all)) return;
+    *said = true;
+    const long step = ctx->state.step + (metric ? 0 : 1);
+    const char *why = "every target masked by the data's loss mask, or padding";
+    if (all && metric)
+        mt_log_warn("%s at step %ld is 0: no target of its %ld batches counts (%s); said once", metric, step, total,
+                    why);
+    else if (all)
+        mt_log_warn("step %ld: no target of the global batch counts (%s): its loss is 0 and its gradient zero, but "
+                    "AdamW's moments and weight decay still moved the weights; said once", step, why);
+    else if (metric)
+        mt_log_warn("%s at step %ld: %ld of its %ld batches hold no target that counts (%s): each counts as loss 0 "
+                    "in the mean (train.loss: per_micro_batch), which lowers %s; train.loss: per_token weighs every "
+                    "counted token alike; said once", metric, step, empty, total, why, metric);
+    else
+        mt_log_warn("step %ld: %ld of its %ld micro-batches hold no target that counts (%s): each counts as loss 0 "
+                    "in the step's mean (train.loss: per_micro_batch), which lowers the loss logged and scales the "
+                    "others' gradients down; train.loss: per_token weighs every counted token alike; said once",
+                    step, empty, total, why);
+}
+
 int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) {
     const TrainConfig *train = &ctx->recipe->train;
     const OptimizerConfig *opt = &ctx->recipe->optimizer;
@@ -227,6 +273,7 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
     const bool per_token = train->loss == LOSS_PER_TOKEN;
     if (per_token) /* the losses' mean is taken over micro-batches x dp */
         dev->ops->set_loss_tokens(dev, loss_tokens(ctx, num_micro, NULL, (double)num_micro * ctx->layout.dp_size));
+    ctx->empty_batches = 0;
     const double loss_sum = run_micro_batches(ctx, num_micro, timers, &t);
     if (per_token) dev->ops->set_loss_tokens(dev, 0); /* back to each batch's mean */
     /* Every rank ends with the gradient of the mean loss over the whole
@@ -235,8 +282,10 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
      * averages with the last backward). */
     dev->ops->reduce_grads(dev);
     bool refused;
-    const double loss = step_loss(ctx, loss_sum / (double)num_micro, &refused);
+    long empty;
+    const double loss = step_loss(ctx, loss_sum / (double)num_micro, &refused, &empty);
     timers->comm += lap(&t);
+    if (!refused) say_empty_batches(ctx, NULL, empty, num_micro * ctx->layout.dp_size);
     if (refused) /* no update, the counters unmoved: the step never happened */
         return refused_data(ctx, state->step + 1, "training data", err, errlen);
     if (test_failure_due(ctx)) {
@@ -291,7 +340,7 @@ static int eval_stopped(TrainContext *ctx, const EvalSet *set, long done, bool p
     if (per_token) ctx->device->ops->set_loss_tokens(ctx->device, 0);
     *eval_loss = NAN;
     bool refused;
-    sum_over_replicas(ctx, 0.0, &refused);
+    sum_over_replicas(ctx, 0.0, &refused, NULL);
     return refused ? refused_data(ctx, ctx->state.step, set->data, err, errlen) : 0;
 }
 
@@ -330,6 +379,7 @@ static int evaluate(TrainContext *ctx, const EvalSet *set, double *eval_loss, ch
     const bool per_token = train->loss == LOSS_PER_TOKEN && train->eval_batches > 0;
     if (per_token) /* the batches' mean is taken over eval_batches */
         ctx->device->ops->set_loss_tokens(ctx->device, loss_tokens(ctx, per_rank, set->loader, (double)train->eval_batches));
+    ctx->empty_batches = 0;
     double loss_sum = 0.0;
     EvalProgress progress = {mt_now(), mt_now()};
     if (ctx->layout.pp > 1) {
@@ -338,7 +388,7 @@ static int evaluate(TrainContext *ctx, const EvalSet *set, double *eval_loss, ch
          * op, so a round takes about as long as EVAL_SIGNAL_BATCHES whole forwards, and its fill at most 1/9
          * of that */
         const long round = (long)EVAL_SIGNAL_BATCHES * ctx->layout.pp;
-        MicroSource src = {ctx, set->loader, 0, true, 0};
+        MicroSource src = {ctx, set->loader, 0, true, 0, 0};
         for (long done = 0; done < per_rank; done += round) {
             if (done > 0 && train_stop_requested(0)) return eval_stopped(ctx, set, done, per_token, eval_loss, err, errlen);
             eval_progress(ctx, set, &progress, done, per_rank);
@@ -357,14 +407,17 @@ static int evaluate(TrainContext *ctx, const EvalSet *set, double *eval_loss, ch
             if (micro % EVAL_SIGNAL_BATCHES == 0) eval_progress(ctx, set, &progress, micro, per_rank);
             if (micro >= (dev->eval_lockstep ? per_rank : mine)) continue;
             tell_device(ctx, load_eval_batch(ctx, set->loader, micro));
+            count_empty(ctx);
             loss_sum += dev->ops->forward(dev, ctx->batch.inputs, ctx->batch.targets, train->micro_batch_size,
                                           local_seq_len(ctx));
         }
     }
     if (per_token) ctx->device->ops->set_loss_tokens(ctx->device, 0);
     bool refused;
-    loss_sum = sum_over_replicas(ctx, loss_sum, &refused); /* under pp the last stage has it */
+    long empty;
+    loss_sum = sum_over_replicas(ctx, loss_sum, &refused, &empty); /* under pp the last stage has it */
     *eval_loss = train->eval_batches > 0 ? loss_sum / (double)train->eval_batches : NAN;
+    if (!refused && train->eval_batches > 0) say_empty_batches(ctx, set->metric, empty, train->eval_batches);
     return refused ? refused_data(ctx, ctx->state.step, set->data, err, errlen) : 0;
 }
 
