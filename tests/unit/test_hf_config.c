@@ -20,25 +20,7 @@
 #include "convert/hf_config.h"
 #include "core/fs.h"
 #include "core/json.h"
-
-static ModelConfig small_config(ModelFamily family, bool tied) {
-    ModelConfig c;
-    memset(&c, 0, sizeof c);
-    c.family = family;
-    c.num_layers = 3;
-    c.hidden_size = 16;
-    c.intermediate_size = 24;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.vocab_size = 32;
-    c.max_position_embeddings = 64;
-    c.rope_theta = 10000.0;
-    c.rms_norm_eps = 1e-5;
-    c.tie_word_embeddings = tied;
-    c.attention_bias = family == FAMILY_QWEN2;
-    c.qk_norm = family == FAMILY_QWEN3;
-    return c;
-}
+#include "test_tiny_config.h"
 
 static ModelConfig parse_ok(const char *text) {
     ModelConfig cfg;
@@ -219,7 +201,7 @@ static void test_config_round_trip(void **state) {
     const ModelFamily families[] = {FAMILY_LLAMA, FAMILY_QWEN2, FAMILY_QWEN3};
     for (int f = 0; f < 3; f++) {
         for (int variant = 0; variant < 2; variant++) {
-            ModelConfig c = small_config(families[f], variant == 1);
+            ModelConfig c = hf_test_config(families[f], variant == 1);
             c.head_dim = 8; /* not hidden / heads */
             c.init_std = 0.035;
             c.rope_theta = 500000.0;
@@ -356,21 +338,21 @@ static void test_config_errors(void **state) {
 
     /* Configs whose weights transformers cannot hold. */
     char err[512];
-    ModelConfig c = small_config(FAMILY_LLAMA, false);
+    ModelConfig c = hf_test_config(FAMILY_LLAMA, false);
     c.attention_bias = true;
     assert_int_equal(hf_config_check_exportable(&c, err, sizeof err), -1);
     assert_non_null(strstr(err, "model.attention_bias"));
-    c = small_config(FAMILY_LLAMA, false);
+    c = hf_test_config(FAMILY_LLAMA, false);
     c.qk_norm = true;
     assert_int_equal(hf_config_check_exportable(&c, err, sizeof err), -1);
     assert_non_null(strstr(err, "model.qk_norm"));
-    c = small_config(FAMILY_QWEN2, false);
+    c = hf_test_config(FAMILY_QWEN2, false);
     c.attention_bias = false;
     assert_int_equal(hf_config_check_exportable(&c, err, sizeof err), -1);
-    c = small_config(FAMILY_QWEN3, false);
+    c = hf_test_config(FAMILY_QWEN3, false);
     c.qk_norm = false;
     assert_int_equal(hf_config_check_exportable(&c, err, sizeof err), -1);
-    c = small_config(FAMILY_QWEN3_MOE, false);
+    c = hf_test_config(FAMILY_QWEN3_MOE, false);
     c.qk_norm = true;
     c.moe.num_experts = 4;
     c.moe.num_experts_per_tok = 2;
@@ -386,7 +368,7 @@ static void test_config_errors(void **state) {
     c.moe.score_function = SCORE_SOFTMAX;
     assert_int_equal(hf_config_check_exportable(&c, err, sizeof err), 0);
     /* Mixtral has no attention biases: refused before anything is written (it failed at the first bias's name) */
-    c = small_config(FAMILY_MIXTRAL, false);
+    c = hf_test_config(FAMILY_MIXTRAL, false);
     c.moe.num_experts = 4;
     c.moe.num_experts_per_tok = 2;
     c.moe.moe_intermediate_size = c.intermediate_size;

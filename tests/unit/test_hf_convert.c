@@ -18,25 +18,7 @@
 #include "backend/backend.h"
 #include "convert/hf_names.h"
 #include "model/model.h"
-
-static ModelConfig small_config(ModelFamily family, bool tied) {
-    ModelConfig c;
-    memset(&c, 0, sizeof c);
-    c.family = family;
-    c.num_layers = 3;
-    c.hidden_size = 16;
-    c.intermediate_size = 24;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.vocab_size = 32;
-    c.max_position_embeddings = 64;
-    c.rope_theta = 10000.0;
-    c.rms_norm_eps = 1e-5;
-    c.tie_word_embeddings = tied;
-    c.attention_bias = family == FAMILY_QWEN2;
-    c.qk_norm = family == FAMILY_QWEN3;
-    return c;
-}
+#include "test_tiny_config.h"
 
 /* transformers' per-layer parameter names (modeling_llama / qwen2 / qwen3). */
 static const char *const llama_layer[] = {
@@ -65,7 +47,7 @@ static int in_list(const char *name, int layers, const char *const *a, const cha
 }
 
 static void check_family(ModelFamily family, bool tied, const char *const *extra) {
-    ModelConfig cfg = small_config(family, tied);
+    ModelConfig cfg = hf_test_config(family, tied);
     Model *model = model_create(&cfg, &cpu_backend, 1, 1);
     int expected = 2 + (tied ? 0 : 1) + cfg.num_layers * 9;
     for (const char *const *e = extra; e && *e; e++) expected += cfg.num_layers;
@@ -167,7 +149,7 @@ static void test_state_dict_order(void **state) {
         "mlp.down_proj.weight", "input_layernorm.weight", "post_attention_layernorm.weight"};
     const ModelFamily families[] = {FAMILY_QWEN2, FAMILY_QWEN3, FAMILY_LLAMA};
     for (int f = 0; f < 3; f++) {
-        ModelConfig cfg = small_config(families[f], false);
+        ModelConfig cfg = hf_test_config(families[f], false);
         cfg.num_layers = f == 0 ? 2 : 12; /* 12: layer 10 must not sort before layer 2 */
         Model *model = model_create(&cfg, &cpu_backend, 1, 1);
         char (*names)[160] = calloc((size_t)model->num_params, 160);

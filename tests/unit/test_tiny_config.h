@@ -2,7 +2,8 @@
  * 16, intermediate 24, 4 heads (2 kv) of 4, vocabulary 32, init_std 0.3
  * (tiny_config); the MoE one adds 4 experts, top 2, expert intermediate 8,
  * the softmax router with aux_loss 0.1, every layer MoE (moe_test_config).
- * Tests change what they need after. */
+ * hf_test_config is the Hugging Face tests' (below). Tests change what they
+ * need after. */
 #ifndef MT_TEST_TINY_CONFIG_H
 #define MT_TEST_TINY_CONFIG_H
 
@@ -42,6 +43,27 @@ static inline ModelConfig moe_test_config(ModelFamily family) {
     m->layer_freq = 1;
     m->bias_update_rate = 1e-3;
     return cfg;
+}
+
+/* The tests of the Hugging Face config and weight names: 3 layers, head_dim derived, no init_std, the
+ * embedding tied or not, qwen2's attention bias and qwen3's qk norm (not qwen3_moe's). */
+static inline ModelConfig hf_test_config(ModelFamily family, bool tied) {
+    ModelConfig c;
+    memset(&c, 0, sizeof c);
+    c.family = family;
+    c.num_layers = 3;
+    c.hidden_size = 16;
+    c.intermediate_size = 24;
+    c.num_attention_heads = 4;
+    c.num_key_value_heads = 2;
+    c.vocab_size = 32;
+    c.max_position_embeddings = 64;
+    c.rope_theta = 10000.0;
+    c.rms_norm_eps = 1e-5;
+    c.tie_word_embeddings = tied;
+    c.attention_bias = family == FAMILY_QWEN2;
+    c.qk_norm = family == FAMILY_QWEN3;
+    return c;
 }
 
 #endif
