@@ -76,7 +76,8 @@ typedef struct ParamInfo {
      * shape == global_shape and start 0 unless tensor parallel splits it. */
     long global_shape[3];
     long global_start[3];
-    int global_index;  /* index in the whole model's registry: its init seeds */
+    int global_index;  /* index in the whole model's registry (an optional parameter's apart: model_registry.c):
+                        * its init seeds */
     bool tp_partial_grad; /* its gradient is a partial sum over the tp group (q/k norms; norms under
                            * sequence parallel): summed over tp before the step */
     bool norm_owner;   /* counted by this rank in the global grad norm and gathered from it for a

@@ -12,12 +12,19 @@
 #include "../core/error.h"
 #include "model_internal.h"
 
+/* The first init index of the optional parameters: beyond any model's count of tensors. */
+#define OPTIONAL_INDEX (1 << 24)
+
 typedef struct RegistryBuilder {
     const ModelPartition *part;
     ParamInfo *infos;
     int count, capacity;
     long total;
-    int global_count; /* parameters of the whole model seen so far (kept or not) */
+    int global_count; /* parameters of the whole model seen so far (kept or not), but for the optional ones: */
+    int optional_count; /* those an option adds to a model without changing the others' init (optional below) */
+    bool optional;      /* the parameters declared next are optional: their init seeds (global_index) count from
+                         * OPTIONAL_INDEX apart, so that the same seed gives every other parameter the same bits
+                         * with or without them (as Megatron's expert bias, a buffer, draws nothing) */
     ParamKind kind;   /* of the parameters declared next */
 } RegistryBuilder;
 
@@ -31,7 +38,7 @@ typedef enum { TP_WHOLE, TP_ROWS, TP_COLS, EP_ETP_DIM1, EP_ETP_DIM2 } TpSplit;
  * index in this rank's registry, or -1. */
 static int declare_dims(RegistryBuilder *b, bool keep, int ndim, const long *dims, TpSplit split, ParamInit init,
                         float init_std, const char *fmt, va_list ap) {
-    const int global_index = b->global_count++;
+    const int global_index = b->optional ? OPTIONAL_INDEX + b->optional_count++ : b->global_count++;
     if (!keep) return -1;
     if (b->count == b->capacity) {
         b->capacity = b->capacity ? 2 * b->capacity : 64;
@@ -167,8 +174,11 @@ static void declare_moe_mlp(RegistryBuilder *b, const ModelConfig *cfg, bool k, 
     const long Is = m->shared_expert_intermediate_size;
     b->kind = PARAM_EXPERTS;
     s->router = declare(b, k, E, C, TP_WHOLE, INIT_NORMAL, std, "layers.%d.mlp.router.weight", i);
-    if (m->load_balancing == LB_EXPERT_BIAS)
+    if (m->load_balancing == LB_EXPERT_BIAS) { /* optional: the other weights' init as without it */
+        b->optional = true;
         s->expert_bias = declare(b, k, E, 0, TP_WHOLE, INIT_ZEROS, 0, "layers.%d" EXPERT_BIAS_SUFFIX, i);
+        b->optional = false;
+    }
     if (Is > 0) { /* with expert tensor parallel split like the dense MLP */
         b->kind = PARAM_SHARED_EXPERT;
         const TpSplit rows = b->part->etp > 1 ? TP_ROWS : TP_WHOLE, cols = b->part->etp > 1 ? TP_COLS : TP_WHOLE;

@@ -5,7 +5,8 @@
  * differences of cross entropy + auxiliary losses for every parameter tensor
  * of each variant (softmax / sigmoid scores, renormalised or not, shared
  * expert, aux_loss / seq_aux_loss / global_aux_loss / expert_bias, z-loss,
- * capacity, MoE every other layer). A sample whose perturbation changes the
+ * capacity, MoE every other layer); the expert bias leaves the other
+ * parameters' init as it is without it. A sample whose perturbation changes the
  * routing (a non-differentiable point) is drawn again. */
 #include <math.h>
 #include <setjmp.h>
@@ -228,8 +229,38 @@ static void test_aux_loss_value(void **state) {
     model_free(model);
 }
 
+/* The expert bias (load_balancing expert_bias) draws no random numbers and shifts no other parameter's init: the
+ * same seed gives every other parameter the same bits with and without it (a comparison of balancing methods
+ * starts from one init, as in Megatron, where the bias is a buffer). */
+static void test_expert_bias_leaves_init(void **state) {
+    (void)state;
+    ModelConfig plain = moe_config(FAMILY_QWEN3_MOE), biased = plain;
+    biased.moe.load_balancing = LB_EXPERT_BIAS;
+    Model *a = model_create(&plain, &cpu_backend, B, T), *b = model_create(&biased, &cpu_backend, B, T);
+    model_init_weights(a, 12);
+    model_init_weights(b, 12);
+    assert_int_equal(b->num_params, a->num_params + plain.num_layers);
+    int biases = 0;
+    for (int i = 0; i < b->num_params; i++) {
+        const ParamInfo *pb = &b->param_info[i];
+        const ParamInfo *pa = model_find_param(a, pb->name);
+        if (!pa) { /* the biases alone are new, and start at zero */
+            assert_non_null(strstr(pb->name, ".mlp.router.expert_bias"));
+            for (long k = 0; k < pb->numel; k++) assert_true(b->params[pb->offset + k] == 0.0f);
+            biases++;
+            continue;
+        }
+        assert_int_equal(pa->numel, pb->numel);
+        assert_memory_equal(a->params + pa->offset, b->params + pb->offset, (size_t)pa->numel * sizeof(float));
+    }
+    assert_int_equal(biases, plain.num_layers);
+    model_free(a);
+    model_free(b);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_expert_bias_leaves_init),
         cmocka_unit_test(test_routing_by_hand),
         cmocka_unit_test(test_capacity_drops),
         cmocka_unit_test(test_aux_loss_value),
