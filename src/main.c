@@ -46,7 +46,7 @@ static const char *const usage_text =
     "  convert SRC DST [--dtype fp32|bf16|fp16] [--max-shard-size SIZE] [--merge-lora | --base-model NAME]\n"
     "                                              Hugging Face dir <-> megatrain checkpoint (LoRA:\n"
     "                                              PEFT's adapter, or the merged model)\n"
-    "  eval CKPT_OR_RUN_DIR --data PREFIX [--split W [--test]] [--batches N] [--seq-len T] [--micro-batch-size B]\n"
+    "  eval CKPT_OR_RUN_DIR [--data PREFIX] [--split W [--test]] [--batches N] [--seq-len T] [--micro-batch-size B]\n"
     "       [--seed S] [--pack [--pack-overlong error|truncate]] [--loss per_micro_batch|per_token] [--device D]\n"
     "       [--json]\n"
     "                                              mean next-token loss of a checkpoint on data (SFT: its\n"

@@ -175,6 +175,16 @@ int convert_main(int argc, char **argv) {
         mt_error("convert: %s: %s", src, strerror(errno));
         return MT_EXIT_FAILURE;
     }
+    if (!S_ISDIR(st.st_mode)) { /* e.g. the config.json or a .safetensors of a Hugging Face directory */
+        char parent[4096];
+        snprintf(parent, sizeof parent, "%s", src);
+        char *slash = strrchr(parent, '/');
+        if (slash) *slash = '\0';
+        mt_error("convert: %s is a file; SRC is a directory: a Hugging Face model's (the one holding config.json "
+                 "and the .safetensors: %s?), a PEFT adapter's, or a megatrain run, checkpoints/ or checkpoint "
+                 "directory", src, slash ? parent : ".");
+        return MT_EXIT_USAGE;
+    }
     if (lstat(dst, &st) == 0) {
         mt_error("convert: %s already exists; convert never overwrites (remove it or choose another DST)", dst);
         return MT_EXIT_USAGE; /* as data build's existing PREFIX: the command line names an output that is there */

@@ -154,6 +154,9 @@ spoiled() {
 cp -r "$FIX/llama_tied" "$WORK/no_weights" && rm "$WORK/no_weights/model.safetensors"
 expect_error no_weights "no_weights: missing model.safetensors" "$WORK/no_weights"
 expect_error no_src "does_not_exist: No such file or directory" "$WORK/does_not_exist"
+# a file of a Hugging Face directory given as SRC: the directory is named (usage, exit 2)
+STATUS=2 expect_error a_file "llama_tied/config.json is a file; SRC is a directory: a Hugging Face model's (the one \
+holding config.json and the .safetensors: $FIX/llama_tied?)" "$FIX/llama_tied/config.json"
 spoiled gpt2 llama_tied 's/"model_type": "llama"/"model_type": "gpt2"/'
 expect_error gpt2 "model_type 'gpt2' is not a supported family (supported: llama, qwen2, qwen3, mixtral, qwen3_moe)" "$WORK/gpt2"
 I=$(field "$FIX/llama_gqa_rope3/config.json" intermediate_size)
