@@ -56,13 +56,13 @@ static const RecipeKey moe_keys[] = {
      .also = "moe_router_score_function"},
     {ENUM_KEY("load_balancing", MoeConfig, load_balancing, balancing_names),
      .also = "moe_router_load_balancing_type"},
-    {NUM_KEY("aux_loss_coeff", MoeConfig, aux_loss_coeff, 0), .also = "moe_aux_loss_coeff"},
-    {NUM_KEY("z_loss_coeff", MoeConfig, z_loss_coeff, 0), .also = "moe_z_loss_coeff"},
+    {NUM_KEY("aux_loss_coeff", MoeConfig, aux_loss_coeff, 0), .also = "moe_aux_loss_coeff router_aux_loss_coef"},
+    {NUM_KEY("z_loss_coeff", MoeConfig, z_loss_coeff, 0), .also = "moe_z_loss_coeff router_z_loss_coef"},
     {NUM_KEY("capacity_factor", MoeConfig, capacity_factor, 0), .nullable = true,
      .also = "moe_expert_capacity_factor"},
     {NUM_KEY("bias_update_rate", MoeConfig, bias_update_rate, 0), .also = "moe_router_bias_update_rate"},
     {CUSTOM_KEY("layer_freq", read_layer_freq, write_layer_freq), .match = WEIGHTS, .differ = differ_layer_freq,
-     .also = "moe_layer_freq"},
+     .also = "moe_layer_freq decoder_sparse_step mlp_only_layers"},
     {0},
 };
 

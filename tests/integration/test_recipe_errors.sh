@@ -162,12 +162,15 @@ expect_error "$FIX/good_minimal.yaml" "--set parallel.dp=2: unknown key 'paralle
   "world size / (tp * cp * pp)" --set parallel.dp=2
 expect_error "$FIX/good_minimal.yaml" "--set model.num_hidden_layers=3: unknown key 'model.num_hidden_layers'" \
   "did you mean 'model.num_layers'" --set model.num_hidden_layers=3
-# Megatron-LM's MoE flags (docs/moe.md's list) point at the model.moe keys, in that section or written flat
+# Megatron-LM's MoE flags (docs/moe.md's list) and Hugging Face's config.json names point at the model.moe keys, in
+# that section or written flat
 for spec in "moe_router_topk|num_experts_per_tok" "moe_ffn_hidden_size|moe_intermediate_size" \
     "moe_aux_loss_coeff|aux_loss_coeff" "moe_z_loss_coeff|z_loss_coeff" "moe_expert_capacity_factor|capacity_factor" \
     "moe_router_load_balancing_type|load_balancing" "moe_router_score_function|score_function" \
     "moe_shared_expert_intermediate_size|shared_expert_intermediate_size" "moe_layer_freq|layer_freq" \
-    "moe_router_bias_update_rate|bias_update_rate" "num_local_experts|num_experts"; do
+    "moe_router_bias_update_rate|bias_update_rate" "num_local_experts|num_experts" \
+    "router_aux_loss_coef|aux_loss_coeff" "router_z_loss_coef|z_loss_coeff" "decoder_sparse_step|layer_freq" \
+    "mlp_only_layers|layer_freq"; do
   expect_error recipes/tiny/mixtral.yaml "--set model.moe.${spec%|*}=1: unknown key 'model.moe.${spec%|*}'" \
     "did you mean 'model.moe.${spec#*|}'" --set "model.moe.${spec%|*}=1"
 done
