@@ -214,11 +214,9 @@ static int read_moe(Reader *r, ModelConfig *cfg) {
     }
     double jitter = 0.0;
     if (read_double(r, root, "router_jitter_noise", 0.0, &jitter) != 0) return -1;
-    if (jitter != 0.0) {
-        mt_set_error(r->err, r->errlen, "%s: router_jitter_noise: megatrain's router has no jitter, found %g", r->label,
-                     jitter);
-        return -1;
-    }
+    if (jitter != 0.0) /* transformers multiplies the router's input by it in training only (as PEFT's lora_dropout) */
+        mt_warn("%s: router_jitter_noise %g is read as 0: megatrain's router has no jitter (transformers applies it in "
+                "training only, so the model computes the same; a run here trains without it)", r->label, jitter);
     if (cfg->family == FAMILY_MIXTRAL) {
         m->moe_intermediate_size = cfg->intermediate_size;
         m->norm_topk_prob = true;

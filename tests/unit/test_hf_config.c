@@ -292,7 +292,11 @@ static void test_config_errors(void **state) {
     expect_config_error(BASE("llama") ", \"num_attention_heads\": 1073741824, \"num_key_value_heads\": 1073741824, "
                                       "\"head_dim\": 4}",
                         "num_attention_heads x head_dim (1073741824 x 4) is too large");
-    expect_config_error(BASE("mixtral") ", \"num_local_experts\": 4, \"router_jitter_noise\": 0.1}", "router_jitter_noise");
+    expect_config_error(BASE("mixtral") ", \"num_local_experts\": 4, \"router_jitter_noise\": \"0.1\"}",
+                        "router_jitter_noise");
+    /* a jitter (training only in transformers) is read as none, with a warning */
+    const ModelConfig jittered = parse_ok(BASE("mixtral") ", \"num_key_value_heads\": 2, \"num_local_experts\": 4, \"router_jitter_noise\": 0.1}");
+    assert_int_equal(jittered.moe.num_experts, 4);
     expect_config_error(BASE("qwen3_moe") ", \"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 8, \"mlp_only_layers\": [5]}",
                         "mlp_only_layers: expected layer indices from 0 to num_hidden_layers - 1 (1), found 5");
     expect_config_error(BASE("qwen3_moe") ", \"num_experts\": 4, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 8, \"mlp_only_layers\": [\"1\"]}",
