@@ -70,6 +70,9 @@ typedef struct SpecialTokenIds {
  * section. It lives in the model config because the adapters are model
  * parameters: the registry declares them from it, and a checkpoint's
  * model.yaml carries it (docs/finetune.md). */
+/* model.export_dtype: the dtype `convert` writes Hugging Face tensors in by default (training never reads it);
+ * auto: the init_from or resumed checkpoint's, fp32 without one */
+typedef enum { EXPORT_AUTO, EXPORT_FP32, EXPORT_BF16, EXPORT_FP16 } ExportDtype;
 typedef enum { PEFT_NONE, PEFT_LORA } PeftType;
 
 /* The linear layers LoRA adapts, spelled as PEFT and Hugging Face name them
@@ -105,6 +108,7 @@ typedef struct ModelConfig {
     bool qk_norm;        /* per-head RMSNorm on q and k (qwen3) */
     double init_std;     /* initializer_range, default 0.02 */
     SpecialTokenIds token_ids;  /* bos_token_id, eos_token_id, pad_token_id (none by default) */
+    ExportDtype export_dtype;   /* convert's default --dtype to Hugging Face: the source's torch_dtype (auto: below) */
     MoeConfig moe;       /* used by the MoE families only */
     PeftConfig peft;     /* LoRA adapters (the recipe's top-level peft:); type none: none */
 } ModelConfig;
@@ -356,6 +360,10 @@ uint32_t recipe_crc32c_without_data_paths(const Recipe *recipe);
  * unless the recipe gives its own. Returns whether `ids` now differs from
  * `from` (the recipe set an id of its own). */
 bool model_token_ids_inherit(SpecialTokenIds *ids, const SpecialTokenIds *from);
+/* model.export_dtype auto takes that of the checkpoint the weights come from (init_from, resume). */
+static inline void model_export_dtype_inherit(ExportDtype *dtype, ExportDtype from) {
+    if (*dtype == EXPORT_AUTO) *dtype = from;
+}
 
 /* Data parallel size for a world: world / (tp * pp * cp). */
 int recipe_dp_size(const Recipe *recipe, int world_size);

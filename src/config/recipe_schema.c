@@ -10,6 +10,7 @@ const char *const family_names[] = {"llama", "qwen2", "qwen3", "mixtral", "qwen3
 const char *const decay_names[] = {"constant", "linear", "cosine", "inverse_sqrt", "wsd", NULL};
 const char *const wsd_style_names[] = {"exponential", "linear", "cosine", "minus_sqrt", NULL};
 const char *const dtype_names[] = {"fp32", "bf16", NULL};
+const char *const export_dtype_names[] = {"auto", "fp32", "bf16", "fp16", NULL}; /* ExportDtype order */
 const char *const precision_names[] = {"fp32", "bf16", "fp8", NULL}; /* DType order */
 static const char *const fp8_recipe_names[] = {"tensorwise", "delayed", NULL};
 static const char *const fp8_format_names[] = {"e4m3", "e5m2", NULL}; /* Fp8Format order */
@@ -93,6 +94,8 @@ const RecipeKey recipe_model_keys[] = {
     {CUSTOM_KEY("bos_token_id", read_bos_token_id, write_bos_token_id)},
     {CUSTOM_KEY("eos_token_id", read_eos_token_id, write_eos_token_id)},
     {CUSTOM_KEY("pad_token_id", read_pad_token_id, write_pad_token_id)},
+    /* not the training dtype (`precision`): what `convert` writes for Hugging Face unless --dtype says */
+    {ENUM_KEY("export_dtype", ModelConfig, export_dtype, export_dtype_names)},
     {SECTION_KEY("moe", ModelConfig, moe, moe_keys), .write = write_moe_section, .match = WEIGHTS,
      .differ = differ_moe_section},
     {0},

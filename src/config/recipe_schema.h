@@ -54,6 +54,7 @@ extern const RecipeKey recipe_model_keys[];
 
 /* Enum spellings, indexed by the enum value. */
 extern const char *const family_names[];
+extern const char *const export_dtype_names[];
 extern const char *const decay_names[];
 extern const char *const wsd_style_names[];
 extern const char *const dtype_names[];

@@ -25,7 +25,7 @@
 #include "safetensors.h"
 
 typedef struct ConvertOptions {
-    StDtype dtype;            /* megatrain -> HF: stored dtype (default F32) */
+    StDtype dtype;            /* megatrain -> HF: stored dtype (default: the model's export_dtype; PEFT adapters F32) */
     bool dtype_given;
     uint64_t max_shard_bytes; /* megatrain -> HF: default 5 GB */
     bool progress;            /* a progress line on stderr (when it is a terminal) */

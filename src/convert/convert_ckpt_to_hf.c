@@ -224,11 +224,17 @@ static void close_export(Export *e) {
     ckpt_adapters_free(&e->adapters);
 }
 
-int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *options, char *err, size_t errlen) {
+int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *given, char *err, size_t errlen) {
     char ckpt[4096];
     if (ckpt_latest_dir(src, ckpt, sizeof ckpt, err, errlen) != 0) return -1;
     Export e = {0};
     if (ckpt_read_model_config(ckpt, &e.cfg, err, errlen) != 0) return -1;
+    ConvertOptions chosen = *given, *options = &chosen;
+    if (!given->dtype_given) { /* the dtype the model came in from Hugging Face (model.export_dtype) */
+        static const StDtype of_export[] = {[EXPORT_AUTO] = ST_F32, [EXPORT_FP32] = ST_F32, [EXPORT_BF16] = ST_BF16,
+                                            [EXPORT_FP16] = ST_F16};
+        chosen.dtype = of_export[e.cfg.export_dtype];
+    }
     char why[512];
     if (hf_config_check_exportable(&e.cfg, why, sizeof why) != 0) {
         mt_set_error(err, errlen, "%s: %s", ckpt, why);
@@ -242,8 +248,8 @@ int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *o
                      options->merge_lora ? "--merge-lora" : "--base-model", ckpt);
         return -1;
     }
-    if (e.cfg.peft.type == PEFT_LORA && !options->merge_lora) /* the adapters alone: no need of the frozen base */
-        return convert_lora_to_peft(ckpt, &e.cfg, options, dst, err, errlen);
+    if (e.cfg.peft.type == PEFT_LORA && !options->merge_lora) /* the adapters alone (trained in fp32, as PEFT's) */
+        return convert_lora_to_peft(ckpt, &e.cfg, given, dst, err, errlen);
     int status = open_export(ckpt, &e, err, errlen);
     CkptHfFiles carried = {0}; /* a damaged one is left out, with a warning */
     if (status == 0) status = ckpt_hf_files_read(ckpt, &carried, err, errlen);

@@ -313,6 +313,18 @@ static int check_shapes(Reader *r, const ModelConfig *cfg) {
     return 0;
 }
 
+/* The weights' dtype as config.json says it (transformers 5's dtype, or torch_dtype), for the export back: float32,
+ * bfloat16 or float16; auto (fp32) when absent or anything else (it changes no computation here). */
+static void read_export_dtype(const JsonValue *root, ExportDtype *out) {
+    const JsonValue *v = member(root, "dtype");
+    if (!v || v->type != JSON_STRING) v = member(root, "torch_dtype");
+    static const char *const torch_names[] = {[EXPORT_FP32] = "float32", [EXPORT_BF16] = "bfloat16",
+                                              [EXPORT_FP16] = "float16"};
+    *out = EXPORT_AUTO;
+    for (int d = EXPORT_FP32; d <= EXPORT_FP16 && v && v->type == JSON_STRING; d++)
+        if (strcmp(v->string, torch_names[d]) == 0) *out = (ExportDtype)d;
+}
+
 int hf_config_parse(const char *text, size_t len, const char *label, ModelConfig *out, char *err, size_t errlen) {
     char why[256];
     JsonValue *root = json_parse(text, len, why, sizeof why);
@@ -359,6 +371,7 @@ int hf_config_parse(const char *text, size_t len, const char *label, ModelConfig
         mt_set_error(err, errlen, "%s: rms_norm_eps: expected a number >= 0, found %g", label, cfg.rms_norm_eps);
         goto done;
     }
+    read_export_dtype(root, &cfg.export_dtype);
     if (read_double(&r, root, "initializer_range", 0.02, &cfg.init_std) != 0) goto done;
     if (!(cfg.init_std > 0)) cfg.init_std = 0.02;
     if (read_bool(&r, root, "tie_word_embeddings", false, &cfg.tie_word_embeddings) != 0) goto done;

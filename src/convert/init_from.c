@@ -96,6 +96,7 @@ int init_from_checkpoint(Model *model, const char *path, CkptHfFiles *carried, C
         return MT_EXIT_FAILURE;
     }
     const bool own_ids = model_token_ids_inherit(&model->cfg.token_ids, &stored.token_ids);
+    model_export_dtype_inherit(&model->cfg.export_dtype, stored.export_dtype);
     if (carried) {
         if (ckpt_hf_files_read(dir, carried, why, sizeof why) != 0) {
             mt_set_error(err, errlen, "init_from: %s", why);

@@ -222,7 +222,7 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
     warn_schedule_change(recipe, &saved, ctx->total_steps);
     train_data_record_compare(ctx, checkpoint_dir);
     dev->ops->from_host(dev); /* the loaded weights and moments to the device that computes */
-    /* carried on: the files for the Hugging Face export and the token ids the recipe leaves unset */
+    /* carried on: the files for the Hugging Face export, the token ids and export dtype the recipe leaves unset */
     ModelConfig stored;
     int status_after = 0;
     if (ckpt_hf_files_read(checkpoint_dir, &ctx->hf_files, err, errlen) != 0 ||
@@ -230,6 +230,7 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
         status_after = MT_EXIT_FAILURE;
     if (status_after == 0) {
         model_token_ids_inherit(&ctx->model->cfg.token_ids, &stored.token_ids);
+        model_export_dtype_inherit(&ctx->model->cfg.export_dtype, stored.export_dtype);
         if (keep_frozen_base(ctx, recipe, checkpoint_dir, err, errlen) != 0) status_after = MT_EXIT_FAILURE;
     }
     ctx->start_step = ctx->state.step;

@@ -120,12 +120,19 @@ for dtype in bf16 fp16; do
   grep -q "\"torch_dtype\": \"$( [[ $dtype == bf16 ]] && echo bfloat16 || echo float16)\"" "$WORK/$dtype.a/config.json" \
     || fail "$dtype: torch_dtype not set in config.json"
   "$MEGATRAIN" convert "$WORK/$dtype.a" "$WORK/$dtype.ckpt" > /dev/null
-  "$MEGATRAIN" convert "$WORK/$dtype.ckpt" "$WORK/$dtype.b" --dtype=$dtype --max-shard-size=40KB > /dev/null
+  grep -q "^export_dtype: $dtype$" "$WORK/$dtype.ckpt/model.yaml" || fail "$dtype: model.yaml's export_dtype"
+  # back without --dtype: the source's dtype (model.export_dtype), the same files
+  "$MEGATRAIN" convert "$WORK/$dtype.ckpt" "$WORK/$dtype.b" --max-shard-size=40KB > /dev/null
   for f in "$WORK/$dtype.a"/*; do
     cmp "$f" "$WORK/$dtype.b/$(basename "$f")" || fail "$dtype: $(basename "$f") differs after the round trip"
   done
   [[ $(ls "$WORK/$dtype.a" | wc -l) -eq $(ls "$WORK/$dtype.b" | wc -l) ]] || fail "$dtype: different file sets"
+  # --dtype still chooses
+  "$MEGATRAIN" convert "$WORK/$dtype.ckpt" "$WORK/$dtype.f32" --dtype fp32 > /dev/null
+  grep -q '"torch_dtype": "float32"' "$WORK/$dtype.f32/config.json" || fail "$dtype: --dtype fp32 not written as float32"
 done
+# an fp32 source comes back fp32
+grep -q "^export_dtype: fp32$" "$WORK/llama_gqa_rope3.ckpt/model.yaml" || fail "fp32 source: export_dtype is not fp32"
 
 # --- a run directory: its latest checkpoint -----------------------------------
 mkdir -p "$WORK/run/checkpoints"

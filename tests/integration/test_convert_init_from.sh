@@ -10,7 +10,7 @@
 # directory survive HF -> checkpoint -> run (init_from; async saves) ->
 # resume -> HF byte for byte, in every checkpoint on the way, and the token
 # ids the first run's recipe set (eos a list) reach the last config.json
-# through a recipe that sets none.
+# through a recipe that sets none; so does a bf16 model's dtype (model.export_dtype).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 "$MEGATRAIN" convert --help > /dev/null 2>&1 || { echo "skip: megatrain has no convert command (src/main.c)"; exit 77; }
@@ -69,6 +69,23 @@ for f in $carried; do
 done
 tr -d ' \n' < "$WORK/g.hf/config.json" | grep -q '"bos_token_id":1,.*"eos_token_id":\[2,10\],.*"pad_token_id":null,' \
   || fail "g.hf/config.json lacks the token ids of the checkpoint the run started from: $(cat "$WORK/g.hf/config.json")"
+
+# A bf16 Hugging Face model comes back bf16 after a run from it and a resume (model.export_dtype auto takes the
+# init_from checkpoint's, then the resumed one's); a recipe's export_dtype wins.
+"$MEGATRAIN" convert "$WORK/a.ckpt" "$WORK/a16.hf" --dtype bf16 > /dev/null
+"$MEGATRAIN" convert "$WORK/a16.hf" "$WORK/a16.ckpt" > /dev/null
+run "$WORK/g16" --set train.steps=1 --set checkpoint.interval=1 --set init_from="$WORK/a16.ckpt" > /dev/null
+"$MEGATRAIN" resume "$WORK/g16" --set train.steps=2 > /dev/null
+grep -q "^export_dtype: bf16$" "$WORK/g16/checkpoints/iter_0000002/model.yaml" || fail "g16: export_dtype not carried on"
+"$MEGATRAIN" convert "$WORK/g16" "$WORK/g16.hf" > /dev/null
+grep -q '"torch_dtype": "bfloat16"' "$WORK/g16.hf/config.json" || fail "g16.hf: not bf16: $(cat "$WORK/g16.hf/config.json")"
+[[ $(stat -c %s "$WORK/g16.hf/model.safetensors") -lt $(stat -c %s "$WORK/g.hf/model.safetensors") ]] \
+  || fail "g16.hf's tensors are not smaller than fp32's"
+run "$WORK/g32" --set train.steps=1 --set checkpoint.interval=1 --set init_from="$WORK/a16.ckpt" \
+  --set model.export_dtype=fp32 > /dev/null
+"$MEGATRAIN" convert "$WORK/g32" "$WORK/g32.hf" > /dev/null
+grep -q '"torch_dtype": "float32"' "$WORK/g32.hf/config.json" || fail "g32.hf: the recipe's export_dtype fp32 lost"
+echo "export_dtype: bf16 from Hugging Face, through init_from and resume, and back; the recipe's fp32 wins"
 
 # A recipe model that is not the checkpoint's: a recipe error (exit 2) naming the key.
 status=0
