@@ -54,6 +54,32 @@ static int fill_param(const CkptSource *source, int64_t first, int64_t count, vo
     return 0;
 }
 
+/* Hub tensor `hub` from transformers 5's fused experts (its in-memory model, what save_file(model.state_dict())
+ * writes: mlp.experts.gate_up_proj [E, 2I, C], mlp.experts.down_proj [E, C, I]; Mixtral's router as mlp.gate) when
+ * `weights` holds them: a view of its rows (st_model_add_view). Its index, -1 when there is no such tensor, or -2
+ * with err when the fused tensor's shape cannot hold it. */
+static int fused_view(const ModelConfig *cfg, StModel *weights, const char *hub, char *err,
+                      size_t errlen) {
+    char fused[192];
+    long expert;
+    int part, parts;
+    if (hf_fused_source(hub, fused, sizeof fused, &expert, &part, &parts) != 0) return -1;
+    const int at = st_model_find(weights, fused);
+    if (at < 0) return -1;
+    const StTensor *t = weights->tensors[at];
+    if (expert < 0) return st_model_add_view(weights, at, hub, t->ndim, t->shape, 0); /* renamed, whole */
+    if (t->ndim != 3 || t->shape[0] != cfg->moe.num_experts || t->shape[1] % parts != 0) {
+        char found[128];
+        st_format_shape(found, sizeof found, t->ndim, t->shape);
+        mt_set_error(err, errlen, "%s: tensor '%s' (transformers' fused experts) has shape %s, but config.json makes it "
+                     "[%d, %d x rows, columns]", st_model_file_of(weights, at), fused, found, cfg->moe.num_experts,
+                     parts);
+        return -2;
+    }
+    const int64_t rows = t->shape[1] / parts, dims[2] = {rows, t->shape[2]};
+    return st_model_add_view(weights, at, hub, 2, dims, (expert * t->shape[1] + part * rows) * t->shape[2]);
+}
+
 /* Match every registry parameter (infos, the whole model's) with its tensors in `weights` (a stack of experts
  * with one tensor per expert), checking names and shapes, and mark them used; feeds[p] says where parameter p
  * comes from (its arrays one allocation, in *storage: free() it). *embed_shape is the embedding's (for the
@@ -89,6 +115,11 @@ static int match_params(const ModelConfig *cfg, const ParamInfo *infos, int num_
             int at = st_model_find(weights, piece->name);
             if (at < 0 && cfg->tie_word_embeddings && strcmp(piece->name, "model.embed_tokens.weight") == 0)
                 at = st_model_find(weights, "lm_head.weight"); /* tied, stored under the head's name */
+            if (at < 0) at = fused_view(cfg, weights, piece->name, err, errlen);
+            if (at == -2) {
+                status = -1;
+                break;
+            }
             if (at < 0) {
                 mt_set_error(err, errlen, "%s: missing tensor '%s' (needed by config.json; megatrain's %s)", src,
                              piece->name, info->name);

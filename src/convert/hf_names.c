@@ -276,6 +276,22 @@ long hf_name_position(ModelFamily family, const char *hf) {
     return -1;
 }
 
+int hf_fused_source(const char *hub, char *fused, size_t fusedlen, long *expert, int *part, int *parts) {
+    const size_t rows = sizeof fused_names / sizeof fused_names[0];
+    for (size_t i = 0; i < rows; i++) {
+        long layer;
+        if (!match(fused_names[i].hf, hub, &layer, expert)) continue;
+        if (expand(fused_names[i].fused, layer, -1, fused, fusedlen) != 0) return -1;
+        *part = fused_names[i].part;
+        *parts = 1;
+        for (size_t j = 0; j < rows; j++)
+            if (strcmp(fused_names[j].fused, fused_names[i].fused) == 0 && fused_names[j].part + 1 > *parts)
+                *parts = fused_names[j].part + 1;
+        return 0;
+    }
+    return -1;
+}
+
 bool hf_saves_fused_experts(ModelFamily family) {
     return (int)family >= 0 && (int)family < NUM_FAMILIES && (sorted_on_save & (1u << family));
 }

@@ -53,4 +53,10 @@ long hf_name_position(ModelFamily family, const char *hf);
  * layer) then share a storage, which decides where shards split. */
 bool hf_saves_fused_experts(ModelFamily family);
 
+/* The tensor of transformers 5's in-memory model (what save_file(model.state_dict()) writes) that holds Hub tensor
+ * `hub` (expanded: layer and expert numbers in it): its name into fused, the expert (-1: the whole tensor, renamed:
+ * Mixtral's router), and which of `parts` equal row blocks of that expert it is (gate_up_proj: 0 gate, 1 up, of
+ * 2). 0, or -1 when `hub` is not held by a fused tensor. */
+int hf_fused_source(const char *hub, char *fused, size_t fusedlen, long *expert, int *part, int *parts);
+
 #endif

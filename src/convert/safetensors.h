@@ -123,6 +123,8 @@ typedef struct StModel {
     const StTensor **tensors;
     int *file_index; /* files[file_index[i]] holds tensors[i] */
     bool *used;      /* for the caller: mark tensors consumed, to find extra ones */
+    StTensor **views; /* tensors added by st_model_add_view (owned) */
+    int num_views;
 } StModel;
 
 /* Open the safetensors of an HF model directory: model.safetensors.index.json
@@ -134,6 +136,9 @@ void st_model_close(StModel *model);
 int st_model_find(const StModel *model, const char *name);
 /* The file path that holds tensor index i. */
 const char *st_model_file_of(const StModel *model, int i);
+/* A tensor named `name` of shape [dims] made of tensor `of`'s elements from `first` on (contiguous, within it), in
+ * its file; `of` is marked used. Returns its index in model->tensors, or -1 (it would not fit in `of`). */
+int st_model_add_view(StModel *model, int of, const char *name, int ndim, const int64_t *dims, int64_t first);
 
 /* Parse a size like "5GB" (10^9), "500MB", "2GiB" (2^30), "1024" (bytes). 0 or -1. */
 int st_parse_size(const char *text, uint64_t *out);

@@ -27,7 +27,36 @@ void st_model_close(StModel *model) {
     free(model->tensors);
     free(model->file_index);
     free(model->used);
+    for (int i = 0; i < model->num_views; i++) {
+        free(model->views[i]->name);
+        free(model->views[i]);
+    }
+    free(model->views);
     free(model);
+}
+
+int st_model_add_view(StModel *model, int of, const char *name, int ndim, const int64_t *dims, int64_t first) {
+    const StTensor *t = model->tensors[of];
+    int64_t numel = 1;
+    for (int d = 0; d < ndim; d++) numel *= dims[d];
+    if (ndim > ST_MAX_DIMS || first < 0 || numel < 0 || first > t->numel || numel > t->numel - first) return -1;
+    StTensor *v = mt_calloc(1, sizeof *v);
+    *v = (StTensor){.name = mt_strdup(name), .dtype = t->dtype, .ndim = ndim, .numel = numel,
+                    .data = t->data + (size_t)first * st_dtype_size(t->dtype),
+                    .nbytes = (size_t)numel * st_dtype_size(t->dtype)};
+    for (int d = 0; d < ndim; d++) v->shape[d] = dims[d];
+    model->views = mt_realloc(model->views, (size_t)(model->num_views + 1) * sizeof *model->views);
+    model->views[model->num_views++] = v;
+    const int n = model->num_tensors + 1;
+    model->tensors = mt_realloc(model->tensors, (size_t)n * sizeof *model->tensors);
+    model->file_index = mt_realloc(model->file_index, (size_t)n * sizeof *model->file_index);
+    model->used = mt_realloc(model->used, (size_t)n * sizeof *model->used);
+    model->tensors[n - 1] = v;
+    model->file_index[n - 1] = model->file_index[of];
+    model->used[n - 1] = false;
+    model->used[of] = true;
+    model->num_tensors = n;
+    return n - 1;
 }
 
 int st_model_find(const StModel *model, const char *name) {

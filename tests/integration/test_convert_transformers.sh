@@ -10,6 +10,8 @@
 # byte for byte; from_pretrained then loads our directory
 # with no missing, unexpected or mismatched weights, the same weights and
 # the same logits bit for bit (fp32; bf16 through megatrain and back), and
+# a MoE model's state_dict saved as it is in memory (transformers 5's fused
+# experts, safetensors' save_file) converts to the same checkpoint, and
 # our fp32 -> bf16 rounding gives the weights torch's .to(bfloat16) gives;
 # generation_config.json comes back byte for byte. A Llama 3.1-like
 # directory (tokenizer saved by transformers, eos_token_id a list) comes back
@@ -49,6 +51,14 @@ def make(root):
                                vocab_size=96, max_position_embeddings=64, rms_norm_eps=1e-5), **extra})
         model = Model(cfg).eval()
         model.save_pretrained(f"{root}/{name}.src", max_shard_size="30KB")
+        if "moe" in name or name == "mixtral":  # the in-memory layout: fused experts, Mixtral's block as mlp
+            import safetensors.torch
+            os.makedirs(f"{root}/{name}.fused")
+            cfg.save_pretrained(f"{root}/{name}.fused")
+            state = model.state_dict()
+            assert any(k.endswith("mlp.experts.gate_up_proj") for k in state), f"{name}: no fused experts"
+            safetensors.torch.save_file({k: v.contiguous() for k, v in state.items()},
+                                        f"{root}/{name}.fused/model.safetensors")
         model.to(torch.bfloat16).save_pretrained(f"{root}/{name}.src_bf16", max_shard_size="30KB")
 
 def check(root):
@@ -93,6 +103,13 @@ def run(root):
             for f in theirs + ["generation_config.json"]:  # the generation config is carried through
                 assert open(f"{src}{a}/{f}", "rb").read() == open(f"{src}{b}/{f}", "rb").read(), f"{name}{b}/{f}"
         print(f"{name}: the safetensors shards, index and generation_config.json are save_pretrained's, byte for byte")
+        if os.path.exists(f"{src}.fused"):  # read from the fused layout: the same checkpoint, so the same files back
+            convert(f"{src}.fused", f"{src}.ckpt_fused")
+            convert(f"{src}.ckpt_fused", f"{src}.out_fused", "--max-shard-size", "30KB")
+            for f in sorted(f for f in os.listdir(f"{src}.src") if f.startswith("model")):
+                assert open(f"{src}.src/{f}", "rb").read() == open(f"{src}.out_fused/{f}", "rb").read(), \
+                    f"{name}: {f} differs when read from the fused experts"
+            print(f"{name}: save_file(model.state_dict()) (fused experts) converts to the same model")
     check(root)
     generation(root)
 
