@@ -212,6 +212,18 @@ static void warn_unused_settings(const Recipe *recipe) {
     if (o->decay != DECAY_WSD && (o->wsd_decay_steps != 0 || o->wsd_decay_style != WSD_MINUS_SQRT))
         mt_log_warn("optimizer.schedule.wsd_decay_steps and wsd_decay_style apply to decay: wsd only; this "
                "run's decay is %s, so they are not used", lr_decay_name(o->decay));
+    const CheckpointConfig *ck = &recipe->checkpoint;
+    if (ck->keep_every > 0 && ck->interval > 0 && ck->keep_every % ck->interval != 0) {
+        long a = ck->keep_every, b = ck->interval; /* their least common multiple: the steps kept */
+        while (b) {
+            const long r = a % b;
+            a = b;
+            b = r;
+        }
+        mt_log_warn("checkpoint.keep_every %ld is not a multiple of checkpoint.interval %ld: a checkpoint is saved "
+                    "every %ld steps, so only those at multiples of %ld are kept beyond keep_last", ck->keep_every,
+                    ck->interval, ck->interval, ck->keep_every / a * ck->interval);
+    }
     const MoeConfig *moe = &recipe->model.moe;
     ModelConfig defaults;
     model_set_defaults(&defaults);

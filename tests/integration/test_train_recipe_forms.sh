@@ -44,3 +44,11 @@ grep -q "warning: parallel.distributed_optimizer shards the optimizer over the d
 grep -q "warning: optimizer.schedule.wsd_decay_steps and wsd_decay_style apply to decay: wsd only; this run's decay is cosine" \
   "$WORK/wsd.log" || fail "wsd settings beside cosine: no warning"
 echo "wsd settings beside another decay: warned of"
+
+# checkpoint.keep_every that interval's saves rarely reach is said (keep_every 50 at interval 20: every 100 steps)
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/keep-every" --set "$data" --set train.steps=1 \
+  --set optimizer.schedule.warmup_steps=0 --set checkpoint.interval=20 --set checkpoint.keep_every=50 \
+  --set train.eval_interval=0 > "$WORK/keep.log" 2>&1 || fail "keep_every 50: the run failed: $(tail -3 "$WORK/keep.log")"
+grep -q "warning: checkpoint.keep_every 50 is not a multiple of checkpoint.interval 20: a checkpoint is saved every 20 \
+steps, so only those at multiples of 100 are kept beyond keep_last" "$WORK/keep.log" || fail "keep_every 50: $(cat "$WORK/keep.log")"
+echo "keep_every that is not a multiple of interval: warned of"
