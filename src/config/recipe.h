@@ -390,6 +390,10 @@ const char *lora_target_name(LoraTarget target);
 int lora_target_match(const char *entry, LoraTarget *target, long *layer);
 /* Whether LoRA adapts `target` (peft.type lora and the target listed). */
 bool lora_targets(const PeftConfig *peft, LoraTarget target);
+/* Why LoRA (m->peft) cannot adapt mixture-of-experts model m, NULL when it can (or m is dense, or has no LoRA): on a
+ * MoE model it adapts the attention projections only (the routed experts have no adapters), and not with
+ * load_balancing expert_bias (the biases move in the frozen base). */
+const char *lora_moe_refusal(const ModelConfig *m);
 
 /* Parse a token count with an optional K/M/B/T suffix ("2.4B"); returns 0 or -1. */
 int parse_token_count(const char *text, double *out);

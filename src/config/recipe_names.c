@@ -96,6 +96,17 @@ bool lora_targets(const PeftConfig *peft, LoraTarget target) {
     return peft->type == PEFT_LORA && target >= LORA_Q && target < LORA_NUM_TARGETS && (peft->targets >> target & 1u);
 }
 
+const char *lora_moe_refusal(const ModelConfig *m) {
+    if (m->peft.type != PEFT_LORA || !model_family_is_moe(m->family)) return NULL;
+    if (lora_targets(&m->peft, LORA_GATE) || lora_targets(&m->peft, LORA_UP) || lora_targets(&m->peft, LORA_DOWN))
+        return "LoRA on a mixture-of-experts model adapts the attention projections only (target_modules q_proj, "
+               "k_proj, v_proj, o_proj): the routed experts have no adapters";
+    if (m->moe.load_balancing == LB_EXPERT_BIAS)
+        return "LoRA on a mixture-of-experts model with load_balancing expert_bias: the expert biases would move in "
+               "the frozen base, which LoRA's checkpoints do not store; choose another balancing";
+    return NULL;
+}
+
 int parse_token_count(const char *text, double *out) {
     if (!text) return -1;
     while (isspace((unsigned char)*text)) text++;

@@ -82,11 +82,9 @@ int model_validate(const ModelConfig *m, const YNode *map, YLoc loc, const char 
 int peft_validate(const ModelConfig *m, const YNode *peft_map, YLoc peft_loc, char *err, size_t errlen) {
     const PeftConfig *p = &m->peft;
     if (p->type == PEFT_NONE) return 0;
-    if (model_family_is_moe(m->family))
-        return key_error(err, errlen, peft_loc, "peft",
-                         "LoRA on a mixture-of-experts model (model.family %s) is not implemented: the routed experts "
-                         "have no adapters yet; use a dense family (llama, qwen2, qwen3) or remove peft",
-                         model_family_name(m->family));
+    const char *moe = lora_moe_refusal(m);
+    if (moe)
+        return key_error(err, errlen, peft_loc, "peft", "%s (model.family %s)", moe, model_family_name(m->family));
     if (p->dropout != 0)
         return fail(err, errlen, peft_map, peft_loc, "peft", "dropout",
                     "expected 0: LoRA dropout is not implemented yet, found %g", p->dropout);

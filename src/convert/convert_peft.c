@@ -129,9 +129,9 @@ int convert_peft_to_ckpt(const char *adapter_dir, const char *base, const char *
     if (peft_config_read(path, cfg.num_layers, &cfg.peft, base_name, sizeof base_name, note, sizeof note, err,
                          errlen) != 0)
         return -1;
-    if (model_family_is_moe(cfg.family)) {
-        mt_set_error(err, errlen, "%s: LoRA on a mixture-of-experts model (Hugging Face %s) is not implemented in "
-                     "megatrain", path, hf_model_type(cfg.family));
+    const char *moe = lora_moe_refusal(&cfg);
+    if (moe) {
+        mt_set_error(err, errlen, "%s: %s (Hugging Face %s)", path, moe, hf_model_type(cfg.family));
         return -1;
     }
     if (note[0]) mt_warn("%s: %s", path, note);

@@ -25,7 +25,8 @@ void model_reduce_grads(Model *m, const Grid *grid, const Zero1 *zero1) {
     if (m->part.cp > 1) comm_sum_identical(&grid->groups[GROUP_CP], m->grads, (size_t)m->num_grad_floats, 1.0f);
     if (zero1) {
         zero1_reduce_scatter_grads(zero1, m->grads);
-    } else if (m->part.ep > 1) { /* experts: the dp mean over the ranks holding the same experts (edp) */
+    } else if (m->part.ep > 1 && m->trainable_offset == 0) { /* experts: the dp mean over the ranks holding the
+                                                               * same experts (edp); LoRA trains its adapters alone */
         const float scale = 1.0f / (float)grid->groups[GROUP_DP].size;
         for (int i = 0, run = 0; i <= m->num_params; i++) {
             const bool expert = i < m->num_params && m->param_info[i].expert;

@@ -92,9 +92,9 @@ int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen) {
     }
     const PeftConfig *peft = &cfg->peft;
     if (peft->type == PEFT_LORA) { /* the recipe checks these with the line (peft_validate); here any config */
-        if (model_family_is_moe(cfg->family)) {
-            mt_set_error(err, errlen, "peft: LoRA on a mixture-of-experts model (model.family %s) is not "
-                         "implemented", model_family_name(cfg->family));
+        const char *moe = lora_moe_refusal(cfg);
+        if (moe) {
+            mt_set_error(err, errlen, "peft: %s (model.family %s)", moe, model_family_name(cfg->family));
             return -1;
         }
         if (peft->rank < 1 || !(peft->alpha > 0) || (peft->targets & LORA_ALL_TARGETS) == 0 || peft->dropout != 0) {

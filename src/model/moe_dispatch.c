@@ -125,16 +125,19 @@ static ExpertProduct expert_product(const Model *model, int l, MoeExperts *x, in
     const size_t I = (size_t)(model->cfg.moe.moe_intermediate_size / model->part.etp); /* this rank's slice */
     const size_t r0 = (size_t)x->offsets[j], wj = (size_t)j * I * C; /* every expert matrix has I x C values */
     ExpertProduct p = {.rows = x->offsets[j + 1] - x->offsets[j], .scales = x->fp8_scales[j][g]};
+    /* frozen experts (LoRA) have no weight gradients: NULL, no product */
+    float *d_gate = dw->e_gate ? dw->e_gate + wj : NULL, *d_up = dw->e_up ? dw->e_up + wj : NULL;
+    float *d_down = dw->e_down ? dw->e_down + wj : NULL;
     if (g == EXPERT_GATE_UP) {
         p.in = x->x + r0 * C, p.d_in = x->d_x + r0 * C, p.IC = (int)C, p.count = 2;
         p.parts[0] = (LinearPart){.weight = w->e_gate + wj, .out = x->gate + r0 * I, .dout = x->d_gate + r0 * I,
-                                  .dweight = dw->e_gate + wj, .OC = (int)I};
+                                  .dweight = d_gate, .OC = (int)I};
         p.parts[1] = (LinearPart){.weight = w->e_up + wj, .out = x->up + r0 * I, .dout = x->d_up + r0 * I,
-                                  .dweight = dw->e_up + wj, .OC = (int)I};
+                                  .dweight = d_up, .OC = (int)I};
     } else {
         p.in = x->act + r0 * I, p.d_in = x->d_act + r0 * I, p.IC = (int)I, p.count = 1;
         p.parts[0] = (LinearPart){.weight = w->e_down + wj, .out = x->y + r0 * C, .dout = x->d_y + r0 * C,
-                                  .dweight = dw->e_down + wj, .OC = (int)C};
+                                  .dweight = d_down, .OC = (int)C};
     }
     return p;
 }

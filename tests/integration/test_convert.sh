@@ -302,7 +302,8 @@ expect_error rslora "rslora/adapter_config.json: use_rslora: expected false (ran
 spoiled_peft fewer_targets 's|"k_proj",||'
 expect_error fewer_targets "unexpected tensor 'base_model.model.model.layers.0.self_attn.k_proj.lora_A.weight' (not a \
 LoRA adapter of the target_modules" "$WORK/fewer_targets" --base-model "$PEFT/llama/base"
-expect_error moe_base "LoRA on a mixture-of-experts model (Hugging Face mixtral) is not implemented" \
+expect_error moe_base "LoRA on a mixture-of-experts model adapts the attention projections only (target_modules q_proj, \
+k_proj, v_proj, o_proj): the routed experts have no adapters (Hugging Face mixtral)" \
   "$PEFT/llama/adapter" --base-model "$FIX/mixtral_hd16"
 spoiled_peft pissa 's|"init_lora_weights": true|"init_lora_weights": "pissa"|'
 expect_error pissa "pissa/adapter_config.json: init_lora_weights: expected true, false, .* (\"pissa\", \"olora\", \

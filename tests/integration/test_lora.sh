@@ -16,7 +16,7 @@
 #     llama and qwen3 (qk-norm) on tp 2; a checkpoint of tp 2 x dp 2 with
 #     ZeRO-1 resumes on one rank with its losses; skipped without mpirun;
 #   - bad input is refused with exit 2 naming the key: rank 0, an unknown
-#     target module, dropout, a MoE model, a rank tp does not divide; a CUDA
+#     target module, dropout, a MoE model's MLP (test_lora_moe.sh: its attention), a rank tp does not divide; a CUDA
 #     build (when build/cuda/megatrain exists) refuses peft on cuda.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -136,7 +136,7 @@ expect_refused "an unknown target module" "peft.target_modules: item 1: 'qkv_pro
   plan "$REPO/recipes/tiny/llama.yaml" --set "peft={type: lora, rank: 4, alpha: 8, target_modules: [q_proj, qkv_proj]}"
 expect_refused "dropout" "peft.dropout: expected 0: LoRA dropout is not implemented yet, found 0.05" 1 \
   plan "$REPO/recipes/tiny/llama.yaml" --set "peft={type: lora, rank: 4, alpha: 8, dropout: 0.05}"
-expect_refused "LoRA on MoE" "peft: LoRA on a mixture-of-experts model (model.family mixtral) is not implemented" 1 \
+expect_refused "LoRA on MoE's experts" "peft: LoRA on a mixture-of-experts model adapts the attention projections only" 1 \
   plan "$REPO/recipes/tiny/mixtral.yaml" "${LORA[@]}"
 expect_refused "a rank tp does not divide" "peft.rank: expected a multiple of parallel.tp (2)" 1 \
   plan "$REPO/recipes/tiny/llama.yaml" --set "peft={type: lora, rank: 3, alpha: 8}" --set parallel.tp=2

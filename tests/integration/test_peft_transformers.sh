@@ -4,8 +4,9 @@
 # them into build/test-venv (tests/python_env.sh torch peft, from PyPI); it
 # skips (77) only when that cannot be done, and fails then in CI (CI=true;
 # lib.sh, need_python).
-# For a tiny llama (every linear layer adapted) and qwen3 (q/k norm, a
-# subset of the layers), made and saved by transformers:
+# For a tiny llama (every linear layer adapted), qwen3 (q/k norm, a
+# subset of the layers) and qwen3_moe (the attention projections: the
+# experts and router frozen), made and saved by transformers:
 #   convert it, fine-tune it with LoRA from it (init_from) on one document
 #   of seq_len = 44 tokens, so that every sample is the same (the document
 #   and the next copy's first token), one per step, checkpoints every step;
@@ -46,6 +47,9 @@ tf.utils.logging.disable_progress_bar()
 FAMILIES = {
     "llama": (tf.LlamaConfig, tf.LlamaForCausalLM, dict(num_key_value_heads=2, tie_word_embeddings=True)),
     "qwen3": (tf.Qwen3Config, tf.Qwen3ForCausalLM, dict(num_key_value_heads=2, head_dim=16)),
+    "qwen3_moe": (tf.Qwen3MoeConfig, tf.Qwen3MoeForCausalLM, dict(num_key_value_heads=2, head_dim=16, num_experts=4,
+                                                                  num_experts_per_tok=2, moe_intermediate_size=24,
+                                                                  norm_topk_prob=True)),
 }
 DOC = list(b"The quick brown fox jumps over the lazy dog\n")
 SAMPLE = DOC + DOC[:1]  # every sample of the run: seq_len + 1 tokens of the repeated document
@@ -88,7 +92,8 @@ def adapter(root, name):
         f.write(f"{loss:.9g}\n")
 
 # llama: "all-linear", which PEFT saves expanded to every projection's path in every layer
-TARGETS = {"llama": "all-linear", "qwen3": ["q_proj", "v_proj", "o_proj", "down_proj"]}
+TARGETS = {"llama": "all-linear", "qwen3": ["q_proj", "v_proj", "o_proj", "down_proj"],
+           "qwen3_moe": ["q_proj", "k_proj", "v_proj", "o_proj"]}
 
 def check(root, name):
     Config, Model, extra = FAMILIES[name]
@@ -132,9 +137,10 @@ def check(root, name):
 {"make": make, "check": check}[sys.argv[1]](sys.argv[2], sys.argv[3])
 EOF
 
-for family in llama qwen3; do
+for family in llama qwen3 qwen3_moe; do
   targets="[q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj]"
   [[ $family == qwen3 ]] && targets="[q_proj, v_proj, o_proj, down_proj]"
+  [[ $family == qwen3_moe ]] && targets="[q_proj, k_proj, v_proj, o_proj]" # the experts have no adapters
   "$PY" "$WORK/peft_check.py" make "$WORK" $family > "$WORK/$family.make.log" 2>&1 || fail "$(tail -n 5 "$WORK/$family.make.log")"
   "$MEGATRAIN" convert "$WORK/$family.base" "$WORK/$family.ckpt" > /dev/null
   cat > "$WORK/$family.yaml" <<EOF
