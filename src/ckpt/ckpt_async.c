@@ -265,13 +265,21 @@ static int wait_idle_locked(CkptSaver *s, char *err, size_t errlen) {
     return 0;
 }
 
+/* A wait for the previous save longer than this is said in the log (the loop stood still for it). */
+#define WAIT_NOTE_SECONDS 1.0
+
 static int save_async(CkptSaver *s, const Model *model, const CkptMoments *opt, const CkptState *state, char *err,
                       size_t errlen) {
+    const double wait_start = mt_now();
     pthread_mutex_lock(&s->mutex);
     int rc = wait_idle_locked(s, err, errlen);
     pthread_mutex_unlock(&s->mutex);
     if (rc == 0 && s->dist_pending) rc = finish_dist(s, true, err, errlen);
     if (rc != 0) return -1;
+    const double waited = mt_now() - wait_start;
+    if (waited > WAIT_NOTE_SECONDS) /* rank 0's line (mt_log); every rank waited as long, in finish_dist */
+        mt_log("checkpoint: waited %.1f s for the previous save (iter_%07ld) to finish writing before saving step %ld "
+               "(a save takes longer than checkpoint.interval steps)", waited, s->last_step, (long)state->step);
     if (s->dist) {
         char why[2048];
         if (ckpt_dist_begin(&s->dist_save, s->world, s->checkpoints_dir, state->step, s->writer, why, sizeof why) != 0) {

@@ -61,8 +61,8 @@ void ckpt_saver_record_data(CkptSaver *saver, const CkptDataset *datasets, int n
 void ckpt_saver_write_kinds(CkptSaver *saver, bool dense, bool experts);
 
 /* Save the model, the optimizer's moments and the training state after step
- * state->step. Sync: writes it all. Async: waits for the previous save, then
- * copies and returns. Returns 0, or -1 with err (this save or the previous
+ * state->step. Sync: writes it all. Async: waits for the previous save (a
+ * wait over a second is said in the log), then copies and returns. Returns 0, or -1 with err (this save or the previous
  * background one failed). */
 int ckpt_saver_save(CkptSaver *saver, const Model *model, const CkptMoments *moments, const CkptState *state,
                     char *err, size_t errlen);

@@ -255,18 +255,21 @@ static int exit_limit(const TrainContext *ctx, double start_time) {
     return 0;
 }
 
-/* What the step lines measure from: the loop's start, the last logged step's time and tokens. */
+/* What the step lines measure from: the loop's start, the last logged step's time and tokens, and the time since
+ * then that the loop spent outside training (evaluations, checkpoint saves and the waits for a previous background
+ * save), which the throughput leaves out. */
 typedef struct LogClock {
     double start, last_time;
+    double paused_s;
     int64_t last_tokens, schedule_samples;
 } LogClock;
 
-/* Step `step`'s line (rank 0) and metrics record; eval_s of the time since the last line went to evaluations: the
- * training throughput (tok/s, TFLOP/s, MFU) leaves it out. */
+/* Step `step`'s line (rank 0) and metrics record. The training throughput (tok/s, TFLOP/s, MFU, eta) counts the
+ * time since the last line less clock->paused_s (evaluations, saves), which starts again from 0. */
 static void log_step(TrainContext *ctx, MetricsWriter *metrics, const StepResult *result, long step, double eval_loss,
-                     double test_loss, double eval_s, LogClock *clock) {
+                     double test_loss, LogClock *clock) {
     const double now = mt_now();
-    const double interval_s = (now - clock->last_time) - eval_s;
+    const double interval_s = (now - clock->last_time) - clock->paused_s;
     const double tokens = (double)(ctx->state.consumed_tokens - clock->last_tokens);
     StepMetrics m = {
         .step = step,
@@ -294,6 +297,7 @@ static void log_step(TrainContext *ctx, MetricsWriter *metrics, const StepResult
     if (comm_world()->rank == 0) metrics_print(&m);
     metrics_write(metrics, &m);
     clock->last_time = now;
+    clock->paused_s = 0.0;
     clock->last_tokens = ctx->state.consumed_tokens;
 }
 
@@ -378,8 +382,8 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
              * the run after this step (every rank evaluated: the collective is every rank's) */
             if (eval_now && !stop_signal && step < ctx->total_steps)
                 stop_signal = train_stop_requested(exit_limit(ctx, start_time));
-            log_step(ctx, metrics, &result, step, eval_loss, test_loss,
-                     eval_now || test_now ? mt_now() - eval_start : 0.0, &clock);
+            if (eval_now || test_now) clock.paused_s += mt_now() - eval_start;
+            log_step(ctx, metrics, &result, step, eval_loss, test_loss, &clock);
         }
         /* A background save that failed stops the run: it must not go on
          * believing it has that checkpoint. */
@@ -391,12 +395,14 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
             ctx->stopped_together = true; /* a save's verdict is every rank's (save_now, ckpt_saver_poll) */
             break;
         }
-        ctx->timers.checkpoint += mt_now() - save_start;
+        const double save_s = mt_now() - save_start; /* in this step's timers, out of the next line's throughput */
+        ctx->timers.checkpoint += save_s;
+        clock.paused_s += save_s;
         /* a stop that came during the save (a signal, the time limit it took the run past): here, not after another
          * step and save; save_due is every rank's, so is this collective */
         if (save_due && !stop_signal && step < ctx->total_steps) {
             stop_signal = train_stop_requested(exit_limit(ctx, start_time));
-            if (stop_signal && !log_now) log_step(ctx, metrics, &result, step, NAN, NAN, 0.0, &clock);
+            if (stop_signal && !log_now) log_step(ctx, metrics, &result, step, NAN, NAN, &clock);
         }
         if (is_multiple(step, recipe->logging.timers_interval)) {
             if (comm_world()->rank == 0) metrics_print_timers(&ctx->timers, step);
