@@ -6,20 +6,14 @@
 
 #include <errno.h>
 #include <string.h>
-#include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "../config/recipe.h"
 #include "../core/error.h"
 #include "../core/fs.h"
+#include "../core/timer.h"
 #include "tb_encode.h"
-
-static double wall_time_now(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (double)tv.tv_sec + (double)tv.tv_usec * 1e-6;
-}
 
 static void write_event(TbWriter *w, const uint8_t *event, size_t len) {
     if (!w->file || w->failed || len == 0) return;
@@ -48,7 +42,7 @@ int tb_open(TbWriter *w, const char *run_dir, int64_t first_step, char *err, siz
         return -1;
     }
     uint8_t event[64];
-    const double now = wall_time_now();
+    const double now = mt_unix_time();
     write_event(w, event, tb_encode_file_version_event(event, sizeof event, now));
     write_event(w, event, tb_encode_session_start_event(event, sizeof event, now, first_step));
     tb_flush(w);
@@ -58,7 +52,7 @@ int tb_open(TbWriter *w, const char *run_dir, int64_t first_step, char *err, siz
 void tb_scalar(TbWriter *w, const char *tag, int64_t step, double value) {
     if (!w || !w->file) return;
     uint8_t event[512];
-    write_event(w, event, tb_encode_scalar_event(event, sizeof event, wall_time_now(), step, tag, (float)value));
+    write_event(w, event, tb_encode_scalar_event(event, sizeof event, mt_unix_time(), step, tag, (float)value));
 }
 
 void tb_flush(TbWriter *w) {

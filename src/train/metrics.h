@@ -17,7 +17,8 @@ typedef struct StepMetrics {
     double grad_norm;
     double tokens_per_s;
     double consumed_tokens;
-    double elapsed_s;
+    double elapsed_s;        /* since this process's training loop began (a resumed run's session starts again at 0) */
+    double time;             /* when the line was made: Unix seconds (wall clock) */
     double eta_s;            /* the rest of the schedule's tokens at this interval's tok/s; NAN at the last step */
     double eval_loss;        /* NAN when not an eval step */
     double test_loss;        /* data.split's test share after the last step; NAN otherwise */

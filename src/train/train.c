@@ -281,6 +281,7 @@ static void log_step(TrainContext *ctx, MetricsWriter *metrics, const StepResult
         .tokens_per_s = interval_s > 0 ? tokens / interval_s : 0,
         .consumed_tokens = (double)ctx->state.consumed_tokens,
         .elapsed_s = now - clock->start,
+        .time = mt_unix_time(),
         .eta_s = NAN,
         .eval_loss = eval_loss,
         .test_loss = test_loss,

@@ -20,9 +20,16 @@ json_field "$m" eval_loss | grep -q . || fail "no eval_loss in metrics"
 # every eval_interval steps and after the last one: 100, 200, 300 here; 10, 20 and 25 for 25 steps (Megatron's
 # evaluation at the end of training)
 [[ $(grep -c '"eval_loss"' "$m") -eq 3 ]] || fail "expected eval_loss at steps 100, 200, 300: $(grep -c '"eval_loss"' "$m")"
+before=$(date +%s.%N)
 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/run25" --set train.steps=25 \
   --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set train.eval_interval=10 --set precision=bf16 \
   > "$WORK/run25.txt"
+after=$(date +%s.%N)
+# every line's "time": Unix seconds to the millisecond, within the run, in order
+json_field "$WORK/run25/metrics.jsonl" time | awk -v a="$before" -v b="$after" '
+  { n++; if ($1 !~ /^[0-9]+\.[0-9][0-9][0-9]$/ || $1 < a - 0.001 || $1 > b || $1 < last) bad = bad " " $1; last = $1 }
+  END { if (n != 4 || bad != "") { printf "%d time values; outside [%s, %s] or out of order:%s\n", n, a, b, bad; exit 1 } }' ||
+  fail "metrics.jsonl's time field (4 lines: steps 1, 10, 20, 25)"
 grep -q "^train: .*, device cpu, precision fp32$" "$WORK/out.txt" &&
   grep -q "^train: .*, device cpu, precision bf16 (the cpu computes in fp32)$" "$WORK/run25.txt" ||
   fail "the banner's precision: $(grep '^train:' "$WORK/out.txt" "$WORK/run25.txt")"
