@@ -167,8 +167,9 @@ typedef struct HealthState {
 /* After step `step`: a non-finite step (its update already skipped) is
  * logged with the first parameter whose gradient went bad, and stops the
  * run when it makes more than train.max_nonfinite_steps in a row; a finite
- * loss far above its running mean logs a warning. 0, or -1 (printed) to stop. */
-static int check_health(TrainContext *ctx, const StepResult *result, HealthState *health, long step) {
+ * loss far above its running mean logs a warning. 0, or -1 with err (not yet printed) to stop. */
+static int check_health(TrainContext *ctx, const StepResult *result, HealthState *health, long step, char *err,
+                        size_t errlen) {
     const int max_bad = ctx->recipe->train.max_nonfinite_steps;
     if (!result->nonfinite) {
         health->bad_in_row = 0;
@@ -186,12 +187,10 @@ static int check_health(TrainContext *ctx, const StepResult *result, HealthState
     snprintf(what, sizeof what, "loss %g, grad norm %g; first non-finite gradient: %s", result->loss,
              result->grad_norm, bad >= 0 ? ctx->model->param_info[bad].name : "none");
     if (health->bad_in_row > max_bad) {
-        char err[512];
-        mt_set_error(err, sizeof err,
+        mt_set_error(err, errlen,
                      "step %ld: %s; stopping after %ld non-finite step(s) in a row (train.max_nonfinite_steps = %d); "
                      "the update was skipped, no checkpoint written (a lower optimizer.lr may help)",
                      step, what, health->bad_in_row, max_bad);
-        print_error(err);
         return -1;
     }
     mt_log_warn("step %ld: skipped the update: %s (%ld in a row, %ld in total; train.max_nonfinite_steps = %d)",
@@ -346,8 +345,11 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
             break;
         }
         const long step = ctx->state.step; /* 1-based: the step just done */
-        /* the health verdict comes from the loss and grad norm every rank agrees on */
-        if (check_health(ctx, &result, &health, step) != 0) {
+        /* the health verdict comes from the loss and grad norm every rank agrees on; a step that stops the run on
+         * it has its line and metrics (as every skipped step does, below), then the error */
+        if (check_health(ctx, &result, &health, step, err, sizeof err) != 0) {
+            log_step(ctx, metrics, &result, step, NAN, NAN, &clock);
+            print_error(err);
             status = MT_EXIT_FAILURE;
             ctx->stopped_together = true;
             break;
@@ -363,8 +365,9 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
             ctx->valid_data && (is_multiple(step, recipe->train.eval_interval) || step == ctx->total_steps);
         /* the test share once, after the last step (Megatron's test evaluation at the end of training) */
         const bool test_now = ctx->test_data && step == ctx->total_steps;
-        const bool log_now =
-            step == 1 || is_multiple(step, log_interval) || step == ctx->total_steps || eval_now || stop_signal;
+        /* a step whose update was skipped as non-finite is always logged (its null grad_norm or loss) */
+        const bool log_now = step == 1 || is_multiple(step, log_interval) || step == ctx->total_steps || eval_now ||
+                             stop_signal || result.nonfinite;
         if (log_now) {
             double eval_loss = NAN, test_loss = NAN;
             const double eval_start = mt_now();

@@ -37,6 +37,23 @@ for s in 6 7 8 9 10; do
 done
 grep -q "step 8 of 10: .*optimizer step 7;" "$WORK/inspect.txt" || fail "the skipped step moved the optimizer step"
 
+# A skipped step is logged whatever logging.interval says (metrics.jsonl and the step line), and so is the step that
+# stops the run, its line before the error.
+logged() { grep -o '"step":[0-9]*' "$1/metrics.jsonl" | cut -d: -f2 | tr '\n' ' '; }
+MEGATRAIN_TEST_NAN_STEP=5 run "$WORK/sparse" --set train.steps=6 --set logging.interval=4 \
+  --set train.max_nonfinite_steps=1 > "$WORK/sparse.log" 2>&1 || fail "sparse skip run failed: $(tail -n 3 "$WORK/sparse.log")"
+[[ "$(logged "$WORK/sparse")" == "1 4 5 6 " ]] || fail "logging.interval 4, step 5 skipped: steps $(logged "$WORK/sparse")logged"
+grep -q '"step":5,.*"grad_norm":null' "$WORK/sparse/metrics.jsonl" || fail "the skipped step 5's line: no null grad_norm"
+grep -q '^step  5/6 |' "$WORK/sparse.log" || fail "no step line for the skipped step 5: $(grep '^step' "$WORK/sparse.log")"
+set +e
+MEGATRAIN_TEST_NAN_STEP=5 run "$WORK/sparse-stop" --set train.steps=6 --set logging.interval=4 > "$WORK/sparse-stop.log" 2>&1
+rc=$?
+set -e
+[[ $rc -eq 1 ]] || fail "sparse stop run exited $rc, expected 1"
+[[ "$(logged "$WORK/sparse-stop")" == "1 4 5 " ]] || fail "stopped at step 5: steps $(logged "$WORK/sparse-stop")logged"
+[[ "$(grep -o '^step  5/6 \|error: step 5: ' "$WORK/sparse-stop.log" | tr '\n' ,)" == "step  5/6 ,error: step 5: ," ]] ||
+  fail "stopped at step 5: expected its step line, then the error: $(tail -n 3 "$WORK/sparse-stop.log")"
+
 # The skipped update leaves the parameters as they were.
 run "$WORK/eval3" --set train.steps=3 --set train.eval_interval=3 > /dev/null
 MEGATRAIN_TEST_NAN_STEP=4 run "$WORK/eval4" --set train.steps=4 --set train.eval_interval=4 \
