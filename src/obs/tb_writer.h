@@ -4,13 +4,21 @@
 #ifndef MT_OBS_TB_WRITER_H
 #define MT_OBS_TB_WRITER_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 
+#include "whole_append.h"
+
 typedef struct TbWriter {
-    FILE *file;
-    int failed;   /* a write failed (reported once); later writes are dropped */
+    FILE *file;           /* written through out (write(2) on its descriptor, never stdio's buffer) */
+    WholeAppender out;    /* a step's events whole or not at all, written again after a full disk */
+    uint8_t *pending;     /* the framed records since the last flush */
+    size_t len, cap;
+    size_t keep;          /* the file's first two events, kept in pending until they are written */
+    int64_t step;         /* of the pending records */
+    bool oversize_said;   /* an event too large to frame was warned about */
 } TbWriter;
 
 /* Create run_dir/tensorboard and a new event file starting with the
@@ -21,9 +29,11 @@ typedef struct TbWriter {
  * its first checkpoint). Returns 0, or -1 with err set. */
 int tb_open(TbWriter *w, const char *run_dir, int64_t first_step, char *err, size_t errlen);
 
-/* Append one scalar event (wall time now). No-op when not open. */
+/* Add one scalar event (wall time now) to the step's pending records. No-op when not open. */
 void tb_scalar(TbWriter *w, const char *tag, int64_t step, double value);
 
+/* Append the pending records to the file, all of them or none (whole_append.h: a full disk loses that step's
+ * events, warned about, and the next step's flush tries again; the file never ends inside a record). */
 void tb_flush(TbWriter *w);
 void tb_close(TbWriter *w);
 

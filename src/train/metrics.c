@@ -10,12 +10,9 @@
  * train/tokens_per_s, eval/loss (eval steps) and test/loss (after the last step) as float32 scalars. */
 #include "metrics.h"
 
-#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
-#include <unistd.h>
 
 #include "../config/recipe.h"
 #include "../core/error.h"
@@ -26,8 +23,7 @@ int metrics_open(MetricsWriter *w, const char *run_dir, bool tensorboard, long f
     snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
     w->jsonl = mt_fopen_output(path, true, err, errlen);
     if (!w->jsonl) return -1;
-    w->jsonl_failed = false;
-    setvbuf(w->jsonl, NULL, _IONBF, 0); /* each line goes out in one fwrite (metrics_write), nothing left buffered */
+    w->lines = whole_appender(fileno(w->jsonl), "metrics.jsonl", "lines");
     if (tensorboard && tb_open(&w->tb, run_dir, first_step, err, errlen) != 0) {
         metrics_close(w);
         return -1;
@@ -39,23 +35,6 @@ int metrics_open(MetricsWriter *w, const char *run_dir, bool tensorboard, long f
 static void json_double(FILE *f, const char *key, double value) {
     if (isfinite(value)) fprintf(f, ",\"%s\":%.9g", key, value);
     else fprintf(f, ",\"%s\":null", key);
-}
-
-/* Append one whole line to metrics.jsonl; a write that fails midway (a full disk) is cut off again, reported once,
- * and ends the file's lines. */
-static void jsonl_append(MetricsWriter *w, const char *line, size_t len, long step) {
-    if (w->jsonl_failed) return;
-    const int fd = fileno(w->jsonl);
-    struct stat st;
-    const bool sized = fstat(fd, &st) == 0;
-    errno = 0;
-    if (fwrite(line, 1, len, w->jsonl) == len && fflush(w->jsonl) == 0) return;
-    const int saved = errno ? errno : EIO;
-    w->jsonl_failed = true;
-    clearerr(w->jsonl);
-    const bool cut = sized && ftruncate(fd, st.st_size) == 0; /* the part of the line that was written */
-    fprintf(stderr, "megatrain: warning: metrics.jsonl: cannot write step %ld: %s; no more lines%s\n", step,
-            strerror(saved), cut ? "" : " (its last line may be incomplete)");
 }
 
 void metrics_write(MetricsWriter *w, const StepMetrics *m) {
@@ -87,7 +66,7 @@ void metrics_write(MetricsWriter *w, const StepMetrics *m) {
     if (!isnan(m->moe_drop_rate)) json_double(f, "moe_drop_rate", m->moe_drop_rate);
     fputs("}\n", f);
     fclose(f);
-    jsonl_append(w, text, text_len, m->step);
+    whole_append(&w->lines, text, text_len, m->step);
     free(text);
 
     TbWriter *tb = &w->tb;
@@ -174,6 +153,8 @@ void metrics_print(const StepMetrics *m) {
     fflush(stdout);
     funlockfile(stdout);
 }
+
+long metrics_lines_lost(const MetricsWriter *w) { return w && w->jsonl ? w->lines.lost : 0; }
 
 void metrics_close(MetricsWriter *w) {
     if (w) tb_close(&w->tb);

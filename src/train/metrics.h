@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "../obs/tb_writer.h"
+#include "../obs/whole_append.h"
 
 typedef struct StepMetrics {
     long step;               /* 1-based: the step just completed */
@@ -36,8 +37,8 @@ typedef struct StepMetrics {
 } StepMetrics;
 
 typedef struct MetricsWriter {
-    FILE *jsonl;             /* unbuffered: a line reaches the file whole or is taken back (metrics_write) */
-    bool jsonl_failed;       /* a write failed (a full disk): reported once, no more lines */
+    FILE *jsonl;             /* written through lines (write(2) on its descriptor, never stdio's buffer) */
+    WholeAppender lines;     /* each line whole or not at all, written again after a full disk */
     TbWriter tb;             /* not open when logging.tensorboard is false */
 } MetricsWriter;
 
@@ -46,9 +47,11 @@ typedef struct MetricsWriter {
 int metrics_open(MetricsWriter *w, const char *run_dir, bool tensorboard, long first_step, char *err, size_t errlen);
 /* One JSON line and the step's TensorBoard scalars, both flushed. A line that
  * cannot be written whole (a full disk) is cut off the file again, so that
- * metrics.jsonl never ends inside a line; a warning says so, and the run goes
- * on without more lines (as the TensorBoard writer does). */
+ * metrics.jsonl never ends inside a line, and the next step's line tries
+ * again (src/obs/whole_append.h; the TensorBoard writer does the same). */
 void metrics_write(MetricsWriter *w, const StepMetrics *m);
+/* How many logged steps' lines metrics.jsonl lacks (writes that failed); 0 when not open. */
+long metrics_lines_lost(const MetricsWriter *w);
 void metrics_print(const StepMetrics *m);                     /* the stdout line */
 
 /* Where the time of the steps went, summed since the last report. */

@@ -436,13 +436,19 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     else if (status == MT_EXIT_OK && stop_signal)
         mt_log("stopped by %s after step %ld: checkpoint in %s/iter_%07ld; continue with `megatrain resume %s`",
                train_stop_name(stop_signal), ctx->state.step, ctx->checkpoints_dir, ctx->state.step, recipe->run.dir);
-    else if (status == MT_EXIT_OK && ctx->start_step > 0) /* a resumed run: the run's totals, this session's time */
-        mt_log("done: %ld steps, %lld tokens (this session: steps %ld-%ld in %.1fs), final loss %.4f; metrics in "
-               "%s/metrics.jsonl", ctx->state.step, (long long)ctx->state.consumed_tokens, ctx->start_step + 1,
-               ctx->state.step, mt_now() - start_time, result.loss, recipe->run.dir);
-    else if (status == MT_EXIT_OK)
-        mt_log("done: %ld steps, %lld tokens in %.1fs, final loss %.4f; metrics in %s/metrics.jsonl", ctx->state.step,
-               (long long)ctx->state.consumed_tokens, mt_now() - start_time, result.loss, recipe->run.dir);
+    else if (status == MT_EXIT_OK) {
+        char lost[160] = ""; /* what a full disk took from metrics.jsonl (said in warnings as it happened) */
+        if (metrics_lines_lost(metrics) > 0)
+            snprintf(lost, sizeof lost, " (incomplete: %ld logged step(s) without their line; see the warnings)", metrics_lines_lost(metrics));
+        if (ctx->start_step > 0) /* a resumed run: the run's totals, this session's time */
+            mt_log("done: %ld steps, %lld tokens (this session: steps %ld-%ld in %.1fs), final loss %.4f; metrics in "
+                   "%s/metrics.jsonl%s", ctx->state.step, (long long)ctx->state.consumed_tokens, ctx->start_step + 1,
+                   ctx->state.step, mt_now() - start_time, result.loss, recipe->run.dir, lost);
+        else
+            mt_log("done: %ld steps, %lld tokens in %.1fs, final loss %.4f; metrics in %s/metrics.jsonl%s",
+                   ctx->state.step, (long long)ctx->state.consumed_tokens, mt_now() - start_time, result.loss,
+                   recipe->run.dir, lost);
+    }
     return status;
 }
 

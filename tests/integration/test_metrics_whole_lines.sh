@@ -5,6 +5,11 @@
 #    ends with a newline and every line parses (before, the line stopped midway, without a word).
 # 2. A resume drops a last line without its newline (what a crash or a full disk left) instead of keeping
 #    it for the next line to run into: every line of the resumed run's file parses, each step once.
+# 3. A disk full for a while (steps 4-7, MEGATRAIN_TEST_FULL_DISK_STEPS: half of each write, then ENOSPC) loses
+#    those steps' lines and TensorBoard events only: both files are cut back to their last whole record, each
+#    says once that it cannot write and once that it writes again, lines and events resume at step 8 (before,
+#    neither file got another record, the event file kept a torn one), and the done line says the file is
+#    incomplete.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 demo_data "$WORK/english"
@@ -31,7 +36,10 @@ status=0
   fail "no single warning about the metrics line that could not be written: $(grep -v '^step' "$WORK/full.log")"
 steps=$(all_lines_parse "$WORK/full/metrics.jsonl") || fail "metrics.jsonl after a failed write is not whole lines"
 last=$(grep -o "cannot write step [0-9]*" "$WORK/full.log" | grep -o "[0-9]*$")
-[[ "$steps" == "$(seq -s ' ' 1 $((last - 1)))" ]] || fail "after the failed write of step $last: steps $steps"
+# the steps before it, then (each later step tries again) only a later line short enough to fit, said
+[[ "$steps " == "$(seq -s ' ' 1 $((last - 1))) "* ]] || fail "after the failed write of step $last: steps $steps"
+[[ "$steps" == "$(seq -s ' ' 1 $((last - 1)))" ]] || grep -q "metrics.jsonl: writing again from step" "$WORK/full.log" ||
+  fail "lines after the failed write of step $last, unsaid: steps $steps"
 
 # 2. a line cut short at step 6, after the checkpoint of step 6: the resume drops it and appends whole lines
 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/run" --set train.steps=6 \
@@ -47,4 +55,37 @@ grep -q "resume: dropped the incomplete last line of $WORK/run/metrics.jsonl" "$
   fail "the resume did not say it dropped the incomplete line: $(grep -v '^step' "$WORK/resume.log")"
 steps=$(all_lines_parse "$WORK/run/metrics.jsonl") || fail "metrics.jsonl after the resume is not whole lines"
 [[ "$steps" == "1 2 3 4 5 7 8 9" ]] || fail "steps after the resume: $steps, expected 1-5 and 7-9 (6's line was cut)"
+# 3. the disk full for steps 4-7 of 12, the TensorBoard file read back with TensorBoard's own reader
+MEGATRAIN_TEST_FULL_DISK_STEPS=4-7 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/gap" \
+  --set train.steps=12 --set checkpoint.interval=0 "${common[@]}" --set logging.tensorboard=true > "$WORK/gap.log" 2>&1 ||
+  fail "the run with a full disk for steps 4-7 failed: $(tail -n 3 "$WORK/gap.log")"
+steps=$(all_lines_parse "$WORK/gap/metrics.jsonl") || fail "metrics.jsonl after a full disk is not whole lines"
+[[ "$steps" == "1 2 3 8 9 10 11 12" ]] || fail "a full disk for steps 4-7: lines of steps $steps"
+for file in "metrics.jsonl" "tensorboard event file"; do
+  [[ $(grep -c "warning: $file: cannot write step" "$WORK/gap.log") -eq 1 ]] &&
+    grep -q "warning: $file: cannot write step 4: No space left on device; trying again at each logged step" "$WORK/gap.log" &&
+    [[ $(grep -c "warning: $file: writing again" "$WORK/gap.log") -eq 1 ]] &&
+    grep -q "warning: $file: writing again from step 8; steps 4-7 are missing" "$WORK/gap.log" ||
+    fail "$file: not one warning and one line for writing again: $(grep -v '^step' "$WORK/gap.log")"
+done
+grep -q "^done: .*metrics in $WORK/gap/metrics.jsonl (incomplete: 4 logged step(s) without their line; " "$WORK/gap.log" ||
+  fail "the done line does not say metrics.jsonl is incomplete: $(tail -n 1 "$WORK/gap.log")"
+! grep -q "metrics.jsonl (incomplete" "$WORK/run.log" "$WORK/resume.log" || fail "a run that lost no line said incomplete"
+need_python tensorboard
+"$PY" - "$WORK"/gap/tensorboard/events.out.tfevents.* <<'PY' || fail "the event file after a full disk"
+import struct, sys
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+data = open(sys.argv[1], 'rb').read()
+at = records = 0
+while at < len(data):  # whole TFRecords (8-byte length, 4-byte CRC, data, 4-byte CRC) up to the file's end
+    assert at + 12 <= len(data), 'a torn record header at byte %d of %d' % (at, len(data))
+    at += 12 + struct.unpack('<Q', data[at:at + 8])[0] + 4
+    records += 1
+assert at == len(data), 'the last record ends at byte %d of %d' % (at, len(data))
+acc = EventAccumulator(sys.argv[1])  # checks the CRCs; stops at the first record it cannot read
+acc.Reload()
+steps = [e.step for e in acc.Scalars('train/loss')]
+assert steps == [1, 2, 3, 8, 9, 10, 11, 12], 'train/loss at steps %s' % steps
+print('event file: %d whole records, train/loss at steps %s' % (records, steps))
+PY
 echo "ok"
