@@ -48,18 +48,10 @@ static inline ModelConfig moe_test_config(ModelFamily family) {
 /* The tests of the Hugging Face config and weight names: 3 layers, head_dim derived, no init_std, the
  * embedding tied or not, qwen2's attention bias and qwen3's qk norm (not qwen3_moe's). */
 static inline ModelConfig hf_test_config(ModelFamily family, bool tied) {
-    ModelConfig c;
-    memset(&c, 0, sizeof c);
-    c.family = family;
+    ModelConfig c = tiny_config(family);
     c.num_layers = 3;
-    c.hidden_size = 16;
-    c.intermediate_size = 24;
-    c.num_attention_heads = 4;
-    c.num_key_value_heads = 2;
-    c.vocab_size = 32;
-    c.max_position_embeddings = 64;
-    c.rope_theta = 10000.0;
-    c.rms_norm_eps = 1e-5;
+    c.head_dim = 0;
+    c.init_std = 0;
     c.tie_word_embeddings = tied;
     c.attention_bias = family == FAMILY_QWEN2;
     c.qk_norm = family == FAMILY_QWEN3;
