@@ -70,6 +70,43 @@ int ckpt_list_entries(const char *checkpoints_dir, long **steps, char *err, size
     return list_steps(checkpoints_dir, true, steps, err, errlen);
 }
 
+int ckpt_entry_not_dir(const char *path, char *what, size_t whatlen) {
+    struct stat st, target;
+    if (stat(path, &target) == 0 && S_ISDIR(target.st_mode)) return 0;
+    if (lstat(path, &st) != 0) {
+        snprintf(what, whatlen, "not there any more (%s)", strerror(errno));
+        return 1;
+    }
+    if (!S_ISLNK(st.st_mode)) {
+        snprintf(what, whatlen, "%s", mt_file_kind((unsigned int)st.st_mode));
+        return 1;
+    }
+    char to[MT_PATH_MAX];
+    const ssize_t n = readlink(path, to, sizeof to - 1);
+    to[n > 0 ? n : 0] = '\0';
+    const int gone = stat(path, &target) != 0;
+    snprintf(what, whatlen, "a symbolic link to '%s', %s", to,
+             gone ? "which does not exist (a volume that is not mounted?)" : mt_file_kind((unsigned int)target.st_mode));
+    return 2;
+}
+
+int ckpt_invalid_only(const char *checkpoints_dir, char *err, size_t errlen) {
+    DIR *d = opendir(checkpoints_dir);
+    int n = 0;
+    char newest[256] = "";
+    for (struct dirent *e; d && (e = readdir(d));) {
+        if (strncmp(e->d_name, "iter_", 5) != 0 || !strstr(e->d_name, ".invalid")) continue;
+        n++;
+        if (strcmp(e->d_name, newest) > 0) snprintf(newest, sizeof newest, "%s", e->d_name);
+    }
+    if (d) closedir(d);
+    if (n > 0)
+        mt_set_error(err, errlen, "%s holds no valid checkpoint, only ones moved aside as incomplete or corrupt (%d, "
+                     "the newest %s): the run cannot continue from them, and starting it afresh here would overwrite its "
+                     "history; repair or remove them, or choose another run.dir", checkpoints_dir, n, newest);
+    return n;
+}
+
 /* What a pointer file holds, for a message: 'text' (printable, at most 40
  * characters, others as \xNN), or "nothing" when empty. */
 static void describe_text(const char *text, size_t n, bool more, char *out, size_t outlen) {

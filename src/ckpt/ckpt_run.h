@@ -29,9 +29,19 @@ long ckpt_parse_iter_name(const char *name);
  * directory does not exist), or -1 with err set. */
 int ckpt_list_steps(const char *checkpoints_dir, long **steps, char *err, size_t errlen);
 /* ckpt_list_steps over every entry named iter_N (a file or a dangling link too): what a new run must not mix
- * with, and what resume tries in turn (one that is not a checkpoint directory is moved aside like a corrupt
- * one) rather than meet at its save of that step ("already exists"). */
+ * with, and what resume tries in turn (it stops at one that is not a checkpoint directory, ckpt_entry_not_dir)
+ * rather than meet at its save of that step ("already exists"). */
 int ckpt_list_entries(const char *checkpoints_dir, long **steps, char *err, size_t errlen);
+
+/* 0 when `path` is a directory (or a link to one); else what it is into `what`, for a message, and 2 for a
+ * symbolic link ("a symbolic link to 'T', which does not exist (a volume that is not mounted?)"), 1 for anything
+ * else ("a regular file"). */
+int ckpt_entry_not_dir(const char *path, char *what, size_t whatlen);
+
+/* The entries of checkpoints_dir that a resume moved aside as unusable (iter_N.invalid, .invalid.K): how many;
+ * when any, err says that the run can neither continue from them nor start afresh over them (for a caller that
+ * found no checkpoint beside them). */
+int ckpt_invalid_only(const char *checkpoints_dir, char *err, size_t errlen);
 
 /* The step in latest_checkpointed_iteration.txt: 0; -1 when absent or
  * unreadable; -2 when it holds something else than a step number, or is

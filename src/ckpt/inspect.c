@@ -64,8 +64,9 @@ static void print_header(const CkptReader *r) {
         const char *slash = strrchr(r->dir, '/');
         const long named = ckpt_parse_iter_name(slash ? slash + 1 : r->dir);
         if (named >= 0 && named != (long)s->step)
-            mt_warn("%s: its name says step %ld, its metadata step %lld (renamed or copied?): resume skips it", r->dir,
-                    named, (long long)s->step);
+            mt_warn("%s: its name says step %ld, its metadata step %lld (renamed or copied?): a resume of its run "
+                    "stops at it (exit 1) until it is renamed back to iter_%07lld or removed", r->dir, named,
+                    (long long)s->step, (long long)s->step);
     } else {
         printf("  no training state (weights only)\n");
     }

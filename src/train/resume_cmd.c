@@ -4,7 +4,9 @@
  * the run directory the checkpoint lies in, then the --set overrides. The
  * newest checkpoint that verifies is used: one that is incomplete or
  * corrupt is reported, moved aside (iter_N.invalid) so that later saves do
- * not collide with it, and the next older one is tried. A checkpoint named
+ * not collide with it, and the next older one is tried; an entry named like
+ * a checkpoint that is none (a file, a dangling link, a checkpoint renamed to
+ * another step) stops the resume (exit 1), moving nothing. A checkpoint named
  * explicitly is used or refused, never replaced by another. A model shape
  * that differs from the checkpoint's is refused (exit 2). A LoRA checkpoint
  * whose referenced frozen base is missing or changed is refused (exit 1)
@@ -14,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
 #include <sys/stat.h>
 
 #include "../ckpt/checkpoint.h"
@@ -248,6 +249,14 @@ static void report_changes(const char *path, const char *const *overrides, int n
 /* Resume from checkpoint `dir`: TRY_NEXT when it is unusable (reported), else an exit status. */
 static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *const *sets, int num_sets) {
     char err[4096];
+    /* an entry named like a checkpoint that is none (a file; a dangling link: an archive volume not mounted) is no
+     * corrupt checkpoint: falling back would lose the state it stands for, and moving a link aside hide it */
+    const int kind = ckpt_entry_not_dir(dir, err, sizeof err);
+    if (kind != 0)
+        return refuse_together(MT_EXIT_FAILURE, "resume: %s is named like a checkpoint but is %s; nothing was moved "
+                               "aside and no older checkpoint tried: %s, and resume again", dir, err,
+                               kind == 2 ? "mount what it links to (or remove the link to resume from the older "
+                                           "checkpoints)" : "remove it (or move it out of checkpoints/)");
     CkptReader *r = ckpt_reader_open(dir, err, sizeof err);
     if (!r) { /* every rank reads the same files to the same verdict: rank 0 says it */
         if (dist_rank() == 0) mt_warn("skipping checkpoint %s: %s", dir, err);
@@ -261,14 +270,18 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     const int64_t samples = has_state ? r->meta.state.consumed_samples : 0;
     ckpt_reader_close(r);
     /* a checkpoint renamed (or copied) to another step's name would be resumed as the newest, and the newer ones
-     * it hides refused: its name and its metadata must say the same step */
+     * it hides refused: its name and its metadata must say the same step; it is no corrupt one either (moved
+     * aside, the state it holds would be left behind) */
     const char *slash = strrchr(dir, '/');
     const long named = ckpt_parse_iter_name(slash ? slash + 1 : dir);
     if (has_state && named >= 0 && named != step) {
-        if (dist_rank() == 0)
-            mt_warn("skipping checkpoint %s: its name says step %ld, its metadata step %ld (renamed or copied?)",
-                    dir, named, step);
-        return TRY_NEXT;
+        char own[MT_PATH_MAX + 32];
+        snprintf(own, sizeof own, "%.*siter_%07ld", slash ? (int)(slash + 1 - dir) : 0, dir, step);
+        struct stat st;
+        return refuse_together(MT_EXIT_FAILURE, "resume: %s: its name says step %ld, its metadata step %ld (renamed "
+                               "or copied?); nothing was moved aside and no older checkpoint tried: %s %s%s, and "
+                               "resume again", dir, named, step, stat(own, &st) == 0 ? "remove it (a copy?" : "rename "
+                               "it back to", own, stat(own, &st) == 0 ? " is there)" : " (or remove it)");
     }
     if (!has_state || !has_recipe) {
         return refuse_together(MT_EXIT_FAILURE,
@@ -382,32 +395,18 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
 
 static int resume_from(const char *arg, const char *const *sets, int num_sets);
 
-/* Entries of checkpoints_dir moved aside as invalid (iter_N.invalid...): the run had checkpoints, none usable. */
-static int invalid_entries(const char *checkpoints_dir, char *first, size_t firstlen) {
-    DIR *d = opendir(checkpoints_dir);
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (!strncmp(e->d_name, "iter_", 5) && strstr(e->d_name, ".invalid") && n++ == 0)
-            snprintf(first, firstlen, "%s", e->d_name);
-    if (d) closedir(d);
-    return n;
-}
-
 int run_or_resume(const Recipe *recipe, const char *const *sets, int num_sets) {
-    char dir[MT_PATH_MAX + 16], err[2048], invalid[256] = "";
+    char dir[MT_PATH_MAX + 16], err[2048], invalid[2048 + MT_PATH_MAX] = "";
     snprintf(dir, sizeof dir, "%s/checkpoints", recipe->run.dir);
     long *steps = NULL;
     const int n = ckpt_list_entries(dir, &steps, err, sizeof err);
     free(steps);
     /* rank 0's listing decides for every rank (a stale view elsewhere must not split the job between a fresh
      * run's collectives and a resume's): 1 resume, 0 start, -1 refuse */
-    int decision = n > 0 ? 1 : invalid_entries(dir, invalid, sizeof invalid) > 0 ? -1 : 0;
+    int decision = n > 0 ? 1 : ckpt_invalid_only(dir, invalid, sizeof invalid) > 0 ? -1 : 0;
     if (comm_world()->size > 1) comm_broadcast(comm_world(), &decision, 1, COMM_INT32, 0);
     if (decision < 0) /* every checkpoint was found unusable and moved aside: starting over would lose the run */
-        return dist_finish_together(refuse_together(
-            MT_EXIT_FAILURE, "--resume-if-exists: %s holds no valid checkpoint, only ones moved aside as incomplete or "
-            "corrupt (%s...): the run cannot continue from them, and starting it afresh here would overwrite its "
-            "history; repair or remove them, or choose another run.dir", dir, invalid));
+        return dist_finish_together(refuse_together(MT_EXIT_FAILURE, "--resume-if-exists: %s", invalid));
     if (decision == 0) { /* a fresh run (or no checkpoints/ directory yet) */
         if (dist_rank() == 0) mt_log("run: --resume-if-exists: no checkpoint in %s: starting the run", dir);
         return dist_finish(train_run(recipe));

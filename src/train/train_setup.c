@@ -417,10 +417,11 @@ static void remove_refused_run_dir(const Recipe *recipe) {
     rmdir(run_dir);
 }
 
-/* A fresh run must not mix its checkpoints with an earlier run's. */
+/* A fresh run must not mix its checkpoints with an earlier run's, nor start over a run whose checkpoints a resume
+ * moved aside as unusable (its history), nor save over an entry named like a checkpoint that is none. */
 static int refuse_existing_checkpoints(const TrainContext *ctx, char *err, size_t errlen) {
     struct stat st;
-    const char *dir = ctx->recipe->run.dir;
+    const char *dir = ctx->recipe->run.dir, *checkpoints = ctx->checkpoints_dir;
     const int found = stat(dir, &st);
     const bool file = found == 0 && !S_ISDIR(st.st_mode), under_file = found != 0 && errno == ENOTDIR;
     if (file || under_file) {
@@ -429,16 +430,37 @@ static int refuse_existing_checkpoints(const TrainContext *ctx, char *err, size_
         return MT_EXIT_USAGE;
     }
     long *steps = NULL;
-    int n = ckpt_list_entries(ctx->checkpoints_dir, &steps, err, errlen);
-    if (n < 0) return MT_EXIT_FAILURE;
-    long newest = n > 0 ? steps[n - 1] : 0;
+    const int dirs = ckpt_list_steps(checkpoints, &steps, err, errlen);
+    const long newest_dir = dirs > 0 ? steps[dirs - 1] : 0;
     free(steps);
-    if (n == 0) return 0;
-    mt_set_error(err, errlen,
-                 "run.dir: '%s' already holds checkpoints (the newest at step %ld); continue that run with "
-                 "`megatrain resume %s`, or choose another run.dir (or remove %s)",
-                 ctx->recipe->run.dir, newest, ctx->recipe->run.dir, ctx->checkpoints_dir);
-    return MT_EXIT_USAGE;
+    if (dirs < 0) return MT_EXIT_FAILURE;
+    if (dirs > 0) {
+        mt_set_error(err, errlen,
+                     "run.dir: '%s' already holds checkpoints (the newest at step %ld); continue that run with "
+                     "`megatrain resume %s`, or choose another run.dir (or remove %s)",
+                     dir, newest_dir, dir, checkpoints);
+        return MT_EXIT_USAGE;
+    }
+    const int entries = ckpt_list_entries(checkpoints, &steps, err, errlen);
+    const long newest_entry = entries > 0 ? steps[entries - 1] : 0;
+    free(steps);
+    if (entries < 0) return MT_EXIT_FAILURE;
+    if (entries > 0) { /* no checkpoint at all: a stray file, a dangling link (an archive not mounted) */
+        char path[MT_PATH_MAX + 32], what[MT_PATH_MAX + 96];
+        ckpt_iter_path(path, sizeof path, checkpoints, newest_entry);
+        const bool link = ckpt_entry_not_dir(path, what, sizeof what) == 2;
+        mt_set_error(err, errlen, "run.dir: '%s' holds no checkpoint, but %s%s is named like one and is %s: a save "
+                     "of that step would collide with it; %s, or choose another run.dir", dir, path,
+                     entries > 1 ? " (among others)" : "", what,
+                     link ? "mount what it links to and `megatrain resume` the run, remove the link" : "remove it");
+        return MT_EXIT_USAGE;
+    }
+    char why[2048];
+    if (ckpt_invalid_only(checkpoints, why, sizeof why) > 0) {
+        mt_set_error(err, errlen, "run.dir: %s", why);
+        return MT_EXIT_USAGE;
+    }
+    return 0;
 }
 
 /* A LoRA run's checkpoints reference the frozen base its init_from gave (`base`) or store it
@@ -477,9 +499,15 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
     snprintf(ctx->checkpoints_dir, sizeof ctx->checkpoints_dir, "%s/checkpoints", recipe->run.dir);
     /* before rank 0 writes anything of its recipe into run.dir */
     if (train_setup_same_recipe(ctx, recipe, err, errlen) != 0) return MT_EXIT_USAGE;
-    int status = refuse_existing_checkpoints(ctx, err, errlen);
-    /* Rank 0 alone writes run.dir; the others wait for it, and stop with it when it cannot. */
+    /* a run.dir that another process trains in is said first (`resume` there would be refused as well); one that
+     * does not exist yet is made below */
     struct stat before;
+    int status = 0;
+    if (comm_world()->rank == 0 && stat(recipe->run.dir, &before) == 0 && S_ISDIR(before.st_mode) &&
+        train_lock_run_dir(recipe->run.dir, err, errlen) != 0)
+        status = MT_EXIT_FAILURE;
+    if (status == 0) status = refuse_existing_checkpoints(ctx, err, errlen);
+    /* Rank 0 alone writes run.dir; the others wait for it, and stop with it when it cannot. */
     bool created_dir = status == 0 && comm_world()->rank == 0 && stat(recipe->run.dir, &before) != 0;
     if (status == 0 && comm_world()->rank == 0) {
         char path[MT_PATH_MAX + 32];

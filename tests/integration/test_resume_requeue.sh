@@ -90,8 +90,16 @@ expect 0 "done: 10 steps" "$MEGATRAIN" run "$WORK/lora.yaml" --set run.dir="$WOR
 expect 0 "stopped by train.exit_interval after step 5" requeue bad
 rm "$WORK/bad/checkpoints/iter_0000005/metadata.mtck"
 expect 1 "no valid checkpoint to resume from" requeue bad
-expect 1 "holds no valid checkpoint, only ones moved aside as incomplete or corrupt (iter_0000005.invalid" requeue bad
+expect 1 "holds no valid checkpoint, only ones moved aside as incomplete or corrupt (1, the newest \
+iter_0000005.invalid)" requeue bad
 [[ $(grep -c '"step"' "$WORK/bad/metrics.jsonl") -eq 5 ]] || fail "the refused requeue touched metrics.jsonl"
+# ... and so is a plain `run` there (it cut metrics.jsonl and saved beside the .invalid ones), which writes nothing
+ls -A "$WORK/bad" "$WORK/bad/checkpoints" > "$WORK/bad-before.txt"
+expect 2 "run.dir: $WORK/bad/checkpoints holds no valid checkpoint, only ones moved aside as incomplete or corrupt \
+(1, the newest iter_0000005.invalid): the run cannot continue from them, and starting it afresh here would overwrite \
+its history; repair or remove them, or choose another run.dir" run "$WORK/bad" 15 --set logging.tensorboard=true
+[[ $(grep -c '"step"' "$WORK/bad/metrics.jsonl") -eq 5 ]] || fail "the refused run touched metrics.jsonl"
+ls -A "$WORK/bad" "$WORK/bad/checkpoints" | cmp -s - "$WORK/bad-before.txt" || fail "the refused run wrote: $(ls -A "$WORK/bad")"
 echo "run --resume-if-exists: started, resumed, finished; a changed recipe refused"
 
 # a token budget goes on from where the run stands: resumed with another batch schedule (or seq_len) it still ends

@@ -5,7 +5,8 @@
 #   run.dir names holding a line break (or U+0085) resume there; paths that
 #   are not UTF-8 are refused, naming them;
 # - entries named like checkpoints that are not (a dangling link, a file, a
-#   renamed checkpoint) are moved aside by resume and refused by run;
+#   renamed checkpoint) stop resume (exit 1, nothing moved) and are refused
+#   by run, which says what they are;
 # - one writer a run.dir: a second `run` or `resume` there is refused while
 #   the first trains (exit 1, naming the holder) and changes nothing;
 # - relative data paths are written absolute, so a resume from another
@@ -64,28 +65,54 @@ expect 0 "done: 32 steps" "$MEGATRAIN" resume "$bad_dir" --set train.steps=32 --
   run "$WORK/bad-cwd" 10 --set "data.train=[corpus]")
 echo "a copied checkpoint resumes in its own run.dir, not another run's; run.dir with a line break; non-UTF-8 paths refused"
 
-# Entries named like checkpoints that are not (a dangling link, a file, a checkpoint renamed to a later step):
-# resume moves each aside as it does a corrupt checkpoint and goes on from the newest that is one (before, a link
-# was passed over and the run failed at its save of that step, again at every resume; a renamed one was resumed
-# as the newest); inspect warns of the renamed one; a new run refuses a run.dir holding any of them.
+# Entries named like checkpoints that are not (a dangling link: an archive volume not mounted; a file; a
+# checkpoint renamed or copied to another step's name): resume stops at each (exit 1), naming it and how to fix
+# it, moves nothing aside and tries no older checkpoint (it used to rename each to .invalid and fall back: the
+# newest state behind an unmounted volume lost, the link renamed); fixed, it goes on. inspect warns of the renamed
+# one; a new run refuses a run.dir holding any of them, saying what it is.
 names="$WORK/names"
+ck="$names/checkpoints"
 run "$names" 20 > /dev/null
-cp -r "$names/checkpoints/iter_0000010" "$WORK/renamed"
-rm -rf "$names/checkpoints/iter_0000020"
-ln -s /nonexistent/iter_0000020 "$names/checkpoints/iter_0000020"
-echo junk > "$names/checkpoints/iter_0000030"
-mv "$WORK/renamed" "$names/checkpoints/iter_0000040"
-"$MEGATRAIN" inspect "$names/checkpoints/iter_0000040" > /dev/null 2> "$WORK/inspect.err" || true
-grep -q "iter_0000040: its name says step 40, its metadata step 10 (renamed or copied?)" "$WORK/inspect.err" ||
+cp -r "$ck/iter_0000010" "$WORK/renamed"
+mv "$ck/iter_0000020" "$WORK/iter_0000020"
+ln -s "$WORK/archive/iter_0000020" "$ck/iter_0000020"
+expect 1 "resume: $ck/iter_0000020 is named like a checkpoint but is a symbolic link to '$WORK/archive/iter_0000020', \
+which does not exist (a volume that is not mounted?); nothing was moved aside and no older checkpoint tried: mount \
+what it links to" "$MEGATRAIN" resume "$names" --set train.steps=25
+no_invalid() { [[ -z $(ls -d "$ck"/*.invalid* 2> /dev/null) ]] || fail "$1: moved aside: $(ls "$ck")"; }
+no_invalid "a dangling link"
+[[ -L $ck/iter_0000020 ]] || fail "the dangling link was not left as it was: $(ls -l "$ck")"
+mkdir "$WORK/archive" && mv "$WORK/iter_0000020" "$WORK/archive/" # the volume mounted: the newest state is used
+expect 0 "resume: from $ck/iter_0000020 at step 20" "$MEGATRAIN" resume "$names"
+echo junk > "$ck/iter_0000030"
+expect 1 "resume: $ck/iter_0000030 is named like a checkpoint but is a regular file; nothing was moved aside and no \
+older checkpoint tried: remove it (or move it out of checkpoints/), and resume again" "$MEGATRAIN" resume "$names"
+no_invalid "a file"
+[[ $(cat "$ck/iter_0000030") == junk ]] || fail "the file named like a checkpoint changed"
+rm "$ck/iter_0000030"
+mv "$WORK/renamed" "$ck/iter_0000040"
+"$MEGATRAIN" inspect "$ck/iter_0000040" > /dev/null 2> "$WORK/inspect.err" || true
+grep -q "iter_0000040: its name says step 40, its metadata step 10 (renamed or copied?): a resume of its run stops \
+at it (exit 1) until it is renamed back to iter_0000010 or removed" "$WORK/inspect.err" ||
   fail "inspect of a renamed checkpoint: $(cat "$WORK/inspect.err")"
-expect 0 "resume: from $names/checkpoints/iter_0000010 at step 10" "$MEGATRAIN" resume "$names" --set train.steps=25
-for n in 20 30 40; do [[ -e $names/checkpoints/iter_00000$n.invalid || -L $names/checkpoints/iter_00000$n.invalid ]] ||
-  fail "iter_00000$n was not moved aside: $(ls "$names/checkpoints")"; done
-grep -q "its name says step 40, its metadata step 10" "$WORK/out.log" || fail "the renamed checkpoint's reason: $(cat "$WORK/out.log")"
-[[ -d $names/checkpoints/iter_0000020 ]] || fail "the resumed run did not save step 20: $(ls "$names/checkpoints")"
-mkdir -p "$WORK/junk/checkpoints" && echo junk > "$WORK/junk/checkpoints/iter_0000010"
-expect 2 "already holds checkpoints (the newest at step 10)" run "$WORK/junk" 5
-echo "entries that are not checkpoints: moved aside on resume, refused by run"
+expect 1 "resume: $ck/iter_0000040: its name says step 40, its metadata step 10 (renamed or copied?); nothing was \
+moved aside and no older checkpoint tried: remove it (a copy? $ck/iter_0000010 is there), and resume again" \
+  "$MEGATRAIN" resume "$names" --set train.steps=25
+no_invalid "a copy renamed"
+rm -rf "$ck/iter_0000010"
+expect 1 "metadata step 10 (renamed or copied?); .*: rename it back to $ck/iter_0000010 (or remove it)" \
+  "$MEGATRAIN" resume "$names" --set train.steps=25
+mv "$ck/iter_0000040" "$ck/iter_0000010"
+expect 0 "done: 25 steps" "$MEGATRAIN" resume "$names" --set train.steps=25
+no_invalid "the entries fixed"
+mkdir -p "$WORK/junk/checkpoints" && echo junk > "$WORK/junk/checkpoints/iter_0000500"
+expect 2 "run.dir: '$WORK/junk' holds no checkpoint, but $WORK/junk/checkpoints/iter_0000500 is named like one and is \
+a regular file: a save of that step would collide with it; remove it, or choose another run.dir" run "$WORK/junk" 5
+ln -s "$WORK/nowhere" "$WORK/junk/checkpoints/iter_0000600"
+expect 2 "iter_0000600 (among others) is named like one and is a symbolic link to '$WORK/nowhere', which does not \
+exist (a volume that is not mounted?): a save of that step would collide with it; mount what it links to and" \
+  run "$WORK/junk" 5
+echo "entries that are not checkpoints: resume stops at them, moving nothing; refused by run, said what they are"
 
 # One writer a run: while a run trains in run.dir, another `run` or `resume` there is refused naming the holder,
 # and changes nothing; after the first stops (SIGTERM: a checkpoint), resume goes on.
@@ -104,6 +131,8 @@ cmp -s "$busy/recipe.yaml" "$WORK/busy-recipe.yaml" || fail "the refused run wro
 [[ $(json_field "$busy/metrics.jsonl" step | head -n 1) == 1 ]] || fail "the refused run cut metrics.jsonl"
 for _ in $(seq 300); do [[ -e $busy/checkpoints/iter_0000020 ]] && break; sleep 0.1; done
 [[ -e $busy/checkpoints/iter_0000020 ]] || fail "the busy run did not save: $(cat "$WORK/busy.log")"
+# with checkpoints there, `run` says the run is in use, not "continue it with megatrain resume" (which is refused)
+expect 1 "run.dir: '$busy' is in use by another megatrain process (pid $holder on " run "$busy" 10
 expect 1 "is in use by another megatrain process (pid $holder on " "$MEGATRAIN" resume "$busy" --set train.steps=200000
 kill -0 "$holder" || fail "the busy run ended early: $(tail -n 3 "$WORK/busy.log")"
 kill -TERM "$holder"
