@@ -23,6 +23,7 @@
 #include "../ckpt/ckpt_model_config.h"
 #include "../ckpt/ckpt_reader.h"
 #include "../ckpt/ckpt_run.h"
+#include "../config/batch_schedule.h"
 #include "../config/recipe.h"
 #include "../config/yaml_tree.h"
 #include "../core/error.h"
@@ -385,6 +386,12 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     /* after every refusal above: the changes of the checkpoint actually resumed from */
     report_changes(path, overrides, n > num_sets ? 1 : 0, step, tokens, samples, &recipe);
     status = train_resume(&recipe, dir, load_optimizer, err, sizeof err);
+    /* a requeued job of a finished run: its last line says so as a run that ends does (a job script tells a
+     * finished run from a stopped one by `done:`, docs/checkpoints.md) */
+    const long total = train_total_steps(&recipe.train);
+    if (status == MT_EXIT_OK && step >= total && dist_rank() == 0)
+        mt_log("done: the run is complete: its checkpoint is at step %ld of %ld (nothing to train; raise %s with "
+               "--set to go on)", step, total, recipe.train.steps > 0 ? "train.steps" : "train.tokens");
     if (status != TRAIN_CHECKPOINT_UNREADABLE) return status;
     /* every rank agreed it is unreadable: the first that could not load it says why, once */
     char skipped[sizeof err + MT_PATH_MAX + 64];

@@ -8,7 +8,8 @@
 #   --set run.dir=NEW it branches into NEW with the original's losses (its index cache in NEW);
 # - a branch into a run.dir that holds checkpoints is refused, and a branch
 #   only reads its source (a damaged checkpoint there is skipped, not moved);
-# - a finished run has nothing to do (exit 0, recipe.yaml left as it was); a
+# - a finished run has nothing to do (exit 0, its last line `done:`,
+#   recipe.yaml left as it was); a
 #   directory without checkpoints is an error (exit 1);
 # - a checkpoint that cannot be written (file size limit) stops the run with
 #   exit 1 and a message, sync or async, leaving no partial checkpoint;
@@ -70,6 +71,8 @@ grep -q '^  cache_dir: null$' "$WORK/a/recipe.yaml" "$WORK/a/checkpoints/iter_00
   fail "the default data.cache_dir was written resolved: $(grep cache_dir "$WORK/a/recipe.yaml")"
 ls "$WORK/branch/data-cache/"*.gptidx > /dev/null 2>&1 || fail "the branch did not cache its index in its own run.dir"
 expect 0 "nothing to do: the checkpoint is at step 30" "$MEGATRAIN" resume "$WORK/a"
+[[ $(tail -n 1 "$WORK/out.log") == "done: the run is complete: its checkpoint is at step 30 of 30 (nothing to train; \
+raise train.steps with --set to go on)" ]] || fail "a finished run's resume: last line $(tail -n 1 "$WORK/out.log")"
 mkdir "$WORK/empty"
 expect 1 "holds no checkpoints" "$MEGATRAIN" resume "$WORK/empty"
 expect 1 "no such directory" "$MEGATRAIN" resume "$WORK/missing"

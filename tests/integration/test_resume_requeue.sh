@@ -6,10 +6,12 @@
 #   a SIGTERM during a checkpoint's save stops the run after that step;
 #   the resumed pieces give the uninterrupted run's losses;
 # - `run --resume-if-exists` (a requeued job's one command) starts, resumes,
-#   finishes, then has nothing to do; a changed recipe file is refused, what a
+#   finishes, then has nothing to do (its last line `done:`, as a finished
+#   run's); a changed recipe file is refused, what a
 #   resume writes into the recipe itself (a LoRA run's frozen base,
 #   load_optimizer: false in the file) is not a change, and a run.dir whose
-#   checkpoints were all moved aside is refused rather than started afresh;
+#   checkpoints were all moved aside is refused rather than started afresh
+#   (and by a plain `run`);
 # - a token budget (train.tokens) still ends at its tokens when a resume
 #   changes the batch schedule or seq_len;
 # - a resume that changes the lr schedule says so with both rates.
@@ -59,6 +61,10 @@ expect 0 "holds checkpoints: resuming" run "$WORK/req" 20 --set train.exit_inter
 grep -q "stopped by train.exit_interval after step 14" "$WORK/out.log" || fail "requeue: $(tail -2 "$WORK/out.log")"
 expect 0 "done: 20 steps" run "$WORK/req" 20 --set train.exit_interval=7 --resume-if-exists
 expect 0 "nothing to do" run "$WORK/req" 20 --set train.exit_interval=7 --resume-if-exists
+# ... and its last line says so as a finished run's does (a job script that resubmits until `done:` resubmitted
+# forever on "resume: nothing to do")
+[[ $(tail -n 1 "$WORK/out.log") == "done: the run is complete: its checkpoint is at step 20 of 20 (nothing to train; \
+raise train.steps with --set to go on)" ]] || fail "a finished run's requeue: last line $(tail -n 1 "$WORK/out.log")"
 [[ "$(losses "$WORK/req")" == "$(losses "$WORK/a" | head -n 20)" ]] || fail "--resume-if-exists: the pieces' losses differ"
 sed 's/weight_decay: 0.1/weight_decay: 0.05/' "$REPO/recipes/tiny/llama.yaml" > "$WORK/edited.yaml"
 expect 2 "resume-if-exists: .*iter_0000020 holds a run whose recipe differs from this one, first at optimizer.weight_decay: '0.05' in this recipe, '0.1' in the checkpoint's" \
