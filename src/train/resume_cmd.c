@@ -31,6 +31,7 @@
 #include "../core/json.h"
 #include "../dist/comm.h"
 #include "../dist/launch_env.h"
+#include "resume_report.h"
 #include "train.h"
 #include "train_context.h"
 
@@ -219,34 +220,6 @@ __attribute__((format(printf, 2, 3))) static int refuse_together(int status, con
     return status;
 }
 
-/* What the --set values change, key by key, from the checkpoint's own recipe (loaded again with run.dir alone), on
- * rank 0 (again for an older checkpoint when this one turns out unreadable): one log line, and a warning when a
- * change makes the run read other samples or compute another function than the uninterrupted run (run.seed,
- * train.seq_len, data.*, the model's keys), or does nothing here (init_from: the weights are the checkpoint's).
- * Nothing when the checkpoint's recipe does not load alone. */
-static void report_changes(const char *path, const char *const *overrides, int num_kept, long step, double tokens,
-                           int64_t samples, const Recipe *resumed) {
-    if (dist_rank() != 0) return;
-    static Recipe stored;
-    char err[2048];
-    if (recipe_load_resumed(&stored, path, overrides, num_kept, 0, step, tokens, samples, err, sizeof err) != 0) return;
-    size_t na, nb;
-    char *before = recipe_yaml_text(&stored, &na), *after = recipe_yaml_text(resumed, &nb);
-    static const char *const computes[] = {"run.seed", "train.seq_len", "data.train", "data.valid", "data.split",
-                                           "data.pack", "model.", NULL};
-    char changes[4096], hit[900];
-    if (recipe_text_changes(before, after, changes, sizeof changes, computes, hit, sizeof hit) > 0) {
-        mt_log("resume: --set changes %s", changes);
-        if (hit[0])
-            mt_warn("resume: %s changes the samples the run reads or what its model computes from here on: it "
-                    "continues, but no longer computes what the uninterrupted run would", hit);
-        if (strcmp(stored.init_from, resumed->init_from) != 0)
-            mt_warn("resume: init_from has no effect on a resume: the weights are the checkpoint's");
-    }
-    free(before);
-    free(after);
-}
-
 /* Resume from checkpoint `dir`: TRY_NEXT when it is unusable (reported), else an exit status. */
 static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *const *sets, int num_sets) {
     char err[4096];
@@ -383,9 +356,16 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     for (int i = 0; i < num_sets; i++) optimizer_set |= !strncmp(sets[i], "checkpoint.load_optimizer=", 26);
     if (run_recipe && !optimizer_set) load_optimizer = true;
     recipe.checkpoint.load_optimizer = true;
-    /* after every refusal above: the changes of the checkpoint actually resumed from */
-    report_changes(path, overrides, n > num_sets ? 1 : 0, step, tokens, samples, &recipe);
+    /* said once the checkpoint has loaded (train_resume.c): for the checkpoint actually resumed, after every
+     * refusal, a load's included */
+    ResumeReport report = {.overrides = overrides, .num_overrides = n, .num_kept = n > num_sets ? 1 : 0, .step = step, .tokens = tokens,
+                           .samples = samples};
+    snprintf(report.recipe_path, sizeof report.recipe_path, "%s", path);
+    if (own_dir && !run_recipe) /* (--resume-if-exists: the recipe is the command's, compared above) */
+        snprintf(report.run_dir_recipe, sizeof report.run_dir_recipe, "%s/recipe.yaml", loc->run_dir);
+    resume_report_arm(&report);
     status = train_resume(&recipe, dir, load_optimizer, err, sizeof err);
+    resume_report_arm(NULL);
     /* a requeued job of a finished run: its last line says so as a run that ends does (a job script tells a
      * finished run from a stopped one by `done:`, docs/checkpoints.md) */
     const long total = train_total_steps(&recipe.train);

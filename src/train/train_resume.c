@@ -15,6 +15,7 @@
 #include "../core/error.h"
 #include "../core/fs.h"
 #include "../dist/comm.h"
+#include "resume_report.h"
 #include "train.h"
 #include "train_ckpt.h"
 #include "train_data_record.h"
@@ -219,6 +220,8 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
     if (rc == CKPT_ERR_MISMATCH && comm_world()->size > 1) /* the first rank it did not fit says why */
         return train_setup_agree(ctx, mine == CKPT_ERR_MISMATCH ? MT_EXIT_USAGE : 0, err);
     if (rc != 0) return MT_EXIT_USAGE;
+    /* the checkpoint loaded on every rank: what the recipe in force changes, said once (resume_report.h) */
+    resume_report_say(recipe, checkpoint_dir, ctx->valid_data != NULL);
     warn_schedule_change(recipe, &saved, ctx->total_steps);
     train_data_record_compare(ctx, checkpoint_dir);
     dev->ops->from_host(dev); /* the loaded weights and moments to the device that computes */

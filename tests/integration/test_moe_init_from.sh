@@ -10,7 +10,9 @@
 #  - routers trained with expert biases into a recipe without them, and a
 #    recipe whose top-k, renormalisation, score function or MoE layers differ
 #    from the checkpoint's: refused, exit 2, the key named; a resume that adds
-#    or drops the biases: refused, exit 2, saying what can;
+#    or drops the biases: refused, exit 2, saying what can (and nothing of
+#    what its --set changes); a resume's --set of aux_loss_coeff is said to
+#    change only the router's gradient;
 #  - a MoE family with no MoE layer logs no imbalance (it printed nan).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -85,8 +87,18 @@ resume_refused() {
 }
 resume_refused resume_add "has no tensor 'layers.0.mlp.router.expert_bias': its routers were trained without expert biases" \
   "$WORK/base" --set train.steps=2 --set model.moe.load_balancing=expert_bias
+# ... having said nothing of what its --set changes first ("it continues", then the refusal)
+! grep -q "changes\|it continues" "$WORK/resume_add.log" || fail "a refused resume said what it changes: $(cat "$WORK/resume_add.log")"
 resume_refused resume_drop "tensor 'layers.0.mlp.router.expert_bias' is an expert bias: its routers choose with them" \
   "$WORK/bias" --set train.steps=2 --set model.moe.load_balancing=aux_loss
 [[ -z $(ls "$WORK/base/checkpoints" "$WORK/bias/checkpoints" | grep invalid) ]] ||
   fail "a refused resume moved a checkpoint aside: $(ls "$WORK/base/checkpoints" "$WORK/bias/checkpoints")"
+# a --set of the auxiliary loss's weight changes the router's gradient only, and says so (not "what the model
+# computes"); here with nothing to train, which still reports it
+"$MEGATRAIN" resume "$WORK/base" --set model.moe.aux_loss_coeff=0.05 > "$WORK/coeff.log" 2>&1 ||
+  fail "resume with another aux_loss_coeff: $(tail -n 3 "$WORK/coeff.log")"
+grep -qF "resume: model.moe.aux_loss_coeff changes only the router's gradient (the weight of a load-balancing loss term, \
+not the model's output) from here on" "$WORK/coeff.log" || fail "aux_loss_coeff's change: $(grep -i resume "$WORK/coeff.log")"
+! grep -q "changes the samples\|changes what its model computes" "$WORK/coeff.log" ||
+  fail "aux_loss_coeff said to change the samples or the model: $(grep -i warning "$WORK/coeff.log")"
 echo "ok"

@@ -2,7 +2,8 @@
 # test_resume_data_changed.sh: a dataset built again at its path between a run and its resume. The checkpoint
 # records each dataset's fingerprint (record DATA: documents, sizes, CRC-32C; `inspect` shows it). Built again
 # from the same text (new files, new times: the sample index cache is rebuilt), resume says nothing and steps
-# 5-8 have the straight run's losses bit for bit. Built from a text with one letter changed, or with text
+# 5-8 have the straight run's losses bit for bit; copied to another path and resumed from there, it is said to have
+# moved with the same contents. Built from a text with one letter changed, or with text
 # appended, resume warns naming the dataset and what changed (the samples are other ones), and trains on. A data.valid
 # dataset built again with other text is warned about as the validation's (the training's losses stay the same),
 # once and recorded once where data.valid lists it twice. A dataset left out of the blend (its share of data.split
@@ -39,6 +40,27 @@ resume_from_4 same
 grep -q "has changed" "$WORK/same.log" && fail "the same text built again was warned about: $(grep warning "$WORK/same.log")"
 diff "$WORK/straight.txt" <(losses) > /dev/null || fail "the same text built again: the resumed losses differ"
 echo "the same text built again: no warning, steps 5-8 identical"
+
+# the same dataset copied byte for byte to another path and resumed with it there: said to have moved with the same
+# contents (the fingerprint the checkpoint recorded), not that the run no longer computes what it would have
+mkdir -p "$WORK/moved" && cp "$WORK/en.bin" "$WORK/en.idx" "$WORK/moved/"
+rm -rf "$dir/checkpoints/iter_0000008" && echo 4 > "$dir/checkpoints/latest_checkpointed_iteration.txt"
+"$MEGATRAIN" resume "$dir" --set "data.train=[{path: $WORK/moved/en, weight: 1.0}]" > "$WORK/moved.log" 2>&1 ||
+  fail "moved: resume failed: $(tail -n 3 "$WORK/moved.log")"
+grep -qF "resume: data.train[0] moved from $WORK/en to $WORK/moved/en: the same contents (fingerprint matches)" \
+  "$WORK/moved.log" || fail "moved: not said: $(grep resume "$WORK/moved.log")"
+! grep -q "warning: resume: data.train" "$WORK/moved.log" || fail "moved: warned: $(grep warning "$WORK/moved.log")"
+diff "$WORK/straight.txt" <(losses) > /dev/null || fail "moved: the resumed losses differ"
+# ... and with one letter changed there, it is other samples, warned of
+sed '0,/GNU/s//GNX/' "$text" > "$WORK/edited.txt"
+"$MEGATRAIN" data build --input "$WORK/edited.txt" --output "$WORK/moved/en" --overwrite > /dev/null 2>&1 || fail "build moved"
+rm -rf "$dir/checkpoints/iter_0000008" && echo 4 > "$dir/checkpoints/latest_checkpointed_iteration.txt"
+"$MEGATRAIN" resume "$dir" --set "data.train=[{path: $WORK/moved/en, weight: 1.0}]" > "$WORK/moved2.log" 2>&1 ||
+  fail "moved and changed: resume failed: $(tail -n 3 "$WORK/moved2.log")"
+grep -q "warning: resume: data.train\[0\] changes the samples the run reads" "$WORK/moved2.log" && ! grep -q " moved from" \
+  "$WORK/moved2.log" || fail "moved and changed: $(grep resume "$WORK/moved2.log")"
+# (the resumes above rewrote the recipe with the new path: the checkpoint's own is used from here on, as before)
+echo "the same dataset at another path: said to have moved; changed there: warned"
 
 sed '0,/GNU/s//GNX/' "$text" > "$WORK/edited.txt"
 build "$WORK/edited.txt"

@@ -13,8 +13,10 @@
 #   directory without checkpoints is an error (exit 1);
 # - a checkpoint that cannot be written (file size limit) stops the run with
 #   exit 1 and a message, sync or async, leaving no partial checkpoint;
-# - a resume's --set values are said key by key, with a warning for those that
-#   change what the run reads or computes.
+# - a resume's --set values are said key by key, once, for the checkpoint
+#   resumed, with a warning for those that change what the run reads or what
+#   it computes (saying which); an edited run.dir/recipe.yaml is warned of;
+#   another micro_batch_size with evaluation on is warned of (other samples).
 # test_host_threads_tsan.sh runs this file on the ThreadSanitizer build (its
 # async saves, one failing in the writer); stopping and requeueing are in
 # test_resume_requeue.sh, which run.dir a resume writes in test_run_dir.sh.
@@ -117,7 +119,7 @@ fi
 # does nothing on a resume and says so
 seedrun="$WORK/seedrun"
 run "$seedrun" 10 > /dev/null
-expect 0 "resume: run.seed changes the samples the run reads or what its model computes" \
+expect 0 "resume: run.seed changes the samples the run reads from here on" \
   "$MEGATRAIN" resume "$seedrun" --set train.steps=12 --set run.seed=99 --set run.dir="$WORK/seedrun-99"
 grep -q "resume: --set changes run.dir .* -> .*seedrun-99\"; run.seed 1234 -> 99; train.steps 10 -> 12; data.cache_dir" \
   "$WORK/out.log" || fail "the changes line: $(grep 'changes' "$WORK/out.log")"
@@ -125,10 +127,46 @@ grep -q "resume: --set changes run.dir .* -> .*seedrun-99\"; run.seed 1234 -> 99
   --set run.dir="$WORK/seedrun-c" > "$WORK/out.log" 2>&1 || fail "resume with the cache dir: $(tail -2 "$WORK/out.log")"
 ! grep -q "changes the samples" "$WORK/out.log" && ! grep -q "run.seed" "$WORK/out.log" ||
   fail "an unchanged seed or the cache directory warned of: $(grep 'changes' "$WORK/out.log")"
-expect 0 "resume: model.rope_theta changes the samples the run reads or what its model computes" \
+expect 0 "resume: model.rope_theta changes what its model computes from here on" \
   "$MEGATRAIN" resume "$seedrun" --set train.steps=12 --set model.rope_theta=500000 --set run.dir="$WORK/seedrun-r" \
   --set init_from="$WORK/a"
 grep -q "init_from has no effect on a resume" "$WORK/out.log" || fail "init_from on a resume: not said"
+! grep -q "changes the samples" "$WORK/out.log" || fail "rope_theta said to change the samples: $(grep warning "$WORK/out.log")"
+# said once, for the checkpoint resumed: not for a newer one that then fails to load (a chunk's CRC), nor before
+cp -r "$seedrun" "$WORK/seed-crc"
+"$MEGATRAIN" resume "$WORK/seed-crc" --set train.steps=20 > /dev/null 2>&1 || fail "seed-crc: to step 20"
+python3 -c "import sys; f = open(sys.argv[1], 'r+b'); f.seek(200); b = f.read(1); f.seek(200); f.write(bytes([b[0] ^ 1]))" \
+  "$WORK/seed-crc/checkpoints/iter_0000020/shard_00000.zst"
+expect 0 "resume: from .*iter_0000010 at step 10" "$MEGATRAIN" resume "$WORK/seed-crc" --set train.steps=21 \
+  --set run.seed=5 --set run.dir="$WORK/seed-crc-5"
+[[ $(grep -c "resume: --set changes" "$WORK/out.log") -eq 1 && $(grep -c "run.seed changes" "$WORK/out.log") -eq 1 ]] ||
+  fail "the --set report, after a checkpoint that did not load: $(grep 'changes' "$WORK/out.log")"
+grep -q "run.seed 1234 -> 5; train.steps 10 -> 21" "$WORK/out.log" || fail "not the resumed checkpoint's changes: $(grep 'changes' "$WORK/out.log")"
+
+# run.dir/recipe.yaml edited (resume reads the checkpoint's recipe): said, naming the key and --set; a --set of
+# that key is the resume's own choice, not an edit left out
+sed -i 's/^  weight_decay: 0.1$/  weight_decay: 0.05/' "$seedrun/recipe.yaml"
+expect 0 "resume: $seedrun/recipe.yaml differs from the recipe this resume goes on with (the checkpoint's, with \
+the --set values) at 1 key (this resume's value -> the file's): optimizer.weight_decay 0.1 -> 0.05; resume reads \
+the checkpoint's recipe, not that file, and rewrites it: to change a key, resume with --set KEY=VALUE" \
+  "$MEGATRAIN" resume "$seedrun"
+"$MEGATRAIN" resume "$seedrun" --set optimizer.weight_decay=0.05 --set train.steps=11 > "$WORK/out.log" 2>&1 ||
+  fail "resume with the edit as --set: $(tail -n 3 "$WORK/out.log")"
+! grep -q "differs from the recipe" "$WORK/out.log" || fail "an edit given as --set warned of: $(grep differs "$WORK/out.log")"
+"$MEGATRAIN" resume "$seedrun" --set train.steps=12 > "$WORK/out.log" 2>&1 || fail "resume: $(tail -n 3 "$WORK/out.log")"
+! grep -q "differs from the recipe" "$WORK/out.log" || fail "an unedited recipe.yaml warned of: $(grep differs "$WORK/out.log")"
+
+# another micro_batch_size with evaluation on: eval_batches counts micro-batches, so eval_loss is measured on other
+# samples (with the same weights 3.48 -> 3.22): said, with how to keep them; scaled eval_batches: not said
+run "$WORK/ev" 10 --set train.eval_interval=10 > /dev/null
+cp -r "$WORK/ev" "$WORK/ev2"
+expect 0 "resume: train.eval_batches counts micro-batches: eval_loss is now measured over 4 batches of 4 samples \
+instead of 4 of 8 (other samples): the curve is not comparable across this resume; keep train.micro_batch_size 8 or \
+scale eval_batches (--set train.eval_batches=8)" \
+  "$MEGATRAIN" resume "$WORK/ev" --set train.micro_batch_size=4 --set train.steps=11
+"$MEGATRAIN" resume "$WORK/ev2" --set train.micro_batch_size=4 --set train.eval_batches=8 --set train.steps=11 \
+  > "$WORK/out.log" 2>&1 || fail "resume with eval_batches scaled: $(tail -n 3 "$WORK/out.log")"
+! grep -q "counts micro-batches" "$WORK/out.log" || fail "eval_batches scaled: warned: $(grep micro-batches "$WORK/out.log")"
 
 # a resume with nothing to do leaves run.dir/recipe.yaml as it was (its --set values never ran)
 cp "$WORK/a/recipe.yaml" "$WORK/a-recipe.yaml"
