@@ -366,12 +366,6 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     resume_report_arm(&report);
     status = train_resume(&recipe, dir, load_optimizer, err, sizeof err);
     resume_report_arm(NULL);
-    /* a requeued job of a finished run: its last line says so as a run that ends does (a job script tells a
-     * finished run from a stopped one by `done:`, docs/checkpoints.md) */
-    const long total = train_total_steps(&recipe.train);
-    if (status == MT_EXIT_OK && step >= total && dist_rank() == 0)
-        mt_log("done: the run is complete: its checkpoint is at step %ld of %ld (nothing to train; raise %s with "
-               "--set to go on)", step, total, recipe.train.steps > 0 ? "train.steps" : "train.tokens");
     if (status != TRAIN_CHECKPOINT_UNREADABLE) return status;
     /* every rank agreed it is unreadable: the first that could not load it says why, once */
     char skipped[sizeof err + MT_PATH_MAX + 64];

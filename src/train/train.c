@@ -513,9 +513,10 @@ int train_resume(const Recipe *recipe, const char *checkpoint_dir, bool load_opt
     mt_log("resume: from %s at step %ld (%lld samples, %lld tokens consumed)", checkpoint_dir, ctx.state.step,
            (long long)ctx.state.consumed_samples, (long long)ctx.state.consumed_tokens);
     if (ctx.state.step >= ctx.total_steps) {
-        mt_log("resume: nothing to do: the checkpoint is at step %ld and the run has %ld steps (raise train.steps "
-               "with --set train.steps=N)",
-               ctx.state.step, ctx.total_steps);
+        /* a requeued job of a finished run: its last line says so as a run that ends does (a job script tells a
+         * finished run from a stopped one by `done:`, docs/checkpoints.md) */
+        mt_log("done: the run is complete: its checkpoint is at step %ld of %ld (nothing to train; raise %s with "
+               "--set to go on)", ctx.state.step, ctx.total_steps, recipe->train.steps > 0 ? "train.steps" : "train.tokens");
         train_teardown(&ctx);
         return MT_EXIT_OK;
     }

@@ -72,7 +72,7 @@ expect 0 "resume: from .*iter_0000020 at step 20" "$MEGATRAIN" resume "$WORK/src
 grep -q '^  cache_dir: null$' "$WORK/a/recipe.yaml" "$WORK/a/checkpoints/iter_0000010/recipe.yaml" ||
   fail "the default data.cache_dir was written resolved: $(grep cache_dir "$WORK/a/recipe.yaml")"
 ls "$WORK/branch/data-cache/"*.gptidx > /dev/null 2>&1 || fail "the branch did not cache its index in its own run.dir"
-expect 0 "nothing to do: the checkpoint is at step 30" "$MEGATRAIN" resume "$WORK/a"
+expect 0 "done: the run is complete: its checkpoint is at step 30 of 30" "$MEGATRAIN" resume "$WORK/a"
 [[ $(tail -n 1 "$WORK/out.log") == "done: the run is complete: its checkpoint is at step 30 of 30 (nothing to train; \
 raise train.steps with --set to go on)" ]] || fail "a finished run's resume: last line $(tail -n 1 "$WORK/out.log")"
 mkdir "$WORK/empty"
@@ -170,6 +170,6 @@ scale eval_batches (--set train.eval_batches=8)" \
 
 # a resume with nothing to do leaves run.dir/recipe.yaml as it was (its --set values never ran)
 cp "$WORK/a/recipe.yaml" "$WORK/a-recipe.yaml"
-expect 0 "nothing to do" "$MEGATRAIN" resume "$WORK/a" --set optimizer.lr=0.001
+expect 0 "the run is complete" "$MEGATRAIN" resume "$WORK/a" --set optimizer.lr=0.001
 cmp -s "$WORK/a/recipe.yaml" "$WORK/a-recipe.yaml" || fail "a resume with nothing to do rewrote recipe.yaml"
 

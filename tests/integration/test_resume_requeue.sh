@@ -60,7 +60,7 @@ expect 0 "no checkpoint in .*: starting the run" run "$WORK/req" 20 --set train.
 expect 0 "holds checkpoints: resuming" run "$WORK/req" 20 --set train.exit_interval=7 --resume-if-exists
 grep -q "stopped by train.exit_interval after step 14" "$WORK/out.log" || fail "requeue: $(tail -2 "$WORK/out.log")"
 expect 0 "done: 20 steps" run "$WORK/req" 20 --set train.exit_interval=7 --resume-if-exists
-expect 0 "nothing to do" run "$WORK/req" 20 --set train.exit_interval=7 --resume-if-exists
+expect 0 "the run is complete" run "$WORK/req" 20 --set train.exit_interval=7 --resume-if-exists
 # ... and its last line says so as a finished run's does (a job script that resubmits until `done:` resubmitted
 # forever on "resume: nothing to do")
 [[ $(tail -n 1 "$WORK/out.log") == "done: the run is complete: its checkpoint is at step 20 of 20 (nothing to train; \
