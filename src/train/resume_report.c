@@ -87,7 +87,8 @@ static void say_changes(const Recipe *stored, const Recipe *resumed, const char 
         return;
     }
     mt_log("resume: --set changes %s", changes);
-    /* what is compared: the recipe in force less the datasets that only moved and the router's loss weights */
+    /* what is compared: the recipe in force less the datasets that only moved, the router's loss weights and the
+     * export dtype */
     static Recipe same;
     same = *resumed;
     CkptDataset *saved = NULL;
@@ -103,6 +104,7 @@ static void say_changes(const Recipe *stored, const Recipe *resumed, const char 
                         same.model.moe.z_loss_coeff != was->z_loss_coeff;
     same.model.moe.aux_loss_coeff = was->aux_loss_coeff;
     same.model.moe.z_loss_coeff = was->z_loss_coeff;
+    same.model.export_dtype = stored->model.export_dtype; /* convert's default dtype: nothing computed */
     after = recipe_yaml_text(&same, &nb);
     char samples[900], valid[900], model[900];
     first_change(before, after, sample_keys, samples, sizeof samples);
