@@ -85,6 +85,12 @@ run "$WORK/g32" --set train.steps=1 --set checkpoint.interval=1 --set init_from=
   --set model.export_dtype=fp32 > /dev/null
 "$MEGATRAIN" convert "$WORK/g32" "$WORK/g32.hf" > /dev/null
 grep -q '"torch_dtype": "float32"' "$WORK/g32.hf/config.json" || fail "g32.hf: the recipe's export_dtype fp32 lost"
+# a resume may change it: reported, not warned of as another model
+"$MEGATRAIN" resume "$WORK/g32" --set train.steps=2 --set model.export_dtype=fp16 > "$WORK/g32r.log" 2>&1
+grep -q "model.export_dtype fp32 -> fp16" "$WORK/g32r.log" && ! grep -q "computes" "$WORK/g32r.log" \
+  || fail "resume --set model.export_dtype: $(cat "$WORK/g32r.log")"
+"$MEGATRAIN" convert "$WORK/g32" "$WORK/g32r.hf" > /dev/null
+grep -q '"torch_dtype": "float16"' "$WORK/g32r.hf/config.json" || fail "g32r.hf: the resume's export_dtype fp16 lost"
 echo "export_dtype: bf16 from Hugging Face, through init_from and resume, and back; the recipe's fp32 wins"
 
 # A recipe model that is not the checkpoint's: a recipe error (exit 2) naming the key.
