@@ -115,6 +115,15 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
     const double HD = H * D, KVD = KVH * D;
     p->gpu = strcmp(r->run.device, "cuda") == 0;
     p->total_params = (double)model_count_params(m);
+    {
+        const ModelPartition whole = model_partition_whole(m);
+        int count = 0;
+        long total = 0;
+        ParamInfo *infos = model_registry_of(m, &whole, &count, &total);
+        for (int i = 0; i < count; i++)
+            if (!infos[i].frozen) p->trainable_total += (double)infos[i].numel;
+        free(infos);
+    }
 
     /* the step: the largest global batch of the schedule */
     long gbs = 0;

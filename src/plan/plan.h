@@ -36,6 +36,7 @@ typedef struct Plan {
     GridLayout grid;
     bool gpu;                       /* run.device: cuda (bf16 copy + fp32 master) */
     double total_params;            /* the model's parameter count (model_count_params) */
+    double trainable_total;         /* of them, those trained (LoRA: the adapters; else all) */
     long global_batch;              /* the largest global batch of the schedule, in samples */
     double tokens_per_step;         /* global_batch x seq_len */
     double flops_per_step, flops_per_rank;

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../config/batch_schedule.h"
 #include "../config/recipe.h"
 #include "../config/recipe_schema.h"
 #include "../core/error.h"
@@ -72,6 +73,28 @@ static void print_stage_layers(const PlanStage *st) {
     }
     if (st->final_norm) printf(", final norm");
     if (st->lm_head) printf(", lm_head");
+}
+
+/* A checkpoint's size before zstd, and what the run keeps on disk: the fp32 weights (a LoRA run's frozen base
+ * only where its checkpoints store it: no init_from, or checkpoint.frozen_base store) and AdamW's m and v of the
+ * trained parameters (2 bytes each with bf16 states); checkpoint.keep_last of them, plus one being written. */
+static void print_checkpoint_size(const Plan *plan, const Recipe *r) {
+    const CheckpointConfig *ck = &r->checkpoint;
+    const bool lora = r->model.peft.type == PEFT_LORA;
+    const bool base_stored = !lora || !r->init_from[0] || ck->frozen_base == FROZEN_BASE_STORE;
+    const double state = r->optimizer.state_dtype == DTYPE_BF16 ? 2.0 : 4.0;
+    const double weights = base_stored ? plan->total_params : plan->trainable_total;
+    const double bytes = 4.0 * weights + 2.0 * state * plan->trainable_total;
+    const long steps = train_total_steps(&r->train);
+    const long saves = (ck->interval > 0 ? steps / ck->interval : 0) + (ck->interval <= 0 || steps % ck->interval != 0);
+    const long kept = ck->keep_last > 0 && ck->keep_last < saves ? ck->keep_last : saves;
+    char one[32], all[32];
+    plan_size_text(bytes, 2, one, sizeof one);
+    plan_size_text(bytes * (double)(kept + (kept < saves)), 2, all, sizeof all);
+    printf("checkpoint: %s each before zstd (fp32 weights%s, AdamW m and v in %s); at most %s on disk (%ld kept%s%s)\n",
+           one, lora && !base_stored ? " of the adapters: the frozen base referenced" : "",
+           state == 2.0 ? "bf16" : "fp32", all, kept, kept < saves ? " and one being written" : "",
+           ck->keep_every > 0 ? ", plus those keep_every keeps" : "");
 }
 
 /* The last line: whether the largest stage fits `device_gib` (0: unknown), and if not what would make it. Returns
@@ -218,6 +241,7 @@ int plan_main(int argc, char **argv) {
         printf("recompute: %s (activations: %s kept per layer, a working set of %.2f %s per stage once)\n",
                recompute_names[rc], rc == RECOMPUTE_FULL ? "each layer's input" : "no attention core or SwiGLU",
                plan.stages[plan_worst_stage(&plan)].recompute_bytes / unit, unit_name);
+    print_checkpoint_size(&plan, &recipe);
     if (plan.gpu) { /* what `run` refuses on GPUs, all of it, as run says it */
         const ModelDeviceSetup setup = {.device = recipe.run.device, .cfg = m, .parallel = par,
                                         .precision = recipe.precision, .loss = recipe.train.loss,

@@ -42,6 +42,12 @@ for family in mixtral qwen3_moe; do
   "$MEGATRAIN" resume "$WORK/$family-half" --set train.steps=6 > /dev/null
   [[ "$(losses "$WORK/$family-half")" == "$(losses "$WORK/$family-lora")" ]] || fail "$family: resume differs"
   echo "$family: step 1 is the base's, 32 attention adapters in the checkpoint with a reference to the base, resume exact"
+  # plan's checkpoint size: the adapters alone (12 bytes each), the base referenced
+  "$MEGATRAIN" plan "$REPO/recipes/tiny/$family.yaml" "${COMMON[@]}" "${ATTN[@]}" --set init_from="$start" \
+    > "$WORK/$family-plan.out"
+  trainable=$(grep -o '[0-9.]*K trainable' "$WORK/$family-plan.out" | grep -o '^[0-9.]*')
+  grep -q "^checkpoint: $(awk -v k="$trainable" 'BEGIN { printf "%.2f", k * 1000 * 12 / 1048576 }') MiB each before zstd \
+(fp32 weights of the adapters: the frozen base referenced" "$WORK/$family-plan.out" || fail "$family: plan: $(cat "$WORK/$family-plan.out")"
 done
 
 if command -v mpirun > /dev/null; then

@@ -27,6 +27,13 @@ grep -q "^grid: world 8 = tp 2 x cp 1 x dp 2 x pp 2" "$WORK/out" || fail "no gri
 grep -q "^0 .*0-3 .*embedding, layers 0-15$" "$WORK/out" || fail "stage 0 should hold ranks 0-3, the embedding and layers 0-15"
 grep -q "^1 .*4-7 .*layers 16-31, final norm, lm_head$" "$WORK/out" || fail "stage 1 should hold ranks 4-7 and layers 16-31 with the head"
 grep -q "PFLOP per step" "$WORK/out" || fail "no FLOPs per step"
+# the checkpoint's size: Llama 3 8B's 8,030,261,248 parameters x (4 bytes of weight + 8 of AdamW m and v) = 89.75 GiB,
+# one saved in 10 steps; with bf16 states 8 bytes (59.83 GiB), and over 200 steps 2 kept and one being written
+grep -q "^checkpoint: 89.75 GiB each before zstd (fp32 weights, AdamW m and v in fp32); at most 89.75 GiB on disk \
+(1 kept)$" "$WORK/out" || fail "the checkpoint's size: $(grep checkpoint "$WORK/out")"
+"$MEGATRAIN" plan "$WORK/r.yaml" --world 8 --set train.steps=200 --set optimizer.state_dtype=bf16 > "$WORK/ck.out"
+grep -q "^checkpoint: 59.83 GiB each before zstd (fp32 weights, AdamW m and v in bf16); at most 179.49 GiB on disk (2 \
+kept and one being written)$" "$WORK/ck.out" || fail "bf16 states, 200 steps: $(grep checkpoint "$WORK/ck.out")"
 # a stage (or a chunk) of no layers, and one of one, as such (it printed "layers 0--1")
 "$MEGATRAIN" plan "$REPO/recipes/tiny/llama.yaml" --world 2 --set parallel.pp=2 --set parallel.vpp=2 \
   --set model.num_layers=4 --set 'parallel.pp_layers=[0, 2, 1, 1]' --set train.micro_batch_size=4 \
