@@ -144,10 +144,10 @@ bool packed_rows_read(const PackedRows *rows, const IndexedDataset *ds, const In
         }
         at += (int)(len - 1);
     }
-    for (int t = at; t < T; t++) { /* padding: one more sample that counts nothing */
+    for (int t = at; t < T; t++) { /* padding: one more sample that counts nothing, its places written -1 - place */
         inputs[t] = 0;
         targets[t] = -1;
-        positions[t] = t - at;
+        positions[t] = -1 - (t - at);
     }
     return signs >= 0;
 }

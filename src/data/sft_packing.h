@@ -11,8 +11,11 @@
  * (truncate, counted); a document of one token has no target and takes no
  * position (counted). The rows' order is shuffled with the seed.
  *
- * A row's unused tail is padding: input 0, target -1, positions counting
- * from 0 as one more sample, so it attends to nothing before it. */
+ * A row's unused tail is padding: input 0, target -1, its places counting
+ * from 0 as one more sample (so it attends to nothing before it), written
+ * -1 - place (-1, -2, ...) so that the model knows it for padding: its MoE
+ * layers route it nowhere and count it in no statistic
+ * (model_set_packed_positions). */
 #ifndef MT_DATA_SFT_PACKING_H
 #define MT_DATA_SFT_PACKING_H
 

@@ -284,10 +284,14 @@ void model_set_loss_tokens(Model *model, double tokens);
 /* Packed rows for the next forwards (and their backwards) of B x T tokens
  * (T: this rank's): positions (B, T * cp), whole rows on every cp rank, is
  * each position's place in its sample (0 where a sample starts, then +1 per
- * position). Attention is restricted to each sample (attention_forward_doc)
- * and RoPE takes these places, so a packed row computes what its samples
- * would one by one, on any layout. NULL: plain rows again. Dies on places
- * that do not restart at 0 or count up by 1. */
+ * position); a row's padding is written -1 - place (sft_packing.h): a sample
+ * of its own that no loss counts, and that the MoE layers leave out of their
+ * routing and statistics (no expert row, no load-balancing or z-loss term,
+ * not in the capacity), as a row without padding would. Attention is
+ * restricted to each sample (attention_forward_doc) and RoPE takes these
+ * places, so a packed row computes what its samples would one by one, on any
+ * layout. NULL: plain rows again. Dies on places that do not restart at 0
+ * or count up by 1. */
 void model_set_packed_positions(Model *model, const int32_t *positions, int B, int T);
 
 /* Backward of the last forward with targets: grads += d(loss_scale * mean loss)/d params. */

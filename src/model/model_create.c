@@ -325,6 +325,7 @@ void model_free(Model *model) {
         free(pr->rope_sin);
         free(pr->positions);
         free(pr->packed_pos);
+        free(pr->token_pad);
         free(pr->packed_cos);
         free(pr->packed_sin);
         free(pr->seq_cos);

@@ -210,15 +210,21 @@ void model_set_packed_positions(Model *model, const int32_t *positions, int B, i
     model_check_batch(&pr->shape, "model_set_packed_positions", B, T, model->max_B, model->max_T);
     const int Tall = T * pr->shape.cp;
     const size_t n = (size_t)B * Tall, half = (size_t)model->cfg.head_dim / 2;
+    pr->packed_pos = mt_grow(pr->packed_pos, &pr->packed_cap, n, sizeof *pr->packed_pos);
+    bool padded = false;
+    for (size_t i = 0; i < n; i++) { /* the places, padding's (-1 - place) decoded */
+        padded |= positions[i] < 0;
+        pr->packed_pos[i] = positions[i] < 0 ? -1 - positions[i] : positions[i];
+    }
     for (int b = 0; b < B; b++)
         for (int t = 0; t < Tall; t++) {
-            int p = positions[(size_t)b * Tall + t];
-            if (p != 0 && (t == 0 || p != positions[(size_t)b * Tall + t - 1] + 1))
+            const int p = pr->packed_pos[(size_t)b * Tall + t], before = t ? pr->packed_pos[(size_t)b * Tall + t - 1] : -1;
+            if (p != 0 && p != before + 1)
                 mt_die(MT_EXIT_FAILURE, "model: packed row %d, token %d at sample position %d (expected 0 or %d)", b,
-                       t, p, t == 0 ? 0 : positions[(size_t)b * Tall + t - 1] + 1);
+                       t, p, before + 1);
         }
-    pr->packed_pos = mt_grow(pr->packed_pos, &pr->packed_cap, n, sizeof *pr->packed_pos);
-    memcpy(pr->packed_pos, positions, n * sizeof *positions);
+    pr->has_pad = padded;
+    if (padded) pr->token_pad = mt_grow(pr->token_pad, &pr->token_pad_cap, (size_t)B * T, 1);
     /* the tables' row p is place p: this rank's rows under cp 1 (rows 0..max_T-1), else the sequence's */
     const float *tab_cos = pr->rope_cos, *tab_sin = pr->rope_sin;
     if (pr->shape.cp > 1) {
@@ -242,7 +248,8 @@ void model_set_packed_positions(Model *model, const int32_t *positions, int B, i
     for (int b = 0; b < B; b++)
         for (int t = 0; t < T; t++) { /* this rank's token t is at position pr->positions[t] of the row (cp) */
             const size_t at = pr->shape.cp > 1 ? (size_t)pr->positions[t] : (size_t)t;
-            const size_t place = (size_t)positions[(size_t)b * Tall + at], row = (size_t)b * T + t;
+            const size_t place = (size_t)pr->packed_pos[(size_t)b * Tall + at], row = (size_t)b * T + t;
+            if (padded) pr->token_pad[row] = positions[(size_t)b * Tall + at] < 0;
             memcpy(pr->packed_cos + row * half, tab_cos + place * half, half * sizeof(float));
             memcpy(pr->packed_sin + row * half, tab_sin + place * half, half * sizeof(float));
         }

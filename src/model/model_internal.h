@@ -128,6 +128,9 @@ typedef struct ModelPriv {
     bool packed;                /* packed rows (model_set_packed_positions) for the next forwards */
     int packed_B, packed_T;     /* the micro-batch they are for (T: this rank's tokens) */
     int32_t *packed_pos;        /* (B, T * cp) each position's place in its sample, whole rows */
+    bool has_pad;               /* packed and some row has padding: */
+    uint8_t *token_pad;         /* (B * T) 1 where this rank's token is a packed row's padding (model_token_pad) */
+    size_t token_pad_cap;
     float *packed_cos, *packed_sin; /* (B * T, D/2): the RoPE rows of this rank's tokens' places */
     size_t packed_cap, packed_rope_cap;
     float *seq_cos, *seq_sin;   /* context parallel and packed: the tables of places 0..seq_T-1 */

@@ -169,13 +169,16 @@ static void route(const MoeConfig *m, MoeActs *a, const float *bias, int N, int 
 }
 
 /* Group the assignments expert by expert (tokens ascending), dropping what
- * exceeds the capacity (lowest scores first). Fills position, token, offsets. */
-static void group(const MoeConfig *m, MoeActs *a, int N, int E) {
+ * exceeds the capacity (lowest scores first). Fills position, token, offsets.
+ * A padding token (pad[n], pad NULL: none) is routed nowhere: no row, not
+ * counted, not in the capacity (which counts the `real` tokens), not dropped. */
+static void group(const MoeConfig *m, MoeActs *a, int N, int E, const uint8_t *pad, long real) {
     const int k = m->num_experts_per_tok;
     memset(a->counts, 0, (size_t)E * sizeof(double));
-    for (long i = 0; i < (long)N * k; i++) a->counts[a->selected[i]] += 1.0;
-    long capacity = (long)N * k;
-    if (m->capacity_factor > 0) capacity = (long)ceil(m->capacity_factor * (double)N * k / E);
+    for (long i = 0; i < (long)N * k; i++)
+        if (!pad || !pad[i / k]) a->counts[a->selected[i]] += 1.0;
+    long capacity = real * k;
+    if (m->capacity_factor > 0) capacity = (long)ceil(m->capacity_factor * (double)real * k / E);
     a->dropped = 0;
     int row = 0;
     for (int e = 0; e < E; e++) {
@@ -187,7 +190,7 @@ static void group(const MoeConfig *m, MoeActs *a, int N, int E) {
             float *vals = mt_malloc((size_t)have * sizeof(float));
             long c = 0;
             for (long i = 0; i < (long)N * k; i++)
-                if (a->selected[i] == e) vals[c++] = a->raw[i];
+                if (a->selected[i] == e && (!pad || !pad[i / k])) vals[c++] = a->raw[i];
             for (long i = 0; i < capacity; i++) { /* partial selection sort: enough for tests and small E */
                 long best = i;
                 for (long j = i + 1; j < have; j++)
@@ -205,6 +208,11 @@ static void group(const MoeConfig *m, MoeActs *a, int N, int E) {
             for (int j = 0; j < k; j++) {
                 const long i = (long)n * k + j;
                 if (a->selected[i] != e) continue;
+                if (pad && pad[n]) { /* padding: no expert computes it, nothing counts it */
+                    a->position[i] = -1;
+                    a->weight[i] = 0.0f;
+                    continue;
+                }
                 bool keep = have <= capacity || a->raw[i] > threshold || (a->raw[i] == threshold && ties_kept-- > 0);
                 if (!keep) {
                     a->position[i] = -1;
@@ -245,12 +253,16 @@ static void aux_rows_room(MoeBalance *b, int rows, int E) {
 /* The load-balancing loss of local layer l's last routing (this rank's
  * tokens' share of it: summed over cp it is the micro-batch's) and what its
  * gradient needs. Under context parallel a sequence's tokens are on cp ranks:
- * the counts are summed over the cp group and N, T count all of them. */
-static void balance_loss(Model *model, int l, const MoeActs *a, MoeBalance *bal, int B, int T) {
+ * the counts are summed over the cp group and N, T count all of them.
+ * Packed rows' padding (pad, NULL: none) counts nowhere: real is this rank's
+ * other tokens, Nall the micro-batch's (over cp), and a row's T its own (seq_aux_loss,
+ * each row's weight then folded into its aux_counts, aux_scale 1). */
+static void balance_loss(Model *model, int l, const MoeActs *a, MoeBalance *bal, int B, int T, const uint8_t *pad,
+                         long real, double Nall) {
     const MoeConfig *m = &model->cfg.moe;
     MoeStep *step = model->moe_step;
     const int N = B * T, E = m->num_experts, k = m->num_experts_per_tok, cp = model->part.cp;
-    const double Nall = (double)N * cp, Tall = (double)T * cp;
+    const double Tall = (double)T * cp;
     bal->aux_loss = 0.0;
     bal->aux_scale = 0.0;
     bal->aux_rows = 1;
@@ -263,8 +275,15 @@ static void balance_loss(Model *model, int l, const MoeActs *a, MoeBalance *bal,
         bal->aux_span = T;
         memset(bal->aux_counts, 0, (size_t)B * E * sizeof(double));
         for (int n = 0; n < N; n++)
-            for (int j = 0; j < k; j++) bal->aux_counts[(size_t)(n / T) * E + a->selected[(size_t)n * k + j]] += 1.0;
+            for (int j = 0; j < k && !(pad && pad[n]); j++)
+                bal->aux_counts[(size_t)(n / T) * E + a->selected[(size_t)n * k + j]] += 1.0;
         cp_sum_counts(model, bal->aux_counts, (size_t)B * E);
+        double *row_tokens = NULL; /* packed: each row's tokens but its padding, over cp */
+        if (pad) {
+            row_tokens = mt_calloc((size_t)B, sizeof(double));
+            for (int n = 0; n < N; n++) row_tokens[n / T] += !pad[n];
+            cp_sum_counts(model, row_tokens, (size_t)B);
+        }
         double total = 0.0;
         double *psum = mt_malloc((size_t)E * sizeof(double));
         for (int b = 0; b < B; b++) {
@@ -272,15 +291,19 @@ static void balance_loss(Model *model, int l, const MoeActs *a, MoeBalance *bal,
             for (int t = 0; t < T; t++) {
                 const int n = b * T + t;
                 double cache = -1;
-                for (int e = 0; e < E; e++) psum[e] += prob(m, a->scores + (size_t)n * E, E, e, &cache);
+                for (int e = 0; e < E && !(pad && pad[n]); e++) psum[e] += prob(m, a->scores + (size_t)n * E, E, e, &cache);
             }
             double sum = 0.0;
             for (int e = 0; e < E; e++) sum += psum[e] * bal->aux_counts[(size_t)b * E + e];
-            total += m->aux_loss_coeff * E / ((double)k * Tall * Tall) * sum;
+            const double Tb = row_tokens ? row_tokens[b] : Tall;
+            const double weight = Tb > 0 ? m->aux_loss_coeff * E / ((double)k * Tb * Tb) : 0.0;
+            total += weight * sum;
+            for (int e = 0; e < E && row_tokens; e++) bal->aux_counts[(size_t)b * E + e] *= weight / B;
         }
         free(psum);
+        free(row_tokens);
         bal->aux_loss = total / B;
-        bal->aux_scale = m->aux_loss_coeff * E / ((double)k * Tall * Tall * B);
+        bal->aux_scale = pad ? 1.0 : m->aux_loss_coeff * E / ((double)k * Tall * Tall * B);
         return;
     }
     aux_rows_room(bal, 1, E);
@@ -288,7 +311,7 @@ static void balance_loss(Model *model, int l, const MoeActs *a, MoeBalance *bal,
     if (m->load_balancing == LB_GLOBAL_AUX_LOSS) { /* running counts over the step, the dp and cp ranks */
         double *mine = mt_malloc(((size_t)E + 1) * sizeof(double));
         memcpy(mine, a->counts, (size_t)E * sizeof(double));
-        mine[E] = N;
+        mine[E] = (double)real;
         if (model->part.dp_comm) comm_all_reduce_sum_double(model->part.dp_comm, mine, (size_t)E + 1);
         cp_sum_counts(model, mine, (size_t)E + 1);
         double *global = step->global_counts + (size_t)l * E;
@@ -305,7 +328,8 @@ static void balance_loss(Model *model, int l, const MoeActs *a, MoeBalance *bal,
     double sum = 0.0;
     for (int n = 0; n < N; n++) {
         double cache = -1;
-        for (int e = 0; e < E; e++) sum += prob(m, a->scores + (size_t)n * E, E, e, &cache) * bal->aux_counts[e];
+        for (int e = 0; e < E && !(pad && pad[n]); e++)
+            sum += prob(m, a->scores + (size_t)n * E, E, e, &cache) * bal->aux_counts[e];
     }
     bal->aux_scale = m->aux_loss_coeff * E / ((double)k * Nall * tokens);
     bal->aux_loss = bal->aux_scale * sum;
@@ -329,17 +353,27 @@ void moe_forward(Model *model, int l, MoeActs *a, const float *x, float *out, in
     const int Is = m->shared_expert_intermediate_size / model->part.etp; /* this rank's slice */
     a->N = N;
 
+    /* packed rows' padding (model_set_packed_positions) is routed nowhere and counted nowhere */
+    const uint8_t *pad = pr->packed && pr->has_pad ? pr->token_pad : NULL;
+    long real = N;
+    for (int n = 0; n < N && pad; n++) real -= pad[n];
     ops->matmul_forward(a->logits, x, w->router, NULL, N, C, E);
     router_scores(m, a->logits, a->scores, N, E);
     route(m, a, w->expert_bias, N, E);
-    group(m, a, N, E);
+    group(m, a, N, E, pad, real);
     if (!pr->recomputing) { /* statistics once per micro-batch: a recomputed forward keeps the first's record */
-        balance_loss(model, l, a, b, B, T);
+        double Nall = (double)N * model->part.cp; /* the micro-batch's tokens (but padding) */
+        if (pad) {
+            Nall = (double)real;
+            cp_sum_counts(model, &Nall, 1);
+        }
+        balance_loss(model, l, a, b, B, T, pad, real, Nall);
         b->z_loss = 0.0;
-        b->z_scale = m->z_loss_coeff / ((double)N * model->part.cp); /* the mean over the whole micro-batch */
+        b->z_scale = Nall > 0 ? m->z_loss_coeff / Nall : 0.0; /* the mean over the whole micro-batch */
         if (m->z_loss_coeff > 0) {
             double sum = 0.0;
             for (int n = 0; n < N; n++) {
+                if (pad && pad[n]) continue;
                 const double lse = row_logsumexp(a->logits + (size_t)n * E, E);
                 sum += lse * lse;
             }
@@ -349,7 +383,7 @@ void moe_forward(Model *model, int l, MoeActs *a, const float *x, float *out, in
         step->aux_sum += b->aux_loss;
         step->z_sum += b->z_loss;
         step->dropped += a->dropped;
-        step->assignments += (long)N * k;
+        step->assignments += real * k;
     }
 
     /* the experts, on the ranks that hold them */
@@ -456,10 +490,15 @@ void moe_backward(Model *model, int l, MoeActs *a, const float *x, const float *
     }
 
     /* the load-balancing loss: d aux / d p[n, e] = coeff E / (k N tokens) * counts[e] (per sequence for seq_aux_loss) */
+    const uint8_t *pad = pr->packed && pr->has_pad ? pr->token_pad : NULL; /* as the forward's */
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *ds = a->d_scores + (size_t)n * E;
         const float *s = a->scores + (size_t)n * E;
+        if (pad && pad[n]) { /* routed nowhere, in no loss: no gradient to the router */
+            memset(a->d_logits + (size_t)n * E, 0, (size_t)E * sizeof(float));
+            continue;
+        }
         double dp_row[MT_MOE_MAX_EXPERTS];
         for (int e = 0; e < E; e++) dp_row[e] = 0.0;
         if (b->aux_scale != 0.0) {

@@ -6,7 +6,8 @@
 # on its own and trains, the loss falling; the same run on
 # tp 2 (+ sequence parallel), dp 2, dp 2 + ZeRO-1, tp 2 x dp 2, cp 2, cp 4,
 # pp 2, pp 2 x vpp 2 (selective recompute), tp 2 x cp 2 + sp and
-# pp 2 x cp 2 x dp 2 (ZeRO-1) gives the one-rank losses and grad norms; a
+# pp 2 x cp 2 x dp 2 (ZeRO-1) gives the one-rank losses and grad norms, and a
+# tiny qwen3_moe fully fine-tuned packed on ep 2, cp 2, pp 2 and dp 2 its own; a
 # conversation longer than seq_len + 1 stops the run
 # naming the document, and data.pack_overlong: truncate says how many it cut (and how many of those keep no
 # counted target), once at dp 2 (rank 0 speaks for the job);
@@ -76,6 +77,31 @@ if command -v mpirun > /dev/null; then
     done
   done
   echo "packed SFT: every layout above gives the one-rank losses"
+
+  # a MoE model fully fine-tuned on packed rows: its rows' padding is routed nowhere and counted in no auxiliary
+  # loss (tests/unit/test_packing.c), on every layout: ep 2, cp 2 (the padding's count summed over cp), pp 2, dp 2
+  MOE=("$REPO/recipes/tiny/qwen3_moe.yaml" "${COMMON[@]}" --set data.pack=true --set train.loss=per_token
+       --set train.seq_len=512 --set model.max_position_embeddings=512 --set train.micro_batch_size=2
+       --set "train.batch_schedule=[{step: 0, global_batch_size: 4}]"
+       --set optimizer.schedule.warmup_steps=1 --set train.eval_interval=0)
+  for base in "moe" "moeseq --set model.moe.load_balancing=seq_aux_loss --set model.moe.z_loss_coeff=0.001"; do
+    read -r name settings <<< "$base"
+    # shellcheck disable=SC2086
+    "$MEGATRAIN" run "${MOE[@]}" --set run.dir="$WORK/$name" $settings > "$WORK/$name.log" 2>&1 ||
+      { tail -20 "$WORK/$name.log"; fail "$name: the run failed"; }
+  done
+  for layout in "moe-ep2 2 moe --set parallel.ep=2" "moe-cp2 2 moe --set parallel.cp=2" "moe-pp2 2 moe --set parallel.pp=2" \
+                "moe-dp2 2 moe" "moeseq-cp2 2 moeseq --set parallel.cp=2 --set model.moe.load_balancing=seq_aux_loss \
+--set model.moe.z_loss_coeff=0.001"; do
+    read -r name np base settings <<< "$layout"
+    # shellcheck disable=SC2086
+    timeout 120 mpirun --allow-run-as-root --oversubscribe -np "$np" "$MEGATRAIN" run "${MOE[@]}" \
+      --set run.dir="$WORK/$name" $settings > "$WORK/$name.log" 2>&1 || { tail -20 "$WORK/$name.log"; fail "$name failed"; }
+    for field in loss grad_norm moe_aux_loss; do
+      compare $field "$WORK/$base/metrics.jsonl" "$WORK/$name/metrics.jsonl" || fail "packed $name: $field differs"
+    done
+  done
+  echo "packed SFT of qwen3_moe: ep 2, cp 2, pp 2, dp 2 (and cp 2 with seq_aux_loss and a z-loss) give the one-rank losses"
 fi
 
 rc=0

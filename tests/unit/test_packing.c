@@ -6,7 +6,8 @@
  * selective recomputation; the document-masked attention op equals plain
  * causal attention on a row of one sample, bit for bit, and keeps each
  * sample's probabilities inside it; split over cp ranks' query positions it
- * gives the one-rank rows bit for bit and the one-rank key gradients. */
+ * gives the one-rank rows bit for bit and the one-rank key gradients; a MoE
+ * model's row gives with padding what it gives without (test_packed_moe_padding). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -112,6 +113,70 @@ static void test_packed_qwen3(void **state) { check_packed_equals_samples(FAMILY
 static void test_packed_recompute(void **state) {
     check_packed_equals_samples(FAMILY_LLAMA, false, RECOMPUTE_SELECTIVE);
     check_packed_equals_samples(FAMILY_LLAMA, false, RECOMPUTE_FULL);
+}
+
+/* A MoE model's packed row: its padding (places -1 - p, sft_packing.h) changes nothing. Samples of 5 and 7 tokens
+ * in a row of 16 (4 of padding) give the cross entropy, the auxiliary losses, the routing statistics (assignments,
+ * drops, imbalance) and every parameter gradient of the same samples in a row of 12 with none (relative 1e-6):
+ * padding is routed nowhere, counted in no load-balancing, z-loss or capacity term (transformers, packing without
+ * padding, computes the same). */
+static void check_padding_changes_nothing(ModelFamily family, MoeLoadBalancing balancing, double capacity,
+                                          double z_coeff, int shared) {
+    ModelConfig cfg = moe_test_config(family);
+    cfg.moe.load_balancing = balancing;
+    cfg.moe.capacity_factor = capacity;
+    cfg.moe.z_loss_coeff = z_coeff;
+    cfg.moe.shared_expert_intermediate_size = shared;
+    ModelPartition whole = model_partition_whole(&cfg);
+    Model *model = model_create_recompute(&cfg, &whole, &cpu_backend, 1, T, RECOMPUTE_NONE);
+    model_init_weights(model, 77);
+    int32_t inputs[B * T], targets[B * T], positions[B * T];
+    make_row(inputs, targets, positions, cfg.vocab_size); /* row 0: samples of 5, 7 and 4: the 4 become padding */
+    for (int t = 12; t < T; t++) {
+        inputs[t] = 0;
+        targets[t] = -1;
+        positions[t] = -1 - (t - 12);
+    }
+    float losses[2];
+    MoeStepStats stats[2];
+    float *grads[2];
+    for (int padded = 0; padded < 2; padded++) {
+        const int n = padded ? T : 12;
+        model_zero_grad(model);
+        model_moe_step_begin(model);
+        model_set_packed_positions(model, positions, 1, n);
+        losses[padded] = model_forward(model, inputs, targets, 1, n);
+        model_backward(model, 1.0f);
+        model_moe_step_end(model, NULL, 1, false, &stats[padded]);
+        grads[padded] = malloc((size_t)model->num_grad_floats * sizeof(float));
+        memcpy(grads[padded], model->grads, (size_t)model->num_grad_floats * sizeof(float));
+    }
+    assert_close(&losses[1], &losses[0], 1, "the cross entropy");
+    const float aux[2] = {(float)stats[0].aux_loss, (float)stats[1].aux_loss};
+    const float z[2] = {(float)stats[0].z_loss, (float)stats[1].z_loss};
+    const float imbalance[2] = {(float)stats[0].imbalance_sum, (float)stats[1].imbalance_sum};
+    assert_true(aux[0] > 0 || balancing == LB_NONE);
+    assert_close(&aux[1], &aux[0], 1, "the load-balancing loss");
+    assert_close(&z[1], &z[0], 1, "the z-loss");
+    assert_close(&imbalance[1], &imbalance[0], 1, "the imbalance");
+    assert_int_equal(stats[1].assignments, stats[0].assignments);
+    assert_int_equal(stats[1].dropped, stats[0].dropped);
+    for (int p = 0; p < model->num_params; p++) {
+        const ParamInfo *info = &model->param_info[p];
+        const long at = info->offset - model->trainable_offset;
+        assert_close(grads[1] + at, grads[0] + at, info->numel, info->name);
+    }
+    free(grads[0]);
+    free(grads[1]);
+    model_free(model);
+}
+
+static void test_packed_moe_padding(void **state) {
+    (void)state;
+    check_padding_changes_nothing(FAMILY_QWEN3_MOE, LB_AUX_LOSS, 0.0, 0.0, 0);
+    check_padding_changes_nothing(FAMILY_QWEN3_MOE, LB_SEQ_AUX_LOSS, 0.0, 1e-3, 8);
+    check_padding_changes_nothing(FAMILY_MIXTRAL, LB_GLOBAL_AUX_LOSS, 0.5, 1e-3, 0); /* capacity: drops */
+    check_padding_changes_nothing(FAMILY_MIXTRAL, LB_AUX_LOSS, 1.0, 0.0, 0);
 }
 
 /* The op: one sample per row is plain causal attention, bit for bit; a
@@ -234,6 +299,7 @@ int main(void) {
         cmocka_unit_test(test_doc_attention_op), cmocka_unit_test(test_packed_llama),
         cmocka_unit_test(test_packed_qwen2),     cmocka_unit_test(test_packed_qwen3),
         cmocka_unit_test(test_packed_recompute), cmocka_unit_test(test_doc_attention_cp),
+        cmocka_unit_test(test_packed_moe_padding),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -117,9 +117,9 @@ static void check_rows(DataLoader *loader, int extra_doc, int extra_kept) {
         int32_t in[SEQ_LEN], tg[SEQ_LEN], pos[SEQ_LEN];
         data_loader_get_packed(loader, r, in, tg, pos);
         for (int t = 0; t < SEQ_LEN;) {
-            if (in[t] == 0 && pos[t] == 0 && tg[t] == -1 && (t == 0 || pos[t - 1] != 0 || in[t - 1] != 0)) {
-                for (int u = t; u < SEQ_LEN; u++) assert_true(in[u] == 0 && tg[u] == -1 && pos[u] == u - t);
-                break; /* padding to the end */
+            if (pos[t] < 0) { /* padding to the end: places -1, -2, ... (-1 - place) */
+                for (int u = t; u < SEQ_LEN; u++) assert_true(in[u] == 0 && tg[u] == -1 && pos[u] == -1 - (u - t));
+                break;
             }
             const int d = in[t] / STRIDE;
             const int n = d < NUM_DOCS ? doc_length(d) : extra_kept;
