@@ -28,6 +28,11 @@ void model_fill_derived(ModelConfig *model, const YNode *model_map) {
         model->qk_norm = model->family == FAMILY_QWEN3 || model->family == FAMILY_QWEN3_MOE;
 }
 
+void peft_fill_derived(ModelConfig *model, const YNode *peft_map) {
+    if (model->peft.type == PEFT_LORA && model_family_is_moe(model->family) && !ytree_has(peft_map, "target_modules"))
+        model->peft.targets = 1u << LORA_Q | 1u << LORA_K | 1u << LORA_V | 1u << LORA_O;
+}
+
 Fp8Config fp8_config_default(void) {
     /* Transformer Engine's DelayedScaling defaults; E5M2 gradients (its HYBRID format) */
     return (Fp8Config){.recipe = FP8_RECIPE_TENSORWISE, .grad_format = FP8_E5M2, .amax_history_len = 1024,
@@ -97,6 +102,7 @@ bool recipe_cache_dir_is_default(const Recipe *recipe) {
 
 void recipe_fill_derived(Recipe *recipe, const YNode *root) {
     model_fill_derived(&recipe->model, ytree_get(root, "model"));
+    peft_fill_derived(&recipe->model, ytree_get(root, "peft"));
     if (recipe->run.name[0] == '\0') file_stem(recipe->run.name, sizeof recipe->run.name, recipe->source_path);
     if (recipe->run.dir[0] == '\0') join_dir(recipe->run.dir, sizeof recipe->run.dir, "runs", recipe->run.name);
     /* "runs/x/" names runs/x, as a resume's located run directory does: one spelling, for the recipe's text */

@@ -267,6 +267,7 @@ static int read_model_file(ModelConfig *model, YNode *root, const char *origin, 
     }
     if (peft) free(model_keys.entries);
     if (rc == 0 && peft) rc = read_peft_section(&model->peft, peft, err, errlen);
+    if (rc == 0 && peft) peft_fill_derived(model, peft->value);
     if (rc == 0 && peft) rc = peft_validate(model, peft->value, peft->loc, err, errlen);
     ytree_free(root);
     return rc;

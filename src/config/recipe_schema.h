@@ -110,6 +110,8 @@ void write_token_count(FILE *out, double tokens); /* integral: no exponent */
 /* Defaults before reading, derived defaults after (recipe_defaults.c). */
 void model_set_defaults(ModelConfig *model);
 void model_fill_derived(ModelConfig *model, const YNode *model_map);
+/* A MoE model's LoRA without target_modules adapts the attention projections (its experts have none). */
+void peft_fill_derived(ModelConfig *model, const YNode *peft_map);
 void recipe_fill_derived(Recipe *recipe, const YNode *root);
 
 /* Custom readers and writers (recipe_custom_*.c). */

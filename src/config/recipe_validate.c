@@ -83,6 +83,12 @@ int peft_validate(const ModelConfig *m, const YNode *peft_map, YLoc peft_loc, ch
     const PeftConfig *p = &m->peft;
     if (p->type == PEFT_NONE) return 0;
     const char *moe = lora_moe_refusal(m);
+    for (int t = LORA_GATE; moe && t <= LORA_DOWN && ytree_has(peft_map, "target_modules"); t++)
+        if (lora_targets(p, (LoraTarget)t)) /* the first MLP target, at target_modules */
+            return fail(err, errlen, peft_map, peft_loc, "peft", "target_modules",
+                        "%s: on a mixture-of-experts model (model.family %s) LoRA adapts the attention projections "
+                        "only (q_proj, k_proj, v_proj, o_proj, the default there): the routed experts have no "
+                        "adapters", lora_target_name((LoraTarget)t), model_family_name(m->family));
     if (moe)
         return key_error(err, errlen, peft_loc, "peft", "%s (model.family %s)", moe, model_family_name(m->family));
     if (p->dropout != 0)

@@ -136,8 +136,9 @@ expect_refused "an unknown target module" "peft.target_modules: item 1: 'qkv_pro
   plan "$REPO/recipes/tiny/llama.yaml" --set "peft={type: lora, rank: 4, alpha: 8, target_modules: [q_proj, qkv_proj]}"
 expect_refused "dropout" "peft.dropout: expected 0: LoRA dropout is not implemented yet, found 0.05" 1 \
   plan "$REPO/recipes/tiny/llama.yaml" --set "peft={type: lora, rank: 4, alpha: 8, dropout: 0.05}"
-expect_refused "LoRA on MoE's experts" "peft: LoRA on a mixture-of-experts model adapts the attention projections only" 1 \
-  plan "$REPO/recipes/tiny/mixtral.yaml" "${LORA[@]}"
+expect_refused "LoRA on MoE's experts" "peft.target_modules: gate_proj: on a mixture-of-experts model (model.family \
+mixtral) LoRA adapts the attention projections only" 1 \
+  plan "$REPO/recipes/tiny/mixtral.yaml" --set "peft={type: lora, rank: 4, alpha: 8, target_modules: all-linear}"
 expect_refused "a rank tp does not divide" "peft.rank: expected a multiple of parallel.tp (2)" 1 \
   plan "$REPO/recipes/tiny/llama.yaml" --set "peft={type: lora, rank: 3, alpha: 8}" --set parallel.tp=2
 # peft.type none with adapter settings: trains every parameter, and says the settings are not used

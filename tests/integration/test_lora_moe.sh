@@ -6,7 +6,8 @@
 #     straight and 3 + `resume` give the same losses bit for bit;
 #   - layouts: ep 2, tp 2 (with etp 2 for qwen3_moe), pp 2, cp 2, dp 2 with ZeRO-1, and ep 2 x dp 2 log the single
 #     rank's losses, grad norms and eval losses (relative 1e-5); skipped without mpirun;
-#   - refused with exit 2 naming the key: MLP targets (the experts have no adapters), load_balancing expert_bias.
+#   - refused with exit 2 naming the key: MLP targets (the experts have no adapters), load_balancing expert_bias;
+#     without target_modules the attention projections are adapted.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 export OMP_NUM_THREADS=1
@@ -83,9 +84,12 @@ expect_refused() {
   "$MEGATRAIN" "$@" > "$WORK/refused.log" 2>&1 || status=$?
   [[ $status -eq 2 ]] && grep -qF -- "$message" "$WORK/refused.log" || fail "$what: exit $status: $(cat "$WORK/refused.log")"
 }
-expect_refused "MLP targets" "peft: LoRA on a mixture-of-experts model adapts the attention projections only \
-(target_modules q_proj, k_proj, v_proj, o_proj): the routed experts have no adapters (model.family mixtral)" \
-  plan "$REPO/recipes/tiny/mixtral.yaml" --set "peft={type: lora, rank: 4, alpha: 8}"
+expect_refused "MLP targets" "peft.target_modules: up_proj: on a mixture-of-experts model (model.family mixtral) LoRA \
+adapts the attention projections only (q_proj, k_proj, v_proj, o_proj, the default there): the routed experts have no \
+adapters" plan "$REPO/recipes/tiny/mixtral.yaml" --set "peft={type: lora, rank: 4, alpha: 8, target_modules: [q_proj, up_proj]}"
+# without target_modules a MoE model's LoRA adapts its four attention projections
+"$MEGATRAIN" plan "$REPO/recipes/tiny/qwen3_moe.yaml" --set "peft={type: lora, rank: 4, alpha: 8}" > "$WORK/default.out"
+grep -q "^peft: LoRA rank 4, alpha 8 on 4 linear layer(s) per layer" "$WORK/default.out" || fail "default targets: $(cat "$WORK/default.out")"
 expect_refused "expert_bias" "LoRA on a mixture-of-experts model with load_balancing expert_bias" \
   plan "$REPO/recipes/tiny/qwen3_moe.yaml" "${ATTN[@]}" --set model.moe.load_balancing=expert_bias
 echo "refused: MLP targets, expert_bias"

@@ -887,8 +887,9 @@ static const ErrorCase error_cases[] = {
      "missing required key"},
     {"peft_unknown_key", "parallel:", "peft:\n  type: lora\n  rank: 4\n  alpha: 8\n  use_rslora: true\nparallel:", NULL, 1,
      "use_rslora", "peft.use_rslora", "(valid keys in peft: type, rank, alpha, target_modules, dropout)"},
-    {"peft_moe", "family: llama", "family: mixtral\n" MOE_BLOCK, "peft={type: lora, rank: 4, alpha: 8}", 1, NULL, "peft",
-     "LoRA on a mixture-of-experts model adapts the attention projections only"},
+    {"peft_moe", "family: llama", "family: mixtral\n" MOE_BLOCK,
+     "peft={type: lora, rank: 4, alpha: 8, target_modules: [q_proj, gate_proj]}", 1, NULL, "peft.target_modules",
+     "gate_proj: on a mixture-of-experts model (model.family mixtral) LoRA adapts the attention projections only"},
     {"peft_rank_not_divisible_by_tp", "  tp: 1", "  tp: 2", "peft={type: lora, rank: 3, alpha: 8}", 2, NULL, "peft.rank",
      "expected a multiple of parallel.tp (2): the column-parallel layers' A is split over tp along its rank, found 3"},
     /* missing keys */
