@@ -74,6 +74,15 @@ static int megatron_sources(DataSource *sources, int *count, const char *const *
     return 1;
 }
 
+/* A string's words that are no Megatron --data-path form (its first word no weight) but hold a weight after a
+ * prefix, as "data/a 0.5 data/b" writes it: that weight's text, else NULL (a prefix with spaces). */
+static const char *after_prefix_weight(const char *const *words, int n) {
+    double w;
+    for (int i = 1; i < n; i++)
+        if (weight_text(words[i], &w)) return words[i];
+    return NULL;
+}
+
 /* A string's whitespace-separated words, for megatron_sources: into buf (a copy), pointers in words. */
 static int split_words(const char *text, char *buf, size_t buflen, const char **words, int max) {
     snprintf(buf, buflen, "%s", text);
@@ -107,6 +116,10 @@ static int read_sources(DataSource *sources, int *count, const YEntry *entry, co
     if (n > 0 && (megatron = megatron_sources(sources, count, words, list ? quoted : NULL, n, entry->loc, path, err,
                                               errlen)) != 0)
         return megatron < 0 ? -1 : 0;
+    if (!list && after_prefix_weight(words, n) != NULL)
+        return key_error(err, errlen, entry->loc, path, "expected Megatron's --data-path form, which starts with a "
+                         "weight: \"W1 PATH1 W2 PATH2 ...\", found the weight '%s' after the prefix '%s' (a prefix "
+                         "with spaces in its name is written {path: ...})", after_prefix_weight(words, n), words[0]);
     if (node->kind != YNODE_SEQUENCE) {
         if (node->kind == YNODE_MAPPING || (node->kind == YNODE_SCALAR && !ytree_is_null(node))) {
             *count = 1;
@@ -184,6 +197,16 @@ int data_split_parse(const char *text, double split[3]) {
     return split[0] > 0 ? 0 : -2;
 }
 
+/* The first share of split text "98,2,-1" that is a negative number (its text, up to the next separator), or NULL. */
+static const char *negative_share(const char *text) {
+    for (const char *p = text; *p; p += strcspn(p, ",/"), p += *p ? 1 : 0) {
+        char *end = NULL;
+        const double share = strtod(p, &end);
+        if (end != p && share < 0) return p;
+    }
+    return NULL;
+}
+
 int read_split(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
     DataConfig *data = base;
     const YNode *node = entry->value;
@@ -196,6 +219,10 @@ int read_split(void *base, const YEntry *entry, const char *path, char *err, siz
                 return key_error(err, errlen, node->entries[i].loc, path, "expected weights >= 0, found %s",
                                  ytree_describe(node->entries[i].value, found, sizeof found));
     } else if (node->kind == YNODE_SCALAR && !ytree_is_null(node)) {
+        const char *negative = negative_share(node->text);
+        if (negative)
+            return key_error(err, errlen, entry->loc, path, "expected weights >= 0, found '%.*s' in %s",
+                             (int)strcspn(negative, ",/"), negative, ytree_describe(node, found, sizeof found));
         if (data_split_parse(node->text, split) == -1) /* -2: no positive train weight, said below */
             return key_error(err, errlen, entry->loc, path, "expected [train, valid, test] weights like [98, 2, 0], found %s",
                              ytree_describe(node, found, sizeof found));

@@ -241,6 +241,18 @@ static void test_relative_paths(void **state) {
     load_ok(&r, BASE, numeric_prefix, 1, 1);
     assert_int_equal(r.data.num_train, 2);
     assert_true(strstr(r.data.train[0].path, "/2024") && r.data.train[0].weight == 0.5);
+    /* the weight after its prefix ("data/english 0.5 data/greek"): not one odd path that no file has */
+    const char *after[] = {"data.train=\"/d/a 0.5 /d/b\"", "data.valid=/d/a 0.5"};
+    for (int k = 0; k < 2; k++) {
+        assert_int_equal(load(&r, BASE, &after[k], 1, 1), -1);
+        if (!strstr(err, k ? "data.valid: " : "data.train: ") ||
+            !strstr(err, "expected Megatron's --data-path form, which starts with a weight: \"W1 PATH1 W2 PATH2 ...\", "
+                         "found the weight '0.5' after the prefix '/d/a'"))
+            fail_msg("%s: %s", after[k], err);
+    }
+    const char *spaced[] = {"data.train=/d/my data"}; /* a prefix with a space and no number in it stays a prefix */
+    load_ok(&r, BASE, spaced, 1, 1);
+    assert_string_equal(r.data.train[0].path, "/d/my data");
     const char *lone[] = {"data.train=[/d/a, 0.5]"}; /* a number where a prefix goes */
     assert_int_not_equal(load(&r, BASE, lone, 1, 1), 0);
     assert_non_null(strstr(err, "data.train[1]: expected a dataset prefix, found the number 0.5"));
@@ -614,6 +626,11 @@ static void test_short_split(void **state) {
         snprintf(got, sizeof got, "%g %g %g", r.data.split[0], r.data.split[1], r.data.split[2]);
         if (strcmp(got, forms[i][1]) != 0) fail_msg("%s: got %s", forms[i][0], got);
     }
+    /* a negative share is named in the string form as in the list form */
+    const char *negative[] = {"data.split=98,2,-1", "data.split=[98, 2, -1]"};
+    for (int i = 0; i < 2; i++)
+        if (load(&r, BASE, &negative[i], 1, 1) != -1 || !strstr(err, "data.split: expected weights >= 0, found '-1'"))
+            fail_msg("%s: %s", negative[i], err);
     const char *bad[] = {"data.split=1,2,3,4", "data.split=99,", "data.split=[1, 2, 3, 4]", "data.split=,1"};
     for (int i = 0; i < 4; i++)
         if (load(&r, BASE, &bad[i], 1, 1) != -1 || !strstr(err, "data.split")) fail_msg("%s: %s", bad[i], err);
