@@ -158,9 +158,15 @@ static bool also_names(const RecipeKey *key, const char *name) {
     return false;
 }
 
-const char *suggest_key(const RecipeKey *keys, const char *name) {
+/* The key of `keys` that another project calls `name` (PEFT's r, lora_alpha, ...), or NULL. */
+static const char *also_key(const RecipeKey *keys, const char *name) {
     for (const RecipeKey *key = keys; key->name; key++)
-        if (also_names(key, name)) return key->name; /* PEFT's r, lora_alpha, ... */
+        if (also_names(key, name)) return key->name;
+    return NULL;
+}
+
+const char *suggest_key(const RecipeKey *keys, const char *name) {
+    if (also_key(keys, name)) return also_key(keys, name);
     const char *best = NULL;
     int best_distance = 3;
     size_t len = strlen(name);
@@ -209,14 +215,28 @@ static int find_name(const RecipeKey *keys, const char *prefix, const char *skip
     return found;
 }
 
+/* "LOC: unknown key 'PATH' (did you mean 'KEY'?)", with what differs when the key is another project's name for
+ * it (recipe_also_note: torchtitan's decay_ratio, a fraction); -1. */
+static int did_you_mean(const YEntry *entry, const char *path, const char *key, char *err, size_t errlen) {
+    char where[MT_LOC_BUF];
+    const char *note = recipe_also_note(entry->key);
+    mt_set_error(err, errlen, "%s: unknown key '%s' (did you mean '%s'?%s%s)",
+                 yloc_format(entry->loc, where, sizeof where), path, key, note ? " " : "", note ? note : "");
+    return -1;
+}
+
 static int unknown_key(const RecipeKey *keys, const YEntry *entry, const char *prefix, char *err, size_t errlen) {
     char where[MT_LOC_BUF], path[MT_KEY_PATH_MAX], hint[MT_KEY_PATH_MAX];
     join_path(path, sizeof path, prefix, entry->key);
-    /* Megatron's --data-parallel-size, torchtitan's data_parallel_replicate_degree: here the launch gives it */
-    if (!strcmp(prefix, "parallel") && (!strcmp(entry->key, "dp") || !strcmp(entry->key, "data_parallel_size"))) {
+    /* Megatron's --data-parallel-size, torchtitan's data_parallel_replicate_degree and _shard_degree: here the
+     * launch gives it */
+    const bool shard = !strcmp(entry->key, "data_parallel_shard_degree");
+    if (!strcmp(prefix, "parallel") && (!strcmp(entry->key, "dp") || !strcmp(entry->key, "data_parallel_size") ||
+                                        !strcmp(entry->key, "data_parallel_replicate_degree") || shard)) {
         mt_set_error(err, errlen, "%s: unknown key '%s': the data-parallel size is not set, it is what the launch "
-                     "leaves, world size / (tp * cp * pp) (mpirun -np 8 with tp 2 gives dp 4)",
-                     yloc_format(entry->loc, where, sizeof where), path);
+                     "leaves, world size / (tp * cp * pp) (mpirun -np 8 with tp 2 gives dp 4)%s",
+                     yloc_format(entry->loc, where, sizeof where), path,
+                     shard ? "; parallel.distributed_optimizer shards the optimizer states over those ranks" : "");
         return -1;
     }
     if (!strcmp(entry->key, "load") || !strcmp(entry->key, "pretrained_checkpoint")) { /* Megatron's --load */
@@ -225,6 +245,10 @@ static int unknown_key(const RecipeKey *keys, const YEntry *entry, const char *p
                      yloc_format(entry->loc, where, sizeof where), path);
         return -1;
     }
+    /* another project's name for a key of this section: that key, before a key of that very name in another
+     * section (torchtitan's optimizer.name is no run.name) */
+    const char *own = also_key(keys, entry->key);
+    if (own) return did_you_mean(entry, path, join_path(hint, sizeof hint, prefix, own), err, errlen);
     char elsewhere[3 * MT_KEY_PATH_MAX] = "";
     if (find_name(recipe_root_keys, "", prefix, entry->key, elsewhere, sizeof elsewhere) > 0) {
         mt_set_error(err, errlen, "%s: unknown key '%s' (did you mean %s?)",
@@ -232,16 +256,9 @@ static int unknown_key(const RecipeKey *keys, const YEntry *entry, const char *p
         return -1;
     }
     const char *guess = suggest_key(keys, entry->key);
-    if (guess) {
-        mt_set_error(err, errlen, "%s: unknown key '%s' (did you mean '%s'?)", yloc_format(entry->loc, where, sizeof where),
-                     path, join_path(hint, sizeof hint, prefix, guess));
-        return -1;
-    }
-    if (find_also(recipe_root_keys, "", entry->key, hint, sizeof hint)) { /* another section's, by another name */
-        mt_set_error(err, errlen, "%s: unknown key '%s' (did you mean '%s'?)",
-                     yloc_format(entry->loc, where, sizeof where), path, hint);
-        return -1;
-    }
+    if (guess) return did_you_mean(entry, path, join_path(hint, sizeof hint, prefix, guess), err, errlen);
+    if (find_also(recipe_root_keys, "", entry->key, hint, sizeof hint)) /* another section's, by another name */
+        return did_you_mean(entry, path, hint, err, errlen);
     char list[512] = "";
     for (const RecipeKey *key = keys; key->name; key++) {
         size_t used = strlen(list);

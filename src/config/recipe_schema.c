@@ -3,6 +3,7 @@
  * recipe_write all follow these tables, so a key is declared once. */
 #include <limits.h>
 #include <stddef.h>
+#include <string.h>
 
 #include "recipe_schema.h"
 
@@ -119,7 +120,7 @@ static const RecipeKey peft_keys[] = {
 
 static const RecipeKey run_keys[] = {
     {STRING_KEY("name", RunConfig, name)},
-    {STRING_KEY("dir", RunConfig, dir), .nullable = true, .also = "save"},
+    {STRING_KEY("dir", RunConfig, dir), .nullable = true, .also = "save dump_folder"},
     {.name = "seed", .type = KT_U64, .offset = offsetof(RunConfig, seed)},
     {STRING_KEY("device", RunConfig, device), .names = device_names},
     {0},
@@ -148,12 +149,12 @@ static const RecipeKey train_keys[] = {
      .also = "local_batch_size"},
     {CUSTOM_KEY("global_batch_size", read_global_batch_size, write_batch)},
     {CUSTOM_KEY("batch_schedule", read_batch_schedule, write_nothing), .also = "rampup_batch_size"},
-    {LONG_KEY("eval_interval", TrainConfig, eval_interval, 0)},
+    {LONG_KEY("eval_interval", TrainConfig, eval_interval, 0), .also = "validation"},
     {INT_KEY("eval_batches", TrainConfig, eval_batches, 1, INT_MAX), .also = "eval_iters"},
     {INT_KEY("max_nonfinite_steps", TrainConfig, max_nonfinite_steps, 0, INT_MAX)},
     {LONG_KEY("replica_check_interval", TrainConfig, replica_check_interval, 0)},
     {ENUM_KEY("recompute", TrainConfig, recompute, recompute_names),
-     .also = "recompute_granularity recompute_activations"},
+     .also = "recompute_granularity recompute_activations activation_checkpoint"},
     {ENUM_KEY("loss", TrainConfig, loss, loss_reduction_names)},
     {LONG_KEY("exit_interval", TrainConfig, exit_interval, 0)},
     {NUM_KEY("exit_duration_mins", TrainConfig, exit_duration_mins, 0), .also = "exit_duration_in_mins"},
@@ -163,28 +164,28 @@ static const RecipeKey train_keys[] = {
 static const RecipeKey schedule_keys[] = {
     {LONG_KEY("warmup_steps", OptimizerConfig, warmup_steps, 0), .also = "lr_warmup_iters"},
     {NUM_KEY("warmup_fraction", OptimizerConfig, warmup_fraction, 0), .also = "lr_warmup_fraction"},
-    {ENUM_KEY("decay", OptimizerConfig, decay, decay_names), .also = "lr_decay_style"},
+    {ENUM_KEY("decay", OptimizerConfig, decay, decay_names), .also = "lr_decay_style decay_type"},
     {LONG_KEY("decay_steps", OptimizerConfig, decay_steps, 1), .nullable = true, .also = "lr_decay_iters"},
-    {LONG_KEY("wsd_decay_steps", OptimizerConfig, wsd_decay_steps, 0), .also = "lr_wsd_decay_iters"},
+    {LONG_KEY("wsd_decay_steps", OptimizerConfig, wsd_decay_steps, 0), .also = "lr_wsd_decay_iters decay_ratio"},
     {ENUM_KEY("wsd_decay_style", OptimizerConfig, wsd_decay_style, wsd_style_names), .also = "lr_wsd_decay_style"},
     {0},
 };
 
 static const RecipeKey optimizer_keys[] = {
-    {CUSTOM_KEY("type", read_optimizer_type, write_optimizer_type)},
+    {CUSTOM_KEY("type", read_optimizer_type, write_optimizer_type), .also = "name"},
     {NUM_KEY("lr", OptimizerConfig, lr, 0)},
-    {NUM_KEY("min_lr", OptimizerConfig, min_lr, 0)},
-    {CUSTOM_KEY("betas", read_betas, write_betas), .also = "adam_beta1"},
+    {NUM_KEY("min_lr", OptimizerConfig, min_lr, 0), .also = "lr_min min_lr_factor"},
+    {CUSTOM_KEY("betas", read_betas, write_betas), .also = "adam_beta1 adam_beta2 beta1 beta2"},
     {NUM_KEY("eps", OptimizerConfig, eps, 0), .above_min = true, .also = "adam_eps"},
     {NUM_KEY("weight_decay", OptimizerConfig, weight_decay, 0)},
     {NUM_KEY("clip_grad", OptimizerConfig, clip_grad, 0), .also = "max_norm"},
     {ENUM_KEY("state_dtype", OptimizerConfig, state_dtype, dtype_names)},
-    {.name = "schedule", .type = KT_SECTION, .offset = 0, .keys = schedule_keys},
+    {.name = "schedule", .type = KT_SECTION, .offset = 0, .keys = schedule_keys, .also = "lr_scheduler"},
     {0},
 };
 
 static const RecipeKey data_keys[] = {
-    {CUSTOM_KEY("train", read_train_sources, write_train_sources), .required = true, .also = "data_path"},
+    {CUSTOM_KEY("train", read_train_sources, write_train_sources), .required = true, .also = "data_path dataset_path"},
     {CUSTOM_KEY("valid", read_valid_sources, write_valid_sources), .also = "valid_data_path"},
     {CUSTOM_KEY("split", read_split, write_split)},
     {STRING_KEY("cache_dir", DataConfig, cache_dir), .nullable = true, .also = "data_cache_path"},
@@ -206,7 +207,7 @@ static const RecipeKey checkpoint_keys[] = {
     {LONG_KEY("interval", CheckpointConfig, interval, 0), .also = "save_interval"},
     {INT_KEY("keep_last", CheckpointConfig, keep_last, 0, INT_MAX), .also = "keep_latest_k"},
     {LONG_KEY("keep_every", CheckpointConfig, keep_every, 0)},
-    {BOOL_KEY("async", CheckpointConfig, async)},
+    {BOOL_KEY("async", CheckpointConfig, async), .also = "async_mode"},
     {INT_KEY("compression_level", CheckpointConfig, compression_level, 1, 22)},
     {BOOL_KEY("load_optimizer", CheckpointConfig, load_optimizer)},
     {ENUM_KEY("frozen_base", CheckpointConfig, frozen_base, frozen_base_names)},
@@ -215,24 +216,58 @@ static const RecipeKey checkpoint_keys[] = {
 
 static const RecipeKey logging_keys[] = {
     {LONG_KEY("interval", LoggingConfig, interval, 1), .also = "log_interval log_freq"},
-    {BOOL_KEY("tensorboard", LoggingConfig, tensorboard), .also = "enable_tensorboard tensorboard_dir"},
+    {BOOL_KEY("tensorboard", LoggingConfig, tensorboard), .also = "enable_tensorboard tensorboard_dir save_tb_folder"},
     {LONG_KEY("timers_interval", LoggingConfig, timers_interval, 0)},
     {NUM_KEY("peak_tflops", LoggingConfig, peak_tflops, 0)},
     {0},
 };
 
 const RecipeKey recipe_root_keys[] = {
-    {SECTION_KEY("run", Recipe, run, run_keys)},
+    {SECTION_KEY("run", Recipe, run, run_keys), .also = "job"},
     {SECTION_KEY("model", Recipe, model, recipe_model_keys), .required = true},
     {SECTION_KEY("peft", Recipe, model.peft, peft_keys), .write = write_peft_section},
-    {SECTION_KEY("parallel", Recipe, parallel, parallel_keys)},
-    {SECTION_KEY("train", Recipe, train, train_keys), .required = true},
+    {SECTION_KEY("parallel", Recipe, parallel, parallel_keys), .also = "parallelism"},
+    {SECTION_KEY("train", Recipe, train, train_keys), .required = true, .also = "training"},
     {SECTION_KEY("optimizer", Recipe, optimizer, optimizer_keys)},
-    {ENUM_KEY("precision", Recipe, precision, precision_names)},
-    {SECTION_KEY("fp8", Recipe, fp8, fp8_keys)},
+    {ENUM_KEY("precision", Recipe, precision, precision_names), .also = "mixed_precision_param"},
+    {SECTION_KEY("fp8", Recipe, fp8, fp8_keys), .also = "float8"},
     {SECTION_KEY("data", Recipe, data, data_keys), .required = true},
     {SECTION_KEY("checkpoint", Recipe, checkpoint, checkpoint_keys)},
-    {SECTION_KEY("logging", Recipe, logging, logging_keys)},
-    {STRING_KEY("init_from", Recipe, init_from), .nullable = true},
+    {SECTION_KEY("logging", Recipe, logging, logging_keys), .also = "metrics"},
+    {STRING_KEY("init_from", Recipe, init_from), .nullable = true, .also = "initial_load_path"},
     {0},
 };
+
+/* What an `also` name means where megatrain's key takes another unit or another form (torchtitan's lr_scheduler
+ * keys, its sections that hold what several megatrain keys do): said after the "did you mean". */
+static const struct {
+    const char *name, *note;
+} also_notes[] = {
+    {"decay_ratio", "torchtitan's decay_ratio is a fraction of the steps, megatrain's a count: wsd_decay_steps = "
+                    "decay_ratio x train.steps, with optimizer.schedule.decay: wsd"},
+    {"decay_type", "torchtitan's decay_type is the shape of its decay: with decay_ratio, decay: wsd and "
+                   "optimizer.schedule.wsd_decay_style linear, cosine or minus_sqrt (its sqrt); without, decay: "
+                   "linear or cosine"},
+    {"lr_min", "torchtitan's lr_min is a factor of the lr, megatrain's min_lr a rate: min_lr = lr_min x optimizer.lr"},
+    {"min_lr_factor", "torchtitan's min_lr_factor is a factor of the lr, megatrain's min_lr a rate: min_lr = "
+                      "min_lr_factor x optimizer.lr"},
+    {"lr_scheduler", "torchtitan's warmup_steps is optimizer.schedule.warmup_steps; decay_ratio, decay_type and "
+                     "min_lr_factor are answered there"},
+    {"activation_checkpoint", "torchtitan's activation_checkpoint.mode: none, selective or full"},
+    {"validation", "torchtitan's validation.freq is train.eval_interval, its steps train.eval_batches and its "
+                   "dataset_path data.valid"},
+    {"mixed_precision_param", "torchtitan's FSDP parameter dtype; megatrain's precision is the compute dtype "
+                              "(fp32, bf16 or fp8), its master weights fp32"},
+    {"float8", "torchtitan's float8 keys differ: fp8.recipe, grad_format, margin, with precision: fp8 (docs/fp8.md)"},
+    {"beta1", "optimizer.betas is [beta1, beta2]"},
+    {"beta2", "optimizer.betas is [beta1, beta2]"},
+    {"adam_beta1", "optimizer.betas is [beta1, beta2]"},
+    {"adam_beta2", "optimizer.betas is [beta1, beta2]"},
+    {"name", "megatrain's one optimizer is adamw"},
+};
+
+const char *recipe_also_note(const char *name) {
+    for (size_t i = 0; i < sizeof also_notes / sizeof also_notes[0]; i++)
+        if (strcmp(also_notes[i].name, name) == 0) return also_notes[i].note;
+    return NULL;
+}
