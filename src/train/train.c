@@ -20,6 +20,7 @@
 #include "../obs/replica_check.h"
 #include "../config/batch_schedule.h"
 #include "metrics.h"
+#include "run_notes.h"
 #include "train_ckpt.h"
 #include "train_context.h"
 #include "train_signal.h"
@@ -88,6 +89,9 @@ static void print_banner(const TrainContext *ctx) {
            ctx->total_steps, t->seq_len, t->micro_batch_size, ctx->layout.dp_size,
            (long long)train_schedule_samples(t, ctx->total_steps), of, ctx->valid_data ? "eval on" : "eval off",
            recipe->run.device, dtype_name(recipe->precision), computed);
+    char lr[RUN_NOTE_LEN];
+    run_notes_lr_line(recipe, ctx->total_steps, lr, sizeof lr);
+    mt_log("%s", lr);
 }
 
 static bool is_multiple(long step, long interval) { return interval > 0 && step % interval == 0; }

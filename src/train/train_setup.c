@@ -22,6 +22,7 @@
 #include "../config/batch_schedule.h"
 #include "../config/recipe_schema.h"
 #include "train_context.h"
+#include "run_notes.h"
 #include "train_data_record.h"
 
 /* mkdir -p for run.dir, with the key named in any error. */
@@ -241,6 +242,7 @@ static void warn_unused_settings(const Recipe *recipe) {
         mt_warn("data.split [%g, %g, %g] is not used: data.valid gives the validation data, and all of data.train "
                 "trains; drop data.split (--set \"data.split=[100, 0, 0]\"), or data.valid to split data.train",
                 split[0], split[1], split[2]);
+    run_notes_say(recipe); /* a dataset listed twice, validation data unread or trained on, the lr schedule */
 }
 
 /* The inputs of setup, before the model and the loaders: the grid (the only collective here, which every rank
