@@ -258,6 +258,20 @@ static int exit_limit(const TrainContext *ctx, double start_time) {
     return 0;
 }
 
+/* After a stop by the recipe's own limit, which the run keeps (its recipe.yaml): where a plain resume stops again,
+ * and the --set that runs on to the end, into buf ("" for a signal's stop, or when the next stop is the end). */
+static void stops_again(const TrainContext *ctx, int stop, char *buf, size_t len) {
+    const TrainConfig *t = &ctx->recipe->train;
+    const long step = ctx->state.step, next = t->exit_interval > 0 ? (step / t->exit_interval + 1) * t->exit_interval : 0;
+    buf[0] = '\0';
+    if (stop == TRAIN_STOP_INTERVAL && next < ctx->total_steps)
+        snprintf(buf, len, " (it stops again after step %ld, the next multiple of train.exit_interval %ld, which the "
+                 "run keeps; add --set train.exit_interval=0 to run to the end)", next, t->exit_interval);
+    else if (stop == TRAIN_STOP_DURATION)
+        snprintf(buf, len, " (it stops again after %g minutes of training, train.exit_duration_mins, which the run "
+                 "keeps; add --set train.exit_duration_mins=0 to run to the end)", t->exit_duration_mins);
+}
+
 /* What the step lines measure from: the loop's start, the last logged step's time and tokens, and the time since
  * then that the loop spent outside training (evaluations, checkpoint saves and the waits for a previous background
  * save), which the throughput leaves out. */
@@ -437,9 +451,13 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
 
     if (status == MT_EXIT_OK && stop_signal && ctx->state.step == ctx->start_step)
         mt_log("stopped by %s before the first step: nothing new to save", train_stop_name(stop_signal));
-    else if (status == MT_EXIT_OK && stop_signal)
-        mt_log("stopped by %s after step %ld: checkpoint in %s/iter_%07ld; continue with `megatrain resume %s`",
-               train_stop_name(stop_signal), ctx->state.step, ctx->checkpoints_dir, ctx->state.step, recipe->run.dir);
+    else if (status == MT_EXIT_OK && stop_signal) {
+        char again[256];
+        stops_again(ctx, stop_signal, again, sizeof again);
+        mt_log("stopped by %s after step %ld: checkpoint in %s/iter_%07ld; continue with `megatrain resume %s`%s",
+               train_stop_name(stop_signal), ctx->state.step, ctx->checkpoints_dir, ctx->state.step, recipe->run.dir,
+               again);
+    }
     else if (status == MT_EXIT_OK) {
         char lost[160] = ""; /* what a full disk took from metrics.jsonl (said in warnings as it happened) */
         if (metrics_lines_lost(metrics) > 0)

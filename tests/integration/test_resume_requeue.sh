@@ -27,12 +27,17 @@ run "$WORK/a" 20 > /dev/null # the uninterrupted losses of steps 1-20
 # train.exit_interval and train.exit_duration_mins (Megatron's --exit-interval, --exit-duration-in-mins) stop the
 # run after a step as SIGTERM does: a checkpoint, exit 0, the line that says how to go on; a resume goes on to the
 # next limit, and the pieces give the uninterrupted run's losses
-expect 0 "stopped by train.exit_interval after step 7: checkpoint in .*iter_0000007; continue with" run "$WORK/ex" 20 \
-  --set train.exit_interval=7
-expect 0 "stopped by train.exit_interval after step 14" "$MEGATRAIN" resume "$WORK/ex"
+expect 0 "stopped by train.exit_interval after step 7: checkpoint in .*iter_0000007; continue with .*(it stops again \
+after step 14, the next multiple of train.exit_interval 7, which the run keeps; add --set train.exit_interval=0 to run to \
+the end)" run "$WORK/ex" 20 --set train.exit_interval=7
+# the last piece stops at the end: no "stops again"
+expect 0 "stopped by train.exit_interval after step 14: checkpoint in .*iter_0000014; continue with [^(]*$" \
+  "$MEGATRAIN" resume "$WORK/ex"
 expect 0 "done: 20 steps" "$MEGATRAIN" resume "$WORK/ex"
 [[ "$(losses "$WORK/ex")" == "$(losses "$WORK/a" | head -n 20)" ]] || fail "exit_interval: the pieces' losses differ"
-expect 0 "stopped by train.exit_duration_mins after step 1: checkpoint in .*iter_0000001" run "$WORK/dur" 20 \
+expect 0 "stopped by train.exit_duration_mins after step 1: checkpoint in .*iter_0000001.*(it stops again after \
+1e-06 minutes of training, train.exit_duration_mins, which the run keeps; add --set train.exit_duration_mins=0 to run to \
+the end)" run "$WORK/dur" 20 \
   --set train.exit_duration_mins=1e-6
 # the step a run stops at is logged whatever logging.interval says: its checkpoint's step has its line and metrics
 expect 0 "stopped by train.exit_interval after step 7" run "$WORK/exlog" 20 --set train.exit_interval=7 \
