@@ -169,6 +169,7 @@ int plan_main(int argc, char **argv) {
     /* world 0: tp * pp * cp * ep ranks (dp = ep) */
     if (recipe_load(&recipe, path, overrides, num_overrides, world, err, sizeof err) != 0)
         mt_die(MT_EXIT_USAGE, "%s", err);
+    const bool world_given = world > 0;
     if (world == 0) world = recipe_smallest_world(&recipe);
     static Plan plan;
     if (plan_compute(&plan, &recipe, world, err, sizeof err) != 0) mt_die(MT_EXIT_USAGE, "%s", err);
@@ -209,6 +210,8 @@ int plan_main(int argc, char **argv) {
     printf("%-6s %-12s %-9s %9s %9s %9s %9s %18s %9s %10s  holds\n", "stage", "ranks", "params", "weights", "grads",
            "AdamW", "dist-opt", "activations", "logits", total_head);
     const int per_stage = g->tp * g->cp * g->dp;
+    /* the distributed optimizer shards the AdamW states over dp: at dp 1 there is nothing to shard them over */
+    const char *dist_opt = !par->distributed_optimizer ? "no" : g->dp > 1 ? "yes" : "unsharded";
     for (int s = 0; s < g->pp; s++) {
         const PlanStage *st = &plan.stages[s];
         char ranks[32], acts[40];
@@ -217,7 +220,7 @@ int plan_main(int argc, char **argv) {
         snprintf(acts, sizeof acts, "%.2f (%.3g in flight)", st->activation_bytes / unit, st->in_flight);
         printf("%-6d %-12s %-9s %9.2f %9.2f %9.2f %9s %18s %9.2f %10.2f  ", s, ranks,
                count_text(st->params, a, sizeof a), st->weight_bytes / unit, st->grad_bytes / unit,
-               st->optimizer_bytes / unit, par->distributed_optimizer ? "yes" : "no", acts, st->logits_bytes / unit,
+               st->optimizer_bytes / unit, dist_opt, acts, st->logits_bytes / unit,
                st->total_bytes / unit);
         print_stage_layers(st);
         putchar('\n');
@@ -227,6 +230,10 @@ int plan_main(int argc, char **argv) {
                "are not counted: leave a GiB or more)\n");
     else
         printf("(estimates of what megatrain allocates)\n");
+    if (par->distributed_optimizer && g->dp == 1)
+        printf("dist-opt: parallel.distributed_optimizer shards the AdamW states over the data-parallel ranks: at dp 1 "
+               "it shards nothing%s\n", world_given ? "" : " (without --world, plan takes the layout's smallest world, "
+               "tp x cp x pp x ep; --world N plans the launch's N ranks)");
     if (m->peft.type == PEFT_LORA) {
         const PlanStage *st = &plan.stages[plan_worst_stage(&plan)];
         int targets = 0;

@@ -129,4 +129,17 @@ grep -q "^usage: megatrain plan" "$WORK/help.txt" || fail "plan --help"
   fail "plan with ep 4 and no --world: $(cat "$WORK/err")"
 grep -q "^grid: world 8 = tp 2 x cp 1 x dp 4 x pp 1 .*8 experts over ep 4 x etp 1" "$WORK/out" ||
   fail "plan with ep 4, tp 2 and no --world should take 8 ranks: $(cat "$WORK/out")"
+# the distributed optimizer at dp 1 shards nothing: the table says so, and a line says why (without --world: the
+# smallest world of the layout); at dp 2 it shards, and no line is said
+"$MEGATRAIN" plan "$REPO/recipes/tiny/llama.yaml" --set parallel.distributed_optimizer=true > "$WORK/zero1.out" ||
+  fail "plan with the distributed optimizer at dp 1 failed"
+awk '$1 == "0" && $7 == "unsharded" { found = 1 } END { exit !found }' "$WORK/zero1.out" &&
+  grep -q "^dist-opt: parallel.distributed_optimizer shards the AdamW states over the data-parallel ranks: at dp 1 it \
+shards nothing (without --world, plan takes the layout's smallest world" "$WORK/zero1.out" ||
+  fail "plan at dp 1 should say the distributed optimizer shards nothing: $(cat "$WORK/zero1.out")"
+"$MEGATRAIN" plan "$REPO/recipes/tiny/llama.yaml" --world 2 --set parallel.distributed_optimizer=true \
+  --set train.micro_batch_size=4 > "$WORK/zero1.out" ||
+  fail "plan with the distributed optimizer at dp 2 failed"
+awk '$1 == "0" && $7 == "yes" { found = 1 } END { exit !found }' "$WORK/zero1.out" && ! grep -q "^dist-opt:" "$WORK/zero1.out" ||
+  fail "plan at dp 2: the distributed optimizer shards: $(cat "$WORK/zero1.out")"
 echo "ok"
