@@ -9,8 +9,8 @@
 #include "batch_schedule.h"
 #include "recipe_schema.h"
 
-/* Location of the deepest key of dotted `rel` present under `map`. */
-static YLoc path_loc(const YNode *map, YLoc loc, const char *rel) {
+/* Location of the deepest key of dotted `rel` present under `map`; *whole (when not NULL): whether all of it is. */
+static YLoc key_loc(const YNode *map, YLoc loc, const char *rel, bool *whole) {
     char part[MT_KEY_PATH_MAX];
     const char *p = rel;
     while (*p) {
@@ -25,8 +25,11 @@ static YLoc path_loc(const YNode *map, YLoc loc, const char *rel) {
         p += len;
         if (*p == '.') p++;
     }
+    if (whole) *whole = *p == '\0';
     return loc;
 }
+
+static YLoc path_loc(const YNode *map, YLoc loc, const char *rel) { return key_loc(map, loc, rel, NULL); }
 
 static int fail(char *err, size_t errlen, const YNode *map, YLoc loc, const char *prefix, const char *rel,
                 const char *fmt, ...) __attribute__((format(printf, 7, 8)));
@@ -38,6 +41,24 @@ static int fail(char *err, size_t errlen, const YNode *map, YLoc loc, const char
     vsnprintf(message, sizeof message, fmt, ap);
     va_end(ap);
     return key_error(err, errlen, path_loc(map, loc, rel), join_path(path, sizeof path, prefix, rel), "%s", message);
+}
+
+/* fail() of two keys at odds, blaming `rel` at its line, or at the --set that gave `other` when `rel` comes from the
+ * recipe file and `other` from the command line (--set optimizer.schedule.decay_steps=3 under the file's warmup 5). */
+static int fail_pair(char *err, size_t errlen, const YNode *root, YLoc at, const char *rel, const char *other,
+                     const char *fmt, ...) __attribute__((format(printf, 7, 8)));
+static int fail_pair(char *err, size_t errlen, const YNode *root, YLoc at, const char *rel, const char *other,
+                     const char *fmt, ...) {
+    char message[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(message, sizeof message, fmt, ap);
+    va_end(ap);
+    bool whole = false;
+    YLoc loc = path_loc(root, at, rel);
+    const YLoc other_loc = key_loc(root, at, other, &whole);
+    if (loc.line > 0 && whole && other_loc.line == 0) loc = other_loc; /* line 0: a --set (yaml_tree.h) */
+    return key_error(err, errlen, loc, rel, "%s", message);
 }
 
 int model_validate(const ModelConfig *m, const YNode *map, YLoc loc, const char *prefix, char *err, size_t errlen) {
@@ -231,8 +252,8 @@ static int validate_layout(const Recipe *r, const YNode *root, YLoc at, int worl
 static int validate_schedule(const Recipe *r, const YNode *root, YLoc at, char *err, size_t errlen) {
     const OptimizerConfig *o = &r->optimizer;
     if (o->min_lr > o->lr)
-        return fail(err, errlen, root, at, "", "optimizer.min_lr", "expected at most optimizer.lr (%g), found %g", o->lr,
-                    o->min_lr);
+        return fail_pair(err, errlen, root, at, "optimizer.min_lr", "optimizer.lr",
+                         "expected at most optimizer.lr (%g), found %g", o->lr, o->min_lr);
     if (o->warmup_fraction > 0) { /* a share of the decay span: it ends before the decay does, whatever the steps */
         char fraction[32]; /* as written: %g says 1 for 0.999999999 */
         json_format_double(fraction, sizeof fraction, o->warmup_fraction);
@@ -249,11 +270,11 @@ static int validate_schedule(const Recipe *r, const YNode *root, YLoc at, char *
      * from lr to min_lr in one step. Without it the decay spans the run, which warmup must fit. */
     if (o->decay_steps > 0) {
         if (o->decay != DECAY_CONSTANT && o->warmup_steps >= o->decay_steps)
-            return fail(err, errlen, root, at, "", "optimizer.schedule.warmup_steps",
+            return fail_pair(err, errlen, root, at, "optimizer.schedule.warmup_steps", "optimizer.schedule.decay_steps",
                         "expected fewer than optimizer.schedule.decay_steps (%ld), found %ld (the lr would drop from "
                         "optimizer.lr to min_lr in one step when warmup ends)", o->decay_steps, o->warmup_steps);
     } else if (r->train.steps > 0 && o->warmup_steps > r->train.steps) {
-        return fail(err, errlen, root, at, "", "optimizer.schedule.warmup_steps",
+        return fail_pair(err, errlen, root, at, "optimizer.schedule.warmup_steps", "train.steps",
                     "expected at most train.steps (%ld), found %ld (a short run needs --set "
                     "optimizer.schedule.warmup_steps=%ld or fewer, or a longer schedule's "
                     "optimizer.schedule.decay_steps)", r->train.steps, o->warmup_steps, r->train.steps);
@@ -271,7 +292,8 @@ static int validate_schedule(const Recipe *r, const YNode *root, YLoc at, char *
                     "expected a positive number of steps when decay is wsd, found %ld", o->wsd_decay_steps);
     long decay_steps = o->decay_steps > 0 ? o->decay_steps : r->train.steps;
     if (decay_steps > 0 && o->wsd_decay_steps > decay_steps)
-        return fail(err, errlen, root, at, "", "optimizer.schedule.wsd_decay_steps",
+        return fail_pair(err, errlen, root, at, "optimizer.schedule.wsd_decay_steps",
+                    o->decay_steps > 0 ? "optimizer.schedule.decay_steps" : "train.steps",
                     "expected at most the decay steps (%ld, from %s), found %ld", decay_steps,
                     o->decay_steps > 0 ? "optimizer.schedule.decay_steps" : "train.steps", o->wsd_decay_steps);
     return 0;

@@ -764,6 +764,13 @@ static const ErrorCase error_cases[] = {
     {"key_at_top", NULL, NULL, "seed=3", 1, NULL, "'seed'", "did you mean 'run.seed'?"},
     {"megatron_load", NULL, NULL, "train.load=ckpt", 1, NULL, "train.load", "`megatrain resume RUN_DIR` continues a "
      "run from its checkpoint; init_from: CKPT starts a new run from a checkpoint's weights"},
+    /* two keys at odds, one from the file and one from --set: the --set is blamed (at NULL), the file's key named */
+    {"set_blamed_for_warmup", NULL, NULL, "optimizer.schedule.decay_steps=5", 1, NULL,
+     "optimizer.schedule.warmup_steps", "expected fewer than optimizer.schedule.decay_steps (5), found 10"},
+    {"set_blamed_for_min_lr", NULL, NULL, "optimizer.lr=1e-4", 1, NULL, "optimizer.min_lr",
+     "expected at most optimizer.lr (0.0001), found 0.0003"},
+    {"file_blamed_without_set", "warmup_steps: 10", "warmup_steps: 10\n    decay_steps: 5", NULL, 1, "warmup_steps",
+     "optimizer.schedule.warmup_steps", "expected fewer than optimizer.schedule.decay_steps (5), found 10"},
     {"key_of_two_sections", NULL, NULL, "train.interval=3", 1, NULL, "train.interval",
      "did you mean 'checkpoint.interval' or 'logging.interval'?"},
     /* a choice spelled otherwise only in case or with '-' for '_' (Megatron's WSD) */
