@@ -294,6 +294,26 @@ int64_t data_loader_num_samples(const DataLoader *loader) { return loader->num_s
 
 int data_loader_num_datasets(const DataLoader *loader) { return loader->num_datasets; }
 
+/* Dataset d's samples before its data repeats: its packed rows, or one epoch's GPT samples of its share. */
+static int64_t dataset_distinct_samples(const DataLoader *loader, int d) {
+    if (loader->packed) return loader->rows[d].num_rows;
+    const GptSampleIndex *gi = &loader->indices[d];
+    int64_t tokens = 0;
+    for (int64_t s = gi->first_sequence; s < gi->end_sequence; s++) tokens += indexed_length(&loader->datasets[d], s);
+    return (tokens - 1) / loader->seq_len;
+}
+
+int64_t data_loader_distinct_samples(const DataLoader *loader) {
+    if (loader->num_datasets == 1) return dataset_distinct_samples(loader, 0);
+    int64_t own[MT_MAX_DATA_SOURCES], seen[MT_MAX_DATA_SOURCES] = {0};
+    for (int d = 0; d < loader->num_datasets; d++) own[d] = dataset_distinct_samples(loader, d);
+    for (int64_t i = 0; i < loader->blend.size; i++) {
+        const int d = loader->blend.dataset[i];
+        if (++seen[d] > own[d]) return i;
+    }
+    return loader->blend.size;
+}
+
 const char *data_loader_dataset(const DataLoader *loader, int i, DatasetFingerprint *fp) {
     if (fp) *fp = indexed_dataset_fingerprint(&loader->datasets[i], loader->has_mask[i] ? &loader->masks[i] : NULL);
     return loader->datasets[i].prefix;

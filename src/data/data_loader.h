@@ -43,6 +43,12 @@ DataLoader *data_loader_create(const DataConfig *data, DataSplit split, int seq_
 
 /* Samples available (>= the num_samples asked for). */
 int64_t data_loader_num_samples(const DataLoader *loader);
+/* Samples (packed rows, with data.pack) the loader reads from index 0 on before one repeats the data of an earlier
+ * one: a dataset's packed rows, or the GPT samples of one epoch of its share, (tokens - 1) / seq_len (a later
+ * sample reads the next epoch: the same documents reshuffled, gpt_sampling.h); in a blend, the samples before
+ * the first that goes past its dataset's count, or every sample it was built for (num_samples) when none does.
+ * An evaluation reading more than this counts some tokens twice (eval_coverage.h). */
+int64_t data_loader_distinct_samples(const DataLoader *loader);
 /* How many datasets the loader blends (1: one dataset, whose own samples num_samples counts). */
 int data_loader_num_datasets(const DataLoader *loader);
 

@@ -46,6 +46,7 @@
 #include "../core/error.h"
 #include "../data/data_loader.h"
 #include "../data/dataset_tokenizer.h"
+#include "../data/eval_coverage.h"
 #include "../data/micro_batch.h"
 #include "../dist/grid.h"
 #include "../model/model_device.h"
@@ -246,6 +247,17 @@ static DataLoader *open_data(const EvalOptions *opt) {
     return loader;
 }
 
+/* A warning when the --batches x --micro-batch-size samples read some of the data twice (eval_coverage.h). */
+static void warn_repeats(const DataLoader *loader, const EvalOptions *opt) {
+    char data[MT_PATH_MAX + 80], msg[MT_PATH_MAX + 1200];
+    snprintf(data, sizeof data, "%s--data %s", opt->split_given ? opt->test ? "the test share (--split) of "
+                                                                            : "the validation share (--split) of " : "",
+             opt->data);
+    const EvalCoverageNames names = {data, "--batches", "--micro-batch-size", "the loss"};
+    if (eval_coverage_repeats(loader, opt->batches, opt->micro_batch_size, &names, msg, sizeof msg))
+        mt_warn("eval: %s", msg);
+}
+
 /* --data against the tokenizer.json the checkpoint carries (src/data/dataset_tokenizer.h); -1 (reported). */
 static int check_tokenizer(const char *ckpt, const char *data) {
     CkptHfFiles files = {0};
@@ -351,6 +363,7 @@ int eval_main(int argc, char **argv) {
     }
     DataLoader *loader = open_data(&opt);
     if (loader) data_loader_set_vocab(loader, cfg.vocab_size);
+    if (loader) warn_repeats(loader, &opt);
     ModelDevice *dev = loader ? open_device(ckpt, &setup) : NULL;
     EvalResult res;
     rc = dev ? evaluate(dev, loader, &opt, &res) : -1;

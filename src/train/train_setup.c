@@ -17,6 +17,7 @@
 #include "../core/error.h"
 #include "../core/fs.h"
 #include "../data/dataset_tokenizer.h"
+#include "../data/eval_coverage.h"
 #include "../dist/comm.h"
 #include "../plan/plan.h"
 #include "../config/batch_schedule.h"
@@ -43,6 +44,15 @@ static int truncate_metrics(const char *run_dir, char *err, size_t errlen) {
     return 0;
 }
 
+/* Rank 0: a warning when train.eval_batches x train.micro_batch_size samples read some of loader twice. */
+static void warn_eval_repeats(const TrainContext *ctx, const DataLoader *loader, const char *data, const char *loss) {
+    const EvalCoverageNames names = {data, "train.eval_batches", "train.micro_batch_size", loss};
+    char msg[1024];
+    if (comm_world()->rank == 0 && eval_coverage_repeats(loader, ctx->recipe->train.eval_batches,
+                                                         ctx->recipe->train.micro_batch_size, &names, msg, sizeof msg))
+        mt_warn("%s", msg);
+}
+
 /* Open ctx->valid_data when evaluation is on; it stays NULL (with a warning)
  * when there is no validation data. With evaluation on, data.split's test
  * share (of data.train; none beside data.valid) opens ctx->test_data, for
@@ -67,11 +77,14 @@ static int open_valid_data(TrainContext *ctx, char *err, size_t errlen) {
             mt_set_error(err, errlen, "validation data: %s", loader_err);
             return -1;
         }
+        warn_eval_repeats(ctx, ctx->valid_data, recipe->data.num_valid > 0 ? "data.valid" : "data.split's validation "
+                          "share of data.train", "eval_loss");
     }
     if (!test_share) return 0;
     ctx->test_data = data_loader_create(&recipe->data, SPLIT_TEST, train->seq_len, recipe->run.seed, samples,
                                         loader_err, sizeof loader_err);
     if (!ctx->test_data) mt_warn("no test evaluation: data.split's test share: %s", loader_err);
+    else warn_eval_repeats(ctx, ctx->test_data, "data.split's test share of data.train", "test_loss");
     return 0;
 }
 

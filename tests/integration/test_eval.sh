@@ -17,6 +17,8 @@
 # other --loss, do not; the line and --json say the mask and the counted
 # targets; bad --pack-overlong / --loss values exit 2 naming the option;
 # the cuda build (when there is one) refuses --pack and per_token (exit 2).
+# More batches than the validation set's packed rows: eval and a run's setup
+# warn once of the rows read twice, naming the batches that read each once.
 source "$(dirname "$0")/lib.sh"
 
 "$MEGATRAIN" eval --help > /dev/null 2>&1 || { echo "skip: megatrain has no eval command"; exit 77; }
@@ -334,6 +336,29 @@ printf '{"prompt": "a long prompt of many bytes", "completion": "x"}\n%.0s' 1 2 
 "$MEGATRAIN" data build --format sft --input "$WORK/past9.jsonl" --output "$WORK/past9" > /dev/null
 expect_error 1 "eval: no target counted in the 2 batches of 4 x 8 tokens" "$WORK/sft_packed" --data "$WORK/past9" \
   --pack --pack-overlong truncate --seq-len 8 --batches 2 --micro-batch-size 4
+
+# 5e. more batches than the validation set holds: they wrap around and the loss counts some samples twice; eval and
+# a run's setup warn, naming the numbers and the batches that read each sample once (none at that many)
+"$MEGATRAIN" eval "$WORK/sft_packed" --data "$WORK/sft" --pack --seq-len 64 --micro-batch-size 2 --batches 100 \
+  > /dev/null 2> "$WORK/repeat.err" || { cat "$WORK/repeat.err"; fail "eval --batches 100 exited non-zero"; }
+re="warning: eval: --data $WORK/sft holds ([0-9]+) packed rows; --batches 100 x --micro-batch-size 2 reads 200, so "
+re+="([0-9]+) are read again and the loss counts their tokens twice or more: --batches ([0-9]+) reads"
+[[ "$(cat "$WORK/repeat.err")" =~ $re ]] || fail "eval --batches 100: no warning of repeated rows: $(cat "$WORK/repeat.err")"
+rows=${BASH_REMATCH[1]}
+[[ ${BASH_REMATCH[2]} == $((200 - rows)) && ${BASH_REMATCH[3]} == $((rows / 2)) ]] \
+  || fail "eval --batches 100: the numbers of $rows rows: $(cat "$WORK/repeat.err")"
+"$MEGATRAIN" eval "$WORK/sft_packed" --data "$WORK/sft" --pack --seq-len 64 --micro-batch-size 2 \
+  --batches $((rows / 2)) > /dev/null 2> "$WORK/once.err" || fail "eval --batches $((rows / 2)) exited non-zero"
+! grep -q "read again" "$WORK/once.err" || fail "eval --batches $((rows / 2)) of $rows rows: $(cat "$WORK/once.err")"
+! grep -q "read again" "$WORK/sft_packed.log" || fail "a warning of repeated rows for 3 x 2 of $rows: $(grep warning "$WORK/sft_packed.log")"
+"$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/repeat_run" --set train.steps=1 --set optimizer.schedule.warmup_steps=1 \
+  --set checkpoint.interval=0 --set train.micro_batch_size=2 --set "train.batch_schedule=[{step: 0, global_batch_size: 2}]" \
+  --set train.eval_interval=1 --set train.eval_batches=$((rows / 2 + 1)) --set data.pack=true \
+  --set "data.train=[{path: $WORK/sft, weight: 1.0}]" --set "data.valid=[{path: $WORK/sft, weight: 1.0}]" \
+  > "$WORK/repeat_run.log" 2>&1 || { cat "$WORK/repeat_run.log"; fail "the run with more eval batches failed"; }
+grep -qF "warning: data.valid holds $rows packed rows; train.eval_batches $((rows / 2 + 1)) x train.micro_batch_size 2 reads $((rows / 2 * 2 + 2)), so $((rows / 2 * 2 + 2 - rows)) are read again and eval_loss counts their tokens twice or more: train.eval_batches $((rows / 2))" \
+  "$WORK/repeat_run.log" || fail "the run: no warning of repeated rows: $(grep warning "$WORK/repeat_run.log")"
+[[ $(grep -c "read again" "$WORK/repeat_run.log") == 1 ]] || fail "the run warned of repeated rows more than once"
 
 # 5c. bad values of the new options: exit 2 naming the option
 expect_error 2 "--loss: expected per_micro_batch or per_token, found 'mean'" "$ckpt" --data "$WORK/sft" --loss mean

@@ -23,6 +23,7 @@
 #include "core/crc32c.h"
 #include "data/blend.h"
 #include "data/data_loader.h"
+#include "data/eval_coverage.h"
 #include "data/gpt_sampling.h"
 #include "data/indexed_dataset.h"
 #include "data/sample_cache.h"
@@ -716,6 +717,84 @@ static void test_valid_sources_and_errors(void **state) {
     assert_non_null(strstr(err, "nowhere.idx"));
 }
 
+/* The first of loader's samples 0 .. n-1 whose targets (positions 1..SEQ_LEN; packed: those not -1) hold a token
+ * an earlier sample's targets held (tokens say their dataset, document and place): n when none does. */
+static int64_t first_repeat(const DataLoader *loader, int64_t n) {
+    int32_t *seen = calloc((size_t)n * SEQ_LEN, sizeof *seen), sample[SEQ_LEN + 1], in[SEQ_LEN], pos[SEQ_LEN];
+    int64_t count = 0, at = 0;
+    for (; at < n; at++) {
+        const int32_t *targets = sample + 1;
+        if (data_loader_packed(loader)) {
+            assert_int_equal(data_loader_get_packed(loader, at, in, sample + 1, pos), 0);
+        } else {
+            assert_int_equal(data_loader_get(loader, at, sample), 0);
+        }
+        bool again = false;
+        for (int t = 0; t < SEQ_LEN && !again; t++)
+            for (int64_t k = 0; k < count && targets[t] >= 0 && !again; k++) again = seen[k] == targets[t];
+        if (again) break;
+        for (int t = 0; t < SEQ_LEN; t++)
+            if (targets[t] >= 0) seen[count++] = targets[t];
+    }
+    free(seen);
+    return at;
+}
+
+/* data_loader_distinct_samples is where the samples start to repeat: one epoch's (tokens - 1) / seq_len GPT
+ * samples, the packed rows, and in a blend the first sample past its dataset's own; eval_coverage_repeats warns
+ * past it, naming the batches that read the set once. */
+static void test_distinct_samples(void **state) {
+    (void)state;
+    char a[512], b[512], msg[1024];
+    make_dataset("distinct_a", 20, 0, a, sizeof a);
+    make_dataset("distinct_b", 9, 1000000, b, sizeof b);
+    int64_t tokens = 0;
+    for (int d = 0; d < 20; d++) tokens += doc_length(d);
+    DataConfig data;
+    one_source(&data, a, 1, 0, 0, "");
+    DataLoader *loader = create_ok(&data, SPLIT_TRAIN, 7, 200);
+    const int64_t distinct = data_loader_distinct_samples(loader);
+    assert_int_equal(distinct, (tokens - 1) / SEQ_LEN);
+    assert_int_equal(first_repeat(loader, 200), distinct);
+    const EvalCoverageNames names = {"data.valid", "train.eval_batches", "train.micro_batch_size", "eval_loss"};
+    assert_false(eval_coverage_repeats(loader, distinct, 1, &names, msg, sizeof msg));
+    assert_true(eval_coverage_repeats(loader, distinct + 2, 1, &names, msg, sizeof msg));
+    char want[512];
+    snprintf(want, sizeof want, "data.valid holds %lld samples of one epoch ((tokens - 1) / seq_len); "
+             "train.eval_batches %lld x train.micro_batch_size 1 reads %lld, so 2 are read again and eval_loss counts "
+             "their tokens twice or more: train.eval_batches %lld reads each once", (long long)distinct,
+             (long long)distinct + 2, (long long)distinct + 2, (long long)distinct);
+    if (strcmp(msg, want) != 0) fail_msg("%s\n(expected %s)", msg, want);
+    assert_true(eval_coverage_repeats(loader, 1, distinct + 1, &names, msg, sizeof msg));
+    if (!strstr(msg, "fewer than one micro-batch: give a smaller train.micro_batch_size")) fail_msg("%s", msg);
+    data_loader_free(loader);
+
+    data.pack = true, data.pack_overlong = PACK_OVERLONG_TRUNCATE;
+    loader = create_ok(&data, SPLIT_TRAIN, 7, 1);
+    const int64_t rows = data_loader_distinct_samples(loader);
+    assert_int_equal(rows, data_loader_num_samples(loader));
+    assert_int_equal(first_repeat(loader, rows + 3), rows);
+    assert_false(eval_coverage_repeats(loader, rows / 2, 2, &names, msg, sizeof msg));
+    assert_true(eval_coverage_repeats(loader, rows / 2 + 1, 2, &names, msg, sizeof msg));
+    assert_true(eval_coverage_repeats(loader, rows + 1, 1, &names, msg, sizeof msg));
+    if (!strstr(msg, "packed rows")) fail_msg("%s", msg);
+    data_loader_free(loader);
+
+    for (int packed = 0; packed < 2; packed++) { /* a blend: b runs out first */
+        data.pack = packed;
+        data.num_train = 2;
+        snprintf(data.train[1].path, sizeof data.train[1].path, "%s", b);
+        data.train[0].weight = 1, data.train[1].weight = 1;
+        loader = create_ok(&data, SPLIT_TRAIN, 7, 120);
+        const int64_t blend = data_loader_distinct_samples(loader);
+        assert_true(blend > 0 && blend < 120);
+        assert_int_equal(first_repeat(loader, 120), blend);
+        assert_true(eval_coverage_repeats(loader, blend + 1, 1, &names, msg, sizeof msg));
+        if (!strstr(msg, "data.valid (a blend of 2 datasets) gives")) fail_msg("%s", msg);
+        data_loader_free(loader);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sample_windows, setup, teardown),
@@ -732,6 +811,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_cache_written_and_reused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_damaged_cache_rebuilt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_valid_sources_and_errors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_distinct_samples, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
