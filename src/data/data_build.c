@@ -107,7 +107,8 @@ static const char *const build_usage_text =
     "                       blocks), written in C after the published templates for plain text\n"
     "                       messages (Jinja is not evaluated); auto: the model's own (chat_template.jinja\n"
     "                       or tokenizer_config.json beside --tokenizer) when it is one of these, and a\n"
-    "                       named template that is not the model's own is warned of;\n"
+    "                       named template that is not the model's own (or beside an own one that\n"
+    "                       is none of these) is warned of;\n"
     "                       without it a prompt/completion record is prompt + completion + the\n"
     "                       end-of-document token, and messages records are refused; with it no\n"
     "                       end of document is appended, and each of the template's special tokens\n"
@@ -581,6 +582,15 @@ static char *model_chat_template(const Tokenizer *tok, char *from, size_t fromle
     return text;
 }
 
+/* How to train on a template megatrain does not render: records whose ids are the template's (the completion stops
+ * before the end-of-turn token, which data build appends as the end-of-document token: written in the completion too
+ * it would be trained twice). docs/data.md says the same. */
+#define RENDER_IT_YOURSELF                                                                                             \
+    "render each conversation with it yourself into a prompt/completion record: \"prompt\" is transformers' "        \
+    "apply_chat_template(messages[:-1], tokenize=False, add_generation_prompt=True), \"completion\" the rest of "     \
+    "apply_chat_template(messages, tokenize=False) after it, cut before its last end-of-turn token (data build "      \
+    "appends the end-of-document token: --eod-token END_OF_TURN unless the tokenizer's eos_token is it; no --add-bos)"
+
 /* --chat-template auto: the model's own template, which must be one of ours; a template given by name that is not
  * the model's own (chatml for a Qwen3) is said, as the data would not be what the model sees at inference.
  * 0, or -1 (reported). */
@@ -598,15 +608,13 @@ static int resolve_template(BuildOptions *opt, const Tokenizer *tok) {
         mt_warn("data build: the model's chat template (%s) is %s's by its marks, but writes text the published "
                 "template does not (%d piece%s, the first: \"%s\"): megatrain renders the published %s template, "
                 "without it, so if the model was tuned with that text the data will not look like what it sees at "
-                "inference (render the conversations with its template yourself, e.g. transformers' "
-                "apply_chat_template, into prompt/completion records)", from, sft_template_name((SftTemplate)own),
+                "inference (to keep that text, " RENDER_IT_YOURSELF ")", from, sft_template_name((SftTemplate)own),
                 foreign, foreign == 1 ? "" : "s", extra, sft_template_name((SftTemplate)own));
     if (opt->chat_template_auto) {
         if (own < 0) {
             if (found) /* another model's template: rendering it with one of ours would not be what it sees */
                 mt_error("data build: --chat-template auto: the model's chat template (%s) is none of those megatrain "
-                         "renders (%s), and arbitrary Jinja templates are not evaluated: render the conversations "
-                         "with it yourself (e.g. transformers' apply_chat_template) into prompt/completion records",
+                         "renders (%s), and arbitrary Jinja templates are not evaluated: " RENDER_IT_YOURSELF,
                          from, sft_template_names());
             else if (names[0])
                 mt_error("data build: --chat-template auto: tokenizer_config.json beside the tokenizer has named chat "
@@ -628,6 +636,11 @@ static int resolve_template(BuildOptions *opt, const Tokenizer *tok) {
         mt_warn("data build: --chat-template %s, but the model's own template (%s) is %s's: the data will not look like "
                 "what the model sees at inference (--chat-template %s, or auto)", sft_template_name(opt->chat_template),
                 from, sft_template_name((SftTemplate)own), sft_template_name((SftTemplate)own));
+    else if (found && own < 0 && opt->chat_template != SFT_TEMPLATE_NONE)
+        mt_warn("data build: --chat-template %s, but the model's own template (%s) is none of those megatrain "
+                "recognizes (%s): the data may not look like what the model sees at inference (a system prompt or "
+                "markup of its own); `data inspect` shows what was built. To train on its rendering, "
+                RENDER_IT_YOURSELF, sft_template_name(opt->chat_template), from, sft_template_names());
     return 0;
 }
 

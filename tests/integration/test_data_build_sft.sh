@@ -296,8 +296,8 @@ mkdir -p "$D/other" && cp "$FIX/llama3/tokenizer.json" "$D/other/" && cp "$D/lla
 rc=0; "$MEGATRAIN" data build --format sft --chat-template auto --tokenizer "$D/other" --input "$D/chat.jsonl" \
   --output "$D/out/auto-other" 2> "$D/err.txt" || rc=$?
 [[ $rc -eq 2 ]] && grep -qF -- "--chat-template auto: the model's chat template ($D/other/chat_template.jinja) is none of those \
-megatrain renders (llama3, llama3.1, chatml, qwen3), and arbitrary Jinja templates are not evaluated: render the \
-conversations with it yourself" "$D/err.txt" || fail "auto with another template: $rc $(cat "$D/err.txt")"
+megatrain renders (llama3, llama3.1, chatml, qwen3), and arbitrary Jinja templates are not evaluated: render each \
+conversation with it yourself into a prompt/completion record" "$D/err.txt" || fail "auto with another template: $rc $(cat "$D/err.txt")"
 # tokenizer_config.json's chat_template (a named list, its default), Llama 3.1's: auto finds it there
 mkdir -p "$D/llama31" && cp "$FIX/llama3/tokenizer.json" "$D/llama31/"
 python3 -c 'import json, sys; json.dump({"chat_template": [{"name": "tool_use", "template": "x"},
