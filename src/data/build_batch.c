@@ -180,6 +180,7 @@ static int run_sft_line(const BuildSpec *spec, BuildWorkerState *w, BuildBatch *
         fail_line(b, number, "%s:%lld: %s", spec->input, (long long)number, why);
         return -1;
     }
+    if (w->rendered.empty_replies > 0 && b->empty_reply_records++ == 0) b->first_empty_reply = number;
     size_t first = b->ntokens;
     if (spec->bos_id >= 0) append_tokens(b, &spec->bos_id, 1, false); /* --add-bos, no template: masked */
     for (size_t k = 0; k < w->rendered.nsegments; k++) {
@@ -201,7 +202,7 @@ static int run_sft_line(const BuildSpec *spec, BuildWorkerState *w, BuildBatch *
 
 void build_batch_run(const BuildSpec *spec, BuildWorkerState *w, BuildBatch *b) {
     b->ntokens = b->ndocs = 0;
-    b->blank_lines = b->empty_texts = b->counted_tokens = 0;
+    b->blank_lines = b->empty_texts = b->counted_tokens = b->empty_reply_records = b->first_empty_reply = 0;
     b->error_line = 0;
     b->error[0] = '\0';
     const char *p = b->in.text, *end = b->in.text + b->in.len;

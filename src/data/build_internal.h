@@ -94,6 +94,8 @@ typedef struct BuildBatch {
     int32_t *doc_tokens;     /* tokens of each document (its end-of-document token included) */
     size_t ndocs, docs_cap;
     int64_t blank_lines, empty_texts;
+    int64_t empty_reply_records;   /* SFT: records with an empty assistant reply (SftRendered.empty_replies) */
+    int64_t first_empty_reply;     /* the line of the batch's first of them, 0 when none */
     int64_t error_line;      /* 0: no error; else the line the message is about */
     char error[768];
 } BuildBatch;

@@ -327,6 +327,7 @@ typedef struct BuildState {
     const char *bos_name;
     int dtype;
     int64_t blank_lines, empty_texts;
+    int64_t empty_reply_records, first_empty_reply; /* SFT: records with an empty reply, the first one's line */
     InputFormat format;
 } BuildState;
 
@@ -353,6 +354,8 @@ static int write_batch(void *ctx, BuildBatch *b) {
     st->counted_tokens += b->counted_tokens;
     st->blank_lines += b->blank_lines;
     st->empty_texts += b->empty_texts;
+    if (b->empty_reply_records && !st->empty_reply_records) st->first_empty_reply = b->first_empty_reply;
+    st->empty_reply_records += b->empty_reply_records;
     if (b->format != FORMAT_UNKNOWN) st->format = b->format;
     if (b->error_line) {
         mt_error("%s", b->error);
@@ -786,6 +789,13 @@ int data_build_main(int argc, char **argv) {
         if (dataset_tokenizer_write(opt.output, &made_by, opt.input, documents, tokens, err, sizeof err) != 0)
             mt_log_warn("data build: %s (the dataset is complete; a run cannot check its tokenizer)", err);
         print_summary(&st, documents, tokens, mt_now() - start);
+        if (st.empty_reply_records > 0) /* what transformers' template and TRL would train too, but rarely meant */
+            mt_warn("data build: %lld record%s of %s hold%s an empty assistant reply (content \"\" or whitespace only; "
+                    "the first: %s:%lld): only its %s token is trained, which teaches the model to answer with "
+                    "nothing; fix or drop them if that is not meant", (long long)st.empty_reply_records,
+                    st.empty_reply_records == 1 ? "" : "s", opt.input, st.empty_reply_records == 1 ? "s" : "",
+                    opt.input, (long long)st.first_empty_reply,
+                    opt.chat_template == SFT_TEMPLATE_NONE ? "end-of-document" : "end-of-turn");
     }
     build_reader_close(&st.reader);
     tokenizer_free(st.tok);

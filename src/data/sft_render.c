@@ -435,6 +435,13 @@ int sft_render(const JsonValue *record, SftTemplate t, SftRendered *out, char *w
     Message *m;
     size_t n;
     if (read_messages(record, t, &m, &n, why, whylen) != 0) return -1;
+    out->empty_replies = 0;
+    for (size_t i = 0; i < n; i++) {
+        const char *c = m[i].content;
+        size_t len = m[i].len;
+        trim(&c, &len);
+        out->empty_replies += counted(&m[i]) && len == 0 && !(t == SFT_TEMPLATE_QWEN3 && m[i].reasoning_len > 0);
+    }
     if (t == SFT_TEMPLATE_LLAMA3 || t == SFT_TEMPLATE_LLAMA31) render_llama3(m, n, t == SFT_TEMPLATE_LLAMA31, out);
     else if (t == SFT_TEMPLATE_CHATML) render_chatml(m, n, out);
     else if (t == SFT_TEMPLATE_QWEN3) render_qwen3(m, n, out);

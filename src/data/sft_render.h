@@ -82,6 +82,8 @@ typedef struct SftRendered {
     size_t len, cap;
     SftSegment *segments;
     size_t nsegments, segments_cap;
+    size_t empty_replies; /* trained assistant messages (completions) whose content is empty or whitespace only
+                           * (and, under qwen3, without reasoning): only their end of turn is trained */
 } SftRendered;
 
 /* Render record under template t into out (cleared first). 0, or -1 with

@@ -8,6 +8,7 @@
 # as the whole rendered text (special tokens as single ids), and `data
 # inspect` shows the masked fraction. Bad records stop the build naming the
 # file and line (exit 1); a template that does not exist is a usage error (exit 2).
+# Empty assistant replies are counted and warned of, naming the first line.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 D="$WORK"
@@ -403,6 +404,36 @@ rc=0; "$MEGATRAIN" data build --input "$D/plain.txt" --output "$D/out/lone" 2> "
 grep -q "removed .*pair_mask.{bin,idx}, the loss mask of the dataset replaced" "$D/log.txt" &&
   [[ ! -e "$D/out/pair_mask.bin" && ! -e "$D/out/pair_mask.idx" && -e "$D/out/pair.idx" ]] ||
   fail "text over an SFT prefix: the old mask stayed: $(ls "$D/out" | grep pair)"
+# empty assistant replies (content "" or whitespace only) train only their end of turn: counted, and a warning at the
+# end names how many records and the first one's line, across batches and workers (a reply with qwen3 reasoning is
+# not empty: the reasoning is trained); none for records with replies
+python3 - "$D/empty.jsonl" <<'PY'
+import json, sys
+say = lambda c: {"messages": [{"role": "user", "content": "q"}, {"role": "assistant", "content": c}]}
+with open(sys.argv[1], "w") as f:
+    for i in range(1, 30001):  # about 2.4 MB: several batches
+        if i == 12345: f.write(json.dumps(say("")) + "\n")
+        elif i == 20000: f.write(json.dumps(say(" \n\t")) + "\n")
+        elif i == 25000: f.write(json.dumps({"prompt": "q", "completion": ""}) + "\n")
+        elif i == 26000:
+            f.write(json.dumps({"messages": [{"role": "user", "content": "q"},
+                                             {"role": "assistant", "content": "", "reasoning_content": "hm"}]}) + "\n")
+        else: f.write(json.dumps(say("fine %d" % i)) + "\n")
+PY
+for template in chatml qwen3; do
+  "$MEGATRAIN" data build --format sft --chat-template $template --workers 3 --input "$D/empty.jsonl" \
+    --output "$D/out/empty" --overwrite > /dev/null 2> "$D/err.txt" || fail "empty replies, $template: the build failed"
+  n=3; [[ $template == chatml ]] && n=4 # the reply with only reasoning_content is empty without qwen3
+  grep -qF "warning: data build: $n records of $D/empty.jsonl hold an empty assistant reply (content \"\" or whitespace \
+only; the first: $D/empty.jsonl:12345): only its end-of-turn token is trained" "$D/err.txt" ||
+    fail "empty replies, $template: $(cat "$D/err.txt")"
+done
+printf '%s\n' '{"prompt": "q", "completion": ""}' > "$D/empty1.jsonl"
+"$MEGATRAIN" data build --format sft --input "$D/empty1.jsonl" --output "$D/out/empty1" > /dev/null 2> "$D/err.txt"
+grep -qF "1 record of $D/empty1.jsonl holds an empty assistant reply (content \"\" or whitespace only; the first: \
+$D/empty1.jsonl:1): only its end-of-document token is trained" "$D/err.txt" || fail "an empty completion: $(cat "$D/err.txt")"
+"$MEGATRAIN" data build --format sft --chat-template llama3 --input "$D/chat.jsonl" --output "$D/out/nonempty" \
+  > /dev/null 2> "$D/err.txt" && ! grep -q "empty assistant reply" "$D/err.txt" || fail "replies: $(cat "$D/err.txt")"
 # (to a file first: grep -q on a pipe may exit before the writer ends, and pipefail would see its SIGPIPE)
 "$MEGATRAIN" data build --help > "$WORK/help.txt" || fail "--help failed"
 grep -q -- "--chat-template NAME" "$WORK/help.txt" || fail "--help lacks --chat-template"
