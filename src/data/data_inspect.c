@@ -8,7 +8,8 @@
  * shown as <id:N>). --json prints the same as one JSON object.
  *
  * An SFT dataset's loss mask (PREFIX_mask.{bin,idx}, loss_mask.h) is
- * checked against the tokens and its counted and masked tokens shown.
+ * checked against the tokens and its counted and masked tokens shown; with
+ * --show-mask the shown documents mark the spans it counts in [[ ]].
  *
  * The whole .bin is read once for the ids (mmapped: about as fast as the
  * disk). A missing or corrupt dataset is an error naming the file and what
@@ -37,7 +38,7 @@
 #define TEXT_SHOWN_BYTES 2000 /* of each document in the text output */
 
 static const char *const inspect_usage_text =
-    "usage: megatrain data inspect PREFIX [--tokenizer PATH] [--docs N] [--json]\n"
+    "usage: megatrain data inspect PREFIX [--tokenizer PATH] [--docs N] [--show-mask] [--json]\n"
     "\n"
     "Summarize the Megatron indexed dataset PREFIX.bin + PREFIX.idx: documents, tokens, token dtype,\n"
     "the smallest and largest id, documents ending with the end-of-document token, document lengths\n"
@@ -46,13 +47,15 @@ static const char *const inspect_usage_text =
     "  --tokenizer PATH   tokenizer.json (or a model directory holding it) to decode with and to check\n"
     "                     the ids against (default: the byte tokenizer of `data build`)\n"
     "  --docs N           how many documents to show, from the first (default 3; 0 for none)\n"
+    "  --show-mask        an SFT dataset's shown documents with the spans its loss mask counts in\n"
+    "                     [[ ]] (each span decoded on its own)\n"
     "  --json             one JSON object on stdout instead of text (every shown document's ids and\n"
     "                     whole text)\n";
 
 typedef struct InspectOptions {
     const char *prefix, *tokenizer;
     long docs;
-    bool json;
+    bool json, show_mask;
 } InspectOptions;
 
 /* 0 to go on, 1 after --help, 2 on a usage error (reported). */
@@ -67,6 +70,8 @@ static int parse_options(int argc, char **argv, InspectOptions *opt) {
         }
         if (strcmp(a, "--json") == 0) {
             opt->json = true;
+        } else if (strcmp(a, "--show-mask") == 0) {
+            opt->show_mask = true;
         } else if (strcmp(a, "--tokenizer") == 0 || strcmp(a, "--docs") == 0) {
             if (i + 1 >= argc) {
                 mt_error("data inspect: %s needs a value\n%s", a, inspect_usage_text);
@@ -187,7 +192,6 @@ static int decode_ids(const Tokenizer *tok, const int32_t *ids, size_t n, TokenT
     return 0;
 }
 
-/* text with control characters, '"' and '\\' escaped (C style), at most max bytes. */
 /* A document's ids, the first 64 of them, for a document that is not decoded. */
 static void print_ids(const int32_t *ids, int64_t n) {
     const int64_t shown = n < 64 ? n : 64;
@@ -195,6 +199,7 @@ static void print_ids(const int32_t *ids, int64_t n) {
     if (n > shown) printf(" ... (%lld more)", (long long)(n - shown));
 }
 
+/* text with control characters, '"' and '\\' escaped (C style), at most max bytes. */
 static void print_escaped(const char *text, size_t len, size_t max) {
     size_t n = len < max ? len : max;
     while (n > 0 && n < len && ((unsigned char)text[n] & 0xC0) == 0x80) n--; /* a whole character */
@@ -210,6 +215,24 @@ static void print_escaped(const char *text, size_t len, size_t max) {
     }
     putchar('"');
     if (n < len) printf(" ... (%zu more bytes)", len - n);
+}
+
+/* --show-mask: the text of ids with each run of tokens the mask counts decoded on its own between "[[" and "]]",
+ * the masked runs between them decoded on their own too. 0, or -1 with err (a run decode_ids refused). */
+static int decode_marked(const Tokenizer *tok, const int32_t *ids, const int32_t *mask, size_t n, TokenText *out,
+                         char *err, size_t errlen) {
+    TokenText run = {0};
+    out->len = 0;
+    int rc = 0;
+    for (size_t at = 0, end; at < n && rc == 0; at = end) {
+        for (end = at + 1; end < n && (mask[end] != 0) == (mask[at] != 0);) end++;
+        rc = decode_ids(tok, ids + at, end - at, &run, err, errlen);
+        if (mask[at]) token_text_append(out, "[[", 2);
+        if (rc == 0) token_text_append(out, run.data, run.len);
+        if (mask[at]) token_text_append(out, "]]", 2);
+    }
+    token_text_free(&run);
+    return rc;
 }
 
 /* Bytes of the .bin after the end of its last document: Megatron's format lets an .idx name less than its .bin
@@ -420,9 +443,12 @@ int data_inspect_main(int argc, char **argv) {
         else
             print_build_record(opt.prefix, &record);
         if (has_mask)
-            printf("  loss mask: %s_mask.{bin,idx}: %lld of %lld tokens counted, %lld masked (%.1f%% masked)\n",
+            printf("  loss mask: %s_mask.{bin,idx}: %lld of %lld tokens counted, %lld masked (%.1f%% masked)%s\n",
                    opt.prefix, (long long)counted, (long long)s.tokens, (long long)(s.tokens - counted),
-                   s.tokens ? 100.0 * (double)(s.tokens - counted) / (double)s.tokens : 0.0);
+                   s.tokens ? 100.0 * (double)(s.tokens - counted) / (double)s.tokens : 0.0,
+                   opt.show_mask ? "; counted spans in [[ ]] below" : "; --show-mask marks them in the documents");
+        else if (opt.show_mask)
+            printf("  loss mask: none (--show-mask: every token counts)\n");
         if (shown > 0 && recorded_tok)
             printf("  first %lld document%s (not decoded: --tokenizer with the tokenizer.json that built it decodes "
                    "them):\n", (long long)shown, shown == 1 ? "" : "s");
@@ -436,7 +462,10 @@ int data_inspect_main(int argc, char **argv) {
     rc = MT_EXIT_OK;
     for (int64_t d = 0; d < shown; d++) {
         int64_t n = read_document(&ds, d, &ids, &cap);
-        int decoded = !recorded_tok && decode_ids(tok, ids, (size_t)n, &text, err, sizeof err) == 0;
+        const bool marked = has_mask && opt.show_mask && !opt.json;
+        if (marked || (has_mask && opt.json)) read_document(&mask, d, &mask_of, &mask_cap);
+        int decoded = !recorded_tok && (marked ? decode_marked(tok, ids, mask_of, (size_t)n, &text, err, sizeof err)
+                                               : decode_ids(tok, ids, (size_t)n, &text, err, sizeof err)) == 0;
         if (opt.json) {
             jw_begin_object(&w);
             jw_key(&w, "index"), jw_int(&w, d);
@@ -446,7 +475,6 @@ int data_inspect_main(int argc, char **argv) {
             for (int64_t i = 0; i < n; i++) jw_int(&w, ids[i]);
             jw_end_array(&w);
             if (has_mask) { /* 1 where the token counts in the loss as a target: -100 elsewhere for transformers */
-                read_document(&mask, d, &mask_of, &mask_cap);
                 jw_key(&w, "mask");
                 jw_begin_array(&w);
                 for (int64_t i = 0; i < n; i++) jw_int(&w, mask_of[i]);

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # test_data_inspect.sh: `megatrain data inspect PREFIX [--tokenizer PATH]
-# [--docs N] [--json]` says what a dataset holds: documents, tokens, dtype,
+# [--docs N] [--show-mask] [--json]` says what a dataset holds: documents, tokens, dtype,
 # the id range against the vocabulary, documents ending with the
 # end-of-document token, document lengths (min / mean / median / p95 / max,
 # nearest rank: checked on 100 documents of known lengths), and the first
 # documents' ids and text decoded (the fixtures' ids and texts of
 # tests/fixtures/tokenizers, in text and JSON), and which tokenizer built it
 # (PREFIX.build.json: --tokenizer's or not, none, unreadable; without --tokenizer its vocabulary and
-# end-of-document id, the documents' ids undecoded). A missing or corrupt dataset
+# end-of-document id, the documents' ids undecoded); --show-mask marks the
+# spans an SFT dataset's loss mask counts. A missing or corrupt dataset
 # is an error naming the file and what is wrong. Under mpirun and srun rank 0 alone
 # answers; a Slurm batch script's own call (no srun) is one process and says nothing of ranks.
 set -euo pipefail
@@ -61,6 +62,22 @@ expect "end of document: none appended (its build record says so: a chat templat
 expect "this is the loss mask of $D/chat (1 where a token counts in the loss), not tokens; give $D/chat as data"
 "$MEGATRAIN" data inspect "$D/chat_mask" --docs 0 --json > "$D/out.txt"
 expect "\"loss_mask_of\":\"$D/chat\""
+# --show-mask: the spans the loss mask counts marked [[ ]] in the decoded documents (byte tokenizer and Llama 3's)
+printf '%s\n' '{"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Bye"}, {"role": "assistant", "content": "See you."}]}' > "$D/two.jsonl"
+for tokenizer in byte llama3; do
+  opts=(); [[ $tokenizer == llama3 ]] && opts=(--tokenizer "$FIX/llama3")
+  "$MEGATRAIN" data build --format sft --chat-template llama3 "${opts[@]}" --input "$D/two.jsonl" --output "$D/two-$tokenizer" > /dev/null
+  "$MEGATRAIN" data inspect "$D/two-$tokenizer" "${opts[@]}" --docs 1 --show-mask > "$D/out.txt"
+  expect '[0] '
+  expect '"<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n[[Hello!<|eot_id|>]]<|start_header_id|>user<|end_header_id|>\n\nBye<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n[[See you.<|eot_id|>]]"'
+  expect "masked); counted spans in [[ ]] below"
+  "$MEGATRAIN" data inspect "$D/two-$tokenizer" "${opts[@]}" --docs 1 > "$D/out.txt"
+  expect "masked); --show-mask marks them in the documents"
+  ! grep -qF '[[' "$D/out.txt" || fail "$tokenizer: spans marked without --show-mask: $(cat "$D/out.txt")"
+done
+"$MEGATRAIN" data inspect "$D/lengths" --docs 1 --show-mask > "$D/out.txt"
+expect "loss mask: none (--show-mask: every token counts)"
+expect '[0] 2 tokens: "x\n"'
 rm "$D/chat.build.json"
 "$MEGATRAIN" data inspect "$D/chat" --docs 0 > "$D/out.txt"
 expect "end of document (id 10) ends 0 of 20 documents"
