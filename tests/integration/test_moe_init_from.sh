@@ -22,7 +22,7 @@ run() {
   local dir=$1; shift
   "$MEGATRAIN" run "$REPO/recipes/tiny/qwen3_moe.yaml" --set run.dir="$dir" --set train.steps=1 \
     --set train.seq_len=32 --set train.micro_batch_size=2 --set "train.batch_schedule=[{step: 0, global_batch_size: 2}]" \
-    --set optimizer.schedule.warmup_steps=1 --set train.eval_interval=0 --set logging.interval=1 \
+    --set optimizer.schedule.warmup_steps=0 --set train.eval_interval=0 --set logging.interval=1 \
     --set "data.train=[{path: $WORK/english, weight: 1.0}]" "$@"
 }
 first_loss() { json_field "$1/metrics.jsonl" loss | head -n 1; }
