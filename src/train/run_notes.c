@@ -105,6 +105,7 @@ static void note_batch_stages(const TrainConfig *train, long total_steps, RunNot
     const double last_tokens = (double)train_schedule_samples(train, total_steps - 1) * train->seq_len;
     for (int i = 1; i < train->num_batch_stages; i++) {
         const BatchStage *stage = &train->batch_stages[i];
+        const int before = notes->count;
         if (!train->batch_stages_in_tokens && stage->start >= (double)total_steps)
             add(notes, "train.batch_schedule[%d] (step %.0f, global batch size %ld) starts after this run's last "
                 "step (%ld; a stage at step N applies from the logged step N + 1): it never applies", i, stage->start,
@@ -113,6 +114,7 @@ static void note_batch_stages(const TrainConfig *train, long total_steps, RunNot
             add(notes, "train.batch_schedule stage %d (from %.0f tokens, global batch size %ld) starts after "
                 "the %.0f tokens this run consumes before its last step: it never applies", i, stage->start,
                 stage->global_batch_size, last_tokens);
+        if (notes->count > before) notes->line[before] = true;
     }
 }
 
@@ -160,5 +162,8 @@ void run_notes_say(const Recipe *recipe) {
 }
 
 void run_notes_print(const RunNotes *notes) {
-    for (int i = 0; i < notes->count; i++) mt_log_warn("%s", notes->text[i]);
+    for (int i = 0; i < notes->count; i++) {
+        if (notes->line[i]) mt_log("note: %s", notes->text[i]);
+        else mt_log_warn("%s", notes->text[i]);
+    }
 }

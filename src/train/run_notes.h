@@ -5,6 +5,7 @@
 #ifndef MT_TRAIN_RUN_NOTES_H
 #define MT_TRAIN_RUN_NOTES_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "../config/recipe.h"
@@ -15,6 +16,8 @@
 typedef struct RunNotes {
     int count;
     char text[RUN_NOTES_MAX][RUN_NOTE_LEN];
+    bool line[RUN_NOTES_MAX]; /* said as a line, not a warning: a batch stage past the end (a short run of a recipe
+                               * made for a longer one, as the tests and the demo run them, asks nothing of anyone) */
 } RunNotes;
 
 /* data.train and data.valid: a prefix listed twice in one of them (each entry reads the same samples in the same
@@ -29,7 +32,7 @@ void run_notes_schedule(const Recipe *recipe, long total_steps, RunNotes *notes)
  * the lr of the last step. */
 void run_notes_lr_line(const Recipe *recipe, long total_steps, char *buf, size_t len);
 
-/* Each note through mt_log_warn. */
+/* Each note through mt_log_warn, or mt_log ("note: ...") where it is a line. */
 void run_notes_print(const RunNotes *notes);
 
 /* The notes of the recipe's data and schedule (over train_total_steps), printed. */
