@@ -11,7 +11,8 @@
 #   the first trains (exit 1, naming the holder) and changes nothing;
 # - relative data paths are written absolute, so a resume from another
 #   directory reads the same data;
-# - a run.dir that is a file, or under one, is refused as such.
+# - a run.dir that is a file, or under one, is refused as such;
+# - run.dir/checkpoints may be a link to another file system: saves, retention and resume go through it.
 # (Split from test_resume_options.sh, which test_host_threads_tsan.sh runs on
 # the ThreadSanitizer build.)
 set -euo pipefail
@@ -165,3 +166,17 @@ expect 2 "run.dir: '$WORK/afile' is not a directory (a file of that name is ther
 expect 2 "run.dir: '$WORK/afile/sub' is not a directory (a part of its path is a file)" run "$WORK/afile/sub" 10
 [[ "$(cat "$WORK/afile")" == notes ]] || fail "the file named as run.dir changed"
 echo "run.dir a file: refused as such"
+
+# run.dir/checkpoints a link to another file system's directory (docs/checkpoints.md): saves go there, retention
+# deletes there (keep_last 1), and resume reads from there, giving the straight run's losses
+mkdir -p "$WORK/bigfs/ck" "$WORK/linked"
+ln -s "$WORK/bigfs/ck" "$WORK/linked/checkpoints"
+run "$WORK/linked" 20 --set checkpoint.keep_last=1 > /dev/null
+[[ -L "$WORK/linked/checkpoints" && "$(ls "$WORK/bigfs/ck" | grep '^iter_')" == iter_0000020 ]] ||
+  fail "checkpoints through a link: $(ls -l "$WORK/linked" "$WORK/bigfs/ck")"
+expect 0 "done: 30 steps" "$MEGATRAIN" resume "$WORK/linked" --set train.steps=30
+[[ -d "$WORK/bigfs/ck/iter_0000030" && ! -e "$WORK/bigfs/ck/iter_0000020" ]] || fail "resume through the link: $(ls "$WORK/bigfs/ck")"
+run "$WORK/straight" 30 --set checkpoint.keep_last=1 > /dev/null
+[[ "$(losses "$WORK/linked" | tail -n 10)" == "$(losses "$WORK/straight" | tail -n 10)" ]] ||
+  fail "the resume through the link differs from the straight run"
+echo "run.dir/checkpoints a link: saves, retention and resume go through it"
