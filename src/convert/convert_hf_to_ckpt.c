@@ -77,7 +77,13 @@ static int fused_view(const ModelConfig *cfg, StModel *weights, const char *hub,
         return -2;
     }
     const int64_t rows = t->shape[1] / parts, dims[2] = {rows, t->shape[2]};
-    return st_model_add_view(weights, at, hub, 2, dims, (expert * t->shape[1] + part * rows) * t->shape[2]);
+    const int view = st_model_add_view(weights, at, hub, 2, dims, (expert * t->shape[1] + part * rows) * t->shape[2]);
+    if (view < 0) {
+        mt_set_error(err, errlen, "%s: tensor '%s' (transformers' fused experts) cannot hold expert %ld's '%s'",
+                     st_model_file_of(weights, at), fused, expert, hub);
+        return -2;
+    }
+    return view;
 }
 
 /* Match every registry parameter (infos, the whole model's) with its tensors in `weights` (a stack of experts

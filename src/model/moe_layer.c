@@ -331,7 +331,8 @@ static void balance_loss(Model *model, int l, const MoeActs *a, MoeBalance *bal,
         for (int e = 0; e < E && !(pad && pad[n]); e++)
             sum += prob(m, a->scores + (size_t)n * E, E, e, &cache) * bal->aux_counts[e];
     }
-    bal->aux_scale = m->aux_loss_coeff * E / ((double)k * Nall * tokens);
+    /* (a micro-batch of padding alone counts nothing: no loss, no gradient) */
+    bal->aux_scale = Nall > 0 && tokens > 0 ? m->aux_loss_coeff * E / ((double)k * Nall * tokens) : 0.0;
     bal->aux_loss = bal->aux_scale * sum;
 }
 
