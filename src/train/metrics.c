@@ -156,6 +156,8 @@ void metrics_print(const StepMetrics *m) {
 
 long metrics_lines_lost(const MetricsWriter *w) { return w && w->jsonl ? w->lines.lost : 0; }
 
+long metrics_events_lost(const MetricsWriter *w) { return w && w->tb.file ? w->tb.out.lost : 0; }
+
 void metrics_close(MetricsWriter *w) {
     if (w) tb_close(&w->tb);
     if (w && w->jsonl) {

@@ -52,6 +52,8 @@ int metrics_open(MetricsWriter *w, const char *run_dir, bool tensorboard, long f
 void metrics_write(MetricsWriter *w, const StepMetrics *m);
 /* How many logged steps' lines metrics.jsonl lacks (writes that failed); 0 when not open. */
 long metrics_lines_lost(const MetricsWriter *w);
+/* Likewise the logged steps whose TensorBoard events the event file lacks; 0 when it is not open. */
+long metrics_events_lost(const MetricsWriter *w);
 void metrics_print(const StepMetrics *m);                     /* the stdout line */
 
 /* Where the time of the steps went, summed since the last report. */

@@ -459,9 +459,11 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
                again);
     }
     else if (status == MT_EXIT_OK) {
-        char lost[160] = ""; /* what a full disk took from metrics.jsonl (said in warnings as it happened) */
-        if (metrics_lines_lost(metrics) > 0)
-            snprintf(lost, sizeof lost, " (incomplete: %ld logged step(s) without their line; see the warnings)", metrics_lines_lost(metrics));
+        char lost[256] = ""; /* what a full disk took from metrics.jsonl and TensorBoard (warned of as it happened) */
+        const long lines = metrics_lines_lost(metrics), events = metrics_events_lost(metrics);
+        if (lines > 0 || events > 0)
+            snprintf(lost, sizeof lost, " (incomplete: %ld logged step(s) without their line, %ld without their "
+                     "TensorBoard events; see the warnings)", lines, events);
         if (ctx->start_step > 0) /* a resumed run: the run's totals, this session's time */
             mt_log("done: %ld steps, %lld tokens (this session: steps %ld-%ld in %.1fs), final loss %.4f; metrics in "
                    "%s/metrics.jsonl%s", ctx->state.step, (long long)ctx->state.consumed_tokens, ctx->start_step + 1,

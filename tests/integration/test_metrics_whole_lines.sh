@@ -68,7 +68,8 @@ for file in "metrics.jsonl" "tensorboard event file"; do
     grep -q "warning: $file: writing again from step 8; steps 4-7 are missing" "$WORK/gap.log" ||
     fail "$file: not one warning and one line for writing again: $(grep -v '^step' "$WORK/gap.log")"
 done
-grep -q "^done: .*metrics in $WORK/gap/metrics.jsonl (incomplete: 4 logged step(s) without their line; " "$WORK/gap.log" ||
+grep -q "^done: .*metrics in $WORK/gap/metrics.jsonl (incomplete: 4 logged step(s) without their line, 4 without their \
+TensorBoard events; see the warnings)" "$WORK/gap.log" ||
   fail "the done line does not say metrics.jsonl is incomplete: $(tail -n 1 "$WORK/gap.log")"
 ! grep -q "metrics.jsonl (incomplete" "$WORK/run.log" "$WORK/resume.log" || fail "a run that lost no line said incomplete"
 need_python tensorboard
