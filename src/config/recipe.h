@@ -355,15 +355,10 @@ int recipe_text_changes(const char *before, const char *after, char *out, size_t
  * paths from different directories still agree on. */
 uint32_t recipe_crc32c_without_data_paths(const Recipe *recipe);
 
-/* Take each token id `ids` leaves unset (bos, eos, pad) from `from`: a run
- * started with init_from, or resumed, keeps the ids its checkpoint has
- * unless the recipe gives its own. Returns whether `ids` now differs from
- * `from` (the recipe set an id of its own). */
-bool model_token_ids_inherit(SpecialTokenIds *ids, const SpecialTokenIds *from);
-/* model.export_dtype auto takes that of the checkpoint the weights come from (init_from, resume). */
-static inline void model_export_dtype_inherit(ExportDtype *dtype, ExportDtype from) {
-    if (*dtype == EXPORT_AUTO) *dtype = from;
-}
+/* What a run started with init_from, or resumed, keeps of its checkpoint's model `from` where the recipe's `cfg`
+ * leaves it unset: each token id (bos, eos, pad) and export_dtype (auto). Returns whether cfg's token ids now
+ * differ from from's (the recipe set an id of its own). */
+bool model_config_inherit_unset(ModelConfig *cfg, const ModelConfig *from);
 
 /* Data parallel size for a world: world / (tp * pp * cp). */
 int recipe_dp_size(const Recipe *recipe, int world_size);

@@ -3,7 +3,8 @@
  * >= 0, and for eos_token_id also a list of ids (Llama 3.1 stops at any of
  * [128001, 128008, 128009]), kept as a list when written. That each id is
  * below vocab_size is checked with the other keys (model_validate). Also
- * the rule by which a run inherits the ids of the checkpoint it starts from. */
+ * the rule by which a run inherits what its recipe leaves unset (the ids, export_dtype) from the checkpoint
+ * it starts from. */
 #include <limits.h>
 #include <string.h>
 
@@ -77,7 +78,10 @@ void write_eos_token_id(FILE *out, const void *base, const char *name, int inden
     fprintf(out, "]\n");
 }
 
-bool model_token_ids_inherit(SpecialTokenIds *ids, const SpecialTokenIds *from) {
+bool model_config_inherit_unset(ModelConfig *cfg, const ModelConfig *checkpoint) {
+    if (cfg->export_dtype == EXPORT_AUTO) cfg->export_dtype = checkpoint->export_dtype;
+    SpecialTokenIds *ids = &cfg->token_ids;
+    const SpecialTokenIds *from = &checkpoint->token_ids;
     if (!ids->has_bos && from->has_bos) ids->has_bos = true, ids->bos = from->bos;
     if (!ids->has_pad && from->has_pad) ids->has_pad = true, ids->pad = from->pad;
     if (ids->num_eos == 0 && from->num_eos > 0) {

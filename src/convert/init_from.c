@@ -95,8 +95,7 @@ int init_from_checkpoint(Model *model, const char *path, CkptHfFiles *carried, C
         mt_set_error(err, errlen, "init_from: %s", why);
         return MT_EXIT_FAILURE;
     }
-    const bool own_ids = model_token_ids_inherit(&model->cfg.token_ids, &stored.token_ids);
-    model_export_dtype_inherit(&model->cfg.export_dtype, stored.export_dtype);
+    const bool own_ids = model_config_inherit_unset(&model->cfg, &stored);
     if (carried) {
         if (ckpt_hf_files_read(dir, carried, why, sizeof why) != 0) {
             mt_set_error(err, errlen, "init_from: %s", why);

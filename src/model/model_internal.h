@@ -180,6 +180,11 @@ typedef struct ModelPriv {
     float loss_scale;           /* of the running backward (set by the last stage's head, or given) */
 } ModelPriv;
 
+/* The next forward's padding mask (ModelPriv.token_pad), NULL when no token is padding. */
+static inline const uint8_t *model_token_pad(const ModelPriv *pr) {
+    return pr->packed && pr->has_pad ? pr->token_pad : NULL;
+}
+
 /* Checks a config for the dense model; 0, or -1 with a message naming the key. */
 int model_config_validate(const ModelConfig *cfg, char *err, size_t errlen);
 

@@ -355,7 +355,7 @@ void moe_forward(Model *model, int l, MoeActs *a, const float *x, float *out, in
     a->N = N;
 
     /* packed rows' padding (model_set_packed_positions) is routed nowhere and counted nowhere */
-    const uint8_t *pad = pr->packed && pr->has_pad ? pr->token_pad : NULL;
+    const uint8_t *pad = model_token_pad(pr);
     long real = N;
     for (int n = 0; n < N && pad; n++) real -= pad[n];
     ops->matmul_forward(a->logits, x, w->router, NULL, N, C, E);
@@ -491,7 +491,7 @@ void moe_backward(Model *model, int l, MoeActs *a, const float *x, const float *
     }
 
     /* the load-balancing loss: d aux / d p[n, e] = coeff E / (k N tokens) * counts[e] (per sequence for seq_aux_loss) */
-    const uint8_t *pad = pr->packed && pr->has_pad ? pr->token_pad : NULL; /* as the forward's */
+    const uint8_t *pad = model_token_pad(pr); /* as the forward's */
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         float *ds = a->d_scores + (size_t)n * E;

@@ -232,8 +232,7 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
         ckpt_read_model_config(checkpoint_dir, &stored, err, errlen) != 0)
         status_after = MT_EXIT_FAILURE;
     if (status_after == 0) {
-        model_token_ids_inherit(&ctx->model->cfg.token_ids, &stored.token_ids);
-        model_export_dtype_inherit(&ctx->model->cfg.export_dtype, stored.export_dtype);
+        model_config_inherit_unset(&ctx->model->cfg, &stored);
         if (keep_frozen_base(ctx, recipe, checkpoint_dir, err, errlen) != 0) status_after = MT_EXIT_FAILURE;
     }
     ctx->start_step = ctx->state.step;
