@@ -168,6 +168,22 @@ static void route(const MoeConfig *m, MoeActs *a, const float *bias, int N, int 
     }
 }
 
+long moe_expert_rows_max(const MoeConfig *mc, int ep, long N) {
+    const long E = mc->num_experts, k = mc->num_experts_per_tok, El = ep > 0 ? E / ep : 0;
+    if (El <= 0 || k <= 0 || N <= 0) return 0; /* a dense model */
+    long rows = (long)ep * N * (k < El ? k : El);
+    if (mc->capacity_factor > 0) { /* group()'s capacity, with every rank's N at most N */
+        const long per_rank_expert = (long)ceil(mc->capacity_factor * (double)N * k / E);
+        if (E * per_rank_expert < rows) rows = E * per_rank_expert; /* ep ranks x E / ep experts */
+    }
+    return rows;
+}
+
+long moe_expert_rows_room(const MoeConfig *mc, int ep, long N) {
+    const long most = moe_expert_rows_max(mc, ep, N), balanced = N * mc->num_experts_per_tok;
+    return most < balanced ? most : balanced;
+}
+
 /* Group the assignments expert by expert (tokens ascending), dropping what
  * exceeds the capacity (lowest scores first). Fills position, token, offsets.
  * A padding token (pad[n], pad NULL: none) is routed nowhere: no row, not

@@ -50,6 +50,16 @@ struct MoeStep {
     long dropped, assignments; /* over the step */
 };
 
+/* The most rows one rank's experts compute for micro-batches of at most N routed tokens on each of the ep ranks
+ * of its expert-parallel group (ep 1: its own): from each rank, each token's assignments to this rank's E / ep
+ * experts (a token's k experts are distinct, so at most min(k, E / ep)); with a capacity_factor c, also at most
+ * ceil(c N k / E) rows per expert from each rank, as routing keeps: the most a layer can give them. */
+long moe_expert_rows_max(const MoeConfig *mc, int ep, long N);
+/* The rows a balanced routing gives one rank's experts, N k, or moe_expert_rows_max where that is fewer (ep 1: the
+ * same; a capacity below 1): what the CUDA model's arena holds for its expert side and `plan` counts. Under ep a
+ * layer given more takes the rest as it goes (src/model/cuda/cuda_model_moe.c). */
+long moe_expert_rows_room(const MoeConfig *mc, int ep, long N);
+
 MoeActs *moe_acts_create(const ModelConfig *cfg, int ep, int etp, int max_tokens);
 void moe_acts_free(MoeActs *a);
 /* A layer's load-balancing record (its aux_counts for E experts); free with moe_balance_free. */

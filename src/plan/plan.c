@@ -48,6 +48,7 @@
  * parameter that holds the most bytes, or the activations or logits). */
 #include "plan.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -59,6 +60,7 @@
 
 #include "../core/error.h"
 #include "../model/model.h"
+#include "../model/moe_layer.h"
 #include "../dist/dp_sync.h"
 #include "../dist/pipeline_schedule.h"
 
@@ -89,6 +91,13 @@ static void stage_params(const ModelConfig *m, const ParallelConfig *par, int tp
     }
     st->trainable_params = *trained_dense + *trained_experts;
     free(infos);
+}
+
+/* The floats of the largest bucket of a region of `floats` sharded over `ranks` (src/dist/zero1.c): a bucket of
+ * DP_BUCKET_BYTES, or the whole region if smaller, padded to a multiple of the ranks. */
+static double zero1_largest_bucket(double floats, double ranks) {
+    const double bucket = DP_BUCKET_BYTES / 4.0, n = floats < bucket ? floats : bucket;
+    return ceil(n / ranks) * ranks;
 }
 
 static double lora_targets_of(const ModelConfig *m, int target) { return lora_targets(&m->peft, (LoraTarget)target); }
@@ -196,24 +205,29 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
     const double Is = moe->shared_expert_intermediate_size / etp;
     /* the GPU's MoE layer (cuda_model_moe.c): logits, scores, lse and score sums; per assignment its expert, row,
      * raw score and weight (4 bytes each), the row sent and the row back; the expert side's gate|up and
-     * activation for the worst case (each of the ep ranks' tokens sending min(k, E / ep) rows here), and under
-     * ep their input rows and order both ways; the shared expert's gate|up and activation */
-    const double k_rank = k < E / ep ? k : E / ep; /* a token's rows to one rank's E / ep experts, at most */
-    const double ep_side = ep > 1 ? ep * k_rank * (C * elem + 8.0) : 0.0;
-    double moe_mlp = 2.0 * E * 4.0 + 2 * 4.0 + k * (16.0 + 2 * C * elem) + ep * k_rank * 3.0 * Ie * elem + ep_side +
+     * activation for the rows the arena holds (moe_expert_rows_room: a balanced routing's), and under ep their
+     * input rows and order both ways; the shared expert's gate|up and activation. Under ep a layer given more rows
+     * takes the rest as it goes: at most ex_most rows in all (moe_expert_rows_max), moe_spill_bytes. */
+    const double tokens = (double)t->micro_batch_size * T / cp; /* a micro-batch's on this rank */
+    const double ex_rows = tokens > 0 ? (double)moe_expert_rows_room(moe, (int)ep, (long)tokens) / tokens : 0.0;
+    const double ex_most = tokens > 0 ? (double)moe_expert_rows_max(moe, (int)ep, (long)tokens) / tokens : 0.0;
+    const double ep_side = ep > 1 ? ex_rows * (C * elem + 8.0) : 0.0; /* ex_rows, ex_most: per token */
+    /* per row past the room: kept (the received row, its order both ways, gate|up, activation), and scratch (the
+     * received order, the experts' rows, their gradient, d gate|up and d activation) */
+    const double spill_kept = C * elem + 8.0 + 3.0 * Ie * elem, spill_scratch = 3.0 * C * elem + 3.0 * Ie * elem;
+    double moe_mlp = 2.0 * E * 4.0 + 2 * 4.0 + k * (16.0 + 2 * C * elem) + ex_rows * 3.0 * Ie * elem + ep_side +
                      3.0 * Is * elem;
     /* and its scratch, once per stage: the router's fp32 input and input gradient, d_logits, per assignment the
      * combine weights' gradients, row bookkeeping, the rows' gradients and the expert side's (worst case), under
      * ep the all-to-all's rows, the experts' outputs and their input gradients; the shared expert's output and
      * gradients */
-    const double moe_scratch = 8.0 * C + 4.0 * E + k * (13.0 + 2 * C * elem) + ep * k_rank * 3.0 * Ie * elem +
-                               (ep > 1 ? ep * k_rank * 3.0 * C * elem : 0.0) + (Is > 0 ? C + 3.0 * Is : 0.0) * elem +
+    const double moe_scratch = 8.0 * C + 4.0 * E + k * (13.0 + 2 * C * elem) + ex_rows * 3.0 * Ie * elem +
+                               (ep > 1 ? ex_rows * 3.0 * C * elem : 0.0) + (Is > 0 ? C + 3.0 * Is : 0.0) * elem +
                                (tp > 1 ? C * elem : 0.0); /* tp: the output over all rows before the tp sum */
     if (!p->gpu) /* the CPU's MoE layer (moe_layer.c) also keeps its backward's buffers and routing per layer, and
                   * its expert side starts with room for a quarter more rows than its own */
         moe_mlp = 4.0 * E * 4.0 + k * (5 * 4.0 + 8.0) + 4 * k * C * 4.0 + 6.0 * Is * 4.0 +
                   1.25 * k * (4.0 + (5 * C + 6 * Ie) * 4.0);
-    const double tokens = (double)t->micro_batch_size * T / cp;
 
     /* distributed optimizer: the dense weights' master and moments over dp, the routed experts' over edp */
     const double edp = dp / ep;
@@ -241,9 +255,14 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
         /* gradients, moments (and on a GPU the fp32 master) only for the trainable parameters */
         st->weight_bytes = p->gpu ? 2.0 * st->params + master_dense * trained_dense + master_experts * trained_experts
                                   : 4.0 * st->params;
-        if (p->gpu && zero1 && dp > 1) /* the GPU's distributed optimizer: a bucket's staging (its uploads and
-                                        * ragged buckets) and a whole fp32 replica of the routers and biases */
-            st->weight_bytes += (double)DP_BUCKET_BYTES + 4.0 * st->router_params;
+        if (p->gpu && zero1 && dp > 1) { /* the GPU's distributed optimizer: the staging of its largest bucket
+                                          * (its uploads and ragged buckets) and a fp32 replica of the routers and
+                                          * biases; under ep the experts are a region of their own, over edp */
+            const double staging =
+                ep > 1 ? fmax(zero1_largest_bucket(trained_dense, dp), zero1_largest_bucket(trained_experts, edp))
+                       : zero1_largest_bucket(trained_dense + trained_experts, dp);
+            st->weight_bytes += 4.0 * staging + 4.0 * st->router_params;
+        }
         st->grad_bytes = st->trainable_params * 4.0;
         st->optimizer_bytes = moments_dense * trained_dense + moments_experts * trained_experts;
         int moe_layers = 0;
@@ -280,6 +299,11 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
         st->logits_bytes = s == pp - 1 ? st->in_flight * tokens * V / tp * elem : 0.0;
         st->total_bytes = st->weight_bytes + st->grad_bytes + st->optimizer_bytes + st->activation_bytes +
                           st->logits_bytes;
+        if (p->gpu && ep > 1 && moe_layers > 0) { /* the sets in flight keep it until their backward; full
+                                                   * recompute keeps it only in the layer it reruns */
+            const double sets_layers = t->recompute == RECOMPUTE_FULL ? 1.0 : st->in_flight * moe_layers;
+            st->moe_spill_bytes = tokens * (ex_most - ex_rows) * (sets_layers * spill_kept + spill_scratch);
+        }
     }
     return 0;
 }
@@ -302,11 +326,8 @@ const char *plan_stage_driver(const Plan *p, const Recipe *r, int stage, char *w
         if (st->group_params[g] > st->group_params[best]) best = g;
     const double params_bytes = st->group_params[best] * per_param;
     if (st->activation_bytes >= params_bytes && st->activation_bytes >= st->logits_bytes) {
-        const int n = snprintf(what, len, "the activations (micro-batches of train.micro_batch_size = %d x "
-                               "train.seq_len = %d tokens)", t->micro_batch_size, t->seq_len);
-        if (p->gpu && m->moe.num_experts > 0 && r->parallel.ep > 1 && n > 0 && (size_t)n < len)
-            snprintf(what + n, len - (size_t)n, ", whose MoE dispatch buffers hold parallel.ep = %d times a rank's "
-                     "rows", r->parallel.ep);
+        snprintf(what, len, "the activations (micro-batches of train.micro_batch_size = %d x train.seq_len = %d "
+                 "tokens)", t->micro_batch_size, t->seq_len);
         return "train.micro_batch_size";
     }
     if (st->logits_bytes >= params_bytes) {
@@ -386,22 +407,18 @@ static bool apply_lever(Recipe *r, int grid_dp, int which, char *setting, size_t
         t->micro_batch_size /= 2;
         snprintf(setting, len, "train.micro_batch_size: %d", t->micro_batch_size);
         return true;
-    case 6: /* more ep: fewer experts a rank, but (on GPUs) larger dispatch buffers; the estimate decides */
+    case 6: /* more ep: fewer experts a rank (a GPU's expert side holds a balanced routing's rows at any ep; less ep
+             * saves nothing: more experts a rank, the same rows) */
         if (r->model.moe.num_experts == 0 || grid_dp % (2 * par->ep) != 0 || r->model.moe.num_experts % (2 * par->ep))
             return false;
         par->ep *= 2;
-        snprintf(setting, len, "parallel.ep: %d", par->ep);
-        return true;
-    case 7: /* less ep: the GPU's dispatch buffers hold ep times a rank's rows */
-        if (r->model.moe.num_experts == 0 || par->ep % 2 != 0) return false;
-        par->ep /= 2;
         snprintf(setting, len, "parallel.ep: %d", par->ep);
         return true;
     default:
         return false;
     }
 }
-enum { NUM_LEVERS = 8 };
+enum { NUM_LEVERS = 7 };
 
 int plan_levers(const Plan *p, const Recipe *r, PlanLever *out, int max) {
     Recipe *alt = mt_malloc(sizeof *alt);

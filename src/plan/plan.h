@@ -30,6 +30,9 @@ typedef struct PlanStage {
     double scratch_bytes;                 /* the backward's scratch and tables (in activation_bytes): once on a
                                            * GPU, in every activation set on the CPU */
     double total_bytes;
+    double moe_spill_bytes;               /* GPU, ep > 1: the most beyond total_bytes that a step's routing can take
+                                           * as it goes (every MoE layer's expert side at its most rows, past the
+                                           * arena's room for a balanced routing's) */
 } PlanStage;
 
 typedef struct Plan {

@@ -17,7 +17,8 @@
 #     (experts whole on every tp rank, etp 1; and sliced, etp 2), context
 #     parallel 2 (counts summed over cp) and ep 2 x etp 2 (tp 2) on one GPU
 #     (collectives staged through the host) track the one-GPU run: the first
-#     10 steps within 2e-3;
+#     10 steps within 2e-3; ep 2 with capacity_factor 1 (drops) tracks the
+#     CPU run of the same layout;
 #   - a GPU MoE checkpoint resumes on the CPU and on the GPU, and converts to
 #     Hugging Face; one saved at ep 2 resumes at ep 1 on the CPU and the GPU
 #     (its first loss there within 2e-4 of its resume at ep 2: every rank's
@@ -94,6 +95,18 @@ for layout in dp2 pp2 ep2 ep4 ep2dp4 ep2pp2 tp2 tp2etp2 cp2 ep2etp2; do
     fail "$layout does not track the one-GPU run"
 done
 grep -q "expert parallel: 2 GPUs with 4 experts each" "$WORK/ep2.txt" || fail "ep2: no expert-parallel line in the log"
+
+# A capacity at ep 2: each rank's experts sized for the rows the capacity lets through (moe_expert_rows_max: half
+# the dropless worst case here), the drops as the CPU makes them: the GPU run tracks the CPU run of the same layout.
+cap=(--set parallel.ep=2 --set train.micro_batch_size=4 --set model.moe.capacity_factor=1.0)
+for device in cpu cuda; do
+  MEGATRAIN_DEVICE_COMM=host mpirun --allow-run-as-root --oversubscribe -np 2 "$MEGATRAIN" run \
+    "$REPO/recipes/tiny/mixtral.yaml" --set run.dir="$WORK/ep2cap-$device" "${common[@]}" "${short[@]}" "${cap[@]}" \
+    --set run.device=$device --set precision=$([[ $device == cuda ]] && echo bf16 || echo fp32) \
+    > "$WORK/ep2cap-$device.txt" 2>&1 || { tail -20 "$WORK/ep2cap-$device.txt"; fail "ep2cap on $device: the run failed"; }
+done
+grep -q "| dropped [1-9]" "$WORK/ep2cap-cuda.txt" || fail "ep2cap: no drops in the GPU run's log"
+track ep2cap-cpu ep2cap-cuda 30
 
 # Expert-parallel checkpoints: saved at ep 2 (each rank its experts), resumed at ep 1 on the CPU and the GPU; the
 # one-GPU checkpoint resumed at ep 2.

@@ -16,7 +16,10 @@
  * of what it splits: at tp 2 an activation set with it is smaller than one
  * without by at least each layer's four hidden-sized rows' other half (the
  * gathered norm outputs are not kept; before 2026-11-29 they were, and sp
- * saved nothing at tp 2). Ends with "N passed, N failed". */
+ * saved nothing at tp 2). And that under ep the arena holds a balanced
+ * routing's rows for the rank's experts, not the worst case's (a layer given
+ * more takes the rest as it goes: cuda_model_moe.c). Ends with "N passed, N
+ * failed". */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -40,29 +43,35 @@ typedef struct Case {
     bool zero1; /* dp 2 */
     int ep;     /* expert parallel over dp (ep ranks: dp ep) */
     int pp, vpp; /* 0: 1; stage 0 is compared, with its activation sets in flight */
+    double capacity; /* MoE: the capacity_factor (0: dropless) */
 } Case;
 
 static const Case cases[] = {
-    {"qwen3-0.6b", 1, 1, false, RECOMPUTE_NONE, DTYPE_FP32, false, 0, 0, 0},
-    {"qwen3-0.6b", 1, 1, false, RECOMPUTE_SELECTIVE, DTYPE_FP32, false, 0, 0, 0},
-    {"qwen3-0.6b", 1, 1, false, RECOMPUTE_FULL, DTYPE_BF16, false, 0, 0, 0},
-    {"qwen3-0.6b", 1, 1, false, RECOMPUTE_NONE, DTYPE_FP32, true, 0, 0, 0},
-    {"qwen2.5-0.5b", 2, 1, false, RECOMPUTE_NONE, DTYPE_FP32, false, 0, 0, 0},
-    {"qwen2.5-0.5b", 2, 1, true, RECOMPUTE_SELECTIVE, DTYPE_FP32, false, 0, 0, 0},
-    {"qwen2.5-0.5b", 1, 2, false, RECOMPUTE_NONE, DTYPE_FP32, false, 0, 0, 0},
-    {"qwen2.5-0.5b", 2, 2, true, RECOMPUTE_FULL, DTYPE_FP32, false, 0, 0, 0},
-    {"qwen3-30b-a3b", 1, 1, false, RECOMPUTE_NONE, DTYPE_FP32, false, 0, 0, 0},
-    {"qwen3-30b-a3b", 1, 1, false, RECOMPUTE_FULL, DTYPE_FP32, true, 0, 0, 0},
-    {"mixtral-8x7b", 2, 1, true, RECOMPUTE_NONE, DTYPE_BF16, false, 0, 0, 0},
-    {"mixtral-8x7b", 1, 1, false, RECOMPUTE_SELECTIVE, DTYPE_FP32, false, 2, 0, 0},
-    {"qwen3-30b-a3b", 1, 1, false, RECOMPUTE_FULL, DTYPE_FP32, true, 2, 0, 0},
-    {"qwen3-0.6b", 1, 1, false, RECOMPUTE_NONE, DTYPE_FP32, false, 0, 2, 2},
-    {"qwen2.5-0.5b", 2, 1, true, RECOMPUTE_SELECTIVE, DTYPE_BF16, false, 0, 2, 1},
+    {"qwen3-0.6b", 1, 1, false, RECOMPUTE_NONE, DTYPE_FP32, false, 0, 0, 0, 0},
+    {"qwen3-0.6b", 1, 1, false, RECOMPUTE_SELECTIVE, DTYPE_FP32, false, 0, 0, 0, 0},
+    {"qwen3-0.6b", 1, 1, false, RECOMPUTE_FULL, DTYPE_BF16, false, 0, 0, 0, 0},
+    {"qwen3-0.6b", 1, 1, false, RECOMPUTE_NONE, DTYPE_FP32, true, 0, 0, 0, 0},
+    {"qwen2.5-0.5b", 2, 1, false, RECOMPUTE_NONE, DTYPE_FP32, false, 0, 0, 0, 0},
+    {"qwen2.5-0.5b", 2, 1, true, RECOMPUTE_SELECTIVE, DTYPE_FP32, false, 0, 0, 0, 0},
+    {"qwen2.5-0.5b", 1, 2, false, RECOMPUTE_NONE, DTYPE_FP32, false, 0, 0, 0, 0},
+    {"qwen2.5-0.5b", 2, 2, true, RECOMPUTE_FULL, DTYPE_FP32, false, 0, 0, 0, 0},
+    {"qwen3-30b-a3b", 1, 1, false, RECOMPUTE_NONE, DTYPE_FP32, false, 0, 0, 0, 0},
+    {"qwen3-30b-a3b", 1, 1, false, RECOMPUTE_FULL, DTYPE_FP32, true, 0, 0, 0, 0},
+    {"mixtral-8x7b", 2, 1, true, RECOMPUTE_NONE, DTYPE_BF16, false, 0, 0, 0, 0},
+    {"mixtral-8x7b", 1, 1, false, RECOMPUTE_SELECTIVE, DTYPE_FP32, false, 2, 0, 0, 0},
+    {"qwen3-30b-a3b", 1, 1, false, RECOMPUTE_FULL, DTYPE_FP32, true, 2, 0, 0, 0},
+    {"qwen3-0.6b", 1, 1, false, RECOMPUTE_NONE, DTYPE_FP32, false, 0, 2, 2, 0},
+    {"qwen2.5-0.5b", 2, 1, true, RECOMPUTE_SELECTIVE, DTYPE_BF16, false, 0, 2, 1, 0},
     /* MoE full recompute: the one working set of a MoE layer's device buffers under pp x vpp, tp + sp, ep x pp, cp */
-    {"qwen3-30b-a3b", 1, 1, false, RECOMPUTE_FULL, DTYPE_FP32, false, 0, 2, 2},
-    {"mixtral-8x7b", 2, 1, true, RECOMPUTE_FULL, DTYPE_BF16, false, 0, 0, 0},
-    {"mixtral-8x7b", 1, 1, false, RECOMPUTE_FULL, DTYPE_FP32, false, 2, 2, 1},
-    {"mixtral-8x7b", 1, 2, false, RECOMPUTE_FULL, DTYPE_FP32, false, 0, 0, 0},
+    {"qwen3-30b-a3b", 1, 1, false, RECOMPUTE_FULL, DTYPE_FP32, false, 0, 2, 2, 0},
+    {"mixtral-8x7b", 2, 1, true, RECOMPUTE_FULL, DTYPE_BF16, false, 0, 0, 0, 0},
+    {"mixtral-8x7b", 1, 1, false, RECOMPUTE_FULL, DTYPE_FP32, false, 2, 2, 1, 0},
+    {"mixtral-8x7b", 1, 2, false, RECOMPUTE_FULL, DTYPE_FP32, false, 0, 0, 0, 0},
+    /* a capacity at ep 2: its rows at most a balanced routing's (capacity 1) or more (1.25: the room the same) */
+    {"mixtral-8x7b", 1, 1, false, RECOMPUTE_NONE, DTYPE_FP32, false, 2, 0, 0, 1.0},
+    {"qwen3-30b-a3b", 1, 1, false, RECOMPUTE_FULL, DTYPE_FP32, true, 2, 2, 1, 1.25},
+    /* the distributed optimizer's staging: both regions under ep smaller than a bucket */
+    {"mixtral-8x7b", 1, 1, false, RECOMPUTE_NONE, DTYPE_FP32, true, 2, 2, 1, 0},
 };
 
 static int passed, failed;
@@ -110,6 +119,7 @@ static int case_recipe(Recipe *r, const Case *c, const char *dir, ModelPartition
         r->model.moe.moe_intermediate_size = 256;
         r->model.moe.layer_freq = 1;
         if (r->model.moe.num_experts_per_tok > 4) r->model.moe.num_experts_per_tok = 4;
+        r->model.moe.capacity_factor = c->capacity;
     }
     *part = model_partition_whole(&r->model);
     part->tp = c->tp;
@@ -176,7 +186,7 @@ static void check_case(const Case *c, const char *dir) {
 /* The activation set of qwen2.5-0.5b's case shape at tp 2, dense, without recompute, with or without sp. */
 static double activation_set_bytes(bool sp, const char *dir, int *layers, double *tokens, double *hidden) {
     static Recipe r;
-    const Case c = {"qwen2.5-0.5b", 2, 1, sp, RECOMPUTE_NONE, DTYPE_FP32, false, 0, 0, 0};
+    const Case c = {"qwen2.5-0.5b", 2, 1, sp, RECOMPUTE_NONE, DTYPE_FP32, false, 0, 0, 0, 0};
     char err[1024];
     ModelPartition part;
     if (case_recipe(&r, &c, dir, &part) != 0) return -1;
@@ -208,6 +218,41 @@ static void check_sequence_parallel_saves(const char *dir) {
     else failed++;
 }
 
+/* The activation set of mixtral's case shape (dp 2) at ep 1 or 2, dropless, without recompute. */
+static double moe_activation_set_bytes(int ep, const char *dir, double *k, double *C) {
+    static Recipe r;
+    const Case c = {"mixtral-8x7b", 1, 1, false, RECOMPUTE_NONE, DTYPE_FP32, ep == 1, ep, 0, 0, 0};
+    char err[1024];
+    ModelPartition part;
+    if (case_recipe(&r, &c, dir, &part) != 0) return -1;
+    Model *host = model_create_recompute(&r.model, &part, &cpu_backend, 0, 0, RECOMPUTE_NONE);
+    const CudaModelOptions options = {.state_dtype = DTYPE_FP32, .recompute = RECOMPUTE_NONE};
+    CudaModel *gpu = cuda_model_create(host, 0, 2, 256, &options, err, sizeof err);
+    double bytes = -1;
+    if (gpu) bytes = (double)cuda_model_activation_bytes(gpu);
+    else printf("  cannot create the CUDA model: %s\n", err);
+    *k = r.model.moe.num_experts_per_tok;
+    *C = r.model.hidden_size;
+    cuda_model_free(gpu);
+    model_free(host);
+    return bytes;
+}
+
+/* Under ep the arena holds a balanced routing's rows for the rank's experts, as many as at ep 1 (N k), and keeps
+ * for each the received row and its order both ways besides: 4 experts of top 2 at ep 2 are not given room for
+ * every token's two rows from both ranks, twice as many (before 2026-12-01 they were). */
+static void check_expert_room(const char *dir) {
+    double k, C;
+    const double ep1 = moe_activation_set_bytes(1, dir, &k, &C), ep2 = moe_activation_set_bytes(2, dir, &k, &C);
+    const double N = 2.0 * 256, layers = 2, expected = layers * N * k * (C * 2.0 + 8.0);
+    const bool ok = ep1 > 0 && ep2 > 0 && fabs((ep2 - ep1) - expected) <= layers * 4 * 512.0;
+    printf("  an activation set at ep 1 %.3f MiB, at ep 2 %.3f MiB: %.3f MiB more (%.3f expected: N k received rows "
+           "and their order) %s\n", ep1 / 1048576.0, ep2 / 1048576.0, (ep2 - ep1) / 1048576.0, expected / 1048576.0,
+           ok ? "ok" : "FAILED");
+    if (ok) passed++;
+    else failed++;
+}
+
 int main(void) {
     char dir[] = "/tmp/test_cuda_plan.XXXXXX";
     if (!mkdtemp(dir)) {
@@ -218,6 +263,8 @@ int main(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) check_case(&cases[i], dir);
     printf("sequence parallel's activations:\n");
     check_sequence_parallel_saves(dir);
+    printf("the expert side's room under ep:\n");
+    check_expert_room(dir);
     char path[600];
     snprintf(path, sizeof path, "%s/plan.yaml", dir);
     unlink(path);

@@ -32,7 +32,10 @@
 # one GPU and at tp 2 + sp, cp 2, pp 2 x vpp 2, the same losses as without)
 # and test_cuda_zero1.sh (6 steps a run: the distributed optimizer at dp 2
 # with ragged buckets, tied pp 2 x dp 2 and Mixtral ep 2 over dp 4 against
-# one GPU, its checkpoints on the GPU and the CPU).
+# one GPU, its checkpoints on the GPU and the CPU) and
+# test_cuda_moe_spill.sh (6 steps a run: a MoE layer's expert side past the
+# arena's room under ep, spilled on every layer, gives the run with the room
+# bit for bit, and no device memory is left allocated at the end).
 # run_tests.sh: early (about 3 minutes on 2 cores)
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -107,7 +110,7 @@ job() {
 # again in descending order (the whole model's kernels are those, and test_gpu_emu_racecheck.sh runs the model with
 # blocks unordered, which reports what either order would show)
 run_jobs job forward:test_cuda_model:dense forward:test_cuda_model:moe test_cuda_recompute.sh test_cuda_zero1.sh \
-  test_cuda_bf16_states.sh forward:test_cuda_parallel_model forward:test_cuda_hf_parity forward:test_cuda_moe_gemm \
+  test_cuda_bf16_states.sh test_cuda_moe_spill.sh forward:test_cuda_parallel_model forward:test_cuda_hf_parity forward:test_cuda_moe_gemm \
   reverse:test_cuda_moe_gemm forward:test_cuda_ops reverse:test_cuda_ops forward:test_cuda_moe_ops \
   reverse:test_cuda_moe_ops forward:test_cuda_cublaslt_fp8 forward:test_cuda_plan
 echo ok

@@ -2,6 +2,7 @@
  * cuBLASLt and cuBLAS handles, workspace); see cuda_context.h. */
 #include "cuda_context.h"
 
+#include <stdint.h>
 #include <string.h>
 
 #include "../../core/error.h"
@@ -35,6 +36,14 @@ int cuda_context_create(CudaContext *ctx, int device, char *err, size_t errlen) 
     if (status != cudaSuccess) {
         ctx->stream = NULL;
         return cuda_failed(status, "cudaStreamCreateWithFlags", device, err, errlen);
+    }
+    /* Stream-ordered allocations (a MoE layer's expert side beyond the arena's room under ep, cuBLAS's grouped
+     * pointer arrays) go back to the device's pool when freed and stay there for the next, rather than back to the
+     * driver at every synchronisation (the pool's default) */
+    cudaMemPool_t pool;
+    if (cudaDeviceGetDefaultMemPool(&pool, device) == cudaSuccess) {
+        uint64_t keep = UINT64_MAX;
+        cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep);
     }
     cublasStatus_t lt_status = cublasLtCreate(&ctx->blaslt);
     if (lt_status != CUBLAS_STATUS_SUCCESS) {

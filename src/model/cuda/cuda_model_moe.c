@@ -61,6 +61,11 @@ typedef struct MoeSaved {
      * the received order (ex_order) and back (ex_inverse); the local experts' offsets */
     bf16_t *ex_x;                    /* (RA, C) */
     int32_t *ex_order, *ex_inverse;  /* (RA) */
+    /* ep > 1: RA is the arena's room (room_rows: a balanced routing's rows); a layer given more rows takes its
+     * expert side (ex_x, gate_up, act, ex_order, ex_inverse) from `spill`, a stream-ordered allocation freed once
+     * its backward has used it (or at the layer's next forward), and `room` keeps the arena's */
+    void *spill;
+    struct { bf16_t *ex_x, *gate_up, *act; int32_t *ex_order, *ex_inverse; } room;
     int32_t *d_ex_offsets;           /* (El + 1) */
     /* host: the rows per expert, and what the balancing loss's gradient needs (moe_layer.c's MoeBalance) */
     int32_t *offsets;                /* (E + 1) */
@@ -71,6 +76,15 @@ typedef struct MoeSaved {
     int32_t *ex_offsets;             /* ep > 1: (El + 1) the local experts' rows */
     long *send_rows, *recv_rows;     /* ep > 1: (ep) rows to and from each rank of the group */
 } MoeSaved;
+
+/* The expert side's scratch: d_act (rows, Ie) and d_gate_up (rows, 2 Ie); ep > 1, (rows, C): the rows in the
+ * received order (recv), the experts' outputs (forward) or their gradients (backward), expert-major (ex_rows), and
+ * d of ex_x; with `spill` a layer's own, for more rows than the arena's room. */
+typedef struct ExpertScratch {
+    bf16_t *d_act, *d_gate_up;
+    bf16_t *recv, *ex_rows, *d_ex_x;
+    void *spill;
+} ExpertScratch;
 
 /* Scratch every MoE layer and activation set shares (the stream runs one layer at a time). */
 typedef struct MoeScratch {
@@ -84,9 +98,7 @@ typedef struct MoeScratch {
     bf16_t *s_out;                   /* (N, C) the shared expert's output */
     bf16_t *tp_out;                  /* tp > 1: (N, C) the MLP's output over all N rows (with etp > 1 a partial) */
     bf16_t *d_rows, *d_xin;          /* (A, C) */
-    bf16_t *d_act, *d_gate_up;       /* (RA, Ie), (RA, 2 Ie) */
-    bf16_t *recv, *ex_rows, *d_ex_x; /* ep > 1, (RA, C): rows in the received order; the experts' outputs
-                                      * (forward) or their gradients (backward), expert-major; d of ex_x */
+    ExpertScratch side;              /* the expert side's, of RA rows (ep > 1: spilled as MoeSaved's) */
     bf16_t *d_s_act, *d_s_gate_up;   /* (N, Is), (N, 2 Is) */
     int32_t *h_counts;               /* host staging */
     int64_t *h_send, *h_recv;        /* ep > 1: (ep x El) rows per (rank, local expert) */
@@ -97,11 +109,20 @@ typedef struct MoeScratch {
 
 static const MoeConfig *moe_cfg(const CudaModel *m) { return &m->cfg.moe; }
 
-/* The most rows this rank's experts compute for micro-batches of N tokens: from each rank of the ep group, each
- * token's assignments to this rank's E / ep experts (a token's k experts are distinct: at most min(k, E / ep)). */
-static size_t expert_rows(const CudaModel *m, size_t N) {
-    const size_t k = (size_t)m->cfg.moe.num_experts_per_tok, El = (size_t)(m->cfg.moe.num_experts / m->ep);
-    return (size_t)m->ep * N * (k < El ? k : El);
+/* The most rows this rank's experts compute in a layer, for micro-batches of up to max_B x max_T tokens
+ * (moe_layer.h). */
+static size_t expert_rows_max(const CudaModel *m) {
+    return (size_t)moe_expert_rows_max(&m->cfg.moe, m->ep, (long)m->max_B * m->max_T);
+}
+
+/* The rows the arena holds for them: a balanced routing's (moe_expert_rows_room). Under ep, MEGATRAIN_MOE_EP_ROOM (a
+ * test hook: a fraction of it, above 0 and at most 1) makes it smaller, so that layers spill. */
+static size_t room_rows(const CudaModel *m) {
+    size_t rows = (size_t)moe_expert_rows_room(&m->cfg.moe, m->ep, (long)m->max_B * m->max_T);
+    const char *hook = m->ep > 1 ? getenv("MEGATRAIN_MOE_EP_ROOM") : NULL;
+    const double f = hook ? atof(hook) : 1.0;
+    if (f > 0.0 && f < 1.0) rows = (size_t)((double)rows * f);
+    return rows;
 }
 
 /* The most assignment-count rows of the balancing statistics: the micro-batch's sequences for seq_aux_loss, else 1. */
@@ -120,7 +141,7 @@ static void layout_moe_buffers(CudaModel *m, Carver *c, MoeSaved *v, const MoeSa
     const MoeConfig *mc = moe_cfg(m);
     const size_t N = (size_t)m->max_B * m->max_T, E = mc->num_experts, A = N * mc->num_experts_per_tok;
     const size_t C = m->shape.C, Ie = cuda_moe_expert_I(m), Is = cuda_moe_shared_I(m);
-    const size_t RA = expert_rows(m, N), El = E / (size_t)m->ep;
+    const size_t RA = room_rows(m), El = E / (size_t)m->ep;
     MOE_PIECE(logits, N * E);
     MOE_PIECE(scores, N * E);
     MOE_PIECE(lse, N);
@@ -144,8 +165,89 @@ static void layout_moe_buffers(CudaModel *m, Carver *c, MoeSaved *v, const MoeSa
         MOE_PIECE(s_gate_up, N * 2 * Is);
         MOE_PIECE(s_act, N * Is);
     }
+    v->room.ex_x = v->ex_x;
+    v->room.gate_up = v->gate_up;
+    v->room.act = v->act;
+    v->room.ex_order = v->ex_order;
+    v->room.ex_inverse = v->ex_inverse;
 }
 #undef MOE_PIECE
+
+/* A layer's expert side for `rows` rows: ex_x, gate_up, act, ex_order and ex_inverse, carved from c. */
+static void layout_expert_side(const CudaModel *m, Carver *c, MoeSaved *v, size_t rows) {
+    const size_t C = m->shape.C, Ie = cuda_moe_expert_I(m);
+    CARVE(c, v->ex_x, rows * C);
+    CARVE(c, v->gate_up, rows * 2 * Ie);
+    CARVE(c, v->act, rows * Ie);
+    CARVE(c, v->ex_order, rows);
+    CARVE(c, v->ex_inverse, rows);
+}
+
+/* The expert side's scratch for `rows` rows, carved from c. */
+static void layout_expert_scratch(const CudaModel *m, Carver *c, ExpertScratch *x, size_t rows) {
+    const size_t C = m->shape.C, Ie = cuda_moe_expert_I(m);
+    CARVE(c, x->d_act, rows * Ie);
+    CARVE(c, x->d_gate_up, rows * 2 * Ie);
+    if (m->ep > 1) {
+        CARVE(c, x->recv, rows * C);
+        CARVE(c, x->ex_rows, rows * C);
+        CARVE(c, x->d_ex_x, rows * C);
+    }
+}
+
+/* A stream-ordered allocation of `bytes` (NULL where it fails: the caller dies naming the rows). */
+static void *spill_alloc(CudaModel *m, size_t bytes) {
+    void *p = NULL;
+    if (cudaMallocAsync(&p, bytes, m->ctx.stream) != cudaSuccess) return NULL;
+    return p;
+}
+
+/* Layer v's expert side back in the arena's room, its spill (if any) freed in the stream's order. */
+static void release_spill(CudaModel *m, MoeSaved *v) {
+    if (!v->spill) return;
+    CUDA_CHECK(cudaFreeAsync(v->spill, m->ctx.stream));
+    v->spill = NULL;
+    v->ex_x = v->room.ex_x;
+    v->gate_up = v->room.gate_up;
+    v->act = v->room.act;
+    v->ex_order = v->room.ex_order;
+    v->ex_inverse = v->room.ex_inverse;
+}
+
+/* Layer v's expert side for `rows` rows, more than the arena's room: a spill of their own. */
+static void spill_saved(CudaModel *m, MoeSaved *v, long rows) {
+    Carver c = {NULL, 0};
+    layout_expert_side(m, &c, v, (size_t)rows);
+    c.base = spill_alloc(m, c.used);
+    if (!c.base)
+        mt_die(MT_EXIT_FAILURE, "moe: out of GPU memory for the %ld rows routed to this rank's experts (%zu bytes; "
+               "the arena holds %zu rows, a balanced routing's)", rows, c.used, room_rows(m));
+    v->spill = c.base;
+    c.used = 0;
+    layout_expert_side(m, &c, v, (size_t)rows);
+}
+
+/* The expert side's scratch for a layer of `rows` rows: the arena's, or for more rows a spill (free it with
+ * scratch_done). */
+static ExpertScratch expert_scratch(CudaModel *m, long rows) {
+    if ((size_t)rows <= room_rows(m)) return m->moe->side;
+    ExpertScratch x = {0};
+    Carver c = {NULL, 0};
+    layout_expert_scratch(m, &c, &x, (size_t)rows);
+    c.base = spill_alloc(m, c.used);
+    if (!c.base)
+        mt_die(MT_EXIT_FAILURE, "moe: out of GPU memory for the scratch of the %ld rows routed to this rank's experts "
+               "(%zu bytes)", rows, c.used);
+    x.spill = c.base;
+    c.used = 0;
+    layout_expert_scratch(m, &c, &x, (size_t)rows);
+    return x;
+}
+
+static void scratch_done(CudaModel *m, ExpertScratch *x) {
+    if (x->spill) CUDA_CHECK(cudaFreeAsync(x->spill, m->ctx.stream));
+    x->spill = NULL;
+}
 
 void cuda_moe_layout_work(CudaModel *m, Carver *c) {
     if (!m->moe_work) m->moe_work = mt_calloc(1, sizeof *m->moe_work); /* device buffers only */
@@ -170,14 +272,14 @@ void cuda_moe_layout_saved(CudaModel *m, Carver *c, int l) {
 void cuda_moe_layout_shared(CudaModel *m, Carver *c) {
     const MoeConfig *mc = moe_cfg(m);
     const size_t N = (size_t)m->max_B * m->max_T, E = mc->num_experts, A = N * mc->num_experts_per_tok;
-    const size_t C = m->shape.C, Ie = cuda_moe_expert_I(m), Is = cuda_moe_shared_I(m);
+    const size_t C = m->shape.C, Is = cuda_moe_shared_I(m);
     const size_t tiles = (A + MT_MOE_TILE - 1) / MT_MOE_TILE, rows = (size_t)max_aux_rows(m);
-    const size_t RA = expert_rows(m, N);
+    const size_t RA = room_rows(m);
     if (!m->moe) {
         m->moe = mt_calloc(1, sizeof *m->moe);
         m->moe->h_send = mt_calloc(E, sizeof(int64_t)); /* ep x El = E */
         m->moe->h_recv = mt_calloc(E, sizeof(int64_t));
-        m->moe->h_order = mt_calloc(m->ep > 1 ? 2 * RA : 1, sizeof(int32_t));
+        m->moe->h_order = mt_calloc(m->ep > 1 ? 2 * expert_rows_max(m) : 1, sizeof(int32_t));
         m->moe->h_counts = mt_calloc(rows * E, sizeof(int32_t));
         m->moe->h_psum = mt_calloc(rows * E, sizeof(double));
         m->moe->h_lse = mt_calloc(N, sizeof(float));
@@ -196,13 +298,7 @@ void cuda_moe_layout_shared(CudaModel *m, Carver *c) {
     CARVE(c, s->psum, rows * E);
     CARVE(c, s->d_rows, A * C);
     CARVE(c, s->d_xin, A * C);
-    CARVE(c, s->d_act, RA * Ie);
-    CARVE(c, s->d_gate_up, RA * 2 * Ie);
-    if (m->ep > 1) {
-        CARVE(c, s->recv, RA * C);
-        CARVE(c, s->ex_rows, RA * C);
-        CARVE(c, s->d_ex_x, RA * C);
-    }
+    layout_expert_scratch(m, c, &s->side, RA);
     if (m->shape.tp > 1) CARVE(c, s->tp_out, N * C);
     if (Is > 0) {
         CARVE(c, s->s_out, N * C);
@@ -215,6 +311,7 @@ void cuda_moe_free_saved(CudaModel *m) {
     for (int l = 0; m->saved && l < m->shape.L; l++) {
         MoeSaved *v = m->saved[l].moe;
         if (!v) continue;
+        if (v->spill) cudaFree(v->spill); /* after the device's work */
         free(v->offsets);
         free(v->aux_counts);
         free(v->ex_offsets);
@@ -344,9 +441,10 @@ static void dispatch_plan(CudaModel *m, MoeSaved *v) {
         for (int j = 0; j < El; j++) v->recv_rows[r] += s->h_recv[r * El + j];
         rows += v->recv_rows[r];
     }
-    const size_t RA = expert_rows(m, (size_t)m->max_B * m->max_T);
-    if (rows < 0 || (size_t)rows > RA)
-        mt_die(MT_EXIT_FAILURE, "moe: %ld rows routed to this rank's experts (room for %zu)", rows, RA);
+    const size_t most = expert_rows_max(m);
+    if (rows < 0 || (size_t)rows > most)
+        mt_die(MT_EXIT_FAILURE, "moe: %ld rows routed to this rank's experts (at most %zu can be)", rows, most);
+    if ((size_t)rows > room_rows(m)) spill_saved(m, v, rows);
     /* expert j: the rows from rank 0, then rank 1, ... (each rank's rows for its experts in expert order) */
     int32_t *order = s->h_order, *inverse = s->h_order + rows;
     int pos = 0;
@@ -385,17 +483,18 @@ static void exchange(CudaModel *m, const MoeSaved *v, const bf16_t *send, bf16_t
 
 /* y (xin's order) = this layer's experts, wherever they are, applied to xin. */
 static void experts_forward_ep(CudaModel *m, const LayerOffsets *o, MoeSaved *v) {
-    MoeScratch *s = m->moe;
     cudaStream_t st = m->ctx.stream;
     const int C = m->shape.C, El = moe_cfg(m)->num_experts / m->ep;
     dispatch_plan(m, v);
     const int rows = v->ex_offsets[El];
-    exchange(m, v, v->xin, s->recv, false);
-    TIMED(m, PROF_MOE_PERMUTE, CUDA_CHECK(cuda_moe_gather(v->ex_x, s->recv, v->ex_order, rows, C, st)));
+    ExpertScratch x = expert_scratch(m, rows);
+    exchange(m, v, v->xin, x.recv, false);
+    TIMED(m, PROF_MOE_PERMUTE, CUDA_CHECK(cuda_moe_gather(v->ex_x, x.recv, v->ex_order, rows, C, st)));
     const CudaExpertRows rows_of = {.experts = El, .offsets = v->ex_offsets, .d_offsets = v->d_ex_offsets};
-    TIMED(m, PROF_MOE_EXPERTS, cuda_moe_experts_forward(m, o, &rows_of, v->ex_x, v->gate_up, v->act, s->ex_rows));
-    TIMED(m, PROF_MOE_PERMUTE, CUDA_CHECK(cuda_moe_gather(s->recv, s->ex_rows, v->ex_inverse, rows, C, st)));
-    exchange(m, v, s->recv, v->y, true);
+    TIMED(m, PROF_MOE_EXPERTS, cuda_moe_experts_forward(m, o, &rows_of, v->ex_x, v->gate_up, v->act, x.ex_rows));
+    TIMED(m, PROF_MOE_PERMUTE, CUDA_CHECK(cuda_moe_gather(x.recv, x.ex_rows, v->ex_inverse, rows, C, st)));
+    exchange(m, v, x.recv, v->y, true);
+    scratch_done(m, &x);
 }
 
 /* Its backward: s->d_xin (xin's order) from s->d_rows (y's gradient); the local experts' weight gradients
@@ -404,13 +503,15 @@ static void experts_backward_ep(CudaModel *m, const LayerOffsets *o, const MoeSa
     MoeScratch *s = m->moe;
     cudaStream_t st = m->ctx.stream;
     const int C = m->shape.C, El = moe_cfg(m)->num_experts / m->ep, rows = v->ex_offsets[El];
-    exchange(m, v, s->d_rows, s->recv, false);
-    TIMED(m, PROF_MOE_PERMUTE, CUDA_CHECK(cuda_moe_gather(s->ex_rows, s->recv, v->ex_order, rows, C, st)));
+    ExpertScratch x = expert_scratch(m, rows);
+    exchange(m, v, s->d_rows, x.recv, false);
+    TIMED(m, PROF_MOE_PERMUTE, CUDA_CHECK(cuda_moe_gather(x.ex_rows, x.recv, v->ex_order, rows, C, st)));
     const CudaExpertRows rows_of = {.experts = El, .offsets = v->ex_offsets, .d_offsets = v->d_ex_offsets};
-    TIMED(m, PROF_MOE_EXPERTS, cuda_moe_experts_backward(m, o, &rows_of, v->ex_x, v->gate_up, v->act, s->ex_rows,
-                                                         s->d_act, s->d_gate_up, s->d_ex_x));
-    TIMED(m, PROF_MOE_PERMUTE, CUDA_CHECK(cuda_moe_gather(s->recv, s->d_ex_x, v->ex_inverse, rows, C, st)));
-    exchange(m, v, s->recv, s->d_xin, true);
+    TIMED(m, PROF_MOE_EXPERTS, cuda_moe_experts_backward(m, o, &rows_of, v->ex_x, v->gate_up, v->act, x.ex_rows,
+                                                         x.d_act, x.d_gate_up, x.d_ex_x));
+    TIMED(m, PROF_MOE_PERMUTE, CUDA_CHECK(cuda_moe_gather(x.recv, x.d_ex_x, v->ex_inverse, rows, C, st)));
+    exchange(m, v, x.recv, s->d_xin, true);
+    scratch_done(m, &x);
 }
 
 void cuda_moe_forward(CudaModel *m, int l, const bf16_t *x, const bf16_t *resid, bf16_t *out, int B, int T) {
@@ -424,6 +525,7 @@ void cuda_moe_forward(CudaModel *m, int l, const bf16_t *x, const bf16_t *resid,
     const int Is = cuda_moe_shared_I(m);
     const int sigmoid = mc->score_function == SCORE_SIGMOID;
     v->N = N;
+    release_spill(m, v); /* a forward with no backward after it (an evaluation's) leaves one */
 
     TIMED(m, PROF_MOE_ROUTER, {
         CUDA_CHECK(cuda_cast_bf16_to_fp32(s->x32, x, (size_t)N * C, st));
@@ -455,6 +557,8 @@ void cuda_moe_forward(CudaModel *m, int l, const bf16_t *x, const bf16_t *resid,
     TIMED(m, PROF_MOE_PERMUTE, CUDA_CHECK(cuda_moe_gather(v->xin, x, s->token, R, C, st)));
     if (m->ep > 1) {
         experts_forward_ep(m, o, v);
+        /* full recompute reruns this forward before the backward: the first one's expert side is not kept */
+        if (m->recompute == RECOMPUTE_FULL && !m->recomputing) release_spill(m, v);
     } else {
         const CudaExpertRows rows_of = {.experts = E, .offsets = v->offsets, .d_offsets = v->d_offsets};
         TIMED(m, PROF_MOE_EXPERTS, cuda_moe_experts_forward(m, o, &rows_of, v->xin, v->gate_up, v->act, v->y));
@@ -489,7 +593,7 @@ const bf16_t *cuda_moe_backward(CudaModel *m, int l, const bf16_t *x, const bf16
     const MoeConfig *mc = moe_cfg(m);
     const LayerOffsets *o = &m->layers[l];
     const LayerSaved *sv = &m->saved[l];
-    const MoeSaved *v = sv->moe;
+    MoeSaved *v = sv->moe;
     MoeScratch *s = m->moe;
     CudaContext *ctx = &m->ctx;
     cudaStream_t st = ctx->stream;
@@ -503,10 +607,11 @@ const bf16_t *cuda_moe_backward(CudaModel *m, int l, const bf16_t *x, const bf16
         TIMED(m, PROF_TP_COMM, device_all_reduce(m->tp_comm, s->d_w, (size_t)A, NCCL_DTYPE_FLOAT, false, st));
     if (m->ep > 1) {
         experts_backward_ep(m, o, v);
+        release_spill(m, v); /* the expert side is used */
     } else {
         const CudaExpertRows rows_of = {.experts = E, .offsets = v->offsets, .d_offsets = v->d_offsets};
         TIMED(m, PROF_MOE_EXPERTS, cuda_moe_experts_backward(m, o, &rows_of, v->xin, v->gate_up, v->act, s->d_rows,
-                                                             s->d_act, s->d_gate_up, s->d_xin));
+                                                             s->side.d_act, s->side.d_gate_up, s->d_xin));
     }
     if (Is > 0) { /* the shared expert's input gradient starts d_normed */
         cuda_linear_backward(m, s->d_s_act, dy, C, v->s_act, o->s_down, -1, N, Is, C, 0);
