@@ -183,31 +183,37 @@ static void check_case(const Case *c, const char *dir) {
     model_free(host);
 }
 
-/* The activation set of qwen2.5-0.5b's case shape at tp 2, dense, without recompute, with or without sp. */
-static double activation_set_bytes(bool sp, const char *dir, int *layers, double *tokens, double *hidden) {
+/* The activation set of case c's shape (one clone's arena: cuda_model_activation_bytes), micro-batches of 2 x 256;
+ * the recipe it was made from into *made (NULL where the recipe could not be read). Returns -1 on failure. */
+static double activation_set_bytes(const Case *c, const char *dir, const Recipe **made) {
     static Recipe r;
-    const Case c = {"qwen2.5-0.5b", 2, 1, sp, RECOMPUTE_NONE, DTYPE_FP32, false, 0, 0, 0, 0};
     char err[1024];
     ModelPartition part;
-    if (case_recipe(&r, &c, dir, &part) != 0) return -1;
+    *made = NULL;
+    if (case_recipe(&r, c, dir, &part) != 0) return -1;
     Model *host = model_create_recompute(&r.model, &part, &cpu_backend, 0, 0, RECOMPUTE_NONE);
     const CudaModelOptions options = {.state_dtype = DTYPE_FP32, .recompute = RECOMPUTE_NONE};
     CudaModel *gpu = cuda_model_create(host, 0, 2, 256, &options, err, sizeof err);
     double bytes = -1;
     if (gpu) bytes = (double)cuda_model_activation_bytes(gpu);
     else printf("  cannot create the CUDA model: %s\n", err);
-    *layers = r.model.num_layers;
-    *tokens = 2.0 * 256;
-    *hidden = r.model.hidden_size;
+    *made = &r;
     cuda_model_free(gpu);
     model_free(host);
     return bytes;
 }
 
 static void check_sequence_parallel_saves(const char *dir) {
-    int L;
-    double N, C;
-    const double plain = activation_set_bytes(false, dir, &L, &N, &C), sp = activation_set_bytes(true, dir, &L, &N, &C);
+    /* qwen2.5-0.5b's case shape at tp 2, dense, without recompute, with or without sp */
+    const Case without = {"qwen2.5-0.5b", 2, 1, false, RECOMPUTE_NONE, DTYPE_FP32, false, 0, 0, 0, 0},
+               with = {"qwen2.5-0.5b", 2, 1, true, RECOMPUTE_NONE, DTYPE_FP32, false, 0, 0, 0, 0};
+    const Recipe *r;
+    const double plain = activation_set_bytes(&without, dir, &r), sp = activation_set_bytes(&with, dir, &r);
+    if (!r) {
+        failed++;
+        return;
+    }
+    const double L = r->model.num_layers, N = 2.0 * 256, C = r->model.hidden_size;
     /* a layer's input, normed input, mid residual and normed mid: half of each in bf16 */
     const double expected = L * N * 4 * C / 2 * 2.0;
     const bool ok = plain > 0 && sp > 0 && plain - sp >= expected;
@@ -218,33 +224,21 @@ static void check_sequence_parallel_saves(const char *dir) {
     else failed++;
 }
 
-/* The activation set of mixtral's case shape (dp 2) at ep 1 or 2, dropless, without recompute. */
-static double moe_activation_set_bytes(int ep, const char *dir, double *k, double *C) {
-    static Recipe r;
-    const Case c = {"mixtral-8x7b", 1, 1, false, RECOMPUTE_NONE, DTYPE_FP32, ep == 1, ep, 0, 0, 0};
-    char err[1024];
-    ModelPartition part;
-    if (case_recipe(&r, &c, dir, &part) != 0) return -1;
-    Model *host = model_create_recompute(&r.model, &part, &cpu_backend, 0, 0, RECOMPUTE_NONE);
-    const CudaModelOptions options = {.state_dtype = DTYPE_FP32, .recompute = RECOMPUTE_NONE};
-    CudaModel *gpu = cuda_model_create(host, 0, 2, 256, &options, err, sizeof err);
-    double bytes = -1;
-    if (gpu) bytes = (double)cuda_model_activation_bytes(gpu);
-    else printf("  cannot create the CUDA model: %s\n", err);
-    *k = r.model.moe.num_experts_per_tok;
-    *C = r.model.hidden_size;
-    cuda_model_free(gpu);
-    model_free(host);
-    return bytes;
-}
-
 /* Under ep the arena holds a balanced routing's rows for the rank's experts, as many as at ep 1 (N k), and keeps
  * for each the received row and its order both ways besides: 4 experts of top 2 at ep 2 are not given room for
  * every token's two rows from both ranks, twice as many (before 2026-12-01 they were). */
 static void check_expert_room(const char *dir) {
-    double k, C;
-    const double ep1 = moe_activation_set_bytes(1, dir, &k, &C), ep2 = moe_activation_set_bytes(2, dir, &k, &C);
-    const double N = 2.0 * 256, layers = 2, expected = layers * N * k * (C * 2.0 + 8.0);
+    /* mixtral's case shape at dp 2, dropless, without recompute: ep 1 (dp 2 from ZeRO-1) and ep 2 */
+    const Case one = {"mixtral-8x7b", 1, 1, false, RECOMPUTE_NONE, DTYPE_FP32, true, 0, 0, 0, 0},
+               two = {"mixtral-8x7b", 1, 1, false, RECOMPUTE_NONE, DTYPE_FP32, false, 2, 0, 0, 0};
+    const Recipe *r;
+    const double ep1 = activation_set_bytes(&one, dir, &r), ep2 = activation_set_bytes(&two, dir, &r);
+    if (!r) {
+        failed++;
+        return;
+    }
+    const double N = 2.0 * 256, layers = r->model.num_layers, k = r->model.moe.num_experts_per_tok;
+    const double expected = layers * N * k * (r->model.hidden_size * 2.0 + 8.0);
     const bool ok = ep1 > 0 && ep2 > 0 && fabs((ep2 - ep1) - expected) <= layers * 4 * 512.0;
     printf("  an activation set at ep 1 %.3f MiB, at ep 2 %.3f MiB: %.3f MiB more (%.3f expected: N k received rows "
            "and their order) %s\n", ep1 / 1048576.0, ep2 / 1048576.0, (ep2 - ep1) / 1048576.0, expected / 1048576.0,
