@@ -359,7 +359,7 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     /* said once the checkpoint has loaded (train_resume.c): for the checkpoint actually resumed, after every
      * refusal, a load's included */
     ResumeReport report = {.overrides = overrides, .num_overrides = n, .num_kept = n > num_sets ? 1 : 0, .step = step, .tokens = tokens,
-                           .samples = samples};
+                           .samples = samples, .stores_base = recipe.model.peft.type == PEFT_LORA && !references_base};
     snprintf(report.recipe_path, sizeof report.recipe_path, "%s", path);
     if (own_dir && !run_recipe) /* (--resume-if-exists: the recipe is the command's, compared above) */
         snprintf(report.run_dir_recipe, sizeof report.run_dir_recipe, "%s/recipe.yaml", loc->run_dir);

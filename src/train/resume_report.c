@@ -76,8 +76,20 @@ static void warn_eval_samples(const TrainConfig *then, const TrainConfig *now) {
             then->eval_batches, then->micro_batch_size, then->micro_batch_size, scale);
 }
 
-/* What the --set values change from the checkpoint's recipe (`stored`), and what those changes do. */
-static void say_changes(const Recipe *stored, const Recipe *resumed, const char *checkpoint_dir, bool evaluates) {
+/* Into `out`: the checkpoint's recipe (`stored`) with what the resume itself writes into the recipe in force
+ * (resume_cmd.c), which no --set asked: checkpoint.frozen_base store for a LoRA checkpoint that stores its base (the
+ * default auto was reported as "auto -> store", a change the user never made), and load_optimizer true. */
+static void as_resumed(Recipe *out, const Recipe *stored, const Recipe *resumed, bool stores_base) {
+    *out = *stored;
+    if (stores_base) out->checkpoint.frozen_base = resumed->checkpoint.frozen_base;
+    out->checkpoint.load_optimizer = resumed->checkpoint.load_optimizer;
+}
+
+/* What the --set values change from the checkpoint's recipe (`checkpoint`), and what those changes do. */
+static void say_changes(const Recipe *checkpoint, const Recipe *resumed, const char *checkpoint_dir, bool evaluates) {
+    static Recipe copy;
+    as_resumed(&copy, checkpoint, resumed, armed.stores_base);
+    const Recipe *stored = &copy;
     size_t na, nb;
     char *before = recipe_yaml_text(stored, &na), *after = recipe_yaml_text(resumed, &nb), changes[4096];
     const int n = recipe_text_changes(before, after, changes, sizeof changes, NULL, NULL, 0);

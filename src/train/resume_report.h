@@ -27,6 +27,8 @@ typedef struct ResumeReport {
     int64_t samples;
     char run_dir_recipe[MT_PATH_MAX + 32]; /* run.dir/recipe.yaml to compare with, "" for none (a branch, or
                                             * run --resume-if-exists, whose recipe is the command's) */
+    bool stores_base;                     /* a LoRA checkpoint that stores its frozen base: resume_cmd.c made the
+                                            * recipe's checkpoint.frozen_base store, which no --set asked */
 } ResumeReport;
 
 /* The report to say at the next successful load (copied); NULL disarms it. */

@@ -19,6 +19,8 @@
 #     shard: refused, the checkpoint not set aside;
 #   - store: the checkpoint holds the base and resumes with the init_from
 #     directory gone; a LoRA run without init_from stores its (random) base;
+#     resumed, its --set report names no frozen_base change the user did not
+#     make (it said "auto -> store"), and a --set of it is still named;
 #   - auto (the default) references a base outside any run's checkpoints/
 #     (the cases above) and stores one that is a run's checkpoint; reference
 #     to such a base warns.
@@ -96,7 +98,9 @@ diff <(losses "$WORK/ref" | tail -n 3) <(losses "$WORK/ref3-again") > /dev/null 
 inspect_says "$WORK/ref3-again/checkpoints/iter_0000006" "referenced: $base (" \
   || fail "the resumed run's checkpoint does not reference the base"
 "$MEGATRAIN" resume "$WORK/ref3/checkpoints/iter_0000003" --set train.steps=6 --set run.dir="$WORK/ref3-store" \
-  --set checkpoint.frozen_base=store > /dev/null 2>&1 || fail "resume with frozen_base store failed"
+  --set checkpoint.frozen_base=store > "$WORK/resume-store.log" 2>&1 || fail "resume with frozen_base store failed"
+grep -q "resume: --set changes .*checkpoint.frozen_base auto -> store" "$WORK/resume-store.log" \
+  || fail "the --set report does not name checkpoint.frozen_base: $(grep 'changes' "$WORK/resume-store.log")"
 inspect_says "$WORK/ref3-store/checkpoints/iter_0000006" "frozen base: stored in this checkpoint" \
   || fail "resume with --set checkpoint.frozen_base=store: the checkpoint does not store the base"
 diff <(losses "$WORK/ref" | tail -n 3) <(losses "$WORK/ref3-store") > /dev/null || fail "resumed losses differ (store)"
@@ -192,6 +196,11 @@ grep -q "the frozen base is random (no init_from): every checkpoint stores it" "
   || fail "no init_from: no line"
 inspect_says "$WORK/random" "frozen base: stored in this checkpoint" \
   || fail "no init_from: the base is not stored"
+# resumed, its checkpoints store the base as before: that is no change of checkpoint.frozen_base (auto) to report
+"$MEGATRAIN" resume "$WORK/random" --set train.steps=2 > "$WORK/random-resume.log" 2>&1 \
+  || fail "resume of the random-base run: $(tail -n 3 "$WORK/random-resume.log")"
+[[ $(grep "resume: --set changes" "$WORK/random-resume.log") == "resume: --set changes train.steps 1 -> 2" ]] \
+  || fail "the --set report of a resume that changes train.steps alone: $(grep 'changes' "$WORK/random-resume.log")"
 echo "store: resumes bit for bit without the init_from directory; without init_from the base is stored"
 
 # auto (the default) stores a base that is a run's checkpoint, which that run's retention may delete; reference
