@@ -48,7 +48,7 @@ static const char *const inspect_usage_text =
     "                     the ids against (default: the byte tokenizer of `data build`)\n"
     "  --docs N           how many documents to show, from the first (default 3; 0 for none)\n"
     "  --show-mask        an SFT dataset's shown documents with the spans its loss mask counts in\n"
-    "                     [[ ]] (each span decoded on its own)\n"
+    "                     [[ ]] (each span the text its tokens have in the document's decode)\n"
     "  --json             one JSON object on stdout instead of text (every shown document's ids and\n"
     "                     whole text)\n";
 
@@ -217,8 +217,43 @@ static void print_escaped(const char *text, size_t len, size_t max) {
     if (n < len) printf(" ... (%zu more bytes)", len - n);
 }
 
-/* --show-mask: the text of ids with each run of tokens the mask counts decoded on its own between "[[" and "]]",
- * the masked runs between them decoded on their own too. 0, or -1 with err (a run decode_ids refused). */
+/* The text tokens [at, end) of ids decode to inside the document: decoded after the tokens before them (from c on)
+ * and that context's own text cut off, since decoders treat the first token apart (SentencePiece's decoders drop its
+ * leading space: Metaspace's prepend_scheme, Strip after Fuse), so a span decoded alone lost the space it shows in
+ * the whole document. The context starts 8 tokens back and widens while its text is empty or is not where the
+ * longer text starts (a character cut at `at`); from the document's start it is exact, and where it is still not
+ * a prefix the span is decoded alone. Into out; 0, or -1 with err. */
+static int decode_in_context(const Tokenizer *tok, const int32_t *ids, size_t at, size_t end, TokenText *out,
+                             char *err, size_t errlen) {
+    if (at == 0) return decode_ids(tok, ids, end, out, err, errlen);
+    TokenText context = {0};
+    int rc = 0;
+    for (size_t back = 8;; back *= 2) {
+        const size_t c = back < at ? at - back : 0;
+        rc = decode_ids(tok, ids + c, at - c, &context, err, errlen);
+        if (rc == 0) rc = decode_ids(tok, ids + c, end - c, out, err, errlen);
+        if (rc != 0) break;
+        const bool prefix = context.len <= out->len && memcmp(out->data, context.data, context.len) == 0;
+        if (prefix && (context.len > 0 || c == 0)) { /* the span's text is what follows its context's */
+            if (context.len > 0) {
+                memmove(out->data, out->data + context.len, out->len - context.len);
+                out->len -= context.len;
+                out->data[out->len] = '\0';
+            }
+            break;
+        }
+        if (c == 0) {
+            rc = decode_ids(tok, ids + at, end - at, out, err, errlen);
+            break;
+        }
+    }
+    token_text_free(&context);
+    return rc;
+}
+
+/* --show-mask: the text of ids with each run of tokens the mask counts between "[[" and "]]", each run (masked
+ * ones too) the text its tokens have in the whole document's decode (decode_in_context): the marks removed, the
+ * document decoded. 0, or -1 with err (a run decode_ids refused). */
 static int decode_marked(const Tokenizer *tok, const int32_t *ids, const int32_t *mask, size_t n, TokenText *out,
                          char *err, size_t errlen) {
     TokenText run = {0};
@@ -226,7 +261,7 @@ static int decode_marked(const Tokenizer *tok, const int32_t *ids, const int32_t
     int rc = 0;
     for (size_t at = 0, end; at < n && rc == 0; at = end) {
         for (end = at + 1; end < n && (mask[end] != 0) == (mask[at] != 0);) end++;
-        rc = decode_ids(tok, ids + at, end - at, &run, err, errlen);
+        rc = decode_in_context(tok, ids, at, end, &run, err, errlen);
         if (mask[at]) token_text_append(out, "[[", 2);
         if (rc == 0) token_text_append(out, run.data, run.len);
         if (mask[at]) token_text_append(out, "]]", 2);

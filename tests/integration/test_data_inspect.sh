@@ -75,6 +75,25 @@ for tokenizer in byte llama3; do
   expect "masked); --show-mask marks them in the documents"
   ! grep -qF '[[' "$D/out.txt" || fail "$tokenizer: spans marked without --show-mask: $(cat "$D/out.txt")"
 done
+# each span shows the text its tokens have in the document's decode: the marks taken out, the document's text. A span
+# decoded alone lost the leading space SentencePiece's decoders drop from the first token decoded (Metaspace's
+# prepend_scheme, Llama 2's Strip): "[[the answer" of " the answer", "[[ the" of "  the"; ByteLevel's keep it.
+printf '%s\n' '{"prompt": "What is the answer", "completion": " the answer is here"}' \
+  '{"prompt": "Café au lait? ", "completion": "Oui, très bien ☃."}' '{"prompt": "Say it twice:", "completion": "  twice  "}' \
+  > "$D/spaced.jsonl"
+for tokenizer in llama2 llama3 qwen2 metaspace; do
+  "$MEGATRAIN" data build --format sft --tokenizer "$FIX/$tokenizer" --input "$D/spaced.jsonl" --output "$D/spaced-$tokenizer" \
+    > /dev/null
+  "$MEGATRAIN" data inspect "$D/spaced-$tokenizer" --tokenizer "$FIX/$tokenizer" --docs 3 --show-mask > "$D/out.txt"
+  "$MEGATRAIN" data inspect "$D/spaced-$tokenizer" --tokenizer "$FIX/$tokenizer" --docs 3 > "$D/plain.txt"
+  [[ $(grep -c '^  \[[0-9].*\[\[' "$D/out.txt") -eq 3 ]] || fail "$tokenizer: not 3 marked documents: $(cat "$D/out.txt")"
+  diff <(grep '^  \[[0-9]' "$D/out.txt" | sed 's/\[\[//g; s/\]\]//g') <(grep '^  \[[0-9]' "$D/plain.txt") > /dev/null ||
+    fail "$tokenizer: --show-mask's spans are not the document's text: $(diff <(grep '^  \[[0-9]' "$D/out.txt") \
+      <(grep '^  \[[0-9]' "$D/plain.txt"))"
+done
+expect '[0] 17 tokens: "What is the answer[[ the answer is here</s>]]"' # (metaspace, the last of the loop)
+"$MEGATRAIN" data inspect "$D/spaced-llama2" --tokenizer "$FIX/llama2" --docs 1 --show-mask > "$D/out.txt"
+expect '[0] 18 tokens: "What is the answer[[  the answer is here</s>]]"'
 "$MEGATRAIN" data inspect "$D/lengths" --docs 1 --show-mask > "$D/out.txt"
 expect "loss mask: none (--show-mask: every token counts)"
 expect '[0] 2 tokens: "x\n"'
