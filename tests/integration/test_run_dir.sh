@@ -8,7 +8,8 @@
 #   renamed checkpoint) stop resume (exit 1, nothing moved) and are refused
 #   by run, which says what they are;
 # - one writer a run.dir: a second `run` or `resume` there is refused while
-#   the first trains (exit 1, naming the holder) and changes nothing;
+#   the first trains (exit 1, naming the holder) and changes nothing; a run
+#   or resume refused after taking the lock does not keep the next one out;
 # - relative data paths are written absolute, so a resume from another
 #   directory reads the same data;
 # - a run.dir that is a file, or under one, is refused as such;
@@ -141,6 +142,24 @@ wait "$holder" || fail "the busy run, stopped by SIGTERM: exit $?: $(tail -n 3 "
 stopped=$(basename "$(ls -d "$busy"/checkpoints/iter_* | tail -n 1)")
 expect 0 "resume: from $busy/checkpoints/$stopped" "$MEGATRAIN" resume "$busy" --set train.steps=$((10#${stopped#iter_} + 2))
 echo "one writer a run.dir: a second run and resume refused while the first trains; resume after it stopped"
+
+# A run or resume refused after it took the lock (data it cannot open, a model that does not fit) leaves
+# run.dir/.megatrain.lock behind: the lock is an flock(2) on that file, which the kernel drops when the process
+# ends, so the file alone holds nothing. With the recipe fixed, the same command goes on, no file removed by hand.
+refused="$WORK/refused" gone="[{path: $WORK/nothere, weight: 1.0}]"
+mkdir -p "$refused" # made beforehand (a job script's), so a refused run leaves it and its lock file
+expect 1 "data.train\[0\].path: $WORK/nothere.idx: cannot open" run "$refused" 10 --set "data.train=$gone"
+expect 2 "model.hidden_size: the model does not fit" run "$refused" 10 --set model.hidden_size=65536 \
+  --set model.num_attention_heads=512 --set model.num_key_value_heads=512 --set model.num_layers=64
+[[ -e $refused/.megatrain.lock ]] || fail "the refused runs left no lock file (this check is moot)"
+expect 0 "done: 10 steps" run "$refused" 10
+expect 1 "cannot open" "$MEGATRAIN" resume "$refused" --set train.steps=12 --set "data.train=$gone"
+expect 0 "done: 12 steps" "$MEGATRAIN" resume "$refused" --set train.steps=12
+expect 1 "cannot open" "$MEGATRAIN" resume "$refused" --set train.steps=14 --set run.dir="$WORK/refused-on" \
+  --set "data.train=$gone"
+[[ $(ls -A "$WORK/refused-on") == .megatrain.lock ]] || fail "the refused branch left: $(ls -A "$WORK/refused-on")"
+expect 0 "done: 14 steps" "$MEGATRAIN" resume "$refused" --set train.steps=14 --set run.dir="$WORK/refused-on"
+echo "refused after the lock (data, a model too large): the lock file left holds nothing; the fixed command goes on"
 
 # Relative data paths are taken from the directory the run started in and written absolute to recipe.yaml and the
 # checkpoints, so a resume from another directory (a requeued job's script) reads the same data (it failed, the
