@@ -180,8 +180,9 @@ long moe_expert_rows_max(const MoeConfig *mc, int ep, long N) {
 }
 
 long moe_expert_rows_room(const MoeConfig *mc, int ep, long N) {
-    const long most = moe_expert_rows_max(mc, ep, N), balanced = N * mc->num_experts_per_tok;
-    return most < balanced ? most : balanced;
+    const long most = moe_expert_rows_max(mc, ep, N);
+    const long room = (long)ceil(1.25 * (double)N * mc->num_experts_per_tok); /* a balanced routing's and a quarter */
+    return most < room ? most : room;
 }
 
 /* Group the assignments expert by expert (tokens ascending), dropping what

@@ -55,9 +55,11 @@ struct MoeStep {
  * experts (a token's k experts are distinct, so at most min(k, E / ep)); with a capacity_factor c, also at most
  * ceil(c N k / E) rows per expert from each rank, as routing keeps: the most a layer can give them. */
 long moe_expert_rows_max(const MoeConfig *mc, int ep, long N);
-/* The rows a balanced routing gives one rank's experts, N k, or moe_expert_rows_max where that is fewer (ep 1: the
- * same; a capacity below 1): what the CUDA model's arena holds for its expert side and `plan` counts. Under ep a
- * layer given more takes the rest as it goes (src/model/cuda/cuda_model_moe.c). */
+/* A quarter more than the rows a balanced routing gives one rank's experts (N k), or moe_expert_rows_max where that
+ * is fewer (ep 1: N k, all of a rank's rows): what the CUDA model's arena holds for its expert side and `plan`
+ * counts. Under ep a layer given more takes its expert side as it goes (src/model/cuda/cuda_model_moe.c): routing a
+ * quarter past the mean to one rank's experts is rare once training is under way (the CPU's expert side starts with
+ * the same margin). */
 long moe_expert_rows_room(const MoeConfig *mc, int ep, long N);
 
 MoeActs *moe_acts_create(const ModelConfig *cfg, int ep, int etp, int max_tokens);

@@ -207,13 +207,14 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
      * raw score and weight (4 bytes each), the row sent and the row back; the expert side's gate|up and
      * activation for the rows the arena holds (moe_expert_rows_room: a balanced routing's), and under ep their
      * input rows and order both ways; the shared expert's gate|up and activation. Under ep a layer given more rows
-     * takes the rest as it goes: at most ex_most rows in all (moe_expert_rows_max), moe_spill_bytes. */
+     * takes an expert side of its own for all of them as it goes, at most ex_most rows (moe_expert_rows_max), the
+     * arena's left unused: moe_spill_bytes. */
     const double tokens = (double)t->micro_batch_size * T / cp; /* a micro-batch's on this rank */
     const double ex_rows = tokens > 0 ? (double)moe_expert_rows_room(moe, (int)ep, (long)tokens) / tokens : 0.0;
     const double ex_most = tokens > 0 ? (double)moe_expert_rows_max(moe, (int)ep, (long)tokens) / tokens : 0.0;
     const double ep_side = ep > 1 ? ex_rows * (C * elem + 8.0) : 0.0; /* ex_rows, ex_most: per token */
-    /* per row past the room: kept (the received row, its order both ways, gate|up, activation), and scratch (the
-     * received order, the experts' rows, their gradient, d gate|up and d activation) */
+    /* per row of a spilled layer: kept (the received row, its order both ways, gate|up, activation), and scratch
+     * (the received order, the experts' rows, their gradient, d gate|up and d activation) */
     const double spill_kept = C * elem + 8.0 + 3.0 * Ie * elem, spill_scratch = 3.0 * C * elem + 3.0 * Ie * elem;
     double moe_mlp = 2.0 * E * 4.0 + 2 * 4.0 + k * (16.0 + 2 * C * elem) + ex_rows * 3.0 * Ie * elem + ep_side +
                      3.0 * Is * elem;
@@ -302,7 +303,7 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
         if (p->gpu && ep > 1 && moe_layers > 0) { /* the sets in flight keep it until their backward; full
                                                    * recompute keeps it only in the layer it reruns */
             const double sets_layers = t->recompute == RECOMPUTE_FULL ? 1.0 : st->in_flight * moe_layers;
-            st->moe_spill_bytes = tokens * (ex_most - ex_rows) * (sets_layers * spill_kept + spill_scratch);
+            if (ex_most > ex_rows) st->moe_spill_bytes = tokens * ex_most * (sets_layers * spill_kept + spill_scratch);
         }
     }
     return 0;

@@ -253,10 +253,10 @@ int plan_main(int argc, char **argv) {
     for (int s = 0; s < g->pp; s++)
         if (plan.stages[s].moe_spill_bytes > spill) spill = plan.stages[s].moe_spill_bytes, spill_stage = s;
     if (spill > 0)
-        printf("moe: each rank's experts have room for a balanced routing's rows (a micro-batch's tokens x %d); a layer "
-               "routed more to one rank takes the rest as it goes, at most %.2f %s more per rank (stage %d, every "
-               "token to one rank's experts), which the totals leave out\n", m->moe.num_experts_per_tok,
-               spill / unit, unit_name, spill_stage);
+        printf("moe: each rank's experts have room for a quarter more than a balanced routing's rows (a micro-batch's "
+               "tokens x %d x 1.25); a layer routed more to one rank takes its expert side as it goes, at most %.2f %s "
+               "more per rank (stage %d, every token to one rank's experts), which the totals leave out\n",
+               m->moe.num_experts_per_tok, spill / unit, unit_name, spill_stage);
     print_checkpoint_size(&plan, &recipe);
     if (plan.gpu) { /* what `run` refuses on GPUs, all of it, as run says it */
         const ModelDeviceSetup setup = {.device = recipe.run.device, .cfg = m, .parallel = par,

@@ -61,9 +61,9 @@ typedef struct MoeSaved {
      * the received order (ex_order) and back (ex_inverse); the local experts' offsets */
     bf16_t *ex_x;                    /* (RA, C) */
     int32_t *ex_order, *ex_inverse;  /* (RA) */
-    /* ep > 1: RA is the arena's room (room_rows: a balanced routing's rows); a layer given more rows takes its
-     * expert side (ex_x, gate_up, act, ex_order, ex_inverse) from `spill`, a stream-ordered allocation freed once
-     * its backward has used it (or at the layer's next forward), and `room` keeps the arena's */
+    /* ep > 1: RA is the arena's room (room_rows: a quarter more than a balanced routing's rows); a layer given more
+     * takes its expert side (ex_x, gate_up, act, ex_order, ex_inverse) for all its rows from `spill`, a stream-ordered
+     * allocation freed once its backward has used it (or at the layer's next forward), and `room` keeps the arena's */
     void *spill;
     struct { bf16_t *ex_x, *gate_up, *act; int32_t *ex_order, *ex_inverse; } room;
     int32_t *d_ex_offsets;           /* (El + 1) */
@@ -115,8 +115,9 @@ static size_t expert_rows_max(const CudaModel *m) {
     return (size_t)moe_expert_rows_max(&m->cfg.moe, m->ep, (long)m->max_B * m->max_T);
 }
 
-/* The rows the arena holds for them: a balanced routing's (moe_expert_rows_room). Under ep, MEGATRAIN_MOE_EP_ROOM (a
- * test hook: a fraction of it, above 0 and at most 1) makes it smaller, so that layers spill. */
+/* The rows the arena holds for them: a quarter more than a balanced routing's (moe_expert_rows_room). Under ep,
+ * MEGATRAIN_MOE_EP_ROOM (a test hook: a fraction of it, above 0 and below 1) makes it smaller, so that layers
+ * spill. */
 static size_t room_rows(const CudaModel *m) {
     size_t rows = (size_t)moe_expert_rows_room(&m->cfg.moe, m->ep, (long)m->max_B * m->max_T);
     const char *hook = m->ep > 1 ? getenv("MEGATRAIN_MOE_EP_ROOM") : NULL;
@@ -195,10 +196,23 @@ static void layout_expert_scratch(const CudaModel *m, Carver *c, ExpertScratch *
     }
 }
 
-/* A stream-ordered allocation of `bytes` (NULL where it fails: the caller dies naming the rows). */
-static void *spill_alloc(CudaModel *m, size_t bytes) {
+/* A stream-ordered allocation of `bytes` for `rows` rows of a layer (what: its expert side or scratch). Where the
+ * device is out of memory the pool's cached memory goes back to the driver once (cudaMemPoolTrimTo: the spills the
+ * pool keeps, cuda_context.c) and it is tried again; a failure then ends the run naming the rows. */
+static void *spill_alloc(CudaModel *m, size_t bytes, long rows, const char *what) {
     void *p = NULL;
-    if (cudaMallocAsync(&p, bytes, m->ctx.stream) != cudaSuccess) return NULL;
+    cudaError_t status = cudaMallocAsync(&p, bytes, m->ctx.stream);
+    if (status == cudaErrorMemoryAllocation) {
+        (void)cudaGetLastError(); /* clear it */
+        cudaMemPool_t pool;
+        CUDA_CHECK(cudaStreamSynchronize(m->ctx.stream));
+        if (cudaDeviceGetDefaultMemPool(&pool, m->ctx.device) == cudaSuccess) cudaMemPoolTrimTo(pool, 0);
+        status = cudaMallocAsync(&p, bytes, m->ctx.stream);
+    }
+    if (status != cudaSuccess)
+        mt_die(MT_EXIT_FAILURE, "moe: no GPU memory for %s of the %ld rows routed to this rank's experts (%zu bytes; "
+               "the arena holds %zu rows, a quarter more than a balanced routing's): %s", what, rows, bytes,
+               room_rows(m), cudaGetErrorString(status));
     return p;
 }
 
@@ -218,10 +232,7 @@ static void release_spill(CudaModel *m, MoeSaved *v) {
 static void spill_saved(CudaModel *m, MoeSaved *v, long rows) {
     Carver c = {NULL, 0};
     layout_expert_side(m, &c, v, (size_t)rows);
-    c.base = spill_alloc(m, c.used);
-    if (!c.base)
-        mt_die(MT_EXIT_FAILURE, "moe: out of GPU memory for the %ld rows routed to this rank's experts (%zu bytes; "
-               "the arena holds %zu rows, a balanced routing's)", rows, c.used, room_rows(m));
+    c.base = spill_alloc(m, c.used, rows, "the expert side");
     v->spill = c.base;
     c.used = 0;
     layout_expert_side(m, &c, v, (size_t)rows);
@@ -234,10 +245,7 @@ static ExpertScratch expert_scratch(CudaModel *m, long rows) {
     ExpertScratch x = {0};
     Carver c = {NULL, 0};
     layout_expert_scratch(m, &c, &x, (size_t)rows);
-    c.base = spill_alloc(m, c.used);
-    if (!c.base)
-        mt_die(MT_EXIT_FAILURE, "moe: out of GPU memory for the scratch of the %ld rows routed to this rank's experts "
-               "(%zu bytes)", rows, c.used);
+    c.base = spill_alloc(m, c.used, rows, "the scratch");
     x.spill = c.base;
     c.used = 0;
     layout_expert_scratch(m, &c, &x, (size_t)rows);

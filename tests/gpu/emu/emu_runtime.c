@@ -181,6 +181,11 @@ cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t pool, enum cudaMemPoolAttr att
     (void)value;
     return cudaSuccess;
 }
+cudaError_t cudaMemPoolTrimTo(cudaMemPool_t pool, size_t keep) { /* nothing cached: cudaFree frees */
+    (void)pool;
+    (void)keep;
+    return cudaSuccess;
+}
 cudaError_t cudaMemGetInfo(size_t *free_bytes, size_t *total) {
     pthread_mutex_lock(&mem_lock);
     *free_bytes = kMemTotal - mem_used;
