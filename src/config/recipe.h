@@ -362,6 +362,10 @@ bool model_config_inherit_unset(ModelConfig *cfg, const ModelConfig *from);
 
 /* Data parallel size for a world: world / (tp * pp * cp). */
 int recipe_dp_size(const Recipe *recipe, int world_size);
+/* recipe_load's checks of the layout (parallel.*) against the model, the batch and `world` ranks, alone, on a
+ * recipe already loaded and changed in memory (`megatrain plan`'s search of layouts, plan_fit): 0, or -1 with err
+ * naming the key (at the recipe's file, no line). */
+int recipe_validate_layout(const Recipe *recipe, int world, char *err, size_t errlen);
 /* The fewest ranks the recipe's layout runs on: tp * cp * pp * ep (dp = ep; ep is 1 for a dense model), what
  * `megatrain plan` assumes without --world. */
 int recipe_smallest_world(const Recipe *recipe);

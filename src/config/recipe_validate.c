@@ -249,6 +249,11 @@ static int validate_layout(const Recipe *r, const YNode *root, YLoc at, int worl
     return 0;
 }
 
+int recipe_validate_layout(const Recipe *r, int world, char *err, size_t errlen) {
+    /* no tree: each failure names its key alone (validate_layout's locations come from the recipe's file) */
+    return validate_layout(r, NULL, (YLoc){(char *)r->source_path, 0}, world, err, errlen);
+}
+
 static int validate_schedule(const Recipe *r, const YNode *root, YLoc at, char *err, size_t errlen) {
     const OptimizerConfig *o = &r->optimizer;
     if (o->min_lr > o->lr)
