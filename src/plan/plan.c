@@ -60,6 +60,7 @@
 
 #include "../core/error.h"
 #include "../model/model.h"
+#include "../model/model_device.h"
 #include "../model/moe_layer.h"
 #include "../dist/dp_sync.h"
 #include "../dist/pipeline_schedule.h"
@@ -102,7 +103,23 @@ static double zero1_largest_bucket(double floats, double ranks) {
 
 static double lora_targets_of(const ModelConfig *m, int target) { return lora_targets(&m->peft, (LoraTarget)target); }
 
-int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) {
+/* The model's parameter count and of them those trained (all, or LoRA's adapters): the same on every layout. */
+static void model_counts(const ModelConfig *m, double *total_params, double *trainable_total) {
+    *total_params = (double)model_count_params(m);
+    *trainable_total = 0;
+    const ModelPartition whole = model_partition_whole(m);
+    int count = 0;
+    long total = 0;
+    ParamInfo *infos = model_registry_of(m, &whole, &count, &total);
+    for (int i = 0; i < count; i++)
+        if (!infos[i].frozen) *trainable_total += (double)infos[i].numel;
+    free(infos);
+}
+
+/* plan_compute with the model's counts (model_counts) given: plan_fit takes them once for all its layouts (the
+ * registries of the whole model were most of a layout's time). */
+static int plan_compute_counted(Plan *p, const Recipe *r, int world, double total_params, double trainable_total,
+                                char *err, size_t errlen) {
     memset(p, 0, sizeof *p);
     const ParallelConfig *par = &r->parallel;
     if (grid_layout(world, par->tp, par->cp, par->pp, &p->grid, err, errlen) != 0) return -1;
@@ -123,16 +140,8 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
     const double D = m->head_dim > 0 ? m->head_dim : C / H;
     const double HD = H * D, KVD = KVH * D;
     p->gpu = strcmp(r->run.device, "cuda") == 0;
-    p->total_params = (double)model_count_params(m);
-    {
-        const ModelPartition whole = model_partition_whole(m);
-        int count = 0;
-        long total = 0;
-        ParamInfo *infos = model_registry_of(m, &whole, &count, &total);
-        for (int i = 0; i < count; i++)
-            if (!infos[i].frozen) p->trainable_total += (double)infos[i].numel;
-        free(infos);
-    }
+    p->total_params = total_params;
+    p->trainable_total = trainable_total;
 
     /* the step: the largest global batch of the schedule */
     long gbs = 0;
@@ -307,6 +316,12 @@ int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) 
         }
     }
     return 0;
+}
+
+int plan_compute(Plan *p, const Recipe *r, int world, char *err, size_t errlen) {
+    double total_params, trainable_total;
+    model_counts(&r->model, &total_params, &trainable_total);
+    return plan_compute_counted(p, r, world, total_params, trainable_total, err, errlen);
 }
 
 int plan_worst_stage(const Plan *p) {
@@ -497,4 +512,128 @@ int plan_check_memory(const Recipe *r, int world, char *err, size_t errlen) {
                      msg);
     free(p);
     return key ? -1 : 0;
+}
+
+/* run.device: cuda: how many of the recipe's settings `run` refuses on GPUs (0 on the CPU) */
+static int cuda_refusals(const Recipe *r) {
+    if (strcmp(r->run.device, "cuda") != 0) return 0;
+    const ModelDeviceSetup setup = {.device = r->run.device, .cfg = &r->model, .parallel = &r->parallel,
+                                    .precision = r->precision, .loss = r->train.loss, .packed = r->data.pack};
+    char why[4096];
+    return model_device_cuda_limits(&setup, why, sizeof why);
+}
+
+int plan_fit_layout(const Recipe *r, Recipe *alt, int tp, int cp, int pp, int dp, int ep, char *why, size_t len) {
+    ParallelConfig *par = &alt->parallel;
+    *par = r->parallel;
+    par->tp = tp;
+    par->cp = cp;
+    par->ep = ep;
+    if (r->parallel.etp > 1) par->etp = tp; /* etp is 1 or tp (recipe_validate.c): the recipe's choice, kept */
+    if (pp != r->parallel.pp) {             /* r's vpp and pp_layers are for its own pp */
+        par->pp = pp;
+        par->vpp = 1;
+        par->num_pp_layers = 0;
+    }
+    if (pp > PLAN_MAX_STAGES || (long)tp * cp * pp * dp > PLAN_FIT_MAX_WORLD) {
+        mt_set_error(why, len, "outside plan's search (pp at most %d, at most %d ranks)", PLAN_MAX_STAGES,
+                     PLAN_FIT_MAX_WORLD);
+        return 0;
+    }
+    const int world = tp * cp * pp * dp;
+    if (recipe_validate_layout(alt, world, why, len) != 0) return 0;
+    if (cuda_refusals(alt) > cuda_refusals(r)) {
+        mt_set_error(why, len, "run.device: cuda refuses this layout (`megatrain plan` with it lists why)");
+        return 0;
+    }
+    return world;
+}
+
+typedef struct FitLayout {
+    int world, order, tp, cp, pp, dp, ep;
+} FitLayout;
+
+static int fit_layout_cmp(const void *a, const void *b) {
+    const FitLayout *x = a, *y = b;
+    if (x->world != y->world) return x->world < y->world ? -1 : 1;
+    return x->order < y->order ? -1 : x->order > y->order;
+}
+
+/* Into *out (grown as needed): the layouts of the space with tp in [tp_lo, tp_hi] that the recipe allows, in order of
+ * world; *max_tp: the largest tp among them, if larger. */
+static int fit_layouts(const Recipe *r, Recipe *alt, int tp_lo, int tp_hi, FitLayout **out, int *cap, int *max_tp) {
+    const int layers = r->model.num_layers, mbs = r->train.micro_batch_size;
+    const long batch = r->train.batch_stages[0].global_batch_size; /* a bound: validation checks every stage */
+    const bool moe = r->model.moe.num_experts > 0;
+    char why[512];
+    int n = 0;
+    for (int tp = tp_lo; tp <= tp_hi; tp *= 2)
+        for (int cp = 1; cp <= PLAN_FIT_MAX_CP; cp *= 2)
+            for (int pp = 1; pp <= layers && pp <= PLAN_MAX_STAGES; pp++) {
+                if (pp != r->parallel.pp && (pp > PLAN_FIT_MAX_PP || layers % pp != 0)) continue;
+                for (int dp = 1; (long)tp * cp * pp * dp <= PLAN_FIT_MAX_WORLD; dp++) {
+                    if (batch % ((long)mbs * dp) != 0) continue;
+                    for (int ep = 1; ep <= (moe ? dp : 1); ep++) {
+                        if (dp % ep != 0) continue;
+                        const int world = plan_fit_layout(r, alt, tp, cp, pp, dp, ep, why, sizeof why);
+                        if (world == 0) continue;
+                        if (n == *cap) {
+                            *cap = *cap ? 2 * *cap : 1024;
+                            *out = mt_realloc(*out, (size_t)*cap * sizeof **out);
+                        }
+                        (*out)[n] = (FitLayout){world, n, tp, cp, pp, dp, ep};
+                        n++;
+                        if (tp > *max_tp) *max_tp = tp;
+                    }
+                }
+            }
+    qsort(*out, (size_t)n, sizeof **out, fit_layout_cmp);
+    return n;
+}
+
+bool plan_fit(const Recipe *r, double available, PlanFit *fit) {
+    memset(fit, 0, sizeof *fit);
+    Recipe *alt = mt_malloc(sizeof *alt);
+    Plan *q = mt_malloc(sizeof *q);
+    *alt = *r;
+    const double spare = strcmp(r->run.device, "cuda") == 0 ? PLAN_GPU_RESERVE_BYTES : 0.0;
+    FitLayout *layouts = NULL;
+    int cap = 0;
+    double nearest = INFINITY, total_params, trainable_total;
+    int max_tp = 0;
+    model_counts(&r->model, &total_params, &trainable_total);
+    char err[512];
+    /* within a node first: tp beyond it only where no layout of tp up to a node fits */
+    for (int pass = 0; pass < 2 && !fit->found; pass++) {
+        const int tp_lo = pass ? 2 * PLAN_FIT_NODE_TP : 1, tp_hi = pass ? PLAN_FIT_MAX_TP : PLAN_FIT_NODE_TP;
+        const int n = fit_layouts(r, alt, tp_lo, tp_hi, &layouts, &cap, &max_tp);
+        for (int i = 0; i < n; i++) {
+            const FitLayout *c = &layouts[i];
+            if (fit->found && c->world > fit->world) break; /* in order of world: the fewest ranks are done */
+            plan_fit_layout(r, alt, c->tp, c->cp, c->pp, c->dp, c->ep, err, sizeof err);
+            if (plan_compute_counted(q, alt, c->world, total_params, trainable_total, err, sizeof err) != 0)
+                continue; /* plan's own table limits */
+            fit->layouts++;
+            const double need = q->stages[plan_worst_stage(q)].total_bytes;
+            const bool fits = need + spare <= available;
+            if (fits ? fit->found && need >= fit->total_bytes : fit->found || need >= nearest) continue;
+            if (!fits) nearest = need;
+            *fit = (PlanFit){.found = fits, .world = c->world, .tp = c->tp, .cp = c->cp, .pp = c->pp, .dp = c->dp,
+                             .ep = c->ep, .etp = alt->parallel.etp, .vpp = alt->parallel.vpp, .total_bytes = need,
+                             .layouts = fit->layouts};
+        }
+    }
+    fit->max_tp = max_tp;
+    free(layouts);
+    free(q);
+    free(alt);
+    return fit->found;
+}
+
+const char *plan_fit_text(const PlanFit *f, char *out, size_t len) {
+    char cp[32] = "", ep[32] = "";
+    if (f->cp > 1) snprintf(cp, sizeof cp, " x cp %d", f->cp);
+    if (f->ep > 1) snprintf(ep, sizeof ep, " with ep %d", f->ep);
+    snprintf(out, len, "tp %d%s x pp %d x dp %d%s", f->tp, cp, f->pp, f->dp, ep);
+    return out;
 }

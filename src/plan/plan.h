@@ -91,6 +91,45 @@ const char *plan_check_fit(const Plan *plan, const Recipe *recipe, double availa
  * cannot fit at all is refused). Returns 0, or -1 with err. */
 int plan_check_memory(const Recipe *recipe, int world, char *err, size_t errlen);
 
+/* What a GPU needs beside plan's estimate: the CUDA context, cuBLASLt's workspace, NCCL and the allocator's
+ * rounding (0.57 to 0.66 GiB above the estimate on an H200, docs/parallel.md). With less to spare a plan fits only
+ * barely; plan_fit's layouts leave it free. */
+#define PLAN_GPU_RESERVE_BYTES 1073741824.0
+
+/* plan_fit's space of layouts: tp a power of two up to a node's 8 GPUs (up to PLAN_FIT_MAX_TP only where nothing
+ * fits within a node), cp a power of two up to PLAN_FIT_MAX_CP, pp a divisor of num_layers up to PLAN_FIT_MAX_PP
+ * (or the recipe's own pp), dp any the global batch allows, ep (MoE) a divisor of dp; tp x cp x pp x dp at most
+ * PLAN_FIT_MAX_WORLD ranks. What each layout may be is recipe_validate_layout's to say. */
+#define PLAN_FIT_NODE_TP 8
+#define PLAN_FIT_MAX_TP 64
+#define PLAN_FIT_MAX_CP 32
+#define PLAN_FIT_MAX_PP 32
+#define PLAN_FIT_MAX_WORLD 4096
+
+/* A layout of plan_fit's search. */
+typedef struct PlanFit {
+    bool found;           /* a layout fits: the fields below are it; else the layout that came nearest */
+    int world, tp, cp, pp, dp, ep, etp, vpp;
+    double total_bytes;   /* its largest stage's estimate (bytes per rank) */
+    int max_tp;           /* the largest tp of the layouts searched (beyond a node only where nothing fit within) */
+    int layouts;          /* how many layouts plan_compute estimated */
+} PlanFit;
+
+/* Into alt (a copy of r: only its parallel section is rewritten, so one copy serves many calls): r's layout with
+ * tp, cp, pp, ep and dp data-parallel ranks, etp following tp where r splits the experts over tp, r's vpp and
+ * pp_layers kept at r's own pp (one 1F1B chunk and an even split at another), every other setting r's; checked as
+ * recipe_load checks a layout, and on run.device: cuda refused where `run` refuses more of it than of r. Returns
+ * its world (tp x cp x pp x dp), or 0 with why. */
+int plan_fit_layout(const Recipe *r, Recipe *alt, int tp, int cp, int pp, int dp, int ep, char *why, size_t len);
+
+/* The fewest ranks on which r's largest stage fits `available` bytes a rank (on a GPU with PLAN_GPU_RESERVE_BYTES
+ * to spare beside it), by plan_compute's estimate of each layout of the space above in order of world; among the
+ * layouts of that many ranks, the one with the most to spare. Returns fit->found. */
+bool plan_fit(const Recipe *r, double available, PlanFit *fit);
+
+/* "tp 8 x pp 2 x dp 2" (cp where > 1, "with ep 4" where > 1); returns out. */
+const char *plan_fit_text(const PlanFit *fit, char *out, size_t len);
+
 /* `megatrain plan ...` (argv after "plan"); returns the exit status. */
 int plan_main(int argc, char **argv);
 
