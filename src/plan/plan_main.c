@@ -1,6 +1,7 @@
-/* plan_main.c: `megatrain plan RECIPE [--world N] [--device-memory GiB] [--set k=v ...]`:
+/* plan_main.c: `megatrain plan RECIPE [--world N] [--device-memory GiB] [--fit] [--set k=v ...]`:
  * prints the layout plan.h computes and warns about stages that would not
- * fit the device memory (given, or read off GPU 0 in a CUDA build). */
+ * fit the device memory (given, or read off GPU 0 in a CUDA build); where
+ * they do not (or with --fit), the fewest ranks that fit (plan_fit). */
 #include <math.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -17,7 +18,7 @@
 #define MAX_PLAN_OVERRIDES 64
 
 static const char *const plan_usage =
-    "usage: megatrain plan RECIPE.yaml [--world N] [--device-memory GiB] [--set key.path=value ...]\n"
+    "usage: megatrain plan RECIPE.yaml [--world N] [--device-memory GiB] [--fit] [--set key.path=value ...]\n"
     "\n"
     "Print the parallel layout of RECIPE.yaml on N ranks (default tp * cp * pp * ep, i.e. dp = ep):\n"
     "the grid, the layers and shards of each pipeline stage, parameters per rank, estimated\n"
@@ -25,13 +26,20 @@ static const char *const plan_usage =
     "with the backward's scratch, logits: the buffers megatrain allocates, counted as it lays\n"
     "them out) and FLOPs per step. Nothing is allocated. The last line says whether the largest\n"
     "stage fits a rank's memory; where it does not, a warning names what most of it is and the\n"
-    "settings that would lower it, each with its estimate. With run.device: cuda it also lists\n"
-    "what `run` refuses on GPUs for now.\n"
+    "settings that would lower it, each with its estimate, and a line before it gives the fewest\n"
+    "ranks that fit (as --fit). With run.device: cuda it also lists what `run` refuses on GPUs\n"
+    "for now.\n"
     "\n"
     "  --world N             ranks (default tp * cp * pp * ep: dp = ep, 1 for a dense model); dp is what\n"
     "                        the layout leaves\n"
     "  --device-memory GiB   a rank's memory to check against (default: GPU 0's in a CUDA build\n"
     "                        with a GPU and run.device: cuda; otherwise nothing is checked)\n"
+    "  --fit                 also when the recipe fits: search the layouts (tp a power of two up to a\n"
+    "                        node's 8, then to 64; pp a divisor of num_layers up to 32; cp a power of two\n"
+    "                        up to 32; dp as the global batch allows; ep a divisor of dp) for the fewest\n"
+    "                        ranks, up to 4096, whose largest stage fits a rank's memory (a GPU's with a\n"
+    "                        GiB to spare), every other setting the recipe's, and print them with the\n"
+    "                        --world and --set settings that give them (of the fewest, the most to spare)\n"
     "  --set key.path=value  override one recipe key, as `megatrain run` does\n"
     "\n"
     "example: megatrain plan recipes/bench/gpu.yaml --set model=configs/llama3-8b.yaml \\\n"
@@ -117,7 +125,7 @@ static bool print_memory_verdict(const Plan *plan, const Recipe *recipe, double 
         fflush(stdout);
         fprintf(stderr, "megatrain: warning: %s\n", advice);
         return false;
-    } else if (plan->gpu && device_gib - need < 1.0) {
+    } else if (plan->gpu && (device_gib - need) * GiB < PLAN_GPU_RESERVE_BYTES) {
         printf("memory: fits only barely: stage %d needs %s per rank of %s, less than the GiB the CUDA context and "
                "libraries take beside it\n", worst, need_text, device_text);
     } else {
@@ -127,15 +135,55 @@ static bool print_memory_verdict(const Plan *plan, const Recipe *recipe, double 
     return true;
 }
 
+/* The `fit:` line: plan_fit's fewest ranks with `device_gib` GiB a rank, and the --world and --set settings that
+ * give them from the recipe (those it changes); or how far the search went and the layout that came nearest. */
+static void print_fit(const Recipe *r, double device_gib) {
+    PlanFit fit;
+    char layout[128], need[32];
+    const bool found = plan_fit(r, device_gib * GiB, &fit);
+    plan_fit_text(&fit, layout, sizeof layout);
+    plan_size_text(fit.total_bytes, 1, need, sizeof need);
+    const char *spare = !strcmp(r->run.device, "cuda") ? " less the GiB the CUDA context and libraries take" : "";
+    if (!found) {
+        char device[32];
+        printf("fit: no layout of up to %d ranks fits %s a rank%s (tp up to %d, pp up to %d, cp up to %d, dp "
+               "as the global batch allows%s: %d layouts)", PLAN_FIT_MAX_WORLD,
+               plan_size_text(device_gib * GiB, 1, device, sizeof device), spare, fit.max_tp,
+               PLAN_FIT_MAX_PP, PLAN_FIT_MAX_CP, r->model.moe.num_experts > 0 ? ", ep" : "", fit.layouts);
+        if (fit.layouts > 0) printf("; the nearest: %d ranks, %s (%s per rank)", fit.world, layout, need);
+        putchar('\n');
+        return;
+    }
+    const ParallelConfig *par = &r->parallel;
+    char settings[512];
+    int used = snprintf(settings, sizeof settings, "--world %d", fit.world);
+    const struct { const char *key; int was, now; } keys[] = {
+        {"tp", par->tp, fit.tp}, {"pp", par->pp, fit.pp}, {"vpp", par->vpp, fit.vpp}, {"cp", par->cp, fit.cp},
+        {"ep", par->ep, fit.ep}, {"etp", par->etp, fit.etp}};
+    for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++)
+        if (keys[k].was != keys[k].now && used < (int)sizeof settings)
+            used += snprintf(settings + used, sizeof settings - (size_t)used, " --set parallel.%s=%d", keys[k].key,
+                             keys[k].now);
+    if (par->num_pp_layers > 0 && fit.pp != par->pp && used < (int)sizeof settings)
+        snprintf(settings + used, sizeof settings - (size_t)used, " --set parallel.pp_layers=null");
+    char left[32], device[32];
+    plan_size_text(device_gib * GiB - fit.total_bytes, 1, left, sizeof left);
+    printf("fit: fits on %d rank%s: %s (%s of %s per rank, %s to spare); %s\n", fit.world, fit.world == 1 ? "" : "s",
+           layout, need, plan_size_text(device_gib * GiB, 1, device, sizeof device), left, settings);
+}
+
 int plan_main(int argc, char **argv) {
     const char *path = NULL, *overrides[MAX_PLAN_OVERRIDES];
     int num_overrides = 0, world = 0;
     double device_gib = 0.0;
+    bool fit_asked = false;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
             fputs(plan_usage, stdout);
             return MT_EXIT_OK;
+        } else if (!strcmp(a, "--fit")) {
+            fit_asked = true;
         } else if (!strcmp(a, "--set") || !strcmp(a, "--world") || !strcmp(a, "--device-memory")) {
             if (i + 1 >= argc) mt_die(MT_EXIT_USAGE, "%s needs a value\n%s", a, plan_usage);
             const char *v = argv[++i];
@@ -175,6 +223,9 @@ int plan_main(int argc, char **argv) {
     if (plan_compute(&plan, &recipe, world, err, sizeof err) != 0) mt_die(MT_EXIT_USAGE, "%s", err);
     /* the host's memory is not a plan's question (it runs anywhere): only a device's */
     if (device_gib == 0.0 && plan.gpu) device_gib = plan_rank_memory(&recipe) / GiB;
+    if (fit_asked && device_gib <= 0.0)
+        mt_die(MT_EXIT_USAGE, "--fit: no memory to fit: give --device-memory GiB (a CUDA build with a GPU reads GPU "
+               "0's for run.device: cuda)");
 
     const GridLayout *g = &plan.grid;
     const ModelConfig *m = &recipe.model;
@@ -266,5 +317,8 @@ int plan_main(int argc, char **argv) {
         if (model_device_cuda_limits(&setup, refused, sizeof refused) > 0)
             printf("refused by `run` (exit 2): %s\n", refused);
     }
+    /* the fewest ranks that fit, before the verdict (the last line) */
+    if (device_gib > 0.0 && (fit_asked || plan.stages[plan_worst_stage(&plan)].total_bytes > device_gib * GiB))
+        print_fit(&recipe, device_gib);
     return print_memory_verdict(&plan, &recipe, device_gib) ? MT_EXIT_OK : MT_EXIT_FAILURE;
 }
