@@ -146,10 +146,11 @@ static void print_fit(const Recipe *r, double device_gib) {
     const char *spare = !strcmp(r->run.device, "cuda") ? " less the GiB the CUDA context and libraries take" : "";
     if (!found) {
         char device[32];
-        printf("fit: no layout of up to %d ranks fits %s a rank%s (tp up to %d, pp up to %d, cp up to %d, dp "
-               "as the global batch allows%s: %d layouts)", PLAN_FIT_MAX_WORLD,
-               plan_size_text(device_gib * GiB, 1, device, sizeof device), spare, fit.max_tp,
-               PLAN_FIT_MAX_PP, PLAN_FIT_MAX_CP, r->model.moe.num_experts > 0 ? ", ep" : "", fit.layouts);
+        printf("fit: no layout of up to %d ranks fits %s a rank%s (tp up to %d, pp a divisor of the %d layers up to "
+               "%d, cp up to %d, dp as the global batch allows%s; %d layouts estimated)", PLAN_FIT_MAX_WORLD,
+               plan_size_text(device_gib * GiB, 1, device, sizeof device), spare, fit.max_tp, r->model.num_layers,
+               PLAN_FIT_MAX_PP, PLAN_FIT_MAX_CP, r->model.moe.num_experts > 0 ? ", ep a divisor of dp" : "",
+               fit.layouts);
         if (fit.layouts > 0) printf("; the nearest: %d ranks, %s (%s per rank)", fit.world, layout, need);
         putchar('\n');
         return;
