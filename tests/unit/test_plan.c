@@ -6,7 +6,8 @@
  * optimizer states (4 bytes of moments per parameter instead of 8, on both
  * devices, with and without ZeRO-1), LoRA's frozen base (gradients and
  * moments of the adapters only), and FLOPs per step = Megatron's FLOPs
- * per token x tokens per step. */
+ * per token x tokens per step; and plan_fit's fewest ranks against a
+ * brute-force walk of its space. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -567,6 +568,118 @@ static void test_lora_memory(void **state) {
     assert_true(zero1.stages[0].optimizer_bytes == 4.0 * adapters);
 }
 
+/* plan_fit's space (plan.h) walked by brute force, without its shortcuts (every dp up to the world, not only those
+ * the batch allows; no order of world; every layout estimated): of the layouts plan_fit_layout allows with tp up to
+ * max_tp and at most PLAN_FIT_MAX_WORLD ranks, how many fit `available` (a GPU's with PLAN_GPU_RESERVE_BYTES to
+ * spare) on fewer than `world` ranks; into *at_world the lowest estimate of those of `world` ranks exactly, into
+ * *least the lowest of all (INFINITY where none). */
+static int brute_fit(const Recipe *r, double available, int max_tp, int world, double *at_world, double *least) {
+    static Recipe alt;
+    static Plan q;
+    char err[512];
+    alt = *r;
+    const double spare = !strcmp(r->run.device, "cuda") ? PLAN_GPU_RESERVE_BYTES : 0.0;
+    const int layers = r->model.num_layers;
+    int fits = 0;
+    *at_world = *least = INFINITY;
+    for (int tp = 1; tp <= max_tp; tp *= 2)
+        for (int cp = 1; cp <= PLAN_FIT_MAX_CP; cp *= 2)
+            for (int pp = 1; pp <= layers; pp++) {
+                if (pp != r->parallel.pp && (pp > PLAN_FIT_MAX_PP || layers % pp)) continue;
+                for (int dp = 1; tp * cp * pp * dp <= PLAN_FIT_MAX_WORLD; dp++)
+                    for (int ep = 1; ep <= (r->model.moe.num_experts ? dp : 1); ep++) {
+                        if (dp % ep) continue;
+                        const int w = plan_fit_layout(r, &alt, tp, cp, pp, dp, ep, err, sizeof err);
+                        if (w == 0 || w > world) continue;
+                        assert_int_equal(w, tp * cp * pp * dp);
+                        assert_int_equal(plan_compute(&q, &alt, w, err, sizeof err), 0);
+                        const double need = q.stages[plan_worst_stage(&q)].total_bytes;
+                        *least = fmin(*least, need);
+                        if (w == world) *at_world = fmin(*at_world, need);
+                        else if (need + spare <= available) {
+                            printf("  fits on fewer ranks: %d = tp %d x cp %d x pp %d x dp %d, ep %d: %.2f GiB\n", w,
+                                   tp, cp, pp, dp, ep, need / 1073741824.0);
+                            fits++;
+                        }
+                    }
+            }
+    return fits;
+}
+
+/* What plan_fit found: plan_fit_layout allows it, plan_compute's estimate of it is fit->total_bytes and fits, no
+ * layout of the space on fewer ranks fits (brute_fit) and none of as many has more to spare. */
+static void check_fit(const Recipe *r, double available, const PlanFit *fit, int max_tp) {
+    static Recipe alt;
+    static Plan q;
+    char err[512], text[128];
+    alt = *r;
+    printf("  fits on %d ranks: %s (%.2f GiB of %.0f; %d layouts estimated)\n", fit->world,
+           plan_fit_text(fit, text, sizeof text), fit->total_bytes / 1073741824.0, available / 1073741824.0,
+           fit->layouts);
+    assert_true(fit->found);
+    assert_int_equal(plan_fit_layout(r, &alt, fit->tp, fit->cp, fit->pp, fit->dp, fit->ep, err, sizeof err), fit->world);
+    assert_int_equal(fit->world, fit->tp * fit->cp * fit->pp * fit->dp);
+    assert_int_equal(fit->dp % fit->ep, 0);
+    assert_int_equal(plan_compute(&q, &alt, fit->world, err, sizeof err), 0);
+    assert_true(q.stages[plan_worst_stage(&q)].total_bytes == fit->total_bytes);
+    const double spare = !strcmp(r->run.device, "cuda") ? PLAN_GPU_RESERVE_BYTES : 0.0;
+    assert_true(fit->total_bytes + spare <= available);
+    double at_world, least;
+    assert_int_equal(brute_fit(r, available, max_tp, fit->world, &at_world, &least), 0);
+    assert_true(at_world == fit->total_bytes); /* of the fewest ranks, the most to spare */
+}
+
+/* plan_fit: the fewest ranks that fit, by plan_compute's estimate, over the space plan.h names; a layout beyond a
+ * node's tp only where none within fits; none found, it says so with the layout nearest to fitting. */
+static void test_fit(void **state) {
+    (void)state;
+    static Recipe r;
+    static Plan p;
+    char err[512];
+    PlanFit fit;
+    const double GiB = 1073741824.0;
+    /* Llama 3 70B at seq 4096 does not fit one 80 GB GPU (1275 GiB): the fewest ranks that do */
+    load(&r, "llama3-70b", 1, 1, 1, 1, 0);
+    r.train.seq_len = 4096;
+    r.train.micro_batch_size = 1;
+    assert_int_equal(plan_compute(&p, &r, 1, err, sizeof err), 0);
+    assert_true(p.stages[0].total_bytes > 80 * GiB);
+    assert_true(plan_fit(&r, 80 * GiB, &fit));
+    check_fit(&r, 80 * GiB, &fit, PLAN_FIT_NODE_TP);
+    assert_true(fit.world > 1 && fit.tp <= PLAN_FIT_NODE_TP);
+    /* MoE with the distributed optimizer: ep and dp shard the experts and the states; dp within the batch's
+     * (64 / micro-batches of 2: 32 at most) */
+    load(&r, "qwen3-30b-a3b", 1, 1, 1, 1, 1);
+    assert_true(plan_fit(&r, 24 * GiB, &fit));
+    check_fit(&r, 24 * GiB, &fit, PLAN_FIT_NODE_TP);
+    assert_true(fit.ep > 1 && 64 % (2 * fit.dp) == 0);
+    /* beyond a node's tp only where nothing within fits: Llama 3 8B with 32 kv heads and a vocabulary of 4M, whose
+     * embedding and head only tp splits (tp 8: 34 GiB a rank), at 30 GiB */
+    load(&r, "llama3-8b", 1, 1, 1, 1, 0);
+    r.model.num_key_value_heads = 32;
+    r.model.vocab_size = 4000000;
+    double at_world, least;
+    assert_int_equal(brute_fit(&r, 30 * GiB, PLAN_FIT_NODE_TP, PLAN_FIT_MAX_WORLD, &at_world, &least), 0);
+    assert_true(plan_fit(&r, 30 * GiB, &fit));
+    check_fit(&r, 30 * GiB, &fit, PLAN_FIT_MAX_TP);
+    assert_true(fit.tp > PLAN_FIT_NODE_TP && fit.max_tp > PLAN_FIT_NODE_TP);
+    /* ... and with 40 GiB a layout within a node fits: taken, though tp 16 x pp 2 would take fewer ranks */
+    assert_true(plan_fit(&r, 40 * GiB, &fit));
+    check_fit(&r, 40 * GiB, &fit, PLAN_FIT_NODE_TP);
+    assert_true(fit.tp <= PLAN_FIT_NODE_TP && fit.max_tp == PLAN_FIT_NODE_TP);
+    /* nowhere: Llama 3.2 1B on the CPU in 64 MiB a rank; no layout of the space fits (brute force), and the
+     * nearest plan_fit names is the least of them all */
+    load(&r, "llama3.2-1b", 1, 1, 1, 1, 0);
+    snprintf(r.run.device, sizeof r.run.device, "cpu");
+    assert_false(plan_fit(&r, 64 << 20, &fit));
+    char text[128];
+    printf("  none fits in 64 MiB: the nearest %s on %d ranks, %.2f GiB (%d layouts)\n",
+           plan_fit_text(&fit, text, sizeof text), fit.world, fit.total_bytes / GiB, fit.layouts);
+    assert_int_equal(brute_fit(&r, 64 << 20, PLAN_FIT_MAX_TP, PLAN_FIT_MAX_WORLD, &at_world, &least), 0);
+    assert_true(fit.layouts > 0 && fit.total_bytes == least && least > 64 << 20);
+    assert_int_equal(fit.max_tp, PLAN_FIT_NODE_TP); /* 8 kv heads: no tp beyond a node */
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_every_parameter_once),
@@ -577,6 +690,7 @@ int main(void) {
         cmocka_unit_test(test_memory_driver),
         cmocka_unit_test(test_ep_levers),
         cmocka_unit_test(test_levers),
+        cmocka_unit_test(test_fit),
         cmocka_unit_test(test_recompute_memory),
         cmocka_unit_test(test_lora_memory),
         cmocka_unit_test(test_counts_cpu),
