@@ -11,7 +11,10 @@
 # refuses on GPUs is listed, every setting at once. train.recompute lowers the
 # activations (none > selective > full), and its line carries no GPU note
 # (cuda runs every mode, MoE models' full recompute included). The table is
-# in MiB where every stage is under a GiB.
+# in MiB where every stage is under a GiB. Where the recipe does not fit (or
+# with --fit) a fit: line gives the fewest ranks that fit and the settings
+# that give them (plan with them fits; Llama 3 70B at seq 4096 on 80 GB: 32
+# ranks at tp 8 x pp 4), or says that none up to 4096 ranks does.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 cat > "$WORK/r.yaml" <<EOF2
@@ -67,6 +70,35 @@ for lever in "optimizer.state_dtype: bf16" "parallel.distributed_optimizer: true
   grep -q "$lever ([0-9.]* GiB)" "$WORK/err" || fail "the advice does not offer $lever with its estimate: $(cat "$WORK/err")"
 done
 grep -q "; with more ranks: raise parallel.tp or parallel.pp$" "$WORK/err" || fail "the advice names no ranks to raise"
+# ... and the fewest ranks that fit, on a line before the verdict (still the last), with the settings that give them:
+# plan with those settings fits
+fit_line=$(grep "^fit: " "$WORK/out16") || fail "no fit: line where the recipe does not fit: $(cat "$WORK/out16")"
+fit_re='^fit: fits on ([0-9]+) ranks: tp [0-9]+( x cp [0-9]+)? x pp [0-9]+ x dp [0-9]+ \([0-9.]+ GiB of 16\.0 GiB per rank, [0-9.]+ GiB to spare\); (--world ([0-9]+)( --set parallel\.[a-z]+=[0-9]+)*)$'
+[[ $fit_line =~ $fit_re ]] || fail "the fit: line: $fit_line"
+[[ ${BASH_REMATCH[1]} == "${BASH_REMATCH[4]}" ]] || fail "the fit: line's ranks and --world differ: $fit_line"
+read -ra fit_settings <<< "${BASH_REMATCH[3]}"
+tail -n 1 "$WORK/out16" | grep -q "^memory: does NOT fit" || fail "the verdict is not the last line: $(tail -n 2 "$WORK/out16")"
+"$MEGATRAIN" plan "$WORK/r.yaml" --device-memory 16 "${fit_settings[@]}" > "$WORK/fit16" 2> "$WORK/err" ||
+  fail "plan with the fit: line's settings (${fit_settings[*]}) does not fit: $(tail -n 1 "$WORK/fit16") $(cat "$WORK/err")"
+grep -q "^memory: fits: " "$WORK/fit16" && ! grep -q "^fit:" "$WORK/fit16" || fail "with the fit: line's settings: $(cat "$WORK/fit16")"
+# Llama 3 70B at seq 4096 on 80 GB GPUs: 1270 GB of weights, gradients and AdamW states take more than 16 ranks
+# with the activations; 32 at tp 8 x pp 4, within a node's tp
+sed "s#llama3-8b#llama3-70b#; s#tp: 2, pp: 2#tp: 1, pp: 1#" "$WORK/r.yaml" > "$WORK/r70.yaml"
+"$MEGATRAIN" plan "$WORK/r70.yaml" --device-memory 80 > "$WORK/fit70" 2> /dev/null && fail "Llama 3 70B fits one GPU?"
+grep -q "^fit: fits on 32 ranks: tp 8 x pp 4 x dp 1 ([0-9.]* GiB of 80.0 GiB per rank, [0-9.]* GiB to spare); \
+--world 32 --set parallel.tp=8 --set parallel.pp=4$" "$WORK/fit70" || fail "Llama 3 70B: $(grep "^fit" "$WORK/fit70")"
+# --fit asks for it where the recipe fits (exit 0, no warning); it needs a memory to fit; nothing fitting, it says so
+"$MEGATRAIN" plan "$WORK/r.yaml" --world 8 --device-memory 141 --fit > "$WORK/fit141" 2> "$WORK/err" ||
+  fail "--fit where the recipe fits: $(cat "$WORK/err")"
+grep -q "^fit: fits on [0-9]* ranks\?: " "$WORK/fit141" && tail -n 1 "$WORK/fit141" | grep -q "^memory: fits: " &&
+  [[ ! -s "$WORK/err" ]] || fail "--fit where the recipe fits: $(tail -n 2 "$WORK/fit141") $(cat "$WORK/err")"
+status=0; "$MEGATRAIN" plan "$REPO/recipes/tiny/llama.yaml" --fit > /dev/null 2> "$WORK/err" || status=$?
+[[ $status -eq 2 ]] && grep -qF -- "--fit: no memory to fit: give --device-memory GiB" "$WORK/err" ||
+  fail "--fit without a memory: exit $status: $(cat "$WORK/err")"
+"$MEGATRAIN" plan "$REPO/recipes/tiny/llama.yaml" --device-memory 0.0001 > "$WORK/fitnone" 2> /dev/null &&
+  fail "the tiny model fits in 100 KiB?"
+grep -q "^fit: no layout of up to 4096 ranks fits 0.1 MiB a rank (tp up to 2, .*; the nearest: [0-9]* ranks, tp .* \
+([0-9.]* MiB per rank)$" "$WORK/fitnone" || fail "nothing fits: $(grep "^fit" "$WORK/fitnone")"
 # a memory that is no size is refused
 for bad in inf nan 0 -3 16x 1e300; do
   status=0; "$MEGATRAIN" plan "$WORK/r.yaml" --device-memory "$bad" > /dev/null 2> "$WORK/err" || status=$?
@@ -122,7 +154,7 @@ set -e
 [[ $rc -eq 2 ]] || fail "tp 3 (does not divide 32 heads) exited $rc, expected 2"
 grep -q "parallel.tp" "$WORK/err" || fail "the error does not name parallel.tp: $(cat "$WORK/err")"
 "$MEGATRAIN" plan --help > "$WORK/help.txt" || fail "plan --help failed"
-grep -q "^usage: megatrain plan" "$WORK/help.txt" || fail "plan --help"
+grep -q "^usage: megatrain plan" "$WORK/help.txt" && grep -q "^  --fit " "$WORK/help.txt" || fail "plan --help"
 # without --world, a layout with expert parallel is planned on the fewest ranks that hold it: dp = ep (dp 1 refused
 # the recipe: "parallel.ep: expected a divisor of dp ... 1 / 1 = 1")
 "$MEGATRAIN" plan "$REPO/recipes/tiny/mixtral.yaml" --set parallel.ep=4 --set parallel.tp=2 --set train.micro_batch_size=2 > "$WORK/out" 2> "$WORK/err" ||
