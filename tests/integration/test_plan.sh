@@ -73,14 +73,18 @@ grep -q "; with more ranks: raise parallel.tp or parallel.pp$" "$WORK/err" || fa
 # ... and the fewest ranks that fit, on a line before the verdict (still the last), with the settings that give them:
 # plan with those settings fits
 fit_line=$(grep "^fit: " "$WORK/out16") || fail "no fit: line where the recipe does not fit: $(cat "$WORK/out16")"
-fit_re='^fit: fits on ([0-9]+) ranks: tp [0-9]+( x cp [0-9]+)? x pp [0-9]+ x dp [0-9]+ \([0-9.]+ GiB of 16\.0 GiB per rank, [0-9.]+ GiB to spare\); (--world ([0-9]+)( --set parallel\.[a-z]+=[0-9]+)*)$'
+fit_re='^fit: fits on ([0-9]+) ranks: tp [0-9]+( x cp [0-9]+)? x pp [0-9]+ x dp [0-9]+ '
+fit_re+='\([0-9.]+ GiB of 16\.0 GiB per rank, [0-9.]+ GiB to spare\); (--world ([0-9]+)( --set parallel\.[a-z]+=[0-9]+)*)$'
 [[ $fit_line =~ $fit_re ]] || fail "the fit: line: $fit_line"
 [[ ${BASH_REMATCH[1]} == "${BASH_REMATCH[4]}" ]] || fail "the fit: line's ranks and --world differ: $fit_line"
 read -ra fit_settings <<< "${BASH_REMATCH[3]}"
-tail -n 1 "$WORK/out16" | grep -q "^memory: does NOT fit" || fail "the verdict is not the last line: $(tail -n 2 "$WORK/out16")"
+[[ $(tail -n 1 "$WORK/out16") == "memory: does NOT fit: "* ]] ||
+  fail "the verdict is not the last line: $(tail -n 2 "$WORK/out16")"
 "$MEGATRAIN" plan "$WORK/r.yaml" --device-memory 16 "${fit_settings[@]}" > "$WORK/fit16" 2> "$WORK/err" ||
-  fail "plan with the fit: line's settings (${fit_settings[*]}) does not fit: $(tail -n 1 "$WORK/fit16") $(cat "$WORK/err")"
-grep -q "^memory: fits: " "$WORK/fit16" && ! grep -q "^fit:" "$WORK/fit16" || fail "with the fit: line's settings: $(cat "$WORK/fit16")"
+  fail "plan with the fit: line's settings (${fit_settings[*]}) does not fit: $(tail -n 1 "$WORK/fit16")" \
+    "$(cat "$WORK/err")"
+grep -q "^memory: fits: " "$WORK/fit16" && ! grep -q "^fit:" "$WORK/fit16" ||
+  fail "with the fit: line's settings: $(cat "$WORK/fit16")"
 # Llama 3 70B at seq 4096 on 80 GB GPUs: 1270 GB of weights, gradients and AdamW states take more than 16 ranks
 # with the activations; 32 at tp 8 x pp 4, within a node's tp
 sed "s#llama3-8b#llama3-70b#; s#tp: 2, pp: 2#tp: 1, pp: 1#" "$WORK/r.yaml" > "$WORK/r70.yaml"
@@ -90,7 +94,7 @@ grep -q "^fit: fits on 32 ranks: tp 8 x pp 4 x dp 1 ([0-9.]* GiB of 80.0 GiB per
 # --fit asks for it where the recipe fits (exit 0, no warning); it needs a memory to fit; nothing fitting, it says so
 "$MEGATRAIN" plan "$WORK/r.yaml" --world 8 --device-memory 141 --fit > "$WORK/fit141" 2> "$WORK/err" ||
   fail "--fit where the recipe fits: $(cat "$WORK/err")"
-grep -q "^fit: fits on [0-9]* ranks\?: " "$WORK/fit141" && tail -n 1 "$WORK/fit141" | grep -q "^memory: fits: " &&
+grep -q "^fit: fits on [0-9]* ranks\?: " "$WORK/fit141" && [[ $(tail -n 1 "$WORK/fit141") == "memory: fits: "* ]] &&
   [[ ! -s "$WORK/err" ]] || fail "--fit where the recipe fits: $(tail -n 2 "$WORK/fit141") $(cat "$WORK/err")"
 status=0; "$MEGATRAIN" plan "$REPO/recipes/tiny/llama.yaml" --fit > /dev/null 2> "$WORK/err" || status=$?
 [[ $status -eq 2 ]] && grep -qF -- "--fit: no memory to fit: give --device-memory GiB" "$WORK/err" ||

@@ -617,7 +617,8 @@ static void check_fit(const Recipe *r, double available, const PlanFit *fit, int
            plan_fit_text(fit, text, sizeof text), fit->total_bytes / 1073741824.0, available / 1073741824.0,
            fit->layouts);
     assert_true(fit->found);
-    assert_int_equal(plan_fit_layout(r, &alt, fit->tp, fit->cp, fit->pp, fit->dp, fit->ep, err, sizeof err), fit->world);
+    assert_int_equal(plan_fit_layout(r, &alt, fit->tp, fit->cp, fit->pp, fit->dp, fit->ep, err, sizeof err),
+                     fit->world);
     assert_int_equal(fit->world, fit->tp * fit->cp * fit->pp * fit->dp);
     assert_int_equal(fit->dp % fit->ep, 0);
     assert_int_equal(plan_compute(&q, &alt, fit->world, err, sizeof err), 0);
