@@ -507,9 +507,15 @@ int plan_check_memory(const Recipe *r, int world, char *err, size_t errlen) {
     /* a plan_compute failure is one of plan's own table limits (the layout itself was checked): no estimate */
     if (plan_compute(p, r, world, msg, sizeof msg) == 0) key = plan_check_fit(p, r, available, p->gpu ? "the device's memory" : "this host's memory and swap",
                                                               msg, sizeof msg);
-    if (key)
-        mt_set_error(err, errlen, "%s: the model does not fit: %s (`megatrain plan RECIPE` shows the estimate)", key,
-                     msg);
+    if (key) { /* and the fewest ranks that fit, as plan's fit: line names them */
+        PlanFit fit;
+        char layout[128], fits[256] = "";
+        if (plan_fit(r, available, &fit))
+            snprintf(fits, sizeof fits, "; it fits on %d rank%s as %s", fit.world, fit.world == 1 ? "" : "s",
+                     plan_fit_text(&fit, layout, sizeof layout));
+        mt_set_error(err, errlen, "%s: the model does not fit: %s%s (`megatrain plan RECIPE --fit` shows the estimate "
+                     "and the settings)", key, msg, fits);
+    }
     free(p);
     return key ? -1 : 0;
 }

@@ -82,6 +82,14 @@ f=$FIX/good_minimal.yaml
 expect_error "$f" "model.intermediate_size: the model does not fit: stage 0 needs about" \
   "most of it is the MLP weights (model.intermediate_size = 2000000000)" \
   --set model.intermediate_size=2000000000 --set run.dir="$WORK/too_large"
+# one that fits on more ranks says how many and how (plan_fit): an MLP sized to this host's memory and swap, so that
+# one rank needs about 1.5 times it and two (tp 2 or pp 2: each half of the MLP) about 0.75 times
+mem=$(awk '/^(MemTotal|SwapTotal):/ { kib += $2 } END { printf "%.0f", kib * 1024 }' /proc/meminfo)
+# (plan's estimate: about 22 bytes an MLP parameter here, its fp32 weight, gradient, AdamW m and v and the MLP's
+# activations of 2 x 32 tokens)
+inter=$(( mem * 3 / 2 / (22 * 3 * 2 * 64) / 64 * 64 ))
+expect_error "$f" "model.intermediate_size: the model does not fit: stage 0 needs about" "; it fits on 2 ranks as " \
+  --set model.intermediate_size=$inter --set run.dir="$WORK/too_large"
 # ... and a run refused before its first step leaves no run.dir it made (an existing one stays)
 [[ ! -e "$WORK/too_large" ]] || fail "the refused run left its new run.dir behind: $(ls -A "$WORK/too_large")"
 mkdir -p "$WORK/kept"
