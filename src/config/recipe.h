@@ -147,6 +147,11 @@ typedef enum { RECOMPUTE_NONE, RECOMPUTE_SELECTIVE, RECOMPUTE_FULL } Recompute;
  * does not depend on how the batch is split. */
 typedef enum { LOSS_PER_MICRO_BATCH, LOSS_PER_TOKEN } LossReduction;
 
+/* train.eval_batches: all: every sample the validation set (and data.split's test share) holds, once. What it
+ * resolves to depends on the data, so it is resolved where the loaders are built (src/data/eval_coverage.h), never
+ * stored in the recipe, which keeps the word (run.dir/recipe.yaml and a checkpoint's say `all`). */
+#define MT_EVAL_BATCHES_ALL (-1)
+
 typedef struct TrainConfig {
     long steps;            /* 0 when train.tokens is given instead */
     double tokens;         /* 0 when train.steps is given */
@@ -156,7 +161,7 @@ typedef struct TrainConfig {
     bool batch_stages_in_tokens;
     BatchStage batch_stages[MT_MAX_BATCH_STAGES];
     long eval_interval;    /* 0 disables evaluation */
-    int eval_batches;
+    int eval_batches;      /* micro-batches an evaluation reads, or MT_EVAL_BATCHES_ALL */
     int max_nonfinite_steps; /* skip up to this many NaN/Inf steps in a row; 0 = stop at the first */
     long replica_check_interval; /* compare a parameter checksum across dp replicas every N steps; 0 = off */
     Recompute recompute;   /* activation recomputation in the backward (train.recompute) */

@@ -306,13 +306,27 @@ static int read_key(void *base, const RecipeKey *key, const YEntry *entry, const
     case KT_INT:
     case KT_LONG:
     case KT_U64: {
+        if (key->word && node->kind == YNODE_SCALAR && strcmp(node->text, key->word) == 0) {
+            if (key->type == KT_INT) *(int *)field = (int)key->word_value;
+            else *(long *)field = key->word_value;
+            return 0;
+        }
         long long min = key->type == KT_U64 ? 0 : key->type == KT_INT ? INT_MIN : LONG_MIN;
         long long max = key->type == KT_INT ? INT_MAX : LLONG_MAX;
         if (key->ranged) {
             min = (long long)key->min + (key->above_min ? 1 : 0);
             if (key->max < MT_NO_MAX && key->max < (double)max) max = (long long)key->max;
         }
-        if (read_integer(node, entry->loc, path, min, max, &integer, err, errlen) != 0) return -1;
+        if (read_integer(node, entry->loc, path, min, max, &integer, err, errlen) != 0) {
+            if (!key->word) return -1;
+            char expect[96], hint[64] = "";
+            const char *const words[] = {key->word, NULL};
+            if (node->kind == YNODE_SCALAR && suggest_name(words, node->text))
+                snprintf(hint, sizeof hint, " (did you mean %s?)", key->word);
+            return key_error(err, errlen, entry->loc, path, "expected %s or %s, found %s%s",
+                             integer_expectation(expect, sizeof expect, min, max), key->word,
+                             ytree_describe(node, found, sizeof found), hint);
+        }
         if (key->type == KT_INT) *(int *)field = (int)integer;
         else if (key->type == KT_LONG) *(long *)field = (long)integer;
         else *(uint64_t *)field = (uint64_t)integer;

@@ -35,6 +35,9 @@ struct RecipeKey {
     double min, max;          /* inclusive, unless above_min */
     bool above_min;           /* value must be > min */
     bool nullable;            /* written as null when zero (any key read as null keeps its default) */
+    const char *word;         /* KT_INT, KT_LONG: the one word the key takes besides its numbers (train.eval_batches:
+                               * all), read and written as word_value, which lies outside min..max; NULL: none */
+    long word_value;
     bool required;
     bool (*required_if)(const void *base); /* required only when this says so of the section read (NULL: always) */
     const char *const *names; /* KT_ENUM and restricted KT_STRING; NULL-terminated */

@@ -91,6 +91,10 @@ static void write_key(FILE *out, const void *base, const RecipeKey *key, int ind
         return;
     }
     fprintf(out, "%*s%s: ", indent, "", key->name);
+    if (key->word && (key->type == KT_INT ? *(const int *)field : *(const long *)field) == key->word_value) {
+        fprintf(out, "%s\n", key->word);
+        return;
+    }
     switch (key->type) {
     case KT_INT: fprintf(out, "%d", *(const int *)field); break;
     case KT_LONG:
