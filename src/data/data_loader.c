@@ -314,6 +314,19 @@ int64_t data_loader_distinct_samples(const DataLoader *loader) {
     return loader->blend.size;
 }
 
+DataLoader *data_loader_create_whole(const DataConfig *data, DataSplit split, int seq_len, uint64_t seed, char *err,
+                                     size_t errlen) {
+    DataLoader *loader = data_loader_create(data, split, seq_len, seed, 1, err, errlen);
+    if (!loader || loader->num_datasets == 1) return loader;
+    /* a blend of more samples than its datasets hold together repeats one of them: built for that many, the
+     * blend's first num_samples are the same (blend.h, gpt_sampling.h: a longer build extends the order) */
+    int64_t held = 0;
+    for (int d = 0; d < loader->num_datasets; d++) held += dataset_distinct_samples(loader, d);
+    if (held <= loader->num_samples) return loader;
+    data_loader_free(loader);
+    return data_loader_create(data, split, seq_len, seed, held, err, errlen);
+}
+
 const char *data_loader_dataset(const DataLoader *loader, int i, DatasetFingerprint *fp) {
     if (fp) *fp = indexed_dataset_fingerprint(&loader->datasets[i], loader->has_mask[i] ? &loader->masks[i] : NULL);
     return loader->datasets[i].prefix;

@@ -41,6 +41,13 @@ typedef struct DataLoader DataLoader;
 DataLoader *data_loader_create(const DataConfig *data, DataSplit split, int seq_len, uint64_t seed,
                                int64_t num_samples, char *err, size_t errlen);
 
+/* data_loader_create of every sample the split holds once (train.eval_batches: all, `megatrain eval --batches
+ * all`): one dataset's holds them whatever it is built for; a blend is built for the samples of all its datasets
+ * together, so that data_loader_distinct_samples finds where it first repeats one (or reads every one once), and
+ * not where the samples built end. */
+DataLoader *data_loader_create_whole(const DataConfig *data, DataSplit split, int seq_len, uint64_t seed, char *err,
+                                     size_t errlen);
+
 /* Samples available (>= the num_samples asked for). */
 int64_t data_loader_num_samples(const DataLoader *loader);
 /* Samples (packed rows, with data.pack) the loader reads from index 0 on before one repeats the data of an earlier

@@ -1,7 +1,47 @@
-/* eval_coverage.c: the warning of an evaluation that reads validation samples twice (eval_coverage.h). */
+/* eval_coverage.c: what an evaluation reads (train.eval_batches, `all` resolved) and the warning of an evaluation
+ * that reads validation samples twice (eval_coverage.h). */
 #include "eval_coverage.h"
 
 #include <stdio.h>
+
+EvalExtent eval_extent(const DataLoader *loader, int64_t batches, int64_t micro_batch_size) {
+    EvalExtent e = {batches, batches * micro_batch_size, micro_batch_size, batches == MT_EVAL_BATCHES_ALL};
+    if (e.all) {
+        e.samples = data_loader_distinct_samples(loader);
+        e.batches = (e.samples + micro_batch_size - 1) / micro_batch_size;
+    }
+    return e;
+}
+
+int eval_extent_batch_samples(const EvalExtent *e, int64_t b) {
+    const int64_t left = e->samples - b * e->micro_batch_size;
+    return left <= 0 ? 0 : left < e->micro_batch_size ? (int)left : (int)e->micro_batch_size;
+}
+
+double eval_extent_weight(const EvalExtent *e, int64_t b, bool per_token) {
+    if (per_token) return b < e->batches ? 1.0 : 0.0;
+    return (double)eval_extent_batch_samples(e, b) / (double)e->micro_batch_size;
+}
+
+double eval_extent_divisor(const EvalExtent *e, bool per_token) {
+    return per_token ? (double)e->batches : (double)e->samples / (double)e->micro_batch_size;
+}
+
+void eval_extent_describe(const EvalExtent *e, const char *data, char *buf, size_t len) {
+    const char *plural = e->batches == 1 ? "" : "es";
+    if (!e->all) {
+        snprintf(buf, len, "%lld batch%s of %lld", (long long)e->batches, plural, (long long)e->micro_batch_size);
+        return;
+    }
+    const int last = e->batches > 0 ? eval_extent_batch_samples(e, e->batches - 1) : 0;
+    char tail[128] = "";
+    if (last > 0 && last < e->micro_batch_size)
+        snprintf(tail, sizeof tail, "; the last batch holds %d and %lld masked padding sample%s, which count%s "
+                 "nothing", last, (long long)(e->micro_batch_size - last), e->micro_batch_size - last == 1 ? "" : "s",
+                 e->micro_batch_size - last == 1 ? "s" : "");
+    snprintf(buf, len, "%lld batch%s of %lld: the %lld sample%s %s holds, each once%s", (long long)e->batches, plural,
+             (long long)e->micro_batch_size, (long long)e->samples, e->samples == 1 ? "" : "s", data, tail);
+}
 
 bool eval_coverage_repeats(const DataLoader *loader, int64_t batches, int64_t micro_batch_size,
                            const EvalCoverageNames *names, char *msg, size_t msglen) {

@@ -43,37 +43,37 @@ static void refuse_sample(MicroBatch *mb, const DataLoader *loader, int64_t inde
     }
 }
 
-const int32_t *micro_batch_load(MicroBatch *mb, const DataLoader *loader, int64_t first) {
+const int32_t *micro_batch_load_part(MicroBatch *mb, const DataLoader *loader, int64_t first, int count) {
     const int B = mb->size, S = mb->seq_len, T = mb->local_len;
     const int32_t *positions = mb->positions;
     mb->empty = true;
-    if (data_loader_packed(loader)) { /* whole rows (sample: inputs, sample_mask: targets), this rank's tokens */
-        for (int b = 0; b < B; b++) {
-            const int rc =
-                data_loader_get_packed(loader, first + b, mb->sample, mb->sample_mask, mb->places + (long)b * S);
-            for (int t = 0; t < S && mb->empty && rc == 0; t++) mb->empty = mb->sample_mask[t] < 0;
-            for (int t = 0; t < T; t++) {
-                mb->inputs[(long)b * T + t] = mb->sample[positions[t]];
-                mb->targets[(long)b * T + t] = mb->sample_mask[positions[t]];
-            }
-            if (rc != 0) refuse_sample(mb, loader, first + b, b);
-        }
-        return mb->places;
-    }
-    const bool masked = data_loader_has_mask(loader);
+    const bool packed = data_loader_packed(loader), masked = !packed && data_loader_has_mask(loader);
     for (int b = 0; b < B; b++) {
-        const int rc = data_loader_get(loader, first + b, mb->sample);
-        if (masked) data_loader_get_mask(loader, first + b, mb->sample_mask);
-        if (!masked && rc == 0) mb->empty = false;
-        for (int t = 0; t < S && mb->empty && masked && rc == 0; t++) mb->empty = !mb->sample_mask[t + 1];
-        for (int t = 0; t < T; t++) {
-            mb->inputs[(long)b * T + t] = mb->sample[positions[t]];
-            mb->targets[(long)b * T + t] =
-                !masked || mb->sample_mask[positions[t] + 1] ? mb->sample[positions[t] + 1] : -1;
+        const bool padding = b >= count;
+        const int64_t index = padding ? first : first + b;
+        int rc;
+        if (packed) { /* whole rows (sample: inputs, sample_mask: targets), this rank's tokens */
+            rc = data_loader_get_packed(loader, index, mb->sample, mb->sample_mask, mb->places + (long)b * S);
+            for (int t = 0; t < S && mb->empty && rc == 0 && !padding; t++) mb->empty = mb->sample_mask[t] < 0;
+        } else {
+            rc = data_loader_get(loader, index, mb->sample);
+            if (masked) data_loader_get_mask(loader, index, mb->sample_mask);
+            if (!masked && rc == 0 && !padding) mb->empty = false;
+            for (int t = 0; t < S && mb->empty && masked && rc == 0 && !padding; t++) mb->empty = !mb->sample_mask[t + 1];
         }
-        if (rc != 0) refuse_sample(mb, loader, first + b, b);
+        for (int t = 0; t < T; t++) {
+            const int32_t target = packed ? mb->sample_mask[positions[t]]
+                                   : !masked || mb->sample_mask[positions[t] + 1] ? mb->sample[positions[t] + 1] : -1;
+            mb->inputs[(long)b * T + t] = mb->sample[positions[t]];
+            mb->targets[(long)b * T + t] = padding ? -1 : target;
+        }
+        if (rc != 0) refuse_sample(mb, loader, index, b);
     }
-    return NULL;
+    return packed ? mb->places : NULL;
+}
+
+const int32_t *micro_batch_load(MicroBatch *mb, const DataLoader *loader, int64_t first) {
+    return micro_batch_load_part(mb, loader, first, mb->size);
 }
 
 long micro_batch_counted(const MicroBatch *mb) {

@@ -48,6 +48,11 @@ void micro_batch_free(MicroBatch *mb);
  * (mb->places, for the model device's set_positions), or NULL for plain rows. */
 const int32_t *micro_batch_load(MicroBatch *mb, const DataLoader *loader, int64_t first);
 
+/* micro_batch_load of an evaluation's last partial batch (eval_coverage.h): samples first .. first + count - 1
+ * (1 <= count <= size), the places after them padding: sample `first` again (read already, so refused alike)
+ * with every target -1. `empty` says whether a target of the `count` samples counts. */
+const int32_t *micro_batch_load_part(MicroBatch *mb, const DataLoader *loader, int64_t first, int count);
+
 /* Targets of the loaded micro-batch that count in the loss (>= 0). */
 long micro_batch_counted(const MicroBatch *mb);
 

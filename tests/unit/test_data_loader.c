@@ -795,6 +795,71 @@ static void test_distinct_samples(void **state) {
     }
 }
 
+/* train.eval_batches: all. data_loader_create_whole holds every sample once: one dataset's distinct samples
+ * whatever it is built for; a blend built for too few samples says the samples built, the whole one where it first
+ * repeats one, as a blend built long enough does. eval_extent: ceil(samples / M) batches, the last partial, weighed
+ * by its samples (per_micro_batch) or 1 (per_token); a count: batches x M samples, every weight 1. */
+static void test_whole_and_extent(void **state) {
+    (void)state;
+    char a[512], b[512], err[2048], text[256];
+    make_dataset("whole_a", 20, 0, a, sizeof a);
+    make_dataset("whole_b", 9, 1000000, b, sizeof b);
+    DataConfig data;
+    one_source(&data, a, 1, 0, 0, "");
+    DataLoader *loader = create_ok(&data, SPLIT_TRAIN, 7, 200);
+    const int64_t distinct = data_loader_distinct_samples(loader);
+    data_loader_free(loader);
+    loader = data_loader_create_whole(&data, SPLIT_TRAIN, SEQ_LEN, 7, err, sizeof err);
+    if (!loader) fail_msg("%s", err);
+    assert_int_equal(data_loader_distinct_samples(loader), distinct);
+    const int M = 4;
+    assert_true(distinct % M != 0); /* the case with a partial last batch */
+    EvalExtent e = eval_extent(loader, MT_EVAL_BATCHES_ALL, M);
+    assert_true(e.all);
+    assert_int_equal(e.samples, distinct);
+    assert_int_equal(e.batches, (distinct + M - 1) / M);
+    const int last = (int)(distinct % M);
+    assert_int_equal(eval_extent_batch_samples(&e, 0), M);
+    assert_int_equal(eval_extent_batch_samples(&e, e.batches - 1), last);
+    assert_int_equal(eval_extent_batch_samples(&e, e.batches), 0);
+    double weights = 0;
+    for (int64_t i = 0; i < e.batches + 2; i++) weights += eval_extent_weight(&e, i, false);
+    assert_true(weights == eval_extent_divisor(&e, false));
+    assert_true(eval_extent_weight(&e, e.batches - 1, false) == (double)last / M);
+    assert_true(eval_extent_weight(&e, e.batches - 1, true) == 1.0 && eval_extent_weight(&e, e.batches, true) == 0);
+    assert_true(eval_extent_divisor(&e, true) == (double)e.batches);
+    eval_extent_describe(&e, "data.valid", text, sizeof text);
+    char want[256];
+    snprintf(want, sizeof want, "%lld batches of 4: the %lld samples data.valid holds, each once; the last batch holds "
+             "%d and %d masked padding sample%s, which count%s nothing", (long long)e.batches, (long long)distinct,
+             last, M - last, M - last == 1 ? "" : "s", M - last == 1 ? "s" : "");
+    if (strcmp(text, want) != 0) fail_msg("%s\n(expected %s)", text, want);
+    const EvalExtent counted = eval_extent(loader, 5, M);
+    assert_false(counted.all);
+    assert_int_equal(counted.batches, 5);
+    assert_int_equal(counted.samples, 5 * M);
+    for (int64_t i = 0; i < 5; i++) assert_true(eval_extent_weight(&counted, i, false) == 1.0);
+    assert_true(eval_extent_divisor(&counted, false) == 5.0 && eval_extent_divisor(&counted, true) == 5.0);
+    eval_extent_describe(&counted, "data.valid", text, sizeof text);
+    assert_string_equal(text, "5 batches of 4");
+    data_loader_free(loader);
+
+    data.num_train = 2; /* a blend: b runs out first */
+    snprintf(data.train[1].path, sizeof data.train[1].path, "%s", b);
+    data.train[0].weight = 1, data.train[1].weight = 1;
+    loader = create_ok(&data, SPLIT_TRAIN, 7, 120);
+    const int64_t blend = data_loader_distinct_samples(loader);
+    data_loader_free(loader);
+    loader = create_ok(&data, SPLIT_TRAIN, 7, 3); /* built for fewer than it holds: says those */
+    assert_true(data_loader_distinct_samples(loader) < blend);
+    data_loader_free(loader);
+    loader = data_loader_create_whole(&data, SPLIT_TRAIN, SEQ_LEN, 7, err, sizeof err);
+    if (!loader) fail_msg("%s", err);
+    assert_int_equal(data_loader_distinct_samples(loader), blend);
+    assert_int_equal(first_repeat(loader, blend + 1), blend);
+    data_loader_free(loader);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_sample_windows, setup, teardown),
@@ -812,6 +877,7 @@ int main(void) {
         cmocka_unit_test_setup_teardown(test_damaged_cache_rebuilt, setup, teardown),
         cmocka_unit_test_setup_teardown(test_valid_sources_and_errors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_distinct_samples, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_whole_and_extent, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

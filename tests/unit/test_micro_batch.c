@@ -9,7 +9,9 @@
  * lowered here) is caught when its sample is read, plain or packed: the
  * sample is refused (inputs 0, targets -1) with the check's message naming
  * the dataset, the token, its sequence and place; the other samples are
- * untouched. */
+ * untouched. micro_batch_load_part (an evaluation's last, partial batch)
+ * reads its samples as micro_batch_load and pads the rest with masked
+ * samples. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -146,6 +148,43 @@ static void test_packed(void **state) {
     data_loader_free(loader);
 }
 
+/* micro_batch_load_part (an evaluation's last partial batch): the first `count` samples as micro_batch_load reads
+ * them, the places after them padding that counts nothing (every target -1; inputs and places of sample `first`,
+ * which the batch read already); `empty` says of the counted samples only. Plain, masked and packed. */
+static void test_partial_batch(void **state) {
+    char masked[512], plain[512];
+    make_dataset("part_masked", true, masked, sizeof masked);
+    make_dataset("part_plain", false, plain, sizeof plain);
+    for (int kind = 0; kind < 3; kind++) {
+        DataLoader *loader = loader_of(kind == 1 ? plain : masked, kind == 2);
+        MicroBatch whole, part;
+        micro_batch_init(&whole, B, SEQ_LEN, SEQ_LEN);
+        micro_batch_init(&part, B, SEQ_LEN, SEQ_LEN);
+        for (int count = 1; count <= B; count++) {
+            const int64_t first = 5;
+            micro_batch_load(&whole, loader, first);
+            const int32_t *places = micro_batch_load_part(&part, loader, first, count);
+            assert_true((places != NULL) == (kind == 2));
+            const size_t row = SEQ_LEN * sizeof(int32_t);
+            assert_memory_equal(part.inputs, whole.inputs, (size_t)count * row);
+            assert_memory_equal(part.targets, whole.targets, (size_t)count * row);
+            long counted = 0;
+            for (long i = 0; i < (long)count * SEQ_LEN; i++) counted += whole.targets[i] >= 0;
+            assert_int_equal(micro_batch_counted(&part), counted);
+            for (int b = count; b < B; b++) {
+                assert_memory_equal(part.inputs + b * SEQ_LEN, whole.inputs, row);
+                if (kind == 2) assert_memory_equal(part.places + b * SEQ_LEN, whole.places, row);
+                for (int t = 0; t < SEQ_LEN; t++) assert_int_equal(part.targets[b * SEQ_LEN + t], -1);
+            }
+            assert_false(part.empty);
+            if (count == B) assert_memory_equal(part.targets, whole.targets, (size_t)B * row);
+        }
+        micro_batch_free(&whole);
+        micro_batch_free(&part);
+        data_loader_free(loader);
+    }
+}
+
 /* Tokens of documents 0 .. BAD_DOC - 1: the bad token is the first after them. */
 static int64_t tokens_before_bad(void) {
     int64_t n = 0;
@@ -241,6 +280,7 @@ int main(void) {
         cmocka_unit_test(test_masked_and_plain),
         cmocka_unit_test(test_packed),
         cmocka_unit_test(test_refused_token),
+        cmocka_unit_test(test_partial_batch),
     };
     return cmocka_run_group_tests(tests, work_dir_setup, work_dir_teardown);
 }
