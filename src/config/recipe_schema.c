@@ -150,7 +150,10 @@ static const RecipeKey train_keys[] = {
     {CUSTOM_KEY("global_batch_size", read_global_batch_size, write_batch)},
     {CUSTOM_KEY("batch_schedule", read_batch_schedule, write_nothing), .also = "rampup_batch_size"},
     {LONG_KEY("eval_interval", TrainConfig, eval_interval, 0), .also = "validation"},
-    {INT_KEY("eval_batches", TrainConfig, eval_batches, 1, INT_MAX), .also = "eval_iters"},
+    /* all: every validation sample once (Hugging Face Trainer's evaluation of the whole set), resolved with the
+     * data where the loaders are built (src/data/eval_coverage.h) */
+    {INT_KEY("eval_batches", TrainConfig, eval_batches, 1, INT_MAX), .word = "all", .word_value = MT_EVAL_BATCHES_ALL,
+     .also = "eval_iters"},
     {INT_KEY("max_nonfinite_steps", TrainConfig, max_nonfinite_steps, 0, INT_MAX)},
     {LONG_KEY("replica_check_interval", TrainConfig, replica_check_interval, 0)},
     {ENUM_KEY("recompute", TrainConfig, recompute, recompute_names),

@@ -87,8 +87,8 @@ static void run_forward(Pipeline *p, PipeOp op, PipelineLoad load, void *arg, do
     p->ops->forward_layers(m, op.chunk);
     if (g == last) {
         const int32_t *inputs, *targets, *positions;
-        load(arg, op.micro, &inputs, &targets, &positions);
-        *loss_sum += p->ops->forward_head(m, targets);
+        const double weight = load(arg, op.micro, &inputs, &targets, &positions);
+        *loss_sum += weight * p->ops->forward_head(m, targets);
     }
 }
 

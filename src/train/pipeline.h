@@ -15,9 +15,11 @@
 #include "../model/model_device.h"
 
 /* Fills *inputs and *targets (B x T tokens of this rank) with micro-batch `micro`, and *positions with its
- * packed rows' places (model_set_packed_positions; NULL: plain rows). */
-typedef void (*PipelineLoad)(void *arg, int micro, const int32_t **inputs, const int32_t **targets,
-                             const int32_t **positions);
+ * packed rows' places (model_set_packed_positions; NULL: plain rows). Returns the weight of its loss in the sum
+ * pipeline_run returns: 1 for a step's; an evaluation's last partial batch weighs its share of samples
+ * (src/data/eval_coverage.h). */
+typedef double (*PipelineLoad)(void *arg, int micro, const int32_t **inputs, const int32_t **targets,
+                               const int32_t **positions);
 
 typedef struct Pipeline {
     const Comm *group;    /* the pipeline group: group rank = stage */
@@ -41,8 +43,8 @@ void pipeline_free(Pipeline *p);
 int pipeline_reserve(Pipeline *p, int max_micro);
 
 /* Forward (and, unless forward_only, backward with loss_scale) of M
- * micro-batches of B x T tokens. Returns the sum of their losses on the last
- * stage, 0 on the others. Dies when the interleaved schedule cannot take M. */
+ * micro-batches of B x T tokens. Returns the sum of their losses, each times
+ * its weight (PipelineLoad), on the last stage, 0 on the others. Dies when the interleaved schedule cannot take M. */
 double pipeline_run(Pipeline *p, int M, bool forward_only, float loss_scale, int B, int T, PipelineLoad load,
                     void *arg);
 

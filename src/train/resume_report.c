@@ -63,8 +63,22 @@ static void say_moved(const DataSource *then, int num_then, DataSource *now, int
 }
 
 /* train.eval_batches counts micro-batches (batch b is samples b * micro_batch_size + [0, micro_batch_size) on
- * every layout): another micro_batch_size evaluates other samples, with the same weights another eval_loss. */
+ * every layout): another micro_batch_size evaluates other samples, with the same weights another eval_loss. `all`
+ * is every sample of the set once whatever the micro_batch_size (resolved again from the same data: the same
+ * samples); a change to or from it is another set of samples. */
 static void warn_eval_samples(const TrainConfig *then, const TrainConfig *now) {
+    const bool was_all = then->eval_batches == MT_EVAL_BATCHES_ALL, is_all = now->eval_batches == MT_EVAL_BATCHES_ALL;
+    if (was_all && is_all) return;
+    if (was_all || is_all) {
+        const TrainConfig *counted = was_all ? now : then;
+        char first[96];
+        snprintf(first, sizeof first, "the first %d batches of %d samples", counted->eval_batches,
+                 counted->micro_batch_size);
+        mt_warn("resume: eval_loss is now measured over %s instead of %s (other samples): the curve is not "
+                "comparable across this resume", is_all ? "every validation sample once (train.eval_batches: all)"
+                : first, was_all ? "every validation sample once (train.eval_batches: all)" : first);
+        return;
+    }
     const long was = (long)then->eval_batches * then->micro_batch_size, is = (long)now->eval_batches * now->micro_batch_size;
     if (then->micro_batch_size == now->micro_batch_size || was == is) return;
     char scale[96] = "";

@@ -4,7 +4,8 @@
  * its --set values change, key by key, and which of them make the run read
  * other samples, compute another model, or only train the router otherwise;
  * a dataset that moved with the same contents; an evaluation over other
- * samples (train.eval_batches counts micro-batches); and an edited
+ * samples (train.eval_batches counts micro-batches; `all` to or from a
+ * count); and an edited
  * run.dir/recipe.yaml, which resume does not read.
  *
  * resume_cmd.c arms the report before each checkpoint it tries;

@@ -92,6 +92,16 @@ static void print_banner(const TrainContext *ctx) {
     char lr[RUN_NOTE_LEN];
     run_notes_lr_line(recipe, ctx->total_steps, lr, sizeof lr);
     mt_log("%s", lr);
+    /* what `all` resolved to (a resume resolves it again from the same recipe and data: the same samples) */
+    if (t->eval_batches == MT_EVAL_BATCHES_ALL && (ctx->valid_data || ctx->test_data)) {
+        char valid[256] = "", test[256] = "";
+        if (ctx->valid_data)
+            eval_extent_describe(&ctx->valid_extent, recipe->data.num_valid > 0 ? "data.valid"
+                                 : "data.split's validation share", valid, sizeof valid);
+        if (ctx->test_data) eval_extent_describe(&ctx->test_extent, "the test share", test, sizeof test);
+        mt_log("eval: train.eval_batches all is %s%s%s", valid,
+               !test[0] ? "" : valid[0] ? "; test_loss: " : "test_loss: ", test);
+    }
 }
 
 static bool is_multiple(long step, long interval) { return interval > 0 && step % interval == 0; }

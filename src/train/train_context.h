@@ -10,6 +10,7 @@
 #include "../ckpt/checkpoint.h"
 #include "../config/recipe.h"
 #include "../data/data_loader.h"
+#include "../data/eval_coverage.h"
 #include "../data/micro_batch.h"
 #include "../model/model.h"
 #include "../model/model_device.h"
@@ -33,6 +34,8 @@ typedef struct TrainContext {
     DataLoader *train_data;
     DataLoader *valid_data;   /* NULL when evaluation is off */
     DataLoader *test_data;    /* data.split's test share, evaluated after the last step; NULL when none or eval off */
+    EvalExtent valid_extent;  /* what an evaluation of each reads: train.eval_batches resolved where the loaders are */
+    EvalExtent test_extent;   /* built (`all`: the samples each holds), kept here, the recipe left as it was read */
     MicroBatch batch;         /* micro_batch_size samples, seq_len / cp positions of each (context parallel) */
     long empty_batches;       /* the step's or evaluation's micro-batches this rank computed a loss for (the last
                                * stage) in which no target counts (MicroBatch.empty), and whether that was said: */
@@ -141,9 +144,10 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
  * TRAIN_DATA_REFUSED: nothing updated, the counters unmoved. */
 int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen);
 
-/* *eval_loss: the mean loss over eval_batches micro-batches of the first
- * validation samples (the same samples at every evaluation); forward only;
- * NAN when a signal stopped it. Returns 0 or TRAIN_DATA_REFUSED. */
+/* *eval_loss: the mean loss over ctx->valid_extent's micro-batches of the
+ * first validation samples (the same samples at every evaluation; `all`:
+ * every one once, eval_coverage.h); forward only; NAN when a signal stopped
+ * it. Returns 0 or TRAIN_DATA_REFUSED. */
 int train_evaluate(TrainContext *ctx, double *eval_loss, char *err, size_t errlen);
 /* The same over ctx->test_data (Megatron's test evaluation at the end of training). */
 int train_evaluate_test(TrainContext *ctx, double *test_loss, char *err, size_t errlen);

@@ -48,9 +48,21 @@ static int truncate_metrics(const char *run_dir, char *err, size_t errlen) {
 static void warn_eval_repeats(const TrainContext *ctx, const DataLoader *loader, const char *data, const char *loss) {
     const EvalCoverageNames names = {data, "train.eval_batches", "train.micro_batch_size", loss};
     char msg[1024];
-    if (comm_world()->rank == 0 && eval_coverage_repeats(loader, ctx->recipe->train.eval_batches,
-                                                         ctx->recipe->train.micro_batch_size, &names, msg, sizeof msg))
+    if (comm_world()->rank == 0 && ctx->recipe->train.eval_batches != MT_EVAL_BATCHES_ALL &&
+        eval_coverage_repeats(loader, ctx->recipe->train.eval_batches, ctx->recipe->train.micro_batch_size, &names,
+                              msg, sizeof msg))
         mt_warn("%s", msg);
+}
+
+/* The loader of an evaluation's data: for train.eval_batches all, every sample it holds once
+ * (data_loader_create_whole), else enough for the batches. */
+static DataLoader *open_eval_loader(const TrainContext *ctx, DataSplit split, char *err, size_t errlen) {
+    const Recipe *recipe = ctx->recipe;
+    const TrainConfig *train = &recipe->train;
+    if (train->eval_batches == MT_EVAL_BATCHES_ALL)
+        return data_loader_create_whole(&recipe->data, split, train->seq_len, recipe->run.seed, err, errlen);
+    const int64_t samples = (int64_t)train->eval_batches * train->micro_batch_size * ctx->layout.dp_size;
+    return data_loader_create(&recipe->data, split, train->seq_len, recipe->run.seed, samples, err, errlen);
 }
 
 /* Open ctx->valid_data when evaluation is on; it stays NULL (with a warning)
@@ -61,9 +73,8 @@ static void warn_eval_repeats(const TrainContext *ctx, const DataLoader *loader,
 static int open_valid_data(TrainContext *ctx, char *err, size_t errlen) {
     const Recipe *recipe = ctx->recipe;
     const TrainConfig *train = &recipe->train;
-    if (train->eval_interval <= 0 || train->eval_batches <= 0) return 0;
+    if (train->eval_interval <= 0 || train->eval_batches == 0) return 0;
     const bool test_share = recipe->data.num_valid == 0 && recipe->data.split[2] > 0.0;
-    const int64_t samples = (int64_t)train->eval_batches * train->micro_batch_size * ctx->layout.dp_size;
     char loader_err[1024];
     if (recipe->data.num_valid == 0 && !(recipe->data.split[1] > 0.0)) {
         if (comm_world()->rank == 0) /* (before rank 0 alone logs: setup_common) */
@@ -71,20 +82,35 @@ static int open_valid_data(TrainContext *ctx, char *err, size_t errlen) {
                     "(data.valid is null and data.split gives it no share)%s", train->eval_interval,
                     test_share ? "; the test share is evaluated after the last step" : "");
     } else {
-        ctx->valid_data = data_loader_create(&recipe->data, SPLIT_VALID, train->seq_len, recipe->run.seed, samples,
-                                             loader_err, sizeof loader_err);
+        ctx->valid_data = open_eval_loader(ctx, SPLIT_VALID, loader_err, sizeof loader_err);
         if (!ctx->valid_data) {
             mt_set_error(err, errlen, "validation data: %s", loader_err);
+            return -1;
+        }
+        ctx->valid_extent = eval_extent(ctx->valid_data, train->eval_batches, train->micro_batch_size);
+        if (ctx->valid_extent.batches == 0) {
+            mt_set_error(err, errlen, "train.eval_batches: all: the validation data (%s) holds no whole sample of "
+                         "train.seq_len + 1 = %d tokens: give a smaller seq_len, or more validation data",
+                         recipe->data.num_valid > 0 ? "data.valid" : "data.split's validation share of data.train",
+                         train->seq_len + 1);
             return -1;
         }
         warn_eval_repeats(ctx, ctx->valid_data, recipe->data.num_valid > 0 ? "data.valid" : "data.split's validation "
                           "share of data.train", "eval_loss");
     }
     if (!test_share) return 0;
-    ctx->test_data = data_loader_create(&recipe->data, SPLIT_TEST, train->seq_len, recipe->run.seed, samples,
-                                        loader_err, sizeof loader_err);
-    if (!ctx->test_data) mt_warn("no test evaluation: data.split's test share: %s", loader_err);
-    else warn_eval_repeats(ctx, ctx->test_data, "data.split's test share of data.train", "test_loss");
+    ctx->test_data = open_eval_loader(ctx, SPLIT_TEST, loader_err, sizeof loader_err);
+    if (ctx->test_data) ctx->test_extent = eval_extent(ctx->test_data, train->eval_batches, train->micro_batch_size);
+    if (!ctx->test_data) {
+        mt_warn("no test evaluation: data.split's test share: %s", loader_err);
+    } else if (ctx->test_extent.batches == 0) { /* every rank alike: the count is the data's */
+        mt_warn("no test evaluation: train.eval_batches: all: data.split's test share holds no whole sample of "
+                "train.seq_len + 1 = %d tokens", train->seq_len + 1);
+        data_loader_free(ctx->test_data);
+        ctx->test_data = NULL;
+    } else {
+        warn_eval_repeats(ctx, ctx->test_data, "data.split's test share of data.train", "test_loss");
+    }
     return 0;
 }
 

@@ -15,6 +15,10 @@
  * Evaluation does the same over its batches (Megatron's evaluate with
  * --calculate-per-token-loss): the eval loss is the sum of every counted
  * target's loss over the total count, not a mean of batch means.
+ * train.eval_batches: all evaluates every validation sample once, the last
+ * batch padded with masked samples and weighed by its samples under
+ * per_micro_batch (src/data/eval_coverage.h says why that is exact); the
+ * count is resolved where the loaders are built (ctx->valid_extent).
  * data.pack: a sample is a packed row of whole documents (sft_packing.h);
  * every rank reads whole rows and keeps its positions' tokens (context
  * parallel), and the model gets each position's place in its document over
@@ -59,7 +63,8 @@ typedef struct MicroSource {
     TrainContext *ctx;
     const DataLoader *loader;
     int64_t base;      /* training: the step's first sample */
-    bool eval;         /* evaluation: this rank's batch first_micro + micro (load_eval_batch) */
+    const EvalExtent *eval; /* evaluation (NULL: training): this rank's batch first_micro + micro (load_eval_batch) */
+    bool per_token;    /* evaluation: train.loss per_token (each batch weighs 1, eval_extent_weight) */
     long first_micro;  /* evaluation: the round's first batch of this rank */
     long next_counted; /* first_micro + micro of the next micro-batch for count_empty: the last stage loads each
                         * twice (its start, its head), and the stages start them in order */
@@ -75,13 +80,20 @@ static int64_t eval_batch_start(const TrainContext *ctx, long micro) {
     return ((int64_t)ctx->layout.dp_rank + (int64_t)micro * ctx->layout.dp_size) * ctx->recipe->train.micro_batch_size;
 }
 
-/* Evaluation batch `micro` of this dp rank; past its last one, batch 0
- * with every target ignored (a forward that adds no loss). Returns the
- * packed places, as micro_batch_load. */
-static const int32_t *load_eval_batch(TrainContext *ctx, const DataLoader *loader, long micro) {
-    const int64_t batch = (int64_t)ctx->layout.dp_rank + (int64_t)micro * ctx->layout.dp_size;
-    const bool padding = batch >= ctx->recipe->train.eval_batches;
-    const int32_t *places = micro_batch_load(&ctx->batch, loader, padding ? 0 : eval_batch_start(ctx, micro));
+/* The evaluation's batch that micro-batch `micro` of this dp rank reads. */
+static int64_t eval_batch_of(const TrainContext *ctx, long micro) {
+    return (int64_t)ctx->layout.dp_rank + (int64_t)micro * ctx->layout.dp_size;
+}
+
+/* Evaluation batch `micro` of this dp rank (`all`'s last one partial: its places past the set's last sample
+ * masked, micro_batch_load_part); past its last one, batch 0 with every target ignored (a forward that adds no
+ * loss). Returns the packed places, as micro_batch_load. */
+static const int32_t *load_eval_batch(TrainContext *ctx, const EvalExtent *extent, const DataLoader *loader,
+                                      long micro) {
+    const int samples = eval_extent_batch_samples(extent, eval_batch_of(ctx, micro));
+    const bool padding = samples == 0;
+    const int32_t *places = padding ? micro_batch_load(&ctx->batch, loader, 0)
+                                    : micro_batch_load_part(&ctx->batch, loader, eval_batch_start(ctx, micro), samples);
     if (padding) {
         for (long i = 0; i < (long)ctx->recipe->train.micro_batch_size * local_seq_len(ctx); i++)
             ctx->batch.targets[i] = -1;
@@ -96,10 +108,10 @@ static void count_empty(TrainContext *ctx) {
     if (ctx->layout.pp == 1 || ctx->part.has_head) ctx->empty_batches += ctx->batch.empty;
 }
 
-static void pipeline_load(void *arg, int micro, const int32_t **inputs, const int32_t **targets,
-                          const int32_t **positions) {
+static double pipeline_load(void *arg, int micro, const int32_t **inputs, const int32_t **targets,
+                            const int32_t **positions) {
     MicroSource *src = arg;
-    if (src->eval) *positions = load_eval_batch(src->ctx, src->loader, src->first_micro + micro);
+    if (src->eval) *positions = load_eval_batch(src->ctx, src->eval, src->loader, src->first_micro + micro);
     else *positions = micro_batch_load(&src->ctx->batch, src->loader, micro_batch_start(src->ctx, src->base, micro));
     if (src->first_micro + micro >= src->next_counted) {
         count_empty(src->ctx);
@@ -107,6 +119,8 @@ static void pipeline_load(void *arg, int micro, const int32_t **inputs, const in
     }
     *inputs = src->ctx->batch.inputs;
     *targets = src->ctx->batch.targets;
+    return src->eval ? eval_extent_weight(src->eval, eval_batch_of(src->ctx, src->first_micro + micro), src->per_token)
+                     : 1.0;
 }
 
 /* Collective over pp and dp: `value` summed over the pipeline stages (pp > 1) and the dp ranks, whether any
@@ -151,14 +165,15 @@ static bool test_failure_due(const TrainContext *ctx) {
 
 /* train.loss per_token (a collective over cp and dp): the counted targets of
  * n micro-batches of every rank, this rank's from the step's training
- * batches (eval NULL) or its evaluation batches from `eval` (padding counts nothing).
+ * batches (eval NULL) or its evaluation batches from `eval`, read as `extent` says (padding counts nothing).
  * Divided by what the losses' mean divides by, it is the divisor of each
  * micro-batch's summed loss (set_loss_tokens); 1 when nothing is counted
  * (every loss is 0 whatever the divisor). */
-static double loss_tokens(TrainContext *ctx, long n, const DataLoader *eval, double batches) {
+static double loss_tokens(TrainContext *ctx, long n, const DataLoader *eval, const EvalExtent *extent,
+                          double batches) {
     double count = 0;
     for (long micro = 0; micro < n; micro++) {
-        if (eval) load_eval_batch(ctx, eval, micro);
+        if (eval) load_eval_batch(ctx, extent, eval, micro);
         else micro_batch_load(&ctx->batch, ctx->train_data, micro_batch_start(ctx, ctx->state.consumed_samples, micro));
         count += (double)micro_batch_counted(&ctx->batch);
     }
@@ -173,7 +188,7 @@ static double run_micro_batches(TrainContext *ctx, long num_micro, StepTimers *t
     const int B = ctx->recipe->train.micro_batch_size, T = local_seq_len(ctx);
     const float loss_scale = (float)(1.0 / (double)num_micro) * health_planted_nan_scale(ctx->state.step + 1);
     if (ctx->layout.pp > 1) {
-        MicroSource src = {ctx, ctx->train_data, ctx->state.consumed_samples, false, 0, 0};
+        MicroSource src = {ctx, ctx->train_data, ctx->state.consumed_samples, NULL, false, 0, 0};
         double sum = pipeline_run(&ctx->pipe, (int)num_micro, false, loss_scale, B, T, pipeline_load, &src);
         timers->pipeline += lap(t); /* forward, backward, transfers and data interleave */
         return sum;
@@ -272,7 +287,7 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
     dev->ops->step_begin(dev);
     const bool per_token = train->loss == LOSS_PER_TOKEN;
     if (per_token) /* the losses' mean is taken over micro-batches x dp */
-        dev->ops->set_loss_tokens(dev, loss_tokens(ctx, num_micro, NULL, (double)num_micro * ctx->layout.dp_size));
+        dev->ops->set_loss_tokens(dev, loss_tokens(ctx, num_micro, NULL, NULL, (double)num_micro * ctx->layout.dp_size));
     ctx->empty_batches = 0;
     const double loss_sum = run_micro_batches(ctx, num_micro, timers, &t);
     if (per_token) dev->ops->set_loss_tokens(dev, 0); /* back to each batch's mean */
@@ -326,6 +341,7 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
 /* What an evaluation reads: the validation data (eval_loss) or the test share (test_loss). */
 typedef struct EvalSet {
     const DataLoader *loader;
+    const EvalExtent *extent; /* its batches (train.eval_batches resolved: ctx->valid_extent, test_extent) */
     const char *data;   /* in a refusal: "validation data" */
     const char *metric; /* "eval_loss" */
 } EvalSet;
@@ -336,7 +352,7 @@ typedef struct EvalSet {
 static int eval_stopped(TrainContext *ctx, const EvalSet *set, long done, bool per_token, double *eval_loss,
                         char *err, size_t errlen) {
     mt_log("evaluation stopped by a signal after %ld of %ld batches (no %s for this step)",
-           done * ctx->layout.dp_size, (long)ctx->recipe->train.eval_batches, set->metric);
+           done * ctx->layout.dp_size, (long)set->extent->batches, set->metric);
     if (per_token) ctx->device->ops->set_loss_tokens(ctx->device, 0);
     *eval_loss = NAN;
     bool refused;
@@ -360,7 +376,7 @@ static void eval_progress(const TrainContext *ctx, const EvalSet *set, EvalProgr
     const double now = mt_now();
     if (done == 0 || now - p->said < eval_progress_seconds()) return;
     p->said = now;
-    const long total = ctx->recipe->train.eval_batches, batches = done * ctx->layout.dp_size;
+    const long total = (long)set->extent->batches, batches = done * ctx->layout.dp_size;
     mt_log("evaluation (%s): %ld of %ld batches, %.0f s, about %.0f s left", set->metric,
            batches < total ? batches : total, total, now - p->started,
            (now - p->started) * (double)(per_rank - done) / (double)done);
@@ -374,11 +390,15 @@ static int evaluate(TrainContext *ctx, const EvalSet *set, double *eval_loss, ch
      * over dp): a rank past its last batch runs one with every target
      * ignored, which adds nothing. Every rank asks train_stop_requested (a
      * collective) at the same batches: a long evaluation stops at SIGTERM
-     * within EVAL_SIGNAL_BATCHES batches' time (a preemption's grace period). */
-    const long per_rank = (train->eval_batches + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
-    const bool per_token = train->loss == LOSS_PER_TOKEN && train->eval_batches > 0;
-    if (per_token) /* the batches' mean is taken over eval_batches */
-        ctx->device->ops->set_loss_tokens(ctx->device, loss_tokens(ctx, per_rank, set->loader, (double)train->eval_batches));
+     * within EVAL_SIGNAL_BATCHES batches' time (a preemption's grace period).
+     * Each batch's loss is added times its weight (eval_extent_weight: 1 but
+     * for `all`'s last partial batch under per_micro_batch). */
+    const EvalExtent *extent = set->extent;
+    const long batches = (long)extent->batches;
+    const long per_rank = (batches + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
+    const bool per_token = train->loss == LOSS_PER_TOKEN && batches > 0;
+    if (per_token) /* the batches' mean is taken over their number */
+        ctx->device->ops->set_loss_tokens(ctx->device, loss_tokens(ctx, per_rank, set->loader, extent, (double)batches));
     ctx->empty_batches = 0;
     double loss_sum = 0.0;
     EvalProgress progress = {mt_now(), mt_now()};
@@ -388,7 +408,7 @@ static int evaluate(TrainContext *ctx, const EvalSet *set, double *eval_loss, ch
          * op, so a round takes about as long as EVAL_SIGNAL_BATCHES whole forwards, and its fill at most 1/9
          * of that */
         const long round = (long)EVAL_SIGNAL_BATCHES * ctx->layout.pp;
-        MicroSource src = {ctx, set->loader, 0, true, 0, 0};
+        MicroSource src = {ctx, set->loader, 0, extent, per_token, 0, 0};
         for (long done = 0; done < per_rank; done += round) {
             if (done > 0 && train_stop_requested(0)) return eval_stopped(ctx, set, done, per_token, eval_loss, err, errlen);
             eval_progress(ctx, set, &progress, done, per_rank);
@@ -400,15 +420,16 @@ static int evaluate(TrainContext *ctx, const EvalSet *set, double *eval_loss, ch
     } else {
         /* a forward with collectives over tp and cp only (their ranks share their dp rank) needs no padding */
         ModelDevice *dev = ctx->device;
-        const long mine = (train->eval_batches - ctx->layout.dp_rank + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
+        const long mine = (batches - ctx->layout.dp_rank + ctx->layout.dp_size - 1) / ctx->layout.dp_size;
         for (long micro = 0; micro < per_rank; micro++) {
             if (micro > 0 && micro % EVAL_SIGNAL_BATCHES == 0 && train_stop_requested(0))
                 return eval_stopped(ctx, set, micro, per_token, eval_loss, err, errlen);
             if (micro % EVAL_SIGNAL_BATCHES == 0) eval_progress(ctx, set, &progress, micro, per_rank);
             if (micro >= (dev->eval_lockstep ? per_rank : mine)) continue;
-            tell_device(ctx, load_eval_batch(ctx, set->loader, micro));
+            tell_device(ctx, load_eval_batch(ctx, extent, set->loader, micro));
             count_empty(ctx);
-            loss_sum += dev->ops->forward(dev, ctx->batch.inputs, ctx->batch.targets, train->micro_batch_size,
+            loss_sum += eval_extent_weight(extent, eval_batch_of(ctx, micro), per_token) *
+                        dev->ops->forward(dev, ctx->batch.inputs, ctx->batch.targets, train->micro_batch_size,
                                           local_seq_len(ctx));
         }
     }
@@ -416,17 +437,17 @@ static int evaluate(TrainContext *ctx, const EvalSet *set, double *eval_loss, ch
     bool refused;
     long empty;
     loss_sum = sum_over_replicas(ctx, loss_sum, &refused, &empty); /* under pp the last stage has it */
-    *eval_loss = train->eval_batches > 0 ? loss_sum / (double)train->eval_batches : NAN;
-    if (!refused && train->eval_batches > 0) say_empty_batches(ctx, set->metric, empty, train->eval_batches);
+    *eval_loss = batches > 0 ? loss_sum / eval_extent_divisor(extent, per_token) : NAN;
+    if (!refused && batches > 0) say_empty_batches(ctx, set->metric, empty, batches);
     return refused ? refused_data(ctx, ctx->state.step, set->data, err, errlen) : 0;
 }
 
 int train_evaluate(TrainContext *ctx, double *eval_loss, char *err, size_t errlen) {
-    const EvalSet set = {ctx->valid_data, "evaluation: validation data", "eval_loss"};
+    const EvalSet set = {ctx->valid_data, &ctx->valid_extent, "evaluation: validation data", "eval_loss"};
     return evaluate(ctx, &set, eval_loss, err, errlen);
 }
 
 int train_evaluate_test(TrainContext *ctx, double *test_loss, char *err, size_t errlen) {
-    const EvalSet set = {ctx->test_data, "evaluation: test data", "test_loss"};
+    const EvalSet set = {ctx->test_data, &ctx->test_extent, "evaluation: test data", "test_loss"};
     return evaluate(ctx, &set, test_loss, err, errlen);
 }

@@ -96,10 +96,11 @@ static const PipelineStageOps fake_ops = {
     .transport = fake_transport,
 };
 
-static void fake_load(void *arg, int micro, const int32_t **inputs, const int32_t **targets,
-                      const int32_t **positions) {
+static double fake_load(void *arg, int micro, const int32_t **inputs, const int32_t **targets,
+                        const int32_t **positions) {
     the_stage->current_micro = micro;
     *inputs = *targets = *positions = NULL;
+    return 1.0 + micro; /* fake_head's loss 1 of micro-batch m weighs m + 1 */
 }
 
 static void run_stage(int pp, int vpp, int stage, int M) {
@@ -114,7 +115,9 @@ static void run_stage(int pp, int vpp, int stage, int M) {
     const int sets = pipeline_reserve(&p, M);
     const int clones_before = st.clones;
     assert_int_equal(sets, clones_before + 1);
-    pipeline_run(&p, M, false, 1.0f, 1, 1, fake_load, NULL);
+    const double sum = pipeline_run(&p, M, false, 1.0f, 1, 1, fake_load, NULL);
+    /* the last stage's sum: each micro-batch's loss times its weight; 0 on the others */
+    assert_true(sum == (stage == pp - 1 ? M * (M + 1) / 2.0 : 0.0));
     assert_int_equal(st.clones, clones_before); /* reserve made every set the step needs */
     assert_int_equal(st.order_errors, 0);
     assert_int_equal(st.unposted_ops, 0);

@@ -524,6 +524,24 @@ static void test_write_round_trip(void **state) {
     round_trip(BASE, fraction, 2, 1);
     const char *tokens[] = {"train.steps=null", "train.tokens=2.4B", "train.global_batch_size=0:16 2.4B:320 4.8B:624"};
     round_trip(BASE, tokens, 3, 1);
+    const char *all[] = {"train.eval_batches=all"}; /* the word is kept, never what it resolves to */
+    round_trip(BASE, all, 1, 1);
+    Recipe words;
+    load_ok(&words, BASE, all, 1, 1);
+    assert_int_equal(words.train.eval_batches, MT_EVAL_BATCHES_ALL);
+    char written[600];
+    snprintf(written, sizeof written, "%s/all.yaml", work_dir);
+    if (recipe_write(&words, written, err, sizeof err) != 0) fail_msg("%s", err);
+    FILE *fp = fopen(written, "r");
+    assert_non_null(fp);
+    char line[256];
+    bool said = false;
+    while (fgets(line, sizeof line, fp)) said = said || strcmp(line, "  eval_batches: all\n") == 0;
+    fclose(fp);
+    assert_true(said);
+    const char *megatron[] = {"train.eval_iters=all"}; /* Megatron's name is answered with the key, as for a count */
+    assert_int_equal(load(&words, BASE, megatron, 1, 1), -1);
+    if (!strstr(err, "did you mean 'train.eval_batches'")) fail_msg("%s", err);
     const char *moe_text = replaced(replaced(BASE, "family: llama", "family: mixtral"), "max_position_embeddings: 128\n",
                                     "max_position_embeddings: 128\n" MOE_BLOCK);
     const char *moe_sets[] = {"parallel.ep=2", "train.global_batch_size=null",
@@ -789,6 +807,13 @@ static const ErrorCase error_cases[] = {
      "expected a mapping of keys, found '4'"},
     {"override_wrong_type", NULL, NULL, "train.micro_batch_size=zero", 1, NULL, "train.micro_batch_size",
      "expected a positive integer, found 'zero'"},
+    /* a number key that takes one word besides (train.eval_batches: all) names it among what it expects */
+    {"eval_batches_word", NULL, NULL, "train.eval_batches=every", 1, NULL, "train.eval_batches",
+     "expected a positive integer or all, found 'every'"},
+    {"eval_batches_typo", NULL, NULL, "train.eval_batches=alll", 1, NULL, "train.eval_batches",
+     "expected a positive integer or all, found 'alll' (did you mean all?)"},
+    {"eval_batches_zero", NULL, NULL, "train.eval_batches=0", 1, NULL, "train.eval_batches",
+     "expected a positive integer or all, found '0'"},
     {"top_level_list", BASE, "- a\n- b\n", NULL, 1, "- a", "(top level)", "expected a mapping of recipe keys"},
     /* values out of range */
     {"negative_lr", "lr: 3.0e-3", "lr: -1.0e-3", NULL, 1, "lr: -1", "optimizer.lr", "expected a number >= 0, found '-1.0e-3'"},
