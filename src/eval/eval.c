@@ -20,7 +20,9 @@
  * The loss is the mean of the batches' means, or with --loss per_token the
  * sum over every counted target over their number (the batches' targets
  * are counted first, set_loss_tokens(count / batches), as train_evaluate
- * does). So `eval` with a run's seed, seq_len, micro_batch_size,
+ * does). --batches all reads every sample of the data once, as
+ * train.eval_batches: all: the last batch padded with masked samples and
+ * weighed by its samples (src/data/eval_coverage.h). So `eval` with a run's seed, seq_len, micro_batch_size,
  * eval_batches, data.pack and train.loss reproduces that run's eval_loss at
  * the checkpoint's step. The model runs on --device (cpu, the default, in
  * fp32; cuda in bf16, as a run with precision: bf16 computes, which refuses
@@ -62,11 +64,13 @@ typedef struct EvalResult {
     bool masked;  /* the dataset has a loss mask */
 } EvalResult;
 
-/* Batch `batch` into mb, the model told where its packed samples are; -1
- * (reported) when a sample holds a token outside the model's vocabulary (the
- * loader checks every token: data_loader_set_vocab). */
-static int load_batch(ModelDevice *dev, MicroBatch *mb, const DataLoader *loader, long batch) {
-    const int32_t *places = micro_batch_load(mb, loader, (int64_t)batch * mb->size);
+/* Batch `batch` of extent into mb (the last of `all` padded: micro_batch_load_part), the model told where its
+ * packed samples are; -1 (reported) when a sample holds a token outside the model's vocabulary (the loader checks
+ * every token: data_loader_set_vocab). */
+static int load_batch(ModelDevice *dev, MicroBatch *mb, const DataLoader *loader, const EvalExtent *extent,
+                      long batch) {
+    const int32_t *places =
+        micro_batch_load_part(mb, loader, (int64_t)batch * mb->size, eval_extent_batch_samples(extent, batch));
     if (mb->refused[0]) {
         mt_error("eval: %s", mb->refused);
         return -1;
@@ -75,31 +79,35 @@ static int load_batch(ModelDevice *dev, MicroBatch *mb, const DataLoader *loader
     return 0;
 }
 
-/* The loss over opt->batches batches (train_evaluate's on one rank); -1 (reported) on bad data. */
-static int evaluate(ModelDevice *dev, const DataLoader *loader, const EvalOptions *opt, EvalResult *res) {
+/* The loss over extent's batches (train_evaluate's on one rank); -1 (reported) on bad data. */
+static int evaluate(ModelDevice *dev, const DataLoader *loader, const EvalOptions *opt, const EvalExtent *extent,
+                    EvalResult *res) {
     MicroBatch mb;
     micro_batch_init(&mb, (int)opt->micro_batch_size, (int)opt->seq_len, (int)opt->seq_len);
     memset(res, 0, sizeof *res);
     res->masked = data_loader_has_mask(loader);
     int rc = 0;
-    if (opt->loss == LOSS_PER_TOKEN) { /* every batch's counted targets first: the divisor of each batch's sum */
+    const bool per_token = opt->loss == LOSS_PER_TOKEN;
+    const long batches = (long)extent->batches;
+    if (per_token) { /* every batch's counted targets first: the divisor of each batch's sum */
         double count = 0;
-        for (long batch = 0; batch < opt->batches && rc == 0; batch++) {
-            rc = load_batch(dev, &mb, loader, batch);
+        for (long batch = 0; batch < batches && rc == 0; batch++) {
+            rc = load_batch(dev, &mb, loader, extent, batch);
             count += (double)micro_batch_counted(&mb);
         }
-        dev->ops->set_loss_tokens(dev, count > 0 ? count / (double)opt->batches : 1.0);
+        dev->ops->set_loss_tokens(dev, count > 0 ? count / (double)batches : 1.0);
     }
     double loss_sum = 0.0;
-    for (long batch = 0; batch < opt->batches && rc == 0; batch++) {
-        rc = load_batch(dev, &mb, loader, batch);
+    for (long batch = 0; batch < batches && rc == 0; batch++) {
+        rc = load_batch(dev, &mb, loader, extent, batch);
         if (rc != 0) break;
-        loss_sum += dev->ops->forward(dev, mb.inputs, mb.targets, mb.size, mb.local_len);
+        loss_sum += eval_extent_weight(extent, batch, per_token) *
+                    dev->ops->forward(dev, mb.inputs, mb.targets, mb.size, mb.local_len);
         res->counted += micro_batch_counted(&mb);
         res->empty += mb.empty;
     }
     micro_batch_free(&mb);
-    res->loss = loss_sum / (double)opt->batches;
+    res->loss = loss_sum / eval_extent_divisor(extent, per_token);
     return rc;
 }
 
@@ -108,13 +116,15 @@ static int evaluate(ModelDevice *dev, const DataLoader *loader, const EvalOption
  *   step              the step it was saved at, null for weights without a training state (convert)
  *   loss              the mean next-token loss (nats per token, all digits of the double)
  *   perplexity        exp(loss)
- *   batches, micro_batch_size, seq_len, tokens (= their product): what was averaged over
+ *   batches, micro_batch_size, seq_len: what was read
+ *   tokens, samples   what was averaged over: samples x seq_len tokens, samples = batches x micro_batch_size, or
+ *                     with --batches all the samples the data holds (the last batch's padding not counted)
  *   data, seed, device: the dataset prefix, the sampling seed, cpu or cuda
  *   loss_reduction    per_micro_batch or per_token (--loss)
  *   pack              whether samples were packed rows (--pack)
  *   masked            whether the dataset has a loss mask (only its unmasked targets counted)
  *   counted           the targets that counted (tokens, less masked ones and packed rows' padding) */
-static void print_json(const char *ckpt, const EvalOptions *opt, const EvalResult *res) {
+static void print_json(const char *ckpt, const EvalOptions *opt, const EvalExtent *extent, const EvalResult *res) {
     long step = 0;
     char why[512];
     const bool has_step = ckpt_read_step(ckpt, &step, why, sizeof why) == 0;
@@ -133,10 +143,11 @@ static void print_json(const char *ckpt, const EvalOptions *opt, const EvalResul
     const struct {
         const char *key;
         int64_t value;
-    } counts[] = {{"batches", opt->batches},
+    } counts[] = {{"batches", extent->batches},
                   {"micro_batch_size", opt->micro_batch_size},
                   {"seq_len", opt->seq_len},
-                  {"tokens", (int64_t)opt->batches * opt->micro_batch_size * opt->seq_len}};
+                  {"tokens", extent->samples * opt->seq_len},
+                  {"samples", extent->samples}};
     for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
         jw_key(&w, counts[i].key);
         jw_int(&w, counts[i].value);
@@ -171,12 +182,14 @@ static void print_json(const char *ckpt, const EvalOptions *opt, const EvalResul
     jw_free(&w);
 }
 
-/* The line: "eval: loss L over N batches of B x T tokens[, the validation share of split A,B,C][, packed][, loss mask: P% of targets counted | , P% of
- * targets counted][, per-token mean] (CKPT)"; the share is said when a mask or padding left targets out. */
-static void print_line(const char *ckpt, const EvalOptions *opt, const EvalResult *res) {
-    const double tokens = (double)opt->batches * (double)opt->micro_batch_size * (double)opt->seq_len;
-    printf("eval: loss %.6f over %ld batch%s of %ld x %ld tokens", res->loss, opt->batches,
-           opt->batches == 1 ? "" : "es", opt->micro_batch_size, opt->seq_len);
+/* The line: "eval: loss L over N batches of B x T tokens[, all S samples once][, the validation share of split A,B,C][, packed][, loss
+ * mask: P% of targets counted | , P% of targets counted][, per-token mean] (CKPT)"; the share is said when a mask or
+ * padding left targets out (not the masked padding of --batches all's last batch). */
+static void print_line(const char *ckpt, const EvalOptions *opt, const EvalExtent *extent, const EvalResult *res) {
+    const double tokens = (double)extent->samples * (double)opt->seq_len;
+    printf("eval: loss %.6f over %lld batch%s of %ld x %ld tokens", res->loss, (long long)extent->batches,
+           extent->batches == 1 ? "" : "es", opt->micro_batch_size, opt->seq_len);
+    if (extent->all) printf(", all %lld samples once", (long long)extent->samples);
     if (opt->split_given)
         printf(", the %s share of split %g,%g,%g", opt->test ? "test" : "validation", opt->split[0], opt->split[1],
                opt->split[2]);
@@ -235,9 +248,12 @@ static DataLoader *open_data(const EvalOptions *opt) {
     data.pack = opt->pack;
     data.pack_overlong = opt->pack_overlong;
     char err[4096];
-    const int64_t num_samples = (int64_t)opt->batches * opt->micro_batch_size;
-    DataLoader *loader = data_loader_create(&data, opt->test ? SPLIT_TEST : SPLIT_VALID, (int)opt->seq_len, opt->seed,
-                                            num_samples, err, sizeof err);
+    const DataSplit split = opt->test ? SPLIT_TEST : SPLIT_VALID;
+    DataLoader *loader =
+        opt->batches == MT_EVAL_BATCHES_ALL
+            ? data_loader_create_whole(&data, split, (int)opt->seq_len, opt->seed, err, sizeof err)
+            : data_loader_create(&data, split, (int)opt->seq_len, opt->seed, opt->batches * opt->micro_batch_size, err,
+                                 sizeof err);
     if (!loader) { /* the loader names recipe keys; say which options they are here */
         const char *key = strstr(err, "data.valid[0].path: ") == err   ? "data.valid[0].path: "
                           : strstr(err, "data.train[0].path: ") == err ? "data.train[0].path: " : NULL;
@@ -254,7 +270,7 @@ static void warn_repeats(const DataLoader *loader, const EvalOptions *opt) {
                                                                             : "the validation share (--split) of " : "",
              opt->data);
     const EvalCoverageNames names = {data, "--batches", "--micro-batch-size", "the loss"};
-    if (eval_coverage_repeats(loader, opt->batches, opt->micro_batch_size, &names, msg, sizeof msg))
+    if (opt->batches != MT_EVAL_BATCHES_ALL && eval_coverage_repeats(loader, opt->batches, opt->micro_batch_size, &names, msg, sizeof msg))
         mt_warn("eval: %s", msg);
 }
 
@@ -364,25 +380,33 @@ int eval_main(int argc, char **argv) {
     DataLoader *loader = open_data(&opt);
     if (loader) data_loader_set_vocab(loader, cfg.vocab_size);
     if (loader) warn_repeats(loader, &opt);
+    const EvalExtent extent = loader ? eval_extent(loader, opt.batches, opt.micro_batch_size) : (EvalExtent){0};
+    if (loader && extent.batches == 0) { /* --batches all of data shorter than one sample */
+        mt_error("eval: --batches all: %s holds no whole sample of --seq-len + 1 = %ld tokens: give a smaller "
+                 "--seq-len", opt.data, opt.seq_len + 1);
+        data_loader_free(loader);
+        grid_free(&grid);
+        return MT_EXIT_USAGE;
+    }
     ModelDevice *dev = loader ? open_device(ckpt, &setup) : NULL;
     EvalResult res;
-    rc = dev ? evaluate(dev, loader, &opt, &res) : -1;
+    rc = dev ? evaluate(dev, loader, &opt, &extent, &res) : -1;
     model_device_free(dev);
     grid_free(&grid);
     if (loader) data_loader_free(loader);
     if (rc != 0) return MT_EXIT_FAILURE;
     if (res.counted == 0) { /* a mean over no target: no loss to report (it read 0) */
-        mt_error("eval: no target counted in the %ld batch%s of %ld x %ld tokens (the loss mask or the packed rows' "
-                 "padding left none): no loss to report; give more --batches or a longer --seq-len", opt.batches,
-                 opt.batches == 1 ? "" : "es", opt.micro_batch_size, opt.seq_len);
+        mt_error("eval: no target counted in the %lld batch%s of %ld x %ld tokens (the loss mask or the packed rows' "
+                 "padding left none): no loss to report; give more --batches or a longer --seq-len",
+                 (long long)extent.batches, extent.batches == 1 ? "" : "es", opt.micro_batch_size, opt.seq_len);
         return MT_EXIT_FAILURE;
     }
     if (res.empty > 0 && opt.loss == LOSS_PER_MICRO_BATCH) /* train_step.c's say_empty_batches, for this command */
         fprintf(stderr, "eval: note: %ld of the %ld batches hold no target that counts (every target masked by the "
                 "data's loss mask, or padding): each counts as loss 0 in the mean (--loss per_micro_batch), which "
-                "lowers it; --loss per_token weighs every counted token alike\n", res.empty, opt.batches);
-    if (opt.json) print_json(ckpt, &opt, &res);
-    else print_line(ckpt, &opt, &res);
+                "lowers it; --loss per_token weighs every counted token alike\n", res.empty, (long)extent.batches);
+    if (opt.json) print_json(ckpt, &opt, &extent, &res);
+    else print_line(ckpt, &opt, &extent, &res);
     if (!isfinite(res.loss)) {
         mt_error("eval: the loss is %g (the checkpoint's weights are not finite?)", res.loss);
         return MT_EXIT_FAILURE;

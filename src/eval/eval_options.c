@@ -18,7 +18,7 @@
 #define DEFAULT_SEED 1234 /* run.seed's default in recipes */
 
 const char *const eval_usage_text =
-    "usage: megatrain eval CKPT [--data PREFIX] [--split TRAIN,VALID,TEST [--test]] [--batches N] [--seq-len T]\n"
+    "usage: megatrain eval CKPT [--data PREFIX] [--split TRAIN,VALID,TEST [--test]] [--batches N|all] [--seq-len T]\n"
     "                           [--micro-batch-size B] [--seed S] [--pack|--no-pack [--pack-overlong error|truncate]]\n"
     "                           [--loss per_micro_batch|per_token] [--device D] [--json]\n"
     "\n"
@@ -41,7 +41,9 @@ const char *const eval_usage_text =
     "                          data.train PREFIX and this data.split validates on (default: all of PREFIX,\n"
     "                          as data.valid)\n"
     "  --test                  with --split, score its test share instead: a run's test_loss\n"
-    "  --batches N             batches to average over (default 8)\n"
+    "  --batches N             batches to average over (default 8); all: every sample of the data once, in\n"
+    "                          ceil(samples / B) batches, the last one's places past the data's end masked\n"
+    "                          padding and its loss weighed by its samples (as train.eval_batches: all)\n"
     "  --seq-len T             tokens per sample (default 256; at most the model's\n"
     "                          max_position_embeddings)\n"
     "  --micro-batch-size B    samples per batch (default 4)\n"
@@ -55,16 +57,17 @@ const char *const eval_usage_text =
     "                          number), as train.loss; per_token is cpu only\n"
     "  --device D              cpu (default; fp32) or cuda (one GPU, bf16 as a run computes there)\n"
     "  --json                  print one JSON object instead: checkpoint, step, loss, perplexity,\n"
-    "                          batches, micro_batch_size, seq_len, tokens, data, split, share, seed, device,\n"
-    "                          loss_reduction, pack, masked, counted\n";
+    "                          batches, micro_batch_size, seq_len, tokens, samples, data, split, share, seed,\n"
+    "                          device, loss_reduction, pack, masked, counted\n";
 
-/* A positive integer option value; -1 (reported) when it is not one. */
-static long parse_positive(const char *name, const char *text, long max) {
+/* A positive integer option value; -1 (reported, with `besides`: the word it takes too) when it is not one. */
+static long parse_positive(const char *name, const char *text, long max, const char *besides) {
     char *end = NULL;
     errno = 0;
     long value = strtol(text, &end, 10);
     if (errno != 0 || end == text || *end != '\0' || value <= 0 || value > max) {
-        mt_error("eval: %s: expected a positive integer up to %ld, found '%s'", name, max, text);
+        mt_error("eval: %s: expected a positive integer up to %ld%s%s, found '%s'", name, max, besides[0] ? " " : "",
+                 besides, text);
         return -1;
     }
     return value;
@@ -82,16 +85,20 @@ static int set_value(EvalOptions *opt, int k, const char *value) {
     switch (k) {
     case OPT_DATA: opt->data = value; opt->given |= EVAL_GAVE_DATA; return 0;
     case OPT_BATCHES:
-        opt->batches = parse_positive(names[k], value, 1L << 30);
         opt->given |= EVAL_GAVE_BATCHES;
+        if (strcmp(value, "all") == 0) { /* as train.eval_batches: all */
+            opt->batches = MT_EVAL_BATCHES_ALL;
+            return 0;
+        }
+        opt->batches = parse_positive(names[k], value, 1L << 30, "or all");
         return opt->batches < 0 ? 2 : 0;
     case OPT_SEQ_LEN:
-        opt->seq_len = parse_positive(names[k], value, 1L << 20);
+        opt->seq_len = parse_positive(names[k], value, 1L << 20, "");
         opt->seq_len_given = true;
         opt->given |= EVAL_GAVE_SEQ_LEN;
         return opt->seq_len < 0 ? 2 : 0;
     case OPT_MICRO_BATCH:
-        opt->micro_batch_size = parse_positive(names[k], value, 1L << 16);
+        opt->micro_batch_size = parse_positive(names[k], value, 1L << 16, "");
         opt->given |= EVAL_GAVE_MICRO_BATCH;
         return opt->micro_batch_size < 0 ? 2 : 0;
     case OPT_DEVICE: opt->device = value; return 0;

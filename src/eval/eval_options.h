@@ -26,7 +26,7 @@ typedef struct EvalOptions {
     const char *ckpt;            /* CKPT: a checkpoint, run or checkpoints/ directory */
     const char *data;            /* --data PREFIX (NULL: the run's evaluation data, eval_run_settings) */
     unsigned given;              /* EVAL_GAVE_*: what the command line set */
-    long batches;                /* --batches N */
+    long batches;                /* --batches N, or all: MT_EVAL_BATCHES_ALL (resolved with the data: EvalExtent) */
     long seq_len;                /* --seq-len T */
     bool seq_len_given;          /* --seq-len was given (else the default) */
     long micro_batch_size;       /* --micro-batch-size B */

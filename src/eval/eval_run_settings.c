@@ -17,6 +17,13 @@
 #include "../config/recipe.h"
 #include "../core/error.h"
 
+/* train.eval_batches as --batches takes it: "3", "all". */
+static const char *batches_text(int batches, char *buf, size_t len) {
+    if (batches == MT_EVAL_BATCHES_ALL) return "all";
+    snprintf(buf, len, "%d", batches);
+    return buf;
+}
+
 /* The recipe of the run that wrote checkpoint `ckpt` into *run (its path into path); false when it has none that
  * loads (a conversion's checkpoint). */
 static bool load_run(const char *ckpt, Recipe *run, char *path, size_t len) {
@@ -54,7 +61,7 @@ void eval_note_run_settings(const char *ckpt, const EvalOptions *opt) {
     static Recipe run;
     char path[MT_PATH_MAX + 80];
     if (!load_run(ckpt, &run, path, sizeof path)) return;
-    if (run.train.eval_interval <= 0 || run.train.eval_batches <= 0) return; /* the run logged no eval_loss */
+    if (run.train.eval_interval <= 0 || run.train.eval_batches == 0) return; /* the run logged no eval_loss */
     /* the run's evaluation data, when eval can read it: its one data.valid dataset, or with none the validation share
      * of its one data.train dataset (a blend is read by no single --data); --test scores test_loss, not eval_loss */
     const bool validated_on = run.data.num_valid == 1 && same_dataset(run.data.valid[0].path, opt->data);
@@ -78,7 +85,8 @@ void eval_note_run_settings(const char *ckpt, const EvalOptions *opt) {
 #define ADD(...) n += (size_t)snprintf(wanted + n, n < sizeof wanted ? sizeof wanted - n : 0, __VA_ARGS__)
     if (opt->seq_len != run.train.seq_len) ADD(" --seq-len %d", run.train.seq_len);
     if (opt->micro_batch_size != run.train.micro_batch_size) ADD(" --micro-batch-size %d", run.train.micro_batch_size);
-    if (opt->batches != run.train.eval_batches) ADD(" --batches %d", run.train.eval_batches);
+    char num[24];
+    if (opt->batches != run.train.eval_batches) ADD(" --batches %s", batches_text(run.train.eval_batches, num, sizeof num));
     if (opt->seed != run.run.seed) ADD(" --seed %llu", (unsigned long long)run.run.seed);
     if (opt->pack != run.data.pack) ADD("%s", run.data.pack ? " --pack" : " (no --pack)");
     if (run.data.pack && opt->pack_overlong != run.data.pack_overlong)
@@ -136,8 +144,9 @@ int eval_run_settings(const char *ckpt, EvalOptions *opt) {
     if (!(opt->given & EVAL_GAVE_SEQ_LEN)) opt->seq_len = run.train.seq_len, ADD(" --seq-len %d", run.train.seq_len);
     if (!(opt->given & EVAL_GAVE_MICRO_BATCH))
         opt->micro_batch_size = run.train.micro_batch_size, ADD(" --micro-batch-size %d", run.train.micro_batch_size);
-    if (!(opt->given & EVAL_GAVE_BATCHES) && run.train.eval_batches > 0)
-        opt->batches = run.train.eval_batches, ADD(" --batches %d", run.train.eval_batches);
+    char num[24];
+    if (!(opt->given & EVAL_GAVE_BATCHES) && run.train.eval_batches != 0)
+        opt->batches = run.train.eval_batches, ADD(" --batches %s", batches_text(run.train.eval_batches, num, sizeof num));
     if (!(opt->given & EVAL_GAVE_SEED)) opt->seed = run.run.seed, ADD(" --seed %llu", (unsigned long long)run.run.seed);
     if (!(opt->given & EVAL_GAVE_PACK)) {
         opt->pack = run.data.pack;

@@ -87,7 +87,7 @@ json=$("$MEGATRAIN" eval "$run" --data "$WORK/english" --batches 3 --seq-len 64 
 echo "$json"
 [[ $(printf '%s\n' "$json" | wc -l) -eq 1 ]] || fail "eval --json printed more than one line"
 want='^\{"checkpoint":"'"$ckpt"'","step":10,"loss":([0-9.e-]+),"perplexity":([0-9.e+-]+),"batches":3,'
-want+='"micro_batch_size":8,"seq_len":64,"tokens":1536,"data":"'"$WORK/english"'","split":null,"share":null,"seed":1234,"device":"cpu",'
+want+='"micro_batch_size":8,"seq_len":64,"tokens":1536,"samples":24,"data":"'"$WORK/english"'","split":null,"share":null,"seed":1234,"device":"cpu",'
 want+='"loss_reduction":"per_micro_batch","pack":false,"masked":false,"counted":1536\}$'
 [[ "$json" =~ $want ]] || fail "eval --json: unexpected object: $json"
 json_loss=${BASH_REMATCH[1]} ppl=${BASH_REMATCH[2]}
