@@ -96,7 +96,11 @@ static const char *const run_usage_text =
     "  megatrain run recipes/tiny/llama.yaml --set train.steps=20 --set run.dir=runs/try\n"
     "  megatrain plan my.yaml --world 8          (the layout and memory per rank first)\n"
     "  mpirun -np 8 megatrain run my.yaml --set parallel.tp=2 --set parallel.pp=2\n"
-    "  megatrain run my.yaml --set run.device=cuda --set precision=bf16 --set train.recompute=selective\n";
+    "  megatrain run my.yaml --set run.device=cuda --set precision=bf16 --set train.recompute=selective\n"
+    "  megatrain run my.yaml --set train.eval_batches=all\n"
+    "                         (eval_loss over every validation sample once, as Hugging Face's Trainer: the\n"
+    "                         batches it resolves to are said at the start; a partial last batch is padded\n"
+    "                         with masked samples and weighed by its samples)\n";
 
 static int is_help(const char *arg) { return strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0; }
 
