@@ -2,7 +2,8 @@
  *
  * megatrain run RECIPE.yaml [--set key.path=value ...]
  * megatrain resume RUN_OR_CKPT_DIR [--set key.path=value ...]
- * megatrain convert SRC DST [--dtype fp32|bf16|fp16] [--max-shard-size SIZE]
+ * megatrain convert SRC DST [--dtype fp32|bf16|fp16] [--max-shard-size SIZE] [--merge-lora | --base-model NAME]
+ *                           [--drop-expert-bias]
  * megatrain eval CKPT --data PREFIX [--batches N] [--seq-len T] [--pack] [--loss per_micro_batch|per_token] ...
  * megatrain inspect CKPT
  * megatrain data build --input FILE --output PREFIX [--tokenizer PATH|byte] [--eod-token TEXT] [--workers N] [--overwrite]
@@ -44,6 +45,7 @@ static const char *const usage_text =
     "  resume RUN_OR_CKPT_DIR [--set key.path=value ...]\n"
     "                                              continue from the latest valid checkpoint\n"
     "  convert SRC DST [--dtype fp32|bf16|fp16] [--max-shard-size SIZE] [--merge-lora | --base-model NAME]\n"
+    "          [--drop-expert-bias]\n"
     "                                              Hugging Face dir <-> megatrain checkpoint (LoRA:\n"
     "                                              PEFT's adapter, or the merged model)\n"
     "  eval CKPT_OR_RUN_DIR [--data PREFIX] [--split W [--test]] [--batches N] [--seq-len T] [--micro-batch-size B]\n"

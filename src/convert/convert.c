@@ -24,7 +24,7 @@ static void print_usage(FILE *out) {
     hf_family_list(families, sizeof families);
     fprintf(out,
             "usage: megatrain convert SRC DST [--dtype fp32|bf16|fp16] [--max-shard-size SIZE]\n"
-            "                                 [--merge-lora | --base-model NAME_OR_PATH]\n"
+            "                                 [--merge-lora | --base-model NAME_OR_PATH] [--drop-expert-bias]\n"
             "\n"
             "Convert between a Hugging Face model directory and a megatrain checkpoint.\n"
             "Families (config.json model_type): %s.\n"
@@ -65,6 +65,12 @@ static void print_usage(FILE *out) {
             "                            as base_model_name_or_path (default null); a PEFT\n"
             "                            adapter directory: its base model, read (a Hugging\n"
             "                            Face directory) or referenced (a megatrain checkpoint)\n"
+            "  --drop-expert-bias        a MoE model trained with model.moe.load_balancing:\n"
+            "                            expert_bias (which transformers' Qwen3-MoE and Mixtral\n"
+            "                            lack): export it without the routers' biases. Its\n"
+            "                            routing then differs from the trained model's: a\n"
+            "                            warning says by how much (the top-k choices that change\n"
+            "                            on the token embeddings as the routers' input)\n"
             "\n"
             "DST must not exist. It appears only when complete; on any error (a missing\n"
             "file or tensor, a tensor of the wrong shape, an unexpected tensor, an\n"
@@ -133,6 +139,8 @@ int convert_main(int argc, char **argv) {
             shard_given = true;
         } else if (!strcmp(a, "--merge-lora")) {
             options.merge_lora = true;
+        } else if (!strcmp(a, "--drop-expert-bias")) {
+            options.drop_expert_bias = true;
         } else if ((value = option_value(argc, argv, &i, "--base-model"))) {
             if (!value[0]) return usage_error("%s", "--base-model: expected a Hugging Face model name or directory");
             options.base_model = value;
@@ -213,14 +221,15 @@ int convert_main(int argc, char **argv) {
     char err[2048] = "";
     int status;
     if (from_hf) {
-        if (options.dtype_given || shard_given || options.merge_lora || options.base_model)
-            return usage_error("%s", "--dtype, --max-shard-size, --merge-lora and --base-model apply to megatrain -> "
-                                     "Hugging Face only (checkpoints hold fp32)");
+        if (options.dtype_given || shard_given || options.merge_lora || options.base_model ||
+            options.drop_expert_bias)
+            return usage_error("%s", "--dtype, --max-shard-size, --merge-lora, --base-model and --drop-expert-bias "
+                                     "apply to megatrain -> Hugging Face only (checkpoints hold fp32)");
         status = convert_hf_to_ckpt(src, dst, &options, err, sizeof err);
     } else if (from_peft) {
-        if (options.dtype_given || shard_given || options.merge_lora)
-            return usage_error("%s", "--dtype, --max-shard-size and --merge-lora apply to megatrain -> Hugging Face "
-                                     "only (checkpoints hold fp32)");
+        if (options.dtype_given || shard_given || options.merge_lora || options.drop_expert_bias)
+            return usage_error("%s", "--dtype, --max-shard-size, --merge-lora and --drop-expert-bias apply to "
+                                     "megatrain -> Hugging Face only (checkpoints hold fp32)");
         char named[1024] = "", why[1024];
         const char *base = options.base_model;
         if (!base) { /* the base PEFT's AutoPeftModelForCausalLM would load, when it is a directory here */

@@ -11,7 +11,10 @@
  * complete (written under a temporary name, then renamed). A checkpoint of a
  * LoRA run (peft) becomes PEFT's adapter directory, or with --merge-lora the
  * merged Hugging Face model (lora_export.h); PEFT's adapter directory
- * with its base model becomes a LoRA checkpoint (convert_peft_to_ckpt).
+ * with its base model becomes a LoRA checkpoint (convert_peft_to_ckpt). A
+ * model trained with expert-bias routing, which transformers lacks, is
+ * exported only with --drop-expert-bias, which says what that changes
+ * (expert_bias_drop.h).
  */
 #ifndef MT_CONVERT_CONVERT_H
 #define MT_CONVERT_CONVERT_H
@@ -31,6 +34,7 @@ typedef struct ConvertOptions {
     bool progress;            /* a progress line on stderr (when it is a terminal) */
     bool merge_lora;          /* megatrain (LoRA) -> HF: the merged model, not the PEFT adapters (lora_export.h) */
     const char *base_model;   /* megatrain (LoRA) -> PEFT: adapter_config.json's base_model_name_or_path, or NULL */
+    bool drop_expert_bias;    /* megatrain -> HF: leave the routers' expert biases out (expert_bias_drop.h) */
 } ConvertOptions;
 
 /* The command: argv[0] is the first argument after "convert". Returns the exit status. */

@@ -5,7 +5,8 @@
  * The parameters are streamed from the checkpoint a block at a time
  * (ckpt_params_read) as each safetensors file is written, so no model is
  * held; --merge-lora merges each block with the adapters (held in memory,
- * a few MiB) as it streams. Written into
+ * a few MiB) as it streams; --drop-expert-bias leaves the routers' expert
+ * biases out, having said what that changes (expert_bias_drop.h). Written into
  * DST.tmp.<host>.<pid> and renamed to DST when complete; on any failure the
  * temporary directory is removed (a killed convert's, by the next convert into DST: convert.c). */
 #include <errno.h>
@@ -22,6 +23,7 @@
 #include "../model/model.h"
 #include "ckpt_latest_dir.h"
 #include "convert.h"
+#include "expert_bias_drop.h"
 #include "../core/progress.h"
 #include "hf_config.h"
 #include "hf_files.h"
@@ -97,10 +99,11 @@ static int fill_streamed(const void *ctx, int64_t first, int64_t count, float *o
  * shards (hf_name_position), a stack's experts marked as one storage where
  * transformers 5 holds them fused (so shards split where it splits them).
  * The data is streamed from checkpoint `from` (*streamed: the tensors'
- * contexts), parameter i merged with deltas[i] when deltas is not NULL.
+ * contexts), parameter i merged with deltas[i] when deltas is not NULL;
+ * the expert biases left out with drop_bias (--drop-expert-bias).
  * *names holds the strings; returns the number of tensors, or -1 with err. */
 static int build_tensors(const ModelConfig *cfg, const ParamInfo *infos, int num_params, CkptParams *from,
-                         const LoraDelta *deltas, StDtype dtype, StWriteTensor **out, HfPiece **names,
+                         const LoraDelta *deltas, bool drop_bias, StDtype dtype, StWriteTensor **out, HfPiece **names,
                          Streamed **streamed, char *err, size_t errlen) {
     const int experts = cfg->moe.num_experts > 1 ? cfg->moe.num_experts : 1;
     const int cap = num_params * experts;
@@ -110,6 +113,7 @@ static int build_tensors(const ModelConfig *cfg, const ParamInfo *infos, int num
     int count = 0;
     for (int p = 0; p < num_params; p++) {
         const ParamInfo *info = &infos[p];
+        if (drop_bias && model_is_expert_bias(info->name)) continue;
         int n = hf_pieces(cfg->family, info, cfg->moe.num_experts, pieces + count, cap - count);
         if (n < 0) {
             mt_set_error(err, errlen, "parameter %s has no Hugging Face name in the %s table", info->name,
@@ -156,15 +160,16 @@ static int build_tensors(const ModelConfig *cfg, const ParamInfo *infos, int num
 }
 
 /* Write config.json, the carried files and the safetensors of the model
- * (registry `infos`, streamed from `from`, merged with `deltas`) into dir. */
+ * (registry `infos`, streamed from `from`, merged with `deltas`; num_floats
+ * what is written of it) into dir. */
 static int write_hf_dir(const char *dir, const ModelConfig *cfg, const ParamInfo *infos, int num_params,
                         long num_floats, CkptParams *from, const LoraDelta *deltas, const CkptHfFiles *carried,
                         const ConvertOptions *options, char *err, size_t errlen) {
     StWriteTensor *tensors = NULL;
     HfPiece *names = NULL;
     Streamed *streamed = NULL;
-    const int count = build_tensors(cfg, infos, num_params, from, deltas, options->dtype, &tensors, &names, &streamed,
-                                    err, errlen);
+    const int count = build_tensors(cfg, infos, num_params, from, deltas, options->drop_expert_bias, options->dtype,
+                                    &tensors, &names, &streamed, err, errlen);
     int status = count < 0 ? -1 : 0;
     if (status == 0) status = write_config(dir, cfg, options->dtype, err, errlen);
     if (status == 0) status = hf_files_write(dir, carried, cfg, err, errlen);
@@ -235,8 +240,16 @@ int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *g
                                             [EXPORT_FP16] = ST_F16};
         chosen.dtype = of_export[e.cfg.export_dtype];
     }
-    char why[512];
-    if (hf_config_check_exportable(&e.cfg, why, sizeof why) != 0) {
+    const bool biased = model_family_is_moe(e.cfg.family) && e.cfg.moe.load_balancing == LB_EXPERT_BIAS;
+    if (options->drop_expert_bias && !biased) { /* as --merge-lora without adapters: the option names another model */
+        mt_set_error(err, errlen, "--drop-expert-bias: %s has no expert biases (its model.moe.load_balancing is not "
+                     "expert_bias)", ckpt);
+        return -1;
+    }
+    ModelConfig exported = e.cfg; /* with the option, the model without its biases is what must be exportable */
+    if (options->drop_expert_bias) exported.moe.load_balancing = LB_NONE;
+    char why[1024];
+    if (hf_config_check_exportable(&exported, why, sizeof why) != 0) {
         mt_set_error(err, errlen, "%s: %s", ckpt, why);
         return -1;
     }
@@ -251,6 +264,13 @@ int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *g
     if (e.cfg.peft.type == PEFT_LORA && !options->merge_lora) /* the adapters alone (trained in fp32, as PEFT's) */
         return convert_lora_to_peft(ckpt, &e.cfg, given, dst, err, errlen);
     int status = open_export(ckpt, &e, err, errlen);
+    const ParamInfo *infos = e.infos ? e.infos : e.adapters.view.infos;
+    long written = e.num_floats; /* less the biases left out */
+    for (int p = 0; status == 0 && options->drop_expert_bias && p < e.num_params; p++)
+        if (model_is_expert_bias(infos[p].name)) written -= infos[p].numel;
+    /* what dropping the biases changes, said before anything is written (a checkpoint that does not read stops here) */
+    if (status == 0 && options->drop_expert_bias)
+        status = expert_bias_drop_say(ckpt, &e.cfg, e.from, infos, e.num_params, err, errlen);
     CkptHfFiles carried = {0}; /* a damaged one is left out, with a warning */
     if (status == 0) status = ckpt_hf_files_read(ckpt, &carried, err, errlen);
 
@@ -261,8 +281,8 @@ int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *g
         mt_set_error(err, errlen, "%s: cannot create: %s", tmp, strerror(errno));
         status = -1;
     } else if (status == 0) {
-        status = write_hf_dir(tmp, &e.cfg, e.infos ? e.infos : e.adapters.view.infos, e.num_params, e.num_floats,
-                              e.from, e.deltas, &carried, options, err, errlen);
+        status = write_hf_dir(tmp, &e.cfg, infos, e.num_params, written, e.from, e.deltas, &carried, options, err,
+                              errlen);
         if (status == 0) status = hf_dir_commit(tmp, dst, err, errlen);
         if (status != 0) {
             char ignored[256];
@@ -276,9 +296,12 @@ int convert_ckpt_to_hf(const char *src, const char *dst, const ConvertOptions *g
         if (options->merge_lora) /* (e.cfg.peft.type is none now: config.json describes the merged model) */
             snprintf(merged, sizeof merged, ", its LoRA adapters (rank %d, alpha %g) merged into the weights",
                      e.cfg.peft.rank, e.cfg.peft.alpha);
+        if (options->drop_expert_bias)
+            snprintf(merged, sizeof merged, ", without its expert biases (%ld parameters left out)",
+                     e.num_floats - written);
         printf("converted megatrain checkpoint %s (%s, %d layers, %ld parameters; carried files: %s) to Hugging "
                "Face %s (%s)%s\n",
-               ckpt, model_family_name(e.cfg.family), e.cfg.num_layers, e.num_floats, names, dst,
+               ckpt, model_family_name(e.cfg.family), e.cfg.num_layers, written, names, dst,
                torch_dtype_name(options->dtype), merged);
     }
     ckpt_hf_files_free(&carried);

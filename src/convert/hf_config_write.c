@@ -20,7 +20,7 @@ const char *hf_architecture(ModelFamily family) {
     return f ? f->architecture : NULL;
 }
 
-/* What transformers' MoE blocks cannot express. */
+/* What transformers' MoE blocks cannot express (but the expert biases: hf_config_check_exportable, last). */
 static int check_moe_exportable(const ModelConfig *cfg, char *err, size_t errlen) {
     const MoeConfig *m = &cfg->moe;
     const char *family = model_family_name(cfg->family);
@@ -31,11 +31,6 @@ static int check_moe_exportable(const ModelConfig *cfg, char *err, size_t errlen
     }
     if (m->score_function != SCORE_SOFTMAX) {
         mt_set_error(err, errlen, "model.moe.score_function: %s in transformers routes with softmax", family);
-        return -1;
-    }
-    if (m->load_balancing == LB_EXPERT_BIAS) {
-        mt_set_error(err, errlen, "model.moe.load_balancing: expert_bias routing has no transformers counterpart for %s",
-                     family);
         return -1;
     }
     if (cfg->family == FAMILY_MIXTRAL) {
@@ -95,6 +90,14 @@ int hf_config_check_exportable(const ModelConfig *cfg, char *err, size_t errlen)
     if (qwen3 && !cfg->qk_norm) {
         mt_set_error(err, errlen, "model.qk_norm: Qwen3ForCausalLM always has q/k norms; a qwen3 model without them "
                                   "cannot be written");
+        return -1;
+    }
+    /* last: the one refusal an option lifts, so it names the option only when nothing else stands in the way */
+    if (model_family_is_moe(cfg->family) && cfg->moe.load_balancing == LB_EXPERT_BIAS) {
+        mt_set_error(err, errlen, "model.moe.load_balancing: expert_bias routing has no transformers counterpart for "
+                     "%s (its routers add a bias per expert to the scores to choose the experts); --drop-expert-bias "
+                     "exports the model without the biases, which routes some tokens to other experts than the "
+                     "trained model does (convert says how many)", family);
         return -1;
     }
     return 0;

@@ -272,10 +272,19 @@ static void warn_unused_settings(const Recipe *recipe) {
         /* a line, not a warning: a converted model's coefficient comes from its config.json, not from the user */
         mt_log("model.moe.aux_loss_coeff (%g) weighs the auxiliary load-balancing loss; load_balancing: %s has none, "
                "so it is not used", moe->aux_loss_coeff, moe->load_balancing == LB_NONE ? "none" : "expert_bias");
-    char why[512];
-    if (hf_config_check_exportable(&recipe->model, why, sizeof why) != 0)
-        mt_log_warn("this model has no Hugging Face counterpart, so `megatrain convert` will not export its "
-                    "checkpoints: %s", why);
+    char why[1024], ignored[1024];
+    ModelConfig unbiased = recipe->model; /* the expert biases alone in the way: convert has an option for them */
+    unbiased.moe.load_balancing = LB_NONE;
+    if (hf_config_check_exportable(&recipe->model, why, sizeof why) != 0) {
+        if (hf_config_check_exportable(&unbiased, ignored, sizeof ignored) == 0)
+            mt_log_warn("this model has no Hugging Face counterpart: transformers' %s has no expert biases "
+                        "(model.moe.load_balancing: expert_bias), so `megatrain convert` exports its checkpoints "
+                        "only with --drop-expert-bias, and the exported model then routes some tokens to other "
+                        "experts than the trained one", hf_architecture(recipe->model.family));
+        else
+            mt_log_warn("this model has no Hugging Face counterpart, so `megatrain convert` will not export its "
+                        "checkpoints: %s", why);
+    }
     const double *split = recipe->data.split;
     if (recipe->data.num_valid > 0 && (split[1] > 0.0 || split[2] > 0.0) && comm_world()->rank == 0)
         mt_warn("data.split [%g, %g, %g] is not used: data.valid gives the validation data, and all of data.train "

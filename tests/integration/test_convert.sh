@@ -292,7 +292,7 @@ grep -qF "frozen base: not stored here, referenced: $WORK/named_ckpt_base" "$WOR
 spoiled_peft hub_base 's|"base_model_name_or_path": null|"base_model_name_or_path": "meta-llama/Llama-3.2-1B"|'
 STATUS=2 expect_error hub_base "base_model_name_or_path 'meta-llama/Llama-3.2-1B' is not a model directory here" \
   "$WORK/hub_base"
-STATUS=2 expect_error peft_dtype "--dtype, --max-shard-size and --merge-lora apply to megatrain -> Hugging Face only" \
+STATUS=2 expect_error peft_dtype "--dtype, --max-shard-size, --merge-lora and --drop-expert-bias apply to megatrain -> Hugging Face only" \
   "$PEFT/llama/adapter" --base-model "$PEFT/llama/base" --dtype bf16
 expect_error wrong_base "has shape \[16, 4\], but r = 4 and the base's config make it \[32, 4\] (is the base model \
 the one the adapter was trained on?)" "$PEFT/llama/adapter" --base-model "$PEFT/qwen3/base"

@@ -35,7 +35,7 @@ run "$WORK/bias" --set init_from="$WORK/base" --set model.moe.load_balancing=exp
 grep -qF "model.moe.aux_loss_coeff (0.001) weighs the auxiliary load-balancing loss; load_balancing: expert_bias has none" \
   "$WORK/bias.log" || fail "no line that aux_loss_coeff is not used: $(grep aux_loss "$WORK/bias.log")"
 grep -q "warning: model.moe.aux_loss_coeff" "$WORK/bias.log" && fail "the unused aux_loss_coeff is a warning (a converted model's comes from its config.json)"
-grep -qF "warning: this model has no Hugging Face counterpart, so \`megatrain convert\` will not export its checkpoints: model.moe.load_balancing: expert_bias" \
+grep -qF "warning: this model has no Hugging Face counterpart: transformers' Qwen3MoeForCausalLM has no expert biases (model.moe.load_balancing: expert_bias), so \`megatrain convert\` exports its checkpoints only with --drop-expert-bias" \
   "$WORK/bias.log" || fail "no warning that the model cannot be exported: $(grep warning "$WORK/bias.log")"
 grep -q "^init_from: .* has no expert biases .*: the routers' biases start at zero" "$WORK/bias.log" ||
   fail "no line saying the expert biases start at zero: $(grep init_from "$WORK/bias.log")"

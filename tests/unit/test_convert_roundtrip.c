@@ -9,7 +9,9 @@
  * unsupported family, a missing file and an existing DST fail with a
  * message naming them and leave nothing at DST, as does a write that fails
  * half-way (a file size limit standing in for a full disk); init_from loads the weights
- * and refuses a recipe model that differs from the checkpoint's. */
+ * and refuses a recipe model that differs from the checkpoint's; a model
+ * trained with expert biases exports only with --drop-expert-bias, which says
+ * what changes and exports what its model computes with the biases zeroed. */
 #include <dirent.h>
 #include <fcntl.h>
 #include <ftw.h>
@@ -349,6 +351,92 @@ static void test_merge_lora_streamed(void **state) {
     model_free(lora);
 }
 
+/* --drop-expert-bias: a qwen3_moe checkpoint trained with load_balancing expert_bias, its routers set so that the
+ * warning's numbers are known: layer 0's router is zero (every score 1/4, so without biases the ties go to experts
+ * 0 and 1) and its biases favour experts 2 and 3, so both choices of every probe change; layer 1's biases are
+ * equal (a shift every expert shares), so none does. Without the option the export is refused naming it, and
+ * nothing is written; with it the export holds no bias, and converted back into a model without biases it
+ * computes the logits of the checkpoint's model with its biases zeroed, bit for bit (with them: others). */
+static void test_drop_expert_bias(void **state) {
+    (void)state;
+    ModelConfig cfg = tiny_config(FAMILY_QWEN3_MOE, false);
+    cfg.qk_norm = true;
+    cfg.moe = (MoeConfig){.num_experts = 4, .num_experts_per_tok = 2, .moe_intermediate_size = 8,
+                          .norm_topk_prob = true, .score_function = SCORE_SOFTMAX, .load_balancing = LB_EXPERT_BIAS,
+                          .aux_loss_coeff = 0.001, .layer_freq = 1, .bias_update_rate = 1e-3};
+    enum { B = 2, T = 8 };
+    Model *model = model_create(&cfg, &cpu_backend, B, T);
+    model_init_weights(model, 21);
+    float *router0 = model->params + model_find_param(model, "layers.0.mlp.router.weight")->offset;
+    float *bias0 = model->params + model_find_param(model, "layers.0.mlp.router.expert_bias")->offset;
+    float *bias1 = model->params + model_find_param(model, "layers.1.mlp.router.expert_bias")->offset;
+    memset(router0, 0, 4 * 16 * sizeof(float));
+    const float biases0[4] = {0.0f, 0.0f, 0.2f, 0.1f};
+    for (int e = 0; e < 4; e++) bias0[e] = biases0[e], bias1[e] = 0.3f;
+    char ckpt[512], hf[512], back[512], msg[4096], path[700], err[1024];
+    snprintf(ckpt, sizeof ckpt, "%s/bias.ckpt", work_dir);
+    snprintf(hf, sizeof hf, "%s/bias.hf", work_dir);
+    snprintf(back, sizeof back, "%s/bias_back.ckpt", work_dir);
+    if (ckpt_write_dir(ckpt, &(CheckpointWrite){.model = model}, msg, sizeof msg) != 0) fail_msg("%s", msg);
+
+    assert_int_equal(convert(msg, sizeof msg, 2, ckpt, hf), MT_EXIT_FAILURE);
+    assert_non_null(strstr(msg, "model.moe.load_balancing: expert_bias routing has no transformers counterpart"));
+    assert_non_null(strstr(msg, "--drop-expert-bias exports the model without the biases"));
+    assert_false(exists(hf));
+
+    if (convert(msg, sizeof msg, 3, ckpt, hf, "--drop-expert-bias") != 0) fail_msg("--drop-expert-bias: %s", msg);
+    const char *const said[] = {
+        "which the exported model has not: it routes some tokens to other experts than the trained model does",
+        "Probed with the embeddings of all 40 token ids",
+        "50.0% of the top-2 choices change (80 of 160; the most in layer 0: 100.0%)",
+        "the biases span up to 0.2 (layer 0), 0.80 times the mean score 1/4",
+        "layer 0: biases span 0.2 (0.80 times the mean score 1/4); without them 80 of the 80 top-2 choices change "
+        "(100.0%), on 40 of the 40 probes",
+        "layer 1: biases span 0 (0.00 times the mean score 1/4); without them 0 of the 80 top-2 choices change "
+        "(0.0%), on 0 of the 40 probes"};
+    for (size_t i = 0; i < sizeof said / sizeof said[0]; i++)
+        if (!strstr(msg, said[i])) fail_msg("the warning does not say '%s': %s", said[i], msg);
+    snprintf(path, sizeof path, "%s/model.safetensors", hf);
+    StFile *file = st_open(path, msg, sizeof msg);
+    if (!file) fail_msg("%s", msg);
+    for (int i = 0; i < file->num_tensors; i++)
+        if (strstr(file->tensors[i].name, "bias")) fail_msg("the export holds %s", file->tensors[i].name);
+    st_close(file);
+
+    /* the export in megatrain: a model without biases, every weight the checkpoint's */
+    if (convert(msg, sizeof msg, 2, hf, back) != 0) fail_msg("%s", msg);
+    ModelConfig plain = cfg;
+    plain.moe.load_balancing = LB_AUX_LOSS;
+    Model *exported = model_create(&plain, &cpu_backend, B, T);
+    if (init_from_checkpoint(exported, back, NULL, NULL, err, sizeof err) != 0) fail_msg("%s", err);
+    assert_int_equal(exported->num_params, model->num_params - 2);
+    for (int i = 0; i < exported->num_params; i++) {
+        const ParamInfo *p = &exported->param_info[i], *q = model_find_param(model, p->name);
+        if (!q || memcmp(exported->params + p->offset, model->params + q->offset, (size_t)p->numel * sizeof(float)))
+            fail_msg("%s: not the checkpoint's", p->name);
+    }
+    int32_t inputs[B * T], targets[B * T];
+    for (int i = 0; i < B * T; i++) inputs[i] = (int32_t)((i * 7 + 3) % 40), targets[i] = (int32_t)((i * 5 + 1) % 40);
+    const size_t bytes = (size_t)B * T * 40 * sizeof(float);
+    float *biased = mt_malloc(bytes), *zeroed = mt_malloc(bytes);
+    model_moe_step_begin(model);
+    model_forward(model, inputs, targets, B, T);
+    memcpy(biased, model_logits(model), bytes);
+    memset(bias0, 0, 4 * sizeof(float));
+    memset(bias1, 0, 4 * sizeof(float));
+    model_moe_step_begin(model);
+    model_forward(model, inputs, targets, B, T);
+    memcpy(zeroed, model_logits(model), bytes);
+    model_moe_step_begin(exported);
+    model_forward(exported, inputs, targets, B, T);
+    assert_memory_equal(model_logits(exported), zeroed, bytes);
+    assert_memory_not_equal(biased, zeroed, bytes);
+    free(zeroed);
+    free(biased);
+    model_free(exported);
+    model_free(model);
+}
+
 static void test_round_trips(void **state) {
     (void)state; /* each with the carried files, which come back byte for byte */
     round_trip("llama", FAMILY_LLAMA, false, ST_F32, 5000000000ull);
@@ -533,7 +621,7 @@ static void test_errors(void **state) {
     assert_int_equal(convert(msg, sizeof msg, 3, hf, dst, "--frobnicate"), MT_EXIT_USAGE);
     assert_int_equal(convert(msg, sizeof msg, 4, hf, dst, "--dtype", "bf16"), MT_EXIT_USAGE); /* HF -> megatrain */
     assert_int_equal(convert(msg, sizeof msg, 4, hf, dst, "--base-model", "x"), MT_EXIT_USAGE);
-    assert_non_null(strstr(msg, "--base-model apply to megatrain -> Hugging Face only"));
+    assert_non_null(strstr(msg, "--base-model and --drop-expert-bias apply to megatrain -> Hugging Face only"));
     assert_false(exists(dst));
     /* --base-model: the adapters' base; not with --merge-lora, not of a checkpoint without adapters */
     snprintf(path, sizeof path, "%s/slash.ckpt", work_dir);
@@ -685,6 +773,7 @@ int main(void) {
         cmocka_unit_test(test_round_trips),
         cmocka_unit_test(test_round_trips_streamed_in_blocks),
         cmocka_unit_test(test_merge_lora_streamed),
+        cmocka_unit_test(test_drop_expert_bias),
         cmocka_unit_test(test_tolerated_extras),
         cmocka_unit_test(test_token_ids_and_generation_config),
         cmocka_unit_test(test_tied_as_transformers5),

@@ -371,6 +371,16 @@ static void test_config_errors(void **state) {
     assert_non_null(strstr(err, "score_function"));
     c.moe.score_function = SCORE_SOFTMAX;
     assert_int_equal(hf_config_check_exportable(&c, err, sizeof err), 0);
+    c.moe.load_balancing = LB_EXPERT_BIAS; /* transformers has no expert bias: convert's option drops it */
+    assert_int_equal(hf_config_check_exportable(&c, err, sizeof err), -1);
+    assert_non_null(strstr(err, "model.moe.load_balancing: expert_bias"));
+    assert_non_null(strstr(err, "--drop-expert-bias exports the model without the biases"));
+    c.moe.score_function = SCORE_SIGMOID; /* what the option cannot lift is said instead of it */
+    assert_int_equal(hf_config_check_exportable(&c, err, sizeof err), -1);
+    assert_non_null(strstr(err, "score_function"));
+    assert_null(strstr(err, "--drop-expert-bias"));
+    c.moe.score_function = SCORE_SOFTMAX;
+    c.moe.load_balancing = LB_AUX_LOSS;
     /* Mixtral has no attention biases: refused before anything is written (it failed at the first bias's name) */
     c = hf_test_config(FAMILY_MIXTRAL, false);
     c.moe.num_experts = 4;
@@ -380,6 +390,9 @@ static void test_config_errors(void **state) {
     c.moe.norm_topk_prob = true;
     assert_int_equal(hf_config_check_exportable(&c, err, sizeof err), 0);
     c.attention_bias = true;
+    assert_int_equal(hf_config_check_exportable(&c, err, sizeof err), -1);
+    assert_non_null(strstr(err, "model.attention_bias: MixtralForCausalLM has no attention biases"));
+    c.moe.load_balancing = LB_EXPERT_BIAS;
     assert_int_equal(hf_config_check_exportable(&c, err, sizeof err), -1);
     assert_non_null(strstr(err, "model.attention_bias: MixtralForCausalLM has no attention biases"));
 }
