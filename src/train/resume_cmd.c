@@ -345,7 +345,12 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
         return refuse_together(MT_EXIT_USAGE, "%s", err);
     int status = check_target_dir(&recipe, loc, dir, run_dir_given, step, err, sizeof err);
     if (status != 0) return refuse_together(status, "%s", err);
-    /* A checkpoint that stores its frozen base has none recorded to reference: the run goes on storing it. */
+    /* A checkpoint that stores its frozen base has none recorded to reference: the run goes on storing it (a --set
+     * of reference, which cannot be done, is warned of with the report). */
+    bool reference_asked = false;
+    for (int i = 0; i < num_sets; i++)
+        reference_asked |= !strncmp(sets[i], "checkpoint.frozen_base=", 23) &&
+                           recipe.checkpoint.frozen_base == FROZEN_BASE_REFERENCE;
     if (recipe.model.peft.type == PEFT_LORA && !references_base) recipe.checkpoint.frozen_base = FROZEN_BASE_STORE;
     /* load_optimizer applies to this start only: the recipe the resumed run
      * stores says true, so a later resume loads the optimizer again. */
@@ -359,7 +364,9 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     /* said once the checkpoint has loaded (train_resume.c): for the checkpoint actually resumed, after every
      * refusal, a load's included */
     ResumeReport report = {.overrides = overrides, .num_overrides = n, .num_kept = n > num_sets ? 1 : 0, .step = step, .tokens = tokens,
-                           .samples = samples, .stores_base = recipe.model.peft.type == PEFT_LORA && !references_base};
+                           .samples = samples, .stores_base = recipe.model.peft.type == PEFT_LORA && !references_base,
+                           .reference_unavailable = reference_asked && recipe.model.peft.type == PEFT_LORA &&
+                                                    !references_base};
     snprintf(report.recipe_path, sizeof report.recipe_path, "%s", path);
     if (own_dir && !run_recipe) /* (--resume-if-exists: the recipe is the command's, compared above) */
         snprintf(report.run_dir_recipe, sizeof report.run_dir_recipe, "%s/recipe.yaml", loc->run_dir);

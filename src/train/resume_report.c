@@ -195,5 +195,9 @@ void resume_report_say(const Recipe *resumed, const char *checkpoint_dir, bool e
     if (recipe_load_resumed(&stored, armed.recipe_path, armed.overrides, armed.num_kept, 0, armed.step, armed.tokens,
                             armed.samples, err, sizeof err) == 0)
         say_changes(&stored, resumed, checkpoint_dir, evaluates);
+    if (armed.reference_unavailable)
+        mt_warn("resume: --set checkpoint.frozen_base=reference is not done: %s stores its frozen base and records "
+                "no other checkpoint that holds it, so the checkpoints of this run store it too (a LoRA run "
+                "references the base it started from with init_from: docs/finetune.md)", checkpoint_dir);
     say_edited_recipe(&armed, resumed);
 }

@@ -30,6 +30,7 @@ typedef struct ResumeReport {
                                             * run --resume-if-exists, whose recipe is the command's) */
     bool stores_base;                     /* a LoRA checkpoint that stores its frozen base: resume_cmd.c made the
                                             * recipe's checkpoint.frozen_base store, which no --set asked */
+    bool reference_unavailable;           /* ... though a --set asked reference: said as a warning */
 } ResumeReport;
 
 /* The report to say at the next successful load (copied); NULL disarms it. */

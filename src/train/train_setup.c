@@ -522,7 +522,10 @@ static void choose_frozen_base(TrainContext *ctx, const Recipe *recipe, const Ck
         mt_log("peft: LoRA rank %d, alpha %g from the peft: section of %s (the model file; the recipe has none of "
                "its own)", recipe->model.peft.rank, recipe->model.peft.alpha, recipe->peft_source);
     const FrozenBaseMode mode = recipe->checkpoint.frozen_base;
-    if (!recipe->init_from[0]) {
+    if (!recipe->init_from[0] && mode == FROZEN_BASE_REFERENCE) { /* asked, and nothing to reference */
+        mt_log_warn("checkpoint.frozen_base: reference is not done: the frozen base is random (no init_from), and no "
+                    "checkpoint holds it, so every checkpoint stores it");
+    } else if (!recipe->init_from[0]) {
         mt_log("checkpoint: the frozen base is random (no init_from): every checkpoint stores it");
     } else if (mode == FROZEN_BASE_STORE) {
         mt_log("checkpoint: every checkpoint stores the frozen base (checkpoint.frozen_base: store)");
@@ -537,9 +540,9 @@ static void choose_frozen_base(TrainContext *ctx, const Recipe *recipe, const Ck
                "CRC-32C %08x; checkpoint.frozen_base: %s): resume, eval and convert --merge-lora need it there",
                base->dir, base->metadata_crc32c, mode == FROZEN_BASE_AUTO ? "auto" : "reference");
         if (ckpt_is_run_checkpoint(base->dir))
-            mt_warn("checkpoint: the frozen base %s is a checkpoint of a training run: if that run's retention "
-                    "deletes it, this run's checkpoints no longer load (checkpoint.frozen_base: store keeps the base "
-                    "in them)", base->dir);
+            mt_log_warn("checkpoint: the frozen base %s is a checkpoint of a training run: if that run's retention "
+                        "deletes it, this run's checkpoints no longer load (checkpoint.frozen_base: store keeps the "
+                        "base in them)", base->dir);
     }
 }
 

@@ -201,6 +201,19 @@ inspect_says "$WORK/random" "frozen base: stored in this checkpoint" \
   || fail "resume of the random-base run: $(tail -n 3 "$WORK/random-resume.log")"
 [[ $(grep "resume: --set changes" "$WORK/random-resume.log") == "resume: --set changes train.steps 1 -> 2" ]] \
   || fail "the --set report of a resume that changes train.steps alone: $(grep 'changes' "$WORK/random-resume.log")"
+# reference asked where there is nothing to reference: said, not silently stored (run and resume)
+run random-ref "${LORA[@]}" --set train.steps=1 --set checkpoint.interval=1 --set checkpoint.frozen_base=reference \
+  > "$WORK/random-ref.log" 2> "$WORK/random-ref.err"
+grep -qF "warning: checkpoint.frozen_base: reference is not done: the frozen base is random (no init_from)" \
+  "$WORK/random-ref.err" || fail "reference without init_from: no warning: $(cat "$WORK/random-ref.err")"
+inspect_says "$WORK/random-ref" "frozen base: stored in this checkpoint" || fail "reference without init_from: not stored"
+"$MEGATRAIN" resume "$WORK/random" --set train.steps=3 --set checkpoint.frozen_base=reference \
+  > "$WORK/random-resume-ref.log" 2>&1 || fail "resume --set frozen_base=reference: $(tail -n 3 "$WORK/random-resume-ref.log")"
+grep -qF "warning: resume: --set checkpoint.frozen_base=reference is not done: $WORK/random/checkpoints/iter_0000002 stores its frozen base" \
+  "$WORK/random-resume-ref.log" || fail "resume --set reference of a stored base: no warning: $(grep -i 'frozen' "$WORK/random-resume-ref.log")"
+inspect_says "$WORK/random" "frozen base: stored in this checkpoint" || fail "resume --set reference: not stored"
+"$MEGATRAIN" resume "$WORK/random" --set train.steps=4 > "$WORK/random-resume-4.log" 2>&1 || fail "resume after --set reference"
+grep -q "frozen_base=reference is not done" "$WORK/random-resume-4.log" && fail "a resume without the --set warns of reference"
 echo "store: resumes bit for bit without the init_from directory; without init_from the base is stored"
 
 # auto (the default) stores a base that is a run's checkpoint, which that run's retention may delete; reference
