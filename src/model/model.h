@@ -321,6 +321,8 @@ typedef struct MoeStepStats {
     double z_loss;         /* likewise the router z-losses */
     double imbalance_sum;  /* sum over this rank's MoE layers of max / mean tokens per expert (counts over dp) */
     long dropped, assignments; /* capacity drops and token-expert assignments of the step (this rank) */
+    long spills, dispatches;   /* GPU under ep: the layer forwards whose expert side spilled past the arena's room,
+                                * of all the step's (this rank; 0 of 0 on the CPU and at ep 1) */
 } MoeStepStats;
 
 /* The loss scale of the backward about to run through model_backward_layers

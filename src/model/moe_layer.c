@@ -564,6 +564,7 @@ void model_moe_step_begin(Model *model) {
     memset(s->global_tokens, 0, (size_t)(s->num_layers > 0 ? s->num_layers : 1) * sizeof(double));
     s->aux_sum = s->z_sum = 0.0;
     s->dropped = s->assignments = 0;
+    s->spills = s->dispatches = 0;
 }
 
 void model_moe_step_end(Model *model, const Comm *dp, long num_micro, bool update_bias, MoeStepStats *out) {
@@ -596,6 +597,8 @@ void model_moe_step_end(Model *model, const Comm *dp, long num_micro, bool updat
     out->z_loss = num_micro > 0 ? s->z_sum / num_micro : 0.0;
     out->dropped = s->dropped;
     out->assignments = s->assignments;
+    out->spills = s->spills;
+    out->dispatches = s->dispatches;
 }
 
 double model_moe_last_aux(const Model *model) {

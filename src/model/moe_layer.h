@@ -48,6 +48,8 @@ struct MoeStep {
     double *global_tokens;     /* (num_layers) */
     double aux_sum, z_sum;     /* losses summed over the step's forwards (and layers) */
     long dropped, assignments; /* over the step */
+    long spills, dispatches;   /* GPU under ep: the layers' forwards whose expert side did not fit the arena's room
+                                * (src/model/cuda/cuda_model_moe.c), of all its ep dispatches; 0 of 0 elsewhere */
 };
 
 /* The most rows one rank's experts compute for micro-batches of at most N routed tokens on each of the ep ranks

@@ -64,6 +64,7 @@ void metrics_write(MetricsWriter *w, const StepMetrics *m) {
     if (!isnan(m->moe_z_loss)) json_double(f, "moe_z_loss", m->moe_z_loss);
     if (!isnan(m->moe_imbalance)) json_double(f, "moe_imbalance", m->moe_imbalance);
     if (!isnan(m->moe_drop_rate)) json_double(f, "moe_drop_rate", m->moe_drop_rate);
+    if (!isnan(m->moe_spill_rate)) json_double(f, "moe_spill_rate", m->moe_spill_rate);
     fputs("}\n", f);
     fclose(f);
     whole_append(&w->lines, text, text_len, m->step);
@@ -85,6 +86,7 @@ void metrics_write(MetricsWriter *w, const StepMetrics *m) {
     if (!isnan(m->moe_aux_loss)) tb_scalar(tb, "moe/aux_loss", m->step, m->moe_aux_loss);
     if (!isnan(m->moe_imbalance)) tb_scalar(tb, "moe/expert_imbalance", m->step, m->moe_imbalance);
     if (!isnan(m->moe_drop_rate)) tb_scalar(tb, "moe/drop_rate", m->step, m->moe_drop_rate);
+    if (!isnan(m->moe_spill_rate)) tb_scalar(tb, "moe/spill_rate", m->step, m->moe_spill_rate);
     if (!isnan(m->moe_lb_loss)) tb_scalar(tb, "moe/load_balancing_loss", m->step, m->moe_lb_loss);
     if (!isnan(m->moe_z_loss)) tb_scalar(tb, "moe/z_loss", m->step, m->moe_z_loss);
     tb_flush(tb);
@@ -147,6 +149,7 @@ void metrics_print(const StepMetrics *m) {
     if (!isnan(m->moe_z_loss)) printf(" | z %.3f", m->moe_z_loss);
     if (!isnan(m->moe_imbalance)) printf(" | imbalance %.2f", m->moe_imbalance); /* NaN: no MoE layer */
     if (!isnan(m->moe_drop_rate) && m->moe_drop_rate > 0) printf(" | dropped %.1f%%", 100.0 * m->moe_drop_rate);
+    if (!isnan(m->moe_spill_rate) && m->moe_spill_rate > 0) printf(" | spilled %.1f%%", 100.0 * m->moe_spill_rate);
     if (!isnan(m->eval_loss)) printf(" | eval_loss %.4f", m->eval_loss);
     if (!isnan(m->test_loss)) printf(" | test_loss %.4f", m->test_loss);
     putchar('\n');

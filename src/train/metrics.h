@@ -34,6 +34,8 @@ typedef struct StepMetrics {
     double moe_z_loss;       /* MoE: the router z-loss likewise; NAN without one */
     double moe_imbalance;    /* MoE: max / mean tokens per expert, averaged over the MoE layers; NAN for dense */
     double moe_drop_rate;    /* MoE: fraction of token-expert assignments dropped by the capacity; NAN for dense */
+    double moe_spill_rate;   /* MoE on GPUs under ep: fraction of the layers' forwards whose expert side spilled past
+                              * the arena's room into stream-ordered allocations (docs/moe.md); NAN where none can */
 } StepMetrics;
 
 typedef struct MetricsWriter {

@@ -317,6 +317,7 @@ static void log_step(TrainContext *ctx, MetricsWriter *metrics, const StepResult
         .moe_z_loss = result->moe ? result->moe_z_loss : NAN,
         .moe_imbalance = result->moe ? result->moe_imbalance : NAN,
         .moe_drop_rate = result->moe ? result->moe_drop_rate : NAN,
+        .moe_spill_rate = result->moe ? result->moe_spill_rate : NAN,
     };
     efficiency_columns(ctx, &m, tokens);
     const int64_t samples_left = clock->schedule_samples - ctx->state.consumed_samples;

@@ -68,6 +68,7 @@ typedef struct StepResult {
     double moe_z_loss;        /* the router z-loss without its coefficient, likewise; NAN without one */
     double moe_imbalance;     /* max / mean tokens per expert, mean over the MoE layers */
     double moe_drop_rate;     /* assignments dropped by the capacity / all assignments */
+    double moe_spill_rate;    /* GPU under ep: MoE layer forwards whose expert side spilled / all; NAN where none can */
 } StepResult;
 
 /* Everything before the first step of a fresh run: check the recipe against

@@ -231,6 +231,9 @@ static void moe_step_end(TrainContext *ctx, long num_micro, StepResult *result) 
     result->moe_aux_loss = aux;
     result->moe_imbalance = layers > 0 ? imbalance / layers : NAN;
     result->moe_drop_rate = assignments > 0 ? dropped / assignments : 0.0;
+    const double spills = dp_sum_double(dp, dp_sum_double(cp, dp_sum_double(pp, (double)st.spills)));
+    const double dispatches = dp_sum_double(dp, dp_sum_double(cp, dp_sum_double(pp, (double)st.dispatches)));
+    result->moe_spill_rate = dispatches > 0 ? spills / dispatches : NAN;
 }
 
 /* Rank 0 warns, once a run for training and once for evaluation, when micro-batches held no target that counts

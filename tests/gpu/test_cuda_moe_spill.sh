@@ -14,7 +14,9 @@
 # at once, the rerun's after its backward), and at ep 2 x pp 2 (four ranks:
 # two activation sets in flight, each its own spill). On the emulator every
 # run also ends with no device memory left allocated (EMU_CHECK_FREED=1: a
-# spill never freed, or overwritten, fails the run). Skips without mpirun.
+# spill never freed, or overwritten, fails the run). The step's moe_spill_rate
+# (metrics.jsonl, the step line's 'spilled') is 1 on every step of the
+# spilled runs, below it on some of the others. Skips without mpirun.
 set -euo pipefail
 source "$(dirname "$0")/../integration/lib.sh"
 MEGATRAIN=${MEGATRAIN:-build/cuda/megatrain}
@@ -51,5 +53,13 @@ for layout in plain full pp2; do
   run "$layout-room" $np 1 "${extra[@]}"
   run "$layout-spill" $np 0.25 "${extra[@]}"
   same "$layout-room" "$layout-spill"
+  # the step's spill rate: every layer forward of the spilled run (a rerun not counted again), some or none of the
+  # other's, in metrics.jsonl and the step line
+  spilled=$(grep -oE '"moe_spill_rate": *[^,}]*' "$WORK/$layout-spill/metrics.jsonl" | grep -cE ': *1(\.0*)?$' || true)
+  [[ $spilled == "$S" ]] || fail "$layout-spill: moe_spill_rate 1 in $spilled of $S steps: \
+$(grep -oE '"moe_spill_rate": *[^,}]*' "$WORK/$layout-spill/metrics.jsonl" | head -3)"
+  grep -q "| spilled 100.0%" "$WORK/$layout-spill.txt" || fail "$layout-spill: no 'spilled 100.0%' in the step lines"
+  room=$(grep -oE '"moe_spill_rate": *[^,}]*' "$WORK/$layout-room/metrics.jsonl" | grep -cvE ': *1(\.0*)?$' || true)
+  [[ $room -ge 1 ]] || fail "$layout-room: every step spilled every layer with the arena's room"
 done
 echo "passed: the expert side spilled on every layer gives the same run (ep 2; full recompute; ep 2 x pp 2)"

@@ -37,6 +37,7 @@ static StepMetrics plain_step(void) {
         .grad_norm = 1.2344, .tokens_per_s = 12345.4, .consumed_tokens = 24576, .elapsed_s = 3.24,
         .eta_s = NAN, .eval_loss = NAN, .test_loss = NAN, .tflops = NAN, .mfu = NAN, .peak_mem_gib = NAN, .power_w = NAN,
         .tokens_per_joule = NAN, .moe_aux_loss = NAN, .moe_lb_loss = NAN, .moe_z_loss = NAN, .moe_imbalance = NAN, .moe_drop_rate = NAN,
+        .moe_spill_rate = NAN,
     };
 }
 
@@ -47,6 +48,26 @@ static void test_plain_line(void **state) {
     printed_line(&m, line, sizeof line);
     assert_string_equal(line, "step   12/200 | loss 3.4173 | lr 2.400e-03 | gbs 8 | grad_norm 1.234 | tok/s 12345 | "
                               "tokens 24.6K | elapsed 3.2s\n");
+}
+
+/* The MoE columns: dropped and spilled only when some were (the spill rate is NAN where no layer can spill: the
+ * CPU, ep 1), after the imbalance. */
+static void test_moe_columns(void **state) {
+    (void)state;
+    char line[512];
+    StepMetrics m = plain_step();
+    m.moe_imbalance = 1.5;
+    m.moe_drop_rate = 0.0;
+    m.moe_spill_rate = 0.0;
+    printed_line(&m, line, sizeof line);
+    assert_non_null(strstr(line, "elapsed 3.2s | imbalance 1.50\n"));
+    m.moe_drop_rate = 0.125;
+    m.moe_spill_rate = 0.25;
+    printed_line(&m, line, sizeof line);
+    assert_non_null(strstr(line, "elapsed 3.2s | imbalance 1.50 | dropped 12.5% | spilled 25.0%\n"));
+    m.moe_spill_rate = NAN;
+    printed_line(&m, line, sizeof line);
+    assert_non_null(strstr(line, "| dropped 12.5%\n"));
 }
 
 /* The ETA in the unit a person reads: seconds, minutes and seconds, hours and minutes, days and hours. */
@@ -87,6 +108,7 @@ static void test_no_eta_at_the_end(void **state) {
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plain_line),
+        cmocka_unit_test(test_moe_columns),
         cmocka_unit_test(test_eta_units),
         cmocka_unit_test(test_no_eta_at_the_end),
     };

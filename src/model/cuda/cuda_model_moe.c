@@ -452,7 +452,12 @@ static void dispatch_plan(CudaModel *m, MoeSaved *v) {
     const size_t most = expert_rows_max(m);
     if (rows < 0 || (size_t)rows > most)
         mt_die(MT_EXIT_FAILURE, "moe: %ld rows routed to this rank's experts (at most %zu can be)", rows, most);
-    if ((size_t)rows > room_rows(m)) spill_saved(m, v, rows);
+    const bool spills = (size_t)rows > room_rows(m);
+    if (spills) spill_saved(m, v, rows);
+    if (!m->recomputing) { /* the step's spill rate (a rerun spills as its first forward did) */
+        m->moe_step->dispatches++;
+        m->moe_step->spills += spills;
+    }
     /* expert j: the rows from rank 0, then rank 1, ... (each rank's rows for its experts in expert order) */
     int32_t *order = s->h_order, *inverse = s->h_order + rows;
     int pos = 0;
