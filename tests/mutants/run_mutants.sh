@@ -11,6 +11,10 @@
 # apply or build (the list has gone stale), 2 on a usage or setup error.
 #
 # Usage: bash tests/mutants/run_mutants.sh [NAME_FILTER]   (mutants whose name contains it)
+#        bash tests/mutants/run_mutants.sh --check [NAME_FILTER]: only that each mutant still applies to the
+#        working tree (its line once in its file, or its sed changing one line) and names tests that exist; no
+#        build, a second or two: exit 1 naming the stale ones (test_mutants_list.sh runs it in CI, so that a
+#        change to a mutated line updates the list with it)
 # Environment: MUTANTS_LIST (default tests/mutants/mutants.txt), MUTANTS_DIR
 # (default build/mutants), MUTANTS_TEST_TIMEOUT (seconds per test, 600),
 # MUTANTS_JOBS (make -j, 2). The scratch copy is kept between runs (its
@@ -21,6 +25,8 @@ LIST=${MUTANTS_LIST:-$REPO/tests/mutants/mutants.txt}
 SCRATCH=${MUTANTS_DIR:-$REPO/build/mutants}
 TREE=$SCRATCH/tree
 LOGS=$SCRATCH/logs
+CHECK=0
+[[ ${1:-} == --check ]] && { CHECK=1; shift; }
 FILTER=${1:-}
 TEST_TIMEOUT=${MUTANTS_TEST_TIMEOUT:-600}
 JOBS=${MUTANTS_JOBS:-2}
@@ -66,6 +72,48 @@ add_record
 selected=()
 for i in "${!names[@]}"; do [[ -z $FILTER || ${names[i]} == *"$FILTER"* ]] && selected+=("$i"); done
 [[ ${#selected[@]} -gt 0 ]] || die "no mutant's name contains '$FILTER'"
+
+apply() {  # apply I: plant mutant I into the copy; 0, or 1 with the reason in $why
+  local i=$1 f=$TREE/${files[i]}
+  why=""
+  [[ -f $f ]] || { why="no file ${files[i]}"; return 1; }
+  cp "$f" "$ORIGINAL" || return 1
+  current=${files[i]}
+  if [[ -n ${seds[i]} ]]; then
+    sed -e "${seds[i]}" "$ORIGINAL" > "$f" || { why="sed failed"; return 1; }
+  else
+    WANT=${finds[i]} REPL=${repls[i]} awk '
+      { s = $0; sub(/^[ \t]+/, "", s); sub(/[ \t]+$/, "", s)
+        if (s == ENVIRON["WANT"]) { match($0, /^[ \t]*/); print substr($0, 1, RLENGTH) ENVIRON["REPL"]; n++ }
+        else print }
+      END { exit n == 1 ? 0 : 3 }' "$ORIGINAL" > "$f" \
+      || { why="the line is not in the file exactly once"; return 1; }
+  fi
+  local changed
+  changed=$(diff "$ORIGINAL" "$f" | grep -c '^[<>]')
+  [[ $changed -eq 2 ]] || { why="changes $((changed / 2)) lines, not one"; return 1; }
+}
+
+# ---- --check: the list against the working tree, nothing built ----
+if [[ $CHECK == 1 ]]; then
+  TREE=$(mktemp -d) || die "mktemp failed"
+  ORIGINAL=$TREE/.original
+  trap 'rm -rf "$TREE"' EXIT
+  stale=0
+  for i in "${selected[@]}"; do
+    why=""
+    mkdir -p "$(dirname "$TREE/${files[i]}")"
+    if [[ -f $REPO/${files[i]} ]]; then cp "$REPO/${files[i]}" "$TREE/${files[i]}"; fi
+    apply "$i" || { echo "STALE  ${names[i]}: ${files[i]}: $why"; stale=$((stale + 1)); }
+    for t in ${tests[i]}; do
+      [[ $t != *.sh && -f $REPO/tests/unit/$t.c ]] || [[ -f $REPO/tests/integration/${t%.sh}.sh ]] ||
+        { echo "STALE  ${names[i]}: no test '$t' (tests/unit/$t.c or tests/integration/$t.sh)"; stale=$((stale + 1)); }
+    done
+  done
+  echo "run_mutants.sh --check: ${#selected[@]} mutants, $stale stale"
+  [[ $stale -eq 0 ]]
+  exit
+fi
 
 # ---- the scratch copy ----
 mkdir -p "$TREE" "$LOGS" || die "cannot create $TREE"
@@ -130,26 +178,6 @@ restore() { [[ -n $current ]] && cp "$ORIGINAL" "$TREE/$current" && current=""; 
 trap 'restore' EXIT
 trap 'restore; exit 130' INT TERM
 
-apply() {  # apply I: plant mutant I into the copy; 0, or 1 with the reason in $why
-  local i=$1 f=$TREE/${files[i]}
-  why=""
-  [[ -f $f ]] || { why="no file ${files[i]}"; return 1; }
-  cp "$f" "$ORIGINAL" || return 1
-  current=${files[i]}
-  if [[ -n ${seds[i]} ]]; then
-    sed -e "${seds[i]}" "$ORIGINAL" > "$f" || { why="sed failed"; return 1; }
-  else
-    WANT=${finds[i]} REPL=${repls[i]} awk '
-      { s = $0; sub(/^[ \t]+/, "", s); sub(/[ \t]+$/, "", s)
-        if (s == ENVIRON["WANT"]) { match($0, /^[ \t]*/); print substr($0, 1, RLENGTH) ENVIRON["REPL"]; n++ }
-        else print }
-      END { exit n == 1 ? 0 : 3 }' "$ORIGINAL" > "$f" \
-      || { why="the line is not in the file exactly once"; return 1; }
-  fi
-  local changed
-  changed=$(diff "$ORIGINAL" "$f" | grep -c '^[<>]')
-  [[ $changed -eq 2 ]] || { why="changes $((changed / 2)) lines, not one"; return 1; }
-}
 
 results=() killed=0 survived=0 broken=0 not_caught=0
 for i in "${selected[@]}"; do
