@@ -245,7 +245,12 @@ static void progress(const EmuComm *c, Transfer *t, int n, const char *what) {
                             t[i].peer, t[i].done, t[i].bytes,
                             t[i].sending && t[i].done == t[i].bytes ? ", not yet taken" : "");
             fprintf(stderr, ". A hang on a GPU: the ranks' NCCL calls, on this communicator or across communicators "
-                            "(see NCCL_LAUNCH_ORDER_IMPLICIT), come in orders that wait for each other\n");
+                            "(see NCCL_LAUNCH_ORDER_IMPLICIT), come in orders that wait for each other%s\n",
+                    getenv("EMU_STREAMS") && strstr(getenv("EMU_STREAMS"), "lazy")
+                        ? "; or, with EMU_STREAMS lazy, not one: the peer's call may still be queued on a lazy "
+                          "stream of a host blocked outside the emulator (in MPI), which a GPU would run anyway "
+                          "(tests/gpu/emu/README.md)"
+                        : "");
             abort();
         }
         sleep_ns = sleep_ns ? (sleep_ns < 1000000 ? sleep_ns * 2 : sleep_ns) : 1000;
