@@ -79,7 +79,7 @@ const RecipeKey recipe_model_keys[] = {
      .match = WEIGHTS},
     {INT_KEY("num_key_value_heads", ModelConfig, num_key_value_heads, 1, INT_MAX), .match = WEIGHTS,
      .also = "num_query_groups"},
-    {INT_KEY("head_dim", ModelConfig, head_dim, 1, INT_MAX), .match = WEIGHTS},
+    {INT_KEY("head_dim", ModelConfig, head_dim, 1, INT_MAX), .match = WEIGHTS, .also = "kv_channels"},
     {INT_KEY("vocab_size", ModelConfig, vocab_size, 1, INT_MAX), .required = true, .match = WEIGHTS},
     {INT_KEY("max_position_embeddings", ModelConfig, max_position_embeddings, 1, INT_MAX), .required = true},
     {NUM_KEY("rope_theta", ModelConfig, rope_theta, 0), .above_min = true, .match = FUNCTION, .also = "rotary_base"},
@@ -91,7 +91,7 @@ const RecipeKey recipe_model_keys[] = {
      .also = "untie_embeddings_and_output_weights"},
     {BOOL_KEY("attention_bias", ModelConfig, attention_bias), .match = WEIGHTS},
     {BOOL_KEY("qk_norm", ModelConfig, qk_norm), .match = WEIGHTS},
-    {NUM_KEY("initializer_range", ModelConfig, init_std, 0)},
+    {NUM_KEY("initializer_range", ModelConfig, init_std, 0), .also = "init_method_std"},
     {CUSTOM_KEY("bos_token_id", read_bos_token_id, write_bos_token_id)},
     {CUSTOM_KEY("eos_token_id", read_eos_token_id, write_eos_token_id)},
     {CUSTOM_KEY("pad_token_id", read_pad_token_id, write_pad_token_id)},
@@ -143,12 +143,12 @@ static const RecipeKey parallel_keys[] = {
 
 static const RecipeKey train_keys[] = {
     {CUSTOM_KEY("steps", read_steps, write_steps_or_tokens), .also = "train_iters"},
-    {CUSTOM_KEY("tokens", read_tokens, write_nothing)},
+    {CUSTOM_KEY("tokens", read_tokens, write_nothing), .also = "train_samples"},
     {INT_KEY("seq_len", TrainConfig, seq_len, 1, INT_MAX), .required = true, .also = "seq_length"},
     {INT_KEY("micro_batch_size", TrainConfig, micro_batch_size, 1, INT_MAX), .required = true,
      .also = "local_batch_size"},
     {CUSTOM_KEY("global_batch_size", read_global_batch_size, write_batch)},
-    {CUSTOM_KEY("batch_schedule", read_batch_schedule, write_nothing), .also = "rampup_batch_size"},
+    {CUSTOM_KEY("batch_schedule", read_batch_schedule, write_nothing), .also = "rampup_batch_size step_batch_size_schedule"},
     {LONG_KEY("eval_interval", TrainConfig, eval_interval, 0), .also = "validation"},
     /* all: every validation sample once (Hugging Face Trainer's evaluation of the whole set), resolved with the
      * data where the loaders are built (src/data/eval_coverage.h) */
@@ -165,11 +165,11 @@ static const RecipeKey train_keys[] = {
 };
 
 static const RecipeKey schedule_keys[] = {
-    {LONG_KEY("warmup_steps", OptimizerConfig, warmup_steps, 0), .also = "lr_warmup_iters"},
+    {LONG_KEY("warmup_steps", OptimizerConfig, warmup_steps, 0), .also = "lr_warmup_iters lr_warmup_samples"},
     {NUM_KEY("warmup_fraction", OptimizerConfig, warmup_fraction, 0), .also = "lr_warmup_fraction"},
     {ENUM_KEY("decay", OptimizerConfig, decay, decay_names), .also = "lr_decay_style decay_type"},
-    {LONG_KEY("decay_steps", OptimizerConfig, decay_steps, 1), .nullable = true, .also = "lr_decay_iters"},
-    {LONG_KEY("wsd_decay_steps", OptimizerConfig, wsd_decay_steps, 0), .also = "lr_wsd_decay_iters decay_ratio"},
+    {LONG_KEY("decay_steps", OptimizerConfig, decay_steps, 1), .nullable = true, .also = "lr_decay_iters lr_decay_samples"},
+    {LONG_KEY("wsd_decay_steps", OptimizerConfig, wsd_decay_steps, 0), .also = "lr_wsd_decay_iters lr_wsd_decay_samples decay_ratio"},
     {ENUM_KEY("wsd_decay_style", OptimizerConfig, wsd_decay_style, wsd_style_names), .also = "lr_wsd_decay_style"},
     {0},
 };
@@ -212,7 +212,7 @@ static const RecipeKey checkpoint_keys[] = {
     {LONG_KEY("keep_every", CheckpointConfig, keep_every, 0)},
     {BOOL_KEY("async", CheckpointConfig, async), .also = "async_mode"},
     {INT_KEY("compression_level", CheckpointConfig, compression_level, 1, 22)},
-    {BOOL_KEY("load_optimizer", CheckpointConfig, load_optimizer)},
+    {BOOL_KEY("load_optimizer", CheckpointConfig, load_optimizer), .also = "no_load_optim"},
     {ENUM_KEY("frozen_base", CheckpointConfig, frozen_base, frozen_base_names)},
     {0},
 };
@@ -232,7 +232,7 @@ const RecipeKey recipe_root_keys[] = {
     {SECTION_KEY("parallel", Recipe, parallel, parallel_keys), .also = "parallelism"},
     {SECTION_KEY("train", Recipe, train, train_keys), .required = true, .also = "training"},
     {SECTION_KEY("optimizer", Recipe, optimizer, optimizer_keys)},
-    {ENUM_KEY("precision", Recipe, precision, precision_names), .also = "mixed_precision_param"},
+    {ENUM_KEY("precision", Recipe, precision, precision_names), .also = "mixed_precision_param bf16"},
     {SECTION_KEY("fp8", Recipe, fp8, fp8_keys), .also = "float8"},
     {SECTION_KEY("data", Recipe, data, data_keys), .required = true},
     {SECTION_KEY("checkpoint", Recipe, checkpoint, checkpoint_keys)},
@@ -267,6 +267,27 @@ static const struct {
     {"adam_beta1", "optimizer.betas is [beta1, beta2]"},
     {"adam_beta2", "optimizer.betas is [beta1, beta2]"},
     {"name", "megatrain's one optimizer is adamw"},
+    /* Megatron-LM's flags where megatrain's key takes another unit, form or sense (docs/megatron.md) */
+    {"eval_iters", "Megatron's eval_iters counts global batches, megatrain's eval_batches micro-batches per "
+                   "data-parallel rank: eval_batches = eval_iters x global_batch_size / (micro_batch_size x dp)"},
+    {"untie_embeddings_and_output_weights", "model.tie_word_embeddings is its opposite, and the defaults differ: "
+                                            "Megatron ties unless given untie_embeddings_and_output_weights, "
+                                            "megatrain unties unless tie_word_embeddings: true"},
+    {"rampup_batch_size", "Megatron's [start, increment, samples] is written as its stages: batch_schedule: "
+                          "\"0:START T1:START+INCREMENT ...\" in tokens, stage k from ceil(k x samples / "
+                          "((global_batch_size - start) / increment)) x seq_len (docs/megatron.md)"},
+    {"step_batch_size_schedule", "the same \"0:768 250B:1536\" string of token thresholds (docs/megatron.md)"},
+    {"train_samples", "train.tokens = train_samples x seq_len (or train.steps = train_samples / global_batch_size)"},
+    {"lr_warmup_samples", "megatrain's schedule counts steps: warmup_steps = lr_warmup_samples / global_batch_size"},
+    {"lr_decay_samples", "megatrain's schedule counts steps: decay_steps = lr_decay_samples / global_batch_size"},
+    {"lr_wsd_decay_samples", "megatrain's schedule counts steps: wsd_decay_steps = lr_wsd_decay_samples / "
+                             "global_batch_size"},
+    {"no_load_optim", "checkpoint.load_optimizer is its opposite: no_load_optim: true is load_optimizer: false"},
+    {"bf16", "Megatron's bf16: true is precision: bf16 (the compute dtype; fp16 is not implemented)"},
+    {"recompute_activations", "Megatron's recompute_activations: true is train.recompute: selective"},
+    {"num_layers_per_virtual_pipeline_stage", "Megatron's num_layers_per_virtual_pipeline_stage counts layers, "
+                                              "megatrain's vpp virtual stages: vpp = num_layers / (pp x "
+                                              "num_layers_per_virtual_pipeline_stage)"},
 };
 
 const char *recipe_also_note(const char *name) {

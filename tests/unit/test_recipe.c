@@ -748,6 +748,39 @@ static const ErrorCase error_cases[] = {
     {"megatron_name_elsewhere", "  steps: 100", "  save_interval: 100", NULL, 1, "save_interval", "train.save_interval",
      "did you mean 'checkpoint.interval'?"},
     {"megatron_name_at_top", NULL, NULL, "train_iters=3", 1, NULL, "'train_iters'", "did you mean 'train.steps'?"},
+    /* Megatron's flags a pretraining script carries, with what differs in unit or sense (docs/megatron.md) */
+    {"megatron_init_method_std", NULL, NULL, "model.init_method_std=0.01", 1, NULL, "model.init_method_std",
+     "did you mean 'model.initializer_range'?"},
+    {"megatron_kv_channels", NULL, NULL, "model.kv_channels=16", 1, NULL, "model.kv_channels",
+     "did you mean 'model.head_dim'?"},
+    {"megatron_eval_iters", NULL, NULL, "train.eval_iters=10", 1, NULL, "train.eval_iters",
+     "did you mean 'train.eval_batches'? Megatron's eval_iters counts global batches, megatrain's eval_batches "
+     "micro-batches per data-parallel rank: eval_batches = eval_iters x global_batch_size / (micro_batch_size x dp)"},
+    {"megatron_untie", NULL, NULL, "model.untie_embeddings_and_output_weights=true", 1, NULL,
+     "model.untie_embeddings_and_output_weights", "did you mean 'model.tie_word_embeddings'? "
+     "model.tie_word_embeddings is its opposite, and the defaults differ"},
+    {"megatron_rampup", NULL, NULL, "train.rampup_batch_size=[16,8,300000]", 1, NULL, "train.rampup_batch_size",
+     "did you mean 'train.batch_schedule'? Megatron's [start, increment, samples] is written as its stages"},
+    {"megatron_step_schedule", NULL, NULL, "train.step_batch_size_schedule='0:8 1K:16'", 1, NULL,
+     "train.step_batch_size_schedule", "did you mean 'train.batch_schedule'?"},
+    {"megatron_train_samples", NULL, NULL, "train.train_samples=6400", 1, NULL, "train.train_samples",
+     "did you mean 'train.tokens'? train.tokens = train_samples x seq_len"},
+    {"megatron_warmup_samples", NULL, NULL, "optimizer.schedule.lr_warmup_samples=80", 1, NULL,
+     "optimizer.schedule.lr_warmup_samples", "did you mean 'optimizer.schedule.warmup_steps'? megatrain's schedule "
+     "counts steps: warmup_steps = lr_warmup_samples / global_batch_size"},
+    {"megatron_decay_samples", NULL, NULL, "optimizer.schedule.lr_decay_samples=800", 1, NULL,
+     "optimizer.schedule.lr_decay_samples", "did you mean 'optimizer.schedule.decay_steps'?"},
+    {"megatron_no_load_optim", NULL, NULL, "checkpoint.no_load_optim=true", 1, NULL, "checkpoint.no_load_optim",
+     "did you mean 'checkpoint.load_optimizer'? checkpoint.load_optimizer is its opposite"},
+    {"megatron_bf16", NULL, NULL, "bf16=true", 1, NULL, "'bf16'",
+     "did you mean 'precision'? Megatron's bf16: true is precision: bf16"},
+    {"megatron_recompute_activations", NULL, NULL, "train.recompute_activations=true", 1, NULL,
+     "train.recompute_activations", "did you mean 'train.recompute'? Megatron's recompute_activations: true is "
+     "train.recompute: selective"},
+    {"megatron_layers_per_virtual_stage", NULL, NULL, "parallel.num_layers_per_virtual_pipeline_stage=2", 1, NULL,
+     "parallel.num_layers_per_virtual_pipeline_stage", "did you mean 'parallel.vpp'? Megatron's "
+     "num_layers_per_virtual_pipeline_stage counts layers, megatrain's vpp virtual stages: vpp = num_layers / (pp x "
+     "num_layers_per_virtual_pipeline_stage)"},
     /* torchtitan's names (a second `also` name), and megatrain's own key written in another section */
     {"torchtitan_name", NULL, NULL, "parallel.tensor_parallel_degree=2", 1, NULL, "parallel.tensor_parallel_degree",
      "did you mean 'parallel.tp'?"},
