@@ -35,6 +35,14 @@ status=0; "$MEGATRAIN" train recipes/tiny/llama.yaml 2> "$WORK/stderr" > /dev/nu
 expect_error recipes/tiny/llama.yaml "unknown option '--resume_if_exists'" "(did you mean --resume-if-exists?)" \
   --resume_if_exists
 
+# a Megatron-LM user's names: run --help points to the page that maps them (which exists), and a Megatron flag
+# written as a key is answered with megatrain's, saying what differs in unit
+"$MEGATRAIN" run --help > "$WORK/help.txt" || fail "run --help failed"
+grep -qF "docs/megatron.md maps a Megatron command line" "$WORK/help.txt" || fail "run --help: $(cat "$WORK/help.txt")"
+[[ -f docs/megatron.md ]] || fail "run --help names docs/megatron.md, which is missing"
+expect_error recipes/tiny/llama.yaml "--set train.eval_iters=10: unknown key 'train.eval_iters'" \
+  "(did you mean 'train.eval_batches'? Megatron's eval_iters counts global batches" --set train.eval_iters=10
+
 f=$FIX/bad_unknown_key.yaml
 expect_error "$f" "$f:$(line_of "$f" "stpes:"): unknown key 'train.stpes'" "did you mean 'train.steps'?"
 f=$FIX/bad_type.yaml
