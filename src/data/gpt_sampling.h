@@ -44,8 +44,10 @@ typedef struct GptSampleIndex {
     size_t map_bytes;
 } GptSampleIndex;
 
-/* Megatron's get_split_indices: documents [bounds[i], bounds[i+1]) belong to
- * split i; weights are normalised (their sum must be > 0). */
+/* Megatron's legacy get_train_valid_test_split_: documents [bounds[i], bounds[i+1]) belong to
+ * split i; weights are normalised (their sum must be > 0), each share rounded half to even and the
+ * bounds moved by what their sum misses. Megatron-core rounds the cumulative bounds instead, which
+ * can put a bound one document apart (docs/megatron.md). */
 void gpt_split_bounds(const double weights[3], int64_t num_documents, int64_t bounds[4]);
 
 /* The sequence range of `split` (0 train, 1 valid, 2 test) of ds. */
