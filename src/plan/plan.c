@@ -477,7 +477,9 @@ static void levers_text(const Plan *p, const Recipe *r, const char *key, char *m
         used += (size_t)snprintf(msg + used, len - used, "%s%s (%s)", i ? ", " : "; on the same ranks: ",
                                  lv[i].setting, plan_size_text(lv[i].total_bytes, 1, size, sizeof size));
     const bool activations = !strcmp(key, "train.micro_batch_size") || !strcmp(key, "model.vocab_size");
-    const bool experts = !strcmp(key, "model.moe.moe_intermediate_size");
+    /* ep is raised only while a rank holds more than one expert (ep divides num_experts): at ep = num_experts
+     * (Mixtral 8x7B at ep 8) more ranks can split the experts only with tp or pp */
+    const bool experts = !strcmp(key, "model.moe.moe_intermediate_size") && r->parallel.ep < r->model.moe.num_experts;
     if (used < len)
         snprintf(msg + used, len - used, "; with more ranks: raise %s", activations
                  ? "parallel.cp (splits the sequence), parallel.tp or parallel.pp"

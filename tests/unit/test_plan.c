@@ -371,6 +371,15 @@ static void test_ep_levers(void **state) {
     assert_string_equal(plan_check_fit(&p, &r, 141 * GiB, "the device's memory", msg, sizeof msg),
                         "model.moe.moe_intermediate_size");
     if (strstr(msg, "parallel.ep: 8 (") || !strstr(msg, "raise parallel.ep")) fail_msg("%s", msg);
+    /* Mixtral 8x7B at ep 8 holds one expert a rank: ep cannot go higher (it divides num_experts), so the ranks to
+     * raise are tp and pp alone (before, the advice said "raise parallel.ep" there too) */
+    load(&r, "mixtral-8x7b", 1, 1, 1, 8, 0);
+    r.parallel.ep = 8;
+    assert_int_equal(plan_compute(&p, &r, 8, err, sizeof err), 0);
+    assert_string_equal(plan_check_fit(&p, &r, 80 * GiB, "the device's memory", msg, sizeof msg),
+                        "model.moe.moe_intermediate_size");
+    if (strstr(msg, "parallel.ep") || !strstr(msg, "; with more ranks: raise parallel.tp or parallel.pp"))
+        fail_msg("%s", msg);
 }
 
 /* train.recompute on the CPU: plan counts what the model allocates. For a
