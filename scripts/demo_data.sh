@@ -2,9 +2,13 @@
 # demo_data.sh: builds the demo data set data/demo/english (Megatron .bin/.idx,
 # byte tokens) from the English license texts every Debian system ships in
 # /usr/share/common-licenses. Usage: scripts/demo_data.sh [OUTPUT_PREFIX]
+# (default: data/demo/english in the checkout, where recipes/tiny read it run from there; a relative
+# OUTPUT_PREFIX is taken from the current directory, as megatrain's paths are)
 set -euo pipefail
+prefix=${1:-}
+[[ -n "$prefix" && "$prefix" != /* ]] && prefix="$PWD/$prefix"
 cd "$(dirname "$0")/.."
-prefix=${1:-data/demo/english}
+prefix=${prefix:-data/demo/english}
 [[ -f "$prefix.bin" && -f "$prefix.idx" ]] && exit 0
 mkdir -p "$(dirname "$prefix")"
 src=/usr/share/common-licenses
