@@ -4,7 +4,8 @@
  * stdout:  step   12/200 | loss 3.4172 | lr 2.400e-03 | gbs 8 | grad_norm 1.234 |
  *          tok/s 12345 | tokens 24.6K | elapsed 3.2s | eta 1m05s [| eval_loss 3.2100]
  * jsonl:   {"step":12,"loss":...,"lr":...,"global_batch_size":8,"grad_norm":...,
- *           "tokens_per_s":...,"consumed_tokens":...,"elapsed_s":...,"time":1767225600.123[,"eval_loss":...]}
+ *           "tokens_per_s":...,"consumed_tokens":...,"consumed_samples":...,"elapsed_s":...,
+ *           "time":1767225600.123[,"eval_loss":...]}
  * Doubles in JSON are written with %.9g; NaN and infinities become null.
  * TensorBoard: train/loss, train/lr, train/grad_norm, train/global_batch_size,
  * train/tokens_per_s, eval/loss (eval steps) and test/loss (after the last step) as float32 scalars. */
@@ -50,6 +51,7 @@ void metrics_write(MetricsWriter *w, const StepMetrics *m) {
     json_double(f, "grad_norm", m->grad_norm);
     json_double(f, "tokens_per_s", m->tokens_per_s);
     json_double(f, "consumed_tokens", m->consumed_tokens);
+    fprintf(f, ",\"consumed_samples\":%lld", (long long)m->consumed_samples);
     json_double(f, "elapsed_s", m->elapsed_s);
     fprintf(f, ",\"time\":%.3f", m->time); /* to the millisecond: %.9g would round it to 10 s */
     if (!isnan(m->eval_loss)) json_double(f, "eval_loss", m->eval_loss);

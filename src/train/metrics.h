@@ -4,6 +4,7 @@
 #define MT_TRAIN_METRICS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 
 #include "../obs/tb_writer.h"
@@ -18,6 +19,7 @@ typedef struct StepMetrics {
     double grad_norm;
     double tokens_per_s;
     double consumed_tokens;
+    int64_t consumed_samples; /* train samples consumed by all data-parallel ranks (Megatron's consumed samples) */
     double elapsed_s;        /* since this process's training loop began (a resumed run's session starts again at 0) */
     double time;             /* when the line was made: Unix seconds (wall clock) */
     double eta_s;            /* the rest of the schedule's tokens at this interval's tok/s; NAN at the last step */

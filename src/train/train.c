@@ -307,6 +307,7 @@ static void log_step(TrainContext *ctx, MetricsWriter *metrics, const StepResult
         .grad_norm = result->grad_norm,
         .tokens_per_s = interval_s > 0 ? tokens / interval_s : 0,
         .consumed_tokens = (double)ctx->state.consumed_tokens,
+        .consumed_samples = ctx->state.consumed_samples,
         .elapsed_s = now - clock->start,
         .time = mt_unix_time(),
         .eta_s = NAN,

@@ -204,8 +204,8 @@ static void setup_pipeline(TrainContext *ctx) {
     else if (bytes > 0) snprintf(size, sizeof size, " of %.2f MiB", bytes / 1048576.0);
     /* said in the banner (print_banner), after the run's header */
     snprintf(ctx->pipeline_note, sizeof ctx->pipeline_note,
-             "pipeline parallel: %d stages on %s, activations sent with %s; stage 0 keeps %d activation sets%s",
-             ctx->layout.pp, d->ops->name, d->ops->stage->transport(d->stage_base), sets, size);
+             "pipeline parallel: %d stages on %s, activations sent with %s; stage 0 keeps %d activation set%s%s",
+             ctx->layout.pp, d->ops->name, d->ops->stage->transport(d->stage_base), sets, sets == 1 ? "" : "s", size);
 }
 
 /* What run.device's model is made from: the recipe and this rank's part of the grid. */

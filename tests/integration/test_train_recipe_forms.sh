@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # test_train_recipe_forms.sh: train.tokens instead of train.steps, Megatron's
-# token-threshold batch schedule, and the resolved run.dir/recipe.yaml, which
-# must reproduce the run that wrote it bit for bit.
+# token-threshold batch schedule (metrics.jsonl's consumed_samples its global
+# batches' sum), and the resolved run.dir/recipe.yaml, which must reproduce
+# the run that wrote it bit for bit.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 demo_data "$WORK/english"
@@ -20,6 +21,11 @@ awk -v t="$tokens" 'BEGIN { exit !(t == 10240) }' || fail "consumed tokens $toke
 paste -d' ' <(json_field "$m" step) <(json_field "$m" global_batch_size) |
   awk '($1 <= 8 && $2 != 8) || ($1 > 8 && $2 != 16) { bad = 1; print } END { exit bad }' ||
   fail "token-threshold schedule not followed"
+# consumed_samples (Megatron's consumed samples): each step's global batch added, 8 x 8 + 6 x 16 = 160 at the end;
+# consumed_tokens is it times seq_len (64)
+paste -d' ' <(json_field "$m" global_batch_size) <(json_field "$m" consumed_samples) <(json_field "$m" consumed_tokens) |
+  awk '{ sum += $1; if ($2 != sum || $3 != $2 * 64) { bad = 1; print "step " NR ": " $0 } } END { exit bad || sum != 160 }' ||
+  fail "consumed_samples is not the global batches' sum"
 # The resolved recipe reproduces the run.
 "$MEGATRAIN" run "$WORK/tok/recipe.yaml" --set run.dir="$WORK/again" > /dev/null
 diff <(json_field "$m" loss) <(json_field "$WORK/again/metrics.jsonl" loss) ||
