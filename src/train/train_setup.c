@@ -560,18 +560,16 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
         train_lock_run_dir(recipe->run.dir, err, errlen) != 0)
         status = MT_EXIT_FAILURE;
     if (status == 0) status = refuse_existing_checkpoints(ctx, err, errlen);
-    /* Rank 0 alone writes run.dir; the others wait for it, and stop with it when it cannot. */
+    /* Rank 0 alone writes run.dir; the others wait for it, and stop with it when it cannot. Here it makes and locks
+     * it (the data's index cache may lie in it); recipe.yaml and a fresh metrics.jsonl only once the run is accepted
+     * (below), so that a refusal leaves a run.dir that was there as it found it: an earlier attempt's metrics.jsonl
+     * (one that died before its first checkpoint) not cut, its recipe.yaml not replaced. */
     bool created_dir = status == 0 && comm_world()->rank == 0 && stat(recipe->run.dir, &before) != 0;
-    if (status == 0 && comm_world()->rank == 0) {
-        char path[MT_PATH_MAX + 32];
-        snprintf(path, sizeof path, "%s/recipe.yaml", recipe->run.dir);
-        if (make_dirs(recipe->run.dir, err, errlen) != 0 || train_lock_run_dir(recipe->run.dir, err, errlen) != 0) {
-            /* a run.dir another process made and locks (both saw it missing) is that one's: nothing is removed */
-            created_dir = false;
-            status = MT_EXIT_FAILURE;
-        } else if (recipe_write(recipe, path, err, errlen) != 0 || truncate_metrics(recipe->run.dir, err, errlen) != 0) {
-            status = MT_EXIT_FAILURE;
-        }
+    if (status == 0 && comm_world()->rank == 0 &&
+        (make_dirs(recipe->run.dir, err, errlen) != 0 || train_lock_run_dir(recipe->run.dir, err, errlen) != 0)) {
+        /* a run.dir another process made and locks (both saw it missing) is that one's: nothing is removed */
+        created_dir = false;
+        status = MT_EXIT_FAILURE;
     }
     status = train_setup_agree(ctx, status, err);
     /* init_from's model against the recipe's before the data is read (a large data set's index takes a while); the
@@ -590,6 +588,14 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
                                           errlen);
         if (status == 0) choose_frozen_base(ctx, recipe, &base);
         /* every rank reads init_from alone (no collective since the model's): they agree on what they found */
+        status = train_setup_agree(ctx, status, err);
+    }
+    if (status == 0) { /* accepted: the run's recipe and a fresh metrics.jsonl (metrics_open appends) */
+        char path[MT_PATH_MAX + 32];
+        snprintf(path, sizeof path, "%s/recipe.yaml", recipe->run.dir);
+        if (comm_world()->rank == 0 &&
+            (recipe_write(recipe, path, err, errlen) != 0 || truncate_metrics(recipe->run.dir, err, errlen) != 0))
+            status = MT_EXIT_FAILURE;
         status = train_setup_agree(ctx, status, err);
     }
     if (status != 0) {

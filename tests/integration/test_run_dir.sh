@@ -9,7 +9,8 @@
 #   by run, which says what they are;
 # - one writer a run.dir: a second `run` or `resume` there is refused while
 #   the first trains (exit 1, naming the holder) and changes nothing; a run
-#   or resume refused after taking the lock does not keep the next one out;
+#   or resume refused after taking the lock does not keep the next one out; a run refused in a run.dir that
+#   was there (data it cannot open, a model too large) leaves its metrics.jsonl and recipe.yaml as they were;
 # - relative data paths are written absolute, so a resume from another
 #   directory reads the same data;
 # - a run.dir that is a file, or under one, is refused as such;
@@ -160,6 +161,21 @@ expect 1 "cannot open" "$MEGATRAIN" resume "$refused" --set train.steps=14 --set
 [[ $(ls -A "$WORK/refused-on") == .megatrain.lock ]] || fail "the refused branch left: $(ls -A "$WORK/refused-on")"
 expect 0 "done: 14 steps" "$MEGATRAIN" resume "$refused" --set train.steps=14 --set run.dir="$WORK/refused-on"
 echo "refused after the lock (data, a model too large): the lock file left holds nothing; the fixed command goes on"
+# ... and leaves a run.dir that was there as it found it: an earlier attempt's metrics.jsonl (a job killed before its
+# first checkpoint) was cut to nothing and its recipe.yaml replaced by the refused one's, before the data was opened
+kept="$WORK/kept"
+run "$kept" 6 > /dev/null && rm -rf "$kept/checkpoints" # the attempt's files, without a checkpoint
+cp "$kept/metrics.jsonl" "$WORK/kept-metrics" && cp "$kept/recipe.yaml" "$WORK/kept-recipe"
+expect 1 "data.train\[0\].path: $WORK/nothere.idx: cannot open" run "$kept" 10 --set "data.train=$gone"
+expect 2 "model.hidden_size: the model does not fit" run "$kept" 10 --set model.hidden_size=65536 \
+  --set model.num_attention_heads=512 --set model.num_key_value_heads=512 --set model.num_layers=64
+cmp -s "$kept/metrics.jsonl" "$WORK/kept-metrics" || fail "a refused run changed metrics.jsonl: $(wc -l < "$kept/metrics.jsonl") lines"
+cmp -s "$kept/recipe.yaml" "$WORK/kept-recipe" || fail "a refused run rewrote recipe.yaml"
+expect 0 "done: 10 steps" run "$kept" 10 # accepted: a fresh metrics.jsonl and its own recipe
+[[ "$(json_field "$kept/metrics.jsonl" step | tr '\n' ' ')" == "1 2 3 4 5 6 7 8 9 10 " ]] ||
+  fail "the accepted run's metrics.jsonl: $(json_field "$kept/metrics.jsonl" step | tr '\n' ' ')"
+grep -q '^  steps: 10$' "$kept/recipe.yaml" || fail "the accepted run did not write its recipe.yaml"
+echo "a refused run leaves an existing run.dir's metrics.jsonl and recipe.yaml as they were"
 
 # Relative data paths are taken from the directory the run started in and written absolute to recipe.yaml and the
 # checkpoints, so a resume from another directory (a requeued job's script) reads the same data (it failed, the
