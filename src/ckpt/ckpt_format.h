@@ -141,6 +141,12 @@ int ckpt_meta_decode(const unsigned char *data, size_t len, CkptMeta *meta, char
 
 void ckpt_meta_free(CkptMeta *meta);
 
+/* The format version above CKPT_FORMAT_VERSION that a ckpt_meta_decode met since ckpt_meta_newer_clear (from any
+ * thread), else 0: a checkpoint a newer megatrain wrote, which this one cannot read but which is not corrupt (resume
+ * leaves it where it is rather than moving it aside and falling back to an older one). */
+unsigned ckpt_meta_newer(void);
+void ckpt_meta_newer_clear(void);
+
 /* The tensor called `name`, or NULL (binary search over by_name). */
 const CkptTensorMeta *ckpt_meta_find(const CkptMeta *meta, const char *name);
 

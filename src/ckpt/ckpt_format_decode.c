@@ -4,6 +4,7 @@
  * and the tensors' chunks must lie inside their tensor, reference a shard
  * file within its recorded size, not overlap, and cover the tensor. */
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -329,6 +330,11 @@ static void decode_tensors(Cursor *c, CkptMeta *m) {
         }
 }
 
+static _Atomic unsigned newer_version;
+
+unsigned ckpt_meta_newer(void) { return atomic_load(&newer_version); }
+void ckpt_meta_newer_clear(void) { atomic_store(&newer_version, 0); }
+
 int ckpt_meta_decode(const unsigned char *data, size_t len, CkptMeta *meta, char *err, size_t errlen) {
     memset(meta, 0, sizeof *meta);
     if (len < CKPT_HEADER_BYTES || memcmp(data, CKPT_MAGIC, 8) != 0) {
@@ -341,6 +347,7 @@ int ckpt_meta_decode(const unsigned char *data, size_t len, CkptMeta *meta, char
     uint32_t crc = get_u32(&header, "crc");
     uint64_t body_len = get_u64(&header, "length");
     if (meta->version != CKPT_FORMAT_VERSION) {
+        if (meta->version > CKPT_FORMAT_VERSION) atomic_store(&newer_version, meta->version);
         mt_set_error(err, errlen, "format version %u (this megatrain reads version %d; a newer megatrain wrote it?)",
                      meta->version, CKPT_FORMAT_VERSION);
         return -1;

@@ -31,6 +31,7 @@
 #include "../core/json.h"
 #include "../dist/comm.h"
 #include "../dist/launch_env.h"
+#include "../version.h"
 #include "resume_report.h"
 #include "train.h"
 #include "train_context.h"
@@ -435,6 +436,18 @@ static int refuse_machine_failure(const char *dir) {
                            "resume again", dir, strerror(env));
 }
 
+/* After a checkpoint was found unusable: when its format is a newer megatrain's (ckpt_meta_newer) on any rank, every
+ * rank stops (exit 1) with the checkpoint left where it is. An older megatrain in a job script (a module, a build not
+ * updated) moved each checkpoint of the run aside as corrupt in turn, after which --resume-if-exists refused the run
+ * even with the right megatrain. A collective; 0 or 1. */
+static int refuse_newer_format(const char *dir) {
+    const unsigned version = ckpt_meta_newer();
+    return refuse_together(version ? MT_EXIT_FAILURE : 0,
+                           "%s was written by a newer megatrain (checkpoint format version %u; this one, %s, reads "
+                           "version %d): it is left as it is and no older checkpoint is tried; resume with the "
+                           "megatrain that wrote it", dir, version, "megatrain " MEGATRAIN_VERSION, CKPT_FORMAT_VERSION);
+}
+
 static int resume_from(const char *arg, const char *const *sets, int num_sets) {
     CkptLocation loc;
     char err[2048];
@@ -449,9 +462,11 @@ static int resume_from(const char *arg, const char *const *sets, int num_sets) {
     }
     if (loc.single) {
         mt_env_error_clear();
+        ckpt_meta_newer_clear();
         int status = try_checkpoint(loc.checkpoint_dir, &loc, sets, num_sets);
         if (status != TRY_NEXT) return status;
-        if (refuse_machine_failure(loc.checkpoint_dir) != 0) return MT_EXIT_FAILURE;
+        if (refuse_machine_failure(loc.checkpoint_dir) != 0 || refuse_newer_format(loc.checkpoint_dir) != 0)
+            return MT_EXIT_FAILURE;
         return refuse_together(MT_EXIT_FAILURE,
                                "%s: the checkpoint is incomplete or corrupt (see above); resume from the run directory "
                                "to use the newest valid one", loc.checkpoint_dir);
@@ -475,8 +490,9 @@ static int resume_from(const char *arg, const char *const *sets, int num_sets) {
         char dir[MT_PATH_MAX + 32];
         ckpt_iter_path(dir, sizeof dir, loc.checkpoints_dir, steps[i]);
         mt_env_error_clear();
+        ckpt_meta_newer_clear();
         status = try_checkpoint(dir, &loc, sets, num_sets);
-        if (status == TRY_NEXT && refuse_machine_failure(dir) != 0) {
+        if (status == TRY_NEXT && (refuse_machine_failure(dir) != 0 || refuse_newer_format(dir) != 0)) {
             free(steps);
             return MT_EXIT_FAILURE;
         }
