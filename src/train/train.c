@@ -6,12 +6,15 @@
  * tokens/s and elapsed columns, never the computation. */
 #include "train.h"
 
+#include <errno.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../ckpt/ckpt_async.h"
+#include "../ckpt/ckpt_run.h"
 #include "../core/error.h"
 #include "../core/timer.h"
 #include "../dist/comm.h"
@@ -115,6 +118,35 @@ static void print_error(const char *err) {
         fprintf(stderr, "megatrain: error: %s\n", err);
 }
 
+/* After a failed save (said, on rank 0): where the run goes on from, as the log's last line. A full disk (or a
+ * quota) names the room the run's retention needs. */
+static void say_after_failed_save(const TrainContext *ctx, const char *err) {
+    if (comm_world()->rank != 0) return;
+    long *steps = NULL;
+    char why[512];
+    const int n = ckpt_list_steps(ctx->checkpoints_dir, &steps, why, sizeof why);
+    const long newest = n > 0 ? steps[n - 1] : -1;
+    free(steps);
+    const Recipe *recipe = ctx->recipe;
+    char room[320] = "";
+    if (strstr(err, strerror(ENOSPC)) || strstr(err, strerror(EDQUOT))) {
+        if (recipe->checkpoint.keep_last > 0)
+            snprintf(room, sizeof room, " (room for checkpoint.keep_last = %d checkpoints and the one being written: "
+                     "`megatrain plan` says how much)", recipe->checkpoint.keep_last);
+        else
+            snprintf(room, sizeof room, " (room for every checkpoint, checkpoint.keep_last = 0, and the one being "
+                     "written)");
+    }
+    fflush(stdout);
+    if (newest >= 0)
+        fprintf(stderr, "megatrain: error: the run stopped after step %ld; its newest checkpoint is %s/iter_%07ld: once "
+                "the cause is fixed%s, `megatrain resume %s` continues from step %ld\n", ctx->state.step,
+                ctx->checkpoints_dir, newest, room, recipe->run.dir, newest);
+    else
+        fprintf(stderr, "megatrain: error: the run stopped after step %ld and has no checkpoint: once the cause is "
+                "fixed%s, it starts over\n", ctx->state.step, room);
+}
+
 /* A step or evaluation that every rank refused at once (TRAIN_DATA_REFUSED: a token outside the vocabulary): the
  * ranks that read the sample say so, and the run stops with status 1 without a checkpoint of that step; a save in
  * flight still completes (train_loop) and the ranks end MPI together, without an abort (run_context). */
@@ -166,6 +198,7 @@ static int save_now(TrainContext *ctx, CkptSaver *saver) {
         const CkptState state = train_ckpt_state(&ctx->state, dev->optimizer.step, ctx->recipe);
         if (ckpt_saver_save(saver, ctx->model, &moments, &state, err, sizeof err) != 0) {
             if (comm_world()->rank == 0) print_error(err);
+            say_after_failed_save(ctx, err);
             status = -1;
         }
     }
@@ -425,6 +458,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
         const double save_start = mt_now();
         if (save_due ? save_now(ctx, saver) != 0 : ckpt_saver_poll(saver, err, sizeof err) != 0) {
             if (!save_due && comm_world()->rank == 0) print_error(err);
+            if (!save_due) say_after_failed_save(ctx, err);
             status = MT_EXIT_FAILURE;
             ctx->stopped_together = true; /* a save's verdict is every rank's (save_now, ckpt_saver_poll) */
             break;
@@ -456,6 +490,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     if (alone && comm_world()->size > 1) dist_finish(status);
     if (ckpt_saver_wait(saver, err, sizeof err) != 0) { /* every rank's verdict, as a save's */
         if (comm_world()->rank == 0) print_error(err);
+        say_after_failed_save(ctx, err);
         status = MT_EXIT_FAILURE;
         ctx->stopped_together = true;
     }

@@ -12,7 +12,9 @@
 #   recipe.yaml left as it was); a
 #   directory without checkpoints is an error (exit 1);
 # - a checkpoint that cannot be written (file size limit) stops the run with
-#   exit 1 and a message, sync or async, leaving no partial checkpoint;
+#   exit 1 and a message, sync or async, leaving no partial checkpoint; the
+#   last line names the newest checkpoint and how to go on (a full disk: the
+#   room retention needs);
 # - a resume's --set values are said key by key, once, for the checkpoint
 #   resumed, with a warning for those that change what the run reads or what
 #   it computes (saying which); an edited run.dir/recipe.yaml is warned of;
@@ -91,11 +93,32 @@ for async in false true; do
   [[ $status -eq 1 ]] || fail "async=$async: a failed save gave exit $status: $(tail -n 3 "$WORK/full.log")"
   grep -q "error: checkpoint at step 10 failed: .*shard_00000.zst: write failed: File too large" "$WORK/full.log" \
     || fail "async=$async: no clear message: $(grep error "$WORK/full.log")"
+  [[ "$(tail -n 1 "$WORK/full.log")" == "megatrain: error: the run stopped after step "*" and has no checkpoint: once \
+the cause is fixed, it starts over" ]] || fail "async=$async: the last line does not say what is kept: $(tail -n 1 "$WORK/full.log")"
   last=$(json_field "$dir/metrics.jsonl" step | tail -n 1)
   [[ $last -lt 200 ]] || fail "async=$async: the run went on to step $last"
   [[ -z "$(ls "$dir/checkpoints")" ]] || fail "async=$async: something was left in checkpoints/: $(ls "$dir/checkpoints")"
   echo "async=$async: save failure stopped the run at step $last with exit 1"
 done
+# A full disk at a later save (fsync failing with ENOSPC in the step-20 checkpoint, tests/integration/fail_fsync.c):
+# the last line names the newest checkpoint, the command that continues from it, and the room retention needs. (Not
+# on the ThreadSanitizer build, whose runtime is not to be preceded by an LD_PRELOAD library.)
+if [[ -z ${TSAN_OPTIONS:-} ]]; then
+  cc -shared -fPIC -o "$WORK/fail_fsync.so" "$REPO/tests/integration/fail_fsync.c" -ldl || fail "cannot build fail_fsync.so"
+  for async in false true; do
+    dir="$WORK/fullater-$async"
+    run "$dir" 10 > /dev/null
+    status=0
+    LD_PRELOAD="$WORK/fail_fsync.so" FAIL_FSYNC_MATCH=iter_0000020.tmp "$MEGATRAIN" resume "$dir" --set train.steps=30 \
+      --set checkpoint.async=$async > "$WORK/fullater.log" 2>&1 || status=$?
+    [[ $status -eq 1 ]] || fail "async=$async: a full disk at step 20 gave exit $status: $(tail -n 3 "$WORK/fullater.log")"
+    [[ "$(tail -n 1 "$WORK/fullater.log")" == "megatrain: error: the run stopped after step "*"; its newest checkpoint is \
+$dir/checkpoints/iter_0000010: once the cause is fixed (room for checkpoint.keep_last = 3 checkpoints and the one \
+being written: \`megatrain plan\` says how much), \`megatrain resume $dir\` continues from step 10" ]] ||
+      fail "async=$async: the last line after a full disk: $(tail -n 2 "$WORK/fullater.log")"
+  done
+  echo "a failed save's last line names the newest checkpoint and how to go on"
+fi
 # On 2 ranks (dp 2: rank 0 writes the shard) the failed save is every rank's verdict: each rank exits 1, nothing
 # is aborted, one error line, nothing left in checkpoints/. (Open MPI over TCP: its shared-memory transport would
 # size a file past the limit.)
