@@ -7,10 +7,10 @@
  * as a padding row of the vocabulary, is left out: its scores all tie). Each
  * MoE layer's router takes them as moe_layer.c takes its input: the RMS norm
  * with the layer's mlp_norm weight (as cpu_rmsnorm_forward), the fp32 logits
- * by the backend's matmul, the softmax in double, and the top-k by score
- * (+ bias) with ties to the lower expert. Its top-k with and without the
- * biases are compared, probe by probe: a choice changes when an expert of
- * one set is missing from the other. At layer 0 the embedding is the
+ * by the backend's matmul, then the routing's own scores and top-k
+ * (moe_router_scores, moe_top_k: ties to the lower expert). Its top-k with
+ * and without the biases are compared, probe by probe: a choice changes
+ * when an expert of one set is missing from the other. At layer 0 the embedding is the
  * layer's input but for attention's output; deeper, the hidden state has
  * moved further from it, so the share says how far the biases reach into the
  * routers' choices, not what a text will see: the message says what was
@@ -29,6 +29,7 @@
 
 #include "../backend/backend.h"
 #include "../core/error.h"
+#include "../model/moe_layer.h"
 
 static int find_param(const ParamInfo *infos, int num_params, const char *name) {
     for (int i = 0; i < num_params; i++)
@@ -47,24 +48,6 @@ static int read_param(CkptParams *from, const ParamInfo *infos, int num_params, 
     int64_t start[3] = {0, 0, 0}, shape[3] = {1, 1, 1};
     for (int d = 0; d < infos[p].ndim; d++) shape[d] = infos[p].shape[d];
     return ckpt_params_read(from, p, start, shape, dst, err, errlen);
-}
-
-/* The k best experts by score (+ bias), ties to the lower index: moe_layer.c's route, into sel. */
-static void top_k(const float *scores, const float *bias, int E, int k, int *sel) {
-    for (int j = 0; j < k; j++) {
-        int best = -1;
-        double best_v = -INFINITY;
-        for (int e = 0; e < E; e++) {
-            bool taken = false;
-            for (int i = 0; i < j; i++) taken |= sel[i] == e;
-            const double v = (double)scores[e] + (bias ? (double)bias[e] : 0.0);
-            if (!taken && (best < 0 || v > best_v)) {
-                best = e;
-                best_v = v;
-            }
-        }
-        sel[j] = best;
-    }
 }
 
 typedef struct LayerEffect {
@@ -107,7 +90,7 @@ static int layer_effect(CkptParams *from, const ModelConfig *cfg, const ParamInf
     float *norm = mt_malloc((size_t)C * sizeof *norm), *router = mt_malloc((size_t)E * C * sizeof *router);
     float *bias = mt_malloc((size_t)E * sizeof *bias), *logits = mt_malloc((size_t)count * E * sizeof *logits + 1);
     float *scores = mt_malloc((size_t)E * sizeof *scores);
-    int *with = mt_malloc((size_t)k * sizeof *with), *without = mt_malloc((size_t)k * sizeof *without);
+    int32_t *with = mt_malloc((size_t)k * sizeof *with), *without = mt_malloc((size_t)k * sizeof *without);
     char name[96];
     int status = 0;
     snprintf(name, sizeof name, "layers.%d.mlp_norm.weight", l);
@@ -127,13 +110,9 @@ static int layer_effect(CkptParams *from, const ModelConfig *cfg, const ParamInf
         for (long i = 0; i < (long)count * C; i++) input[i] = x[i] * norm[i % C];
         if (count > 0) cpu_backend.matmul_forward(logits, input, router, NULL, count, C, E);
         for (int n = 0; n < count; n++) {
-            const float *lg = logits + (size_t)n * E;
-            double mx = -INFINITY, sum = 0.0;
-            for (int e = 0; e < E; e++) mx = lg[e] > mx ? lg[e] : mx;
-            for (int e = 0; e < E; e++) sum += exp((double)lg[e] - mx);
-            for (int e = 0; e < E; e++) scores[e] = (float)(exp((double)lg[e] - mx) / sum); /* router_scores */
-            top_k(scores, bias, E, k, with);
-            top_k(scores, NULL, E, k, without);
+            moe_router_scores(&cfg->moe, logits + (size_t)n * E, scores, 1, E);
+            moe_top_k(scores, bias, E, k, with);
+            moe_top_k(scores, NULL, E, k, without);
             int moved = 0;
             for (int j = 0; j < k; j++) {
                 bool kept = false;

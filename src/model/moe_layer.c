@@ -119,8 +119,7 @@ void moe_acts_free(MoeActs *a) {
     free(a);
 }
 
-/* scores from logits, row by row */
-static void router_scores(const MoeConfig *m, const float *logits, float *scores, int N, int E) {
+void moe_router_scores(const MoeConfig *m, const float *logits, float *scores, int N, int E) {
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *l = logits + (size_t)n * E;
@@ -136,27 +135,31 @@ static void router_scores(const MoeConfig *m, const float *logits, float *scores
     }
 }
 
-/* The k best experts of each token by score (+ bias), ties to the lower index; raw and weights. */
+void moe_top_k(const float *scores, const float *bias, int E, int k, int32_t *sel) {
+    for (int j = 0; j < k; j++) {
+        int best = -1;
+        double best_v = -INFINITY;
+        for (int e = 0; e < E; e++) {
+            bool taken = false;
+            for (int i = 0; i < j; i++) taken |= sel[i] == e;
+            const double v = (double)scores[e] + (bias ? (double)bias[e] : 0.0);
+            if (!taken && (best < 0 || v > best_v)) {
+                best = e;
+                best_v = v;
+            }
+        }
+        sel[j] = best;
+    }
+}
+
+/* The k best experts of each token (moe_top_k); raw and weights. */
 static void route(const MoeConfig *m, MoeActs *a, const float *bias, int N, int E) {
     const int k = m->num_experts_per_tok;
 #pragma omp parallel for schedule(static)
     for (int n = 0; n < N; n++) {
         const float *s = a->scores + (size_t)n * E;
         int32_t *sel = a->selected + (size_t)n * k;
-        for (int j = 0; j < k; j++) {
-            int best = -1;
-            double best_v = -INFINITY;
-            for (int e = 0; e < E; e++) {
-                bool taken = false;
-                for (int i = 0; i < j; i++) taken |= sel[i] == e;
-                const double v = (double)s[e] + (bias ? (double)bias[e] : 0.0);
-                if (!taken && (best < 0 || v > best_v)) {
-                    best = e;
-                    best_v = v;
-                }
-            }
-            sel[j] = best;
-        }
+        moe_top_k(s, bias, E, k, sel);
         double sum = 0.0;
         for (int j = 0; j < k; j++) {
             a->raw[(size_t)n * k + j] = s[sel[j]];
@@ -376,7 +379,7 @@ void moe_forward(Model *model, int l, MoeActs *a, const float *x, float *out, in
     long real = N;
     for (int n = 0; n < N && pad; n++) real -= pad[n];
     ops->matmul_forward(a->logits, x, w->router, NULL, N, C, E);
-    router_scores(m, a->logits, a->scores, N, E);
+    moe_router_scores(m, a->logits, a->scores, N, E);
     route(m, a, w->expert_bias, N, E);
     group(m, a, N, E, pad, real);
     if (!pr->recomputing) { /* statistics once per micro-batch: a recomputed forward keeps the first's record */

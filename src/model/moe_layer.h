@@ -57,6 +57,12 @@ struct MoeStep {
  * experts (a token's k experts are distinct, so at most min(k, E / ep)); with a capacity_factor c, also at most
  * ceil(c N k / E) rows per expert from each rank, as routing keeps: the most a layer can give them. */
 long moe_expert_rows_max(const MoeConfig *mc, int ep, long N);
+
+/* The router's scores of N tokens from their logits (N x E), row by row: softmax (in double) or sigmoid. */
+void moe_router_scores(const MoeConfig *m, const float *logits, float *scores, int N, int E);
+/* One token's k best experts by score (+ bias, NULL for none; the combine weights are the scores alone) into sel,
+ * best first, ties to the lower index: the routing's choice, also what convert --drop-expert-bias compares. */
+void moe_top_k(const float *scores, const float *bias, int E, int k, int32_t *sel);
 /* A quarter more than the rows a balanced routing gives one rank's experts (N k), or moe_expert_rows_max where that
  * is fewer (ep 1: N k, all of a rank's rows): what the CUDA model's arena holds for its expert side and `plan`
  * counts. Under ep a layer given more takes its expert side as it goes (src/model/cuda/cuda_model_moe.c): routing a
