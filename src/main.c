@@ -20,6 +20,7 @@
 #include "config/recipe.h"
 #include "convert/convert.h"
 #include "core/error.h"
+#include "core/timer.h"
 #include "data/data_build.h"
 #include "data/data_inspect.h"
 #include "dist/comm.h"
@@ -209,6 +210,7 @@ static bool left_to_rank0(const char *cmd) {
 }
 
 int main(int argc, char **argv) {
+    mt_mark_process_start(); /* train.exit_duration_mins counts from here */
     /* A file-size limit (ulimit -f) makes a write fail with EFBIG, which every writer reports naming its file,
      * rather than kill the process with SIGXFSZ mid-save (a background save's thread blocks it anyway). */
     signal(SIGXFSZ, SIG_IGN);

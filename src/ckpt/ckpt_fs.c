@@ -13,6 +13,7 @@
 
 #include "../core/error.h"
 #include "../core/fs.h"
+#include "../core/timer.h"
 
 int ckpt_write_file(const char *path, const void *data, size_t n, char *err, size_t errlen) {
     int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
@@ -81,12 +82,4 @@ int ckpt_read_file(const char *path, size_t max_bytes, unsigned char **data, siz
     return 0;
 }
 
-void ckpt_test_slow_point(void) {
-    const char *ms = getenv("MEGATRAIN_TEST_SLOW_SAVE_MS");
-    if (!ms || !*ms) return;
-    long v = strtol(ms, NULL, 10);
-    if (v <= 0) return;
-    struct timespec ts = {v / 1000, (v % 1000) * 1000000L};
-    while (nanosleep(&ts, &ts) != 0 && errno == EINTR) {
-    }
-}
+void ckpt_test_slow_point(void) { mt_test_delay("MEGATRAIN_TEST_SLOW_SAVE_MS"); }

@@ -291,13 +291,15 @@ static void efficiency_columns(TrainContext *ctx, StepMetrics *m, double tokens)
 
 /* This rank's reason to stop before the next step, from the recipe's exit limits, checked after each step done in
  * this process (as Megatron does after each iteration: a job always makes progress): a step that is a multiple of
- * train.exit_interval, or train.exit_duration_mins since the loop began (a job's time limit less the time a save
- * and the setup take). 0 for none. */
-static int exit_limit(const TrainContext *ctx, double start_time) {
+ * train.exit_interval, or train.exit_duration_mins since the process began, its setup included (a job's time limit
+ * less a step and a save; Megatron counts from its start too: a setup that loads a large checkpoint or builds the
+ * data's index takes minutes the limit must hold). 0 for none. */
+static int exit_limit(const TrainContext *ctx) {
     const TrainConfig *t = &ctx->recipe->train;
     if (ctx->state.step == ctx->start_step) return 0;
     if (t->exit_interval > 0 && ctx->state.step % t->exit_interval == 0) return TRAIN_STOP_INTERVAL;
-    if (t->exit_duration_mins > 0 && mt_now() - start_time >= 60.0 * t->exit_duration_mins) return TRAIN_STOP_DURATION;
+    if (t->exit_duration_mins > 0 && mt_now() - mt_process_start() >= 60.0 * t->exit_duration_mins)
+        return TRAIN_STOP_DURATION;
     return 0;
 }
 
@@ -311,7 +313,7 @@ static void stops_again(const TrainContext *ctx, int stop, char *buf, size_t len
         snprintf(buf, len, " (it stops again after step %ld, the next multiple of train.exit_interval %ld, which the "
                  "run keeps; add --set train.exit_interval=0 to run to the end)", next, t->exit_interval);
     else if (stop == TRAIN_STOP_DURATION)
-        snprintf(buf, len, " (it stops again after %g minutes of training, train.exit_duration_mins, which the run "
+        snprintf(buf, len, " (it stops again %g minutes after it starts, train.exit_duration_mins, which the run "
                  "keeps; add --set train.exit_duration_mins=0 to run to the end)", t->exit_duration_mins);
 }
 
@@ -393,7 +395,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
      * after each step but the last, and again after an evaluation and after a checkpoint's save, every rank at once
      * (train_stop_requested is a collective; each of these is every rank's): a step it follows is logged (the
      * checkpoint's step has its line and metrics) and saved. */
-    if (ctx->state.step < ctx->total_steps) stop_signal = train_stop_requested(exit_limit(ctx, start_time));
+    if (ctx->state.step < ctx->total_steps) stop_signal = train_stop_requested(exit_limit(ctx));
     while (ctx->state.step < ctx->total_steps && !stop_signal) {
         const int stepped = train_step(ctx, &result, err, sizeof err);
         if (stepped == TRAIN_DATA_REFUSED) {
@@ -422,7 +424,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
             ctx->stopped_together = true;
             break;
         }
-        if (step < ctx->total_steps) stop_signal = train_stop_requested(exit_limit(ctx, start_time));
+        if (step < ctx->total_steps) stop_signal = train_stop_requested(exit_limit(ctx));
         /* every eval_interval steps and after the last (Megatron's evaluation at the end of training) */
         const bool eval_now =
             ctx->valid_data && (is_multiple(step, recipe->train.eval_interval) || step == ctx->total_steps);
@@ -448,7 +450,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
             /* a signal that stopped the evaluation (or came during it), or a time limit it took the run past, stops
              * the run after this step (every rank evaluated: the collective is every rank's) */
             if (eval_now && !stop_signal && step < ctx->total_steps)
-                stop_signal = train_stop_requested(exit_limit(ctx, start_time));
+                stop_signal = train_stop_requested(exit_limit(ctx));
             if (eval_now || test_now) clock.paused_s += mt_now() - eval_start;
             log_step(ctx, metrics, &result, step, eval_loss, test_loss, &clock);
         }
@@ -469,7 +471,7 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
         /* a stop that came during the save (a signal, the time limit it took the run past): here, not after another
          * step and save; save_due is every rank's, so is this collective */
         if (save_due && !stop_signal && step < ctx->total_steps) {
-            stop_signal = train_stop_requested(exit_limit(ctx, start_time));
+            stop_signal = train_stop_requested(exit_limit(ctx));
             if (stop_signal && !log_now) log_step(ctx, metrics, &result, step, NAN, NAN, &clock);
         }
         if (is_multiple(step, recipe->logging.timers_interval)) {

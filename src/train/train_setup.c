@@ -15,6 +15,7 @@
 #include "../convert/hf_config.h"
 #include "../convert/init_from.h"
 #include "../core/error.h"
+#include "../core/timer.h"
 #include "../core/fs.h"
 #include "../data/dataset_tokenizer.h"
 #include "../data/eval_coverage.h"
@@ -383,6 +384,9 @@ int train_setup_common(TrainContext *ctx, const Recipe *recipe, const char *toke
                        const char *tokenizer_source, char *err, size_t errlen) {
     memset(ctx, 0, sizeof *ctx);
     ctx->recipe = recipe;
+    /* a test's stand-in for a long setup (a large checkpoint's load, a data set's index built), which
+     * train.exit_duration_mins counts */
+    mt_test_delay("MEGATRAIN_TEST_SLOW_SETUP_MS");
     if (comm_world()->rank != 0) mt_log_enabled = mt_lead_rank = 0; /* rank 0 prints for the job */
     train_state_init(&ctx->state, recipe->run.seed);
     snprintf(ctx->checkpoints_dir, sizeof ctx->checkpoints_dir, "%s/checkpoints", recipe->run.dir);

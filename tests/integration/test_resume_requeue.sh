@@ -3,6 +3,7 @@
 # time-limited job does.
 # - train.exit_interval and train.exit_duration_mins stop a run after a step
 #   with a checkpoint and exit 0, that step logged (whatever logging.interval);
+#   the minutes count from the process's start, a slow setup included;
 #   a SIGTERM during a checkpoint's save stops the run after that step;
 #   the resumed pieces give the uninterrupted run's losses;
 # - `run --resume-if-exists` (a requeued job's one command) starts, resumes,
@@ -35,10 +36,17 @@ expect 0 "stopped by train.exit_interval after step 14: checkpoint in .*iter_000
   "$MEGATRAIN" resume "$WORK/ex"
 expect 0 "done: 20 steps" "$MEGATRAIN" resume "$WORK/ex"
 [[ "$(losses "$WORK/ex")" == "$(losses "$WORK/a" | head -n 20)" ]] || fail "exit_interval: the pieces' losses differ"
-expect 0 "stopped by train.exit_duration_mins after step 1: checkpoint in .*iter_0000001.*(it stops again after \
-1e-06 minutes of training, train.exit_duration_mins, which the run keeps; add --set train.exit_duration_mins=0 to run to \
-the end)" run "$WORK/dur" 20 \
+expect 0 "stopped by train.exit_duration_mins after step 1: checkpoint in .*iter_0000001.*(it stops again \
+1e-06 minutes after it starts, train.exit_duration_mins, which the run keeps; add --set train.exit_duration_mins=0 to run \
+to the end)" run "$WORK/dur" 20 \
   --set train.exit_duration_mins=1e-6
+# the minutes count from the process's start, setup included (Megatron's --exit-duration-in-mins too): a setup of
+# 1.5 s (MEGATRAIN_TEST_SLOW_SETUP_MS, a large checkpoint's load standing in) against a limit of 1.2 s stops the
+# run after its first step, which a limit counted from the training loop's start let run on (3 steps of the tiny
+# model take milliseconds)
+(export MEGATRAIN_TEST_SLOW_SETUP_MS=1500
+ expect 0 "stopped by train.exit_duration_mins after step 1: checkpoint in " run "$WORK/dur-setup" 3 \
+   --set train.exit_duration_mins=0.02)
 # the step a run stops at is logged whatever logging.interval says: its checkpoint's step has its line and metrics
 expect 0 "stopped by train.exit_interval after step 7" run "$WORK/exlog" 20 --set train.exit_interval=7 \
   --set logging.interval=5
