@@ -14,11 +14,13 @@
  */
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "ckpt/ckpt_commands.h"
 #include "config/recipe.h"
 #include "convert/convert.h"
+#include "core/cli.h"
 #include "core/error.h"
 #include "core/timer.h"
 #include "data/data_build.h"
@@ -128,9 +130,8 @@ static int parse_recipe_args(int argc, char **argv, const char **path, const cha
         } else if (strncmp(a, "--set=", 6) == 0) {
             value = a + 6;
         } else if (a[0] == '-' && a[1] != '\0') {
-            const bool dashes = strcmp(a, "--resume_if_exists") == 0 && strstr(usage, "--resume-if-exists");
-            mt_die(MT_EXIT_USAGE, "unknown option '%s'%s\n%s", a, dashes ? " (did you mean --resume-if-exists?)" : "",
-                   usage);
+            cli_unknown_option("run", a, usage);
+            exit(MT_EXIT_USAGE);
         } else if (*path) {
             mt_die(MT_EXIT_USAGE, "unexpected argument '%s' (recipe already given as '%s')", a, *path);
         } else {

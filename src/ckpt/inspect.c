@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "../core/cli.h"
 #include "../core/error.h"
 #include "ckpt_base.h"
 #include "ckpt_commands.h"
@@ -200,7 +201,7 @@ int inspect_main(int argc, char **argv) {
             return MT_EXIT_OK;
         }
         if (argv[i][0] == '-' && argv[i][1] != '\0') { /* as every command says of an option it does not know */
-            mt_error("unknown option '%s'\n%s", argv[i], inspect_usage);
+            cli_unknown_option("inspect", argv[i], inspect_usage);
             return MT_EXIT_USAGE;
         }
         if (arg) {

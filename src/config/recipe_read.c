@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "recipe_schema.h"
+#include "../core/cli.h"
 #include "../core/error.h"
 
 int key_error(char *err, size_t errlen, YLoc loc, const char *path, const char *fmt, ...) {
@@ -106,26 +107,6 @@ int read_number(const YNode *node, YLoc loc, const char *path, double min, doubl
     return 0;
 }
 
-static int edit_distance(const char *a, const char *b) {
-    size_t la = strlen(a), lb = strlen(b);
-    if (la > 63 || lb > 63) return 99;
-    int row[64];
-    for (size_t j = 0; j <= lb; j++) row[j] = (int)j;
-    for (size_t i = 1; i <= la; i++) {
-        int diagonal = row[0];
-        row[0] = (int)i;
-        for (size_t j = 1; j <= lb; j++) {
-            int above = row[j];
-            int best = diagonal + (a[i - 1] != b[j - 1]);
-            if (above + 1 < best) best = above + 1;
-            if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-            row[j] = best;
-            diagonal = above;
-        }
-    }
-    return row[lb];
-}
-
 const RecipeKey *find_key(const RecipeKey *keys, const char *name) {
     for (const RecipeKey *key = keys; key->name; key++)
         if (strcmp(key->name, name) == 0) return key;
@@ -136,7 +117,7 @@ const char *suggest_name(const char *const *names, const char *name) {
     const char *best = NULL;
     int best_distance = 3;
     for (; *names; names++) {
-        const int d = edit_distance(name, *names), longer = (int)strlen(name) - (int)strlen(*names);
+        const int d = mt_edit_distance(name, *names), longer = (int)strlen(name) - (int)strlen(*names);
         /* a typo, not another name: qkv_proj (a fused projection) is no q_proj */
         if (d < best_distance && d < (int)strlen(name) && longer >= -1 && longer <= 1) {
             best = *names;
@@ -171,7 +152,7 @@ const char *suggest_key(const RecipeKey *keys, const char *name) {
     int best_distance = 3;
     size_t len = strlen(name);
     for (const RecipeKey *key = keys; key->name; key++) {
-        int d = edit_distance(name, key->name);
+        int d = mt_edit_distance(name, key->name);
         if (d >= 3 && len >= 4 && strncmp(key->name, name, len) == 0) d = 2; /* "warmup" -> "warmup_steps" */
         if (d < best_distance && d < (int)strlen(name)) {
             best = key->name;

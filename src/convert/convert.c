@@ -11,6 +11,7 @@
 
 #include "../ckpt/ckpt_fs.h"
 #include "../ckpt/ckpt_locate.h"
+#include "../core/cli.h"
 #include "../core/error.h"
 #include "../core/fs.h"
 #include "../core/json.h"
@@ -145,7 +146,16 @@ int convert_main(int argc, char **argv) {
             if (!value[0]) return usage_error("%s", "--base-model: expected a Hugging Face model name or directory");
             options.base_model = value;
         } else if (a[0] == '-' && a[1] != '\0') {
-            return usage_error("unknown option '%s'", a);
+            char *text = NULL;
+            size_t len = 0;
+            FILE *f = open_memstream(&text, &len);
+            if (f) {
+                print_usage(f);
+                fclose(f);
+            }
+            cli_unknown_option("convert", a, text ? text : "");
+            free(text);
+            return MT_EXIT_USAGE;
         } else if (num_paths < 2) {
             paths[num_paths++] = a;
         } else {

@@ -49,6 +49,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "../core/cli.h"
 #include "../core/error.h"
 #include "../core/timer.h"
 #include "../core/fs.h"
@@ -228,6 +229,8 @@ static int parse_options(int argc, char **argv, BuildOptions *opt) {
             else if (a[0] != '-' && opt->input && i > 0 && strcmp(argv[i - 1], opt->input) == 0)
                 mt_error("data build: unexpected argument '%s': --input takes one file (several: concatenate them, "
                          "or build each and blend the datasets in data.train)\n%s", a, build_usage_text);
+            else if (a[0] == '-' && a[1])
+                cli_unknown_option("data build", a, build_usage_text);
             else
                 mt_error("data build: unexpected argument '%s'\n%s", a, build_usage_text);
             return 2;

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../core/cli.h"
 #include "../core/error.h"
 #include "../core/fs.h"
 #include "../core/json.h"
@@ -90,7 +91,7 @@ static int parse_options(int argc, char **argv, InspectOptions *opt) {
                 return 2;
             }
         } else if (a[0] == '-' && a[1]) {
-            mt_error("data inspect: unexpected argument '%s'\n%s", a, inspect_usage_text);
+            cli_unknown_option("data inspect", a, inspect_usage_text);
             return 2;
         } else if (!opt->prefix) {
             opt->prefix = a;

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../core/cli.h"
 #include "../core/error.h"
 #include "../model/model_device.h"
 
@@ -231,7 +232,7 @@ int eval_parse_options(int argc, char **argv, EvalOptions *opt) {
             if (strncmp(a, names[k], n) == 0 && (a[n] == '\0' || a[n] == '=')) break;
         }
         if (k == NUM_VALUE_OPTIONS) {
-            mt_error("eval: unknown option '%s'\n%s", a, eval_usage_text);
+            cli_unknown_option("eval", a, eval_usage_text);
             return 2;
         }
         const char *value = a[n] == '=' ? a + n + 1 : (i + 1 < argc ? argv[++i] : NULL);

@@ -11,6 +11,7 @@
 #include "../config/batch_schedule.h"
 #include "../config/recipe.h"
 #include "../config/recipe_schema.h"
+#include "../core/cli.h"
 #include "../core/error.h"
 #include "../model/model_device.h"
 #include "plan.h"
@@ -204,7 +205,8 @@ int plan_main(int argc, char **argv) {
                            "found '%s'", v);
             }
         } else if (a[0] == '-' && a[1]) {
-            mt_die(MT_EXIT_USAGE, "unknown option '%s'\n%s", a, plan_usage);
+            cli_unknown_option("plan", a, plan_usage);
+            exit(MT_EXIT_USAGE);
         } else if (path) {
             mt_die(MT_EXIT_USAGE, "unexpected argument '%s' (recipe already given as '%s')", a, path);
         } else {

@@ -26,6 +26,7 @@
 #include "../config/batch_schedule.h"
 #include "../config/recipe.h"
 #include "../config/yaml_tree.h"
+#include "../core/cli.h"
 #include "../core/error.h"
 #include "../core/fs.h"
 #include "../core/json.h"
@@ -65,7 +66,7 @@ static int parse_args(int argc, char **argv, const char **dir, const char **sets
         } else if (!strncmp(a, "--set=", 6)) {
             value = a + 6;
         } else if (a[0] == '-' && a[1]) {
-            mt_error("unknown option '%s'\n%s", a, resume_usage);
+            cli_unknown_option("resume", a, resume_usage);
             return 2;
         } else if (*dir) {
             mt_error("unexpected argument '%s' (the directory is already given as '%s')", a, *dir);

@@ -92,7 +92,7 @@ printf '\n  \n' > "$D/blank.txt"
 expect_fail '!' "no documents" --input "$D/blank.txt" --output "$D/bad/x"
 expect_fail 2 "tokenizer.json: No such file" --input "$D/plain.txt" --output "$D/bad/x" --tokenizer "$D/tokenizer.json"
 expect_fail 2 "--output" --input "$D/plain.txt"
-expect_fail 2 "unexpected argument" --input "$D/plain.txt" --output "$D/bad/x" --vocab 5
+expect_fail 2 "unknown option '--vocab'" --input "$D/plain.txt" --output "$D/bad/x" --vocab 5
 # Megatron's preprocess_data.py's flags and several inputs: what to give instead
 expect_fail 2 "unknown option '--output-prefix' (Megatron's preprocess_data.py's; here: --output PREFIX)" \
   --input "$D/plain.txt" --output-prefix "$D/bad/x"

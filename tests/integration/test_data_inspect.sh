@@ -196,7 +196,7 @@ grep -qF "warning: $D/modes.idx: 100 bytes after the document index (one a seque
   grep -qF "documents: 100" "$D/out.txt" || fail "modes: $(cat "$D/err.txt" "$D/out.txt")"
 expect_fail 2 "PREFIX is required"
 expect_fail 2 "--docs -1: expected a whole number" "$D/lengths" --docs -1
-expect_fail 2 "unexpected argument '--colour'" "$D/lengths" --colour
+expect_fail 2 "unknown option '--colour'" "$D/lengths" --colour
 expect_fail 2 "one PREFIX only" "$D/lengths" "$D/l3"
 expect_fail 2 "--tokenizer: $D/missing" "$D/lengths" --tokenizer "$D/missing"
 

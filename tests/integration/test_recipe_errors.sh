@@ -32,7 +32,7 @@ line_of() { grep -n -m1 -F "$2" "$1" | cut -d: -f1; }
 status=0; "$MEGATRAIN" train recipes/tiny/llama.yaml 2> "$WORK/stderr" > /dev/null || status=$?
 [[ $status == 2 ]] && grep -qF "megatrain: error: unknown command 'train' (did you mean 'run'?)" "$WORK/stderr" ||
   fail "megatrain train: exit $status: $(head -n 2 "$WORK/stderr")"
-expect_error recipes/tiny/llama.yaml "unknown option '--resume_if_exists'" "(did you mean --resume-if-exists?)" \
+expect_error recipes/tiny/llama.yaml "run: unknown option '--resume_if_exists'" "(did you mean --resume-if-exists?)" \
   --resume_if_exists
 
 # a Megatron-LM user's names: run --help points to the page that maps them (which exists), and a Megatron flag
