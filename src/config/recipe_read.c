@@ -250,23 +250,36 @@ static int unknown_key(const RecipeKey *keys, const YEntry *entry, const char *p
     return -1;
 }
 
-/* Whether a and b are the same name but for case and '-' for '_' (Megatron's WSD for wsd, PEFT's LORA for lora). */
-static bool same_but_spelling(const char *a, const char *b) {
-    for (; *a && *b; a++, b++) {
-        const int ca = *a == '-' ? '_' : tolower((unsigned char)*a), cb = *b == '-' ? '_' : tolower((unsigned char)*b);
+/* Whether a and the first n bytes of b are the same name but for case and '-' for '_' (Megatron's WSD for wsd,
+ * PEFT's LORA for lora). */
+static bool same_but_spelling_n(const char *a, const char *b, size_t n) {
+    size_t i = 0;
+    for (; a[i] && i < n; i++) {
+        const int ca = a[i] == '-' ? '_' : tolower((unsigned char)a[i]);
+        const int cb = b[i] == '-' ? '_' : tolower((unsigned char)b[i]);
         if (ca != cb) return false;
     }
-    return *a == *b;
+    return a[i] == '\0' && i == n;
 }
 
+static bool same_but_spelling(const char *a, const char *b) { return same_but_spelling_n(a, b, strlen(b)); }
+
 static int read_choice(const RecipeKey *key, const YNode *node, YLoc loc, const char *path, char *err, size_t errlen) {
-    char list[256] = "", found[128], hint[96] = "";
+    char list[256] = "", found[128], hint[160] = "";
     if (node->kind == YNODE_SCALAR && !ytree_is_null(node))
         for (int i = 0; key->names[i]; i++) {
             if (strcmp(node->text, key->names[i]) == 0) return i;
             if (same_but_spelling(node->text, key->names[i]))
                 snprintf(hint, sizeof hint, " (did you mean %s?)", key->names[i]);
         }
+    /* another project's spelling of a value (RecipeKey.value_also: "theirs=ours ...") */
+    for (const char *p = key->value_also; !hint[0] && node->kind == YNODE_SCALAR && p && *p;) {
+        const size_t n = strcspn(p, " "), eq = strcspn(p, "=");
+        if (eq < n && same_but_spelling_n(node->text, p, eq))
+            snprintf(hint, sizeof hint, " (did you mean %.*s? megatrain's name for %s)", (int)(n - eq - 1), p + eq + 1,
+                     node->text);
+        p += n + (p[n] == ' ');
+    }
     for (int i = 0; key->names[i]; i++) {
         size_t used = strlen(list);
         snprintf(list + used, sizeof list - used, "%s%s", i ? " | " : "", key->names[i]);

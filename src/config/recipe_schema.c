@@ -167,10 +167,12 @@ static const RecipeKey train_keys[] = {
 static const RecipeKey schedule_keys[] = {
     {LONG_KEY("warmup_steps", OptimizerConfig, warmup_steps, 0), .also = "lr_warmup_iters lr_warmup_samples"},
     {NUM_KEY("warmup_fraction", OptimizerConfig, warmup_fraction, 0), .also = "lr_warmup_fraction"},
-    {ENUM_KEY("decay", OptimizerConfig, decay, decay_names), .also = "lr_decay_style decay_type"},
+    {ENUM_KEY("decay", OptimizerConfig, decay, decay_names), .also = "lr_decay_style decay_type",
+     .value_also = "inverse-square-root=inverse_sqrt"},
     {LONG_KEY("decay_steps", OptimizerConfig, decay_steps, 1), .nullable = true, .also = "lr_decay_iters lr_decay_samples"},
     {LONG_KEY("wsd_decay_steps", OptimizerConfig, wsd_decay_steps, 0), .also = "lr_wsd_decay_iters lr_wsd_decay_samples decay_ratio"},
-    {ENUM_KEY("wsd_decay_style", OptimizerConfig, wsd_decay_style, wsd_style_names), .also = "lr_wsd_decay_style"},
+    {ENUM_KEY("wsd_decay_style", OptimizerConfig, wsd_decay_style, wsd_style_names), .also = "lr_wsd_decay_style",
+     .value_also = "sqrt=minus_sqrt"},
     {0},
 };
 

@@ -47,6 +47,9 @@ struct RecipeKey {
     const char *also;         /* other projects' names for it, separated by spaces (PEFT's r for rank, Megatron's
                                * and torchtitan's names): an unknown key of such a name is answered with "did you
                                * mean" this one */
+    const char *value_also;   /* KT_ENUM: other projects' spellings of its values, "theirs=ours" separated by
+                               * spaces (Megatron's inverse-square-root=inverse_sqrt): such a value is answered with
+                               * "did you mean" ours */
     ModelMatch match;         /* model and peft keys: what a checkpoint's and a recipe's must agree on (0: a
                                * training choice, never compared) */
     KeyDiffFn differ;         /* a marked KT_CUSTOM key's comparison, or another than the value's (NULL: the value) */

@@ -267,8 +267,8 @@ static int validate_schedule(const Recipe *r, const YNode *root, YLoc at, char *
                         "expected a fraction of the decay steps below 1, found %s", fraction);
         if (o->warmup_steps > 0)
             return fail(err, errlen, root, at, "", "optimizer.schedule.warmup_fraction",
-                        "found both warmup_steps (%ld) and warmup_fraction (%s), expected one of them",
-                        o->warmup_steps, fraction);
+                        "found both warmup_steps (%ld) and warmup_fraction (%s), expected one of them (--set "
+                        "optimizer.schedule.warmup_steps=null drops the steps)", o->warmup_steps, fraction);
     }
     /* With decay_steps given, the schedule is its own (a run may be a first chunk of it, as Megatron's
      * --exit-interval allows): warmup must end before the decay does, as Megatron asserts, else the lr falls

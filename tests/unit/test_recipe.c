@@ -781,6 +781,12 @@ static const ErrorCase error_cases[] = {
      "parallel.num_layers_per_virtual_pipeline_stage", "did you mean 'parallel.vpp'? Megatron's "
      "num_layers_per_virtual_pipeline_stage counts layers, megatrain's vpp virtual stages: vpp = num_layers / (pp x "
      "num_layers_per_virtual_pipeline_stage)"},
+    /* their spellings of a value (RecipeKey.value_also): Megatron's decay style, torchtitan's sqrt decay */
+    {"megatron_decay_value", NULL, NULL, "optimizer.schedule.decay=inverse-square-root", 1, NULL,
+     "optimizer.schedule.decay", "found 'inverse-square-root' (did you mean inverse_sqrt? megatrain's name for "
+     "inverse-square-root)"},
+    {"torchtitan_sqrt_value", NULL, NULL, "optimizer.schedule.wsd_decay_style=sqrt", 1, NULL,
+     "optimizer.schedule.wsd_decay_style", "(did you mean minus_sqrt? megatrain's name for sqrt)"},
     /* torchtitan's names (a second `also` name), and megatrain's own key written in another section */
     {"torchtitan_name", NULL, NULL, "parallel.tensor_parallel_degree=2", 1, NULL, "parallel.tensor_parallel_degree",
      "did you mean 'parallel.tp'?"},
@@ -1033,7 +1039,8 @@ static const ErrorCase error_cases[] = {
     {"warmup_fraction_one", NULL, NULL, "optimizer.schedule.warmup_fraction=1", 1, NULL,
      "optimizer.schedule.warmup_fraction", "expected a fraction of the decay steps below 1, found 1"},
     {"warmup_fraction_and_steps", NULL, NULL, "optimizer.schedule.warmup_fraction=0.1", 1, NULL,
-     "optimizer.schedule.warmup_fraction", "found both warmup_steps ("},
+     "optimizer.schedule.warmup_fraction", "expected one of them (--set optimizer.schedule.warmup_steps=null drops the "
+     "steps)"},
     {"blend_weights_mixed", NULL, NULL, "data.train=[a, {path: b, weight: 2}]", 1, NULL, "data.train",
      "item 1 has a weight and item 0 has none: give every dataset of a blend a weight, or none"},
     {"blend_weights_mixed_other_way", NULL, NULL, "data.train=[{path: a, weight: 2}, b]", 1, NULL, "data.train",
