@@ -153,14 +153,27 @@ static int validate_layout(const Recipe *r, const YNode *root, YLoc at, int worl
         if (STAGE_FINISHED(i)) continue;
         long batch = r->train.batch_stages[i].global_batch_size;
         if (batch % unit == 0) continue;
-        char path[MT_KEY_PATH_MAX];
+        char path[MT_KEY_PATH_MAX], fix[160];
         YLoc loc = stage_loc(root, at, i, path, sizeof path);
+        /* the largest smaller micro-batch that every stage still to run divides into at this dp, if any */
+        int micro = r->train.micro_batch_size - 1;
+        for (; micro > 0; micro--) {
+            bool fits = true;
+            for (int j = 0; j < t->num_batch_stages && fits; j++)
+                fits = STAGE_FINISHED(j) || t->batch_stages[j].global_batch_size % ((long)micro * dp) == 0;
+            if (fits) break;
+        }
+        if (micro > 0)
+            snprintf(fix, sizeof fix, " (--set train.micro_batch_size=%d fits at dp %ld)", micro, dp);
+        else
+            snprintf(fix, sizeof fix, " (no micro-batch size does at dp %ld: launch a number of ranks whose dp divides "
+                     "%ld)", dp, batch);
         if (r->train.num_batch_stages == 1)
-            return key_error(err, errlen, loc, path, "expected a multiple of micro_batch_size * dp = %d * %ld = %ld, found %ld",
-                             r->train.micro_batch_size, dp, unit, batch);
+            return key_error(err, errlen, loc, path, "expected a multiple of micro_batch_size * dp = %d * %ld = %ld, "
+                             "found %ld%s", r->train.micro_batch_size, dp, unit, batch, fix);
         return key_error(err, errlen, loc, path,
-                         "stage %d has global batch size %ld; expected a multiple of micro_batch_size * dp = %d * %ld = %ld",
-                         i, batch, r->train.micro_batch_size, dp, unit);
+                         "stage %d has global batch size %ld; expected a multiple of micro_batch_size * dp = %d * %ld = "
+                         "%ld%s", i, batch, r->train.micro_batch_size, dp, unit, fix);
     }
     if (p->vpp > 1 && p->pp > 1)
         for (int i = 0; i < r->train.num_batch_stages; i++) {
