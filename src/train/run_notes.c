@@ -76,6 +76,19 @@ void run_notes_data(const Recipe *recipe, RunNotes *notes) {
             "--set train.eval_interval=N evaluates every N steps");
 }
 
+void run_notes_model(const Recipe *recipe, RunNotes *notes) {
+    const MoeConfig *m = &recipe->model.moe;
+    if (!model_family_is_moe(recipe->model.family) || m->capacity_factor <= 0 || m->num_experts_per_tok <= 0 ||
+        m->capacity_factor * m->num_experts_per_tok < m->num_experts)
+        return;
+    /* an expert's capacity from each rank is ceil(c N k / E) rows of its N tokens, which route to it at most once */
+    add(notes, "model.moe.capacity_factor %g is at least num_experts / num_experts_per_tok (%d / %d): each expert's "
+        "capacity holds every token that can be routed to it, so no token is dropped and the factor changes "
+        "nothing (a capacity below that drops the tokens past it)", m->capacity_factor, m->num_experts,
+        m->num_experts_per_tok);
+    notes->line[notes->count - 1] = true;
+}
+
 /* The lr schedule in words, into buf: "warmup 5 steps to 0.001, cosine decay to 0.0001 at step 40". */
 static void describe_lr(const OptimizerConfig *o, long decay_steps, double warmup, char *buf, size_t len) {
     int n = warmup > 0 ? snprintf(buf, len, "warmup %g steps to %g", warmup, o->lr)
@@ -157,6 +170,7 @@ void run_notes_schedule(const Recipe *recipe, long total_steps, RunNotes *notes)
 void run_notes_say(const Recipe *recipe) {
     RunNotes notes = {0};
     run_notes_data(recipe, &notes);
+    run_notes_model(recipe, &notes);
     run_notes_schedule(recipe, train_total_steps(&recipe->train), &notes);
     run_notes_print(&notes);
 }

@@ -1,6 +1,6 @@
 /* run_notes.h: what a run's recipe does that its author may not have meant, said once at the start of a run (rank
  * 0, train_setup's warn_unused_settings): a dataset listed twice in a blend, validation data that is the training
- * data or that no evaluation reads, a schedule phase or batch stage past the last step (warnings); and the
+ * data or that no evaluation reads, a MoE capacity_factor that drops nothing, a schedule phase or batch stage past the last step (warnings); and the
  * banner's line that sums up the LR schedule. The notes are made here and printed by the caller, so a test reads them without a run. */
 #ifndef MT_TRAIN_RUN_NOTES_H
 #define MT_TRAIN_RUN_NOTES_H
@@ -23,6 +23,10 @@ typedef struct RunNotes {
 /* data.train and data.valid: a prefix listed twice in one of them (each entry reads the same samples in the same
  * order), data.valid naming a dataset of data.train, data.valid with evaluation off. */
 void run_notes_data(const Recipe *recipe, RunNotes *notes);
+
+/* A MoE model's model.moe.capacity_factor of at least num_experts / num_experts_per_tok: a capacity that holds every
+ * token an expert can be given (at most each token once), so nothing is ever dropped (a line). */
+void run_notes_model(const Recipe *recipe, RunNotes *notes);
 
 /* A warmup, a WSD decay or a batch_schedule stage that lies past the last step of `total_steps`
  * (train_total_steps). */

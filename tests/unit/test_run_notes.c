@@ -186,6 +186,30 @@ static void test_batch_stage_past_the_end(void **state) {
     expect_one(&notes, "stage 2 (from 4993 tokens, global batch size 16) starts after the 4992 tokens", NULL);
 }
 
+/* A capacity_factor of at least E / k drops nothing (each expert's capacity holds all the tokens): said as a line;
+ * below it, and for a dense model, nothing. */
+static void test_capacity_that_drops_nothing(void **state) {
+    (void)state;
+    Recipe r = base();
+    r.model.family = FAMILY_QWEN3_MOE;
+    r.model.moe.num_experts = 8;
+    r.model.moe.num_experts_per_tok = 2;
+    r.model.moe.capacity_factor = 4.0;
+    RunNotes notes = {0};
+    run_notes_model(&r, &notes);
+    expect_one(&notes, "model.moe.capacity_factor 4 is at least num_experts / num_experts_per_tok (8 / 2)",
+               "no token is dropped", NULL);
+    assert_true(notes.line[0]);
+    r.model.moe.capacity_factor = 3.99;
+    notes = (RunNotes){0};
+    run_notes_model(&r, &notes);
+    assert_int_equal(notes.count, 0);
+    r.model.moe.capacity_factor = 4.0;
+    r.model.family = FAMILY_LLAMA;
+    run_notes_model(&r, &notes);
+    assert_int_equal(notes.count, 0);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plain_run_has_none),
@@ -194,6 +218,7 @@ int main(void) {
         cmocka_unit_test(test_valid_is_train_or_unread),
         cmocka_unit_test(test_schedule_past_the_end),
         cmocka_unit_test(test_batch_stage_past_the_end),
+        cmocka_unit_test(test_capacity_that_drops_nothing),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
