@@ -141,6 +141,9 @@ int ckpt_meta_decode(const unsigned char *data, size_t len, CkptMeta *meta, char
 
 void ckpt_meta_free(CkptMeta *meta);
 
+/* How far above CKPT_FORMAT_VERSION a version is taken for a newer megatrain's (with the header's length and CRC
+ * right); beyond it, a corrupt header. */
+#define CKPT_NEWER_VERSIONS 64
 /* The format version above CKPT_FORMAT_VERSION that a ckpt_meta_decode met since ckpt_meta_newer_clear (from any
  * thread), else 0: a checkpoint a newer megatrain wrote, which this one cannot read but which is not corrupt (resume
  * leaves it where it is rather than moving it aside and falling back to an older one). */

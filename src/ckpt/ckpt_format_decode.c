@@ -347,9 +347,18 @@ int ckpt_meta_decode(const unsigned char *data, size_t len, CkptMeta *meta, char
     uint32_t crc = get_u32(&header, "crc");
     uint64_t body_len = get_u64(&header, "length");
     if (meta->version != CKPT_FORMAT_VERSION) {
-        if (meta->version > CKPT_FORMAT_VERSION) atomic_store(&newer_version, meta->version);
-        mt_set_error(err, errlen, "format version %u (this megatrain reads version %d; a newer megatrain wrote it?)",
-                     meta->version, CKPT_FORMAT_VERSION);
+        /* a newer megatrain's only where the rest of the header (which every version keeps) holds: the body's length
+         * and CRC-32C, and a version a few above this one; a flipped bit or a torn header stays corrupt, and resume
+         * goes on to an older checkpoint */
+        const bool whole = body_len == len - CKPT_HEADER_BYTES && crc32c(0, data + CKPT_HEADER_BYTES, body_len) == crc;
+        if (meta->version > CKPT_FORMAT_VERSION && meta->version <= CKPT_FORMAT_VERSION + CKPT_NEWER_VERSIONS && whole) {
+            atomic_store(&newer_version, meta->version);
+            mt_set_error(err, errlen, "format version %u (this megatrain reads version %d; a newer megatrain wrote "
+                         "it)", meta->version, CKPT_FORMAT_VERSION);
+        } else {
+            mt_set_error(err, errlen, "format version %u (this megatrain reads version %d)%s: the file is corrupt",
+                         meta->version, CKPT_FORMAT_VERSION, whole ? "" : ", and its length or checksum is off");
+        }
         return -1;
     }
     if (body_len != len - CKPT_HEADER_BYTES) {

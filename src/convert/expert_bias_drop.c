@@ -89,7 +89,7 @@ static int layer_effect(CkptParams *from, const ModelConfig *cfg, const ParamInf
     const int C = cfg->hidden_size, E = cfg->moe.num_experts, k = cfg->moe.num_experts_per_tok;
     float *norm = mt_malloc((size_t)C * sizeof *norm), *router = mt_malloc((size_t)E * C * sizeof *router);
     float *bias = mt_malloc((size_t)E * sizeof *bias), *logits = mt_malloc((size_t)count * E * sizeof *logits + 1);
-    float *scores = mt_malloc((size_t)E * sizeof *scores);
+    float *scores = mt_malloc((size_t)count * E * sizeof *scores + 1);
     int32_t *with = mt_malloc((size_t)k * sizeof *with), *without = mt_malloc((size_t)k * sizeof *without);
     char name[96];
     int status = 0;
@@ -108,11 +108,13 @@ static int layer_effect(CkptParams *from, const ModelConfig *cfg, const ParamInf
         }
         out->spread = (double)hi - (double)lo;
         for (long i = 0; i < (long)count * C; i++) input[i] = x[i] * norm[i % C];
-        if (count > 0) cpu_backend.matmul_forward(logits, input, router, NULL, count, C, E);
+        if (count > 0) {
+            cpu_backend.matmul_forward(logits, input, router, NULL, count, C, E);
+            moe_router_scores(&cfg->moe, logits, scores, count, E);
+        }
         for (int n = 0; n < count; n++) {
-            moe_router_scores(&cfg->moe, logits + (size_t)n * E, scores, 1, E);
-            moe_top_k(scores, bias, E, k, with);
-            moe_top_k(scores, NULL, E, k, without);
+            moe_top_k(scores + (size_t)n * E, bias, E, k, with);
+            moe_top_k(scores + (size_t)n * E, NULL, E, k, without);
             int moved = 0;
             for (int j = 0; j < k; j++) {
                 bool kept = false;

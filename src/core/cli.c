@@ -28,35 +28,52 @@ int mt_edit_distance(const char *a, const char *b) {
 
 static int is_name_char(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; }
 
+/* The option names of `text` (n bytes): each "--name" not inside a word, the nearest to `dashed` into buf. */
+static void scan_options(const char *text, size_t n, const char *dashed, const char *given, int *best_d, char *buf,
+                         int len) {
+    for (size_t i = 0; i + 2 < n; i++) {
+        if (text[i] != '-' || text[i + 1] != '-' || (i > 0 && is_name_char(text[i - 1]))) continue;
+        size_t m = 2;
+        while (i + m < n && is_name_char(text[i + m])) m++;
+        if (m <= 2 || m >= 64) continue;
+        char option[64];
+        memcpy(option, text + i, m);
+        option[m] = '\0';
+        i += m - 1;
+        const int d = strcmp(option, dashed) == 0 ? 0 : mt_edit_distance(dashed, option);
+        const int longer = (int)strlen(dashed) - (int)m;
+        if (d < *best_d && longer >= -2 && longer <= 2 && strcmp(option, given) != 0) {
+            *best_d = d;
+            snprintf(buf, (size_t)len, "%s", option);
+        }
+    }
+}
+
 const char *cli_suggest_option(const char *usage, const char *arg, char *buf, int len) {
-    char given[64];
+    char given[64], dashed[66];
     const size_t n = strcspn(arg, "=");
     if (n >= sizeof given || len <= 0) return NULL;
     memcpy(given, arg, n);
     given[n] = '\0';
-    char dashed[64];
-    snprintf(dashed, sizeof dashed, "%s", given);
+    snprintf(dashed, sizeof dashed, "%s%s", given[0] == '-' && given[1] != '-' ? "-" : "", given); /* one dash short */
     for (char *c = dashed; *c; c++) *c = *c == '_' ? '-' : *c;
-    if (strncmp(dashed, "--", 2) != 0 && dashed[0] == '-') { /* -resume-if-exists: one dash short */
-        memmove(dashed + 1, dashed, strlen(dashed) + 1);
-        dashed[0] = '-';
-    }
     int best_d = 3;
     buf[0] = '\0';
-    for (const char *p = strstr(usage, "--"); p; p = strstr(p + 2, "--")) {
-        if (p > usage && is_name_char(p[-1])) continue; /* inside a word */
-        size_t m = 2;
-        while (is_name_char(p[m])) m++;
-        if (m <= 2 || m >= 64) continue;
-        char option[64];
-        memcpy(option, p, m);
-        option[m] = '\0';
-        const int d = strcmp(option, dashed) == 0 ? 0 : mt_edit_distance(dashed, option);
-        const int longer = (int)strlen(dashed) - (int)m;
-        if (d < best_d && longer >= -2 && longer <= 2 && strcmp(option, given) != 0) {
-            best_d = d;
-            snprintf(buf, (size_t)len, "%s", option);
+    /* the command's own options: those of its synopsis (up to the first empty line) and of its option table (a line
+     * that starts with spaces and "--": its first column); not the examples' and the prose's, which name other
+     * commands' options too */
+    const char *blank = strstr(usage, "\n\n");
+    const size_t synopsis = blank ? (size_t)(blank - usage) : strlen(usage);
+    scan_options(usage, synopsis, dashed, given, &best_d, buf, len);
+    for (const char *line = usage + synopsis; *line;) {
+        const size_t line_len = strcspn(line, "\n");
+        const size_t indent = strspn(line, " ");
+        if (indent > 0 && indent + 2 < line_len && line[indent] == '-' && line[indent + 1] == '-') {
+            const char *gap = strstr(line + indent, "  "); /* the column ends at two spaces */
+            const size_t column = gap && (size_t)(gap - line) < line_len ? (size_t)(gap - line) : line_len;
+            scan_options(line, column, dashed, given, &best_d, buf, len);
         }
+        line += line_len + (line[line_len] == '\n');
     }
     return buf[0] ? buf : NULL;
 }

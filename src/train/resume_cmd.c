@@ -235,7 +235,8 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
                                            "checkpoints)" : "remove it (or move it out of checkpoints/)");
     CkptReader *r = ckpt_reader_open(dir, err, sizeof err);
     if (!r) { /* every rank reads the same files to the same verdict: rank 0 says it */
-        if (dist_rank() == 0) mt_warn("skipping checkpoint %s: %s", dir, err);
+        /* (not of a newer format's: the refusal after it says why, and that nothing is skipped) */
+        if (dist_rank() == 0 && !ckpt_meta_newer()) mt_warn("skipping checkpoint %s: %s", dir, err);
         return TRY_NEXT;
     }
     const bool has_state = r->meta.has_state, references_base = r->meta.base.present;
@@ -340,7 +341,8 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     }
     ModelConfig stored;
     if (ckpt_read_model_config(dir, &stored, err, sizeof err) != 0) {
-        if (dist_rank() == 0) mt_warn("skipping checkpoint %s: %s", dir, err);
+        /* (not of a newer format's: the refusal after it says why, and that nothing is skipped) */
+        if (dist_rank() == 0 && !ckpt_meta_newer()) mt_warn("skipping checkpoint %s: %s", dir, err);
         return TRY_NEXT;
     }
     if (ckpt_model_shape_check(&stored, &recipe.model, err, sizeof err) != 0)
@@ -379,7 +381,7 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     /* every rank agreed it is unreadable: the first that could not load it says why, once */
     char skipped[sizeof err + MT_PATH_MAX + 64];
     snprintf(skipped, sizeof skipped, "skipping checkpoint %s: %s", dir, err);
-    dist_warn_first(err[0] != '\0', skipped);
+    dist_warn_first(err[0] != '\0' && !ckpt_meta_newer(), skipped);
     return TRY_NEXT;
 }
 

@@ -127,6 +127,11 @@ static void say_after_failed_save(const TrainContext *ctx, const char *err) {
     const int n = ckpt_list_steps(ctx->checkpoints_dir, &steps, why, sizeof why);
     const long newest = n > 0 ? steps[n - 1] : -1;
     free(steps);
+    if (n < 0) { /* the directory cannot be listed: nothing to say of where to go on from */
+        fflush(stdout);
+        fprintf(stderr, "megatrain: error: the run stopped after step %ld; %s\n", ctx->state.step, why);
+        return;
+    }
     const Recipe *recipe = ctx->recipe;
     char room[320] = "";
     if (strstr(err, strerror(ENOSPC)) || strstr(err, strerror(EDQUOT))) {
@@ -142,6 +147,10 @@ static void say_after_failed_save(const TrainContext *ctx, const char *err) {
         fprintf(stderr, "megatrain: error: the run stopped after step %ld; its newest checkpoint is %s/iter_%07ld: once "
                 "the cause is fixed%s, `megatrain resume %s` continues from step %ld\n", ctx->state.step,
                 ctx->checkpoints_dir, newest, room, recipe->run.dir, newest);
+    else if (ctx->resumed_from[0]) /* a branch into a new run.dir that has saved none yet: where it came from */
+        fprintf(stderr, "megatrain: error: the run stopped after step %ld and has no checkpoint in %s yet: once the "
+                "cause is fixed%s, `megatrain resume %s --set run.dir=%s` continues from step %ld again\n",
+                ctx->state.step, ctx->checkpoints_dir, room, ctx->resumed_from, recipe->run.dir, ctx->start_step);
     else
         fprintf(stderr, "megatrain: error: the run stopped after step %ld and has no checkpoint: once the cause is "
                 "fixed%s, it starts over\n", ctx->state.step, room);

@@ -44,6 +44,8 @@ typedef struct TrainContext {
     StepTimers timers;        /* where the steps' time went since the last timers line */
     EnergyMeter energy;       /* the GPU's energy counter (NVML); closed on the CPU */
     long start_step;          /* 0, or the step of the checkpoint resumed from */
+    char resumed_from[MT_PATH_MAX]; /* that checkpoint's directory ("" for a fresh run): a branch's (another run.dir's)
+                                     * is where it goes on from until it saves one of its own */
     bool stopped_together;    /* setup or the loop ended on a failure every rank agreed on at the same point (a
                                * refusal in setup, refused data, too many non-finite steps, a failed save, differing
                                * replicas): it has been said once; no rank waits, none aborts */

@@ -236,6 +236,7 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
         if (keep_frozen_base(ctx, recipe, checkpoint_dir, err, errlen) != 0) status_after = MT_EXIT_FAILURE;
     }
     ctx->start_step = ctx->state.step;
+    snprintf(ctx->resumed_from, sizeof ctx->resumed_from, "%s", checkpoint_dir);
     if (status_after == 0 && !load_optimizer)
         mt_log("resume: optimizer state not loaded (checkpoint.load_optimizer: false): AdamW starts afresh");
 

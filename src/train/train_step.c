@@ -228,7 +228,8 @@ static void moe_step_end(TrainContext *ctx, long num_micro, StepResult *result) 
     result->moe_z_loss = moe->z_loss_coeff > 0 && layers > 0 ? z / moe->z_loss_coeff / layers : NAN;
     const double dropped = dp_sum_double(dp, dp_sum_double(cp, dp_sum_double(pp, (double)st.dropped)));
     const double assignments = dp_sum_double(dp, dp_sum_double(cp, dp_sum_double(pp, (double)st.assignments)));
-    result->moe_aux_loss = aux;
+    /* none where no auxiliary loss is trained (expert_bias or none without a z-loss, or no MoE layer): not a 0 */
+    result->moe_aux_loss = (has_lb || moe->z_loss_coeff > 0) && layers > 0 ? aux : NAN;
     result->moe_imbalance = layers > 0 ? imbalance / layers : NAN;
     result->moe_drop_rate = assignments > 0 ? dropped / assignments : 0.0;
     const double spills = dp_sum_double(dp, dp_sum_double(cp, dp_sum_double(pp, (double)st.spills)));

@@ -2,9 +2,10 @@
 # test_cli_options.sh: an option a command does not know (src/core/cli.c):
 # every command exits 2 naming it and, for a typo, the option meant (one
 # dash short, '_' for '-', a letter off or two: read from the command's own
-# usage, so a new option is suggested without a list to keep), then its
-# synopsis and where --help is, not the whole help text that buried the
-# error; an option nothing is near gets no suggestion.
+# usage's synopsis and option table, so a new option is suggested without a
+# list to keep, and not one its examples or prose name for another command),
+# then its synopsis and where --help is, not the whole help text that buried
+# the error; an option nothing is near gets no suggestion; long arguments.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 # typo COMMAND... -- BAD MEANT: `megatrain COMMAND... BAD` exits 2, its first line the error naming BAD and MEANT
@@ -39,4 +40,11 @@ typo convert "$WORK/a" "$WORK/b" -- --drop-expert-biases --drop-expert-bias
 typo data build --input x --output y -- --inptu --input
 typo data inspect "$WORK/none" -- --doc --docs
 typo inspect "$WORK/none" -- --jsn ""
+# only the command's own options: run's help names plan's --world in an example and eval's prose data build's
+# --format, which neither command takes
+typo run "$R" -- --wrld ""
+typo eval "$WORK/none" -- --formt ""
+# the longest argument compared (63 bytes, one dash short: the dash added must fit) and a longer one
+typo run "$R" -- "-$(printf 'a%.0s' $(seq 62))" ""
+typo run "$R" -- "--$(printf 'a%.0s' $(seq 100))" ""
 echo "passed: unknown options named with the one meant, the synopsis and --help"

@@ -54,10 +54,15 @@ if command -v mpirun > /dev/null; then
     fail "pp 2, the biases on stage 1 only: no line saying they start at zero: $(grep init_from "$WORK/pp2.log")"
 fi
 
-# (a MoE family whose layers are all dense logs no expert imbalance, not nan)
+
+# (a MoE family whose layers are all dense logs no expert imbalance and no auxiliary loss, not nan; a run with
+# expert_bias and no z-loss trains no auxiliary loss: no aux column either, where it printed aux 0.0000)
 run "$WORK/dense" --set "model.moe.layer_freq=[0, 0]" > "$WORK/dense.log"
-grep -q "^step .* | aux 0.0000 | eval_loss\|^step .* | aux 0.0000$" "$WORK/dense.log" && ! grep -qi "nan" "$WORK/dense.log" ||
-  fail "all-dense qwen3_moe: $(grep '^step' "$WORK/dense.log")"
+grep -q "^step " "$WORK/dense.log" && ! grep -q "^step .*| aux \|^step .*| imbalance " "$WORK/dense.log" &&
+  ! grep -qi "nan" "$WORK/dense.log" || fail "all-dense qwen3_moe: $(grep '^step' "$WORK/dense.log")"
+grep -q "^step .*| imbalance " "$WORK/bias.log" && ! grep -q "^step .*| aux " "$WORK/bias.log" &&
+  ! grep -q '"moe_aux_loss"' "$WORK/bias/metrics.jsonl" ||
+  fail "expert_bias without a z-loss: an aux column: $(grep '^step' "$WORK/bias.log" | head -2)"
 
 # refused(NAME EXPECTED-MESSAGE --set ...): exit 2 with the message
 refused() {

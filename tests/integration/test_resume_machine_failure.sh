@@ -8,7 +8,8 @@
 # With the limit lifted, the same command resumes from the newest checkpoint.
 # Likewise a checkpoint of a newer format (an older megatrain in a job script: a module, a build not updated): it is
 # left as it is, no older one tried, the stop saying so (exit 1); it moved every checkpoint aside as corrupt in turn,
-# and the right megatrain then found none. The metadata's version put back, the run resumes from its newest.
+# and the right megatrain then found none. The metadata's version put back, the run resumes from its newest. A
+# version no megatrain wrote (a flipped high bit) is corruption as before: set aside, the one before resumed.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 demo_data "$WORK/english"
@@ -38,22 +39,38 @@ grep -q "resume: from $dir/checkpoints/iter_0000004 at step 4" "$WORK/after.log"
 
 before=$(ls "$dir/checkpoints")
 [[ "$before" == *iter_0000006* ]] || fail "expected checkpoint 6: $before"
-for ck in "$dir"/checkpoints/iter_*; do printf '\x02' | dd of="$ck/metadata.mtck" bs=1 seek=8 conv=notrunc 2> /dev/null; done
+# the format version (a u32 at byte 8, little-endian; below 256), and one above it
+version=$(od -An -tu1 -j8 -N1 "$dir/checkpoints/iter_0000006/metadata.mtck" | tr -d ' ')
+set_version() {  # set_version CKPT_DIR BYTE_OFFSET VALUE: one byte of the metadata's version field
+  printf "\\$(printf '%03o' "$3")" | dd of="$1/metadata.mtck" bs=1 seek="$2" conv=notrunc 2> /dev/null
+}
+for ck in "$dir"/checkpoints/iter_*; do set_version "$ck" 8 $((version + 1)); done
 for form in resume resume-if-exists; do
   if [[ $form == resume ]]; then cmd=(resume "$dir" --set train.steps=8)
   else cmd=(run "${recipe[@]}" --set train.steps=8 --resume-if-exists); fi
   status=0
   "$MEGATRAIN" "${cmd[@]}" > "$WORK/$form-newer.log" 2>&1 || status=$?
   [[ $status -eq 1 ]] || fail "$form of a newer format: exit $status, expected 1: $(tail -n 3 "$WORK/$form-newer.log")"
-  grep -q "error: $dir/checkpoints/iter_0000006 was written by a newer megatrain (checkpoint format version 2; this \
-one, megatrain [0-9.]*, reads version 1): it is left as it is and no older checkpoint is tried" "$WORK/$form-newer.log" ||
+  grep -q "error: $dir/checkpoints/iter_0000006 was written by a newer megatrain (checkpoint format version \
+$((version + 1)); this one, megatrain [^,]*, reads version $version): it is left as it is and no older checkpoint is \
+tried" "$WORK/$form-newer.log" ||
     fail "$form: no message naming the checkpoint and its format: $(cat "$WORK/$form-newer.log")"
   [[ "$(ls "$dir/checkpoints")" == "$before" ]] || fail "$form moved checkpoints of a newer format: $(ls "$dir/checkpoints")"
   grep -q "falling back" "$WORK/$form-newer.log" && fail "$form fell back from a checkpoint of a newer format"
+  grep -q "skipping checkpoint" "$WORK/$form-newer.log" && fail "$form says it skips the checkpoint it stops at"
 done
-for ck in "$dir"/checkpoints/iter_*; do printf '\x01' | dd of="$ck/metadata.mtck" bs=1 seek=8 conv=notrunc 2> /dev/null; done
+for ck in "$dir"/checkpoints/iter_*; do set_version "$ck" 8 "$version"; done
 "$MEGATRAIN" run "${recipe[@]}" --set train.steps=8 --resume-if-exists > "$WORK/after.log" 2>&1 ||
   fail "the resume with the version put back failed: $(tail -n 3 "$WORK/after.log")"
 grep -q "resume: from $dir/checkpoints/iter_0000006 at step 6" "$WORK/after.log" ||
   fail "the resume did not continue from step 6: $(grep -v '^step' "$WORK/after.log")"
+# a version no megatrain wrote (a flipped high bit: 2^31 above) is a corrupt header, not a newer format: that
+# checkpoint is set aside and the resume goes on from the one before, as for any other corruption
+set_version "$dir/checkpoints/iter_0000008" 11 128
+"$MEGATRAIN" resume "$dir" --set train.steps=10 > "$WORK/flipped.log" 2>&1 ||
+  fail "the resume past a flipped version failed: $(tail -n 3 "$WORK/flipped.log")"
+grep -q "resume: from $dir/checkpoints/iter_0000006 at step 6" "$WORK/flipped.log" &&
+  grep -q "format version 2147483649 (this megatrain reads version $version): the file is corrupt" "$WORK/flipped.log" &&
+  ! grep -q "newer megatrain" "$WORK/flipped.log" ||
+  fail "a flipped version bit: $(grep -v '^step' "$WORK/flipped.log")"
 echo "ok"

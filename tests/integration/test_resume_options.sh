@@ -117,7 +117,18 @@ $dir/checkpoints/iter_0000010: once the cause is fixed (room for checkpoint.keep
 being written: \`megatrain plan\` says how much), \`megatrain resume $dir\` continues from step 10" ]] ||
       fail "async=$async: the last line after a full disk: $(tail -n 2 "$WORK/fullater.log")"
   done
-  echo "a failed save's last line names the newest checkpoint and how to go on"
+  # a branch into a new run.dir that fails its first save goes on from the checkpoint it branched from (it said the
+  # run had no checkpoint and would start over)
+  status=0
+  LD_PRELOAD="$WORK/fail_fsync.so" FAIL_FSYNC_MATCH=iter_0000020.tmp "$MEGATRAIN" resume \
+    "$WORK/fullater-false/checkpoints/iter_0000010" --set run.dir="$WORK/branch-full" --set train.steps=30 \
+    --set checkpoint.async=false > "$WORK/branch-full.log" 2>&1 || status=$?
+  [[ $status -eq 1 && "$(tail -n 1 "$WORK/branch-full.log")" == "megatrain: error: the run stopped after step 20 and \
+has no checkpoint in $WORK/branch-full/checkpoints yet: once the cause is fixed (room for checkpoint.keep_last = 3 \
+checkpoints and the one being written: \`megatrain plan\` says how much), \`megatrain resume \
+$WORK/fullater-false/checkpoints/iter_0000010 --set run.dir=$WORK/branch-full\` continues from step 10 again" ]] ||
+    fail "a branch's failed first save: exit $status: $(tail -n 2 "$WORK/branch-full.log")"
+  echo "a failed save's last line names the newest checkpoint (a branch's: the one it came from) and how to go on"
 fi
 # On 2 ranks (dp 2: rank 0 writes the shard) the failed save is every rank's verdict: each rank exits 1, nothing
 # is aborted, one error line, nothing left in checkpoints/. (Open MPI over TCP: its shared-memory transport would
