@@ -4,7 +4,9 @@
  * metrics.jsonl cut back to the checkpoint's step so that the steps
  * trained again after a crash are not listed twice). */
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +24,25 @@
 #include "train_context.h"
 #include "lr_schedule.h"
 
-/* Keep the lines of run_dir/metrics.jsonl whose "step" is at most `step`, and drop a last line without its newline
- * (cut short by a crash or a full disk: the next line appended would run into it). */
+/* Whether a metrics.jsonl line goes: cut short (no newline: a crash or a full disk; the next line appended would run
+ * into it), or of a step after `step`. */
+static bool metrics_line_dropped(const char *line, ssize_t n, long step, long *dropped, long *incomplete) {
+    if (line[n - 1] != '\n') {
+        ++*incomplete;
+        return true;
+    }
+    long line_step = 0;
+    if (sscanf(line, "{\"step\":%ld", &line_step) == 1 && line_step > step) {
+        ++*dropped;
+        return true;
+    }
+    return false;
+}
+
+/* Keep the lines of run_dir/metrics.jsonl whose "step" is at most `step`, and drop a last line without its newline.
+ * Nothing to drop leaves the file as it is; lines to drop that end it (the usual case: the run's steps ascend) are cut
+ * off in place, which needs no room (a resume after a full disk) and keeps the file `tail -f` follows; only lines to
+ * drop among kept ones (a file edited by hand) make a copy that replaces it. */
 static int trim_metrics(const char *run_dir, long step, char *err, size_t errlen) {
     char path[MT_PATH_MAX + 32], tmp[MT_PATH_MAX + 64];
     snprintf(path, sizeof path, "%s/metrics.jsonl", run_dir);
@@ -31,40 +50,50 @@ static int trim_metrics(const char *run_dir, long step, char *err, size_t errlen
     if (stat(path, &st) != 0 && errno == ENOENT) return 0; /* nothing logged yet: metrics_open creates it */
     FILE *in = mt_fopen_regular(path, NULL, NULL, err, errlen); /* never blocks on a FIFO */
     if (!in) return -1;
-    if (mt_temp_name(tmp, sizeof tmp, path) != 0) {
-        fclose(in);
-        mt_set_error(err, errlen, "%s: path too long", path);
-        return -1;
-    }
-    FILE *out = fopen(tmp, "w");
-    if (!out) {
-        mt_set_error(err, errlen, "%s: cannot write: %s", tmp, strerror(errno));
-        fclose(in);
-        return -1;
-    }
     char *line = NULL;
     size_t cap = 0;
     ssize_t n;
     long dropped = 0, incomplete = 0;
+    off_t offset = 0, cut = -1;
+    bool suffix = true; /* every line from the first dropped one on is dropped */
     while ((n = getline(&line, &cap, in)) > 0) {
-        if (line[n - 1] != '\n') { /* the last line, cut short (a crash, a full disk): new lines would join it */
-            incomplete++;
-            continue;
+        if (metrics_line_dropped(line, n, step, &dropped, &incomplete)) {
+            if (cut < 0) cut = offset;
+        } else if (cut >= 0) {
+            suffix = false;
         }
-        long line_step = 0;
-        if (sscanf(line, "{\"step\":%ld", &line_step) == 1 && line_step > step) {
-            dropped++;
-            continue;
+        offset += n;
+    }
+    int status = 0;
+    if (cut >= 0 && suffix) {
+        const int fd = open(path, O_WRONLY | O_CLOEXEC);
+        if (fd < 0 || ftruncate(fd, cut) != 0 || fsync(fd) != 0) {
+            mt_set_error(err, errlen, "%s: cannot cut off the lines after step %ld: %s", path, step, strerror(errno));
+            status = -1;
         }
-        fwrite(line, 1, (size_t)n, out);
+        if (fd >= 0) close(fd);
+    } else if (cut >= 0) {
+        FILE *out = NULL;
+        if (mt_temp_name(tmp, sizeof tmp, path) != 0) {
+            mt_set_error(err, errlen, "%s: path too long", path);
+            status = -1;
+        } else if (!(out = fopen(tmp, "w"))) {
+            mt_set_error(err, errlen, "%s: cannot write: %s", tmp, strerror(errno));
+            status = -1;
+        }
+        rewind(in);
+        long ignored = 0;
+        while (status == 0 && (n = getline(&line, &cap, in)) > 0)
+            if (!metrics_line_dropped(line, n, step, &ignored, &ignored)) fwrite(line, 1, (size_t)n, out);
+        if (out && (mt_fclose_sync(out) != 0 || status != 0 || rename(tmp, path) != 0)) { /* synced: old or new */
+            if (status == 0) mt_set_error(err, errlen, "%s: cannot rewrite: %s", path, strerror(errno));
+            unlink(tmp);
+            status = -1;
+        }
     }
     free(line);
     fclose(in);
-    if (mt_fclose_sync(out) != 0 || rename(tmp, path) != 0) { /* synced: a power loss leaves the old or the new */
-        mt_set_error(err, errlen, "%s: cannot rewrite: %s", path, strerror(errno));
-        unlink(tmp);
-        return -1;
-    }
+    if (status != 0) return -1;
     if (dropped > 0) mt_log("resume: dropped %ld line(s) of metrics.jsonl after step %ld", dropped, step);
     if (incomplete > 0) mt_log("resume: dropped the incomplete last line of %s (it ends without a newline)", path);
     return 0;

@@ -54,12 +54,26 @@ import sys
 lines = open(sys.argv[1]).read().splitlines()
 open(sys.argv[1], 'w').write('\n'.join(lines[:5]) + '\n' + lines[5][:50])  # step 6's line stops midway
 PY
+inode=$(stat -c %i "$WORK/run/metrics.jsonl")
 "$MEGATRAIN" resume "$WORK/run" --set train.steps=9 > "$WORK/resume.log" 2>&1 ||
   fail "the resume failed: $(tail -n 3 "$WORK/resume.log")"
 grep -q "resume: dropped the incomplete last line of $WORK/run/metrics.jsonl" "$WORK/resume.log" ||
   fail "the resume did not say it dropped the incomplete line: $(grep -v '^step' "$WORK/resume.log")"
 steps=$(all_lines_parse "$WORK/run/metrics.jsonl") || fail "metrics.jsonl after the resume is not whole lines"
 [[ "$steps" == "1 2 3 4 5 7 8 9" ]] || fail "steps after the resume: $steps, expected 1-5 and 7-9 (6's line was cut)"
+[[ $(stat -c %i "$WORK/run/metrics.jsonl") == "$inode" ]] ||
+  fail "the resume replaced metrics.jsonl (cut in place, it keeps the file tail -f follows and needs no room)"
+# lines to drop among kept ones (a file edited by hand: a step-40 line put before step 9's) are dropped all the same
+python3 - "$WORK/run/metrics.jsonl" <<'PY'
+import sys
+lines = open(sys.argv[1]).read().splitlines()
+lines.insert(len(lines) - 1, lines[-1].replace('"step":9,', '"step":40,', 1))
+open(sys.argv[1], 'w').write('\n'.join(lines) + '\n')
+PY
+"$MEGATRAIN" resume "$WORK/run" --set train.steps=10 > "$WORK/resume2.log" 2>&1 ||
+  fail "the second resume failed: $(tail -n 3 "$WORK/resume2.log")"
+steps=$(all_lines_parse "$WORK/run/metrics.jsonl") || fail "metrics.jsonl after the second resume is not whole lines"
+[[ "$steps" == "1 2 3 4 5 7 8 9 10" ]] || fail "steps after a resume past an edited line: $steps"
 # 3. the disk full for steps 4-7 of 12, the TensorBoard file read back with TensorBoard's own reader
 MEGATRAIN_TEST_FULL_DISK_STEPS=4-7 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/gap" \
   --set train.steps=12 --set checkpoint.interval=0 "${common[@]}" --set logging.tensorboard=true > "$WORK/gap.log" 2>&1 ||
