@@ -28,6 +28,7 @@
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "gpu_test_util.h"
+#include "model/moe_layer.h"
 
 #define TOPK_MIN_GAP 1e-4
 
@@ -102,26 +103,14 @@ static void ref_router_scores(const float *logits, float *scores, int N, int E, 
     }
 }
 
-/* moe_layer.c route: the k best experts by score (+ bias), ties to the lower index; raw scores and weights. */
+/* moe_layer.c route: the k best experts by score (+ bias), ties to the lower index (the CPU model's moe_top_k);
+ * raw scores and weights. */
 static void ref_route(const float *scores, const float *bias, int N, int E, int k, int renorm, int32_t *selected,
                       float *raw, float *weight) {
     for (int n = 0; n < N; n++) {
         const float *s = scores + (size_t)n * E;
         int32_t *sel = selected + (size_t)n * k;
-        for (int j = 0; j < k; j++) {
-            int best = -1;
-            double best_v = -INFINITY;
-            for (int e = 0; e < E; e++) {
-                bool taken = false;
-                for (int i = 0; i < j; i++) taken |= sel[i] == e;
-                const double v = (double)s[e] + (bias ? (double)bias[e] : 0.0);
-                if (!taken && (best < 0 || v > best_v)) {
-                    best = e;
-                    best_v = v;
-                }
-            }
-            sel[j] = best;
-        }
+        moe_top_k(s, bias, E, k, sel);
         double sum = 0.0;
         for (int j = 0; j < k; j++) {
             raw[(size_t)n * k + j] = s[sel[j]];
