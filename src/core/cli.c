@@ -55,8 +55,10 @@ const char *cli_suggest_option(const char *usage, const char *arg, char *buf, in
     if (n >= sizeof given || len <= 0) return NULL;
     memcpy(given, arg, n);
     given[n] = '\0';
-    snprintf(dashed, sizeof dashed, "%s%s", given[0] == '-' && given[1] != '-' ? "-" : "", given); /* one dash short */
-    for (char *c = dashed; *c; c++) *c = *c == '_' ? '-' : *c;
+    char spelled[64]; /* '_' read as '-' */
+    for (size_t i = 0; i <= n; i++) spelled[i] = given[i] == '_' ? '-' : given[i];
+    /* one dash short: -resume-if-exists */
+    snprintf(dashed, sizeof dashed, "%s%s", spelled[0] == '-' && spelled[1] != '-' ? "-" : "", spelled);
     int best_d = 3;
     buf[0] = '\0';
     /* the command's own options: those of its synopsis (up to the first empty line) and of its option table (a line

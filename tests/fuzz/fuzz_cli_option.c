@@ -1,7 +1,8 @@
 /* fuzz_cli_option.c: libFuzzer harness for what a command says of an option
  * it does not know (src/core/cli.c): cli_suggest_option reads the option
- * names from a usage text (a copy of eval's, the longest list: linking
- * eval_options.o would bring the model and MPI in) and compares them with the argument by edit distance; cli_unknown_option says
+ * names from a usage text (its synopsis and option table, not the prose and
+ * examples that name other commands' options: FOREIGN below) and compares
+ * them with the argument by edit distance; cli_unknown_option says
  * it all on stderr (caught here in a memory stream). The argument is the
  * input up to the first NUL byte, as argv holds it (any bytes, any length,
  * '=' anywhere). A suggestion is an option of the usage text ("--" and name
@@ -18,49 +19,24 @@
 #include "core/cli.h"
 #include "fuzz_util.h"
 
-/* A copy of eval_usage_text (src/eval/eval_options.c). */
+/* A usage text as the commands write theirs: a synopsis, prose and examples that name other commands' options, and
+ * an option table whose descriptions name more. Only the synopsis's and the table's first column are this command's
+ * (FOREIGN are not and must never be suggested). */
 static const char *const usage_text =
-    "usage: megatrain eval CKPT [--data PREFIX] [--split TRAIN,VALID,TEST [--test]] [--batches N|all] [--seq-len T]\n"
-    "                           [--micro-batch-size B] [--seed S] [--pack|--no-pack [--pack-overlong error|truncate]]\n"
-    "                           [--loss per_micro_batch|per_token] [--device D] [--json]\n"
+    "usage: megatrain eval CKPT [--data PREFIX] [--split W [--test]] [--batches N|all] [--seq-len T]\n"
+    "                           [--micro-batch-size B] [--pack|--no-pack [--pack-overlong error|truncate]] [--json]\n"
     "\n"
-    "Print the mean next-token loss (6 decimals) of the model in checkpoint CKPT over\n"
-    "N batches of B samples of T tokens from the Megatron dataset PREFIX (.bin/.idx),\n"
-    "used whole and read as a run reads data.valid, or its validation share with\n"
-    "--split. A run's checkpoint gives what the command line leaves out from the run's\n"
-    "recipe (its seed, seq_len, micro_batch_size, eval_batches, data.pack, train.loss, and\n"
-    "without --data its data.valid, or its data.train with data.split), so that\n"
-    "`megatrain eval RUN_DIR` prints its eval_loss; a line on stderr says what was taken,\n"
-    "and a note which options would give the run's eval_loss when those given do not.\n"
-    "A dataset with a loss mask (data build --format sft: PREFIX_mask.{bin,idx}) is\n"
-    "scored on its unmasked targets only. CKPT is a checkpoint directory, or a run (or\n"
-    "checkpoints/) directory: its newest checkpoint. The defaults below are those of a\n"
-    "checkpoint without a recipe (a conversion's).\n"
+    "Prose that names other commands' options: a dataset of data build --format sft, a layout\n"
+    "of plan --world 8 --fit.\n"
     "\n"
-    "  --data PREFIX           the dataset (required without a run's recipe, and for a run that evaluated\n"
-    "                          on a blend of datasets)\n"
-    "  --split W               TRAIN,VALID,TEST weights (e.g. 98,2,0; a missing share is 0): score the documents that a run with\n"
-    "                          data.train PREFIX and this data.split validates on (default: all of PREFIX,\n"
-    "                          as data.valid)\n"
-    "  --test                  with --split, score its test share instead: a run's test_loss\n"
-    "  --batches N             batches to average over (default 8); all: every sample of the data once, in\n"
-    "                          ceil(samples / B) batches, the last one's places past the data's end masked\n"
-    "                          padding and its loss weighed by its samples (as train.eval_batches: all)\n"
-    "  --seq-len T             tokens per sample (default 256; at most the model's\n"
-    "                          max_position_embeddings)\n"
-    "  --micro-batch-size B    samples per batch (default 4)\n"
-    "  --seed S                the sampling seed (default 1234, as run.seed)\n"
-    "  --pack                  a sample is a row of whole documents packed first-fit decreasing, each\n"
-    "                          attending to itself only (as data.pack: true; cpu only); --no-pack: not\n"
-    "  --pack-overlong P       with --pack, a document longer than T + 1 tokens: error (the default)\n"
-    "                          or truncate to its first T + 1 (as data.pack_overlong)\n"
-    "  --loss L                per_micro_batch (the default: the mean of the batches' mean losses) or\n"
-    "                          per_token (the sum over every counted target of all batches over their\n"
-    "                          number), as train.loss; per_token is cpu only\n"
-    "  --device D              cpu (default; fp32) or cuda (one GPU, bf16 as a run computes there)\n"
-    "  --json                  print one JSON object instead: checkpoint, step, loss, perplexity,\n"
-    "                          batches, micro_batch_size, seq_len, tokens, samples, data, split, share, seed,\n"
-    "                          device, loss_reduction, pack, masked, counted\n";
+    "  --data PREFIX           the dataset (a run's --set data.valid=PREFIX)\n"
+    "  --seed S                the sampling seed (as --seed-file elsewhere)\n"
+    "  --device D              cpu or cuda (see --device-memory in plan)\n"
+    "\n"
+    "examples:\n"
+    "  megatrain plan my.yaml --world 8 --device-memory 80 --fitting\n";
+static const char *const foreign[] = {"--format", "--world", "--fit", "--set", "--seed-file", "--device-memory",
+                                      "--fitting", NULL};
 
 static int name_char(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-'; }
 
@@ -84,6 +60,8 @@ static void check_suggestion(const char *usage, const char *arg, const char *got
     for (size_t i = 2; i < m; i++)
         if (!name_char(got[i])) fuzz_fail("suggestion '%s' is no option name", got);
     if (!in_usage(usage, got)) fuzz_fail("suggestion '%s' is not an option of the usage text", got);
+    for (const char *const *f = foreign; *f; f++)
+        if (!strcmp(got, *f)) fuzz_fail("suggestion '%s' is another command's (the prose's or an example's)", got);
     if (strlen(got) == n && strncmp(got, arg, n) == 0) fuzz_fail("suggested the argument's own name '%s'", got);
     char dashed[72] = "";
     size_t k = 0;
