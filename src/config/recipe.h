@@ -178,16 +178,22 @@ typedef struct TrainConfig {
 
 typedef enum { DECAY_CONSTANT, DECAY_LINEAR, DECAY_COSINE, DECAY_INVERSE_SQRT, DECAY_WSD } LrDecay;
 typedef enum { WSD_EXPONENTIAL, WSD_LINEAR, WSD_COSINE, WSD_MINUS_SQRT } WsdDecayStyle;
+/* optimizer.weight_decay_style: how weight decay moves from weight_decay to weight_decay_end over the run
+ * (Megatron's --weight-decay-incr-style) */
+typedef enum { WD_CONSTANT, WD_LINEAR, WD_COSINE } WeightDecayStyle;
 /* precision takes all three; optimizer.state_dtype fp32 or bf16 only */
 typedef enum { DTYPE_FP32, DTYPE_BF16, DTYPE_FP8 } DType;
 
 typedef struct OptimizerConfig {
     double lr, min_lr;
     double beta1, beta2, eps;
-    double weight_decay;
+    double weight_decay;   /* the first step's; all steps' with weight_decay_style constant */
+    double weight_decay_end;            /* with weight_decay_style linear or cosine: the last step's; 0: not given */
+    WeightDecayStyle weight_decay_style;
     double clip_grad;      /* <= 0 disables clipping */
     DType state_dtype;
     long warmup_steps;
+    double warmup_init;     /* the lr warmup starts from (Megatron's --lr-warmup-init); 0 by default */
     double warmup_fraction; /* > 0: warmup spans this fraction of the decay steps instead (Megatron's
                              * --lr-warmup-fraction, Hugging Face's warmup_ratio) */
     LrDecay decay;
@@ -379,6 +385,7 @@ int recipe_smallest_world(const Recipe *recipe);
 const char *model_family_name(ModelFamily family);
 const char *lr_decay_name(LrDecay decay);
 const char *wsd_decay_style_name(WsdDecayStyle style);
+const char *weight_decay_style_name(WeightDecayStyle style);
 const char *dtype_name(DType dtype);
 const char *loss_reduction_name(LossReduction loss);
 const char *pack_overlong_name(PackOverlong overlong);

@@ -19,6 +19,10 @@ const char *wsd_decay_style_name(WsdDecayStyle style) {
     return style >= WSD_EXPONENTIAL && style <= WSD_MINUS_SQRT ? wsd_style_names[style] : "unknown";
 }
 
+const char *weight_decay_style_name(WeightDecayStyle style) {
+    return style >= WD_CONSTANT && style <= WD_COSINE ? weight_decay_style_names[style] : "unknown";
+}
+
 const char *dtype_name(DType dtype) {
     return dtype >= DTYPE_FP32 && dtype <= DTYPE_FP8 ? precision_names[dtype] : "unknown";
 }

@@ -10,6 +10,7 @@
 const char *const family_names[] = {"llama", "qwen2", "qwen3", "mixtral", "qwen3_moe", NULL};
 const char *const decay_names[] = {"constant", "linear", "cosine", "inverse_sqrt", "wsd", NULL};
 const char *const wsd_style_names[] = {"exponential", "linear", "cosine", "minus_sqrt", NULL};
+const char *const weight_decay_style_names[] = {"constant", "linear", "cosine", NULL};
 const char *const dtype_names[] = {"fp32", "bf16", NULL};
 const char *const export_dtype_names[] = {"auto", "fp32", "bf16", "fp16", NULL}; /* ExportDtype order */
 const char *const precision_names[] = {"fp32", "bf16", "fp8", NULL}; /* DType order */
@@ -167,6 +168,7 @@ static const RecipeKey train_keys[] = {
 static const RecipeKey schedule_keys[] = {
     {LONG_KEY("warmup_steps", OptimizerConfig, warmup_steps, 0), .also = "lr_warmup_iters lr_warmup_samples"},
     {NUM_KEY("warmup_fraction", OptimizerConfig, warmup_fraction, 0), .also = "lr_warmup_fraction"},
+    {NUM_KEY("warmup_init", OptimizerConfig, warmup_init, 0), .also = "lr_warmup_init"},
     {ENUM_KEY("decay", OptimizerConfig, decay, decay_names), .also = "lr_decay_style decay_type",
      .value_also = "inverse-square-root=inverse_sqrt"},
     {LONG_KEY("decay_steps", OptimizerConfig, decay_steps, 1), .nullable = true, .also = "lr_decay_iters lr_decay_samples"},
@@ -182,7 +184,10 @@ static const RecipeKey optimizer_keys[] = {
     {NUM_KEY("min_lr", OptimizerConfig, min_lr, 0), .also = "lr_min min_lr_factor"},
     {CUSTOM_KEY("betas", read_betas, write_betas), .also = "adam_beta1 adam_beta2 beta1 beta2"},
     {NUM_KEY("eps", OptimizerConfig, eps, 0), .above_min = true, .also = "adam_eps"},
-    {NUM_KEY("weight_decay", OptimizerConfig, weight_decay, 0)},
+    {NUM_KEY("weight_decay", OptimizerConfig, weight_decay, 0), .also = "start_weight_decay"},
+    {NUM_KEY("weight_decay_end", OptimizerConfig, weight_decay_end, 0), .nullable = true, .also = "end_weight_decay"},
+    {ENUM_KEY("weight_decay_style", OptimizerConfig, weight_decay_style, weight_decay_style_names),
+     .also = "weight_decay_incr_style"},
     {NUM_KEY("clip_grad", OptimizerConfig, clip_grad, 0), .also = "max_norm"},
     {ENUM_KEY("state_dtype", OptimizerConfig, state_dtype, dtype_names)},
     {.name = "schedule", .type = KT_SECTION, .offset = 0, .keys = schedule_keys, .also = "lr_scheduler"},
@@ -282,6 +287,8 @@ static const struct {
     {"train_samples", "train.tokens = train_samples x seq_len (or train.steps = train_samples / global_batch_size)"},
     {"lr_warmup_samples", "megatrain's schedule counts steps: warmup_steps = lr_warmup_samples / global_batch_size"},
     {"lr_decay_samples", "megatrain's schedule counts steps: decay_steps = lr_decay_samples / global_batch_size"},
+    {"start_weight_decay", "Megatron's start_weight_decay is optimizer.weight_decay, with weight_decay_end and "
+                           "weight_decay_style linear or cosine"},
     {"lr_wsd_decay_samples", "megatrain's schedule counts steps: wsd_decay_steps = lr_wsd_decay_samples / "
                              "global_batch_size"},
     {"no_load_optim", "checkpoint.load_optimizer is its opposite: no_load_optim: true is load_optimizer: false"},

@@ -66,6 +66,7 @@ extern const char *const family_names[];
 extern const char *const export_dtype_names[];
 extern const char *const decay_names[];
 extern const char *const wsd_style_names[];
+extern const char *const weight_decay_style_names[];
 extern const char *const dtype_names[];
 extern const char *const precision_names[];
 extern const char *const recompute_names[];

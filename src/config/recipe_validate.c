@@ -267,11 +267,40 @@ int recipe_validate_layout(const Recipe *r, int world, char *err, size_t errlen)
     return validate_layout(r, NULL, (YLoc){(char *)r->source_path, 0}, world, err, errlen);
 }
 
+/* Megatron's --start-weight-decay / --end-weight-decay / --weight-decay-incr-style: the end is given exactly when
+ * the style moves the decay, and is not below the start (Megatron asserts end_wd >= start_wd). */
+static int validate_weight_decay(const OptimizerConfig *o, const YNode *root, YLoc at, char *err, size_t errlen) {
+    const bool moves = o->weight_decay_style != WD_CONSTANT;
+    if (moves && o->weight_decay_end == 0 && o->weight_decay > 0)
+        return fail_pair(err, errlen, root, at, "optimizer.weight_decay_style", "optimizer.weight_decay_end",
+                         "%s needs optimizer.weight_decay_end, the weight decay of the run's last step (from "
+                         "optimizer.weight_decay, %g, at the first)", weight_decay_style_name(o->weight_decay_style),
+                         o->weight_decay);
+    if (!moves && o->weight_decay_end > 0 && o->weight_decay_end != o->weight_decay)
+        return fail_pair(err, errlen, root, at, "optimizer.weight_decay_end", "optimizer.weight_decay_style",
+                         "found %g with weight_decay_style constant (weight_decay %g throughout), expected "
+                         "optimizer.weight_decay_style linear or cosine to move the weight decay to it",
+                         o->weight_decay_end, o->weight_decay);
+    if (moves && o->weight_decay_end < o->weight_decay)
+        return fail_pair(err, errlen, root, at, "optimizer.weight_decay_end", "optimizer.weight_decay",
+                         "expected at least optimizer.weight_decay (%g), found %g (the weight decay rises over the "
+                         "run, as Megatron's --weight-decay-incr-style)", o->weight_decay, o->weight_decay_end);
+    return 0;
+}
+
 static int validate_schedule(const Recipe *r, const YNode *root, YLoc at, char *err, size_t errlen) {
     const OptimizerConfig *o = &r->optimizer;
     if (o->min_lr > o->lr)
         return fail_pair(err, errlen, root, at, "optimizer.min_lr", "optimizer.lr",
                          "expected at most optimizer.lr (%g), found %g", o->lr, o->min_lr);
+    if (o->warmup_init > o->lr)
+        return fail_pair(err, errlen, root, at, "optimizer.schedule.warmup_init", "optimizer.lr",
+                         "expected at most optimizer.lr (%g), found %g (the lr warmup rises from warmup_init to lr)",
+                         o->lr, o->warmup_init);
+    if (o->warmup_init > 0 && o->warmup_steps == 0 && o->warmup_fraction == 0)
+        return fail(err, errlen, root, at, "", "optimizer.schedule.warmup_init",
+                    "found %g without a warmup, expected optimizer.schedule.warmup_steps or warmup_fraction (the lr "
+                    "warmup starts from it)", o->warmup_init);
     if (o->warmup_fraction > 0) { /* a share of the decay span: it ends before the decay does, whatever the steps */
         char fraction[32]; /* as written: %g says 1 for 0.999999999 */
         json_format_double(fraction, sizeof fraction, o->warmup_fraction);
@@ -356,5 +385,6 @@ int recipe_validate(const Recipe *r, const YNode *root, int world_size, char *er
         validate_blend(r->data.valid, r->data.num_valid, "data.valid", root, at, err, errlen) != 0)
         return -1;
     if (validate_layout(r, root, at, world_size, err, errlen) != 0) return -1;
+    if (validate_weight_decay(&r->optimizer, root, at, err, errlen) != 0) return -1;
     return validate_schedule(r, root, at, err, errlen);
 }

@@ -1,5 +1,5 @@
-/* lr_schedule.c: the learning rate at a step, following Megatron-LM's
- * OptimizerParamScheduler.get_lr (megatron/core/optimizer_param_scheduler.py).
+/* lr_schedule.c: the learning rate and the weight decay at a step, following Megatron-LM's
+ * OptimizerParamScheduler.get_lr and get_wd (megatron/core/optimizer_param_scheduler.py).
  *
  * Step indexing. Megatron builds the scheduler with step(0), so its counter
  * num_steps is 0 while the first update is computed, and it advances the
@@ -8,8 +8,8 @@
  *
  *   warmup (w > 0 and s <= w, w = warmup_steps, or warmup_fraction * decay_steps, not rounded, as Megatron's
  *   lr_warmup_steps = lr_warmup_fraction * lr_decay_steps):
- *       lr * s / w                        (0 at s = 0, the full lr at s = w;
- *                                          Megatron's init_lr, lr_warmup_init, is 0)
+ *       i + (lr - i) * s / w              (i = warmup_init, Megatron's lr_warmup_init, 0 by default:
+ *                                          i at s = 0, the full lr at s = w)
  *   constant:                             lr (also past decay_steps, as in Megatron)
  *   s > decay_steps:                      min_lr
  *   inverse_sqrt:                         max(min_lr, lr * sqrt(max(warmup,1)) / sqrt(max(s,1)))
@@ -22,7 +22,13 @@
  *               exponential 2 * 0.5^q - 1, minus_sqrt 1 - sqrt(q)
  *       lr_at = min_lr + coeff * (lr - min_lr)
  *
- * decay_steps = 0 in the recipe means total_steps. */
+ * decay_steps = 0 in the recipe means total_steps.
+ *
+ * Weight decay (get_wd; Megatron's wd_incr_steps is the run's length, train_iters x global batch in samples, which
+ * is total_steps here), with a = weight_decay, b = weight_decay_end, r = s / total_steps:
+ *   constant, or s > total_steps:         a (b past the end)
+ *   linear                                a + r (b - a)
+ *   cosine                                a + 0.5 (cos(pi (1 - r)) + 1) (b - a)   (slow first, fast last) */
 #include "lr_schedule.h"
 
 #include <math.h>
@@ -46,7 +52,7 @@ double lr_at(const OptimizerConfig *opt, long step, long total_steps) {
                                                     : 0.0;
     if (step < 0) step = 0;
 
-    if (warmup > 0 && (double)step <= warmup) return max_lr * (double)step / warmup;
+    if (warmup > 0 && (double)step <= warmup) return opt->warmup_init + (max_lr - opt->warmup_init) * (double)step / warmup;
 
     if (opt->decay == DECAY_CONSTANT) return max_lr;
 
@@ -82,4 +88,12 @@ double lr_at(const OptimizerConfig *opt, long step, long total_steps) {
     case DECAY_INVERSE_SQRT: break; /* handled above */
     }
     return min_lr + coeff * (max_lr - min_lr);
+}
+
+double weight_decay_at(const OptimizerConfig *opt, long step, long total_steps) {
+    if (opt->weight_decay_style == WD_CONSTANT) return opt->weight_decay;
+    if (step > total_steps) return opt->weight_decay_end;
+    const double ratio = total_steps > 0 && step > 0 ? (double)step / (double)total_steps : 0.0;
+    const double coeff = opt->weight_decay_style == WD_LINEAR ? ratio : 0.5 * (cos(M_PI * (1.0 - ratio)) + 1.0);
+    return opt->weight_decay + coeff * (opt->weight_decay_end - opt->weight_decay);
 }

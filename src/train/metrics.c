@@ -5,9 +5,10 @@
  *          tok/s 12345 | tokens 24.6K | elapsed 3.2s | eta 1m05s [| eval_loss 3.2100]
  * jsonl:   {"step":12,"loss":...,"lr":...,"global_batch_size":8,"grad_norm":...,
  *           "tokens_per_s":...,"consumed_tokens":...,"consumed_samples":...,"elapsed_s":...,
- *           "time":1767225600.123[,"eval_loss":...]}
+ *           "time":1767225600.123[,"eval_loss":...][,"weight_decay":...]}
+ * (weight_decay only where it moves: optimizer.weight_decay_style linear or cosine)
  * Doubles in JSON are written with %.9g; NaN and infinities become null.
- * TensorBoard: train/loss, train/lr, train/grad_norm, train/global_batch_size,
+ * TensorBoard: train/loss, train/lr, [train/weight_decay,] train/grad_norm, train/global_batch_size,
  * train/tokens_per_s, eval/loss (eval steps) and test/loss (after the last step) as float32 scalars. */
 #include "metrics.h"
 
@@ -56,6 +57,7 @@ void metrics_write(MetricsWriter *w, const StepMetrics *m) {
     fprintf(f, ",\"time\":%.3f", m->time); /* to the millisecond: %.9g would round it to 10 s */
     if (!isnan(m->eval_loss)) json_double(f, "eval_loss", m->eval_loss);
     if (!isnan(m->test_loss)) json_double(f, "test_loss", m->test_loss);
+    if (!isnan(m->weight_decay)) json_double(f, "weight_decay", m->weight_decay);
     if (!isnan(m->tflops)) json_double(f, "tflops", m->tflops);
     if (!isnan(m->mfu)) json_double(f, "mfu", m->mfu);
     if (!isnan(m->peak_mem_gib)) json_double(f, "peak_mem_gib", m->peak_mem_gib);
@@ -75,6 +77,7 @@ void metrics_write(MetricsWriter *w, const StepMetrics *m) {
     TbWriter *tb = &w->tb;
     tb_scalar(tb, "train/loss", m->step, m->loss);
     tb_scalar(tb, "train/lr", m->step, m->lr);
+    if (!isnan(m->weight_decay)) tb_scalar(tb, "train/weight_decay", m->step, m->weight_decay);
     tb_scalar(tb, "train/grad_norm", m->step, m->grad_norm);
     tb_scalar(tb, "train/global_batch_size", m->step, (double)m->global_batch_size);
     tb_scalar(tb, "train/tokens_per_s", m->step, m->tokens_per_s);

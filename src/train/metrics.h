@@ -15,6 +15,7 @@ typedef struct StepMetrics {
     long total_steps;
     double loss;
     double lr;
+    double weight_decay;     /* with optimizer.weight_decay_style linear or cosine; NAN (not written) when constant */
     long global_batch_size;
     double grad_norm;
     double tokens_per_s;

@@ -91,8 +91,9 @@ void run_notes_model(const Recipe *recipe, RunNotes *notes) {
 
 /* The lr schedule in words, into buf: "warmup 5 steps to 0.001, cosine decay to 0.0001 at step 40". */
 static void describe_lr(const OptimizerConfig *o, long decay_steps, double warmup, char *buf, size_t len) {
-    int n = warmup > 0 ? snprintf(buf, len, "warmup %g steps to %g", warmup, o->lr)
-                       : snprintf(buf, len, "no warmup, %g from the first step", o->lr);
+    int n = warmup > 0 && o->warmup_init > 0 ? snprintf(buf, len, "warmup %g steps from %g to %g", warmup, o->warmup_init, o->lr)
+            : warmup > 0                     ? snprintf(buf, len, "warmup %g steps to %g", warmup, o->lr)
+                                             : snprintf(buf, len, "no warmup, %g from the first step", o->lr);
     if (n < 0 || (size_t)n >= len) return;
     buf += n;
     len -= (size_t)n;
@@ -144,8 +145,11 @@ void run_notes_lr_line(const Recipe *recipe, long total_steps, char *buf, size_t
     const OptimizerConfig *o = &recipe->optimizer;
     char schedule[384];
     describe_lr(o, decay_steps_of(o, total_steps), warmup_of(o, total_steps), schedule, sizeof schedule);
-    snprintf(buf, len, "lr schedule: %s; this run's last step, %ld, uses lr %.4g", schedule, total_steps,
-             lr_at(o, total_steps - 1, total_steps));
+    int n = snprintf(buf, len, "lr schedule: %s; this run's last step, %ld, uses lr %.4g", schedule, total_steps,
+                     lr_at(o, total_steps - 1, total_steps));
+    if (o->weight_decay_style != WD_CONSTANT && n > 0 && (size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, "; weight decay %g to %g (%s) over the run's %ld steps", o->weight_decay,
+                 o->weight_decay_end, weight_decay_style_name(o->weight_decay_style), total_steps);
 }
 
 void run_notes_schedule(const Recipe *recipe, long total_steps, RunNotes *notes) {

@@ -347,6 +347,7 @@ static void log_step(TrainContext *ctx, MetricsWriter *metrics, const StepResult
         .total_steps = ctx->total_steps,
         .loss = result->loss,
         .lr = result->lr,
+        .weight_decay = result->weight_decay,
         .global_batch_size = result->global_batch_size,
         .grad_norm = result->grad_norm,
         .tokens_per_s = interval_s > 0 ? tokens / interval_s : 0,

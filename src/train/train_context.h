@@ -62,6 +62,7 @@ typedef struct StepResult {
     double loss;              /* mean over the step's micro-batches */
     double grad_norm;         /* before clipping */
     double lr;
+    double weight_decay;      /* with optimizer.weight_decay_style linear or cosine; NAN when constant */
     bool nonfinite;           /* loss or grad norm NaN/Inf: the update was skipped */
     bool moe;                 /* the fields below are set (MoE families) */
     double moe_aux_loss;      /* load-balancing + z losses of every MoE layer, per micro-batch (dp mean) */

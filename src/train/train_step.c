@@ -318,10 +318,12 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
      * optimizer state untouched); the step still counts, as in Megatron,
      * and train.c decides whether the run goes on. */
     const double lr = lr_at(opt, state->step, ctx->total_steps);
+    OptimizerConfig step_opt = *opt; /* the step's weight decay (optimizer.weight_decay_style) */
+    step_opt.weight_decay = weight_decay_at(opt, state->step, ctx->total_steps);
     result->nonfinite = !isfinite(loss) || !isfinite(grad_norm);
     if (!result->nonfinite) {
         const double clip_scale = grad_clip_scale(grad_norm, opt->clip_grad);
-        dev->ops->optimizer_step(dev, opt, lr, clip_scale);
+        dev->ops->optimizer_step(dev, &step_opt, lr, clip_scale);
     }
 
     moe_step_end(ctx, num_micro, result); /* after the update: the expert biases move only when it ran */
@@ -336,6 +338,7 @@ int train_step(TrainContext *ctx, StepResult *result, char *err, size_t errlen) 
     result->loss = loss;
     result->grad_norm = grad_norm;
     result->lr = lr;
+    result->weight_decay = opt->weight_decay_style == WD_CONSTANT ? NAN : step_opt.weight_decay;
     return 0;
 }
 

@@ -2,7 +2,7 @@
 # test_tensorboard.sh: a tiny run with logging.tensorboard on writes one event
 # file in run.dir/tensorboard; tensorboard's own reader (EventAccumulator)
 # reads back every scalar, equal to the metrics.jsonl values rounded to
-# float32 within one float32 ulp; the perf/ scalars (TFLOP/s, MFU with
+# float32 within one float32 ulp (train/weight_decay with a weight decay schedule); the perf/ scalars (TFLOP/s, MFU with
 # logging.peak_tflops set, memory) too (the event holds float32(value); the JSON
 # holds value to 9 significant digits, and rounding that decimal to float32
 # can land one ulp away from rounding the double itself), at the same steps (train/* at every logged step, eval/loss at the
@@ -23,7 +23,8 @@ run() {  # run DIR [RECIPE_NAME] [--set ...]
     --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set logging.interval=2 \
     --set train.eval_interval=6 --set checkpoint.interval=0 --set optimizer.schedule.warmup_steps=4 "${@:2}" > /dev/null
 }
-run "$WORK/on" --set logging.tensorboard=true --set logging.peak_tflops=1.0 --set "data.split=[90, 5, 5]"
+run "$WORK/on" --set logging.tensorboard=true --set logging.peak_tflops=1.0 --set "data.split=[90, 5, 5]" \
+  --set optimizer.weight_decay=0.01 --set optimizer.weight_decay_end=0.1 --set optimizer.weight_decay_style=linear
 run "$WORK/moe" mixtral --set logging.tensorboard=true --set logging.peak_tflops=1.0 --set model.moe.capacity_factor=1.0
 run "$WORK/off" --set logging.tensorboard=false
 [[ ! -e "$WORK/off/tensorboard" ]] || fail "logging.tensorboard=false still wrote $WORK/off/tensorboard"
@@ -44,8 +45,9 @@ tags = {"train/loss": "loss", "train/lr": "lr", "train/grad_norm": "grad_norm",
         "train/global_batch_size": "global_batch_size", "train/tokens_per_s": "tokens_per_s",
         "eval/loss": "eval_loss", "perf/tflops_per_device": "tflops", "perf/mfu_percent": "mfu",
         "perf/peak_mem_gib": "peak_mem_gib"}
-if run_dir.endswith("/on"):  # a test share: its loss after the last step
+if run_dir.endswith("/on"):  # a test share: its loss after the last step; a weight decay schedule
     tags["test/loss"] = "test_loss"
+    tags["train/weight_decay"] = "weight_decay"
 if run_dir.endswith("/moe"):
     tags.update({"moe/aux_loss": "moe_aux_loss", "moe/expert_imbalance": "moe_imbalance",
                  "moe/drop_rate": "moe_drop_rate", "moe/load_balancing_loss": "moe_load_balancing_loss"})

@@ -1,11 +1,16 @@
-/* test_lr_schedule.c: lr_at against Megatron's formulas, each expected value
- * worked out here from the formula at a chosen step (0-based steps; step s
- * uses Megatron's num_steps = s). */
+/* test_lr_schedule.c: lr_at and weight_decay_at against Megatron-LM's own
+ * OptimizerParamScheduler (tests/fixtures/megatron/schedule.txt, every step of
+ * 17 schedules made by megatron-core: warmup from lr_warmup_init, every decay
+ * style, the weight decay's increment styles), and against Megatron's formulas
+ * worked out here at chosen steps (0-based steps; step s uses Megatron's
+ * num_steps = s). */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "train/lr_schedule.h"
@@ -162,8 +167,118 @@ static void test_wsd_decay_styles(void **state) {
     }
 }
 
+/* warmup_init: the warmup rises from it (Megatron's init_lr + (max_lr - init_lr) * s / w); the decay is unchanged */
+static void test_warmup_init(void **state) {
+    (void)state;
+    OptimizerConfig opt = config(DECAY_COSINE), from_zero = config(DECAY_COSINE);
+    opt.warmup_init = 1e-4;
+    assert_true(lr_at(&opt, 0, TOTAL) == 1e-4);
+    assert_close(lr_at(&opt, 5, TOTAL), 1e-4 + (MAX_LR - 1e-4) * 0.5);
+    assert_close(lr_at(&opt, 10, TOTAL), MAX_LR);
+    for (long s = 11; s <= TOTAL + 3; s++) assert_true(lr_at(&opt, s, TOTAL) == lr_at(&from_zero, s, TOTAL));
+}
+
+/* weight_decay_at: constant whatever the step; linear and cosine from weight_decay at step 0 to weight_decay_end at
+ * total_steps, and the end past it */
+static void test_weight_decay_styles(void **state) {
+    (void)state;
+    OptimizerConfig opt = config(DECAY_COSINE);
+    opt.weight_decay = 0.02;
+    opt.weight_decay_end = 0.1;
+    for (long s = 0; s <= TOTAL + 2; s++) assert_true(weight_decay_at(&opt, s, TOTAL) == 0.02); /* constant */
+    opt.weight_decay_style = WD_LINEAR;
+    assert_true(weight_decay_at(&opt, 0, TOTAL) == 0.02);
+    assert_close(weight_decay_at(&opt, 25, TOTAL), 0.02 + 0.25 * 0.08);
+    assert_close(weight_decay_at(&opt, TOTAL, TOTAL), 0.1);
+    assert_true(weight_decay_at(&opt, TOTAL + 1, TOTAL) == 0.1);
+    opt.weight_decay_style = WD_COSINE; /* 0.5 (cos(pi (1 - r)) + 1): slow first */
+    assert_close(weight_decay_at(&opt, 50, TOTAL), 0.06);
+    assert_close(weight_decay_at(&opt, 25, TOTAL), 0.02 + 0.5 * (cos(M_PI * 0.75) + 1.0) * 0.08);
+    assert_true(weight_decay_at(&opt, 25, TOTAL) < 0.02 + 0.25 * 0.08);
+    assert_true(weight_decay_at(&opt, TOTAL + 7, TOTAL) == 0.1);
+}
+
+#define MEGATRON_FIXTURE "tests/fixtures/megatron/schedule.txt"
+
+/* A fixture case's settings as megatrain's OptimizerConfig (Megatron's style names; its decay_steps equal to the
+ * run's length becomes megatrain's default, null). */
+static OptimizerConfig fixture_config(const char *line, char *name, long *total) {
+    OptimizerConfig opt = {0};
+    char decay[32], wsd_style[32], wd_style[32];
+    long decay_steps, wsd_steps, warmup;
+    if (sscanf(line, "case %63s total=%ld init_lr=%lf max_lr=%lf min_lr=%lf warmup=%ld warmup_fraction=%lf "
+               "decay_steps=%ld decay=%31s wsd_steps=%ld wsd_style=%31s start_wd=%lf end_wd=%lf wd_style=%31s",
+               name, total, &opt.warmup_init, &opt.lr, &opt.min_lr, &warmup, &opt.warmup_fraction, &decay_steps,
+               decay, &wsd_steps, wsd_style, &opt.weight_decay, &opt.weight_decay_end, wd_style) != 14)
+        fail_msg("%s: cannot read the case line '%s'", MEGATRON_FIXTURE, line);
+    opt.warmup_steps = warmup;
+    opt.decay_steps = decay_steps == *total ? 0 : decay_steps;
+    opt.wsd_decay_steps = wsd_steps;
+    const struct { const char *megatron; LrDecay ours; } decays[] = {
+        {"constant", DECAY_CONSTANT}, {"linear", DECAY_LINEAR}, {"cosine", DECAY_COSINE},
+        {"inverse-square-root", DECAY_INVERSE_SQRT}, {"WSD", DECAY_WSD}};
+    bool found = false;
+    for (size_t i = 0; i < sizeof decays / sizeof decays[0]; i++)
+        if (strcmp(decay, decays[i].megatron) == 0) opt.decay = decays[i].ours, found = true;
+    if (!found) fail_msg("%s: case %s: unknown decay '%s'", MEGATRON_FIXTURE, name, decay);
+    const char *const wsd_names[] = {"exponential", "linear", "cosine", "minus_sqrt"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(wsd_style, wsd_names[i]) == 0) opt.wsd_decay_style = (WsdDecayStyle)i;
+    const char *const wd_names[] = {"constant", "linear", "cosine"};
+    found = false;
+    for (int i = 0; i < 3; i++)
+        if (strcmp(wd_style, wd_names[i]) == 0) opt.weight_decay_style = (WeightDecayStyle)i, found = true;
+    if (!found) fail_msg("%s: case %s: unknown weight decay style '%s'", MEGATRON_FIXTURE, name, wd_style);
+    return opt;
+}
+
+/* Within 4 ulps: the formulas are Megatron's term by term, so only libm's cos/pow/sqrt could part them. */
+static bool near(double ours, double megatron) {
+    return fabs(ours - megatron) <= 4 * 2.2204460492503131e-16 * fabs(megatron);
+}
+
+/* Every step of every fixture case (and some past the run's end): the lr and the weight decay Megatron's scheduler
+ * sets for that update. */
+static void test_megatron_scheduler_fixture(void **state) {
+    (void)state;
+    FILE *f = fopen(MEGATRON_FIXTURE, "r");
+    if (!f) fail_msg("%s: cannot open (run from the repository root; made by make_schedule_fixture.py beside it)",
+                     MEGATRON_FIXTURE);
+    char line[512], name[64] = "";
+    OptimizerConfig opt = {0};
+    long total = 0, cases = 0, steps = 0, expected_step = 0;
+    bool in_case = false;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#') continue;
+        if (strncmp(line, "case ", 5) == 0) {
+            opt = fixture_config(line, name, &total);
+            in_case = true;
+            expected_step = 0;
+            cases++;
+            continue;
+        }
+        long step;
+        double lr, wd;
+        if (!in_case || sscanf(line, "%ld %lf %lf", &step, &lr, &wd) != 3 || step != expected_step)
+            fail_msg("%s: unexpected line '%s'", MEGATRON_FIXTURE, line);
+        expected_step++;
+        const double our_lr = lr_at(&opt, step, total), our_wd = weight_decay_at(&opt, step, total);
+        if (!near(our_lr, lr))
+            fail_msg("case %s step %ld: lr %.17g, Megatron's %.17g", name, step, our_lr, lr);
+        if (!near(our_wd, wd))
+            fail_msg("case %s step %ld: weight decay %.17g, Megatron's %.17g", name, step, our_wd, wd);
+        steps++;
+    }
+    fclose(f);
+    assert_int_equal(cases, 17);
+    assert_true(steps >= 17 * 49);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_megatron_scheduler_fixture),
+        cmocka_unit_test(test_warmup_init),
+        cmocka_unit_test(test_weight_decay_styles),
         cmocka_unit_test(test_warmup_is_linear_from_zero),
         cmocka_unit_test(test_no_warmup_starts_at_peak),
         cmocka_unit_test(test_warmup_fraction),

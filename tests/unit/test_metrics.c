@@ -33,7 +33,7 @@ static void printed_line(const StepMetrics *m, char *out, size_t len) {
 
 static StepMetrics plain_step(void) {
     return (StepMetrics){
-        .step = 12, .total_steps = 200, .loss = 3.41725, .lr = 2.4e-3, .global_batch_size = 8,
+        .step = 12, .total_steps = 200, .loss = 3.41725, .lr = 2.4e-3, .weight_decay = NAN, .global_batch_size = 8,
         .grad_norm = 1.2344, .tokens_per_s = 12345.4, .consumed_tokens = 24576, .elapsed_s = 3.24,
         .eta_s = NAN, .eval_loss = NAN, .test_loss = NAN, .tflops = NAN, .mfu = NAN, .peak_mem_gib = NAN, .power_w = NAN,
         .tokens_per_joule = NAN, .moe_aux_loss = NAN, .moe_lb_loss = NAN, .moe_z_loss = NAN, .moe_imbalance = NAN, .moe_drop_rate = NAN,

@@ -495,7 +495,8 @@ static void assert_recipes_equal(const Recipe *a, const Recipe *b) {
         SAME(data.valid[i].weight);
     }
     SAME(data.split[0]), SAME(data.split[1]), SAME(data.split[2]);
-    SAME(optimizer.warmup_fraction);
+    SAME(optimizer.warmup_fraction), SAME(optimizer.warmup_init);
+    SAME(optimizer.weight_decay_end), SAME(optimizer.weight_decay_style);
     assert_string_equal(a->data.cache_dir, b->data.cache_dir);
     SAME(checkpoint.interval), SAME(checkpoint.keep_last), SAME(checkpoint.keep_every), SAME(checkpoint.async);
     SAME(checkpoint.compression_level), SAME(checkpoint.load_optimizer), SAME(logging.interval), SAME(logging.tensorboard);
@@ -522,6 +523,13 @@ static void test_write_round_trip(void **state) {
     round_trip(BASE, odd, 9, 1);
     const char *fraction[] = {"optimizer.schedule.warmup_steps=0", "optimizer.schedule.warmup_fraction=0.03"};
     round_trip(BASE, fraction, 2, 1);
+    const char *megatron_schedule[] = {"optimizer.schedule.warmup_init=1.5e-5", "optimizer.weight_decay=0.01",
+                                       "optimizer.weight_decay_end=0.1", "optimizer.weight_decay_style=cosine"};
+    round_trip(BASE, megatron_schedule, 4, 1);
+    Recipe wd;
+    load_ok(&wd, BASE, megatron_schedule, 4, 1);
+    assert_true(wd.optimizer.warmup_init == 1.5e-5 && wd.optimizer.weight_decay_end == 0.1);
+    assert_int_equal(wd.optimizer.weight_decay_style, WD_COSINE);
     const char *tokens[] = {"train.steps=null", "train.tokens=2.4B", "train.global_batch_size=0:16 2.4B:320 4.8B:624"};
     round_trip(BASE, tokens, 3, 1);
     const char *all[] = {"train.eval_batches=all"}; /* the word is kept, never what it resolves to */
@@ -1044,6 +1052,31 @@ static const ErrorCase error_cases[] = {
     {"warmup_fraction_and_steps", NULL, NULL, "optimizer.schedule.warmup_fraction=0.1", 1, NULL,
      "optimizer.schedule.warmup_fraction", "expected one of them (--set optimizer.schedule.warmup_steps=null drops the "
      "steps)"},
+    /* Megatron's --lr-warmup-init and weight-decay increment (optimizer_param_scheduler.py's asserts, and a key that
+     * would do nothing) */
+    {"warmup_init_above_lr", NULL, NULL, "optimizer.schedule.warmup_init=0.01", 1, NULL,
+     "optimizer.schedule.warmup_init", "expected at most optimizer.lr (0.003), found 0.01"},
+    {"warmup_init_without_warmup", "    warmup_steps: 10\n", "    warmup_init: 1e-4\n", NULL, 1, "warmup_init",
+     "optimizer.schedule.warmup_init", "found 0.0001 without a warmup, expected optimizer.schedule.warmup_steps or "
+     "warmup_fraction"},
+    {"weight_decay_style_without_end", NULL, NULL, "optimizer.weight_decay_style=linear", 1, NULL,
+     "optimizer.weight_decay_style", "linear needs optimizer.weight_decay_end, the weight decay of the run's last step "
+     "(from optimizer.weight_decay, 0.1, at the first)"},
+    {"weight_decay_end_without_style", NULL, NULL, "optimizer.weight_decay_end=0.2", 1, NULL,
+     "optimizer.weight_decay_end", "found 0.2 with weight_decay_style constant (weight_decay 0.1 throughout), expected "
+     "optimizer.weight_decay_style linear or cosine"},
+    {"weight_decay_end_below_start", "  lr: 3.0e-3\n", "  lr: 3.0e-3\n  weight_decay: 0.1\n  weight_decay_end: 0.05\n"
+     "  weight_decay_style: cosine\n", NULL, 1, "weight_decay_end", "optimizer.weight_decay_end",
+     "expected at least optimizer.weight_decay (0.1), found 0.05"},
+    {"megatron_lr_warmup_init", NULL, NULL, "optimizer.lr_warmup_init=1e-5", 1, NULL, "optimizer.lr_warmup_init",
+     "did you mean 'optimizer.schedule.warmup_init'?"},
+    {"megatron_weight_decay_incr_style", NULL, NULL, "optimizer.weight_decay_incr_style=linear", 1, NULL,
+     "optimizer.weight_decay_incr_style", "did you mean 'optimizer.weight_decay_style'?"},
+    {"megatron_end_weight_decay", NULL, NULL, "optimizer.end_weight_decay=0.1", 1, NULL, "optimizer.end_weight_decay",
+     "did you mean 'optimizer.weight_decay_end'?"},
+    {"megatron_start_weight_decay", NULL, NULL, "optimizer.start_weight_decay=0.01", 1, NULL,
+     "optimizer.start_weight_decay", "did you mean 'optimizer.weight_decay'? Megatron's start_weight_decay is "
+     "optimizer.weight_decay, with weight_decay_end and weight_decay_style linear or cosine"},
     {"blend_weights_mixed", NULL, NULL, "data.train=[a, {path: b, weight: 2}]", 1, NULL, "data.train",
      "item 1 has a weight and item 0 has none: give every dataset of a blend a weight, or none"},
     {"blend_weights_mixed_other_way", NULL, NULL, "data.train=[{path: a, weight: 2}, b]", 1, NULL, "data.train",
