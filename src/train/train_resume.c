@@ -160,12 +160,26 @@ static int keep_frozen_base(TrainContext *ctx, const Recipe *recipe, const char 
     return 0;
 }
 
+/* optimizer.weight_decay_style linear or cosine spans the run: a resume with another train.steps re-stretches it
+ * (Megatron's wd_incr_steps is train_iters too), said as the lr's change is below. */
+static void warn_weight_decay_change(const OptimizerConfig *o, const CkptState *saved, long total_steps) {
+    if (o->weight_decay_style == WD_CONSTANT || saved->total_steps == total_steps) return;
+    const double now = weight_decay_at(o, (long)saved->step, total_steps);
+    const double then = weight_decay_at(o, (long)saved->step, (long)saved->total_steps);
+    if (now == then) return;
+    mt_warn("resume: the weight decay of step %lld is %.4g under this recipe, %.4g under the checkpoint's run: "
+            "optimizer.weight_decay_style %s spans train.steps, now %ld steps (the checkpoint's run: %lld)",
+            (long long)saved->step + 1, now, then, weight_decay_style_name(o->weight_decay_style), total_steps,
+            (long long)saved->total_steps);
+}
+
 /* A resume whose --set moves the learning rate off the checkpoint's schedule (a longer train.steps with
  * decay_steps null re-stretches the decay; a new optimizer.lr) goes on with the new one, as asked, but says so
  * with both rates: Megatron refuses this unless told --override-opt_param-scheduler, and a silent jump of the lr
  * shows only as a loss that rises. */
 static void warn_schedule_change(const Recipe *recipe, const CkptState *saved, long total_steps) {
     if (comm_world()->rank != 0 || saved->total_steps <= 0) return;
+    warn_weight_decay_change(&recipe->optimizer, saved, total_steps);
     const double now = lr_at(&recipe->optimizer, (long)saved->step, total_steps);
     const double then = saved->next_lr;
     if (fabs(now - then) <= 1e-6 * fmax(fabs(now), fabs(then))) return;

@@ -7,7 +7,8 @@
 #   update decays nothing, so step 2's loss equals a run with weight_decay 0 bit for bit, and step 3's differs
 #   from it (the second update decayed);
 # - a run stopped by train.exit_interval and resumed gives the uninterrupted run's losses bit for bit;
-# - a constant weight decay writes no weight_decay to metrics.jsonl.
+# - a constant weight decay writes no weight_decay to metrics.jsonl;
+# - a resume with a longer train.steps warns that the weight decay's schedule is stretched over it.
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 demo_data "$WORK/english"
@@ -43,4 +44,8 @@ for field in loss lr weight_decay; do
   [[ $(json_field "$WORK/part/metrics.jsonl" $field) == $(json_field "$WORK/wd/metrics.jsonl" $field) ]] \
     || fail "the resumed run's $field differs from the uninterrupted run's"
 done
+# a resume to a longer run re-stretches the weight decay over the new train.steps, and says so
+"$MEGATRAIN" resume "$WORK/part" --set train.steps=9 > "$WORK/longer.log" 2>&1 || { cat "$WORK/longer.log"; fail "resume to 9 steps failed"; }
+grep -q "warning: resume: the weight decay of step 7 is 0.4 under this recipe, 0.6 under the checkpoint's run: optimizer.weight_decay_style linear spans train.steps, now 9 steps (the checkpoint's run: 6)" \
+  "$WORK/longer.log" || fail "no warning of the re-stretched weight decay: $(grep -i 'weight decay' "$WORK/longer.log")"
 echo "ok"
