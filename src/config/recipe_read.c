@@ -220,10 +220,10 @@ static int unknown_key(const RecipeKey *keys, const YEntry *entry, const char *p
                      shard ? "; parallel.distributed_optimizer shards the optimizer states over those ranks" : "");
         return -1;
     }
-    if (!strcmp(entry->key, "load") || !strcmp(entry->key, "pretrained_checkpoint")) { /* Megatron's --load */
-        mt_set_error(err, errlen, "%s: unknown key '%s': `megatrain resume RUN_DIR` continues a run from its "
-                     "checkpoint; init_from: CKPT starts a new run from a checkpoint's weights",
-                     yloc_format(entry->loc, where, sizeof where), path);
+    const char *no_key = recipe_no_key_note(entry->key); /* Megatron's --load, --hidden-dropout, --use-flash-attn */
+    if (no_key) {
+        mt_set_error(err, errlen, "%s: unknown key '%s': %s", yloc_format(entry->loc, where, sizeof where), path,
+                     no_key);
         return -1;
     }
     /* another project's name for a key of this section: that key, before a key of that very name in another

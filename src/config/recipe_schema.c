@@ -217,7 +217,7 @@ static const RecipeKey checkpoint_keys[] = {
     {LONG_KEY("interval", CheckpointConfig, interval, 0), .also = "save_interval"},
     {INT_KEY("keep_last", CheckpointConfig, keep_last, 0, INT_MAX), .also = "keep_latest_k"},
     {LONG_KEY("keep_every", CheckpointConfig, keep_every, 0)},
-    {BOOL_KEY("async", CheckpointConfig, async), .also = "async_mode"},
+    {BOOL_KEY("async", CheckpointConfig, async), .also = "async_mode async_save"},
     {INT_KEY("compression_level", CheckpointConfig, compression_level, 1, 22)},
     {BOOL_KEY("load_optimizer", CheckpointConfig, load_optimizer), .also = "no_load_optim"},
     {ENUM_KEY("frozen_base", CheckpointConfig, frozen_base, frozen_base_names)},
@@ -298,6 +298,39 @@ static const struct {
                                               "megatrain's vpp virtual stages: vpp = num_layers / (pp x "
                                               "num_layers_per_virtual_pipeline_stage)"},
 };
+
+/* Other projects' keys that megatrain has no key for, with why (Megatron's flags that a pretraining script carries;
+ * docs/megatron.md): answered instead of a guess at a key of similar spelling. */
+static const char *const resume_note = "`megatrain resume RUN_DIR` continues a run from its checkpoint; init_from: CKPT "
+                                       "starts a new run from a checkpoint's weights";
+static const char *const dropout_note = "megatrain trains without dropout (Megatron's default is 0.1: set 0 there for "
+                                        "the same model)";
+static const char *const one_impl_note = "megatrain has one implementation of each layer, on the CPU and on GPUs";
+static const struct {
+    const char *name, *note;
+} no_key_notes[] = {
+    {"load", resume_note},
+    {"pretrained_checkpoint", resume_note},
+    {"hidden_dropout", dropout_note},
+    {"attention_dropout", dropout_note},
+    {"use_flash_attn", "nothing to set: GPUs always run megatrain's own flash attention kernels (docs/gpu.md)"},
+    {"attention_softmax_in_fp32", "nothing to set: the softmax always computes in fp32"},
+    {"overlap_grad_reduce", "nothing to set: on GPUs the data-parallel gradient reduction always overlaps the "
+                            "backward (docs/parallel.md)"},
+    {"overlap_param_gather", "nothing to set: with parallel.distributed_optimizer on GPUs the parameters are always "
+                             "gathered bucket by bucket under the next forward (docs/parallel.md)"},
+    {"use_mcore_models", one_impl_note},
+    {"transformer_impl", one_impl_note},
+    {"ckpt_format", "megatrain writes its own sharded, zstd-compressed checkpoints; `megatrain convert` reads and "
+                    "writes Hugging Face's (docs/checkpoints.md)"},
+    {"make_vocab_size_divisible_by", "the vocabulary is not padded: model.vocab_size is used as given"},
+};
+
+const char *recipe_no_key_note(const char *name) {
+    for (size_t i = 0; i < sizeof no_key_notes / sizeof no_key_notes[0]; i++)
+        if (strcmp(no_key_notes[i].name, name) == 0) return no_key_notes[i].note;
+    return NULL;
+}
 
 const char *recipe_also_note(const char *name) {
     for (size_t i = 0; i < sizeof also_notes / sizeof also_notes[0]; i++)

@@ -59,6 +59,8 @@ extern const RecipeKey recipe_root_keys[];
 /* What another project's name (a RecipeKey.also) means where megatrain's key differs in unit or form (torchtitan's
  * decay_ratio, a fraction of the steps, for wsd_decay_steps, a count), or NULL. */
 const char *recipe_also_note(const char *name);
+/* Why megatrain has no key for another project's `name` (Megatron's hidden_dropout, use_flash_attn), or NULL. */
+const char *recipe_no_key_note(const char *name);
 extern const RecipeKey recipe_model_keys[];
 
 /* Enum spellings, indexed by the enum value. */

@@ -1077,6 +1077,16 @@ static const ErrorCase error_cases[] = {
     {"megatron_start_weight_decay", NULL, NULL, "optimizer.start_weight_decay=0.01", 1, NULL,
      "optimizer.start_weight_decay", "did you mean 'optimizer.weight_decay'? Megatron's start_weight_decay is "
      "optimizer.weight_decay, with weight_decay_end and weight_decay_style linear or cosine"},
+    /* Megatron's flags with no megatrain key: why, instead of a guess */
+    {"megatron_hidden_dropout", NULL, NULL, "model.hidden_dropout=0.0", 1, NULL, "model.hidden_dropout",
+     "unknown key 'model.hidden_dropout': megatrain trains without dropout (Megatron's default is 0.1: set 0 there "
+     "for the same model)"},
+    {"megatron_use_flash_attn", NULL, NULL, "use_flash_attn=true", 1, NULL, "'use_flash_attn'",
+     "unknown key 'use_flash_attn': nothing to set: GPUs always run megatrain's own flash attention kernels"},
+    {"megatron_load", NULL, NULL, "checkpoint.load=runs/x", 1, NULL, "checkpoint.load",
+     "unknown key 'checkpoint.load': `megatrain resume RUN_DIR` continues a run from its checkpoint"},
+    {"megatron_async_save", NULL, NULL, "checkpoint.async_save=true", 1, NULL, "checkpoint.async_save",
+     "did you mean 'checkpoint.async'?"},
     {"blend_weights_mixed", NULL, NULL, "data.train=[a, {path: b, weight: 2}]", 1, NULL, "data.train",
      "item 1 has a weight and item 0 has none: give every dataset of a blend a weight, or none"},
     {"blend_weights_mixed_other_way", NULL, NULL, "data.train=[{path: a, weight: 2}, b]", 1, NULL, "data.train",
