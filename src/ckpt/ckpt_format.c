@@ -7,7 +7,7 @@
  *         i64 optimizer_step, total_steps, next_global_batch_size, f64 next_lr   (runs only)
  *   BASE  str dir (absolute, 1..1023 bytes), u32 crc32c of dir/metadata.mtck
  *         (a LoRA run's checkpoint that references its frozen base instead of storing it)
- *   DATA  u32 count, then per dataset: str split ("train" | "valid"), str path (1..1023 bytes),
+ *   DATA  u32 count, then per dataset: str split ("train" | "valid" | "test"), str path (1..1023 bytes),
  *         i64 documents, u64 idx_bytes, u64 bin_bytes, u32 crc32c   (runs only)
  *   FILE  u32 count, then per file: str name, str role, u64 size, u32 crc32c
  *   TENS  u32 count, then per tensor: str name, str dtype, u32 ndim, i64 shape[ndim],

@@ -144,10 +144,10 @@ static void decode_base(Cursor *c, CkptMeta *m) {
     free(dir);
 }
 
-/* DATA: a count, then each dataset's split ("train" | "valid"), a non-empty prefix, its counts and CRC; nothing
- * after them. */
+/* DATA: a count, then each dataset's split ("train" | "valid" | "test"; a reader before data.test drops a record
+ * with "test", as below), a non-empty prefix, its counts and CRC; nothing after them. */
 static void decode_datasets(Cursor *c, CkptMeta *m) {
-    static const char *const splits[] = {"train", "valid"};
+    static const char *const splits[] = {"train", "valid", "test"};
     uint32_t count = get_u32(c, "dataset count");
     if (c->failed) return;
     if (count == 0 || count > CKPT_MAX_DATASETS || count > left(c) / 40) { /* a dataset takes at least 40 bytes */
@@ -157,7 +157,7 @@ static void decode_datasets(Cursor *c, CkptMeta *m) {
     m->datasets = mt_calloc(count, sizeof *m->datasets);
     for (uint32_t i = 0; i < count && !c->failed; i++) {
         CkptDataset *d = &m->datasets[i];
-        const int split = get_name_index(c, splits, 2, "dataset split");
+        const int split = get_name_index(c, splits, 3, "dataset split");
         char *path = get_str(c, CKPT_BASE_DIR_MAX, "dataset path");
         d->documents = get_i64(c, "dataset documents");
         d->idx_bytes = get_u64(c, "dataset idx bytes");

@@ -16,7 +16,7 @@
 
 #define MT_NAME_MAX 128
 #define MT_PATH_MAX 1024
-#define MT_MAX_DATA_SOURCES 256 /* a list of data.train or data.valid (a Megatron blend of many shards) */
+#define MT_MAX_DATA_SOURCES 256 /* a list of data.train, data.valid or data.test (a Megatron blend of many shards) */
 #define MT_MAX_BATCH_STAGES 64
 #define MT_MAX_LAYERS 1024
 /* Routed experts of a MoE layer, and experts a token picks, at most (the recipe, config.json and the model). */
@@ -215,6 +215,8 @@ typedef struct DataConfig {
     DataSource train[MT_MAX_DATA_SOURCES];
     int num_valid;          /* 0: validation comes from the split */
     DataSource valid[MT_MAX_DATA_SOURCES];
+    int num_test;           /* 0: test data (test_loss after the last step) comes from the split, if it has a share */
+    DataSource test[MT_MAX_DATA_SOURCES];
     double split[3];        /* train, valid, test weights (normalised when used) */
     char cache_dir[MT_PATH_MAX]; /* resolved: run.dir/data-cache when null */
     bool pack;              /* data.pack: whole documents packed into seq_len rows (SFT), first-fit decreasing */

@@ -144,14 +144,25 @@ int read_train_sources(void *base, const YEntry *entry, const char *path, char *
     return read_sources(data->train, &data->num_train, entry, path, err, errlen);
 }
 
-int read_valid_sources(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
-    DataConfig *data = base;
+/* A list that may be null (data.valid, data.test: none, the split gives it). */
+static int read_optional_sources(DataSource *sources, int *count, const YEntry *entry, const char *path, char *err,
+                                 size_t errlen) {
     if (ytree_is_null(entry->value)) {
-        memset(data->valid, 0, sizeof data->valid);
-        data->num_valid = 0;
+        memset(sources, 0, MT_MAX_DATA_SOURCES * sizeof *sources);
+        *count = 0;
         return 0;
     }
-    return read_sources(data->valid, &data->num_valid, entry, path, err, errlen);
+    return read_sources(sources, count, entry, path, err, errlen);
+}
+
+int read_valid_sources(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
+    DataConfig *data = base;
+    return read_optional_sources(data->valid, &data->num_valid, entry, path, err, errlen);
+}
+
+int read_test_sources(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
+    DataConfig *data = base;
+    return read_optional_sources(data->test, &data->num_test, entry, path, err, errlen);
 }
 
 static void write_sources(FILE *out, const DataSource *sources, int count, const char *name, int indent) {
@@ -180,6 +191,11 @@ void write_train_sources(FILE *out, const void *base, const char *name, int inde
 void write_valid_sources(FILE *out, const void *base, const char *name, int indent) {
     const DataConfig *data = base;
     write_sources(out, data->valid, data->num_valid, name, indent);
+}
+
+void write_test_sources(FILE *out, const void *base, const char *name, int indent) {
+    const DataConfig *data = base;
+    write_sources(out, data->test, data->num_test, name, indent);
 }
 
 int data_split_parse(const char *text, double split[3]) {

@@ -195,8 +195,10 @@ static const RecipeKey optimizer_keys[] = {
 };
 
 static const RecipeKey data_keys[] = {
-    {CUSTOM_KEY("train", read_train_sources, write_train_sources), .required = true, .also = "data_path dataset_path"},
+    {CUSTOM_KEY("train", read_train_sources, write_train_sources), .required = true,
+     .also = "data_path dataset_path train_data_path"},
     {CUSTOM_KEY("valid", read_valid_sources, write_valid_sources), .also = "valid_data_path"},
+    {CUSTOM_KEY("test", read_test_sources, write_test_sources), .also = "test_data_path"},
     {CUSTOM_KEY("split", read_split, write_split)},
     {STRING_KEY("cache_dir", DataConfig, cache_dir), .nullable = true, .also = "data_cache_path"},
     {BOOL_KEY("pack", DataConfig, pack)},

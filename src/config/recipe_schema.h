@@ -162,6 +162,8 @@ int read_train_sources(void *base, const YEntry *entry, const char *path, char *
 int read_valid_sources(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
 void write_train_sources(FILE *out, const void *base, const char *name, int indent);
 void write_valid_sources(FILE *out, const void *base, const char *name, int indent);
+int read_test_sources(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
+void write_test_sources(FILE *out, const void *base, const char *name, int indent);
 int read_split(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
 void write_split(FILE *out, const void *base, const char *name, int indent);
 void write_nothing(FILE *out, const void *base, const char *name, int indent);

@@ -382,8 +382,16 @@ int recipe_validate(const Recipe *r, const YNode *root, int world_size, char *er
                     "expected at most model.max_position_embeddings (%d), found %d", r->model.max_position_embeddings,
                     r->train.seq_len);
     if (validate_blend(r->data.train, r->data.num_train, "data.train", root, at, err, errlen) != 0 ||
-        validate_blend(r->data.valid, r->data.num_valid, "data.valid", root, at, err, errlen) != 0)
+        validate_blend(r->data.valid, r->data.num_valid, "data.valid", root, at, err, errlen) != 0 ||
+        validate_blend(r->data.test, r->data.num_test, "data.test", root, at, err, errlen) != 0)
         return -1;
+    /* test data from one place: data.test, or data.split's test share of data.train (ignored beside data.valid,
+     * which trains on all of data.train; setup warns) */
+    if (r->data.num_test > 0 && r->data.num_valid == 0 && r->data.split[2] > 0.0)
+        return fail_pair(err, errlen, root, at, "data.split", "data.test",
+                         "its test share (%g) and data.test both give test data, expected one of them (data.test: "
+                         "\"data.split=[%g, %g, 0]\" holds out no test share of data.train)", r->data.split[2],
+                         r->data.split[0], r->data.split[1]);
     if (validate_layout(r, root, at, world_size, err, errlen) != 0) return -1;
     if (validate_weight_decay(&r->optimizer, root, at, err, errlen) != 0) return -1;
     return validate_schedule(r, root, at, err, errlen);

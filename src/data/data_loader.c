@@ -227,10 +227,11 @@ DataLoader *data_loader_create(const DataConfig *data, DataSplit split, int seq_
     const char *key = "data.train";
     const double *weights = data->split;
     const char *hint = split == SPLIT_VALID ? "; give data.valid or raise data.split[1]" : "";
-    if (split == SPLIT_VALID && data->num_valid > 0) {
-        sources = data->valid;
-        count = data->num_valid;
-        key = "data.valid";
+    if ((split == SPLIT_VALID && data->num_valid > 0) || (split == SPLIT_TEST && data->num_test > 0)) {
+        const bool valid = split == SPLIT_VALID; /* a list of its own, read whole */
+        sources = valid ? data->valid : data->test;
+        count = valid ? data->num_valid : data->num_test;
+        key = valid ? "data.valid" : "data.test";
         weights = whole;
         which = 0;
         hint = "";

@@ -162,8 +162,9 @@ static void print_json(const char *ckpt, const EvalOptions *opt, const EvalExten
     } else {
         jw_null(&w);
     }
-    jw_key(&w, "share"); /* which share of --split: "valid" or "test"; null without it */
-    if (opt->split_given) jw_string(&w, opt->test ? "test" : "valid");
+    jw_key(&w, "share"); /* which share of --split: "valid" or "test"; "test" with --test alone (all of the
+                          * dataset as data.test); null without either */
+    if (opt->split_given || opt->test) jw_string(&w, opt->test ? "test" : "valid");
     else jw_null(&w);
     jw_key(&w, "seed");
     jw_uint(&w, opt->seed);
@@ -182,7 +183,8 @@ static void print_json(const char *ckpt, const EvalOptions *opt, const EvalExten
     jw_free(&w);
 }
 
-/* The line: "eval: loss L over N batches of B x T tokens[, all S samples once][, the validation share of split A,B,C][, packed][, loss
+/* The line: "eval: loss L over N batches of B x T tokens[, all S samples once][, the validation share of split A,B,C |
+ * , as test data][, packed][, loss
  * mask: P% of targets counted | , P% of targets counted][, per-token mean] (CKPT)"; the share is said when a mask or
  * padding left targets out (not the masked padding of --batches all's last batch). */
 static void print_line(const char *ckpt, const EvalOptions *opt, const EvalExtent *extent, const EvalResult *res) {
@@ -193,6 +195,8 @@ static void print_line(const char *ckpt, const EvalOptions *opt, const EvalExten
     if (opt->split_given)
         printf(", the %s share of split %g,%g,%g", opt->test ? "test" : "validation", opt->split[0], opt->split[1],
                opt->split[2]);
+    else if (opt->test)
+        printf(", as test data"); /* all of --data, sampled as a run's data.test */
     if (opt->pack) printf(", packed");
     if (res->masked || (double)res->counted < tokens)
         printf(", %s%.1f%% of targets counted", res->masked ? "loss mask: " : "",
@@ -227,8 +231,9 @@ static ModelDevice *open_device(const char *ckpt, const ModelDeviceSetup *setup)
     return dev;
 }
 
-/* The validation loader of opt's dataset, as a run with data.valid = PREFIX opens it, or with --split as a run
- * with data.train = PREFIX and that data.split (its test share with --test); NULL (reported). */
+/* The validation loader of opt's dataset, as a run with data.valid = PREFIX opens it (data.test = PREFIX with
+ * --test), or with --split as a run with data.train = PREFIX and that data.split (its test share with --test);
+ * NULL (reported). */
 static DataLoader *open_data(const EvalOptions *opt) {
     DataConfig data;
     memset(&data, 0, sizeof data);
@@ -237,6 +242,10 @@ static DataLoader *open_data(const EvalOptions *opt) {
         data.num_train = 1;
         source = &data.train[0];
         memcpy(data.split, opt->split, sizeof data.split);
+    } else if (opt->test) {
+        data.num_test = 1;
+        source = &data.test[0];
+        data.split[0] = 1.0; /* unused with data.test; a valid split for the loader's checks */
     } else {
         data.num_valid = 1;
         source = &data.valid[0];
@@ -256,6 +265,7 @@ static DataLoader *open_data(const EvalOptions *opt) {
                                  sizeof err);
     if (!loader) { /* the loader names recipe keys; say which options they are here */
         const char *key = strstr(err, "data.valid[0].path: ") == err   ? "data.valid[0].path: "
+                          : strstr(err, "data.test[0].path: ") == err  ? "data.test[0].path: "
                           : strstr(err, "data.train[0].path: ") == err ? "data.train[0].path: " : NULL;
         mt_error("eval: %s%s%s", key ? "--data: " : "", key ? err + strlen(key) : err,
                  strstr(err, "data.pack_overlong") ? " (here: --pack-overlong, --seq-len)" : "");
@@ -267,7 +277,8 @@ static DataLoader *open_data(const EvalOptions *opt) {
 static void warn_repeats(const DataLoader *loader, const EvalOptions *opt) {
     char data[MT_PATH_MAX + 80], msg[MT_PATH_MAX + 1200];
     snprintf(data, sizeof data, "%s--data %s", opt->split_given ? opt->test ? "the test share (--split) of "
-                                                                            : "the validation share (--split) of " : "",
+                                                                            : "the validation share (--split) of "
+                                                    : opt->test ? "the test data " : "",
              opt->data);
     const EvalCoverageNames names = {data, "--batches", "--micro-batch-size", "the loss"};
     if (opt->batches != MT_EVAL_BATCHES_ALL && eval_coverage_repeats(loader, opt->batches, opt->micro_batch_size, &names, msg, sizeof msg))

@@ -19,7 +19,7 @@
 #define DEFAULT_SEED 1234 /* run.seed's default in recipes */
 
 const char *const eval_usage_text =
-    "usage: megatrain eval CKPT [--data PREFIX] [--split TRAIN,VALID,TEST [--test]] [--batches N|all] [--seq-len T]\n"
+    "usage: megatrain eval CKPT [--data PREFIX] [--split TRAIN,VALID,TEST] [--test] [--batches N|all] [--seq-len T]\n"
     "                           [--micro-batch-size B] [--seed S] [--pack|--no-pack [--pack-overlong error|truncate]]\n"
     "                           [--loss per_micro_batch|per_token] [--device D] [--json]\n"
     "\n"
@@ -28,8 +28,9 @@ const char *const eval_usage_text =
     "used whole and read as a run reads data.valid, or its validation share with\n"
     "--split. A run's checkpoint gives what the command line leaves out from the run's\n"
     "recipe (its seed, seq_len, micro_batch_size, eval_batches, data.pack, train.loss, and\n"
-    "without --data its data.valid, or its data.train with data.split), so that\n"
-    "`megatrain eval RUN_DIR` prints its eval_loss; a line on stderr says what was taken,\n"
+    "without --data its data.valid, or its data.train with data.split; with --test its\n"
+    "data.test or data.split's test share), so that `megatrain eval RUN_DIR` prints its\n"
+    "eval_loss (and `--test` its test_loss); a line on stderr says what was taken,\n"
     "and a note which options would give the run's eval_loss when those given do not.\n"
     "A dataset with a loss mask (data build --format sft: PREFIX_mask.{bin,idx}) is\n"
     "scored on its unmasked targets only. CKPT is a checkpoint directory, or a run (or\n"
@@ -41,7 +42,8 @@ const char *const eval_usage_text =
     "  --split W               TRAIN,VALID,TEST weights (e.g. 98,2,0; a missing share is 0): score the documents that a run with\n"
     "                          data.train PREFIX and this data.split validates on (default: all of PREFIX,\n"
     "                          as data.valid)\n"
-    "  --test                  with --split, score its test share instead: a run's test_loss\n"
+    "  --test                  score test data instead, as a run's test_loss: with --split its test\n"
+    "                          share, else all of PREFIX (as data.test)\n"
     "  --batches N             batches to average over (default 8); all: every sample of the data once, in\n"
     "                          ceil(samples / B) batches, the last one's places past the data's end masked\n"
     "                          padding and its loss weighed by its samples (as train.eval_batches: all)\n"
@@ -159,10 +161,6 @@ static int check_options(const EvalOptions *opt) {
 int eval_options_check(const EvalOptions *opt) {
     if ((opt->given & EVAL_GAVE_PACK_OVERLONG) && !opt->pack) {
         mt_error("eval: --pack-overlong: only with --pack (it says what packing does with an overlong document)");
-        return 2;
-    }
-    if (opt->test && !opt->split_given) {
-        mt_error("eval: --test: only with --split (it scores that split's test share)");
         return 2;
     }
     if (opt->split_given && !(opt->split[opt->test ? 2 : 1] > 0)) {

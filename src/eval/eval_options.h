@@ -38,7 +38,8 @@ typedef struct EvalOptions {
     LossReduction loss;          /* --loss per_micro_batch|per_token (train.loss) */
     bool split_given;            /* --split: score PREFIX's validation share as data.split gives it */
     double split[3];             /* --split TRAIN,VALID,TEST */
-    bool test;                   /* --test: with --split, its test share (a run's test_loss) */
+    bool test;                   /* --test: with --split its test share, else PREFIX whole as data.test (a run's
+                                  * test_loss) */
 } EvalOptions;
 
 extern const char *const eval_usage_text;

@@ -119,6 +119,13 @@ int eval_run_settings(const char *ckpt, EvalOptions *opt) {
         if (run.data.num_valid == 1 && !opt->test) {
             snprintf(data, sizeof data, "%s", run.data.valid[0].path);
             ADD(" --data %s (its data.valid)", data);
+        } else if (opt->test && run.data.num_test == 1 && !opt->split_given) {
+            snprintf(data, sizeof data, "%s", run.data.test[0].path);
+            ADD(" --data %s (its data.test)", data);
+        } else if (opt->test && run.data.num_test > 1 && !opt->split_given) {
+            mt_error("eval: --test: the run of %s tested on a blend of %d datasets (data.test; %s): eval scores one "
+                     "dataset, give --data PREFIX", ckpt, run.data.num_test, path);
+            return 2;
         } else if (run.data.num_valid == 0 && run.data.num_train == 1 && share > 0) {
             snprintf(data, sizeof data, "%s", run.data.train[0].path);
             if (opt->split_given) {
@@ -130,8 +137,9 @@ int eval_run_settings(const char *ckpt, EvalOptions *opt) {
                     opt->split[1], opt->split[2]);
             }
         } else if (opt->test && run.data.num_valid == 0 && run.data.num_train == 1 && !opt->split_given) {
-            mt_error("eval: --test: the run of %s has no test share (data.split %g,%g,%g; %s): give --split with one",
-                     ckpt, run.data.split[0], run.data.split[1], run.data.split[2], path);
+            mt_error("eval: --test: the run of %s has no test data (no data.test, data.split %g,%g,%g; %s): give "
+                     "--split with a test share, or --data PREFIX to score all of it", ckpt, run.data.split[0],
+                     run.data.split[1], run.data.split[2], path);
             return 2;
         } else if (run.data.num_valid > 1 || (run.data.num_valid == 0 && run.data.num_train > 1 && share > 0)) {
             mt_error("eval: the run of %s evaluated on a blend of %d datasets (data.%s; %s): eval scores one dataset, "

@@ -24,6 +24,7 @@ void resume_report_arm(const ResumeReport *report) {
  * model's output and its language-model loss are the same), checked field by field below. */
 static const char *const sample_keys[] = {"run.seed", "train.seq_len", "data.train", "data.split", "data.pack", NULL};
 static const char *const valid_keys[] = {"data.valid", NULL};
+static const char *const test_keys[] = {"data.test", NULL};
 static const char *const model_keys[] = {"model.", "peft.", NULL};
 
 /* The first key of `watched` whose value differs between the two recipes' texts, into hit ("" when none). */
@@ -47,7 +48,7 @@ static bool same_contents(const CkptDataset *saved, int num_saved, const char *s
     return false;
 }
 
-/* Each dataset of one list (data.train or data.valid) whose path alone changed and whose files hold what the
+/* Each dataset of one list (data.train, data.valid or data.test) whose path alone changed and whose files hold what the
  * checkpoint recorded at the old one: said, and its old path put back into `now` (a copy of the recipe in force),
  * so that it is not taken for other samples. */
 static void say_moved(const DataSource *then, int num_then, DataSource *now, int num_now, const char *split,
@@ -124,6 +125,7 @@ static void say_changes(const Recipe *checkpoint, const Recipe *resumed, const c
     const DataConfig *then = &stored->data;
     say_moved(then->train, then->num_train, same.data.train, same.data.num_train, "train", saved, num_saved);
     say_moved(then->valid, then->num_valid, same.data.valid, same.data.num_valid, "valid", saved, num_saved);
+    say_moved(then->test, then->num_test, same.data.test, same.data.num_test, "test", saved, num_saved);
     free(saved);
     const MoeConfig *was = &stored->model.moe;
     const bool router = same.model.moe.aux_loss_coeff != was->aux_loss_coeff ||
@@ -132,9 +134,10 @@ static void say_changes(const Recipe *checkpoint, const Recipe *resumed, const c
     same.model.moe.z_loss_coeff = was->z_loss_coeff;
     same.model.export_dtype = stored->model.export_dtype; /* convert's default dtype: nothing computed */
     after = recipe_yaml_text(&same, &nb);
-    char samples[900], valid[900], model[900];
+    char samples[900], valid[900], test[900], model[900];
     first_change(before, after, sample_keys, samples, sizeof samples);
     first_change(before, after, valid_keys, valid, sizeof valid);
+    first_change(before, after, test_keys, test, sizeof test);
     first_change(before, after, model_keys, model, sizeof model);
     free(before);
     free(after);
@@ -144,6 +147,9 @@ static void say_changes(const Recipe *checkpoint, const Recipe *resumed, const c
     if (valid[0] && evaluates)
         mt_warn("resume: %s changes the validation samples: eval_loss from here on is measured on other samples "
                 "than before (the training is not affected)", valid);
+    if (test[0] && evaluates)
+        mt_warn("resume: %s changes the test samples: test_loss after the last step is measured on other samples "
+                "than the run's recipe named (the training is not affected)", test);
     if (model[0])
         mt_warn("resume: %s changes what its model computes from here on: it continues, but no longer computes "
                 "what the uninterrupted run would", model);

@@ -71,9 +71,20 @@ void run_notes_data(const Recipe *recipe, RunNotes *notes) {
                     data->valid[v].path);
                 break;
             }
+    note_twice(data->test, data->num_test, "data.test", notes);
+    for (int v = 0; v < data->num_test; v++)
+        for (int t = 0; t < data->num_train; t++)
+            if (same_prefix(data->test[v].path, data->train[t].path)) {
+                add(notes, "data.test[%d] is data.train[%d] (%s): test_loss scores documents this run trains on; "
+                    "give held-out data", v, t, data->test[v].path);
+                break;
+            }
     if (data->num_valid > 0 && recipe->train.eval_interval <= 0)
         add(notes, "data.valid is given but evaluation is off (train.eval_interval is 0), so it is not read; "
             "--set train.eval_interval=N evaluates every N steps");
+    if (data->num_test > 0 && recipe->train.eval_interval <= 0)
+        add(notes, "data.test is given but evaluation is off (train.eval_interval is 0), so it is not read; "
+            "--set train.eval_interval=N evaluates every N steps and data.test after the last one");
 }
 
 void run_notes_model(const Recipe *recipe, RunNotes *notes) {

@@ -101,7 +101,9 @@ static void print_banner(const TrainContext *ctx) {
         if (ctx->valid_data)
             eval_extent_describe(&ctx->valid_extent, recipe->data.num_valid > 0 ? "data.valid"
                                  : "data.split's validation share", valid, sizeof valid);
-        if (ctx->test_data) eval_extent_describe(&ctx->test_extent, "the test share", test, sizeof test);
+        if (ctx->test_data)
+            eval_extent_describe(&ctx->test_extent, recipe->data.num_test > 0 ? "data.test" : "the test share", test,
+                                 sizeof test);
         mt_log("eval: train.eval_batches all is %s%s%s", valid,
                !test[0] ? "" : valid[0] ? "; test_loss: " : "test_loss: ", test);
     }

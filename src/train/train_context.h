@@ -124,6 +124,9 @@ int train_lock_run_dir(const char *run_dir, char *err, size_t errlen);
 int train_check_data_tokenizer(const Recipe *recipe, const char *ckpt_dir, const char *model_source, char *err,
                                size_t errlen);
 
+/* What test_loss scores, for messages: "data.test", or "data.split's test share of data.train". */
+const char *train_test_data_name(const DataConfig *data);
+
 /* Setup of `megatrain resume`: train_setup_common, then the weights, the
  * optimizer (when load_optimizer) and the TrainState from checkpoint_dir;
  * only then run.dir is touched: recipe.yaml rewritten, metrics.jsonl cut

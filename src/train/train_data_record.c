@@ -66,6 +66,10 @@ void train_data_record_make(TrainContext *ctx) {
         record_loader(ctx, ctx->valid_data, "valid");
         record_left_out(ctx, data->valid, data->num_valid, "valid");
     }
+    if (ctx->test_data && data->num_test > 0) {
+        record_loader(ctx, ctx->test_data, "test");
+        record_left_out(ctx, data->test, data->num_test, "test");
+    }
 }
 
 /* What differs between the checkpoint's fingerprint and this run's, for the warning. */

@@ -66,22 +66,32 @@ static DataLoader *open_eval_loader(const TrainContext *ctx, DataSplit split, ch
     return data_loader_create(&recipe->data, split, train->seq_len, recipe->run.seed, samples, err, errlen);
 }
 
+/* What test_loss scores: data.test, or data.split's test share of data.train (recipe_validate: not both). */
+const char *train_test_data_name(const DataConfig *data) {
+    return data->num_test > 0 ? "data.test" : "data.split's test share of data.train";
+}
+
 /* Open ctx->valid_data when evaluation is on; it stays NULL (with a warning)
- * when there is no validation data. With evaluation on, data.split's test
- * share (of data.train; none beside data.valid) opens ctx->test_data, for
- * one evaluation after the last step (agree_test_data: every rank has it
- * or none does). Returns 0, or -1 with err set. */
+ * when there is no validation data. With evaluation on, data.test or
+ * data.split's test share (of data.train; none beside data.valid) opens
+ * ctx->test_data, for one evaluation after the last step (agree_test_data:
+ * every rank has it or none does). data.test that cannot be opened is an
+ * error, as data.valid is; a split's test share a warning. Returns 0, or -1
+ * with err set. */
 static int open_valid_data(TrainContext *ctx, char *err, size_t errlen) {
     const Recipe *recipe = ctx->recipe;
     const TrainConfig *train = &recipe->train;
     if (train->eval_interval <= 0 || train->eval_batches == 0) return 0;
-    const bool test_share = recipe->data.num_valid == 0 && recipe->data.split[2] > 0.0;
+    const bool own_test = recipe->data.num_test > 0;
+    const bool test_share = own_test || (recipe->data.num_valid == 0 && recipe->data.split[2] > 0.0);
+    const char *test_name = train_test_data_name(&recipe->data);
     char loader_err[1024];
     if (recipe->data.num_valid == 0 && !(recipe->data.split[1] > 0.0)) {
         if (comm_world()->rank == 0) /* (before rank 0 alone logs: setup_common) */
             mt_warn("evaluation is off during training: train.eval_interval is %ld but there is no validation data "
-                    "(data.valid is null and data.split gives it no share)%s", train->eval_interval,
-                    test_share ? "; the test share is evaluated after the last step" : "");
+                    "(data.valid is null and data.split gives it no share)%s%s%s", train->eval_interval,
+                    test_share ? "; " : "", test_share ? test_name : "",
+                    test_share ? " is evaluated after the last step" : "");
     } else {
         ctx->valid_data = open_eval_loader(ctx, SPLIT_VALID, loader_err, sizeof loader_err);
         if (!ctx->valid_data) {
@@ -102,15 +112,22 @@ static int open_valid_data(TrainContext *ctx, char *err, size_t errlen) {
     if (!test_share) return 0;
     ctx->test_data = open_eval_loader(ctx, SPLIT_TEST, loader_err, sizeof loader_err);
     if (ctx->test_data) ctx->test_extent = eval_extent(ctx->test_data, train->eval_batches, train->micro_batch_size);
-    if (!ctx->test_data) {
+    if (!ctx->test_data && own_test) {
+        mt_set_error(err, errlen, "test data: %s", loader_err);
+        return -1;
+    } else if (!ctx->test_data) {
         mt_warn("no test evaluation: data.split's test share: %s", loader_err);
+    } else if (ctx->test_extent.batches == 0 && own_test) {
+        mt_set_error(err, errlen, "train.eval_batches: all: the test data (data.test) holds no whole sample of "
+                     "train.seq_len + 1 = %d tokens: give a smaller seq_len, or more test data", train->seq_len + 1);
+        return -1;
     } else if (ctx->test_extent.batches == 0) { /* every rank alike: the count is the data's */
         mt_warn("no test evaluation: train.eval_batches: all: data.split's test share holds no whole sample of "
                 "train.seq_len + 1 = %d tokens", train->seq_len + 1);
         data_loader_free(ctx->test_data);
         ctx->test_data = NULL;
     } else {
-        warn_eval_repeats(ctx, ctx->test_data, "data.split's test share of data.train", "test_loss");
+        warn_eval_repeats(ctx, ctx->test_data, test_name, "test_loss");
     }
     return 0;
 }
@@ -123,7 +140,7 @@ static void agree_test_data(TrainContext *ctx) {
     comm_all_reduce_sum_double(comm_world(), &have, 1);
     if (have == 0.0 || have == (double)ctx->layout.world_size) return;
     if (ctx->test_data) {
-        mt_log_warn("no test evaluation: another rank could not open data.split's test share");
+        mt_log_warn("no test evaluation: another rank could not open %s", train_test_data_name(&ctx->recipe->data));
         data_loader_free(ctx->test_data);
         ctx->test_data = NULL;
     }
@@ -141,14 +158,19 @@ static int check_vocab(const TrainContext *ctx, char *err, size_t errlen) {
         mt_set_error(err, errlen, "training data: %s", why);
         return -1;
     }
-    /* validation from data.split reads the training datasets, checked above */
+    /* validation and test from data.split read the training datasets, checked above */
     if (ctx->valid_data && ctx->recipe->data.num_valid > 0 && data_loader_check_vocab(ctx->valid_data, V, VOCAB_CHECK_TOKENS, why, sizeof why) != 0) {
         mt_set_error(err, errlen, "validation data: %s", why);
         return -1;
     }
+    if (ctx->test_data && ctx->recipe->data.num_test > 0 &&
+        data_loader_check_vocab(ctx->test_data, V, VOCAB_CHECK_TOKENS, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "test data: %s", why);
+        return -1;
+    }
     data_loader_set_vocab(ctx->train_data, V);
     if (ctx->valid_data) data_loader_set_vocab(ctx->valid_data, V);
-    if (ctx->test_data) data_loader_set_vocab(ctx->test_data, V); /* data.train's, checked above */
+    if (ctx->test_data) data_loader_set_vocab(ctx->test_data, V);
     return 0;
 }
 
@@ -156,15 +178,21 @@ static int check_vocab(const TrainContext *ctx, char *err, size_t errlen) {
  * that another tokenizer made; a stale record is warned about (by rank 0) and passes. */
 static int check_datasets(const DataConfig *data, const CkptHfFile *tok, const char *model_source, char *err,
                           size_t errlen) {
+    const struct {
+        const char *key;
+        const DataSource *sources;
+        int count;
+    } lists[] = {{"train", data->train, data->num_train}, {"valid", data->valid, data->num_valid},
+                 {"test", data->test, data->num_test}};
     char what[64];
-    for (int i = 0; i < data->num_train + data->num_valid; i++) {
-        const bool train = i < data->num_train;
-        snprintf(what, sizeof what, "data.%s[%d]", train ? "train" : "valid", train ? i : i - data->num_train);
-        const char *prefix = train ? data->train[i].path : data->valid[i - data->num_train].path;
-        const int rc = dataset_tokenizer_check(prefix, what, tok->data, tok->size, model_source, err, errlen);
-        if (rc < 0) return -1;
-        if (rc > 0 && comm_world()->rank == 0) mt_warn("%s", err);
-    }
+    for (size_t l = 0; l < sizeof lists / sizeof lists[0]; l++)
+        for (int i = 0; i < lists[l].count; i++) {
+            snprintf(what, sizeof what, "data.%s[%d]", lists[l].key, i);
+            const int rc = dataset_tokenizer_check(lists[l].sources[i].path, what, tok->data, tok->size, model_source,
+                                                   err, errlen);
+            if (rc < 0) return -1;
+            if (rc > 0 && comm_world()->rank == 0) mt_warn("%s", err);
+        }
     return 0;
 }
 

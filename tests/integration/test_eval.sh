@@ -124,8 +124,8 @@ out=$("$MEGATRAIN" eval "$WORK/split" 2> "$WORK/note.txt") || fail "eval of the 
 grep -qF -- "--data $WORK/english --split 90,10,0 (its data.train and data.split)" "$WORK/note.txt" ||
   fail "eval of the split run alone: $(cat "$WORK/note.txt")"
 status=0; "$MEGATRAIN" eval "$WORK/split" --test > /dev/null 2> "$WORK/note.txt" || status=$?
-[[ $status -eq 2 ]] && grep -qF "eval: --test: the run of $WORK/split/checkpoints/iter_0000004 has no test share \
-(data.split 90,10,0; " "$WORK/note.txt" ||
+[[ $status -eq 2 ]] && grep -qF "eval: --test: the run of $WORK/split/checkpoints/iter_0000004 has no test data \
+(no data.test, data.split 90,10,0; " "$WORK/note.txt" ||
   fail "--test on a run with no test share: exit $status: $(cat "$WORK/note.txt")"
 # ... a --split given is the one read: with a test share, its data.train's
 out=$("$MEGATRAIN" eval "$WORK/split" --split 90,5,5 --test 2> "$WORK/note.txt") ||
@@ -171,7 +171,8 @@ for bad in 90,0,10 0,10,0 90 a,b,c 1e309,1,1 inf,1,0 1e308,1e308,0 90,10,0,1; do
 done
 
 # 1e. the test share (data.split's third, a run's test_loss after its last step): --split with --test gives it;
-# --test needs --split, and a split with a test share
+# a --split with --test needs a test share; --test without --split scores all of --data as test data (data.test:
+# test_data_test.sh), another sample order than the validation data's
 "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/test-share" --set train.steps=4 \
   --set optimizer.schedule.warmup_steps=2 --set checkpoint.interval=4 --set checkpoint.async=false \
   --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set data.split=85,10,5 \
@@ -183,13 +184,17 @@ out=$("$MEGATRAIN" eval "$WORK/test-share" --data "$WORK/english" --split 85,10,
   --micro-batch-size 8) || fail "eval --split --test exited non-zero"
 [[ "$out" == "eval: loss $(printf '%.6f' "$want") over 2 batches of 8 x 64 tokens, the test share of split 85,10,5 ("* ]] ||
   fail "eval --split --test: '$out', the run's test_loss is $want"
-for args in "--test" "--split 90,10,0 --test"; do
-  rc=0
-  # shellcheck disable=SC2086
-  "$MEGATRAIN" eval "$WORK/test-share" --data "$WORK/english" $args > /dev/null 2> "$WORK/eval.err" || rc=$?
-  [[ $rc -eq 2 ]] && grep -qE "eval: --test: only with --split|positive TRAIN and TEST" "$WORK/eval.err" ||
-    fail "eval $args: exit $rc, $(cat "$WORK/eval.err")"
-done
+rc=0
+"$MEGATRAIN" eval "$WORK/test-share" --data "$WORK/english" --split 90,10,0 --test > /dev/null 2> "$WORK/eval.err" || rc=$?
+[[ $rc -eq 2 ]] && grep -qE "positive TRAIN and TEST" "$WORK/eval.err" ||
+  fail "eval --split 90,10,0 --test: exit $rc, $(cat "$WORK/eval.err")"
+whole=$("$MEGATRAIN" eval "$WORK/test-share" --data "$WORK/english" --batches 2 2> /dev/null) || fail "eval --data"
+as_test=$("$MEGATRAIN" eval "$WORK/test-share" --data "$WORK/english" --batches 2 --test --json 2> /dev/null) ||
+  fail "eval --data --test"
+[[ $as_test == *'"split":null,"share":"test"'* ]] || fail "eval --data --test --json: $as_test"
+as_test=$("$MEGATRAIN" eval "$WORK/test-share" --data "$WORK/english" --batches 2 --test 2> /dev/null)
+[[ $as_test == *", as test data ("* && ${as_test%% over*} != "${whole%% over*}" ]] ||
+  fail "eval --data --test: '$as_test' should say test data and score other samples than '$whole'"
 
 # 2. an earlier checkpoint of the same run gives a different (higher) loss: the weights are really loaded
 out5=$("$MEGATRAIN" eval "$run/checkpoints/iter_0000005" --data "$WORK/english" --batches 3 --seq-len 64 \

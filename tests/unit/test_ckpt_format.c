@@ -498,8 +498,14 @@ static void test_meta_data_record(void **state) {
     expect_data_dropped(&p);
     p = data_payload(2, "train", "/d/en", 5, 3); /* more than it holds */
     expect_data_dropped(&p);
-    p = data_payload(1, "test", "/d/en", 5, 3); /* a split of a later version */
+    p = data_payload(1, "tune", "/d/en", 5, 3); /* a split of a later version */
     expect_data_dropped(&p);
+    p = data_payload(1, "test", "/d/en", 5, 3); /* data.test's datasets */
+    assert_int_equal(decode_with_record("DATA", p.b, p.n, &m, err, sizeof err), 0);
+    assert_int_equal(m.num_datasets, 1);
+    assert_string_equal(m.datasets[0].split, "test");
+    assert_false(m.datasets_unreadable);
+    ckpt_meta_free(&m);
     p = data_payload(1, "train", "", 0, 3);
     expect_data_dropped(&p);
     p = data_payload(1, "train", "/d\0en", 5, 3);

@@ -494,6 +494,11 @@ static void assert_recipes_equal(const Recipe *a, const Recipe *b) {
         assert_string_equal(a->data.valid[i].path, b->data.valid[i].path);
         SAME(data.valid[i].weight);
     }
+    SAME(data.num_test);
+    for (int i = 0; i < a->data.num_test; i++) {
+        assert_string_equal(a->data.test[i].path, b->data.test[i].path);
+        SAME(data.test[i].weight);
+    }
     SAME(data.split[0]), SAME(data.split[1]), SAME(data.split[2]);
     SAME(optimizer.warmup_fraction), SAME(optimizer.warmup_init);
     SAME(optimizer.weight_decay_end), SAME(optimizer.weight_decay_style);
@@ -526,6 +531,8 @@ static void test_write_round_trip(void **state) {
     const char *megatron_schedule[] = {"optimizer.schedule.warmup_init=1.5e-5", "optimizer.weight_decay=0.01",
                                        "optimizer.weight_decay_end=0.1", "optimizer.weight_decay_style=cosine"};
     round_trip(BASE, megatron_schedule, 4, 1);
+    const char *test_data[] = {"data.test=[t1, {path: t2}]"};
+    round_trip(BASE, test_data, 1, 1);
     Recipe wd;
     load_ok(&wd, BASE, megatron_schedule, 4, 1);
     assert_true(wd.optimizer.warmup_init == 1.5e-5 && wd.optimizer.weight_decay_end == 0.1);
