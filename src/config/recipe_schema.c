@@ -121,7 +121,7 @@ static const RecipeKey peft_keys[] = {
 
 static const RecipeKey run_keys[] = {
     {STRING_KEY("name", RunConfig, name)},
-    {STRING_KEY("dir", RunConfig, dir), .nullable = true, .also = "save dump_folder"},
+    {STRING_KEY("dir", RunConfig, dir), .nullable = true, .also = "save dump_folder output_dir"},
     {.name = "seed", .type = KT_U64, .offset = offsetof(RunConfig, seed)},
     {STRING_KEY("device", RunConfig, device), .names = device_names},
     {0},
@@ -143,14 +143,14 @@ static const RecipeKey parallel_keys[] = {
 };
 
 static const RecipeKey train_keys[] = {
-    {CUSTOM_KEY("steps", read_steps, write_steps_or_tokens), .also = "train_iters"},
+    {CUSTOM_KEY("steps", read_steps, write_steps_or_tokens), .also = "train_iters max_steps"},
     {CUSTOM_KEY("tokens", read_tokens, write_nothing), .also = "train_samples"},
     {INT_KEY("seq_len", TrainConfig, seq_len, 1, INT_MAX), .required = true, .also = "seq_length"},
     {INT_KEY("micro_batch_size", TrainConfig, micro_batch_size, 1, INT_MAX), .required = true,
-     .also = "local_batch_size"},
-    {CUSTOM_KEY("global_batch_size", read_global_batch_size, write_batch)},
+     .also = "local_batch_size per_device_train_batch_size"},
+    {CUSTOM_KEY("global_batch_size", read_global_batch_size, write_batch), .also = "gradient_accumulation_steps"},
     {CUSTOM_KEY("batch_schedule", read_batch_schedule, write_nothing), .also = "rampup_batch_size step_batch_size_schedule"},
-    {LONG_KEY("eval_interval", TrainConfig, eval_interval, 0), .also = "validation"},
+    {LONG_KEY("eval_interval", TrainConfig, eval_interval, 0), .also = "validation eval_steps eval_strategy"},
     /* all: every validation sample once (Hugging Face Trainer's evaluation of the whole set), resolved with the
      * data where the loaders are built (src/data/eval_coverage.h) */
     {INT_KEY("eval_batches", TrainConfig, eval_batches, 1, INT_MAX), .word = "all", .word_value = MT_EVAL_BATCHES_ALL,
@@ -158,7 +158,7 @@ static const RecipeKey train_keys[] = {
     {INT_KEY("max_nonfinite_steps", TrainConfig, max_nonfinite_steps, 0, INT_MAX)},
     {LONG_KEY("replica_check_interval", TrainConfig, replica_check_interval, 0)},
     {ENUM_KEY("recompute", TrainConfig, recompute, recompute_names),
-     .also = "recompute_granularity recompute_activations activation_checkpoint"},
+     .also = "recompute_granularity recompute_activations activation_checkpoint gradient_checkpointing"},
     {ENUM_KEY("loss", TrainConfig, loss, loss_reduction_names)},
     {LONG_KEY("exit_interval", TrainConfig, exit_interval, 0)},
     {NUM_KEY("exit_duration_mins", TrainConfig, exit_duration_mins, 0), .also = "exit_duration_in_mins"},
@@ -167,10 +167,11 @@ static const RecipeKey train_keys[] = {
 
 static const RecipeKey schedule_keys[] = {
     {LONG_KEY("warmup_steps", OptimizerConfig, warmup_steps, 0), .also = "lr_warmup_iters lr_warmup_samples"},
-    {NUM_KEY("warmup_fraction", OptimizerConfig, warmup_fraction, 0), .also = "lr_warmup_fraction"},
+    {NUM_KEY("warmup_fraction", OptimizerConfig, warmup_fraction, 0), .also = "lr_warmup_fraction warmup_ratio"},
     {NUM_KEY("warmup_init", OptimizerConfig, warmup_init, 0), .also = "lr_warmup_init"},
-    {ENUM_KEY("decay", OptimizerConfig, decay, decay_names), .also = "lr_decay_style decay_type",
-     .value_also = "inverse-square-root=inverse_sqrt"},
+    {ENUM_KEY("decay", OptimizerConfig, decay, decay_names), .also = "lr_decay_style decay_type lr_scheduler_type",
+     .value_also = "inverse-square-root=inverse_sqrt constant_with_warmup=constant cosine_with_min_lr=cosine "
+                   "warmup_stable_decay=wsd"},
     {LONG_KEY("decay_steps", OptimizerConfig, decay_steps, 1), .nullable = true, .also = "lr_decay_iters lr_decay_samples"},
     {LONG_KEY("wsd_decay_steps", OptimizerConfig, wsd_decay_steps, 0), .also = "lr_wsd_decay_iters lr_wsd_decay_samples decay_ratio"},
     {ENUM_KEY("wsd_decay_style", OptimizerConfig, wsd_decay_style, wsd_style_names), .also = "lr_wsd_decay_style",
@@ -180,15 +181,15 @@ static const RecipeKey schedule_keys[] = {
 
 static const RecipeKey optimizer_keys[] = {
     {CUSTOM_KEY("type", read_optimizer_type, write_optimizer_type), .also = "name"},
-    {NUM_KEY("lr", OptimizerConfig, lr, 0)},
+    {NUM_KEY("lr", OptimizerConfig, lr, 0), .also = "learning_rate"},
     {NUM_KEY("min_lr", OptimizerConfig, min_lr, 0), .also = "lr_min min_lr_factor"},
     {CUSTOM_KEY("betas", read_betas, write_betas), .also = "adam_beta1 adam_beta2 beta1 beta2"},
-    {NUM_KEY("eps", OptimizerConfig, eps, 0), .above_min = true, .also = "adam_eps"},
+    {NUM_KEY("eps", OptimizerConfig, eps, 0), .above_min = true, .also = "adam_eps adam_epsilon"},
     {NUM_KEY("weight_decay", OptimizerConfig, weight_decay, 0), .also = "start_weight_decay"},
     {NUM_KEY("weight_decay_end", OptimizerConfig, weight_decay_end, 0), .nullable = true, .also = "end_weight_decay"},
     {ENUM_KEY("weight_decay_style", OptimizerConfig, weight_decay_style, weight_decay_style_names),
      .also = "weight_decay_incr_style"},
-    {NUM_KEY("clip_grad", OptimizerConfig, clip_grad, 0), .also = "max_norm"},
+    {NUM_KEY("clip_grad", OptimizerConfig, clip_grad, 0), .also = "max_norm max_grad_norm"},
     {ENUM_KEY("state_dtype", OptimizerConfig, state_dtype, dtype_names)},
     {.name = "schedule", .type = KT_SECTION, .offset = 0, .keys = schedule_keys, .also = "lr_scheduler"},
     {0},
@@ -216,8 +217,8 @@ static const RecipeKey fp8_keys[] = {
 };
 
 static const RecipeKey checkpoint_keys[] = {
-    {LONG_KEY("interval", CheckpointConfig, interval, 0), .also = "save_interval"},
-    {INT_KEY("keep_last", CheckpointConfig, keep_last, 0, INT_MAX), .also = "keep_latest_k"},
+    {LONG_KEY("interval", CheckpointConfig, interval, 0), .also = "save_interval save_steps save_strategy"},
+    {INT_KEY("keep_last", CheckpointConfig, keep_last, 0, INT_MAX), .also = "keep_latest_k save_total_limit"},
     {LONG_KEY("keep_every", CheckpointConfig, keep_every, 0)},
     {BOOL_KEY("async", CheckpointConfig, async), .also = "async_mode async_save"},
     {INT_KEY("compression_level", CheckpointConfig, compression_level, 1, 22)},
@@ -227,8 +228,9 @@ static const RecipeKey checkpoint_keys[] = {
 };
 
 static const RecipeKey logging_keys[] = {
-    {LONG_KEY("interval", LoggingConfig, interval, 1), .also = "log_interval log_freq"},
-    {BOOL_KEY("tensorboard", LoggingConfig, tensorboard), .also = "enable_tensorboard tensorboard_dir save_tb_folder"},
+    {LONG_KEY("interval", LoggingConfig, interval, 1), .also = "log_interval log_freq logging_steps"},
+    {BOOL_KEY("tensorboard", LoggingConfig, tensorboard),
+     .also = "enable_tensorboard tensorboard_dir save_tb_folder report_to"},
     {LONG_KEY("timers_interval", LoggingConfig, timers_interval, 0)},
     {NUM_KEY("peak_tflops", LoggingConfig, peak_tflops, 0)},
     {0},
@@ -294,6 +296,21 @@ static const struct {
     {"lr_wsd_decay_samples", "megatrain's schedule counts steps: wsd_decay_steps = lr_wsd_decay_samples / "
                              "global_batch_size"},
     {"no_load_optim", "checkpoint.load_optimizer is its opposite: no_load_optim: true is load_optimizer: false"},
+    /* Hugging Face Trainer's TrainingArguments where megatrain's key takes another unit or form (docs/finetune.md) */
+    {"gradient_accumulation_steps", "megatrain sets the global batch, not the accumulation: global_batch_size = "
+                                    "per_device_train_batch_size x gradient_accumulation_steps x the data-parallel "
+                                    "ranks (micro-batches accumulate to it)"},
+    {"eval_strategy", "the Trainer's eval_strategy steps with eval_steps N is train.eval_interval: N; no is 0"},
+    {"save_strategy", "the Trainer's save_strategy steps with save_steps N is checkpoint.interval: N (a run also "
+                      "saves at its end)"},
+    {"gradient_checkpointing", "the Trainer's gradient_checkpointing: true is train.recompute: full"},
+    {"warmup_ratio", "the Trainer rounds warmup_ratio x max_steps up to whole steps, megatrain keeps the fraction "
+                     "(Megatron's way): for the Trainer's lr at every step give optimizer.schedule.warmup_steps = "
+                     "ceil(warmup_ratio x train.steps)"},
+    {"lr_scheduler_type", "the Trainer's linear and cosine decay to 0: with optimizer.min_lr: 0 they are "
+                          "megatrain's (its default min_lr is lr / 10)"},
+    {"report_to", "report_to: tensorboard is logging.tensorboard: true (written to run.dir/tensorboard; wandb is "
+                  "not written)"},
     {"bf16", "Megatron's bf16: true is precision: bf16 (the compute dtype; fp16 is not implemented)"},
     {"recompute_activations", "Megatron's recompute_activations: true is train.recompute: selective"},
     {"num_layers_per_virtual_pipeline_stage", "Megatron's num_layers_per_virtual_pipeline_stage counts layers, "
@@ -326,6 +343,11 @@ static const struct {
     {"ckpt_format", "megatrain writes its own sharded, zstd-compressed checkpoints; `megatrain convert` reads and "
                     "writes Hugging Face's (docs/checkpoints.md)"},
     {"make_vocab_size_divisible_by", "the vocabulary is not padded: model.vocab_size is used as given"},
+    /* Hugging Face Trainer's */
+    {"num_train_epochs", "megatrain counts steps or tokens: train.tokens = epochs x the training data's tokens "
+                         "(`megatrain data inspect PREFIX` counts them), or train.steps"},
+    {"per_device_eval_batch_size", "evaluation reads batches of train.micro_batch_size (train.eval_batches of them, "
+                                   "or all: every validation sample once)"},
 };
 
 const char *recipe_no_key_note(const char *name) {

@@ -1,7 +1,10 @@
 /* test_lr_schedule.c: lr_at and weight_decay_at against Megatron-LM's own
  * OptimizerParamScheduler (tests/fixtures/megatron/schedule.txt, every step of
  * 17 schedules made by megatron-core: warmup from lr_warmup_init, every decay
- * style, the weight decay's increment styles), and against Megatron's formulas
+ * style, the weight decay's increment styles), against Hugging Face
+ * transformers' schedulers as the Trainer builds them (tests/fixtures/hf/
+ * lr_schedule.txt: linear, cosine, constant_with_warmup, cosine_with_min_lr,
+ * with min_lr 0 or min_lr_rate x lr), and against Megatron's formulas
  * worked out here at chosen steps (0-based steps; step s uses Megatron's
  * num_steps = s). */
 #include <math.h>
@@ -199,10 +202,11 @@ static void test_weight_decay_styles(void **state) {
 }
 
 #define MEGATRON_FIXTURE "tests/fixtures/megatron/schedule.txt"
+#define HF_FIXTURE "tests/fixtures/hf/lr_schedule.txt"
 
 /* A fixture case's settings as megatrain's OptimizerConfig (Megatron's style names; its decay_steps equal to the
  * run's length becomes megatrain's default, null). */
-static OptimizerConfig fixture_config(const char *line, char *name, long *total) {
+static OptimizerConfig fixture_config(const char *path, const char *line, char *name, long *total) {
     OptimizerConfig opt = {0};
     char decay[32], wsd_style[32], wd_style[32];
     long decay_steps, wsd_steps, warmup;
@@ -210,7 +214,7 @@ static OptimizerConfig fixture_config(const char *line, char *name, long *total)
                "decay_steps=%ld decay=%31s wsd_steps=%ld wsd_style=%31s start_wd=%lf end_wd=%lf wd_style=%31s",
                name, total, &opt.warmup_init, &opt.lr, &opt.min_lr, &warmup, &opt.warmup_fraction, &decay_steps,
                decay, &wsd_steps, wsd_style, &opt.weight_decay, &opt.weight_decay_end, wd_style) != 14)
-        fail_msg("%s: cannot read the case line '%s'", MEGATRON_FIXTURE, line);
+        fail_msg("%s: cannot read the case line '%s'", path, line);
     opt.warmup_steps = warmup;
     opt.decay_steps = decay_steps == *total ? 0 : decay_steps;
     opt.wsd_decay_steps = wsd_steps;
@@ -220,7 +224,7 @@ static OptimizerConfig fixture_config(const char *line, char *name, long *total)
     bool found = false;
     for (size_t i = 0; i < sizeof decays / sizeof decays[0]; i++)
         if (strcmp(decay, decays[i].megatron) == 0) opt.decay = decays[i].ours, found = true;
-    if (!found) fail_msg("%s: case %s: unknown decay '%s'", MEGATRON_FIXTURE, name, decay);
+    if (!found) fail_msg("%s: case %s: unknown decay '%s'", path, name, decay);
     const char *const wsd_names[] = {"exponential", "linear", "cosine", "minus_sqrt"};
     for (int i = 0; i < 4; i++)
         if (strcmp(wsd_style, wsd_names[i]) == 0) opt.wsd_decay_style = (WsdDecayStyle)i;
@@ -228,55 +232,71 @@ static OptimizerConfig fixture_config(const char *line, char *name, long *total)
     found = false;
     for (int i = 0; i < 3; i++)
         if (strcmp(wd_style, wd_names[i]) == 0) opt.weight_decay_style = (WeightDecayStyle)i, found = true;
-    if (!found) fail_msg("%s: case %s: unknown weight decay style '%s'", MEGATRON_FIXTURE, name, wd_style);
+    if (!found) fail_msg("%s: case %s: unknown weight decay style '%s'", path, name, wd_style);
     return opt;
 }
 
-/* Within 4 ulps: the formulas are Megatron's term by term, so only libm's cos/pow/sqrt could part them. */
-static bool near(double ours, double megatron) {
-    return fabs(ours - megatron) <= 4 * 2.2204460492503131e-16 * fabs(megatron);
+/* Within 4 ulps of `scale`: the formulas are Megatron's term by term, so only libm's cos/pow/sqrt could part them
+ * (scale: the value); transformers' compute lr x (1 - r) where megatrain computes min_lr + (1 - r)(lr - min_lr),
+ * which rounds apart by a few ulps of lr near the end (scale: the peak lr). */
+static bool near(double ours, double theirs, double scale) {
+    return fabs(ours - theirs) <= 4 * 2.2204460492503131e-16 * fabs(scale);
 }
 
-/* Every step of every fixture case (and some past the run's end): the lr and the weight decay Megatron's scheduler
- * sets for that update. */
-static void test_megatron_scheduler_fixture(void **state) {
-    (void)state;
-    FILE *f = fopen(MEGATRON_FIXTURE, "r");
-    if (!f) fail_msg("%s: cannot open (run from the repository root; made by make_schedule_fixture.py beside it)",
-                     MEGATRON_FIXTURE);
+/* Every step of every case of fixture `path` (and some past the run's end): the lr and the weight decay the other
+ * implementation sets for that update; the number of cases and of steps read. */
+static void check_fixture(const char *path, const char *maker, bool of_peak, long *cases, long *steps) {
+    FILE *f = fopen(path, "r");
+    if (!f) fail_msg("%s: cannot open (run from the repository root; made by %s)", path, maker);
     char line[512], name[64] = "";
     OptimizerConfig opt = {0};
-    long total = 0, cases = 0, steps = 0, expected_step = 0;
+    long total = 0, expected_step = 0;
     bool in_case = false;
+    *cases = *steps = 0;
     while (fgets(line, sizeof line, f)) {
         if (line[0] == '#') continue;
         if (strncmp(line, "case ", 5) == 0) {
-            opt = fixture_config(line, name, &total);
+            opt = fixture_config(path, line, name, &total);
             in_case = true;
             expected_step = 0;
-            cases++;
+            (*cases)++;
             continue;
         }
         long step;
         double lr, wd;
         if (!in_case || sscanf(line, "%ld %lf %lf", &step, &lr, &wd) != 3 || step != expected_step)
-            fail_msg("%s: unexpected line '%s'", MEGATRON_FIXTURE, line);
+            fail_msg("%s: unexpected line '%s'", path, line);
         expected_step++;
         const double our_lr = lr_at(&opt, step, total), our_wd = weight_decay_at(&opt, step, total);
-        if (!near(our_lr, lr))
-            fail_msg("case %s step %ld: lr %.17g, Megatron's %.17g", name, step, our_lr, lr);
-        if (!near(our_wd, wd))
-            fail_msg("case %s step %ld: weight decay %.17g, Megatron's %.17g", name, step, our_wd, wd);
-        steps++;
+        if (!near(our_lr, lr, of_peak ? opt.lr : lr)) fail_msg("%s: case %s step %ld: lr %.17g, theirs %.17g", path, name, step, our_lr, lr);
+        if (!near(our_wd, wd, wd))
+            fail_msg("%s: case %s step %ld: weight decay %.17g, theirs %.17g", path, name, step, our_wd, wd);
+        (*steps)++;
     }
     fclose(f);
+}
+
+static void test_megatron_scheduler_fixture(void **state) {
+    (void)state;
+    long cases, steps;
+    check_fixture(MEGATRON_FIXTURE, "tests/fixtures/megatron/make_schedule_fixture.py", false, &cases, &steps);
     assert_int_equal(cases, 17);
     assert_true(steps >= 17 * 49);
+}
+
+/* The Trainer's schedulers: megatrain's with min_lr 0 (or min_lr_rate x lr) and the same whole warmup steps */
+static void test_hf_scheduler_fixture(void **state) {
+    (void)state;
+    long cases, steps;
+    check_fixture(HF_FIXTURE, "tests/fixtures/hf/make_lr_schedule_fixture.py", true, &cases, &steps);
+    assert_int_equal(cases, 5);
+    assert_int_equal(steps, 5 * 61);
 }
 
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_megatron_scheduler_fixture),
+        cmocka_unit_test(test_hf_scheduler_fixture),
         cmocka_unit_test(test_warmup_init),
         cmocka_unit_test(test_weight_decay_styles),
         cmocka_unit_test(test_warmup_is_linear_from_zero),

@@ -1084,6 +1084,23 @@ static const ErrorCase error_cases[] = {
     {"megatron_start_weight_decay", NULL, NULL, "optimizer.start_weight_decay=0.01", 1, NULL,
      "optimizer.start_weight_decay", "did you mean 'optimizer.weight_decay'? Megatron's start_weight_decay is "
      "optimizer.weight_decay, with weight_decay_end and weight_decay_style linear or cosine"},
+    /* Hugging Face Trainer's TrainingArguments names */
+    {"hf_learning_rate", NULL, NULL, "train.learning_rate=1e-4", 1, NULL, "train.learning_rate",
+     "did you mean 'optimizer.lr'?"},
+    {"hf_max_steps", NULL, NULL, "max_steps=100", 1, NULL, "'max_steps'", "did you mean 'train.steps'?"},
+    {"hf_gradient_accumulation_steps", NULL, NULL, "train.gradient_accumulation_steps=4", 1, NULL,
+     "train.gradient_accumulation_steps", "did you mean 'train.global_batch_size'? megatrain sets the global batch, "
+     "not the accumulation: global_batch_size = per_device_train_batch_size x gradient_accumulation_steps x the "
+     "data-parallel ranks"},
+    {"hf_lr_scheduler_type_value", NULL, NULL, "optimizer.schedule.decay=cosine_with_min_lr", 1, NULL,
+     "optimizer.schedule.decay", "did you mean cosine?"},
+    {"hf_warmup_ratio", NULL, NULL, "optimizer.schedule.warmup_ratio=0.03", 1, NULL,
+     "optimizer.schedule.warmup_ratio", "did you mean 'optimizer.schedule.warmup_fraction'? the Trainer rounds "
+     "warmup_ratio x max_steps up to whole steps"},
+    {"hf_num_train_epochs", NULL, NULL, "train.num_train_epochs=3", 1, NULL, "train.num_train_epochs",
+     "unknown key 'train.num_train_epochs': megatrain counts steps or tokens"},
+    {"hf_save_total_limit", NULL, NULL, "checkpoint.save_total_limit=3", 1, NULL, "checkpoint.save_total_limit",
+     "did you mean 'checkpoint.keep_last'?"},
     /* Megatron's flags with no megatrain key: why, instead of a guess */
     {"megatron_hidden_dropout", NULL, NULL, "model.hidden_dropout=0.0", 1, NULL, "model.hidden_dropout",
      "unknown key 'model.hidden_dropout': megatrain trains without dropout (Megatron's default is 0.1: set 0 there "
