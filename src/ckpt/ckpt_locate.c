@@ -36,7 +36,7 @@ int ckpt_locate(const char *arg, CkptLocation *loc, char *err, size_t errlen) {
     if (!is_dir(path)) {
         mt_set_error(err, errlen, "%s: %s (expected a run directory, its checkpoints/ directory, or a checkpoint "
                      "directory iter_NNNNNNN)", arg, stat(path, &st) == 0 ? "not a directory" : "no such directory");
-        return -1;
+        return CKPT_LOCATE_NO_DIR;
     }
     char probe[MT_PATH_MAX + 64];
     snprintf(probe, sizeof probe, "%s/%s", path, CKPT_METADATA_FILE);

@@ -16,7 +16,10 @@ typedef struct CkptLocation {
     char run_dir[MT_PATH_MAX];            /* the run directory ("" when not known) */
 } CkptLocation;
 
-/* Returns 0, or -1 with err saying what was expected. */
+/* Returns 0; CKPT_LOCATE_NO_DIR when `arg` does not exist or is not a directory (the command line names no such
+ * directory: a usage error, exit 2); or -1 (a directory that holds no checkpoint, a path too long); err says what
+ * was expected. */
+#define CKPT_LOCATE_NO_DIR (-2)
 int ckpt_locate(const char *arg, CkptLocation *loc, char *err, size_t errlen);
 
 #endif

@@ -216,9 +216,10 @@ int inspect_main(int argc, char **argv) {
     }
     CkptLocation loc;
     char err[2048];
-    if (ckpt_locate(arg, &loc, err, sizeof err) != 0) {
+    const int located = ckpt_locate(arg, &loc, err, sizeof err);
+    if (located != 0) {
         mt_error("%s", err);
-        return MT_EXIT_FAILURE;
+        return located == CKPT_LOCATE_NO_DIR ? MT_EXIT_USAGE : MT_EXIT_FAILURE;
     }
     if (loc.single) return inspect_dir(loc.checkpoint_dir);
     long *steps = NULL;

@@ -345,11 +345,11 @@ int eval_main(int argc, char **argv) {
     struct stat st;
     if (stat(opt.ckpt, &st) != 0) {
         mt_error("eval: %s: no such checkpoint directory (%s)", opt.ckpt, strerror(errno));
-        return MT_EXIT_FAILURE;
+        return MT_EXIT_USAGE; /* a path the command line names that is not there: usage, as every command's */
     }
     if (!S_ISDIR(st.st_mode)) {
         mt_error("eval: %s: not a directory (expected a checkpoint, run or checkpoints/ directory)", opt.ckpt);
-        return MT_EXIT_FAILURE;
+        return MT_EXIT_USAGE;
     }
     char err[4096], ckpt[MT_PATH_MAX + 64];
     if (ckpt_latest_dir(opt.ckpt, ckpt, sizeof ckpt, err, sizeof err) != 0) {
@@ -389,6 +389,14 @@ int eval_main(int argc, char **argv) {
         return status;
     }
     DataLoader *loader = open_data(&opt);
+    if (!loader && (opt.given & EVAL_GAVE_DATA)) { /* --data PREFIX without PREFIX.idx: usage, as data inspect's */
+        char idx[MT_PATH_MAX + 8];
+        snprintf(idx, sizeof idx, "%s.idx", opt.data);
+        if (stat(idx, &st) != 0) {
+            grid_free(&grid);
+            return MT_EXIT_USAGE;
+        }
+    }
     if (loader) data_loader_set_vocab(loader, cfg.vocab_size);
     if (loader) warn_repeats(loader, &opt);
     const EvalExtent extent = loader ? eval_extent(loader, opt.batches, opt.micro_batch_size) : (EvalExtent){0};

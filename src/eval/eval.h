@@ -4,7 +4,8 @@
 #define MT_EVAL_EVAL_H
 
 /* argv after "eval" (argv[0] = the first argument). Returns the exit status:
- * 0, 1 (a missing or unreadable checkpoint or dataset) or 2 (usage). */
+ * 0, 1 (an unreadable checkpoint or dataset) or 2 (usage, a checkpoint directory or --data PREFIX.idx that
+ * is not there among it). */
 int eval_main(int argc, char **argv);
 
 #endif

@@ -454,7 +454,9 @@ static int refuse_newer_format(const char *dir) {
 static int resume_from(const char *arg, const char *const *sets, int num_sets) {
     CkptLocation loc;
     char err[2048];
-    if (ckpt_locate(arg, &loc, err, sizeof err) != 0) return refuse_together(MT_EXIT_FAILURE, "%s", err);
+    const int located = ckpt_locate(arg, &loc, err, sizeof err);
+    if (located != 0) /* a missing RUN_OR_CKPT_DIR, or a file: usage, as every command's missing path */
+        return refuse_together(located == CKPT_LOCATE_NO_DIR ? MT_EXIT_USAGE : MT_EXIT_FAILURE, "%s", err);
     /* Continuing in the run's own directory: it is this process's before any checkpoint is tried (and one moved
      * aside), so that a second resume, or the run itself still going, refuses this one first (train_setup_resume
      * locks run.dir in any case; with --set run.dir=NEW the source run is only read). */

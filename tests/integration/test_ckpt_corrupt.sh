@@ -27,6 +27,7 @@ ck="$WORK/a/checkpoints"
 grep -q "every checksum verified" "$WORK/ok.txt" || fail "inspect did not report success"
 grep -q "^optimizer.v.lm_head.weight *\[256, 64\] *fp32" "$WORK/ok.txt" || fail "inspect does not list tensors: $(head "$WORK/ok.txt")"
 # usage: an option inspect does not know is said so (exit 2, as every command); a file is not a missing directory
+# (and, as a missing one, a usage error)
 status=0; "$MEGATRAIN" inspect > "$WORK/usage.txt" 2>&1 || status=$? # no CKPT: said, as every command says it
 [[ $status -eq 2 ]] && grep -q "^megatrain: error: inspect: missing CKPT" "$WORK/usage.txt" ||
   fail "inspect alone: $status $(cat "$WORK/usage.txt")"
@@ -35,7 +36,7 @@ status=0; "$MEGATRAIN" inspect --bogus > "$WORK/usage.txt" 2>&1 || status=$?
 status=0; "$MEGATRAIN" inspect "$ck" --json > "$WORK/usage.txt" 2>&1 || status=$? # an option after CKPT too
 [[ $status -eq 2 ]] && grep -q "unknown option '--json'" "$WORK/usage.txt" || fail "inspect CKPT --json: $status $(cat "$WORK/usage.txt")"
 status=0; "$MEGATRAIN" inspect "$ck/iter_0000030/metadata.mtck" > "$WORK/usage.txt" 2>&1 || status=$?
-[[ $status -eq 1 ]] && grep -q "metadata.mtck: not a directory (expected a run directory" "$WORK/usage.txt" ||
+[[ $status -eq 2 ]] && grep -q "metadata.mtck: not a directory (expected a run directory" "$WORK/usage.txt" ||
   fail "inspect FILE: $status $(cat "$WORK/usage.txt")"
 [[ $(grep -c " ok$" "$WORK/ok.txt") -eq $((21 * 3 + 3)) ]] || fail "expected 63 tensors and 3 files checked ok"
 

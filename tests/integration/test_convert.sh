@@ -160,7 +160,8 @@ spoiled() {
 
 cp -r "$FIX/llama_tied" "$WORK/no_weights" && rm "$WORK/no_weights/model.safetensors"
 expect_error no_weights "no_weights: missing model.safetensors" "$WORK/no_weights"
-expect_error no_src "does_not_exist: No such file or directory" "$WORK/does_not_exist"
+# a SRC that is not there: usage (exit 2), as every command's missing path
+STATUS=2 expect_error no_src "does_not_exist: No such file or directory" "$WORK/does_not_exist"
 # a file of a Hugging Face directory given as SRC: the directory is named (usage, exit 2)
 STATUS=2 expect_error a_file "llama_tied/config.json is a file; SRC is a directory: a Hugging Face model's (the one \
 holding config.json and the .safetensors: $FIX/llama_tied?)" "$FIX/llama_tied/config.json"

@@ -219,8 +219,9 @@ expect_error() { # STATUS NEEDLE ARGS...: exit status STATUS and NEEDLE in stder
   grep -qF -- "$needle" "$WORK/err.txt" || fail "eval $*: message does not name '$needle': $(cat "$WORK/err.txt")"
   [[ ! -s "$WORK/err.out" ]] || fail "eval $*: printed a result on error: $(cat "$WORK/err.out")"
 }
-expect_error 1 "$WORK/no-such-ckpt" "$WORK/no-such-ckpt" --data "$WORK/english"
-expect_error 1 "eval: --data: $WORK/no-such-data.idx: cannot open" "$ckpt" --data "$WORK/no-such-data"
+# a path the command line names that is not there: usage (exit 2), as every command's
+expect_error 2 "$WORK/no-such-ckpt" "$WORK/no-such-ckpt" --data "$WORK/english"
+expect_error 2 "eval: --data: $WORK/no-such-data.idx: cannot open" "$ckpt" --data "$WORK/no-such-data"
 mkdir "$WORK/empty-dir"
 expect_error 1 "$WORK/empty-dir" "$WORK/empty-dir" --data "$WORK/english"
 expect_error 2 "eval: --data PREFIX is required: $WORK/conv is no run's checkpoint with one dataset to evaluate on" \

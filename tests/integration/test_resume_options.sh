@@ -79,7 +79,7 @@ expect 0 "done: the run is complete: its checkpoint is at step 30 of 30" "$MEGAT
 raise train.steps with --set to go on)" ]] || fail "a finished run's resume: last line $(tail -n 1 "$WORK/out.log")"
 mkdir "$WORK/empty"
 expect 1 "holds no checkpoints" "$MEGATRAIN" resume "$WORK/empty"
-expect 1 "no such directory" "$MEGATRAIN" resume "$WORK/missing"
+expect 2 "no such directory" "$MEGATRAIN" resume "$WORK/missing" # usage, as every command's missing path
 expect 2 "unknown key 'train.stpes'" "$MEGATRAIN" resume "$WORK/a" --set train.stpes=40
 
 # Write errors: a 400 KB file size limit (megatrain ignores SIGXFSZ: a write fails with EFBIG, named).

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# test_missing_paths.sh: a path named on the command line (a command's
+# argument or an option's value) that does not exist is a usage error for
+# every command: exit 2, the message naming the path (README, "Exit
+# status"). inspect, resume, eval and convert exited 1 where run, plan and
+# data inspect exited 2. A file where a directory is expected is usage too
+# (convert said so already); a directory without checkpoints stays a
+# failure (exit 1), as the contents of a path that is there.
+set -euo pipefail
+source "$(dirname "$0")/lib.sh"
+
+# missing STATUS PATH CMD...: `megatrain CMD...` exits STATUS and its message names PATH
+missing() {
+  local want=$1 path=$2 rc=0; shift 2
+  "$MEGATRAIN" "$@" > "$WORK/out.txt" 2>&1 || rc=$?
+  [[ $rc -eq $want ]] || fail "megatrain $*: exit $rc, expected $want: $(cat "$WORK/out.txt")"
+  grep -q "^megatrain: error: .*$path" "$WORK/out.txt" ||
+    fail "megatrain $*: the error does not name $path: $(cat "$WORK/out.txt")"
+  echo "megatrain $1 ...: exit $rc naming $path"
+}
+
+N=$WORK/nothere
+# what the commands that take one read: a checkpoint (converted from a fixture), a dataset, a text file
+"$MEGATRAIN" convert "$REPO/tests/fixtures/hf/llama_tied" "$WORK/ckpt" > /dev/null 2>&1
+printf 'hello world\nsecond line\n' > "$WORK/in.txt"
+"$MEGATRAIN" data build --input "$WORK/in.txt" --output "$WORK/data" --tokenizer byte > /dev/null
+
+missing 2 "$N/recipe.yaml" run "$N/recipe.yaml"
+missing 2 "$N/recipe.yaml" plan "$N/recipe.yaml"
+missing 2 "$N/run" resume "$N/run"
+missing 2 "$N/run" inspect "$N/run"
+missing 2 "$N/run" eval "$N/run" --data "$WORK/data"
+missing 2 "$N/data" eval "$WORK/ckpt" --data "$N/data" --seq-len 16
+missing 2 "$N/hf" convert "$N/hf" "$WORK/out"
+[[ ! -e $WORK/out ]] || fail "convert of a missing SRC wrote DST"
+missing 2 "$N/data" data inspect "$N/data"
+missing 2 "$N/tokenizer" data inspect "$WORK/data" --tokenizer "$N/tokenizer"
+missing 2 "$N/in.txt" data build --input "$N/in.txt" --output "$WORK/built"
+missing 2 "$N/tokenizer" data build --input "$WORK/in.txt" --output "$WORK/built" --tokenizer "$N/tokenizer"
+[[ -z $(ls -d "$WORK/built"* 2> /dev/null) ]] || fail "data build with a missing path wrote output"
+
+# a file where a directory is expected: usage as well, for each command that takes a checkpoint or model directory
+missing 2 "$WORK/in.txt" resume "$WORK/in.txt"
+missing 2 "$WORK/in.txt" inspect "$WORK/in.txt"
+missing 2 "$WORK/in.txt" eval "$WORK/in.txt" --data "$WORK/data"
+missing 2 "$WORK/in.txt" convert "$WORK/in.txt" "$WORK/out"
+# a directory that is there but holds no checkpoint: what it holds is wrong, not the command line (exit 1)
+mkdir "$WORK/empty"
+missing 1 "$WORK/empty" resume "$WORK/empty"
+missing 1 "$WORK/empty" inspect "$WORK/empty"
+missing 1 "$WORK/empty" eval "$WORK/empty" --data "$WORK/data"
+missing 1 "$WORK/empty" convert "$WORK/empty" "$WORK/out"
+echo "a missing path on the command line: exit 2 naming it, for every command"
