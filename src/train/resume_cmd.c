@@ -107,6 +107,20 @@ static int run_dir_override(char *out, size_t len, const char *dir, char *err, s
     return 0;
 }
 
+/* Whether a --set gives section.key a value: "section.key=..." or "section={... key: ...}" (the section form, which
+ * replaces the section with the keys it names). */
+static bool sets_key(const char *set, const char *section, const char *key) {
+    const size_t ns = strlen(section), nk = strlen(key);
+    if (strncmp(set, section, ns) != 0) return false;
+    if (set[ns] == '.') return strncmp(set + ns + 1, key, nk) == 0 && set[ns + 1 + nk] == '=';
+    if (set[ns] != '=') return false;
+    char err[256];
+    YNode *value = ytree_load_string(set + ns + 1, "--set", err, sizeof err);
+    const bool has_key = value && value->kind == YNODE_MAPPING && ytree_entry(value, key);
+    ytree_free(value);
+    return has_key;
+}
+
 /* What a --set does to run.dir: RUN_DIR_SET (run.dir=..., or run={... dir: ...}: the run goes there), RUN_DIR_DROPPED
  * (run={...} without dir: it replaces the section, run.dir with it, which the run's own must then be again), or
  * RUN_DIR_KEPT. */
@@ -353,7 +367,7 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
      * of reference, which cannot be done, is warned of with the report). */
     bool reference_asked = false;
     for (int i = 0; i < num_sets; i++)
-        reference_asked |= !strncmp(sets[i], "checkpoint.frozen_base=", 23) &&
+        reference_asked |= sets_key(sets[i], "checkpoint", "frozen_base") && /* checkpoint={frozen_base: ...} too */
                            recipe.checkpoint.frozen_base == FROZEN_BASE_REFERENCE;
     if (recipe.model.peft.type == PEFT_LORA && !references_base) recipe.checkpoint.frozen_base = FROZEN_BASE_STORE;
     /* load_optimizer applies to this start only: the recipe the resumed run

@@ -214,6 +214,13 @@ grep -qF "warning: resume: --set checkpoint.frozen_base=reference is not done: $
 inspect_says "$WORK/random" "frozen base: stored in this checkpoint" || fail "resume --set reference: not stored"
 "$MEGATRAIN" resume "$WORK/random" --set train.steps=4 > "$WORK/random-resume-4.log" 2>&1 || fail "resume after --set reference"
 grep -q "frozen_base=reference is not done" "$WORK/random-resume-4.log" && fail "a resume without the --set warns of reference"
+# ... and the section form of the --set, checkpoint={frozen_base: reference}, is the same request: warned of alike
+"$MEGATRAIN" resume "$WORK/random" --set train.steps=5 --set 'checkpoint={frozen_base: reference, interval: 1}' \
+  > "$WORK/random-resume-sect.log" 2>&1 || fail "resume --set checkpoint={frozen_base: reference}: $(tail -n 3 "$WORK/random-resume-sect.log")"
+grep -qF "warning: resume: --set checkpoint.frozen_base=reference is not done: $WORK/random/checkpoints/iter_0000004 stores its frozen base" \
+  "$WORK/random-resume-sect.log" || fail "resume --set checkpoint={frozen_base: reference}: no warning: $(grep -i 'frozen' "$WORK/random-resume-sect.log")"
+inspect_says "$WORK/random/checkpoints/iter_0000005" "frozen base: stored in this checkpoint" ||
+  fail "resume --set checkpoint={frozen_base: reference}: not stored"
 echo "store: resumes bit for bit without the init_from directory; without init_from the base is stored"
 
 # auto (the default) stores a base that is a run's checkpoint, which that run's retention may delete; reference
