@@ -294,7 +294,7 @@ if command -v mpirun > /dev/null && [[ -z ${TSAN_OPTIONS:-} ]]; then
   said_once_status 1 run-dir 2 run recipes/tiny/llama.yaml --set run.dir=/proc/megatrain-test/run "${two_ranks[@]}" \
     --set "data.train=[{path: $WORK/english, weight: 1.0}]"
   grep -q "error: rank 0: run.dir: " "$WORK/run-dir.log" || fail "run-dir: rank 0 alone failed, unnamed: $(cat "$WORK/run-dir.log")"
-  said_once_status 1 resume-missing 2 resume "$WORK/no-such-run"
+  said_once_status 2 resume-missing 2 resume "$WORK/no-such-run" # a missing path: usage, as every command's
   said_once_status 1 resume-data 2 resume "$WORK/two" --set train.micro_batch_size=4 --set train.steps=4 \
     --set "data.train=[{path: $WORK/no-such-data, weight: 1.0}]"
   said_once_status 2 resume-shape 2 resume "$WORK/two" --set train.micro_batch_size=4 --set model.hidden_size=128
