@@ -113,6 +113,12 @@ int train_setup_same_recipe(TrainContext *ctx, const Recipe *recipe, char *err, 
  * and passes. Returns 0, or -1 with err. */
 int train_lock_run_dir(const char *run_dir, char *err, size_t errlen);
 
+/* Rank 0 of a run or resume, once it is accepted and before it writes recipe.yaml and cuts metrics.jsonl: the
+ * directory the TensorBoard writer opens after setup (run.dir/tensorboard, with logging.tensorboard) made and
+ * writable, so that a run refused for it (a file of that name there) leaves run.dir's files as they were. Returns
+ * 0, or -1 with err naming the path and the key. */
+int train_check_writers(const Recipe *recipe, char *err, size_t errlen);
+
 /* Each dataset of the recipe that `data build` made (PREFIX.build.json)
  * against the tokenizer.json that checkpoint `ckpt_dir` (or a run
  * directory's newest) carries, `model_source` naming it in messages

@@ -288,7 +288,7 @@ int train_setup_resume(TrainContext *ctx, const Recipe *recipe, const char *chec
     if (status_after == 0 && comm_world()->rank == 0 && ctx->state.step < ctx->total_steps) {
         char path[MT_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/recipe.yaml", recipe->run.dir);
-        if (recipe_write(recipe, path, err, errlen) != 0 ||
+        if (train_check_writers(recipe, err, errlen) != 0 || recipe_write(recipe, path, err, errlen) != 0 ||
             trim_metrics(recipe->run.dir, ctx->state.step, err, errlen) != 0)
             status_after = MT_EXIT_FAILURE;
     }

@@ -482,6 +482,22 @@ int train_lock_run_dir(const char *run_dir, char *err, size_t errlen) {
     return 0;
 }
 
+int train_check_writers(const Recipe *recipe, char *err, size_t errlen) {
+    if (!recipe->logging.tensorboard) return 0;
+    char dir[MT_PATH_MAX + 16], why[MT_PATH_MAX + 256];
+    snprintf(dir, sizeof dir, "%s/tensorboard", recipe->run.dir);
+    if (mt_make_dirs(dir, why, sizeof why) != 0) {
+        mt_set_error(err, errlen, "logging.tensorboard: %s (expected a directory for the event files: remove or rename "
+                     "it, or --set logging.tensorboard=false)", why);
+        return -1;
+    }
+    if (access(dir, W_OK | X_OK) != 0) {
+        mt_set_error(err, errlen, "logging.tensorboard: %s: cannot write there: %s", dir, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
 /* A run refused before its first step leaves no run.dir behind when it made
  * it: the files train_setup wrote (and its lock) and the data's index cache when it
  * lies in run.dir (data.cache_dir's default, built by this run), then the
@@ -496,6 +512,8 @@ static void remove_refused_run_dir(const Recipe *recipe) {
         unlink(path);
     }
     if (recipe_cache_dir_is_default(recipe)) ckpt_remove_tree(recipe->data.cache_dir, ignored, sizeof ignored);
+    snprintf(path, sizeof path, "%s/tensorboard", run_dir); /* train_check_writers' (empty: no event file yet) */
+    rmdir(path);
     rmdir(run_dir);
 }
 
@@ -622,11 +640,13 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
         /* every rank reads init_from alone (no collective since the model's): they agree on what they found */
         status = train_setup_agree(ctx, status, err);
     }
-    if (status == 0) { /* accepted: the run's recipe and a fresh metrics.jsonl (metrics_open appends) */
+    if (status == 0) { /* accepted: the run's recipe and a fresh metrics.jsonl (metrics_open appends), once the
+                        * TensorBoard writer's directory is there (a refusal for it cut metrics.jsonl) */
         char path[MT_PATH_MAX + 32];
         snprintf(path, sizeof path, "%s/recipe.yaml", recipe->run.dir);
         if (comm_world()->rank == 0 &&
-            (recipe_write(recipe, path, err, errlen) != 0 || truncate_metrics(recipe->run.dir, err, errlen) != 0))
+            (train_check_writers(recipe, err, errlen) != 0 || recipe_write(recipe, path, err, errlen) != 0 ||
+             truncate_metrics(recipe->run.dir, err, errlen) != 0))
             status = MT_EXIT_FAILURE;
         status = train_setup_agree(ctx, status, err);
     }

@@ -10,7 +10,8 @@
 # - one writer a run.dir: a second `run` or `resume` there is refused while
 #   the first trains (exit 1, naming the holder) and changes nothing; a run
 #   or resume refused after taking the lock does not keep the next one out; a run refused in a run.dir that
-#   was there (data it cannot open, a model too large) leaves its metrics.jsonl and recipe.yaml as they were;
+#   was there (data it cannot open, a model too large, run.dir/tensorboard a file) leaves its metrics.jsonl and
+#   recipe.yaml as they were, and its lock file and data index keep no later run out;
 # - relative data paths are written absolute, so a resume from another
 #   directory reads the same data;
 # - a run.dir that is a file, or under one, is refused as such;
@@ -176,6 +177,26 @@ expect 0 "done: 10 steps" run "$kept" 10 # accepted: a fresh metrics.jsonl and i
   fail "the accepted run's metrics.jsonl: $(json_field "$kept/metrics.jsonl" step | tr '\n' ' ')"
 grep -q '^  steps: 10$' "$kept/recipe.yaml" || fail "the accepted run did not write its recipe.yaml"
 echo "a refused run leaves an existing run.dir's metrics.jsonl and recipe.yaml as they were"
+# ... also when refused after the data was opened, for what a writer of the run needs: run.dir/tensorboard a file,
+# where the TensorBoard writer makes its directory (it cut metrics.jsonl and replaced recipe.yaml first). The lock
+# file and the data's index cache it leaves do not keep the next run out: the index is valid, and reused as it is.
+tbf="$WORK/tbfile"
+run "$tbf" 6 > /dev/null && rm -rf "$tbf/checkpoints" "$tbf/data-cache"
+cp "$tbf/metrics.jsonl" "$WORK/tbf-metrics" && cp "$tbf/recipe.yaml" "$WORK/tbf-recipe"
+printf 'notes\n' > "$tbf/tensorboard"
+expect 1 "logging.tensorboard: $tbf/tensorboard: exists and is not a directory" run "$tbf" 10 \
+  --set logging.tensorboard=true
+cmp -s "$tbf/metrics.jsonl" "$WORK/tbf-metrics" || fail "a run refused for tensorboard cut metrics.jsonl: $(wc -l < "$tbf/metrics.jsonl") lines"
+cmp -s "$tbf/recipe.yaml" "$WORK/tbf-recipe" || fail "a run refused for tensorboard rewrote recipe.yaml"
+[[ "$(cat "$tbf/tensorboard")" == notes ]] || fail "the file named tensorboard changed"
+index=$(ls "$tbf"/data-cache/*.gptidx) && stat -c '%i %Y %s' "$index" > "$WORK/tbf-index" ||
+  fail "the refused run left no index in data-cache/: $(ls -A "$tbf")"
+rm "$tbf/tensorboard"
+expect 0 "done: 10 steps" run "$tbf" 10 --set logging.tensorboard=true
+[[ "$(stat -c '%i %Y %s' "$index")" == "$(cat "$WORK/tbf-index")" && $(ls "$tbf"/data-cache | wc -l) -eq 1 ]] ||
+  fail "the refused run's index was not reused: $(ls -l "$tbf/data-cache")"
+ls "$tbf"/tensorboard/events.out.tfevents.* > /dev/null || fail "the accepted run wrote no event file"
+echo "refused for run.dir/tensorboard a file: metrics.jsonl and recipe.yaml as they were; the next run goes on"
 
 # Relative data paths are taken from the directory the run started in and written absolute to recipe.yaml and the
 # checkpoints, so a resume from another directory (a requeued job's script) reads the same data (it failed, the
