@@ -376,7 +376,7 @@ static int try_checkpoint(const char *dir, const CkptLocation *loc, const char *
     /* --resume-if-exists: every requeue continues the run, AdamW state included; only a --set of the key says no
      * (in a recipe file it is a one-off resume's, which would drop the state at each requeue) */
     bool optimizer_set = false;
-    for (int i = 0; i < num_sets; i++) optimizer_set |= !strncmp(sets[i], "checkpoint.load_optimizer=", 26);
+    for (int i = 0; i < num_sets; i++) optimizer_set |= sets_key(sets[i], "checkpoint", "load_optimizer");
     if (run_recipe && !optimizer_set) load_optimizer = true;
     recipe.checkpoint.load_optimizer = true;
     /* said once the checkpoint has loaded (train_resume.c): for the checkpoint actually resumed, after every

@@ -105,6 +105,12 @@ expect 0 "done: 10 steps" "$MEGATRAIN" run "$WORK/lora.yaml" --set run.dir="$WOR
   --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set train.exit_interval=5 \
   --set optimizer.schedule.warmup_steps=2 --resume-if-exists
 ! grep -q "optimizer state not loaded" "$WORK/out.log" || fail "load_optimizer: false in the file: AdamW dropped"
+# ... but a --set of it, in the dotted form or the section's, is this requeue's choice: AdamW starts afresh
+for form in checkpoint.load_optimizer=false 'checkpoint={load_optimizer: false, interval: 50}'; do
+  rm -rf "$WORK/opt"
+  expect 0 "stopped by train.exit_interval after step 5" requeue opt --set "$form"
+  expect 0 "optimizer state not loaded" requeue opt --set "$form"
+done
 # a run.dir whose checkpoints were all found unusable (moved aside) is refused, not started afresh over its history
 expect 0 "stopped by train.exit_interval after step 5" requeue bad
 rm "$WORK/bad/checkpoints/iter_0000005/metadata.mtck"
