@@ -266,7 +266,8 @@ static const struct {
     {"min_lr_factor", "torchtitan's min_lr_factor is a factor of the lr, megatrain's min_lr a rate: min_lr = "
                       "min_lr_factor x optimizer.lr"},
     {"lr_scheduler", "torchtitan's warmup_steps is optimizer.schedule.warmup_steps; decay_ratio, decay_type and "
-                     "min_lr_factor are answered there"},
+                     "min_lr_factor are answered there. Its warmup starts at lr / (warmup_steps + 1) where "
+                     "megatrain's (Megatron's) starts at 0, and its decay runs one step ahead"},
     {"activation_checkpoint", "torchtitan's activation_checkpoint.mode: none, selective or full"},
     {"validation", "torchtitan's validation.freq is train.eval_interval, its steps train.eval_batches and its "
                    "dataset_path data.valid"},
