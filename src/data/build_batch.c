@@ -110,6 +110,25 @@ static const char *array_hint(const char *line, size_t len) {
                : "";
 }
 
+/* What to add to a JSONL line's missing-field error when the object is a fine-tuning record (a "messages" list, or
+ * "prompt" with "completion"): such records are built with --format sft, which the plain text/jsonl build is not.
+ * Looks the fields up in w->field, which the caller no longer needs. */
+static const char *sft_hint(BuildWorkerState *w, const char *line, size_t len) {
+    char why[256];
+    const bool messages = json_object_string_field(line, len, "messages", &w->field, why, sizeof why) ==
+                          JSON_FIELD_NOT_STRING;
+    const bool prompt =
+        json_object_string_field(line, len, "prompt", &w->field, why, sizeof why) != JSON_FIELD_MISSING &&
+        json_object_string_field(line, len, "completion", &w->field, why, sizeof why) != JSON_FIELD_MISSING;
+    if (messages)
+        return ": it is a chat record (\"messages\"): build fine-tuning data with --format sft --chat-template auto "
+               "--tokenizer MODEL_DIR (docs/data.md#supervised-fine-tuning-data---format-sft)";
+    if (prompt)
+        return ": it is a prompt/completion record: build fine-tuning data with --format sft "
+               "(docs/data.md#supervised-fine-tuning-data---format-sft)";
+    return "";
+}
+
 static int run_line(const BuildSpec *spec, BuildWorkerState *w, BuildBatch *b, const char *line, size_t len,
                     int64_t number, bool truncated) {
     if (is_blank(line, len)) {
@@ -127,8 +146,8 @@ static int run_line(const BuildSpec *spec, BuildWorkerState *w, BuildBatch *b, c
             return -1;
         }
         if (status == JSON_FIELD_MISSING) {
-            fail_line(b, number, "%s:%lld: the JSON object has no \"%s\" field (--json-key picks the field)",
-                      spec->input, (long long)number, spec->json_key);
+            fail_line(b, number, "%s:%lld: the JSON object has no \"%s\" field (--json-key picks the field)%s",
+                      spec->input, (long long)number, spec->json_key, sft_hint(w, line, len));
             return -1;
         }
         if (status == JSON_FIELD_NOT_STRING) {

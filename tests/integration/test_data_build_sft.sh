@@ -256,6 +256,20 @@ rc=0; "$MEGATRAIN" data build --format sft --chat-template --input "$D/m.jsonl" 
   fail "a template name missing: $rc $(cat "$D/err.txt")"
 rc=0; "$MEGATRAIN" data build --format chat --input "$D/m.jsonl" --output "$D/out/m" 2> "$D/err.txt" || rc=$?
 [[ $rc -eq 2 ]] && grep -q -- '--format chat: unknown format' "$D/err.txt" || fail "unknown format: $rc"
+# chat records built without --format sft (read as JSONL text, which has no "text" field) are told to use it
+rc=0; "$MEGATRAIN" data build --input "$D/m.jsonl" --output "$D/out/m" 2> "$D/err.txt" || rc=$?
+[[ $rc -eq 1 ]] && grep -qF 'm.jsonl:1: the JSON object has no "text" field (--json-key picks the field): it is a chat record ("messages"): build fine-tuning data with --format sft --chat-template auto --tokenizer MODEL_DIR' "$D/err.txt" ||
+  fail "messages without --format sft: $rc $(cat "$D/err.txt")"
+rc=0; "$MEGATRAIN" data build --input "$D/pc.jsonl" --output "$D/out/pc-text" 2> "$D/err.txt" || rc=$?
+[[ $rc -eq 1 ]] && grep -qF 'pc.jsonl:1: the JSON object has no "text" field (--json-key picks the field): it is a prompt/completion record: build fine-tuning data with --format sft' "$D/err.txt" ||
+  fail "prompt/completion without --format sft: $rc $(cat "$D/err.txt")"
+rc=0; "$MEGATRAIN" data build --input "$D/sys.jsonl" --output "$D/out/body" --json-key body 2> "$D/err.txt" || rc=$?
+[[ $rc -eq 1 ]] && grep -qF 'sys.jsonl:1: the JSON object has no "body" field (--json-key picks the field): it is a prompt/completion record' "$D/err.txt" ||
+  fail "prompt/completion with --json-key: $rc $(cat "$D/err.txt")"
+printf '{"content": "a"}\n' > "$D/plain.jsonl"
+rc=0; "$MEGATRAIN" data build --input "$D/plain.jsonl" --output "$D/out/plain" 2> "$D/err.txt" || rc=$?
+[[ $rc -eq 1 ]] && grep -qF 'plain.jsonl:1: the JSON object has no "text" field (--json-key picks the field)' "$D/err.txt" &&
+  ! grep -q 'format sft' "$D/err.txt" || fail "a plain record without text: $rc $(cat "$D/err.txt")"
 # a template whose special tokens the tokenizer lacks (Llama 3's on Qwen's, ChatML on Llama 3's) is refused before
 # anything is written: its tokens would be stored as ordinary text pieces
 for spec in "llama3|qwen2|<|begin_of_text|>" "chatml|llama3|<|im_start|>" "qwen3|qwen2|<think>"; do
