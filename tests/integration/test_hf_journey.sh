@@ -152,6 +152,14 @@ grep -q "done: 2 steps" "$WORK/proj/run.log" && grep -q "init_from: " "$WORK/pro
   fail "lora_finetune.yaml: $(cat "$WORK/proj/run.log")"
 [[ -f "$WORK/proj/out/adapter/adapter_model.safetensors" && -f "$WORK/proj/out/merged/config.json" ]] ||
   fail "lora_finetune.yaml: no adapter or merged model: $(ls -R "$WORK/proj/out")"
+# its run evaluated on nothing (data.split 100,0,0, no data.valid): eval of the run without --data says so and names
+# the dataset that --data takes (it called the run "no run's checkpoint"), and scores it when given
+rc=0
+(cd "$WORK/proj" && "$MEGATRAIN" eval runs/lora-finetune) > "$WORK/proj/eval.log" 2>&1 || rc=$?
+[[ $rc -eq 2 ]] && grep -qF "eval: --data PREFIX is required: the run of runs/lora-finetune/checkpoints/iter_0000002 had no validation data to take (no data.valid, and data.split 100,0,0 leaves data.train no validation share; runs/lora-finetune/checkpoints/iter_0000002/recipe.yaml): give --data PREFIX (--data $WORK/proj/data/my-sft scores the run's training data)" "$WORK/proj/eval.log" ||
+  fail "eval of a run without validation data: expected exit 2, got $rc: $(cat "$WORK/proj/eval.log")"
+(cd "$WORK/proj" && "$MEGATRAIN" eval runs/lora-finetune --data data/my-sft --batches 1) > "$WORK/proj/eval.log" 2>&1 ||
+  fail "eval --data data/my-sft: $(cat "$WORK/proj/eval.log")"
 echo "recipes/sft/lora_finetune.yaml: its header's commands work"
 
 # 5. eval of the run directory.
