@@ -58,7 +58,10 @@ bool eval_coverage_repeats(const DataLoader *loader, int64_t batches, int64_t mi
                  packed ? "packed rows" : "samples of one epoch ((tokens - 1) / seq_len)");
     const int64_t once = distinct / micro_batch_size;
     char advice[200];
-    if (once == 0)
+    if (distinct == 0) /* one epoch is shorter than a sample: no micro-batch size helps */
+        snprintf(advice, sizeof advice, "it holds no whole sample of %s + 1 tokens: give a smaller %s, or more "
+                 "validation data", names->seq_len, names->seq_len);
+    else if (once == 0)
         snprintf(advice, sizeof advice, "it holds fewer than one micro-batch: give a smaller %s (at most %lld), or "
                  "more validation data", names->micro_batch_size, (long long)distinct);
     else if (once * micro_batch_size == distinct)

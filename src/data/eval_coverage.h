@@ -28,11 +28,11 @@
 
 #include "data_loader.h"
 
-/* The names the message gives: the data ("data.valid", "--data d/valid"), the batches' and the micro-batch size's
- * settings ("train.eval_batches", "--batches"; "train.micro_batch_size", "--micro-batch-size") and the loss
- * ("eval_loss", "the loss"). */
+/* The names the message gives: the data ("data.valid", "--data d/valid"), the batches', the micro-batch size's and
+ * the sequence length's settings ("train.eval_batches", "--batches"; "train.micro_batch_size", "--micro-batch-size";
+ * "train.seq_len", "--seq-len") and the loss ("eval_loss", "the loss"). */
 typedef struct EvalCoverageNames {
-    const char *data, *batches, *micro_batch_size, *loss;
+    const char *data, *batches, *micro_batch_size, *seq_len, *loss;
 } EvalCoverageNames;
 
 /* What an evaluation reads: `batches` micro-batches of micro_batch_size samples, of which the first `samples`

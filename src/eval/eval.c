@@ -280,7 +280,7 @@ static void warn_repeats(const DataLoader *loader, const EvalOptions *opt) {
                                                                             : "the validation share (--split) of "
                                                     : opt->test ? "the test data " : "",
              opt->data);
-    const EvalCoverageNames names = {data, "--batches", "--micro-batch-size", "the loss"};
+    const EvalCoverageNames names = {data, "--batches", "--micro-batch-size", "--seq-len", "the loss"};
     if (opt->batches != MT_EVAL_BATCHES_ALL && eval_coverage_repeats(loader, opt->batches, opt->micro_batch_size, &names, msg, sizeof msg))
         mt_warn("eval: %s", msg);
 }

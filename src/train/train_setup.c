@@ -47,7 +47,7 @@ static int truncate_metrics(const char *run_dir, char *err, size_t errlen) {
 
 /* Rank 0: a warning when train.eval_batches x train.micro_batch_size samples read some of loader twice. */
 static void warn_eval_repeats(const TrainContext *ctx, const DataLoader *loader, const char *data, const char *loss) {
-    const EvalCoverageNames names = {data, "train.eval_batches", "train.micro_batch_size", loss};
+    const EvalCoverageNames names = {data, "train.eval_batches", "train.micro_batch_size", "train.seq_len", loss};
     char msg[1024];
     if (comm_world()->rank == 0 && ctx->recipe->train.eval_batches != MT_EVAL_BATCHES_ALL &&
         eval_coverage_repeats(loader, ctx->recipe->train.eval_batches, ctx->recipe->train.micro_batch_size, &names,

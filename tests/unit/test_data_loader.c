@@ -756,7 +756,8 @@ static void test_distinct_samples(void **state) {
     const int64_t distinct = data_loader_distinct_samples(loader);
     assert_int_equal(distinct, (tokens - 1) / SEQ_LEN);
     assert_int_equal(first_repeat(loader, 200), distinct);
-    const EvalCoverageNames names = {"data.valid", "train.eval_batches", "train.micro_batch_size", "eval_loss"};
+    const EvalCoverageNames names = {"data.valid", "train.eval_batches", "train.micro_batch_size", "train.seq_len",
+                                     "eval_loss"};
     assert_false(eval_coverage_repeats(loader, distinct, 1, &names, msg, sizeof msg));
     assert_true(eval_coverage_repeats(loader, distinct + 2, 1, &names, msg, sizeof msg));
     char want[512];
@@ -767,6 +768,22 @@ static void test_distinct_samples(void **state) {
     if (strcmp(msg, want) != 0) fail_msg("%s\n(expected %s)", msg, want);
     assert_true(eval_coverage_repeats(loader, 1, distinct + 1, &names, msg, sizeof msg));
     if (!strstr(msg, "fewer than one micro-batch: give a smaller train.micro_batch_size")) fail_msg("%s", msg);
+    data_loader_free(loader);
+
+    /* one epoch shorter than a sample (1 token: none of seq_len + 1): the micro-batch size is no help (it said "a
+     * smaller train.micro_batch_size (at most 0)"), the sequence length is */
+    char tiny[512];
+    make_dataset("distinct_tiny", 1, 0, tiny, sizeof tiny);
+    DataConfig one;
+    one_source(&one, tiny, 1, 0, 0, "");
+    loader = create_ok(&one, SPLIT_TRAIN, 7, 2);
+    assert_int_equal(data_loader_distinct_samples(loader), 0);
+    assert_true(eval_coverage_repeats(loader, 1, 1, &names, msg, sizeof msg));
+    if (!strstr(msg, "holds 0 samples of one epoch ((tokens - 1) / seq_len); train.eval_batches 1 x "
+                "train.micro_batch_size 1 reads 1, so 1 are read again and eval_loss counts their tokens twice or "
+                "more: it holds no whole sample of train.seq_len + 1 tokens: give a smaller train.seq_len, or more "
+                "validation data"))
+        fail_msg("%s", msg);
     data_loader_free(loader);
 
     data.pack = true, data.pack_overlong = PACK_OVERLONG_TRUNCATE;
