@@ -120,9 +120,16 @@ static int open_sources(DataLoader *loader, const DataSource *sources, int count
             const char *demo = "data/demo/english";
             const size_t n = strlen(sources[i].path), k = strlen(demo); /* (no pointer before the path: UB) */
             const bool missing_demo = n >= k && strcmp(sources[i].path + n - k, demo) == 0 && strstr(why, "No such file");
+            /* any other prefix with no .idx at all: not built yet (the fine-tuning recipe's data/my-sft) */
+            const bool missing = !missing_demo && strstr(why, ".idx: cannot open: No such file");
             mt_set_error(err, errlen, "%s[%d].path: %s%s%s%s", key, i, why,
-                         missing_demo ? " (the demo data set of recipes/tiny: `bash scripts/demo_data.sh " : "",
-                         missing_demo ? sources[i].path : "", missing_demo ? "` in the megatrain checkout builds it)" : "");
+                         missing_demo ? " (the demo data set of recipes/tiny: `bash scripts/demo_data.sh "
+                         : missing    ? " (no dataset at that prefix: `megatrain data build --input FILE --output "
+                                      : "",
+                         missing_demo || missing ? sources[i].path : "",
+                         missing_demo ? "` in the megatrain checkout builds it)"
+                         : missing    ? "` writes one, with --format sft for conversations; or give another path)"
+                                      : "");
             free(empty);
             return -1;
         }

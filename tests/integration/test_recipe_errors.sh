@@ -245,6 +245,12 @@ status=0
   > /dev/null 2> "$WORK/demo.log" || status=$?
 [[ $status == 1 ]] && grep -qF "data.train[0].path: $WORK/elsewhere/data/demo/english.idx: cannot open: No such file or directory (the demo data set of recipes/tiny: \`bash scripts/demo_data.sh $WORK/elsewhere/data/demo/english\` in the megatrain checkout builds it)" \
   "$WORK/demo.log" || fail "missing demo data: exit $status: $(cat "$WORK/demo.log")"
+# any other missing dataset (the fine-tuning recipe's data/my-sft, not built yet) is said to be data build's to write
+status=0
+(cd "$WORK/elsewhere" && "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/elsewhere/run" \
+  --set "data.train=[data/my-sft]") > /dev/null 2> "$WORK/nodata.log" || status=$?
+[[ $status == 1 ]] && grep -qF "data.train[0].path: $WORK/elsewhere/data/my-sft.idx: cannot open: No such file or directory (no dataset at that prefix: \`megatrain data build --input FILE --output $WORK/elsewhere/data/my-sft\` writes one, with --format sft for conversations; or give another path)" \
+  "$WORK/nodata.log" || fail "missing data: exit $status: $(cat "$WORK/nodata.log")"
 # Under mpirun every rank refuses the recipe and exits 2, and the error is printed once (by the first rank), with no
 # abort: 4 ranks, an expert layout refused against the world size, and a misspelt key; a resume on 3 ranks of a
 # checkpoint whose tp 2 does not divide them (the recipe's layout hint printed once too).
