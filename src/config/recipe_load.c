@@ -50,11 +50,17 @@ static int graft_model_file(YNode *root, Recipe *recipe, char *err, size_t errle
     YEntry *entry = ytree_entry(root, "model");
     if (!entry || entry->value->kind != YNODE_SCALAR || ytree_is_null(entry->value)) return 0;
     char found[MT_PATH_MAX];
-    if (find_model_file(entry->value->text, recipe_path, found, sizeof found) != 0)
+    if (find_model_file(entry->value->text, recipe_path, found, sizeof found) != 0) {
+        /* a checkpoint's model.yaml (the fine-tuning recipe's ckpt/base/model.yaml): `convert` writes it */
+        const char *name = entry->value->text;
+        const size_t n = strlen(name), k = strlen("/model.yaml");
+        const bool ckpt = n > k && strcmp(name + n - k, "/model.yaml") == 0;
         return key_error(err, errlen, entry->loc, "model",
                          "expected a mapping or the path of a model file, found '%s', which is neither in the current "
-                         "directory nor beside the recipe or in a directory above it",
-                         entry->value->text);
+                         "directory nor beside the recipe or in a directory above it%s%.*s%s",
+                         name, ckpt ? " (a checkpoint's model config: `megatrain convert HF_MODEL_DIR " : "",
+                         ckpt ? (int)(n - k) : 0, name, ckpt ? "` run here writes it)" : "");
+    }
     struct stat st;
     if (stat(found, &st) == 0 && S_ISDIR(st.st_mode)) { /* a checkpoint or a Hugging Face model, most likely */
         char inside[MT_PATH_MAX + 32];

@@ -245,6 +245,12 @@ status=0
   > /dev/null 2> "$WORK/demo.log" || status=$?
 [[ $status == 1 ]] && grep -qF "data.train[0].path: $WORK/elsewhere/data/demo/english.idx: cannot open: No such file or directory (the demo data set of recipes/tiny: \`bash scripts/demo_data.sh $WORK/elsewhere/data/demo/english\` in the megatrain checkout builds it)" \
   "$WORK/demo.log" || fail "missing demo data: exit $status: $(cat "$WORK/demo.log")"
+# the fine-tuning recipe run where no checkpoint was converted: its model file is said to be convert's to write
+status=0
+(cd "$WORK/elsewhere" && "$MEGATRAIN" run "$REPO/recipes/sft/lora_finetune.yaml") > /dev/null 2> "$WORK/nockpt.log" ||
+  status=$?
+[[ $status == 2 ]] && grep -qF "lora_finetune.yaml:23: model: expected a mapping or the path of a model file, found 'ckpt/base/model.yaml', which is neither in the current directory nor beside the recipe or in a directory above it (a checkpoint's model config: \`megatrain convert HF_MODEL_DIR ckpt/base\` run here writes it)" \
+  "$WORK/nockpt.log" || fail "missing checkpoint model file: exit $status: $(cat "$WORK/nockpt.log")"
 # any other missing dataset (the fine-tuning recipe's data/my-sft, not built yet) is said to be data build's to write
 status=0
 (cd "$WORK/elsewhere" && "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/elsewhere/run" \
