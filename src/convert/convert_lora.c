@@ -76,7 +76,26 @@ static void name_other(char *why, size_t whylen, const char *label) {
  * computes otherwise (rope_theta, say) is warned of. A name that is no directory here (a Hub id) is written as is. */
 static int check_base_model(const char *base, const ModelConfig *cfg, char *err, size_t errlen) {
     struct stat st;
-    if (!base || stat(base, &st) != 0 || !S_ISDIR(st.st_mode)) return 0;
+    if (!base) return 0;
+    if (stat(base, &st) != 0) {
+        /* no such path: a Hub id (ORG/NAME, one slash at most) is written as is; what only a path looks like
+         * (/..., ./..., ../..., ~..., two slashes or more) is a directory that is not there, which PEFT would not
+         * find either */
+        const char *slash = strchr(base, '/');
+        const bool path_like = base[0] == '/' || base[0] == '~' || strncmp(base, "./", 2) == 0 ||
+                               strncmp(base, "../", 3) == 0 || (slash && strchr(slash + 1, '/'));
+        if (!path_like) return 0;
+        mt_set_error(err, errlen, "--base-model %s: %s; expected the Hugging Face directory of the model the "
+                     "adapters were trained on (the one init_from was converted from), or a Hub name ORG/NAME", base,
+                     strerror(errno));
+        return -1;
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        mt_set_error(err, errlen, "--base-model %s: a file, not a directory; expected the Hugging Face directory of "
+                     "the model the adapters were trained on (the directory holding its config.json), or a Hub name "
+                     "ORG/NAME", base);
+        return -1;
+    }
     char path[4096 + 32], ckpt[4096], why[1024];
     snprintf(path, sizeof path, "%s/config.json", base);
     if (stat(path, &st) != 0) {

@@ -75,6 +75,14 @@ base_refused() { # NAME BASE PATTERN
 }
 base_refused ckpt-base "$start" "a megatrain checkpoint; PEFT loads the base from a Hugging Face directory"
 base_refused other-base "$REPO/tests/fixtures/hf/llama_tied" "not the model the adapters were trained on (model\.[a-z_]* is"
+# a path that is not there, or a file, is refused (they were written into adapter_config.json, which PEFT then could
+# not load); a name that is no path here is a Hub id, written as is
+base_refused missing-base "$WORK/no-such-model" "--base-model $WORK/no-such-model: No such file or directory; expected the Hugging Face directory"
+base_refused dot-base ./no-such-model "--base-model ./no-such-model: No such file or directory"
+base_refused file-base "$WORK/start.hf/config.json" "--base-model $WORK/start.hf/config.json: a file, not a directory"
+"$MEGATRAIN" convert "$WORK/lora/checkpoints/iter_0000006" "$WORK/adapter-hub" --base-model org/no-such-model > /dev/null
+grep -q '"base_model_name_or_path": "org/no-such-model"' "$WORK/adapter-hub/adapter_config.json" ||
+  fail "a Hub name was not written as is: $(cat "$WORK/adapter-hub/adapter_config.json")"
 echo "convert --base-model: the base's Hugging Face directory taken; a checkpoint or another model refused"
 ! cmp -s "$WORK/start.hf/model.safetensors" "$WORK/merged.hf/model.safetensors" \
   || fail "the merged model equals the base: the adapters learned nothing"
