@@ -295,8 +295,11 @@ static int read_message_list(const JsonValue *list, const char *key, bool traine
                 const unsigned char c = (unsigned char)role->string[k];
                 n += (size_t)snprintf(shown + n, sizeof shown - n, c < 0x20 || c == '"' || c == '\\' ? "\\u%04x" : "%c", c);
             }
-            snprintf(why, whylen, "%sunknown role \"%s%s\" (expected system, user or assistant)", where, shown,
-                     role->string_len > 40 ? "..." : "");
+            /* ShareGPT's roles (human, gpt) */
+            const bool sharegpt = strcmp(shown, "human") == 0 || strcmp(shown, "gpt") == 0;
+            snprintf(why, whylen, "%sunknown role \"%s%s\" (expected system, user or assistant%s)", where, shown,
+                     role->string_len > 40 ? "..." : "",
+                     sharegpt ? "; ShareGPT's human and gpt: rewrite them as user and assistant" : "");
             return -1;
         }
         Message *out = &m[(*at)++];
@@ -393,7 +396,10 @@ static int read_messages(const JsonValue *record, SftTemplate t, Message **out, 
         if (!prompt) {
             if (!given)
                 snprintf(why, whylen, "no \"prompt\" or \"messages\" field (expected {\"prompt\", \"completion\"} "
-                         "or {\"messages\": [{\"role\", \"content\"}...]})");
+                         "or {\"messages\": [{\"role\", \"content\"}...]})%s",
+                         field(record, "conversations") ? "; ShareGPT's \"conversations\" of {\"from\", \"value\"} "
+                         "are not read: rewrite them as \"messages\" of {\"role\", \"content\"}, human as user and "
+                         "gpt as assistant" : "");
             return -1;
         }
         const JsonValue *completion = string_member(record, "completion", "", why, whylen);

@@ -196,6 +196,11 @@ expect_error() {
   [[ ! -e "$D/out/bad.idx" && ! -e "$D/out/bad_mask.idx" ]] || fail "'$pattern': a dataset was written"
 }
 ok='{"prompt": "a", "completion": "b"}'
+# ShareGPT records (conversations of from/value, roles human and gpt) are not read: the errors say how to rewrite them
+expect_error 1 'bad.jsonl:1: no "prompt" or "messages" field (expected {"prompt", "completion"} or {"messages": \[{"role", "content"}...\]}); ShareGPT'"'"'s "conversations" of {"from", "value"} are not read: rewrite them as "messages" of {"role", "content"}, human as user and gpt as assistant' \
+  '{"conversations": [{"from": "human", "value": "a"}, {"from": "gpt", "value": "b"}]}'
+expect_error 1 'bad.jsonl:1: messages\[0\]: unknown role "human" (expected system, user or assistant; ShareGPT'"'"'s human and gpt: rewrite them as user and assistant)' \
+  '{"messages": [{"role": "human", "content": "a"}, {"role": "gpt", "content": "b"}]}'
 expect_error 1 'bad.jsonl:2: no "completion" field' "$ok" '{"prompt": "a"}'
 expect_error 1 'bad.jsonl:3: messages\[1\]: unknown role "tool" (expected system, user or assistant)' "$ok" "$ok" \
   '{"messages": [{"role": "user", "content": "a"}, {"role": "tool", "content": "b"}]}'
