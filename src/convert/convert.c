@@ -209,6 +209,11 @@ int convert_main(int argc, char **argv) {
         mt_error("convert: %s already exists; convert never overwrites (remove it or choose another DST)", dst);
         return MT_EXIT_USAGE; /* as data build's existing PREFIX: the command line names an output that is there */
     }
+    char err[2048] = "";
+    if (options.base_model && convert_base_model_missing(options.base_model, err, sizeof err)) {
+        mt_error("convert: %s", err);
+        return MT_EXIT_USAGE; /* a path of the command line that is not there (both directions) */
+    }
     remove_killed_temps(dst);
     char config[4096];
     snprintf(config, sizeof config, "%s/config.json", src);
@@ -228,7 +233,6 @@ int convert_main(int argc, char **argv) {
     _Static_assert(MT_PATH_MAX - 64 == 960, "the message below says 960");
     if ((from_hf || from_peft) && strlen(dst) > MT_PATH_MAX - 64)
         return usage_error("%s", "DST: a checkpoint's path is at most 960 characters");
-    char err[2048] = "";
     int status;
     if (from_hf) {
         if (options.dtype_given || shard_given || options.merge_lora || options.base_model ||

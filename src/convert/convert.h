@@ -74,6 +74,10 @@ void ckpt_adapters_free(CkptAdapters *adapters);
 /* The adapters of LoRA checkpoint ckpt (model config cfg) as PEFT's
  * directory dst (written into a temporary directory, then renamed).
  * convert_lora.c. */
+/* Whether --base-model names a path that is not there (what only a path looks like: /..., ./..., ../..., ~..., two
+ * slashes or more; ORG/NAME is a Hub id) or a file, with err saying so: a usage error, as every missing path of the
+ * command line. */
+bool convert_base_model_missing(const char *base, char *err, size_t errlen);
 int convert_lora_to_peft(const char *ckpt, const ModelConfig *cfg, const ConvertOptions *options, const char *dst,
                          char *err, size_t errlen);
 

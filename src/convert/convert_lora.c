@@ -70,13 +70,8 @@ static void name_other(char *why, size_t whylen, const char *label) {
     snprintf(at, whylen - (size_t)(at - why), " in %s%s", label, rest);
 }
 
-/* --base-model, when it is a directory here: PEFT loads the base from it (AutoPeftModelForCausalLM), so it must be a
- * Hugging Face directory of the model the adapters were trained on. A megatrain checkpoint, or a model of another
- * shape, is refused (PEFT would fail to load it: no model_type, or a size mismatch); a model of the same shape that
- * computes otherwise (rope_theta, say) is warned of. A name that is no directory here (a Hub id) is written as is. */
-static int check_base_model(const char *base, const ModelConfig *cfg, char *err, size_t errlen) {
+bool convert_base_model_missing(const char *base, char *err, size_t errlen) {
     struct stat st;
-    if (!base) return 0;
     if (stat(base, &st) != 0) {
         /* no such path: a Hub id (ORG/NAME, one slash at most) is written as is; what only a path looks like
          * (/..., ./..., ../..., ~..., two slashes or more) is a directory that is not there, which PEFT would not
@@ -84,18 +79,31 @@ static int check_base_model(const char *base, const ModelConfig *cfg, char *err,
         const char *slash = strchr(base, '/');
         const bool path_like = base[0] == '/' || base[0] == '~' || strncmp(base, "./", 2) == 0 ||
                                strncmp(base, "../", 3) == 0 || (slash && strchr(slash + 1, '/'));
-        if (!path_like) return 0;
+        if (!path_like) return false;
         mt_set_error(err, errlen, "--base-model %s: %s; expected the Hugging Face directory of the model the "
                      "adapters were trained on (the one init_from was converted from), or a Hub name ORG/NAME", base,
                      strerror(errno));
-        return -1;
+        return true;
     }
     if (!S_ISDIR(st.st_mode)) {
         mt_set_error(err, errlen, "--base-model %s: a file, not a directory; expected the Hugging Face directory of "
                      "the model the adapters were trained on (the directory holding its config.json), or a Hub name "
                      "ORG/NAME", base);
-        return -1;
+        return true;
     }
+    return false;
+}
+
+/* --base-model, when it is a directory here: PEFT loads the base from it (AutoPeftModelForCausalLM), so it must be a
+ * Hugging Face directory of the model the adapters were trained on. A megatrain checkpoint, or a model of another
+ * shape, is refused (PEFT would fail to load it: no model_type, or a size mismatch); a model of the same shape that
+ * computes otherwise (rope_theta, say) is warned of. A name that is no directory here (a Hub id) is written as is;
+ * a missing path or a file was refused before (convert_base_model_missing, a usage error). */
+static int check_base_model(const char *base, const ModelConfig *cfg, char *err, size_t errlen) {
+    struct stat st;
+    if (!base) return 0;
+    if (convert_base_model_missing(base, err, errlen)) return -1;
+    if (stat(base, &st) != 0) return 0; /* a Hub id */
     char path[4096 + 32], ckpt[4096], why[1024];
     snprintf(path, sizeof path, "%s/config.json", base);
     if (stat(path, &st) != 0) {

@@ -67,19 +67,19 @@ grep -q '"peft_type": "LORA"' "$WORK/adapter/adapter_config.json" || fail "adapt
   > "$WORK/auto.log" || fail "convert --base-model with the base's Hugging Face directory failed"
 grep -q "AutoPeftModelForCausalLM.from_pretrained(\"$WORK/adapter-auto\"), which loads the base $WORK/start.hf" \
   "$WORK/auto.log" || fail "convert --base-model: the log does not say how to load it: $(cat "$WORK/auto.log")"
-base_refused() { # NAME BASE PATTERN
+base_refused() { # NAME BASE PATTERN [STATUS: 1, a path that is no base; 2, a path not there (usage)]
   set +e; "$MEGATRAIN" convert "$WORK/lora/checkpoints/iter_0000006" "$WORK/$1" --base-model "$2" > "$WORK/$1.log" 2>&1
-  local rc=$?; set -e
-  [[ $rc -eq 1 && ! -e "$WORK/$1" ]] && grep -q -- "$3" "$WORK/$1.log" ||
-    fail "convert --base-model $2: expected exit 1 saying '$3', got $rc: $(cat "$WORK/$1.log")"
+  local rc=$? want=${4:-1}; set -e
+  [[ $rc -eq $want && ! -e "$WORK/$1" ]] && grep -q -- "$3" "$WORK/$1.log" ||
+    fail "convert --base-model $2: expected exit $want saying '$3', got $rc: $(cat "$WORK/$1.log")"
 }
 base_refused ckpt-base "$start" "a megatrain checkpoint; PEFT loads the base from a Hugging Face directory"
 base_refused other-base "$REPO/tests/fixtures/hf/llama_tied" "not the model the adapters were trained on (model\.[a-z_]* is"
 # a path that is not there, or a file, is refused (they were written into adapter_config.json, which PEFT then could
 # not load); a name that is no path here is a Hub id, written as is
-base_refused missing-base "$WORK/no-such-model" "--base-model $WORK/no-such-model: No such file or directory; expected the Hugging Face directory"
-base_refused dot-base ./no-such-model "--base-model ./no-such-model: No such file or directory"
-base_refused file-base "$WORK/start.hf/config.json" "--base-model $WORK/start.hf/config.json: a file, not a directory"
+base_refused missing-base "$WORK/no-such-model" "--base-model $WORK/no-such-model: No such file or directory; expected the Hugging Face directory" 2
+base_refused dot-base ./no-such-model "--base-model ./no-such-model: No such file or directory" 2
+base_refused file-base "$WORK/start.hf/config.json" "--base-model $WORK/start.hf/config.json: a file, not a directory" 2
 "$MEGATRAIN" convert "$WORK/lora/checkpoints/iter_0000006" "$WORK/adapter-hub" --base-model org/no-such-model > /dev/null
 grep -q '"base_model_name_or_path": "org/no-such-model"' "$WORK/adapter-hub/adapter_config.json" ||
   fail "a Hub name was not written as is: $(cat "$WORK/adapter-hub/adapter_config.json")"
