@@ -102,9 +102,11 @@ void run_notes_model(const Recipe *recipe, RunNotes *notes) {
 
 /* The lr schedule in words, into buf: "warmup 5 steps to 0.001, cosine decay to 0.0001 at step 40". */
 static void describe_lr(const OptimizerConfig *o, long decay_steps, double warmup, char *buf, size_t len) {
-    int n = warmup > 0 && o->warmup_init > 0 ? snprintf(buf, len, "warmup %g steps from %g to %g", warmup, o->warmup_init, o->lr)
-            : warmup > 0                     ? snprintf(buf, len, "warmup %g steps to %g", warmup, o->lr)
-                                             : snprintf(buf, len, "no warmup, %g from the first step", o->lr);
+    const char *steps = warmup == 1.0 ? "step" : "steps";
+    int n = warmup > 0 && o->warmup_init > 0
+                ? snprintf(buf, len, "warmup %g %s from %g to %g", warmup, steps, o->warmup_init, o->lr)
+            : warmup > 0 ? snprintf(buf, len, "warmup %g %s to %g", warmup, steps, o->lr)
+                         : snprintf(buf, len, "no warmup, %g from the first step", o->lr);
     if (n < 0 || (size_t)n >= len) return;
     buf += n;
     len -= (size_t)n;
