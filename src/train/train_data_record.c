@@ -102,13 +102,16 @@ void train_data_record_compare(const TrainContext *ctx, const char *checkpoint_d
                 continue;
             char what[256];
             describe_change(then, now, what, sizeof what);
-            /* data.valid feeds only the evaluation: the training itself still equals the uninterrupted run's */
-            const bool valid = strcmp(then->split, "valid") == 0;
+            /* data.valid and data.test feed only the evaluation: the training itself still equals the
+             * uninterrupted run's */
+            const bool valid = strcmp(then->split, "valid") == 0, test = strcmp(then->split, "test") == 0;
             mt_warn("resume: data.%s dataset %s has changed since the checkpoint was written (%s): %s "
                     "(docs/checkpoints.md)", then->split, then->path, what,
-                    valid ? "the validation losses from here on are measured on other samples than before (the "
-                            "training is not affected)"
-                          : "the run reads other samples from here on and no longer equals the uninterrupted one");
+                    valid  ? "the validation losses from here on are measured on other samples than before (the "
+                             "training is not affected)"
+                    : test ? "test_loss after the last step is measured on other samples than the run's recipe named "
+                             "(the training is not affected)"
+                           : "the run reads other samples from here on and no longer equals the uninterrupted one");
         }
     free(saved);
 }

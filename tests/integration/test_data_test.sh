@@ -5,8 +5,8 @@
 #   RUN --test` takes the run's data.test and prints that loss, as does `eval CKPT --data PREFIX --test` with the
 #   run's settings (PREFIX whole, as data.test);
 # - with train.eval_batches all, dp 2 under mpirun gives the single rank's test_loss (each test sample once);
-# - a resume gives the uninterrupted run's test_loss; one with another data.test is warned; data.test = data.train
-#   is noted;
+# - a resume gives the uninterrupted run's test_loss; one with another data.test is warned, as is one whose
+#   data.test was rebuilt (its test_loss alone, not the training); data.test = data.train is noted;
 # - Megatron's names: test_data_path is answered with data.test;
 # - refused (exit 2, naming the keys): data.test beside a data.split test share; a data.test prefix that does not
 #   exist (naming data.test[0]); `eval RUN --test` of a run with neither data.test nor a test share;
@@ -52,6 +52,19 @@ grep -q "warning: resume: data.test\[0\] changes the test samples" "$WORK/moved.
   || fail "no warning of the changed data.test: $(grep -i warn "$WORK/moved.log")"
 grep -q "data.test\[0\] is data.train\[0\]" "$WORK/moved.log" || fail "no note that data.test is training data"
 ! grep -q "record of its data is" "$WORK/moved.log" || fail "the checkpoint's DATA record (with data.test) did not read back"
+
+# a data.test dataset rebuilt with other contents at the same prefix feeds only test_loss: resume's warning says
+# so, not that the run reads other samples (data.train's warning)
+"$MEGATRAIN" data build --input "$REPO/README.md" --output "$WORK/rebuilt-test" --tokenizer byte > /dev/null 2>&1 \
+  || fail "data build of README.md failed"
+run "$WORK/rebuilt" --set "data.test=[$WORK/rebuilt-test]" --set train.exit_interval=2 > /dev/null 2>&1 \
+  || fail "the run stopped at step 2 (rebuilt data.test) failed"
+rm -f "$WORK"/rebuilt-test.*
+"$MEGATRAIN" data build --input "$REPO/docs/data.md" --output "$WORK/rebuilt-test" --tokenizer byte > /dev/null 2>&1 \
+  || fail "data build of docs/data.md failed"
+"$MEGATRAIN" resume "$WORK/rebuilt" > "$WORK/rebuilt.log" 2>&1 || { cat "$WORK/rebuilt.log"; fail "resume (rebuilt data.test) failed"; }
+grep "data.test dataset $WORK/rebuilt-test has changed" "$WORK/rebuilt.log" | grep -q "test_loss.*training is not affected" \
+  || fail "the rebuilt data.test is not said to change test_loss alone: $(grep -i warn "$WORK/rebuilt.log")"
 
 # every sample of data.test once: dp 2 equals one rank
 if command -v mpirun > /dev/null; then
