@@ -141,12 +141,14 @@ int eval_run_settings(const char *ckpt, EvalOptions *opt) {
                      "--split with a test share, or --data PREFIX to score all of it", ckpt, run.data.split[0],
                      run.data.split[1], run.data.split[2], path);
             return 2;
-        } else if (!opt->test && run.data.num_valid == 0 && !(share > 0)) {
+        } else if (!opt->test && !opt->split_given && run.data.num_valid == 0 && !(share > 0)) {
             /* the run had nothing to evaluate on (a fine-tuning recipe's data.split 100,0,0): not a conversion's
-             * checkpoint, which eval_options_check's error would call it */
+             * checkpoint, which eval_options_check's error would call it (a --split without a validation share is
+             * that option's error, there) */
             mt_error("eval: --data PREFIX is required: the run of %s had no validation data to take (no data.valid, "
                      "and data.split %g,%g,%g leaves data.train no validation share; %s): give --data PREFIX (--data "
-                     "%s scores the run's training data)", ckpt, split[0], split[1], split[2], path,
+                     "%s scores the run's training data)", ckpt, run.data.split[0], run.data.split[1],
+                     run.data.split[2], path,
                      run.data.train[0].path);
             return 2;
         } else if (run.data.num_valid > 1 || (run.data.num_valid == 0 && run.data.num_train > 1 && share > 0)) {

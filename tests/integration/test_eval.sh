@@ -132,6 +132,11 @@ out=$("$MEGATRAIN" eval "$WORK/split" --split 90,5,5 --test 2> "$WORK/note.txt")
   fail "--split 90,5,5 --test on the split run: $(cat "$WORK/note.txt")"
 [[ "$out" == *", the test share of split 90,5,5 ("* ]] && grep -qF -- "--data $WORK/english (its data.train)" \
   "$WORK/note.txt" || fail "--split 90,5,5 --test on the split run: '$out' $(cat "$WORK/note.txt")"
+# ... and a --split with no validation share is that option's error, not the run's (which validated on 90,10,0)
+status=0; "$MEGATRAIN" eval "$WORK/split" --split 100,0,0 > /dev/null 2> "$WORK/note.txt" || status=$?
+[[ $status -eq 2 ]] && grep -qF "eval: --split: expected TRAIN,VALID,TEST weights with positive TRAIN and VALID" \
+  "$WORK/note.txt" && ! grep -q "had no validation data" "$WORK/note.txt" ||
+  fail "--split 100,0,0 on the split run: exit $status: $(cat "$WORK/note.txt")"
 cp "$WORK/english.bin" "$WORK/other.bin" && cp "$WORK/english.idx" "$WORK/other.idx" # not what the run evaluated
 "$MEGATRAIN" eval "$WORK/split" --data "$WORK/other" --batches 1 2> "$WORK/note.txt" > /dev/null
 ! grep -q "eval: note:" "$WORK/note.txt" || fail "a note for another dataset than the run's: $(cat "$WORK/note.txt")"
