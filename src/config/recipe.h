@@ -364,7 +364,7 @@ void recipe_text_difference(const char *ours, const char *theirs, const char *ou
  * of the `watched` prefixes (NULL-terminated; may be NULL) into hit (or ""). Returns the number of changes. */
 int recipe_text_changes(const char *before, const char *after, char *out, size_t outlen, const char *const *watched,
                         char *hit, size_t hitlen);
-/* The same with the data paths (data.train, data.valid, data.cache_dir) left out: what ranks that resolved relative
+/* The same with the data paths (data.train, data.valid, data.test, data.cache_dir) left out: what ranks that resolved relative
  * paths from different directories still agree on. */
 uint32_t recipe_crc32c_without_data_paths(const Recipe *recipe);
 

@@ -220,6 +220,10 @@ static int absolute_data_paths(Recipe *recipe, char *err, size_t errlen) {
         snprintf(key, sizeof key, "data.valid[%d].path", i);
         if (absolute_path(data->valid[i].path, sizeof data->valid[i].path, key, err, errlen) != 0) return -1;
     }
+    for (int i = 0; i < data->num_test; i++) {
+        snprintf(key, sizeof key, "data.test[%d].path", i);
+        if (absolute_path(data->test[i].path, sizeof data->test[i].path, key, err, errlen) != 0) return -1;
+    }
     if (recipe_cache_dir_is_default(recipe)) return 0; /* run.dir/data-cache: follows run.dir */
     return absolute_path(data->cache_dir, sizeof data->cache_dir, "data.cache_dir", err, errlen);
 }

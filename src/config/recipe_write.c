@@ -148,6 +148,7 @@ uint32_t recipe_crc32c_without_data_paths(const Recipe *recipe) {
     *copy = *recipe;
     for (int i = 0; i < copy->data.num_train; i++) copy->data.train[i].path[0] = '\0';
     for (int i = 0; i < copy->data.num_valid; i++) copy->data.valid[i].path[0] = '\0';
+    for (int i = 0; i < copy->data.num_test; i++) copy->data.test[i].path[0] = '\0';
     copy->data.cache_dir[0] = '\0';
     const uint32_t crc = recipe_crc32c(copy);
     free(copy);

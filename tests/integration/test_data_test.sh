@@ -6,7 +6,8 @@
 #   run's settings (PREFIX whole, as data.test);
 # - with train.eval_batches all, dp 2 under mpirun gives the single rank's test_loss (each test sample once);
 # - a resume gives the uninterrupted run's test_loss; one with another data.test is warned, as is one whose
-#   data.test was rebuilt (its test_loss alone, not the training); data.test = data.train is noted;
+#   data.test was rebuilt (its test_loss alone, not the training); data.test = data.train is noted; a relative
+#   data.test is written absolute (a resume from another directory reads it);
 # - Megatron's names: test_data_path is answered with data.test;
 # - refused (exit 2, naming the keys): data.test beside a data.split test share; a data.test prefix that does not
 #   exist (naming data.test[0]); `eval RUN --test` of a run with neither data.test nor a test share;
@@ -52,6 +53,19 @@ grep -q "warning: resume: data.test\[0\] changes the test samples" "$WORK/moved.
   || fail "no warning of the changed data.test: $(grep -i warn "$WORK/moved.log")"
 grep -q "data.test\[0\] is data.train\[0\]" "$WORK/moved.log" || fail "no note that data.test is training data"
 ! grep -q "record of its data is" "$WORK/moved.log" || fail "the checkpoint's DATA record (with data.test) did not read back"
+
+# a relative data.test is taken from the directory the run started in and written absolute, as data.train's: a
+# resume from another directory opens the same test data (it failed: data.test[0].path taken from the new one)
+mkdir -p "$WORK/start/corpus" "$WORK/elsewhere"
+cp "$WORK"/readme.* "$WORK/start/corpus/"
+(cd "$WORK/start" && run "$WORK/rel" --set "data.test=[corpus/readme]" --set train.exit_interval=2 > /dev/null 2>&1) \
+  || fail "the run with a relative data.test failed"
+grep -qF "{path: \"$WORK/start/corpus/readme\"" "$WORK/rel/recipe.yaml" \
+  || fail "recipe.yaml keeps the relative data.test: $(grep -A1 ' test:' "$WORK/rel/recipe.yaml")"
+(cd "$WORK/elsewhere" && "$MEGATRAIN" resume "$WORK/rel" > "$WORK/rel.log" 2>&1) \
+  || { cat "$WORK/rel.log"; fail "the resume from another directory of a run with a relative data.test failed"; }
+[[ $(json_field "$WORK/rel/metrics.jsonl" test_loss) == "$test_loss" ]] \
+  || fail "the resume from elsewhere: test_loss $(json_field "$WORK/rel/metrics.jsonl" test_loss), expected $test_loss"
 
 # a data.test dataset rebuilt with other contents at the same prefix feeds only test_loss: resume's warning says
 # so, not that the run reads other samples (data.train's warning)
