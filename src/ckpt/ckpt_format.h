@@ -97,11 +97,11 @@ typedef struct CkptBaseRef {
 } CkptBaseRef;
 
 /* A dataset the run trained on (record DATA): which of its data lists
- * ("train", "valid"), its prefix, and its fingerprint (what
+ * ("train", "valid", "test"), its prefix, and its fingerprint (what
  * src/data/indexed_dataset.h's DatasetFingerprint holds; the loss mask's
  * files folded in), so that a resume can tell a dataset built again with
  * other contents at the same path. */
-#define CKPT_DATA_SPLIT_MAX 8             /* "train", "valid": bytes */
+#define CKPT_DATA_SPLIT_MAX 8             /* "train", "valid", "test": bytes */
 #define CKPT_MAX_DATASETS 4096
 typedef struct CkptDataset {
     char split[CKPT_DATA_SPLIT_MAX + 1];

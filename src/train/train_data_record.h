@@ -10,9 +10,9 @@
 
 #include "train_context.h"
 
-/* Rank 0: ctx->datasets from its loaders: data.train's datasets ("train") and, when the recipe gives data.valid,
- * its datasets ("valid"), each once, those the loader left out (an empty share of the split) included. Other
- * ranks record none (they do not write the metadata). */
+/* Rank 0: ctx->datasets from its loaders: data.train's datasets ("train") and, when the recipe gives data.valid or
+ * data.test and the run evaluates, their datasets ("valid", "test"), each once, those the loader left out (an empty
+ * share of the split) included. Other ranks record none (they do not write the metadata). */
 void train_data_record_make(TrainContext *ctx);
 
 /* Rank 0, on resume from checkpoint_dir: a warning for each dataset of the checkpoint's record whose path this
