@@ -59,11 +59,11 @@ bool eval_coverage_repeats(const DataLoader *loader, int64_t batches, int64_t mi
     const int64_t once = distinct / micro_batch_size;
     char advice[200];
     if (distinct == 0) /* one epoch is shorter than a sample: no micro-batch size helps */
-        snprintf(advice, sizeof advice, "it holds no whole sample of %s + 1 tokens: give a smaller %s, or more "
-                 "validation data", names->seq_len, names->seq_len);
+        snprintf(advice, sizeof advice, "it holds no whole sample of %s + 1 tokens: give a smaller %s, or more data "
+                 "in it", names->seq_len, names->seq_len);
     else if (once == 0)
         snprintf(advice, sizeof advice, "it holds fewer than one micro-batch: give a smaller %s (at most %lld), or "
-                 "more validation data", names->micro_batch_size, (long long)distinct);
+                 "more data in it", names->micro_batch_size, (long long)distinct);
     else if (once * micro_batch_size == distinct)
         snprintf(advice, sizeof advice, "%s %lld reads each once", names->batches, (long long)once);
     else

@@ -782,7 +782,7 @@ static void test_distinct_samples(void **state) {
     if (!strstr(msg, "holds 0 samples of one epoch ((tokens - 1) / seq_len); train.eval_batches 1 x "
                 "train.micro_batch_size 1 reads 1, so 1 are read again and eval_loss counts their tokens twice or "
                 "more: it holds no whole sample of train.seq_len + 1 tokens: give a smaller train.seq_len, or more "
-                "validation data"))
+                "data in it"))
         fail_msg("%s", msg);
     data_loader_free(loader);
 
