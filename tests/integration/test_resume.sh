@@ -243,7 +243,8 @@ expect_bad_stop() {
 bad_run late-test 1 --set "data.split=[4096, 0, 64]" --set train.steps=3 --set train.eval_interval=3 \
   --set train.eval_batches=2
 [[ $status -eq 0 ]] || fail "late-test: exit $status: $(tail -n 3 "$WORK/late-test.log")"
-grep -q "evaluation is off during training: .*; the test share is evaluated after the last step" "$WORK/late-test.log" &&
+grep -q "evaluation is off during training: .*; data.split's test share of data.train is evaluated after the last step" \
+  "$WORK/late-test.log" &&
   grep -q "step 3: evaluation: test data: .*: no test_loss (the run's last checkpoint is saved as usual)" \
     "$WORK/late-test.log" && [[ "$(cat "$WORK/late-test/checkpoints/latest_checkpointed_iteration.txt")" == 3 ]] ||
   fail "late-test: $(grep -E 'warning|error' "$WORK/late-test.log")"

@@ -578,9 +578,10 @@ static void test_errors(void **state) {
     assert_int_equal(convert(msg, sizeof msg, 2, hf, dst), MT_EXIT_FAILURE);
     assert_non_null(strstr(msg, "missing model.safetensors"));
     assert_false(exists(dst));
-    /* SRC that does not exist; SRC that is not a checkpoint; DST that exists */
+    /* SRC that does not exist (a usage error, as every command's missing path); SRC that is not a checkpoint; DST
+     * that exists */
     snprintf(path, sizeof path, "%s/nothing_here", work_dir);
-    assert_int_equal(convert(msg, sizeof msg, 2, path, dst), MT_EXIT_FAILURE);
+    assert_int_equal(convert(msg, sizeof msg, 2, path, dst), MT_EXIT_USAGE);
     assert_non_null(strstr(msg, "nothing_here: No such file or directory"));
     snprintf(path, sizeof path, "%s/empty_dir", work_dir);
     mkdir(path, 0777);
