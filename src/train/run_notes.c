@@ -59,26 +59,27 @@ static void note_twice(const DataSource *sources, int count, const char *key, Ru
     }
 }
 
+/* Each dataset of a held-out list (data.valid, data.test) that is also in data.train, said once per dataset:
+ * `scores` what its loss then measures, `instead` what to do. */
+static void note_trained_on(const DataConfig *data, const DataSource *held, int count, const char *key,
+                            const char *scores, const char *instead, RunNotes *notes) {
+    for (int v = 0; v < count; v++)
+        for (int t = 0; t < data->num_train; t++)
+            if (same_prefix(held[v].path, data->train[t].path)) {
+                add(notes, "%s[%d] is data.train[%d] (%s): %s documents this run trains on; give held-out data%s", key,
+                    v, t, held[v].path, scores, instead);
+                break;
+            }
+}
+
 void run_notes_data(const Recipe *recipe, RunNotes *notes) {
     const DataConfig *data = &recipe->data;
     note_twice(data->train, data->num_train, "data.train", notes);
     note_twice(data->valid, data->num_valid, "data.valid", notes);
-    for (int v = 0; v < data->num_valid; v++)
-        for (int t = 0; t < data->num_train; t++)
-            if (same_prefix(data->valid[v].path, data->train[t].path)) {
-                add(notes, "data.valid[%d] is data.train[%d] (%s): evaluation scores documents this run trains "
-                    "on; give held-out data, or drop data.valid to hold out data.split's share of data.train", v, t,
-                    data->valid[v].path);
-                break;
-            }
+    note_trained_on(data, data->valid, data->num_valid, "data.valid", "evaluation scores",
+                    ", or drop data.valid to hold out data.split's share of data.train", notes);
     note_twice(data->test, data->num_test, "data.test", notes);
-    for (int v = 0; v < data->num_test; v++)
-        for (int t = 0; t < data->num_train; t++)
-            if (same_prefix(data->test[v].path, data->train[t].path)) {
-                add(notes, "data.test[%d] is data.train[%d] (%s): test_loss scores documents this run trains on; "
-                    "give held-out data", v, t, data->test[v].path);
-                break;
-            }
+    note_trained_on(data, data->test, data->num_test, "data.test", "test_loss scores", "", notes);
     if (data->num_valid > 0 && recipe->train.eval_interval <= 0)
         add(notes, "data.valid is given but evaluation is off (train.eval_interval is 0), so it is not read; "
             "--set train.eval_interval=N evaluates every N steps");
