@@ -160,6 +160,10 @@ typedef struct TrainConfig {
     int num_batch_stages;  /* >= 1; a plain global_batch_size is one stage at 0 */
     bool batch_stages_in_tokens;
     BatchStage batch_stages[MT_MAX_BATCH_STAGES];
+    /* train.rampup_batch_size: Megatron's --rampup-batch-size [start, increment, samples] as given, rampup[0] 0 when
+     * absent. recipe_load turns it into token stages ending at global_batch_size (train_resolve_rampup), which are
+     * what the run uses and what run.dir/recipe.yaml holds. */
+    long rampup[3];
     long eval_interval;    /* 0 disables evaluation */
     int eval_batches;      /* micro-batches an evaluation reads, or MT_EVAL_BATCHES_ALL */
     int max_nonfinite_steps; /* skip up to this many NaN/Inf steps in a row; 0 = stop at the first */

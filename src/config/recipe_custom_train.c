@@ -1,7 +1,9 @@
 /* recipe_custom_train.c: train and optimizer keys that are not plain
  * scalars: steps XOR tokens, the global batch size or its schedule (a step
- * list or Megatron's token-threshold string), optimizer.type and betas. */
+ * list, Megatron's token-threshold string, or Megatron's batch ramp made into
+ * its stages), optimizer.type and betas. */
 #include <ctype.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -191,6 +193,63 @@ int read_batch_schedule(void *base, const YEntry *entry, const char *path, char 
     }
     train->num_batch_stages = node->count;
     train->batch_stages_in_tokens = false;
+    return 0;
+}
+
+/* Megatron's --rampup-batch-size START INCREMENT SAMPLES, kept as given until the whole recipe is read: its stages need
+ * train.global_batch_size and seq_len (train_resolve_rampup). null drops it (--set train.rampup_batch_size=null). */
+int read_rampup_batch_size(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
+    TrainConfig *train = base;
+    const YNode *node = entry->value;
+    char found[128];
+    memset(train->rampup, 0, sizeof train->rampup);
+    if (ytree_is_null(node)) return 0;
+    static const char *const what[3] = {"START (the first global batch size)", "INCREMENT", "SAMPLES"};
+    if (node->kind != YNODE_SEQUENCE || node->count != 3)
+        return key_error(err, errlen, entry->loc, path,
+                         "expected [START, INCREMENT, SAMPLES] as Megatron's --rampup-batch-size (the first global "
+                         "batch size, its increment, and the samples over which it grows to train.global_batch_size), "
+                         "found %s", node->kind == YNODE_SEQUENCE ? "a list of another length"
+                                                                  : ytree_describe(node, found, sizeof found));
+    for (int i = 0; i < 3; i++) {
+        long long v;
+        const YNode *item = node->entries[i].value;
+        if (yscalar_long(item, &v) != 0 || v < 1 || v > (i == 2 ? (1LL << 40) : (long long)INT32_MAX))
+            return key_error(err, errlen, entry->loc, path, "expected %s a positive integer%s, found %s", what[i],
+                             i == 2 ? " of at most 2^40" : "", ytree_describe(item, found, sizeof found));
+        train->rampup[i] = (long)v;
+    }
+    return 0;
+}
+
+int train_resolve_rampup(TrainConfig *train, const YNode *train_map, char *err, size_t errlen) {
+    if (train->rampup[0] == 0) return 0;
+    const YEntry *entry = ytree_entry(train_map, "rampup_batch_size");
+    const YLoc loc = entry ? entry->loc : (YLoc){0};
+    const char *path = "train.rampup_batch_size";
+    const long start = train->rampup[0], increment = train->rampup[1], samples = train->rampup[2];
+    if (train->num_batch_stages != 1 || train->batch_stages_in_tokens)
+        return key_error(err, errlen, loc, path,
+                         "found %s, expected train.global_batch_size, the batch the ramp ends at (Megatron's "
+                         "--global-batch-size; --set train.batch_schedule=null drops a recipe's schedule)",
+                         train->num_batch_stages == 0 ? "no train.global_batch_size" : "train.batch_schedule beside it");
+    const long end = train->batch_stages[0].global_batch_size;
+    if (start > end || (end - start) % increment != 0)
+        return key_error(err, errlen, loc, path,
+                         "expected START (%ld) at most train.global_batch_size (%ld), and INCREMENT (%ld) to divide "
+                         "their difference (%ld), as Megatron asserts", start, end, increment, end - start);
+    const long steps = (end - start) / increment; /* K: the increments; each is a stage after the first */
+    if (steps + 1 > MT_MAX_BATCH_STAGES)
+        return key_error(err, errlen, loc, path,
+                         "makes %ld stages (from %ld to %ld by %ld), expected at most %d: a larger INCREMENT", steps + 1,
+                         start, end, increment, MT_MAX_BATCH_STAGES);
+    train->batch_stages[0] = (BatchStage){0, start};
+    for (long k = 1; k <= steps; k++) { /* Megatron: int(consumed / (samples / K)) >= k from ceil(k x samples / K) */
+        const int64_t from = ((int64_t)k * samples + steps - 1) / steps;
+        train->batch_stages[k] = (BatchStage){(double)from * train->seq_len, start + k * increment};
+    }
+    train->num_batch_stages = (int)steps + 1;
+    train->batch_stages_in_tokens = true;
     return 0;
 }
 

@@ -247,6 +247,7 @@ int recipe_load_resumed(Recipe *recipe, const char *path, const char *const *ove
     YNode *root = ytree_load_file(path, err, errlen);
     if (!root) return -1;
     int rc = load_tree(recipe, root, overrides, num_overrides, err, errlen);
+    if (rc == 0) rc = train_resolve_rampup(&recipe->train, ytree_get(root, "train"), err, errlen);
     if (rc == 0) {
         recipe_fill_derived(recipe, root);
         rc = recipe_validate(recipe, root, world_size, err, errlen);

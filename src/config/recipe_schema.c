@@ -149,7 +149,9 @@ static const RecipeKey train_keys[] = {
     {INT_KEY("micro_batch_size", TrainConfig, micro_batch_size, 1, INT_MAX), .required = true,
      .also = "local_batch_size per_device_train_batch_size"},
     {CUSTOM_KEY("global_batch_size", read_global_batch_size, write_batch), .also = "gradient_accumulation_steps"},
-    {CUSTOM_KEY("batch_schedule", read_batch_schedule, write_nothing), .also = "rampup_batch_size step_batch_size_schedule"},
+    {CUSTOM_KEY("batch_schedule", read_batch_schedule, write_nothing), .also = "step_batch_size_schedule"},
+    /* written as the stages it makes (write_batch) */
+    {CUSTOM_KEY("rampup_batch_size", read_rampup_batch_size, write_nothing)},
     {LONG_KEY("eval_interval", TrainConfig, eval_interval, 0), .also = "validation eval_steps eval_strategy"},
     /* all: every validation sample once (Hugging Face Trainer's evaluation of the whole set), resolved with the
      * data where the loaders are built (src/data/eval_coverage.h) */
@@ -285,9 +287,6 @@ static const struct {
     {"untie_embeddings_and_output_weights", "model.tie_word_embeddings is its opposite, and the defaults differ: "
                                             "Megatron ties unless given untie_embeddings_and_output_weights, "
                                             "megatrain unties unless tie_word_embeddings: true"},
-    {"rampup_batch_size", "Megatron's [start, increment, samples] is written as its stages: batch_schedule: "
-                          "\"0:START T1:START+INCREMENT ...\" in tokens, stage k from ceil(k x samples / "
-                          "((global_batch_size - start) / increment)) x seq_len (docs/megatron.md)"},
     {"step_batch_size_schedule", "the same \"0:768 250B:1536\" string of token thresholds (docs/megatron.md)"},
     {"train_samples", "train.tokens = train_samples x seq_len (or train.steps = train_samples / global_batch_size)"},
     {"lr_warmup_samples", "megatrain's schedule counts steps: warmup_steps = lr_warmup_samples / global_batch_size"},

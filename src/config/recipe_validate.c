@@ -118,14 +118,16 @@ int peft_validate(const ModelConfig *m, const YNode *peft_map, YLoc peft_loc, ch
     return 0;
 }
 
-/* Location and path of batch stage i (a list item, or the key itself). */
+/* Location and path of batch stage i (a list item, or the key itself: rampup_batch_size for the stages it made). */
 static YLoc stage_loc(const YNode *root, YLoc root_loc, int stage, char *path, size_t pathlen) {
     const YNode *train = ytree_get(root, "train");
-    const char *key = ytree_has(train, "global_batch_size") ? "global_batch_size" : "batch_schedule";
+    const char *key = ytree_has(train, "rampup_batch_size")   ? "rampup_batch_size" /* its stages */
+                      : ytree_has(train, "global_batch_size") ? "global_batch_size"
+                                                              : "batch_schedule";
     const YEntry *entry = ytree_entry(train, key);
     snprintf(path, pathlen, "train.%s", key);
     if (!entry) return path_loc(root, root_loc, "train");
-    if (entry->value->kind == YNODE_SEQUENCE && stage < entry->value->count) {
+    if (entry->value->kind == YNODE_SEQUENCE && stage < entry->value->count && strcmp(key, "batch_schedule") == 0) {
         snprintf(path, pathlen, "train.%s[%d].global_batch_size", key, stage);
         return entry->value->entries[stage].loc;
     }

@@ -1,14 +1,20 @@
 /* test_batch_schedule.c: global_batch_at for step and token stages (at and
- * around every boundary), train_total_steps for step and token budgets, and
- * train_schedule_samples (the samples the train loader must provide). */
+ * around every boundary), train_total_steps for step and token budgets,
+ * train_schedule_samples (the samples the train loader must provide), and
+ * train.rampup_batch_size's stages against Megatron's own batch ramp
+ * (tests/fixtures/megatron/rampup.txt) and its refusals. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "config/batch_schedule.h"
+#include "config/recipe_schema.h"
 #include "train/train_state.h"
 
 static TrainConfig plain(long steps, double tokens, int seq_len, long gbs) {
@@ -194,6 +200,85 @@ static void test_resumed_position(void **state) {
     assert_int_equal(train_total_steps(&t), 100);
 }
 
+#define RAMPUP_FIXTURE "tests/fixtures/megatron/rampup.txt"
+
+/* Every step of every ramp megatron-core's RampupBatchsizeNumMicroBatchesCalculator ran (make_rampup_fixture.py):
+ * the stages train.rampup_batch_size makes give each step Megatron's global batch, at two sequence lengths (the
+ * stages count tokens, Megatron samples). */
+static void test_rampup_equals_megatron(void **state) {
+    (void)state;
+    FILE *f = fopen(RAMPUP_FIXTURE, "r");
+    if (!f) fail_msg("%s: cannot open (run the tests from the repository root)", RAMPUP_FIXTURE);
+    char line[16384], name[128], err[512];
+    long cases = 0, checked = 0;
+    while (fgets(line, sizeof line, f)) {
+        long start, increment, samples, gbs, steps;
+        if (line[0] == '#') continue;
+        assert_int_equal(sscanf(line, "case %127s %ld %ld %ld %ld %ld", name, &start, &increment, &samples, &gbs,
+                                &steps), 6);
+        assert_non_null(fgets(line, sizeof line, f));
+        static const int seq_lens[] = {1, 4096};
+        for (size_t q = 0; q < sizeof seq_lens / sizeof *seq_lens; q++) {
+            TrainConfig t = plain(steps, 0, seq_lens[q], gbs);
+            t.rampup[0] = start, t.rampup[1] = increment, t.rampup[2] = samples;
+            if (train_resolve_rampup(&t, NULL, err, sizeof err) != 0) fail_msg("%s: %s", name, err);
+            double consumed = 0;
+            const char *p = line;
+            for (long s = 0; s < steps; s++) {
+                char *end;
+                const long want = strtol(p, &end, 10);
+                assert_true(end != p);
+                p = end;
+                const long got = global_batch_at(&t, s, consumed);
+                if (got != want)
+                    fail_msg("%s, seq_len %d: step %ld has global batch %ld, Megatron's %ld", name, seq_lens[q], s + 1,
+                             got, want);
+                consumed += (double)got * seq_lens[q];
+                checked++;
+            }
+        }
+        cases++;
+    }
+    fclose(f);
+    assert_true(cases >= 8);
+    print_message("rampup: %ld cases, %ld steps equal Megatron's\n", cases, checked);
+}
+
+/* What Megatron asserts is refused, and a ramp needs global_batch_size (its end) and no batch_schedule. */
+static void test_rampup_refusals(void **state) {
+    (void)state;
+    char err[512];
+    TrainConfig t = plain(10, 0, 64, 64);
+    t.rampup[0] = 16, t.rampup[1] = 15, t.rampup[2] = 100; /* 15 does not divide 64 - 16 */
+    assert_int_equal(train_resolve_rampup(&t, NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "INCREMENT (15) to divide their difference (48)"));
+    t.rampup[0] = 80, t.rampup[1] = 16; /* above the end */
+    assert_int_equal(train_resolve_rampup(&t, NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "START (80) at most train.global_batch_size (64)"));
+    t.rampup[0] = 1, t.rampup[1] = 1; /* 63 increments: 64 stages, the most */
+    assert_int_equal(train_resolve_rampup(&t, NULL, err, sizeof err), 0);
+    assert_int_equal(t.num_batch_stages, 64);
+    TrainConfig more = plain(10, 0, 64, 65);
+    more.rampup[0] = 1, more.rampup[1] = 1, more.rampup[2] = 100;
+    assert_int_equal(train_resolve_rampup(&more, NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "makes 65 stages"));
+    TrainConfig none = plain(10, 0, 64, 64);
+    none.num_batch_stages = 0;
+    none.rampup[0] = 16, none.rampup[1] = 16, none.rampup[2] = 100;
+    assert_int_equal(train_resolve_rampup(&none, NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "no train.global_batch_size"));
+    TrainConfig schedule = plain(10, 0, 64, 16);
+    add_stage(&schedule, 5, 64);
+    schedule.rampup[0] = 16, schedule.rampup[1] = 16, schedule.rampup[2] = 100;
+    assert_int_equal(train_resolve_rampup(&schedule, NULL, err, sizeof err), -1);
+    assert_non_null(strstr(err, "train.batch_schedule beside it"));
+    TrainConfig flat = plain(10, 0, 64, 64); /* start = end: no increment, one stage (Megatron divides by zero) */
+    flat.rampup[0] = 64, flat.rampup[1] = 8, flat.rampup[2] = 100;
+    assert_int_equal(train_resolve_rampup(&flat, NULL, err, sizeof err), 0);
+    assert_int_equal(flat.num_batch_stages, 1);
+    assert_int_equal(global_batch_at(&flat, 9, 1e9), 64);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_single_stage),
@@ -207,6 +292,8 @@ int main(void) {
         cmocka_unit_test(test_runs_equal_steps),
         cmocka_unit_test(test_largest_budgets),
         cmocka_unit_test(test_resumed_position),
+        cmocka_unit_test(test_rampup_equals_megatron),
+        cmocka_unit_test(test_rampup_refusals),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -539,6 +539,16 @@ static void test_write_round_trip(void **state) {
     assert_int_equal(wd.optimizer.weight_decay_style, WD_COSINE);
     const char *tokens[] = {"train.steps=null", "train.tokens=2.4B", "train.global_batch_size=0:16 2.4B:320 4.8B:624"};
     round_trip(BASE, tokens, 3, 1);
+    /* Megatron's --rampup-batch-size: written as the stages it makes, which reload the same */
+    const char *rampup[] = {"train.global_batch_size=32", "train.rampup_batch_size=[8, 8, 300]"};
+    round_trip(BASE, rampup, 2, 1);
+    Recipe ramp;
+    load_ok(&ramp, BASE, rampup, 2, 1);
+    assert_true(ramp.train.batch_stages_in_tokens);
+    assert_int_equal(ramp.train.num_batch_stages, 4);
+    for (int k = 0; k < 4; k++) /* a stage every 100 samples of seq_len 64 */
+        assert_true(ramp.train.batch_stages[k].start == k * 100.0 * 64 &&
+                    ramp.train.batch_stages[k].global_batch_size == 8 + 8 * k);
     const char *all[] = {"train.eval_batches=all"}; /* the word is kept, never what it resolves to */
     round_trip(BASE, all, 1, 1);
     Recipe words;
@@ -774,8 +784,17 @@ static const ErrorCase error_cases[] = {
     {"megatron_untie", NULL, NULL, "model.untie_embeddings_and_output_weights=true", 1, NULL,
      "model.untie_embeddings_and_output_weights", "did you mean 'model.tie_word_embeddings'? "
      "model.tie_word_embeddings is its opposite, and the defaults differ"},
-    {"megatron_rampup", NULL, NULL, "train.rampup_batch_size=[16,8,300000]", 1, NULL, "train.rampup_batch_size",
-     "did you mean 'train.batch_schedule'? Megatron's [start, increment, samples] is written as its stages"},
+    /* Megatron's --rampup-batch-size is a key (test_batch_schedule: its stages against Megatron's own ramp) */
+    {"megatron_rampup_shape", NULL, NULL, "train.rampup_batch_size=[16,8]", 1, NULL, "train.rampup_batch_size",
+     "expected [START, INCREMENT, SAMPLES] as Megatron's --rampup-batch-size"},
+    {"megatron_rampup_with_schedule", "  global_batch_size: 8\n", SCHEDULE("0", "20") "  rampup_batch_size: [8, 8, 300]\n",
+     NULL, 1, "rampup_batch_size", "train.rampup_batch_size", "found train.batch_schedule beside it, expected "
+     "train.global_batch_size, the batch the ramp ends at"},
+    {"megatron_rampup_increment", "global_batch_size: 8", "global_batch_size: 32\n  rampup_batch_size: [8, 5, 300]",
+     NULL, 1, "rampup_batch_size", "train.rampup_batch_size", "INCREMENT (5) to divide their difference (24)"},
+    {"megatron_rampup_stage_divides", "global_batch_size: 8", "global_batch_size: 32\n  rampup_batch_size: [4, 4, 30]",
+     NULL, 4, "rampup_batch_size", "train.rampup_batch_size", "stage 0 has global batch size 4; expected a multiple "
+     "of micro_batch_size * dp = 2 * 4 = 8"},
     {"megatron_step_schedule", NULL, NULL, "train.step_batch_size_schedule='0:8 1K:16'", 1, NULL,
      "train.step_batch_size_schedule", "did you mean 'train.batch_schedule'?"},
     {"megatron_train_samples", NULL, NULL, "train.train_samples=6400", 1, NULL, "train.train_samples",
