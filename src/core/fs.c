@@ -17,9 +17,10 @@
 
 #include "error.h"
 
-int mt_make_dirs(const char *dir, char *err, size_t errlen) {
+int mt_make_dirs_made(const char *dir, char *made, size_t madelen, char *err, size_t errlen) {
     char path[4096];
     size_t n = strlen(dir);
+    if (made && madelen > 0) made[0] = '\0';
     if (n == 0) return 0;
     if (n >= sizeof(path)) {
         mt_set_error(err, errlen, "%s: path too long", dir);
@@ -27,10 +28,14 @@ int mt_make_dirs(const char *dir, char *err, size_t errlen) {
     }
     memcpy(path, dir, n + 1);
     for (size_t i = 1; i <= n; i++) {
-        if (path[i] != '/' && path[i] != '\0') continue;
+        if ((path[i] != '/' && path[i] != '\0') || path[i - 1] == '/') continue; /* "a//b", "a/": one component */
         char saved = path[i];
         path[i] = '\0';
-        if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+        if (mkdir(path, 0777) == 0) {
+            if (made && madelen > 0 && !made[0]) snprintf(made, madelen, "%s", path);
+        } else if (errno == EEXIST) {
+            if (made && madelen > 0) made[0] = '\0'; /* there already (another process's): not ours, nor above */
+        } else {
             mt_set_error(err, errlen, "%s: cannot create directory: %s", path, strerror(errno));
             return -1;
         }
@@ -42,6 +47,24 @@ int mt_make_dirs(const char *dir, char *err, size_t errlen) {
         return -1;
     }
     return 0;
+}
+
+int mt_make_dirs(const char *dir, char *err, size_t errlen) {
+    return mt_make_dirs_made(dir, NULL, 0, err, errlen);
+}
+
+void mt_remove_made_dirs(const char *dir, const char *made) {
+    char path[4096];
+    const size_t top = strlen(made);
+    size_t n = strlen(dir);
+    if (top == 0 || n >= sizeof path || strncmp(dir, made, top) != 0) return;
+    memcpy(path, dir, n + 1);
+    for (;;) {
+        while (n > 1 && path[n - 1] == '/') path[--n] = '\0';
+        if (n < top || rmdir(path) != 0 || n == top) return;
+        while (n > 0 && path[n - 1] != '/') n--; /* up to the parent */
+        path[n] = '\0';
+    }
 }
 
 int mt_make_parent_dirs(const char *path, char *err, size_t errlen) {

@@ -40,6 +40,16 @@ char *mt_read_file(const char *path, size_t max_bytes, size_t *len, char *err, s
 /* Create `dir` and any missing parents (like mkdir -p). Returns 0 or -1 with err. */
 int mt_make_dirs(const char *dir, char *err, size_t errlen);
 
+/* mt_make_dirs that says which directories it made, for mt_remove_made_dirs: *made gets the shallowest of them
+ * ("" when it made none: dir was there), every directory below it on the way to dir made by this call too (one found
+ * there meanwhile, another process's, starts the record again below it). *made is set also when it fails. */
+int mt_make_dirs_made(const char *dir, char *made, size_t madelen, char *err, size_t errlen);
+
+/* Undo mt_make_dirs_made(dir, made): rmdir dir, then each parent up to and including `made`, stopping at the first
+ * that cannot be removed (not empty: anything in it is kept). Nothing when made is "": no directory that was there
+ * before is ever removed. */
+void mt_remove_made_dirs(const char *dir, const char *made);
+
 /* Create the parent directories of the file `path`. Returns 0 or -1 with err. */
 int mt_make_parent_dirs(const char *path, char *err, size_t errlen);
 

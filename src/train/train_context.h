@@ -54,6 +54,8 @@ typedef struct TrainContext {
     int num_datasets;         /* rank 0: the datasets the checkpoints record (train_data_record.h) */
     CkptDataset *datasets;
     char checkpoints_dir[MT_PATH_MAX + 16]; /* run.dir/checkpoints */
+    char made_dir[MT_PATH_MAX]; /* rank 0 of a fresh run: the shallowest directory of run.dir's path it made ("" when
+                                 * run.dir was there), removed if the run stops before its first step */
 } TrainContext;
 
 /* What one step produced, for the metrics line. */
@@ -81,6 +83,13 @@ typedef struct StepResult {
  * writing the reason into err; train_teardown is safe either way. */
 int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errlen);
 void train_teardown(TrainContext *ctx);
+
+/* Rank 0 of a fresh run refused before its first step (in setup, or a writer that cannot open after it): when the run
+ * made run.dir (ctx->made_dir), the files setup wrote there (recipe.yaml, metrics.jsonl, the lock) and the data's
+ * index cache when it lies in run.dir (data.cache_dir's default) are removed, then run.dir and the parents the run
+ * made for it, each only if nothing else is in it. A run.dir that was there is left as it was. Before
+ * train_teardown. */
+void train_remove_refused_run_dir(const TrainContext *ctx);
 
 /* The part of setup both a fresh and a resumed run do: check the recipe
  * against this build, count the steps, check the data against the

@@ -27,10 +27,10 @@
 #include "run_notes.h"
 #include "train_data_record.h"
 
-/* mkdir -p for run.dir, with the key named in any error. */
-static int make_dirs(const char *path, char *err, size_t errlen) {
+/* mkdir -p for run.dir, with the key named in any error; *made: the shallowest directory it made (mt_make_dirs_made). */
+static int make_dirs(const char *path, char *made, size_t madelen, char *err, size_t errlen) {
     char why[MT_PATH_MAX + 256];
-    if (mt_make_dirs(path, why, sizeof why) == 0) return 0;
+    if (mt_make_dirs_made(path, made, madelen, why, sizeof why) == 0) return 0;
     mt_set_error(err, errlen, "run.dir: %s", why);
     return -1;
 }
@@ -498,13 +498,10 @@ int train_check_writers(const Recipe *recipe, char *err, size_t errlen) {
     return 0;
 }
 
-/* A run refused before its first step leaves no run.dir behind when it made
- * it: the files train_setup wrote (and its lock) and the data's index cache when it
- * lies in run.dir (data.cache_dir's default, built by this run), then the
- * directory if nothing else is in it (rmdir fails on anything more, and
- * that is left alone). */
-static void remove_refused_run_dir(const Recipe *recipe) {
+void train_remove_refused_run_dir(const TrainContext *ctx) {
+    const Recipe *recipe = ctx->recipe;
     const char *run_dir = recipe->run.dir;
+    if (!ctx->made_dir[0]) return; /* run.dir was there: it stays as it was found */
     static const char *const written[] = {"recipe.yaml", "metrics.jsonl", TRAIN_RUN_DIR_LOCK};
     char path[MT_PATH_MAX + 32], ignored[256];
     for (size_t i = 0; i < sizeof written / sizeof *written; i++) {
@@ -514,7 +511,7 @@ static void remove_refused_run_dir(const Recipe *recipe) {
     if (recipe_cache_dir_is_default(recipe)) ckpt_remove_tree(recipe->data.cache_dir, ignored, sizeof ignored);
     snprintf(path, sizeof path, "%s/tensorboard", run_dir); /* train_check_writers' (empty: no event file yet) */
     rmdir(path);
-    rmdir(run_dir);
+    mt_remove_made_dirs(run_dir, ctx->made_dir);
 }
 
 /* A fresh run must not mix its checkpoints with an earlier run's, nor start over a run whose checkpoints a resume
@@ -605,6 +602,8 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
     /* a run.dir that another process trains in is said first (`resume` there would be refused as well); one that
      * does not exist yet is made below */
     struct stat before;
+    char made[MT_PATH_MAX] = ""; /* the shallowest directory of run.dir's path this run made (setup_common clears
+                                  * ctx: kept here until the end) */
     int status = 0;
     if (comm_world()->rank == 0 && stat(recipe->run.dir, &before) == 0 && S_ISDIR(before.st_mode) &&
         train_lock_run_dir(recipe->run.dir, err, errlen) != 0)
@@ -614,11 +613,13 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
      * it (the data's index cache may lie in it); recipe.yaml and a fresh metrics.jsonl only once the run is accepted
      * (below), so that a refusal leaves a run.dir that was there as it found it: an earlier attempt's metrics.jsonl
      * (one that died before its first checkpoint) not cut, its recipe.yaml not replaced. */
-    bool created_dir = status == 0 && comm_world()->rank == 0 && stat(recipe->run.dir, &before) != 0;
     if (status == 0 && comm_world()->rank == 0 &&
-        (make_dirs(recipe->run.dir, err, errlen) != 0 || train_lock_run_dir(recipe->run.dir, err, errlen) != 0)) {
-        /* a run.dir another process made and locks (both saw it missing) is that one's: nothing is removed */
-        created_dir = false;
+        (make_dirs(recipe->run.dir, made, sizeof made, err, errlen) != 0 ||
+         train_lock_run_dir(recipe->run.dir, err, errlen) != 0)) {
+        /* the directories it made, if empty (a run.dir another process made and locks, both having seen it
+         * missing, is that one's: its files are not this run's to remove) */
+        mt_remove_made_dirs(recipe->run.dir, made);
+        made[0] = '\0';
         status = MT_EXIT_FAILURE;
     }
     status = train_setup_agree(ctx, status, err);
@@ -650,8 +651,9 @@ int train_setup(TrainContext *ctx, const Recipe *recipe, char *err, size_t errle
             status = MT_EXIT_FAILURE;
         status = train_setup_agree(ctx, status, err);
     }
+    snprintf(ctx->made_dir, sizeof ctx->made_dir, "%s", made);
     if (status != 0) {
-        if (created_dir) remove_refused_run_dir(recipe);
+        train_remove_refused_run_dir(ctx);
         return status;
     }
     ctx->device->ops->from_host(ctx->device);

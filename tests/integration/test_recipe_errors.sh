@@ -116,6 +116,12 @@ grep -qF "megatrain: error: training data: $WORK/english: token 112 (token 34 of
 grep -qF "model's vocabulary [0, 100): was the dataset built with another tokenizer" "$WORK/stderr" ||
   fail "data outside the vocabulary: $(cat "$WORK/stderr")"
 [[ ! -e "$WORK/vocab" ]] || fail "the refused run left its new run.dir behind: $(ls -A "$WORK/vocab")"
+# ... and the parent directories it made for run.dir (runs/a/b where runs/ was not there: runs/ goes), but none that
+# was there before it (kept/ stays)
+"$MEGATRAIN" run "$f" --set run.dir="$WORK/kept/runs/a/b" --set model.vocab_size=100 \
+  --set "data.train=[{path: $WORK/english, weight: 1.0}]" > /dev/null 2>&1 && fail "data outside the vocabulary ran"
+[[ -d "$WORK/kept" && ! -e "$WORK/kept/runs" ]] ||
+  fail "the refused run left the parents it made of run.dir: $(find "$WORK/kept" -mindepth 1)"
 # a sample index larger than the memory the process may use (a 2 GB address-space limit here) is refused, naming
 # what asks for the samples, instead of an allocation failing with a byte count (not under the sanitizers, whose
 # runs cannot take an address-space limit)
