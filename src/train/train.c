@@ -537,13 +537,15 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     return status;
 }
 
-/* Open metrics.jsonl, print the banner, train, tear down. */
+/* Open metrics.jsonl, print the banner, train, tear down. A writer that cannot open stops the run before its first
+ * step, as a refusal in setup does: a run.dir the run made goes (train_remove_refused_run_dir). */
 static int run_context(TrainContext *ctx) {
     char err[2048];
     MetricsWriter metrics = {0};
     if (comm_world()->rank == 0 && metrics_open(&metrics, ctx->recipe->run.dir, ctx->recipe->logging.tensorboard,
                                                  ctx->start_step + 1, err, sizeof err) != 0) {
         print_error(err);
+        train_remove_refused_run_dir(ctx);
         train_teardown(ctx);
         return MT_EXIT_FAILURE;
     }

@@ -197,6 +197,21 @@ expect 0 "done: 10 steps" run "$tbf" 10 --set logging.tensorboard=true
   fail "the refused run's index was not reused: $(ls -l "$tbf/data-cache")"
 ls "$tbf"/tensorboard/events.out.tfevents.* > /dev/null || fail "the accepted run wrote no event file"
 echo "refused for run.dir/tensorboard a file: metrics.jsonl and recipe.yaml as they were; the next run goes on"
+# A writer that cannot open after setup (the TensorBoard event file, its fopen failing with EACCES:
+# tests/integration/fail_fopen.c) stops the run as a refusal in setup does: the run.dir it made goes, with the
+# parents it made for it (runs/ here), and an existing one keeps its earlier metrics.jsonl. (Not on the
+# ThreadSanitizer build, whose runtime is not to be preceded by an LD_PRELOAD library.)
+if [[ -z ${TSAN_OPTIONS:-} ]]; then
+  cc -shared -fPIC -o "$WORK/fail_fopen.so" "$REPO/tests/integration/fail_fopen.c" -ldl || fail "cannot build fail_fopen.so"
+  mkdir -p "$WORK/tbparent"
+  (export LD_PRELOAD="$WORK/fail_fopen.so" FAIL_FOPEN_MATCH=tfevents \
+     ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0"
+   expect 1 "cannot create the tensorboard event file: Permission denied" run "$WORK/tbparent/runs/tbopen" 4 \
+     --set logging.tensorboard=true)
+  [[ -d "$WORK/tbparent" && ! -e "$WORK/tbparent/runs" ]] ||
+    fail "the run stopped by its event file left: $(find "$WORK/tbparent" -mindepth 1)"
+  echo "a writer that cannot open after setup: the run.dir the run made goes, with the parents it made"
+fi
 
 # Relative data paths are taken from the directory the run started in and written absolute to recipe.yaml and the
 # checkpoints, so a resume from another directory (a requeued job's script) reads the same data (it failed, the
