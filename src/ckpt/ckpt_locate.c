@@ -2,6 +2,7 @@
  * directory apart (see ckpt_locate.h). */
 #include "ckpt_locate.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 
 #include "../core/error.h"
+#include "../core/fs.h"
 #include "ckpt_format.h"
 #include "ckpt_fs.h"
 #include "ckpt_run.h"
@@ -33,6 +35,11 @@ int ckpt_locate(const char *arg, CkptLocation *loc, char *err, size_t errlen) {
     size_t n = strlen(path);
     while (n > 1 && path[n - 1] == '/') path[--n] = '\0';
     struct stat st;
+    if (stat(path, &st) != 0 && mt_path_stat_status(errno) != MT_EXIT_USAGE) { /* there, but not to be read */
+        mt_set_error(err, errlen, "%s: cannot read it: %s (expected a run directory, its checkpoints/ directory, or a "
+                     "checkpoint directory iter_NNNNNNN)", arg, strerror(errno));
+        return -1;
+    }
     if (!is_dir(path)) {
         mt_set_error(err, errlen, "%s: %s (expected a run directory, its checkpoints/ directory, or a checkpoint "
                      "directory iter_NNNNNNN)", arg, stat(path, &st) == 0 ? "not a directory" : "no such directory");

@@ -17,8 +17,8 @@ typedef struct CkptLocation {
 } CkptLocation;
 
 /* Returns 0; CKPT_LOCATE_NO_DIR when `arg` does not exist or is not a directory (the command line names no such
- * directory: a usage error, exit 2); or -1 (a directory that holds no checkpoint, a path too long); err says what
- * was expected. */
+ * directory: a usage error, exit 2); or -1 (a directory that holds no checkpoint, a path too long, a path stat(2)
+ * cannot read for another reason: no permission, a loop of links); err says what was expected. */
 #define CKPT_LOCATE_NO_DIR (-2)
 int ckpt_locate(const char *arg, CkptLocation *loc, char *err, size_t errlen);
 

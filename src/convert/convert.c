@@ -192,8 +192,10 @@ int convert_main(int argc, char **argv) {
     }
     struct stat st;
     if (stat(src, &st) != 0) {
-        mt_error("convert: %s: %s", src, strerror(errno));
-        return MT_EXIT_USAGE; /* a SRC that is not there: usage, as every command's missing path (and a file, below) */
+        const int e = errno;
+        mt_error("convert: %s: %s", src, strerror(e));
+        return mt_path_stat_status(e); /* a SRC that is not there: usage, as every command's missing path (and a file,
+                                        * below); one that cannot be read (no permission): a failure */
     }
     if (!S_ISDIR(st.st_mode)) { /* e.g. the config.json or a .safetensors of a Hugging Face directory */
         char parent[4096];

@@ -355,3 +355,7 @@ bool mt_same_file(const char *a, const char *b) {
     struct stat sa, sb;
     return a[0] && b[0] && stat(a, &sa) == 0 && stat(b, &sb) == 0 && sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
+
+int mt_path_stat_status(int e) {
+    return e == ENOENT || e == ENOTDIR ? MT_EXIT_USAGE : MT_EXIT_FAILURE;
+}

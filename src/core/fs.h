@@ -103,6 +103,11 @@ int mt_rename_noreplace(const char *from, const char *to);
  * locks: ENOLCK, EOPNOTSUPP, ENOSYS). */
 int mt_lock_file(const char *path, char *holder, size_t holderlen);
 
+/* The exit status of a path named on the command line that stat(2) could not read, errno e: MT_EXIT_USAGE (2) when
+ * it is not there (ENOENT, ENOTDIR: the command line names no such path), MT_EXIT_FAILURE (1) for any other reason
+ * (no permission, a loop of symbolic links, an I/O error: the path may well be there; say strerror(e)). */
+int mt_path_stat_status(int e);
+
 /* Whether paths a and b both exist and name the same file or directory (device and inode). */
 bool mt_same_file(const char *a, const char *b);
 

@@ -670,9 +670,10 @@ int data_build_main(int argc, char **argv) {
     if (rc == 1) return MT_EXIT_OK;
     if (rc != 0) return MT_EXIT_USAGE;
     struct stat sb;
-    if (stat(opt.input, &sb) != 0) {
-        mt_error("data build: --input %s: %s", opt.input, strerror(errno));
-        return MT_EXIT_USAGE;
+    if (stat(opt.input, &sb) != 0) { /* not there: usage; there but not to be read (no permission): a failure */
+        const int e = errno;
+        mt_error("data build: --input %s: %s", opt.input, strerror(e));
+        return mt_path_stat_status(e);
     }
     if (S_ISDIR(sb.st_mode)) {
         mt_error("data build: --input %s: is a directory (expected a text or JSONL file)", opt.input);

@@ -393,7 +393,7 @@ int data_inspect_main(int argc, char **argv) {
         struct stat sb;
         mt_error("data inspect: %s", err);
         tokenizer_free(tok);
-        return stat(idx, &sb) != 0 ? MT_EXIT_USAGE : MT_EXIT_FAILURE;
+        return stat(idx, &sb) != 0 ? mt_path_stat_status(errno) : MT_EXIT_FAILURE; /* not there: usage */
     }
     IndexedDataset mask;
     int has_mask = loss_mask_open(&mask, &ds, opt.prefix, err, sizeof err);

@@ -46,6 +46,7 @@
 #include "../convert/ckpt_latest_dir.h"
 #include "../core/json.h"
 #include "../core/error.h"
+#include "../core/fs.h"
 #include "../data/data_loader.h"
 #include "../data/dataset_tokenizer.h"
 #include "../data/eval_coverage.h"
@@ -343,9 +344,13 @@ int eval_main(int argc, char **argv) {
     mt_log_enabled = 0; /* stdout is the result alone: no loader lines (packing, index building) before it */
 
     struct stat st;
-    if (stat(opt.ckpt, &st) != 0) {
-        mt_error("eval: %s: no such checkpoint directory (%s)", opt.ckpt, strerror(errno));
-        return MT_EXIT_USAGE; /* a path the command line names that is not there: usage, as every command's */
+    if (stat(opt.ckpt, &st) != 0) { /* a path the command line names that is not there: usage, as every command's;
+                                     * one that cannot be read (no permission): a failure */
+        const int e = errno, status = mt_path_stat_status(e);
+        mt_error("eval: %s: %s (%s)", opt.ckpt,
+                 status == MT_EXIT_USAGE ? "no such checkpoint directory" : "cannot read the checkpoint directory",
+                 strerror(e));
+        return status;
     }
     if (!S_ISDIR(st.st_mode)) {
         mt_error("eval: %s: not a directory (expected a checkpoint, run or checkpoints/ directory)", opt.ckpt);

@@ -5,7 +5,9 @@
 # status"). inspect, resume, eval and convert exited 1 where run, plan and
 # data inspect exited 2. A file where a directory is expected is usage too
 # (convert said so already); a directory without checkpoints stays a
-# failure (exit 1), as the contents of a path that is there.
+# failure (exit 1), as the contents of a path that is there, and so does a
+# path stat(2) cannot read for another reason (a loop of links, no
+# permission: convert, eval, resume, inspect and data exited 2).
 set -euo pipefail
 source "$(dirname "$0")/lib.sh"
 
@@ -51,3 +53,17 @@ missing 1 "$WORK/empty" inspect "$WORK/empty"
 missing 1 "$WORK/empty" eval "$WORK/empty" --data "$WORK/data"
 missing 1 "$WORK/empty" convert "$WORK/empty" "$WORK/out"
 echo "a missing path on the command line: exit 2 naming it, for every command"
+# a path that is there but cannot be read (stat fails with another error than ENOENT / ENOTDIR: here ELOOP, a link
+# to itself, which root meets as well; EACCES alike): a failure (exit 1) saying why, not a usage error
+ln -s loop "$WORK/loop"
+missing 1 "$WORK/loop: Too many levels of symbolic links" convert "$WORK/loop" "$WORK/out"
+missing 1 "$WORK/loop: cannot read the checkpoint directory (Too many levels of symbolic links)" \
+  eval "$WORK/loop" --data "$WORK/data"
+[[ ! -e $WORK/out ]] || fail "convert of an unreadable SRC wrote DST"
+missing 1 "$WORK/loop: cannot read it: Too many levels of symbolic links" resume "$WORK/loop"
+missing 1 "$WORK/loop: cannot read it: Too many levels of symbolic links" inspect "$WORK/loop"
+missing 1 "$WORK/loop: Too many levels of symbolic links" data build --input "$WORK/loop" --output "$WORK/built"
+[[ -z $(ls -d "$WORK/built"* 2> /dev/null) ]] || fail "data build with an unreadable input wrote output"
+ln -s loopdata.idx "$WORK/loopdata.idx"
+missing 1 "$WORK/loopdata.idx" data inspect "$WORK/loopdata"
+echo "a command-line path that cannot be read: exit 1 with the reason (convert, eval, resume, inspect, data)"
