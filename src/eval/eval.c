@@ -336,6 +336,20 @@ static int check_memory(const ModelConfig *cfg, const EvalOptions *opt) {
     return over ? MT_EXIT_USAGE : 0;
 }
 
+/* --data PREFIX as the command line gives it: its PREFIX.idx there, said before the checks of the options and the
+ * model (not there: usage, as data inspect's; there but not to be read: a failure). 0, or the exit status. */
+static int check_data_path(const EvalOptions *opt) {
+    if (!(opt->given & EVAL_GAVE_DATA)) return 0; /* the run's own dataset: its loader says what is wrong */
+    char idx[MT_PATH_MAX + 8];
+    struct stat st;
+    snprintf(idx, sizeof idx, "%s.idx", opt->data);
+    if (stat(idx, &st) == 0) return 0;
+    const int e = errno;
+    mt_error("eval: --data: %s: cannot open: %s (expected the PREFIX of a dataset, PREFIX.idx and PREFIX.bin, as "
+             "`megatrain data build` writes)", idx, strerror(e));
+    return mt_path_stat_status(e);
+}
+
 int eval_main(int argc, char **argv) {
     EvalOptions opt;
     int rc = eval_parse_options(argc, argv, &opt);
@@ -356,6 +370,7 @@ int eval_main(int argc, char **argv) {
         mt_error("eval: %s: not a directory (expected a checkpoint, run or checkpoints/ directory)", opt.ckpt);
         return MT_EXIT_USAGE;
     }
+    if ((rc = check_data_path(&opt)) != 0) return rc;
     char err[4096], ckpt[MT_PATH_MAX + 64];
     if (ckpt_latest_dir(opt.ckpt, ckpt, sizeof ckpt, err, sizeof err) != 0) {
         mt_error("eval: %s", err);
@@ -393,15 +408,7 @@ int eval_main(int argc, char **argv) {
         grid_free(&grid);
         return status;
     }
-    DataLoader *loader = open_data(&opt);
-    if (!loader && (opt.given & EVAL_GAVE_DATA)) { /* --data PREFIX without PREFIX.idx: usage, as data inspect's */
-        char idx[MT_PATH_MAX + 8];
-        snprintf(idx, sizeof idx, "%s.idx", opt.data);
-        if (stat(idx, &st) != 0) {
-            grid_free(&grid);
-            return MT_EXIT_USAGE;
-        }
-    }
+    DataLoader *loader = open_data(&opt); /* a missing --data was said first (check_data_path) */
     if (loader) data_loader_set_vocab(loader, cfg.vocab_size);
     if (loader) warn_repeats(loader, &opt);
     const EvalExtent extent = loader ? eval_extent(loader, opt.batches, opt.micro_batch_size) : (EvalExtent){0};

@@ -22,6 +22,7 @@ missing() {
 }
 
 N=$WORK/nothere
+ln -s loopdata.idx "$WORK/loopdata.idx" # a dataset's index that cannot be read (a link to itself)
 # what the commands that take one read: a checkpoint (converted from a fixture), a dataset, a text file
 "$MEGATRAIN" convert "$REPO/tests/fixtures/hf/llama_tied" "$WORK/ckpt" > /dev/null 2>&1
 printf 'hello world\nsecond line\n' > "$WORK/in.txt"
@@ -33,6 +34,11 @@ missing 2 "$N/run" resume "$N/run"
 missing 2 "$N/run" inspect "$N/run"
 missing 2 "$N/run" eval "$N/run" --data "$WORK/data"
 missing 2 "$N/data" eval "$WORK/ckpt" --data "$N/data" --seq-len 16
+# ... said before the checks of the options and the model (a --seq-len above the model's positions was said instead)
+missing 2 "eval: --data: $N/data.idx: cannot open: No such file or directory" eval "$WORK/ckpt" --data "$N/data" \
+  --seq-len 1000000
+missing 1 "eval: --data: $WORK/loopdata.idx: cannot open: Too many levels of symbolic links" \
+  eval "$WORK/ckpt" --data "$WORK/loopdata" --seq-len 16
 missing 2 "$N/hf" convert "$N/hf" "$WORK/out"
 [[ ! -e $WORK/out ]] || fail "convert of a missing SRC wrote DST"
 missing 2 "$N/data" data inspect "$N/data"
@@ -64,6 +70,5 @@ missing 1 "$WORK/loop: cannot read it: Too many levels of symbolic links" resume
 missing 1 "$WORK/loop: cannot read it: Too many levels of symbolic links" inspect "$WORK/loop"
 missing 1 "$WORK/loop: Too many levels of symbolic links" data build --input "$WORK/loop" --output "$WORK/built"
 [[ -z $(ls -d "$WORK/built"* 2> /dev/null) ]] || fail "data build with an unreadable input wrote output"
-ln -s loopdata.idx "$WORK/loopdata.idx"
 missing 1 "$WORK/loopdata.idx" data inspect "$WORK/loopdata"
 echo "a command-line path that cannot be read: exit 1 with the reason (convert, eval, resume, inspect, data)"
