@@ -188,7 +188,10 @@ typedef enum { WD_CONSTANT, WD_LINEAR, WD_COSINE } WeightDecayStyle;
 /* precision takes all three; optimizer.state_dtype fp32 or bf16 only */
 typedef enum { DTYPE_FP32, DTYPE_BF16, DTYPE_FP8 } DType;
 
+typedef enum { OPTIMIZER_ADAMW } OptimizerType; /* the one there is (optimizer.type) */
+
 typedef struct OptimizerConfig {
+    OptimizerType type;
     double lr, min_lr;
     double beta1, beta2, eps;
     double weight_decay;   /* the first step's; all steps' with weight_decay_style constant */

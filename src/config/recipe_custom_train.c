@@ -1,25 +1,13 @@
 /* recipe_custom_train.c: train and optimizer keys that are not plain
  * scalars: steps XOR tokens, the global batch size or its schedule (a step
  * list, Megatron's token-threshold string, or Megatron's batch ramp made into
- * its stages), optimizer.type and betas. */
+ * its stages) and optimizer.betas. */
 #include <ctype.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "recipe_schema.h"
-
-int read_optimizer_type(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
-    char found[128];
-    if (entry->value->kind != YNODE_SCALAR || strcmp(entry->value->text, "adamw") != 0)
-        return key_error(err, errlen, entry->loc, path, "expected one of adamw, found %s",
-                         ytree_describe(entry->value, found, sizeof found));
-    return 0;
-}
-
-void write_optimizer_type(FILE *out, const void *base, const char *name, int indent) {
-    fprintf(out, "%*s%s: adamw\n", indent, "", name);
-}
 
 int read_betas(void *base, const YEntry *entry, const char *path, char *err, size_t errlen) {
     OptimizerConfig *opt = base;

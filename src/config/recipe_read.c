@@ -163,18 +163,21 @@ const char *suggest_key(const RecipeKey *keys, const char *name) {
 }
 
 /* The key anywhere in the schema (under `keys`, at `prefix`) that another project calls `name` (RecipeKey.also:
- * Megatron's tensor_model_parallel_size for parallel.tp), as its path into out; false when none. */
-static bool find_also(const RecipeKey *keys, const char *prefix, const char *name, char *out, size_t len) {
+ * Megatron's tensor_model_parallel_size for parallel.tp), its path written to out; NULL when none. */
+static const RecipeKey *find_also(const RecipeKey *keys, const char *prefix, const char *name, char *out,
+                                  size_t len) {
     for (const RecipeKey *key = keys; key->name; key++) {
         char path[MT_KEY_PATH_MAX];
         join_path(path, sizeof path, prefix, key->name);
         if (also_names(key, name)) {
             snprintf(out, len, "%s", path);
-            return true;
+            return key;
         }
-        if (key->type == KT_SECTION && key->keys && find_also(key->keys, path, name, out, len)) return true;
+        const RecipeKey *found = key->type == KT_SECTION && key->keys ? find_also(key->keys, path, name, out, len)
+                                                                      : NULL;
+        if (found) return found;
     }
-    return false;
+    return NULL;
 }
 
 /* The keys of that very name in other sections (a Megatron user's `lr` at the top, `train.seed`, `train.clip_grad`:
@@ -197,30 +200,48 @@ static int find_name(const RecipeKey *keys, const char *prefix, const char *skip
 }
 
 /* "LOC: unknown key 'PATH' (did you mean 'KEY'?)", with what differs when the key is another project's name for
- * it (recipe_also_note: torchtitan's decay_ratio, a fraction); -1. */
-static int did_you_mean(const YEntry *entry, const char *path, const char *key, char *err, size_t errlen) {
+ * it (recipe_also_note of `at`, PATH in megatrain's sections: torchtitan's decay_ratio, a fraction); -1. */
+static int did_you_mean(const YEntry *entry, const char *path, const char *at, const char *key, char *err,
+                        size_t errlen) {
     char where[MT_LOC_BUF];
-    const char *note = recipe_also_note(entry->key);
+    const char *note = recipe_also_note(at);
     mt_set_error(err, errlen, "%s: unknown key '%s' (did you mean '%s'?%s%s)",
                  yloc_format(entry->loc, where, sizeof where), path, key, note ? " " : "", note ? note : "");
     return -1;
 }
 
-static int unknown_key(const RecipeKey *keys, const YEntry *entry, const char *prefix, char *err, size_t errlen) {
-    char where[MT_LOC_BUF], path[MT_KEY_PATH_MAX], hint[MT_KEY_PATH_MAX];
-    join_path(path, sizeof path, prefix, entry->key);
-    /* Megatron's --data-parallel-size, torchtitan's data_parallel_replicate_degree and _shard_degree: here the
-     * launch gives it */
-    const bool shard = !strcmp(entry->key, "data_parallel_shard_degree");
-    if (!strcmp(prefix, "parallel") && (!strcmp(entry->key, "dp") || !strcmp(entry->key, "data_parallel_size") ||
-                                        !strcmp(entry->key, "data_parallel_replicate_degree") || shard)) {
-        mt_set_error(err, errlen, "%s: unknown key '%s': the data-parallel size is not set, it is what the launch "
-                     "leaves, world size / (tp * cp * pp) (mpirun -np 8 with tp 2 gives dp 4)%s",
-                     yloc_format(entry->loc, where, sizeof where), path,
-                     shard ? "; parallel.distributed_optimizer shards the optimizer states over those ranks" : "");
-        return -1;
-    }
-    const char *no_key = recipe_no_key_note(entry->key); /* Megatron's --load, --hidden-dropout, --use-flash-attn */
+static int unknown_key(const RecipeKey *keys, const YEntry *entry, const char *prefix, const char *shown,
+                       char *err, size_t errlen);
+
+/* `entry`, written `path`, is another project's name for the section `section` at `hint` (torchtitan's training for
+ * train). Holding one key (a --set training.steps=10), that key is answered at its path in the section, itself
+ * renamed where it is another project's too (training.max_norm: optimizer.clip_grad); else the section. -1. */
+static int renamed_section(const RecipeKey *section, const YEntry *entry, const char *path, const char *at,
+                           const char *hint, char *err, size_t errlen) {
+    const YNode *node = entry->value;
+    if (section->type != KT_SECTION || !section->keys || node->kind != YNODE_MAPPING || node->count != 1)
+        return did_you_mean(entry, path, at, hint, err, errlen);
+    const YEntry *child = &node->entries[0];
+    char child_path[MT_KEY_PATH_MAX], child_hint[MT_KEY_PATH_MAX];
+    join_path(child_path, sizeof child_path, path, child->key);
+    for (const RecipeKey *key = section->keys; key->name; key++)
+        if (strcmp(key->name, child->key) == 0) { /* the section's note (torchtitan's lr_scheduler) unless its own */
+            join_path(child_hint, sizeof child_hint, hint, key->name);
+            return did_you_mean(child, child_path, recipe_also_note(child_hint) ? child_hint : at, child_hint, err,
+                                errlen);
+        }
+    return unknown_key(section->keys, child, hint, path, err, errlen);
+}
+
+/* An unknown key of the section `keys` at `prefix` (written as `shown`, another project's name for it, or prefix):
+ * what it is in megatrain, or the section's keys; -1. */
+static int unknown_key(const RecipeKey *keys, const YEntry *entry, const char *prefix, const char *shown,
+                       char *err, size_t errlen) {
+    char where[MT_LOC_BUF], path[MT_KEY_PATH_MAX], at[MT_KEY_PATH_MAX], hint[MT_KEY_PATH_MAX];
+    join_path(path, sizeof path, shown, entry->key);
+    join_path(at, sizeof at, prefix, entry->key); /* where it is in megatrain's sections, for the notes */
+    /* Megatron's --load, --hidden-dropout, torchtitan's parallel.data_parallel_shard_degree, model.flavor */
+    const char *no_key = recipe_no_key_note(at);
     if (no_key) {
         mt_set_error(err, errlen, "%s: unknown key '%s': %s", yloc_format(entry->loc, where, sizeof where), path,
                      no_key);
@@ -229,17 +250,22 @@ static int unknown_key(const RecipeKey *keys, const YEntry *entry, const char *p
     /* another project's name for a key of this section: that key, before a key of that very name in another
      * section (torchtitan's optimizer.name is no run.name) */
     const char *own = also_key(keys, entry->key);
-    if (own) return did_you_mean(entry, path, join_path(hint, sizeof hint, prefix, own), err, errlen);
+    if (own) {
+        const RecipeKey *key = keys;
+        while (strcmp(key->name, own) != 0) key++;
+        return renamed_section(key, entry, path, at, join_path(hint, sizeof hint, prefix, own), err, errlen);
+    }
     char elsewhere[3 * MT_KEY_PATH_MAX] = "";
     if (find_name(recipe_root_keys, "", prefix, entry->key, elsewhere, sizeof elsewhere) > 0) {
-        mt_set_error(err, errlen, "%s: unknown key '%s' (did you mean %s?)",
-                     yloc_format(entry->loc, where, sizeof where), path, elsewhere);
+        const char *note = recipe_also_note(at); /* torchtitan's checkpoint.export_dtype is not model.export_dtype */
+        mt_set_error(err, errlen, "%s: unknown key '%s' (did you mean %s?%s%s)",
+                     yloc_format(entry->loc, where, sizeof where), path, elsewhere, note ? " " : "", note ? note : "");
         return -1;
     }
     const char *guess = suggest_key(keys, entry->key);
-    if (guess) return did_you_mean(entry, path, join_path(hint, sizeof hint, prefix, guess), err, errlen);
-    if (find_also(recipe_root_keys, "", entry->key, hint, sizeof hint)) /* another section's, by another name */
-        return did_you_mean(entry, path, hint, err, errlen);
+    if (guess) return did_you_mean(entry, path, at, join_path(hint, sizeof hint, prefix, guess), err, errlen);
+    const RecipeKey *other = find_also(recipe_root_keys, "", entry->key, hint, sizeof hint);
+    if (other) return renamed_section(other, entry, path, at, hint, err, errlen); /* another section's, another name */
     char list[512] = "";
     for (const RecipeKey *key = keys; key->name; key++) {
         size_t used = strlen(list);
@@ -369,7 +395,7 @@ int read_section(void *base, const RecipeKey *keys, const YNode *map, YLoc loc, 
     for (int i = 0; i < map->count; i++) {
         const YEntry *entry = &map->entries[i];
         const RecipeKey *key = find_key(keys, entry->key);
-        if (!key) return unknown_key(keys, entry, path, err, errlen);
+        if (!key) return unknown_key(keys, entry, path, path, err, errlen);
         if (ytree_is_null(entry->value)) continue; /* null = not given: the default stays */
         if (read_key(base, key, entry, join_path(key_path, sizeof key_path, path, key->name), err, errlen) != 0)
             return -1;

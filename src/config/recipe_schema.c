@@ -14,6 +14,7 @@ const char *const weight_decay_style_names[] = {"constant", "linear", "cosine", 
 const char *const dtype_names[] = {"fp32", "bf16", NULL};
 const char *const export_dtype_names[] = {"auto", "fp32", "bf16", "fp16", NULL}; /* ExportDtype order */
 const char *const precision_names[] = {"fp32", "bf16", "fp8", NULL}; /* DType order */
+static const char *const optimizer_type_names[] = {"adamw", NULL}; /* OptimizerType order */
 static const char *const fp8_recipe_names[] = {"tensorwise", "delayed", NULL};
 static const char *const fp8_format_names[] = {"e4m3", "e5m2", NULL}; /* Fp8Format order */
 static const char *const fp8_amax_algo_names[] = {"max", "most_recent", NULL};
@@ -70,7 +71,8 @@ static const RecipeKey moe_keys[] = {
 };
 
 const RecipeKey recipe_model_keys[] = {
-    {ENUM_KEY("family", ModelConfig, family, family_names), .required = true, .match = WEIGHTS},
+    {ENUM_KEY("family", ModelConfig, family, family_names), .required = true, .match = WEIGHTS, .also = "name",
+     .value_also = "llama3=llama llama2=llama"},
     {INT_KEY("num_layers", ModelConfig, num_layers, 1, MT_MAX_LAYERS), .required = true, .also = "num_hidden_layers",
      .match = WEIGHTS},
     {INT_KEY("hidden_size", ModelConfig, hidden_size, 1, INT_MAX), .required = true, .match = WEIGHTS},
@@ -97,7 +99,8 @@ const RecipeKey recipe_model_keys[] = {
     {CUSTOM_KEY("eos_token_id", read_eos_token_id, write_eos_token_id)},
     {CUSTOM_KEY("pad_token_id", read_pad_token_id, write_pad_token_id)},
     /* not the training dtype (`precision`): what `convert` writes for Hugging Face unless --dtype says */
-    {ENUM_KEY("export_dtype", ModelConfig, export_dtype, export_dtype_names)},
+    {ENUM_KEY("export_dtype", ModelConfig, export_dtype, export_dtype_names),
+     .value_also = "float32=fp32 bfloat16=bf16 float16=fp16"},
     {SECTION_KEY("moe", ModelConfig, moe, moe_keys), .write = write_moe_section, .match = WEIGHTS,
      .differ = differ_moe_section},
     {0},
@@ -147,7 +150,7 @@ static const RecipeKey train_keys[] = {
     {CUSTOM_KEY("tokens", read_tokens, write_nothing), .also = "train_samples"},
     {INT_KEY("seq_len", TrainConfig, seq_len, 1, INT_MAX), .required = true, .also = "seq_length"},
     {INT_KEY("micro_batch_size", TrainConfig, micro_batch_size, 1, INT_MAX), .required = true,
-     .also = "local_batch_size per_device_train_batch_size"},
+     .also = "local_batch_size per_device_train_batch_size pipeline_parallel_microbatch_size"},
     {CUSTOM_KEY("global_batch_size", read_global_batch_size, write_batch), .also = "gradient_accumulation_steps"},
     {CUSTOM_KEY("batch_schedule", read_batch_schedule, write_nothing), .also = "step_batch_size_schedule"},
     /* written as the stages it makes (write_batch) */
@@ -182,7 +185,7 @@ static const RecipeKey schedule_keys[] = {
 };
 
 static const RecipeKey optimizer_keys[] = {
-    {CUSTOM_KEY("type", read_optimizer_type, write_optimizer_type), .also = "name"},
+    {ENUM_KEY("type", OptimizerConfig, type, optimizer_type_names), .also = "name"},
     {NUM_KEY("lr", OptimizerConfig, lr, 0), .also = "learning_rate"},
     {NUM_KEY("min_lr", OptimizerConfig, min_lr, 0), .also = "lr_min min_lr_factor"},
     {CUSTOM_KEY("betas", read_betas, write_betas), .also = "adam_beta1 adam_beta2 beta1 beta2"},
@@ -192,7 +195,7 @@ static const RecipeKey optimizer_keys[] = {
     {ENUM_KEY("weight_decay_style", OptimizerConfig, weight_decay_style, weight_decay_style_names),
      .also = "weight_decay_incr_style"},
     {NUM_KEY("clip_grad", OptimizerConfig, clip_grad, 0), .also = "max_norm max_grad_norm"},
-    {ENUM_KEY("state_dtype", OptimizerConfig, state_dtype, dtype_names)},
+    {ENUM_KEY("state_dtype", OptimizerConfig, state_dtype, dtype_names), .value_also = "float32=fp32 bfloat16=bf16"},
     {.name = "schedule", .type = KT_SECTION, .offset = 0, .keys = schedule_keys, .also = "lr_scheduler"},
     {0},
 };
@@ -245,7 +248,8 @@ const RecipeKey recipe_root_keys[] = {
     {SECTION_KEY("parallel", Recipe, parallel, parallel_keys), .also = "parallelism"},
     {SECTION_KEY("train", Recipe, train, train_keys), .required = true, .also = "training"},
     {SECTION_KEY("optimizer", Recipe, optimizer, optimizer_keys)},
-    {ENUM_KEY("precision", Recipe, precision, precision_names), .also = "mixed_precision_param bf16"},
+    {ENUM_KEY("precision", Recipe, precision, precision_names), .also = "mixed_precision_param bf16",
+     .value_also = "float32=fp32 bfloat16=bf16 float8=fp8"},
     {SECTION_KEY("fp8", Recipe, fp8, fp8_keys), .also = "float8"},
     {SECTION_KEY("data", Recipe, data, data_keys), .required = true},
     {SECTION_KEY("checkpoint", Recipe, checkpoint, checkpoint_keys)},
@@ -254,11 +258,14 @@ const RecipeKey recipe_root_keys[] = {
     {0},
 };
 
+/* Another project's name (or, with a '.', its path: model.name is not optimizer.name) and what it means. */
+typedef struct NameNote {
+    const char *name, *note;
+} NameNote;
+
 /* What an `also` name means where megatrain's key takes another unit or another form (torchtitan's lr_scheduler
  * keys, its sections that hold what several megatrain keys do): said after the "did you mean". */
-static const struct {
-    const char *name, *note;
-} also_notes[] = {
+static const NameNote also_notes[] = {
     {"decay_ratio", "torchtitan's decay_ratio is a fraction of the steps, megatrain's a count: wsd_decay_steps = "
                     "decay_ratio x train.steps, with optimizer.schedule.decay: wsd"},
     {"decay_type", "torchtitan's decay_type is the shape of its decay: with decay_ratio, decay: wsd and "
@@ -280,7 +287,21 @@ static const struct {
     {"beta2", "optimizer.betas is [beta1, beta2]"},
     {"adam_beta1", "optimizer.betas is [beta1, beta2]"},
     {"adam_beta2", "optimizer.betas is [beta1, beta2]"},
-    {"name", "megatrain's one optimizer is adamw"},
+    {"optimizer.name", "megatrain's one optimizer is adamw"},
+    {"model.name", "torchtitan's model.name is the architecture: model.family llama (its llama3), qwen2, qwen3, "
+                   "mixtral or qwen3_moe; megatrain has no flavors, the recipe gives the shape"},
+    {"local_batch_size", "torchtitan's local_batch_size is per data-parallel rank, as micro_batch_size is; its "
+                         "global_batch_size (-1: local_batch_size x dp) is train.global_batch_size, which "
+                         "micro-batches accumulate to; on a pipeline micro_batch_size is its "
+                         "pipeline_parallel_microbatch_size"},
+    {"pipeline_parallel_microbatch_size", "torchtitan splits local_batch_size into pipeline micro-batches of this "
+                                          "size: train.micro_batch_size = pipeline_parallel_microbatch_size, "
+                                          "train.global_batch_size = local_batch_size x dp"},
+    {"dataset_path", "data.train is a PREFIX that `megatrain data build --input FILE --output PREFIX --tokenizer "
+                     "tokenizer.json` writes (PREFIX.bin, PREFIX.idx), not a Hugging Face dataset directory "
+                     "(docs/data.md)"},
+    {"checkpoint.export_dtype", "megatrain's model.export_dtype is what `megatrain convert` writes for Hugging Face "
+                                "(auto, fp32, bf16, fp16); torchtitan's, its last model-only save's"},
     /* Megatron-LM's flags where megatrain's key takes another unit, form or sense (docs/megatron.md) */
     {"eval_iters", "Megatron's eval_iters counts global batches, megatrain's eval_batches micro-batches per "
                    "data-parallel rank: eval_batches = eval_iters x global_batch_size / (micro_batch_size x dp)"},
@@ -325,9 +346,12 @@ static const char *const resume_note = "`megatrain resume RUN_DIR` continues a r
 static const char *const dropout_note = "megatrain trains without dropout (Megatron's default is 0.1: set 0 there for "
                                         "the same model)";
 static const char *const one_impl_note = "megatrain has one implementation of each layer, on the CPU and on GPUs";
-static const struct {
-    const char *name, *note;
-} no_key_notes[] = {
+static const char *const dp_note = "the data-parallel size is not set, it is what the launch leaves, world size / (tp "
+                                   "* cp * pp) (mpirun -np 8 with tp 2 gives dp 4)";
+static const char *const tokenizer_note = "a run reads token ids: `megatrain data build --tokenizer PATH` tokenizes "
+                                          "the text into data.train (docs/data.md), and model.vocab_size must hold "
+                                          "its ids";
+static const NameNote no_key_notes[] = {
     {"load", resume_note},
     {"pretrained_checkpoint", resume_note},
     {"hidden_dropout", dropout_note},
@@ -343,6 +367,37 @@ static const struct {
     {"ckpt_format", "megatrain writes its own sharded, zstd-compressed checkpoints; `megatrain convert` reads and "
                     "writes Hugging Face's (docs/checkpoints.md)"},
     {"make_vocab_size_divisible_by", "the vocabulary is not padded: model.vocab_size is used as given"},
+    {"parallel.dp", dp_note},
+    {"data_parallel_size", dp_note},
+    {"tokenizer_model", tokenizer_note},
+    {"tokenizer_type", tokenizer_note},
+    {"vocab_file", tokenizer_note},
+    /* torchtitan's */
+    {"data_parallel_replicate_degree", dp_note},
+    {"data_parallel_shard_degree", "megatrain has no FSDP: the data-parallel size is what the launch leaves, world "
+                                   "size / (tp * cp * pp), every rank holding its stage's weights and gradients; "
+                                   "parallel.distributed_optimizer: true (ZeRO-1) shards the fp32 master weights and "
+                                   "AdamW moments over those ranks (docs/parallel.md)"},
+    {"model.flavor", "megatrain has no table of sizes: the recipe spells the shape out (num_layers, hidden_size, "
+                     "intermediate_size, num_attention_heads, num_key_value_heads, vocab_size; recipes/ has tiny, "
+                     "8B and 70B ones), or `model: DIR/model.yaml` takes a converted checkpoint's"},
+    {"tokenizer_path", tokenizer_note},
+    {"hf_assets_path", tokenizer_note},
+    {"dataset", "megatrain has no named data sets: data.train is the PREFIX that `megatrain data build --input FILE "
+                "--output PREFIX --tokenizer tokenizer.json` writes from text or JSONL (docs/data.md)"},
+    {"pipeline_parallel_schedule", "the schedule follows parallel.vpp: 1F1B with vpp 1, interleaved 1F1B with vpp > "
+                                   "1 (torchtitan's 1F1B and Interleaved1F1B); GPipe, ZBV and the others are not "
+                                   "implemented"},
+    {"checkpoint.enable", "checkpoints are always on: a run saves every checkpoint.interval steps (0: none on the "
+                          "way) and at its end"},
+    {"checkpoint.folder", "checkpoints go to run.dir/checkpoints, where `megatrain resume RUN_DIR` finds them (a "
+                          "symbolic link there puts them elsewhere, docs/checkpoints.md)"},
+    {"last_save_model_only", "every checkpoint holds the optimizer state, for resume; `megatrain convert RUN_DIR "
+                             "OUT` writes the model alone, as Hugging Face safetensors"},
+    {"compile", "nothing to set: megatrain is compiled C with its own CPU and CUDA kernels (no torch.compile)"},
+    {"enable_wandb", "wandb is not written: logging.tensorboard: true writes run.dir/tensorboard, and every run "
+                     "writes run.dir/metrics.jsonl"},
+    {"gc_freq", "nothing to set: megatrain runs no Python, so no garbage collector"},
     /* Hugging Face Trainer's */
     {"num_train_epochs", "megatrain counts steps or tokens: train.tokens = epochs x the training data's tokens "
                          "(`megatrain data inspect PREFIX` counts them), or train.steps"},
@@ -350,14 +405,21 @@ static const struct {
                                    "or all: every validation sample once)"},
 };
 
-const char *recipe_no_key_note(const char *name) {
-    for (size_t i = 0; i < sizeof no_key_notes / sizeof no_key_notes[0]; i++)
-        if (strcmp(no_key_notes[i].name, name) == 0) return no_key_notes[i].note;
+/* The note of `path` ("model.name"): an entry of that whole path, else one of its last name ("name") alone. */
+static const char *name_note(const NameNote *notes, size_t count, const char *path) {
+    const char *dot = strrchr(path, '.');
+    const char *name = dot ? dot + 1 : path;
+    for (size_t i = 0; i < count; i++)
+        if (strcmp(notes[i].name, path) == 0) return notes[i].note;
+    for (size_t i = 0; i < count; i++)
+        if (!strchr(notes[i].name, '.') && strcmp(notes[i].name, name) == 0) return notes[i].note;
     return NULL;
 }
 
-const char *recipe_also_note(const char *name) {
-    for (size_t i = 0; i < sizeof also_notes / sizeof also_notes[0]; i++)
-        if (strcmp(also_notes[i].name, name) == 0) return also_notes[i].note;
-    return NULL;
+const char *recipe_no_key_note(const char *path) {
+    return name_note(no_key_notes, sizeof no_key_notes / sizeof no_key_notes[0], path);
+}
+
+const char *recipe_also_note(const char *path) {
+    return name_note(also_notes, sizeof also_notes / sizeof also_notes[0], path);
 }

@@ -57,10 +57,12 @@ struct RecipeKey {
 
 extern const RecipeKey recipe_root_keys[];
 /* What another project's name (a RecipeKey.also) means where megatrain's key differs in unit or form (torchtitan's
- * decay_ratio, a fraction of the steps, for wsd_decay_steps, a count), or NULL. */
-const char *recipe_also_note(const char *name);
-/* Why megatrain has no key for another project's `name` (Megatron's hidden_dropout, use_flash_attn), or NULL. */
-const char *recipe_no_key_note(const char *name);
+ * decay_ratio, a fraction of the steps, for wsd_decay_steps, a count), or NULL. `path` is where it was written
+ * ("optimizer.schedule.decay_ratio"): a note of that whole path is taken before one of its last name. */
+const char *recipe_also_note(const char *path);
+/* Why megatrain has no key for another project's name at `path` (Megatron's hidden_dropout, torchtitan's
+ * parallel.data_parallel_shard_degree), or NULL; the lookup is recipe_also_note's. */
+const char *recipe_no_key_note(const char *path);
 extern const RecipeKey recipe_model_keys[];
 
 /* Enum spellings, indexed by the enum value. */
@@ -146,8 +148,6 @@ int differ_layer_freq(const void *ckpt, const void *recipe, const char *path, Mo
                       size_t whylen);
 int differ_target_modules(const void *ckpt, const void *recipe, const char *path, ModelMatch level, char *why,
                           size_t whylen);
-int read_optimizer_type(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
-void write_optimizer_type(FILE *out, const void *base, const char *name, int indent);
 int read_betas(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
 int read_pp_layers(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
 void write_pp_layers(FILE *out, const void *base, const char *name, int indent);
