@@ -99,7 +99,7 @@ static const char *const run_usage_text =
     "\n"
     "A Megatron-LM or torchtitan name written as a key (train_iters, eval_iters,\n"
     "tensor_model_parallel_size, ...) is answered with megatrain's key and what differs in unit;\n"
-    "docs/megatron.md maps a Megatron command line flag by flag.\n"
+    "docs/megatron.md maps a Megatron command line flag by flag, and torchtitan's TOML keys.\n"
     "\n"
     "examples:\n"
     "  megatrain run recipes/tiny/llama.yaml --set train.steps=20 --set run.dir=runs/try\n"
