@@ -537,17 +537,30 @@ static int train_loop(TrainContext *ctx, MetricsWriter *metrics) {
     return status;
 }
 
+/* A setup that failed, torn down: said here, or already by the first rank of those that agreed on it, which
+ * end MPI together (a failure one rank met alone ends the job from main: dist_finish). */
+static int setup_failed(TrainContext *ctx, int status, const char *err) {
+    const bool together = ctx->stopped_together;
+    if (!together) print_error(err);
+    train_teardown(ctx);
+    if (together) dist_finish_together(status);
+    return status;
+}
+
 /* Open metrics.jsonl, print the banner, train, tear down. A writer that cannot open stops the run before its first
- * step, as a refusal in setup does: a run.dir the run made goes (train_remove_refused_run_dir). */
+ * step, as a refusal in setup does: a run.dir the run made goes (train_remove_refused_run_dir), and every rank
+ * stops with rank 0, which alone writes the metrics (train_setup_agree: none goes on into the first step's
+ * collectives without it). */
 static int run_context(TrainContext *ctx) {
-    char err[2048];
+    char err[2048] = "";
     MetricsWriter metrics = {0};
+    int opened = 0;
     if (comm_world()->rank == 0 && metrics_open(&metrics, ctx->recipe->run.dir, ctx->recipe->logging.tensorboard,
-                                                 ctx->start_step + 1, err, sizeof err) != 0) {
-        print_error(err);
-        train_remove_refused_run_dir(ctx);
-        train_teardown(ctx);
-        return MT_EXIT_FAILURE;
+                                                 ctx->start_step + 1, err, sizeof err) != 0)
+        opened = MT_EXIT_FAILURE;
+    if (train_setup_agree(ctx, opened, err) != 0) {
+        if (comm_world()->rank == 0) train_remove_refused_run_dir(ctx);
+        return setup_failed(ctx, MT_EXIT_FAILURE, err);
     }
     print_banner(ctx);
     char bus[64], why[256];
@@ -563,16 +576,6 @@ static int run_context(TrainContext *ctx) {
      * status. */
     const bool together = ctx->stopped_together;
     if (status != MT_EXIT_OK && comm_world()->size > 1 && !together) dist_finish(status);
-    train_teardown(ctx);
-    if (together) dist_finish_together(status);
-    return status;
-}
-
-/* A setup that failed, torn down: said here, or already by the first rank of those that agreed on it, which
- * end MPI together (a failure one rank met alone ends the job from main: dist_finish). */
-static int setup_failed(TrainContext *ctx, int status, const char *err) {
-    const bool together = ctx->stopped_together;
-    if (!together) print_error(err);
     train_teardown(ctx);
     if (together) dist_finish_together(status);
     return status;

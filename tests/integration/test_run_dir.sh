@@ -211,6 +211,17 @@ if [[ -z ${TSAN_OPTIONS:-} ]]; then
   [[ -d "$WORK/tbparent" && ! -e "$WORK/tbparent/runs" ]] ||
     fail "the run stopped by its event file left: $(find "$WORK/tbparent" -mindepth 1)"
   echo "a writer that cannot open after setup: the run.dir the run made goes, with the parents it made"
+  # on two ranks, where rank 0 alone writes the metrics: every rank stops with it, no abort (rank 1 went on into
+  # the first step's collectives and the job ended by MPI_Abort)
+  stop_together tbranks 2 "$WORK/tbranks.log" env LD_PRELOAD="$WORK/fail_fopen.so" FAIL_FOPEN_MATCH=tfevents \
+    ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}verify_asan_link_order=0" OMP_NUM_THREADS=1 \
+    "$MEGATRAIN" run "$REPO/recipes/tiny/llama.yaml" --set run.dir="$WORK/tbparent/runs/tbranks" --set train.steps=4 \
+    --set "data.train=[{path: $WORK/english, weight: 1.0}]" --set train.micro_batch_size=4 --set train.eval_interval=0 \
+    --set optimizer.schedule.warmup_steps=1 --set logging.tensorboard=true
+  grep -q "cannot create the tensorboard event file: Permission denied" "$WORK/tbranks.log" ||
+    { cat "$WORK/tbranks.log"; fail "two ranks: the event file's error is not said"; }
+  [[ ! -e "$WORK/tbparent/runs" ]] || fail "two ranks: the refused run left: $(find "$WORK/tbparent" -mindepth 1)"
+  echo "two ranks: every rank stops with rank 0's writer, no abort"
 fi
 
 # Relative data paths are taken from the directory the run started in and written absolute to recipe.yaml and the
