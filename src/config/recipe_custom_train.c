@@ -127,8 +127,11 @@ int read_global_batch_size(void *base, const YEntry *entry, const char *path, ch
     long long batch;
     if (reject_second_batch(train, entry, path, err, errlen) != 0) return -1;
     if (yscalar_long(node, &batch) == 0) {
-        if (batch < 1)
-            return key_error(err, errlen, entry->loc, path, "expected a positive integer, found %lld", batch);
+        if (batch < 1) /* torchtitan's -1 is local_batch_size x dp, Megatron's default micro_batch_size x dp */
+            return key_error(err, errlen, entry->loc, path, "expected a positive integer, found %lld%s", batch,
+                             batch == -1 ? " (torchtitan's -1, local_batch_size x dp, is not taken: give the number, "
+                                           "train.micro_batch_size x dp for no gradient accumulation)"
+                                         : "");
         train->num_batch_stages = 1;
         train->batch_stages_in_tokens = false;
         train->batch_stages[0] = (BatchStage){0, (long)batch};

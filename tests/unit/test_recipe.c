@@ -784,6 +784,9 @@ static const ErrorCase error_cases[] = {
     {"megatron_untie", NULL, NULL, "model.untie_embeddings_and_output_weights=true", 1, NULL,
      "model.untie_embeddings_and_output_weights", "did you mean 'model.tie_word_embeddings'? "
      "model.tie_word_embeddings is its opposite, and the defaults differ"},
+    {"torchtitan_global_batch_minus_one", NULL, NULL, "train.global_batch_size=-1", 1, NULL,
+     "train.global_batch_size", "expected a positive integer, found -1 (torchtitan's -1, local_batch_size x dp, is "
+     "not taken: give the number, train.micro_batch_size x dp for no gradient accumulation)"},
     /* Megatron's --rampup-batch-size is a key (test_batch_schedule: its stages against Megatron's own ramp) */
     {"megatron_rampup_shape", NULL, NULL, "train.rampup_batch_size=[16,8]", 1, NULL, "train.rampup_batch_size",
      "expected [START, INCREMENT, SAMPLES] as Megatron's --rampup-batch-size"},
