@@ -235,11 +235,16 @@ int train_resolve_rampup(TrainConfig *train, const YNode *train_map, char *err, 
                          "makes %ld stages (from %ld to %ld by %ld), expected at most %d: a larger INCREMENT", steps + 1,
                          start, end, increment, MT_MAX_BATCH_STAGES);
     train->batch_stages[0] = (BatchStage){0, start};
+    int count = 1;
     for (long k = 1; k <= steps; k++) { /* Megatron: int(consumed / (samples / K)) >= k from ceil(k x samples / K) */
         const int64_t from = ((int64_t)k * samples + steps - 1) / steps;
-        train->batch_stages[k] = (BatchStage){(double)from * train->seq_len, start + k * increment};
+        const BatchStage stage = {(double)from * train->seq_len, start + k * increment};
+        /* SAMPLES below K: stages that share a threshold, of which the last applies (Megatron skips to it); only it
+         * is kept, so that the schedule's thresholds increase, as run.dir/recipe.yaml's must to be read back */
+        if (stage.start == train->batch_stages[count - 1].start) count--;
+        train->batch_stages[count++] = stage;
     }
-    train->num_batch_stages = (int)steps + 1;
+    train->num_batch_stages = count;
     train->batch_stages_in_tokens = true;
     return 0;
 }

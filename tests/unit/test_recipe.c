@@ -549,6 +549,14 @@ static void test_write_round_trip(void **state) {
     for (int k = 0; k < 4; k++) /* a stage every 100 samples of seq_len 64 */
         assert_true(ramp.train.batch_stages[k].start == k * 100.0 * 64 &&
                     ramp.train.batch_stages[k].global_batch_size == 8 + 8 * k);
+    /* fewer SAMPLES than increments: stages share a threshold (Megatron skips to the later batch), and the stages
+     * written reload */
+    const char *short_ramp[] = {"train.global_batch_size=32", "train.rampup_batch_size=[8, 8, 2]"};
+    round_trip(BASE, short_ramp, 2, 1);
+    load_ok(&ramp, BASE, short_ramp, 2, 1); /* thresholds 1, 2, 2 samples: 16 from 1, 32 from 2 (24 never runs) */
+    assert_int_equal(ramp.train.num_batch_stages, 3);
+    assert_true(ramp.train.batch_stages[1].start == 64.0 && ramp.train.batch_stages[1].global_batch_size == 16);
+    assert_true(ramp.train.batch_stages[2].start == 128.0 && ramp.train.batch_stages[2].global_batch_size == 32);
     const char *all[] = {"train.eval_batches=all"}; /* the word is kept, never what it resolves to */
     round_trip(BASE, all, 1, 1);
     Recipe words;
