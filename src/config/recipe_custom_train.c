@@ -234,6 +234,10 @@ int train_resolve_rampup(TrainConfig *train, const YNode *train_map, char *err, 
         return key_error(err, errlen, loc, path,
                          "makes %ld stages (from %ld to %ld by %ld), expected at most %d: a larger INCREMENT", steps + 1,
                          start, end, increment, MT_MAX_BATCH_STAGES);
+    if (steps > 0 && (double)samples * train->seq_len > 0x1p53) /* the last stage's threshold, as a token schedule's */
+        return key_error(err, errlen, loc, path,
+                         "expected SAMPLES x train.seq_len (%ld x %d) of at most 2^53 (9.0e15) tokens, the most a "
+                         "stage's threshold holds", samples, train->seq_len);
     train->batch_stages[0] = (BatchStage){0, start};
     int count = 1;
     for (long k = 1; k <= steps; k++) { /* Megatron: int(consumed / (samples / K)) >= k from ceil(k x samples / K) */
