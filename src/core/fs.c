@@ -61,7 +61,8 @@ void mt_remove_made_dirs(const char *dir, const char *made) {
     memcpy(path, dir, n + 1);
     for (;;) {
         while (n > 1 && path[n - 1] == '/') path[--n] = '\0';
-        if (n < top || rmdir(path) != 0 || n == top) return;
+        /* (one not there: the making failed before it, e.g. a name too long; its parents made on the way still go) */
+        if (n < top || (rmdir(path) != 0 && errno != ENOENT && errno != ENAMETOOLONG) || n == top) return;
         while (n > 0 && path[n - 1] != '/') n--; /* up to the parent */
         path[n] = '\0';
     }

@@ -46,8 +46,8 @@ int mt_make_dirs(const char *dir, char *err, size_t errlen);
 int mt_make_dirs_made(const char *dir, char *made, size_t madelen, char *err, size_t errlen);
 
 /* Undo mt_make_dirs_made(dir, made): rmdir dir, then each parent up to and including `made`, stopping at the first
- * that cannot be removed (not empty: anything in it is kept). Nothing when made is "": no directory that was there
- * before is ever removed. */
+ * that cannot be removed (not empty: anything in it is kept); one not there (the making failed before it) is passed
+ * over. Nothing when made is "": no directory that was there before is ever removed. */
 void mt_remove_made_dirs(const char *dir, const char *made);
 
 /* Create the parent directories of the file `path`. Returns 0 or -1 with err. */

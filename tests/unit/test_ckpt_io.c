@@ -716,6 +716,39 @@ static void test_never_overwrites(void **state) {
     free_saved(&b);
 }
 
+/* mt_make_dirs_made records the shallowest directory it made, and mt_remove_made_dirs removes those (run.dir of a
+ * refused run and the parents the run made for it), never one that was there, also when the making failed on the
+ * way down (a name too long for the file system: the parents made before it go). */
+static void test_made_dirs_removed(void **state) {
+    (void)state;
+    char dir[1024], made[1024], want[1024], err[2048];
+    struct stat st;
+    snprintf(dir, sizeof dir, "%s/md/a/b/", work); /* a trailing slash is the same directory */
+    assert_int_equal(mt_make_dirs_made(dir, made, sizeof made, err, sizeof err), 0);
+    snprintf(want, sizeof want, "%s/md", work);
+    assert_string_equal(made, want);
+    mt_remove_made_dirs(dir, made);
+    assert_int_equal(stat(want, &st), -1);
+    assert_int_equal(stat(work, &st), 0);
+    snprintf(want, sizeof want, "%s/pre", work); /* there before: kept */
+    assert_int_equal(mkdir(want, 0755), 0);
+    snprintf(dir, sizeof dir, "%s/pre/x/y", work);
+    assert_int_equal(mt_make_dirs_made(dir, made, sizeof made, err, sizeof err), 0);
+    mt_remove_made_dirs(dir, made);
+    assert_int_equal(stat(want, &st), 0);
+    snprintf(dir, sizeof dir, "%s/pre/x", work);
+    assert_int_equal(stat(dir, &st), -1);
+    char name[300];
+    memset(name, 'n', sizeof name - 1);
+    name[sizeof name - 1] = '\0';
+    snprintf(dir, sizeof dir, "%s/long/c/%s", work, name); /* NAME_MAX 255: its mkdir fails after long/c's */
+    assert_int_equal(mt_make_dirs_made(dir, made, sizeof made, err, sizeof err), -1);
+    snprintf(want, sizeof want, "%s/long", work);
+    assert_string_equal(made, want);
+    mt_remove_made_dirs(dir, made);
+    if (stat(want, &st) == 0) fail_msg("%s/c, made for a directory that could not be made, was left", want);
+}
+
 static void test_mismatches_refused(void **state) {
     (void)state;
     Saved s;
@@ -767,6 +800,7 @@ int main(void) {
         cmocka_unit_test(test_forged_chunk_size_refused),
         cmocka_unit_test(test_never_overwrites),
         cmocka_unit_test(test_mismatches_refused),
+        cmocka_unit_test(test_made_dirs_removed),
     };
     return cmocka_run_group_tests(tests, ckpt_test_setup, ckpt_test_teardown);
 }
