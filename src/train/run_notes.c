@@ -131,6 +131,23 @@ static void describe_lr(const OptimizerConfig *o, long decay_steps, double warmu
 static void note_batch_stages(const TrainConfig *train, long total_steps, RunNotes *notes) {
     /* the tokens consumed before the last step: what a token-form stage is compared with there */
     const double last_tokens = (double)train_schedule_samples(train, total_steps - 1) * train->seq_len;
+    if (train->rampup[0] > 0) { /* stages train.rampup_batch_size made: its key, one note for all of them */
+        int first = 1;
+        while (first < train->num_batch_stages && train->batch_stages[first].start <= last_tokens) first++;
+        const int last = train->num_batch_stages - 1, before = notes->count;
+        if (first > last) return;
+        const BatchStage *a = &train->batch_stages[first], *b = &train->batch_stages[last];
+        if (first == last)
+            add(notes, "train.rampup_batch_size: stage %d (global batch size %ld, from %.0f tokens) starts after the "
+                "%.0f tokens this run consumes before its last step: it never applies", first, a->global_batch_size,
+                a->start, last_tokens);
+        else
+            add(notes, "train.rampup_batch_size: stages %d to %d (global batch size %ld to %ld, from %.0f tokens) start "
+                "after the %.0f tokens this run consumes before its last step: they never apply", first, last,
+                a->global_batch_size, b->global_batch_size, a->start, last_tokens);
+        if (notes->count > before) notes->line[before] = true;
+        return;
+    }
     for (int i = 1; i < train->num_batch_stages; i++) {
         const BatchStage *stage = &train->batch_stages[i];
         const int before = notes->count;

@@ -184,6 +184,18 @@ static void test_batch_stage_past_the_end(void **state) {
     r.train.batch_stages[2].start = 39 * 128 + 1;
     notes = notes_of(&r);
     expect_one(&notes, "stage 2 (from 4993 tokens, global batch size 16) starts after the 4992 tokens", NULL);
+    /* stages train.rampup_batch_size made (the recipe has no batch_schedule): the ramp's key, in one note however many
+     * of its stages lie past the end */
+    r = base();
+    r.train.rampup[0] = 4, r.train.rampup[1] = 4, r.train.rampup[2] = 100000;
+    r.train.batch_stages_in_tokens = true;
+    r.train.num_batch_stages = 20;
+    for (int k = 0; k < 20; k++) r.train.batch_stages[k] = (BatchStage){k * 5000.0 * 32, 4 + 4 * k};
+    r.train.batch_stages[1].start = 10 * 128; /* reached within the run's 40 steps */
+    notes = notes_of(&r);
+    expect_one(&notes, "train.rampup_batch_size: stages 2 to 19 (global batch size 12 to 80, from 320000 tokens) "
+               "start after the", "never apply", NULL);
+    assert_true(notes.line[0]);
 }
 
 /* A capacity_factor of at least E / k drops nothing (each expert's capacity holds all the tokens): said as a line;
