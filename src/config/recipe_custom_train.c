@@ -219,6 +219,11 @@ int train_resolve_rampup(TrainConfig *train, const YNode *train_map, char *err, 
     const YLoc loc = entry ? entry->loc : (YLoc){0};
     const char *path = "train.rampup_batch_size";
     const long start = train->rampup[0], increment = train->rampup[1], samples = train->rampup[2];
+    const YNode *gbs = ytree_get(train_map, "global_batch_size");
+    if (!ytree_has(train_map, "batch_schedule") && gbs && gbs->kind == YNODE_SCALAR && strchr(gbs->text, ':'))
+        return key_error(err, errlen, loc, path, /* Megatron's token-threshold string written there */
+                         "found a schedule in train.global_batch_size (\"%s\"), expected train.global_batch_size a "
+                         "number, the batch the ramp ends at (Megatron's --global-batch-size)", gbs->text);
     if (train->num_batch_stages != 1 || train->batch_stages_in_tokens)
         return key_error(err, errlen, loc, path,
                          "found %s, expected train.global_batch_size, the batch the ramp ends at (Megatron's "

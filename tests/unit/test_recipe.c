@@ -801,6 +801,9 @@ static const ErrorCase error_cases[] = {
     {"megatron_rampup_with_schedule", "  global_batch_size: 8\n", SCHEDULE("0", "20") "  rampup_batch_size: [8, 8, 300]\n",
      NULL, 1, "rampup_batch_size", "train.rampup_batch_size", "found train.batch_schedule beside it, expected "
      "train.global_batch_size, the batch the ramp ends at"},
+    {"megatron_rampup_with_token_gbs", "global_batch_size: 8", "global_batch_size: \"0:8 1M:16\"\n  rampup_batch_size: "
+     "[8, 8, 300]", NULL, 1, "rampup_batch_size", "train.rampup_batch_size", "found a schedule in "
+     "train.global_batch_size (\"0:8 1M:16\"), expected train.global_batch_size a number, the batch the ramp ends at"},
     {"megatron_rampup_increment", "global_batch_size: 8", "global_batch_size: 32\n  rampup_batch_size: [8, 5, 300]",
      NULL, 1, "rampup_batch_size", "train.rampup_batch_size", "INCREMENT (5) to divide their difference (24)"},
     {"megatron_rampup_stage_divides", "global_batch_size: 8", "global_batch_size: 32\n  rampup_batch_size: [4, 4, 30]",
