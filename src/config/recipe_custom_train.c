@@ -239,15 +239,20 @@ int train_resolve_rampup(TrainConfig *train, const YNode *train_map, char *err, 
         return key_error(err, errlen, loc, path,
                          "makes %ld stages (from %ld to %ld by %ld), expected at most %d: a larger INCREMENT", steps + 1,
                          start, end, increment, MT_MAX_BATCH_STAGES);
-    if (steps > 0 && (double)samples * train->seq_len > 0x1p53) /* the last stage's threshold, as a token schedule's */
-        return key_error(err, errlen, loc, path,
-                         "expected SAMPLES x train.seq_len (%ld x %d) of at most 2^53 (9.0e15) tokens, the most a "
-                         "stage's threshold holds", samples, train->seq_len);
     train->batch_stages[0] = (BatchStage){0, start};
     int count = 1;
+    const double per_increment = (double)samples / (double)steps; /* Megatron's rampup_samples_per_increment */
     for (long k = 1; k <= steps; k++) { /* Megatron: int(consumed / (samples / K)) >= k from ceil(k x samples / K) */
-        const int64_t from = ((int64_t)k * samples + steps - 1) / steps;
+        int64_t from = ((int64_t)k * samples + steps - 1) / steps;
+        /* a whole-number threshold where Megatron's float division comes out just below k (27 / (27 / 13) is 12.99..):
+         * its stage starts a sample later (once past SAMPLES, the last stage in any case) */
+        if (from <= samples && (int64_t)((double)from / per_increment) < k) from++;
         const BatchStage stage = {(double)from * train->seq_len, start + k * increment};
+        if (stage.start > 0x1p53) /* as a token schedule's threshold: run.dir/recipe.yaml reads it back */
+            return key_error(err, errlen, loc, path,
+                             "makes a stage from %.17g tokens (%lld samples of train.seq_len %d), expected "
+                             "thresholds of at most 2^53 (9.0e15) tokens: a smaller SAMPLES", stage.start,
+                             (long long)from, train->seq_len);
         /* SAMPLES below K: stages that share a threshold, of which the last applies (Megatron skips to it); only it
          * is kept, so that the schedule's thresholds increase, as run.dir/recipe.yaml's must to be read back */
         if (stage.start == train->batch_stages[count - 1].start) count--;

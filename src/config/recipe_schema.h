@@ -161,7 +161,8 @@ void write_batch(FILE *out, const void *base, const char *name, int indent);
 int read_rampup_batch_size(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);
 /* train.rampup_batch_size (train_map: the recipe's train section) into the stages of the schedule: stage k (k = 0 ..
  * K, K = (global_batch_size - start) / increment) of batch start + k x increment from ceil(k x samples / K) x seq_len
- * consumed tokens on, as Megatron's RampupBatchsizeNumMicroBatchesCalculator switches (docs/megatron.md). Needs
+ * consumed tokens on (a sample later where Megatron's float division falls short of k there), as Megatron's
+ * RampupBatchsizeNumMicroBatchesCalculator switches (docs/megatron.md). Needs
  * train.global_batch_size (the batch the ramp ends at) and no batch_schedule. */
 int train_resolve_rampup(TrainConfig *train, const YNode *train_map, char *err, size_t errlen);
 int read_train_sources(void *base, const YEntry *entry, const char *path, char *err, size_t errlen);

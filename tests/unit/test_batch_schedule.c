@@ -278,10 +278,10 @@ static void test_rampup_refusals(void **state) {
     far.rampup[0] = 16, far.rampup[1] = 16, far.rampup[2] = 1L << 40;
     assert_int_equal(train_resolve_rampup(&far, NULL, err, sizeof err), -1);
     assert_non_null(strstr(err, "2^53"));
-    TrainConfig near = plain(10, 0, 8192, 64); /* 2^40 samples of 8192: 2^53 tokens, the most */
+    TrainConfig near = plain(10, 0, 8192, 80); /* 2^40 samples of 8192: 2^53 tokens, the most */
     near.rampup[0] = 16, near.rampup[1] = 16, near.rampup[2] = 1L << 40;
     assert_int_equal(train_resolve_rampup(&near, NULL, err, sizeof err), 0);
-    assert_true(near.batch_stages[3].start == 0x1p53);
+    assert_true(near.batch_stages[4].start == 0x1p53);
     TrainConfig flat = plain(10, 0, 64, 64); /* start = end: no increment, one stage (Megatron divides by zero) */
     flat.rampup[0] = 64, flat.rampup[1] = 8, flat.rampup[2] = 100;
     assert_int_equal(train_resolve_rampup(&flat, NULL, err, sizeof err), 0);
