@@ -62,7 +62,6 @@
 #include "loss_mask.h"
 #include "sft_template_text.h"
 
-#define UINT16_VOCAB_LIMIT 65500 /* Megatron's __best_fitting_dtype: uint16 below this, int32 from it */
 #define MAX_WORKERS 256
 #define MAX_LINE_MIB 1024        /* so that a document's token count fits int32 */
 
@@ -664,6 +663,8 @@ static int tokenizer_identity(const Tokenizer *tok, int32_t eod, DatasetTokenize
     return 0;
 }
 
+int data_build_token_dtype(int64_t num_ids) { return num_ids < 65500 ? IDX_DTYPE_UINT16 : IDX_DTYPE_INT32; }
+
 int data_build_main(int argc, char **argv) {
     BuildOptions opt;
     int rc = parse_options(argc, argv, &opt);
@@ -713,7 +714,7 @@ int data_build_main(int argc, char **argv) {
             tokenizer_free(st.tok);
             return MT_EXIT_USAGE;
         }
-        if (tokenizer_vocab_size(st.tok) >= UINT16_VOCAB_LIMIT) st.dtype = IDX_DTYPE_INT32;
+        st.dtype = data_build_token_dtype(tokenizer_vocab_size(st.tok));
         if ((opt.sft && resolve_template(&opt, st.tok) != 0) || check_template_tokens(st.tok, opt.chat_template) != 0) {
             tokenizer_free(st.tok);
             return MT_EXIT_USAGE;

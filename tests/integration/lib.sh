@@ -309,3 +309,18 @@ with open(prefix + ".idx", "wb") as f:
     f.write(struct.pack("<%dq" % (docs + 1), *range(docs + 1)))
 PY
 }
+
+# bigid_tokenizer DIR: writes DIR/tokenizer.json, the qwen2 fixture tokenizer with model.vocab padded by "<fN>"
+# entries up to id 69999 and its added tokens moved to ids 70000..70005 (70006 ids: `data build` writes int32)
+bigid_tokenizer() {
+  local dir=$1 fix="$REPO/tests/fixtures/tokenizers/qwen2" count
+  mkdir -p "$dir"
+  count=$(grep -o '"id":[0-9]*,"content":"<|endoftext|>"' "$fix/tokenizer.json" | sed -E 's/"id":([0-9]*).*/\1/')
+  awk -v from="$count" 'BEGIN { for (i = from; i < 70000; i++) printf "\"<f%d>\":%d,", i, i }' > "$dir/fillers"
+  { sed 's/"vocab":{.*//' "$fix/tokenizer.json" | tr -d '\n'; printf '"vocab":{'; cat "$dir/fillers";
+    sed 's/.*"vocab":{//' "$fix/tokenizer.json"; } |
+    sed -E "s/\"id\":$count,/\"id\":70000,/; s/\"id\":$((count + 1)),/\"id\":70001,/; s/\"id\":$((count + 2)),/\"id\":70002,/;
+            s/\"id\":$((count + 3)),/\"id\":70003,/; s/\"id\":$((count + 4)),/\"id\":70004,/; s/\"id\":$((count + 5)),/\"id\":70005,/" \
+    > "$dir/tokenizer.json"
+  rm -f "$dir/fillers"
+}

@@ -110,14 +110,7 @@ im_end=$(grep -o '"id":[0-9]*,"content":"<|im_end|>"' "$FIX/qwen2/tokenizer.json
 # --- Qwen2 with 70006 ids: int32, and the dataset trains ----------------------
 # qwen2_bigid is qwen2 with model.vocab padded by "<fN>" entries up to id 69999
 # (make_fixtures.py's with_fillers); its added tokens get ids 70000..70005.
-mkdir -p "$D/big"
-count=$(grep -o '"id":[0-9]*,"content":"<|endoftext|>"' "$FIX/qwen2/tokenizer.json" | sed -E 's/"id":([0-9]*).*/\1/')
-awk -v from="$count" 'BEGIN { for (i = from; i < 70000; i++) printf "\"<f%d>\":%d,", i, i }' > "$D/fillers"
-{ sed 's/"vocab":{.*//' "$FIX/qwen2/tokenizer.json" | tr -d '\n'; printf '"vocab":{'; cat "$D/fillers";
-  sed 's/.*"vocab":{//' "$FIX/qwen2/tokenizer.json"; } |
-  sed -E "s/\"id\":$count,/\"id\":70000,/; s/\"id\":$((count + 1)),/\"id\":70001,/; s/\"id\":$((count + 2)),/\"id\":70002,/;
-          s/\"id\":$((count + 3)),/\"id\":70003,/; s/\"id\":$((count + 4)),/\"id\":70004,/; s/\"id\":$((count + 5)),/\"id\":70005,/" \
-  > "$D/big/tokenizer.json"
+bigid_tokenizer "$D/big"
 CASES=(ascii digits cjk emoji "special token after space" "special token only")
 check_text_build qwen2_bigid 70000 4 4 "$D/big"
 grep -q "vocab 70006" "$D/log.txt" || fail "big vocab summary: $(cat "$D/log.txt")"
