@@ -36,6 +36,36 @@ void blend_index_build(BlendIndex *b, const double *weights, int num_datasets, i
     free(counts);
 }
 
+/* numpy's sum of a float64 array (its pairwise_sum): under 8 values in order; up to 128 in 8 running sums, each
+ * taking every 8th value, added as ((s0 + s1) + (s2 + s3)) + ((s4 + s5) + (s6 + s7)), then the rest in order;
+ * more in two halves (the first a multiple of 8). Blends of 8 or more datasets sum in another order than a
+ * loop, and the normalised weights then differ in the last bit, which moves samples of the greedy's ties. */
+static double numpy_sum(const double *a, int n) {
+    if (n < 8) {
+        double s = 0.0;
+        for (int i = 0; i < n; i++) s += a[i];
+        return s;
+    }
+    if (n <= 128) {
+        double r[8];
+        for (int j = 0; j < 8; j++) r[j] = a[j];
+        int i = 8;
+        for (; i < n - n % 8; i += 8)
+            for (int j = 0; j < 8; j++) r[j] += a[i + j];
+        double s = ((r[0] + r[1]) + (r[2] + r[3])) + ((r[4] + r[5]) + (r[6] + r[7]));
+        for (; i < n; i++) s += a[i];
+        return s;
+    }
+    int half = n / 2;
+    half -= half % 8;
+    return numpy_sum(a, half) + numpy_sum(a + half, n - half);
+}
+
+void blend_normalize(double *weights, int n) {
+    const double total = numpy_sum(weights, n);
+    for (int d = 0; d < n; d++) weights[d] /= total;
+}
+
 int blend_index_get(const BlendIndex *b, int64_t i, int64_t *in_dataset) {
     const int d = b->dataset[i];
     const int64_t start = i / BLEND_BLOCK * BLEND_BLOCK;

@@ -27,6 +27,10 @@ typedef struct BlendIndex {
     int64_t *block_counts; /* [blocks][num_datasets]: each dataset's samples before the block */
 } BlendIndex;
 
+/* Divide weights[0..n) by their sum (n >= 1, a positive sum), the sum taken as megatron-core's normalize()
+ * takes it: numpy's sum of a float64 array. */
+void blend_normalize(double *weights, int n);
+
 /* weights: normalised (sum 1), 1 <= num_datasets <= BLEND_MAX_DATASETS. */
 void blend_index_build(BlendIndex *b, const double *weights, int num_datasets, int64_t size);
 

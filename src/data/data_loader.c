@@ -261,9 +261,7 @@ DataLoader *data_loader_create(const DataConfig *data, DataSplit split, int seq_
         data_loader_free(loader);
         return NULL;
     }
-    double total = 0;
-    for (int d = 0; d < loader->num_datasets; d++) total += kept_weights[d];
-    for (int d = 0; d < loader->num_datasets; d++) kept_weights[d] /= total;
+    blend_normalize(kept_weights, loader->num_datasets);
     int64_t wanted = num_samples > 0 ? num_samples : 1;
     uint64_t split_seed = seed ^ (0x9e3779b97f4a7c15ULL * (uint64_t)(split + 1));
     if (data->pack) {
@@ -273,9 +271,8 @@ DataLoader *data_loader_create(const DataConfig *data, DataSplit split, int seq_
             return NULL;
         }
         if (by_size) { /* each dataset's rows, what truncation and packing left of its tokens (Megatron's len) */
-            total = 0;
-            for (int d = 0; d < loader->num_datasets; d++) total += (double)loader->rows[d].num_rows;
-            for (int d = 0; d < loader->num_datasets; d++) kept_weights[d] = (double)loader->rows[d].num_rows / total;
+            for (int d = 0; d < loader->num_datasets; d++) kept_weights[d] = (double)loader->rows[d].num_rows;
+            blend_normalize(kept_weights, loader->num_datasets);
             log_size_weights(loader, kept_weights, split_names[split], key, "packed rows");
         }
     } else {
