@@ -2,7 +2,8 @@
  *
  * Global sample i goes to the dataset whose share is furthest behind its
  * weight: argmax_d (weights[d] * max(i, 1) - count[d]) (first on ties), the
- * greedy rule of Megatron's build_blending_indices. Each dataset's count of
+ * greedy rule of Megatron's build_blending_indices, with the weights normalised as megatron-core's
+ * normalize() does (blend_normalize): every sample's dataset is megatron-core's (test_megatron_data). Each dataset's count of
  * the first n samples then stays within about one of weight * n.
  *
  * Megatron keeps two arrays a sample (the dataset, and the sample's index in
@@ -40,8 +41,9 @@ int blend_index_get(const BlendIndex *b, int64_t i, int64_t *in_dataset);
 
 void blend_index_free(BlendIndex *b);
 
-/* Samples to ask of each dataset for `size` blended samples: Megatron's
- * ceil(weight * size * 1.005). */
+/* Samples to ask of each dataset for `size` blended samples: ceil(weight * size * 1.005), Megatron's legacy
+ * rule; megatron-core 0.16.1 asks ceil(ceil(weight * size) * 1.005), at most one more. Never fewer than the
+ * greedy draws (test_megatron_data, against megatron-core's build_blending_indices). */
 int64_t blend_samples_per_dataset(double weight, int64_t size);
 
 #endif
