@@ -44,13 +44,14 @@ static FILE *open_fixture(const char *name) {
 /* Reads the next line of f into *line (grown as needed); 0 at the end. */
 static int next_line(FILE *f, char **line, size_t *cap) { return getline(line, cap, f) > 0; }
 
-/* The numbers after the first word of line (strtoll), into out; returns how many. */
-static int64_t numbers_after_word(const char *line, int64_t *out, int64_t max) {
+/* The numbers after the first word of line (strtod: integers, exact below 2^53, and hex floats) into out;
+ * returns how many. */
+static int64_t numbers_after_word(const char *line, double *out, int64_t max) {
     const char *p = strchr(line, ' ');
     int64_t n = 0;
-    while (p && *p) {
+    while (p && *p && *p != '\n') {
         char *end;
-        long long v = strtoll(p, &end, 10);
+        double v = strtod(p, &end);
         if (end == p) break;
         if (n >= max) fail_msg("more than %lld numbers: %.80s", (long long)max, line);
         out[n++] = v;
@@ -66,7 +67,7 @@ static void test_indexed_datasets(void **state) {
     size_t cap = 0;
     int datasets = 0, dtypes = 0;
     enum { MAXN = 4096 };
-    int64_t *v = malloc(MAXN * sizeof *v);
+    double *v = malloc(MAXN * sizeof *v);
     IndexedDataset ds;
     int open = 0;
     char name[128] = "";
@@ -111,7 +112,7 @@ static void test_indexed_datasets(void **state) {
                     fail_msg("%s: document index %lld: megatrain %lld, megatron-core %lld", name, (long long)j,
                              (long long)indexed_document(&ds, j), (long long)v[j]);
         } else if (strncmp(line, "seq ", 4) == 0) {
-            const int64_t s = v[0], len = n - 1;
+            const int64_t s = (int64_t)v[0], len = n - 1;
             assert_true(s >= 0 && s < ds.num_sequences);
             if (indexed_length(&ds, s) != len)
                 fail_msg("%s: sequence %lld: %lld tokens, megatron-core %lld", name, (long long)s,
@@ -204,21 +205,6 @@ static void test_split_shares(void **state) {
 
 static const char DIGITS[] = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ";
 
-/* The hex floats after the first word of line into out; returns how many. */
-static int doubles_after_word(const char *line, double *out, int max) {
-    const char *p = strchr(line, ' ');
-    int n = 0;
-    while (p && *p && *p != '\n') {
-        char *end;
-        double v = strtod(p, &end);
-        if (end == p) break;
-        assert_true(n < max);
-        out[n++] = v;
-        p = end;
-    }
-    return n;
-}
-
 static void test_blends(void **state) {
     (void)state;
     FILE *f = open_fixture(DIR "split_blend.txt");
@@ -231,9 +217,9 @@ static void test_blends(void **state) {
         if (sscanf(line, "weights %d", &n) == 1) { /* normalize() alone, up to 256 datasets */
             double raw[256], expected[256];
             assert_true(n >= 1 && n <= 256);
-            assert_int_equal(doubles_after_word(strchr(line, ' ') + 1, raw, 256), n);
+            assert_int_equal(numbers_after_word(strchr(line, ' ') + 1, raw, 256), n);
             assert_true(next_line(f, &line, &cap) && strncmp(line, "normalized ", 11) == 0);
-            assert_int_equal(doubles_after_word(line, expected, 256), n);
+            assert_int_equal(numbers_after_word(line, expected, 256), n);
             blend_normalize(raw, n);
             for (int d = 0; d < n; d++)
                 if (raw[d] != expected[d])
@@ -244,14 +230,14 @@ static void test_blends(void **state) {
         if (sscanf(line, "blend %d %lld", &n, &size) != 2) continue;
         assert_true(n >= 1 && n <= 62);
         double raw[64], weights[64], expected[64];
-        int64_t asks[64], draws[64];
+        double asks[64], draws[64];
         /* the raw weights follow "blend N SIZE" */
         const char *p = strchr(strchr(line, ' ') + 1, ' ') + 1; /* "SIZE W1 ..." */
-        assert_int_equal(doubles_after_word(p, raw, 64), n);
+        assert_int_equal(numbers_after_word(p, raw, 64), n);
         memcpy(weights, raw, sizeof(double) * (size_t)n);
         blend_normalize(weights, n);
         assert_true(next_line(f, &line, &cap) && strncmp(line, "normalized ", 11) == 0);
-        assert_int_equal(doubles_after_word(line, expected, 64), n);
+        assert_int_equal(numbers_after_word(line, expected, 64), n);
         for (int d = 0; d < n; d++)
             if (weights[d] != expected[d])
                 fail_msg("blend %d of %d datasets (%lld samples): weight %d normalised to %a, megatron-core's %a",
